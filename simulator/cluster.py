@@ -1,0 +1,257 @@
+"""Cluster: a topology graph indexed for simulation (directed links, ranks, routes).
+
+Every undirected edge of the graph becomes two directed links (full duplex). Routes are
+equal-cost multipath (ECMP) over the cheapest paths, where a hop costs 1/bandwidth, so a
+GPU pair inside a DGX goes over NVSwitch and never over PCIe. Routes inside a server are
+computed once per server design (``template``) and reused; routes between switches are
+computed once per switch pair on the small switch-only graph; so routing a ring across
+thousands of GPUs costs a few dictionary look-ups per hop.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+
+from .errors import TopologyError
+
+ECMP_MODES = ("spread", "hash")
+_MAX_ECMP_PATHS = 64
+
+
+@dataclass(frozen=True)
+class Route:
+    """Directed link ids with the share of the payload each carries, and path latency."""
+
+    links: np.ndarray   # int64 link ids (may repeat)
+    coef: np.ndarray    # float64 bytes on that link per payload byte
+    latency_s: float
+
+    @staticmethod
+    def join(routes: list["Route"]) -> "Route":
+        """Concatenate consecutive route segments into one route."""
+        if not routes:
+            return Route(np.zeros(0, np.int64), np.zeros(0), 0.0)
+        return Route(np.concatenate([r.links for r in routes]),
+                     np.concatenate([r.coef for r in routes]),
+                     sum(r.latency_s for r in routes))
+
+
+def _cost(bw_bytes_per_s: float) -> int:
+    # Integer hop cost (femtoseconds per byte) so equal-cost sums compare exactly.
+    return max(1, round(1e15 / bw_bytes_per_s))
+
+
+class Cluster:
+    """A topology graph ready for simulation.
+
+    Parameters
+    ----------
+    G : networkx.Graph
+        A graph following ``docs/topology-conventions.md``.
+    link_efficiency : dict, optional
+        Usable fraction of nominal bandwidth per ``link_class`` (calibration data).
+    ecmp : {"spread", "hash"}
+        ``spread`` splits a flow evenly over all equal-cost paths (ideal packet spraying);
+        ``hash`` pins each flow to one path chosen by a seeded hash (models ECMP collisions).
+    seed : int
+        Salt of the ECMP hash.
+
+    Raises
+    ------
+    TopologyError
+        If the graph has no GPU.
+    """
+
+    def __init__(self, G: nx.Graph, link_efficiency: dict[str, float] | None = None,
+                 ecmp: str = "spread", seed: int = 0):
+        if ecmp not in ECMP_MODES:
+            raise ValueError(f"ecmp must be one of {ECMP_MODES}, got {ecmp!r}")
+        self.G = G
+        self.ecmp = ecmp
+        self.seed = seed
+        self._index_links(link_efficiency or {})
+        self._index_ranks()
+        self._local_paths: dict = {}
+        self._switch_paths: dict = {}
+        self._route_cache: dict = {}
+
+    # ----------------------------------------------------------------- indexing
+    def _index_links(self, efficiency: dict[str, float]) -> None:
+        G = self.G
+        n_edges = G.number_of_edges()
+        self.link_id: dict[tuple, int] = {}
+        nominal = np.empty(2 * n_edges)
+        latency = np.empty(2 * n_edges)
+        classes, types = [], []
+        for i, (u, v, d) in enumerate(G.edges(data=True)):
+            self.link_id[(u, v)] = 2 * i
+            self.link_id[(v, u)] = 2 * i + 1
+            nominal[2 * i: 2 * i + 2] = d["bw_bytes_per_s"]
+            latency[2 * i: 2 * i + 2] = d["latency_s"]
+            classes += [d.get("link_class", "net")] * 2
+            types += [d.get("link_type", "")] * 2
+            d["cost"] = _cost(d["bw_bytes_per_s"])
+        self.link_class = np.array(classes)
+        self.nominal_bytes_per_s = nominal
+        self.latency_s = latency
+        self.link_type = np.array(types)
+        # Efficiency by link type when calibrated for it, else by link class.
+        eff = np.array([efficiency.get(t, efficiency.get(c, 1.0))
+                        for t, c in zip(types, classes)]) if classes else np.zeros(0)
+        self.capacity_bytes_per_s = nominal * eff
+
+    def _index_ranks(self) -> None:
+        gpus = [(d["rank"], n) for n, d in self.G.nodes(data=True) if d.get("kind") == "gpu"]
+        if not gpus:
+            raise TopologyError("the topology has no GPU")
+        gpus.sort()
+        self.gpus: list[str] = [n for _, n in gpus]
+        self.server_of_rank = np.array([self.G.nodes[n]["server"] for n in self.gpus])
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def n_links(self) -> int:
+        return len(self.capacity_bytes_per_s)
+
+    @cached_property
+    def nics_by_server(self) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for n, d in self.G.nodes(data=True):
+            if d.get("kind") == "nic":
+                out.setdefault(d["server"], []).append(n)
+        for nics in out.values():
+            nics.sort(key=lambda n: self.G.nodes[n]["index"])
+        return out
+
+    @cached_property
+    def _switch_graph(self) -> nx.Graph:
+        switches = [n for n, d in self.G.nodes(data=True) if d.get("kind") == "switch"]
+        return self.G.subgraph(switches)
+
+    # ------------------------------------------------------------------ routing
+    def route(self, src: str, dst: str, label: int = 0) -> Route:
+        """ECMP route from node ``src`` to node ``dst`` (any kinds).
+
+        ``label`` distinguishes flows of the same pair for the ``hash`` ECMP mode.
+
+        :raises TopologyError: if no path exists.
+        """
+        key = (src, dst, label if self.ecmp == "hash" else 0)
+        cached = self._route_cache.get(key)
+        if cached is None:
+            cached = self._route_uncached(src, dst, key[2])
+            self._route_cache[key] = cached
+        return cached
+
+    def _route_uncached(self, src: str, dst: str, label: int) -> Route:
+        nodes = self.G.nodes
+        if src == dst:
+            return Route(np.zeros(0, np.int64), np.zeros(0), 0.0)
+        s_srv, d_srv = nodes[src].get("server"), nodes[dst].get("server")
+        if s_srv is not None and s_srv == d_srv:
+            return self._paths_route(self._local(src, dst), src, dst, label)
+        s_kind, d_kind = nodes[src].get("kind"), nodes[dst].get("kind")
+        if s_kind in ("nic", "switch") and d_kind in ("nic", "switch"):
+            return self._fabric_route(src, dst, label)
+        return self._paths_route(self._generic_paths(src, dst), src, dst, label)
+
+    def _local(self, src: str, dst: str) -> list[list[str]]:
+        """Shortest paths inside one server, computed once per server design."""
+        nodes = self.G.nodes
+        template = nodes[src].get("template", nodes[src]["server"])
+        key = (template, nodes[src]["local"], nodes[dst]["local"])
+        local = self._local_paths.get(key)
+        if local is None:
+            server = nodes[src]["server"]
+            members = [n for n in self._server_members(server)]
+            sub = self.G.subgraph(members)
+            paths = _shortest_paths(sub, src, dst)
+            local = [[nodes[n]["local"] for n in p] for p in paths]
+            self._local_paths[key] = local
+        prefix = src[: len(src) - len(nodes[src]["local"])]
+        return [[prefix + name for name in p] for p in local]
+
+    def _server_members(self, server: int) -> list[str]:
+        members = self.__dict__.setdefault("_members", {})
+        if not members:
+            for n, d in self.G.nodes(data=True):
+                if "server" in d:
+                    members.setdefault(d["server"], []).append(n)
+        return members[server]
+
+    def _fabric_route(self, src: str, dst: str, label: int) -> Route:
+        """NIC/switch to NIC/switch through the switch-only graph."""
+        sw_src = src if self.G.nodes[src]["kind"] == "switch" else self._attached_switch(src)
+        sw_dst = dst if self.G.nodes[dst]["kind"] == "switch" else self._attached_switch(dst)
+        key = (sw_src, sw_dst)
+        core = self._switch_paths.get(key)
+        if core is None:
+            core = [[sw_src]] if sw_src == sw_dst else _shortest_paths(self._switch_graph,
+                                                                        sw_src, sw_dst)
+            self._switch_paths[key] = core
+        head = [src] if src != sw_src else []
+        tail = [dst] if dst != sw_dst else []
+        return self._paths_route([head + p + tail for p in core], src, dst, label)
+
+    def _attached_switch(self, nic: str) -> str:
+        for nb in self.G.neighbors(nic):
+            if self.G.nodes[nb].get("kind") == "switch":
+                return nb
+        raise TopologyError(f"NIC {nic} is not attached to any switch")
+
+    def _generic_paths(self, src: str, dst: str) -> list[list[str]]:
+        return _shortest_paths(self.G, src, dst)
+
+    def _paths_route(self, paths: list[list[str]], src: str, dst: str, label: int) -> Route:
+        if self.ecmp == "hash" and len(paths) > 1:
+            h = zlib.crc32(f"{src}|{dst}|{label}|{self.seed}".encode())
+            paths = [paths[h % len(paths)]]
+        share = 1.0 / len(paths)
+        links, latency = [], 0.0
+        for p in paths:
+            ids = [self.link_id[(a, b)] for a, b in zip(p, p[1:])]
+            links.extend(ids)
+            latency += float(self.latency_s[ids].sum()) * share
+        links_arr = np.asarray(links, dtype=np.int64)
+        return Route(links_arr, np.full(len(links_arr), share), latency)
+
+    # ----------------------------------------------------------- NIC selection
+    def nearest_nics(self, gpu: str) -> list[str]:
+        """The NICs of ``gpu``'s server with the cheapest path from it, by NIC index."""
+        cache = self.__dict__.setdefault("_nearest", {})
+        nodes = self.G.nodes
+        key = (nodes[gpu].get("template"), nodes[gpu]["local"])
+        local = cache.get(key)
+        if local is None:
+            server = nodes[gpu]["server"]
+            nics = self.nics_by_server.get(server, [])
+            if not nics:
+                raise TopologyError(f"server {server} has no NIC to leave the node")
+            sub = self.G.subgraph(self._server_members(server))
+            dist = nx.single_source_dijkstra_path_length(sub, gpu, weight="cost")
+            best = min(dist.get(n, np.inf) for n in nics)
+            local = [nodes[n]["local"] for n in nics if dist.get(n) == best]
+            cache[key] = local
+        prefix = gpu[: len(gpu) - len(nodes[gpu]["local"])]
+        return [prefix + name for name in local]
+
+
+def _shortest_paths(G: nx.Graph, src: str, dst: str) -> list[list[str]]:
+    try:
+        paths = []
+        for p in nx.all_shortest_paths(G, src, dst, weight="cost"):
+            paths.append(p)
+            if len(paths) >= _MAX_ECMP_PATHS:
+                break
+        return paths
+    except (nx.NetworkXNoPath, nx.NodeNotFound):
+        raise TopologyError(f"no route from {src} to {dst}: the topology is disconnected") \
+            from None

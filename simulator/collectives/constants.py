@@ -1,0 +1,69 @@
+"""Load the NCCL cost-model constants and the calibration constants (data files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+PROTOS = ("LL", "LL128", "Simple")
+_US = 1e-6
+_GBPS = 1e9
+
+
+@dataclass(frozen=True)
+class ModelConstants:
+    """Everything the collective cost model needs, in seconds and bytes/s."""
+
+    base_latency_s: dict            # [algo][proto]
+    hop_latency_s: dict             # [hw][algo][proto], hw in nvlink|pcie|net
+    bandwidth_factor: dict          # raw table from nccl.yaml
+    ll128_max_bw_per_channel: dict  # [op] bytes/s
+    ll_max_bw: tuple                # (N1, N2, N4+) bytes/s
+    tree_max_bw_per_channel: tuple  # (N1, N2, N4+) bytes/s
+    sm80_bus_bw_cap: float
+    tree_correction: dict           # [proto] list of factors
+    ring_simple_plateau_factor: float
+    link_efficiency: dict           # link_type or link_class -> fraction
+    pcie_p2p_efficiency: float
+    launch_overhead_s: float
+    channels: int
+
+    def replace(self, **changes) -> "ModelConstants":
+        """A copy with some fields changed (used by calibration)."""
+        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        fields.update(changes)
+        return ModelConstants(**fields)
+
+
+def _scale(table: dict, factor: float) -> dict:
+    return {k: (_scale(v, factor) if isinstance(v, dict) else float(v) * factor)
+            for k, v in table.items()}
+
+
+def _read(name: str) -> dict:
+    with resources.files("simulator.data").joinpath(name).open() as fh:
+        return yaml.safe_load(fh)
+
+
+@cache
+def load_constants() -> ModelConstants:
+    """The shipped constants (``simulator/data/nccl.yaml`` + ``calibration.yaml``)."""
+    nccl, cal = _read("nccl.yaml"), _read("calibration.yaml")
+    return ModelConstants(
+        base_latency_s=_scale(nccl["base_latency_us"], _US),
+        hop_latency_s=_scale(nccl["hop_latency_us"], _US),
+        bandwidth_factor=nccl["bandwidth_factor"],
+        ll128_max_bw_per_channel=_scale(nccl["ll128_max_bw_per_channel_gbps"], _GBPS),
+        ll_max_bw=tuple(v * _GBPS for v in nccl["ll_max_bw_gbps"]),
+        tree_max_bw_per_channel=tuple(v * _GBPS for v in nccl["tree_max_bw_per_channel_gbps"]),
+        sm80_bus_bw_cap=nccl["sm80_bus_bw_cap_gbps"] * _GBPS,
+        tree_correction=nccl["tree_correction"],
+        ring_simple_plateau_factor=float(nccl["ring_simple_plateau_factor"]),
+        link_efficiency={k: float(v["value"]) for k, v in cal["link_efficiency"].items()},
+        pcie_p2p_efficiency=float(cal["pcie_p2p_efficiency"]["value"]),
+        launch_overhead_s=float(cal["launch_overhead_us"]["value"]) * _US,
+        channels=int(cal["channels"]["value"]),
+    )

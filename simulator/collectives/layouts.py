@@ -1,0 +1,208 @@
+"""Communication layouts: which GPU talks to which, over which route, for each algorithm.
+
+A layout turns a communicator (a list of GPUs, grouped by server) into directed edges with
+their routes, per channel, the way NCCL lays them out: rings are flat and cross servers
+through NICs chosen rail by rail (NVIDIA/nccl#471); trees are chains inside a server and a
+double binary tree between servers (ncclGetBtree / ncclGetDtree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cluster import Cluster, Route
+
+
+@dataclass(frozen=True)
+class Communicator:
+    """GPUs of a collective grouped by server, in rank order."""
+
+    groups: tuple[tuple[str, ...], ...]   # per server, GPU node ids
+
+    @property
+    def n_ranks(self) -> int:
+        return sum(len(g) for g in self.groups)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.groups)
+
+    @property
+    def ppn(self) -> int:
+        return max(len(g) for g in self.groups)
+
+    @property
+    def gpus(self) -> list[str]:
+        return [g for grp in self.groups for g in grp]
+
+
+def make_communicator(cluster: Cluster, ranks: list[int]) -> Communicator:
+    by_server: dict[int, list[str]] = {}
+    for r in ranks:
+        by_server.setdefault(int(cluster.server_of_rank[r]), []).append(cluster.gpus[r])
+    return Communicator(tuple(tuple(by_server[s]) for s in sorted(by_server)))
+
+
+def home_nic(cluster: Cluster, gpu: str) -> str:
+    """The NIC a GPU uses by default: its nearest, matched by index when several tie."""
+    nics = cluster.nearest_nics(gpu)
+    return nics[cluster.G.nodes[gpu]["index"] % len(nics)]
+
+
+def gpu_route(cluster: Cluster, src: str, dst: str, src_nic: str | None = None,
+              dst_nic: str | None = None, label: int = 0) -> Route:
+    """Route GPU to GPU: inside the server directly, else GPU-NIC-fabric-NIC-GPU."""
+    nodes = cluster.G.nodes
+    if nodes[src]["server"] == nodes[dst]["server"]:
+        return cluster.route(src, dst, label)
+    a = src_nic or home_nic(cluster, src)
+    b = dst_nic or home_nic(cluster, dst)
+    return Route.join([cluster.route(src, a), cluster.route(a, b, label), cluster.route(b, dst)])
+
+
+def _server_nics(cluster: Cluster, gpus: tuple[str, ...]) -> list[str]:
+    nics = {n for g in gpus for n in cluster.nearest_nics(g)}
+    return sorted(nics, key=lambda n: cluster.G.nodes[n]["index"])
+
+
+def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = None):
+    """Per channel: per server, (GPU order inside the server, NIC used), NCCL-style.
+
+    Inside a server the ring enters at a GPU next to the channel's NIC and leaves from
+    another GPU next to the same NIC, so traffic stays on one rail between servers.
+    """
+    if comm.n_nodes == 1:
+        return [[(list(comm.groups[0]), None)]]
+    per_server = [_server_nics(cluster, g) for g in comm.groups]
+    n_ch = channels or max(len(u) for u in per_server)
+    out = []
+    for c in range(n_ch):
+        servers = []
+        for gpus, nics in zip(comm.groups, per_server):
+            nic = nics[c % len(nics)]
+            near = [g for g in gpus if nic in cluster.nearest_nics(g)] or list(gpus)
+            entry = near[c % len(near)]
+            exit_ = near[(c + 1) % len(near)] if len(near) > 1 else entry
+            middle = [g for g in gpus if g not in (entry, exit_)]
+            order = [entry] + middle + ([exit_] if exit_ != entry else [])
+            servers.append((order, nic))
+        out.append(servers)
+    return out
+
+
+@dataclass
+class EdgeSet:
+    """Directed edges of one algorithm instance, flattened with a weight per entry."""
+
+    links: list
+    coefs: list
+    intra_hw: str = "nvlink"
+
+    def add(self, route: Route, weight: float) -> None:
+        self.links.append(route.links)
+        self.coefs.append(route.coef * weight)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.links:
+            return np.zeros(0, np.int64), np.zeros(0)
+        return np.concatenate(self.links), np.concatenate(self.coefs)
+
+
+def _intra_hw(cluster: Cluster, comm: Communicator) -> str:
+    for grp in comm.groups:
+        if len(grp) > 1:
+            r = cluster.route(grp[0], grp[1])
+            classes = set(cluster.link_class[r.links])
+            return "nvlink" if "nvlink" in classes else "pcie"
+    return "nvlink"
+
+
+def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = None,
+               pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
+    """Edges of the rings (one per channel), each weighted 1/channels.
+
+    With ``chain_from`` (a GPU position in ``comm.gpus``) the ring is cut into a chain that
+    starts at that GPU (broadcast and reduce pipelines).
+    """
+    orders = channel_orders(cluster, comm)
+    edges = EdgeSet([], [], _intra_hw(cluster, comm))
+    weight = 1.0 / len(orders)
+    root = comm.gpus[chain_from] if chain_from is not None else None
+    for ch, servers in enumerate(orders):
+        seq = [(g, nic) for order, nic in servers for g in order]
+        n = len(seq)
+        start = [g for g, _ in seq].index(root) if root is not None else 0
+        hops = range(n - 1) if root is not None else range(n)
+        for h in hops:
+            (a, nic_a), (b, nic_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
+            edges.add(_edge_route(cluster, a, b, nic_a, nic_b, ch, pcie_p2p_efficiency), weight)
+    return edges
+
+
+def _edge_route(cluster: Cluster, a: str, b: str, nic_a, nic_b, label: int,
+                pcie_p2p_efficiency: float) -> Route:
+    route = gpu_route(cluster, a, b, nic_a, nic_b, label)
+    nodes = cluster.G.nodes
+    if nodes[a]["server"] == nodes[b]["server"] and pcie_p2p_efficiency != 1.0:
+        if "nvlink" not in set(cluster.link_class[route.links]):
+            # No NVLink between the pair: NCCL's P2P/SHM transport over PCIe reaches only
+            # a calibrated fraction of the links' bandwidth.
+            route = Route(route.links, route.coef / pcie_p2p_efficiency, route.latency_s)
+    return route
+
+
+def btree_parent(rank: int, n: int) -> int:
+    """Parent in NCCL's binary tree (ncclGetBtree); -1 for the root (rank 0)."""
+    if rank == 0:
+        return -1
+    bit = rank & -rank
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < n else rank ^ bit
+
+
+def dtree_parent(rank: int, n: int, tree: int) -> int:
+    """Parent in tree 0 or 1 of NCCL's double binary tree (mirror or shift of tree 0)."""
+    if tree == 0:
+        return btree_parent(rank, n)
+    if n % 2 == 0:                       # mirror
+        p = btree_parent(n - 1 - rank, n)
+        return -1 if p < 0 else n - 1 - p
+    p = btree_parent((rank - 1) % n, n)  # shift
+    return -1 if p < 0 else (p + 1) % n
+
+
+def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
+    """Edges of the double binary tree, both directions (reduce up, broadcast down)."""
+    orders = channel_orders(cluster, comm)
+    edges = EdgeSet([], [], _intra_hw(cluster, comm))
+    weight = 1.0 / len(orders)
+    for ch, servers in enumerate(orders):
+        for order, nic in servers:                 # chain inside each server
+            for a, b in zip(order, order[1:]):
+                for x, y in ((a, b), (b, a)):
+                    edges.add(_edge_route(cluster, x, y, nic, nic, ch, pcie_p2p_efficiency),
+                              weight)
+        n = len(servers)
+        for k in range(n):                         # tree between servers
+            p = dtree_parent(k, n, ch % 2)
+            if p < 0:
+                continue
+            (child, nic_c), (parent, nic_p) = (servers[k][0][0], servers[k][1]), \
+                (servers[p][0][0], servers[p][1])
+            edges.add(gpu_route(cluster, child, parent, nic_c, nic_p, ch), weight)
+            edges.add(gpu_route(cluster, parent, child, nic_p, nic_c, ch), weight)
+    return edges
+
+
+def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
+                 pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
+    """Point-to-point edges: every ordered pair (all_to_all) or the given pairs."""
+    gpus = comm.gpus
+    if pairs is None:
+        pairs = [(a, b) for a in gpus for b in gpus if a != b]
+    edges = EdgeSet([], [], _intra_hw(cluster, comm))
+    for i, (a, b) in enumerate(pairs):
+        edges.add(_edge_route(cluster, a, b, None, None, i, pcie_p2p_efficiency), 1.0)
+    return edges

@@ -1,0 +1,215 @@
+"""Collective cost model: algorithms x protocols, NCCL's tuner, and the flow to simulate.
+
+A collective on a communicator becomes one *coupled flow* (see network/maxmin.py): every
+edge of every channel of the chosen algorithm advances at one rate, as a pipeline does.
+Its duration is ``latency + payload / rate``; the latency follows NCCL's model
+(base + per-step hop latencies, constants in data/nccl.yaml), the rate comes from the
+fabric (alone, or shared with whatever else is on the links).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..network.fabric import Flow, bottleneck_rate
+from .constants import PROTOS, ModelConstants
+from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
+                      tree_edges)
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
+       "send_recv")
+ALGOS_FOR_OP = {
+    "all_reduce": ("ring", "tree"),
+    "all_gather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "broadcast": ("ring",),
+    "reduce": ("ring",),
+    "all_to_all": ("direct",),
+    "send_recv": ("direct",),
+}
+ALGOS = ("ring", "tree", "direct")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests busbw / algbw for ``op`` on ``n`` ranks (doc/PERFORMANCE.md)."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One collective, laid out and costed, ready to hand to a fabric."""
+
+    op: str
+    algo: str
+    proto: str
+    n_ranks: int
+    n_nodes: int
+    size_bytes: int
+    latency_s: float
+    payload_bytes: float       # bytes each edge carries (per direction)
+    links: np.ndarray
+    coef: np.ndarray
+    max_rate: float            # NCCL per-channel ceilings, payload bytes/s
+    predicted_s: float         # the tuner's estimate (links uncontended)
+
+    def flow(self) -> Flow:
+        return Flow(self.payload_bytes, self.links, self.coef, self.latency_s, self.max_rate,
+                    label=f"{self.op}/{self.algo}/{self.proto}")
+
+
+def _payload(op: str, algo: str, size: int, n: int) -> float:
+    if n == 1:
+        return 0.0
+    if op == "all_reduce":
+        return size if algo == "tree" else 2.0 * (n - 1) / n * size
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n * size
+    if op == "all_to_all":
+        return size / n
+    return float(size)
+
+
+def _n_idx(n_nodes: int) -> int:
+    return 0 if n_nodes == 1 else 1 if n_nodes == 2 else 2
+
+
+class CollectiveModel:
+    """Plans collectives on one cluster with one set of constants (caches layouts)."""
+
+    def __init__(self, cluster: Cluster, constants: ModelConstants):
+        self.cluster = cluster
+        self.k = constants
+        self._edges: dict = {}
+        self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
+
+    # ------------------------------------------------------------------ layout
+    def _edge_set(self, op: str, algo: str, comm: Communicator, root: int,
+                  pairs) -> EdgeSet:
+        key = (op if op in ("broadcast", "reduce", "send_recv") else "", algo, comm, root,
+               pairs)
+        es = self._edges.get(key)
+        if es is None:
+            eff = self.k.pcie_p2p_efficiency
+            if algo == "tree":
+                es = tree_edges(self.cluster, comm, eff)
+            elif algo == "direct":
+                es = direct_edges(self.cluster, comm, pairs, eff)
+            else:
+                chain = root if op in ("broadcast", "reduce") else None
+                es = ring_edges(self.cluster, comm, chain, eff)
+            self._edges[key] = es
+        return es
+
+    # ----------------------------------------------------------------- latency
+    def latency_s(self, op: str, algo: str, proto: str, comm: Communicator,
+                  hw: str, size: int) -> float:
+        k, n, nodes = self.k, comm.n_ranks, comm.n_nodes
+        if algo == "direct":
+            hop = k.hop_latency_s["net" if nodes > 1 else hw]["ring"]["Simple"]
+            return k.launch_overhead_s + k.base_latency_s["ring"]["Simple"] + hop
+        base = k.base_latency_s[algo][proto]
+        intra = k.hop_latency_s[hw][algo][proto]
+        inter = k.hop_latency_s["net"][algo][proto]
+        if algo == "tree":
+            lat = base + 2 * ((comm.ppn - 1) * intra + math.log2(nodes) * inter)
+        else:
+            if op == "all_reduce":
+                steps, inter_steps = 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+            elif op in ("all_gather", "reduce_scatter"):
+                steps, inter_steps = n - 1, nodes - 1
+            else:
+                steps, inter_steps = n - 1, nodes - 1
+            lat = base + (steps - inter_steps) * intra + inter_steps * inter
+            if (proto == "Simple" and nodes > 1 and op == "all_reduce"
+                    and size >= n / 16.0 * 65536):
+                lat *= k.ring_simple_plateau_factor
+        return k.launch_overhead_s + lat
+
+    # --------------------------------------------------------------- bandwidth
+    def _factor(self, algo: str, proto: str, op: str, comm: Communicator, size: int) -> float:
+        bf = self.k.bandwidth_factor
+        if algo == "direct":
+            return 1.0
+        if algo == "ring":
+            if proto == "LL":
+                single_other = comm.n_nodes == 1 and op not in ("all_reduce", "reduce")
+                return bf["ring"]["LL_single_node_other"] if single_other else bf["ring"]["LL"]
+            if proto == "LL128":
+                return bf["ring"]["LL128_one_gpu_per_node"] if comm.ppn < 2 else \
+                    bf["ring"]["LL128"]
+            return bf["ring"]["Simple"]
+        if proto == "LL128":
+            f = bf["tree"]["LL128_single_node"] if comm.n_nodes == 1 else bf["tree"]["LL128"]
+        else:
+            f = bf["tree"][proto]
+        log_size = int(math.log2(max(size >> 6, 1)))
+        table = self.k.tree_correction[proto]
+        return f * (table[log_size] if log_size < len(table) else 1.0)
+
+    def _max_rate(self, algo: str, proto: str, op: str, comm: Communicator) -> float:
+        k, cap = self.k, math.inf
+        ch = k.channels
+        n_idx = _n_idx(comm.n_nodes)
+        if algo == "ring" and proto == "LL":
+            cap = k.ll_max_bw[n_idx]
+        if algo == "ring" and proto == "LL128":
+            cap = k.ll128_max_bw_per_channel.get(op, math.inf) * ch
+        if algo == "tree":
+            cap = k.tree_max_bw_per_channel[n_idx] * ch
+            if proto == "LL":
+                cap = min(cap, k.ll_max_bw[n_idx])
+        if self.sm80 and algo != "direct":
+            cap = min(cap, k.sm80_bus_bw_cap)
+        return cap
+
+    def _ring_rate(self, comm: Communicator, root: int) -> float:
+        links, coef = self._edge_set("all_reduce", "ring", comm, root, None).arrays()
+        return bottleneck_rate(Flow(1.0, links, coef), self.cluster.capacity_bytes_per_s)
+
+    # -------------------------------------------------------------------- plan
+    def plan(self, op: str, size_bytes: int, ranks: list[int], algo: str = "auto",
+             proto: str = "auto", root: int = 0) -> Plan:
+        """Lay out and cost one collective; ``auto`` picks as NCCL's tuner does."""
+        comm = make_communicator(self.cluster, ranks)
+        algos = ALGOS_FOR_OP[op] if algo == "auto" else (algo,)
+        protos = (("Simple",) if op in ("all_to_all", "send_recv") else PROTOS) \
+            if proto == "auto" else (proto,)
+        best = None
+        for a in algos:
+            if a not in ALGOS_FOR_OP[op]:
+                raise ValueError(f"algorithm {a!r} does not implement {op}; "
+                                 f"choose from {ALGOS_FOR_OP[op]}")
+            for p in protos:
+                plan = self._plan_one(op, a, p, comm, size_bytes, root, ranks)
+                if best is None or plan.predicted_s < best.predicted_s:
+                    best = plan
+        return best
+
+    def _plan_one(self, op, algo, proto, comm, size, root, ranks) -> Plan:
+        pairs = None
+        if op == "send_recv":
+            pairs = ((self.cluster.gpus[ranks[0]], self.cluster.gpus[ranks[1]]),)
+        es = self._edge_set(op, algo, comm, root, pairs)
+        links, coef = es.arrays()
+        factor = self._factor(algo, proto, op, comm, size)
+        coef = coef / factor
+        payload = _payload(op, algo, size, comm.n_ranks)
+        latency = self.latency_s(op, algo, proto, comm, es.intra_hw, size)
+        max_rate = self._max_rate(algo, proto, op, comm)
+        if algo == "tree" and payload:
+            # NCCL models a tree at half the bus bandwidth of its rings ("ratio = .5" in
+            # ncclTopoTuneModel); real trees do not beat that, so it is also a ceiling.
+            max_rate = min(max_rate, 0.5 * factor * self._ring_rate(comm, root))
+        flow = Flow(payload, links, coef, latency, max_rate)
+        rate = bottleneck_rate(flow, self.cluster.capacity_bytes_per_s) if payload else math.inf
+        predicted = latency + (payload / rate if payload else 0.0)
+        return Plan(op, algo, proto, comm.n_ranks, comm.n_nodes, size, latency, payload,
+                    links, coef, max_rate, predicted)

@@ -1,0 +1,63 @@
+"""Run collectives on a fabric and tabulate them like nccl-tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from ..cluster import Cluster
+from ..network.fabric import CountingEnvironment, make_fabric
+from .constants import ModelConstants, load_constants
+from .model import CollectiveModel, Plan, bus_factor
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """One simulated collective, in nccl-tests terms (times in seconds, bw in bytes/s)."""
+
+    op: str
+    size_bytes: int
+    n_ranks: int
+    algorithm: str
+    protocol: str
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    events: int
+
+
+def build_cluster(G: nx.Graph, constants: ModelConstants | None = None,
+                  ecmp: str = "spread", seed: int = 0) -> Cluster:
+    """A :class:`Cluster` whose link capacities carry the calibrated efficiencies."""
+    k = constants or load_constants()
+    return Cluster(G, link_efficiency=k.link_efficiency, ecmp=ecmp, seed=seed)
+
+
+def simulate_plans(cluster: Cluster, plans: list[Plan], fidelity: str = "flow"):
+    """Start all ``plans`` at t=0 on one fabric; return (end times, events processed)."""
+    env = CountingEnvironment()
+    fabric = make_fabric(fidelity, env, cluster.capacity_bytes_per_s)
+    done = [fabric.transfer(p.flow()) for p in plans]
+    env.run()
+    return [d.value.end_s for d in done], env.events_processed
+
+
+def run_collective(model: CollectiveModel, op: str, size_bytes: int, ranks: list[int],
+                   algo: str = "auto", proto: str = "auto", fidelity: str = "flow",
+                   root: int = 0) -> CollectiveResult:
+    """Simulate one collective alone on the cluster."""
+    plan = model.plan(op, size_bytes, ranks, algo, proto, root)
+    (end,), events = simulate_plans(model.cluster, [plan], fidelity)
+    algbw = size_bytes / end if end > 0 else float("inf")
+    return CollectiveResult(op, size_bytes, plan.n_ranks, plan.algo, plan.proto, end, algbw,
+                            algbw * bus_factor(op, plan.n_ranks), events)
+
+
+def size_sweep(min_bytes: int, max_bytes: int, step_factor: float) -> list[int]:
+    """nccl-tests sizes: min, min*f, ... up to max (inclusive)."""
+    sizes, s = [], float(min_bytes)
+    while s <= max_bytes * (1 + 1e-12):
+        sizes.append(int(round(s)))
+        s *= step_factor
+    return sizes

@@ -1,0 +1,1 @@
+"""Network layer: the bandwidth-sharing solver and the fabrics built on it."""

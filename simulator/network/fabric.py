@@ -1,0 +1,209 @@
+"""Fabrics: how long bytes take to cross the cluster. One interface, several fidelities.
+
+``Fabric.transfer(flow)`` returns a SimPy event that fires when the flow's bytes have
+arrived. Collectives and the replay engine only ever call that; which fidelity answers is
+chosen by name from :data:`FABRICS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from .maxmin import FlowIncidence, share_bandwidth
+
+
+@dataclass
+class Flow:
+    """A transfer: ``size_bytes`` of payload over links with per-byte coefficients.
+
+    ``latency_s`` elapses before the first byte moves (propagation, protocol setup).
+    ``max_rate`` caps the payload rate (bytes/s), ``inf`` for no cap.
+    """
+
+    size_bytes: float
+    links: np.ndarray
+    coef: np.ndarray
+    latency_s: float = 0.0
+    max_rate: float = float("inf")
+    label: str = ""
+    start_s: float = field(default=float("nan"), init=False)
+    end_s: float = field(default=float("nan"), init=False)
+
+
+class Fabric:
+    """Base class: owns link capacities and counts what it did."""
+
+    name = "base"
+
+    def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray):
+        self.env = env
+        self.capacity = np.asarray(capacity_bytes_per_s, dtype=float)
+        self.link_bytes = np.zeros(len(self.capacity))
+        self.solves = 0
+
+    def transfer(self, flow: Flow) -> simpy.Event:
+        """Start ``flow`` now; the returned event fires (value: the flow) when it is done."""
+        done = self.env.event()
+        self.env.process(self._run(flow, done))
+        return done
+
+    def _run(self, flow: Flow, done: simpy.Event):
+        flow.start_s = self.env.now
+        if flow.latency_s > 0:
+            yield self.env.timeout(flow.latency_s)
+        if flow.size_bytes <= 0:
+            self._finish(flow, done)
+            return
+        yield from self._move(flow, done)
+
+    def _finish(self, flow: Flow, done: simpy.Event) -> None:
+        flow.end_s = self.env.now
+        done.succeed(flow)
+
+    def _move(self, flow: Flow, done: simpy.Event):  # pragma: no cover - abstract hook
+        raise NotImplementedError
+
+
+def bottleneck_rate(flow: Flow, capacity: np.ndarray) -> float:
+    """Payload rate of ``flow`` alone on the links: min over links of capacity / load."""
+    if len(flow.links) == 0:
+        return flow.max_rate
+    load = np.bincount(flow.links, weights=flow.coef, minlength=len(capacity))
+    used = load > 0
+    return float(min(np.min(capacity[used] / load[used]), flow.max_rate))
+
+
+class AnalyticalFabric(Fabric):
+    """Closed form, congestion-unaware: latency + size / bottleneck bandwidth.
+
+    Each transfer sees the links as if it were alone. Use when transfers do not overlap or
+    contention is known not to matter; it is the fastest fidelity.
+    """
+
+    name = "analytical"
+
+    def _move(self, flow: Flow, done: simpy.Event):
+        rate = bottleneck_rate(flow, self.capacity)
+        self.solves += 1
+        duration = flow.size_bytes / rate
+        np.add.at(self.link_bytes, flow.links, flow.coef * flow.size_bytes)
+        yield self.env.timeout(duration)
+        self._finish(flow, done)
+
+
+class FlowFabric(Fabric):
+    """Flow level: concurrent flows share every link by max-min fairness.
+
+    SimPy only learns the next completion (SimGrid's next-event contract): on each arrival
+    or completion the fabric advances all flows, re-solves the rates once for that instant,
+    and schedules a timer for the earliest completion. Use when transfers overlap and
+    contention matters (oversubscribed uplinks, concurrent collectives).
+    """
+
+    name = "flow"
+    # A flow is complete when what is left is below this fraction of its size.
+    _DONE_FRACTION = 1e-9
+
+    def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray):
+        super().__init__(env, capacity_bytes_per_s)
+        self._active: list[list] = []   # [flow, remaining_bytes, done_event]
+        self._rates = np.zeros(0)
+        self._link_load = np.zeros(len(self.capacity))
+        self._last_s = 0.0
+        self._update_pending = False
+        self._generation = 0
+
+    def _move(self, flow: Flow, done: simpy.Event):
+        self._advance()
+        self._active.append([flow, float(flow.size_bytes), done])
+        self._request_update()
+        return
+        yield  # makes this a generator
+
+    def _request_update(self) -> None:
+        # Flows that start at the same instant are solved once, not once each.
+        if self._update_pending:
+            return
+        self._update_pending = True
+        self.env.timeout(0).callbacks.append(self._update)
+
+    def _advance(self) -> None:
+        dt = self.env.now - self._last_s
+        if dt > 0 and self._active:
+            for entry, rate in zip(self._active, self._rates):
+                entry[1] -= rate * dt
+            self.link_bytes += self._link_load * dt
+        self._last_s = self.env.now
+
+    def _update(self, _event=None) -> None:
+        self._update_pending = False
+        self._advance()
+        still = []
+        for entry in self._active:
+            flow, remaining, done = entry
+            if remaining <= self._DONE_FRACTION * flow.size_bytes:
+                self._finish(flow, done)
+            else:
+                still.append(entry)
+        self._active = still
+        self._solve()
+        self._schedule_next()
+
+    def _solve(self) -> None:
+        if not self._active:
+            self._rates = np.zeros(0)
+            self._link_load[:] = 0.0
+            return
+        flows = [entry[0] for entry in self._active]
+        incidence = FlowIncidence.from_lists([f.links for f in flows], [f.coef for f in flows],
+                                             [f.max_rate for f in flows])
+        self._rates = share_bandwidth(incidence, self.capacity)
+        self.solves += 1
+        owner_rate = np.repeat(self._rates, np.diff(incidence.ptr))
+        self._link_load = np.bincount(incidence.link, weights=incidence.coef * owner_rate,
+                                      minlength=len(self.capacity))
+
+    def _schedule_next(self) -> None:
+        if not self._active:
+            return
+        remaining = np.array([entry[1] for entry in self._active])
+        dt = float(np.min(remaining / self._rates))
+        self._generation += 1
+        generation = self._generation
+        self.env.timeout(max(dt, 0.0)).callbacks.append(
+            lambda _e: self._update() if generation == self._generation else None)
+
+
+FABRICS: dict[str, tuple[type[Fabric], str]] = {
+    "analytical": (AnalyticalFabric,
+                   "closed-form alpha-beta, congestion-unaware; fastest, exact when alone"),
+    "flow": (FlowFabric,
+             "max-min fair sharing of every link among concurrent flows; use for contention"),
+}
+
+
+def make_fabric(name: str, env: simpy.Environment, capacity_bytes_per_s: np.ndarray) -> Fabric:
+    """Build the fabric registered as ``name``.
+
+    :raises KeyError: naming the valid fidelities when ``name`` is unknown.
+    """
+    try:
+        cls = FABRICS[name][0]
+    except KeyError:
+        raise KeyError(f"unknown fidelity {name!r}; choose one of {sorted(FABRICS)}") from None
+    return cls(env, capacity_bytes_per_s)
+
+
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes (for benchmarks)."""
+
+    def __init__(self, initial_time: float = 0):
+        super().__init__(initial_time)
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
