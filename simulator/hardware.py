@@ -1,0 +1,243 @@
+"""Hardware catalog: GPU models and link types, read from ``simulator/data/*.yaml``.
+
+The data files carry units (``"312 TFLOP/s"``, ``"200 Gb/s"``, ``"0.3 us"``, ``"80 GiB"``);
+this module parses them once into frozen records in SI units and checks every value, so a
+bad catalog entry fails on load with the file and the entry named.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from simulator.errors import ConfigError
+from simulator.units import UnitError, parse_bandwidth, parse_flops, parse_size, parse_time
+
+LINK_CLASSES = ("nvlink", "pcie", "net", "cpu")
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16")
+
+_GPU_KEYS = {"peak_flops", "hbm_bytes", "hbm_bw", "nvlink", "pcie", "tdp", "source"}
+_LINK_KEYS = {"bw", "latency", "link_class", "source"}
+_WATTS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*W\s*$")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model.
+
+    ``peak_flops`` maps a precision (``fp64``, ``fp32``, ``tf32``, ``bf16``, ``fp16``) to the
+    dense peak in FLOP/s; ``hbm_bytes`` is the memory size in bytes; ``hbm_bw_bytes_per_s`` the
+    memory bandwidth; ``nvlink`` the link-type key of its NVLink port (None for PCIe cards);
+    ``pcie`` the link-type key of its host interface; ``tdp_w`` the board power in watts.
+    """
+
+    name: str
+    peak_flops: dict[str, float]
+    hbm_bytes: int
+    hbm_bw_bytes_per_s: float
+    nvlink: str | None
+    source: str
+    pcie: str = "pcie-gen4-x16"
+    tdp_w: float | None = None
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One link type: bandwidth per direction (bytes/s), one-way per-hop latency (s)."""
+
+    name: str
+    bw_bytes_per_s: float
+    latency_s: float
+    link_class: str
+    source: str
+
+
+def gpu_spec(name: str) -> GpuSpec:
+    """Return the catalog entry of GPU model ``name``.
+
+    :raises ConfigError: when ``name`` is not in the catalog (the message lists valid names).
+    """
+    return _lookup(_catalog()[0], name, "GPU")
+
+
+def link_spec(name: str) -> LinkSpec:
+    """Return the catalog entry of link type ``name``.
+
+    :raises ConfigError: when ``name`` is not in the catalog (the message lists valid names).
+    """
+    return _lookup(_catalog()[1], name, "link type")
+
+
+def gpu_names() -> list[str]:
+    """Names of the GPU models in the catalog, sorted."""
+    return sorted(_catalog()[0])
+
+
+def link_names() -> list[str]:
+    """Names of the link types in the catalog, sorted."""
+    return sorted(_catalog()[1])
+
+
+def _lookup(table: dict, name: Any, what: str):
+    if not isinstance(name, str) or name not in table:
+        raise ConfigError(f"unknown {what} {name!r}; valid: {', '.join(sorted(table))}")
+    return table[name]
+
+
+@functools.cache
+def _catalog() -> tuple[dict[str, GpuSpec], dict[str, LinkSpec]]:
+    data = resources.files("simulator") / "data"
+    links = load_link_table(data / "links.yaml")
+    gpus = load_gpu_table(data / "gpus.yaml", links)
+    return gpus, links
+
+
+def load_link_table(path) -> dict[str, LinkSpec]:
+    """Read and check a link catalog file (``links.yaml`` format).
+
+    :raises ConfigError: with ``source`` = the file and ``field`` = ``entry.key`` for a missing
+        or unknown key, a value without a unit, a non-positive bandwidth, a negative latency
+        or an unknown ``link_class``.
+    """
+    src, table = _read_table(path)
+    out = {}
+    for name, entry in table.items():
+        get = _entry_reader(src, name, entry, _LINK_KEYS, {"bw", "latency", "link_class"})
+        link_class = get("link_class", str)
+        if link_class not in LINK_CLASSES:
+            raise ConfigError(f"must be one of {', '.join(LINK_CLASSES)}, got {link_class!r}",
+                              source=src, field=f"{name}.link_class")
+        out[name] = LinkSpec(
+            name=name,
+            bw_bytes_per_s=_positive(get("bw", parse_bandwidth), src, f"{name}.bw"),
+            latency_s=_non_negative(get("latency", parse_time), src, f"{name}.latency"),
+            link_class=link_class,
+            source=get("source", str) or "",
+        )
+    return out
+
+
+def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
+    """Read and check a GPU catalog file (``gpus.yaml`` format) against link table ``links``.
+
+    :raises ConfigError: with ``source`` = the file and ``field`` = ``entry.key`` (or
+        ``entry.peak_flops.precision``) for a missing or unknown key, a value without a unit, a
+        non-positive value or an ``nvlink``/``pcie`` key that is not a link of that class.
+    """
+    src, table = _read_table(path)
+    out = {}
+    for name, entry in table.items():
+        get = _entry_reader(src, name, entry, _GPU_KEYS, {"peak_flops", "hbm_bytes", "hbm_bw"})
+        out[name] = GpuSpec(
+            name=name,
+            peak_flops=_peak_flops(src, name, get("peak_flops", dict)),
+            hbm_bytes=_positive(get("hbm_bytes", _size_with_unit), src, f"{name}.hbm_bytes"),
+            hbm_bw_bytes_per_s=_positive(get("hbm_bw", parse_bandwidth), src, f"{name}.hbm_bw"),
+            nvlink=_link_key(src, name, "nvlink", get("nvlink", str), links, optional=True),
+            pcie=_link_key(src, name, "pcie", get("pcie", str) or "pcie-gen4-x16", links),
+            tdp_w=_positive_or_none(get("tdp", _watts), src, f"{name}.tdp"),
+            source=get("source", str) or "",
+        )
+    return out
+
+
+def _read_table(path) -> tuple[str, dict]:
+    src = str(path)
+    try:
+        text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
+        data = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read catalog: {' '.join(str(exc).split())}",
+                          source=src) from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError("catalog must be a non-empty mapping of name -> entry", source=src)
+    return src, data
+
+
+def _entry_reader(src: str, name: str, entry: Any, allowed: set, required: set) -> Callable:
+    """Check an entry's keys; return ``get(key, convert)`` that names ``name.key`` on error."""
+    if not isinstance(entry, dict):
+        raise ConfigError("entry must be a mapping", source=src, field=str(name))
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(map(repr, unknown))}; "
+                          f"valid: {', '.join(sorted(allowed))}", source=src, field=str(name))
+    missing = sorted(required - set(entry))
+    if missing:
+        raise ConfigError(f"missing key(s) {', '.join(missing)}", source=src, field=str(name))
+
+    def get(key: str, convert):
+        value = entry.get(key)
+        if value is None:
+            return None
+        if isinstance(convert, type):
+            if not isinstance(value, convert):
+                raise ConfigError(f"must be a {convert.__name__}, got {value!r}",
+                                  source=src, field=f"{name}.{key}")
+            return value
+        try:
+            return convert(value)
+        except UnitError as exc:
+            raise ConfigError(str(exc), source=src, field=f"{name}.{key}") from None
+
+    return get
+
+
+def _peak_flops(src: str, name: str, rates: dict) -> dict[str, float]:
+    out = {}
+    for precision, text in rates.items():
+        field = f"{name}.peak_flops.{precision}"
+        if precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision; valid: {', '.join(PRECISIONS)}",
+                              source=src, field=field)
+        try:
+            out[precision] = _positive(parse_flops(text), src, field)
+        except UnitError as exc:
+            raise ConfigError(str(exc), source=src, field=field) from None
+    return out
+
+
+def _link_key(src, name, key, value, links, optional=False):
+    if value is None and optional:
+        return None
+    want = "nvlink" if key == "nvlink" else "pcie"
+    if value not in links or links[value].link_class != want:
+        valid = sorted(k for k, v in links.items() if v.link_class == want)
+        raise ConfigError(f"{value!r} is not a {want} link type; valid: {', '.join(valid)}",
+                          source=src, field=f"{name}.{key}")
+    return value
+
+
+def _size_with_unit(value: Any) -> int:
+    if not isinstance(value, str) or value.strip()[-1:].isdigit():
+        raise UnitError(f"size {value!r} needs a unit, e.g. '80 GiB'")
+    return parse_size(value)
+
+
+def _watts(value: Any) -> float:
+    m = _WATTS_RE.match(value) if isinstance(value, str) else None
+    if not m:
+        raise UnitError(f"cannot read power {value!r}; write e.g. '400 W'")
+    return float(m.group(1))
+
+
+def _positive(value: float, src: str, field: str) -> float:
+    if not value > 0:
+        raise ConfigError(f"must be > 0, got {value!r}", source=src, field=field)
+    return value
+
+
+def _positive_or_none(value: float | None, src: str, field: str) -> float | None:
+    return None if value is None else _positive(value, src, field)
+
+
+def _non_negative(value: float, src: str, field: str) -> float:
+    if not value >= 0:
+        raise ConfigError(f"must be >= 0, got {value!r}", source=src, field=field)
+    return value

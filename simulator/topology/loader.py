@@ -1,0 +1,178 @@
+"""Topology YAML files: read, validate, and build the graph with a named generator.
+
+A file looks like::
+
+    name: dgx-a100-superpod
+    description: "..."
+    generator: rail_optimized
+    params: {nodes: 4, node: {type: dgx_a100, nics: 8, nic: ib-hdr}, nodes_per_leaf: 20}
+    source: "where the design comes from"
+
+Every mistake becomes one :class:`ConfigError` line naming the file and the dotted field.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simulator.errors import ConfigError, TopologyError
+from simulator.topology.generators import GENERATORS, MULTI_NODE, check_cluster
+
+TOPOLOGY_DIR = "topologies"
+
+
+class TopologyFile(BaseModel):
+    """The top level of a topology YAML file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    generator: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    source: str | None = None
+
+
+def load_topology(path: str | Path, nodes: int | None = None) -> nx.Graph:
+    """Build the cluster graph described by the YAML file ``path``.
+
+    Parameters
+    ----------
+    path : str or Path
+        Topology file.
+    nodes : int, optional
+        Server count overriding ``params.nodes`` (the ``--nodes`` option); only for
+        multi-node generators.
+
+    Raises
+    ------
+    ConfigError
+        With ``source=str(path)`` and a dotted ``field``: unreadable file, malformed YAML
+        (with its line), unknown keys, unknown generator, unknown parameters, bad values, a
+        ``--nodes`` override on a single-node generator, or an unusable resulting graph.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read topology file: {exc.strerror or exc}",
+                          source=source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise ConfigError(f"malformed YAML at line {line}: {exc.problem or exc.context}",
+                          source=source) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"malformed YAML: {' '.join(str(exc).split())}",
+                          source=source) from None
+    return topology_from_dict(data, source=source, nodes=nodes)
+
+
+def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = None) -> nx.Graph:
+    """Build the cluster graph from an already-parsed topology mapping.
+
+    :raises ConfigError: as :func:`load_topology`, attributed to ``source``.
+    """
+    spec = _validate(data, source)
+    generate = GENERATORS[spec.generator][0]
+    params = dict(spec.params)
+    if nodes is not None:
+        if spec.generator not in MULTI_NODE:
+            raise ConfigError(f"generator {spec.generator!r} builds a single server; --nodes "
+                              f"applies only to {', '.join(MULTI_NODE)}",
+                              source=source, field="--nodes")
+        params["nodes"] = nodes
+    try:
+        G = generate(**params)
+        check_cluster(G)
+    except ConfigError as exc:
+        field = exc.field or ""
+        where = "--nodes" if field == "nodes" and nodes is not None else f"params.{field}"
+        raise ConfigError(exc.reason, source=source, field=where.rstrip(".")) from None
+    except TopologyError as exc:
+        raise ConfigError(str(exc), source=source, field="params") from None
+    G.graph["name"] = spec.name
+    return G
+
+
+def resolve_topology(name_or_path: str | Path) -> Path:
+    """Path of a topology given as a file path or a bare shipped name like ``dgx-a100``.
+
+    Bare names are looked up as ``topologies/<name>.yaml`` under the current directory, then
+    under the directory holding the ``simulator`` package.
+
+    :raises ConfigError: (field ``topology``) when neither a file nor a shipped name matches;
+        the message lists the shipped names.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    if len(path.parts) == 1:
+        names = [path.name] if path.suffix in (".yaml", ".yml") else [f"{path.name}.yaml"]
+        for folder in _topology_dirs():
+            for candidate in (folder / n for n in names):
+                if candidate.is_file():
+                    return candidate
+    raise ConfigError(f"no topology file or shipped topology named {str(name_or_path)!r}; "
+                      f"shipped: {', '.join(shipped_topologies()) or 'none found'}",
+                      field="topology")
+
+
+def shipped_topologies() -> list[str]:
+    """Bare names of the topology files found in the ``topologies/`` folders, sorted."""
+    return sorted({p.stem for d in _topology_dirs() for p in d.glob("*.yaml")})
+
+
+def _topology_dirs() -> list[Path]:
+    repo_root = Path(__file__).resolve().parents[2]
+    dirs = [Path.cwd() / TOPOLOGY_DIR, repo_root / TOPOLOGY_DIR]
+    return [d for i, d in enumerate(dirs) if d.is_dir() and d not in dirs[:i]]
+
+
+def _validate(data: Any, source: str) -> TopologyFile:
+    """Check the file's shape, generator name and parameter names."""
+    if data is None:
+        raise ConfigError("file is empty; expected name, generator and params", source=source)
+    if not isinstance(data, dict):
+        raise ConfigError(f"top level must be a mapping (name, generator, params, ...), "
+                          f"got {type(data).__name__}", source=source)
+    try:
+        spec = TopologyFile.model_validate(data)
+    except ValidationError as exc:
+        raise _pydantic_error(exc, source) from None
+    if spec.generator not in GENERATORS:
+        raise ConfigError(f"unknown generator {spec.generator!r}; valid: "
+                          f"{', '.join(GENERATORS)}", source=source, field="generator")
+    valid = [p for p in inspect.signature(GENERATORS[spec.generator][0]).parameters if p != "G"]
+    unknown = [k for k in spec.params if k not in valid]
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {', '.join(map(repr, unknown))} for "
+                          f"{spec.generator}; valid: {', '.join(valid)}",
+                          source=source, field=f"params.{unknown[0]}")
+    return spec
+
+
+def _pydantic_error(exc: ValidationError, source: str) -> ConfigError:
+    """One-line ConfigError from pydantic's errors: all unknown keys, else the first error."""
+    errors = exc.errors()
+    extra = [e for e in errors if e["type"] == "extra_forbidden"]
+    if extra:
+        keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
+        valid = ", ".join(TopologyFile.model_fields)
+        return ConfigError(f"unknown key(s) {keys}; valid: {valid}", source=source,
+                           field=".".join(map(str, extra[0]["loc"])))
+    first = errors[0]
+    field = ".".join(map(str, first["loc"]))
+    if first["type"] == "missing":
+        reason = "missing required key"
+    else:
+        reason = f"{first['msg'][:1].lower()}{first['msg'][1:]}, got {first.get('input')!r}"
+    return ConfigError(reason, source=source, field=field)
+

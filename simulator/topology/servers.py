@@ -1,0 +1,229 @@
+"""Server builders: the wiring inside one host (GPUs, NVSwitch, PCIe switches, CPUs, NICs).
+
+Each design is a *layout* (local node ids, node attributes and local edges, computed once)
+that is *stamped* onto the graph for each server with ids prefixed ``n{server}.``. Multi-node
+fabrics stamp the same layout many times, which keeps building thousands of GPUs fast.
+See docs/topology-conventions.md for ids and attributes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import networkx as nx
+
+from simulator.errors import ConfigError
+from simulator.hardware import link_spec
+from simulator.topology.args import (check_choice, check_int, edge_attrs, gpu_arg, link_arg,
+                                     prefixed)
+
+DGX_NICS = (1, 2, 4, 8, 16)
+DGX_GPUS = 8
+DGX_PCIE_SWITCHES = 4
+
+
+@dataclass(frozen=True)
+class ServerLayout:
+    """The local wiring of one server design.
+
+    ``nodes`` holds ``(local_id, attrs)``, ``edges`` holds ``(local_u, local_v, attrs)``;
+    ``nic`` is the link type of its network ports, ``template`` the design string.
+    """
+
+    template: str
+    gpu: str
+    gpus: int
+    nics: int
+    nic: str
+    nodes: tuple
+    edges: tuple
+
+
+def dgx_a100_layout(gpu: str = "A100-SXM4-80GB", nics: int = 8,
+                    nic: str = "ib-hdr") -> ServerLayout:
+    """Layout of a DGX/HGX A100-style 8-GPU server (see :func:`dgx_a100_node`).
+
+    :raises ConfigError: naming ``gpu`` (unknown or without NVLink), ``nics`` (not one of
+        1, 2, 4, 8, 16) or ``nic`` (unknown or not a network link type).
+    """
+    spec = gpu_arg(gpu)
+    if spec.nvlink is None:
+        raise ConfigError(f"{gpu!r} has no NVLink; use the pcie server type", field="gpu")
+    check_choice(nics, "nics", DGX_NICS)
+    link_arg(nic, "nic", "net")
+    nvlink, pcie = edge_attrs(link_spec(spec.nvlink)), edge_attrs(link_spec(spec.pcie))
+    nodes = [(f"gpu{i}", {"kind": "gpu", "local": f"gpu{i}", "index": i}) for i in range(8)]
+    nodes.append(("nvswitch", {"kind": "nvswitch", "local": "nvswitch"}))
+    nodes += _indexed("pcie_switch", "pcie", DGX_PCIE_SWITCHES)
+    nodes += _indexed("cpu", "cpu", 2) + _indexed("nic", "nic", nics)
+    edges = [(f"gpu{i}", "nvswitch", nvlink) for i in range(DGX_GPUS)]
+    edges += [(f"gpu{i}", f"pcie{i // 2}", pcie) for i in range(DGX_GPUS)]
+    # NIC j sits on switch j*4//nics: with 8 NICs each GPU has its own NIC on its switch.
+    edges += [(f"nic{j}", f"pcie{j * DGX_PCIE_SWITCHES // nics}", pcie) for j in range(nics)]
+    edges += [(f"pcie{i}", f"cpu{i // 2}", pcie) for i in range(DGX_PCIE_SWITCHES)]
+    edges.append(("cpu0", "cpu1", edge_attrs(link_spec("xgmi"))))
+    return ServerLayout(f"dgx_a100:gpu={gpu}:nics={nics}:nic={nic}", gpu, DGX_GPUS, nics, nic,
+                        tuple(nodes), tuple(edges))
+
+
+def pcie_layout(gpu: str = "A100-PCIE-40GB", gpus: int = 4, nics: int = 1,
+                nic: str = "roce-100", gpus_per_pcie_switch: int = 2) -> ServerLayout:
+    """Layout of a PCIe-only server (see :func:`pcie_node`).
+
+    :raises ConfigError: naming ``gpu``, ``gpus`` (not 1..8), ``nics`` (not 1..16), ``nic`` or
+        ``gpus_per_pcie_switch`` (< 1).
+    """
+    spec = gpu_arg(gpu)
+    check_int(gpus, "gpus", 1, 8)
+    check_int(nics, "nics", 1, 16)
+    link_arg(nic, "nic", "net")
+    check_int(gpus_per_pcie_switch, "gpus_per_pcie_switch", 1)
+    switches = -(-gpus // gpus_per_pcie_switch)
+    cpus = 1 if switches == 1 else 2
+    pcie = edge_attrs(link_spec(spec.pcie))
+    nodes = [(f"gpu{i}", {"kind": "gpu", "local": f"gpu{i}", "index": i}) for i in range(gpus)]
+    nodes += _indexed("pcie_switch", "pcie", switches)
+    nodes += _indexed("cpu", "cpu", cpus) + _indexed("nic", "nic", nics)
+    edges = [(f"gpu{i}", f"pcie{i // gpus_per_pcie_switch}", pcie) for i in range(gpus)]
+    edges += [(f"nic{j}", f"pcie{j % switches}", pcie) for j in range(nics)]
+    edges += [(f"pcie{i}", f"cpu{i * cpus // switches}", pcie) for i in range(switches)]
+    if cpus == 2:
+        edges.append(("cpu0", "cpu1", edge_attrs(link_spec("xgmi"))))
+    template = (f"pcie:gpu={gpu}:gpus={gpus}:nics={nics}:nic={nic}"
+                f":gpus_per_pcie_switch={gpus_per_pcie_switch}")
+    return ServerLayout(template, gpu, gpus, nics, nic, tuple(nodes), tuple(edges))
+
+
+SERVER_TYPES: dict[str, Callable[..., ServerLayout]] = {
+    "dgx_a100": dgx_a100_layout,
+    "pcie": pcie_layout,
+}
+
+
+def server_layout(node: Any) -> ServerLayout:
+    """Layout from a fabric's ``node`` dict: ``type`` plus the builder's keyword arguments.
+
+    :raises ConfigError: with field ``node.<key>`` for a non-mapping, a missing or unknown
+        ``type``, an unknown key or a bad value.
+    """
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"must be a mapping with a 'type' key, got {node!r}", field="node")
+    kwargs = dict(node)
+    kind = kwargs.pop("type", None)
+    if kind not in SERVER_TYPES:
+        raise ConfigError(f"must be one of {', '.join(SERVER_TYPES)}, got {kind!r}",
+                          field="node.type")
+    build = SERVER_TYPES[kind]
+    valid = list(inspect.signature(build).parameters)
+    unknown = [k for k in kwargs if k not in valid]
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {', '.join(map(repr, unknown))} for type "
+                          f"{kind!r}; valid: {', '.join(valid)}", field=f"node.{unknown[0]}")
+    try:
+        return build(**kwargs)
+    except ConfigError as exc:
+        raise prefixed(exc, "node") from None
+
+
+def stamp(G: nx.Graph, layout: ServerLayout, server: int) -> None:
+    """Add one server of ``layout`` to ``G`` as ``n{server}.*`` (no checks; see add_server)."""
+    p = f"n{server}."
+    base = {"server": server, "template": layout.template}
+    rank0 = server * layout.gpus
+    G.add_nodes_from(
+        (p + local, {**attrs, **base, "rank": rank0 + attrs["index"]} if attrs["kind"] == "gpu"
+         else {**attrs, **base})
+        for local, attrs in layout.nodes)
+    G.add_edges_from((p + u, p + v, attrs) for u, v, attrs in layout.edges)
+
+
+def add_server(G: nx.Graph | None, layout: ServerLayout, server: int, name: str) -> nx.Graph:
+    """Stamp ``layout`` as server ``server`` onto ``G`` (a new graph if None) and return it.
+
+    Graph attributes are set on a new graph; on an existing one ``nodes`` grows to cover
+    ``server``, and its ``gpu``/``gpus_per_node`` must match the layout.
+
+    :raises ConfigError: naming ``server`` (negative, or already in G) or ``gpu`` (mixed models).
+    """
+    check_int(server, "server", 0)
+    G = nx.Graph() if G is None else G
+    wanted = {"gpu": layout.gpu, "gpus_per_node": layout.gpus}
+    for key, value in wanted.items():
+        if G.graph.get(key, value) != value:
+            raise ConfigError(f"graph already has {key}={G.graph[key]!r}, got {value!r}",
+                              field="gpu")
+    if f"n{server}.gpu0" in G:
+        raise ConfigError(f"server {server} is already in the graph", field="server")
+    G.graph.update({"name": G.graph.get("name", name), **wanted})
+    G.graph["nodes"] = max(G.graph.get("nodes", 0), server + 1)
+    stamp(G, layout, server)
+    return G
+
+
+def dgx_a100_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-SXM4-80GB",
+                  nics: int = 8, nic: str = "ib-hdr") -> nx.Graph:
+    """Add one DGX A100 server (8 NVSwitch-connected GPUs) to ``G`` and return ``G``.
+
+    Parameters
+    ----------
+    G : networkx.Graph, optional
+        Graph to add to; a new one when None.
+    server : int
+        Server number (>= 0); node ids are ``n{server}.*``, ranks ``server*8 + index``.
+    gpu : str
+        GPU model with NVLink (``A100-SXM4-40GB``, ``A100-SXM4-80GB``, ``H100-SXM``); its
+        ``nvlink`` type wires GPU-NVSwitch edges and its ``pcie`` type the PCIe tree.
+    nics : int
+        Compute NICs: 1, 2, 4, 8 (DGX A100: one per GPU) or 16 (two per GPU, as OCI BM.GPU4.8).
+        NIC j sits on PCIe switch ``j*4//nics``.
+    nic : str
+        Network link type of the NICs (``ib-hdr``, ``roce-100``, ...).
+
+    Wiring: GPU 2i and 2i+1 on PCIe switch i (4 switches), switch i on cpu i//2, cpu0-cpu1
+    xgmi, every GPU one edge to the ``nvswitch`` node.
+
+    Raises
+    ------
+    ConfigError
+        Naming the bad argument (``gpu``, ``nics``, ``nic``, ``server``).
+    """
+    return add_server(G, dgx_a100_layout(gpu, nics, nic), server, "dgx_a100")
+
+
+def pcie_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-PCIE-40GB",
+              gpus: int = 4, nics: int = 1, nic: str = "roce-100",
+              gpus_per_pcie_switch: int = 2) -> nx.Graph:
+    """Add one PCIe-only GPU server (no NVLink) to ``G`` and return ``G``.
+
+    Parameters
+    ----------
+    G : networkx.Graph, optional
+        Graph to add to; a new one when None.
+    server : int
+        Server number (>= 0).
+    gpu : str
+        GPU model; its NVLink, if any, is not modelled here.
+    gpus : int
+        GPUs in the server, 1 to 8; GPU i sits on PCIe switch ``i // gpus_per_pcie_switch``.
+    nics : int
+        NICs shared by the GPUs, 1 to 16, on the PCIe switches round-robin (NIC j on ``j % S``).
+    nic : str
+        Network link type of the NICs.
+    gpus_per_pcie_switch : int
+        GPUs per PCIe switch (>= 1). The first half of the switches hang off cpu0 and the rest
+        off cpu1 (one CPU when there is a single switch); cpu0-cpu1 is an xgmi edge.
+
+    Raises
+    ------
+    ConfigError
+        Naming the bad argument.
+    """
+    layout = pcie_layout(gpu, gpus, nics, nic, gpus_per_pcie_switch)
+    return add_server(G, layout, server, "pcie")
+
+
+def _indexed(kind: str, prefix: str, count: int) -> list:
+    return [(f"{prefix}{i}", {"kind": kind, "local": f"{prefix}{i}", "index": i})
+            for i in range(count)]

@@ -1,0 +1,136 @@
+"""Collectives against closed-form oracles, NCCL's rules, and contention."""
+
+import pytest
+
+from simulator.collectives.layouts import dtree_parent
+from simulator.collectives.model import bus_factor
+from simulator.collectives.run import run_collective, simulate_plans
+from conftest import GB, make_model, star_graph
+
+S = 1 << 30  # 1 GiB
+
+
+def bw_time(model, op, ranks, size=S, algo="ring", proto="Simple", fidelity="flow"):
+    """Simulated time minus the model's latency: the bandwidth part alone."""
+    plan = model.plan(op, size, ranks, algo, proto)
+    (end,), _ = simulate_plans(model.cluster, [plan], fidelity)
+    return end - plan.latency_s
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_all_reduce_matches_2_n_minus_1_over_n_S_over_B(ideal_constants, n):
+    # Uncontended ring on one switch: t = 2(n-1)/n * S / B (DESIGN.md oracle).
+    model = make_model(star_graph(n), ideal_constants)
+    t = bw_time(model, "all_reduce", list(range(n)))
+    assert t == pytest.approx(2 * (n - 1) / n * S / (10 * GB), rel=1e-9)
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
+def test_ring_all_gather_and_reduce_scatter_move_n_minus_1_over_n_S(ideal_constants, op):
+    model = make_model(star_graph(4), ideal_constants)
+    assert bw_time(model, op, [0, 1, 2, 3]) == pytest.approx(3 / 4 * S / (10 * GB), rel=1e-9)
+
+
+@pytest.mark.parametrize("op", ["broadcast", "reduce"])
+def test_pipelined_chain_moves_S_once(ideal_constants, op):
+    model = make_model(star_graph(4), ideal_constants)
+    assert bw_time(model, op, [0, 1, 2, 3]) == pytest.approx(S / (10 * GB), rel=1e-9)
+
+
+def test_all_to_all_sends_n_minus_1_over_n_S_through_each_nic(ideal_constants):
+    model = make_model(star_graph(4), ideal_constants)
+    t = bw_time(model, "all_to_all", [0, 1, 2, 3], algo="direct")
+    assert t == pytest.approx(3 / 4 * S / (10 * GB), rel=1e-9)
+
+
+def test_send_recv_is_S_over_B(ideal_constants):
+    model = make_model(star_graph(2), ideal_constants)
+    assert bw_time(model, "send_recv", [0, 1], algo="direct") == pytest.approx(S / (10 * GB))
+
+
+def test_ring_latency_follows_nccl_step_count(ideal_constants):
+    # NCCL: ring latency = base + (nsteps - nInter) * intra + nInter * inter, with
+    # nsteps = 2(n-1) and nInter = 2 * nNodes for a multi-node all_reduce, capped at
+    # nsteps (with one GPU per node all 2(n-1) = 6 steps cross the network).
+    k = ideal_constants
+    model = make_model(star_graph(4), k)
+    plan = model.plan("all_reduce", 8, [0, 1, 2, 3], "ring", "LL")
+    net = k.hop_latency_s["net"]["ring"]["LL"]
+    expected = k.launch_overhead_s + k.base_latency_s["ring"]["LL"] + 6 * net
+    assert plan.latency_s == pytest.approx(expected)
+
+
+def test_two_collectives_on_an_oversubscribed_uplink_each_slow_by_the_shared_amount(
+        ideal_constants):
+    # Two leaves of two servers, each leaf with a 10 GB/s uplink: 2:1 oversubscribed.
+    # A = ranks {0, 2} and B = ranks {1, 3} each cross the uplinks. Alone, each ring gets
+    # the full 10 GB/s of the uplink; together they share it: 5 GB/s each, so the
+    # bandwidth part of each takes exactly twice as long.
+    model = make_model(star_graph(4, leaves=2, uplink_bw=10 * GB), ideal_constants)
+    a = model.plan("all_reduce", S, [0, 2], "ring", "Simple")
+    b = model.plan("all_reduce", S, [1, 3], "ring", "Simple")
+    (alone,), _ = simulate_plans(model.cluster, [a], "flow")
+    (t_a, t_b), _ = simulate_plans(model.cluster, [a, b], "flow")
+    bw_alone = alone - a.latency_s
+    assert t_a - a.latency_s == pytest.approx(2 * bw_alone, rel=1e-9)
+    assert t_b - b.latency_s == pytest.approx(2 * bw_alone, rel=1e-9)
+    # The congestion-unaware fidelity does not see the other collective.
+    (t_a_an, _), _ = simulate_plans(model.cluster, [a, b], "analytical")
+    assert t_a_an == pytest.approx(alone, rel=1e-9)
+
+
+def test_collectives_in_disjoint_leaves_do_not_interfere(ideal_constants):
+    model = make_model(star_graph(4, leaves=2, uplink_bw=10 * GB), ideal_constants)
+    a = model.plan("all_reduce", S, [0, 1], "ring", "Simple")
+    b = model.plan("all_reduce", S, [2, 3], "ring", "Simple")
+    (alone,), _ = simulate_plans(model.cluster, [a], "flow")
+    (t_a, t_b), _ = simulate_plans(model.cluster, [a, b], "flow")
+    assert t_a == pytest.approx(alone) and t_b == pytest.approx(alone)
+
+
+def test_tuner_picks_low_latency_protocol_small_and_simple_large(ideal_constants):
+    model = make_model(star_graph(8), ideal_constants)
+    ranks = list(range(8))
+    assert model.plan("all_reduce", 64, ranks).proto == "LL"
+    assert model.plan("all_reduce", 8 << 30, ranks).proto == "Simple"
+
+
+def test_tuner_picks_the_fastest_predicted_pair(ideal_constants):
+    model = make_model(star_graph(8), ideal_constants)
+    ranks = list(range(8))
+    for size in (1 << 10, 1 << 20, 1 << 26):
+        best = model.plan("all_reduce", size, ranks)
+        for algo in ("ring", "tree"):
+            for proto in ("LL", "LL128", "Simple"):
+                assert best.predicted_s <= model.plan("all_reduce", size, ranks, algo,
+                                                      proto).predicted_s
+
+
+def test_result_reports_busbw_as_nccl_tests_defines_it(ideal_constants):
+    model = make_model(star_graph(4), ideal_constants)
+    r = run_collective(model, "all_reduce", S, [0, 1, 2, 3])
+    assert r.algbw_bytes_per_s == pytest.approx(S / r.time_s)
+    assert r.busbw_bytes_per_s == pytest.approx(r.algbw_bytes_per_s * 2 * 3 / 4)
+    assert bus_factor("all_gather", 4) == 0.75 and bus_factor("broadcast", 4) == 1.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 13, 16])
+def test_double_binary_tree_is_two_spanning_trees(n):
+    for tree in (0, 1):
+        parents = [dtree_parent(r, n, tree) for r in range(n)]
+        assert parents.count(-1) == 1
+        for r in range(n):        # every rank reaches the root without a cycle
+            seen, x = set(), r
+            while parents[x] != -1:
+                assert x not in seen
+                seen.add(x)
+                x = parents[x]
+
+
+def test_same_inputs_same_outputs_bit_for_bit(ideal_constants):
+    results = []
+    for _ in range(2):
+        model = make_model(star_graph(4, leaves=2, uplink_bw=5 * GB), ideal_constants,
+                           ecmp="hash", seed=3)
+        results.append(run_collective(model, "all_reduce", 123456789, [0, 1, 2, 3]).time_s)
+    assert results[0] == results[1]

@@ -1,0 +1,61 @@
+"""Fabrics behind one interface: exact small traces, and contention."""
+
+import numpy as np
+import pytest
+
+from simulator.network.fabric import CountingEnvironment, Flow, make_fabric
+
+
+def run(fidelity, capacity, flows, starts=None):
+    env = CountingEnvironment()
+    fabric = make_fabric(fidelity, env, np.asarray(capacity, float))
+    events = {}
+
+    def starter(i, flow, delay):
+        yield env.timeout(delay)
+        events[i] = fabric.transfer(flow)
+
+    for i, flow in enumerate(flows):
+        env.process(starter(i, flow, (starts or [0] * len(flows))[i]))
+    env.run()
+    return [events[i].value.end_s for i in range(len(flows))], fabric
+
+
+def flow(size, links, latency=0.0):
+    return Flow(size, np.asarray(links), np.ones(len(links)), latency)
+
+
+def test_flow_fidelity_two_flows_then_one():
+    # 100 B and 50 B on a 10 B/s link: both at 5 B/s until the 50 B one ends at t=10;
+    # the other then has 50 B left at 10 B/s -> ends at t=15.
+    ends, fabric = run("flow", [10.0], [flow(100, [0]), flow(50, [0])])
+    assert ends == pytest.approx([15.0, 10.0])
+    assert fabric.link_bytes[0] == pytest.approx(150.0)
+
+
+def test_flow_fidelity_late_arrival_slows_the_first():
+    # Flow A 100 B alone at 10 B/s for 5 s (50 B left); B (20 B) arrives: 5 B/s each.
+    # B ends at 5 + 20/5 = 9; A has 50 - 20 = 30 B left at 10 B/s -> 12.
+    ends, _ = run("flow", [10.0], [flow(100, [0]), flow(20, [0])], starts=[0, 5])
+    assert ends == pytest.approx([12.0, 9.0])
+
+
+def test_latency_precedes_bytes():
+    ends, _ = run("flow", [10.0], [flow(100, [0], latency=2.0)])
+    assert ends == pytest.approx([12.0])
+
+
+def test_analytical_fidelity_ignores_other_flows():
+    ends, _ = run("analytical", [10.0], [flow(100, [0]), flow(50, [0])])
+    assert ends == pytest.approx([10.0, 5.0])
+
+
+def test_simultaneous_arrivals_are_solved_once():
+    _, fabric = run("flow", [10.0] * 4, [flow(10, [i]) for i in range(4)])
+    # one solve when all four start, none after they all finish together
+    assert fabric.solves == 1
+
+
+def test_unknown_fidelity_names_the_choices():
+    with pytest.raises(KeyError, match="analytical"):
+        make_fabric("packet", CountingEnvironment(), np.ones(1))

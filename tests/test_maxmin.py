@@ -1,0 +1,74 @@
+"""The max-min solver alone, each case with its fairness math (SimGrid maxmin_test style)."""
+
+import numpy as np
+import pytest
+
+from simulator.network.maxmin import FlowIncidence, share_bandwidth
+
+
+def solve(links, capacity, coefs=None, max_rate=None):
+    return share_bandwidth(FlowIncidence.from_lists(links, coefs, max_rate),
+                           np.asarray(capacity, float))
+
+
+def test_two_flows_share_one_link_equally():
+    # Two flows on one 10 B/s link: each gets 10/2 = 5.
+    assert solve([[0], [0]], [10.0]).tolist() == [5.0, 5.0]
+
+
+def test_single_flow_gets_its_bottleneck():
+    # One flow over links of 10 and 4 B/s: the 4 B/s link limits it.
+    assert solve([[0, 1]], [10.0, 4.0]).tolist() == [4.0]
+
+
+def test_textbook_parking_lot():
+    # Links A (cap 1) and B (cap 1); flow 0 crosses both, flow 1 only A, flow 2 only B.
+    # Progressive filling: all grow to 0.5, A and B fill together -> 0.5 each.
+    assert solve([[0, 1], [0], [1]], [1.0, 1.0]).tolist() == [0.5, 0.5, 0.5]
+
+
+def test_unequal_links_release_bandwidth_to_the_unbottlenecked_flow():
+    # Link A cap 1 shared by flows 0 and 1; flow 0 also crosses link B cap 3 with flow 2.
+    # Level 0.5 fills A (0 and 1 freeze at 0.5); flow 2 takes the rest of B: 3 - 0.5 = 2.5.
+    rates = solve([[0, 1], [0], [1]], [1.0, 3.0])
+    assert rates.tolist() == pytest.approx([0.5, 0.5, 2.5])
+
+
+def test_coefficient_counts_a_link_twice():
+    # A flow crossing one link with coefficient 2 (a ring using it twice) gets cap / 2,
+    # and a plain flow beside it gets the same share r with 2r + r = 9 -> r = 3.
+    assert solve([[0], [0]], [9.0], coefs=[[2.0], [1.0]]).tolist() == pytest.approx([3.0, 3.0])
+
+
+def test_rate_cap_frees_bandwidth_for_others():
+    # Flow 0 capped at 1 B/s on a 10 B/s link: flow 1 gets the other 9.
+    assert solve([[0], [0]], [10.0], max_rate=[1.0, np.inf]).tolist() == pytest.approx([1, 9])
+
+
+def test_flow_without_links_or_cap_is_unbounded():
+    assert np.isinf(solve([[]], [1.0])[0])
+
+
+def test_allocation_is_feasible_and_max_min_fair_on_random_instances():
+    # Feasible: no link over capacity. Fair: every flow crosses a saturated link on which
+    # it has the largest rate (the bottleneck characterisation of max-min fairness).
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        n_links, n_flows = 6, 8
+        cap = rng.uniform(1, 10, n_links)
+        links = [rng.choice(n_links, rng.integers(1, 4), replace=False) for _ in range(n_flows)]
+        rates = solve(links, cap)
+        load = np.zeros(n_links)
+        for f, ls in enumerate(links):
+            load[ls] += rates[f]
+        assert np.all(load <= cap * (1 + 1e-9))
+        saturated = load >= cap * (1 - 1e-9)
+        for f, ls in enumerate(links):
+            ok = [l for l in ls if saturated[l]
+                  and rates[f] >= max(rates[g] for g, m in enumerate(links) if l in m) - 1e-9]
+            assert ok, f"flow {f} has no bottleneck link"
+
+
+def test_rejects_non_positive_capacity():
+    with pytest.raises(ValueError, match="capacity"):
+        solve([[0]], [0.0])
