@@ -134,3 +134,18 @@ def test_same_inputs_same_outputs_bit_for_bit(ideal_constants):
                            ecmp="hash", seed=3)
         results.append(run_collective(model, "all_reduce", 123456789, [0, 1, 2, 3]).time_s)
     assert results[0] == results[1]
+
+
+def test_one_rank_costs_only_the_launch(ideal_constants):
+    model = make_model(star_graph(2), ideal_constants)
+    plan = model.plan("all_reduce", S, [1])
+    assert plan.algo == "local" and plan.predicted_s == ideal_constants.launch_overhead_s
+
+
+def test_wrong_algorithm_or_protocol_is_a_config_error(ideal_constants):
+    from simulator.errors import ConfigError
+    model = make_model(star_graph(4), ideal_constants)
+    with pytest.raises(ConfigError, match="algo.*does not implement all_gather"):
+        model.plan("all_gather", S, [0, 1, 2, 3], algo="tree")
+    with pytest.raises(ConfigError, match="proto.*Simple"):
+        model.plan("send_recv", S, [0, 1], proto="LL")

@@ -137,3 +137,10 @@ def test_nodes_override_on_single_node_topology():
 def test_bad_nodes_override_names_the_option(nodes):
     with pytest.raises(ConfigError, match=r"superpod\.yaml: --nodes: must be >= 1"):
         load_topology(resolve_topology("dgx-a100-superpod"), nodes=nodes)
+
+
+def test_absurd_node_count_is_refused_before_building():
+    from simulator.errors import ConfigError
+    from simulator.topology.loader import MAX_NODES, load_topology, resolve_topology
+    with pytest.raises(ConfigError, match=r"--nodes: must be <= "):
+        load_topology(resolve_topology("dgx-a100-superpod"), nodes=MAX_NODES + 1)

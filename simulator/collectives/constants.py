@@ -30,6 +30,8 @@ class ModelConstants:
     pcie_p2p_efficiency: float
     launch_overhead_s: float
     channels: int
+    protocol_bw_efficiency: dict    # [proto] multiplier on NCCL's bandwidth factor
+    protocol_latency_factor: dict   # [proto] multiplier on NCCL's base + hop latency
 
     def replace(self, **changes) -> "ModelConstants":
         """A copy with some fields changed (used by calibration)."""
@@ -66,4 +68,8 @@ def load_constants() -> ModelConstants:
         pcie_p2p_efficiency=float(cal["pcie_p2p_efficiency"]["value"]),
         launch_overhead_s=float(cal["launch_overhead_us"]["value"]) * _US,
         channels=int(cal["channels"]["value"]),
+        protocol_bw_efficiency={p: float(cal["protocol_bw_efficiency"][p]["value"])
+                                for p in PROTOS},
+        protocol_latency_factor={p: float(cal["protocol_latency_factor"][p]["value"])
+                                 for p in PROTOS},
     )

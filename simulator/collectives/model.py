@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cluster import Cluster
+from ..errors import ConfigError
 from ..network.fabric import Flow, bottleneck_rate
 from .constants import PROTOS, ModelConstants
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
@@ -112,9 +113,10 @@ class CollectiveModel:
     def latency_s(self, op: str, algo: str, proto: str, comm: Communicator,
                   hw: str, size: int) -> float:
         k, n, nodes = self.k, comm.n_ranks, comm.n_nodes
+        scale = k.protocol_latency_factor[proto]
         if algo == "direct":
             hop = k.hop_latency_s["net" if nodes > 1 else hw]["ring"]["Simple"]
-            return k.launch_overhead_s + k.base_latency_s["ring"]["Simple"] + hop
+            return k.launch_overhead_s + scale * (k.base_latency_s["ring"]["Simple"] + hop)
         base = k.base_latency_s[algo][proto]
         intra = k.hop_latency_s[hw][algo][proto]
         inter = k.hop_latency_s["net"][algo][proto]
@@ -127,14 +129,20 @@ class CollectiveModel:
                 steps, inter_steps = n - 1, nodes - 1
             else:
                 steps, inter_steps = n - 1, nodes - 1
+            inter_steps = min(inter_steps, steps)   # one GPU per node: every step crosses
             lat = base + (steps - inter_steps) * intra + inter_steps * inter
             if (proto == "Simple" and nodes > 1 and op == "all_reduce"
                     and size >= n / 16.0 * 65536):
                 lat *= k.ring_simple_plateau_factor
-        return k.launch_overhead_s + lat
+        return k.launch_overhead_s + scale * lat
 
     # --------------------------------------------------------------- bandwidth
     def _factor(self, algo: str, proto: str, op: str, comm: Communicator, size: int) -> float:
+        return self.k.protocol_bw_efficiency[proto] * self._nccl_factor(algo, proto, op, comm,
+                                                                        size)
+
+    def _nccl_factor(self, algo: str, proto: str, op: str, comm: Communicator,
+                     size: int) -> float:
         bf = self.k.bandwidth_factor
         if algo == "direct":
             return 1.0
@@ -179,19 +187,31 @@ class CollectiveModel:
              proto: str = "auto", root: int = 0) -> Plan:
         """Lay out and cost one collective; ``auto`` picks as NCCL's tuner does."""
         comm = make_communicator(self.cluster, ranks)
+        if comm.n_ranks == 1:
+            return self._local_plan(op, size_bytes)
+        p2p = op in ("all_to_all", "send_recv")
         algos = ALGOS_FOR_OP[op] if algo == "auto" else (algo,)
-        protos = (("Simple",) if op in ("all_to_all", "send_recv") else PROTOS) \
-            if proto == "auto" else (proto,)
+        protos = (("Simple",) if p2p else PROTOS) if proto == "auto" else (proto,)
+        if p2p and protos != ("Simple",):
+            raise ConfigError(f"{op} uses NCCL's point-to-point path, which this model "
+                              f"runs with the Simple protocol only", field="proto")
         best = None
         for a in algos:
             if a not in ALGOS_FOR_OP[op]:
-                raise ValueError(f"algorithm {a!r} does not implement {op}; "
-                                 f"choose from {ALGOS_FOR_OP[op]}")
+                raise ConfigError(f"algorithm {a!r} does not implement {op}; "
+                                  f"choose from {', '.join(ALGOS_FOR_OP[op])}", field="algo")
             for p in protos:
                 plan = self._plan_one(op, a, p, comm, size_bytes, root, ranks)
                 if best is None or plan.predicted_s < best.predicted_s:
                     best = plan
         return best
+
+    def _local_plan(self, op: str, size: int) -> Plan:
+        # One rank: nothing crosses a link; NCCL still launches a kernel (a local copy).
+        empty = np.zeros(0, np.int64)
+        lat = self.k.launch_overhead_s
+        return Plan(op, "local", "Simple", 1, 1, size, lat, 0.0, empty, np.zeros(0), math.inf,
+                    lat)
 
     def _plan_one(self, op, algo, proto, comm, size, root, ranks) -> Plan:
         pairs = None
