@@ -172,6 +172,11 @@ def topology_cmd(topology, nodes) -> None:
     click.echo("\n".join(topology_summary(G, path)))
 
 
+from .validation.cli import register as _register_validate  # noqa: E402
+
+_register_validate(cli)
+
+
 # ------------------------------------------------------------------------ entry point
 def _fail(message: str, code: int = EXIT_USAGE):
     line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())

@@ -112,6 +112,9 @@ class Cluster:
         gpus.sort()
         self.gpus: list[str] = [n for _, n in gpus]
         self.server_of_rank = np.array([self.G.nodes[n]["server"] for n in self.gpus])
+        self._gpus_by_server: dict[int, list[str]] = {}
+        for g in self.gpus:
+            self._gpus_by_server.setdefault(self.G.nodes[g]["server"], []).append(g)
 
     @property
     def n_gpus(self) -> int:
@@ -130,6 +133,10 @@ class Cluster:
         for nics in out.values():
             nics.sort(key=lambda n: self.G.nodes[n]["index"])
         return out
+
+    def gpus_of_server(self, server: int) -> list[str]:
+        """GPU node ids of one server, by local index."""
+        return self._gpus_by_server[server]
 
     @cached_property
     def _switch_graph(self) -> nx.Graph:

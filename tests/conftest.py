@@ -39,8 +39,12 @@ def star_graph(servers: int, nic_bw: float = 10 * GB, leaves: int = 1,
 
 @pytest.fixture
 def ideal_constants():
-    """Shipped NCCL constants with every link at 100% of nominal bandwidth."""
-    return load_constants().replace(link_efficiency={})
+    """Shipped NCCL constants with every link at 100% of nominal bandwidth, no protocol
+    calibration and no one-GPU-per-node discount: the closed forms hold exactly."""
+    return load_constants().replace(
+        link_efficiency={}, ppn1_bw_factor=1.0,
+        protocol_bw_efficiency={"LL": 1.0, "LL128": 1.0, "Simple": 1.0},
+        protocol_latency_factor={"LL": 1.0, "LL128": 1.0, "Simple": 1.0})
 
 
 def make_model(G, constants, **kw):

@@ -147,5 +147,20 @@ def test_wrong_algorithm_or_protocol_is_a_config_error(ideal_constants):
     model = make_model(star_graph(4), ideal_constants)
     with pytest.raises(ConfigError, match="algo.*does not implement all_gather"):
         model.plan("all_gather", S, [0, 1, 2, 3], algo="tree")
-    with pytest.raises(ConfigError, match="proto.*Simple"):
+    with pytest.raises(ConfigError, match="proto.*uses the Simple protocol"):
         model.plan("send_recv", S, [0, 1], proto="LL")
+
+
+def test_point_to_point_switches_to_ll_at_nccls_threshold(ideal_constants):
+    model = make_model(star_graph(2), ideal_constants)
+    assert model.plan("send_recv", 16384, [0, 1]).proto == "LL"
+    assert model.plan("send_recv", 16385, [0, 1]).proto == "Simple"
+
+
+def test_one_gpu_per_node_pays_nccls_discount(ideal_constants):
+    # NCCL (tuning.cc): with ppn < 2 the GPU sends and receives through one NIC and LL128's
+    # factor drops from 0.92 to 0.7; the model applies the same ratio to every protocol.
+    k = ideal_constants.replace(ppn1_bw_factor=0.7 / 0.92)
+    model = make_model(star_graph(4), k)
+    t = bw_time(model, "all_reduce", [0, 1, 2, 3])
+    assert t == pytest.approx(2 * 3 / 4 * S / (10 * GB * 0.7 / 0.92), rel=1e-9)

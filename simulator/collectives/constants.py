@@ -26,10 +26,12 @@ class ModelConstants:
     sm80_bus_bw_cap: float
     tree_correction: dict           # [proto] list of factors
     ring_simple_plateau_factor: float
+    p2p_ll_threshold_bytes: int
     link_efficiency: dict           # link_type or link_class -> fraction
     pcie_p2p_efficiency: float
     launch_overhead_s: float
     channels: int
+    ppn1_bw_factor: float           # bandwidth discount with one GPU per node (NCCL)
     protocol_bw_efficiency: dict    # [proto] multiplier on NCCL's bandwidth factor
     protocol_latency_factor: dict   # [proto] multiplier on NCCL's base + hop latency
 
@@ -64,10 +66,13 @@ def load_constants() -> ModelConstants:
         sm80_bus_bw_cap=nccl["sm80_bus_bw_cap_gbps"] * _GBPS,
         tree_correction=nccl["tree_correction"],
         ring_simple_plateau_factor=float(nccl["ring_simple_plateau_factor"]),
+        p2p_ll_threshold_bytes=int(nccl["p2p_ll_threshold_bytes"]),
         link_efficiency={k: float(v["value"]) for k, v in cal["link_efficiency"].items()},
         pcie_p2p_efficiency=float(cal["pcie_p2p_efficiency"]["value"]),
         launch_overhead_s=float(cal["launch_overhead_us"]["value"]) * _US,
         channels=int(cal["channels"]["value"]),
+        ppn1_bw_factor=float(nccl["bandwidth_factor"]["ring"]["LL128_one_gpu_per_node"]
+                             / nccl["bandwidth_factor"]["ring"]["LL128"]),
         protocol_bw_efficiency={p: float(cal["protocol_bw_efficiency"][p]["value"])
                                 for p in PROTOS},
         protocol_latency_factor={p: float(cal["protocol_latency_factor"][p]["value"])

@@ -45,10 +45,31 @@ def make_communicator(cluster: Cluster, ranks: list[int]) -> Communicator:
     return Communicator(tuple(tuple(by_server[s]) for s in sorted(by_server)))
 
 
+def nic_owner(cluster: Cluster, nic: str, gpus: list[str]) -> str:
+    """The GPU that drives ``nic``: among the GPUs nearest to it, round robin by NIC index.
+
+    On a DGX A100 (two GPUs and two NICs per PCIe switch) NIC j belongs to GPU j; with 16
+    NICs (two per GPU) each GPU owns two, as NCCL assigns them.
+    """
+    near = [g for g in gpus if nic in cluster.nearest_nics(g)]
+    return near[cluster.G.nodes[nic]["index"] % len(near)] if near else ""
+
+
+def owned_nics(cluster: Cluster, gpu: str) -> list[str]:
+    """The NICs ``gpu`` drives (falls back to all its nearest NICs if it owns none)."""
+    cache = cluster.__dict__.setdefault("_owned_nics", {})
+    mine = cache.get(gpu)
+    if mine is None:
+        peers = cluster.gpus_of_server(cluster.G.nodes[gpu]["server"])
+        nearest = cluster.nearest_nics(gpu)
+        mine = [n for n in nearest if nic_owner(cluster, n, peers) == gpu] or nearest
+        cache[gpu] = mine
+    return mine
+
+
 def home_nic(cluster: Cluster, gpu: str) -> str:
-    """The NIC a GPU uses by default: its nearest, matched by index when several tie."""
-    nics = cluster.nearest_nics(gpu)
-    return nics[cluster.G.nodes[gpu]["index"] % len(nics)]
+    """The NIC a GPU uses for point-to-point traffic: the first one it owns."""
+    return owned_nics(cluster, gpu)[0]
 
 
 def gpu_route(cluster: Cluster, src: str, dst: str, src_nic: str | None = None,
@@ -63,7 +84,8 @@ def gpu_route(cluster: Cluster, src: str, dst: str, src_nic: str | None = None,
 
 
 def _server_nics(cluster: Cluster, gpus: tuple[str, ...]) -> list[str]:
-    nics = {n for g in gpus for n in cluster.nearest_nics(g)}
+    """NICs a communicator's GPUs on one server drive: one GPU of a DGX uses one NIC."""
+    nics = {n for g in gpus for n in owned_nics(cluster, g)}
     return sorted(nics, key=lambda n: cluster.G.nodes[n]["index"])
 
 
@@ -83,8 +105,11 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
         for gpus, nics in zip(comm.groups, per_server):
             nic = nics[c % len(nics)]
             near = [g for g in gpus if nic in cluster.nearest_nics(g)] or list(gpus)
-            entry = near[c % len(near)]
-            exit_ = near[(c + 1) % len(near)] if len(near) > 1 else entry
+            owner = nic_owner(cluster, nic, cluster.gpus_of_server(
+                cluster.G.nodes[gpus[0]]["server"]))
+            entry = owner if owner in near else near[0]
+            others = [g for g in near if g != entry]
+            exit_ = others[0] if others else entry
             middle = [g for g in gpus if g not in (entry, exit_)]
             order = [entry] + middle + ([exit_] if exit_ != entry else [])
             servers.append((order, nic))

@@ -33,6 +33,7 @@ ALGOS_FOR_OP = {
     "send_recv": ("direct",),
 }
 ALGOS = ("ring", "tree", "direct")
+REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -115,8 +116,8 @@ class CollectiveModel:
         k, n, nodes = self.k, comm.n_ranks, comm.n_nodes
         scale = k.protocol_latency_factor[proto]
         if algo == "direct":
-            hop = k.hop_latency_s["net" if nodes > 1 else hw]["ring"]["Simple"]
-            return k.launch_overhead_s + scale * (k.base_latency_s["ring"]["Simple"] + hop)
+            hop = k.hop_latency_s["net" if nodes > 1 else hw]["ring"][proto]
+            return k.launch_overhead_s + scale * (k.base_latency_s["ring"][proto] + hop)
         base = k.base_latency_s[algo][proto]
         intra = k.hop_latency_s[hw][algo][proto]
         inter = k.hop_latency_s["net"][algo][proto]
@@ -138,8 +139,14 @@ class CollectiveModel:
 
     # --------------------------------------------------------------- bandwidth
     def _factor(self, algo: str, proto: str, op: str, comm: Communicator, size: int) -> float:
-        return self.k.protocol_bw_efficiency[proto] * self._nccl_factor(algo, proto, op, comm,
-                                                                        size)
+        factor = self.k.protocol_bw_efficiency[proto] * self._nccl_factor(algo, proto, op, comm,
+                                                                          size)
+        if comm.ppn < 2 and comm.n_nodes > 1 and proto != "LL128":
+            # NCCL: "if ppn < 2, then we are sending/receiving at the same GPU through the
+            # NIC, apply some bw discount" (0.7, in LL128's factor); the GPU that both sends
+            # and receives through one NIC is as slow with the other protocols.
+            factor *= self.k.ppn1_bw_factor
+        return factor
 
     def _nccl_factor(self, algo: str, proto: str, op: str, comm: Communicator,
                      size: int) -> float:
@@ -174,7 +181,10 @@ class CollectiveModel:
             cap = k.tree_max_bw_per_channel[n_idx] * ch
             if proto == "LL":
                 cap = min(cap, k.ll_max_bw[n_idx])
-        if self.sm80 and algo != "direct":
+        if self.sm80 and op in REDUCING_OPS:
+            # NCCL's tuner caps A100 bus bandwidth at 235 GB/s. Measured A100 all_reduce
+            # plateaus there, while copy-only collectives go past it, so the cap is taken as
+            # the rate of the reduction kernels and applied to reducing collectives only.
             cap = min(cap, k.sm80_bus_bw_cap)
         return cap
 
@@ -191,10 +201,18 @@ class CollectiveModel:
             return self._local_plan(op, size_bytes)
         p2p = op in ("all_to_all", "send_recv")
         algos = ALGOS_FOR_OP[op] if algo == "auto" else (algo,)
-        protos = (("Simple",) if p2p else PROTOS) if proto == "auto" else (proto,)
-        if p2p and protos != ("Simple",):
-            raise ConfigError(f"{op} uses NCCL's point-to-point path, which this model "
-                              f"runs with the Simple protocol only", field="proto")
+        if p2p:
+            # NCCL picks the p2p protocol by size, not by the tuner.
+            per_peer = size_bytes / comm.n_ranks if op == "all_to_all" else size_bytes
+            auto = "LL" if per_peer <= self.k.p2p_ll_threshold_bytes else "Simple"
+            if proto not in ("auto", auto):
+                raise ConfigError(f"{op} of {per_peer:.0f} B per peer uses the {auto} "
+                                  f"protocol (NCCL_P2P_LL_THRESHOLD = "
+                                  f"{self.k.p2p_ll_threshold_bytes} B); got {proto}",
+                                  field="proto")
+            protos = (auto,)
+        else:
+            protos = PROTOS if proto == "auto" else (proto,)
         best = None
         for a in algos:
             if a not in ALGOS_FOR_OP[op]:

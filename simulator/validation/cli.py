@@ -1,0 +1,108 @@
+"""``clustersim validate collectives``: the validation report, and the calibration fit.
+
+The CLI author attaches it with :func:`register`::
+
+    from simulator.validation.cli import register
+    register(cli)          # adds: clustersim validate collectives ...
+
+User mistakes raise :class:`~simulator.errors.ClusterSimError` subclasses, which the main
+entry point prints as one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from simulator.errors import ConfigError
+from simulator.network.fabric import FABRICS
+
+
+@click.command("collectives")
+@click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder with cases.yaml and measurements.csv "
+                   "[default: the repository's validation/collectives].")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder [default: validation/collectives/report].")
+@click.option("--fidelity", type=click.Choice(sorted(FABRICS)), default="flow", show_default=True,
+              help="Fabric fidelity of the validation runs.")
+@click.option("--calibration", "calibration", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Use the constants of this calibration YAML instead of the "
+                                 "shipped simulator/data/calibration.yaml.")
+@click.option("--calibrate", is_flag=True,
+              help="Fit the calibration constants on the calibration tables only, print them "
+                   "and the calibration error, and validate with them.")
+@click.option("--write-calibration", "write_to", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="With --calibrate: write the fitted constants to this YAML.")
+@click.option("--overwrite", is_flag=True, help="Let --write-calibration replace a file.")
+@click.option("--split", "splits", type=click.Choice(["calibration", "validation"]),
+              multiple=True, help="Only these splits (repeatable) [default: both].")
+def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, overwrite,
+                         splits):
+    """Compare simulated collectives with real A100 nccl-tests tables.
+
+    Calibration tables may be used to fit constants; validation tables are held out. Writes
+    report.md, results.csv and PNG plots, and prints the per-table summary: median |busbw
+    error| over sizes >= 1 MiB (threshold 10%) and median |time error| over sizes <= 64 KiB
+    (threshold 30%), judged on validation tables.
+    """
+    from simulator.collectives.constants import load_constants
+    from simulator.validation import calibrate as cal
+    from simulator.validation import collectives as vc
+
+    if write_to is not None and not calibrate:
+        raise ConfigError("needs --calibrate (it writes the fitted constants)",
+                          source="--write-calibration")
+    if write_to is not None and write_to.exists() and not overwrite:
+        raise ConfigError("file exists; refusing to overwrite it (add --overwrite)",
+                          source=str(write_to), field="--write-calibration")
+    root = root if root is not None else vc.default_root()
+    if not (root / vc.CASES_FILE).is_file():
+        raise ConfigError(f"no {vc.CASES_FILE} in {root}", source="--root")
+    constants = load_constants()
+    label = "shipped constants, simulator/data/calibration.yaml"
+    if calibration is not None:
+        constants = cal.load_calibration_file(calibration, constants)
+        label = f"constants from {calibration}"
+    if calibrate:
+        click.echo("Fitting the calibration constants on the calibration split ...")
+        constants, report = cal.calibrate(root, constants)
+        click.echo(cal.format_calibration(report))
+        label = "constants fitted by --calibrate"
+        if write_to is not None:
+            path = cal.write_calibration(constants, report, write_to, overwrite=overwrite)
+            click.echo(f"wrote {path}")
+        click.echo("")
+    df = vc.validate(root, constants, splits=tuple(splits) or vc.SPLITS, fidelity=fidelity)
+    out = out if out is not None else root / "report"
+    written = vc.write_report(df, out, constants,
+                              title=f"Collective validation against A100 nccl-tests ({label})")
+    click.echo(f"Validation with {label}, fidelity {fidelity}:")
+    click.echo(vc.format_summary(vc.summarize(df)))
+    summary = vc.summarize(df)
+    val = summary[summary["split"] == "validation"]
+    fails = val[(val["busbw_ok"] == False) | (val["time_ok"] == False)]  # noqa: E712
+    click.echo(f"gates: median |busbw err| <= {vc.BUSBW_THRESHOLD:.0%} (>= 1 MiB), median "
+               f"|time err| <= {vc.TIME_THRESHOLD:.0%} (<= 64 KiB), on validation tables; "
+               f"{len(fails)} of {len(val)} fail")
+    click.echo(f"report: {written['report']}")
+
+
+def register(group: click.Group) -> click.Group:
+    """Add ``validate collectives`` to ``group`` (creating the ``validate`` subgroup if the
+    group has none); returns the ``validate`` group."""
+    existing = group.commands.get("validate")
+    if isinstance(existing, click.Group):
+        existing.add_command(validate_collectives, "collectives")
+        return existing
+
+    @group.group("validate")
+    def validate():
+        """Compare the simulator with real measurements."""
+
+    validate.add_command(validate_collectives, "collectives")
+    return validate
+
+
+__all__ = ["register", "validate_collectives"]

@@ -1,0 +1,382 @@
+"""Validation of collectives against real A100 nccl-tests tables (validation/collectives/).
+
+The accuracy gate (test_accuracy_gate) uses the SHIPPED constants and the declared split.
+Tables that fail it today are listed in KNOWN_FAILURES with their numbers, as strict xfails:
+the thresholds are never loosened to make them pass, and when the model improves enough the
+xfail turns into an error, so the entry must then be removed.
+"""
+
+import shutil
+from pathlib import Path
+
+import click
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from simulator.collectives.constants import load_constants
+from simulator.errors import ClusterSimError, ConfigError
+from simulator.validation import calibrate as cal
+from simulator.validation import collectives as vc
+from simulator.validation.cli import register
+
+ROOT = Path(__file__).resolve().parents[1] / "validation" / "collectives"
+CALIBRATION = {"oci_bm.gpu4.8_1node", "deepops_dgxa100_2node_k8s", "cn_doc_4x_a100pcie"}
+
+# (table, metric) -> what it measured with the shipped constants when this list was written.
+KNOWN_FAILURES = {
+    ("galvatron_fixture_8gpu", "busbw"):
+        "median |busbw err| 19.4%: this WEAK fixture measures ~10% less than the calibration "
+        "table oci_bm on the same hardware from 16 MiB to 512 MiB",
+    ("liplus_8gpu_sendrecv", "busbw"):
+        "median |busbw err| 20.0%: point-to-point reaches ~193 GB/s on NVLink where the "
+        "model gives ~230 (the ring's link efficiency); p2p channel limits are not modelled",
+    ("oci_ngc2406_2node_10G", "busbw"):
+        "|busbw err| 16.4%: 222.9 GB/s measured exceeds a ring over 16x100GbE; the same "
+        "servers measured 169.8 and 191.8 with other NCCL versions",
+    ("azure_ndmv4_1x8", "time"):
+        "median |time err| 48.0% at 1 KiB: measured with CUDA graphs (-G 1), which hide "
+        "launch cost the model charges",
+    ("azure_ndmv4_2x1", "busbw"):
+        "median |busbw err| 12.2%: one GPU per node; the model applies NCCL's ppn<2 discount "
+        "(0.7/0.92) to every protocol",
+    ("azure_ndmv4_2x8", "time"):
+        "median |time err| 36.8% at 1 KiB: all_to_all latency across nodes (49.8 us measured) "
+        "grows with the number of peers, which the model does not represent",
+}
+
+
+def _raw_cases():
+    return yaml.safe_load((ROOT / "cases.yaml").read_text())["cases"]
+
+
+def _gate_params():
+    """(table, metric) pairs of validation tables that have points for that metric."""
+    meas = pd.read_csv(ROOT / "measurements.csv", dtype={"derived": str})
+    meas["derived"] = meas["derived"].fillna("")
+    params = []
+    for tid, spec in _raw_cases().items():
+        if spec["split"] != "validation":
+            continue
+        rows = meas[meas["table_id"] == tid]
+        has = {"busbw": ((rows["size_bytes"] >= vc.LARGE_BYTES)
+                         & (rows["derived"] != "busbw_GBps")).any(),
+               "time": ((rows["size_bytes"] <= vc.SMALL_BYTES)
+                        & (rows["derived"] != "time_us")).any()}
+        for metric in ("busbw", "time"):
+            if has[metric]:
+                reason = KNOWN_FAILURES.get((tid, metric))
+                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+                params.append(pytest.param(tid, metric, marks=marks, id=f"{tid}-{metric}"))
+    return params
+
+
+@pytest.fixture(scope="module")
+def shipped_results():
+    return vc.validate(ROOT, load_constants())
+
+
+@pytest.fixture(scope="module")
+def shipped_summary(shipped_results):
+    return vc.summarize(shipped_results).set_index("table_id")
+
+
+@pytest.fixture
+def root_copy(tmp_path):
+    dst = tmp_path / "collectives"
+    dst.mkdir()
+    for name in ("cases.yaml", "measurements.csv"):
+        shutil.copy2(ROOT / name, dst / name)
+    return dst
+
+
+# ----------------------------------------------------------------------- (a) the split
+def test_split_is_disjoint_and_covers_every_measured_table():
+    cases = vc.load_cases(ROOT)
+    ids = [c.table_id for c in cases]
+    assert len(ids) == len(set(ids))
+    by_split = {s: {c.table_id for c in cases if c.split == s} for s in vc.SPLITS}
+    assert by_split["calibration"].isdisjoint(by_split["validation"])
+    measured = set(pd.read_csv(ROOT / "measurements.csv")["table_id"])
+    assert by_split["calibration"] | by_split["validation"] == measured == set(ids)
+    assert by_split["calibration"] == CALIBRATION          # the declared split, unchanged
+
+
+def test_measured_values_are_copied_unchanged():
+    meas = pd.read_csv(ROOT / "measurements.csv", dtype={"derived": str})
+    meas["derived"] = meas["derived"].fillna("")
+    src = pd.read_csv(ROOT / "raw" / "nccl_tests_a100.csv")
+    nt = meas[~meas["table_id"].str.startswith("azure_")]
+    merged = nt.merge(src, on=["table_id", "size_bytes"], suffixes=("", "_src"))
+    assert len(merged) == len(nt) == len(src)
+    assert (merged["time_us"] == merged["oop_time_us"]).all()
+    assert (merged["busbw_GBps"] == merged["oop_busbw_GBps"]).all()
+    assert (merged["source"] == merged["source_src"]).all()
+    assert (nt["derived"] == "").all()
+    az = pd.read_csv(ROOT / "raw" / "azure_ndmv4_nccl_summary.csv")
+    azm = meas[meas["table_id"].str.startswith("azure_")]
+    assert len(azm) == len(az)
+    for r in az.itertuples():
+        tid = vc.AZURE_TABLES[(r.nodes, r.gpus_per_node)]
+        size = int(r.message_size[:-1]) << {"K": 10, "M": 20, "G": 30}[r.message_size[-1]]
+        row = azm[(azm["table_id"] == tid) & (azm["size_bytes"] == size)
+                  & (azm["collective"] == vc.OP_NAMES[r.collective])]
+        assert len(row) == 1
+        row = row.iloc[0]
+        if r.metric == "latency":
+            assert row["time_us"] == r.value and row["derived"] == "busbw_GBps"
+        else:
+            assert row["busbw_GBps"] == r.value and row["derived"] == "time_us"
+            n = int(r.ranks)
+            algbw = r.value / vc.bus_factor(vc.OP_NAMES[r.collective], n)
+            assert row["time_us"] == pytest.approx(size / algbw / 1e3, rel=1e-6)
+        assert row["source"] == r.source
+
+
+# --------------------------------------------------------- (b) calibration reads only cal
+@pytest.fixture(scope="module")
+def small_fit():
+    return cal.calibrate(ROOT, max_evals=12)
+
+
+def test_calibrate_reads_only_calibration_tables(monkeypatch):
+    requested, loaded, simulated = [], [], []
+    real_load, real_sim = vc.load_measurements, vc.simulate_rows
+
+    def spy_load(root=None, table_ids=None, **kw):
+        requested.append(None if table_ids is None else set(table_ids))
+        df = real_load(root, table_ids, **kw)
+        loaded.extend(df["table_id"])
+        return df
+
+    def spy_sim(case, *a, **kw):
+        simulated.append(case.table_id)
+        return real_sim(case, *a, **kw)
+
+    monkeypatch.setattr(vc, "load_measurements", spy_load)
+    monkeypatch.setattr(vc, "simulate_rows", spy_sim)
+    k, report = cal.calibrate(ROOT, max_evals=10)
+    assert requested and all(r is not None and r <= CALIBRATION for r in requested)
+    assert set(loaded) == CALIBRATION
+    assert set(simulated) == CALIBRATION
+    assert set(report["tables"]) == CALIBRATION
+    assert report["rows"] == sum(len(c.measurements) for c in vc.load_cases(
+        ROOT, splits=("calibration",)))
+
+
+def test_calibrate_stays_in_bounds_and_does_not_get_worse(small_fit):
+    k, report = small_fit
+    for p, (lo, hi) in cal.BOUNDS.items():
+        assert lo <= report["fitted"][p] <= hi
+    for stage in report["stages"]:       # each stage improves its own objective
+        assert stage["objective_fitted"] <= stage["objective_start"] + 1e-12
+    assert k.launch_overhead_s == pytest.approx(report["fitted"]["launch_overhead_us"] * 1e-6)
+    assert k.link_efficiency["nvlink"] == report["fitted"]["link_efficiency.nvlink"]
+    assert k.channels == load_constants().channels
+
+
+def test_nelder_mead_finds_a_bounded_minimum():
+    target = np.array([0.3, 0.7, 1.0])            # 1.0 is on the bound
+    f = lambda u: float(np.sum((u - np.array([0.3, 0.7, 1.4])) ** 2))  # noqa: E731
+    u, fu, _ = cal.nelder_mead(f, np.array([0.5, 0.5, 0.5]), max_evals=400)
+    u, fu, _ = cal.compass_search(f, u)
+    assert u == pytest.approx(target, abs=1e-3)
+
+
+def test_write_calibration_round_trips_and_refuses_to_overwrite(small_fit, tmp_path):
+    k, report = small_fit
+    path = tmp_path / "calibration.yaml"
+    cal.write_calibration(k, report, path)
+    data = yaml.safe_load(path.read_text())
+    shipped = yaml.safe_load((Path(vc.__file__).parents[1] / "data" / "calibration.yaml")
+                             .read_text())
+    assert set(data) == set(shipped)
+    assert data["channels"] == shipped["channels"]
+    assert data["link_efficiency"]["pcie"] == shipped["link_efficiency"]["pcie"]
+    src = data["launch_overhead_us"]["source"]
+    assert src.startswith("fitted by clustersim validate collectives --calibrate on ")
+    assert all(t in src for t in CALIBRATION) and "objective" in src
+    back = cal.load_calibration_file(path)
+    assert back.launch_overhead_s == pytest.approx(k.launch_overhead_s)
+    assert back.link_efficiency == pytest.approx(k.link_efficiency)
+    assert back.pcie_p2p_efficiency == pytest.approx(k.pcie_p2p_efficiency)
+    with pytest.raises(ConfigError, match="refusing to overwrite"):
+        cal.write_calibration(k, report, path)
+    cal.write_calibration(k, report, path, overwrite=True)
+
+
+# ------------------------------------------------------------------- (c) accuracy gate
+@pytest.mark.parametrize("table_id,metric", _gate_params())
+def test_accuracy_gate(shipped_summary, table_id, metric):
+    row = shipped_summary.loc[table_id]
+    assert row["split"] == "validation"
+    if metric == "busbw":
+        assert row["n_large"] > 0
+        assert row["busbw_med"] <= vc.BUSBW_THRESHOLD, \
+            f"{table_id}: median |busbw err| {row['busbw_med']:.1%} > {vc.BUSBW_THRESHOLD:.0%}"
+    else:
+        assert row["n_small"] > 0
+        assert row["time_med"] <= vc.TIME_THRESHOLD, \
+            f"{table_id}: median |time err| {row['time_med']:.1%} > {vc.TIME_THRESHOLD:.0%}"
+
+
+def test_known_failures_name_real_gate_points():
+    ids = {p.id for p in _gate_params()}
+    assert {f"{t}-{m}" for t, m in KNOWN_FAILURES} <= ids
+
+
+def test_every_measured_row_is_simulated(shipped_results):
+    meas = pd.read_csv(ROOT / "measurements.csv")
+    assert len(shipped_results) == len(meas)
+    assert shipped_results["sim_time_us"].gt(0).all()
+    assert np.isfinite(shipped_results["sim_busbw_GBps"]).all()
+    sr = shipped_results[shipped_results["op"] == "send_recv"]
+    assert len(sr) == 4
+    assert np.allclose(sr["sim_busbw_GBps"], sr["size_bytes"] / sr["sim_time_us"] / 1e3)
+
+
+def test_errors_are_relative_to_the_measurement(shipped_results):
+    r = shipped_results.dropna(subset=["busbw_err"]).iloc[-1]
+    assert r["busbw_err"] == pytest.approx((r["sim_busbw_GBps"] - r["meas_busbw_GBps"])
+                                           / r["meas_busbw_GBps"])
+    assert r["time_err"] == pytest.approx((r["sim_time_us"] - r["meas_time_us"])
+                                          / r["meas_time_us"])
+
+
+# ------------------------------------------------------------------------- (d) report
+def test_write_report(shipped_results, tmp_path):
+    # a few tables (plots are the slow part): all calibration ones and a multi-op one
+    keep = CALIBRATION | {"azure_ndmv4_2x8"}
+    df = shipped_results[shipped_results["table_id"].isin(keep)].copy()
+    df.attrs = dict(shipped_results.attrs)
+    written = vc.write_report(df, tmp_path / "report")
+    out = tmp_path / "report"
+    text = (out / "report.md").read_text()
+    assert "calibration" in text and "validation" in text
+    assert "10%" in text and "30%" in text and "5%" in text
+    for tid in CALIBRATION:
+        assert f"## {tid} (calibration)" in text
+    assert "## azure_ndmv4_2x8 (validation)" in text
+    res = pd.read_csv(out / "results.csv")
+    assert len(res) == len(df)
+    pngs = sorted(out.glob("*.png"))
+    n_tables = len(keep)
+    assert len(pngs) == n_tables + 1 and (out / "overview.png").exists()
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert set(written["plots"]) == set(pngs)
+
+
+def test_cli_command_prints_summary(tmp_path):
+    @click.group()
+    def cli():
+        pass
+
+    register(cli)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["validate", "collectives", "--root", str(ROOT), "--out",
+                              str(tmp_path / "r"), "--fidelity", "analytical",
+                              "--split", "calibration"])
+    assert res.exit_code == 0, res.output
+    assert "busbw>=1MiB med" in res.output and "cn_doc_4x_a100pcie" in res.output
+    assert "galvatron_fixture_8gpu" not in res.output
+    assert (tmp_path / "r" / "report.md").exists()
+    res = runner.invoke(cli, ["validate", "collectives", "--write-calibration",
+                              str(tmp_path / "c.yaml")])
+    assert isinstance(res.exception, ClusterSimError)
+    assert "--calibrate" in str(res.exception)
+
+
+# -------------------------------------------------------------- (e) bad cases.yaml
+def _edit(root, fn):
+    path = root / "cases.yaml"
+    data = yaml.safe_load(path.read_text())
+    fn(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _expect(root, field, match=None):
+    with pytest.raises(ConfigError) as info:
+        vc.load_cases(root)
+    err = info.value
+    assert err.source == str(root / "cases.yaml")
+    assert err.field == field
+    assert str(root / "cases.yaml") in str(err) and field in str(err)
+    if match:
+        assert match in str(err)
+    return err
+
+
+def test_unknown_key_names_file_and_field(root_copy):
+    _edit(root_copy, lambda d: d["cases"]["galvatron_fixture_8gpu"].update(topolgy="x"))
+    _expect(root_copy, "cases.galvatron_fixture_8gpu.topolgy", "unknown key")
+
+
+def test_unknown_top_level_key(root_copy):
+    _edit(root_copy, lambda d: d.update(casess={}))
+    _expect(root_copy, "casess", "unknown key")
+
+
+def test_unknown_topology_names_file_and_field(root_copy):
+    _edit(root_copy, lambda d: d["cases"]["oci_ngc_2node_10G"].update(topology="no-such-topo"))
+    _expect(root_copy, "cases.oci_ngc_2node_10G.topology", "no-such-topo")
+
+
+def test_bad_split_and_missing_key(root_copy):
+    _edit(root_copy, lambda d: d["cases"]["oci_ngc_1node_10G"].update(split="training"))
+    _expect(root_copy, "cases.oci_ngc_1node_10G.split")
+    _edit(root_copy, lambda d: d["cases"]["oci_ngc_1node_10G"].update(split="validation")
+          or d["cases"]["oci_ngc_1node_10G"].pop("op"))
+    _expect(root_copy, "cases.oci_ngc_1node_10G.op", "missing")
+
+
+def test_bad_override_and_ranks(root_copy):
+    _edit(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
+        overrides={"params.nod.nics": 4}))
+    _expect(root_copy, "cases.gh_nccl-tests_152_2node.overrides.params.nod.nics")
+    _edit(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
+        overrides={"params.node.nics": 3}))
+    _expect(root_copy, "cases.gh_nccl-tests_152_2node.overrides.params.node.nics")
+    _edit(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
+        overrides={}, ranks=[0, 99]))
+    _expect(root_copy, "cases.gh_nccl-tests_152_2node.ranks")
+
+
+def test_op_and_rank_count_must_match_the_table(root_copy):
+    _edit(root_copy, lambda d: d["cases"]["azure_ndmv4_2x8"].update(op="all_reduce"))
+    _expect(root_copy, "cases.azure_ndmv4_2x8.op", "all_gather")
+    _edit(root_copy, lambda d: d["cases"]["azure_ndmv4_2x8"].update(
+        op=["all_gather", "all_reduce", "all_to_all"], ranks=[0, 1]))
+    _expect(root_copy, "cases.azure_ndmv4_2x8.nodes")
+
+
+def test_duplicate_and_missing_cases(root_copy):
+    path = root_copy / "cases.yaml"
+    text = path.read_text()
+    path.write_text(text + "  oci_ngc_1node_10G:\n    topology: dgx-a100\n    op: all_reduce\n"
+                           "    split: calibration\n")
+    _expect(root_copy, "oci_ngc_1node_10G", "duplicate key")
+    path.write_text(text)
+    _edit(root_copy, lambda d: d["cases"].pop("oci_ngc_1node_10G"))
+    with pytest.raises(ConfigError) as info:
+        vc.load_cases(root_copy)
+    assert info.value.source == str(root_copy / "measurements.csv")
+    assert "oci_ngc_1node_10G" in str(info.value)
+
+
+def test_load_cases_by_split_reads_only_that_split(root_copy):
+    cases = vc.load_cases(root_copy, splits=("calibration",))
+    assert {c.table_id for c in cases} == CALIBRATION
+    assert all(set(c.measurements["table_id"]) == {c.table_id} for c in cases)
+    with pytest.raises(ConfigError):
+        vc.load_cases(root_copy, splits=("test",))
+
+
+def test_shipped_calibration_is_what_the_fit_produces():
+    """The shipped constants are reproducible: refitting from PRIOR gives them back."""
+    k, report = cal.calibrate(ROOT)
+    shipped = cal.calibrated_values(load_constants())
+    for p in cal.PARAMS:
+        assert report["fitted"][p] == pytest.approx(shipped[p], abs=10 ** -cal.DECIMALS[p]), p
