@@ -203,12 +203,23 @@ class Cluster:
         key = (sw_src, sw_dst)
         core = self._switch_paths.get(key)
         if core is None:
-            core = [[sw_src]] if sw_src == sw_dst else _shortest_paths(self._switch_graph,
-                                                                        sw_src, sw_dst)
+            core = [[sw_src]] if sw_src == sw_dst else self._switch_paths_from(sw_src, sw_dst)
             self._switch_paths[key] = core
         head = [src] if src != sw_src else []
         tail = [dst] if dst != sw_dst else []
         return self._paths_route([head + p + tail for p in core], src, dst, label)
+
+    def _switch_paths_from(self, src: str, dst: str) -> list[list[str]]:
+        """Equal-cost switch paths; one Dijkstra per source switch serves every target."""
+        preds = self.__dict__.setdefault("_switch_preds", {})
+        pred = preds.get(src)
+        if pred is None:
+            pred, _ = nx.dijkstra_predecessor_and_distance(self._switch_graph, src,
+                                                           weight="cost")
+            preds[src] = pred
+        if dst not in pred:
+            raise TopologyError(f"no route from {src} to {dst}: the topology is disconnected")
+        return _paths_from_predecessors(pred, src, dst)
 
     def _attached_switch(self, nic: str) -> str:
         for nb in self.G.neighbors(nic):
@@ -235,6 +246,13 @@ class Cluster:
     # ----------------------------------------------------------- NIC selection
     def nearest_nics(self, gpu: str) -> list[str]:
         """The NICs of ``gpu``'s server with the cheapest path from it, by NIC index."""
+        per_gpu = self.__dict__.setdefault("_nearest_gpu", {})
+        found = per_gpu.get(gpu)
+        if found is None:
+            found = per_gpu[gpu] = self._nearest_nics(gpu)
+        return found
+
+    def _nearest_nics(self, gpu: str) -> list[str]:
         cache = self.__dict__.setdefault("_nearest", {})
         nodes = self.G.nodes
         key = (nodes[gpu].get("template"), nodes[gpu]["local"])
@@ -251,6 +269,21 @@ class Cluster:
             cache[key] = local
         prefix = gpu[: len(gpu) - len(nodes[gpu]["local"])]
         return [prefix + name for name in local]
+
+
+def _paths_from_predecessors(pred: dict, src: str, dst: str) -> list[list[str]]:
+    """All shortest paths src -> dst from a Dijkstra predecessor map, in a fixed order."""
+    paths: list[list[str]] = []
+    stack = [[dst]]
+    while stack and len(paths) < _MAX_ECMP_PATHS:
+        partial = stack.pop()
+        head = partial[-1]
+        if head == src:
+            paths.append(partial[::-1])
+            continue
+        for p in reversed(pred[head]):
+            stack.append(partial + [p])
+    return paths
 
 
 def _shortest_paths(G: nx.Graph, src: str, dst: str) -> list[list[str]]:

@@ -1,0 +1,67 @@
+"""Routing over the cluster graph: cheapest paths, ECMP, NIC ownership."""
+
+import numpy as np
+import pytest
+
+from simulator.cluster import Cluster
+from simulator.collectives.layouts import home_nic, owned_nics
+from simulator.errors import TopologyError
+from simulator.topology import dgx_a100_node, rail_optimized
+
+DGX = {"type": "dgx_a100", "gpu": "A100-SXM4-80GB", "nics": 8, "nic": "ib-hdr"}
+
+
+def classes(cluster, route):
+    return [str(c) for c in cluster.link_class[route.links]]
+
+
+def test_gpus_in_a_dgx_talk_over_nvswitch_not_pcie():
+    c = Cluster(dgx_a100_node())
+    r = c.route("n0.gpu0", "n0.gpu1")        # same PCIe switch, yet NVLink is cheaper
+    assert classes(c, r) == ["nvlink", "nvlink"]
+    assert r.coef.tolist() == [1.0, 1.0]
+
+
+def test_gpu_reaches_its_nic_through_its_pcie_switch():
+    c = Cluster(dgx_a100_node())
+    assert classes(c, c.route("n0.gpu5", "n0.nic5")) == ["pcie", "pcie"]
+    assert c.nearest_nics("n0.gpu5") == ["n0.nic4", "n0.nic5"]
+    assert owned_nics(c, "n0.gpu5") == ["n0.nic5"] and home_nic(c, "n0.gpu4") == "n0.nic4"
+
+
+def test_same_rail_stays_on_its_leaf_and_other_groups_spread_over_spines():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=4)
+    c = Cluster(G)
+    same_leaf = c.route("n0.nic3", "n1.nic3")
+    assert len(same_leaf.links) == 2                      # nic -> leaf -> nic
+    across = c.route("n0.nic3", "n2.nic3")                # leaf group 0 -> group 1
+    assert len(across.links) == 4 * 4                     # 4 equal paths of 4 hops
+    assert np.allclose(across.coef, 0.25)
+    load = np.bincount(across.links, weights=across.coef, minlength=c.n_links)
+    assert load.sum() == pytest.approx(4.0)               # one unit of payload per hop
+
+
+def test_hash_ecmp_pins_one_path_deterministically():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=4)
+    a = Cluster(G, ecmp="hash", seed=1)
+    b = Cluster(G, ecmp="hash", seed=1)
+    ra, rb = a.route("n0.nic3", "n2.nic3", label=7), b.route("n0.nic3", "n2.nic3", label=7)
+    assert len(ra.links) == 4 and ra.links.tolist() == rb.links.tolist()
+    picked = {tuple(a.route("n0.nic3", "n2.nic3", label=k).links) for k in range(32)}
+    assert 1 < len(picked) <= 4                            # labels spread over the spines
+
+
+def test_disconnected_pair_is_a_topology_error():
+    G = dgx_a100_node()
+    G.add_node("leaf.orphan", kind="switch", tier="leaf")
+    c = Cluster(G)
+    with pytest.raises(TopologyError, match="disconnected"):
+        c.route("n0.gpu0", "leaf.orphan")
+
+
+def test_efficiency_scales_capacity_by_link_type_then_class():
+    c = Cluster(dgx_a100_node(), link_efficiency={"nvlink": 0.5, "pcie-gen4-x16": 0.25})
+    nv = c.link_class == "nvlink"
+    assert np.allclose(c.capacity_bytes_per_s[nv], 0.5 * c.nominal_bytes_per_s[nv])
+    pcie = c.link_type == "pcie-gen4-x16"
+    assert np.allclose(c.capacity_bytes_per_s[pcie], 0.25 * c.nominal_bytes_per_s[pcie])
