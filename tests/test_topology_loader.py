@@ -144,3 +144,34 @@ def test_absurd_node_count_is_refused_before_building():
     from simulator.topology.loader import MAX_NODES, load_topology, resolve_topology
     with pytest.raises(ConfigError, match=r"--nodes: must be <= "):
         load_topology(resolve_topology("dgx-a100-superpod"), nodes=MAX_NODES + 1)
+
+
+def _superpod_with_links(links):
+    import yaml as _yaml
+    from simulator.topology.loader import resolve_topology
+    data = _yaml.safe_load(resolve_topology("dgx-a100-superpod").read_text())
+    data["links"] = links
+    return data
+
+
+def test_link_override_changes_every_link_of_that_type():
+    from simulator.topology.loader import topology_from_dict
+    G = topology_from_dict(_superpod_with_links({"ib-hdr": {"bw": "400 Gb/s",
+                                                            "latency": "2 us"}}))
+    ib = [d for _, _, d in G.edges(data=True) if d["link_type"] == "ib-hdr"]
+    assert ib and all(d["bw_bytes_per_s"] == 50e9 and d["latency_s"] == 2e-6 for d in ib)
+
+
+@pytest.mark.parametrize("links, field, message", [
+    ({"ib-hdr": {"bw": 400}}, "links.ib-hdr.bw", "needs a unit"),
+    ({"ib-hdr": {"bw": "-5 GB/s"}}, "links.ib-hdr.bw", "cannot read bandwidth"),
+    ({"ib-hdr": {"bw": "0 GB/s"}}, "links.ib-hdr.bw", "must be > 0"),
+    ({"ib-hdr": {"latency": "3"}}, "links.ib-hdr.latency", "cannot read time"),
+    ({"roce-400": {"bw": "1 GB/s"}}, "links.roce-400", "no link of type"),
+    ({"ib-hdr": {"speed": "1 GB/s"}}, "links.ib-hdr.speed", "unknown key"),
+])
+def test_bad_link_override_names_file_and_field(links, field, message):
+    from simulator.errors import ConfigError
+    from simulator.topology.loader import topology_from_dict
+    with pytest.raises(ConfigError, match=rf"x\.yaml: {field}: .*{message}"):
+        topology_from_dict(_superpod_with_links(links), source="x.yaml")

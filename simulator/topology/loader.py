@@ -6,6 +6,7 @@ A file looks like::
     description: "..."
     generator: rail_optimized
     params: {nodes: 4, node: {type: dgx_a100, nics: 8, nic: ib-hdr}, nodes_per_leaf: 20}
+    links: {ib-hdr: {bw: "400 Gb/s"}}   # optional what-if: new figures per link type
     source: "where the design comes from"
 
 Every mistake becomes one :class:`ConfigError` line naming the file and the dotted field.
@@ -22,9 +23,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import ConfigError, TopologyError
+from simulator.units import UnitError, parse_bandwidth, parse_time
 from simulator.topology.generators import GENERATORS, MULTI_NODE, check_cluster
 
 TOPOLOGY_DIR = "topologies"
+
+
+class LinkOverride(BaseModel):
+    """New figures for every link of one type (what-if: twice the bandwidth, ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bw: str | float | None = None        # with a unit: "400 Gb/s", "50 GB/s"
+    latency: str | float | None = None   # with a unit: "1.5 us"
 
 
 class TopologyFile(BaseModel):
@@ -36,6 +47,7 @@ class TopologyFile(BaseModel):
     description: str = ""
     generator: str
     params: dict[str, Any] = Field(default_factory=dict)
+    links: dict[str, LinkOverride] = Field(default_factory=dict)
     source: str | None = None
 
 
@@ -106,8 +118,35 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
         raise ConfigError(exc.reason, source=source, field=where.rstrip(".")) from None
     except TopologyError as exc:
         raise ConfigError(str(exc), source=source, field="params") from None
+    _apply_link_overrides(G, spec.links, source)
     G.graph["name"] = spec.name
     return G
+
+
+def _apply_link_overrides(G: nx.Graph, links: dict[str, LinkOverride], source: str) -> None:
+    """Replace bandwidth and/or latency of every edge whose ``link_type`` is overridden."""
+    for link_type, override in links.items():
+        where = f"links.{link_type}"
+        edges = [d for _, _, d in G.edges(data=True) if d.get("link_type") == link_type]
+        if not edges:
+            present = sorted({d.get("link_type", "") for _, _, d in G.edges(data=True)})
+            raise ConfigError(f"no link of type {link_type!r} in this topology; present: "
+                              f"{', '.join(present)}", source=source, field=where)
+        changes = {}
+        for field, key, parse in (("bw", "bw_bytes_per_s", parse_bandwidth),
+                                  ("latency", "latency_s", parse_time)):
+            text = getattr(override, field)
+            if text is None:
+                continue
+            try:
+                changes[key] = parse(text)
+            except UnitError as exc:
+                raise ConfigError(str(exc), source=source, field=f"{where}.{field}") from None
+            if key == "bw_bytes_per_s" and changes[key] <= 0:
+                raise ConfigError(f"bandwidth must be > 0, got {text!r}", source=source,
+                                  field=f"{where}.{field}")
+        for d in edges:
+            d.update(changes)
 
 
 def resolve_topology(name_or_path: str | Path) -> Path:
