@@ -1,0 +1,106 @@
+"""The replay engine on hand-built traces whose timelines can be worked out on paper."""
+
+import pytest
+
+from simulator.collectives.run import simulate_plans
+from simulator.engine import EngineConfig, replay
+from simulator.trace import Communicator, Op, RankClass, Trace
+from conftest import make_model, star_graph
+
+
+class TeraflopGPU:
+    """Compute model stub: 1 TFLOP/s, no launch cost."""
+
+    def op_time_s(self, op_class, flops, bytes_accessed, precision):
+        return flops / 1e12
+
+
+def comp(i, flops, stream="compute", deps=(), **kw):
+    return Op(i, stream, "compute", f"c{i}", flops=flops, op_class="matmul", deps=deps, **kw)
+
+
+def run(trace, model, **cfg):
+    return replay(trace, model, TeraflopGPU(), EngineConfig(**cfg))
+
+
+def by_name(tl, cls="all"):
+    return {r.name: r for r in tl.records if r.cls == cls}
+
+
+@pytest.fixture
+def model(ideal_constants):
+    return make_model(star_graph(4), ideal_constants)
+
+
+def test_ops_in_one_stream_run_in_order_and_streams_run_in_parallel(model):
+    ops = [comp(0, 1e12), comp(1, 2e12), comp(2, 1e12, stream="side")]
+    tl = run(Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], {}), model)
+    r = by_name(tl)
+    assert (r["c0"].start_s, r["c0"].end_s) == (0.0, 1.0)
+    assert (r["c1"].start_s, r["c1"].end_s) == (1.0, 3.0)
+    assert (r["c2"].start_s, r["c2"].end_s) == (0.0, 1.0)
+    assert tl.iteration_time_s == 3.0
+
+
+def test_cross_stream_dependency_waits(model):
+    ops = [comp(0, 2e12), comp(1, 1e12, stream="side", deps=(0,))]
+    r = by_name(run(Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], {}), model))
+    assert r["c1"].ready_s == 2.0 and r["c1"].end_s == 3.0
+
+
+def test_collective_waits_for_the_slowest_class(model):
+    # Ranks 0-1 run at half speed (straggler class): their 1 TFLOP takes 2 s; the all_reduce
+    # starts at 2 s for everybody, so the fast class waits 1 s.
+    comm = {"world": Communicator("world", ((0, 1, 2, 3),))}
+
+    def program():
+        return [comp(0, 1e12), Op(1, "comm", "collective", "ar", collective="all_reduce",
+                                  size_bytes=1 << 30, comm="world", deps=(0,))]
+    trace = Trace(4, [RankClass("slow", (0, 1), program(), slowdown=2.0),
+                      RankClass("fast", (2, 3), program())], comm)
+    tl = run(trace, model)
+    fast, slow = by_name(tl, "fast")["ar"], by_name(tl, "slow")["ar"]
+    assert fast.ready_s == 1.0 and fast.start_s == 2.0 and fast.wait_s == 1.0
+    assert slow.wait_s == 0.0
+    plan = model.plan("all_reduce", 1 << 30, [0, 1, 2, 3])
+    (alone,), _ = simulate_plans(model.cluster, [plan], "flow")
+    assert fast.end_s == pytest.approx(2.0 + alone)
+
+
+def test_every_instance_group_runs_and_the_op_ends_with_the_last(model):
+    # Two disjoint pairs all-reduce at once (like HSDP replicas); on one switch they do not
+    # share links, so the op takes as long as one pair alone.
+    comm = {"pairs": Communicator("pairs", ((0, 1), (2, 3)))}
+    ops = [Op(0, "comm", "collective", "ar", collective="all_reduce", size_bytes=1 << 28,
+              comm="pairs")]
+    tl = run(Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], comm), model)
+    plan = model.plan("all_reduce", 1 << 28, [0, 1])
+    (alone,), _ = simulate_plans(model.cluster, [plan], "flow")
+    assert by_name(tl)["ar"].end_s == pytest.approx(alone)
+
+
+def test_compute_overlapping_communication_is_slowed(model):
+    comm = {"world": Communicator("world", ((0, 1, 2, 3),))}
+    ops = [Op(0, "comm", "collective", "ar", collective="all_reduce", size_bytes=1 << 34,
+              comm="world"), comp(1, 1e12)]
+    r = by_name(run(Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], comm), model,
+                    overlap_slowdown=0.25))
+    assert r["ar"].end_s > 1.25                     # the collective outlasts the compute
+    assert r["c1"].end_s == pytest.approx(1.25)
+
+
+def test_memory_peak_and_oom_verdict_name_the_op(model):
+    ops = [comp(0, 1e12, mem_alloc_bytes=600), comp(1, 1e12, mem_alloc_bytes=500,
+                                                     mem_free_bytes=1100)]
+    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], {},
+                  meta={"static_memory_bytes": {"all": 100}})
+    tl = replay(trace, model, TeraflopGPU(), EngineConfig(), capacity_bytes=1000)
+    assert tl.peak_memory_bytes["all"] == 1200
+    assert tl.oom["all"] == "c1"
+    assert tl.memory["all"][-1] == (2.0, 100)
+
+
+def test_broken_trace_is_refused(model):
+    ops = [comp(0, 1.0, deps=(5,))]
+    with pytest.raises(ValueError, match="op 0 .* depends on"):
+        run(Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], {}), model)
