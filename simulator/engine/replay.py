@@ -71,6 +71,8 @@ class Timeline:
     events: int
     capacity_bytes: int = 0
     meta: dict = field(default_factory=dict)
+    link_groups: list[str] = field(default_factory=list)      # link types
+    link_samples: list[tuple[float, np.ndarray]] = field(default_factory=list)
 
 
 class _Rendezvous:
@@ -91,6 +93,11 @@ class _Replayer:
         self.fabric = make_fabric(cfg.fidelity, self.env,
                                   collectives.cluster.capacity_bytes_per_s)
         self.capacity = capacity_bytes
+        types = collectives.cluster.link_type
+        self.link_groups = sorted(set(types.tolist()))
+        if hasattr(self.fabric, "track"):
+            index = {t: i for i, t in enumerate(self.link_groups)}
+            self.fabric.track(np.array([index[t] for t in types]), len(self.link_groups))
         self.records: list[OpRecord] = []
         self.done: dict[tuple[str, int], simpy.Event] = {}
         self.rendezvous: dict[tuple, _Rendezvous] = {}
@@ -127,7 +134,8 @@ class _Replayer:
         end = max((r.end_s for r in self.records), default=0.0)
         return Timeline(self.records, self.memory, self.peak, self.oom,
                         self.fabric.link_bytes.copy(), end, self.env.events_processed,
-                        self.capacity, dict(self.trace.meta))
+                        self.capacity, dict(self.trace.meta), self.link_groups,
+                        list(getattr(self.fabric, "samples", [])))
 
     def _stream(self, cls: RankClass, ops: list[Op]):
         uses: dict[str, int] = {}

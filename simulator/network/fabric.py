@@ -115,6 +115,16 @@ class FlowFabric(Fabric):
         self._last_s = 0.0
         self._update_pending = False
         self._generation = 0
+        self._groups: np.ndarray | None = None
+        self.samples: list[tuple[float, np.ndarray]] = []
+
+    def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
+        """Record, at every re-solve, the load of each link group as a fraction of the
+        group's capacity (``samples``: list of (time_s, fractions))."""
+        self._groups = np.asarray(group_of_link, dtype=np.int64)
+        self._group_capacity = np.bincount(self._groups, weights=self.capacity,
+                                           minlength=n_groups)
+        self._n_groups = n_groups
 
     def _move(self, flow: Flow, done: simpy.Event):
         self._advance()
@@ -156,6 +166,7 @@ class FlowFabric(Fabric):
         if not self._active:
             self._rates = np.zeros(0)
             self._link_load[:] = 0.0
+            self._sample()
             return
         flows = [entry[0] for entry in self._active]
         incidence = FlowIncidence.from_lists([f.links for f in flows], [f.coef for f in flows],
@@ -165,6 +176,13 @@ class FlowFabric(Fabric):
         owner_rate = np.repeat(self._rates, np.diff(incidence.ptr))
         self._link_load = np.bincount(incidence.link, weights=incidence.coef * owner_rate,
                                       minlength=len(self.capacity))
+        self._sample()
+
+    def _sample(self) -> None:
+        if self._groups is None:
+            return
+        load = np.bincount(self._groups, weights=self._link_load, minlength=self._n_groups)
+        self.samples.append((self.env.now, load / np.maximum(self._group_capacity, 1e-300)))
 
     def _schedule_next(self) -> None:
         if not self._active:

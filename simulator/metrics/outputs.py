@@ -1,0 +1,170 @@
+"""Files of a run: summary.json, CSV tables, a Perfetto timeline and PNG plots.
+
+The output folder is marked with ``.clustersim-run``; a folder that exists, is not empty
+and lacks the mark holds someone else's files and is refused, so nothing a user wrote is
+overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ..engine.replay import COMM_KINDS, Timeline  # noqa: E402
+from ..errors import ConfigError  # noqa: E402
+from .summary import GIB, Metrics, layer_breakdown, link_utilization  # noqa: E402
+
+MARK = ".clustersim-run"
+
+
+def prepare_out_dir(out: Path | str) -> Path:
+    """Create ``out`` or reuse one of ours; refuse a foreign non-empty folder."""
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            raise ConfigError("exists and is not a folder", field="--out", source=str(out))
+        if any(out.iterdir()) and not (out / MARK).exists():
+            raise ConfigError("folder is not empty and was not written by clustersim; "
+                              "choose another --out", field="--out", source=str(out))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARK).write_text("written by clustersim run; files here may be replaced\n")
+    return out
+
+
+def ops_table(tl: Timeline) -> pd.DataFrame:
+    """Every replayed op with its times (seconds)."""
+    return pd.DataFrame([{**{k: getattr(r, k) for k in (
+        "cls", "op_id", "name", "stream", "kind", "layer", "phase", "ready_s", "start_s",
+        "end_s", "size_bytes", "algorithm", "protocol")}, "wait_s": r.wait_s}
+        for r in tl.records])
+
+
+def chrome_trace(tl: Timeline, class_ranks: dict[str, tuple[int, ...]]) -> dict:
+    """Chrome trace / Perfetto JSON: a process per rank class, a thread per stream,
+    memory and link-type utilisation as counters."""
+    events, pids, tids = [], {}, {}
+    for cls in sorted({r.cls for r in tl.records}):
+        pid = pids.setdefault(cls, len(pids) + 1)
+        ranks = class_ranks.get(cls, ())
+        label = f"{cls}: ranks {_ranks(ranks)}" if ranks else cls
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                       "args": {"name": label}})
+    for r in tl.records:
+        pid = pids[r.cls]
+        tid = tids.setdefault((r.cls, r.stream), len(tids) + 1)
+        args = {"layer": r.layer, "phase": r.phase, "wait_us": r.wait_s * 1e6}
+        if r.kind in COMM_KINDS:
+            args.update(size_bytes=r.size_bytes, algorithm=r.algorithm, protocol=r.protocol)
+        events.append({"ph": "X", "name": r.name, "cat": r.kind, "pid": pid, "tid": tid,
+                       "ts": r.start_s * 1e6, "dur": (r.end_s - r.start_s) * 1e6,
+                       "args": args})
+    for (cls, stream), tid in tids.items():
+        events.append({"ph": "M", "name": "thread_name", "pid": pids[cls], "tid": tid,
+                       "args": {"name": stream}})
+    for cls, series in tl.memory.items():
+        for t, b in series:
+            events.append({"ph": "C", "name": "memory (GiB)", "pid": pids.get(cls, 1),
+                           "ts": t * 1e6, "args": {"GiB": b / GIB}})
+    net_pid = len(pids) + 1
+    events.append({"ph": "M", "name": "process_name", "pid": net_pid, "tid": 0,
+                   "args": {"name": "fabric: link utilisation by type"}})
+    for t, fractions in tl.link_samples:
+        events.append({"ph": "C", "name": "link utilisation", "pid": net_pid, "ts": t * 1e6,
+                       "args": {g: float(f) for g, f in zip(tl.link_groups, fractions)}})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    if len(ranks) > 1 and list(ranks) == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(map(str, ranks[:8])) + ("..." if len(ranks) > 8 else "")
+
+
+def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
+                  scenario: dict, class_ranks: dict[str, tuple[int, ...]]) -> list[Path]:
+    """Write every output file into ``out`` (see module docstring); return their paths."""
+    out = prepare_out_dir(out)
+    files = {
+        "summary.json": lambda p: p.write_text(json.dumps(
+            {"metrics": metrics.as_dict(), "scenario": scenario}, indent=2, default=str)),
+        "metrics.csv": lambda p: pd.DataFrame([_flat(metrics)]).to_csv(p, index=False),
+        "layers.csv": lambda p: layer_breakdown(tl).to_csv(p, index=False),
+        "ops.csv": lambda p: ops_table(tl).to_csv(p, index=False),
+        "links.csv": lambda p: link_utilization(tl, cluster).to_csv(p, index=False),
+        "timeline.json": lambda p: p.write_text(json.dumps(chrome_trace(tl, class_ranks))),
+        "breakdown.png": lambda p: plot_breakdown(metrics, p),
+        "memory.png": lambda p: plot_memory(tl, p),
+        "gantt.png": lambda p: plot_gantt(tl, p),
+    }
+    written = []
+    for name, write in files.items():
+        write(out / name)
+        written.append(out / name)
+    return written
+
+
+def _flat(metrics: Metrics) -> dict:
+    d = metrics.as_dict()
+    d.pop("peak_memory_gib_per_class")
+    d["oom_at"] = "; ".join(f"{k}: {v}" for k, v in d["oom_at"].items())
+    return d
+
+
+def plot_breakdown(m: Metrics, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 2.2))
+    left = 0.0
+    for label, v, color in (("compute", m.compute_s, "tab:blue"),
+                            ("exposed comm", m.exposed_comm_s, "tab:red"),
+                            ("wait", m.wait_s, "tab:gray")):
+        ax.barh([0], [v * 1e3], left=[left * 1e3], color=color, label=f"{label} {v*1e3:.1f} ms")
+        left += v
+    ax.set_yticks([])
+    ax.set_xlabel("iteration time (ms)")
+    ax.set_title(f"iteration {m.iteration_time_s*1e3:.1f} ms, comm total {m.comm_s*1e3:.1f} ms"
+                 f" (hidden {max(m.comm_s - m.exposed_comm_s, 0)*1e3:.1f} ms)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_memory(tl: Timeline, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for cls, series in sorted(tl.memory.items()):
+        t = [p[0] * 1e3 for p in series] + [tl.iteration_time_s * 1e3]
+        b = [p[1] / GIB for p in series] + [series[-1][1] / GIB]
+        ax.step(t, b, where="post", label=cls)
+    if tl.capacity_bytes:
+        ax.axhline(tl.capacity_bytes / GIB, color="red", ls="--", label="GPU memory")
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("allocated (GiB)")
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_gantt(tl: Timeline, path: Path) -> None:
+    cls = max({r.cls for r in tl.records} or {""},
+              key=lambda c: max((r.end_s for r in tl.records if r.cls == c), default=0))
+    recs = [r for r in tl.records if r.cls == cls]
+    streams = sorted({r.stream for r in recs}, key=lambda s: (s != "compute", s))
+    colors = {"forward": "tab:blue", "backward": "tab:orange", "recompute": "tab:purple",
+              "optimizer": "tab:green"}
+    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(streams)))
+    for y, stream in enumerate(streams):
+        bars = [(r.start_s * 1e3, (r.end_s - r.start_s) * 1e3,
+                 "tab:red" if r.kind in COMM_KINDS else colors.get(r.phase, "tab:gray"))
+                for r in recs if r.stream == stream]
+        for x, w, c in bars:
+            ax.broken_barh([(x, w)], (y - 0.4, 0.8), color=c)
+    ax.set_yticks(range(len(streams)), streams)
+    ax.set_xlabel("time (ms)")
+    ax.set_title(f"rank class {cls}: compute by phase (fwd blue, bwd orange), comm red",
+                 fontsize=9)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,121 @@
+"""From a :class:`~simulator.engine.Timeline` to the numbers people ask for.
+
+Time breakdown of the representative rank class (the one that finishes last):
+``compute_s`` is the union of its compute ops, ``comm_s`` the union of its communication
+ops, ``exposed_comm_s`` the part of ``comm_s`` not hidden under compute, and ``wait_s``
+what is left of the iteration (waiting on dependencies, collectives' stragglers, host
+work): ``compute_s + exposed_comm_s + wait_s == iteration_time_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..engine.replay import COMM_KINDS, Timeline
+
+GIB = float(1 << 30)
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by ``intervals`` (seconds)."""
+    total, end = 0.0, -np.inf
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def _intersection_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    return union_length(a) + union_length(b) - union_length(a + b)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """One iteration's headline numbers (SI units, GiB for memory)."""
+
+    iteration_time_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    wait_s: float
+    gpu_utilization: float
+    peak_memory_gib: float
+    peak_memory_gib_per_class: dict
+    oom: bool
+    oom_at: dict
+    world_size: int
+    events: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def compute_metrics(tl: Timeline, world_size: int, peak_flops: float) -> Metrics:
+    """Metrics of ``tl``; ``peak_flops`` is one GPU's peak at the run's precision (for MFU)."""
+    t = tl.iteration_time_s
+    cls = _critical_class(tl)
+    recs = [r for r in tl.records if r.cls == cls]
+    compute = [(r.start_s, r.end_s) for r in recs if r.kind in ("compute", "memcpy", "delay")]
+    comm = [(r.start_s, r.end_s) for r in recs if r.kind in COMM_KINDS]
+    compute_s, comm_s = union_length(compute), union_length(comm)
+    exposed = comm_s - _intersection_length(compute, comm)
+    meta = tl.meta
+    samples = meta.get("global_batch", 0) / t if t > 0 else 0.0
+    tokens = samples * meta.get("tokens_per_sample", 0)
+    flops = meta.get("model_flops_per_iteration", 0.0)
+    tflops = flops / t / world_size / 1e12 if t > 0 else 0.0
+    peak = {c: b / GIB for c, b in tl.peak_memory_bytes.items()}
+    return Metrics(
+        iteration_time_s=t, samples_per_s=samples, tokens_per_s=tokens,
+        tokens_per_s_per_gpu=tokens / world_size, tflops_per_gpu=tflops,
+        mfu=tflops * 1e12 / peak_flops if peak_flops else 0.0,
+        compute_s=compute_s, comm_s=comm_s, exposed_comm_s=exposed,
+        wait_s=max(t - compute_s - exposed, 0.0),
+        gpu_utilization=compute_s / t if t > 0 else 0.0,
+        peak_memory_gib=max(peak.values(), default=0.0), peak_memory_gib_per_class=peak,
+        oom=any(v is not None for v in tl.oom.values()),
+        oom_at={c: v for c, v in tl.oom.items() if v is not None},
+        world_size=world_size, events=tl.events)
+
+
+def _critical_class(tl: Timeline) -> str:
+    ends: dict[str, float] = {}
+    for r in tl.records:
+        ends[r.cls] = max(ends.get(r.cls, 0.0), r.end_s)
+    return max(sorted(ends), key=lambda c: ends[c]) if ends else ""
+
+
+def layer_breakdown(tl: Timeline) -> pd.DataFrame:
+    """Seconds per layer and phase (compute and communication) of the critical class."""
+    cls = _critical_class(tl)
+    rows = [{"layer": r.layer or "-", "phase": r.phase or r.kind,
+             "kind": "comm" if r.kind in COMM_KINDS else "compute",
+             "seconds": r.end_s - r.start_s} for r in tl.records if r.cls == cls]
+    if not rows:
+        return pd.DataFrame(columns=["layer", "phase", "kind", "seconds"])
+    df = pd.DataFrame(rows).groupby(["layer", "phase", "kind"], sort=False, as_index=False)
+    return df["seconds"].sum()
+
+
+def link_utilization(tl: Timeline, cluster, top: int | None = None) -> pd.DataFrame:
+    """Mean utilisation of each directed link over the iteration, busiest first."""
+    t = tl.iteration_time_s
+    util = tl.link_bytes / (cluster.capacity_bytes_per_s * t) if t > 0 else tl.link_bytes * 0
+    ends = {i: e for e, i in cluster.link_id.items()}
+    order = np.argsort(-util, kind="stable")
+    if top is not None:
+        order = order[:top]
+    return pd.DataFrame({
+        "src": [ends[i][0] for i in order], "dst": [ends[i][1] for i in order],
+        "link_type": cluster.link_type[order], "bytes": tl.link_bytes[order],
+        "utilization": util[order]})

@@ -1,0 +1,87 @@
+"""Metrics and output files from replayed traces."""
+
+import json
+
+import pytest
+
+from simulator.engine import EngineConfig, replay
+from simulator.errors import ConfigError
+from simulator.metrics import compute_metrics, layer_breakdown
+from simulator.metrics.outputs import chrome_trace, write_outputs
+from simulator.metrics.summary import union_length
+from simulator.trace import Communicator, Op, RankClass, Trace
+from conftest import make_model, star_graph
+from test_engine import TeraflopGPU, comp
+
+
+def test_union_length_merges_overlaps():
+    assert union_length([(0, 2), (1, 3), (5, 6)]) == 4
+    assert union_length([(0, 5), (1, 2)]) == 5
+    assert union_length([]) == 0
+
+
+@pytest.fixture
+def overlapped(ideal_constants):
+    # compute 1 s on "compute" while a 16 GiB all_reduce runs on "comm", then 1 s more
+    # compute that depends on the all_reduce.
+    model = make_model(star_graph(4), ideal_constants)
+    comm = {"world": Communicator("world", ((0, 1, 2, 3),))}
+    ops = [Op(0, "comm", "collective", "ar", collective="all_reduce", size_bytes=1 << 34,
+              comm="world", layer="block.0", phase="backward"),
+           comp(1, 1e12, layer="block.0", phase="backward"),
+           comp(2, 1e12, deps=(0,), layer="head", phase="optimizer")]
+    meta = {"global_batch": 8, "tokens_per_sample": 1000, "model_flops_per_iteration": 8e12,
+            "static_memory_bytes": {"all": 1 << 30}}
+    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], comm, meta)
+    return model, replay(trace, model, TeraflopGPU(), EngineConfig(), capacity_bytes=2 << 30)
+
+
+def test_breakdown_adds_up_and_splits_hidden_from_exposed(overlapped):
+    _, tl = overlapped
+    m = compute_metrics(tl, world_size=4, peak_flops=2e12)
+    ar = next(r for r in tl.records if r.name == "ar")
+    assert m.compute_s == pytest.approx(2.0)
+    assert m.comm_s == pytest.approx(ar.end_s)
+    assert m.exposed_comm_s == pytest.approx(ar.end_s - 1.0)       # 1 s hidden under c1
+    assert m.compute_s + m.exposed_comm_s + m.wait_s == pytest.approx(m.iteration_time_s)
+    assert m.iteration_time_s == pytest.approx(ar.end_s + 1.0)
+    assert m.samples_per_s == pytest.approx(8 / m.iteration_time_s)
+    assert m.tokens_per_s_per_gpu == pytest.approx(8000 / m.iteration_time_s / 4)
+    assert m.tflops_per_gpu == pytest.approx(8 / m.iteration_time_s / 4)
+    assert m.mfu == pytest.approx(m.tflops_per_gpu * 1e12 / 2e12)
+    assert m.peak_memory_gib == 1.0 and not m.oom
+
+
+def test_layer_breakdown_groups_by_layer_and_phase(overlapped):
+    _, tl = overlapped
+    df = layer_breakdown(tl)
+    row = df[(df.layer == "head") & (df.phase == "optimizer")]
+    assert row.seconds.iloc[0] == pytest.approx(1.0)
+
+
+def test_chrome_trace_has_a_track_per_stream_and_counters(overlapped):
+    _, tl = overlapped
+    doc = chrome_trace(tl, {"all": (0, 1, 2, 3)})
+    json.dumps(doc)                                   # serialisable
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M"}
+    assert {"all: ranks 0-3", "compute", "comm"} <= names
+    assert sum(e["ph"] == "X" for e in doc["traceEvents"]) == 3
+    assert any(e["ph"] == "C" and e["name"] == "link utilisation" for e in doc["traceEvents"])
+
+
+def test_outputs_are_written_and_foreign_folders_refused(overlapped, tmp_path):
+    model, tl = overlapped
+    m = compute_metrics(tl, 4, 2e12)
+    files = write_outputs(tmp_path / "run", tl, m, model.cluster, {"name": "t"},
+                          {"all": (0, 1, 2, 3)})
+    assert {f.name for f in files} >= {"summary.json", "metrics.csv", "timeline.json",
+                                       "breakdown.png", "memory.png", "gantt.png"}
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["metrics"][
+        "iteration_time_s"] == pytest.approx(m.iteration_time_s)
+    write_outputs(tmp_path / "run", tl, m, model.cluster, {}, {})     # ours: reusable
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("precious")
+    with pytest.raises(ConfigError, match="--out: folder is not empty"):
+        write_outputs(foreign, tl, m, model.cluster, {}, {})
+    assert (foreign / "notes.txt").read_text() == "precious"
