@@ -104,3 +104,21 @@ def test_broken_trace_is_refused(model):
     ops = [comp(0, 1.0, deps=(5,))]
     with pytest.raises(ValueError, match="op 0 .* depends on"):
         run(Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], {}), model)
+
+
+def test_a_straggler_splits_its_class_and_delays_everyone(model):
+    from simulator.trace.transform import apply_stragglers
+    comm = {"world": Communicator("world", ((0, 1, 2, 3),))}
+    ops = [comp(0, 1e12), Op(1, "comm", "collective", "ar", collective="all_reduce",
+                             size_bytes=1 << 20, comm="world", deps=(0,))]
+    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], comm,
+                  meta={"static_memory_bytes": {"all": 7}})
+    split = apply_stragglers(trace, {2: 1.5})
+    assert [(c.id, c.ranks, c.slowdown) for c in split.classes] == [
+        ("all", (0, 1, 3), 1.0), ("all@x1.5", (2,), 1.5)]
+    assert split.meta["static_memory_bytes"]["all@x1.5"] == 7
+    tl = run(split, model)
+    assert by_name(tl, "all")["ar"].start_s == pytest.approx(1.5)
+    from simulator.errors import ConfigError
+    with pytest.raises(ConfigError, match="stragglers: rank 9 is outside"):
+        apply_stragglers(trace, {9: 2.0})

@@ -1,0 +1,148 @@
+"""Scenario files: model + training setup + cluster + strategy + simulation knobs.
+
+A scenario is YAML::
+
+    name: quickstart
+    model: llama-2-7b                 # catalog name, or a path to a model YAML
+    training: {micro_batch: 1, seq_len: 4096, grad_accum: 1, precision: bf16}
+    cluster: {topology: dgx-a100}     # plus nodes: N for multi-node topologies
+    strategy: {name: fsdp, sharding: FULL_SHARD}
+    simulation: {fidelity: flow, overlap_slowdown: 0.0, stragglers: {3: 1.2}}
+
+``--set a.b=value`` overrides any key before validation (value parsed as YAML). Every
+mistake is one ConfigError naming the file and the dotted field.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+
+SCENARIO_DIR = "scenarios"
+DEFAULT_SCENARIO = "quickstart"
+
+
+class Training(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    micro_batch: int = Field(1, gt=0, description="samples per GPU per micro-step")
+    seq_len: int = Field(2048, gt=0, description="tokens per sample (ignored for CNNs)")
+    grad_accum: int = Field(1, ge=1)
+    precision: str = "bf16"
+    flash_attention: bool = True
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v: str) -> str:
+        if v not in ("fp32", "tf32", "bf16", "fp16"):
+            raise ValueError(f"must be one of fp32, tf32, bf16, fp16, got {v!r}")
+        return v
+
+
+class ClusterCfg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    topology: str = "dgx-a100"
+    nodes: int | None = Field(None, gt=0)
+    ecmp: str = "spread"
+
+
+class Simulation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    fidelity: str = "flow"
+    overlap_slowdown: float = Field(0.0, ge=0.0,
+                                    description="compute slowdown while comm kernels run")
+    stragglers: dict[int, float] = Field(default_factory=dict,
+                                         description="rank -> compute slowdown factor")
+    seed: int = 0
+
+    @field_validator("stragglers")
+    @classmethod
+    def _stragglers(cls, v: dict[int, float]) -> dict[int, float]:
+        for rank, factor in v.items():
+            if factor <= 0:
+                raise ValueError(f"slowdown of rank {rank} must be > 0, got {factor}")
+        return v
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    model: str
+    training: Training = Field(default_factory=Training)
+    cluster: ClusterCfg = Field(default_factory=ClusterCfg)
+    strategy: dict[str, Any] = Field(default_factory=lambda: {"name": "fsdp"})
+    simulation: Simulation = Field(default_factory=Simulation)
+
+
+def apply_sets(data: dict, sets: list[str], source: str) -> dict:
+    """Apply ``--set key.path=value`` overrides (value parsed as YAML) to a copy of data."""
+    data = copy.deepcopy(data)
+    for item in sets:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"expected KEY=VALUE, got {item!r}", field="--set")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            nxt = node.get(part) if isinstance(node, dict) else None
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{part!r} is not a mapping, cannot set {key}",
+                                  source=source, field=f"--set {key}")
+            node = nxt
+        node[parts[-1]] = value
+    return data
+
+
+def load_scenario(path: str | Path | None = None, sets: list[str] | None = None) -> Scenario:
+    """Read and validate a scenario (default ``scenarios/quickstart.yaml``)."""
+    path = resolve_scenario(path or DEFAULT_SCENARIO)
+    source = str(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"malformed YAML{where}", source=source) from None
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping", source=source)
+    data = apply_sets(data, sets or [], source)
+    return scenario_from_dict(data, source)
+
+
+def scenario_from_dict(data: dict, source: str = "<dict>") -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else (
+            "missing required key" if err["type"] == "missing" else err["msg"])
+        raise ConfigError(f"{msg} (got {err.get('input')!r})" if err["type"] not in (
+            "missing",) else msg, source=source, field=field) from None
+
+
+def resolve_scenario(name_or_path: str | Path) -> Path:
+    """A path, or a bare name looked up in ``scenarios/`` (cwd, then the repository)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    if len(path.parts) == 1:
+        name = path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml"
+        for folder in (Path.cwd() / SCENARIO_DIR,
+                       Path(__file__).resolve().parents[1] / SCENARIO_DIR):
+            if (folder / name).is_file():
+                return folder / name
+    raise ConfigError(f"no scenario file or shipped scenario named {str(name_or_path)!r}",
+                      field="scenario")
