@@ -1,0 +1,183 @@
+"""Per-layer costs of a training step: FLOPs, HBM bytes, parameters and saved activations.
+
+Conventions (all counts for the whole micro-batch of ``batch`` samples):
+
+* A matmul of ``(m, k) x (k, n)`` costs ``2 m k n`` FLOPs and reads/writes its input,
+  weight and output once: ``e (m k + k n + m n)`` bytes, ``e`` the element size of the
+  precision. Bias adds are folded into the matmul and not counted.
+* Attention scores ``QK^T`` and ``AV`` cost ``2 b s^2 h`` FLOPs each: the full ``s^2``
+  square, with no halving for causal masks (kernels such as FlashAttention skip masked
+  tiles, so this overstates causal attention FLOPs by up to 2x; it matches the usual MFU
+  accounting ``12 L h s^2``). Grouped-query attention shrinks K/V traffic, not FLOPs.
+* Flash attention changes bytes, not forward FLOPs: one fused ``attn_core`` kernel reads
+  Q, K, V and writes O (no ``b a s^2`` score matrix in HBM); without it ``attn_scores``,
+  ``softmax`` and ``attn_av`` read and write the score matrix.
+* Backward: each matmul runs twice (input gradient and weight gradient), so 2x its
+  forward FLOPs; the input gradient of the first layer's input (embedding lookup, image)
+  is skipped. Attention backward is 2x its forward matmuls; with flash attention it also
+  recomputes ``QK^T`` and the softmax, giving 2.5x the forward attention matmul FLOPs.
+  Elementwise ops cost about their forward FLOPs backward, norms twice.
+* Activations: per transformer block ``s b h (34 + 5 a s / h)`` bytes for 16-bit
+  precision (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1, dropout masks counted for
+  every family), without the ``5 a s / h`` term under flash attention (its ``b a s``
+  log-sum-exp is ignored), generalised to GQA and SwiGLU, and scaled by ``e / 2``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import ConfigError
+from simulator.models.spec import ModelSpec
+
+BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+ID_BYTES = 8                 # int64 token ids / pooling indices
+LOSS_BYTES = 4               # the fp32 scalar loss
+NORM_FLOPS = {"layernorm": 5, "rmsnorm": 4}     # per element, forward
+SOFTMAX_FLOPS, SOFTMAX_BWD_FLOPS = 5, 3          # per score element
+ACT_FLOPS = {"gelu": 8, "swiglu": 4}             # per MLP inner element, forward
+LOSS_FLOPS, LOSS_BWD_FLOPS = 5, 2                # per logit
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One kernel-level piece of a layer: ``flops`` FLOPs, ``bytes_accessed`` HBM bytes."""
+
+    name: str
+    op_class: str    # matmul, attention, elementwise, norm, conv, embedding or loss
+    flops: float
+    bytes_accessed: float
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer of the model for one micro-batch (bytes at the chosen precision)."""
+
+    name: str
+    kind: str
+    params: int
+    forward: tuple[OpCost, ...]
+    backward: tuple[OpCost, ...]
+    activation_bytes: int
+    output_bytes: int
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(op.flops for op in self.forward)
+
+    @property
+    def backward_flops(self) -> float:
+        return sum(op.flops for op in self.backward)
+
+
+# ------------------------------------------------------------------ op builders
+def matmul(name: str, m: float, k: float, n: float, e: int, op_class: str = "matmul") -> OpCost:
+    """Forward ``(m, k) x (k, n)``: ``2 m k n`` FLOPs, inputs + weight + output bytes."""
+    return OpCost(name, op_class, 2.0 * m * k * n, float(e * (m * k + k * n + m * n)))
+
+
+def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = True,
+               op_class: str = "matmul") -> list[OpCost]:
+    """Backward of :func:`matmul`: input gradient (unless ``dgrad`` is False) and weight
+    gradient, each ``2 m k n`` FLOPs and ``e (m n + k n + m k)`` bytes."""
+    grads = (("dgrad", "wgrad") if dgrad else ("wgrad",))
+    return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)))
+            for g in grads]
+
+
+def pointwise(name: str, op_class: str, elements: float, flops_per: float, tensors: float,
+              e: int) -> OpCost:
+    """An elementwise kernel over ``elements`` touching ``tensors`` full tensors in HBM."""
+    return OpCost(name, op_class, float(flops_per * elements), float(e * tensors * elements))
+
+
+def precision_bytes(precision: str) -> int:
+    """Bytes per element of ``precision`` (4 for fp32/tf32, 2 for bf16/fp16)."""
+    if precision not in BYTES_PER_ELEMENT:
+        raise ConfigError(f"unknown precision {precision!r}; valid: "
+                          f"{', '.join(BYTES_PER_ELEMENT)}", field="precision")
+    return BYTES_PER_ELEMENT[precision]
+
+
+def _check_positive(**values: int) -> None:
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"must be a positive integer, got {value!r}", field=key)
+
+
+# ------------------------------------------------------------------ public API
+def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
+                flash_attention: bool = True) -> list[LayerCost]:
+    """Per-layer costs of one training step on a micro-batch, in execution order.
+
+    Parameters
+    ----------
+    model : ModelSpec
+    batch : int
+        Samples (sequences or images) in the micro-batch.
+    seq_len : int
+        Tokens per sequence (ignored for ResNets).
+    precision : str
+        ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``: sets bytes per element.
+    flash_attention : bool
+        Fused attention without the score matrix in HBM (transformers only).
+
+    Returns
+    -------
+    list of LayerCost
+        ``embed``, ``block.0`` ... ``block.{L-1}``, ``head`` for transformers;
+        ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
+    """
+    e = precision_bytes(precision)
+    if model.family == "resnet":
+        from simulator.models.resnet import resnet_layer_costs
+        _check_positive(batch=batch)
+        return resnet_layer_costs(model, batch, e)
+    _check_positive(batch=batch, seq_len=seq_len)
+    if model.position_embedding == "learned" and seq_len > model.max_seq_len:
+        raise ConfigError(f"{seq_len} exceeds the {model.max_seq_len} learned positions "
+                          f"of {model.name}", field="seq_len")
+    from simulator.models.transformer import block_cost, embed_cost, head_cost
+    block = block_cost(model, batch, seq_len, e, flash_attention)
+    blocks = [LayerCost(f"block.{i}", block.kind, block.params, block.forward,
+                        block.backward, block.activation_bytes, block.output_bytes)
+              for i in range(model.layers)]
+    return [embed_cost(model, batch, seq_len, e), *blocks, head_cost(model, batch, seq_len, e)]
+
+
+def params_total(model: ModelSpec) -> int:
+    """Number of parameters of ``model`` (embeddings and heads included)."""
+    return sum(layer.params for layer in layer_costs(model, 1, 1, "fp32"))
+
+
+def lookup_params(model: ModelSpec) -> int:
+    """Parameters used only as lookup tables, never in a matmul (position and segment
+    tables; the token table too when it is not tied to the LM head)."""
+    if not model.is_transformer:
+        return 0
+    tables = model.type_vocab + (model.max_seq_len if model.position_embedding == "learned"
+                                 else 0)
+    tokens = 0 if model.tied_embeddings else model.vocab
+    return (tables + tokens) * model.hidden
+
+
+def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per sample for MFU (hardware-independent, no recompute).
+
+    Transformers: ``6 N s + 12 L h s^2`` (PaLM, Chowdhery et al. 2022, appendix B;
+    nanoGPT ``estimate_mfu``), ``N`` = parameters that take part in matmuls
+    (:func:`params_total` minus :func:`lookup_params`). ResNets: 3x the forward
+    convolution and classifier FLOPs (2 FLOPs per multiply-add; about 3 x 8.2e9 for
+    ResNet-50 at 224x224); batchnorm, ReLU and pooling are not counted.
+    """
+    if model.family == "resnet":
+        from simulator.models.resnet import resnet_forward_flops
+        return 3.0 * resnet_forward_flops(model)
+    _check_positive(seq_len=seq_len)
+    n = params_total(model) - lookup_params(model)
+    return 6.0 * n * seq_len + 12.0 * model.layers * model.hidden * seq_len ** 2
+
+
+def tokens_per_sample(model: ModelSpec, seq_len: int) -> int:
+    """Tokens in one sample: ``seq_len`` for language models, 0 for image models."""
+    return seq_len if model.is_transformer else 0

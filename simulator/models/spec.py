@@ -1,0 +1,264 @@
+"""Model catalog: architectures read from ``simulator/data/models/*.yaml`` or a user YAML.
+
+One YAML file describes one model; users add models without code by writing a file with
+the same schema and passing its path to :func:`load_model`. The file is checked with
+pydantic (unknown keys refused) and then for architectural consistency; every error is a
+:class:`~simulator.errors.ConfigError` naming the file and the offending key.
+
+Transformer families (``gpt``, ``llama``, ``bert``) take ``layers``, ``hidden``, ``heads``,
+``kv_heads`` (default ``heads``), ``ffn_hidden`` (default ``4 * hidden``), ``vocab``,
+``max_seq_len``, ``mlp`` (``gelu`` two matrices, ``swiglu`` three), ``norm`` (``layernorm``,
+``rmsnorm``), ``tied_embeddings``, ``bias``, ``position_embedding`` (``learned``, ``rope``)
+and ``type_vocab`` (BERT's segment embeddings); defaults follow the family. The ``resnet``
+family takes ``depth`` (50, 101, 152: bottleneck ResNet v1.5), ``image_size`` (pixels) and
+``num_classes``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simulator.errors import ConfigError
+
+FAMILIES = ("gpt", "llama", "bert", "resnet")
+TRANSFORMER_FAMILIES = ("gpt", "llama", "bert")
+RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+
+# Per-family defaults for optional transformer keys.
+_DEFAULTS = {
+    "gpt": dict(mlp="gelu", norm="layernorm", tied_embeddings=True, bias=True,
+                position_embedding="learned", type_vocab=0),
+    "llama": dict(mlp="swiglu", norm="rmsnorm", tied_embeddings=False, bias=False,
+                  position_embedding="rope", type_vocab=0),
+    "bert": dict(mlp="gelu", norm="layernorm", tied_embeddings=True, bias=True,
+                 position_embedding="learned", type_vocab=2),
+}
+
+PosInt = Annotated[int, Field(strict=True, gt=0)]
+NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model architecture (sizes are element counts, not bytes).
+
+    Transformer fields are 0 / empty for ResNets and ResNet fields are 0 for
+    transformers. For a ResNet, ``layers`` is the number of bottleneck blocks.
+    """
+
+    name: str
+    family: str                  # "gpt" | "llama" | "bert" | "resnet"
+    source: str
+    layers: int = 0              # transformer blocks (ResNet: bottleneck blocks)
+    hidden: int = 0              # model width h
+    heads: int = 0               # query heads a
+    kv_heads: int = 0            # key/value heads (GQA when < heads)
+    ffn_hidden: int = 0          # MLP inner width
+    vocab: int = 0
+    max_seq_len: int = 0         # tokens
+    mlp: str = ""                # "gelu" | "swiglu"
+    norm: str = ""               # "layernorm" | "rmsnorm"
+    tied_embeddings: bool = False
+    bias: bool = False
+    position_embedding: str = ""  # "learned" | "rope"
+    type_vocab: int = 0          # segment (token-type) embeddings, BERT
+    depth: int = 0               # ResNet depth (50, 101, 152)
+    image_size: int = 0          # ResNet input side, pixels
+    num_classes: int = 0
+
+    @property
+    def is_transformer(self) -> bool:
+        return self.family in TRANSFORMER_FAMILIES
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head, ``hidden / heads``."""
+        return self.hidden // self.heads if self.heads else 0
+
+    @property
+    def causal(self) -> bool:
+        """Whether attention is causal (decoders). Costs do not depend on it."""
+        return self.family in ("gpt", "llama")
+
+
+class _TransformerFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    family: Literal["gpt", "llama", "bert"]
+    source: str
+    layers: PosInt
+    hidden: PosInt
+    heads: PosInt
+    kv_heads: PosInt | None = None
+    ffn_hidden: PosInt | None = None
+    vocab: PosInt
+    max_seq_len: PosInt
+    mlp: Literal["gelu", "swiglu"] | None = None
+    norm: Literal["layernorm", "rmsnorm"] | None = None
+    tied_embeddings: Annotated[bool, Field(strict=True)] | None = None
+    bias: Annotated[bool, Field(strict=True)] | None = None
+    position_embedding: Literal["learned", "rope"] | None = None
+    type_vocab: NonNegInt | None = None
+    description: str = ""
+
+
+class _ResNetFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    family: Literal["resnet"]
+    source: str
+    depth: PosInt
+    image_size: PosInt = 224
+    num_classes: PosInt = 1000
+    description: str = ""
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    """Return a catalog model (name, any case) or the model described by a YAML file.
+
+    Parameters
+    ----------
+    name_or_path : str or Path
+        A catalog name such as ``"llama-2-7b"`` or ``"GPT3-175B"``, or a path to a YAML
+        file with the catalog schema.
+
+    Raises
+    ------
+    ConfigError
+        Unknown name (the message lists the catalog), unreadable file, or an invalid
+        entry (``source`` is the file, ``field`` the key).
+    """
+    key = str(name_or_path).lower()
+    catalog = _catalog()
+    if key in catalog:
+        return catalog[key]
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError("model file not found", source=str(path))
+        return parse_model_file(path)
+    raise ConfigError(f"unknown model {str(name_or_path)!r}; valid: {', '.join(model_names())}"
+                      " (or a path to a model YAML file)")
+
+
+def model_names() -> list[str]:
+    """Names of the catalog models, sorted."""
+    return sorted(_catalog())
+
+
+@functools.cache
+def _catalog() -> dict[str, ModelSpec]:
+    folder = resources.files("simulator") / "data" / "models"
+    out: dict[str, ModelSpec] = {}
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith((".yaml", ".yml")):
+            spec = parse_model_file(entry)
+            if spec.name.lower() in out:
+                raise ConfigError(f"duplicate model name {spec.name!r}", source=str(entry),
+                                  field="name")
+            out[spec.name.lower()] = spec
+    return out
+
+
+def parse_model_file(path) -> ModelSpec:
+    """Read and check one model YAML file.
+
+    Raises
+    ------
+    ConfigError
+        With ``source`` = the file and ``field`` = the key at fault.
+    """
+    src = str(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read model file: {' '.join(str(exc).split())}",
+                          source=src) from None
+    return parse_model(data, src)
+
+
+def parse_model(data: Any, source: str) -> ModelSpec:
+    """Check the mapping ``data`` (a parsed model file) and build its :class:`ModelSpec`.
+
+    Raises
+    ------
+    ConfigError
+        With ``source`` and the dotted ``field`` at fault.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("a model file must be a mapping (name, family, source, ...)",
+                          source=source)
+    family = data.get("family")
+    if family is None:
+        raise ConfigError("missing required key", source=source, field="family")
+    if family not in FAMILIES:
+        raise ConfigError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}",
+                          source=source, field="family")
+    schema = _ResNetFile if family == "resnet" else _TransformerFile
+    try:
+        parsed = schema.model_validate(data)
+    except ValidationError as exc:
+        raise _pydantic_error(exc, schema, source) from None
+    if family == "resnet":
+        return _resnet_spec(parsed, source)
+    return _transformer_spec(parsed, source)
+
+
+def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
+    d = _DEFAULTS[f.family]
+    kv_heads = f.kv_heads or f.heads
+    if f.hidden % f.heads:
+        raise ConfigError(f"heads ({f.heads}) must divide hidden ({f.hidden})",
+                          source=source, field="heads")
+    if f.heads % kv_heads:
+        raise ConfigError(f"kv_heads ({kv_heads}) must divide heads ({f.heads})",
+                          source=source, field="kv_heads")
+
+    def pick(key: str):
+        value = getattr(f, key)
+        return d[key] if value is None else value
+
+    return ModelSpec(
+        name=f.name, family=f.family, source=f.source, layers=f.layers, hidden=f.hidden,
+        heads=f.heads, kv_heads=kv_heads, ffn_hidden=f.ffn_hidden or 4 * f.hidden,
+        vocab=f.vocab, max_seq_len=f.max_seq_len, mlp=pick("mlp"), norm=pick("norm"),
+        tied_embeddings=pick("tied_embeddings"), bias=pick("bias"),
+        position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"))
+
+
+def _resnet_spec(f: _ResNetFile, source: str) -> ModelSpec:
+    if f.depth not in RESNET_BLOCKS:
+        raise ConfigError(f"depth {f.depth} not supported; valid: "
+                          f"{', '.join(map(str, RESNET_BLOCKS))} (bottleneck ResNets)",
+                          source=source, field="depth")
+    if f.image_size < 32:
+        raise ConfigError("image_size must be at least 32 pixels (five stride-2 stages)",
+                          source=source, field="image_size")
+    return ModelSpec(name=f.name, family="resnet", source=f.source,
+                     layers=sum(RESNET_BLOCKS[f.depth]), depth=f.depth,
+                     image_size=f.image_size, num_classes=f.num_classes)
+
+
+def _pydantic_error(exc: ValidationError, schema: type[BaseModel], source: str) -> ConfigError:
+    """One-line ConfigError from pydantic's errors: all unknown keys, else the first error."""
+    errors = exc.errors()
+    extra = [e for e in errors if e["type"] == "extra_forbidden"]
+    if extra:
+        keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
+        return ConfigError(f"unknown key(s) {keys}; valid: {', '.join(schema.model_fields)}",
+                           source=source, field=str(extra[0]["loc"][0]))
+    first = errors[0]
+    field = str(first["loc"][0]) if first["loc"] else None  # the schema is flat
+    if first["type"] == "missing":
+        return ConfigError("missing required key", source=source, field=field)
+    reason = f"{first['msg'][:1].lower()}{first['msg'][1:]}, got {first.get('input')!r}"
+    return ConfigError(reason, source=source, field=field)
