@@ -1,0 +1,285 @@
+"""Roofline compute model: how long one kernel-level op takes on one GPU.
+
+``op_time_s = max(flops / (peak * eff), bytes / (hbm_bw * mem_eff)) + kernel_launch_s`` with
+``eff(flops) = eff_max * flops / (flops + flops_half)`` and
+``flops_half = eff_max * peak * half_time`` (so the compute term is
+``half_time + flops / (peak * eff_max)``). Constants come from ``simulator/data/compute.yaml``.
+
+Tensor-core classes (matmul, attention, conv) use ``peak_flops[precision]``: "fp32" is plain
+FP32 CUDA cores, "tf32"/"bf16"/"fp16" the tensor-core rates. The other classes are
+memory-bound and count their FLOPs against the FP32 peak whatever the precision.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from simulator.errors import ConfigError
+from simulator.hardware import GpuSpec
+from simulator.units import UnitError, parse_time
+
+OP_CLASSES = ("matmul", "attention", "conv", "elementwise", "norm", "embedding", "loss",
+              "optimizer")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class EfficiencyCurve:
+    """``eff(flops) = eff_max * flops / (flops + eff_max * peak * half_time_s)``."""
+
+    eff_max: float
+    half_time_s: float
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class OpClassCalibration:
+    tensor_cores: bool
+    memory_efficiency: float
+    compute: Mapping[str, EfficiencyCurve]     # precision -> curve ("fp32" only if no TC)
+    memory_source: str = ""
+
+
+@dataclass(frozen=True)
+class ComputeCalibration:
+    """Checked contents of a ``compute.yaml``."""
+
+    kernel_launch_s: float
+    op_classes: Mapping[str, OpClassCalibration]
+    source: str = ""
+    launch_source: str = field(default="", compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> "ComputeCalibration":
+        """Check and convert a parsed ``compute.yaml`` mapping.
+
+        :raises ConfigError: with ``source`` and the dotted ``field`` of the first bad value.
+        """
+        _keys(data, {"kernel_launch", "op_classes"}, {"kernel_launch", "op_classes"},
+              source, None)
+        launch = data["kernel_launch"]
+        _keys(launch, {"value", "source"}, {"value", "source"}, source, "kernel_launch")
+        launch_s = _time(launch["value"], source, "kernel_launch.value")
+        classes = data["op_classes"]
+        if not isinstance(classes, dict) or not classes:
+            raise ConfigError("must be a non-empty mapping", source=source, field="op_classes")
+        out = {}
+        for name, entry in classes.items():
+            where = f"op_classes.{name}"
+            if name not in OP_CLASSES:
+                raise ConfigError(f"unknown op class; valid: {', '.join(OP_CLASSES)}",
+                                  source=source, field=where)
+            _keys(entry, {"tensor_cores", "memory_efficiency", "compute"},
+                  {"tensor_cores", "memory_efficiency", "compute"}, source, where)
+            tc = entry["tensor_cores"]
+            if not isinstance(tc, bool):
+                raise ConfigError(f"must be true or false, got {tc!r}", source=source,
+                                  field=f"{where}.tensor_cores")
+            mem = entry["memory_efficiency"]
+            _keys(mem, {"value", "source"}, {"value", "source"}, source,
+                  f"{where}.memory_efficiency")
+            out[name] = OpClassCalibration(
+                tensor_cores=tc,
+                memory_efficiency=_fraction(mem["value"], source,
+                                            f"{where}.memory_efficiency.value"),
+                compute=_curves(entry["compute"], tc, source, f"{where}.compute"),
+                memory_source=_source(mem["source"], source, f"{where}.memory_efficiency"))
+        return cls(kernel_launch_s=launch_s, op_classes=out, source=source,
+                   launch_source=_source(launch["source"], source, "kernel_launch"))
+
+
+def load_compute_calibration(path=None) -> ComputeCalibration:
+    """Read ``path`` (default: the shipped ``simulator/data/compute.yaml``).
+
+    :raises ConfigError: naming the file (and field) when it is unreadable or invalid.
+    """
+    target = path if path is not None else resources.files("simulator") / "data" / "compute.yaml"
+    src = str(target)
+    try:
+        text = target.read_text() if hasattr(target, "read_text") else Path(target).read_text()
+        data = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read compute calibration: {' '.join(str(exc).split())}",
+                          source=src) from None
+    return ComputeCalibration.from_dict(data, src)
+
+
+@functools.cache
+def _default_calibration() -> ComputeCalibration:
+    return load_compute_calibration()
+
+
+class ComputeModel:
+    """Per-op execution time on one GPU model (roofline with size-dependent efficiency)."""
+
+    def __init__(self, gpu: GpuSpec, calibration: ComputeCalibration | dict | None = None,
+                 *, time_scale: float = 1.0):
+        if calibration is None:
+            calibration = _default_calibration()
+        elif isinstance(calibration, dict):
+            calibration = ComputeCalibration.from_dict(calibration)
+        elif not isinstance(calibration, ComputeCalibration):
+            raise TypeError(f"calibration must be a ComputeCalibration, dict or None, "
+                            f"got {type(calibration).__name__}")
+        self.gpu = gpu
+        self.calibration = calibration
+        self.time_scale = _scale_factor(time_scale)
+        self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+
+    @property
+    def kernel_launch_s(self) -> float:
+        return self.calibration.kernel_launch_s
+
+    def scaled(self, factor: float) -> "ComputeModel":
+        """The same model with every op time multiplied by ``factor`` (> 0), e.g. a straggler.
+
+        :raises ValueError: when ``factor`` is not a finite number > 0.
+        """
+        return ComputeModel(self.gpu, self.calibration,
+                            time_scale=self.time_scale * _scale_factor(factor))
+
+    def peak_flops(self, op_class: str, precision: str) -> float:
+        """Peak FLOP/s the op counts against (tensor-core rate or FP32 rate)."""
+        return self._lookup(op_class, precision)[3]
+
+    def efficiency(self, op_class: str, precision: str, flops: float) -> float:
+        """Fraction of :meth:`peak_flops` reached by an op of ``flops`` (0 for 0 FLOPs)."""
+        _, flops_half, _, _ = self._lookup(op_class, precision)
+        flops = _amount(flops, "flops")
+        eff_max = self._curve(op_class, precision).eff_max
+        return eff_max * flops / (flops + flops_half) if flops > 0 else 0.0
+
+    def memory_efficiency(self, op_class: str) -> float:
+        """Fraction of the HBM bandwidth the op class streams at."""
+        return self._class(op_class).memory_efficiency
+
+    def op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
+                  precision: str) -> float:
+        """Seconds one op takes: the slower of its compute and memory time, plus the launch.
+
+        :raises ConfigError: for an unknown ``op_class`` or ``precision``.
+        :raises ValueError: for negative or non-finite ``flops`` / ``bytes_accessed``.
+        """
+        rate, flops_half, mem_bw, _ = self._lookup(op_class, precision)
+        flops = _amount(flops, "flops")
+        nbytes = _amount(bytes_accessed, "bytes_accessed")
+        compute_s = (flops + flops_half) / rate if flops > 0 else 0.0
+        memory_s = nbytes / mem_bw
+        return (max(compute_s, memory_s) + self.calibration.kernel_launch_s) * self.time_scale
+
+    # -- internals ----------------------------------------------------------------------
+    def _class(self, op_class: str) -> OpClassCalibration:
+        table = self.calibration.op_classes
+        if not isinstance(op_class, str) or op_class not in table:
+            raise ConfigError(f"unknown op_class {op_class!r}; valid: {', '.join(sorted(table))}")
+        return table[op_class]
+
+    def _curve(self, op_class: str, precision: str) -> EfficiencyCurve:
+        entry = self._class(op_class)
+        if not isinstance(precision, str) or precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
+        key = precision if entry.tensor_cores else "fp32"
+        if key not in entry.compute:
+            raise ConfigError(f"no compute efficiency for op class {op_class!r} at precision "
+                              f"{precision!r}", source=self.calibration.source)
+        return entry.compute[key]
+
+    def _lookup(self, op_class: str, precision: str) -> tuple[float, float, float, float]:
+        """(sustained rate peak*eff_max, flops_half, effective HBM bytes/s, peak)."""
+        key = (op_class, precision)
+        terms = self._terms.get(key) if isinstance(op_class, str) else None
+        if terms is None:
+            entry, curve = self._class(op_class), self._curve(op_class, precision)
+            peak_key = precision if entry.tensor_cores else "fp32"
+            peak = self.gpu.peak_flops.get(peak_key)
+            if not peak:
+                raise ConfigError(f"GPU {self.gpu.name!r} has no {peak_key} peak rate")
+            terms = (peak * curve.eff_max, curve.eff_max * peak * curve.half_time_s,
+                     self.gpu.hbm_bw_bytes_per_s * entry.memory_efficiency, peak)
+            self._terms[key] = terms
+        return terms
+
+    def __repr__(self) -> str:
+        return f"ComputeModel({self.gpu.name!r}, time_scale={self.time_scale:g})"
+
+
+def _amount(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def _scale_factor(factor: Any) -> float:
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or not math.isfinite(factor) or factor <= 0:
+        raise ValueError(f"slowdown factor must be a finite number > 0, got {factor!r}")
+    return float(factor)
+
+
+def _keys(entry: Any, allowed: set, required: set, src: str, where: str | None) -> None:
+    if not isinstance(entry, dict):
+        raise ConfigError("must be a mapping", source=src, field=where)
+    unknown = sorted(map(str, set(entry) - allowed))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; valid: "
+                          f"{', '.join(sorted(allowed))}", source=src, field=where)
+    missing = sorted(required - set(entry))
+    if missing:
+        raise ConfigError(f"missing key(s) {', '.join(missing)}", source=src, field=where)
+
+
+def _curves(table: Any, tensor_cores: bool, src: str, where: str) -> dict:
+    if not isinstance(table, dict) or not table:
+        raise ConfigError("must be a non-empty mapping precision -> curve", source=src,
+                          field=where)
+    valid = PRECISIONS if tensor_cores else ("fp32",)
+    out = {}
+    for precision, curve in table.items():
+        at = f"{where}.{precision}"
+        if precision not in valid:
+            raise ConfigError(f"unknown precision; valid here: {', '.join(valid)}"
+                              + ("" if tensor_cores else " (class without tensor cores)"),
+                              source=src, field=at)
+        _keys(curve, {"eff_max", "half_time", "source"}, {"eff_max", "half_time", "source"},
+              src, at)
+        out[precision] = EfficiencyCurve(
+            eff_max=_fraction(curve["eff_max"], src, f"{at}.eff_max"),
+            half_time_s=_time(curve["half_time"], src, f"{at}.half_time"),
+            source=_source(curve["source"], src, at))
+    if "fp32" not in out and not tensor_cores:
+        raise ConfigError("missing key(s) fp32", source=src, field=where)
+    return out
+
+
+def _fraction(value: Any, src: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value <= 1:
+        raise ConfigError(f"must be a number in (0, 1], got {value!r}", source=src, field=where)
+    return float(value)
+
+
+def _time(value: Any, src: str, where: str) -> float:
+    try:
+        seconds = parse_time(value)
+    except UnitError as exc:
+        raise ConfigError(str(exc), source=src, field=where) from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"must be >= 0, got {value!r}", source=src, field=where)
+    return seconds
+
+
+def _source(value: Any, src: str, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError("source must be a non-empty string", source=src,
+                          field=f"{where}.source")
+    return value.strip()
