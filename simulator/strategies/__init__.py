@@ -1,0 +1,61 @@
+"""Training strategies: per-layer costs + a parallelism config -> one iteration's Trace.
+
+A strategy is ``build(layers, cfg, world, *, model="", tokens_per_sample=0,
+model_flops_per_sample=None) -> Trace``; ``layers`` are ``simulator.models.layer_costs`` of
+one micro-batch (``batch = cfg.micro_batch``). ``parse_strategy`` turns a YAML mapping
+(``{name: fsdp, sharding: HYBRID_SHARD, ...}``) into the config, raising ConfigError that
+names ``strategy.<field>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from simulator.errors import ConfigError
+from simulator.trace import Trace
+
+from .base import CommonConfig, World
+from .ddp import DDPConfig, assign_buckets, ddp
+from .fsdp import fsdp
+from .fsdp_config import SHARDINGS, FSDPConfig, ShardPlan, resolve_plan
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    description: str
+    config: type[CommonConfig]
+    build: Callable[..., Trace]
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "ddp": Strategy("ddp", "PyTorch DDP: full replicas, bucketed gradient all-reduce "
+                    "overlapped with backward", DDPConfig, ddp),
+    "fsdp": Strategy("fsdp", "PyTorch FSDP/FSDP2 (ZeRO-3 style): sharded params, all-gather "
+                     "per unit, gradient reduce-scatter; HSDP", FSDPConfig, fsdp),
+}
+
+
+def parse_strategy(data: Any, source: str | None = None) -> CommonConfig:
+    """The config of ``data['name']`` validated from the mapping ``data``."""
+    try:
+        if not isinstance(data, dict):
+            raise ConfigError("must be a mapping with a 'name'", field="strategy")
+        name = data.get("name")
+        if name not in STRATEGIES:
+            raise ConfigError(f"unknown strategy {name!r}; valid: {', '.join(STRATEGIES)}",
+                              field="strategy.name")
+        return STRATEGIES[name].config(**data)
+    except ConfigError as exc:
+        raise (exc.located(source) if source else exc) from None
+
+
+def build_trace(layers, cfg: CommonConfig, world: World, **meta: Any) -> Trace:
+    """Run the strategy named by ``cfg.name``."""
+    return STRATEGIES[cfg.name].build(layers, cfg, world, **meta)
+
+
+__all__ = ["SHARDINGS", "STRATEGIES", "CommonConfig", "DDPConfig", "FSDPConfig", "ShardPlan",
+           "Strategy", "World", "assign_buckets", "build_trace", "ddp", "fsdp",
+           "parse_strategy", "resolve_plan"]

@@ -1,0 +1,220 @@
+"""What every strategy generator shares: the world, common config, op emission, meta.
+
+A strategy is a function ``(layers, cfg, world, *, model="", tokens_per_sample=0,
+model_flops_per_sample=None) -> Trace``. ``layers`` are the per-layer costs of ONE
+micro-batch (``layer_costs(model, batch=cfg.micro_batch, ...)``); the generator repeats them
+``cfg.grad_accum`` times and adds the communication and the optimizer step.
+
+Memory conventions (bytes per parameter, ZeRO arXiv:1910.02054 §3.1):
+
+* fp32 optimizer moments: Adam 8 (m, v), SGD 4 (momentum);
+* plus a 4-byte fp32 master copy when the model weights are kept in 16 bits, so
+  mixed-precision Adam is 2 + 2 + 12 = 16 bytes per parameter (K = 12), and fp32 Adam
+  4 + 4 + 8 = 16 as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simulator.errors import ConfigError
+from simulator.trace import Op
+
+if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
+    from simulator.models import LayerCost
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+OPT_MOMENT_BYTES = {"adam": 8, "sgd": 4}     # fp32 optimizer state without master weights
+MASTER_BYTES = 4                             # fp32 master weights of a 16-bit model
+# A memory-bound optimizer step touches about this many HBM bytes / FLOPs per parameter
+# (Adam: grad + param + 12 bytes of state; SGD with momentum: grad + param + momentum).
+OPT_STEP_BYTES = {"adam": 20, "sgd": 12}
+OPT_STEP_FLOPS = {"adam": 12, "sgd": 3}
+CLASS_ID = "all"
+
+Dtype = Literal["fp32", "bf16", "fp16"]
+
+
+@dataclass(frozen=True)
+class World:
+    """``world_size`` ranks 0..N-1; rank r sits on node ``r // gpus_per_node``."""
+
+    world_size: int
+    gpus_per_node: int
+
+    def __post_init__(self):
+        for name in ("world_size", "gpus_per_node"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", field=name)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(range(self.world_size))
+
+
+def config_error(exc: ValidationError, prefix: str = "strategy") -> ConfigError:
+    """The first pydantic error as a :class:`ConfigError` naming ``prefix.field``."""
+    first = exc.errors()[0]
+    loc = [str(x) for x in first["loc"] if not str(x).startswith(("list[", "literal["))
+           and x not in ("int", "bool", "str", "float", "none")]
+    field = ".".join([prefix, *loc[:2]]) if loc else prefix
+    if first["type"] == "extra_forbidden":
+        return ConfigError("unknown key", field=field)
+    return ConfigError(first["msg"].removeprefix("Value error, "), field=field)
+
+
+class CommonConfig(BaseModel):
+    """Options every data-parallel strategy has. Validation errors are :class:`ConfigError`
+    naming ``strategy.<field>``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: str
+    precision: Literal["fp32", "tf32", "bf16", "fp16"] = "bf16"   # compute precision
+    micro_batch: int = Field(1, gt=0)        # samples per GPU per micro-step
+    grad_accum: int = Field(1, ge=1)         # micro-steps per optimizer step
+    activation_checkpointing: bool = False   # recompute each *block* layer in backward
+    optimizer: Literal["adam", "sgd"] = "adam"   # sgd = with momentum
+    param_dtype: Dtype | None = None         # weights used in compute (see each strategy)
+    reduce_dtype: Dtype | None = None        # gradient communication; None: param_dtype
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise config_error(exc) from None
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        self._check()      # a ConfigError is not a ValueError: pydantic lets it through
+        return self
+
+    def _check(self) -> None:
+        """Cross-field checks (subclasses); raise ConfigError naming the field."""
+
+    def weight_bytes(self) -> int:
+        """Bytes per element of the weights the kernels read."""
+        return DTYPE_BYTES[self.param_dtype or self.default_param_dtype()]
+
+    def grad_reduce_bytes(self) -> int:
+        return DTYPE_BYTES[self.reduce_dtype] if self.reduce_dtype else self.weight_bytes()
+
+    def default_param_dtype(self) -> str:
+        return "fp32" if self.precision in ("fp32", "tf32") else self.precision
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ------------------------------------------------------------------------ op emission
+class OpList:
+    """Ops of one rank class, numbered in issue order."""
+
+    def __init__(self):
+        self.ops: list[Op] = []
+
+    def add(self, **kw: Any) -> int:
+        kw["deps"] = tuple(sorted({d for d in kw.get("deps", ()) if d is not None}))
+        op = Op(id=len(self.ops), **kw)
+        self.ops.append(op)
+        return op.id
+
+    def last_on(self, stream: str) -> int | None:
+        for op in reversed(self.ops):
+            if op.stream == stream:
+                return op.id
+        return None
+
+    def alloc(self, op_id: int, nbytes: int) -> None:
+        self.ops[op_id].mem_alloc_bytes += int(nbytes)
+
+    def free(self, op_id: int, nbytes: int) -> None:
+        self.ops[op_id].mem_free_bytes += int(nbytes)
+
+
+def is_checkpointed(layer: "LayerCost", cfg: CommonConfig) -> bool:
+    """Activation checkpointing wraps the repeated blocks (kind ``*_block``)."""
+    return cfg.activation_checkpointing and layer.kind.endswith("block")
+
+
+def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=()) -> tuple[int, int]:
+    """One compute op per OpCost; ``deps`` on the first. Returns (first id, last id)."""
+    ids = []
+    for i, c in enumerate(costs or ()):
+        ids.append(ol.add(stream="compute", kind="compute", name=c.name, layer=layer.name,
+                          phase=phase, flops=float(c.flops),
+                          bytes_accessed=float(c.bytes_accessed), op_class=c.op_class,
+                          deps=tuple(deps) if i == 0 else (), attrs={"micro_step": micro}))
+    if not ids:      # a layer without kernels still marks its place
+        ids.append(ol.add(stream="compute", kind="compute", name=f"{layer.name}.{phase}",
+                          layer=layer.name, phase=phase, op_class="elementwise",
+                          deps=tuple(deps), attrs={"micro_step": micro}))
+    return ids[0], ids[-1]
+
+
+def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=()) -> tuple[int, int]:
+    """Forward ops of a layer; its saved activations are allocated at the first op (a
+    checkpointed layer keeps only its output after the last op)."""
+    first, last = _emit_costs(ol, layer, layer.forward, "forward", micro, deps)
+    ol.alloc(first, layer.activation_bytes)
+    if is_checkpointed(layer, cfg):
+        ol.free(last, max(0, layer.activation_bytes - layer.output_bytes))
+    return first, last
+
+
+def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int,
+                  deps=()) -> tuple[int, int, int]:
+    """(Recompute +) backward ops of a layer; frees what its forward kept.
+    Returns (first op, first backward op, last op)."""
+    held = layer.activation_bytes
+    first = None
+    if is_checkpointed(layer, cfg):
+        first, _ = _emit_costs(ol, layer, layer.forward, "recompute", micro, deps)
+        ol.alloc(first, layer.activation_bytes)
+        held = min(layer.output_bytes, layer.activation_bytes) + layer.activation_bytes
+        deps = ()
+    bfirst, last = _emit_costs(ol, layer, layer.backward, "backward", micro, deps)
+    ol.free(last, held)
+    return (bfirst if first is None else first), bfirst, last
+
+
+def emit_optimizer(ol: OpList, cfg: CommonConfig, params_per_rank: int, deps=(),
+                   cpu_bytes_per_s: float | None = None) -> int:
+    """The optimizer step over this rank's parameters: a memory-bound GPU kernel, or a
+    CPU ``delay`` of ``params * OPT_STEP_BYTES / cpu_bytes_per_s`` seconds."""
+    nbytes = params_per_rank * OPT_STEP_BYTES[cfg.optimizer]
+    common = dict(stream="compute", name=f"optimizer.{cfg.optimizer}", phase="optimizer",
+                  deps=tuple(deps), attrs={"params": params_per_rank})
+    if cpu_bytes_per_s:
+        return ol.add(kind="delay", duration_s=nbytes / cpu_bytes_per_s,
+                      op_class="optimizer", **common)
+    return ol.add(kind="compute", op_class="optimizer", bytes_accessed=float(nbytes),
+                  flops=float(params_per_rank * OPT_STEP_FLOPS[cfg.optimizer]), **common)
+
+
+def check_layers(layers) -> int:
+    """Total parameter count; ConfigError for an empty model."""
+    if not layers:
+        raise ConfigError("the model has no layers", field="model")
+    return sum(int(layer.params) for layer in layers)
+
+
+def build_meta(layers, cfg: CommonConfig, world: World, *, strategy: str, model: str,
+               tokens_per_sample: int, model_flops_per_sample: float | None,
+               static_bytes: int, **extra: Any) -> dict:
+    """The ``Trace.meta`` keys of the contract (plus strategy details in ``extra``)."""
+    global_batch = cfg.micro_batch * cfg.grad_accum * world.world_size
+    if model_flops_per_sample is None:   # layers are one micro-batch: forward + backward
+        per_micro = sum(c.flops for layer in layers for c in (*layer.forward, *layer.backward))
+        model_flops_per_sample = per_micro / cfg.micro_batch
+    return {"model": model, "strategy": strategy, "precision": cfg.precision,
+            "global_batch": global_batch, "micro_batch": cfg.micro_batch,
+            "grad_accum": cfg.grad_accum, "tokens_per_sample": int(tokens_per_sample),
+            "model_flops_per_iteration": float(model_flops_per_sample) * global_batch,
+            "params": sum(int(layer.params) for layer in layers),
+            "static_memory_bytes": {CLASS_ID: int(static_bytes)}, **extra}

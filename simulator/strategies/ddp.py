@@ -1,0 +1,129 @@
+"""PyTorch DistributedDataParallel: full replicas, bucketed gradient all-reduce.
+
+Mechanics (``torch/nn/parallel/distributed.py``, ``reducer.hpp``):
+
+* gradients are assigned to buckets in reverse layer order (the order backward produces
+  them); the first bucket holds ``first_bucket_mb`` (kDefaultFirstBucketBytes = 1 MiB), the
+  others ``bucket_cap_mb`` (25 MiB). MB here is MiB, as in PyTorch.
+* a bucket's all-reduce (stream ``comm``, all ranks) is launched when the last gradient of
+  the bucket is ready, i.e. when the backward of the last layer contributing to it ends, and
+  overlaps the rest of the backward pass. Buckets are reduced in order.
+* with ``grad_accum`` k, the first k-1 micro-steps run under ``no_sync()`` (no all-reduce).
+* the optimizer step runs after the last bucket is reduced.
+
+Approximation: the layer is the finest grain we know, so a layer's gradient is split across
+buckets byte-wise; PyTorch never splits a tensor (a tensor above the cap gets a bucket of
+its own). Memory: the weights (``param_dtype``), the gradient buckets (``reduce_dtype``) and
+the optimizer state are static (16 bytes/param for Adam); activations live from each
+layer's forward to its backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from simulator.errors import ConfigError
+from simulator.trace import Communicator, RankClass, Trace
+
+from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList, World,
+                   build_meta, check_layers, emit_backward, emit_forward, emit_optimizer)
+
+MIB = 1 << 20
+COMM_WORLD = "world"
+
+
+class DDPConfig(CommonConfig):
+    """``strategy: {name: ddp, ...}``.
+
+    ``param_dtype`` defaults to fp32: torch.autocast keeps fp32 weights and gradients, so
+    the all-reduce moves fp32 unless ``reduce_dtype`` (a bf16/fp16 comm hook) says otherwise.
+    Set ``param_dtype: bf16`` for a model cast to bf16.
+    """
+
+    name: str = "ddp"
+    bucket_cap_mb: float = Field(25.0, gt=0)     # DistributedDataParallel(bucket_cap_mb=25)
+    first_bucket_mb: float = Field(1.0, gt=0)    # reducer.hpp kDefaultFirstBucketBytes
+
+    def _check(self) -> None:
+        if self.name != "ddp":
+            raise ConfigError(f"expected 'ddp', got {self.name!r}", field="strategy.name")
+
+    def default_param_dtype(self) -> str:
+        return "fp32"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One gradient bucket: ``layers`` in the order their gradients arrive (reverse layer
+    order); ``ready_layer`` is the index of the layer whose backward completes it."""
+
+    index: int
+    size_bytes: int
+    layers: tuple[str, ...]
+    ready_layer: int
+
+
+def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) -> list[Bucket]:
+    """Buckets in reverse layer order, the first capped at ``first_bytes``."""
+    buckets: list[Bucket] = []
+    size, names, last = 0, [], -1
+    for idx in reversed(range(len(layers))):
+        remaining = int(layers[idx].params) * grad_bytes
+        while remaining > 0:
+            cap = first_bytes if not buckets else cap_bytes
+            take = min(remaining, cap - size)
+            size, remaining, last = size + take, remaining - take, idx
+            if not names or names[-1] != layers[idx].name:
+                names.append(layers[idx].name)
+            if size >= cap:
+                buckets.append(Bucket(len(buckets), size, tuple(names), idx))
+                size, names = 0, []
+    if size:
+        buckets.append(Bucket(len(buckets), size, tuple(names), last))
+    return buckets
+
+
+def static_bytes_per_param(cfg: DDPConfig) -> int:
+    """Weights + gradients + optimizer state (+ fp32 master copy of 16-bit weights)."""
+    master = MASTER_BYTES if cfg.weight_bytes() < 4 else 0
+    return cfg.weight_bytes() + cfg.grad_reduce_bytes() + OPT_MOMENT_BYTES[cfg.optimizer] + master
+
+
+def _micro_step(ol: OpList, layers, cfg: DDPConfig, micro: int, ready: dict) -> None:
+    for layer in layers:
+        emit_forward(ol, layer, cfg, micro)
+    for idx in reversed(range(len(layers))):
+        _, _, last = emit_backward(ol, layers[idx], cfg, micro)
+        for b in ready.get(idx, ()):
+            ol.add(stream="comm", kind="collective", name=f"all_reduce.bucket{b.index}",
+                   phase="backward", collective="all_reduce", size_bytes=b.size_bytes,
+                   comm=COMM_WORLD, deps=(last,), layer=layers[idx].name,
+                   attrs={"bucket": b.index, "layers": list(b.layers), "micro_step": micro})
+
+
+def ddp(layers, cfg: DDPConfig, world: World, *, model: str = "", tokens_per_sample: int = 0,
+        model_flops_per_sample: float | None = None) -> Trace:
+    """The DDP trace of one iteration (``grad_accum`` micro-steps + optimizer step)."""
+    params = check_layers(layers)
+    buckets = assign_buckets(layers, cfg.grad_reduce_bytes(), int(cfg.bucket_cap_mb * MIB),
+                             int(cfg.first_bucket_mb * MIB))
+    syncs = world.world_size > 1
+    ready: dict[int, list[Bucket]] = {}
+    for b in buckets if syncs else ():
+        ready.setdefault(b.ready_layer, []).append(b)
+    ol = OpList()
+    for micro in range(cfg.grad_accum):
+        _micro_step(ol, layers, cfg, micro, ready if micro == cfg.grad_accum - 1 else {})
+    emit_optimizer(ol, cfg, params, deps=(ol.last_on("comm"),))
+    static = params * static_bytes_per_param(cfg)
+    meta = build_meta(layers, cfg, world, strategy="ddp", model=model,
+                      tokens_per_sample=tokens_per_sample,
+                      model_flops_per_sample=model_flops_per_sample, static_bytes=static,
+                      buckets=[{"index": b.index, "size_bytes": b.size_bytes,
+                                "layers": list(b.layers)} for b in buckets])
+    comms = {COMM_WORLD: Communicator(COMM_WORLD, (world.ranks,))} if syncs else {}
+    trace = Trace(world.world_size, [RankClass(CLASS_ID, world.ranks, ol.ops)], comms, meta)
+    trace.validate()
+    return trace

@@ -1,0 +1,272 @@
+"""PyTorch FSDP (FSDP1 ``FullyShardedDataParallel`` / FSDP2 ``fully_shard``) as a Trace.
+
+Units: ``wrap: transformer_block`` makes each ``transformer_block`` layer a unit (``block``:
+every ``*_block`` layer; ``none``: one unit); every other layer (embeddings, final norm,
+head) is in the root unit. Like FSDP1 (``_post_forward_reshard``: ``not state._is_root``)
+and FSDP2 (root uses ``reshard_after_forward=False``) the root is not resharded after
+forward: 1 all-gather + 1 reduce-scatter per micro-step, against 2 + 1 for other units.
+
+Per unit and micro-step (streams of FSDP1 ``_init_streams``):
+
+* forward: [h2d of the shard (cpu_offload), stream ``h2d``] -> all_gather (``unshard``)
+  -> compute waits for it -> reshard (free) after its last forward op unless kept;
+* backward (reverse order): all_gather again if resharded (over the ``reshard`` groups for
+  an FSDP2 int) -> (recompute) + backward -> free -> reduce_scatter (``post_backward``) ->
+  HSDP all_reduce of the shard over the replicate groups (``all_reduce``) -> [d2h].
+  NO_SHARD: all_reduce of the unit's gradient on ``post_backward``.
+
+Issue order follows the hooks: all-gathers and reduce-scatters of one process group share
+one NCCL stream, so each also depends on the previous collective of its group. Prefetch:
+BACKWARD_PRE all-gathers the next unit in the current unit's pre-backward hook (before its
+gradient compute), BACKWARD_POST in its post-backward hook (after the gradient compute,
+before its reduce-scatter), None when the next unit needs it. ``forward_prefetch`` issues
+the next forward all-gather before the current forward compute; without it the forward
+all-gathers still overlap compute (the CPU runs ahead), limited by the rate limiter:
+``limit_all_gathers`` queues each reshard's free and an all-gather issued while two frees
+are queued waits for the oldest (``_free_event_queue``, at most 2 in flight).
+
+Memory: static = sharded fp32 params (4) + sharded fp32 grads (4) + optimizer moments (8 for
+Adam; the fp32 flat param is the master copy) per parameter / shard size = 16 Ψ / S, none
+with cpu_offload. Gathered params (``param_dtype``) live from all-gather start to reshard,
+unsharded gradients from the unit's first backward op to its reduce-scatter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.trace import Communicator, RankClass, Trace
+
+from .base import (CLASS_ID, OPT_MOMENT_BYTES, OpList, World, build_meta, ceil_div,
+                   check_layers, emit_backward, emit_forward, emit_optimizer)
+from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
+
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    name: str
+    params: int
+    root: bool
+
+
+def build_units(layers, wrap: str) -> tuple[list[Unit], list[int]]:
+    """Units (root first) and the unit index of each layer."""
+    def wrapped(layer) -> bool:
+        return (wrap == "transformer_block" and layer.kind == "transformer_block") or (
+            wrap == "block" and layer.kind.endswith("block"))
+    unit_of = [0] * len(layers)
+    units = [None]
+    for i, layer in enumerate(layers):
+        if wrapped(layer):
+            unit_of[i] = len(units)
+            units.append(Unit(len(units), layer.name, int(layer.params), False))
+    root = sum(int(layers[i].params) for i in range(len(layers)) if unit_of[i] == 0)
+    units[0] = Unit(0, "root", root, True)
+    return units, unit_of
+
+
+def segments(unit_of: list[int]) -> list[tuple[int, list[int]]]:
+    """Maximal runs of consecutive layers of one unit, in forward order."""
+    segs: list[tuple[int, list[int]]] = []
+    for i, u in enumerate(unit_of):
+        if segs and segs[-1][0] == u:
+            segs[-1][1].append(i)
+        else:
+            segs.append((u, [i]))
+    return segs
+
+
+class _Schedule:
+    """Emits one class's ops; keeps what is gathered, the free queue, NCCL issue order."""
+
+    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units, unit_of):
+        self.layers, self.cfg, self.plan, self.units = layers, cfg, plan, units
+        self.segs = segments(unit_of)
+        self.ol = OpList()
+        self.wb, self.rb = cfg.weight_bytes(), cfg.grad_reduce_bytes()
+        self.gathered: dict[int, int | None] = {}   # unit -> op compute waits for
+        self.held: dict[int, int] = {}              # unit -> gathered bytes to free
+        self.partial: set[int] = set()              # units holding a 1/k reshard
+        self.queue: list[int] = []                  # rate limiter free events
+        self.pg_last: dict[str, int] = {}           # communicator -> last collective
+
+    # ------------------------------------------------------------------ sizes
+    def shard_params(self, u: Unit) -> int:
+        return ceil_div(u.params, self.plan.shard)
+
+    def padded(self, u: Unit) -> int:
+        return self.shard_params(u) * self.plan.shard
+
+    def needs_gather(self, u: Unit | None) -> bool:
+        resident = self.plan.shard == 1 and not self.cfg.cpu_offload
+        return u is not None and u.params > 0 and not resident and u.index not in self.gathered
+
+    # ------------------------------------------------------------------ collectives
+    def collective(self, kind: str, stream: str, comm: str, size: int, deps, name: str,
+                   micro: int, phase: str, **mem) -> int:
+        deps = [*deps, self.pg_last.get(comm)]
+        op = self.ol.add(stream=stream, kind="collective", collective=kind, comm=comm,
+                         size_bytes=int(size), deps=deps, name=f"{kind}.{name}", layer=name,
+                         phase=phase, attrs={"micro_step": micro}, **mem)
+        self.pg_last[comm] = op
+        return op
+
+    def memcpy(self, direction: str, size: int, deps, name: str, micro: int, phase: str,
+               **mem) -> int:
+        return self.ol.add(stream=direction, kind="memcpy", name=f"{direction}.{name}",
+                           layer=name, phase=phase, size_bytes=int(size), deps=deps,
+                           attrs={"direction": direction, "micro_step": micro}, **mem)
+
+    def unshard(self, u: Unit, micro: int, phase: str, deps=()) -> None:
+        deps = list(deps)
+        if self.cfg.limit_all_gathers and len(self.queue) >= 2:
+            deps.append(self.queue.pop(0))
+        partial = u.index in self.partial
+        copied = 0
+        if self.cfg.cpu_offload and not partial:
+            copied = self.shard_params(u) * FP32
+            deps = [self.memcpy("h2d", copied, deps, u.name, micro, phase,
+                                mem_alloc_bytes=copied)]
+        if self.plan.shard == 1:            # NO_SHARD + offload: the copy is the param
+            self.gathered[u.index], self.held[u.index] = deps[0], copied
+            return
+        comm = "reshard" if partial else "shard"
+        kept = ceil_div(u.params, self.plan.reshard) * self.wb if partial else 0
+        gathered = self.padded(u) * self.wb
+        self.gathered[u.index] = self.collective(
+            "all_gather", "unshard", comm, gathered, deps, u.name, micro, phase,
+            mem_alloc_bytes=gathered, mem_free_bytes=copied + kept)
+        self.held[u.index] = gathered
+        self.partial.discard(u.index)
+
+    def free(self, u: Unit, op: int) -> None:
+        self.ol.free(op, self.held.pop(u.index))
+        del self.gathered[u.index]
+        if self.cfg.limit_all_gathers:
+            self.queue.append(op)
+
+    def reshard_after_forward(self, u: Unit, op: int) -> None:
+        if u.root or not self.plan.reshard or u.index not in self.held:
+            return
+        self.free(u, op)
+        if self.plan.reshard < self.plan.shard:      # FSDP2 int: keep 1/k
+            self.ol.alloc(op, ceil_div(u.params, self.plan.reshard) * self.wb)
+            self.partial.add(u.index)
+
+    def reduce(self, u: Unit, op: int, micro: int) -> int:
+        """Reduce-scatter / all-reduce / offload of a unit's gradient; the last op."""
+        plan, offload, shard_p = self.plan, self.cfg.cpu_offload, self.shard_params(u)
+        grad, cast = self.padded(u) * self.wb, 0
+        last = op
+        if plan.shard > 1:
+            cast = self.padded(u) * self.rb if self.rb != self.wb else 0
+            keep = shard_p * FP32 if offload else 0
+            last = self.collective("reduce_scatter", "post_backward", "shard",
+                                   self.padded(u) * self.rb, [op], u.name, micro, "backward",
+                                   mem_alloc_bytes=cast + keep, mem_free_bytes=grad + cast)
+            grad = keep
+        if plan.replicate > 1:
+            stream = "all_reduce" if plan.shard > 1 else "post_backward"
+            last = self.collective("all_reduce", stream, "replicate", shard_p * self.rb,
+                                   [last], u.name, micro, "backward")
+        if offload:
+            last = self.memcpy("d2h", shard_p * FP32, [last], u.name, micro, "backward",
+                               mem_free_bytes=grad)
+        return last
+
+    # ------------------------------------------------------------------ passes
+    def forward(self, micro: int) -> None:
+        last_seg = {u: i for i, (u, _) in enumerate(self.segs)}
+        for si, (ui, lids) in enumerate(self.segs):
+            unit = self.units[ui]
+            if self.needs_gather(unit):
+                self.unshard(unit, micro, "forward")
+            nxt = self.units[self.segs[si + 1][0]] if si + 1 < len(self.segs) else None
+            if self.cfg.forward_prefetch and self.needs_gather(nxt):
+                self.unshard(nxt, micro, "forward")
+            for j, li in enumerate(lids):
+                deps = (self.gathered.get(ui),) if j == 0 else ()
+                _, last = emit_forward(self.ol, self.layers[li], self.cfg, micro, deps)
+            if si == last_seg[ui]:
+                self.reshard_after_forward(unit, last)
+
+    def backward(self, micro: int) -> None:
+        segs = self.segs[::-1]
+        first_seg, last_seg = {}, {}
+        for i, (u, _) in enumerate(segs):
+            first_seg.setdefault(u, i)
+            last_seg[u] = i
+        grads_dynamic = self.plan.shard > 1 or self.cfg.cpu_offload
+        for si, (ui, lids) in enumerate(segs):
+            unit = self.units[ui]
+            nxt = self.units[segs[si + 1][0]] if si + 1 < len(segs) else None
+            if self.needs_gather(unit):
+                self.unshard(unit, micro, "backward")
+            first = si == first_seg[ui]
+            if first and self.cfg.backward_prefetch == "BACKWARD_PRE" and self.needs_gather(nxt):
+                self.unshard(nxt, micro, "backward")
+            for j, li in enumerate(reversed(lids)):
+                deps = (self.gathered.get(ui),) if j == 0 else ()
+                _, bfirst, last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps)
+                if first and j == 0 and grads_dynamic:
+                    self.ol.alloc(bfirst, self.padded(unit) * self.wb)
+            if si == last_seg[ui]:
+                self.post_backward(unit, last, nxt, micro)
+
+    def post_backward(self, unit: Unit, last: int, nxt: Unit | None, micro: int) -> None:
+        """FSDP1 ``_post_backward_hook``: reshard, BACKWARD_POST prefetch, reduce."""
+        if unit.params == 0:
+            return
+        if unit.index in self.held and self.plan.shard > 1:
+            self.free(unit, last)
+        if self.cfg.backward_prefetch == "BACKWARD_POST" and self.needs_gather(nxt):
+            self.unshard(nxt, micro, "backward", deps=(last,))
+        self.reduce(unit, last, micro)
+        if unit.index in self.held:          # NO_SHARD + offload: drop the GPU copy
+            self.ol.free(last, self.held.pop(unit.index))
+            del self.gathered[unit.index]
+
+
+def communicators(plan: ShardPlan) -> dict[str, Communicator]:
+    comms = {}
+    if plan.shard > 1:
+        comms["shard"] = Communicator("shard", plan.shard_groups())
+    if plan.replicate > 1:
+        comms["replicate"] = Communicator("replicate", plan.replicate_groups())
+    if 1 < plan.reshard < plan.shard:
+        comms["reshard"] = Communicator("reshard", plan.reshard_groups())
+    return comms
+
+
+def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_sample: int = 0,
+         model_flops_per_sample: float | None = None) -> Trace:
+    """The FSDP trace of one iteration (``grad_accum`` micro-steps + optimizer step).
+
+    Each micro-step reduces its gradients (no ``no_sync``: accumulating unsharded
+    gradients would cost a full gradient replica)."""
+    check_layers(layers)
+    plan = resolve_plan(cfg, world)
+    units, unit_of = build_units(layers, cfg.wrap)
+    sched = _Schedule(layers, cfg, plan, units, unit_of)
+    for micro in range(cfg.grad_accum):
+        sched.forward(micro)
+        sched.backward(micro)
+    ol = sched.ol
+    per_rank = sum(sched.shard_params(u) for u in units)
+    ends = [ol.last_on(s) for s in ("post_backward", "all_reduce", "d2h")]
+    emit_optimizer(ol, cfg, per_rank, deps=ends,
+                   cpu_bytes_per_s=cfg.cpu_adam_bytes_per_s if cfg.cpu_offload else None)
+    static = 0 if cfg.cpu_offload else per_rank * (FP32 + FP32 + OPT_MOMENT_BYTES[cfg.optimizer])
+    meta = build_meta(layers, cfg, world, strategy="fsdp", model=model,
+                      tokens_per_sample=tokens_per_sample,
+                      model_flops_per_sample=model_flops_per_sample, static_bytes=static,
+                      sharding=plan.label, shard_size=plan.shard,
+                      replicate_size=plan.replicate, reshard_size=plan.reshard,
+                      units=[u.name for u in units if u.params > 0])
+    trace = Trace(world.world_size, [RankClass(CLASS_ID, world.ranks, ol.ops)],
+                  communicators(plan), meta)
+    trace.validate()
+    return trace

@@ -1,0 +1,392 @@
+"""Strategy generators: DDP buckets, FSDP collectives, prefetch/rate-limit deps, memory."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.strategies import (STRATEGIES, DDPConfig, FSDPConfig, World, assign_buckets,
+                                  build_trace, ddp, fsdp, parse_strategy)
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Cost:          # the OpCost contract (docs/training-interfaces.md section 1)
+    name: str
+    op_class: str
+    flops: float
+    bytes_accessed: float
+
+
+@dataclass(frozen=True)
+class Layer:         # the LayerCost contract
+    name: str
+    kind: str
+    params: int
+    forward: tuple
+    backward: tuple
+    activation_bytes: int
+    output_bytes: int
+
+
+def layer(name, kind, params, act=1000, out=100):
+    fwd = (Cost("mm", "matmul", 2e9, 1e6), Cost("norm", "norm", 1e6, 1e5))
+    bwd = (Cost("mm.dgrad", "matmul", 2e9, 1e6), Cost("mm.wgrad", "matmul", 2e9, 1e6))
+    return Layer(name, kind, params, fwd, bwd, act, out)
+
+
+BLOCKS = 6
+BLOCK_PARAMS = 8 * MIB          # divisible by every world size used here
+ROOT_PARAMS = 2 * MIB
+
+
+def model(blocks=BLOCKS):
+    return ([layer("embed", "embedding", ROOT_PARAMS // 2)]
+            + [layer(f"block.{i}", "transformer_block", BLOCK_PARAMS) for i in range(blocks)]
+            + [layer("norm", "norm", 0), layer("head", "head", ROOT_PARAMS // 2)])
+
+
+PSI = 2 * ROOT_PARAMS // 2 + BLOCKS * BLOCK_PARAMS
+
+
+def ops(trace):
+    assert len(trace.classes) == 1 and trace.classes[0].ranks == tuple(range(trace.world_size))
+    return trace.classes[0].ops
+
+
+def colls(trace, kind=None):
+    return [o for o in ops(trace) if o.kind == "collective" and kind in (None, o.collective)]
+
+
+def compute_ids(trace, layer_name, phase):
+    return [o.id for o in ops(trace)
+            if o.kind == "compute" and o.layer == layer_name and o.phase == phase]
+
+
+def held_after(trace, last_id):
+    """Bytes allocated minus freed by ops up to ``last_id`` (issue order)."""
+    return sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)[:last_id + 1])
+
+
+def fsdp_trace(world=World(8, 4), layers=None, **kw):
+    return fsdp(layers or model(), FSDPConfig(**kw), world)
+
+
+# ------------------------------------------------------------------------------ DDP
+def test_ddp_buckets_reverse_order_first_one_mib():
+    layers = model()
+    buckets = assign_buckets(layers, 4, 25 * MIB, 1 * MIB)
+    assert buckets[0].size_bytes == 1 * MIB and buckets[0].layers[0] == "head"
+    assert all(b.size_bytes <= 25 * MIB for b in buckets)
+    assert all(b.size_bytes == 25 * MIB for b in buckets[1:-1])
+    assert sum(b.size_bytes for b in buckets) == PSI * 4
+    assert buckets[-1].layers[-1] == "embed"
+    order = [n for b in buckets for n in b.layers]
+    names = [lay.name for lay in reversed(layers) if lay.params]
+    assert [n for i, n in enumerate(order) if i == 0 or order[i - 1] != n] == names
+
+
+def test_ddp_allreduce_waits_for_last_layer_of_its_bucket():
+    trace = ddp(model(), DDPConfig(), World(8, 8))
+    ars = colls(trace, "all_reduce")
+    assert len(ars) == len(trace.meta["buckets"])
+    assert [o.size_bytes for o in ars] == [b["size_bytes"] for b in trace.meta["buckets"]]
+    for op in ars:
+        assert op.stream == "comm" and op.comm == "world"
+        assert op.attrs["layers"][-1] == op.layer
+        assert op.deps == (compute_ids(trace, op.layer, "backward")[-1],)
+    assert trace.communicators["world"].groups == (tuple(range(8)),)
+    opt = ops(trace)[-1]
+    assert opt.phase == "optimizer" and opt.op_class == "optimizer"
+    assert opt.deps == (ars[-1].id,) and opt.bytes_accessed == PSI * 20
+
+
+def test_ddp_allreduce_overlaps_later_backward():
+    trace = ddp(model(), DDPConfig(), World(4, 4))
+    first_ar = colls(trace, "all_reduce")[0]
+    later = [o for o in ops(trace) if o.phase == "backward" and o.kind == "compute"
+             and o.id > first_ar.id]
+    assert later and all(first_ar.id not in o.deps for o in later)
+
+
+def test_ddp_grad_accum_reduces_once():
+    one = ddp(model(), DDPConfig(), World(4, 4))
+    acc = ddp(model(), DDPConfig(grad_accum=3), World(4, 4))
+    assert len(colls(acc)) == len(colls(one))
+    assert {o.attrs["micro_step"] for o in colls(acc)} == {2}
+    fwd = [o for o in ops(acc) if o.phase == "forward"]
+    assert len(fwd) == 3 * len([o for o in ops(one) if o.phase == "forward"])
+    assert acc.meta["global_batch"] == 3 * 4
+
+
+def test_ddp_static_memory_is_16_psi():
+    for cfg in (DDPConfig(), DDPConfig(param_dtype="bf16"), DDPConfig(precision="fp32")):
+        trace = ddp(model(), cfg, World(4, 4))
+        assert trace.meta["static_memory_bytes"] == {"all": 16 * PSI}
+    sgd = ddp(model(), DDPConfig(optimizer="sgd"), World(4, 4))
+    assert sgd.meta["static_memory_bytes"]["all"] == 12 * PSI
+
+
+def test_ddp_single_rank_has_no_collectives():
+    trace = ddp(model(), DDPConfig(), World(1, 8))
+    assert not colls(trace) and not trace.communicators
+
+
+# ----------------------------------------------------------------------------- FSDP
+UNITS = BLOCKS + 1      # blocks + root
+
+
+@pytest.mark.parametrize("mode, ag, rs, ar", [
+    ("FULL_SHARD", 2 * BLOCKS + 1, UNITS, 0),
+    ("SHARD_GRAD_OP", UNITS, UNITS, 0),
+    ("NO_SHARD", 0, 0, UNITS),
+    ("HYBRID_SHARD", 2 * BLOCKS + 1, UNITS, UNITS),
+    ("_HYBRID_SHARD_ZERO2", UNITS, UNITS, UNITS),
+])
+def test_fsdp_collective_counts_and_sizes(mode, ag, rs, ar):
+    trace = fsdp_trace(sharding=mode)           # 8 ranks, 4 per node, bf16 params
+    assert len(colls(trace, "all_gather")) == ag
+    assert len(colls(trace, "reduce_scatter")) == rs
+    assert len(colls(trace, "all_reduce")) == ar
+    unit = {f"block.{i}": BLOCK_PARAMS for i in range(BLOCKS)} | {"root": ROOT_PARAMS}
+    shard = {"FULL_SHARD": 8, "SHARD_GRAD_OP": 8, "NO_SHARD": 1}.get(mode, 4)
+    for op in colls(trace, "all_gather") + colls(trace, "reduce_scatter"):
+        assert op.size_bytes == unit[op.layer] * 2 and op.comm == "shard"
+    for op in colls(trace, "all_reduce"):
+        assert op.size_bytes == unit[op.layer] * 2 // shard and op.comm == "replicate"
+    for op in colls(trace):
+        stream = {"all_gather": "unshard", "reduce_scatter": "post_backward"}.get(
+            op.collective, "all_reduce" if shard > 1 else "post_backward")
+        assert op.stream == stream
+    comms = trace.communicators
+    if shard == 4:
+        assert comms["shard"].groups == ((0, 1, 2, 3), (4, 5, 6, 7))
+        assert comms["replicate"].groups == ((0, 4), (1, 5), (2, 6), (3, 7))
+    if mode == "NO_SHARD":
+        assert comms["replicate"].groups == (tuple(range(8)),) and "shard" not in comms
+    assert trace.meta["static_memory_bytes"]["all"] == 16 * PSI // shard
+
+
+def test_full_shard_moves_about_1_5x_ddp():
+    n = 8
+    world = World(n, 8)
+    ddp_vol = sum(2 * (n - 1) / n * o.size_bytes
+                  for o in colls(ddp(model(), DDPConfig(param_dtype="bf16"), world)))
+    fs_vol = sum((n - 1) / n * o.size_bytes for o in colls(fsdp_trace(world)))
+    # exactly 1.5x for resharded units; the root is gathered once per micro-step
+    assert 1.4 < fs_vol / ddp_vol <= 1.5
+
+
+def test_hybrid_on_one_node_has_no_replicate_all_reduce():
+    trace = fsdp_trace(World(4, 4), sharding="HYBRID_SHARD")
+    assert not colls(trace, "all_reduce") and "replicate" not in trace.communicators
+
+
+@pytest.mark.parametrize("v2, v1", [
+    ({}, {}),
+    ({"reshard_after_forward": True}, {"sharding": "FULL_SHARD"}),
+    ({"reshard_after_forward": False}, {"sharding": "SHARD_GRAD_OP"}),
+    ({"mesh": [1, 8]}, {"sharding": "FULL_SHARD"}),
+    ({"mesh": [2, 4]}, {"sharding": "HYBRID_SHARD"}),
+    ({"mesh": [4, 2], "reshard_after_forward": False},
+     {"sharding": "_HYBRID_SHARD_ZERO2", "shard_group_size": 2}),
+    ({"mesh": [8, 1]}, {"sharding": "NO_SHARD"}),
+    ({"reshard_after_forward": 1}, {"sharding": "SHARD_GRAD_OP"}),
+])
+def test_fsdp2_spellings_match_fsdp1(v2, v1):
+    a, b = fsdp_trace(**v2), fsdp_trace(**v1)
+    key = [(o.collective, o.layer, o.size_bytes, o.comm, o.stream) for o in colls(a)]
+    assert key == [(o.collective, o.layer, o.size_bytes, o.comm, o.stream) for o in colls(b)]
+    assert a.communicators == b.communicators
+    assert a.meta["static_memory_bytes"] == b.meta["static_memory_bytes"]
+
+
+def test_fsdp2_int_reshard_gathers_within_groups_in_backward():
+    trace = fsdp_trace(reshard_after_forward=2)
+    bwd = [o for o in colls(trace, "all_gather") if o.phase == "backward"]
+    assert len(bwd) == BLOCKS and {o.comm for o in bwd} == {"reshard"}
+    assert trace.communicators["reshard"].groups == ((0, 1), (2, 3), (4, 5), (6, 7))
+    fwd = [o for o in colls(trace, "all_gather") if o.phase == "forward"]
+    assert {o.comm for o in fwd} == {"shard"}
+    assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)) == 0
+
+
+def _bwd_gather(trace, name):
+    return next(o for o in colls(trace, "all_gather") if o.layer == name and o.phase == "backward")
+
+
+def test_backward_prefetch_modes_order_the_next_all_gather():
+    pre = fsdp_trace(backward_prefetch="BACKWARD_PRE")
+    first_b3 = compute_ids(pre, "block.3", "backward")[0]
+    assert _bwd_gather(pre, "block.2").id < first_b3          # before current grad compute
+
+    post = fsdp_trace(backward_prefetch="BACKWARD_POST")
+    last_b3 = compute_ids(post, "block.3", "backward")[-1]
+    ag = _bwd_gather(post, "block.2")
+    assert ag.id > last_b3 and last_b3 in ag.deps              # after current grad compute
+    rs_b3 = next(o for o in colls(post, "reduce_scatter") if o.layer == "block.3")
+    assert ag.id < rs_b3.id
+
+    none = fsdp_trace(backward_prefetch=None)
+    rs_b3 = next(o for o in colls(none, "reduce_scatter") if o.layer == "block.3")
+    ag = _bwd_gather(none, "block.2")
+    assert rs_b3.id in ag.deps                                 # same NCCL stream, issued later
+    assert ag.id > compute_ids(none, "block.3", "backward")[-1]
+
+
+def test_forward_prefetch_issues_next_gather_before_current_compute():
+    def fwd_gather(trace, name):
+        return next(o for o in colls(trace, "all_gather")
+                    if o.layer == name and o.phase == "forward")
+    on = fsdp_trace(forward_prefetch=True)
+    off = fsdp_trace(forward_prefetch=False)
+    assert fwd_gather(on, "block.3").id < compute_ids(on, "block.2", "forward")[0]
+    assert fwd_gather(off, "block.3").id > compute_ids(off, "block.2", "forward")[-1]
+
+
+def test_limit_all_gathers_waits_for_the_free_two_units_back():
+    limited = fsdp_trace()
+    for i in range(2, BLOCKS):
+        ag = next(o for o in colls(limited, "all_gather")
+                  if o.layer == f"block.{i}" and o.phase == "forward")
+        freed = compute_ids(limited, f"block.{i - 2}", "forward")[-1]
+        assert freed in ag.deps
+        assert ops(limited)[freed].mem_free_bytes >= BLOCK_PARAMS * 2
+    free = fsdp_trace(limit_all_gathers=False)
+    for ag in colls(free, "all_gather"):
+        assert all(ops(free)[d].kind != "compute" for d in ag.deps if ag.phase == "forward")
+
+
+def test_compute_waits_for_its_all_gather():
+    trace = fsdp_trace()
+    for ag in colls(trace, "all_gather"):
+        if ag.layer == "root":
+            continue
+        first = compute_ids(trace, ag.layer, ag.phase)[0]
+        assert ag.id in ops(trace)[first].deps
+
+
+@pytest.mark.parametrize("build", [
+    lambda ckpt: ddp(model(), DDPConfig(activation_checkpointing=ckpt), World(4, 4)),
+    lambda ckpt: fsdp_trace(activation_checkpointing=ckpt),
+])
+def test_activation_checkpointing_recomputes_and_saves_memory(build):
+    plain, ckpt = build(False), build(True)
+    recompute = [o for o in ops(ckpt) if o.phase == "recompute"]
+    assert len(recompute) == BLOCKS * 2 and not [o for o in ops(plain) if o.phase == "recompute"]
+    first_rc = min(o.id for o in recompute)
+    assert {o.layer for o in recompute} == {f"block.{i}" for i in range(BLOCKS)}
+
+    def after_forward(trace):
+        return held_after(trace, max(o.id for o in ops(trace) if o.phase == "forward"))
+    assert after_forward(plain) - after_forward(ckpt) == BLOCKS * (1000 - 100)
+    assert ops(ckpt)[first_rc].mem_alloc_bytes == 1000
+    for trace in (plain, ckpt):
+        assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)) == 0
+
+
+@pytest.mark.parametrize("kw", [
+    {}, {"sharding": "SHARD_GRAD_OP"}, {"sharding": "NO_SHARD"}, {"sharding": "HYBRID_SHARD"},
+    {"cpu_offload": True}, {"cpu_offload": True, "sharding": "NO_SHARD"},
+    {"reduce_dtype": "fp32", "grad_accum": 2}, {"wrap": "none"},
+    {"backward_prefetch": "BACKWARD_POST", "forward_prefetch": True},
+])
+def test_memory_balances_and_trace_validates(kw):
+    trace = fsdp_trace(**kw)
+    trace.validate()
+    assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)) == 0
+    assert all(o.mem_alloc_bytes >= 0 and o.mem_free_bytes >= 0 for o in ops(trace))
+
+
+def test_gathered_params_and_grads_are_transient():
+    trace = fsdp_trace()
+    ag = _bwd_gather(trace, "block.3")
+    assert ag.mem_alloc_bytes == BLOCK_PARAMS * 2
+    first_bwd = compute_ids(trace, "block.3", "backward")[0]
+    assert ops(trace)[first_bwd].mem_alloc_bytes == BLOCK_PARAMS * 2      # unsharded grads
+    rs = next(o for o in colls(trace, "reduce_scatter") if o.layer == "block.3")
+    assert rs.mem_free_bytes == BLOCK_PARAMS * 2
+
+
+def test_wrap_none_is_one_unit():
+    trace = fsdp_trace(wrap="none")
+    assert [o.layer for o in colls(trace)] == ["root", "root"]
+    assert colls(trace)[0].size_bytes == PSI * 2
+
+
+def test_cpu_offload_copies_and_steps_on_cpu():
+    trace = fsdp_trace(cpu_offload=True, cpu_adam_bytes_per_s="10 GB/s")
+    h2d = [o for o in ops(trace) if o.kind == "memcpy" and o.stream == "h2d"]
+    d2h = [o for o in ops(trace) if o.kind == "memcpy" and o.stream == "d2h"]
+    assert len(h2d) == len(colls(trace, "all_gather")) and len(d2h) == UNITS
+    for ag in colls(trace, "all_gather"):
+        assert any(ops(trace)[d].stream == "h2d" for d in ag.deps)
+    opt = ops(trace)[-1]
+    assert opt.kind == "delay" and opt.duration_s == pytest.approx(PSI / 8 * 20 / 10e9)
+    assert trace.meta["static_memory_bytes"]["all"] == 0
+
+
+def test_grad_accum_repeats_gathers_and_reductions():
+    trace = fsdp_trace(grad_accum=2)
+    assert len(colls(trace, "reduce_scatter")) == 2 * UNITS
+    assert len(colls(trace, "all_gather")) == 2 * (2 * BLOCKS + 1)
+
+
+def test_meta_keys():
+    trace = build_trace(model(), FSDPConfig(micro_batch=2, grad_accum=3), World(8, 4),
+                        model="toy", tokens_per_sample=128)
+    meta = trace.meta
+    assert meta["model"] == "toy" and meta["strategy"] == "fsdp"
+    assert meta["precision"] == "bf16" and meta["tokens_per_sample"] == 128
+    assert meta["global_batch"] == 2 * 3 * 8
+    per_micro = sum(c.flops for lay in model() for c in (*lay.forward, *lay.backward))
+    assert meta["model_flops_per_iteration"] == pytest.approx(per_micro * 3 * 8)
+
+
+def test_registry_and_parse():
+    assert set(STRATEGIES) == {"ddp", "fsdp"}
+    assert all(s.description for s in STRATEGIES.values())
+    cfg = parse_strategy({"name": "fsdp", "sharding": "hybrid_shard"})
+    assert cfg.sharding == "HYBRID_SHARD"
+    assert parse_strategy({"name": "ddp"}).bucket_cap_mb == 25
+
+
+@pytest.mark.parametrize("data, world, field", [
+    ({"name": "fsdp", "sharding": "ZERO3"}, None, "strategy.sharding"),
+    ({"name": "fsdp", "micro_batch": 0}, None, "strategy.micro_batch"),
+    ({"name": "ddp", "grad_accum": 0}, None, "strategy.grad_accum"),
+    ({"name": "fsdp", "sharding": "FULL_SHARD", "reshard_after_forward": True}, None,
+     "strategy.reshard_after_forward"),
+    ({"name": "fsdp", "shard_group_size": 4}, None, "strategy.shard_group_size"),
+    ({"name": "fsdp", "bogus": 1}, None, "strategy.bogus"),
+    ({"name": "tp"}, None, "strategy.name"),
+    ({"name": "fsdp", "sharding": "HYBRID_SHARD", "shard_group_size": 16}, World(8, 4),
+     "strategy.shard_group_size"),
+    ({"name": "fsdp", "sharding": "HYBRID_SHARD", "shard_group_size": 3}, World(8, 4),
+     "strategy.shard_group_size"),
+    ({"name": "fsdp", "sharding": "HYBRID_SHARD"}, World(12, 8), "strategy.sharding"),
+    ({"name": "fsdp", "mesh": [2, 2]}, World(8, 4), "strategy.mesh"),
+    ({"name": "fsdp", "reshard_after_forward": 3}, World(8, 4),
+     "strategy.reshard_after_forward"),
+    ({"name": "fsdp", "cpu_adam_bytes_per_s": "fast"}, None, "strategy.cpu_adam_bytes_per_s"),
+])
+def test_bad_input_names_the_field(data, world, field):
+    with pytest.raises(ConfigError) as err:
+        cfg = parse_strategy(data)
+        build_trace(model(), cfg, world or World(8, 4))
+    assert err.value.field == field
+    if field == "strategy.sharding" and world is None:
+        assert "FULL_SHARD" in str(err.value) and "_HYBRID_SHARD_ZERO2" in str(err.value)
+
+
+def test_real_model_layers():
+    models = pytest.importorskip("simulator.models")
+    spec = models.load_model("gpt2-small")
+    layers = models.layer_costs(spec, 2, 1024, "bf16")
+    world = World(16, 8)
+    for cfg in (DDPConfig(micro_batch=2), FSDPConfig(micro_batch=2, sharding="HYBRID_SHARD"),
+                FSDPConfig(micro_batch=2, activation_checkpointing=True)):
+        trace = build_trace(layers, cfg, world, model=spec.name)
+        assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)) == 0
+        assert trace.meta["params"] == sum(lay.params for lay in layers)
