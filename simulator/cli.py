@@ -172,8 +172,10 @@ def topology_cmd(topology, nodes) -> None:
     click.echo("\n".join(topology_summary(G, path)))
 
 
+from .cli_run import register as _register_run  # noqa: E402
 from .validation.cli import register as _register_validate  # noqa: E402
 
+_register_run(cli)
 _register_validate(cli)
 
 

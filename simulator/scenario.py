@@ -48,6 +48,7 @@ class ClusterCfg(BaseModel):
     model_config = ConfigDict(extra="forbid")
     topology: str = "dgx-a100"
     nodes: int | None = Field(None, gt=0)
+    gpus: int | None = Field(None, gt=0, description="use only the first N GPUs (ranks)")
     ecmp: str = "spread"
 
 

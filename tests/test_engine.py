@@ -122,3 +122,16 @@ def test_a_straggler_splits_its_class_and_delays_everyone(model):
     from simulator.errors import ConfigError
     with pytest.raises(ConfigError, match="stragglers: rank 9 is outside"):
         apply_stragglers(trace, {9: 2.0})
+
+
+def test_collectives_on_one_communicator_from_two_streams_do_not_mix(model):
+    # An all_gather on "unshard" and a reduce_scatter on "post_backward" share a
+    # communicator; the reduce_scatter must start when its own stream reaches it.
+    comm = {"shard": Communicator("shard", ((0, 1, 2, 3),))}
+    ops = [Op(0, "unshard", "collective", "ag", collective="all_gather", size_bytes=1 << 20,
+              comm="shard"),
+           comp(1, 1e12),
+           Op(2, "post", "collective", "rs", collective="reduce_scatter", size_bytes=1 << 20,
+              comm="shard", deps=(1,))]
+    r = by_name(run(Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], comm), model))
+    assert r["rs"].start_s == pytest.approx(1.0) and r["rs"].end_s > 1.0

@@ -76,7 +76,7 @@ class Timeline:
 
 
 class _Rendezvous:
-    """Collective matching across rank classes: key (comm, k-th use by the class)."""
+    """Collective matching across rank classes: key (comm, stream, k-th use)."""
 
     def __init__(self, env: simpy.Environment, expected: int):
         self.arrived = 0
@@ -175,7 +175,9 @@ class _Replayer:
         raise NotImplementedError(f"op kind {op.kind!r} is not replayed yet ({op.name})")
 
     def _collective(self, cls: RankClass, op: Op, k: int):
-        key = (op.comm, k)
+        # Classes match their k-th collective on this communicator and stream: every
+        # class issues a stream's collectives in the same order (SPMD).
+        key = (op.comm, op.stream, k)
         rv = self.rendezvous.get(key)
         if rv is None:
             rv = self.rendezvous[key] = _Rendezvous(self.env, self.members[op.comm])

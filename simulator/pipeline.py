@@ -1,0 +1,96 @@
+"""From a scenario to a replayed iteration: the wiring of every layer, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cluster import Cluster
+from .collectives.constants import load_constants
+from .collectives.model import CollectiveModel
+from .collectives.run import build_cluster
+from .compute import ComputeModel
+from .engine import EngineConfig, Timeline, replay
+from .errors import ConfigError
+from .hardware import gpu_spec
+from .metrics import Metrics, compute_metrics
+from .models import layer_costs, load_model, model_flops_per_sample, tokens_per_sample
+from .scenario import Scenario
+from .strategies import World, build_trace, parse_strategy
+from .topology.loader import load_topology, resolve_topology
+from .trace import Trace
+from .trace.transform import apply_stragglers
+
+_TRAINING_KEYS = ("precision", "micro_batch", "grad_accum")
+
+
+@dataclass
+class Setup:
+    """Everything built from a scenario before the replay."""
+
+    scenario: Scenario
+    cluster: Cluster
+    collectives: CollectiveModel
+    compute: ComputeModel
+    trace: Trace
+    engine: EngineConfig
+    capacity_bytes: int
+    peak_flops: float
+
+
+@dataclass
+class RunResult:
+    setup: Setup
+    timeline: Timeline
+    metrics: Metrics
+
+
+def _strategy_dict(scn: Scenario) -> dict:
+    data = dict(scn.strategy)
+    for key in _TRAINING_KEYS:
+        ours = getattr(scn.training, key)
+        if key in data and data[key] != ours:
+            raise ConfigError(f"set {key} once, under training ({ours!r}); strategy says "
+                              f"{data[key]!r}", field=f"strategy.{key}")
+        data[key] = ours
+    return data
+
+
+def build_setup(scn: Scenario, source: str = "<scenario>") -> Setup:
+    """Load the model and topology, generate the trace, build the cost models."""
+    try:
+        model = load_model(scn.model)
+    except ConfigError as exc:
+        raise (exc if exc.source else ConfigError(exc.reason, source=source,
+                                                  field=f"model{'.' + exc.field if exc.field else ''}")) from None
+    G = load_topology(resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes)
+    k = load_constants()
+    cluster = build_cluster(G, k, ecmp=scn.cluster.ecmp, seed=scn.simulation.seed)
+    gpu = gpu_spec(G.graph["gpu"])
+    cfg = parse_strategy(_strategy_dict(scn), source=source)
+    t = scn.training
+    try:
+        layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision, t.flash_attention)
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=source, field=f"training.{exc.field}") from None
+    n_gpus = scn.cluster.gpus or cluster.n_gpus
+    if n_gpus > cluster.n_gpus:
+        raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",
+                          source=source, field="cluster.gpus")
+    world = World(n_gpus, min(int(G.graph["gpus_per_node"]), n_gpus))
+    trace = build_trace(layers, cfg, world, model=model.name,
+                        tokens_per_sample=tokens_per_sample(model, t.seq_len),
+                        model_flops_per_sample=model_flops_per_sample(model, t.seq_len))
+    trace = apply_stragglers(trace, scn.simulation.stragglers)
+    engine = EngineConfig(fidelity=scn.simulation.fidelity,
+                          overlap_slowdown=scn.simulation.overlap_slowdown,
+                          precision=t.precision)
+    compute = ComputeModel(gpu)
+    return Setup(scn, cluster, CollectiveModel(cluster, k), compute, trace, engine,
+                 gpu.hbm_bytes, compute.peak_flops("matmul", t.precision))
+
+
+def run_setup(setup: Setup) -> RunResult:
+    """Replay one iteration and compute its metrics."""
+    tl = replay(setup.trace, setup.collectives, setup.compute, setup.engine,
+                setup.capacity_bytes)
+    return RunResult(setup, tl, compute_metrics(tl, setup.trace.world_size, setup.peak_flops))

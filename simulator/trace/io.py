@@ -1,0 +1,122 @@
+"""The Trace on disk: one JSON document (optionally gzip-compressed, by the .gz suffix).
+
+Format (``format: clustersim-trace``, ``version: 1``)::
+
+    {"format": "clustersim-trace", "version": 1, "world_size": 8, "meta": {...},
+     "communicators": {"shard": [[0, 1, ..., 7]], ...},
+     "classes": [{"id": "all", "ranks": [0, ..., 7], "slowdown": 1.0,
+                  "ops": [{"id": 0, "stream": "unshard", "kind": "collective", ...}, ...]}]}
+
+Op fields are those of :class:`~simulator.trace.schema.Op`; fields at their default value
+are omitted. Reading checks the format, every field name and the contract
+(:meth:`Trace.validate`), and reports a truncated or corrupt file as one ConfigError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+from .schema import Communicator, Op, RankClass, Trace
+
+FORMAT, VERSION = "clustersim-trace", 1
+_OP_FIELDS = {f.name: f for f in dataclasses.fields(Op)}
+
+
+def _op_dict(op: Op) -> dict:
+    out = {}
+    for name, f in _OP_FIELDS.items():
+        value = getattr(op, name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+            else f.default
+        if name in ("id", "stream", "kind", "name") or value != default:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def trace_to_dict(trace: Trace) -> dict:
+    return {"format": FORMAT, "version": VERSION, "world_size": trace.world_size,
+            "meta": trace.meta,
+            "communicators": {cid: [list(g) for g in c.groups]
+                              for cid, c in trace.communicators.items()},
+            "classes": [{"id": c.id, "ranks": list(c.ranks), "slowdown": c.slowdown,
+                         "ops": [_op_dict(op) for op in c.ops]} for c in trace.classes]}
+
+
+def write_trace(trace: Trace, path: str | Path, overwrite: bool = False) -> Path:
+    """Write ``trace`` to ``path`` (gzip if it ends in .gz); never replaces a file unless
+    ``overwrite``.
+
+    :raises ConfigError: if the file exists and ``overwrite`` is false.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise ConfigError("file exists; refusing to overwrite it", source=str(path))
+    text = json.dumps(trace_to_dict(trace), separators=(",", ":"), default=str)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt") as fh:
+        fh.write(text)
+    return path
+
+
+def read_trace(path: str | Path) -> Trace:
+    """Read a trace written by :func:`write_trace`.
+
+    :raises ConfigError: naming the file (and the field) for a missing, truncated, corrupt
+        or contract-breaking file.
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise ConfigError("no such file", source=source) from None
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"unreadable or truncated file ({exc.__class__.__name__})",
+                          source=source) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"corrupt or truncated JSON at line {exc.lineno} column "
+                          f"{exc.colno}", source=source) from None
+    return trace_from_dict(data, source)
+
+
+def trace_from_dict(data, source: str = "<trace>") -> Trace:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f"not a {FORMAT} document", source=source, field="format")
+    if data.get("version") != VERSION:
+        raise ConfigError(f"unsupported version {data.get('version')!r} (expected {VERSION})",
+                          source=source, field="version")
+    try:
+        comms = {cid: Communicator(cid, tuple(tuple(int(r) for r in g) for g in groups))
+                 for cid, groups in data["communicators"].items()}
+        classes = [RankClass(c["id"], tuple(c["ranks"]), [_op(o, source, i, c["id"])
+                                                           for i, o in enumerate(c["ops"])],
+                             float(c.get("slowdown", 1.0)))
+                   for c in data["classes"]]
+        trace = Trace(int(data["world_size"]), classes, comms, dict(data.get("meta", {})))
+    except KeyError as exc:
+        raise ConfigError("missing required key", source=source, field=str(exc.args[0])) \
+            from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"malformed trace: {exc}", source=source) from None
+    try:
+        trace.validate()
+    except ValueError as exc:
+        raise ConfigError(str(exc), source=source, field="classes") from None
+    return trace
+
+
+def _op(d: dict, source: str, index: int, cls: str) -> Op:
+    unknown = [k for k in d if k not in _OP_FIELDS]
+    if unknown:
+        raise ConfigError(f"unknown op field(s) {', '.join(map(repr, unknown))}",
+                          source=source, field=f"classes[{cls}].ops[{index}]")
+    d = dict(d)
+    if "deps" in d:
+        d["deps"] = tuple(d["deps"])
+    return Op(**d)
