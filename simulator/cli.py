@@ -172,10 +172,12 @@ def topology_cmd(topology, nodes) -> None:
     click.echo("\n".join(topology_summary(G, path)))
 
 
+from .cli_capacity import register as _register_capacity  # noqa: E402
 from .cli_run import register as _register_run  # noqa: E402
 from .validation.cli import register as _register_validate  # noqa: E402
 
 _register_run(cli)
+_register_capacity(cli)
 _register_validate(cli)
 
 

@@ -13,9 +13,10 @@ from .engine import EngineConfig, Timeline, replay
 from .errors import ConfigError
 from .hardware import gpu_spec
 from .metrics import Metrics, compute_metrics
-from .models import layer_costs, load_model, model_flops_per_sample, tokens_per_sample
+from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
+                     tokens_per_sample)
 from .scenario import Scenario
-from .strategies import World, build_trace, parse_strategy
+from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.loader import load_topology, resolve_topology
 from .trace import Trace
 from .trace.transform import apply_stragglers
@@ -44,6 +45,26 @@ class RunResult:
     metrics: Metrics
 
 
+def strategy_dict(scn: Scenario) -> dict:
+    """The scenario's strategy mapping with the training keys it shares filled in."""
+    return _strategy_dict(scn)
+
+
+def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
+               source: str = "<scenario>") -> Trace:
+    """Per-layer costs of ``model`` under the scenario's training setup, turned into the
+    strategy's Trace, with the scenario's stragglers split off."""
+    t = scn.training
+    try:
+        layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision, t.flash_attention)
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=source, field=f"training.{exc.field}") from None
+    trace = build_trace(layers, cfg, world, model=model.name,
+                        tokens_per_sample=tokens_per_sample(model, t.seq_len),
+                        model_flops_per_sample=model_flops_per_sample(model, t.seq_len))
+    return apply_stragglers(trace, scn.simulation.stragglers)
+
+
 def _strategy_dict(scn: Scenario) -> dict:
     data = dict(scn.strategy)
     for key in _TRAINING_KEYS:
@@ -68,19 +89,12 @@ def build_setup(scn: Scenario, source: str = "<scenario>") -> Setup:
     gpu = gpu_spec(G.graph["gpu"])
     cfg = parse_strategy(_strategy_dict(scn), source=source)
     t = scn.training
-    try:
-        layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision, t.flash_attention)
-    except ConfigError as exc:
-        raise ConfigError(exc.reason, source=source, field=f"training.{exc.field}") from None
     n_gpus = scn.cluster.gpus or cluster.n_gpus
     if n_gpus > cluster.n_gpus:
         raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",
                           source=source, field="cluster.gpus")
     world = World(n_gpus, min(int(G.graph["gpus_per_node"]), n_gpus))
-    trace = build_trace(layers, cfg, world, model=model.name,
-                        tokens_per_sample=tokens_per_sample(model, t.seq_len),
-                        model_flops_per_sample=model_flops_per_sample(model, t.seq_len))
-    trace = apply_stragglers(trace, scn.simulation.stragglers)
+    trace = make_trace(scn, model, cfg, world, source)
     engine = EngineConfig(fidelity=scn.simulation.fidelity,
                           overlap_slowdown=scn.simulation.overlap_slowdown,
                           precision=t.precision)

@@ -1,0 +1,96 @@
+"""`clustersim capacity`: the largest model of a family that fits per strategy."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .capacity import DEFAULT_STRATEGIES, FAMILIES, CapacityReport, Probe, capacity
+from .scenario import DEFAULT_SCENARIO, load_scenario, resolve_scenario
+
+_SET_HELP = "Override a scenario key, e.g. --set training.seq_len=2048 (repeatable)."
+
+
+def _b(params: int) -> str:
+    return f"{params / 1e9:.2f}B"
+
+
+def _fit_cells(p: Probe | None, top: bool) -> list[str]:
+    if p is None:
+        return ["(none fits)", "", "", "", ""]
+    return [p.rung.model.name + (" (top)" if top else ""), _b(p.rung.params),
+            f"{p.peak_gib:.1f}", f"{p.iteration_time_s:.3f}",
+            f"{p.tokens_per_s_per_gpu:,.0f}"]
+
+
+def _oom_cells(p: Probe | None) -> list[str]:
+    if p is None:
+        return ["(ladder top fits)", "", "", ""]
+    peak = f"{p.peak_gib:.1f}" + ("*" if not p.replayed else "")
+    return [p.rung.model.name, _b(p.rung.params), p.oom_at or "?", peak]
+
+
+def render_table(rep: CapacityReport) -> str:
+    s, c = rep.settings, rep.cluster
+    lines = [
+        f"# capacity of {c['gpus']} x {c['gpu']} ({c['topology']}, "
+        f"{c['gpu_memory_gib']:.0f} GiB each), scenario {rep.scenario}",
+        f"# training: micro_batch {s['micro_batch']}, seq_len {s['seq_len']}, grad_accum "
+        f"{s['grad_accum']}, {s['precision']}, flash attention "
+        f"{'on' if s['flash_attention'] else 'off'}, activation checkpointing "
+        f"{'on' if s['activation_checkpointing'] else 'off'}",
+        f"# ladder: {rep.family}, {len(rep.ladder)} models from {rep.ladder[0].model.name} "
+        f"({_b(rep.ladder[0].params)}) to {rep.ladder[-1].model.name} "
+        f"({_b(rep.ladder[-1].params)}), ~15% apart; one iteration replayed per probe",
+    ]
+    head = ["strategy", "largest fit", "params", "peak GiB", "iter s", "tok/s/GPU",
+            "first no-fit", "params", "OOM at", "peak GiB"]
+    rows = [[r.spec.label, *_fit_cells(r.largest, r.first_oom is None),
+             *_oom_cells(r.first_oom)] for r in rep.results]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    right = {2, 3, 4, 5, 7, 9}
+
+    def fmt(cells):
+        return "  ".join(x.rjust(w) if i in right else x.ljust(w)
+                         for i, (x, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines += [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)]
+    if any(r.first_oom is not None and not r.first_oom.replayed for r in rep.results):
+        lines.append("# * rejected without replay: static memory (weights, gradients, "
+                     "optimizer state) alone exceeds the GPU; its peak is the static size")
+    lines += [f"# note: {n}" for n in rep.notes]
+    if rep.claim:
+        lines.append(rep.claim["verdict"])
+    return "\n".join(lines)
+
+
+def register(cli: click.Group) -> None:
+    """Add ``capacity`` to the ``clustersim`` group."""
+
+    @cli.command("capacity")
+    @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
+    @click.option("--family", type=click.Choice(tuple(FAMILIES), case_sensitive=False),
+                  default=None, help="Model family whose size ladder is searched "
+                  "[default: the scenario model's family, else llama].")
+    @click.option("--strategies", default=",".join(DEFAULT_STRATEGIES), show_default=True,
+                  metavar="LIST", help="Comma-separated ddp and fsdp[:SHARDING] (FULL_SHARD, "
+                  "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2).")
+    @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+                  show_default=True)
+    def capacity_cmd(scenario, family, strategies, sets, fmt):
+        """Largest model of a family that fits per strategy on SCENARIO's cluster.
+
+        Binary-searches a size ladder (catalog models plus generated sizes ~15% apart) with
+        the engine's memory verdict for one iteration under SCENARIO's training settings
+        [default: quickstart]; the scenario's model is ignored. Also checks the folk claim
+        "on 8x A100-80GB, DDP trains about 7B, FSDP about 30B" (docs/capacity.md).
+        """
+        path = resolve_scenario(scenario)
+        scn = load_scenario(path, list(sets))
+        rep = capacity(scn, family, strategies, source=str(path))
+        if fmt == "json":
+            click.echo(json.dumps(rep.as_dict(), indent=2))
+        else:
+            click.echo(render_table(rep))
