@@ -1,9 +1,10 @@
-"""``clustersim validate collectives``: the validation report, and the calibration fit.
+"""``clustersim validate collectives`` and ``clustersim validate training``: the validation
+reports, and the calibration fits.
 
-The CLI author attaches it with :func:`register`::
+The CLI author attaches them with :func:`register`::
 
     from simulator.validation.cli import register
-    register(cli)          # adds: clustersim validate collectives ...
+    register(cli)          # adds: clustersim validate collectives|training ...
 
 User mistakes raise :class:`~simulator.errors.ClusterSimError` subclasses, which the main
 entry point prints as one line.
@@ -89,12 +90,79 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
     click.echo(f"report: {written['report']}")
 
 
+@click.command("training")
+@click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder with cases.yaml and measurements.csv "
+                   "[default: the repository's validation/training].")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder [default: validation/training/report].")
+@click.option("--compute", "compute_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Use the constants of this compute YAML instead of the "
+                                 "shipped simulator/data/compute.yaml.")
+@click.option("--calibrate", is_flag=True,
+              help="Fit the tensor-core eff_max of conv and matmul (fp16/bf16, tf32) on the "
+                   "calibration cases only, print them and the calibration error, and "
+                   "validate with them.")
+@click.option("--write-fitted", "write_to", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="With --calibrate: write the fitted constants to this "
+                                 "compute YAML (an existing file only with --overwrite).")
+@click.option("--overwrite", is_flag=True, help="Let --write-fitted replace a file.")
+@click.option("--max-evals", type=click.IntRange(2, 10_000), default=160, show_default=True,
+              help="Objective evaluations of the --calibrate fit.")
+@click.option("--split", "splits", type=click.Choice(["calibration", "validation"]),
+              multiple=True, help="Only these splits (repeatable) [default: both].")
+def validate_training(root, out, compute_file, calibrate, write_to, overwrite, max_evals,
+                      splits):
+    """Compare simulated training throughput with published A100 runs.
+
+    DeepLearningExamples ResNet-50 and BERT-large (1 and 8 GPUs) and the PyTorch FSDP blog's
+    GPT 175B / 1T. Calibration cases may be used to fit compute constants; validation cases
+    are held out. Writes report.md, results.csv and a PNG, and prints per-case errors. Gate
+    on validation cases: |throughput error| <= 15%, |scaling efficiency error| <= 5 points.
+    """
+    from simulator.compute.model import load_compute_calibration
+    from simulator.validation import training as vt
+    from simulator.validation import training_calibrate as tc
+
+    if write_to is not None and not calibrate:
+        raise ConfigError("needs --calibrate (it writes the fitted constants)",
+                          source="--write-fitted")
+    if write_to is not None and write_to.exists() and not overwrite:
+        raise ConfigError("file exists; refusing to overwrite it (add --overwrite)",
+                          source=str(write_to), field="--write-fitted")
+    root = root if root is not None else vt.default_root()
+    if not (root / vt.CASES_FILE).is_file():
+        raise ConfigError(f"no {vt.CASES_FILE} in {root}", source="--root")
+    calibration = None
+    label = "shipped constants, simulator/data/compute.yaml"
+    if compute_file is not None:
+        calibration = load_compute_calibration(compute_file)
+        label = f"compute constants from {compute_file}"
+    if calibrate:
+        click.echo("Fitting compute eff_max on the calibration cases ...")
+        calibration, report = tc.calibrate(root, calibration, max_evals=max_evals)
+        click.echo(tc.format_calibration(report))
+        label = "compute constants fitted by --calibrate"
+        if write_to is not None:
+            path = tc.write_fitted(calibration, report, write_to, overwrite=overwrite)
+            click.echo(f"wrote {path}")
+        click.echo("")
+    df = vt.validate(root, calibration, splits=tuple(splits) or vt.SPLITS)
+    out = out if out is not None else root / "report"
+    written = vt.write_report(
+        df, out, title=f"Training validation against published A100 throughput ({label})")
+    click.echo(f"Validation with {label}:")
+    click.echo(vt.format_summary(df))
+    click.echo(f"report: {written['report']}")
+
+
 def register(group: click.Group) -> click.Group:
-    """Add ``validate collectives`` to ``group`` (creating the ``validate`` subgroup if the
-    group has none); returns the ``validate`` group."""
+    """Add ``validate collectives`` and ``validate training`` to ``group`` (creating the
+    ``validate`` subgroup if the group has none); returns the ``validate`` group."""
     existing = group.commands.get("validate")
     if isinstance(existing, click.Group):
         existing.add_command(validate_collectives, "collectives")
+        existing.add_command(validate_training, "training")
         return existing
 
     @group.group("validate")
@@ -102,7 +170,8 @@ def register(group: click.Group) -> click.Group:
         """Compare the simulator with real measurements."""
 
     validate.add_command(validate_collectives, "collectives")
+    validate.add_command(validate_training, "training")
     return validate
 
 
-__all__ = ["register", "validate_collectives"]
+__all__ = ["register", "validate_collectives", "validate_training"]
