@@ -16,7 +16,9 @@ from .trace.io import write_trace
 _SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=16 (repeatable)."
 
 
-def _rows(m: Metrics) -> list[tuple[str, str]]:
+def _rows(m: Metrics, capacity_gib: float = 0.0) -> list[tuple[str, str]]:
+    over = (f" (peak {m.peak_memory_gib:.1f} GiB > {capacity_gib:.1f} GiB per GPU)"
+            if capacity_gib else "")
     return [
         ("iteration_time_s", f"{m.iteration_time_s:.4f} s"),
         ("samples_per_s", f"{m.samples_per_s:,.1f}"),
@@ -30,7 +32,7 @@ def _rows(m: Metrics) -> list[tuple[str, str]]:
         ("wait_s", f"{m.wait_s:.4f} s"),
         ("gpu_utilization", f"{100 * m.gpu_utilization:.1f} %"),
         ("peak_memory_gib", f"{m.peak_memory_gib:.2f} GiB"),
-        ("oom", "yes: " + "; ".join(f"{c} at {op}" for c, op in m.oom_at.items())
+        ("oom", "yes: " + "; ".join(f"{c} at {op}" for c, op in m.oom_at.items()) + over
          if m.oom else "no"),
     ]
 
@@ -67,8 +69,9 @@ def register(cli: click.Group) -> None:
                    f"{setup.trace.world_size} x {setup.cluster.G.graph.get('gpu')} "
                    f"({setup.cluster.G.graph.get('name')}), global batch "
                    f"{meta.get('global_batch')}, {scn.training.precision}")
-        width = max(len(k) for k, _ in _rows(m))
-        for key, value in _rows(m):
+        rows = _rows(m, setup.capacity_bytes / float(1 << 30))
+        width = max(len(k) for k, _ in rows)
+        for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")
         if out is not None:
             click.echo(f"# outputs in {out} (timeline.json opens in https://ui.perfetto.dev)")

@@ -22,7 +22,8 @@ from simulator.units import UnitError, parse_bandwidth, parse_flops, parse_size,
 LINK_CLASSES = ("nvlink", "pcie", "net", "cpu")
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16")
 
-_GPU_KEYS = {"peak_flops", "hbm_bytes", "hbm_bw", "nvlink", "pcie", "tdp", "source"}
+_GPU_KEYS = {"peak_flops", "hbm_bytes", "usable_bytes", "hbm_bw", "nvlink", "pcie", "tdp",
+             "source"}
 _LINK_KEYS = {"bw", "latency", "link_class", "source"}
 _WATTS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*W\s*$")
 
@@ -45,6 +46,12 @@ class GpuSpec:
     source: str
     pcie: str = "pcie-gen4-x16"
     tdp_w: float | None = None
+    usable_bytes: int | None = None    # what CUDA reports (totalGlobalMem), if measured
+
+    @property
+    def memory_capacity_bytes(self) -> int:
+        """Memory an application can allocate: the measured usable amount, else HBM size."""
+        return self.usable_bytes or self.hbm_bytes
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,8 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
             nvlink=_link_key(src, name, "nvlink", get("nvlink", str), links, optional=True),
             pcie=_link_key(src, name, "pcie", get("pcie", str) or "pcie-gen4-x16", links),
             tdp_w=_positive_or_none(get("tdp", _watts), src, f"{name}.tdp"),
+            usable_bytes=_positive_or_none(get("usable_bytes", _size_with_unit), src,
+                                           f"{name}.usable_bytes"),
             source=get("source", str) or "",
         )
     return out

@@ -100,7 +100,7 @@ def build_setup(scn: Scenario, source: str = "<scenario>") -> Setup:
                           precision=t.precision)
     compute = ComputeModel(gpu)
     return Setup(scn, cluster, CollectiveModel(cluster, k), compute, trace, engine,
-                 gpu.hbm_bytes, compute.peak_flops("matmul", t.precision))
+                 gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision))
 
 
 def run_setup(setup: Setup) -> RunResult:

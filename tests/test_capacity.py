@@ -128,7 +128,7 @@ def test_ddp_fits_less_than_fsdp(fast_report):
 def test_sixteen_bytes_per_param_never_fits_ddp(fast_scn, fast_report):
     prober = Prober(fast_scn, parse_strategy_specs("ddp")[0])
     cap = prober.base.capacity_bytes
-    assert cap == 80 * GIB
+    assert cap == 84990623744          # what CUDA reports on an A100-SXM4-80GB
     too_big = [r for r in build_ladder("llama") if 16 * r.params > cap]
     assert too_big[0].params < 7e9 and too_big[0].model.name != "llama-2-7b"
     for rung in (too_big[0], too_big[-1]):

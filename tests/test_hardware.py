@@ -134,3 +134,12 @@ def test_unreadable_catalog_is_a_config_error(tmp_path):
     path = _links_file(tmp_path, "a: [1,\n")
     with pytest.raises(ConfigError, match=r"links\.yaml: cannot read catalog"):
         load_link_table(path)
+
+
+def test_oom_capacity_is_what_cuda_reports_when_measured():
+    from simulator.hardware import gpu_spec
+    a100 = gpu_spec("A100-SXM4-80GB")
+    assert a100.hbm_bytes == 80 << 30
+    assert a100.memory_capacity_bytes == 84990623744      # totalGlobalMem in real traces
+    h100 = gpu_spec("H100-SXM")
+    assert h100.memory_capacity_bytes == h100.hbm_bytes   # no measurement: marketed size

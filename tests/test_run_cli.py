@@ -48,7 +48,8 @@ def test_a_model_that_does_not_fit_is_reported_as_oom(capsys):
                               *SMALL)
     # DDP keeps a full replica: 16 bytes x 69B parameters is far beyond 80 GiB.
     assert code == 0, err
-    assert "oom                   yes: all at static memory" in out
+    assert "oom                   yes: all at static memory (peak " in out
+    assert "GiB > 79.2 GiB per GPU)" in out
 
 
 def test_trace_command_writes_a_readable_trace_and_never_overwrites(capsys, tmp_path):
