@@ -87,3 +87,14 @@ def test_malformed_scenario_yaml_names_the_file(capsys, tmp_path):
     bad.write_text("name: x\nmodel: [unclosed\n")
     code, _, err = run_main(capsys, "run", str(bad))
     assert code == 2 and "bad.yaml: malformed YAML at line" in err
+
+
+def test_same_scenario_same_numbers_bit_for_bit(capsys):
+    outs = []
+    for _ in range(2):
+        code, out, err = run_main(capsys, "run", *SMALL, "--format", "json",
+                                  "--set", "simulation.stragglers={3: 1.25}")
+        assert code == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1]
+    assert json.loads(outs[0])["peak_memory_gib_per_class"].keys() == {"all", "all@x1.25"}
