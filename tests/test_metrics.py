@@ -64,8 +64,11 @@ def test_chrome_trace_has_a_track_per_stream_and_counters(overlapped):
     doc = chrome_trace(tl, {"all": (0, 1, 2, 3)})
     json.dumps(doc)                                   # serialisable
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M"}
-    assert {"all: ranks 0-3", "compute", "comm"} <= names
-    assert sum(e["ph"] == "X" for e in doc["traceEvents"]) == 3
+    assert {"rank 0 (all)", "rank 3 (all)", "compute", "comm"} <= names
+    assert sum(e["ph"] == "X" for e in doc["traceEvents"]) == 3 * 4     # a copy per rank
+    big = chrome_trace(tl, {"all": (0, 1, 2, 3)}, expand_up_to=2)       # one per class
+    assert "all: ranks 0-3" in {e["args"]["name"] for e in big["traceEvents"] if e["ph"] == "M"}
+    assert sum(e["ph"] == "X" for e in big["traceEvents"]) == 3
     assert any(e["ph"] == "C" and e["name"] == "link utilisation" for e in doc["traceEvents"])
 
 

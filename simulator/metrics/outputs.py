@@ -45,33 +45,50 @@ def ops_table(tl: Timeline) -> pd.DataFrame:
         for r in tl.records])
 
 
-def chrome_trace(tl: Timeline, class_ranks: dict[str, tuple[int, ...]]) -> dict:
-    """Chrome trace / Perfetto JSON: a process per rank class, a thread per stream,
-    memory and link-type utilisation as counters."""
-    events, pids, tids = [], {}, {}
-    for cls in sorted({r.cls for r in tl.records}):
-        pid = pids.setdefault(cls, len(pids) + 1)
+def chrome_trace(tl: Timeline, class_ranks: dict[str, tuple[int, ...]],
+                 expand_up_to: int = 64) -> dict:
+    """Chrome trace / Perfetto JSON: a process per rank (a thread per stream), memory and
+    link-type utilisation as counters.
+
+    Ranks of one class run identical timelines; when the world has more than
+    ``expand_up_to`` ranks, each class is one process labelled with its rank range instead
+    of a copy per rank.
+    """
+    classes = sorted({r.cls for r in tl.records} | set(tl.memory))
+    world = sum(len(class_ranks.get(c, ())) for c in classes)
+    expand = 0 < world <= expand_up_to
+    procs: dict[str, list[tuple[int, str]]] = {}
+    pid = 0
+    for cls in classes:
         ranks = class_ranks.get(cls, ())
-        label = f"{cls}: ranks {_ranks(ranks)}" if ranks else cls
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                       "args": {"name": label}})
+        if expand and ranks:
+            procs[cls] = [(pid + i + 1, f"rank {r} ({cls})") for i, r in enumerate(ranks)]
+        else:
+            label = f"{cls}: ranks {_ranks(ranks)}" if ranks else cls
+            procs[cls] = [(pid + 1, label)]
+        pid += len(procs[cls])
+    events = [{"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": n}}
+              for plist in procs.values() for p, n in plist]
+    tids: dict[tuple[str, str], int] = {}
     for r in tl.records:
-        pid = pids[r.cls]
         tid = tids.setdefault((r.cls, r.stream), len(tids) + 1)
         args = {"layer": r.layer, "phase": r.phase, "wait_us": r.wait_s * 1e6}
         if r.kind in COMM_KINDS:
             args.update(size_bytes=r.size_bytes, algorithm=r.algorithm, protocol=r.protocol)
-        events.append({"ph": "X", "name": r.name, "cat": r.kind, "pid": pid, "tid": tid,
-                       "ts": r.start_s * 1e6, "dur": (r.end_s - r.start_s) * 1e6,
-                       "args": args})
+        for p, _ in procs[r.cls]:
+            events.append({"ph": "X", "name": r.name, "cat": r.kind, "pid": p, "tid": tid,
+                           "ts": r.start_s * 1e6, "dur": (r.end_s - r.start_s) * 1e6,
+                           "args": args})
     for (cls, stream), tid in tids.items():
-        events.append({"ph": "M", "name": "thread_name", "pid": pids[cls], "tid": tid,
-                       "args": {"name": stream}})
+        for p, _ in procs[cls]:
+            events.append({"ph": "M", "name": "thread_name", "pid": p, "tid": tid,
+                           "args": {"name": stream}})
     for cls, series in tl.memory.items():
-        for t, b in series:
-            events.append({"ph": "C", "name": "memory (GiB)", "pid": pids.get(cls, 1),
-                           "ts": t * 1e6, "args": {"GiB": b / GIB}})
-    net_pid = len(pids) + 1
+        for p, _ in procs.get(cls, [(1, cls)]):
+            for t, b in series:
+                events.append({"ph": "C", "name": "memory (GiB)", "pid": p, "ts": t * 1e6,
+                               "args": {"GiB": b / GIB}})
+    net_pid = pid + 1
     events.append({"ph": "M", "name": "process_name", "pid": net_pid, "tid": 0,
                    "args": {"name": "fabric: link utilisation by type"}})
     for t, fractions in tl.link_samples:
