@@ -1,0 +1,178 @@
+"""Memory verdicts for ``clustersim capacity``: the strategies to compare (``--strategies``)
+and the replay of one ladder rung under one of them (:class:`Prober`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .capacity_ladder import Rung
+from .errors import ConfigError
+from .models import ModelSpec
+from .pipeline import Setup, build_setup, make_trace, run_setup
+from .pipeline import strategy_dict as strategy_dict_of
+from .scenario import Scenario
+from .strategies import SHARDINGS, STRATEGIES, World, parse_strategy
+
+GIB = 1 << 30
+
+
+# ------------------------------------------------------------------------- strategies
+@dataclass(frozen=True)
+class StrategySpec:
+    """``ddp`` or ``fsdp[:SHARDING]`` from ``--strategies``."""
+
+    text: str
+    name: str
+    sharding: str | None
+
+    @property
+    def label(self) -> str:
+        return self.name if self.sharding is None else f"{self.name}:{self.sharding}"
+
+
+# Keys of the scenario's strategy every strategy understands (the rest, such as FSDP's
+# prefetch options, are kept only when the scenario's strategy has the same name).
+_COMMON_KEYS = ("activation_checkpointing", "optimizer", "param_dtype", "reduce_dtype")
+_SHARDING_KEYS = ("sharding", "shard_group_size", "reshard_after_forward", "mesh")
+
+
+def _strategy_spec(raw: str, text) -> StrategySpec:
+    """One item of ``--strategies`` (``text``, for messages)."""
+    item = raw.strip()
+    if not item:
+        raise ConfigError(f"empty strategy in {text!r}; write e.g. ddp,fsdp:FULL_SHARD",
+                          source="--strategies")
+    name, _, sharding = item.partition(":")
+    name = name.strip().lower()
+    if name not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {name!r} in {item!r}; valid: "
+                          f"{', '.join(STRATEGIES)} (fsdp:SHARDING for a sharding mode)",
+                          source="--strategies")
+    sharding = sharding.strip().upper() or None
+    if name == "ddp" and sharding is not None:
+        raise ConfigError(f"ddp takes no sharding mode, got {item!r}; use ddp or "
+                          f"fsdp:{sharding}", source="--strategies")
+    if sharding is not None and sharding not in SHARDINGS:
+        raise ConfigError(f"unknown FSDP sharding {sharding!r} in {item!r}; valid: "
+                          f"{', '.join(SHARDINGS)}", source="--strategies")
+    return StrategySpec(item, name, sharding or ("FULL_SHARD" if name == "fsdp" else None))
+
+
+def parse_strategy_specs(text: str | list[str] | tuple[str, ...]) -> list[StrategySpec]:
+    """``"ddp,fsdp:FULL_SHARD"`` -> specs; ConfigError (``--strategies``) when unknown."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    specs: list[StrategySpec] = []
+    for raw in items:
+        spec = _strategy_spec(raw, text)
+        if all(spec.label != s.label for s in specs):
+            specs.append(spec)
+    if not specs:
+        raise ConfigError("no strategy given", source="--strategies")
+    return specs
+
+
+def strategy_dict(scn: Scenario, spec: StrategySpec) -> dict:
+    """The scenario's strategy mapping, switched to ``spec``."""
+    base = dict(scn.strategy)
+    if base.get("name") == spec.name:
+        data = {k: v for k, v in base.items() if k not in _SHARDING_KEYS}
+    else:
+        data = {k: base[k] for k in _COMMON_KEYS if k in base}
+    data["name"] = spec.name
+    if spec.sharding is not None:
+        data["sharding"] = spec.sharding
+    return data
+
+
+# ------------------------------------------------------------------------------ probes
+@dataclass
+class Probe:
+    """The memory verdict of one rung under one strategy."""
+
+    rung: Rung
+    fits: bool
+    peak_gib: float
+    static_gib: float
+    oom_at: str | None
+    replayed: bool
+    iteration_time_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    mfu: float | None = None
+
+    def as_dict(self) -> dict:
+        return {"model": self.rung.model.name, "params": self.rung.params,
+                "kind": self.rung.kind, "fits": self.fits, "replayed": self.replayed,
+                "peak_memory_gib": round(self.peak_gib, 3),
+                "static_memory_gib": round(self.static_gib, 3), "oom_at": self.oom_at,
+                "iteration_time_s": self.iteration_time_s,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu}
+
+
+# Model of the base Setup (cluster, cost models, capacity) that rungs' traces replace:
+# rotary positions, so any seq_len is valid.
+BASE_MODEL = "llama-2-7b"
+
+
+class Prober:
+    """Replays rungs under one strategy and training setup, caching verdicts."""
+
+    def __init__(self, scn: Scenario, spec: StrategySpec, source: str = "<scenario>"):
+        self.spec = spec
+        self.scn = scn.model_copy(update={"model": BASE_MODEL, "strategy":
+                                          strategy_dict(scn, spec)}, deep=True)
+        try:
+            self.base: Setup = build_setup(self.scn, source)
+        except ConfigError as exc:   # a sharding this world cannot lay out...
+            if not (exc.field or "").startswith("strategy"):
+                raise
+            raise ConfigError(f"{spec.text}: {exc.field}: {exc.reason}",
+                              source="--strategies") from None
+        self.cfg = parse_strategy(strategy_dict_of(self.scn), source=source)
+        n = self.base.trace.world_size
+        self.world = World(n, min(int(self.base.cluster.G.graph["gpus_per_node"]), n))
+        self.cache: dict[str, Probe] = {}
+        self.replays = 0
+
+    def setup_for(self, model: ModelSpec) -> Setup:
+        """The Setup of ``self.base`` with ``model``'s trace (as build_setup makes it)."""
+        return dataclasses.replace(self.base, trace=make_trace(self.scn, model, self.cfg,
+                                                               self.world))
+
+    def probe(self, rung: Rung) -> Probe:
+        key = rung.model.name
+        if key in self.cache:
+            return self.cache[key]
+        setup = self.setup_for(rung.model)
+        static = max(setup.trace.meta.get("static_memory_bytes", {}).values(), default=0)
+        if 0 < setup.capacity_bytes < static:
+            p = Probe(rung, False, static / GIB, static / GIB,
+                      "static memory (not replayed)", False)
+        else:
+            self.replays += 1
+            res = run_setup(setup)
+            m = res.metrics
+            oom = "; ".join(locate_oom(res.timeline, c, str(v))
+                            for c, v in m.oom_at.items()) if m.oom else None
+            p = Probe(rung, not m.oom, m.peak_memory_gib, static / GIB, oom, True,
+                      m.iteration_time_s, m.tokens_per_s_per_gpu, m.mfu)
+        self.cache[key] = p
+        return p
+
+
+def locate_oom(tl, cls_id: str, op_name: str) -> str:
+    """``op_name`` with its layer and phase (``norm1 (block.3 forward)``): the op that
+    started when the memory of ``cls_id`` first went above the capacity."""
+    cap = tl.capacity_bytes
+    when = next((t for t, b in tl.memory.get(cls_id, ()) if cap and b > cap), None)
+    if when is None:
+        return op_name
+    for r in tl.records:
+        if r.cls == cls_id and r.name == op_name and r.start_s == when:
+            where = r.phase if r.layer and r.layer in op_name else f"{r.layer} {r.phase}"
+            return f"{op_name} ({where.strip()})"
+    return op_name
+
+
+__all__ = ["BASE_MODEL", "GIB", "Probe", "Prober", "StrategySpec", "locate_oom",
+           "parse_strategy_specs", "strategy_dict"]

@@ -1,0 +1,153 @@
+"""Helpers shared by the collective and training validations: the data folder, strict YAML,
+``cases.yaml`` and ``measurements.csv`` reading, the report folder and Markdown tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from simulator.errors import ConfigError
+
+SPLITS = ("calibration", "validation")
+CASES_FILE = "cases.yaml"
+MEASUREMENTS_FILE = "measurements.csv"
+
+
+def find_root(kind: str) -> Path:
+    """``validation/<kind>`` of the repository holding ``simulator``, else of the cwd.
+
+    :raises ConfigError: when neither has a ``cases.yaml``.
+    """
+    repo = Path(__file__).resolve().parents[2]
+    candidates = [repo / "validation" / kind, Path.cwd() / "validation" / kind]
+    for c in candidates:
+        if (c / CASES_FILE).is_file():
+            return c
+    raise ConfigError(f"no {CASES_FILE} found in {' or '.join(map(str, candidates))}",
+                      field="--root")
+
+
+# ------------------------------------------------------------------------------ YAML
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key repeated in one mapping (YAML would keep the last)."""
+
+
+def _construct_unique(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise _DuplicateKey(key, key_node.start_mark.line + 1)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, line):
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                 _construct_unique)
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document at ``path``; a key repeated in one mapping is an error.
+
+    :raises ConfigError: unreadable file, malformed YAML, a duplicate key.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"duplicate key {exc.key!r} at line {exc.line} (YAML would silently "
+                          f"keep only the last one)", source=str(path),
+                          field=str(exc.key)) from None
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise ConfigError(f"malformed YAML at line {line}: {exc.problem or exc.context}",
+                          source=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"malformed YAML: {' '.join(str(exc).split())}",
+                          source=str(path)) from None
+
+
+# --------------------------------------------------------------------- input files
+class CasesFileBase(BaseModel):
+    """The keys of ``cases.yaml`` besides ``cases`` (which each validation types)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    measurements: str = MEASUREMENTS_FILE
+
+
+def read_cases_file(path: Path, model: type[BaseModel],
+                    pydantic_error: Callable[[ValidationError, str], ConfigError],
+                    splits) -> BaseModel:
+    """``cases.yaml`` validated as ``model``; ``splits`` (or None) checked against SPLITS.
+
+    :raises ConfigError: unreadable or malformed file (via ``pydantic_error``), unknown split.
+    """
+    source = str(path)
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping with a 'cases' key", source=source)
+    try:
+        spec = model.model_validate(data)
+    except ValidationError as exc:
+        raise pydantic_error(exc, source) from None
+    if splits is not None:
+        bad = [s for s in splits if s not in SPLITS]
+        if bad:
+            raise ConfigError(f"unknown split(s) {bad}; valid: {', '.join(SPLITS)}",
+                              field="splits")
+    return spec
+
+
+def read_measurements_csv(path: Path, required: list[str], **read_csv) -> pd.DataFrame:
+    """``measurements.csv`` read with ``read_csv`` options; ``required`` columns checked.
+
+    :raises ConfigError: unreadable file or missing columns (named).
+    """
+    try:
+        df = pd.read_csv(path, **read_csv)
+    except (OSError, pd.errors.ParserError) as exc:
+        raise ConfigError(f"cannot read measurements: {exc}", source=str(path)) from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ConfigError(f"missing column(s) {', '.join(missing)}", source=str(path),
+                          field=missing[0])
+    return df
+
+
+# --------------------------------------------------------------------------- reports
+def report_dir(out_dir: Path | str) -> Path:
+    """``out_dir`` created if needed.
+
+    :raises ConfigError: when it cannot be created.
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create report folder: {exc.strerror or exc}",
+                          source=str(out)) from None
+    return out
+
+
+def md_table(df: pd.DataFrame) -> str:
+    """``df`` as a Markdown table (values as ``str``)."""
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(str(v) for v in row) + " |")
+    return "\n".join(lines)
