@@ -110,17 +110,20 @@ def _root_position(cluster, ranks: list[int], root: int | None) -> int:
 @click.option("--seed", type=int, default=0, show_default=True, help="ECMP hash seed.")
 @click.option("--root", type=click.IntRange(min=0), default=None,
               help="Root rank of broadcast/reduce [default: lowest rank].")
+@click.option("-G", "--cuda-graph", is_flag=True,
+              help="Collectives replayed from a CUDA graph (nccl-tests -G): no per-call "
+                   "launch overhead.")
 @click.option("--format", "fmt", type=click.Choice(("table", "csv", "json")), default="table",
               show_default=True, help="Output format.")
 def collective_cmd(op, topology, nodes, ranks, min_bytes, max_bytes, step_factor, algo, proto,
-                   fidelity, ecmp, seed, root, fmt) -> None:
+                   fidelity, ecmp, seed, root, cuda_graph, fmt) -> None:
     """Sweep sizes of one collective OP, like nccl-tests' *_perf binaries.
 
     OP is all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or
     send_recv; nccl-tests names (all_reduce_perf, allreduce, sendrecv, alltoall...) work too.
     GB/s are 1e9 bytes/s, as in nccl-tests.
     """
-    from .collectives.constants import load_constants
+    from .collectives.constants import load_constants, with_cuda_graph
     from .collectives.model import CollectiveModel
     from .collectives.run import build_cluster, run_collective, size_sweep
 
@@ -141,7 +144,7 @@ def collective_cmd(op, topology, nodes, ranks, min_bytes, max_bytes, step_factor
     cluster = build_cluster(G, constants, ecmp=ecmp, seed=seed)
     rank_list = _choose_ranks(op, ranks, cluster.n_gpus)
     root_pos = _root_position(cluster, rank_list, root) if op in ("broadcast", "reduce") else 0
-    model = CollectiveModel(cluster, constants)
+    model = CollectiveModel(cluster, with_cuda_graph(constants) if cuda_graph else constants)
 
     rows = [result_row(run_collective(model, op, s, rank_list, algo, proto, fidelity, root_pos))
             for s in sizes]
@@ -152,7 +155,7 @@ def collective_cmd(op, topology, nodes, ranks, min_bytes, max_bytes, step_factor
         f"GPUs: {cluster.n_gpus} x {G.graph.get('gpu', '?')} in {G.graph.get('nodes', '?')} "
         f"node(s); ranks: {len(rank_list)} ({format_ranks(rank_list)}) on {n_nodes} node(s)",
         f"op: {op}  algo: {algo}  proto: {proto}  fidelity: {fidelity}  ecmp: {ecmp}  "
-        f"seed: {seed}" + (f"  root: {min(rank_list) if root is None else root}"
+        f"seed: {seed}" + ("  cuda graph" if cuda_graph else "") + (f"  root: {min(rank_list) if root is None else root}"
                            if op in ("broadcast", "reduce") else ""),
     ]
     click.echo(render_rows(rows, fmt, header))

@@ -262,3 +262,13 @@ def test_format_ranks_and_ops():
     assert normalise_op("gather") is None
     assert element_count("all_reduce", 1024, 8) == 256
     assert element_count("all_gather", 1024, 8) == 32
+
+
+def test_cuda_graph_flag_removes_the_launch_overhead(capsys):
+    from simulator.collectives.constants import load_constants
+    args = ["collective", "all_reduce", "-b", "8", "-e", "8", "--format", "json"]
+    code, plain, _ = run_main(capsys, *args)
+    code2, graph, _ = run_main(capsys, *args, "-G")
+    assert code == code2 == 0
+    dt = json.loads(plain)[0]["time_us"] - json.loads(graph)[0]["time_us"]
+    assert dt == pytest.approx(load_constants().launch_overhead_s * 1e6)

@@ -78,3 +78,9 @@ def load_constants() -> ModelConstants:
         protocol_latency_factor={p: float(cal["protocol_latency_factor"][p]["value"])
                                  for p in PROTOS},
     )
+
+
+def with_cuda_graph(k: ModelConstants) -> ModelConstants:
+    """Constants for collectives replayed from a CUDA graph (nccl-tests ``-G``): the CPU
+    launch is done once for the whole graph, so no per-call launch overhead is paid."""
+    return k.replace(launch_overhead_s=0.0)

@@ -140,7 +140,8 @@ def build_case(tid: str, c: CaseSpec, meas: pd.DataFrame, source: str,
     rows = _table_rows(tid, ops, meas, source, meas_source, where)
     _check_placement(G, ranks, rows, source, where)
     return Case(tid, c.topology, topo_path, c.nodes, dict(c.overrides), ranks, ops,
-                c.split, c.nccl, c.notes, G, rows.reset_index(drop=True), source)
+                c.split, c.nccl, c.notes, G, rows.reset_index(drop=True), source,
+                c.cuda_graph)
 
 
 __all__ = ["apply_overrides", "build_case"]

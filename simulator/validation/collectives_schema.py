@@ -62,6 +62,9 @@ class CaseSpec(BaseModel):
     op: str | list[str]
     split: Literal["calibration", "validation"]
     nccl: str = ""
+    # nccl-tests -G: the measured loop was replayed from a CUDA graph, so the per-call
+    # launch overhead of the model (calibration.yaml launch_overhead_us) is not paid.
+    cuda_graph: bool = False
     notes: str = ""
 
 
@@ -88,6 +91,7 @@ class Case:
     graph: nx.Graph = field(repr=False)
     measurements: pd.DataFrame = field(repr=False)
     source: str = ""
+    cuda_graph: bool = False
 
     @property
     def op(self) -> str:

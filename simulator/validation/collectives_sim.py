@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.collectives.constants import ModelConstants
+from simulator.collectives.constants import ModelConstants, with_cuda_graph
 from simulator.collectives.model import CollectiveModel
 from simulator.collectives.run import build_cluster, run_collective, simulate_plans
 from simulator.validation.collectives_schema import Case
@@ -39,6 +39,8 @@ def simulate_rows(case: Case, constants: ModelConstants, fidelity: str = "flow",
                   cluster=None) -> list[dict]:
     """Simulate every measured size of ``case``; one dict per row (see :data:`RESULT_COLUMNS`)."""
     cluster = cluster if cluster is not None else build_cluster(case.graph, constants)
+    if case.cuda_graph:
+        constants = with_cuda_graph(constants)
     model = CollectiveModel(cluster, constants)
     out = []
     for r in case.measurements.itertuples(index=False):
