@@ -210,3 +210,13 @@ def test_layer_cost_arguments_are_checked(kwargs, field):
     with pytest.raises(ConfigError) as err:
         layer_costs(load_model("gpt2-small"), **args)
     assert err.value.field == field
+
+
+def test_a_user_model_file_needs_no_source_but_says_where_it_came_from(tmp_path):
+    from simulator.models import load_model
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nfamily: llama\nlayers: 2\nhidden: 128\nheads: 2\n"
+                    "vocab: 1000\nmax_seq_len: 4096\n")
+    spec = load_model(str(path))
+    assert spec.source == f"user-defined model, file {path}"
+    assert spec.layers == 2 and spec.heads == 2

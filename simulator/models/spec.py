@@ -93,7 +93,7 @@ class _TransformerFile(BaseModel):
 
     name: str
     family: Literal["gpt", "llama", "bert"]
-    source: str
+    source: str = ""               # required in the catalog, optional in a user's file
     layers: PosInt
     hidden: PosInt
     heads: PosInt
@@ -115,7 +115,7 @@ class _ResNetFile(BaseModel):
 
     name: str
     family: Literal["resnet"]
-    source: str
+    source: str = ""               # required in the catalog, optional in a user's file
     depth: PosInt
     image_size: PosInt = 224
     num_classes: PosInt = 1000
@@ -162,6 +162,9 @@ def _catalog() -> dict[str, ModelSpec]:
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
         if entry.name.endswith((".yaml", ".yml")):
             spec = parse_model_file(entry)
+            if spec.source.startswith(USER_SOURCE):
+                raise ConfigError("a catalog model must cite its source", source=str(entry),
+                                  field="source")
             if spec.name.lower() in out:
                 raise ConfigError(f"duplicate model name {spec.name!r}", source=str(entry),
                                   field="name")
@@ -186,6 +189,9 @@ def parse_model_file(path) -> ModelSpec:
     return parse_model(data, src)
 
 
+USER_SOURCE = "user-defined model, file"
+
+
 def parse_model(data: Any, source: str) -> ModelSpec:
     """Check the mapping ``data`` (a parsed model file) and build its :class:`ModelSpec`.
 
@@ -208,6 +214,8 @@ def parse_model(data: Any, source: str) -> ModelSpec:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
         raise _pydantic_error(exc, schema, source) from None
+    if not parsed.source:
+        parsed = parsed.model_copy(update={"source": f"{USER_SOURCE} {source}"})
     if family == "resnet":
         return _resnet_spec(parsed, source)
     return _transformer_spec(parsed, source)
