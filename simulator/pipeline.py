@@ -83,7 +83,8 @@ def build_setup(scn: Scenario, source: str = "<scenario>") -> Setup:
     except ConfigError as exc:
         raise (exc if exc.source else ConfigError(exc.reason, source=source,
                                                   field=f"model{'.' + exc.field if exc.field else ''}")) from None
-    G = load_topology(resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes)
+    G = load_topology(resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
+                      links=scn.cluster.links or None)
     k = load_constants()
     cluster = build_cluster(G, k, ecmp=scn.cluster.ecmp, seed=scn.simulation.seed)
     gpu = gpu_spec(G.graph["gpu"])

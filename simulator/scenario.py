@@ -49,6 +49,8 @@ class ClusterCfg(BaseModel):
     topology: str = "dgx-a100"
     nodes: int | None = Field(None, gt=0)
     gpus: int | None = Field(None, gt=0, description="use only the first N GPUs (ranks)")
+    links: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="what-if per link type, e.g. {ib-hdr: {bw: 400 Gb/s}}")
     ecmp: str = "spread"
 
 

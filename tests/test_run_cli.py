@@ -98,3 +98,13 @@ def test_same_scenario_same_numbers_bit_for_bit(capsys):
         outs.append(out)
     assert outs[0] == outs[1]
     assert json.loads(outs[0])["peak_memory_gib_per_class"].keys() == {"all", "all@x1.25"}
+
+
+def test_what_if_link_bandwidth_from_the_scenario(capsys):
+    base = ["--format", "json", "--set", "cluster.topology=dgx-a100-superpod",
+            "--set", "cluster.nodes=2", *SMALL]
+    _, fast, _ = run_main(capsys, "run", *base)
+    _, slow, _ = run_main(capsys, "run", *base, "--set", "cluster.links={ib-hdr: {bw: 25 Gb/s}}")
+    assert json.loads(slow)["comm_s"] > 4 * json.loads(fast)["comm_s"]
+    code, _, err = run_main(capsys, "run", *base, "--set", "cluster.links={ib-hdr: {bw: 50}}")
+    assert code == 2 and "cluster.links: links.ib-hdr.bw: bandwidth 50.0 needs a unit" in err

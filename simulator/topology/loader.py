@@ -55,7 +55,8 @@ class TopologyFile(BaseModel):
 MAX_NODES = 16384
 
 
-def load_topology(path: str | Path, nodes: int | None = None) -> nx.Graph:
+def load_topology(path: str | Path, nodes: int | None = None,
+                  links: dict | None = None) -> nx.Graph:
     """Build the cluster graph described by the YAML file ``path``.
 
     Parameters
@@ -88,10 +89,11 @@ def load_topology(path: str | Path, nodes: int | None = None) -> nx.Graph:
     except yaml.YAMLError as exc:
         raise ConfigError(f"malformed YAML: {' '.join(str(exc).split())}",
                           source=source) from None
-    return topology_from_dict(data, source=source, nodes=nodes)
+    return topology_from_dict(data, source=source, nodes=nodes, links=links)
 
 
-def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = None) -> nx.Graph:
+def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = None,
+                       links: dict | None = None) -> nx.Graph:
     """Build the cluster graph from an already-parsed topology mapping.
 
     :raises ConfigError: as :func:`load_topology`, attributed to ``source``.
@@ -119,6 +121,10 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
     except TopologyError as exc:
         raise ConfigError(str(exc), source=source, field="params") from None
     _apply_link_overrides(G, spec.links, source)
+    if links:
+        # Overrides from outside the file (a scenario's cluster.links) win over the file's.
+        extra = _validate({**data, "links": links}, "cluster.links").links
+        _apply_link_overrides(G, extra, "cluster.links")
     G.graph["name"] = spec.name
     return G
 
