@@ -52,15 +52,7 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
     from simulator.validation import calibrate as cal
     from simulator.validation import collectives as vc
 
-    if write_to is not None and not calibrate:
-        raise ConfigError("needs --calibrate (it writes the fitted constants)",
-                          source="--write-calibration")
-    if write_to is not None and write_to.exists() and not overwrite:
-        raise ConfigError("file exists; refusing to overwrite it (add --overwrite)",
-                          source=str(write_to), field="--write-calibration")
-    root = root if root is not None else vc.default_root()
-    if not (root / vc.CASES_FILE).is_file():
-        raise ConfigError(f"no {vc.CASES_FILE} in {root}", source="--root")
+    root = _checked_root(root, vc, write_to, calibrate, overwrite, "--write-calibration")
     constants = load_constants()
     label = "shipped constants, simulator/data/calibration.yaml"
     if calibration is not None:
@@ -90,6 +82,23 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
     click.echo(f"report: {written['report']}")
 
 
+def _checked_root(root, module, write_to, calibrate: bool, overwrite: bool, option: str):
+    """The validation folder to use, after checking the write options.
+
+    :raises ConfigError: ``option`` without --calibrate, an existing file without
+        --overwrite, or a folder without ``module.CASES_FILE``.
+    """
+    if write_to is not None and not calibrate:
+        raise ConfigError("needs --calibrate (it writes the fitted constants)", source=option)
+    if write_to is not None and write_to.exists() and not overwrite:
+        raise ConfigError("file exists; refusing to overwrite it (add --overwrite)",
+                          source=str(write_to), field=option)
+    root = root if root is not None else module.default_root()
+    if not (root / module.CASES_FILE).is_file():
+        raise ConfigError(f"no {module.CASES_FILE} in {root}", source="--root")
+    return root
+
+
 @click.command("training")
 @click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder with cases.yaml and measurements.csv "
@@ -100,7 +109,7 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
               default=None, help="Use the constants of this compute YAML instead of the "
                                  "shipped simulator/data/compute.yaml.")
 @click.option("--calibrate", is_flag=True,
-              help="Fit the tensor-core eff_max of conv and matmul (fp16/bf16, tf32) on the "
+              help="Fit the tensor-core eff_max of convolutions (fp16/bf16, tf32) on the "
                    "calibration cases only, print them and the calibration error, and "
                    "validate with them.")
 @click.option("--write-fitted", "write_to", type=click.Path(dir_okay=False, path_type=Path),
@@ -124,15 +133,7 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
     from simulator.validation import training as vt
     from simulator.validation import training_calibrate as tc
 
-    if write_to is not None and not calibrate:
-        raise ConfigError("needs --calibrate (it writes the fitted constants)",
-                          source="--write-fitted")
-    if write_to is not None and write_to.exists() and not overwrite:
-        raise ConfigError("file exists; refusing to overwrite it (add --overwrite)",
-                          source=str(write_to), field="--write-fitted")
-    root = root if root is not None else vt.default_root()
-    if not (root / vt.CASES_FILE).is_file():
-        raise ConfigError(f"no {vt.CASES_FILE} in {root}", source="--root")
+    root = _checked_root(root, vt, write_to, calibrate, overwrite, "--write-fitted")
     calibration = None
     label = "shipped constants, simulator/data/compute.yaml"
     if compute_file is not None:
