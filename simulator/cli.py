@@ -37,10 +37,14 @@ EXIT_INTERRUPTED = 130
 @click.version_option(__version__, "-V", "--version", prog_name=PROG,
                       message="%(prog)s %(version)s")
 def cli() -> None:
-    """clustersim: simulate GPU clusters, their fabrics and NCCL-style collectives.
+    """clustersim: simulate GPU clusters, their fabrics, NCCL-style collectives and
+    training iterations.
 
+    `run` replays one training iteration of a scenario (scenarios/, default quickstart:
+    Llama-2-7B with FSDP on one DGX A100) and says how long it takes, where the time goes
+    and how much memory each GPU needs. `collective` predicts collectives like nccl-tests.
     Clusters come from topology YAML files (shipped ones by bare name, e.g. dgx-a100,
-    dgx-a100-superpod). Results are printed like nccl-tests, with time, algbw and busbw.
+    dgx-a100-superpod).
     """
 
 
