@@ -11,12 +11,11 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 
 from simulator.errors import ConfigError
+from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_flops, parse_size, parse_time
 
 LINK_CLASSES = ("nvlink", "pcie", "net", "cpu")
@@ -158,12 +157,7 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
 
 def _read_table(path) -> tuple[str, dict]:
     src = str(path)
-    try:
-        text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
-        data = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read catalog: {' '.join(str(exc).split())}",
-                          source=src) from None
+    data = read_yaml(path, "catalog")
     if not isinstance(data, dict) or not data:
         raise ConfigError("catalog must be a non-empty mapping of name -> entry", source=src)
     return src, data

@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
+from .yamlio import read_yaml
 
 SCENARIO_DIR = "scenarios"
 DEFAULT_SCENARIO = "quickstart"
@@ -112,12 +113,7 @@ def load_scenario(path: str | Path | None = None, sets: list[str] | None = None)
     """Read and validate a scenario (default ``scenarios/quickstart.yaml``)."""
     path = resolve_scenario(path or DEFAULT_SCENARIO)
     source = str(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"malformed YAML{where}", source=source) from None
+    data = read_yaml(path, "scenario file")
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", source=source)
     data = apply_sets(data, sets or [], source)

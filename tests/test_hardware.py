@@ -132,8 +132,10 @@ def test_bad_gpu_file_names_file_and_field(tmp_path, entry, field, message):
 
 def test_unreadable_catalog_is_a_config_error(tmp_path):
     path = _links_file(tmp_path, "a: [1,\n")
-    with pytest.raises(ConfigError, match=r"links\.yaml: cannot read catalog"):
+    with pytest.raises(ConfigError, match=r"links\.yaml: malformed YAML at line 2"):
         load_link_table(path)
+    with pytest.raises(ConfigError, match=r"absent\.yaml: cannot read catalog"):
+        load_link_table(tmp_path / "absent.yaml")
 
 
 def test_oom_capacity_is_what_cuda_reports_when_measured():

@@ -16,12 +16,11 @@ import functools
 import math
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from simulator.errors import ConfigError
+from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
 from simulator.units import UnitError, parse_time
 
@@ -101,14 +100,7 @@ def load_compute_calibration(path=None) -> ComputeCalibration:
     :raises ConfigError: naming the file (and field) when it is unreadable or invalid.
     """
     target = path if path is not None else resources.files("simulator") / "data" / "compute.yaml"
-    src = str(target)
-    try:
-        text = target.read_text() if hasattr(target, "read_text") else Path(target).read_text()
-        data = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read compute calibration: {' '.join(str(exc).split())}",
-                          source=src) from None
-    return ComputeCalibration.from_dict(data, src)
+    return ComputeCalibration.from_dict(read_yaml(target, "compute calibration"), str(target))
 
 
 @functools.cache

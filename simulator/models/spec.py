@@ -22,10 +22,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import ConfigError
+from simulator.yamlio import read_yaml
 
 FAMILIES = ("gpt", "llama", "bert", "resnet")
 TRANSFORMER_FAMILIES = ("gpt", "llama", "bert")
@@ -181,12 +181,7 @@ def parse_model_file(path) -> ModelSpec:
         With ``source`` = the file and ``field`` = the key at fault.
     """
     src = str(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read model file: {' '.join(str(exc).split())}",
-                          source=src) from None
-    return parse_model(data, src)
+    return parse_model(read_yaml(path, "model file"), src)
 
 
 USER_SOURCE = "user-defined model, file"

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import ConfigError, TopologyError
+from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
 from simulator.topology.generators import GENERATORS, MULTI_NODE, check_cluster
 
@@ -75,20 +75,7 @@ def load_topology(path: str | Path, nodes: int | None = None,
         ``--nodes`` override on a single-node generator, or an unusable resulting graph.
     """
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read topology file: {exc.strerror or exc}",
-                          source=source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise ConfigError(f"malformed YAML at line {line}: {exc.problem or exc.context}",
-                          source=source) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"malformed YAML: {' '.join(str(exc).split())}",
-                          source=source) from None
+    data = read_yaml(Path(path), "topology file")
     return topology_from_dict(data, source=source, nodes=nodes, links=links)
 
 

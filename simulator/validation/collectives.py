@@ -54,7 +54,6 @@ from simulator.validation.collectives_schema import (BUSBW_THRESHOLD, GOAL, LARG
                                                      MEASUREMENT_COLUMNS, SMALL_BYTES,
                                                      TIME_THRESHOLD, CaseSpec)
 from simulator.validation.collectives_sim import _rel_err, _sendrecv_ring
-from simulator.validation.common import _construct_unique, _DuplicateKey, _UniqueKeyLoader
 from simulator.validation.common import read_yaml as _read_yaml
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from simulator.errors import ConfigError
+from simulator.yamlio import read_yaml as _read_yaml
 
 SPLITS = ("calibration", "validation")
 CASES_FILE = "cases.yaml"
@@ -32,52 +32,9 @@ def find_root(kind: str) -> Path:
 
 
 # ------------------------------------------------------------------------------ YAML
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key repeated in one mapping (YAML would keep the last)."""
-
-
-def _construct_unique(loader, node, deep=False):
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise _DuplicateKey(key, key_node.start_mark.line + 1)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key, line):
-        super().__init__(key, line)
-        self.key, self.line = key, line
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                                 _construct_unique)
-
-
 def read_yaml(path: Path) -> Any:
-    """The YAML document at ``path``; a key repeated in one mapping is an error.
-
-    :raises ConfigError: unreadable file, malformed YAML, a duplicate key.
-    """
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
-    except _DuplicateKey as exc:
-        raise ConfigError(f"duplicate key {exc.key!r} at line {exc.line} (YAML would silently "
-                          f"keep only the last one)", source=str(path),
-                          field=str(exc.key)) from None
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise ConfigError(f"malformed YAML at line {line}: {exc.problem or exc.context}",
-                          source=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"malformed YAML: {' '.join(str(exc).split())}",
-                          source=str(path)) from None
+    """The YAML document at ``path`` (see :func:`simulator.yamlio.read_yaml`)."""
+    return _read_yaml(path)
 
 
 # --------------------------------------------------------------------- input files
