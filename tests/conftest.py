@@ -2,6 +2,7 @@
 
 import networkx as nx
 import pytest
+import yaml
 
 from simulator.cluster import Cluster
 from simulator.collectives.constants import load_constants
@@ -50,3 +51,12 @@ def ideal_constants():
 def make_model(G, constants, **kw):
     cluster = Cluster(G, link_efficiency=constants.link_efficiency, **kw)
     return CollectiveModel(cluster, constants)
+
+
+def edit_cases_yaml(root, fn):
+    """Apply ``fn`` to the mapping in ``root/cases.yaml`` (a test's copy) and save it."""
+    path = root / "cases.yaml"
+    data = yaml.safe_load(path.read_text())
+    fn(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

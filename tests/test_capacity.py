@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from simulator.capacity import (BASE_MODEL, FAMILIES, GIB, Prober, build_ladder, capacity,
+from simulator.capacity import (BASE_MODEL, FAMILIES, GIB, STEP, Prober, build_ladder, capacity,
                                 largest_fitting, parse_strategy_specs, search, strategy_dict)
 from simulator.cli import main
 from simulator.errors import ConfigError
@@ -48,7 +48,7 @@ def test_ladder_is_ordered_and_spaced(family):
     assert 0.85e9 <= params[0] <= 1.1e9            # extrapolated down to about 1B
     steps = [b / a - 1 for a, b in zip(params, params[1:])]
     assert max(steps) <= 0.25                       # resolution ~10-20 % in parameters
-    assert sum(steps) / len(steps) == pytest.approx(0.145, abs=0.03)
+    assert sum(steps) / len(steps) == pytest.approx(STEP, abs=0.03)   # the target spacing
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

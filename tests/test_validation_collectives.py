@@ -21,6 +21,7 @@ from simulator.errors import ClusterSimError, ConfigError
 from simulator.validation import calibrate as cal
 from simulator.validation import collectives as vc
 from simulator.validation.cli import register
+from conftest import edit_cases_yaml
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "collectives"
 CALIBRATION = {"oci_bm.gpu4.8_1node", "deepops_dgxa100_2node_k8s", "cn_doc_4x_a100pcie"}
@@ -283,14 +284,6 @@ def test_cli_command_prints_summary(tmp_path):
 
 
 # -------------------------------------------------------------- (e) bad cases.yaml
-def _edit(root, fn):
-    path = root / "cases.yaml"
-    data = yaml.safe_load(path.read_text())
-    fn(data)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def _expect(root, field, match=None):
     with pytest.raises(ConfigError) as info:
         vc.load_cases(root)
@@ -304,44 +297,44 @@ def _expect(root, field, match=None):
 
 
 def test_unknown_key_names_file_and_field(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["galvatron_fixture_8gpu"].update(topolgy="x"))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["galvatron_fixture_8gpu"].update(topolgy="x"))
     _expect(root_copy, "cases.galvatron_fixture_8gpu.topolgy", "unknown key")
 
 
 def test_unknown_top_level_key(root_copy):
-    _edit(root_copy, lambda d: d.update(casess={}))
+    edit_cases_yaml(root_copy, lambda d: d.update(casess={}))
     _expect(root_copy, "casess", "unknown key")
 
 
 def test_unknown_topology_names_file_and_field(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["oci_ngc_2node_10G"].update(topology="no-such-topo"))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["oci_ngc_2node_10G"].update(topology="no-such-topo"))
     _expect(root_copy, "cases.oci_ngc_2node_10G.topology", "no-such-topo")
 
 
 def test_bad_split_and_missing_key(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["oci_ngc_1node_10G"].update(split="training"))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["oci_ngc_1node_10G"].update(split="training"))
     _expect(root_copy, "cases.oci_ngc_1node_10G.split")
-    _edit(root_copy, lambda d: d["cases"]["oci_ngc_1node_10G"].update(split="validation")
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["oci_ngc_1node_10G"].update(split="validation")
           or d["cases"]["oci_ngc_1node_10G"].pop("op"))
     _expect(root_copy, "cases.oci_ngc_1node_10G.op", "missing")
 
 
 def test_bad_override_and_ranks(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
         overrides={"params.nod.nics": 4}))
     _expect(root_copy, "cases.gh_nccl-tests_152_2node.overrides.params.nod.nics")
-    _edit(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
         overrides={"params.node.nics": 3}))
     _expect(root_copy, "cases.gh_nccl-tests_152_2node.overrides.params.node.nics")
-    _edit(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["gh_nccl-tests_152_2node"].update(
         overrides={}, ranks=[0, 99]))
     _expect(root_copy, "cases.gh_nccl-tests_152_2node.ranks")
 
 
 def test_op_and_rank_count_must_match_the_table(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["azure_ndmv4_2x8"].update(op="all_reduce"))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["azure_ndmv4_2x8"].update(op="all_reduce"))
     _expect(root_copy, "cases.azure_ndmv4_2x8.op", "all_gather")
-    _edit(root_copy, lambda d: d["cases"]["azure_ndmv4_2x8"].update(
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["azure_ndmv4_2x8"].update(
         op=["all_gather", "all_reduce", "all_to_all"], ranks=[0, 1]))
     _expect(root_copy, "cases.azure_ndmv4_2x8.nodes")
 
@@ -353,7 +346,7 @@ def test_duplicate_and_missing_cases(root_copy):
                            "    split: calibration\n")
     _expect(root_copy, "oci_ngc_1node_10G", "duplicate key")
     path.write_text(text)
-    _edit(root_copy, lambda d: d["cases"].pop("oci_ngc_1node_10G"))
+    edit_cases_yaml(root_copy, lambda d: d["cases"].pop("oci_ngc_1node_10G"))
     with pytest.raises(ConfigError) as info:
         vc.load_cases(root_copy)
     assert info.value.source == str(root_copy / "measurements.csv")

@@ -23,6 +23,7 @@ from simulator.errors import ClusterSimError, ConfigError
 from simulator.validation import training as vt
 from simulator.validation import training_calibrate as tc
 from simulator.validation.cli import register
+from conftest import edit_cases_yaml
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "training"
 SHARED = [Path(__file__).resolve().parents[1] / "shared/validation-data/training",
@@ -351,13 +352,6 @@ def test_cli_command(tmp_path):
 
 
 # -------------------------------------------------------------- (e) bad cases.yaml
-def _edit(root, fn):
-    path = root / "cases.yaml"
-    data = yaml.safe_load(path.read_text())
-    fn(data)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-
-
 def _expect(root, field, match=None, splits=None):
     with pytest.raises(ConfigError) as info:
         vt.load_cases(root, splits=splits)
@@ -370,9 +364,9 @@ def _expect(root, field, match=None, splits=None):
 
 
 def test_unknown_key_and_bad_split(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(metrc="x"))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(metrc="x"))
     _expect(root_copy, "cases.resnet50_1gpu_tf32.metrc", "unknown key")
-    _edit(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(metric="samples_per_s",
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(metric="samples_per_s",
                                                                        split="test"))
     (root_copy / "cases.yaml").write_text((root_copy / "cases.yaml").read_text()
                                           .replace("    metrc: x\n", ""))
@@ -380,43 +374,43 @@ def test_unknown_key_and_bad_split(root_copy):
 
 
 def test_measured_value_must_match_measurements_csv(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(measured=1000))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(measured=1000))
     _expect(root_copy, "cases.resnet50_1gpu_tf32.measured", "938", splits=("calibration",))
 
 
 def test_simulated_run_must_be_the_measured_one(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(
         set=["training.micro_batch=128", "training.precision=tf32"]))
     _expect(root_copy, "cases.resnet50_1gpu_tf32.set", "micro_batch",
             splits=("calibration",))
-    _edit(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(set=[]))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(set=[]))
     _expect(root_copy, "cases.resnet50_1gpu_tf32.set", "precision", splits=("calibration",))
 
 
 def test_bad_scenario_and_override(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(scenario="no-such"))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(scenario="no-such"))
     _expect(root_copy, "cases.resnet50_1gpu_tf32.scenario", "no-such",
             splits=("calibration",))
-    _edit(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(
         scenario="resnet50-ddp-1gpu", set=["training.precison=tf32"]))
     _expect(root_copy, "cases.resnet50_1gpu_tf32.scenario", "precison",
             splits=("calibration",))
 
 
 def test_calibration_case_cannot_use_validation_cases(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["resnet50_8gpu_amp_scaling"].update(
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_8gpu_amp_scaling"].update(
         split="calibration"))
     _expect(root_copy, "cases.resnet50_8gpu_amp_scaling.scaling.of", "validation")
 
 
 def test_scaling_case_checks(root_copy):
-    _edit(root_copy, lambda d: d["cases"]["resnet50_8gpu_amp_scaling"].update(measured=0.9))
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_8gpu_amp_scaling"].update(measured=0.9))
     _expect(root_copy, "cases.resnet50_8gpu_amp_scaling.measured", "0.84",
             splits=("validation",))
 
 
 def test_unused_measurement_is_an_error(root_copy):
-    _edit(root_copy, lambda d: d["cases"].pop("gpt_1t_fsdp_128gpu"))
+    edit_cases_yaml(root_copy, lambda d: d["cases"].pop("gpt_1t_fsdp_128gpu"))
     with pytest.raises(ConfigError) as info:
         vt.load_cases(root_copy)
     assert info.value.source == str(root_copy / "measurements.csv")

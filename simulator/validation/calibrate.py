@@ -304,6 +304,13 @@ def calibrate(root=None, constants: ModelConstants | None = None, max_evals: int
     return k, report
 
 
+def format_objective(report: dict) -> str:
+    """The objective before and after a fit, as one line (both calibrations use it)."""
+    return (f"objective ({report['objective']}): {report['objective_start']:.5f} -> "
+            f"{report['objective_fitted']:.5f} (rms log error {report['rms_log_start']:.3f}"
+            f" -> {report['rms_log_fitted']:.3f})")
+
+
 def format_calibration(report: dict) -> str:
     """Fitted values and calibration error as text lines."""
     lines = [f"calibration tables: {', '.join(report['tables'])} ({report['rows']} rows, "
@@ -313,9 +320,7 @@ def format_calibration(report: dict) -> str:
         flag = "  (at bound)" if p in report["at_bound"] else ""
         lines.append(f"  {p:24s} {report['start'][p]:10.4g} -> {report['fitted'][p]:10.4g}"
                      f"   bounds [{lo:g}, {hi:g}]{flag}")
-    lines.append(f"objective ({report['objective']}): {report['objective_start']:.5f} -> "
-                 f"{report['objective_fitted']:.5f} (rms log error {report['rms_log_start']:.3f}"
-                 f" -> {report['rms_log_fitted']:.3f})")
+    lines.append(format_objective(report))
     for tid, t in report["per_table"].items():
         lines.append(f"  {tid:28s} rows {t['rows']:3d}  rms log {t['rms_log']:.3f}  "
                      f"median |time err| {100 * t['median_abs_time_err']:.1f}%")

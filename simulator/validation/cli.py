@@ -72,8 +72,8 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
     written = vc.write_report(df, out, constants,
                               title=f"Collective validation against A100 nccl-tests ({label})")
     click.echo(f"Validation with {label}, fidelity {fidelity}:")
-    click.echo(vc.format_summary(vc.summarize(df)))
     summary = vc.summarize(df)
+    click.echo(vc.format_summary(summary))
     val = summary[summary["split"] == "validation"]
     fails = val[(val["busbw_ok"] == False) | (val["time_ok"] == False)]  # noqa: E712
     click.echo(f"gates: median |busbw err| <= {vc.BUSBW_THRESHOLD:.0%} (>= 1 MiB), median "

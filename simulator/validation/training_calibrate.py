@@ -44,7 +44,7 @@ from simulator.compute import ComputeCalibration
 from simulator.compute.model import load_compute_calibration
 from simulator.errors import ConfigError
 from simulator.validation import training as vt
-from simulator.validation.calibrate import compass_search, nelder_mead
+from simulator.validation.calibrate import compass_search, format_objective, nelder_mead
 
 PARAMS = ("conv.fp16", "conv.tf32")
 TIED = {"conv.fp16": ("conv.bf16",)}            # also set to the fitted value
@@ -216,9 +216,7 @@ def format_calibration(report: dict) -> str:
         flag = "  (at bound)" if p in report["at_bound"] else ""
         lines.append(f"  eff_max {p:12s} {report['start'][p]:6.3f} -> {report['fitted'][p]:6.3f}"
                      f"   bounds [{lo:g}, {hi:g}]{tied}{flag}")
-    lines.append(f"objective ({report['objective']}): {report['objective_start']:.5f} -> "
-                 f"{report['objective_fitted']:.5f} (rms log error {report['rms_log_start']:.3f}"
-                 f" -> {report['rms_log_fitted']:.3f})")
+    lines.append(format_objective(report))
     for cid, r in report["per_case"].items():
         lines.append(f"  {cid:30s} measured {r['measured']:8.4g}  simulated "
                      f"{r['start_simulated']:8.4g} -> {r['simulated']:8.4g}  error "
