@@ -30,6 +30,7 @@ def _rows(m: Metrics, capacity_gib: float = 0.0) -> list[tuple[str, str]]:
         ("comm_s", f"{m.comm_s:.4f} s"),
         ("exposed_comm_s", f"{m.exposed_comm_s:.4f} s"),
         ("wait_s", f"{m.wait_s:.4f} s"),
+        ("memory_wait_s", f"{m.memory_wait_s:.4f} s"),
         ("gpu_utilization", f"{100 * m.gpu_utilization:.1f} %"),
         ("peak_memory_gib", f"{m.peak_memory_gib:.2f} GiB"),
         ("oom", "yes: " + "; ".join(f"{c} at {op}" for c, op in m.oom_at.items()) + over

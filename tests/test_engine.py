@@ -135,3 +135,37 @@ def test_collectives_on_one_communicator_from_two_streams_do_not_mix(model):
               comm="shard", deps=(1,))]
     r = by_name(run(Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], comm), model))
     assert r["rs"].start_s == pytest.approx(1.0) and r["rs"].end_s > 1.0
+
+
+def _mem_trace(ops, static=0):
+    return Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], {},
+                 meta={"static_memory_bytes": {"all": static}})
+
+
+def test_a_later_issued_op_waits_for_memory_instead_of_failing(model):
+    # c0 holds 500 for 1 s, then c1 (issued before c2) needs 400; c2 on another stream
+    # needs 400 at t=0: 500 + 400 fits, but not with room for c1, so it waits for c0's free.
+    ops = [comp(0, 1e12, mem_alloc_bytes=500, mem_free_bytes=500),
+           comp(1, 1e12, deps=(0,), mem_alloc_bytes=400, mem_free_bytes=400),
+           comp(2, 0.5e12, stream="side", mem_alloc_bytes=400, mem_free_bytes=400)]
+    unlimited = replay(_mem_trace(ops), model, TeraflopGPU(), EngineConfig())
+    assert by_name(unlimited)["c2"].start_s == 0.0
+    tl = replay(_mem_trace(ops), model, TeraflopGPU(), EngineConfig(), capacity_bytes=1000)
+    recs = by_name(tl)
+    assert recs["c2"].ready_s == 0.0 and recs["c2"].start_s == pytest.approx(1.0)
+    assert tl.memory_wait_s["all"] == pytest.approx(1.0)
+    assert tl.oom["all"] is None and tl.peak_memory_bytes["all"] == 800
+    assert tl.iteration_time_s == pytest.approx(2.0)
+
+
+def test_a_working_set_that_cannot_fit_is_oom_at_the_first_waiter(model):
+    # c0 keeps 600 until c2, which needs c1, which needs 600 more: nothing can ever free.
+    ops = [comp(0, 1e12, mem_alloc_bytes=600),
+           comp(1, 1e12, stream="side", mem_alloc_bytes=600, mem_free_bytes=600),
+           comp(2, 1e12, deps=(1,), mem_free_bytes=600)]
+    tl = replay(_mem_trace(ops, static=100), model, TeraflopGPU(), EngineConfig(),
+                capacity_bytes=1000)
+    assert tl.oom["all"] == "c1"
+    assert tl.peak_memory_bytes["all"] == 1300
+    assert tl.iteration_time_s == pytest.approx(3.0)      # c1 let through at t=1, c2 after
+    assert tl.memory["all"][-1][1] == 100

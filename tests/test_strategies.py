@@ -303,8 +303,12 @@ def test_gathered_params_and_grads_are_transient():
     trace = fsdp_trace()
     ag = _bwd_gather(trace, "block.3")
     assert ag.mem_alloc_bytes == BLOCK_PARAMS * 2
-    first_bwd = compute_ids(trace, "block.3", "backward")[0]
-    assert ops(trace)[first_bwd].mem_alloc_bytes == BLOCK_PARAMS * 2      # unsharded grads
+    bwd = [ops(trace)[i] for i in compute_ids(trace, "block.3", "backward")]
+    # unsharded grads appear kernel by kernel, in proportion to each kernel's FLOPs
+    assert sum(o.mem_alloc_bytes for o in bwd) == BLOCK_PARAMS * 2
+    flops = sum(o.flops for o in bwd)
+    for o in bwd:
+        assert o.mem_alloc_bytes == pytest.approx(BLOCK_PARAMS * 2 * o.flops / flops, abs=1)
     rs = next(o for o in colls(trace, "reduce_scatter") if o.layer == "block.3")
     assert rs.mem_free_bytes == BLOCK_PARAMS * 2
 
@@ -390,3 +394,24 @@ def test_real_model_layers():
         trace = build_trace(layers, cfg, world, model=spec.name)
         assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)) == 0
         assert trace.meta["params"] == sum(lay.params for lay in layers)
+
+
+@pytest.mark.parametrize("how", ["alloc", "free"])
+@pytest.mark.parametrize("flops", [(1.0, 3.0), (0.0, 0.0, 0.0), (5.0, 0.0, 2.0)])
+def test_spread_is_proportional_and_never_under_counts(how, flops):
+    from simulator.strategies.base import OpList, spread
+    ol = OpList()
+    ids = [ol.add(stream="compute", kind="compute", name=f"k{i}", flops=f)
+           for i, f in enumerate(flops)]
+    n = 1001
+    spread(ol, ids, n, how)
+    got = [ol.ops[i].mem_alloc_bytes if how == "alloc" else ol.ops[i].mem_free_bytes
+           for i in ids]
+    w = list(flops) if sum(flops) else [1.0] * len(flops)
+    exact = [n * x / sum(w) for x in w]
+    assert sum(got) == n
+    assert all(abs(g - e) < len(ids) for g, e in zip(got, exact))
+    run_got = run_exact = 0.0
+    for g, e in zip(got, exact):       # memory held is never below the exact share
+        run_got, run_exact = run_got + g, run_exact + e
+        assert (run_got >= run_exact - 1e-9) if how == "alloc" else (run_got <= run_exact + 1e-9)

@@ -7,6 +7,16 @@ of the communicator put their flows on the fabric at once and the op ends when t
 instance finishes. Compute takes the compute model's time, scaled by the class's slowdown
 and, while a communication kernel of the same class runs, by ``1 + overlap_slowdown``.
 Memory is the class's static memory plus what ops allocate at start and free at end.
+
+Memory back-pressure (the CUDA caching allocator near the limit). PyTorch allocates in CPU
+issue order; when a cudaMalloc fails it frees its cache, synchronises and retries, so the
+CPU stops running ahead until the GPU has freed memory. Here an op allocates when it
+starts, so an op issued later (a prefetched all-gather) may start first; it may do so only
+if it leaves room for the allocations of every op issued before it that has not started yet
+(their frees come later). Otherwise it waits, in issue order, until frees make room; time
+spent so is ``memory_wait_s``. Only when nothing left running can free memory (the working
+set does not fit) is the oldest waiter let through over capacity, and the class is out of
+memory at that op.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from ..collectives.host import host_flow
 from ..collectives.model import CollectiveModel
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace
@@ -73,6 +84,31 @@ class Timeline:
     meta: dict = field(default_factory=dict)
     link_groups: list[str] = field(default_factory=list)      # link types
     link_samples: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    memory_wait_s: dict = field(default_factory=dict)    # class -> seconds ops waited
+
+
+class _Fenwick:
+    """Prefix sums over op ids with point updates (allocations not made yet)."""
+
+    def __init__(self, values: list[int]):
+        self.tree = [0] * (len(values) + 1)
+        for i, v in enumerate(values):
+            if v:
+                self.add(i, v)
+
+    def add(self, i: int, delta: int) -> None:
+        i += 1
+        while i < len(self.tree):
+            self.tree[i] += delta
+            i += i & -i
+
+    def prefix(self, i: int) -> int:
+        """Sum of values with index < i."""
+        total = 0
+        while i > 0:
+            total += self.tree[i]
+            i -= i & -i
+        return total
 
 
 class _Rendezvous:
@@ -110,6 +146,11 @@ class _Replayer:
         self.oom = {c.id: ("static memory" if self.mem[c.id] > capacity_bytes > 0 else None)
                     for c in trace.classes}
         self._plans: dict = {}
+        self.waiting: dict[str, list[tuple[int, int, str, simpy.Event]]] = {
+            c.id: [] for c in trace.classes}
+        self.mem_wait = {c.id: 0.0 for c in trace.classes}
+        self.unstarted = {c.id: _Fenwick([o.mem_alloc_bytes for o in c.ops]) if capacity_bytes
+                          else None for c in trace.classes}
 
     def _class_members(self) -> dict[str, int]:
         """Per communicator, how many rank classes take part."""
@@ -131,11 +172,18 @@ class _Replayer:
             for ops in streams.values():
                 self.env.process(self._stream(cls, ops))
         self.env.run()
+        while any(self.waiting.values()):     # deadlock: the working set does not fit
+            cls_id = min((c for c in self.waiting if self.waiting[c]),
+                         key=lambda c: self.waiting[c][0][0])
+            op_id, nbytes, name, ev = self.waiting[cls_id].pop(0)
+            self._alloc(cls_id, nbytes, name, op_id)     # over capacity: marks the OOM
+            ev.succeed()
+            self.env.run()
         end = max((r.end_s for r in self.records), default=0.0)
         return Timeline(self.records, self.memory, self.peak, self.oom,
                         self.fabric.link_bytes.copy(), end, self.env.events_processed,
                         self.capacity, dict(self.trace.meta), self.link_groups,
-                        list(getattr(self.fabric, "samples", [])))
+                        list(getattr(self.fabric, "samples", [])), dict(self.mem_wait))
 
     def _stream(self, cls: RankClass, ops: list[Op]):
         uses: dict[str, int] = {}
@@ -144,15 +192,31 @@ class _Replayer:
             if deps:
                 yield self.env.all_of(deps)
             ready = self.env.now
-            self._alloc(cls.id, op.mem_alloc_bytes, op.name)
+            if op.mem_alloc_bytes and self.capacity and (
+                    self.waiting[cls.id] or not self._fits(cls.id, op.id, op.mem_alloc_bytes)):
+                ev = self.env.event()             # _admit allocates, then fires ev
+                self.waiting[cls.id].append((op.id, op.mem_alloc_bytes, op.name, ev))
+                self.waiting[cls.id].sort(key=lambda w: w[0])
+                self._admit(cls.id)
+                yield ev
+                self.mem_wait[cls.id] += self.env.now - ready
+            else:
+                self._alloc(cls.id, op.mem_alloc_bytes, op.name, op.id)
             if op.kind == "collective":
                 k = uses.get(op.comm, 0)
                 uses[op.comm] = k + 1
                 start, plan = yield from self._collective(cls, op, k)
+            elif op.kind in ("send", "recv") and "host" in op.attrs:
+                start, plan = self.env.now, None
+                yield from self._host_copy(cls, op)
             else:
-                start, plan = ready, None
-                yield self.env.timeout(self._duration(cls, op))
+                start, plan = self.env.now, None
+                # attrs["repeat"]: the op runs that many times back to back (identical
+                # gradient-accumulation micro-steps written once)
+                yield self.env.timeout(self._duration(cls, op) * op.attrs.get("repeat", 1))
             self._alloc(cls.id, -op.mem_free_bytes, op.name)
+            if op.mem_free_bytes and self.waiting[cls.id]:
+                self._admit(cls.id)
             self.records.append(OpRecord(cls.id, op.id, op.name, op.stream, op.kind, op.layer,
                                          op.phase, ready, start, self.env.now, op.size_bytes,
                                          plan.algo if plan else "", plan.proto if plan else ""))
@@ -194,21 +258,49 @@ class _Replayer:
         yield rv.all_here
         start = self.env.now
         comm = self.trace.communicators[op.comm]
-        plans = [self._plan(op.collective, op.size_bytes, grp) for grp in comm.groups]
+        plans = [self._plan(op, grp) for grp in comm.groups]
         transfers = [self.fabric.transfer(p.flow()) for p in plans]
         yield self.env.all_of(transfers)
         rv.done.succeed((start, plans[0]))
 
-    def _plan(self, collective: str, size: int, group: tuple[int, ...]):
-        key = (collective, size, group)
+    def _plan(self, op: Op, group: tuple[int, ...]):
+        # attrs may pin the algorithm, protocol and root (a position in the group)
+        how = tuple(op.attrs.get(k, d) for k, d in (("algorithm", "auto"),
+                                                    ("protocol", "auto"), ("root", 0)))
+        key = (op.collective, op.size_bytes, group, how)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self.coll.plan(collective, size, list(group))
+            plan = self._plans[key] = self.coll.plan(op.collective, op.size_bytes,
+                                                     list(group), *how)
         return plan
 
-    def _alloc(self, cls_id: str, delta: int, op_name: str) -> None:
+    def _host_copy(self, cls: RankClass, op: Op):
+        """``send`` (GPU to host) or ``recv`` (host to GPU) between every GPU of the class
+        and the host memory of server ``attrs["host"]``, through its NIC ``attrs["nic"]``
+        (:mod:`simulator.collectives.host`); done when the last copy is."""
+        server, nic = int(op.attrs["host"]), int(op.attrs.get("nic", 0))
+        flows = [host_flow(self.coll.cluster, r, server, op.size_bytes, op.kind == "send",
+                           nic, self.cfg.host_bytes_per_s) for r in cls.ranks]
+        yield self.env.all_of([self.fabric.transfer(f) for f in flows])
+
+    def _admit(self, cls_id: str) -> None:
+        """Let waiting allocations through in issue order while they fit."""
+        queue = self.waiting[cls_id]
+        while queue and self._fits(cls_id, queue[0][0], queue[0][1]):
+            op_id, nbytes, name, ev = queue.pop(0)
+            self._alloc(cls_id, nbytes, name, op_id)
+            ev.succeed()
+
+    def _fits(self, cls_id: str, op_id: int, nbytes: int) -> bool:
+        """Room for ``nbytes`` now and for every earlier-issued op not started yet."""
+        ahead = self.unstarted[cls_id].prefix(op_id)
+        return self.mem[cls_id] + nbytes + ahead <= self.capacity
+
+    def _alloc(self, cls_id: str, delta: int, op_name: str, op_id: int | None = None) -> None:
         if not delta:
             return
+        if op_id is not None and self.unstarted[cls_id] is not None:
+            self.unstarted[cls_id].add(op_id, -delta)
         self.mem[cls_id] += delta
         self.memory[cls_id].append((self.env.now, self.mem[cls_id]))
         if self.mem[cls_id] > self.peak[cls_id]:

@@ -48,6 +48,7 @@ class Metrics:
     comm_s: float
     exposed_comm_s: float
     wait_s: float
+    memory_wait_s: float
     gpu_utilization: float
     peak_memory_gib: float
     peak_memory_gib_per_class: dict
@@ -81,6 +82,7 @@ def compute_metrics(tl: Timeline, world_size: int, peak_flops: float) -> Metrics
         mfu=tflops * 1e12 / peak_flops if peak_flops else 0.0,
         compute_s=compute_s, comm_s=comm_s, exposed_comm_s=exposed,
         wait_s=max(t - compute_s - exposed, 0.0),
+        memory_wait_s=tl.memory_wait_s.get(cls, 0.0),
         gpu_utilization=compute_s / t if t > 0 else 0.0,
         peak_memory_gib=max(peak.values(), default=0.0), peak_memory_gib_per_class=peak,
         oom=any(v is not None for v in tl.oom.values()),

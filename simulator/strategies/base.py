@@ -142,8 +142,8 @@ def is_checkpointed(layer: "LayerCost", cfg: CommonConfig) -> bool:
     return cfg.activation_checkpointing and layer.kind.endswith("block")
 
 
-def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=()) -> tuple[int, int]:
-    """One compute op per OpCost; ``deps`` on the first. Returns (first id, last id)."""
+def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=()) -> list[int]:
+    """One compute op per OpCost; ``deps`` on the first. Returns the op ids in order."""
     ids = []
     for i, c in enumerate(costs or ()):
         ids.append(ol.add(stream="compute", kind="compute", name=c.name, layer=layer.name,
@@ -154,33 +154,60 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=()) -> tu
         ids.append(ol.add(stream="compute", kind="compute", name=f"{layer.name}.{phase}",
                           layer=layer.name, phase=phase, op_class="elementwise",
                           deps=tuple(deps), attrs={"micro_step": micro}))
-    return ids[0], ids[-1]
+    return ids
+
+
+def spread(ol: OpList, ids: list[int], nbytes: int, how: str) -> None:
+    """Allocate (``how='alloc'``, at each op's start) or free (``'free'``, at its end)
+    ``nbytes`` over the ops ``ids`` in proportion to their FLOPs (equal shares when none
+    has FLOPs): tensors appear as the kernels that produce them run and die as the kernels
+    that consume them finish, not all at once. The rounding remainder goes to the first op
+    when allocating and to the last when freeing, so the running total never dips below
+    the exact one."""
+    nbytes = int(nbytes)
+    if nbytes <= 0:
+        return
+    weights = [max(0.0, ol.ops[i].flops) for i in ids]
+    total = sum(weights)
+    if total <= 0:
+        weights, total = [1.0] * len(ids), float(len(ids))
+    shares = [int(nbytes * w / total) for w in weights]
+    rest = nbytes - sum(shares)
+    shares[0 if how == "alloc" else -1] += rest
+    act = ol.alloc if how == "alloc" else ol.free
+    for i, b in zip(ids, shares):
+        if b:
+            act(i, b)
 
 
 def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=()) -> tuple[int, int]:
-    """Forward ops of a layer; its saved activations are allocated at the first op (a
-    checkpointed layer keeps only its output after the last op)."""
-    first, last = _emit_costs(ol, layer, layer.forward, "forward", micro, deps)
-    ol.alloc(first, layer.activation_bytes)
+    """Forward ops of a layer. Its saved activations appear op by op (:func:`spread`); a
+    checkpointed layer keeps only its output after the last op."""
+    ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps)
+    spread(ol, ids, layer.activation_bytes, "alloc")
     if is_checkpointed(layer, cfg):
-        ol.free(last, max(0, layer.activation_bytes - layer.output_bytes))
-    return first, last
+        ol.free(ids[-1], max(0, layer.activation_bytes - layer.output_bytes))
+    return ids[0], ids[-1]
 
 
-def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int,
-                  deps=()) -> tuple[int, int, int]:
-    """(Recompute +) backward ops of a layer; frees what its forward kept.
+def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
+                  grad_bytes: int = 0) -> tuple[int, int, int]:
+    """(Recompute +) backward ops of a layer. Recomputed activations appear op by op, the
+    saved ones die op by op as backward consumes them, and ``grad_bytes`` of (unsharded)
+    gradients appear op by op as autograd produces them (:func:`spread`).
     Returns (first op, first backward op, last op)."""
     held = layer.activation_bytes
     first = None
     if is_checkpointed(layer, cfg):
-        first, _ = _emit_costs(ol, layer, layer.forward, "recompute", micro, deps)
-        ol.alloc(first, layer.activation_bytes)
+        rids = _emit_costs(ol, layer, layer.forward, "recompute", micro, deps)
+        first = rids[0]
+        spread(ol, rids, layer.activation_bytes, "alloc")
         held = min(layer.output_bytes, layer.activation_bytes) + layer.activation_bytes
         deps = ()
-    bfirst, last = _emit_costs(ol, layer, layer.backward, "backward", micro, deps)
-    ol.free(last, held)
-    return (bfirst if first is None else first), bfirst, last
+    ids = _emit_costs(ol, layer, layer.backward, "backward", micro, deps)
+    spread(ol, ids, grad_bytes, "alloc")
+    spread(ol, ids, held, "free")
+    return (ids[0] if first is None else first), ids[0], ids[-1]
 
 
 def emit_optimizer(ol: OpList, cfg: CommonConfig, params_per_rank: int, deps=(),

@@ -27,8 +27,10 @@ are queued waits for the oldest (``_free_event_queue``, at most 2 in flight).
 
 Memory: static = sharded fp32 params (4) + sharded fp32 grads (4) + optimizer moments (8 for
 Adam; the fp32 flat param is the master copy) per parameter / shard size = 16 Ψ / S, none
-with cpu_offload. Gathered params (``param_dtype``) live from all-gather start to reshard,
-unsharded gradients from the unit's first backward op to its reduce-scatter.
+with cpu_offload. Gathered params (``param_dtype``) live from all-gather start to reshard;
+unsharded gradients appear op by op as the unit's backward kernels produce them (split by
+each layer's parameters) and live until its reduce-scatter; activations appear and die op
+by op (``base.spread``).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class _Schedule:
 
     def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units, unit_of):
         self.layers, self.cfg, self.plan, self.units = layers, cfg, plan, units
-        self.segs = segments(unit_of)
+        self.segs, self.unit_of = segments(unit_of), unit_of
         self.ol = OpList()
         self.wb, self.rb = cfg.weight_bytes(), cfg.grad_reduce_bytes()
         self.gathered: dict[int, int | None] = {}   # unit -> op compute waits for
@@ -99,6 +101,18 @@ class _Schedule:
 
     def padded(self, u: Unit) -> int:
         return self.shard_params(u) * self.plan.shard
+
+    def grad_bytes(self, u: Unit, li: int, first: bool) -> int:
+        """The unsharded gradient bytes layer ``li`` of unit ``u`` produces: the unit's
+        padded gradient split by parameters, the padding on the unit's first backward."""
+        total = self.padded(u) * self.wb
+        if u.params == 0:
+            return 0
+        own = total * int(self.layers[li].params) // u.params
+        if first:
+            own += total - sum(total * int(self.layers[k].params) // u.params
+                               for k in range(len(self.layers)) if self.unit_of[k] == u.index)
+        return own
 
     def needs_gather(self, u: Unit | None) -> bool:
         resident = self.plan.shard == 1 and not self.cfg.cpu_offload
@@ -210,9 +224,9 @@ class _Schedule:
                 self.unshard(nxt, micro, "backward")
             for j, li in enumerate(reversed(lids)):
                 deps = (self.gathered.get(ui),) if j == 0 else ()
-                _, bfirst, last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps)
-                if first and j == 0 and grads_dynamic:
-                    self.ol.alloc(bfirst, self.padded(unit) * self.wb)
+                grad = self.grad_bytes(unit, li, first and j == 0) if grads_dynamic else 0
+                _, _, last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps,
+                                           grad_bytes=grad)
             if si == last_seg[ui]:
                 self.post_backward(unit, last, nxt, micro)
 
