@@ -56,6 +56,59 @@ KNOWN_FAILURES = {
         "+43.6% (120.6 vs 84 TFLOP/s/GPU): the blog blames the CUDA caching allocator near "
         "the memory limit (retries, fragmentation: only the waiting is modelled); and the "
         "simulated working set (93 GiB) cannot fit 40 GB, so the run did something unstated",
+    # TensorFlow cases: nothing TensorFlow-specific is fitted (see cases.yaml).
+    "hvd_tf2_resnet50_synthetic_8gpu_tf32":
+        "+20.3% (5,773 vs 4,800 img/s): 721 simulated vs 600 img/s per GPU at batch 32; the "
+        "conv efficiency is fitted on PyTorch at batch 256, Keras ResNet50 v1 has ~5% fewer "
+        "FLOPs than the simulated v1.5, and TensorFlow's per-op overhead at batch 32 is not "
+        "modelled; communication is 0.5 ms exposed of 44 ms",
+    "tf2_bert_large_seq128_1gpu_amp":
+        "+51.8% (737 vs 486 seq/s): as the PyTorch AMP BERT row (+26.7%), the fp16 GEMM "
+        "efficiency is not fitted and the published TF2 step carries more overhead (XLA, LAMB)",
+    "tf2_bert_large_seq128_8gpu_tf32":
+        "+26.4% (2,459 vs 1,945 seq/s): the 1-GPU error (+8.6%) plus the scaling gap below",
+    "tf2_bert_large_seq128_8gpu_tf32_scaling":
+        "+14.1 points (1.000 vs 0.859): the simulated all-reduce after 64 accumulation steps "
+        "costs 2 ms of a 37 s step; the published 6.87x has a loss the model does not have",
+    "tf2_bert_large_seq128_8gpu_amp":
+        "+55.1% (5,891 vs 3,799 seq/s): the 1-GPU AMP error, scaled",
+    "tf2_bert_large_seq512_1gpu_tf32":
+        "+20.9% (66.4 vs 54.9 seq/s): TF2 is 2x slower than PyTorch on the same row "
+        "(110 seq/s, where the simulator is -40%); the simulator sits between",
+    "tf2_bert_large_seq512_1gpu_amp":
+        "+60.5% (155 vs 96.5 seq/s): as seq 128 AMP",
+    "tf2_bert_large_seq512_8gpu_tf32":
+        "+24.3% (531 vs 427 seq/s): the 1-GPU seq 512 error, scaled",
+    "tf2_bert_large_seq512_8gpu_amp":
+        "+90.7% (1,239 vs 650 seq/s): the 1-GPU AMP error plus the scaling gap below",
+    "tf2_bert_large_seq512_8gpu_amp_scaling":
+        "+15.8 points (1.000 vs 0.841): as seq 128 TF32, a loss the model does not have",
+    "tf2_maskrcnn_b2_1gpu_tf32":
+        "+38.9% (18.7 vs 13.4 img/s): only convolutions and matmuls are modelled; anchors, "
+        "proposals, NMS, ROI sampling and the COCO input pipeline are not",
+    "tf2_maskrcnn_b2_8gpu_tf32":
+        "+74.9% (147 vs 84.3 img/s): the 1-GPU error plus the scaling gap below",
+    "tf2_maskrcnn_b2_8gpu_tf32_scaling":
+        "+20.3 points (0.987 vs 0.784): NcclAllReduce of 177 MB takes 1.4 ms of a 109 ms "
+        "step; MirroredStrategy's one process driving 8 GPUs and the input pipeline, which "
+        "lose the rest, are not modelled",
+    "tf2_maskrcnn_b2_1gpu_amp":
+        "+196% (54.0 vs 18.3 img/s): AMP speeds up the modelled convolutions 3x, the real "
+        "step only 1.36x: the unmodelled non-matmul work dominates",
+    "tf2_maskrcnn_b2_8gpu_amp":
+        "+376% (416 vs 87.3 img/s): the 1-GPU AMP error plus the scaling gap below",
+    "tf2_maskrcnn_b2_8gpu_amp_scaling":
+        "+36.5 points (0.963 vs 0.598): as TF32, host-side and input-pipeline losses",
+    "tf2_maskrcnn_b4_8gpu_tf32":
+        "+46.1% (152 vs 104 img/s): the scaling gap below (1 GPU is within 3.7%)",
+    "tf2_maskrcnn_b4_8gpu_tf32_scaling":
+        "+28.9 points (0.993 vs 0.704): as batch 2",
+    "tf2_maskrcnn_b4_1gpu_amp":
+        "+101% (57.5 vs 28.6 img/s): as batch 2 AMP",
+    "tf2_maskrcnn_b4_8gpu_amp":
+        "+294% (451 vs 114 img/s): the 1-GPU AMP error plus the scaling gap below",
+    "tf2_maskrcnn_b4_8gpu_amp_scaling":
+        "+47.5 points (0.980 vs 0.505): as batch 2",
 }
 # Validation runs the measured job completed, but whose simulated peak memory exceeds the GPU.
 KNOWN_OOM = {
@@ -128,7 +181,8 @@ def test_split_is_disjoint_and_complete(all_cases):
         if m["gpus"] > 1 or m["seq_len"] == 512:
             assert c.split == "validation"
     # every 8-GPU DLE row is judged on throughput and on scaling efficiency
-    eight = set(meas[(meas["gpus"] == 8)]["measurement_id"])
+    eight = set(meas[(meas["gpus"] == 8) & meas["measurement_id"].str.startswith("dle_")]
+                ["measurement_id"])
     for metric in ("samples_per_s", "scaling_efficiency"):
         assert {c.measurement_id for c in all_cases if c.metric == metric} >= eight
 
@@ -148,7 +202,7 @@ def test_measured_values_are_parsed_unchanged():
     raw = pd.read_csv(shared / vt.SOURCE_FILES[0], dtype=str, keep_default_na=False)
     rn = raw[(raw["framework"] == "PyTorch") & raw["model"].str.startswith("ResNet-50")]
     assert set(rn["throughput_tf32_or_fp32"]) | set(rn["throughput_amp"]) == \
-        set(meas[meas["measurement_id"].str.contains("resnet50")]["value_raw"])
+        set(meas[meas["measurement_id"].str.startswith("dle_pt_resnet50")]["value_raw"])
 
 
 def test_parse_number():

@@ -195,7 +195,12 @@ class CollectiveModel:
     # -------------------------------------------------------------------- plan
     def plan(self, op: str, size_bytes: int, ranks: list[int], algo: str = "auto",
              proto: str = "auto", root: int = 0) -> Plan:
-        """Lay out and cost one collective; ``auto`` picks as NCCL's tuner does."""
+        """Lay out and cost one collective; ``auto`` picks as NCCL's tuner does. ``star``
+        (reduce/broadcast by copies, TensorFlow's copy-based reductions) is only chosen by
+        name (:mod:`simulator.collectives.copies`)."""
+        if algo == "star":
+            from .copies import star_plan
+            return star_plan(self, op, size_bytes, ranks, root)
         comm = make_communicator(self.cluster, ranks)
         if comm.n_ranks == 1:
             return self._local_plan(op, size_bytes)

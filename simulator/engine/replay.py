@@ -8,6 +8,12 @@ instance finishes. Compute takes the compute model's time, scaled by the class's
 and, while a communication kernel of the same class runs, by ``1 + overlap_slowdown``.
 Memory is the class's static memory plus what ops allocate at start and free at end.
 
+Op attributes the engine reads: ``algorithm``, ``protocol`` and ``root`` pin how a
+collective is planned (e.g. ``star`` copies, :mod:`simulator.collectives.copies`);
+``repeat`` runs a compute, memcpy or delay op that many times back to back; a ``send`` or
+``recv`` with ``host`` (a server index) copies between every GPU of the class and that
+server's host memory through NIC ``nic`` (:mod:`simulator.collectives.host`).
+
 Memory back-pressure (the CUDA caching allocator near the limit). PyTorch allocates in CPU
 issue order; when a cudaMalloc fails it frees its cache, synchronises and retries, so the
 CPU stops running ahead until the GPU has freed memory. Here an op allocates when it

@@ -133,6 +133,10 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         from simulator.models.resnet import resnet_layer_costs
         _check_positive(batch=batch)
         return resnet_layer_costs(model, batch, e)
+    if model.family == "maskrcnn":
+        from simulator.models.maskrcnn import maskrcnn_layer_costs
+        _check_positive(batch=batch)
+        return maskrcnn_layer_costs(model, batch, e)
     _check_positive(batch=batch, seq_len=seq_len)
     if model.position_embedding == "learned" and seq_len > model.max_seq_len:
         raise ConfigError(f"{seq_len} exceeds the {model.max_seq_len} learned positions "
@@ -168,11 +172,15 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
     nanoGPT ``estimate_mfu``), ``N`` = parameters that take part in matmuls
     (:func:`params_total` minus :func:`lookup_params`). ResNets: 3x the forward
     convolution and classifier FLOPs (2 FLOPs per multiply-add; about 3 x 8.2e9 for
-    ResNet-50 at 224x224); batchnorm, ReLU and pooling are not counted.
+    ResNet-50 at 224x224); batchnorm, ReLU and pooling are not counted. Mask R-CNN: the
+    forward and backward convolution and matmul FLOPs (its frozen layers have no backward).
     """
     if model.family == "resnet":
         from simulator.models.resnet import resnet_forward_flops
         return 3.0 * resnet_forward_flops(model)
+    if model.family == "maskrcnn":
+        from simulator.models.maskrcnn import maskrcnn_train_flops
+        return maskrcnn_train_flops(model)
     _check_positive(seq_len=seq_len)
     n = params_total(model) - lookup_params(model)
     return 6.0 * n * seq_len + 12.0 * model.layers * model.hidden * seq_len ** 2

@@ -11,7 +11,8 @@ Transformer families (``gpt``, ``llama``, ``bert``) take ``layers``, ``hidden``,
 ``rmsnorm``), ``tied_embeddings``, ``bias``, ``position_embedding`` (``learned``, ``rope``)
 and ``type_vocab`` (BERT's segment embeddings); defaults follow the family. The ``resnet``
 family takes ``depth`` (50, 101, 152: bottleneck ResNet v1.5), ``image_size`` (pixels) and
-``num_classes``.
+``num_classes``; ``maskrcnn`` (Mask R-CNN on a ResNet-FPN backbone, :mod:`maskrcnn`) takes
+the same keys, with ``image_size`` a multiple of 32.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 
-FAMILIES = ("gpt", "llama", "bert", "resnet")
+FAMILIES = ("gpt", "llama", "bert", "resnet", "maskrcnn")
+CONV_FAMILIES = ("resnet", "maskrcnn")
 TRANSFORMER_FAMILIES = ("gpt", "llama", "bert")
 RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 
@@ -54,7 +56,7 @@ class ModelSpec:
     """
 
     name: str
-    family: str                  # "gpt" | "llama" | "bert" | "resnet"
+    family: str                  # "gpt" | "llama" | "bert" | "resnet" | "maskrcnn"
     source: str
     layers: int = 0              # transformer blocks (ResNet: bottleneck blocks)
     hidden: int = 0              # model width h
@@ -114,7 +116,7 @@ class _ResNetFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    family: Literal["resnet"]
+    family: Literal["resnet", "maskrcnn"]
     source: str = ""               # required in the catalog, optional in a user's file
     depth: PosInt
     image_size: PosInt = 224
@@ -204,14 +206,14 @@ def parse_model(data: Any, source: str) -> ModelSpec:
     if family not in FAMILIES:
         raise ConfigError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}",
                           source=source, field="family")
-    schema = _ResNetFile if family == "resnet" else _TransformerFile
+    schema = _ResNetFile if family in CONV_FAMILIES else _TransformerFile
     try:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
         raise _pydantic_error(exc, schema, source) from None
     if not parsed.source:
         parsed = parsed.model_copy(update={"source": f"{USER_SOURCE} {source}"})
-    if family == "resnet":
+    if family in CONV_FAMILIES:
         return _resnet_spec(parsed, source)
     return _transformer_spec(parsed, source)
 
@@ -246,7 +248,10 @@ def _resnet_spec(f: _ResNetFile, source: str) -> ModelSpec:
     if f.image_size < 32:
         raise ConfigError("image_size must be at least 32 pixels (five stride-2 stages)",
                           source=source, field="image_size")
-    return ModelSpec(name=f.name, family="resnet", source=f.source,
+    if f.family == "maskrcnn" and f.image_size % 32:
+        raise ConfigError(f"image_size must be a multiple of 32 (FPN levels P2..P5), got "
+                          f"{f.image_size}", source=source, field="image_size")
+    return ModelSpec(name=f.name, family=f.family, source=f.source,
                      layers=sum(RESNET_BLOCKS[f.depth]), depth=f.depth,
                      image_size=f.image_size, num_classes=f.num_classes)
 

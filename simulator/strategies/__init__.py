@@ -19,6 +19,11 @@ from .base import CommonConfig, World
 from .ddp import DDPConfig, assign_buckets, ddp
 from .fsdp import fsdp
 from .fsdp_config import SHARDINGS, FSDPConfig, ShardPlan, resolve_plan
+from .horovod import HorovodConfig, horovod
+from .tf_central import CentralStorageConfig, tf_central_storage
+from .tf_mirrored import MirroredConfig, tf_mirrored
+from .tf_multiworker import MultiWorkerConfig, tf_multiworker
+from .tf_ps import PSConfig, tf_ps
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,21 @@ STRATEGIES: dict[str, Strategy] = {
                     "overlapped with backward", DDPConfig, ddp),
     "fsdp": Strategy("fsdp", "PyTorch FSDP/FSDP2 (ZeRO-3 style): sharded params, all-gather "
                      "per unit, gradient reduce-scatter; HSDP", FSDPConfig, fsdp),
+    "tf_mirrored": Strategy("tf_mirrored", "TensorFlow MirroredStrategy (one machine): "
+                            "NcclAllReduce packs, HierarchicalCopyAllReduce or "
+                            "ReductionToOneDevice after backward", MirroredConfig, tf_mirrored),
+    "tf_multiworker": Strategy("tf_multiworker", "TensorFlow MultiWorkerMirroredStrategy: "
+                               "CollectiveAllReduce (RING or NCCL) of bytes_per_pack packs",
+                               MultiWorkerConfig, tf_multiworker),
+    "tf_ps": Strategy("tf_ps", "TensorFlow ParameterServerStrategy: variables on parameter "
+                      "servers, asynchronous workers pull variables and push gradients",
+                      PSConfig, tf_ps),
+    "tf_central_storage": Strategy("tf_central_storage", "TensorFlow CentralStorageStrategy: "
+                                   "variables in host memory, replicas on the local GPUs",
+                                   CentralStorageConfig, tf_central_storage),
+    "horovod": Strategy("horovod", "Horovod with TensorFlow: fused NCCL all-reduces "
+                        "(fusion threshold, cycle time) overlapped with backward",
+                        HorovodConfig, horovod),
 }
 
 
@@ -56,6 +76,8 @@ def build_trace(layers, cfg: CommonConfig, world: World, **meta: Any) -> Trace:
     return STRATEGIES[cfg.name].build(layers, cfg, world, **meta)
 
 
-__all__ = ["SHARDINGS", "STRATEGIES", "CommonConfig", "DDPConfig", "FSDPConfig", "ShardPlan",
-           "Strategy", "World", "assign_buckets", "build_trace", "ddp", "fsdp",
-           "parse_strategy", "resolve_plan"]
+__all__ = ["SHARDINGS", "STRATEGIES", "CentralStorageConfig", "CommonConfig", "DDPConfig",
+           "FSDPConfig", "HorovodConfig", "MirroredConfig", "MultiWorkerConfig", "PSConfig",
+           "ShardPlan", "Strategy", "World", "assign_buckets", "build_trace", "ddp", "fsdp",
+           "horovod", "parse_strategy", "resolve_plan", "tf_central_storage", "tf_mirrored",
+           "tf_multiworker", "tf_ps"]

@@ -160,10 +160,12 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
 def register(group: click.Group) -> click.Group:
     """Add ``validate collectives`` and ``validate training`` to ``group`` (creating the
     ``validate`` subgroup if the group has none); returns the ``validate`` group."""
+    from simulator.validation.traces_cli import validate_traces
     existing = group.commands.get("validate")
     if isinstance(existing, click.Group):
         existing.add_command(validate_collectives, "collectives")
         existing.add_command(validate_training, "training")
+        existing.add_command(validate_traces, "traces")
         return existing
 
     @group.group("validate")
@@ -172,6 +174,7 @@ def register(group: click.Group) -> click.Group:
 
     validate.add_command(validate_collectives, "collectives")
     validate.add_command(validate_training, "training")
+    validate.add_command(validate_traces, "traces")
     return validate
 
 

@@ -121,6 +121,8 @@ def _scaling_expected(case: Case, c: CaseSpec, m: dict, built: dict[str, Case],
                           f"measurement {case.of.measurement_id}", source=source,
                           field=f"{where}.measurement")
     base_sf = case.baseline.measurement.get("scaling_factor")
+    if base_sf is None and case.baseline.measurement["gpus"] == 1:
+        base_sf = 1.0        # a 1-GPU row is the baseline even where its factor reads '-'
     if base_sf is None or not math.isclose(base_sf, 1.0):
         raise ConfigError(f"{c.scaling.baseline} is not the scaling baseline (its "
                           f"scaling factor is {base_sf})", source=source,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from simulator.validation.training_data_tf import tf_rows
 from simulator.validation.training_schema import (MEASUREMENT_COLUMNS, MEASUREMENTS_FILE,
                                                   SOURCE_FILES)
 
@@ -132,11 +133,12 @@ def build_measurements(shared_dir: Path | str) -> pd.DataFrame:
     DeepLearningExamples: the PyTorch ResNet-50 v1.5 and BERT-large pre-training rows; each
     source row gives a TF32 and an AMP measurement (precision ``tf32`` / ``fp16``); "128 and
     256" style batch and accumulation columns are (TF32, AMP). FSDP blog: both rows.
+    TensorFlow rows (TF2 BERT, Mask R-CNN, Horovod ResNet-50): :mod:`training_data_tf`.
     ``value`` and ``scaling_factor`` are parsed from the copied ``value_raw`` /
     ``scaling_raw`` strings and nothing else.
     """
     shared = Path(shared_dir)
-    rows = _dle_rows(shared) + _fsdp_rows(shared)
+    rows = _dle_rows(shared) + _fsdp_rows(shared) + tf_rows(shared, _dle_row)
     df = pd.DataFrame(rows, columns=MEASUREMENT_COLUMNS)
     for col in ("micro_batch", "seq_len", "grad_accum"):
         df[col] = df[col].astype("Int64")

@@ -30,7 +30,8 @@ RESULT_COLUMNS = ["case", "split", "metric", "measurement", "measured", "simulat
                   "iteration_time_s", "mfu", "compute_s", "exposed_comm_s",
                   "peak_memory_gib", "oom", "sim_wall_s"]
 
-SOURCE_FILES = ("dle_a100_training_scaling.csv", "fsdp_a100_published_throughput.csv")
+SOURCE_FILES = ("dle_a100_training_scaling.csv", "fsdp_a100_published_throughput.csv",
+                "tf_distribution_a100_measurements.csv")
 
 
 def default_root() -> Path:

@@ -1,0 +1,117 @@
+"""`clustersim import` and `clustersim replay`: real profiler traces in, a replayed iteration
+out (docs/importers.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .cli_run import _rows
+from .errors import ConfigError
+from .network.fabric import FABRICS
+
+
+def _summary(trace) -> str:
+    ops = [op for c in trace.classes for op in c.ops]
+    n_coll = sum(op.kind == "collective" for op in ops)
+    meta = trace.meta
+    step = (f"; {meta.get('step')}: recorded {1e3 * meta['recorded_step_s']:.3f} ms"
+            if "recorded_step_s" in meta else "")
+    return (f"{trace.world_size} ranks, {len(trace.classes)} rank class(es)"
+            f"{' (one file stands for every rank)' if meta.get('replicated') else ''}, "
+            f"{len(ops)} ops, {n_coll} collectives on {len(trace.communicators)} "
+            f"communicator(s){step}")
+
+
+def register(cli: click.Group) -> None:
+    """Add ``import`` and ``replay`` to the ``clustersim`` group."""
+
+    @cli.command("import")
+    @click.argument("kind", type=click.Choice(["pytorch", "tensorflow"]))
+    @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+    @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+                  required=True, help="Trace file to write (.json or .json.gz).")
+    @click.option("--step", type=click.IntRange(min=0), default=None, metavar="N",
+                  help="Iteration to import: ProfilerStep#N (PyTorch) or step_num N "
+                       "(TensorFlow) [default: a steady-state one].")
+    @click.option("--collective-bytes", "sizes", multiple=True, metavar="NAME=SIZE",
+                  help="Size of collectives the profile has no size for, by op name or "
+                       "collective, e.g. CollectiveReduceV2=1.5M (repeatable).")
+    @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
+    def import_cmd(kind, files, output, step, sizes, overwrite):
+        """Import profiler traces of KIND (pytorch or tensorflow) into a clustersim Trace.
+
+        FILES: one per rank (PyTorch Kineto JSON, plain or .gz) or per worker in task order
+        (TensorFlow *.xplane.pb or TensorBoard *.trace.json.gz). A single file of a
+        multi-rank job stands for every rank.
+        """
+        from .importers import import_trace
+        from .importers.comms import parse_collective_bytes
+        from .trace.io import write_trace
+
+        if output.exists() and not overwrite:
+            raise ConfigError("file exists; refusing to overwrite it (add --overwrite)",
+                              source=str(output))
+        trace = import_trace(kind, files, step, parse_collective_bytes(sizes))
+        write_trace(trace, output, overwrite=overwrite)
+        click.echo(f"wrote {output}: {_summary(trace)}")
+
+    @cli.command("replay")
+    @click.argument("trace_file", type=click.Path(dir_okay=False, path_type=Path),
+                    metavar="TRACE")
+    @click.option("--topology", default="dgx-a100", show_default=True, metavar="FILE|NAME",
+                  help="Topology YAML file or shipped topology name.")
+    @click.option("--nodes", type=click.IntRange(min=1), default=None, metavar="N",
+                  help="Number of servers (multi-node topologies only).")
+    @click.option("--fidelity", type=click.Choice(tuple(FABRICS)), default="flow",
+                  show_default=True, help="Network model.")
+    @click.option("--nccl", "nccl_choice", type=click.Choice(["recorded", "auto"]),
+                  default="recorded", show_default=True,
+                  help="NCCL algorithm/protocol: as the recorded kernels ran, or the "
+                       "simulator's tuner.")
+    @click.option("--out", type=click.Path(path_type=Path), default=None,
+                  help="Write summary.json, CSVs (collectives.csv: recorded vs simulated), a "
+                       "Perfetto timeline and PNG plots here.")
+    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+                  show_default=True)
+    def replay_cmd(trace_file, topology, nodes, fidelity, nccl_choice, out, fmt):
+        """Replay an imported (or generated) TRACE on a topology: iteration time, where it
+        goes, and each collective's simulated vs recorded time."""
+        from .importers.replay import collective_table, replay_trace
+        from .metrics.outputs import write_outputs
+        from .trace.io import read_trace
+
+        trace = read_trace(trace_file)
+        result = replay_trace(trace, topology, nodes, fidelity, nccl_choice)
+        m, recorded = result.metrics, trace.meta.get("recorded_iteration_s")
+        table = collective_table(result)
+        if out is not None:
+            settings = {"trace": str(trace_file), "topology": str(result.topology),
+                        "nodes": nodes, "fidelity": fidelity, "nccl": nccl_choice}
+            write_outputs(out, result.timeline, m, result.cluster, settings,
+                          {c.id: c.ranks for c in trace.classes})
+            table.to_csv(Path(out) / "collectives.csv", index=False)
+        if fmt == "json":
+            click.echo(json.dumps({**m.as_dict(), "recorded_iteration_s": recorded,
+                                   "collectives": table.to_dict("records")}, indent=2,
+                                  default=str))
+            return
+        click.echo(f"# {trace_file}: {_summary(trace)}")
+        click.echo(f"# on {result.topology.stem}, fidelity {fidelity}, NCCL choice "
+                   f"{nccl_choice}")
+        rows = _rows(m)
+        if recorded:
+            err = (m.iteration_time_s - recorded) / recorded
+            rows.insert(1, ("recorded_iteration_s", f"{recorded:.4f} s (simulated "
+                                                    f"{100 * err:+.1f} %)"))
+        if len(table):
+            err = table["error"].abs().median()
+            rows.append(("collectives", f"{len(table)}, median |simulated - recorded| "
+                                        f"{100 * err:.1f} %"))
+        width = max(len(k) for k, _ in rows)
+        for key, value in rows:
+            click.echo(f"{key:<{width}}  {value}")
+        if out is not None:
+            click.echo(f"# outputs in {out} (timeline.json opens in https://ui.perfetto.dev)")
