@@ -182,6 +182,8 @@ def topology_cmd(topology, nodes) -> None:
 from .cli_capacity import register as _register_capacity  # noqa: E402
 from .cli_import import register as _register_import  # noqa: E402
 _register_import(cli)
+from .cli_reliability import register as _register_reliability  # noqa: E402
+_register_reliability(cli)
 from .cli_run import register as _register_run  # noqa: E402
 from .validation.cli import register as _register_validate  # noqa: E402
 

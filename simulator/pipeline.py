@@ -76,15 +76,19 @@ def _strategy_dict(scn: Scenario) -> dict:
     return data
 
 
-def build_setup(scn: Scenario, source: str = "<scenario>") -> Setup:
-    """Load the model and topology, generate the trace, build the cost models."""
+def build_setup(scn: Scenario, source: str = "<scenario>", graph=None) -> Setup:
+    """Load the model and topology, generate the trace, build the cost models.
+
+    ``graph`` replaces the scenario's topology graph (a degraded fabric, for instance).
+    """
     try:
         model = load_model(scn.model)
     except ConfigError as exc:
         raise (exc if exc.source else ConfigError(exc.reason, source=source,
                                                   field=f"model{'.' + exc.field if exc.field else ''}")) from None
-    G = load_topology(resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
-                      links=scn.cluster.links or None)
+    G = graph if graph is not None else load_topology(
+        resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
+        links=scn.cluster.links or None)
     k = load_constants()
     cluster = build_cluster(G, k, ecmp=scn.cluster.ecmp, seed=scn.simulation.seed)
     gpu = gpu_spec(G.graph["gpu"])

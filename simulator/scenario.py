@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
+from .reliability.config import ReliabilityCfg
 from .yamlio import read_yaml
 
 SCENARIO_DIR = "scenarios"
@@ -82,6 +83,7 @@ class Scenario(BaseModel):
     cluster: ClusterCfg = Field(default_factory=ClusterCfg)
     strategy: dict[str, Any] = Field(default_factory=lambda: {"name": "fsdp"})
     simulation: Simulation = Field(default_factory=Simulation)
+    reliability: ReliabilityCfg | None = None   # job-level failures (docs/reliability.md)
 
 
 def apply_sets(data: dict, sets: list[str], source: str) -> dict:

@@ -1,0 +1,104 @@
+"""A study as a JSON-ready dict and as the table ``clustersim reliability`` prints."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+from .quantities import format_duration as fd
+from .results import CATEGORIES
+from .study import Study
+
+GB = 1e9
+
+
+def as_dict(st: Study) -> dict:
+    """Everything the report shows, in SI units (seconds, bytes, per-second rates)."""
+    p, i, s = st.plan, st.info, st.summary
+    out = {
+        "scenario": st.scenario.name, "trials": s.trials, "seed": st.seed,
+        "world_size": i.world_size, "job_nodes": p.job_nodes, "spare_nodes": p.spares,
+        "iteration_time_s": {n: t for n, t in zip(i.slow_names, p.slow_times)},
+        "iteration_time_simulated": i.steps.simulated,
+        "step_simulations": i.steps.simulations,
+        "checkpoint": {**asdict(p.costs), "params": i.params,
+                       "interval_s": p.interval_s, "every_iterations": p.every_iterations,
+                       "mode": "async" if p.async_mode else "sync", "target": p.target},
+        "components": i.components,
+        "expected_mtti_s": i.mtti_s,
+        "ettr": s.ettr,
+        "goodput_tokens_per_s": s.ettr["mean"] * i.steps.tokens_per_iteration / p.t_base
+        if i.steps.tokens_per_iteration else None,
+        "seconds_lost": {c: s.seconds[c] for c in CATEGORIES[1:]},
+        "share_of_wall": s.share,
+        "wall_s": s.wall_s, "completed": s.completed,
+        "failures_per_trial": s.failures, "interrupts_per_trial": s.interrupts_per_trial,
+        "simulated_mtti_s": s.mtti_s,
+        "downtime_s": s.downtime_s, "recovery_s": s.recovery_s,
+        "censored_recoveries": s.censored, "restore_sources": s.sources,
+        "checkpoints_per_trial": s.checkpoints, "events": s.events,
+        "timings_s": st.timings_s,
+    }
+    if st.search:
+        r = st.search
+        out["interval_search"] = {
+            "delta_s": r.delta_s, "mtti_s": r.mtti_s, "downtime_s": r.downtime_s,
+            "young_s": r.young_s, "daly_s": r.daly_s, "trials": r.trials,
+            "best": asdict(r.best), "candidates": [asdict(c) for c in r.candidates]}
+    return out
+
+
+def table(st: Study) -> list[str]:
+    p, i, s, scn = st.plan, st.info, st.summary, st.scenario
+    steps = i.steps
+    how = "simulated" if steps.simulated else "given (job.iteration_time)"
+    variants = ", ".join(f"{n} {t:.3f} s" for n, t in zip(i.slow_names[1:], p.slow_times[1:]))
+    length = (f"{p.iterations:,.0f} iterations" if p.iterations
+              else f"{fd(p.duration_s)} wall-clock budget")
+    c = p.costs
+    every = (f"every {fd(p.interval_s)}" if p.interval_s is not None
+             else f"every {p.every_iterations} iterations")
+    lines = [
+        f"# {scn.name}: {scn.model} on {i.world_size} GPUs ({p.job_nodes} "
+        f"server{'s' * (p.job_nodes != 1)}, "
+        f"{p.spares} spares), {length}; {s.trials} trials, seed {st.seed}",
+        f"# iteration {p.t_base:.3f} s ({how})" + (f"; degraded: {variants}" if variants else ""),
+        f"# checkpoint {c.size_bytes / GB:,.0f} GB ({i.params / 1e9:.1f}B params), "
+        f"{'async' if p.async_mode else 'sync'} to {p.target} {every}: blocks "
+        f"{fd(c.block_s)}" + (f", durable {fd(c.persist_s)} later" if p.async_mode else "")
+        + f"; load {fd(c.restore_s)}",
+        f"# failures: expected MTTI {fd(i.mtti_s) if math.isfinite(i.mtti_s) else 'none'}"
+        f" from the rates; simulated {fd(s.mtti_s) if math.isfinite(s.mtti_s) else 'none'}"
+        f" ({s.interrupts_per_trial:.1f} interrupts per job)",
+        "",
+        f"ETTR (goodput fraction)     {s.ettr['mean']:.4f}  (p5 {s.ettr['p5']:.4f}, "
+        f"p95 {s.ettr['p95']:.4f}, worst {s.ettr['min']:.4f})",
+    ]
+    if p.iterations:
+        lines.append(f"job wall time               mean {fd(s.wall_s['mean'])}, p99 "
+                     f"{fd(s.wall_s['p99'])}, worst {fd(s.wall_s['max'])}")
+    lines.append("time lost per cause         per job      share of wall")
+    for cat in CATEGORIES[1:]:
+        lines.append(f"  {cat:<25} {fd(s.seconds[cat]):>10}   {100 * s.share[cat]:6.2f} %")
+    for name, d in (("recovery (to progress regained)", s.recovery_s),
+                    ("downtime (to training again)", s.downtime_s)):
+        lines.append(f"{name:<31} mean {fd(d['mean'])}, p50 {fd(d['p50'])}, p99 "
+                     f"{fd(d['p99'])}, worst {fd(d['max'])} ({d['n']} recoveries)")
+    lines.append("failures per job            " + ", ".join(
+        f"{k} {v:.2f}" for k, v in s.failures.items() if v) or "none")
+    if st.search:
+        lines += _search_lines(st)
+    return lines
+
+
+def _search_lines(st: Study) -> list[str]:
+    r = st.search
+    lines = [f"checkpoint interval (delta {fd(r.delta_s)}, MTTI {fd(r.mtti_s)}, "
+             f"R {fd(r.downtime_s)}; {r.trials} trials each)"]
+    shown = [c for c in r.candidates if c.label] + [r.best]
+    for c in sorted(set(shown), key=lambda c: c.interval_s):
+        tag = " <- best" if c == r.best else ""
+        lines.append(f"  {c.label or 'search':<22} {fd(c.interval_s):>10} "
+                     f"({c.iterations} it)  ETTR {c.ettr:.4f} +- {c.stderr:.4f}{tag}")
+    lines.append(f"  formulas: Young {fd(r.young_s)}, Daly {fd(r.daly_s)}")
+    return lines

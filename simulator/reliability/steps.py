@@ -1,0 +1,70 @@
+"""Iteration times of every distinct configuration the job can run in, simulated once each.
+
+The healthy fabric, each degraded fabric (one representative failed link or spine per
+symmetry group, :mod:`simulator.reliability.inventory`) and each straggler factor (rank 0's
+compute slowed) are replayed with the training-step simulation; the job-level loop only
+looks the times up. With ``job.iteration_time`` given, nothing is simulated: a degraded
+fabric keeps that time and a straggler multiplies it by its factor (a synchronous step waits
+for its slowest rank).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import networkx as nx
+
+from simulator.pipeline import Setup, build_setup, run_setup
+from simulator.scenario import Scenario
+from simulator.trace.transform import apply_stragglers
+
+from .inventory import degraded_graph
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """Iteration time per configuration key; ``"healthy"`` is the baseline."""
+
+    times_s: dict[str, float]
+    simulated: bool
+    metrics: dict | None          # the healthy step's metrics (``Metrics.as_dict()``)
+    tokens_per_iteration: float
+    simulations: int
+    wall_s: float
+
+    @property
+    def base_s(self) -> float:
+        return self.times_s["healthy"]
+
+
+def straggler_key(factor: float) -> str:
+    return f"straggler x{factor:g}"
+
+
+def step_table(scn: Scenario, source: str, G: nx.Graph, reroutes: dict[str, tuple],
+               straggler_factors: list[float], given_s: float | None) -> StepTable:
+    """Simulate (or scale ``given_s``) the healthy step and every variant named."""
+    t0 = time.perf_counter()
+    if given_s is not None:
+        times = {"healthy": given_s, **{k: given_s for k in reroutes}}
+        times.update({straggler_key(f): given_s * f for f in straggler_factors})
+        return StepTable(times, False, None, 0.0, 0, time.perf_counter() - t0)
+    setup = build_setup(scn, source, graph=G)
+    base = run_setup(setup)
+    times = {"healthy": base.metrics.iteration_time_s}
+    for key, element in reroutes.items():
+        degraded = build_setup(scn, source, graph=degraded_graph(G, element))
+        times[key] = max(run_setup(degraded).metrics.iteration_time_s, times["healthy"])
+    for factor in straggler_factors:
+        times[straggler_key(factor)] = _straggler_time(setup, factor)
+    m = base.metrics
+    tokens = m.tokens_per_s * m.iteration_time_s
+    return StepTable(times, True, m.as_dict(), tokens, 1 + len(reroutes) +
+                     len(straggler_factors), time.perf_counter() - t0)
+
+
+def _straggler_time(setup: Setup, factor: float) -> float:
+    """The step with rank 0's compute ``factor`` times slower (same cluster, cached routes)."""
+    slowed = replace(setup, trace=apply_stragglers(setup.trace, {0: factor}))
+    return run_setup(slowed).metrics.iteration_time_s

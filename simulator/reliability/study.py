@@ -1,0 +1,47 @@
+"""A whole reliability study of one scenario: plan, trials, summary, interval search."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from simulator.scenario import Scenario
+
+from .config import CLASSES, ReliabilityCfg
+from .plan import JobPlan, PlanInfo, build_plan
+from .results import TrialResult
+from .runner import Summary, run_many, summarise
+from .search import SearchResult, search
+
+
+@dataclass(frozen=True)
+class Study:
+    scenario: Scenario
+    cfg: ReliabilityCfg
+    plan: JobPlan
+    info: PlanInfo
+    results: list[TrialResult]
+    summary: Summary
+    search: SearchResult | None
+    seed: int
+    workers: int
+    timings_s: dict            # plan (step simulations), trials, search
+
+
+def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: int = 1,
+              record: bool = False, with_search: bool = True) -> Study:
+    """Simulate ``trials`` runs of the scenario's job, then search the interval."""
+    cfg = scn.reliability or ReliabilityCfg()
+    t0 = time.perf_counter()
+    plan, info = build_plan(scn, source, cfg)
+    t1 = time.perf_counter()
+    results = run_many([plan], trials, seed, workers, record_first=record)[0]
+    summary = summarise(results, CLASSES)
+    t2 = time.perf_counter()
+    found = None
+    if with_search:
+        found = search(plan, info.mtti_s, summary.downtime_s["mean"], cfg.search.points,
+                       cfg.search.span, cfg.search.trials or trials, seed, workers)
+    t3 = time.perf_counter()
+    return Study(scn, cfg, plan, info, results, summary, found, seed, workers,
+                 {"plan": t1 - t0, "trials": t2 - t1, "search": t3 - t2})
