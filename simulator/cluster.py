@@ -18,6 +18,7 @@ import networkx as nx
 import numpy as np
 
 from .errors import TopologyError
+from .routing import SwitchRouter
 
 ECMP_MODES = ("spread", "hash")
 _MAX_ECMP_PATHS = 64
@@ -210,16 +211,15 @@ class Cluster:
         return self._paths_route([head + p + tail for p in core], src, dst, label)
 
     def _switch_paths_from(self, src: str, dst: str) -> list[list[str]]:
-        """Equal-cost switch paths; one Dijkstra per source switch serves every target."""
-        preds = self.__dict__.setdefault("_switch_preds", {})
-        pred = preds.get(src)
-        if pred is None:
-            pred, _ = nx.dijkstra_predecessor_and_distance(self._switch_graph, src,
-                                                           weight="cost")
-            preds[src] = pred
-        if dst not in pred:
+        """Equal-cost switch paths; one search per source switch serves every target."""
+        router = self._switch_router
+        if not router.reachable(src, dst):
             raise TopologyError(f"no route from {src} to {dst}: the topology is disconnected")
-        return _paths_from_predecessors(pred, src, dst)
+        return router.paths(src, dst, _MAX_ECMP_PATHS)
+
+    @cached_property
+    def _switch_router(self) -> SwitchRouter:
+        return SwitchRouter(self._switch_graph, weight="cost")
 
     def _attached_switch(self, nic: str) -> str:
         for nb in self.G.neighbors(nic):
@@ -269,21 +269,6 @@ class Cluster:
             cache[key] = local
         prefix = gpu[: len(gpu) - len(nodes[gpu]["local"])]
         return [prefix + name for name in local]
-
-
-def _paths_from_predecessors(pred: dict, src: str, dst: str) -> list[list[str]]:
-    """All shortest paths src -> dst from a Dijkstra predecessor map, in a fixed order."""
-    paths: list[list[str]] = []
-    stack = [[dst]]
-    while stack and len(paths) < _MAX_ECMP_PATHS:
-        partial = stack.pop()
-        head = partial[-1]
-        if head == src:
-            paths.append(partial[::-1])
-            continue
-        for p in reversed(pred[head]):
-            stack.append(partial + [p])
-    return paths
 
 
 def _shortest_paths(G: nx.Graph, src: str, dst: str) -> list[list[str]]:
