@@ -80,6 +80,9 @@ class Cluster:
         self._local_paths: dict = {}
         self._switch_paths: dict = {}
         self._route_cache: dict = {}
+        self._local_shapes: dict = {}      # (template, local src, local dst) -> hops
+        self._template_pairs: dict = {}    # template -> {(local a, local b): position}
+        self._server_ids: dict = {}        # server -> link id per template pair
 
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
@@ -167,6 +170,8 @@ class Cluster:
             return Route(np.zeros(0, np.int64), np.zeros(0), 0.0)
         s_srv, d_srv = nodes[src].get("server"), nodes[dst].get("server")
         if s_srv is not None and s_srv == d_srv:
+            if self.ecmp == "spread":
+                return self._local_route(src, dst)
             return self._paths_route(self._local(src, dst), src, dst, label)
         s_kind, d_kind = nodes[src].get("kind"), nodes[dst].get("kind")
         if s_kind in ("nic", "switch") and d_kind in ("nic", "switch"):
@@ -188,6 +193,45 @@ class Cluster:
             self._local_paths[key] = local
         prefix = src[: len(src) - len(nodes[src]["local"])]
         return [[prefix + name for name in p] for p in local]
+
+    def _local_route(self, src: str, dst: str) -> Route:
+        """``_paths_route(_local(src, dst))`` without string work: the hops are kept per
+        server design as positions in a per-server array of link ids (same ids, same
+        order, same latency sum as the general path)."""
+        nodes = self.G.nodes
+        template = nodes[src].get("template", nodes[src]["server"])
+        key = (template, nodes[src]["local"], nodes[dst]["local"])
+        shape = self._local_shapes.get(key)
+        if shape is None:
+            paths = self._local(src, dst)
+            pairs = self._template_pairs.setdefault(template, {})
+            pos, bounds = [], []
+            prefix_len = len(src) - len(nodes[src]["local"])
+            for path in paths:
+                start = len(pos)
+                for a, b in zip(path, path[1:]):
+                    pos.append(pairs.setdefault((a[prefix_len:], b[prefix_len:]), len(pairs)))
+                bounds.append((start, len(pos)))
+            shape = self._local_shapes[key] = (np.asarray(pos, np.int64), bounds,
+                                               1.0 / len(paths))
+        pos, bounds, share = shape
+        links = self._server_link_ids(src, template)[pos]
+        latency = 0.0
+        for a, b in bounds:
+            latency += float(self.latency_s[links[a:b]].sum()) * share
+        return Route(links, np.full(len(links), share), latency)
+
+    def _server_link_ids(self, node: str, template) -> np.ndarray:
+        """Global ids of the template's local link pairs on ``node``'s server."""
+        nodes = self.G.nodes
+        server = nodes[node]["server"]
+        pairs = self._template_pairs[template]
+        ids = self._server_ids.get(server)
+        if ids is None or len(ids) < len(pairs):
+            prefix = node[: len(node) - len(nodes[node]["local"])]
+            ids = self._server_ids[server] = np.array(
+                [self.link_id[(prefix + a, prefix + b)] for a, b in pairs], np.int64)
+        return ids
 
     def _server_members(self, server: int) -> list[str]:
         members = self.__dict__.setdefault("_members", {})

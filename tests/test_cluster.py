@@ -65,3 +65,22 @@ def test_efficiency_scales_capacity_by_link_type_then_class():
     assert np.allclose(c.capacity_bytes_per_s[nv], 0.5 * c.nominal_bytes_per_s[nv])
     pcie = c.link_type == "pcie-gen4-x16"
     assert np.allclose(c.capacity_bytes_per_s[pcie], 0.25 * c.nominal_bytes_per_s[pcie])
+
+
+@pytest.mark.parametrize("topo,nodes", [("dgx-a100-superpod", 2), ("hgx-a100-pcie", None),
+                                        ("aws-p4d", 2)])
+def test_fast_local_routes_equal_the_general_path_routes(topo, nodes):
+    from simulator.collectives.constants import load_constants
+    from simulator.collectives.run import build_cluster
+    from simulator.topology.loader import load_topology, resolve_topology
+    G = load_topology(resolve_topology(topo), nodes=nodes)
+    c = build_cluster(G, load_constants())
+    ends = [n for n, d in G.nodes(data=True) if d.get("kind") in ("gpu", "nic")]
+    pairs = [(a, b) for a in ends for b in ends
+             if a != b and G.nodes[a]["server"] == G.nodes[b]["server"]]
+    assert pairs
+    for a, b in pairs:
+        fast, general = c._local_route(a, b), c._paths_route(c._local(a, b), a, b, 0)
+        assert np.array_equal(fast.links, general.links)
+        assert np.array_equal(fast.coef, general.coef)
+        assert fast.latency_s == general.latency_s
