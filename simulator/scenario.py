@@ -55,6 +55,14 @@ class ClusterCfg(BaseModel):
         default_factory=dict, description="what-if per link type, e.g. {ib-hdr: {bw: 400 Gb/s}}")
     ecmp: str = "spread"
 
+    @field_validator("ecmp")
+    @classmethod
+    def _ecmp(cls, v: str) -> str:
+        from .cluster import ECMP_MODES
+        if v not in ECMP_MODES:
+            raise ValueError(f"must be one of {', '.join(ECMP_MODES)}, got {v!r}")
+        return v
+
 
 class Simulation(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -64,6 +72,14 @@ class Simulation(BaseModel):
     stragglers: dict[int, float] = Field(default_factory=dict,
                                          description="rank -> compute slowdown factor")
     seed: int = 0
+
+    @field_validator("fidelity")
+    @classmethod
+    def _fidelity(cls, v: str) -> str:
+        from .network.fabric import FABRICS
+        if v not in FABRICS:
+            raise ValueError(f"must be one of {', '.join(FABRICS)}, got {v!r}")
+        return v
 
     @field_validator("stragglers")
     @classmethod
@@ -130,8 +146,10 @@ def scenario_from_dict(data: dict, source: str = "<dict>") -> Scenario:
         field = ".".join(str(p) for p in err["loc"])
         msg = "unknown key" if err["type"] == "extra_forbidden" else (
             "missing required key" if err["type"] == "missing" else err["msg"])
-        raise ConfigError(f"{msg} (got {err.get('input')!r})" if err["type"] not in (
-            "missing",) else msg, source=source, field=field) from None
+        msg = msg.removeprefix("Value error, ")
+        if err["type"] != "missing" and ", got " not in msg:
+            msg = f"{msg} (got {err.get('input')!r})"
+        raise ConfigError(msg, source=source, field=field) from None
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:

@@ -74,6 +74,8 @@ def test_trace_command_writes_a_readable_trace_and_never_overwrites(capsys, tmp_
     (["--set", "nonsense"], "--set: expected KEY=VALUE"),
     (["--set", "simulation.stragglers={99: 1.5}"], "simulation.stragglers: rank 99"),
     (["no-such-scenario"], "no scenario file"),
+    (["--set", "simulation.fidelity=nonsense"], "simulation.fidelity: must be one of"),
+    (["--set", "cluster.ecmp=random"], "cluster.ecmp: must be one of"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, args, needle):
     code, out, err = run_main(capsys, "run", *args)

@@ -97,7 +97,7 @@ def test_node_attributes_follow_conventions():
     for n, d in G.nodes(data=True):
         assert n == f"n3.{d['local']}" and d["server"] == 3 and "template" in d
     for _, _, d in G.edges(data=True):
-        assert set(d) == {"bw_bytes_per_s", "latency_s", "link_type", "link_class"}
+        assert set(d) == {"bw_bytes_per_s", "latency_s", "link_type", "link_class", "lanes"}
 
 
 def test_builders_compose_into_one_graph():

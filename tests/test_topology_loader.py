@@ -159,7 +159,35 @@ def test_link_override_changes_every_link_of_that_type():
     G = topology_from_dict(_superpod_with_links({"ib-hdr": {"bw": "400 Gb/s",
                                                             "latency": "2 us"}}))
     ib = [d for _, _, d in G.edges(data=True) if d["link_type"] == "ib-hdr"]
-    assert ib and all(d["bw_bytes_per_s"] == 50e9 and d["latency_s"] == 2e-6 for d in ib)
+    assert ib and all(d["latency_s"] == 2e-6 for d in ib)
+    assert all(d["bw_bytes_per_s"] == pytest.approx(50e9 * d["lanes"]) for d in ib)
+    cables = [d for d in ib if d["lanes"] == 1.0]          # NIC-leaf links
+    assert cables and all(d["bw_bytes_per_s"] == 50e9 for d in cables)
+
+
+@pytest.mark.parametrize("oversub", [1.0, 2.0, 4.0])
+def test_link_override_keeps_the_oversubscription(oversub):
+    """A per-link what-if bandwidth scales aggregated uplinks with the downlinks."""
+    from simulator.topology.loader import topology_from_dict
+
+    def leaf_ratio(G):
+        leaf = next(n for n, d in G.nodes(data=True) if d.get("tier") == "leaf")
+        down = up = 0.0
+        for nb, d in G.adj[leaf].items():
+            if G.nodes[nb].get("tier") == "spine":
+                up += d["bw_bytes_per_s"]
+            else:
+                down += d["bw_bytes_per_s"]
+        return down, up
+
+    data = _superpod_with_links({})
+    data["params"]["oversubscription"] = oversub
+    base_down, base_up = leaf_ratio(topology_from_dict(data))
+    G = topology_from_dict(_superpod_with_links({"ib-hdr": {"bw": "100 Gb/s"}}) | {
+        "params": data["params"]})
+    down, up = leaf_ratio(G)
+    assert down == pytest.approx(base_down / 2) and up == pytest.approx(base_up / 2)
+    assert down / up == pytest.approx(base_down / base_up)
 
 
 @pytest.mark.parametrize("links, field, message", [

@@ -72,12 +72,18 @@ def link_arg(name: Any, field: str, link_class: str) -> LinkSpec:
 
 
 def edge_attrs(spec: LinkSpec, bw_bytes_per_s: float | None = None) -> dict:
-    """Edge attribute dict of one link of type ``spec`` (bandwidth overridable, bytes/s)."""
+    """Edge attribute dict of one link of type ``spec`` (bandwidth overridable, bytes/s).
+
+    ``lanes`` is how many physical links of the type the edge stands for (1 for a cable; a
+    leaf's aggregated uplinks to one spine carry several, or a fraction when
+    oversubscribed), so a per-link what-if bandwidth scales the edge, not replaces it."""
+    bw = spec.bw_bytes_per_s if bw_bytes_per_s is None else bw_bytes_per_s
     return {
-        "bw_bytes_per_s": spec.bw_bytes_per_s if bw_bytes_per_s is None else bw_bytes_per_s,
+        "bw_bytes_per_s": bw,
         "latency_s": spec.latency_s,
         "link_type": spec.name,
         "link_class": spec.link_class,
+        "lanes": bw / spec.bw_bytes_per_s,
     }
 
 

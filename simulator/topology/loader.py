@@ -117,7 +117,11 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
 
 
 def _apply_link_overrides(G: nx.Graph, links: dict[str, LinkOverride], source: str) -> None:
-    """Replace bandwidth and/or latency of every edge whose ``link_type`` is overridden."""
+    """Replace bandwidth and/or latency of every edge whose ``link_type`` is overridden.
+
+    ``bw`` is per physical link: an edge standing for several links (``lanes``, e.g. a
+    leaf's aggregated uplinks to one spine) gets ``bw x lanes``, so the topology's
+    oversubscription survives a what-if bandwidth."""
     for link_type, override in links.items():
         where = f"links.{link_type}"
         edges = [d for _, _, d in G.edges(data=True) if d.get("link_type") == link_type]
@@ -140,6 +144,8 @@ def _apply_link_overrides(G: nx.Graph, links: dict[str, LinkOverride], source: s
                                   field=f"{where}.{field}")
         for d in edges:
             d.update(changes)
+            if "bw_bytes_per_s" in changes:
+                d["bw_bytes_per_s"] = changes["bw_bytes_per_s"] * d.get("lanes", 1.0)
 
 
 def resolve_topology(name_or_path: str | Path) -> Path:
