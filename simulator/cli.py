@@ -180,16 +180,16 @@ def topology_cmd(topology, nodes) -> None:
 
 
 from .cli_capacity import register as _register_capacity  # noqa: E402
+from .cli_compare import register as _register_compare  # noqa: E402
 from .cli_import import register as _register_import  # noqa: E402
-_register_import(cli)
 from .cli_reliability import register as _register_reliability  # noqa: E402
-_register_reliability(cli)
 from .cli_run import register as _register_run  # noqa: E402
+from .cli_study import register as _register_study  # noqa: E402
 from .validation.cli import register as _register_validate  # noqa: E402
 
-_register_run(cli)
-_register_capacity(cli)
-_register_validate(cli)
+for _register in (_register_run, _register_capacity, _register_compare, _register_reliability,
+                  _register_study, _register_import, _register_validate):
+    _register(cli)
 
 
 # ------------------------------------------------------------------------ entry point

@@ -1,0 +1,109 @@
+"""`clustersim compare`: strategies side by side on one model and cluster, with cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .compare import DEFAULT_ALIASES, compare, framework_of, migration_plan, parse_aliases
+from .compare_report import render_table, to_csv, to_json, write_outputs
+from .cost import Budget, parse_count, resolve_price
+from .errors import ConfigError
+from .scenario import DEFAULT_SCENARIO, load_scenario, resolve_scenario
+
+_SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=4 (repeatable)."
+
+
+def _budget(tokens: str | None, epochs: str | None, dataset_samples: str | None,
+            iterations: str | None) -> Budget | None:
+    given = [(k, v) for k, v in (("tokens", tokens), ("epochs", epochs),
+                                 ("iterations", iterations)) if v is not None]
+    if len(given) > 1:
+        raise ConfigError(f"give one budget, not {' and '.join('--' + k for k, _ in given)}",
+                          source=f"--{given[1][0]}")
+    if not given:
+        if dataset_samples is not None:
+            raise ConfigError("--dataset-samples only goes with --epochs",
+                              source="--dataset-samples")
+        return None
+    kind, text = given[0]
+    samples = parse_count(dataset_samples, "--dataset-samples") if dataset_samples else None
+    return Budget(kind, parse_count(text, f"--{kind}"), samples)
+
+
+def register(cli: click.Group) -> None:
+    """Add ``compare`` to the ``clustersim`` group."""
+
+    @cli.command("compare")
+    @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
+    @click.option("--strategies", default=",".join(DEFAULT_ALIASES), show_default=True,
+                  metavar="LIST", help="Comma-separated strategies to compare.")
+    @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
+                  default="table", show_default=True)
+    @click.option("--out", type=click.Path(path_type=Path), default=None,
+                  help="Also write compare.csv, compare.json and PNG charts here (a folder "
+                       "clustersim wrote, or a new or empty one).")
+    @click.option("--price-per-gpu-hour", "price", type=float, default=None, metavar="USD",
+                  help="Price of one GPU-hour [default: the list on-demand price of the "
+                       "topology's GPU in simulator/data/prices.yaml].")
+    @click.option("--instance", default=None, metavar="NAME",
+                  help="Price from this prices.yaml entry (e.g. gcp-a2-ultragpu-8g).")
+    @click.option("--tokens", default=None, metavar="N",
+                  help="Price a token budget, e.g. 300B or 2T.")
+    @click.option("--epochs", default=None, metavar="E",
+                  help="Price E epochs of --dataset-samples samples.")
+    @click.option("--dataset-samples", default=None, metavar="N",
+                  help="Samples per epoch, e.g. 1.28M.")
+    @click.option("--iterations", default=None, metavar="N", help="Price N iterations.")
+    @click.option("--migration-days", "migration", multiple=True, metavar="DAYS|STRATEGY=DAYS",
+                  help="One-off person-days to adopt a strategy: DAYS for every strategy of "
+                       "another framework than the scenario's, STRATEGY=DAYS for one "
+                       "(repeatable).")
+    @click.option("--day-rate", type=float, default=None, metavar="USD",
+                  help="Cost of one person-day (needed with --migration-days).")
+    @click.option("--scaling/--no-scaling", default=True, show_default=True,
+                  help="Also simulate twice the GPUs for the scaling efficiency.")
+    @click.option("--capacity/--no-capacity", default=True, show_default=True,
+                  help="Also search the largest model of the family that fits.")
+    @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+    def compare_cmd(scenario, strategies, sets, fmt, out, price, instance, tokens, epochs,
+                    dataset_samples, iterations, migration, day_rate, scaling, capacity,
+                    quiet):
+        """Compare training strategies on SCENARIO's model and cluster [default: quickstart].
+
+        Per strategy: peak memory per GPU and the out-of-memory verdict, the largest model
+        of the family that fits, iteration time, samples/s and tokens/s, communication time
+        and its exposed part, scaling efficiency on twice the GPUs, and cost (per
+        iteration, per million tokens, per 1,000 samples, and for a --tokens/--epochs/
+        --iterations budget) with the cost of communication waits shown on its own.
+        Strategies: fsdp-full, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid, fsdp-hybrid-zero2,
+        ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod. One that cannot run
+        on this cluster is reported as n/a with the reason (docs/compare.md).
+        """
+        path = resolve_scenario(scenario)
+        scn = load_scenario(path, list(sets))
+        aliases = parse_aliases(strategies)
+        budget = _budget(tokens, epochs, dataset_samples, iterations)
+        days = migration_plan(migration, aliases, framework_of(str(scn.strategy.get("name"))))
+        if any(days.values()) and day_rate is None:
+            raise ConfigError("migration days need --day-rate (USD per person-day)",
+                              source="--day-rate")
+        if day_rate is not None and not day_rate >= 0:
+            raise ConfigError(f"must be >= 0 USD, got {day_rate!r}", source="--day-rate")
+        from .topology.loader import load_topology, resolve_topology
+        G = load_topology(resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
+                          links=scn.cluster.links or None)
+        cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
+        say = None if quiet else (lambda msg: click.echo(f"compare: {msg}", err=True))
+        cmp = compare(scn, aliases, source=str(path), price=cost_price, budget=budget,
+                      migration_days=days, day_rate=day_rate, scaling=scaling,
+                      capacity=capacity, progress=say)
+        if out is not None:
+            write_outputs(out, cmp)
+        text = {"json": to_json, "csv": to_csv, "table": render_table}[fmt](cmp)
+        click.echo(text)
+        if out is not None and fmt == "table":
+            click.echo(f"# outputs in {out}: compare.csv, compare.json, iteration_time.png, "
+                       f"memory.png, cost.png")

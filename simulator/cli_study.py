@@ -1,0 +1,53 @@
+"""`clustersim study`: a what-if sweep over a scenario (docs/studies.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+EXIT_POINTS_FAILED = 1
+
+
+def register(cli: click.Group) -> None:
+    """Add ``study`` to the ``clustersim`` group."""
+
+    @cli.command("study")
+    @click.argument("study_file", metavar="FILE")
+    @click.option("--executor", default="local", show_default=True,
+                  metavar="local|dask://HOST:PORT",
+                  help="Run points in local processes, or on an existing Dask scheduler.")
+    @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+                  help="Local worker processes [default: min(cores, points)].")
+    @click.option("--out", type=click.Path(path_type=Path), default=None,
+                  help="Results folder [default: studies/<study name>].")
+    @click.option("--resume/--fresh", default=True, show_default=True,
+                  help="Skip points already finished in --out, or start over.")
+    @click.option("--progress/--no-progress", default=True, show_default=True,
+                  help="Progress bar on stderr.")
+    def study_cmd(study_file, executor, workers, out, resume, progress):
+        """Run the study FILE: every point of its axes, then its table, plots and report.
+
+        FILE is a study YAML file or a shipped name (scenarios/studies/). Points run in
+        parallel; each finished point is saved at once, so an interrupted study resumes
+        where it stopped. A failing point is recorded with its error (exit code 1 at the
+        end); the others still run.
+        """
+        from .study import load_study, run_study
+        from .study.report import answers
+        study = load_study(study_file)
+        click.echo(f"# study {study.spec.name}: {len(study.points)} points, command "
+                   f"{study.spec.command} ({study.source})")
+        run = run_study(study, out, executor=executor, workers=workers, resume=resume,
+                        progress=progress)
+        ok = run.table[run.table["status"] == "ok"] if len(run.table) else run.table
+        click.echo(f"# ran {run.ran} point(s) ({run.failed} failed), {run.skipped} finished "
+                   f"before; {run.wall_s:.1f} s on {run.executor}")
+        for ask, text in answers(study, ok):
+            click.echo(f"Q: {ask}\nA: {text}")
+        click.echo(f"# outputs in {run.out}: " + ", ".join(p.name for p in run.files))
+        failed = int((run.table["status"] != "ok").sum()) if len(run.table) else 0
+        if failed:
+            click.echo(f"clustersim: {failed} point(s) failed; their errors are in "
+                       f"{run.out / 'report.md'} and the results' error column", err=True)
+            click.get_current_context().exit(EXIT_POINTS_FAILED)

@@ -1,0 +1,307 @@
+"""Strategies side by side on one model and cluster (``clustersim compare``).
+
+Each strategy is named by an alias (:data:`ALIASES`: ``fsdp-full``, ``ddp``,
+``tf-mirrored``...) that maps to a strategy of the registry
+(:data:`simulator.strategies.STRATEGIES`) and, for FSDP, a sharding mode. The scenario's
+strategy is switched to it the way ``clustersim capacity`` does
+(:func:`simulator.capacity_probe.strategy_dict`: common keys such as
+``activation_checkpointing`` always carry over, strategy-specific ones only to the same
+strategy), and one iteration is replayed exactly as ``clustersim run`` would. Per strategy:
+
+* peak memory per GPU and the out-of-memory verdict (with the op where memory ran out);
+* iteration time, samples/s and tokens/s, communication time and the exposed part;
+* scaling efficiency when the GPU count doubles (:func:`doubled`): weak scaling, the same
+  micro-batch per GPU on twice the GPUs, ``throughput(2N) / (2 * throughput(N))``;
+* the largest model of the family that fits (:func:`simulator.capacity.search`);
+* cost (:mod:`simulator.cost`).
+
+A strategy that cannot run here (not registered in this build, or rejected for this
+cluster, e.g. a single-host strategy across nodes) becomes a row with status ``n/a`` and
+the reason; the others still run. Mistakes that are not about a strategy (an unknown
+model, a bad topology) are raised as usual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .capacity import FAMILIES, build_ladder, search
+from .capacity_probe import locate_oom, strategy_dict
+from .compare_aliases import (ALIASES, DEFAULT_ALIASES, Alias, framework_of, migration_plan,
+                              parse_aliases)
+from .cost import Budget, Cost, Price, migration_cost, training_cost
+from .errors import ConfigError
+from .metrics import Metrics
+from .models import load_model
+from .pipeline import RunResult, build_setup, run_setup
+from .scenario import Scenario
+from .strategies import STRATEGIES
+
+
+# ------------------------------------------------------------------------------- rows
+@dataclass
+class Scaling:
+    """The same strategy on twice the GPUs (weak scaling)."""
+
+    gpus: int | None = None
+    iteration_time_s: float | None = None
+    samples_per_s: float | None = None
+    efficiency: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class Row:
+    alias: Alias
+    status: str = "ok"                      # ok | n/a
+    reason: str = ""
+    metrics: Metrics | None = None
+    global_batch: int = 0
+    tokens_per_sample: int = 0
+    oom_at: str | None = None
+    comm_bytes_per_gpu: float = 0.0
+    scaling: Scaling = field(default_factory=Scaling)
+    largest_fit: dict | None = None
+    capacity_reason: str = ""
+    cost: Cost | None = None
+    migration_days: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def as_dict(self) -> dict:
+        m = self.metrics.as_dict() if self.metrics else None
+        if m:
+            m.pop("peak_memory_gib_per_class")
+        return {"strategy": self.alias.key, "registry_name": self.alias.strategy,
+                "sharding": self.alias.sharding, "framework": self.alias.framework,
+                "status": self.status, "reason": self.reason, "metrics": m,
+                "global_batch": self.global_batch, "oom_at": self.oom_at,
+                "comm_bytes_per_gpu": self.comm_bytes_per_gpu,
+                "scaling_2x": dataclasses.asdict(self.scaling),
+                "largest_fit": self.largest_fit, "capacity_reason": self.capacity_reason,
+                "migration_days": self.migration_days,
+                "cost": self.cost.as_dict() if self.cost else None}
+
+
+@dataclass
+class Comparison:
+    scenario: str
+    model: str
+    cluster: dict
+    settings: dict
+    doubling: str
+    price: Price | None
+    budget: Budget | None
+    rows: list[Row]
+    notes: list[str]
+
+    def as_dict(self) -> dict:
+        return {"scenario": self.scenario, "model": self.model, "cluster": self.cluster,
+                "settings": self.settings, "doubling": self.doubling,
+                "price": dataclasses.asdict(self.price) if self.price else None,
+                "budget": dataclasses.asdict(self.budget) if self.budget else None,
+                "rows": [r.as_dict() for r in self.rows], "notes": self.notes}
+
+
+# Bytes one rank sends per byte of a collective's nccl-tests size on n ranks (the bus
+# bandwidth factors of nccl-tests' PERFORMANCE.md: ring algorithms' traffic per rank).
+_SEND_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+                "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
+
+
+def comm_bytes_per_gpu(trace) -> float:
+    """Bytes a GPU sends per iteration (the busiest rank class): ``size * factor(n)`` per
+    collective (:data:`_SEND_FACTOR`), ``size`` per send (pushes to a host or parameter
+    server included) and per device-to-host copy; what a GPU receives is not counted."""
+    def sent(op) -> float:
+        if op.kind == "send" or op.kind == "memcpy" and op.attrs.get("direction") == "d2h":
+            return float(op.size_bytes)
+        if op.kind != "collective":
+            return 0.0
+        n = trace.communicators[op.comm].size
+        factor = _SEND_FACTOR.get(op.collective, lambda _n: 1.0)
+        return op.size_bytes * factor(n) if n > 1 else 0.0
+    return max((sum(sent(op) for op in cls.ops) for cls in trace.classes), default=0.0)
+
+
+# ---------------------------------------------------------------------------- running
+Progress = Callable[[str], None]
+
+
+def with_strategy(scn: Scenario, alias: Alias) -> Scenario:
+    """``scn`` with its strategy switched to ``alias`` (capacity's carry-over rule)."""
+    return scn.model_copy(update={"strategy": strategy_dict(scn, alias.spec)}, deep=True)
+
+
+def doubled(scn: Scenario, world: int, G) -> tuple[Scenario, str]:
+    """``scn`` on twice its ``world`` GPUs and how: more of the topology's GPUs when the
+    cluster graph ``G`` has them (``cluster.gpus``), else twice the servers
+    (``cluster.nodes``; ConfigError later if the topology has only one)."""
+    c, per_node = scn.cluster, int(G.graph["gpus_per_node"])
+    topo_gpus = sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+    if 2 * world <= topo_gpus:
+        new = c.model_copy(update={"gpus": 2 * world})
+        how = f"cluster.gpus {world} -> {2 * world} (same topology)"
+    else:
+        nodes = -(-2 * world // per_node)
+        new = c.model_copy(update={"nodes": nodes, "gpus": 2 * world if c.gpus else None})
+        how = f"cluster.nodes {G.graph.get('nodes', topo_gpus // per_node)} -> {nodes}"
+    return scn.model_copy(update={"cluster": new}, deep=True), how
+
+
+def _replay(scn: Scenario, alias: Alias, source: str) -> RunResult:
+    return run_setup(build_setup(with_strategy(scn, alias), source))
+
+
+def _run_row(row: Row, scn: Scenario, source: str) -> None:
+    a = row.alias
+    if a.strategy not in STRATEGIES:
+        row.status, row.reason = "n/a", (f"strategy {a.strategy!r} is not registered in this "
+                                         f"build (registered: {', '.join(STRATEGIES)})")
+        return
+    try:
+        res = _replay(scn, a, source)
+    except ConfigError as exc:
+        row.status, row.reason = "n/a", str(exc)
+        return
+    row.metrics = m = res.metrics
+    meta = res.setup.trace.meta
+    row.global_batch = int(meta.get("global_batch", 0))
+    row.tokens_per_sample = int(meta.get("tokens_per_sample", 0))
+    row.comm_bytes_per_gpu = comm_bytes_per_gpu(res.setup.trace)
+    if m.oom:
+        where = Counter(locate_oom(res.timeline, c, str(v)) for c, v in m.oom_at.items())
+        row.oom_at = "; ".join(w + (f" ({n} rank classes)" if n > 1 else "")
+                               for w, n in where.items())
+
+
+def _scale_row(row: Row, scn2: Scenario | None, why: str, source: str) -> None:
+    if scn2 is None:
+        row.scaling = Scaling(reason=why)
+        return
+    try:
+        m2 = _replay(scn2, row.alias, source).metrics
+    except ConfigError as exc:
+        row.scaling = Scaling(reason=str(exc))
+        return
+    m = row.metrics
+    eff = (m2.samples_per_s / m.samples_per_s) * m.world_size / m2.world_size \
+        if m.samples_per_s > 0 else None
+    row.scaling = Scaling(m2.world_size, m2.iteration_time_s, m2.samples_per_s, eff)
+
+
+def _capacity_row(row: Row, scn: Scenario, ladder, source: str) -> None:
+    try:
+        res = search(scn, row.alias.spec, ladder, source)
+    except ConfigError as exc:
+        row.capacity_reason = str(exc)
+        return
+    p = res.largest
+    row.largest_fit = None if p is None else {
+        "model": p.rung.model.name, "params": p.rung.params, "peak_memory_gib": p.peak_gib,
+        "top_of_ladder": res.first_oom is None}
+    if p is None:
+        row.capacity_reason = f"not even {ladder[0].model.name} fits"
+
+
+def _cost_row(row: Row, price: Price | None, budget: Budget | None,
+              day_rate: float | None, paid_gpus: int) -> None:
+    """Cost of ``row`` for ``paid_gpus`` GPUs: the scenario's, even when a strategy leaves
+    some without work (parameter-server hosts), since they are rented all the same."""
+    m = row.metrics
+    if price is None or m is None or m.iteration_time_s <= 0 or row.global_batch <= 0:
+        return
+    row.cost = training_cost(price, paid_gpus, m.iteration_time_s,
+                             min(m.exposed_comm_s + m.wait_s, m.iteration_time_s),
+                             row.global_batch, row.global_batch * row.tokens_per_sample,
+                             budget, migration_cost(row.migration_days, day_rate))
+
+
+def _scale_rows(live: list[Row], scn: Scenario, world: int, G, source: str,
+                say: Progress) -> str:
+    """Fill each row's :class:`Scaling` on twice the GPUs; returns how they were doubled."""
+    try:
+        scn2, how = doubled(scn, world, G)
+        build_setup(with_strategy(scn2, ALIASES["ddp"]), source)
+    except ConfigError as exc:
+        scn2, how = None, f"cannot double the GPUs: {exc}"
+    for i, row in enumerate(live, 1):
+        say(f"2x GPUs {i}/{len(live)}: {row.alias.key} on {2 * world} GPUs")
+        _scale_row(row, scn2, how, source)
+    return how
+
+
+def _capacity_rows(live: list[Row], scn: Scenario, source: str, say: Progress) -> list[str]:
+    """Fill each row's largest fit on the family's ladder; returns notes."""
+    family = load_model(scn.model).family
+    if family not in FAMILIES:
+        return [f"largest fit: no size ladder for the {family} family "
+                f"(ladders: {', '.join(FAMILIES)})"]
+    ladder = build_ladder(family, min_seq_len=scn.training.seq_len)
+    for i, row in enumerate(live, 1):
+        say(f"largest fit {i}/{len(live)}: {row.alias.key}, {family} ladder")
+        _capacity_row(row, scn, ladder, source)
+    return []
+
+
+def compare(scn: Scenario, aliases: list[Alias], *, source: str = "<scenario>",
+            price: Price | None = None, budget: Budget | None = None,
+            migration_days: dict[str, float] | None = None, day_rate: float | None = None,
+            scaling: bool = True, capacity: bool = True,
+            progress: Progress | None = None) -> Comparison:
+    """Run every strategy of ``aliases`` on ``scn`` (module doc).
+
+    ``migration_days`` maps an alias key to person-days charged once to that strategy.
+    :raises ConfigError: for mistakes not about one strategy (model, topology, training).
+    """
+    say = progress or (lambda _msg: None)
+    ref = build_setup(with_strategy(scn, ALIASES["ddp"]), source)   # validates the rest
+    world = ref.trace.world_size
+    rows = [Row(a, migration_days=(migration_days or {}).get(a.key, 0.0)) for a in aliases]
+    for i, row in enumerate(rows, 1):
+        say(f"iteration {i}/{len(rows)}: {row.alias.key} on {world} GPUs")
+        _run_row(row, scn, source)
+    live = [r for r in rows if r.ok]
+    how = _scale_rows(live, scn, world, ref.cluster.G, source, say) if scaling else \
+        "not simulated (--no-scaling)"
+    notes = _capacity_rows(live, scn, source, say) if capacity else []
+    for row in rows:
+        _cost_row(row, price, budget, day_rate, world)
+    t, G = scn.training, ref.cluster.G
+    cluster = {"topology": str(G.graph.get("name")), "gpu": str(G.graph.get("gpu")),
+               "gpus": world, "gpu_memory_gib": ref.capacity_bytes / float(1 << 30)}
+    settings = {"micro_batch": t.micro_batch, "seq_len": t.seq_len,
+                "grad_accum": t.grad_accum, "precision": t.precision}
+    return Comparison(str(scn.name), str(ref.trace.meta.get("model")), cluster, settings,
+                      how, price, budget, rows, notes)
+
+
+def cheapest(rows: list[Row]) -> Row | None:
+    """The row that trains at the lowest cost among those that run and fit in memory:
+    lowest total with a budget, else lowest cost per sample."""
+    live = [r for r in rows if r.cost is not None and not r.metrics.oom]
+    if not live:
+        return None
+    return min(live, key=lambda r: (r.cost.total_usd if r.cost.total_usd is not None
+                                    else r.cost.per_thousand_samples_usd, r.alias.key))
+
+
+def excess_over_cheapest(row: Row, best: Row | None) -> float | None:
+    """Share of ``row``'s spend the cheapest strategy would save: 1 - best / row; None for
+    a row that does not fit in memory (it cannot be chosen)."""
+    if best is None or row.cost is None or row.metrics.oom:
+        return None
+    key = (lambda c: c.total_usd) if row.cost.total_usd is not None else \
+        (lambda c: c.per_thousand_samples_usd)
+    return 1.0 - key(best.cost) / key(row.cost)
+
+
+__all__ = ["ALIASES", "DEFAULT_ALIASES", "Alias", "Comparison", "Row", "Scaling", "cheapest",
+           "comm_bytes_per_gpu", "compare", "doubled", "excess_over_cheapest", "framework_of",
+           "migration_plan", "parse_aliases", "with_strategy"]

@@ -1,0 +1,227 @@
+"""Output of ``clustersim compare``: a text table, CSV, JSON, and an output folder with
+``compare.csv``, ``compare.json`` and PNG charts (iteration time, memory, cost).
+
+The folder is guarded like ``clustersim run --out`` (:func:`prepare_out_dir`): a non-empty
+folder that clustersim did not write is refused, so no user file is overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .compare import Comparison, Row, cheapest, excess_over_cheapest  # noqa: E402
+from .metrics.outputs import prepare_out_dir  # noqa: E402
+
+
+# ---------------------------------------------------------------------------- records
+def flat_row(row: Row, best: Row | None) -> dict:
+    """One strategy as a flat record (CSV column names; SI units, USD)."""
+    m, s, c, fit = row.metrics, row.scaling, row.cost, row.largest_fit or {}
+    rec = {"strategy": row.alias.key, "registry_name": row.alias.strategy,
+           "sharding": row.alias.sharding or "", "framework": row.alias.framework,
+           "status": row.status, "reason": row.reason}
+    for key in ("world_size", "peak_memory_gib", "oom", "iteration_time_s", "samples_per_s",
+                "tokens_per_s", "compute_s", "comm_s", "exposed_comm_s", "wait_s", "mfu"):
+        rec[key] = getattr(m, key) if m else None
+    rec.update(oom_at=row.oom_at or "", global_batch=row.global_batch or None,
+               comm_gb_per_gpu=row.comm_bytes_per_gpu / 1e9 if m else None,
+               scaling_gpus=s.gpus, scaling_iteration_time_s=s.iteration_time_s,
+               scaling_efficiency=s.efficiency, scaling_reason=s.reason,
+               largest_fit_model=fit.get("model"), largest_fit_params=fit.get("params"),
+               largest_fit_top_of_ladder=fit.get("top_of_ladder"),
+               capacity_reason=row.capacity_reason, migration_days=row.migration_days)
+    for key in ("usd_per_gpu_hour", "per_iteration_usd", "comm_wait_per_iteration_usd",
+                "comm_wait_share", "per_million_tokens_usd", "per_thousand_samples_usd",
+                "iterations", "gpu_hours", "wall_hours", "training_usd", "comm_wait_usd",
+                "migration_usd", "total_usd"):
+        rec[key] = getattr(c, key) if c else None
+    rec["waste_vs_cheapest"] = excess_over_cheapest(row, best)
+    rec["cheapest"] = best is not None and row is best
+    return rec
+
+
+def records(cmp: Comparison) -> list[dict]:
+    best = cheapest(cmp.rows)
+    return [flat_row(r, best) for r in cmp.rows]
+
+
+def to_json(cmp: Comparison) -> str:
+    data = cmp.as_dict()
+    best = cheapest(cmp.rows)
+    data["cheapest"] = best.alias.key if best else None
+    for d, r in zip(data["rows"], cmp.rows):
+        d["waste_vs_cheapest"] = excess_over_cheapest(r, best)
+    return json.dumps(data, indent=2, default=str)
+
+
+def to_csv(cmp: Comparison) -> str:
+    return pd.DataFrame(records(cmp)).to_csv(index=False).rstrip("\n")
+
+
+# ------------------------------------------------------------------------------ table
+def _f(v, fmt: str, none: str = "-") -> str:
+    return none if v is None else format(v, fmt)
+
+
+def _perf_cells(r: dict) -> list[str]:
+    fit = r["largest_fit_model"]
+    fit = (fit + (" (top)" if r["largest_fit_top_of_ladder"] else "")) if fit else \
+        ("n/a" if r["capacity_reason"] else "-")
+    oom = ("OOM" if r["oom"] else "fits") if r["oom"] is not None else "-"
+    return [r["strategy"], _f(r["world_size"], "d"), _f(r["peak_memory_gib"], ".1f"), oom,
+            _f(r["iteration_time_s"], ".3f"), _f(r["samples_per_s"], ",.1f"),
+            _f(r["tokens_per_s"], ",.0f"), _f(r["comm_gb_per_gpu"], ",.2f"), _f(r["comm_s"], ".3f"),
+            _f(r["exposed_comm_s"], ".3f"), _f(r["scaling_efficiency"], ".3f"), fit]
+
+
+def _cost_cells(r: dict, budget: bool) -> list[str]:
+    cells = [r["strategy"] + (" (OOM)" if r["oom"] else ""), _f(r["per_iteration_usd"], ".4g"),
+             _f(r["per_million_tokens_usd"], ".3g"), _f(r["per_thousand_samples_usd"], ".3g"),
+             _f(r["comm_wait_share"] and 100 * r["comm_wait_share"], ".1f")]
+    if budget:
+        cells += [_f(r["gpu_hours"], ",.0f"), _f(r["wall_hours"] and r["wall_hours"] / 24, ",.1f"),
+                  _f(r["training_usd"], ",.0f"), _f(r["comm_wait_usd"], ",.0f"),
+                  _f(r["migration_usd"], ",.0f"), _f(r["total_usd"], ",.0f")]
+    waste = r["waste_vs_cheapest"]
+    cells.append("cheapest" if r["cheapest"] else _f(waste and 100 * waste, ".1f"))
+    return cells
+
+
+def _grid(head: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)) -> list[str]:
+    """Aligned lines: columns ``left`` flush left, the others flush right."""
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+
+    def fmt(cells):
+        return "  ".join(x.ljust(w) if i in left else x.rjust(w)
+                         for i, (x, w) in enumerate(zip(cells, widths))).rstrip()
+    return [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)]
+
+
+def render_table(cmp: Comparison) -> str:
+    recs, c, s = records(cmp), cmp.cluster, cmp.settings
+    lines = [f"# compare {cmp.scenario}: {cmp.model} on {c['gpus']} x {c['gpu']} "
+             f"({c['topology']}, {c['gpu_memory_gib']:.1f} GiB each); micro_batch "
+             f"{s['micro_batch']}, seq_len {s['seq_len']}, grad_accum {s['grad_accum']}, "
+             f"{s['precision']}",
+             f"# 2x GPUs: {cmp.doubling}; same micro-batch per GPU (weak scaling), "
+             f"efficiency = throughput(2N) / (2 throughput(N))",
+             "# comm GB/GPU: bytes one GPU sends per iteration (all-reduce 2(n-1)/n x size, "
+             "all-gather and reduce-scatter (n-1)/n x size, sends and copies to the host); "
+             "comm s: time communication runs, exposed s: the part not under compute"]
+    ok = [r for r in recs if r["status"] == "ok"]
+    head = ["strategy", "GPUs", "peak GiB", "memory", "iter s", "samples/s", "tokens/s",
+            "comm GB/GPU", "comm s", "exposed s", "2x eff", "largest fit"]
+    lines += _grid(head, [_perf_cells(r) for r in ok], left=(0, 3, len(head) - 1))
+    lines += [f"{r['strategy']}: n/a: {r['reason']}" for r in recs if r["status"] != "ok"]
+    lines += [f"# {r['strategy']}: out of memory at: {r['oom_at']}" for r in ok if r["oom"]]
+    lines += [f"# {r['strategy']}: {r['world_size']} of the {c['gpus']} GPUs run replicas; "
+              f"cost counts all {c['gpus']}" for r in ok if r["world_size"] != c["gpus"]]
+    lines += [f"# {r['strategy']}: 2x: {r['scaling_reason']}" for r in ok
+              if r["scaling_reason"] and r["scaling_reason"] not in cmp.doubling]
+    lines += [f"# note: {n}" for n in cmp.notes]
+    lines += _cost_lines(cmp, ok)
+    return "\n".join(lines)
+
+
+def _cost_lines(cmp: Comparison, ok: list[dict]) -> list[str]:
+    if cmp.price is None:
+        return [f"# cost: no default price for {cmp.cluster['gpu']}; pass "
+                f"--price-per-gpu-hour or --instance"]
+    budget = cmp.budget is not None
+    lines = ["", f"# cost at {cmp.price.usd_per_gpu_hour:.4f} USD per GPU-hour: "
+                 f"{cmp.price.label}"]
+    if budget:
+        lines.append(f"# budget: {cmp.budget.describe()}; comm wait = exposed comm + wait "
+                     f"(paid GPU time without compute), part of training")
+    head = ["strategy", "$/iter", "$/1M tok", "$/1k samples", "comm-wait %"]
+    head += ["GPU-hours", "wall days", "training $", "comm-wait $", "migration $", "total $"] \
+        if budget else []
+    head.append("waste %")
+    lines += _grid(head, [_cost_cells(r, budget) for r in ok if r["per_iteration_usd"]
+                          is not None])
+    lines.append("# waste % = share of that strategy's spend the cheapest strategy that fits "
+                 "in memory would save" + (" (total incl. migration)" if budget else
+                                          " (per sample)"))
+    return lines
+
+
+# ----------------------------------------------------------------------------- folder
+def write_outputs(out: Path | str, cmp: Comparison) -> list[Path]:
+    """``compare.csv``, ``compare.json``, ``iteration_time.png``, ``memory.png`` and
+    ``cost.png`` in ``out`` (guarded, module doc); returns the paths."""
+    out = prepare_out_dir(out)
+    recs = records(cmp)
+    ok = [r for r in recs if r["status"] == "ok"]
+    files = {"compare.csv": lambda p: p.write_text(to_csv(cmp) + "\n"),
+             "compare.json": lambda p: p.write_text(to_json(cmp) + "\n"),
+             "iteration_time.png": lambda p: _plot_time(ok, p),
+             "memory.png": lambda p: _plot_memory(ok, cmp.cluster["gpu_memory_gib"], p),
+             "cost.png": lambda p: _plot_cost(ok, cmp.budget is not None, p)}
+    for name, write in files.items():
+        write(out / name)
+    return [out / n for n in files]
+
+
+def _bars(ok: list[dict], parts: list[tuple[str, str, callable]], xlabel: str, path: Path,
+          title: str, line: float | None = None) -> None:
+    """Stacked horizontal bars, one per strategy. When one bar dwarfs the others (over 10x
+    the median) the axis stops at 3x the median and the longer bars carry their value."""
+    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * max(len(ok), 1)))
+    names = [r["strategy"] + (" (OOM)" if r["oom"] else "") for r in ok]
+    left = [0.0] * len(ok)
+    for label, color, value in parts:
+        vals = [value(r) or 0.0 for r in ok]
+        ax.barh(names, vals, left=left, color=color, label=label)
+        left = [a + b for a, b in zip(left, vals)]
+    mid = sorted(left)[len(left) // 2] if left else 0.0
+    if mid > 0 and max(left) > 10 * mid:
+        limit = 3 * max(mid, line or 0.0)
+        ax.set_xlim(0, limit)
+        for y, total in enumerate(left):
+            if total > limit:
+                ax.text(limit, y, f" {total:,.3g} →", ha="right", va="center", fontsize=8,
+                        color="white")
+    if line is not None:
+        ax.axvline(line, color="red", ls="--", label="GPU memory")
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _plot_time(ok: list[dict], path: Path) -> None:
+    _bars(ok, [("compute", "tab:blue", lambda r: r["compute_s"]),
+               ("exposed comm", "tab:red", lambda r: r["exposed_comm_s"]),
+               ("wait", "tab:gray", lambda r: r["wait_s"])],
+          "seconds per iteration", path, "iteration time per strategy")
+
+
+def _plot_memory(ok: list[dict], capacity_gib: float, path: Path) -> None:
+    _bars(ok, [("peak memory per GPU", "tab:green", lambda r: r["peak_memory_gib"])],
+          "GiB", path, "peak memory per GPU (past the red line: out of memory)", capacity_gib)
+
+
+def _plot_cost(ok: list[dict], budget: bool, path: Path) -> None:
+    ok = [r for r in ok if r["per_iteration_usd"] is not None]
+    if budget and all(r["training_usd"] is not None for r in ok):
+        parts = [("GPU time computing", "tab:blue",
+                  lambda r: r["training_usd"] - r["comm_wait_usd"]),
+                 ("GPU time waiting on comm", "tab:red", lambda r: r["comm_wait_usd"]),
+                 ("migration", "tab:purple", lambda r: r["migration_usd"])]
+        unit = "USD for the budget"
+    else:
+        parts = [("GPU time computing", "tab:blue",
+                  lambda r: r["per_thousand_samples_usd"] * (1 - r["comm_wait_share"])),
+                 ("GPU time waiting on comm", "tab:red",
+                  lambda r: r["per_thousand_samples_usd"] * r["comm_wait_share"])]
+        unit = "USD per 1,000 samples"
+    _bars(ok, parts, unit, path, "cost breakdown per strategy")

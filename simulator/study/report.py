@@ -1,0 +1,116 @@
+"""``report.md`` and the plots of a study, from its results table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .answers import answer, scaling_curve
+from .commands import COMMANDS
+from .format import fmt, fmt_axis, label, pin_axes
+from .plots import draw, plot_file
+from .points import LoadedStudy
+from .spec import ScalingQuestion
+
+MAX_TABLE_ROWS = 60
+
+
+def write_outputs(study: LoadedStudy, table: pd.DataFrame, out: Path) -> list[Path]:
+    """Draw the plots and write ``report.md``; return every file of the results."""
+    spec = study.spec
+    ok = table[table["status"] == "ok"] if len(table) else table
+    plots = []
+    for i, p in enumerate(spec.plots):
+        path = draw(p, ok, spec, out / plot_file(p, i))
+        if path is not None:
+            plots.append(path)
+    report = out / "report.md"
+    report.write_text(render_report(study, table, ok, plots))
+    return [out / "results.parquet", out / "results.csv", *plots, report]
+
+
+def answers(study: LoadedStudy, ok: pd.DataFrame) -> list[tuple[str, str]]:
+    """(question, answer sentence) for every question of the study."""
+    keys = COMMANDS[study.spec.command].keys
+    return [(q.ask, answer(q, ok, study.spec, keys)) for q in study.spec.questions]
+
+
+def render_report(study: LoadedStudy, table: pd.DataFrame, ok: pd.DataFrame,
+                  plots: list[Path]) -> str:
+    spec = study.spec
+    failed = table[table["status"] != "ok"] if len(table) else table
+    missing = len(study.points) - len(table["point"].unique()) if len(table) else len(
+        study.points)
+    lines = [f"# Study: {spec.name}", ""]
+    if spec.description:
+        lines += [spec.description.strip(), ""]
+    lines += [f"Command `{spec.command}` on the base scenario `{spec.base.scenario}`"
+              + (f" with {_sets(spec.base.set)}" if spec.base.set else "")
+              + f", seed {spec.seed}. Axes: {_axes(spec)}.",
+              "",
+              f"{len(study.points)} points: {len(ok['point'].unique()) if len(ok) else 0} "
+              f"finished, {len(failed['point'].unique()) if len(failed) else 0} failed"
+              + (f", {missing} not run yet" if missing else "") + ".", ""]
+    if spec.questions:
+        lines += ["## Answers", ""]
+        for q, (ask, text) in zip(spec.questions, answers(study, ok)):
+            lines += [f"**{ask}**", "", text, ""] + _scaling_table(spec, q, ok)
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    if len(failed):
+        lines += ["## Failed points", "", "| point | values | error |", "|---|---|---|"]
+        for _, row in failed.iterrows():
+            values = ", ".join(f"{k}={fmt_axis(row[k])}" for k in spec.axis_keys())
+            lines.append(f"| {row['point']} | {values} | {str(row['error']).replace('|', '/')} |")
+        lines.append("")
+    lines += ["## Results", "", "All columns: `results.parquet`, `results.csv`.", ""]
+    lines += _table(spec, ok)
+    return "\n".join(lines) + "\n"
+
+
+def _table(spec, ok: pd.DataFrame) -> list[str]:
+    wanted = []
+    for item in (*spec.plots, *spec.questions):
+        for name in ("x", "y", "z", "metric", "series", "per"):
+            col = getattr(item, name, None)
+            if col and col not in wanted:
+                wanted.append(col)
+    columns = [c for c in dict.fromkeys([*spec.axis_keys(), *wanted, "busiest_link",
+                                         "busiest_link_util"]) if c in ok]
+    if ok.empty or not columns:
+        return []
+    lines = ["| " + " | ".join(label(spec, c) for c in columns) + " |",
+             "|" + "---|" * len(columns)]
+    for _, row in ok.head(MAX_TABLE_ROWS).iterrows():
+        cells = [fmt_axis(row[c]) if c in spec.axis_keys() else fmt(c, row[c]) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    if len(ok) > MAX_TABLE_ROWS:
+        lines.append(f"\n({len(ok) - MAX_TABLE_ROWS} more rows in results.csv)")
+    return lines
+
+
+def _scaling_table(spec, q, ok: pd.DataFrame) -> list[str]:
+    """Speedup, ideal and efficiency per point under a scaling question's answer."""
+    if not isinstance(q, ScalingQuestion) or ok.empty or q.metric not in ok or q.x not in ok:
+        return []
+    curve = scaling_curve(pin_axes(ok.dropna(subset=[q.x, q.metric]), spec, {q.x}, {})[0],
+                          q.x, q.metric)
+    lines = [f"| {label(spec, q.x)} | {label(spec, q.metric)} | speedup | ideal | efficiency |",
+             "|---|---|---|---|---|"]
+    for _, r in curve.iterrows():
+        lines.append(f"| {fmt_axis(r[q.x])} | {fmt(q.metric, r[q.metric])} | "
+                     f"{r['speedup']:.2f}x | {r['ideal']:.3g}x | {r['efficiency']:.1%} |")
+    return lines + [""]
+
+
+def _sets(sets: dict) -> str:
+    return ", ".join(f"`{k}={v}`" for k, v in sets.items())
+
+
+def _axes(spec) -> str:
+    parts = [f"`{k}` ({len(v)} values)" for k, v in spec.axes.grid.items()]
+    if spec.axes.zip:
+        parts.append("zipped " + " + ".join(f"`{k}`" for k in spec.axes.zip)
+                     + f" ({len(next(iter(spec.axes.zip.values())))} values)")
+    return " x ".join(parts)

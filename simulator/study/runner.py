@@ -1,0 +1,120 @@
+"""Load a study, run its points on an executor, store each result as it arrives, and write
+the table, plots and report."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import ConfigError
+from ..yamlio import read_yaml
+from .commands import BASE_COLUMNS, COMMANDS, checker, error_line, evaluate, parse_options
+from .executors import make_executor
+from .points import LoadedStudy, expand
+from .spec import check_columns, parse_study
+from .store import ResultStore, finished_parts, prepare_study_dir
+
+STUDY_DIR = "scenarios/studies"
+
+
+@dataclass
+class StudyRun:
+    """What one invocation did."""
+
+    out: Path
+    table: pd.DataFrame
+    ran: int = 0
+    failed: int = 0
+    skipped: int = 0
+    executor: str = ""
+    wall_s: float = 0.0
+    files: list[Path] = field(default_factory=list)
+
+
+def resolve_study(name_or_path: str | Path) -> Path:
+    """A study file path, or a bare name looked up in ``scenarios/studies/`` (cwd, then
+    the repository)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    if len(path.parts) == 1:
+        name = path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml"
+        for folder in (Path.cwd() / STUDY_DIR, Path(__file__).resolve().parents[2] / STUDY_DIR):
+            if (folder / name).is_file():
+                return folder / name
+    raise ConfigError(f"no study file or shipped study named {str(name_or_path)!r}",
+                      field="study")
+
+
+def load_study(path: str | Path) -> LoadedStudy:
+    """Read a study file and validate it completely, every point's scenario included.
+
+    :raises ConfigError: naming the file and the field, before anything runs.
+    """
+    path = resolve_study(path)
+    source = str(path)
+    spec = parse_study(read_yaml(path, "study file"), source)
+    columns = [*spec.axis_keys(), *COMMANDS[spec.command].columns]
+    check_columns(spec, columns, source)
+    options = parse_options(spec.command, spec.options, source)
+    return LoadedStudy(spec, source, expand(spec, source, checker(spec.command), options))
+
+
+def run_study(study: LoadedStudy, out: Path | str | None = None, executor: str = "local",
+              workers: int | None = None, resume: bool = True,
+              progress: bool = True) -> StudyRun:
+    """Run the points not finished yet and write results, plots and the report.
+
+    The executor is set up (a Dask scheduler reached) before the output folder is touched.
+    A failing point is recorded with its error; the others still run.
+    """
+    from .report import write_outputs
+    out = Path(out) if out is not None else Path("studies") / study.spec.name
+    start = time.perf_counter()
+    done = finished_parts(out) if resume else {}
+    todo = [p for p in study.points if done.get(p["id"]) != "ok"]
+    ex = make_executor(executor, workers, len(todo))
+    try:
+        out = prepare_study_dir(out, study.spec.name, fresh=not resume)
+        store = ResultStore(out)
+        run = StudyRun(out, pd.DataFrame(), skipped=len(study.points) - len(todo),
+                       executor=ex.description)
+        bar = _bar(study.spec.name, len(todo), run.skipped, progress)
+        try:
+            for point, result in ex.run(evaluate, todo):
+                rows = result if isinstance(result, list) else [
+                    {"status": "error", "error": f"the worker failed: {error_line(result)}",
+                     "wall_s": None, "worker": ""}]
+                run.ran += 1
+                run.failed += store.write(point, rows) == "error"
+                bar.set_postfix_str(f"failed {run.failed}", refresh=False)
+                bar.update()
+        finally:
+            bar.close()
+    finally:
+        ex.close()
+    run.table = store.compact(study.points, out)
+    run.files = write_outputs(study, run.table, out)
+    run.wall_s = time.perf_counter() - start
+    return run
+
+
+def _bar(name: str, total: int, skipped: int, enabled: bool):
+    from tqdm import tqdm
+    desc = f"{name}" + (f" ({skipped} done before)" if skipped else "")
+    return tqdm(total=total, desc=desc, unit="pt", file=sys.stderr, disable=not enabled,
+                dynamic_ncols=True, mininterval=0.5,
+                bar_format="{desc}: {n_fmt}/{total_fmt} points |{bar}| "
+                           "[{elapsed}<{remaining}{postfix}]")
+
+
+def ok_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of points that ran to completion."""
+    return table[table["status"] == "ok"] if len(table) else table
+
+
+__all__ = ["BASE_COLUMNS", "StudyRun", "load_study", "resolve_study", "run_study"]

@@ -1,0 +1,79 @@
+"""The commands behind a study: rows have exactly the declared columns, and the numbers are
+those of the command's own public function for the same scenario."""
+
+import pytest
+from study_helpers import TINY_SET, write_study
+
+from simulator.errors import ConfigError
+from simulator.scenario import scenario_from_dict
+from simulator.study import load_study, run_study
+from simulator.study.commands import BASE_COLUMNS, COMMANDS
+
+
+def _table(tmp_path, **fields):
+    study = load_study(write_study(tmp_path, **fields))
+    return study, run_study(study, tmp_path / "out", workers=1, progress=False).table
+
+
+def _columns_are_declared(study, table):
+    declared = {*BASE_COLUMNS, *study.spec.axis_keys(), *COMMANDS[study.spec.command].columns}
+    assert set(table.columns) == declared
+
+
+def _scenario(point):
+    data = dict(point["scenario"])
+    return scenario_from_dict(data)
+
+
+def test_run_rows_have_the_declared_columns(tmp_path):
+    study, table = _table(tmp_path, axes={"grid": {"cluster.gpus": [2]}})
+    _columns_are_declared(study, table)
+
+
+def test_compare_rows_are_compare_per_strategy(tmp_path):
+    from simulator.compare import compare, parse_aliases
+    strategies = ["fsdp-full", "ddp", "tf-mirrored"]
+    study, table = _table(tmp_path, command="compare", options={"strategies": strategies},
+                          axes={"grid": {"cluster.gpus": [2, 4]}})
+    _columns_are_declared(study, table)
+    assert list(table["strategy"]) == strategies * 2
+    point = study.points[1]
+    direct = compare(_scenario(point), parse_aliases(strategies), scaling=False,
+                     capacity=False)
+    rows = table[table["point"] == point["id"]]
+    assert list(rows["samples_per_s"]) == [r.metrics.samples_per_s for r in direct.rows]
+    assert list(rows["gpus"]) == [4, 4, 4]
+
+
+def test_reliability_rows_are_run_study_for_the_points_seed(tmp_path):
+    from simulator.reliability.study import run_study as reliability_study
+    study, table = _table(
+        tmp_path, command="reliability", options={"trials": 4}, seed=3,
+        base={"scenario": "quickstart", "set": {
+            **TINY_SET, "reliability": {"job": {"duration": "2 d"}, "failures": {
+                "gpu": {"rate": "50 per 1000 gpu-days"}}}}},
+        axes={"grid": {"reliability.checkpoint.interval": ["10 min", "2 h"]}})
+    _columns_are_declared(study, table)
+    point = study.points[1]
+    direct = reliability_study(_scenario(point), "x", 4, seed=3, workers=1, with_search=False)
+    row = table[table["point"] == point["id"]].iloc[0]
+    assert row["ettr_mean"] == direct.summary.ettr["mean"]
+    assert row["checkpoint_interval_s"] == 2 * 3600
+    assert table["ettr_mean"].nunique() == 2
+
+
+def test_reliability_columns_cover_every_loss_category():
+    from simulator.reliability.results import LOSSES
+    assert {f"lost_{c}_s" for c in LOSSES} <= set(COMMANDS["reliability"].columns)
+
+
+@pytest.mark.parametrize("command, options, field", [
+    ("compare", {"strategies": ["fsdp-full", "zero-9"]}, "options.strategies"),
+    ("compare", {"strategies": []}, "options.strategies"),
+    ("reliability", {"trials": 0}, "options.trials"),
+    ("reliability", {"trails": 5}, "options.trails")])
+def test_bad_command_options(tmp_path, command, options, field):
+    path = write_study(tmp_path, command=command, options=options)
+    with pytest.raises(ConfigError) as info:
+        load_study(path)
+    assert str(info.value).startswith(f"{path}: {field}: ")
