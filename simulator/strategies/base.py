@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simulator.errors import ConfigError
 from simulator.trace import Op
+from simulator.units import UnitError, parse_bandwidth
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
     from simulator.models import LayerCost
@@ -105,6 +106,17 @@ class CommonConfig(BaseModel):
 
     def default_param_dtype(self) -> str:
         return "fp32" if self.precision in ("fp32", "tf32") else self.precision
+
+
+def bandwidth_value(v) -> float:
+    """A positive bytes/s value from a number or a string with its unit ("10 GB/s")."""
+    try:
+        value = parse_bandwidth(v) if isinstance(v, str) else float(v)
+    except UnitError as exc:
+        raise ValueError(str(exc)) from None
+    if not value > 0:
+        raise ValueError("must be positive")
+    return value
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -28,9 +28,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from simulator.errors import ConfigError
-from simulator.units import UnitError, parse_bandwidth
 
-from .base import CommonConfig, World
+from .base import CommonConfig, World, bandwidth_value
 
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 HYBRID = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -64,13 +63,7 @@ class FSDPConfig(CommonConfig):
     @field_validator("cpu_adam_bytes_per_s")
     @classmethod
     def _bandwidth(cls, v):
-        try:
-            value = parse_bandwidth(v) if isinstance(v, str) else float(v)
-        except UnitError as exc:
-            raise ValueError(str(exc)) from None
-        if not value > 0:
-            raise ValueError("must be positive")
-        return value
+        return bandwidth_value(v)
 
     def _check(self) -> None:
         if self.name != "fsdp":

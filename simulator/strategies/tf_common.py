@@ -29,10 +29,10 @@ from pydantic import Field, field_validator
 
 from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
-from simulator.units import UnitError, parse_bandwidth
 from simulator.yamlio import read_yaml
 
-from .base import CLASS_ID, CommonConfig, OpList, World, emit_backward, emit_forward
+from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, emit_backward,
+                   emit_forward)
 
 
 @functools.cache
@@ -46,17 +46,6 @@ def tf_constants() -> dict[str, dict[str, Any]]:
 
 def constant(section: str, key: str) -> Any:
     return tf_constants()[section][key]
-
-
-def bandwidth_value(v) -> float:
-    """A positive bytes/s value from a number or a string with its unit ("10 GB/s")."""
-    try:
-        value = parse_bandwidth(v) if isinstance(v, str) else float(v)
-    except UnitError as exc:
-        raise ValueError(str(exc)) from None
-    if not value > 0:
-        raise ValueError("must be positive")
-    return value
 
 
 class TFConfig(CommonConfig):
