@@ -43,10 +43,12 @@ def leaves(events: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def busy_intervals(threads: dict, lo: float, hi: float) -> list[tuple[float, float]]:
     """Union of the leaf events of all ``threads`` ({thread: [(ts, end), ...]}) in
-    [lo, hi], as sorted disjoint intervals."""
+    [lo, hi], as sorted disjoint intervals. Instant (zero-length) events, e.g. TensorFlow's
+    ``ThreadpoolListener`` markers while a thread waits, are not busy time."""
     merged: list[list[float]] = []
     spans = sorted((max(a, lo), min(b, hi)) for evs in threads.values()
-                   for a, b in leaves(evs) if b > lo and a < hi)
+                   for a, b in leaves([e for e in evs if e[1] > e[0]])   # not instants
+                   if b > lo and a < hi)
     for a, b in spans:
         if merged and a <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], b)

@@ -31,6 +31,7 @@ from .xplane import TfEvent, read_xspace
 
 HOST_LINES = ("python", "tf_Compute", "tf_inter_op", "tf_intra_op", "MainThread")
 COLLECTIVE_LINES = ("collective_ops",)
+DONE_CALLBACK = "CollectiveExecutor::ExecuteAsync::Done"    # a collective's result is ready
 OPTIMIZER_SCOPES = ("sgd", "adam", "rmsprop", "adagrad", "lamb", "momentum", "update_",
                     "optimizer")
 
@@ -154,11 +155,13 @@ class _Worker:
                          coll, host.collective_waits(idle, coll), "compute", meta)
 
     def collectives(self, idle) -> list[CommOp]:
-        starts = defaultdict(list)
+        starts, done = defaultdict(list), defaultdict(list)
         for e in self.events:
             if e.name == "ExecutorState::ProcessAsync::Start" and "name" in e.stats:
                 starts[str(e.stats["name"])].append(e.ts)
-        for v in starts.values():
+            elif e.name == DONE_CALLBACK:
+                done[e.line].append(e.ts)
+        for v in (*starts.values(), *done.values()):
             v.sort()
         out, count, last = [], defaultdict(int), {}
         for e in sorted(self.events, key=lambda e: e.ts):
@@ -177,7 +180,8 @@ class _Worker:
             issue = issued[i] if i >= 0 and issued[i] >= self.a else host.issue_time(e.ts, idle)
             op = CommOp(-1, name, self._size(scope, optype, name, e.ts), pg,
                         tuple(range(int(n))) if n else None, host.lane("tf", pg, k), scope,
-                        e.ts, e.end, issue, {"instance_key": e.stats.get("instance_key")})
+                        e.ts, _completed(e, done[e.line]), issue,
+                        {"instance_key": e.stats.get("instance_key")})
             host.after_worker(op, last.get(e.line))
             last[e.line] = op
             op.key = len(out)
@@ -192,6 +196,13 @@ class _Worker:
         raise ConfigError(f"{scope} ({optype}) at {(ts - self.a) * 1e3:.3f} ms into "
                           f"{self.label}: TensorFlow profiles record no tensor sizes; give "
                           f"--collective-bytes {optype}=SIZE{alt}", source=self.source)
+
+
+def _completed(e: TfEvent, done: list[float]) -> float:
+    """When collective ``e``'s result was ready: the start of its done callback (which
+    runs the ops waiting for it, inside the op's event) if recorded, else its end."""
+    i = bisect.bisect_left(done, e.ts)
+    return done[i] if i < len(done) and done[i] <= e.end else e.end
 
 
 def import_tensorflow(paths: list[Path], step: int | None,

@@ -9,6 +9,7 @@ metadata tables. :func:`read_xspace` flattens that into :class:`TfEvent` rows.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from ..errors import ConfigError
-from .jsonstream import sniff
+from .jsonstream import open_binary, sniff
 
 _F = descriptor_pb2.FieldDescriptorProto
 I64, U64, DBL, STR, BYT, MSG = (_F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_DOUBLE, _F.TYPE_STRING,
@@ -119,8 +120,9 @@ def read_xspace(path: str | Path) -> tuple[list[TfEvent], dict]:
     sniff(path, source)
     space = XSPACE()
     try:
-        space.ParseFromString(path.read_bytes())
-    except (DecodeError, RuntimeError, ValueError) as exc:
+        with open_binary(path) as fh:           # plain, or gzip (*.xplane.pb.gz)
+            space.ParseFromString(fh.read())
+    except (DecodeError, RuntimeError, ValueError, OSError, EOFError, zlib.error) as exc:
         raise ConfigError(f"not an XSpace protobuf, or truncated/corrupt ({exc})",
                           source=source) from None
     planes = [p for p in space.planes if p.name]

@@ -189,6 +189,10 @@ class FlowFabric(Fabric):
             return
         remaining = np.array([entry[1] for entry in self._active])
         dt = float(np.min(remaining / self._rates))
+        # A step shorter than the clock's resolution at ``now`` would not advance time
+        # (now + dt == now): the flow would never drain and the loop never end. Step at
+        # least a few ulps; the flow then finishes, late by less than that.
+        dt = max(dt, 4 * np.spacing(max(self.env.now, 1.0)))
         self._generation += 1
         generation = self._generation
         self.env.timeout(max(dt, 0.0)).callbacks.append(

@@ -19,6 +19,17 @@ import click
 from simulator.errors import ConfigError
 from simulator.network.fabric import FABRICS
 
+COLLECTIVES_LABEL = "shipped constants, simulator/data/calibration.yaml"
+TRAINING_LABEL = "shipped constants, simulator/data/compute.yaml"
+
+
+def collectives_title(label: str = COLLECTIVES_LABEL) -> str:
+    return f"Collective validation against A100 nccl-tests ({label})"
+
+
+def training_title(label: str = TRAINING_LABEL) -> str:
+    return f"Training validation against published A100 throughput ({label})"
+
 
 @click.command("collectives")
 @click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -54,7 +65,7 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
 
     root = _checked_root(root, vc, write_to, calibrate, overwrite, "--write-calibration")
     constants = load_constants()
-    label = "shipped constants, simulator/data/calibration.yaml"
+    label = COLLECTIVES_LABEL
     if calibration is not None:
         constants = cal.load_calibration_file(calibration, constants)
         label = f"constants from {calibration}"
@@ -69,8 +80,7 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
         click.echo("")
     df = vc.validate(root, constants, splits=tuple(splits) or vc.SPLITS, fidelity=fidelity)
     out = out if out is not None else root / "report"
-    written = vc.write_report(df, out, constants,
-                              title=f"Collective validation against A100 nccl-tests ({label})")
+    written = vc.write_report(df, out, constants, title=collectives_title(label))
     click.echo(f"Validation with {label}, fidelity {fidelity}:")
     summary = vc.summarize(df)
     click.echo(vc.format_summary(summary))
@@ -135,7 +145,7 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
 
     root = _checked_root(root, vt, write_to, calibrate, overwrite, "--write-fitted")
     calibration = None
-    label = "shipped constants, simulator/data/compute.yaml"
+    label = TRAINING_LABEL
     if compute_file is not None:
         calibration = load_compute_calibration(compute_file)
         label = f"compute constants from {compute_file}"
@@ -150,32 +160,38 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
         click.echo("")
     df = vt.validate(root, calibration, splits=tuple(splits) or vt.SPLITS)
     out = out if out is not None else root / "report"
-    written = vt.write_report(
-        df, out, title=f"Training validation against published A100 throughput ({label})")
+    written = vt.write_report(df, out, title=training_title(label))
     click.echo(f"Validation with {label}:")
     click.echo(vt.format_summary(df))
     click.echo(f"report: {written['report']}")
 
 
 def register(group: click.Group) -> click.Group:
-    """Add ``validate collectives`` and ``validate training`` to ``group`` (creating the
-    ``validate`` subgroup if the group has none); returns the ``validate`` group."""
+    """Add ``validate collectives|training|traces|captured|all`` to ``group`` (creating the
+    ``validate`` subgroup if the group has none; without a subcommand it runs ``all``);
+    returns the ``validate`` group."""
+    from simulator.validation.suite_cli import validate_all, validate_captured
     from simulator.validation.traces_cli import validate_traces
+    commands = {"collectives": validate_collectives, "training": validate_training,
+                "traces": validate_traces, "captured": validate_captured, "all": validate_all}
     existing = group.commands.get("validate")
     if isinstance(existing, click.Group):
-        existing.add_command(validate_collectives, "collectives")
-        existing.add_command(validate_training, "training")
-        existing.add_command(validate_traces, "traces")
+        for name, cmd in commands.items():
+            existing.add_command(cmd, name)
         return existing
 
-    @group.group("validate")
-    def validate():
-        """Compare the simulator with real measurements."""
+    @group.group("validate", invoke_without_command=True)
+    @click.pass_context
+    def validate(ctx):
+        """Compare the simulator with real measurements; without a subcommand, run every
+        validation (``validate all``) and write validation/REPORT.md."""
+        if ctx.invoked_subcommand is None:
+            ctx.invoke(validate_all)
 
-    validate.add_command(validate_collectives, "collectives")
-    validate.add_command(validate_training, "training")
-    validate.add_command(validate_traces, "traces")
+    for name, cmd in commands.items():
+        validate.add_command(cmd, name)
     return validate
 
 
-__all__ = ["register", "validate_collectives", "validate_training"]
+__all__ = ["collectives_title", "register", "training_title", "validate_collectives",
+           "validate_training"]
