@@ -77,3 +77,13 @@ def test_bad_command_options(tmp_path, command, options, field):
     with pytest.raises(ConfigError) as info:
         load_study(path)
     assert str(info.value).startswith(f"{path}: {field}: ")
+
+
+def test_compare_rows_group_by_the_gpus_the_job_holds():
+    """A parameter-server row trains on fewer GPUs than the job holds: per-size answers
+    group by the job's GPUs; the training ranks are kept apart."""
+    from simulator.study.adapters import _compare_row
+    d = {"strategy": "tf-ps", "framework": "tensorflow", "status": "ok", "reason": "",
+         "metrics": {"world_size": 24, "samples_per_s": 8.7}}
+    row = _compare_row(d, 32)
+    assert row["gpus"] == 32 and row["worker_gpus"] == 24 and row["samples_per_s"] == 8.7

@@ -17,7 +17,7 @@ METRICS = ("iteration_time_s", "samples_per_s", "tokens_per_s", "tokens_per_s_pe
            "tflops_per_gpu", "mfu", "compute_s", "comm_s", "exposed_comm_s", "wait_s",
            "memory_wait_s", "gpu_utilization", "peak_memory_gib", "oom", "gpus")
 COMPARE_COLUMNS = ("strategy", "framework", "strategy_status", "reason", *METRICS,
-                   "global_batch", "oom_at", "comm_bytes_per_gpu", "scaling_gpus",
+                   "worker_gpus", "global_batch", "oom_at", "comm_bytes_per_gpu", "scaling_gpus",
                    "scaling_efficiency", "cost_per_iteration_usd",
                    "cost_per_million_tokens_usd", "comm_wait_share")
 _LOST = ("checkpoint", "degraded", "recompute", "detection", "waiting", "restart", "restore")
@@ -76,7 +76,10 @@ def _compare_row(d: dict, gpus: int) -> dict:
     row = {"strategy": d["strategy"], "framework": d["framework"],
            "strategy_status": d["status"], "reason": d["reason"]}
     row.update({k: m.get(k) for k in METRICS if k != "gpus"})
-    row.update(gpus=m.get("world_size", gpus), global_batch=d.get("global_batch"),
+    # gpus: what the job holds (the per-size answers group by it; cost charges it);
+    # worker_gpus: the ranks that train (fewer for parameter servers on dedicated hosts).
+    row.update(gpus=gpus, worker_gpus=m.get("world_size", gpus),
+               global_batch=d.get("global_batch"),
                oom_at=d.get("oom_at") or "", comm_bytes_per_gpu=d.get("comm_bytes_per_gpu"),
                scaling_gpus=scaling.get("gpus"), scaling_efficiency=scaling.get("efficiency"),
                cost_per_iteration_usd=cost.get("per_iteration_usd"),
