@@ -30,6 +30,13 @@ SCENARIO_DIR = "scenarios"
 DEFAULT_SCENARIO = "quickstart"
 
 
+def _one_of(value: str, choices) -> str:
+    """``value`` if it is one of ``choices``, else the validation error naming them."""
+    if value not in choices:
+        raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 class Training(BaseModel):
     model_config = ConfigDict(extra="forbid")
     micro_batch: int = Field(1, gt=0, description="samples per GPU per micro-step")
@@ -41,9 +48,7 @@ class Training(BaseModel):
     @field_validator("precision")
     @classmethod
     def _precision(cls, v: str) -> str:
-        if v not in ("fp32", "tf32", "bf16", "fp16"):
-            raise ValueError(f"must be one of fp32, tf32, bf16, fp16, got {v!r}")
-        return v
+        return _one_of(v, ("fp32", "tf32", "bf16", "fp16"))
 
 
 class ClusterCfg(BaseModel):
@@ -59,9 +64,7 @@ class ClusterCfg(BaseModel):
     @classmethod
     def _ecmp(cls, v: str) -> str:
         from .cluster import ECMP_MODES
-        if v not in ECMP_MODES:
-            raise ValueError(f"must be one of {', '.join(ECMP_MODES)}, got {v!r}")
-        return v
+        return _one_of(v, ECMP_MODES)
 
 
 class Simulation(BaseModel):
@@ -77,9 +80,7 @@ class Simulation(BaseModel):
     @classmethod
     def _fidelity(cls, v: str) -> str:
         from .network.fabric import FABRICS
-        if v not in FABRICS:
-            raise ValueError(f"must be one of {', '.join(FABRICS)}, got {v!r}")
-        return v
+        return _one_of(v, FABRICS)
 
     @field_validator("stragglers")
     @classmethod

@@ -63,3 +63,15 @@ def read_yaml(path, what: str = "file") -> Any:
     except yaml.YAMLError as exc:
         raise ConfigError(f"malformed YAML: {' '.join(str(exc).split())}",
                           source=source) from None
+
+
+def write_yaml(path, data: Any, header: str = "") -> Path:
+    """Write ``data`` as YAML (keys in insertion order) after a ``header`` comment block,
+    creating the folder; a failure is one ConfigError naming the file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
+    except OSError as exc:
+        raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
+    return path

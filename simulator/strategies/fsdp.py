@@ -36,6 +36,7 @@ by op (``base.spread``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from simulator.trace import Communicator, RankClass, Trace
 
@@ -104,15 +105,25 @@ class _Schedule:
 
     def grad_bytes(self, u: Unit, li: int, first: bool) -> int:
         """The unsharded gradient bytes layer ``li`` of unit ``u`` produces: the unit's
-        padded gradient split by parameters, the padding on the unit's first backward."""
-        total = self.padded(u) * self.wb
+        padded gradient split by parameters, the rounding and padding on the unit's first
+        backward."""
         if u.params == 0:
             return 0
+        total = self.padded(u) * self.wb
         own = total * int(self.layers[li].params) // u.params
-        if first:
-            own += total - sum(total * int(self.layers[k].params) // u.params
-                               for k in range(len(self.layers)) if self.unit_of[k] == u.index)
-        return own
+        return own + (self.grad_rest[u.index] if first else 0)
+
+    @cached_property
+    def grad_rest(self) -> dict[int, int]:
+        """Per unit, its padded gradient bytes not covered by the per-layer shares."""
+        shared: dict[int, int] = {}
+        for k, layer in enumerate(self.layers):
+            u = self.units[self.unit_of[k]]
+            if u.params:
+                shared[u.index] = shared.get(u.index, 0) + \
+                    self.padded(u) * self.wb * int(layer.params) // u.params
+        return {u.index: self.padded(u) * self.wb - shared.get(u.index, 0)
+                for u in self.units if u.params}
 
     def needs_gather(self, u: Unit | None) -> bool:
         resident = self.plan.shard == 1 and not self.cfg.cpu_offload

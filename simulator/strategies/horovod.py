@@ -22,10 +22,8 @@ from pydantic import Field
 
 from simulator.trace import Communicator
 
-from .base import OpList, World, build_meta, check_layers, emit_optimizer
-from .ddp import static_bytes_per_param
-from .tf_common import (Pack, TFConfig, constant, emit_sync_step, fuse, grad_sizes,
-                        one_class_trace, pack_meta)
+from .base import OpList, World, check_layers
+from .tf_common import (Pack, TFConfig, constant, fuse, grad_sizes, pack_meta, sync_trace)
 
 MIB = 1 << 20
 COMM = "world"
@@ -61,15 +59,10 @@ def horovod(layers, cfg: HorovodConfig, world: World, *, model: str = "",
                       size_bytes=p.size_bytes, deps=(cycle,), name=f"all_reduce.buffer{p.index}",
                       phase="comm", attrs={"buffer": p.index})
 
-    ol = OpList()
-    ends = emit_sync_step(ol, layers, cfg, packs, reduce_pack, overlap=True)
-    emit_optimizer(ol, cfg, params, deps=ends)
-    meta = build_meta(layers, cfg, world, strategy="horovod", model=model,
-                      tokens_per_sample=tokens_per_sample,
+    comms = {COMM: Communicator(COMM, (world.ranks,))} if packs else {}
+    return sync_trace(layers, cfg, world, params, packs, reduce_pack, True, comms,
+                      strategy="horovod", model=model, tokens_per_sample=tokens_per_sample,
                       model_flops_per_sample=model_flops_per_sample,
-                      static_bytes=params * static_bytes_per_param(cfg),
                       fusion_threshold_bytes=int(cfg.fusion_threshold_mb * MIB),
                       cycle_time_s=cfg.cycle_time_ms * 1e-3, buffers=pack_meta(packs, layers),
                       on_worker_failure="restart")
-    comms = {COMM: Communicator(COMM, (world.ranks,))} if packs else {}
-    return one_class_trace(ol, world, comms, meta)

@@ -31,8 +31,8 @@ from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 from simulator.yamlio import read_yaml
 
-from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, emit_backward,
-                   emit_forward)
+from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, build_meta,
+                   emit_backward, emit_forward, emit_optimizer)
 
 
 @functools.cache
@@ -218,6 +218,23 @@ def grad_sizes(layers, elem_bytes: int) -> tuple[list[int], dict[int, int], dict
 def pack_meta(packs: list[Pack], layers) -> list[dict]:
     return [{"index": p.index, "size_bytes": p.size_bytes,
              "layers": [layers[i].name for i in p.layers]} for p in packs]
+
+
+def sync_trace(layers, cfg: CommonConfig, world: World, params: int, packs: list[Pack],
+               reduce_pack: PackEmitter, overlap: bool, comms: dict[str, Communicator], /,
+               **meta: Any) -> Trace:
+    """The whole trace of a synchronous all-reduce strategy: micro-steps with the packs'
+    reductions (:func:`emit_sync_step`), the optimizer step after them, and ``meta``
+    (``strategy``, ``model``, ... as :func:`build_meta` takes them) with the static memory
+    of a full replica. ``comms`` is read after emission (emitters may fill it). The
+    arguments are positional-only, so ``meta`` may carry a key such as ``packs``."""
+    from .ddp import static_bytes_per_param
+    ol = OpList()
+    ends = emit_sync_step(ol, layers, cfg, packs, reduce_pack, overlap)
+    emit_optimizer(ol, cfg, params, deps=ends)
+    info = build_meta(layers, cfg, world, static_bytes=params * static_bytes_per_param(cfg),
+                      **meta)
+    return one_class_trace(ol, world, comms, info)
 
 
 def one_class_trace(ol: OpList, world: World, comms: dict[str, Communicator],

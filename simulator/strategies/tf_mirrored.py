@@ -28,11 +28,9 @@ from pydantic import Field
 from simulator.errors import ConfigError
 from simulator.trace import Communicator
 
-from .base import OpList, World, build_meta, check_layers, emit_optimizer
-from .ddp import static_bytes_per_param
-from .tf_common import (Pack, TFConfig, add_n, concat_and_split, constant, emit_sync_step,
-                        grad_sizes, one_class_trace, pack_meta, per_variable,
-                        require_single_host)
+from .base import OpList, World, check_layers
+from .tf_common import (Pack, TFConfig, add_n, concat_and_split, constant, grad_sizes, pack_meta,
+                        per_variable, require_single_host, sync_trace)
 
 CROSS_DEVICE_OPS = ("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice")
 STREAM = "comm"
@@ -127,13 +125,9 @@ def tf_mirrored(layers, cfg: MirroredConfig, world: World, *, model: str = "",
     em = _Emitter(cfg, n)
     emit = {"NcclAllReduce": em.nccl, "HierarchicalCopyAllReduce": em.hierarchical,
             "ReductionToOneDevice": em.one_device}[cfg.cross_device_ops]
-    ol = OpList()
-    ends = emit_sync_step(ol, layers, cfg, packs, emit, cfg.overlap)
-    emit_optimizer(ol, cfg, params, deps=ends)
-    meta = build_meta(layers, cfg, world, strategy="tf_mirrored", model=model,
+    return sync_trace(layers, cfg, world, params, packs, emit, cfg.overlap, em.comms,
+                      strategy="tf_mirrored", model=model,
                       tokens_per_sample=tokens_per_sample,
                       model_flops_per_sample=model_flops_per_sample,
-                      static_bytes=params * static_bytes_per_param(cfg),
                       cross_device_ops=cfg.cross_device_ops, packs=pack_meta(packs, layers),
                       overlap=cfg.overlap, on_worker_failure="restart")
-    return one_class_trace(ol, world, em.comms, meta)

@@ -28,10 +28,8 @@ from pydantic import Field
 from simulator.errors import ConfigError
 from simulator.trace import Communicator
 
-from .base import OpList, World, build_meta, check_layers, emit_optimizer
-from .ddp import static_bytes_per_param
-from .tf_common import (Pack, TFConfig, constant, emit_sync_step, grad_sizes, group_by_size,
-                        one_class_trace, pack_meta)
+from .base import OpList, World, check_layers
+from .tf_common import (Pack, TFConfig, constant, grad_sizes, group_by_size, pack_meta, sync_trace)
 
 IMPLEMENTATIONS = ("AUTO", "RING", "NCCL")
 COMM = "world"
@@ -83,16 +81,12 @@ def tf_multiworker(layers, cfg: MultiWorkerConfig, world: World, *, model: str =
                       attrs={"pack": p.index, "implementation": impl,
                              **({"algorithm": "ring", "protocol": "Simple"} if ring else {})})
 
-    ol = OpList()
-    ends = emit_sync_step(ol, layers, cfg, packs, reduce_pack, cfg.overlap)
-    emit_optimizer(ol, cfg, params, deps=ends)
-    meta = build_meta(layers, cfg, world, strategy="tf_multiworker", model=model,
+    comms = {COMM: Communicator(COMM, (world.ranks,))} if packs else {}
+    return sync_trace(layers, cfg, world, params, packs, reduce_pack, cfg.overlap, comms,
+                      strategy="tf_multiworker", model=model,
                       tokens_per_sample=tokens_per_sample,
                       model_flops_per_sample=model_flops_per_sample,
-                      static_bytes=params * static_bytes_per_param(cfg),
                       implementation=cfg.implementation, resolved_implementation=impl,
                       bytes_per_pack=cfg.bytes_per_pack, packs=pack_meta(packs, layers),
                       overlap=cfg.overlap, workers=-(-world.world_size // world.gpus_per_node),
                       on_worker_failure="restart")
-    comms = {COMM: Communicator(COMM, (world.ranks,))} if packs else {}
-    return one_class_trace(ol, world, comms, meta)

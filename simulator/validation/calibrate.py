@@ -32,6 +32,7 @@ import yaml
 from simulator.collectives.constants import ModelConstants, load_constants
 from simulator.collectives.run import build_cluster
 from simulator.errors import ConfigError
+from simulator.yamlio import write_yaml
 from simulator.validation import collectives as vc
 
 # Fitted constants with their bounds. Names are dotted paths into ModelConstants
@@ -368,12 +369,7 @@ def write_calibration(constants: ModelConstants, report: dict, path, overwrite: 
               "# \"fitted by\" were fitted on the declared calibration subset of\n"
               "# validation/collectives/cases.yaml (never on a validation case) by\n"
               "# `clustersim validate collectives --calibrate`. Do not hand-tune them.\n")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
-    except OSError as exc:
-        raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
-    return path
+    return write_yaml(path, data, header)
 
 
 _FITTED_KEYS = ("link_efficiency", "pcie_p2p_efficiency", "launch_overhead_us", "channels")

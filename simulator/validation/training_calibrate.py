@@ -43,6 +43,7 @@ import yaml
 from simulator.compute import ComputeCalibration
 from simulator.compute.model import load_compute_calibration
 from simulator.errors import ConfigError
+from simulator.yamlio import write_yaml
 from simulator.validation import training as vt
 from simulator.validation.calibrate import compass_search, format_objective, nelder_mead
 
@@ -256,12 +257,7 @@ def write_fitted(cal: ComputeCalibration, report: dict, path, overwrite: bool = 
               "# values whose source says \"fitted by\" were fitted on the calibration cases of\n"
               "# validation/training/cases.yaml only, by `clustersim validate training\n"
               "# --calibrate`; everything else is the shipped compute.yaml.\n")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
-    except OSError as exc:
-        raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
-    return path
+    return write_yaml(path, data, header)
 
 
 __all__ = ["BOUNDS", "OBJECTIVE", "PARAMS", "PRIOR", "TIED", "calibrate", "calibration_cases",
