@@ -56,13 +56,20 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     strategy's Trace, with the scenario's stragglers split off."""
     t = scn.training
     try:
-        layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision, t.flash_attention)
+        layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision, t.flash_attention,
+                             autocast=autocasts(cfg))
     except ConfigError as exc:
         raise ConfigError(exc.reason, source=source, field=f"training.{exc.field}") from None
     trace = build_trace(layers, cfg, world, model=model.name,
                         tokens_per_sample=tokens_per_sample(model, t.seq_len),
                         model_flops_per_sample=model_flops_per_sample(model, t.seq_len))
     return apply_stragglers(trace, scn.simulation.stragglers)
+
+
+def autocasts(cfg: CommonConfig) -> bool:
+    """16-bit compute on fp32 weights: torch.autocast (DDP's default under fp16/bf16) or
+    Keras' mixed policy, not FSDP's MixedPrecision (16-bit parameters)."""
+    return cfg.precision in ("fp16", "bf16") and cfg.weight_bytes() == 4
 
 
 def _strategy_dict(scn: Scenario) -> dict:

@@ -220,3 +220,63 @@ def test_a_user_model_file_needs_no_source_but_says_where_it_came_from(tmp_path)
     spec = load_model(str(path))
     assert spec.source == f"user-defined model, file {path}"
     assert spec.layers == 2 and spec.heads == 2
+
+
+# ---------------------------------------------------------------------- autocast
+def _ops(layer, phase="forward"):
+    return {op.name: op for op in getattr(layer, phase)}
+
+
+@pytest.mark.parametrize("name", ["bert-large", "gpt3-175b"])
+def test_autocast_adds_traffic_not_flops(name):
+    model = load_model(name)
+    pure = layer_costs(model, 4, 128, "fp16", flash_attention=False)
+    amp = layer_costs(model, 4, 128, "fp16", flash_attention=False, autocast=True)
+    for p, a in zip(pure, amp):
+        assert a.forward_flops == pytest.approx(p.forward_flops, rel=1e-12)
+        assert a.backward_flops == pytest.approx(p.backward_flops, rel=1e-12)
+        for phase in ("forward", "backward"):
+            assert sum(op.bytes_accessed for op in getattr(a, phase)) > \
+                sum(op.bytes_accessed for op in getattr(p, phase))
+    # matmuls read the same 16-bit operands either way
+    for op in ("qkv_proj", "mlp_up", "attn_scores"):
+        assert _ops(amp[1])[op] == _ops(pure[1])[op]
+    # fp32 and tf32 have nothing to cast: autocast is a no-op there
+    assert layer_costs(model, 4, 128, "tf32", autocast=True) == layer_costs(model, 4, 128, "tf32")
+
+
+def test_autocast_block_traffic_by_tensor():
+    """Each autocast op counted from the tensors it reads and writes (2-byte copies, 4-byte
+    fp32 tensors), independently of the implementation's formulas."""
+    model = load_model("bert-large")
+    b, s = 2, 128
+    t, h, a = b * s, model.hidden, model.heads
+    scores = b * a * s * s
+    blk = layer_costs(model, b, s, "fp16", flash_attention=False, autocast=True)[1]
+    fwd, bwd = _ops(blk), _ops(blk, "backward")
+    # LayerNorm in fp32: read x (4 B), write y (4 B), fp32 weight and bias
+    assert fwd["norm1"].bytes_accessed == 8 * t * h + 4 * 2 * h
+    # the fp32 LayerNorm output copied to fp16 for the QKV matmul, and the gradient back
+    assert fwd["cast.norm1"].bytes_accessed == (4 + 2) * t * h
+    assert bwd["cast.norm1.bwd"].bytes_accessed == (2 + 4) * t * h
+    # fp16 branch + fp32 residual -> fp32
+    assert fwd["residual1"].bytes_accessed == (2 + 4 + 4) * t * h
+    # softmax: cast scores up (2+4), softmax in fp32 (4+4), probs down for AV (4+2)
+    assert fwd["softmax"].bytes_accessed == (6 + 8 + 6) * scores
+    # every fp32 weight copied to fp16 once per forward, its fp16 gradient back to fp32
+    assert fwd["weight_cast"].bytes_accessed == 6 * block_params(model)
+    assert bwd["weight_cast.bwd"].bytes_accessed == 6 * block_params(model)
+    # saved for backward: fp32 norm inputs, fp32 probs next to the fp16 copy
+    pure = layer_costs(model, b, s, "fp16", flash_attention=False)[1]
+    assert blk.activation_bytes - pure.activation_bytes == 2 * 2 * t * h + 4 * scores
+    assert blk.output_bytes == 4 * t * h
+
+
+def test_autocast_loss_runs_in_fp32():
+    model = load_model("gpt2-small")
+    t, v = 2 * 64, model.vocab
+    head = _ops(layer_costs(model, 2, 64, "bf16", autocast=True)[-1])
+    pure = _ops(layer_costs(model, 2, 64, "bf16")[-1])
+    assert pure["cross_entropy"].bytes_accessed == 2 * 2 * t * v
+    # cast logits up (2+4), log_softmax in fp32 (4+4)
+    assert head["cross_entropy"].bytes_accessed == (6 + 8) * t * v

@@ -416,3 +416,16 @@ def test_spread_is_proportional_and_never_under_counts(how, flops):
     for g, e in zip(got, exact):       # memory held is never below the exact share
         run_got, run_exact = run_got + g, run_exact + e
         assert (run_got >= run_exact - 1e-9) if how == "alloc" else (run_got <= run_exact + 1e-9)
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"name": "ddp", "precision": "fp16"}, True),              # torch.autocast, fp32 weights
+    ({"name": "ddp", "precision": "bf16", "param_dtype": "bf16"}, False),   # model.to(bf16)
+    ({"name": "ddp", "precision": "tf32"}, False),
+    ({"name": "fsdp", "precision": "bf16"}, False),            # MixedPrecision(param_dtype=bf16)
+    ({"name": "fsdp", "precision": "bf16", "param_dtype": "fp32"}, True),
+    ({"name": "tf_multiworker", "precision": "fp16"}, True),   # Keras mixed_float16
+])
+def test_autocast_is_16_bit_compute_on_fp32_weights(data, expected):
+    from simulator.pipeline import autocasts
+    assert autocasts(parse_strategy(data)) is expected

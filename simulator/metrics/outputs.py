@@ -174,11 +174,13 @@ def plot_gantt(tl: Timeline, path: Path) -> None:
               "optimizer": "tab:green"}
     fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(streams)))
     for y, stream in enumerate(streams):
-        bars = [(r.start_s * 1e3, (r.end_s - r.start_s) * 1e3,
-                 "tab:red" if r.kind in COMM_KINDS else colors.get(r.phase, "tab:gray"))
-                for r in recs if r.stream == stream]
-        for x, w, c in bars:
-            ax.broken_barh([(x, w)], (y - 0.4, 0.8), color=c)
+        by_color: dict[str, list[tuple[float, float]]] = {}
+        for r in recs:
+            if r.stream == stream:
+                c = "tab:red" if r.kind in COMM_KINDS else colors.get(r.phase, "tab:gray")
+                by_color.setdefault(c, []).append((r.start_s * 1e3, (r.end_s - r.start_s) * 1e3))
+        for c, bars in by_color.items():     # one collection per colour: fast for 10^4 ops
+            ax.broken_barh(bars, (y - 0.4, 0.8), color=c)
     ax.set_yticks(range(len(streams)), streams)
     ax.set_xlabel("time (ms)")
     ax.set_title(f"rank class {cls}: compute by phase (fwd blue, bwd orange), comm red",

@@ -107,7 +107,7 @@ def _check_positive(**values: int) -> None:
 
 # ------------------------------------------------------------------ public API
 def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
-                flash_attention: bool = True) -> list[LayerCost]:
+                flash_attention: bool = True, autocast: bool = False) -> list[LayerCost]:
     """Per-layer costs of one training step on a micro-batch, in execution order.
 
     Parameters
@@ -121,6 +121,10 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``: sets bytes per element.
     flash_attention : bool
         Fused attention without the score matrix in HBM (transformers only).
+    autocast : bool
+        16-bit compute on fp32 weights (torch.autocast, Keras ``mixed_float16``): norms,
+        softmax, loss and the residual stream stay fp32, with cast kernels in between
+        (transformers; :mod:`simulator.models.transformer`). No effect at fp32/tf32.
 
     Returns
     -------
@@ -142,11 +146,13 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         raise ConfigError(f"{seq_len} exceeds the {model.max_seq_len} learned positions "
                           f"of {model.name}", field="seq_len")
     from simulator.models.transformer import block_cost, embed_cost, head_cost
-    block = block_cost(model, batch, seq_len, e, flash_attention)
+    k = BYTES_PER_ELEMENT["fp32"] if autocast else e
+    block = block_cost(model, batch, seq_len, e, flash_attention, k)
     blocks = [LayerCost(f"block.{i}", block.kind, block.params, block.forward,
                         block.backward, block.activation_bytes, block.output_bytes)
               for i in range(model.layers)]
-    return [embed_cost(model, batch, seq_len, e), *blocks, head_cost(model, batch, seq_len, e)]
+    return [embed_cost(model, batch, seq_len, e, k), *blocks,
+            head_cost(model, batch, seq_len, e, k)]
 
 
 def params_total(model: ModelSpec) -> int:

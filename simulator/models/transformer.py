@@ -3,6 +3,18 @@
 See :mod:`simulator.models.costs` for the counting conventions. Blocks are written in
 pre-norm order (GPT-2/3, Llama); BERT's post-norm order has the same costs. Dropout
 kernels are not modelled as ops (their masks are counted in the activations).
+
+Mixed precision with fp32 weights (``autocast``: torch.autocast, Keras ``mixed_float16``)
+is not pure 16-bit: ``k`` below is the element size of the tensors such a run keeps in
+fp32 (``k = e`` otherwise). PyTorch's autocast runs ``layer_norm``, ``softmax`` and
+``log_softmax``/``cross_entropy`` in fp32 (their inputs cast up, fp32 outputs), and an add
+of a 16-bit and an fp32 tensor promotes to fp32, so the residual stream between blocks
+stays fp32 (AMP op reference, pytorch.org/docs/stable/amp.html, "CUDA Ops that can
+autocast to float32" and "Ops that promote to the widest input type"); TensorFlow's
+official BERT builds its LayerNorms with ``dtype=float32`` under the mixed policy, with
+the same effect. Each matmul then reads a 16-bit copy: a cast kernel per fp32 input
+(``cast.*``) and per weight, once per micro-batch (``weight_cast``), and the reverse
+casts of their gradients in backward.
 """
 
 from __future__ import annotations
@@ -27,26 +39,35 @@ def block_params(model: ModelSpec) -> int:
 
 
 def block_activation_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
-                           flash_attention: bool) -> int:
+                           flash_attention: bool, k: int | None = None) -> int:
     """Bytes one block saves for backward: Korthikanti et al. 2022 (arXiv 2205.05198).
 
     For 16-bit precision ``s b h (34 + 5 a s / h)`` for a GPT block: attention
     ``11 s b h + 5 a s^2 b``, MLP ``19 s b h``, norms ``4 s b h`` (1-byte dropout masks
     included). Generalised: K/V saved at ``kv_heads`` width, MLP ``3 s b h + 4 s b f``
     (GELU) or ``3 s b h + 6 s b f`` (SwiGLU keeps gate and up). Flash attention drops
-    the ``5 a s^2 b`` score terms. Scaled by ``e / 2`` for other element sizes.
+    the ``5 a s^2 b`` score terms. Scaled by ``e / 2`` for other element sizes. Under
+    autocast (``k`` = 4 > ``e``) the norm inputs are fp32 and the scores keep an fp32
+    softmax output next to its 16-bit copy.
     """
+    k = e if k is None else k
     sb, h, f = seq_len * batch, model.hidden, model.ffn_hidden
     kvd = model.kv_heads * model.head_dim
     attn = 7 * sb * h + 4 * sb * kvd
-    if not flash_attention:
-        attn += 5 * model.heads * seq_len * sb
     mlp = 3 * sb * h + (6 if model.mlp == "swiglu" else 4) * sb * f
-    return (attn + mlp + 4 * sb * h) * e // 2
+    total = (attn + mlp) * e // 2 + 2 * sb * h * k
+    if not flash_attention:
+        # QK^T output, softmax output, dropout mask; autocast: fp32 probs + a 16-bit copy
+        per = 5 * e // 2 if k == e else 2 * e + 1 + k
+        total += model.heads * seq_len * sb * per
+    return total
 
 
-def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool):
-    """Forward and backward ops of the attention core (after the QKV projection)."""
+def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int):
+    """Forward and backward ops of the attention core (after the QKV projection).
+
+    Under autocast the softmax runs in fp32: its input is cast up and its output cast
+    back down for the ``AV`` matmul (and the reverse in backward)."""
     t, h, a = b * s, model.hidden, model.heads
     kvd = model.kv_heads * model.head_dim
     mm = 2.0 * b * s * s * h              # one of QK^T, AV
@@ -59,12 +80,15 @@ def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool):
         # reads Q, K, V, O, dO, lse; writes dQ, dK, dV: twice the forward tensors
         bwd = [OpCost("attn_core.bwd", "attention", 5 * mm + sm + sm_bwd, 2 * qkvo + lse)]
         return fwd, bwd
+    # per score element: read + write (backward: + the saved probs); under autocast plus
+    # the cast up before and the cast down after (e + k each)
+    sm_bytes = (2.0 * e, 3.0 * e) if k == e else (2.0 * e + 4.0 * k, 2.0 * e + 5.0 * k)
     fwd = [OpCost("attn_scores", "matmul", mm, e * (t * h + t * kvd + scores)),
-           OpCost("softmax", "elementwise", sm, 2.0 * e * scores),
+           OpCost("softmax", "elementwise", sm, sm_bytes[0] * scores),
            OpCost("attn_av", "matmul", mm, e * (scores + t * kvd + t * h))]
     bwd = [OpCost("attn_av.grad_probs", "matmul", mm, e * (t * h + t * kvd + scores)),
            OpCost("attn_av.grad_v", "matmul", mm, e * (scores + t * h + t * kvd)),
-           OpCost("softmax.bwd", "elementwise", sm_bwd, 3.0 * e * scores),
+           OpCost("softmax.bwd", "elementwise", sm_bwd, sm_bytes[1] * scores),
            OpCost("attn_scores.grad_q", "matmul", mm, e * (scores + t * kvd + t * h)),
            OpCost("attn_scores.grad_k", "matmul", mm, e * (scores + t * h + t * kvd))]
     return fwd, bwd
@@ -85,33 +109,56 @@ def _mlp(model: ModelSpec, t: int, e: int):
     return fwd, bwd
 
 
-def _norm(model: ModelSpec, name: str, t: int, e: int) -> tuple[OpCost, OpCost]:
-    """Forward (read x, write y) and backward (read x, dy; write dx and weight grads)."""
-    per, w = NORM_FLOPS[model.norm], e * norm_params(model)
+def _norm(model: ModelSpec, name: str, t: int, k: int) -> tuple[OpCost, OpCost]:
+    """Forward (read x, write y) and backward (read x, dy; write dx and weight grads), at
+    ``k`` bytes per element (fp32 under autocast)."""
+    per, w = NORM_FLOPS[model.norm], k * norm_params(model)
     n = t * model.hidden
-    return (OpCost(name, "norm", per * n, 2.0 * e * n + w),
-            OpCost(f"{name}.bwd", "norm", 2 * per * n, 3.0 * e * n + 2 * w))
+    return (OpCost(name, "norm", per * n, 2.0 * k * n + w),
+            OpCost(f"{name}.bwd", "norm", 2 * per * n, 3.0 * k * n + 2 * w))
 
 
-def _residual(name: str, t: int, h: int, e: int) -> tuple[OpCost, OpCost]:
-    add = pointwise(name, "elementwise", t * h, 1, 3, e)
+def _residual(name: str, t: int, h: int, e: int, k: int) -> tuple[OpCost, OpCost]:
+    """Branch output (``e``) + residual stream (``k``) -> residual stream (``k``)."""
+    add = OpCost(name, "elementwise", float(t * h), float((e + 2 * k) * t * h))
     return add, OpCost(f"{name}.bwd", "elementwise", add.flops, add.bytes_accessed)
 
 
-def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool) -> LayerCost:
-    """One transformer block on ``b`` sequences of ``s`` tokens at ``e`` bytes/element."""
+def _casts(name: str, elements: float, e: int, k: int) -> tuple[list[OpCost], list[OpCost]]:
+    """Autocast's copy of an fp32 tensor for a 16-bit matmul, and its gradient cast back
+    (none without autocast)."""
+    if k == e:
+        return [], []
+    nbytes = float((k + e) * elements)
+    return [OpCost(name, "elementwise", 0.0, nbytes)], [OpCost(f"{name}.bwd", "elementwise",
+                                                               0.0, nbytes)]
+
+
+def _weight_casts(params: float, e: int, k: int) -> tuple[list[OpCost], list[OpCost]]:
+    """Autocast casts each fp32 weight to 16 bits once per forward and the 16-bit weight
+    gradient back to fp32 in backward."""
+    return _casts("weight_cast", params, e, k)
+
+
+def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
+               k: int | None = None) -> LayerCost:
+    """One transformer block on ``b`` sequences of ``s`` tokens at ``e`` bytes/element
+    (``k``: bytes of the tensors autocast keeps in fp32; ``e`` when not autocasting)."""
+    k = e if k is None else k
     t, h = b * s, model.hidden
     qkv_n = h + 2 * model.kv_heads * model.head_dim
-    n1, n2 = _norm(model, "norm1", t, e), _norm(model, "norm2", t, e)
-    r1, r2 = _residual("residual1", t, h, e), _residual("residual2", t, h, e)
-    attn_f, attn_b = _attention(model, b, s, e, flash)
+    n1, n2 = _norm(model, "norm1", t, k), _norm(model, "norm2", t, k)
+    r1, r2 = _residual("residual1", t, h, e, k), _residual("residual2", t, h, e, k)
+    c1, c2 = _casts("cast.norm1", t * h, e, k), _casts("cast.norm2", t * h, e, k)
+    wc = _weight_casts(block_params(model), e, k)
+    attn_f, attn_b = _attention(model, b, s, e, flash, k)
     mlp_f, mlp_b = _mlp(model, t, e)
-    fwd = [n1[0], matmul("qkv_proj", t, h, qkv_n, e), *attn_f, matmul("attn_out", t, h, h, e),
-           r1[0], n2[0], *mlp_f, r2[0]]
-    bwd = [r2[1], *mlp_b, n2[1], r1[1], *matmul_bwd("attn_out", t, h, h, e), *attn_b,
-           *matmul_bwd("qkv_proj", t, h, qkv_n, e), n1[1]]
+    fwd = [*wc[0], n1[0], *c1[0], matmul("qkv_proj", t, h, qkv_n, e), *attn_f,
+           matmul("attn_out", t, h, h, e), r1[0], n2[0], *c2[0], *mlp_f, r2[0]]
+    bwd = [r2[1], *mlp_b, *c2[1], n2[1], r1[1], *matmul_bwd("attn_out", t, h, h, e), *attn_b,
+           *matmul_bwd("qkv_proj", t, h, qkv_n, e), *c1[1], n1[1], *wc[1]]
     return LayerCost("block", "transformer_block", block_params(model), tuple(fwd),
-                     tuple(bwd), block_activation_bytes(model, b, s, e, flash), e * t * h)
+                     tuple(bwd), block_activation_bytes(model, b, s, e, flash, k), k * t * h)
 
 
 def embed_params(model: ModelSpec) -> int:
@@ -121,11 +168,13 @@ def embed_params(model: ModelSpec) -> int:
     return (model.vocab + pos + model.type_vocab) * model.hidden + norm
 
 
-def embed_cost(model: ModelSpec, b: int, s: int, e: int) -> LayerCost:
+def embed_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None) -> LayerCost:
     """Embedding lookup (memory-bound gather; position/segment rows added), no matmul.
 
-    Backward zero-fills the dense gradient of every table and scatter-adds into it.
+    Backward zero-fills the dense gradient of every table and scatter-adds into it. Under
+    autocast the tables are fp32 and so is everything up to the first matmul (``k``).
     """
+    e = e if k is None else k
     t, h = b * s, model.hidden
     pos = model.max_seq_len if model.position_embedding == "learned" else 0
     tables = 1 + (pos > 0) + (model.type_vocab > 0)
@@ -152,26 +201,32 @@ def head_params(model: ModelSpec) -> int:
     return norm_params(model) + (0 if model.tied_embeddings else v * h)
 
 
-def head_cost(model: ModelSpec, b: int, s: int, e: int) -> LayerCost:
+def head_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None) -> LayerCost:
     """Final norm and LM head (BERT: MLM transform and decoder) over every token, then
-    the cross-entropy loss over the ``b s vocab`` logits."""
+    the cross-entropy loss over the ``b s vocab`` logits (in fp32 under autocast: the
+    16-bit logits cast up, ``log_softmax``, and the gradient cast back)."""
+    k = e if k is None else k
     t, h, v = b * s, model.hidden, model.vocab
-    loss = (pointwise("cross_entropy", "loss", t * v, LOSS_FLOPS, 2, e),
-            pointwise("cross_entropy.bwd", "loss", t * v, LOSS_BWD_FLOPS, 2, e))
+    up = (e + k) * t * v if k != e else 0   # autocast's cast of the logits (and back)
+    loss = (OpCost("cross_entropy", "loss", LOSS_FLOPS * t * v, 2.0 * k * t * v + up),
+            OpCost("cross_entropy.bwd", "loss", LOSS_BWD_FLOPS * t * v, 2.0 * k * t * v + up))
+    cast = _casts("cast.head", t * h, e, k)
+    wc = _weight_casts(head_params(model), e, k)
     if model.family == "bert":
         gelu = pointwise("gelu", "elementwise", t * h, ACT_FLOPS["gelu"], 2, e)
         gelu_b = pointwise("gelu.bwd", "elementwise", t * h, ACT_FLOPS["gelu"], 3, e)
-        norm = _norm(model, "mlm_norm", t, e)
-        fwd = [matmul("mlm_transform", t, h, h, e), gelu, norm[0],
+        norm = _norm(model, "mlm_norm", t, k)
+        mt = _casts("cast.mlm_in", t * h, e, k)
+        fwd = [*wc[0], *mt[0], matmul("mlm_transform", t, h, h, e), gelu, norm[0], *cast[0],
                matmul("lm_head", t, h, v, e), loss[0]]
-        bwd = [loss[1], *matmul_bwd("lm_head", t, h, v, e), norm[1], gelu_b,
-               *matmul_bwd("mlm_transform", t, h, h, e)]
+        bwd = [loss[1], *matmul_bwd("lm_head", t, h, v, e), *cast[1], norm[1], gelu_b,
+               *matmul_bwd("mlm_transform", t, h, h, e), *mt[1], *wc[1]]
         saved = 4
     else:
-        norm = _norm(model, "final_norm", t, e)
-        fwd = [norm[0], matmul("lm_head", t, h, v, e), loss[0]]
-        bwd = [loss[1], *matmul_bwd("lm_head", t, h, v, e), norm[1]]
+        norm = _norm(model, "final_norm", t, k)
+        fwd = [*wc[0], norm[0], *cast[0], matmul("lm_head", t, h, v, e), loss[0]]
+        bwd = [loss[1], *matmul_bwd("lm_head", t, h, v, e), *cast[1], norm[1], *wc[1]]
         saved = 2
-    act = e * (saved * t * h + t * v)     # inputs of norm/matmuls (+gelu), log-probs
+    act = e * saved * t * h + k * t * v   # inputs of norm/matmuls (+gelu), log-probs
     return LayerCost("head", "head", head_params(model), tuple(fwd), tuple(bwd), act,
                      LOSS_BYTES)
