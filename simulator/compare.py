@@ -60,7 +60,7 @@ class Row:
     reason: str = ""
     metrics: Metrics | None = None
     global_batch: int = 0
-    tokens_per_sample: int = 0
+    tokens_per_sample: float = 0
     oom_at: str | None = None
     comm_bytes_per_gpu: float = 0.0
     scaling: Scaling = field(default_factory=Scaling)
@@ -173,7 +173,7 @@ def _run_row(row: Row, scn: Scenario, source: str) -> None:
     row.metrics = m = res.metrics
     meta = res.setup.trace.meta
     row.global_batch = int(meta.get("global_batch", 0))
-    row.tokens_per_sample = int(meta.get("tokens_per_sample", 0))
+    row.tokens_per_sample = meta.get("tokens_per_sample", 0)
     row.comm_bytes_per_gpu = comm_bytes_per_gpu(res.setup.trace)
     if m.oom:
         where = Counter(locate_oom(res.timeline, c, str(v)) for c, v in m.oom_at.items())

@@ -15,6 +15,7 @@ from .hardware import gpu_spec
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
+from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
 from .scenario import Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.loader import load_topology, resolve_topology
@@ -56,14 +57,41 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     strategy's Trace, with the scenario's stragglers split off."""
     t = scn.training
     try:
-        layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision, t.flash_attention,
-                             autocast=autocasts(cfg))
+        if t.sequence_lengths is None:
+            layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision,
+                                 t.flash_attention, autocast=autocasts(cfg))
+            tokens = tokens_per_sample(model, t.seq_len)
+            flops = model_flops_per_sample(model, t.seq_len)
+        else:
+            layers, tokens, flops = _variable_lengths(model, t, autocasts(cfg))
     except ConfigError as exc:
-        raise ConfigError(exc.reason, source=source, field=f"training.{exc.field}") from None
-    trace = build_trace(layers, cfg, world, model=model.name,
-                        tokens_per_sample=tokens_per_sample(model, t.seq_len),
-                        model_flops_per_sample=model_flops_per_sample(model, t.seq_len))
+        raise (exc if exc.source else ConfigError(exc.reason, source=source,
+                                                  field=f"training.{exc.field}")) from None
+    trace = build_trace(layers, cfg, world, model=model.name, tokens_per_sample=tokens,
+                        model_flops_per_sample=flops)
     return apply_stragglers(trace, scn.simulation.stragglers)
+
+
+def _variable_lengths(model: ModelSpec, t, autocast: bool):
+    """Layer costs, real tokens and model FLOPs per sample for ``training.sequence_lengths``
+    (padding costs time but is neither a token nor a model FLOP)."""
+    spec = t.sequence_lengths
+    if not model.is_transformer:
+        raise ConfigError(f"{model.name} has no sequence length", field="sequence_lengths")
+    counts = load_histogram(spec.histogram, field="sequence_lengths.histogram")
+    if len(counts) != t.seq_len:
+        raise ConfigError(f"histogram {spec.histogram!r} covers lengths 1..{len(counts)}; "
+                          f"training.seq_len is {t.seq_len} (they must match)",
+                          field="sequence_lengths.histogram")
+    if spec.bin_size is not None and t.seq_len % spec.bin_size:
+        raise ConfigError(f"{spec.bin_size} does not divide seq_len {t.seq_len}",
+                          field="sequence_lengths.bin_size")
+    weights = padded_length_weights(counts, t.micro_batch, spec.bin_size)
+    layers = mixed_layer_costs(model, t.micro_batch, weights, t.precision, t.flash_attention,
+                               autocast)
+    total = sum(counts)
+    flops = sum(c * model_flops_per_sample(model, i + 1) for i, c in enumerate(counts) if c)
+    return layers, mean_length(counts), flops / total
 
 
 def autocasts(cfg: CommonConfig) -> bool:

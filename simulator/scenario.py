@@ -37,6 +37,16 @@ def _one_of(value: str, choices) -> str:
     return value
 
 
+class SequenceLengths(BaseModel):
+    """Real samples of varying length, each micro-batch padded to its longest
+    (simulator/models/seqlen.py)."""
+    model_config = ConfigDict(extra="forbid")
+    histogram: str = Field(description="catalog name (simulator/data/seq_lengths.yaml) or a "
+                                       "YAML file with 'counts'")
+    bin_size: int | None = Field(None, gt=0, description="LDDL-style length bins; null: "
+                                                         "no binning")
+
+
 class Training(BaseModel):
     model_config = ConfigDict(extra="forbid")
     micro_batch: int = Field(1, gt=0, description="samples per GPU per micro-step")
@@ -44,6 +54,7 @@ class Training(BaseModel):
     grad_accum: int = Field(1, ge=1)
     precision: str = "bf16"
     flash_attention: bool = True
+    sequence_lengths: SequenceLengths | None = None
 
     @field_validator("precision")
     @classmethod

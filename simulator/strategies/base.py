@@ -244,7 +244,7 @@ def check_layers(layers) -> int:
 
 
 def build_meta(layers, cfg: CommonConfig, world: World, *, strategy: str, model: str,
-               tokens_per_sample: int, model_flops_per_sample: float | None,
+               tokens_per_sample: float, model_flops_per_sample: float | None,
                static_bytes: int, **extra: Any) -> dict:
     """The ``Trace.meta`` keys of the contract (plus strategy details in ``extra``)."""
     global_batch = cfg.micro_batch * cfg.grad_accum * world.world_size
@@ -253,7 +253,12 @@ def build_meta(layers, cfg: CommonConfig, world: World, *, strategy: str, model:
         model_flops_per_sample = per_micro / cfg.micro_batch
     return {"model": model, "strategy": strategy, "precision": cfg.precision,
             "global_batch": global_batch, "micro_batch": cfg.micro_batch,
-            "grad_accum": cfg.grad_accum, "tokens_per_sample": int(tokens_per_sample),
+            "grad_accum": cfg.grad_accum, "tokens_per_sample": _count(tokens_per_sample),
             "model_flops_per_iteration": float(model_flops_per_sample) * global_batch,
             "params": sum(int(layer.params) for layer in layers),
             "static_memory_bytes": {CLASS_ID: int(static_bytes)}, **extra}
+
+
+def _count(x: float) -> int | float:
+    """A whole number as an int (fixed-length samples); a mean over real lengths as a float."""
+    return int(x) if float(x).is_integer() else float(x)

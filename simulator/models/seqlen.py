@@ -1,0 +1,112 @@
+"""Variable-length sequences: what a micro-batch of real data is padded to.
+
+A scenario without ``training.sequence_lengths`` pads every sample to ``seq_len`` (fixed
+shapes, as in packed or synthetic data). With it, samples have the lengths of a dataset's
+histogram (``simulator/data/seq_lengths.yaml`` or a YAML file of the same form) and each
+micro-batch is padded to its longest sample:
+
+* ``bin_size: null``: the ``batch`` samples are drawn from the whole dataset (dynamic
+  padding, e.g. a collator that pads to the longest in the batch);
+* ``bin_size: B``: sequence binning as in NVIDIA's LDDL (github.com/NVIDIA/LDDL README:
+  bin ``i`` holds lengths ``(i - 1) B + 1 .. i B``; each iteration picks a bin with the
+  probability of its share of the dataset, every rank draws its micro-batch from that bin,
+  "each mini-batch is only padded to the longest sequence within this mini-batch").
+
+The longest of ``n`` independent draws from a distribution with CDF ``F`` is ``x`` with
+probability ``F(x)^n - F(x-1)^n``, so :func:`padded_length_weights` gives the exact
+distribution of the padded length. Layer costs are affine in FLOPs and bytes in each
+roofline regime, so :func:`mixed_layer_costs` averages them over that distribution (a
+step's expected time); activation memory is the longest padded length's, because those
+batches occur and must fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+from simulator.errors import ConfigError
+from simulator.models.costs import LayerCost, OpCost, layer_costs
+from simulator.models.spec import ModelSpec
+from simulator.yamlio import read_yaml
+
+_CATALOG = "seq_lengths.yaml"
+
+
+def histogram_names() -> list[str]:
+    return sorted(_catalog())
+
+
+def _catalog() -> dict:
+    return read_yaml(resources.files("simulator") / "data" / _CATALOG)
+
+
+def load_histogram(name_or_path: str, field: str = "histogram") -> list[int]:
+    """Counts per length (index ``i`` = ``i + 1`` tokens) of a catalog histogram or of a YAML
+    file ``{counts: [...]}``."""
+    catalog = _catalog()
+    if name_or_path in catalog:
+        entry, where = catalog[name_or_path], name_or_path
+    elif Path(name_or_path).suffix in (".yaml", ".yml"):
+        entry, where = read_yaml(Path(name_or_path)), name_or_path
+    else:
+        raise ConfigError(f"unknown histogram {name_or_path!r}; valid: "
+                          f"{', '.join(histogram_names())} (or a path to a YAML file with "
+                          f"'counts')", field=field)
+    counts = entry.get("counts") if isinstance(entry, dict) else None
+    if (not isinstance(counts, list) or not counts
+            or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)
+            or sum(counts) == 0):
+        raise ConfigError(f"{where}: 'counts' must be a non-empty list of non-negative "
+                          f"integers with a positive sum", field=field)
+    return counts
+
+
+def padded_length_weights(counts: list[int], batch: int,
+                          bin_size: int | None) -> list[tuple[int, float]]:
+    """``(padded length, probability)`` of one micro-batch of ``batch`` samples."""
+    total = float(sum(counts))
+    edges = ([(0, len(counts))] if bin_size is None else
+             [(lo, min(lo + bin_size, len(counts))) for lo in range(0, len(counts), bin_size)])
+    weights: dict[int, float] = {}
+    for lo, hi in edges:
+        in_bin = sum(counts[lo:hi])
+        if in_bin == 0:
+            continue
+        share, below, prev = in_bin / total, 0, 0.0
+        for i in range(lo, hi):
+            below += counts[i]
+            cdf = (below / in_bin) ** batch
+            if cdf > prev:
+                weights[i + 1] = weights.get(i + 1, 0.0) + share * (cdf - prev)
+            prev = cdf
+    return sorted(weights.items())
+
+
+def mean_length(counts: list[int]) -> float:
+    """Mean real (unpadded) tokens per sample."""
+    return sum((i + 1) * c for i, c in enumerate(counts)) / sum(counts)
+
+
+def _mix_ops(ops_by_len: list[tuple[float, tuple[OpCost, ...]]]) -> tuple[OpCost, ...]:
+    first = ops_by_len[0][1]
+    return tuple(replace(op, flops=sum(w * ops[k].flops for w, ops in ops_by_len),
+                         bytes_accessed=sum(w * ops[k].bytes_accessed for w, ops in ops_by_len))
+                 for k, op in enumerate(first))
+
+
+def mixed_layer_costs(model: ModelSpec, batch: int, weights: list[tuple[int, float]],
+                      precision: str, flash_attention: bool = True,
+                      autocast: bool = False) -> list[LayerCost]:
+    """Layer costs averaged over padded lengths (see module docstring); activation and
+    output bytes of the longest."""
+    per_len = [(w, layer_costs(model, batch, n, precision, flash_attention, autocast))
+               for n, w in weights]
+    longest = per_len[-1][1]
+    mixed = []
+    for k, layer in enumerate(longest):
+        fwd = _mix_ops([(w, layers[k].forward) for w, layers in per_len])
+        bwd = _mix_ops([(w, layers[k].backward) for w, layers in per_len])
+        mixed.append(replace(layer, forward=fwd, backward=bwd))
+    return mixed
