@@ -95,16 +95,46 @@ def test_gqa_shrinks_the_qkv_projection():
 
 
 @pytest.mark.parametrize("b, s", [(1, 2048), (4, 2048), (2, 512)])
-def test_gpt3_block_activation_equals_korthikanti(b, s):
-    model = load_model("gpt3-175b")
+def test_gpt_block_activation_equals_korthikanti(b, s):
+    model = load_model("mingpt-175b")           # GPT-3 175B shapes, with dropout 0.1
     h, a = model.hidden, model.heads
     korthikanti = s * b * h * (34 + 5 * a * s / h)      # bytes, 16-bit, no flash
     plain = layer_costs(model, b, s, "fp16", flash_attention=False)[1]
     assert plain.activation_bytes == korthikanti
     assert layer_costs(model, b, s, "bf16")[1].activation_bytes == s * b * h * 34
+    # fp32: tensors double, the three 1-byte dropout masks do not
     fp32 = layer_costs(model, b, s, "fp32", flash_attention=False)[1]
-    assert fp32.activation_bytes == 2 * korthikanti
+    assert fp32.activation_bytes == s * b * h * (2 * 32 + 2) + b * a * s * s * (2 * 4 + 1)
     assert plain.output_bytes == 2 * s * b * h
+
+
+def test_no_dropout_no_masks_and_no_dropout_kernels():
+    """Without dropout (GPT-3, Llama) Korthikanti's masks (s b h twice, a s^2 b) and the
+    dropped-out probabilities (2 a s^2 b) are not saved, and no dropout kernel runs."""
+    gpt3, b, s = load_model("gpt3-175b"), 2, 512
+    h, a = gpt3.hidden, gpt3.heads
+    assert gpt3.dropout == 0 and load_model("llama-2-7b").dropout == 0
+    plain = layer_costs(gpt3, b, s, "fp16", flash_attention=False)[1]
+    assert plain.activation_bytes == s * b * h * (32 + 2 * a * s / h)
+    names = {op.name for layer in layer_costs(gpt3, b, s, "bf16", False)
+             for op in (*layer.forward, *layer.backward)}
+    assert not any("dropout" in n for n in names)
+
+
+def test_dropout_kernels_read_write_and_mask():
+    bert, b, s = load_model("bert-large"), 2, 128
+    t, h, a = b * s, bert.hidden, bert.heads
+    assert bert.dropout == 0.1
+    embed, block = layer_costs(bert, b, s, "fp16", flash_attention=False)[:2]
+    fwd, bwd = _ops(block), _ops(block, "backward")
+    for name in ("attn_out.dropout", "mlp_down.dropout"):   # hidden dropouts, 16-bit
+        assert fwd[name].bytes_accessed == (2 + 2 + 1) * t * h
+        assert bwd[f"{name}.bwd"].bytes_accessed == (2 + 1 + 2) * t * h
+    assert fwd["attn_dropout"].bytes_accessed == 5 * b * a * s * s
+    assert _ops(embed)["embed_dropout"].bytes_accessed == 5 * t * h
+    # flash attention drops the probabilities inside its kernel
+    flash = _ops(layer_costs(bert, b, s, "fp16", flash_attention=True)[1])
+    assert "attn_dropout" not in flash and "attn_out.dropout" in flash
 
 
 def test_model_flops_per_sample_formula():
@@ -163,9 +193,14 @@ def test_user_yaml_model_loads_with_family_defaults(tmp_path):
     llama = load_model(_write(tmp_path, {**USER, "family": "llama", "kv_heads": 2}))
     assert (llama.mlp, llama.norm, llama.position_embedding, llama.kv_heads) == (
         "swiglu", "rmsnorm", "rope", 2)
+    bert = load_model(_write(tmp_path, {**USER, "family": "bert"}))
+    assert (spec.dropout, llama.dropout, bert.dropout) == (0.0, 0.0, 0.1)
+    assert load_model(_write(tmp_path, {**USER, "dropout": 0.2})).dropout == 0.2
 
 
 @pytest.mark.parametrize("change, field", [
+    ({"dropout": 1.0}, "dropout"),
+    ({"dropout": -0.1}, "dropout"),
     ({"hiden": 64}, "hiden"),
     ({"hidden": None}, "hidden"),
     ({"hidden": 0}, "hidden"),
@@ -266,9 +301,10 @@ def test_autocast_block_traffic_by_tensor():
     # every fp32 weight copied to fp16 once per forward, its fp16 gradient back to fp32
     assert fwd["weight_cast"].bytes_accessed == 6 * block_params(model)
     assert bwd["weight_cast.bwd"].bytes_accessed == 6 * block_params(model)
-    # saved for backward: fp32 norm inputs, fp32 probs next to the fp16 copy
+    # saved for backward: fp32 norm inputs; the softmax output in fp32 (4 bytes, not 2)
+    # next to the 16-bit probabilities AV reads (the dropout output, saved either way)
     pure = layer_costs(model, b, s, "fp16", flash_attention=False)[1]
-    assert blk.activation_bytes - pure.activation_bytes == 2 * 2 * t * h + 4 * scores
+    assert blk.activation_bytes - pure.activation_bytes == 2 * 2 * t * h + 2 * scores
     assert blk.output_bytes == 4 * t * h
 
 

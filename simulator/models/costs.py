@@ -18,9 +18,10 @@ Conventions (all counts for the whole micro-batch of ``batch`` samples):
   recomputes ``QK^T`` and the softmax, giving 2.5x the forward attention matmul FLOPs.
   Elementwise ops cost about their forward FLOPs backward, norms twice.
 * Activations: per transformer block ``s b h (34 + 5 a s / h)`` bytes for 16-bit
-  precision (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1, dropout masks counted for
-  every family), without the ``5 a s / h`` term under flash attention (its ``b a s``
-  log-sum-exp is ignored), generalised to GQA and SwiGLU, and scaled by ``e / 2``.
+  precision with dropout (Korthikanti et al. 2022, arXiv 2205.05198, eq. 1), ``s b h (32 +
+  2 a s / h)`` without (no masks, no dropped-out probabilities), without the ``a s / h``
+  terms under flash attention (its ``b a s`` log-sum-exp is ignored), generalised to GQA
+  and SwiGLU; tensors scale by ``e / 2``, 1-byte masks do not.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ Transformer families (``gpt``, ``llama``, ``bert``) take ``layers``, ``hidden``,
 ``kv_heads`` (default ``heads``), ``ffn_hidden`` (default ``4 * hidden``), ``vocab``,
 ``max_seq_len``, ``mlp`` (``gelu`` two matrices, ``swiglu`` three), ``norm`` (``layernorm``,
 ``rmsnorm``), ``tied_embeddings``, ``bias``, ``position_embedding`` (``learned``, ``rope``)
-and ``type_vocab`` (BERT's segment embeddings); defaults follow the family. The ``resnet``
+``type_vocab`` (BERT's segment embeddings) and ``dropout`` (probability; dropout kernels and
+their masks exist only when it is above 0: 0.1 for BERT, 0 for GPT and Llama unless the
+file says otherwise); defaults follow the family. The ``resnet``
 family takes ``depth`` (50, 101, 152: bottleneck ResNet v1.5), ``image_size`` (pixels) and
 ``num_classes``; ``maskrcnn`` (Mask R-CNN on a ResNet-FPN backbone, :mod:`maskrcnn`) takes
 the same keys, with ``image_size`` a multiple of 32.
@@ -36,11 +38,11 @@ RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 # Per-family defaults for optional transformer keys.
 _DEFAULTS = {
     "gpt": dict(mlp="gelu", norm="layernorm", tied_embeddings=True, bias=True,
-                position_embedding="learned", type_vocab=0),
+                position_embedding="learned", type_vocab=0, dropout=0.0),
     "llama": dict(mlp="swiglu", norm="rmsnorm", tied_embeddings=False, bias=False,
-                  position_embedding="rope", type_vocab=0),
+                  position_embedding="rope", type_vocab=0, dropout=0.0),
     "bert": dict(mlp="gelu", norm="layernorm", tied_embeddings=True, bias=True,
-                 position_embedding="learned", type_vocab=2),
+                 position_embedding="learned", type_vocab=2, dropout=0.1),
 }
 
 PosInt = Annotated[int, Field(strict=True, gt=0)]
@@ -71,6 +73,7 @@ class ModelSpec:
     bias: bool = False
     position_embedding: str = ""  # "learned" | "rope"
     type_vocab: int = 0          # segment (token-type) embeddings, BERT
+    dropout: float = 0.0         # dropout probability (0: no dropout kernels or masks)
     depth: int = 0               # ResNet depth (50, 101, 152)
     image_size: int = 0          # ResNet input side, pixels
     num_classes: int = 0
@@ -109,6 +112,7 @@ class _TransformerFile(BaseModel):
     bias: Annotated[bool, Field(strict=True)] | None = None
     position_embedding: Literal["learned", "rope"] | None = None
     type_vocab: NonNegInt | None = None
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     description: str = ""
 
 
@@ -237,7 +241,8 @@ def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
         heads=f.heads, kv_heads=kv_heads, ffn_hidden=f.ffn_hidden or 4 * f.hidden,
         vocab=f.vocab, max_seq_len=f.max_seq_len, mlp=pick("mlp"), norm=pick("norm"),
         tied_embeddings=pick("tied_embeddings"), bias=pick("bias"),
-        position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"))
+        position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"),
+        dropout=pick("dropout"))
 
 
 def _resnet_spec(f: _ResNetFile, source: str) -> ModelSpec:

@@ -1,8 +1,12 @@
 """Costs of transformer layers (GPT, Llama, BERT): embedding, one block, head.
 
 See :mod:`simulator.models.costs` for the counting conventions. Blocks are written in
-pre-norm order (GPT-2/3, Llama); BERT's post-norm order has the same costs. Dropout
-kernels are not modelled as ops (their masks are counted in the activations).
+pre-norm order (GPT-2/3, Llama); BERT's post-norm order has the same costs. A model with
+``dropout > 0`` (BERT, GPT-2, minGPT) runs dropout kernels where those models have them:
+after the embedding, on the attention probabilities (inside the kernel with flash
+attention), after the attention output projection and after the MLP, each reading its
+input and writing its output and a 1-byte mask (backward: gradient and mask in, gradient
+out), and saves the masks for backward.
 
 Mixed precision with fp32 weights (``autocast``: torch.autocast, Keras ``mixed_float16``)
 is not pure 16-bit: ``k`` below is the element size of the tensors such a run keeps in
@@ -42,25 +46,37 @@ def block_activation_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
                            flash_attention: bool, k: int | None = None) -> int:
     """Bytes one block saves for backward: Korthikanti et al. 2022 (arXiv 2205.05198).
 
-    For 16-bit precision ``s b h (34 + 5 a s / h)`` for a GPT block: attention
-    ``11 s b h + 5 a s^2 b``, MLP ``19 s b h``, norms ``4 s b h`` (1-byte dropout masks
-    included). Generalised: K/V saved at ``kv_heads`` width, MLP ``3 s b h + 4 s b f``
-    (GELU) or ``3 s b h + 6 s b f`` (SwiGLU keeps gate and up). Flash attention drops
-    the ``5 a s^2 b`` score terms. Scaled by ``e / 2`` for other element sizes. Under
-    autocast (``k`` = 4 > ``e``) the norm inputs are fp32 and the scores keep an fp32
-    softmax output next to its 16-bit copy.
+    For 16-bit precision and dropout ``s b h (34 + 5 a s / h)`` for a GPT block: attention
+    ``11 s b h + 5 a s^2 b``, MLP ``19 s b h``, norms ``4 s b h``. Of these, the 1-byte
+    dropout masks (``s b h`` after attention and after the MLP, ``a s^2 b`` on the
+    probabilities) and the dropped-out probabilities (``2 a s^2 b``) exist only when the
+    model has dropout. Generalised: K/V saved at ``kv_heads`` width, MLP ``2 s b h + 4 s b f``
+    (GELU) or ``2 s b h + 6 s b f`` (SwiGLU keeps gate and up). Flash attention drops the
+    ``a s^2 b`` score terms. Tensors scale with ``e / 2`` for other element sizes, masks
+    stay 1 byte. Under autocast (``k`` = 4 > ``e``) the norm inputs are fp32, the softmax
+    output is fp32 and the ``AV`` matmul keeps its 16-bit copy.
     """
     k = e if k is None else k
     sb, h, f = seq_len * batch, model.hidden, model.ffn_hidden
     kvd = model.kv_heads * model.head_dim
-    attn = 7 * sb * h + 4 * sb * kvd
-    mlp = 3 * sb * h + (6 if model.mlp == "swiglu" else 4) * sb * f
-    total = (attn + mlp) * e // 2 + 2 * sb * h * k
+    drop = model.dropout > 0
+    attn = 6 * sb * h + 4 * sb * kvd
+    mlp = 2 * sb * h + (6 if model.mlp == "swiglu" else 4) * sb * f
+    total = (attn + mlp) * e // 2 + 2 * sb * h * k + (2 * sb * h if drop else 0)
     if not flash_attention:
-        # QK^T output, softmax output, dropout mask; autocast: fp32 probs + a 16-bit copy
-        per = 5 * e // 2 if k == e else 2 * e + 1 + k
+        # softmax output; with dropout its mask; the 16-bit probabilities AV reads, when
+        # they are another tensor (dropped out, or autocast's copy of fp32 probabilities)
+        per = k + (1 if drop else 0) + (e if drop or k != e else 0)
         total += model.heads * seq_len * sb * per
     return total
+
+
+def _dropout(name: str, elements: float, e: int) -> tuple[list[OpCost], list[OpCost]]:
+    """A dropout kernel (read x, write y and a 1-byte mask) and its backward (read dy and
+    the mask, write dx)."""
+    nbytes = float((2 * e + 1) * elements)
+    return ([OpCost(name, "elementwise", float(elements), nbytes)],
+            [OpCost(f"{name}.bwd", "elementwise", float(elements), nbytes)])
 
 
 def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int):
@@ -83,11 +99,12 @@ def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int):
     # per score element: read + write (backward: + the saved probs); under autocast plus
     # the cast up before and the cast down after (e + k each)
     sm_bytes = (2.0 * e, 3.0 * e) if k == e else (2.0 * e + 4.0 * k, 2.0 * e + 5.0 * k)
+    drop = _dropout("attn_dropout", scores, k) if model.dropout > 0 else ([], [])
     fwd = [OpCost("attn_scores", "matmul", mm, e * (t * h + t * kvd + scores)),
-           OpCost("softmax", "elementwise", sm, sm_bytes[0] * scores),
+           OpCost("softmax", "elementwise", sm, sm_bytes[0] * scores), *drop[0],
            OpCost("attn_av", "matmul", mm, e * (scores + t * kvd + t * h))]
     bwd = [OpCost("attn_av.grad_probs", "matmul", mm, e * (t * h + t * kvd + scores)),
-           OpCost("attn_av.grad_v", "matmul", mm, e * (scores + t * h + t * kvd)),
+           OpCost("attn_av.grad_v", "matmul", mm, e * (scores + t * h + t * kvd)), *drop[1],
            OpCost("softmax.bwd", "elementwise", sm_bwd, sm_bytes[1] * scores),
            OpCost("attn_scores.grad_q", "matmul", mm, e * (scores + t * kvd + t * h)),
            OpCost("attn_scores.grad_k", "matmul", mm, e * (scores + t * h + t * kvd))]
@@ -153,9 +170,12 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     wc = _weight_casts(block_params(model), e, k)
     attn_f, attn_b = _attention(model, b, s, e, flash, k)
     mlp_f, mlp_b = _mlp(model, t, e)
+    d1, d2 = ((_dropout("attn_out.dropout", t * h, e), _dropout("mlp_down.dropout", t * h, e))
+              if model.dropout > 0 else (([], []), ([], [])))
     fwd = [*wc[0], n1[0], *c1[0], matmul("qkv_proj", t, h, qkv_n, e), *attn_f,
-           matmul("attn_out", t, h, h, e), r1[0], n2[0], *c2[0], *mlp_f, r2[0]]
-    bwd = [r2[1], *mlp_b, *c2[1], n2[1], r1[1], *matmul_bwd("attn_out", t, h, h, e), *attn_b,
+           matmul("attn_out", t, h, h, e), *d1[0], r1[0], n2[0], *c2[0], *mlp_f, *d2[0], r2[0]]
+    bwd = [r2[1], *d2[1], *mlp_b, *c2[1], n2[1], r1[1], *d1[1],
+           *matmul_bwd("attn_out", t, h, h, e), *attn_b,
            *matmul_bwd("qkv_proj", t, h, qkv_n, e), *c1[1], n1[1], *wc[1]]
     return LayerCost("block", "transformer_block", block_params(model), tuple(fwd),
                      tuple(bwd), block_activation_bytes(model, b, s, e, flash, k), k * t * h)
@@ -189,6 +209,11 @@ def embed_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None) -
         fwd.append(n[0])
         bwd.insert(0, n[1])
         act += e * t * h
+    if model.dropout > 0:
+        drop = _dropout("embed_dropout", t * h, e)
+        fwd += drop[0]
+        bwd[:0] = drop[1]
+        act += t * h                          # the mask
     return LayerCost("embed", "embedding", embed_params(model), tuple(fwd), tuple(bwd),
                      act, e * t * h)
 
