@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from importer_fixtures import gloo_step, write
+from simulator.validation import known_misses as km
 from simulator.validation import traces as vt
 from test_cli import run_main
 from test_importers import A100
@@ -136,11 +137,15 @@ def test_step_time_gate(report):
     assert abs(s["step_error"]) <= vt.STEP_GATE
 
 
-@pytest.mark.xfail(strict=True, reason="recorded NCCL kernels on rank 0 include waiting for "
-                   "rank 1 (not in the trace): median |error| 32.5% on ProfilerStep#5 "
-                   "against a 15% goal; validation/traces/report.md")
 def test_nccl_kernel_duration_goal(report):
-    assert vt.summarize(report[0])["median_abs_error"] <= vt.COLLECTIVE_GOAL
+    """A strict xfail while validation/known_misses.yaml records it (one list)."""
+    error = vt.summarize(report[0])["median_abs_error"]
+    reason = km.load().get("traces/a100/nccl-kernels")
+    if reason is None:
+        assert error <= vt.COLLECTIVE_GOAL
+    else:
+        assert error > vt.COLLECTIVE_GOAL, "now within the goal: remove the known-miss record"
+        pytest.xfail(f"median |error| {error:.1%} > {vt.COLLECTIVE_GOAL:.0%}: {reason}")
 
 
 def test_committed_report_is_current(report):
