@@ -407,3 +407,38 @@ def test_shipped_conv_efficiencies_are_what_the_fit_produces():
     _, report = tc.calibrate(ROOT)
     shipped = tc.fitted_values(load_compute_calibration())
     assert report["fitted"] == pytest.approx(shipped, abs=10 ** -tc.DECIMALS)
+
+
+# ------------------------------------------------------------- how a source counts FLOPs
+def test_blog_tflops_are_counted_with_megatrons_recompute_formula(shipped_results):
+    from simulator.models import load_model
+    from simulator.models.costs import megatron_recompute_flops
+    cases = {c["scenario"] if isinstance(c.get("scenario"), str) else c["scenario"]["model"]: cid
+             for cid, c in _raw_cases().items() if c.get("flops") == "megatron-recompute"}
+    assert set(cases.values()) == {"gpt3_175b_fsdp_128gpu", "gpt_1t_fsdp_128gpu"}
+    row = shipped_results.loc["gpt3_175b_fsdp_128gpu"]
+    model = load_model("mingpt-175b")
+    # 96 B s l h^2 (1 + s/6h + V/16lh), B = 20 sequences per GPU per iteration, s = 512
+    b, s, n, h, v = 20, 512, 96, 12288, 50000
+    flops = 96 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
+    assert megatron_recompute_flops(model, b, s) == pytest.approx(flops)
+    assert row["simulated"] == pytest.approx(flops / row["iteration_time_s"] / 1e12)
+
+
+def test_megatron_recompute_is_four_thirds_of_six_n_t():
+    """Independent check: with recomputation every block runs forward twice, so the count is
+    about 4/3 of 6 N T (N the matmul parameters) when s << h."""
+    from simulator.models import load_model, lookup_params, params_total
+    from simulator.models.costs import megatron_recompute_flops
+    model = load_model("gpt3-175b")
+    n = params_total(model) - lookup_params(model)
+    b, s = 4, 256
+    assert megatron_recompute_flops(model, b, s) == pytest.approx(4 / 3 * 6 * n * b * s, rel=0.02)
+
+
+def test_flops_convention_only_for_tflops(root_copy):
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(
+        flops="megatron-recompute"))
+    _expect(root_copy, "cases.resnet50_1gpu_tf32.flops", "applies to metric tflops_per_gpu")
+    edit_cases_yaml(root_copy, lambda d: d["cases"]["resnet50_1gpu_tf32"].update(flops="hfu"))
+    _expect(root_copy, "cases.resnet50_1gpu_tf32.flops")

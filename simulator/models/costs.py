@@ -172,6 +172,18 @@ def lookup_params(model: ModelSpec) -> int:
     return (tables + tokens) * model.hidden
 
 
+def megatron_recompute_flops(model: ModelSpec, batch: int, seq_len: int) -> float:
+    """FLOPs of one iteration on ``batch`` sequences as Megatron-LM counts them *with*
+    activation recomputation: ``96 B s l h^2 (1 + s / (6 h) + V / (16 l h))`` (Narayanan et
+    al. 2021, arXiv 2104.04473, eq. 3: forward, recomputed forward and backward of every
+    block, plus the logit layer). Used by benchmarks that report TFLOP/s this way (the
+    PyTorch distributed team's ptd_benchmark ``trainer.py``, ``calc_flop``); it counts
+    about 4/3 of :func:`model_flops_per_sample`."""
+    _check_positive(batch=batch, seq_len=seq_len)
+    b, s, n, h, v = batch, seq_len, model.layers, model.hidden, model.vocab
+    return 96.0 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
+
+
 def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
     """Training FLOPs per sample for MFU (hardware-independent, no recompute).
 

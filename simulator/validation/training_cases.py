@@ -143,8 +143,11 @@ def measured_case(cid: str, c: CaseSpec, meas: pd.DataFrame, built: dict[str, Ca
         raise ConfigError(f"no measurement {c.measurement!r} in {meas_source}",
                           source=source, field=f"{where}.measurement")
     m = _measurement_dict(meas.loc[c.measurement])
+    if c.flops != "model" and c.metric != "tflops_per_gpu":
+        raise ConfigError(f"'flops' applies to metric tflops_per_gpu, not {c.metric}",
+                          source=source, field=f"{where}.flops")
     case = Case(cid, c.split, c.metric, c.measurement, float(c.measured),
-                " ".join(c.notes.split()), m, source=source)
+                " ".join(c.notes.split()), m, flops=c.flops, source=source)
     if c.scaling is None:
         if m["metric"] != c.metric:
             raise ConfigError(f"measurement {c.measurement} is {m['metric']}, not "

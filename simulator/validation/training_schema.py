@@ -58,6 +58,9 @@ class CaseSpec(BaseModel):
     set: list[str] = []
     scaling: ScalingSpec | None = None
     metric: Literal["samples_per_s", "tflops_per_gpu", "scaling_efficiency"]
+    # how the source counted the FLOPs of its TFLOP/s: model FLOPs (6 N s + 12 L h s^2 per
+    # sequence, the simulator's metric) or Megatron's formula with recomputation
+    flops: Literal["model", "megatron-recompute"] = "model"
     measurement: str
     measured: float
     split: Literal["calibration", "validation"]
@@ -79,6 +82,7 @@ class Case:
     measured: float
     notes: str
     measurement: dict = field(repr=False)
+    flops: str = "model"                 # tflops_per_gpu counting (CaseSpec.flops)
     scenario: Scenario | None = field(default=None, repr=False)
     scenario_ref: str = ""               # shipped name/path, or "inline"
     sets: tuple[str, ...] = ()

@@ -8,6 +8,8 @@ import time
 import numpy as np
 
 from simulator.compute import ComputeCalibration, ComputeModel
+from simulator.models import load_model
+from simulator.models.costs import megatron_recompute_flops
 from simulator.pipeline import run_setup
 from simulator.validation.training_schema import (SCALING_THRESHOLD, THROUGHPUT_THRESHOLD,
                                                   Case)
@@ -27,6 +29,15 @@ def _run(case: Case, calibration: ComputeCalibration | None, cache: dict | None)
     if cache is not None:
         cache[key] = out
     return out
+
+
+def _megatron_tflops(case: Case, m) -> float:
+    """TFLOP/s per GPU of the simulated iteration, counted as the source counted it:
+    Megatron's formula with recomputation over each GPU's sequences per iteration."""
+    t = case.scenario.training
+    flops = megatron_recompute_flops(load_model(case.scenario.model),
+                                     t.micro_batch * t.grad_accum, t.seq_len)
+    return flops / m.iteration_time_s / 1e12 if m.iteration_time_s > 0 else float("nan")
 
 
 def _rel_err(sim: float, meas: float) -> float:
@@ -59,7 +70,8 @@ def simulate_case(case: Case, calibration: ComputeCalibration | None = None,
         setup = case.of.setup
     else:
         m, wall = _run(case, calibration, cache)
-        sim = float(getattr(m, case.metric))
+        sim = _megatron_tflops(case, m) if case.flops == "megatron-recompute" else \
+            float(getattr(m, case.metric))
         err = _rel_err(sim, case.measured)
         kind, thr = "relative", THROUGHPUT_THRESHOLD
         setup = case.setup
