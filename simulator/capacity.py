@@ -27,6 +27,7 @@ from typing import Callable
 
 from .capacity_ladder import FAMILIES, Rung, build_ladder
 from .capacity_probe import GIB, Probe, Prober, StrategySpec, parse_strategy_specs
+from .choices import DEFAULT_STRATEGIES
 from .errors import ConfigError
 from .models import load_model
 from .pipeline import strategy_dict as strategy_dict_of
@@ -43,8 +44,6 @@ from .models import ModelSpec, parse_model
 from .models.transformer import block_params, embed_params, head_params
 from .pipeline import Setup, build_setup, make_trace, run_setup
 from .strategies import SHARDINGS, STRATEGIES, World
-
-DEFAULT_STRATEGIES = ("ddp", "fsdp:FULL_SHARD", "fsdp:SHARD_GRAD_OP", "fsdp:HYBRID_SHARD")
 
 # Folk claim checked by the command: 8 x A100-80GB, DDP ~7B, FSDP ~30B (FULL_SHARD).
 CLAIM = {"gpu": "A100", "gib": 80, "gpus": 8, "ddp": 7e9, "fsdp:FULL_SHARD": 30e9}

@@ -34,6 +34,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from .choices import FAMILIES
 from .errors import ConfigError
 from .models import ModelSpec, load_model, parse_model
 from .models.transformer import block_params, embed_params, head_params
@@ -42,11 +43,6 @@ STEP = 0.15                 # target parameter ratio between rungs (+15 %)
 FLOOR_PARAMS = 1.0e9        # extrapolate the ladder down to about this many parameters
 DEDUP = 0.03                # drop a rung within 3 % of the previous one
 HEAD_DIM = 128
-
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "llama": ("llama-2-7b", "llama-2-13b", "llama-2-34b", "llama-2-70b"),
-    "gpt": ("gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b"),
-}
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,10 @@ import sys
 import click
 
 from . import __version__
+from .choices import ALGOS, ALGOS_FOR_OP, ECMP_MODES, FIDELITIES, PROTOS
 from .cli_util import (OpType, SizeType, describe_sizes, format_ranks, parse_ranks,
                        render_rows, result_row, sweep_length, topology_summary)
-from .cluster import ECMP_MODES
-from .collectives.constants import PROTOS
-from .collectives.model import ALGOS, ALGOS_FOR_OP
 from .errors import ClusterSimError, ConfigError
-from .network.fabric import FABRICS
 from .units import UnitError, format_size
 
 PROG = "clustersim"
@@ -106,9 +103,9 @@ def _root_position(cluster, ranks: list[int], root: int | None) -> int:
               show_default=True, help="Algorithm; auto picks as NCCL's tuner does.")
 @click.option("--proto", type=click.Choice(("auto",) + PROTOS), default="auto",
               show_default=True, help="Protocol; auto picks as NCCL's tuner does.")
-@click.option("--fidelity", type=click.Choice(tuple(FABRICS)), default="flow",
+@click.option("--fidelity", type=click.Choice(tuple(FIDELITIES)), default="flow",
               show_default=True, help="Network model: " + "; ".join(
-                  f"{k}: {v[1]}" for k, v in FABRICS.items()) + ".")
+                  f"{k}: {v}" for k, v in FIDELITIES.items()) + ".")
 @click.option("--ecmp", type=click.Choice(ECMP_MODES), default="spread",
               show_default=True, help="Multipath: split evenly, or hash each flow to one path.")
 @click.option("--seed", type=int, default=0, show_default=True, help="ECMP hash seed.")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
-from .capacity import DEFAULT_STRATEGIES, FAMILIES, CapacityReport, Probe, capacity
-from .scenario import DEFAULT_SCENARIO, load_scenario, resolve_scenario
+from .choices import DEFAULT_SCENARIO, DEFAULT_STRATEGIES, FAMILIES
+
+if TYPE_CHECKING:           # the simulator loads only when the command runs
+    from .capacity import CapacityReport, Probe
 
 _SET_HELP = "Override a scenario key, e.g. --set training.seq_len=2048 (repeatable)."
 
@@ -87,6 +90,9 @@ def register(cli: click.Group) -> None:
         [default: quickstart]; the scenario's model is ignored. Also checks the folk claim
         "on 8x A100-80GB, DDP trains about 7B, FSDP about 30B" (docs/capacity.md).
         """
+        from .capacity import capacity
+        from .scenario import load_scenario, resolve_scenario
+
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
         rep = capacity(scn, family, strategies, source=str(path))

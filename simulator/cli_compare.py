@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from .compare import DEFAULT_ALIASES, compare, framework_of, migration_plan, parse_aliases
-from .compare_report import render_table, to_csv, to_json, write_outputs
-from .cost import Budget, parse_count, resolve_price
+from .choices import DEFAULT_SCENARIO
+from .compare_aliases import DEFAULT_ALIASES
 from .errors import ConfigError
-from .scenario import DEFAULT_SCENARIO, load_scenario, resolve_scenario
+
+if TYPE_CHECKING:           # the simulator loads only when the command runs
+    from .cost import Budget
 
 _SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=4 (repeatable)."
 
 
 def _budget(tokens: str | None, epochs: str | None, dataset_samples: str | None,
             iterations: str | None) -> Budget | None:
+    from .cost import Budget, parse_count
     given = [(k, v) for k, v in (("tokens", tokens), ("epochs", epochs),
                                  ("iterations", iterations)) if v is not None]
     if len(given) > 1:
@@ -82,6 +85,11 @@ def register(cli: click.Group) -> None:
         ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod. One that cannot run
         on this cluster is reported as n/a with the reason (docs/compare.md).
         """
+        from .compare import compare, framework_of, migration_plan, parse_aliases
+        from .compare_report import render_table, to_csv, to_json, write_outputs
+        from .cost import resolve_price
+        from .scenario import load_scenario, resolve_scenario
+
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
         aliases = parse_aliases(strategies)

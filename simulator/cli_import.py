@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
+from .choices import FIDELITIES
 from .cli_run import _rows
 from .errors import ConfigError
-from .network.fabric import FABRICS
 
 
 def _summary(trace) -> str:
@@ -65,7 +65,7 @@ def register(cli: click.Group) -> None:
                   help="Topology YAML file or shipped topology name.")
     @click.option("--nodes", type=click.IntRange(min=1), default=None, metavar="N",
                   help="Number of servers (multi-node topologies only).")
-    @click.option("--fidelity", type=click.Choice(tuple(FABRICS)), default="flow",
+    @click.option("--fidelity", type=click.Choice(tuple(FIDELITIES)), default="flow",
                   show_default=True, help="Network model.")
     @click.option("--nccl", "nccl_choice", type=click.Choice(["recorded", "auto"]),
                   default="recorded", show_default=True,

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import click
 
-from .scenario import load_scenario, resolve_scenario
-
 DEFAULT = "reliability-1024gpu"
 _SET_HELP = ("Override a scenario key, e.g. --set reliability.checkpoint.interval='10 min' "
              "(repeatable).")
@@ -46,6 +44,7 @@ def register(cli: click.Group) -> None:
         from .reliability.outputs import write_outputs
         from .reliability.report import as_dict, table
         from .reliability.study import run_study
+        from .scenario import load_scenario, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from .metrics import Metrics
-from .metrics.outputs import write_outputs
-from .pipeline import build_setup, run_setup
-from .scenario import DEFAULT_SCENARIO, load_scenario, resolve_scenario
-from .trace.io import write_trace
+from .choices import DEFAULT_SCENARIO
+
+if TYPE_CHECKING:           # the simulator loads only when a command runs
+    from .metrics import Metrics
 
 _SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=16 (repeatable)."
 
@@ -53,6 +53,10 @@ def register(cli: click.Group) -> None:
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/).
         """
+        from .metrics.outputs import write_outputs
+        from .pipeline import build_setup, run_setup
+        from .scenario import load_scenario, resolve_scenario
+
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
         setup = build_setup(scn, str(path))
@@ -85,6 +89,10 @@ def register(cli: click.Group) -> None:
     @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
     def trace_cmd(scenario, output, sets, overwrite):
         """Write the Trace that SCENARIO's strategy generates (docs/trace-format.md)."""
+        from .pipeline import build_setup
+        from .scenario import load_scenario, resolve_scenario
+        from .trace.io import write_trace
+
         path = resolve_scenario(scenario)
         setup = build_setup(load_scenario(path, list(sets)), str(path))
         write_trace(setup.trace, output, overwrite=overwrite)

@@ -11,14 +11,16 @@ import math
 import re
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import networkx as nx
-import pandas as pd
 
-from .collectives.model import OPS
+from .choices import OPS
 from .errors import ConfigError
 from .units import UnitError, format_size, parse_size
+
+if TYPE_CHECKING:           # pandas and networkx load only when a command needs them
+    import networkx as nx
 
 # ------------------------------------------------------------------ collectives by name
 # nccl-tests binaries and NCCL API names: all_reduce_perf, allreduce, AllReduce, sendrecv...
@@ -151,6 +153,7 @@ def render_rows(rows: list[dict], fmt: str, header: list[str]) -> str:
     if fmt == "json":
         return json.dumps(rows, indent=1)
     if fmt == "csv":
+        import pandas as pd
         return pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False).rstrip("\n")
     lines = [f"# {h}" if h else "#" for h in header]
     lines.append("#")

@@ -17,10 +17,10 @@ from functools import cached_property
 import networkx as nx
 import numpy as np
 
+from .choices import ECMP_MODES
 from .errors import TopologyError
 from .routing import SwitchRouter
 
-ECMP_MODES = ("spread", "hash")
 _MAX_ECMP_PATHS = 64
 
 

@@ -10,9 +10,12 @@ capacity's ``fsdp:SHARDING`` are accepted as other spellings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .capacity_probe import StrategySpec
 from .errors import ConfigError
+
+if TYPE_CHECKING:           # the CLI reads DEFAULT_ALIASES without loading the simulator
+    from .capacity_probe import StrategySpec
 
 
 # ---------------------------------------------------------------------------- aliases
@@ -28,6 +31,7 @@ class Alias:
 
     @property
     def spec(self) -> StrategySpec:
+        from .capacity_probe import StrategySpec
         return StrategySpec(self.key, self.strategy, self.sharding)
 
 

@@ -22,12 +22,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .choices import DEFAULT_SCENARIO
 from .errors import ConfigError
 from .reliability.config import ReliabilityCfg
 from .yamlio import read_yaml
 
 SCENARIO_DIR = "scenarios"
-DEFAULT_SCENARIO = "quickstart"
 
 
 def _one_of(value: str, choices) -> str:

@@ -216,6 +216,18 @@ def test_subprocess_entry_point(tmp_path):
     assert bad.stderr.startswith("clustersim: error: ") and "--max-bytes" in bad.stderr
 
 
+def test_cli_import_loads_no_heavy_library():
+    """``clustersim --help`` stays fast: importing the CLI (every command registered) loads
+    no pandas, matplotlib or networkx; the commands import them when they run."""
+    heavy = ("pandas", "matplotlib", "networkx")
+    probe = (f"import simulator.cli, sys; "
+             f"print(' '.join(m for m in sys.modules if m.split('.')[0] in {heavy!r}))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
+
+
 # ---------------------------------------------------------------------------- helpers
 @pytest.mark.parametrize("spec,n,expected", [
     ("0-7", 8, list(range(8))),

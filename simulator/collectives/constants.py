@@ -8,7 +8,8 @@ from importlib import resources
 
 import yaml
 
-PROTOS = ("LL", "LL128", "Simple")
+from ..choices import PROTOS
+
 _US = 1e-6
 _GBPS = 1e9
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..choices import ALGOS, ALGOS_FOR_OP, OPS  # noqa: F401 (ALGOS, OPS: importable here)
 from ..cluster import Cluster
 from ..errors import ConfigError
 from ..network.fabric import Flow, bottleneck_rate
@@ -21,18 +22,6 @@ from .constants import PROTOS, ModelConstants
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
-       "send_recv")
-ALGOS_FOR_OP = {
-    "all_reduce": ("ring", "tree"),
-    "all_gather": ("ring",),
-    "reduce_scatter": ("ring",),
-    "broadcast": ("ring",),
-    "reduce": ("ring",),
-    "all_to_all": ("direct",),
-    "send_recv": ("direct",),
-}
-ALGOS = ("ring", "tree", "direct")
 REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
 
 

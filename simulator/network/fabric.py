@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from ..choices import FIDELITIES
 from .maxmin import FlowIncidence, share_bandwidth
 
 
@@ -199,12 +200,9 @@ class FlowFabric(Fabric):
             lambda _e: self._update() if generation == self._generation else None)
 
 
+_FABRIC_CLASSES: dict[str, type[Fabric]] = {"analytical": AnalyticalFabric, "flow": FlowFabric}
 FABRICS: dict[str, tuple[type[Fabric], str]] = {
-    "analytical": (AnalyticalFabric,
-                   "closed-form alpha-beta, congestion-unaware; fastest, exact when alone"),
-    "flow": (FlowFabric,
-             "max-min fair sharing of every link among concurrent flows; use for contention"),
-}
+    name: (_FABRIC_CLASSES[name], text) for name, text in FIDELITIES.items()}
 
 
 def make_fabric(name: str, env: simpy.Environment, capacity_bytes_per_s: np.ndarray) -> Fabric:

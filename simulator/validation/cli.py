@@ -16,8 +16,8 @@ from pathlib import Path
 
 import click
 
+from simulator.choices import FIDELITIES
 from simulator.errors import ConfigError
-from simulator.network.fabric import FABRICS
 
 COLLECTIVES_LABEL = "shipped constants, simulator/data/calibration.yaml"
 TRAINING_LABEL = "shipped constants, simulator/data/compute.yaml"
@@ -37,8 +37,8 @@ def training_title(label: str = TRAINING_LABEL) -> str:
                    "[default: the repository's validation/collectives].")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Report folder [default: validation/collectives/report].")
-@click.option("--fidelity", type=click.Choice(sorted(FABRICS)), default="flow", show_default=True,
-              help="Fabric fidelity of the validation runs.")
+@click.option("--fidelity", type=click.Choice(sorted(FIDELITIES)), default="flow",
+              show_default=True, help="Fabric fidelity of the validation runs.")
 @click.option("--calibration", "calibration", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Use the constants of this calibration YAML instead of the "
                                  "shipped simulator/data/calibration.yaml.")
