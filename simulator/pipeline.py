@@ -65,8 +65,7 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
         else:
             layers, tokens, flops = _variable_lengths(model, t, autocasts(cfg))
     except ConfigError as exc:
-        raise (exc if exc.source else ConfigError(exc.reason, source=source,
-                                                  field=f"training.{exc.field}")) from None
+        raise _located(exc, source, "training") from None
     trace = build_trace(layers, cfg, world, model=model.name, tokens_per_sample=tokens,
                         model_flops_per_sample=flops)
     return apply_stragglers(trace, scn.simulation.stragglers)
@@ -94,6 +93,15 @@ def _variable_lengths(model: ModelSpec, t, autocast: bool):
     return layers, mean_length(counts), flops / total
 
 
+def _located(exc: ConfigError, source: str, prefix: str) -> ConfigError:
+    """``exc`` if it already names its file (a model or histogram YAML), else the same
+    reason placed in the scenario under ``prefix``."""
+    if exc.source:
+        return exc
+    field = f"{prefix}.{exc.field}" if exc.field else prefix
+    return ConfigError(exc.reason, source=source, field=field)
+
+
 def autocasts(cfg: CommonConfig) -> bool:
     """16-bit compute on fp32 weights: torch.autocast (DDP's default under fp16/bf16) or
     Keras' mixed policy, not FSDP's MixedPrecision (16-bit parameters)."""
@@ -119,8 +127,7 @@ def build_setup(scn: Scenario, source: str = "<scenario>", graph=None) -> Setup:
     try:
         model = load_model(scn.model)
     except ConfigError as exc:
-        raise (exc if exc.source else ConfigError(exc.reason, source=source,
-                                                  field=f"model{'.' + exc.field if exc.field else ''}")) from None
+        raise _located(exc, source, "model") from None
     G = graph if graph is not None else load_topology(
         resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
         links=scn.cluster.links or None)

@@ -71,12 +71,16 @@ def block_activation_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
     return total
 
 
+def _twin(name: str, flops: float, nbytes: float) -> tuple[list[OpCost], list[OpCost]]:
+    """An elementwise kernel and its backward, moving the same bytes."""
+    return ([OpCost(name, "elementwise", float(flops), float(nbytes))],
+            [OpCost(f"{name}.bwd", "elementwise", float(flops), float(nbytes))])
+
+
 def _dropout(name: str, elements: float, e: int) -> tuple[list[OpCost], list[OpCost]]:
     """A dropout kernel (read x, write y and a 1-byte mask) and its backward (read dy and
     the mask, write dx)."""
-    nbytes = float((2 * e + 1) * elements)
-    return ([OpCost(name, "elementwise", float(elements), nbytes)],
-            [OpCost(f"{name}.bwd", "elementwise", float(elements), nbytes)])
+    return _twin(name, elements, (2 * e + 1) * elements)
 
 
 def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int):
@@ -135,26 +139,15 @@ def _norm(model: ModelSpec, name: str, t: int, k: int) -> tuple[OpCost, OpCost]:
             OpCost(f"{name}.bwd", "norm", 2 * per * n, 3.0 * k * n + 2 * w))
 
 
-def _residual(name: str, t: int, h: int, e: int, k: int) -> tuple[OpCost, OpCost]:
+def _residual(name: str, t: int, h: int, e: int, k: int) -> tuple[list[OpCost], list[OpCost]]:
     """Branch output (``e``) + residual stream (``k``) -> residual stream (``k``)."""
-    add = OpCost(name, "elementwise", float(t * h), float((e + 2 * k) * t * h))
-    return add, OpCost(f"{name}.bwd", "elementwise", add.flops, add.bytes_accessed)
+    return _twin(name, t * h, (e + 2 * k) * t * h)
 
 
 def _casts(name: str, elements: float, e: int, k: int) -> tuple[list[OpCost], list[OpCost]]:
-    """Autocast's copy of an fp32 tensor for a 16-bit matmul, and its gradient cast back
-    (none without autocast)."""
-    if k == e:
-        return [], []
-    nbytes = float((k + e) * elements)
-    return [OpCost(name, "elementwise", 0.0, nbytes)], [OpCost(f"{name}.bwd", "elementwise",
-                                                               0.0, nbytes)]
-
-
-def _weight_casts(params: float, e: int, k: int) -> tuple[list[OpCost], list[OpCost]]:
-    """Autocast casts each fp32 weight to 16 bits once per forward and the 16-bit weight
-    gradient back to fp32 in backward."""
-    return _casts("weight_cast", params, e, k)
+    """Autocast's 16-bit copy of an fp32 tensor for a matmul, and its gradient cast back
+    (none without autocast). ``weight_cast``: every fp32 weight, once per forward."""
+    return ([], []) if k == e else _twin(name, 0.0, (k + e) * elements)
 
 
 def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
@@ -167,14 +160,14 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     n1, n2 = _norm(model, "norm1", t, k), _norm(model, "norm2", t, k)
     r1, r2 = _residual("residual1", t, h, e, k), _residual("residual2", t, h, e, k)
     c1, c2 = _casts("cast.norm1", t * h, e, k), _casts("cast.norm2", t * h, e, k)
-    wc = _weight_casts(block_params(model), e, k)
+    wc = _casts("weight_cast", block_params(model), e, k)
     attn_f, attn_b = _attention(model, b, s, e, flash, k)
     mlp_f, mlp_b = _mlp(model, t, e)
     d1, d2 = ((_dropout("attn_out.dropout", t * h, e), _dropout("mlp_down.dropout", t * h, e))
               if model.dropout > 0 else (([], []), ([], [])))
     fwd = [*wc[0], n1[0], *c1[0], matmul("qkv_proj", t, h, qkv_n, e), *attn_f,
-           matmul("attn_out", t, h, h, e), *d1[0], r1[0], n2[0], *c2[0], *mlp_f, *d2[0], r2[0]]
-    bwd = [r2[1], *d2[1], *mlp_b, *c2[1], n2[1], r1[1], *d1[1],
+           matmul("attn_out", t, h, h, e), *d1[0], *r1[0], n2[0], *c2[0], *mlp_f, *d2[0], *r2[0]]
+    bwd = [*r2[1], *d2[1], *mlp_b, *c2[1], n2[1], *r1[1], *d1[1],
            *matmul_bwd("attn_out", t, h, h, e), *attn_b,
            *matmul_bwd("qkv_proj", t, h, qkv_n, e), *c1[1], n1[1], *wc[1]]
     return LayerCost("block", "transformer_block", block_params(model), tuple(fwd),
@@ -236,7 +229,7 @@ def head_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None) ->
     loss = (OpCost("cross_entropy", "loss", LOSS_FLOPS * t * v, 2.0 * k * t * v + up),
             OpCost("cross_entropy.bwd", "loss", LOSS_BWD_FLOPS * t * v, 2.0 * k * t * v + up))
     cast = _casts("cast.head", t * h, e, k)
-    wc = _weight_casts(head_params(model), e, k)
+    wc = _casts("weight_cast", head_params(model), e, k)
     if model.family == "bert":
         gelu = pointwise("gelu", "elementwise", t * h, ACT_FLOPS["gelu"], 2, e)
         gelu_b = pointwise("gelu.bwd", "elementwise", t * h, ACT_FLOPS["gelu"], 3, e)
