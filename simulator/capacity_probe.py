@@ -33,7 +33,8 @@ class StrategySpec:
 
 # Keys of the scenario's strategy every strategy understands (the rest, such as FSDP's
 # prefetch options, are kept only when the scenario's strategy has the same name).
-_COMMON_KEYS = ("activation_checkpointing", "optimizer", "param_dtype", "reduce_dtype")
+_COMMON_KEYS = ("activation_checkpointing", "activation_offload", "optimizer", "param_dtype",
+                "reduce_dtype")
 _SHARDING_KEYS = ("sharding", "shard_group_size", "reshard_after_forward", "mesh")
 
 

@@ -110,3 +110,25 @@ def test_what_if_link_bandwidth_from_the_scenario(capsys):
     assert json.loads(slow)["comm_s"] > 4 * json.loads(fast)["comm_s"]
     code, _, err = run_main(capsys, "run", *base, "--set", "cluster.links={ib-hdr: {bw: 50}}")
     assert code == 2 and "cluster.links: links.ib-hdr.bw: bandwidth 50.0 needs a unit" in err
+
+
+def test_activation_offload_costs_two_host_copies_per_block(capsys):
+    """On one GPU (no communication) offloading adds exactly one copy out and one copy back
+    of each checkpointed block's input, at the host copy bandwidth, on the compute stream."""
+    from simulator.engine.replay import EngineConfig
+    from simulator.models import layer_costs, load_model
+    base = ["bert-large-ddp-8gpu", "--set", "cluster.gpus=1", "--set", "training.micro_batch=4",
+            "--set", "training.grad_accum=1", "--set", "strategy.activation_checkpointing=true",
+            "--format", "json"]
+    runs = {}
+    for off in ("false", "true"):
+        code, out, _ = run_main(capsys, "run", *base, "--set",
+                                f"strategy.activation_offload={off}")
+        assert code == 0
+        runs[off] = json.loads(out)
+    bert = load_model("bert-large")
+    block = layer_costs(bert, 4, 128, "fp16", False, autocast=True)[1]
+    copies = 2 * bert.layers * block.output_bytes / EngineConfig().host_bytes_per_s
+    extra = runs["true"]["iteration_time_s"] - runs["false"]["iteration_time_s"]
+    assert extra == pytest.approx(copies, rel=1e-6)
+    assert runs["true"]["peak_memory_gib"] < runs["false"]["peak_memory_gib"]

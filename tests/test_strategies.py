@@ -286,6 +286,39 @@ def test_activation_checkpointing_recomputes_and_saves_memory(build):
         assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)) == 0
 
 
+@pytest.mark.parametrize("build", [
+    lambda off: ddp(model(), DDPConfig(activation_checkpointing=True, activation_offload=off),
+                    World(4, 4)),
+    lambda off: fsdp_trace(activation_checkpointing=True, activation_offload=off),
+])
+def test_activation_offload_moves_checkpointed_inputs_to_host(build):
+    kept, off = build(False), build(True)
+    copies = [o for o in ops(off) if o.kind == "memcpy"]
+    d2h = [o for o in copies if o.attrs["direction"] == "d2h"]
+    h2d = [o for o in copies if o.attrs["direction"] == "h2d"]
+    # one copy out after each block's forward, one back before its recompute, on the
+    # compute stream (the copy blocks compute, as checkpoint_wrapper(offload_to_cpu) does)
+    assert [o.layer for o in d2h] == [f"block.{i}" for i in range(BLOCKS)]
+    assert sorted(o.layer for o in h2d) == sorted(o.layer for o in d2h)
+    assert all(o.stream == "compute" and o.size_bytes == 100 for o in copies)
+    assert not [o for o in ops(kept) if o.kind == "memcpy"]
+    for o in h2d:      # the recompute of that block comes right after its copy back
+        nxt = ops(off)[o.id + 1]
+        assert (nxt.layer, nxt.phase) == (o.layer, "recompute")
+
+    def after_forward(trace):
+        return held_after(trace, max(o.id for o in ops(trace) if o.phase == "forward"))
+    assert after_forward(kept) - after_forward(off) == BLOCKS * 100
+    assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(off)) == 0
+
+
+def test_activation_offload_needs_checkpointing():
+    with pytest.raises(ConfigError) as info:
+        parse_strategy({"name": "fsdp", "activation_offload": True})
+    assert info.value.field == "strategy.activation_offload"
+    assert "activation_checkpointing: true" in str(info.value)
+
+
 @pytest.mark.parametrize("kw", [
     {}, {"sharding": "SHARD_GRAD_OP"}, {"sharding": "NO_SHARD"}, {"sharding": "HYBRID_SHARD"},
     {"cpu_offload": True}, {"cpu_offload": True, "sharding": "NO_SHARD"},

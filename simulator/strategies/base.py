@@ -79,6 +79,7 @@ class CommonConfig(BaseModel):
     micro_batch: int = Field(1, gt=0)        # samples per GPU per micro-step
     grad_accum: int = Field(1, ge=1)         # micro-steps per optimizer step
     activation_checkpointing: bool = False   # recompute each *block* layer in backward
+    activation_offload: bool = False         # checkpointed block inputs kept in host memory
     optimizer: Literal["adam", "sgd"] = "adam"   # sgd = with momentum
     param_dtype: Dtype | None = None         # weights used in compute (see each strategy)
     reduce_dtype: Dtype | None = None        # gradient communication; None: param_dtype
@@ -91,7 +92,11 @@ class CommonConfig(BaseModel):
 
     @model_validator(mode="after")
     def _cross_checks(self):
-        self._check()      # a ConfigError is not a ValueError: pydantic lets it through
+        # a ConfigError is not a ValueError: pydantic lets it through
+        if self.activation_offload and not self.activation_checkpointing:
+            raise ConfigError("offloads the inputs activation checkpointing keeps; set "
+                              "activation_checkpointing: true", field="strategy.activation_offload")
+        self._check()
         return self
 
     def _check(self) -> None:
@@ -192,13 +197,27 @@ def spread(ol: OpList, ids: list[int], nbytes: int, how: str) -> None:
             act(i, b)
 
 
+def _offload_copy(ol: OpList, layer, phase: str, micro: int, direction: str, deps=()) -> int:
+    """A checkpointed block's saved input copied to (``d2h``) or from (``h2d``) host memory
+    on the compute stream, as ``checkpoint_wrapper(offload_to_cpu=True)`` (fairscale) and
+    ``torch.autograd.graph.save_on_cpu`` copy it."""
+    return ol.add(stream="compute", kind="memcpy", name=f"{direction}.{layer.name}",
+                  layer=layer.name, phase=phase, size_bytes=int(layer.output_bytes),
+                  deps=tuple(deps), attrs={"direction": direction, "micro_step": micro,
+                                           "activation_offload": True})
+
+
 def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=()) -> tuple[int, int]:
     """Forward ops of a layer. Its saved activations appear op by op (:func:`spread`); a
-    checkpointed layer keeps only its output after the last op."""
+    checkpointed layer keeps only its output after the last op, and with
+    ``activation_offload`` not even that: it goes to host memory."""
     ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps)
     spread(ol, ids, layer.activation_bytes, "alloc")
     if is_checkpointed(layer, cfg):
         ol.free(ids[-1], max(0, layer.activation_bytes - layer.output_bytes))
+        if cfg.activation_offload:
+            ids.append(_offload_copy(ol, layer, "forward", micro, "d2h"))
+            ol.free(ids[-1], min(layer.output_bytes, layer.activation_bytes))
     return ids[0], ids[-1]
 
 
@@ -211,8 +230,12 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
     held = layer.activation_bytes
     first = None
     if is_checkpointed(layer, cfg):
+        if cfg.activation_offload:
+            first = _offload_copy(ol, layer, "backward", micro, "h2d", deps)
+            ol.alloc(first, min(layer.output_bytes, layer.activation_bytes))
+            deps = ()
         rids = _emit_costs(ol, layer, layer.forward, "recompute", micro, deps)
-        first = rids[0]
+        first = rids[0] if first is None else first
         spread(ol, rids, layer.activation_bytes, "alloc")
         held = min(layer.output_bytes, layer.activation_bytes) + layer.activation_bytes
         deps = ()
