@@ -462,3 +462,68 @@ def test_spread_is_proportional_and_never_under_counts(how, flops):
 def test_autocast_is_16_bit_compute_on_fp32_weights(data, expected):
     from simulator.pipeline import autocasts
     assert autocasts(parse_strategy(data)) is expected
+
+
+# ------------------------------------------------------------- per-kernel FSDP units
+def _bert_layers(blocks=2):
+    from simulator.models import layer_costs, load_model
+    layers = layer_costs(load_model("bert-large"), 2, 128, "bf16", False)
+    return layers[:1 + blocks] + layers[-1:]
+
+
+@pytest.mark.parametrize("kw, gathers", [
+    ({}, 2),                                            # forward, backward
+    ({"activation_checkpointing": True}, 3),            # + the recompute, inside the checkpoint
+    ({"sharding": "SHARD_GRAD_OP", "activation_checkpointing": True}, 1),   # kept gathered
+])
+def test_submodule_units_gather_per_kernel(kw, gathers):
+    layers = _bert_layers()
+    trace = fsdp(layers, FSDPConfig(wrap="submodule", backward_prefetch=None, **kw), World(8, 8))
+    trace.validate()
+    names = {"norm1", "qkv_proj", "attn_out", "norm2", "mlp_up", "mlp_down"}
+    units = [u for u in trace.meta["units"] if u != "root"]
+    assert units == [f"block.{i}.{n}" for i in range(2) for n in
+                     ("norm1", "qkv_proj", "attn_out", "norm2", "mlp_up", "mlp_down")]
+    assert set(u.split(".")[-1] for u in units) == names
+    for u in units:
+        ag = [o for o in colls(trace, "all_gather") if o.layer == u]
+        rs = [o for o in colls(trace, "reduce_scatter") if o.layer == u]
+        assert len(ag) == gathers and len(rs) == 1
+    # each unit's gather carries exactly its kernel's weight; together the block's params
+    block = layers[1]
+    sizes = {o.layer: o.size_bytes for o in colls(trace, "all_gather") if o.layer.startswith("block.0.")}
+    assert sum(sizes.values()) == 2 * block.params          # bf16, 8 ranks divide every size
+    assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)) == 0
+    # a kernel with a weight waits for its unit's latest gather
+    qkv = [o for o in ops(trace) if o.name == "qkv_proj" and o.layer == "block.1"][0]
+    gather = max(o.id for o in colls(trace, "all_gather") if o.layer == "block.1.qkv_proj"
+                 and o.id < qkv.id)
+    assert gather in qkv.deps
+
+
+def test_submodule_units_hold_one_kernel_weight_at_a_time():
+    layers = _bert_layers()
+    block = fsdp(layers, FSDPConfig(backward_prefetch=None), World(8, 8))
+    sub = fsdp(layers, FSDPConfig(wrap="submodule", backward_prefetch=None), World(8, 8))
+
+    assert len(colls(sub, "all_gather")) > len(colls(block, "all_gather"))
+    # the largest gather is one MLP Linear (bf16 weight + bias), not the whole block
+    mlp = 1024 * 4096 + 4096
+    assert max(o.mem_alloc_bytes for o in colls(sub, "all_gather") if o.layer != "root") == \
+        2 * mlp
+    assert max(o.mem_alloc_bytes for o in colls(block, "all_gather") if o.layer != "root") == \
+        2 * layers[1].params
+    # reshard right after the kernel: the gathered weight is freed by that kernel
+    for ag in colls(sub, "all_gather"):
+        if ag.layer.endswith("mlp_up") and ag.phase == "forward":
+            user = next(o for o in ops(sub) if ag.id in o.deps and o.kind == "compute")
+            assert user.name == "mlp_up" and user.mem_free_bytes >= ag.mem_alloc_bytes
+
+
+def test_submodule_refuses_prefetch_and_unsplittable_layers():
+    with pytest.raises(ConfigError) as info:
+        FSDPConfig(wrap="submodule")                    # BACKWARD_PRE by default
+    assert info.value.field == "strategy.wrap"
+    with pytest.raises(ConfigError) as info:
+        fsdp(model(), FSDPConfig(wrap="submodule", backward_prefetch=None), World(8, 4))
+    assert "do not name their weights" in str(info.value)

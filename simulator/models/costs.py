@@ -48,6 +48,8 @@ class OpCost:
     op_class: str    # matmul, attention, elementwise, norm, conv, embedding or loss
     flops: float
     bytes_accessed: float
+    weight: str = ""  # the parameter tensor the kernel uses (forward and backward), if any
+    params: int = 0   # its size, on the forward op only (sum over a layer = layer params)
 
 
 @dataclass(frozen=True)
@@ -72,17 +74,23 @@ class LayerCost:
 
 
 # ------------------------------------------------------------------ op builders
-def matmul(name: str, m: float, k: float, n: float, e: int, op_class: str = "matmul") -> OpCost:
-    """Forward ``(m, k) x (k, n)``: ``2 m k n`` FLOPs, inputs + weight + output bytes."""
-    return OpCost(name, op_class, 2.0 * m * k * n, float(e * (m * k + k * n + m * n)))
+def matmul(name: str, m: float, k: float, n: float, e: int, op_class: str = "matmul",
+           params: int = 0) -> OpCost:
+    """Forward ``(m, k) x (k, n)``: ``2 m k n`` FLOPs, inputs + weight + output bytes.
+    ``params``: the weight's parameters (``k n`` plus a bias) when it is one (its name is
+    ``name``), 0 for a product of activations."""
+    return OpCost(name, op_class, 2.0 * m * k * n, float(e * (m * k + k * n + m * n)),
+                  weight=name if params else "", params=int(params))
 
 
 def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = True,
-               op_class: str = "matmul") -> list[OpCost]:
+               op_class: str = "matmul", weight: bool = False) -> list[OpCost]:
     """Backward of :func:`matmul`: input gradient (unless ``dgrad`` is False) and weight
-    gradient, each ``2 m k n`` FLOPs and ``e (m n + k n + m k)`` bytes."""
+    gradient, each ``2 m k n`` FLOPs and ``e (m n + k n + m k)`` bytes; with ``weight``
+    both name the weight ``name`` they use."""
     grads = (("dgrad", "wgrad") if dgrad else ("wgrad",))
-    return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)))
+    return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)),
+                   weight=name if weight else "")
             for g in grads]
 
 

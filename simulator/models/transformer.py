@@ -120,23 +120,25 @@ def _mlp(model: ModelSpec, t: int, e: int):
     h, f = model.hidden, model.ffn_hidden
     up, width = ("mlp_gate_up", 2 * f) if model.mlp == "swiglu" else ("mlp_up", f)
     act_in = 3 if model.mlp == "swiglu" else 2     # tensors touched forward
-    fwd = [matmul(up, t, h, width, e),
+    bias = model.bias
+    fwd = [matmul(up, t, h, width, e, params=h * width + (width if bias else 0)),
            pointwise(model.mlp, "elementwise", t * f, ACT_FLOPS[model.mlp], act_in, e),
-           matmul("mlp_down", t, f, h, e)]
-    bwd = [*matmul_bwd("mlp_down", t, f, h, e),
+           matmul("mlp_down", t, f, h, e, params=f * h + (h if bias else 0))]
+    bwd = [*matmul_bwd("mlp_down", t, f, h, e, weight=True),
            pointwise(f"{model.mlp}.bwd", "elementwise", t * f, ACT_FLOPS[model.mlp],
                      2 * act_in - 1, e),
-           *matmul_bwd(up, t, h, width, e)]
+           *matmul_bwd(up, t, h, width, e, weight=True)]
     return fwd, bwd
 
 
 def _norm(model: ModelSpec, name: str, t: int, k: int) -> tuple[OpCost, OpCost]:
     """Forward (read x, write y) and backward (read x, dy; write dx and weight grads), at
     ``k`` bytes per element (fp32 under autocast)."""
-    per, w = NORM_FLOPS[model.norm], k * norm_params(model)
+    p = norm_params(model)
+    per, w = NORM_FLOPS[model.norm], k * p
     n = t * model.hidden
-    return (OpCost(name, "norm", per * n, 2.0 * k * n + w),
-            OpCost(f"{name}.bwd", "norm", 2 * per * n, 3.0 * k * n + 2 * w))
+    return (OpCost(name, "norm", per * n, 2.0 * k * n + w, weight=name, params=p),
+            OpCost(f"{name}.bwd", "norm", 2 * per * n, 3.0 * k * n + 2 * w, weight=name))
 
 
 def _residual(name: str, t: int, h: int, e: int, k: int) -> tuple[list[OpCost], list[OpCost]]:
@@ -165,11 +167,14 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     mlp_f, mlp_b = _mlp(model, t, e)
     d1, d2 = ((_dropout("attn_out.dropout", t * h, e), _dropout("mlp_down.dropout", t * h, e))
               if model.dropout > 0 else (([], []), ([], [])))
-    fwd = [*wc[0], n1[0], *c1[0], matmul("qkv_proj", t, h, qkv_n, e), *attn_f,
-           matmul("attn_out", t, h, h, e), *d1[0], *r1[0], n2[0], *c2[0], *mlp_f, *d2[0], *r2[0]]
+    bias = model.bias
+    qkv = matmul("qkv_proj", t, h, qkv_n, e, params=h * qkv_n + (qkv_n if bias else 0))
+    out = matmul("attn_out", t, h, h, e, params=h * h + (h if bias else 0))
+    fwd = [*wc[0], n1[0], *c1[0], qkv, *attn_f, out, *d1[0], *r1[0], n2[0], *c2[0], *mlp_f,
+           *d2[0], *r2[0]]
     bwd = [*r2[1], *d2[1], *mlp_b, *c2[1], n2[1], *r1[1], *d1[1],
-           *matmul_bwd("attn_out", t, h, h, e), *attn_b,
-           *matmul_bwd("qkv_proj", t, h, qkv_n, e), *c1[1], n1[1], *wc[1]]
+           *matmul_bwd("attn_out", t, h, h, e, weight=True), *attn_b,
+           *matmul_bwd("qkv_proj", t, h, qkv_n, e, weight=True), *c1[1], n1[1], *wc[1]]
     return LayerCost("block", "transformer_block", block_params(model), tuple(fwd),
                      tuple(bwd), block_activation_bytes(model, b, s, e, flash, k), k * t * h)
 

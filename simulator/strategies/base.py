@@ -159,14 +159,31 @@ def is_checkpointed(layer: "LayerCost", cfg: CommonConfig) -> bool:
     return cfg.activation_checkpointing and layer.kind.endswith("block")
 
 
-def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=()) -> list[int]:
+class OpHooks:
+    """Called around each kernel a layer emits (FSDP units smaller than a layer gather
+    before the kernel that uses their weight and reshard or reduce after it)."""
+
+    def before(self, cost, phase: str) -> tuple:
+        """Ops the kernel ``cost`` must wait for (issued now, before it)."""
+        return ()
+
+    def after(self, cost, phase: str, op_id: int) -> None:
+        """The kernel was issued as ``op_id``."""
+
+
+def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
+                hooks: OpHooks | None = None) -> list[int]:
     """One compute op per OpCost; ``deps`` on the first. Returns the op ids in order."""
     ids = []
     for i, c in enumerate(costs or ()):
+        extra = hooks.before(c, phase) if hooks else ()
         ids.append(ol.add(stream="compute", kind="compute", name=c.name, layer=layer.name,
                           phase=phase, flops=float(c.flops),
                           bytes_accessed=float(c.bytes_accessed), op_class=c.op_class,
-                          deps=tuple(deps) if i == 0 else (), attrs={"micro_step": micro}))
+                          deps=(tuple(deps) if i == 0 else ()) + tuple(extra),
+                          attrs={"micro_step": micro}))
+        if hooks:
+            hooks.after(c, phase, ids[-1])
     if not ids:      # a layer without kernels still marks its place
         ids.append(ol.add(stream="compute", kind="compute", name=f"{layer.name}.{phase}",
                           layer=layer.name, phase=phase, op_class="elementwise",
@@ -207,11 +224,12 @@ def _offload_copy(ol: OpList, layer, phase: str, micro: int, direction: str, dep
                                            "activation_offload": True})
 
 
-def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=()) -> tuple[int, int]:
+def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
+                 hooks: OpHooks | None = None) -> tuple[int, int]:
     """Forward ops of a layer. Its saved activations appear op by op (:func:`spread`); a
     checkpointed layer keeps only its output after the last op, and with
     ``activation_offload`` not even that: it goes to host memory."""
-    ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps)
+    ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps, hooks)
     spread(ol, ids, layer.activation_bytes, "alloc")
     if is_checkpointed(layer, cfg):
         ol.free(ids[-1], max(0, layer.activation_bytes - layer.output_bytes))
@@ -222,7 +240,7 @@ def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=()) -> t
 
 
 def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
-                  grad_bytes: int = 0) -> tuple[int, int, int]:
+                  grad_bytes: int = 0, hooks: OpHooks | None = None) -> tuple[int, int, int]:
     """(Recompute +) backward ops of a layer. Recomputed activations appear op by op, the
     saved ones die op by op as backward consumes them, and ``grad_bytes`` of (unsharded)
     gradients appear op by op as autograd produces them (:func:`spread`).
@@ -234,12 +252,12 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
             first = _offload_copy(ol, layer, "backward", micro, "h2d", deps)
             ol.alloc(first, min(layer.output_bytes, layer.activation_bytes))
             deps = ()
-        rids = _emit_costs(ol, layer, layer.forward, "recompute", micro, deps)
+        rids = _emit_costs(ol, layer, layer.forward, "recompute", micro, deps, hooks)
         first = rids[0] if first is None else first
         spread(ol, rids, layer.activation_bytes, "alloc")
         held = min(layer.output_bytes, layer.activation_bytes) + layer.activation_bytes
         deps = ()
-    ids = _emit_costs(ol, layer, layer.backward, "backward", micro, deps)
+    ids = _emit_costs(ol, layer, layer.backward, "backward", micro, deps, hooks)
     spread(ol, ids, grad_bytes, "alloc")
     spread(ol, ids, held, "free")
     return (ids[0] if first is None else first), ids[0], ids[-1]

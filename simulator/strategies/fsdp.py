@@ -1,8 +1,9 @@
 """PyTorch FSDP (FSDP1 ``FullyShardedDataParallel`` / FSDP2 ``fully_shard``) as a Trace.
 
-Units: ``wrap: transformer_block`` makes each ``transformer_block`` layer a unit (``block``:
-every ``*_block`` layer; ``none``: one unit); every other layer (embeddings, final norm,
-head) is in the root unit. Like FSDP1 (``_post_forward_reshard``: ``not state._is_root``)
+Units (:mod:`.fsdp_units`): ``wrap: transformer_block`` makes each ``transformer_block``
+layer a unit (``block``: every ``*_block`` layer; ``none``: one unit; ``submodule``: every
+LayerNorm and Linear of a block, :mod:`.fsdp_submodule`); every other layer (embeddings,
+final norm, head) is in the root unit. Like FSDP1 (``_post_forward_reshard``: ``not state._is_root``)
 and FSDP2 (root uses ``reshard_after_forward=False``) the root is not resharded after
 forward: 1 all-gather + 1 reduce-scatter per micro-step, against 2 + 1 for other units.
 
@@ -35,7 +36,6 @@ by op (``base.spread``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 from simulator.trace import Communicator, RankClass, Trace
@@ -43,50 +43,18 @@ from simulator.trace import Communicator, RankClass, Trace
 from .base import (CLASS_ID, OPT_MOMENT_BYTES, OpList, World, build_meta, ceil_div,
                    check_layers, emit_backward, emit_forward, emit_optimizer)
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
+from .fsdp_submodule import backward_layers, forward_layers
+from .fsdp_units import SUB, Unit, build_units, segments
 
 FP32 = 4
-
-
-@dataclass(frozen=True)
-class Unit:
-    index: int
-    name: str
-    params: int
-    root: bool
-
-
-def build_units(layers, wrap: str) -> tuple[list[Unit], list[int]]:
-    """Units (root first) and the unit index of each layer."""
-    def wrapped(layer) -> bool:
-        return (wrap == "transformer_block" and layer.kind == "transformer_block") or (
-            wrap == "block" and layer.kind.endswith("block"))
-    unit_of = [0] * len(layers)
-    units = [None]
-    for i, layer in enumerate(layers):
-        if wrapped(layer):
-            unit_of[i] = len(units)
-            units.append(Unit(len(units), layer.name, int(layer.params), False))
-    root = sum(int(layers[i].params) for i in range(len(layers)) if unit_of[i] == 0)
-    units[0] = Unit(0, "root", root, True)
-    return units, unit_of
-
-
-def segments(unit_of: list[int]) -> list[tuple[int, list[int]]]:
-    """Maximal runs of consecutive layers of one unit, in forward order."""
-    segs: list[tuple[int, list[int]]] = []
-    for i, u in enumerate(unit_of):
-        if segs and segs[-1][0] == u:
-            segs[-1][1].append(i)
-        else:
-            segs.append((u, [i]))
-    return segs
 
 
 class _Schedule:
     """Emits one class's ops; keeps what is gathered, the free queue, NCCL issue order."""
 
-    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units, unit_of):
+    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units, unit_of, sub=None):
         self.layers, self.cfg, self.plan, self.units = layers, cfg, plan, units
+        self.sub = sub or {}                        # (layer, weight) -> per-kernel unit
         self.segs, self.unit_of = segments(unit_of), unit_of
         self.ol = OpList()
         self.wb, self.rb = cfg.weight_bytes(), cfg.grad_reduce_bytes()
@@ -118,12 +86,18 @@ class _Schedule:
         """Per unit, its padded gradient bytes not covered by the per-layer shares."""
         shared: dict[int, int] = {}
         for k, layer in enumerate(self.layers):
+            if self.unit_of[k] == SUB:
+                continue
             u = self.units[self.unit_of[k]]
             if u.params:
                 shared[u.index] = shared.get(u.index, 0) + \
                     self.padded(u) * self.wb * int(layer.params) // u.params
         return {u.index: self.padded(u) * self.wb - shared.get(u.index, 0)
                 for u in self.units if u.params}
+
+    def unit_at(self, si: int, segs) -> Unit | None:
+        """The unit of segment ``si`` (None past the end or for per-kernel units)."""
+        return self.units[segs[si][0]] if si < len(segs) and segs[si][0] != SUB else None
 
     def needs_gather(self, u: Unit | None) -> bool:
         resident = self.plan.shard == 1 and not self.cfg.cpu_offload
@@ -206,10 +180,13 @@ class _Schedule:
     def forward(self, micro: int) -> None:
         last_seg = {u: i for i, (u, _) in enumerate(self.segs)}
         for si, (ui, lids) in enumerate(self.segs):
+            if ui == SUB:
+                forward_layers(self, lids, micro)
+                continue
             unit = self.units[ui]
             if self.needs_gather(unit):
                 self.unshard(unit, micro, "forward")
-            nxt = self.units[self.segs[si + 1][0]] if si + 1 < len(self.segs) else None
+            nxt = self.unit_at(si + 1, self.segs)
             if self.cfg.forward_prefetch and self.needs_gather(nxt):
                 self.unshard(nxt, micro, "forward")
             for j, li in enumerate(lids):
@@ -226,8 +203,11 @@ class _Schedule:
             last_seg[u] = i
         grads_dynamic = self.plan.shard > 1 or self.cfg.cpu_offload
         for si, (ui, lids) in enumerate(segs):
+            if ui == SUB:
+                backward_layers(self, lids, micro)
+                continue
             unit = self.units[ui]
-            nxt = self.units[segs[si + 1][0]] if si + 1 < len(segs) else None
+            nxt = self.unit_at(si + 1, segs)
             if self.needs_gather(unit):
                 self.unshard(unit, micro, "backward")
             first = si == first_seg[ui]
@@ -274,8 +254,8 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
     gradients would cost a full gradient replica)."""
     check_layers(layers)
     plan = resolve_plan(cfg, world)
-    units, unit_of = build_units(layers, cfg.wrap)
-    sched = _Schedule(layers, cfg, plan, units, unit_of)
+    units, unit_of, sub = build_units(layers, cfg.wrap)
+    sched = _Schedule(layers, cfg, plan, units, unit_of, sub)
     for micro in range(cfg.grad_accum):
         sched.forward(micro)
         sched.backward(micro)

@@ -46,7 +46,9 @@ class FSDPConfig(CommonConfig):
     shard_group_size: int | None = Field(None, ge=1)  # hybrid only; unset: gpus_per_node
     reshard_after_forward: bool | int | None = None   # FSDP2; unset: true
     mesh: list[int] | None = None                     # FSDP2 [replicate, shard]; unset: [1, N]
-    wrap: Literal["transformer_block", "block", "none"] = "transformer_block"
+    # transformer_block / block: a unit per block; submodule: a unit per LayerNorm and Linear
+    # of each block, nested inside the block's activation checkpoint (fsdp_submodule.py)
+    wrap: Literal["transformer_block", "block", "submodule", "none"] = "transformer_block"
     backward_prefetch: Literal["BACKWARD_PRE", "BACKWARD_POST"] | None = "BACKWARD_PRE"
     forward_prefetch: bool = False
     limit_all_gathers: bool = True               # rate limiter: 2 units unsharded ahead
@@ -80,6 +82,10 @@ class FSDPConfig(CommonConfig):
         if not isinstance(raf, bool) and isinstance(raf, int) and raf < 1:
             raise ConfigError(f"must be true, false or a group size >= 1, got {raf}",
                               field="strategy.reshard_after_forward")
+        if self.wrap == "submodule" and (self.backward_prefetch or self.forward_prefetch):
+            raise ConfigError("backward_prefetch and forward_prefetch are not modelled for "
+                              "per-submodule units; set backward_prefetch: null and "
+                              "forward_prefetch: false", field="strategy.wrap")
         if self.mesh is not None and (len(self.mesh) not in (1, 2) or min(self.mesh) < 1):
             raise ConfigError(f"must be [shard] or [replicate, shard] of positive sizes, got "
                               f"{self.mesh}", field="strategy.mesh")

@@ -1,0 +1,59 @@
+"""FSDP units: which layers (or, with ``wrap: submodule``, which kernels' weights) are
+gathered, resharded and reduced together (see :mod:`simulator.strategies.fsdp`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    name: str
+    params: int
+    root: bool
+
+
+SUB = -1      # unit_of for a layer whose units are its parametrized kernels (wrap: submodule)
+
+
+def build_units(layers, wrap: str) -> tuple[list[Unit], list[int], dict[tuple[int, str], Unit]]:
+    """Units (root first), the unit index of each layer (:data:`SUB` for a layer split into
+    per-kernel units) and those units by (layer index, weight name)."""
+    def wrapped(layer) -> bool:
+        return (wrap in ("transformer_block", "submodule")
+                and layer.kind == "transformer_block") or (
+            wrap == "block" and layer.kind.endswith("block"))
+    unit_of = [0] * len(layers)
+    units = [None]
+    sub: dict[tuple[int, str], Unit] = {}
+    for i, layer in enumerate(layers):
+        if wrapped(layer) and wrap == "submodule":
+            unit_of[i] = SUB
+            if sum(getattr(op, "params", 0) for op in layer.forward) != int(layer.params):
+                raise ConfigError(f"{layer.name}: its kernels do not name their weights, so it "
+                                  f"cannot be split into per-kernel units", field="strategy.wrap")
+            for op in layer.forward:
+                if op.params:
+                    sub[(i, op.weight)] = Unit(len(units), f"{layer.name}.{op.weight}",
+                                               int(op.params), False)
+                    units.append(sub[(i, op.weight)])
+        elif wrapped(layer):
+            unit_of[i] = len(units)
+            units.append(Unit(len(units), layer.name, int(layer.params), False))
+    root = sum(int(layers[i].params) for i in range(len(layers)) if unit_of[i] == 0)
+    units[0] = Unit(0, "root", root, True)
+    return units, unit_of, sub
+
+
+def segments(unit_of: list[int]) -> list[tuple[int, list[int]]]:
+    """Maximal runs of consecutive layers of one unit, in forward order."""
+    segs: list[tuple[int, list[int]]] = []
+    for i, u in enumerate(unit_of):
+        if segs and segs[-1][0] == u:
+            segs[-1][1].append(i)
+        else:
+            segs.append((u, [i]))
+    return segs
