@@ -491,7 +491,8 @@ def test_submodule_units_gather_per_kernel(kw, gathers):
         assert len(ag) == gathers and len(rs) == 1
     # each unit's gather carries exactly its kernel's weight; together the block's params
     block = layers[1]
-    sizes = {o.layer: o.size_bytes for o in colls(trace, "all_gather") if o.layer.startswith("block.0.")}
+    sizes = {o.layer: o.size_bytes for o in colls(trace, "all_gather")
+             if o.layer.startswith("block.0.")}
     assert sum(sizes.values()) == 2 * block.params          # bf16, 8 ranks divide every size
     assert sum(o.mem_alloc_bytes - o.mem_free_bytes for o in ops(trace)) == 0
     # a kernel with a weight waits for its unit's latest gather

@@ -3,8 +3,8 @@
 Units (:mod:`.fsdp_units`): ``wrap: transformer_block`` makes each ``transformer_block``
 layer a unit (``block``: every ``*_block`` layer; ``none``: one unit; ``submodule``: every
 LayerNorm and Linear of a block, :mod:`.fsdp_submodule`); every other layer (embeddings,
-final norm, head) is in the root unit. Like FSDP1 (``_post_forward_reshard``: ``not state._is_root``)
-and FSDP2 (root uses ``reshard_after_forward=False``) the root is not resharded after
+final norm, head) is in the root unit. Like FSDP1 (``_post_forward_reshard``:
+``not state._is_root``) and FSDP2 (root uses ``reshard_after_forward=False``) the root is not resharded after
 forward: 1 all-gather + 1 reduce-scatter per micro-step, against 2 + 1 for other units.
 
 Per unit and micro-step (streams of FSDP1 ``_init_streams``):
