@@ -66,8 +66,11 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
             layers, tokens, flops = _variable_lengths(model, t, autocasts(cfg))
     except ConfigError as exc:
         raise _located(exc, source, "training") from None
-    trace = build_trace(layers, cfg, world, model=model.name, tokens_per_sample=tokens,
-                        model_flops_per_sample=flops)
+    try:
+        trace = build_trace(layers, cfg, world, model=model.name, tokens_per_sample=tokens,
+                            model_flops_per_sample=flops)
+    except ConfigError as exc:           # a strategy option this model or cluster refuses
+        raise exc.located(source) from None
     return apply_stragglers(trace, scn.simulation.stragglers)
 
 

@@ -132,3 +132,10 @@ def test_activation_offload_costs_two_host_copies_per_block(capsys):
     extra = runs["true"]["iteration_time_s"] - runs["false"]["iteration_time_s"]
     assert extra == pytest.approx(copies, rel=1e-6)
     assert runs["true"]["peak_memory_gib"] < runs["false"]["peak_memory_gib"]
+
+
+def test_strategy_errors_from_the_trace_name_the_scenario(capsys):
+    code, _, err = run_main(capsys, "run", "resnet50-ddp-8gpu", "--set",
+                            "strategy={name: fsdp, wrap: submodule, backward_prefetch: null}")
+    assert code == 2 and err.count("\n") == 1
+    assert "resnet50-ddp-8gpu.yaml: strategy.wrap:" in err

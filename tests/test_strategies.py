@@ -528,3 +528,8 @@ def test_submodule_refuses_prefetch_and_unsplittable_layers():
     with pytest.raises(ConfigError) as info:
         fsdp(model(), FSDPConfig(wrap="submodule", backward_prefetch=None), World(8, 4))
     assert "do not name their weights" in str(info.value)
+    from simulator.models import layer_costs, load_model
+    resnet = layer_costs(load_model("resnet-50"), 8, 1, "bf16")
+    with pytest.raises(ConfigError) as info:
+        fsdp(resnet, FSDPConfig(wrap="submodule", backward_prefetch=None), World(8, 4))
+    assert info.value.field == "strategy.wrap" and "has none" in str(info.value)

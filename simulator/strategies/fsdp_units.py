@@ -43,6 +43,9 @@ def build_units(layers, wrap: str) -> tuple[list[Unit], list[int], dict[tuple[in
         elif wrapped(layer):
             unit_of[i] = len(units)
             units.append(Unit(len(units), layer.name, int(layer.params), False))
+    if wrap == "submodule" and not sub:
+        raise ConfigError("splits transformer blocks into per-kernel units; this model has "
+                          "none (use transformer_block, block or none)", field="strategy.wrap")
     root = sum(int(layers[i].params) for i in range(len(layers)) if unit_of[i] == 0)
     units[0] = Unit(0, "root", root, True)
     return units, unit_of, sub
