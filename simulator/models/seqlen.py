@@ -26,6 +26,8 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from simulator.errors import ConfigError
 from simulator.models.costs import LayerCost, OpCost, layer_costs
 from simulator.models.spec import ModelSpec
@@ -89,24 +91,30 @@ def mean_length(counts: list[int]) -> float:
     return sum((i + 1) * c for i, c in enumerate(counts)) / sum(counts)
 
 
-def _mix_ops(ops_by_len: list[tuple[float, tuple[OpCost, ...]]]) -> tuple[OpCost, ...]:
-    first = ops_by_len[0][1]
-    return tuple(replace(op, flops=sum(w * ops[k].flops for w, ops in ops_by_len),
-                         bytes_accessed=sum(w * ops[k].bytes_accessed for w, ops in ops_by_len))
-                 for k, op in enumerate(first))
+def _mix_ops(weights, ops_by_len: list[tuple[OpCost, ...]]) -> tuple[OpCost, ...]:
+    """The ops of the first list with FLOPs and bytes averaged over all lists by ``weights``."""
+    flops = weights @ np.array([[op.flops for op in ops] for ops in ops_by_len])
+    nbytes = weights @ np.array([[op.bytes_accessed for op in ops] for ops in ops_by_len])
+    return tuple(replace(op, flops=float(f), bytes_accessed=float(b))
+                 for op, f, b in zip(ops_by_len[0], flops, nbytes))
 
 
 def mixed_layer_costs(model: ModelSpec, batch: int, weights: list[tuple[int, float]],
                       precision: str, flash_attention: bool = True,
                       autocast: bool = False) -> list[LayerCost]:
     """Layer costs averaged over padded lengths (see module docstring); activation and
-    output bytes of the longest."""
-    per_len = [(w, layer_costs(model, batch, n, precision, flash_attention, autocast))
-               for n, w in weights]
-    longest = per_len[-1][1]
+    output bytes of the longest. Identical blocks are mixed once."""
+    w = np.array([p for _, p in weights])
+    per_len = [layer_costs(model, batch, n, precision, flash_attention, autocast)
+               for n, _ in weights]
+    longest = per_len[-1]
+    done: dict[int, tuple] = {}                 # id(forward ops) -> mixed (forward, backward)
     mixed = []
     for k, layer in enumerate(longest):
-        fwd = _mix_ops([(w, layers[k].forward) for w, layers in per_len])
-        bwd = _mix_ops([(w, layers[k].backward) for w, layers in per_len])
+        key = id(layer.forward)
+        if key not in done:
+            done[key] = (_mix_ops(w, [layers[k].forward for layers in per_len]),
+                         _mix_ops(w, [layers[k].backward for layers in per_len]))
+        fwd, bwd = done[key]
         mixed.append(replace(layer, forward=fwd, backward=bwd))
     return mixed
