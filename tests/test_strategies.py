@@ -480,11 +480,9 @@ def test_submodule_units_gather_per_kernel(kw, gathers):
     layers = _bert_layers()
     trace = fsdp(layers, FSDPConfig(wrap="submodule", backward_prefetch=None, **kw), World(8, 8))
     trace.validate()
-    names = {"norm1", "qkv_proj", "attn_out", "norm2", "mlp_up", "mlp_down"}
     units = [u for u in trace.meta["units"] if u != "root"]
     assert units == [f"block.{i}.{n}" for i in range(2) for n in
                      ("norm1", "qkv_proj", "attn_out", "norm2", "mlp_up", "mlp_down")]
-    assert set(u.split(".")[-1] for u in units) == names
     for u in units:
         ag = [o for o in colls(trace, "all_gather") if o.layer == u]
         rs = [o for o in colls(trace, "reduce_scatter") if o.layer == u]
@@ -515,10 +513,12 @@ def test_submodule_units_hold_one_kernel_weight_at_a_time():
     assert max(o.mem_alloc_bytes for o in colls(block, "all_gather") if o.layer != "root") == \
         2 * layers[1].params
     # reshard right after the kernel: the gathered weight is freed by that kernel
-    for ag in colls(sub, "all_gather"):
-        if ag.layer.endswith("mlp_up") and ag.phase == "forward":
-            user = next(o for o in ops(sub) if ag.id in o.deps and o.kind == "compute")
-            assert user.name == "mlp_up" and user.mem_free_bytes >= ag.mem_alloc_bytes
+    forward_gathers = [ag for ag in colls(sub, "all_gather")
+                       if ag.layer.endswith("mlp_up") and ag.phase == "forward"]
+    assert len(forward_gathers) == 2                    # one per block
+    for ag in forward_gathers:
+        user = next(o for o in ops(sub) if ag.id in o.deps and o.kind == "compute")
+        assert user.name == "mlp_up" and user.mem_free_bytes >= ag.mem_alloc_bytes
 
 
 def test_submodule_refuses_prefetch_and_unsplittable_layers():
