@@ -1,12 +1,27 @@
 """The small decoder-only transformer every capture job trains (PyTorch and TensorFlow).
 
-One place for the shapes, so the jobs, the compute microbenchmark and the README agree.
-Standard library only.
+One place for the shapes, so the jobs, the compute microbenchmark and the README agree,
+and for the command-line options every job takes (:func:`job_parser`). Standard library
+only.
 """
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass
+
+
+def job_parser() -> argparse.ArgumentParser:
+    """The options every capture job takes: output folder, warm-up / timed / profiled step
+    counts, seed and intra-op threads. Jobs add their own (strategy, inter-op threads...)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--timed", type=int, default=6)
+    p.add_argument("--profiled", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--threads", type=int, default=1)
+    return p
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ steps (``tf.profiler.experimental.Trace("train", step_num=...)`` markers). Write
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -24,7 +23,7 @@ from pathlib import Path
 import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_config import ModelConfig  # noqa: E402
+from model_config import ModelConfig, job_parser  # noqa: E402
 
 
 class TinyGPT(tf.Module):
@@ -91,13 +90,7 @@ class TinyGPT(tf.Module):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--timed", type=int, default=6)
-    p.add_argument("--profiled", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--threads", type=int, default=1)
+    p = job_parser()
     p.add_argument("--inter-op-threads", type=int, default=1)
     a = p.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(a.threads)

@@ -18,7 +18,6 @@ until the coordinator writes ``OUT/done``. Each process profiles the profiled ro
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -30,7 +29,7 @@ from pathlib import Path
 import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_config import ModelConfig  # noqa: E402
+from model_config import ModelConfig, job_parser  # noqa: E402
 from tf_job import TinyGPT  # noqa: E402
 
 
@@ -136,13 +135,8 @@ def coordinate(a, out: Path, resolver) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--timed", type=int, default=6)
-    p.add_argument("--profiled", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--threads", type=int, default=int(os.environ.get("CAPTURE_PS_THREADS", 1)))
+    p = job_parser()
+    p.set_defaults(threads=int(os.environ.get("CAPTURE_PS_THREADS", 1)))
     p.add_argument("--inter-op-threads", type=int, default=int(os.environ.get("CAPTURE_PS_INTER_OP", 2)),
                    help="1 deadlocks the workers' remote function calls")
     p.add_argument("--timeout-s", type=float, default=900)

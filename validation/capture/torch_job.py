@@ -10,7 +10,6 @@ WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME set. Steps:
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_config import ModelConfig  # noqa: E402
+from model_config import ModelConfig, job_parser  # noqa: E402
 
 
 class Block(nn.Module):
@@ -88,14 +87,8 @@ def wrap(model: nn.Module, strategy: str) -> nn.Module:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = job_parser()
     p.add_argument("--strategy", required=True, choices=["ddp", "fsdp2"])
-    p.add_argument("--out", required=True)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--timed", type=int, default=6)
-    p.add_argument("--profiled", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--threads", type=int, default=1)
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
