@@ -28,7 +28,7 @@ _REQUIRED = ["measurement_id", "gpu", "gpus", "precision", "micro_batch", "seq_l
 RESULT_COLUMNS = ["case", "split", "metric", "measurement", "measured", "simulated", "error",
                   "error_kind", "threshold", "ok", "model", "gpus", "precision",
                   "iteration_time_s", "mfu", "compute_s", "exposed_comm_s",
-                  "peak_memory_gib", "oom", "sim_wall_s"]
+                  "peak_memory_gib", "oom"]
 
 SOURCE_FILES = ("dle_a100_training_scaling.csv", "fsdp_a100_published_throughput.csv",
                 "tf_distribution_a100_measurements.csv")

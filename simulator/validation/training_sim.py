@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 
@@ -16,19 +15,17 @@ from simulator.validation.training_schema import (SCALING_THRESHOLD, THROUGHPUT_
 
 
 def _run(case: Case, calibration: ComputeCalibration | None, cache: dict | None):
-    """(metrics, wall seconds) of one non-scaling case, memoised in ``cache``."""
+    """The metrics of one non-scaling case, memoised in ``cache``."""
     key = case.case_id
     if cache is not None and key in cache:
         return cache[key]
     setup = case.setup
     if calibration is not None:
         setup = dataclasses.replace(setup, compute=ComputeModel(setup.compute.gpu, calibration))
-    t0 = time.perf_counter()
     metrics = run_setup(setup).metrics
-    out = (metrics, time.perf_counter() - t0)
     if cache is not None:
-        cache[key] = out
-    return out
+        cache[key] = metrics
+    return metrics
 
 
 def _megatron_tflops(case: Case, m) -> float:
@@ -47,14 +44,13 @@ def _rel_err(sim: float, meas: float) -> float:
 
 
 def _simulate_scaling(case: Case, calibration: ComputeCalibration | None, cache: dict | None):
-    """(simulated efficiency, error, metrics of the N-GPU case, wall s) of a scaling case."""
-    (m_n, w_n), (m_1, w_1) = _run(case.of, calibration, cache), \
-        _run(case.baseline, calibration, cache)
+    """(simulated efficiency, error, metrics of the N-GPU case) of a scaling case."""
+    m_n, m_1 = _run(case.of, calibration, cache), _run(case.baseline, calibration, cache)
     ratio = m_n.world_size / m_1.world_size
     sim = m_n.samples_per_s / (ratio * m_1.samples_per_s) if m_1.samples_per_s else \
         float("nan")
     err = sim - case.measured if np.isfinite(sim) else float("nan")
-    return sim, err, m_n, w_n + w_1
+    return sim, err, m_n
 
 
 def simulate_case(case: Case, calibration: ComputeCalibration | None = None,
@@ -65,11 +61,11 @@ def simulate_case(case: Case, calibration: ComputeCalibration | None = None,
     replays of cases that scaling cases reuse (use one cache per calibration).
     """
     if case.is_scaling:
-        sim, err, m, wall = _simulate_scaling(case, calibration, cache)
+        sim, err, m = _simulate_scaling(case, calibration, cache)
         kind, thr = "points", SCALING_THRESHOLD
         setup = case.of.setup
     else:
-        m, wall = _run(case, calibration, cache)
+        m = _run(case, calibration, cache)
         sim = _megatron_tflops(case, m) if case.flops == "megatron-recompute" else \
             float(getattr(m, case.metric))
         err = _rel_err(sim, case.measured)
@@ -83,7 +79,7 @@ def simulate_case(case: Case, calibration: ComputeCalibration | None = None,
         "model": setup.trace.meta.get("model", ""), "gpus": m.world_size,
         "precision": setup.engine.precision, "iteration_time_s": m.iteration_time_s,
         "mfu": m.mfu, "compute_s": m.compute_s, "exposed_comm_s": m.exposed_comm_s,
-        "peak_memory_gib": m.peak_memory_gib, "oom": bool(m.oom), "sim_wall_s": wall,
+        "peak_memory_gib": m.peak_memory_gib, "oom": bool(m.oom),
     }]
 
 
