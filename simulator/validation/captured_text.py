@@ -35,6 +35,50 @@ def recorded_compute(runs=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def mwms_reduce_order(runs=None) -> pd.DataFrame:
+    """Per TensorFlow run, profiled step and worker: when the last gradient op
+    (``gradient_tape/...``) ends and when the first ``CollectiveReduceV2`` (the packed
+    gradient all-reduce) starts, in ms from the step's start. Whether Keras ``fit`` under
+    MultiWorkerMirroredStrategy overlaps the reduction with backward, read off real runs."""
+    from simulator.importers.tensorflow import read_tf_profile
+    rows = []
+    for run in runs if runs is not None else load_runs():
+        if run.framework != "tensorflow":
+            continue
+        for worker, path in enumerate(run.files):
+            events, _ = read_tf_profile(path)
+            marks = {int(e.stats["step_num"]): e for e in events
+                     if e.name == "train" and "step_num" in e.stats}
+            for step in run.steps:
+                mark = marks.get(step)
+                if mark is None:
+                    continue
+                inside = [e for e in events if mark.ts <= e.ts and e.end <= mark.end]
+                grads = [e.end for e in inside if e.name.startswith("gradient_tape/")]
+                reduces = [e.ts for e in inside if e.name.endswith(":CollectiveReduceV2")]
+                if not grads or not reduces:
+                    continue
+                last_grad, first_reduce = max(grads), min(reduces)
+                rows.append({"run": run.run_id, "step": step, "worker": worker,
+                             "last gradient op ends (ms)": round(1e3 * (last_grad - mark.ts), 1),
+                             "first all-reduce starts (ms)":
+                                 round(1e3 * (first_reduce - mark.ts), 1),
+                             "gap (ms)": round(1e3 * (first_reduce - last_grad), 1)})
+    return pd.DataFrame(rows)
+
+
+def _mwms_order_text() -> str:
+    order = mwms_reduce_order()
+    if order.empty:
+        return "No TensorFlow run in the data."
+    after = int((order["gap (ms)"] >= 0).sum())
+    return (f"In {after} of {len(order)} profiled (step, worker) pairs the gradient "
+            "all-reduce starts after the last gradient op has ended (gap "
+            f"{order['gap (ms)'].min():.1f} to {order['gap (ms)'].max():.1f} ms): Keras `fit` "
+            "under MultiWorkerMirroredStrategy reduces after the backward pass, which is what "
+            "`tf_multiworker` does by default (`overlap: false`).\n\n" + md_table(order))
+
+
 def _line(df: pd.DataFrame, kind: str) -> str:
     g = df[df.kind == kind]
     if g.empty:
@@ -123,6 +167,13 @@ shared-core slowdown, and the collectives are re-planned with the 4-rank gloo co
 {misses}
 
 {_skipped(df)}
+
+## When does MultiWorkerMirroredStrategy reduce the gradients?
+
+The TensorFlow traces answer the question the `overlap` option leaves open
+(`docs/tensorflow-strategies.md`).
+
+{_mwms_order_text()}
 
 ## Compute recorded in each trace
 
