@@ -92,7 +92,8 @@ def _is_op(e: TfEvent) -> bool:
     return bool(optype) and "::" not in e.name and " " not in scope + optype[:1]
 
 
-def _steps(events: list[TfEvent]) -> dict[int, TfEvent]:
+def step_marks(events: list[TfEvent]) -> dict[int, TfEvent]:
+    """The host event that marks each traced step (``step_num``), by step."""
     out = {}
     for e in events:
         if "step_num" in e.stats and _kind(e.line) == "host":
@@ -118,7 +119,7 @@ class _Worker:
     def __init__(self, source: str, events: list[TfEvent], step: int | None,
                  sizes: dict[str, int]):
         self.source, self.events, self.sizes = source, events, sizes
-        steps = _steps(events)
+        steps = step_marks(events)
         if step is not None and step not in steps:
             raise ConfigError(f"no step {step} in this profile (steps: "
                               f"{', '.join(map(str, steps)) or 'none'})", source=source,
@@ -214,7 +215,7 @@ def import_tensorflow(paths: list[Path], step: int | None,
     """
     profiles = [(str(p), read_tf_profile(p)[0]) for p in paths]
     if step is None:
-        steps = list(_steps(profiles[0][1]))
+        steps = list(step_marks(profiles[0][1]))
         step = default_step(steps) if steps else None
     parts = []
     for rank, (source, events) in enumerate(profiles):

@@ -40,15 +40,14 @@ def mwms_reduce_order(runs=None) -> pd.DataFrame:
     (``gradient_tape/...``) ends and when the first ``CollectiveReduceV2`` (the packed
     gradient all-reduce) starts, in ms from the step's start. Whether Keras ``fit`` under
     MultiWorkerMirroredStrategy overlaps the reduction with backward, read off real runs."""
-    from simulator.importers.tensorflow import read_tf_profile
+    from simulator.importers.tensorflow import read_tf_profile, step_marks
     rows = []
     for run in runs if runs is not None else load_runs():
         if run.framework != "tensorflow":
             continue
         for worker, path in enumerate(run.files):
             events, _ = read_tf_profile(path)
-            marks = {int(e.stats["step_num"]): e for e in events
-                     if e.name == "train" and "step_num" in e.stats}
+            marks = step_marks(events)
             for step in run.steps:
                 mark = marks.get(step)
                 if mark is None:
