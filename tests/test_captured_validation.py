@@ -190,3 +190,31 @@ def test_mwms_reduces_after_backward_in_every_captured_step():
     assert (order["gap (ms)"] >= 0).all()
     assert (order["first all-reduce starts (ms)"] > order["last gradient op ends (ms)"]).all()
     assert parse_strategy({"name": "tf_multiworker"}).overlap is False
+
+
+def test_ddp_buckets_are_the_ones_pytorch_built_in_the_captured_runs():
+    """DDP's bucket rule (whole tensors in backward order, closed at 1 MiB then 25 MiB) on
+    the captured job's model gives exactly the all-reduce sizes PyTorch 2.13 recorded."""
+    from simulator.models.costs import LayerCost, OpCost
+    from simulator.strategies import assign_buckets
+
+    def layer(name, weights):
+        fwd = tuple(OpCost(w, "matmul", 1.0, 1.0, weight=w, params=p) for w, p in weights)
+        return LayerCost(name, "layer", sum(p for _, p in weights), fwd, fwd, 0, 0)
+
+    ddp_runs = [r for r in RUNS if r.job == "torch-ddp"]
+    assert ddp_runs
+    for run in ddp_runs:
+        m = run.model
+        d, ff, vocab = m["d_model"], m["d_ff"], m["vocab"]
+        block = [("ln1", 2 * d), ("qkv", 3 * d * d + 3 * d), ("proj", d * d + d),
+                 ("ln2", 2 * d), ("fc1", d * ff + ff), ("fc2", ff * d + d)]
+        layers = ([layer("embed", [("tok", vocab * d), ("pos", m["seq_len"] * d)])]
+                  + [layer(f"block{i}", block) for i in range(m["blocks"])]
+                  + [layer("ln_f", [("ln_f", 2 * d)]), layer("head", [("head", vocab * d + vocab)])])
+        assert sum(lay.params for lay in layers) == m["params"]
+        simulated = [b.size_bytes for b in assign_buckets(layers, 4, 25 << 20, 1 << 20)]
+        for step in run.steps:
+            recorded = [op.size_bytes for op in vc.import_run(run, step).classes[0].ops
+                        if op.kind == "collective" and op.collective == "all_reduce"]
+            assert recorded == simulated, (run.run_id, step)

@@ -74,17 +74,18 @@ def fsdp_trace(world=World(8, 4), layers=None, **kw):
 
 
 # ------------------------------------------------------------------------------ DDP
-def test_ddp_buckets_reverse_order_first_one_mib():
-    layers = model()
+def test_ddp_buckets_reverse_order_whole_tensors_closed_at_cap():
+    layers = model()              # kernels name no weight: each layer is one tensor
     buckets = assign_buckets(layers, 4, 25 * MIB, 1 * MIB)
-    assert buckets[0].size_bytes == 1 * MIB and buckets[0].layers[0] == "head"
-    assert all(b.size_bytes <= 25 * MIB for b in buckets)
-    assert all(b.size_bytes == 25 * MIB for b in buckets[1:-1])
-    assert sum(b.size_bytes for b in buckets) == PSI * 4
-    assert buckets[-1].layers[-1] == "embed"
-    order = [n for b in buckets for n in b.layers]
-    names = [lay.name for lay in reversed(layers) if lay.params]
-    assert [n for i, n in enumerate(order) if i == 0 or order[i - 1] != n] == names
+    sizes = [lay.params * 4 for lay in reversed(layers) if lay.params]
+    assert [b.size_bytes for b in buckets] == sizes       # every layer reaches the cap
+    assert buckets[0].layers == ("head",) and buckets[-1].layers == ("embed",)
+    # a bucket closes at the first tensor that takes it to its cap, and only then
+    small = [layer(f"l{i}", "mlp", 3 * MIB) for i in range(5)]      # 12 MiB tensors
+    got = assign_buckets(small, 4, 25 * MIB, 1 * MIB)
+    assert [b.size_bytes for b in got] == [12 * MIB, 36 * MIB, 12 * MIB]
+    assert [b.layers for b in got] == [("l4",), ("l3", "l2", "l1"), ("l0",)]
+    assert [b.ready_layer for b in got] == [4, 1, 0]
 
 
 def test_ddp_allreduce_waits_for_last_layer_of_its_bucket():

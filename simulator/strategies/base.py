@@ -159,6 +159,13 @@ def is_checkpointed(layer: "LayerCost", cfg: CommonConfig) -> bool:
     return cfg.activation_checkpointing and layer.kind.endswith("block")
 
 
+def named_weights(layer) -> list[tuple[str, int]] | None:
+    """``(weight, params)`` of each forward kernel of ``layer`` that names its weight, in
+    forward order, when together they hold all of the layer's parameters; else None."""
+    named = [(op.weight, int(op.params)) for op in layer.forward if getattr(op, "params", 0)]
+    return named if sum(p for _, p in named) == int(layer.params) else None
+
+
 class OpHooks:
     """Called around each kernel a layer emits (FSDP units smaller than a layer gather
     before the kernel that uses their weight and reshard or reduce after it)."""

@@ -2,18 +2,23 @@
 
 Mechanics (``torch/nn/parallel/distributed.py``, ``reducer.hpp``):
 
-* gradients are assigned to buckets in reverse layer order (the order backward produces
-  them); the first bucket holds ``first_bucket_mb`` (kDefaultFirstBucketBytes = 1 MiB), the
-  others ``bucket_cap_mb`` (25 MiB). MB here is MiB, as in PyTorch.
+* gradient tensors are assigned to buckets in the order backward produces them (reverse
+  layer order, and within a layer the reverse of its kernels' order), whole: a bucket closes
+  once it reaches its cap, so a tensor is never split and a bucket may exceed the cap
+  (``compute_bucket_assignment_by_size``). The first bucket's cap is ``first_bucket_mb``
+  (kDefaultFirstBucketBytes = 1 MiB), the others' ``bucket_cap_mb`` (25 MiB). MB here is
+  MiB, as in PyTorch. Checked against PyTorch 2.13's own buckets in the captured DDP runs
+  (tests/test_strategies.py).
 * a bucket's all-reduce (stream ``comm``, all ranks) is launched when the last gradient of
   the bucket is ready, i.e. when the backward of the last layer contributing to it ends, and
   overlaps the rest of the backward pass. Buckets are reduced in order.
 * with ``grad_accum`` k, the first k-1 micro-steps run under ``no_sync()`` (no all-reduce).
 * the optimizer step runs after the last bucket is reduced.
 
-Approximation: the layer is the finest grain we know, so a layer's gradient is split across
-buckets byte-wise; PyTorch never splits a tensor (a tensor above the cap gets a bucket of
-its own). Memory: the weights (``param_dtype``), the gradient buckets (``reduce_dtype``) and
+The tensors of a layer are the weights its kernels name (``OpCost.weight``/``params``: a
+module's weight and bias are one tensor here) when they hold all its parameters, else the
+layer is one tensor. A bucket is ready when the backward of its
+last layer ends (the layer is the finest time grain). Memory: the weights (``param_dtype``), the gradient buckets (``reduce_dtype``) and
 the optimizer state are static (16 bytes/param for Adam); activations live from each
 layer's forward to its backward.
 """
@@ -28,7 +33,8 @@ from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 
 from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList, World,
-                   build_meta, check_layers, emit_backward, emit_forward, emit_optimizer)
+                   build_meta, check_layers, emit_backward, emit_forward, emit_optimizer,
+                   named_weights)
 
 MIB = 1 << 20
 COMM_WORLD = "world"
@@ -65,19 +71,26 @@ class Bucket:
     ready_layer: int
 
 
+def grad_tensors(layer) -> list[int]:
+    """Parameter counts of ``layer``'s gradient tensors in the order backward produces
+    them: the weights its kernels name, last kernel first, or the whole layer as one."""
+    weights = named_weights(layer)
+    if weights is not None:
+        return [params for _, params in reversed(weights)]
+    return [int(layer.params)] if layer.params else []
+
+
 def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) -> list[Bucket]:
-    """Buckets in reverse layer order, the first capped at ``first_bytes``."""
+    """Buckets as DDP's reducer fills them: whole tensors in backward order, a bucket closed
+    once it holds at least its cap (``first_bytes`` for the first)."""
     buckets: list[Bucket] = []
     size, names, last = 0, [], -1
     for idx in reversed(range(len(layers))):
-        remaining = int(layers[idx].params) * grad_bytes
-        while remaining > 0:
-            cap = first_bytes if not buckets else cap_bytes
-            take = min(remaining, cap - size)
-            size, remaining, last = size + take, remaining - take, idx
+        for params in grad_tensors(layers[idx]):
+            size, last = size + params * grad_bytes, idx
             if not names or names[-1] != layers[idx].name:
                 names.append(layers[idx].name)
-            if size >= cap:
+            if size >= (first_bytes if not buckets else cap_bytes):
                 buckets.append(Bucket(len(buckets), size, tuple(names), idx))
                 size, names = 0, []
     if size:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from simulator.errors import ConfigError
 
+from .base import named_weights
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -32,14 +34,13 @@ def build_units(layers, wrap: str) -> tuple[list[Unit], list[int], dict[tuple[in
     for i, layer in enumerate(layers):
         if wrapped(layer) and wrap == "submodule":
             unit_of[i] = SUB
-            if sum(getattr(op, "params", 0) for op in layer.forward) != int(layer.params):
+            weights = named_weights(layer)
+            if weights is None:
                 raise ConfigError(f"{layer.name}: its kernels do not name their weights, so it "
                                   f"cannot be split into per-kernel units", field="strategy.wrap")
-            for op in layer.forward:
-                if op.params:
-                    sub[(i, op.weight)] = Unit(len(units), f"{layer.name}.{op.weight}",
-                                               int(op.params), False)
-                    units.append(sub[(i, op.weight)])
+            for weight, params in weights:
+                sub[(i, weight)] = Unit(len(units), f"{layer.name}.{weight}", params, False)
+                units.append(sub[(i, weight)])
         elif wrapped(layer):
             unit_of[i] = len(units)
             units.append(Unit(len(units), layer.name, int(layer.params), False))
