@@ -52,6 +52,20 @@ def test_breakdown_adds_up_and_splits_hidden_from_exposed(overlapped):
     assert m.peak_memory_gib == 1.0 and not m.oom
 
 
+def test_host_work_is_wait_not_compute(ideal_constants):
+    """A ``delay`` (CPU optimizer step, Horovod cycle wait, recorded host gap) keeps no GPU
+    busy: it is wait time, and GPU utilization counts only kernels and copies."""
+    model = make_model(star_graph(2), ideal_constants)
+    ops = [comp(0, 1e12, phase="backward"),
+           Op(1, "host", "delay", "cpu_optimizer", duration_s=0.5, deps=(0,), phase="optimizer"),
+           comp(2, 1e12, deps=(1,), phase="forward")]
+    trace = Trace(2, [RankClass("all", (0, 1), ops)], {}, {"global_batch": 2})
+    m = compute_metrics(replay(trace, model, TeraflopGPU(), EngineConfig()), 2, 1e12)
+    assert m.iteration_time_s == pytest.approx(2.5)
+    assert m.compute_s == pytest.approx(2.0) and m.wait_s == pytest.approx(0.5)
+    assert m.gpu_utilization == pytest.approx(0.8) and m.exposed_comm_s == 0
+
+
 def test_layer_breakdown_groups_by_layer_and_phase(overlapped):
     _, tl = overlapped
     df = layer_breakdown(tl)

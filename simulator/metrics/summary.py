@@ -1,10 +1,12 @@
 """From a :class:`~simulator.engine.Timeline` to the numbers people ask for.
 
 Time breakdown of the representative rank class (the one that finishes last):
-``compute_s`` is the union of its compute ops, ``comm_s`` the union of its communication
-ops, ``exposed_comm_s`` the part of ``comm_s`` not hidden under compute, and ``wait_s``
-what is left of the iteration (waiting on dependencies, collectives' stragglers, host
-work): ``compute_s + exposed_comm_s + wait_s == iteration_time_s``.
+``compute_s`` is the union of its GPU work (:data:`COMPUTE_KINDS`: kernels and host-device
+copies), ``comm_s`` the union of its communication ops, ``exposed_comm_s`` the part of
+``comm_s`` not hidden under compute, and ``wait_s`` what is left of the iteration (waiting
+on dependencies, collectives' stragglers, and host work: ``delay`` ops such as a CPU
+optimizer step, Horovod's cycle wait or a recorded host gap keep no GPU busy):
+``compute_s + exposed_comm_s + wait_s == iteration_time_s``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pandas as pd
 from ..engine.replay import COMM_KINDS, Timeline
 
 GIB = float(1 << 30)
+COMPUTE_KINDS = ("compute", "memcpy")     # what keeps a GPU busy; ``delay`` is host work
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
@@ -66,7 +69,7 @@ def compute_metrics(tl: Timeline, world_size: int, peak_flops: float) -> Metrics
     t = tl.iteration_time_s
     cls = _critical_class(tl)
     recs = [r for r in tl.records if r.cls == cls]
-    compute = [(r.start_s, r.end_s) for r in recs if r.kind in ("compute", "memcpy", "delay")]
+    compute = [(r.start_s, r.end_s) for r in recs if r.kind in COMPUTE_KINDS]
     comm = [(r.start_s, r.end_s) for r in recs if r.kind in COMM_KINDS]
     compute_s, comm_s = union_length(compute), union_length(comm)
     exposed = comm_s - _intersection_length(compute, comm)

@@ -20,9 +20,8 @@ import json
 import numpy as np
 
 from ..engine.replay import COMM_KINDS, Timeline
-from ..metrics.summary import _critical_class, union_length
+from ..metrics.summary import COMPUTE_KINDS, _critical_class, union_length
 
-_COMPUTE_KINDS = ("compute", "memcpy", "delay")
 _CLASS_ROLES = {"nvlink": "NVLink links", "pcie": "PCIe links", "cpu": "CPU links"}
 
 
@@ -59,7 +58,7 @@ def comm_summary(tl: Timeline, trace, cluster, comm_s: float) -> dict:
     recs = [r for r in tl.records if r.cls == cls]
     comm = [(r, phase_key(ops[r.op_id].collective or r.kind if r.op_id in ops else r.kind,
                           r.phase)) for r in recs if r.kind in COMM_KINDS]
-    compute = [(r.start_s, r.end_s) for r in recs if r.kind in _COMPUTE_KINDS]
+    compute = [(r.start_s, r.end_s) for r in recs if r.kind in COMPUTE_KINDS]
     out = {"exposed_by_phase": _exposed_by_phase(comm, compute)}
     out["top_exposed_phase"] = max(out["exposed_by_phase"],
                                    key=out["exposed_by_phase"].get, default="")
