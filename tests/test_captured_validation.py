@@ -200,7 +200,8 @@ def test_ddp_buckets_are_the_ones_pytorch_built_in_the_captured_runs():
 
     def layer(name, weights):
         fwd = tuple(OpCost(w, "matmul", 1.0, 1.0, weight=w, params=p) for w, p in weights)
-        return LayerCost(name, "layer", sum(p for _, p in weights), fwd, fwd, 0, 0)
+        bwd = tuple(OpCost(f"{w}.wgrad", "matmul", 1.0, 1.0, weight=w) for w, _ in weights)
+        return LayerCost(name, "layer", sum(p for _, p in weights), fwd, bwd[::-1], 0, 0)
 
     ddp_runs = [r for r in RUNS if r.job == "torch-ddp"]
     assert ddp_runs

@@ -534,3 +534,24 @@ def test_submodule_refuses_prefetch_and_unsplittable_layers():
     with pytest.raises(ConfigError) as info:
         fsdp(resnet, FSDPConfig(wrap="submodule", backward_prefetch=None), World(8, 4))
     assert info.value.field == "strategy.wrap" and "has none" in str(info.value)
+
+
+def test_ddp_bucket_launches_after_the_kernel_completing_its_last_gradient():
+    """With kernels that name their weights, a bucket holding only a block's last weight
+    starts right after that weight's gradient kernel, before the block's backward ends."""
+    from simulator.models.costs import LayerCost, OpCost
+    w = [("up", 8 * MIB), ("down", 8 * MIB)]                 # 32 MiB each in fp32: 1 bucket
+    fwd = tuple(OpCost(n, "matmul", 2e9, 1e6, weight=n, params=p) for n, p in w)
+    bwd = (OpCost("down.dgrad", "matmul", 2e9, 1e6, weight="down"),
+           OpCost("down.wgrad", "matmul", 2e9, 1e6, weight="down"),
+           OpCost("up.dgrad", "matmul", 2e9, 1e6, weight="up"),
+           OpCost("up.wgrad", "matmul", 2e9, 1e6, weight="up"))
+    blocks = [LayerCost(f"b{i}", "mlp", 16 * MIB, fwd, bwd, 1000, 100) for i in range(2)]
+    trace = ddp(blocks, DDPConfig(), World(4, 4))
+    byid = {o.id: o for o in ops(trace)}
+    ars = colls(trace, "all_reduce")
+    assert [o.size_bytes for o in ars] == [32 * MIB] * 4
+    assert [byid[o.deps[0]].name for o in ars] == ["down.wgrad", "up.wgrad"] * 2
+    assert [byid[o.deps[0]].layer for o in ars] == ["b1", "b1", "b0", "b0"]
+    first_bwd_end = compute_ids(trace, "b1", "backward")[-1]
+    assert ars[0].deps[0] < first_bwd_end                    # before b1's backward ends

@@ -3,24 +3,24 @@
 Mechanics (``torch/nn/parallel/distributed.py``, ``reducer.hpp``):
 
 * gradient tensors are assigned to buckets in the order backward produces them (reverse
-  layer order, and within a layer the reverse of its kernels' order), whole: a bucket closes
+  layer order, and within a layer by the last backward kernel naming each), whole: a bucket closes
   once it reaches its cap, so a tensor is never split and a bucket may exceed the cap
   (``compute_bucket_assignment_by_size``). The first bucket's cap is ``first_bucket_mb``
   (kDefaultFirstBucketBytes = 1 MiB), the others' ``bucket_cap_mb`` (25 MiB). MB here is
   MiB, as in PyTorch. Checked against PyTorch 2.13's own buckets in the captured DDP runs
-  (tests/test_strategies.py).
-* a bucket's all-reduce (stream ``comm``, all ranks) is launched when the last gradient of
-  the bucket is ready, i.e. when the backward of the last layer contributing to it ends, and
-  overlaps the rest of the backward pass. Buckets are reduced in order.
+  (tests/test_captured_validation.py).
+* a bucket's all-reduce (stream ``comm``, all ranks) is launched when its last gradient is
+  ready: after the last backward kernel that names that weight, or, for a layer whose
+  kernels name no weight, after the layer's backward; it overlaps the rest of the backward
+  pass. Buckets are reduced in order.
 * with ``grad_accum`` k, the first k-1 micro-steps run under ``no_sync()`` (no all-reduce).
 * the optimizer step runs after the last bucket is reduced.
 
 The tensors of a layer are the weights its kernels name (``OpCost.weight``/``params``: a
 module's weight and bias are one tensor here) when they hold all its parameters, else the
-layer is one tensor. A bucket is ready when the backward of its
-last layer ends (the layer is the finest time grain). Memory: the weights (``param_dtype``), the gradient buckets (``reduce_dtype``) and
-the optimizer state are static (16 bytes/param for Adam); activations live from each
-layer's forward to its backward.
+layer is one tensor. Memory: the weights (``param_dtype``), the gradient buckets
+(``reduce_dtype``) and the optimizer state are static (16 bytes/param for Adam);
+activations live from each layer's forward to its backward.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from pydantic import Field
 from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 
-from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList, World,
-                   build_meta, check_layers, emit_backward, emit_forward, emit_optimizer,
-                   named_weights)
+from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpHooks, OpList,
+                   World, build_meta, check_layers, emit_backward, emit_forward,
+                   emit_optimizer, named_weights)
 
 MIB = 1 << 20
 COMM_WORLD = "world"
@@ -69,15 +69,20 @@ class Bucket:
     size_bytes: int
     layers: tuple[str, ...]
     ready_layer: int
+    ready_weight: str = ""           # the kernel weight whose gradient completes it ("": the
+                                     # end of the layer's backward)
 
 
-def grad_tensors(layer) -> list[int]:
-    """Parameter counts of ``layer``'s gradient tensors in the order backward produces
-    them: the weights its kernels name, last kernel first, or the whole layer as one."""
+def grad_tensors(layer) -> list[tuple[str, int]]:
+    """``(weight, params)`` of ``layer``'s gradient tensors in the order backward completes
+    them (by the last backward kernel naming each weight; reverse forward order where the
+    backward names none), or the whole layer as one tensor ``("", params)``."""
     weights = named_weights(layer)
-    if weights is not None:
-        return [params for _, params in reversed(weights)]
-    return [int(layer.params)] if layer.params else []
+    if weights is None:
+        return [("", int(layer.params))] if layer.params else []
+    done = {c.weight: k for k, c in enumerate(layer.backward) if getattr(c, "weight", "")}
+    end = len(layer.backward)
+    return sorted(reversed(weights), key=lambda w: done.get(w[0], end))
 
 
 def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) -> list[Bucket]:
@@ -85,16 +90,17 @@ def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) ->
     once it holds at least its cap (``first_bytes`` for the first)."""
     buckets: list[Bucket] = []
     size, names, last = 0, [], -1
+    weight = ""
     for idx in reversed(range(len(layers))):
-        for params in grad_tensors(layers[idx]):
+        for weight, params in grad_tensors(layers[idx]):
             size, last = size + params * grad_bytes, idx
             if not names or names[-1] != layers[idx].name:
                 names.append(layers[idx].name)
             if size >= (first_bytes if not buckets else cap_bytes):
-                buckets.append(Bucket(len(buckets), size, tuple(names), idx))
+                buckets.append(Bucket(len(buckets), size, tuple(names), idx, weight))
                 size, names = 0, []
     if size:
-        buckets.append(Bucket(len(buckets), size, tuple(names), last))
+        buckets.append(Bucket(len(buckets), size, tuple(names), last, weight))
     return buckets
 
 
@@ -104,16 +110,41 @@ def static_bytes_per_param(cfg: DDPConfig) -> int:
     return cfg.weight_bytes() + cfg.grad_reduce_bytes() + OPT_MOMENT_BYTES[cfg.optimizer] + master
 
 
+class _BucketLaunch(OpHooks):
+    """Launches a layer's buckets as its backward completes their last gradient: after the
+    last backward kernel naming that weight, or after the layer's last kernel."""
+
+    def __init__(self, ol: OpList, layer, buckets: list[Bucket], micro: int):
+        self.ol, self.layer, self.micro = ol, layer, micro
+        self.last_bwd = {c.weight: k for k, c in enumerate(layer.backward)
+                         if getattr(c, "weight", "")}
+        self.pending = [b for b in buckets if b.ready_weight in self.last_bwd]
+        self.at_end = [b for b in buckets if b.ready_weight not in self.last_bwd]
+        self.seen = 0
+
+    def launch(self, b: Bucket, dep: int) -> None:
+        self.ol.add(stream="comm", kind="collective", name=f"all_reduce.bucket{b.index}",
+                    phase="backward", collective="all_reduce", size_bytes=b.size_bytes,
+                    comm=COMM_WORLD, deps=(dep,), layer=self.layer.name,
+                    attrs={"bucket": b.index, "layers": list(b.layers),
+                           "micro_step": self.micro})
+
+    def after(self, cost, phase: str, op_id: int) -> None:
+        if phase != "backward":
+            return
+        index, self.seen = self.seen, self.seen + 1
+        for b in [b for b in self.pending if self.last_bwd[b.ready_weight] == index]:
+            self.launch(b, op_id)
+
+
 def _micro_step(ol: OpList, layers, cfg: DDPConfig, micro: int, ready: dict) -> None:
     for layer in layers:
         emit_forward(ol, layer, cfg, micro)
     for idx in reversed(range(len(layers))):
-        _, _, last = emit_backward(ol, layers[idx], cfg, micro)
-        for b in ready.get(idx, ()):
-            ol.add(stream="comm", kind="collective", name=f"all_reduce.bucket{b.index}",
-                   phase="backward", collective="all_reduce", size_bytes=b.size_bytes,
-                   comm=COMM_WORLD, deps=(last,), layer=layers[idx].name,
-                   attrs={"bucket": b.index, "layers": list(b.layers), "micro_step": micro})
+        hooks = _BucketLaunch(ol, layers[idx], ready.get(idx, []), micro)
+        _, _, last = emit_backward(ol, layers[idx], cfg, micro, hooks=hooks)
+        for b in hooks.at_end:
+            hooks.launch(b, last)
 
 
 def ddp(layers, cfg: DDPConfig, world: World, *, model: str = "", tokens_per_sample: int = 0,
