@@ -121,8 +121,8 @@ def test_group_by_size_starts_a_pack_once_the_current_one_exceeds_the_limit():
     packs = group_by_size(list(SIZES), SIZES, 15)
     # cross_device_utils.group_by_size: a pack closes only after it grew past 15
     for p in packs[:-1]:
-        assert p.size_bytes > 15 and p.size_bytes - SIZES[p.layers[-1]] <= 15
-    assert [i for p in packs for i in p.layers] == list(SIZES)
+        assert p.size_bytes > 15 and p.size_bytes - SIZES[p.grads[-1]] <= 15
+    assert [i for p in packs for i in p.grads] == list(SIZES)
     exact = {0: 10, 1: 5, 2: 1}              # 15 is not past 15: the pack stays open
     assert len(group_by_size([0, 1, 2], exact, 15)) == 1
     assert group_by_size(list(SIZES), SIZES, 0) == [Pack(0, tuple(SIZES), sum(SIZES.values()))]
@@ -131,17 +131,17 @@ def test_group_by_size_starts_a_pack_once_the_current_one_exceeds_the_limit():
 def test_horovod_fusion_stays_within_the_threshold_and_is_maximal():
     packs = fuse(list(SIZES), SIZES, 20)
     for p in packs:
-        assert p.size_bytes <= 20 or len(p.layers) == 1
+        assert p.size_bytes <= 20 or len(p.grads) == 1
     for p, q in zip(packs, packs[1:]):                 # the next tensor did not fit
-        assert p.size_bytes + SIZES[q.layers[0]] > 20
-    assert [len(p.layers) for p in fuse(list(SIZES), SIZES, 0)] == [1] * len(SIZES)
+        assert p.size_bytes + SIZES[q.grads[0]] > 20
+    assert [len(p.grads) for p in fuse(list(SIZES), SIZES, 0)] == [1] * len(SIZES)
 
 
 def test_concat_and_split_gives_equal_pieces_and_the_remainder_to_the_last():
     params = {0: 7, 1: 3, 2: 5}
     packs = concat_and_split([0, 1, 2], params, FP32, 4)
     assert [p.size_bytes for p in packs] == [3 * FP32] * 3 + [(15 - 9) * FP32]
-    assert all(p.ready_layer == 0 for p in packs)      # the concat needs every gradient
+    assert all(p.ready == 0 for p in packs)            # the concat needs every gradient
 
 
 # ------------------------------------------------------------------ MirroredStrategy
@@ -381,3 +381,26 @@ def test_ps_overlap_pushes_each_gradient_after_its_backward():
     last_bwd = max(o.id for o in step0(cls, "compute") if o.phase == "backward")
     first_push = step0(cls, "send")[0]
     assert first_push.layer == "l5" and first_push.id < last_bwd
+
+
+def test_horovod_fuses_named_weights_and_starts_each_buffer_after_its_last_gradient():
+    """Kernels that name their weights make each weight a tensor: buffers fuse tensors (not
+    whole layers) and a buffer starts after the kernel completing its last gradient."""
+    from simulator.strategies import HorovodConfig, horovod
+    w = [("up", 4 * MIB), ("down", 4 * MIB)]                 # 16 MiB each in fp32
+    fwd = tuple(OpCost(n, "matmul", 2e9, 1e6, weight=n, params=p) for n, p in w)
+    bwd = (OpCost("down.dgrad", "matmul", 2e9, 1e6, weight="down"),
+           OpCost("down.wgrad", "matmul", 2e9, 1e6, weight="down"),
+           OpCost("up.dgrad", "matmul", 2e9, 1e6, weight="up"),
+           OpCost("up.wgrad", "matmul", 2e9, 1e6, weight="up"))
+    blocks = [LayerCost(f"b{i}", "mlp", 8 * MIB, fwd, bwd, 1000, 100) for i in range(2)]
+    t = horovod(blocks, HorovodConfig(fusion_threshold_mb=24), World(8, 8))
+    byid = {o.id: o for o in t.classes[0].ops}
+    ars = ops_of(t, "collective", "all_reduce")
+    assert [o.size_bytes for o in ars] == [16 * MIB] * 4         # 16 + 16 > 24: no fusion
+    waits = [byid[o.deps[0]] for o in ars]                       # each buffer's cycle wait
+    assert [byid[c.deps[0]].name for c in waits] == ["down.wgrad", "up.wgrad"] * 2
+    assert [m["tensors"] for m in t.meta["buffers"]] == [1] * 4
+    # waits for the background thread do not queue behind each other or the all-reduces
+    assert [c.stream for c in waits] == ["cycle.0", "cycle.1", "cycle.2", "cycle.3"]
+    assert {o.stream for o in ars} == {"comm"}

@@ -32,7 +32,7 @@ from pydantic import Field
 from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 
-from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpHooks, OpList,
+from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, GradReady, OpList,
                    World, build_meta, check_layers, emit_backward, emit_forward,
                    emit_optimizer, named_weights)
 
@@ -69,20 +69,22 @@ class Bucket:
     size_bytes: int
     layers: tuple[str, ...]
     ready_layer: int
-    ready_weight: str = ""           # the kernel weight whose gradient completes it ("": the
-                                     # end of the layer's backward)
+    ready_pos: int = 0               # which of that layer's tensors completes it
+                                     # (:class:`~.base.GradReady` position)
 
 
-def grad_tensors(layer) -> list[tuple[str, int]]:
-    """``(weight, params)`` of ``layer``'s gradient tensors in the order backward completes
-    them (by the last backward kernel naming each weight; reverse forward order where the
-    backward names none), or the whole layer as one tensor ``("", params)``."""
+def grad_tensors(layer) -> list[tuple[int, int]]:
+    """``(position, params)`` of ``layer``'s gradient tensors (positions as
+    :class:`~.base.GradReady` reports them) in the order backward completes them: by the
+    last backward kernel naming each weight, reverse forward order where none does; a layer
+    whose kernels name no weight is one tensor, position 0."""
     weights = named_weights(layer)
     if weights is None:
-        return [("", int(layer.params))] if layer.params else []
+        return [(0, int(layer.params))] if layer.params else []
     done = {c.weight: k for k, c in enumerate(layer.backward) if getattr(c, "weight", "")}
     end = len(layer.backward)
-    return sorted(reversed(weights), key=lambda w: done.get(w[0], end))
+    order = sorted(reversed(range(len(weights))), key=lambda k: done.get(weights[k][0], end))
+    return [(k, weights[k][1]) for k in order]
 
 
 def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) -> list[Bucket]:
@@ -90,17 +92,17 @@ def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) ->
     once it holds at least its cap (``first_bytes`` for the first)."""
     buckets: list[Bucket] = []
     size, names, last = 0, [], -1
-    weight = ""
+    pos = 0
     for idx in reversed(range(len(layers))):
-        for weight, params in grad_tensors(layers[idx]):
+        for pos, params in grad_tensors(layers[idx]):
             size, last = size + params * grad_bytes, idx
             if not names or names[-1] != layers[idx].name:
                 names.append(layers[idx].name)
             if size >= (first_bytes if not buckets else cap_bytes):
-                buckets.append(Bucket(len(buckets), size, tuple(names), idx, weight))
+                buckets.append(Bucket(len(buckets), size, tuple(names), idx, pos))
                 size, names = 0, []
     if size:
-        buckets.append(Bucket(len(buckets), size, tuple(names), last, weight))
+        buckets.append(Bucket(len(buckets), size, tuple(names), last, pos))
     return buckets
 
 
@@ -110,41 +112,27 @@ def static_bytes_per_param(cfg: DDPConfig) -> int:
     return cfg.weight_bytes() + cfg.grad_reduce_bytes() + OPT_MOMENT_BYTES[cfg.optimizer] + master
 
 
-class _BucketLaunch(OpHooks):
-    """Launches a layer's buckets as its backward completes their last gradient: after the
-    last backward kernel naming that weight, or after the layer's last kernel."""
-
-    def __init__(self, ol: OpList, layer, buckets: list[Bucket], micro: int):
-        self.ol, self.layer, self.micro = ol, layer, micro
-        self.last_bwd = {c.weight: k for k, c in enumerate(layer.backward)
-                         if getattr(c, "weight", "")}
-        self.pending = [b for b in buckets if b.ready_weight in self.last_bwd]
-        self.at_end = [b for b in buckets if b.ready_weight not in self.last_bwd]
-        self.seen = 0
-
-    def launch(self, b: Bucket, dep: int) -> None:
-        self.ol.add(stream="comm", kind="collective", name=f"all_reduce.bucket{b.index}",
-                    phase="backward", collective="all_reduce", size_bytes=b.size_bytes,
-                    comm=COMM_WORLD, deps=(dep,), layer=self.layer.name,
-                    attrs={"bucket": b.index, "layers": list(b.layers),
-                           "micro_step": self.micro})
-
-    def after(self, cost, phase: str, op_id: int) -> None:
-        if phase != "backward":
-            return
-        index, self.seen = self.seen, self.seen + 1
-        for b in [b for b in self.pending if self.last_bwd[b.ready_weight] == index]:
-            self.launch(b, op_id)
+def _launch(ol: OpList, layer, b: Bucket, dep: int, micro: int) -> None:
+    ol.add(stream="comm", kind="collective", name=f"all_reduce.bucket{b.index}",
+           phase="backward", collective="all_reduce", size_bytes=b.size_bytes,
+           comm=COMM_WORLD, deps=(dep,), layer=layer.name,
+           attrs={"bucket": b.index, "layers": list(b.layers), "micro_step": micro})
 
 
 def _micro_step(ol: OpList, layers, cfg: DDPConfig, micro: int, ready: dict) -> None:
+    """Forward and backward; each bucket is launched as its last gradient is complete."""
     for layer in layers:
         emit_forward(ol, layer, cfg, micro)
     for idx in reversed(range(len(layers))):
-        hooks = _BucketLaunch(ol, layers[idx], ready.get(idx, []), micro)
-        _, _, last = emit_backward(ol, layers[idx], cfg, micro, hooks=hooks)
-        for b in hooks.at_end:
-            hooks.launch(b, last)
+        layer, buckets = layers[idx], ready.get(idx, [])
+
+        def on_grad(pos: int, op_id: int) -> None:
+            for b in [b for b in buckets if b.ready_pos == pos]:
+                _launch(ol, layer, b, op_id, micro)
+
+        hooks = GradReady(layer, on_grad)
+        _, _, last = emit_backward(ol, layer, cfg, micro, hooks=hooks)
+        hooks.finish(last)
 
 
 def ddp(layers, cfg: DDPConfig, world: World, *, model: str = "", tokens_per_sample: int = 0,

@@ -10,9 +10,12 @@ disables fusion); each buffer is one NCCL all-reduce, one after the other. Defau
 versions; current Horovod uses 128 MB and 1 ms.
 
 Approximation: which tensors share a cycle depends on timing the generator does not know,
-so buffers are filled in backward order up to the threshold, and each waits, once its last
-gradient is ready, half a cycle on average for the background thread (a ``delay`` of
-``cycle_time / 2`` on stream ``comm`` before its all-reduce). ``reduce_dtype: fp16`` is
+so buffers are filled in backward order up to the threshold, and each becomes eligible half
+a cycle on average after its last gradient is ready (a ``delay`` of ``cycle_time / 2``),
+then runs on stream ``comm`` after the buffers before it. The delays run on
+:data:`CYCLE_STREAMS` streams of their own, in turn, so a buffer waiting for the background
+thread does not add its wait to a queue of all-reduces already behind (the loop takes the
+next cycle at once when the last one overran). ``reduce_dtype: fp16`` is
 ``hvd.Compression.fp16``. With gradient accumulation only the last micro-step reduces.
 """
 
@@ -23,10 +26,11 @@ from pydantic import Field
 from simulator.trace import Communicator
 
 from .base import OpList, World, check_layers
-from .tf_common import (Pack, TFConfig, constant, fuse, grad_sizes, pack_meta, sync_trace)
+from .tf_common import (Pack, TFConfig, constant, fuse, grad_variables, pack_meta, sync_trace)
 
 MIB = 1 << 20
 COMM = "world"
+CYCLE_STREAMS = 4       # buffers waiting for the background thread at once, without queueing
 
 
 class HorovodConfig(TFConfig):
@@ -41,7 +45,7 @@ class HorovodConfig(TFConfig):
 
 
 def horovod_packs(layers, cfg: HorovodConfig) -> list[Pack]:
-    order, _, sizes = grad_sizes(layers, cfg.grad_reduce_bytes())
+    order, _, sizes = grad_variables(layers, cfg.grad_reduce_bytes())
     return fuse(order[::-1], sizes, int(cfg.fusion_threshold_mb * MIB)) if order else []
 
 
@@ -53,7 +57,8 @@ def horovod(layers, cfg: HorovodConfig, world: World, *, model: str = "",
     wait_s = cfg.cycle_time_ms * 1e-3 / 2
 
     def reduce_pack(ol: OpList, p: Pack, deps) -> int:
-        cycle = ol.add(stream="comm", kind="delay", name=f"cycle_wait.buffer{p.index}",
+        cycle = ol.add(stream=f"cycle.{p.index % CYCLE_STREAMS}", kind="delay",
+                       name=f"cycle_wait.buffer{p.index}",
                        phase="comm", duration_s=wait_s, deps=deps, attrs={"buffer": p.index})
         return ol.add(stream="comm", kind="collective", collective="all_reduce", comm=COMM,
                       size_bytes=p.size_bytes, deps=(cycle,), name=f"all_reduce.buffer{p.index}",

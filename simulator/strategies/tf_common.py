@@ -31,8 +31,8 @@ from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 from simulator.yamlio import read_yaml
 
-from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, build_meta,
-                   emit_backward, emit_forward, emit_optimizer)
+from .base import (CLASS_ID, CommonConfig, GradReady, OpList, World, bandwidth_value,
+                   build_meta, emit_backward, emit_forward, emit_optimizer, named_weights)
 
 
 @functools.cache
@@ -91,17 +91,17 @@ def require_single_host(world: World, label: str) -> None:
 # ----------------------------------------------------------------------------- packs
 @dataclass(frozen=True)
 class Pack:
-    """Gradients reduced together: ``layers`` (indices, in pack order), ``size_bytes``, and
-    ``ready_layer``, the layer whose backward completes the pack (its lowest index, since
-    backward runs from the last layer to the first)."""
+    """Gradients reduced together: ``grads`` (keys of :func:`grad_variables`, in pack order),
+    ``size_bytes``; ``ready`` is the gradient that completes the pack, the one created first
+    (backward runs from the last variable to the first)."""
 
     index: int
-    layers: tuple[int, ...]
+    grads: tuple
     size_bytes: int
 
     @property
-    def ready_layer(self) -> int:
-        return min(self.layers)
+    def ready(self):
+        return min(self.grads)
 
 
 def _packs(groups: list[list[int]], sizes: dict[int, int]) -> list[Pack]:
@@ -160,9 +160,10 @@ def emit_micro_steps(ol: OpList, layers, cfg: CommonConfig,
                      on_grad: Callable[[int, int], None] | None = None,
                      forward_deps: dict[int, tuple] | None = None) -> None:
     """``grad_accum`` micro-steps of forward and backward (the first k-1 written once, with
-    ``attrs["repeat"]``); ``on_grad(layer index, its last backward op)`` is called as each
-    gradient of the last micro-step is produced; the first forward of layer ``i`` waits for
-    ``forward_deps[i]`` (its variables)."""
+    ``attrs["repeat"]``); ``on_grad(key, op)`` is called as each gradient of the last
+    micro-step is complete (``key`` as :func:`grad_variables` gives it, ``op`` the kernel
+    that completes it); the first forward of layer ``i`` waits for ``forward_deps[i]`` (its
+    variables)."""
     k = cfg.grad_accum
     if k > 1:
         start = len(ol.ops)
@@ -178,9 +179,11 @@ def _forward_backward(ol: OpList, layers, cfg: CommonConfig, micro: int, on_grad
     for i, layer in enumerate(layers):
         emit_forward(ol, layer, cfg, micro, (forward_deps or {}).get(i, ()))
     for idx in reversed(range(len(layers))):
-        _, _, last = emit_backward(ol, layers[idx], cfg, micro)
-        if on_grad is not None:
-            on_grad(idx, last)
+        hooks = None if on_grad is None else \
+            GradReady(layers[idx], lambda pos, op, idx=idx: on_grad((idx, pos), op))
+        _, _, last = emit_backward(ol, layers[idx], cfg, micro, hooks=hooks)
+        if hooks is not None:
+            hooks.finish(last)
 
 
 PackEmitter = Callable[[OpList, Pack, tuple], int]
@@ -191,14 +194,14 @@ def emit_sync_step(ol: OpList, layers, cfg: CommonConfig, packs: list[Pack],
     """Micro-steps and the reduction of every pack (``reduce_pack(ol, pack, deps)`` returns
     its last op): after the backward pass, or with ``overlap`` once the pack's last gradient
     is ready. Returns the last op of each pack, which the update waits for."""
-    ready: dict[int, list[Pack]] = {}
+    ready: dict = {}
     for p in packs:
-        ready.setdefault(p.ready_layer, []).append(p)
+        ready.setdefault(p.ready, []).append(p)
     ends: list[int] = []
 
-    def on_grad(idx: int, last: int) -> None:
-        for p in ready.get(idx, ()):
-            ends.append(reduce_pack(ol, p, (last,)))
+    def on_grad(key, op: int) -> None:
+        for p in ready.get(key, ()):
+            ends.append(reduce_pack(ol, p, (op,)))
 
     emit_micro_steps(ol, layers, cfg, on_grad if overlap else None)
     if not overlap:
@@ -215,9 +218,24 @@ def grad_sizes(layers, elem_bytes: int) -> tuple[list[int], dict[int, int], dict
     return order, params, {i: params[i] * elem_bytes for i in order}
 
 
+def grad_variables(layers, elem_bytes: int) -> tuple[list[tuple[int, int]], dict, dict]:
+    """The gradient tensors in forward (variable creation) order, as ``(layer index,
+    position)`` keys (:class:`~.base.GradReady` positions: the weights a layer's kernels
+    name, or the whole layer at 0), their parameter counts and their gradient bytes."""
+    params: dict[tuple[int, int], int] = {}
+    for i, layer in enumerate(layers):
+        weights = named_weights(layer)
+        for k, (_, n) in enumerate(weights if weights is not None else [("", layer.params)]):
+            if int(n) > 0:
+                params[(i, k)] = int(n)
+    return list(params), params, {k: n * elem_bytes for k, n in params.items()}
+
+
 def pack_meta(packs: list[Pack], layers) -> list[dict]:
-    return [{"index": p.index, "size_bytes": p.size_bytes,
-             "layers": [layers[i].name for i in p.layers]} for p in packs]
+    """Per pack: index, bytes, its gradients' count and the layers they belong to."""
+    return [{"index": p.index, "size_bytes": p.size_bytes, "tensors": len(p.grads),
+             "layers": [layers[i].name for i in dict.fromkeys(k[0] for k in p.grads)]}
+            for p in packs]
 
 
 def sync_trace(layers, cfg: CommonConfig, world: World, params: int, packs: list[Pack],

@@ -29,8 +29,8 @@ from simulator.errors import ConfigError
 from simulator.trace import Communicator
 
 from .base import OpList, World, check_layers
-from .tf_common import (Pack, TFConfig, add_n, concat_and_split, constant, grad_sizes, pack_meta,
-                        per_variable, require_single_host, sync_trace)
+from .tf_common import (Pack, TFConfig, add_n, concat_and_split, constant, grad_variables,
+                        pack_meta, per_variable, require_single_host, sync_trace)
 
 CROSS_DEVICE_OPS = ("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice")
 STREAM = "comm"
@@ -100,7 +100,7 @@ class _Emitter:
 
 def mirrored_packs(layers, cfg: MirroredConfig, n: int) -> list[Pack]:
     """The packs the cross-device op reduces (none with one replica)."""
-    order, params, sizes = grad_sizes(layers, cfg.grad_reduce_bytes())
+    order, params, sizes = grad_variables(layers, cfg.grad_reduce_bytes())
     if n == 1 or not order:
         return []
     if cfg.cross_device_ops == "ReductionToOneDevice" or cfg.num_packs == 0:

@@ -29,7 +29,8 @@ from simulator.errors import ConfigError
 from simulator.trace import Communicator
 
 from .base import OpList, World, check_layers
-from .tf_common import (Pack, TFConfig, constant, grad_sizes, group_by_size, pack_meta, sync_trace)
+from .tf_common import (Pack, TFConfig, constant, grad_variables, group_by_size, pack_meta,
+                        sync_trace)
 
 IMPLEMENTATIONS = ("AUTO", "RING", "NCCL")
 COMM = "world"
@@ -62,7 +63,7 @@ class MultiWorkerConfig(TFConfig):
 
 
 def multiworker_packs(layers, cfg: MultiWorkerConfig) -> list[Pack]:
-    order, _, sizes = grad_sizes(layers, cfg.grad_reduce_bytes())
+    order, _, sizes = grad_variables(layers, cfg.grad_reduce_bytes())
     return group_by_size(order[::-1], sizes, cfg.bytes_per_pack) if order else []
 
 
