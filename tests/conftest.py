@@ -60,3 +60,14 @@ def edit_cases_yaml(root, fn):
     fn(data)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def up_down_blocks(n: int, params_each: int):
+    """``n`` two-weight layers ("up" then "down", ``params_each`` each) whose kernels name
+    their weights; backward computes down's gradients before up's, as autograd does."""
+    from simulator.models.costs import LayerCost, OpCost
+    fwd = tuple(OpCost(w, "matmul", 2e9, 1e6, weight=w, params=params_each)
+                for w in ("up", "down"))
+    bwd = tuple(OpCost(f"{w}.{k}", "matmul", 2e9, 1e6, weight=w)
+                for w in ("down", "up") for k in ("dgrad", "wgrad"))
+    return [LayerCost(f"b{i}", "mlp", 2 * params_each, fwd, bwd, 1000, 100) for i in range(n)]

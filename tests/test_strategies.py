@@ -539,14 +539,8 @@ def test_submodule_refuses_prefetch_and_unsplittable_layers():
 def test_ddp_bucket_launches_after_the_kernel_completing_its_last_gradient():
     """With kernels that name their weights, a bucket holding only a block's last weight
     starts right after that weight's gradient kernel, before the block's backward ends."""
-    from simulator.models.costs import LayerCost, OpCost
-    w = [("up", 8 * MIB), ("down", 8 * MIB)]                 # 32 MiB each in fp32: 1 bucket
-    fwd = tuple(OpCost(n, "matmul", 2e9, 1e6, weight=n, params=p) for n, p in w)
-    bwd = (OpCost("down.dgrad", "matmul", 2e9, 1e6, weight="down"),
-           OpCost("down.wgrad", "matmul", 2e9, 1e6, weight="down"),
-           OpCost("up.dgrad", "matmul", 2e9, 1e6, weight="up"),
-           OpCost("up.wgrad", "matmul", 2e9, 1e6, weight="up"))
-    blocks = [LayerCost(f"b{i}", "mlp", 16 * MIB, fwd, bwd, 1000, 100) for i in range(2)]
+    from conftest import up_down_blocks
+    blocks = up_down_blocks(2, 8 * MIB)                      # 32 MiB per weight: 1 bucket
     trace = ddp(blocks, DDPConfig(), World(4, 4))
     byid = {o.id: o for o in ops(trace)}
     ars = colls(trace, "all_reduce")

@@ -386,14 +386,9 @@ def test_ps_overlap_pushes_each_gradient_after_its_backward():
 def test_horovod_fuses_named_weights_and_starts_each_buffer_after_its_last_gradient():
     """Kernels that name their weights make each weight a tensor: buffers fuse tensors (not
     whole layers) and a buffer starts after the kernel completing its last gradient."""
+    from conftest import up_down_blocks
     from simulator.strategies import HorovodConfig, horovod
-    w = [("up", 4 * MIB), ("down", 4 * MIB)]                 # 16 MiB each in fp32
-    fwd = tuple(OpCost(n, "matmul", 2e9, 1e6, weight=n, params=p) for n, p in w)
-    bwd = (OpCost("down.dgrad", "matmul", 2e9, 1e6, weight="down"),
-           OpCost("down.wgrad", "matmul", 2e9, 1e6, weight="down"),
-           OpCost("up.dgrad", "matmul", 2e9, 1e6, weight="up"),
-           OpCost("up.wgrad", "matmul", 2e9, 1e6, weight="up"))
-    blocks = [LayerCost(f"b{i}", "mlp", 8 * MIB, fwd, bwd, 1000, 100) for i in range(2)]
+    blocks = up_down_blocks(2, 4 * MIB)                      # 16 MiB per weight in fp32
     t = horovod(blocks, HorovodConfig(fusion_threshold_mb=24), World(8, 8))
     byid = {o.id: o for o in t.classes[0].ops}
     ars = ops_of(t, "collective", "all_reduce")
