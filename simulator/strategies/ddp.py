@@ -32,9 +32,10 @@ from pydantic import Field
 from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 
-from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, GradReady, OpList,
+from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList,
                    World, build_meta, check_layers, emit_backward, emit_forward,
-                   emit_optimizer, named_weights)
+                   emit_optimizer)
+from .grads import GradReady, named_weights
 
 MIB = 1 << 20
 COMM_WORLD = "world"
@@ -70,12 +71,12 @@ class Bucket:
     layers: tuple[str, ...]
     ready_layer: int
     ready_pos: int = 0               # which of that layer's tensors completes it
-                                     # (:class:`~.base.GradReady` position)
+                                     # (:class:`~.grads.GradReady` position)
 
 
 def grad_tensors(layer) -> list[tuple[int, int]]:
     """``(position, params)`` of ``layer``'s gradient tensors (positions as
-    :class:`~.base.GradReady` reports them) in the order backward completes them: by the
+    :class:`~.grads.GradReady` reports them) in the order backward completes them: by the
     last backward kernel naming each weight, reverse forward order where none does; a layer
     whose kernels name no weight is one tensor, position 0."""
     weights = named_weights(layer)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from simulator.errors import ConfigError
 
-from .base import named_weights
+from .grads import named_weights
 
 
 @dataclass(frozen=True)

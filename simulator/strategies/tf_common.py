@@ -31,8 +31,9 @@ from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 from simulator.yamlio import read_yaml
 
-from .base import (CLASS_ID, CommonConfig, GradReady, OpList, World, bandwidth_value,
-                   build_meta, emit_backward, emit_forward, emit_optimizer, named_weights)
+from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, build_meta,
+                   emit_backward, emit_forward, emit_optimizer)
+from .grads import GradReady, named_weights
 
 
 @functools.cache
@@ -220,7 +221,7 @@ def grad_sizes(layers, elem_bytes: int) -> tuple[list[int], dict[int, int], dict
 
 def grad_variables(layers, elem_bytes: int) -> tuple[list[tuple[int, int]], dict, dict]:
     """The gradient tensors in forward (variable creation) order, as ``(layer index,
-    position)`` keys (:class:`~.base.GradReady` positions: the weights a layer's kernels
+    position)`` keys (:class:`~.grads.GradReady` positions: the weights a layer's kernels
     name, or the whole layer at 0), their parameter counts and their gradient bytes."""
     params: dict[tuple[int, int], int] = {}
     for i, layer in enumerate(layers):

@@ -1,0 +1,42 @@
+"""Gradient tensors of a layer and when backward completes each (DDP buckets, TensorFlow
+and Horovod packs, FSDP per-kernel units)."""
+
+from __future__ import annotations
+
+from .base import OpHooks
+
+
+def named_weights(layer) -> list[tuple[str, int]] | None:
+    """``(weight, params)`` of each forward kernel of ``layer`` that names its weight, in
+    forward order, when together they hold all of the layer's parameters; else None."""
+    named = [(op.weight, int(op.params)) for op in layer.forward if getattr(op, "params", 0)]
+    return named if sum(p for _, p in named) == int(layer.params) else None
+
+
+class GradReady(OpHooks):
+    """Reports, as a layer's backward is emitted, when each of its gradient tensors is
+    complete: ``on_grad(position, op_id)``, ``position`` indexing :func:`named_weights`,
+    right after the last backward kernel naming that weight; :meth:`finish` reports the
+    others (a layer whose kernels name no weight is one tensor, position 0) after the
+    layer's last op."""
+
+    def __init__(self, layer, on_grad):
+        self.on_grad, self.seen = on_grad, 0
+        weights = named_weights(layer)
+        self.pos = {w: k for k, (w, _) in enumerate(weights or ())}
+        self.last_bwd = {c.weight: k for k, c in enumerate(layer.backward)
+                         if getattr(c, "weight", "") in self.pos}
+        self.rest = [k for w, k in self.pos.items() if w not in self.last_bwd] \
+            if weights else [0]
+
+    def after(self, cost, phase: str, op_id: int) -> None:
+        if phase != "backward":
+            return
+        index, self.seen = self.seen, self.seen + 1
+        weight = getattr(cost, "weight", "")
+        if self.last_bwd.get(weight, -1) == index:
+            self.on_grad(self.pos[weight], op_id)
+
+    def finish(self, last: int) -> None:
+        for position in self.rest:
+            self.on_grad(position, last)
