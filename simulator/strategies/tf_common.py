@@ -158,7 +158,7 @@ def concat_and_split(order: list[int], params: dict[int, int], elem_bytes: int,
 
 # ------------------------------------------------------------------------- the step
 def emit_micro_steps(ol: OpList, layers, cfg: CommonConfig,
-                     on_grad: Callable[[int, int], None] | None = None,
+                     on_grad: Callable[[tuple, int], None] | None = None,
                      forward_deps: dict[int, tuple] | None = None) -> None:
     """``grad_accum`` micro-steps of forward and backward (the first k-1 written once, with
     ``attrs["repeat"]``); ``on_grad(key, op)`` is called as each gradient of the last
