@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .choices import DEFAULT_SCENARIO
+from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
 from .errors import ConfigError
 from .reliability.config import ReliabilityCfg
 from .yamlio import read_yaml
@@ -74,7 +74,6 @@ class ClusterCfg(BaseModel):
     @field_validator("ecmp")
     @classmethod
     def _ecmp(cls, v: str) -> str:
-        from .cluster import ECMP_MODES
         return _one_of(v, ECMP_MODES)
 
 
@@ -90,8 +89,7 @@ class Simulation(BaseModel):
     @field_validator("fidelity")
     @classmethod
     def _fidelity(cls, v: str) -> str:
-        from .network.fabric import FABRICS
-        return _one_of(v, FABRICS)
+        return _one_of(v, FIDELITIES)
 
     @field_validator("stragglers")
     @classmethod

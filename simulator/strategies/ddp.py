@@ -35,7 +35,7 @@ from simulator.trace import Communicator, RankClass, Trace
 from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList,
                    World, build_meta, check_layers, emit_backward, emit_forward,
                    emit_optimizer)
-from .grads import GradReady, named_weights
+from .grads import GradReady, named_weights, tensors
 
 MIB = 1 << 20
 COMM_WORLD = "world"
@@ -79,13 +79,11 @@ def grad_tensors(layer) -> list[tuple[int, int]]:
     :class:`~.grads.GradReady` reports them) in the order backward completes them: by the
     last backward kernel naming each weight, reverse forward order where none does; a layer
     whose kernels name no weight is one tensor, position 0."""
-    weights = named_weights(layer)
-    if weights is None:
-        return [(0, int(layer.params))] if layer.params else []
+    names = [w for w, _ in named_weights(layer) or ()]
     done = {c.weight: k for k, c in enumerate(layer.backward) if getattr(c, "weight", "")}
     end = len(layer.backward)
-    order = sorted(reversed(range(len(weights))), key=lambda k: done.get(weights[k][0], end))
-    return [(k, weights[k][1]) for k in order]
+    return sorted(reversed(tensors(layer)),
+                  key=lambda t: done.get(names[t[0]], end) if names else end)
 
 
 def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) -> list[Bucket]:

@@ -16,22 +16,24 @@ options are not modelled for these units (the config refuses them).
 from __future__ import annotations
 
 from .base import OpHooks, emit_backward, emit_forward
+from .grads import GradReady, named_weights
 
 
 class _KernelUnits(OpHooks):
-    """Gathers, reshards and reduces the per-kernel units of layer ``li``."""
+    """Gathers, reshards and reduces the per-kernel units of layer ``li``; a unit's gradient
+    is complete when :class:`~.grads.GradReady` says its weight's is."""
 
     def __init__(self, sched, li: int, micro: int):
         self.sched, self.li, self.micro = sched, li, micro
         layer = sched.layers[li]
-        self.last_bwd = {c.weight: k for k, c in enumerate(layer.backward) if c.weight}
-        self.seen = 0                                   # backward kernels issued so far
+        self.weights = [w for w, _ in named_weights(layer) or ()]
+        self.grads = GradReady(layer, self.reduce)
 
-    def unit(self, cost):
-        return self.sched.sub.get((self.li, cost.weight)) if cost.weight else None
+    def unit(self, weight: str):
+        return self.sched.sub.get((self.li, weight)) if weight else None
 
     def before(self, cost, phase: str) -> tuple:
-        u = self.unit(cost)
+        u = self.unit(cost.weight)
         if u is None:
             return ()
         if self.sched.needs_gather(u):
@@ -39,20 +41,19 @@ class _KernelUnits(OpHooks):
         return (self.sched.gathered.get(u.index),)
 
     def after(self, cost, phase: str, op_id: int) -> None:
-        u = self.unit(cost)
-        index = self.seen
         if phase == "backward":
-            self.seen += 1
+            self.grads.after(cost, phase, op_id)
+        elif cost.params and (u := self.unit(cost.weight)) is not None:   # forward, recompute
+            self.sched.reshard_after_forward(u, op_id)
+
+    def reduce(self, pos: int, op_id: int) -> None:
+        """The gradient of weight ``pos`` is complete after ``op_id``: reduce its unit."""
+        u = self.unit(self.weights[pos]) if pos < len(self.weights) else None
         if u is None:
             return
-        if phase != "backward":                         # forward or recompute
-            if cost.params:
-                self.sched.reshard_after_forward(u, op_id)
-            return
-        if self.last_bwd.get(cost.weight) == index:     # the unit's gradient is complete
-            if self.sched.plan.shard > 1 or self.sched.cfg.cpu_offload:
-                self.sched.ol.alloc(op_id, self.sched.padded(u) * self.sched.wb)
-            self.sched.post_backward(u, op_id, None, self.micro)
+        if self.sched.plan.shard > 1 or self.sched.cfg.cpu_offload:
+            self.sched.ol.alloc(op_id, self.sched.padded(u) * self.sched.wb)
+        self.sched.post_backward(u, op_id, None, self.micro)
 
 
 def forward_layers(sched, lids: list[int], micro: int) -> None:
@@ -63,5 +64,6 @@ def forward_layers(sched, lids: list[int], micro: int) -> None:
 
 def backward_layers(sched, lids: list[int], micro: int) -> None:
     for li in reversed(lids):
-        emit_backward(sched.ol, sched.layers[li], sched.cfg, micro,
-                      hooks=_KernelUnits(sched, li, micro))
+        hooks = _KernelUnits(sched, li, micro)
+        _, _, last = emit_backward(sched.ol, sched.layers[li], sched.cfg, micro, hooks=hooks)
+        hooks.grads.finish(last)

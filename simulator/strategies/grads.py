@@ -13,6 +13,16 @@ def named_weights(layer) -> list[tuple[str, int]] | None:
     return named if sum(p for _, p in named) == int(layer.params) else None
 
 
+def tensors(layer) -> list[tuple[int, int]]:
+    """``(position, params)`` of ``layer``'s gradient tensors in forward order: the weights its
+    kernels name (positions as :class:`GradReady` reports them), else the whole layer as
+    position 0 (none for a layer without parameters)."""
+    weights = named_weights(layer)
+    if weights is None:
+        weights = [("", int(layer.params))]
+    return [(k, int(n)) for k, (_, n) in enumerate(weights) if int(n) > 0]
+
+
 class GradReady(OpHooks):
     """Reports, as a layer's backward is emitted, when each of its gradient tensors is
     complete: ``on_grad(position, op_id)``, ``position`` indexing :func:`named_weights`,

@@ -33,7 +33,7 @@ from simulator.yamlio import read_yaml
 
 from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, build_meta,
                    emit_backward, emit_forward, emit_optimizer)
-from .grads import GradReady, named_weights
+from .grads import GradReady, tensors
 
 
 @functools.cache
@@ -223,12 +223,7 @@ def grad_variables(layers, elem_bytes: int) -> tuple[list[tuple[int, int]], dict
     """The gradient tensors in forward (variable creation) order, as ``(layer index,
     position)`` keys (:class:`~.grads.GradReady` positions: the weights a layer's kernels
     name, or the whole layer at 0), their parameter counts and their gradient bytes."""
-    params: dict[tuple[int, int], int] = {}
-    for i, layer in enumerate(layers):
-        weights = named_weights(layer)
-        for k, (_, n) in enumerate(weights if weights is not None else [("", layer.params)]):
-            if int(n) > 0:
-                params[(i, k)] = int(n)
+    params = {(i, k): n for i, layer in enumerate(layers) for k, n in tensors(layer)}
     return list(params), params, {k: n * elem_bytes for k, n in params.items()}
 
 
