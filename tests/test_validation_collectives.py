@@ -22,7 +22,7 @@ from simulator.validation import calibrate as cal
 from simulator.validation import collectives as vc
 from simulator.validation import known_misses as km
 from simulator.validation.cli import register
-from conftest import edit_cases_yaml
+from conftest import edit_cases_yaml, known_miss_param
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "collectives"
 CALIBRATION = {"oci_bm.gpu4.8_1node", "deepops_dgxa100_2node_k8s", "cn_doc_4x_a100pcie"}
@@ -52,9 +52,8 @@ def _gate_params():
                         & (rows["derived"] != "time_us")).any()}
         for metric in ("busbw", "time"):
             if has[metric]:
-                reason = KNOWN_FAILURES.get((tid, metric))
-                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-                params.append(pytest.param(tid, metric, marks=marks, id=f"{tid}-{metric}"))
+                params.append(known_miss_param(tid, metric, id=f"{tid}-{metric}",
+                                               reason=KNOWN_FAILURES.get((tid, metric))))
     return params
 
 

@@ -25,6 +25,7 @@ from simulator.validation import known_misses as km
 from simulator.validation import training as vt
 from simulator.validation import training_calibrate as tc
 from simulator.validation.cli import register
+from conftest import known_miss_param
 from conftest import edit_cases_yaml
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "training"
@@ -53,9 +54,7 @@ def _validation_params(marks_from: dict):
     for cid, spec in _raw_cases().items():
         if spec["split"] != "validation":
             continue
-        reason = marks_from.get(cid)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        params.append(pytest.param(cid, marks=marks, id=cid))
+        params.append(known_miss_param(cid, reason=marks_from.get(cid), id=cid))
     return params
 
 
@@ -64,9 +63,7 @@ def _memory_params():
     for cid, spec in _raw_cases().items():
         if spec["split"] != "validation" or "scaling" in spec:
             continue
-        reason = KNOWN_OOM.get(cid)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        params.append(pytest.param(cid, marks=marks, id=cid))
+        params.append(known_miss_param(cid, reason=KNOWN_OOM.get(cid), id=cid))
     return params
 
 

@@ -173,7 +173,8 @@ def dgx_a100_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-S
     server : int
         Server number (>= 0); node ids are ``n{server}.*``, ranks ``server*8 + index``.
     gpu : str
-        GPU model with NVLink (``A100-SXM4-40GB``, ``A100-SXM4-80GB``, ``H100-SXM``); its
+        GPU model with NVLink (``A100-SXM4-40GB``, ``A100-SXM4-80GB``, ``H100-SXM``,
+        ``H200-SXM``); its
         ``nvlink`` type wires GPU-NVSwitch edges and its ``pcie`` type the PCIe tree.
     nics : int
         Compute NICs: 1, 2, 4, 8 (DGX A100: one per GPU) or 16 (two per GPU, as OCI BM.GPU4.8).

@@ -22,14 +22,6 @@ TITLES = {"replay": "Replay: each run from its own trace, at its own bandwidth",
           "scaling": "Scaling: a 2-rank trace mapped onto 4 ranks"}
 
 
-def with_status(df: pd.DataFrame, known: dict[str, str] | None = None) -> pd.DataFrame:
-    known = km.load() if known is None else known
-    df = df.copy()
-    df["status"] = [km.status(c, bool(ok), known) for c, ok in zip(df.case, df.ok)]
-    df["reason"] = [known.get(c, "") for c in df.case]
-    return df
-
-
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
@@ -112,7 +104,7 @@ def write_report(df: pd.DataFrame, out: Path, known: dict[str, str] | None = Non
     """Write captured.md, captured_cases.csv and captured.png into ``out``."""
     from .captured_text import report_text
     out = report_dir(out)
-    df = with_status(df, known)
+    df = km.with_status(df, known)
     df.assign(simulated_steps_s=df.simulated_steps_s.map(_steps_text)).to_csv(out / CSV,
                                                                                index=False)
     plot(df, out / PLOT)
@@ -129,7 +121,7 @@ def write_report(df: pd.DataFrame, out: Path, known: dict[str, str] | None = Non
 
 
 def summary_line(df: pd.DataFrame, known: dict[str, str] | None = None) -> str:
-    df = with_status(df, known)
+    df = km.with_status(df, known)
     parts = []
     for kind in KINDS:
         g = df[df.kind == kind]
@@ -142,4 +134,4 @@ def summary_line(df: pd.DataFrame, known: dict[str, str] | None = None) -> str:
     return "captured runs: " + "; ".join(parts) + f" [{counts}]"
 
 
-__all__ = ["CSV", "PLOT", "REPORT", "summary_line", "with_status", "write_report"]
+__all__ = ["CSV", "PLOT", "REPORT", "summary_line", "write_report"]

@@ -167,13 +167,14 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
 
 
 def register(group: click.Group) -> click.Group:
-    """Add ``validate collectives|training|traces|captured|all`` to ``group`` (creating the
+    """Add ``validate collectives|training|traces|captured|gpu|all`` to ``group`` (creating the
     ``validate`` subgroup if the group has none; without a subcommand it runs ``all``);
     returns the ``validate`` group."""
-    from simulator.validation.suite_cli import validate_all, validate_captured
+    from simulator.validation.suite_cli import validate_all, validate_captured, validate_gpu
     from simulator.validation.traces_cli import validate_traces
     commands = {"collectives": validate_collectives, "training": validate_training,
-                "traces": validate_traces, "captured": validate_captured, "all": validate_all}
+                "traces": validate_traces, "captured": validate_captured, "gpu": validate_gpu,
+                "all": validate_all}
     existing = group.commands.get("validate")
     if isinstance(existing, click.Group):
         for name, cmd in commands.items():

@@ -50,6 +50,17 @@ def status(case: str, ok: bool | None, known: dict[str, str]) -> str:
     return "known miss" if case in known else "FAIL"
 
 
+def with_status(df, known: dict[str, str] | None = None):
+    """``df`` (columns ``case``, ``ok``: True, False or None/NaN when not gated) with
+    ``status`` and ``reason`` columns added (a copy); ``known`` defaults to :func:`load`."""
+    known = load() if known is None else known
+    df = df.copy()
+    df["status"] = [status(c, None if ok is None or ok != ok else bool(ok), known)
+                    for c, ok in zip(df.case, df.ok)]
+    df["reason"] = [known.get(c, "") for c in df.case]
+    return df
+
+
 def exit_code(statuses) -> int:
     statuses = list(statuses)
     if any(s in ("FAIL", "XPASS") for s in statuses):
@@ -57,4 +68,5 @@ def exit_code(statuses) -> int:
     return EXIT_KNOWN if "known miss" in statuses else EXIT_OK
 
 
-__all__ = ["EXIT_FAIL", "EXIT_KNOWN", "EXIT_OK", "FILE", "exit_code", "load", "status"]
+__all__ = ["EXIT_FAIL", "EXIT_KNOWN", "EXIT_OK", "FILE", "exit_code", "load", "status",
+           "with_status"]

@@ -44,14 +44,6 @@ def run_suites(suites=tuple(RUNNERS), workers: int | None = None, runners=None,
     return pd.DataFrame(rows, columns=cols), reports
 
 
-def with_status(df: pd.DataFrame, known: dict[str, str]) -> pd.DataFrame:
-    df = df.copy()
-    df["status"] = [km.status(c, None if ok is None or pd.isna(ok) else bool(ok), known)
-                    for c, ok in zip(df.case, df.ok)]
-    df["reason"] = [known.get(c, "") for c in df.case]
-    return df
-
-
 def stale_records(df: pd.DataFrame, known: dict[str, str], suites) -> list[str]:
     """Known misses of the suites run that name no case (renamed or removed cases)."""
     prefixes = tuple(f"{s}/" for s in suites)
@@ -110,7 +102,7 @@ def run_all(suites=tuple(RUNNERS), workers: int | None = None, out: Path | None 
     out = Path(out) if out is not None else REPORT
     known = km.load() if known is None else known
     df, reports = run_suites(suites, workers, runners, echo)
-    df = with_status(df, known)
+    df = km.with_status(df, known)
     stale = stale_records(df, known, suites)
     code = km.exit_code([*df.status, *(["XPASS"] if stale else [])])
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -125,4 +117,4 @@ def format_summary(df: pd.DataFrame, code: int) -> str:
     return "\n".join([*lines, f"exit code {code}"])
 
 
-__all__ = ["REPORT", "counts", "format_summary", "run_all", "run_suites", "with_status"]
+__all__ = ["REPORT", "counts", "format_summary", "run_all", "run_suites"]

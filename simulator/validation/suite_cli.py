@@ -21,8 +21,9 @@ def validate_all(only=(), workers=None, out=None):
     """Run every validation of the project and write validation/REPORT.md.
 
     Suites: collectives (A100 nccl-tests), training (published A100 throughput), traces
-    (the A100 DDP trace), captured (the captured CPU runs: replay, what-if, scaling) and
-    reliability (Daly, Meta RSC-1, Llama 3); each also writes its own report. A case out
+    (the A100 DDP trace), captured (the captured CPU runs: replay, what-if, scaling), gpu
+    (single-GPU H200 runs: generated and replayed steps) and reliability (Daly, Meta RSC-1,
+    Llama 3); each also writes its own report. A case out
     of its bound is a known miss only if validation/known_misses.yaml records it. Exit code
     0: every gated case passes; 3: only known misses are out of bound; 1: a FAIL (out of
     bound, not recorded) or an XPASS (recorded, now within bound).
@@ -49,12 +50,36 @@ def validate_captured(out):
     captured.png. Exit code as `clustersim validate`: 0, 3 (only known misses), 1.
     """
     from . import captured as vc
-    from . import known_misses as km
-    from .captured_report import summary_line, with_status, write_report
+    from .captured_report import summary_line, write_report
     df = vc.validate()
     report = write_report(df, out if out is not None else vc.traces_root())
-    click.echo(summary_line(df))
-    status = with_status(df)
+    _finish(summary_line(df), df, report)
+
+
+@click.command("gpu")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder [default: validation/gpu].")
+def validate_gpu(out):
+    """Single-GPU runs measured on an H200 (validation/gpu/), a GPU no constant was fitted on.
+
+    Generated: the simulator's own model of each job (A100-calibrated constants) against the
+    measured median step (bound 15%). Replay: each profiled step imported and replayed
+    against the step it recorded (bound 10%). Writes report.md, results.csv and classes.csv
+    (recorded kernel vs simulated op time per class). Exit code as `clustersim validate`.
+    """
+    from . import gpu as vg
+    from .gpu_report import summary_line, write_report
+    results = vg.validate()
+    report = write_report(results, out)
+    _finish(summary_line(results), results["cases"], report)
+
+
+def _finish(summary: str, cases, report: Path) -> None:
+    """Print the summary, every case not passing (columns case, ok, error, bound) and the
+    report; exit with :func:`.known_misses.exit_code`."""
+    from . import known_misses as km
+    click.echo(summary)
+    status = km.with_status(cases)
     for r in status[status.status != "pass"].itertuples(index=False):
         click.echo(f"{r.status}: {r.case}: {100 * r.error:+.1f}% (bound {r.bound:.0%})")
     click.echo(f"report: {report}")
@@ -63,4 +88,4 @@ def validate_captured(out):
         raise click.exceptions.Exit(code)
 
 
-__all__ = ["validate_all", "validate_captured"]
+__all__ = ["validate_all", "validate_captured", "validate_gpu"]

@@ -95,6 +95,17 @@ def captured(workers: int = 1) -> tuple[list[dict], Path]:
             for r in df.itertuples(index=False)], report
 
 
+def gpu(workers: int = 1) -> tuple[list[dict], Path]:
+    """The H200 single-GPU runs: generated and replayed step times (every case gated)."""
+    from . import gpu as vg
+    from .gpu_report import write_report
+    results = vg.validate()
+    report = write_report(results)
+    return [_case(r.case, f"{r.kind} step time on one H200", _pct(r.error),
+                  f"<= {r.bound:.0%}", r.ok, r.error)
+            for r in results["cases"].itertuples(index=False)], report
+
+
 def reliability(workers: int = 1) -> tuple[list[dict], Path]:
     """Daly, Meta RSC-1 and Llama 3 checks (their own gates); writes report.md once."""
     from simulator.reliability import validate as v
@@ -148,6 +159,6 @@ def _reliability_cases(seen: dict[str, list]) -> list[dict]:
 
 
 RUNNERS = {"collectives": collectives, "training": training, "traces": traces,
-           "captured": captured, "reliability": reliability}
+           "captured": captured, "gpu": gpu, "reliability": reliability}
 
 __all__ = ["RUNNERS"]

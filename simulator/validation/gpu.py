@@ -1,0 +1,215 @@
+"""Single-GPU validation on a GPU the compute constants never saw (``validation/gpu/``).
+
+Measured on one NVIDIA H200 with ``validation/capture/gpu_capture.py`` (README there). Two
+kinds of case, both held out (the compute constants were fitted on A100 rows only):
+
+* **generated**: the simulator's own model of the job (catalog model, ``hgx-h200``) against
+  the measured median step time. Gate :data:`STEP_GATE_GENERATED` (the training gate).
+* **replay**: a profiled step imported as ``clustersim import`` does and replayed, against
+  the step the profile recorded. Gate :data:`STEP_GATE_REPLAY` (the A100 trace's gate).
+
+For the profiled cases, :func:`class_table` puts the recorded kernel time per class beside
+the simulated op time per class: which part of the model carries to another GPU and which
+does not (the report's "where the time goes").
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simulator.errors import ConfigError
+
+from .common import read_yaml
+
+CASES = "cases.yaml"
+TOPOLOGY = "hgx-h200"
+STEP_GATE_GENERATED = 0.15
+STEP_GATE_REPLAY = 0.10
+REPORT = "report.md"
+# Recorded kernels -> the simulator's op classes, by the ATen operator that launched each one
+# (the kernel's "External id" names it in a Kineto trace): a cuDNN convolution may run as a
+# GEMM kernel, so kernel names alone misclassify. First match wins; unmatched: elementwise.
+OP_CLASSES = (
+    ("attention", r"attention|flash|sdpa|efficient_attention"),
+    ("optimizer", r"_foreach_|_fused_adam|_fused_sgd|non_finite_check_and_unscale"),
+    ("conv", r"convolution"),
+    ("matmul", r"aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)$"),
+    ("norm", r"batch_norm|layer_norm|group_norm"),
+    ("loss", r"nll_loss|log_softmax|cross_entropy"),
+    ("embedding", r"embedding"),
+)
+ALIGN = re.compile(r"_align(\d+)")
+HALF = re.compile(r"f16|bf16")
+
+
+def unaligned_gemm(kernel: str) -> bool:
+    """A CUTLASS GEMM kernel built for operands aligned to less than 16 bytes (``alignN``:
+    N elements; 2 bytes each for f16/bf16 kernels, else 4): cuBLAS picks one when a
+    dimension is not a multiple of 8 halves / 4 floats, e.g. a 50,257-word vocabulary."""
+    m = ALIGN.search(kernel)
+    return bool(m) and int(m.group(1)) * (2 if HALF.search(kernel) else 4) < 16
+
+
+class GeneratedCase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario: str
+    set: list[str] = Field(default_factory=list)
+    notes: str = ""
+
+
+class CasesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str = ""
+    measurements: list[str]
+    generated: dict[str, GeneratedCase]
+    replay: dict[str, str]
+
+
+def default_root() -> Path:
+    """``validation/gpu`` of the repository."""
+    return Path(__file__).resolve().parents[2] / "validation" / "gpu"
+
+
+def load(root: Path) -> tuple[CasesFile, dict]:
+    """The cases file and the measurements, checked: every case names a measured one.
+
+    :raises ConfigError: unreadable or malformed files, a case with no measurement.
+    """
+    path = root / CASES
+    try:
+        cases = CasesFile.model_validate(read_yaml(path))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(err["msg"], source=str(path),
+                          field=".".join(str(x) for x in err["loc"])) from None
+    runs, measured = [], {}
+    for rel in cases.measurements:
+        mpath = root / rel
+        try:
+            with open(mpath) as f:
+                data = json.load(f)
+            for c in data["cases"]:
+                if c["case"] in measured:
+                    raise ConfigError(f"case {c['case']!r} measured twice", source=str(mpath))
+                measured[c["case"]] = {**c, "run": rel}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"unreadable measurements ({exc})", source=str(mpath)) from None
+        runs.append({"file": rel, **data.get("meta", {}),
+                     "host_optimizer": data.get("host_optimizer", []),
+                     "copies": data.get("copies", [])})
+    for name in [*cases.generated, *cases.replay]:
+        if name not in measured:
+            raise ConfigError(f"no measured case {name!r} in {', '.join(cases.measurements)}",
+                              source=str(path), field=name)
+    return cases, {"runs": runs, "cases": measured}
+
+
+def median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def op_class(op_name: str) -> str:
+    """The simulator's op class of a recorded ATen operator (see :data:`OP_CLASSES`)."""
+    return next((c for c, pat in OP_CLASSES if re.search(pat, op_name)), "elementwise")
+
+
+def recorded_classes(trace_path: Path) -> tuple[Counter, float]:
+    """Seconds of recorded GPU kernels per class, and of the matmul class the unaligned
+    GEMMs' (:func:`unaligned_gemm`)."""
+    with gzip.open(trace_path, "rt") as f:
+        events = [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X"]
+    launcher: dict[int, tuple[float, str]] = {}      # External id -> innermost cpu_op
+    for e in events:
+        ext = (e.get("args") or {}).get("External id")
+        if e.get("cat") == "cpu_op" and ext is not None:
+            if ext not in launcher or e.get("dur", 0) < launcher[ext][0]:
+                launcher[ext] = (e.get("dur", 0), e.get("name", ""))
+    out, unaligned = Counter(), 0.0
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        ext = (e.get("args") or {}).get("External id")
+        cls = op_class(launcher.get(ext, (0, ""))[1])
+        dur = float(e.get("dur", 0)) / 1e6
+        out[cls] += dur
+        if cls == "matmul" and unaligned_gemm(e.get("name", "")):
+            unaligned += dur
+    return out, unaligned
+
+
+def _simulate(case: GeneratedCase):
+    from simulator.pipeline import build_setup, run_setup
+    from simulator.scenario import load_scenario
+    scn = load_scenario(case.scenario, sets=[*case.set])
+    return run_setup(build_setup(scn, source=case.scenario))
+
+
+def simulated_classes(result) -> Counter:
+    """Seconds of simulated compute per op class (optimizer-phase ops as ``optimizer``)."""
+    ops = {op.id: op for op in result.setup.trace.classes[0].ops}
+    out = Counter()
+    for rec in result.timeline.records:
+        op = ops.get(rec.op_id)
+        if op is not None and op.kind == "compute":
+            cls = "optimizer" if op.phase == "optimizer" else (op.op_class or "elementwise")
+            out[cls] += rec.end_s - rec.start_s
+    return out
+
+
+def _replay(path: Path) -> tuple[float, float, float]:
+    """(recorded step s, replayed step s, replayed GPU busy s: the recorded kernels, copies
+    and memsets) of a whole-trace import."""
+    from ..importers.assemble import assemble
+    from ..importers.kineto import read_kineto
+    from ..importers.pytorch import rank_trace
+    from ..importers.replay import device_busy_s, replay_trace
+    trace = assemble([rank_trace(read_kineto(path), None)], "pytorch")
+    result = replay_trace(trace, TOPOLOGY)
+    return (trace.meta["recorded_iteration_s"], result.metrics.iteration_time_s,
+            device_busy_s(result))
+
+
+def validate(root: Path | None = None) -> dict:
+    """``cases`` (one row per generated and replay case) and ``classes`` (recorded kernel vs
+    simulated op seconds per class, for generated cases that have a profile)."""
+    root = Path(root) if root is not None else default_root()
+    cases, data = load(root)
+    rows, classes = [], []
+    for name, case in cases.generated.items():
+        m = data["cases"][name]
+        measured = median(m["step_s"])
+        result = _simulate(case)
+        sim = result.metrics.iteration_time_s
+        err = sim / measured - 1
+        rows.append({"case": f"gpu/{name}/generated", "kind": "generated", "measured_s": measured,
+                     "simulated_s": sim, "error": err, "bound": STEP_GATE_GENERATED,
+                     "ok": abs(err) <= STEP_GATE_GENERATED, "notes": case.notes})
+        if name in cases.replay:
+            rec, unaligned = recorded_classes(root / cases.replay[name])
+            simc = simulated_classes(result)
+            for cls in sorted(set(rec) | set(simc)):
+                classes.append({"case": name, "class": cls, "recorded_s": rec.get(cls, 0.0),
+                                "simulated_s": simc.get(cls, 0.0),
+                                "unaligned_gemm_s": unaligned if cls == "matmul" else 0.0})
+    for name, rel in cases.replay.items():
+        recorded, replayed, busy = _replay(root / rel)
+        err = replayed / recorded - 1
+        rows.append({"case": f"gpu/{name}/replay", "kind": "replay", "measured_s": recorded,
+                     "simulated_s": replayed, "error": err, "bound": STEP_GATE_REPLAY,
+                     "ok": abs(err) <= STEP_GATE_REPLAY,
+                     "notes": f"GPU busy {busy / recorded:.0%} of the step; "
+                              f"unprofiled median {median(data['cases'][name]['step_s']):.4f} s"})
+    host = [r for run in data["runs"] for r in run["host_optimizer"]]
+    copies = [r for run in data["runs"] for r in run["copies"]]
+    return {"cases": pd.DataFrame(rows), "classes": pd.DataFrame(classes),
+            "runs": data["runs"], "host_optimizer": pd.DataFrame(host),
+            "copies": pd.DataFrame(copies), "description": cases.description}
