@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .capacity_ladder import Rung
+from .compare_aliases import framework_of
 from .errors import ConfigError
 from .models import ModelSpec
 from .pipeline import Setup, build_setup, make_trace, run_setup
@@ -34,7 +35,7 @@ class StrategySpec:
 # Keys of the scenario's strategy every strategy understands (the rest, such as FSDP's
 # prefetch options, are kept only when the scenario's strategy has the same name).
 _COMMON_KEYS = ("activation_checkpointing", "activation_offload", "optimizer", "param_dtype",
-                "reduce_dtype")
+                "reduce_dtype", "optimizer_impl")
 _SHARDING_KEYS = ("sharding", "shard_group_size", "reshard_after_forward", "mesh")
 
 
@@ -80,6 +81,8 @@ def strategy_dict(scn: Scenario, spec: StrategySpec) -> dict:
         data = {k: v for k, v in base.items() if k not in _SHARDING_KEYS}
     else:
         data = {k: base[k] for k in _COMMON_KEYS if k in base}
+        if framework_of(spec.name) != framework_of(base.get("name", "")):
+            data.pop("optimizer_impl", None)     # PyTorch's choice; TensorFlow's is fused
     data["name"] = spec.name
     if spec.sharding is not None:
         data["sharding"] = spec.sharding

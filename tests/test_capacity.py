@@ -141,6 +141,22 @@ def test_sixteen_bytes_per_param_never_fits_ddp(fast_scn, fast_report):
     assert 16 * fast_report.results[0].largest.rung.params < cap
 
 
+def test_foreach_optimizer_temporary_can_decide_the_fit(fast_scn):
+    """A DDP rung whose 16 B/param static state fits but not 20 B/param: PyTorch's foreach
+    AdamW holds a 4 B/param temporary at the step, so the run goes out of memory at the
+    optimizer; with fused=True it fits."""
+    ladder = build_ladder("llama")
+    cap = 84990623744                  # what CUDA reports on an A100-SXM4-80GB
+    rung = next(r for r in ladder if 16 * r.params < 0.9 * cap and 20 * r.params > cap)
+    verdicts = {}
+    for impl in ("foreach", "fused"):
+        scn = fast_scn.model_copy(update={"strategy": {"name": "ddp", "optimizer_impl": impl}})
+        m = run_setup(Prober(scn, parse_strategy_specs("ddp")[0]).setup_for(rung.model)).metrics
+        verdicts[impl] = (m.oom, m.oom_at)
+    assert verdicts["foreach"][0] and "optimizer" in verdicts["foreach"][1]["all"]
+    assert not verdicts["fused"][0]
+
+
 def test_prober_trace_matches_pipeline(fast_scn):
     """Rungs' traces are built as pipeline.build_setup builds them."""
     spec = parse_strategy_specs("fsdp:SHARD_GRAD_OP")[0]
@@ -164,6 +180,11 @@ def test_strategy_dict_keeps_only_what_applies(fast_scn):
                                        "activation_checkpointing": True}
     assert [s.label for s in parse_strategy_specs("fsdp, ddp ,fsdp:full_shard")] == \
         ["fsdp:FULL_SHARD", "ddp"]
+    # the optimizer implementation carries between PyTorch strategies, not to TensorFlow's
+    scn = fast_scn.model_copy(update={"strategy": {"name": "fsdp", "optimizer_impl": "fused"}})
+    assert strategy_dict(scn, ddp)["optimizer_impl"] == "fused"
+    from simulator.capacity_probe import StrategySpec
+    assert "optimizer_impl" not in strategy_dict(scn, StrategySpec("tf", "tf_mirrored", None))
 
 
 def test_search_without_replay_when_nothing_fits(fast_scn):

@@ -100,7 +100,7 @@ def test_ddp_allreduce_waits_for_last_layer_of_its_bucket():
     assert trace.communicators["world"].groups == (tuple(range(8)),)
     opt = ops(trace)[-1]
     assert opt.phase == "optimizer" and opt.op_class == "optimizer"
-    assert opt.deps == (ars[-1].id,) and opt.bytes_accessed == PSI * 20
+    assert opt.deps == (ars[-1].id,)
 
 
 def test_ddp_allreduce_overlaps_later_backward():
@@ -549,3 +549,44 @@ def test_ddp_bucket_launches_after_the_kernel_completing_its_last_gradient():
     assert [byid[o.deps[0]].layer for o in ars] == ["b1", "b1", "b0", "b0"]
     first_bwd_end = compute_ids(trace, "b1", "backward")[-1]
     assert ars[0].deps[0] < first_bwd_end                    # before b1's backward ends
+
+
+# ------------------------------------------------------------------ optimizer step bytes
+@pytest.mark.parametrize("opt,impl,per_param", [
+    # fused: read p, g and state, write p and state (4-byte p, g, state)
+    ("adam", "fused", 4 + 4 + 4 + 2 * 4 + 2 * 4), ("sgd", "fused", 4 + 4 + 4 + 2 * 4),
+    # foreach AdamW: mul_(p) 8, lerp_(m, g) 12, mul_(v) 8, addcmul_(v, g, g) 12, sqrt 8,
+    # div_ 8, add_ 8, addcdiv_(p, m, denom) 16
+    ("adam", "foreach", 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16),
+    # foreach SGD with momentum and decay: add(g, p) 12, mul_(buf) 8, add_(buf, g) 12,
+    # add_(p, buf) 12
+    ("sgd", "foreach", 12 + 8 + 12 + 12)])
+def test_optimizer_step_bytes_follow_the_kernels(opt, impl, per_param):
+    from simulator.strategies.optim import step_bytes
+    assert step_bytes(opt, impl) == per_param
+    assert step_bytes(opt, impl, grad_scaler=True) == per_param + (8 if impl == "foreach" else 0)
+
+
+@pytest.mark.parametrize("impl,precision", [("foreach", "bf16"), ("fused", "bf16"),
+                                            ("foreach", "fp16")])
+def test_ddp_optimizer_op_moves_the_implementations_bytes(impl, precision):
+    from simulator.strategies.optim import step_bytes
+    trace = ddp(model(), DDPConfig(optimizer_impl=impl, precision=precision), World(8, 8))
+    opt = [o for o in ops(trace) if o.phase == "optimizer"]
+    assert len(opt) == 1 and opt[0].op_class == "optimizer"
+    assert opt[0].bytes_accessed == PSI * step_bytes("adam", impl, precision == "fp16")
+    # foreach holds one fp32 temporary per parameter while it runs (AdamW's sqrt(v) list)
+    temp = PSI * 4 if impl == "foreach" else 0
+    assert opt[0].mem_alloc_bytes == opt[0].mem_free_bytes == temp
+
+
+def test_fsdp_optimizer_steps_on_the_shard_and_tensorflow_is_fused():
+    from simulator.strategies import parse_strategy as parse
+    trace = fsdp_trace(World(8, 8))
+    (opt,) = [o for o in ops(trace) if o.phase == "optimizer"]
+    assert opt.bytes_accessed == PSI / 8 * 80               # foreach AdamW, PyTorch's default
+    assert parse({"name": "tf_mirrored"}).optimizer_impl == "fused"
+    with pytest.raises(ConfigError, match="strategy.optimizer_impl"):
+        parse({"name": "tf_mirrored", "optimizer_impl": "foreach"})
+    with pytest.raises(ConfigError, match="strategy.optimizer_impl"):
+        DDPConfig(optimizer_impl="apex")

@@ -9,7 +9,7 @@ import pytest
 from simulator.errors import ConfigError
 from simulator.models.costs import LayerCost, OpCost
 from simulator.strategies import STRATEGIES, World, build_trace, parse_strategy
-from simulator.strategies.base import OPT_STEP_BYTES
+from simulator.strategies.optim import CPU_OPT_STEP_BYTES
 from simulator.strategies.tf_common import Pack, concat_and_split, fuse, group_by_size, tf_constants
 
 MIB = 1 << 20
@@ -281,7 +281,7 @@ def test_central_storage_moves_variables_and_gradients_over_pcie():
     assert {o.attrs["host"] for o in pulls + pushes} == {0}
     add, step = ops_of(t, "delay")
     assert add.duration_s == pytest.approx((8 + 1) * PSI * FP32 / bw)     # add_n of 8
-    assert step.duration_s == pytest.approx(PSI * OPT_STEP_BYTES["sgd"] / bw)
+    assert step.duration_s == pytest.approx(PSI * CPU_OPT_STEP_BYTES["sgd"] / bw)
     for o in ops_of(t, "compute"):
         if o.phase == "forward" and o.name == "l3.f":
             assert any(p.layer == "l3" and p.id in o.deps for p in pulls)

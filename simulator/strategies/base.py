@@ -24,16 +24,14 @@ from simulator.errors import ConfigError
 from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
 
+from .optim import OptimizerImpl
+
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
     from simulator.models import LayerCost
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 OPT_MOMENT_BYTES = {"adam": 8, "sgd": 4}     # fp32 optimizer state without master weights
 MASTER_BYTES = 4                             # fp32 master weights of a 16-bit model
-# A memory-bound optimizer step touches about this many HBM bytes / FLOPs per parameter
-# (Adam: grad + param + 12 bytes of state; SGD with momentum: grad + param + momentum).
-OPT_STEP_BYTES = {"adam": 20, "sgd": 12}
-OPT_STEP_FLOPS = {"adam": 12, "sgd": 3}
 CLASS_ID = "all"
 
 Dtype = Literal["fp32", "bf16", "fp16"]
@@ -81,6 +79,7 @@ class CommonConfig(BaseModel):
     activation_checkpointing: bool = False   # recompute each *block* layer in backward
     activation_offload: bool = False         # checkpointed block inputs kept in host memory
     optimizer: Literal["adam", "sgd"] = "adam"   # sgd = with momentum
+    optimizer_impl: OptimizerImpl = "foreach"    # PyTorch's default on CUDA; or fused
     param_dtype: Dtype | None = None         # weights used in compute (see each strategy)
     reduce_dtype: Dtype | None = None        # gradient communication; None: param_dtype
 
@@ -261,20 +260,6 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
     spread(ol, ids, grad_bytes, "alloc")
     spread(ol, ids, held, "free")
     return (ids[0] if first is None else first), ids[0], ids[-1]
-
-
-def emit_optimizer(ol: OpList, cfg: CommonConfig, params_per_rank: int, deps=(),
-                   cpu_bytes_per_s: float | None = None) -> int:
-    """The optimizer step over this rank's parameters: a memory-bound GPU kernel, or a
-    CPU ``delay`` of ``params * OPT_STEP_BYTES / cpu_bytes_per_s`` seconds."""
-    nbytes = params_per_rank * OPT_STEP_BYTES[cfg.optimizer]
-    common = dict(stream="compute", name=f"optimizer.{cfg.optimizer}", phase="optimizer",
-                  deps=tuple(deps), attrs={"params": params_per_rank})
-    if cpu_bytes_per_s:
-        return ol.add(kind="delay", duration_s=nbytes / cpu_bytes_per_s,
-                      op_class="optimizer", **common)
-    return ol.add(kind="compute", op_class="optimizer", bytes_accessed=float(nbytes),
-                  flops=float(params_per_rank * OPT_STEP_FLOPS[cfg.optimizer]), **common)
 
 
 def check_layers(layers) -> int:

@@ -33,8 +33,8 @@ from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 
 from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList,
-                   World, build_meta, check_layers, emit_backward, emit_forward,
-                   emit_optimizer)
+                   World, build_meta, check_layers, emit_backward, emit_forward)
+from .optim import emit_optimizer
 from .grads import GradReady, named_weights, tensors
 
 MIB = 1 << 20

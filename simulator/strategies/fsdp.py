@@ -41,10 +41,11 @@ from functools import cached_property
 from simulator.trace import Communicator, RankClass, Trace
 
 from .base import (CLASS_ID, OPT_MOMENT_BYTES, OpList, World, build_meta, ceil_div,
-                   check_layers, emit_backward, emit_forward, emit_optimizer)
+                   check_layers, emit_backward, emit_forward)
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
 from .fsdp_submodule import backward_layers, forward_layers
 from .fsdp_units import SUB, Unit, build_units, segments
+from .optim import emit_optimizer
 
 FP32 = 4
 

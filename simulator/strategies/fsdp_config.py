@@ -53,7 +53,7 @@ class FSDPConfig(CommonConfig):
     forward_prefetch: bool = False
     limit_all_gathers: bool = True               # rate limiter: 2 units unsharded ahead
     cpu_offload: bool = False                    # params + grads on CPU, CPU optimizer step
-    # CPU optimizer speed in bytes of optimizer traffic per second (OPT_STEP_BYTES/param).
+    # CPU optimizer speed in bytes of optimizer traffic per second (CPU_OPT_STEP_BYTES/param).
     # An assumption, not a measurement: a multi-core host streaming ~20 B/param.
     cpu_adam_bytes_per_s: float | str = Field("10 GB/s", validate_default=True)
 

@@ -12,7 +12,7 @@ One step (synchronous, every GPU one replica):
   after the backward pass as Keras' ``apply_gradients`` does): the reduction to one device,
   the CPU;
 * the CPU sums the ``n`` gradients (``add_n``: reads ``n`` copies, writes one) and applies
-  the optimizer (``OPT_STEP_BYTES`` per parameter), both ``delay`` ops on stream ``host``
+  the optimizer (``CPU_OPT_STEP_BYTES`` per parameter), both ``delay`` ops on stream ``host``
   at ``cpu_update_bytes_per_s``.
 
 GPU memory holds the variables' values read this step (weights) and the gradients; the
@@ -21,7 +21,8 @@ optimizer state lives on the CPU.
 
 from __future__ import annotations
 
-from .base import (OPT_STEP_BYTES, OpList, World, build_meta, check_layers, emit_optimizer)
+from .base import OpList, World, build_meta, check_layers
+from .optim import CPU_OPT_STEP_BYTES, emit_optimizer
 from .ddp import static_bytes_per_param
 from .tf_common import (HostUpdateConfig, cpu_seconds, emit_micro_steps, grad_sizes,
                         host_copy, one_class_trace, require_single_host)
@@ -76,5 +77,6 @@ def _central_step(ol: OpList, layers, cfg: CentralStorageConfig, n: int, params:
                   duration_s=cpu_seconds((n + 1) * total, cfg), deps=(last, after),
                   attrs={"inputs": n})
     ol.add(stream="host", kind="delay", name=f"optimizer.{cfg.optimizer}.cpu",
-           phase="optimizer", duration_s=cpu_seconds(params * OPT_STEP_BYTES[cfg.optimizer], cfg),
+           phase="optimizer",
+           duration_s=cpu_seconds(params * CPU_OPT_STEP_BYTES[cfg.optimizer], cfg),
            deps=(last,), attrs={"params": params})

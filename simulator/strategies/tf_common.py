@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -32,7 +32,8 @@ from simulator.trace import Communicator, RankClass, Trace
 from simulator.yamlio import read_yaml
 
 from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, build_meta,
-                   emit_backward, emit_forward, emit_optimizer)
+                   emit_backward, emit_forward)
+from .optim import emit_optimizer
 from .grads import GradReady, tensors
 
 
@@ -53,6 +54,8 @@ class TFConfig(CommonConfig):
     """Options of every TensorFlow strategy (and Horovod); ``NAME`` is the registry name."""
 
     NAME: ClassVar[str] = ""
+    # TensorFlow applies each variable's update in one kernel (ResourceApplyAdam, ...)
+    optimizer_impl: Literal["fused"] = "fused"
 
     def _check(self) -> None:
         if self.name != self.NAME:

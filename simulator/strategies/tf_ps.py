@@ -18,7 +18,7 @@ round-robin in turn, the first shards one element larger when the split is uneve
 A worker step: read every variable from its server (``recv`` host copies; a layer's forward
 waits for its shards), forward, backward, send every gradient to its server (``send``,
 after the backward pass as Keras does, per layer with ``overlap: true``), and the server
-applies the update on its CPU (a ``delay`` of ``OPT_STEP_BYTES`` per parameter at
+applies the update on its CPU (a ``delay`` of ``CPU_OPT_STEP_BYTES`` per parameter at
 ``cpu_update_bytes_per_s`` after each push). Per worker and step that is the variables'
 bytes pulled and the gradients' bytes pushed: 2 x params x 4 bytes. Copies to one server
 share one stream (a gRPC channel); servers are served concurrently.
@@ -49,8 +49,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from simulator.errors import ConfigError
 from simulator.trace import RankClass, Trace
 
-from .base import (OPT_STEP_BYTES, OpList, World, build_meta, check_layers, emit_backward,
-                   emit_forward, is_checkpointed)
+from .base import (OpList, World, build_meta, check_layers, emit_backward, emit_forward,
+                   is_checkpointed)
+from .optim import CPU_OPT_STEP_BYTES
 from .tf_common import HostUpdateConfig, constant, cpu_seconds, grad_sizes, host_copy
 
 
@@ -183,7 +184,7 @@ class _Cycle:
                            ps=s.ps)
             self.ol.add(stream=stream, kind="delay", name=f"ps_update.{self.layers[i].name}",
                         layer=self.layers[i].name, phase="optimizer", deps=(op,),
-                        duration_s=cpu_seconds(s.params * OPT_STEP_BYTES[self.cfg.optimizer],
+                        duration_s=cpu_seconds(s.params * CPU_OPT_STEP_BYTES[self.cfg.optimizer],
                                                self.cfg), attrs={"ps": s.ps})
 
     def pull_all(self, deps) -> dict[int, tuple[int, ...]]:
@@ -256,7 +257,8 @@ def tf_ps(layers, cfg: PSConfig, world: World, *, model: str = "", tokens_per_sa
     meta = build_meta(layers, cfg, World(n_workers, world.gpus_per_node), strategy="tf_ps",
                       model=model, tokens_per_sample=tokens_per_sample,
                       model_flops_per_sample=model_flops_per_sample, static_bytes=static,
-                      asynchronous=True, steps_per_iteration=steps, num_ps=cfg.num_ps, ps_placement=layout.placement,
+                      asynchronous=True, steps_per_iteration=steps, num_ps=cfg.num_ps,
+                      ps_placement=layout.placement,
                       ps_servers=list(layout.ps_servers), workers=n_workers, phases=phases,
                       phase_cuts=cuts, ps_variable_bytes=per_ps, shards=len(shards),
                       pull_bytes_per_worker_step=params * cfg.weight_bytes(),

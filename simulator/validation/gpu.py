@@ -61,6 +61,7 @@ class GeneratedCase(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scenario: str
     set: list[str] = Field(default_factory=list)
+    model_file: str | None = None      # a model YAML beside cases.yaml (sets model=)
     notes: str = ""
 
 
@@ -146,10 +147,11 @@ def recorded_classes(trace_path: Path) -> tuple[Counter, float]:
     return out, unaligned
 
 
-def _simulate(case: GeneratedCase):
+def _simulate(case: GeneratedCase, root: Path):
     from simulator.pipeline import build_setup, run_setup
     from simulator.scenario import load_scenario
-    scn = load_scenario(case.scenario, sets=[*case.set])
+    model = [f"model={root / case.model_file}"] if case.model_file else []
+    scn = load_scenario(case.scenario, sets=[*case.set, *model])
     return run_setup(build_setup(scn, source=case.scenario))
 
 
@@ -187,7 +189,7 @@ def validate(root: Path | None = None) -> dict:
     for name, case in cases.generated.items():
         m = data["cases"][name]
         measured = median(m["step_s"])
-        result = _simulate(case)
+        result = _simulate(case, root)
         sim = result.metrics.iteration_time_s
         err = sim / measured - 1
         rows.append({"case": f"gpu/{name}/generated", "kind": "generated", "measured_s": measured,

@@ -21,6 +21,9 @@ timed steps except the ones the training loop itself makes, e.g. GradScaler's):
 * GPT-2 medium and XL (transformers ``GPT2LMHeadModel``, ``sdpa``), seq 1024, bf16 autocast;
   GPT-2 medium and BERT-large also with the vocabulary padded to a multiple of 64 and under
   ``torch.compile``; ResNet-50 TF32 in channels_last.
+* Llama-2-7B's decoder block, 4 layers (transformers ``LlamaForCausalLM``: RMSNorm, SwiGLU,
+  rotary, vocabulary 32,000), one sequence of 4,096 tokens, bf16 autocast, eager and
+  compiled.
 * torchvision Mask R-CNN (ResNet-50-FPN) at 832x1344, batch 2 and 4, TF32 and AMP, with the
   profiler's per-kernel totals (how much of the step is convolution and GEMM).
 * Host: the CPU optimizer step (SGD with momentum as ``torch.optim.SGD`` runs it with
@@ -91,7 +94,7 @@ def main() -> None:
         return tiny if args.smoke else full
 
     bert, gpt_m = z("bert-large", "bert-tiny"), z("gpt2-medium", "tiny")
-    gpt_xl = z("gpt2-xl", "tiny")
+    gpt_xl, llama = z("gpt2-xl", "tiny"), z("llama-2-7b-4l", "llama-tiny")
     fp16 = z(torch.float16, torch.bfloat16)  # CPU autocast takes bf16
     plan = [
         ("host", host_optimizer, ([1, 4, os.cpu_count() or 1], z(64 * 2**20, 2**20))),
@@ -114,6 +117,10 @@ def main() -> None:
                                 "tf32_sdpa")),
         ("bert-pad-compiled", hf_case, (dev, bert, fp16, z(256, 2), z(128, 16), "sdpa",
                                         z(10, 2), True, "fp16_sdpa_pad64_compiled", 64, True)),
+        ("llama", hf_case, (dev, llama, torch.bfloat16, 1, z(4096, 32), "sdpa", z(10, 2), True,
+                            "bf16_sdpa")),
+        ("llama-compiled", hf_case, (dev, llama, torch.bfloat16, 1, z(4096, 32), "sdpa",
+                                     z(10, 2), True, "bf16_sdpa_compiled", 1, True)),
         ("gpt2xl", hf_case, (dev, gpt_xl, torch.bfloat16, z(8, 2), z(1024, 32), "sdpa",
                              z(8, 2), False, "bf16_sdpa")),
     ]

@@ -81,30 +81,48 @@ def resnet(dev: str, amp: bool, channels_last: bool, batch: int, iters: int, tra
     record(case)
 
 
+def _hf_model(dev: str, kind: str, attn: str, pad_vocab: int):
+    """(model, config) of a Hugging Face model built from its config on ``dev``."""
+    import transformers as tr
+
+    def padded(vocab: int) -> int:
+        return -(-vocab // pad_vocab) * pad_vocab
+
+    if kind.startswith("bert"):
+        layers, hidden, heads = {"bert-large": (24, 1024, 16), "bert-tiny": (2, 64, 2)}[kind]
+        cfg = tr.BertConfig(vocab_size=padded(30522), hidden_size=hidden,
+                            num_hidden_layers=layers, num_attention_heads=heads,
+                            intermediate_size=4 * hidden,
+                            max_position_embeddings=512, attn_implementation=attn)
+        cls = tr.BertForPreTraining
+    elif kind.startswith("llama"):
+        # Llama-2-7B's block (hidden 4096, SwiGLU 11008, 32 heads, RMSNorm, rotary), 4 layers
+        layers, hidden, heads, ffn = {"llama-2-7b-4l": (4, 4096, 32, 11008),
+                                      "llama-tiny": (2, 64, 2, 172)}[kind]
+        cfg = tr.LlamaConfig(vocab_size=padded(32000), hidden_size=hidden,
+                             intermediate_size=ffn, num_hidden_layers=layers,
+                             num_attention_heads=heads, num_key_value_heads=heads,
+                             max_position_embeddings=4096, rms_norm_eps=1e-5,
+                             attn_implementation=attn)
+        cls = tr.LlamaForCausalLM
+    else:
+        layers, hidden, heads = {"gpt2-medium": (24, 1024, 16), "gpt2-xl": (48, 1600, 25),
+                                 "tiny": (2, 64, 2)}[kind]
+        cfg = tr.GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=1024,
+                            vocab_size=padded(50257), attn_implementation=attn)
+        cls = tr.GPT2LMHeadModel
+    with torch.device(dev):
+        return cls(cfg), cfg
+
+
 def hf_case(dev: str, kind: str, amp_dtype, batch: int, seq: int, attn: str, iters: int,
             trace: bool, label: str, pad_vocab: int = 1, compiled: bool = False):
     """``pad_vocab``: round the vocabulary up to a multiple of this (Megatron pads to 128
     per tensor-parallel rank; 64 here); ``compiled``: ``torch.compile`` the model (Inductor
     fuses the elementwise work)."""
-    import transformers as tr
     set_tf32(True)
+    model, cfg = _hf_model(dev, kind, attn, pad_vocab)
     bert = kind.startswith("bert")
-    if bert:
-        layers, hidden, heads = {"bert-large": (24, 1024, 16), "bert-tiny": (2, 64, 2)}[kind]
-        cfg = tr.BertConfig(vocab_size=-(-30522 // pad_vocab) * pad_vocab, hidden_size=hidden,
-                            num_hidden_layers=layers, num_attention_heads=heads,
-                            intermediate_size=4 * hidden,
-                            max_position_embeddings=512, attn_implementation=attn)
-        with torch.device(dev):
-            model = tr.BertForPreTraining(cfg)
-    else:
-        layers, hidden, heads = {"gpt2-medium": (24, 1024, 16), "gpt2-xl": (48, 1600, 25),
-                                 "tiny": (2, 64, 2)}[kind]
-        cfg = tr.GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=1024,
-                            vocab_size=-(-50257 // pad_vocab) * pad_vocab,
-                            attn_implementation=attn)
-        with torch.device(dev):
-            model = tr.GPT2LMHeadModel(cfg)
     model = model.to(dev).train()
     vocab = cfg.vocab_size
     params = sum(p.numel() for p in model.parameters())
