@@ -63,6 +63,23 @@ def test_scaling_knee_doubling_and_saturated_cause_come_from_the_data():
     assert f"lowest {9.2 / 10:.1%} at 64 GPUs" in text2
 
 
+def test_scaling_knee_after_a_superlinear_start_is_the_first_weak_doubling():
+    """Efficiency against the first point stays above the threshold (each GPU's share of a
+    sharded optimizer step shrinks), but one doubling gains less than 90% of 2x: that is
+    where scaling stops being linear."""
+    gpus = [8, 16, 32, 64, 128]
+    per_gpu = [10.0, 10.5, 11.0, 11.3, 10.0]
+    table = _scaling_table(gpus, [g * p for g, p in zip(gpus, per_gpu)],
+                           util=[0.2, 0.2, 0.3, 0.3, 0.4], exposed_share=[0, 0, 0.01, 0.02, 0.1])
+    study = _study({"cluster.nodes": [1, 2, 4, 8, 16]}, [SCALING_Q])
+    text = answer(study.questions[0], table, study)
+    gain = (128 * 10.0) / (64 * 11.3)
+    assert f"Doubling from 64 GPUs to 128 GPUs gives {gain:.2f}x ({gain / 2:.1%} of linear)" \
+        in text
+    assert "scaling stops being linear at 128 GPUs, though efficiency against 8 GPUs is " \
+        f"still {10.0 / 10.0:.1%}" in text
+
+
 def test_scaling_cause_names_latency_when_links_are_not_busy():
     gpus = [8, 16, 32]
     table = _scaling_table(gpus, [8 * 10, 16 * 9.7, 32 * 7.5], util=[0.3, 0.35, 0.4],

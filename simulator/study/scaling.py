@@ -1,8 +1,9 @@
 """The ``scaling`` question: speedup and efficiency against the ideal (proportional to
-``x``), the doubling step into the knee (the first point whose efficiency is below
-``threshold``) and its cause, read from the knee's row and the row before: which share of
-the step grew (exposed communication or waiting), the phase whose exposed time grew most,
-and the busiest links and how busy they are while communicating."""
+``x``), the doubling step into the knee (the first point whose efficiency, or whose gain
+over the point before against linear, is below ``threshold``) and its cause, read from the
+knee's row and the row before: which share of the step grew (exposed communication or
+waiting), the phase whose exposed time grew most, and the busiest links and how busy they
+are while communicating."""
 
 from __future__ import annotations
 
@@ -25,9 +26,15 @@ def scaling_curve(ok: pd.DataFrame, x: str, metric: str) -> pd.DataFrame:
 
 
 def knee_index(curve: pd.DataFrame, threshold: float) -> int | None:
-    """Position of the first point whose efficiency is below ``threshold``."""
-    below = [i for i, e in enumerate(curve["efficiency"]) if e < threshold]
-    return below[0] if below else None
+    """Position of the first point whose efficiency (against the first point) or whose
+    step efficiency (its gain over the point before / the size ratio) is below
+    ``threshold``. The step rule finds the knee after a superlinear start, e.g. FSDP's
+    per-GPU optimizer step shrinking as the GPU count grows."""
+    eff, sp, xs = (list(curve[c]) for c in ("efficiency", "speedup", "_x"))
+    for i in range(1, len(eff)):
+        if eff[i] < threshold or (sp[i] / sp[i - 1]) / (xs[i] / xs[i - 1]) < threshold:
+            return i
+    return None
 
 
 def scaling_answer(q: ScalingQuestion, ok: pd.DataFrame, study: Study) -> str:
@@ -46,8 +53,13 @@ def scaling_answer(q: ScalingQuestion, ok: pd.DataFrame, study: Study) -> str:
     if knee is not None:
         eff = curve["efficiency"].iloc[knee]
         cause = scaling_cause(curve.iloc[knee - 1], curve.iloc[knee], q)
-        text += (f"; efficiency drops below {q.threshold:.0%} at {x_text(xs[knee], unit)} "
-                 f"({eff:.1%}) because {cause}")
+        if eff < q.threshold:
+            text += (f"; efficiency drops below {q.threshold:.0%} at {x_text(xs[knee], unit)} "
+                     f"({eff:.1%}) because {cause}")
+        else:
+            text += (f" ({gain / step:.1%} of linear): scaling stops being linear at "
+                     f"{x_text(xs[knee], unit)}, though efficiency against "
+                     f"{x_text(xs[0], unit)} is still {eff:.1%}, because {cause}")
     else:
         low = int(curve["efficiency"].values.argmin())
         links = _links_clause(curve.iloc[-1], "at " + x_text(xs[-1], unit))
