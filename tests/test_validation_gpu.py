@@ -33,6 +33,15 @@ def _params(kind: str):
             for n in names]
 
 
+def _optimizer_params():
+    runs = [json.loads((ROOT / f).read_text())
+            for f in yaml.safe_load((ROOT / vg.CASES).read_text())["measurements"]]
+    names = [f"{m['optimizer']}-{m['impl']}" + ("-gradscaler" if m["grad_scaler"] else "")
+             for r in runs for m in r.get("gpu_optimizer", [])]
+    return [known_miss_param(f"gpu/optimizer/{n}", reason=MISSES.get(f"gpu/optimizer/{n}"),
+                             id=n) for n in names]
+
+
 @pytest.fixture(scope="module")
 def results():
     return vg.validate(ROOT)
@@ -53,6 +62,24 @@ def test_generated_step_within_gate(results, case):
 def test_replayed_step_within_gate(results, case):
     row = results["cases"].set_index("case").loc[case]
     assert abs(row.error) <= vg.STEP_GATE_REPLAY, f"{row.error:+.1%}"
+
+
+@pytest.mark.parametrize("case", _optimizer_params())
+def test_optimizer_step_within_gate(results, case):
+    row = results["cases"].set_index("case").loc[case]
+    assert abs(row.error) <= vg.STEP_GATE_GENERATED, f"{row.error:+.1%}"
+
+
+def test_optimizer_cases_are_the_formula_at_the_h200s_bandwidth(results):
+    """Each simulated optimizer step is its bytes over the H200's HBM at the optimizer
+    class's efficiency (memory-bound; plus the launch)."""
+    from simulator.strategies.optim import step_bytes
+    opt = results["cases"][results["cases"].kind == "optimizer"]
+    assert len(opt) == 8
+    for r in opt.itertuples(index=False):
+        name = r.case.split("/")[-1].split("-")
+        nbytes = 536870912 * step_bytes(name[0], name[1], len(name) == 3)
+        assert r.simulated_s == pytest.approx(nbytes / (4.8e12 * 0.80) + 4e-6, rel=1e-9)
 
 
 def test_measured_value_is_the_median_of_the_recorded_steps(results, measured):

@@ -7,6 +7,8 @@ kinds of case, both held out (the compute constants were fitted on A100 rows onl
   the measured median step time. Gate :data:`STEP_GATE_GENERATED` (the training gate).
 * **replay**: a profiled step imported as ``clustersim import`` does and replayed, against
   the step the profile recorded. Gate :data:`STEP_GATE_REPLAY` (the A100 trace's gate).
+* **optimizer**: the GPU optimizer step alone (AdamW / SGD, foreach / fused, with and
+  without a GradScaler) against one simulated optimizer op. Gate as generated.
 
 For the profiled cases, :func:`class_table` puts the recorded kernel time per class beside
 the simulated op time per class: which part of the model carries to another GPU and which
@@ -103,8 +105,8 @@ def load(root: Path) -> tuple[CasesFile, dict]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"unreadable measurements ({exc})", source=str(mpath)) from None
         runs.append({"file": rel, **data.get("meta", {}),
-                     "host_optimizer": data.get("host_optimizer", []),
-                     "copies": data.get("copies", [])})
+                     **{k: data.get(k, []) for k in ("host_optimizer", "copies",
+                                                      "gpu_optimizer")}})
     for name in [*cases.generated, *cases.replay]:
         if name not in measured:
             raise ConfigError(f"no measured case {name!r} in {', '.join(cases.measurements)}",
@@ -180,6 +182,28 @@ def _replay(path: Path) -> tuple[float, float, float]:
             device_busy_s(result))
 
 
+def optimizer_rows(measured: list[dict]) -> list[dict]:
+    """The GPU optimizer microbenchmark against one simulated optimizer op of
+    :func:`simulator.strategies.optim.step_bytes` on the H200 (kind ``optimizer``)."""
+    from simulator.compute import ComputeModel
+    from simulator.hardware import gpu_spec
+    from simulator.strategies.optim import OPT_STEP_FLOPS, step_bytes
+    model = ComputeModel(gpu_spec("H200-SXM"))
+    rows = []
+    for m in measured:
+        n, opt, impl = m["params"], m["optimizer"], m["impl"]
+        sim = model.op_time_s("optimizer", n * OPT_STEP_FLOPS[opt],
+                              n * step_bytes(opt, impl, m["grad_scaler"]), "fp32")
+        err = sim / m["step_s"] - 1
+        name = f"{opt}-{impl}" + ("-gradscaler" if m["grad_scaler"] else "")
+        rows.append({"case": f"gpu/optimizer/{name}", "kind": "optimizer",
+                     "measured_s": m["step_s"], "simulated_s": sim, "error": err,
+                     "bound": STEP_GATE_GENERATED, "ok": abs(err) <= STEP_GATE_GENERATED,
+                     "notes": f"{n / 1e6:.0f} M fp32 parameters, "
+                              f"{step_bytes(opt, impl, m['grad_scaler'])} B/param"})
+    return rows
+
+
 def validate(root: Path | None = None) -> dict:
     """``cases`` (one row per generated and replay case) and ``classes`` (recorded kernel vs
     simulated op seconds per class, for generated cases that have a profile)."""
@@ -210,6 +234,7 @@ def validate(root: Path | None = None) -> dict:
                      "ok": abs(err) <= STEP_GATE_REPLAY,
                      "notes": f"GPU busy {busy / recorded:.0%} of the step; "
                               f"unprofiled median {median(data['cases'][name]['step_s']):.4f} s"})
+    rows += optimizer_rows([r for run in data["runs"] for r in run["gpu_optimizer"]])
     host = [r for run in data["runs"] for r in run["host_optimizer"]]
     copies = [r for run in data["runs"] for r in run["copies"]]
     return {"cases": pd.DataFrame(rows), "classes": pd.DataFrame(classes),

@@ -71,7 +71,7 @@ def run_table(runs: list[dict]) -> pd.DataFrame:
 def summary_line(results: dict) -> str:
     c = results["cases"]
     parts = []
-    for kind in ("generated", "replay"):
+    for kind in ("generated", "replay", "optimizer"):
         k = c[c.kind == kind]
         parts.append(f"{kind}: {int(k.ok.sum())}/{len(k)} within gate, median |error| "
                      f"{100 * k.error.abs().median():.1f}%")

@@ -26,6 +26,8 @@ timed steps except the ones the training loop itself makes, e.g. GradScaler's):
   compiled.
 * torchvision Mask R-CNN (ResNet-50-FPN) at 832x1344, batch 2 and 4, TF32 and AMP, with the
   profiler's per-kernel totals (how much of the step is convolution and GEMM).
+* The GPU optimizer step alone: AdamW and SGD with momentum, foreach and fused, with and
+  without a GradScaler, over 512 Mi fp32 parameters.
 * Host: the CPU optimizer step (SGD with momentum as ``torch.optim.SGD`` runs it with
   ``foreach=False``, and Adam) on fp32 and fp16 tensors at 1, 4 and all threads; pinned and
   pageable host<->device copies.
@@ -43,7 +45,7 @@ import time
 import torch
 
 import gpu_measure as gm
-from gpu_cases import copies, hf_case, host_optimizer, maskrcnn, resnet
+from gpu_cases import copies, gpu_optimizer, hf_case, host_optimizer, maskrcnn, resnet
 
 
 def meta(dev: str):
@@ -98,6 +100,7 @@ def main() -> None:
     fp16 = z(torch.float16, torch.bfloat16)  # CPU autocast takes bf16
     plan = [
         ("host", host_optimizer, ([1, 4, os.cpu_count() or 1], z(64 * 2**20, 2**20))),
+        ("gpu-optimizer", gpu_optimizer, (dev, z(512 * 2**20, 2**16), z(10, 2))),
         ("rn50-amp", resnet, (dev, True, False, z(256, 4), z(20, 2), True)),
         ("rn50-amp-nhwc", resnet, (dev, True, True, z(256, 4), z(20, 2), False)),
         ("rn50-tf32", resnet, (dev, False, False, z(256, 4), z(15, 2), True)),

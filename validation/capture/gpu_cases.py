@@ -253,3 +253,33 @@ def copies(nbytes: int):
             log(f"copy {direction} pinned={pinned}: {nbytes / min(t) / 1e9:.1f} GB/s")
     RESULTS["copies"] = res
     save()
+
+
+def gpu_optimizer(dev: str, numel: int, iters: int):
+    """GPU optimizer step of fp32 tensors: AdamW (weight decay) and SGD with momentum and
+    decay, foreach (PyTorch's default) and fused, with and without a GradScaler's unscale
+    pass (fp16 gradients scaled, as AMP runs them); median seconds per step."""
+    res = []
+    params = [torch.zeros(numel // 16, device=dev).requires_grad_() for _ in range(16)]
+    for p in params:
+        p.grad = torch.full_like(p, 1e-3)
+    for opt_name in ("adam", "sgd"):
+        for impl in ("foreach", "fused"):
+            kw = {"foreach": True} if impl == "foreach" else {"fused": True}
+            if opt_name == "adam":
+                opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, **kw)
+            else:
+                opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4, **kw)
+            for scaled in (False, True):
+                scaler = torch.amp.GradScaler(dev, enabled=scaled and dev == "cuda")
+                scaler.scale(torch.ones((), device=dev))    # its scale, as scale(loss) makes
+
+                def step():
+                    scaler.step(opt)
+                    scaler.update()
+                t = sorted(timed(step, 2, iters, dev))
+                res.append({"optimizer": opt_name, "impl": impl, "grad_scaler": scaled,
+                            "params": numel, "step_s": t[len(t) // 2]})
+                log(f"gpu {opt_name} {impl} scaler={scaled}: {t[len(t) // 2] * 1e3:.2f} ms")
+    RESULTS["gpu_optimizer"] = res
+    save()
