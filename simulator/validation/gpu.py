@@ -1,7 +1,7 @@
 """Single-GPU validation on a GPU the compute constants never saw (``validation/gpu/``).
 
-Measured on one NVIDIA H200 with ``validation/capture/gpu_capture.py`` (README there). Two
-kinds of case, both held out (the compute constants were fitted on A100 rows only):
+Measured on one NVIDIA H200 with ``validation/capture/gpu_capture.py`` (README there). Three
+kinds of case, all held out (the compute constants were fitted on A100 rows only):
 
 * **generated**: the simulator's own model of the job (catalog model, ``hgx-h200``) against
   the measured median step time. Gate :data:`STEP_GATE_GENERATED` (the training gate).
@@ -10,9 +10,9 @@ kinds of case, both held out (the compute constants were fitted on A100 rows onl
 * **optimizer**: the GPU optimizer step alone (AdamW / SGD, foreach / fused, with and
   without a GradScaler) against one simulated optimizer op. Gate as generated.
 
-For the profiled cases, :func:`class_table` puts the recorded kernel time per class beside
-the simulated op time per class: which part of the model carries to another GPU and which
-does not (the report's "where the time goes").
+For the profiled generated cases, ``validate()["classes"]`` puts the recorded kernel time
+per class (:func:`recorded_classes`) beside the simulated op time per class: which part of
+the model carries to another GPU and which does not (the report's "where the time goes").
 """
 
 from __future__ import annotations
