@@ -64,10 +64,8 @@ def line(p: LinePlot, ok: pd.DataFrame, study: Study, path: Path) -> Path:
             k = knee_index(curve, p.knee) if p.knee else None
             if k is not None:
                 kx, eff = curve["_x"].iloc[k], curve["efficiency"].iloc[k]
-                step = (curve["speedup"].iloc[k] / curve["speedup"].iloc[k - 1]) / (
-                    kx / curve["_x"].iloc[k - 1])
                 what = (f"{eff:.1%} of ideal" if eff < p.knee
-                        else f"last step {step:.1%} of linear")
+                        else f"last step {curve['step_efficiency'].iloc[k]:.1%} of linear")
                 ax.axvline(kx, color="red", ls=":", lw=1)
                 ax.annotate(f"knee: {what} at {fmt_axis(kx)}",
                             (kx, curve[p.y].iloc[k]), textcoords="offset points",

@@ -17,12 +17,14 @@ from .spec import ScalingQuestion, Study
 
 
 def scaling_curve(ok: pd.DataFrame, x: str, metric: str) -> pd.DataFrame:
-    """Rows sorted by ``x`` with ``speedup``, ``ideal`` and ``efficiency`` columns."""
+    """Rows sorted by ``x`` with ``speedup``, ``ideal``, ``efficiency`` and
+    ``step_efficiency`` (the gain over the row before / the size ratio; NaN first) columns."""
     rows = ok.assign(_x=pd.to_numeric(ok[x])).sort_values("_x", kind="stable")
     rows = rows.drop_duplicates("_x")
     base = rows.iloc[0]
     rows = rows.assign(speedup=rows[metric] / base[metric], ideal=rows["_x"] / base["_x"])
-    return rows.assign(efficiency=rows["speedup"] / rows["ideal"])
+    step = (rows["speedup"] / rows["speedup"].shift(1)) / (rows["_x"] / rows["_x"].shift(1))
+    return rows.assign(efficiency=rows["speedup"] / rows["ideal"], step_efficiency=step)
 
 
 def knee_index(curve: pd.DataFrame, threshold: float) -> int | None:
@@ -30,11 +32,8 @@ def knee_index(curve: pd.DataFrame, threshold: float) -> int | None:
     step efficiency (its gain over the point before / the size ratio) is below
     ``threshold``. The step rule finds the knee after a superlinear start, e.g. FSDP's
     per-GPU optimizer step shrinking as the GPU count grows."""
-    eff, sp, xs = (list(curve[c]) for c in ("efficiency", "speedup", "_x"))
-    for i in range(1, len(eff)):
-        if eff[i] < threshold or (sp[i] / sp[i - 1]) / (xs[i] / xs[i - 1]) < threshold:
-            return i
-    return None
+    eff, step = list(curve["efficiency"]), list(curve["step_efficiency"])
+    return next((i for i in range(1, len(eff)) if min(eff[i], step[i]) < threshold), None)
 
 
 def scaling_answer(q: ScalingQuestion, ok: pd.DataFrame, study: Study) -> str:
@@ -57,8 +56,8 @@ def scaling_answer(q: ScalingQuestion, ok: pd.DataFrame, study: Study) -> str:
             text += (f"; efficiency drops below {q.threshold:.0%} at {x_text(xs[knee], unit)} "
                      f"({eff:.1%}) because {cause}")
         else:
-            text += (f" ({gain / step:.1%} of linear): scaling stops being linear at "
-                     f"{x_text(xs[knee], unit)}, though efficiency against "
+            text += (f" ({curve['step_efficiency'].iloc[knee]:.1%} of linear): scaling "
+                     f"stops being linear at {x_text(xs[knee], unit)}, though efficiency against "
                      f"{x_text(xs[0], unit)} is still {eff:.1%}, because {cause}")
     else:
         low = int(curve["efficiency"].values.argmin())
