@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -55,11 +55,15 @@ class TFConfig(CommonConfig):
 
     NAME: ClassVar[str] = ""
     # TensorFlow applies each variable's update in one kernel (ResourceApplyAdam, ...)
-    optimizer_impl: Literal["fused"] = "fused"
+    optimizer_impl: str = "fused"
 
     def _check(self) -> None:
         if self.name != self.NAME:
             raise ConfigError(f"expected {self.NAME!r}, got {self.name!r}", field="strategy.name")
+        if self.optimizer_impl != "fused":
+            raise ConfigError(f"TensorFlow applies each variable's update in one fused kernel; "
+                              f"only 'fused', got {self.optimizer_impl!r}",
+                              field="strategy.optimizer_impl")
         self._check_tf()
 
     def _check_tf(self) -> None:
