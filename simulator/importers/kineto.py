@@ -110,6 +110,8 @@ class _Collector:
             keep = {"correlation": args.get("correlation")}
         elif name == "record_param_comms" or name.startswith(("c10d::", "gloo:")):
             keep = {k: args[k] for k in (*COMM_ARGS, *SHAPE_ARGS) if k in args}
+        if cat == "cpu_op" and "External id" in args:      # links it to the kernels it launched
+            keep["External id"] = args["External id"]
         ts = _num(e.get("ts"))
         self.p.host.append(HostEvent(e.get("tid"), ts, ts + _num(e.get("dur")), name, cat,
                                      keep))
@@ -121,6 +123,8 @@ class _Collector:
         self.devices.add(device)
         stream = f"{device}:{args.get('stream', e.get('tid'))}"
         keep = {k: args[k] for k in COMM_ARGS if k in args} if "nccl" in name.lower() else {}
+        if "External id" in args:                           # the cpu_op that launched it
+            keep["External id"] = args["External id"]
         ts = _num(e.get("ts"))
         self.p.gpu.append(GpuEvent(stream, ts, ts + _num(e.get("dur")), name, cat,
                                    args.get("correlation"), keep))

@@ -34,8 +34,8 @@ from simulator.trace import Communicator, RankClass, Trace
 
 from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList,
                    World, build_meta, check_layers, emit_backward, emit_forward)
+from .grads import GradReady, last_backward, named_weights, tensors
 from .optim import emit_optimizer
-from .grads import GradReady, named_weights, tensors
 
 MIB = 1 << 20
 COMM_WORLD = "world"
@@ -80,7 +80,7 @@ def grad_tensors(layer) -> list[tuple[int, int]]:
     last backward kernel naming each weight, reverse forward order where none does; a layer
     whose kernels name no weight is one tensor, position 0."""
     names = [w for w, _ in named_weights(layer) or ()]
-    done = {c.weight: k for k, c in enumerate(layer.backward) if getattr(c, "weight", "")}
+    done = last_backward(layer)
     end = len(layer.backward)
     return sorted(reversed(tensors(layer)),
                   key=lambda t: done.get(names[t[0]], end) if names else end)

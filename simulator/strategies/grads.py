@@ -13,6 +13,12 @@ def named_weights(layer) -> list[tuple[str, int]] | None:
     return named if sum(p for _, p in named) == int(layer.params) else None
 
 
+def last_backward(layer) -> dict[str, int]:
+    """Index in ``layer.backward`` of the last kernel naming each weight: where backward
+    completes that weight's gradient."""
+    return {c.weight: k for k, c in enumerate(layer.backward) if getattr(c, "weight", "")}
+
+
 def tensors(layer) -> list[tuple[int, int]]:
     """``(position, params)`` of ``layer``'s gradient tensors in forward order: the weights its
     kernels name (positions as :class:`GradReady` reports them), else the whole layer as
@@ -34,8 +40,7 @@ class GradReady(OpHooks):
         self.on_grad, self.seen = on_grad, 0
         weights = named_weights(layer)
         self.pos = {w: k for k, (w, _) in enumerate(weights or ())}
-        self.last_bwd = {c.weight: k for k, c in enumerate(layer.backward)
-                         if getattr(c, "weight", "") in self.pos}
+        self.last_bwd = {w: k for w, k in last_backward(layer).items() if w in self.pos}
         self.rest = [k for w, k in self.pos.items() if w not in self.last_bwd] \
             if weights else [0]
 

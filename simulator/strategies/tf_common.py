@@ -33,8 +33,8 @@ from simulator.yamlio import read_yaml
 
 from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, build_meta,
                    emit_backward, emit_forward)
-from .optim import emit_optimizer
 from .grads import GradReady, tensors
+from .optim import emit_optimizer
 
 
 @functools.cache

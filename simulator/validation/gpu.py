@@ -17,7 +17,6 @@ the model carries to another GPU and which does not (the report's "where the tim
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from collections import Counter
@@ -125,27 +124,23 @@ def op_class(op_name: str) -> str:
     return next((c for c, pat in OP_CLASSES if re.search(pat, op_name)), "elementwise")
 
 
-def recorded_classes(trace_path: Path) -> tuple[Counter, float]:
-    """Seconds of recorded GPU kernels per class, and of the matmul class the unaligned
-    GEMMs' (:func:`unaligned_gemm`)."""
-    with gzip.open(trace_path, "rt") as f:
-        events = [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X"]
-    launcher: dict[int, tuple[float, str]] = {}      # External id -> innermost cpu_op
-    for e in events:
-        ext = (e.get("args") or {}).get("External id")
-        if e.get("cat") == "cpu_op" and ext is not None:
-            if ext not in launcher or e.get("dur", 0) < launcher[ext][0]:
-                launcher[ext] = (e.get("dur", 0), e.get("name", ""))
+def recorded_classes(profile) -> tuple[Counter, float]:
+    """Seconds of recorded GPU kernels per class in a :class:`~simulator.importers.kineto.
+    KinetoProfile`, and of the matmul class the unaligned GEMMs' (:func:`unaligned_gemm`)."""
+    launcher: dict = {}                                 # External id -> innermost cpu_op
+    for e in profile.host:
+        ext = e.args.get("External id")
+        if e.cat == "cpu_op" and ext is not None:
+            if ext not in launcher or e.end - e.ts < launcher[ext][0]:
+                launcher[ext] = (e.end - e.ts, e.name)
     out, unaligned = Counter(), 0.0
-    for e in events:
-        if e.get("cat") != "kernel":
+    for e in profile.gpu:
+        if e.cat != "kernel":
             continue
-        ext = (e.get("args") or {}).get("External id")
-        cls = op_class(launcher.get(ext, (0, ""))[1])
-        dur = float(e.get("dur", 0)) / 1e6
-        out[cls] += dur
-        if cls == "matmul" and unaligned_gemm(e.get("name", "")):
-            unaligned += dur
+        cls, dur = op_class(launcher.get(e.args.get("External id"), (0, ""))[1]), e.end - e.ts
+        out[cls] += dur / 1e6                            # Kineto times are microseconds
+        if cls == "matmul" and unaligned_gemm(e.name):
+            unaligned += dur / 1e6
     return out, unaligned
 
 
@@ -169,14 +164,13 @@ def simulated_classes(result) -> Counter:
     return out
 
 
-def _replay(path: Path) -> tuple[float, float, float]:
+def _replay(profile) -> tuple[float, float, float]:
     """(recorded step s, replayed step s, replayed GPU busy s: the recorded kernels, copies
-    and memsets) of a whole-trace import."""
+    and memsets) of a whole-trace import of ``profile`` (a read Kineto trace)."""
     from ..importers.assemble import assemble
-    from ..importers.kineto import read_kineto
     from ..importers.pytorch import rank_trace
     from ..importers.replay import device_busy_s, replay_trace
-    trace = assemble([rank_trace(read_kineto(path), None)], "pytorch")
+    trace = assemble([rank_trace(profile, None)], "pytorch")
     result = replay_trace(trace, TOPOLOGY)
     return (trace.meta["recorded_iteration_s"], result.metrics.iteration_time_s,
             device_busy_s(result))
@@ -207,8 +201,10 @@ def optimizer_rows(measured: list[dict]) -> list[dict]:
 def validate(root: Path | None = None) -> dict:
     """``cases`` (one row per generated and replay case) and ``classes`` (recorded kernel vs
     simulated op seconds per class, for generated cases that have a profile)."""
+    from ..importers.kineto import read_kineto
     root = Path(root) if root is not None else default_root()
     cases, data = load(root)
+    profiles = {name: read_kineto(root / rel) for name, rel in cases.replay.items()}
     rows, classes = [], []
     for name, case in cases.generated.items():
         m = data["cases"][name]
@@ -220,14 +216,14 @@ def validate(root: Path | None = None) -> dict:
                      "simulated_s": sim, "error": err, "bound": STEP_GATE_GENERATED,
                      "ok": abs(err) <= STEP_GATE_GENERATED, "notes": case.notes})
         if name in cases.replay:
-            rec, unaligned = recorded_classes(root / cases.replay[name])
+            rec, unaligned = recorded_classes(profiles[name])
             simc = simulated_classes(result)
             for cls in sorted(set(rec) | set(simc)):
                 classes.append({"case": name, "class": cls, "recorded_s": rec.get(cls, 0.0),
                                 "simulated_s": simc.get(cls, 0.0),
                                 "unaligned_gemm_s": unaligned if cls == "matmul" else 0.0})
-    for name, rel in cases.replay.items():
-        recorded, replayed, busy = _replay(root / rel)
+    for name, profile in profiles.items():
+        recorded, replayed, busy = _replay(profile)
         err = replayed / recorded - 1
         rows.append({"case": f"gpu/{name}/replay", "kind": "replay", "measured_s": recorded,
                      "simulated_s": replayed, "error": err, "bound": STEP_GATE_REPLAY,
