@@ -69,3 +69,22 @@ def test_a_flow_shorter_than_the_clock_resolution_still_finishes():
     assert start + 4 / 1.2e8 == start
     ends, _ = run("flow", [1.2e8], [flow(4, [0])], starts=[start])
     assert ends[0] >= start and ends[0] - start < 1e-6
+
+
+def test_every_fidelity_counts_link_bytes_and_only_flow_samples_the_load():
+    # 100 B over links 0 and 1 (10 B/s each), links in groups 0 and 1. Both fidelities count
+    # 100 B on each link. The analytical fabric sees the transfer alone: track() is a no-op
+    # and samples stay empty. The flow fabric samples at each solve: both groups at 100%
+    # from t=0, then 0 once the flow ends at t=10.
+    for fidelity in ("analytical", "flow"):
+        env = CountingEnvironment()
+        fabric = make_fabric(fidelity, env, np.array([10.0, 10.0]))
+        fabric.track(np.array([0, 1]), 2)
+        fabric.transfer(flow(100, [0, 1]))
+        env.run()
+        assert fabric.link_bytes == pytest.approx([100.0, 100.0])
+        if fidelity == "analytical":
+            assert fabric.samples == []
+        else:
+            assert [(t, list(f)) for t, f in fabric.samples] == [(0.0, [1.0, 1.0]),
+                                                                (10.0, [0.0, 0.0])]

@@ -35,7 +35,13 @@ class Flow:
 
 
 class Fabric:
-    """Base class: owns link capacities and counts what it did."""
+    """Base class: owns link capacities and counts what it did.
+
+    Every fidelity counts ``link_bytes`` (bytes carried per link). ``samples`` (the load of
+    each link group over time, a fraction of its capacity, after :meth:`track`) is filled
+    only by fidelities that share links between concurrent flows; the base, and the
+    analytical fabric that sees each transfer alone, leave it empty.
+    """
 
     name = "base"
 
@@ -44,6 +50,11 @@ class Fabric:
         self.capacity = np.asarray(capacity_bytes_per_s, dtype=float)
         self.link_bytes = np.zeros(len(self.capacity))
         self.solves = 0
+        self.samples: list[tuple[float, np.ndarray]] = []
+
+    def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
+        """Ask for ``samples`` by link group (``group_of_link[i]``: the group of link i);
+        a no-op where the fidelity has no shared load to sample."""
 
     def transfer(self, flow: Flow) -> simpy.Event:
         """Start ``flow`` now; the returned event fires (value: the flow) when it is done."""
@@ -81,7 +92,9 @@ class AnalyticalFabric(Fabric):
     """Closed form, congestion-unaware: latency + size / bottleneck bandwidth.
 
     Each transfer sees the links as if it were alone. Use when transfers do not overlap or
-    contention is known not to matter; it is the fastest fidelity.
+    contention is known not to matter; it is the fastest fidelity. It reports the bytes
+    each link carried (``link_bytes``) but no utilisation ``samples``: there is no shared
+    load to sample.
     """
 
     name = "analytical"
@@ -117,7 +130,6 @@ class FlowFabric(Fabric):
         self._update_pending = False
         self._generation = 0
         self._groups: np.ndarray | None = None
-        self.samples: list[tuple[float, np.ndarray]] = []
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Record, at every re-solve, the load of each link group as a fraction of the
