@@ -148,7 +148,7 @@ class Prober:
         if key in self.cache:
             return self.cache[key]
         setup = self.setup_for(rung.model)
-        static = max(setup.trace.meta.get("static_memory_bytes", {}).values(), default=0)
+        static = max((c.static_memory_bytes for c in setup.trace.classes), default=0)
         if 0 < setup.capacity_bytes < static:
             p = Probe(rung, False, static / GIB, static / GIB,
                       "static memory (not replayed)", False)

@@ -92,8 +92,7 @@ def test_compute_overlapping_communication_is_slowed(model):
 def test_memory_peak_and_oom_verdict_name_the_op(model):
     ops = [comp(0, 1e12, mem_alloc_bytes=600), comp(1, 1e12, mem_alloc_bytes=500,
                                                      mem_free_bytes=1100)]
-    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], {},
-                  meta={"static_memory_bytes": {"all": 100}})
+    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops, static_memory_bytes=100)], {})
     tl = replay(trace, model, TeraflopGPU(), EngineConfig(), capacity_bytes=1000)
     assert tl.peak_memory_bytes["all"] == 1200
     assert tl.oom["all"] == "c1"
@@ -111,12 +110,11 @@ def test_a_straggler_splits_its_class_and_delays_everyone(model):
     comm = {"world": Communicator("world", ((0, 1, 2, 3),))}
     ops = [comp(0, 1e12), Op(1, "comm", "collective", "ar", collective="all_reduce",
                              size_bytes=1 << 20, comm="world", deps=(0,))]
-    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], comm,
-                  meta={"static_memory_bytes": {"all": 7}})
+    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops, static_memory_bytes=7)], comm)
     split = apply_stragglers(trace, {2: 1.5})
     assert [(c.id, c.ranks, c.slowdown) for c in split.classes] == [
         ("all", (0, 1, 3), 1.0), ("all@x1.5", (2,), 1.5)]
-    assert split.meta["static_memory_bytes"]["all@x1.5"] == 7
+    assert [c.static_memory_bytes for c in split.classes] == [7, 7]
     tl = run(split, model)
     assert by_name(tl, "all")["ar"].start_s == pytest.approx(1.5)
     from simulator.errors import ConfigError
@@ -138,8 +136,7 @@ def test_collectives_on_one_communicator_from_two_streams_do_not_mix(model):
 
 
 def _mem_trace(ops, static=0):
-    return Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], {},
-                 meta={"static_memory_bytes": {"all": static}})
+    return Trace(4, [RankClass("all", (0, 1, 2, 3), ops, static_memory_bytes=static)], {})
 
 
 def test_a_later_issued_op_waits_for_memory_instead_of_failing(model):

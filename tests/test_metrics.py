@@ -30,9 +30,9 @@ def overlapped(ideal_constants):
               comm="world", layer="block.0", phase="backward"),
            comp(1, 1e12, layer="block.0", phase="backward"),
            comp(2, 1e12, deps=(0,), layer="head", phase="optimizer")]
-    meta = {"global_batch": 8, "tokens_per_sample": 1000, "model_flops_per_iteration": 8e12,
-            "static_memory_bytes": {"all": 1 << 30}}
-    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops)], comm, meta)
+    meta = {"global_batch": 8, "tokens_per_sample": 1000, "model_flops_per_iteration": 8e12}
+    trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops, static_memory_bytes=1 << 30)], comm,
+                  meta)
     return model, replay(trace, model, TeraflopGPU(), EngineConfig(), capacity_bytes=2 << 30)
 
 

@@ -124,9 +124,9 @@ def test_ddp_grad_accum_reduces_once():
 def test_ddp_static_memory_is_16_psi():
     for cfg in (DDPConfig(), DDPConfig(param_dtype="bf16"), DDPConfig(precision="fp32")):
         trace = ddp(model(), cfg, World(4, 4))
-        assert trace.meta["static_memory_bytes"] == {"all": 16 * PSI}
+        assert [(c.id, c.static_memory_bytes) for c in trace.classes] == [("all", 16 * PSI)]
     sgd = ddp(model(), DDPConfig(optimizer="sgd"), World(4, 4))
-    assert sgd.meta["static_memory_bytes"]["all"] == 12 * PSI
+    assert sgd.classes[0].static_memory_bytes == 12 * PSI
 
 
 def test_ddp_single_rank_has_no_collectives():
@@ -166,7 +166,7 @@ def test_fsdp_collective_counts_and_sizes(mode, ag, rs, ar):
         assert comms["replicate"].groups == ((0, 4), (1, 5), (2, 6), (3, 7))
     if mode == "NO_SHARD":
         assert comms["replicate"].groups == (tuple(range(8)),) and "shard" not in comms
-    assert trace.meta["static_memory_bytes"]["all"] == 16 * PSI // shard
+    assert trace.classes[0].static_memory_bytes == 16 * PSI // shard
 
 
 def test_full_shard_moves_about_1_5x_ddp():
@@ -200,7 +200,8 @@ def test_fsdp2_spellings_match_fsdp1(v2, v1):
     key = [(o.collective, o.layer, o.size_bytes, o.comm, o.stream) for o in colls(a)]
     assert key == [(o.collective, o.layer, o.size_bytes, o.comm, o.stream) for o in colls(b)]
     assert a.communicators == b.communicators
-    assert a.meta["static_memory_bytes"] == b.meta["static_memory_bytes"]
+    assert [c.static_memory_bytes for c in a.classes] == [c.static_memory_bytes
+                                                           for c in b.classes]
 
 
 def test_fsdp2_int_reshard_gathers_within_groups_in_backward():
@@ -362,7 +363,7 @@ def test_cpu_offload_copies_and_steps_on_cpu():
         assert any(ops(trace)[d].stream == "h2d" for d in ag.deps)
     opt = ops(trace)[-1]
     assert opt.kind == "delay" and opt.duration_s == pytest.approx(PSI / 8 * 20 / 10e9)
-    assert trace.meta["static_memory_bytes"]["all"] == 0
+    assert trace.classes[0].static_memory_bytes == 0
 
 
 def test_grad_accum_repeats_gathers_and_reductions():

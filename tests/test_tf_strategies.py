@@ -366,13 +366,13 @@ def test_ps_phases_are_rotations_of_the_same_loop():
 def test_ps_memory_is_balanced_from_the_held_activations():
     t = ps_trace()
     for cls in t.classes:
-        held = t.meta["static_memory_bytes"][cls.id]
+        held = cls.static_memory_bytes
         mem = low = held
         for o in cls.ops:                      # ops of one class run in list order here
             mem += o.mem_alloc_bytes - o.mem_free_bytes
             low = min(low, mem)
         assert mem == held
-        assert low >= t.meta["static_memory_bytes"]["phase0"]
+        assert low >= t.classes[0].static_memory_bytes      # phase0
 
 
 def test_ps_overlap_pushes_each_gradient_after_its_backward():

@@ -15,8 +15,8 @@ def sample():
               mem_alloc_bytes=10),
            Op(1, "comm", "collective", "ar", collective="all_reduce", size_bytes=64,
               comm="w", deps=(0,), attrs={"bucket": 0})]
-    return Trace(2, [RankClass("all", (0, 1), ops)], {"w": Communicator("w", ((0, 1),))},
-                 {"model": "toy", "static_memory_bytes": {"all": 5}})
+    return Trace(2, [RankClass("all", (0, 1), ops, static_memory_bytes=5)],
+                 {"w": Communicator("w", ((0, 1),))}, {"model": "toy"})
 
 
 @pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
@@ -60,3 +60,40 @@ def test_unknown_fields_and_broken_contract_are_named(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"format": "other"}))
     with pytest.raises(ConfigError, match="format: not a clustersim-trace"):
         read_trace(tmp_path / "c.json")
+
+
+def test_static_memory_is_written_on_the_class():
+    d = trace_to_dict(sample())
+    assert d["classes"][0]["static_memory_bytes"] == 5 and "static_memory_bytes" not in d["meta"]
+
+
+def test_an_old_file_with_static_memory_in_meta_is_read_onto_the_classes(tmp_path):
+    # the form written before static memory moved onto the classes
+    d = trace_to_dict(sample())
+    del d["classes"][0]["static_memory_bytes"]
+    d["meta"]["static_memory_bytes"] = {"all": 5}
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    back = read_trace(tmp_path / "old.json")
+    assert back.classes[0].static_memory_bytes == 5 and back.meta == {"model": "toy"}
+    assert trace_to_dict(back) == trace_to_dict(sample())
+
+
+def test_static_memory_in_both_places_or_for_an_unknown_class_is_named(tmp_path):
+    d = trace_to_dict(sample())
+    d["meta"]["static_memory_bytes"] = {"all": 5}
+    (tmp_path / "both.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match=r"both\.json: classes\[all\]\.static_memory_bytes: "
+                                          r"static memory given twice"):
+        read_trace(tmp_path / "both.json")
+    del d["classes"][0]["static_memory_bytes"]
+    d["meta"]["static_memory_bytes"] = {"all": 5, "gone": 1}
+    (tmp_path / "unknown.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match=r"meta\.static_memory_bytes: names rank class\(es\) "
+                                          r"'gone'"):
+        read_trace(tmp_path / "unknown.json")
+    d = trace_to_dict(sample())
+    d["classes"][0]["static_memory_bytes"] = -1
+    (tmp_path / "neg.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match=r"neg\.json: classes: rank class all: "
+                                          r"static_memory_bytes is negative"):
+        read_trace(tmp_path / "neg.json")

@@ -102,8 +102,7 @@ def assemble(parts: list[RankTrace], framework: str) -> Trace:
                                           for c, p in zip(classes, parts)},
             "host": first.host_kind, "replicated": replicated and world > 1,
             "global_batch": 0, "tokens_per_sample": 0, "model_flops_per_iteration": 0.0,
-            "static_memory_bytes": {}, **{k: v for k, v in first.meta.items()
-                                          if k in ("gpu", "backend", "steps")}}
+            **{k: v for k, v in first.meta.items() if k in ("gpu", "backend", "steps")}}
     trace = Trace(world, classes, comms, meta)
     trace.validate()
     return trace

@@ -270,8 +270,7 @@ def check_layers(layers) -> int:
 
 
 def build_meta(layers, cfg: CommonConfig, world: World, *, strategy: str, model: str,
-               tokens_per_sample: float, model_flops_per_sample: float | None,
-               static_bytes: int, **extra: Any) -> dict:
+               tokens_per_sample: float, model_flops_per_sample: float | None, **extra: Any) -> dict:
     """The ``Trace.meta`` keys of the contract (plus strategy details in ``extra``)."""
     global_batch = cfg.micro_batch * cfg.grad_accum * world.world_size
     if model_flops_per_sample is None:   # layers are one micro-batch: forward + backward
@@ -281,8 +280,7 @@ def build_meta(layers, cfg: CommonConfig, world: World, *, strategy: str, model:
             "global_batch": global_batch, "micro_batch": cfg.micro_batch,
             "grad_accum": cfg.grad_accum, "tokens_per_sample": _count(tokens_per_sample),
             "model_flops_per_iteration": float(model_flops_per_sample) * global_batch,
-            "params": sum(int(layer.params) for layer in layers),
-            "static_memory_bytes": {CLASS_ID: int(static_bytes)}, **extra}
+            "params": sum(int(layer.params) for layer in layers), **extra}
 
 
 def _count(x: float) -> int | float:

@@ -151,10 +151,11 @@ def ddp(layers, cfg: DDPConfig, world: World, *, model: str = "", tokens_per_sam
     static = params * static_bytes_per_param(cfg)
     meta = build_meta(layers, cfg, world, strategy="ddp", model=model,
                       tokens_per_sample=tokens_per_sample,
-                      model_flops_per_sample=model_flops_per_sample, static_bytes=static,
+                      model_flops_per_sample=model_flops_per_sample,
                       buckets=[{"index": b.index, "size_bytes": b.size_bytes,
                                 "layers": list(b.layers)} for b in buckets])
     comms = {COMM_WORLD: Communicator(COMM_WORLD, (world.ranks,))} if syncs else {}
-    trace = Trace(world.world_size, [RankClass(CLASS_ID, world.ranks, ol.ops)], comms, meta)
+    cls = RankClass(CLASS_ID, world.ranks, ol.ops, static_memory_bytes=static)
+    trace = Trace(world.world_size, [cls], comms, meta)
     trace.validate()
     return trace

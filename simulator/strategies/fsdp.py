@@ -268,11 +268,11 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
     static = 0 if cfg.cpu_offload else per_rank * (FP32 + FP32 + OPT_MOMENT_BYTES[cfg.optimizer])
     meta = build_meta(layers, cfg, world, strategy="fsdp", model=model,
                       tokens_per_sample=tokens_per_sample,
-                      model_flops_per_sample=model_flops_per_sample, static_bytes=static,
+                      model_flops_per_sample=model_flops_per_sample,
                       sharding=plan.label, shard_size=plan.shard,
                       replicate_size=plan.replicate, reshard_size=plan.reshard,
                       units=[u.name for u in units if u.params > 0])
-    trace = Trace(world.world_size, [RankClass(CLASS_ID, world.ranks, ol.ops)],
-                  communicators(plan), meta)
+    cls = RankClass(CLASS_ID, world.ranks, ol.ops, static_memory_bytes=static)
+    trace = Trace(world.world_size, [cls], communicators(plan), meta)
     trace.validate()
     return trace

@@ -55,11 +55,11 @@ def tf_central_storage(layers, cfg: CentralStorageConfig, world: World, *, model
         static = params * (cfg.weight_bytes() + cfg.grad_reduce_bytes())
     meta = build_meta(layers, cfg, world, strategy="tf_central_storage", model=model,
                       tokens_per_sample=tokens_per_sample,
-                      model_flops_per_sample=model_flops_per_sample, static_bytes=static,
+                      model_flops_per_sample=model_flops_per_sample,
                       variables_on="GPU" if n == 1 else "CPU",
                       host_bytes_per_replica_step=2 * params * cfg.weight_bytes() if n > 1 else 0,
                       on_worker_failure="restart")
-    return one_class_trace(ol, world, {}, meta)
+    return one_class_trace(ol, world, {}, meta, static)
 
 
 def _central_step(ol: OpList, layers, cfg: CentralStorageConfig, n: int, params: int) -> None:

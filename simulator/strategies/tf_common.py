@@ -253,15 +253,16 @@ def sync_trace(layers, cfg: CommonConfig, world: World, params: int, packs: list
     ol = OpList()
     ends = emit_sync_step(ol, layers, cfg, packs, reduce_pack, overlap)
     emit_optimizer(ol, cfg, params, deps=ends)
-    info = build_meta(layers, cfg, world, static_bytes=params * static_bytes_per_param(cfg),
-                      **meta)
-    return one_class_trace(ol, world, comms, info)
+    info = build_meta(layers, cfg, world, **meta)
+    return one_class_trace(ol, world, comms, info, params * static_bytes_per_param(cfg))
 
 
 def one_class_trace(ol: OpList, world: World, comms: dict[str, Communicator],
-                    meta: dict) -> Trace:
+                    meta: dict, static_memory_bytes: int) -> Trace:
     """The Trace of a synchronous strategy: every rank runs the same ops."""
-    trace = Trace(world.world_size, [RankClass(CLASS_ID, world.ranks, ol.ops)], comms, meta)
+    trace = Trace(world.world_size, [RankClass(CLASS_ID, world.ranks, ol.ops,
+                                               static_memory_bytes=static_memory_bytes)],
+                  comms, meta)
     trace.validate()
     return trace
 

@@ -251,12 +251,13 @@ def tf_ps(layers, cfg: PSConfig, world: World, *, model: str = "", tokens_per_sa
     for k, cut in enumerate(cuts):
         ops = _Cycle(layers, cfg, shards, layout.ps_servers).emit(cut, steps)
         ranks = tuple(layout.workers[w] for w in range(k, n_workers, phases))
-        classes.append(RankClass(f"phase{k}", ranks, ops))
+        classes.append(RankClass(f"phase{k}", ranks, ops, static_memory_bytes=static
+                                 + held_at_entry(layers, cfg, cut)))
     per_ps = [sum(s.params for s in shards if s.ps == p) * cfg.weight_bytes()
               for p in range(cfg.num_ps)]
     meta = build_meta(layers, cfg, World(n_workers, world.gpus_per_node), strategy="tf_ps",
                       model=model, tokens_per_sample=tokens_per_sample,
-                      model_flops_per_sample=model_flops_per_sample, static_bytes=static,
+                      model_flops_per_sample=model_flops_per_sample,
                       asynchronous=True, steps_per_iteration=steps, num_ps=cfg.num_ps,
                       ps_placement=layout.placement,
                       ps_servers=list(layout.ps_servers), workers=n_workers, phases=phases,
@@ -266,8 +267,6 @@ def tf_ps(layers, cfg: PSConfig, world: World, *, model: str = "", tokens_per_sa
                       gpus_reserved=world.world_size, on_worker_failure="continue")
     meta["global_batch"] *= steps                 # one iteration: ``steps`` steps per worker
     meta["model_flops_per_iteration"] *= steps
-    meta["static_memory_bytes"] = {f"phase{k}": static + held_at_entry(layers, cfg, cut)
-                                   for k, cut in enumerate(cuts)}
     trace = Trace(n_workers, classes, {}, meta)
     trace.validate()
     return trace

@@ -5,11 +5,15 @@ Format (``format: clustersim-trace``, ``version: 1``)::
     {"format": "clustersim-trace", "version": 1, "world_size": 8, "meta": {...},
      "communicators": {"shard": [[0, 1, ..., 7]], ...},
      "classes": [{"id": "all", "ranks": [0, ..., 7], "slowdown": 1.0,
+                  "static_memory_bytes": 13476831232,
                   "ops": [{"id": 0, "stream": "unshard", "kind": "collective", ...}, ...]}]}
 
 Op fields are those of :class:`~simulator.trace.schema.Op`; fields at their default value
-are omitted. Reading checks the format, every field name and the contract
-(:meth:`Trace.validate`), and reports a truncated or corrupt file as one ConfigError.
+are omitted. Reading parses the format, the types and every field name, then checks the
+contract with :meth:`Trace.validate` (the one validator), and reports a truncated, corrupt
+or contract-breaking file as one ConfigError naming the file. Files written before the
+static memory moved onto the classes carry it as ``meta.static_memory_bytes`` ({class id:
+bytes}); reading moves it onto the classes.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def trace_to_dict(trace: Trace) -> dict:
             "communicators": {cid: [list(g) for g in c.groups]
                               for cid, c in trace.communicators.items()},
             "classes": [{"id": c.id, "ranks": list(c.ranks), "slowdown": c.slowdown,
+                         "static_memory_bytes": c.static_memory_bytes,
                          "ops": [_op_dict(op) for op in c.ops]} for c in trace.classes]}
 
 
@@ -94,21 +99,43 @@ def trace_from_dict(data, source: str = "<trace>") -> Trace:
     try:
         comms = {cid: Communicator(cid, tuple(tuple(int(r) for r in g) for g in groups))
                  for cid, groups in data["communicators"].items()}
-        classes = [RankClass(c["id"], tuple(c["ranks"]), [_op(o, source, i, c["id"])
-                                                           for i, o in enumerate(c["ops"])],
-                             float(c.get("slowdown", 1.0)))
-                   for c in data["classes"]]
-        trace = Trace(int(data["world_size"]), classes, comms, dict(data.get("meta", {})))
+        meta = dict(data.get("meta", {}))
+        legacy = meta.pop("static_memory_bytes", None)
+        classes = [_class(c, source, legacy) for c in data["classes"]]
+        trace = Trace(int(data["world_size"]), classes, comms, meta)
     except KeyError as exc:
         raise ConfigError("missing required key", source=source, field=str(exc.args[0])) \
             from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"malformed trace: {exc}", source=source) from None
+    if legacy is not None:
+        _check_legacy_static(legacy, classes, source)
     try:
         trace.validate()
     except ValueError as exc:
         raise ConfigError(str(exc), source=source, field="classes") from None
     return trace
+
+
+def _class(c: dict, source: str, legacy: dict | None) -> RankClass:
+    static = c.get("static_memory_bytes")
+    if static is not None and legacy is not None:
+        raise ConfigError("static memory given twice: in meta.static_memory_bytes (the old "
+                          "form) and on the class", source=source,
+                          field=f"classes[{c['id']}].static_memory_bytes")
+    if static is None:
+        static = (legacy or {}).get(c["id"], 0)
+    return RankClass(c["id"], tuple(c["ranks"]),
+                     [_op(o, source, i, c["id"]) for i, o in enumerate(c["ops"])],
+                     float(c.get("slowdown", 1.0)), int(static))
+
+
+def _check_legacy_static(legacy: dict, classes: list[RankClass], source: str) -> None:
+    unknown = sorted(set(legacy) - {c.id for c in classes})
+    if unknown:
+        raise ConfigError(f"names rank class(es) {', '.join(map(repr, unknown))} that the "
+                          f"trace does not have", source=source,
+                          field="meta.static_memory_bytes")
 
 
 def _op(d: dict, source: str, index: int, cls: str) -> Op:

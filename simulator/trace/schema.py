@@ -1,7 +1,8 @@
 """The Trace: per-rank-class ops with streams and dependencies, and communicators.
 
 Strategy generators (DDP, FSDP, TensorFlow strategies) and importers (profiler traces) both
-produce a :class:`Trace`; the replay engine only replays Traces.
+produce a :class:`Trace`; the replay engine only replays Traces. :meth:`Trace.validate` is
+the one check of the contract: the file reader and the engine both call it.
 
 Symmetry is part of the contract. Ranks that run the same program are one
 :class:`RankClass`, and its ops are written once. A generated FSDP trace on 4,096 GPUs has
@@ -16,14 +17,20 @@ Ops (shaped like Chakra's execution-trace node, with units in the field names):
 * ``collective``: ``collective`` (all_reduce, all_gather, ...), ``size_bytes`` in nccl-tests
   terms (the full buffer for all_gather/reduce_scatter), and ``comm``: the id of a
   :class:`Communicator`. Every instance group of the communicator runs it at once.
-* ``send`` / ``recv``: ``size_bytes`` and ``peer`` (a rank-class-relative peer is not
-  supported: peers are global ranks of the class's first member).
+* ``send`` / ``recv`` between ranks: ``size_bytes`` and ``peer``, the global rank of the
+  partner of the class's first member; the member ``ranks[0] + d`` pairs with ``peer + d``
+  (members map by offset). The k-th send from rank a to rank b with ``attrs["tag"]`` (a
+  string or an integer; absent: no tag) matches the k-th recv on b from a with the same
+  tag, k counted in list order; the two must have the same ``size_bytes``. With ``attrs["host"]`` they are copies to or from
+  a server's host memory instead, and have no partner op.
 * ``memcpy``: host-device copies (``size_bytes``, ``attrs["direction"]`` h2d or d2h).
 * ``delay``: a fixed ``duration_s`` (CPU work, data loading, checkpoint stalls).
 
 Ops of one (class, stream) run in list order, like a CUDA stream; ``deps`` add cross-stream
-edges (op ids of the same class). ``mem_alloc_bytes`` is allocated when the op starts and
-``mem_free_bytes`` released when it ends; the engine tracks the sum per class.
+edges (op ids of the same class). A class starts the iteration holding
+``static_memory_bytes`` (parameters, gradients, optimizer state); ``mem_alloc_bytes`` is
+allocated when an op starts and ``mem_free_bytes`` released when it ends; the engine tracks
+the sum per class.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("compute", "collective", "send", "recv", "memcpy", "delay")
+
+# (sender rank, receiver rank, tag, k): the k-th transfer of that pair with that tag
+TransferKey = tuple[int, int, object, int]
 
 
 @dataclass(slots=True)
@@ -56,6 +66,11 @@ class Op:
     mem_free_bytes: int = 0
     attrs: dict = field(default_factory=dict)
 
+    @property
+    def is_peer_transfer(self) -> bool:
+        """A send or recv between two ranks (not a copy to or from host memory)."""
+        return self.kind in ("send", "recv") and "host" not in self.attrs
+
 
 @dataclass(frozen=True)
 class Communicator:
@@ -73,12 +88,47 @@ class Communicator:
 
 @dataclass
 class RankClass:
-    """Ranks that run the same ops. ``slowdown`` scales their compute (stragglers)."""
+    """Ranks that run the same ops. ``slowdown`` scales their compute (stragglers);
+    ``static_memory_bytes`` is what each rank holds before the first op (sharded
+    parameters, gradients, optimizer state)."""
 
     id: str
     ranks: tuple[int, ...]
     ops: list[Op]
     slowdown: float = 1.0
+    static_memory_bytes: int = 0
+
+    def peer_of(self, op: Op, rank: int) -> int:
+        """The partner of member ``rank`` in the send/recv ``op`` (members map by offset)."""
+        return op.peer + (rank - self.ranks[0])
+
+
+def transfer_keys(cls: RankClass) -> dict[int, list[TransferKey]]:
+    """Op id -> the transfers of each send/recv between ranks, one per member in
+    ``cls.ranks`` order (see the module doc for the matching rule)."""
+    seen: dict[tuple, int] = {}
+    out = {}
+    for op in cls.ops:
+        if not op.is_peer_transfer:
+            continue
+        tag = op.attrs.get("tag")
+        k = seen.get((op.kind, op.peer, tag), 0)
+        seen[(op.kind, op.peer, tag)] = k + 1
+        pairs = [(r, cls.peer_of(op, r)) for r in cls.ranks]
+        out[op.id] = [(a, b, tag, k) if op.kind == "send" else (b, a, tag, k)
+                      for a, b in pairs]
+    return out
+
+
+def _where(cls: RankClass, op: Op) -> str:
+    return f"rank class {cls.id}, op {op.id} ({op.name})"
+
+
+def _ordinal(k: int) -> str:
+    """'1st', '2nd', ... for the k-th (from 0) transfer of a pair."""
+    n = k + 1
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 @dataclass
@@ -97,19 +147,65 @@ class Trace:
             if set(cls.ranks) & seen_ranks:
                 raise ValueError(f"rank class {cls.id}: ranks overlap another class")
             seen_ranks |= set(cls.ranks)
-            ids = set()
-            for op in cls.ops:
-                where = f"rank class {cls.id}, op {op.id} ({op.name})"
-                if op.kind not in KINDS:
-                    raise ValueError(f"{where}: unknown kind {op.kind!r}")
-                if op.id in ids:
-                    raise ValueError(f"{where}: duplicate op id")
-                missing = [d for d in op.deps if d not in ids]
-                if missing:
-                    raise ValueError(f"{where}: depends on op(s) {missing} not defined before it")
-                if op.kind == "collective" and op.comm not in self.communicators:
-                    raise ValueError(f"{where}: unknown communicator {op.comm!r}")
-                ids.add(op.id)
+            if cls.static_memory_bytes < 0:
+                raise ValueError(f"rank class {cls.id}: static_memory_bytes is negative")
+            self._validate_ops(cls)
         if seen_ranks != set(range(self.world_size)):
             raise ValueError(f"rank classes cover {len(seen_ranks)} ranks, "
                              f"world size is {self.world_size}")
+        self._validate_transfers()
+
+    def _validate_ops(self, cls: RankClass) -> None:
+        ids = set()
+        for op in cls.ops:
+            where = _where(cls, op)
+            if op.kind not in KINDS:
+                raise ValueError(f"{where}: unknown kind {op.kind!r}")
+            if op.id in ids:
+                raise ValueError(f"{where}: duplicate op id")
+            missing = [d for d in op.deps if d not in ids]
+            if missing:
+                raise ValueError(f"{where}: depends on op(s) {missing} not defined before it")
+            if op.kind == "collective" and op.comm not in self.communicators:
+                raise ValueError(f"{where}: unknown communicator {op.comm!r}")
+            if op.is_peer_transfer:
+                self._validate_peer(cls, op, where)
+            ids.add(op.id)
+
+    def _validate_peer(self, cls: RankClass, op: Op, where: str) -> None:
+        if not cls.ranks:
+            raise ValueError(f"{where}: a class without ranks has no one to {op.kind}")
+        tag = op.attrs.get("tag")
+        if tag is not None and (isinstance(tag, bool) or not isinstance(tag, (str, int))):
+            raise ValueError(f"{where}: tag must be a string or an integer, got {tag!r}")
+        to = "to" if op.kind == "send" else "from"
+        for r in cls.ranks:
+            p = cls.peer_of(op, r)
+            if 0 <= p < self.world_size and p != r:
+                continue
+            offset = "" if r == cls.ranks[0] else f" (peer {op.peer} + offset {r - cls.ranks[0]})"
+            what = "itself" if p == r else f"outside the world of {self.world_size} ranks"
+            raise ValueError(f"{where}: rank {r} would {op.kind} {to} rank {p}{offset}, {what}")
+
+    def _validate_transfers(self) -> None:
+        """Every send between ranks has its recv and the other way round."""
+        ends: dict[str, dict[TransferKey, tuple[RankClass, Op]]] = {"send": {}, "recv": {}}
+        for cls in self.classes:
+            by_id = {op.id: op for op in cls.ops}
+            for op_id, keys in transfer_keys(cls).items():
+                for key in keys:
+                    ends[by_id[op_id].kind][key] = (cls, by_id[op_id])
+        for kind, other in (("send", "recv"), ("recv", "send")):
+            for key, (cls, op) in ends[kind].items():
+                match = ends[other].get(key)
+                src, dst, tag, k = key
+                if match is None:
+                    tagged = "" if tag is None else f" with tag {tag!r}"
+                    raise ValueError(
+                        f"{_where(cls, op)}: the {_ordinal(k)} {kind} from rank {src} to rank "
+                        f"{dst}{tagged} has no matching {other} on rank "
+                        f"{dst if kind == 'send' else src}")
+                if kind == "send" and match[1].size_bytes != op.size_bytes:
+                    raise ValueError(f"{_where(cls, op)}: sends {op.size_bytes} bytes to rank "
+                                     f"{dst}, whose recv ({_where(*match)}) expects "
+                                     f"{match[1].size_bytes}")
