@@ -19,9 +19,9 @@ import pytest
 from simulator.collectives.run import simulate_plans
 from simulator.errors import ConfigError
 from simulator.trace.schema import Communicator, Op, RankClass, Trace
+from simulator.validation import known_misses as km
 from simulator.validation.captured import calibration as cc
 from simulator.validation.captured import validate as vc
-from simulator.validation import known_misses as km
 from simulator.validation.captured.machine import build, description
 from simulator.validation.captured.report import REPORT, write_report
 from simulator.validation.captured.scaling import to_ranks

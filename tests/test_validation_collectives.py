@@ -17,8 +17,10 @@ import yaml
 from click.testing import CliRunner
 
 from simulator.collectives.constants import load_constants
-from simulator.errors import ClusterSimError, ConfigError
 from simulator.collectives.model import bus_factor
+from simulator.errors import ClusterSimError, ConfigError
+from simulator.validation import known_misses as km
+from simulator.validation.cli import register
 from simulator.validation.collectives.calibrate import calibrate
 from simulator.validation.collectives.calibration_file import (load_calibration_file,
                                                                write_calibration)
@@ -29,8 +31,6 @@ from simulator.validation.collectives.schema import (BUSBW_THRESHOLD, LARGE_BYTE
                                                      SMALL_BYTES, SPLITS, TIME_THRESHOLD)
 from simulator.validation.collectives.sim import simulate_rows
 from simulator.validation.collectives.validate import load_cases, load_measurements, validate
-from simulator.validation import known_misses as km
-from simulator.validation.cli import register
 from conftest import edit_cases_yaml, known_miss_param
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "collectives"

@@ -18,8 +18,8 @@ import yaml
 
 from simulator.errors import ConfigError
 from simulator.importers.kineto import read_kineto
-from simulator.validation.gpu import validate as vg
 from simulator.validation import known_misses as km
+from simulator.validation.gpu import validate as vg
 
 from conftest import known_miss_param
 from test_cli import run_main

@@ -21,8 +21,9 @@ from click.testing import CliRunner
 
 from simulator.compute.model import load_compute_calibration
 from simulator.errors import ClusterSimError, ConfigError
-from simulator.validation import known_misses as km
 from simulator.pipeline import build_setup
+from simulator.validation import known_misses as km
+from simulator.validation.cli import register
 from simulator.validation.training.calibrate import calibrate, relevant_params, write_fitted
 from simulator.validation.training.data import build_measurements
 from simulator.validation.training.fitted import (BOUNDS, DECIMALS, PRIOR, fitted_values,
@@ -33,7 +34,6 @@ from simulator.validation.training.schema import (SCALING_THRESHOLD, SOURCE_FILE
                                                   THROUGHPUT_THRESHOLD)
 from simulator.validation.training.sim import simulate_case
 from simulator.validation.training.validate import load_cases, load_measurements, validate
-from simulator.validation.cli import register
 from conftest import known_miss_param
 from conftest import edit_cases_yaml
 

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.scenario import Scenario, scenario_from_dict
-from simulator.yamlio import read_yaml
-
 from simulator.reliability.formulas import daly_interval, expected_ettr, mttf_s, young_interval
 from simulator.reliability.plan import JobPlan, build_plan
 from simulator.reliability.quantities import parse_duration, parse_rate
 from simulator.reliability.runner import run_many
+from simulator.scenario import Scenario, scenario_from_dict
 from simulator.validation.paths import data_dir
+from simulator.yamlio import read_yaml
 
 CASES = data_dir("reliability") / "cases.yaml"
 H, MIN = 3600.0, 60.0
