@@ -19,12 +19,12 @@ import pytest
 from simulator.collectives.run import simulate_plans
 from simulator.errors import ConfigError
 from simulator.trace.schema import Communicator, Op, RankClass, Trace
-from simulator.validation import capture_calibration as cc
-from simulator.validation import captured as vc
 from simulator.validation import known_misses as km
-from simulator.validation.capture_machine import build, description
-from simulator.validation.captured_report import REPORT, write_report
-from simulator.validation.captured_scaling import to_ranks
+from simulator.validation.captured import calibration as cc
+from simulator.validation.captured import validate as vc
+from simulator.validation.captured.machine import build, description
+from simulator.validation.captured.report import REPORT, write_report
+from simulator.validation.captured.scaling import to_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOWN = km.load()
@@ -183,7 +183,7 @@ def test_mwms_reduces_after_backward_in_every_captured_step():
     starts after the last gradient op, in every profiled step of every worker; the
     tf_multiworker default (overlap off) must say the same."""
     from simulator.strategies import parse_strategy
-    from simulator.validation.captured_text import mwms_reduce_order
+    from simulator.validation.captured.text import mwms_reduce_order
     order = mwms_reduce_order(RUNS)
     tf_runs = [r for r in RUNS if r.framework == "tensorflow"]
     assert len(order) == sum(len(r.files) * len(r.steps) for r in tf_runs) > 0

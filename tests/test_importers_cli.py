@@ -12,7 +12,8 @@ import pytest
 
 from importer_fixtures import gloo_step, write
 from simulator.validation import known_misses as km
-from simulator.validation import traces as vt
+from simulator.validation.traces import validate as vt
+from simulator.validation.traces.report import write_report
 from test_cli import run_main
 from test_importers import A100
 from test_importers_tf import xspace
@@ -89,7 +90,7 @@ def test_replay_on_too_small_a_topology_is_an_error(capsys, tmp_path):
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("traces")
     results = vt.validate()
-    vt.write_report(results, out)
+    write_report(results, out)
     return results, out
 
 

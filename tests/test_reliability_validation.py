@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.reliability import validate as v
+from simulator.validation.reliability import checks as v
 
 CASES = v.load_cases()
 

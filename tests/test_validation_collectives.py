@@ -17,14 +17,24 @@ import yaml
 from click.testing import CliRunner
 
 from simulator.collectives.constants import load_constants
+from simulator.collectives.model import bus_factor
 from simulator.errors import ClusterSimError, ConfigError
-from simulator.validation import calibrate as cal
-from simulator.validation import collectives as vc
 from simulator.validation import known_misses as km
 from simulator.validation.cli import register
+from simulator.validation.collectives.calibrate import calibrate
+from simulator.validation.collectives.calibration_file import (load_calibration_file,
+                                                               write_calibration)
+from simulator.validation.collectives.data import AZURE_TABLES
+from simulator.validation.collectives.fitted import BOUNDS, DECIMALS, PARAMS, calibrated_values
+from simulator.validation.collectives.report import summarize, write_report
+from simulator.validation.collectives.schema import (BUSBW_THRESHOLD, LARGE_BYTES, OP_NAMES,
+                                                     SMALL_BYTES, SPLITS, TIME_THRESHOLD)
+from simulator.validation.collectives.sim import simulate_rows
+from simulator.validation.collectives.validate import load_cases, load_measurements, validate
 from conftest import edit_cases_yaml, known_miss_param
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "collectives"
+SIMULATOR = Path(__file__).resolve().parents[1] / "simulator"
 CALIBRATION = {"oci_bm.gpu4.8_1node", "deepops_dgxa100_2node_k8s", "cn_doc_4x_a100pcie"}
 
 # Gate points out of bound today: validation/known_misses.yaml ("collectives/<table>/<metric>",
@@ -46,9 +56,9 @@ def _gate_params():
         if spec["split"] != "validation":
             continue
         rows = meas[meas["table_id"] == tid]
-        has = {"busbw": ((rows["size_bytes"] >= vc.LARGE_BYTES)
+        has = {"busbw": ((rows["size_bytes"] >= LARGE_BYTES)
                          & (rows["derived"] != "busbw_GBps")).any(),
-               "time": ((rows["size_bytes"] <= vc.SMALL_BYTES)
+               "time": ((rows["size_bytes"] <= SMALL_BYTES)
                         & (rows["derived"] != "time_us")).any()}
         for metric in ("busbw", "time"):
             if has[metric]:
@@ -59,12 +69,12 @@ def _gate_params():
 
 @pytest.fixture(scope="module")
 def shipped_results():
-    return vc.validate(ROOT, load_constants())
+    return validate(ROOT, load_constants())
 
 
 @pytest.fixture(scope="module")
 def shipped_summary(shipped_results):
-    return vc.summarize(shipped_results).set_index("table_id")
+    return summarize(shipped_results).set_index("table_id")
 
 
 @pytest.fixture
@@ -78,10 +88,10 @@ def root_copy(tmp_path):
 
 # ----------------------------------------------------------------------- (a) the split
 def test_split_is_disjoint_and_covers_every_measured_table():
-    cases = vc.load_cases(ROOT)
+    cases = load_cases(ROOT)
     ids = [c.table_id for c in cases]
     assert len(ids) == len(set(ids))
-    by_split = {s: {c.table_id for c in cases if c.split == s} for s in vc.SPLITS}
+    by_split = {s: {c.table_id for c in cases if c.split == s} for s in SPLITS}
     assert by_split["calibration"].isdisjoint(by_split["validation"])
     measured = set(pd.read_csv(ROOT / "measurements.csv")["table_id"])
     assert by_split["calibration"] | by_split["validation"] == measured == set(ids)
@@ -103,10 +113,10 @@ def test_measured_values_are_copied_unchanged():
     azm = meas[meas["table_id"].str.startswith("azure_")]
     assert len(azm) == len(az)
     for r in az.itertuples():
-        tid = vc.AZURE_TABLES[(r.nodes, r.gpus_per_node)]
+        tid = AZURE_TABLES[(r.nodes, r.gpus_per_node)]
         size = int(r.message_size[:-1]) << {"K": 10, "M": 20, "G": 30}[r.message_size[-1]]
         row = azm[(azm["table_id"] == tid) & (azm["size_bytes"] == size)
-                  & (azm["collective"] == vc.OP_NAMES[r.collective])]
+                  & (azm["collective"] == OP_NAMES[r.collective])]
         assert len(row) == 1
         row = row.iloc[0]
         if r.metric == "latency":
@@ -114,7 +124,7 @@ def test_measured_values_are_copied_unchanged():
         else:
             assert row["busbw_GBps"] == r.value and row["derived"] == "time_us"
             n = int(r.ranks)
-            algbw = r.value / vc.bus_factor(vc.OP_NAMES[r.collective], n)
+            algbw = r.value / bus_factor(OP_NAMES[r.collective], n)
             assert row["time_us"] == pytest.approx(size / algbw / 1e3, rel=1e-6)
         assert row["source"] == r.source
 
@@ -122,12 +132,12 @@ def test_measured_values_are_copied_unchanged():
 # --------------------------------------------------------- (b) calibration reads only cal
 @pytest.fixture(scope="module")
 def small_fit():
-    return cal.calibrate(ROOT, max_evals=12)
+    return calibrate(ROOT, max_evals=12)
 
 
-def test_calibrate_reads_only_calibration_tables(monkeypatch):
+def test_calibrate_reads_only_calibration_tables():
     requested, loaded, simulated = [], [], []
-    real_load, real_sim = vc.load_measurements, vc.simulate_rows
+    real_load, real_sim = load_measurements, simulate_rows
 
     def spy_load(root=None, table_ids=None, **kw):
         requested.append(None if table_ids is None else set(table_ids))
@@ -139,20 +149,18 @@ def test_calibrate_reads_only_calibration_tables(monkeypatch):
         simulated.append(case.table_id)
         return real_sim(case, *a, **kw)
 
-    monkeypatch.setattr(vc, "load_measurements", spy_load)
-    monkeypatch.setattr(vc, "simulate_rows", spy_sim)
-    k, report = cal.calibrate(ROOT, max_evals=10)
+    k, report = calibrate(ROOT, max_evals=10, simulate=spy_sim, read_measurements=spy_load)
     assert requested and all(r is not None and r <= CALIBRATION for r in requested)
     assert set(loaded) == CALIBRATION
     assert set(simulated) == CALIBRATION
     assert set(report["tables"]) == CALIBRATION
-    assert report["rows"] == sum(len(c.measurements) for c in vc.load_cases(
+    assert report["rows"] == sum(len(c.measurements) for c in load_cases(
         ROOT, splits=("calibration",)))
 
 
 def test_calibrate_stays_in_bounds_and_does_not_get_worse(small_fit):
     k, report = small_fit
-    for p, (lo, hi) in cal.BOUNDS.items():
+    for p, (lo, hi) in BOUNDS.items():
         assert lo <= report["fitted"][p] <= hi
     for stage in report["stages"]:       # each stage improves its own objective
         assert stage["objective_fitted"] <= stage["objective_start"] + 1e-12
@@ -161,20 +169,12 @@ def test_calibrate_stays_in_bounds_and_does_not_get_worse(small_fit):
     assert k.channels == load_constants().channels
 
 
-def test_nelder_mead_finds_a_bounded_minimum():
-    target = np.array([0.3, 0.7, 1.0])            # 1.0 is on the bound
-    f = lambda u: float(np.sum((u - np.array([0.3, 0.7, 1.4])) ** 2))  # noqa: E731
-    u, fu, _ = cal.nelder_mead(f, np.array([0.5, 0.5, 0.5]), max_evals=400)
-    u, fu, _ = cal.compass_search(f, u)
-    assert u == pytest.approx(target, abs=1e-3)
-
-
 def test_write_calibration_round_trips_and_refuses_to_overwrite(small_fit, tmp_path):
     k, report = small_fit
     path = tmp_path / "calibration.yaml"
-    cal.write_calibration(k, report, path)
+    write_calibration(k, report, path)
     data = yaml.safe_load(path.read_text())
-    shipped = yaml.safe_load((Path(vc.__file__).parents[1] / "data" / "calibration.yaml")
+    shipped = yaml.safe_load((SIMULATOR / "data" / "calibration.yaml")
                              .read_text())
     assert set(data) == set(shipped)
     assert data["channels"] == shipped["channels"]
@@ -182,13 +182,13 @@ def test_write_calibration_round_trips_and_refuses_to_overwrite(small_fit, tmp_p
     src = data["launch_overhead_us"]["source"]
     assert src.startswith("fitted by clustersim validate collectives --calibrate on ")
     assert all(t in src for t in CALIBRATION) and "objective" in src
-    back = cal.load_calibration_file(path)
+    back = load_calibration_file(path)
     assert back.launch_overhead_s == pytest.approx(k.launch_overhead_s)
     assert back.link_efficiency == pytest.approx(k.link_efficiency)
     assert back.pcie_p2p_efficiency == pytest.approx(k.pcie_p2p_efficiency)
     with pytest.raises(ConfigError, match="refusing to overwrite"):
-        cal.write_calibration(k, report, path)
-    cal.write_calibration(k, report, path, overwrite=True)
+        write_calibration(k, report, path)
+    write_calibration(k, report, path, overwrite=True)
 
 
 # ------------------------------------------------------------------- (c) accuracy gate
@@ -198,12 +198,12 @@ def test_accuracy_gate(shipped_summary, table_id, metric):
     assert row["split"] == "validation"
     if metric == "busbw":
         assert row["n_large"] > 0
-        assert row["busbw_med"] <= vc.BUSBW_THRESHOLD, \
-            f"{table_id}: median |busbw err| {row['busbw_med']:.1%} > {vc.BUSBW_THRESHOLD:.0%}"
+        assert row["busbw_med"] <= BUSBW_THRESHOLD, \
+            f"{table_id}: median |busbw err| {row['busbw_med']:.1%} > {BUSBW_THRESHOLD:.0%}"
     else:
         assert row["n_small"] > 0
-        assert row["time_med"] <= vc.TIME_THRESHOLD, \
-            f"{table_id}: median |time err| {row['time_med']:.1%} > {vc.TIME_THRESHOLD:.0%}"
+        assert row["time_med"] <= TIME_THRESHOLD, \
+            f"{table_id}: median |time err| {row['time_med']:.1%} > {TIME_THRESHOLD:.0%}"
 
 
 def test_known_failures_name_real_gate_points():
@@ -235,7 +235,7 @@ def test_write_report(shipped_results, tmp_path):
     keep = CALIBRATION | {"azure_ndmv4_2x8"}
     df = shipped_results[shipped_results["table_id"].isin(keep)].copy()
     df.attrs = dict(shipped_results.attrs)
-    written = vc.write_report(df, tmp_path / "report")
+    written = write_report(df, tmp_path / "report")
     out = tmp_path / "report"
     text = (out / "report.md").read_text()
     assert "calibration" in text and "validation" in text
@@ -275,7 +275,7 @@ def test_cli_command_prints_summary(tmp_path):
 # -------------------------------------------------------------- (e) bad cases.yaml
 def _expect(root, field, match=None):
     with pytest.raises(ConfigError) as info:
-        vc.load_cases(root)
+        load_cases(root)
     err = info.value
     assert err.source == str(root / "cases.yaml")
     assert err.field == field
@@ -337,34 +337,34 @@ def test_duplicate_and_missing_cases(root_copy):
     path.write_text(text)
     edit_cases_yaml(root_copy, lambda d: d["cases"].pop("oci_ngc_1node_10G"))
     with pytest.raises(ConfigError) as info:
-        vc.load_cases(root_copy)
+        load_cases(root_copy)
     assert info.value.source == str(root_copy / "measurements.csv")
     assert "oci_ngc_1node_10G" in str(info.value)
 
 
 def test_load_cases_by_split_reads_only_that_split(root_copy):
-    cases = vc.load_cases(root_copy, splits=("calibration",))
+    cases = load_cases(root_copy, splits=("calibration",))
     assert {c.table_id for c in cases} == CALIBRATION
     assert all(set(c.measurements["table_id"]) == {c.table_id} for c in cases)
     with pytest.raises(ConfigError):
-        vc.load_cases(root_copy, splits=("test",))
+        load_cases(root_copy, splits=("test",))
 
 
 def test_shipped_calibration_is_what_the_fit_produces():
     """The shipped constants are reproducible: refitting from PRIOR gives them back."""
-    k, report = cal.calibrate(ROOT)
-    shipped = cal.calibrated_values(load_constants())
-    for p in cal.PARAMS:
-        assert report["fitted"][p] == pytest.approx(shipped[p], abs=10 ** -cal.DECIMALS[p]), p
+    k, report = calibrate(ROOT)
+    shipped = calibrated_values(load_constants())
+    for p in PARAMS:
+        assert report["fitted"][p] == pytest.approx(shipped[p], abs=10 ** -DECIMALS[p]), p
 
 
 def test_cuda_graph_cases_do_not_pay_the_launch_overhead():
     k = load_constants()
-    case = next(c for c in vc.load_cases(ROOT) if c.table_id == "azure_ndmv4_1x8")
+    case = next(c for c in load_cases(ROOT) if c.table_id == "azure_ndmv4_1x8")
     assert case.cuda_graph
-    with_graph = vc.simulate_rows(case, k)
+    with_graph = simulate_rows(case, k)
     case.cuda_graph = False
-    without = vc.simulate_rows(case, k)
+    without = simulate_rows(case, k)
     for a, b in zip(with_graph, without):
         if a["protocol"] == b["protocol"]:
             assert b["sim_time_us"] - a["sim_time_us"] == pytest.approx(

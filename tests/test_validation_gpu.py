@@ -1,4 +1,4 @@
-"""Single-GPU validation on the H200 runs in validation/gpu/ (simulator/validation/gpu.py).
+"""Single-GPU validation on the H200 runs in validation/gpu/ (simulator/validation/gpu/validate.py).
 
 Replay cases must reproduce the step each profile recorded (10%); generated cases must be
 within 15% of the measured median unless validation/known_misses.yaml records why not (strict
@@ -18,8 +18,8 @@ import yaml
 
 from simulator.errors import ConfigError
 from simulator.importers.kineto import read_kineto
-from simulator.validation import gpu as vg
 from simulator.validation import known_misses as km
+from simulator.validation.gpu import validate as vg
 
 from conftest import known_miss_param
 from test_cli import run_main

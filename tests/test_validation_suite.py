@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from simulator.validation import known_misses as km
-from simulator.validation import suite
-from simulator.validation import suite_runs
+from simulator.validation.suite import run as suite
+from simulator.validation.suite import runners as suite_runs
 from test_cli import run_main
 
 
@@ -63,29 +63,27 @@ def test_known_misses_file_is_read_and_checked(tmp_path):
     assert km.load(tmp_path / "missing.yaml") == {}
 
 
-def test_reliability_rows_are_kept_from_the_single_report_run(monkeypatch, tmp_path):
-    from simulator.reliability import validate as v
-    from simulator.reliability import validate_report as vr
+def test_reliability_rows_are_kept_from_the_single_report_run(tmp_path):
     rows = {"daly_examples": [{"M": "1 h", "daly_min": 1.0, "printed": 1.0, "ok": True}],
             "daly_simulation": [], "meta_ettr": [{"u0": "5 min", "interval": "1 h",
                                                   "error": 0.2, "ok": False}],
             "meta_mttf": [], "llama3_interruptions": [
                 {"link_effect": "auto", "mean": 3.0, "measured": 4, "ok": None}]}
-    for name, value in rows.items():
-        monkeypatch.setattr(v, name, lambda *a, _v=value, **k: _v)
     calls = []
 
-    def fake_report(workers):
+    def checks(cases, workers):
         calls.append(workers)
-        return "\n".join(str(getattr(v, n)({})) for n in rows)
-    monkeypatch.setattr(vr, "report", fake_report)
-    monkeypatch.setattr(v, "CASES", tmp_path / "cases.yaml")
-    cases, report = suite_runs.reliability(3)
-    assert calls == [3] and report == tmp_path / "report.md" and report.is_file()
+        return rows
+
+    def text(cases, got):
+        assert got is rows                       # the report is written from the same rows
+        return "\n".join(str(got[n]) for n in rows)
+    out = tmp_path / "report.md"
+    cases, report = suite_runs.reliability(3, checks=checks, text=text, out=out)
+    assert calls == [3] and report == out and out.read_text() == text({}, rows)
     assert [(c["case"], c["ok"]) for c in cases] == [
         ("reliability/daly/1 h", True), ("reliability/meta-ettr/5 min/1 h", False),
         ("reliability/llama3/auto", None)]
-    assert v.daly_examples({}) is rows["daly_examples"]          # originals put back
 
 
 def test_validate_without_subcommand_runs_every_suite(capsys, monkeypatch, tmp_path):

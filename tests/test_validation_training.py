@@ -21,14 +21,24 @@ from click.testing import CliRunner
 
 from simulator.compute.model import load_compute_calibration
 from simulator.errors import ClusterSimError, ConfigError
+from simulator.pipeline import build_setup
 from simulator.validation import known_misses as km
-from simulator.validation import training as vt
-from simulator.validation import training_calibrate as tc
 from simulator.validation.cli import register
+from simulator.validation.training.calibrate import calibrate, relevant_params, write_fitted
+from simulator.validation.training.data import build_measurements
+from simulator.validation.training.fitted import (BOUNDS, DECIMALS, PRIOR, fitted_values,
+                                                  with_values)
+from simulator.validation.training.parse import parse_number
+from simulator.validation.training.report import PLOT_FILE, summarize, write_report
+from simulator.validation.training.schema import (SCALING_THRESHOLD, SOURCE_FILES, SPLITS,
+                                                  THROUGHPUT_THRESHOLD)
+from simulator.validation.training.sim import simulate_case
+from simulator.validation.training.validate import load_cases, load_measurements, validate
 from conftest import known_miss_param
 from conftest import edit_cases_yaml
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "training"
+SIMULATOR = Path(__file__).resolve().parents[1] / "simulator"
 SHARED = [Path(__file__).resolve().parents[1] / "shared/validation-data/training",
           Path("/work/shared/validation-data/training")]
 CALIBRATION = {"resnet50_1gpu_tf32", "resnet50_1gpu_amp", "bert_large_seq128_1gpu_tf32",
@@ -69,12 +79,12 @@ def _memory_params():
 
 @pytest.fixture(scope="module")
 def all_cases():
-    return vt.load_cases(ROOT)
+    return load_cases(ROOT)
 
 
 @pytest.fixture(scope="module")
 def shipped_results(all_cases):
-    return vt.validate(cases=all_cases).set_index("case", drop=False)
+    return validate(cases=all_cases).set_index("case", drop=False)
 
 
 @pytest.fixture
@@ -90,7 +100,7 @@ def root_copy(tmp_path):
 def test_split_is_disjoint_and_complete(all_cases):
     ids = [c.case_id for c in all_cases]
     assert len(ids) == len(set(ids)) == len(_raw_cases())
-    by_split = {s: {c.case_id for c in all_cases if c.split == s} for s in vt.SPLITS}
+    by_split = {s: {c.case_id for c in all_cases if c.split == s} for s in SPLITS}
     assert by_split["calibration"].isdisjoint(by_split["validation"])
     assert by_split["calibration"] | by_split["validation"] == set(ids)
     assert by_split["calibration"] == CALIBRATION          # the declared split, unchanged
@@ -114,28 +124,28 @@ def test_measured_values_are_parsed_unchanged():
     meas = pd.read_csv(ROOT / "measurements.csv", dtype={"value_raw": str, "scaling_raw": str})
     assert meas["source"].str.len().gt(0).all()
     for r in meas.itertuples():
-        assert r.value == vt.parse_number(r.value_raw)
-        sf = vt.parse_number(r.scaling_raw if isinstance(r.scaling_raw, str) else None)
+        assert r.value == parse_number(r.value_raw)
+        sf = parse_number(r.scaling_raw if isinstance(r.scaling_raw, str) else None)
         assert (math.isnan(sf) and math.isnan(r.scaling_factor)) or sf == r.scaling_factor
-    shared = next((p for p in SHARED if (p / vt.SOURCE_FILES[0]).is_file()), None)
+    shared = next((p for p in SHARED if (p / SOURCE_FILES[0]).is_file()), None)
     if shared is None:
         pytest.skip("shared/validation-data/training not available")
-    built = vt.build_measurements(shared)
+    built = build_measurements(shared)
     assert built.to_csv(index=False) == (ROOT / "measurements.csv").read_text()
-    raw = pd.read_csv(shared / vt.SOURCE_FILES[0], dtype=str, keep_default_na=False)
+    raw = pd.read_csv(shared / SOURCE_FILES[0], dtype=str, keep_default_na=False)
     rn = raw[(raw["framework"] == "PyTorch") & raw["model"].str.startswith("ResNet-50")]
     assert set(rn["throughput_tf32_or_fp32"]) | set(rn["throughput_amp"]) == \
         set(meas[meas["measurement_id"].str.startswith("dle_pt_resnet50")]["value_raw"])
 
 
 def test_parse_number():
-    assert vt.parse_number("7,248 img/s") == 7248.0
-    assert vt.parse_number('"41,527"') == 41527.0
-    assert vt.parse_number("7.72 x") == 7.72
-    assert vt.parse_number(317) == 317.0
-    assert math.isnan(vt.parse_number("N/A")) and math.isnan(vt.parse_number(""))
+    assert parse_number("7,248 img/s") == 7248.0
+    assert parse_number('"41,527"') == 41527.0
+    assert parse_number("7.72 x") == 7.72
+    assert parse_number(317) == 317.0
+    assert math.isnan(parse_number("N/A")) and math.isnan(parse_number(""))
     with pytest.raises(ValueError):
-        vt.parse_number("128 and 256")
+        parse_number("128 and 256")
 
 
 def test_scenarios_are_the_measured_runs(all_cases):
@@ -158,7 +168,7 @@ def test_scenarios_are_the_measured_runs(all_cases):
 def small_fit():
     """A short fit, with spies on what it reads and simulates."""
     seen = {"ids": [], "setups": 0, "simulated": []}
-    real_load, real_build, real_sim = vt.load_measurements, vt.build_setup, vt.simulate_case
+    real_load, real_build, real_sim = load_measurements, build_setup, simulate_case
 
     def spy_load(root=None, ids=None, **kw):
         seen["ids"].append(None if ids is None else set(ids))
@@ -172,11 +182,8 @@ def small_fit():
         seen["simulated"].append(case.case_id)
         return real_sim(case, *a, **kw)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(vt, "load_measurements", spy_load)
-        mp.setattr(vt, "build_setup", spy_build)
-        mp.setattr(vt, "simulate_case", spy_sim)
-        cal, report = tc.calibrate(ROOT, max_evals=6)
+    cal, report = calibrate(ROOT, max_evals=6, simulate=spy_sim,
+                               read_measurements=spy_load, build=spy_build)
     return cal, report, seen
 
 
@@ -191,17 +198,17 @@ def test_calibrate_reads_only_calibration_cases(small_fit):
 
 def test_calibrate_stays_in_bounds_and_does_not_get_worse(small_fit):
     cal, report, _ = small_fit
-    for p, (lo, hi) in tc.BOUNDS.items():
+    for p, (lo, hi) in BOUNDS.items():
         assert lo <= report["fitted"][p] <= hi
-    assert report["start"] == tc.PRIOR
+    assert report["start"] == PRIOR
     assert report["objective_fitted"] <= report["objective_start"]
-    assert tc.fitted_values(cal) == report["fitted"]
+    assert fitted_values(cal) == report["fitted"]
     assert cal.op_classes["conv"].compute["bf16"].eff_max == report["fitted"]["conv.fp16"]
 
 
 def test_with_values_changes_only_the_fitted_constants():
     base = load_compute_calibration()
-    new = tc.with_values(base, {"conv.tf32": 0.3, "conv.fp16": 0.5})
+    new = with_values(base, {"conv.tf32": 0.3, "conv.fp16": 0.5})
     assert new.op_classes["conv"].compute["tf32"].eff_max == 0.3
     assert new.op_classes["conv"].compute["fp16"].eff_max == 0.5
     assert new.op_classes["conv"].compute["bf16"].eff_max == 0.5       # tied
@@ -213,25 +220,25 @@ def test_with_values_changes_only_the_fitted_constants():
                 assert other == curve
         assert new.op_classes[cls].memory_efficiency == entry.memory_efficiency
     assert new.kernel_launch_s == base.kernel_launch_s
-    assert tc.PRIOR == {"conv.fp16": 0.65, "conv.tf32": 0.55}
+    assert PRIOR == {"conv.fp16": 0.65, "conv.tf32": 0.55}
     with pytest.raises(KeyError):
-        tc.with_values(base, {"matmul.fp16": 0.5})
+        with_values(base, {"matmul.fp16": 0.5})
 
 
 def test_relevant_params(all_cases):
     by_id = {c.case_id: c for c in all_cases}
-    assert tc.relevant_params(by_id["resnet50_1gpu_amp"]) == ("conv.fp16",)
-    assert tc.relevant_params(by_id["resnet50_1gpu_tf32"]) == ("conv.tf32",)
-    assert tc.relevant_params(by_id["bert_large_seq128_1gpu_tf32"]) == ()
+    assert relevant_params(by_id["resnet50_1gpu_amp"]) == ("conv.fp16",)
+    assert relevant_params(by_id["resnet50_1gpu_tf32"]) == ("conv.tf32",)
+    assert relevant_params(by_id["bert_large_seq128_1gpu_tf32"]) == ()
 
 
 def test_write_fitted_round_trips_and_refuses_to_overwrite(small_fit, tmp_path):
     cal, report, _ = small_fit
-    shipped = (Path(vt.__file__).parents[1] / "data" / "compute.yaml").read_bytes()
+    shipped = (SIMULATOR / "data" / "compute.yaml").read_bytes()
     path = tmp_path / "compute-fitted.yaml"
-    tc.write_fitted(cal, report, path)
+    write_fitted(cal, report, path)
     back = load_compute_calibration(path)
-    assert tc.fitted_values(back) == pytest.approx(report["fitted"])
+    assert fitted_values(back) == pytest.approx(report["fitted"])
     assert back.op_classes["conv"].compute["bf16"].eff_max == \
         pytest.approx(report["fitted"]["conv.fp16"])
     assert back.op_classes["attention"] == load_compute_calibration().op_classes["attention"]
@@ -239,9 +246,9 @@ def test_write_fitted_round_trips_and_refuses_to_overwrite(small_fit, tmp_path):
     assert src.startswith("fitted by clustersim validate training --calibrate on ")
     assert all(c in src for c in CALIBRATION)
     with pytest.raises(ConfigError, match="refusing to overwrite"):
-        tc.write_fitted(cal, report, path)
-    tc.write_fitted(cal, report, path, overwrite=True)
-    assert (Path(vt.__file__).parents[1] / "data" / "compute.yaml").read_bytes() == shipped
+        write_fitted(cal, report, path)
+    write_fitted(cal, report, path, overwrite=True)
+    assert (SIMULATOR / "data" / "compute.yaml").read_bytes() == shipped
 
 
 # ------------------------------------------------------------------- (c) accuracy gate
@@ -252,11 +259,11 @@ def test_accuracy_gate(shipped_results, case_id):
     err = row["error"]
     assert np.isfinite(err)
     if row["metric"] == "scaling_efficiency":
-        assert abs(err) <= vt.SCALING_THRESHOLD, \
+        assert abs(err) <= SCALING_THRESHOLD, \
             f"{case_id}: scaling efficiency {row['simulated']:.3f} vs {row['measured']:.3f} " \
             f"({100 * err:+.1f} points)"
     else:
-        assert abs(err) <= vt.THROUGHPUT_THRESHOLD, \
+        assert abs(err) <= THROUGHPUT_THRESHOLD, \
             f"{case_id}: {row['simulated']:.4g} vs {row['measured']:.4g} ({100 * err:+.1f}%)"
 
 
@@ -272,7 +279,7 @@ def test_known_failures_name_validation_cases():
 
 
 def test_thresholds_are_the_issue_s():
-    assert vt.THROUGHPUT_THRESHOLD == 0.15 and vt.SCALING_THRESHOLD == 0.05
+    assert THROUGHPUT_THRESHOLD == 0.15 and SCALING_THRESHOLD == 0.05
 
 
 def test_errors_are_defined_as_documented(shipped_results):
@@ -292,7 +299,7 @@ def test_errors_are_defined_as_documented(shipped_results):
 def test_write_report(shipped_results, tmp_path):
     df = shipped_results.reset_index(drop=True)
     df.attrs = dict(shipped_results.attrs)
-    written = vt.write_report(df, tmp_path / "report")
+    written = write_report(df, tmp_path / "report")
     out = tmp_path / "report"
     text = (out / "report.md").read_text()
     assert "calibration" in text and "validation" in text
@@ -300,10 +307,10 @@ def test_write_report(shipped_results, tmp_path):
     assert "gpt_1t_fsdp_128gpu" in text and "eff_max" in text
     res = pd.read_csv(out / "results.csv")
     assert len(res) == len(df) and set(res["case"]) == set(df["case"])
-    png = out / vt.PLOT_FILE
+    png = out / PLOT_FILE
     assert written["plots"] == [png]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    summary = vt.summarize(df)
+    summary = summarize(df)
     assert set(summary["kind"]) == {"throughput", "scaling_efficiency"}
 
 
@@ -329,7 +336,7 @@ def test_cli_command(tmp_path):
 # -------------------------------------------------------------- (e) bad cases.yaml
 def _expect(root, field, match=None, splits=None):
     with pytest.raises(ConfigError) as info:
-        vt.load_cases(root, splits=splits)
+        load_cases(root, splits=splits)
     err = info.value
     assert err.source == str(root / "cases.yaml")
     assert err.field == field, str(err)
@@ -387,23 +394,23 @@ def test_scaling_case_checks(root_copy):
 def test_unused_measurement_is_an_error(root_copy):
     edit_cases_yaml(root_copy, lambda d: d["cases"].pop("gpt_1t_fsdp_128gpu"))
     with pytest.raises(ConfigError) as info:
-        vt.load_cases(root_copy)
+        load_cases(root_copy)
     assert info.value.source == str(root_copy / "measurements.csv")
     assert "fsdp_blog_gpt1t_128gpu" in str(info.value)
 
 
 def test_load_cases_by_split_reads_only_that_split(root_copy):
-    cases = vt.load_cases(root_copy, splits=("calibration",))
+    cases = load_cases(root_copy, splits=("calibration",))
     assert {c.case_id for c in cases} == CALIBRATION
     with pytest.raises(ConfigError):
-        vt.load_cases(root_copy, splits=("test",))
+        load_cases(root_copy, splits=("test",))
 
 
 def test_shipped_conv_efficiencies_are_what_the_fit_produces():
     """simulator/data/compute.yaml's conv eff_max values are reproducible from PRIOR."""
-    _, report = tc.calibrate(ROOT)
-    shipped = tc.fitted_values(load_compute_calibration())
-    assert report["fitted"] == pytest.approx(shipped, abs=10 ** -tc.DECIMALS)
+    _, report = calibrate(ROOT)
+    shipped = fitted_values(load_compute_calibration())
+    assert report["fitted"] == pytest.approx(shipped, abs=10 ** -DECIMALS)
 
 
 # ------------------------------------------------------------- how a source counts FLOPs

@@ -1,23 +1,18 @@
-"""Validation of the simulator against real measurements.
+"""Validation of the simulator against real measurements, one package per suite, as the data
+folders under the repository's ``validation/``:
 
-:mod:`simulator.validation.collectives` compares simulated collectives with A100 nccl-tests
-tables (``validation/collectives/``); :mod:`simulator.validation.calibrate` fits the
-calibration constants on the declared calibration subset only; :mod:`simulator.validation.cli`
-is the ``clustersim validate collectives`` command.
+* :mod:`.collectives`: simulated collectives against A100 nccl-tests tables, and the fit of
+  the collective model's calibration constants;
+* :mod:`.training`: simulated training throughput against published A100 runs, and the fit
+  of the compute model's convolution efficiencies;
+* :mod:`.traces`: the replay of a real A100 DDP profiler trace;
+* :mod:`.captured`: the captured CPU runs replayed on the capture machine;
+* :mod:`.gpu`: single-GPU H200 runs, generated and replayed;
+* :mod:`.reliability`: the job-level reliability simulation against Daly, Meta RSC-1, Llama 3;
+* :mod:`.suite`: every suite at once (``clustersim validate``) and ``validation/REPORT.md``.
 
-The names below come from :mod:`simulator.validation.collectives`, loaded on first use
-(``clustersim --help`` imports :mod:`simulator.validation.cli` without pandas).
+Shared by the suites: :mod:`.common` (input files, report helpers), :mod:`.known_misses`,
+:mod:`.paths`, :mod:`.optimize` (the bounded minimisers of both calibrations) and
+:mod:`.commands` (pieces of the commands). :mod:`.cli` attaches every ``clustersim validate``
+command to the main CLI.
 """
-
-__all__ = [
-    "BUSBW_THRESHOLD", "GOAL", "LARGE_BYTES", "SMALL_BYTES", "SPLITS", "TIME_THRESHOLD", "Case",
-    "default_root", "load_cases", "load_measurements", "simulate_case", "summarize",
-    "validate", "write_report",
-]
-
-
-def __getattr__(name: str):
-    if name in __all__:
-        from simulator.validation import collectives
-        return getattr(collectives, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from simulator.errors import ConfigError
+from simulator.validation.paths import data_dir
 from simulator.yamlio import read_yaml as _read_yaml
 
 SPLITS = ("calibration", "validation")
@@ -22,8 +23,7 @@ def find_root(kind: str) -> Path:
 
     :raises ConfigError: when neither has a ``cases.yaml``.
     """
-    repo = Path(__file__).resolve().parents[2]
-    candidates = [repo / "validation" / kind, Path.cwd() / "validation" / kind]
+    candidates = [data_dir(kind), Path.cwd() / "validation" / kind]
     for c in candidates:
         if (c / CASES_FILE).is_file():
             return c
@@ -99,6 +99,13 @@ def report_dir(out_dir: Path | str) -> Path:
         raise ConfigError(f"cannot create report folder: {exc.strerror or exc}",
                           source=str(out)) from None
     return out
+
+
+def format_objective(report: dict) -> str:
+    """The objective before and after a fit, as one line (both calibrations use it)."""
+    return (f"objective ({report['objective']}): {report['objective_start']:.5f} -> "
+            f"{report['objective_fitted']:.5f} (rms log error {report['rms_log_start']:.3f}"
+            f" -> {report['rms_log_fitted']:.3f})")
 
 
 def md_table(df: pd.DataFrame) -> str:

@@ -18,9 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.errors import ConfigError
+from simulator.validation.paths import DATA
 from simulator.yamlio import read_yaml
 
-FILE = Path(__file__).resolve().parents[2] / "validation" / "known_misses.yaml"
+FILE = DATA / "known_misses.yaml"
 EXIT_OK, EXIT_FAIL, EXIT_KNOWN = 0, 1, 3
 
 

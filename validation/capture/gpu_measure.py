@@ -84,7 +84,7 @@ KERNEL_CLASSES = (("conv", ("conv", "dgrad", "wgrad", "fprop", "implicit_gemm", 
 def kernel_classes(trace_gz: str) -> dict:
     """GPU kernel time by class from a Chrome trace (seconds), plus the busy span: a quick
     on-device summary by kernel name, kept for cases whose trace does not come back. The
-    validation (simulator/validation/gpu.py) classes kernels by their launching operator
+    validation (simulator/validation/gpu/validate.py) classes kernels by their launching operator
     from the traces instead; cuDNN convolutions run as GEMM kernels, so names mislead."""
     with gzip.open(trace_gz, "rt") as f:
         events = json.load(f).get("traceEvents", [])

@@ -1,0 +1,30 @@
+"""``clustersim validate gpu``: the single-GPU H200 runs, generated and replayed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from simulator.validation.commands import finish
+
+
+@click.command("gpu")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder [default: validation/gpu].")
+def validate_gpu(out):
+    """Single-GPU runs measured on an H200 (validation/gpu/), a GPU no constant was fitted on.
+
+    Generated: the simulator's own model of each job (A100-calibrated constants) against the
+    measured median step (bound 15%). Replay: each profiled step imported and replayed
+    against the step it recorded (bound 10%). Writes report.md, results.csv and classes.csv
+    (recorded kernel vs simulated op time per class). Exit code as `clustersim validate`.
+    """
+    from simulator.validation.gpu.report import summary_line, write_report
+    from simulator.validation.gpu.validate import validate
+    results = validate()
+    report = write_report(results, out)
+    finish(summary_line(results), results["cases"], report)
+
+
+__all__ = ["validate_gpu"]

@@ -1,0 +1,35 @@
+"""``clustersim validate traces``: replay the committed real traces (validation/traces/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("traces")
+@click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder with the traces (a100/nccl_data.json.gz) "
+                   "[default: the repository's validation/traces].")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder [default: the --root folder].")
+def validate_traces(root, out):
+    """Replay real profiler traces and compare with what they recorded.
+
+    The A100 DDP trace (2 ranks, NCCL): each NCCL kernel's simulated vs recorded duration,
+    and the step time. Gate: step time |error| <= 10% on the steady-state step. Writes
+    report.md, CSVs and a PNG; exits non-zero when the gate fails.
+    """
+    from simulator.errors import ConfigError
+    from simulator.validation.traces import validate as vt
+    from simulator.validation.traces.report import format_summary, write_report
+
+    root = root if root is not None else vt.default_root()
+    if not (root / vt.TRACE).is_file():
+        raise ConfigError(f"no {vt.TRACE} in {root}", source="--root")
+    results = vt.validate(root)
+    report = write_report(results, out if out is not None else root)
+    click.echo(format_summary(results))
+    click.echo(f"report: {report}")
+    if not vt.summarize(results)["step_ok"]:
+        raise click.exceptions.Exit(1)
