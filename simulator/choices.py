@@ -3,10 +3,19 @@
 Each is defined here once and imported from here by the module that owns it
 (:mod:`simulator.collectives.model`, :mod:`simulator.network.fabric`, ...), so that
 ``clustersim`` can build its options without importing numpy, networkx, pandas or the
-simulator behind them. Keep this module free of imports: ``clustersim --help`` loads it.
+simulator behind them. Keep its imports to the standard library and the import-free
+:mod:`simulator.errors`: ``clustersim --help`` loads it.
+
+The named strategies are owned here: :data:`NAMED_STRATEGIES` and their spellings, read
+by ``clustersim compare`` and ``clustersim capacity`` alike (:func:`parse_strategy_names`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import ConfigError
 
 # --------------------------------------------------------------------- collectives
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
@@ -34,9 +43,103 @@ FIDELITIES = {
 # ------------------------------------------------------------------------ scenarios
 DEFAULT_SCENARIO = "quickstart"
 
+# ----------------------------------------------------------------------- strategies
+@dataclass(frozen=True)
+class NamedStrategy:
+    """A strategy as the command line names it: a strategy of the registry
+    (:data:`simulator.strategies.STRATEGIES`), a sharding mode for FSDP, its framework.
+
+    ``clustersim compare`` prints its ``key`` (``fsdp-grad-op``), ``clustersim capacity``
+    its ``registry_name`` (``fsdp:SHARD_GRAD_OP``); both accept every spelling of
+    :func:`strategy_named`.
+    """
+
+    key: str
+    strategy: str            # name in the strategy registry
+    sharding: str | None     # FSDP sharding mode
+    framework: str
+    label: str
+
+    @property
+    def registry_name(self) -> str:
+        return registry_spelling(self.strategy, self.sharding)
+
+
+def registry_spelling(strategy: str, sharding: str | None) -> str:
+    """``ddp``, ``tf_mirrored``, ``fsdp:FULL_SHARD``: a strategy as capacity prints it."""
+    return strategy if sharding is None else f"{strategy}:{sharding}"
+
+
+NAMED_STRATEGIES: dict[str, NamedStrategy] = {n.key: n for n in (
+    NamedStrategy("fsdp-full", "fsdp", "FULL_SHARD", "pytorch", "FSDP FULL_SHARD (ZeRO-3)"),
+    NamedStrategy("fsdp-grad-op", "fsdp", "SHARD_GRAD_OP", "pytorch",
+                  "FSDP SHARD_GRAD_OP (ZeRO-2)"),
+    NamedStrategy("fsdp-no-shard", "fsdp", "NO_SHARD", "pytorch", "FSDP NO_SHARD (DDP-like)"),
+    NamedStrategy("fsdp-hybrid", "fsdp", "HYBRID_SHARD", "pytorch", "FSDP HYBRID_SHARD (HSDP)"),
+    NamedStrategy("fsdp-hybrid-zero2", "fsdp", "_HYBRID_SHARD_ZERO2", "pytorch",
+                  "FSDP _HYBRID_SHARD_ZERO2"),
+    NamedStrategy("ddp", "ddp", None, "pytorch", "PyTorch DDP"),
+    NamedStrategy("tf-mirrored", "tf_mirrored", None, "tensorflow", "TF MirroredStrategy"),
+    NamedStrategy("tf-multiworker", "tf_multiworker", None, "tensorflow",
+                  "TF MultiWorkerMirroredStrategy"),
+    NamedStrategy("tf-ps", "tf_ps", None, "tensorflow", "TF ParameterServerStrategy"),
+    NamedStrategy("tf-central", "tf_central_storage", None, "tensorflow",
+                  "TF CentralStorageStrategy"),
+    NamedStrategy("horovod", "horovod", None, "tensorflow", "Horovod (TensorFlow)"),
+)}
+DEFAULT_COMPARE_STRATEGIES = tuple(NAMED_STRATEGIES)
+DEFAULT_CAPACITY_STRATEGIES = tuple(NAMED_STRATEGIES[k].registry_name
+                                    for k in ("ddp", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"))
+
+# Every spelling, lower case: the key (fsdp-full), with underscores (fsdp_full), the
+# registry name (tf_central_storage; bare fsdp is FULL_SHARD) and strategy:SHARDING.
+_SPELLINGS: dict[str, str] = {"fsdp": "fsdp-full"}
+for _n in NAMED_STRATEGIES.values():
+    for _spelling in (_n.key, _n.key.replace("-", "_"), _n.registry_name.lower()):
+        _SPELLINGS.setdefault(_spelling, _n.key)
+
+
+def strategy_named(text: str) -> NamedStrategy | None:
+    """The strategy a spelling names, case and spaces around ``:`` ignored; else None."""
+    name, _, sharding = text.strip().lower().partition(":")
+    key = f"{name.strip()}:{sharding.strip()}" if sharding.strip() else name.strip()
+    return NAMED_STRATEGIES.get(_SPELLINGS.get(key, ""))
+
+
+def parse_strategy_names(text: str | list[str] | tuple[str, ...],
+                         unknown: Callable[[str], str], example: str = "",
+                         option: str = "--strategies") -> dict[NamedStrategy, str]:
+    """``"fsdp-full, ddp"`` -> each named strategy with its first spelling as written,
+    in order, without repeats.
+
+    :param unknown: the reason given for an item that names no strategy (each command
+        lists the names in its own spelling).
+    :param example: appended to the reason for an empty item.
+    :raises ConfigError: (source ``option``) for an empty item or list, an unknown name.
+    """
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out: dict[NamedStrategy, str] = {}
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            raise ConfigError(f"empty strategy in {','.join(items)!r}{example}", source=option)
+        named = strategy_named(item)
+        if named is None:
+            raise ConfigError(unknown(item), source=option)
+        out.setdefault(named, item)
+    if not out:
+        raise ConfigError("no strategy given", source=option)
+    return out
+
+
+def framework_of(strategy_name: str) -> str | None:
+    """The framework of a registry strategy name, if a named strategy has it."""
+    return next((n.framework for n in NAMED_STRATEGIES.values()
+                 if n.strategy == strategy_name), None)
+
+
 # ------------------------------------------------------------------------- capacity
-DEFAULT_STRATEGIES = ("ddp", "fsdp:FULL_SHARD", "fsdp:SHARD_GRAD_OP", "fsdp:HYBRID_SHARD")
-# Size-ladder anchors (catalog models) per model family (simulator.capacity_ladder).
+# Size-ladder anchors (catalog models) per model family (simulator.capacity.ladder).
 FAMILIES: dict[str, tuple[str, ...]] = {
     "llama": ("llama-2-7b", "llama-2-13b", "llama-2-34b", "llama-2-70b"),
     "gpt": ("gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b"),

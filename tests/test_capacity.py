@@ -7,8 +7,12 @@ import math
 
 import pytest
 
-from simulator.capacity import (BASE_MODEL, FAMILIES, GIB, STEP, Prober, build_ladder, capacity,
-                                largest_fitting, parse_strategy_specs, search, strategy_dict)
+from simulator.capacity.ladder import STEP, build_ladder
+from simulator.capacity.probe import (BASE_MODEL, GIB, Prober, StrategySpec,
+                                      parse_strategy_specs, strategy_dict)
+from simulator.capacity.report import capacity
+from simulator.capacity.search import largest_fitting, search
+from simulator.choices import FAMILIES
 from simulator.cli import main
 from simulator.errors import ConfigError
 from simulator.models import layer_costs, load_model, params_total, parse_model
@@ -183,7 +187,6 @@ def test_strategy_dict_keeps_only_what_applies(fast_scn):
     # the optimizer implementation carries between PyTorch strategies, not to TensorFlow's
     scn = fast_scn.model_copy(update={"strategy": {"name": "fsdp", "optimizer_impl": "fused"}})
     assert strategy_dict(scn, ddp)["optimizer_impl"] == "fused"
-    from simulator.capacity_probe import StrategySpec
     assert "optimizer_impl" not in strategy_dict(scn, StrategySpec("tf", "tf_mirrored", None))
 
 

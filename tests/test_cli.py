@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from simulator.cli import main
-from simulator.cli_util import element_count, format_ranks, normalise_op, parse_ranks
+from simulator.cli.collective import element_count
+from simulator.cli.common import format_ranks, normalise_op, parse_ranks
 from simulator.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]

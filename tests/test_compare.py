@@ -10,13 +10,16 @@ import json
 import pandas as pd
 import pytest
 
-from simulator.capacity import build_ladder, search
+from simulator.capacity.ladder import build_ladder
+from simulator.capacity.probe import spec_of
+from simulator.capacity.search import search
+from simulator.choices import NAMED_STRATEGIES, NamedStrategy
 from simulator.cli import main
-from simulator.compare import (ALIASES, Alias, _cost_row, cheapest, comm_bytes_per_gpu,
-                               compare, doubled, excess_over_cheapest, migration_plan,
-                               parse_aliases)
-from simulator.compare_report import render_table, to_csv, to_json
-from simulator.cost import Budget, Price
+from simulator.compare.cost import Budget, Price
+from simulator.compare.options import migration_plan, parse_strategies
+from simulator.compare.report import render_table, to_csv, to_json
+from simulator.compare.results import cheapest, excess_over_cheapest
+from simulator.compare.runner import _cost_row, comm_bytes_per_gpu, compare, doubled
 from simulator.errors import ConfigError
 from simulator.pipeline import build_setup, run_setup
 from simulator.scenario import load_scenario
@@ -51,7 +54,7 @@ def independent(name: str, sets: list[str], strategy: str):
 @pytest.fixture(scope="module")
 def multi():
     scn = load_scenario(*MULTI)
-    return compare(scn, parse_aliases("fsdp-full,fsdp-hybrid,ddp"), price=PRICE,
+    return compare(scn, parse_strategies("fsdp-full,fsdp-hybrid,ddp"), price=PRICE,
                    budget=Budget("tokens", 1e9), migration_days={"ddp": 3.0},
                    day_rate=500.0, capacity=False)
 
@@ -63,12 +66,12 @@ def multi():
     ("fsdp-hybrid-zero2", "fsdp", "_HYBRID_SHARD_ZERO2"), ("ddp", "ddp", None),
     *[(k, v, None) for k, v in TF.items()]])
 def test_alias_names_a_registry_strategy(key, name, sharding):
-    a = parse_aliases(key)[0]
+    a = parse_strategies(key)[0]
     assert (a.key, a.strategy, a.sharding) == (key, name, sharding)
 
 
 def test_other_spellings_and_order():
-    got = parse_aliases(" FSDP_FULL, fsdp:HYBRID_SHARD,tf_central_storage,ddp,fsdp,ddp")
+    got = parse_strategies(" FSDP_FULL, fsdp:HYBRID_SHARD,tf_central_storage,ddp,fsdp,ddp")
     assert [a.key for a in got] == ["fsdp-full", "fsdp-hybrid", "tf-central", "ddp"]
 
 
@@ -77,16 +80,16 @@ def test_other_spellings_and_order():
                                          ("", "empty strategy")])
 def test_bad_alias(text, match):
     with pytest.raises(ConfigError, match=match):
-        parse_aliases(text)
+        parse_strategies(text)
 
 
 @pytest.mark.parametrize("alias", sorted(TF))
 def test_tf_alias_runs_once_registered(alias):
-    name = parse_aliases(alias)[0].strategy
+    name = parse_strategies(alias)[0].strategy
     if name not in STRATEGIES:
         pytest.skip(f"{name!r} is not registered in simulator/strategies yet (the "
                     f"TensorFlow strategies land separately); the alias maps to it already")
-    cmp = compare(load_scenario(*ONE_NODE), parse_aliases(alias), price=PRICE,
+    cmp = compare(load_scenario(*ONE_NODE), parse_strategies(alias), price=PRICE,
                   scaling=False, capacity=False)
     row = cmp.rows[0]
     assert row.status in ("ok", "n/a")
@@ -130,7 +133,7 @@ def test_doubling_uses_spare_gpus_of_the_topology():
 
 
 def test_single_server_cannot_double_and_says_why():
-    cmp = compare(load_scenario("quickstart", SMALL), parse_aliases("ddp"), price=PRICE,
+    cmp = compare(load_scenario("quickstart", SMALL), parse_strategies("ddp"), price=PRICE,
                   capacity=False)
     assert cmp.doubling.startswith("cannot double the GPUs") and "single server" in cmp.doubling
     assert cmp.rows[0].ok and cmp.rows[0].scaling.efficiency is None
@@ -188,9 +191,9 @@ def test_rows_that_cannot_run_are_reported_not_raised(monkeypatch):
     monkeypatch.setitem(STRATEGIES, "one_host", Strategy("one_host", "test", CommonConfig,
                                                          one_host_only))
     scn = load_scenario(MULTI[0], [*MULTI[1], "strategy.backward_prefetch=BOGUS"])
-    aliases = [Alias("one-host", "one_host", None, "pytorch", "test"),
-               Alias("ghost", "no_such_strategy", None, "pytorch", "test"),
-               *parse_aliases("fsdp-full,ddp")]
+    aliases = [NamedStrategy("one-host", "one_host", None, "pytorch", "test"),
+               NamedStrategy("ghost", "no_such_strategy", None, "pytorch", "test"),
+               *parse_strategies("fsdp-full,ddp")]
     cmp = compare(scn, aliases, price=PRICE, scaling=False, capacity=False)
     rows = {r.alias.key: r for r in cmp.rows}
     assert rows["one-host"].status == "n/a" and "one host only" in rows["one-host"].reason
@@ -204,22 +207,22 @@ def test_rows_that_cannot_run_are_reported_not_raised(monkeypatch):
 
 def test_largest_fit_is_capacity_search():
     scn = load_scenario("quickstart", [*SMALL, "cluster.gpus=2"])
-    cmp = compare(scn, parse_aliases("fsdp-full"), price=PRICE, scaling=False)
+    cmp = compare(scn, parse_strategies("fsdp-full"), price=PRICE, scaling=False)
     ladder = build_ladder("gpt", min_seq_len=1024)
-    want = search(scn, ALIASES["fsdp-full"].spec, ladder).largest
+    want = search(scn, spec_of(NAMED_STRATEGIES["fsdp-full"]), ladder).largest
     assert cmp.rows[0].largest_fit["model"] == want.rung.model.name
     assert cmp.rows[0].largest_fit["params"] == want.rung.params
 
 
 def test_no_price_means_no_cost():
     scn = load_scenario("quickstart", [*SMALL, "cluster.topology=hgx-a100-pcie"])
-    cmp = compare(scn, parse_aliases("ddp"), price=None, scaling=False, capacity=False)
+    cmp = compare(scn, parse_strategies("ddp"), price=None, scaling=False, capacity=False)
     assert cmp.rows[0].ok and cmp.rows[0].cost is None
     assert "no default price for A100-PCIE-40GB" in render_table(cmp)
 
 
 def test_deterministic():
-    a, b = (to_json(compare(load_scenario(*ONE_NODE), parse_aliases("fsdp-full,ddp"),
+    a, b = (to_json(compare(load_scenario(*ONE_NODE), parse_strategies("fsdp-full,ddp"),
                             price=PRICE, budget=Budget("iterations", 10), scaling=False,
                             capacity=False)) for _ in range(2))
     assert a == b
@@ -227,7 +230,7 @@ def test_deterministic():
 
 # --------------------------------------------------------------------------------- CLI
 def test_migration_plan_charges_the_other_framework():
-    everything = parse_aliases(",".join(ALIASES))
+    everything = parse_strategies(",".join(NAMED_STRATEGIES))
     plan = migration_plan(["30"], everything, "pytorch")
     assert plan == {k: 30.0 for k in TF}
     assert migration_plan(["30", "tf-ps=5", "ddp=1"], everything, "pytorch")["tf-ps"] == 5.0

@@ -1,4 +1,4 @@
-"""The cost model (simulator/cost.py): the formula, comm-wait cost, budget conversions,
+"""The cost model (simulator/compare/cost.py): the formula, comm-wait cost, budget conversions,
 migration, the price catalog and bad input."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 import yaml
 
-from simulator.cost import (Budget, Price, instance_price, load_price_file, migration_cost,
+from simulator.compare.cost import (Budget, Price, instance_price, load_price_file, migration_cost,
                             parse_count, resolve_price, training_cost)
 from simulator.errors import ConfigError
 from simulator.hardware import gpu_names

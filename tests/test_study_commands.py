@@ -31,14 +31,15 @@ def test_run_rows_have_the_declared_columns(tmp_path):
 
 
 def test_compare_rows_are_compare_per_strategy(tmp_path):
-    from simulator.compare import compare, parse_aliases
+    from simulator.compare.options import parse_strategies
+    from simulator.compare.runner import compare
     strategies = ["fsdp-full", "ddp", "tf-mirrored"]
     study, table = _table(tmp_path, command="compare", options={"strategies": strategies},
                           axes={"grid": {"cluster.gpus": [2, 4]}})
     _columns_are_declared(study, table)
     assert list(table["strategy"]) == strategies * 2
     point = study.points[1]
-    direct = compare(_scenario(point), parse_aliases(strategies), scaling=False,
+    direct = compare(_scenario(point), parse_strategies(strategies), scaling=False,
                      capacity=False)
     rows = table[table["point"] == point["id"]]
     assert list(rows["samples_per_s"]) == [r.metrics.samples_per_s for r in direct.rows]

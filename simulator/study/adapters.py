@@ -1,6 +1,6 @@
 """The ``compare`` and ``reliability`` commands of a study, over their public functions.
 
-* ``compare``: :func:`simulator.compare.compare` on the point's scenario, one row per
+* ``compare``: :func:`simulator.compare.runner.compare` on the point's scenario, one row per
   strategy (``options.strategies``, names as ``clustersim compare --strategies``).
 * ``reliability``: :func:`simulator.reliability.study.run_study` (``options.trials`` runs of
   the whole job, seeded by the point's ``simulation.seed``), one row per point.
@@ -44,10 +44,10 @@ class CompareOptions(_Options):
     @field_validator("strategies")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        from ..compare_aliases import parse_aliases
+        from ..compare.options import parse_strategies
         from ..errors import ConfigError
         try:
-            return [a.key for a in parse_aliases(v)]
+            return [n.key for n in parse_strategies(v)]
         except ConfigError as exc:
             raise ValueError(exc.reason) from None
 
@@ -59,14 +59,15 @@ class ReliabilityOptions(_Options):
 
 def compare_point(scn, point: dict) -> list[dict]:
     """Every strategy of ``options.strategies`` on the point's scenario."""
-    from ..compare import compare, parse_aliases
-    from ..cost import resolve_price
+    from ..compare.cost import resolve_price
+    from ..compare.options import parse_strategies
+    from ..compare.runner import compare
     from ..topology.loader import load_topology
     opts = CompareOptions.model_validate(point["options"])
     G = load_topology(scn.cluster.topology, nodes=scn.cluster.nodes,
                       links=scn.cluster.links or None)
     price = resolve_price(str(G.graph.get("gpu")), opts.price_per_gpu_hour, opts.instance)
-    result = compare(scn, parse_aliases(opts.strategies), source=f"point {point['id']}",
+    result = compare(scn, parse_strategies(opts.strategies), source=f"point {point['id']}",
                      price=price, scaling=opts.scaling, capacity=opts.capacity)
     return [_compare_row(r.as_dict(), result.cluster["gpus"]) for r in result.rows]
 

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .choices import DEFAULT_SCENARIO, DEFAULT_STRATEGIES, FAMILIES
+from ..choices import DEFAULT_CAPACITY_STRATEGIES, DEFAULT_SCENARIO, FAMILIES
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
-    from .capacity import CapacityReport, Probe
+    from ..capacity.probe import Probe
+    from ..capacity.report import CapacityReport
 
 _SET_HELP = "Override a scenario key, e.g. --set training.seq_len=2048 (repeatable)."
 
@@ -76,7 +77,7 @@ def register(cli: click.Group) -> None:
     @click.option("--family", type=click.Choice(tuple(FAMILIES), case_sensitive=False),
                   default=None, help="Model family whose size ladder is searched "
                   "[default: the scenario model's family, else llama].")
-    @click.option("--strategies", default=",".join(DEFAULT_STRATEGIES), show_default=True,
+    @click.option("--strategies", default=",".join(DEFAULT_CAPACITY_STRATEGIES), show_default=True,
                   metavar="LIST", help="Comma-separated ddp and fsdp[:SHARDING] (FULL_SHARD, "
                   "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2).")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
@@ -90,8 +91,8 @@ def register(cli: click.Group) -> None:
         [default: quickstart]; the scenario's model is ignored. Also checks the folk claim
         "on 8x A100-80GB, DDP trains about 7B, FSDP about 30B" (docs/capacity.md).
         """
-        from .capacity import capacity
-        from .scenario import load_scenario, resolve_scenario
+        from ..capacity.report import capacity
+        from ..scenario import load_scenario, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))

@@ -7,19 +7,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .choices import DEFAULT_SCENARIO
-from .compare_aliases import DEFAULT_ALIASES
-from .errors import ConfigError
+from ..choices import DEFAULT_COMPARE_STRATEGIES, DEFAULT_SCENARIO, framework_of
+from ..errors import ConfigError
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
-    from .cost import Budget
+    from ..compare.cost import Budget
 
 _SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=4 (repeatable)."
 
 
 def _budget(tokens: str | None, epochs: str | None, dataset_samples: str | None,
             iterations: str | None) -> Budget | None:
-    from .cost import Budget, parse_count
+    from ..compare.cost import Budget, parse_count
     given = [(k, v) for k, v in (("tokens", tokens), ("epochs", epochs),
                                  ("iterations", iterations)) if v is not None]
     if len(given) > 1:
@@ -40,7 +39,7 @@ def register(cli: click.Group) -> None:
 
     @cli.command("compare")
     @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
-    @click.option("--strategies", default=",".join(DEFAULT_ALIASES), show_default=True,
+    @click.option("--strategies", default=",".join(DEFAULT_COMPARE_STRATEGIES), show_default=True,
                   metavar="LIST", help="Comma-separated strategies to compare.")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
@@ -85,27 +84,28 @@ def register(cli: click.Group) -> None:
         ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod. One that cannot run
         on this cluster is reported as n/a with the reason (docs/compare.md).
         """
-        from .compare import compare, framework_of, migration_plan, parse_aliases
-        from .compare_report import render_table, to_csv, to_json, write_outputs
-        from .cost import resolve_price
-        from .scenario import load_scenario, resolve_scenario
+        from ..compare.cost import resolve_price
+        from ..compare.options import migration_plan, parse_strategies
+        from ..compare.report import render_table, to_csv, to_json, write_outputs
+        from ..compare.runner import compare
+        from ..scenario import load_scenario, resolve_scenario
+        from ..topology.loader import load_topology, resolve_topology
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
-        aliases = parse_aliases(strategies)
+        named = parse_strategies(strategies)
         budget = _budget(tokens, epochs, dataset_samples, iterations)
-        days = migration_plan(migration, aliases, framework_of(str(scn.strategy.get("name"))))
+        days = migration_plan(migration, named, framework_of(str(scn.strategy.get("name"))))
         if any(days.values()) and day_rate is None:
             raise ConfigError("migration days need --day-rate (USD per person-day)",
                               source="--day-rate")
         if day_rate is not None and not day_rate >= 0:
             raise ConfigError(f"must be >= 0 USD, got {day_rate!r}", source="--day-rate")
-        from .topology.loader import load_topology, resolve_topology
         G = load_topology(resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
                           links=scn.cluster.links or None)
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
         say = None if quiet else (lambda msg: click.echo(f"compare: {msg}", err=True))
-        cmp = compare(scn, aliases, source=str(path), price=cost_price, budget=budget,
+        cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,
                       capacity=capacity, progress=say)
         if out is not None:

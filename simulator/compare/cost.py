@@ -32,8 +32,8 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ConfigError
-from .yamlio import read_yaml
+from ..errors import ConfigError
+from ..yamlio import read_yaml
 
 SECONDS_PER_HOUR = 3600.0
 BUDGET_KINDS = ("iterations", "tokens", "epochs")

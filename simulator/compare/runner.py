@@ -1,10 +1,10 @@
 """Strategies side by side on one model and cluster (``clustersim compare``).
 
-Each strategy is named by an alias (:data:`ALIASES`: ``fsdp-full``, ``ddp``,
-``tf-mirrored``...) that maps to a strategy of the registry
+Each strategy is named as :mod:`simulator.choices` names it (``fsdp-full``, ``ddp``,
+``tf-mirrored``...): a strategy of the registry
 (:data:`simulator.strategies.STRATEGIES`) and, for FSDP, a sharding mode. The scenario's
 strategy is switched to it the way ``clustersim capacity`` does
-(:func:`simulator.capacity_probe.strategy_dict`: common keys such as
+(:func:`simulator.capacity.probe.strategy_dict`: common keys such as
 ``activation_checkpointing`` always carry over, strategy-specific ones only to the same
 strategy), and one iteration is replayed exactly as ``clustersim run`` would. Per strategy:
 
@@ -12,8 +12,8 @@ strategy), and one iteration is replayed exactly as ``clustersim run`` would. Pe
 * iteration time, samples/s and tokens/s, communication time and the exposed part;
 * scaling efficiency when the GPU count doubles (:func:`doubled`): weak scaling, the same
   micro-batch per GPU on twice the GPUs, ``throughput(2N) / (2 * throughput(N))``;
-* the largest model of the family that fits (:func:`simulator.capacity.search`);
-* cost (:mod:`simulator.cost`).
+* the largest model of the family that fits (:func:`simulator.capacity.search.search`);
+* cost (:mod:`simulator.compare.cost`).
 
 A strategy that cannot run here (not registered in this build, or rejected for this
 cluster, e.g. a single-host strategy across nodes) becomes a row with status ``n/a`` and
@@ -23,89 +23,20 @@ model, a bad topology) are raised as usual.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Callable
 
-from .capacity import FAMILIES, build_ladder, search
-from .capacity_probe import locate_oom, strategy_dict
-from .compare_aliases import (ALIASES, DEFAULT_ALIASES, Alias, framework_of, migration_plan,
-                              parse_aliases)
-from .cost import Budget, Cost, Price, migration_cost, training_cost
-from .errors import ConfigError
-from .metrics import Metrics
-from .models import load_model
-from .pipeline import RunResult, build_setup, run_setup
-from .scenario import Scenario
-from .strategies import STRATEGIES
-
-
-# ------------------------------------------------------------------------------- rows
-@dataclass
-class Scaling:
-    """The same strategy on twice the GPUs (weak scaling)."""
-
-    gpus: int | None = None
-    iteration_time_s: float | None = None
-    samples_per_s: float | None = None
-    efficiency: float | None = None
-    reason: str = ""
-
-
-@dataclass
-class Row:
-    alias: Alias
-    status: str = "ok"                      # ok | n/a
-    reason: str = ""
-    metrics: Metrics | None = None
-    global_batch: int = 0
-    tokens_per_sample: float = 0
-    oom_at: str | None = None
-    comm_bytes_per_gpu: float = 0.0
-    scaling: Scaling = field(default_factory=Scaling)
-    largest_fit: dict | None = None
-    capacity_reason: str = ""
-    cost: Cost | None = None
-    migration_days: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def as_dict(self) -> dict:
-        m = self.metrics.as_dict() if self.metrics else None
-        if m:
-            m.pop("peak_memory_gib_per_class")
-        return {"strategy": self.alias.key, "registry_name": self.alias.strategy,
-                "sharding": self.alias.sharding, "framework": self.alias.framework,
-                "status": self.status, "reason": self.reason, "metrics": m,
-                "global_batch": self.global_batch, "oom_at": self.oom_at,
-                "comm_bytes_per_gpu": self.comm_bytes_per_gpu,
-                "scaling_2x": dataclasses.asdict(self.scaling),
-                "largest_fit": self.largest_fit, "capacity_reason": self.capacity_reason,
-                "migration_days": self.migration_days,
-                "cost": self.cost.as_dict() if self.cost else None}
-
-
-@dataclass
-class Comparison:
-    scenario: str
-    model: str
-    cluster: dict
-    settings: dict
-    doubling: str
-    price: Price | None
-    budget: Budget | None
-    rows: list[Row]
-    notes: list[str]
-
-    def as_dict(self) -> dict:
-        return {"scenario": self.scenario, "model": self.model, "cluster": self.cluster,
-                "settings": self.settings, "doubling": self.doubling,
-                "price": dataclasses.asdict(self.price) if self.price else None,
-                "budget": dataclasses.asdict(self.budget) if self.budget else None,
-                "rows": [r.as_dict() for r in self.rows], "notes": self.notes}
+from ..capacity.ladder import build_ladder
+from ..capacity.probe import locate_oom, spec_of, strategy_dict
+from ..capacity.search import search
+from ..choices import FAMILIES, NAMED_STRATEGIES, NamedStrategy
+from ..errors import ConfigError
+from ..models import load_model
+from ..pipeline import RunResult, build_setup, run_setup
+from ..scenario import Scenario
+from ..strategies import STRATEGIES
+from .cost import Budget, Price, migration_cost, training_cost
+from .results import Comparison, Row, Scaling
 
 
 # Bytes one rank sends per byte of a collective's nccl-tests size on n ranks (the bus
@@ -134,9 +65,9 @@ def comm_bytes_per_gpu(trace) -> float:
 Progress = Callable[[str], None]
 
 
-def with_strategy(scn: Scenario, alias: Alias) -> Scenario:
+def with_strategy(scn: Scenario, alias: NamedStrategy) -> Scenario:
     """``scn`` with its strategy switched to ``alias`` (capacity's carry-over rule)."""
-    return scn.model_copy(update={"strategy": strategy_dict(scn, alias.spec)}, deep=True)
+    return scn.model_copy(update={"strategy": strategy_dict(scn, spec_of(alias))}, deep=True)
 
 
 def doubled(scn: Scenario, world: int, G) -> tuple[Scenario, str]:
@@ -155,7 +86,7 @@ def doubled(scn: Scenario, world: int, G) -> tuple[Scenario, str]:
     return scn.model_copy(update={"cluster": new}, deep=True), how
 
 
-def _replay(scn: Scenario, alias: Alias, source: str) -> RunResult:
+def _replay(scn: Scenario, alias: NamedStrategy, source: str) -> RunResult:
     return run_setup(build_setup(with_strategy(scn, alias), source))
 
 
@@ -198,7 +129,7 @@ def _scale_row(row: Row, scn2: Scenario | None, why: str, source: str) -> None:
 
 def _capacity_row(row: Row, scn: Scenario, ladder, source: str) -> None:
     try:
-        res = search(scn, row.alias.spec, ladder, source)
+        res = search(scn, spec_of(row.alias), ladder, source)
     except ConfigError as exc:
         row.capacity_reason = str(exc)
         return
@@ -228,7 +159,7 @@ def _scale_rows(live: list[Row], scn: Scenario, world: int, G, source: str,
     """Fill each row's :class:`Scaling` on twice the GPUs; returns how they were doubled."""
     try:
         scn2, how = doubled(scn, world, G)
-        build_setup(with_strategy(scn2, ALIASES["ddp"]), source)
+        build_setup(with_strategy(scn2, NAMED_STRATEGIES["ddp"]), source)
     except ConfigError as exc:
         scn2, how = None, f"cannot double the GPUs: {exc}"
     for i, row in enumerate(live, 1):
@@ -250,20 +181,20 @@ def _capacity_rows(live: list[Row], scn: Scenario, source: str, say: Progress) -
     return []
 
 
-def compare(scn: Scenario, aliases: list[Alias], *, source: str = "<scenario>",
+def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<scenario>",
             price: Price | None = None, budget: Budget | None = None,
             migration_days: dict[str, float] | None = None, day_rate: float | None = None,
             scaling: bool = True, capacity: bool = True,
             progress: Progress | None = None) -> Comparison:
-    """Run every strategy of ``aliases`` on ``scn`` (module doc).
+    """Run every strategy of ``strategies`` on ``scn`` (module doc).
 
-    ``migration_days`` maps an alias key to person-days charged once to that strategy.
+    ``migration_days`` maps a strategy key to person-days charged once to that strategy.
     :raises ConfigError: for mistakes not about one strategy (model, topology, training).
     """
     say = progress or (lambda _msg: None)
-    ref = build_setup(with_strategy(scn, ALIASES["ddp"]), source)   # validates the rest
+    ref = build_setup(with_strategy(scn, NAMED_STRATEGIES["ddp"]), source)   # validates the rest
     world = ref.trace.world_size
-    rows = [Row(a, migration_days=(migration_days or {}).get(a.key, 0.0)) for a in aliases]
+    rows = [Row(a, migration_days=(migration_days or {}).get(a.key, 0.0)) for a in strategies]
     for i, row in enumerate(rows, 1):
         say(f"iteration {i}/{len(rows)}: {row.alias.key} on {world} GPUs")
         _run_row(row, scn, source)
@@ -281,27 +212,3 @@ def compare(scn: Scenario, aliases: list[Alias], *, source: str = "<scenario>",
     return Comparison(str(scn.name), str(ref.trace.meta.get("model")), cluster, settings,
                       how, price, budget, rows, notes)
 
-
-def cheapest(rows: list[Row]) -> Row | None:
-    """The row that trains at the lowest cost among those that run and fit in memory:
-    lowest total with a budget, else lowest cost per sample."""
-    live = [r for r in rows if r.cost is not None and not r.metrics.oom]
-    if not live:
-        return None
-    return min(live, key=lambda r: (r.cost.total_usd if r.cost.total_usd is not None
-                                    else r.cost.per_thousand_samples_usd, r.alias.key))
-
-
-def excess_over_cheapest(row: Row, best: Row | None) -> float | None:
-    """Share of ``row``'s spend the cheapest strategy would save: 1 - best / row; None for
-    a row that does not fit in memory (it cannot be chosen)."""
-    if best is None or row.cost is None or row.metrics.oom:
-        return None
-    key = (lambda c: c.total_usd) if row.cost.total_usd is not None else \
-        (lambda c: c.per_thousand_samples_usd)
-    return 1.0 - key(best.cost) / key(row.cost)
-
-
-__all__ = ["ALIASES", "DEFAULT_ALIASES", "Alias", "Comparison", "Row", "Scaling", "cheapest",
-           "comm_bytes_per_gpu", "compare", "doubled", "excess_over_cheapest", "framework_of",
-           "migration_plan", "parse_aliases", "with_strategy"]

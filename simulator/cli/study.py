@@ -33,8 +33,8 @@ def register(cli: click.Group) -> None:
         where it stopped. A failing point is recorded with its error (exit code 1 at the
         end); the others still run.
         """
-        from .study import load_study, run_study
-        from .study.report import answers
+        from ..study import load_study, run_study
+        from ..study.report import answers
         study = load_study(study_file)
         click.echo(f"# study {study.spec.name}: {len(study.points)} points, command "
                    f"{study.spec.command} ({study.source})")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from .choices import FIDELITIES
-from .cli_run import _rows
-from .errors import ConfigError
+from ..choices import FIDELITIES
+from ..errors import ConfigError
+from .common import DEFAULT_TOPOLOGY, metric_rows
 
 
 def _summary(trace) -> str:
@@ -47,9 +47,9 @@ def register(cli: click.Group) -> None:
         (TensorFlow *.xplane.pb or TensorBoard *.trace.json.gz). A single file of a
         multi-rank job stands for every rank.
         """
-        from .importers import import_trace
-        from .importers.comms import parse_collective_bytes
-        from .trace.io import write_trace
+        from ..importers import import_trace
+        from ..importers.comms import parse_collective_bytes
+        from ..trace.io import write_trace
 
         if output.exists() and not overwrite:
             raise ConfigError("file exists; refusing to overwrite it (add --overwrite)",
@@ -61,7 +61,7 @@ def register(cli: click.Group) -> None:
     @cli.command("replay")
     @click.argument("trace_file", type=click.Path(dir_okay=False, path_type=Path),
                     metavar="TRACE")
-    @click.option("--topology", default="dgx-a100", show_default=True, metavar="FILE|NAME",
+    @click.option("--topology", default=DEFAULT_TOPOLOGY, show_default=True, metavar="FILE|NAME",
                   help="Topology YAML file or shipped topology name.")
     @click.option("--nodes", type=click.IntRange(min=1), default=None, metavar="N",
                   help="Number of servers (multi-node topologies only).")
@@ -79,9 +79,9 @@ def register(cli: click.Group) -> None:
     def replay_cmd(trace_file, topology, nodes, fidelity, nccl_choice, out, fmt):
         """Replay an imported (or generated) TRACE on a topology: iteration time, where it
         goes, and each collective's simulated vs recorded time."""
-        from .importers.replay import collective_table, replay_trace
-        from .metrics.outputs import write_outputs
-        from .trace.io import read_trace
+        from ..importers.replay import collective_table, replay_trace
+        from ..metrics.outputs import write_outputs
+        from ..trace.io import read_trace
 
         trace = read_trace(trace_file)
         result = replay_trace(trace, topology, nodes, fidelity, nccl_choice)
@@ -101,7 +101,7 @@ def register(cli: click.Group) -> None:
         click.echo(f"# {trace_file}: {_summary(trace)}")
         click.echo(f"# on {result.topology.stem}, fidelity {fidelity}, NCCL choice "
                    f"{nccl_choice}")
-        rows = _rows(m)
+        rows = metric_rows(m)
         if recorded:
             err = (m.iteration_time_s - recorded) / recorded
             rows.insert(1, ("recorded_iteration_s", f"{recorded:.4f} s (simulated "

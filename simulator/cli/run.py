@@ -4,38 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from .choices import DEFAULT_SCENARIO
-
-if TYPE_CHECKING:           # the simulator loads only when a command runs
-    from .metrics import Metrics
+from ..choices import DEFAULT_SCENARIO
+from .common import metric_rows
 
 _SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=16 (repeatable)."
-
-
-def _rows(m: Metrics, capacity_gib: float = 0.0) -> list[tuple[str, str]]:
-    over = (f" (peak {m.peak_memory_gib:.1f} GiB > {capacity_gib:.1f} GiB per GPU)"
-            if capacity_gib else "")
-    return [
-        ("iteration_time_s", f"{m.iteration_time_s:.4f} s"),
-        ("samples_per_s", f"{m.samples_per_s:,.1f}"),
-        ("tokens_per_s", f"{m.tokens_per_s:,.0f}"),
-        ("tokens_per_s_per_gpu", f"{m.tokens_per_s_per_gpu:,.0f}"),
-        ("tflops_per_gpu", f"{m.tflops_per_gpu:.1f} TFLOP/s"),
-        ("mfu", f"{100 * m.mfu:.1f} %"),
-        ("compute_s", f"{m.compute_s:.4f} s"),
-        ("comm_s", f"{m.comm_s:.4f} s"),
-        ("exposed_comm_s", f"{m.exposed_comm_s:.4f} s"),
-        ("wait_s", f"{m.wait_s:.4f} s"),
-        ("memory_wait_s", f"{m.memory_wait_s:.4f} s"),
-        ("gpu_utilization", f"{100 * m.gpu_utilization:.1f} %"),
-        ("peak_memory_gib", f"{m.peak_memory_gib:.2f} GiB"),
-        ("oom", "yes: " + "; ".join(f"{c} at {op}" for c, op in m.oom_at.items()) + over
-         if m.oom else "no"),
-    ]
 
 
 def register(cli: click.Group) -> None:
@@ -53,9 +28,9 @@ def register(cli: click.Group) -> None:
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/).
         """
-        from .metrics.outputs import write_outputs
-        from .pipeline import build_setup, run_setup
-        from .scenario import load_scenario, resolve_scenario
+        from ..metrics.outputs import write_outputs
+        from ..pipeline import build_setup, run_setup
+        from ..scenario import load_scenario, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
@@ -74,7 +49,7 @@ def register(cli: click.Group) -> None:
                    f"{setup.trace.world_size} x {setup.cluster.G.graph.get('gpu')} "
                    f"({setup.cluster.G.graph.get('name')}), global batch "
                    f"{meta.get('global_batch')}, {scn.training.precision}")
-        rows = _rows(m, setup.capacity_bytes / float(1 << 30))
+        rows = metric_rows(m, setup.capacity_bytes / float(1 << 30))
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")
@@ -89,9 +64,9 @@ def register(cli: click.Group) -> None:
     @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
     def trace_cmd(scenario, output, sets, overwrite):
         """Write the Trace that SCENARIO's strategy generates (docs/trace-format.md)."""
-        from .pipeline import build_setup
-        from .scenario import load_scenario, resolve_scenario
-        from .trace.io import write_trace
+        from ..pipeline import build_setup
+        from ..scenario import load_scenario, resolve_scenario
+        from ..trace.io import write_trace
 
         path = resolve_scenario(scenario)
         setup = build_setup(load_scenario(path, list(sets)), str(path))

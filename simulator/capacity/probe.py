@@ -1,19 +1,21 @@
-"""Memory verdicts for ``clustersim capacity``: the strategies to compare (``--strategies``)
-and the replay of one ladder rung under one of them (:class:`Prober`)."""
+"""Memory verdicts for ``clustersim capacity``: the strategies to compare (``--strategies``,
+named as :mod:`simulator.choices` names them) and the replay of one ladder rung under one
+of them (:class:`Prober`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from .capacity_ladder import Rung
-from .compare_aliases import framework_of
-from .errors import ConfigError
-from .models import ModelSpec
-from .pipeline import Setup, build_setup, make_trace, run_setup
-from .pipeline import strategy_dict as strategy_dict_of
-from .scenario import Scenario
-from .strategies import SHARDINGS, STRATEGIES, World, parse_strategy
+from ..choices import (NAMED_STRATEGIES, NamedStrategy, framework_of, parse_strategy_names,
+                       registry_spelling)
+from ..errors import ConfigError
+from ..models import ModelSpec
+from ..pipeline import Setup, build_setup, make_trace, run_setup
+from ..pipeline import strategy_dict as strategy_dict_of
+from ..scenario import Scenario
+from ..strategies import SHARDINGS, STRATEGIES, World, parse_strategy
+from .ladder import Rung
 
 GIB = 1 << 30
 
@@ -21,7 +23,7 @@ GIB = 1 << 30
 # ------------------------------------------------------------------------- strategies
 @dataclass(frozen=True)
 class StrategySpec:
-    """``ddp`` or ``fsdp[:SHARDING]`` from ``--strategies``."""
+    """A strategy of ``--strategies`` (``ddp``, ``fsdp:SHARDING``...) as ``text`` spelled it."""
 
     text: str
     name: str
@@ -29,7 +31,12 @@ class StrategySpec:
 
     @property
     def label(self) -> str:
-        return self.name if self.sharding is None else f"{self.name}:{self.sharding}"
+        return registry_spelling(self.name, self.sharding)
+
+
+def spec_of(named: NamedStrategy, text: str | None = None) -> StrategySpec:
+    """The spec of a named strategy, spelled ``text`` [default: its compare key]."""
+    return StrategySpec(named.key if text is None else text, named.strategy, named.sharding)
 
 
 # Keys of the scenario's strategy every strategy understands (the rest, such as FSDP's
@@ -37,41 +44,29 @@ class StrategySpec:
 _COMMON_KEYS = ("activation_checkpointing", "activation_offload", "optimizer", "param_dtype",
                 "reduce_dtype", "optimizer_impl")
 _SHARDING_KEYS = ("sharding", "shard_group_size", "reshard_after_forward", "mesh")
+_SHARDED = {n.strategy for n in NAMED_STRATEGIES.values() if n.sharding}
 
 
-def _strategy_spec(raw: str, text) -> StrategySpec:
-    """One item of ``--strategies`` (``text``, for messages)."""
-    item = raw.strip()
-    if not item:
-        raise ConfigError(f"empty strategy in {text!r}; write e.g. ddp,fsdp:FULL_SHARD",
-                          source="--strategies")
+def _unknown(item: str) -> str:
+    """Why ``item`` names no strategy, in the registry's spelling."""
     name, _, sharding = item.partition(":")
-    name = name.strip().lower()
-    if name not in STRATEGIES:
-        raise ConfigError(f"unknown strategy {name!r} in {item!r}; valid: "
-                          f"{', '.join(STRATEGIES)} (fsdp:SHARDING for a sharding mode)",
-                          source="--strategies")
-    sharding = sharding.strip().upper() or None
-    if name == "ddp" and sharding is not None:
-        raise ConfigError(f"ddp takes no sharding mode, got {item!r}; use ddp or "
-                          f"fsdp:{sharding}", source="--strategies")
-    if sharding is not None and sharding not in SHARDINGS:
-        raise ConfigError(f"unknown FSDP sharding {sharding!r} in {item!r}; valid: "
-                          f"{', '.join(SHARDINGS)}", source="--strategies")
-    return StrategySpec(item, name, sharding or ("FULL_SHARD" if name == "fsdp" else None))
+    name, sharding = name.strip().lower(), sharding.strip().upper()
+    if name not in STRATEGIES or not sharding:
+        return (f"unknown strategy {name!r} in {item!r}; valid: {', '.join(STRATEGIES)} "
+                f"(fsdp:SHARDING for a sharding mode)")
+    if name not in _SHARDED:
+        return f"{name} takes no sharding mode, got {item!r}; use {name} or fsdp:{sharding}"
+    return f"unknown FSDP sharding {sharding!r} in {item!r}; valid: {', '.join(SHARDINGS)}"
 
 
 def parse_strategy_specs(text: str | list[str] | tuple[str, ...]) -> list[StrategySpec]:
-    """``"ddp,fsdp:FULL_SHARD"`` -> specs; ConfigError (``--strategies``) when unknown."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    specs: list[StrategySpec] = []
-    for raw in items:
-        spec = _strategy_spec(raw, text)
-        if all(spec.label != s.label for s in specs):
-            specs.append(spec)
-    if not specs:
-        raise ConfigError("no strategy given", source="--strategies")
-    return specs
+    """``"ddp,fsdp:FULL_SHARD"`` -> specs; ConfigError (``--strategies``) when unknown.
+
+    Every spelling of :func:`simulator.choices.strategy_named` is accepted (``fsdp-full``
+    as well); a spec's ``label`` is the registry spelling.
+    """
+    named = parse_strategy_names(text, _unknown, "; write e.g. ddp,fsdp:FULL_SHARD")
+    return [spec_of(n, item) for n, item in named.items()]
 
 
 def strategy_dict(scn: Scenario, spec: StrategySpec) -> dict:
@@ -179,4 +174,4 @@ def locate_oom(tl, cls_id: str, op_name: str) -> str:
 
 
 __all__ = ["BASE_MODEL", "GIB", "Probe", "Prober", "StrategySpec", "locate_oom",
-           "parse_strategy_specs", "strategy_dict"]
+           "parse_strategy_specs", "spec_of", "strategy_dict"]

@@ -40,11 +40,11 @@ def register(cli: click.Group) -> None:
         a scenario without a `reliability:` section gets the defaults
         (simulator/data/reliability.yaml, docs/reliability.md).
         """
-        from .metrics.outputs import prepare_out_dir
-        from .reliability.outputs import write_outputs
-        from .reliability.report import as_dict, table
-        from .reliability.study import run_study
-        from .scenario import load_scenario, resolve_scenario
+        from ..metrics.outputs import prepare_out_dir
+        from ..reliability.outputs import write_outputs
+        from ..reliability.report import as_dict, table
+        from ..reliability.study import run_study
+        from ..scenario import load_scenario, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))

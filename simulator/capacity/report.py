@@ -1,0 +1,103 @@
+"""The answer of ``clustersim capacity`` (:func:`capacity`): per strategy, the largest
+model of a family that fits on the scenario's cluster, the first that does not, and the
+folk claim's verdict (the module doc of :mod:`simulator.capacity` tells how)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..choices import DEFAULT_CAPACITY_STRATEGIES, FAMILIES
+from ..errors import ConfigError
+from ..models import load_model
+from ..pipeline import strategy_dict as strategy_dict_of
+from ..scenario import Scenario
+from ..strategies import parse_strategy
+from .claim import check_folk_claim
+from .ladder import Rung, build_ladder
+from .probe import GIB, Prober, parse_strategy_specs
+from .search import StrategyResult, search, settings_of
+
+
+@dataclass
+class CapacityReport:
+    scenario: str
+    family: str
+    cluster: dict
+    settings: dict
+    ladder: list[Rung]
+    results: list[StrategyResult]
+    claim: dict | None
+    notes: list[str]
+
+    def as_dict(self) -> dict:
+        return {"scenario": self.scenario, "family": self.family, "cluster": self.cluster,
+                "settings": self.settings,
+                "ladder": [{"model": r.model.name, "params": r.params, "kind": r.kind}
+                           for r in self.ladder],
+                "results": [r.as_dict() for r in self.results], "folk_claim": self.claim,
+                "notes": self.notes}
+
+
+def family_of(scn: Scenario) -> str:
+    """The scenario's model family if it has a ladder, else llama."""
+    try:
+        fam = load_model(scn.model).family
+    except ConfigError:
+        return "llama"
+    return fam if fam in FAMILIES else "llama"
+
+
+def _position_notes(scn: Scenario, family: str, ladder: list[Rung]) -> list[str]:
+    """A note when the family's learned position tables were extended to seq_len."""
+    notes: list[str] = []
+    if ladder[0].model.position_embedding == "learned" and \
+            scn.training.seq_len > load_model(FAMILIES[family][0]).max_seq_len:
+        notes.append(f"{family} models have {load_model(FAMILIES[family][0]).max_seq_len} "
+                     f"learned positions; their tables were extended to seq_len "
+                     f"{scn.training.seq_len}")
+    return notes
+
+
+def _cluster_of(prober: Prober) -> dict:
+    """Topology, GPU, GPU count and memory of the cluster ``prober`` replays on."""
+    base = prober.base
+    gpu = str(base.cluster.G.graph.get("gpu"))
+    return {"topology": str(base.cluster.G.graph.get("name")), "gpu": gpu,
+            "gpus": base.trace.world_size,
+            "gpu_memory_gib": round(base.capacity_bytes / GIB, 2)}
+
+
+def _static_notes(results: list[StrategyResult]) -> list[str]:
+    """A note per strategy that rejected rungs on static memory alone."""
+    notes = []
+    for r in results:
+        statics = [p for p in r.probes if not p.replayed]
+        if statics:
+            notes.append(f"{r.spec.label}: {len(statics)} rung(s) rejected on static memory "
+                         f"alone, without replay ({', '.join(p.rung.model.name for p in statics)})")
+    return notes
+
+
+def capacity(scn: Scenario, family: str | None = None,
+             strategies: str | list[str] | tuple[str, ...] = DEFAULT_CAPACITY_STRATEGIES,
+             source: str = "<scenario>", check_claim: bool = True) -> CapacityReport:
+    """Largest fitting rung of ``family`` per strategy (see the module doc).
+
+    :raises ConfigError: unknown family or strategy, a sharding the world cannot lay out.
+    """
+    specs = parse_strategy_specs(strategies)
+    parse_strategy(strategy_dict_of(scn), source=source)    # the scenario's own keys
+    family = (family or family_of(scn)).lower()
+    ladder = build_ladder(family, min_seq_len=scn.training.seq_len)
+    notes = _position_notes(scn, family, ladder)
+    probers = {s: Prober(scn, s, source) for s in specs}  # validate first
+    results = [search(scn, s, ladder, source, probers[s]) for s in specs]
+    cluster = _cluster_of(next(iter(probers.values())))
+    notes += _static_notes(results)
+    claim = None
+    if check_claim:
+        claim = check_folk_claim(scn, ladder, cluster, source,
+                                 {r.spec.label: r for r in results}, probers)
+    return CapacityReport(str(scn.name), family, cluster, settings_of(scn), ladder, results,
+                          claim, notes)
+

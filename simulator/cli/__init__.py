@@ -1,0 +1,82 @@
+"""The ``clustersim`` command line.
+
+Each command lives in its own module of this package (``collective``, ``topology``,
+``run`` with ``trace``, ``capacity``, ``compare``, ``reliability``, ``study``, ``replay``
+with ``import``; ``validate`` in :mod:`simulator.validation.cli`), whose ``register``
+adds it to the :func:`cli` group; shared pieces (argument types, rank specs, the metrics
+lines) live in :mod:`simulator.cli.common`.
+
+:func:`main` is the console script. Every user mistake (bad option, bad size, bad rank,
+bad topology file) ends as ONE line on stderr, ``clustersim: error: ...``, with exit code 2;
+Ctrl-C exits with 130. A traceback means a bug in clustersim, not in the input.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import ClusterSimError
+from ..units import UnitError
+from ..validation.cli import register as _register_validate
+from . import capacity, collective, compare, reliability, replay, run, study, topology
+from .common import PROG
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+# ------------------------------------------------------------------------------ group
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "-V", "--version", prog_name=PROG,
+                      message="%(prog)s %(version)s")
+def cli() -> None:
+    """clustersim: simulate GPU clusters, their fabrics, NCCL-style collectives and
+    training iterations.
+
+    `run` replays one training iteration of a scenario (scenarios/, default quickstart:
+    Llama-2-7B with FSDP on one DGX A100) and says how long it takes, where the time goes
+    and how much memory each GPU needs. `collective` predicts collectives like nccl-tests.
+    Clusters come from topology YAML files (shipped ones by bare name, e.g. dgx-a100,
+    dgx-a100-superpod).
+    """
+
+
+for _register in (collective.register, topology.register, run.register, capacity.register,
+                  compare.register, reliability.register, study.register, replay.register,
+                  _register_validate):
+    _register(cli)
+
+
+# ------------------------------------------------------------------------ entry point
+def _fail(message: str, code: int = EXIT_USAGE):
+    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    click.echo(f"{PROG}: error: {line}", err=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script: run :func:`cli`, turning user mistakes into one line and exit 2."""
+    no_args_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
+    try:
+        rc = cli.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except no_args_help as exc:              # bare `clustersim` (click >= 8.2): show help
+        click.echo(exc.ctx.get_help())
+        rc = 0
+    except click.UsageError as exc:
+        hint = (f" (see '{exc.ctx.command_path} --help')"
+                if exc.ctx is not None and not isinstance(exc, click.BadParameter) else "")
+        _fail(exc.format_message() + hint)
+    except click.ClickException as exc:
+        _fail(exc.format_message())
+    except (ClusterSimError, UnitError) as exc:
+        _fail(str(exc))
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:                   # `clustersim ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,5 @@
+"""``python -m simulator.cli``: the console script."""
+
+from . import main
+
+main()
