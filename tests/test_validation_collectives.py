@@ -20,7 +20,7 @@ from simulator.collectives.constants import load_constants
 from simulator.collectives.model import bus_factor
 from simulator.errors import ClusterSimError, ConfigError
 from simulator.validation import known_misses as km
-from simulator.validation.cli import register
+from simulator.cli.validate import register
 from simulator.validation.collectives.calibrate import calibrate
 from simulator.validation.collectives.calibration_file import (load_calibration_file,
                                                                write_calibration)

@@ -23,7 +23,7 @@ from simulator.compute.model import load_compute_calibration
 from simulator.errors import ClusterSimError, ConfigError
 from simulator.pipeline import build_setup
 from simulator.validation import known_misses as km
-from simulator.validation.cli import register
+from simulator.cli.validate import register
 from simulator.validation.training.calibrate import calibrate, relevant_params, write_fitted
 from simulator.validation.training.data import build_measurements
 from simulator.validation.training.fitted import (BOUNDS, DECIMALS, PRIOR, fitted_values,

@@ -2,9 +2,8 @@
 
 Each command lives in its own module of this package (``collective``, ``topology``,
 ``run`` with ``trace``, ``capacity``, ``compare``, ``reliability``, ``study``, ``replay``
-with ``import``; ``validate`` in :mod:`simulator.validation.cli`), whose ``register``
-adds it to the :func:`cli` group; shared pieces (argument types, rank specs, the metrics
-lines) live in :mod:`simulator.cli.common`.
+with ``import``, ``validate``), whose ``register`` adds it to the :func:`cli` group; shared
+pieces (argument types, rank specs, the metrics lines) live in :mod:`simulator.cli.common`.
 
 :func:`main` is the console script. Every user mistake (bad option, bad size, bad rank,
 bad topology file) ends as ONE line on stderr, ``clustersim: error: ...``, with exit code 2;
@@ -21,8 +20,8 @@ import click
 from .. import __version__
 from ..errors import ClusterSimError
 from ..units import UnitError
-from ..validation.cli import register as _register_validate
-from . import capacity, collective, compare, reliability, replay, run, study, topology
+from . import (capacity, collective, compare, reliability, replay, run, study, topology,
+               validate)
 from .common import PROG
 
 EXIT_USAGE = 2
@@ -47,7 +46,7 @@ def cli() -> None:
 
 for _register in (collective.register, topology.register, run.register, capacity.register,
                   compare.register, reliability.register, study.register, replay.register,
-                  _register_validate):
+                  validate.register):
     _register(cli)
 
 

@@ -1,7 +1,7 @@
-"""``clustersim validate``: the validation commands, one per suite, attached to the main CLI
-by :func:`register`::
+"""``clustersim validate``: the validation commands (each defined with its suite, in
+``simulator/validation/<suite>/command.py``), attached to the main CLI by :func:`register`::
 
-    from simulator.validation.cli import register
+    from simulator.cli.validate import register
     register(cli)          # adds: clustersim validate collectives|training|traces|...|all
 
 User mistakes raise :class:`~simulator.errors.ClusterSimError` subclasses, which the main
