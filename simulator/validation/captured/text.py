@@ -130,9 +130,9 @@ median (for a replay: the trace's own error before any simulation).
 ## The capture machine as the simulator sees it
 
 N CPU ranks, each on its own `tc`-shaped link (the run's bandwidth, both directions) to one
-bridge (`simulator/validation/capture_machine.py`). Collectives are costed from the gloo
+bridge (`simulator/validation/captured/machine.py`). Collectives are costed from the gloo
 microbenchmarks only (`capture_machine.csv`, fitted by
-`simulator/validation/capture_calibration.py`; no training run is used): latency alpha and
+`simulator/validation/captured/calibration.py`; no training run is used): latency alpha and
 the share of the link gloo achieves, per link bandwidth, rank count and collective; each
 collective is a flow on every rank's uplink and downlink, so concurrent ones share the
 link. Compute and host time are the trace's recorded durations. Going from 2 to 4 ranks on
@@ -158,7 +158,7 @@ Rank r of the 4-rank job runs the recorded ops of rank r mod 2 (same per-rank ba
 work; DDP buckets and FSDP2's gathered/reduced sizes are per whole buffer and do not change;
 FSDP2's optimizer step works on a shard half as big), compute is stretched by the
 shared-core slowdown, and the collectives are re-planned with the 4-rank gloo constants
-(`simulator/validation/captured_scaling.py`).
+(`simulator/validation/captured/scaling.py`).
 
 {tables["scaling"]}
 

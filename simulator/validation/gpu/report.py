@@ -103,8 +103,8 @@ Gates: generated |error| <= {STEP_GATE_GENERATED:.0%} (the training gate), repla
 ## Where the time goes: recorded kernels vs simulated ops, per class
 
 Recorded kernels are classed by the ATen operator that launched them (the kernel's External
-id in the trace; `simulator.validation.gpu.OP_CLASSES`), simulated compute ops by their op
-class (optimizer-phase ops as `optimizer`). Unaligned GEMMs are CUTLASS kernels built for
+id in the trace; `simulator.validation.gpu.validate.OP_CLASSES`), simulated compute ops by
+their op class (optimizer-phase ops as `optimizer`). Unaligned GEMMs are CUTLASS kernels built for
 operands aligned to less than 16 bytes (`alignN` in the name: N elements of 2 bytes in f16/bf16
 kernels, else 4), which cuBLAS picks when a dimension is not a multiple of 8 halves.
 
