@@ -16,6 +16,7 @@ from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
+from .precision import is_half
 from .scenario import Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.loader import load_topology, resolve_topology
@@ -108,7 +109,7 @@ def _located(exc: ConfigError, source: str, prefix: str) -> ConfigError:
 def autocasts(cfg: CommonConfig) -> bool:
     """16-bit compute on fp32 weights: torch.autocast (DDP's default under fp16/bf16) or
     Keras' mixed policy, not FSDP's MixedPrecision (16-bit parameters)."""
-    return cfg.precision in ("fp16", "bf16") and cfg.weight_bytes() == 4
+    return is_half(cfg.precision) and cfg.weight_bytes() == 4
 
 
 def _strategy_dict(scn: Scenario) -> dict:

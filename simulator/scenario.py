@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
 from .errors import ConfigError
+from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
 from .yamlio import read_yaml
 
@@ -59,7 +60,7 @@ class Training(BaseModel):
     @field_validator("precision")
     @classmethod
     def _precision(cls, v: str) -> str:
-        return _one_of(v, ("fp32", "tf32", "bf16", "fp16"))
+        return _one_of(v, PRECISIONS)
 
 
 class ClusterCfg(BaseModel):

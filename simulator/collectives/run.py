@@ -9,7 +9,8 @@ import networkx as nx
 from ..cluster import Cluster
 from ..network.fabric import CountingEnvironment, make_fabric
 from .constants import ModelConstants, load_constants
-from .model import CollectiveModel, Plan, bus_factor
+from .model import CollectiveModel, bus_factor
+from .plan import Plan
 
 
 @dataclass(frozen=True)
