@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, validation_error
 from simulator.precision import Dtype, Precision, precision_bytes, storage_dtype
 from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
@@ -53,17 +53,6 @@ class World:
         return tuple(range(self.world_size))
 
 
-def config_error(exc: ValidationError, prefix: str = "strategy") -> ConfigError:
-    """The first pydantic error as a :class:`ConfigError` naming ``prefix.field``."""
-    first = exc.errors()[0]
-    loc = [str(x) for x in first["loc"] if not str(x).startswith(("list[", "literal["))
-           and x not in ("int", "bool", "str", "float", "none")]
-    field = ".".join([prefix, *loc[:2]]) if loc else prefix
-    if first["type"] == "extra_forbidden":
-        return ConfigError("unknown key", field=field)
-    return ConfigError(first["msg"].removeprefix("Value error, "), field=field)
-
-
 class CommonConfig(BaseModel):
     """Options every data-parallel strategy has. Validation errors are :class:`ConfigError`
     naming ``strategy.<field>``."""
@@ -85,7 +74,8 @@ class CommonConfig(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise config_error(exc) from None
+            raise validation_error(exc, prefix="strategy", depth=2,
+                                   drop_type_tags=True) from None
 
     @model_validator(mode="after")
     def _cross_checks(self):

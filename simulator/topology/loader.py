@@ -21,7 +21,7 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.errors import ConfigError, TopologyError
+from simulator.errors import ConfigError, TopologyError, validation_error
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
 from simulator.topology.generators import GENERATORS, MULTI_NODE, check_cluster
@@ -192,7 +192,8 @@ def _validate(data: Any, source: str) -> TopologyFile:
     try:
         spec = TopologyFile.model_validate(data)
     except ValidationError as exc:
-        raise _pydantic_error(exc, source) from None
+        raise validation_error(exc, source=source, valid=TopologyFile.model_fields,
+                               style="got") from None
     if spec.generator not in GENERATORS:
         raise ConfigError(f"unknown generator {spec.generator!r}; valid: "
                           f"{', '.join(GENERATORS)}", source=source, field="generator")
@@ -203,22 +204,3 @@ def _validate(data: Any, source: str) -> TopologyFile:
                           f"{spec.generator}; valid: {', '.join(valid)}",
                           source=source, field=f"params.{unknown[0]}")
     return spec
-
-
-def _pydantic_error(exc: ValidationError, source: str) -> ConfigError:
-    """One-line ConfigError from pydantic's errors: all unknown keys, else the first error."""
-    errors = exc.errors()
-    extra = [e for e in errors if e["type"] == "extra_forbidden"]
-    if extra:
-        keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
-        valid = ", ".join(TopologyFile.model_fields)
-        return ConfigError(f"unknown key(s) {keys}; valid: {valid}", source=source,
-                           field=".".join(map(str, extra[0]["loc"])))
-    first = errors[0]
-    field = ".".join(map(str, first["loc"]))
-    if first["type"] == "missing":
-        reason = "missing required key"
-    else:
-        reason = f"{first['msg'][:1].lower()}{first['msg'][1:]}, got {first.get('input')!r}"
-    return ConfigError(reason, source=source, field=field)
-
