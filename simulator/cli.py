@@ -126,7 +126,8 @@ def collective_cmd(op, topology, nodes, ranks, min_bytes, max_bytes, step_factor
     """
     from .collectives.constants import load_constants, with_cuda_graph
     from .collectives.model import CollectiveModel
-    from .collectives.run import build_cluster, run_collective, size_sweep
+    from .collectives.run import run_collective, size_sweep
+    from .cluster import Cluster
 
     if algo != "auto" and algo not in ALGOS_FOR_OP[op]:
         raise _bad(f"{algo} does not implement {op}; choose auto or "
@@ -142,7 +143,7 @@ def collective_cmd(op, topology, nodes, ranks, min_bytes, max_bytes, step_factor
 
     path, G = _load(topology, nodes, "--topology")
     constants = load_constants()
-    cluster = build_cluster(G, constants, ecmp=ecmp, seed=seed)
+    cluster = Cluster.from_graph(G, constants, ecmp=ecmp, seed=seed)
     rank_list = _choose_ranks(op, ranks, cluster.n_gpus)
     root_pos = _root_position(cluster, rank_list, root) if op in ("broadcast", "reduce") else 0
     model = CollectiveModel(cluster, with_cuda_graph(constants) if cuda_graph else constants)

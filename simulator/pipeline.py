@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from .cluster import Cluster
 from .collectives.constants import load_constants
 from .collectives.model import CollectiveModel
-from .collectives.run import build_cluster
 from .compute import ComputeModel
 from .engine import EngineConfig, Timeline, replay
 from .errors import ConfigError
@@ -19,7 +18,7 @@ from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padde
 from .precision import is_half
 from .scenario import Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
-from .topology.loader import load_topology, resolve_topology
+from .topology.build import scenario_cluster
 from .trace import Trace
 from .trace.transform import apply_stragglers
 
@@ -132,11 +131,9 @@ def build_setup(scn: Scenario, source: str = "<scenario>", graph=None) -> Setup:
         model = load_model(scn.model)
     except ConfigError as exc:
         raise _located(exc, source, "model") from None
-    G = graph if graph is not None else load_topology(
-        resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
-        links=scn.cluster.links or None)
     k = load_constants()
-    cluster = build_cluster(G, k, ecmp=scn.cluster.ecmp, seed=scn.simulation.seed)
+    cluster = scenario_cluster(scn, k, graph=graph)
+    G = cluster.G
     gpu = gpu_spec(G.graph["gpu"])
     cfg = parse_strategy(_strategy_dict(scn), source=source)
     t = scn.training

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..topology.build import scenario_cluster
+
 METRICS = ("iteration_time_s", "samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
            "tflops_per_gpu", "mfu", "compute_s", "comm_s", "exposed_comm_s", "wait_s",
            "memory_wait_s", "gpu_utilization", "peak_memory_gib", "oom", "gpus")
@@ -61,10 +63,8 @@ def compare_point(scn, point: dict) -> list[dict]:
     """Every strategy of ``options.strategies`` on the point's scenario."""
     from ..compare import compare, parse_aliases
     from ..cost import resolve_price
-    from ..topology.loader import load_topology
     opts = CompareOptions.model_validate(point["options"])
-    G = load_topology(scn.cluster.topology, nodes=scn.cluster.nodes,
-                      links=scn.cluster.links or None)
+    G = scenario_cluster(scn).G
     price = resolve_price(str(G.graph.get("gpu")), opts.price_per_gpu_hour, opts.instance)
     result = compare(scn, parse_aliases(opts.strategies), source=f"point {point['id']}",
                      price=price, scaling=opts.scaling, capacity=opts.capacity)

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from simulator.cluster import Cluster
 from simulator.collectives.constants import ModelConstants, load_constants
-from simulator.collectives.run import build_cluster
 from simulator.errors import ConfigError
 from simulator.yamlio import write_yaml
 from simulator.validation import collectives as vc
@@ -108,7 +108,7 @@ class _Problem:
 
     def __init__(self, cases: list, base: ModelConstants, fidelity: str):
         self.cases, self.base, self.fidelity = cases, base, fidelity
-        self.clusters = [build_cluster(c.graph, base) for c in cases]
+        self.clusters = [Cluster.from_graph(c.graph, base) for c in cases]
         for cl in self.clusters:          # the capacity rule must match Cluster's own
             if not np.allclose(self._capacity(cl, base.link_efficiency),
                                cl.capacity_bytes_per_s):

@@ -39,7 +39,7 @@ from simulator.validation.common import read_cases_file, read_measurements_csv
 # Every name defined or imported here before the split stays importable from here.
 # ruff: noqa: F401
 from simulator.collectives.model import OPS, CollectiveModel, bus_factor
-from simulator.collectives.run import build_cluster, run_collective, simulate_plans
+from simulator.collectives.run import run_collective, simulate_plans
 from simulator.topology.generators import MULTI_NODE
 from simulator.topology.loader import resolve_topology, topology_from_dict
 from simulator.validation.collectives_cases import _build_graph, apply_overrides

@@ -1,0 +1,37 @@
+"""From a topology name (and a scenario's what-ifs) to a :class:`~simulator.cluster.Cluster`.
+
+The one place the scenario -> graph -> cluster wiring lives: ``run``, ``reliability``,
+studies and the importer's replay all build their cluster here.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from simulator.cluster import Cluster
+from simulator.collectives.constants import ModelConstants
+from simulator.topology.loader import load_topology, resolve_topology
+
+
+def load_cluster(topology: str, nodes: int | None = None, links: dict | None = None, *,
+                 ecmp: str = "spread", seed: int = 0, constants: ModelConstants | None = None,
+                 graph: nx.Graph | None = None) -> Cluster:
+    """The cluster of ``topology`` (a file or shipped name) with ``nodes`` servers and the
+    what-if ``links`` (``{link_type: {bw, latency}}``), or of ``graph`` when given (a
+    degraded fabric, for instance); capacities at the efficiencies of ``constants``.
+
+    :raises ConfigError: as :func:`~simulator.topology.loader.resolve_topology` and
+        :func:`~simulator.topology.loader.load_topology`.
+    """
+    if graph is None:
+        graph = load_topology(resolve_topology(topology), nodes=nodes, links=links or None)
+    return Cluster.from_graph(graph, constants, ecmp=ecmp, seed=seed)
+
+
+def scenario_cluster(scn, constants: ModelConstants | None = None,
+                     graph: nx.Graph | None = None) -> Cluster:
+    """:func:`load_cluster` of a :class:`~simulator.scenario.Scenario`'s ``cluster``
+    section (ECMP salted with its ``simulation.seed``)."""
+    c = scn.cluster
+    return load_cluster(c.topology, c.nodes, c.links, ecmp=c.ecmp, seed=scn.simulation.seed,
+                        constants=constants, graph=graph)
