@@ -122,6 +122,11 @@ def _strategy_dict(scn: Scenario) -> dict:
     return data
 
 
+def job_world(cluster: Cluster, n_gpus: int) -> World:
+    """The first ``n_gpus`` ranks of ``cluster``, ``gpus_per_node`` to a server."""
+    return World(n_gpus, min(int(cluster.G.graph["gpus_per_node"]), n_gpus))
+
+
 def build_setup(scn: Scenario, source: str = "<scenario>", graph=None) -> Setup:
     """Load the model and topology, generate the trace, build the cost models.
 
@@ -133,15 +138,14 @@ def build_setup(scn: Scenario, source: str = "<scenario>", graph=None) -> Setup:
         raise _located(exc, source, "model") from None
     k = load_constants()
     cluster = scenario_cluster(scn, k, graph=graph)
-    G = cluster.G
-    gpu = gpu_spec(G.graph["gpu"])
+    gpu = gpu_spec(cluster.G.graph["gpu"])
     cfg = parse_strategy(_strategy_dict(scn), source=source)
     t = scn.training
     n_gpus = scn.cluster.gpus or cluster.n_gpus
     if n_gpus > cluster.n_gpus:
         raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",
                           source=source, field="cluster.gpus")
-    world = World(n_gpus, min(int(G.graph["gpus_per_node"]), n_gpus))
+    world = job_world(cluster, n_gpus)
     trace = make_trace(scn, model, cfg, world, source)
     engine = EngineConfig(fidelity=scn.simulation.fidelity,
                           overlap_slowdown=scn.simulation.overlap_slowdown,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from simulator.cluster import Cluster
 from simulator.errors import ConfigError
 from simulator.models import load_model, params_total
-from simulator.pipeline import strategy_dict
+from simulator.pipeline import job_world, strategy_dict
 from simulator.scenario import Scenario
 from simulator.strategies import parse_strategy
 from simulator.topology.build import scenario_cluster
@@ -230,7 +230,8 @@ def _costs(cfg, strategy, params: int, N: int, J: int, cluster: Cluster, source)
                             state_dict=state, target=c.target, replicas=c.replicas,
                             overhead_s=parse_duration(c.overhead),
                             persist_overhead_s=parse_duration(c.persist_overhead), load=c.load,
-                            gather=gathers_full_state(strategy), keras=bool(c.keras))
+                            gather=gathers_full_state(strategy, job_world(cluster, N)),
+                            keras=bool(c.keras))
 
 
 def _fabric_rates(cluster: Cluster) -> tuple[float, float, float]:
