@@ -97,7 +97,7 @@ class Cluster:
         """Usable bytes/s of every directed link: nominal bandwidth x the efficiency of
         its ``link_type`` when the table has one, else of its ``link_class``, else 1."""
         eff = [link_efficiency.get(t, link_efficiency.get(c, 1.0))
-               for t, c in zip(self.link_type, self.link_class)]
+               for t, c in zip(self.link_type.tolist(), self.link_class.tolist())]
         return self.nominal_bytes_per_s * np.array(eff) if eff else np.zeros(0)
 
     # ----------------------------------------------------------------- indexing
@@ -105,7 +105,7 @@ class Cluster:
         G = self.G
         n_edges = G.number_of_edges()
         self.link_id: dict[tuple, int] = {}
-        nominal = np.empty(2 * n_edges)
+        self.nominal_bytes_per_s = nominal = np.empty(2 * n_edges)
         latency = np.empty(2 * n_edges)
         classes, types = [], []
         for i, (u, v, d) in enumerate(G.edges(data=True)):
@@ -117,7 +117,6 @@ class Cluster:
             types += [d.get("link_type", "")] * 2
             d["cost"] = _cost(d["bw_bytes_per_s"])
         self.link_class = np.array(classes)
-        self.nominal_bytes_per_s = nominal
         self.latency_s = latency
         self.link_type = np.array(types)
         self.capacity_bytes_per_s = self.capacities_at(efficiency)

@@ -133,13 +133,11 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
         raise ConfigError(exc.reason, source=source, field=where.rstrip(".")) from None
     except TopologyError as exc:
         raise ConfigError(str(exc), source=source, field="params") from None
-    changes = _link_changes(G, spec.links, source)
+    overrides = [(spec.links, source)]
     if links:
         # Overrides from outside the file (a scenario's cluster.links) win over the file's.
-        extra = _link_changes(G, _scenario_links(links), SCENARIO_LINKS)
-        for link_type, values in extra.items():
-            changes.setdefault(link_type, {}).update(values)
-    _apply_link_changes(G, changes)
+        overrides.append((_scenario_links(links), SCENARIO_LINKS))
+    _apply_link_overrides(G, overrides)
     G.graph["name"] = spec.name
     return G
 
@@ -153,26 +151,27 @@ def _scenario_links(links: Any) -> dict[str, LinkOverride]:
                                valid=TopologyFile.model_fields, style="got") from None
 
 
-def _link_changes(G: nx.Graph, links: dict[str, LinkOverride],
-                  source: str) -> dict[str, dict[str, float]]:
-    """Edge attributes per overridden ``link_type``; every type must be in ``G``."""
-    present = {d.get("link_type", "") for _, _, d in G.edges(data=True)}
-    changes = {}
-    for link_type, override in links.items():
-        where = f"links.{link_type}"
-        if link_type not in present:
-            raise ConfigError(f"no link of type {link_type!r} in this topology; present: "
-                              f"{', '.join(sorted(present))}", source=source, field=where)
-        changes[link_type] = override.edge_values(source, where)
-    return changes
-
-
-def _apply_link_changes(G: nx.Graph, changes: dict[str, dict[str, float]]) -> None:
-    """Set the new figures on every edge of an overridden type, in one pass.
+def _apply_link_overrides(G: nx.Graph,
+                          overrides: list[tuple[dict[str, LinkOverride], str]]) -> None:
+    """Set the figures of ``overrides`` (``(links, source)`` pairs, later ones winning key
+    by key) on every edge of an overridden ``link_type``, in one pass over the edges.
 
     ``bw`` is per physical link: an edge standing for several links (``lanes``, e.g. a
     leaf's aggregated uplinks to one spine) gets ``bw x lanes``, so the topology's
-    oversubscription survives a what-if bandwidth."""
+    oversubscription survives a what-if bandwidth.
+
+    :raises ConfigError: naming ``source`` and ``links.<type>`` for a type not in ``G``,
+        or as :meth:`LinkOverride.edge_values`.
+    """
+    present = {d.get("link_type", "") for _, _, d in G.edges(data=True)}
+    changes: dict[str, dict[str, float]] = {}
+    for links, source in overrides:
+        for link_type, override in links.items():
+            where = f"links.{link_type}"
+            if link_type not in present:
+                raise ConfigError(f"no link of type {link_type!r} in this topology; present: "
+                                  f"{', '.join(sorted(present))}", source=source, field=where)
+            changes.setdefault(link_type, {}).update(override.edge_values(source, where))
     if not changes:
         return
     for _, _, d in G.edges(data=True):
