@@ -33,60 +33,67 @@ class TopologyError(ClusterSimError):
     """The cluster graph is unusable (disconnected, no GPUs, a missing route...)."""
 
 
-# pydantic's loc entries that name a union member or a container type, not a key
-_TYPE_TAGS = ("int", "bool", "str", "float", "none")
-_TYPE_TAG_PREFIXES = ("list[", "literal[")
+# pydantic's loc entries that name a union member or a container type, not a key (an
+# entry ending in "[" drops every tag it starts)
+TYPE_TAGS = ("int", "bool", "str", "float", "none", "list[", "literal[")
 
 
-def validation_error(exc, *, source: str | None = None, prefix: str = "",
-                     valid=None, depth: int | None = None, drop_type_tags: bool = False,
+def validation_error(exc, *, source: str | None = None, prefix: str = "", valid=None,
+                     depth: int | None = None, skip: tuple[str, ...] = (),
                      style: str = "plain") -> ConfigError:
     """The one-line :class:`ConfigError` for a pydantic ``ValidationError`` ``exc``.
 
-    The field is pydantic's location of the error, dotted: without union-member and
-    container tags when ``drop_type_tags``, cut to its first ``depth`` keys, under
-    ``prefix``. Unknown keys: with ``valid`` (the schema's key names) every unknown key of
-    the input is listed with the valid ones (``unknown key(s) 'a', 'b'; valid: ...``),
-    else the first is ``unknown key``. Any other error is the first one, worded by
-    ``style``:
+    The field is pydantic's location of the error, dotted: without the entries in ``skip``
+    (union-member and container tags such as :data:`TYPE_TAGS`), cut to its first
+    ``depth`` keys, under ``prefix``. Unknown keys: with ``valid`` (the schema's key names,
+    or a function of the first unknown key's location giving them) every unknown key of
+    the input is listed with the valid ones (``unknown key(s) 'a', 'b'; valid: ...``).
+    Otherwise the first error, worded by ``style``:
 
-    * ``plain``: pydantic's message without its ``Value error, `` prefix;
+    * ``raw``: pydantic's message;
+    * ``keys``: ``unknown key``, ``missing required key``, or pydantic's message;
+    * ``plain``: ``unknown key``, or the message without its ``Value error, `` prefix;
     * ``got``: ``missing required key``, or the message lower-cased and ``, got <input>``;
-    * ``paren``: ``missing required key``, or the message without ``Value error, `` and
-      `` (got <input>)`` unless the message already says what it got.
+    * ``paren``: ``unknown key``, ``missing required key`` or the message without
+      ``Value error, ``, then `` (got <input>)`` unless the message already says what it got.
 
     ``exc`` is duck-typed (its ``errors()``), so this module needs no pydantic.
     """
     errors = exc.errors()
     extra = [e for e in errors if e["type"] == "extra_forbidden"]
     if extra and valid is not None:
+        names = valid(extra[0]["loc"]) if callable(valid) else valid
         keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
-        return ConfigError(f"unknown key(s) {keys}; valid: {', '.join(valid)}", source=source,
-                           field=_error_field(extra[0]["loc"], prefix, depth, drop_type_tags))
+        return ConfigError(f"unknown key(s) {keys}; valid: {', '.join(names)}", source=source,
+                           field=_error_field(extra[0]["loc"], prefix, depth, skip))
     first = errors[0]
-    field = _error_field(first["loc"], prefix, depth, drop_type_tags)
-    return ConfigError(_error_reason(first, style), source=source, field=field)
+    return ConfigError(_error_reason(first, style), source=source,
+                       field=_error_field(first["loc"], prefix, depth, skip))
 
 
-def _error_field(loc, prefix: str, depth: int | None, drop_type_tags: bool) -> str | None:
+def _error_field(loc, prefix: str, depth: int | None, skip: tuple[str, ...]) -> str | None:
+    tags = tuple(t for t in skip if t.endswith("["))
     keys = [str(x) for x in loc]
-    if drop_type_tags:
-        keys = [k for k in keys if not k.startswith(_TYPE_TAG_PREFIXES) and k not in _TYPE_TAGS]
+    keys = [k for k in keys if k not in skip and not (tags and k.startswith(tags))]
     keys = keys[:depth] if depth is not None else keys
     return ".".join([prefix, *keys] if prefix else keys) or None
 
 
 def _error_reason(err: dict, style: str) -> str:
     msg, kind = err["msg"], err["type"]
+    if style == "raw":
+        return msg
     if style == "got":
         if kind == "missing":
             return "missing required key"
         return f"{msg[:1].lower()}{msg[1:]}, got {err.get('input')!r}"
     if kind == "extra_forbidden":
-        msg = "unknown key"
-    elif kind == "missing" and style == "paren":
-        msg = "missing required key"
+        return "unknown key" if style != "paren" else f"unknown key (got {err.get('input')!r})"
+    if kind == "missing" and style in ("keys", "paren"):
+        return "missing required key"
+    if style == "keys":
+        return msg
     msg = msg.removeprefix("Value error, ")
-    if style == "paren" and kind != "missing" and ", got " not in msg:
+    if style == "paren" and ", got " not in msg:
         msg = f"{msg} (got {err.get('input')!r})"
     return msg

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from simulator.errors import validation_error
+from simulator.errors import TYPE_TAGS, validation_error
 
 
 class _Inner(BaseModel):
@@ -46,7 +46,7 @@ def test_got_style_lowercases_the_message_and_shows_the_input():
 
 def test_plain_style_drops_type_tags_cuts_depth_and_prefixes():
     e = validation_error(_err({"name": "a", "links": {"ib": {"bw": [1]}}}), prefix="strategy",
-                         depth=2, drop_type_tags=True)
+                         depth=2, skip=TYPE_TAGS)
     assert e.field == "strategy.links.ib" and e.reason == "Input should be a valid string"
     e = validation_error(_err({"name": "a", "size": 11}), prefix="strategy")
     assert str(e) == "strategy.size: must be <= 10"       # "Value error, " removed

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from simulator.errors import ConfigError, validation_error
+from simulator.errors import TYPE_TAGS, ConfigError, validation_error
 from simulator.precision import Dtype, Precision, precision_bytes, storage_dtype
 from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
@@ -74,8 +74,7 @@ class CommonConfig(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise validation_error(exc, prefix="strategy", depth=2,
-                                   drop_type_tags=True) from None
+            raise validation_error(exc, prefix="strategy", depth=2, skip=TYPE_TAGS) from None
 
     @model_validator(mode="after")
     def _cross_checks(self):
