@@ -19,9 +19,10 @@ import resource
 import time
 from pathlib import Path
 
+from simulator.cluster import Cluster
 from simulator.collectives.constants import load_constants
 from simulator.collectives.model import CollectiveModel
-from simulator.collectives.run import build_cluster, simulate_plans
+from simulator.collectives.run import simulate_plans
 from simulator.topology.loader import load_topology
 from simulator.units import parse_size
 
@@ -33,7 +34,7 @@ def bench(gpus: int, size: int, contended: bool) -> dict:
     nodes = max(1, gpus // 8)
     G = load_topology(ROOT / "topologies" / "dgx-a100-superpod.yaml", nodes=nodes)
     k = load_constants()
-    cluster = build_cluster(G, k)
+    cluster = Cluster.from_graph(G, k)
     model = CollectiveModel(cluster, k)
     t1 = time.perf_counter()
     ranks = list(range(cluster.n_gpus))

@@ -18,6 +18,7 @@ import networkx as nx
 import numpy as np
 
 from .choices import ECMP_MODES
+from .collectives.constants import ModelConstants, load_constants
 from .errors import TopologyError
 from .routing import SwitchRouter
 
@@ -84,12 +85,27 @@ class Cluster:
         self._template_pairs: dict = {}    # template -> {(local a, local b): position}
         self._server_ids: dict = {}        # server -> link id per template pair
 
+    @classmethod
+    def from_graph(cls, G: nx.Graph, constants: ModelConstants | None = None,
+                   ecmp: str = "spread", seed: int = 0) -> "Cluster":
+        """A cluster whose link capacities carry the calibrated efficiencies of
+        ``constants`` (the shipped ones when None)."""
+        k = constants or load_constants()
+        return cls(G, link_efficiency=k.link_efficiency, ecmp=ecmp, seed=seed)
+
+    def capacities_at(self, link_efficiency: dict[str, float]) -> np.ndarray:
+        """Usable bytes/s of every directed link: nominal bandwidth x the efficiency of
+        its ``link_type`` when the table has one, else of its ``link_class``, else 1."""
+        eff = [link_efficiency.get(t, link_efficiency.get(c, 1.0))
+               for t, c in zip(self.link_type.tolist(), self.link_class.tolist())]
+        return self.nominal_bytes_per_s * np.array(eff) if eff else np.zeros(0)
+
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
         G = self.G
         n_edges = G.number_of_edges()
         self.link_id: dict[tuple, int] = {}
-        nominal = np.empty(2 * n_edges)
+        self.nominal_bytes_per_s = nominal = np.empty(2 * n_edges)
         latency = np.empty(2 * n_edges)
         classes, types = [], []
         for i, (u, v, d) in enumerate(G.edges(data=True)):
@@ -101,13 +117,9 @@ class Cluster:
             types += [d.get("link_type", "")] * 2
             d["cost"] = _cost(d["bw_bytes_per_s"])
         self.link_class = np.array(classes)
-        self.nominal_bytes_per_s = nominal
         self.latency_s = latency
         self.link_type = np.array(types)
-        # Efficiency by link type when calibrated for it, else by link class.
-        eff = np.array([efficiency.get(t, efficiency.get(c, 1.0))
-                        for t, c in zip(types, classes)]) if classes else np.zeros(0)
-        self.capacity_bytes_per_s = nominal * eff
+        self.capacity_bytes_per_s = self.capacities_at(efficiency)
 
     def _index_ranks(self) -> None:
         gpus = [(d["rank"], n) for n, d in self.G.nodes(data=True) if d.get("kind") == "gpu"]

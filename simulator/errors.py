@@ -31,3 +31,72 @@ class ConfigError(ClusterSimError):
 
 class TopologyError(ClusterSimError):
     """The cluster graph is unusable (disconnected, no GPUs, a missing route...)."""
+
+
+# pydantic's loc entries that name a union member or a container type, not a key (an
+# entry ending in "[" drops every tag it starts)
+TYPE_TAGS = ("int", "bool", "str", "float", "none", "list[", "literal[")
+
+
+def validation_error(exc, *, source: str | None = None, prefix: str = "", valid=None,
+                     depth: int | None = None, skip: tuple[str, ...] = (),
+                     style: str = "plain", brackets: bool = False) -> ConfigError:
+    """The one-line :class:`ConfigError` for a pydantic ``ValidationError`` ``exc``.
+
+    The field is pydantic's location of the error, dotted: without the entries in ``skip``
+    (union-member and container tags such as :data:`TYPE_TAGS`), cut to its first
+    ``depth`` keys, under ``prefix`` (list positions as ``[i]`` with ``brackets``, as in
+    ``questions[2].per``; else as dotted keys). Unknown keys: with ``valid`` (the schema's key names,
+    or a function of the first unknown key's location giving them) every unknown key of
+    the input is listed with the valid ones (``unknown key(s) 'a', 'b'; valid: ...``).
+    Otherwise the first error, worded by ``style``:
+
+    * ``raw``: pydantic's message;
+    * ``keys``: ``unknown key``, ``missing required key``, or pydantic's message;
+    * ``plain``: ``unknown key``, or the message without its ``Value error, `` prefix;
+    * ``got``: ``missing required key``, or the message lower-cased and ``, got <input>``;
+    * ``paren``: ``unknown key``, ``missing required key`` or the message without
+      ``Value error, ``, then `` (got <input>)`` unless the message already says what it got.
+
+    ``exc`` is duck-typed (its ``errors()``), so this module needs no pydantic.
+    """
+    errors = exc.errors()
+    extra = [e for e in errors if e["type"] == "extra_forbidden"]
+    if extra and valid is not None:
+        names = valid(extra[0]["loc"]) if callable(valid) else valid
+        keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
+        return ConfigError(f"unknown key(s) {keys}; valid: {', '.join(names)}", source=source,
+                           field=_error_field(extra[0]["loc"], prefix, depth, skip, brackets))
+    first = errors[0]
+    return ConfigError(_error_reason(first, style), source=source,
+                       field=_error_field(first["loc"], prefix, depth, skip, brackets))
+
+
+def _error_field(loc, prefix: str, depth: int | None, skip: tuple[str, ...],
+                 brackets: bool = False) -> str | None:
+    tags = tuple(t for t in skip if t.endswith("["))
+    keys = [x for x in loc if not (str(x) in skip or (tags and str(x).startswith(tags)))]
+    keys = keys[:depth] if depth is not None else keys
+    parts = [f"[{k}]" if brackets and isinstance(k, int) else str(k) for k in keys]
+    field = ".".join([prefix, *parts] if prefix else parts)
+    return (field.replace(".[", "[") if brackets else field) or None
+
+
+def _error_reason(err: dict, style: str) -> str:
+    msg, kind = err["msg"], err["type"]
+    if style == "raw":
+        return msg
+    if style == "got":
+        if kind == "missing":
+            return "missing required key"
+        return f"{msg[:1].lower()}{msg[1:]}, got {err.get('input')!r}"
+    if kind == "extra_forbidden":
+        return "unknown key" if style != "paren" else f"unknown key (got {err.get('input')!r})"
+    if kind == "missing" and style in ("keys", "paren"):
+        return "missing required key"
+    if style == "keys":
+        return msg
+    msg = msg.removeprefix("Value error, ")
+    if style == "paren" and ", got " not in msg:
+        msg = f"{msg} (got {err.get('input')!r})"
+    return msg

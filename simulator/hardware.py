@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 
 from simulator.errors import ConfigError
+from simulator.precision import PEAK_PRECISIONS
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_flops, parse_size, parse_time
 
 LINK_CLASSES = ("nvlink", "pcie", "net", "cpu")
-PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16")
 
 _GPU_KEYS = {"peak_flops", "hbm_bytes", "usable_bytes", "hbm_bw", "nvlink", "pcie", "tdp",
              "source"}
@@ -196,8 +196,8 @@ def _peak_flops(src: str, name: str, rates: dict) -> dict[str, float]:
     out = {}
     for precision, text in rates.items():
         field = f"{name}.peak_flops.{precision}"
-        if precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision; valid: {', '.join(PRECISIONS)}",
+        if precision not in PEAK_PRECISIONS:
+            raise ConfigError(f"unknown precision; valid: {', '.join(PEAK_PRECISIONS)}",
                               source=src, field=field)
         try:
             out[precision] = _positive(parse_flops(text), src, field)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from .cluster import Cluster
 from .collectives.constants import load_constants
 from .collectives.model import CollectiveModel
-from .collectives.run import build_cluster
 from .compute import ComputeModel
 from .engine import EngineConfig, Timeline, replay
 from .errors import ConfigError
@@ -16,9 +15,10 @@ from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
+from .precision import is_half
 from .scenario import Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
-from .topology.loader import load_topology, resolve_topology
+from .topology.build import scenario_cluster
 from .trace import Trace
 from .trace.transform import apply_stragglers
 
@@ -108,7 +108,7 @@ def _located(exc: ConfigError, source: str, prefix: str) -> ConfigError:
 def autocasts(cfg: CommonConfig) -> bool:
     """16-bit compute on fp32 weights: torch.autocast (DDP's default under fp16/bf16) or
     Keras' mixed policy, not FSDP's MixedPrecision (16-bit parameters)."""
-    return cfg.precision in ("fp16", "bf16") and cfg.weight_bytes() == 4
+    return is_half(cfg.precision) and cfg.weight_bytes() == 4
 
 
 def _strategy_dict(scn: Scenario) -> dict:
@@ -122,6 +122,11 @@ def _strategy_dict(scn: Scenario) -> dict:
     return data
 
 
+def job_world(cluster: Cluster, n_gpus: int) -> World:
+    """The first ``n_gpus`` ranks of ``cluster``, ``gpus_per_node`` to a server."""
+    return World(n_gpus, min(int(cluster.G.graph["gpus_per_node"]), n_gpus))
+
+
 def build_setup(scn: Scenario, source: str = "<scenario>", graph=None) -> Setup:
     """Load the model and topology, generate the trace, build the cost models.
 
@@ -131,19 +136,16 @@ def build_setup(scn: Scenario, source: str = "<scenario>", graph=None) -> Setup:
         model = load_model(scn.model)
     except ConfigError as exc:
         raise _located(exc, source, "model") from None
-    G = graph if graph is not None else load_topology(
-        resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
-        links=scn.cluster.links or None)
     k = load_constants()
-    cluster = build_cluster(G, k, ecmp=scn.cluster.ecmp, seed=scn.simulation.seed)
-    gpu = gpu_spec(G.graph["gpu"])
+    cluster = scenario_cluster(scn, k, graph=graph)
+    gpu = gpu_spec(cluster.G.graph["gpu"])
     cfg = parse_strategy(_strategy_dict(scn), source=source)
     t = scn.training
     n_gpus = scn.cluster.gpus or cluster.n_gpus
     if n_gpus > cluster.n_gpus:
         raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",
                           source=source, field="cluster.gpus")
-    world = World(n_gpus, min(int(G.graph["gpus_per_node"]), n_gpus))
+    world = job_world(cluster, n_gpus)
     trace = make_trace(scn, model, cfg, world, source)
     engine = EngineConfig(fidelity=scn.simulation.fidelity,
                           overlap_slowdown=scn.simulation.overlap_slowdown,

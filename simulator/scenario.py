@@ -23,7 +23,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
-from .errors import ConfigError
+from .errors import ConfigError, validation_error
+from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
 from .yamlio import read_yaml
 
@@ -59,7 +60,7 @@ class Training(BaseModel):
     @field_validator("precision")
     @classmethod
     def _precision(cls, v: str) -> str:
-        return _one_of(v, ("fp32", "tf32", "bf16", "fp16"))
+        return _one_of(v, PRECISIONS)
 
 
 class ClusterCfg(BaseModel):
@@ -152,14 +153,7 @@ def scenario_from_dict(data: dict, source: str = "<dict>") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        msg = "unknown key" if err["type"] == "extra_forbidden" else (
-            "missing required key" if err["type"] == "missing" else err["msg"])
-        msg = msg.removeprefix("Value error, ")
-        if err["type"] != "missing" and ", got " not in msg:
-            msg = f"{msg} (got {err.get('input')!r})"
-        raise ConfigError(msg, source=source, field=field) from None
+        raise validation_error(exc, source=source, style="paren") from None
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:

@@ -65,7 +65,7 @@ def edit_cases_yaml(root, fn):
 def up_down_blocks(n: int, params_each: int):
     """``n`` two-weight layers ("up" then "down", ``params_each`` each) whose kernels name
     their weights; backward computes down's gradients before up's, as autograd does."""
-    from simulator.models.costs import LayerCost, OpCost
+    from simulator.models.ops import LayerCost, OpCost
     fwd = tuple(OpCost(w, "matmul", 2e9, 1e6, weight=w, params=params_each)
                 for w in ("up", "down"))
     bwd = tuple(OpCost(f"{w}.{k}", "matmul", 2e9, 1e6, weight=w)

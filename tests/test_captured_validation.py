@@ -195,7 +195,7 @@ def test_mwms_reduces_after_backward_in_every_captured_step():
 def test_ddp_buckets_are_the_ones_pytorch_built_in_the_captured_runs():
     """DDP's bucket rule (whole tensors in backward order, closed at 1 MiB then 25 MiB) on
     the captured job's model gives exactly the all-reduce sizes PyTorch 2.13 recorded."""
-    from simulator.models.costs import LayerCost, OpCost
+    from simulator.models.ops import LayerCost, OpCost
     from simulator.strategies import assign_buckets
 
     def layer(name, weights):

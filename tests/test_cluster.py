@@ -71,10 +71,9 @@ def test_efficiency_scales_capacity_by_link_type_then_class():
                                         ("aws-p4d", 2)])
 def test_fast_local_routes_equal_the_general_path_routes(topo, nodes):
     from simulator.collectives.constants import load_constants
-    from simulator.collectives.run import build_cluster
     from simulator.topology.loader import load_topology, resolve_topology
     G = load_topology(resolve_topology(topo), nodes=nodes)
-    c = build_cluster(G, load_constants())
+    c = Cluster.from_graph(G, load_constants())
     ends = [n for n, d in G.nodes(data=True) if d.get("kind") in ("gpu", "nic")]
     pairs = [(a, b) for a in ends for b in ends
              if a != b and G.nodes[a]["server"] == G.nodes[b]["server"]]

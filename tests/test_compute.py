@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.compute import PRECISIONS, ComputeModel, load_compute_calibration
+from simulator.compute import ComputeModel, load_compute_calibration
 from simulator.compute.kernels import (fit_from_traces, load_kineto_gemms,
                                        load_kineto_kernels, trace_summary)
 from simulator.errors import ConfigError
+from simulator.precision import PRECISIONS
 from simulator.hardware import gpu_spec
 
 A100 = gpu_spec("A100-SXM4-80GB")

@@ -67,14 +67,15 @@ def test_degraded_fabric_is_slower_when_uplinks_are_the_bottleneck():
 
     from simulator.collectives.constants import load_constants
     from simulator.collectives.model import CollectiveModel
-    from simulator.collectives.run import build_cluster, run_collective
+    from simulator.cluster import Cluster
+    from simulator.collectives.run import run_collective
     from simulator.reliability.inventory import degraded_graph
     from simulator.topology.loader import topology_from_dict
     data = yaml.safe_load(resolve_topology("a100-roce-leaf-spine").read_text())
     data["params"]["oversubscription"] = 4.0
     G = topology_from_dict(data, nodes=8)
     k = load_constants()
-    times = [run_collective(CollectiveModel(build_cluster(g, k), k), "all_reduce", 1 << 30,
+    times = [run_collective(CollectiveModel(Cluster.from_graph(g, k), k), "all_reduce", 1 << 30,
                             list(range(64))).time_s
              for g in (G, degraded_graph(G, ("edge", "leaf.g0", "spine.0")),
                        degraded_graph(G, ("node", "spine.0")))]

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.models.costs import LayerCost, OpCost
+from simulator.models.ops import LayerCost, OpCost
 from simulator.strategies import STRATEGIES, World, build_trace, parse_strategy
 from simulator.strategies.optim import CPU_OPT_STEP_BYTES
 from simulator.strategies.tf_common import Pack, concat_and_split, fuse, group_by_size, tf_constants

@@ -156,7 +156,8 @@ def register(cli: click.Group) -> None:
         """
         from ..collectives.constants import load_constants, with_cuda_graph
         from ..collectives.model import CollectiveModel
-        from ..collectives.run import build_cluster, run_collective, size_sweep
+        from ..cluster import Cluster
+        from ..collectives.run import run_collective, size_sweep
 
         if algo != "auto" and algo not in ALGOS_FOR_OP[op]:
             raise bad_parameter(f"{algo} does not implement {op}; choose auto or "
@@ -172,7 +173,7 @@ def register(cli: click.Group) -> None:
 
         path, G = load_topology_arg(topology, nodes, "--topology")
         constants = load_constants()
-        cluster = build_cluster(G, constants, ecmp=ecmp, seed=seed)
+        cluster = Cluster.from_graph(G, constants, ecmp=ecmp, seed=seed)
         rank_list = _choose_ranks(op, ranks, cluster.n_gpus)
         rooted = op in ("broadcast", "reduce")
         root_pos = _root_position(cluster, rank_list, root) if rooted else 0

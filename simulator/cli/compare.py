@@ -89,7 +89,7 @@ def register(cli: click.Group) -> None:
         from ..compare.report import render_table, to_csv, to_json, write_outputs
         from ..compare.runner import compare
         from ..scenario import load_scenario, resolve_scenario
-        from ..topology.loader import load_topology, resolve_topology
+        from ..topology.build import scenario_graph
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
@@ -101,8 +101,7 @@ def register(cli: click.Group) -> None:
                               source="--day-rate")
         if day_rate is not None and not day_rate >= 0:
             raise ConfigError(f"must be >= 0 USD, got {day_rate!r}", source="--day-rate")
-        G = load_topology(resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
-                          links=scn.cluster.links or None)
+        G = scenario_graph(scn)
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
         say = None if quiet else (lambda msg: click.echo(f"compare: {msg}", err=True))
         cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,

@@ -21,19 +21,18 @@ from ..cluster import Route
 from ..errors import ConfigError
 from ..network.fabric import bottleneck_rate
 from .layouts import gpu_route, make_communicator
+from .plan import Plan
 
 STAR_OPS = ("reduce", "broadcast")
 
 
 def star_plan(model, op: str, size_bytes: int, ranks: list[int], root: int = 0):
-    """A :class:`~simulator.collectives.model.Plan` of ``op`` by copies to/from ``root``
+    """A :class:`~simulator.collectives.plan.Plan` of ``op`` by copies to/from ``root``
     (a position in ``ranks``' server-grouped order, as for the other algorithms).
 
     :raises ConfigError: (field ``algo``) for an op other than reduce and broadcast, and
         (field ``root``) for a root outside the communicator.
     """
-    from .model import Plan          # model.py dispatches here: import at call time
-
     if op not in STAR_OPS:
         raise ConfigError(f"algorithm 'star' implements {' and '.join(STAR_OPS)}, not {op}",
                           field="algo")

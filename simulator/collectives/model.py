@@ -10,7 +10,6 @@ fabric (alone, or shared with whatever else is on the links).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,9 +17,11 @@ from ..choices import ALGOS, ALGOS_FOR_OP, OPS  # noqa: F401 (ALGOS, OPS: import
 from ..cluster import Cluster
 from ..errors import ConfigError
 from ..network.fabric import Flow, bottleneck_rate
+from .copies import star_plan
 from .constants import PROTOS, ModelConstants
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
+from .plan import Plan
 
 REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
 
@@ -32,28 +33,6 @@ def bus_factor(op: str, n: int) -> float:
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     return 1.0
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One collective, laid out and costed, ready to hand to a fabric."""
-
-    op: str
-    algo: str
-    proto: str
-    n_ranks: int
-    n_nodes: int
-    size_bytes: int
-    latency_s: float
-    payload_bytes: float       # bytes each edge carries (per direction)
-    links: np.ndarray
-    coef: np.ndarray
-    max_rate: float            # NCCL per-channel ceilings, payload bytes/s
-    predicted_s: float         # the tuner's estimate (links uncontended)
-
-    def flow(self) -> Flow:
-        return Flow(self.payload_bytes, self.links, self.coef, self.latency_s, self.max_rate,
-                    label=f"{self.op}/{self.algo}/{self.proto}")
 
 
 def _payload(op: str, algo: str, size: int, n: int) -> float:
@@ -188,7 +167,6 @@ class CollectiveModel:
         (reduce/broadcast by copies, TensorFlow's copy-based reductions) is only chosen by
         name (:mod:`simulator.collectives.copies`)."""
         if algo == "star":
-            from .copies import star_plan
             return star_plan(self, op, size_bytes, ranks, root)
         comm = make_communicator(self.cluster, ranks)
         if comm.n_ranks == 1:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
-
 from ..cluster import Cluster
 from ..network.fabric import CountingEnvironment, make_fabric
-from .constants import ModelConstants, load_constants
-from .model import CollectiveModel, Plan, bus_factor
+from .model import CollectiveModel, bus_factor
+from .plan import Plan
 
 
 @dataclass(frozen=True)
@@ -25,13 +23,6 @@ class CollectiveResult:
     algbw_bytes_per_s: float
     busbw_bytes_per_s: float
     events: int
-
-
-def build_cluster(G: nx.Graph, constants: ModelConstants | None = None,
-                  ecmp: str = "spread", seed: int = 0) -> Cluster:
-    """A :class:`Cluster` whose link capacities carry the calibrated efficiencies."""
-    k = constants or load_constants()
-    return Cluster(G, link_efficiency=k.link_efficiency, ecmp=ecmp, seed=seed)
 
 
 def simulate_plans(cluster: Cluster, plans: list[Plan], fidelity: str = "flow"):

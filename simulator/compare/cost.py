@@ -32,7 +32,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, validation_error
 from ..yamlio import read_yaml
 
 SECONDS_PER_HOUR = 3600.0
@@ -78,9 +78,7 @@ def load_price_file(path=None) -> _PriceFile:
     try:
         table = _PriceFile.model_validate(read_yaml(path, "price catalog"))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(err["msg"], source=str(path),
-                          field=".".join(str(p) for p in err["loc"])) from None
+        raise validation_error(exc, source=str(path), style="raw") from None
     for gpu, name in table.default_instance.items():
         if name not in table.instances:
             raise ConfigError(f"names no instance of this file: {name!r}", source=str(path),

@@ -3,9 +3,9 @@
 See ``docs/training-interfaces.md`` section 2 and ``simulator/data/compute.yaml``.
 """
 
-from simulator.compute.model import (OP_CLASSES, PRECISIONS, ComputeCalibration,
-                                     ComputeModel, EfficiencyCurve, OpClassCalibration,
+from simulator.compute.model import (OP_CLASSES, ComputeCalibration, ComputeModel,
+                                     EfficiencyCurve, OpClassCalibration,
                                      load_compute_calibration)
 
-__all__ = ["OP_CLASSES", "PRECISIONS", "ComputeCalibration", "ComputeModel",
-           "EfficiencyCurve", "OpClassCalibration", "load_compute_calibration"]
+__all__ = ["OP_CLASSES", "ComputeCalibration", "ComputeModel", "EfficiencyCurve",
+           "OpClassCalibration", "load_compute_calibration"]

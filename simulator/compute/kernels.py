@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ConfigError
+from simulator.precision import PRECISIONS
 
 _US = 1e-6
 _GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -264,7 +265,7 @@ def _main(argv: list[str]) -> int:
         fmt = {k: (tuple(round(x * 1e6, 2) for x in v) if isinstance(v, tuple) else v)
                for k, v in s.items()}
         print(f"{p}: {fmt} (times in us)")
-    for precision in ("fp32", "tf32", "bf16", "fp16"):
+    for precision in PRECISIONS:
         for q in (0.9, 0.5):
             try:
                 fit = fit_from_traces(argv, precision, quantile=q)

@@ -22,11 +22,11 @@ from typing import Any, Mapping
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
+from simulator.precision import FP32, PRECISIONS
 from simulator.units import UnitError, parse_time
 
 OP_CLASSES = ("matmul", "attention", "conv", "elementwise", "norm", "embedding", "loss",
               "optimizer")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ class ComputeModel:
         entry = self._class(op_class)
         if not isinstance(precision, str) or precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
-        key = precision if entry.tensor_cores else "fp32"
+        key = precision if entry.tensor_cores else FP32
         if key not in entry.compute:
             raise ConfigError(f"no compute efficiency for op class {op_class!r} at precision "
                               f"{precision!r}", source=self.calibration.source)
@@ -234,7 +234,7 @@ def _curves(table: Any, tensor_cores: bool, src: str, where: str) -> dict:
     if not isinstance(table, dict) or not table:
         raise ConfigError("must be a non-empty mapping precision -> curve", source=src,
                           field=where)
-    valid = PRECISIONS if tensor_cores else ("fp32",)
+    valid = PRECISIONS if tensor_cores else (FP32,)
     out = {}
     for precision, curve in table.items():
         at = f"{where}.{precision}"
@@ -248,7 +248,7 @@ def _curves(table: Any, tensor_cores: bool, src: str, where: str) -> dict:
             eff_max=_fraction(curve["eff_max"], src, f"{at}.eff_max"),
             half_time_s=_time(curve["half_time"], src, f"{at}.half_time"),
             source=_source(curve["source"], src, at))
-    if "fp32" not in out and not tensor_cores:
+    if FP32 not in out and not tensor_cores:
         raise ConfigError("missing key(s) fp32", source=src, field=where)
     return out
 

@@ -16,13 +16,13 @@ import pandas as pd
 from ..cluster import Cluster
 from ..collectives.constants import load_constants
 from ..collectives.model import CollectiveModel
-from ..collectives.run import build_cluster
 from ..compute import ComputeModel
 from ..engine import EngineConfig, Timeline, replay
 from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..metrics import Metrics, compute_metrics
-from ..topology.loader import load_topology, resolve_topology
+from ..topology.build import load_cluster
+from ..topology.loader import resolve_topology
 from ..trace.schema import Trace
 
 NCCL_CHOICES = ("recorded", "auto")
@@ -76,16 +76,15 @@ def replay_trace(trace: Trace, topology: str = "dgx-a100", nodes: int | None = N
         raise ConfigError(f"unknown NCCL choice {nccl_choice!r}; choose "
                           f"{', '.join(NCCL_CHOICES)}", field="--nccl")
     path = resolve_topology(topology)
-    G = load_topology(path, nodes=nodes)
     k = load_constants()
-    cluster = build_cluster(G, k)
+    cluster = load_cluster(path, nodes, constants=k)
     if trace.world_size > cluster.n_gpus:
         raise ConfigError(f"the trace has {trace.world_size} ranks; the topology has only "
                           f"{cluster.n_gpus} GPUs (add --nodes)", source=str(path))
     model = CollectiveModel(cluster, k)
     if nccl_choice == "recorded":
         model = RecordedChoice(model, recorded_choices(trace))
-    gpu = gpu_spec(G.graph["gpu"])
+    gpu = gpu_spec(cluster.G.graph["gpu"])
     compute = ComputeModel(gpu)
     tl = replay(trace, model, compute, EngineConfig(fidelity=fidelity))
     metrics = compute_metrics(tl, trace.world_size, compute.peak_flops("matmul", "bf16"))

@@ -26,93 +26,13 @@ Conventions (all counts for the whole micro-batch of ``batch`` samples):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from simulator.errors import ConfigError
+from simulator.models.maskrcnn import maskrcnn_layer_costs, maskrcnn_train_flops
+from simulator.models.ops import LayerCost, check_positive
+from simulator.models.resnet import resnet_forward_flops, resnet_layer_costs
 from simulator.models.spec import ModelSpec
-
-BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-ID_BYTES = 8                 # int64 token ids / pooling indices
-LOSS_BYTES = 4               # the fp32 scalar loss
-NORM_FLOPS = {"layernorm": 5, "rmsnorm": 4}     # per element, forward
-SOFTMAX_FLOPS, SOFTMAX_BWD_FLOPS = 5, 3          # per score element
-ACT_FLOPS = {"gelu": 8, "swiglu": 4}             # per MLP inner element, forward
-LOSS_FLOPS, LOSS_BWD_FLOPS = 5, 2                # per logit
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """One kernel-level piece of a layer: ``flops`` FLOPs, ``bytes_accessed`` HBM bytes."""
-
-    name: str
-    op_class: str    # matmul, attention, elementwise, norm, conv, embedding or loss
-    flops: float
-    bytes_accessed: float
-    weight: str = ""  # the parameter tensor the kernel uses (forward and backward), if any
-    params: int = 0   # its size, on the forward op only (sum over a layer = layer params)
-
-
-@dataclass(frozen=True)
-class LayerCost:
-    """One layer of the model for one micro-batch (bytes at the chosen precision)."""
-
-    name: str
-    kind: str
-    params: int
-    forward: tuple[OpCost, ...]
-    backward: tuple[OpCost, ...]
-    activation_bytes: int
-    output_bytes: int
-
-    @property
-    def forward_flops(self) -> float:
-        return sum(op.flops for op in self.forward)
-
-    @property
-    def backward_flops(self) -> float:
-        return sum(op.flops for op in self.backward)
-
-
-# ------------------------------------------------------------------ op builders
-def matmul(name: str, m: float, k: float, n: float, e: int, op_class: str = "matmul",
-           params: int = 0) -> OpCost:
-    """Forward ``(m, k) x (k, n)``: ``2 m k n`` FLOPs, inputs + weight + output bytes.
-    ``params``: the weight's parameters (``k n`` plus a bias) when it is one (its name is
-    ``name``), 0 for a product of activations."""
-    return OpCost(name, op_class, 2.0 * m * k * n, float(e * (m * k + k * n + m * n)),
-                  weight=name if params else "", params=int(params))
-
-
-def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = True,
-               op_class: str = "matmul", weight: bool = False) -> list[OpCost]:
-    """Backward of :func:`matmul`: input gradient (unless ``dgrad`` is False) and weight
-    gradient, each ``2 m k n`` FLOPs and ``e (m n + k n + m k)`` bytes; with ``weight``
-    both name the weight ``name`` they use."""
-    grads = (("dgrad", "wgrad") if dgrad else ("wgrad",))
-    return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)),
-                   weight=name if weight else "")
-            for g in grads]
-
-
-def pointwise(name: str, op_class: str, elements: float, flops_per: float, tensors: float,
-              e: int) -> OpCost:
-    """An elementwise kernel over ``elements`` touching ``tensors`` full tensors in HBM."""
-    return OpCost(name, op_class, float(flops_per * elements), float(e * tensors * elements))
-
-
-def precision_bytes(precision: str) -> int:
-    """Bytes per element of ``precision`` (4 for fp32/tf32, 2 for bf16/fp16)."""
-    if precision not in BYTES_PER_ELEMENT:
-        raise ConfigError(f"unknown precision {precision!r}; valid: "
-                          f"{', '.join(BYTES_PER_ELEMENT)}", field="precision")
-    return BYTES_PER_ELEMENT[precision]
-
-
-def _check_positive(**values: int) -> None:
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"must be a positive integer, got {value!r}", field=key)
-
+from simulator.models.transformer import block_cost, embed_cost, head_cost
+from simulator.precision import FP32, precision_bytes
 
 # ------------------------------------------------------------------ public API
 def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
@@ -143,19 +63,16 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     """
     e = precision_bytes(precision)
     if model.family == "resnet":
-        from simulator.models.resnet import resnet_layer_costs
-        _check_positive(batch=batch)
+        check_positive(batch=batch)
         return resnet_layer_costs(model, batch, e)
     if model.family == "maskrcnn":
-        from simulator.models.maskrcnn import maskrcnn_layer_costs
-        _check_positive(batch=batch)
+        check_positive(batch=batch)
         return maskrcnn_layer_costs(model, batch, e)
-    _check_positive(batch=batch, seq_len=seq_len)
+    check_positive(batch=batch, seq_len=seq_len)
     if model.position_embedding == "learned" and seq_len > model.max_seq_len:
         raise ConfigError(f"{seq_len} exceeds the {model.max_seq_len} learned positions "
                           f"of {model.name}", field="seq_len")
-    from simulator.models.transformer import block_cost, embed_cost, head_cost
-    k = BYTES_PER_ELEMENT["fp32"] if autocast else e
+    k = precision_bytes(FP32) if autocast else e
     block = block_cost(model, batch, seq_len, e, flash_attention, k)
     blocks = [LayerCost(f"block.{i}", block.kind, block.params, block.forward,
                         block.backward, block.activation_bytes, block.output_bytes)
@@ -166,7 +83,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
 
 def params_total(model: ModelSpec) -> int:
     """Number of parameters of ``model`` (embeddings and heads included)."""
-    return sum(layer.params for layer in layer_costs(model, 1, 1, "fp32"))
+    return sum(layer.params for layer in layer_costs(model, 1, 1, FP32))
 
 
 def lookup_params(model: ModelSpec) -> int:
@@ -187,7 +104,7 @@ def megatron_recompute_flops(model: ModelSpec, batch: int, seq_len: int) -> floa
     block, plus the logit layer). Used by benchmarks that report TFLOP/s this way (the
     PyTorch distributed team's ptd_benchmark ``trainer.py``, ``calc_flop``); it counts
     about 4/3 of :func:`model_flops_per_sample`."""
-    _check_positive(batch=batch, seq_len=seq_len)
+    check_positive(batch=batch, seq_len=seq_len)
     b, s, n, h, v = batch, seq_len, model.layers, model.hidden, model.vocab
     return 96.0 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
 
@@ -203,12 +120,10 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
     forward and backward convolution and matmul FLOPs (its frozen layers have no backward).
     """
     if model.family == "resnet":
-        from simulator.models.resnet import resnet_forward_flops
         return 3.0 * resnet_forward_flops(model)
     if model.family == "maskrcnn":
-        from simulator.models.maskrcnn import maskrcnn_train_flops
         return maskrcnn_train_flops(model)
-    _check_positive(seq_len=seq_len)
+    check_positive(seq_len=seq_len)
     n = params_total(model) - lookup_params(model)
     return 6.0 * n * seq_len + 12.0 * model.layers * model.hidden * seq_len ** 2
 

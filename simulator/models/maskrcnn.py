@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simulator.models.costs import (LayerCost, OpCost, matmul, matmul_bwd, pointwise)
+from simulator.models.ops import (LayerCost, OpCost, matmul, matmul_bwd, pointwise)
 from simulator.models.resnet import Conv, _conv_ops, resnet_layer_costs
 from simulator.models.spec import ModelSpec
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.models.costs import (
+from simulator.models.ops import (
     ID_BYTES, LOSS_BWD_FLOPS, LOSS_BYTES, LOSS_FLOPS, LayerCost, OpCost, matmul, matmul_bwd,
     pointwise)
 from simulator.models.spec import RESNET_BLOCKS, ModelSpec

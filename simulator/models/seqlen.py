@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import ConfigError
-from simulator.models.costs import LayerCost, OpCost, layer_costs
+from simulator.models.costs import layer_costs
+from simulator.models.ops import LayerCost, OpCost
 from simulator.models.spec import ModelSpec
 from simulator.yamlio import read_yaml
 

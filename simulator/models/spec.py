@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, validation_error
 from simulator.yamlio import read_yaml
 
 FAMILIES = ("gpt", "llama", "bert", "resnet", "maskrcnn")
@@ -214,7 +214,8 @@ def parse_model(data: Any, source: str) -> ModelSpec:
     try:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
-        raise _pydantic_error(exc, schema, source) from None
+        raise validation_error(exc, source=source, valid=schema.model_fields, depth=1,
+                               style="got") from None
     if not parsed.source:
         parsed = parsed.model_copy(update={"source": f"{USER_SOURCE} {source}"})
     if family in CONV_FAMILIES:
@@ -259,19 +260,3 @@ def _resnet_spec(f: _ResNetFile, source: str) -> ModelSpec:
     return ModelSpec(name=f.name, family=f.family, source=f.source,
                      layers=sum(RESNET_BLOCKS[f.depth]), depth=f.depth,
                      image_size=f.image_size, num_classes=f.num_classes)
-
-
-def _pydantic_error(exc: ValidationError, schema: type[BaseModel], source: str) -> ConfigError:
-    """One-line ConfigError from pydantic's errors: all unknown keys, else the first error."""
-    errors = exc.errors()
-    extra = [e for e in errors if e["type"] == "extra_forbidden"]
-    if extra:
-        keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
-        return ConfigError(f"unknown key(s) {keys}; valid: {', '.join(schema.model_fields)}",
-                           source=source, field=str(extra[0]["loc"][0]))
-    first = errors[0]
-    field = str(first["loc"][0]) if first["loc"] else None  # the schema is flat
-    if first["type"] == "missing":
-        return ConfigError("missing required key", source=source, field=field)
-    reason = f"{first['msg'][:1].lower()}{first['msg'][1:]}, got {first.get('input')!r}"
-    return ConfigError(reason, source=source, field=field)

@@ -23,7 +23,7 @@ casts of their gradients in backward.
 
 from __future__ import annotations
 
-from simulator.models.costs import (
+from simulator.models.ops import (
     ACT_FLOPS, ID_BYTES, LOSS_BWD_FLOPS, LOSS_BYTES, LOSS_FLOPS, NORM_FLOPS, SOFTMAX_BWD_FLOPS,
     SOFTMAX_FLOPS, LayerCost, OpCost, matmul, matmul_bwd, pointwise)
 from simulator.models.spec import ModelSpec

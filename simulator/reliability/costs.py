@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.strategies.base import MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig
+from simulator.strategies.base import MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, World
+from simulator.strategies.fsdp_config import resolve_plan
 
 FP32 = 4
 
@@ -52,9 +53,11 @@ def state_bytes_per_param(cfg: CommonConfig) -> int:
     return w + moments + (MASTER_BYTES if w < FP32 else 0)
 
 
-def gathers_full_state(cfg: CommonConfig) -> bool:
-    """A full state dict must be all-gathered when the strategy shards parameters."""
-    return cfg.name == "fsdp" and getattr(cfg, "sharding", None) != "NO_SHARD"
+def gathers_full_state(cfg: CommonConfig, world: World) -> bool:
+    """A full state dict must be all-gathered when the strategy's resolved shard plan
+    spreads each copy of the parameters over more than one rank (``NO_SHARD``, FSDP2
+    ``mesh: [N, 1]`` and one rank keep whole copies: nothing to gather)."""
+    return cfg.name == "fsdp" and resolve_plan(cfg, world).shard > 1
 
 
 def _shared(nbytes: float, servers: int, bw_total: float, bw: Bandwidths) -> float:

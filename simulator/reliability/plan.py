@@ -11,15 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import networkx as nx
-
-from simulator.collectives.constants import load_constants
+from simulator.cluster import Cluster
 from simulator.errors import ConfigError
 from simulator.models import load_model, params_total
-from simulator.pipeline import strategy_dict
+from simulator.pipeline import job_world, strategy_dict
 from simulator.scenario import Scenario
 from simulator.strategies import parse_strategy
-from simulator.topology.loader import load_topology, resolve_topology
+from simulator.topology.build import scenario_cluster
 from simulator.units import parse_bandwidth, parse_size
 
 from .config import CLASSES, ReliabilityCfg
@@ -95,10 +93,9 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
     :raises ConfigError: naming ``reliability.<field>`` for anything the cluster contradicts.
     """
     cfg = cfg or scn.reliability or ReliabilityCfg()
-    G = load_topology(resolve_topology(scn.cluster.topology), nodes=scn.cluster.nodes,
-                      links=scn.cluster.links or None)
-    n_gpus = sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
-    world = scn.cluster.gpus or n_gpus
+    cluster = scenario_cluster(scn)
+    G = cluster.G
+    world = scn.cluster.gpus or cluster.n_gpus
     effects = {c: getattr(cfg.failures, c).effect for c in CLASSES}
     inv = inventory(G, world, effects)
     J = len(inv["node"])
@@ -115,7 +112,7 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
                                 source) for c in CLASSES)
     strategy = parse_strategy(strategy_dict(scn), source=source)
     params = params_total(load_model(scn.model))
-    costs = _costs(cfg, strategy, params, world, J, G, source)
+    costs = _costs(cfg, strategy, params, world, J, cluster, source)
     plan = JobPlan(
         t_base=steps.base_s, slow_times=tuple(steps.times_s[n] for n in slow_names),
         iterations=float(cfg.job.iterations) if cfg.job.iterations else None,
@@ -209,7 +206,7 @@ def _stragglers(cfg: ReliabilityCfg, world: int, J: int, slow_index) -> tuple | 
     return (rate.per_s * per, slow_index[straggler_key(st.factor)], parse_duration(st.duration))
 
 
-def _costs(cfg, strategy, params: int, N: int, J: int, G: nx.Graph, source) -> CkptCosts:
+def _costs(cfg, strategy, params: int, N: int, J: int, cluster: Cluster, source) -> CkptCosts:
     c, s = cfg.checkpoint, cfg.storage
     if c.target != "shared_fs" and (c.state_dict == "full" or c.keras):
         raise ConfigError("local_nvme and peer_memory hold per-server shards; use "
@@ -218,7 +215,7 @@ def _costs(cfg, strategy, params: int, N: int, J: int, G: nx.Graph, source) -> C
         raise ConfigError("peer_memory needs at least 2 servers", source=source,
                           field=f"{FIELD}.checkpoint.target")
     size = parse_size(c.size) if c.size is not None else params * state_bytes_per_param(strategy)
-    nic_node, nic_gpu, pcie = _fabric_rates(G)
+    nic_node, nic_gpu, pcie = _fabric_rates(cluster)
     bw = Bandwidths(
         shared_write=parse_bandwidth(s.shared_fs_bandwidth),
         shared_read=parse_bandwidth(s.shared_fs_read_bandwidth or s.shared_fs_bandwidth),
@@ -233,19 +230,20 @@ def _costs(cfg, strategy, params: int, N: int, J: int, G: nx.Graph, source) -> C
                             state_dict=state, target=c.target, replicas=c.replicas,
                             overhead_s=parse_duration(c.overhead),
                             persist_overhead_s=parse_duration(c.persist_overhead), load=c.load,
-                            gather=gathers_full_state(strategy), keras=bool(c.keras))
+                            gather=gathers_full_state(strategy, job_world(cluster, N)),
+                            keras=bool(c.keras))
 
 
-def _fabric_rates(G: nx.Graph) -> tuple[float, float, float]:
+def _fabric_rates(cluster: Cluster) -> tuple[float, float, float]:
     """Server 0's NIC bandwidth, its per-GPU share and one GPU's PCIe rate (bytes/s),
-    with the calibrated link efficiencies."""
-    eff = load_constants().link_efficiency
+    at the cluster's (calibrated) link capacities."""
+    G, cap = cluster.G, cluster.capacity_bytes_per_s
     gpn = int(G.graph["gpus_per_node"])
-    nic = sum(d["bw_bytes_per_s"] * eff.get(d.get("link_class"), 1.0)
+    nic = sum(float(cap[cluster.link_id[(u, v)]])
               for u, v, d in G.edges(("n0.nic%d" % j for j in range(64)), data=True)
               if d.get("link_class") == "net")
-    gpu_edges = [(d["bw_bytes_per_s"] * eff.get(d.get("link_class"), 1.0), d.get("link_class"))
-                 for _, _, d in G.edges("n0.gpu0", data=True)]
+    gpu_edges = [(float(cap[cluster.link_id[(u, v)]]), d.get("link_class"))
+                 for u, v, d in G.edges("n0.gpu0", data=True)]
     pcie = max((b for b, k in gpu_edges if k == "pcie"), default=max(b for b, _ in gpu_edges))
     nic_gpu = nic / gpn if nic else max(b for b, _ in gpu_edges)
     return nic or nic_gpu * gpn, nic_gpu, pcie

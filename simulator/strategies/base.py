@@ -20,21 +20,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from simulator.errors import ConfigError
+from simulator.errors import TYPE_TAGS, ConfigError, validation_error
+from simulator.precision import Dtype, Precision, precision_bytes, storage_dtype
 from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
-
-from .optim import OptimizerImpl
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
     from simulator.models import LayerCost
 
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 OPT_MOMENT_BYTES = {"adam": 8, "sgd": 4}     # fp32 optimizer state without master weights
 MASTER_BYTES = 4                             # fp32 master weights of a 16-bit model
 CLASS_ID = "all"
 
-Dtype = Literal["fp32", "bf16", "fp16"]
+OptimizerImpl = Literal["foreach", "fused"]   # the kernels of a GPU step (optim.py)
 
 
 @dataclass(frozen=True)
@@ -55,17 +53,6 @@ class World:
         return tuple(range(self.world_size))
 
 
-def config_error(exc: ValidationError, prefix: str = "strategy") -> ConfigError:
-    """The first pydantic error as a :class:`ConfigError` naming ``prefix.field``."""
-    first = exc.errors()[0]
-    loc = [str(x) for x in first["loc"] if not str(x).startswith(("list[", "literal["))
-           and x not in ("int", "bool", "str", "float", "none")]
-    field = ".".join([prefix, *loc[:2]]) if loc else prefix
-    if first["type"] == "extra_forbidden":
-        return ConfigError("unknown key", field=field)
-    return ConfigError(first["msg"].removeprefix("Value error, "), field=field)
-
-
 class CommonConfig(BaseModel):
     """Options every data-parallel strategy has. Validation errors are :class:`ConfigError`
     naming ``strategy.<field>``."""
@@ -73,7 +60,7 @@ class CommonConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     name: str
-    precision: Literal["fp32", "tf32", "bf16", "fp16"] = "bf16"   # compute precision
+    precision: Precision = "bf16"   # compute precision
     micro_batch: int = Field(1, gt=0)        # samples per GPU per micro-step
     grad_accum: int = Field(1, ge=1)         # micro-steps per optimizer step
     activation_checkpointing: bool = False   # recompute each *block* layer in backward
@@ -87,7 +74,7 @@ class CommonConfig(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise config_error(exc) from None
+            raise validation_error(exc, prefix="strategy", depth=2, skip=TYPE_TAGS) from None
 
     @model_validator(mode="after")
     def _cross_checks(self):
@@ -103,13 +90,13 @@ class CommonConfig(BaseModel):
 
     def weight_bytes(self) -> int:
         """Bytes per element of the weights the kernels read."""
-        return DTYPE_BYTES[self.param_dtype or self.default_param_dtype()]
+        return precision_bytes(self.param_dtype or self.default_param_dtype())
 
     def grad_reduce_bytes(self) -> int:
-        return DTYPE_BYTES[self.reduce_dtype] if self.reduce_dtype else self.weight_bytes()
+        return precision_bytes(self.reduce_dtype) if self.reduce_dtype else self.weight_bytes()
 
     def default_param_dtype(self) -> str:
-        return "fp32" if self.precision in ("fp32", "tf32") else self.precision
+        return storage_dtype(self.precision)
 
 
 def bandwidth_value(v) -> float:

@@ -35,12 +35,11 @@ bandwidth), the GradScaler pass 15-45% slower (validation/gpu/report.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .base import CommonConfig, OpList
 
-OptimizerImpl = Literal["foreach", "fused"]
 _P = _G = _S = 4
 STEP_BYTES = {
     ("adam", "fused"): 2 * _P + _G + 4 * _S,
@@ -87,5 +86,5 @@ def emit_optimizer(ol: OpList, cfg: CommonConfig, params_per_rank: int, deps=(),
                   flops=float(params_per_rank * OPT_STEP_FLOPS[cfg.optimizer]), **common)
 
 
-__all__ = ["CPU_OPT_STEP_BYTES", "GRAD_SCALER_BYTES", "OPT_STEP_FLOPS", "OptimizerImpl",
-           "STEP_BYTES", "TEMP_BYTES", "emit_optimizer", "step_bytes", "temp_bytes"]
+__all__ = ["CPU_OPT_STEP_BYTES", "GRAD_SCALER_BYTES", "OPT_STEP_FLOPS", "STEP_BYTES",
+           "TEMP_BYTES", "emit_optimizer", "step_bytes", "temp_bytes"]

@@ -62,10 +62,9 @@ def compare_point(scn, point: dict) -> list[dict]:
     from ..compare.cost import resolve_price
     from ..compare.options import parse_strategies
     from ..compare.runner import compare
-    from ..topology.loader import load_topology
+    from ..topology.build import scenario_graph
     opts = CompareOptions.model_validate(point["options"])
-    G = load_topology(scn.cluster.topology, nodes=scn.cluster.nodes,
-                      links=scn.cluster.links or None)
+    G = scenario_graph(scn)
     price = resolve_price(str(G.graph.get("gpu")), opts.price_per_gpu_hour, opts.instance)
     result = compare(scn, parse_strategies(opts.strategies), source=f"point {point['id']}",
                      price=price, scaling=opts.scaling, capacity=opts.capacity)

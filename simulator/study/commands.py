@@ -23,7 +23,7 @@ import yaml
 
 from pydantic import ValidationError
 
-from ..errors import ClusterSimError, ConfigError
+from ..errors import ClusterSimError, ConfigError, validation_error
 from .adapters import COMPARE_COLUMNS, RELIABILITY_COLUMNS
 
 # Columns every row has, whatever the command.
@@ -84,11 +84,7 @@ def parse_options(command: str, options: dict, source: str) -> dict:
     try:
         return resolve(target).model_validate(options).model_dump(mode="json")
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in ("options", *err["loc"]))
-        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ConfigError(f"{reason} (got {err.get('input')!r})", source=source,
-                          field=field) from None
+        raise validation_error(exc, source=source, prefix="options", style="paren") from None
 
 
 def checker(command: str):

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, validation_error
 
 MAX_POINTS = 100_000
 TOPOLOGY_PREFIX = "topology."
@@ -205,13 +205,4 @@ def check_columns(study: Study, columns: list[str], source: str) -> None:
 
 
 def _config_error(exc: ValidationError, source: str) -> ConfigError:
-    err = exc.errors()[0]
-    field = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in err["loc"])
-    field = field.replace(".[", "[")
-    if err["type"] == "extra_forbidden":
-        reason = f"unknown key (got {err.get('input')!r})"
-    elif err["type"] == "missing":
-        reason = "missing required key"
-    else:
-        reason = f"{err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})"
-    return ConfigError(reason, source=source, field=field)
+    return validation_error(exc, source=source, style="paren", brackets=True)

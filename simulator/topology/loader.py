@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from simulator.errors import ConfigError, TopologyError
+from simulator.errors import ConfigError, TopologyError, validation_error
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
 from simulator.topology.generators import GENERATORS, MULTI_NODE, check_cluster
 
 TOPOLOGY_DIR = "topologies"
+SCENARIO_LINKS = "cluster.links"   # the source named by errors in a scenario's overrides
 
 
 class LinkOverride(BaseModel):
@@ -36,6 +37,31 @@ class LinkOverride(BaseModel):
 
     bw: str | float | None = None        # with a unit: "400 Gb/s", "50 GB/s"
     latency: str | float | None = None   # with a unit: "1.5 us"
+
+    def edge_values(self, source: str, where: str) -> dict[str, float]:
+        """The edge attributes this override sets: ``bw_bytes_per_s`` (per physical link,
+        > 0) and ``latency_s``, for those given.
+
+        :raises ConfigError: naming ``where.bw`` or ``where.latency`` for a value without a
+            unit, one that cannot be read, or a bandwidth that is not > 0.
+        """
+        values = {}
+        for field, key, parse in (("bw", "bw_bytes_per_s", parse_bandwidth),
+                                  ("latency", "latency_s", parse_time)):
+            text = getattr(self, field)
+            if text is None:
+                continue
+            try:
+                values[key] = parse(text)
+            except UnitError as exc:
+                raise ConfigError(str(exc), source=source, field=f"{where}.{field}") from None
+            if key == "bw_bytes_per_s" and values[key] <= 0:
+                raise ConfigError(f"bandwidth must be > 0, got {text!r}", source=source,
+                                  field=f"{where}.{field}")
+        return values
+
+
+_LINK_OVERRIDES = TypeAdapter(dict[str, LinkOverride])
 
 
 class TopologyFile(BaseModel):
@@ -107,45 +133,53 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
         raise ConfigError(exc.reason, source=source, field=where.rstrip(".")) from None
     except TopologyError as exc:
         raise ConfigError(str(exc), source=source, field="params") from None
-    _apply_link_overrides(G, spec.links, source)
+    overrides = [(spec.links, source)]
     if links:
         # Overrides from outside the file (a scenario's cluster.links) win over the file's.
-        extra = _validate({**data, "links": links}, "cluster.links").links
-        _apply_link_overrides(G, extra, "cluster.links")
+        overrides.append((_scenario_links(links), SCENARIO_LINKS))
+    _apply_link_overrides(G, overrides)
     G.graph["name"] = spec.name
     return G
 
 
-def _apply_link_overrides(G: nx.Graph, links: dict[str, LinkOverride], source: str) -> None:
-    """Replace bandwidth and/or latency of every edge whose ``link_type`` is overridden.
+def _scenario_links(links: Any) -> dict[str, LinkOverride]:
+    """A scenario's ``cluster.links`` checked as a topology file's ``links`` section."""
+    try:
+        return _LINK_OVERRIDES.validate_python(links)
+    except ValidationError as exc:
+        raise validation_error(exc, source=SCENARIO_LINKS, prefix="links",
+                               valid=TopologyFile.model_fields, style="got") from None
+
+
+def _apply_link_overrides(G: nx.Graph,
+                          overrides: list[tuple[dict[str, LinkOverride], str]]) -> None:
+    """Set the figures of ``overrides`` (``(links, source)`` pairs, later ones winning key
+    by key) on every edge of an overridden ``link_type``, in one pass over the edges.
 
     ``bw`` is per physical link: an edge standing for several links (``lanes``, e.g. a
     leaf's aggregated uplinks to one spine) gets ``bw x lanes``, so the topology's
-    oversubscription survives a what-if bandwidth."""
-    for link_type, override in links.items():
-        where = f"links.{link_type}"
-        edges = [d for _, _, d in G.edges(data=True) if d.get("link_type") == link_type]
-        if not edges:
-            present = sorted({d.get("link_type", "") for _, _, d in G.edges(data=True)})
-            raise ConfigError(f"no link of type {link_type!r} in this topology; present: "
-                              f"{', '.join(present)}", source=source, field=where)
-        changes = {}
-        for field, key, parse in (("bw", "bw_bytes_per_s", parse_bandwidth),
-                                  ("latency", "latency_s", parse_time)):
-            text = getattr(override, field)
-            if text is None:
-                continue
-            try:
-                changes[key] = parse(text)
-            except UnitError as exc:
-                raise ConfigError(str(exc), source=source, field=f"{where}.{field}") from None
-            if key == "bw_bytes_per_s" and changes[key] <= 0:
-                raise ConfigError(f"bandwidth must be > 0, got {text!r}", source=source,
-                                  field=f"{where}.{field}")
-        for d in edges:
-            d.update(changes)
-            if "bw_bytes_per_s" in changes:
-                d["bw_bytes_per_s"] = changes["bw_bytes_per_s"] * d.get("lanes", 1.0)
+    oversubscription survives a what-if bandwidth.
+
+    :raises ConfigError: naming ``source`` and ``links.<type>`` for a type not in ``G``,
+        or as :meth:`LinkOverride.edge_values`.
+    """
+    present = {d.get("link_type", "") for _, _, d in G.edges(data=True)}
+    changes: dict[str, dict[str, float]] = {}
+    for links, source in overrides:
+        for link_type, override in links.items():
+            where = f"links.{link_type}"
+            if link_type not in present:
+                raise ConfigError(f"no link of type {link_type!r} in this topology; present: "
+                                  f"{', '.join(sorted(present))}", source=source, field=where)
+            changes.setdefault(link_type, {}).update(override.edge_values(source, where))
+    if not changes:
+        return
+    for _, _, d in G.edges(data=True):
+        values = changes.get(d.get("link_type"))
+        if values:
+            d.update(values)
+            if "bw_bytes_per_s" in values:
+                d["bw_bytes_per_s"] = values["bw_bytes_per_s"] * d.get("lanes", 1.0)
 
 
 def resolve_topology(name_or_path: str | Path) -> Path:
@@ -192,7 +226,8 @@ def _validate(data: Any, source: str) -> TopologyFile:
     try:
         spec = TopologyFile.model_validate(data)
     except ValidationError as exc:
-        raise _pydantic_error(exc, source) from None
+        raise validation_error(exc, source=source, valid=TopologyFile.model_fields,
+                               style="got") from None
     if spec.generator not in GENERATORS:
         raise ConfigError(f"unknown generator {spec.generator!r}; valid: "
                           f"{', '.join(GENERATORS)}", source=source, field="generator")
@@ -203,22 +238,3 @@ def _validate(data: Any, source: str) -> TopologyFile:
                           f"{spec.generator}; valid: {', '.join(valid)}",
                           source=source, field=f"params.{unknown[0]}")
     return spec
-
-
-def _pydantic_error(exc: ValidationError, source: str) -> ConfigError:
-    """One-line ConfigError from pydantic's errors: all unknown keys, else the first error."""
-    errors = exc.errors()
-    extra = [e for e in errors if e["type"] == "extra_forbidden"]
-    if extra:
-        keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
-        valid = ", ".join(TopologyFile.model_fields)
-        return ConfigError(f"unknown key(s) {keys}; valid: {valid}", source=source,
-                           field=".".join(map(str, extra[0]["loc"])))
-    first = errors[0]
-    field = ".".join(map(str, first["loc"]))
-    if first["type"] == "missing":
-        reason = "missing required key"
-    else:
-        reason = f"{first['msg'][:1].lower()}{first['msg'][1:]}, got {first.get('input')!r}"
-    return ConfigError(reason, source=source, field=field)
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import ConfigError
-from .schema import Op, RankClass, Trace
+from .schema import Op, Trace
 
 
 def apply_stragglers(trace: Trace, stragglers: dict[int, float]) -> Trace:

@@ -30,7 +30,7 @@ import networkx as nx
 import numpy as np
 
 from simulator.cluster import Cluster
-from simulator.collectives.model import Plan
+from simulator.collectives.plan import Plan
 from simulator.engine import EngineConfig, Timeline, replay
 from simulator.errors import ConfigError
 from simulator.trace.schema import Trace

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.cluster import Cluster
 from simulator.collectives.constants import ModelConstants, load_constants
-from simulator.collectives.run import build_cluster
 from simulator.errors import ConfigError
 from simulator.validation.collectives.fitted import (BOUNDS, DECIMALS, PARAMS, PRIOR,
                                                      with_values)
@@ -58,24 +58,14 @@ class _Problem:
 
     def __init__(self, cases: list, base: ModelConstants, fidelity: str, simulate):
         self.cases, self.base, self.fidelity, self.simulate = cases, base, fidelity, simulate
-        self.clusters = [build_cluster(c.graph, base) for c in cases]
-        for cl in self.clusters:          # the capacity rule must match Cluster's own
-            if not np.allclose(self._capacity(cl, base.link_efficiency),
-                               cl.capacity_bytes_per_s):
-                raise RuntimeError("link efficiency rule differs from simulator.cluster")
+        self.clusters = [Cluster.from_graph(c.graph, base) for c in cases]
         self.evaluations = 0
         self._memo: dict = {}
-
-    @staticmethod
-    def _capacity(cluster, eff: dict) -> np.ndarray:
-        factor = np.array([eff.get(t, eff.get(c, 1.0))
-                           for t, c in zip(cluster.link_type, cluster.link_class)])
-        return cluster.nominal_bytes_per_s * factor
 
     def rows(self, k: ModelConstants) -> list[dict]:
         out = []
         for case, cl in zip(self.cases, self.clusters):
-            cl.capacity_bytes_per_s = self._capacity(cl, k.link_efficiency)
+            cl.capacity_bytes_per_s = cl.capacities_at(k.link_efficiency)
             out += self.simulate(case, k, self.fidelity, cluster=cl)
         return out
 

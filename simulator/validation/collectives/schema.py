@@ -11,7 +11,7 @@ import networkx as nx
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, validation_error
 from simulator.validation.common import (CASES_FILE, MEASUREMENTS_FILE, SPLITS, CasesFileBase,
                                          find_root)
 
@@ -99,19 +99,11 @@ class Case:
 
 
 def _pydantic_error(exc: ValidationError, source: str) -> ConfigError:
-    errors = exc.errors()
-    extra = [e for e in errors if e["type"] == "extra_forbidden"]
-    if extra:
-        loc = extra[0]["loc"]
-        model = CaseSpec if len(loc) == 3 else CasesFile
-        keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
-        return ConfigError(f"unknown key(s) {keys}; valid: {', '.join(model.model_fields)}",
-                           source=source, field=".".join(map(str, loc)))
-    first = errors[0]
-    loc = [str(x) for x in first["loc"]
-           if not (isinstance(x, str) and (x in ("str", "int") or x.startswith("list[")))]
-    reason = "missing required key" if first["type"] == "missing" else first["msg"]
-    return ConfigError(reason, source=source, field=".".join(loc))
+    """A cases file's error as one line: an unknown key lists the valid keys of its level
+    (a case's, or the file's)."""
+    return validation_error(exc, source=source, style="keys", skip=("str", "int", "list["),
+                            valid=lambda loc: (CaseSpec if len(loc) == 3
+                                               else CasesFile).model_fields)
 
 
 __all__ = ["BUSBW_THRESHOLD", "CASES_FILE", "GOAL", "LARGE_BYTES", "MEASUREMENTS_FILE",

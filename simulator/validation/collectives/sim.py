@@ -7,7 +7,8 @@ import numpy as np
 
 from simulator.collectives.constants import ModelConstants, with_cuda_graph
 from simulator.collectives.model import CollectiveModel
-from simulator.collectives.run import build_cluster, run_collective, simulate_plans
+from simulator.cluster import Cluster
+from simulator.collectives.run import run_collective, simulate_plans
 from simulator.validation.collectives.schema import Case
 
 
@@ -38,7 +39,7 @@ def _simulate_size(model: CollectiveModel, op: str, size: int, ranks: list[int],
 def simulate_rows(case: Case, constants: ModelConstants, fidelity: str = "flow",
                   cluster=None) -> list[dict]:
     """Simulate every measured size of ``case``; one dict per row (see :data:`RESULT_COLUMNS`)."""
-    cluster = cluster if cluster is not None else build_cluster(case.graph, constants)
+    cluster = cluster if cluster is not None else Cluster.from_graph(case.graph, constants)
     if case.cuda_graph:
         constants = with_cuda_graph(constants)
     model = CollectiveModel(cluster, constants)

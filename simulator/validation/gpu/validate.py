@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, validation_error
 
 from simulator.validation.common import read_yaml
 from simulator.validation.paths import data_dir
@@ -89,9 +89,7 @@ def load(root: Path) -> tuple[CasesFile, dict]:
     try:
         cases = CasesFile.model_validate(read_yaml(path))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(err["msg"], source=str(path),
-                          field=".".join(str(x) for x in err["loc"])) from None
+        raise validation_error(exc, source=str(path), style="raw") from None
     runs, measured = [], {}
     for rel in cases.measurements:
         mpath = root / rel

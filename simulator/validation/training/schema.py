@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, validation_error
 from simulator.pipeline import Setup
 from simulator.scenario import Scenario
 from simulator.validation.common import (CASES_FILE, MEASUREMENTS_FILE, SPLITS, CasesFileBase,
@@ -100,17 +100,10 @@ class Case:
 
 
 def _pydantic_error(exc: ValidationError, source: str) -> ConfigError:
-    first = exc.errors()[0]
-    loc = [str(x) for x in first["loc"]
-           if not (isinstance(x, str) and (x in ("str", "float", "int", "ScalingSpec")
-                                           or x.startswith(("list[", "dict[", "literal["))))]
-    if first["type"] == "extra_forbidden":
-        reason = "unknown key"
-    elif first["type"] == "missing":
-        reason = "missing required key"
-    else:
-        reason = first["msg"]
-    return ConfigError(reason, source=source, field=".".join(loc))
+    """A cases file's first error as one line."""
+    return validation_error(exc, source=source, style="keys",
+                            skip=("str", "float", "int", "ScalingSpec", "list[", "dict[",
+                                  "literal["))
 
 
 __all__ = ["CASES_FILE", "MEASUREMENTS_FILE", "MEASUREMENT_COLUMNS", "METRICS", "RESULT_COLUMNS",

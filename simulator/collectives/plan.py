@@ -1,0 +1,35 @@
+"""A collective laid out and costed: the :class:`Plan` every algorithm builder returns.
+
+Below both the cost model (:mod:`simulator.collectives.model`) and the copy-based
+algorithms (:mod:`simulator.collectives.copies`), so either can build one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..network.fabric import Flow
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One collective, laid out and costed, ready to hand to a fabric."""
+
+    op: str
+    algo: str
+    proto: str
+    n_ranks: int
+    n_nodes: int
+    size_bytes: int
+    latency_s: float
+    payload_bytes: float       # bytes each edge carries (per direction)
+    links: np.ndarray
+    coef: np.ndarray
+    max_rate: float            # NCCL per-channel ceilings, payload bytes/s
+    predicted_s: float         # the tuner's estimate (links uncontended)
+
+    def flow(self) -> Flow:
+        return Flow(self.payload_bytes, self.links, self.coef, self.latency_s, self.max_rate,
+                    label=f"{self.op}/{self.algo}/{self.proto}")

@@ -1,0 +1,87 @@
+"""Cost primitives of a layer: :class:`OpCost`, :class:`LayerCost` and the op builders.
+
+The conventions they count by are in :mod:`simulator.models.costs`; the per-family
+builders (:mod:`~simulator.models.transformer`, :mod:`~simulator.models.resnet`,
+:mod:`~simulator.models.maskrcnn`) build layers from these, and ``costs`` dispatches to
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import ConfigError
+
+ID_BYTES = 8                 # int64 token ids / pooling indices
+LOSS_BYTES = 4               # the fp32 scalar loss
+NORM_FLOPS = {"layernorm": 5, "rmsnorm": 4}     # per element, forward
+SOFTMAX_FLOPS, SOFTMAX_BWD_FLOPS = 5, 3          # per score element
+ACT_FLOPS = {"gelu": 8, "swiglu": 4}             # per MLP inner element, forward
+LOSS_FLOPS, LOSS_BWD_FLOPS = 5, 2                # per logit
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One kernel-level piece of a layer: ``flops`` FLOPs, ``bytes_accessed`` HBM bytes."""
+
+    name: str
+    op_class: str    # matmul, attention, elementwise, norm, conv, embedding or loss
+    flops: float
+    bytes_accessed: float
+    weight: str = ""  # the parameter tensor the kernel uses (forward and backward), if any
+    params: int = 0   # its size, on the forward op only (sum over a layer = layer params)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer of the model for one micro-batch (bytes at the chosen precision)."""
+
+    name: str
+    kind: str
+    params: int
+    forward: tuple[OpCost, ...]
+    backward: tuple[OpCost, ...]
+    activation_bytes: int
+    output_bytes: int
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(op.flops for op in self.forward)
+
+    @property
+    def backward_flops(self) -> float:
+        return sum(op.flops for op in self.backward)
+
+
+# ------------------------------------------------------------------ op builders
+def matmul(name: str, m: float, k: float, n: float, e: int, op_class: str = "matmul",
+           params: int = 0) -> OpCost:
+    """Forward ``(m, k) x (k, n)``: ``2 m k n`` FLOPs, inputs + weight + output bytes.
+    ``params``: the weight's parameters (``k n`` plus a bias) when it is one (its name is
+    ``name``), 0 for a product of activations."""
+    return OpCost(name, op_class, 2.0 * m * k * n, float(e * (m * k + k * n + m * n)),
+                  weight=name if params else "", params=int(params))
+
+
+def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = True,
+               op_class: str = "matmul", weight: bool = False) -> list[OpCost]:
+    """Backward of :func:`matmul`: input gradient (unless ``dgrad`` is False) and weight
+    gradient, each ``2 m k n`` FLOPs and ``e (m n + k n + m k)`` bytes; with ``weight``
+    both name the weight ``name`` they use."""
+    grads = (("dgrad", "wgrad") if dgrad else ("wgrad",))
+    return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)),
+                   weight=name if weight else "")
+            for g in grads]
+
+
+def pointwise(name: str, op_class: str, elements: float, flops_per: float, tensors: float,
+              e: int) -> OpCost:
+    """An elementwise kernel over ``elements`` touching ``tensors`` full tensors in HBM."""
+    return OpCost(name, op_class, float(flops_per * elements), float(e * tensors * elements))
+
+
+def check_positive(**values: int) -> None:
+    """Raise ConfigError naming the first of ``values`` that is not a positive integer."""
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"must be a positive integer, got {value!r}", field=key)

@@ -1,0 +1,44 @@
+"""From a topology name (and a scenario's what-ifs) to a :class:`~simulator.cluster.Cluster`.
+
+The one place the scenario -> graph -> cluster wiring lives: ``run``, ``reliability``,
+studies and the importer's replay all build their cluster here.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from simulator.cluster import Cluster
+from simulator.collectives.constants import ModelConstants
+from simulator.topology.loader import load_topology, resolve_topology
+
+
+def load_cluster(topology: str, nodes: int | None = None, links: dict | None = None, *,
+                 ecmp: str = "spread", seed: int = 0, constants: ModelConstants | None = None,
+                 graph: nx.Graph | None = None) -> Cluster:
+    """The cluster of ``topology`` (a file or shipped name) with ``nodes`` servers and the
+    what-if ``links`` (``{link_type: {bw, latency}}``), or of ``graph`` when given (a
+    degraded fabric, for instance); capacities at the efficiencies of ``constants``.
+
+    :raises ConfigError: as :func:`~simulator.topology.loader.resolve_topology` and
+        :func:`~simulator.topology.loader.load_topology`.
+    """
+    if graph is None:
+        graph = load_topology(resolve_topology(topology), nodes=nodes, links=links or None)
+    return Cluster.from_graph(graph, constants, ecmp=ecmp, seed=seed)
+
+
+def scenario_graph(scn) -> nx.Graph:
+    """The topology graph of a :class:`~simulator.scenario.Scenario`'s ``cluster`` section,
+    its ``links`` what-ifs applied (what :func:`scenario_cluster` builds its cluster from)."""
+    c = scn.cluster
+    return load_topology(resolve_topology(c.topology), nodes=c.nodes, links=c.links or None)
+
+
+def scenario_cluster(scn, constants: ModelConstants | None = None,
+                     graph: nx.Graph | None = None) -> Cluster:
+    """The cluster of a :class:`~simulator.scenario.Scenario`'s ``cluster``
+    section (ECMP salted with its ``simulation.seed``)."""
+    c = scn.cluster
+    return Cluster.from_graph(scenario_graph(scn) if graph is None else graph, constants,
+                              ecmp=c.ecmp, seed=scn.simulation.seed)
