@@ -127,17 +127,19 @@ def job_world(cluster: Cluster, n_gpus: int) -> World:
     return World(n_gpus, min(int(cluster.G.graph["gpus_per_node"]), n_gpus))
 
 
-def build_setup(scn: Scenario, source: str = "<scenario>", graph=None) -> Setup:
+def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | None = None
+                ) -> Setup:
     """Load the model and topology, generate the trace, build the cost models.
 
-    ``graph`` replaces the scenario's topology graph (a degraded fabric, for instance).
+    ``cluster`` replaces the scenario's cluster (one already built, or a degraded fabric's:
+    :func:`~simulator.topology.build.scenario_cluster` with a graph).
     """
     try:
         model = load_model(scn.model)
     except ConfigError as exc:
         raise _located(exc, source, "model") from None
     k = load_constants()
-    cluster = scenario_cluster(scn, k, graph=graph)
+    cluster = cluster or scenario_cluster(scn, k)
     gpu = gpu_spec(cluster.G.graph["gpu"])
     cfg = parse_strategy(_strategy_dict(scn), source=source)
     t = scn.training

@@ -106,7 +106,7 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
     reroutes = {k: rep for c in inv.values() for k, rep in c.representatives.items()
                 if k in slow_names}
     factors = [float(n.split("x", 1)[1]) for n in slow_names if n.startswith("straggler")]
-    steps = step_table(scn, source, G, reroutes, factors, given)
+    steps = step_table(scn, source, cluster, reroutes, factors, given)
     slow_index = {name: i for i, name in enumerate(slow_names)}
     classes = tuple(_class_plan(c, getattr(cfg.failures, c), inv[c], J, world, slow_index,
                                 source) for c in CLASSES)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-import networkx as nx
-
+from simulator.cluster import Cluster
 from simulator.pipeline import Setup, build_setup, run_setup
 from simulator.scenario import Scenario
+from simulator.topology.build import scenario_cluster
 from simulator.trace.transform import apply_stragglers
 
 from .inventory import degraded_graph
@@ -42,19 +42,21 @@ def straggler_key(factor: float) -> str:
     return f"straggler x{factor:g}"
 
 
-def step_table(scn: Scenario, source: str, G: nx.Graph, reroutes: dict[str, tuple],
+def step_table(scn: Scenario, source: str, cluster: Cluster, reroutes: dict[str, tuple],
                straggler_factors: list[float], given_s: float | None) -> StepTable:
-    """Simulate (or scale ``given_s``) the healthy step and every variant named."""
+    """Simulate (or scale ``given_s``) the healthy step on ``cluster`` (the scenario's) and
+    every variant named."""
     t0 = time.perf_counter()
     if given_s is not None:
         times = {"healthy": given_s, **{k: given_s for k in reroutes}}
         times.update({straggler_key(f): given_s * f for f in straggler_factors})
         return StepTable(times, False, None, 0.0, 0, time.perf_counter() - t0)
-    setup = build_setup(scn, source, graph=G)
+    setup = build_setup(scn, source, cluster=cluster)
     base = run_setup(setup)
     times = {"healthy": base.metrics.iteration_time_s}
     for key, element in reroutes.items():
-        degraded = build_setup(scn, source, graph=degraded_graph(G, element))
+        degraded = build_setup(scn, source, cluster=scenario_cluster(
+            scn, graph=degraded_graph(cluster.G, element)))
         times[key] = max(run_setup(degraded).metrics.iteration_time_s, times["healthy"])
     for factor in straggler_factors:
         times[straggler_key(factor)] = _straggler_time(setup, factor)
