@@ -82,7 +82,8 @@ class Simulation(BaseModel):
     model_config = ConfigDict(extra="forbid")
     fidelity: str = "flow"
     overlap_slowdown: float = Field(0.0, ge=0.0,
-                                    description="compute slowdown while comm kernels run")
+                                    description="slowdown of a compute op that starts while a "
+                                                "comm kernel runs")
     stragglers: dict[int, float] = Field(default_factory=dict,
                                          description="rank -> compute slowdown factor")
     seed: int = 0

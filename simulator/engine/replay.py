@@ -6,8 +6,9 @@ its communicator has reached it (so a slow rank delays the group), then all inst
 of the communicator put their flows on the fabric at once and the op ends when the last
 instance finishes. A ``send``/``recv`` between ranks meets its partner op and moves its bytes
 from the sender's GPU to the receiver's (:mod:`simulator.engine.p2p`). Compute takes the
-compute model's time, scaled by the class's slowdown and, while a communication kernel of
-the same class runs, by ``1 + overlap_slowdown``. Memory is each class's
+compute model's time, scaled by the class's slowdown, and by ``1 + overlap_slowdown`` when
+a communication kernel of the same class is running as the compute op starts (the factor
+is fixed for the whole op, not re-evaluated when that kernel ends). Memory is each class's
 :class:`~simulator.engine.memory.MemoryPool`: the class's static memory plus what ops
 allocate at start and free at end, with the caching allocator's back-pressure.
 
@@ -44,9 +45,9 @@ COMM_KINDS = ("collective", "send", "recv")
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Knobs of the replay. ``overlap_slowdown``: extra compute time fraction while a
-    communication kernel runs on the same GPU (SM and memory contention); ``host_bytes_per_s``:
-    bytes/s of host-device copies."""
+    """Knobs of the replay. ``overlap_slowdown``: extra time fraction of a compute op that
+    starts while a communication kernel runs on the same GPU (SM and memory contention);
+    ``host_bytes_per_s``: bytes/s of host-device copies."""
 
     fidelity: str = "flow"
     overlap_slowdown: float = 0.0
