@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.study.answers import answer, scaling_curve
+from simulator.study.answers import answer
+from simulator.study.scaling import scaling_curve
 from simulator.study.format import fmt
 from simulator.study.links import link_role
 from simulator.study.plots import draw

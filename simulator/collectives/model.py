@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..choices import ALGOS, ALGOS_FOR_OP, OPS  # noqa: F401 (ALGOS, OPS: importable here)
+from ..choices import ALGOS_FOR_OP
 from ..cluster import Cluster
 from ..errors import ConfigError
 from ..network.fabric import Flow, bottleneck_rate

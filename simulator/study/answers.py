@@ -7,10 +7,10 @@ import pandas as pd
 
 from .best import best_answer
 from .effect import effect_answer
-from .scaling import knee_index, scaling_answer, scaling_curve
+from .scaling import scaling_answer
 from .spec import BestQuestion, EffectQuestion, ScalingQuestion, Study
 
-__all__ = ["answer", "knee_index", "scaling_curve"]
+__all__ = ["answer"]
 
 
 def answer(q, ok: pd.DataFrame, study: Study, keys: tuple[str, ...] = ()) -> str:

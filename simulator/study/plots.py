@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .answers import knee_index, scaling_curve  # noqa: E402
+from .scaling import knee_index, scaling_curve  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 
 from .format import fmt, fmt_axis, is_fraction, label, numeric, ordered, pin_axes  # noqa: E402

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .answers import answer, scaling_curve
+from .answers import answer
+from .scaling import scaling_curve
 from .commands import COMMANDS
 from .format import fmt, fmt_axis, label, pin_axes
 from .plots import draw, plot_file

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..yamlio import read_yaml
-from .commands import BASE_COLUMNS, COMMANDS, checker, error_line, evaluate, parse_options
+from .commands import COMMANDS, checker, error_line, evaluate, parse_options
 from .executors import make_executor
 from .points import LoadedStudy, expand
 from .spec import check_columns, parse_study
@@ -117,4 +117,4 @@ def ok_rows(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["status"] == "ok"] if len(table) else table
 
 
-__all__ = ["BASE_COLUMNS", "StudyRun", "load_study", "resolve_study", "run_study"]
+__all__ = ["StudyRun", "load_study", "resolve_study", "run_study"]

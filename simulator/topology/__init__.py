@@ -3,9 +3,10 @@
 See docs/topology-conventions.md for the graph every generator returns.
 """
 
-from simulator.topology.generators import (GENERATORS, MULTI_NODE, check_cluster,
-                                           check_connected, dgx_a100_node, leaf_spine,
-                                           pcie_node, rail_optimized, single_switch)
+from simulator.topology.checks import check_cluster, check_connected
+from simulator.topology.fabrics import leaf_spine, rail_optimized, single_switch
+from simulator.topology.generators import GENERATORS, MULTI_NODE
+from simulator.topology.servers import dgx_a100_node, pcie_node
 from simulator.topology.loader import (load_topology, resolve_topology, shipped_topologies,
                                        topology_from_dict)
 

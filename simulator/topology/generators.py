@@ -13,9 +13,8 @@ from typing import Callable
 
 import networkx as nx
 
-from simulator.topology.checks import check_cluster, check_connected
 from simulator.topology.fabrics import leaf_spine, rail_optimized, single_switch
-from simulator.topology.servers import SERVER_TYPES, dgx_a100_node, pcie_node
+from simulator.topology.servers import dgx_a100_node, pcie_node
 
 GENERATORS: dict[str, tuple[Callable[..., nx.Graph], str]] = {
     "dgx_a100_node": (dgx_a100_node,
@@ -36,5 +35,4 @@ GENERATORS: dict[str, tuple[Callable[..., nx.Graph], str]] = {
 MULTI_NODE = tuple(name for name, (f, _) in GENERATORS.items()
                    if "nodes" in inspect.signature(f).parameters)
 
-__all__ = ["GENERATORS", "MULTI_NODE", "SERVER_TYPES", "check_cluster", "check_connected",
-           "dgx_a100_node", "leaf_spine", "pcie_node", "rail_optimized", "single_switch"]
+__all__ = ["GENERATORS", "MULTI_NODE"]

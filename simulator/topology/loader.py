@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from simulator.errors import ConfigError, TopologyError, validation_error
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
-from simulator.topology.generators import GENERATORS, MULTI_NODE, check_cluster
+from simulator.topology.checks import check_cluster
+from simulator.topology.generators import GENERATORS, MULTI_NODE
 
 TOPOLOGY_DIR = "topologies"
 SCENARIO_LINKS = "cluster.links"   # the source named by errors in a scenario's overrides

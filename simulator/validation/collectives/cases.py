@@ -11,7 +11,7 @@ from typing import Any
 import networkx as nx
 import pandas as pd
 
-from simulator.collectives.model import OPS
+from simulator.choices import OPS
 from simulator.errors import ConfigError
 from simulator.topology.generators import MULTI_NODE
 from simulator.topology.loader import resolve_topology, topology_from_dict

@@ -122,4 +122,4 @@ def write_measurements(shared_dir: Path | str, root: Path | str) -> pd.DataFrame
     return df
 
 
-__all__ = ["build_measurements", "parse_number", "write_measurements"]
+__all__ = ["build_measurements", "write_measurements"]
