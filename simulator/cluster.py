@@ -6,6 +6,10 @@ GPU pair inside a DGX goes over NVSwitch and never over PCIe. Routes inside a se
 computed once per server design (``template``) and reused; routes between switches are
 computed once per switch pair on the small switch-only graph; so routing a ring across
 thousands of GPUs costs a few dictionary look-ups per hop.
+
+Every directed link keeps the catalog latency of its ``link_type`` beside its own: a
+latency what-if is the difference (``extra_latency_s``, exactly 0.0 without one), which
+collectives add on top of NCCL's constants (measured on catalog links).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 from .choices import ECMP_MODES
 from .collectives.constants import ModelConstants, load_constants
 from .errors import TopologyError
+from .hardware import link_names, link_spec
 from .routing import SwitchRouter
 
 _MAX_ECMP_PATHS = 64
@@ -27,11 +32,17 @@ _MAX_ECMP_PATHS = 64
 
 @dataclass(frozen=True)
 class Route:
-    """Directed link ids with the share of the payload each carries, and path latency."""
+    """Directed link ids with the share of the payload each carries, and path latency.
+
+    ``extra_latency_s`` is the part of ``latency_s`` above the catalog latencies of the
+    links crossed (a what-if; 0.0 without one), averaged over the ECMP paths as
+    ``latency_s`` is: what a NCCL step over this route takes beyond NCCL's own constants.
+    """
 
     links: np.ndarray   # int64 link ids (may repeat)
     coef: np.ndarray    # float64 bytes on that link per payload byte
     latency_s: float
+    extra_latency_s: float = 0.0
 
     @staticmethod
     def join(routes: list["Route"]) -> "Route":
@@ -40,7 +51,8 @@ class Route:
             return Route(np.zeros(0, np.int64), np.zeros(0), 0.0)
         return Route(np.concatenate([r.links for r in routes]),
                      np.concatenate([r.coef for r in routes]),
-                     sum(r.latency_s for r in routes))
+                     sum(r.latency_s for r in routes),
+                     sum(r.extra_latency_s for r in routes))
 
 
 def _cost(bw_bytes_per_s: float) -> int:
@@ -120,6 +132,18 @@ class Cluster:
         self.latency_s = latency
         self.link_type = np.array(types)
         self.capacity_bytes_per_s = self.capacities_at(efficiency)
+        self.catalog_latency_s = self._catalog_latencies()
+        self.extra_latency_s = latency - self.catalog_latency_s
+        self.has_extra_latency = bool(self.extra_latency_s.any())
+
+    def _catalog_latencies(self) -> np.ndarray:
+        """Per directed link, the catalog latency of its ``link_type``; a link of a type
+        the catalog does not hold keeps its own (no what-if can be told apart)."""
+        catalog = set(link_names())
+        out = self.latency_s.copy()
+        for name in set(self.link_type.tolist()) & catalog:
+            out[self.link_type == name] = link_spec(name).latency_s
+        return out
 
     def _index_ranks(self) -> None:
         gpus = [(d["rank"], n) for n, d in self.G.nodes(data=True) if d.get("kind") == "gpu"]
@@ -228,10 +252,12 @@ class Cluster:
                                                1.0 / len(paths))
         pos, bounds, share = shape
         links = self._server_link_ids(src, template)[pos]
-        latency = 0.0
+        latency = extra = 0.0
         for a, b in bounds:
             latency += float(self.latency_s[links[a:b]].sum()) * share
-        return Route(links, np.full(len(links), share), latency)
+            if self.has_extra_latency:
+                extra += float(self.extra_latency_s[links[a:b]].sum()) * share
+        return Route(links, np.full(len(links), share), latency, extra)
 
     def _server_link_ids(self, node: str, template) -> np.ndarray:
         """Global ids of the template's local link pairs on ``node``'s server."""
@@ -291,13 +317,15 @@ class Cluster:
             h = zlib.crc32(f"{src}|{dst}|{label}|{self.seed}".encode())
             paths = [paths[h % len(paths)]]
         share = 1.0 / len(paths)
-        links, latency = [], 0.0
+        links, latency, extra = [], 0.0, 0.0
         for p in paths:
             ids = [self.link_id[(a, b)] for a, b in zip(p, p[1:])]
             links.extend(ids)
             latency += float(self.latency_s[ids].sum()) * share
+            if self.has_extra_latency:
+                extra += float(self.extra_latency_s[ids].sum()) * share
         links_arr = np.asarray(links, dtype=np.int64)
-        return Route(links_arr, np.full(len(links_arr), share), latency)
+        return Route(links_arr, np.full(len(links_arr), share), latency, extra)
 
     # ----------------------------------------------------------- NIC selection
     def nearest_nics(self, gpu: str) -> list[str]:

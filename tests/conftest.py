@@ -7,33 +7,37 @@ import yaml
 from simulator.cluster import Cluster
 from simulator.collectives.constants import load_constants
 from simulator.collectives.model import CollectiveModel
+from simulator.hardware import link_spec
 
 GB = 1e9
 
 
 def star_graph(servers: int, nic_bw: float = 10 * GB, leaves: int = 1,
-               uplink_bw: float | None = None, latency_s: float = 0.0) -> nx.Graph:
+               uplink_bw: float | None = None, latency_s: float | None = None) -> nx.Graph:
     """``servers`` one-GPU servers; GPU-NIC at 100 GB/s, NIC-leaf at ``nic_bw``.
 
     With ``leaves`` > 1, servers are split evenly over leaves joined by one spine with
-    ``uplink_bw`` per leaf.
+    ``uplink_bw`` per leaf. Links have their catalog latency unless ``latency_s`` is given
+    (a latency what-if).
     """
+    pcie_s = link_spec("pcie-gen4-x16").latency_s if latency_s is None else latency_s
+    net_s = link_spec("ib-hdr").latency_s if latency_s is None else latency_s
     G = nx.Graph(name="star", gpu="A100-SXM4-80GB", gpus_per_node=1, nodes=servers)
     per_leaf = servers // leaves
     for s in range(servers):
         common = dict(server=s, template="star")
         G.add_node(f"n{s}.gpu0", kind="gpu", local="gpu0", index=0, rank=s, **common)
         G.add_node(f"n{s}.nic0", kind="nic", local="nic0", index=0, **common)
-        G.add_edge(f"n{s}.gpu0", f"n{s}.nic0", bw_bytes_per_s=100 * GB, latency_s=latency_s,
+        G.add_edge(f"n{s}.gpu0", f"n{s}.nic0", bw_bytes_per_s=100 * GB, latency_s=pcie_s,
                    link_type="pcie-gen4-x16", link_class="pcie")
         leaf = f"leaf.g{s // per_leaf}"
         G.add_node(leaf, kind="switch", tier="leaf")
-        G.add_edge(f"n{s}.nic0", leaf, bw_bytes_per_s=nic_bw, latency_s=latency_s,
+        G.add_edge(f"n{s}.nic0", leaf, bw_bytes_per_s=nic_bw, latency_s=net_s,
                    link_type="ib-hdr", link_class="net")
     if leaves > 1:
         G.add_node("spine.0", kind="switch", tier="spine")
         for g in range(leaves):
-            G.add_edge(f"leaf.g{g}", "spine.0", bw_bytes_per_s=uplink_bw, latency_s=latency_s,
+            G.add_edge(f"leaf.g{g}", "spine.0", bw_bytes_per_s=uplink_bw, latency_s=net_s,
                        link_type="ib-hdr", link_class="net")
     return G
 

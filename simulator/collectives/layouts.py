@@ -8,6 +8,8 @@ double binary tree between servers (ncclGetBtree / ncclGetDtree).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,15 +121,36 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
 
 @dataclass
 class EdgeSet:
-    """Directed edges of one algorithm instance, flattened with a weight per entry."""
+    """Directed edges of one algorithm instance, flattened with a weight per entry.
+
+    With ``track_extra`` (the cluster has a link latency what-if), ``intra_extra_s`` and
+    ``inter_extra_s`` are the largest ``Route.extra_latency_s`` (link latency above the
+    catalog's, negative for faster links) of the edges inside a server and of those
+    between servers: what one step of each kind takes beyond NCCL's constants (``-inf``
+    while there is no edge of the kind).
+    """
 
     links: list
     coefs: list
     intra_hw: str = "nvlink"
+    track_extra: bool = False
+    intra_extra_s: float = -math.inf
+    inter_extra_s: float = -math.inf
 
-    def add(self, route: Route, weight: float) -> None:
+    def add(self, route: Route, weight: float, between_servers: bool = False) -> None:
         self.links.append(route.links)
         self.coefs.append(route.coef * weight)
+        if self.track_extra:
+            extra = route.extra_latency_s
+            if between_servers:
+                self.inter_extra_s = max(self.inter_extra_s, extra)
+            else:
+                self.intra_extra_s = max(self.intra_extra_s, extra)
+
+    def step_extra_s(self) -> tuple[float, float]:
+        """(``intra_extra_s``, ``inter_extra_s``), 0.0 for a kind without edges."""
+        return (self.intra_extra_s if self.intra_extra_s > -math.inf else 0.0,
+                self.inter_extra_s if self.inter_extra_s > -math.inf else 0.0)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         if not self.links:
@@ -152,18 +175,23 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     starts at that GPU (broadcast and reduce pipelines).
     """
     orders = channel_orders(cluster, comm)
-    edges = EdgeSet([], [], _intra_hw(cluster, comm))
+    edges = _edge_set(cluster, comm)
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
     for ch, servers in enumerate(orders):
-        seq = [(g, nic) for order, nic in servers for g in order]
+        seq = [(g, nic, s) for s, (order, nic) in enumerate(servers) for g in order]
         n = len(seq)
-        start = [g for g, _ in seq].index(root) if root is not None else 0
+        start = [g for g, _, _ in seq].index(root) if root is not None else 0
         hops = range(n - 1) if root is not None else range(n)
         for h in hops:
-            (a, nic_a), (b, nic_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
-            edges.add(_edge_route(cluster, a, b, nic_a, nic_b, ch, pcie_p2p_efficiency), weight)
+            (a, nic_a, s_a), (b, nic_b, s_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
+            edges.add(_edge_route(cluster, a, b, nic_a, nic_b, ch, pcie_p2p_efficiency), weight,
+                      s_a != s_b)
     return edges
+
+
+def _edge_set(cluster: Cluster, comm: Communicator) -> EdgeSet:
+    return EdgeSet([], [], _intra_hw(cluster, comm), cluster.has_extra_latency)
 
 
 def _edge_route(cluster: Cluster, a: str, b: str, nic_a, nic_b, label: int,
@@ -174,7 +202,7 @@ def _edge_route(cluster: Cluster, a: str, b: str, nic_a, nic_b, label: int,
         if "nvlink" not in set(cluster.link_class[route.links]):
             # No NVLink between the pair: NCCL's P2P/SHM transport over PCIe reaches only
             # a calibrated fraction of the links' bandwidth.
-            route = Route(route.links, route.coef / pcie_p2p_efficiency, route.latency_s)
+            route = dataclasses.replace(route, coef=route.coef / pcie_p2p_efficiency)
     return route
 
 
@@ -201,7 +229,7 @@ def dtree_parent(rank: int, n: int, tree: int) -> int:
 def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
     """Edges of the double binary tree, both directions (reduce up, broadcast down)."""
     orders = channel_orders(cluster, comm)
-    edges = EdgeSet([], [], _intra_hw(cluster, comm))
+    edges = _edge_set(cluster, comm)
     weight = 1.0 / len(orders)
     for ch, servers in enumerate(orders):
         for order, nic in servers:                 # chain inside each server
@@ -216,8 +244,8 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
                 continue
             (child, nic_c), (parent, nic_p) = (servers[k][0][0], servers[k][1]), \
                 (servers[p][0][0], servers[p][1])
-            edges.add(gpu_route(cluster, child, parent, nic_c, nic_p, ch), weight)
-            edges.add(gpu_route(cluster, parent, child, nic_p, nic_c, ch), weight)
+            edges.add(gpu_route(cluster, child, parent, nic_c, nic_p, ch), weight, True)
+            edges.add(gpu_route(cluster, parent, child, nic_p, nic_c, ch), weight, True)
     return edges
 
 
@@ -227,7 +255,9 @@ def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
     gpus = comm.gpus
     if pairs is None:
         pairs = [(a, b) for a in gpus for b in gpus if a != b]
-    edges = EdgeSet([], [], _intra_hw(cluster, comm))
+    edges = _edge_set(cluster, comm)
+    nodes = cluster.G.nodes
     for i, (a, b) in enumerate(pairs):
-        edges.add(_edge_route(cluster, a, b, None, None, i, pcie_p2p_efficiency), 1.0)
+        between = edges.track_extra and nodes[a]["server"] != nodes[b]["server"]
+        edges.add(_edge_route(cluster, a, b, None, None, i, pcie_p2p_efficiency), 1.0, between)
     return edges

@@ -3,8 +3,9 @@
 A collective on a communicator becomes one *coupled flow* (see network/maxmin.py): every
 edge of every channel of the chosen algorithm advances at one rate, as a pipeline does.
 Its duration is ``latency + payload / rate``; the latency follows NCCL's model
-(base + per-step hop latencies, constants in data/nccl.yaml), the rate comes from the
-fabric (alone, or shared with whatever else is on the links).
+(base + per-step hop latencies, constants in data/nccl.yaml) plus, per step, any link
+latency above the catalog's (a what-if; NCCL's constants hold the catalog's), the rate
+comes from the fabric (alone, or shared with whatever else is on the links).
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ def _payload(op: str, algo: str, size: int, n: int) -> float:
     if op == "all_to_all":
         return size / n
     return float(size)
+
+
+def _ring_steps(op: str, n: int, nodes: int) -> tuple[int, int]:
+    """NCCL's (nsteps, nInterSteps) of a ring ``op`` on ``n`` ranks over ``nodes`` servers."""
+    if op == "all_reduce":
+        steps, inter_steps = 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+    else:
+        steps, inter_steps = n - 1, nodes - 1
+    return steps, min(inter_steps, steps)   # one GPU per node: every step crosses
 
 
 def _n_idx(n_nodes: int) -> int:
@@ -92,18 +102,41 @@ class CollectiveModel:
         if algo == "tree":
             lat = base + 2 * ((comm.ppn - 1) * intra + math.log2(nodes) * inter)
         else:
-            if op == "all_reduce":
-                steps, inter_steps = 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
-            elif op in ("all_gather", "reduce_scatter"):
-                steps, inter_steps = n - 1, nodes - 1
-            else:
-                steps, inter_steps = n - 1, nodes - 1
-            inter_steps = min(inter_steps, steps)   # one GPU per node: every step crosses
+            steps, inter_steps = _ring_steps(op, n, nodes)
             lat = base + (steps - inter_steps) * intra + inter_steps * inter
             if (proto == "Simple" and nodes > 1 and op == "all_reduce"
                     and size >= n / 16.0 * 65536):
                 lat *= k.ring_simple_plateau_factor
         return k.launch_overhead_s + scale * lat
+
+    def link_latency_extra_s(self, op: str, algo: str, comm: Communicator,
+                             es: EdgeSet) -> float:
+        """Link latency above the catalog's (a what-if) on the critical path, counted with
+        the steps of :meth:`latency_s`: each step crosses the slowest route of its kind
+        (inside a server, ``es.intra_extra_s``, or between servers, ``es.inter_extra_s``).
+        NCCL's hop latencies were measured on the catalog's links, so only the difference
+        is added; 0.0 without a what-if."""
+        intra, inter = es.step_extra_s()
+        if not (intra or inter):
+            return 0.0
+        n, nodes = comm.n_ranks, comm.n_nodes
+        if algo == "direct":
+            return max(intra, inter)
+        if algo == "tree":
+            return 2 * ((comm.ppn - 1) * intra + math.log2(nodes) * inter)
+        steps, inter_steps = _ring_steps(op, n, nodes)
+        return (steps - inter_steps) * intra + inter_steps * inter
+
+    def _with_link_latency(self, nccl_latency: float, algo: str, proto: str,
+                           extra_s: float) -> float:
+        """NCCL's latency plus ``extra_s``; a link faster than the catalog's takes off at
+        most the hop latencies, never NCCL's base and launch latency."""
+        if not extra_s:
+            return nccl_latency
+        k = self.k
+        base = k.base_latency_s["ring" if algo == "direct" else algo][proto]
+        floor = k.launch_overhead_s + k.protocol_latency_factor[proto] * base
+        return max(nccl_latency + extra_s, floor)
 
     # --------------------------------------------------------------- bandwidth
     def _factor(self, algo: str, proto: str, op: str, comm: Communicator, size: int) -> float:
@@ -185,15 +218,15 @@ class CollectiveModel:
             protos = (auto,)
         else:
             protos = PROTOS if proto == "auto" else (proto,)
-        best = None
+        best, best_tuner_s = None, math.inf
         for a in algos:
             if a not in ALGOS_FOR_OP[op]:
                 raise ConfigError(f"algorithm {a!r} does not implement {op}; "
                                   f"choose from {', '.join(ALGOS_FOR_OP[op])}", field="algo")
             for p in protos:
-                plan = self._plan_one(op, a, p, comm, size_bytes, root, ranks)
-                if best is None or plan.predicted_s < best.predicted_s:
-                    best = plan
+                plan, tuner_s = self._plan_one(op, a, p, comm, size_bytes, root, ranks)
+                if best is None or tuner_s < best_tuner_s:
+                    best, best_tuner_s = plan, tuner_s
         return best
 
     def _local_plan(self, op: str, size: int) -> Plan:
@@ -212,7 +245,9 @@ class CollectiveModel:
         factor = self._factor(algo, proto, op, comm, size)
         coef = coef / factor
         payload = _payload(op, algo, size, comm.n_ranks)
-        latency = self.latency_s(op, algo, proto, comm, es.intra_hw, size)
+        nccl_latency = self.latency_s(op, algo, proto, comm, es.intra_hw, size)
+        latency = self._with_link_latency(nccl_latency, algo, proto,
+                                          self.link_latency_extra_s(op, algo, comm, es))
         max_rate = self._max_rate(algo, proto, op, comm)
         if algo == "tree" and payload:
             # NCCL models a tree at half the bus bandwidth of its rings ("ratio = .5" in
@@ -220,6 +255,8 @@ class CollectiveModel:
             max_rate = min(max_rate, 0.5 * factor * self._ring_rate(comm, root))
         flow = Flow(payload, links, coef, latency, max_rate)
         rate = bottleneck_rate(flow, self.cluster.capacity_bytes_per_s) if payload else math.inf
-        predicted = latency + (payload / rate if payload else 0.0)
-        return Plan(op, algo, proto, comm.n_ranks, comm.n_nodes, size, latency, payload,
-                    links, coef, max_rate, predicted)
+        transfer = payload / rate if payload else 0.0
+        plan = Plan(op, algo, proto, comm.n_ranks, comm.n_nodes, size, latency, payload,
+                    links, coef, max_rate, latency + transfer)
+        # NCCL's tuner never measures a link's latency: it chooses on its own constants.
+        return plan, nccl_latency + transfer

@@ -28,7 +28,8 @@ class Plan:
     links: np.ndarray
     coef: np.ndarray
     max_rate: float            # NCCL per-channel ceilings, payload bytes/s
-    predicted_s: float         # the tuner's estimate (links uncontended)
+    predicted_s: float         # time alone on the fabric (links uncontended): the tuner's
+                               # estimate plus any link latency what-if it cannot see
 
     def flow(self) -> Flow:
         return Flow(self.payload_bytes, self.links, self.coef, self.latency_s, self.max_rate,

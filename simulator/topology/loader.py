@@ -15,6 +15,7 @@ Every mistake becomes one :class:`ConfigError` line naming the file and the dott
 from __future__ import annotations
 
 import inspect
+import math
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,8 @@ class LinkOverride(BaseModel):
         > 0) and ``latency_s``, for those given.
 
         :raises ConfigError: naming ``where.bw`` or ``where.latency`` for a value without a
-            unit, one that cannot be read, or a bandwidth that is not > 0.
+            unit, one that cannot be read, one that is not finite (``1e999 s``), or a
+            bandwidth that is not > 0.
         """
         values = {}
         for field, key, parse in (("bw", "bw_bytes_per_s", parse_bandwidth),
@@ -56,6 +58,9 @@ class LinkOverride(BaseModel):
                 values[key] = parse(text)
             except UnitError as exc:
                 raise ConfigError(str(exc), source=source, field=f"{where}.{field}") from None
+            if not math.isfinite(values[key]):
+                raise ConfigError(f"must be finite, got {text!r}", source=source,
+                                  field=f"{where}.{field}")
             if key == "bw_bytes_per_s" and values[key] <= 0:
                 raise ConfigError(f"bandwidth must be > 0, got {text!r}", source=source,
                                   field=f"{where}.{field}")
