@@ -132,16 +132,16 @@ class Cluster:
         self.latency_s = latency
         self.link_type = np.array(types)
         self.capacity_bytes_per_s = self.capacities_at(efficiency)
-        self.catalog_latency_s = self._catalog_latencies()
+        self.catalog_latency_s = self._catalog_latencies(set(types))
         self.extra_latency_s = latency - self.catalog_latency_s
         self.has_extra_latency = bool(self.extra_latency_s.any())
 
-    def _catalog_latencies(self) -> np.ndarray:
-        """Per directed link, the catalog latency of its ``link_type``; a link of a type
-        the catalog does not hold keeps its own (no what-if can be told apart)."""
-        catalog = set(link_names())
+    def _catalog_latencies(self, present: set[str]) -> np.ndarray:
+        """Per directed link, the catalog latency of its ``link_type`` (``present``: the
+        types of the links); a link of a type the catalog does not hold keeps its own (no
+        what-if can be told apart)."""
         out = self.latency_s.copy()
-        for name in set(self.link_type.tolist()) & catalog:
+        for name in present & set(link_names()):
             out[self.link_type == name] = link_spec(name).latency_s
         return out
 
