@@ -71,7 +71,9 @@ def read_part(path: Path, pid: str, status: str, columns: tuple[str, ...]) -> pd
         metadata = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.metadata or {}
         _check_stamp(metadata.get(STAMP_KEY), pid, status)
         frame = pd.read_parquet(io.BytesIO(data))
-    except (OSError, ValueError, pa.ArrowException) as exc:
+    except BadPart:
+        raise
+    except Exception as exc:                 # noqa: BLE001 (whatever stops reading it)
         raise BadPart(f"cannot be read as Parquet ({_one_line(exc)})") from None
     _check_rows(frame, pid, status, columns)
     return frame
