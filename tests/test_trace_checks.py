@@ -114,3 +114,20 @@ def test_generated_numbers_of_numpy_types_are_accepted():
     trace.classes[0].ops[1].size_bytes = np.int64(1 << 20)
     trace.classes[0].ops[0].flops = np.float64(1e9)
     trace.validate()
+
+
+@pytest.mark.parametrize("attrs,reason", [({"host": 5}, "server 5 has 0 NIC(s), no NIC 0"),
+                                          ({"host": 0, "nic": 99},
+                                           "server 0 has 8 NIC(s), no NIC 99")])
+def test_a_host_copy_to_a_server_or_nic_the_cluster_lacks_names_the_op(tmp_path, capsys,
+                                                                        attrs, reason):
+    # the one check that needs the cluster (dgx-a100: one server, 8 NICs): before, a line
+    # naming neither the file nor the op
+    d = trace_document()
+    d["classes"][0]["ops"][7]["attrs"] = attrs
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(d))
+    code, _, err = _replay(capsys, path)
+    assert code == 2
+    assert err == (f"clustersim: error: {path}: classes[a].ops[7].attrs.host: rank class a, "
+                   f"op 7 (to_host): {reason}\n")
