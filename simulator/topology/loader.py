@@ -94,8 +94,10 @@ def load_topology(path: str | Path, nodes: int | None = None,
     ------
     ConfigError
         With ``source=str(path)`` and a dotted ``field``: unreadable file, malformed YAML
-        (with its line), unknown keys, unknown generator, unknown parameters, bad values, a
-        ``--nodes`` override on a single-node generator, or an unusable resulting graph.
+        (with its line), unknown keys, unknown generator, unknown parameters, bad values
+        (sizes over the generators' limits, :mod:`simulator.topology.args`, whether in
+        ``params`` or ``nodes``: checked before anything is built), a ``--nodes`` override
+        on a single-node generator, or an unusable resulting graph.
     """
     source = str(path)
     data = read_yaml(Path(path), "topology file")

@@ -2,7 +2,9 @@
 
 Strategy generators (DDP, FSDP, TensorFlow strategies) and importers (profiler traces) both
 produce a :class:`Trace`; the replay engine only replays Traces. :meth:`Trace.validate` is
-the one check of the contract: the file reader and the engine both call it.
+the one check of the contract: the file reader and the engine both call it. It checks the
+structure here and every value the engine reads (:mod:`simulator.trace.fields`), and raises a
+:class:`TraceError` naming the rank class, the op and the field.
 
 Symmetry is part of the contract. Ranks that run the same program are one
 :class:`RankClass`, and its ops are written once. A generated FSDP trace on 4,096 GPUs has
