@@ -237,11 +237,13 @@ class Trace:
     def _check_deps(at: tuple, before: set) -> None:
         """``deps`` name ops listed before the op (so that they can never form a cycle)."""
         deps = at[2].deps
-        if not isinstance(deps, tuple) or not all(map(is_int, deps)):
-            raise _op_error(at, "deps", f"deps must be a list of op ids, got {deps!r}")
-        missing = [d for d in deps if d not in before]
-        if not missing:
+        if type(deps) is tuple and not deps:
             return
+        if not isinstance(deps, tuple) or not all_ints(deps):
+            raise _op_error(at, "deps", f"deps must be a list of op ids, got {deps!r}")
+        if before.issuperset(deps):
+            return
+        missing = [d for d in deps if d not in before]
         all_ids = {o.id for o in at[0].ops if is_int(o.id)}
         unknown = [d for d in missing if d not in all_ids]
         why = ("no op of the class has that id" if unknown else
