@@ -84,7 +84,13 @@ def register(cli: click.Group) -> None:
         from ..trace.io import read_trace
 
         trace = read_trace(trace_file)
-        result = replay_trace(trace, topology, nodes, fidelity, nccl_choice)
+        try:
+            result = replay_trace(trace, topology, nodes, fidelity, nccl_choice)
+        except ConfigError as exc:
+            # a field of the trace that only the cluster can check (a host copy's server)
+            if (exc.field or "").startswith("classes["):
+                raise exc.located(str(trace_file)) from None
+            raise
         m, recorded = result.metrics, trace.meta.get("recorded_iteration_s")
         table = collective_table(result)
         if out is not None:

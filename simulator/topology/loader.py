@@ -78,10 +78,6 @@ class TopologyFile(BaseModel):
     source: str | None = None
 
 
-# Guards against a typo building a graph that does not fit in memory.
-MAX_NODES = 16384
-
-
 def load_topology(path: str | Path, nodes: int | None = None,
                   links: dict | None = None) -> nx.Graph:
     """Build the cluster graph described by the YAML file ``path``.
@@ -98,8 +94,10 @@ def load_topology(path: str | Path, nodes: int | None = None,
     ------
     ConfigError
         With ``source=str(path)`` and a dotted ``field``: unreadable file, malformed YAML
-        (with its line), unknown keys, unknown generator, unknown parameters, bad values, a
-        ``--nodes`` override on a single-node generator, or an unusable resulting graph.
+        (with its line), unknown keys, unknown generator, unknown parameters, bad values
+        (sizes over the generators' limits, :mod:`simulator.topology.args`, whether in
+        ``params`` or ``nodes``: checked before anything is built), a ``--nodes`` override
+        on a single-node generator, or an unusable resulting graph.
     """
     source = str(path)
     data = read_yaml(Path(path), "topology file")
@@ -119,10 +117,6 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
         if spec.generator not in MULTI_NODE:
             raise ConfigError(f"generator {spec.generator!r} builds a single server; --nodes "
                               f"applies only to {', '.join(MULTI_NODE)}",
-                              source=source, field="--nodes")
-        if nodes > MAX_NODES:
-            raise ConfigError(f"must be <= {MAX_NODES} servers (a {MAX_NODES}-server cluster "
-                              f"is already far beyond any real fabric), got {nodes}",
                               source=source, field="--nodes")
         params["nodes"] = nodes
     try:
