@@ -31,7 +31,10 @@ def register(cli: click.Group) -> None:
     @click.option("--out", type=click.Path(path_type=Path), default=None,
                   help="Write summary.json, trials/recoveries/interval CSVs and PNG plots "
                        "(timeline, recovery CDF, ETTR against interval) here.")
-    def reliability_cmd(scenario, sets, trials, seed, workers, fmt, out):
+    @click.option("--timings", is_flag=True,
+                  help="Print how long the plan, trials and search took (wall clock) to "
+                       "stderr; results never include them, so a seed gives the same bytes.")
+    def reliability_cmd(scenario, sets, trials, seed, workers, fmt, out, timings):
         """Simulate SCENARIO's whole training job with failures, many times.
 
         Reports ETTR (goodput), time lost per cause, recovery times (mean, p50, p99,
@@ -42,7 +45,7 @@ def register(cli: click.Group) -> None:
         """
         from ..metrics.outputs import prepare_out_dir
         from ..reliability.outputs import write_outputs
-        from ..reliability.report import as_dict, table
+        from ..reliability.report import as_dict, table, timings_line
         from ..reliability.study import run_study
         from ..scenario import load_scenario, resolve_scenario
 
@@ -54,6 +57,8 @@ def register(cli: click.Group) -> None:
                           record=out is not None)
         if out is not None:
             write_outputs(study, out)
+        if timings:
+            click.echo(timings_line(study), err=True)
         if fmt == "json":
             click.echo(json.dumps(as_dict(study), indent=2))
             return
