@@ -43,7 +43,7 @@ def register(cli: click.Group) -> None:
         a scenario without a `reliability:` section gets the defaults
         (simulator/data/reliability.yaml, docs/reliability.md).
         """
-        from ..metrics.outputs import prepare_out_dir
+        from ..outpaths import prepare_out_dir
         from ..reliability.outputs import write_outputs
         from ..reliability.report import as_dict, table, timings_line
         from ..reliability.study import run_study

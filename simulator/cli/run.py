@@ -29,11 +29,14 @@ def register(cli: click.Group) -> None:
         SCENARIO is a scenario YAML file or a shipped name (scenarios/).
         """
         from ..metrics.outputs import write_outputs
+        from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
         from ..scenario import load_scenario, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
+        if out is not None:
+            prepare_out_dir(out)             # refused before the simulation, not after
         setup = build_setup(scn, str(path))
         result = run_setup(setup)
         m = result.metrics

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import ConfigError
-from ..metrics.outputs import prepare_out_dir
+from ..outpaths import prepare_out_dir
 from .commands import BASE_COLUMNS
 from .points import cell
 
