@@ -135,7 +135,7 @@ def test_bad_input_is_one_line_naming_the_field(capsys, scenario, setting, field
         assert code == 0, err
         return
     assert code == 2, out
-    assert err.startswith(f"clustersim: error: {scenario}: {field}:"), err
+    assert err.startswith(f"clustersim: error: {scenario}: --set {field}:"), err   # given by --set
     assert words in err and len(err.strip().splitlines()) == 1
 
 

@@ -9,6 +9,7 @@ import click
 
 from ..choices import DEFAULT_COMPARE_STRATEGIES, DEFAULT_SCENARIO, framework_of
 from ..errors import ConfigError
+from .common import names_sets
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
     from ..compare.cost import Budget
@@ -70,6 +71,7 @@ def register(cli: click.Group) -> None:
     @click.option("--capacity/--no-capacity", default=True, show_default=True,
                   help="Also search the largest model of the family that fits.")
     @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+    @names_sets
     def compare_cmd(scenario, strategies, sets, fmt, out, price, instance, tokens, epochs,
                     dataset_samples, iterations, migration, day_rate, scaling, capacity,
                     quiet):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from .common import names_sets
+
 DEFAULT = "reliability-1024gpu"
 _SET_HELP = ("Override a scenario key, e.g. --set reliability.checkpoint.interval='10 min' "
              "(repeatable).")
@@ -34,6 +36,7 @@ def register(cli: click.Group) -> None:
     @click.option("--timings", is_flag=True,
                   help="Print how long the plan, trials and search took (wall clock) to "
                        "stderr; results never include them, so a seed gives the same bytes.")
+    @names_sets
     def reliability_cmd(scenario, sets, trials, seed, workers, fmt, out, timings):
         """Simulate SCENARIO's whole training job with failures, many times.
 
