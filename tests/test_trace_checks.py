@@ -17,7 +17,6 @@ import pytest
 
 from simulator.cli import main
 from simulator.engine import EngineConfig, replay
-from simulator.trace import Communicator, Op, RankClass, Trace
 from simulator.trace.fields import MAX_REPEAT
 from simulator.trace.io import read_trace
 from simulator.trace.schema import TraceError

@@ -8,7 +8,7 @@ double binary tree between servers (ncclGetBtree / ncclGetDtree).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -119,20 +119,34 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
 
 @dataclass
 class EdgeSet:
-    """Directed edges of one algorithm instance, flattened with a weight per entry."""
+    """Directed edges of one algorithm instance, flattened with a weight per entry.
+
+    ``coefs`` are rate coefficients (link capacity each payload byte takes, a transport's
+    efficiency included); ``wires`` the bytes that cross each link per payload byte.
+    """
 
     links: list
     coefs: list
     intra_hw: str = "nvlink"
+    wires: list = field(default_factory=list)
 
-    def add(self, route: Route, weight: float) -> None:
+    def add(self, route: Route, weight: float, efficiency: float = 1.0) -> None:
+        """Add ``route`` carrying ``weight`` of the payload, at ``efficiency`` of its
+        links' bandwidth (it takes ``1 / efficiency`` of their capacity per byte)."""
+        coef = route.coef if efficiency == 1.0 else route.coef / efficiency
         self.links.append(route.links)
-        self.coefs.append(route.coef * weight)
+        self.coefs.append(coef * weight)
+        self.wires.append(route.coef * weight)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(link ids, rate coefficients)."""
         if not self.links:
             return np.zeros(0, np.int64), np.zeros(0)
         return np.concatenate(self.links), np.concatenate(self.coefs)
+
+    def wire_coef(self) -> np.ndarray:
+        """Bytes crossing each entry's link per payload byte, aligned with ``arrays()``."""
+        return np.concatenate(self.wires) if self.wires else np.zeros(0)
 
 
 def _intra_hw(cluster: Cluster, comm: Communicator) -> str:
@@ -162,20 +176,23 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
         hops = range(n - 1) if root is not None else range(n)
         for h in hops:
             (a, nic_a), (b, nic_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
-            edges.add(_edge_route(cluster, a, b, nic_a, nic_b, ch, pcie_p2p_efficiency), weight)
+            _add_edge(edges, cluster, (a, b), (nic_a, nic_b), ch, pcie_p2p_efficiency, weight)
     return edges
 
 
-def _edge_route(cluster: Cluster, a: str, b: str, nic_a, nic_b, label: int,
-                pcie_p2p_efficiency: float) -> Route:
-    route = gpu_route(cluster, a, b, nic_a, nic_b, label)
+def _add_edge(edges: EdgeSet, cluster: Cluster, pair: tuple[str, str], nics: tuple,
+              label: int, pcie_p2p_efficiency: float, weight: float) -> None:
+    """Add the GPU-to-GPU edge ``pair`` (through ``nics`` between servers) to ``edges``."""
+    a, b = pair
+    route = gpu_route(cluster, a, b, nics[0], nics[1], label)
     nodes = cluster.G.nodes
+    efficiency = 1.0
     if nodes[a]["server"] == nodes[b]["server"] and pcie_p2p_efficiency != 1.0:
         if "nvlink" not in set(cluster.link_class[route.links]):
             # No NVLink between the pair: NCCL's P2P/SHM transport over PCIe reaches only
             # a calibrated fraction of the links' bandwidth.
-            route = Route(route.links, route.coef / pcie_p2p_efficiency, route.latency_s)
-    return route
+            efficiency = pcie_p2p_efficiency
+    edges.add(route, weight, efficiency)
 
 
 def btree_parent(rank: int, n: int) -> int:
@@ -207,7 +224,7 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
         for order, nic in servers:                 # chain inside each server
             for a, b in zip(order, order[1:]):
                 for x, y in ((a, b), (b, a)):
-                    edges.add(_edge_route(cluster, x, y, nic, nic, ch, pcie_p2p_efficiency),
+                    _add_edge(edges, cluster, (x, y), (nic, nic), ch, pcie_p2p_efficiency,
                               weight)
         n = len(servers)
         for k in range(n):                         # tree between servers
@@ -229,5 +246,5 @@ def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
         pairs = [(a, b) for a in gpus for b in gpus if a != b]
     edges = EdgeSet([], [], _intra_hw(cluster, comm))
     for i, (a, b) in enumerate(pairs):
-        edges.add(_edge_route(cluster, a, b, None, None, i, pcie_p2p_efficiency), 1.0)
+        _add_edge(edges, cluster, (a, b), (None, None), i, pcie_p2p_efficiency, 1.0)
     return edges

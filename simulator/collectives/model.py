@@ -222,4 +222,4 @@ class CollectiveModel:
         rate = bottleneck_rate(flow, self.cluster.capacity_bytes_per_s) if payload else math.inf
         predicted = latency + (payload / rate if payload else 0.0)
         return Plan(op, algo, proto, comm.n_ranks, comm.n_nodes, size, latency, payload,
-                    links, coef, max_rate, predicted)
+                    links, coef, max_rate, predicted, wire_coef=es.wire_coef())

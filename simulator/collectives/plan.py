@@ -29,7 +29,8 @@ class Plan:
     coef: np.ndarray
     max_rate: float            # NCCL per-channel ceilings, payload bytes/s
     predicted_s: float         # the tuner's estimate (links uncontended)
+    wire_coef: np.ndarray | None = None   # bytes crossing each link per payload byte
 
     def flow(self) -> Flow:
         return Flow(self.payload_bytes, self.links, self.coef, self.latency_s, self.max_rate,
-                    label=f"{self.op}/{self.algo}/{self.proto}")
+                    label=f"{self.op}/{self.algo}/{self.proto}", wire_coef=self.wire_coef)

@@ -94,6 +94,7 @@ class Timeline:
     link_groups: list[str] = field(default_factory=list)      # link types
     link_samples: list[tuple[float, np.ndarray]] = field(default_factory=list)
     memory_wait_s: dict = field(default_factory=dict)    # class -> seconds ops waited
+    link_occupancy_bytes: np.ndarray | None = None     # capacity taken (Fabric docstring)
 
 
 class _Rendezvous:
@@ -183,7 +184,8 @@ class _Replayer:
                         {c: p.oom_at for c, p in pools.items()},
                         self.fabric.link_bytes.copy(), end, self.env.events_processed,
                         self.capacity, dict(self.trace.meta), self.link_groups,
-                        list(self.fabric.samples), {c: p.wait_s for c, p in pools.items()})
+                        list(self.fabric.samples), {c: p.wait_s for c, p in pools.items()},
+                        self.fabric.link_occupancy_bytes.copy())
 
     def _check_finished(self) -> None:
         """A replay that ran dry with ops left is a deadlock of the trace's program."""

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import pandas as pd
 
 from ..errors import ConfigError
-from ..metrics.outputs import prepare_out_dir
+from ..outpaths import prepare_out_dir
 from .commands import BASE_COLUMNS
 from .parts import STATUSES, BadPart, parse_name, part_name, read_part, write_part
 from .points import cell

@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..outpaths import writable_file
 from .fields import is_int
 from .schema import Communicator, Op, RankClass, Trace, TraceError
 
@@ -57,11 +58,10 @@ def write_trace(trace: Trace, path: str | Path, overwrite: bool = False) -> Path
     """Write ``trace`` to ``path`` (gzip if it ends in .gz); never replaces a file unless
     ``overwrite``.
 
-    :raises ConfigError: if the file exists and ``overwrite`` is false.
+    :raises ConfigError: if the file (or a symbolic link) exists and ``overwrite`` is false
+        (:func:`simulator.outpaths.writable_file`).
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise ConfigError("file exists; refusing to overwrite it", source=str(path))
+    path = writable_file(path, overwrite)
     text = json.dumps(trace_to_dict(trace), separators=(",", ":"), default=str)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt") as fh:
