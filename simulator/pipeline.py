@@ -141,7 +141,11 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
     k = load_constants()
     cluster = cluster or scenario_cluster(scn, k)
     gpu = gpu_spec(cluster.G.graph["gpu"])
-    cfg = parse_strategy(_strategy_dict(scn), source=source)
+    try:
+        strategy = _strategy_dict(scn)
+    except ConfigError as exc:
+        raise exc.located(source) from None
+    cfg = parse_strategy(strategy, source=source)
     t = scn.training
     n_gpus = scn.cluster.gpus or cluster.n_gpus
     if n_gpus > cluster.n_gpus:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
 from .errors import ConfigError, validation_error
@@ -112,6 +112,21 @@ class Scenario(BaseModel):
     strategy: dict[str, Any] = Field(default_factory=lambda: {"name": "fsdp"})
     simulation: Simulation = Field(default_factory=Simulation)
     reliability: ReliabilityCfg | None = None   # job-level failures (docs/reliability.md)
+    _source: str = PrivateAttr("<scenario>")
+
+    @property
+    def source(self) -> str:
+        """The file (or point) this scenario was read from: what its errors name."""
+        return self._source
+
+    def located(self, exc: ConfigError, prefix: str = "") -> ConfigError:
+        """``exc`` if it names its own file (a topology or model YAML), else the same
+        reason in this scenario's file, under ``prefix`` (``cluster``: ``links.x.bw`` ->
+        ``cluster.links.x.bw``)."""
+        if exc.source:
+            return exc
+        field = ".".join(p for p in (prefix, exc.field or "") if p)
+        return ConfigError(exc.reason, source=self.source, field=field or None)
 
 
 def apply_sets(data: dict, sets: list[str], source: str) -> dict:
@@ -151,10 +166,26 @@ def load_scenario(path: str | Path | None = None, sets: list[str] | None = None)
 
 
 def scenario_from_dict(data: dict, source: str = "<dict>") -> Scenario:
+    """Validate ``data`` as a scenario read from ``source`` (what its errors name)."""
     try:
-        return Scenario.model_validate(data)
+        scn = Scenario.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, source=source, style="paren") from None
+    scn._source = source
+    return scn
+
+
+def from_sets(exc: ConfigError, sets: list[str], source: str) -> ConfigError:
+    """``exc`` with its field marked ``--set`` when the value came from one of ``sets``
+    (``--set KEY=VALUE`` items) of the scenario ``source``: ``--set cluster.links.x.bw``."""
+    field = exc.field or ""
+    keys = [item.partition("=")[0].strip() for item in sets]
+    if exc.source != source or not field or field.startswith("--set"):
+        return exc
+    if not any(field == k or field.startswith(k + ".") or k.startswith(field + ".")
+               for k in keys if k):
+        return exc
+    return ConfigError(exc.reason, source=source, field=f"--set {field}")
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:

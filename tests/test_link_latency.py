@@ -252,9 +252,10 @@ def test_the_issue_run_what_if_changes_the_step(capsys):
 def test_a_non_finite_latency_is_one_line(capsys, value):
     code, _, err = run_main(capsys, "run", "--set",
                             f"cluster.links={{nvlink3: {{latency: {value}}}}}")
-    assert code == 2
-    assert err.strip() == (f"clustersim: error: cluster.links: links.nvlink3.latency: "
-                           f"must be finite, got '{value}'")
+    err = err.strip()
+    assert code == 2 and "\n" not in err and err.startswith("clustersim: error: ")
+    assert "quickstart.yaml" in err          # the scenario the --set applies to
+    assert err.endswith(f"cluster.links.nvlink3.latency: must be finite, got '{value}'")
 
 
 # ------------------------------------------------------------------------ the study

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -37,8 +38,29 @@ def _json(capsys, *args):
     code, out, err = run_main(capsys, "reliability", *args, "--format", "json")
     assert code == 0, err
     data = json.loads(out)
-    data.pop("timings_s")
+    assert "timings_s" not in data
     return data
+
+
+def test_same_seed_gives_byte_identical_json(capsys, scenario, tmp_path):
+    # Issue 21 item 8: the JSON embedded wall-clock timings_s, so two runs differed.
+    args = (scenario, "--trials", "4", "--workers", "1", "--seed", "3", "--format", "json")
+    first = run_main(capsys, "reliability", *args, "--out", str(tmp_path / "a"))
+    second = run_main(capsys, "reliability", *args, "--out", str(tmp_path / "b"))
+    assert first[0] == second[0] == 0, first[2]
+    assert first[1] == second[1]
+    assert (tmp_path / "a" / "summary.json").read_bytes() == \
+        (tmp_path / "b" / "summary.json").read_bytes()
+
+
+def test_timings_go_to_stderr_on_request(capsys, scenario):
+    code, out, err = run_main(capsys, "reliability", scenario, "--trials", "2", "--workers",
+                              "1", "--format", "json", "--timings")
+    assert code == 0, err
+    assert "timings" not in out
+    line, = [x for x in err.splitlines() if x.startswith("reliability: ")]
+    assert re.fullmatch(r"reliability: plan \d+\.\d\d s, trials \d+\.\d\d s, "
+                        r"search \d+\.\d\d s", line)
 
 
 def test_table_has_every_result(capsys, scenario):
@@ -113,7 +135,7 @@ def test_bad_input_is_one_line_naming_the_field(capsys, scenario, setting, field
         assert code == 0, err
         return
     assert code == 2, out
-    assert err.startswith(f"clustersim: error: {scenario}: {field}:"), err
+    assert err.startswith(f"clustersim: error: {scenario}: --set {field}:"), err   # given by --set
     assert words in err and len(err.strip().splitlines()) == 1
 
 

@@ -5,13 +5,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from study_helpers import register, write_study
+from study_helpers import (descendants, register, start_study, still_running, study_command,
+                           write_study)
 
 from simulator.cli import main
 from simulator.errors import ConfigError
@@ -20,7 +20,6 @@ from simulator.study.commands import BASE_COLUMNS, RUN_COLUMNS
 from simulator.study.executors import CONNECT_TIMEOUT_S, make_executor
 from simulator.study.store import finished_parts
 
-REPO = Path(__file__).resolve().parents[1]
 NOT_RESULTS = ["wall_s", "worker"]          # where and how long, not what was computed
 
 
@@ -96,21 +95,14 @@ def test_killed_study_resumes_without_losing_or_repeating_points(tmp_path):
     path = write_study(tmp_path, command="slow",
                        axes={"grid": {"training.micro_batch": list(range(1, n + 1))}})
     out = tmp_path / "out"
-    code = ("import sys, study_helpers; study_helpers.register(); "
-            "from simulator.cli import main; main(sys.argv[1:])")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    args = [sys.executable, "-c", code, "study", str(path), "--out", str(out),
-            "--workers", "1", "--no-progress"]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while len(finished_parts(out)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    proc = start_study(path, out, workers=1, parts=3)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     before = finished_parts(out)
     assert 3 <= len(before) < n, "the study must be killed mid-way"
     assert not (out / "results.parquet").exists()
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "parts").glob("*.parquet")}
+    args, env = study_command(path, out, workers=1)
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"ran {n - len(before)} point(s) (0 failed), {len(before)} finished before" \
@@ -120,6 +112,34 @@ def test_killed_study_resumes_without_losing_or_repeating_points(tmp_path):
     assert table["point"].is_unique and len(table) == n
     assert all((out / "parts" / name).stat().st_mtime_ns == t for name, t in stamps.items())
     assert not list((out / "parts").glob(".*.tmp"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_local_workers_end_when_the_study_is_killed(tmp_path):
+    """kill -9 of a study running 2 local workers: within 10 s no process it started is
+    left (workers, the forkserver and the resource tracker end with their parent)."""
+    n = 80                                   # 80 x 0.25 s on 2 workers: 10 s of work
+    path = write_study(tmp_path, command="slow",
+                       axes={"grid": {"training.micro_batch": list(range(1, n + 1))}})
+    out = tmp_path / "out"
+    proc = start_study(path, out, workers=2, parts=4)
+    started = {}
+    try:
+        started = descendants(proc.pid)
+        assert len(finished_parts(out)) >= 4 and len(started) >= 2, "workers must be busy"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while still_running(started) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert still_running(started) == [], "processes of the killed study are left"
+        assert len(finished_parts(out)) < n
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in still_running(started):
+            os.kill(pid, signal.SIGKILL)
 
 
 # ------------------------------------------------------------------ executors

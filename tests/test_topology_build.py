@@ -64,7 +64,7 @@ def test_scenario_overrides_win_field_by_field_over_the_file():
 
 @pytest.mark.parametrize("links, message", [
     ({"ib-hdr": {"speed": "1 GB/s"}}, "cluster.links: links.ib-hdr.speed: unknown key(s) "
-     "'speed'; valid: name, description, generator, params, links, source"),
+     "'speed'; valid: bw, latency"),
     ({"ib-hdr": {"bw": "0 GB/s"}}, "cluster.links: links.ib-hdr.bw: bandwidth must be > 0, "
      "got '0 GB/s'"),
     ({"roce-400": {"bw": "1 GB/s"}}, "cluster.links: links.roce-400: no link of type "

@@ -141,7 +141,8 @@ def test_bad_nodes_override_names_the_option(nodes):
 
 def test_absurd_node_count_is_refused_before_building():
     from simulator.errors import ConfigError
-    from simulator.topology.loader import MAX_NODES, load_topology, resolve_topology
+    from simulator.topology.args import MAX_NODES
+    from simulator.topology.loader import load_topology, resolve_topology
     with pytest.raises(ConfigError, match=r"--nodes: must be <= "):
         load_topology(resolve_topology("dgx-a100-superpod"), nodes=MAX_NODES + 1)
 

@@ -94,6 +94,6 @@ def test_static_memory_in_both_places_or_for_an_unknown_class_is_named(tmp_path)
     d = trace_to_dict(sample())
     d["classes"][0]["static_memory_bytes"] = -1
     (tmp_path / "neg.json").write_text(json.dumps(d))
-    with pytest.raises(ConfigError, match=r"neg\.json: classes: rank class all: "
-                                          r"static_memory_bytes is negative"):
+    with pytest.raises(ConfigError, match=r"neg\.json: classes\[all\]\.static_memory_bytes: "
+                                          r"rank class all: must be >= 0, got -1"):
         read_trace(tmp_path / "neg.json")

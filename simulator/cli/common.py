@@ -7,6 +7,7 @@ be tested without running a command.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -127,6 +128,24 @@ def load_topology_arg(topology: str, nodes: int | None, option: str):
     except ConfigError as exc:
         raise ConfigError(exc.reason, source=option) from None
     return path, load_topology(path, nodes=nodes)
+
+
+def names_sets(command):
+    """Decorate a command taking ``scenario`` and ``sets`` (``--set KEY=VALUE``): an error
+    in a value a ``--set`` gave names it (``quickstart.yaml: --set cluster.links.x.bw: ...``,
+    :func:`simulator.scenario.from_sets`). Put it under the click decorators."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ConfigError as exc:
+            sets = list(kwargs.get("sets") or ())
+            if not sets:
+                raise
+            from ..scenario import from_sets, resolve_scenario
+            source = str(resolve_scenario(kwargs["scenario"]))
+            raise from_sets(exc, sets, source) from None
+    return wrapper
 
 
 def bad_parameter(message: str, option: str) -> click.BadParameter:

@@ -9,6 +9,7 @@ import click
 
 from ..choices import DEFAULT_COMPARE_STRATEGIES, DEFAULT_SCENARIO, framework_of
 from ..errors import ConfigError
+from .common import names_sets
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
     from ..compare.cost import Budget
@@ -70,6 +71,7 @@ def register(cli: click.Group) -> None:
     @click.option("--capacity/--no-capacity", default=True, show_default=True,
                   help="Also search the largest model of the family that fits.")
     @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+    @names_sets
     def compare_cmd(scenario, strategies, sets, fmt, out, price, instance, tokens, epochs,
                     dataset_samples, iterations, migration, day_rate, scaling, capacity,
                     quiet):
@@ -88,6 +90,7 @@ def register(cli: click.Group) -> None:
         from ..compare.options import migration_plan, parse_strategies
         from ..compare.report import render_table, to_csv, to_json, write_outputs
         from ..compare.runner import compare
+        from ..outpaths import prepare_out_dir
         from ..scenario import load_scenario, resolve_scenario
         from ..topology.build import scenario_graph
 
@@ -103,6 +106,8 @@ def register(cli: click.Group) -> None:
             raise ConfigError(f"must be >= 0 USD, got {day_rate!r}", source="--day-rate")
         G = scenario_graph(scn)
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
+        if out is not None:
+            prepare_out_dir(out)             # refused before the comparison, not after
         say = None if quiet else (lambda msg: click.echo(f"compare: {msg}", err=True))
         cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from .common import names_sets
+
 DEFAULT = "reliability-1024gpu"
 _SET_HELP = ("Override a scenario key, e.g. --set reliability.checkpoint.interval='10 min' "
              "(repeatable).")
@@ -31,7 +33,11 @@ def register(cli: click.Group) -> None:
     @click.option("--out", type=click.Path(path_type=Path), default=None,
                   help="Write summary.json, trials/recoveries/interval CSVs and PNG plots "
                        "(timeline, recovery CDF, ETTR against interval) here.")
-    def reliability_cmd(scenario, sets, trials, seed, workers, fmt, out):
+    @click.option("--timings", is_flag=True,
+                  help="Print how long the plan, trials and search took (wall clock) to "
+                       "stderr; results never include them, so a seed gives the same bytes.")
+    @names_sets
+    def reliability_cmd(scenario, sets, trials, seed, workers, fmt, out, timings):
         """Simulate SCENARIO's whole training job with failures, many times.
 
         Reports ETTR (goodput), time lost per cause, recovery times (mean, p50, p99,
@@ -40,9 +46,9 @@ def register(cli: click.Group) -> None:
         a scenario without a `reliability:` section gets the defaults
         (simulator/data/reliability.yaml, docs/reliability.md).
         """
-        from ..metrics.outputs import prepare_out_dir
+        from ..outpaths import prepare_out_dir
         from ..reliability.outputs import write_outputs
-        from ..reliability.report import as_dict, table
+        from ..reliability.report import as_dict, table, timings_line
         from ..reliability.study import run_study
         from ..scenario import load_scenario, resolve_scenario
 
@@ -54,6 +60,8 @@ def register(cli: click.Group) -> None:
                           record=out is not None)
         if out is not None:
             write_outputs(study, out)
+        if timings:
+            click.echo(timings_line(study), err=True)
         if fmt == "json":
             click.echo(json.dumps(as_dict(study), indent=2))
             return

@@ -10,6 +10,7 @@ import click
 
 from ..choices import FIDELITIES
 from ..errors import ConfigError
+from ..outpaths import prepare_out_dir, writable_file
 from .common import DEFAULT_TOPOLOGY, metric_rows
 
 
@@ -51,9 +52,7 @@ def register(cli: click.Group) -> None:
         from ..importers.comms import parse_collective_bytes
         from ..trace.io import write_trace
 
-        if output.exists() and not overwrite:
-            raise ConfigError("file exists; refusing to overwrite it (add --overwrite)",
-                              source=str(output))
+        writable_file(output, overwrite)      # before the import, which takes a while
         trace = import_trace(kind, files, step, parse_collective_bytes(sizes))
         write_trace(trace, output, overwrite=overwrite)
         click.echo(f"wrote {output}: {_summary(trace)}")
@@ -84,7 +83,15 @@ def register(cli: click.Group) -> None:
         from ..trace.io import read_trace
 
         trace = read_trace(trace_file)
-        result = replay_trace(trace, topology, nodes, fidelity, nccl_choice)
+        if out is not None:
+            prepare_out_dir(out)             # refused before the replay, not after
+        try:
+            result = replay_trace(trace, topology, nodes, fidelity, nccl_choice)
+        except ConfigError as exc:
+            # a field of the trace that only the cluster can check (a host copy's server)
+            if (exc.field or "").startswith("classes["):
+                raise exc.located(str(trace_file)) from None
+            raise
         m, recorded = result.metrics, trace.meta.get("recorded_iteration_s")
         table = collective_table(result)
         if out is not None:

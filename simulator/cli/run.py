@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..choices import DEFAULT_SCENARIO
-from .common import metric_rows
+from .common import metric_rows, names_sets
 
 _SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=16 (repeatable)."
 
@@ -23,17 +23,21 @@ def register(cli: click.Group) -> None:
                   help="Write summary.json, CSVs, a Perfetto timeline and PNG plots here.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)
+    @names_sets
     def run_cmd(scenario, sets, out, fmt):
         """Simulate one training iteration of SCENARIO [default: quickstart].
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/).
         """
         from ..metrics.outputs import write_outputs
+        from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
         from ..scenario import load_scenario, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
+        if out is not None:
+            prepare_out_dir(out)             # refused before the simulation, not after
         setup = build_setup(scn, str(path))
         result = run_setup(setup)
         m = result.metrics
@@ -62,6 +66,7 @@ def register(cli: click.Group) -> None:
                   required=True, help="Trace file to write (.json or .json.gz).")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
+    @names_sets
     def trace_cmd(scenario, output, sets, overwrite):
         """Write the Trace that SCENARIO's strategy generates (docs/trace-format.md)."""
         from ..pipeline import build_setup

@@ -8,9 +8,8 @@ double binary tree between servers (ncclGetBtree / ncclGetDtree).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -123,6 +122,9 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
 class EdgeSet:
     """Directed edges of one algorithm instance, flattened with a weight per entry.
 
+    ``coefs`` are rate coefficients (link capacity each payload byte takes, a transport's
+    efficiency included); ``wires`` the bytes that cross each link per payload byte.
+
     With ``track_extra`` (the cluster has a link latency what-if), ``intra_extra_s`` and
     ``inter_extra_s`` are the largest ``Route.extra_latency_s`` (link latency above the
     catalog's, negative for faster links) of the edges inside a server and of those
@@ -133,13 +135,20 @@ class EdgeSet:
     links: list
     coefs: list
     intra_hw: str = "nvlink"
+    wires: list = field(default_factory=list)
     track_extra: bool = False
     intra_extra_s: float = -math.inf
     inter_extra_s: float = -math.inf
 
-    def add(self, route: Route, weight: float, between_servers: bool = False) -> None:
+    def add(self, route: Route, weight: float, efficiency: float = 1.0,
+            between_servers: bool = False) -> None:
+        """Add ``route`` carrying ``weight`` of the payload, at ``efficiency`` of its
+        links' bandwidth (it takes ``1 / efficiency`` of their capacity per byte), an edge
+        inside a server or ``between_servers``."""
+        coef = route.coef if efficiency == 1.0 else route.coef / efficiency
         self.links.append(route.links)
-        self.coefs.append(route.coef * weight)
+        self.coefs.append(coef * weight)
+        self.wires.append(route.coef * weight)
         if self.track_extra:
             extra = route.extra_latency_s
             if between_servers:
@@ -153,9 +162,14 @@ class EdgeSet:
                 self.inter_extra_s if self.inter_extra_s > -math.inf else 0.0)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(link ids, rate coefficients)."""
         if not self.links:
             return np.zeros(0, np.int64), np.zeros(0)
         return np.concatenate(self.links), np.concatenate(self.coefs)
+
+    def wire_coef(self) -> np.ndarray:
+        """Bytes crossing each entry's link per payload byte, aligned with ``arrays()``."""
+        return np.concatenate(self.wires) if self.wires else np.zeros(0)
 
 
 def _intra_hw(cluster: Cluster, comm: Communicator) -> str:
@@ -179,31 +193,34 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
     for ch, servers in enumerate(orders):
-        seq = [(g, nic, s) for s, (order, nic) in enumerate(servers) for g in order]
+        seq = [(g, nic) for order, nic in servers for g in order]
         n = len(seq)
-        start = [g for g, _, _ in seq].index(root) if root is not None else 0
+        start = [g for g, _ in seq].index(root) if root is not None else 0
         hops = range(n - 1) if root is not None else range(n)
         for h in hops:
-            (a, nic_a, s_a), (b, nic_b, s_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
-            edges.add(_edge_route(cluster, a, b, nic_a, nic_b, ch, pcie_p2p_efficiency), weight,
-                      s_a != s_b)
+            (a, nic_a), (b, nic_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
+            _add_edge(edges, cluster, (a, b), (nic_a, nic_b), ch, pcie_p2p_efficiency, weight)
     return edges
 
 
 def _edge_set(cluster: Cluster, comm: Communicator) -> EdgeSet:
-    return EdgeSet([], [], _intra_hw(cluster, comm), cluster.has_extra_latency)
+    return EdgeSet([], [], _intra_hw(cluster, comm), track_extra=cluster.has_extra_latency)
 
 
-def _edge_route(cluster: Cluster, a: str, b: str, nic_a, nic_b, label: int,
-                pcie_p2p_efficiency: float) -> Route:
-    route = gpu_route(cluster, a, b, nic_a, nic_b, label)
+def _add_edge(edges: EdgeSet, cluster: Cluster, pair: tuple[str, str], nics: tuple,
+              label: int, pcie_p2p_efficiency: float, weight: float) -> None:
+    """Add the GPU-to-GPU edge ``pair`` (through ``nics`` between servers) to ``edges``."""
+    a, b = pair
+    route = gpu_route(cluster, a, b, nics[0], nics[1], label)
     nodes = cluster.G.nodes
-    if nodes[a]["server"] == nodes[b]["server"] and pcie_p2p_efficiency != 1.0:
+    efficiency = 1.0
+    same_server = nodes[a]["server"] == nodes[b]["server"]
+    if same_server and pcie_p2p_efficiency != 1.0:
         if "nvlink" not in set(cluster.link_class[route.links]):
             # No NVLink between the pair: NCCL's P2P/SHM transport over PCIe reaches only
             # a calibrated fraction of the links' bandwidth.
-            route = dataclasses.replace(route, coef=route.coef / pcie_p2p_efficiency)
-    return route
+            efficiency = pcie_p2p_efficiency
+    edges.add(route, weight, efficiency, not same_server)
 
 
 def btree_parent(rank: int, n: int) -> int:
@@ -235,7 +252,7 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
         for order, nic in servers:                 # chain inside each server
             for a, b in zip(order, order[1:]):
                 for x, y in ((a, b), (b, a)):
-                    edges.add(_edge_route(cluster, x, y, nic, nic, ch, pcie_p2p_efficiency),
+                    _add_edge(edges, cluster, (x, y), (nic, nic), ch, pcie_p2p_efficiency,
                               weight)
         n = len(servers)
         for k in range(n):                         # tree between servers
@@ -244,8 +261,10 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
                 continue
             (child, nic_c), (parent, nic_p) = (servers[k][0][0], servers[k][1]), \
                 (servers[p][0][0], servers[p][1])
-            edges.add(gpu_route(cluster, child, parent, nic_c, nic_p, ch), weight, True)
-            edges.add(gpu_route(cluster, parent, child, nic_p, nic_c, ch), weight, True)
+            edges.add(gpu_route(cluster, child, parent, nic_c, nic_p, ch), weight,
+                      between_servers=True)
+            edges.add(gpu_route(cluster, parent, child, nic_p, nic_c, ch), weight,
+                      between_servers=True)
     return edges
 
 
@@ -256,8 +275,6 @@ def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
     if pairs is None:
         pairs = [(a, b) for a in gpus for b in gpus if a != b]
     edges = _edge_set(cluster, comm)
-    nodes = cluster.G.nodes
     for i, (a, b) in enumerate(pairs):
-        between = edges.track_extra and nodes[a]["server"] != nodes[b]["server"]
-        edges.add(_edge_route(cluster, a, b, None, None, i, pcie_p2p_efficiency), 1.0, between)
+        _add_edge(edges, cluster, (a, b), (None, None), i, pcie_p2p_efficiency, 1.0)
     return edges

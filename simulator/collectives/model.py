@@ -257,6 +257,6 @@ class CollectiveModel:
         rate = bottleneck_rate(flow, self.cluster.capacity_bytes_per_s) if payload else math.inf
         transfer = payload / rate if payload else 0.0
         plan = Plan(op, algo, proto, comm.n_ranks, comm.n_nodes, size, latency, payload,
-                    links, coef, max_rate, latency + transfer)
+                    links, coef, max_rate, latency + transfer, wire_coef=es.wire_coef())
         # NCCL's tuner never measures a link's latency: it chooses on its own constants.
         return plan, nccl_latency + transfer

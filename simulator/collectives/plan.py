@@ -30,7 +30,8 @@ class Plan:
     max_rate: float            # NCCL per-channel ceilings, payload bytes/s
     predicted_s: float         # time alone on the fabric (links uncontended): the tuner's
                                # estimate plus any link latency what-if it cannot see
+    wire_coef: np.ndarray | None = None   # bytes crossing each link per payload byte
 
     def flow(self) -> Flow:
         return Flow(self.payload_bytes, self.links, self.coef, self.latency_s, self.max_rate,
-                    label=f"{self.op}/{self.algo}/{self.proto}")
+                    label=f"{self.op}/{self.algo}/{self.proto}", wire_coef=self.wire_coef)

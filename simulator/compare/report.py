@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..metrics.outputs import prepare_out_dir  # noqa: E402
+from ..outpaths import prepare_out_dir  # noqa: E402
 from .results import Comparison, Row, cheapest, excess_over_cheapest  # noqa: E402
 
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from ..collectives.host import host_flow
-from ..errors import ClusterSimError
+from ..collectives.host import host_flow, server_nic
+from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace, transfer_keys
 from .memory import MemoryPool
@@ -94,6 +94,7 @@ class Timeline:
     link_groups: list[str] = field(default_factory=list)      # link types
     link_samples: list[tuple[float, np.ndarray]] = field(default_factory=list)
     memory_wait_s: dict = field(default_factory=dict)    # class -> seconds ops waited
+    link_occupancy_bytes: np.ndarray | None = None     # capacity taken (Fabric docstring)
 
 
 class _Rendezvous:
@@ -130,6 +131,24 @@ class _Replayer:
         keys = {(c.id, op_id): k for c in trace.classes
                 for op_id, k in transfer_keys(c).items()}
         self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plan, keys)
+        self._check_host_copies()
+
+    def _check_host_copies(self) -> None:
+        """Every host copy names a server and NIC of the cluster (the one check of a Trace
+        that needs the cluster), before the replay starts.
+
+        :raises ConfigError: naming the class, the op and ``attrs.host``.
+        """
+        for cls in self.trace.classes:
+            for position, op in enumerate(cls.ops):
+                if op.kind not in ("send", "recv") or "host" not in op.attrs:
+                    continue
+                try:
+                    server_nic(self.coll.cluster, op.attrs["host"], op.attrs.get("nic", 0))
+                except TopologyError as exc:
+                    raise ConfigError(f"rank class {cls.id}, op {op.id} ({op.name}): {exc}",
+                                      field=f"classes[{cls.id}].ops[{position}].attrs.host") \
+                        from None
 
     def _class_members(self) -> dict[str, int]:
         """Per communicator, how many rank classes take part."""
@@ -165,7 +184,8 @@ class _Replayer:
                         {c: p.oom_at for c, p in pools.items()},
                         self.fabric.link_bytes.copy(), end, self.env.events_processed,
                         self.capacity, dict(self.trace.meta), self.link_groups,
-                        list(self.fabric.samples), {c: p.wait_s for c, p in pools.items()})
+                        list(self.fabric.samples), {c: p.wait_s for c, p in pools.items()},
+                        self.fabric.link_occupancy_bytes.copy())
 
     def _check_finished(self) -> None:
         """A replay that ran dry with ops left is a deadlock of the trace's program."""

@@ -1,8 +1,8 @@
 """Files of a run: summary.json, CSV tables, a Perfetto timeline and PNG plots.
 
-The output folder is marked with ``.clustersim-run``; a folder that exists, is not empty
-and lacks the mark holds someone else's files and is refused, so nothing a user wrote is
-overwritten.
+The output folder is prepared by :func:`simulator.outpaths.prepare_out_dir`: a folder that
+exists, is not empty and was not written by clustersim is refused, so nothing a user wrote
+is overwritten.
 """
 
 from __future__ import annotations
@@ -17,25 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..engine.replay import COMM_KINDS, Timeline  # noqa: E402
-from ..errors import ConfigError  # noqa: E402
+from ..outpaths import prepare_out_dir  # noqa: E402
 from .summary import GIB, Metrics, layer_breakdown, link_utilization  # noqa: E402
-
-MARK = ".clustersim-run"
-
-
-def prepare_out_dir(out: Path | str) -> Path:
-    """Create ``out`` or reuse one of ours; refuse a foreign non-empty folder."""
-    out = Path(out)
-    if out.exists():
-        if not out.is_dir():
-            raise ConfigError("exists and is not a folder", field="--out", source=str(out))
-        if any(out.iterdir()) and not (out / MARK).exists():
-            raise ConfigError("folder is not empty and was not written by clustersim; "
-                              "choose another --out", field="--out", source=str(out))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARK).write_text("written by clustersim run; files here may be replaced\n")
-    return out
-
 
 def ops_table(tl: Timeline) -> pd.DataFrame:
     """Every replayed op with its times (seconds)."""

@@ -20,6 +20,9 @@ from .maxmin import FlowIncidence, share_bandwidth
 class Flow:
     """A transfer: ``size_bytes`` of payload over links with per-byte coefficients.
 
+    ``coef`` is the link capacity (bytes) each payload byte takes: what sets the rate, a
+    protocol's or transport's efficiency included. ``wire_coef`` is the bytes that cross
+    the link per payload byte, for the counters; None when they are the same as ``coef``.
     ``latency_s`` elapses before the first byte moves (propagation, protocol setup).
     ``max_rate`` caps the payload rate (bytes/s), ``inf`` for no cap.
     """
@@ -30,6 +33,7 @@ class Flow:
     latency_s: float = 0.0
     max_rate: float = float("inf")
     label: str = ""
+    wire_coef: np.ndarray | None = None
     start_s: float = field(default=float("nan"), init=False)
     end_s: float = field(default=float("nan"), init=False)
 
@@ -37,7 +41,10 @@ class Flow:
 class Fabric:
     """Base class: owns link capacities and counts what it did.
 
-    Every fidelity counts ``link_bytes`` (bytes carried per link). ``samples`` (the load of
+    Every fidelity counts, per link, ``link_bytes`` (the bytes that crossed it) and
+    ``link_occupancy_bytes`` (the capacity the transfers took, bytes at the link's usable
+    rate: a protocol that reaches 1/k of the bandwidth takes k bytes per byte it moves;
+    over capacity x time it is the utilisation). ``samples`` (the load of
     each link group over time, a fraction of its capacity, after :meth:`track`) is filled
     only by fidelities that share links between concurrent flows; the base, and the
     analytical fabric that sees each transfer alone, leave it empty.
@@ -49,6 +56,7 @@ class Fabric:
         self.env = env
         self.capacity = np.asarray(capacity_bytes_per_s, dtype=float)
         self.link_bytes = np.zeros(len(self.capacity))
+        self.link_occupancy_bytes = np.zeros(len(self.capacity))
         self.solves = 0
         self.samples: list[tuple[float, np.ndarray]] = []
 
@@ -79,6 +87,11 @@ class Fabric:
         raise NotImplementedError
 
 
+def wire_coef(flow: Flow) -> np.ndarray:
+    """Bytes crossing each of ``flow``'s links per payload byte."""
+    return flow.coef if flow.wire_coef is None else flow.wire_coef
+
+
 def bottleneck_rate(flow: Flow, capacity: np.ndarray) -> float:
     """Payload rate of ``flow`` alone on the links: min over links of capacity / load."""
     if len(flow.links) == 0:
@@ -92,9 +105,9 @@ class AnalyticalFabric(Fabric):
     """Closed form, congestion-unaware: latency + size / bottleneck bandwidth.
 
     Each transfer sees the links as if it were alone. Use when transfers do not overlap or
-    contention is known not to matter; it is the fastest fidelity. It reports the bytes
-    each link carried (``link_bytes``) but no utilisation ``samples``: there is no shared
-    load to sample.
+    contention is known not to matter; it is the fastest fidelity. It counts what each
+    link carried (``link_bytes``, ``link_occupancy_bytes``) but takes no utilisation
+    ``samples``: there is no shared load to sample.
     """
 
     name = "analytical"
@@ -103,7 +116,8 @@ class AnalyticalFabric(Fabric):
         rate = bottleneck_rate(flow, self.capacity)
         self.solves += 1
         duration = flow.size_bytes / rate
-        np.add.at(self.link_bytes, flow.links, flow.coef * flow.size_bytes)
+        np.add.at(self.link_occupancy_bytes, flow.links, flow.coef * flow.size_bytes)
+        np.add.at(self.link_bytes, flow.links, wire_coef(flow) * flow.size_bytes)
         yield self.env.timeout(duration)
         self._finish(flow, done)
 
@@ -125,7 +139,8 @@ class FlowFabric(Fabric):
         super().__init__(env, capacity_bytes_per_s)
         self._active: list[list] = []   # [flow, remaining_bytes, done_event]
         self._rates = np.zeros(0)
-        self._link_load = np.zeros(len(self.capacity))
+        self._link_load = np.zeros(len(self.capacity))   # capacity taken, bytes/s
+        self._wire_load = np.zeros(len(self.capacity))   # bytes/s crossing
         self._last_s = 0.0
         self._update_pending = False
         self._generation = 0
@@ -158,7 +173,8 @@ class FlowFabric(Fabric):
         if dt > 0 and self._active:
             for entry, rate in zip(self._active, self._rates):
                 entry[1] -= rate * dt
-            self.link_bytes += self._link_load * dt
+            self.link_occupancy_bytes += self._link_load * dt
+            self.link_bytes += self._wire_load * dt
         self._last_s = self.env.now
 
     def _update(self, _event=None) -> None:
@@ -179,6 +195,7 @@ class FlowFabric(Fabric):
         if not self._active:
             self._rates = np.zeros(0)
             self._link_load[:] = 0.0
+            self._wire_load[:] = 0.0
             self._sample()
             return
         flows = [entry[0] for entry in self._active]
@@ -188,6 +205,9 @@ class FlowFabric(Fabric):
         self.solves += 1
         owner_rate = np.repeat(self._rates, np.diff(incidence.ptr))
         self._link_load = np.bincount(incidence.link, weights=incidence.coef * owner_rate,
+                                      minlength=len(self.capacity))
+        wire = np.concatenate([wire_coef(f) for f in flows])
+        self._wire_load = np.bincount(incidence.link, weights=wire * owner_rate,
                                       minlength=len(self.capacity))
         self._sample()
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.metrics.outputs import plt, prepare_out_dir
+from simulator.metrics.outputs import plt
+from simulator.outpaths import prepare_out_dir
 
 from .config import CLASSES
 from .report import as_dict

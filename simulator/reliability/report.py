@@ -13,7 +13,11 @@ GB = 1e9
 
 
 def as_dict(st: Study) -> dict:
-    """Everything the report shows, in SI units (seconds, bytes, per-second rates)."""
+    """Everything the report shows, in SI units (seconds, bytes, per-second rates).
+
+    The same scenario, trials and seed give the same dict: how long the study took
+    (``Study.timings_s``, wall clock) is no part of it (see :func:`timings_line`).
+    """
     p, i, s = st.plan, st.info, st.summary
     out = {
         "scenario": st.scenario.name, "trials": s.trials, "seed": st.seed,
@@ -37,7 +41,6 @@ def as_dict(st: Study) -> dict:
         "downtime_s": s.downtime_s, "recovery_s": s.recovery_s,
         "censored_recoveries": s.censored, "restore_sources": s.sources,
         "checkpoints_per_trial": s.checkpoints, "events": s.events,
-        "timings_s": st.timings_s,
     }
     if st.search:
         r = st.search
@@ -46,6 +49,11 @@ def as_dict(st: Study) -> dict:
             "young_s": r.young_s, "daly_s": r.daly_s, "trials": r.trials,
             "best": asdict(r.best), "candidates": [asdict(c) for c in r.candidates]}
     return out
+
+
+def timings_line(st: Study) -> str:
+    """How long each part of the study took, wall clock: ``reliability: plan X s, ...``."""
+    return "reliability: " + ", ".join(f"{k} {v:.2f} s" for k, v in st.timings_s.items())
 
 
 def table(st: Study) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterator
 
@@ -19,6 +20,7 @@ from ..errors import ConfigError
 
 CONNECT_TIMEOUT_S = 5.0
 WORKERS_TIMEOUT_S = 30.0
+EXIT_PARENT_GONE = 3              # a local worker's exit status when the study died
 _DASK = re.compile(r"^dask://(?P<host>[^:/\s]+):(?P<port>\d{1,5})$")
 _PRELOAD = ["simulator.study.commands", "simulator.pipeline"]
 
@@ -45,12 +47,14 @@ class SerialExecutor:
 
 
 class ProcessExecutor:
-    """Local worker processes (forked from a server that has imported the simulator)."""
+    """Local worker processes (forked from a server that has imported the simulator), each
+    ending as soon as this process ends, however it ends (:func:`end_with_parent`)."""
 
     def __init__(self, workers: int):
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(_PRELOAD)
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                                        initializer=end_with_parent)
         self.description = f"local, {workers} processes"
 
     def run(self, fn: Callable, points: list[dict]) -> Iterator[tuple[dict, object]]:
@@ -64,6 +68,29 @@ class ProcessExecutor:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def end_with_parent() -> None:
+    """In a worker process: end it, at once, when the process that started it is gone.
+
+    The pool's workers otherwise outlive a parent killed with ``kill -9`` (each holds both
+    ends of its task queue, so it never sees end-of-file and waits, or computes, forever).
+    multiprocessing gives every child a parent sentinel: the read end of a pipe whose only
+    write end is held by the parent (the forkserver and the other workers do not have it),
+    so the kernel closes it when the parent dies, for any reason. A daemon thread waits on
+    it and exits the process: no polling, no process id that could be reused, no
+    Linux-only ``prctl`` (whose death signal would follow the forkserver, the worker's
+    parent in the kernel's eyes, not the study).
+    """
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_after, args=(parent,), daemon=True,
+                         name="clustersim-parent-watch").start()
+
+
+def _exit_after(parent) -> None:
+    parent.join()                 # returns when the sentinel reads end-of-file
+    os._exit(EXIT_PARENT_GONE)
 
 
 class DaskExecutor:

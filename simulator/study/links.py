@@ -4,9 +4,10 @@ loads them, so a study's report can say why scaling stops being linear.
 * Links get a *role* from what they join: ``NVLink links``, ``PCIe links``, ``NIC-leaf
   links``, ``leaf-spine uplinks``... (``docs/topology-conventions.md``: node ``kind`` and a
   switch's ``tier``).
-* A link's utilisation *while communicating* is its bytes over (capacity x the critical
-  rank class's communication time), capped at 1: the mean over the whole iteration hides
-  saturation behind compute.
+* A link's utilisation *while communicating* is the capacity its transfers took
+  (``Timeline.link_occupancy_bytes``) over (capacity x the critical rank class's
+  communication time), capped at 1: the mean over the whole iteration hides saturation
+  behind compute.
 * A *phase* is a collective and the training phase it runs in (``reduce_scatter
   (backward)``). The phase that loads the busiest link type most is found from the fabric's
   utilisation samples per link type (``Timeline.link_samples``): each sample interval's
@@ -63,7 +64,7 @@ def comm_summary(tl: Timeline, trace, cluster, comm_s: float) -> dict:
     out["top_exposed_phase"] = max(out["exposed_by_phase"],
                                    key=out["exposed_by_phase"].get, default="")
     cap = cluster.capacity_bytes_per_s
-    busy = np.divide(tl.link_bytes, cap * comm_s, out=np.zeros_like(cap),
+    busy = np.divide(tl.link_occupancy_bytes, cap * comm_s, out=np.zeros_like(cap),
                      where=(cap > 0) & (comm_s > 0))
     busy = np.minimum(busy, 1.0)
     roles = link_roles(cluster)
@@ -73,7 +74,7 @@ def comm_summary(tl: Timeline, trace, cluster, comm_s: float) -> dict:
     i = int(np.argmax(busy)) if len(busy) else -1
     link_type = str(cluster.link_type[i]) if i >= 0 else ""
     of_type = cluster.link_type == link_type
-    used = cap[of_type & (tl.link_bytes > 0)].sum()
+    used = cap[of_type & (tl.link_occupancy_bytes > 0)].sum()
     phase, phase_util = _loading_phase(tl, comm, link_type,
                                        cap[of_type].sum() / used if used > 0 else 1.0)
     out.update(busiest_link=str(roles[i]) if i >= 0 else "", busiest_link_type=link_type,

@@ -7,6 +7,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -16,7 +17,7 @@ from .commands import COMMANDS, checker, error_line, evaluate, parse_options
 from .executors import make_executor
 from .points import LoadedStudy, expand
 from .spec import check_columns, parse_study
-from .store import ResultStore, finished_parts, prepare_study_dir
+from .store import ResultStore, open_study_dir, scan_parts
 
 STUDY_DIR = "scenarios/studies"
 
@@ -65,42 +66,62 @@ def load_study(path: str | Path) -> LoadedStudy:
 
 
 def run_study(study: LoadedStudy, out: Path | str | None = None, executor: str = "local",
-              workers: int | None = None, resume: bool = True,
-              progress: bool = True) -> StudyRun:
+              workers: int | None = None, resume: bool = True, progress: bool = True,
+              warn: Callable[[str], None] | None = None) -> StudyRun:
     """Run the points not finished yet and write results, plots and the report.
 
-    The executor is set up (a Dask scheduler reached) before the output folder is touched.
-    A failing point is recorded with its error; the others still run.
+    The executor is set up (a Dask scheduler reached) before the output folder is touched;
+    then the folder is held by this run (another is refused) until the outputs are written.
+    A part that cannot be used is moved aside, ``warn`` is called with one line saying so
+    (default: on stderr), and its point runs again. A failing point is recorded with its
+    error; the others still run.
     """
     from .report import write_outputs
     out = Path(out) if out is not None else Path("studies") / study.spec.name
+    columns = COMMANDS[study.spec.command].columns
     start = time.perf_counter()
-    done = finished_parts(out) if resume else {}
-    todo = [p for p in study.points if done.get(p["id"]) != "ok"]
-    ex = make_executor(executor, workers, len(todo))
+    before = scan_parts(out, study.points, columns).status if resume else {}
+    ex = make_executor(executor, workers,
+                       sum(before.get(p["id"]) != "ok" for p in study.points))
     try:
-        out = prepare_study_dir(out, study.spec.name, fresh=not resume)
-        store = ResultStore(out)
-        run = StudyRun(out, pd.DataFrame(), skipped=len(study.points) - len(todo),
-                       executor=ex.description)
-        bar = _bar(study.spec.name, len(todo), run.skipped, progress)
-        try:
-            for point, result in ex.run(evaluate, todo):
-                rows = result if isinstance(result, list) else [
-                    {"status": "error", "error": f"the worker failed: {error_line(result)}",
-                     "wall_s": None, "worker": ""}]
-                run.ran += 1
-                run.failed += store.write(point, rows) == "error"
-                bar.set_postfix_str(f"failed {run.failed}", refresh=False)
-                bar.update()
-        finally:
-            bar.close()
+        with open_study_dir(out, study.spec.name, fresh=not resume) as out:
+            store = ResultStore(out, study.points, columns, warn or _warn)
+            todo = [p for p in study.points if store.status.get(p["id"]) != "ok"]
+            run = StudyRun(out, pd.DataFrame(), skipped=len(study.points) - len(todo),
+                           executor=ex.description)
+            _run_points(ex, todo, store, run, _bar(study.spec.name, len(todo), run.skipped,
+                                                   progress))
+            ex.close()
+            run.table = store.compact(study.points, out)
+            run.files = write_outputs(study, run.table, out)
     finally:
         ex.close()
-    run.table = store.compact(study.points, out)
-    run.files = write_outputs(study, run.table, out)
     run.wall_s = time.perf_counter() - start
     return run
+
+
+def _run_points(ex, todo: list[dict], store: ResultStore, run: StudyRun, bar) -> None:
+    """Run ``todo`` on ``ex``, storing each point's rows as it finishes."""
+    try:
+        for point, result in ex.run(evaluate, todo):
+            rows = result if isinstance(result, list) and result else [
+                {"status": "error", "error": _failure(result), "wall_s": None, "worker": ""}]
+            run.ran += 1
+            run.failed += store.write(point, rows) == "error"
+            bar.set_postfix_str(f"failed {run.failed}", refresh=False)
+            bar.update()
+    finally:
+        bar.close()
+
+
+def _failure(result) -> str:
+    if isinstance(result, BaseException):
+        return f"the worker failed: {error_line(result)}"
+    return "the command returned no rows"
+
+
+def _warn(line: str) -> None:
+    print(f"clustersim: warning: {line}", file=sys.stderr, flush=True)
 
 
 def _bar(name: str, total: int, skipped: int, enabled: bool):

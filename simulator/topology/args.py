@@ -1,4 +1,10 @@
-"""Argument guards shared by the topology generators; each raises ConfigError naming the field."""
+"""Argument guards shared by the topology generators; each raises ConfigError naming the field.
+
+The size limits (docs/topology-conventions.md) keep a typo from building a graph that does not
+fit in memory: they are checked by the generators themselves, before anything is built, so
+they hold wherever a value comes from (a topology file's ``params``, ``--nodes``, a
+scenario's ``cluster.nodes``, a study axis).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,36 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.hardware import GpuSpec, LinkSpec, gpu_spec, link_spec
+
+
+# A 16,384-server cluster is already far beyond any real fabric.
+MAX_NODES = 16384
+MAX_SPINES = 1024
+# Leaf-spine edges (leaves x spines): about as many as the servers' own edges at MAX_NODES.
+MAX_SWITCH_LINKS = 1 << 20
+
+
+def check_nodes(value: Any) -> int:
+    """Return ``value`` if it is a server count in ``[1, MAX_NODES]``.
+
+    :raises ConfigError: naming ``nodes`` otherwise.
+    """
+    check_int(value, "nodes", 1)
+    if value > MAX_NODES:
+        raise ConfigError(f"must be <= {MAX_NODES} servers (a {MAX_NODES}-server cluster is "
+                          f"already far beyond any real fabric), got {value}", field="nodes")
+    return value
+
+
+def check_switch_links(leaves: int, spines: int) -> None:
+    """Refuse more than :data:`MAX_SWITCH_LINKS` leaf-spine edges.
+
+    :raises ConfigError: naming ``spines``.
+    """
+    if leaves * spines > MAX_SWITCH_LINKS:
+        raise ConfigError(f"{leaves} leaves x {spines} spines is {leaves * spines} leaf-spine "
+                          f"links, more than the {MAX_SWITCH_LINKS} a topology may have "
+                          f"(fewer spines, or more nodes_per_leaf)", field="spines")
 
 
 def check_int(value: Any, field: str, low: int, high: int | None = None) -> int:
@@ -34,14 +70,14 @@ def check_choice(value: Any, field: str, choices: tuple) -> Any:
 
 
 def check_positive(value: Any, field: str) -> float:
-    """Return ``value`` as a float if it is a number > 0.
+    """Return ``value`` as a float if it is a finite number > 0.
 
-    :raises ConfigError: naming ``field`` for a non-number or a value <= 0.
+    :raises ConfigError: naming ``field`` for a non-number, a value <= 0 or infinity.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"must be a number, got {value!r}", field=field)
-    if not value > 0:
-        raise ConfigError(f"must be > 0, got {value}", field=field)
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"must be > 0 and finite, got {value}", field=field)
     return float(value)
 
 

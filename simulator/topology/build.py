@@ -10,7 +10,8 @@ import networkx as nx
 
 from simulator.cluster import Cluster
 from simulator.collectives.constants import ModelConstants
-from simulator.topology.loader import load_topology, resolve_topology
+from simulator.errors import ConfigError
+from simulator.topology.loader import SCENARIO_LINKS, load_topology, resolve_topology
 
 
 def load_cluster(topology: str, nodes: int | None = None, links: dict | None = None, *,
@@ -30,9 +31,22 @@ def load_cluster(topology: str, nodes: int | None = None, links: dict | None = N
 
 def scenario_graph(scn) -> nx.Graph:
     """The topology graph of a :class:`~simulator.scenario.Scenario`'s ``cluster`` section,
-    its ``links`` what-ifs applied (what :func:`scenario_cluster` builds its cluster from)."""
+    its ``links`` what-ifs applied (what :func:`scenario_cluster` builds its cluster from).
+
+    :raises ConfigError: as :func:`~simulator.topology.loader.load_topology`; a mistake in
+        the scenario's ``cluster`` section (``topology``, ``nodes``, ``links``) names the
+        scenario's file, one in the topology file names that file.
+    """
     c = scn.cluster
-    return load_topology(resolve_topology(c.topology), nodes=c.nodes, links=c.links or None)
+    try:
+        return load_topology(resolve_topology(c.topology), nodes=c.nodes,
+                             links=c.links or None, nodes_from="cluster.nodes")
+    except ConfigError as exc:
+        if exc.source == SCENARIO_LINKS:          # the scenario's cluster.links
+            exc = ConfigError(exc.reason, field=exc.field)
+        elif exc.field == "cluster.nodes":         # named in the topology's file
+            exc = ConfigError(exc.reason, field="nodes")
+        raise scn.located(exc, "cluster") from None
 
 
 def scenario_cluster(scn, constants: ModelConstants | None = None,

@@ -18,7 +18,8 @@ from typing import Any
 import networkx as nx
 
 from simulator.hardware import LinkSpec, link_spec
-from simulator.topology.args import check_int, check_positive, edge_attrs, link_arg
+from simulator.topology.args import (MAX_SPINES, check_int, check_nodes, check_positive,
+                                     check_switch_links, edge_attrs, link_arg)
 from simulator.topology.checks import check_cluster
 from simulator.topology.servers import ServerLayout, server_layout, stamp
 
@@ -45,7 +46,7 @@ def single_switch(nodes: int, node: dict[str, Any]) -> nx.Graph:
     TopologyError
         If the result fails :func:`check_cluster`.
     """
-    check_int(nodes, "nodes", 1)
+    check_nodes(nodes)
     layout = server_layout(node)
     G = _servers("single_switch", nodes, layout)
     G.add_node("switch", kind="switch", tier="single")
@@ -87,6 +88,7 @@ def leaf_spine(nodes: int, node: dict[str, Any], nodes_per_leaf: int = 16,
     """
     layout, spines, up = _fabric_args(nodes, node, nodes_per_leaf, spines, oversubscription,
                                       uplink)
+    check_switch_links(-(-nodes // nodes_per_leaf), spines)
     G = _servers("leaf_spine", nodes, layout)
     leaves = [f"leaf.g{k}" for k in range(-(-nodes // nodes_per_leaf))]
     G.add_nodes_from(leaves, kind="switch", tier="leaf")
@@ -132,6 +134,7 @@ def rail_optimized(nodes: int, node: dict[str, Any], nodes_per_leaf: int = 20,
     """
     layout, spines, up = _fabric_args(nodes, node, nodes_per_leaf, spines, oversubscription,
                                       uplink)
+    check_switch_links(-(-nodes // nodes_per_leaf) * layout.nics, spines)
     G = _servers("rail_optimized", nodes, layout)
     groups, rails = range(-(-nodes // nodes_per_leaf)), range(layout.nics)
     G.add_nodes_from((f"leaf.r{j}.g{k}", {"kind": "switch", "tier": "leaf", "rail": j})
@@ -149,10 +152,11 @@ def rail_optimized(nodes: int, node: dict[str, Any], nodes_per_leaf: int = 20,
 def _fabric_args(nodes, node, nodes_per_leaf, spines, oversubscription,
                  uplink) -> tuple[ServerLayout, int, LinkSpec]:
     """Check the shared leaf/spine arguments; return the layout, spine count, uplink type."""
-    check_int(nodes, "nodes", 1)
+    check_nodes(nodes)
     layout = server_layout(node)
     check_int(nodes_per_leaf, "nodes_per_leaf", 1)
-    spines = max(layout.nics, 1) if spines is None else check_int(spines, "spines", 1)
+    spines = (max(layout.nics, 1) if spines is None
+              else check_int(spines, "spines", 1, MAX_SPINES))
     check_positive(oversubscription, "oversubscription")
     up = link_arg(layout.nic if uplink is None else uplink, "uplink", "net")
     return layout, spines, up

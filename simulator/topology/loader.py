@@ -83,12 +83,8 @@ class TopologyFile(BaseModel):
     source: str | None = None
 
 
-# Guards against a typo building a graph that does not fit in memory.
-MAX_NODES = 16384
-
-
 def load_topology(path: str | Path, nodes: int | None = None,
-                  links: dict | None = None) -> nx.Graph:
+                  links: dict | None = None, nodes_from: str = "--nodes") -> nx.Graph:
     """Build the cluster graph described by the YAML file ``path``.
 
     Parameters
@@ -96,23 +92,28 @@ def load_topology(path: str | Path, nodes: int | None = None,
     path : str or Path
         Topology file.
     nodes : int, optional
-        Server count overriding ``params.nodes`` (the ``--nodes`` option); only for
-        multi-node generators.
+        Server count overriding ``params.nodes``; only for multi-node generators.
+    nodes_from : str
+        Where ``nodes`` came from, as its errors name it: the ``--nodes`` option, or a
+        scenario's ``cluster.nodes``.
 
     Raises
     ------
     ConfigError
         With ``source=str(path)`` and a dotted ``field``: unreadable file, malformed YAML
-        (with its line), unknown keys, unknown generator, unknown parameters, bad values, a
-        ``--nodes`` override on a single-node generator, or an unusable resulting graph.
+        (with its line), unknown keys, unknown generator, unknown parameters, bad values
+        (sizes over the generators' limits, :mod:`simulator.topology.args`, whether in
+        ``params`` or ``nodes``: checked before anything is built), a ``--nodes`` override
+        on a single-node generator, or an unusable resulting graph.
     """
     source = str(path)
     data = read_yaml(Path(path), "topology file")
-    return topology_from_dict(data, source=source, nodes=nodes, links=links)
+    return topology_from_dict(data, source=source, nodes=nodes, links=links,
+                              nodes_from=nodes_from)
 
 
 def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = None,
-                       links: dict | None = None) -> nx.Graph:
+                       links: dict | None = None, nodes_from: str = "--nodes") -> nx.Graph:
     """Build the cluster graph from an already-parsed topology mapping.
 
     :raises ConfigError: as :func:`load_topology`, attributed to ``source``.
@@ -122,20 +123,16 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
     params = dict(spec.params)
     if nodes is not None:
         if spec.generator not in MULTI_NODE:
-            raise ConfigError(f"generator {spec.generator!r} builds a single server; --nodes "
-                              f"applies only to {', '.join(MULTI_NODE)}",
-                              source=source, field="--nodes")
-        if nodes > MAX_NODES:
-            raise ConfigError(f"must be <= {MAX_NODES} servers (a {MAX_NODES}-server cluster "
-                              f"is already far beyond any real fabric), got {nodes}",
-                              source=source, field="--nodes")
+            raise ConfigError(f"generator {spec.generator!r} builds a single server; "
+                              f"{nodes_from} applies only to {', '.join(MULTI_NODE)}",
+                              source=source, field=nodes_from)
         params["nodes"] = nodes
     try:
         G = generate(**params)
         check_cluster(G)
     except ConfigError as exc:
         field = exc.field or ""
-        where = "--nodes" if field == "nodes" and nodes is not None else f"params.{field}"
+        where = nodes_from if field == "nodes" and nodes is not None else f"params.{field}"
         raise ConfigError(exc.reason, source=source, field=where.rstrip(".")) from None
     except TopologyError as exc:
         raise ConfigError(str(exc), source=source, field="params") from None
@@ -154,7 +151,7 @@ def _scenario_links(links: Any) -> dict[str, LinkOverride]:
         return _LINK_OVERRIDES.validate_python(links)
     except ValidationError as exc:
         raise validation_error(exc, source=SCENARIO_LINKS, prefix="links",
-                               valid=TopologyFile.model_fields, style="got") from None
+                               valid=LinkOverride.model_fields, style="got") from None
 
 
 def _apply_link_overrides(G: nx.Graph,

@@ -9,8 +9,9 @@ Format (``format: clustersim-trace``, ``version: 1``)::
                   "ops": [{"id": 0, "stream": "unshard", "kind": "collective", ...}, ...]}]}
 
 Op fields are those of :class:`~simulator.trace.schema.Op`; fields at their default value
-are omitted. Reading parses the format, the types and every field name, then checks the
-contract with :meth:`Trace.validate` (the one validator), and reports a truncated, corrupt
+are omitted. Reading parses the format, the structure and every field name, keeping the
+values as written (no rounding of a 1.5 to 1), then checks the contract and every value with
+:meth:`Trace.validate` (the one validator), and reports a truncated, corrupt
 or contract-breaking file as one ConfigError naming the file. Files written before the
 static memory moved onto the classes carry it as ``meta.static_memory_bytes`` ({class id:
 bytes}); reading moves it onto the classes.
@@ -24,7 +25,9 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from .schema import Communicator, Op, RankClass, Trace
+from ..outpaths import writable_file
+from .fields import is_int
+from .schema import Communicator, Op, RankClass, Trace, TraceError
 
 FORMAT, VERSION = "clustersim-trace", 1
 _OP_FIELDS = {f.name: f for f in dataclasses.fields(Op)}
@@ -55,11 +58,10 @@ def write_trace(trace: Trace, path: str | Path, overwrite: bool = False) -> Path
     """Write ``trace`` to ``path`` (gzip if it ends in .gz); never replaces a file unless
     ``overwrite``.
 
-    :raises ConfigError: if the file exists and ``overwrite`` is false.
+    :raises ConfigError: if the file (or a symbolic link) exists and ``overwrite`` is false
+        (:func:`simulator.outpaths.writable_file`).
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise ConfigError("file exists; refusing to overwrite it", source=str(path))
+    path = writable_file(path, overwrite)
     text = json.dumps(trace_to_dict(trace), separators=(",", ":"), default=str)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt") as fh:
@@ -97,12 +99,12 @@ def trace_from_dict(data, source: str = "<trace>") -> Trace:
         raise ConfigError(f"unsupported version {data.get('version')!r} (expected {VERSION})",
                           source=source, field="version")
     try:
-        comms = {cid: Communicator(cid, tuple(tuple(int(r) for r in g) for g in groups))
+        comms = {cid: Communicator(cid, tuple(tuple(g) for g in groups))
                  for cid, groups in data["communicators"].items()}
         meta = dict(data.get("meta", {}))
         legacy = meta.pop("static_memory_bytes", None)
         classes = [_class(c, source, legacy) for c in data["classes"]]
-        trace = Trace(int(data["world_size"]), classes, comms, meta)
+        trace = Trace(data["world_size"], classes, comms, meta)
     except KeyError as exc:
         raise ConfigError("missing required key", source=source, field=str(exc.args[0])) \
             from None
@@ -112,8 +114,8 @@ def trace_from_dict(data, source: str = "<trace>") -> Trace:
         _check_legacy_static(legacy, classes, source)
     try:
         trace.validate()
-    except ValueError as exc:
-        raise ConfigError(str(exc), source=source, field="classes") from None
+    except TraceError as exc:
+        raise exc.located(source) from None
     return trace
 
 
@@ -125,9 +127,10 @@ def _class(c: dict, source: str, legacy: dict | None) -> RankClass:
                           field=f"classes[{c['id']}].static_memory_bytes")
     if static is None:
         static = (legacy or {}).get(c["id"], 0)
+    slowdown = c.get("slowdown", 1.0)
     return RankClass(c["id"], tuple(c["ranks"]),
                      [_op(o, source, i, c["id"]) for i, o in enumerate(c["ops"])],
-                     float(c.get("slowdown", 1.0)), int(static))
+                     float(slowdown) if is_int(slowdown) else slowdown, static)
 
 
 def _check_legacy_static(legacy: dict, classes: list[RankClass], source: str) -> None:
@@ -144,6 +147,6 @@ def _op(d: dict, source: str, index: int, cls: str) -> Op:
         raise ConfigError(f"unknown op field(s) {', '.join(map(repr, unknown))}",
                           source=source, field=f"classes[{cls}].ops[{index}]")
     d = dict(d)
-    if "deps" in d:
+    if isinstance(d.get("deps"), list):
         d["deps"] = tuple(d["deps"])
     return Op(**d)

@@ -2,7 +2,9 @@
 
 Strategy generators (DDP, FSDP, TensorFlow strategies) and importers (profiler traces) both
 produce a :class:`Trace`; the replay engine only replays Traces. :meth:`Trace.validate` is
-the one check of the contract: the file reader and the engine both call it.
+the one check of the contract: the file reader and the engine both call it. It checks the
+structure here and every value the engine reads (:mod:`simulator.trace.fields`), and raises a
+:class:`TraceError` naming the rank class, the op and the field.
 
 Symmetry is part of the contract. Ranks that run the same program are one
 :class:`RankClass`, and its ops are written once. A generated FSDP trace on 4,096 GPUs has
@@ -37,7 +39,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simulator.errors import ConfigError
+from simulator.trace.fields import (all_ints, count, group_problem, is_int, op_problem,
+                                    slowdown, text)
+
 KINDS = ("compute", "collective", "send", "recv", "memcpy", "delay")
+
+
+
+class TraceError(ConfigError, ValueError):
+    """A Trace that breaks its contract: one line naming the rank class, the op and the
+    field (``field``: ``classes[<class id>].ops[<position>].<field>``, or ``classes`` for
+    what spans classes); the file reader adds the file."""
+
+    def __init__(self, message: str, *, field: str = "classes"):
+        super().__init__(message, field=field)
+
 
 # (sender rank, receiver rank, tag, k): the k-th transfer of that pair with that tag
 TransferKey = tuple[int, int, object, int]
@@ -124,6 +141,13 @@ def _where(cls: RankClass, op: Op) -> str:
     return f"rank class {cls.id}, op {op.id} ({op.name})"
 
 
+def _op_error(at: tuple, field: str, reason: str) -> TraceError:
+    """The error of ``field`` of op ``at`` = (class, position in its list, op)."""
+    cls, index, op = at
+    return TraceError(f"{_where(cls, op)}: {reason}",
+                      field=f"classes[{cls.id}].ops[{index}].{field}")
+
+
 def _ordinal(k: int) -> str:
     """'1st', '2nd', ... for the k-th (from 0) transfer of a pair."""
     n = k + 1
@@ -141,43 +165,99 @@ class Trace:
     meta: dict = field(default_factory=dict)   # model, strategy, batch, tokens, flops...
 
     def validate(self) -> None:
-        """Check the contract; raise ``ValueError`` naming the class and op."""
+        """Check the contract and every field the engine reads (:mod:`simulator.trace.fields`).
+
+        :raises TraceError: (a ``ValueError``) naming the rank class, the op and the field.
+        """
+        if not is_int(self.world_size) or self.world_size < 1:
+            raise TraceError(f"must be an integer >= 1, got {self.world_size!r}",
+                             field="world_size")
+        comm_sizes = self._validate_communicators()
         seen_ranks: set[int] = set()
+        class_ids: set = set()
         for cls in self.classes:
+            self._validate_class(cls, class_ids)
             if set(cls.ranks) & seen_ranks:
-                raise ValueError(f"rank class {cls.id}: ranks overlap another class")
+                raise TraceError(f"rank class {cls.id}: ranks overlap another class")
             seen_ranks |= set(cls.ranks)
-            if cls.static_memory_bytes < 0:
-                raise ValueError(f"rank class {cls.id}: static_memory_bytes is negative")
-            self._validate_ops(cls)
+            self._validate_ops(cls, comm_sizes)
         if seen_ranks != set(range(self.world_size)):
-            raise ValueError(f"rank classes cover {len(seen_ranks)} ranks, "
+            raise TraceError(f"rank classes cover {len(seen_ranks)} ranks, "
                              f"world size is {self.world_size}")
         self._validate_transfers()
 
-    def _validate_ops(self, cls: RankClass) -> None:
+    def _validate_communicators(self) -> dict[str, int]:
+        """Communicator id -> ranks per group, each checked (:func:`fields.group_problem`)."""
+        out = {}
+        for cid, comm in self.communicators.items():
+            reason = group_problem(comm.groups, self.world_size)
+            if reason:
+                raise TraceError(f"communicator {cid}: {reason}", field=f"communicators.{cid}")
+            out[cid] = comm.size
+        return out
+
+    @staticmethod
+    def _validate_class(cls: RankClass, class_ids: set) -> None:
+        where = f"classes[{cls.id}]"
+        if text(cls.id, empty=False) or cls.id in class_ids:
+            raise TraceError(f"rank class {cls.id!r}: "
+                             f"{text(cls.id, empty=False) or 'two rank classes have this id'}",
+                             field=f"{where}.id")
+        class_ids.add(cls.id)
+        bad = None if all_ints(cls.ranks) else next(r for r in cls.ranks if not is_int(r))
+        if bad is not None or len(set(cls.ranks)) != len(cls.ranks):
+            raise TraceError(f"rank class {cls.id}: " + (
+                f"rank {bad!r} is not an integer" if bad is not None else
+                "a rank is listed twice"), field=f"{where}.ranks")
+        for name, reason in (("slowdown", slowdown(cls.slowdown)),
+                             ("static_memory_bytes", count(cls.static_memory_bytes))):
+            if reason:
+                raise TraceError(f"rank class {cls.id}: {reason}", field=f"{where}.{name}")
+
+    def _validate_ops(self, cls: RankClass, comm_sizes: dict[str, int]) -> None:
         ids = set()
-        for op in cls.ops:
-            where = _where(cls, op)
+        for index, op in enumerate(cls.ops):
+            at = (cls, index, op)
+            if not is_int(op.id):
+                raise _op_error(at, "id", f"id must be an integer, got {op.id!r}")
             if op.kind not in KINDS:
-                raise ValueError(f"{where}: unknown kind {op.kind!r}")
+                raise _op_error(at, "kind", f"unknown kind {op.kind!r}; valid: "
+                                            f"{', '.join(KINDS)}")
             if op.id in ids:
-                raise ValueError(f"{where}: duplicate op id")
-            missing = [d for d in op.deps if d not in ids]
-            if missing:
-                raise ValueError(f"{where}: depends on op(s) {missing} not defined before it")
-            if op.kind == "collective" and op.comm not in self.communicators:
-                raise ValueError(f"{where}: unknown communicator {op.comm!r}")
+                raise _op_error(at, "id", "duplicate op id")
+            self._check_deps(at, ids)
+            problem = op_problem(op, comm_sizes)
+            if problem:
+                raise _op_error(at, *problem)
             if op.is_peer_transfer:
-                self._validate_peer(cls, op, where)
+                self._validate_peer(at)
             ids.add(op.id)
 
-    def _validate_peer(self, cls: RankClass, op: Op, where: str) -> None:
+    @staticmethod
+    def _check_deps(at: tuple, before: set) -> None:
+        """``deps`` name ops listed before the op (so that they can never form a cycle)."""
+        deps = at[2].deps
+        if type(deps) is tuple and not deps:
+            return
+        if not isinstance(deps, tuple) or not all_ints(deps):
+            raise _op_error(at, "deps", f"deps must be a list of op ids, got {deps!r}")
+        if before.issuperset(deps):
+            return
+        missing = [d for d in deps if d not in before]
+        all_ids = {o.id for o in at[0].ops if is_int(o.id)}
+        unknown = [d for d in missing if d not in all_ids]
+        why = ("no op of the class has that id" if unknown else
+               "deps must name earlier ops, so that they cannot form a cycle")
+        raise _op_error(at, "deps", f"depends on op(s) {unknown or missing} not defined "
+                                    f"before it ({why})")
+
+    def _validate_peer(self, at: tuple) -> None:
+        cls, _, op = at
         if not cls.ranks:
-            raise ValueError(f"{where}: a class without ranks has no one to {op.kind}")
+            raise _op_error(at, "peer", f"a class without ranks has no one to {op.kind}")
         tag = op.attrs.get("tag")
         if tag is not None and (isinstance(tag, bool) or not isinstance(tag, (str, int))):
-            raise ValueError(f"{where}: tag must be a string or an integer, got {tag!r}")
+            raise _op_error(at, "attrs.tag", f"tag must be a string or an integer, got {tag!r}")
         to = "to" if op.kind == "send" else "from"
         for r in cls.ranks:
             p = cls.peer_of(op, r)
@@ -185,7 +265,8 @@ class Trace:
                 continue
             offset = "" if r == cls.ranks[0] else f" (peer {op.peer} + offset {r - cls.ranks[0]})"
             what = "itself" if p == r else f"outside the world of {self.world_size} ranks"
-            raise ValueError(f"{where}: rank {r} would {op.kind} {to} rank {p}{offset}, {what}")
+            raise _op_error(at, "peer", f"rank {r} would {op.kind} {to} rank {p}{offset}, "
+                                        f"{what}")
 
     def _validate_transfers(self) -> None:
         """Every send between ranks has its recv and the other way round."""
@@ -201,11 +282,11 @@ class Trace:
                 src, dst, tag, k = key
                 if match is None:
                     tagged = "" if tag is None else f" with tag {tag!r}"
-                    raise ValueError(
+                    raise TraceError(
                         f"{_where(cls, op)}: the {_ordinal(k)} {kind} from rank {src} to rank "
                         f"{dst}{tagged} has no matching {other} on rank "
                         f"{dst if kind == 'send' else src}")
                 if kind == "send" and match[1].size_bytes != op.size_bytes:
-                    raise ValueError(f"{_where(cls, op)}: sends {op.size_bytes} bytes to rank "
+                    raise TraceError(f"{_where(cls, op)}: sends {op.size_bytes} bytes to rank "
                                      f"{dst}, whose recv ({_where(*match)}) expects "
                                      f"{match[1].size_bytes}")

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from simulator.validation.commands import finish
+from simulator.validation.commands import finish, report_folder
 
 
 @click.command("captured")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder [default: validation/traces].")
+              help="Report folder: new, empty or written by clustersim "
+                   "[default: validation/traces].")
 def validate_captured(out):
     """Replay the captured CPU runs (validation/traces/captured/) on the capture machine.
 
@@ -23,8 +24,9 @@ def validate_captured(out):
     from simulator.validation.captured.calibration import traces_root
     from simulator.validation.captured.report import summary_line, write_report
     from simulator.validation.captured.validate import validate
+    folder = report_folder(out, traces_root())
     df = validate()
-    report = write_report(df, out if out is not None else traces_root())
+    report = write_report(df, folder)
     finish(summary_line(df), df, report)
 
 

@@ -11,6 +11,7 @@ import yaml
 
 from simulator.collectives.constants import ModelConstants, load_constants
 from simulator.errors import ConfigError
+from simulator.outpaths import writable_file
 from simulator.validation.collectives.fitted import PARAMS, calibrated_values
 from simulator.validation.common import read_yaml
 from simulator.yamlio import write_yaml
@@ -28,10 +29,7 @@ def write_calibration(constants: ModelConstants, report: dict, path, overwrite: 
 
     :raises ConfigError: when ``path`` exists and ``overwrite`` is false, or cannot be written.
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise ConfigError("file exists; refusing to overwrite it (pass overwrite=True, "
-                          "or --overwrite)", source=str(path))
+    path = writable_file(path, overwrite)
     why = (f"fitted by clustersim validate collectives --calibrate on "
            f"{', '.join(report['tables'])} ({report['date']}); objective {report['objective']}"
            f" = {report['objective_fitted']:.5f} over {report['rows']} rows "

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from simulator.choices import FIDELITIES
-from simulator.validation.commands import checked_root
+from simulator.validation.commands import checked_root, report_folder
 
 LABEL = "shipped constants, simulator/data/calibration.yaml"
 
@@ -27,7 +27,8 @@ def title(label: str = LABEL) -> str:
               help="Folder with cases.yaml and measurements.csv "
                    "[default: the repository's validation/collectives].")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder [default: validation/collectives/report].")
+              help="Report folder: new, empty or written by clustersim "
+                   "[default: validation/collectives/report].")
 @click.option("--fidelity", type=click.Choice(sorted(FIDELITIES)), default="flow",
               show_default=True, help="Fabric fidelity of the validation runs.")
 @click.option("--calibration", "calibration", type=click.Path(dir_okay=False, path_type=Path),
@@ -58,6 +59,7 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
     from simulator.validation.collectives import validate as vc
 
     root = checked_root(root, schema, write_to, calibrate, overwrite, "--write-calibration")
+    out = report_folder(out, root / "report")
     constants = load_constants()
     label = LABEL
     if calibration is not None:
@@ -73,7 +75,6 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
             click.echo(f"wrote {path}")
         click.echo("")
     df = vc.validate(root, constants, splits=tuple(splits) or schema.SPLITS, fidelity=fidelity)
-    out = out if out is not None else root / "report"
     written = vr.write_report(df, out, constants, title=title(label))
     click.echo(f"Validation with {label}, fidelity {fidelity}:")
     summary = vr.summarize(df)

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from simulator.validation.commands import finish
+from simulator.validation.commands import finish, report_folder
 
 
 @click.command("gpu")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder [default: validation/gpu].")
+              help="Report folder: new, empty or written by clustersim "
+                   "[default: validation/gpu].")
 def validate_gpu(out):
     """Single-GPU runs measured on an H200 (validation/gpu/), a GPU no constant was fitted on.
 
@@ -21,9 +22,10 @@ def validate_gpu(out):
     (recorded kernel vs simulated op time per class). Exit code as `clustersim validate`.
     """
     from simulator.validation.gpu.report import summary_line, write_report
-    from simulator.validation.gpu.validate import validate
+    from simulator.validation.gpu.validate import default_root, validate
+    folder = report_folder(out, default_root())
     results = validate()
-    report = write_report(results, out)
+    report = write_report(results, folder)
     finish(summary_line(results), results["cases"], report)
 
 

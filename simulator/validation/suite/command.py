@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from simulator.validation.commands import report_file
 from simulator.validation.suite.runners import RUNNERS
 
 
@@ -17,7 +18,8 @@ from simulator.validation.suite.runners import RUNNERS
               help="Processes for the reliability trials [default: CPU count].")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The summary report [default: validation/REPORT.md].")
-def validate_all(only=(), workers=None, out=None):
+@click.option("--overwrite", is_flag=True, help="Let --out replace a file.")
+def validate_all(only=(), workers=None, out=None, overwrite=False):
     """Run every validation of the project and write validation/REPORT.md.
 
     Suites: collectives (A100 nccl-tests), training (published A100 throughput), traces
@@ -29,6 +31,7 @@ def validate_all(only=(), workers=None, out=None):
     bound, not recorded) or an XPASS (recorded, now within bound).
     """
     from simulator.validation.suite.run import format_summary, run_all
+    out = report_file(out, overwrite)
     df, code, report = run_all(tuple(only) or tuple(RUNNERS), workers, out, echo=click.echo)
     click.echo(format_summary(df, code))
     for r in df[df.status.isin(["FAIL", "XPASS"])].itertuples(index=False):

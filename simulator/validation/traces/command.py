@@ -6,13 +6,16 @@ from pathlib import Path
 
 import click
 
+from simulator.validation.commands import report_folder
+
 
 @click.command("traces")
 @click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder with the traces (a100/nccl_data.json.gz) "
                    "[default: the repository's validation/traces].")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder [default: the --root folder].")
+              help="Report folder: new, empty or written by clustersim "
+                   "[default: the --root folder].")
 def validate_traces(root, out):
     """Replay real profiler traces and compare with what they recorded.
 
@@ -27,8 +30,9 @@ def validate_traces(root, out):
     root = root if root is not None else vt.default_root()
     if not (root / vt.TRACE).is_file():
         raise ConfigError(f"no {vt.TRACE} in {root}", source="--root")
+    folder = report_folder(out, root)           # refused before the replay, not after
     results = vt.validate(root)
-    report = write_report(results, out if out is not None else root)
+    report = write_report(results, folder)
     click.echo(format_summary(results))
     click.echo(f"report: {report}")
     if not vt.summarize(results)["step_ok"]:

@@ -42,6 +42,7 @@ import yaml
 from simulator.compute import ComputeCalibration
 from simulator.compute.model import load_compute_calibration
 from simulator.errors import ConfigError
+from simulator.outpaths import writable_file
 from simulator.pipeline import build_setup
 from simulator.validation.common import format_objective
 from simulator.validation.optimize import compass_search, from_unit, nelder_mead, to_unit
@@ -202,10 +203,7 @@ def write_fitted(cal: ComputeCalibration, report: dict, path, overwrite: bool = 
 
     :raises ConfigError: when ``path`` exists and ``overwrite`` is false, or on a write error.
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise ConfigError("file exists; refusing to overwrite it (pass overwrite=True, "
-                          "or --overwrite)", source=str(path))
+    path = writable_file(path, overwrite)
     why = (f"fitted by clustersim validate training --calibrate on {', '.join(report['cases'])}"
            f" ({report['date']}); objective {report['objective']} = "
            f"{report['objective_fitted']:.5f} (start {report['objective_start']:.5f})")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from simulator.validation.commands import checked_root
+from simulator.validation.commands import checked_root, report_folder
 
 LABEL = "shipped constants, simulator/data/compute.yaml"
 
@@ -26,7 +26,8 @@ def title(label: str = LABEL) -> str:
               help="Folder with cases.yaml and measurements.csv "
                    "[default: the repository's validation/training].")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder [default: validation/training/report].")
+              help="Report folder: new, empty or written by clustersim "
+                   "[default: validation/training/report].")
 @click.option("--compute", "compute_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Use the constants of this compute YAML instead of the "
                                  "shipped simulator/data/compute.yaml.")
@@ -58,6 +59,7 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
     from simulator.validation.training import validate as vt
 
     root = checked_root(root, schema, write_to, calibrate, overwrite, "--write-fitted")
+    out = report_folder(out, root / "report")
     calibration = None
     label = LABEL
     if compute_file is not None:
@@ -73,7 +75,6 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
             click.echo(f"wrote {path}")
         click.echo("")
     df = vt.validate(root, calibration, splits=tuple(splits) or schema.SPLITS)
-    out = out if out is not None else root / "report"
     written = vr.write_report(df, out, title=title(label))
     click.echo(f"Validation with {label}:")
     click.echo(vr.format_summary(df))
