@@ -1,4 +1,5 @@
-"""Pieces shared by the ``clustersim validate <suite>`` commands: the check of a suite's
+"""Pieces shared by the ``clustersim validate <suite>`` commands: their ``--root`` and
+``--out`` options (:func:`folder_options`), the check of a suite's
 folder and write options (:func:`checked_root`), where its report goes
 (:func:`report_folder`, :func:`report_file`) and the end of a gated command
 (:func:`finish`: summary, cases not passing, exit code)."""
@@ -13,6 +14,17 @@ from simulator.errors import ConfigError
 from simulator.outpaths import prepare_out_dir, writable_file
 from simulator.validation import known_misses as km
 from simulator.validation.paths import DATA
+
+
+def folder_options(data: str, default_data: str, default_out: str):
+    """``--root`` (the suite's input folder, holding ``data``; default ``default_data``) and
+    ``--out`` (the report folder; default ``default_out``) as one decorator."""
+    root = click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path),
+                        default=None, help=f"Folder with {data} [default: {default_data}].")
+    out = click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+                       default=None, help="Report folder: new, empty or written by clustersim "
+                                          f"[default: {default_out}].")
+    return lambda command: root(out(command))
 
 
 def checked_root(root, module, write_to, calibrate: bool, overwrite: bool, option: str):

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from simulator.choices import FIDELITIES
-from simulator.validation.commands import checked_root, report_folder
+from simulator.validation.commands import checked_root, folder_options, report_folder
 
 LABEL = "shipped constants, simulator/data/calibration.yaml"
 
@@ -23,12 +23,8 @@ def title(label: str = LABEL) -> str:
 
 
 @click.command("collectives")
-@click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder with cases.yaml and measurements.csv "
-                   "[default: the repository's validation/collectives].")
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder: new, empty or written by clustersim "
-                   "[default: validation/collectives/report].")
+@folder_options("cases.yaml and measurements.csv", "the repository's validation/collectives",
+                "validation/collectives/report")
 @click.option("--fidelity", type=click.Choice(sorted(FIDELITIES)), default="flow",
               show_default=True, help="Fabric fidelity of the validation runs.")
 @click.option("--calibration", "calibration", type=click.Path(dir_okay=False, path_type=Path),

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import click
 
-from simulator.validation.commands import report_folder
+from simulator.validation.commands import folder_options, report_folder
 
 
 @click.command("traces")
-@click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder with the traces (a100/nccl_data.json.gz) "
-                   "[default: the repository's validation/traces].")
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder: new, empty or written by clustersim "
-                   "[default: the --root folder].")
+@folder_options("the traces (a100/nccl_data.json.gz)", "the repository's validation/traces",
+                "the --root folder")
 def validate_traces(root, out):
     """Replay real profiler traces and compare with what they recorded.
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from simulator.validation.commands import checked_root, report_folder
+from simulator.validation.commands import checked_root, folder_options, report_folder
 
 LABEL = "shipped constants, simulator/data/compute.yaml"
 
@@ -22,12 +22,8 @@ def title(label: str = LABEL) -> str:
 
 
 @click.command("training")
-@click.option("--root", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder with cases.yaml and measurements.csv "
-                   "[default: the repository's validation/training].")
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder: new, empty or written by clustersim "
-                   "[default: validation/training/report].")
+@folder_options("cases.yaml and measurements.csv", "the repository's validation/training",
+                "validation/training/report")
 @click.option("--compute", "compute_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Use the constants of this compute YAML instead of the "
                                  "shipped simulator/data/compute.yaml.")
