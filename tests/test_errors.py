@@ -60,3 +60,20 @@ def test_paren_style_adds_the_input_unless_the_message_has_it():
     assert str(validation_error(_err({"name": "a", "q": 1}), style="paren")) \
         == "q: unknown key (got 1)"
     assert validation_error(_err({}), style="paren").reason == "missing required key"
+
+
+class _Listed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[_Outer]
+
+
+def test_brackets_write_list_positions_as_indices_and_raw_keeps_pydantic_s_message():
+    exc = None
+    try:
+        _Listed.model_validate({"items": [{"name": "a"}, {"name": "b", "size": 11}]})
+    except ValidationError as e:
+        exc = e
+    assert validation_error(exc, style="paren", brackets=True).field == "items[1].size"
+    assert validation_error(exc).field == "items.1.size"           # dotted without brackets
+    raw = validation_error(_err({"name": "a", "q": 1}), source="p.yaml", style="raw")
+    assert str(raw) == "p.yaml: q: Extra inputs are not permitted"

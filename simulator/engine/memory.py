@@ -16,6 +16,8 @@ the use (``timeline``, ``peak_bytes``) is recorded.
 
 from __future__ import annotations
 
+import bisect
+
 import simpy
 
 
@@ -84,8 +86,8 @@ class MemoryPool:
         if nbytes and self.capacity_bytes and (self._queue or
                                                not self._fits(position, nbytes)):
             granted = self.env.event()
-            self._queue.append((position, nbytes, name, self.env.now, granted))
-            self._queue.sort(key=lambda w: w[0])
+            bisect.insort(self._queue, (position, nbytes, name, self.env.now, granted),
+                          key=lambda w: w[0])
             self._admit()
             return granted
         self._take(nbytes, name, position)

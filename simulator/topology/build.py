@@ -15,17 +15,16 @@ from simulator.topology.loader import SCENARIO_LINKS, load_topology, resolve_top
 
 
 def load_cluster(topology: str, nodes: int | None = None, links: dict | None = None, *,
-                 ecmp: str = "spread", seed: int = 0, constants: ModelConstants | None = None,
-                 graph: nx.Graph | None = None) -> Cluster:
+                 ecmp: str = "spread", seed: int = 0,
+                 constants: ModelConstants | None = None) -> Cluster:
     """The cluster of ``topology`` (a file or shipped name) with ``nodes`` servers and the
-    what-if ``links`` (``{link_type: {bw, latency}}``), or of ``graph`` when given (a
-    degraded fabric, for instance); capacities at the efficiencies of ``constants``.
+    what-if ``links`` (``{link_type: {bw, latency}}``); capacities at the efficiencies of
+    ``constants``.
 
     :raises ConfigError: as :func:`~simulator.topology.loader.resolve_topology` and
         :func:`~simulator.topology.loader.load_topology`.
     """
-    if graph is None:
-        graph = load_topology(resolve_topology(topology), nodes=nodes, links=links or None)
+    graph = load_topology(resolve_topology(topology), nodes=nodes, links=links or None)
     return Cluster.from_graph(graph, constants, ecmp=ecmp, seed=seed)
 
 
