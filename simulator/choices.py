@@ -21,15 +21,16 @@ from .errors import ConfigError
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
        "send_recv")
 ALGOS_FOR_OP = {
-    "all_reduce": ("ring", "tree"),
-    "all_gather": ("ring",),
-    "reduce_scatter": ("ring",),
+    "all_reduce": ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain"),
+    "all_gather": ("ring", "nvls", "pat"),
+    "reduce_scatter": ("ring", "nvls", "pat"),
     "broadcast": ("ring",),
     "reduce": ("ring",),
     "all_to_all": ("direct",),
     "send_recv": ("direct",),
 }
-ALGOS = ("ring", "tree", "direct")
+ALGOS = ("ring", "tree", "direct", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
+         "pat")
 PROTOS = ("LL", "LL128", "Simple")
 
 # ------------------------------------------------------------------------- network

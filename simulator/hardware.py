@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Callable
 
@@ -21,10 +21,12 @@ from simulator.units import UnitError, parse_bandwidth, parse_flops, parse_size,
 
 LINK_CLASSES = ("nvlink", "pcie", "net", "cpu")
 
-_GPU_KEYS = {"peak_flops", "hbm_bytes", "usable_bytes", "hbm_bw", "nvlink", "pcie", "tdp",
-             "source"}
-_LINK_KEYS = {"bw", "latency", "link_class", "source"}
+_GPU_KEYS = {"peak_flops", "low_precision_flops", "hbm_bytes", "usable_bytes", "hbm_bw",
+             "sm_count", "boost_clock", "power_cap", "nvlink", "nvls", "pcie", "tdp", "source"}
+_LINK_KEYS = {"bw", "latency", "link_class", "max_domain_gpus", "source"}
+LOW_PRECISIONS = ("fp8", "fp4")      # tensor-core rates kept apart from the compute precisions
 _WATTS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*W\s*$")
+_MHZ_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*MHz\s*$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,16 @@ class GpuSpec:
     pcie: str = "pcie-gen4-x16"
     tdp_w: float | None = None
     usable_bytes: int | None = None    # what CUDA reports (totalGlobalMem), if measured
+    low_precision_flops: dict = field(default_factory=dict)   # fp8/fp4 dense peaks, FLOP/s
+    sm_count: int | None = None
+    boost_clock_hz: float | None = None
+    power_cap_w: float | None = None   # a board limit below the TDP (e.g. 500 W)
+    nvls: bool = False                 # NVLink SHARP through NVSwitch 3 or later
+
+    def has_precision(self, precision: str) -> bool:
+        """Whether the GPU has tensor cores for ``precision`` (``fp8``, ``fp4``, or one of
+        the peak_flops precisions)."""
+        return precision in self.peak_flops or precision in self.low_precision_flops
 
     @property
     def memory_capacity_bytes(self) -> int:
@@ -62,6 +74,7 @@ class LinkSpec:
     latency_s: float
     link_class: str
     source: str
+    max_domain_gpus: int | None = None   # NVLink types: most GPUs one domain joins
 
 
 def gpu_spec(name: str) -> GpuSpec:
@@ -125,6 +138,8 @@ def load_link_table(path) -> dict[str, LinkSpec]:
             latency_s=_non_negative(get("latency", parse_time), src, f"{name}.latency"),
             link_class=link_class,
             source=get("source", str) or "",
+            max_domain_gpus=_positive_int_or_none(get("max_domain_gpus", int), src,
+                                                  f"{name}.max_domain_gpus"),
         )
     return out
 
@@ -150,6 +165,13 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
             tdp_w=_positive_or_none(get("tdp", _watts), src, f"{name}.tdp"),
             usable_bytes=_positive_or_none(get("usable_bytes", _size_with_unit), src,
                                            f"{name}.usable_bytes"),
+            low_precision_flops=_peak_flops(src, name, get("low_precision_flops", dict) or {},
+                                            "low_precision_flops", LOW_PRECISIONS),
+            sm_count=_positive_int_or_none(get("sm_count", int), src, f"{name}.sm_count"),
+            boost_clock_hz=_positive_or_none(get("boost_clock", _megahertz), src,
+                                             f"{name}.boost_clock"),
+            power_cap_w=_positive_or_none(get("power_cap", _watts), src, f"{name}.power_cap"),
+            nvls=bool(get("nvls", bool)),
             source=get("source", str) or "",
         )
     return out
@@ -192,12 +214,13 @@ def _entry_reader(src: str, name: str, entry: Any, allowed: set, required: set) 
     return get
 
 
-def _peak_flops(src: str, name: str, rates: dict) -> dict[str, float]:
+def _peak_flops(src: str, name: str, rates: dict, key: str = "peak_flops",
+                valid: tuple = PEAK_PRECISIONS) -> dict[str, float]:
     out = {}
     for precision, text in rates.items():
-        field = f"{name}.peak_flops.{precision}"
-        if precision not in PEAK_PRECISIONS:
-            raise ConfigError(f"unknown precision; valid: {', '.join(PEAK_PRECISIONS)}",
+        field = f"{name}.{key}.{precision}"
+        if precision not in valid:
+            raise ConfigError(f"unknown precision; valid: {', '.join(valid)}",
                               source=src, field=field)
         try:
             out[precision] = _positive(parse_flops(text), src, field)
@@ -228,6 +251,21 @@ def _watts(value: Any) -> float:
     if not m:
         raise UnitError(f"cannot read power {value!r}; write e.g. '400 W'")
     return float(m.group(1))
+
+
+def _megahertz(value: Any) -> float:
+    m = _MHZ_RE.match(value) if isinstance(value, str) else None
+    if not m:
+        raise UnitError(f"cannot read clock {value!r}; write e.g. '1980 MHz'")
+    return float(m.group(1)) * 1e6
+
+
+def _positive_int_or_none(value: int | None, src: str, field_: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or value < 1:
+        raise ConfigError(f"must be an integer >= 1, got {value!r}", source=src, field=field_)
+    return value
 
 
 def _positive(value: float, src: str, field: str) -> float:

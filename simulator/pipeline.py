@@ -157,7 +157,7 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
                           overlap_slowdown=scn.simulation.overlap_slowdown,
                           precision=t.precision)
     compute = ComputeModel(gpu)
-    return Setup(scn, cluster, CollectiveModel(cluster, k), compute, trace, engine,
+    return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, engine,
                  gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision))
 
 

@@ -23,12 +23,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
+from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
 from .yamlio import read_yaml
 
 SCENARIO_DIR = "scenarios"
+TOPOLOGY_PREFIX = "topology."      # --set topology.params.node.gpu=H100-SXM
 
 
 def _one_of(value: str, choices) -> str:
@@ -71,6 +73,8 @@ class ClusterCfg(BaseModel):
     links: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="what-if per link type, e.g. {ib-hdr: {bw: 400 Gb/s}}")
     ecmp: str = "spread"
+    topology_set: dict[str, Any] = Field(default_factory=dict,
+                                         description="topology key -> value (--set topology.K=V)")
 
     @field_validator("ecmp")
     @classmethod
@@ -112,6 +116,7 @@ class Scenario(BaseModel):
     strategy: dict[str, Any] = Field(default_factory=lambda: {"name": "fsdp"})
     simulation: Simulation = Field(default_factory=Simulation)
     reliability: ReliabilityCfg | None = None   # job-level failures (docs/reliability.md)
+    nccl: NcclConfig = Field(default_factory=NcclConfig)   # NCCL knobs (docs/collective-model.md)
     _source: str = PrivateAttr("<scenario>")
 
     @property
@@ -140,6 +145,10 @@ def apply_sets(data: dict, sets: list[str], source: str) -> dict:
             value = yaml.safe_load(text)
         except yaml.YAMLError:
             value = text
+        if key.strip().startswith(TOPOLOGY_PREFIX):      # a key of the topology file
+            topo = data.setdefault("cluster", {}).setdefault("topology_set", {})
+            topo[key.strip()[len(TOPOLOGY_PREFIX):]] = value
+            continue
         node = data
         parts = key.strip().split(".")
         for part in parts[:-1]:

@@ -35,7 +35,8 @@ from conftest import edit_cases_yaml, known_miss_param
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "collectives"
 SIMULATOR = Path(__file__).resolve().parents[1] / "simulator"
-CALIBRATION = {"oci_bm.gpu4.8_1node", "deepops_dgxa100_2node_k8s", "cn_doc_4x_a100pcie"}
+CALIBRATION = {"oci_bm.gpu4.8_1node", "deepops_dgxa100_2node_k8s", "cn_doc_4x_a100pcie",
+               "dgx_h100_1node"}
 
 # Gate points out of bound today: validation/known_misses.yaml ("collectives/<table>/<metric>",
 # one list for `clustersim validate` and these tests; the report gives their numbers).
@@ -98,11 +99,33 @@ def test_split_is_disjoint_and_covers_every_measured_table():
     assert by_split["calibration"] == CALIBRATION          # the declared split, unchanged
 
 
+H100_TABLES = ("dgx_h100_1node", "nebius_h100_2x8")
+
+
+def test_h100_rows_are_copied_unchanged():
+    meas = pd.read_csv(ROOT / "measurements.csv")
+    dgx = meas[meas["table_id"] == "dgx_h100_1node"].set_index("size_bytes")
+    src = pd.read_csv(ROOT / "raw" / "dgx_h100_nccl.csv").set_index("size_bytes")
+    assert len(dgx) == len(src) == 32
+    assert (dgx["time_us"] == src["oop_time_us"]).all()
+    assert (dgx["busbw_GBps"] == src["oop_busbw_GBps"]).all()
+    assert (dgx["source"] == src["source"]).all()
+    neb = meas[meas["table_id"] == "nebius_h100_2x8"].set_index("size_bytes")
+    raw = pd.read_csv(ROOT / "raw" / "nebius_h100_16gpu.csv")
+    raw = raw[(raw["record"] == "README") & (raw["nodes"] == 2) & raw["size_mb_param"].notna()]
+    first = raw.drop_duplicates("size_mb_param")
+    assert list(neb.index) == [int(m) << 20 for m in first["size_mb_param"]]
+    assert list(neb["busbw_GBps"]) == list(first["bandwidth_GBps"])
+    assert list(neb["time_us"]) == pytest.approx(list(first["latency_ms"] * 1000))
+    assert (neb["derived"] == "time_us").all()
+
+
 def test_measured_values_are_copied_unchanged():
     meas = pd.read_csv(ROOT / "measurements.csv", dtype={"derived": str})
     meas["derived"] = meas["derived"].fillna("")
     src = pd.read_csv(ROOT / "raw" / "nccl_tests_a100.csv")
-    nt = meas[~meas["table_id"].str.startswith("azure_")]
+    h100 = meas["table_id"].isin(H100_TABLES)
+    nt = meas[~meas["table_id"].str.startswith("azure_") & ~h100]
     merged = nt.merge(src, on=["table_id", "size_bytes"], suffixes=("", "_src"))
     assert len(merged) == len(nt) == len(src)
     assert (merged["time_us"] == merged["oop_time_us"]).all()

@@ -109,6 +109,38 @@ def _root_position(cluster, ranks: list[int], root: int | None) -> int:
     return make_communicator(cluster, ranks).gpus.index(cluster.gpus[root])
 
 
+_NCCL_OPTIONS = {"nccl_version": ("version", "--nccl-version"),
+                 "nccl_algo": ("algo", "--nccl-algo"), "nccl_proto": ("proto", "--nccl-proto"),
+                 "min_channels": ("min_channels", "--min-channels"),
+                 "max_channels": ("max_channels", "--max-channels"),
+                 "collnet": ("collnet_enable", "--collnet")}
+
+
+def nccl_options(no_nvls: bool = False, **given):
+    """The :class:`~simulator.collectives.nccl_config.NcclConfig` of the NCCL options; a
+    bad value is a usage error of its option."""
+    from pydantic import ValidationError
+
+    from ..collectives.nccl_config import NcclConfig
+    fields = {_NCCL_OPTIONS[k][0]: v for k, v in given.items() if v is not None and v is not False}
+    if no_nvls:
+        fields["nvls_enable"] = False
+    try:
+        return NcclConfig(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        option = next(o for f, o in _NCCL_OPTIONS.values() if f == err["loc"][0])
+        raise bad_parameter(err["msg"].removeprefix("Value error, "), option) from None
+
+
+def nccl_note(nccl) -> str:
+    """The header words of the NCCL knobs that differ from the defaults."""
+    from ..collectives.nccl_config import NcclConfig
+    default = NcclConfig()
+    changed = [f"{k}={v}" for k, v in nccl.model_dump().items() if v != getattr(default, k)]
+    return ("  nccl: " + " ".join(changed)) if changed else ""
+
+
 def register(cli: click.Group) -> None:
     """Add ``collective`` to the ``clustersim`` group."""
 
@@ -144,10 +176,28 @@ def register(cli: click.Group) -> None:
     @click.option("-G", "--cuda-graph", is_flag=True,
                   help="Collectives replayed from a CUDA graph (nccl-tests -G): no per-call "
                        "launch overhead.")
+    @click.option("--nccl-version", default=None, metavar="X.Y",
+                  help="NCCL release: the tuner offers only the algorithms it has (NVLS "
+                       "2.17, NVLS-Tree 2.18, PAT 2.23) [default: 2.21].")
+    @click.option("--nccl-algo", default=None, metavar="LIST",
+                  help="NCCL_ALGO: algorithms the tuner may choose, e.g. ring,tree or ^nvls.")
+    @click.option("--nccl-proto", default=None, metavar="LIST",
+                  help="NCCL_PROTO: protocols the tuner may choose, e.g. ^LL128.")
+    @click.option("--min-channels", type=int, default=None, metavar="N",
+                  help="NCCL_MIN_NCHANNELS (1-64).")
+    @click.option("--max-channels", type=int, default=None, metavar="N",
+                  help="NCCL_MAX_NCHANNELS (1-64): fewer channels lower NCCL's per-channel "
+                       "bandwidth ceilings.")
+    @click.option("--collnet", is_flag=True,
+                  help="NCCL_COLLNET_ENABLE=1: let the tuner use IB SHARP (CollNet) on "
+                       "fabrics with SHARP switches.")
+    @click.option("--no-nvls", is_flag=True, help="NCCL_NVLS_ENABLE=0.")
     @click.option("--format", "fmt", type=click.Choice(("table", "csv", "json")),
                   default="table", show_default=True, help="Output format.")
     def collective_cmd(op, topology, nodes, ranks, min_bytes, max_bytes, step_factor, algo,
-                       proto, fidelity, ecmp, seed, root, cuda_graph, fmt) -> None:
+                       proto, fidelity, ecmp, seed, root, cuda_graph, nccl_version, nccl_algo,
+                       nccl_proto, min_channels, max_channels, collnet, no_nvls,
+                       fmt) -> None:
         """Sweep sizes of one collective OP, like nccl-tests' *_perf binaries.
 
         OP is all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or
@@ -177,7 +227,11 @@ def register(cli: click.Group) -> None:
         rank_list = _choose_ranks(op, ranks, cluster.n_gpus)
         rooted = op in ("broadcast", "reduce")
         root_pos = _root_position(cluster, rank_list, root) if rooted else 0
-        model = CollectiveModel(cluster, with_cuda_graph(constants) if cuda_graph else constants)
+        nccl = nccl_options(nccl_version=nccl_version, nccl_algo=nccl_algo,
+                            nccl_proto=nccl_proto, min_channels=min_channels,
+                            max_channels=max_channels, collnet=collnet, no_nvls=no_nvls)
+        model = CollectiveModel(cluster, with_cuda_graph(constants) if cuda_graph else constants,
+                                nccl)
 
         rows = [result_row(run_collective(model, op, s, rank_list, algo, proto, fidelity,
                                           root_pos)) for s in sizes]
@@ -188,7 +242,7 @@ def register(cli: click.Group) -> None:
             f"GPUs: {cluster.n_gpus} x {G.graph.get('gpu', '?')} in {G.graph.get('nodes', '?')} "
             f"node(s); ranks: {len(rank_list)} ({format_ranks(rank_list)}) on {n_nodes} node(s)",
             f"op: {op}  algo: {algo}  proto: {proto}  fidelity: {fidelity}  ecmp: {ecmp}  "
-            f"seed: {seed}" + ("  cuda graph" if cuda_graph else "")
+            f"seed: {seed}" + ("  cuda graph" if cuda_graph else "") + nccl_note(nccl)
             + (f"  root: {min(rank_list) if root is None else root}" if rooted else ""),
         ]
         click.echo(render_rows(rows, fmt, header))

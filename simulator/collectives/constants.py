@@ -34,7 +34,10 @@ class ModelConstants:
     channels: int
     ppn1_bw_factor: float           # bandwidth discount with one GPU per node (NCCL)
     protocol_bw_efficiency: dict    # [proto] multiplier on NCCL's bandwidth factor
-    protocol_latency_factor: dict   # [proto] multiplier on NCCL's base + hop latency
+    protocol_latency_factor: dict   # [proto] multiplier on NCCL's base + intra-node latency
+    offload_latency_s: dict = None  # [nvls|nvls_tree|collnet_*][base|nvlink|net]
+    pat_latency_s: dict = None      # [base|net]
+    nvls_efficiency: float = 1.0    # fraction of NVLink bandwidth NVLS reaches
 
     def replace(self, **changes) -> "ModelConstants":
         """A copy with some fields changed (used by calibration)."""
@@ -78,6 +81,9 @@ def load_constants() -> ModelConstants:
                                 for p in PROTOS},
         protocol_latency_factor={p: float(cal["protocol_latency_factor"][p]["value"])
                                  for p in PROTOS},
+        offload_latency_s=_scale(nccl["offload_latency_us"], _US),
+        pat_latency_s=_scale(nccl["pat_latency_us"], _US),
+        nvls_efficiency=float(cal["nvls_efficiency"]["value"]),
     )
 
 

@@ -6,6 +6,13 @@ Its duration is ``latency + payload / rate``; the latency follows NCCL's model
 (base + per-step hop latencies, constants in data/nccl.yaml) plus, per step, any link
 latency above the catalog's (a what-if; NCCL's constants hold the catalog's), the rate
 comes from the fabric (alone, or shared with whatever else is on the links).
+
+The calibrated ``protocol_latency_factor`` scales NCCL's latency as far as the calibration
+tables measured it: 1 and 2 servers, so a tree's first level between servers. Deeper tree
+levels add NCCL's own per-level hop latency, ``2 x net hop`` per doubling of servers, not
+the factor times it (docs/collective-model.md, "Latency").
+NVLS, NVLS-Tree and CollNet: :mod:`simulator.collectives.offload`; PAT:
+:mod:`simulator.collectives.pat`; the NCCL knobs: :mod:`simulator.collectives.nccl_config`.
 """
 
 from __future__ import annotations
@@ -17,11 +24,16 @@ import numpy as np
 from ..choices import ALGOS_FOR_OP
 from ..cluster import Cluster
 from ..errors import ConfigError
+from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
-from .constants import PROTOS, ModelConstants
+from .constants import ModelConstants
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
+from .nccl_config import NcclConfig
+from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_unavailable,
+                      offload_plan, simple_only)
+from .pat import pat_latency_s, pat_unavailable
 from .plan import Plan
 
 REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
@@ -64,11 +76,15 @@ def _n_idx(n_nodes: int) -> int:
 class CollectiveModel:
     """Plans collectives on one cluster with one set of constants (caches layouts)."""
 
-    def __init__(self, cluster: Cluster, constants: ModelConstants):
+    def __init__(self, cluster: Cluster, constants: ModelConstants,
+                 nccl: NcclConfig | None = None):
         self.cluster = cluster
-        self.k = constants
+        self.nccl = nccl or NcclConfig()
+        self.k = constants.replace(channels=self.nccl.channels(constants.channels))
         self._edges: dict = {}
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
+        self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
+        self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
 
     # ------------------------------------------------------------------ layout
     def _edge_set(self, op: str, algo: str, comm: Communicator, root: int,
@@ -82,7 +98,7 @@ class CollectiveModel:
                 es = tree_edges(self.cluster, comm, eff)
             elif algo == "direct":
                 es = direct_edges(self.cluster, comm, pairs, eff)
-            else:
+            else:                      # ring, and PAT's ring-equivalent bytes
                 chain = root if op in ("broadcast", "reduce") else None
                 es = ring_edges(self.cluster, comm, chain, eff)
             self._edges[key] = es
@@ -100,14 +116,18 @@ class CollectiveModel:
         intra = k.hop_latency_s[hw][algo][proto]
         inter = k.hop_latency_s["net"][algo][proto]
         if algo == "tree":
-            lat = base + 2 * ((comm.ppn - 1) * intra + math.log2(nodes) * inter)
+            levels = math.log2(nodes)
+            fixed = base + 2 * ((comm.ppn - 1) * intra + min(levels, 1.0) * inter)
+            net = 2 * max(levels - 1.0, 0.0) * inter
         else:
             steps, inter_steps = _ring_steps(op, n, nodes)
-            lat = base + (steps - inter_steps) * intra + inter_steps * inter
-            if (proto == "Simple" and nodes > 1 and op == "all_reduce"
-                    and size >= n / 16.0 * 65536):
-                lat *= k.ring_simple_plateau_factor
-        return k.launch_overhead_s + scale * lat
+            fixed = base + (steps - inter_steps) * intra + inter_steps * inter
+            net = 0.0
+        lat = scale * fixed + net
+        if (algo == "ring" and proto == "Simple" and nodes > 1 and op == "all_reduce"
+                and size >= n / 16.0 * 65536):
+            lat *= k.ring_simple_plateau_factor
+        return k.launch_overhead_s + lat
 
     def link_latency_extra_s(self, op: str, algo: str, comm: Communicator,
                              es: EdgeSet) -> float:
@@ -154,7 +174,7 @@ class CollectiveModel:
         bf = self.k.bandwidth_factor
         if algo == "direct":
             return 1.0
-        if algo == "ring":
+        if algo in ("ring", "pat"):
             if proto == "LL":
                 single_other = comm.n_nodes == 1 and op not in ("all_reduce", "reduce")
                 return bf["ring"]["LL_single_node_other"] if single_other else bf["ring"]["LL"]
@@ -205,7 +225,7 @@ class CollectiveModel:
         if comm.n_ranks == 1:
             return self._local_plan(op, size_bytes)
         p2p = op in ("all_to_all", "send_recv")
-        algos = ALGOS_FOR_OP[op] if algo == "auto" else (algo,)
+        algos = self._candidates(op, comm) if algo == "auto" else (algo,)
         if p2p:
             # NCCL picks the p2p protocol by size, not by the tuner.
             per_peer = size_bytes / comm.n_ranks if op == "all_to_all" else size_bytes
@@ -217,17 +237,40 @@ class CollectiveModel:
                                   field="proto")
             protos = (auto,)
         else:
-            protos = PROTOS if proto == "auto" else (proto,)
+            protos = self.nccl.allowed_protos() if proto == "auto" else (proto,)
         best, best_tuner_s = None, math.inf
         for a in algos:
             if a not in ALGOS_FOR_OP[op]:
                 raise ConfigError(f"algorithm {a!r} does not implement {op}; "
                                   f"choose from {', '.join(ALGOS_FOR_OP[op])}", field="algo")
-            for p in protos:
+            check_available(self._unavailable(op, a, comm))
+            for p in simple_only(a, protos, proto):
                 plan, tuner_s = self._plan_one(op, a, p, comm, size_bytes, root, ranks)
                 if best is None or tuner_s < best_tuner_s:
                     best, best_tuner_s = plan, tuner_s
         return best
+
+    def _unavailable(self, op: str, algo: str, comm: Communicator) -> str | None:
+        """Why the hardware cannot run ``algo`` for ``op`` on ``comm`` (None if it can)."""
+        if algo.startswith("nvls"):
+            return nvls_unavailable(self, op, algo, comm)
+        if algo.startswith("collnet"):
+            return collnet_unavailable(self, op, algo, comm)
+        if algo == "pat":
+            return pat_unavailable(op, comm)
+        return None
+
+    def _candidates(self, op: str, comm: Communicator) -> tuple[str, ...]:
+        """What NCCL's tuner compares for ``op``: the op's algorithms that this NCCL
+        release and its knobs allow and the hardware can run."""
+        allowed = self.nccl.allowed_algos()
+        out = tuple(a for a in ALGOS_FOR_OP[op]
+                    if a in allowed and self._unavailable(op, a, comm) is None)
+        if not out:
+            raise ConfigError(f"no algorithm left for {op}: NCCL {self.nccl.version} with "
+                              f"algo={self.nccl.algo!r} allows none of "
+                              f"{', '.join(ALGOS_FOR_OP[op])} here", field="nccl.algo")
+        return out
 
     def _local_plan(self, op: str, size: int) -> Plan:
         # One rank: nothing crosses a link; NCCL still launches a kernel (a local copy).
@@ -237,6 +280,8 @@ class CollectiveModel:
                     lat)
 
     def _plan_one(self, op, algo, proto, comm, size, root, ranks) -> Plan:
+        if algo in OFFLOAD_ALGOS:
+            return offload_plan(self, op, algo, comm, size)
         pairs = None
         if op == "send_recv":
             pairs = ((self.cluster.gpus[ranks[0]], self.cluster.gpus[ranks[1]]),)
@@ -245,7 +290,8 @@ class CollectiveModel:
         factor = self._factor(algo, proto, op, comm, size)
         coef = coef / factor
         payload = _payload(op, algo, size, comm.n_ranks)
-        nccl_latency = self.latency_s(op, algo, proto, comm, es.intra_hw, size)
+        nccl_latency = (pat_latency_s(self, comm) if algo == "pat" else
+                        self.latency_s(op, algo, proto, comm, es.intra_hw, size))
         latency = self._with_link_latency(nccl_latency, algo, proto,
                                           self.link_latency_extra_s(op, algo, comm, es))
         max_rate = self._max_rate(algo, proto, op, comm)

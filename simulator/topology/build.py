@@ -11,7 +11,9 @@ import networkx as nx
 from simulator.cluster import Cluster
 from simulator.collectives.constants import ModelConstants
 from simulator.errors import ConfigError
-from simulator.topology.loader import SCENARIO_LINKS, load_topology, resolve_topology
+from simulator.topology.loader import (SCENARIO_LINKS, load_topology, resolve_topology,
+                                       topology_from_dict)
+from simulator.yamlio import read_yaml
 
 
 def load_cluster(topology: str, nodes: int | None = None, links: dict | None = None, *,
@@ -38,8 +40,11 @@ def scenario_graph(scn) -> nx.Graph:
     """
     c = scn.cluster
     try:
-        return load_topology(resolve_topology(c.topology), nodes=c.nodes,
-                             links=c.links or None, nodes_from="cluster.nodes")
+        path = resolve_topology(c.topology)
+        if c.topology_set:
+            return _topology_with_sets(scn, path)
+        return load_topology(path, nodes=c.nodes, links=c.links or None,
+                             nodes_from="cluster.nodes")
     except ConfigError as exc:
         if exc.source == SCENARIO_LINKS:          # the scenario's cluster.links
             exc = ConfigError(exc.reason, field=exc.field)
@@ -55,3 +60,39 @@ def scenario_cluster(scn, constants: ModelConstants | None = None,
     c = scn.cluster
     return Cluster.from_graph(scenario_graph(scn) if graph is None else graph, constants,
                               ecmp=c.ecmp, seed=scn.simulation.seed)
+
+
+def _topology_with_sets(scn, path) -> nx.Graph:
+    """The topology file ``path`` with the scenario's ``cluster.topology_set`` keys
+    (``--set topology.params.node.gpu=H100-SXM``) set before building, as a study's
+    ``topology.*`` axes are. An error about a key that was set names that ``--set``.
+
+    :raises ConfigError: as :func:`~simulator.topology.loader.topology_from_dict`.
+    """
+    c = scn.cluster
+    data = read_yaml(path, "topology file")
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping", source=str(path))
+    for key, value in c.topology_set.items():
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{part!r} is not a mapping, cannot set {key}",
+                                  source=scn.source, field=f"--set topology.{key}")
+            node = nxt
+        node[parts[-1]] = value
+    try:
+        return topology_from_dict(data, source=str(path), nodes=c.nodes,
+                                  links=c.links or None, nodes_from="cluster.nodes")
+    except ConfigError as exc:
+        field = exc.field or ""
+        if exc.source == str(path) and any(field == k or field.startswith(k + ".")
+                                           or k.startswith(field + ".")
+                                           for k in c.topology_set):
+            raise ConfigError(exc.reason, source=scn.source,
+                              field=f"--set topology.{field}") from None
+        raise

@@ -15,6 +15,7 @@ import networkx as nx
 
 from simulator.topology.fabrics import leaf_spine, rail_optimized, single_switch
 from simulator.topology.servers import dgx_a100_node, pcie_node
+from simulator.topology.systems import superpod
 
 GENERATORS: dict[str, tuple[Callable[..., nx.Graph], str]] = {
     "dgx_a100_node": (dgx_a100_node,
@@ -29,6 +30,9 @@ GENERATORS: dict[str, tuple[Callable[..., nx.Graph], str]] = {
     "rail_optimized": (rail_optimized,
                        "a two-tier Clos with NIC j of every server on rail leaf j: DGX "
                        "SuperPOD-style InfiniBand clusters"),
+    "superpod": (superpod,
+                 "rail_optimized with SHARP-capable InfiniBand switches (sharp: true): DGX "
+                 "H100/B200 SuperPODs, where NCCL's CollNet can reduce in the network"),
 }
 
 # Generators that build a whole cluster of ``nodes`` servers (``--nodes`` applies to them).

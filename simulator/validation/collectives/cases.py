@@ -141,7 +141,7 @@ def build_case(tid: str, c: CaseSpec, meas: pd.DataFrame, source: str,
     _check_placement(G, ranks, rows, source, where)
     return Case(tid, c.topology, topo_path, c.nodes, dict(c.overrides), ranks, ops,
                 c.split, c.nccl, c.notes, G, rows.reset_index(drop=True), source,
-                c.cuda_graph)
+                c.cuda_graph, None if c.fits is None else tuple(c.fits))
 
 
 __all__ = ["apply_overrides", "build_case"]

@@ -19,7 +19,7 @@ LABEL = "shipped constants, simulator/data/calibration.yaml"
 
 def title(label: str = LABEL) -> str:
     """The report's title for constants described by ``label``."""
-    return f"Collective validation against A100 nccl-tests ({label})"
+    return f"Collective validation against A100 and H100 nccl-tests ({label})"
 
 
 @click.command("collectives")
@@ -40,7 +40,7 @@ def title(label: str = LABEL) -> str:
               multiple=True, help="Only these splits (repeatable) [default: both].")
 def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, overwrite,
                          splits):
-    """Compare simulated collectives with real A100 nccl-tests tables.
+    """Compare simulated collectives with real A100 and H100 nccl-tests tables.
 
     Calibration tables may be used to fit constants; validation tables are held out. Writes
     report.md, results.csv and PNG plots, and prints the per-table summary: median |busbw

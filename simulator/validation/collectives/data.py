@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.collectives.model import bus_factor
+from simulator.validation.collectives.data_h100 import H100_FILES, h100_rows
 from simulator.validation.collectives.schema import (MEASUREMENT_COLUMNS, MEASUREMENTS_FILE,
                                                      OP_NAMES)
 
@@ -80,7 +81,7 @@ def _azure_rows(shared: Path) -> list[dict]:
 def _copy_raw(shared: Path, root: Path) -> None:
     raw = root / "raw"
     raw.mkdir(exist_ok=True)
-    for f in _SOURCE_FILES:
+    for f in _SOURCE_FILES + H100_FILES:
         shutil.copy2(shared / f, raw / f)
     for f in sorted((shared / "raw").glob("*.txt")):
         shutil.copy2(f, raw / f.name)
@@ -90,12 +91,13 @@ def build_measurements(shared_dir: Path | str, root: Path | str) -> pd.DataFrame
     """Normalise the shared nccl-tests CSVs into ``<root>/measurements.csv`` and copy the raw
     files next to it (``<root>/raw/``). Measured values are copied unchanged.
 
-    nccl-tests rows: out-of-place time and busbw. Azure summary rows: a latency row gives
+    nccl-tests rows: out-of-place time and busbw (the H100 tables: :mod:`.data_h100`).
+    Azure summary rows: a latency row gives
     ``time_us`` (busbw derived as size/time x bus factor), a busbw row gives ``busbw_GBps``
     (time derived as size / (busbw / bus factor)); ``derived`` names the computed column.
     """
     shared, root = Path(shared_dir), Path(root)
-    rows = _nccl_tests_rows(shared) + _azure_rows(shared)
+    rows = _nccl_tests_rows(shared) + _azure_rows(shared) + h100_rows(shared)
     df = pd.DataFrame(rows, columns=MEASUREMENT_COLUMNS)
     root.mkdir(parents=True, exist_ok=True)
     df.to_csv(root / MEASUREMENTS_FILE, index=False)

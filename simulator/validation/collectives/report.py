@@ -115,7 +115,8 @@ def _header(df: pd.DataFrame, summary: pd.DataFrame, consts: dict | None,
     return [
         f"# {title}", "",
         "Simulated NCCL collectives compared with published nccl-tests measurements on A100 "
-        "systems (`validation/collectives/measurements.csv`; every row keeps its source).", "",
+        "and H100 systems (`validation/collectives/measurements.csv`; every row keeps its "
+        "source).", "",
         "**Split.** Calibration constants may be fitted only on the *calibration* tables "
         f"({', '.join(cal) or 'none here'}). The *validation* tables "
         f"({', '.join(val) or 'none here'}) are held out: they are never used to fit or tune "
@@ -173,7 +174,7 @@ def _table_section(g: pd.DataFrame, tid: str, note, plot_name: str) -> list[str]
 
 
 def write_report(df: pd.DataFrame, out_dir: Path | str, constants: ModelConstants | None = None,
-                 title: str = "Collective validation against A100 nccl-tests") -> dict:
+                 title: str = "Collective validation against A100 and H100 nccl-tests") -> dict:
     """Write ``report.md``, ``results.csv`` and PNG plots (one per table, ``overview.png``).
 
     Returns the paths written, by kind.

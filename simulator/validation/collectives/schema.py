@@ -65,6 +65,9 @@ class CaseSpec(BaseModel):
     # nccl-tests -G: the measured loop was replayed from a CUDA graph, so the per-call
     # launch overhead of the model (calibration.yaml launch_overhead_us) is not paid.
     cuda_graph: bool = False
+    # A calibration table that informs only these fitted constants (simulator/validation/
+    # collectives/fitted.py); None: every constant.
+    fits: list[str] | None = None
     notes: str = ""
 
 
@@ -92,6 +95,7 @@ class Case:
     measurements: pd.DataFrame = field(repr=False)
     source: str = ""
     cuda_graph: bool = False
+    fits: tuple[str, ...] | None = None
 
     @property
     def op(self) -> str:

@@ -1,4 +1,4 @@
-"""Compare simulated collectives with real A100 nccl-tests measurements.
+"""Compare simulated collectives with real A100 and H100 nccl-tests measurements.
 
 The data live in ``validation/collectives/`` (repository root):
 

@@ -1,0 +1,172 @@
+"""Issue 16's hardware: the H100/H200/B200/GB200 catalog entries, the shipped topologies
+(load, draw, run, collective, compare), their prices, and `--set topology.*` on the
+scenario commands."""
+
+import re
+from collections import Counter
+
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import cli
+from simulator.compare.cost import resolve_price
+from simulator.errors import ConfigError
+from simulator.hardware import gpu_spec, link_spec
+from simulator.topology import load_topology, resolve_topology, topology_from_dict
+from test_cli import run_main
+
+NEW = {  # name: (GPUs at the default size, GPU model, GPUs per NVLink domain, NIC type)
+    "dgx-h100": (8, "H100-SXM", 8, "ib-ndr"),
+    "dgx-h100-superpod": (32, "H100-SXM", 8, "ib-ndr"),
+    "hgx-h100-roce": (16, "H100-SXM", 8, "roce-400"),
+    "aws-p5": (16, "H100-SXM", 8, "efa-v2"),
+    "gcp-a3-mega": (16, "H100-SXM", 8, "tcpxo-200"),
+    "dgx-h200": (8, "H200-SXM", 8, "ib-ndr"),
+    "dgx-b200": (8, "B200", 8, "ib-ndr"),
+    "gb200-nvl72": (144, "GB200", 72, "ib-ndr"),
+}
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+# ------------------------------------------------------------------------------ catalog
+@pytest.mark.parametrize("name, fp8, hbm_bw, tdp", [
+    ("H100-SXM", 1979e12, 3350e9, 700), ("H100-SXM-96GB-500W", 1979e12, 2400e9, 700),
+    ("H100-PCIE-80GB", 1513e12, 2000e9, 350), ("H200-SXM", 1979e12, 4800e9, 700),
+    ("B200", 4500e12, 8000e9, 1000), ("GB200", 5000e12, 8000e9, 1200)])
+def test_new_gpus_carry_their_datasheet_figures(name, fp8, hbm_bw, tdp):
+    g = gpu_spec(name)
+    assert g.low_precision_flops["fp8"] == fp8
+    assert g.hbm_bw_bytes_per_s == hbm_bw and g.tdp_w == tdp
+    assert g.has_precision("fp8") and g.sm_count
+    assert re.search(r"20\d\d-\d\d-\d\d", g.source)       # sources carry a date
+    assert g.low_precision_flops["fp8"] == pytest.approx(2 * g.peak_flops["bf16"], rel=0.01)
+
+
+def test_blackwell_has_fp4_hopper_does_not_a100_has_neither():
+    assert gpu_spec("B200").low_precision_flops["fp4"] == 2 * 4500e12
+    assert not gpu_spec("H100-SXM").has_precision("fp4")
+    assert not gpu_spec("A100-SXM4-80GB").has_precision("fp8")
+
+
+def test_500w_variant_records_its_power_cap_and_memory():
+    g = gpu_spec("H100-SXM-96GB-500W")
+    assert g.power_cap_w == 500 and g.hbm_bytes == 96 << 30 and g.nvls
+
+
+def test_nvls_only_on_nvswitch3_or_later():
+    assert [gpu_spec(n).nvls for n in ("A100-SXM4-80GB", "H100-PCIE-80GB", "H100-SXM",
+                                       "B200")] == [False, False, True, True]
+
+
+@pytest.mark.parametrize("name, gbps", [("nvlink5", 900 * 8), ("ib-xdr", 800),
+                                        ("roce-800", 800), ("efa-v2", 100),
+                                        ("tcpxo-200", 200), ("tcpx-200", 200)])
+def test_new_links(name, gbps):
+    assert link_spec(name).bw_bytes_per_s == gbps * 1e9 / 8
+
+
+# --------------------------------------------------------------------------- topologies
+@pytest.mark.parametrize("name", NEW)
+def test_new_topology_loads_with_its_hardware(name):
+    gpus, model, domain, nic = NEW[name]
+    G = load_topology(resolve_topology(name))
+    kinds = Counter(kind for _, kind in G.nodes(data="kind"))
+    assert kinds["gpu"] == gpus and G.graph["gpu"] == model
+    assert G.graph["gpus_per_node"] == domain
+    nics = {d["link_type"] for u, v, d in G.edges(data=True)
+            if "nic" in (G.nodes[u]["kind"], G.nodes[v]["kind"]) and d["link_class"] == "net"}
+    single = G.graph["nodes"] == 1            # a lone server's NICs have no cable
+    assert nics == (set() if single else {nic})
+    if single:
+        assert f"nic={nic}" in G.nodes["n0.gpu0"]["template"]
+    nvlink = {d["link_type"] for _, _, d in G.edges(data=True) if d["link_class"] == "nvlink"}
+    assert nvlink == {gpu_spec(model).nvlink}
+
+
+def test_sharp_only_on_the_infiniband_superpods():
+    sharp = {n: bool(load_topology(resolve_topology(n)).graph.get("sharp")) for n in NEW}
+    assert {n for n, s in sharp.items() if s} == {"dgx-h100-superpod", "gb200-nvl72"}
+
+
+def test_aws_p5_has_four_100g_cards_per_gpu():
+    G = load_topology(resolve_topology("aws-p5"))
+    bw = {d["bw_bytes_per_s"] for u, v, d in G.edges(data=True) if d["link_type"] == "efa-v2"
+          and "nic" in (G.nodes[u]["kind"], G.nodes[v]["kind"])}
+    assert bw == {4 * 100e9 / 8}
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_topology_command_draws_each(name):
+    r = run("topology", name)
+    assert r.exit_code == 0, r.output
+    assert f"topology: {name}" in r.output and "servers:" in r.output
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_collective_runs_on_each(name):
+    r = run("collective", "all_reduce", "--topology", name, "-b", "1M", "-e", "1M",
+            "--format", "csv")
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().splitlines()[-1].startswith("1048576,")
+
+
+@pytest.mark.parametrize("name", ["dgx-h100", "gb200-nvl72", "gcp-a3-mega"])
+def test_run_and_compare_on_new_topologies(name):
+    r = run("run", "--set", f"cluster.topology={name}", "--format", "json")
+    assert r.exit_code == 0, r.output
+    r = run("compare", "--set", f"cluster.topology={name}", "--strategies", "fsdp-full",
+            "--price-per-gpu-hour", "2", "--format", "csv")
+    assert r.exit_code == 0, r.output
+
+
+def test_nvlink_domain_over_the_switch_limit_is_refused(tmp_path, capsys):
+    limit = link_spec("nvlink5").max_domain_gpus
+    path = tmp_path / "big.yaml"
+    path.write_text("name: big\ngenerator: superpod\nparams:\n  nodes: 1\n"
+                    f"  node: {{type: nvl_rack, gpu: GB200, gpus: {limit + 2}}}\n")
+    code, out, err = run_main(capsys, "topology", str(path))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"big.yaml: params.node.gpus: {limit + 2} GPUs in one NVLink domain" in err
+
+
+def test_sharp_on_ethernet_is_refused():
+    data = {"name": "x", "generator": "superpod",
+            "params": {"nodes": 2, "node": {"type": "dgx_a100", "gpu": "H100-SXM",
+                                            "nic": "roce-400"}, "sharp": True}}
+    with pytest.raises(ConfigError, match="params.sharp: SHARP needs InfiniBand"):
+        topology_from_dict(data, source="x.yaml")
+
+
+# ------------------------------------------------------------------------------- prices
+@pytest.mark.parametrize("gpu, instance, usd_per_hour, gpus", [
+    ("H100-SXM", "p5.48xlarge", 98.32, 8), ("H200-SXM", "p5e.48xlarge", 98.32, 8),
+    ("GB200", "u-p6e-gb200x72 (UltraServer)", 761.904, 72)])
+def test_default_prices_of_the_new_gpus(gpu, instance, usd_per_hour, gpus):
+    price = resolve_price(gpu)
+    assert instance in price.label
+    assert price.usd_per_gpu_hour == pytest.approx(usd_per_hour / gpus)
+
+
+# ------------------------------------------------------------------ --set topology.*
+@pytest.mark.parametrize("command", [["run"], ["capacity", "--strategies", "ddp"],
+                                     ["compare", "--strategies", "ddp",
+                                      "--price-per-gpu-hour", "1"]])
+def test_set_topology_params_reaches_the_cluster(command):
+    r = run(*command, "--set", "topology.params.gpu=H100-SXM")
+    assert r.exit_code == 0, r.output
+    assert "H100" in r.output
+
+
+def test_set_topology_params_in_reliability():
+    r = run("reliability", "--trials", "1", "--set", "topology.params.node.gpu=H100-SXM",
+            "--set", "reliability={job: {duration: 1 h}}", "--format", "json")
+    assert r.exit_code == 0, r.output
+
+
+def test_bad_topology_set_names_the_set(capsys):
+    code, out, err = run_main(capsys, "run", "--set", "topology.params.gpu=H100-XXX")
+    assert code == 2 and err.count("\n") == 1
+    assert "quickstart.yaml: --set topology.params.gpu: unknown GPU 'H100-XXX'" in err
