@@ -77,6 +77,22 @@ class LinkSpec:
     max_domain_gpus: int | None = None   # NVLink types: most GPUs one domain joins
 
 
+def check_training_precision(gpu: GpuSpec, precision: str) -> None:
+    """Refuse a low precision (``fp8``, ``fp4``) that ``gpu`` has no tensor cores for, and
+    say that training at one is not modelled where it has them.
+
+    :raises ConfigError: (field ``training.precision``) for ``fp8``/``fp4``.
+    """
+    if precision not in LOW_PRECISIONS:
+        return
+    if not gpu.has_precision(precision):
+        raise ConfigError(f"{gpu.name} has no {precision.upper()} tensor cores (FP8 needs "
+                          f"Hopper or later, FP4 Blackwell)", field="training.precision")
+    raise ConfigError(f"{precision} training is not modelled yet: {gpu.name}'s {precision} "
+                      f"peak is in the catalog, but the compute model has no {precision} "
+                      f"efficiency curves; use bf16", field="training.precision")
+
+
 def gpu_spec(name: str) -> GpuSpec:
     """Return the catalog entry of GPU model ``name``.
 

@@ -10,7 +10,7 @@ from .collectives.model import CollectiveModel
 from .compute import ComputeModel
 from .engine import EngineConfig, Timeline, replay
 from .errors import ConfigError
-from .hardware import gpu_spec
+from .hardware import check_training_precision, gpu_spec
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
@@ -142,6 +142,7 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
     cluster = cluster or scenario_cluster(scn, k)
     gpu = gpu_spec(cluster.G.graph["gpu"])
     try:
+        check_training_precision(gpu, scn.training.precision)
         strategy = _strategy_dict(scn)
     except ConfigError as exc:
         raise exc.located(source) from None

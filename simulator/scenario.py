@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
 from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
+from .hardware import LOW_PRECISIONS
 from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
 from .yamlio import read_yaml
@@ -62,7 +63,7 @@ class Training(BaseModel):
     @field_validator("precision")
     @classmethod
     def _precision(cls, v: str) -> str:
-        return _one_of(v, PRECISIONS)
+        return _one_of(v, PRECISIONS + LOW_PRECISIONS)   # fp8/fp4: checked per GPU
 
 
 class ClusterCfg(BaseModel):

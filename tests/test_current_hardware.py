@@ -170,3 +170,20 @@ def test_bad_topology_set_names_the_set(capsys):
     code, out, err = run_main(capsys, "run", "--set", "topology.params.gpu=H100-XXX")
     assert code == 2 and err.count("\n") == 1
     assert "quickstart.yaml: --set topology.params.gpu: unknown GPU 'H100-XXX'" in err
+
+
+# -------------------------------------------------------------------------------- FP8
+def test_fp8_on_a_gpu_without_fp8_is_one_line_exit_2(capsys):
+    code, out, err = run_main(capsys, "run", "--set", "training.precision=fp8")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert ("quickstart.yaml: --set training.precision: A100-SXM4-80GB has no FP8 tensor "
+            "cores") in err
+
+
+def test_fp8_on_h100_says_it_is_not_modelled(capsys):
+    code, out, err = run_main(capsys, "run", "--set", "training.precision=fp8",
+                              "--set", "topology.params.gpu=H100-SXM")
+    assert code == 2 and "fp8 training is not modelled yet" in err
+    code, out, err = run_main(capsys, "run", "--set", "training.precision=fp4",
+                              "--set", "topology.params.gpu=H100-SXM")
+    assert code == 2 and "H100-SXM has no FP4 tensor cores" in err
