@@ -126,7 +126,7 @@ def test_pcie_node_shape(gpus, per_switch, switches, cpus):
 
 @pytest.mark.parametrize("kwargs, field", [
     ({"nics": 3}, "nics"), ({"nics": 0}, "nics"), ({"gpu": "A100-PCIE-40GB"}, "gpu"),
-    ({"gpu": "V100"}, "gpu"), ({"nic": "nvlink3"}, "nic"), ({"nic": "ib-xdr"}, "nic"),
+    ({"gpu": "V100"}, "gpu"), ({"nic": "nvlink3"}, "nic"), ({"nic": "ib-gdr"}, "nic"),
     ({"server": -1}, "server"), ({"server": 1.5}, "server")])
 def test_dgx_bad_arguments(kwargs, field):
     with pytest.raises(ConfigError, match=rf"^{field}: "):
@@ -165,7 +165,7 @@ def test_fabric_invariants(fabric, node, gpn, nodes):
 
 def test_generators_registry_describes_each_generator():
     assert set(GENERATORS) == {"dgx_a100_node", "pcie_node", "single_switch", "leaf_spine",
-                               "rail_optimized"}
+                               "rail_optimized", "superpod"}
     for name, (function, description) in GENERATORS.items():
         assert function.__name__ == name and len(description) > 20
 

@@ -14,7 +14,8 @@ if TYPE_CHECKING:           # the simulator loads only when the command runs
     from ..capacity.probe import Probe
     from ..capacity.report import CapacityReport
 
-_SET_HELP = "Override a scenario key, e.g. --set training.seq_len=2048 (repeatable)."
+_SET_HELP = ("Override a scenario key, e.g. --set training.seq_len=2048, or a key of its "
+             "topology file, e.g. --set topology.params.gpu=H100-SXM (repeatable).")
 
 
 def _b(params: int) -> str:

@@ -14,7 +14,8 @@ from .common import names_sets
 if TYPE_CHECKING:           # the simulator loads only when the command runs
     from ..compare.cost import Budget
 
-_SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=4 (repeatable)."
+_SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=4, or a key of its topology "
+             "file, e.g. --set topology.params.gpu=H100-SXM (repeatable).")
 
 
 def _budget(tokens: str | None, epochs: str | None, dataset_samples: str | None,

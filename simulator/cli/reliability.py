@@ -11,7 +11,8 @@ import click
 from .common import names_sets
 
 DEFAULT = "reliability-1024gpu"
-_SET_HELP = ("Override a scenario key, e.g. --set reliability.checkpoint.interval='10 min' "
+_SET_HELP = ("Override a scenario key, e.g. --set reliability.checkpoint.interval='10 min', "
+             "or a key of its topology file, e.g. --set topology.params.node.gpu=H100-SXM "
              "(repeatable).")
 
 

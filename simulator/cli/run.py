@@ -10,7 +10,8 @@ import click
 from ..choices import DEFAULT_SCENARIO
 from .common import metric_rows, names_sets
 
-_SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=16 (repeatable)."
+_SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=16, or a key of its topology "
+             "file, e.g. --set topology.params.gpu=H100-SXM (repeatable).")
 
 
 def register(cli: click.Group) -> None:
