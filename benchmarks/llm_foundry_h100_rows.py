@@ -21,7 +21,11 @@ import pandas as pd
 from simulator.pipeline import build_setup, run_setup
 from simulator.scenario import scenario_from_dict
 
-CSV = Path(__file__).resolve().parents[2] / "shared/validation-data/training/llm_foundry_fsdp.csv"
+_REPO = Path(__file__).resolve().parents[1]
+_REL = "shared/validation-data/training/llm_foundry_fsdp.csv"
+# ../shared next to the repository (main checkout), or two levels up (a worktree in wt/)
+CSV = next((p / _REL for p in (_REPO.parent, _REPO.parents[1]) if (p / _REL).is_file()),
+           _REPO.parent / _REL)
 MPT = {"125m": (768, 12, 12), "350m": (1024, 24, 16), "760m": (1536, 24, 12),
        "1b": (2048, 24, 16), "3b": (2560, 32, 20), "7b": (4096, 32, 32),
        "13b": (5120, 40, 40), "30b": (7168, 48, 64), "70b": (8192, 80, 64)}
