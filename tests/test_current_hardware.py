@@ -113,7 +113,7 @@ def test_collective_runs_on_each(name):
     assert r.output.strip().splitlines()[-1].startswith("1048576,")
 
 
-@pytest.mark.parametrize("name", ["dgx-h100", "gb200-nvl72", "gcp-a3-mega"])
+@pytest.mark.parametrize("name", ["dgx-h100", "dgx-b200", "gcp-a3-mega"])
 def test_run_and_compare_on_new_topologies(name):
     r = run("run", "--set", f"cluster.topology={name}", "--format", "json")
     assert r.exit_code == 0, r.output
