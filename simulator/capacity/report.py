@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import progress
 from ..choices import DEFAULT_CAPACITY_STRATEGIES, FAMILIES
 from ..errors import ConfigError
 from ..models import load_model
@@ -91,7 +92,8 @@ def capacity(scn: Scenario, family: str | None = None,
     ladder = build_ladder(family, min_seq_len=scn.training.seq_len)
     notes = _position_notes(scn, family, ladder)
     probers = {s: Prober(scn, s, source) for s in specs}  # validate first
-    results = [search(scn, s, ladder, source, probers[s]) for s in specs]
+    results = [search(scn, s, ladder, source, probers[s])
+               for s in progress.track(specs, len(specs), "capacity", "strategy")]
     cluster = _cluster_of(next(iter(probers.values())))
     notes += _static_notes(results)
     claim = None

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..choices import DEFAULT_CAPACITY_STRATEGIES, DEFAULT_SCENARIO, FAMILIES
+from ..progress import quiet_option
 from .common import names_sets
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
@@ -84,6 +85,7 @@ def register(cli: click.Group) -> None:
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)
+    @quiet_option
     @names_sets
     def capacity_cmd(scenario, family, strategies, sets, fmt):
         """Largest model of a family that fits per strategy on SCENARIO's cluster.

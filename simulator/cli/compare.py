@@ -9,6 +9,7 @@ import click
 
 from ..choices import DEFAULT_COMPARE_STRATEGIES, DEFAULT_SCENARIO, framework_of
 from ..errors import ConfigError
+from ..progress import enabled, quiet_option, stage
 from .common import names_sets
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
@@ -70,11 +71,10 @@ def register(cli: click.Group) -> None:
                   help="Also simulate twice the GPUs for the scaling efficiency.")
     @click.option("--capacity/--no-capacity", default=True, show_default=True,
                   help="Also search the largest model of the family that fits.")
-    @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+    @quiet_option
     @names_sets
     def compare_cmd(scenario, strategies, sets, fmt, out, price, instance, tokens, epochs,
-                    dataset_samples, iterations, migration, day_rate, scaling, capacity,
-                    quiet):
+                    dataset_samples, iterations, migration, day_rate, scaling, capacity):
         """Compare training strategies on SCENARIO's model and cluster [default: quickstart].
 
         Per strategy: peak memory per GPU and the out-of-memory verdict, the largest model
@@ -108,7 +108,7 @@ def register(cli: click.Group) -> None:
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
         if out is not None:
             prepare_out_dir(out)             # refused before the comparison, not after
-        say = None if quiet else (lambda msg: click.echo(f"compare: {msg}", err=True))
+        say = (lambda msg: stage(f"compare: {msg}")) if enabled() else None
         cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,
                       capacity=capacity, progress=say)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..progress import quiet_option
 from .common import names_sets
 
 DEFAULT = "reliability-1024gpu"
@@ -36,6 +37,7 @@ def register(cli: click.Group) -> None:
     @click.option("--timings", is_flag=True,
                   help="Print how long the plan, trials and search took (wall clock) to "
                        "stderr; results never include them, so a seed gives the same bytes.")
+    @quiet_option
     @names_sets
     def reliability_cmd(scenario, sets, trials, seed, workers, fmt, out, timings):
         """Simulate SCENARIO's whole training job with failures, many times.

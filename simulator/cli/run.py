@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..choices import DEFAULT_SCENARIO
+from ..progress import quiet_option, stage
 from .common import metric_rows, names_sets
 
 _SET_HELP = "Override a scenario key, e.g. --set cluster.nodes=16 (repeatable)."
@@ -23,6 +24,7 @@ def register(cli: click.Group) -> None:
                   help="Write summary.json, CSVs, a Perfetto timeline and PNG plots here.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)
+    @quiet_option
     @names_sets
     def run_cmd(scenario, sets, out, fmt):
         """Simulate one training iteration of SCENARIO [default: quickstart].
@@ -39,6 +41,7 @@ def register(cli: click.Group) -> None:
         if out is not None:
             prepare_out_dir(out)             # refused before the simulation, not after
         setup = build_setup(scn, str(path))
+        stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
         m = result.metrics
         if out is not None:
