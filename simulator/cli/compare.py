@@ -87,6 +87,7 @@ def register(cli: click.Group) -> None:
         on this cluster is reported as n/a with the reason (docs/compare.md).
         """
         from ..compare.cost import resolve_price
+        from ..compare.page import write_page
         from ..compare.options import migration_plan, parse_strategies
         from ..compare.report import render_table, to_csv, to_json, write_outputs
         from ..compare.runner import compare
@@ -114,8 +115,17 @@ def register(cli: click.Group) -> None:
                       capacity=capacity, progress=say)
         if out is not None:
             write_outputs(out, cmp)
+            write_page(cmp, out, _inputs(path, sets, strategies, cost_price, budget, scn))
         text = {"json": to_json, "csv": to_csv, "table": render_table}[fmt](cmp)
         click.echo(text)
         if out is not None and fmt == "table":
             click.echo(f"# outputs in {out}: compare.csv, compare.json, iteration_time.png, "
-                       f"memory.png, cost.png")
+                       f"memory.png, cost.png, report.html")
+
+
+def _inputs(path, sets, strategies, price, budget, scn) -> dict:
+    """What ``report.html`` lists as the inputs of a comparison."""
+    return {"scenario file": str(path), "--set": list(sets), "strategies": strategies,
+            "price": f"{price.usd_per_gpu_hour:g} USD per GPU-hour ({price.label})"
+            if price else None, "budget": budget.describe() if budget else None,
+            "scenario (after --set)": scn.model_dump(mode="json")}

@@ -50,6 +50,7 @@ def register(cli: click.Group) -> None:
         """
         from ..outpaths import prepare_out_dir
         from ..reliability.outputs import write_outputs
+        from ..reliability.page import write_page
         from ..reliability.report import as_dict, table, timings_line
         from ..reliability.study import run_study
         from ..scenario import load_scenario, resolve_scenario
@@ -62,6 +63,7 @@ def register(cli: click.Group) -> None:
                           record=out is not None)
         if out is not None:
             write_outputs(study, out)
+            write_page(study, out)
         if timings:
             click.echo(timings_line(study), err=True)
         if fmt == "json":

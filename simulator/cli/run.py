@@ -32,6 +32,7 @@ def register(cli: click.Group) -> None:
         SCENARIO is a scenario YAML file or a shipped name (scenarios/).
         """
         from ..metrics.outputs import write_outputs
+        from ..metrics.page import write_page
         from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
         from ..scenario import load_scenario, resolve_scenario
@@ -44,19 +45,21 @@ def register(cli: click.Group) -> None:
         stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
         m = result.metrics
+        meta = setup.trace.meta
+        what = (f"{meta.get('model')} {meta.get('strategy')} on {setup.trace.world_size} x "
+                f"{setup.cluster.G.graph.get('gpu')} ({setup.cluster.G.graph.get('name')})")
+        capacity_gib = setup.capacity_bytes / float(1 << 30)
+        rows = metric_rows(m, capacity_gib)
         if out is not None:
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks)
+            write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"))
         if fmt == "json":
             click.echo(json.dumps(m.as_dict(), indent=2))
             return
-        meta = setup.trace.meta
-        click.echo(f"# {scn.name}: {meta.get('model')} {meta.get('strategy')} on "
-                   f"{setup.trace.world_size} x {setup.cluster.G.graph.get('gpu')} "
-                   f"({setup.cluster.G.graph.get('name')}), global batch "
-                   f"{meta.get('global_batch')}, {scn.training.precision}")
-        rows = metric_rows(m, setup.capacity_bytes / float(1 << 30))
+        click.echo(f"# {scn.name}: {what}, global batch {meta.get('global_batch')}, "
+                   f"{scn.training.precision}")
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")

@@ -70,7 +70,7 @@ def _f(v, fmt: str, none: str = "-") -> str:
     return none if v is None else format(v, fmt)
 
 
-def _perf_cells(r: dict) -> list[str]:
+def perf_cells(r: dict) -> list[str]:
     fit = r["largest_fit_model"]
     fit = (fit + (" (top)" if r["largest_fit_top_of_ladder"] else "")) if fit else \
         ("n/a" if r["capacity_reason"] else "-")
@@ -81,7 +81,7 @@ def _perf_cells(r: dict) -> list[str]:
             _f(r["exposed_comm_s"], ".3f"), _f(r["scaling_efficiency"], ".3f"), fit]
 
 
-def _cost_cells(r: dict, budget: bool) -> list[str]:
+def cost_cells(r: dict, budget: bool) -> list[str]:
     cells = [r["strategy"] + (" (OOM)" if r["oom"] else ""), _f(r["per_iteration_usd"], ".4g"),
              _f(r["per_million_tokens_usd"], ".3g"), _f(r["per_thousand_samples_usd"], ".3g"),
              _f(r["comm_wait_share"] and 100 * r["comm_wait_share"], ".1f")]
@@ -118,7 +118,7 @@ def render_table(cmp: Comparison) -> str:
     ok = [r for r in recs if r["status"] == "ok"]
     head = ["strategy", "GPUs", "peak GiB", "memory", "iter s", "samples/s", "tokens/s",
             "comm GB/GPU", "comm s", "exposed s", "2x eff", "largest fit"]
-    lines += _grid(head, [_perf_cells(r) for r in ok], left=(0, 3, len(head) - 1))
+    lines += _grid(head, [perf_cells(r) for r in ok], left=(0, 3, len(head) - 1))
     lines += [f"{r['strategy']}: n/a: {r['reason']}" for r in recs if r["status"] != "ok"]
     lines += [f"# {r['strategy']}: out of memory at: {r['oom_at']}" for r in ok if r["oom"]]
     lines += [f"# {r['strategy']}: {r['world_size']} of the {c['gpus']} GPUs run replicas; "
@@ -144,7 +144,7 @@ def _cost_lines(cmp: Comparison, ok: list[dict]) -> list[str]:
     head += ["GPU-hours", "wall days", "training $", "comm-wait $", "migration $", "total $"] \
         if budget else []
     head.append("waste %")
-    lines += _grid(head, [_cost_cells(r, budget) for r in ok if r["per_iteration_usd"]
+    lines += _grid(head, [cost_cells(r, budget) for r in ok if r["per_iteration_usd"]
                           is not None])
     lines.append("# waste % = share of that strategy's spend the cheapest strategy that fits "
                  "in memory would save" + (" (total incl. migration)" if budget else
