@@ -172,37 +172,52 @@ def write_outputs(out: Path | str, cmp: Comparison) -> list[Path]:
 def _bars(ok: list[dict], parts: list[tuple[str, str, callable]], xlabel: str, path: Path,
           title: str, line: float | None = None) -> None:
     """Stacked horizontal bars, one per strategy. When one bar dwarfs the others (over 10x
-    the median) the axis stops at 3x the median and the longer bars carry their value."""
+    the median) the axis stops at 3x the median and each longer bar is drawn shrunk to the
+    axis, every part in proportion (hatched), with its real total written on it: its
+    make-up stays visible (tf-ps is mostly communication, not compute)."""
+    fig = bar_figure(ok, parts, xlabel, title, line)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def bar_figure(ok: list[dict], parts: list[tuple[str, str, callable]], xlabel: str,
+               title: str, line: float | None = None):
+    """The figure of :func:`_bars`."""
     fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * max(len(ok), 1)))
     names = [r["strategy"] + (" (OOM)" if r["oom"] else "") for r in ok]
+    values = [[value(r) or 0.0 for r in ok] for _, _, value in parts]
+    totals = [sum(col) for col in zip(*values)] if values else []
+    mid = sorted(totals)[len(totals) // 2] if totals else 0.0
+    limit = 3 * max(mid, line or 0.0) if mid > 0 and max(totals) > 10 * mid else None
+    scale = [min(1.0, limit / t) if limit and t > 0 else 1.0 for t in totals]
     left = [0.0] * len(ok)
-    for label, color, value in parts:
-        vals = [value(r) or 0.0 for r in ok]
-        ax.barh(names, vals, left=left, color=color, label=label)
+    for (label, color, _), vals in zip(parts, values):
+        vals = [v * k for v, k in zip(vals, scale)]
+        ax.barh(names, vals, left=left, color=color, label=label,
+                hatch=["//" if k < 1 else "" for k in scale])
         left = [a + b for a, b in zip(left, vals)]
-    mid = sorted(left)[len(left) // 2] if left else 0.0
-    if mid > 0 and max(left) > 10 * mid:
-        limit = 3 * max(mid, line or 0.0)
+    if limit:
         ax.set_xlim(0, limit)
-        for y, total in enumerate(left):
-            if total > limit:
-                ax.text(limit, y, f" {total:,.3g} →", ha="right", va="center", fontsize=8,
-                        color="white")
+        for y, (total, k) in enumerate(zip(totals, scale)):
+            if k < 1:
+                ax.text(limit, y, f" {total:,.3g} (shrunk {1 / k:,.0f}x) →", ha="right",
+                        va="center", fontsize=8, color="white")
     if line is not None:
         ax.axvline(line, color="red", ls="--", label="GPU memory")
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return fig
+
+
+TIME_PARTS = [("compute", "tab:blue", lambda r: r["compute_s"]),
+              ("exposed comm", "tab:red", lambda r: r["exposed_comm_s"]),
+              ("wait", "tab:gray", lambda r: r["wait_s"])]
 
 
 def _plot_time(ok: list[dict], path: Path) -> None:
-    _bars(ok, [("compute", "tab:blue", lambda r: r["compute_s"]),
-               ("exposed comm", "tab:red", lambda r: r["exposed_comm_s"]),
-               ("wait", "tab:gray", lambda r: r["wait_s"])],
-          "seconds per iteration", path, "iteration time per strategy")
+    _bars(ok, TIME_PARTS, "seconds per iteration", path, "iteration time per strategy")
 
 
 def _plot_memory(ok: list[dict], capacity_gib: float, path: Path) -> None:
