@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import matplotlib.pyplot as plt
 import pytest
 
-from simulator.compare.report import TIME_PARTS, bar_figure
+from simulator.compare.charts import TIME_PARTS, bar_figure
 from simulator.metrics.outputs import NO_MEMORY, memory_figure
 
 

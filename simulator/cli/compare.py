@@ -89,7 +89,7 @@ def register(cli: click.Group) -> None:
         from ..compare.cost import resolve_price
         from ..compare.page import write_page
         from ..compare.options import migration_plan, parse_strategies
-        from ..compare.report import render_table, to_csv, to_json, write_outputs
+        from ..compare.report import render_table, to_csv, to_json
         from ..compare.runner import compare
         from ..outpaths import prepare_out_dir
         from ..scenario import load_scenario, resolve_scenario
@@ -114,6 +114,7 @@ def register(cli: click.Group) -> None:
                       migration_days=days, day_rate=day_rate, scaling=scaling,
                       capacity=capacity, progress=say)
         if out is not None:
+            from ..compare.charts import write_outputs    # matplotlib: only for --out
             write_outputs(out, cmp)
             write_page(cmp, out, _inputs(path, sets, strategies, cost_price, budget, scn))
         text = {"json": to_json, "csv": to_csv, "table": render_table}[fmt](cmp)

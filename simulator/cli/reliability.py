@@ -49,8 +49,6 @@ def register(cli: click.Group) -> None:
         (simulator/data/reliability.yaml, docs/reliability.md).
         """
         from ..outpaths import prepare_out_dir
-        from ..reliability.outputs import write_outputs
-        from ..reliability.page import write_page
         from ..reliability.report import as_dict, table, timings_line
         from ..reliability.study import run_study
         from ..scenario import load_scenario, resolve_scenario
@@ -62,6 +60,8 @@ def register(cli: click.Group) -> None:
         study = run_study(scn, str(path), trials, seed, workers or os.cpu_count() or 1,
                           record=out is not None)
         if out is not None:
+            from ..reliability.outputs import write_outputs   # matplotlib: only for --out
+            from ..reliability.page import write_page
             write_outputs(study, out)
             write_page(study, out)
         if timings:

@@ -31,8 +31,6 @@ def register(cli: click.Group) -> None:
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/).
         """
-        from ..metrics.outputs import write_outputs
-        from ..metrics.page import write_page
         from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
         from ..scenario import load_scenario, resolve_scenario
@@ -51,6 +49,8 @@ def register(cli: click.Group) -> None:
         capacity_gib = setup.capacity_bytes / float(1 << 30)
         rows = metric_rows(m, capacity_gib)
         if out is not None:
+            from ..metrics.outputs import write_outputs     # matplotlib: only for --out
+            from ..metrics.page import write_page
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks)

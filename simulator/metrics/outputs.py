@@ -18,7 +18,8 @@ import pandas as pd  # noqa: E402
 
 from ..engine.replay import COMM_KINDS, Timeline  # noqa: E402
 from ..outpaths import prepare_out_dir  # noqa: E402
-from .summary import GIB, Metrics, layer_breakdown, link_utilization  # noqa: E402
+from .summary import GIB, Metrics  # noqa: E402
+from .tables import layer_breakdown, link_utilization  # noqa: E402
 
 def ops_table(tl: Timeline) -> pd.DataFrame:
     """Every replayed op with its times (seconds)."""
