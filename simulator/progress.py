@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import time
 
 import click
 
@@ -39,7 +38,7 @@ class _Lines:
 
     def __init__(self, total: int, desc: str, unit: str):
         self.total, self.desc, self.unit, self.n = total, desc, unit, 0
-        self.start = time.perf_counter()
+        self.start = True
         stage(f"{desc}: {total} {unit}(s) to run")
 
     def update(self, n: int = 1) -> None:
@@ -49,14 +48,13 @@ class _Lines:
         self.postfix = text
 
     def close(self) -> None:
-        if self.start is not None:
-            stage(f"{self.desc}: {self.n}/{self.total} done in "
-                  f"{time.perf_counter() - self.start:.1f} s")
+        if self.start is not None:          # no wall time: the same run prints the same
+            stage(f"{self.desc}: {self.n}/{self.total} done")
             self.start = None
 
 
 class _Silent(_Lines):
-    def __init__(self, total: int, desc: str, unit: str):   # noqa: D401 (no line)
+    def __init__(self, total: int, desc: str, unit: str):   # no line at either end
         self.total, self.desc, self.unit, self.n, self.start = total, desc, unit, 0, None
 
 

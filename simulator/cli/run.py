@@ -69,18 +69,29 @@ def register(cli: click.Group) -> None:
     @cli.command("trace")
     @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-                  required=True, help="Trace file to write (.json or .json.gz).")
+                  required=True, help="Trace file to write (.json or .json.gz); with "
+                  "--format chakra the prefix of OUTPUT.<rank>.et.")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+    @click.option("--format", "fmt", type=click.Choice(["clustersim", "chakra"]),
+                  default="clustersim", show_default=True,
+                  help="clustersim's Trace JSON, or Chakra execution traces (one .et per "
+                       "rank) that ASTRA-sim runs.")
     @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
     @names_sets
-    def trace_cmd(scenario, output, sets, overwrite):
-        """Write the Trace that SCENARIO's strategy generates (docs/trace-format.md)."""
+    def trace_cmd(scenario, output, sets, fmt, overwrite):
+        """Write the Trace that SCENARIO's strategy generates (docs/trace-format.md), as
+        clustersim JSON or as Chakra execution traces (docs/importers.md, "Chakra")."""
         from ..pipeline import build_setup
         from ..scenario import load_scenario, resolve_scenario
         from ..trace.io import write_trace
 
         path = resolve_scenario(scenario)
         setup = build_setup(load_scenario(path, list(sets)), str(path))
+        if fmt == "chakra":
+            from ..importers.chakra import write_chakra
+            files = write_chakra(setup.trace, output, overwrite=overwrite)
+            click.echo(f"wrote {len(files)} Chakra file(s) {files[0]} ... {files[-1]}")
+            return
         write_trace(setup.trace, output, overwrite=overwrite)
         n_ops = sum(len(c.ops) for c in setup.trace.classes)
         click.echo(f"wrote {output}: {setup.trace.world_size} ranks, "
