@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator import __version__
 from simulator.shipped import FOLDERS, find_shipped, shipped_names
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +43,7 @@ def wheel(tmp_path_factory) -> Path:
                            str(out), str(src)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     (whl,) = out.glob("clustersim-*.whl")
+    assert whl.name.startswith(f"clustersim-{__version__}-")    # one version, one place
     return whl
 
 
@@ -96,7 +98,7 @@ def test_wheel_install_runs_from_any_folder(fresh_venv, tmp_path):
     assert [line.split()[0] for line in listed.stdout.splitlines()] == \
         sorted(p.stem for p in (REPO / "topologies").glob("*.yaml"))
     version = _run(fresh_venv, tmp_path, "--version")
-    assert version.stdout.strip() == "clustersim 0.1.0"
+    assert version.stdout.strip() == f"clustersim {__version__}"
     assert list(tmp_path.iterdir()) == []          # nothing written where it ran
 
 
@@ -120,4 +122,4 @@ def test_a_local_file_wins_over_the_shipped_one(tmp_path, monkeypatch):
 def test_python_dash_m_simulator(tmp_path):
     done = subprocess.run([sys.executable, "-m", "simulator", "--version"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "clustersim 0.1.0"
+    assert done.returncode == 0 and done.stdout.strip() == f"clustersim {__version__}"
