@@ -34,35 +34,31 @@ def stage(message: str) -> None:
 
 
 class _Lines:
-    """A bar's stand-in off a terminal: a line when the stage starts and one when it ends."""
+    """A bar's stand-in off a terminal: a line when the stage starts and one when it ends
+    (no wall time in either: the same run prints the same lines)."""
 
-    def __init__(self, total: int, desc: str, unit: str):
-        self.total, self.desc, self.unit, self.n = total, desc, unit, 0
-        self.start = True
-        stage(f"{desc}: {total} {unit}(s) to run")
+    def __init__(self, total: int, desc: str, unit: str, quiet: bool = False):
+        self.total, self.desc, self.n, self.quiet, self.open = total, desc, 0, quiet, True
+        if not quiet:
+            stage(f"{desc}: {total} {unit}(s) to run")
 
     def update(self, n: int = 1) -> None:
         self.n += n
 
     def set_postfix_str(self, text: str, refresh: bool = True) -> None:
-        self.postfix = text
+        """Ignored off a terminal (tqdm shows it on one)."""
 
     def close(self) -> None:
-        if self.start is not None:          # no wall time: the same run prints the same
+        if self.open and not self.quiet:
             stage(f"{self.desc}: {self.n}/{self.total} done")
-            self.start = None
-
-
-class _Silent(_Lines):
-    def __init__(self, total: int, desc: str, unit: str):   # no line at either end
-        self.total, self.desc, self.unit, self.n, self.start = total, desc, unit, 0, None
+        self.open = False
 
 
 def bar(total: int, desc: str, unit: str = "item", show: bool = True):
     """A progress bar with ``update(n)``, ``set_postfix_str(text)`` and ``close()``: tqdm on
-    a terminal, :class:`_Lines` otherwise, silent when progress is off or not ``show``."""
+    a terminal, :class:`_Lines` otherwise, a silent one when progress is off or not ``show``."""
     if not (_STATE["enabled"] and show):
-        return _Silent(total, desc, unit)
+        return _Lines(total, desc, unit, quiet=True)
     if not sys.stderr.isatty():
         return _Lines(total, desc, unit)
     from tqdm import tqdm
