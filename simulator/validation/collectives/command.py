@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from simulator.choices import FIDELITIES
-from simulator.progress import quiet_option, stage
+from simulator.progress import quiet_option
 from simulator.validation.commands import (checked_root, collective_cases, folder_options,
                                             gated_exit, report_folder)
 
@@ -74,7 +74,6 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
             path = cf.write_calibration(constants, report, write_to, overwrite=overwrite)
             click.echo(f"wrote {path}")
         click.echo("")
-    stage(f"validate collectives: simulating the nccl-tests tables ({fidelity} fidelity)")
     df = vc.validate(root, constants, splits=tuple(splits) or schema.SPLITS, fidelity=fidelity)
     written = vr.write_report(df, out, constants, title=title(label))
     click.echo(f"Validation with {label}, fidelity {fidelity}:")

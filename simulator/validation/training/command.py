@@ -76,7 +76,6 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
             path = tc.write_fitted(calibration, report, write_to, overwrite=overwrite)
             click.echo(f"wrote {path}")
         click.echo("")
-    stage("validate training: simulating the published runs")
     df = vt.validate(root, calibration, splits=tuple(splits) or schema.SPLITS)
     written = vr.write_report(df, out, title=title(label))
     click.echo(f"Validation with {label}:")
