@@ -28,9 +28,9 @@ from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
 from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
+from .shipped import find_shipped
 from .yamlio import read_yaml
 
-SCENARIO_DIR = "scenarios"
 TOPOLOGY_PREFIX = "topology."      # --set topology.params.node.gpu=H100-SXM
 
 
@@ -199,15 +199,13 @@ def from_sets(exc: ConfigError, sets: list[str], source: str) -> ConfigError:
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:
-    """A path, or a bare name looked up in ``scenarios/`` (cwd, then the repository)."""
+    """A path, or a bare name looked up in ``scenarios/`` (cwd, then the shipped ones)."""
     path = Path(name_or_path)
     if path.is_file():
         return path
     if len(path.parts) == 1:
-        name = path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml"
-        for folder in (Path.cwd() / SCENARIO_DIR,
-                       Path(__file__).resolve().parents[1] / SCENARIO_DIR):
-            if (folder / name).is_file():
-                return folder / name
+        found = find_shipped("scenarios", path.name)
+        if found is not None:
+            return found
     raise ConfigError(f"no scenario file or shipped scenario named {str(name_or_path)!r}",
                       field="scenario")

@@ -6,7 +6,8 @@ import pytest
 
 from simulator.engine import EngineConfig, replay
 from simulator.errors import ConfigError
-from simulator.metrics import compute_metrics, layer_breakdown
+from simulator.metrics import compute_metrics
+from simulator.metrics.tables import layer_breakdown
 from simulator.metrics.outputs import chrome_trace, write_outputs
 from simulator.metrics.summary import union_length
 from simulator.trace import Communicator, Op, RankClass, Trace

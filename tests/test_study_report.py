@@ -169,6 +169,22 @@ def test_best_per_group_says_once_when_the_same_point_wins_everywhere():
     assert text.startswith("Strategy a gives the lowest sps") and "strategy b" not in text
 
 
+def test_best_among_names_every_strategy_it_asks_about():
+    """A question naming what it compares (``among``) answers for each of them, not only
+    the winner: fsdp-vs-tensorflow asks about MultiWorkerMirrored, so the answer says it."""
+    rows = [{"point": f"p{i}", "index": i, "status": "ok", "gpus": g, "strategy": s,
+             "sps": g * f} for i, (g, s, f) in enumerate(
+                 (g, s, f) for g in (8, 16) for s, f in (("a", 10.0), ("b", 8.0), ("c", 6.0),
+                                                         ("d", 1.0)))]
+    study = _study({"gpus": [8, 16]}, [{"kind": "best", "ask": "?", "metric": "sps",
+                                         "goal": "max", "per": "gpus",
+                                         "among": {"strategy": ["a", "b", "c"]}}])
+    text = answer(study.questions[0], pd.DataFrame(rows), study, keys=("strategy",))
+    assert text.endswith(f"; against it at 16 GPUs: strategy b {16 * 8:g} "
+                         f"({8 / 10 - 1:+.1%}), strategy c {16 * 6:g} ({6 / 10 - 1:+.1%}).")
+    assert "strategy d" not in text
+
+
 def test_no_finished_point_gives_no_answer():
     study = _study({"x": [1]}, [SCALING_Q])
     assert "No point finished" in answer(study.questions[0], pd.DataFrame(), study)

@@ -19,10 +19,10 @@ def _case(case, ok, result="x"):
 
 
 def _runner(cases, report=None):
-    return lambda workers: (cases, report)
+    return lambda workers, folder=None: (cases, report)
 
 
-def _boom(workers):
+def _boom(workers, folder=None):
     raise RuntimeError("suite exploded")
 
 
@@ -114,3 +114,52 @@ def test_committed_report_lists_the_known_misses():
     text = suite.REPORT.read_text()
     for case in km.load():
         assert f"| {case} |" in text, case
+
+
+def test_validate_all_out_folder_keeps_every_report_out_of_the_repository(
+        capsys, monkeypatch, tmp_path):
+    """`validate all --out DIR`: REPORT.md in DIR and each suite's report in DIR/<suite>/;
+    the repository's validation/ is not written."""
+    seen = {}
+
+    def run(workers, folder=None):
+        seen["folder"] = folder
+        (folder / "report.md").write_text("r")
+        return [_case("captured/x", True)], folder / "report.md"
+    monkeypatch.setitem(suite_runs.RUNNERS, "captured", run)
+    monkeypatch.setattr(km, "load", lambda path=None: {})      # no record names a stub case
+    code, out, err = run_main(capsys, "validate", "all", "--only", "captured", "--out",
+                              str(tmp_path / "v"), "--quiet")
+    assert code == 0, err
+    assert seen["folder"] == tmp_path / "v" / "captured"
+    assert (tmp_path / "v" / "REPORT.md").is_file() and err == ""
+    assert "[report.md](captured/report.md)" in (tmp_path / "v" / "REPORT.md").read_text()
+
+
+@pytest.mark.parametrize("oks,known,code", [
+    ([True, None], {}, 0),
+    ([True, False], {"s/2": "why"}, km.EXIT_KNOWN),
+    ([False, False], {"s/2": "why"}, km.EXIT_FAIL),
+    ([True, True], {"s/2": "why"}, km.EXIT_FAIL),         # XPASS: the record must go
+])
+def test_each_validate_command_exits_by_the_one_convention(monkeypatch, capsys, oks, known,
+                                                           code):
+    import click
+
+    from simulator.validation.commands import gated_exit
+    monkeypatch.setattr(km, "load", lambda path=None: known)
+    cases = [_case(f"s/{i}", ok) for i, ok in enumerate(oks, 1)]
+    if code == 0:
+        gated_exit(cases)
+        return
+    with pytest.raises(click.exceptions.Exit) as info:
+        gated_exit(cases)
+    assert info.value.exit_code == code
+    assert "s/2" in capsys.readouterr().out
+
+
+def test_validate_help_states_the_exit_codes(capsys):
+    for suite_name in ("collectives", "training", "traces", "captured", "gpu", "all", None):
+        code, out, _ = run_main(capsys, "validate", *([suite_name] if suite_name else []),
+                                "--help")
+        assert code == 0 and "3" in out and "known misses" in " ".join(out.split()), suite_name

@@ -15,6 +15,7 @@ from ..pipeline import Setup, build_setup, make_trace, run_setup
 from ..pipeline import strategy_dict as strategy_dict_of
 from ..scenario import Scenario
 from ..strategies import SHARDINGS, STRATEGIES, World, parse_strategy
+from .host import host_need
 from .ladder import Rung
 
 GIB = 1 << 30
@@ -132,6 +133,7 @@ class Prober:
         self.world = World(n, min(int(self.base.cluster.G.graph["gpus_per_node"]), n))
         self.cache: dict[str, Probe] = {}
         self.replays = 0
+        self.host_unchecked = False     # cpu_offload on a topology without a host figure
 
     def setup_for(self, model: ModelSpec) -> Setup:
         """The Setup of ``self.base`` with ``model``'s trace (as build_setup makes it)."""
@@ -144,7 +146,15 @@ class Prober:
             return self.cache[key]
         setup = self.setup_for(rung.model)
         static = max((c.static_memory_bytes for c in setup.trace.classes), default=0)
-        if 0 < setup.capacity_bytes < static:
+        host = host_need(self.cfg, setup.trace.meta, rung.params, self.world.gpus_per_node,
+                         str(setup.cluster.G.graph.get("name")))
+        self.host_unchecked = self.host_unchecked or (host is not None and
+                                                      host.have_bytes is None)
+        if host is not None and not host.fits:
+            p = Probe(rung, False, static / GIB, static / GIB,
+                      f"host memory (cpu_offload: {host.need_bytes / GIB:,.0f} GiB per server "
+                      f"> {host.have_bytes / GIB:,.0f} GiB; not replayed)", False)
+        elif 0 < setup.capacity_bytes < static:
             p = Probe(rung, False, static / GIB, static / GIB,
                       "static memory (not replayed)", False)
         else:

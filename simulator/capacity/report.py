@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import progress
 from ..choices import DEFAULT_CAPACITY_STRATEGIES, FAMILIES
 from ..errors import ConfigError
 from ..models import load_model
@@ -71,11 +72,24 @@ def _static_notes(results: list[StrategyResult]) -> list[str]:
     """A note per strategy that rejected rungs on static memory alone."""
     notes = []
     for r in results:
-        statics = [p for p in r.probes if not p.replayed]
+        host = [p for p in r.probes if not p.replayed and p.oom_at.startswith("host memory")]
+        statics = [p for p in r.probes if not p.replayed and p not in host]
         if statics:
             notes.append(f"{r.spec.label}: {len(statics)} rung(s) rejected on static memory "
                          f"alone, without replay ({', '.join(p.rung.model.name for p in statics)})")
+        if host:
+            notes.append(f"{r.spec.label}: {len(host)} rung(s) rejected because the offloaded "
+                         f"state does not fit the servers' host memory "
+                         f"({', '.join(p.rung.model.name for p in host)}; "
+                         f"simulator/data/host_memory.yaml)")
     return notes
+
+
+def _host_notes(probers: dict, cluster: dict) -> list[str]:
+    """A note when cpu_offload ran on a topology whose host memory is not in the catalog."""
+    return [f"{spec.label}: cpu_offload: host memory not checked, "
+            f"{cluster.get('topology')} has no figure in simulator/data/host_memory.yaml"
+            for spec, pr in probers.items() if pr.host_unchecked]
 
 
 def capacity(scn: Scenario, family: str | None = None,
@@ -91,9 +105,10 @@ def capacity(scn: Scenario, family: str | None = None,
     ladder = build_ladder(family, min_seq_len=scn.training.seq_len)
     notes = _position_notes(scn, family, ladder)
     probers = {s: Prober(scn, s, source) for s in specs}  # validate first
-    results = [search(scn, s, ladder, source, probers[s]) for s in specs]
+    results = [search(scn, s, ladder, source, probers[s])
+               for s in progress.track(specs, len(specs), "capacity", "strategy")]
     cluster = _cluster_of(next(iter(probers.values())))
-    notes += _static_notes(results)
+    notes += _static_notes(results) + _host_notes(probers, cluster)
     claim = None
     if check_claim:
         claim = check_folk_claim(scn, ladder, cluster, source,

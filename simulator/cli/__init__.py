@@ -20,8 +20,8 @@ import click
 from .. import __version__
 from ..errors import ClusterSimError
 from ..units import UnitError
-from . import (capacity, collective, compare, reliability, replay, run, study, topology,
-               validate)
+from . import (capacity, collective, compare, listing, reliability, replay, run, study,
+               topology, validate)
 from .common import PROG
 
 EXIT_USAGE = 2
@@ -46,7 +46,7 @@ def cli() -> None:
 
 for _register in (collective.register, topology.register, run.register, capacity.register,
                   compare.register, reliability.register, study.register, replay.register,
-                  validate.register):
+                  validate.register, listing.register):
     _register(cli)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..choices import DEFAULT_CAPACITY_STRATEGIES, DEFAULT_SCENARIO, FAMILIES
+from ..progress import quiet_option
 from .common import names_sets
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
@@ -33,8 +34,15 @@ def _fit_cells(p: Probe | None, top: bool) -> list[str]:
 def _oom_cells(p: Probe | None) -> list[str]:
     if p is None:
         return ["(ladder top fits)", "", "", ""]
+    if _on_host(p):
+        return [p.rung.model.name, _b(p.rung.params), p.oom_at, "-"]
     peak = f"{p.peak_gib:.1f}" + ("*" if not p.replayed else "")
     return [p.rung.model.name, _b(p.rung.params), p.oom_at or "?", peak]
+
+
+def _on_host(p: Probe | None) -> bool:
+    """Rejected because cpu_offload's state does not fit the servers' host memory."""
+    return p is not None and not p.replayed and (p.oom_at or "").startswith("host memory")
 
 
 def render_table(rep: CapacityReport) -> str:
@@ -62,7 +70,8 @@ def render_table(rep: CapacityReport) -> str:
                          for i, (x, w) in enumerate(zip(cells, widths))).rstrip()
 
     lines += [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)]
-    if any(r.first_oom is not None and not r.first_oom.replayed for r in rep.results):
+    if any(r.first_oom is not None and not r.first_oom.replayed and not _on_host(r.first_oom)
+           for r in rep.results):
         lines.append("# * rejected without replay: static memory (weights, gradients, "
                      "optimizer state) alone exceeds the GPU; its peak is the static size")
     lines += [f"# note: {n}" for n in rep.notes]
@@ -85,6 +94,7 @@ def register(cli: click.Group) -> None:
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)
+    @quiet_option
     @names_sets
     def capacity_cmd(scenario, family, strategies, sets, fmt):
         """Largest model of a family that fits per strategy on SCENARIO's cluster.

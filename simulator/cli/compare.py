@@ -9,6 +9,7 @@ import click
 
 from ..choices import DEFAULT_COMPARE_STRATEGIES, DEFAULT_SCENARIO, framework_of
 from ..errors import ConfigError
+from ..progress import enabled, quiet_option, stage
 from .common import names_sets
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
@@ -71,11 +72,10 @@ def register(cli: click.Group) -> None:
                   help="Also simulate twice the GPUs for the scaling efficiency.")
     @click.option("--capacity/--no-capacity", default=True, show_default=True,
                   help="Also search the largest model of the family that fits.")
-    @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+    @quiet_option
     @names_sets
     def compare_cmd(scenario, strategies, sets, fmt, out, price, instance, tokens, epochs,
-                    dataset_samples, iterations, migration, day_rate, scaling, capacity,
-                    quiet):
+                    dataset_samples, iterations, migration, day_rate, scaling, capacity):
         """Compare training strategies on SCENARIO's model and cluster [default: quickstart].
 
         Per strategy: peak memory per GPU and the out-of-memory verdict, the largest model
@@ -88,8 +88,9 @@ def register(cli: click.Group) -> None:
         on this cluster is reported as n/a with the reason (docs/compare.md).
         """
         from ..compare.cost import resolve_price
+        from ..compare.page import write_page
         from ..compare.options import migration_plan, parse_strategies
-        from ..compare.report import render_table, to_csv, to_json, write_outputs
+        from ..compare.report import render_table, to_csv, to_json
         from ..compare.runner import compare
         from ..outpaths import prepare_out_dir
         from ..scenario import load_scenario, resolve_scenario
@@ -109,14 +110,24 @@ def register(cli: click.Group) -> None:
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
         if out is not None:
             prepare_out_dir(out)             # refused before the comparison, not after
-        say = None if quiet else (lambda msg: click.echo(f"compare: {msg}", err=True))
+        say = (lambda msg: stage(f"compare: {msg}")) if enabled() else None
         cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,
                       capacity=capacity, progress=say)
         if out is not None:
+            from ..compare.charts import write_outputs    # matplotlib: only for --out
             write_outputs(out, cmp)
+            write_page(cmp, out, _inputs(path, sets, strategies, cost_price, budget, scn))
         text = {"json": to_json, "csv": to_csv, "table": render_table}[fmt](cmp)
         click.echo(text)
         if out is not None and fmt == "table":
             click.echo(f"# outputs in {out}: compare.csv, compare.json, iteration_time.png, "
-                       f"memory.png, cost.png")
+                       f"memory.png, cost.png, report.html")
+
+
+def _inputs(path, sets, strategies, price, budget, scn) -> dict:
+    """What ``report.html`` lists as the inputs of a comparison."""
+    return {"scenario file": str(path), "--set": list(sets), "strategies": strategies,
+            "price": f"{price.usd_per_gpu_hour:g} USD per GPU-hour ({price.label})"
+            if price else None, "budget": budget.describe() if budget else None,
+            "scenario (after --set)": scn.model_dump(mode="json")}

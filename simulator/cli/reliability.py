@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..progress import quiet_option
 from .common import names_sets
 
 DEFAULT = "reliability-1024gpu"
@@ -37,6 +38,7 @@ def register(cli: click.Group) -> None:
     @click.option("--timings", is_flag=True,
                   help="Print how long the plan, trials and search took (wall clock) to "
                        "stderr; results never include them, so a seed gives the same bytes.")
+    @quiet_option
     @names_sets
     def reliability_cmd(scenario, sets, trials, seed, workers, fmt, out, timings):
         """Simulate SCENARIO's whole training job with failures, many times.
@@ -48,7 +50,6 @@ def register(cli: click.Group) -> None:
         (simulator/data/reliability.yaml, docs/reliability.md).
         """
         from ..outpaths import prepare_out_dir
-        from ..reliability.outputs import write_outputs
         from ..reliability.report import as_dict, table, timings_line
         from ..reliability.study import run_study
         from ..scenario import load_scenario, resolve_scenario
@@ -60,7 +61,10 @@ def register(cli: click.Group) -> None:
         study = run_study(scn, str(path), trials, seed, workers or os.cpu_count() or 1,
                           record=out is not None)
         if out is not None:
+            from ..reliability.outputs import write_outputs   # matplotlib: only for --out
+            from ..reliability.page import write_page
             write_outputs(study, out)
+            write_page(study, out)
         if timings:
             click.echo(timings_line(study), err=True)
         if fmt == "json":

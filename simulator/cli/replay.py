@@ -30,7 +30,7 @@ def register(cli: click.Group) -> None:
     """Add ``import`` and ``replay`` to the ``clustersim`` group."""
 
     @cli.command("import")
-    @click.argument("kind", type=click.Choice(["pytorch", "tensorflow"]))
+    @click.argument("kind", type=click.Choice(["pytorch", "tensorflow", "chakra"]))
     @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
                   required=True, help="Trace file to write (.json or .json.gz).")
@@ -42,11 +42,13 @@ def register(cli: click.Group) -> None:
                        "collective, e.g. CollectiveReduceV2=1.5M (repeatable).")
     @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
     def import_cmd(kind, files, output, step, sizes, overwrite):
-        """Import profiler traces of KIND (pytorch or tensorflow) into a clustersim Trace.
+        """Import profiler traces of KIND (pytorch, tensorflow or chakra) into a clustersim
+        Trace.
 
         FILES: one per rank (PyTorch Kineto JSON, plain or .gz) or per worker in task order
         (TensorFlow *.xplane.pb or TensorBoard *.trace.json.gz). A single file of a
-        multi-rank job stands for every rank.
+        multi-rank job stands for every rank. Chakra: ASTRA-sim's PREFIX.<rank>.et, one per
+        rank (`clustersim trace --format chakra` writes them).
         """
         from ..importers import import_trace
         from ..importers.comms import parse_collective_bytes

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..choices import DEFAULT_SCENARIO
+from ..progress import quiet_option, stage
 from .common import metric_rows, names_sets
 
 _SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=16, or a key of its topology "
@@ -24,13 +25,13 @@ def register(cli: click.Group) -> None:
                   help="Write summary.json, CSVs, a Perfetto timeline and PNG plots here.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)
+    @quiet_option
     @names_sets
     def run_cmd(scenario, sets, out, fmt):
         """Simulate one training iteration of SCENARIO [default: quickstart].
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/).
         """
-        from ..metrics.outputs import write_outputs
         from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
         from ..scenario import load_scenario, resolve_scenario
@@ -40,21 +41,26 @@ def register(cli: click.Group) -> None:
         if out is not None:
             prepare_out_dir(out)             # refused before the simulation, not after
         setup = build_setup(scn, str(path))
+        stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
         m = result.metrics
+        meta = setup.trace.meta
+        what = (f"{meta.get('model')} {meta.get('strategy')} on {setup.trace.world_size} x "
+                f"{setup.cluster.G.graph.get('gpu')} ({setup.cluster.G.graph.get('name')})")
+        capacity_gib = setup.capacity_bytes / float(1 << 30)
+        rows = metric_rows(m, capacity_gib)
         if out is not None:
+            from ..metrics.outputs import write_outputs     # matplotlib: only for --out
+            from ..metrics.page import write_page
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks)
+            write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"))
         if fmt == "json":
             click.echo(json.dumps(m.as_dict(), indent=2))
             return
-        meta = setup.trace.meta
-        click.echo(f"# {scn.name}: {meta.get('model')} {meta.get('strategy')} on "
-                   f"{setup.trace.world_size} x {setup.cluster.G.graph.get('gpu')} "
-                   f"({setup.cluster.G.graph.get('name')}), global batch "
-                   f"{meta.get('global_batch')}, {scn.training.precision}")
-        rows = metric_rows(m, setup.capacity_bytes / float(1 << 30))
+        click.echo(f"# {scn.name}: {what}, global batch {meta.get('global_batch')}, "
+                   f"{scn.training.precision}")
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")
@@ -64,18 +70,29 @@ def register(cli: click.Group) -> None:
     @cli.command("trace")
     @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-                  required=True, help="Trace file to write (.json or .json.gz).")
+                  required=True, help="Trace file to write (.json or .json.gz); with "
+                  "--format chakra the prefix of OUTPUT.<rank>.et.")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+    @click.option("--format", "fmt", type=click.Choice(["clustersim", "chakra"]),
+                  default="clustersim", show_default=True,
+                  help="clustersim's Trace JSON, or Chakra execution traces (one .et per "
+                       "rank) that ASTRA-sim runs.")
     @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
     @names_sets
-    def trace_cmd(scenario, output, sets, overwrite):
-        """Write the Trace that SCENARIO's strategy generates (docs/trace-format.md)."""
+    def trace_cmd(scenario, output, sets, fmt, overwrite):
+        """Write the Trace that SCENARIO's strategy generates (docs/trace-format.md), as
+        clustersim JSON or as Chakra execution traces (docs/importers.md, "Chakra")."""
         from ..pipeline import build_setup
         from ..scenario import load_scenario, resolve_scenario
         from ..trace.io import write_trace
 
         path = resolve_scenario(scenario)
         setup = build_setup(load_scenario(path, list(sets)), str(path))
+        if fmt == "chakra":
+            from ..importers.chakra import write_chakra
+            files = write_chakra(setup.trace, output, overwrite=overwrite)
+            click.echo(f"wrote {len(files)} Chakra file(s) {files[0]} ... {files[-1]}")
+            return
         write_trace(setup.trace, output, overwrite=overwrite)
         n_ops = sum(len(c.ops) for c in setup.trace.classes)
         click.echo(f"wrote {output}: {setup.trace.world_size} ranks, "

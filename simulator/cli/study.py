@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ..progress import quiet_option
+
 EXIT_POINTS_FAILED = 1
 
 
@@ -24,7 +26,8 @@ def register(cli: click.Group) -> None:
     @click.option("--resume/--fresh", default=True, show_default=True,
                   help="Skip points already finished in --out, or start over.")
     @click.option("--progress/--no-progress", default=True, show_default=True,
-                  help="Progress bar on stderr.")
+                  help="Progress on stderr (as --quiet).")
+    @quiet_option
     def study_cmd(study_file, executor, workers, out, resume, progress):
         """Run the study FILE: every point of its axes, then its table, plots and report.
 

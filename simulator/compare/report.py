@@ -1,23 +1,11 @@
-"""Output of ``clustersim compare``: a text table, CSV, JSON, and an output folder with
-``compare.csv``, ``compare.json`` and PNG charts (iteration time, memory, cost).
-
-The folder is guarded like ``clustersim run --out`` (:func:`prepare_out_dir`): a non-empty
-folder that clustersim did not write is refused, so no user file is overwritten.
-"""
+"""Output of ``clustersim compare``: the flat records, a text table, CSV and JSON; the
+output folder with its PNG charts is :mod:`.charts` (matplotlib loads only for ``--out``)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from ..outpaths import prepare_out_dir  # noqa: E402
-from .results import Comparison, Row, cheapest, excess_over_cheapest  # noqa: E402
+from .results import Comparison, Row, cheapest, excess_over_cheapest
 
 
 # ---------------------------------------------------------------------------- records
@@ -62,6 +50,7 @@ def to_json(cmp: Comparison) -> str:
 
 
 def to_csv(cmp: Comparison) -> str:
+    import pandas as pd          # only for --format csv and --out: the table needs none
     return pd.DataFrame(records(cmp)).to_csv(index=False).rstrip("\n")
 
 
@@ -70,7 +59,7 @@ def _f(v, fmt: str, none: str = "-") -> str:
     return none if v is None else format(v, fmt)
 
 
-def _perf_cells(r: dict) -> list[str]:
+def perf_cells(r: dict) -> list[str]:
     fit = r["largest_fit_model"]
     fit = (fit + (" (top)" if r["largest_fit_top_of_ladder"] else "")) if fit else \
         ("n/a" if r["capacity_reason"] else "-")
@@ -81,7 +70,7 @@ def _perf_cells(r: dict) -> list[str]:
             _f(r["exposed_comm_s"], ".3f"), _f(r["scaling_efficiency"], ".3f"), fit]
 
 
-def _cost_cells(r: dict, budget: bool) -> list[str]:
+def cost_cells(r: dict, budget: bool) -> list[str]:
     cells = [r["strategy"] + (" (OOM)" if r["oom"] else ""), _f(r["per_iteration_usd"], ".4g"),
              _f(r["per_million_tokens_usd"], ".3g"), _f(r["per_thousand_samples_usd"], ".3g"),
              _f(r["comm_wait_share"] and 100 * r["comm_wait_share"], ".1f")]
@@ -118,7 +107,7 @@ def render_table(cmp: Comparison) -> str:
     ok = [r for r in recs if r["status"] == "ok"]
     head = ["strategy", "GPUs", "peak GiB", "memory", "iter s", "samples/s", "tokens/s",
             "comm GB/GPU", "comm s", "exposed s", "2x eff", "largest fit"]
-    lines += _grid(head, [_perf_cells(r) for r in ok], left=(0, 3, len(head) - 1))
+    lines += _grid(head, [perf_cells(r) for r in ok], left=(0, 3, len(head) - 1))
     lines += [f"{r['strategy']}: n/a: {r['reason']}" for r in recs if r["status"] != "ok"]
     lines += [f"# {r['strategy']}: out of memory at: {r['oom_at']}" for r in ok if r["oom"]]
     lines += [f"# {r['strategy']}: {r['world_size']} of the {c['gpus']} GPUs run replicas; "
@@ -144,84 +133,9 @@ def _cost_lines(cmp: Comparison, ok: list[dict]) -> list[str]:
     head += ["GPU-hours", "wall days", "training $", "comm-wait $", "migration $", "total $"] \
         if budget else []
     head.append("waste %")
-    lines += _grid(head, [_cost_cells(r, budget) for r in ok if r["per_iteration_usd"]
+    lines += _grid(head, [cost_cells(r, budget) for r in ok if r["per_iteration_usd"]
                           is not None])
     lines.append("# waste % = share of that strategy's spend the cheapest strategy that fits "
                  "in memory would save" + (" (total incl. migration)" if budget else
                                           " (per sample)"))
     return lines
-
-
-# ----------------------------------------------------------------------------- folder
-def write_outputs(out: Path | str, cmp: Comparison) -> list[Path]:
-    """``compare.csv``, ``compare.json``, ``iteration_time.png``, ``memory.png`` and
-    ``cost.png`` in ``out`` (guarded, module doc); returns the paths."""
-    out = prepare_out_dir(out)
-    recs = records(cmp)
-    ok = [r for r in recs if r["status"] == "ok"]
-    files = {"compare.csv": lambda p: p.write_text(to_csv(cmp) + "\n"),
-             "compare.json": lambda p: p.write_text(to_json(cmp) + "\n"),
-             "iteration_time.png": lambda p: _plot_time(ok, p),
-             "memory.png": lambda p: _plot_memory(ok, cmp.cluster["gpu_memory_gib"], p),
-             "cost.png": lambda p: _plot_cost(ok, cmp.budget is not None, p)}
-    for name, write in files.items():
-        write(out / name)
-    return [out / n for n in files]
-
-
-def _bars(ok: list[dict], parts: list[tuple[str, str, callable]], xlabel: str, path: Path,
-          title: str, line: float | None = None) -> None:
-    """Stacked horizontal bars, one per strategy. When one bar dwarfs the others (over 10x
-    the median) the axis stops at 3x the median and the longer bars carry their value."""
-    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * max(len(ok), 1)))
-    names = [r["strategy"] + (" (OOM)" if r["oom"] else "") for r in ok]
-    left = [0.0] * len(ok)
-    for label, color, value in parts:
-        vals = [value(r) or 0.0 for r in ok]
-        ax.barh(names, vals, left=left, color=color, label=label)
-        left = [a + b for a, b in zip(left, vals)]
-    mid = sorted(left)[len(left) // 2] if left else 0.0
-    if mid > 0 and max(left) > 10 * mid:
-        limit = 3 * max(mid, line or 0.0)
-        ax.set_xlim(0, limit)
-        for y, total in enumerate(left):
-            if total > limit:
-                ax.text(limit, y, f" {total:,.3g} →", ha="right", va="center", fontsize=8,
-                        color="white")
-    if line is not None:
-        ax.axvline(line, color="red", ls="--", label="GPU memory")
-    ax.invert_yaxis()
-    ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-
-
-def _plot_time(ok: list[dict], path: Path) -> None:
-    _bars(ok, [("compute", "tab:blue", lambda r: r["compute_s"]),
-               ("exposed comm", "tab:red", lambda r: r["exposed_comm_s"]),
-               ("wait", "tab:gray", lambda r: r["wait_s"])],
-          "seconds per iteration", path, "iteration time per strategy")
-
-
-def _plot_memory(ok: list[dict], capacity_gib: float, path: Path) -> None:
-    _bars(ok, [("peak memory per GPU", "tab:green", lambda r: r["peak_memory_gib"])],
-          "GiB", path, "peak memory per GPU (past the red line: out of memory)", capacity_gib)
-
-
-def _plot_cost(ok: list[dict], budget: bool, path: Path) -> None:
-    ok = [r for r in ok if r["per_iteration_usd"] is not None]
-    if budget and all(r["training_usd"] is not None for r in ok):
-        parts = [("GPU time computing", "tab:blue",
-                  lambda r: r["training_usd"] - r["comm_wait_usd"]),
-                 ("GPU time waiting on comm", "tab:red", lambda r: r["comm_wait_usd"]),
-                 ("migration", "tab:purple", lambda r: r["migration_usd"])]
-        unit = "USD for the budget"
-    else:
-        parts = [("GPU time computing", "tab:blue",
-                  lambda r: r["per_thousand_samples_usd"] * (1 - r["comm_wait_share"])),
-                 ("GPU time waiting on comm", "tab:red",
-                  lambda r: r["per_thousand_samples_usd"] * r["comm_wait_share"])]
-        unit = "USD per 1,000 samples"
-    _bars(ok, parts, unit, path, "cost breakdown per strategy")

@@ -2,7 +2,8 @@
 
 ``import_trace("pytorch", files)`` reads PyTorch profiler (Kineto) Chrome traces, one per
 rank; ``import_trace("tensorflow", files)`` reads TensorFlow profiler output (``*.xplane.pb``
-or the trace JSON TensorBoard writes), one per worker. Each importer reduces every file to
+or the trace JSON TensorBoard writes), one per worker; ``import_trace("chakra", files)``
+Chakra execution traces (ASTRA-sim's ``.et``), one per rank (:mod:`.chakra_read`). Each importer reduces every file to
 one iteration (:class:`~simulator.importers.ir.RankTrace`); the builder turns it into ops
 with dependencies and the ranks are assembled into one Trace. See docs/importers.md.
 """
@@ -32,7 +33,14 @@ def _tensorflow(paths: list[Path], step: int | None, sizes: dict[str, int]) -> T
     return assemble(import_tensorflow(paths, step, sizes), "tensorflow")
 
 
-IMPORTERS: dict[str, Callable[..., Trace]] = {"pytorch": _pytorch, "tensorflow": _tensorflow}
+def _chakra(paths: list[Path], step: int | None, sizes: dict[str, int]) -> Trace:
+    from .chakra_read import read_chakra    # Chakra traces are one iteration, with sizes
+
+    return read_chakra(paths)
+
+
+IMPORTERS: dict[str, Callable[..., Trace]] = {"pytorch": _pytorch, "tensorflow": _tensorflow,
+                                              "chakra": _chakra}
 
 
 def import_trace(kind: str, paths, step: int | None = None,

@@ -18,7 +18,8 @@ import pandas as pd  # noqa: E402
 
 from ..engine.replay import COMM_KINDS, Timeline  # noqa: E402
 from ..outpaths import prepare_out_dir  # noqa: E402
-from .summary import GIB, Metrics, layer_breakdown, link_utilization  # noqa: E402
+from .summary import GIB, Metrics  # noqa: E402
+from .tables import layer_breakdown, link_utilization  # noqa: E402
 
 def ops_table(tl: Timeline) -> pd.DataFrame:
     """Every replayed op with its times (seconds)."""
@@ -133,8 +134,27 @@ def plot_breakdown(m: Metrics, path: Path) -> None:
     plt.close(fig)
 
 
+NO_MEMORY = ("No memory allocations in this trace, so no memory to plot: the importers read "
+             "kernels, copies and collectives,\nnot memory events, so a replayed profile "
+             "carries none (peak_memory_gib is 0)")
+
+
 def plot_memory(tl: Timeline, path: Path) -> None:
+    """Allocated memory per rank class over the iteration; a trace that allocates nothing
+    (an imported profile) gets a plot that says so, not empty axes."""
+    fig = memory_figure(tl)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def memory_figure(tl: Timeline):
+    """The figure of :func:`plot_memory`."""
     fig, ax = plt.subplots(figsize=(7, 3))
+    if not any(b for series in tl.memory.values() for _, b in series):
+        ax.text(0.5, 0.5, NO_MEMORY, ha="center", va="center", fontsize=8,
+                transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
     for cls, series in sorted(tl.memory.items()):
         t = [p[0] * 1e3 for p in series] + [tl.iteration_time_s * 1e3]
         b = [p[1] / GIB for p in series] + [series[-1][1] / GIB]
@@ -144,8 +164,7 @@ def plot_memory(tl: Timeline, path: Path) -> None:
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("allocated (GiB)")
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return fig
 
 
 def plot_gantt(tl: Timeline, path: Path) -> None:

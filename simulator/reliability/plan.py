@@ -15,6 +15,7 @@ from simulator.cluster import Cluster
 from simulator.errors import ConfigError
 from simulator.models import load_model, params_total
 from simulator.pipeline import job_world, strategy_dict
+from simulator.progress import stage
 from simulator.scenario import Scenario
 from simulator.strategies import parse_strategy
 from simulator.topology.build import scenario_cluster
@@ -106,13 +107,16 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
     reroutes = {k: rep for c in inv.values() for k, rep in c.representatives.items()
                 if k in slow_names}
     factors = [float(n.split("x", 1)[1]) for n in slow_names if n.startswith("straggler")]
-    steps = step_table(scn, source, cluster, reroutes, factors, given)
     slow_index = {name: i for i, name in enumerate(slow_names)}
     classes = tuple(_class_plan(c, getattr(cfg.failures, c), inv[c], J, world, slow_index,
                                 source) for c in CLASSES)
     strategy = parse_strategy(strategy_dict(scn), source=source)
     params = params_total(load_model(scn.model))
     costs = _costs(cfg, strategy, params, world, J, cluster, source)
+    if given is None:                  # every check above: the long part starts here
+        stage(f"reliability: simulating the training step on {world:,} GPUs, healthy and "
+              f"degraded ({len(slow_names)} fabric state(s))")
+    steps = step_table(scn, source, cluster, reroutes, factors, given)
     plan = JobPlan(
         t_base=steps.base_s, slow_times=tuple(steps.times_s[n] for n in slow_names),
         iterations=float(cfg.job.iterations) if cfg.job.iterations else None,

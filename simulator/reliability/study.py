@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from simulator.progress import stage
 from simulator.scenario import Scenario
 
 from .config import CLASSES, ReliabilityCfg
@@ -35,11 +36,13 @@ def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: i
     t0 = time.perf_counter()
     plan, info = build_plan(scn, source, cfg)
     t1 = time.perf_counter()
+    stage(f"reliability: {trials} trials on {workers} worker(s)")
     results = run_many([plan], trials, seed, workers, record_first=record)[0]
     summary = summarise(results, CLASSES)
     t2 = time.perf_counter()
     found = None
     if with_search:
+        stage("reliability: searching the checkpoint interval")
         found = search(plan, info.mtti_s, summary.downtime_s["mean"], cfg.search.points,
                        cfg.search.span, cfg.search.trials or trials, seed, workers)
     t3 = time.perf_counter()

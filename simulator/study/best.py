@@ -29,14 +29,35 @@ def best_answer(q: BestQuestion, ok: pd.DataFrame, study: Study,
               for v, g in groups(ok, q.per)]
     winners = {describe(g.iloc[0], ident, study) for _, g in ranked}
     if q.per and len(ranked) > 1 and len(winners) == 1:
-        return sentence(_same_winner(q, ranked, ident, study, word))
+        return sentence(_same_winner(q, ranked, ident, study, word)
+                        + _among_clause(q, ranked, ident, study))
     clauses = []
     for value, group in ranked:
         best = group.iloc[0]
         where = f"{at(study, q.per, value)}, " if q.per else ""
         clauses.append(f"{where}the {word} {name} is {fmt(q.metric, best[q.metric])} with "
                        f"{describe(best, ident, study)}" + _runner_up(q, group, ident, study))
-    return sentence("; ".join(clauses))
+    return sentence("; ".join(clauses) + _among_clause(q, ranked, ident, study))
+
+
+def _among_clause(q: BestQuestion, ranked: list, ident: list[str], study: Study) -> str:
+    """With ``among`` (the question names what it compares), every one of them with its
+    number and gap to the best, in the last ``per`` group (the largest size): a question
+    that asks about MultiWorkerMirroredStrategy gets MultiWorkerMirroredStrategy's answer."""
+    if not q.among:
+        return ""
+    value, group = ranked[-1]
+    best, seen, parts = group.iloc[0], {describe(group.iloc[0], ident, study)}, []
+    for _, row in group.iloc[1:].iterrows():
+        name = describe(row, ident, study)
+        if name not in seen:
+            seen.add(name)
+            parts.append(f"{name} {fmt(q.metric, row[q.metric])} "
+                         f"({change(best[q.metric], row[q.metric], q.metric)})")
+    if not parts:
+        return ""
+    where = f" {at(study, q.per, value)}" if q.per else ""
+    return f"; against it{where}: " + ", ".join(parts)
 
 
 def _split_ties(q: BestQuestion, ranked: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -21,7 +21,7 @@ import json
 import numpy as np
 
 from ..engine.replay import COMM_KINDS, Timeline
-from ..metrics.summary import COMPUTE_KINDS, _critical_class, union_length
+from ..metrics.summary import COMPUTE_KINDS, critical_class, union_length
 
 _CLASS_ROLES = {"nvlink": "NVLink links", "pcie": "PCIe links", "cpu": "CPU links"}
 
@@ -54,7 +54,7 @@ def phase_key(collective: str, phase: str) -> str:
 
 def comm_summary(tl: Timeline, trace, cluster, comm_s: float) -> dict:
     """Per-iteration facts about communication (columns of a study's results)."""
-    cls = _critical_class(tl)
+    cls = critical_class(tl)
     ops = {op.id: op for c in trace.classes if c.id == cls for op in c.ops}
     recs = [r for r in tl.records if r.cls == cls]
     comm = [(r, phase_key(ops[r.op_id].collective or r.kind if r.op_id in ops else r.kind,

@@ -11,6 +11,7 @@ from .scaling import scaling_curve
 from .commands import COMMANDS
 from .format import fmt, fmt_axis, label, pin_axes
 from .plots import draw, plot_file
+from .page import write_page
 from .points import LoadedStudy
 from .spec import ScalingQuestion
 
@@ -28,7 +29,8 @@ def write_outputs(study: LoadedStudy, table: pd.DataFrame, out: Path) -> list[Pa
             plots.append(path)
     report = out / "report.md"
     report.write_text(render_report(study, table, ok, plots))
-    return [out / "results.parquet", out / "results.csv", *plots, report]
+    page = write_page(study, ok, plots, answers(study, ok), result_table(spec, ok), out)
+    return [out / "results.parquet", out / "results.csv", *plots, report, page]
 
 
 def answers(study: LoadedStudy, ok: pd.DataFrame) -> list[tuple[str, str]]:
@@ -70,7 +72,9 @@ def render_report(study: LoadedStudy, table: pd.DataFrame, ok: pd.DataFrame,
     return "\n".join(lines) + "\n"
 
 
-def _table(spec, ok: pd.DataFrame) -> list[str]:
+def result_table(spec, ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """(header, formatted rows) of the results shown in the reports: the axes, the columns
+    the plots and questions use, the busiest link; at most :data:`MAX_TABLE_ROWS` rows."""
     wanted = []
     for item in (*spec.plots, *spec.questions):
         for name in ("x", "y", "z", "metric", "series", "per"):
@@ -80,12 +84,18 @@ def _table(spec, ok: pd.DataFrame) -> list[str]:
     columns = [c for c in dict.fromkeys([*spec.axis_keys(), *wanted, "busiest_link",
                                          "busiest_link_util"]) if c in ok]
     if ok.empty or not columns:
+        return [], []
+    rows = [[fmt_axis(row[c]) if c in spec.axis_keys() else fmt(c, row[c]) for c in columns]
+            for _, row in ok.head(MAX_TABLE_ROWS).iterrows()]
+    return [label(spec, c) for c in columns], rows
+
+
+def _table(spec, ok: pd.DataFrame) -> list[str]:
+    header, rows = result_table(spec, ok)
+    if not header:
         return []
-    lines = ["| " + " | ".join(label(spec, c) for c in columns) + " |",
-             "|" + "---|" * len(columns)]
-    for _, row in ok.head(MAX_TABLE_ROWS).iterrows():
-        cells = [fmt_axis(row[c]) if c in spec.axis_keys() else fmt(c, row[c]) for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     if len(ok) > MAX_TABLE_ROWS:
         lines.append(f"\n({len(ok) - MAX_TABLE_ROWS} more rows in results.csv)")
     return lines

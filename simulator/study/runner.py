@@ -11,15 +11,15 @@ from typing import Callable
 
 import pandas as pd
 
+from .. import progress
 from ..errors import ConfigError
+from ..shipped import find_shipped
 from ..yamlio import read_yaml
 from .commands import COMMANDS, checker, error_line, evaluate, parse_options
 from .executors import make_executor
 from .points import LoadedStudy, expand
 from .spec import check_columns, parse_study
 from .store import ResultStore, open_study_dir, scan_parts
-
-STUDY_DIR = "scenarios/studies"
 
 
 @dataclass
@@ -38,15 +38,14 @@ class StudyRun:
 
 def resolve_study(name_or_path: str | Path) -> Path:
     """A study file path, or a bare name looked up in ``scenarios/studies/`` (cwd, then
-    the repository)."""
+    the shipped ones)."""
     path = Path(name_or_path)
     if path.is_file():
         return path
     if len(path.parts) == 1:
-        name = path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml"
-        for folder in (Path.cwd() / STUDY_DIR, Path(__file__).resolve().parents[2] / STUDY_DIR):
-            if (folder / name).is_file():
-                return folder / name
+        found = find_shipped("studies", path.name)
+        if found is not None:
+            return found
     raise ConfigError(f"no study file or shipped study named {str(name_or_path)!r}",
                       field="study")
 
@@ -125,12 +124,8 @@ def _warn(line: str) -> None:
 
 
 def _bar(name: str, total: int, skipped: int, enabled: bool):
-    from tqdm import tqdm
     desc = f"{name}" + (f" ({skipped} done before)" if skipped else "")
-    return tqdm(total=total, desc=desc, unit="pt", file=sys.stderr, disable=not enabled,
-                dynamic_ncols=True, mininterval=0.5,
-                bar_format="{desc}: {n_fmt}/{total_fmt} points |{bar}| "
-                           "[{elapsed}<{remaining}{postfix}]")
+    return progress.bar(total, desc, "point", show=enabled)
 
 
 def ok_rows(table: pd.DataFrame) -> pd.DataFrame:

@@ -27,8 +27,8 @@ from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
 from simulator.topology.checks import check_cluster
 from simulator.topology.generators import GENERATORS, MULTI_NODE
+from simulator.shipped import find_shipped, shipped_names
 
-TOPOLOGY_DIR = "topologies"
 SCENARIO_LINKS = "cluster.links"   # the source named by errors in a scenario's overrides
 
 
@@ -198,25 +198,18 @@ def resolve_topology(name_or_path: str | Path) -> Path:
     if path.is_file():
         return path
     if len(path.parts) == 1:
-        names = [path.name] if path.suffix in (".yaml", ".yml") else [f"{path.name}.yaml"]
-        for folder in _topology_dirs():
-            for candidate in (folder / n for n in names):
-                if candidate.is_file():
-                    return candidate
+        found = find_shipped("topologies", path.name)
+        if found is not None:
+            return found
     raise ConfigError(f"no topology file or shipped topology named {str(name_or_path)!r}; "
                       f"shipped: {', '.join(shipped_topologies()) or 'none found'}",
                       field="topology")
 
 
 def shipped_topologies() -> list[str]:
-    """Bare names of the topology files found in the ``topologies/`` folders, sorted."""
-    return sorted({p.stem for d in _topology_dirs() for p in d.glob("*.yaml")})
-
-
-def _topology_dirs() -> list[Path]:
-    repo_root = Path(__file__).resolve().parents[2]
-    dirs = [Path.cwd() / TOPOLOGY_DIR, repo_root / TOPOLOGY_DIR]
-    return [d for i, d in enumerate(dirs) if d.is_dir() and d not in dirs[:i]]
+    """Bare names of the topology files found in the ``topologies/`` folders (the current
+    folder's, the shipped ones: :mod:`simulator.shipped`), sorted."""
+    return shipped_names("topologies")
 
 
 def _validate(data: Any, source: str) -> TopologyFile:

@@ -2,10 +2,12 @@
 ``--out`` options (:func:`folder_options`), the check of a suite's
 folder and write options (:func:`checked_root`), where its report goes
 (:func:`report_folder`, :func:`report_file`) and the end of a gated command
-(:func:`finish`: summary, cases not passing, exit code)."""
+(:func:`finish`: summary, cases not passing, exit code; :func:`gated_exit` for the suites
+whose cases are built here: collectives, training, traces)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -79,4 +81,77 @@ def finish(summary: str, cases, report: Path) -> None:
         raise click.exceptions.Exit(code)
 
 
-__all__ = ["checked_root", "finish", "report_file", "report_folder"]
+# ------------------------------------------------------------ gated cases, exit code
+def case(case, what, result, bound, ok, error=None) -> dict:
+    """One validation case (``ok`` None: reported, not gated), as the suites report them."""
+    return {"case": case, "what": what, "result": result, "bound": bound,
+            "ok": None if ok is None else bool(ok), "error": error}
+
+
+def pct(x: float) -> str:
+    """``+1.2%``, or ``-`` for a missing or non-finite number."""
+    return "-" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def collective_cases(summary) -> list[dict]:
+    """The gated cases of a collective validation's per-table summary."""
+    from simulator.validation.collectives import schema
+    cases = []
+    for r in summary.itertuples(index=False):
+        gated = r.split == "validation"
+        for metric, med, ok, bound, size in (
+                ("busbw", r.busbw_med, r.busbw_ok, schema.BUSBW_THRESHOLD, ">= 1 MiB"),
+                ("time", r.time_med, r.time_ok, schema.TIME_THRESHOLD, "<= 64 KiB")):
+            if ok is None:
+                continue
+            cases.append(case(f"collectives/{r.table_id}/{metric}",
+                              f"median |{metric} error| {size} ({r.split})",
+                              f"{100 * med:.1f}%", f"<= {bound:.0%}", ok if gated else None,
+                              med))
+    return cases
+
+
+def training_cases(df) -> list[dict]:
+    """The gated cases of a training validation's results (throughput, scaling, memory)."""
+    cases = []
+    for r in df.itertuples(index=False):
+        gated = r.split == "validation"
+        points = r.error_kind == "points"
+        err = f"{100 * r.error:+.1f} points" if points else pct(r.error)
+        bound = f"<= {100 * r.threshold:.0f} points" if points else f"<= {r.threshold:.0%}"
+        cases.append(case(f"training/{r.case}", f"{r.metric} ({r.split})", err, bound,
+                          r.ok if gated else None, r.error))
+        if gated and not points:
+            cases.append(case(f"training/{r.case}/memory", "the measured run fits in the "
+                              "simulated memory", f"peak {r.peak_memory_gib:.1f} GiB"
+                              + (" (OOM)" if r.oom else ""), "no OOM", not r.oom))
+    return cases
+
+
+def trace_cases(results: dict) -> list[dict]:
+    """The A100 trace's cases: the step time (gated) and the NCCL kernel durations (goal)."""
+    from simulator.validation.traces import validate as vt
+    s = vt.summarize(results)
+    return [case("traces/a100/step", f"ProfilerStep#{s['steady_step']} step time error",
+                 pct(s["step_error"]), f"<= {vt.STEP_GATE:.0%}", s["step_ok"],
+                 s["step_error"]),
+            case("traces/a100/nccl-kernels", "median |NCCL kernel duration error| (goal)",
+                 f"{100 * s['median_abs_error']:.1f}%", f"<= {vt.COLLECTIVE_GOAL:.0%}",
+                 s["collectives_ok"], s["median_abs_error"])]
+
+
+def gated_exit(cases: list[dict]) -> None:
+    """Print each case out of bound with its status and exit by the ``validate`` convention:
+    0 when every gated case passes, 3 when only known misses are out of bound, 1 on a FAIL
+    (out of bound, not in validation/known_misses.yaml) or an XPASS."""
+    import pandas as pd
+    status = km.with_status(pd.DataFrame(cases, columns=["case", "ok", "result", "bound"]))
+    for r in status[status.status.isin(["known miss", "FAIL", "XPASS"])].itertuples(index=False):
+        click.echo(f"{r.status}: {r.case}: {r.result} (bound {r.bound})")
+    code = km.exit_code(status.status)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+__all__ = ["case", "checked_root", "collective_cases", "finish", "gated_exit", "pct",
+           "report_file", "report_folder", "trace_cases", "training_cases"]

@@ -12,7 +12,9 @@ from pathlib import Path
 import click
 
 from simulator.choices import FIDELITIES
-from simulator.validation.commands import checked_root, folder_options, report_folder
+from simulator.progress import quiet_option
+from simulator.validation.commands import (checked_root, collective_cases, folder_options,
+                                            gated_exit, report_folder)
 
 LABEL = "shipped constants, simulator/data/calibration.yaml"
 
@@ -38,6 +40,7 @@ def title(label: str = LABEL) -> str:
 @click.option("--overwrite", is_flag=True, help="Let --write-calibration replace a file.")
 @click.option("--split", "splits", type=click.Choice(["calibration", "validation"]),
               multiple=True, help="Only these splits (repeatable) [default: both].")
+@quiet_option
 def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, overwrite,
                          splits):
     """Compare simulated collectives with real A100 and H100 nccl-tests tables.
@@ -45,7 +48,8 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
     Calibration tables may be used to fit constants; validation tables are held out. Writes
     report.md, results.csv and PNG plots, and prints the per-table summary: median |busbw
     error| over sizes >= 1 MiB (threshold 10%) and median |time error| over sizes <= 64 KiB
-    (threshold 30%), judged on validation tables.
+    (threshold 30%), judged on validation tables. Exit code 0: every gated table passes;
+    3: only known misses (validation/known_misses.yaml) fail; 1: any other failure.
     """
     from simulator.collectives.constants import load_constants
     from simulator.validation.collectives import calibrate as cal
@@ -81,6 +85,7 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
                f"|time err| <= {schema.TIME_THRESHOLD:.0%} (<= 64 KiB), on validation tables; "
                f"{len(fails)} of {len(val)} fail")
     click.echo(f"report: {written['report']}")
+    gated_exit(collective_cases(summary))
 
 
 __all__ = ["LABEL", "title", "validate_collectives"]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator import progress
 from simulator.collectives.constants import ModelConstants, load_constants
 from simulator.errors import ConfigError
 from simulator.validation.collectives.cases import build_case
@@ -111,7 +112,8 @@ def validate(root: Path | str | None = None, constants: ModelConstants | None = 
     """
     k = constants or load_constants()
     cases = load_cases(root, splits=None if tuple(splits) == SPLITS else tuple(splits))
-    frames = [simulate_case(c, k, fidelity) for c in cases]
+    frames = [simulate_case(c, k, fidelity)
+              for c in progress.track(cases, len(cases), "validate collectives", "table")]
     df = pd.concat(frames, ignore_index=True) if frames else \
         pd.DataFrame(columns=RESULT_COLUMNS)
     df.attrs["fidelity"] = fidelity

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from simulator.outpaths import prepare_out_dir
+from simulator.progress import quiet_option
 from simulator.validation.commands import report_file
 from simulator.validation.suite.runners import RUNNERS
 
@@ -16,9 +18,13 @@ from simulator.validation.suite.runners import RUNNERS
               help="Run only these suites (repeatable) [default: all of them].")
 @click.option("--workers", type=click.IntRange(min=1, max=256), default=None,
               help="Processes for the reliability trials [default: CPU count].")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The summary report [default: validation/REPORT.md].")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="A folder (a name without extension) for REPORT.md and each suite's "
+                   "report (in <suite>/), or a file such as R.md for the summary (the "
+                   "suites' reports beside it); nothing is then written into validation/ "
+                   "[default: validation/REPORT.md and each suite's folder there].")
 @click.option("--overwrite", is_flag=True, help="Let --out replace a file.")
+@quiet_option
 def validate_all(only=(), workers=None, out=None, overwrite=False):
     """Run every validation of the project and write validation/REPORT.md.
 
@@ -31,6 +37,8 @@ def validate_all(only=(), workers=None, out=None, overwrite=False):
     bound, not recorded) or an XPASS (recorded, now within bound).
     """
     from simulator.validation.suite.run import format_summary, run_all
+    if out is not None and (out.is_dir() or not out.suffix):     # a folder
+        out = prepare_out_dir(out) / "REPORT.md"
     out = report_file(out, overwrite)
     df, code, report = run_all(tuple(only) or tuple(RUNNERS), workers, out, echo=click.echo)
     click.echo(format_summary(df, code))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator import progress
+from simulator.outpaths import prepare_out_dir
 from simulator.validation import known_misses as km
 from simulator.validation.common import md_table
 from simulator.validation.paths import DATA
@@ -25,16 +27,21 @@ STATUSES = ("pass", "known miss", "FAIL", "XPASS", "not gated")
 
 
 def run_suites(suites=tuple(RUNNERS), workers: int | None = None, runners=None,
-               echo=None) -> tuple[pd.DataFrame, dict[str, Path | None]]:
-    """Run ``suites``; one row per case (``suite`` added) and each suite's report path."""
+               echo=None, folder: Path | None = None
+               ) -> tuple[pd.DataFrame, dict[str, Path | None]]:
+    """Run ``suites``; one row per case (``suite`` added) and each suite's report path.
+    With ``folder``, each suite's report goes to ``folder/<suite>/`` (checked as ``--out``
+    is: new, empty or written by clustersim) instead of the repository's validation/."""
     runners = runners if runners is not None else RUNNERS
     workers = workers or os.cpu_count() or 1
+    where = {name: prepare_out_dir(Path(folder) / name) for name in suites} if folder else {}
     rows, reports = [], {}
-    for name in suites:
+    for name in progress.track(suites, len(suites), "validate", "suite"):
         if echo:
             echo(f"validate {name} ...")
         try:
-            cases, report = runners[name](workers)
+            cases, report = (runners[name](workers, where[name]) if where
+                             else runners[name](workers))
         except Exception as exc:  # noqa: BLE001 - one broken suite must not hide the others
             cases, report = [{"case": f"{name}/error", "what": "the suite runs",
                               "result": f"{type(exc).__name__}: {exc}", "bound": "no error",
@@ -99,10 +106,13 @@ def report_text(df: pd.DataFrame, reports: dict, stale: list[str], code: int,
 def run_all(suites=tuple(RUNNERS), workers: int | None = None, out: Path | None = None,
             known: dict[str, str] | None = None, runners=None, echo=None
             ) -> tuple[pd.DataFrame, int, Path]:
-    """Run the suites, write REPORT.md; returns (cases with status, exit code, report)."""
+    """Run the suites, write REPORT.md; returns (cases with status, exit code, report).
+    With ``out`` (a summary file elsewhere than the repository's), every suite's report goes
+    beside it, in ``<its folder>/<suite>/``: nothing is written into validation/."""
     out = Path(out) if out is not None else REPORT
     known = km.load() if known is None else known
-    df, reports = run_suites(suites, workers, runners, echo)
+    folder = None if out.resolve() == REPORT.resolve() else out.parent
+    df, reports = run_suites(suites, workers, runners, echo, folder)
     df = km.with_status(df, known)
     stale = stale_records(df, known, suites)
     code = km.exit_code([*df.status, *(["XPASS"] if stale else [])])

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import click
 
-from simulator.validation.commands import checked_root, folder_options, report_folder
+from simulator.progress import quiet_option, stage
+from simulator.validation.commands import (checked_root, folder_options, gated_exit,
+                                            report_folder, training_cases)
 
 LABEL = "shipped constants, simulator/data/compute.yaml"
 
@@ -39,6 +41,7 @@ def title(label: str = LABEL) -> str:
               help="Objective evaluations of the --calibrate fit.")
 @click.option("--split", "splits", type=click.Choice(["calibration", "validation"]),
               multiple=True, help="Only these splits (repeatable) [default: both].")
+@quiet_option
 def validate_training(root, out, compute_file, calibrate, write_to, overwrite, max_evals,
                       splits):
     """Compare simulated training throughput with published A100 runs.
@@ -47,6 +50,8 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
     GPT 175B / 1T. Calibration cases may be used to fit compute constants; validation cases
     are held out. Writes report.md, results.csv and a PNG, and prints per-case errors. Gate
     on validation cases: |throughput error| <= 15%, |scaling efficiency error| <= 5 points.
+    Exit code 0: every gated case passes; 3: only known misses (validation/known_misses.yaml)
+    fail; 1: any other failure.
     """
     from simulator.compute.model import load_compute_calibration
     from simulator.validation.training import calibrate as tc
@@ -63,6 +68,7 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
         label = f"compute constants from {compute_file}"
     if calibrate:
         click.echo("Fitting compute eff_max on the calibration cases ...")
+        stage(f"validate training: fitting ({max_evals} evaluations at most)")
         calibration, report = tc.calibrate(root, calibration, max_evals=max_evals)
         click.echo(tc.format_calibration(report))
         label = "compute constants fitted by --calibrate"
@@ -75,6 +81,7 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
     click.echo(f"Validation with {label}:")
     click.echo(vr.format_summary(df))
     click.echo(f"report: {written['report']}")
+    gated_exit(training_cases(df))
 
 
 __all__ = ["LABEL", "title", "validate_training"]

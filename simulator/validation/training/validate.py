@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator import progress
 from simulator.compute import ComputeCalibration
 from simulator.compute.model import load_compute_calibration
 from simulator.errors import ConfigError
@@ -130,7 +131,8 @@ def validate(root: Path | str | None = None, calibration: ComputeCalibration | N
     if cases is None:
         cases = load_cases(root, splits=None if tuple(splits) == SPLITS else tuple(splits))
     cache: dict = {}
-    rows = [r for c in cases for r in simulate_case(c, calibration, cache)]
+    rows = [r for c in progress.track(cases, len(cases), "validate training", "case")
+            for r in simulate_case(c, calibration, cache)]
     df = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     df.attrs["constants"] = fitted_values(calibration or load_compute_calibration())
     df.attrs["notes"] = {c.case_id: c.notes for c in cases}

@@ -1,0 +1,5 @@
+"""``python -m simulator``: the ``clustersim`` console script."""
+
+from simulator.cli import main
+
+main()

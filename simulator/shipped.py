@@ -1,0 +1,54 @@
+"""Where the shipped scenarios, studies and topologies are found, from any folder.
+
+They live at the top of the repository (``scenarios/``, ``scenarios/studies/``,
+``topologies/``). A wheel carries copies inside the package, under ``simulator/_shipped/``
+(``setup.py`` copies every ``*.yaml`` of those folders at build time), found with
+:mod:`importlib.resources`; an editable install or a source checkout reads the repository's
+folders. A bare name is looked up in the current folder's ``scenarios/`` (or
+``topologies/``) first, so a user's own files of the same name win.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+# kind -> folder, relative to the repository top and to simulator/_shipped/
+FOLDERS = {"scenarios": "scenarios", "studies": "scenarios/studies", "topologies": "topologies"}
+PACKAGED = "_shipped"
+
+
+def packaged_dir(kind: str) -> Path:
+    """The copy of ``kind``'s folder inside the installed package (exists in a wheel)."""
+    return Path(str(resources.files("simulator"))) / PACKAGED / FOLDERS[kind]
+
+
+def source_dir(kind: str) -> Path:
+    """``kind``'s folder in the repository holding the package (an editable install)."""
+    return Path(__file__).resolve().parents[1] / FOLDERS[kind]
+
+
+def search_dirs(kind: str, cwd: bool = True) -> list[Path]:
+    """Existing folders searched for a bare name of ``kind``, in order, without repeats:
+    the current folder's (when ``cwd``), the packaged copy, the repository's."""
+    dirs = ([Path.cwd() / FOLDERS[kind]] if cwd else []) + [packaged_dir(kind), source_dir(kind)]
+    found: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and all(d.resolve() != f.resolve() for f in found):
+            found.append(d)
+    return found
+
+
+def find_shipped(kind: str, name: str) -> Path | None:
+    """The file a bare ``name`` (``quickstart`` or ``quickstart.yaml``) of ``kind`` names,
+    or None."""
+    file = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
+    for folder in search_dirs(kind):
+        if (folder / file).is_file():
+            return folder / file
+    return None
+
+
+def shipped_names(kind: str, cwd: bool = True) -> list[str]:
+    """Bare names of the files of ``kind`` found in :func:`search_dirs`, sorted."""
+    return sorted({p.stem for d in search_dirs(kind, cwd) for p in d.glob("*.yaml")})
