@@ -164,6 +164,9 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
 
 def run_setup(setup: Setup) -> RunResult:
     """Replay one iteration and compute its metrics."""
-    tl = replay(setup.trace, setup.collectives, setup.compute, setup.engine,
-                setup.capacity_bytes)
+    try:
+        tl = replay(setup.trace, setup.collectives, setup.compute, setup.engine,
+                    setup.capacity_bytes)
+    except ConfigError as exc:   # an nccl: knob the cluster cannot honour, met at its first op
+        raise setup.scenario.located(exc) from None
     return RunResult(setup, tl, compute_metrics(tl, setup.trace.world_size, setup.peak_flops))

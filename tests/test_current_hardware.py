@@ -187,3 +187,15 @@ def test_fp8_on_h100_says_it_is_not_modelled(capsys):
     code, out, err = run_main(capsys, "run", "--set", "training.precision=fp4",
                               "--set", "topology.params.gpu=H100-SXM")
     assert code == 2 and "H100-SXM has no FP4 tensor cores" in err
+
+
+def test_nvls_asked_on_a100_names_the_file_the_field_and_why(tmp_path, capsys):
+    # NCCL_ALGO=NVLS leaves all_gather nothing it can run on NVSwitch 2: the error is met at
+    # the first op of the replay, and still names the scenario file and its nccl.algo field.
+    path = tmp_path / "nvls.yaml"
+    path.write_text("name: nvls\nmodel: llama-2-7b\ncluster: {topology: dgx-a100}\n"
+                    "nccl: {algo: NVLS}\n")
+    code, out, err = run_main(capsys, "run", str(path), "--quiet")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{path}: nccl.algo: no algorithm left for all_gather" in err
+    assert "nvls needs NVLink SHARP" in err and "A100-SXM4-80GB on dgx-a100 has none" in err

@@ -267,9 +267,13 @@ class CollectiveModel:
         out = tuple(a for a in ALGOS_FOR_OP[op]
                     if a in allowed and self._unavailable(op, a, comm) is None)
         if not out:
+            why = [r for a in ALGOS_FOR_OP[op] if a in allowed
+                   for r in (self._unavailable(op, a, comm),) if r]
             raise ConfigError(f"no algorithm left for {op}: NCCL {self.nccl.version} with "
-                              f"algo={self.nccl.algo!r} allows none of "
-                              f"{', '.join(ALGOS_FOR_OP[op])} here", field="nccl.algo")
+                              f"algo={self.nccl.algo!r} allows "
+                              f"{', '.join(a for a in ALGOS_FOR_OP[op] if a in allowed) or 'none'}"
+                              f" of {', '.join(ALGOS_FOR_OP[op])}"
+                              + (f", and {'; '.join(why)}" if why else ""), field="nccl.algo")
         return out
 
     def _local_plan(self, op: str, size: int) -> Plan:
