@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cluster import Cluster, Route
+from .alltoall import aggregable, all_to_all_coefficients
+from .nics import home_nic, nic_owner, owned_nics
 
 
 @dataclass(frozen=True)
@@ -44,33 +46,6 @@ def make_communicator(cluster: Cluster, ranks: list[int]) -> Communicator:
     for r in ranks:
         by_server.setdefault(int(cluster.server_of_rank[r]), []).append(cluster.gpus[r])
     return Communicator(tuple(tuple(by_server[s]) for s in sorted(by_server)))
-
-
-def nic_owner(cluster: Cluster, nic: str, gpus: list[str]) -> str:
-    """The GPU that drives ``nic``: among the GPUs nearest to it, round robin by NIC index.
-
-    On a DGX A100 (two GPUs and two NICs per PCIe switch) NIC j belongs to GPU j; with 16
-    NICs (two per GPU) each GPU owns two, as NCCL assigns them.
-    """
-    near = [g for g in gpus if nic in cluster.nearest_nics(g)]
-    return near[cluster.G.nodes[nic]["index"] % len(near)] if near else ""
-
-
-def owned_nics(cluster: Cluster, gpu: str) -> list[str]:
-    """The NICs ``gpu`` drives (falls back to all its nearest NICs if it owns none)."""
-    cache = cluster.__dict__.setdefault("_owned_nics", {})
-    mine = cache.get(gpu)
-    if mine is None:
-        peers = cluster.gpus_of_server(cluster.G.nodes[gpu]["server"])
-        nearest = cluster.nearest_nics(gpu)
-        mine = [n for n in nearest if nic_owner(cluster, n, peers) == gpu] or nearest
-        cache[gpu] = mine
-    return mine
-
-
-def home_nic(cluster: Cluster, gpu: str) -> str:
-    """The NIC a GPU uses for point-to-point traffic: the first one it owns."""
-    return owned_nics(cluster, gpu)[0]
 
 
 def gpu_route(cluster: Cluster, src: str, dst: str, src_nic: str | None = None,
@@ -270,7 +245,25 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
 
 def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
                  pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
-    """Point-to-point edges: every ordered pair (all_to_all) or the given pairs."""
+    """Point-to-point edges: every ordered pair (all_to_all) or the given pairs.
+
+    Every ordered pair is summed per link without routing each pair
+    (:mod:`simulator.collectives.alltoall`) where that is the same layout; else, and for
+    given pairs, as :func:`direct_pair_edges`."""
+    if pairs is not None or not aggregable(cluster):
+        return direct_pair_edges(cluster, comm, pairs, pcie_p2p_efficiency)
+    coef, wire = all_to_all_coefficients(cluster, comm.groups, pcie_p2p_efficiency)
+    ids = np.flatnonzero(wire)
+    edges = _edge_set(cluster, comm)
+    edges.links.append(ids)
+    edges.coefs.append(coef[ids])
+    edges.wires.append(wire[ids])
+    return edges
+
+
+def direct_pair_edges(cluster: Cluster, comm: Communicator, pairs=None,
+                      pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
+    """Point-to-point edges, one route per pair: every ordered pair or the given pairs."""
     gpus = comm.gpus
     if pairs is None:
         pairs = [(a, b) for a in gpus for b in gpus if a != b]
