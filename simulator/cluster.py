@@ -14,6 +14,7 @@ collectives add on top of NCCL's constants (measured on catalog links).
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -96,6 +97,8 @@ class Cluster:
         self._local_shapes: dict = {}      # (template, local src, local dst) -> hops
         self._template_pairs: dict = {}    # template -> {(local a, local b): position}
         self._server_ids: dict = {}        # server -> link id per template pair
+        self._core_link_ids: dict = {}     # (switch, switch) -> link ids per ECMP path
+        self._attached: dict = {}          # NIC -> its switch
 
     @classmethod
     def from_graph(cls, G: nx.Graph, constants: ModelConstants | None = None,
@@ -259,16 +262,27 @@ class Cluster:
                 extra += float(self.extra_latency_s[links[a:b]].sum()) * share
         return Route(links, np.full(len(links), share), latency, extra)
 
+    def server_link_ids(self, node: str) -> np.ndarray:
+        """Global ids of the directed links inside ``node``'s server that routes there have
+        used so far, by their position in the server design's list (see
+        :meth:`_local_route`); the same positions on every server of one design."""
+        nodes = self.G.nodes
+        return self._server_link_ids(node, nodes[node].get("template", nodes[node]["server"]))
+
     def _server_link_ids(self, node: str, template) -> np.ndarray:
         """Global ids of the template's local link pairs on ``node``'s server."""
         nodes = self.G.nodes
         server = nodes[node]["server"]
         pairs = self._template_pairs[template]
         ids = self._server_ids.get(server)
-        if ids is None or len(ids) < len(pairs):
+        have = 0 if ids is None else len(ids)
+        if have < len(pairs):
+            # pairs only grow at the end: look up the new ones
             prefix = node[: len(node) - len(nodes[node]["local"])]
-            ids = self._server_ids[server] = np.array(
-                [self.link_id[(prefix + a, prefix + b)] for a, b in pairs], np.int64)
+            new = [self.link_id[(prefix + a, prefix + b)]
+                   for a, b in itertools.islice(pairs, have, None)]
+            ids = self._server_ids[server] = np.concatenate(
+                [ids if ids is not None else np.zeros(0, np.int64), np.array(new, np.int64)])
         return ids
 
     def _server_members(self, server: int) -> list[str]:
@@ -290,7 +304,39 @@ class Cluster:
             self._switch_paths[key] = core
         head = [src] if src != sw_src else []
         tail = [dst] if dst != sw_dst else []
+        if self.ecmp == "spread" and len({len(p) for p in core}) == 1:
+            return self._spread_route(self._core_ids(key, core), head + [sw_src],
+                                      [sw_dst] + tail)
         return self._paths_route([head + p + tail for p in core], src, dst, label)
+
+    def _core_ids(self, key: tuple, core: list[list[str]]) -> np.ndarray:
+        """Link ids of equal-length switch paths, one row per path (cached per pair)."""
+        ids = self._core_link_ids.get(key)
+        if ids is None:
+            ids = self._core_link_ids[key] = np.array(
+                [[self.link_id[(a, b)] for a, b in zip(p, p[1:])] for p in core],
+                np.int64).reshape(len(core), -1)
+        return ids
+
+    def _spread_route(self, core: np.ndarray, head: list[str], tail: list[str]) -> Route:
+        """``_paths_route`` of the paths ``head`` + core row + ``tail`` for ``spread`` ECMP,
+        one array operation for all rows: the same links, order and latency sums (each row
+        sums like the one path it is)."""
+        rows = len(core)
+        cols = [np.full((rows, 1), self.link_id[(a, b)], np.int64)
+                for a, b in zip(head, head[1:])]
+        ends = [np.full((rows, 1), self.link_id[(a, b)], np.int64)
+                for a, b in zip(tail, tail[1:])]
+        ids = np.hstack(cols + [core] + ends) if cols or ends else core
+        share = 1.0 / rows
+        latency = extra = 0.0
+        for x in self.latency_s[ids].sum(axis=1).tolist():
+            latency += x * share
+        if self.has_extra_latency:
+            for x in self.extra_latency_s[ids].sum(axis=1).tolist():
+                extra += x * share
+        links = ids.ravel()
+        return Route(links, np.full(len(links), share), latency, extra)
 
     def _switch_paths_from(self, src: str, dst: str) -> list[list[str]]:
         """Equal-cost switch paths; one search per source switch serves every target."""
@@ -304,10 +350,14 @@ class Cluster:
         return SwitchRouter(self._switch_graph, weight="cost")
 
     def _attached_switch(self, nic: str) -> str:
-        for nb in self.G.neighbors(nic):
-            if self.G.nodes[nb].get("kind") == "switch":
-                return nb
-        raise TopologyError(f"NIC {nic} is not attached to any switch")
+        found = self._attached.get(nic)
+        if found is None:
+            found = next((nb for nb in self.G.neighbors(nic)
+                          if self.G.nodes[nb].get("kind") == "switch"), None)
+            if found is None:
+                raise TopologyError(f"NIC {nic} is not attached to any switch")
+            self._attached[nic] = found
+        return found
 
     def _generic_paths(self, src: str, dst: str) -> list[list[str]]:
         return _shortest_paths(self.G, src, dst)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..cluster import Cluster, Route
 from .alltoall import aggregable, all_to_all_coefficients
+from .blocks import ServerBlocks, ring_blocks, tree_blocks
 from .nics import home_nic, nic_owner, owned_nics
 
 
@@ -69,28 +70,47 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
     """Per channel: per server, (GPU order inside the server, NIC used), NCCL-style.
 
     Inside a server the ring enters at a GPU next to the channel's NIC and leaves from
-    another GPU next to the same NIC, so traffic stays on one rail between servers.
+    another GPU next to the same NIC, so traffic stays on one rail between servers. Worked
+    out once per server design and set of member GPUs (local names), then named per server.
     """
     if comm.n_nodes == 1:
         return [[(list(comm.groups[0]), None)]]
-    per_server = [_server_nics(cluster, g) for g in comm.groups]
-    n_ch = channels or max(len(u) for u in per_server)
+    shapes: dict = {}
+    per_server = []
+    for gpus in comm.groups:
+        d = cluster.G.nodes[gpus[0]]
+        prefix = gpus[0][: len(gpus[0]) - len(d["local"])]
+        key = (d.get("template", d["server"]), tuple(g[len(prefix):] for g in gpus))
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = _server_orders(cluster, gpus, prefix)
+        per_server.append((prefix, shape))
+    n_ch = channels or max(len(nics) for _, (nics, _) in per_server)
     out = []
     for c in range(n_ch):
         servers = []
-        for gpus, nics in zip(comm.groups, per_server):
-            nic = nics[c % len(nics)]
-            near = [g for g in gpus if nic in cluster.nearest_nics(g)] or list(gpus)
-            owner = nic_owner(cluster, nic, cluster.gpus_of_server(
-                cluster.G.nodes[gpus[0]]["server"]))
-            entry = owner if owner in near else near[0]
-            others = [g for g in near if g != entry]
-            exit_ = others[0] if others else entry
-            middle = [g for g in gpus if g not in (entry, exit_)]
-            order = [entry] + middle + ([exit_] if exit_ != entry else [])
-            servers.append((order, nic))
+        for prefix, (nics, orders) in per_server:
+            j = c % len(nics)
+            servers.append(([prefix + g for g in orders[j]], prefix + nics[j]))
         out.append(servers)
     return out
+
+
+def _server_orders(cluster: Cluster, gpus: tuple[str, ...], prefix: str):
+    """(NICs, per NIC the GPU order) of one server's members, as local names."""
+    nics = _server_nics(cluster, gpus)
+    peers = cluster.gpus_of_server(cluster.G.nodes[gpus[0]]["server"])
+    orders = []
+    for nic in nics:
+        near = [g for g in gpus if nic in cluster.nearest_nics(g)] or list(gpus)
+        owner = nic_owner(cluster, nic, peers)
+        entry = owner if owner in near else near[0]
+        others = [g for g in near if g != entry]
+        exit_ = others[0] if others else entry
+        middle = [g for g in gpus if g not in (entry, exit_)]
+        order = [entry] + middle + ([exit_] if exit_ != entry else [])
+        orders.append([g[len(prefix):] for g in order])
+    return [n[len(prefix):] for n in nics], orders
 
 
 @dataclass
@@ -165,6 +185,8 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     """
     orders = channel_orders(cluster, comm)
     edges = _edge_set(cluster, comm)
+    if chain_from is None and comm.n_nodes > 1 and aggregable(cluster):
+        return _from_blocks(edges, ring_blocks(cluster, orders, pcie_p2p_efficiency))
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
     for ch, servers in enumerate(orders):
@@ -175,6 +197,15 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
         for h in hops:
             (a, nic_a), (b, nic_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
             _add_edge(edges, cluster, (a, b), (nic_a, nic_b), ch, pcie_p2p_efficiency, weight)
+    return edges
+
+
+def _from_blocks(edges: EdgeSet, blocks: ServerBlocks) -> EdgeSet:
+    """``edges`` holding the entries laid out server by server (one array each)."""
+    if blocks.links:
+        edges.links.append(np.concatenate(blocks.links))
+        edges.coefs.append(np.concatenate(blocks.coefs))
+        edges.wires.append(np.concatenate(blocks.wires))
     return edges
 
 
@@ -222,6 +253,9 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
     """Edges of the double binary tree, both directions (reduce up, broadcast down)."""
     orders = channel_orders(cluster, comm)
     edges = _edge_set(cluster, comm)
+    if comm.n_nodes > 1 and aggregable(cluster):
+        return _from_blocks(edges, tree_blocks(cluster, orders, pcie_p2p_efficiency,
+                                               dtree_parent))
     weight = 1.0 / len(orders)
     for ch, servers in enumerate(orders):
         for order, nic in servers:                 # chain inside each server

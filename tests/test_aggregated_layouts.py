@@ -1,4 +1,5 @@
-"""all_to_all summed per link (collectives/alltoall.py) against one route per GPU pair."""
+"""Layouts built without one route per edge (all_to_all summed per link, rings and trees
+server by server) against the edge-by-edge ones."""
 
 import numpy as np
 import pytest
@@ -89,3 +90,39 @@ def test_the_all_to_all_time_is_the_per_pair_time(monkeypatch):
                                                                 list(range(72)))
     assert summed.predicted_s == pytest.approx(routed.predicted_s, rel=1e-12)
     assert summed.latency_s == routed.latency_s
+
+
+@pytest.mark.parametrize("fn", [layouts.ring_edges, layouts.tree_edges])
+@pytest.mark.parametrize("build, ranks", [
+    (lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4), None),
+    (lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4), [0, 1, 2, 9, 17, 40, 70]),
+    (lambda: leaf_spine(5, PCIE, nodes_per_leaf=2, spines=2), None)])
+def test_rings_and_trees_laid_out_by_server_match_edge_by_edge(monkeypatch, fn, build, ranks):
+    G = build()
+    fast = Cluster(G)
+    comm = make_communicator(fast, ranks or list(range(fast.n_gpus)))
+    a = fn(fast, comm, pcie_p2p_efficiency=0.5)
+    monkeypatch.setattr(layouts, "aggregable", lambda cluster: False)
+    slow = Cluster(G)
+    b = fn(slow, comm, pcie_p2p_efficiency=0.5)
+    for x, y in zip((*a.arrays(), a.wire_coef()), (*b.arrays(), b.wire_coef())):
+        assert np.array_equal(x, y)                   # same entries, same order
+    # a server of one design is routed once: the routes cached are those of one server
+    # plus the NIC-to-NIC ones, far fewer than the edges
+    assert len(fast._route_cache) < len(slow._route_cache)
+
+
+def test_spread_fabric_routes_are_the_path_by_path_ones():
+    G = rail_optimized(9, DGX, nodes_per_leaf=4, spines=4)
+    G.edges["leaf.r1.g0", "spine.2"]["latency_s"] *= 3      # a what-if on one path
+    fast, slow = Cluster(G), Cluster(G)
+    for a, b in [("n0.nic1", "n5.nic1"), ("n0.nic1", "n1.nic1"), ("n8.nic1", "n0.nic1"),
+                 ("leaf.r1.g0", "n6.nic1")]:
+        r = fast.route(a, b)
+        sw_a = a if a.startswith("leaf") else slow._attached_switch(a)
+        sw_b = slow._attached_switch(b)
+        core = [[sw_a]] if sw_a == sw_b else slow._switch_paths_from(sw_a, sw_b)
+        head = [a] if a != sw_a else []
+        o = slow._paths_route([head + p + [b] for p in core], a, b, 0)
+        assert np.array_equal(r.links, o.links) and np.array_equal(r.coef, o.coef)
+        assert (r.latency_s, r.extra_latency_s) == (o.latency_s, o.extra_latency_s)
