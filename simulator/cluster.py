@@ -322,12 +322,13 @@ class Cluster:
         """``_paths_route`` of the paths ``head`` + core row + ``tail`` for ``spread`` ECMP,
         one array operation for all rows: the same links, order and latency sums (each row
         sums like the one path it is)."""
-        rows = len(core)
-        cols = [np.full((rows, 1), self.link_id[(a, b)], np.int64)
-                for a, b in zip(head, head[1:])]
-        ends = [np.full((rows, 1), self.link_id[(a, b)], np.int64)
-                for a, b in zip(tail, tail[1:])]
-        ids = np.hstack(cols + [core] + ends) if cols or ends else core
+        rows, width = core.shape
+        first = [self.link_id[(a, b)] for a, b in zip(head, head[1:])]
+        last = [self.link_id[(a, b)] for a, b in zip(tail, tail[1:])]
+        ids = np.empty((rows, len(first) + width + len(last)), np.int64)
+        ids[:, :len(first)] = first
+        ids[:, len(first):len(first) + width] = core
+        ids[:, len(first) + width:] = last
         share = 1.0 / rows
         latency = extra = 0.0
         for x in self.latency_s[ids].sum(axis=1).tolist():

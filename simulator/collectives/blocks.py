@@ -30,7 +30,6 @@ class ServerBlocks:
         self.weight = weight
         self.eff = eff
         self._shapes: dict = {}
-        self._names: dict[str, str] = {}
         self.links: list[np.ndarray] = []
         self.coefs: list[np.ndarray] = []
         self.wires: list[np.ndarray] = []
@@ -39,9 +38,11 @@ class ServerBlocks:
         """Add the routes of ``hops`` (node pairs of one server); ``edge[i]``: hop ``i`` is a
         whole GPU-to-GPU edge (the P2P efficiency applies), else the GPU-NIC part of an
         edge between servers."""
-        local = self._local_names
-        key = (self._template(hops[0][0]),
-               tuple((local(a), local(b)) for a, b in hops), tuple(edge))
+        first = hops[0][0]
+        d = self.cluster.G.nodes[first]
+        cut = len(first) - len(d["local"])          # the server's prefix of node ids
+        key = (d.get("template", d["server"]), tuple((a[cut:], b[cut:]) for a, b in hops),
+               tuple(edge))
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = self._shape(hops, edge)
@@ -49,16 +50,6 @@ class ServerBlocks:
         self.links.append(self.cluster.server_link_ids(hops[0][0])[pos])
         self.coefs.append(coef)
         self.wires.append(wire)
-
-    def _local_names(self, node: str) -> str:
-        name = self._names.get(node)
-        if name is None:
-            name = self._names[node] = self.cluster.G.nodes[node]["local"]
-        return name
-
-    def _template(self, node: str):
-        d = self.cluster.G.nodes[node]
-        return d.get("template", d["server"])
 
     def _shape(self, hops, edge) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Route ``hops`` on this server; return their entries as positions in the
