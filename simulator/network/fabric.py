@@ -199,14 +199,25 @@ class FlowFabric(Fabric):
             self._sample()
             return
         flows = [entry[0] for entry in self._active]
-        incidence = FlowIncidence.from_lists([f.links for f in flows], [f.coef for f in flows],
-                                             [f.max_rate for f in flows])
+        if len(flows) == 1:     # the flow's own arrays: nothing to concatenate
+            f = flows[0]
+            incidence = FlowIncidence(np.array([0, len(f.links)]),
+                                      np.asarray(f.links, np.int64), np.asarray(f.coef, float),
+                                      np.array([f.max_rate], float))
+        else:
+            incidence = FlowIncidence.from_lists([f.links for f in flows],
+                                                 [f.coef for f in flows],
+                                                 [f.max_rate for f in flows])
         self._rates = share_bandwidth(incidence, self.capacity)
         self.solves += 1
-        owner_rate = np.repeat(self._rates, np.diff(incidence.ptr))
+        if len(flows) == 1:
+            owner_rate = self._rates[0]        # the same products as repeated per entry
+            wire = wire_coef(flows[0])
+        else:
+            owner_rate = np.repeat(self._rates, np.diff(incidence.ptr))
+            wire = np.concatenate([wire_coef(f) for f in flows])
         self._link_load = np.bincount(incidence.link, weights=incidence.coef * owner_rate,
                                       minlength=len(self.capacity))
-        wire = np.concatenate([wire_coef(f) for f in flows])
         self._wire_load = np.bincount(incidence.link, weights=wire * owner_rate,
                                       minlength=len(self.capacity))
         self._sample()
