@@ -262,12 +262,15 @@ class Cluster:
                 extra += float(self.extra_latency_s[links[a:b]].sum()) * share
         return Route(links, np.full(len(links), share), latency, extra)
 
-    def server_link_ids(self, node: str) -> np.ndarray:
+    def server_link_ids(self, node: str, template=None) -> np.ndarray:
         """Global ids of the directed links inside ``node``'s server that routes there have
         used so far, by their position in the server design's list (see
-        :meth:`_local_route`); the same positions on every server of one design."""
-        nodes = self.G.nodes
-        return self._server_link_ids(node, nodes[node].get("template", nodes[node]["server"]))
+        :meth:`_local_route`); the same positions on every server of one design
+        (``template``: the server's design, looked up when None)."""
+        if template is None:
+            d = self.G.nodes[node]
+            template = d.get("template", d["server"])
+        return self._server_link_ids(node, template)
 
     def _server_link_ids(self, node: str, template) -> np.ndarray:
         """Global ids of the template's local link pairs on ``node``'s server."""
@@ -298,16 +301,25 @@ class Cluster:
         sw_src = src if self.G.nodes[src]["kind"] == "switch" else self._attached_switch(src)
         sw_dst = dst if self.G.nodes[dst]["kind"] == "switch" else self._attached_switch(dst)
         key = (sw_src, sw_dst)
-        core = self._switch_paths.get(key)
-        if core is None:
-            core = [[sw_src]] if sw_src == sw_dst else self._switch_paths_from(sw_src, sw_dst)
-            self._switch_paths[key] = core
+        core = self.switch_paths(sw_src, sw_dst)
         head = [src] if src != sw_src else []
         tail = [dst] if dst != sw_dst else []
         if self.ecmp == "spread" and len({len(p) for p in core}) == 1:
             return self._spread_route(self._core_ids(key, core), head + [sw_src],
                                       [sw_dst] + tail)
         return self._paths_route([head + p + tail for p in core], src, dst, label)
+
+    def switch_paths(self, sw_src: str, sw_dst: str) -> list[list[str]]:
+        """The equal-cost switch paths from ``sw_src`` to ``sw_dst`` (cached).
+
+        :raises TopologyError: if there is none.
+        """
+        key = (sw_src, sw_dst)
+        core = self._switch_paths.get(key)
+        if core is None:
+            core = [[sw_src]] if sw_src == sw_dst else self._switch_paths_from(sw_src, sw_dst)
+            self._switch_paths[key] = core
+        return core
 
     def _core_ids(self, key: tuple, core: list[list[str]]) -> np.ndarray:
         """Link ids of equal-length switch paths, one row per path (cached per pair)."""

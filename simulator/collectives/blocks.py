@@ -33,21 +33,27 @@ class ServerBlocks:
         self.links: list[np.ndarray] = []
         self.coefs: list[np.ndarray] = []
         self.wires: list[np.ndarray] = []
+        self._pending: list[tuple[int, str, str]] = []   # fabric parts: slot, NIC, NIC
+        self._nodes: dict[str, tuple] = {}
 
     def local(self, hops: list[tuple[str, str]], edge: list[bool]) -> None:
         """Add the routes of ``hops`` (node pairs of one server); ``edge[i]``: hop ``i`` is a
         whole GPU-to-GPU edge (the P2P efficiency applies), else the GPU-NIC part of an
         edge between servers."""
         first = hops[0][0]
-        d = self.cluster.G.nodes[first]
-        cut = len(first) - len(d["local"])          # the server's prefix of node ids
-        key = (d.get("template", d["server"]), tuple((a[cut:], b[cut:]) for a, b in hops),
-               tuple(edge))
+        info = self._nodes.get(first)
+        if info is None:
+            d = self.cluster.G.nodes[first]
+            # the server's design, and the length of its prefix of node ids
+            info = self._nodes[first] = (d.get("template", d["server"]),
+                                         len(first) - len(d["local"]))
+        template, cut = info
+        key = (template, tuple((a[cut:], b[cut:]) for a, b in hops), tuple(edge))
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = self._shape(hops, edge)
         pos, coef, wire = shape
-        self.links.append(self.cluster.server_link_ids(hops[0][0])[pos])
+        self.links.append(self.cluster.server_link_ids(first, key[0])[pos])
         self.coefs.append(coef)
         self.wires.append(wire)
 
@@ -72,11 +78,47 @@ class ServerBlocks:
         return pos, np.concatenate(coefs), np.concatenate(wires)
 
     def fabric(self, nic_a: str, nic_b: str) -> None:
-        """Add the NIC-to-NIC part of an edge between servers."""
-        route = self.cluster.route(nic_a, nic_b)
-        self.links.append(route.links)
-        self.coefs.append(route.coef * self.weight)
-        self.wires.append(route.coef * self.weight)
+        """Add the NIC-to-NIC part of an edge between servers (filled in by
+        :meth:`entries`, all edges between one switch pair at once)."""
+        self._pending.append((len(self.links), nic_a, nic_b))
+        for entries in (self.links, self.coefs, self.wires):
+            entries.append(None)
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(link ids, rate coefficients, wire bytes) of every edge added, in order."""
+        cluster = self.cluster
+        by_switches: dict = {}
+        for item in self._pending:
+            key = (cluster._attached_switch(item[1]), cluster._attached_switch(item[2]))
+            by_switches.setdefault(key, []).append(item)
+        for (sw_a, sw_b), items in by_switches.items():
+            core = cluster.switch_paths(sw_a, sw_b)
+            if len({len(p) for p in core}) != 1:
+                for slot, a, b in items:
+                    route = cluster.route(a, b)
+                    self.links[slot] = route.links
+                    self.coefs[slot] = self.wires[slot] = route.coef * self.weight
+                continue
+            self._fill(cluster._core_ids((sw_a, sw_b), core), sw_a, sw_b, items)
+        self._pending = []
+        if not self.links:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        return (np.concatenate(self.links), np.concatenate(self.coefs),
+                np.concatenate(self.wires))
+
+    def _fill(self, core: np.ndarray, sw_a: str, sw_b: str, items) -> None:
+        """The spread routes NIC -> ``sw_a`` -> core paths -> ``sw_b`` -> NIC of ``items``
+        (``Cluster._spread_route``'s ids, row by row, and its shares times the weight)."""
+        link_id = self.cluster.link_id
+        rows, width = core.shape
+        ids = np.empty((len(items), rows, width + 2), np.int64)
+        ids[:, :, 0] = np.array([link_id[(a, sw_a)] for _, a, _ in items])[:, None]
+        ids[:, :, 1:width + 1] = core
+        ids[:, :, width + 1] = np.array([link_id[(sw_b, b)] for _, _, b in items])[:, None]
+        coef = np.full(rows * (width + 2), 1.0 / rows) * self.weight
+        for e, (slot, _, _) in enumerate(items):
+            self.links[slot] = ids[e].reshape(-1)
+            self.coefs[slot] = self.wires[slot] = coef
 
     def between(self, a: str, nic_a: str, nic_b: str, b: str) -> None:
         """Add the edge GPU ``a`` -> GPU ``b`` of another server, through the NICs."""

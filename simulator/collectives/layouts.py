@@ -202,10 +202,11 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
 
 def _from_blocks(edges: EdgeSet, blocks: ServerBlocks) -> EdgeSet:
     """``edges`` holding the entries laid out server by server (one array each)."""
-    if blocks.links:
-        edges.links.append(np.concatenate(blocks.links))
-        edges.coefs.append(np.concatenate(blocks.coefs))
-        edges.wires.append(np.concatenate(blocks.wires))
+    links, coefs, wires = blocks.entries()
+    if len(links):
+        edges.links.append(links)
+        edges.coefs.append(coefs)
+        edges.wires.append(wires)
     return edges
 
 
