@@ -118,22 +118,22 @@ class Cluster:
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
         G = self.G
-        n_edges = G.number_of_edges()
         self.link_id: dict[tuple, int] = {}
-        self.nominal_bytes_per_s = nominal = np.empty(2 * n_edges)
-        latency = np.empty(2 * n_edges)
-        classes, types = [], []
+        link_id = self.link_id
+        bw, lat, classes, types = [], [], [], []
         for i, (u, v, d) in enumerate(G.edges(data=True)):
-            self.link_id[(u, v)] = 2 * i
-            self.link_id[(v, u)] = 2 * i + 1
-            nominal[2 * i: 2 * i + 2] = d["bw_bytes_per_s"]
-            latency[2 * i: 2 * i + 2] = d["latency_s"]
-            classes += [d.get("link_class", "net")] * 2
-            types += [d.get("link_type", "")] * 2
+            link_id[(u, v)] = 2 * i        # both directions, in edge order
+            link_id[(v, u)] = 2 * i + 1
+            bw.append(d["bw_bytes_per_s"])
+            lat.append(d["latency_s"])
+            classes.append(d.get("link_class", "net"))
+            types.append(d.get("link_type", ""))
             d["cost"] = _cost(d["bw_bytes_per_s"])
-        self.link_class = np.array(classes)
+        self.nominal_bytes_per_s = np.repeat(np.array(bw, float), 2)
+        latency = np.repeat(np.array(lat, float), 2)
+        self.link_class = np.repeat(np.array(classes), 2) if classes else np.array([])
         self.latency_s = latency
-        self.link_type = np.array(types)
+        self.link_type = np.repeat(np.array(types), 2) if types else np.array([])
         self.capacity_bytes_per_s = self.capacities_at(efficiency)
         self.catalog_latency_s = self._catalog_latencies(set(types))
         self.extra_latency_s = latency - self.catalog_latency_s
