@@ -42,14 +42,16 @@ def cli_args(case: str, gpus: int) -> list[str]:
 
 def in_process(case: str, gpus: int) -> dict:
     """Run ``case`` through the library; setup and work seconds, events, peak RSS."""
-    from simulator.cluster import Cluster
-    from simulator.collectives.constants import load_constants
-    from simulator.collectives.model import CollectiveModel
-    from simulator.collectives.run import simulate_plans
-    from simulator.pipeline import build_setup, run_setup
-    from simulator.scenario import load_scenario
-    from simulator.topology.loader import load_topology
-    from simulator.units import parse_size
+    if case == "fsdp":
+        from simulator.pipeline import build_setup, run_setup
+        from simulator.scenario import load_scenario
+    else:
+        from simulator.cluster import Cluster
+        from simulator.collectives.constants import load_constants
+        from simulator.collectives.model import CollectiveModel
+        from simulator.collectives.run import simulate_plans
+        from simulator.topology.loader import load_topology
+        from simulator.units import parse_size
     t0 = time.perf_counter()       # after the imports: those are the whole process's
     if case == "fsdp":
         scn = load_scenario("llama2-70b-fsdp-128gpu", [f"cluster.nodes={max(1, gpus // 8)}"])
