@@ -40,13 +40,16 @@ def register(cli: click.Group) -> None:
             prepare_out_dir(out)             # refused before the simulation, not after
         setup = build_setup(scn, str(path))
         result = run_setup(setup)
-        m = result.metrics
+        m, extra = result.metrics, result.extrapolation
         if out is not None:
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks)
+            if extra is not None:        # the timeline and tables are of the replayed step
+                (out / "extrapolation.json").write_text(json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
-            click.echo(json.dumps(m.as_dict(), indent=2))
+            d = m.as_dict() if extra is None else {**m.as_dict(), "extrapolated": extra.as_dict()}
+            click.echo(json.dumps(d, indent=2))
             return
         meta = setup.trace.meta
         click.echo(f"# {scn.name}: {meta.get('model')} {meta.get('strategy')} on "
@@ -57,6 +60,8 @@ def register(cli: click.Group) -> None:
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")
+        if extra is not None:
+            click.echo(f"# {extra.note()}")
         if out is not None:
             click.echo(f"# outputs in {out} (timeline.json opens in https://ui.perfetto.dev)")
 
@@ -74,7 +79,7 @@ def register(cli: click.Group) -> None:
         from ..trace.io import write_trace
 
         path = resolve_scenario(scenario)
-        setup = build_setup(load_scenario(path, list(sets)), str(path))
+        setup = build_setup(load_scenario(path, list(sets)), str(path), extrapolate_steps=False)
         write_trace(setup.trace, output, overwrite=overwrite)
         n_ops = sum(len(c.ops) for c in setup.trace.classes)
         click.echo(f"wrote {output}: {setup.trace.world_size} ranks, "
