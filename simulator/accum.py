@@ -81,6 +81,13 @@ def plan_accum(cfg, training, make: Callable[[object], Trace]) -> AccumPlan | No
     return AccumPlan(n, traces, lambda: make(cfg), _full_meta(traces[-1].meta, n))
 
 
+def mapped(plan: AccumPlan, fn: Callable[[Trace], Trace]) -> AccumPlan:
+    """``plan`` with ``fn`` applied to each replayed trace and to the whole step's."""
+    full = plan.full_trace
+    return AccumPlan(plan.grad_accum, tuple(fn(t) for t in plan.traces), lambda: fn(full()),
+                     plan.meta)
+
+
 def plan_trace(plan: AccumPlan) -> Trace:
     """The Trace a Setup shows for ``plan``: the last replayed one with the whole step's meta."""
     return replace(plan.traces[-1], meta=plan.meta)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
-from .accum import AccumPlan, Extrapolation, extrapolate, full_trace, plan_accum, plan_trace
+from .accum import (AccumPlan, Extrapolation, extrapolate, full_trace, mapped, plan_accum,
+                    plan_trace)
 from .cluster import Cluster
 from .collectives.constants import load_constants
 from .collectives.model import CollectiveModel
@@ -28,7 +30,12 @@ _TRAINING_KEYS = ("precision", "micro_batch", "grad_accum")
 
 @dataclass
 class Setup:
-    """Everything built from a scenario before the replay."""
+    """Everything built from a scenario before the replay.
+
+    With ``accum`` (a step of many identical micro-steps), ``trace`` holds the last replayed
+    micro-steps only: derive another trace from it through :func:`with_trace`. A trace put
+    in by hand (``dataclasses.replace(setup, trace=...)``) is replayed as it is.
+    """
 
     scenario: Scenario
     cluster: Cluster
@@ -39,6 +46,10 @@ class Setup:
     capacity_bytes: int
     peak_flops: float
     accum: AccumPlan | None = None       # identical micro-steps: replay a few (accum.py)
+
+    def __post_init__(self):
+        if self.accum is not None and not self.accum.owns(self.trace):
+            self.accum = None
 
 
 @dataclass
@@ -172,13 +183,22 @@ def run_setup(setup: Setup) -> RunResult:
     """Replay one iteration and compute its metrics (a step of many identical micro-steps:
     a few replays extrapolated, :mod:`simulator.accum`)."""
     plan = setup.accum
-    if plan is None or not plan.owns(setup.trace):
+    if plan is None:
         return _replayed(setup, setup.trace)
     runs = [_replayed(setup, trace) for trace in plan.traces]
     done = extrapolate(plan, [r.metrics for r in runs], setup.peak_flops)
     if done is not None:
         return RunResult(setup, runs[-1].timeline, *done)
     return _replayed(setup, full_trace(plan))      # not periodic: every micro-step
+
+
+def with_trace(setup: Setup, fn: Callable[[Trace], Trace]) -> Setup:
+    """``setup`` with ``fn(setup.trace)`` as its trace (for an extrapolated step, ``fn`` of
+    each replayed trace and of the whole step's)."""
+    if setup.accum is None:
+        return replace(setup, trace=fn(setup.trace))
+    plan = mapped(setup.accum, fn)
+    return replace(setup, trace=plan_trace(plan), accum=plan)
 
 
 def _replayed(setup: Setup, trace: Trace) -> RunResult:

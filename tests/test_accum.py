@@ -112,3 +112,22 @@ def test_trace_writes_every_micro_step(capsys, tmp_path):
     ops = sum(len(c.ops) for c in whole.classes)
     assert f"{ops} ops" in out
     assert ops > sum(len(c.ops) for c in build_setup(scenario(n)).trace.classes) * 8
+
+
+def test_a_trace_derived_through_with_trace_is_extrapolated_too():
+    # the reliability step table slows rank 0 this way (reliability/steps.py)
+    from simulator.pipeline import with_trace
+    from simulator.reliability.steps import _straggler_time
+    from simulator.trace.transform import apply_stragglers
+    scn = scenario(100)
+    setup = build_setup(scn)
+    slowed = with_trace(setup, lambda t: apply_stragglers(t, {0: 1.5}))
+    assert slowed.accum is not None and len(slowed.trace.classes) == 2
+    whole = build_setup(scn, extrapolate_steps=False)
+    want = run_setup(dataclasses.replace(whole, trace=apply_stragglers(whole.trace, {0: 1.5})))
+    got = _straggler_time(setup, 1.5)
+    assert got == pytest.approx(want.metrics.iteration_time_s,
+                                abs=accum.PERIOD_RTOL * want.metrics.iteration_time_s)
+    assert got > 1.4 * run_setup(setup).metrics.iteration_time_s
+    # a trace put in by hand is replayed as it is
+    assert dataclasses.replace(setup, trace=whole.trace).accum is None
