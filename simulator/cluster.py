@@ -14,6 +14,7 @@ collectives add on top of NCCL's constants (measured on catalog links).
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -96,6 +97,8 @@ class Cluster:
         self._local_shapes: dict = {}      # (template, local src, local dst) -> hops
         self._template_pairs: dict = {}    # template -> {(local a, local b): position}
         self._server_ids: dict = {}        # server -> link id per template pair
+        self._core_link_ids: dict = {}     # (switch, switch) -> link ids per ECMP path
+        self._attached: dict = {}          # NIC -> its switch
 
     @classmethod
     def from_graph(cls, G: nx.Graph, constants: ModelConstants | None = None,
@@ -115,22 +118,22 @@ class Cluster:
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
         G = self.G
-        n_edges = G.number_of_edges()
         self.link_id: dict[tuple, int] = {}
-        self.nominal_bytes_per_s = nominal = np.empty(2 * n_edges)
-        latency = np.empty(2 * n_edges)
-        classes, types = [], []
+        link_id = self.link_id
+        bw, lat, classes, types = [], [], [], []
         for i, (u, v, d) in enumerate(G.edges(data=True)):
-            self.link_id[(u, v)] = 2 * i
-            self.link_id[(v, u)] = 2 * i + 1
-            nominal[2 * i: 2 * i + 2] = d["bw_bytes_per_s"]
-            latency[2 * i: 2 * i + 2] = d["latency_s"]
-            classes += [d.get("link_class", "net")] * 2
-            types += [d.get("link_type", "")] * 2
+            link_id[(u, v)] = 2 * i        # both directions, in edge order
+            link_id[(v, u)] = 2 * i + 1
+            bw.append(d["bw_bytes_per_s"])
+            lat.append(d["latency_s"])
+            classes.append(d.get("link_class", "net"))
+            types.append(d.get("link_type", ""))
             d["cost"] = _cost(d["bw_bytes_per_s"])
-        self.link_class = np.array(classes)
+        self.nominal_bytes_per_s = np.repeat(np.array(bw, float), 2)
+        latency = np.repeat(np.array(lat, float), 2)
+        self.link_class = np.repeat(np.array(classes), 2) if classes else np.array([])
         self.latency_s = latency
-        self.link_type = np.array(types)
+        self.link_type = np.repeat(np.array(types), 2) if types else np.array([])
         self.capacity_bytes_per_s = self.capacities_at(efficiency)
         self.catalog_latency_s = self._catalog_latencies(set(types))
         self.extra_latency_s = latency - self.catalog_latency_s
@@ -259,16 +262,30 @@ class Cluster:
                 extra += float(self.extra_latency_s[links[a:b]].sum()) * share
         return Route(links, np.full(len(links), share), latency, extra)
 
+    def server_link_ids(self, node: str, template=None) -> np.ndarray:
+        """Global ids of the directed links inside ``node``'s server that routes there have
+        used so far, by their position in the server design's list (see
+        :meth:`_local_route`); the same positions on every server of one design
+        (``template``: the server's design, looked up when None)."""
+        if template is None:
+            d = self.G.nodes[node]
+            template = d.get("template", d["server"])
+        return self._server_link_ids(node, template)
+
     def _server_link_ids(self, node: str, template) -> np.ndarray:
         """Global ids of the template's local link pairs on ``node``'s server."""
         nodes = self.G.nodes
         server = nodes[node]["server"]
         pairs = self._template_pairs[template]
         ids = self._server_ids.get(server)
-        if ids is None or len(ids) < len(pairs):
+        have = 0 if ids is None else len(ids)
+        if have < len(pairs):
+            # pairs only grow at the end: look up the new ones
             prefix = node[: len(node) - len(nodes[node]["local"])]
-            ids = self._server_ids[server] = np.array(
-                [self.link_id[(prefix + a, prefix + b)] for a, b in pairs], np.int64)
+            new = [self.link_id[(prefix + a, prefix + b)]
+                   for a, b in itertools.islice(pairs, have, None)]
+            ids = self._server_ids[server] = np.concatenate(
+                [ids if ids is not None else np.zeros(0, np.int64), np.array(new, np.int64)])
         return ids
 
     def _server_members(self, server: int) -> list[str]:
@@ -284,13 +301,55 @@ class Cluster:
         sw_src = src if self.G.nodes[src]["kind"] == "switch" else self._attached_switch(src)
         sw_dst = dst if self.G.nodes[dst]["kind"] == "switch" else self._attached_switch(dst)
         key = (sw_src, sw_dst)
+        core = self.switch_paths(sw_src, sw_dst)
+        head = [src] if src != sw_src else []
+        tail = [dst] if dst != sw_dst else []
+        if self.ecmp == "spread" and len({len(p) for p in core}) == 1:
+            return self._spread_route(self._core_ids(key, core), head + [sw_src],
+                                      [sw_dst] + tail)
+        return self._paths_route([head + p + tail for p in core], src, dst, label)
+
+    def switch_paths(self, sw_src: str, sw_dst: str) -> list[list[str]]:
+        """The equal-cost switch paths from ``sw_src`` to ``sw_dst`` (cached).
+
+        :raises TopologyError: if there is none.
+        """
+        key = (sw_src, sw_dst)
         core = self._switch_paths.get(key)
         if core is None:
             core = [[sw_src]] if sw_src == sw_dst else self._switch_paths_from(sw_src, sw_dst)
             self._switch_paths[key] = core
-        head = [src] if src != sw_src else []
-        tail = [dst] if dst != sw_dst else []
-        return self._paths_route([head + p + tail for p in core], src, dst, label)
+        return core
+
+    def _core_ids(self, key: tuple, core: list[list[str]]) -> np.ndarray:
+        """Link ids of equal-length switch paths, one row per path (cached per pair)."""
+        ids = self._core_link_ids.get(key)
+        if ids is None:
+            ids = self._core_link_ids[key] = np.array(
+                [[self.link_id[(a, b)] for a, b in zip(p, p[1:])] for p in core],
+                np.int64).reshape(len(core), -1)
+        return ids
+
+    def _spread_route(self, core: np.ndarray, head: list[str], tail: list[str]) -> Route:
+        """``_paths_route`` of the paths ``head`` + core row + ``tail`` for ``spread`` ECMP,
+        one array operation for all rows: the same links, order and latency sums (each row
+        sums like the one path it is)."""
+        rows, width = core.shape
+        first = [self.link_id[(a, b)] for a, b in zip(head, head[1:])]
+        last = [self.link_id[(a, b)] for a, b in zip(tail, tail[1:])]
+        ids = np.empty((rows, len(first) + width + len(last)), np.int64)
+        ids[:, :len(first)] = first
+        ids[:, len(first):len(first) + width] = core
+        ids[:, len(first) + width:] = last
+        share = 1.0 / rows
+        latency = extra = 0.0
+        for x in self.latency_s[ids].sum(axis=1).tolist():
+            latency += x * share
+        if self.has_extra_latency:
+            for x in self.extra_latency_s[ids].sum(axis=1).tolist():
+                extra += x * share
+        links = ids.ravel()
+        return Route(links, np.full(len(links), share), latency, extra)
 
     def _switch_paths_from(self, src: str, dst: str) -> list[list[str]]:
         """Equal-cost switch paths; one search per source switch serves every target."""
@@ -304,10 +363,14 @@ class Cluster:
         return SwitchRouter(self._switch_graph, weight="cost")
 
     def _attached_switch(self, nic: str) -> str:
-        for nb in self.G.neighbors(nic):
-            if self.G.nodes[nb].get("kind") == "switch":
-                return nb
-        raise TopologyError(f"NIC {nic} is not attached to any switch")
+        found = self._attached.get(nic)
+        if found is None:
+            found = next((nb for nb in self.G.neighbors(nic)
+                          if self.G.nodes[nb].get("kind") == "switch"), None)
+            if found is None:
+                raise TopologyError(f"NIC {nic} is not attached to any switch")
+            self._attached[nic] = found
+        return found
 
     def _generic_paths(self, src: str, dst: str) -> list[list[str]]:
         return _shortest_paths(self.G, src, dst)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
+from .accum import (AccumPlan, Extrapolation, extrapolate, full_trace, mapped, plan_accum,
+                    plan_trace)
 from .cluster import Cluster
 from .collectives.constants import load_constants
 from .collectives.model import CollectiveModel
@@ -27,7 +30,12 @@ _TRAINING_KEYS = ("precision", "micro_batch", "grad_accum")
 
 @dataclass
 class Setup:
-    """Everything built from a scenario before the replay."""
+    """Everything built from a scenario before the replay.
+
+    With ``accum`` (a step of many identical micro-steps), ``trace`` holds the last replayed
+    micro-steps only: derive another trace from it through :func:`with_trace`. A trace put
+    in by hand (``dataclasses.replace(setup, trace=...)``) is replayed as it is.
+    """
 
     scenario: Scenario
     cluster: Cluster
@@ -37,6 +45,11 @@ class Setup:
     engine: EngineConfig
     capacity_bytes: int
     peak_flops: float
+    accum: AccumPlan | None = None       # identical micro-steps: replay a few (accum.py)
+
+    def __post_init__(self):
+        if self.accum is not None and not self.accum.owns(self.trace):
+            self.accum = None
 
 
 @dataclass
@@ -44,6 +57,7 @@ class RunResult:
     setup: Setup
     timeline: Timeline
     metrics: Metrics
+    extrapolation: Extrapolation | None = None   # set when the step was extrapolated
 
 
 def strategy_dict(scn: Scenario) -> dict:
@@ -127,12 +141,14 @@ def job_world(cluster: Cluster, n_gpus: int) -> World:
     return World(n_gpus, min(int(cluster.G.graph["gpus_per_node"]), n_gpus))
 
 
-def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | None = None
-                ) -> Setup:
+def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | None = None,
+                extrapolate_steps: bool = True) -> Setup:
     """Load the model and topology, generate the trace, build the cost models.
 
     ``cluster`` replaces the scenario's cluster (one already built, or a degraded fabric's:
-    :func:`~simulator.topology.build.scenario_cluster` with a graph).
+    :func:`~simulator.topology.build.scenario_cluster` with a graph). With
+    ``extrapolate_steps``, a step of many identical micro-steps gets the few replayed traces
+    of :mod:`simulator.accum` (``Setup.accum``) instead of the whole trace.
     """
     try:
         model = load_model(scn.model)
@@ -153,20 +169,43 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
         raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",
                           source=source, field="cluster.gpus")
     world = job_world(cluster, n_gpus)
-    trace = make_trace(scn, model, cfg, world, source)
+    accum = plan_accum(cfg, t, lambda c: make_trace(scn, model, c, world, source)) \
+        if extrapolate_steps else None
+    trace = plan_trace(accum) if accum else make_trace(scn, model, cfg, world, source)
     engine = EngineConfig(fidelity=scn.simulation.fidelity,
                           overlap_slowdown=scn.simulation.overlap_slowdown,
                           precision=t.precision)
     compute = ComputeModel(gpu)
     return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, engine,
-                 gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision))
+                 gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum)
 
 
 def run_setup(setup: Setup) -> RunResult:
-    """Replay one iteration and compute its metrics."""
+    """Replay one iteration and compute its metrics (a step of many identical micro-steps:
+    a few replays extrapolated, :mod:`simulator.accum`)."""
+    plan = setup.accum
+    if plan is None:
+        return _replayed(setup, setup.trace)
+    runs = [_replayed(setup, trace) for trace in plan.traces]
+    done = extrapolate(plan, [r.metrics for r in runs], setup.peak_flops)
+    if done is not None:
+        return RunResult(setup, runs[-1].timeline, *done)
+    return _replayed(setup, full_trace(plan))      # not periodic: every micro-step
+
+
+def with_trace(setup: Setup, fn: Callable[[Trace], Trace]) -> Setup:
+    """``setup`` with ``fn(setup.trace)`` as its trace (for an extrapolated step, ``fn`` of
+    each replayed trace and of the whole step's)."""
+    if setup.accum is None:
+        return replace(setup, trace=fn(setup.trace))
+    plan = mapped(setup.accum, fn)
+    return replace(setup, trace=plan_trace(plan), accum=plan)
+
+
+def _replayed(setup: Setup, trace: Trace) -> RunResult:
     try:
-        tl = replay(setup.trace, setup.collectives, setup.compute, setup.engine,
+        tl = replay(trace, setup.collectives, setup.compute, setup.engine,
                     setup.capacity_bytes)
     except ConfigError as exc:   # an nccl: knob the cluster cannot honour, met at its first op
         raise setup.scenario.located(exc) from None
-    return RunResult(setup, tl, compute_metrics(tl, setup.trace.world_size, setup.peak_flops))
+    return RunResult(setup, tl, compute_metrics(tl, trace.world_size, setup.peak_flops))

@@ -72,3 +72,15 @@ def test_allocation_is_feasible_and_max_min_fair_on_random_instances():
 def test_rejects_non_positive_capacity():
     with pytest.raises(ValueError, match="capacity"):
         solve([[0]], [0.0])
+
+
+def test_one_flow_is_limited_by_its_most_loaded_link_exactly():
+    # The one-flow path (no per-entry owners) gives the bottleneck rate bit for bit.
+    rng = np.random.default_rng(3)
+    links = rng.integers(0, 40, 300)
+    coef = rng.random(300) + 0.1
+    cap = rng.random(40) * 1e9 + 1e8
+    rate = share_bandwidth(FlowIncidence.from_lists([links], [coef]), cap)
+    load = np.bincount(links, coef, 40)
+    used = load > 0
+    assert rate.tolist() == [float(np.min(cap[used] / load[used]))]

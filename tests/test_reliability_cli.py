@@ -163,6 +163,30 @@ def test_search_finds_the_optimum_near_daly():
     assert abs(daly.ettr - daly.expected) < 0.01
 
 
+
+def test_search_reuses_the_studys_own_trials(monkeypatch):
+    # the configured interval is the study's plan with the same seeds: its trials are not
+    # run again, and every candidate comes out the same as when all are run
+    from simulator.reliability import search as search_mod
+    from simulator.reliability.runner import run_many
+    plan = plan_of(_rel_search())
+    known = run_many([plan], 12, 3)[0]
+    full = search(plan, 6 * 3600.0, 600.0, points=5, span=4.0, trials=12, seed=3, workers=1)
+    ran = []
+    monkeypatch.setattr(search_mod, "run_many",
+                        lambda plans, *a: ran.append(len(plans)) or run_many(plans, *a))
+    reused = search(plan, 6 * 3600.0, 600.0, points=5, span=4.0, trials=12, seed=3,
+                    workers=1, known=known)
+    assert reused == full
+    assert ran == [len(full.candidates) - 1]
+
+
+def _rel_search() -> dict:
+    return {"job": {"duration": "10 d", "iteration_time": "10 s"},
+            "failures": {"baseline": "none", "software": {"rate": "4 per day"}},
+            "checkpoint": {"interval": "4 h", "mode": "sync", "size": 1, "overhead": "5 min",
+                           "persist_overhead": "0 s"}}
+
 def test_scenario_without_section_gets_the_defaults(capsys, tmp_path):
     data = {k: v for k, v in SCENARIO.items() if k != "reliability"}
     from simulator.scenario import scenario_from_dict

@@ -103,3 +103,10 @@ def test_the_limits_are_documented():
     text = (Path(__file__).parents[1] / "docs" / "topology-conventions.md").read_text()
     for limit in (f"{MAX_NODES:,}", f"{MAX_SPINES:,}", f"{MAX_SWITCH_LINKS:,}"):
         assert limit in text
+
+
+def test_a_131072_gpu_superpod_is_within_the_limits():
+    # 16,384 DGX A100 (8 GPUs each) in SuperPOD units of 20, 8 rails, 8 spines: the size
+    # bench_scale.py builds. Checked without building it (that takes ~10 s).
+    assert MAX_NODES * 8 >= 131072
+    check_switch_links(-(-16384 // 20) * 8, 8)     # 6,560 leaves x 8 spines

@@ -43,7 +43,7 @@ def register(cli: click.Group) -> None:
         setup = build_setup(scn, str(path))
         stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
-        m = result.metrics
+        m, extra = result.metrics, result.extrapolation
         meta = setup.trace.meta
         what = (f"{meta.get('model')} {meta.get('strategy')} on {setup.trace.world_size} x "
                 f"{setup.cluster.G.graph.get('gpu')} ({setup.cluster.G.graph.get('name')})")
@@ -56,14 +56,19 @@ def register(cli: click.Group) -> None:
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks)
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"))
+            if extra is not None:        # the timeline and tables are of the replayed step
+                (out / "extrapolation.json").write_text(json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
-            click.echo(json.dumps(m.as_dict(), indent=2))
+            d = m.as_dict() if extra is None else {**m.as_dict(), "extrapolated": extra.as_dict()}
+            click.echo(json.dumps(d, indent=2))
             return
         click.echo(f"# {scn.name}: {what}, global batch {meta.get('global_batch')}, "
                    f"{scn.training.precision}")
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")
+        if extra is not None:
+            click.echo(f"# {extra.note()}")
         if out is not None:
             click.echo(f"# outputs in {out} (timeline.json opens in https://ui.perfetto.dev)")
 
@@ -87,7 +92,7 @@ def register(cli: click.Group) -> None:
         from ..trace.io import write_trace
 
         path = resolve_scenario(scenario)
-        setup = build_setup(load_scenario(path, list(sets)), str(path))
+        setup = build_setup(load_scenario(path, list(sets)), str(path), extrapolate_steps=False)
         if fmt == "chakra":
             from ..importers.chakra import write_chakra
             files = write_chakra(setup.trace, output, overwrite=overwrite)

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cluster import Cluster, Route
+from .alltoall import aggregable, all_to_all_coefficients
+from .blocks import ServerBlocks, ring_blocks, tree_blocks
+from .nics import home_nic, nic_owner, owned_nics
 
 
 @dataclass(frozen=True)
@@ -46,33 +49,6 @@ def make_communicator(cluster: Cluster, ranks: list[int]) -> Communicator:
     return Communicator(tuple(tuple(by_server[s]) for s in sorted(by_server)))
 
 
-def nic_owner(cluster: Cluster, nic: str, gpus: list[str]) -> str:
-    """The GPU that drives ``nic``: among the GPUs nearest to it, round robin by NIC index.
-
-    On a DGX A100 (two GPUs and two NICs per PCIe switch) NIC j belongs to GPU j; with 16
-    NICs (two per GPU) each GPU owns two, as NCCL assigns them.
-    """
-    near = [g for g in gpus if nic in cluster.nearest_nics(g)]
-    return near[cluster.G.nodes[nic]["index"] % len(near)] if near else ""
-
-
-def owned_nics(cluster: Cluster, gpu: str) -> list[str]:
-    """The NICs ``gpu`` drives (falls back to all its nearest NICs if it owns none)."""
-    cache = cluster.__dict__.setdefault("_owned_nics", {})
-    mine = cache.get(gpu)
-    if mine is None:
-        peers = cluster.gpus_of_server(cluster.G.nodes[gpu]["server"])
-        nearest = cluster.nearest_nics(gpu)
-        mine = [n for n in nearest if nic_owner(cluster, n, peers) == gpu] or nearest
-        cache[gpu] = mine
-    return mine
-
-
-def home_nic(cluster: Cluster, gpu: str) -> str:
-    """The NIC a GPU uses for point-to-point traffic: the first one it owns."""
-    return owned_nics(cluster, gpu)[0]
-
-
 def gpu_route(cluster: Cluster, src: str, dst: str, src_nic: str | None = None,
               dst_nic: str | None = None, label: int = 0) -> Route:
     """Route GPU to GPU: inside the server directly, else GPU-NIC-fabric-NIC-GPU."""
@@ -94,28 +70,47 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
     """Per channel: per server, (GPU order inside the server, NIC used), NCCL-style.
 
     Inside a server the ring enters at a GPU next to the channel's NIC and leaves from
-    another GPU next to the same NIC, so traffic stays on one rail between servers.
+    another GPU next to the same NIC, so traffic stays on one rail between servers. Worked
+    out once per server design and set of member GPUs (local names), then named per server.
     """
     if comm.n_nodes == 1:
         return [[(list(comm.groups[0]), None)]]
-    per_server = [_server_nics(cluster, g) for g in comm.groups]
-    n_ch = channels or max(len(u) for u in per_server)
+    shapes: dict = {}
+    per_server = []
+    for gpus in comm.groups:
+        d = cluster.G.nodes[gpus[0]]
+        prefix = gpus[0][: len(gpus[0]) - len(d["local"])]
+        key = (d.get("template", d["server"]), tuple(g[len(prefix):] for g in gpus))
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = _server_orders(cluster, gpus, prefix)
+        per_server.append((prefix, shape))
+    n_ch = channels or max(len(nics) for _, (nics, _) in per_server)
     out = []
     for c in range(n_ch):
         servers = []
-        for gpus, nics in zip(comm.groups, per_server):
-            nic = nics[c % len(nics)]
-            near = [g for g in gpus if nic in cluster.nearest_nics(g)] or list(gpus)
-            owner = nic_owner(cluster, nic, cluster.gpus_of_server(
-                cluster.G.nodes[gpus[0]]["server"]))
-            entry = owner if owner in near else near[0]
-            others = [g for g in near if g != entry]
-            exit_ = others[0] if others else entry
-            middle = [g for g in gpus if g not in (entry, exit_)]
-            order = [entry] + middle + ([exit_] if exit_ != entry else [])
-            servers.append((order, nic))
+        for prefix, (nics, orders) in per_server:
+            j = c % len(nics)
+            servers.append(([prefix + g for g in orders[j]], prefix + nics[j]))
         out.append(servers)
     return out
+
+
+def _server_orders(cluster: Cluster, gpus: tuple[str, ...], prefix: str):
+    """(NICs, per NIC the GPU order) of one server's members, as local names."""
+    nics = _server_nics(cluster, gpus)
+    peers = cluster.gpus_of_server(cluster.G.nodes[gpus[0]]["server"])
+    orders = []
+    for nic in nics:
+        near = [g for g in gpus if nic in cluster.nearest_nics(g)] or list(gpus)
+        owner = nic_owner(cluster, nic, peers)
+        entry = owner if owner in near else near[0]
+        others = [g for g in near if g != entry]
+        exit_ = others[0] if others else entry
+        middle = [g for g in gpus if g not in (entry, exit_)]
+        order = [entry] + middle + ([exit_] if exit_ != entry else [])
+        orders.append([g[len(prefix):] for g in order])
+    return [n[len(prefix):] for n in nics], orders
 
 
 @dataclass
@@ -190,6 +185,8 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     """
     orders = channel_orders(cluster, comm)
     edges = _edge_set(cluster, comm)
+    if chain_from is None and comm.n_nodes > 1 and aggregable(cluster):
+        return _from_blocks(edges, ring_blocks(cluster, orders, pcie_p2p_efficiency))
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
     for ch, servers in enumerate(orders):
@@ -200,6 +197,16 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
         for h in hops:
             (a, nic_a), (b, nic_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
             _add_edge(edges, cluster, (a, b), (nic_a, nic_b), ch, pcie_p2p_efficiency, weight)
+    return edges
+
+
+def _from_blocks(edges: EdgeSet, blocks: ServerBlocks) -> EdgeSet:
+    """``edges`` holding the entries laid out server by server (one array each)."""
+    links, coefs, wires = blocks.entries()
+    if len(links):
+        edges.links.append(links)
+        edges.coefs.append(coefs)
+        edges.wires.append(wires)
     return edges
 
 
@@ -247,6 +254,9 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
     """Edges of the double binary tree, both directions (reduce up, broadcast down)."""
     orders = channel_orders(cluster, comm)
     edges = _edge_set(cluster, comm)
+    if comm.n_nodes > 1 and aggregable(cluster):
+        return _from_blocks(edges, tree_blocks(cluster, orders, pcie_p2p_efficiency,
+                                               dtree_parent))
     weight = 1.0 / len(orders)
     for ch, servers in enumerate(orders):
         for order, nic in servers:                 # chain inside each server
@@ -270,7 +280,25 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
 
 def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
                  pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
-    """Point-to-point edges: every ordered pair (all_to_all) or the given pairs."""
+    """Point-to-point edges: every ordered pair (all_to_all) or the given pairs.
+
+    Every ordered pair is summed per link without routing each pair
+    (:mod:`simulator.collectives.alltoall`) where that is the same layout; else, and for
+    given pairs, as :func:`direct_pair_edges`."""
+    if pairs is not None or not aggregable(cluster):
+        return direct_pair_edges(cluster, comm, pairs, pcie_p2p_efficiency)
+    coef, wire = all_to_all_coefficients(cluster, comm.groups, pcie_p2p_efficiency)
+    ids = np.flatnonzero(wire)
+    edges = _edge_set(cluster, comm)
+    edges.links.append(ids)
+    edges.coefs.append(coef[ids])
+    edges.wires.append(wire[ids])
+    return edges
+
+
+def direct_pair_edges(cluster: Cluster, comm: Communicator, pairs=None,
+                      pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
+    """Point-to-point edges, one route per pair: every ordered pair or the given pairs."""
     gpus = comm.gpus
     if pairs is None:
         pairs = [(a, b) for a in gpus for b in gpus if a != b]

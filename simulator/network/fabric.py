@@ -134,13 +134,18 @@ class FlowFabric(Fabric):
     name = "flow"
     # A flow is complete when what is left is below this fraction of its size.
     _DONE_FRACTION = 1e-9
+    _MEMO_FLOWS = 4         # single-flow solves remembered (two load vectors each)
 
     def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray):
         super().__init__(env, capacity_bytes_per_s)
         self._active: list[list] = []   # [flow, remaining_bytes, done_event]
         self._rates = np.zeros(0)
-        self._link_load = np.zeros(len(self.capacity))   # capacity taken, bytes/s
-        self._wire_load = np.zeros(len(self.capacity))   # bytes/s crossing
+        self._idle = np.zeros(len(self.capacity))
+        self._idle.setflags(write=False)
+        self._link_load = self._idle        # capacity taken, bytes/s
+        self._wire_load = self._idle        # bytes/s crossing
+        self._memo: dict = {}               # one flow alone: see _alone
+        self._group_load: dict = {}
         self._last_s = 0.0
         self._update_pending = False
         self._generation = 0
@@ -194,15 +199,18 @@ class FlowFabric(Fabric):
     def _solve(self) -> None:
         if not self._active:
             self._rates = np.zeros(0)
-            self._link_load[:] = 0.0
-            self._wire_load[:] = 0.0
+            self._link_load = self._wire_load = self._idle
             self._sample()
             return
         flows = [entry[0] for entry in self._active]
+        self.solves += 1
+        if len(flows) == 1:
+            self._rates, self._link_load, self._wire_load = self._alone(flows[0])
+            self._sample()
+            return
         incidence = FlowIncidence.from_lists([f.links for f in flows], [f.coef for f in flows],
                                              [f.max_rate for f in flows])
         self._rates = share_bandwidth(incidence, self.capacity)
-        self.solves += 1
         owner_rate = np.repeat(self._rates, np.diff(incidence.ptr))
         self._link_load = np.bincount(incidence.link, weights=incidence.coef * owner_rate,
                                       minlength=len(self.capacity))
@@ -211,11 +219,40 @@ class FlowFabric(Fabric):
                                       minlength=len(self.capacity))
         self._sample()
 
+    def _alone(self, f: Flow) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rates, link load, wire load) of ``f`` alone on the fabric: the same arithmetic
+        as for several flows (its rate times each entry's coefficient), remembered for the
+        last few arrays seen (a cached plan's flow recurs) and read-only."""
+        key = (id(f.links), id(f.coef), id(f.wire_coef), f.max_rate)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is f.links and hit[1] is f.coef and \
+                hit[2] is f.wire_coef:
+            return hit[3]
+        links, coef = np.asarray(f.links, np.int64), np.asarray(f.coef, float)
+        rates = share_bandwidth(FlowIncidence(np.array([0, len(links)]), links, coef,
+                                              np.array([f.max_rate], float)), self.capacity)
+        n = len(self.capacity)
+        out = (rates, np.bincount(links, weights=coef * rates[0], minlength=n),
+               np.bincount(links, weights=wire_coef(f) * rates[0], minlength=n))
+        for a in out:
+            a.setflags(write=False)
+        if len(self._memo) >= self._MEMO_FLOWS:
+            self._memo.pop(next(iter(self._memo)))
+        self._memo[key] = (f.links, f.coef, f.wire_coef, out)
+        return out
+
     def _sample(self) -> None:
         if self._groups is None:
             return
-        load = np.bincount(self._groups, weights=self._link_load, minlength=self._n_groups)
-        self.samples.append((self.env.now, load / np.maximum(self._group_capacity, 1e-300)))
+        load = self._group_load.get(id(self._link_load))
+        if load is None or load[0] is not self._link_load:
+            load = (self._link_load, np.bincount(self._groups, weights=self._link_load,
+                                                 minlength=self._n_groups))
+            if not self._link_load.flags.writeable:     # a remembered one: keep its sum
+                if len(self._group_load) > self._MEMO_FLOWS:
+                    self._group_load.pop(next(iter(self._group_load)))
+                self._group_load[id(self._link_load)] = load
+        self.samples.append((self.env.now, load[1] / np.maximum(self._group_capacity, 1e-300)))
 
     def _schedule_next(self) -> None:
         if not self._active:

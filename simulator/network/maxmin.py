@@ -69,15 +69,19 @@ def share_bandwidth(flows: FlowIncidence, capacity: np.ndarray) -> np.ndarray:
         raise ValueError("every link capacity must be > 0")
     if np.any(flows.coef <= 0):
         raise ValueError("every link coefficient must be > 0")
-    owner = np.repeat(np.arange(n), np.diff(flows.ptr))
+    owner = np.repeat(np.arange(n), np.diff(flows.ptr)) if n > 1 else None
     rate = np.zeros(n)
     active = np.ones(n, dtype=bool)
     remaining = capacity.astype(float).copy()
     n_links = len(capacity)
+    full_below = _EPS * capacity
     while active.any():
-        entry_active = active[owner]
-        load = np.bincount(flows.link[entry_active], weights=flows.coef[entry_active],
-                           minlength=n_links)
+        if active.all():        # the first round: no entry to leave out, nothing to copy
+            load = np.bincount(flows.link, weights=flows.coef, minlength=n_links)
+        else:
+            entry_active = active[owner]
+            load = np.bincount(flows.link[entry_active], weights=flows.coef[entry_active],
+                               minlength=n_links)
         used = load > 0
         step = np.inf
         if used.any():
@@ -89,11 +93,13 @@ def share_bandwidth(flows: FlowIncidence, capacity: np.ndarray) -> np.ndarray:
             break
         rate[active] += step
         remaining = np.maximum(remaining - step * load, 0.0)
-        full = used & (remaining <= _EPS * capacity)
+        full = used & (remaining <= full_below)
         frozen = np.zeros(n, dtype=bool)
         if full.any():
-            hit = full[flows.link]
-            frozen[owner[hit]] = True
+            if owner is None:     # one flow: every used link is one of its own
+                frozen[0] = True
+            else:
+                frozen[owner[full[flows.link]]] = True
         frozen |= rate >= flows.max_rate * (1 - 1e-12)
         active &= ~frozen
     return rate

@@ -58,8 +58,13 @@ def with_interval(plan: JobPlan, tau: float) -> tuple[JobPlan, int]:
 
 
 def search(plan: JobPlan, mtti_s: float, downtime_s: float, points: int, span: float,
-           trials: int, seed: int, workers: int) -> SearchResult | None:
-    """Run the candidates; None when there is nothing to search (no interrupts)."""
+           trials: int, seed: int, workers: int, known: list | None = None
+           ) -> SearchResult | None:
+    """Run the candidates; None when there is nothing to search (no interrupts).
+
+    ``known``: results already simulated for ``plan`` itself with these ``trials`` and
+    ``seed`` (the study's own trials); that candidate is not run again (same seeds, so the
+    same results)."""
     if points <= 0 or not math.isfinite(mtti_s):
         return None
     delta = max(plan.costs.block_s, 1e-9)
@@ -74,7 +79,10 @@ def search(plan: JobPlan, mtti_s: float, downtime_s: float, points: int, span: f
                      ("Daly", with_interval(plan, daly)[1])):
         variants[k] = (variants[k][0], "/".join(filter(None, (variants[k][1], label))))
     keys = sorted(variants)
-    results = run_many([variants[k][0] for k in keys], trials, seed, workers)
+    own = configured_iterations(plan) if known is not None and len(known) == trials else None
+    todo = [k for k in keys if k != own]
+    ran = dict(zip(todo, run_many([variants[k][0] for k in todo], trials, seed, workers)))
+    results = [known if k == own else ran[k] for k in keys]
     cands = []
     for k, res in zip(keys, results):
         e = np.array([r.ettr for r in res])

@@ -11,10 +11,10 @@ for its slowest rank).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simulator.cluster import Cluster
-from simulator.pipeline import Setup, build_setup, run_setup
+from simulator.pipeline import Setup, build_setup, run_setup, with_trace
 from simulator.scenario import Scenario
 from simulator.topology.build import scenario_cluster
 from simulator.trace.transform import apply_stragglers
@@ -68,5 +68,5 @@ def step_table(scn: Scenario, source: str, cluster: Cluster, reroutes: dict[str,
 
 def _straggler_time(setup: Setup, factor: float) -> float:
     """The step with rank 0's compute ``factor`` times slower (same cluster, cached routes)."""
-    slowed = replace(setup, trace=apply_stragglers(setup.trace, {0: factor}))
+    slowed = with_trace(setup, lambda trace: apply_stragglers(trace, {0: factor}))
     return run_setup(slowed).metrics.iteration_time_s

@@ -1,0 +1,135 @@
+"""Benchmark at scale: 1,024 to 131,072 GPUs (DGX A100 SuperPOD fabric, 8 GPUs a server).
+
+Three cases: ``all_reduce`` of 1 GiB and ``all_to_all`` of 64 MiB (flow fidelity, every GPU),
+and one Llama-2-70B FSDP FULL_SHARD iteration (``fsdp``, the llama2-70b-fsdp-128gpu
+scenario on more servers). Each case runs twice, each time in a fresh process:
+
+* whole process, as a user sees it: the ``clustersim`` command (interpreter start, imports,
+  topology, layout, simulation, output), wall time and the process's peak RSS;
+* in process: the same work through the library, split into setup (topology, cluster, trace
+  or nothing) and the rest (layout and simulation), with the SimPy events processed.
+
+Prints one Markdown table row per case and size, with the load average at the end of the
+run (the machine is shared: figures on a loaded machine are slower)::
+
+    python benchmarks/bench_scale.py [--gpus 1024,4096,16384,131072] [--cases all_reduce,all_to_all,fsdp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ("all_reduce", "all_to_all", "fsdp")
+SIZES = {"all_reduce": "1G", "all_to_all": "64M"}
+
+
+def cli_args(case: str, gpus: int) -> list[str]:
+    """The ``clustersim`` command line of ``case`` on ``gpus`` GPUs."""
+    nodes = max(1, gpus // 8)
+    if case == "fsdp":
+        return ["run", "llama2-70b-fsdp-128gpu", "--set", f"cluster.nodes={nodes}"]
+    return ["collective", case, "--topology", "dgx-a100-superpod", "--nodes", str(nodes),
+            "-b", SIZES[case], "-e", SIZES[case]]
+
+
+def in_process(case: str, gpus: int) -> dict:
+    """Run ``case`` through the library; setup and work seconds, events, peak RSS."""
+    if case == "fsdp":
+        from simulator.pipeline import build_setup, run_setup
+        from simulator.scenario import load_scenario
+    else:
+        from simulator.cluster import Cluster
+        from simulator.collectives.constants import load_constants
+        from simulator.collectives.model import CollectiveModel
+        from simulator.collectives.run import simulate_plans
+        from simulator.topology.loader import load_topology
+        from simulator.units import parse_size
+    t0 = time.perf_counter()       # after the imports: those are the whole process's
+    if case == "fsdp":
+        scn = load_scenario("llama2-70b-fsdp-128gpu", [f"cluster.nodes={max(1, gpus // 8)}"])
+        setup = build_setup(scn)
+        t1 = time.perf_counter()
+        events = run_setup(setup).metrics.events
+    else:
+        G = load_topology(ROOT / "topologies" / "dgx-a100-superpod.yaml",
+                          nodes=max(1, gpus // 8))
+        k = load_constants()
+        cluster = Cluster.from_graph(G, k)
+        t1 = time.perf_counter()
+        plan = CollectiveModel(cluster, k).plan(case, parse_size(SIZES[case]),
+                                                list(range(cluster.n_gpus)))
+        _, events = simulate_plans(cluster, [plan], "flow")
+    t2 = time.perf_counter()
+    return dict(setup_s=t1 - t0, work_s=t2 - t1, total_s=t2 - t0, events=events,
+                rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def timed(cmd: list[str], timeout_s: float) -> tuple[float, float, str]:
+    """Run ``cmd``; (wall seconds, peak RSS MiB, stdout), the RSS from the child's own
+    rusage (``os.wait4``); wall ``inf`` past ``timeout_s``."""
+    out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_scale.{os.getpid()}.out"
+    with open(out_path, "w") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, cwd=ROOT)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - t0 > timeout_s:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                return float("inf"), float("nan"), ""
+            time.sleep(0.02)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    text = out_path.read_text()
+    out_path.unlink()
+    return wall, usage.ru_maxrss / 1024, text if proc.returncode == 0 else ""
+
+
+def row(case: str, gpus: int, timeout_s: float) -> str:
+    exe = Path(sys.executable).with_name("clustersim")
+    wall, rss, _ = timed([str(exe), *cli_args(case, gpus)], timeout_s)
+    _, _, out = timed([sys.executable, __file__, "--child", case, str(gpus)], timeout_s)
+    load = os.getloadavg()[0]
+    whole = f"{wall:.2f} s, {rss:,.0f} MiB" if wall != float("inf") else \
+        f"> {timeout_s:.0f} s"
+    if not out:
+        return f"| {case} | {gpus:,} | {whole} | > {timeout_s:.0f} s | | | | | {load:.1f} |"
+    r = json.loads(out)
+    eps = r["events"] / r["work_s"] if r["work_s"] > 0 else float("inf")
+    return (f"| {case} | {gpus:,} | {whole} | {r['total_s']:.2f} | {r['setup_s']:.2f} | "
+            f"{r['work_s']:.2f} | {r['events']:,} | {eps:,.0f} | {r['rss_mib']:,.0f} | "
+            f"{load:.1f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", default="1024,4096,16384,131072")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
+    ap.add_argument("--child", nargs=2, metavar=("CASE", "GPUS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(in_process(args.child[0], int(args.child[1]))))
+        return
+    print("| case | GPUs | whole process (`clustersim`): wall, peak RSS | in process s | "
+          "setup s | layout + sim s | events | events/s | in-process peak RSS MiB | "
+          "load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for case in args.cases.split(","):
+        for gpus in sorted(int(x) for x in args.gpus.split(",")):
+            print(row(case, gpus, args.timeout), flush=True)
+
+
+if __name__ == "__main__":
+    main()

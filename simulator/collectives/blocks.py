@@ -1,0 +1,161 @@
+"""Ring and tree edges laid out server by server instead of edge by edge.
+
+``layouts.ring_edges`` and ``layouts.tree_edges`` add one route per directed edge; at
+16,384 GPUs that is 131,072 ring edges and twice as many tree edges, each a few
+dictionary look-ups and small numpy arrays. Inside a server the routes depend only on the
+server's design (``Cluster`` keeps them as positions in a per-server array of link ids), so
+the edges one channel lays out inside one server are routed once per design and hop
+sequence and then, for every other server of that design, read off that server's link ids
+with one fancy index. Between servers the NIC-to-NIC routes are the cluster's own (cached).
+
+The entries (link ids, rate coefficients, wire bytes) are the same, in the same order, as
+the edge-by-edge layout gives, so every sum over them is bit for bit the same; a test
+compares the two. Used only where that holds: ``spread`` ECMP (``hash`` pins each edge to
+a path by its label) and no link latency what-if (which needs each edge's route latency).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cluster import Cluster
+
+
+class ServerBlocks:
+    """Entries of edges, ``weight`` of the payload each, ``eff`` the P2P efficiency over
+    PCIe inside a server."""
+
+    def __init__(self, cluster: Cluster, weight: float, eff: float):
+        self.cluster = cluster
+        self.weight = weight
+        self.eff = eff
+        self._shapes: dict = {}
+        self.links: list[np.ndarray] = []
+        self.coefs: list[np.ndarray] = []
+        self.wires: list[np.ndarray] = []
+        self._pending: list[tuple[int, str, str]] = []   # fabric parts: slot, NIC, NIC
+        self._nodes: dict[str, tuple] = {}
+
+    def local(self, hops: list[tuple[str, str]], edge: list[bool]) -> None:
+        """Add the routes of ``hops`` (node pairs of one server); ``edge[i]``: hop ``i`` is a
+        whole GPU-to-GPU edge (the P2P efficiency applies), else the GPU-NIC part of an
+        edge between servers."""
+        first = hops[0][0]
+        info = self._nodes.get(first)
+        if info is None:
+            d = self.cluster.G.nodes[first]
+            # the server's design, and the length of its prefix of node ids
+            info = self._nodes[first] = (d.get("template", d["server"]),
+                                         len(first) - len(d["local"]))
+        template, cut = info
+        key = (template, tuple((a[cut:], b[cut:]) for a, b in hops), tuple(edge))
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = self._shape(hops, edge)
+        pos, coef, wire = shape
+        self.links.append(self.cluster.server_link_ids(first, key[0])[pos])
+        self.coefs.append(coef)
+        self.wires.append(wire)
+
+    def _shape(self, hops, edge) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Route ``hops`` on this server; return their entries as positions in the
+        server's link ids, with coefficients as ``EdgeSet.add`` computes them."""
+        cluster = self.cluster
+        links, coefs, wires = [], [], []
+        for (a, b), whole in zip(hops, edge):
+            route = cluster.route(a, b)
+            efficiency = 1.0
+            if whole and self.eff != 1.0 and \
+                    "nvlink" not in set(cluster.link_class[route.links]):
+                efficiency = self.eff
+            coef = route.coef if efficiency == 1.0 else route.coef / efficiency
+            links.append(route.links)
+            coefs.append(coef * self.weight)
+            wires.append(route.coef * self.weight)
+        ids = cluster.server_link_ids(hops[0][0])
+        where = {int(link): i for i, link in enumerate(ids.tolist())}
+        pos = np.array([where[link] for link in np.concatenate(links).tolist()], np.int64)
+        return pos, np.concatenate(coefs), np.concatenate(wires)
+
+    def fabric(self, nic_a: str, nic_b: str) -> None:
+        """Add the NIC-to-NIC part of an edge between servers (filled in by
+        :meth:`entries`, all edges between one switch pair at once)."""
+        self._pending.append((len(self.links), nic_a, nic_b))
+        for entries in (self.links, self.coefs, self.wires):
+            entries.append(None)
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(link ids, rate coefficients, wire bytes) of every edge added, in order."""
+        cluster = self.cluster
+        by_switches: dict = {}
+        for item in self._pending:
+            key = (cluster._attached_switch(item[1]), cluster._attached_switch(item[2]))
+            by_switches.setdefault(key, []).append(item)
+        for (sw_a, sw_b), items in by_switches.items():
+            core = cluster.switch_paths(sw_a, sw_b)
+            if len({len(p) for p in core}) != 1:
+                for slot, a, b in items:
+                    route = cluster.route(a, b)
+                    self.links[slot] = route.links
+                    self.coefs[slot] = self.wires[slot] = route.coef * self.weight
+                continue
+            self._fill(cluster._core_ids((sw_a, sw_b), core), sw_a, sw_b, items)
+        self._pending = []
+        if not self.links:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        return (np.concatenate(self.links), np.concatenate(self.coefs),
+                np.concatenate(self.wires))
+
+    def _fill(self, core: np.ndarray, sw_a: str, sw_b: str, items) -> None:
+        """The spread routes NIC -> ``sw_a`` -> core paths -> ``sw_b`` -> NIC of ``items``
+        (``Cluster._spread_route``'s ids, row by row, and its shares times the weight)."""
+        link_id = self.cluster.link_id
+        rows, width = core.shape
+        ids = np.empty((len(items), rows, width + 2), np.int64)
+        ids[:, :, 0] = np.array([link_id[(a, sw_a)] for _, a, _ in items])[:, None]
+        ids[:, :, 1:width + 1] = core
+        ids[:, :, width + 1] = np.array([link_id[(sw_b, b)] for _, _, b in items])[:, None]
+        coef = np.full(rows * (width + 2), 1.0 / rows) * self.weight
+        for e, (slot, _, _) in enumerate(items):
+            self.links[slot] = ids[e].reshape(-1)
+            self.coefs[slot] = self.wires[slot] = coef
+
+    def between(self, a: str, nic_a: str, nic_b: str, b: str) -> None:
+        """Add the edge GPU ``a`` -> GPU ``b`` of another server, through the NICs."""
+        self.local([(a, nic_a)], [False])
+        self.fabric(nic_a, nic_b)
+        self.local([(nic_b, b)], [False])
+
+
+def ring_blocks(cluster: Cluster, orders, eff: float) -> ServerBlocks:
+    """The entries of ``layouts.ring_edges`` (whole rings, more than one server)."""
+    out = ServerBlocks(cluster, 1.0 / len(orders), eff)
+    for servers in orders:
+        n = len(servers)
+        for i, (order, nic) in enumerate(servers):
+            nxt, nic_b = servers[(i + 1) % n]
+            hops = list(zip(order, order[1:])) + [(order[-1], nic)]
+            out.local(hops, [True] * (len(hops) - 1) + [False])
+            out.fabric(nic, nic_b)
+            out.local([(nic_b, nxt[0])], [False])
+    return out
+
+
+def tree_blocks(cluster: Cluster, orders, eff: float, parent) -> ServerBlocks:
+    """The entries of ``layouts.tree_edges``; ``parent(k, n, tree)`` the double binary tree."""
+    out = ServerBlocks(cluster, 1.0 / len(orders), eff)
+    for ch, servers in enumerate(orders):
+        for order, nic in servers:
+            hops = [h for a, b in zip(order, order[1:]) for h in ((a, b), (b, a))]
+            if hops:
+                out.local(hops, [True] * len(hops))
+        n = len(servers)
+        for k in range(n):
+            p = parent(k, n, ch % 2)
+            if p < 0:
+                continue
+            (child, nic_c), (up, nic_p) = (servers[k][0][0], servers[k][1]), \
+                (servers[p][0][0], servers[p][1])
+            out.between(child, nic_c, nic_p, up)
+            out.between(up, nic_p, nic_c, child)
+    return out
