@@ -35,6 +35,7 @@ def register(cli: click.Group) -> None:
         from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
         from ..scenario import load_scenario, resolve_scenario
+        from ..validation.envelope import Query, envelope
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
@@ -49,21 +50,27 @@ def register(cli: click.Group) -> None:
                 f"{setup.cluster.G.graph.get('gpu')} ({setup.cluster.G.graph.get('name')})")
         capacity_gib = setup.capacity_bytes / float(1 << 30)
         rows = metric_rows(m, capacity_gib)
+        acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
+                                float(meta.get("params")), str(setup.cluster.G.graph.get("gpu")),
+                                setup.trace.world_size, scn.training.precision))
         if out is not None:
             from ..metrics.outputs import write_outputs     # matplotlib: only for --out
             from ..metrics.page import write_page
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
-                          scn.model_dump(mode="json"), ranks)
-            write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"))
+                          scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict())
+            write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
+                       accuracy=acc.lines())
         if fmt == "json":
-            click.echo(json.dumps(m.as_dict(), indent=2))
+            click.echo(json.dumps({**m.as_dict(), "accuracy": acc.as_dict()}, indent=2))
             return
         click.echo(f"# {scn.name}: {what}, global batch {meta.get('global_batch')}, "
                    f"{scn.training.precision}")
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")
+        for line in acc.lines():
+            click.echo(f"# accuracy: {line}")
         if out is not None:
             click.echo(f"# outputs in {out} (timeline.json opens in https://ui.perfetto.dev)")
 
