@@ -132,3 +132,11 @@ def test_compare_and_capacity_carry_one_envelope_per_strategy(capsys):
     fit = res["largest_fit"]
     want = envelope(Query.of("ddp", fit["model"], fit["params"], "A100-SXM4-80GB", 8, "bf16"))
     assert res["accuracy"] == json.loads(json.dumps(want.as_dict()))
+
+
+def test_run_out_puts_the_envelope_in_summary_json_and_report_html(capsys, tmp_path):
+    code, out, err = run_main(capsys, "run", *SMALL, "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    acc = json.loads((tmp_path / "r" / "summary.json").read_text())["accuracy"]
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "How far to trust it" in page and acc["nearest"]["case"] in page

@@ -114,7 +114,8 @@ def register(cli: click.Group) -> None:
         Binary-searches a size ladder (catalog models plus generated sizes ~15% apart) with
         the engine's memory verdict for one iteration under SCENARIO's training settings
         [default: quickstart]; the scenario's model is ignored. Also checks the folk claim
-        "on 8x A100-80GB, DDP trains about 7B, FSDP about 30B" (docs/capacity.md).
+        "on 8x A100-80GB, DDP trains about 7B, FSDP about 30B" (docs/capacity.md). Each
+        largest fit gets its accuracy envelope (nearest validated case, its error).
         """
         from ..capacity.report import capacity
         from ..scenario import load_scenario, resolve_scenario

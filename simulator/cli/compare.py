@@ -85,7 +85,8 @@ def register(cli: click.Group) -> None:
         --iterations budget) with the cost of communication waits shown on its own.
         Strategies: fsdp-full, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid, fsdp-hybrid-zero2,
         ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod. One that cannot run
-        on this cluster is reported as n/a with the reason (docs/compare.md).
+        on this cluster is reported as n/a with the reason (docs/compare.md). Each
+        strategy that ran gets its accuracy envelope (nearest validated case, its error).
         """
         from ..compare.cost import resolve_price
         from ..compare.page import write_page

@@ -30,7 +30,9 @@ def register(cli: click.Group) -> None:
     def run_cmd(scenario, sets, out, fmt):
         """Simulate one training iteration of SCENARIO [default: quickstart].
 
-        SCENARIO is a scenario YAML file or a shipped name (scenarios/).
+        SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer ends
+        with its accuracy envelope: the nearest validated case, its error, and where this
+        run leaves the validated ground (README "Accuracy").
         """
         from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
