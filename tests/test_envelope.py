@@ -76,6 +76,15 @@ def test_a_validated_configuration_finds_itself_inside_the_ground():
     assert "inside the validated range on every axis" in e.lines()[1]
 
 
+def test_a_fitted_calibration_case_is_named_but_never_the_nearest():
+    e = envelope(Query.of("ddp", "resnet-50", 25557032, "A100-SXM4-80GB", 1, "fp16"))
+    assert e.nearest["split"] == "validation" and e.distance > 0
+    assert e.as_dict()["calibration_case_nearer"]["case"] == "training/resnet50_1gpu_amp"
+    assert "training/resnet50_1gpu_amp is nearer but was fitted" in e.lines()[0]
+    inside = envelope(Query.of("ddp", "bert-large", 335174458, "A100-SXM4-80GB", 8, "fp16"))
+    assert inside.fitted_nearer is None
+
+
 def test_far_configurations_name_the_axes_that_differ_and_give_no_invented_number():
     e = envelope(Query.of("fsdp", "llama-2-70b", 69e9, "H100-SXM", 16384, "bf16"))
     assert e.nearest["family"] == "fsdp"

@@ -7,7 +7,7 @@ The ground is ``simulator/data/validated.csv``, one row per validated throughput
 throughput error at that case, simulated / measured - 1 (positive: the simulator was too
 optimistic).
 
-Nearest validated case: the row with the smallest distance
+Nearest validated case: the held-out (``validation`` split) row with the smallest distance
 
     d = 3 [strategy family differs] + GPU term + precision term
         + |log10(params / params_case)| + |log10(GPUs / GPUs_case)|
@@ -15,7 +15,9 @@ Nearest validated case: the row with the smallest distance
 GPU term: 0 for the same GPU type, 0.5 for another variant of the same chip (A100-SXM4-40GB
 against A100-SXM4-80GB), 2 for another chip. Precision term: 0 for the same, 0.25 between
 fp16 and bf16 (one 16-bit calibration), 1 otherwise. So a 10x larger model or 10x more GPUs
-weigh one unit each, and the strategy family counts most; ties go to the first case id.
+weigh one unit each, and the strategy family counts most; ties go to the first case id. A
+calibration row fitted the constants, so its error is no test: when one is nearer it is
+named beside the nearest held-out case, not instead of it.
 
 Beside the nearest case the envelope says which axes leave the validated ground (no case
 of the family, of the GPU type, of the precision; a model or GPU count outside the range of
@@ -31,7 +33,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -141,11 +143,13 @@ class Envelope:
     differs: list[str]
     median_abs_error: float | None
     median_rows: int
-    notes: list[str] = field(default_factory=list)
+    fitted_nearer: dict | None = None
 
     def as_dict(self) -> dict:
         n = self.nearest
+        fit = self.fitted_nearer
         return {"nearest": {k: n[k] for k in COLUMNS}, "distance": round(self.distance, 6),
+                "calibration_case_nearer": fit and {k: fit[k] for k in COLUMNS},
                 "differs": self.differs,
                 "validation_median_abs_error": self.median_abs_error,
                 "validation_rows": self.median_rows,
@@ -160,7 +164,10 @@ class Envelope:
         fam = FAMILY_LABEL.get(n["family"], n["family"])
         first = (f"nearest validated: {fam} {n['model']} ({_b(n['params'])}) on {n['gpus']} "
                  f"{n['gpu']}, {n['precision']}, error {100 * n['error']:+.1f}% "
-                 f"({n['split']} case {n['case']})")
+                 f"(held-out case {n['case']})")
+        if self.fitted_nearer is not None:
+            first += (f"; the calibration case {self.fitted_nearer['case']} is nearer but "
+                      f"was fitted, so its error is no test")
         where = "; ".join(self.differs) if self.differs else "inside the validated range " \
                                                                "on every axis"
         qf = FAMILY_LABEL.get(self.query.family, self.query.family)
@@ -182,11 +189,19 @@ def _b(params: float) -> str:
 def envelope(q: Query, ground: tuple[dict, ...] | None = None) -> Envelope:
     """The accuracy envelope of ``q`` against ``ground`` (default: the shipped summary)."""
     ground = load_ground() if ground is None else ground
-    best = min(ground, key=lambda r: (distance(q, r), r["case"]))
+    best = _nearest(q, [r for r in ground if r["split"] == "validation"])
+    fit = _nearest(q, [r for r in ground if r["split"] != "validation"])
+    if fit is not None and distance(q, fit) >= distance(q, best):
+        fit = None
     same = [abs(r["error"]) for r in ground if r["split"] == "validation"
             and r["family"] == q.family and r["gpu"] == q.gpu]
     med = statistics.median(same) if len(same) >= MIN_ROWS else None
-    return Envelope(q, best, distance(q, best), differing_axes(q, ground), med, len(same))
+    return Envelope(q, best, distance(q, best), differing_axes(q, ground), med, len(same),
+                    fit)
+
+
+def _nearest(q: Query, rows: list[dict]) -> dict | None:
+    return min(rows, key=lambda r: (distance(q, r), r["case"]), default=None)
 
 
 def grouped_lines(by_label: dict[str, list[str]]) -> list[str]:
