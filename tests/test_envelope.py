@@ -149,3 +149,15 @@ def test_run_out_puts_the_envelope_in_summary_json_and_report_html(capsys, tmp_p
     acc = json.loads((tmp_path / "r" / "summary.json").read_text())["accuracy"]
     page = (tmp_path / "r" / "report.html").read_text()
     assert "How far to trust it" in page and acc["nearest"]["case"] in page
+
+
+def test_compare_table_and_out_carry_the_envelope(capsys, tmp_path):
+    args = ["compare", "--set", "model=gpt2-small", *SMALL, "--strategies", "fsdp-full,ddp",
+            "--no-capacity", "--no-scaling", "--price-per-gpu-hour", "2"]
+    code, out, err = run_main(capsys, *args, "--out", str(tmp_path / "c"))
+    assert code == 0, err
+    lines = [x for x in out.splitlines() if x.startswith("# accuracy (")]
+    assert len(lines) == 4 and lines[0].startswith("# accuracy (fsdp-full) nearest validated")
+    rows = json.loads((tmp_path / "c" / "compare.json").read_text())["rows"]
+    page = (tmp_path / "c" / "report.html").read_text()
+    assert "How far to trust it" in page and rows[1]["accuracy"]["nearest"]["case"] in page
