@@ -68,6 +68,10 @@ def test_a_validated_configuration_finds_itself_inside_the_ground():
     assert e.distance == 0 and e.differs == []
     assert e.nearest["case"] == "training/bert_large_seq128_8gpu_amp"   # first of the tie
     assert e.nearest["error"] == pytest.approx(float(rows[0]["error"]), rel=1e-5)
+    twin = [r for r in _csv(TRAIN) if r["case"] == "bert_large_seq512_8gpu_amp"][0]
+    assert [r["case"] for r in e.tied] == ["training/bert_large_seq512_8gpu_amp"]
+    lo, hi = sorted([float(rows[0]["error"]), float(twin["error"])])
+    assert f"error {100 * lo:+.1f}% to {100 * hi:+.1f}% over 2 held-out cases" in e.lines()[0]
     same = [abs(float(r["error"])) for r in _csv(TRAIN) if r["split"] == "validation"
             and r["metric"] != "scaling_efficiency" and r["case"].startswith(
                 ("resnet50_", "bert_large_"))]          # the PyTorch DDP rows on A100-80GB
@@ -132,7 +136,8 @@ def test_compare_and_capacity_carry_one_envelope_per_strategy(capsys):
         assert r["accuracy"] == json.loads(json.dumps(want.as_dict()))
     # gpt2-small is 1,400x smaller than the FSDP rows: a DDP row on this GPU is nearer
     assert rows[0]["accuracy"]["nearest"]["family"] == "ddp"
-    assert "GPU count 16x smaller than any validated FSDP case" in rows[0]["accuracy"]["differs"]
+    differs = rows[0]["accuracy"]["differs"]
+    assert "GPU count 16x smaller than any validated FSDP case" in differs
     code, out, err = run_main(capsys, "capacity", "--set", "training.micro_batch=1",
                               "--set", "training.seq_len=2048", "--strategies", "ddp",
                               "--format", "json")
@@ -161,3 +166,11 @@ def test_compare_table_and_out_carry_the_envelope(capsys, tmp_path):
     rows = json.loads((tmp_path / "c" / "compare.json").read_text())["rows"]
     page = (tmp_path / "c" / "report.html").read_text()
     assert "How far to trust it" in page and rows[1]["accuracy"]["nearest"]["case"] in page
+
+
+def test_an_unknown_model_size_drops_that_axis_instead_of_failing():
+    q = Query.of("ddp", "imported", 0, "A100-SXM4-80GB", 8, "fp16")
+    row = {"family": "ddp", "gpu": "A100-SXM4-80GB", "precision": "fp16", "params": 3e8,
+           "gpus": 8}
+    assert distance(q, row) == 0
+    assert not any(d.startswith("model") for d in envelope(q).differs)

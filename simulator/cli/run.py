@@ -52,9 +52,10 @@ def register(cli: click.Group) -> None:
                 f"{setup.cluster.G.graph.get('gpu')} ({setup.cluster.G.graph.get('name')})")
         capacity_gib = setup.capacity_bytes / float(1 << 30)
         rows = metric_rows(m, capacity_gib)
+        gpu = str(setup.cluster.G.graph.get("gpu"))
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
-                                float(meta.get("params")), str(setup.cluster.G.graph.get("gpu")),
-                                setup.trace.world_size, scn.training.precision))
+                                float(meta.get("params") or 0), gpu, setup.trace.world_size,
+                                scn.training.precision))
         if out is not None:
             from ..metrics.outputs import write_outputs     # matplotlib: only for --out
             from ..metrics.page import write_page

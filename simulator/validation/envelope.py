@@ -17,7 +17,9 @@ against A100-SXM4-80GB), 2 for another chip. Precision term: 0 for the same, 0.2
 fp16 and bf16 (one 16-bit calibration), 1 otherwise. So a 10x larger model or 10x more GPUs
 weigh one unit each, and the strategy family counts most; ties go to the first case id. A
 calibration row fitted the constants, so its error is no test: when one is nearer it is
-named beside the nearest held-out case, not instead of it.
+named beside the nearest held-out case, not instead of it. Held-out cases exactly as near
+(the same configuration on every axis, e.g. two batch sizes) are all reported: the error
+becomes the range over them.
 
 Beside the nearest case the envelope says which axes leave the validated ground (no case
 of the family, of the GPU type, of the precision; a model or GPU count outside the range of
@@ -33,7 +35,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -96,7 +98,12 @@ def distance(q: Query, row: dict) -> float:
     """The documented distance (module docstring) from ``q`` to a validated case."""
     return (3.0 * (q.family != row["family"]) + gpu_term(q.gpu, row["gpu"])
             + precision_term(q.precision, row["precision"])
-            + abs(math.log10(q.params / row["params"])) + abs(math.log10(q.gpus / row["gpus"])))
+            + _log_ratio(q.params, row["params"]) + _log_ratio(q.gpus, row["gpus"]))
+
+
+def _log_ratio(a: float, b: float) -> float:
+    """|log10(a / b)|; 0 when either is unknown (0, or a trace that states no size)."""
+    return abs(math.log10(a / b)) if a > 0 and b > 0 else 0.0
 
 
 def _ratio(value: float, lo: float, hi: float) -> float:
@@ -128,7 +135,8 @@ def differing_axes(q: Query, ground: tuple[dict, ...]) -> list[str]:
     params = [r["params"] for r in pool]
     gpus = [r["gpus"] for r in pool]
     of = of or "(any strategy)"
-    out += [s for s in (_times(_ratio(q.params, min(params), max(params)), "model", of),
+    model = _ratio(q.params, min(params), max(params)) if q.params > 0 else 1.0
+    out += [s for s in (_times(model, "model", of),
                         _times(_ratio(q.gpus, min(gpus), max(gpus)), "GPU count", of)) if s]
     return out
 
@@ -144,11 +152,13 @@ class Envelope:
     median_abs_error: float | None
     median_rows: int
     fitted_nearer: dict | None = None
+    tied: list[dict] = field(default_factory=list)   # held-out cases as near as ``nearest``
 
     def as_dict(self) -> dict:
         n = self.nearest
         fit = self.fitted_nearer
         return {"nearest": {k: n[k] for k in COLUMNS}, "distance": round(self.distance, 6),
+                "equally_near": [{"case": r["case"], "error": r["error"]} for r in self.tied],
                 "calibration_case_nearer": fit and {k: fit[k] for k in COLUMNS},
                 "differs": self.differs,
                 "validation_median_abs_error": self.median_abs_error,
@@ -163,8 +173,7 @@ class Envelope:
         n = self.nearest
         fam = FAMILY_LABEL.get(n["family"], n["family"])
         first = (f"nearest validated: {fam} {n['model']} ({_b(n['params'])}) on {n['gpus']} "
-                 f"{n['gpu']}, {n['precision']}, error {100 * n['error']:+.1f}% "
-                 f"(held-out case {n['case']})")
+                 f"{n['gpu']}, {n['precision']}, " + self._errors())
         if self.fitted_nearer is not None:
             first += (f"; the calibration case {self.fitted_nearer['case']} is nearer but "
                       f"was fitted, so its error is no test")
@@ -181,6 +190,15 @@ class Envelope:
             med = f"no validation case of {qf} on {self.query.gpu} to take a median of"
         return [first, f"against the validated ground: {where}; {med}"]
 
+    def _errors(self) -> str:
+        """The error at the nearest case, or the range over the equally near ones."""
+        n = self.nearest
+        if not self.tied:
+            return f"error {100 * n['error']:+.1f}% (held-out case {n['case']})"
+        errs = sorted(r["error"] for r in [n, *self.tied])
+        return (f"error {100 * errs[0]:+.1f}% to {100 * errs[-1]:+.1f}% over "
+                f"{len(errs)} held-out cases ({n['case']} and {len(self.tied)} more)")
+
 
 def _b(params: float) -> str:
     return f"{params / 1e9:.3g}B" if params >= 1e9 else f"{params / 1e6:.3g}M"
@@ -189,7 +207,10 @@ def _b(params: float) -> str:
 def envelope(q: Query, ground: tuple[dict, ...] | None = None) -> Envelope:
     """The accuracy envelope of ``q`` against ``ground`` (default: the shipped summary)."""
     ground = load_ground() if ground is None else ground
-    best = _nearest(q, [r for r in ground if r["split"] == "validation"])
+    held_out = [r for r in ground if r["split"] == "validation"]
+    best = _nearest(q, held_out)
+    tied = [r for r in held_out if r is not best
+            and distance(q, r) <= distance(q, best) + 1e-12]
     fit = _nearest(q, [r for r in ground if r["split"] != "validation"])
     if fit is not None and distance(q, fit) >= distance(q, best):
         fit = None
@@ -197,7 +218,7 @@ def envelope(q: Query, ground: tuple[dict, ...] | None = None) -> Envelope:
             and r["family"] == q.family and r["gpu"] == q.gpu]
     med = statistics.median(same) if len(same) >= MIN_ROWS else None
     return Envelope(q, best, distance(q, best), differing_axes(q, ground), med, len(same),
-                    fit)
+                    fit, tied)
 
 
 def _nearest(q: Query, rows: list[dict]) -> dict | None:

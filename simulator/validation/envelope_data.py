@@ -6,9 +6,9 @@ One row per validated throughput case: every non-scaling row of
 ``validation/training/report/results.csv`` (published multi-GPU and 1-GPU A100 runs, both
 splits) and every ``generated`` case of ``validation/gpu/results.csv`` (the simulator's own
 model of a single-H200 step against the measured step; its step-time error is turned into a
-throughput error, ``measured_s / simulated_s - 1``, metric ``steps_per_s``). Replayed profiles, the optimizer-only
-cases and the scaling-efficiency rows are left out: they do not test a prediction of a
-throughput from a configuration.
+throughput error, ``measured_s / simulated_s - 1``, metric ``steps_per_s``). Replayed
+profiles, the optimizer-only cases and the scaling-efficiency rows are left out: they do
+not test a prediction of a throughput from a configuration.
 
 Regenerate after ``clustersim validate training`` or ``clustersim validate gpu`` rewrites
 their results::
