@@ -45,7 +45,18 @@ def _on_host(p: Probe | None) -> bool:
     return p is not None and not p.replayed and (p.oom_at or "").startswith("host memory")
 
 
-def render_table(rep: CapacityReport) -> str:
+def accuracy_of(rep: CapacityReport) -> dict:
+    """The accuracy envelope of each strategy's largest fit (its step time and tokens/s;
+    :mod:`simulator.validation.envelope`), by strategy label."""
+    from ..validation.envelope import Query, envelope
+    c, prec = rep.cluster, rep.settings["precision"]
+    return {r.spec.label: envelope(Query.of(r.spec.name, r.largest.rung.model.name,
+                                            float(r.largest.rung.params), str(c["gpu"]),
+                                            int(c["gpus"]), prec))
+            for r in rep.results if r.largest is not None}
+
+
+def render_table(rep: CapacityReport, accuracy: list[str] | None = None) -> str:
     s, c = rep.settings, rep.cluster
     lines = [
         f"# capacity of {c['gpus']} x {c['gpu']} ({c['topology']}, "
@@ -75,6 +86,7 @@ def render_table(rep: CapacityReport) -> str:
         lines.append("# * rejected without replay: static memory (weights, gradients, "
                      "optimizer state) alone exceeds the GPU; its peak is the static size")
     lines += [f"# note: {n}" for n in rep.notes]
+    lines += [f"# accuracy of the largest fit {line}" for line in accuracy or ()]
     if rep.claim:
         lines.append(rep.claim["verdict"])
     return "\n".join(lines)
@@ -102,7 +114,8 @@ def register(cli: click.Group) -> None:
         Binary-searches a size ladder (catalog models plus generated sizes ~15% apart) with
         the engine's memory verdict for one iteration under SCENARIO's training settings
         [default: quickstart]; the scenario's model is ignored. Also checks the folk claim
-        "on 8x A100-80GB, DDP trains about 7B, FSDP about 30B" (docs/capacity.md).
+        "on 8x A100-80GB, DDP trains about 7B, FSDP about 30B" (docs/capacity.md). Each
+        largest fit gets its accuracy envelope (nearest validated case, its error).
         """
         from ..capacity.report import capacity
         from ..scenario import load_scenario, resolve_scenario
@@ -110,7 +123,13 @@ def register(cli: click.Group) -> None:
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
         rep = capacity(scn, family, strategies, source=str(path))
+        acc = accuracy_of(rep)
         if fmt == "json":
-            click.echo(json.dumps(rep.as_dict(), indent=2))
+            data = rep.as_dict()
+            for d, r in zip(data["results"], rep.results):
+                d["accuracy"] = acc[r.spec.label].as_dict() if r.spec.label in acc else None
+            click.echo(json.dumps(data, indent=2))
         else:
-            click.echo(render_table(rep))
+            from ..validation.envelope import grouped_lines
+            click.echo(render_table(rep, grouped_lines({k: e.lines()
+                                                        for k, e in acc.items()})))

@@ -85,7 +85,8 @@ def register(cli: click.Group) -> None:
         --iterations budget) with the cost of communication waits shown on its own.
         Strategies: fsdp-full, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid, fsdp-hybrid-zero2,
         ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod. One that cannot run
-        on this cluster is reported as n/a with the reason (docs/compare.md).
+        on this cluster is reported as n/a with the reason (docs/compare.md). Each
+        strategy that ran gets its accuracy envelope (nearest validated case, its error).
         """
         from ..compare.cost import resolve_price
         from ..compare.page import write_page
@@ -95,6 +96,7 @@ def register(cli: click.Group) -> None:
         from ..outpaths import prepare_out_dir
         from ..scenario import load_scenario, resolve_scenario
         from ..topology.build import scenario_graph
+        from ..validation.envelope import grouped_lines
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
@@ -114,15 +116,31 @@ def register(cli: click.Group) -> None:
         cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,
                       capacity=capacity, progress=say)
+        acc = _accuracy(cmp)
+        lines = grouped_lines({k: e.lines() for k, e in acc.items()})
+        as_dicts = {k: e.as_dict() for k, e in acc.items()}
         if out is not None:
             from ..compare.charts import write_outputs    # matplotlib: only for --out
-            write_outputs(out, cmp)
-            write_page(cmp, out, _inputs(path, sets, strategies, cost_price, budget, scn))
-        text = {"json": to_json, "csv": to_csv, "table": render_table}[fmt](cmp)
+            write_outputs(out, cmp, as_dicts)
+            write_page(cmp, out, _inputs(path, sets, strategies, cost_price, budget, scn),
+                       lines)
+        text = {"json": lambda c: to_json(c, as_dicts), "csv": to_csv,
+                "table": lambda c: render_table(c, lines)}[fmt](cmp)
         click.echo(text)
         if out is not None and fmt == "table":
             click.echo(f"# outputs in {out}: compare.csv, compare.json, iteration_time.png, "
                        f"memory.png, cost.png, report.html")
+
+
+def _accuracy(cmp) -> dict:
+    """The accuracy envelope of each strategy that ran, by strategy key."""
+    from ..models import load_model, params_total
+    from ..validation.envelope import Query, envelope
+    params = float(params_total(load_model(cmp.model)))
+    return {r.alias.key: envelope(Query.of(r.alias.strategy, cmp.model, params,
+                                           str(cmp.cluster["gpu"]), r.metrics.world_size,
+                                           cmp.settings["precision"]))
+            for r in cmp.rows if r.metrics is not None}
 
 
 def _inputs(path, sets, strategies, price, budget, scn) -> dict:

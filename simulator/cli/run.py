@@ -30,11 +30,14 @@ def register(cli: click.Group) -> None:
     def run_cmd(scenario, sets, out, fmt):
         """Simulate one training iteration of SCENARIO [default: quickstart].
 
-        SCENARIO is a scenario YAML file or a shipped name (scenarios/).
+        SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer ends
+        with its accuracy envelope: the nearest validated case, its error, and where this
+        run leaves the validated ground (README "Accuracy").
         """
         from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
         from ..scenario import load_scenario, resolve_scenario
+        from ..validation.envelope import Query, envelope
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
@@ -49,17 +52,24 @@ def register(cli: click.Group) -> None:
                 f"{setup.cluster.G.graph.get('gpu')} ({setup.cluster.G.graph.get('name')})")
         capacity_gib = setup.capacity_bytes / float(1 << 30)
         rows = metric_rows(m, capacity_gib)
+        gpu = str(setup.cluster.G.graph.get("gpu"))
+        acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
+                                float(meta.get("params") or 0), gpu, setup.trace.world_size,
+                                scn.training.precision))
         if out is not None:
             from ..metrics.outputs import write_outputs     # matplotlib: only for --out
             from ..metrics.page import write_page
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
-                          scn.model_dump(mode="json"), ranks)
-            write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"))
+                          scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict())
+            write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
+                       accuracy=acc.lines())
             if extra is not None:        # the timeline and tables are of the replayed step
                 (out / "extrapolation.json").write_text(json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
-            d = m.as_dict() if extra is None else {**m.as_dict(), "extrapolated": extra.as_dict()}
+            d = {**m.as_dict(), "accuracy": acc.as_dict()}
+            if extra is not None:
+                d["extrapolated"] = extra.as_dict()
             click.echo(json.dumps(d, indent=2))
             return
         click.echo(f"# {scn.name}: {what}, global batch {meta.get('global_batch')}, "
@@ -69,6 +79,8 @@ def register(cli: click.Group) -> None:
             click.echo(f"{key:<{width}}  {value}")
         if extra is not None:
             click.echo(f"# {extra.note()}")
+        for line in acc.lines():
+            click.echo(f"# accuracy: {line}")
         if out is not None:
             click.echo(f"# outputs in {out} (timeline.json opens in https://ui.perfetto.dev)")
 

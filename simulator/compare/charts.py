@@ -20,14 +20,16 @@ from .results import Comparison  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- folder
-def write_outputs(out: Path | str, cmp: Comparison) -> list[Path]:
-    """``compare.csv``, ``compare.json``, ``iteration_time.png``, ``memory.png`` and
-    ``cost.png`` in ``out`` (guarded, module doc); returns the paths."""
+def write_outputs(out: Path | str, cmp: Comparison,
+                  accuracy: dict[str, dict] | None = None) -> list[Path]:
+    """``compare.csv``, ``compare.json`` (with ``accuracy``, see :func:`.report.to_json`),
+    ``iteration_time.png``, ``memory.png`` and ``cost.png`` in ``out`` (guarded, module
+    doc); returns the paths."""
     out = prepare_out_dir(out)
     recs = records(cmp)
     ok = [r for r in recs if r["status"] == "ok"]
     files = {"compare.csv": lambda p: p.write_text(to_csv(cmp) + "\n"),
-             "compare.json": lambda p: p.write_text(to_json(cmp) + "\n"),
+             "compare.json": lambda p: p.write_text(to_json(cmp, accuracy) + "\n"),
              "iteration_time.png": lambda p: _plot_time(ok, p),
              "memory.png": lambda p: _plot_memory(ok, cmp.cluster["gpu_memory_gib"], p),
              "cost.png": lambda p: _plot_cost(ok, cmp.budget is not None, p)}

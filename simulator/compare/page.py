@@ -61,8 +61,10 @@ def answer_sentences(cmp: Comparison) -> list[str]:
     return out
 
 
-def write_page(cmp: Comparison, out: Path, inputs: dict) -> Path:
-    """Write ``out/report.html`` next to the CSV, JSON and PNG files of ``compare --out``."""
+def write_page(cmp: Comparison, out: Path, inputs: dict,
+               accuracy: list[str] | None = None) -> Path:
+    """Write ``out/report.html`` next to the CSV, JSON and PNG files of ``compare --out``
+    (``accuracy``: the accuracy envelope's lines)."""
     recs = records(cmp)
     ok = [r for r in recs if r["status"] == "ok"]
     c, s = cmp.cluster, cmp.settings
@@ -70,6 +72,8 @@ def write_page(cmp: Comparison, out: Path, inputs: dict) -> Path:
                       f"scenario {cmp.scenario}; {c['topology']}; micro-batch "
                       f"{s['micro_batch']}, sequence {s['seq_len']}, {s['precision']}")
     page.answer(*answer_sentences(cmp))
+    if accuracy:
+        page.heading("How far to trust it").text(*accuracy)
     if cmp.price is not None:
         budget = cmp.budget is not None
         head = ["strategy", "$ per iteration", "$ per 1M tokens", "$ per 1k samples",

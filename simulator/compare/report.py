@@ -40,12 +40,15 @@ def records(cmp: Comparison) -> list[dict]:
     return [flat_row(r, best) for r in cmp.rows]
 
 
-def to_json(cmp: Comparison) -> str:
+def to_json(cmp: Comparison, accuracy: dict[str, dict] | None = None) -> str:
+    """The comparison as JSON; ``accuracy``: each strategy's accuracy envelope, by key."""
     data = cmp.as_dict()
     best = cheapest(cmp.rows)
     data["cheapest"] = best.alias.key if best else None
     for d, r in zip(data["rows"], cmp.rows):
         d["waste_vs_cheapest"] = excess_over_cheapest(r, best)
+        if accuracy is not None:
+            d["accuracy"] = accuracy.get(r.alias.key)
     return json.dumps(data, indent=2, default=str)
 
 
@@ -93,7 +96,8 @@ def _grid(head: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)) 
     return [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)]
 
 
-def render_table(cmp: Comparison) -> str:
+def render_table(cmp: Comparison, accuracy: list[str] | None = None) -> str:
+    """The comparison as text; ``accuracy``: the accuracy envelope's lines."""
     recs, c, s = records(cmp), cmp.cluster, cmp.settings
     lines = [f"# compare {cmp.scenario}: {cmp.model} on {c['gpus']} x {c['gpu']} "
              f"({c['topology']}, {c['gpu_memory_gib']:.1f} GiB each); micro_batch "
@@ -115,6 +119,7 @@ def render_table(cmp: Comparison) -> str:
     lines += [f"# {r['strategy']}: 2x: {r['scaling_reason']}" for r in ok
               if r["scaling_reason"] and r["scaling_reason"] not in cmp.doubling]
     lines += [f"# note: {n}" for n in cmp.notes]
+    lines += [f"# accuracy {line}" for line in accuracy or ()]
     lines += _cost_lines(cmp, ok)
     return "\n".join(lines)
 

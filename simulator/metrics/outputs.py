@@ -88,12 +88,16 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 
 def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
-                  scenario: dict, class_ranks: dict[str, tuple[int, ...]]) -> list[Path]:
-    """Write every output file into ``out`` (see module docstring); return their paths."""
+                  scenario: dict, class_ranks: dict[str, tuple[int, ...]],
+                  accuracy: dict | None = None) -> list[Path]:
+    """Write every output file into ``out`` (see module docstring); return their paths.
+    ``accuracy``: the envelope (:mod:`simulator.validation.envelope`) summary.json carries."""
     out = prepare_out_dir(out)
+    summary = {"metrics": metrics.as_dict(), "scenario": scenario}
+    if accuracy is not None:
+        summary["accuracy"] = accuracy
     files = {
-        "summary.json": lambda p: p.write_text(json.dumps(
-            {"metrics": metrics.as_dict(), "scenario": scenario}, indent=2, default=str)),
+        "summary.json": lambda p: p.write_text(json.dumps(summary, indent=2, default=str)),
         "metrics.csv": lambda p: pd.DataFrame([_flat(metrics)]).to_csv(p, index=False),
         "layers.csv": lambda p: layer_breakdown(tl).to_csv(p, index=False),
         "ops.csv": lambda p: ops_table(tl).to_csv(p, index=False),

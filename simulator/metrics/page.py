@@ -32,10 +32,13 @@ def answer_sentences(m: Metrics, what: str, capacity_gib: float) -> list[str]:
 
 
 def write_page(out: Path, m: Metrics, rows: list[tuple[str, str]], what: str,
-               capacity_gib: float, scenario: dict) -> Path:
-    """Write ``out/report.html`` (``rows``: the metric lines ``run`` prints)."""
+               capacity_gib: float, scenario: dict, accuracy: list[str] | None = None) -> Path:
+    """Write ``out/report.html`` (``rows``: the metric lines ``run`` prints; ``accuracy``:
+    the accuracy envelope's lines)."""
     page = HtmlReport(f"One training step: {what}", f"scenario {scenario.get('name', '')}")
     page.answer(*answer_sentences(m, what, capacity_gib))
+    if accuracy:
+        page.heading("How far to trust it").text(*accuracy)
     page.table(Table("Metrics of one iteration", ["metric", "value"], rows,
                      note="compute_s: GPU kernels and copies; exposed_comm_s: communication "
                           "not under compute; wait_s: the rest (host work, a CPU optimizer "

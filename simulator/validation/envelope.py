@@ -1,0 +1,235 @@
+"""The accuracy envelope of an answer: how far a configuration is from the validated ground
+and what the simulator's error was there (``run``, ``compare`` and ``capacity`` print it and
+put it in their JSON as ``accuracy``).
+
+The ground is ``simulator/data/validated.csv``, one row per validated throughput case
+(:mod:`.envelope_data` builds it from ``validation/``). ``error`` is the simulator's
+throughput error at that case, simulated / measured - 1 (positive: the simulator was too
+optimistic).
+
+Nearest validated case: the held-out (``validation`` split) row with the smallest distance
+
+    d = 3 [strategy family differs] + GPU term + precision term
+        + |log10(params / params_case)| + |log10(GPUs / GPUs_case)|
+
+GPU term: 0 for the same GPU type, 0.5 for another variant of the same chip (A100-SXM4-40GB
+against A100-SXM4-80GB), 2 for another chip. Precision term: 0 for the same, 0.25 between
+fp16 and bf16 (one 16-bit calibration), 1 otherwise. So a 10x larger model or 10x more GPUs
+weigh one unit each, and the strategy family counts most; ties go to the first case id. A
+calibration row fitted the constants, so its error is no test: when one is nearer it is
+named beside the nearest held-out case, not instead of it. Held-out cases exactly as near
+(the same configuration on every axis, e.g. two batch sizes) are all reported: the error
+becomes the range over them.
+
+Beside the nearest case the envelope says which axes leave the validated ground (no case
+of the family, of the GPU type, of the precision; a model or GPU count outside the range of
+the family's cases, by how much) and, when the validation split has at least
+:data:`MIN_ROWS` rows of that family on that GPU type, their median |error|. It states
+measured errors only: no confidence number is derived from them.
+
+Read with the ``csv`` module on first use, so commands start without pandas.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "validated.csv"
+COLUMNS = ("case", "split", "family", "framework", "model", "params", "gpu", "gpus", "nodes",
+           "precision", "metric", "error")
+MIN_ROWS = 5                     # validation rows needed for a median |error|
+FAMILY_LABEL = {"ddp": "DDP", "fsdp": "FSDP", "tensorflow": "TensorFlow",
+                "horovod": "Horovod"}
+_TF = ("tf_mirrored", "tf_multiworker", "tf_ps", "tf_central_storage")
+
+
+def family_of(strategy: str) -> str:
+    """The strategy family of a registry strategy name (``tf_*`` -> ``tensorflow``)."""
+    return "tensorflow" if strategy in _TF else strategy
+
+
+@dataclass(frozen=True)
+class Query:
+    """The configuration an answer is about."""
+
+    family: str
+    model: str
+    params: float
+    gpu: str
+    gpus: int
+    precision: str
+
+    @classmethod
+    def of(cls, strategy: str, model: str, params: float, gpu: str, gpus: int,
+           precision: str) -> Query:
+        """The query of a registry strategy name (``tf_mirrored``...) and the rest."""
+        return cls(family_of(strategy), model, params, gpu, gpus, precision)
+
+
+@lru_cache(maxsize=None)
+def load_ground(path: str = str(SHIPPED)) -> tuple[dict, ...]:
+    """The validated cases of ``path`` (default: the shipped summary)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r.update(params=float(r["params"]), gpus=int(r["gpus"]), nodes=int(r["nodes"]),
+                 error=float(r["error"]))
+    return tuple(rows)
+
+
+def _chip(gpu: str) -> str:
+    return gpu.split("-")[0]
+
+
+def gpu_term(a: str, b: str) -> float:
+    return 0.0 if a == b else 0.5 if _chip(a) == _chip(b) else 2.0
+
+
+def precision_term(a: str, b: str) -> float:
+    return 0.0 if a == b else 0.25 if {a, b} == {"fp16", "bf16"} else 1.0
+
+
+def distance(q: Query, row: dict) -> float:
+    """The documented distance (module docstring) from ``q`` to a validated case."""
+    return (3.0 * (q.family != row["family"]) + gpu_term(q.gpu, row["gpu"])
+            + precision_term(q.precision, row["precision"])
+            + _log_ratio(q.params, row["params"]) + _log_ratio(q.gpus, row["gpus"]))
+
+
+def _log_ratio(a: float, b: float) -> float:
+    """|log10(a / b)|; 0 when either is unknown (0, or a trace that states no size)."""
+    return abs(math.log10(a / b)) if a > 0 and b > 0 else 0.0
+
+
+def _ratio(value: float, lo: float, hi: float) -> float:
+    """> 1: ``value`` is that many times above ``hi``; < 1 below ``lo``; 1 inside."""
+    return value / hi if value > hi else value / lo if value < lo else 1.0
+
+
+def _times(r: float, what: str, of: str) -> str | None:
+    if 1 / 1.05 <= r <= 1.05:
+        return None
+    word, k = ("larger", r) if r > 1 else ("smaller", 1 / r)
+    return f"{what} {k:.3g}x {word} than any validated {of} case"
+
+
+def differing_axes(q: Query, ground: tuple[dict, ...]) -> list[str]:
+    """Where ``q`` leaves the validated ground, in words."""
+    fam = FAMILY_LABEL.get(q.family, q.family)
+    mine = [r for r in ground if r["family"] == q.family]
+    out = []
+    if not mine:
+        out.append(f"no validated {fam} case")
+    if not any(r["gpu"] == q.gpu for r in ground):
+        out.append(f"no validated case on {q.gpu}")
+    elif mine and not any(r["gpu"] == q.gpu for r in mine):
+        out.append(f"no validated {fam} case on {q.gpu}")
+    pool, of = (mine, fam) if mine else (list(ground), "")
+    if mine and not any(r["precision"] == q.precision for r in mine):
+        out.append(f"no validated {fam} case in {q.precision}")
+    params = [r["params"] for r in pool]
+    gpus = [r["gpus"] for r in pool]
+    of = of or "(any strategy)"
+    model = _ratio(q.params, min(params), max(params)) if q.params > 0 else 1.0
+    out += [s for s in (_times(model, "model", of),
+                        _times(_ratio(q.gpus, min(gpus), max(gpus)), "GPU count", of)) if s]
+    return out
+
+
+@dataclass
+class Envelope:
+    """What the ground says about one configuration (see the module docstring)."""
+
+    query: Query
+    nearest: dict
+    distance: float
+    differs: list[str]
+    median_abs_error: float | None
+    median_rows: int
+    fitted_nearer: dict | None = None
+    tied: list[dict] = field(default_factory=list)   # held-out cases as near as ``nearest``
+
+    def as_dict(self) -> dict:
+        n = self.nearest
+        fit = self.fitted_nearer
+        return {"nearest": {k: n[k] for k in COLUMNS}, "distance": round(self.distance, 6),
+                "equally_near": [{"case": r["case"], "error": r["error"]} for r in self.tied],
+                "calibration_case_nearer": fit and {k: fit[k] for k in COLUMNS},
+                "differs": self.differs,
+                "validation_median_abs_error": self.median_abs_error,
+                "validation_rows": self.median_rows,
+                "median_of": {"family": self.query.family, "gpu": self.query.gpu,
+                              "split": "validation"},
+                "error_meaning": "simulated / measured throughput - 1 at the validated case",
+                "ground": "simulator/data/validated.csv (from validation/)"}
+
+    def lines(self) -> list[str]:
+        """One or two lines of text (no comment marks)."""
+        n = self.nearest
+        fam = FAMILY_LABEL.get(n["family"], n["family"])
+        first = (f"nearest validated: {fam} {n['model']} ({_b(n['params'])}) on {n['gpus']} "
+                 f"{n['gpu']}, {n['precision']}, " + self._errors())
+        if self.fitted_nearer is not None:
+            first += (f"; the calibration case {self.fitted_nearer['case']} is nearer but "
+                      f"was fitted, so its error is no test")
+        where = "; ".join(self.differs) if self.differs else "inside the validated range " \
+                                                               "on every axis"
+        qf = FAMILY_LABEL.get(self.query.family, self.query.family)
+        if self.median_abs_error is not None:
+            med = (f"median |error| of the {self.median_rows} validation cases of {qf} on "
+                   f"{self.query.gpu}: {100 * self.median_abs_error:.1f}%")
+        elif self.median_rows:
+            med = (f"{self.median_rows} validation case(s) of {qf} on {self.query.gpu}, too "
+                   f"few for a median (need {MIN_ROWS})")
+        else:
+            med = f"no validation case of {qf} on {self.query.gpu} to take a median of"
+        return [first, f"against the validated ground: {where}; {med}"]
+
+    def _errors(self) -> str:
+        """The error at the nearest case, or the range over the equally near ones."""
+        n = self.nearest
+        if not self.tied:
+            return f"error {100 * n['error']:+.1f}% (held-out case {n['case']})"
+        errs = sorted(r["error"] for r in [n, *self.tied])
+        return (f"error {100 * errs[0]:+.1f}% to {100 * errs[-1]:+.1f}% over "
+                f"{len(errs)} held-out cases ({n['case']} and {len(self.tied)} more)")
+
+
+def _b(params: float) -> str:
+    return f"{params / 1e9:.3g}B" if params >= 1e9 else f"{params / 1e6:.3g}M"
+
+
+def envelope(q: Query, ground: tuple[dict, ...] | None = None) -> Envelope:
+    """The accuracy envelope of ``q`` against ``ground`` (default: the shipped summary)."""
+    ground = load_ground() if ground is None else ground
+    held_out = [r for r in ground if r["split"] == "validation"]
+    best = _nearest(q, held_out)
+    tied = [r for r in held_out if r is not best
+            and distance(q, r) <= distance(q, best) + 1e-12]
+    fit = _nearest(q, [r for r in ground if r["split"] != "validation"])
+    if fit is not None and distance(q, fit) >= distance(q, best):
+        fit = None
+    same = [abs(r["error"]) for r in ground if r["split"] == "validation"
+            and r["family"] == q.family and r["gpu"] == q.gpu]
+    med = statistics.median(same) if len(same) >= MIN_ROWS else None
+    return Envelope(q, best, distance(q, best), differing_axes(q, ground), med, len(same),
+                    fit, tied)
+
+
+def _nearest(q: Query, rows: list[dict]) -> dict | None:
+    return min(rows, key=lambda r: (distance(q, r), r["case"]), default=None)
+
+
+def grouped_lines(by_label: dict[str, list[str]]) -> list[str]:
+    """``{strategy: its envelope lines}`` as ``(a, b): line`` lines, strategies with the same
+    envelope together, in first-seen order."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for label, lines in by_label.items():
+        groups.setdefault(tuple(lines), []).append(label)
+    return [f"({', '.join(labels)}) {line}" for lines, labels in groups.items()
+            for line in lines]

@@ -1,0 +1,126 @@
+"""The validated ground that :mod:`.envelope` measures an answer against, built from the
+repository's validation results and shipped as ``simulator/data/validated.csv`` (the wheel
+carries no ``validation/`` folder).
+
+One row per validated throughput case: every non-scaling row of
+``validation/training/report/results.csv`` (published multi-GPU and 1-GPU A100 runs, both
+splits) and every ``generated`` case of ``validation/gpu/results.csv`` (the simulator's own
+model of a single-H200 step against the measured step; its step-time error is turned into a
+throughput error, ``measured_s / simulated_s - 1``, metric ``steps_per_s``). Replayed
+profiles, the optimizer-only cases and the scaling-efficiency rows are left out: they do
+not test a prediction of a throughput from a configuration.
+
+Regenerate after ``clustersim validate training`` or ``clustersim validate gpu`` rewrites
+their results::
+
+    python -m simulator.validation.envelope_data          # writes simulator/data/validated.csv
+    python -m simulator.validation.envelope_data --check  # exit 1 when it is out of step
+
+``tests/test_envelope.py`` fails when the shipped file is out of step with the results.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+
+from ..models import load_model, params_total
+from ..scenario import apply_sets, resolve_scenario, scenario_from_dict
+from ..topology.build import scenario_graph
+from .common import read_yaml
+from .envelope import COLUMNS, SHIPPED, family_of
+from .paths import data_dir
+
+THROUGHPUT = ("samples_per_s", "tflops_per_gpu")
+
+
+def _scenario(ref, sets: list[str], source: str) -> dict:
+    """A case's scenario mapping (shipped name or inline) with its ``set`` applied."""
+    data = dict(ref) if isinstance(ref, dict) else read_yaml(resolve_scenario(ref))
+    return apply_sets(data, list(sets), source)
+
+
+def _describe(data: dict, source: str, model_file: Path | None = None) -> dict:
+    """Strategy family, model, parameters, GPU type and precision of a scenario mapping."""
+    if model_file is not None:
+        data = {**data, "model": str(model_file)}
+    scn = scenario_from_dict(data, source)
+    model = load_model(scn.model)
+    return {"family": family_of(str(scn.strategy.get("name"))), "model": model.name,
+            "params": params_total(model), "gpu": str(scenario_graph(scn).graph.get("gpu")),
+            "precision": scn.training.precision}
+
+
+def training_rows(root: Path) -> list[dict]:
+    """The throughput rows of the training suite (``root``: ``validation/training``)."""
+    cases = read_yaml(root / "cases.yaml")["cases"]
+    source = str(root / "cases.yaml")
+    with open(root / "measurements.csv", newline="") as f:
+        meas = {r["measurement_id"]: r for r in csv.DictReader(f)}
+    out = []
+    with open(root / "report" / "results.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            if r["metric"] not in THROUGHPUT:
+                continue
+            spec = cases[r["case"]]
+            d = _describe(_scenario(spec["scenario"], spec.get("set", []), source), source)
+            m = meas[r["measurement"]]
+            out.append({**d, "case": f"training/{r['case']}", "gpus": int(r["gpus"]),
+                        "nodes": int(m["nodes"]), "split": r["split"], "metric": r["metric"],
+                        "error": float(r["error"]), "framework": m["framework"]})
+    return out
+
+
+def gpu_rows(root: Path) -> list[dict]:
+    """The generated single-GPU cases of the GPU suite (``root``: ``validation/gpu``)."""
+    cases = read_yaml(root / "cases.yaml")["generated"]
+    source = str(root / "cases.yaml")
+    out = []
+    with open(root / "results.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            if r["kind"] != "generated":
+                continue
+            name = r["case"].split("/")[1]
+            spec = cases[name]
+            mf = root / spec["model_file"] if spec.get("model_file") else None
+            data = _scenario(spec["scenario"], spec.get("set", []), source)
+            d = _describe(data, source, mf)
+            out.append({**d, "case": r["case"], "gpus": 1, "nodes": 1,
+                        "split": "validation", "metric": "steps_per_s",
+                        "error": float(r["measured_s"]) / float(r["simulated_s"]) - 1.0,
+                        "framework": "PyTorch"})
+    return out
+
+
+def validated_rows() -> list[dict]:
+    """Every validated case, sorted by case id."""
+    rows = training_rows(data_dir("training")) + gpu_rows(data_dir("gpu"))
+    return sorted(rows, key=lambda r: r["case"])
+
+
+def summary_text(rows: list[dict]) -> str:
+    """``rows`` as the CSV text of ``validated.csv`` (errors to 6 significant digits)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({**{k: r[k] for k in COLUMNS}, "error": f"{r['error']:.6g}"})
+    return buf.getvalue()
+
+
+def main(argv: list[str]) -> int:
+    """Write (or with ``--check`` compare) ``simulator/data/validated.csv``."""
+    text = summary_text(validated_rows())
+    if "--check" in argv:
+        same = SHIPPED.read_text() == text
+        print(f"{SHIPPED}: {'in step' if same else 'OUT OF STEP: regenerate'}")
+        return 0 if same else 1
+    SHIPPED.write_text(text)
+    print(f"wrote {SHIPPED}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

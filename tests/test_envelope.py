@@ -1,0 +1,176 @@
+"""The accuracy envelope (simulator/validation/envelope.py): the shipped ground is in step
+with the validation results, the nearest case and the distance follow the documented
+formula, the axes that leave the ground are named, the median is over the source rows, and
+run / compare / capacity print it and put it in their JSON."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+
+import pytest
+
+from simulator.validation.envelope import (MIN_ROWS, SHIPPED, Query, distance, envelope,
+                                           family_of, grouped_lines, load_ground)
+from simulator.validation.envelope_data import summary_text, validated_rows
+from simulator.validation.paths import data_dir
+from test_cli import run_main
+
+TRAIN = data_dir("training") / "report" / "results.csv"
+GPU = data_dir("gpu") / "results.csv"
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_shipped_summary_is_in_step_with_the_validation_results():
+    # regenerate with: python -m simulator.validation.envelope_data
+    assert SHIPPED.read_text() == summary_text(validated_rows())
+
+
+def test_the_ground_holds_every_throughput_case_with_its_error():
+    ground = {r["case"]: r for r in load_ground()}
+    train = [r for r in _csv(TRAIN) if r["metric"] != "scaling_efficiency"]
+    gen = [r for r in _csv(GPU) if r["kind"] == "generated"]
+    assert len(ground) == len(train) + len(gen)
+    for r in train:
+        g = ground[f"training/{r['case']}"]
+        assert (g["split"], g["model"], g["gpus"], g["precision"]) == \
+            (r["split"], r["model"], int(r["gpus"]), r["precision"])
+        assert g["error"] == pytest.approx(float(r["error"]), rel=1e-5)
+    for r in gen:       # a step-time case as a throughput error: measured / simulated - 1
+        g = ground[r["case"]]
+        assert g["gpu"] == "H200-SXM" and g["gpus"] == 1 and g["split"] == "validation"
+        assert g["error"] == pytest.approx(
+            float(r["measured_s"]) / float(r["simulated_s"]) - 1, rel=1e-5)
+    fsdp = ground["training/gpt3_175b_fsdp_128gpu"]
+    assert (fsdp["family"], fsdp["gpu"], fsdp["nodes"]) == ("fsdp", "A100-SXM4-40GB", 16)
+    assert ground["training/tf2_maskrcnn_b2_1gpu_tf32"]["family"] == "tensorflow"
+
+
+def test_distance_is_the_documented_formula():
+    row = {"family": "fsdp", "gpu": "A100-SXM4-40GB", "precision": "fp16", "params": 175e9,
+           "gpus": 128}
+    q = Query("ddp", "x", 7e9, "H100-SXM", 16384, "bf16")
+    want = 3 + 2 + 0.25 + abs(math.log10(7e9 / 175e9)) + abs(math.log10(16384 / 128))
+    assert distance(q, row) == pytest.approx(want)
+    q2 = Query("fsdp", "x", 175e9, "A100-SXM4-80GB", 128, "tf32")
+    assert distance(q2, row) == pytest.approx(0.5 + 1.0)        # same chip, other precision
+
+
+def test_a_validated_configuration_finds_itself_inside_the_ground():
+    rows = [r for r in _csv(TRAIN) if r["case"] == "bert_large_seq128_8gpu_amp"]
+    e = envelope(Query.of("ddp", "bert-large", 335174458, "A100-SXM4-80GB", 8, "fp16"))
+    assert e.distance == 0 and e.differs == []
+    assert e.nearest["case"] == "training/bert_large_seq128_8gpu_amp"   # first of the tie
+    assert e.nearest["error"] == pytest.approx(float(rows[0]["error"]), rel=1e-5)
+    twin = [r for r in _csv(TRAIN) if r["case"] == "bert_large_seq512_8gpu_amp"][0]
+    assert [r["case"] for r in e.tied] == ["training/bert_large_seq512_8gpu_amp"]
+    lo, hi = sorted([float(rows[0]["error"]), float(twin["error"])])
+    assert f"error {100 * lo:+.1f}% to {100 * hi:+.1f}% over 2 held-out cases" in e.lines()[0]
+    same = [abs(float(r["error"])) for r in _csv(TRAIN) if r["split"] == "validation"
+            and r["metric"] != "scaling_efficiency" and r["case"].startswith(
+                ("resnet50_", "bert_large_"))]          # the PyTorch DDP rows on A100-80GB
+    assert e.median_rows == len(same) >= MIN_ROWS
+    assert e.median_abs_error == pytest.approx(statistics.median(same), rel=1e-5)
+    assert "inside the validated range on every axis" in e.lines()[1]
+
+
+def test_a_fitted_calibration_case_is_named_but_never_the_nearest():
+    e = envelope(Query.of("ddp", "resnet-50", 25557032, "A100-SXM4-80GB", 1, "fp16"))
+    assert e.nearest["split"] == "validation" and e.distance > 0
+    assert e.as_dict()["calibration_case_nearer"]["case"] == "training/resnet50_1gpu_amp"
+    assert "training/resnet50_1gpu_amp is nearer but was fitted" in e.lines()[0]
+    inside = envelope(Query.of("ddp", "bert-large", 335174458, "A100-SXM4-80GB", 8, "fp16"))
+    assert inside.fitted_nearer is None
+
+
+def test_far_configurations_name_the_axes_that_differ_and_give_no_invented_number():
+    e = envelope(Query.of("fsdp", "llama-2-70b", 69e9, "H100-SXM", 16384, "bf16"))
+    assert e.nearest["family"] == "fsdp"
+    assert "no validated case on H100-SXM" in e.differs
+    assert "GPU count 128x larger than any validated FSDP case" in e.differs   # 16384/128
+    assert e.median_abs_error is None and e.median_rows == 0
+    assert e.as_dict()["validation_median_abs_error"] is None
+    small = envelope(Query.of("fsdp", "m", 175.2155e9 / 10, "A100-SXM4-40GB", 128, "fp16"))
+    assert "model 10x smaller than any validated FSDP case" in small.differs
+    assert small.median_abs_error is None and small.median_rows == 2     # 175B and 1T rows
+    assert "too few for a median" in small.lines()[1]
+    none = envelope(Query.of("nosuch", "m", 1e9, "B200", 8, "fp8"))
+    assert none.differs[:2] == ["no validated nosuch case", "no validated case on B200"]
+
+
+def test_family_and_grouping():
+    assert family_of("tf_central_storage") == "tensorflow" and family_of("fsdp") == "fsdp"
+    assert grouped_lines({"a": ["x", "y"], "b": ["x", "y"], "c": ["z"]}) == \
+        ["(a, b) x", "(a, b) y", "(c) z"]
+
+
+SMALL = ["--set", "training.seq_len=1024", "--set", "training.micro_batch=1"]
+
+
+def test_run_prints_the_envelope_and_puts_it_in_the_json(capsys):
+    code, out, err = run_main(capsys, "run", *SMALL)
+    assert code == 0, err
+    lines = [x for x in out.splitlines() if x.startswith("# accuracy: ")]
+    want = envelope(Query.of("fsdp", "llama-2-7b", 6738415616, "A100-SXM4-80GB", 8, "bf16"))
+    assert len(lines) == 2 and lines[0] == f"# accuracy: {want.lines()[0]}"
+    code, out, err = run_main(capsys, "run", *SMALL, "--format", "json")
+    acc = json.loads(out)["accuracy"]
+    assert acc["nearest"]["case"] == want.nearest["case"]
+    assert "GPU count 16x smaller than any validated FSDP case" in acc["differs"]
+
+
+def test_compare_and_capacity_carry_one_envelope_per_strategy(capsys):
+    code, out, err = run_main(capsys, "compare", "--set", "model=gpt2-small", *SMALL,
+                              "--strategies", "fsdp-full,ddp", "--no-capacity",
+                              "--no-scaling", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    for r, fam in zip(rows, ("fsdp", "ddp")):
+        want = envelope(Query.of(fam, "gpt2-small", 124439808, "A100-SXM4-80GB", 8, "bf16"))
+        assert r["accuracy"] == json.loads(json.dumps(want.as_dict()))
+    # gpt2-small is 1,400x smaller than the FSDP rows: a DDP row on this GPU is nearer
+    assert rows[0]["accuracy"]["nearest"]["family"] == "ddp"
+    differs = rows[0]["accuracy"]["differs"]
+    assert "GPU count 16x smaller than any validated FSDP case" in differs
+    code, out, err = run_main(capsys, "capacity", "--set", "training.micro_batch=1",
+                              "--set", "training.seq_len=2048", "--strategies", "ddp",
+                              "--format", "json")
+    assert code == 0, err
+    res = json.loads(out)["results"][0]
+    fit = res["largest_fit"]
+    want = envelope(Query.of("ddp", fit["model"], fit["params"], "A100-SXM4-80GB", 8, "bf16"))
+    assert res["accuracy"] == json.loads(json.dumps(want.as_dict()))
+
+
+def test_run_out_puts_the_envelope_in_summary_json_and_report_html(capsys, tmp_path):
+    code, out, err = run_main(capsys, "run", *SMALL, "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    acc = json.loads((tmp_path / "r" / "summary.json").read_text())["accuracy"]
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "How far to trust it" in page and acc["nearest"]["case"] in page
+
+
+def test_compare_table_and_out_carry_the_envelope(capsys, tmp_path):
+    args = ["compare", "--set", "model=gpt2-small", *SMALL, "--strategies", "fsdp-full,ddp",
+            "--no-capacity", "--no-scaling", "--price-per-gpu-hour", "2"]
+    code, out, err = run_main(capsys, *args, "--out", str(tmp_path / "c"))
+    assert code == 0, err
+    lines = [x for x in out.splitlines() if x.startswith("# accuracy (")]
+    assert len(lines) == 4 and lines[0].startswith("# accuracy (fsdp-full) nearest validated")
+    rows = json.loads((tmp_path / "c" / "compare.json").read_text())["rows"]
+    page = (tmp_path / "c" / "report.html").read_text()
+    assert "How far to trust it" in page and rows[1]["accuracy"]["nearest"]["case"] in page
+
+
+def test_an_unknown_model_size_drops_that_axis_instead_of_failing():
+    q = Query.of("ddp", "imported", 0, "A100-SXM4-80GB", 8, "fp16")
+    row = {"family": "ddp", "gpu": "A100-SXM4-80GB", "precision": "fp16", "params": 3e8,
+           "gpus": 8}
+    assert distance(q, row) == 0
+    assert not any(d.startswith("model") for d in envelope(q).differs)
