@@ -118,7 +118,7 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
 
     :raises ConfigError: as :func:`load_topology`, attributed to ``source``.
     """
-    spec = _validate(data, source)
+    spec = _validate(data, source, nodes is not None)
     generate = GENERATORS[spec.generator][0]
     params = dict(spec.params)
     if nodes is not None:
@@ -219,8 +219,9 @@ def _topology_dirs() -> list[Path]:
     return [d for i, d in enumerate(dirs) if d.is_dir() and d not in dirs[:i]]
 
 
-def _validate(data: Any, source: str) -> TopologyFile:
-    """Check the file's shape, generator name and parameter names."""
+def _validate(data: Any, source: str, nodes_given: bool = False) -> TopologyFile:
+    """Check the file's shape, generator name and parameter names (every required one
+    given; ``nodes`` may come from outside, ``nodes_given``)."""
     if data is None:
         raise ConfigError("file is empty; expected name, generator and params", source=source)
     if not isinstance(data, dict):
@@ -234,10 +235,17 @@ def _validate(data: Any, source: str) -> TopologyFile:
     if spec.generator not in GENERATORS:
         raise ConfigError(f"unknown generator {spec.generator!r}; valid: "
                           f"{', '.join(GENERATORS)}", source=source, field="generator")
-    valid = [p for p in inspect.signature(GENERATORS[spec.generator][0]).parameters if p != "G"]
+    signature = inspect.signature(GENERATORS[spec.generator][0]).parameters
+    valid = [p for p in signature if p != "G"]
     unknown = [k for k in spec.params if k not in valid]
     if unknown:
         raise ConfigError(f"unknown parameter(s) {', '.join(map(repr, unknown))} for "
                           f"{spec.generator}; valid: {', '.join(valid)}",
                           source=source, field=f"params.{unknown[0]}")
+    missing = [p for p in valid if signature[p].default is inspect.Parameter.empty
+               and signature[p].kind is not inspect.Parameter.VAR_KEYWORD
+               and p not in spec.params and not (p == "nodes" and nodes_given)]
+    if missing:
+        raise ConfigError(f"missing parameter(s) {', '.join(map(repr, missing))} for "
+                          f"{spec.generator}", source=source, field=f"params.{missing[0]}")
     return spec
