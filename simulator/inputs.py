@@ -14,6 +14,7 @@ environment variable (``CLUSTERSIM_MAX_YAML_BYTES=4M``...). Every refusal is one
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import math
 import os
@@ -35,7 +36,7 @@ class Limit:
     what: str                       # what it bounds, as its refusal says it
 
     def value(self) -> int:
-        """The bound in force: one a command option set (:func:`set_limit`), else ``$env``
+        """The bound in force: one a command option set (:func:`limit_set`), else ``$env``
         when set (a count or a size such as ``64M``), else the default."""
         if self.env in _SET:
             return _SET[self.env]
@@ -73,10 +74,21 @@ LIMITS = {
 _SET: dict[str, int] = {}        # limits a command-line option set for this process
 
 
-def set_limit(name: str, value: int) -> None:
-    """Set :data:`LIMITS` ``[name]`` for the rest of this process (a command's option such
-    as ``import --max-events``; it wins over the environment variable)."""
-    _SET[LIMITS[name].env] = value
+@contextlib.contextmanager
+def limit_set(name: str, value: int | None):
+    """Within the block, :data:`LIMITS` ``[name]`` is ``value`` (a command's option such as
+    ``import --max-events``; it wins over the environment variable); None: unchanged."""
+    env = LIMITS[name].env
+    old = _SET.get(env)
+    if value is not None:
+        _SET[env] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            _SET.pop(env, None)
+        else:
+            _SET[env] = old
 
 
 def limit(name: str) -> int:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
 from .errors import ConfigError, validation_error
+from .inputs import regular_file
 from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
 from .yamlio import parse_value, read_yaml
@@ -199,6 +200,8 @@ def resolve_scenario(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
+    if path.exists():                       # a folder, FIFO or device: say which
+        regular_file(path, "scenario file")
     if len(path.parts) == 1:
         name = path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml"
         for folder in (Path.cwd() / SCENARIO_DIR,

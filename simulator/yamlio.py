@@ -35,7 +35,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         mark = self.peek_event().start_mark
         self._depth += 1
         if self._depth > self._max_depth:
-            raise _Refused("yaml_depth", f"nested deeper than {self._max_depth} levels", mark)
+            raise _Refused("yaml_depth", "nested too deeply", mark)
         try:
             node = super().compose_node(parent, index)
         finally:
@@ -46,8 +46,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         size = self._sizes.setdefault(id(node), self._size(node))
         self._nodes += size if alias else 1
         if self._nodes > self._max_nodes:
-            raise _Refused("yaml_nodes", f"more than {self._max_nodes:,} values once "
-                           f"aliases are expanded", mark)
+            raise _Refused("yaml_nodes", "too many values once aliases are expanded (an "
+                           "alias bomb?)", mark)
         return node
 
     def _size(self, node) -> int:
@@ -142,7 +142,7 @@ def parse_value(text: str, source: str, field: str) -> Any:
     """A command-line value (``--set KEY=VALUE``) read as YAML with :func:`load_yaml`'s
     checks; text that is not YAML at all stays the string it is."""
     try:
-        yaml.load(text, Loader=yaml.BaseLoader)  # noqa: S506 (no constructors: syntax only)
+        yaml.compose(text, Loader=yaml.BaseLoader)      # syntax only, nothing constructed
     except yaml.YAMLError:
         return text
     except RecursionError:

@@ -139,9 +139,9 @@ def mutated(draw, base):
                 node = node[k]
             if isinstance(node, dict):
                 node[draw(st.sampled_from(["zzz", "nodes", "bw", "latency", "gpus"]))] = \
-                    draw(HOSTILE)
+                    copy.deepcopy(draw(HOSTILE))
         else:
-            _set(doc, path, draw(HOSTILE))
+            _set(doc, path, copy.deepcopy(draw(HOSTILE)))
     return doc
 
 
@@ -171,7 +171,7 @@ TOPOLOGIES = [_yaml(f"topologies/{n}.yaml") for n in ("dgx-a100", "dgx-a100-supe
 TRACES = [gpu_step(), gloo_step(0)]
 
 
-@fuzz_settings(12)
+@fuzz_settings(80)
 @given(doc=mutated(SCENARIO))
 def test_mutated_scenarios_run_or_fail_in_one_line(doc, tmp_path_factory):
     path = tmp_path_factory.mktemp("scn") / "s.yaml"
@@ -179,7 +179,7 @@ def test_mutated_scenarios_run_or_fail_in_one_line(doc, tmp_path_factory):
     assert_clean(*outcome("run", str(path)), _dump(doc))
 
 
-@fuzz_settings(30)
+@fuzz_settings(100)
 @given(doc=st.one_of(*(mutated(t) for t in TOPOLOGIES)))
 def test_mutated_topologies_build_or_fail_in_one_line(doc, tmp_path_factory):
     path = tmp_path_factory.mktemp("topo") / "t.yaml"
@@ -187,7 +187,7 @@ def test_mutated_topologies_build_or_fail_in_one_line(doc, tmp_path_factory):
     assert_clean(*outcome("topology", str(path)), _dump(doc))
 
 
-@fuzz_settings(30)
+@fuzz_settings(100)
 @given(doc=st.one_of(*(mutated(t) for t in TRACES)))
 def test_mutated_traces_import_or_fail_in_one_line(doc, tmp_path_factory):
     folder = tmp_path_factory.mktemp("trace")
@@ -197,7 +197,7 @@ def test_mutated_traces_import_or_fail_in_one_line(doc, tmp_path_factory):
     assert_clean(code, err, json.dumps(doc)[:2000])
 
 
-@fuzz_settings(20)
+@fuzz_settings(60)
 @given(data=st.one_of(damaged_bytes((ROOT / "scenarios/resnet50-ddp-1gpu.yaml").read_bytes()),
                       damaged_bytes((ROOT / "topologies/dgx-a100.yaml").read_bytes())))
 def test_damaged_files_fail_in_one_line_or_still_work(data, tmp_path_factory):
@@ -207,7 +207,7 @@ def test_damaged_files_fail_in_one_line_or_still_work(data, tmp_path_factory):
         assert_clean(*outcome(command, str(folder / "f.yaml")), repr(data[:300]))
 
 
-@fuzz_settings(20)
+@fuzz_settings(60)
 @given(key=st.sampled_from(["training.micro_batch", "training.grad_accum", "cluster.nodes",
                             "cluster.gpus", "simulation.overlap_slowdown",
                             "simulation.stragglers", "strategy.bucket_cap_mb",

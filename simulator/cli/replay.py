@@ -10,7 +10,7 @@ import click
 
 from ..choices import FIDELITIES
 from ..errors import ConfigError
-from ..inputs import set_limit
+from ..inputs import limit_set
 from ..outpaths import prepare_out_dir, writable_file
 from .common import DEFAULT_TOPOLOGY, metric_rows
 
@@ -56,10 +56,9 @@ def register(cli: click.Group) -> None:
         from ..importers.comms import parse_collective_bytes
         from ..trace.io import write_trace
 
-        if max_events is not None:
-            set_limit("trace_events", max_events)
         writable_file(output, overwrite)      # before the import, which takes a while
-        trace = import_trace(kind, files, step, parse_collective_bytes(sizes))
+        with limit_set("trace_events", max_events):
+            trace = import_trace(kind, files, step, parse_collective_bytes(sizes))
         write_trace(trace, output, overwrite=overwrite)
         click.echo(f"wrote {output}: {_summary(trace)}")
 

@@ -83,15 +83,17 @@ def read_chrome_trace(path: str | Path, on_event: Callable[[dict], None],
     if head[:1] not in (b"{", b"["):
         shown = head[:12].decode("utf-8", "replace").split("\n")[0]
         raise ConfigError(f"not a JSON trace (the file starts with {shown!r})", source=source)
-    header, events_prefix = _guarded(source, lambda: _read_header(path, set(header_keys),
-                                                                  source))
-    if events_prefix is None:
+    header, level = _guarded(source, lambda: _read_header(path, set(header_keys), source))
+    if level is None:
         raise ConfigError("not a trace: JSON without a traceEvents list", source=source)
 
     def stream():
         with open_binary(path) as fh:
-            items = build_items(json_events(fh, source, _CHUNK), events_prefix, source,
-                                max_events)
+            events = json_events(fh, source, _CHUNK)
+            if level == 2:                      # up to the traceEvents key
+                next(e for e in events if e[0] == 1 and e[1] == "map_key"
+                     and e[2] == "traceEvents")
+            items = build_items(events, level, source, max_events)
             for index, event in enumerate(items):
                 if not isinstance(event, dict):
                     raise ConfigError(f"event {index} is a {type(event).__name__}, not an "
@@ -102,28 +104,29 @@ def read_chrome_trace(path: str | Path, on_event: Callable[[dict], None],
     return header
 
 
-def _read_header(path: Path, keys: set[str], source: str) -> tuple[dict, str | None]:
-    """Top-level ``keys`` before ``traceEvents``, and the ijson prefix of the events."""
+def _read_header(path: Path, keys: set[str], source: str) -> tuple[dict, int | None]:
+    """Top-level ``keys`` before ``traceEvents``, and the level of the events' array
+    (2 under ``traceEvents``, 1 for a bare top-level array; None: no events)."""
     header: dict = {}
     builder, building = None, None
     with open_binary(path) as fh:
-        for prefix, event, value in json_events(fh, source, _CHUNK):
-            if prefix == "" and event == "start_array":
-                return header, "item"
-            if prefix == "" and event == "start_map":
-                continue
-            if prefix == "" and event == "map_key":
+        for level, event, value in json_events(fh, source, _CHUNK):
+            if level == 1 and event == "start_array":
+                return header, 1
+            if level == 1 and event in ("start_map", "end_map", "map_key"):
                 if building is not None:
                     header[building] = builder.value
                     building = None
+                if event == "end_map":
+                    break
                 if value == "traceEvents":
-                    return header, "traceEvents.item"
+                    return header, 2
                 if value in keys:
                     builder, building = ObjectBuilder(), value
                 continue
             if building is not None:
                 builder.event(event, value)
-            elif prefix == "" and event not in ("end_map",):
+            elif level == 0:
                 break                       # a scalar document: not a trace
     return header, None
 

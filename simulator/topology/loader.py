@@ -23,6 +23,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from simulator.errors import ConfigError, TopologyError, validation_error
+from simulator.inputs import regular_file
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
 from simulator.topology.checks import check_cluster
@@ -197,6 +198,8 @@ def resolve_topology(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
+    if path.exists():                       # a folder, FIFO or device: say which
+        regular_file(path, "topology file")
     if len(path.parts) == 1:
         names = [path.name] if path.suffix in (".yaml", ".yml") else [f"{path.name}.yaml"]
         for folder in _topology_dirs():
