@@ -231,8 +231,8 @@ def _watts(value: Any) -> float:
 
 
 def _positive(value: float, src: str, field: str) -> float:
-    if not value > 0:
-        raise ConfigError(f"must be > 0, got {value!r}", source=src, field=field)
+    if not 0 < value < float("inf"):        # nan fails both
+        raise ConfigError(f"must be > 0 and finite, got {value!r}", source=src, field=field)
     return value
 
 
@@ -241,6 +241,6 @@ def _positive_or_none(value: float | None, src: str, field: str) -> float | None
 
 
 def _non_negative(value: float, src: str, field: str) -> float:
-    if not value >= 0:
-        raise ConfigError(f"must be >= 0, got {value!r}", source=src, field=field)
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"must be >= 0 and finite, got {value!r}", source=src, field=field)
     return value

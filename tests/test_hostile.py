@@ -275,3 +275,18 @@ def test_a_multi_line_message_is_one_line_that_starts_with_where(capsys, tmp_pat
     path = scenario(tmp_path, "name: x\nmodel: 'unclosed\n\n")
     err = refused(capsys, "run", path)
     assert err.startswith(f"clustersim: error: {path}: malformed YAML at line"), err
+
+
+# -------------------------------------------------------------------------- catalogs
+@pytest.mark.parametrize("bw, latency, words", [
+    ("1e999 GB/s", "1 us", "nv.bw: must be > 0 and finite, got inf"),
+    ("25 GB/s", "1e999 us", "nv.latency: must be >= 0 and finite, got inf"),
+])
+def test_a_catalog_number_past_the_float_range(tmp_path, bw, latency, words):
+    from simulator.errors import ConfigError
+    from simulator.hardware import load_link_table
+    path = tmp_path / "links.yaml"
+    path.write_text(f"nv: {{bw: {bw}, latency: {latency}, link_class: nvlink, source: x}}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_link_table(path)
+    assert str(exc.value) == f"{path}: {words}"
