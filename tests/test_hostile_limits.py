@@ -147,14 +147,15 @@ def test_trace_bytes_decompressed(tmp_path, monkeypatch):
 
 
 def test_trace_ratio_applies_after_64_mib(tmp_path, monkeypatch):
-    body = b'{"pad": "' + b" " * (65 << 20) + b'", "traceEvents": []}'
-    path = _gz(tmp_path / "pad.json.gz", body)              # ratio ~ 1000
-    monkeypatch.setenv("CLUSTERSIM_MAX_TRACE_STRING", str(70 << 20))
+    # 65 MiB of whitespace (cheap to parse) packs ~1000x
+    body = b'{"pad": ' + b" " * (65 << 20) + b'1, "traceEvents": []}'
+    path = _gz(tmp_path / "pad.json.gz", body)
+    monkeypatch.setenv("CLUSTERSIM_MAX_TRACE_STRING", str(100 << 20))     # no quote for long
     with pytest.raises(ConfigError, match="decompression bomb"):
         read_chrome_trace(path, lambda e: None)
     monkeypatch.setenv("CLUSTERSIM_MAX_TRACE_RATIO", "100000")
     read_chrome_trace(path, lambda e: None)
-    small = _gz(tmp_path / "small.json.gz", b'{"traceEvents": [], "pad": "' + b" " * (1 << 20)
-                + b'"}')
+    small = _gz(tmp_path / "small.json.gz", b'{"pad": ' + b" " * (1 << 20) + b'1, '
+                b'"traceEvents": []}')
     monkeypatch.delenv("CLUSTERSIM_MAX_TRACE_RATIO")
     read_chrome_trace(small, lambda e: None)               # same ratio, under 64 MiB: fine
