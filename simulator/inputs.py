@@ -104,6 +104,27 @@ def over_limit(name: str, got: str, source: str, field: str | None = None) -> Co
                        f"{lim.env}=N)", source=source, field=field)
 
 
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255        # Linux PATH_MAX and NAME_MAX
+
+
+def path_name(value: Any, field: str | None = None) -> Path:
+    """``value`` (a file name a user gave, in a file or an option) as a Path, if the system
+    can look it up.
+
+    :raises ConfigError: naming ``field`` for a non-string, a NUL byte, or a name longer
+        than the system allows (checking such a path raises instead of saying "no").
+    """
+    if not isinstance(value, (str, Path)):
+        raise ConfigError(f"must be a name or a path, got {type(value).__name__}", field=field)
+    raw = os.fsencode(value)
+    if b"\0" in raw:
+        raise ConfigError("a path cannot hold a NUL byte", field=field)
+    if len(raw) > MAX_PATH_BYTES or any(len(p) > MAX_NAME_BYTES for p in raw.split(b"/")):
+        raise ConfigError(f"path too long ({len(raw):,} bytes; at most {MAX_PATH_BYTES:,}, "
+                          f"{MAX_NAME_BYTES} per name)", field=field)
+    return Path(value)
+
+
 def regular_file(path: str | Path, what: str = "file") -> Path:
     """``path`` if it is a regular file (a link to one is fine).
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
 from .errors import ConfigError, validation_error
-from .inputs import regular_file
+from .inputs import path_name, regular_file
 from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
 from .yamlio import parse_value, read_yaml
@@ -197,7 +197,7 @@ def from_sets(exc: ConfigError, sets: list[str], source: str) -> ConfigError:
 
 def resolve_scenario(name_or_path: str | Path) -> Path:
     """A path, or a bare name looked up in ``scenarios/`` (cwd, then the repository)."""
-    path = Path(name_or_path)
+    path = path_name(name_or_path, "scenario")
     if path.is_file():
         return path
     if path.exists():                       # a folder, FIFO or device: say which

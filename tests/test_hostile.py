@@ -290,3 +290,20 @@ def test_a_catalog_number_past_the_float_range(tmp_path, bw, latency, words):
     with pytest.raises(ConfigError) as exc:
         load_link_table(path)
     assert str(exc.value) == f"{path}: {words}"
+
+
+# --------------------------------------------- found by the campaign of the closing note
+def test_a_name_too_long_for_the_system(capsys, tmp_path):
+    # OSError: [Errno 36] File name too long from Path.is_file (model: 'AAAA...' x 5000)
+    path = scenario(tmp_path, QUICKSTART.replace("model: llama-2-7b", "model: " + "A" * 5000))
+    assert refused(capsys, "run", path) == (f"clustersim: error: {path}: model: path too long "
+                                            f"(5,000 bytes; at most 4,096, 255 per name)")
+    assert "cluster.topology: path too long" in refused(
+        capsys, "run", "quickstart", "--set", "cluster.topology=" + "B" * 300)
+
+
+@pytest.mark.parametrize("name", ["[[[[1]]]]", "{a: 1}"])
+def test_a_strategy_name_that_is_a_list_or_mapping(capsys, name):
+    # TypeError: unhashable type in strategies.parse_strategy
+    err = refused(capsys, "run", "quickstart", "--set", f"strategy.name={name}")
+    assert "strategy.name: unknown strategy" in err, err

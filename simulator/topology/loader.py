@@ -23,7 +23,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from simulator.errors import ConfigError, TopologyError, validation_error
-from simulator.inputs import regular_file
+from simulator.inputs import path_name, regular_file
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
 from simulator.topology.checks import check_cluster
@@ -195,7 +195,7 @@ def resolve_topology(name_or_path: str | Path) -> Path:
     :raises ConfigError: (field ``topology``) when neither a file nor a shipped name matches;
         the message lists the shipped names.
     """
-    path = Path(name_or_path)
+    path = path_name(name_or_path, "topology")
     if path.is_file():
         return path
     if path.exists():                       # a folder, FIFO or device: say which
