@@ -226,6 +226,9 @@ def _first_cpu_op() -> int:
     ({"rank": "x"}, "distributedInfo.rank: must be a whole number >= 0, got 'x'"),
     ({"world_size": -1}, "distributedInfo.world_size: must be a whole number >= 1, got -1"),
     ({"rank": 7}, "distributedInfo.rank: rank 7 is outside the world of 2 ranks"),
+    # found by the campaign: MemoryError in assemble._ranks (set(range(world)))
+    ({"world_size": 2 ** 31}, "distributedInfo.world_size: must be at most 1,048,576 ranks, "
+                              "got 2,147,483,648"),
 ])
 def test_fields_of_the_wrong_type(capsys, tmp_path, changes, words):
     path = tmp_path / "t.json"
@@ -307,3 +310,11 @@ def test_a_strategy_name_that_is_a_list_or_mapping(capsys, name):
     # TypeError: unhashable type in strategies.parse_strategy
     err = refused(capsys, "run", "quickstart", "--set", f"strategy.name={name}")
     assert "strategy.name: unknown strategy" in err, err
+
+
+def test_a_server_type_that_is_a_list(capsys, tmp_path):
+    # TypeError: unhashable type in topology.servers.server_layout (campaign case topo-0458)
+    path = tmp_path / "t.yaml"
+    path.write_text("name: x\ngenerator: leaf_spine\nparams:\n  nodes: 2\n"
+                    "  node: {type: [[[[1]]]], gpu: A100-SXM4-40GB, nics: 16, nic: roce-100}\n")
+    assert "params.node.type: must be one of" in refused(capsys, "topology", str(path))

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import ConfigError
 
 _MISSING = object()
+MAX_RANKS = 1 << 20      # ranks in a world or a process group: far more than any cluster
 SCALARS = (str, int, float)      # ids (pid, tid, correlation...): hashable, printable
 
 
@@ -121,6 +122,9 @@ def distributed_info(header: dict, source: str) -> dict:
                                   or value < low):
             raise ConfigError(f"must be a whole number >= {low}, got {value!r}",
                               source=source, field=f"distributedInfo.{key}")
+    if world is not None and world > MAX_RANKS:
+        raise ConfigError(f"must be at most {MAX_RANKS:,} ranks, got {world:,}", source=source,
+                          field="distributedInfo.world_size")
     if rank is not None and world is not None and rank >= world:
         raise ConfigError(f"rank {rank} is outside the world of {world} ranks",
                           source=source, field="distributedInfo.rank")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from . import comms
-from .checked import EventFields, distributed_info, header_list
+from .checked import MAX_RANKS, EventFields, distributed_info, header_list
 from .jsonstream import read_chrome_trace, sniff
 
 HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
@@ -136,7 +136,6 @@ class _Collector:
                                    args.ident("correlation"), keep))
 
 
-MAX_GROUP = 1 << 24      # ranks in one process group: more than any cluster has GPUs
 _COUNT_ARGS = ("In msg nelems", "Out msg nelems", "Group size", "Global rank start",
                "Global rank stride")
 _NAME_ARGS = ("Collective name", "dtype", "Process Group Name")
@@ -149,7 +148,7 @@ def _comm_args(args: EventFields, keys) -> dict:
         if k not in args:
             continue
         if k in _COUNT_ARGS:
-            out[k] = args.count(k, MAX_GROUP if k == "Group size" else None)
+            out[k] = args.count(k, MAX_RANKS if k == "Group size" else None)
         else:
             out[k] = args.text(k) if k in _NAME_ARGS else args.get(k)
     return out
