@@ -285,8 +285,8 @@ def _positive_int_or_none(value: int | None, src: str, field_: str) -> int | Non
 
 
 def _positive(value: float, src: str, field: str) -> float:
-    if not value > 0:
-        raise ConfigError(f"must be > 0, got {value!r}", source=src, field=field)
+    if not 0 < value < float("inf"):        # nan fails both
+        raise ConfigError(f"must be > 0 and finite, got {value!r}", source=src, field=field)
     return value
 
 
@@ -295,6 +295,6 @@ def _positive_or_none(value: float | None, src: str, field: str) -> float | None
 
 
 def _non_negative(value: float, src: str, field: str) -> float:
-    if not value >= 0:
-        raise ConfigError(f"must be >= 0, got {value!r}", source=src, field=field)
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"must be >= 0 and finite, got {value!r}", source=src, field=field)
     return value

@@ -85,7 +85,10 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
                             model_flops_per_sample=flops)
     except ConfigError as exc:           # a strategy option this model or cluster refuses
         raise exc.located(source) from None
-    return apply_stragglers(trace, scn.simulation.stragglers)
+    try:
+        return apply_stragglers(trace, scn.simulation.stragglers)
+    except ConfigError as exc:           # a straggler rank outside this cluster
+        raise exc.located(source) from None
 
 
 def _variable_lengths(model: ModelSpec, t, autocast: bool):

@@ -19,17 +19,17 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
 from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
+from .inputs import path_name, regular_file
 from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
 from .shipped import find_shipped
-from .yamlio import read_yaml
+from .yamlio import parse_value, read_yaml
 
 TOPOLOGY_PREFIX = "topology."      # --set topology.params.node.gpu=H100-SXM
 
@@ -51,8 +51,15 @@ class SequenceLengths(BaseModel):
                                                          "no binning")
 
 
+# Numbers in scenarios: integers are integers (``true`` is not a micro-batch of 1) and
+# floats are finite; the boundary (simulator.inputs) has already refused inf/nan in files.
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+# A slowdown factor past this is a typo, not a straggler (docs/inputs.md).
+MAX_SLOWDOWN = 1000.0
+
+
 class Training(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     micro_batch: int = Field(1, gt=0, description="samples per GPU per micro-step")
     seq_len: int = Field(2048, gt=0, description="tokens per sample (ignored for CNNs)")
     grad_accum: int = Field(1, ge=1)
@@ -67,7 +74,7 @@ class Training(BaseModel):
 
 
 class ClusterCfg(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     topology: str = "dgx-a100"
     nodes: int | None = Field(None, gt=0)
     gpus: int | None = Field(None, gt=0, description="use only the first N GPUs (ranks)")
@@ -84,9 +91,9 @@ class ClusterCfg(BaseModel):
 
 
 class Simulation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     fidelity: str = "flow"
-    overlap_slowdown: float = Field(0.0, ge=0.0,
+    overlap_slowdown: float = Field(0.0, ge=0.0, le=MAX_SLOWDOWN,
                                     description="slowdown of a compute op that starts while a "
                                                 "comm kernel runs")
     stragglers: dict[int, float] = Field(default_factory=dict,
@@ -102,8 +109,11 @@ class Simulation(BaseModel):
     @classmethod
     def _stragglers(cls, v: dict[int, float]) -> dict[int, float]:
         for rank, factor in v.items():
-            if factor <= 0:
-                raise ValueError(f"slowdown of rank {rank} must be > 0, got {factor}")
+            if rank < 0:
+                raise ValueError(f"rank {rank} is negative; ranks count from 0")
+            if not 0 < factor <= MAX_SLOWDOWN:
+                raise ValueError(f"slowdown of rank {rank} must be > 0 and <= {MAX_SLOWDOWN:g}, "
+                                 f"got {factor}")
         return v
 
 
@@ -142,10 +152,7 @@ def apply_sets(data: dict, sets: list[str], source: str) -> dict:
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
             raise ConfigError(f"expected KEY=VALUE, got {item!r}", field="--set")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
+        value = parse_value(text, source, f"--set {key.strip()}")
         if key.strip().startswith(TOPOLOGY_PREFIX):      # a key of the topology file
             topo = data.setdefault("cluster", {}).setdefault("topology_set", {})
             topo[key.strip()[len(TOPOLOGY_PREFIX):]] = value
@@ -200,9 +207,11 @@ def from_sets(exc: ConfigError, sets: list[str], source: str) -> ConfigError:
 
 def resolve_scenario(name_or_path: str | Path) -> Path:
     """A path, or a bare name looked up in ``scenarios/`` (cwd, then the shipped ones)."""
-    path = Path(name_or_path)
+    path = path_name(name_or_path, "scenario")
     if path.is_file():
         return path
+    if path.exists():                       # a folder, FIFO or device: say which
+        regular_file(path, "scenario file")
     if len(path.parts) == 1:
         found = find_shipped("scenarios", path.name)
         if found is not None:

@@ -1,8 +1,13 @@
 """Reading YAML files people write: one error line naming the file, never a traceback.
 
 Every user-facing YAML file (topologies, scenarios, model files, catalogs, calibration and
-validation cases) is read here, so they all fail the same way: a missing file, malformed
-YAML (with the line) and a key repeated in one mapping (YAML would silently keep the last).
+validation cases, studies) and every ``--set`` value is read here, on top of the input
+boundary (:mod:`simulator.inputs`: a regular file, a size limit, UTF-8), so they all fail
+the same way: a missing file, malformed YAML (with the line), a key repeated in one mapping
+(YAML would silently keep the last), a key that is a list or a mapping, nesting deeper than
+a limit, more values than a limit once aliases are expanded (a "billion laughs" bomb), and
+a number that is ``inf`` or ``nan``. Call :func:`read_yaml` for a file, :func:`load_yaml`
+for text already read, :func:`parse_value` for one command-line value.
 """
 
 from __future__ import annotations
@@ -13,13 +18,62 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+from .inputs import check_finite, limit, over_limit, read_text
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key repeated in one mapping."""
+    """SafeLoader that refuses a repeated or unhashable key, deep nesting and alias bombs."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth, self._nodes = 0, 0
+        self._max_depth, self._max_nodes = limit("yaml_depth"), limit("yaml_nodes")
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent, index):
+        alias = self.check_event(yaml.events.AliasEvent)
+        mark = self.peek_event().start_mark
+        self._depth += 1
+        if self._depth > self._max_depth:
+            raise _Refused("yaml_depth", "nested too deeply", mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if alias and id(node) not in self._sizes:
+            raise _Refused(None, "an alias inside the value it names (a recursive "
+                           "document)", mark)
+        size = self._sizes.setdefault(id(node), self._size(node))
+        self._nodes += size if alias else 1
+        if self._nodes > self._max_nodes:
+            raise _Refused("yaml_nodes", "too many values once aliases are expanded (an "
+                           "alias bomb?)", mark)
+        return node
+
+    def _size(self, node) -> int:
+        """Values ``node`` stands for with its aliases expanded (its children are done)."""
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            return 1
+        return 1 + sum(self._sizes.get(id(child), 1) for child in children)
+
+
+class _Refused(Exception):
+    def __init__(self, limit_name, got, mark):
+        super().__init__(got)
+        self.limit_name, self.got, self.line = limit_name, got, mark.line + 1 if mark else "?"
 
 
 class _DuplicateKey(Exception):
+    def __init__(self, key, line):
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+class _BadKey(Exception):
     def __init__(self, key, line):
         super().__init__(key, line)
         self.key, self.line = key, line
@@ -29,6 +83,8 @@ def _construct_unique(loader, node, deep=False):
     seen = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (list, dict, set)) or key is None or isinstance(key, bool):
+            raise _BadKey(key, key_node.start_mark.line + 1)
         if key in seen:
             raise _DuplicateKey(key, key_node.start_mark.line + 1)
         seen.add(key)
@@ -40,29 +96,58 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def read_yaml(path, what: str = "file") -> Any:
-    """The YAML document at ``path`` (a path or an importlib resource).
+    """The YAML document at ``path`` (a path or an importlib resource), through the input
+    boundary (:func:`simulator.inputs.read_text`) and :func:`load_yaml`.
 
-    :raises ConfigError: (source = the file) ``cannot read <what>`` for an unreadable file,
-        ``malformed YAML at line N`` or ``duplicate key``.
+    :raises ConfigError: (source = the file) as :func:`simulator.inputs.read_bytes` and
+        :func:`simulator.inputs.decode_text`, or as :func:`load_yaml`.
     """
-    source = str(path)
+    return load_yaml(read_text(path, what), str(path))
+
+
+def load_yaml(text: str, source: str, field: str | None = None) -> Any:
+    """The checked YAML document ``text`` read from ``source``.
+
+    :raises ConfigError: (naming ``source`` and ``field``) ``malformed YAML at line N``,
+        ``duplicate key``, a key that is not a string or a number, nesting past
+        ``CLUSTERSIM_MAX_YAML_DEPTH``, more values than ``CLUSTERSIM_MAX_YAML_NODES`` with
+        aliases expanded, or an ``inf``/``nan`` number (with its dotted key).
+    """
     try:
-        text = path.read_text() if hasattr(path, "read_text") else Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", source=source) from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except _DuplicateKey as exc:
         raise ConfigError(f"duplicate key {exc.key!r} at line {exc.line} (YAML would silently "
                           f"keep only the last one)", source=source,
-                          field=str(exc.key)) from None
+                          field=field or str(exc.key)) from None
+    except _BadKey as exc:
+        kind = "null" if exc.key is None else type(exc.key).__name__
+        raise ConfigError(f"a key at line {exc.line} is a {kind}; keys must be names or "
+                          f"numbers", source=source, field=field) from None
+    except _Refused as exc:
+        got = f"malformed YAML at line {exc.line}: {exc.got}"
+        if exc.limit_name is None:
+            raise ConfigError(got, source=source, field=field) from None
+        raise over_limit(exc.limit_name, got, source, field) from None
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
         raise ConfigError(f"malformed YAML at line {line}: {exc.problem or exc.context}",
-                          source=source) from None
+                          source=source, field=field) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"malformed YAML: {' '.join(str(exc).split())}",
-                          source=source) from None
+                          source=source, field=field) from None
+    return check_finite(data, source, field or "")
+
+
+def parse_value(text: str, source: str, field: str) -> Any:
+    """A command-line value (``--set KEY=VALUE``) read as YAML with :func:`load_yaml`'s
+    checks; text that is not YAML at all stays the string it is."""
+    try:
+        yaml.compose(text, Loader=yaml.BaseLoader)      # syntax only, nothing constructed
+    except yaml.YAMLError:
+        return text
+    except RecursionError:
+        pass                                       # too deep: load_yaml says so
+    return load_yaml(text, source, field)
 
 
 def write_yaml(path, data: Any, header: str = "") -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.importers.chakra import OP_ATTR, TRACE_ATTR, decode, encode, write_chakra
+from simulator.importers.chakra import OP_ATTR, decode, encode, write_chakra
 from simulator.importers.chakra_pb import ATTR, COLLECTIVE_TYPES, METADATA, NODE, NODE_TYPES
 from simulator.importers.chakra_read import attrs, read_chakra
 from simulator.pipeline import build_setup, run_setup

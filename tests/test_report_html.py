@@ -16,7 +16,6 @@ import pytest
 
 from simulator.report import HtmlReport, Table
 from study_helpers import register, write_study
-from test_cli import run_main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(

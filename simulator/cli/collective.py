@@ -11,7 +11,7 @@ import click
 from .. import __version__
 from ..choices import ALGOS, ALGOS_FOR_OP, ECMP_MODES, FIDELITIES, PROTOS
 from ..units import format_size
-from .common import (DEFAULT_TOPOLOGY, PROG, OpType, SizeType, bad_parameter, format_ranks,
+from .common import (DEFAULT_TOPOLOGY, PROG, FactorType, OpType, SizeType, bad_parameter, format_ranks,
                      load_topology_arg, parse_ranks)
 
 MAX_SIZES = 10_000
@@ -157,7 +157,7 @@ def register(cli: click.Group) -> None:
                   help="Smallest size (8, 64K, 1M, 8G; binary prefixes).")
     @click.option("-e", "--max-bytes", type=SizeType(), default="8G", show_default=True,
                   help="Largest size.")
-    @click.option("-f", "--step-factor", type=click.FloatRange(min=1, min_open=True),
+    @click.option("-f", "--step-factor", type=FactorType(),
                   default=2.0, show_default=True,
                   help="Multiply the size by this between steps.")
     @click.option("--algo", type=click.Choice(("auto",) + ALGOS), default="auto",

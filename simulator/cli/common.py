@@ -8,6 +8,7 @@ be tested without running a command.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -71,6 +72,21 @@ class SizeType(click.ParamType):
         if size <= 0:
             self.fail(f"size must be positive, got {value!r}", param, ctx)
         return size
+
+
+class FactorType(click.ParamType):
+    """A finite number greater than 1 (``-f 2``, ``-f 1.5``): not ``inf``, not ``nan``."""
+
+    name = "factor"
+
+    def convert(self, value, param, ctx):
+        try:
+            factor = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(factor) or factor <= 1:
+            self.fail(f"must be a finite number > 1, got {value!r}", param, ctx)
+        return factor
 
 
 # ------------------------------------------------------------------------- rank specs

@@ -10,6 +10,7 @@ import click
 
 from ..choices import FIDELITIES
 from ..errors import ConfigError
+from ..inputs import limit_set
 from ..outpaths import prepare_out_dir, writable_file
 from .common import DEFAULT_TOPOLOGY, metric_rows
 
@@ -41,7 +42,10 @@ def register(cli: click.Group) -> None:
                   help="Size of collectives the profile has no size for, by op name or "
                        "collective, e.g. CollectiveReduceV2=1.5M (repeatable).")
     @click.option("--overwrite", is_flag=True, help="Replace OUTPUT if it exists.")
-    def import_cmd(kind, files, output, step, sizes, overwrite):
+    @click.option("--max-events", type=click.IntRange(min=1), default=None, metavar="N",
+                  help="Refuse a file with more events than N [default: 1,000,000, or "
+                       "$CLUSTERSIM_MAX_TRACE_EVENTS].")
+    def import_cmd(kind, files, output, step, sizes, overwrite, max_events):
         """Import profiler traces of KIND (pytorch, tensorflow or chakra) into a clustersim
         Trace.
 
@@ -55,7 +59,8 @@ def register(cli: click.Group) -> None:
         from ..trace.io import write_trace
 
         writable_file(output, overwrite)      # before the import, which takes a while
-        trace = import_trace(kind, files, step, parse_collective_bytes(sizes))
+        with limit_set("trace_events", max_events):
+            trace = import_trace(kind, files, step, parse_collective_bytes(sizes))
         write_trace(trace, output, overwrite=overwrite)
         click.echo(f"wrote {output}: {_summary(trace)}")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..trace.io import trace_to_dict
 from ..trace.schema import Trace
-from .chakra_pb import ATTR, COLLECTIVE_TYPES, METADATA, NODE, NODE_TYPES
+from .chakra_pb import COLLECTIVE_TYPES, METADATA, NODE, NODE_TYPES
 
 VERSION = "0.0.4"                # the Chakra schema version the files declare
 OP_ATTR, TRACE_ATTR, RANK_ATTR = "clustersim.op", "clustersim.trace", "clustersim.rank"

@@ -7,9 +7,11 @@ only the header (the top-level keys written before ``traceEvents``: Kineto puts
 parses ``traceEvents`` incrementally with ijson and hands each event to a callback, which
 keeps what it needs in compact form. A bare top-level array of events is accepted too.
 
-Every problem is one :class:`~simulator.errors.ConfigError` naming the file: missing,
-empty, not JSON (with a guess at what it is), a cut gzip stream, truncated or corrupt JSON,
-or JSON that is not a trace.
+Both passes read through the bounds of :mod:`.bounded` (decompression budget, nesting
+depth, string size, event count). Every problem is one :class:`~simulator.errors.ConfigError`
+naming the file: missing, not a regular file (a FIFO would block), empty, not JSON (with a
+guess at what it is), a cut gzip stream, truncated or corrupt JSON, JSON that is not a
+trace, or a file past a limit.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import ijson
 from ijson.common import ObjectBuilder
 
 from ..errors import ConfigError
+from ..inputs import regular_file
+from .bounded import GZIP_MAGIC, BudgetReader, build_items, json_events
 
-GZIP_MAGIC = b"\x1f\x8b"
 _FOREIGN = ((b"\x89PNG", "a PNG image"), (b"%PDF", "a PDF document"),
             (b"PK\x03\x04", "a zip archive"), (b"\xff\xd8\xff", "a JPEG image"),
             (b"GIF8", "a GIF image"), (b"\x7fELF", "an executable"))
@@ -34,6 +37,7 @@ _CHUNK = 1 << 16
 def sniff(path: Path, source: str) -> bytes:
     """First bytes of ``path`` (after gunzip); ConfigError for a missing, empty or
     recognisably foreign file."""
+    regular_file(path, "trace file")
     try:
         with path.open("rb") as fh:
             head = fh.read(64)
@@ -55,18 +59,20 @@ def sniff(path: Path, source: str) -> bytes:
     return head
 
 
-def open_binary(path: Path):
-    """``path`` opened for reading, gunzipped on the fly when it is gzip."""
-    with path.open("rb") as fh:
-        gz = fh.read(2) == GZIP_MAGIC
-    return gzip.open(path, "rb") if gz else path.open("rb")
+def open_binary(path: Path) -> BudgetReader:
+    """``path`` opened for reading, gunzipped on the fly when it is gzip, within the
+    decompression budget (:class:`.bounded.BudgetReader`)."""
+    return BudgetReader(path)
 
 
 def read_chrome_trace(path: str | Path, on_event: Callable[[dict], None],
-                      header_keys: Iterable[str] = ()) -> dict:
-    """Stream the events of a Chrome-trace file at ``path`` into ``on_event``.
+                      header_keys: Iterable[str] = (), max_events: int | None = None) -> dict:
+    """Stream the events of a Chrome-trace file at ``path`` into ``on_event``, in file
+    order (so the n-th call is ``traceEvents[n]``, as schema errors name it).
 
     Returns the top-level ``header_keys`` found before ``traceEvents`` (a dict).
+    ``max_events``: refuse a file with more events (default: the event limit,
+    ``CLUSTERSIM_MAX_TRACE_EVENTS``).
 
     :raises ConfigError: naming the file, for a missing, empty, foreign, truncated or
         corrupt file, or JSON that holds no ``traceEvents`` list.
@@ -77,42 +83,50 @@ def read_chrome_trace(path: str | Path, on_event: Callable[[dict], None],
     if head[:1] not in (b"{", b"["):
         shown = head[:12].decode("utf-8", "replace").split("\n")[0]
         raise ConfigError(f"not a JSON trace (the file starts with {shown!r})", source=source)
-    header, events_prefix = _guarded(source, lambda: _read_header(path, set(header_keys)))
-    if events_prefix is None:
+    header, level = _guarded(source, lambda: _read_header(path, set(header_keys), source))
+    if level is None:
         raise ConfigError("not a trace: JSON without a traceEvents list", source=source)
 
     def stream():
         with open_binary(path) as fh:
-            for event in ijson.items(fh, events_prefix, use_float=True, buf_size=_CHUNK):
-                if isinstance(event, dict):
-                    on_event(event)
+            events = json_events(fh, source, _CHUNK)
+            if level == 2:                      # up to the traceEvents key
+                next(e for e in events if e[0] == 1 and e[1] == "map_key"
+                     and e[2] == "traceEvents")
+            items = build_items(events, level, source, max_events)
+            for index, event in enumerate(items):
+                if not isinstance(event, dict):
+                    raise ConfigError(f"event {index} is a {type(event).__name__}, not an "
+                                      f"object", source=source, field=f"traceEvents[{index}]")
+                on_event(event)
 
     _guarded(source, stream)
     return header
 
 
-def _read_header(path: Path, keys: set[str]) -> tuple[dict, str | None]:
-    """Top-level ``keys`` before ``traceEvents``, and the ijson prefix of the events."""
+def _read_header(path: Path, keys: set[str], source: str) -> tuple[dict, int | None]:
+    """Top-level ``keys`` before ``traceEvents``, and the level of the events' array
+    (2 under ``traceEvents``, 1 for a bare top-level array; None: no events)."""
     header: dict = {}
     builder, building = None, None
     with open_binary(path) as fh:
-        for prefix, event, value in ijson.parse(fh, use_float=True, buf_size=_CHUNK):
-            if prefix == "" and event == "start_array":
-                return header, "item"
-            if prefix == "" and event == "start_map":
-                continue
-            if prefix == "" and event == "map_key":
+        for level, event, value in json_events(fh, source, _CHUNK):
+            if level == 1 and event == "start_array":
+                return header, 1
+            if level == 1 and event in ("start_map", "end_map", "map_key"):
                 if building is not None:
                     header[building] = builder.value
                     building = None
+                if event == "end_map":
+                    break
                 if value == "traceEvents":
-                    return header, "traceEvents.item"
+                    return header, 2
                 if value in keys:
                     builder, building = ObjectBuilder(), value
                 continue
             if building is not None:
                 builder.event(event, value)
-            elif prefix == "" and event not in ("end_map",):
+            elif level == 0:
                 break                       # a scalar document: not a trace
     return header, None
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from . import comms
-from .jsonstream import read_chrome_trace
+from .checked import MAX_RANKS, EventFields, distributed_info, header_list
+from .jsonstream import read_chrome_trace, sniff
 
 HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -73,81 +74,101 @@ class KinetoProfile:
 
     @property
     def distributed(self) -> dict:
-        info = self.header.get("distributedInfo")
-        return info if isinstance(info, dict) else {}
+        """``distributedInfo`` (checked when the file was read)."""
+        return self.header.get("distributedInfo") or {}
 
     @property
     def gpu_name(self) -> str | None:
-        props = self.header.get("deviceProperties")
-        if isinstance(props, list) and props and isinstance(props[0], dict):
-            return props[0].get("name")
-        return None
+        props = self.header.get("deviceProperties") or []
+        name = props[0].get("name") if props else None
+        return name if isinstance(name, str) else None
 
 
 class _Collector:
+    """Keeps what the importer needs of each event, every field read through its schema
+    (:mod:`.checked`: a wrong type is one error naming the event and the field)."""
+
     def __init__(self, profile: KinetoProfile):
         self.p = profile
         self.devices: set = set()
+        self.index = 0
 
     def __call__(self, e: dict) -> None:
-        ph, cat = e.get("ph"), e.get("cat")
+        f = EventFields(e, self.p.source, self.index)
+        self.index += 1
+        ph, cat = f.text("ph"), f.text("cat")
         if ph == "X" and cat in HOST_CATS:
-            self._host(e, cat)
+            self._host(f, cat)
         elif ph == "X" and cat in DEVICE_CATS:
-            self._gpu(e, cat)
+            self._gpu(f, cat)
         elif ph == "s" and cat == "ac2g":
-            self.p.flows[e.get("id")] = (e.get("tid"), _num(e.get("ts")))
-        elif ph == "M" and e.get("name") == "thread_name":
-            self.p.thread_names[(e.get("pid"), e.get("tid"))] = (e.get("args") or {}).get("name")
+            self.p.flows[f.ident("id")] = (f.ident("tid"), f.number("ts"))
+        elif ph == "M" and f.text("name") == "thread_name":
+            self.p.thread_names[(f.ident("pid"), f.ident("tid"))] = f.args().text("name")
 
-    def _host(self, e: dict, cat: str) -> None:
-        name = str(e.get("name", ""))
+    def _host(self, f: EventFields, cat: str) -> None:
+        name = f.text("name")
         if cat == "python_function" and not name.startswith("nn.Module:"):
             return
-        args = e.get("args") or {}
+        args = f.args()
         keep = {}
         if cat in ("cuda_runtime", "cuda_driver"):
-            keep = {"correlation": args.get("correlation")}
+            keep = {"correlation": args.ident("correlation")}
         elif name == "record_param_comms" or name.startswith(("c10d::", "gloo:")):
-            keep = {k: args[k] for k in (*COMM_ARGS, *SHAPE_ARGS) if k in args}
+            keep = _comm_args(args, (*COMM_ARGS, *SHAPE_ARGS))
         if cat == "cpu_op" and "External id" in args:      # links it to the kernels it launched
-            keep["External id"] = args["External id"]
-        ts = _num(e.get("ts"))
-        self.p.host.append(HostEvent(e.get("tid"), ts, ts + _num(e.get("dur")), name, cat,
+            keep["External id"] = args.ident("External id")
+        ts = f.number("ts")
+        self.p.host.append(HostEvent(f.ident("tid"), ts, ts + f.number("dur"), name, cat,
                                      keep))
 
-    def _gpu(self, e: dict, cat: str) -> None:
-        args = e.get("args") or {}
-        name = str(e.get("name", ""))
-        device = args.get("device", e.get("pid"))
+    def _gpu(self, f: EventFields, cat: str) -> None:
+        args = f.args()
+        name = f.text("name")
+        device = args.ident("device") if "device" in args else f.ident("pid")
         self.devices.add(device)
-        stream = f"{device}:{args.get('stream', e.get('tid'))}"
-        keep = {k: args[k] for k in COMM_ARGS if k in args} if "nccl" in name.lower() else {}
+        stream = f"{device}:{args.ident('stream') if 'stream' in args else f.ident('tid')}"
+        keep = _comm_args(args, COMM_ARGS) if "nccl" in name.lower() else {}
         if "External id" in args:                           # the cpu_op that launched it
-            keep["External id"] = args["External id"]
-        ts = _num(e.get("ts"))
-        self.p.gpu.append(GpuEvent(stream, ts, ts + _num(e.get("dur")), name, cat,
-                                   args.get("correlation"), keep))
+            keep["External id"] = args.ident("External id")
+        ts = f.number("ts")
+        self.p.gpu.append(GpuEvent(stream, ts, ts + f.number("dur"), name, cat,
+                                   args.ident("correlation"), keep))
 
 
-def _num(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
+_COUNT_ARGS = ("In msg nelems", "Out msg nelems", "Group size", "Global rank start",
+               "Global rank stride")
+_NAME_ARGS = ("Collective name", "dtype", "Process Group Name")
 
 
-def read_kineto(path: str | Path) -> KinetoProfile:
-    """Stream one Kineto trace file.
+def _comm_args(args: EventFields, keys) -> dict:
+    """The communication arguments among ``keys`` that ``args`` has, each checked."""
+    out = {}
+    for k in keys:
+        if k not in args:
+            continue
+        if k in _COUNT_ARGS:
+            out[k] = args.count(k, MAX_RANKS if k == "Group size" else None)
+        else:
+            out[k] = args.text(k) if k in _NAME_ARGS else args.get(k)
+    return out
 
-    :raises ConfigError: naming the file when it cannot be read, or holds neither CPU ops
+
+def read_kineto(path: str | Path, max_events: int | None = None) -> KinetoProfile:
+    """Stream one Kineto trace file (at most ``max_events`` events; default: the limit).
+
+    :raises ConfigError: naming the file when it cannot be read, holds a field of the wrong
+        type (naming the event and field), is a TensorFlow profile, or holds neither CPU ops
         nor GPU activity (a Chrome trace that is not from the PyTorch profiler).
     """
     source = str(path)
+    _not_tensorflow(Path(path), source)
     profile = KinetoProfile(source, {})
     collector = _Collector(profile)
     profile.header = read_chrome_trace(path, collector, ("distributedInfo", "deviceProperties",
-                                                         "schemaVersion"))
+                                                         "schemaVersion"), max_events)
+    distributed_info(profile.header, source)
+    header_list(profile.header, "deviceProperties", source)
     if not profile.host and not profile.gpu:
         raise ConfigError("not a PyTorch profiler trace: no cpu_op, user_annotation or GPU "
                           "kernel events", source=source)
@@ -155,6 +176,18 @@ def read_kineto(path: str | Path) -> KinetoProfile:
         for g in profile.gpu:
             g.stream = g.stream.split(":", 1)[1]
     return profile
+
+
+def _not_tensorflow(path: Path, source: str) -> None:
+    """Refuse a TensorFlow profile (an XSpace protobuf) by name."""
+    head = sniff(path, source).lstrip()
+    if head[:1] in (b"{", b"["):
+        return
+    if ".xplane.pb" in path.name or (head[:1] == b"\x0a" and b"/host:" in head
+                                     or b"/device:" in head):
+        raise ConfigError("not a PyTorch trace: it is a TensorFlow profile (XSpace, "
+                          "*.xplane.pb): import it with 'clustersim import tensorflow'",
+                          source=source)
 
 
 def group_ranks(args: dict) -> tuple[int, ...] | None:

@@ -25,7 +25,9 @@ from pathlib import Path
 from ..errors import ConfigError
 from . import comms, host
 from .ir import CommOp, RankTrace, Span
+from .checked import EventFields
 from .jsonstream import read_chrome_trace, sniff
+from .kineto import DEVICE_CATS, HOST_CATS
 from .pytorch import default_step
 from .xplane import TfEvent, read_xspace
 
@@ -36,8 +38,14 @@ OPTIMIZER_SCOPES = ("sgd", "adam", "rmsprop", "adagrad", "lamb", "momentum", "up
                     "optimizer")
 
 
+PYTORCH_HEADER = ("schemaVersion", "distributedInfo", "deviceProperties")
+TO_PYTORCH = "it is a PyTorch profiler (Kineto) trace: import it with 'clustersim import pytorch'"
+
+
 def read_tf_profile(path: Path) -> tuple[list[TfEvent], dict]:
-    """Events of an ``*.xplane.pb`` or TensorBoard trace JSON (plain or gzip)."""
+    """Events of an ``*.xplane.pb`` or TensorBoard trace JSON (plain or gzip).
+
+    :raises ConfigError: naming the file, as the readers do, or for a PyTorch trace."""
     head = sniff(path, str(path)).lstrip()
     if head[:1] in (b"{", b"["):
         return _read_trace_json(path), {}
@@ -47,24 +55,33 @@ def read_tf_profile(path: Path) -> tuple[list[TfEvent], dict]:
 def _read_trace_json(path: Path) -> list[TfEvent]:
     names: dict = {}
     raw: list = []
+    source = str(path)
+    index = iter(range(1 << 62))
 
     def keep(e: dict) -> None:
-        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
-            key = e.get("pid") if e["name"] == "process_name" else (e.get("pid"), e.get("tid"))
-            names[key] = (e.get("args") or {}).get("name", "")
-        elif e.get("ph") == "X":
-            args = {k: _number(v) for k, v in (e.get("args") or {}).items()}
+        f = EventFields(e, source, next(index))
+        ph, name = f.text("ph"), f.text("name")
+        if f.text("cat") in (*HOST_CATS, *DEVICE_CATS):
+            raise ConfigError(f"not a TensorFlow trace: {TO_PYTORCH}", source=source,
+                              field=f"{f.where}.cat")
+        if ph == "M" and name in ("process_name", "thread_name"):
+            key = f.ident("pid") if name == "process_name" else (f.ident("pid"), f.ident("tid"))
+            names[key] = f.args().text("name")
+        elif ph == "X":
+            args = {k: _number(v) for k, v in f.args().e.items()}
             long = args.pop("long_name", None)
-            name, display = (str(long), str(e.get("name", ""))) if long else \
-                (str(e.get("name", "")), "")
-            ts = float(e.get("ts", 0)) * 1e-6
-            raw.append((e.get("pid"), e.get("tid"), name, display, ts,
-                        ts + float(e.get("dur", 0)) * 1e-6, args))
+            name, display = (str(long), name) if long else (name, "")
+            ts = f.number("ts") * 1e-6
+            raw.append((f.ident("pid"), f.ident("tid"), name, display, ts,
+                        ts + f.number("dur") * 1e-6, args))
 
-    read_chrome_trace(path, keep)
+    header = read_chrome_trace(path, keep, PYTORCH_HEADER)
+    if header:
+        raise ConfigError(f"not a TensorFlow trace: {TO_PYTORCH} (its header has "
+                          f"{', '.join(header)})", source=source)
     if not raw:
         raise ConfigError("not a TensorFlow trace: no complete (ph X) events",
-                          source=str(path))
+                          source=source)
     return [TfEvent(f"{names.get(pid, pid)}|{names.get((pid, tid), tid)}", n, d, a, b, s)
             for pid, tid, n, d, a, b, s in raw]
 

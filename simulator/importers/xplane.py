@@ -17,7 +17,11 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from ..errors import ConfigError
-from .jsonstream import open_binary, sniff
+from ..inputs import limit, over_limit
+from .bounded import BudgetReader
+from .jsonstream import sniff
+
+PROTOBUF_MAX_BYTES = (2 << 30) - 1        # protobuf refuses a larger message
 
 _F = descriptor_pb2.FieldDescriptorProto
 I64, U64, DBL, STR, BYT, MSG = (_F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_DOUBLE, _F.TYPE_STRING,
@@ -119,9 +123,10 @@ def read_xspace(path: str | Path) -> tuple[list[TfEvent], dict]:
     path, source = Path(path), str(path)
     sniff(path, source)
     space = XSPACE()
+    most = min(limit("trace_bytes"), PROTOBUF_MAX_BYTES)
     try:
-        with open_binary(path) as fh:           # plain, or gzip (*.xplane.pb.gz)
-            space.ParseFromString(fh.read())
+        with BudgetReader(path, most) as fh:    # plain, or gzip (*.xplane.pb.gz)
+            space.ParseFromString(fh.read_all())
     except (DecodeError, RuntimeError, ValueError, OSError, EOFError, zlib.error) as exc:
         raise ConfigError(f"not an XSpace protobuf, or truncated/corrupt ({exc})",
                           source=source) from None
@@ -129,12 +134,14 @@ def read_xspace(path: str | Path) -> tuple[list[TfEvent], dict]:
     if not planes or not any(p.lines for p in planes):
         raise ConfigError("not a TensorFlow profile: no planes with events (is it an "
                           "*.xplane.pb written by tf.profiler?)", source=source)
-    events = []
+    events, most_events = [], limit("trace_events")
     for plane in planes:
         md = plane.event_metadata
         for line in plane.lines:
             base_s = line.timestamp_ns * 1e-9
             lname = f"{plane.name}|{line.display_name or line.name}"
+            if len(events) + len(line.events) > most_events:
+                raise over_limit("trace_events", f"more than {most_events:,} events", source)
             for ev in line.events:
                 meta = md[ev.metadata_id] if ev.metadata_id in md else None
                 stats = {plane.stat_metadata[s.metadata_id].name: _stat(plane, s)

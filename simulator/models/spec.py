@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import ConfigError, validation_error
+from simulator.inputs import path_name
 from simulator.yamlio import read_yaml
 
 FAMILIES = ("gpt", "llama", "bert", "resnet", "maskrcnn")
@@ -147,7 +148,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     catalog = _catalog()
     if key in catalog:
         return catalog[key]
-    path = Path(name_or_path)
+    path = path_name(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ConfigError("model file not found", source=str(path))

@@ -63,7 +63,7 @@ def parse_strategy(data: Any, source: str | None = None) -> CommonConfig:
         if not isinstance(data, dict):
             raise ConfigError("must be a mapping with a 'name'", field="strategy")
         name = data.get("name")
-        if name not in STRATEGIES:
+        if not isinstance(name, str) or name not in STRATEGIES:
             raise ConfigError(f"unknown strategy {name!r}; valid: {', '.join(STRATEGIES)}",
                               field="strategy.name")
         return STRATEGIES[name].config(**data)

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..scenario import resolve_scenario, scenario_from_dict
 from ..topology.loader import resolve_topology
+from ..inputs import read_text
 from ..yamlio import read_yaml
 from .spec import TOPOLOGY_PREFIX, Study
 
@@ -150,7 +151,7 @@ class _Resolver:
     def _read(self, path: Path, what: str | None):
         key = str(path)
         if key not in self._files:
-            self._files[key] = read_yaml(path, what) if what else path.read_text()
+            self._files[key] = read_yaml(path, what) if what else read_text(path, "model file")
         return self._files[key]
 
     # ---------------------------------------------------------------- error location

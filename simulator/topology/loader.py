@@ -23,6 +23,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from simulator.errors import ConfigError, TopologyError, validation_error
+from simulator.inputs import path_name, regular_file
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
 from simulator.topology.checks import check_cluster
@@ -118,7 +119,7 @@ def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = No
 
     :raises ConfigError: as :func:`load_topology`, attributed to ``source``.
     """
-    spec = _validate(data, source)
+    spec = _validate(data, source, nodes is not None)
     generate = GENERATORS[spec.generator][0]
     params = dict(spec.params)
     if nodes is not None:
@@ -194,9 +195,11 @@ def resolve_topology(name_or_path: str | Path) -> Path:
     :raises ConfigError: (field ``topology``) when neither a file nor a shipped name matches;
         the message lists the shipped names.
     """
-    path = Path(name_or_path)
+    path = path_name(name_or_path, "topology")
     if path.is_file():
         return path
+    if path.exists():                       # a folder, FIFO or device: say which
+        regular_file(path, "topology file")
     if len(path.parts) == 1:
         found = find_shipped("topologies", path.name)
         if found is not None:
@@ -212,8 +215,9 @@ def shipped_topologies() -> list[str]:
     return shipped_names("topologies")
 
 
-def _validate(data: Any, source: str) -> TopologyFile:
-    """Check the file's shape, generator name and parameter names."""
+def _validate(data: Any, source: str, nodes_given: bool = False) -> TopologyFile:
+    """Check the file's shape, generator name and parameter names (every required one
+    given; ``nodes`` may come from outside, ``nodes_given``)."""
     if data is None:
         raise ConfigError("file is empty; expected name, generator and params", source=source)
     if not isinstance(data, dict):
@@ -227,10 +231,17 @@ def _validate(data: Any, source: str) -> TopologyFile:
     if spec.generator not in GENERATORS:
         raise ConfigError(f"unknown generator {spec.generator!r}; valid: "
                           f"{', '.join(GENERATORS)}", source=source, field="generator")
-    valid = [p for p in inspect.signature(GENERATORS[spec.generator][0]).parameters if p != "G"]
+    signature = inspect.signature(GENERATORS[spec.generator][0]).parameters
+    valid = [p for p in signature if p != "G"]
     unknown = [k for k in spec.params if k not in valid]
     if unknown:
         raise ConfigError(f"unknown parameter(s) {', '.join(map(repr, unknown))} for "
                           f"{spec.generator}; valid: {', '.join(valid)}",
                           source=source, field=f"params.{unknown[0]}")
+    missing = [p for p in valid if signature[p].default is inspect.Parameter.empty
+               and signature[p].kind is not inspect.Parameter.VAR_KEYWORD
+               and p not in spec.params and not (p == "nodes" and nodes_given)]
+    if missing:
+        raise ConfigError(f"missing parameter(s) {', '.join(map(repr, missing))} for "
+                          f"{spec.generator}", source=source, field=f"params.{missing[0]}")
     return spec

@@ -112,7 +112,7 @@ def server_layout(node: Any) -> ServerLayout:
         raise ConfigError(f"must be a mapping with a 'type' key, got {node!r}", field="node")
     kwargs = dict(node)
     kind = kwargs.pop("type", None)
-    if kind not in SERVER_TYPES:
+    if not isinstance(kind, str) or kind not in SERVER_TYPES:
         raise ConfigError(f"must be one of {', '.join(SERVER_TYPES)}, got {kind!r}",
                           field="node.type")
     build = SERVER_TYPES[kind]

@@ -22,9 +22,11 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import zlib
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..inputs import BudgetReader, decode_text
 from ..outpaths import writable_file
 from .fields import is_int
 from .schema import Communicator, Op, RankClass, Trace, TraceError
@@ -78,17 +80,17 @@ def read_trace(path: str | Path) -> Trace:
     path = Path(path)
     source = str(path)
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise ConfigError("no such file", source=source) from None
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        with BudgetReader(path, limit_name="trace_file_bytes") as fh:   # plain or gzip
+            raw = fh.read_all()
+        data = json.loads(decode_text(raw, source, "trace file"))
+    except (OSError, EOFError, zlib.error) as exc:
         raise ConfigError(f"unreadable or truncated file ({exc.__class__.__name__})",
                           source=source) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"corrupt or truncated JSON at line {exc.lineno} column "
                           f"{exc.colno}", source=source) from None
+    except RecursionError:
+        raise ConfigError("JSON nested too deeply to be a trace", source=source) from None
     return trace_from_dict(data, source)
 
 
