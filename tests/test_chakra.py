@@ -146,3 +146,22 @@ def test_cli_exports_and_imports_chakra(capsys, tmp_path, monkeypatch):
     Path("junk.0.et").write_bytes(b"\x02\xff\xff")
     code, out, err = run_main(capsys, "import", "chakra", "junk.0.et", "-o", "j.json")
     assert code == 2 and err.count("\n") == 1 and "junk.0.et" in err
+
+
+def test_hostile_chakra_files_are_refused_at_the_boundary(tmp_path, monkeypatch):
+    # a message size that never ends (0x80 bytes forever) is refused at its 11th byte
+    bad = tmp_path / "v.0.et"
+    bad.write_bytes(b"\x80" * 4096)
+    with pytest.raises(ConfigError, match="more than 10 bytes"):
+        read_chakra([bad])
+    # more nodes than the event cap: the metadata message, then three empty nodes, cap 2
+    many = tmp_path / "n.0.et"
+    many.write_bytes(b"\x00" * 4)
+    monkeypatch.setenv("CLUSTERSIM_MAX_TRACE_EVENTS", "2")
+    with pytest.raises(ConfigError, match="more than 2 nodes") as info:
+        read_chakra([many])
+    assert info.value.source == str(many)
+    # a folder is not a trace file
+    with pytest.raises(ConfigError) as info:
+        read_chakra([tmp_path])
+    assert info.value.source == str(tmp_path)

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..inputs import limit, over_limit
 from ..trace.io import trace_to_dict
 from ..trace.schema import Trace
 from .chakra_pb import COLLECTIVE_TYPES, METADATA, NODE, NODE_TYPES
@@ -64,11 +65,17 @@ def decode(data: bytes, source: str) -> tuple:
             shift += 7
             if not byte & 0x80:
                 break
+            if shift >= 64:                 # a varint is at most 10 bytes
+                raise ConfigError("not a Chakra execution trace (a message size of more "
+                                  "than 10 bytes)", source=source)
         if pos + size > len(data):
             raise ConfigError("truncated Chakra trace (a message runs past the end)",
                               source=source)
         chunks.append(data[pos:pos + size])
         pos += size
+        if len(chunks) > limit("trace_events") + 1:     # the metadata, then one per node
+            raise over_limit("trace_events", f"more than {limit('trace_events'):,} nodes",
+                             source)
     if not chunks:
         raise ConfigError("empty Chakra trace: no GlobalMetadata", source=source)
     try:

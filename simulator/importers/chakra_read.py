@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..inputs import read_bytes
 from ..trace.io import trace_from_dict
 from ..trace.schema import Communicator, Op, RankClass, Trace
 from .chakra import OP_ATTR, RANK_ATTR, TRACE_ATTR, decode
@@ -50,10 +51,7 @@ def read_chakra(paths) -> Trace:
         raise ConfigError("no Chakra files given")
     parsed = []
     for path in files:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+        data = read_bytes(path, "Chakra trace", "trace_file_bytes")
         parsed.append((str(path), *decode(data, str(path))))
     if all(TRACE_ATTR in attrs(meta) for _, meta, _ in parsed):
         return _ours(parsed)
