@@ -199,3 +199,12 @@ def test_nvls_asked_on_a100_names_the_file_the_field_and_why(tmp_path, capsys):
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"{path}: nccl.algo: no algorithm left for all_gather" in err
     assert "nvls needs NVLink SHARP" in err and "A100-SXM4-80GB on dgx-a100 has none" in err
+
+
+def test_fp8_in_capacity_names_training_precision_not_the_strategy(capsys):
+    # capacity checks the scenario's strategy keys before probing; fp8 must still get the
+    # GPU's verdict on training.precision, as run gives it
+    code, out, err = run_main(capsys, "capacity", "--quiet", "--set", "training.precision=fp8")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert ("quickstart.yaml: --set training.precision: A100-SXM4-80GB has no FP8 tensor "
+            "cores") in err

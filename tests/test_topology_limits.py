@@ -19,7 +19,7 @@ from simulator.topology.fabrics import leaf_spine, rail_optimized
 from simulator.topology.loader import load_topology, resolve_topology, topology_from_dict
 
 NODE = {"type": "dgx_a100", "nics": 8}
-CAP = rf"must be <= {MAX_NODES} servers \(a {MAX_NODES}-server cluster is already far beyond"
+CAP = rf"must be <= {MAX_NODES} servers \({MAX_NODES * 8:,} GPUs at 8 a server, about the largest"
 
 
 def _superpod(tmp_path, **params):

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from .. import progress
 from ..choices import DEFAULT_CAPACITY_STRATEGIES, FAMILIES
 from ..errors import ConfigError
+from ..hardware import LOW_PRECISIONS, check_training_precision, gpu_spec
 from ..models import load_model
 from ..pipeline import strategy_dict as strategy_dict_of
 from ..scenario import Scenario
 from ..strategies import parse_strategy
+from ..topology.build import scenario_graph
 from .claim import check_folk_claim
 from .ladder import Rung, build_ladder
 from .probe import GIB, Prober, parse_strategy_specs
@@ -100,6 +102,12 @@ def capacity(scn: Scenario, family: str | None = None,
     :raises ConfigError: unknown family or strategy, a sharding the world cannot lay out.
     """
     specs = parse_strategy_specs(strategies)
+    if scn.training.precision in LOW_PRECISIONS:    # this GPU's verdict on fp8/fp4, not the
+        gpu = gpu_spec(scenario_graph(scn).graph["gpu"])   # strategies' list of precisions
+        try:
+            check_training_precision(gpu, scn.training.precision)
+        except ConfigError as exc:
+            raise exc.located(source) from None
     parse_strategy(strategy_dict_of(scn), source=source)    # the scenario's own keys
     family = (family or family_of(scn)).lower()
     ladder = build_ladder(family, min_seq_len=scn.training.seq_len)

@@ -14,7 +14,7 @@ from simulator.errors import ConfigError
 from simulator.hardware import GpuSpec, LinkSpec, gpu_spec, link_spec
 
 
-# A 16,384-server cluster is already far beyond any real fabric.
+# 16,384 servers: 131,072 GPUs at 8 a server, about the largest training clusters built.
 MAX_NODES = 16384
 MAX_SPINES = 1024
 # Leaf-spine edges (leaves x spines): about as many as the servers' own edges at MAX_NODES.
@@ -28,8 +28,8 @@ def check_nodes(value: Any) -> int:
     """
     check_int(value, "nodes", 1)
     if value > MAX_NODES:
-        raise ConfigError(f"must be <= {MAX_NODES} servers (a {MAX_NODES}-server cluster is "
-                          f"already far beyond any real fabric), got {value}", field="nodes")
+        raise ConfigError(f"must be <= {MAX_NODES} servers ({MAX_NODES * 8:,} GPUs at 8 a server, "
+                          f"about the largest training clusters built), got {value}", field="nodes")
     return value
 
 
