@@ -75,6 +75,10 @@ class Cluster:
         ``hash`` pins each flow to one path chosen by a seeded hash (models ECMP collisions).
     seed : int
         Salt of the ECMP hash.
+    qps : int
+        Queue pairs per connection between servers (NCCL_IB_QPS_PER_CONNECTION): under
+        ``hash`` ECMP each QP is hashed to its own path, so a connection splits evenly over
+        up to ``qps`` paths; under ``spread`` it changes nothing (already split evenly).
 
     Raises
     ------
@@ -83,12 +87,13 @@ class Cluster:
     """
 
     def __init__(self, G: nx.Graph, link_efficiency: dict[str, float] | None = None,
-                 ecmp: str = "spread", seed: int = 0):
+                 ecmp: str = "spread", seed: int = 0, qps: int = 1):
         if ecmp not in ECMP_MODES:
             raise ValueError(f"ecmp must be one of {ECMP_MODES}, got {ecmp!r}")
         self.G = G
         self.ecmp = ecmp
         self.seed = seed
+        self.qps = qps
         self._index_links(link_efficiency or {})
         self._index_ranks()
         self._local_paths: dict = {}
@@ -102,11 +107,11 @@ class Cluster:
 
     @classmethod
     def from_graph(cls, G: nx.Graph, constants: ModelConstants | None = None,
-                   ecmp: str = "spread", seed: int = 0) -> "Cluster":
+                   ecmp: str = "spread", seed: int = 0, qps: int = 1) -> "Cluster":
         """A cluster whose link capacities carry the calibrated efficiencies of
         ``constants`` (the shipped ones when None)."""
         k = constants or load_constants()
-        return cls(G, link_efficiency=k.link_efficiency, ecmp=ecmp, seed=seed)
+        return cls(G, link_efficiency=k.link_efficiency, ecmp=ecmp, seed=seed, qps=qps)
 
     def capacities_at(self, link_efficiency: dict[str, float]) -> np.ndarray:
         """Usable bytes/s of every directed link: nominal bandwidth x the efficiency of
@@ -215,7 +220,7 @@ class Cluster:
         s_kind, d_kind = nodes[src].get("kind"), nodes[dst].get("kind")
         if s_kind in ("nic", "switch") and d_kind in ("nic", "switch"):
             return self._fabric_route(src, dst, label)
-        return self._paths_route(self._generic_paths(src, dst), src, dst, label)
+        return self._paths_route(self._generic_paths(src, dst), src, dst, label, self.qps)
 
     def _local(self, src: str, dst: str) -> list[list[str]]:
         """Shortest paths inside one server, computed once per server design."""
@@ -307,7 +312,7 @@ class Cluster:
         if self.ecmp == "spread" and len({len(p) for p in core}) == 1:
             return self._spread_route(self._core_ids(key, core), head + [sw_src],
                                       [sw_dst] + tail)
-        return self._paths_route([head + p + tail for p in core], src, dst, label)
+        return self._paths_route([head + p + tail for p in core], src, dst, label, self.qps)
 
     def switch_paths(self, sw_src: str, sw_dst: str) -> list[list[str]]:
         """The equal-cost switch paths from ``sw_src`` to ``sw_dst`` (cached).
@@ -375,20 +380,31 @@ class Cluster:
     def _generic_paths(self, src: str, dst: str) -> list[list[str]]:
         return _shortest_paths(self.G, src, dst)
 
-    def _paths_route(self, paths: list[list[str]], src: str, dst: str, label: int) -> Route:
+    def _paths_route(self, paths: list[list[str]], src: str, dst: str, label: int,
+                     qps: int = 1) -> Route:
+        """Each of ``paths`` an equal share (``spread``), or the path each of ``qps`` queue
+        pairs hashes to, ``k / qps`` of the bytes on a path ``k`` of them chose (``hash``)."""
+        shares = None
         if self.ecmp == "hash" and len(paths) > 1:
-            h = zlib.crc32(f"{src}|{dst}|{label}|{self.seed}".encode())
-            paths = [paths[h % len(paths)]]
-        share = 1.0 / len(paths)
-        links, latency, extra = [], 0.0, 0.0
-        for p in paths:
+            picks = [zlib.crc32(f"{src}|{dst}|{label}|{self.seed}".encode()) % len(paths)]
+            picks += [zlib.crc32(f"{src}|{dst}|{label}|{self.seed}|qp{q}".encode()) % len(paths)
+                      for q in range(1, qps)]
+            chosen = sorted(set(picks))
+            paths = [paths[i] for i in chosen]
+            if len(chosen) > 1:
+                shares = [picks.count(i) / qps for i in chosen]
+        if shares is None:
+            shares = [1.0 / len(paths)] * len(paths)
+        links, coef, latency, extra = [], [], 0.0, 0.0
+        for p, share in zip(paths, shares):
             ids = [self.link_id[(a, b)] for a, b in zip(p, p[1:])]
             links.extend(ids)
+            coef.extend([share] * len(ids))
             latency += float(self.latency_s[ids].sum()) * share
             if self.has_extra_latency:
                 extra += float(self.extra_latency_s[ids].sum()) * share
         links_arr = np.asarray(links, dtype=np.int64)
-        return Route(links_arr, np.full(len(links_arr), share), latency, extra)
+        return Route(links_arr, np.asarray(coef, dtype=float), latency, extra)
 
     # ----------------------------------------------------------- NIC selection
     def nearest_nics(self, gpu: str) -> list[str]:

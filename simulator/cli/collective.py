@@ -113,7 +113,8 @@ _NCCL_OPTIONS = {"nccl_version": ("version", "--nccl-version"),
                  "nccl_algo": ("algo", "--nccl-algo"), "nccl_proto": ("proto", "--nccl-proto"),
                  "min_channels": ("min_channels", "--min-channels"),
                  "max_channels": ("max_channels", "--max-channels"),
-                 "collnet": ("collnet_enable", "--collnet")}
+                 "collnet": ("collnet_enable", "--collnet"),
+                 "ib_qps": ("ib_qps_per_connection", "--ib-qps")}
 
 
 def nccl_options(no_nvls: bool = False, **given):
@@ -192,11 +193,14 @@ def register(cli: click.Group) -> None:
                   help="NCCL_COLLNET_ENABLE=1: let the tuner use IB SHARP (CollNet) on "
                        "fabrics with SHARP switches.")
     @click.option("--no-nvls", is_flag=True, help="NCCL_NVLS_ENABLE=0.")
+    @click.option("--ib-qps", type=int, default=None, metavar="N",
+                  help="NCCL_IB_QPS_PER_CONNECTION (1-128): with --ecmp hash each queue "
+                       "pair is hashed to its own path between servers [default: 1].")
     @click.option("--format", "fmt", type=click.Choice(("table", "csv", "json")),
                   default="table", show_default=True, help="Output format.")
     def collective_cmd(op, topology, nodes, ranks, min_bytes, max_bytes, step_factor, algo,
                        proto, fidelity, ecmp, seed, root, cuda_graph, nccl_version, nccl_algo,
-                       nccl_proto, min_channels, max_channels, collnet, no_nvls,
+                       nccl_proto, min_channels, max_channels, collnet, no_nvls, ib_qps,
                        fmt) -> None:
         """Sweep sizes of one collective OP, like nccl-tests' *_perf binaries.
 
@@ -221,15 +225,17 @@ def register(cli: click.Group) -> None:
                                 f"a larger factor", "--step-factor")
         sizes = list(dict.fromkeys(size_sweep(min_bytes, max_bytes, step_factor)))
 
+        nccl = nccl_options(nccl_version=nccl_version, nccl_algo=nccl_algo,
+                            nccl_proto=nccl_proto, min_channels=min_channels,
+                            max_channels=max_channels, collnet=collnet, no_nvls=no_nvls,
+                            ib_qps=ib_qps)
         path, G = load_topology_arg(topology, nodes, "--topology")
         constants = load_constants()
-        cluster = Cluster.from_graph(G, constants, ecmp=ecmp, seed=seed)
+        cluster = Cluster.from_graph(G, constants, ecmp=ecmp, seed=seed,
+                                     qps=nccl.ib_qps_per_connection)
         rank_list = _choose_ranks(op, ranks, cluster.n_gpus)
         rooted = op in ("broadcast", "reduce")
         root_pos = _root_position(cluster, rank_list, root) if rooted else 0
-        nccl = nccl_options(nccl_version=nccl_version, nccl_algo=nccl_algo,
-                            nccl_proto=nccl_proto, min_channels=min_channels,
-                            max_channels=max_channels, collnet=collnet, no_nvls=no_nvls)
         model = CollectiveModel(cluster, with_cuda_graph(constants) if cuda_graph else constants,
                                 nccl)
 

@@ -80,6 +80,9 @@ class NcclConfig(BaseModel):
     max_channels: int | None = Field(None, ge=1, le=64, description="NCCL_MAX_NCHANNELS")
     collnet_enable: bool = Field(False, description="NCCL_COLLNET_ENABLE (SHARP plugin)")
     nvls_enable: bool = Field(True, description="NCCL_NVLS_ENABLE")
+    ib_qps_per_connection: int = Field(1, ge=1, le=128,
+                                       description="NCCL_IB_QPS_PER_CONNECTION: with hash "
+                                       "ECMP each queue pair takes its own hashed path")
 
     @field_validator("version", mode="before")
     @classmethod

@@ -59,6 +59,7 @@ def scenario_cluster(scn, constants: ModelConstants | None = None,
     section (ECMP salted with its ``simulation.seed``)."""
     c = scn.cluster
     return Cluster.from_graph(scenario_graph(scn) if graph is None else graph, constants,
+                              qps=scn.nccl.ib_qps_per_connection,
                               ecmp=c.ecmp, seed=scn.simulation.seed)
 
 
