@@ -42,11 +42,17 @@ class ServerLayout:
 
 
 def dgx_a100_layout(gpu: str = "A100-SXM4-80GB", nics: int = 8,
-                    nic: str = "ib-hdr") -> ServerLayout:
+                    nic: str = "ib-hdr", nic_pcie: list | None = None) -> ServerLayout:
     """Layout of a DGX/HGX A100-style 8-GPU server (see :func:`dgx_a100_node`).
 
+    ``nic_pcie`` places NIC j on PCIe switch ``nic_pcie[j]`` instead of ``j*4//nics``: a
+    degraded or unusual server whose NIC sits across the CPU socket from its GPUs (switches
+    0-1 hang off cpu0, 2-3 off cpu1), so their traffic crosses the switch uplinks, both
+    CPUs and the socket-to-socket link.
+
     :raises ConfigError: naming ``gpu`` (unknown or without NVLink), ``nics`` (not one of
-        1, 2, 4, 8, 16) or ``nic`` (unknown or not a network link type).
+        1, 2, 4, 8, 16), ``nic`` (unknown or not a network link type) or ``nic_pcie`` (not
+        ``nics`` switch numbers 0-3).
     """
     spec = gpu_arg(gpu)
     if spec.nvlink is None:
@@ -61,11 +67,26 @@ def dgx_a100_layout(gpu: str = "A100-SXM4-80GB", nics: int = 8,
     edges = [(f"gpu{i}", "nvswitch", nvlink) for i in range(DGX_GPUS)]
     edges += [(f"gpu{i}", f"pcie{i // 2}", pcie) for i in range(DGX_GPUS)]
     # NIC j sits on switch j*4//nics: with 8 NICs each GPU has its own NIC on its switch.
-    edges += [(f"nic{j}", f"pcie{j * DGX_PCIE_SWITCHES // nics}", pcie) for j in range(nics)]
+    places = _nic_places(nic_pcie, nics)
+    edges += [(f"nic{j}", f"pcie{places[j]}", pcie) for j in range(nics)]
     edges += [(f"pcie{i}", f"cpu{i // 2}", pcie) for i in range(DGX_PCIE_SWITCHES)]
     edges.append(("cpu0", "cpu1", edge_attrs(link_spec("xgmi"))))
-    return ServerLayout(f"dgx_a100:gpu={gpu}:nics={nics}:nic={nic}", gpu, DGX_GPUS, nics, nic,
-                        tuple(nodes), tuple(edges))
+    template = f"dgx_a100:gpu={gpu}:nics={nics}:nic={nic}"
+    if nic_pcie is not None:
+        template += ":nic_pcie=" + ",".join(map(str, places))
+    return ServerLayout(template, gpu, DGX_GPUS, nics, nic, tuple(nodes), tuple(edges))
+
+
+def _nic_places(nic_pcie: Any, nics: int) -> list[int]:
+    """The PCIe switch of each NIC: ``nic_pcie`` checked, or the default ``j*4//nics``."""
+    if nic_pcie is None:
+        return [j * DGX_PCIE_SWITCHES // nics for j in range(nics)]
+    if not isinstance(nic_pcie, list) or len(nic_pcie) != nics:
+        raise ConfigError(f"must list one PCIe switch (0-{DGX_PCIE_SWITCHES - 1}) per NIC, "
+                          f"{nics} in all, got {nic_pcie!r}", field="nic_pcie")
+    for j, place in enumerate(nic_pcie):
+        check_int(place, f"nic_pcie[{j}]", 0, DGX_PCIE_SWITCHES - 1)
+    return list(nic_pcie)
 
 
 def pcie_layout(gpu: str = "A100-PCIE-40GB", gpus: int = 4, nics: int = 1,
@@ -163,7 +184,7 @@ def add_server(G: nx.Graph | None, layout: ServerLayout, server: int, name: str)
 
 
 def dgx_a100_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-SXM4-80GB",
-                  nics: int = 8, nic: str = "ib-hdr") -> nx.Graph:
+                  nics: int = 8, nic: str = "ib-hdr", nic_pcie: list | None = None) -> nx.Graph:
     """Add one DGX A100 server (8 NVSwitch-connected GPUs) to ``G`` and return ``G``.
 
     Parameters
@@ -178,7 +199,7 @@ def dgx_a100_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-S
         ``nvlink`` type wires GPU-NVSwitch edges and its ``pcie`` type the PCIe tree.
     nics : int
         Compute NICs: 1, 2, 4, 8 (DGX A100: one per GPU) or 16 (two per GPU, as OCI BM.GPU4.8).
-        NIC j sits on PCIe switch ``j*4//nics``.
+        NIC j sits on PCIe switch ``j*4//nics``, or ``nic_pcie[j]`` when given.
     nic : str
         Network link type of the NICs (``ib-hdr``, ``roce-100``, ...).
 
@@ -190,7 +211,7 @@ def dgx_a100_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-S
     ConfigError
         Naming the bad argument (``gpu``, ``nics``, ``nic``, ``server``).
     """
-    return add_server(G, dgx_a100_layout(gpu, nics, nic), server, "dgx_a100")
+    return add_server(G, dgx_a100_layout(gpu, nics, nic, nic_pcie), server, "dgx_a100")
 
 
 def pcie_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-PCIE-40GB",
