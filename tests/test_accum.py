@@ -99,6 +99,8 @@ def test_run_says_the_step_was_extrapolated(capsys, tmp_path):
     assert "# step extrapolated from replays of 4, 5, 6 micro-steps" in out
     saved = json.loads((tmp_path / "o" / "extrapolation.json").read_text())
     assert saved["timeline"] == "the 6-micro-step replay"
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "This step was not replayed in full: step extrapolated from replays of 4, 5, 6" in page
     code, out, err = run_main(capsys, "run", *SMALL_SETS, "--format", "json")
     assert code == 0 and "extrapolated" not in json.loads(out)
 

@@ -63,7 +63,7 @@ def register(cli: click.Group) -> None:
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict())
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
-                       accuracy=acc.lines())
+                       accuracy=acc.lines(), extrapolated=extra.note() if extra else None)
             if extra is not None:        # the timeline and tables are of the replayed step
                 (out / "extrapolation.json").write_text(json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":

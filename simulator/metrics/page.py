@@ -32,11 +32,15 @@ def answer_sentences(m: Metrics, what: str, capacity_gib: float) -> list[str]:
 
 
 def write_page(out: Path, m: Metrics, rows: list[tuple[str, str]], what: str,
-               capacity_gib: float, scenario: dict, accuracy: list[str] | None = None) -> Path:
+               capacity_gib: float, scenario: dict, accuracy: list[str] | None = None,
+               extrapolated: str | None = None) -> Path:
     """Write ``out/report.html`` (``rows``: the metric lines ``run`` prints; ``accuracy``:
-    the accuracy envelope's lines)."""
+    the accuracy envelope's lines; ``extrapolated``: the note of a step extrapolated from a
+    few replayed micro-steps, whose charts show the replayed ones)."""
     page = HtmlReport(f"One training step: {what}", f"scenario {scenario.get('name', '')}")
     page.answer(*answer_sentences(m, what, capacity_gib))
+    if extrapolated:
+        page.text(f"This step was not replayed in full: {extrapolated}.", note=True)
     if accuracy:
         page.heading("How far to trust it").text(*accuracy)
     page.table(Table("Metrics of one iteration", ["metric", "value"], rows,
