@@ -51,7 +51,8 @@ def _scale(table: dict, factor: float) -> dict:
             for k, v in table.items()}
 
 
-def _read(name: str) -> dict:
+def read_data(name: str) -> dict:
+    """The parsed YAML of the shipped data file ``simulator/data/<name>``."""
     with resources.files("simulator.data").joinpath(name).open() as fh:
         return yaml.safe_load(fh)
 
@@ -59,7 +60,7 @@ def _read(name: str) -> dict:
 @cache
 def load_constants() -> ModelConstants:
     """The shipped constants (``simulator/data/nccl.yaml`` + ``calibration.yaml``)."""
-    nccl, cal = _read("nccl.yaml"), _read("calibration.yaml")
+    nccl, cal = read_data("nccl.yaml"), read_data("calibration.yaml")
     return ModelConstants(
         base_latency_s=_scale(nccl["base_latency_us"], _US),
         hop_latency_s=_scale(nccl["hop_latency_us"], _US),

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from importlib import resources
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..choices import ALGOS, PROTOS
+from .constants import read_data
 
 _VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?\s*$")
 
@@ -63,8 +62,7 @@ def parse_list(text: str | None, names: dict[str, str], what: str) -> tuple[str,
 
 @cache
 def _releases() -> tuple[dict, str]:
-    with resources.files("simulator.data").joinpath("nccl.yaml").open() as fh:
-        data = yaml.safe_load(fh)
+    data = read_data("nccl.yaml")
     return data["algorithm_since"], str(data["default_version"])
 
 
