@@ -25,12 +25,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st  # the test extra
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
-from importer_fixtures import gloo_step, gpu_step  # noqa: E402
-from simulator.cli import main  # noqa: E402
+from importer_fixtures import gloo_step, gpu_step
+from simulator.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("CLUSTERSIM_FUZZ_EXAMPLES", "0"))
@@ -171,20 +169,23 @@ TOPOLOGIES = [_yaml(f"topologies/{n}.yaml") for n in ("dgx-a100", "dgx-a100-supe
 TRACES = [gpu_step(), gloo_step(0)]
 
 
+def _yaml_case(doc, folder, command: str) -> None:
+    """Write ``doc`` as a YAML file in ``folder`` and check ``clustersim COMMAND FILE``."""
+    path = folder / "case.yaml"
+    path.write_text(_dump(doc))
+    assert_clean(*outcome(command, str(path)), _dump(doc))
+
+
 @fuzz_settings(80)
 @given(doc=mutated(SCENARIO))
 def test_mutated_scenarios_run_or_fail_in_one_line(doc, tmp_path_factory):
-    path = tmp_path_factory.mktemp("scn") / "s.yaml"
-    path.write_text(_dump(doc))
-    assert_clean(*outcome("run", str(path)), _dump(doc))
+    _yaml_case(doc, tmp_path_factory.mktemp("scn"), "run")
 
 
 @fuzz_settings(100)
 @given(doc=st.one_of(*(mutated(t) for t in TOPOLOGIES)))
 def test_mutated_topologies_build_or_fail_in_one_line(doc, tmp_path_factory):
-    path = tmp_path_factory.mktemp("topo") / "t.yaml"
-    path.write_text(_dump(doc))
-    assert_clean(*outcome("topology", str(path)), _dump(doc))
+    _yaml_case(doc, tmp_path_factory.mktemp("topo"), "topology")
 
 
 @fuzz_settings(100)
