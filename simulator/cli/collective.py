@@ -138,7 +138,8 @@ def nccl_note(nccl) -> str:
     """The header words of the NCCL knobs that differ from the defaults."""
     from ..collectives.nccl_config import NcclConfig
     default = NcclConfig()
-    changed = [f"{k}={v}" for k, v in nccl.model_dump().items() if v != getattr(default, k)]
+    changed = [f"{k}={v}" for k, v in nccl.model_dump().items()
+               if v != getattr(default, k) or (k == "version" and nccl.tuner_release())]
     return ("  nccl: " + " ".join(changed)) if changed else ""
 
 
