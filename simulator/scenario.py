@@ -101,7 +101,7 @@ class Simulation(BaseModel):
     stragglers: dict[int, float] = Field(default_factory=dict,
                                          description="rank -> compute slowdown factor")
     seed: int = Field(0, description="seed of ECMP hashing and of rank-to-rank variability")
-    variability: str | dict[str, float] = Field(
+    variability: Any = Field(
         "default", description="rank-to-rank variability: default (sigmas of "
         "data/variability.yaml), none (the ideal machine), or op class -> sigma")
 

@@ -68,6 +68,9 @@ def test_settings_resolve_and_bad_ones_name_the_field():
         resolve_sigmas("ideal")
     with pytest.raises(ConfigError, match=r"simulation\.variability\.compute"):
         resolve_sigmas({"compute": -0.1})
+    for bad in ({"compute": True}, {"compute": float("nan")}, 0.02, ["compute"]):
+        with pytest.raises(ConfigError, match="simulation.variability"):
+            resolve_sigmas(bad)
 
 
 def _program(n_ops=1):

@@ -180,7 +180,9 @@ def register(cli: click.Group) -> None:
                        "launch overhead.")
     @click.option("--nccl-version", default=None, metavar="X.Y",
                   help="NCCL release: the tuner offers only the algorithms it has (NVLS "
-                       "2.17, NVLS-Tree 2.18, PAT 2.23) [default: 2.21].")
+                       "2.17, NVLS-Tree 2.18, PAT 2.23) and uses that release's tuning.cc "
+                       "constants (2.7, 2.19, 2.28 tables) [default: 2.21's algorithms with "
+                       "the calibrated constants].")
     @click.option("--nccl-algo", default=None, metavar="LIST",
                   help="NCCL_ALGO: algorithms the tuner may choose, e.g. ring,tree or ^nvls.")
     @click.option("--nccl-proto", default=None, metavar="LIST",

@@ -61,9 +61,13 @@ def resolve_sigmas(setting: str | Mapping[str, float]) -> dict[str, float] | Non
             return dict(shipped_sigmas())
         raise ConfigError(f"must be none, default or a mapping of op class to sigma, "
                           f"got {setting!r}", field="simulation.variability")
+    if not isinstance(setting, Mapping):
+        raise ConfigError(f"must be none, default or a mapping of op class to sigma, "
+                          f"got {setting!r}", field="simulation.variability")
     out = dict(shipped_sigmas())
     for name, sigma in setting.items():
-        if not (isinstance(sigma, (int, float)) and 0.0 <= sigma <= 1.0):
+        if isinstance(sigma, bool) or not (isinstance(sigma, (int, float))
+                                           and 0.0 <= sigma <= 1.0):
             raise ConfigError(f"sigma of {name!r} must be a number in [0, 1], got {sigma!r}",
                               field=f"simulation.variability.{name}")
         out[str(name)] = float(sigma)
