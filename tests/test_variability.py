@@ -7,7 +7,7 @@ import pytest
 
 from simulator.collectives.run import simulate_plans
 from simulator.engine import EngineConfig, replay
-from simulator.engine.variability import (Variability, draw_max, max_of_normals,
+from simulator.engine.variability import (Variability, draw_max, group_key, max_of_normals,
                                           resolve_sigmas, shipped_sigmas,
                                           synchronised_ranks)
 from simulator.errors import ConfigError
@@ -105,13 +105,28 @@ def test_compute_runs_at_the_slowest_of_the_synchronised_ranks(model):
     ideal = replay(trace, model, TeraflopGPU(), EngineConfig())
     sigmas = {"compute": 0.05, "collective": 0.0}
     tl = replay(trace, model, TeraflopGPU(), EngineConfig(variability=sigmas, seed=3))
-    factor = math.exp(0.05 * draw_max(3, "class:all", 4))
+    factor = math.exp(0.05 * draw_max(3, group_key((0, 1, 2, 3)), 4))
     c = {r.name: r for r in tl.records}
     assert c["c1"].end_s == pytest.approx(2.0 * factor)
     plan = model.plan("all_reduce", 1 << 20, [0, 1, 2, 3])
     (alone,), _ = simulate_plans(model.cluster, [plan], "flow")
     assert c["ar"].end_s == pytest.approx(2.0 * factor + alone)
     assert ideal.iteration_time_s == pytest.approx(2.0 + alone)
+
+
+def test_classes_cut_from_one_group_share_its_draw(model):
+    # one class of 4 ranks, or 4 classes of one rank (an imported trace), or a class split
+    # in two: the same 4 GPUs, the same slowest one, the same step
+    comm = {"world": Communicator("world", ((0, 1, 2, 3),))}
+    sigmas = {"compute": 0.05}
+    times = []
+    for split in (((0, 1, 2, 3),), ((0,), (1,), (2,), (3,)), ((0, 1), (2, 3))):
+        trace = Trace(4, [RankClass(f"c{i}", r, _program(2)) for i, r in enumerate(split)],
+                      comm)
+        times.append(replay(trace, model, TeraflopGPU(),
+                            EngineConfig(variability=sigmas, seed=5)).iteration_time_s)
+    assert times[0] == times[1] == times[2]
+    assert group_key((0, 1, 2, 3)) != group_key((0, 1, 2, 4))
 
 
 def test_collective_variability_stretches_the_transfer(model):
@@ -130,7 +145,7 @@ def test_a_lone_rank_waits_for_no_one(model):
                                                  op_class="matmul")])], {})
     tl = replay(trace, model, TeraflopGPU(), EngineConfig(variability={"compute": 0.5}))
     assert tl.iteration_time_s == 1.0
-    assert Variability({"compute": 0.5}, 0, {"one": 1}).compute_factor("one", "matmul") == 1.0
+    assert Variability({"compute": 0.5}, 0, {"one": (0,)}).compute_factor("one", "matmul") == 1.0
 
 
 def test_scenario_default_is_on_and_none_is_the_ideal_machine():

@@ -8,8 +8,8 @@ per rank (a property of the GPU: manufacturing and power management; data and so
 class whose collectives tie together ``N`` ranks runs at ``exp(sigma_K x M_N)``, ``M_N``
 the largest of ``N`` standard normal draws. ``M_N`` is sampled directly from its own
 distribution, ``P(M_N <= x) = Phi(x) ** N``, by the inverse CDF: ``M_N = Phi^-1(U ** (1/N))``
-with one uniform ``U`` per (seed, class, N). Nothing is done per rank, so the cost does not
-grow with ``N``, and the expected step grows with it (``E[M_N] ~ sqrt(2 ln N)``).
+with one uniform ``U`` per (seed, set of tied ranks). Nothing is done per rank (the set is
+named by a hash of its rank list, computed once), so the cost does not grow with ``N``, and the expected step grows with it (``E[M_N] ~ sqrt(2 ln N)``).
 
 ``N`` of a class: the ranks of every communicator group it takes part in (its ranks wait
 for those ranks, and they for theirs: FSDP's world, a pipeline stage's data-parallel
@@ -89,8 +89,9 @@ def draw_max(seed: int, key: str, n: int) -> float:
     return max_of_normals(min(max(u, 1e-300), 1.0 - 1e-16), n)
 
 
-def synchronised_ranks(trace: Trace) -> dict[str, int]:
-    """Per rank class, how many ranks its collectives tie it to (itself included)."""
+def tied_ranks(trace: Trace) -> dict[str, tuple[int, ...]]:
+    """Per rank class, the ranks its collectives tie it to (itself included; sorted), or
+    just its own ranks when it takes part in no collective."""
     out = {}
     for cls in trace.classes:
         mine = set(cls.ranks)
@@ -100,21 +101,35 @@ def synchronised_ranks(trace: Trace) -> dict[str, int]:
             for group in trace.communicators[cid].groups:
                 if not mine.isdisjoint(group):
                     tied.update(group)
-        out[cls.id] = len(tied | mine) if tied else 1
+        out[cls.id] = tuple(sorted(tied | mine)) if tied else ()
     return out
+
+
+def synchronised_ranks(trace: Trace) -> dict[str, int]:
+    """Per rank class, how many ranks its collectives tie it to (1: none)."""
+    return {cid: max(len(r), 1) for cid, r in tied_ranks(trace).items()}
+
+
+def group_key(ranks: tuple[int, ...]) -> str:
+    """One name per set of tied ranks, so that classes cut from one group (a straggler
+    split off, one class per rank in an imported trace) share its one draw."""
+    return f"ranks:{zlib.crc32(np.asarray(ranks, dtype=np.int64).tobytes())}"
 
 
 class Variability:
     """The factors of one replay: per class and compute op class, per communicator (each
     drawn once and kept)."""
 
-    def __init__(self, sigmas: Mapping[str, float], seed: int, class_ranks: Mapping[str, int]):
-        self.sigmas, self.seed, self.class_ranks = dict(sigmas), int(seed), dict(class_ranks)
+    def __init__(self, sigmas: Mapping[str, float], seed: int,
+                 class_groups: Mapping[str, tuple[int, ...]]):
+        self.sigmas, self.seed = dict(sigmas), int(seed)
+        self.class_ranks = {c: max(len(r), 1) for c, r in class_groups.items()}
+        self._keys = {c: group_key(r) for c, r in class_groups.items() if len(r) > 1}
         self._memo: dict[tuple, float] = {}
 
     @classmethod
     def for_trace(cls, trace: Trace, sigmas: Mapping[str, float], seed: int) -> Variability:
-        return cls(sigmas, seed, synchronised_ranks(trace))
+        return cls(sigmas, seed, tied_ranks(trace))
 
     def _factor(self, sigma: float, key: str, n: int) -> float:
         if n < 2 or sigma == 0.0:
@@ -126,9 +141,11 @@ class Variability:
 
     def compute_factor(self, cls_id: str, op_class: str) -> float:
         """Time factor of a compute op of ``op_class`` in class ``cls_id``: the slowest of
-        the class's synchronised ranks (one draw per class, shared by its op classes)."""
+        the class's tied ranks (one draw per set of tied ranks, shared by its op classes
+        and by every class of that set)."""
         sigma = self.sigmas.get(op_class, self.sigmas.get(COMPUTE, 0.0))
-        return self._factor(sigma, f"class:{cls_id}", self.class_ranks.get(cls_id, 1))
+        n = self.class_ranks.get(cls_id, 1)
+        return self._factor(sigma, self._keys.get(cls_id, ""), n)
 
     def collective_factor(self, comm_id: str, group_size: int) -> float:
         """Time factor of a collective's transfer on communicator ``comm_id``."""
