@@ -45,7 +45,7 @@ def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: i
         stage("reliability: searching the checkpoint interval")
         found = search(plan, info.mtti_s, summary.downtime_s["mean"], cfg.search.points,
                        cfg.search.span, cfg.search.trials or trials, seed, workers,
-                       known=results)
+                       known=results, method=cfg.search.method)
     t3 = time.perf_counter()
     return Study(scn, cfg, plan, info, results, summary, found, seed, workers,
                  {"plan": t1 - t0, "trials": t2 - t1, "search": t3 - t2})
