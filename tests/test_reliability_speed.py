@@ -104,3 +104,50 @@ def test_the_command_brackets_by_default_and_runs_the_whole_grid_on_request(caps
     assert len(grid) >= 9 > len(out["bracket"]["candidates"])
     assert all(grid[c["iterations"]] == c for c in out["bracket"]["candidates"])
     assert out["bracket"]["best"] == out["grid"]["best"]
+
+
+# ---------------------------------------------------------------- step simulations, once
+def _reliability_point(sets: list[str]) -> dict:
+    from simulator.scenario import load_scenario
+    from simulator.study.adapters import reliability_point
+    scn = load_scenario("quickstart", [
+        "model=gpt2-small", "training.seq_len=1024", "cluster.gpus=2",
+        "reliability={job: {duration: 2 d}, failures: {software: {rate: 2 per day}}}", *sets])
+    return reliability_point(scn, {"id": "p", "options": {"trials": 2}})[0]
+
+
+def test_study_points_that_share_the_step_simulate_it_once(monkeypatch):
+    from simulator.reliability import steps
+    monkeypatch.setattr(steps, "_MEMO", {})
+    ran = []
+    real = steps.run_setup
+    monkeypatch.setattr(steps, "run_setup", lambda s: ran.append(1) or real(s))
+    a = _reliability_point(["reliability.checkpoint.interval=20 min"])
+    once = len(ran)
+    b = _reliability_point(["reliability.checkpoint.interval=40 min",
+                            "reliability.failures.software.rate=5 per day"])
+    assert once >= 1 and len(ran) == once          # the same step: not simulated again
+    assert a["iteration_time_s"] == b["iteration_time_s"]
+    assert a["checkpoint_interval_s"] != b["checkpoint_interval_s"]
+    c = _reliability_point(["reliability.checkpoint.interval=20 min", "cluster.gpus=4"])
+    assert len(ran) == 2 * once                    # another cluster: simulated
+    assert c["gpus"] == 4
+
+
+def test_step_memo_keys_files_by_content(tmp_path):
+    from simulator.reliability.steps import _memo_key
+    from simulator.scenario import load_scenario
+    from simulator.topology.loader import resolve_topology
+    text = resolve_topology("dgx-a100").read_text()
+    keys = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "topology.yaml"
+        path.write_text(text)
+        keys.append(_memo_key(load_scenario("quickstart", [f"cluster.topology={path}"]),
+                              {}, []))
+    assert keys[0] == keys[1]
+    (tmp_path / "b" / "topology.yaml").write_text(text + "\n# changed\n")
+    changed = _memo_key(load_scenario("quickstart", [
+        f"cluster.topology={tmp_path / 'b' / 'topology.yaml'}"]), {}, [])
+    assert changed != keys[0]

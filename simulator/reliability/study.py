@@ -30,11 +30,13 @@ class Study:
 
 
 def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: int = 1,
-              record: bool = False, with_search: bool = True) -> Study:
-    """Simulate ``trials`` runs of the scenario's job, then search the interval."""
+              record: bool = False, with_search: bool = True,
+              remember_steps: bool = False) -> Study:
+    """Simulate ``trials`` runs of the scenario's job, then search the interval
+    (``remember_steps``: see :func:`~simulator.reliability.plan.build_plan`)."""
     cfg = scn.reliability or ReliabilityCfg()
     t0 = time.perf_counter()
-    plan, info = build_plan(scn, source, cfg)
+    plan, info = build_plan(scn, source, cfg, remember_steps)
     t1 = time.perf_counter()
     stage(f"reliability: {trials} trials on {workers} worker(s)")
     results = run_many([plan], trials, seed, workers, record_first=record)[0]
