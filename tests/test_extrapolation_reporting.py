@@ -103,3 +103,23 @@ def test_study_rows_and_report_say_extrapolated():
 def test_study_commands_declare_the_column(command):
     from simulator.study.commands import COMMANDS
     assert "extrapolated" in COMMANDS[command].columns
+
+
+def test_reliability_says_its_step_was_extrapolated(capsys, tmp_path):
+    import json
+
+    from test_cli import run_main
+    rel = "reliability={job: {duration: 1 d}, failures: {software: {rate: 2 per day}}, " \
+          "search: {points: 0}}"
+    args = ["reliability", "quickstart", "--trials", "2", "--workers", "1"]
+    for a in [*SMALL, rel, "training.grad_accum=80"]:
+        args += ["--set", a]
+    code, out, err = run_main(capsys, *args, "--format", "json")
+    assert code == 0, err
+    done = json.loads(out)["step_extrapolated"]
+    assert done["grad_accum"] == 80
+    code, text, err = run_main(capsys, *args)
+    assert f"the steps {brief(done)}" in text
+    args[-1] = "training.grad_accum=2"
+    code, out, err = run_main(capsys, *args, "--format", "json")
+    assert code == 0 and "step_extrapolated" not in json.loads(out)

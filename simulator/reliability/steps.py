@@ -40,6 +40,7 @@ class StepTable:
     tokens_per_iteration: float
     simulations: int
     wall_s: float
+    extrapolated: dict | None = None   # the healthy step came from a few micro-steps (accum)
 
     @property
     def base_s(self) -> float:
@@ -107,7 +108,8 @@ def step_table(scn: Scenario, source: str, cluster: Cluster, reroutes: dict[str,
     m = base.metrics
     tokens = m.tokens_per_s * m.iteration_time_s
     return StepTable(times, True, m.as_dict(), tokens, 1 + len(reroutes) +
-                     len(straggler_factors), time.perf_counter() - t0)
+                     len(straggler_factors), time.perf_counter() - t0,
+                     base.extrapolation.as_dict() if base.extrapolation else None)
 
 
 def _straggler_time(setup: Setup, factor: float) -> float:
