@@ -151,3 +151,10 @@ def test_step_memo_keys_files_by_content(tmp_path):
     changed = _memo_key(load_scenario("quickstart", [
         f"cluster.topology={tmp_path / 'b' / 'topology.yaml'}"]), {}, [])
     assert changed != keys[0]
+
+
+def test_study_loads_no_plotting_library_before_its_points_run():
+    # the report (matplotlib) is imported once the study has run (a missing file stops it
+    # before any point, after every import the command does first)
+    from test_startup import _loaded
+    assert _loaded(["study", "/nonexistent/study.yaml"], ("matplotlib",)) == []
