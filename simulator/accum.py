@@ -57,6 +57,14 @@ class Extrapolation:
                 f"a timeline shows the {self.replayed[-1]}-micro-step replay")
 
 
+def brief(done: dict) -> str:
+    """One clause for ``Extrapolation.as_dict()`` (``done``), as compare, capacity and study
+    reports say it."""
+    ks = ", ".join(map(str, done["replayed_micro_steps"]))
+    return (f"extrapolated from replays of {ks} micro-steps to grad_accum "
+            f"{done['grad_accum']} (periodic), not replayed in full")
+
+
 @dataclass(frozen=True)
 class AccumPlan:
     """The replayed traces of a step that may be extrapolated, and how to build it whole."""

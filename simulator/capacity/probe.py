@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..accum import plan_accum, plan_trace
 from ..choices import (NAMED_STRATEGIES, NamedStrategy, framework_of, parse_strategy_names,
                        registry_spelling)
 from ..errors import ConfigError
@@ -99,14 +100,18 @@ class Probe:
     iteration_time_s: float | None = None
     tokens_per_s_per_gpu: float | None = None
     mfu: float | None = None
+    extrapolated: dict | None = None   # a step extrapolated from a few replays: how (accum)
 
     def as_dict(self) -> dict:
-        return {"model": self.rung.model.name, "params": self.rung.params,
-                "kind": self.rung.kind, "fits": self.fits, "replayed": self.replayed,
-                "peak_memory_gib": round(self.peak_gib, 3),
-                "static_memory_gib": round(self.static_gib, 3), "oom_at": self.oom_at,
-                "iteration_time_s": self.iteration_time_s,
-                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu}
+        d = {"model": self.rung.model.name, "params": self.rung.params,
+             "kind": self.rung.kind, "fits": self.fits, "replayed": self.replayed,
+             "peak_memory_gib": round(self.peak_gib, 3),
+             "static_memory_gib": round(self.static_gib, 3), "oom_at": self.oom_at,
+             "iteration_time_s": self.iteration_time_s,
+             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu}
+        if self.extrapolated:
+            d["extrapolated"] = self.extrapolated
+        return d
 
 
 # Model of the base Setup (cluster, cost models, capacity) that rungs' traces replace:
@@ -133,12 +138,31 @@ class Prober:
         self.world = World(n, min(int(self.base.cluster.G.graph["gpus_per_node"]), n))
         self.cache: dict[str, Probe] = {}
         self.replays = 0
+        self.adopted: dict[str, tuple[ModelSpec, object]] = {}
         self.host_unchecked = False     # cpu_offload on a topology without a host figure
 
     def setup_for(self, model: ModelSpec) -> Setup:
-        """The Setup of ``self.base`` with ``model``'s trace (as build_setup makes it)."""
-        return dataclasses.replace(self.base, trace=make_trace(self.scn, model, self.cfg,
-                                                               self.world))
+        """The Setup of ``self.base`` with ``model``'s trace (as build_setup makes it: a
+        step of many identical micro-steps gets the few replays of :mod:`simulator.accum`)."""
+        def make(cfg) -> object:
+            return make_trace(self.scn, model, cfg, self.world)
+        plan = plan_accum(self.cfg, self.scn.training, make)
+        if plan is None:
+            return dataclasses.replace(self.base, trace=make(self.cfg), accum=None)
+        return dataclasses.replace(self.base, trace=plan_trace(plan), accum=plan)
+
+    def adopt(self, model: ModelSpec, result) -> None:
+        """Use ``result`` (a RunResult of ``model`` under this prober's scenario, strategy
+        and cluster, such as compare's own row) for the rung whose model equals ``model``
+        instead of replaying the same iteration again."""
+        self.adopted[model.name] = (model, result)
+
+    def _replay(self, model: ModelSpec, setup: Setup):
+        known = self.adopted.pop(model.name, None)
+        if known is not None and known[0] == model:
+            return known[1]
+        self.replays += 1
+        return run_setup(setup)
 
     def probe(self, rung: Rung) -> Probe:
         key = rung.model.name
@@ -158,13 +182,13 @@ class Prober:
             p = Probe(rung, False, static / GIB, static / GIB,
                       "static memory (not replayed)", False)
         else:
-            self.replays += 1
-            res = run_setup(setup)
+            res = self._replay(rung.model, setup)
             m = res.metrics
             oom = "; ".join(locate_oom(res.timeline, c, str(v))
                             for c, v in m.oom_at.items()) if m.oom else None
             p = Probe(rung, not m.oom, m.peak_memory_gib, static / GIB, oom, True,
-                      m.iteration_time_s, m.tokens_per_s_per_gpu, m.mfu)
+                      m.iteration_time_s, m.tokens_per_s_per_gpu, m.mfu,
+                      res.extrapolation.as_dict() if res.extrapolation else None)
         self.cache[key] = p
         return p
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import progress
+from ..accum import brief
 from ..choices import DEFAULT_CAPACITY_STRATEGIES, FAMILIES
 from ..errors import ConfigError
 from ..hardware import LOW_PRECISIONS, check_training_precision, gpu_spec
@@ -87,6 +88,16 @@ def _static_notes(results: list[StrategyResult]) -> list[str]:
     return notes
 
 
+def _extrapolation_notes(results: list[StrategyResult]) -> list[str]:
+    """A note per strategy whose replayed rungs were extrapolated from a few micro-steps."""
+    notes = []
+    for r in results:
+        done = [p for p in r.probes if p.extrapolated]
+        if done:
+            notes.append(f"{r.spec.label}: {len(done)} rung(s) {brief(done[0].extrapolated)}")
+    return notes
+
+
 def _host_notes(probers: dict, cluster: dict) -> list[str]:
     """A note when cpu_offload ran on a topology whose host memory is not in the catalog."""
     return [f"{spec.label}: cpu_offload: host memory not checked, "
@@ -116,7 +127,8 @@ def capacity(scn: Scenario, family: str | None = None,
     results = [search(scn, s, ladder, source, probers[s])
                for s in progress.track(specs, len(specs), "capacity", "strategy")]
     cluster = _cluster_of(next(iter(probers.values())))
-    notes += _static_notes(results) + _host_notes(probers, cluster)
+    notes += (_static_notes(results) + _extrapolation_notes(results)
+              + _host_notes(probers, cluster))
     claim = None
     if check_claim:
         claim = check_folk_claim(scn, ladder, cluster, source,

@@ -37,12 +37,12 @@ def register(cli: click.Group) -> None:
         end); the others still run.
         """
         from ..study import load_study, run_study
-        from ..study.report import answers
         study = load_study(study_file)
         click.echo(f"# study {study.spec.name}: {len(study.points)} points, command "
                    f"{study.spec.command} ({study.source})")
         run = run_study(study, out, executor=executor, workers=workers, resume=resume,
                         progress=progress)
+        from ..study.report import answers          # matplotlib: only once it has run
         ok = run.table[run.table["status"] == "ok"] if len(run.table) else run.table
         click.echo(f"# ran {run.ran} point(s) ({run.failed} failed), {run.skipped} finished "
                    f"before; {run.wall_s:.1f} s on {run.executor}")

@@ -37,6 +37,10 @@ class Row:
     capacity_reason: str = ""
     cost: Cost | None = None
     migration_days: float = 0.0
+    extrapolated: dict | None = None        # the step was extrapolated (accum.Extrapolation)
+    extrapolated_also: tuple = ()           # "2x GPUs", "N capacity rungs": so were these
+    result: object = field(default=None, repr=False, compare=False)  # own RunResult, until
+    # the capacity search has used it (not in the output)
 
     @property
     def ok(self) -> bool:
@@ -54,7 +58,8 @@ class Row:
                 "scaling_2x": dataclasses.asdict(self.scaling),
                 "largest_fit": self.largest_fit, "capacity_reason": self.capacity_reason,
                 "migration_days": self.migration_days,
-                "cost": self.cost.as_dict() if self.cost else None}
+                "cost": self.cost.as_dict() if self.cost else None,
+                **({"extrapolated": self.extrapolated} if self.extrapolated else {})}
 
 
 @dataclass

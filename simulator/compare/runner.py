@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from ..accum import brief
 from ..capacity.ladder import build_ladder
-from ..capacity.probe import locate_oom, spec_of, strategy_dict
+from ..capacity.probe import Prober, locate_oom, spec_of, strategy_dict
 from ..capacity.search import search
 from ..choices import FAMILIES, NAMED_STRATEGIES, NamedStrategy
 from ..errors import ConfigError
@@ -102,6 +103,8 @@ def _run_row(row: Row, scn: Scenario, source: str) -> None:
         row.status, row.reason = "n/a", str(exc)
         return
     row.metrics = m = res.metrics
+    row.result = res
+    row.extrapolated = res.extrapolation.as_dict() if res.extrapolation else None
     meta = res.setup.trace.meta
     row.global_batch = int(meta.get("global_batch", 0))
     row.tokens_per_sample = meta.get("tokens_per_sample", 0)
@@ -117,10 +120,13 @@ def _scale_row(row: Row, scn2: Scenario | None, why: str, source: str) -> None:
         row.scaling = Scaling(reason=why)
         return
     try:
-        m2 = _replay(scn2, row.alias, source).metrics
+        res2 = _replay(scn2, row.alias, source)
     except ConfigError as exc:
         row.scaling = Scaling(reason=str(exc))
         return
+    m2 = res2.metrics
+    if res2.extrapolation:
+        row.extrapolated_also += ("its 2x-GPU step",)
     m = row.metrics
     eff = (m2.samples_per_s / m.samples_per_s) * m.world_size / m2.world_size \
         if m.samples_per_s > 0 else None
@@ -128,17 +134,37 @@ def _scale_row(row: Row, scn2: Scenario | None, why: str, source: str) -> None:
 
 
 def _capacity_row(row: Row, scn: Scenario, ladder, source: str) -> None:
+    """The largest fit of ``row``'s strategy; the row's own step is not replayed again when
+    the scenario's model is a rung (the same iteration, :meth:`Prober.adopt`)."""
     try:
-        res = search(scn, spec_of(row.alias), ladder, source)
+        prober = Prober(scn, spec_of(row.alias), source)
+        if row.result is not None:
+            prober.adopt(load_model(scn.model), row.result)
+        res = search(scn, spec_of(row.alias), ladder, source, prober)
     except ConfigError as exc:
         row.capacity_reason = str(exc)
         return
     p = res.largest
+    rungs = sum(1 for q in res.probes if q.extrapolated)
+    if rungs:
+        row.extrapolated_also += (f"{rungs} capacity rung(s)",)
     row.largest_fit = None if p is None else {
         "model": p.rung.model.name, "params": p.rung.params, "peak_memory_gib": p.peak_gib,
         "top_of_ladder": res.first_oom is None}
     if p is None:
         row.capacity_reason = f"not even {ladder[0].model.name} fits"
+
+
+def extrapolation_notes(rows: list[Row]) -> list[str]:
+    """A note per row whose step (or 2x-GPU step, or capacity rungs) was extrapolated from a
+    few replayed micro-steps (:mod:`simulator.accum`)."""
+    notes = []
+    for row in rows:
+        if row.extrapolated:
+            also = f" (so were {' and '.join(row.extrapolated_also)})" \
+                if row.extrapolated_also else ""
+            notes.append(f"{row.alias.key}: step {brief(row.extrapolated)}{also}")
+    return notes
 
 
 def _cost_row(row: Row, price: Price | None, budget: Budget | None,
@@ -202,6 +228,9 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
     how = _scale_rows(live, scn, world, ref.cluster.G, source, say) if scaling else \
         "not simulated (--no-scaling)"
     notes = _capacity_rows(live, scn, source, say) if capacity else []
+    notes += extrapolation_notes(rows)
+    for row in rows:
+        row.result = None
     for row in rows:
         _cost_row(row, price, budget, day_rate, world)
     t, G = scn.training, ref.cluster.G

@@ -190,6 +190,8 @@ class Job(_Cfg):
 
 class Search(_Cfg):
     points: int = Field(13, ge=0, le=60, description="0 turns the interval search off")
+    method: Literal["bracket", "grid"] = Field(
+        "bracket", description="bracket: only the grid points around the best; grid: all")
     span: float = Field(8.0, gt=1.0)
     trials: int | None = Field(None, gt=0)
 

@@ -27,7 +27,7 @@ from .costs import (Bandwidths, CkptCosts, checkpoint_costs, gathers_full_state,
 from .inventory import ComponentSet, inventory
 from .quantities import parse_duration, parse_rate
 from .schedule import map_schedule
-from .steps import StepTable, step_table, straggler_key
+from .steps import StepTable, scenario_step_table, step_table, straggler_key
 
 _NOUN = {"node": "node", "gpu": "gpu", "nic": "nic", "link": "link", "leaf_switch": "switch",
          "spine_switch": "switch", "software": "job"}
@@ -88,8 +88,11 @@ class PlanInfo:
 
 
 def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
-               ) -> tuple[JobPlan, PlanInfo]:
+               remember_steps: bool = False) -> tuple[JobPlan, PlanInfo]:
     """Resolve ``scn`` (its ``reliability`` section, or ``cfg``) into a plan.
+
+    ``remember_steps``: take the step simulations from (and leave them in) the process's
+    memo of :func:`~simulator.reliability.steps.scenario_step_table` (a study's points).
 
     :raises ConfigError: naming ``reliability.<field>`` for anything the cluster contradicts.
     """
@@ -116,7 +119,8 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
     if given is None:                  # every check above: the long part starts here
         stage(f"reliability: simulating the training step on {world:,} GPUs, healthy and "
               f"degraded ({len(slow_names)} fabric state(s))")
-    steps = step_table(scn, source, cluster, reroutes, factors, given)
+    steps = (scenario_step_table if remember_steps else step_table)(
+        scn, source, cluster, reroutes, factors, given)
     plan = JobPlan(
         t_base=steps.base_s, slow_times=tuple(steps.times_s[n] for n in slow_names),
         iterations=float(cfg.job.iterations) if cfg.job.iterations else None,

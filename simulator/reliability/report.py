@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
+from simulator.accum import brief
+
 from .quantities import format_duration as fd
 from .results import CATEGORIES
 from .study import Study
@@ -25,6 +27,7 @@ def as_dict(st: Study) -> dict:
         "iteration_time_s": {n: t for n, t in zip(i.slow_names, p.slow_times)},
         "iteration_time_simulated": i.steps.simulated,
         "step_simulations": i.steps.simulations,
+        **({"step_extrapolated": i.steps.extrapolated} if i.steps.extrapolated else {}),
         "checkpoint": {**asdict(p.costs), "params": i.params,
                        "interval_s": p.interval_s, "every_iterations": p.every_iterations,
                        "mode": "async" if p.async_mode else "sync", "target": p.target},
@@ -60,6 +63,8 @@ def table(st: Study) -> list[str]:
     p, i, s, scn = st.plan, st.info, st.summary, st.scenario
     steps = i.steps
     how = "simulated" if steps.simulated else "given (job.iteration_time)"
+    if steps.extrapolated:
+        how += f"; the steps {brief(steps.extrapolated)}"
     variants = ", ".join(f"{n} {t:.3f} s" for n, t in zip(i.slow_names[1:], p.slow_times[1:]))
     length = (f"{p.iterations:,.0f} iterations" if p.iterations
               else f"{fd(p.duration_s)} wall-clock budget")

@@ -30,11 +30,13 @@ class Study:
 
 
 def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: int = 1,
-              record: bool = False, with_search: bool = True) -> Study:
-    """Simulate ``trials`` runs of the scenario's job, then search the interval."""
+              record: bool = False, with_search: bool = True,
+              remember_steps: bool = False) -> Study:
+    """Simulate ``trials`` runs of the scenario's job, then search the interval
+    (``remember_steps``: see :func:`~simulator.reliability.plan.build_plan`)."""
     cfg = scn.reliability or ReliabilityCfg()
     t0 = time.perf_counter()
-    plan, info = build_plan(scn, source, cfg)
+    plan, info = build_plan(scn, source, cfg, remember_steps)
     t1 = time.perf_counter()
     stage(f"reliability: {trials} trials on {workers} worker(s)")
     results = run_many([plan], trials, seed, workers, record_first=record)[0]
@@ -45,7 +47,7 @@ def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: i
         stage("reliability: searching the checkpoint interval")
         found = search(plan, info.mtti_s, summary.downtime_s["mean"], cfg.search.points,
                        cfg.search.span, cfg.search.trials or trials, seed, workers,
-                       known=results)
+                       known=results, method=cfg.search.method)
     t3 = time.perf_counter()
     return Study(scn, cfg, plan, info, results, summary, found, seed, workers,
                  {"plan": t1 - t0, "trials": t2 - t1, "search": t3 - t2})

@@ -19,7 +19,7 @@ METRICS = ("iteration_time_s", "samples_per_s", "tokens_per_s", "tokens_per_s_pe
 COMPARE_COLUMNS = ("strategy", "framework", "strategy_status", "reason", *METRICS,
                    "worker_gpus", "global_batch", "oom_at", "comm_bytes_per_gpu", "scaling_gpus",
                    "scaling_efficiency", "cost_per_iteration_usd",
-                   "cost_per_million_tokens_usd", "comm_wait_share")
+                   "cost_per_million_tokens_usd", "comm_wait_share", "extrapolated")
 _LOST = ("checkpoint", "degraded", "recompute", "detection", "waiting", "restart", "restore")
 RELIABILITY_COLUMNS = (
     "ettr_mean", "ettr_std", "ettr_p5", "ettr_p50", "ettr_p95", "goodput_tokens_per_s",
@@ -84,8 +84,15 @@ def _compare_row(d: dict, gpus: int) -> dict:
                scaling_gpus=scaling.get("gpus"), scaling_efficiency=scaling.get("efficiency"),
                cost_per_iteration_usd=cost.get("per_iteration_usd"),
                cost_per_million_tokens_usd=cost.get("per_million_tokens_usd"),
-               comm_wait_share=cost.get("comm_wait_share"))
+               comm_wait_share=cost.get("comm_wait_share"),
+               extrapolated=_brief(d.get("extrapolated")))
     return row
+
+
+def _brief(done: dict | None) -> str:
+    """How a step was extrapolated from a few micro-steps, or "" when it was replayed."""
+    from ..accum import brief
+    return brief(done) if done else ""
 
 
 def reliability_point(scn, point: dict) -> list[dict]:
@@ -94,7 +101,7 @@ def reliability_point(scn, point: dict) -> list[dict]:
     from ..reliability.study import run_study
     opts = ReliabilityOptions.model_validate(point["options"])
     st = run_study(scn, f"point {point['id']}", opts.trials, seed=scn.simulation.seed,
-                   workers=1, with_search=opts.search)
+                   workers=1, with_search=opts.search, remember_steps=True)
     d = as_dict(st)
     ettr, lost = d["ettr"], d["seconds_lost"]
     found = d.get("interval_search") or {}

@@ -35,7 +35,7 @@ RUN_COLUMNS = (
     "memory_wait_s", "gpu_utilization", "peak_memory_gib", "oom", "oom_at", "events",
     "gpus", "global_batch", "exposed_comm_share", "busiest_link", "busiest_link_type",
     "busiest_link_util", "busiest_phase", "busiest_phase_util", "top_exposed_phase",
-    "link_util_by_role", "exposed_by_phase",
+    "link_util_by_role", "exposed_by_phase", "extrapolated",
 )
 
 

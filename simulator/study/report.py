@@ -55,6 +55,7 @@ def render_report(study: LoadedStudy, table: pd.DataFrame, ok: pd.DataFrame,
               f"{len(study.points)} points: {len(ok['point'].unique()) if len(ok) else 0} "
               f"finished, {len(failed['point'].unique()) if len(failed) else 0} failed"
               + (f", {missing} not run yet" if missing else "") + ".", ""]
+    lines += _extrapolated(ok)
     if spec.questions:
         lines += ["## Answers", ""]
         for q, (ask, text) in zip(spec.questions, answers(study, ok)):
@@ -70,6 +71,19 @@ def render_report(study: LoadedStudy, table: pd.DataFrame, ok: pd.DataFrame,
     lines += ["## Results", "", "All columns: `results.parquet`, `results.csv`.", ""]
     lines += _table(spec, ok)
     return "\n".join(lines) + "\n"
+
+
+def _extrapolated(ok: pd.DataFrame) -> list[str]:
+    """A line saying which results were extrapolated from a few micro-steps, if any."""
+    if "extrapolated" not in ok.columns:
+        return []
+    done = ok[ok["extrapolated"].fillna("").astype(str) != ""]
+    if done.empty:
+        return []
+    how = set(done["extrapolated"])
+    text = how.pop() if len(how) == 1 else "extrapolated from a few replayed micro-steps"
+    return [f"{len(done)} of {len(ok)} results are of steps {text} (column `extrapolated`).",
+            ""]
 
 
 def result_table(spec, ok: pd.DataFrame) -> tuple[list[str], list[list[str]]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
+from ..accum import brief
 from ..errors import ConfigError
 from ..models import load_model
 from ..pipeline import build_setup, run_setup, strategy_dict
@@ -60,4 +61,5 @@ def run_point(scn: Scenario, point: dict) -> list[dict]:
     row["exposed_comm_share"] = (m.exposed_comm_s / m.iteration_time_s
                                  if m.iteration_time_s > 0 else 0.0)
     row.update(comm_summary(result.timeline, setup.trace, setup.cluster, m.comm_s))
+    row["extrapolated"] = brief(result.extrapolation.as_dict()) if result.extrapolation else ""
     return [row]
