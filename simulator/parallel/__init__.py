@@ -1,0 +1,1 @@
+"""Model parallelism: parallel plans, pipeline schedules, expert and context parallelism."""
