@@ -55,9 +55,21 @@ def test_sequence_parallel_swaps_each_all_reduce_for_an_all_gather_and_reduce_sc
     ops = tp_ops(trace_of(ParallelPlan(tp=2, sequence_parallel=True)), "block.0")
     kinds = [(op.phase, op.collective) for op in ops]
     for phase in ("forward", "backward"):
-        assert kinds.count((phase, "all_gather")) == 2
         assert kinds.count((phase, "reduce_scatter")) == 2
+    assert kinds.count(("forward", "all_gather")) == 2
+    # backward: the two output-gradient all-gathers, and Megatron-SP's re-gather of the
+    # QKV and MLP-up inputs for their weight gradients
+    assert kinds.count(("backward", "all_gather")) == 4
     assert {op.size_bytes for op in ops} == {B * S * GPT.hidden * E}
+
+
+def test_the_sp_input_regather_is_waited_for_by_the_weight_gradient_gemm():
+    cls = trace_of(ParallelPlan(tp=2, sequence_parallel=True)).classes[0]
+    by_id = {op.id: op for op in cls.ops}
+    regather = next(op for op in cls.ops if op.name == "all_gather.block.0.qkv_proj.dgrad")
+    waiters = [op.name for op in cls.ops if regather.id in op.deps]
+    assert waiters == ["qkv_proj.wgrad"]
+    assert by_id[regather.deps[0]].kind == "compute"
 
 
 def test_recompute_repeats_the_forward_collectives():
@@ -163,3 +175,16 @@ def test_bubble_of_the_replay_matches_the_formula(schedule, pp, m, vp):
     busy = 3.0 * m * vp
     # comm is not free (a few microseconds a hop against passes of one second)
     assert 1 - busy / t == pytest.approx(bubble_fraction(schedule, pp, m, vp), abs=2e-4)
+
+
+def test_a_pipelined_step_is_never_extrapolated():
+    # accum.py extrapolates identical micro-steps of the strategies it lists; a pipeline's
+    # micro-steps differ (warm-up, steady state, drain), so megatron is replayed whole
+    from types import SimpleNamespace
+
+    from simulator import accum
+    cfg = MegatronConfig(grad_accum=accum.THRESHOLD * 4, pipeline_model_parallel_size=4)
+
+    def make(_):
+        raise AssertionError("no replayed micro-steps for a planned strategy")
+    assert accum.plan_accum(cfg, SimpleNamespace(sequence_lengths=None), make) is None
