@@ -229,6 +229,12 @@ class StageBuilder:
         self.dp.after_optimizer(opt, self.micro)
 
 
+def stage_id(rank: int, pp: int) -> str:
+    """The rank class of pipeline rank ``rank``: ``stage0``..., zero-padded to the width of
+    ``pp - 1`` so that the classes sort in pipeline order (``stage03`` before ``stage10``)."""
+    return f"stage{rank:0{len(str(pp - 1))}d}"
+
+
 def _input_grad_view(layer: LayerCost) -> LayerCost:
     """The layer's backward without its weight-gradient GEMMs (zero-bubble ``B``)."""
     return replace(layer, backward=tuple(c for c in layer.backward
@@ -278,7 +284,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
                          loss_bytes=tokens * FP32)
         b.run(orders[p])
-        classes.append(RankClass(f"stage{p}", plan.stage_ranks(p), b.ol.ops,
+        classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
         members = set(classes[-1].ranks)
         for name in sorted(b.used):
