@@ -188,3 +188,51 @@ def test_a_pipelined_step_is_never_extrapolated():
     def make(_):
         raise AssertionError("no replayed micro-steps for a planned strategy")
     assert accum.plan_accum(cfg, SimpleNamespace(sequence_lengths=None), make) is None
+
+
+def test_tp_overlap_waits_one_kernel_later():
+    def waiter(plan):
+        cls = trace_of(plan).classes[0]
+        ar = next(op for op in cls.ops if op.name == "all_reduce.block.0.attn_out")
+        return [op.name for op in cls.ops if ar.id in op.deps]
+    assert waiter(ParallelPlan(tp=2)) == ["residual1"]
+    # hidden behind the kernel after it (the next norm), waited for by the one after that
+    assert waiter(ParallelPlan(tp=2, tp_overlap=True)) == ["norm2"]
+
+
+def test_fsdp_under_a_pipeline_gathers_once_and_reduces_at_the_last_micro_batch():
+    trace = trace_of(ParallelPlan(pp=2, dp_shard=2, dp_mode="fsdp"), layers=4, m=4)
+    ops = trace.classes[0].ops
+    gathers = [op for op in ops if op.collective == "all_gather" and op.layer == "block.0"]
+    reduces = [op for op in ops if op.collective == "reduce_scatter" and op.layer == "block.0"]
+    assert len(gathers) == 1 and len(reduces) == 1
+    assert reduces[0].attrs["micro_step"] == 3
+    plain = trace_of(ParallelPlan(dp_shard=2, dp_mode="fsdp"), layers=4, m=2).classes[0].ops
+    # without a pipeline: gathered before forward and backward, reduced every micro-batch
+    assert [op.collective for op in plain if op.layer == "block.0" and
+            op.kind == "collective"] == ["all_gather", "all_gather", "reduce_scatter"] * 2
+
+
+def test_ddp_buckets_overlap_backward_only_when_asked():
+    def positions(overlap):
+        plan = ParallelPlan(dp_replicate=2, dp_mode="ddp", overlap_grad_reduce=overlap,
+                            bucket_params=10_000_000)
+        ops = trace_of(plan, layers=4).classes[0].ops
+        last_bwd = max(i for i, op in enumerate(ops) if op.phase == "backward"
+                       and op.kind == "compute")
+        return [i < last_bwd for i, op in enumerate(ops) if op.comm == "dp.s0"]
+    assert all(not before for before in positions(False))
+    assert any(positions(True))
+
+
+def test_zero_bubble_splits_the_weight_gradients_into_w():
+    trace = trace_of(ParallelPlan(pp=2, schedule="zb_h1"), layers=2, m=2)
+    ops = trace.classes[0].ops
+    wgrads = [op for op in ops if op.name.endswith(".wgrad")]
+    dgrads = [op for op in ops if op.name.endswith(".dgrad")]
+    assert wgrads and dgrads
+    # every W of a micro-batch comes after that micro-batch's input-gradient kernels
+    for m in (0, 1):
+        assert min(i for i, op in enumerate(ops) if op in wgrads and
+                   op.attrs["micro_step"] == m) > \
+            max(i for i, op in enumerate(ops) if op in dgrads and op.attrs["micro_step"] == m)
