@@ -236,3 +236,21 @@ def test_zero_bubble_splits_the_weight_gradients_into_w():
         assert min(i for i, op in enumerate(ops) if op in wgrads and
                    op.attrs["micro_step"] == m) > \
             max(i for i, op in enumerate(ops) if op in dgrads and op.attrs["micro_step"] == m)
+
+
+@pytest.mark.parametrize("mode", ["ddp", "zero1", "zero2", "fsdp"])
+@pytest.mark.parametrize("schedule", ["1f1b", "zb_h1"])
+def test_every_transient_byte_is_freed_by_the_end_of_the_step(mode, schedule):
+    # what a pipelined step allocates it frees (FSDP reshards every unit, root included,
+    # at its last backward); an unsharded gradient accumulated over the micro-batches is
+    # allocated once, not once per micro-batch
+    plan = ParallelPlan(pp=2, dp_shard=2, tp=2, dp_mode=mode, schedule=schedule)
+    for cls in trace_of(plan, layers=4, m=4).classes:
+        assert sum(op.mem_alloc_bytes - op.mem_free_bytes for op in cls.ops) == 0
+
+
+def test_fsdp_without_a_pipeline_keeps_only_the_root_gathered():
+    trace = trace_of(ParallelPlan(dp_shard=2, dp_mode="fsdp"), layers=2, m=2)
+    embed, *_, head = layer_costs(small(2), B, S, "bf16")
+    kept = sum(-(-x.params // 2) * 2 * E for x in (embed, head))
+    assert sum(op.mem_alloc_bytes - op.mem_free_bytes for op in trace.classes[0].ops) == kept

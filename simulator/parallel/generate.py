@@ -179,7 +179,8 @@ class StageBuilder:
             d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
                                                  after=self.layer_start)]
             f, _, last = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
-                                       grad_bytes=0 if split else self.dp.grad_bytes(layer),
+                                       grad_bytes=0 if split else
+                                       self.dp.grad_bytes(ch.chunk, li, layer),
                                        hooks=self.hooks)
             self.layer_start = f
             if split:
@@ -199,7 +200,8 @@ class StageBuilder:
             layer = ch.layers[li]
             self.hooks.start_layer(layer)
             f, _, last = emit_backward(self.ol, _weight_grad_view(layer), self.cfg, micro,
-                                       grad_bytes=self.dp.grad_bytes(layer), hooks=self.hooks)
+                                       grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer),
+                                       hooks=self.hooks)
             self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
             start = f if start is None else start
         self.prev_start = start
