@@ -31,7 +31,6 @@ accepts. ``build_parallel(..., layers=...)`` takes layer costs built elsewhere (
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
@@ -46,6 +45,7 @@ from .dp import DataParallel
 from .place import placement
 from .plan import ParallelPlan
 from .schedules import SPLIT_W, check_schedule, schedule
+from .split import input_grad_view, kept_for_w, weight_grad_view
 from .stages import Chunk, chunks, neighbour
 from .tp import FP32, STREAM, TPHooks
 
@@ -174,7 +174,7 @@ class StageBuilder:
         start = None
         for li in reversed(range(len(ch.layers))):
             layer = ch.layers[li]
-            view = _input_grad_view(layer) if split else layer
+            view = input_grad_view(layer) if split else layer
             self.hooks.start_layer(layer)
             d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
                                                  after=self.layer_start)]
@@ -184,7 +184,7 @@ class StageBuilder:
                                        hooks=self.hooks)
             self.layer_start = f
             if split:
-                self.ol.alloc(last, _kept_for_w(layer))
+                self.ol.alloc(last, kept_for_w(layer))
             else:
                 self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
             start = f if start is None else start
@@ -199,7 +199,7 @@ class StageBuilder:
         for li in reversed(range(len(ch.layers))):
             layer = ch.layers[li]
             self.hooks.start_layer(layer)
-            f, _, last = emit_backward(self.ol, _weight_grad_view(layer), self.cfg, micro,
+            f, _, last = emit_backward(self.ol, weight_grad_view(layer), self.cfg, micro,
                                        grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer),
                                        hooks=self.hooks)
             self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
@@ -235,26 +235,6 @@ def stage_id(rank: int, pp: int) -> str:
     """The rank class of pipeline rank ``rank``: ``stage0``..., zero-padded to the width of
     ``pp - 1`` so that the classes sort in pipeline order (``stage03`` before ``stage10``)."""
     return f"stage{rank:0{len(str(pp - 1))}d}"
-
-
-def _input_grad_view(layer: LayerCost) -> LayerCost:
-    """The layer's backward without its weight-gradient GEMMs (zero-bubble ``B``)."""
-    return replace(layer, backward=tuple(c for c in layer.backward
-                                         if not c.name.endswith(".wgrad")))
-
-
-def _kept_for_w(layer: LayerCost) -> int:
-    """Saved activations a split backward keeps for its ``W`` pass (the GEMM inputs; taken
-    as half of the layer's saved activations, an approximation)."""
-    return int(layer.activation_bytes) // 2 if any(
-        c.name.endswith(".wgrad") for c in layer.backward) else 0
-
-
-def _weight_grad_view(layer: LayerCost) -> LayerCost:
-    """The weight-gradient GEMMs only (zero-bubble ``W``); frees what ``B`` kept."""
-    return replace(layer, kind="weight_grad", forward=(),
-                   backward=tuple(c for c in layer.backward if c.name.endswith(".wgrad")),
-                   activation_bytes=_kept_for_w(layer))
 
 
 def parallel_layers(model: ModelSpec, plan: ParallelPlan, *, micro_batch: int, seq_len: int,

@@ -90,7 +90,9 @@ class ParallelPlan:
             if getattr(self, name) not in valid:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}; valid: "
                                   f"{', '.join(valid)}", field=f"plan.{name}")
-        if sorted(self.order) != sorted(DIMS):
+        if isinstance(self.order, list):
+            object.__setattr__(self, "order", tuple(self.order))
+        if not isinstance(self.order, tuple) or sorted(map(str, self.order)) != sorted(DIMS):
             raise ConfigError(f"must name each of {', '.join(DIMS)} once, got "
                               f"{list(self.order)}", field="plan.order")
 
