@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.models import load_model
-from simulator.models.ops import OpCost
-from simulator.parallel.context import (RECV, SEND, allgather_size_bytes, allgather_steps,
-                                        causal_pairs, chunk_ranges, kv_block_bytes,
-                                        ring_offsets, ring_sent_bytes, ring_steps)
+from parallel_helpers import emit_with_hooks
+from simulator.models import layer_costs, load_model
+from simulator.parallel.context import (CPHooks, allgather_size_bytes, causal_pairs,
+                                        chunk_ranges, kv_block_bytes, ring_sent_bytes,
+                                        ring_slices, ring_step_size_bytes)
 
 BF16 = 2
-ATTN = [OpCost("attn_core", "attention", 8.0e12, 4.0e9)]
 
 
 @pytest.mark.parametrize("cp,s", [(2, 16), (4, 64), (8, 4096)])
@@ -44,78 +43,95 @@ def test_kv_block_and_ring_traffic_arithmetic():
     assert size * 3 / 4 == ring_sent_bytes(model, 1, 8192, 4, BF16, tp=8)[0]
 
 
-@pytest.mark.parametrize("phase", ["forward", "backward"])
-def test_ring_steps_carry_the_formula_bytes_and_split_the_attention(phase):
-    cp, block = 4, 1000
-    steps = ring_steps(ATTN, cp, block, phase, ring_offsets(1, cp, 8))
-    sends = [s for s in steps if s.kind == "send"]
-    recvs = [s for s in steps if s.kind == "recv"]
-    sent = sum(s.size_bytes for s in sends)
-    assert sent == (cp - 1) * block if phase == "forward" else (2 * cp - 1) * block
-    assert [s.size_bytes for s in sends] == [s.size_bytes for s in recvs]
-    assert {s.stream for s in sends} == {SEND} and {s.stream for s in recvs} == {RECV}
-    assert {(s.peer_offset) for s in sends} == {8} and {s.peer_offset for s in recvs} == {-8}
-    compute = [s for s in steps if s.kind == "compute"]
-    assert len(compute) == cp
-    assert sum(s.cost.flops for s in compute) == pytest.approx(ATTN[0].flops)
-    for s in compute[1:]:                  # every later step waits for its block's arrival
-        assert len(s.after) == 1 and steps[s.after[0]].kind == "recv"
+def _block(cp: int, mode: str = "ring"):
+    """A Llama-2-7B block's costs on one of ``cp`` ranks (ring steps cut when ``ring``)."""
+    model = load_model("llama-2-7b")
+    layer = layer_costs(model, 1, 4096, "bf16", cp=cp)[1]
+    return ring_slices(layer, cp) if mode == "ring" else layer
 
 
-def test_the_ring_closes():
-    cp, stride = 4, 8
-    rank, seen = 0, []
-    for _ in range(cp):
-        seen.append(rank)
-        send, _ = ring_offsets(rank // stride, cp, stride)
-        rank += send
-    assert rank == 0 and sorted(seen) == [0, 8, 16, 24]
-    for c in range(cp):                    # my next rank receives from me
-        send, _ = ring_offsets(c, cp, stride)
-        nxt = (c * stride + send) // stride
-        assert ring_offsets(nxt, cp, stride)[1] == -send
+def _ops(layer, cp: int, mode: str, phases=("forward", "backward"), block=1000, gather=4000):
+    return emit_with_hooks(layer, lambda i, c: CPHooks(i, c, mode=mode, cp=cp,
+                                                       block_bytes=block, gather_bytes=gather),
+                           phases, stream="cp").ops
 
 
-def _replay(steps, compute_s: float, transfer_s: float) -> float:
-    """Every CP rank runs the same steps at the same times (symmetry), so the k-th send
-    meets the neighbour's k-th recv at the later of the two starts, and both end with the
-    transfer; streams run in order."""
-    end: list[float] = [0.0] * len(steps)
-    free: dict[str, float] = {}
-    sends: list[tuple[int, float]] = []     # (index, start) of each send, in order
-    recvs = 0
-    for i, step in enumerate(steps):
-        start = max([free.get(step.stream, 0.0)] + [end[j] for j in step.after])
-        if step.kind == "send":
-            sends.append((i, start))
-            continue                        # ends with its transfer, at the matching recv
-        if step.kind == "compute":
-            end[i] = start + compute_s
-        else:
-            j, sent_at = sends[recvs]
-            recvs += 1
-            end[i] = end[j] = max(start, sent_at) + transfer_s
-            free[steps[j].stream] = end[j]
-        free[step.stream] = end[i]
-    return max(end)
+def _sent(op, cp: int) -> float:
+    """Bytes a rank sends in an all-gather of ``op.size_bytes`` on ``cp`` ranks."""
+    return op.size_bytes * (cp - 1) / cp
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_ring_moves_the_formula_bytes_and_splits_the_attention(cp):
+    layer = _block(cp)
+    whole = _block(cp, "allgather")
+    ops = _ops(layer, cp, "ring", block=1000)
+    fwd = [op for op in ops if op.kind == "collective" and op.phase == "forward"]
+    bwd = [op for op in ops if op.kind == "collective" and op.phase == "backward"]
+    assert {op.collective for op in fwd + bwd} == {"all_gather"}
+    # (cp - 1) blocks forward, 2 (cp - 1) + 1 backward (K/V with dK/dV, then dK/dV home),
+    # each step's size rounded up to a whole byte
+    assert sum(_sent(op, cp) for op in fwd) == pytest.approx((cp - 1) * 1000, abs=cp)
+    assert sum(_sent(op, cp) for op in bwd) == pytest.approx((2 * cp - 1) * 1000, abs=2 * cp)
+    steps = [op for op in ops if op.kind == "compute" and ".ring" in op.name]
+    assert len(steps) == 2 * cp
+    attention = [c for c in whole.forward + whole.backward if c.op_class == "attention"]
+    assert sum(op.flops for op in steps) == pytest.approx(sum(c.flops for c in attention))
+
+
+def test_each_forward_step_waits_for_its_block_and_backward_sends_what_it_computed():
+    cp = 4
+    ops = _ops(_block(cp), cp, "ring")
+    by_id = {op.id: op for op in ops}
+    fwd = [op for op in ops if op.phase == "forward" and op.kind == "compute"
+           and ".ring" in op.name]
+    assert fwd[0].deps == ()                        # its own K/V
+    for op in fwd[1:]:
+        (dep,) = op.deps
+        assert by_id[dep].kind == "collective"
+    first_comm = next(op for op in ops if op.kind == "collective")
+    assert by_id[first_comm.deps[0]].name == "qkv_proj"      # sends the K/V just computed
+    bwd_comm = [op for op in ops if op.kind == "collective" and op.phase == "backward"]
+    assert all(by_id[op.deps[0]].name.startswith("attn_core.bwd.ring") for op in bwd_comm)
+    after_attention = next(op for op in ops if op.name == "attn_out.dgrad")
+    nxt = next(op for op in ops if op.phase == "backward" and op.id > bwd_comm[-1].id
+               and op.kind == "compute")
+    assert nxt.deps == (bwd_comm[-1].id,) and after_attention.id < bwd_comm[0].id
+
+
+def _replay(ops, compute_s: float, transfer_s: float) -> float:
+    """Each op starts when its stream is free and its deps ended; compute takes
+    ``compute_s``, a CP exchange ``transfer_s``, every other kernel nothing."""
+    end, free = {}, {}
+    for op in ops:
+        start = max([free.get(op.stream, 0.0)] + [end[d] for d in op.deps])
+        took = transfer_s if op.kind == "collective" else (
+            compute_s if ".ring" in op.name else 0.0)
+        end[op.id] = free[op.stream] = start + took
+    return max(end.values())
 
 
 def test_forward_ring_hides_the_transfer_behind_the_previous_block():
     cp = 4
-    steps = ring_steps(ATTN, cp, 1000, "forward", ring_offsets(0, cp, 1))
-    assert _replay(steps, 1.0, 0.5) == cp * 1.0              # transfer < one step: hidden
-    assert _replay(steps, 1.0, 2.0) == 1.0 + (cp - 1) * 2.0  # transfer-bound: it shows
+    ops = _ops(_block(cp), cp, "ring", phases=("forward",))
+    assert _replay(ops, 1.0, 0.5) == cp * 1.0              # transfer < one step: hidden
+    assert _replay(ops, 1.0, 2.0) == 1.0 + (cp - 1) * 2.0  # transfer-bound: it shows
 
 
 def test_allgather_variant_gathers_before_and_reduce_scatters_after():
-    fwd = allgather_steps(ATTN, 4096, "forward")
-    bwd = allgather_steps(ATTN, 4096, "backward")
-    assert [(s.kind, s.collective, s.group) for s in fwd] == \
-        [("collective", "all_gather", "cp"), ("compute", "", "")]
-    assert [(s.kind, s.collective) for s in bwd] == \
-        [("compute", ""), ("collective", "reduce_scatter")]
-    assert fwd[0].size_bytes == bwd[1].size_bytes == 4096
+    ops = _ops(_block(4, "allgather"), 4, "allgather", gather=4096)
+    comm = [op for op in ops if op.kind == "collective"]
+    assert [(op.collective, op.phase, op.size_bytes) for op in comm] == \
+        [("all_gather", "forward", 4096), ("reduce_scatter", "backward", 4096)]
+    by_name = {(op.name, op.phase): op for op in ops}
+    assert by_name["attn_core", "forward"].deps == (comm[0].id,)
+    assert comm[1].deps == (by_name["attn_core.bwd", "backward"].id,)
+    assert by_name["attn_out.dgrad", "backward"].id < comm[1].id
+    assert by_name["qkv_proj.dgrad", "backward"].deps == (comm[1].id,)
 
 
-def test_one_rank_needs_no_ring():
-    assert [s.kind for s in ring_steps(ATTN, 1, 1000, "backward", (0, 0))] == ["compute"]
+def test_ring_step_size_moves_exactly_the_step_bytes():
+    # a ring all-gather of S on cp ranks sends (cp - 1) S / cp per rank: S = 4000 on 4 ranks
+    # sends 3000, so one ring step that sends a 3000-byte block is an all-gather of 4000
+    assert ring_step_size_bytes(3000, 4) == 4000
+    assert ring_step_size_bytes(1000, 2) == 2000

@@ -14,8 +14,9 @@ from simulator.models.moe import (expert_params, inactive_params, is_moe_block, 
                                   moe_block_cost, moe_layer_count)
 from simulator.models.spec import parse_model
 from simulator.parallel.moe import (ExpertLoad, all_to_all_size_bytes, dispatch_bytes,
-                                    ep_block_cost, ep_loads, expert_shares, leaving_bytes,
-                                    moe_steps)
+                                    EPHooks, ep_block_cost, ep_loads, expert_shares,
+                                    leaving_bytes)
+from parallel_helpers import emit_with_hooks
 
 BF16 = 2
 
@@ -136,24 +137,38 @@ def test_the_ep_block_runs_its_share_of_experts_on_the_busiest_ranks_tokens():
     assert block.params == whole.params - (8 - 2) * expert_params(model)
 
 
-def test_four_all_to_alls_per_block_with_the_formula_bytes():
+def test_four_all_to_alls_per_block_on_the_ep_group_with_the_formula_bytes():
     model = load_model("mixtral-8x7b")
     t = 4096
     loads = ep_loads(model, t, 8)
     block = ep_block_cost(model, 1, t, BF16, True, loads, 8)
     size = all_to_all_size_bytes(model, loads, BF16)
-    fwd, bwd = moe_steps(block, "forward", size), moe_steps(block, "backward", size)
-    comm = [s for s in fwd + bwd if s.kind == "collective"]
-    assert [s.name for s in comm] == ["moe_dispatch", "moe_combine", "moe_combine.bwd",
-                                      "moe_dispatch.bwd"]
-    assert {(s.collective, s.group, s.size_bytes) for s in comm} == \
+    ops = emit_with_hooks(block, lambda i, c: EPHooks(i, c, size_bytes=size)).ops
+    comm = [op for op in ops if op.kind == "collective"]
+    assert [op.name.split(".")[0] for op in comm] == ["moe_dispatch", "moe_combine",
+                                                      "moe_combine", "moe_dispatch"]
+    assert {(op.collective, op.comm, op.size_bytes) for op in comm} == \
         {("all_to_all", "ep", t * 2 * 4096 * 2)}
-    names = [s.name for s in fwd]
-    assert names.index("moe_permute") < names.index("moe_dispatch") \
-        < names.index("moe_expert_gate_up")
-    assert names.index("moe_expert_down") < names.index("moe_combine") \
-        < names.index("moe_unpermute")
-    assert [s.cost for s in fwd if s.kind == "compute"] == list(block.forward)
+    by_name = {op.name: op for op in ops if op.kind == "compute" and op.phase == "forward"}
+    dispatch, combine = comm[0], comm[1]
+    # the dispatch sends what the permute wrote, and the expert GEMM waits for it
+    assert dispatch.deps == (by_name["moe_permute"].id,)
+    assert by_name["moe_expert_gate_up"].deps == (dispatch.id,)
+    assert combine.deps == (by_name["moe_expert_down"].id,)
+    assert by_name["moe_unpermute"].deps == (combine.id,)
+    backward = {op.name: op for op in ops if op.phase == "backward" and op.kind == "compute"}
+    assert backward["moe_expert_down.dgrad"].deps == (comm[2].id,)
+    assert backward["moe_permute.bwd"].deps == (comm[3].id,)
+    assert [op.name for op in ops if op.kind == "compute"] == \
+        [c.name for c in block.forward + block.backward]
+
+
+def test_recompute_repeats_the_forward_all_to_alls():
+    model = load_model("mixtral-8x7b")
+    block = moe_block_cost(model, 1, 256, BF16, True)
+    ops = emit_with_hooks(block, lambda i, c: EPHooks(i, c, size_bytes=1),
+                ("forward", "recompute", "backward")).ops
+    assert len([op for op in ops if op.kind == "collective"]) == 6
 
 
 def test_shared_experts_run_on_every_token():

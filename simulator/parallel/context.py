@@ -22,18 +22,22 @@ of its ``s / cp`` tokens, ``kv_width = kv_heads / tp x head_dim``).
 
 The attention kernels are split evenly over the ring steps: the cost convention counts the
 full score square, under which every step does the same work (with causal masking and the
-load balancing above, so do real kernels, up to the diagonal step).
+load balancing above, so do real kernels, up to the diagonal step). Each ring step's
+exchange is written as an all-gather on the CP group moving exactly the step's bytes to the
+ring neighbour (:func:`ring_step_size_bytes`): the trace's rank classes are per pipeline
+stage, and a send/recv partner must be the same rank offset for every member, which a
+ring's wrap-around is not. Ring attention needs the fused (flash) attention kernel.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from simulator.models.ops import OpCost
+from simulator.models.ops import LayerCost
 from simulator.models.spec import ModelSpec
-from simulator.parallel.steps import Step, kernel
+from simulator.strategies.base import OpHooks
 
-SEND, RECV = "cp_send", "cp_recv"        # streams: apart, so a ring never waits on itself
+STREAM = "cp"
 
 
 def chunk_ranges(cp_index: int, cp: int, seq_len: int) -> tuple[tuple[int, int], ...]:
@@ -75,58 +79,85 @@ def allgather_size_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
     return 2 * batch * seq_len * kv_width(model, tp) * e
 
 
-def ring_offsets(cp_index: int, cp: int, stride: int) -> tuple[int, int]:
-    """(send, recv) partner minus this rank on the ring; ``stride`` is the rank distance
-    between CP neighbours (the product of the mesh dimensions inside cp)."""
-    send = stride if cp_index < cp - 1 else -(cp - 1) * stride
-    recv = -stride if cp_index > 0 else (cp - 1) * stride
-    return send, recv
+def ring_step_size_bytes(sent_bytes: int, cp: int) -> int:
+    """nccl-tests size of the all-gather that stands for one ring step in which every rank
+    sends ``sent_bytes`` to the next: a ring all-gather of ``S`` moves ``(cp - 1) S / cp``
+    per rank, to its ring neighbour, so ``S = sent cp / (cp - 1)``."""
+    return -(-sent_bytes * cp // (cp - 1))
 
 
-def _slices(kernels, cp: int, step: int) -> list[OpCost]:
-    """The ``step``-th of ``cp`` equal slices of each attention kernel."""
-    return [replace(c, name=f"{c.name}.ring{step}", flops=c.flops / cp,
-                    bytes_accessed=c.bytes_accessed / cp) for c in kernels]
+def ring_slices(layer: LayerCost, cp: int) -> LayerCost:
+    """``layer`` with each attention kernel (``attn_core`` and its backward) cut into
+    ``cp`` equal ring steps ``<name>.ring<i>``."""
+    def cut(kernels):
+        out = []
+        for c in kernels:
+            if c.op_class != "attention":
+                out.append(c)
+                continue
+            out += [replace(c, name=f"{c.name}.ring{i}", flops=c.flops / cp,
+                            bytes_accessed=c.bytes_accessed / cp) for i in range(cp)]
+        return tuple(out)
+
+    return replace(layer, forward=cut(layer.forward), backward=cut(layer.backward))
 
 
-def ring_steps(kernels, cp: int, block_bytes: int, phase: str,
-               offsets: tuple[int, int]) -> list[Step]:
-    """The attention ``kernels`` of one block's ``phase`` as ring attention (module doc).
-
-    Forward step ``i`` computes after block ``i`` arrived; the block goes on to the next
-    rank as soon as it arrived. Backward step ``i`` sends its block with the dK/dV it
-    accumulated once it has computed it; the last step sends the dK/dV alone, and the list
-    ends with the receipt of the rank's own dK/dV, which what follows must wait for (in
-    forward: with the last attention step). ``cp = 1``: the kernels alone."""
-    if cp == 1:
-        return [kernel(c) for c in kernels]
-    send_to, recv_from = offsets
-    out: list[Step] = []
-    arrived = None                       # index of the recv that brought this step's block
-    for i in range(cp):
-        after = () if arrived is None else (arrived,)
-        computed = []
-        for cost in _slices(kernels, cp, i):
-            out.append(kernel(cost, after if not computed else ()))
-            computed.append(len(out) - 1)
-        last = i == cp - 1
-        if phase == "forward" and last:
-            break
-        size = block_bytes if phase == "forward" or last else 2 * block_bytes
-        wait = after if phase == "forward" else (computed[-1],)
-        out.append(Step(f"cp_ring.{phase}.send{i}", "send", stream=SEND, size_bytes=size,
-                        peer_offset=send_to, after=wait))
-        out.append(Step(f"cp_ring.{phase}.recv{i}", "recv", stream=RECV, size_bytes=size,
-                        peer_offset=recv_from))
-        arrived = len(out) - 1
-    return out
+def _ring_index(name: str) -> int | None:
+    head, _, tail = name.rpartition(".ring")
+    return int(tail) if head and tail.isdigit() else None
 
 
-def allgather_steps(kernels, size_bytes: int, phase: str) -> list[Step]:
-    """The attention ``kernels`` after an all-gather of K/V (forward) or before a
-    reduce-scatter of dK/dV (backward) on the CP group."""
-    name, collective = (("cp_allgather_kv", "all_gather") if phase == "forward" else
-                        ("cp_reduce_scatter_dkv", "reduce_scatter"))
-    comm = Step(name, "collective", collective=collective, size_bytes=size_bytes, group="cp")
-    compute = [kernel(c) for c in kernels]
-    return [comm, *compute] if phase == "forward" else [*compute, comm]
+class CPHooks(OpHooks):
+    """Issues one rank class's context-parallel K/V traffic around its attention kernels.
+
+    ``issue(kind, size_bytes, deps, name, phase)`` adds a collective on the CP group and
+    returns its op id; ``last_compute()`` the latest compute op. ``ring``: the layers went
+    through :func:`ring_slices`; step ``i``'s exchange is an all-gather of
+    :func:`ring_step_size_bytes` on stream ``cp``. Forward: exchange ``i`` (the block that
+    step ``i`` used goes on, the next arrives) starts when block ``i`` arrived, and step
+    ``i + 1`` waits for it. Backward: exchange ``i`` carries the block and its dK/dV once
+    step ``i`` computed them (the last one dK/dV alone, home), and the next kernel waits
+    for it. ``allgather``: an all-gather of K/V before the attention, a reduce-scatter of
+    dK/dV after its backward that the next kernel waits for."""
+
+    def __init__(self, issue, last_compute, *, mode: str, cp: int, block_bytes: int,
+                 gather_bytes: int):
+        self.issue, self.last_compute = issue, last_compute
+        self.mode, self.cp = mode, cp
+        self.block, self.gather = block_bytes, gather_bytes
+        self.arrived: int | None = None      # the exchange the next ring step waits for
+
+    def _ring_comm(self, sent: int, deps, name: str, phase: str) -> int:
+        return self.issue("all_gather", ring_step_size_bytes(sent, self.cp), deps, name,
+                          phase)
+
+    def before(self, cost, phase: str) -> tuple:
+        forward = phase in ("forward", "recompute")
+        due = () if self.arrived is None else (self.arrived,)
+        self.arrived = None
+        if self.mode == "allgather":
+            if forward and cost.op_class == "attention":
+                return due + (self.issue("all_gather", self.gather, (self.last_compute(),),
+                                         f"cp_allgather_kv.{cost.name}", phase),)
+            return due
+        step = _ring_index(cost.name)
+        if forward and step is not None and step < self.cp - 1:
+            first = (self.last_compute(),) if step == 0 else ()
+            self.arrived = self._ring_comm(self.block, first, f"cp_ring.{cost.name}", phase)
+        return due
+
+    def after(self, cost, phase: str, op_id: int) -> None:
+        if phase in ("forward", "recompute") or cost.op_class != "attention":
+            return
+        if self.mode == "allgather":
+            self.arrived = self.issue("reduce_scatter", self.gather, (op_id,),
+                                      f"cp_reduce_scatter_dkv.{cost.name}", phase)
+            return
+        step = _ring_index(cost.name)
+        sent = self.block if step == self.cp - 1 else 2 * self.block
+        self.arrived = self._ring_comm(sent, (op_id,), f"cp_ring.{cost.name}", phase)
+
+    def flush(self) -> list[int]:
+        out = [] if self.arrived is None else [self.arrived]
+        self.arrived = None
+        return out

@@ -38,7 +38,7 @@ from simulator.errors import ConfigError
 from simulator.models.moe import moe_block_cost
 from simulator.models.ops import LayerCost
 from simulator.models.spec import ModelSpec
-from simulator.parallel.steps import Step, kernel
+from simulator.strategies.base import OpHooks
 
 DISTRIBUTIONS = ("balanced", "zipf", "measured")
 # (phase, the kernel the all-to-all precedes, its name)
@@ -155,17 +155,25 @@ def ep_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool, loads: 
                           local_experts=model.num_experts // ep)
 
 
-def moe_steps(layer: LayerCost, phase: str, size_bytes: int) -> list[Step]:
-    """The kernels of ``layer``'s ``phase`` (``forward`` or ``backward``) with the EP
-    all-to-alls of :data:`ALL_TO_ALLS` before the kernels they feed, on the compute
-    stream (Megatron-LM without communication overlap: the GEMMs wait for the tokens)."""
-    kernels = layer.forward if phase == "forward" else layer.backward
-    marks = [(before, name) for p, before, name in ALL_TO_ALLS if p == phase]
-    out: list[Step] = []
-    for cost in kernels:
-        for before, name in marks:
-            if cost.name.startswith(before) and not any(s.name == name for s in out):
-                out.append(Step(name, "collective", collective="all_to_all",
-                                size_bytes=size_bytes, group="ep"))
-        out.append(kernel(cost))
-    return out
+class EPHooks(OpHooks):
+    """Issues one rank class's EP all-to-alls (:data:`ALL_TO_ALLS`) before the kernels they
+    feed, on stream ``ep``; the kernel waits for it (Megatron-LM without communication
+    overlap: the expert GEMMs wait for their tokens, the unpermute for the combine).
+    ``issue(kind, size_bytes, deps, name, phase)`` adds a collective on the EP group and
+    returns its op id; ``last_compute()`` the latest compute op (the all-to-all's input)."""
+
+    def __init__(self, issue, last_compute, *, size_bytes: int):
+        self.issue, self.last_compute, self.size = issue, last_compute, size_bytes
+        self.done: set[str] = set()          # all-to-alls of the current pass issued
+
+    def start_layer(self, layer) -> None:
+        self.done = set()
+
+    def before(self, cost, phase: str) -> tuple:
+        phase_of = "forward" if phase == "recompute" else phase
+        for p, before, name in ALL_TO_ALLS:
+            if p == phase_of and cost.name.startswith(before) and (phase, name) not in self.done:
+                self.done.add((phase, name))
+                return (self.issue("all_to_all", self.size, (self.last_compute(),),
+                                   f"{name}.{cost.name}", phase),)
+        return ()
