@@ -96,7 +96,8 @@ class StageBuilder:
                  "replicate": plan.dp_replicate}
         self.dp = DataParallel(self, {c: ch.layers for c, ch in my_chunks.items()},
                                sizes["grad"], sizes["shard"], sizes["replicate"])
-        self.prev_start: int | None = None
+        self.prev_start: int | None = None    # first op of the previous pass
+        self.layer_start: int | None = None   # first op of the previous layer emitted
 
     # ------------------------------------------------------------------ ops
     def comm(self, name: str) -> str:
@@ -152,9 +153,11 @@ class StageBuilder:
         start = None
         for li, layer in enumerate(ch.layers):
             self.hooks.start_layer(layer)
-            d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first)]
+            d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first,
+                                                after=self.layer_start)]
             f, last = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d,
                                    self.hooks)
+            self.layer_start = f
             start = f if start is None else start
             self.dp.after_forward(ch.chunk, li, layer, last)
             deps = []
@@ -173,10 +176,12 @@ class StageBuilder:
             layer = ch.layers[li]
             view = _input_grad_view(layer) if split else layer
             self.hooks.start_layer(layer)
-            d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro)]
+            d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
+                                                 after=self.layer_start)]
             f, _, last = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
                                        grad_bytes=0 if split else self.dp.grad_bytes(layer),
                                        hooks=self.hooks)
+            self.layer_start = f
             if split:
                 self.ol.alloc(last, _kept_for_w(layer))
             else:
