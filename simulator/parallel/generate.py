@@ -182,7 +182,8 @@ class StageBuilder:
             d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
                                                  after=self.layer_start)]
             f, _, last = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
-                                       grad_bytes=0 if split else self.dp.grad_bytes(layer),
+                                       grad_bytes=0 if split else
+                                       self.dp.grad_bytes(ch.chunk, li, layer),
                                        hooks=self.hooks)
             self.layer_start = f
             if split:
@@ -202,7 +203,8 @@ class StageBuilder:
             layer = ch.layers[li]
             self.hooks.start_layer(layer)
             f, _, last = emit_backward(self.ol, _weight_grad_view(layer), self.cfg, micro,
-                                       grad_bytes=self.dp.grad_bytes(layer), hooks=self.hooks)
+                                       grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer),
+                                       hooks=self.hooks)
             self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
             start = f if start is None else start
         self.prev_start = start
@@ -230,6 +232,12 @@ class StageBuilder:
         opt = emit_optimizer(self.ol, self.cfg, self.dp.optimizer_params(),
                              deps=(last, *ends, *self.hooks.flush()))
         self.dp.after_optimizer(opt, self.micro)
+
+
+def stage_id(rank: int, pp: int) -> str:
+    """The rank class of pipeline rank ``rank``: ``stage0``..., zero-padded to the width of
+    ``pp - 1`` so that the classes sort in pipeline order (``stage03`` before ``stage10``)."""
+    return f"stage{rank:0{len(str(pp - 1))}d}"
 
 
 def _input_grad_view(layer: LayerCost) -> LayerCost:
@@ -282,7 +290,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
                          loss_bytes=tokens * FP32)
         b.run(orders[p])
-        classes.append(RankClass(f"stage{p}", plan.stage_ranks(p), b.ol.ops,
+        classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
         members = set(classes[-1].ranks)
         for name in sorted(b.used):
