@@ -27,6 +27,8 @@ per-class kernel hooks (``factory(builder) -> OpHooks | None``, called once per 
 object with ``start_layer(layer)`` and ``flush()`` gets those calls too), and
 :data:`COMM_DIMS` the mesh dimensions behind each communicator name ``builder.collective``
 accepts. ``build_parallel(..., layers=...)`` takes layer costs built elsewhere (MoE blocks).
+:mod:`.ep_cp` fills both: its layers (MoE blocks of the busiest EP rank, ring-attention
+steps) and its hooks (EP all-to-alls, CP K/V exchanges) are the defaults.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from simulator.trace import Communicator, RankClass, Trace
 
 from . import tied
 from .dp import DataParallel
+from .ep_cp import HOOK_FACTORIES, planned_layers
 from .place import placement
 from .plan import ParallelPlan
 from .schedules import SPLIT_W, check_schedule, schedule
@@ -52,7 +55,7 @@ from .tp import FP32, STREAM, TPHooks
 
 COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
              "cp": "cp", "ep": "ep"}
-HOOKS: dict[str, Callable] = {}
+HOOKS: dict[str, Callable] = dict(HOOK_FACTORIES)      # EP all-to-alls, CP K/V exchanges
 
 
 class _Hooks(OpHooks):
@@ -263,9 +266,10 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     per pipeline per step."""
     if check:
         plan.check(model, world.world_size, seq_len=seq_len)
-    layers = layers or parallel_layers(model, plan, micro_batch=cfg.micro_batch,
-                                       seq_len=seq_len, precision=cfg.precision, flash=flash,
-                                       autocast=autocast)
+    layers = layers or planned_layers(
+        parallel_layers(model, plan, micro_batch=cfg.micro_batch, seq_len=seq_len,
+                        precision=cfg.precision, flash=flash, autocast=autocast),
+        model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
     layers = tied.with_copy(layers, model, plan)
     shared = tied.tied_ranks(model, plan)
     all_chunks = chunks(layers, plan)
