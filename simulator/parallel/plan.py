@@ -1,0 +1,291 @@
+"""The parallel plan: a named device mesh [pp, dp_replicate, dp_shard, cp, tp] (+ ep).
+
+One small typed object that every generator, the memory model, the placement and
+``clustersim plan`` read. Framework spellings (Megatron, torchtitan, DeepSpeed) are thin
+translators into it (:mod:`simulator.parallel.frameworks`).
+
+Ranks are numbered in mixed radix over ``order`` (outermost first, innermost last and
+fastest-varying): with the default order ``(pp, dp_replicate, dp_shard, cp, tp)`` the
+``tp`` ranks of one group are consecutive (inside a server, when ``tp`` divides the GPUs
+per node) and the pipeline stages are the slowest-varying coordinate, as Megatron-LM's
+``RankGenerator`` orders them with ``order="tp-cp-ep-dp-pp"`` (innermost first there).
+
+Expert parallelism is carved out of the ``dp_replicate x dp_shard x cp`` ranks of one
+(pp, tp) coordinate: an EP group is ``ep`` consecutive ranks of that data-parallel set
+(Megatron's expert-data-parallel layout). ``ep`` is not a mesh dimension and does not enter
+:attr:`ParallelPlan.size`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Mapping
+
+import numpy as np
+
+from simulator.errors import ConfigError
+
+from .schedules import stage_location
+
+DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv")
+DP_MODES = ("ddp", "zero1", "zero2", "fsdp")
+CP_MODES = ("ring", "allgather")
+# composite group names: the mesh dimensions they span
+ALIASES = {"dp": ("dp_replicate", "dp_shard"), "dp_cp": ("dp_replicate", "dp_shard", "cp"),
+           "shard_cp": ("dp_shard", "cp")}
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How a job's ranks are split; see the module doc for the rank numbering.
+
+    ``first_stage_layers`` / ``last_stage_layers``: blocks on the first and last pipeline
+    stage when they differ from the even split (Megatron's
+    ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers``); 0 = even.
+    ``embedding_in_split`` / ``loss_in_split``: the embedding / the loss count as one layer
+    in the split (Megatron's ``account_for_embedding_in_pipeline_split``,
+    ``account_for_loss_in_pipeline_split``; Llama 3 405B's balancing).
+    ``bucket_params``: DDP / distributed-optimizer gradient bucket size in parameters
+    (Megatron's ``DistributedDataParallelConfig.bucket_size``: max(40M, 1M x dp) when
+    overlapping the gradient reduction).
+    """
+
+    pp: int = 1
+    dp_replicate: int = 1
+    dp_shard: int = 1
+    cp: int = 1
+    tp: int = 1
+    ep: int = 1
+    vp: int = 1
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    dp_mode: str = "fsdp"
+    tp_overlap: bool = False
+    cp_mode: str = "ring"
+    order: tuple[str, ...] = DIMS
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = False
+    bucket_params: int = 40_000_000
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int",) and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"must be an integer, got {value!r}", field=f"plan.{f.name}")
+        for name in (*DIMS, "ep", "vp", "bucket_params"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}",
+                                  field=f"plan.{name}")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"must be >= 0, got {getattr(self, name)}",
+                                  field=f"plan.{name}")
+        for name, valid in (("schedule", SCHEDULE_NAMES), ("dp_mode", DP_MODES),
+                            ("cp_mode", CP_MODES)):
+            if getattr(self, name) not in valid:
+                raise ConfigError(f"unknown {name} {getattr(self, name)!r}; valid: "
+                                  f"{', '.join(valid)}", field=f"plan.{name}")
+        if isinstance(self.order, list):
+            object.__setattr__(self, "order", tuple(self.order))
+        if not isinstance(self.order, tuple) or sorted(map(str, self.order)) != sorted(DIMS):
+            raise ConfigError(f"must name each of {', '.join(DIMS)} once, got "
+                              f"{list(self.order)}", field="plan.order")
+
+    # ------------------------------------------------------------------ mesh
+    @property
+    def size(self) -> int:
+        """Ranks in the mesh: pp * dp_replicate * dp_shard * cp * tp."""
+        n = 1
+        for d in DIMS:
+            n *= getattr(self, d)
+        return n
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks of one (pp, cp, tp) coordinate: dp_replicate * dp_shard."""
+        return self.dp_replicate * self.dp_shard
+
+    def _strides(self) -> dict[str, int]:
+        strides, s = {}, 1
+        for d in reversed(self.order):
+            strides[d] = s
+            s *= getattr(self, d)
+        return strides
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """The mesh coordinates of global ``rank``."""
+        if not 0 <= rank < self.size:
+            raise ConfigError(f"rank {rank} outside the mesh of {self.size}", field="rank")
+        st = self._strides()
+        return {d: (rank // st[d]) % getattr(self, d) for d in DIMS}
+
+    def rank(self, **coords: int) -> int:
+        """The global rank at ``coords`` (missing dimensions: 0)."""
+        st = self._strides()
+        unknown = set(coords) - set(DIMS)
+        if unknown:
+            raise ConfigError(f"unknown mesh dimension(s) {sorted(unknown)}", field="coords")
+        return sum(coords.get(d, 0) * st[d] for d in DIMS)
+
+    def groups(self, dim: str | tuple[str, ...]) -> list[tuple[int, ...]]:
+        """Every group of ranks that differ only along ``dim`` (a mesh dimension, a tuple
+        of them, an alias of :data:`ALIASES`, or ``ep``), each in rank order, groups sorted
+        by their first rank."""
+        if dim == "ep":
+            return self._ep_groups()
+        dims = ALIASES.get(dim, (dim,) if isinstance(dim, str) else tuple(dim))
+        if not set(dims) <= set(DIMS):
+            raise ConfigError(f"unknown mesh dimension {dim!r}", field="dim")
+        grid = self._grid()
+        inner = [self.order.index(d) for d in dims]
+        outer = [i for i in range(len(self.order)) if i not in inner]
+        n = 1
+        for d in dims:
+            n *= getattr(self, d)
+        rows = grid.transpose(outer + inner).reshape(-1, n)
+        return sorted(tuple(sorted(row)) for row in rows.tolist())
+
+    def _grid(self) -> np.ndarray:
+        """Global ranks laid out on the mesh, axes in ``order``."""
+        return np.arange(self.size).reshape([getattr(self, d) for d in self.order])
+
+    def _ep_groups(self) -> list[tuple[int, ...]]:
+        out = []
+        for g in self.groups("dp_cp"):
+            out += [g[i:i + self.ep] for i in range(0, len(g), self.ep)]
+        return sorted(out)
+
+    def stage_ranks(self, stage: int) -> tuple[int, ...]:
+        """Every rank with pipeline coordinate ``stage``, in rank order."""
+        ranks = np.take(self._grid(), stage, axis=self.order.index("pp"))
+        return tuple(sorted(ranks.ravel().tolist()))
+
+    # ------------------------------------------------------------------ checks
+    def check(self, model, world_size: int, *, seq_len: int, layers_field: str = "model.layers",
+              names: Mapping[str, str] | None = None) -> None:
+        """ConfigError naming the field for a plan the model or the job cannot run.
+
+        ``names`` maps a plan attribute (``tp``, ``pp``, ``vp``, ``cp``, ``ep``,
+        ``sequence_parallel``, ``first_stage_layers``, ``size``...) to the config field the
+        user wrote it as (default ``strategy.<attribute>``)."""
+        def field(attr: str) -> str:
+            return (names or {}).get(attr, f"strategy.{attr}")
+
+        if self.size != world_size:
+            raise ConfigError(f"the mesh {self.describe()} has {self.size} ranks, the job "
+                              f"has {world_size} GPUs", field=field("size"))
+        if not getattr(model, "is_transformer", False):
+            if self.size != self.dp:
+                raise ConfigError(f"{model.name} is not a transformer: only data "
+                                  f"parallelism applies", field=field("tp"))
+            return
+        self._check_tp(model, seq_len, field)
+        self._check_pp(model, layers_field, field)
+        if self.cp > 1 and seq_len % (2 * self.cp):
+            raise ConfigError(f"context parallelism {self.cp} splits the sequence into "
+                              f"2 x {self.cp} chunks (causal load balancing); seq_len "
+                              f"{seq_len} is not divisible by {2 * self.cp}", field=field("cp"))
+        self._check_ep(model, field)
+
+    def _check_tp(self, model, seq_len: int, field) -> None:
+        for attr, n in (("heads", model.heads), ("kv_heads", model.kv_heads),
+                        ("ffn_hidden", model.ffn_hidden)):
+            if n % self.tp:
+                raise ConfigError(f"tensor parallelism {self.tp} does not divide "
+                                  f"{model.name}'s {n} {attr}", field=field("tp"))
+        if self.sequence_parallel and self.tp > 1 and (seq_len // self.cp) % self.tp:
+            raise ConfigError(f"sequence parallelism splits the {seq_len // self.cp} tokens "
+                              f"of a rank's sequence over tp {self.tp}: not divisible",
+                              field=field("sequence_parallel"))
+
+    def _check_pp(self, model, layers_field: str, field) -> None:
+        if self.pp > model.layers:
+            raise ConfigError(f"pipeline parallelism {self.pp} exceeds {model.name}'s "
+                              f"{model.layers} layers ({layers_field})", field=field("pp"))
+        self.model_stage_blocks(model.layers, field)
+
+    def _check_ep(self, model, field) -> None:
+        if self.ep == 1:
+            return
+        experts = getattr(model, "experts", 0) or getattr(model, "num_experts", 0)
+        if not experts:
+            raise ConfigError(f"expert parallelism {self.ep} needs a mixture-of-experts "
+                              f"model; {model.name} has no experts", field=field("ep"))
+        if experts % self.ep:
+            raise ConfigError(f"expert parallelism {self.ep} does not divide {model.name}'s "
+                              f"{experts} experts", field=field("ep"))
+        if (self.dp * self.cp) % self.ep:
+            raise ConfigError(f"expert parallelism {self.ep} does not divide the "
+                              f"dp x cp = {self.dp * self.cp} ranks it is carved from",
+                              field=field("ep"))
+
+    # ------------------------------------------------------------------ layers
+    def model_stage_blocks(self, layers: int, field=None) -> list[int]:
+        """Blocks of each of the ``pp x vp`` model stages (0 holds the embedding), as
+        Megatron-LM splits them (``get_num_layers_to_build``): evenly; or with the first /
+        last pipeline rank's blocks given (``first_stage_layers``, ``last_stage_layers``,
+        split evenly over that rank's chunks, the rest evenly over the other ranks); or
+        with the embedding and / or the loss counted as one layer each
+        (``embedding_in_split``, ``loss_in_split``). ConfigError naming the field when
+        they do not divide."""
+        field = field or (lambda attr: f"strategy.{attr}")
+        n, vp = self.pp * self.vp, self.vp
+        if vp > 1 and self.schedule not in ("interleaved_1f1b", "zbv"):
+            raise ConfigError(f"{vp} virtual stages need schedule interleaved_1f1b (or "
+                              f"zbv), got {self.schedule}", field=field("vp"))
+        if self.first_stage_layers or self.last_stage_layers:
+            return self._uneven_blocks(layers, field)
+        total = layers + self.embedding_in_split + self.loss_in_split
+        if total % n:
+            what = (f"pp x vp = {self.pp} x {vp}" if vp > 1 else f"pp {self.pp} stages")
+            raise ConfigError(f"{layers} layers" + (" (+ embedding/loss counted as layers)"
+                              if total != layers else "") + f" do not split evenly over "
+                              f"{what}" + ("" if vp > 1 else " (set first/last stage "
+                              "layers for an uneven split)"),
+                              field=field("vp" if vp > 1 else "pp"))
+        out = [total // n] * n
+        out[0] -= self.embedding_in_split
+        out[-1] -= self.loss_in_split
+        if min(out) < 0:
+            raise ConfigError(f"{layers} layers leave a stage without a block",
+                              field=field("pp"))
+        return out
+
+    def stage_layers(self, layers: int) -> list[int]:
+        """Blocks on each pipeline rank (its chunks together)."""
+        out = [0] * self.pp
+        for v, n in enumerate(self.model_stage_blocks(layers)):
+            out[stage_location(self.schedule, self.pp, self.vp, v)[0]] += n
+        return out
+
+    def _uneven_blocks(self, layers: int, field) -> list[int]:
+        first, last, vp = self.first_stage_layers, self.last_stage_layers, self.vp
+        if self.pp < 2 or self.embedding_in_split or self.loss_in_split:
+            raise ConfigError("an uneven first/last stage needs pp >= 2 and cannot be "
+                              "combined with the embedding or loss counted as a layer",
+                              field=field("first_stage_layers"))
+        middle = self.pp - (first > 0) - (last > 0)
+        rest = layers - first - last
+        if first % vp or last % vp or rest < 0 or (middle and rest % (middle * vp)) or \
+                (not middle and rest):
+            raise ConfigError(f"{layers} layers minus first {first} and last {last} do not "
+                              f"split evenly over the other {middle} stages x {vp} chunks",
+                              field=field("first_stage_layers"))
+        per_rank = [rest // (middle * vp) if middle else 0] * self.pp
+        if first:
+            per_rank[0] = first // vp
+        if last:
+            per_rank[-1] = last // vp
+        return [per_rank[stage_location(self.schedule, self.pp, vp, v)[0]]
+                for v in range(self.pp * vp)]
+
+    def describe(self) -> str:
+        """``pp 4 x dp_replicate 1 x dp_shard 8 x cp 1 x tp 8`` (+ ep, vp when set)."""
+        text = " x ".join(f"{d} {getattr(self, d)}" for d in self.order)
+        extra = [f"{k} {getattr(self, k)}" for k in ("ep", "vp") if getattr(self, k) > 1]
+        return text + (f" ({', '.join(extra)})" if extra else "")
