@@ -30,6 +30,8 @@ class OpCost:
     bytes_accessed: float
     weight: str = ""  # the parameter tensor the kernel uses (forward and backward), if any
     params: int = 0   # its size, on the forward op only (sum over a layer = layer params)
+    saved_bytes: int = 0   # forward op: the bytes of its output(s) backward keeps (sum over a
+    #                        block's forward = its activation_bytes; selective checkpointing)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ casts of their gradients in backward.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.models.ops import (
     ACT_FLOPS, ID_BYTES, LOSS_BWD_FLOPS, LOSS_BYTES, LOSS_FLOPS, NORM_FLOPS, SOFTMAX_BWD_FLOPS,
     SOFTMAX_FLOPS, LayerCost, OpCost, matmul, matmul_bwd, pointwise)
@@ -175,8 +177,28 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     bwd = [*r2[1], *d2[1], *mlp_b, *c2[1], n2[1], *r1[1], *d1[1],
            *matmul_bwd("attn_out", t, h, h, e, weight=True), *attn_b,
            *matmul_bwd("qkv_proj", t, h, qkv_n, e, weight=True), *c1[1], n1[1], *wc[1]]
-    return LayerCost("block", "transformer_block", block_params(model), tuple(fwd),
-                     tuple(bwd), block_activation_bytes(model, b, s, e, flash, k), k * t * h)
+    return LayerCost("block", "transformer_block", block_params(model),
+                     _with_saved(fwd, model, b, s, e, k), tuple(bwd),
+                     block_activation_bytes(model, b, s, e, flash, k), k * t * h)
+
+
+def _with_saved(fwd: list[OpCost], model: ModelSpec, b: int, s: int, e: int,
+                k: int) -> tuple[OpCost, ...]:
+    """The forward ops with ``saved_bytes``: which op produces each tensor of
+    :func:`block_activation_bytes` (their sum), so selective checkpointing knows what it
+    frees by recomputing an op. Norm outputs (``e``, the copy the next matmul reads), Q/K/V
+    (``qkv_proj``), the attention output (``attn_core``, or ``attn_av`` without flash), the
+    MLP's inner tensors, the residual stream at the two norm inputs (``k``), 1-byte dropout
+    masks and, without flash attention, the probabilities (``softmax``, ``attn_dropout``)."""
+    t, h, f = b * s, model.hidden, model.ffn_hidden
+    kvd, scores = model.kv_heads * model.head_dim, b * model.heads * s * s
+    copy = e if model.dropout == 0 and k != e else 0   # autocast's 16-bit probabilities
+    saved = {"norm1": e * t * h, "norm2": e * t * h, "qkv_proj": e * t * (h + 2 * kvd),
+             "attn_core": e * t * h, "attn_av": e * t * h, "softmax": (k + copy) * scores,
+             "attn_dropout": (1 + e) * scores, "residual1": k * t * h, "residual2": k * t * h,
+             "attn_out.dropout": t * h, "mlp_down.dropout": t * h,
+             "mlp_gate_up": 2 * e * t * f, "mlp_up": e * t * f, model.mlp: e * t * f}
+    return tuple(replace(c, saved_bytes=saved[c.name]) if c.name in saved else c for c in fwd)
 
 
 def embed_params(model: ModelSpec) -> int:
