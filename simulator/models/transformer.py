@@ -98,9 +98,13 @@ def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int):
     qkvo = e * (2 * t * h + 2 * t * kvd)  # Q, K, V and O (or their gradients)
     if flash:
         lse = 4.0 * b * a * s
-        fwd = [OpCost("attn_core", "attention", 2 * mm + sm, qkvo + lse)]
+        # FlashAttention skips the masked tiles of a causal mask: (s + 1) / 2 keys per query
+        c = (s + 1) / (2 * s) if model.causal else 1.0
+        dims = {"m": b * a * s, "n": int(round(c * s)), "k": model.head_dim}
+        fwd = [OpCost("attn_core", "attention", c * (2 * mm + sm), qkvo + lse, **dims)]
         # reads Q, K, V, O, dO, lse; writes dQ, dK, dV: twice the forward tensors
-        bwd = [OpCost("attn_core.bwd", "attention", 5 * mm + sm + sm_bwd, 2 * qkvo + lse)]
+        bwd = [OpCost("attn_core.bwd", "attention", c * (5 * mm + sm + sm_bwd), 2 * qkvo + lse,
+                      **dims)]
         return fwd, bwd
     # per score element: read + write (backward: + the saved probs); under autocast plus
     # the cast up before and the cast down after (e + k each)

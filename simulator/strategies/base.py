@@ -184,7 +184,7 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
                           phase=phase, flops=float(c.flops),
                           bytes_accessed=float(c.bytes_accessed), op_class=c.op_class,
                           deps=(tuple(deps) if i == 0 else ()) + tuple(extra),
-                          attrs={"micro_step": micro}))
+                          attrs={"micro_step": micro, **_shape_attrs(c)}))
         if hooks:
             hooks.after(c, phase, ids[-1])
     if not ids:      # a layer without kernels still marks its place
@@ -192,6 +192,12 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
                           layer=layer.name, phase=phase, op_class="elementwise",
                           deps=tuple(deps), attrs={"micro_step": micro}))
     return ids
+
+
+def _shape_attrs(cost) -> dict:
+    """``m``, ``n``, ``k`` of a GEMM or attention kernel (the compute model times by shape)."""
+    shape = getattr(cost, "shape", None)
+    return dict(zip("mnk", shape)) if shape else {}
 
 
 def spread(ol: OpList, ids: list[int], nbytes: int, how: str) -> None:
