@@ -111,7 +111,8 @@ def _flash(entry: dict, src: str, where: str) -> FlashShape:
     dims = tuple(sorted(table))
     half = _non_negative(entry["keys_half"], src, f"{where}.keys_half")
     effs = tuple(check_fraction(table[d], src, f"{where}.eff_max.{d}") for d in dims)
-    return FlashShape(dims, effs, half, check_time(entry["half_time"], src, f"{where}.half_time"),
+    return FlashShape(dims, effs, half,
+                      check_time(entry["half_time"], src, f"{where}.half_time"),
                       source=check_source(entry["source"], src, where))
 
 
