@@ -151,3 +151,14 @@ def test_shape_model_against_the_h200_profiles():
     assert sorted(abs(e) for e in aligned)[len(aligned) // 2] < 0.10
     assert fam.gemm.unaligned_efficiency < 0.5
     assert math.isfinite(sum(e for e, _ in err))
+
+
+def test_mixed_lengths_keep_an_aligned_mean_shape():
+    from simulator.models.seqlen import mixed_layer_costs
+    model = load_model("bert-large")
+    mixed = mixed_layer_costs(model, 2, [(64, 0.25), (128, 0.75)], "fp16", False)
+    qkv = next(op for op in mixed[1].forward if op.name == "qkv_proj")
+    # m = tokens: 0.25 * 128 + 0.75 * 256 = 224, a multiple of gcd(128, 256) = 128 -> 256
+    # (rounded to the common divisor, so the aligned kernels still apply)
+    assert (qkv.m, qkv.n, qkv.k) == (256, 3 * 1024, 1024)
+    assert qkv.flops == pytest.approx(2 * 224 * 1024 * 3 * 1024)

@@ -26,7 +26,7 @@ from simulator.precision import FP32, PRECISIONS
 
 from .checks import check_fraction, check_keys, check_source, check_time
 from .families import SHAPED_PRECISIONS, FamilyCalibration, parse_families
-from .gemm_shape import shape_seconds
+from .gemm_shape import shape_efficiency
 
 OP_CLASSES = ("matmul", "attention", "conv", "elementwise", "norm", "embedding", "loss",
               "optimizer")
@@ -188,8 +188,9 @@ class ComputeModel:
         m, n, k = shape
         curve, fam = self._curve(op_class, precision), self.family
         if op_class == "matmul" and fam.gemm is not None:
-            sms = self.gpu.sm_count or 1
-            return curve.half_time_s + shape_seconds(m, n, k, sms, rate, fam.gemm)
+            # the shape's efficiency on the op's FLOPs (an op may stand for several GEMMs)
+            eff = shape_efficiency(m, n, k, self.gpu.sm_count or 1, fam.gemm)
+            return curve.half_time_s + flops / (rate * eff)
         if op_class == "attention" and fam.flash is not None:
             peak = rate / curve.eff_max
             return fam.flash.half_time_s + flops / (peak * fam.flash.efficiency(n, k))
