@@ -73,8 +73,8 @@ def test_selective_op_saves_alternate_matmuls_and_attention():
     names = [b.forward[i].name for i in plan.ops]
     # torchtitan's policy on this block's kernels: mm #1 (qkv) and #3 (gate_up) saved,
     # #2 (attn_out) and #4 (mlp_down) recomputed, flash attention saved, rest recomputed
-    assert names == ["norm1", "attn_out", "residual1", "norm2", "swiglu", "mlp_down",
-                     "residual2"]
+    assert names == ["norm1", "rotary", "attn_out", "residual1", "norm2", "swiglu",
+                     "mlp_down", "residual2"]
     # kept: output t h e + Q,K,V 3 t h e + attention output t h e + gate/up 2 t f e
     assert plan.kept_bytes == E * T * H * (1 + 3 + 1) + 2 * E * T * F
     # freed: norm1 and norm2 outputs, residual1, swiglu output = (3 h + f) t e
@@ -127,7 +127,7 @@ def _fsdp(**kw):
 def test_strategies_emit_the_recompute_and_balance_memory(build):
     full, op, none = (build(activation_checkpointing=m) for m in ("full", "selective", "none"))
     assert recomputed(full) == forward_names(full)
-    assert recomputed(op) == ["norm1", "attn_out", "residual1", "norm2", "swiglu",
+    assert recomputed(op) == ["norm1", "rotary", "attn_out", "residual1", "norm2", "swiglu",
                               "mlp_down", "residual2"]
     assert recomputed(none) == []
     b = block()

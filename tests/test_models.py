@@ -327,3 +327,20 @@ def test_autocast_loss_runs_in_fp32():
     assert pure["cross_entropy"].bytes_accessed == 2 * 2 * t * v
     # cast logits up (2+4), log_softmax in fp32 (4+4)
     assert head["cross_entropy"].bytes_accessed == (6 + 8) * t * v
+
+
+def test_rotary_kernels_on_q_and_k_of_rope_models_only():
+    llama, gpt = load_model("llama-2-70b"), load_model("gpt3-175b")
+    b, s = 2, 1024
+    block = layer_costs(llama, b, s, "bf16")[1]
+    names = [op.name for op in block.forward]
+    assert names.index("rotary") == names.index("qkv_proj") + 1
+    rope = block.forward[names.index("rotary")]
+    # Q (64 heads) and K (8 kv heads) of head dim 128: 3 FLOPs per element; read + write
+    # at 2 bytes plus the cos/sin tables (s x head_dim each)
+    elements = b * s * (llama.hidden + 8 * 128)
+    assert rope.flops == 3 * elements
+    assert rope.bytes_accessed == 2 * (2 * elements + 2 * s * 128)
+    bwd = [op.name for op in block.backward]
+    assert bwd.index("rotary.bwd") < bwd.index("qkv_proj.dgrad")
+    assert "rotary" not in [op.name for op in layer_costs(gpt, b, s, "bf16")[1].forward]

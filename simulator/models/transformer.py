@@ -6,7 +6,9 @@ pre-norm order (GPT-2/3, Llama); BERT's post-norm order has the same costs. A mo
 after the embedding, on the attention probabilities (inside the kernel with flash
 attention), after the attention output projection and after the MLP, each reading its
 input and writing its output and a 1-byte mask (backward: gradient and mask in, gradient
-out), and saves the masks for backward.
+out), and saves the masks for backward. Rotary models (Llama) rotate Q and K after the
+QKV projection (:func:`_rotary`); the rotated Q, K replace the projection's (no extra
+saved bytes).
 
 Mixed precision with fp32 weights (``autocast``: torch.autocast, Keras ``mixed_float16``)
 is not pure 16-bit: ``k`` below is the element size of the tensors such a run keeps in
@@ -152,6 +154,18 @@ def _residual(name: str, t: int, h: int, e: int, k: int) -> tuple[list[OpCost], 
     return _twin(name, t * h, (e + 2 * k) * t * h)
 
 
+def _rotary(model: ModelSpec, b: int, s: int, e: int) -> tuple[list[OpCost], list[OpCost]]:
+    """Rotary position embedding (RoPE, Su et al. 2021, arXiv 2104.09864) on Q and K, one
+    fused kernel each way (Megatron/Transformer Engine ``fused_apply_rotary_pos_emb``, or
+    torch.compile): reads Q, K and the ``s x head_dim`` cos/sin tables, writes the rotated Q,
+    K; 3 FLOPs per element (``x cos + rotate(x) sin``). Backward applies the inverse rotation
+    to the gradients, the same traffic. None for learned positions."""
+    if model.position_embedding != "rope":
+        return [], []
+    elements = b * s * (model.hidden + model.kv_heads * model.head_dim)
+    return _twin("rotary", 3.0 * elements, e * (2.0 * elements + 2 * s * model.head_dim))
+
+
 def _casts(name: str, elements: float, e: int, k: int) -> tuple[list[OpCost], list[OpCost]]:
     """Autocast's 16-bit copy of an fp32 tensor for a matmul, and its gradient cast back
     (none without autocast). ``weight_cast``: every fp32 weight, once per forward."""
@@ -170,16 +184,17 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     c1, c2 = _casts("cast.norm1", t * h, e, k), _casts("cast.norm2", t * h, e, k)
     wc = _casts("weight_cast", block_params(model), e, k)
     attn_f, attn_b = _attention(model, b, s, e, flash, k)
+    rope = _rotary(model, b, s, e)
     mlp_f, mlp_b = _mlp(model, t, e)
     d1, d2 = ((_dropout("attn_out.dropout", t * h, e), _dropout("mlp_down.dropout", t * h, e))
               if model.dropout > 0 else (([], []), ([], [])))
     bias = model.bias
     qkv = matmul("qkv_proj", t, h, qkv_n, e, params=h * qkv_n + (qkv_n if bias else 0))
     out = matmul("attn_out", t, h, h, e, params=h * h + (h if bias else 0))
-    fwd = [*wc[0], n1[0], *c1[0], qkv, *attn_f, out, *d1[0], *r1[0], n2[0], *c2[0], *mlp_f,
-           *d2[0], *r2[0]]
+    fwd = [*wc[0], n1[0], *c1[0], qkv, *rope[0], *attn_f, out, *d1[0], *r1[0], n2[0], *c2[0],
+           *mlp_f, *d2[0], *r2[0]]
     bwd = [*r2[1], *d2[1], *mlp_b, *c2[1], n2[1], *r1[1], *d1[1],
-           *matmul_bwd("attn_out", t, h, h, e, weight=True), *attn_b,
+           *matmul_bwd("attn_out", t, h, h, e, weight=True), *attn_b, *rope[1],
            *matmul_bwd("qkv_proj", t, h, qkv_n, e, weight=True), *c1[1], n1[1], *wc[1]]
     return LayerCost("block", "transformer_block", block_params(model),
                      _with_saved(fwd, model, b, s, e, k), tuple(bwd),
