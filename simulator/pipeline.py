@@ -18,7 +18,7 @@ from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
-from .precision import is_half
+from .precision import compute_precision, is_half
 from .scenario import Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.build import scenario_cluster
@@ -132,6 +132,8 @@ def _strategy_dict(scn: Scenario) -> dict:
     data = dict(scn.strategy)
     for key in _TRAINING_KEYS:
         ours = getattr(scn.training, key)
+        if key == "precision":       # an FP8 step is bf16 outside its GEMMs
+            ours = compute_precision(ours)
         if key in data and data[key] != ours:
             raise ConfigError(f"set {key} once, under training ({ours!r}); strategy says "
                               f"{data[key]!r}", field=f"strategy.{key}")
@@ -177,7 +179,7 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
     trace = plan_trace(accum) if accum else make_trace(scn, model, cfg, world, source)
     engine = EngineConfig(fidelity=scn.simulation.fidelity,
                           overlap_slowdown=scn.simulation.overlap_slowdown,
-                          precision=t.precision)
+                          precision=compute_precision(t.precision))
     compute = ComputeModel(gpu)
     return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, engine,
                  gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum)

@@ -33,7 +33,8 @@ from simulator.models.ops import LayerCost, check_positive
 from simulator.models.resnet import resnet_forward_flops, resnet_layer_costs
 from simulator.models.spec import ModelSpec
 from simulator.models.transformer import block_cost, embed_cost, head_cost
-from simulator.precision import FP32, precision_bytes
+from simulator.models.fp8 import fp8_layer
+from simulator.precision import FP8, FP32, compute_precision, precision_bytes
 
 # ------------------------------------------------------------------ public API
 def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
@@ -48,7 +49,8 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     seq_len : int
         Tokens per sequence (ignored for ResNets).
     precision : str
-        ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``: sets bytes per element.
+        ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``: sets bytes per element;
+        ``"fp8"``: bf16 with the blocks' Linear GEMMs in FP8 (:mod:`simulator.models.fp8`).
     flash_attention : bool
         Fused attention without the score matrix in HBM (transformers only).
     autocast : bool
@@ -62,6 +64,9 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         ``embed``, ``block.0`` ... ``block.{L-1}``, ``head`` for transformers;
         ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
     """
+    if precision == FP8:
+        return [fp8_layer(layer) for layer in layer_costs(
+            model, batch, seq_len, compute_precision(precision), flash_attention, autocast)]
     e = precision_bytes(precision)
     if model.family == "resnet":
         check_positive(batch=batch)
