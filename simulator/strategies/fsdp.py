@@ -42,6 +42,7 @@ from simulator.trace import Communicator, RankClass, Trace
 
 from .base import (CLASS_ID, OPT_MOMENT_BYTES, OpList, World, build_meta, ceil_div,
                    check_layers, emit_backward, emit_forward)
+from .clipping import emit_clip
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
 from .fsdp_submodule import backward_layers, forward_layers
 from .fsdp_units import SUB, Unit, build_units, segments
@@ -263,6 +264,9 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
     ol = sched.ol
     per_rank = sum(sched.shard_params(u) for u in units)
     ends = [ol.last_on(s) for s in ("post_backward", "all_reduce", "d2h")]
+    if cfg.grad_clip_norm is not None and not cfg.cpu_offload:
+        ends = [emit_clip(ol, per_rank, ends, "shard" if plan.shard > 1 else None,
+                          "post_backward")]
     emit_optimizer(ol, cfg, per_rank, deps=ends,
                    cpu_bytes_per_s=cfg.cpu_adam_bytes_per_s if cfg.cpu_offload else None)
     static = 0 if cfg.cpu_offload else per_rank * (FP32 + FP32 + OPT_MOMENT_BYTES[cfg.optimizer])
