@@ -48,3 +48,30 @@ def test_clip_norm_must_be_positive():
     with pytest.raises(ConfigError) as info:
         FSDPConfig(grad_clip_norm=0.0)
     assert info.value.field == "strategy.grad_clip_norm"
+
+
+def test_fsdp2_copies_around_its_collectives_and_fsdp1_has_none():
+    world = World(8, 8)
+    v1 = fsdp(LAYERS, FSDPConfig(), world)
+    v2 = fsdp(LAYERS, FSDPConfig(mesh=[1, 8]), world)
+    assert not [o for o in _ops(v1) if "copy" in o.name]
+    ops = _ops(v2)
+    gathers = [o for o in ops if o.collective == "all_gather"]
+    outs = [o for o in ops if o.name.startswith("all_gather_copy_out.")]
+    ins = [o for o in ops if o.name.startswith("reduce_scatter_copy_in.")]
+    rs = [o for o in ops if o.collective == "reduce_scatter"]
+    # one copy-out per gather (forward and backward), one copy-in per reduce-scatter
+    assert len(outs) == len(gathers) and len(ins) == len(rs) > 0
+    for out in outs:
+        ag = ops[out.deps[0]]
+        assert ag.collective == "all_gather" and out.stream == "compute"
+        # split_with_sizes_copy reads and writes the gathered unit (bf16 weights)
+        assert out.bytes_accessed == 2 * ag.size_bytes
+        # the unit's first kernel waits for the copy, not only for the gather
+        waiting = [o for o in ops if out.id in o.deps and o.kind == "compute"]
+        assert waiting
+        assert all(ag.id not in o.deps for o in waiting)
+    for cin, r in zip(ins, rs):
+        assert cin.id in r.deps and cin.stream == "post_backward"
+        # chunk_cat: read the bf16 gradients, write the reduce dtype (bf16 here): 2 x 2 B
+        assert cin.bytes_accessed == 2 * r.size_bytes
