@@ -247,7 +247,7 @@ def test_bad_resnet_depth_and_unreadable_file(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    (dict(precision="fp8"), "precision"),
+    (dict(precision="fp4"), "precision"),
     (dict(seq_len=2048), "seq_len"),
     (dict(batch=0), "batch"),
 ])
