@@ -90,7 +90,10 @@ def test_each_forward_step_waits_for_its_block_and_backward_sends_what_it_comput
         (dep,) = op.deps
         assert by_id[dep].kind == "collective"
     first_comm = next(op for op in ops if op.kind == "collective")
-    assert by_id[first_comm.deps[0]].name == "qkv_proj"      # sends the K/V just computed
+    # sends the K/V just computed: the op before the first ring step (rotary under RoPE)
+    before_core = max(op.id for op in ops if op.kind == "compute" and op.id < fwd[0].id)
+    assert first_comm.deps[0] == before_core
+    assert by_id[before_core].name in ("qkv_proj", "rotary")
     bwd_comm = [op for op in ops if op.kind == "collective" and op.phase == "backward"]
     assert all(by_id[op.deps[0]].name.startswith("attn_core.bwd.ring") for op in bwd_comm)
     after_attention = next(op for op in ops if op.name == "attn_out.dgrad")
@@ -127,7 +130,9 @@ def test_allgather_variant_gathers_before_and_reduce_scatters_after():
     assert by_name["attn_core", "forward"].deps == (comm[0].id,)
     assert comm[1].deps == (by_name["attn_core.bwd", "backward"].id,)
     assert by_name["attn_out.dgrad", "backward"].id < comm[1].id
-    assert by_name["qkv_proj.dgrad", "backward"].deps == (comm[1].id,)
+    # the first kernel after the attention core's backward (RoPE's, under rotary) waits
+    after = by_name.get(("rotary.bwd", "backward"), by_name["qkv_proj.dgrad", "backward"])
+    assert after.deps == (comm[1].id,)
 
 
 def test_ring_step_size_moves_exactly_the_step_bytes():

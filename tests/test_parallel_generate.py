@@ -169,7 +169,8 @@ def test_bubble_of_the_replay_matches_the_formula(schedule, pp, m, vp):
     trace = trace_of(plan, layers=pp * vp, m=m)
     _uniform(trace, split=schedule in ("zb_h1", "zbv"))
     scn = load_scenario(resolve_scenario("quickstart"), [f"cluster.gpus={pp}",
-                                                        "training.seq_len=128"])
+                                                        "training.seq_len=128",
+                                                        "simulation.variability=none"])
     setup = dataclasses.replace(build_setup(scn, extrapolate_steps=False), trace=trace)
     t = run_setup(setup).metrics.iteration_time_s
     busy = 3.0 * m * vp

@@ -6,9 +6,10 @@ Conventions (all counts for the whole micro-batch of ``batch`` samples):
   weight and output once: ``e (m k + k n + m n)`` bytes, ``e`` the element size of the
   precision. Bias adds are folded into the matmul and not counted.
 * Attention scores ``QK^T`` and ``AV`` cost ``2 b s^2 h`` FLOPs each: the full ``s^2``
-  square, with no halving for causal masks (kernels such as FlashAttention skip masked
-  tiles, so this overstates causal attention FLOPs by up to 2x; it matches the usual MFU
-  accounting ``12 L h s^2``). Grouped-query attention shrinks K/V traffic, not FLOPs.
+  square. A causal model (GPT, Llama) under flash attention counts only the unmasked
+  ``(s + 1) / (2 s)`` of it, as FlashAttention skips the masked tiles; eager attention
+  computes the whole square and masks it. MFU keeps the usual ``12 L h s^2`` accounting
+  (:func:`model_flops_per_sample`). Grouped-query attention shrinks K/V traffic, not FLOPs.
 * Flash attention changes bytes, not forward FLOPs: one fused ``attn_core`` kernel reads
   Q, K, V and writes O (no ``b a s^2`` score matrix in HBM); without it ``attn_scores``,
   ``softmax`` and ``attn_av`` read and write the score matrix.
@@ -32,13 +33,16 @@ from simulator.models.moe import block_costs, inactive_params
 from simulator.models.ops import LayerCost, check_positive
 from simulator.models.resnet import resnet_forward_flops, resnet_layer_costs
 from simulator.models.spec import ModelSpec
+from simulator.models.fp8 import fp8_layer
+from simulator.models.fusion import compiled_block
 from simulator.models.transformer import embed_cost, head_cost
-from simulator.precision import FP32, precision_bytes
+from simulator.precision import FP8, FP32, compute_precision, precision_bytes
 
 # ------------------------------------------------------------------ public API
 def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
-                flash_attention: bool = True, autocast: bool = False, tp: int = 1,
-                sp: bool = False, cp: int = 1) -> list[LayerCost]:
+                flash_attention: bool = True, autocast: bool = False,
+                compile: bool = False, tp: int = 1, sp: bool = False,
+                cp: int = 1) -> list[LayerCost]:
     """Per-layer costs of one training step on a micro-batch, in execution order.
 
     Parameters
@@ -49,13 +53,17 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     seq_len : int
         Tokens per sequence (ignored for ResNets).
     precision : str
-        ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``: sets bytes per element.
+        ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``: sets bytes per element;
+        ``"fp8"``: bf16 with the blocks' Linear GEMMs in FP8 (:mod:`simulator.models.fp8`).
     flash_attention : bool
         Fused attention without the score matrix in HBM (transformers only).
     autocast : bool
         16-bit compute on fp32 weights (torch.autocast, Keras ``mixed_float16``): norms,
         softmax, loss and the residual stream stay fp32, with cast kernels in between
         (transformers; :mod:`simulator.models.transformer`). No effect at fp32/tf32.
+    compile : bool
+        torch.compile's fusions of neighbouring elementwise and norm kernels in each block
+        (:mod:`simulator.models.fusion`; transformers).
     tp, sp, cp : int, bool, int
         The costs on one tensor-parallel rank of ``tp`` (``sp``: sequence parallel) and
         one context-parallel rank of ``cp`` (transformers; :mod:`~simulator.models.transformer`).
@@ -66,6 +74,10 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         ``embed``, ``block.0`` ... ``block.{L-1}``, ``head`` for transformers;
         ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
     """
+    if precision == FP8:
+        return [fp8_layer(layer) for layer in layer_costs(
+            model, batch, seq_len, compute_precision(precision), flash_attention, autocast,
+            compile, tp, sp, cp)]
     e = precision_bytes(precision)
     if (tp, sp, cp) != (1, False, 1) and not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: no tensor, sequence or "
@@ -82,6 +94,9 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                           f"of {model.name}", field="seq_len")
     k = precision_bytes(FP32) if autocast else e
     blocks = block_costs(model, batch, seq_len, e, flash_attention, k, tp, sp, cp)
+    if compile:      # the norms and residuals of a TP rank see s/cp tokens (/tp under SP)
+        tokens = batch * seq_len // cp // (tp if sp else 1)
+        blocks = [compiled_block(b, tokens, model.hidden, e, k) for b in blocks]
     return [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks,
             head_cost(model, batch, seq_len, e, k, tp, sp, cp)]
 

@@ -144,7 +144,7 @@ class StageBuilder:
         """The config a layer is emitted with: Megatron's ``recompute_method: block``
         checkpoints only the first ``recompute_num_layers`` blocks of each chunk."""
         n = getattr(self.cfg, "recompute_num_layers", None)
-        if not (self.cfg.activation_checkpointing and n and
+        if not (self.cfg.ac_mode == "full" and n and
                 getattr(self.cfg, "recompute_method", "uniform") == "block"):
             return self.cfg
         blocks = [i for i, x in enumerate(ch.layers) if x.kind.endswith("block")]
@@ -251,16 +251,20 @@ def stage_id(rank: int, pp: int) -> str:
 
 
 def parallel_layers(model: ModelSpec, plan: ParallelPlan, *, micro_batch: int, seq_len: int,
-                    precision: str, flash: bool, autocast: bool = False) -> list[LayerCost]:
-    """Per-layer costs on one rank of the plan (TP/SP/CP shapes)."""
-    return layer_costs(model, micro_batch, seq_len, precision, flash, autocast, tp=plan.tp,
+                    precision: str, flash: bool, autocast: bool = False,
+                    compile: bool = False) -> list[LayerCost]:
+    """Per-layer costs on one rank of the plan (TP/SP/CP shapes; ``compile``: torch.compile's
+    fusions, :mod:`simulator.models.fusion`)."""
+    return layer_costs(model, micro_batch, seq_len, precision, flash, autocast, compile,
+                       tp=plan.tp,
                        sp=plan.sequence_parallel and plan.tp > 1, cp=plan.cp)
 
 
 def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, world: World, *,
                    seq_len: int, flash: bool = True, autocast: bool = False,
                    tokens_per_sample: float = 0, model_flops_per_sample: float | None = None,
-                   layers: list[LayerCost] | None = None, check: bool = True) -> Trace:
+                   layers: list[LayerCost] | None = None, check: bool = True,
+                   compile: bool = False) -> Trace:
     """The Trace of one iteration of ``model`` under ``plan`` (see the module doc).
     ``cfg.micro_batch`` is per micro-batch and DP rank, ``cfg.grad_accum`` the micro-batches
     per pipeline per step."""
@@ -268,7 +272,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         plan.check(model, world.world_size, seq_len=seq_len)
     layers = layers or planned_layers(
         parallel_layers(model, plan, micro_batch=cfg.micro_batch, seq_len=seq_len,
-                        precision=cfg.precision, flash=flash, autocast=autocast),
+                        precision=cfg.precision, flash=flash, autocast=autocast,
+                        compile=compile),
         model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
     layers = tied.with_copy(layers, model, plan)
     shared = tied.tied_ranks(model, plan)
@@ -317,7 +322,7 @@ def _meta(model, plan, cfg, layers, seq_len, tokens_per_sample, flops_per_sample
 def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, seq_len: int,
                   flash: bool = True, autocast: bool = False, model: str = "",
                   tokens_per_sample: float = 0,
-                  model_flops_per_sample: float | None = None) -> Trace:
+                  model_flops_per_sample: float | None = None, compile: bool = False) -> Trace:
     """The build function of a strategy whose config has ``plan(world_size)`` (and
     ``plan_fields()``, the keys its errors name): the plan checked against the model and
     the schedule, then :func:`build_parallel`. ``layers`` (full-model costs) are not used:
@@ -330,4 +335,5 @@ def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, s
                            if k in ("schedule", "pp", "vp", "micro_batches")})
     return build_parallel(spec, plan, cfg, world, seq_len=seq_len, flash=flash,
                           autocast=autocast, tokens_per_sample=tokens_per_sample,
-                          model_flops_per_sample=model_flops_per_sample, check=False)
+                          model_flops_per_sample=model_flops_per_sample, check=False,
+                          compile=compile)

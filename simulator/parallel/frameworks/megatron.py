@@ -10,9 +10,10 @@ Megatron's DDP. Megatron accumulates and reduces gradients in fp32 with bf16 wei
 (``accumulate_allreduce_grads_in_fp32``; ``grad_reduce_in_bf16`` for 16-bit) and
 defaults to ``overlap_grad_reduce: false``. ``recompute_granularity: full`` checkpoints
 every block (``recompute_method: block`` with ``recompute_num_layers: N``: the first N
-blocks of each chunk); ``selective`` recomputes the attention core only, which saves
-nothing with flash attention (its ``a s^2`` scores are never stored), so it runs as no
-checkpointing here.
+blocks of each chunk); ``selective`` recomputes the attention core only (the common
+``activation_checkpointing: selective`` with ``selective_ac_option: attention``,
+:mod:`simulator.strategies.checkpointing`): without flash attention it frees the ``a s^2``
+scores; with flash attention it frees little and costs the core's forward again.
 """
 
 from __future__ import annotations
@@ -79,8 +80,12 @@ class MegatronConfig(CommonConfig):
                 if key in data:
                     raise ConfigError(f"unknown key {key!r}: Megatron spells it {megatron}",
                                       field=f"strategy.{key}")
-            if data.get("recompute_granularity") == "full":
-                data = {**data, "activation_checkpointing": True}
+            granularity = data.get("recompute_granularity")
+            if granularity == "full":
+                data = {**data, "activation_checkpointing": "full"}
+            elif granularity == "selective":
+                data = {**data, "activation_checkpointing": "selective",
+                        "selective_ac_option": "attention"}
         return data
 
     def _check(self) -> None:
