@@ -268,3 +268,20 @@ def test_tied_embeddings_are_all_reduced_between_the_first_and_last_stage():
     assert trace.communicators["embedding"].groups == ((0, 6), (1, 7))
     untied = trace_of(ParallelPlan(pp=4, tp=2, vp=2, schedule="zbv"), layers=8, m=8)
     assert "embedding" not in untied.communicators      # zbv: both ends on rank 0
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_every_block_gemm_splits_by_tp_forward_and_backward(tp):
+    """Megatron's column/row-parallel GEMMs: each of QKV, attention out, MLP up/gate and
+    down does 1/tp of its FLOPs on a TP rank, in forward and in both backward GEMMs
+    (dgrad, wgrad), so the block's matmul FLOPs are exactly the tp=1 ones / tp."""
+    from simulator.models import load_model
+    from simulator.models.transformer import block_cost
+    model = load_model("gpt3-175b")
+
+    def gemm_flops(t):
+        c = block_cost(model, 1, 2048, 2, True, None, t)
+        return [sum(o.flops for o in ops if o.op_class == "matmul")
+                for ops in (c.forward, c.backward)]
+    whole, split = gemm_flops(1), gemm_flops(tp)
+    assert split == pytest.approx([f / tp for f in whole], rel=1e-12)
