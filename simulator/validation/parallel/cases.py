@@ -120,7 +120,8 @@ def run_of(row, spec: CasesFile, source: str) -> Run:
                           field="model")
     if row["activation_recompute"] not in RECOMPUTE:
         raise ConfigError(f"unknown recompute {row['activation_recompute']!r}; valid: "
-                          f"{', '.join(RECOMPUTE)}", source=source, field="activation_recompute")
+                          f"{', '.join(RECOMPUTE)}", source=source,
+                          field="activation_recompute")
     tp, pp, dp, vp = (_int(row, c, source) for c in ("tensor_par", "pipeline_par",
                                                      "data_par", "pipeline_interleaving"))
     micro = _int(row, "microbatch", source)

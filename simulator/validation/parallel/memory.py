@@ -21,13 +21,14 @@ import dataclasses
 from pathlib import Path
 
 from simulator.parallel.memory import rank_memory
-from simulator.validation.parallel.cases import CasesFile, Run, model_for, read_rows, run_of
+from simulator.validation.parallel.cases import (CasesFile, Run, model_for, read_rows, run_of,
+                                                 short)
 
 GIB = 2 ** 30
 STATE = "parameters + optimizer state memory per GPU"
 ACTIVATIONS = "activation memory per GPU"
 RELATIVE = "activation memory relative to no-recompute/no-seq-par baseline"
-MEMORY_COLUMNS = [*("figure", "mode", "quantity", "value", "unit")]
+MEMORY_COLUMNS = ["figure", "mode", "quantity", "value", "unit"]
 
 
 def _memory(model, run: Run, stage: int):
@@ -76,7 +77,7 @@ def memory_rows(root: Path, spec: CasesFile) -> list[dict]:
         fig = row["figure"].replace("Figure ", "fig")
         baseline = what == "relative" and run.mode == "none"    # 100% by definition
         rows.append({
-            "case": f"parallel/selene/{run.label.split()[0].lower()}/{fig}/{row['mode']}/{what}",
+            "case": f"parallel/selene/{short(run.label)}/{fig}/{row['mode']}/{what}",
             "kind": "memory", "model": run.label, "mode": row["mode"],
             "quantity": row["quantity"], "unit": row["unit"], "measured": measured,
             "simulated": sim, "error": error, "bound": spec.gates.memory,
