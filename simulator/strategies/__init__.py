@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from simulator.errors import ConfigError
+from simulator.parallel.frameworks.megatron import MegatronConfig
+from simulator.parallel.generate import build_planned
 from simulator.trace import Trace
 
 from .base import CommonConfig, World
@@ -54,6 +56,9 @@ STRATEGIES: dict[str, Strategy] = {
     "horovod": Strategy("horovod", "Horovod with TensorFlow: fused NCCL all-reduces "
                         "(fusion threshold, cycle time) overlapped with backward",
                         HorovodConfig, horovod),
+    "megatron": Strategy("megatron", "Megatron-LM: tensor (+sequence), pipeline (1F1B, "
+                         "interleaved) and data parallelism (DDP or distributed optimizer), "
+                         "its argument names", MegatronConfig, build_planned),
 }
 
 
