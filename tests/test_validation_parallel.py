@@ -13,9 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import cli
+from simulator.models import load_model
 from simulator.validation.commands import parallel_cases
 from simulator.validation.parallel import cases as pc
-from simulator.validation.parallel.iteration import iteration_rows, median_case, scenario_of
+from simulator.validation.parallel.iteration import (analytical_gib, iteration_rows,
+                                                     median_case, scenario_of)
 from simulator.validation.parallel.memory import memory_rows
 from simulator.validation.parallel.report import validate, write_report
 from simulator.validation.suite.runners import RUNNERS
@@ -98,7 +100,8 @@ def test_scenario_spells_megatron_arguments(spec):
 
 def _fake(times):
     def simulate(scenario, case):
-        return SimpleNamespace(iteration_time_s=times[case], peak_memory_gib=1.0)
+        return SimpleNamespace(iteration_time_s=times[case], peak_memory_gib=79.0,
+                               oom=case.startswith("parallel/selene/1t"))
     return simulate
 
 
@@ -114,7 +117,10 @@ def test_the_gate_is_the_median_absolute_error(spec):
     rows = iteration_rows(ROOT, spec, simulate_fn=_fake(times))
     gate = median_case(rows, spec)
     assert gate["error"] == pytest.approx(0.14) and gate["ok"] is False
-    assert all(r["ok"] is None for r in rows)           # each row reported, not gated
+    assert all(r["ok"] is None for r in rows if r["kind"] == "iteration")   # reported
+    fits = {r["case"]: r["ok"] for r in rows if r["kind"] == "fits"}
+    assert len(fits) == 8 and sum(fits.values()) == 6   # the two 1T runs "OOM" here
+    assert fits["parallel/selene/1t/full/fits"] is False
 
 
 def test_a_row_not_simulated_fails_the_gate(spec):
@@ -134,7 +140,7 @@ def test_report_and_cases_for_validate_all(tmp_path, spec):
 
     def simulate(scenario, case):
         times[case] = 1.0
-        return SimpleNamespace(iteration_time_s=1.1, peak_memory_gib=1.0)
+        return SimpleNamespace(iteration_time_s=1.1, peak_memory_gib=1.0, oom=False)
     df = validate(ROOT, only=set(), simulate_fn=simulate, nemo=False)
     assert times == {}                                   # no iteration row run
     report = write_report(df, tmp_path, ROOT)
@@ -149,3 +155,16 @@ def test_report_and_cases_for_validate_all(tmp_path, spec):
 def test_command_is_registered():
     result = CliRunner().invoke(cli, ["validate", "parallel", "--help"])
     assert result.exit_code == 0 and "Selene" in result.output
+
+
+def test_the_22b_run_goes_through_the_simulator(spec):
+    # the cheapest Selene run (8 GPUs, one stage, one micro-batch): the full suite runs
+    # only through `clustersim validate parallel`
+    case = "parallel/selene/22b/full/iteration"
+    it, fits = iteration_rows(ROOT, spec, only={case})
+    assert it["case"] == case and it["simulated"] > 0 and math.isfinite(it["error"])
+    assert fits["ok"] is True              # it ran on 80 GB A100s: it fits in the simulation
+    run = pc.run_of(pc.read_rows(ROOT, spec.files.iteration).iloc[0], spec, "x")
+    analytical = analytical_gib(load_model(ROOT / spec.models[run.label]), run)
+    # the analytical memory model and the replay's memory agree to 15%
+    assert analytical == pytest.approx(fits["simulated"], rel=0.15)

@@ -1,7 +1,9 @@
 """The measured Megatron runs as scenarios (:func:`scenario_of`: a ``megatron`` strategy as
 Megatron-LM spells its arguments, on ``dgx-a100-superpod`` for Selene) and their simulated
 iteration times against the measured ones (:func:`iteration_rows`). Per row the error is
-reported; the gate is the median |error| over the Selene rows (:func:`median_case`).
+reported; the gate is the median |error| over the Selene rows (:func:`median_case`), and
+each run must fit in the simulated memory, as it fit on Selene's 80 GB A100s (the replayed
+peak, with the analytical one of :mod:`simulator.parallel.memory` beside it).
 
 Each Selene run is set up as the paper ran it: fp16, no flash attention (2022's Megatron
 computed attention with its fused softmax kernels), no distributed optimizer, full
@@ -17,7 +19,9 @@ from pathlib import Path
 from statistics import median
 
 from simulator.errors import ConfigError
-from simulator.validation.parallel.cases import CasesFile, Run, read_rows, run_of, short
+from simulator.parallel.memory import peak_rank_memory
+from simulator.validation.parallel.cases import (CasesFile, Run, model_for, read_rows, run_of,
+                                                 short)
 
 GPUS_PER_NODE = 8
 
@@ -59,33 +63,50 @@ def simulate(scenario: dict, source: str):
     return run_setup(build_setup(scenario_from_dict(scenario, source), source)).metrics
 
 
-def _row(case, run: Run, measured: float, spec: CasesFile, source: str, simulate_fn,
-         scenario: dict) -> dict:
+def analytical_gib(model, run: Run) -> float:
+    """:func:`~simulator.parallel.memory.peak_rank_memory` of the run, GiB."""
+    peak = peak_rank_memory(model, run.plan, seq_len=run.seq_len, micro_batch=run.micro_batch,
+                            micro_batches=run.micro_batches, precision="fp16", ac=run.ac)
+    return peak.total_bytes / 2 ** 30
+
+
+def _rows(case, run: Run, measured: float, spec: CasesFile, source: str, simulate_fn,
+          scenario: dict, model) -> list[dict]:
+    """The run's iteration-time row (reported) and its fits-in-memory case (gated: the
+    measured run fit in its 80 GB)."""
     base = {"case": case, "kind": "iteration", "model": run.label, "mode": run.mode,
             "quantity": "iteration time", "unit": "s", "measured": measured,
             "bound": spec.gates.iteration_median, "ok": None, "source": source}
     try:
         m = simulate_fn(scenario, case)
     except ConfigError as exc:          # the harness reports what the simulator lacks
-        return {**base, "simulated": math.nan, "error": math.nan,
-                "note": f"not simulated: {exc}"}
+        return [{**base, "simulated": math.nan, "error": math.nan,
+                 "note": f"not simulated: {exc}"}]
     sim = m.iteration_time_s
-    return {**base, "simulated": sim, "error": (sim - measured) / measured,
-            "note": f"peak memory {m.peak_memory_gib:.1f} GiB"}
+    peak = f"replayed peak {m.peak_memory_gib:.1f} GiB" + (" (OOM)" if m.oom else "")
+    fits = {**base, "case": case.replace("/iteration", "/fits"), "kind": "fits",
+            "quantity": "the measured run fits in the simulated memory", "unit": "GiB",
+            "measured": math.nan, "simulated": m.peak_memory_gib, "error": math.nan,
+            "bound": math.nan, "ok": not m.oom,
+            "note": f"{peak}; analytical peak {analytical_gib(model, run):.1f} GiB"}
+    return [{**base, "simulated": sim, "error": (sim - measured) / measured, "note": peak},
+            fits]
 
 
 def iteration_rows(root: Path, spec: CasesFile, only=None, simulate_fn=simulate) -> list[dict]:
     """One row per Selene run (``only``: the case ids to run, default all)."""
     source = str(Path(root) / spec.files.iteration)
-    rows = []
+    rows, models = [], {}
     for row in read_rows(root, spec.files.iteration).to_dict("records"):
         run = run_of(row, spec, source)
         case = f"parallel/selene/{short(run.label)}/{run.mode}/iteration"
         if only is not None and case not in only:
             continue
         scenario = scenario_of(run, root, spec.topologies["selene"], case)
-        rows.append(_row(case, run, float(row["iteration_time_s"]), spec, row["source"],
-                         simulate_fn, scenario))
+        if run.model_ref not in models:
+            models[run.model_ref] = model_for(root, run.model_ref)
+        rows += _rows(case, run, float(row["iteration_time_s"]), spec, row["source"],
+                      simulate_fn, scenario, models[run.model_ref])
     return rows
 
 
@@ -103,5 +124,5 @@ def median_case(rows: list[dict], spec: CasesFile) -> dict:
             "note": f"{len(errors) - missing} of {len(errors)} rows simulated"}
 
 
-__all__ = ["GPUS_PER_NODE", "iteration_rows", "median_case", "scenario_of",
+__all__ = ["GPUS_PER_NODE", "analytical_gib", "iteration_rows", "median_case", "scenario_of",
            "simulate", "strategy_of"]

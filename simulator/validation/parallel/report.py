@@ -63,10 +63,12 @@ def _table(df: pd.DataFrame) -> str:
 def summary_line(df: pd.DataFrame) -> str:
     mem = df[(df.kind == "memory") & df.ok.notna()]
     gate = df[df.kind == "gate"].iloc[0]
+    fits = df[df.kind == "fits"]
     med = "-" if not math.isfinite(gate.error) else f"{100 * gate.error:.1f}%"
     return (f"parallel validation: memory {int(mem.ok.astype(bool).sum())}/{len(mem)} within "
             f"{mem.bound.iloc[0]:.0%}; Selene iteration median |error| {med} "
-            f"({gate.note}, gate {gate.bound:.0%})")
+            f"({gate.note}, gate {gate.bound:.0%}); {int(fits.ok.astype(bool).sum())}/"
+            f"{len(fits)} runs fit in the simulated memory")
 
 
 def report_text(df: pd.DataFrame, spec: pc.CasesFile) -> str:
@@ -82,7 +84,7 @@ def report_text(df: pd.DataFrame, spec: pc.CasesFile) -> str:
         f"|iteration-time error| over the Selene rows within "
         f"{spec.gates.iteration_median:.0%}. NeMo rows are reported, not gated.", "",
         f"**Summary:** {summary_line(df)}.", ""]
-    for title, kinds in (("Iteration times (Selene, Table 5)", ("iteration", "gate")),
+    for title, kinds in (("Iteration times (Selene, Table 5)", ("iteration", "gate", "fits")),
                          ("Memory per GPU (Selene, Figures 1 and 7)", ("memory",)),
                          ("NeMo 24.07 on DGX H100 (reported)", ("nemo",))):
         part = df[df.kind.isin(kinds)]
