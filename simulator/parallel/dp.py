@@ -88,7 +88,7 @@ class DataParallel:
             size = self.sharded(int(layer.params)) * self.shard * self.wb
             self.gathered[key] = self.b.collective(
                 "all_gather", GATHER_STREAM, "shard", size, (), f"params.{layer.name}",
-                "forward", micro, mem_alloc_bytes=size)
+                "forward", micro, layer=layer.name, mem_alloc_bytes=size)
         return (self.gathered[key],)
 
     def after_forward(self, chunk: int, li: int, layer, last_op: int) -> None:
@@ -165,11 +165,11 @@ class DataParallel:
             last = self.b.collective("reduce_scatter", GRAD_STREAM, "shard",
                                      self.sharded(int(layer.params)) * self.shard * self.gb,
                                      (last_op,), f"grads.{layer.name}", "backward", micro,
-                                     mem_free_bytes=grad)
+                                     layer=layer.name, mem_free_bytes=grad)
         if self.replicate > 1:
             self.b.collective("all_reduce", GRAD_STREAM, "replicate",
                               self.sharded(int(layer.params)) * self.gb, (last,),
-                              f"grads.{layer.name}", "backward", micro)
+                              f"grads.{layer.name}", "backward", micro, layer=layer.name)
 
     # ------------------------------------------------------------------ step end
     def finish(self, last_compute: int | None, micro: int) -> list[int]:

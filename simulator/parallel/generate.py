@@ -5,9 +5,9 @@ coordinate, identical programs), so a 16,384-GPU job has ``pp`` classes, not 16,
 class issues the passes its schedule (:func:`schedules.schedule`) gives it, in that order:
 
 * ``F`` (micro-batch, chunk): receive the activation from the previous model stage
-  (stream ``pp_recv``, posted when the previous pass starts), the chunk's layers forward
+  (posted when the previous pass starts), the chunk's layers forward
   (:func:`simulator.strategies.base.emit_forward`) with their TP collectives
-  (:mod:`.tp`, stream ``tp``), send the output to the next stage (stream ``pp_send``);
+  (:mod:`.tp`, stream ``tp``), send the output to the next stage;
 * ``B``: receive the output gradient, the layers backward (recompute first under
   activation checkpointing), send the input gradient back; in the zero-bubble schedules
   ``B`` is the input-gradient kernels only and ``W`` the weight-gradient GEMMs (``*.wgrad``);
@@ -15,7 +15,11 @@ class issues the passes its schedule (:func:`schedules.schedule`) gives it, in t
   (:func:`simulator.strategies.optim.emit_optimizer`) on the rank's parameters.
 
 Sends and receives carry the tag ``F.m<micro>.s<stage>`` (activation into model stage
-``stage``) or ``B.m<micro>.s<stage>`` (gradient into it). Communicators are per stage
+``stage``) or ``B.m<micro>.s<stage>`` (gradient into it), on one stream per channel
+(``pp_send.F.s<stage>``, ``pp_recv.B.s<stage>``...): each channel carries its micro-batches
+in the same order at both ends, so in-order streams cannot deadlock whatever the schedule
+interleaves (NCCL's batched isend/irecv per pass behaves the same). zbv's turn of the V
+(the last stage's two chunks on one rank) needs no transfer. Communicators are per stage
 (``tp.s0``, ``dp.s0``...), so a collective waits only for the ranks of its own stage.
 
 Extension points (expert and context parallelism): :data:`HOOKS` holds factories of
@@ -39,6 +43,7 @@ from simulator.strategies.optim import emit_optimizer
 from simulator.trace import Communicator, RankClass, Trace
 
 from .dp import DataParallel
+from .place import placement
 from .plan import ParallelPlan
 from .schedules import SPLIT_W, check_schedule, schedule
 from .stages import Chunk, chunks, neighbour
@@ -99,18 +104,25 @@ class StageBuilder:
         return f"{name}.s{self.rank}"
 
     def collective(self, kind: str, stream: str, comm: str, size: int, deps, name: str,
-                   phase: str, micro: int, attrs: dict | None = None, **mem) -> int:
+                   phase: str, micro: int, attrs: dict | None = None, layer: str = "",
+                   **mem) -> int:
         return self.ol.add(stream=stream, kind="collective", collective=kind,
                            comm=self.comm(comm), size_bytes=int(size), deps=tuple(deps),
-                           name=name, phase=phase,
+                           name=name, phase=phase, layer=layer,
                            attrs={"micro_step": micro, **(attrs or {})}, **mem)
 
-    def _tp_issue(self, kind: str, size: int, deps, name: str, phase: str) -> int:
-        return self.collective(kind, STREAM, "tp", size, deps, name, phase, self.micro)
+    def _tp_issue(self, kind: str, size: int, deps, name: str, phase: str, layer: str) -> int:
+        return self.collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,
+                               layer=layer)
 
-    def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int:
+    def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
+        """A send to / recv from the rank holding model stage ``stage``; None when this
+        rank holds it (zbv's turn of the V: the tensor stays on the GPU)."""
         rank, _ = neighbour(self.plan, stage, 0)
-        return self.ol.add(stream=f"pp_{kind}", kind=kind, name=f"{kind}.{tag}",
+        if rank == self.rank:
+            return None
+        direction, _, into = tag.split(".")
+        return self.ol.add(stream=f"pp_{kind}.{direction}.{into}", kind=kind, name=f"{kind}.{tag}",
                            phase="comm", size_bytes=int(size), peer=self.stage_first[rank],
                            deps=tuple(deps), attrs={"tag": tag, "micro_step": self.micro})
 
@@ -272,6 +284,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     trace = Trace(world.world_size, classes, comms,
                   _meta(model, plan, cfg, layers, seq_len, tokens_per_sample,
                         model_flops_per_sample))
+    trace.meta["placement"] = placement(plan, world)
     trace.validate()
     return trace
 

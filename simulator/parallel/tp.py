@@ -73,7 +73,7 @@ class TPHooks(OpHooks):
     """Issues a rank class's TP collectives around its kernels (one object per class, so
     a collective after a layer's last kernel is waited for by the next layer's first).
 
-    ``issue(kind, size_bytes, deps, name)`` adds the collective and returns its op id;
+    ``issue(kind, size_bytes, deps, name, phase, layer)`` adds the collective and returns its op id;
     ``act_bytes`` is the ``b s h`` activation of one micro-batch in bytes (the full buffer,
     nccl-tests terms); ``loss_bytes`` the ``b s`` fp32 values of one loss all-reduce."""
 
@@ -98,7 +98,7 @@ class TPHooks(OpHooks):
         kind = self.table.get((self._phase(phase), "before", kernel_key(cost.name)))
         if kind:
             op = self.issue(kind, self.act_bytes, (self.last_compute(),),
-                            f"{kind}.{self.layer}.{cost.name}", phase)
+                            f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
             if self.overlap:
                 self.pending.append([op, 1])
             else:
@@ -110,13 +110,13 @@ class TPHooks(OpHooks):
         kind = self.table.get((self._phase(phase), "after", name))
         if kind:
             op = self.issue(kind, self.act_bytes, (op_id,), f"{kind}.{self.layer}.{name}",
-                            phase)
+                            phase, self.layer)
             self.pending.append([op, 1 if self.overlap else 0])
         if name == "lm_head" and self._phase(phase) == "forward" and self.kind == "head":
             dep = op_id
             for i in range(LOSS_REDUCES):
                 dep = self.issue("all_reduce", self.loss_bytes, (dep,),
-                                 f"all_reduce.loss{i}", phase)
+                                 f"all_reduce.loss{i}", phase, self.layer)
             self.pending.append([dep, 0])
 
     def _due(self, cost, phase: str) -> list:
