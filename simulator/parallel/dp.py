@@ -75,8 +75,11 @@ class DataParallel:
         return self.d > 1 or (self.mode == "fsdp" and self.replicate > 1)
 
     # ------------------------------------------------------------------ forward
-    def before_forward(self, chunk: int, li: int, layer, micro: int, first: bool) -> tuple:
-        """Ops the layer's forward waits for (a parameter all-gather)."""
+    def before_forward(self, chunk: int, li: int, layer, micro: int, first: bool,
+                       after: int | None = None) -> tuple:
+        """Ops the layer's forward waits for (a parameter all-gather). An FSDP all-gather
+        is issued once ``after`` (the previous layer's first kernel) starts: one layer of
+        prefetch, as FSDP2's pre-forward hook issues it while the CPU runs one layer ahead."""
         if not self.active or not layer.params:
             return ()
         key = (chunk, li)
@@ -87,7 +90,7 @@ class DataParallel:
         if key not in self.gathered:
             size = self.sharded(int(layer.params)) * self.shard * self.wb
             self.gathered[key] = self.b.collective(
-                "all_gather", GATHER_STREAM, "shard", size, (), f"params.{layer.name}",
+                "all_gather", GATHER_STREAM, "shard", size, (after,), f"params.{layer.name}",
                 "forward", micro, layer=layer.name, mem_alloc_bytes=size)
         return (self.gathered[key],)
 
@@ -117,10 +120,11 @@ class DataParallel:
                     self.param_ready[(c, names.index(name))] = op
 
     # ------------------------------------------------------------------ backward
-    def before_backward(self, chunk: int, li: int, layer, micro: int) -> tuple:
+    def before_backward(self, chunk: int, li: int, layer, micro: int,
+                        after: int | None = None) -> tuple:
         if not self._reshards(layer) or not layer.params:
             return ()
-        return self.before_forward(chunk, li, layer, micro, False)
+        return self.before_forward(chunk, li, layer, micro, False, after)
 
     def grad_bytes(self, layer) -> int:
         """Unsharded gradient bytes a layer's backward produces (FSDP; the other modes

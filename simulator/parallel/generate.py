@@ -96,7 +96,8 @@ class StageBuilder:
                  "replicate": plan.dp_replicate}
         self.dp = DataParallel(self, {c: ch.layers for c, ch in my_chunks.items()},
                                sizes["grad"], sizes["shard"], sizes["replicate"])
-        self.prev_start: int | None = None
+        self.prev_start: int | None = None    # first op of the previous pass
+        self.layer_start: int | None = None   # first op of the previous layer emitted
 
     # ------------------------------------------------------------------ ops
     def comm(self, name: str) -> str:
@@ -152,9 +153,11 @@ class StageBuilder:
         start = None
         for li, layer in enumerate(ch.layers):
             self.hooks.start_layer(layer)
-            d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first)]
+            d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first,
+                                                after=self.layer_start)]
             f, last = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d,
                                    self.hooks)
+            self.layer_start = f
             start = f if start is None else start
             self.dp.after_forward(ch.chunk, li, layer, last)
             deps = []
@@ -173,10 +176,12 @@ class StageBuilder:
             layer = ch.layers[li]
             view = _input_grad_view(layer) if split else layer
             self.hooks.start_layer(layer)
-            d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro)]
+            d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
+                                                 after=self.layer_start)]
             f, _, last = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
                                        grad_bytes=0 if split else self.dp.grad_bytes(layer),
                                        hooks=self.hooks)
+            self.layer_start = f
             if split:
                 self.ol.alloc(last, _kept_for_w(layer))
             else:
@@ -222,6 +227,12 @@ class StageBuilder:
         opt = emit_optimizer(self.ol, self.cfg, self.dp.optimizer_params(),
                              deps=(last, *ends, *self.hooks.flush()))
         self.dp.after_optimizer(opt, self.micro)
+
+
+def stage_id(rank: int, pp: int) -> str:
+    """The rank class of pipeline rank ``rank``: ``stage0``..., zero-padded to the width of
+    ``pp - 1`` so that the classes sort in pipeline order (``stage03`` before ``stage10``)."""
+    return f"stage{rank:0{len(str(pp - 1))}d}"
 
 
 def _input_grad_view(layer: LayerCost) -> LayerCost:
@@ -273,7 +284,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
                          loss_bytes=tokens * FP32)
         b.run(orders[p])
-        classes.append(RankClass(f"stage{p}", plan.stage_ranks(p), b.ol.ops,
+        classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
         members = set(classes[-1].ranks)
         for name in sorted(b.used):
