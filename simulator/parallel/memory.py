@@ -43,7 +43,6 @@ from simulator.models.moe import is_moe_layer, moe_block_params
 from simulator.models.transformer import block_params, embed_params, head_params, vocab_rows
 from simulator.parallel import activation_memory as am
 from simulator.parallel.schedules import peak_in_flight, schedule, stage_location
-from simulator.parallel.stages import split_blocks
 from simulator.precision import precision_bytes, storage_dtype
 from simulator.strategies.base import MASTER_BYTES, OPT_MOMENT_BYTES
 
@@ -88,7 +87,7 @@ def block_params_per_rank(model: ModelSpec, tp: int, ep: int = 1, index: int = 0
 
 def _stage_blocks(model: ModelSpec, plan, stage: int) -> list[int]:
     """The block indices on pipeline rank ``stage`` (its model stages, in chunk order)."""
-    sizes = split_blocks(model.layers, plan)
+    sizes = plan.model_stage_blocks(model.layers)
     starts = [sum(sizes[:v]) for v in range(len(sizes))]
     out = []
     for v, (first, size) in enumerate(zip(starts, sizes)):
