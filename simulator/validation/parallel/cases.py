@@ -48,6 +48,7 @@ class CasesFile(BaseModel):
     topologies: dict[str, str]
     models: dict[str, str]
     nemo_models: dict[str, str] = {}
+    nemo_max_gpus: int = 128
 
 
 def default_root() -> Path:

@@ -17,8 +17,10 @@ from simulator.validation.commands import gated_exit, parallel_cases, report_fol
                    "[default: validation/parallel].")
 @click.option("--no-nemo", "no_nemo", is_flag=True,
               help="Skip the NeMo H100 rows (reported, not gated).")
+@click.option("--workers", type=click.IntRange(min=1, max=64), default=1,
+              help="Processes simulating the runs at once [default: 1].")
 @quiet_option
-def validate_parallel(out, no_nemo=False):
+def validate_parallel(out, no_nemo=False, workers=1):
     """Megatron-LM GPT 22B-1T on Selene (Korthikanti et al. 2022) and NeMo on DGX H100
     (validation/parallel/); nothing is calibrated on these rows (cases.yaml).
 
@@ -32,7 +34,7 @@ def validate_parallel(out, no_nemo=False):
     from simulator.validation.parallel.report import summary_line, validate, write_report
     folder = report_folder(out, default_root())
     stage("validate parallel: memory model, then the Selene and NeMo runs")
-    df = validate(nemo=not no_nemo)
+    df = validate(nemo=not no_nemo, workers=workers)
     report = write_report(df, folder)
     click.echo(summary_line(df))
     click.echo(f"report: {report}")

@@ -70,6 +70,11 @@ def nemo_rows(root: Path, spec: CasesFile, simulate_fn=None) -> list[dict]:
         if row["model"] not in spec.nemo_models:
             out.append({**base, "note": "not simulated: no model config in cases.yaml"})
             continue
+        if int(row["gpus"]) > spec.nemo_max_gpus:
+            out.append({**base, "note": f"not simulated: {row['gpus']} GPUs, more than the "
+                                        f"suite simulates for a reported row "
+                                        f"(nemo_max_gpus {spec.nemo_max_gpus})"})
+            continue
         try:
             m = simulate_fn(scenario_of(row, root, spec, case), case)
         except ConfigError as exc:

@@ -11,9 +11,10 @@ import pandas as pd
 from simulator.validation import known_misses as km
 from simulator.validation.common import md_table, report_dir
 from simulator.validation.parallel import cases as pc
-from simulator.validation.parallel.iteration import iteration_rows, median_case
+from simulator.validation.parallel.iteration import iteration_rows, median_case, simulate
 from simulator.validation.parallel.memory import memory_rows
 from simulator.validation.parallel.nemo import nemo_rows
+from simulator.validation.parallel.runs import recorder, replay_outcomes, run_jobs
 
 REPORT = "report.md"
 RESULTS = "results.csv"
@@ -21,19 +22,23 @@ COLUMNS = ["case", "kind", "model", "mode", "quantity", "unit", "measured", "sim
            "error", "bound", "ok", "note", "source"]
 
 
-def validate(root: Path | None = None, only=None, simulate_fn=None,
-             nemo: bool = True) -> pd.DataFrame:
+def validate(root: Path | None = None, only=None, simulate_fn=None, nemo: bool = True,
+             workers: int = 1) -> pd.DataFrame:
     """Every row of the suite (:data:`COLUMNS`): the memory rows, the Selene iteration
     rows and their median gate, and (``nemo``) the NeMo H100 rows. ``only``: the Selene
     iteration cases to simulate (default all); ``simulate_fn`` replaces the simulation
-    (tests)."""
+    (tests); ``workers`` processes run the simulations (:mod:`.runs`)."""
     root = Path(root) if root is not None else pc.default_root()
     spec = pc.load(root)
-    kw = {} if simulate_fn is None else {"simulate_fn": simulate_fn}
-    iteration = iteration_rows(root, spec, only, **kw)
+    jobs: dict = {}
+    iteration_rows(root, spec, only, simulate_fn=recorder(jobs))
+    if nemo:
+        nemo_rows(root, spec, simulate_fn=recorder(jobs))
+    answer = replay_outcomes(run_jobs(jobs, simulate_fn or simulate, workers))
+    iteration = iteration_rows(root, spec, only, simulate_fn=answer)
     rows = [*memory_rows(root, spec), *iteration, median_case(iteration, spec)]
     if nemo:
-        rows += nemo_rows(root, spec, **kw)
+        rows += nemo_rows(root, spec, simulate_fn=answer)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -78,7 +78,7 @@ def parallel(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], 
     """Megatron-LM on Selene: memory rows and the median iteration-time error (gated); the
     NeMo H100 rows (reported)."""
     from simulator.validation.parallel.report import validate, write_report
-    df = validate()
+    df = validate(workers=workers)
     return parallel_cases(df), write_report(df, folder)
 
 
