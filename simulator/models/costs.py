@@ -36,7 +36,8 @@ from simulator.precision import FP32, precision_bytes
 
 # ------------------------------------------------------------------ public API
 def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
-                flash_attention: bool = True, autocast: bool = False) -> list[LayerCost]:
+                flash_attention: bool = True, autocast: bool = False, tp: int = 1,
+                sp: bool = False, cp: int = 1) -> list[LayerCost]:
     """Per-layer costs of one training step on a micro-batch, in execution order.
 
     Parameters
@@ -54,6 +55,9 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         16-bit compute on fp32 weights (torch.autocast, Keras ``mixed_float16``): norms,
         softmax, loss and the residual stream stay fp32, with cast kernels in between
         (transformers; :mod:`simulator.models.transformer`). No effect at fp32/tf32.
+    tp, sp, cp : int, bool, int
+        The costs on one tensor-parallel rank of ``tp`` (``sp``: sequence parallel) and
+        one context-parallel rank of ``cp`` (transformers; :mod:`~simulator.models.transformer`).
 
     Returns
     -------
@@ -62,6 +66,9 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
     """
     e = precision_bytes(precision)
+    if (tp, sp, cp) != (1, False, 1) and not model.is_transformer:
+        raise ConfigError(f"{model.name} is not a transformer: no tensor, sequence or "
+                          f"context parallelism", field="tp")
     if model.family == "resnet":
         check_positive(batch=batch)
         return resnet_layer_costs(model, batch, e)
@@ -73,12 +80,12 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         raise ConfigError(f"{seq_len} exceeds the {model.max_seq_len} learned positions "
                           f"of {model.name}", field="seq_len")
     k = precision_bytes(FP32) if autocast else e
-    block = block_cost(model, batch, seq_len, e, flash_attention, k)
+    block = block_cost(model, batch, seq_len, e, flash_attention, k, tp, sp, cp)
     blocks = [LayerCost(f"block.{i}", block.kind, block.params, block.forward,
                         block.backward, block.activation_bytes, block.output_bytes)
               for i in range(model.layers)]
-    return [embed_cost(model, batch, seq_len, e, k), *blocks,
-            head_cost(model, batch, seq_len, e, k)]
+    return [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks,
+            head_cost(model, batch, seq_len, e, k, tp, sp, cp)]
 
 
 def params_total(model: ModelSpec) -> int:

@@ -19,6 +19,16 @@ official BERT builds its LayerNorms with ``dtype=float32`` under the mixed polic
 the same effect. Each matmul then reads a 16-bit copy: a cast kernel per fp32 input
 (``cast.*``) and per weight, once per micro-batch (``weight_cast``), and the reverse
 casts of their gradients in backward.
+
+Tensor, sequence and context parallelism (``tp``, ``sp``, ``cp``; defaults 1, False, 1 give
+the unsharded costs): Megatron-LM's column/row-parallel split (Shoeybi et al. 2019, arXiv
+1909.08053) gives each rank ``heads / tp`` query heads, ``kv_heads / tp`` KV heads and
+``ffn_hidden / tp`` of the MLP, and ``vocab / tp`` rows of the embedding and the LM head
+(vocab-parallel, the cross entropy on the local logits); norms, residual adds and the
+dropouts outside the split run on every token of the rank, or on ``1 / tp`` of them with
+sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198). With ``cp`` a rank holds
+``s / cp`` tokens of each sequence whose queries attend to all ``s`` keys. The
+communication between the shards is the trace generator's (:mod:`simulator.parallel`).
 """
 
 from __future__ import annotations
@@ -34,16 +44,24 @@ def norm_params(model: ModelSpec) -> int:
     return model.hidden * (2 if model.norm == "layernorm" and model.bias else 1)
 
 
-def block_params(model: ModelSpec) -> int:
-    """Parameters of one transformer block (attention, MLP, two norms)."""
+def block_params(model: ModelSpec, tp: int = 1) -> int:
+    """Parameters of one transformer block (attention, MLP, two norms) on one of ``tp``
+    tensor-parallel ranks (the split matrices and their column biases divided; the row
+    biases and the norms whole)."""
     h, f, kvd = model.hidden, model.ffn_hidden, model.kv_heads * model.head_dim
     mats = 3 if model.mlp == "swiglu" else 2
+    if tp > 1:
+        split = h * (h + 2 * kvd) + h * h + mats * h * f
+        col_bias = (h + 2 * kvd) + (mats - 1) * f if model.bias else 0
+        row_bias = 2 * h if model.bias else 0
+        return (split + col_bias) // tp + row_bias + 2 * norm_params(model)
     biases = (2 * h + 2 * kvd) + ((mats - 1) * f + h) if model.bias else 0
     return h * (h + 2 * kvd) + h * h + mats * h * f + biases + 2 * norm_params(model)
 
 
 def block_activation_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
-                           flash_attention: bool, k: int | None = None) -> int:
+                           flash_attention: bool, k: int | None = None, tp: int = 1,
+                           sp: bool = False, cp: int = 1) -> int:
     """Bytes one block saves for backward: Korthikanti et al. 2022 (arXiv 2205.05198).
 
     For 16-bit precision and dropout ``s b h (34 + 5 a s / h)`` for a GPT block: attention
@@ -55,19 +73,32 @@ def block_activation_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
     ``a s^2 b`` score terms. Tensors scale with ``e / 2`` for other element sizes, masks
     stay 1 byte. Under autocast (``k`` = 4 > ``e``) the norm inputs are fp32, the softmax
     output is fp32 and the ``AV`` matmul keeps its 16-bit copy.
+
+    With ``tp`` the tensors inside the split (Q, K, V, the attention output, the MLP inner
+    tensors, the scores) divide by ``tp``; the block input, the norm inputs and outputs and
+    the dropout masks outside it divide too only with sequence parallelism (``sp``): Korthikanti
+    et al.'s ``s b h (10 + 24 / t + 5 a s / (h t))`` and ``s b h (34 / t + 5 a s / (h t))``.
+    With ``cp`` a rank holds ``s / cp`` tokens (scores ``s / cp`` by ``s``).
     """
     k = e if k is None else k
+    s_kv, seq_len = seq_len, seq_len // cp
     sb, h, f = seq_len * batch, model.hidden, model.ffn_hidden
     kvd = model.kv_heads * model.head_dim
     drop = model.dropout > 0
-    attn = 6 * sb * h + 4 * sb * kvd
-    mlp = 2 * sb * h + (6 if model.mlp == "swiglu" else 4) * sb * f
-    total = (attn + mlp) * e // 2 + 2 * sb * h * k + (2 * sb * h if drop else 0)
+    if tp > 1 or sp:
+        outside = tp if sp else 1
+        inner = (4 * sb * h + 4 * sb * kvd + (6 if model.mlp == "swiglu" else 4) * sb * f)
+        total = (inner // tp + 4 * sb * h // outside) * e // 2 + \
+            (2 * sb * h * k + (2 * sb * h if drop else 0)) // outside
+    else:
+        attn = 6 * sb * h + 4 * sb * kvd
+        mlp = 2 * sb * h + (6 if model.mlp == "swiglu" else 4) * sb * f
+        total = (attn + mlp) * e // 2 + 2 * sb * h * k + (2 * sb * h if drop else 0)
     if not flash_attention:
         # softmax output; with dropout its mask; the 16-bit probabilities AV reads, when
         # they are another tensor (dropped out, or autocast's copy of fp32 probabilities)
         per = k + (1 if drop else 0) + (e if drop or k != e else 0)
-        total += model.heads * seq_len * sb * per
+        total += model.heads // tp * s_kv * sb * per
     return total
 
 
@@ -83,17 +114,21 @@ def _dropout(name: str, elements: float, e: int) -> tuple[list[OpCost], list[OpC
     return _twin(name, elements, (2 * e + 1) * elements)
 
 
-def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int):
-    """Forward and backward ops of the attention core (after the QKV projection).
+def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int, tp: int = 1,
+               s_kv: int | None = None):
+    """Forward and backward ops of the attention core (after the QKV projection), on
+    ``heads / tp`` heads, ``s`` queries against ``s_kv`` keys (default ``s``).
 
     Under autocast the softmax runs in fp32: its input is cast up and its output cast
     back down for the ``AV`` matmul (and the reverse in backward)."""
-    t, h, a = b * s, model.hidden, model.heads
-    kvd = model.kv_heads * model.head_dim
-    mm = 2.0 * b * s * s * h              # one of QK^T, AV
-    scores = float(b * a * s * s)         # elements of the score matrix
+    s_kv = s if s_kv is None else s_kv
+    t, h, a = b * s, model.hidden // tp, model.heads // tp
+    kvd = model.kv_heads // tp * model.head_dim
+    mm = 2.0 * b * s * s_kv * h           # one of QK^T, AV
+    scores = float(b * a * s * s_kv)      # elements of the score matrix
     sm, sm_bwd = SOFTMAX_FLOPS * scores, SOFTMAX_BWD_FLOPS * scores
-    qkvo = e * (2 * t * h + 2 * t * kvd)  # Q, K, V and O (or their gradients)
+    tkv = b * s_kv
+    qkvo = e * (2 * t * h + 2 * tkv * kvd)  # Q, K, V and O (or their gradients)
     if flash:
         lse = 4.0 * b * a * s
         fwd = [OpCost("attn_core", "attention", 2 * mm + sm, qkvo + lse)]
@@ -104,20 +139,20 @@ def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int):
     # the cast up before and the cast down after (e + k each)
     sm_bytes = (2.0 * e, 3.0 * e) if k == e else (2.0 * e + 4.0 * k, 2.0 * e + 5.0 * k)
     drop = _dropout("attn_dropout", scores, k) if model.dropout > 0 else ([], [])
-    fwd = [OpCost("attn_scores", "matmul", mm, e * (t * h + t * kvd + scores)),
+    fwd = [OpCost("attn_scores", "matmul", mm, e * (t * h + tkv * kvd + scores)),
            OpCost("softmax", "elementwise", sm, sm_bytes[0] * scores), *drop[0],
-           OpCost("attn_av", "matmul", mm, e * (scores + t * kvd + t * h))]
-    bwd = [OpCost("attn_av.grad_probs", "matmul", mm, e * (t * h + t * kvd + scores)),
-           OpCost("attn_av.grad_v", "matmul", mm, e * (scores + t * h + t * kvd)), *drop[1],
+           OpCost("attn_av", "matmul", mm, e * (scores + tkv * kvd + t * h))]
+    bwd = [OpCost("attn_av.grad_probs", "matmul", mm, e * (t * h + tkv * kvd + scores)),
+           OpCost("attn_av.grad_v", "matmul", mm, e * (scores + t * h + tkv * kvd)), *drop[1],
            OpCost("softmax.bwd", "elementwise", sm_bwd, sm_bytes[1] * scores),
-           OpCost("attn_scores.grad_q", "matmul", mm, e * (scores + t * kvd + t * h)),
-           OpCost("attn_scores.grad_k", "matmul", mm, e * (scores + t * h + t * kvd))]
+           OpCost("attn_scores.grad_q", "matmul", mm, e * (scores + tkv * kvd + t * h)),
+           OpCost("attn_scores.grad_k", "matmul", mm, e * (scores + t * h + tkv * kvd))]
     return fwd, bwd
 
 
-def _mlp(model: ModelSpec, t: int, e: int):
-    """Forward and backward ops of the MLP."""
-    h, f = model.hidden, model.ffn_hidden
+def _mlp(model: ModelSpec, t: int, e: int, tp: int = 1):
+    """Forward and backward ops of the MLP (``ffn_hidden / tp`` of it)."""
+    h, f = model.hidden, model.ffn_hidden // tp
     up, width = ("mlp_gate_up", 2 * f) if model.mlp == "swiglu" else ("mlp_up", f)
     act_in = 3 if model.mlp == "swiglu" else 2     # tensors touched forward
     bias = model.bias
@@ -153,88 +188,109 @@ def _casts(name: str, elements: float, e: int, k: int) -> tuple[list[OpCost], li
 
 
 def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
-               k: int | None = None) -> LayerCost:
+               k: int | None = None, tp: int = 1, sp: bool = False,
+               cp: int = 1) -> LayerCost:
     """One transformer block on ``b`` sequences of ``s`` tokens at ``e`` bytes/element
-    (``k``: bytes of the tensors autocast keeps in fp32; ``e`` when not autocasting)."""
+    (``k``: bytes of the tensors autocast keeps in fp32; ``e`` when not autocasting), on
+    one of ``tp`` tensor-parallel ranks (``sp``: sequence parallel) and ``cp`` context-
+    parallel ranks (see the module doc)."""
     k = e if k is None else k
+    s_kv, s = s, s // cp
     t, h = b * s, model.hidden
-    qkv_n = h + 2 * model.kv_heads * model.head_dim
-    n1, n2 = _norm(model, "norm1", t, k), _norm(model, "norm2", t, k)
-    r1, r2 = _residual("residual1", t, h, e, k), _residual("residual2", t, h, e, k)
-    c1, c2 = _casts("cast.norm1", t * h, e, k), _casts("cast.norm2", t * h, e, k)
-    wc = _casts("weight_cast", block_params(model), e, k)
-    attn_f, attn_b = _attention(model, b, s, e, flash, k)
-    mlp_f, mlp_b = _mlp(model, t, e)
-    d1, d2 = ((_dropout("attn_out.dropout", t * h, e), _dropout("mlp_down.dropout", t * h, e))
+    tn = t // tp if sp else t          # tokens of the norms, residuals and outer dropouts
+    qkv_n = (h + 2 * model.kv_heads * model.head_dim) // tp
+    n1, n2 = _norm(model, "norm1", tn, k), _norm(model, "norm2", tn, k)
+    r1, r2 = _residual("residual1", tn, h, e, k), _residual("residual2", tn, h, e, k)
+    c1, c2 = _casts("cast.norm1", tn * h, e, k), _casts("cast.norm2", tn * h, e, k)
+    wc = _casts("weight_cast", block_params(model, tp), e, k)
+    attn_f, attn_b = _attention(model, b, s, e, flash, k, tp, s_kv)
+    mlp_f, mlp_b = _mlp(model, t, e, tp)
+    d1, d2 = ((_dropout("attn_out.dropout", tn * h, e), _dropout("mlp_down.dropout", tn * h, e))
               if model.dropout > 0 else (([], []), ([], [])))
     bias = model.bias
     qkv = matmul("qkv_proj", t, h, qkv_n, e, params=h * qkv_n + (qkv_n if bias else 0))
-    out = matmul("attn_out", t, h, h, e, params=h * h + (h if bias else 0))
+    out = matmul("attn_out", t, h // tp, h, e, params=h * h // tp + (h if bias else 0))
     fwd = [*wc[0], n1[0], *c1[0], qkv, *attn_f, out, *d1[0], *r1[0], n2[0], *c2[0], *mlp_f,
            *d2[0], *r2[0]]
     bwd = [*r2[1], *d2[1], *mlp_b, *c2[1], n2[1], *r1[1], *d1[1],
            *matmul_bwd("attn_out", t, h, h, e, weight=True), *attn_b,
            *matmul_bwd("qkv_proj", t, h, qkv_n, e, weight=True), *c1[1], n1[1], *wc[1]]
-    return LayerCost("block", "transformer_block", block_params(model), tuple(fwd),
-                     tuple(bwd), block_activation_bytes(model, b, s, e, flash, k), k * t * h)
+    return LayerCost("block", "transformer_block", block_params(model, tp), tuple(fwd),
+                     tuple(bwd), block_activation_bytes(model, b, s_kv, e, flash, k, tp, sp, cp),
+                     k * tn * h)
 
 
-def embed_params(model: ModelSpec) -> int:
-    """Token, position and segment tables (+ BERT's embedding LayerNorm)."""
+def vocab_rows(model: ModelSpec, tp: int = 1) -> int:
+    """Rows of the token table (and LM head) on one of ``tp`` vocab-parallel ranks."""
+    return -(-model.vocab // tp)
+
+
+def embed_params(model: ModelSpec, tp: int = 1) -> int:
+    """Token (``vocab / tp`` rows on a tensor-parallel rank), position and segment tables
+    (+ BERT's embedding LayerNorm)."""
     pos = model.max_seq_len if model.position_embedding == "learned" else 0
     norm = norm_params(model) if model.family == "bert" else 0
-    return (model.vocab + pos + model.type_vocab) * model.hidden + norm
+    return (vocab_rows(model, tp) + pos + model.type_vocab) * model.hidden + norm
 
 
-def embed_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None) -> LayerCost:
+def embed_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None, tp: int = 1,
+               sp: bool = False, cp: int = 1) -> LayerCost:
     """Embedding lookup (memory-bound gather; position/segment rows added), no matmul.
 
     Backward zero-fills the dense gradient of every table and scatter-adds into it. Under
     autocast the tables are fp32 and so is everything up to the first matmul (``k``).
+    Vocab-parallel (``tp``): each rank looks up its ``vocab / tp`` rows for every token of
+    its ``s / cp``; with ``sp`` what follows the lookup runs on ``1 / tp`` of the tokens.
     """
     e = e if k is None else k
-    t, h = b * s, model.hidden
+    t, h = b * (s // cp), model.hidden
+    tn = t // tp if sp else t
     pos = model.max_seq_len if model.position_embedding == "learned" else 0
     tables = 1 + (pos > 0) + (model.type_vocab > 0)
-    rows = model.vocab + pos + model.type_vocab
+    rows = vocab_rows(model, tp) + pos + model.type_vocab
     fwd = [OpCost("embed_lookup", "embedding", float((tables - 1) * t * h),
                   float(ID_BYTES * t + e * (tables + 1) * t * h))]
     bwd = [OpCost("embed_lookup.bwd", "embedding", float(tables * t * h),
                   float(ID_BYTES * t + e * (rows * h + 3 * tables * t * h)))]
     act = ID_BYTES * t
     if model.family == "bert":
-        n = _norm(model, "embed_norm", t, e)
+        n = _norm(model, "embed_norm", tn, e)
         fwd.append(n[0])
         bwd.insert(0, n[1])
-        act += e * t * h
+        act += e * tn * h
     if model.dropout > 0:
-        drop = _dropout("embed_dropout", t * h, e)
+        drop = _dropout("embed_dropout", tn * h, e)
         fwd += drop[0]
         bwd[:0] = drop[1]
-        act += t * h                          # the mask
-    return LayerCost("embed", "embedding", embed_params(model), tuple(fwd), tuple(bwd),
-                     act, e * t * h)
+        act += tn * h                         # the mask
+    return LayerCost("embed", "embedding", embed_params(model, tp), tuple(fwd), tuple(bwd),
+                     act, e * tn * h)
 
 
-def head_params(model: ModelSpec) -> int:
-    """Final norm + untied LM head (GPT/Llama) or BERT's masked-LM head (decoder tied)."""
-    h, v = model.hidden, model.vocab
+def head_params(model: ModelSpec, tp: int = 1) -> int:
+    """Final norm + untied LM head (GPT/Llama; ``vocab / tp`` rows on a tensor-parallel
+    rank) or BERT's masked-LM head (decoder tied)."""
+    h, v = model.hidden, vocab_rows(model, tp)
     if model.family == "bert":
         return h * h + h + norm_params(model) + v
     return norm_params(model) + (0 if model.tied_embeddings else v * h)
 
 
-def head_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None) -> LayerCost:
+def head_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None, tp: int = 1,
+              sp: bool = False, cp: int = 1) -> LayerCost:
     """Final norm and LM head (BERT: MLM transform and decoder) over every token, then
     the cross-entropy loss over the ``b s vocab`` logits (in fp32 under autocast: the
-    16-bit logits cast up, ``log_softmax``, and the gradient cast back)."""
+    16-bit logits cast up, ``log_softmax``, and the gradient cast back). Vocab-parallel
+    (``tp``): the head and the loss on the rank's ``vocab / tp`` logits; with ``sp`` the
+    final norm on ``1 / tp`` of the tokens."""
     k = e if k is None else k
-    t, h, v = b * s, model.hidden, model.vocab
+    t, h, v = b * (s // cp), model.hidden, vocab_rows(model, tp)
+    tn = t // tp if sp else t
     up = (e + k) * t * v if k != e else 0   # autocast's cast of the logits (and back)
     loss = (OpCost("cross_entropy", "loss", LOSS_FLOPS * t * v, 2.0 * k * t * v + up),
             OpCost("cross_entropy.bwd", "loss", LOSS_BWD_FLOPS * t * v, 2.0 * k * t * v + up))
-    cast = _casts("cast.head", t * h, e, k)
-    wc = _casts("weight_cast", head_params(model), e, k)
+    cast = _casts("cast.head", tn * h, e, k)
+    wc = _casts("weight_cast", head_params(model, tp), e, k)
     if model.family == "bert":
         gelu = pointwise("gelu", "elementwise", t * h, ACT_FLOPS["gelu"], 2, e)
         gelu_b = pointwise("gelu.bwd", "elementwise", t * h, ACT_FLOPS["gelu"], 3, e)
@@ -246,10 +302,10 @@ def head_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None) ->
                *matmul_bwd("mlm_transform", t, h, h, e), *mt[1], *wc[1]]
         saved = 4
     else:
-        norm = _norm(model, "final_norm", t, k)
+        norm = _norm(model, "final_norm", tn, k)
         fwd = [*wc[0], norm[0], *cast[0], matmul("lm_head", t, h, v, e), loss[0]]
         bwd = [loss[1], *matmul_bwd("lm_head", t, h, v, e), *cast[1], norm[1], *wc[1]]
         saved = 2
-    act = e * saved * t * h + k * t * v   # inputs of norm/matmuls (+gelu), log-probs
-    return LayerCost("head", "head", head_params(model), tuple(fwd), tuple(bwd), act,
+    act = e * saved * tn * h + k * t * v  # inputs of norm/matmuls (+gelu), log-probs
+    return LayerCost("head", "head", head_params(model, tp), tuple(fwd), tuple(bwd), act,
                      LOSS_BYTES)

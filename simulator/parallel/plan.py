@@ -1,0 +1,258 @@
+"""The parallel plan: a named device mesh [pp, dp_replicate, dp_shard, cp, tp] (+ ep).
+
+One small typed object that every generator, the memory model, the placement and
+``clustersim plan`` read. Framework spellings (Megatron, torchtitan, DeepSpeed) are thin
+translators into it (:mod:`simulator.parallel.frameworks`).
+
+Ranks are numbered in mixed radix over ``order`` (outermost first, innermost last and
+fastest-varying): with the default order ``(pp, dp_replicate, dp_shard, cp, tp)`` the
+``tp`` ranks of one group are consecutive (inside a server, when ``tp`` divides the GPUs
+per node) and the pipeline stages are the slowest-varying coordinate, as Megatron-LM's
+``RankGenerator`` orders them with ``order="tp-cp-ep-dp-pp"`` (innermost first there).
+
+Expert parallelism is carved out of the ``dp_replicate x dp_shard x cp`` ranks of one
+(pp, tp) coordinate: an EP group is ``ep`` consecutive ranks of that data-parallel set
+(Megatron's expert-data-parallel layout). ``ep`` is not a mesh dimension and does not enter
+:attr:`ParallelPlan.size`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Mapping
+
+from simulator.errors import ConfigError
+
+DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv")
+DP_MODES = ("ddp", "zero1", "zero2", "fsdp")
+CP_MODES = ("ring", "allgather")
+# composite group names: the mesh dimensions they span
+ALIASES = {"dp": ("dp_replicate", "dp_shard"), "dp_cp": ("dp_replicate", "dp_shard", "cp"),
+           "shard_cp": ("dp_shard", "cp")}
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How a job's ranks are split; see the module doc for the rank numbering.
+
+    ``first_stage_layers`` / ``last_stage_layers``: blocks on the first and last pipeline
+    stage when they differ from the even split (Megatron's
+    ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers``); 0 = even.
+    ``bucket_params``: DDP / distributed-optimizer gradient bucket size in parameters
+    (Megatron's ``DistributedDataParallelConfig.bucket_size``: max(40M, 1M x dp) when
+    overlapping the gradient reduction).
+    """
+
+    pp: int = 1
+    dp_replicate: int = 1
+    dp_shard: int = 1
+    cp: int = 1
+    tp: int = 1
+    ep: int = 1
+    vp: int = 1
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    dp_mode: str = "fsdp"
+    tp_overlap: bool = False
+    cp_mode: str = "ring"
+    order: tuple[str, ...] = DIMS
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = False
+    bucket_params: int = 40_000_000
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int",) and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"must be an integer, got {value!r}", field=f"plan.{f.name}")
+        for name in (*DIMS, "ep", "vp", "bucket_params"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}",
+                                  field=f"plan.{name}")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"must be >= 0, got {getattr(self, name)}",
+                                  field=f"plan.{name}")
+        for name, valid in (("schedule", SCHEDULE_NAMES), ("dp_mode", DP_MODES),
+                            ("cp_mode", CP_MODES)):
+            if getattr(self, name) not in valid:
+                raise ConfigError(f"unknown {name} {getattr(self, name)!r}; valid: "
+                                  f"{', '.join(valid)}", field=f"plan.{name}")
+        if sorted(self.order) != sorted(DIMS):
+            raise ConfigError(f"must name each of {', '.join(DIMS)} once, got "
+                              f"{list(self.order)}", field="plan.order")
+
+    # ------------------------------------------------------------------ mesh
+    @property
+    def size(self) -> int:
+        """Ranks in the mesh: pp * dp_replicate * dp_shard * cp * tp."""
+        n = 1
+        for d in DIMS:
+            n *= getattr(self, d)
+        return n
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks of one (pp, cp, tp) coordinate: dp_replicate * dp_shard."""
+        return self.dp_replicate * self.dp_shard
+
+    def _strides(self) -> dict[str, int]:
+        strides, s = {}, 1
+        for d in reversed(self.order):
+            strides[d] = s
+            s *= getattr(self, d)
+        return strides
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """The mesh coordinates of global ``rank``."""
+        if not 0 <= rank < self.size:
+            raise ConfigError(f"rank {rank} outside the mesh of {self.size}", field="rank")
+        st = self._strides()
+        return {d: (rank // st[d]) % getattr(self, d) for d in DIMS}
+
+    def rank(self, **coords: int) -> int:
+        """The global rank at ``coords`` (missing dimensions: 0)."""
+        st = self._strides()
+        unknown = set(coords) - set(DIMS)
+        if unknown:
+            raise ConfigError(f"unknown mesh dimension(s) {sorted(unknown)}", field="coords")
+        return sum(coords.get(d, 0) * st[d] for d in DIMS)
+
+    def groups(self, dim: str | tuple[str, ...]) -> list[tuple[int, ...]]:
+        """Every group of ranks that differ only along ``dim`` (a mesh dimension, a tuple
+        of them, an alias of :data:`ALIASES`, or ``ep``), each in rank order, groups sorted
+        by their first rank."""
+        if dim == "ep":
+            return self._ep_groups()
+        dims = ALIASES.get(dim, (dim,) if isinstance(dim, str) else tuple(dim))
+        if not set(dims) <= set(DIMS):
+            raise ConfigError(f"unknown mesh dimension {dim!r}", field="dim")
+        out: dict[int, list[int]] = {}
+        for r in range(self.size):
+            c = self.coords(r)
+            key = self.rank(**{d: v for d, v in c.items() if d not in dims})
+            out.setdefault(key, []).append(r)
+        return sorted(tuple(g) for g in out.values())
+
+    def _ep_groups(self) -> list[tuple[int, ...]]:
+        out = []
+        for g in self.groups("dp_cp"):
+            out += [g[i:i + self.ep] for i in range(0, len(g), self.ep)]
+        return sorted(out)
+
+    def stage_ranks(self, stage: int) -> tuple[int, ...]:
+        """Every rank with pipeline coordinate ``stage``, in rank order."""
+        return tuple(r for r in range(self.size) if self.coords(r)["pp"] == stage)
+
+    # ------------------------------------------------------------------ checks
+    def check(self, model, world_size: int, *, seq_len: int, layers_field: str = "model.layers",
+              names: Mapping[str, str] | None = None) -> None:
+        """ConfigError naming the field for a plan the model or the job cannot run.
+
+        ``names`` maps a plan attribute (``tp``, ``pp``, ``vp``, ``cp``, ``ep``,
+        ``sequence_parallel``, ``first_stage_layers``, ``size``...) to the config field the
+        user wrote it as (default ``strategy.<attribute>``)."""
+        def field(attr: str) -> str:
+            return (names or {}).get(attr, f"strategy.{attr}")
+
+        if self.size != world_size:
+            raise ConfigError(f"the mesh {self.describe()} has {self.size} ranks, the job "
+                              f"has {world_size} GPUs", field=field("size"))
+        if not getattr(model, "is_transformer", False):
+            if self.size != self.dp:
+                raise ConfigError(f"{model.name} is not a transformer: only data "
+                                  f"parallelism applies", field=field("tp"))
+            return
+        self._check_tp(model, seq_len, field)
+        self._check_pp(model, layers_field, field)
+        if self.cp > 1 and seq_len % (2 * self.cp):
+            raise ConfigError(f"context parallelism {self.cp} splits the sequence into "
+                              f"2 x {self.cp} chunks (causal load balancing); seq_len "
+                              f"{seq_len} is not divisible by {2 * self.cp}", field=field("cp"))
+        self._check_ep(model, field)
+
+    def _check_tp(self, model, seq_len: int, field) -> None:
+        for attr, n in (("heads", model.heads), ("kv_heads", model.kv_heads),
+                        ("ffn_hidden", model.ffn_hidden)):
+            if n % self.tp:
+                raise ConfigError(f"tensor parallelism {self.tp} does not divide "
+                                  f"{model.name}'s {n} {attr}", field=field("tp"))
+        if self.sequence_parallel and self.tp > 1 and (seq_len // self.cp) % self.tp:
+            raise ConfigError(f"sequence parallelism splits the {seq_len // self.cp} tokens "
+                              f"of a rank's sequence over tp {self.tp}: not divisible",
+                              field=field("sequence_parallel"))
+
+    def _check_pp(self, model, layers_field: str, field) -> None:
+        L = model.layers
+        if self.pp > L:
+            raise ConfigError(f"pipeline parallelism {self.pp} exceeds {model.name}'s {L} "
+                              f"layers ({layers_field})", field=field("pp"))
+        if self.vp > 1:
+            if self.schedule not in ("interleaved_1f1b", "zbv"):
+                raise ConfigError(f"{self.vp} virtual stages need schedule "
+                                  f"interleaved_1f1b (or zbv), got {self.schedule}",
+                                  field=field("vp"))
+            if L % (self.pp * self.vp):
+                raise ConfigError(f"the interleaved schedule needs {model.name}'s {L} layers "
+                                  f"divisible by pp x vp = {self.pp} x {self.vp}",
+                                  field=field("vp"))
+        uneven = self.first_stage_layers or self.last_stage_layers
+        if uneven:
+            self._check_uneven(L, field)
+        elif self.pp > 1 and L % self.pp:
+            raise ConfigError(f"{model.name}'s {L} layers do not split evenly over "
+                              f"pp {self.pp} stages (set first/last stage layers for an "
+                              f"uneven split)", field=field("pp"))
+
+    def _check_uneven(self, L: int, field) -> None:
+        if self.vp > 1 or self.pp < 2:
+            raise ConfigError("an uneven first/last stage needs pp >= 2 and no virtual "
+                              "stages", field=field("first_stage_layers"))
+        first, last = self.first_stage_layers, self.last_stage_layers
+        middle = self.pp - (first > 0) - (last > 0)
+        rest = L - first - last
+        if rest < 0 or (middle and rest % middle) or (not middle and rest):
+            raise ConfigError(f"{L} layers minus first {first} and last {last} do not split "
+                              f"evenly over the other {middle} stages",
+                              field=field("first_stage_layers"))
+
+    def _check_ep(self, model, field) -> None:
+        if self.ep == 1:
+            return
+        experts = getattr(model, "experts", 0) or getattr(model, "num_experts", 0)
+        if not experts:
+            raise ConfigError(f"expert parallelism {self.ep} needs a mixture-of-experts "
+                              f"model; {model.name} has no experts", field=field("ep"))
+        if experts % self.ep:
+            raise ConfigError(f"expert parallelism {self.ep} does not divide {model.name}'s "
+                              f"{experts} experts", field=field("ep"))
+        if (self.dp * self.cp) % self.ep:
+            raise ConfigError(f"expert parallelism {self.ep} does not divide the "
+                              f"dp x cp = {self.dp * self.cp} ranks it is carved from",
+                              field=field("ep"))
+
+    # ------------------------------------------------------------------ layers
+    def stage_layers(self, layers: int) -> list[int]:
+        """Blocks per pipeline stage (first/last stage overrides, the rest even)."""
+        if self.pp == 1:
+            return [layers]
+        first, last = self.first_stage_layers, self.last_stage_layers
+        if not (first or last):
+            return [layers // self.pp] * self.pp
+        middle = self.pp - (first > 0) - (last > 0)
+        each = (layers - first - last) // middle if middle else 0
+        out = [each] * self.pp
+        if first:
+            out[0] = first
+        if last:
+            out[-1] = last
+        return out
+
+    def describe(self) -> str:
+        """``pp 4 x dp_replicate 1 x dp_shard 8 x cp 1 x tp 8`` (+ ep, vp when set)."""
+        text = " x ".join(f"{d} {getattr(self, d)}" for d in self.order)
+        extra = [f"{k} {getattr(self, k)}" for k in ("ep", "vp") if getattr(self, k) > 1]
+        return text + (f" ({', '.join(extra)})" if extra else "")
