@@ -1,0 +1,193 @@
+"""Analytical memory of one rank of a parallel plan: parameters, gradients, optimizer state,
+activations and working buffers, per pipeline stage (:func:`rank_memory`) and for the worst
+stage (:func:`peak_rank_memory`). What ``clustersim plan`` prunes with and the Selene
+validation checks (``validation/parallel/``).
+
+Model state (bytes per parameter as Megatron-LM keeps it, docs/source/api-guide/
+distrib_optimizer.md: "bf16 param, fp32 grads: 18 bytes, 6 + 12/d with the distributed
+optimizer"): the weights in the compute dtype (2 bytes for bf16/fp16), fp32 gradients
+(Megatron's ``main_grad``; ``grad_dtype``), fp32 master weights when the weights are 16-bit
+and the optimizer moments (:data:`simulator.strategies.base.OPT_MOMENT_BYTES`). A rank holds
+the parameters of its stage's layers split by tensor parallelism (Megatron's column/row
+split: norms and the row-parallel output biases replicated), the vocab-parallel word
+embedding on the first stage and the head on the last (a tied embedding keeps a copy there
+when ``pp > 1``, as Megatron does), and what :data:`SHARDED` says each ``dp_mode`` splits over
+the ``dp_shard x cp`` ranks (Megatron's distributed optimizer and torchtitan's FSDP both
+shard over data x context parallel ranks). MoE expert weights are split over ``ep``
+(:func:`expert_params`).
+
+Activations (:mod:`.activation_memory`): one layer's saved bytes per micro-batch, times the
+layers of a model chunk, times the (micro-batch, chunk) activations the schedule keeps at
+once on that stage (:func:`in_flight`: 1F1B holds ``pp - stage`` on stage ``stage``,
+interleaved 1F1B ``pp v + pp - 1 - 2 stage`` chunks, GPipe all ``m``), plus the embedding's
+mask on the first stage and the head's inputs and logits on the last.
+
+Working buffers (``working_bytes``): one layer rebuilt by a recompute, and under FSDP the
+all-gathered parameters of the unit in use and of the prefetched next one (a unit = one
+block, PyTorch FSDP's ``BACKWARD_PRE`` / forward prefetch) plus that unit's unsharded
+gradients before their reduce-scatter. Megatron's DDP and distributed optimizer keep the
+gradients in one contiguous buffer (counted as gradients), so they add no bucket copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import ConfigError
+from simulator.models.spec import ModelSpec
+from simulator.models.transformer import block_params, embed_params, head_params, norm_params
+from simulator.parallel import activation_memory as am
+from simulator.parallel.schedules import peak_in_flight, schedule, stage_location
+from simulator.precision import precision_bytes, storage_dtype
+from simulator.strategies.base import MASTER_BYTES, OPT_MOMENT_BYTES
+
+# which model-state parts each data-parallel mode splits over the dp_shard x cp ranks
+SHARDED = {"ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),
+           "fsdp": ("optimizer", "grads", "params")}
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Bytes on one rank of pipeline stage ``stage``."""
+
+    stage: int
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int        # everything saved for backward, all micro-batches in flight
+    layer_activations_bytes: int  # the transformer layers' part of it (Korthikanti's figures)
+    working_bytes: int            # transient: recompute, FSDP gathered units
+    in_flight: int                # (micro-batch, chunk) activations held at once
+
+    @property
+    def state_bytes(self) -> int:
+        """Parameters, gradients and optimizer state."""
+        return self.params_bytes + self.grads_bytes + self.optimizer_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.state_bytes + self.activations_bytes + self.working_bytes
+
+
+def block_params_per_rank(model: ModelSpec, tp: int) -> int:
+    """One block's parameters on a rank of its TP group (Megatron's split: the QKV and MLP
+    up projections column-parallel with their biases, the output projections row-parallel
+    with replicated biases, the norms replicated)."""
+    replicated = 2 * norm_params(model) + (2 * model.hidden if model.bias else 0)
+    return (block_params(model) - replicated) // tp + replicated
+
+
+def expert_params(model: ModelSpec) -> tuple[int, int]:
+    """(dense MLP parameters a MoE block replaces, expert parameters of one block).
+
+    Hook for MoE models (:func:`stage_params` replaces the first by the second split over
+    ``ep x tp``): a dense model has neither. A model with ``experts`` is refused until the
+    MoE model fields exist to count its experts' weights from."""
+    experts = getattr(model, "experts", 0) or 0
+    if not experts:
+        return 0, 0
+    raise ConfigError("MoE models are not in the memory model yet", field="model")
+
+
+def head_rank(plan) -> int:
+    """The pipeline rank holding the last virtual stage (and so the head): the last rank,
+    or rank 0 under ZB-V, whose second chunk is the V's last stage."""
+    if plan.pp == 1:
+        return 0
+    return stage_location(plan.schedule, plan.pp, plan.vp, plan.pp * plan.vp - 1)[0]
+
+
+def stage_params(model: ModelSpec, plan, stage: int) -> int:
+    """Parameters on one rank of ``stage`` (before data-parallel sharding)."""
+    tp, pp = plan.tp, plan.pp
+    dense_mlp, experts = expert_params(model)
+    block = block_params_per_rank(model, tp) - dense_mlp // tp + experts // (plan.ep * tp)
+    n = plan.stage_layers(model.layers)[stage] * block
+    word = model.vocab * model.hidden
+    if stage == 0:
+        n += embed_params(model) - word + word // tp
+    if stage == head_rank(plan):
+        untied = 0 if model.tied_embeddings else word
+        copy = word if (not model.tied_embeddings or pp > 1) else 0
+        n += head_params(model) - untied + copy // tp
+    return n
+
+
+def in_flight(plan, micro_batches: int, stage: int) -> int:
+    """(Micro-batch, model chunk) activations stage ``stage`` holds at once under the plan's
+    schedule (:func:`simulator.parallel.schedules.peak_in_flight`); 1 without pipelining
+    (gradient accumulation runs one micro-batch after another)."""
+    if plan.pp == 1:
+        return 1
+    return peak_in_flight(schedule(plan.schedule, plan.pp, micro_batches, plan.vp)[stage])
+
+
+def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> tuple[int, int, int]:
+    """(params, grads, optimizer) bytes on one rank of ``stage``."""
+    n = stage_params(model, plan, stage)
+    e = precision_bytes(storage_dtype(precision))
+    master = MASTER_BYTES if e < MASTER_BYTES else 0
+    parts = {"params": n * e, "grads": n * precision_bytes(grad_dtype),
+             "optimizer": n * (master + OPT_MOMENT_BYTES[optimizer])}
+    shard = plan.dp_shard * plan.cp
+    for part in SHARDED[plan.dp_mode]:
+        parts[part] = -(-parts[part] // shard)
+    return parts["params"], parts["grads"], parts["optimizer"]
+
+
+def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> tuple[int, int]:
+    """(all saved activations, the layers' part) on one rank of ``stage``."""
+    par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
+    per_layer = am.layer_saved_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash,
+                                     **par)
+    chunk_layers = plan.stage_layers(model.layers)[stage] / plan.vp
+    layers = round(held * chunk_layers * per_layer)
+    extra = 0
+    if stage == 0:
+        extra += -(-held // plan.vp) * am.embedding_saved_bytes(model, batch=b, seq_len=s,
+                                                                **par)
+    if stage == head_rank(plan):
+        extra += am.head_saved_bytes(model, batch=b, seq_len=s, e=e, **par)
+    return layers + extra, layers
+
+
+def _working(model, plan, *, b, s, e, ac, flash, grad_dtype) -> int:
+    par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
+    working = am.layer_working_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash, **par)
+    if plan.dp_mode == "fsdp":
+        unit = block_params_per_rank(model, plan.tp)
+        working += unit * (2 * e + precision_bytes(grad_dtype))
+    return working
+
+
+def rank_memory(model: ModelSpec, plan, *, seq_len: int, micro_batch: int,
+                micro_batches: int, precision: str = "bf16", optimizer: str = "adam",
+                ac: str = "none", flash: bool = False, stage: int = 0,
+                grad_dtype: str = "fp32") -> RankMemory:
+    """Bytes on one rank of pipeline stage ``stage`` of ``plan`` (see the module doc).
+
+    :raises ConfigError: a stage outside the plan, an unknown checkpointing mode or
+        precision, a non-transformer model.
+    """
+    if not model.is_transformer:
+        raise ConfigError(f"{model.name} is not a transformer", field="model")
+    if not 0 <= stage < plan.pp:
+        raise ConfigError(f"stage {stage} outside 0..{plan.pp - 1}", field="stage")
+    e = precision_bytes(storage_dtype(precision))
+    held = in_flight(plan, micro_batches, stage)
+    act = dict(b=micro_batch, s=seq_len, e=e, ac=am.check_ac(ac), flash=flash)
+    params, grads, opt = _state(model, plan, stage, precision=precision, optimizer=optimizer,
+                                grad_dtype=grad_dtype)
+    activations, layers = _activations(model, plan, stage, held, **act)
+    return RankMemory(stage, params, grads, opt, activations, layers,
+                      _working(model, plan, grad_dtype=grad_dtype, **act), held)
+
+
+def peak_rank_memory(model: ModelSpec, plan, **kw) -> RankMemory:
+    """The :func:`rank_memory` of the stage with the most bytes (the first on a tie)."""
+    ranks = [rank_memory(model, plan, stage=stage, **kw) for stage in range(plan.pp)]
+    return max(ranks, key=lambda r: (r.total_bytes, -r.stage))
+
+
+__all__ = ["RankMemory", "SHARDED", "block_params_per_rank", "expert_params", "head_rank",
+           "in_flight", "peak_rank_memory", "rank_memory", "stage_params"]
