@@ -65,8 +65,12 @@ def split_args(path) -> list[str]:
 
 
 def parse_flags(words: list[str], source: str) -> tuple[list[tuple[str, list[str]]], list[str]]:
-    """``[(flag, values)]`` in order, and the words before the first flag."""
-    start = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
+    """``[(flag, values)]`` in order, and the words before the first flag (the launcher and
+    script: everything up to a ``*.py`` word, whose own options are not Megatron's)."""
+    script = [i for i, w in enumerate(words) if w.endswith(".py") and not w.startswith("-")]
+    first = script[-1] + 1 if script else 0          # after `torchrun ... pretrain_gpt.py`
+    start = next((i for i, w in enumerate(words) if i >= first and w.startswith("--")),
+                 len(words))
     flags: list[tuple[str, list[str]]] = []
     for word in words[start:]:
         if word.startswith("--"):

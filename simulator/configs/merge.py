@@ -43,12 +43,39 @@ def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Sce
     data = apply_sets(data, sets, source)
     scn = scenario_from_dict(data, source)
     set_keys = {s.partition("=")[0].strip() for s in sets}
-    if "training.grad_accum" in set_keys or (pieces.global_batch is None
-                                             and pieces.local_batch is None):
-        return scn
-    accum = grad_accum(pieces, scn)
-    return scn.model_copy(update={"training": scn.training.model_copy(
-        update={"grad_accum": accum})})
+    if "training.grad_accum" not in set_keys and (pieces.global_batch is not None
+                                                  or pieces.local_batch is not None):
+        accum = grad_accum(pieces, scn)
+        scn = scn.model_copy(update={"training": scn.training.model_copy(
+            update={"grad_accum": accum})})
+    check_strategy(scn, pieces, set_keys)
+    return scn
+
+
+def check_strategy(scn: Scenario, pieces: ConfigPieces, set_keys: set[str]) -> None:
+    """Validate the merged strategy now; a bad value the config file gave is named in
+    that file, as the file spells it (``--tensor-model-parallel-size``)."""
+    from ..pipeline import strategy_dict
+    from ..strategies import parse_strategy
+    try:
+        parse_strategy(strategy_dict(scn))
+    except ConfigError as exc:
+        field = exc.field or ""
+        key = field.removeprefix("strategy.")
+        if not field.startswith("strategy.") or any(
+                field == k or field.startswith(k + ".") for k in set_keys):
+            raise exc.located(scn.source) from None
+        raise ConfigError(exc.reason, source=pieces.source,
+                          field=_config_key(pieces.framework, key)) from None
+
+
+def _config_key(framework: str, key: str) -> str:
+    """A strategy field as the framework's file spells it."""
+    if framework == "megatron":
+        from .megatron import STRATEGY_FLAGS
+        flags = {field: flag for flag, (field, _) in STRATEGY_FLAGS.items()}
+        return flags.get(key.split(".")[0], key)
+    return key
 
 
 def data_parallel_ranks(pieces: ConfigPieces, scn: Scenario) -> int:

@@ -15,6 +15,9 @@ from typing import Any, Callable
 from simulator.errors import ConfigError
 from simulator.trace import Trace
 
+from simulator.parallel.frameworks.deepspeed import DeepSpeedConfig, deepspeed
+from simulator.parallel.frameworks.torchtitan import TorchtitanConfig, torchtitan
+
 from .base import CommonConfig, World
 from .ddp import DDPConfig, assign_buckets, ddp
 from .fsdp import fsdp
@@ -54,6 +57,11 @@ STRATEGIES: dict[str, Strategy] = {
     "horovod": Strategy("horovod", "Horovod with TensorFlow: fused NCCL all-reduces "
                         "(fusion threshold, cycle time) overlapped with backward",
                         HorovodConfig, horovod),
+    "torchtitan": Strategy("torchtitan", "torchtitan: FSDP2 x TP/SP x PP x CP x EP from the "
+                           "[parallelism] and [activation_checkpoint] tables of its TOML",
+                           TorchtitanConfig, torchtitan),
+    "deepspeed": Strategy("deepspeed", "DeepSpeed: ZeRO stage 0-3 (zero_optimization), "
+                          "AutoTP and pipeline stages", DeepSpeedConfig, deepspeed),
 }
 
 
