@@ -31,6 +31,7 @@ gradients in one contiguous buffer (counted as gradients), so they add no bucket
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from simulator.errors import ConfigError
@@ -119,7 +120,14 @@ def in_flight(plan, micro_batches: int, stage: int) -> int:
     (gradient accumulation runs one micro-batch after another)."""
     if plan.pp == 1:
         return 1
-    return peak_in_flight(schedule(plan.schedule, plan.pp, micro_batches, plan.vp)[stage])
+    return _peaks(plan.schedule, plan.pp, micro_batches, plan.vp)[stage]
+
+
+@functools.lru_cache(maxsize=1024)
+def _peaks(name: str, pp: int, micro_batches: int, vp: int) -> tuple[int, ...]:
+    """:func:`peak_in_flight` of every pipeline rank: one schedule build for all stages,
+    kept for the next plan of the same schedule (``clustersim plan`` asks thousands)."""
+    return tuple(peak_in_flight(actions) for actions in schedule(name, pp, micro_batches, vp))
 
 
 def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> tuple[int, int, int]:
