@@ -70,6 +70,8 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     """Per-layer costs of ``model`` under the scenario's training setup, turned into the
     strategy's Trace, with the scenario's stragglers split off."""
     t = scn.training
+    if hasattr(cfg, "plan"):
+        return _planned_trace(scn, model, cfg, world, source)
     try:
         if t.sequence_lengths is None:
             layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision,
@@ -89,6 +91,30 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
         return apply_stragglers(trace, scn.simulation.stragglers)
     except ConfigError as exc:           # a straggler rank outside this cluster
         raise exc.located(source) from None
+
+
+def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
+                   source: str) -> Trace:
+    """A strategy with a parallel plan (:mod:`simulator.parallel`): its generator builds
+    the TP/SP/CP-sharded layer costs from the model itself."""
+    t = scn.training
+    if t.sequence_lengths is not None:
+        raise ConfigError(f"{cfg.name} runs fixed-length sequences", source=source,
+                          field="training.sequence_lengths")
+    try:
+        tokens = tokens_per_sample(model, t.seq_len)
+        flops = model_flops_per_sample(model, t.seq_len)
+    except ConfigError as exc:
+        raise _located(exc, source, "training") from None
+    try:
+        trace = build_trace(None, cfg, world, spec=model, seq_len=t.seq_len,
+                            flash=t.flash_attention, autocast=autocasts(cfg),
+                            model=model.name, tokens_per_sample=tokens,
+                            model_flops_per_sample=flops)
+        return apply_stragglers(trace, scn.simulation.stragglers)
+    except ConfigError as exc:
+        raise _located(exc, source, "training") if exc.field in ("seq_len", "batch") \
+            else exc.located(source) from None
 
 
 def _variable_lengths(model: ModelSpec, t, autocast: bool):

@@ -6,6 +6,11 @@ schedules, and the framework translators under :mod:`.frameworks`. docs/parallel
 describes them.
 """
 
+# The generator builds on simulator.strategies (CommonConfig, op emission), whose registry
+# holds the parallel strategies: initialise it first, so that importing simulator.parallel.*
+# before simulator.strategies runs the modules in the same order as the other way round.
+import simulator.strategies  # noqa: F401  (isort: skip)
+
 from .plan import ALIASES, CP_MODES, DIMS, DP_MODES, SCHEDULE_NAMES, ParallelPlan
 
 __all__ = ["ALIASES", "CP_MODES", "DIMS", "DP_MODES", "SCHEDULE_NAMES", "ParallelPlan"]

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Mapping
 
+import numpy as np
+
 from simulator.errors import ConfigError
 
 DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
@@ -130,12 +132,18 @@ class ParallelPlan:
         dims = ALIASES.get(dim, (dim,) if isinstance(dim, str) else tuple(dim))
         if not set(dims) <= set(DIMS):
             raise ConfigError(f"unknown mesh dimension {dim!r}", field="dim")
-        out: dict[int, list[int]] = {}
-        for r in range(self.size):
-            c = self.coords(r)
-            key = self.rank(**{d: v for d, v in c.items() if d not in dims})
-            out.setdefault(key, []).append(r)
-        return sorted(tuple(g) for g in out.values())
+        grid = self._grid()
+        inner = [self.order.index(d) for d in dims]
+        outer = [i for i in range(len(self.order)) if i not in inner]
+        n = 1
+        for d in dims:
+            n *= getattr(self, d)
+        rows = grid.transpose(outer + inner).reshape(-1, n)
+        return sorted(tuple(sorted(row)) for row in rows.tolist())
+
+    def _grid(self) -> np.ndarray:
+        """Global ranks laid out on the mesh, axes in ``order``."""
+        return np.arange(self.size).reshape([getattr(self, d) for d in self.order])
 
     def _ep_groups(self) -> list[tuple[int, ...]]:
         out = []
@@ -145,7 +153,8 @@ class ParallelPlan:
 
     def stage_ranks(self, stage: int) -> tuple[int, ...]:
         """Every rank with pipeline coordinate ``stage``, in rank order."""
-        return tuple(r for r in range(self.size) if self.coords(r)["pp"] == stage)
+        ranks = np.take(self._grid(), stage, axis=self.order.index("pp"))
+        return tuple(sorted(ranks.ravel().tolist()))
 
     # ------------------------------------------------------------------ checks
     def check(self, model, world_size: int, *, seq_len: int, layers_field: str = "model.layers",

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from simulator.errors import ConfigError
-from simulator.trace import Trace
-
 from simulator.parallel.frameworks.deepspeed import DeepSpeedConfig, deepspeed
+from simulator.parallel.frameworks.megatron import MegatronConfig
 from simulator.parallel.frameworks.torchtitan import TorchtitanConfig, torchtitan
+from simulator.parallel.generate import build_planned
+from simulator.trace import Trace
 
 from .base import CommonConfig, World
 from .ddp import DDPConfig, assign_buckets, ddp
@@ -57,6 +58,9 @@ STRATEGIES: dict[str, Strategy] = {
     "horovod": Strategy("horovod", "Horovod with TensorFlow: fused NCCL all-reduces "
                         "(fusion threshold, cycle time) overlapped with backward",
                         HorovodConfig, horovod),
+    "megatron": Strategy("megatron", "Megatron-LM: tensor (+sequence), pipeline (1F1B, "
+                         "interleaved) and data parallelism (DDP or distributed optimizer), "
+                         "its argument names", MegatronConfig, build_planned),
     "torchtitan": Strategy("torchtitan", "torchtitan: FSDP2 x TP/SP x PP x CP x EP from the "
                            "[parallelism] and [activation_checkpoint] tables of its TOML",
                            TorchtitanConfig, torchtitan),

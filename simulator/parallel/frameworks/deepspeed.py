@@ -35,7 +35,7 @@ from simulator.errors import ConfigError
 from simulator.parallel.plan import ParallelPlan
 from simulator.strategies.base import CommonConfig, World
 
-from .translate import data_parallel_config, pure_data_parallel
+from .translate import build_framework, data_parallel_config
 
 DP_MODES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "fsdp"}
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -135,27 +135,29 @@ class DeepSpeedConfig(CommonConfig):
     def plan_fields(self) -> dict[str, str]:
         """Plan attribute -> the field a user wrote it as (for ParallelPlan.check)."""
         return {"tp": "strategy.tensor_parallel.autotp_size", "pp": "strategy.pipeline.stages",
-                "size": "strategy.tensor_parallel.autotp_size"}
+                "size": "strategy.tensor_parallel.autotp_size",
+                "micro_batches": "training.grad_accum"}
+
+    def for_layers(self, layers: int) -> "DeepSpeedConfig":
+        return self
 
 
-def deepspeed(layers, cfg: DeepSpeedConfig, world: World, **meta) -> Any:
-    """The trace of one iteration: a ZeRO-0 or ZeRO-3 job without TP/PP by the DDP/FSDP
-    generators (gradient buckets of ``reduce_bucket_size`` elements)."""
+def deepspeed(layers, cfg: DeepSpeedConfig, world: World, **kw) -> Any:
+    """The trace of one iteration (:func:`.translate.build_framework`); without TP/PP,
+    ZeRO-0 and ZeRO-3 by the DDP/FSDP generators."""
+    return build_framework(layers, cfg, world, _data_parallel, **kw)
+
+
+def _data_parallel(layers, cfg: DeepSpeedConfig, plan: ParallelPlan, world: World, **meta):
+    """ZeRO-0 as DDP with gradient buckets of ``reduce_bucket_size`` elements, ZeRO-3 as
+    FSDP (with its CPU offload when both offloads are on the CPU)."""
     from simulator.strategies.ddp import ddp
     from simulator.strategies.fsdp import fsdp
-    plan = cfg.plan(world)
-    if not pure_data_parallel(plan):
-        raise ConfigError(f"the plan {plan.describe()} ({plan.dp_mode}) needs the "
-                          f"model-parallel generator, not in this build",
-                          field="strategy.zero_optimization.stage")
-    bucket_mb = cfg.zero_optimization.reduce_bucket_size * cfg.grad_reduce_bytes() / (1 << 20)
     if plan.dp_mode == "ddp":
+        bucket_mb = cfg.zero_optimization.reduce_bucket_size * cfg.grad_reduce_bytes() / (1 << 20)
         # DeepSpeed keeps the 16-bit weights it computes with (no autocast over fp32)
-        dp_cfg = data_parallel_config(cfg, plan, bucket_cap_mb=bucket_mb,
-                                      param_dtype=cfg.param_dtype or cfg.default_param_dtype())
-        trace = ddp(layers, dp_cfg, world, **meta)
-    else:
-        dp_cfg = data_parallel_config(cfg, plan, cpu_offload=cfg.cpu_offload())
-        trace = fsdp(layers, dp_cfg, world, **meta)
-    trace.meta["strategy"] = cfg.name
-    return trace
+        return ddp(layers, data_parallel_config(
+            cfg, plan, bucket_cap_mb=bucket_mb,
+            param_dtype=cfg.param_dtype or cfg.default_param_dtype()), world, **meta)
+    return fsdp(layers, data_parallel_config(cfg, plan, cpu_offload=cfg.cpu_offload()),
+                world, **meta)

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from simulator.errors import ConfigError
 from simulator.parallel.plan import ParallelPlan
 from simulator.strategies.base import CommonConfig, World
 
-from .translate import ac_fields, data_parallel_trace, pure_data_parallel
+from .translate import ac_fields, build_framework, data_parallel_trace
 
 SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "interleaved_1f1b",
              "ZBVZeroBubble": "zbv"}
@@ -79,6 +79,14 @@ class TorchtitanConfig(CommonConfig):
     name: str = "torchtitan"
     parallelism: Parallelism = Field(default_factory=Parallelism)
     activation_checkpoint: ActivationCheckpoint | None = None
+    _layers: int = PrivateAttr(0)       # the model's blocks, once the build knows them
+
+    def for_layers(self, layers: int) -> "TorchtitanConfig":
+        """This config for a model of ``layers`` blocks: :meth:`plan` then resolves
+        ``pipeline_parallel_layers_per_stage`` without being told."""
+        out = self.model_copy()
+        out._layers = layers
+        return out
 
     @model_validator(mode="before")
     @classmethod
@@ -107,6 +115,7 @@ class TorchtitanConfig(CommonConfig):
         """The plan on ``world`` ranks (``data_parallel_shard_degree: -1`` takes the rest)
         of a model of ``layers`` blocks (for ``pipeline_parallel_layers_per_stage``)."""
         n = world.world_size if isinstance(world, World) else int(world)
+        layers = layers or self._layers
         p = self.parallelism
         shard = p.data_parallel_shard_degree
         fixed = (p.data_parallel_replicate_degree * p.tensor_parallel_degree
@@ -136,7 +145,9 @@ class TorchtitanConfig(CommonConfig):
                 "vp": base + "pipeline_parallel_layers_per_stage",
                 "cp": base + "context_parallel_degree", "ep": base + "expert_parallel_degree",
                 "sequence_parallel": base + "tensor_parallel_degree",
-                "size": base + "data_parallel_shard_degree"}
+                "size": base + "data_parallel_shard_degree",
+                "schedule": base + "pipeline_parallel_schedule",
+                "micro_batches": "training.grad_accum"}
 
     def _virtual_stages(self, layers: int) -> int:
         p = self.parallelism
@@ -162,10 +173,6 @@ class TorchtitanConfig(CommonConfig):
         return "fsdp" if reshard == "always" else "zero2"
 
 
-def torchtitan(layers, cfg: TorchtitanConfig, world: World, **meta) -> Any:
-    """The trace of one iteration: a data-parallel-only plan by the FSDP/DDP generators."""
-    plan = cfg.plan(world)
-    if pure_data_parallel(plan):
-        return data_parallel_trace(layers, cfg, plan, world, **meta)
-    raise ConfigError(f"the plan {plan.describe()} needs the model-parallel generator, "
-                      f"not in this build", field="strategy.parallelism")
+def torchtitan(layers, cfg: TorchtitanConfig, world: World, **kw) -> Any:
+    """The trace of one iteration (:func:`.translate.build_framework`)."""
+    return build_framework(layers, cfg, world, data_parallel_trace, **kw)

@@ -59,12 +59,40 @@ def data_parallel_config(cfg: CommonConfig, plan: ParallelPlan,
     return FSDPConfig(name="fsdp", mesh=[plan.dp_replicate, plan.dp_shard], **shared)
 
 
+def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
+                autocast: bool):
+    """``layers`` if given, else the unsharded per-layer costs of one micro-batch (what
+    the data-parallel generators take; a planned strategy is called without them)."""
+    if layers is not None:
+        return layers
+    from simulator.models import layer_costs
+    return layer_costs(spec, cfg.micro_batch, seq_len, cfg.precision, flash,
+                       autocast=autocast)
+
+
+def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0,
+                    flash: bool = True, autocast: bool = False, **meta):
+    """A framework strategy's trace: a :func:`pure_data_parallel` plan by ``dp_trace``
+    (the FSDP/DDP generators, on full-model layer costs), any other by the model-parallel
+    generator (:func:`simulator.parallel.generate.build_planned`)."""
+    plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
+    if pure_data_parallel(plan):
+        layers = full_layers(layers, cfg, spec, seq_len, flash, autocast)
+        trace = dp_trace(layers, cfg, plan, world, **meta)
+        trace.meta["strategy"] = cfg.name
+        return trace
+    if spec is None:
+        raise ConfigError(f"the plan {plan.describe()} needs the model (called without it)",
+                          field="strategy")
+    from simulator.parallel.generate import build_planned
+    return build_planned(layers, cfg.for_layers(spec.layers), world, spec=spec,
+                         seq_len=seq_len, flash=flash, autocast=autocast, **meta)
+
+
 def data_parallel_trace(layers, cfg: CommonConfig, plan: ParallelPlan, world, **meta):
     """The trace of a :func:`pure_data_parallel` plan by the data-parallel generators."""
     from simulator.strategies.ddp import ddp
     from simulator.strategies.fsdp import fsdp
     dp_cfg = data_parallel_config(cfg, plan)
     build = ddp if isinstance(dp_cfg, DDPConfig) else fsdp
-    trace = build(layers, dp_cfg, world, **meta)
-    trace.meta["strategy"] = cfg.name
-    return trace
+    return build(layers, dp_cfg, world, **meta)

@@ -1,0 +1,322 @@
+"""Model + parallel plan + training config -> one iteration's Trace (TP, SP, PP, DP).
+
+One :class:`RankClass` per pipeline rank (its members: every rank with that ``pp``
+coordinate, identical programs), so a 16,384-GPU job has ``pp`` classes, not 16,384. Each
+class issues the passes its schedule (:func:`schedules.schedule`) gives it, in that order:
+
+* ``F`` (micro-batch, chunk): receive the activation from the previous model stage
+  (posted when the previous pass starts), the chunk's layers forward
+  (:func:`simulator.strategies.base.emit_forward`) with their TP collectives
+  (:mod:`.tp`, stream ``tp``), send the output to the next stage;
+* ``B``: receive the output gradient, the layers backward (recompute first under
+  activation checkpointing), send the input gradient back; in the zero-bubble schedules
+  ``B`` is the input-gradient kernels only and ``W`` the weight-gradient GEMMs (``*.wgrad``);
+* data parallelism over the stage's other ranks (:mod:`.dp`), then the optimizer step
+  (:func:`simulator.strategies.optim.emit_optimizer`) on the rank's parameters.
+
+Sends and receives carry the tag ``F.m<micro>.s<stage>`` (activation into model stage
+``stage``) or ``B.m<micro>.s<stage>`` (gradient into it), on one stream per channel
+(``pp_send.F.s<stage>``, ``pp_recv.B.s<stage>``...): each channel carries its micro-batches
+in the same order at both ends, so in-order streams cannot deadlock whatever the schedule
+interleaves (NCCL's batched isend/irecv per pass behaves the same). zbv's turn of the V
+(the last stage's two chunks on one rank) needs no transfer. Communicators are per stage
+(``tp.s0``, ``dp.s0``...), so a collective waits only for the ranks of its own stage.
+
+Extension points (expert and context parallelism): :data:`HOOKS` holds factories of
+per-class kernel hooks (``factory(builder) -> OpHooks | None``, called once per class; an
+object with ``start_layer(layer)`` and ``flush()`` gets those calls too), and
+:data:`COMM_DIMS` the mesh dimensions behind each communicator name ``builder.collective``
+accepts. ``build_parallel(..., layers=...)`` takes layer costs built elsewhere (MoE blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
+                              params_total)
+from simulator.precision import precision_bytes
+from simulator.strategies.base import (CommonConfig, OpHooks, OpList, World, build_meta,
+                                       emit_backward, emit_forward)
+from simulator.strategies.optim import emit_optimizer
+from simulator.trace import Communicator, RankClass, Trace
+
+from .dp import DataParallel
+from .place import placement
+from .plan import ParallelPlan
+from .schedules import SPLIT_W, check_schedule, schedule
+from .stages import Chunk, chunks, neighbour
+from .tp import FP32, STREAM, TPHooks
+
+COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
+             "cp": "cp", "ep": "ep"}
+HOOKS: dict[str, Callable] = {}
+
+
+class _Hooks(OpHooks):
+    """Several hook objects as one (deps concatenated, each told every kernel)."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def before(self, cost, phase: str) -> tuple:
+        return tuple(d for p in self.parts for d in p.before(cost, phase))
+
+    def after(self, cost, phase: str, op_id: int) -> None:
+        for p in self.parts:
+            p.after(cost, phase, op_id)
+
+    def start_layer(self, layer) -> None:
+        for p in self.parts:
+            getattr(p, "start_layer", lambda _: None)(layer)
+
+    def flush(self) -> list[int]:
+        return [d for p in self.parts for d in getattr(p, "flush", list)()]
+
+
+class StageBuilder:
+    """The ops of one pipeline rank's class."""
+
+    def __init__(self, rank: int, plan: ParallelPlan, cfg: CommonConfig, my_chunks: dict,
+                 all_chunks: dict, *, act_bytes: int, loss_bytes: int):
+        self.rank, self.plan, self.cfg = rank, plan, cfg
+        self.chunks, self.all_chunks = my_chunks, all_chunks
+        self.ol = OpList()
+        self.used: set[str] = set()
+        self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
+        self.stage_first = {p: plan.stage_ranks(p)[0] for p in range(plan.pp)}
+        parts = [TPHooks(self._tp_issue, lambda: self.ol.last_on("compute"),
+                         sp=plan.sequence_parallel, overlap=plan.tp_overlap,
+                         act_bytes=act_bytes, loss_bytes=loss_bytes)] \
+            if plan.tp > 1 else []
+        parts += [h for h in (f(self) for f in HOOKS.values()) if h is not None]
+        self.hooks = _Hooks(parts)
+        sizes = {"grad": plan.dp * plan.cp, "shard": plan.dp_shard * plan.cp,
+                 "replicate": plan.dp_replicate}
+        self.dp = DataParallel(self, {c: ch.layers for c, ch in my_chunks.items()},
+                               sizes["grad"], sizes["shard"], sizes["replicate"])
+        self.prev_start: int | None = None
+
+    # ------------------------------------------------------------------ ops
+    def comm(self, name: str) -> str:
+        self.used.add(name)
+        return f"{name}.s{self.rank}"
+
+    def collective(self, kind: str, stream: str, comm: str, size: int, deps, name: str,
+                   phase: str, micro: int, attrs: dict | None = None, layer: str = "",
+                   **mem) -> int:
+        return self.ol.add(stream=stream, kind="collective", collective=kind,
+                           comm=self.comm(comm), size_bytes=int(size), deps=tuple(deps),
+                           name=name, phase=phase, layer=layer,
+                           attrs={"micro_step": micro, **(attrs or {})}, **mem)
+
+    def _tp_issue(self, kind: str, size: int, deps, name: str, phase: str, layer: str) -> int:
+        return self.collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,
+                               layer=layer)
+
+    def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
+        """A send to / recv from the rank holding model stage ``stage``; None when this
+        rank holds it (zbv's turn of the V: the tensor stays on the GPU)."""
+        rank, _ = neighbour(self.plan, stage, 0)
+        if rank == self.rank:
+            return None
+        direction, _, into = tag.split(".")
+        return self.ol.add(stream=f"pp_{kind}.{direction}.{into}", kind=kind, name=f"{kind}.{tag}",
+                           phase="comm", size_bytes=int(size), peer=self.stage_first[rank],
+                           deps=tuple(deps), attrs={"tag": tag, "micro_step": self.micro})
+
+    def out_bytes(self, stage: int) -> int:
+        rank, chunk = neighbour(self.plan, stage, 0)
+        return int(self.all_chunks[(rank, chunk)].layers[-1].output_bytes)
+
+    def layer_cfg(self, ch: Chunk, li: int) -> CommonConfig:
+        """The config a layer is emitted with: Megatron's ``recompute_method: block``
+        checkpoints only the first ``recompute_num_layers`` blocks of each chunk."""
+        n = getattr(self.cfg, "recompute_num_layers", None)
+        if not (self.cfg.activation_checkpointing and n and
+                getattr(self.cfg, "recompute_method", "uniform") == "block"):
+            return self.cfg
+        blocks = [i for i, x in enumerate(ch.layers) if x.kind.endswith("block")]
+        if li in blocks[:n]:
+            return self.cfg
+        return self.cfg.model_copy(update={"activation_checkpointing": False,
+                                           "activation_offload": False})
+
+    # ------------------------------------------------------------------ passes
+    def forward(self, ch: Chunk, micro: int, first: bool) -> None:
+        deps: list = []
+        if ch.stage > 0:
+            deps = [self._p2p("recv", ch.stage - 1, self.out_bytes(ch.stage - 1),
+                              f"F.m{micro}.s{ch.stage}", (self.prev_start,))]
+        start = None
+        for li, layer in enumerate(ch.layers):
+            self.hooks.start_layer(layer)
+            d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first)]
+            f, last = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d,
+                                   self.hooks)
+            start = f if start is None else start
+            self.dp.after_forward(ch.chunk, li, layer, last)
+            deps = []
+        self.prev_start = start
+        if not ch.last:
+            self._p2p("send", ch.stage + 1, self.out_bytes(ch.stage), f"F.m{micro}.s"
+                      f"{ch.stage + 1}", (last, *self.hooks.flush()))
+
+    def backward(self, ch: Chunk, micro: int, split: bool, last_micro: bool) -> None:
+        deps: list = []
+        if not ch.last:
+            deps = [self._p2p("recv", ch.stage + 1, self.out_bytes(ch.stage),
+                              f"B.m{micro}.s{ch.stage}", (self.prev_start,))]
+        start = None
+        for li in reversed(range(len(ch.layers))):
+            layer = ch.layers[li]
+            view = _input_grad_view(layer) if split else layer
+            self.hooks.start_layer(layer)
+            d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro)]
+            f, _, last = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
+                                       grad_bytes=0 if split else self.dp.grad_bytes(layer),
+                                       hooks=self.hooks)
+            if split:
+                self.ol.alloc(last, _kept_for_w(layer))
+            else:
+                self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
+            start = f if start is None else start
+            deps = []
+        self.prev_start = start
+        if ch.stage > 0:
+            self._p2p("send", ch.stage - 1, self.out_bytes(ch.stage - 1),
+                      f"B.m{micro}.s{ch.stage - 1}", (last, *self.hooks.flush()))
+
+    def weight_pass(self, ch: Chunk, micro: int, last_micro: bool) -> None:
+        start = None
+        for li in reversed(range(len(ch.layers))):
+            layer = ch.layers[li]
+            self.hooks.start_layer(layer)
+            f, _, last = emit_backward(self.ol, _weight_grad_view(layer), self.cfg, micro,
+                                       grad_bytes=self.dp.grad_bytes(layer), hooks=self.hooks)
+            self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
+            start = f if start is None else start
+        self.prev_start = start
+
+    def run(self, actions) -> None:
+        split = self.plan.schedule in SPLIT_W
+        closing = "W" if split else "B"
+        last_of = {a.chunk: i for i, a in enumerate(actions) if a.kind == closing}
+        first_of = {}
+        for i, a in enumerate(actions):
+            if a.kind == "F":
+                first_of.setdefault(a.chunk, i)
+        self.dp.start_params()
+        for i, a in enumerate(actions):
+            self.micro = a.micro
+            ch = self.chunks[a.chunk]
+            if a.kind == "F":
+                self.forward(ch, a.micro, i == first_of[a.chunk])
+            elif a.kind == "B":
+                self.backward(ch, a.micro, split, i == last_of[a.chunk])
+            else:
+                self.weight_pass(ch, a.micro, i == last_of[a.chunk])
+        last = self.ol.last_on("compute")
+        ends = self.dp.finish(last, self.micro)
+        opt = emit_optimizer(self.ol, self.cfg, self.dp.optimizer_params(),
+                             deps=(last, *ends, *self.hooks.flush()))
+        self.dp.after_optimizer(opt, self.micro)
+
+
+def _input_grad_view(layer: LayerCost) -> LayerCost:
+    """The layer's backward without its weight-gradient GEMMs (zero-bubble ``B``)."""
+    return replace(layer, backward=tuple(c for c in layer.backward
+                                         if not c.name.endswith(".wgrad")))
+
+
+def _kept_for_w(layer: LayerCost) -> int:
+    """Saved activations a split backward keeps for its ``W`` pass (the GEMM inputs; taken
+    as half of the layer's saved activations, an approximation)."""
+    return int(layer.activation_bytes) // 2 if any(
+        c.name.endswith(".wgrad") for c in layer.backward) else 0
+
+
+def _weight_grad_view(layer: LayerCost) -> LayerCost:
+    """The weight-gradient GEMMs only (zero-bubble ``W``); frees what ``B`` kept."""
+    return replace(layer, kind="weight_grad", forward=(),
+                   backward=tuple(c for c in layer.backward if c.name.endswith(".wgrad")),
+                   activation_bytes=_kept_for_w(layer))
+
+
+def parallel_layers(model: ModelSpec, plan: ParallelPlan, *, micro_batch: int, seq_len: int,
+                    precision: str, flash: bool, autocast: bool = False) -> list[LayerCost]:
+    """Per-layer costs on one rank of the plan (TP/SP/CP shapes)."""
+    return layer_costs(model, micro_batch, seq_len, precision, flash, autocast, tp=plan.tp,
+                       sp=plan.sequence_parallel and plan.tp > 1, cp=plan.cp)
+
+
+def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, world: World, *,
+                   seq_len: int, flash: bool = True, autocast: bool = False,
+                   tokens_per_sample: float = 0, model_flops_per_sample: float | None = None,
+                   layers: list[LayerCost] | None = None, check: bool = True) -> Trace:
+    """The Trace of one iteration of ``model`` under ``plan`` (see the module doc).
+    ``cfg.micro_batch`` is per micro-batch and DP rank, ``cfg.grad_accum`` the micro-batches
+    per pipeline per step."""
+    if check:
+        plan.check(model, world.world_size, seq_len=seq_len)
+    layers = layers or parallel_layers(model, plan, micro_batch=cfg.micro_batch,
+                                       seq_len=seq_len, precision=cfg.precision, flash=flash,
+                                       autocast=autocast)
+    all_chunks = chunks(layers, plan)
+    tokens = cfg.micro_batch * (seq_len // plan.cp)
+    act = tokens * model.hidden * precision_bytes(cfg.precision)
+    orders = schedule(plan.schedule, plan.pp, cfg.grad_accum, plan.vp)
+    classes, comms, groups_of = [], {}, {}
+    for p in range(plan.pp):
+        mine = {c: ch for (r, c), ch in all_chunks.items() if r == p}
+        b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
+                         loss_bytes=tokens * FP32)
+        b.run(orders[p])
+        classes.append(RankClass(f"stage{p}", plan.stage_ranks(p), b.ol.ops,
+                                 static_memory_bytes=b.dp.static_bytes()))
+        members = set(classes[-1].ranks)
+        for name in sorted(b.used):
+            if name not in groups_of:
+                groups_of[name] = plan.groups(COMM_DIMS[name])
+            groups = tuple(g for g in groups_of[name] if g[0] in members)
+            comms[f"{name}.s{p}"] = Communicator(f"{name}.s{p}", groups)
+    trace = Trace(world.world_size, classes, comms,
+                  _meta(model, plan, cfg, layers, seq_len, tokens_per_sample,
+                        model_flops_per_sample))
+    trace.meta["placement"] = placement(plan, world)
+    trace.validate()
+    return trace
+
+
+def _meta(model, plan, cfg, layers, seq_len, tokens_per_sample, flops_per_sample) -> dict:
+    samples = World(plan.dp, 1)      # samples per micro-step: one micro-batch per DP rank
+    if flops_per_sample is None:
+        flops_per_sample = model_flops_per_sample(model, seq_len)
+    meta = build_meta(layers, cfg, samples, strategy=cfg.name, model=model.name,
+                      tokens_per_sample=tokens_per_sample,
+                      model_flops_per_sample=flops_per_sample,
+                      plan=plan.describe(), pp=plan.pp, tp=plan.tp, cp=plan.cp,
+                      dp=plan.dp, vp=plan.vp, schedule=plan.schedule, dp_mode=plan.dp_mode,
+                      sequence_parallel=plan.sequence_parallel)
+    meta["params"] = params_total(model)
+    return meta
+
+
+def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, seq_len: int,
+                  flash: bool = True, autocast: bool = False, model: str = "",
+                  tokens_per_sample: float = 0,
+                  model_flops_per_sample: float | None = None) -> Trace:
+    """The build function of a strategy whose config has ``plan(world_size)`` (and
+    ``plan_fields()``, the keys its errors name): the plan checked against the model and
+    the schedule, then :func:`build_parallel`. ``layers`` (full-model costs) are not used:
+    the generator builds the sharded ones from ``spec``."""
+    plan = cfg.plan(world.world_size)
+    names = cfg.plan_fields() if hasattr(cfg, "plan_fields") else {}
+    plan.check(spec, world.world_size, seq_len=seq_len, names=names)
+    check_schedule(plan.schedule, plan.pp, cfg.grad_accum, plan.vp,
+                   fields={k: v for k, v in names.items()
+                           if k in ("schedule", "pp", "vp", "micro_batches")})
+    return build_parallel(spec, plan, cfg, world, seq_len=seq_len, flash=flash,
+                          autocast=autocast, tokens_per_sample=tokens_per_sample,
+                          model_flops_per_sample=model_flops_per_sample, check=False)

@@ -1,0 +1,141 @@
+"""Tensor and sequence parallelism: the collectives between a layer's kernels.
+
+Megatron-LM's column/row-parallel layers (Shoeybi et al. 2019, arXiv 1909.08053, section 3):
+a block runs one all-reduce of the ``b s h`` activations after the attention output
+projection and one after the MLP down projection in forward, and one of the input
+gradients after the QKV and the MLP up projections' input-gradient GEMMs in backward:
+four all-reduces of ``b s h`` elements per block and micro-batch. With sequence
+parallelism (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2) each all-reduce
+becomes a reduce-scatter (after the row-parallel GEMM) and an all-gather (before the next
+column-parallel GEMM), the same bytes on the wire. Vocab-parallel embedding: an
+all-reduce (SP: reduce-scatter) of its output; vocab-parallel loss: three all-reduces of
+``b s`` fp32 values (max logit, target logit, sum of exponentials); the LM head's input
+gradient is all-reduced (SP: reduce-scattered).
+
+Timing. A forward collective blocks the next kernel. A backward one blocks the next kernel
+that is not a weight-gradient GEMM (``*.wgrad``): Megatron overlaps the input-gradient
+all-reduce with the weight-gradient GEMM (``LinearWithGradAccumulationAndAsyncCommunication``).
+With ``tp_overlap`` (torchtitan async TP, Megatron ``tp_comm_overlap``) every collective is
+waited for one kernel later: hidden behind the GEMM it feeds or follows. That is an
+approximation: the real implementations split the GEMM into chunks pipelined with the
+collective, so a collective longer than its GEMM is not fully hidden there either, but a
+GEMM slowed by the concurrent communication (``overlap_slowdown``) is not modelled
+chunk by chunk. Activation checkpointing's recomputed forward repeats the forward
+collectives. Not modelled: Megatron-SP's re-gather of the column-parallel GEMM input for
+its weight gradient (overlapped with the input-gradient GEMM).
+"""
+
+from __future__ import annotations
+
+from simulator.strategies.base import OpHooks
+
+FP32 = 4
+STREAM = "tp"
+
+# (layer kind, sequence parallel) -> {(phase, "before"|"after", kernel): collective}
+_BLOCK = {
+    False: {("forward", "after", "attn_out"): "all_reduce",
+            ("forward", "after", "mlp_down"): "all_reduce",
+            ("backward", "after", "mlp_up.dgrad"): "all_reduce",
+            ("backward", "after", "qkv_proj.dgrad"): "all_reduce"},
+    True: {("forward", "before", "qkv_proj"): "all_gather",
+           ("forward", "after", "attn_out"): "reduce_scatter",
+           ("forward", "before", "mlp_up"): "all_gather",
+           ("forward", "after", "mlp_down"): "reduce_scatter",
+           ("backward", "before", "mlp_down.dgrad"): "all_gather",
+           ("backward", "after", "mlp_up.dgrad"): "reduce_scatter",
+           ("backward", "before", "attn_out.dgrad"): "all_gather",
+           ("backward", "after", "qkv_proj.dgrad"): "reduce_scatter"},
+}
+_EMBED = {False: {("forward", "after", "embed_lookup"): "all_reduce"},
+          True: {("forward", "after", "embed_lookup"): "reduce_scatter",
+                 ("backward", "before", "embed_lookup.bwd"): "all_gather"}}
+_HEAD = {False: {("backward", "after", "lm_head.dgrad"): "all_reduce"},
+         True: {("forward", "before", "lm_head"): "all_gather",
+                ("backward", "after", "lm_head.dgrad"): "reduce_scatter"}}
+LOSS_REDUCES = 3          # vocab-parallel cross entropy: max, target logit, sum of exp
+POINTS = {"transformer_block": _BLOCK, "embedding": _EMBED, "head": _HEAD}
+
+
+def kernel_key(name: str) -> str:
+    """A kernel's name as the tables above spell it (SwiGLU's ``mlp_gate_up`` is the MLP
+    up projection)."""
+    return name.replace("mlp_gate_up", "mlp_up")
+
+
+def points(kind: str, sp: bool) -> dict:
+    """The TP collectives of a layer of ``kind`` (see the module doc)."""
+    table = POINTS.get(kind)
+    return table[sp] if table else {}
+
+
+class TPHooks(OpHooks):
+    """Issues a rank class's TP collectives around its kernels (one object per class, so
+    a collective after a layer's last kernel is waited for by the next layer's first).
+
+    ``issue(kind, size_bytes, deps, name, phase, layer)`` adds the collective and returns its op id;
+    ``act_bytes`` is the ``b s h`` activation of one micro-batch in bytes (the full buffer,
+    nccl-tests terms); ``loss_bytes`` the ``b s`` fp32 values of one loss all-reduce."""
+
+    def __init__(self, issue, last_compute, *, sp: bool, overlap: bool, act_bytes: int,
+                 loss_bytes: int):
+        self.issue, self.last_compute = issue, last_compute
+        self.sp, self.overlap = sp, overlap
+        self.table: dict = {}
+        self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
+        self.pending: list[list] = []     # [op id, kernels still allowed to run first]
+        self.layer = self.kind = ""
+
+    def start_layer(self, layer) -> None:
+        self.table = points(layer.kind, self.sp)
+        self.layer, self.kind = layer.name, layer.kind
+
+    def _phase(self, phase: str) -> str:
+        return "forward" if phase == "recompute" else phase
+
+    def before(self, cost, phase: str) -> tuple:
+        deps = self._due(cost, phase)
+        kind = self.table.get((self._phase(phase), "before", kernel_key(cost.name)))
+        if kind:
+            op = self.issue(kind, self.act_bytes, (self.last_compute(),),
+                            f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
+            if self.overlap:
+                self.pending.append([op, 1])
+            else:
+                deps.append(op)
+        return tuple(deps)
+
+    def after(self, cost, phase: str, op_id: int) -> None:
+        name = kernel_key(cost.name)
+        kind = self.table.get((self._phase(phase), "after", name))
+        if kind:
+            op = self.issue(kind, self.act_bytes, (op_id,), f"{kind}.{self.layer}.{name}",
+                            phase, self.layer)
+            self.pending.append([op, 1 if self.overlap else 0])
+        if name == "lm_head" and self._phase(phase) == "forward" and self.kind == "head":
+            dep = op_id
+            for i in range(LOSS_REDUCES):
+                dep = self.issue("all_reduce", self.loss_bytes, (dep,),
+                                 f"all_reduce.loss{i}", phase, self.layer)
+            self.pending.append([dep, 0])
+
+    def _due(self, cost, phase: str) -> list:
+        """The pending collectives this kernel must wait for (weight-gradient GEMMs run
+        before a backward collective is waited for)."""
+        if phase == "backward" and cost.name.endswith(".wgrad"):
+            return []
+        due, keep = [], []
+        for item in self.pending:
+            if item[1] == 0:
+                due.append(item[0])
+            else:
+                item[1] -= 1
+                keep.append(item)
+        self.pending = keep
+        return due
+
+    def flush(self) -> list[int]:
+        """Every pending collective (what a send to the next stage waits for)."""
+        out = [op for op, _ in self.pending]
+        self.pending = []
+        return out

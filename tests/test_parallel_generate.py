@@ -1,0 +1,165 @@
+"""The parallel trace generator: TP/SP traffic per block against the Megatron arithmetic,
+the pipeline bubble out of the replay against the published formulas, stage classes and
+their send/recv, data-parallel modes, placement, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simulator.models import layer_costs, load_model
+from simulator.models.transformer import block_params
+from simulator.parallel import ParallelPlan
+from simulator.parallel.frameworks.megatron import MegatronConfig
+from simulator.parallel.generate import build_parallel
+from simulator.parallel.place import placement, tp_crosses_domain
+from simulator.parallel.schedules import bubble_fraction
+from simulator.pipeline import build_setup, run_setup
+from simulator.scenario import load_scenario, resolve_scenario
+from simulator.strategies import World
+
+GPT = load_model("gpt3-1.3b")        # h 2048, 16 heads, ffn 8192, 24 layers
+B, S, E = 1, 128, 2                  # micro-batch, sequence, bf16 bytes
+
+
+def small(layers: int):
+    return dataclasses.replace(GPT, layers=layers)
+
+
+def trace_of(plan: ParallelPlan, layers: int = 2, m: int = 1, gpn: int = 8, **cfg):
+    cfg = MegatronConfig(micro_batch=B, grad_accum=m, **cfg)
+    return build_parallel(small(layers), plan, cfg, World(plan.size, min(gpn, plan.size)),
+                          seq_len=S)
+
+
+def tp_ops(trace, layer: str):
+    cls = trace.classes[0]
+    return [op for op in cls.ops if op.kind == "collective" and op.comm.startswith("tp.")
+            and op.layer == layer]
+
+
+def test_tp_block_runs_four_all_reduces_of_bsh():
+    trace = trace_of(ParallelPlan(tp=2))
+    ops = tp_ops(trace, "block.0")
+    bsh_bytes = B * S * GPT.hidden * E            # 1 * 128 * 2048 * 2 = 524,288
+    assert bsh_bytes == 524_288
+    assert [(op.phase, op.collective) for op in ops] == [
+        ("forward", "all_reduce"), ("forward", "all_reduce"),
+        ("backward", "all_reduce"), ("backward", "all_reduce")]
+    assert {op.size_bytes for op in ops} == {bsh_bytes}
+    assert trace.communicators["tp.s0"].groups == ((0, 1),)
+
+
+def test_sequence_parallel_swaps_each_all_reduce_for_an_all_gather_and_reduce_scatter():
+    ops = tp_ops(trace_of(ParallelPlan(tp=2, sequence_parallel=True)), "block.0")
+    kinds = [(op.phase, op.collective) for op in ops]
+    for phase in ("forward", "backward"):
+        assert kinds.count((phase, "all_gather")) == 2
+        assert kinds.count((phase, "reduce_scatter")) == 2
+    assert {op.size_bytes for op in ops} == {B * S * GPT.hidden * E}
+
+
+def test_recompute_repeats_the_forward_collectives():
+    ops = tp_ops(trace_of(ParallelPlan(tp=2), recompute_granularity="full"), "block.0")
+    assert [op.phase for op in ops].count("recompute") == 2
+
+
+def test_vocab_parallel_head_and_embedding():
+    trace = trace_of(ParallelPlan(tp=2))
+    head = [(op.phase, op.collective, op.size_bytes) for op in tp_ops(trace, "head")]
+    # three fp32 loss all-reduces of b*s values forward, the input-gradient all-reduce back
+    assert head == [("forward", "all_reduce", B * S * 4)] * 3 + \
+        [("backward", "all_reduce", B * S * GPT.hidden * E)]
+    assert [op.collective for op in tp_ops(trace, "embed")] == ["all_reduce"]
+
+
+def test_tp_shapes_divide_the_block():
+    full, tp8 = (layer_costs(GPT, B, S, "bf16", tp=t)[1] for t in (1, 8))
+    h, f = GPT.hidden, GPT.ffn_hidden
+    # column/row-parallel matrices split 8 ways; the two row biases and the two
+    # LayerNorms (scale + shift) stay whole on every rank
+    split = h * 3 * h + h * h + 2 * h * f + 3 * h + f
+    assert block_params(GPT, 8) == split // 8 + 2 * h + 2 * 2 * h
+    assert tp8.params == block_params(GPT, 8)
+    qkv = next(c for c in tp8.forward if c.name == "qkv_proj")
+    assert qkv.flops == 2 * B * S * h * (3 * h // 8)
+    assert full.params == block_params(GPT)
+
+
+def test_one_rank_class_per_stage_and_the_stage_sends_match():
+    trace = trace_of(ParallelPlan(pp=2, tp=2, dp_shard=2, dp_mode="zero1"), layers=4, m=4)
+    assert [c.id for c in trace.classes] == ["stage0", "stage1"]
+    assert trace.classes[1].ranks == (4, 5, 6, 7)
+    sends = [op for op in trace.classes[0].ops if op.kind == "send"]
+    assert len(sends) == 4 and {op.peer for op in sends} == {4}
+    assert sends[0].size_bytes == B * S * GPT.hidden * E   # one b*s*h activation
+    grads = [op for op in trace.classes[0].ops if op.comm == "dp.s0"]
+    assert {op.collective for op in grads} == {"reduce_scatter", "all_gather"}
+
+
+@pytest.mark.parametrize("mode, kinds", [
+    ("ddp", {"all_reduce"}), ("zero1", {"reduce_scatter", "all_gather"}),
+    ("zero2", {"reduce_scatter", "all_gather"}), ("fsdp", {"reduce_scatter", "all_gather"})])
+def test_data_parallel_modes(mode, kinds):
+    trace = trace_of(ParallelPlan(dp_shard=4, dp_mode=mode), m=2)
+    ops = [op for op in trace.classes[0].ops if op.kind == "collective"]
+    assert {op.collective for op in ops} == kinds
+
+
+def test_static_memory_follows_the_sharding():
+    plain = trace_of(ParallelPlan(dp_replicate=4, dp_mode="ddp")).classes[0]
+    zero1 = trace_of(ParallelPlan(dp_shard=4, dp_mode="zero1")).classes[0]
+    P = sum(x.params for x in layer_costs(small(2), B, S, "bf16"))
+    # Megatron: bf16 weights 2 + fp32 grads 4 + fp32 master and Adam 12 = 18 bytes/param;
+    # the distributed optimizer shards the 12 over the 4 ranks
+    assert plain.static_memory_bytes == 18 * P
+    assert zero1.static_memory_bytes == 6 * P + 12 * -(-P // 4)
+
+
+def test_the_same_inputs_give_the_same_trace():
+    plan = ParallelPlan(pp=2, tp=2, sequence_parallel=True, vp=2, schedule="interleaved_1f1b")
+    a, b = (trace_of(plan, layers=4, m=2) for _ in range(2))
+    assert [c.ops for c in a.classes] == [c.ops for c in b.classes]
+
+
+def test_placement_keeps_tp_inside_the_nvlink_domain():
+    plan = ParallelPlan(dp_shard=4, tp=8)
+    world = World(32, 8)
+    assert placement(plan, world) == {"dp_shard": "network (4 domains per group)",
+                                      "tp": "nvlink"}
+    assert all(len({r // 8 for r in g}) == 1 for g in plan.groups("tp"))
+    outer = ParallelPlan(dp_shard=4, tp=8, order=("pp", "dp_replicate", "cp", "tp", "dp_shard"))
+    assert tp_crosses_domain(outer, world) and not tp_crosses_domain(plan, world)
+    assert placement(ParallelPlan(tp=16), World(16, 8)) == {"tp": "network (2 domains per group)"}
+
+
+# ----------------------------------------------------------------------------- bubble
+def _uniform(trace, split: bool):
+    """With one block per chunk: every pass of a chunk one time unit forward, two
+    backward (split: one B, one W), everything else free (the embedding, the head, the
+    optimizer): the idealised model of schedules.bubble_fraction."""
+    unit = {"qkv_proj": 1.0, "qkv_proj.dgrad": 1.0 if split else 2.0,
+            "qkv_proj.wgrad": 1.0 if split else 0.0}
+    for cls in trace.classes:
+        for op in cls.ops:
+            if op.kind == "compute":
+                op.duration_s = unit.get(op.name, 0.0) if op.layer.startswith("block") \
+                    else 0.0
+    return trace
+
+
+@pytest.mark.parametrize("schedule, pp, m, vp", [
+    ("1f1b", 4, 8, 1), ("gpipe", 4, 4, 1), ("interleaved_1f1b", 4, 8, 2),
+    ("zb_h1", 4, 8, 1), ("zbv", 4, 8, 2)])
+def test_bubble_of_the_replay_matches_the_formula(schedule, pp, m, vp):
+    plan = ParallelPlan(pp=pp, vp=vp, schedule=schedule, dp_mode="ddp")
+    trace = trace_of(plan, layers=pp * vp, m=m)
+    _uniform(trace, split=schedule in ("zb_h1", "zbv"))
+    scn = load_scenario(resolve_scenario("quickstart"), [f"cluster.gpus={pp}",
+                                                        "training.seq_len=128"])
+    setup = dataclasses.replace(build_setup(scn, extrapolate_steps=False), trace=trace)
+    t = run_setup(setup).metrics.iteration_time_s
+    busy = 3.0 * m * vp
+    # comm is not free (a few microseconds a hop against passes of one second)
+    assert 1 - busy / t == pytest.approx(bubble_fraction(schedule, pp, m, vp), abs=2e-4)
