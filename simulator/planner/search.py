@@ -4,7 +4,8 @@ best survivors with the real simulator, rank them.
 1. every candidate of :mod:`.space` that this build can replay (:mod:`.strategy`);
 2. each one's analytical step time and peak memory (:mod:`.estimate`); those over the GPU's
    memory are pruned;
-3. the ``replay`` fastest estimates that fit are simulated as ``clustersim run`` would
+3. the ``replay`` fastest estimates that fit, one per kind of plan (:func:`pick`), are
+   simulated as ``clustersim run`` would
    (:func:`~simulator.pipeline.build_setup` / :func:`~simulator.pipeline.run_setup` on the
    same cluster), one at a time;
 4. the replayed rows are ranked by simulated step time (out-of-memory ones last), priced
@@ -89,8 +90,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 5, limits: Limits 
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
     fits = _estimated(out, model, est, limits, model_parallel, say)
-    fits.sort(key=lambda r: (r.estimate.step_s, r.candidate.label()))
-    survivors = fits[:replay]
+    survivors = pick(fits, replay)
     for i, row in enumerate(survivors):
         say(f"replaying {i + 1}/{len(survivors)}: {row.candidate.label()}")
         _replay(row, scn, cluster, source, out)
@@ -122,6 +122,27 @@ def _estimated(out: Search, model, est: Estimator, limits: Limits, model_paralle
         f"{len(fits)} fit")
     out.counts.update(counted)
     return fits
+
+
+def family(c: Candidate) -> tuple:
+    """What makes plans different in kind: the model-parallel degrees, the schedule and
+    the data-parallel mode (HSDP apart from FSDP); micro-batch and checkpointing are not."""
+    p = c.plan
+    return (p.tp, p.pp, p.vp, p.cp, p.dp_mode, p.dp_replicate > 1 and p.dp_shard > 1)
+
+
+def pick(fits: list[Row], replay: int) -> list[Row]:
+    """The ``replay`` fastest estimates, one per :func:`family` (the best micro-batch and
+    checkpointing of each), so the table compares different plans, not variants of one."""
+    out, seen = [], set()
+    for row in sorted(fits, key=lambda r: (r.estimate.step_s, r.candidate.label())):
+        key = family(row.candidate)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+        if len(out) == replay:
+            break
+    return out
 
 
 def _replay(row: Row, scn: Scenario, cluster, source: str, out: Search) -> None:

@@ -26,7 +26,8 @@ class Limits:
 
     max_tp: int = 16
     max_pp: int = 16
-    max_cp: int = 4
+    max_cp: int = 1        # context parallelism: its ring/all-gather K/V traffic is not in
+                           # the generator yet (replays would show CP as free): opt in
     max_vp: int = 4
     max_micro_batch: int = 8
 
@@ -96,7 +97,7 @@ def plans(model: ModelSpec, world: int, seq_len: int, limits: Limits,
                 if world % mp:
                     continue
                 for base in _pipelines(pp, limits):
-                    for dp_rep, dp_shard, mode in _data_parallel(world // mp):
+                    for dp_rep, dp_shard, mode in _data_parallel(world // mp, pp):
                         plan = ParallelPlan(pp=pp, tp=tp, cp=cp, dp_replicate=dp_rep,
                                             dp_shard=dp_shard, dp_mode=mode,
                                             sequence_parallel=tp > 1, **base)
@@ -114,11 +115,14 @@ def _pipelines(pp: int, limits: Limits) -> list[dict]:
     return out
 
 
-def _data_parallel(dp: int) -> list[tuple[int, int, str]]:
+def _data_parallel(dp: int, pp: int) -> list[tuple[int, int, str]]:
     """(dp_replicate, dp_shard, dp_mode): FSDP over all, HSDP splits, DDP, and the
-    distributed optimizer (zero1) over all."""
-    out = [(1, dp, "fsdp")] if dp > 1 else [(1, 1, "ddp")]
-    out += [(r, dp // r, "fsdp") for r in powers_of_two(dp) if 1 < r < dp and dp % r == 0]
+    distributed optimizer (zero1) over all. Under PP, FSDP keeps the gathered parameters
+    from forward to backward (zero2: torchtitan's default ``reshard_after_forward`` with
+    PP), since every micro-batch would gather them again otherwise."""
+    fsdp = "fsdp" if pp == 1 else "zero2"
+    out = [(1, dp, fsdp)] if dp > 1 else [(1, 1, "ddp")]
+    out += [(r, dp // r, fsdp) for r in powers_of_two(dp) if 1 < r < dp and dp % r == 0]
     if dp > 1:
         out += [(dp, 1, "ddp"), (1, dp, "zero1")]
     return out
