@@ -259,3 +259,32 @@ def test_data_parallel_torchtitan_and_deepspeed_replay_as_fsdp_and_ddp():
     mb = 50_000_000 * 2 / (1 << 20)
     ddp, _ = _replayed({"name": "ddp", "bucket_cap_mb": mb, "param_dtype": "bf16"})
     assert [c.ops for c in ds.classes] == [c.ops for c in ddp.classes]
+
+
+# ------------------------------------------------------------------ compare rows
+def test_framework_variants_are_named_strategies():
+    from simulator.choices import DEFAULT_COMPARE_STRATEGIES, strategy_named
+    v = strategy_named("Megatron:tp8pp2vp2dopt")
+    assert v.key == "megatron:tp8pp2vp2dopt" and v.strategy == "megatron"
+    assert dict(v.options) == {"tensor_model_parallel_size": 8,
+                               "pipeline_model_parallel_size": 2,
+                               "virtual_pipeline_model_parallel_size": 2,
+                               "use_distributed_optimizer": True}
+    assert dict(strategy_named("deepspeed:zero3tp2").options) == {
+        "zero_optimization.stage": 3, "tensor_parallel.autotp_size": 2}
+    for bad in ("megatron:tpx", "megatron:dopt2", "torchtitan:zero3", "deepspeed:tp"):
+        assert strategy_named(bad) is None
+    assert "megatron" not in DEFAULT_COMPARE_STRATEGIES     # the default rows are as before
+
+
+def test_compare_rows_of_framework_strategies(capsys):
+    code, out, err = run_main(capsys, "compare", "--set", "training.seq_len=512",
+                              "--strategies", "torchtitan:tp2,megatron:tp2pp2dopt,deepspeed:zero3",
+                              "--no-scaling", "--no-capacity", "--format", "json", "-q")
+    assert code == 0, err
+    import json
+    rows = {r["strategy"]: r for r in json.loads(out)["rows"]}
+    assert set(rows) == {"torchtitan:tp2", "megatron:tp2pp2dopt", "deepspeed:zero3"}
+    assert all(r["status"] == "ok" for r in rows.values())
+    code, _, err = run_main(capsys, "compare", "--strategies", "megatron:tpx", "-q")
+    assert code == 2 and "megatron:tpx" in err

@@ -84,7 +84,9 @@ def register(cli: click.Group) -> None:
         iteration, per million tokens, per 1,000 samples, and for a --tokens/--epochs/
         --iterations budget) with the cost of communication waits shown on its own.
         Strategies: fsdp-full, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid, fsdp-hybrid-zero2,
-        ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod. One that cannot run
+        ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod; also megatron,
+        torchtitan, deepspeed and their variants with degrees in the name (megatron:tp8pp2vp2dopt,
+        torchtitan:tp8rep2, deepspeed:zero3tp2; docs/compare.md). One that cannot run
         on this cluster is reported as n/a with the reason (docs/compare.md). Each
         strategy that ran gets its accuracy envelope (nearest validated case, its error).
         """
