@@ -25,13 +25,18 @@ def config_options(command):
 
 def load(path, sets: list[str], config: Path | None, fmt: str | None):
     """The scenario at ``path`` with ``--config`` merged in and ``sets`` over both."""
+    return load_pieces(path, sets, config, fmt)[0]
+
+
+def load_pieces(path, sets: list[str], config: Path | None, fmt: str | None):
+    """(:func:`load`'s scenario, the config's pieces or None)."""
     from ..scenario import load_scenario
     if config is None:
-        return load_scenario(path, sets)
+        return load_scenario(path, sets), None
     from ..configs import read_config, scenario_with_config
     pieces = read_config(config, fmt)
     scn = scenario_with_config(path, pieces, sets)
     click.echo(pieces.summary(), err=True)
     if pieces.model_note:
         click.echo(f"{pieces.source}: {pieces.model_note} ({scn.model})", err=True)
-    return scn
+    return scn, pieces

@@ -10,8 +10,7 @@ from ..choices import DEFAULT_SCENARIO
 from ..errors import ConfigError
 from ..progress import enabled, quiet_option, stage
 from .common import names_sets
-from .configfile import config_options
-from .configfile import load as load_with_config
+from .configfile import config_options, load_pieces
 
 _SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=128 or --set "
              "training.seq_len=8192 (repeatable).")
@@ -65,10 +64,11 @@ def register(cli: click.Group) -> None:
         from ..topology.build import scenario_graph
 
         path = resolve_scenario(scenario)
-        scn = load_with_config(path, list(sets), config, config_format)
+        scn, pieces = load_pieces(path, list(sets), config, config_format)
         G = scenario_graph(scn)
         gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
-        batch = global_batch or scn.training.micro_batch * scn.training.grad_accum * gpus
+        batch = global_batch or (pieces and pieces.global_batch) or \
+            scn.training.micro_batch * scn.training.grad_accum * gpus
         if batch < 1:
             raise ConfigError(f"must be >= 1, got {batch}", source="--global-batch")
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
