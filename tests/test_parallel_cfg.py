@@ -288,3 +288,33 @@ def test_compare_rows_of_framework_strategies(capsys):
     assert all(r["status"] == "ok" for r in rows.values())
     code, _, err = run_main(capsys, "compare", "--strategies", "megatron:tpx", "-q")
     assert code == 2 and "megatron:tpx" in err
+
+
+def test_deepspeed_refuses_zero2_and_3_under_pipeline_parallelism():
+    with pytest.raises(ConfigError) as exc:
+        parse_strategy({"name": "deepspeed", "zero_optimization": {"stage": 3},
+                        "pipeline": {"stages": 2}})
+    assert exc.value.field == "strategy.zero_optimization.stage"
+    ok = parse_strategy({"name": "deepspeed", "zero_optimization": {"stage": 1},
+                         "pipeline": {"stages": 2}})
+    assert ok.plan(8).pp == 2 and ok.plan(8).dp_mode == "zero1"
+
+
+def test_torchtitan_checkpointing_becomes_the_common_fields():
+    from simulator.parallel.frameworks.translate import has_ac_modes
+    full = parse_strategy({"name": "torchtitan", "activation_checkpoint": {"mode": "full"}})
+    none = parse_strategy({"name": "torchtitan", "activation_checkpoint": {"mode": "none"}})
+    assert full.activation_checkpointing in (True, "full")
+    assert none.activation_checkpointing in (False, "none")
+    every2 = {"name": "torchtitan", "activation_checkpoint": {"mode": "selective",
+                                                               "selective_ac_option": "2"}}
+    if has_ac_modes():                    # none | full | selective in the common config
+        cfg = parse_strategy(every2)
+        assert cfg.activation_checkpointing == "selective" and cfg.selective_ac_option == 2
+    else:
+        with pytest.raises(ConfigError) as exc:
+            parse_strategy(every2)
+        assert exc.value.field == "strategy.activation_checkpoint.mode"
+    with pytest.raises(ConfigError) as exc:
+        parse_strategy({**every2, "activation_checkpointing": True})
+    assert exc.value.field == "strategy.activation_checkpointing"

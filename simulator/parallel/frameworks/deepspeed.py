@@ -98,6 +98,11 @@ class DeepSpeedConfig(CommonConfig):
     def _check(self) -> None:
         if self.name != "deepspeed":
             raise ConfigError(f"expected 'deepspeed', got {self.name!r}", field="strategy.name")
+        if self.pipeline.stages > 1 and self.zero_optimization.stage > 1:
+            # DeepSpeed's PipelineEngine asserts this (runtime/pipe/engine.py)
+            raise ConfigError(f"ZeRO stage {self.zero_optimization.stage} does not run with "
+                              f"pipeline parallelism in DeepSpeed (stage 0 or 1 only)",
+                              field="strategy.zero_optimization.stage")
         self.cpu_offload()
 
     def cpu_offload(self) -> bool:
