@@ -5,7 +5,7 @@ Prints the wall time split into the analytical part (enumerate, estimate, prune)
 replays, the candidates, how many fit, the survivors replayed, the simulated events of
 the replays and events per second, and the process's peak RSS:
 
-    python benchmarks/bench_plan.py [--gpus 1024] [--global-batch 1024] [--replay 5]
+    python benchmarks/bench_plan.py [--gpus 1024] [--global-batch 1024] [--replay 3]
 
 The target (issue 17): 1,000 candidates of a 70B model on 1,024 GPUs in <= 60 s on the
 2-core machine. The estimate costs milliseconds per candidate (layer costs and collective
@@ -29,7 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=1024)
     ap.add_argument("--global-batch", type=int, default=1024)
-    ap.add_argument("--replay", type=int, default=5)
+    ap.add_argument("--replay", type=int, default=3)
     args = ap.parse_args()
     scn = load_scenario(ROOT / "scenarios" / "llama2-70b-fsdp-128gpu.yaml",
                         [f"cluster.nodes={max(1, args.gpus // 8)}"])

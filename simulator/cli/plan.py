@@ -25,7 +25,7 @@ def register(cli: click.Group) -> None:
     @click.option("--global-batch", type=int, default=None, metavar="N",
                   help="Samples per step [default: the scenario's micro_batch x grad_accum "
                        "x GPUs].")
-    @click.option("--replay", type=click.IntRange(1, 100), default=5, show_default=True,
+    @click.option("--replay", type=click.IntRange(1, 100), default=3, show_default=True,
                   help="How many of the best estimates to simulate.")
     @click.option("--max-tp", type=click.IntRange(1, 64), default=16, show_default=True)
     @click.option("--max-pp", type=click.IntRange(1, 128), default=16, show_default=True)

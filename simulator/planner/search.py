@@ -70,7 +70,7 @@ class Search:
     events: int = 0                                     # engine events of the replays
 
 
-def search(scn: Scenario, global_batch: int, *, replay: int = 5, limits: Limits = Limits(),
+def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits = Limits(),
            price: Price | None = None, source: str = "<scenario>",
            progress: Progress | None = None, model_parallel: bool | None = None) -> Search:
     """Search the plans of ``scn``'s model on ``scn``'s cluster for ``global_batch``
