@@ -55,9 +55,21 @@ def test_sequence_parallel_swaps_each_all_reduce_for_an_all_gather_and_reduce_sc
     ops = tp_ops(trace_of(ParallelPlan(tp=2, sequence_parallel=True)), "block.0")
     kinds = [(op.phase, op.collective) for op in ops]
     for phase in ("forward", "backward"):
-        assert kinds.count((phase, "all_gather")) == 2
         assert kinds.count((phase, "reduce_scatter")) == 2
+    assert kinds.count(("forward", "all_gather")) == 2
+    # backward: the two output-gradient all-gathers, and Megatron-SP's re-gather of the
+    # QKV and MLP-up inputs for their weight gradients
+    assert kinds.count(("backward", "all_gather")) == 4
     assert {op.size_bytes for op in ops} == {B * S * GPT.hidden * E}
+
+
+def test_the_sp_input_regather_is_waited_for_by_the_weight_gradient_gemm():
+    cls = trace_of(ParallelPlan(tp=2, sequence_parallel=True)).classes[0]
+    by_id = {op.id: op for op in cls.ops}
+    regather = next(op for op in cls.ops if op.name == "all_gather.block.0.qkv_proj.dgrad")
+    waiters = [op.name for op in cls.ops if regather.id in op.deps]
+    assert waiters == ["qkv_proj.wgrad"]
+    assert by_id[regather.deps[0]].kind == "compute"
 
 
 def test_recompute_repeats_the_forward_collectives():
@@ -163,3 +175,82 @@ def test_bubble_of_the_replay_matches_the_formula(schedule, pp, m, vp):
     busy = 3.0 * m * vp
     # comm is not free (a few microseconds a hop against passes of one second)
     assert 1 - busy / t == pytest.approx(bubble_fraction(schedule, pp, m, vp), abs=2e-4)
+
+
+def test_a_pipelined_step_is_never_extrapolated():
+    # accum.py extrapolates identical micro-steps of the strategies it lists; a pipeline's
+    # micro-steps differ (warm-up, steady state, drain), so megatron is replayed whole
+    from types import SimpleNamespace
+
+    from simulator import accum
+    cfg = MegatronConfig(grad_accum=accum.THRESHOLD * 4, pipeline_model_parallel_size=4)
+
+    def make(_):
+        raise AssertionError("no replayed micro-steps for a planned strategy")
+    assert accum.plan_accum(cfg, SimpleNamespace(sequence_lengths=None), make) is None
+
+
+def test_tp_overlap_waits_one_kernel_later():
+    def waiter(plan):
+        cls = trace_of(plan).classes[0]
+        ar = next(op for op in cls.ops if op.name == "all_reduce.block.0.attn_out")
+        return [op.name for op in cls.ops if ar.id in op.deps]
+    assert waiter(ParallelPlan(tp=2)) == ["residual1"]
+    # hidden behind the kernel after it (the next norm), waited for by the one after that
+    assert waiter(ParallelPlan(tp=2, tp_overlap=True)) == ["norm2"]
+
+
+def test_fsdp_under_a_pipeline_gathers_once_and_reduces_at_the_last_micro_batch():
+    trace = trace_of(ParallelPlan(pp=2, dp_shard=2, dp_mode="fsdp"), layers=4, m=4)
+    ops = trace.classes[0].ops
+    gathers = [op for op in ops if op.collective == "all_gather" and op.layer == "block.0"]
+    reduces = [op for op in ops if op.collective == "reduce_scatter" and op.layer == "block.0"]
+    assert len(gathers) == 1 and len(reduces) == 1
+    assert reduces[0].attrs["micro_step"] == 3
+    plain = trace_of(ParallelPlan(dp_shard=2, dp_mode="fsdp"), layers=4, m=2).classes[0].ops
+    # without a pipeline: gathered before forward and backward, reduced every micro-batch
+    assert [op.collective for op in plain if op.layer == "block.0" and
+            op.kind == "collective"] == ["all_gather", "all_gather", "reduce_scatter"] * 2
+
+
+def test_ddp_buckets_overlap_backward_only_when_asked():
+    def positions(overlap):
+        plan = ParallelPlan(dp_replicate=2, dp_mode="ddp", overlap_grad_reduce=overlap,
+                            bucket_params=10_000_000)
+        ops = trace_of(plan, layers=4).classes[0].ops
+        last_bwd = max(i for i, op in enumerate(ops) if op.phase == "backward"
+                       and op.kind == "compute")
+        return [i < last_bwd for i, op in enumerate(ops) if op.comm == "dp.s0"]
+    assert all(not before for before in positions(False))
+    assert any(positions(True))
+
+
+def test_zero_bubble_splits_the_weight_gradients_into_w():
+    trace = trace_of(ParallelPlan(pp=2, schedule="zb_h1"), layers=2, m=2)
+    ops = trace.classes[0].ops
+    wgrads = [op for op in ops if op.name.endswith(".wgrad")]
+    dgrads = [op for op in ops if op.name.endswith(".dgrad")]
+    assert wgrads and dgrads
+    # every W of a micro-batch comes after that micro-batch's input-gradient kernels
+    for m in (0, 1):
+        assert min(i for i, op in enumerate(ops) if op in wgrads and
+                   op.attrs["micro_step"] == m) > \
+            max(i for i, op in enumerate(ops) if op in dgrads and op.attrs["micro_step"] == m)
+
+
+@pytest.mark.parametrize("mode", ["ddp", "zero1", "zero2", "fsdp"])
+@pytest.mark.parametrize("schedule", ["1f1b", "zb_h1"])
+def test_every_transient_byte_is_freed_by_the_end_of_the_step(mode, schedule):
+    # what a pipelined step allocates it frees (FSDP reshards every unit, root included,
+    # at its last backward); an unsharded gradient accumulated over the micro-batches is
+    # allocated once, not once per micro-batch
+    plan = ParallelPlan(pp=2, dp_shard=2, tp=2, dp_mode=mode, schedule=schedule)
+    for cls in trace_of(plan, layers=4, m=4).classes:
+        assert sum(op.mem_alloc_bytes - op.mem_free_bytes for op in cls.ops) == 0
+
+
+def test_fsdp_without_a_pipeline_keeps_only_the_root_gathered():
+    trace = trace_of(ParallelPlan(dp_shard=2, dp_mode="fsdp"), layers=2, m=2)
+    embed, *_, head = layer_costs(small(2), B, S, "bf16")
+    kept = sum(-(-x.params // 2) * 2 * E for x in (embed, head))
+    assert sum(op.mem_alloc_bytes - op.mem_free_bytes for op in trace.classes[0].ops) == kept

@@ -42,8 +42,21 @@ def test_ep_groups_are_carved_from_the_data_parallel_ranks():
 
 def test_uneven_stage_layers():
     p = ParallelPlan(pp=4, first_stage_layers=3, last_stage_layers=3)
-    assert p.stage_layers(32) == [3, 13, 13, 3]
-    assert ParallelPlan(pp=4).stage_layers(32) == [8] * 4
+    assert p.model_stage_blocks(32) == [3, 13, 13, 3]
+    assert ParallelPlan(pp=4).model_stage_blocks(32) == [8] * 4
+    # interleaved: rank 0's 4 blocks over its 2 chunks (model stages 0 and 4)
+    p = ParallelPlan(pp=4, vp=2, schedule="interleaved_1f1b", first_stage_layers=4,
+                     last_stage_layers=4)
+    assert p.model_stage_blocks(32) == [2, 6, 6, 2, 2, 6, 6, 2]
+
+
+def test_embedding_and_loss_counted_as_layers():
+    # Llama 3 405B: 126 blocks + embedding + loss = 128 = 8 stages x 2 chunks x 8
+    p = ParallelPlan(pp=8, vp=2, schedule="interleaved_1f1b", embedding_in_split=True,
+                     loss_in_split=True)
+    blocks = p.model_stage_blocks(126)
+    assert blocks[0] == 7 and blocks[-1] == 7 and set(blocks[1:-1]) == {8}
+    assert sum(blocks) == 126
 
 
 LLAMA = load_model("llama-2-70b")     # 64 heads, 8 KV heads, 80 layers
@@ -80,3 +93,8 @@ def test_bad_values_are_config_errors():
         ParallelPlan(tp=0)
     with pytest.raises(ConfigError, match="plan.order"):
         ParallelPlan(order=("tp", "pp"))
+
+
+def test_blocks_per_pipeline_rank():
+    p = ParallelPlan(pp=4, vp=2, schedule="interleaved_1f1b")
+    assert p.stage_layers(32) == [8] * 4

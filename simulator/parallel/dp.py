@@ -50,6 +50,7 @@ class DataParallel:
                         for c, ls in chunk_layers.items()} if self.mode != "fsdp" else {}
         self.gathered: dict[tuple[int, int], int] = {}      # (chunk, layer) -> AG op
         self.param_ready: dict[tuple[int, int], int] = {}   # zero1 overlapped gathers
+        self.grads_held: set[tuple[int, int]] = set()       # FSDP unsharded gradients
 
     # ------------------------------------------------------------------ sizes
     def sharded(self, n: int) -> int:
@@ -75,8 +76,11 @@ class DataParallel:
         return self.d > 1 or (self.mode == "fsdp" and self.replicate > 1)
 
     # ------------------------------------------------------------------ forward
-    def before_forward(self, chunk: int, li: int, layer, micro: int, first: bool) -> tuple:
-        """Ops the layer's forward waits for (a parameter all-gather)."""
+    def before_forward(self, chunk: int, li: int, layer, micro: int, first: bool,
+                       after: int | None = None) -> tuple:
+        """Ops the layer's forward waits for (a parameter all-gather). An FSDP all-gather
+        is issued once ``after`` (the previous layer's first kernel) starts: one layer of
+        prefetch, as FSDP2's pre-forward hook issues it while the CPU runs one layer ahead."""
         if not self.active or not layer.params:
             return ()
         key = (chunk, li)
@@ -87,7 +91,7 @@ class DataParallel:
         if key not in self.gathered:
             size = self.sharded(int(layer.params)) * self.shard * self.wb
             self.gathered[key] = self.b.collective(
-                "all_gather", GATHER_STREAM, "shard", size, (), f"params.{layer.name}",
+                "all_gather", GATHER_STREAM, "shard", size, (after,), f"params.{layer.name}",
                 "forward", micro, layer=layer.name, mem_alloc_bytes=size)
         return (self.gathered[key],)
 
@@ -117,16 +121,24 @@ class DataParallel:
                     self.param_ready[(c, names.index(name))] = op
 
     # ------------------------------------------------------------------ backward
-    def before_backward(self, chunk: int, li: int, layer, micro: int) -> tuple:
+    def before_backward(self, chunk: int, li: int, layer, micro: int,
+                        after: int | None = None) -> tuple:
         if not self._reshards(layer) or not layer.params:
             return ()
-        return self.before_forward(chunk, li, layer, micro, False)
+        return self.before_forward(chunk, li, layer, micro, False, after)
 
-    def grad_bytes(self, layer) -> int:
-        """Unsharded gradient bytes a layer's backward produces (FSDP; the other modes
-        accumulate into their static buffer)."""
-        return self.sharded(int(layer.params)) * self.shard * self.wb \
-            if self.mode == "fsdp" and self.shard > 1 else 0
+    def grad_bytes(self, chunk: int, li: int, layer) -> int:
+        """Unsharded gradient bytes a layer's backward allocates (FSDP; the other modes
+        accumulate into their static buffer): on its first backward since its last
+        reduce-scatter (under a pipeline the gradient accumulates in place over the
+        micro-batches)."""
+        if self.mode != "fsdp" or self.shard == 1 or (chunk, li) in self.grads_held:
+            return 0
+        self.grads_held.add((chunk, li))
+        return self._unsharded_grad(layer)
+
+    def _unsharded_grad(self, layer) -> int:
+        return self.sharded(int(layer.params)) * self.shard * self.wb
 
     def after_backward(self, chunk: int, li: int, layer, last_op: int, micro: int,
                        last_micro: bool) -> None:
@@ -159,7 +171,8 @@ class DataParallel:
             self.b.ol.free(last_op, gathered)
         if pipelined and not last_micro:
             return
-        grad = self.grad_bytes(layer)
+        grad = self._unsharded_grad(layer) if key in self.grads_held else 0
+        self.grads_held.discard(key)
         last = last_op
         if self.shard > 1:
             last = self.b.collective("reduce_scatter", GRAD_STREAM, "shard",

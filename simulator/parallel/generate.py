@@ -31,7 +31,6 @@ accepts. ``build_parallel(..., layers=...)`` takes layer costs built elsewhere (
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
@@ -46,6 +45,7 @@ from .dp import DataParallel
 from .place import placement
 from .plan import ParallelPlan
 from .schedules import SPLIT_W, check_schedule, schedule
+from .split import input_grad_view, kept_for_w, weight_grad_view
 from .stages import Chunk, chunks, neighbour
 from .tp import FP32, STREAM, TPHooks
 
@@ -96,7 +96,8 @@ class StageBuilder:
                  "replicate": plan.dp_replicate}
         self.dp = DataParallel(self, {c: ch.layers for c, ch in my_chunks.items()},
                                sizes["grad"], sizes["shard"], sizes["replicate"])
-        self.prev_start: int | None = None
+        self.prev_start: int | None = None    # first op of the previous pass
+        self.layer_start: int | None = None   # first op of the previous layer emitted
 
     # ------------------------------------------------------------------ ops
     def comm(self, name: str) -> str:
@@ -152,9 +153,11 @@ class StageBuilder:
         start = None
         for li, layer in enumerate(ch.layers):
             self.hooks.start_layer(layer)
-            d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first)]
+            d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first,
+                                                after=self.layer_start)]
             f, last = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d,
                                    self.hooks)
+            self.layer_start = f
             start = f if start is None else start
             self.dp.after_forward(ch.chunk, li, layer, last)
             deps = []
@@ -171,14 +174,17 @@ class StageBuilder:
         start = None
         for li in reversed(range(len(ch.layers))):
             layer = ch.layers[li]
-            view = _input_grad_view(layer) if split else layer
+            view = input_grad_view(layer) if split else layer
             self.hooks.start_layer(layer)
-            d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro)]
+            d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
+                                                 after=self.layer_start)]
             f, _, last = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
-                                       grad_bytes=0 if split else self.dp.grad_bytes(layer),
+                                       grad_bytes=0 if split else
+                                       self.dp.grad_bytes(ch.chunk, li, layer),
                                        hooks=self.hooks)
+            self.layer_start = f
             if split:
-                self.ol.alloc(last, _kept_for_w(layer))
+                self.ol.alloc(last, kept_for_w(layer))
             else:
                 self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
             start = f if start is None else start
@@ -193,8 +199,9 @@ class StageBuilder:
         for li in reversed(range(len(ch.layers))):
             layer = ch.layers[li]
             self.hooks.start_layer(layer)
-            f, _, last = emit_backward(self.ol, _weight_grad_view(layer), self.cfg, micro,
-                                       grad_bytes=self.dp.grad_bytes(layer), hooks=self.hooks)
+            f, _, last = emit_backward(self.ol, weight_grad_view(layer), self.cfg, micro,
+                                       grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer),
+                                       hooks=self.hooks)
             self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
             start = f if start is None else start
         self.prev_start = start
@@ -224,24 +231,10 @@ class StageBuilder:
         self.dp.after_optimizer(opt, self.micro)
 
 
-def _input_grad_view(layer: LayerCost) -> LayerCost:
-    """The layer's backward without its weight-gradient GEMMs (zero-bubble ``B``)."""
-    return replace(layer, backward=tuple(c for c in layer.backward
-                                         if not c.name.endswith(".wgrad")))
-
-
-def _kept_for_w(layer: LayerCost) -> int:
-    """Saved activations a split backward keeps for its ``W`` pass (the GEMM inputs; taken
-    as half of the layer's saved activations, an approximation)."""
-    return int(layer.activation_bytes) // 2 if any(
-        c.name.endswith(".wgrad") for c in layer.backward) else 0
-
-
-def _weight_grad_view(layer: LayerCost) -> LayerCost:
-    """The weight-gradient GEMMs only (zero-bubble ``W``); frees what ``B`` kept."""
-    return replace(layer, kind="weight_grad", forward=(),
-                   backward=tuple(c for c in layer.backward if c.name.endswith(".wgrad")),
-                   activation_bytes=_kept_for_w(layer))
+def stage_id(rank: int, pp: int) -> str:
+    """The rank class of pipeline rank ``rank``: ``stage0``..., zero-padded to the width of
+    ``pp - 1`` so that the classes sort in pipeline order (``stage03`` before ``stage10``)."""
+    return f"stage{rank:0{len(str(pp - 1))}d}"
 
 
 def parallel_layers(model: ModelSpec, plan: ParallelPlan, *, micro_batch: int, seq_len: int,
@@ -273,7 +266,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
                          loss_bytes=tokens * FP32)
         b.run(orders[p])
-        classes.append(RankClass(f"stage{p}", plan.stage_ranks(p), b.ol.ops,
+        classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
         members = set(classes[-1].ranks)
         for name in sorted(b.used):

@@ -25,6 +25,8 @@ import numpy as np
 
 from simulator.errors import ConfigError
 
+from .schedules import stage_location
+
 DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv")
 DP_MODES = ("ddp", "zero1", "zero2", "fsdp")
@@ -41,6 +43,9 @@ class ParallelPlan:
     ``first_stage_layers`` / ``last_stage_layers``: blocks on the first and last pipeline
     stage when they differ from the even split (Megatron's
     ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers``); 0 = even.
+    ``embedding_in_split`` / ``loss_in_split``: the embedding / the loss count as one layer
+    in the split (Megatron's ``account_for_embedding_in_pipeline_split``,
+    ``account_for_loss_in_pipeline_split``; Llama 3 405B's balancing).
     ``bucket_params``: DDP / distributed-optimizer gradient bucket size in parameters
     (Megatron's ``DistributedDataParallelConfig.bucket_size``: max(40M, 1M x dp) when
     overlapping the gradient reduction).
@@ -64,6 +69,8 @@ class ParallelPlan:
     bucket_params: int = 40_000_000
     first_stage_layers: int = 0
     last_stage_layers: int = 0
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
 
     def __post_init__(self):
         for f in fields(self):
@@ -83,7 +90,9 @@ class ParallelPlan:
             if getattr(self, name) not in valid:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}; valid: "
                                   f"{', '.join(valid)}", field=f"plan.{name}")
-        if sorted(self.order) != sorted(DIMS):
+        if isinstance(self.order, list):
+            object.__setattr__(self, "order", tuple(self.order))
+        if not isinstance(self.order, tuple) or sorted(map(str, self.order)) != sorted(DIMS):
             raise ConfigError(f"must name each of {', '.join(DIMS)} once, got "
                               f"{list(self.order)}", field="plan.order")
 
@@ -195,38 +204,10 @@ class ParallelPlan:
                               field=field("sequence_parallel"))
 
     def _check_pp(self, model, layers_field: str, field) -> None:
-        L = model.layers
-        if self.pp > L:
-            raise ConfigError(f"pipeline parallelism {self.pp} exceeds {model.name}'s {L} "
-                              f"layers ({layers_field})", field=field("pp"))
-        if self.vp > 1:
-            if self.schedule not in ("interleaved_1f1b", "zbv"):
-                raise ConfigError(f"{self.vp} virtual stages need schedule "
-                                  f"interleaved_1f1b (or zbv), got {self.schedule}",
-                                  field=field("vp"))
-            if L % (self.pp * self.vp):
-                raise ConfigError(f"the interleaved schedule needs {model.name}'s {L} layers "
-                                  f"divisible by pp x vp = {self.pp} x {self.vp}",
-                                  field=field("vp"))
-        uneven = self.first_stage_layers or self.last_stage_layers
-        if uneven:
-            self._check_uneven(L, field)
-        elif self.pp > 1 and L % self.pp:
-            raise ConfigError(f"{model.name}'s {L} layers do not split evenly over "
-                              f"pp {self.pp} stages (set first/last stage layers for an "
-                              f"uneven split)", field=field("pp"))
-
-    def _check_uneven(self, L: int, field) -> None:
-        if self.vp > 1 or self.pp < 2:
-            raise ConfigError("an uneven first/last stage needs pp >= 2 and no virtual "
-                              "stages", field=field("first_stage_layers"))
-        first, last = self.first_stage_layers, self.last_stage_layers
-        middle = self.pp - (first > 0) - (last > 0)
-        rest = L - first - last
-        if rest < 0 or (middle and rest % middle) or (not middle and rest):
-            raise ConfigError(f"{L} layers minus first {first} and last {last} do not split "
-                              f"evenly over the other {middle} stages",
-                              field=field("first_stage_layers"))
+        if self.pp > model.layers:
+            raise ConfigError(f"pipeline parallelism {self.pp} exceeds {model.name}'s "
+                              f"{model.layers} layers ({layers_field})", field=field("pp"))
+        self.model_stage_blocks(model.layers, field)
 
     def _check_ep(self, model, field) -> None:
         if self.ep == 1:
@@ -244,21 +225,64 @@ class ParallelPlan:
                               field=field("ep"))
 
     # ------------------------------------------------------------------ layers
-    def stage_layers(self, layers: int) -> list[int]:
-        """Blocks per pipeline stage (first/last stage overrides, the rest even)."""
-        if self.pp == 1:
-            return [layers]
-        first, last = self.first_stage_layers, self.last_stage_layers
-        if not (first or last):
-            return [layers // self.pp] * self.pp
-        middle = self.pp - (first > 0) - (last > 0)
-        each = (layers - first - last) // middle if middle else 0
-        out = [each] * self.pp
-        if first:
-            out[0] = first
-        if last:
-            out[-1] = last
+    def model_stage_blocks(self, layers: int, field=None) -> list[int]:
+        """Blocks of each of the ``pp x vp`` model stages (0 holds the embedding), as
+        Megatron-LM splits them (``get_num_layers_to_build``): evenly; or with the first /
+        last pipeline rank's blocks given (``first_stage_layers``, ``last_stage_layers``,
+        split evenly over that rank's chunks, the rest evenly over the other ranks); or
+        with the embedding and / or the loss counted as one layer each
+        (``embedding_in_split``, ``loss_in_split``). ConfigError naming the field when
+        they do not divide."""
+        field = field or (lambda attr: f"strategy.{attr}")
+        n, vp = self.pp * self.vp, self.vp
+        if vp > 1 and self.schedule not in ("interleaved_1f1b", "zbv"):
+            raise ConfigError(f"{vp} virtual stages need schedule interleaved_1f1b (or "
+                              f"zbv), got {self.schedule}", field=field("vp"))
+        if self.first_stage_layers or self.last_stage_layers:
+            return self._uneven_blocks(layers, field)
+        total = layers + self.embedding_in_split + self.loss_in_split
+        if total % n:
+            what = (f"pp x vp = {self.pp} x {vp}" if vp > 1 else f"pp {self.pp} stages")
+            raise ConfigError(f"{layers} layers" + (" (+ embedding/loss counted as layers)"
+                              if total != layers else "") + f" do not split evenly over "
+                              f"{what}" + ("" if vp > 1 else " (set first/last stage "
+                              "layers for an uneven split)"),
+                              field=field("vp" if vp > 1 else "pp"))
+        out = [total // n] * n
+        out[0] -= self.embedding_in_split
+        out[-1] -= self.loss_in_split
+        if min(out) < 0:
+            raise ConfigError(f"{layers} layers leave a stage without a block",
+                              field=field("pp"))
         return out
+
+    def stage_layers(self, layers: int) -> list[int]:
+        """Blocks on each pipeline rank (its chunks together)."""
+        out = [0] * self.pp
+        for v, n in enumerate(self.model_stage_blocks(layers)):
+            out[stage_location(self.schedule, self.pp, self.vp, v)[0]] += n
+        return out
+
+    def _uneven_blocks(self, layers: int, field) -> list[int]:
+        first, last, vp = self.first_stage_layers, self.last_stage_layers, self.vp
+        if self.pp < 2 or self.embedding_in_split or self.loss_in_split:
+            raise ConfigError("an uneven first/last stage needs pp >= 2 and cannot be "
+                              "combined with the embedding or loss counted as a layer",
+                              field=field("first_stage_layers"))
+        middle = self.pp - (first > 0) - (last > 0)
+        rest = layers - first - last
+        if first % vp or last % vp or rest < 0 or (middle and rest % (middle * vp)) or \
+                (not middle and rest):
+            raise ConfigError(f"{layers} layers minus first {first} and last {last} do not "
+                              f"split evenly over the other {middle} stages x {vp} chunks",
+                              field=field("first_stage_layers"))
+        per_rank = [rest // (middle * vp) if middle else 0] * self.pp
+        if first:
+            per_rank[0] = first // vp
+        if last:
+            per_rank[-1] = last // vp
+        return [per_rank[stage_location(self.schedule, self.pp, vp, v)[0]]
+                for v in range(self.pp * vp)]
 
     def describe(self) -> str:
         """``pp 4 x dp_replicate 1 x dp_shard 8 x cp 1 x tp 8`` (+ ep, vp when set)."""

@@ -1,7 +1,7 @@
 """Pipeline stages: which layers each (pipeline rank, model chunk) runs.
 
-The model's ``pp x vp`` model stages hold its blocks in order (the plan's uneven first/last
-stage sizes when set, else an even split); the embedding sits on model stage 0 and the final
+The model's ``pp x vp`` model stages hold its blocks in order
+(:meth:`ParallelPlan.model_stage_blocks`); the embedding sits on model stage 0 and the final
 norm, LM head and loss on the last one, as Megatron-LM and torchtitan place them. Model
 stage ``v`` runs on the pipeline rank and chunk :func:`schedules.stage_location` gives
 (``chunk * pp + rank`` interleaved, a V for zbv).
@@ -10,8 +10,6 @@ stage ``v`` runs on the pipeline rank and chunk :func:`schedules.stage_location`
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from simulator.errors import ConfigError
 
 from .plan import ParallelPlan
 from .schedules import stage_location, virtual_stage
@@ -28,24 +26,13 @@ class Chunk:
     last: bool          # the model's last stage (head and loss)
 
 
-def split_blocks(n_blocks: int, plan: ParallelPlan) -> list[int]:
-    """Blocks per model stage (``pp x vp`` of them)."""
-    stages = plan.pp * plan.vp
-    if plan.vp == 1:
-        return plan.stage_layers(n_blocks)
-    if n_blocks % stages:
-        raise ConfigError(f"{n_blocks} layers do not split over pp x vp = {stages} model "
-                          f"stages", field="strategy.vp")
-    return [n_blocks // stages] * stages
-
-
 def chunks(layers, plan: ParallelPlan) -> dict[tuple[int, int], Chunk]:
     """(pipeline rank, chunk) -> :class:`Chunk` for ``layers`` (``embed``, blocks, ``head``,
     as :func:`simulator.models.layer_costs` returns them)."""
     body = [x for x in layers if x.kind not in ("embedding", "head")]
     pre = [x for x in layers[:1] if x.kind == "embedding"]
     post = [x for x in layers[-1:] if x.kind == "head"]
-    sizes = split_blocks(len(body), plan)
+    sizes = plan.model_stage_blocks(len(body))
     out, start, n = {}, 0, len(sizes)
     for stage, size in enumerate(sizes):
         own = body[start:start + size]

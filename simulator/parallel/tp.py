@@ -21,8 +21,10 @@ approximation: the real implementations split the GEMM into chunks pipelined wit
 collective, so a collective longer than its GEMM is not fully hidden there either, but a
 GEMM slowed by the concurrent communication (``overlap_slowdown``) is not modelled
 chunk by chunk. Activation checkpointing's recomputed forward repeats the forward
-collectives. Not modelled: Megatron-SP's re-gather of the column-parallel GEMM input for
-its weight gradient (overlapped with the input-gradient GEMM).
+collectives. Megatron-SP does not keep the all-gathered input of a column-parallel GEMM:
+its backward all-gathers it again before the input-gradient GEMM and the weight-gradient
+GEMM waits for it (``LinearWithGradAccumulationAndAsyncCommunication``), two more
+all-gathers per block backward.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from simulator.strategies.base import OpHooks
 FP32 = 4
 STREAM = "tp"
 
-# (layer kind, sequence parallel) -> {(phase, "before"|"after", kernel): collective}
+# (layer kind, sequence parallel) -> {(phase, "before"|"after", kernel): collective, or
+# (collective, "wgrad"): waited for by the next weight-gradient GEMM, not the kernel itself}
 _BLOCK = {
     False: {("forward", "after", "attn_out"): "all_reduce",
             ("forward", "after", "mlp_down"): "all_reduce",
@@ -43,8 +46,10 @@ _BLOCK = {
            ("forward", "before", "mlp_up"): "all_gather",
            ("forward", "after", "mlp_down"): "reduce_scatter",
            ("backward", "before", "mlp_down.dgrad"): "all_gather",
+           ("backward", "before", "mlp_up.dgrad"): ("all_gather", "wgrad"),
            ("backward", "after", "mlp_up.dgrad"): "reduce_scatter",
            ("backward", "before", "attn_out.dgrad"): "all_gather",
+           ("backward", "before", "qkv_proj.dgrad"): ("all_gather", "wgrad"),
            ("backward", "after", "qkv_proj.dgrad"): "reduce_scatter"},
 }
 _EMBED = {False: {("forward", "after", "embed_lookup"): "all_reduce"},
@@ -83,7 +88,7 @@ class TPHooks(OpHooks):
         self.sp, self.overlap = sp, overlap
         self.table: dict = {}
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
-        self.pending: list[list] = []     # [op id, kernels still allowed to run first]
+        self.pending: list[list] = []     # [op id, kernels allowed to run first, waiter]
         self.layer = self.kind = ""
 
     def start_layer(self, layer) -> None:
@@ -96,11 +101,16 @@ class TPHooks(OpHooks):
     def before(self, cost, phase: str) -> tuple:
         deps = self._due(cost, phase)
         kind = self.table.get((self._phase(phase), "before", kernel_key(cost.name)))
+        waiter = "next"
+        if isinstance(kind, tuple):
+            kind, waiter = kind
         if kind:
             op = self.issue(kind, self.act_bytes, (self.last_compute(),),
                             f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
-            if self.overlap:
-                self.pending.append([op, 1])
+            if waiter == "wgrad":
+                self.pending.append([op, 0, "wgrad"])
+            elif self.overlap:
+                self.pending.append([op, 1, "next"])
             else:
                 deps.append(op)
         return tuple(deps)
@@ -111,23 +121,28 @@ class TPHooks(OpHooks):
         if kind:
             op = self.issue(kind, self.act_bytes, (op_id,), f"{kind}.{self.layer}.{name}",
                             phase, self.layer)
-            self.pending.append([op, 1 if self.overlap else 0])
+            waiter = "non_wgrad" if self._phase(phase) == "backward" else "next"
+            self.pending.append([op, 1 if self.overlap else 0, waiter])
         if name == "lm_head" and self._phase(phase) == "forward" and self.kind == "head":
             dep = op_id
             for i in range(LOSS_REDUCES):
                 dep = self.issue("all_reduce", self.loss_bytes, (dep,),
                                  f"all_reduce.loss{i}", phase, self.layer)
-            self.pending.append([dep, 0])
+            self.pending.append([dep, 0, "next"])
 
     def _due(self, cost, phase: str) -> list:
-        """The pending collectives this kernel must wait for (weight-gradient GEMMs run
-        before a backward collective is waited for)."""
-        if phase == "backward" and cost.name.endswith(".wgrad"):
-            return []
+        """The pending collectives this kernel must wait for. Each waits for a kind of
+        kernel: the ``next`` one, the next that is ``non_wgrad`` (weight-gradient GEMMs run
+        before a backward collective is waited for) or the next ``wgrad``; with overlap it
+        lets one such kernel run first."""
+        wgrad = phase == "backward" and cost.name.endswith(".wgrad")
         due, keep = [], []
         for item in self.pending:
-            if item[1] == 0:
-                due.append(item[0])
+            op, skip, waiter = item
+            if waiter != "next" and (waiter == "wgrad") != wgrad:
+                keep.append(item)
+            elif skip == 0:
+                due.append(op)
             else:
                 item[1] -= 1
                 keep.append(item)
@@ -136,6 +151,6 @@ class TPHooks(OpHooks):
 
     def flush(self) -> list[int]:
         """Every pending collective (what a send to the next stage waits for)."""
-        out = [op for op, _ in self.pending]
+        out = [item[0] for item in self.pending]
         self.pending = []
         return out

@@ -36,7 +36,9 @@ FIELDS = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_siz
           "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
           "ep": "expert_model_parallel_size", "sequence_parallel": "sequence_parallel",
           "first_stage_layers": "decoder_first_pipeline_num_layers",
-          "last_stage_layers": "decoder_last_pipeline_num_layers"}
+          "last_stage_layers": "decoder_last_pipeline_num_layers",
+          "embedding_in_split": "account_for_embedding_in_pipeline_split",
+          "loss_in_split": "account_for_loss_in_pipeline_split"}
 CP_COMM = {"p2p": "ring", "all_gather": "allgather"}
 
 
@@ -63,6 +65,8 @@ class MegatronConfig(CommonConfig):
     recompute_num_layers: int | None = Field(None, ge=1)
     decoder_first_pipeline_num_layers: int | None = Field(None, ge=1)
     decoder_last_pipeline_num_layers: int | None = Field(None, ge=1)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -121,4 +125,6 @@ class MegatronConfig(CommonConfig):
             overlap_param_gather=self.overlap_param_gather,
             bucket_params=self.bucket_size or max(40_000_000, 1_000_000 * dp),
             first_stage_layers=self.decoder_first_pipeline_num_layers or 0,
-            last_stage_layers=self.decoder_last_pipeline_num_layers or 0)
+            last_stage_layers=self.decoder_last_pipeline_num_layers or 0,
+            embedding_in_split=self.account_for_embedding_in_pipeline_split,
+            loss_in_split=self.account_for_loss_in_pipeline_split)
