@@ -318,3 +318,13 @@ def test_torchtitan_checkpointing_becomes_the_common_fields():
     with pytest.raises(ConfigError) as exc:
         parse_strategy({**every2, "activation_checkpointing": True})
     assert exc.value.field == "strategy.activation_checkpointing"
+
+
+def test_torchtitan_default_checkpointing_when_the_table_is_absent(tmp_path):
+    from simulator.parallel.frameworks.translate import has_ac_modes
+    p = read_config(write(tmp_path, "job.toml", "[parallelism]\ntensor_parallel_degree = 2\n"
+                          "pipeline_parallel_layers_per_stage = 4\n"))
+    assert "parallelism.pipeline_parallel_layers_per_stage" in p.used
+    assert any("no [activation_checkpoint]" in n for n in p.notes)
+    assert ("activation_checkpoint" in p.strategy) == has_ac_modes()
+    assert p.summary().endswith(p.notes[-1])

@@ -33,6 +33,7 @@ class ConfigPieces:
     model_note: str = ""                # why the file's model was not used, when it was not
     used: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)    # defaults the file left to us
 
     def use(self, key: str) -> None:
         self.used.append(key)
@@ -42,9 +43,10 @@ class ConfigPieces:
 
     def summary(self) -> str:
         """``used: a, b; ignored: c, d``: the line ``run --config`` prints on stderr."""
-        return (f"{self.source}: {self.framework} config, used: "
+        text = (f"{self.source}: {self.framework} config, used: "
                 f"{', '.join(self.used) or 'nothing'}; ignored: "
                 f"{', '.join(self.ignored) or 'nothing'}")
+        return "; ".join([text, *self.notes])
 
 
 class Doc:

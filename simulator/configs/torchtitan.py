@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..inputs import check_finite, decode_text, read_bytes
+from ..parallel.frameworks.translate import has_ac_modes
 from .names import catalog_model
 from .pieces import ConfigPieces, Doc, check_depth, flat_keys, precision_of
 
@@ -33,7 +34,8 @@ else:                                    # pragma: no cover - Python 3.10
 
 PARALLELISM_KEYS = ("data_parallel_replicate_degree", "data_parallel_shard_degree",
                     "tensor_parallel_degree", "pipeline_parallel_degree",
-                    "pipeline_parallel_schedule", "context_parallel_degree",
+                    "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage",
+                    "context_parallel_degree",
                     "context_parallel_rotate_method", "expert_parallel_degree",
                     "enable_async_tensor_parallel", "disable_loss_parallel",
                     "fsdp_reshard_after_forward")
@@ -66,10 +68,24 @@ def read_torchtitan(path) -> ConfigPieces:
                             ("optimizer", _optimizer)):
         if section in data:
             seen |= reader(doc.table(data[section], section), doc, out)
+    if "activation_checkpoint" not in data:
+        _default_ac(out)
     for key in flat_keys(data):
         if key not in seen:
             out.ignore(key)
     return out
+
+
+def _default_ac(out: ConfigPieces) -> None:
+    """No ``[activation_checkpoint]``: torchtitan's default, selective every 2nd block,
+    where this build has selective checkpointing."""
+    if has_ac_modes():
+        out.strategy["activation_checkpoint"] = {}
+        out.notes.append("no [activation_checkpoint]: torchtitan's default, selective "
+                         "every 2nd block")
+    else:
+        out.notes.append("no [activation_checkpoint]: torchtitan's default (selective) is "
+                         "not in this build; the scenario's checkpointing is kept")
 
 
 def _parallelism(table: dict, doc: Doc, out: ConfigPieces) -> set[str]:
