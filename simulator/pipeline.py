@@ -112,9 +112,10 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
                             model=model.name, tokens_per_sample=tokens,
                             model_flops_per_sample=flops)
         return apply_stragglers(trace, scn.simulation.stragglers)
-    except ConfigError as exc:
-        raise _located(exc, source, "training") if exc.field in ("seq_len", "batch") \
-            else exc.located(source) from None
+    except ConfigError as exc:          # a layer-cost field is a training key
+        training = exc.field in ("seq_len", "batch")
+        raise (_located(exc, source, "training") if training else exc.located(source)) \
+            from None
 
 
 def _variable_lengths(model: ModelSpec, t, autocast: bool):

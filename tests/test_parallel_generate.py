@@ -254,3 +254,16 @@ def test_fsdp_without_a_pipeline_keeps_only_the_root_gathered():
     embed, *_, head = layer_costs(small(2), B, S, "bf16")
     kept = sum(-(-x.params // 2) * 2 * E for x in (embed, head))
     assert sum(op.mem_alloc_bytes - op.mem_free_bytes for op in trace.classes[0].ops) == kept
+
+
+def test_tied_embeddings_are_all_reduced_between_the_first_and_last_stage():
+    # GPT ties the LM head to the token embedding: the last stage holds a copy
+    # (vocab / tp rows of h) and the two copies' gradients are all-reduced after the flush
+    trace = trace_of(ParallelPlan(pp=4, tp=2), layers=4, m=4)
+    rows = -(-GPT.vocab // 2)
+    ops = {c.id: [op for op in c.ops if op.comm == "embedding"] for c in trace.classes}
+    assert [len(v) for v in ops.values()] == [1, 0, 0, 1]
+    assert ops["stage0"][0].size_bytes == rows * GPT.hidden * 4      # fp32 gradients
+    assert trace.communicators["embedding"].groups == ((0, 6), (1, 7))
+    untied = trace_of(ParallelPlan(pp=4, tp=2, vp=2, schedule="zbv"), layers=8, m=8)
+    assert "embedding" not in untied.communicators      # zbv: both ends on rank 0

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from simulator.errors import ConfigError
 from simulator.models.maskrcnn import maskrcnn_layer_costs, maskrcnn_train_flops
+from simulator.models.moe import block_costs, inactive_params
 from simulator.models.ops import LayerCost, check_positive
 from simulator.models.resnet import resnet_forward_flops, resnet_layer_costs
 from simulator.models.spec import ModelSpec
-from simulator.models.transformer import block_cost, embed_cost, head_cost
+from simulator.models.transformer import embed_cost, head_cost
 from simulator.precision import FP32, precision_bytes
 
 # ------------------------------------------------------------------ public API
@@ -80,10 +81,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         raise ConfigError(f"{seq_len} exceeds the {model.max_seq_len} learned positions "
                           f"of {model.name}", field="seq_len")
     k = precision_bytes(FP32) if autocast else e
-    block = block_cost(model, batch, seq_len, e, flash_attention, k, tp, sp, cp)
-    blocks = [LayerCost(f"block.{i}", block.kind, block.params, block.forward,
-                        block.backward, block.activation_bytes, block.output_bytes)
-              for i in range(model.layers)]
+    blocks = block_costs(model, batch, seq_len, e, flash_attention, k, tp, sp, cp)
     return [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks,
             head_cost(model, batch, seq_len, e, k, tp, sp, cp)]
 
@@ -121,7 +119,8 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
 
     Transformers: ``6 N s + 12 L h s^2`` (PaLM, Chowdhery et al. 2022, appendix B;
     nanoGPT ``estimate_mfu``), ``N`` = parameters that take part in matmuls
-    (:func:`params_total` minus :func:`lookup_params`). ResNets: 3x the forward
+    (:func:`params_total` minus :func:`lookup_params`; for a mixture of experts the active
+    ones, minus the routed experts a token skips). ResNets: 3x the forward
     convolution and classifier FLOPs (2 FLOPs per multiply-add; about 3 x 8.2e9 for
     ResNet-50 at 224x224); batchnorm, ReLU and pooling are not counted. Mask R-CNN: the
     forward and backward convolution and matmul FLOPs (its frozen layers have no backward).
@@ -131,7 +130,7 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
     if model.family == "maskrcnn":
         return maskrcnn_train_flops(model)
     check_positive(seq_len=seq_len)
-    n = params_total(model) - lookup_params(model)
+    n = params_total(model) - lookup_params(model) - inactive_params(model)
     return 6.0 * n * seq_len + 12.0 * model.layers * model.hidden * seq_len ** 2
 
 

@@ -15,6 +15,13 @@ file says otherwise); defaults follow the family. The ``resnet``
 family takes ``depth`` (50, 101, 152: bottleneck ResNet v1.5), ``image_size`` (pixels) and
 ``num_classes``; ``maskrcnn`` (Mask R-CNN on a ResNet-FPN backbone, :mod:`maskrcnn`) takes
 the same keys, with ``image_size`` a multiple of 32.
+
+A mixture-of-experts transformer adds a ``moe`` mapping: ``num_experts`` routed experts,
+``top_k`` of them per token, each expert an MLP of width ``ffn_hidden`` (the same ``mlp``
+kind as the model), ``shared_experts`` always-on experts of that width, which blocks are
+MoE (``first_dense_layers`` dense blocks first, of the model's ``ffn_hidden``, then every
+``layer_freq``-th block) and ``capacity_factor`` (tokens an expert takes, relative to an
+even share; absent: dropless, Megatron-LM's default). :mod:`simulator.models.moe` costs it.
 """
 
 from __future__ import annotations
@@ -78,6 +85,17 @@ class ModelSpec:
     depth: int = 0               # ResNet depth (50, 101, 152)
     image_size: int = 0          # ResNet input side, pixels
     num_classes: int = 0
+    num_experts: int = 0         # routed experts of an MoE block (0: dense model)
+    top_k: int = 0               # experts per token
+    moe_ffn_hidden: int = 0      # MLP width of one expert
+    shared_experts: int = 0      # always-on experts (DeepSeek), each moe_ffn_hidden wide
+    moe_layer_freq: int = 1      # every n-th block after the dense ones is MoE
+    first_dense_layers: int = 0  # leading dense blocks (DeepSeek-V3: 3)
+    capacity_factor: float | None = None   # expert capacity / even share; None: dropless
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def is_transformer(self) -> bool:
@@ -92,6 +110,18 @@ class ModelSpec:
     def causal(self) -> bool:
         """Whether attention is causal (decoders). Costs do not depend on it."""
         return self.family in ("gpt", "llama")
+
+
+class _MoeFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    num_experts: Annotated[int, Field(strict=True, ge=2)]
+    top_k: PosInt
+    ffn_hidden: PosInt
+    shared_experts: NonNegInt = 0
+    layer_freq: PosInt = 1
+    first_dense_layers: NonNegInt = 0
+    capacity_factor: Annotated[float, Field(gt=0.0)] | None = None
 
 
 class _TransformerFile(BaseModel):
@@ -114,6 +144,7 @@ class _TransformerFile(BaseModel):
     position_embedding: Literal["learned", "rope"] | None = None
     type_vocab: NonNegInt | None = None
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
+    moe: _MoeFile | None = None
     description: str = ""
 
 
@@ -215,8 +246,10 @@ def parse_model(data: Any, source: str) -> ModelSpec:
     try:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, source=source, valid=schema.model_fields, depth=1,
-                               style="got") from None
+        moe = exc.errors()[0]["loc"][:1] == ("moe",)
+        raise validation_error(exc, source=source, depth=2 if moe else 1, style="got",
+                               valid=_MoeFile.model_fields if moe else schema.model_fields
+                               ) from None
     if not parsed.source:
         parsed = parsed.model_copy(update={"source": f"{USER_SOURCE} {source}"})
     if family in CONV_FAMILIES:
@@ -244,7 +277,24 @@ def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
         vocab=f.vocab, max_seq_len=f.max_seq_len, mlp=pick("mlp"), norm=pick("norm"),
         tied_embeddings=pick("tied_embeddings"), bias=pick("bias"),
         position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"),
-        dropout=pick("dropout"))
+        dropout=pick("dropout"), **_moe_fields(f, source))
+
+
+def _moe_fields(f: _TransformerFile, source: str) -> dict:
+    """The ModelSpec fields of the ``moe`` mapping (none for a dense model)."""
+    m = f.moe
+    if m is None:
+        return {}
+    if m.top_k > m.num_experts:
+        raise ConfigError(f"top_k ({m.top_k}) exceeds num_experts ({m.num_experts})",
+                          source=source, field="moe.top_k")
+    if m.first_dense_layers >= f.layers:
+        raise ConfigError(f"first_dense_layers ({m.first_dense_layers}) leaves no MoE block "
+                          f"of the {f.layers} layers", source=source,
+                          field="moe.first_dense_layers")
+    return dict(num_experts=m.num_experts, top_k=m.top_k, moe_ffn_hidden=m.ffn_hidden,
+                shared_experts=m.shared_experts, moe_layer_freq=m.layer_freq,
+                first_dense_layers=m.first_dense_layers, capacity_factor=m.capacity_factor)
 
 
 def _resnet_spec(f: _ResNetFile, source: str) -> ModelSpec:

@@ -27,6 +27,8 @@ per-class kernel hooks (``factory(builder) -> OpHooks | None``, called once per 
 object with ``start_layer(layer)`` and ``flush()`` gets those calls too), and
 :data:`COMM_DIMS` the mesh dimensions behind each communicator name ``builder.collective``
 accepts. ``build_parallel(..., layers=...)`` takes layer costs built elsewhere (MoE blocks).
+:mod:`.ep_cp` fills both: its layers (MoE blocks of the busiest EP rank, ring-attention
+steps) and its hooks (EP all-to-alls, CP K/V exchanges) are the defaults.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from simulator.strategies.base import (CommonConfig, OpHooks, OpList, World, bui
 from simulator.strategies.optim import emit_optimizer
 from simulator.trace import Communicator, RankClass, Trace
 
+from . import tied
 from .dp import DataParallel
+from .ep_cp import HOOK_FACTORIES, planned_layers
 from .place import placement
 from .plan import ParallelPlan
 from .schedules import SPLIT_W, check_schedule, schedule
@@ -51,7 +55,7 @@ from .tp import FP32, STREAM, TPHooks
 
 COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
              "cp": "cp", "ep": "ep"}
-HOOKS: dict[str, Callable] = {}
+HOOKS: dict[str, Callable] = dict(HOOK_FACTORIES)      # EP all-to-alls, CP K/V exchanges
 
 
 class _Hooks(OpHooks):
@@ -79,8 +83,10 @@ class StageBuilder:
     """The ops of one pipeline rank's class."""
 
     def __init__(self, rank: int, plan: ParallelPlan, cfg: CommonConfig, my_chunks: dict,
-                 all_chunks: dict, *, act_bytes: int, loss_bytes: int):
-        self.rank, self.plan, self.cfg = rank, plan, cfg
+                 all_chunks: dict, *, act_bytes: int, loss_bytes: int, model: ModelSpec,
+                 tied_ranks: tuple[int, int] | None = None):
+        self.rank, self.plan, self.cfg, self.model = rank, plan, cfg, model
+        self.tied = tied_ranks is not None and rank in tied_ranks
         self.chunks, self.all_chunks = my_chunks, all_chunks
         self.ol = OpList()
         self.used: set[str] = set()
@@ -106,9 +112,12 @@ class StageBuilder:
 
     def collective(self, kind: str, stream: str, comm: str, size: int, deps, name: str,
                    phase: str, micro: int, attrs: dict | None = None, layer: str = "",
-                   **mem) -> int:
+                   shared: bool = False, **mem) -> int:
+        """A collective on the stage's communicator ``comm`` (``shared``: the one of that
+        name that spans stages)."""
         return self.ol.add(stream=stream, kind="collective", collective=kind,
-                           comm=self.comm(comm), size_bytes=int(size), deps=tuple(deps),
+                           comm=comm if shared else self.comm(comm), size_bytes=int(size),
+                           deps=tuple(deps),
                            name=name, phase=phase, layer=layer,
                            attrs={"micro_step": micro, **(attrs or {})}, **mem)
 
@@ -225,6 +234,10 @@ class StageBuilder:
             else:
                 self.weight_pass(ch, a.micro, i == last_of[a.chunk])
         last = self.ol.last_on("compute")
+        if self.tied:
+            size = tied.copy_params(self.model, self.plan) * self.cfg.grad_reduce_bytes()
+            self.collective("all_reduce", "dp", tied.COMM, size, (last,),
+                            "all_reduce.embedding_grads", "backward", self.micro, shared=True)
         ends = self.dp.finish(last, self.micro)
         opt = emit_optimizer(self.ol, self.cfg, self.dp.optimizer_params(),
                              deps=(last, *ends, *self.hooks.flush()))
@@ -253,9 +266,12 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     per pipeline per step."""
     if check:
         plan.check(model, world.world_size, seq_len=seq_len)
-    layers = layers or parallel_layers(model, plan, micro_batch=cfg.micro_batch,
-                                       seq_len=seq_len, precision=cfg.precision, flash=flash,
-                                       autocast=autocast)
+    layers = layers or planned_layers(
+        parallel_layers(model, plan, micro_batch=cfg.micro_batch, seq_len=seq_len,
+                        precision=cfg.precision, flash=flash, autocast=autocast),
+        model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
+    layers = tied.with_copy(layers, model, plan)
+    shared = tied.tied_ranks(model, plan)
     all_chunks = chunks(layers, plan)
     tokens = cfg.micro_batch * (seq_len // plan.cp)
     act = tokens * model.hidden * precision_bytes(cfg.precision)
@@ -264,7 +280,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     for p in range(plan.pp):
         mine = {c: ch for (r, c), ch in all_chunks.items() if r == p}
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
-                         loss_bytes=tokens * FP32)
+                         loss_bytes=tokens * FP32, model=model, tied_ranks=shared)
         b.run(orders[p])
         classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
@@ -274,6 +290,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
                 groups_of[name] = plan.groups(COMM_DIMS[name])
             groups = tuple(g for g in groups_of[name] if g[0] in members)
             comms[f"{name}.s{p}"] = Communicator(f"{name}.s{p}", groups)
+    if shared:
+        comms[tied.COMM] = Communicator(tied.COMM, tied.groups(plan, shared))
     trace = Trace(world.world_size, classes, comms,
                   _meta(model, plan, cfg, layers, seq_len, tokens_per_sample,
                         model_flops_per_sample))

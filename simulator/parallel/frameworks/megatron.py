@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 from simulator.errors import ConfigError
 from simulator.strategies.base import CommonConfig
 
+from ..moe import ExpertLoad
 from ..plan import ParallelPlan
 
 # short spellings people write, and what Megatron calls them
@@ -65,6 +66,8 @@ class MegatronConfig(CommonConfig):
     recompute_num_layers: int | None = Field(None, ge=1)
     decoder_first_pipeline_num_layers: int | None = Field(None, ge=1)
     decoder_last_pipeline_num_layers: int | None = Field(None, ge=1)
+    moe_expert_capacity_factor: float | None = Field(None, gt=0)   # overrides the model's
+    moe_load: ExpertLoad = ExpertLoad()     # clustersim's routing-imbalance knob (parallel/moe.py)
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
 

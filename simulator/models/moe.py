@@ -1,0 +1,198 @@
+"""Costs of a mixture-of-experts block: router, top-k, permute, grouped expert GEMMs,
+unpermute and shared experts, in place of the dense MLP of a transformer block.
+
+The attention half of the block is :func:`~simulator.models.transformer.block_cost`'s. The
+MLP half, for the ``t`` tokens of the rank:
+
+* ``moe_router``: ``(t, h) x (h, E)`` logits; ``moe_topk``: softmax and top-k over the
+  ``t E`` logits (softmax FLOPs per element);
+* ``moe_permute``: each token copied to its ``k`` experts' order (read ``t h``, write
+  ``t k h`` and the ``t k`` indices), the buffer the all-to-all dispatch sends;
+* ``moe_expert_*``: the grouped GEMMs of the rank's ``local_experts`` experts over the
+  ``expert_tokens`` token copies they receive (``t k`` on one rank holding every expert;
+  under expert parallelism the busiest EP rank's load, :mod:`simulator.parallel.moe`),
+  each expert an MLP of ``moe_ffn_hidden`` (the model's ``mlp`` kind, no biases), weights
+  read once per expert;
+* ``moe_unpermute``: the ``k`` expert outputs of a token weighted by their router
+  probabilities and summed (read ``t k h`` and the ``t k`` fp32 probabilities, write ``t h``);
+* ``moe_shared_*``: ``shared_experts`` always-on experts, one MLP of ``shared_experts x
+  moe_ffn_hidden`` on all ``t`` tokens.
+
+Backward mirrors it (each GEMM twice, the permutes as scatter/gathers). Saved for backward,
+besides the attention half: the MoE input (already the block's ``2 t h``), the permuted
+tokens ``2 T h`` and the expert inner tensors (``4 T f`` GELU, ``6 T f`` SwiGLU, as
+:func:`~simulator.models.transformer.block_activation_bytes` counts a dense MLP) at 16 bits
+for ``T`` received copies, the same for the shared experts on ``t`` tokens, the fp32 router
+probabilities ``4 t E`` and the ``t k`` int64 routing indices. Expert tensor parallelism is
+not modelled: an expert is whole on its rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simulator.models.ops import (ACT_FLOPS, ID_BYTES, SOFTMAX_BWD_FLOPS, SOFTMAX_FLOPS,
+                                  LayerCost, OpCost, matmul, matmul_bwd, pointwise)
+from simulator.models.spec import ModelSpec
+from simulator.models.transformer import block_activation_bytes, block_cost, block_params
+
+PROB_BYTES = 4                      # fp32 router probabilities
+
+# Kernels of the dense MLP that an MoE block replaces (forward and backward names).
+_DENSE_MLP = ("mlp_up", "mlp_gate_up", "mlp_down", "gelu", "swiglu")
+_GRADS = ("dgrad", "wgrad", "bwd")
+
+
+def is_moe_layer(model: ModelSpec, index: int) -> bool:
+    """Whether block ``index`` (from 0) is an MoE block: after ``first_dense_layers``,
+    every ``moe_layer_freq``-th."""
+    start = model.first_dense_layers
+    return model.is_moe and index >= start and (index - start) % model.moe_layer_freq == 0
+
+
+def is_moe_block(layer: LayerCost) -> bool:
+    """Whether ``layer`` is an MoE block (its kind stays ``transformer_block``, as FSDP
+    wraps a Mixtral decoder layer like any other)."""
+    return any(op.name == "moe_router" for op in layer.forward)
+
+
+def moe_layer_count(model: ModelSpec) -> int:
+    """MoE blocks of the model."""
+    return sum(is_moe_layer(model, i) for i in range(model.layers))
+
+
+def expert_params(model: ModelSpec) -> int:
+    """Parameters of one expert: ``2 h f`` (GELU) or ``3 h f`` (SwiGLU), no biases."""
+    return (3 if model.mlp == "swiglu" else 2) * model.hidden * model.moe_ffn_hidden
+
+
+def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int = 1) -> int:
+    """Parameters of one MoE block on a rank holding ``local_experts`` experts (default
+    all): attention and norms (on one of ``tp`` ranks), router ``h E``, the experts, the
+    shared experts."""
+    local = model.num_experts if local_experts is None else local_experts
+    attention = block_params(replace(model, ffn_hidden=0), tp)
+    experts = (local + model.shared_experts) * expert_params(model)
+    return attention + model.hidden * model.num_experts + experts
+
+
+def inactive_params(model: ModelSpec) -> int:
+    """Parameters a token does not use: the ``E - k`` routed experts it skips in every MoE
+    block (0 for a dense model). Total minus this is the *active* parameter count."""
+    if not model.is_moe:
+        return 0
+    return moe_layer_count(model) * (model.num_experts - model.top_k) * expert_params(model)
+
+
+def _grouped(name: str, m: float, k: float, n: float, experts: int, e: int) -> OpCost:
+    """``experts`` GEMMs ``(m_i, k) x (k, n)`` over ``m = sum m_i`` rows: ``2 m k n`` FLOPs,
+    the rows, every weight and the outputs once."""
+    return OpCost(name, "matmul", 2.0 * m * k * n, float(e * (m * k + experts * k * n + m * n)),
+                  weight=name, params=int(experts * k * n))
+
+
+def _grouped_bwd(name: str, m: float, k: float, n: float, experts: int, e: int) -> list[OpCost]:
+    """Input and weight gradients of :func:`_grouped`."""
+    nbytes = float(e * (m * n + experts * k * n + m * k))
+    return [OpCost(f"{name}.{g}", "matmul", 2.0 * m * k * n, nbytes, weight=name)
+            for g in ("dgrad", "wgrad")]
+
+
+def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int, e: int):
+    """Forward and backward ops of ``experts`` MLPs of ``width`` over ``tokens`` rows."""
+    h, kind = model.hidden, model.mlp
+    up, cols = (f"{prefix}_gate_up", 2 * width) if kind == "swiglu" else (f"{prefix}_up", width)
+    act_in = 3 if kind == "swiglu" else 2
+    fwd = [_grouped(up, tokens, h, cols, experts, e),
+           pointwise(f"{prefix}_{kind}", "elementwise", tokens * width, ACT_FLOPS[kind],
+                     act_in, e),
+           _grouped(f"{prefix}_down", tokens, width, h, experts, e)]
+    bwd = [*_grouped_bwd(f"{prefix}_down", tokens, width, h, experts, e),
+           pointwise(f"{prefix}_{kind}.bwd", "elementwise", tokens * width, ACT_FLOPS[kind],
+                     2 * act_in - 1, e),
+           *_grouped_bwd(up, tokens, h, cols, experts, e)]
+    return fwd, bwd
+
+
+def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = None,
+            local_experts: int | None = None) -> tuple[list[OpCost], list[OpCost]]:
+    """Forward and backward kernels of the MoE half of a block for ``t`` tokens (see the
+    module doc); ``expert_tokens`` defaults to ``t k`` and ``local_experts`` to all."""
+    h, n_exp, k = model.hidden, model.num_experts, model.top_k
+    copies = t * k
+    received = copies if expert_tokens is None else expert_tokens
+    local = n_exp if local_experts is None else local_experts
+    router = matmul("moe_router", t, h, n_exp, e, params=h * n_exp)
+    idx = ID_BYTES * copies
+    permute = OpCost("moe_permute", "elementwise", 0.0, float(e * (t * h + copies * h) + idx))
+    permute_b = OpCost("moe_permute.bwd", "elementwise", float(copies * h),
+                       float(e * (copies * h + t * h) + idx))
+    unpermute = OpCost("moe_unpermute", "elementwise", 2.0 * copies * h,
+                       float(e * (copies * h + t * h) + PROB_BYTES * copies))
+    unpermute_b = OpCost("moe_unpermute.bwd", "elementwise", 2.0 * copies * h,
+                         float(e * (t * h + 2 * copies * h) + PROB_BYTES * copies))
+    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden, local, e)
+    shared_f, shared_b = ([], [])
+    if model.shared_experts:
+        shared_f, shared_b = _ffn(model, "moe_shared", t, model.shared_experts
+                                  * model.moe_ffn_hidden, 1, e)
+    fwd = [router, pointwise("moe_topk", "elementwise", t * n_exp, SOFTMAX_FLOPS, 2, e),
+           permute, *exp_f, unpermute, *shared_f]
+    bwd = [*shared_b, unpermute_b, *exp_b, permute_b,
+           pointwise("moe_topk.bwd", "elementwise", t * n_exp, SOFTMAX_BWD_FLOPS, 3, e),
+           *matmul_bwd("moe_router", t, h, n_exp, e, weight=True)]
+    return fwd, bwd
+
+
+def moe_activation_bytes(model: ModelSpec, t: int, e: int, received: float) -> int:
+    """Bytes the MoE half saves beyond the block's attention half and MoE input (see the
+    module doc), ``received`` the token copies the rank's experts process."""
+    inner = 6 if model.mlp == "swiglu" else 4
+    f, f_shared = model.moe_ffn_hidden, model.shared_experts * model.moe_ffn_hidden
+    tensors = 2 * received * model.hidden + inner * received * f + inner * t * f_shared
+    return int(tensors * e // 2 + PROB_BYTES * t * model.num_experts
+               + ID_BYTES * t * model.top_k)
+
+
+def _swap_mlp(ops, moe: list[OpCost], anchor: str) -> tuple[OpCost, ...]:
+    """``ops`` with the dense MLP kernels removed and ``moe`` put where ``anchor`` was."""
+    out: list[OpCost] = []
+    for op in ops:
+        if op.name == anchor:
+            out += moe
+        base, _, grad = op.name.rpartition(".")
+        if op.name not in _DENSE_MLP and not (base in _DENSE_MLP and grad in _GRADS):
+            out.append(op)
+    return tuple(out)
+
+
+def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
+                   k: int | None = None, tp: int = 1, sp: bool = False, cp: int = 1, *,
+                   expert_tokens: float | None = None,
+                   local_experts: int | None = None) -> LayerCost:
+    """One MoE block: :func:`block_cost` (same arguments) with its MLP replaced by the
+    MoE kernels of :func:`moe_ops` on the rank's tokens (``b s / cp``, and ``/ tp`` with
+    sequence parallelism)."""
+    dense = block_cost(model, b, s, e, flash, k, tp, sp, cp)
+    t = b * (s // cp)
+    t = t // tp if sp else t
+    fwd, bwd = moe_ops(model, t, e, expert_tokens=expert_tokens, local_experts=local_experts)
+    received = t * model.top_k if expert_tokens is None else expert_tokens
+    first_fwd = "mlp_gate_up" if model.mlp == "swiglu" else "mlp_up"
+    attention = block_activation_bytes(replace(model, ffn_hidden=0), b, s, e, flash, k, tp,
+                                       sp, cp)
+    return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp),
+                     _swap_mlp(dense.forward, fwd, first_fwd),
+                     _swap_mlp(dense.backward, bwd, "mlp_down.dgrad"),
+                     attention + moe_activation_bytes(model, t, e, received),
+                     dense.output_bytes)
+
+
+def block_costs(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int | None = None,
+                tp: int = 1, sp: bool = False, cp: int = 1) -> list[LayerCost]:
+    """``block.0`` ... ``block.{L-1}``: dense blocks, and MoE blocks where
+    :func:`is_moe_layer` (every expert on the rank, tokens routed evenly)."""
+    dense = block_cost(model, b, s, e, flash, k, tp, sp, cp)
+    moe = moe_block_cost(model, b, s, e, flash, k, tp, sp, cp) if model.is_moe else None
+    return [replace(moe if is_moe_layer(model, i) else dense, name=f"block.{i}")
+            for i in range(model.layers)]

@@ -1,0 +1,163 @@
+"""Context parallelism: a sequence split over ``cp`` ranks, and the K/V traffic of the
+attention between them, as ring attention or as an all-gather of K and V.
+
+Causal load balancing (Megatron-LM / TransformerEngine): the sequence is cut into ``2 cp``
+chunks of ``s / (2 cp)`` tokens and CP rank ``c`` holds chunks ``c`` and ``2 cp - 1 - c``,
+so every rank has the same number of unmasked query-key pairs (:func:`causal_pairs`).
+
+Per block and micro-batch a rank's K/V block is ``2 b (s / cp) kv_width e`` bytes (K and V
+of its ``s / cp`` tokens, ``kv_width = kv_heads / tp x head_dim``).
+
+* ``ring`` (TransformerEngine's P2P context parallelism): ``cp`` attention steps; at step
+  ``i`` the rank attends its queries to the K/V block of rank ``c - i`` while it forwards
+  that block to the next rank and receives the next block, so the transfer hides behind
+  the previous block's attention. Forward: ``cp - 1`` blocks sent per rank. Backward: the
+  K/V blocks go round again together with their accumulating gradients dK/dV (``2`` blocks
+  per step for ``cp - 1`` steps), and each dK/dV makes a last hop home to its owner (the
+  next rank): ``2 (cp - 1) + 1 = 2 cp - 1`` blocks sent.
+* ``allgather`` (Llama 3's context parallelism): an all-gather of K and V on the CP group
+  before the attention (nccl-tests size ``2 b s kv_width e``, the whole sequence's K/V;
+  ``(cp - 1) / cp`` of it leaves each rank) and a reduce-scatter of dK/dV of the same size
+  after its backward.
+
+The attention kernels are split evenly over the ring steps: the cost convention counts the
+full score square, under which every step does the same work (with causal masking and the
+load balancing above, so do real kernels, up to the diagonal step). Each ring step's
+exchange is written as an all-gather on the CP group moving exactly the step's bytes to the
+ring neighbour (:func:`ring_step_size_bytes`): the trace's rank classes are per pipeline
+stage, and a send/recv partner must be the same rank offset for every member, which a
+ring's wrap-around is not. Ring attention needs the fused (flash) attention kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simulator.models.ops import LayerCost
+from simulator.models.spec import ModelSpec
+from simulator.strategies.base import OpHooks
+
+STREAM = "cp"
+
+
+def chunk_ranges(cp_index: int, cp: int, seq_len: int) -> tuple[tuple[int, int], ...]:
+    """The two token ranges ``[start, end)`` CP rank ``cp_index`` holds."""
+    n = seq_len // (2 * cp)
+    a, b = cp_index, 2 * cp - 1 - cp_index
+    return (a * n, (a + 1) * n), (b * n, (b + 1) * n)
+
+
+def causal_pairs(ranges) -> int:
+    """Unmasked (query, key) pairs of causal attention for the queries in ``ranges``: a
+    query at position ``q`` sees the ``q + 1`` keys up to itself."""
+    return sum((end * (end + 1) - start * (start + 1)) // 2 for start, end in ranges)
+
+
+def kv_width(model: ModelSpec, tp: int = 1) -> int:
+    """Elements of K (or V) per token on one of ``tp`` tensor-parallel ranks."""
+    return model.kv_heads // tp * model.head_dim
+
+
+def kv_block_bytes(model: ModelSpec, batch: int, seq_len: int, cp: int, e: int,
+                   tp: int = 1) -> int:
+    """K and V of one rank's ``s / cp`` tokens: ``2 b (s / cp) kv_width e``."""
+    return 2 * batch * (seq_len // cp) * kv_width(model, tp) * e
+
+
+def ring_sent_bytes(model: ModelSpec, batch: int, seq_len: int, cp: int, e: int,
+                    tp: int = 1) -> tuple[int, int]:
+    """Bytes a rank sends per block with ring attention: (forward ``(cp - 1)`` blocks,
+    backward ``(2 cp - 1)`` blocks)."""
+    block = kv_block_bytes(model, batch, seq_len, cp, e, tp)
+    return (cp - 1) * block, ((2 * cp - 1) * block if cp > 1 else 0)
+
+
+def allgather_size_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
+                         tp: int = 1) -> int:
+    """nccl-tests size of the K/V all-gather (and the dK/dV reduce-scatter):
+    ``2 b s kv_width e``."""
+    return 2 * batch * seq_len * kv_width(model, tp) * e
+
+
+def ring_step_size_bytes(sent_bytes: int, cp: int) -> int:
+    """nccl-tests size of the all-gather that stands for one ring step in which every rank
+    sends ``sent_bytes`` to the next: a ring all-gather of ``S`` moves ``(cp - 1) S / cp``
+    per rank, to its ring neighbour, so ``S = sent cp / (cp - 1)``."""
+    return -(-sent_bytes * cp // (cp - 1))
+
+
+def ring_slices(layer: LayerCost, cp: int) -> LayerCost:
+    """``layer`` with each attention kernel (``attn_core`` and its backward) cut into
+    ``cp`` equal ring steps ``<name>.ring<i>``."""
+    def cut(kernels):
+        out = []
+        for c in kernels:
+            if c.op_class != "attention":
+                out.append(c)
+                continue
+            out += [replace(c, name=f"{c.name}.ring{i}", flops=c.flops / cp,
+                            bytes_accessed=c.bytes_accessed / cp) for i in range(cp)]
+        return tuple(out)
+
+    return replace(layer, forward=cut(layer.forward), backward=cut(layer.backward))
+
+
+def _ring_index(name: str) -> int | None:
+    head, _, tail = name.rpartition(".ring")
+    return int(tail) if head and tail.isdigit() else None
+
+
+class CPHooks(OpHooks):
+    """Issues one rank class's context-parallel K/V traffic around its attention kernels.
+
+    ``issue(kind, size_bytes, deps, name, phase)`` adds a collective on the CP group and
+    returns its op id; ``last_compute()`` the latest compute op. ``ring``: the layers went
+    through :func:`ring_slices`; step ``i``'s exchange is an all-gather of
+    :func:`ring_step_size_bytes` on stream ``cp``. Forward: exchange ``i`` (the block that
+    step ``i`` used goes on, the next arrives) starts when block ``i`` arrived, and step
+    ``i + 1`` waits for it. Backward: exchange ``i`` carries the block and its dK/dV once
+    step ``i`` computed them (the last one dK/dV alone, home), and the next kernel waits
+    for it. ``allgather``: an all-gather of K/V before the attention, a reduce-scatter of
+    dK/dV after its backward that the next kernel waits for."""
+
+    def __init__(self, issue, last_compute, *, mode: str, cp: int, block_bytes: int,
+                 gather_bytes: int):
+        self.issue, self.last_compute = issue, last_compute
+        self.mode, self.cp = mode, cp
+        self.block, self.gather = block_bytes, gather_bytes
+        self.arrived: int | None = None      # the exchange the next ring step waits for
+
+    def _ring_comm(self, sent: int, deps, name: str, phase: str) -> int:
+        return self.issue("all_gather", ring_step_size_bytes(sent, self.cp), deps, name,
+                          phase)
+
+    def before(self, cost, phase: str) -> tuple:
+        forward = phase in ("forward", "recompute")
+        due = () if self.arrived is None else (self.arrived,)
+        self.arrived = None
+        if self.mode == "allgather":
+            if forward and cost.op_class == "attention":
+                return due + (self.issue("all_gather", self.gather, (self.last_compute(),),
+                                         f"cp_allgather_kv.{cost.name}", phase),)
+            return due
+        step = _ring_index(cost.name)
+        if forward and step is not None and step < self.cp - 1:
+            first = (self.last_compute(),) if step == 0 else ()
+            self.arrived = self._ring_comm(self.block, first, f"cp_ring.{cost.name}", phase)
+        return due
+
+    def after(self, cost, phase: str, op_id: int) -> None:
+        if phase in ("forward", "recompute") or cost.op_class != "attention":
+            return
+        if self.mode == "allgather":
+            self.arrived = self.issue("reduce_scatter", self.gather, (op_id,),
+                                      f"cp_reduce_scatter_dkv.{cost.name}", phase)
+            return
+        step = _ring_index(cost.name)
+        sent = self.block if step == self.cp - 1 else 2 * self.block
+        self.arrived = self._ring_comm(sent, (op_id,), f"cp_ring.{cost.name}", phase)
+
+    def flush(self) -> list[int]:
+        out = [] if self.arrived is None else [self.arrived]
+        self.arrived = None
+        return out

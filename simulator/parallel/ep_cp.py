@@ -1,0 +1,158 @@
+"""Expert and context parallelism wired into the trace generator (:mod:`.generate`).
+
+:func:`planned_layers` turns the rank's TP/SP/CP-sharded layer costs into the ones EP and
+CP run: each MoE block becomes the busiest EP rank's (:func:`.moe.ep_block_cost`: ``E / ep``
+experts over the most token copies an EP rank keeps, :mod:`.moe`), and with ring attention
+each block's attention is cut into ``cp`` steps (:func:`.context.ring_slices`). The blocks
+carry the bytes their EP/CP traffic moves (:class:`CommLayerCost`), so the hook factories of
+:data:`HOOK_FACTORIES` (the generator's ``HOOKS``) need nothing but the class's builder:
+:class:`.moe.EPHooks` issues the all-to-alls on the stage's EP communicator (stream
+``ep``), :class:`.context.CPHooks` the K/V exchanges on its CP communicator (stream ``cp``).
+
+The strategy's ``moe_load`` (:class:`.moe.ExpertLoad`; balanced when absent) and
+``moe_expert_capacity_factor`` (Megatron-LM's override of the model's capacity factor) set
+the routing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simulator.errors import ConfigError
+from simulator.models.moe import is_moe_block
+from simulator.models.ops import LayerCost
+from simulator.models.spec import ModelSpec
+from simulator.precision import precision_bytes
+
+from .context import CPHooks, allgather_size_bytes, kv_block_bytes, ring_slices
+from .context import STREAM as CP_STREAM
+from .moe import EPHooks, all_to_all_size_bytes, ep_block_cost, ep_loads
+from .plan import ParallelPlan
+
+EP_STREAM = "ep"
+
+
+@dataclass(frozen=True)
+class CommLayerCost(LayerCost):
+    """A block with the bytes of its EP all-to-alls (``a2a_bytes``, nccl-tests size) and
+    of its CP K/V exchange (``kv_block_bytes``: the rank's K/V; ``kv_gather_bytes``: the
+    all-gather of the whole sequence's)."""
+
+    a2a_bytes: int = 0
+    kv_block_bytes: int = 0
+    kv_gather_bytes: int = 0
+
+
+def moe_tokens(plan: ParallelPlan, micro_batch: int, seq_len: int) -> int:
+    """Tokens one rank routes per micro-batch: its ``b s / cp``, ``/ tp`` under sequence
+    parallelism (the MoE layer runs on the rank's sequence shard)."""
+    t = micro_batch * (seq_len // plan.cp)
+    return t // plan.tp if plan.sequence_parallel and plan.tp > 1 else t
+
+
+def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan, cfg, *,
+                   seq_len: int, flash: bool, autocast: bool = False) -> list[LayerCost]:
+    """``layers`` (the generator's :func:`~.generate.parallel_layers`) as EP and CP run
+    them (see the module doc); unchanged without ``ep`` or ``cp`` above 1.
+
+    Raises
+    ------
+    ConfigError
+        Ring attention without flash attention (it needs the fused kernel).
+    """
+    if plan.ep == 1 and plan.cp == 1:
+        return layers
+    if plan.cp > 1 and plan.cp_mode == "ring" and not flash:
+        raise ConfigError("ring attention (context parallelism) runs the fused attention "
+                          "kernel: set flash_attention: true", field="training.flash_attention")
+    e = precision_bytes(cfg.precision)
+    k = precision_bytes("fp32") if autocast else e
+    b, tp, sp = cfg.micro_batch, plan.tp, plan.sequence_parallel and plan.tp > 1
+    extra = {}
+    if plan.cp > 1:
+        extra = {"kv_block_bytes": kv_block_bytes(model, b, seq_len, plan.cp, e, tp),
+                 "kv_gather_bytes": allgather_size_bytes(model, b, seq_len, e, tp)}
+    moe = None
+    if plan.ep > 1 and model.is_moe:
+        if getattr(cfg, "moe_expert_capacity_factor", None) is not None:
+            model = replace(model, capacity_factor=cfg.moe_expert_capacity_factor)
+        loads = ep_loads(model, moe_tokens(plan, b, seq_len), plan.ep,
+                         getattr(cfg, "moe_load", None))
+        moe = (ep_block_cost(model, b, seq_len, e, flash, loads, plan.ep, k, tp, sp, plan.cp),
+               all_to_all_size_bytes(model, loads, e))
+    return [_planned(layer, moe, plan, extra) for layer in layers]
+
+
+def _planned(layer: LayerCost, moe, plan: ParallelPlan, extra: dict) -> LayerCost:
+    if not layer.kind.endswith("block"):
+        return layer
+    a2a = 0
+    if moe is not None and is_moe_block(layer):
+        layer, a2a = replace(moe[0], name=layer.name), moe[1]
+    if plan.cp > 1 and plan.cp_mode == "ring":
+        layer = ring_slices(layer, plan.cp)
+    fields = {f: getattr(layer, f) for f in LayerCost.__dataclass_fields__}
+    return CommLayerCost(**fields, a2a_bytes=a2a, **extra)
+
+
+class _PerLayer:
+    """A hook that takes its sizes from each layer (:class:`CommLayerCost`) and is silent
+    on layers without that traffic; ``make(layer, issue)`` builds the layer's hook, whose
+    collectives :meth:`issue` adds on ``stream`` (and the communicator of that name)."""
+
+    def __init__(self, builder, stream: str, make):
+        self.builder, self.stream, self.make, self.hook = builder, stream, make, None
+        self.layer = ""
+        self.carry: list[int] = []     # what the previous layer's hook left pending
+
+    def issue(self, kind: str, size: int, deps, name: str, phase: str) -> int:
+        b = self.builder
+        return b.collective(kind, self.stream, self.stream, size, deps, name, phase, b.micro,
+                            layer=self.layer)
+
+    def last_compute(self) -> int | None:
+        return self.builder.ol.last_on("compute")
+
+    def start_layer(self, layer) -> None:
+        self.carry += self.flush()
+        self.layer = layer.name
+        self.hook = self.make(layer)
+        if self.hook is not None and hasattr(self.hook, "start_layer"):
+            self.hook.start_layer(layer)
+
+    def before(self, cost, phase: str) -> tuple:
+        carry, self.carry = tuple(self.carry), []
+        return carry + (self.hook.before(cost, phase) if self.hook else ())
+
+    def after(self, cost, phase: str, op_id: int) -> None:
+        if self.hook:
+            self.hook.after(cost, phase, op_id)
+
+    def flush(self) -> list[int]:
+        carry, self.carry = self.carry, []
+        return carry + (self.hook.flush() if self.hook and hasattr(self.hook, "flush") else [])
+
+
+def ep_hooks(builder) -> _PerLayer | None:
+    """The EP all-to-alls of a stage class (none without expert parallelism)."""
+    if builder.plan.ep == 1:
+        return None
+    hooks = _PerLayer(builder, EP_STREAM, lambda layer: EPHooks(
+        hooks.issue, hooks.last_compute, size_bytes=layer.a2a_bytes)
+        if getattr(layer, "a2a_bytes", 0) else None)
+    return hooks
+
+
+def cp_hooks(builder) -> _PerLayer | None:
+    """The CP K/V exchanges of a stage class (none without context parallelism)."""
+    plan = builder.plan
+    if plan.cp == 1:
+        return None
+    hooks = _PerLayer(builder, CP_STREAM, lambda layer: CPHooks(
+        hooks.issue, hooks.last_compute, mode=plan.cp_mode, cp=plan.cp,
+        block_bytes=layer.kv_block_bytes, gather_bytes=layer.kv_gather_bytes)
+        if getattr(layer, "kv_block_bytes", 0) else None)
+    return hooks
+
+
+HOOK_FACTORIES = {"ep": ep_hooks, "cp": cp_hooks}

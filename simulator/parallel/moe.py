@@ -1,0 +1,179 @@
+"""Expert parallelism: how routed tokens load the EP ranks, the all-to-all volumes, and the
+MoE block one EP rank runs.
+
+An EP group of ``ep`` ranks holds the ``E`` experts of every MoE block, ``E / ep`` each
+(experts ``j E / ep`` ... on EP rank ``j``). Each rank routes its ``t`` tokens to ``k``
+experts, so the group assigns ``A = ep t k`` token copies; :class:`ExpertLoad` says how they
+spread over the experts:
+
+* ``balanced``: ``A / E`` each;
+* ``zipf``: the ``i``-th most loaded expert gets a share proportional to ``i^-s``
+  (``zipf_s``), which expert is the ``i``-th drawn by a seeded permutation (``seed``);
+* ``measured``: ``counts``, tokens per expert from a real run (scaled to ``A``).
+
+No expert can take a token twice (top-k picks distinct experts), so a share above ``ep t``
+is capped there and its excess spread over the others. With a ``capacity_factor`` ``c``
+an expert keeps at most ``c A / E`` copies (GShard's capacity) and drops the rest (counted).
+
+The dispatch all-to-all sends each rank's ``t k`` copies of ``h`` elements to the experts'
+ranks, the combine brings them back: ``t k h e`` bytes per rank, of which ``(ep - 1) / ep``
+leave the rank when the routing is even. Unevenly routed, the busiest EP rank receives
+``T_max h e`` (``T_max`` the most copies an EP rank's experts keep), and every rank of the
+group waits for it at each all-to-all and for its grouped GEMMs: the block is costed for
+that rank, and the all-to-all's nccl-tests size is ``T_max h e`` (a uniform all-to-all in
+which every rank receives what the busiest one does). Four all-to-alls per MoE block and
+micro-batch: dispatch and combine forward, their gradients backward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.errors import ConfigError
+from simulator.models.moe import moe_block_cost
+from simulator.models.ops import LayerCost
+from simulator.models.spec import ModelSpec
+from simulator.strategies.base import OpHooks
+
+DISTRIBUTIONS = ("balanced", "zipf", "measured")
+# (phase, the kernel the all-to-all precedes, its name)
+ALL_TO_ALLS = (("forward", "moe_expert_", "moe_dispatch"),
+               ("forward", "moe_unpermute", "moe_combine"),
+               ("backward", "moe_expert_down.dgrad", "moe_combine.bwd"),
+               ("backward", "moe_permute.bwd", "moe_dispatch.bwd"))
+
+
+class ExpertLoad(BaseModel):
+    """Tokens per expert (the imbalance knob); see the module doc."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    distribution: Literal["balanced", "zipf", "measured"] = "balanced"
+    zipf_s: Annotated[float, Field(gt=0.0)] = 1.0
+    seed: Annotated[int, Field(strict=True, ge=0)] = 0
+    counts: list[Annotated[int, Field(strict=True, ge=0)]] | None = None
+
+
+@dataclass(frozen=True)
+class EpLoad:
+    """Token copies per EP rank of one MoE block (kept after capacity), and the drops."""
+
+    per_rank: tuple[float, ...]
+    dropped: float
+
+    @property
+    def slowest(self) -> float:
+        """Copies the busiest EP rank's experts process: what the group waits for."""
+        return max(self.per_rank)
+
+    @property
+    def imbalance(self) -> float:
+        """Busiest over mean rank load (1 = even)."""
+        return self.slowest * len(self.per_rank) / sum(self.per_rank)
+
+
+def expert_shares(load: ExpertLoad, num_experts: int, *, field: str = "strategy.moe_load"
+                  ) -> np.ndarray:
+    """Share of the routed copies each expert gets (sums to 1), before any cap.
+
+    Raises
+    ------
+    ConfigError
+        ``measured`` without ``counts`` of one entry per expert, or all zero.
+    """
+    if load.distribution == "balanced":
+        return np.full(num_experts, 1.0 / num_experts)
+    if load.distribution == "zipf":
+        weights = np.arange(1, num_experts + 1, dtype=float) ** -load.zipf_s
+        order = np.random.default_rng(load.seed).permutation(num_experts)
+        shares = np.empty(num_experts)
+        shares[order] = weights / weights.sum()
+        return shares
+    counts = load.counts or []
+    if len(counts) != num_experts or not sum(counts):
+        raise ConfigError(f"measured counts need one token count per expert ({num_experts}), "
+                          f"not all zero; got {len(counts)} entries", field=f"{field}.counts")
+    return np.asarray(counts, dtype=float) / sum(counts)
+
+
+def _cap_each(loads: np.ndarray, cap: float) -> np.ndarray:
+    """Loads with none above ``cap``, the excess spread over the others by their share."""
+    loads = loads.copy()
+    for _ in range(len(loads)):
+        over = loads > cap * (1 + 1e-12)
+        if not over.any():
+            break
+        excess = float((loads[over] - cap).sum())
+        loads[over] = cap
+        room = ~over & (loads < cap)
+        if not room.any():
+            break
+        weights = loads[room] if loads[room].sum() > 0 else np.ones(int(room.sum()))
+        loads[room] += excess * weights / weights.sum()
+    return loads
+
+
+def ep_loads(model: ModelSpec, tokens: int, ep: int, load: ExpertLoad | None = None
+             ) -> EpLoad:
+    """Kept token copies per EP rank for ``tokens`` routed by each of the ``ep`` ranks."""
+    load = load or ExpertLoad()
+    n, k = model.num_experts, model.top_k
+    group_tokens = ep * tokens
+    copies = _cap_each(expert_shares(load, n) * group_tokens * k, float(group_tokens))
+    kept = copies
+    if model.capacity_factor is not None:
+        kept = np.minimum(copies, model.capacity_factor * group_tokens * k / n)
+    per_rank = kept.reshape(ep, n // ep).sum(axis=1)
+    return EpLoad(tuple(float(x) for x in per_rank), float((copies - kept).sum()))
+
+
+def dispatch_bytes(model: ModelSpec, tokens: int, e: int) -> int:
+    """Bytes of one rank's dispatch (or combine) buffer: ``t k h e``."""
+    return tokens * model.top_k * model.hidden * e
+
+
+def leaving_bytes(model: ModelSpec, tokens: int, e: int, ep: int) -> float:
+    """Bytes of an evenly routed dispatch that leave the rank: ``t k h e (ep - 1) / ep``."""
+    return dispatch_bytes(model, tokens, e) * (ep - 1) / ep
+
+
+def all_to_all_size_bytes(model: ModelSpec, loads: EpLoad, e: int) -> int:
+    """nccl-tests size of each EP all-to-all: ``T_max h e`` (``t k h e`` when even)."""
+    return math.ceil(loads.slowest - 1e-9) * model.hidden * e
+
+
+def ep_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool, loads: EpLoad,
+                  ep: int, k: int | None = None, tp: int = 1, sp: bool = False,
+                  cp: int = 1) -> LayerCost:
+    """The MoE block of the busiest EP rank: ``E / ep`` experts over ``T_max`` copies."""
+    return moe_block_cost(model, b, s, e, flash, k, tp, sp, cp, expert_tokens=loads.slowest,
+                          local_experts=model.num_experts // ep)
+
+
+class EPHooks(OpHooks):
+    """Issues one rank class's EP all-to-alls (:data:`ALL_TO_ALLS`) before the kernels they
+    feed, on stream ``ep``; the kernel waits for it (Megatron-LM without communication
+    overlap: the expert GEMMs wait for their tokens, the unpermute for the combine).
+    ``issue(kind, size_bytes, deps, name, phase)`` adds a collective on the EP group and
+    returns its op id; ``last_compute()`` the latest compute op (the all-to-all's input)."""
+
+    def __init__(self, issue, last_compute, *, size_bytes: int):
+        self.issue, self.last_compute, self.size = issue, last_compute, size_bytes
+        self.done: set[str] = set()          # all-to-alls of the current pass issued
+
+    def start_layer(self, layer) -> None:
+        self.done = set()
+
+    def before(self, cost, phase: str) -> tuple:
+        phase_of = "forward" if phase == "recompute" else phase
+        for p, before, name in ALL_TO_ALLS:
+            if p == phase_of and cost.name.startswith(before) and (phase, name) not in self.done:
+                self.done.add((phase, name))
+                return (self.issue("all_to_all", self.size, (self.last_compute(),),
+                                   f"{name}.{cost.name}", phase),)
+        return ()
