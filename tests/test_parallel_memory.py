@@ -180,3 +180,43 @@ def test_bad_stage_and_non_transformer_are_config_errors():
     resnet = parse_model(dict(name="r", family="resnet", source="t", depth=50), "t")
     with pytest.raises(ConfigError, match="not a transformer"):
         rank_memory(resnet, plan, seq_len=S, micro_batch=B, micro_batches=2)
+
+
+# ---------------------------------------------------------------- mixture of experts
+def moe_model(**kw):
+    return gpt(family="llama", kv_heads=2, dropout=0.0,
+               moe={"num_experts": 8, "top_k": 2, "ffn_hidden": 96, "first_dense_layers": 1,
+                    **kw})
+
+
+def test_moe_blocks_split_their_experts_over_ep():
+    from simulator.models.transformer import block_params
+    model = moe_model()
+    plan = ParallelPlan(dp_shard=4, ep=4, tp=2, dp_mode="ddp")
+    kvd = 2 * (H // A)
+    attention = (H * (H + 2 * kvd) + H * H) // 2 + 2 * H          # split QKV/out + 2 norms
+    expert = 3 * H * 96                                             # SwiGLU, no biases
+    moe_block = attention + H * 8 + (8 // 4) * expert               # router + 2 local experts
+    blocks = block_params(model, 2) + (L - 1) * moe_block           # block 0 dense
+    assert stage_params(model, plan, 0) == (blocks + 2 * (-(-V // 2)) * H + H)
+
+
+def test_expert_state_shards_over_its_own_data_parallel_group():
+    model = moe_model(first_dense_layers=0)
+    plan = ParallelPlan(dp_shard=8, ep=4, dp_mode="zero1")
+    r = rank_memory(model, plan, seq_len=S, micro_batch=B, micro_batches=1)
+    experts = L * (8 // 4) * 3 * H * 96
+    dense = stage_params(model, plan, 0) - experts
+    # Adam's 12 bytes over dp 8 for the dense part, over dp 8 / ep 4 = 2 for the experts
+    assert r.optimizer_bytes == -(-dense * 12 // 8) + -(-experts * 12 // 2)
+
+
+def test_moe_block_activations_are_the_attention_half_plus_the_moe_half():
+    from simulator.models.moe import moe_activation_bytes
+    model = moe_model()
+    t, kvd = S * B, 2 * (H // A)
+    # norm, QKV and MLP inputs (4 t h), Q and the output projection's input (2 t h), K and
+    # V (2 t kvd), 2 bytes each; no dropout masks, no scores (flash)
+    attn = 2 * (4 * t * H + 2 * t * H + 2 * t * kvd)
+    moe = am.layer_saved_bytes(model, batch=B, seq_len=S, e=2, flash=True, moe=True)
+    assert moe == attn + moe_activation_bytes(model, t, 2, t * 2)     # top-2 copies

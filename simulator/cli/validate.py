@@ -15,18 +15,19 @@ import click
 from simulator.validation.captured.command import validate_captured
 from simulator.validation.collectives.command import validate_collectives
 from simulator.validation.gpu.command import validate_gpu
+from simulator.validation.parallel.command import validate_parallel
 from simulator.validation.suite.command import validate_all
 from simulator.validation.traces.command import validate_traces
 from simulator.validation.training.command import validate_training
 
 
 def register(group: click.Group) -> click.Group:
-    """Add ``validate collectives|training|traces|captured|gpu|all`` to ``group`` (creating the
+    """Add ``validate collectives|training|traces|captured|gpu|parallel|all`` to ``group`` (creating the
     ``validate`` subgroup if the group has none; without a subcommand it runs ``all``);
     returns the ``validate`` group."""
     commands = {"collectives": validate_collectives, "training": validate_training,
                 "traces": validate_traces, "captured": validate_captured, "gpu": validate_gpu,
-                "all": validate_all}
+                "parallel": validate_parallel, "all": validate_all}
     existing = group.commands.get("validate")
     if isinstance(existing, click.Group):
         for name, cmd in commands.items():

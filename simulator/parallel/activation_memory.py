@@ -27,9 +27,10 @@ Megatron's CP runs on fused attention). At ``t = 1`` the three terms add up to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.errors import ConfigError
+from simulator.models.moe import moe_activation_bytes
 from simulator.models.spec import ModelSpec
 
 AC_MODES = ("none", "selective", "full")
@@ -77,16 +78,31 @@ def _split(terms: LayerTerms, tp: int, sp: bool, keep_scores: bool) -> int:
 
 
 def layer_saved_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,
-                      sp: bool = False, cp: int = 1, ac: str = "none",
-                      flash: bool = False) -> int:
+                      sp: bool = False, cp: int = 1, ac: str = "none", flash: bool = False,
+                      moe: bool = False) -> int:
     """Bytes one layer keeps per rank between its forward and backward, for one
-    micro-batch (the module doc: Table 2 of arXiv 2205.05198)."""
+    micro-batch (the module doc: Table 2 of arXiv 2205.05198). ``moe``: an MoE block, whose
+    MoE half replaces the dense MLP (:func:`moe_half_bytes`)."""
     s = seq_len // cp
     if check_ac(ac) == "full":
         layer_input = s * batch * model.hidden * e
         return layer_input // tp if sp else layer_input
     keep_scores = ac == "none" and not flash and cp == 1
-    return _split(layer_terms(model, batch, s, e), tp, sp, keep_scores)
+    if not moe:
+        return _split(layer_terms(model, batch, s, e), tp, sp, keep_scores)
+    attention = _split(layer_terms(replace(model, ffn_hidden=0), batch, s, e), tp, sp,
+                       keep_scores)
+    return attention + moe_half_bytes(model, batch=batch, seq_len=s, e=e, tp=tp, sp=sp)
+
+
+def moe_half_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,
+                   sp: bool = False) -> int:
+    """What an MoE block's MoE half saves beyond its input
+    (:func:`simulator.models.moe.moe_activation_bytes`: permuted tokens, expert inner
+    tensors, router probabilities, indices), for the rank's tokens (``/ t`` with SP) under
+    balanced routing (``top_k`` copies of each token received back)."""
+    tokens = seq_len * batch // (tp if sp else 1)
+    return moe_activation_bytes(model, tokens, e, tokens * model.top_k)
 
 
 def layer_working_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,
@@ -126,4 +142,4 @@ def head_saved_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: 
 
 
 __all__ = ["AC_MODES", "LayerTerms", "check_ac", "embedding_saved_bytes", "head_saved_bytes",
-           "layer_saved_bytes", "layer_terms", "layer_working_bytes"]
+           "layer_saved_bytes", "layer_terms", "layer_working_bytes", "moe_half_bytes"]

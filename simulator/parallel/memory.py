@@ -13,8 +13,9 @@ split: norms and the row-parallel output biases replicated), the vocab-parallel 
 embedding on the first stage and the head on the last (a tied embedding keeps a copy there
 when ``pp > 1``, as Megatron does), and what :data:`SHARDED` says each ``dp_mode`` splits over
 the ``dp_shard x cp`` ranks (Megatron's distributed optimizer and torchtitan's FSDP both
-shard over data x context parallel ranks). MoE expert weights are split over ``ep``
-(:func:`expert_params`).
+shard over data x context parallel ranks). An MoE block's routed experts split over ``ep``
+(:func:`block_params_per_rank`) and shard over their own data-parallel group, ``dp_shard x
+cp / ep`` ranks.
 
 Activations (:mod:`.activation_memory`): one layer's saved bytes per micro-batch, times the
 layers of a model chunk, times the (micro-batch, chunk) activations the schedule keeps at
@@ -32,11 +33,14 @@ gradients in one contiguous buffer (counted as gradients), so they add no bucket
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
 
 from simulator.errors import ConfigError
 from simulator.models.spec import ModelSpec
-from simulator.models.transformer import block_params, embed_params, head_params, norm_params
+from simulator.models.moe import expert_params as moe_expert_params
+from simulator.models.moe import is_moe_layer, moe_block_params
+from simulator.models.transformer import block_params, embed_params, head_params, vocab_rows
 from simulator.parallel import activation_memory as am
 from simulator.parallel.schedules import peak_in_flight, schedule, stage_location
 from simulator.precision import precision_bytes, storage_dtype
@@ -70,24 +74,26 @@ class RankMemory:
         return self.state_bytes + self.activations_bytes + self.working_bytes
 
 
-def block_params_per_rank(model: ModelSpec, tp: int) -> int:
-    """One block's parameters on a rank of its TP group (Megatron's split: the QKV and MLP
-    up projections column-parallel with their biases, the output projections row-parallel
-    with replicated biases, the norms replicated)."""
-    replicated = 2 * norm_params(model) + (2 * model.hidden if model.bias else 0)
-    return (block_params(model) - replicated) // tp + replicated
+def block_params_per_rank(model: ModelSpec, tp: int, ep: int = 1, index: int = 0) -> int:
+    """Block ``index``'s parameters on one rank of its TP (and, for an MoE block, EP)
+    group: :func:`~simulator.models.transformer.block_params` (Megatron's column/row
+    split); an MoE block's routed experts split over ``ep`` (each whole on its rank, as
+    :mod:`simulator.models.moe` runs them), its shared experts, router and attention
+    whole on the EP ranks."""
+    if not is_moe_layer(model, index):
+        return block_params(model, tp)
+    return moe_block_params(model, model.num_experts // ep, tp)
 
 
-def expert_params(model: ModelSpec) -> tuple[int, int]:
-    """(dense MLP parameters a MoE block replaces, expert parameters of one block).
-
-    Hook for MoE models (:func:`stage_params` replaces the first by the second split over
-    ``ep x tp``): a dense model has neither. A model with ``experts`` is refused until the
-    MoE model fields exist to count its experts' weights from."""
-    experts = getattr(model, "experts", 0) or 0
-    if not experts:
-        return 0, 0
-    raise ConfigError("MoE models are not in the memory model yet", field="model")
+def _stage_blocks(model: ModelSpec, plan, stage: int) -> list[int]:
+    """The block indices on pipeline rank ``stage`` (its model stages, in chunk order)."""
+    sizes = plan.model_stage_blocks(model.layers)
+    starts = [sum(sizes[:v]) for v in range(len(sizes))]
+    out = []
+    for v, (first, size) in enumerate(zip(starts, sizes)):
+        if stage_location(plan.schedule, plan.pp, plan.vp, v)[0] == stage:
+            out += range(first, first + size)
+    return out
 
 
 def head_rank(plan) -> int:
@@ -100,17 +106,14 @@ def head_rank(plan) -> int:
 
 def stage_params(model: ModelSpec, plan, stage: int) -> int:
     """Parameters on one rank of ``stage`` (before data-parallel sharding)."""
-    tp, pp = plan.tp, plan.pp
-    dense_mlp, experts = expert_params(model)
-    block = block_params_per_rank(model, tp) - dense_mlp // tp + experts // (plan.ep * tp)
-    n = plan.stage_layers(model.layers)[stage] * block
-    word = model.vocab * model.hidden
+    tp = plan.tp
+    n = sum(block_params_per_rank(model, tp, plan.ep, i)
+            for i in _stage_blocks(model, plan, stage))
     if stage == 0:
-        n += embed_params(model) - word + word // tp
+        n += embed_params(model, tp)
     if stage == head_rank(plan):
-        untied = 0 if model.tied_embeddings else word
-        copy = word if (not model.tied_embeddings or pp > 1) else 0
-        n += head_params(model) - untied + copy // tp
+        copy = model.tied_embeddings and plan.pp > 1
+        n += head_params(model, tp) + (vocab_rows(model, tp) * model.hidden if copy else 0)
     return n
 
 
@@ -123,33 +126,46 @@ def in_flight(plan, micro_batches: int, stage: int) -> int:
     return _peaks(plan.schedule, plan.pp, micro_batches, plan.vp)[stage]
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def _peaks(name: str, pp: int, micro_batches: int, vp: int) -> tuple[int, ...]:
-    """:func:`peak_in_flight` of every pipeline rank: one schedule build for all stages,
-    kept for the next plan of the same schedule (``clustersim plan`` asks thousands)."""
+    """:func:`peak_in_flight` of every rank (one schedule built per plan, not per stage)."""
     return tuple(peak_in_flight(actions) for actions in schedule(name, pp, micro_batches, vp))
 
 
 def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> tuple[int, int, int]:
     """(params, grads, optimizer) bytes on one rank of ``stage``."""
-    n = stage_params(model, plan, stage)
+    experts = _stage_expert_params(model, plan, stage)
+    dense = stage_params(model, plan, stage) - experts
     e = precision_bytes(storage_dtype(precision))
-    master = MASTER_BYTES if e < MASTER_BYTES else 0
-    parts = {"params": n * e, "grads": n * precision_bytes(grad_dtype),
-             "optimizer": n * (master + OPT_MOMENT_BYTES[optimizer])}
-    shard = plan.dp_shard * plan.cp
-    for part in SHARDED[plan.dp_mode]:
-        parts[part] = -(-parts[part] // shard)
-    return parts["params"], parts["grads"], parts["optimizer"]
+    per = {"params": e, "grads": precision_bytes(grad_dtype),
+           "optimizer": (MASTER_BYTES if e < MASTER_BYTES else 0) + OPT_MOMENT_BYTES[optimizer]}
+    # experts shard over their own data-parallel group: dp_shard x cp / ep ranks
+    shards = (plan.dp_shard * plan.cp, max(1, plan.dp_shard * plan.cp // plan.ep))
+    out = []
+    for part, nbytes in per.items():
+        split = part in SHARDED[plan.dp_mode]
+        out.append(sum(-(-n * nbytes // (shard if split else 1))
+                       for n, shard in ((dense, shards[0]), (experts, shards[1])) if n))
+    return tuple(out)
+
+
+def _stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
+    """The routed experts' parameters on one rank of ``stage``."""
+    if not model.is_moe:
+        return 0
+    local = model.num_experts // plan.ep
+    return sum(local * moe_expert_params(model) for i in _stage_blocks(model, plan, stage)
+               if is_moe_layer(model, i))
 
 
 def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> tuple[int, int]:
     """(all saved activations, the layers' part) on one rank of ``stage``."""
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
-    per_layer = am.layer_saved_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash,
-                                     **par)
-    chunk_layers = plan.stage_layers(model.layers)[stage] / plan.vp
-    layers = round(held * chunk_layers * per_layer)
+    kinds = Counter(is_moe_layer(model, i) for i in _stage_blocks(model, plan, stage))
+    stage_bytes = sum(n * am.layer_saved_bytes(model, batch=b, seq_len=s, e=e, ac=ac,
+                                               flash=flash, moe=moe, **par)
+                      for moe, n in kinds.items())
+    layers = round(held * stage_bytes / plan.vp)      # one chunk's layers per activation
     extra = 0
     if stage == 0:
         extra += -(-held // plan.vp) * am.embedding_saved_bytes(model, batch=b, seq_len=s,
@@ -163,7 +179,8 @@ def _working(model, plan, *, b, s, e, ac, flash, grad_dtype) -> int:
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     working = am.layer_working_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash, **par)
     if plan.dp_mode == "fsdp":
-        unit = block_params_per_rank(model, plan.tp)
+        unit = max(block_params_per_rank(model, plan.tp, plan.ep, i)
+                   for i in range(model.layers))
         working += unit * (2 * e + precision_bytes(grad_dtype))
     return working
 
@@ -197,5 +214,5 @@ def peak_rank_memory(model: ModelSpec, plan, **kw) -> RankMemory:
     return max(ranks, key=lambda r: (r.total_bytes, -r.stage))
 
 
-__all__ = ["RankMemory", "SHARDED", "block_params_per_rank", "expert_params", "head_rank",
+__all__ = ["RankMemory", "SHARDED", "block_params_per_rank", "head_rank",
            "in_flight", "peak_rank_memory", "rank_memory", "stage_params"]

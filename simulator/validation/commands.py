@@ -3,7 +3,7 @@
 folder and write options (:func:`checked_root`), where its report goes
 (:func:`report_folder`, :func:`report_file`) and the end of a gated command
 (:func:`finish`: summary, cases not passing, exit code; :func:`gated_exit` for the suites
-whose cases are built here: collectives, training, traces)."""
+whose cases are built here: collectives, training, traces, parallel)."""
 
 from __future__ import annotations
 
@@ -140,6 +140,21 @@ def trace_cases(results: dict) -> list[dict]:
                  s["collectives_ok"], s["median_abs_error"])]
 
 
+def parallel_cases(df) -> list[dict]:
+    """The parallel suite's cases: the Selene memory rows and the median iteration-time
+    error (gated), each Selene and NeMo run's error (reported)."""
+    cases = []
+    for r in df.itertuples(index=False):
+        ok = None if r.ok is None or r.ok != r.ok else bool(r.ok)
+        gate = r.kind == "gate"
+        result = (f"{100 * r.error:.1f}%" if math.isfinite(r.error) else "-") if gate \
+            else pct(r.error)
+        bound = f"<= {r.bound:.0%}" if math.isfinite(r.bound) else "reported"
+        what = f"{r.quantity} ({r.model}, {r.mode})" if r.mode else r.quantity
+        cases.append(case(r.case, what, result, bound, ok, r.error))
+    return cases
+
+
 def gated_exit(cases: list[dict]) -> None:
     """Print each case out of bound with its status and exit by the ``validate`` convention:
     0 when every gated case passes, 3 when only known misses are out of bound, 1 on a FAIL
@@ -153,5 +168,5 @@ def gated_exit(cases: list[dict]) -> None:
         raise click.exceptions.Exit(code)
 
 
-__all__ = ["case", "checked_root", "collective_cases", "finish", "gated_exit", "pct",
-           "report_file", "report_folder", "trace_cases", "training_cases"]
+__all__ = ["case", "checked_root", "collective_cases", "finish", "gated_exit",
+           "parallel_cases", "pct", "report_file", "report_folder", "trace_cases", "training_cases"]

@@ -30,8 +30,9 @@ def validate_all(only=(), workers=None, out=None, overwrite=False):
 
     Suites: collectives (A100 nccl-tests), training (published A100 throughput), traces
     (the A100 DDP trace), captured (the captured CPU runs: replay, what-if, scaling), gpu
-    (single-GPU H200 runs: generated and replayed steps) and reliability (Daly, Meta RSC-1,
-    Llama 3); each also writes its own report. A case out
+    (single-GPU H200 runs: generated and replayed steps), parallel (Megatron on Selene:
+    memory and iteration times; NeMo on H100) and reliability (Daly, Meta RSC-1, Llama 3);
+    each also writes its own report. A case out
     of its bound is a known miss only if validation/known_misses.yaml records it. Exit code
     0: every gated case passes; 3: only known misses are out of bound; 1: a FAIL (out of
     bound, not recorded) or an XPASS (recorded, now within bound).

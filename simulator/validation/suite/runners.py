@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.validation.commands import (case as _case, collective_cases, pct as _pct,
-                                            trace_cases, training_cases)
+from simulator.validation.commands import (case as _case, collective_cases, parallel_cases,
+                                            pct as _pct, trace_cases, training_cases)
 
 
 def collectives(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]:
@@ -74,6 +74,14 @@ def gpu(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]
             for r in results["cases"].itertuples(index=False)], report
 
 
+def parallel(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]:
+    """Megatron-LM on Selene: memory rows and the median iteration-time error (gated); the
+    NeMo H100 rows (reported)."""
+    from simulator.validation.parallel.report import validate, write_report
+    df = validate(workers=workers)
+    return parallel_cases(df), write_report(df, folder)
+
+
 def reliability(workers: int = 1, folder: Path | None = None, checks=None, text=None,
                 out: Path | None = None) -> tuple[list[dict], Path]:
     """Daly, Meta RSC-1 and Llama 3 checks (their own gates), each run once; the report
@@ -118,6 +126,7 @@ def _reliability_cases(seen: dict[str, list]) -> list[dict]:
 
 
 RUNNERS = {"collectives": collectives, "training": training, "traces": traces,
-           "captured": captured, "gpu": gpu, "reliability": reliability}
+           "captured": captured, "gpu": gpu, "parallel": parallel,
+           "reliability": reliability}
 
 __all__ = ["RUNNERS"]

@@ -1,0 +1,44 @@
+"""``clustersim validate parallel``: Megatron-LM on Selene (memory and iteration times,
+gated) and NeMo on DGX H100 (reported)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from simulator.progress import quiet_option, stage
+from simulator.validation.commands import gated_exit, parallel_cases, report_folder
+
+
+@click.command("parallel")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder: new, empty or written by clustersim "
+                   "[default: validation/parallel].")
+@click.option("--no-nemo", "no_nemo", is_flag=True,
+              help="Skip the NeMo H100 rows (reported, not gated).")
+@click.option("--workers", type=click.IntRange(min=1, max=64), default=1,
+              help="Processes simulating the runs at once [default: 1].")
+@quiet_option
+def validate_parallel(out, no_nemo=False, workers=1):
+    """Megatron-LM GPT 22B-1T on Selene (Korthikanti et al. 2022) and NeMo on DGX H100
+    (validation/parallel/); nothing is calibrated on these rows (cases.yaml).
+
+    Gates: each Selene memory row (parameters + optimizer state, activations, Figures 1 and
+    7) within 10% of the memory model; the median |iteration-time error| of the simulated
+    Selene runs within 10%. The NeMo rows (FP8) are reported. Writes report.md and
+    results.csv. Exit code 0: every gated case passes; 3: only known misses
+    (validation/known_misses.yaml) fail; 1: any other failure.
+    """
+    from simulator.validation.parallel.cases import default_root
+    from simulator.validation.parallel.report import summary_line, validate, write_report
+    folder = report_folder(out, default_root())
+    stage("validate parallel: memory model, then the Selene and NeMo runs")
+    df = validate(nemo=not no_nemo, workers=workers)
+    report = write_report(df, folder)
+    click.echo(summary_line(df))
+    click.echo(f"report: {report}")
+    gated_exit(parallel_cases(df))
+
+
+__all__ = ["validate_parallel"]
