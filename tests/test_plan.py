@@ -110,6 +110,24 @@ def test_tp_traffic_is_four_collectives_per_block_and_micro_batch(estimator):
     assert full.compute_s > e.compute_s                  # the forward runs twice
 
 
+def test_cp_ring_traffic_is_the_ring_formula(estimator):
+    # cp - 1 K/V exchanges forward behind 1/cp of the attention each, 2 blocks per step
+    # backward and the last hop home of dK/dV (simulator/parallel/context.py)
+    plan, m, mb, cp = ParallelPlan(cp=2, dp_shard=4), 2, 1, 2
+    attn_f, attn_b = estimator._layer_s(mb, 1, False, cp, "none")[5]
+    kv = 2 * mb * (512 // cp) * LLAMA7.kv_heads * LLAMA7.head_dim * 2
+    step = estimator._time("send_recv", kv, (0, 1))
+    per_block = ((cp - 1) * max(0.0, step - attn_f / cp)
+                 + (cp - 1) * max(0.0, 2 * step - attn_b / cp) + step)
+    e = estimator.estimate(Candidate(plan, mb, m, "none"))
+    assert e.cp_comm_s == pytest.approx(m * LLAMA7.layers * per_block) and e.cp_comm_s > 0
+    gather = ParallelPlan(cp=2, dp_shard=4, cp_mode="allgather")
+    g = estimator.estimate(Candidate(gather, mb, m, "none"))
+    assert g.cp_comm_s == pytest.approx(m * LLAMA7.layers * (
+        estimator._time("all_gather", kv * cp, (0, 1))
+        + estimator._time("reduce_scatter", kv * cp, (0, 1))))
+
+
 def test_alpha_beta_reproduces_the_collective_model(estimator):
     ranks = (0, 1, 2, 3, 4, 5, 6, 7)
     for size in (1 << 20, 1 << 28):                      # the two probe sizes: exact

@@ -29,8 +29,7 @@ def register(cli: click.Group) -> None:
                   help="How many of the best estimates to simulate.")
     @click.option("--max-tp", type=click.IntRange(1, 64), default=16, show_default=True)
     @click.option("--max-pp", type=click.IntRange(1, 128), default=16, show_default=True)
-    @click.option("--max-cp", type=click.IntRange(1, 32), default=1, show_default=True,
-                  help="Largest context parallelism (CP K/V traffic is not simulated yet).")
+    @click.option("--max-cp", type=click.IntRange(1, 32), default=4, show_default=True)
     @click.option("--max-micro-batch", type=click.IntRange(1, 1024), default=8,
                   show_default=True)
     @click.option("--price-per-gpu-hour", "price", type=float, default=None, metavar="USD",

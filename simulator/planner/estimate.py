@@ -15,6 +15,8 @@ before it replays the best ones.
   send/recv on the fill-and-drain path, ``2 (m + pp - 1)`` transfers; data-parallel
   traffic beyond the compute it hides behind (FSDP per micro-batch, DDP and the
   distributed optimizer once per step, behind one micro-batch's backward);
+* context parallelism's K/V traffic beyond the attention it overlaps
+  (:meth:`Estimator._cp_block`);
 * memory: :func:`simulator.parallel.memory.peak_rank_memory` (Korthikanti et al. 2022).
 
 It ranks candidates; the replay decides (``clustersim plan`` prints both).
@@ -47,15 +49,17 @@ class Estimate:
     pp_comm_s: float
     dp_comm_s: float
     memory_bytes: int
+    cp_comm_s: float = 0.0
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s + self.dp_comm_s
+        return (self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s
+                + self.dp_comm_s + self.cp_comm_s)
 
     def parts(self) -> dict[str, float]:
         return {"bubble": self.bubble_s, "exposed TP traffic": self.tp_comm_s,
-                "pipeline send/recv": self.pp_comm_s, "exposed DP traffic": self.dp_comm_s,
-                "compute": self.compute_s}
+                "exposed CP traffic": self.cp_comm_s, "pipeline send/recv": self.pp_comm_s,
+                "exposed DP traffic": self.dp_comm_s, "compute": self.compute_s}
 
 
 class Estimator:
@@ -71,8 +75,8 @@ class Estimator:
 
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
-        fwd, bwd, recompute, embed, head = self._layer_s(c.micro_batch, p.tp,
-                                                         p.sequence_parallel, p.cp, c.ac)
+        fwd, bwd, recompute, embed, head, attn = self._layer_s(c.micro_batch, p.tp,
+                                                               p.sequence_parallel, p.cp, c.ac)
         blocks = max(p.stage_layers(self.model.layers))
         edge = max(embed, head) if p.pp > 1 else embed + head
         micro_s = blocks * (fwd + bwd + recompute) + edge
@@ -82,7 +86,8 @@ class Estimator:
             f = bubble_fraction(p.schedule, p.pp, m, p.vp)
             bubble = compute * f / (1 - f)
         return Estimate(compute, bubble, self._tp(c, blocks), self._pp(c),
-                        self._dp(c, micro_s, blocks * bwd), self._memory(c))
+                        self._dp(c, micro_s, blocks * bwd), self._memory(c),
+                        m * blocks * self._cp_block(c, *attn))
 
     # -------------------------------------------------------------------- compute
     def _op_s(self, ops) -> float:
@@ -90,7 +95,8 @@ class Estimator:
                                           self.precision) for o in ops)
 
     def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str):
-        """(block forward, block backward, block recompute, embed, head) seconds."""
+        """(block forward, block backward, block recompute, embed, head) seconds, and the
+        block's (attention forward, attention backward)."""
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
                              tp=tp, sp=sp, cp=cp)
         block = next(layer for layer in layers if layer.kind.endswith("block"))
@@ -100,7 +106,9 @@ class Estimator:
                                              if o.op_class == "attention")}[ac]
         embed = sum(self._op_s((*x.forward, *x.backward)) for x in layers[:1])
         head = sum(self._op_s((*x.forward, *x.backward)) for x in layers[-1:])
-        return fwd, bwd, recompute, embed, head
+        attn = tuple(self._op_s(o for o in ops if o.op_class == "attention")
+                     for ops in (block.forward, block.backward))
+        return fwd, bwd, recompute, embed, head, attn
 
     # -------------------------------------------------------------- communication
     def _alpha_beta(self, op: str, ranks: tuple[int, ...]) -> tuple[float, float]:
@@ -129,6 +137,25 @@ class Estimator:
             one = self._time("all_reduce", size, group)
         per_block = (6 if c.ac == "full" else 4) * one
         return c.micro_batches * blocks * per_block
+
+    def _cp_block(self, c: Candidate, attn_fwd_s: float, attn_bwd_s: float) -> float:
+        """Exposed K/V traffic of one block and micro-batch (``simulator/parallel/context.py``):
+        ring: ``cp - 1`` block exchanges forward, each behind a ``1/cp`` share of the
+        attention, and ``2 cp - 1`` blocks backward; allgather: an all-gather of the whole
+        sequence's K/V and a reduce-scatter of their gradients, not hidden."""
+        p = c.plan
+        if p.cp == 1:
+            return 0.0
+        width = self.model.kv_heads // p.tp * self.model.head_dim
+        kv = 2 * c.micro_batch * (self.seq_len // p.cp) * width * self.e
+        group = group_ranks(p, "cp")
+        if p.cp_mode == "allgather":
+            return (self._time("all_gather", kv * p.cp, group)
+                    + self._time("reduce_scatter", kv * p.cp, group))
+        step = self._time("send_recv", kv, group[:2])
+        fwd = (p.cp - 1) * max(0.0, step - attn_fwd_s / p.cp)
+        bwd = (p.cp - 1) * max(0.0, 2 * step - attn_bwd_s / p.cp) + step
+        return fwd + bwd
 
     def _pp(self, c: Candidate) -> float:
         p = c.plan

@@ -26,8 +26,7 @@ class Limits:
 
     max_tp: int = 16
     max_pp: int = 16
-    max_cp: int = 1        # context parallelism: its ring/all-gather K/V traffic is not in
-                           # the generator yet (replays would show CP as free): opt in
+    max_cp: int = 4
     max_vp: int = 4
     max_micro_batch: int = 8
 

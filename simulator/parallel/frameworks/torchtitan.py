@@ -24,7 +24,8 @@ fsdp_reshard_after_forward         always -> dp_mode fsdp; never -> zero2 (param
 disable_loss_parallel              accepted; the loss is not modelled apart from the head
 =================================  ==========================================================
 
-``dp_shard = 1`` with ``dp_replicate > 1`` is torchtitan's DDP (``replicate``): dp_mode ddp.
+``dp_shard = 1`` is torchtitan's DDP (``replicate``; nothing at all with ``dp_replicate = 1``):
+dp_mode ddp.
 ``[activation_checkpoint] mode`` (none | full | selective) and ``selective_ac_option``
 (``op`` or every Nth block) become the common ``activation_checkpointing`` fields.
 """
@@ -165,7 +166,7 @@ class TorchtitanConfig(CommonConfig):
 
     def _dp_mode(self, shard: int) -> str:
         p = self.parallelism
-        if shard == 1 and p.data_parallel_replicate_degree > 1:
+        if shard == 1:           # nothing sharded: DDP (replicate), or no data parallelism
             return "ddp"
         reshard = p.fsdp_reshard_after_forward
         if reshard == "default":
