@@ -12,6 +12,7 @@ by ``clustersim compare`` and ``clustersim capacity`` alike (:func:`parse_strate
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -60,6 +61,7 @@ class NamedStrategy:
     sharding: str | None     # FSDP sharding mode
     framework: str
     label: str
+    options: tuple[tuple[str, object], ...] = ()   # dotted strategy keys a variant sets
 
     @property
     def registry_name(self) -> str:
@@ -89,6 +91,48 @@ NAMED_STRATEGIES: dict[str, NamedStrategy] = {n.key: n for n in (
     NamedStrategy("horovod", "horovod", None, "tensorflow", "Horovod (TensorFlow)"),
 )}
 DEFAULT_COMPARE_STRATEGIES = tuple(NAMED_STRATEGIES)
+# The framework strategies (simulator.parallel.frameworks), named bare or as a variant
+# (framework_variant); not among the default rows.
+FRAMEWORK_STRATEGIES: dict[str, NamedStrategy] = {n.key: n for n in (
+    NamedStrategy("megatron", "megatron", None, "megatron", "Megatron-LM"),
+    NamedStrategy("torchtitan", "torchtitan", None, "torchtitan", "torchtitan"),
+    NamedStrategy("deepspeed", "deepspeed", None, "deepspeed", "DeepSpeed"),
+)}
+
+# Framework strategies with their degrees in the name, e.g. megatron:tp8pp2vp2dopt,
+# torchtitan:tp8, deepspeed:zero3tp2: each part a short name and a number (or a switch),
+# set on the strategy as the framework spells it.
+_VARIANT_KEYS: dict[str, dict[str, str]] = {
+    "megatron": {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+                 "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
+                 "ep": "expert_model_parallel_size", "dopt": "use_distributed_optimizer",
+                 "sp": "sequence_parallel"},
+    "torchtitan": {"tp": "parallelism.tensor_parallel_degree",
+                   "pp": "parallelism.pipeline_parallel_degree",
+                   "cp": "parallelism.context_parallel_degree",
+                   "ep": "parallelism.expert_parallel_degree",
+                   "rep": "parallelism.data_parallel_replicate_degree"},
+    "deepspeed": {"zero": "zero_optimization.stage", "tp": "tensor_parallel.autotp_size",
+                  "pp": "pipeline.stages"},
+}
+_VARIANT_PART = re.compile(r"([a-z]+)(\d*)")
+
+
+def framework_variant(name: str, spec: str) -> NamedStrategy | None:
+    """``megatron`` + ``tp8pp2`` -> the named strategy setting those degrees; None when
+    ``spec`` is not made of the framework's parts (:data:`_VARIANT_KEYS`)."""
+    keys = _VARIANT_KEYS.get(name)
+    parts = _VARIANT_PART.findall(spec) if keys else []
+    if not parts or "".join(a + b for a, b in parts) != spec:
+        return None
+    options = []
+    for short, number in parts:
+        if short not in keys or (number == "") != (short in ("dopt", "sp")):
+            return None
+        options.append((keys[short], int(number) if number else True))
+    base = FRAMEWORK_STRATEGIES[name]
+    return NamedStrategy(f"{name}:{spec}", name, None, base.framework, f"{base.label} {spec}",
+                         tuple(options))
 DEFAULT_CAPACITY_STRATEGIES = tuple(NAMED_STRATEGIES[k].registry_name
                                     for k in ("ddp", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"))
 
@@ -104,6 +148,10 @@ def strategy_named(text: str) -> NamedStrategy | None:
     """The strategy a spelling names, case and spaces around ``:`` ignored; else None."""
     name, _, sharding = text.strip().lower().partition(":")
     key = f"{name.strip()}:{sharding.strip()}" if sharding.strip() else name.strip()
+    if name.strip() in FRAMEWORK_STRATEGIES:
+        spec = sharding.strip()
+        return framework_variant(name.strip(), spec) if spec else \
+            FRAMEWORK_STRATEGIES[name.strip()]
     return NAMED_STRATEGIES.get(_SPELLINGS.get(key, ""))
 
 
@@ -135,7 +183,8 @@ def parse_strategy_names(text: str | list[str] | tuple[str, ...],
 
 def framework_of(strategy_name: str) -> str | None:
     """The framework of a registry strategy name, if a named strategy has it."""
-    return next((n.framework for n in NAMED_STRATEGIES.values()
+    return next((n.framework for n in (*NAMED_STRATEGIES.values(),
+                                       *FRAMEWORK_STRATEGIES.values())
                  if n.strategy == strategy_name), None)
 
 

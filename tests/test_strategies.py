@@ -385,7 +385,8 @@ def test_meta_keys():
 
 def test_registry_and_parse():
     assert set(STRATEGIES) == {"ddp", "fsdp", "tf_mirrored", "tf_multiworker", "tf_ps",
-                               "tf_central_storage", "horovod", "megatron"}
+                               "tf_central_storage", "horovod", "megatron", "torchtitan",
+                               "deepspeed"}
     assert all(s.description for s in STRATEGIES.values())
     cfg = parse_strategy({"name": "fsdp", "sharding": "hybrid_shard"})
     assert cfg.sharding == "HYBRID_SHARD"

@@ -7,7 +7,8 @@ import pytest
 
 from simulator.capacity.probe import parse_strategy_specs
 from simulator.choices import (DEFAULT_CAPACITY_STRATEGIES, DEFAULT_COMPARE_STRATEGIES,
-                               NAMED_STRATEGIES, framework_of, strategy_named)
+                               FRAMEWORK_STRATEGIES, NAMED_STRATEGIES, framework_of,
+                               strategy_named)
 from simulator.cli import main
 from simulator.compare.options import parse_strategies
 from simulator.errors import ConfigError
@@ -28,10 +29,8 @@ def run_main(capsys, *args: str) -> tuple[int, str, str]:
 
 # ------------------------------------------------------------------------------ table
 def test_table_names_every_registered_strategy_and_sharding():
-    # strategies built from a parallel plan (megatron) get their rows from their degrees
-    planned = {k for k, s in STRATEGIES.items() if hasattr(s.config, "plan")}
-    assert planned == {"megatron"}
-    assert {n.strategy for n in NAMED_STRATEGIES.values()} == set(STRATEGIES) - planned
+    named = {**NAMED_STRATEGIES, **FRAMEWORK_STRATEGIES}       # the framework ones too
+    assert {n.strategy for n in named.values()} == set(STRATEGIES)
     assert [n.sharding for n in NAMED_STRATEGIES.values() if n.sharding] == list(SHARDINGS)
     assert DEFAULT_COMPARE_STRATEGIES == tuple(NAMED_STRATEGIES)
     assert DEFAULT_CAPACITY_STRATEGIES == ("ddp", "fsdp:FULL_SHARD", "fsdp:SHARD_GRAD_OP",

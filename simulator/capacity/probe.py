@@ -30,15 +30,17 @@ class StrategySpec:
     text: str
     name: str
     sharding: str | None
+    options: tuple = ()          # dotted strategy keys a framework variant sets
 
     @property
     def label(self) -> str:
-        return registry_spelling(self.name, self.sharding)
+        return self.text if self.options else registry_spelling(self.name, self.sharding)
 
 
 def spec_of(named: NamedStrategy, text: str | None = None) -> StrategySpec:
     """The spec of a named strategy, spelled ``text`` [default: its compare key]."""
-    return StrategySpec(named.key if text is None else text, named.strategy, named.sharding)
+    return StrategySpec(named.key if text is None else text, named.strategy, named.sharding,
+                        named.options)
 
 
 # Keys of the scenario's strategy every strategy understands (the rest, such as FSDP's
@@ -83,6 +85,12 @@ def strategy_dict(scn: Scenario, spec: StrategySpec) -> dict:
     data["name"] = spec.name
     if spec.sharding is not None:
         data["sharding"] = spec.sharding
+    for key, value in spec.options:          # megatron:tp8pp2 -> its degrees
+        *path, last = key.split(".")
+        node = data
+        for part in path:
+            node[part] = node = dict(node.get(part) or {})
+        node[last] = value
     return data
 
 

@@ -1,7 +1,7 @@
 """The ``clustersim`` command line.
 
 Each command lives in its own module of this package (``collective``, ``topology``,
-``run`` with ``trace``, ``capacity``, ``compare``, ``reliability``, ``study``, ``replay``
+``run`` with ``trace``, ``capacity``, ``compare``, ``plan``, ``reliability``, ``study``, ``replay``
 with ``import``, ``validate``), whose ``register`` adds it to the :func:`cli` group; shared
 pieces (argument types, rank specs, the metrics lines) live in :mod:`simulator.cli.common`.
 
@@ -20,8 +20,8 @@ import click
 from .. import __version__
 from ..errors import ClusterSimError
 from ..units import UnitError
-from . import (capacity, collective, compare, listing, reliability, replay, run, study,
-               topology, validate)
+from . import (capacity, collective, compare, listing, plan, reliability, replay, run,
+               study, topology, validate)
 from .common import PROG
 
 EXIT_USAGE = 2
@@ -45,8 +45,8 @@ def cli() -> None:
 
 
 for _register in (collective.register, topology.register, run.register, capacity.register,
-                  compare.register, reliability.register, study.register, replay.register,
-                  validate.register, listing.register):
+                  compare.register, plan.register, reliability.register, study.register,
+                  replay.register, validate.register, listing.register):
     _register(cli)
 
 

@@ -11,6 +11,8 @@ from ..choices import DEFAULT_COMPARE_STRATEGIES, DEFAULT_SCENARIO, framework_of
 from ..errors import ConfigError
 from ..progress import enabled, quiet_option, stage
 from .common import names_sets
+from .configfile import config_options
+from .configfile import load as load_with_config
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
     from ..compare.cost import Budget
@@ -72,10 +74,12 @@ def register(cli: click.Group) -> None:
                   help="Also simulate twice the GPUs for the scaling efficiency.")
     @click.option("--capacity/--no-capacity", default=True, show_default=True,
                   help="Also search the largest model of the family that fits.")
+    @config_options
     @quiet_option
     @names_sets
     def compare_cmd(scenario, strategies, sets, fmt, out, price, instance, tokens, epochs,
-                    dataset_samples, iterations, migration, day_rate, scaling, capacity):
+                    dataset_samples, iterations, migration, day_rate, scaling, capacity,
+                    config, config_format):
         """Compare training strategies on SCENARIO's model and cluster [default: quickstart].
 
         Per strategy: peak memory per GPU and the out-of-memory verdict, the largest model
@@ -84,7 +88,9 @@ def register(cli: click.Group) -> None:
         iteration, per million tokens, per 1,000 samples, and for a --tokens/--epochs/
         --iterations budget) with the cost of communication waits shown on its own.
         Strategies: fsdp-full, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid, fsdp-hybrid-zero2,
-        ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod. One that cannot run
+        ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod; also megatron,
+        torchtitan, deepspeed and their variants with degrees in the name (megatron:tp8pp2vp2dopt,
+        torchtitan:tp8rep2, deepspeed:zero3tp2; docs/compare.md). One that cannot run
         on this cluster is reported as n/a with the reason (docs/compare.md). Each
         strategy that ran gets its accuracy envelope (nearest validated case, its error).
         """
@@ -94,12 +100,12 @@ def register(cli: click.Group) -> None:
         from ..compare.report import render_table, to_csv, to_json
         from ..compare.runner import compare
         from ..outpaths import prepare_out_dir
-        from ..scenario import load_scenario, resolve_scenario
+        from ..scenario import resolve_scenario
         from ..topology.build import scenario_graph
         from ..validation.envelope import grouped_lines
 
         path = resolve_scenario(scenario)
-        scn = load_scenario(path, list(sets))
+        scn = load_with_config(path, list(sets), config, config_format)
         named = parse_strategies(strategies)
         budget = _budget(tokens, epochs, dataset_samples, iterations)
         days = migration_plan(migration, named, framework_of(str(scn.strategy.get("name"))))

@@ -10,6 +10,8 @@ import click
 from ..choices import DEFAULT_SCENARIO
 from ..progress import quiet_option, stage
 from .common import metric_rows, names_sets
+from .configfile import config_options
+from .configfile import load as load_with_config
 
 _SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=16, or a key of its topology "
              "file, e.g. --set topology.params.gpu=H100-SXM (repeatable).")
@@ -25,9 +27,10 @@ def register(cli: click.Group) -> None:
                   help="Write summary.json, CSVs, a Perfetto timeline and PNG plots here.")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)
+    @config_options
     @quiet_option
     @names_sets
-    def run_cmd(scenario, sets, out, fmt):
+    def run_cmd(scenario, sets, out, fmt, config, config_format):
         """Simulate one training iteration of SCENARIO [default: quickstart].
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer ends
@@ -36,11 +39,11 @@ def register(cli: click.Group) -> None:
         """
         from ..outpaths import prepare_out_dir
         from ..pipeline import build_setup, run_setup
-        from ..scenario import load_scenario, resolve_scenario
+        from ..scenario import resolve_scenario
         from ..validation.envelope import Query, envelope
 
         path = resolve_scenario(scenario)
-        scn = load_scenario(path, list(sets))
+        scn = load_with_config(path, list(sets), config, config_format)
         if out is not None:
             prepare_out_dir(out)             # refused before the simulation, not after
         setup = build_setup(scn, str(path))

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from simulator.errors import ConfigError
+from simulator.parallel.frameworks.deepspeed import DeepSpeedConfig, deepspeed
 from simulator.parallel.frameworks.megatron import MegatronConfig
+from simulator.parallel.frameworks.torchtitan import TorchtitanConfig, torchtitan
 from simulator.parallel.generate import build_planned
 from simulator.trace import Trace
 
@@ -59,6 +61,11 @@ STRATEGIES: dict[str, Strategy] = {
     "megatron": Strategy("megatron", "Megatron-LM: tensor (+sequence), pipeline (1F1B, "
                          "interleaved) and data parallelism (DDP or distributed optimizer), "
                          "its argument names", MegatronConfig, build_planned),
+    "torchtitan": Strategy("torchtitan", "torchtitan: FSDP2 x TP/SP x PP x CP x EP from the "
+                           "[parallelism] and [activation_checkpoint] tables of its TOML",
+                           TorchtitanConfig, torchtitan),
+    "deepspeed": Strategy("deepspeed", "DeepSpeed: ZeRO stage 0-3 (zero_optimization), "
+                          "AutoTP and pipeline stages", DeepSpeedConfig, deepspeed),
 }
 
 

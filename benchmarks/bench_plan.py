@@ -1,0 +1,59 @@
+"""Benchmark: `clustersim plan` for Llama-2-70B on 1,024 A100-80GB (128 DGX A100 servers of
+the superpod topology), a global batch of 1,024 sequences of 4,096 tokens.
+
+Prints the wall time split into the analytical part (enumerate, estimate, prune) and the
+replays, the candidates, how many fit, the survivors replayed, the simulated events of
+the replays and events per second, and the process's peak RSS:
+
+    python benchmarks/bench_plan.py [--gpus 1024] [--global-batch 1024] [--replay 3]
+
+The target (issue 17): 1,000 candidates of a 70B model on 1,024 GPUs in <= 60 s on the
+2-core machine. The estimate costs milliseconds per candidate (layer costs and collective
+fits are shared between candidates); the replays are most of the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+from simulator.planner import search
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=1024)
+    ap.add_argument("--global-batch", type=int, default=1024)
+    ap.add_argument("--replay", type=int, default=3)
+    args = ap.parse_args()
+    scn = load_scenario(ROOT / "scenarios" / "llama2-70b-fsdp-128gpu.yaml",
+                        [f"cluster.nodes={max(1, args.gpus // 8)}"])
+    marks: list[tuple[str, float]] = []
+
+    def progress(msg: str) -> None:
+        marks.append((msg, time.perf_counter()))
+
+    t0 = time.perf_counter()
+    result = search(scn, args.global_batch, replay=args.replay, progress=progress)
+    t1 = time.perf_counter()
+    estimated = next((t for msg, t in marks if msg.startswith("replaying")), t1)
+    c = result.counts
+    replay_s = t1 - estimated
+    print(f"gpus={result.gpus} model={result.model} global_batch={args.global_batch}")
+    print(f"wall_s={t1 - t0:.1f} (estimate {estimated - t0:.1f}, replays {replay_s:.1f})")
+    print(f"candidates={c['candidates']} over_memory={c['over memory']} fit={c['fit']} "
+          f"replayed={c['replayed']}")
+    print(f"events={result.events} events_per_s={result.events / max(replay_s, 1e-9):.0f}")
+    print(f"peak_rss_MiB={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
+    for i, r in enumerate(result.rows, 1):
+        step = f"{r.metrics.iteration_time_s:.3f}" if r.metrics else "n/a"
+        print(f"  {i}. {r.candidate.label()}: step {step} s (estimated {r.estimate.step_s:.3f})")
+
+
+if __name__ == "__main__":
+    main()

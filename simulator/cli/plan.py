@@ -1,0 +1,89 @@
+"""`clustersim plan`: search the parallel plans of a model on a cluster, replay the best."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..choices import DEFAULT_SCENARIO
+from ..errors import ConfigError
+from ..progress import enabled, quiet_option, stage
+from .common import names_sets
+from .configfile import config_options, load_pieces
+
+_SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=128 or --set "
+             "training.seq_len=8192 (repeatable).")
+
+
+def register(cli: click.Group) -> None:
+    """Add ``plan`` to the ``clustersim`` group."""
+
+    @cli.command("plan")
+    @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
+    @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+    @click.option("--global-batch", type=int, default=None, metavar="N",
+                  help="Samples per step [default: the scenario's micro_batch x grad_accum "
+                       "x GPUs].")
+    @click.option("--replay", type=click.IntRange(1, 100), default=3, show_default=True,
+                  help="How many of the best estimates to simulate.")
+    @click.option("--max-tp", type=click.IntRange(1, 64), default=16, show_default=True)
+    @click.option("--max-pp", type=click.IntRange(1, 128), default=16, show_default=True)
+    @click.option("--max-cp", type=click.IntRange(1, 32), default=4, show_default=True)
+    @click.option("--max-micro-batch", type=click.IntRange(1, 1024), default=8,
+                  show_default=True)
+    @click.option("--price-per-gpu-hour", "price", type=float, default=None, metavar="USD",
+                  help="Price of one GPU-hour [default: the GPU's list price, prices.yaml].")
+    @click.option("--instance", default=None, metavar="NAME",
+                  help="Price from this prices.yaml entry.")
+    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
+                  default="table", show_default=True)
+    @click.option("--out", type=click.Path(path_type=Path), default=None,
+                  help="Also write plan.csv, plan.json and report.html here.")
+    @config_options
+    @quiet_option
+    @names_sets
+    def plan_cmd(scenario, sets, global_batch, replay, max_tp, max_pp, max_cp,
+                 max_micro_batch, price, instance, fmt, out, config, config_format):
+        """Search the parallel plans of SCENARIO's model on its cluster [default:
+        quickstart].
+
+        Enumerates tensor, pipeline (1F1B, interleaved with virtual stages) and context
+        parallelism, FSDP/HSDP/DDP and the distributed optimizer over the rest, the
+        micro-batch and the activation checkpointing mode for the global batch; prunes by
+        per-GPU memory and an analytical step time; replays the --replay best with the
+        simulator; prints them ranked by step time with tokens/s per GPU, memory per GPU,
+        cost per 1M tokens, the Pareto front and why each wins (docs/plan.md).
+        """
+        from ..compare.cost import resolve_price
+        from ..outpaths import prepare_out_dir
+        from ..planner import Limits, search
+        from ..planner.report import to_csv, to_json, to_table
+        from ..scenario import resolve_scenario
+        from ..topology.build import scenario_graph
+
+        path = resolve_scenario(scenario)
+        scn, pieces = load_pieces(path, list(sets), config, config_format)
+        G = scenario_graph(scn)
+        gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+        batch = global_batch or (pieces and pieces.global_batch) or \
+            scn.training.micro_batch * scn.training.grad_accum * gpus
+        if batch < 1:
+            raise ConfigError(f"must be >= 1, got {batch}", source="--global-batch")
+        cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
+        if out is not None:
+            prepare_out_dir(out)
+        say = (lambda msg: stage(f"plan: {msg}")) if enabled() else None
+        limits = Limits(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp,
+                        max_micro_batch=max_micro_batch)
+        result = search(scn, batch, replay=replay, limits=limits, price=cost_price,
+                        source=str(path), progress=say)
+        if out is not None:
+            from ..planner.page import write_outputs
+            write_outputs(result, out, {"scenario file": str(path), "--set": list(sets),
+                                        "global batch": batch,
+                                        "scenario (after --set)": scn.model_dump(mode="json")})
+        text = {"table": to_table, "csv": to_csv, "json": to_json}[fmt](result)
+        click.echo(text)
+        if out is not None and fmt == "table":
+            click.echo(f"# outputs in {out}: plan.csv, plan.json, report.html")

@@ -1,0 +1,179 @@
+"""``strategy: {name: torchtitan, parallelism: {...}, activation_checkpoint: {...}}``: the
+``[parallelism]`` and ``[activation_checkpoint]`` tables of a torchtitan job TOML, spelled
+as torchtitan spells them (``torchtitan/config/job_config.py``), translated into one
+:class:`~simulator.parallel.plan.ParallelPlan`.
+
+=================================  ==========================================================
+torchtitan                         plan
+=================================  ==========================================================
+data_parallel_replicate_degree     dp_replicate
+data_parallel_shard_degree         dp_shard (-1: the GPUs left over)
+tensor_parallel_degree             tp, with sequence parallelism (torchtitan always shards
+                                   norms and dropout along the sequence under TP)
+pipeline_parallel_degree           pp
+pipeline_parallel_schedule         GPipe, 1F1B, Interleaved1F1B, ZBVZeroBubble -> schedule;
+                                   multi-stage schedules hold 2 stages per rank unless
+                                   pipeline_parallel_layers_per_stage says otherwise
+context_parallel_degree            cp; context_parallel_rotate_method allgather -> cp_mode
+                                   allgather, alltoall -> ring (KV passed rank to rank)
+expert_parallel_degree             ep
+enable_async_tensor_parallel       tp_overlap
+fsdp_reshard_after_forward         always -> dp_mode fsdp; never -> zero2 (parameters stay
+                                   gathered from forward to backward); default: always
+                                   without PP, never with PP (torchtitan's rule)
+disable_loss_parallel              accepted; the loss is not modelled apart from the head
+=================================  ==========================================================
+
+``dp_shard = 1`` is torchtitan's DDP (``replicate``; nothing at all with ``dp_replicate = 1``):
+dp_mode ddp.
+``[activation_checkpoint] mode`` (none | full | selective) and ``selective_ac_option``
+(``op`` or every Nth block) become the common ``activation_checkpointing`` fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from simulator.errors import ConfigError
+from simulator.parallel.plan import ParallelPlan
+from simulator.strategies.base import CommonConfig, World
+
+from .translate import ac_fields, build_framework, data_parallel_trace
+
+SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "interleaved_1f1b",
+             "ZBVZeroBubble": "zbv"}
+MULTI_STAGE = ("Interleaved1F1B", "ZBVZeroBubble")
+_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Parallelism(BaseModel):
+    """torchtitan's ``[parallelism]`` table (the keys modelled here)."""
+
+    model_config = _STRICT
+    data_parallel_replicate_degree: int = Field(1, ge=1)
+    data_parallel_shard_degree: int = Field(-1, ge=-1)
+    tensor_parallel_degree: int = Field(1, ge=1)
+    pipeline_parallel_degree: int = Field(1, ge=1)
+    pipeline_parallel_schedule: Literal[tuple(SCHEDULES)] = "1F1B"
+    pipeline_parallel_layers_per_stage: int | None = Field(None, ge=1)
+    context_parallel_degree: int = Field(1, ge=1)
+    context_parallel_rotate_method: Literal["allgather", "alltoall"] = "allgather"
+    expert_parallel_degree: int = Field(1, ge=1)
+    enable_async_tensor_parallel: bool = False
+    disable_loss_parallel: bool = False
+    fsdp_reshard_after_forward: Literal["default", "always", "never"] = "default"
+
+
+class ActivationCheckpoint(BaseModel):
+    """torchtitan's ``[activation_checkpoint]`` table."""
+
+    model_config = _STRICT
+    mode: Literal["none", "full", "selective"] = "selective"     # torchtitan's defaults
+    selective_ac_option: str = "2"      # "op", or every Nth block as a number string
+
+
+class TorchtitanConfig(CommonConfig):
+    """``strategy: {name: torchtitan, ...}``."""
+
+    name: str = "torchtitan"
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    activation_checkpoint: ActivationCheckpoint | None = None
+    _layers: int = PrivateAttr(0)       # the model's blocks, once the build knows them
+
+    def for_layers(self, layers: int) -> "TorchtitanConfig":
+        """This config for a model of ``layers`` blocks: :meth:`plan` then resolves
+        ``pipeline_parallel_layers_per_stage`` without being told."""
+        out = self.model_copy()
+        out._layers = layers
+        return out
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpointing(cls, data: Any) -> Any:
+        """``activation_checkpoint`` as the common checkpointing fields (a malformed table
+        is left to its own field's validation)."""
+        ac = data.get("activation_checkpoint") if isinstance(data, dict) else None
+        if not isinstance(ac, dict):
+            return data
+        if "activation_checkpointing" in data:
+            raise ConfigError("set activation_checkpoint (torchtitan's table) or "
+                              "activation_checkpointing, not both",
+                              field="strategy.activation_checkpointing")
+        mode, option = ac.get("mode", "selective"), ac.get("selective_ac_option", "2")
+        if mode not in ("none", "full", "selective") or not isinstance(option, str):
+            return data
+        option = int(option) if option.isdigit() else option
+        return {**data, **ac_fields(mode, option if mode == "selective" else None,
+                                    "strategy.activation_checkpoint.mode")}
+
+    def _check(self) -> None:
+        if self.name != "torchtitan":
+            raise ConfigError(f"expected 'torchtitan', got {self.name!r}", field="strategy.name")
+
+    def plan(self, world: World | int, layers: int = 0) -> ParallelPlan:
+        """The plan on ``world`` ranks (``data_parallel_shard_degree: -1`` takes the rest)
+        of a model of ``layers`` blocks (for ``pipeline_parallel_layers_per_stage``)."""
+        n = world.world_size if isinstance(world, World) else int(world)
+        layers = layers or self._layers
+        p = self.parallelism
+        shard = p.data_parallel_shard_degree
+        fixed = (p.data_parallel_replicate_degree * p.tensor_parallel_degree
+                 * p.pipeline_parallel_degree * p.context_parallel_degree)
+        if shard == -1:
+            if n % fixed:
+                raise ConfigError(f"{n} GPUs are not a multiple of replicate x tp x pp x cp "
+                                  f"= {fixed}", field="strategy.parallelism")
+            shard = n // fixed
+        elif shard == 0:
+            raise ConfigError("must be -1 (the rest) or >= 1",
+                              field="strategy.parallelism.data_parallel_shard_degree")
+        pp = p.pipeline_parallel_degree
+        return ParallelPlan(
+            pp=pp, dp_replicate=p.data_parallel_replicate_degree, dp_shard=shard,
+            cp=p.context_parallel_degree, tp=p.tensor_parallel_degree,
+            ep=p.expert_parallel_degree, vp=self._virtual_stages(layers),
+            sequence_parallel=p.tensor_parallel_degree > 1,
+            schedule=SCHEDULES[p.pipeline_parallel_schedule], dp_mode=self._dp_mode(shard),
+            tp_overlap=p.enable_async_tensor_parallel,
+            cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
+
+    def plan_fields(self) -> dict[str, str]:
+        """Plan attribute -> the field a user wrote it as (for ParallelPlan.check)."""
+        base = "strategy.parallelism."
+        return {"tp": base + "tensor_parallel_degree", "pp": base + "pipeline_parallel_degree",
+                "vp": base + "pipeline_parallel_layers_per_stage",
+                "cp": base + "context_parallel_degree", "ep": base + "expert_parallel_degree",
+                "sequence_parallel": base + "tensor_parallel_degree",
+                "size": base + "data_parallel_shard_degree",
+                "schedule": base + "pipeline_parallel_schedule",
+                "micro_batches": "training.grad_accum"}
+
+    def _virtual_stages(self, layers: int) -> int:
+        p = self.parallelism
+        if p.pipeline_parallel_schedule not in MULTI_STAGE:
+            return 1
+        if p.pipeline_parallel_layers_per_stage is None or not layers:
+            return 2
+        stages, rest = divmod(layers, p.pipeline_parallel_layers_per_stage)
+        if rest or stages % p.pipeline_parallel_degree:
+            raise ConfigError(f"{layers} layers do not make whole stages of "
+                              f"{p.pipeline_parallel_layers_per_stage} over "
+                              f"{p.pipeline_parallel_degree} pipeline ranks",
+                              field="strategy.parallelism.pipeline_parallel_layers_per_stage")
+        return stages // p.pipeline_parallel_degree
+
+    def _dp_mode(self, shard: int) -> str:
+        p = self.parallelism
+        if shard == 1:           # nothing sharded: DDP (replicate), or no data parallelism
+            return "ddp"
+        reshard = p.fsdp_reshard_after_forward
+        if reshard == "default":
+            reshard = "always" if p.pipeline_parallel_degree == 1 else "never"
+        return "fsdp" if reshard == "always" else "zero2"
+
+
+def torchtitan(layers, cfg: TorchtitanConfig, world: World, **kw) -> Any:
+    """The trace of one iteration (:func:`.translate.build_framework`)."""
+    return build_framework(layers, cfg, world, data_parallel_trace, **kw)

@@ -1,0 +1,217 @@
+"""The analytical step time and memory of a candidate: what ``clustersim plan`` prunes with
+before it replays the best ones.
+
+* compute: the busiest pipeline stage's kernels for one micro-batch, timed by the
+  simulator's own compute model (:class:`~simulator.compute.ComputeModel` over
+  :func:`~simulator.models.layer_costs` under the candidate's tp/sp/cp), recompute added
+  (full: every block's forward again; selective: the attention core's), times the
+  micro-batches;
+* bubble: ``f / (1 - f)`` of that, ``f`` the schedule's published idle share
+  (:func:`~simulator.parallel.schedules.bubble_fraction`);
+* exposed communication from the collective model's alpha-beta time
+  (:meth:`~simulator.collectives.model.CollectiveModel.plan`, ``predicted_s``: the time
+  alone on the fabric) on the candidate's real groups: TP/SP collectives (4 per block and
+  micro-batch, 2 more under full recompute) all exposed unless TP overlap is on; pipeline
+  send/recv on the fill-and-drain path, ``2 (m + pp - 1)`` transfers; data-parallel
+  traffic beyond the compute it hides behind (FSDP per micro-batch, DDP and the
+  distributed optimizer once per step, behind one micro-batch's backward);
+* context parallelism's K/V traffic beyond the attention it overlaps
+  (:meth:`Estimator._cp_block`);
+* memory: :func:`simulator.parallel.memory.peak_rank_memory` (Korthikanti et al. 2022).
+
+It ranks candidates; the replay decides (``clustersim plan`` prints both).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..collectives.model import CollectiveModel
+from ..compute import ComputeModel
+from ..models import ModelSpec, layer_costs
+from ..parallel.memory import peak_rank_memory, stage_params
+from ..parallel.plan import ParallelPlan
+from ..parallel.schedules import bubble_fraction
+from ..precision import precision_bytes, storage_dtype
+from .space import Candidate
+
+_PROBE_BYTES = (1 << 20, 1 << 28)      # two sizes for a collective's alpha and beta
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds of one step on the busiest rank, by cause, and its peak memory."""
+
+    compute_s: float
+    bubble_s: float
+    tp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    memory_bytes: int
+    cp_comm_s: float = 0.0
+
+    @property
+    def step_s(self) -> float:
+        return (self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s
+                + self.dp_comm_s + self.cp_comm_s)
+
+    def parts(self) -> dict[str, float]:
+        return {"bubble": self.bubble_s, "exposed TP traffic": self.tp_comm_s,
+                "exposed CP traffic": self.cp_comm_s, "pipeline send/recv": self.pp_comm_s,
+                "exposed DP traffic": self.dp_comm_s, "compute": self.compute_s}
+
+
+class Estimator:
+    """Estimates for one model, sequence and cluster (caches what candidates share)."""
+
+    def __init__(self, model: ModelSpec, seq_len: int, precision: str, flash: bool,
+                 collectives: CollectiveModel, compute: ComputeModel):
+        self.model, self.seq_len, self.precision, self.flash = model, seq_len, precision, flash
+        self.collectives, self.compute = collectives, compute
+        self.e = precision_bytes(storage_dtype(precision))
+        self._layer_s = functools.lru_cache(maxsize=None)(self._layer_times)
+        self._fit = functools.lru_cache(maxsize=None)(self._alpha_beta)
+
+    def estimate(self, c: Candidate) -> Estimate:
+        p, m = c.plan, c.micro_batches
+        fwd, bwd, recompute, embed, head, attn = self._layer_s(c.micro_batch, p.tp,
+                                                               p.sequence_parallel, p.cp, c.ac)
+        blocks = max(p.stage_layers(self.model.layers))
+        edge = max(embed, head) if p.pp > 1 else embed + head
+        micro_s = blocks * (fwd + bwd + recompute) + edge
+        compute = m * micro_s
+        bubble = 0.0
+        if p.pp > 1:
+            f = bubble_fraction(p.schedule, p.pp, m, p.vp)
+            bubble = compute * f / (1 - f)
+        return Estimate(compute, bubble, self._tp(c, blocks), self._pp(c),
+                        self._dp(c, micro_s, blocks * bwd), self._memory(c),
+                        m * blocks * self._cp_block(c, *attn))
+
+    # -------------------------------------------------------------------- compute
+    def _op_s(self, ops) -> float:
+        return sum(self.compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
+                                          self.precision) for o in ops)
+
+    def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str):
+        """(block forward, block backward, block recompute, embed, head) seconds, and the
+        block's (attention forward, attention backward)."""
+        layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
+                             tp=tp, sp=sp, cp=cp)
+        block = next(layer for layer in layers if layer.kind.endswith("block"))
+        fwd, bwd = self._op_s(block.forward), self._op_s(block.backward)
+        recompute = {"none": 0.0, "full": fwd,
+                     "selective": self._op_s(o for o in block.forward
+                                             if o.op_class == "attention")}[ac]
+        embed = sum(self._op_s((*x.forward, *x.backward)) for x in layers[:1])
+        head = sum(self._op_s((*x.forward, *x.backward)) for x in layers[-1:])
+        attn = tuple(self._op_s(o for o in ops if o.op_class == "attention")
+                     for ops in (block.forward, block.backward))
+        return fwd, bwd, recompute, embed, head, attn
+
+    # -------------------------------------------------------------- communication
+    def _alpha_beta(self, op: str, ranks: tuple[int, ...]) -> tuple[float, float]:
+        """(seconds, seconds per byte) of ``op`` on ``ranks`` from two probe sizes."""
+        small, big = (self.collectives.plan(op, size, list(ranks)).predicted_s
+                      for size in _PROBE_BYTES)
+        beta = max(big - small, 0.0) / (_PROBE_BYTES[1] - _PROBE_BYTES[0])
+        return small - beta * _PROBE_BYTES[0], beta
+
+    def _time(self, op: str, size: float, ranks: tuple[int, ...]) -> float:
+        if len(ranks) < 2 or size <= 0:
+            return 0.0
+        alpha, beta = self._fit(op, ranks)
+        return alpha + beta * size
+
+    def _tp(self, c: Candidate, blocks: int) -> float:
+        p = c.plan
+        if p.tp == 1 or p.tp_overlap:
+            return 0.0
+        size = c.micro_batch * (self.seq_len // p.cp) * self.model.hidden * self.e
+        group = group_ranks(p, "tp")
+        if p.sequence_parallel:
+            one = (self._time("all_gather", size, group)
+                   + self._time("reduce_scatter", size, group)) / 2
+        else:
+            one = self._time("all_reduce", size, group)
+        per_block = (6 if c.ac == "full" else 4) * one
+        return c.micro_batches * blocks * per_block
+
+    def _cp_block(self, c: Candidate, attn_fwd_s: float, attn_bwd_s: float) -> float:
+        """Exposed K/V traffic of one block and micro-batch (``simulator/parallel/context.py``):
+        ring: ``cp - 1`` block exchanges forward, each behind a ``1/cp`` share of the
+        attention, and ``2 cp - 1`` blocks backward; allgather: an all-gather of the whole
+        sequence's K/V and a reduce-scatter of their gradients, not hidden."""
+        p = c.plan
+        if p.cp == 1:
+            return 0.0
+        width = self.model.kv_heads // p.tp * self.model.head_dim
+        kv = 2 * c.micro_batch * (self.seq_len // p.cp) * width * self.e
+        group = group_ranks(p, "cp")
+        if p.cp_mode == "allgather":
+            return (self._time("all_gather", kv * p.cp, group)
+                    + self._time("reduce_scatter", kv * p.cp, group))
+        step = self._time("send_recv", kv, group[:2])
+        fwd = (p.cp - 1) * max(0.0, step - attn_fwd_s / p.cp)
+        bwd = (p.cp - 1) * max(0.0, 2 * step - attn_bwd_s / p.cp) + step
+        return fwd + bwd
+
+    def _pp(self, c: Candidate) -> float:
+        p = c.plan
+        if p.pp == 1:
+            return 0.0
+        size = c.micro_batch * (self.seq_len // p.cp) * self.model.hidden * self.e
+        size /= p.tp if p.sequence_parallel else 1
+        stride = plan_strides(p)["pp"]
+        one = self._time("send_recv", size, (0, stride))
+        return 2 * (c.micro_batches + p.pp - 1) * p.vp * one
+
+    def _dp(self, c: Candidate, micro_s: float, backward_s: float) -> float:
+        """Data-parallel traffic beyond what compute hides."""
+        p = c.plan
+        if p.dp_replicate * p.dp_shard * p.cp == 1:
+            return 0.0
+        nbytes = stage_params(self.model, p, 0) * self.e
+        shard = group_ranks(p, ("dp_shard", "cp"))
+        if p.dp_mode in ("fsdp", "zero2"):
+            gathers = 2 if p.dp_mode == "fsdp" else 1
+            per_micro = (gathers * self._time("all_gather", nbytes, shard)
+                         + self._time("reduce_scatter", nbytes, shard))
+            exposed = c.micro_batches * max(0.0, per_micro - micro_s)
+            replicate = group_ranks(p, "dp_replicate")
+            tail = self._time("all_reduce", nbytes / len(shard), replicate)
+            return exposed + max(0.0, tail - backward_s)
+        if p.dp_mode == "zero1":
+            rs = self._time("reduce_scatter", 2 * nbytes, shard)       # fp32 gradients
+            return max(0.0, rs - backward_s) + self._time("all_gather", nbytes, shard)
+        every = group_ranks(p, ("dp_replicate", "dp_shard", "cp"))
+        return max(0.0, self._time("all_reduce", nbytes, every) - backward_s)
+
+    # ----------------------------------------------------------------------- memory
+    def _memory(self, c: Candidate) -> int:
+        grads = "fp32" if c.plan.dp_mode in ("ddp", "zero1") else storage_dtype(self.precision)
+        return peak_rank_memory(self.model, c.plan, seq_len=self.seq_len,
+                                micro_batch=c.micro_batch, micro_batches=c.micro_batches,
+                                precision=self.precision, ac=c.ac, flash=self.flash,
+                                grad_dtype=grads).total_bytes
+
+
+def plan_strides(plan: ParallelPlan) -> dict[str, int]:
+    """Rank distance between neighbours along each mesh dimension (``order`` innermost
+    last: the ParallelPlan numbering)."""
+    strides, s = {}, 1
+    for d in reversed(plan.order):
+        strides[d] = s
+        s *= getattr(plan, d)
+    return strides
+
+
+def group_ranks(plan: ParallelPlan, dims) -> tuple[int, ...]:
+    """The group of rank 0 along ``dims`` (a dimension or a tuple of them)."""
+    dims = (dims,) if isinstance(dims, str) else tuple(dims)
+    strides = plan_strides(plan)
+    ranks = [0]
+    for d in dims:
+        ranks = [r + k * strides[d] for k in range(getattr(plan, d)) for r in ranks]
+    return tuple(sorted(ranks))

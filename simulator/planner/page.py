@@ -1,0 +1,47 @@
+"""``clustersim plan --out DIR``: plan.csv, plan.json and report.html (the answer first)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..report import HtmlReport, Table
+from .report import header, records, to_csv, to_json
+
+
+def answer(search) -> str:
+    best = next((d for d in records(search) if d["step_s"] is not None and not d["oom"]), None)
+    if best is None:
+        return (f"No replayed plan of {search.model} fits on {search.gpus} x {search.gpu}; "
+                f"see the counts below.")
+    cost = (f", ${best['usd_per_1m_tokens']:.3f} per 1M tokens"
+            if best["usd_per_1m_tokens"] is not None else "")
+    return (f"{best['plan']} is the fastest plan that fits: {best['step_s']:.3f} s per step, "
+            f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+            f"{best['memory_gib']:.1f} GiB per GPU{cost}.")
+
+
+def write_outputs(search, out: Path, inputs: dict) -> None:
+    (out / "plan.csv").write_text(to_csv(search) + "\n")
+    (out / "plan.json").write_text(to_json(search) + "\n")
+    rows = records(search)
+    page = HtmlReport(f"clustersim plan: {search.model} on {search.gpus} x {search.gpu}",
+                      header(search).removeprefix("# plan: "))
+    page.answer(answer(search))
+    page.table(Table("Replayed plans, fastest first", (
+        "#", "plan", "step s", "estimated s", "tokens/s/GPU", "GiB/GPU", "USD/1M tokens",
+        "Pareto"), [(d["rank"], d["plan"], _f(d["step_s"], ".3f"), _f(d["estimated_s"], ".3f"),
+                     _f(d["tokens_per_s_per_gpu"], ",.0f"),
+                     _f(d["memory_gib"], ".1f") + (" OOM" if d["oom"] else ""),
+                     _f(d["usd_per_1m_tokens"], ".3f"), "yes" if d["pareto"] else "")
+                    for d in rows], best=0 if rows else None))
+    page.heading("Why they win")
+    page.text(*(f"#{d['rank']} {d['plan']}: {d['why']}" for d in rows))
+    page.text("Candidates are pruned by an analytical estimate (docs/plan.md); only the "
+              "replayed ones are simulated.", note=True)
+    for label, data in inputs.items():
+        page.inputs(label, data)
+    page.write(out)
+
+
+def _f(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)

@@ -1,0 +1,179 @@
+"""``clustersim plan``: enumerate, prune by memory and by the analytical estimate, replay the
+best survivors with the real simulator, rank them.
+
+1. every candidate of :mod:`.space` that this build can replay (:mod:`.strategy`);
+2. each one's analytical step time and peak memory (:mod:`.estimate`); those over the GPU's
+   memory are pruned;
+3. the ``replay`` fastest estimates that fit, one per kind of plan (:func:`pick`), are
+   simulated as ``clustersim run`` would
+   (:func:`~simulator.pipeline.build_setup` / :func:`~simulator.pipeline.run_setup` on the
+   same cluster), one at a time;
+4. the replayed rows are ranked by simulated step time (out-of-memory ones last), priced
+   (:func:`~simulator.compare.cost.training_cost`), marked on the Pareto front of (step
+   time, cost per token, memory per GPU) and explained (:mod:`.explain`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..collectives.constants import load_constants
+from ..collectives.model import CollectiveModel
+from ..compare.cost import Cost, Price, training_cost
+from ..compute import ComputeModel
+from ..errors import ConfigError
+from ..hardware import gpu_spec
+from ..metrics import Metrics
+from ..models import load_model, tokens_per_sample
+from ..pipeline import build_setup, run_setup
+from ..scenario import Scenario
+from ..topology.build import scenario_cluster
+from .estimate import Estimate, Estimator
+from .space import Candidate, Limits, candidates
+from .strategy import strategy_of
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Row:
+    """One candidate: its estimate, and its replay when it was one of the survivors."""
+
+    candidate: Candidate
+    estimate: Estimate
+    strategy: dict
+    metrics: Metrics | None = None
+    error: str = ""                      # why its replay failed
+    cost: Cost | None = None
+    pareto: bool = False
+    why: str = ""
+
+    @property
+    def step_s(self) -> float:
+        return self.metrics.iteration_time_s if self.metrics else self.estimate.step_s
+
+
+@dataclass
+class Search:
+    """The outcome of one search."""
+
+    model: str
+    gpus: int
+    gpu: str
+    capacity_bytes: int
+    global_batch: int
+    seq_len: int
+    tokens_per_step: float
+    counts: dict[str, int] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)       # replayed, ranked
+    events: int = 0                                     # engine events of the replays
+
+
+def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits = Limits(),
+           price: Price | None = None, source: str = "<scenario>",
+           progress: Progress | None = None, model_parallel: bool | None = None) -> Search:
+    """Search the plans of ``scn``'s model on ``scn``'s cluster for ``global_batch``
+    samples of ``training.seq_len`` tokens per step."""
+    say = progress or (lambda _msg: None)
+    model = load_model(scn.model)
+    if not model.is_transformer:
+        raise ConfigError(f"{model.name} is not a transformer: plan searches model "
+                          f"parallelism", source=source, field="model")
+    k = load_constants()
+    cluster = scenario_cluster(scn, k)
+    gpus = scn.cluster.gpus or cluster.n_gpus
+    gpu = gpu_spec(cluster.G.graph["gpu"])
+    t = scn.training
+    est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
+                    CollectiveModel(cluster, k, scn.nccl), ComputeModel(gpu))
+    out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
+                 global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
+    fits = _estimated(out, model, est, limits, model_parallel, say)
+    survivors = pick(fits, replay)
+    for i, row in enumerate(survivors):
+        say(f"replaying {i + 1}/{len(survivors)}: {row.candidate.label()}")
+        _replay(row, scn, cluster, source, out)
+    out.counts["replayed"] = len(survivors)
+    out.rows = rank(survivors)
+    price_rows(out, price)
+    return out
+
+
+def _estimated(out: Search, model, est: Estimator, limits: Limits, model_parallel,
+               say: Progress) -> list[Row]:
+    """Rows of every replayable candidate whose estimated memory fits."""
+    counted = {"candidates": 0, "not replayable here": 0, "over memory": 0}
+    fits: list[Row] = []
+    for c in candidates(model, out.gpus, out.global_batch, out.seq_len, limits,
+                        model_parallel):
+        counted["candidates"] += 1
+        strategy = strategy_of(c, model.layers)
+        if strategy is None:
+            counted["not replayable here"] += 1
+            continue
+        e = est.estimate(c)
+        if e.memory_bytes > out.capacity_bytes:
+            counted["over memory"] += 1
+            continue
+        fits.append(Row(c, e, strategy))
+    counted["fit"] = len(fits)
+    say(f"{counted['candidates']} candidates, {counted['over memory']} over memory, "
+        f"{len(fits)} fit")
+    out.counts.update(counted)
+    return fits
+
+
+def family(c: Candidate) -> tuple:
+    """What makes plans different in kind: the model-parallel degrees, the schedule and
+    the data-parallel mode (HSDP apart from FSDP); micro-batch and checkpointing are not."""
+    p = c.plan
+    return (p.tp, p.pp, p.vp, p.cp, p.dp_mode, p.dp_replicate > 1 and p.dp_shard > 1)
+
+
+def pick(fits: list[Row], replay: int) -> list[Row]:
+    """The ``replay`` fastest estimates, one per :func:`family` (the best micro-batch and
+    checkpointing of each), so the table compares different plans, not variants of one."""
+    out, seen = [], set()
+    for row in sorted(fits, key=lambda r: (r.estimate.step_s, r.candidate.label())):
+        key = family(row.candidate)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+        if len(out) == replay:
+            break
+    return out
+
+
+def _replay(row: Row, scn: Scenario, cluster, source: str, out: Search) -> None:
+    c = row.candidate
+    training = scn.training.model_copy(update={"micro_batch": c.micro_batch,
+                                               "grad_accum": c.micro_batches})
+    trial = scn.model_copy(update={"strategy": row.strategy, "training": training}, deep=True)
+    try:
+        res = run_setup(build_setup(trial, source, cluster=cluster))
+    except ConfigError as exc:
+        row.error = exc.reason
+        return
+    row.metrics = res.metrics
+    out.events += int(res.metrics.events)
+
+
+def rank(rows: list[Row]) -> list[Row]:
+    """Replayed rows that fit first, fastest first; then OOM ones; then failed replays."""
+    def key(r: Row):
+        state = 2 if r.metrics is None else 1 if r.metrics.oom else 0
+        return (state, r.step_s, r.candidate.label())
+    return sorted(rows, key=key)
+
+
+def price_rows(out: Search, price: Price | None) -> None:
+    """Cost of each replayed row, then the Pareto flags and the reasons."""
+    from .explain import explain, mark_pareto
+    for r in out.rows:
+        if r.metrics is not None and price is not None:
+            r.cost = training_cost(price, out.gpus, r.metrics.iteration_time_s,
+                                   r.metrics.exposed_comm_s, out.global_batch,
+                                   out.tokens_per_step)
+    mark_pareto(out.rows)
+    explain(out)

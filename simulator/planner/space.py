@@ -1,0 +1,140 @@
+"""The candidate space of ``clustersim plan``: every parallel plan, micro-batch and
+checkpointing mode a model and a cluster allow.
+
+A candidate is a :class:`~simulator.parallel.plan.ParallelPlan` (tp, pp, vp and schedule,
+cp, dp_replicate x dp_shard and the data-parallel mode) plus the micro-batch and the
+activation checkpointing mode; its micro-batches per step follow from the global batch
+(``global_batch / (micro_batch x dp)``, whole). Only plans the model can run are listed
+(:meth:`ParallelPlan.check`), and, until the model-parallel generator is in the build
+(:func:`model_parallel_available`), only data-parallel ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..errors import ConfigError
+from ..models import ModelSpec
+from ..parallel.frameworks.translate import has_ac_modes
+from ..parallel.plan import ParallelPlan
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How wide the search goes (``clustersim plan`` options)."""
+
+    max_tp: int = 16
+    max_pp: int = 16
+    max_cp: int = 4
+    max_vp: int = 4
+    max_micro_batch: int = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to estimate (and maybe replay)."""
+
+    plan: ParallelPlan
+    micro_batch: int
+    micro_batches: int           # per step per pipeline (grad_accum)
+    ac: str                      # none | selective | full
+
+    def label(self) -> str:
+        """``tp8 pp4 vp2 cp1 dp 1x32 fsdp mb1 ac=full``."""
+        p = self.plan
+        vp = f" vp{p.vp}" if p.vp > 1 else ""
+        sched = f" {p.schedule}" if p.pp > 1 else ""
+        return (f"tp{p.tp} pp{p.pp}{vp} cp{p.cp} dp {p.dp_replicate}x{p.dp_shard} "
+                f"{p.dp_mode}{sched} mb{self.micro_batch} ac={self.ac}")
+
+
+def model_parallel_available() -> bool:
+    """Whether this build replays tp/pp/cp plans (the model-parallel generator)."""
+    try:
+        from ..parallel import generate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def powers_of_two(most: int) -> list[int]:
+    out, n = [], 1
+    while n <= most:
+        out.append(n)
+        n *= 2
+    return out
+
+
+def ac_modes() -> tuple[str, ...]:
+    return ("none", "selective", "full") if has_ac_modes() else ("none", "full")
+
+
+def candidates(model: ModelSpec, world: int, global_batch: int, seq_len: int,
+               limits: Limits = Limits(), model_parallel: bool | None = None
+               ) -> Iterator[Candidate]:
+    """Every candidate, in a fixed order (deterministic)."""
+    if model_parallel is None:
+        model_parallel = model_parallel_available()
+    for plan in plans(model, world, seq_len, limits, model_parallel):
+        for mb in powers_of_two(limits.max_micro_batch):
+            m, rest = divmod(global_batch, mb * plan.dp)
+            if rest or m < 1 or (plan.pp > 1 and not _schedule_fits(plan, m)):
+                continue
+            for ac in ac_modes():
+                yield Candidate(plan, mb, m, ac)
+
+
+def plans(model: ModelSpec, world: int, seq_len: int, limits: Limits,
+          model_parallel: bool) -> Iterator[ParallelPlan]:
+    """Every mesh the model can run on ``world`` GPUs."""
+    one = [1]
+    for tp in powers_of_two(limits.max_tp) if model_parallel else one:
+        for pp in powers_of_two(limits.max_pp) if model_parallel else one:
+            for cp in powers_of_two(limits.max_cp) if model_parallel else one:
+                mp = tp * pp * cp
+                if world % mp:
+                    continue
+                for base in _pipelines(pp, limits):
+                    for dp_rep, dp_shard, mode in _data_parallel(world // mp, pp):
+                        plan = ParallelPlan(pp=pp, tp=tp, cp=cp, dp_replicate=dp_rep,
+                                            dp_shard=dp_shard, dp_mode=mode,
+                                            sequence_parallel=tp > 1, **base)
+                        if _runs(plan, model, world, seq_len):
+                            yield plan
+
+
+def _pipelines(pp: int, limits: Limits) -> list[dict]:
+    """Schedule and virtual stages: 1F1B, and interleaved 1F1B with 2.. virtual stages."""
+    if pp == 1:
+        return [{"schedule": "1f1b", "vp": 1}]
+    out = [{"schedule": "1f1b", "vp": 1}]
+    out += [{"schedule": "interleaved_1f1b", "vp": v} for v in powers_of_two(limits.max_vp)
+            if v > 1]
+    return out
+
+
+def _data_parallel(dp: int, pp: int) -> list[tuple[int, int, str]]:
+    """(dp_replicate, dp_shard, dp_mode): FSDP over all, HSDP splits, DDP, and the
+    distributed optimizer (zero1) over all. Under PP, FSDP keeps the gathered parameters
+    from forward to backward (zero2: torchtitan's default ``reshard_after_forward`` with
+    PP), since every micro-batch would gather them again otherwise."""
+    fsdp = "fsdp" if pp == 1 else "zero2"
+    out = [(1, dp, fsdp)] if dp > 1 else [(1, 1, "ddp")]
+    out += [(r, dp // r, fsdp) for r in powers_of_two(dp) if 1 < r < dp and dp % r == 0]
+    if dp > 1:
+        out += [(dp, 1, "ddp"), (1, dp, "zero1")]
+    return out
+
+
+def _schedule_fits(plan: ParallelPlan, m: int) -> bool:
+    """Interleaving needs whole rounds of pp micro-batches (Megatron's rule)."""
+    return plan.vp == 1 or m % plan.pp == 0
+
+
+def _runs(plan: ParallelPlan, model: ModelSpec, world: int, seq_len: int) -> bool:
+    try:
+        plan.check(model, world, seq_len=seq_len)
+    except ConfigError:
+        return False
+    return True

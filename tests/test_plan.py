@@ -1,0 +1,225 @@
+"""`clustersim plan`: the candidate space, the analytical estimate against its formulas, the
+search (prune, replay, rank, Pareto, why) and the command's outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.collectives.constants import load_constants
+from simulator.collectives.model import CollectiveModel
+from simulator.compute import ComputeModel
+from simulator.hardware import gpu_spec
+from simulator.models import load_model
+from simulator.parallel import ParallelPlan
+from simulator.parallel.schedules import bubble_fraction
+from simulator.planner import Candidate, Estimator, Limits, candidates, search
+from simulator.planner.estimate import group_ranks
+from simulator.planner.explain import mark_pareto
+from simulator.planner.search import family, pick
+from simulator.planner.strategy import strategy_of
+from simulator.scenario import load_scenario
+from simulator.strategies import World, parse_strategy
+from simulator.topology.build import scenario_cluster
+from test_cli import run_main
+
+SMALL = ["training.seq_len=512"]
+LLAMA7 = load_model("llama-2-7b")
+
+
+# ------------------------------------------------------------------------------ space
+def test_every_candidate_runs_and_fills_the_global_batch():
+    cands = list(candidates(LLAMA7, 8, 16, 512, Limits(max_cp=2), model_parallel=True))
+    assert cands
+    for c in cands:
+        p = c.plan
+        assert p.size == 8
+        p.check(LLAMA7, 8, seq_len=512)                     # raises if the model refuses
+        assert c.micro_batch * c.micro_batches * p.dp == 16
+        assert p.vp == 1 or c.micro_batches % p.pp == 0      # whole interleaved rounds
+    tps = {c.plan.tp for c in cands}
+    assert tps == {1, 2, 4, 8} and {c.plan.pp for c in cands} == {1, 2, 4, 8}
+    assert {c.plan.cp for c in cands} == {1, 2}
+    assert {c.plan.dp_mode for c in cands} == {"fsdp", "zero2", "ddp", "zero1"}
+    assert len(set(cands)) == len(cands)
+
+
+def test_without_the_generator_only_data_parallel_plans():
+    cands = list(candidates(LLAMA7, 8, 16, 512, model_parallel=False))
+    assert cands and all(c.plan.tp == c.plan.pp == c.plan.cp == 1 for c in cands)
+
+
+def test_group_ranks_match_the_plan_groups():
+    plan = ParallelPlan(pp=2, dp_replicate=2, dp_shard=2, cp=1, tp=4)
+    for dims in ("tp", "dp_shard", "dp_replicate", "pp", ("dp_shard", "cp")):
+        first = min(g for g in plan.groups(dims))
+        assert group_ranks(plan, dims) == first
+
+
+def test_candidates_become_strategies_that_translate_back():
+    for c in candidates(LLAMA7, 8, 16, 512, Limits(max_pp=2, max_tp=2), model_parallel=True):
+        s = strategy_of(c, LLAMA7.layers)
+        cfg = parse_strategy({**s, "micro_batch": c.micro_batch,
+                              "grad_accum": c.micro_batches})
+        back = cfg.plan(World(8, 8).world_size) if s["name"] == "megatron" else \
+            cfg.plan(8, LLAMA7.layers)
+        p = c.plan
+        assert (back.tp, back.pp, back.vp, back.dp_replicate, back.dp_shard, back.dp_mode) \
+            == (p.tp, p.pp, p.vp, p.dp_replicate, p.dp_shard, p.dp_mode)
+
+
+# --------------------------------------------------------------------------- estimate
+@pytest.fixture(scope="module")
+def estimator():
+    scn = load_scenario("quickstart", SMALL)
+    cluster = scenario_cluster(scn)
+    gpu = gpu_spec(cluster.G.graph["gpu"])
+    return Estimator(LLAMA7, 512, "bf16", True, CollectiveModel(cluster, load_constants()),
+                     ComputeModel(gpu))
+
+
+def test_bubble_is_the_schedule_formula(estimator):
+    plan = ParallelPlan(pp=4, dp_shard=2, dp_mode="zero2")
+    m = 8
+    e = estimator.estimate(Candidate(plan, 1, m, "none"))
+    f = (4 - 1) / (m + 4 - 1)                    # 1F1B: (p - 1) / (m + p - 1)
+    assert bubble_fraction("1f1b", 4, m) == pytest.approx(f)
+    assert e.bubble_s == pytest.approx(e.compute_s * f / (1 - f))
+    inter = ParallelPlan(pp=4, dp_shard=2, vp=2, schedule="interleaved_1f1b", dp_mode="zero2")
+    ei = estimator.estimate(Candidate(inter, 1, m, "none"))
+    fi = (4 - 1) / (2 * m + 4 - 1)               # interleaved: (p - 1) / (v m + p - 1)
+    assert ei.bubble_s == pytest.approx(ei.compute_s * fi / (1 - fi))
+    flat = estimator.estimate(Candidate(ParallelPlan(dp_shard=8), 1, 2, "none"))
+    assert flat.bubble_s == flat.tp_comm_s == flat.pp_comm_s == 0
+
+
+def test_tp_traffic_is_four_collectives_per_block_and_micro_batch(estimator):
+    # SP: an all-gather and a reduce-scatter of b s h bytes per pair, 2 pairs forward and
+    # 2 backward per block; full recompute repeats the forward pair.
+    plan = ParallelPlan(tp=4, dp_shard=2, sequence_parallel=True)
+    m, mb = 2, 1
+    size = mb * 512 * LLAMA7.hidden * 2
+    ranks = (0, 1, 2, 3)
+    one = (estimator._time("all_gather", size, ranks)
+           + estimator._time("reduce_scatter", size, ranks)) / 2
+    e = estimator.estimate(Candidate(plan, mb, m, "none"))
+    assert e.tp_comm_s == pytest.approx(m * LLAMA7.layers * 4 * one)
+    full = estimator.estimate(Candidate(plan, mb, m, "full"))
+    assert full.tp_comm_s == pytest.approx(m * LLAMA7.layers * 6 * one)
+    assert full.compute_s > e.compute_s                  # the forward runs twice
+
+
+def test_cp_ring_traffic_is_the_ring_formula(estimator):
+    # cp - 1 K/V exchanges forward behind 1/cp of the attention each, 2 blocks per step
+    # backward and the last hop home of dK/dV (simulator/parallel/context.py)
+    plan, m, mb, cp = ParallelPlan(cp=2, dp_shard=4), 2, 1, 2
+    attn_f, attn_b = estimator._layer_s(mb, 1, False, cp, "none")[5]
+    kv = 2 * mb * (512 // cp) * LLAMA7.kv_heads * LLAMA7.head_dim * 2
+    step = estimator._time("send_recv", kv, (0, 1))
+    per_block = ((cp - 1) * max(0.0, step - attn_f / cp)
+                 + (cp - 1) * max(0.0, 2 * step - attn_b / cp) + step)
+    e = estimator.estimate(Candidate(plan, mb, m, "none"))
+    assert e.cp_comm_s == pytest.approx(m * LLAMA7.layers * per_block) and e.cp_comm_s > 0
+    gather = ParallelPlan(cp=2, dp_shard=4, cp_mode="allgather")
+    g = estimator.estimate(Candidate(gather, mb, m, "none"))
+    assert g.cp_comm_s == pytest.approx(m * LLAMA7.layers * (
+        estimator._time("all_gather", kv * cp, (0, 1))
+        + estimator._time("reduce_scatter", kv * cp, (0, 1))))
+
+
+def test_alpha_beta_reproduces_the_collective_model(estimator):
+    ranks = (0, 1, 2, 3, 4, 5, 6, 7)
+    for size in (1 << 20, 1 << 28):                      # the two probe sizes: exact
+        want = estimator.collectives.plan("all_gather", size, list(ranks)).predicted_s
+        assert estimator._time("all_gather", size, ranks) == pytest.approx(want)
+
+
+def test_memory_is_the_memory_model(estimator):
+    from simulator.parallel.memory import peak_rank_memory
+    plan = ParallelPlan(tp=2, dp_shard=4, sequence_parallel=True)
+    e = estimator.estimate(Candidate(plan, 2, 1, "full"))
+    want = peak_rank_memory(LLAMA7, plan, seq_len=512, micro_batch=2, micro_batches=1,
+                            precision="bf16", ac="full", flash=True, grad_dtype="bf16")
+    assert e.memory_bytes == want.total_bytes
+
+
+# ---------------------------------------------------------------------------- search
+class _M:
+    def __init__(self, t, gib, oom=False):
+        self.iteration_time_s, self.peak_memory_gib, self.oom = t, gib, oom
+
+
+class _R:
+    def __init__(self, t, gib, oom=False):
+        self.metrics, self.cost, self.pareto = _M(t, gib, oom), None, False
+
+    @property
+    def step_s(self):
+        return self.metrics.iteration_time_s
+
+
+def test_pareto_front_of_time_and_memory():
+    rows = [_R(1.0, 60), _R(1.2, 40), _R(1.3, 50), _R(0.9, 90, oom=True), _R(1.5, 30)]
+    mark_pareto(rows)
+    # (1.3, 50) is beaten by (1.2, 40) on both; an OOM row is never on the front
+    assert [r.pareto for r in rows] == [True, True, False, False, True]
+
+
+def test_pick_replays_one_plan_of_each_kind():
+    cands = list(candidates(LLAMA7, 8, 16, 512, Limits(max_pp=2, max_tp=2),
+                            model_parallel=True))
+
+    class Row:
+        def __init__(self, c, s):
+            self.candidate, self.estimate = c, type("E", (), {"step_s": s})()
+    rows = [Row(c, float(i % 7)) for i, c in enumerate(cands)]
+    chosen = pick(rows, 4)
+    assert len(chosen) == 4 and len({family(r.candidate) for r in chosen}) == 4
+    assert [r.estimate.step_s for r in chosen] == sorted(r.estimate.step_s for r in chosen)
+
+
+@pytest.fixture(scope="module")
+def small_search():
+    from simulator.compare.cost import Price
+    scn = load_scenario("quickstart", SMALL)
+    return search(scn, 16, replay=2, limits=Limits(max_pp=2, max_tp=2, max_micro_batch=2),
+                  price=Price(2.0, "test", "test"))
+
+
+def test_search_replays_the_best_estimates_and_ranks_them(small_search):
+    s = small_search
+    c = s.counts
+    assert c["candidates"] == c["not replayable here"] + c["over memory"] + c["fit"]
+    assert c["replayed"] == len(s.rows) == 2
+    ok = [r for r in s.rows if r.metrics is not None and not r.metrics.oom]
+    assert [r.step_s for r in ok] == sorted(r.step_s for r in ok)
+    assert any(r.pareto for r in ok) and all(r.why for r in s.rows)
+    assert s.events == sum(int(r.metrics.events) for r in s.rows if r.metrics)
+    for r in ok:                                     # priced from the replayed step time
+        assert r.cost.per_iteration_usd == pytest.approx(
+            2.0 * 8 * r.metrics.iteration_time_s / 3600)
+
+
+# ------------------------------------------------------------------------------- CLI
+def test_plan_command_outputs(capsys, tmp_path):
+    args = ["plan", "--set", SMALL[0], "--global-batch", "16", "--replay", "1",
+            "--max-tp", "2", "--max-pp", "1", "--max-micro-batch", "2"]
+    code, out, err = run_main(capsys, *args, "--format", "json", "--out", str(tmp_path / "o"),
+                              "-q")
+    assert code == 0, err
+    assert err == ""                                     # --quiet: no progress
+    d = json.loads(out)
+    assert d["gpus"] == 8 and d["global_batch"] == 16 and len(d["rows"]) == 1
+    assert d["rows"][0]["rank"] == 1 and d["rows"][0]["strategy"]["name"] == "torchtitan"
+    names = {p.name for p in (tmp_path / "o").iterdir()}
+    assert {"plan.csv", "plan.json", "report.html"} <= names
+    assert "is the fastest plan that fits" in (tmp_path / "o" / "report.html").read_text()
+    code, out, err = run_main(capsys, *args, "--format", "csv")
+    assert code == 0 and out.splitlines()[0].startswith("rank,plan,step_s,estimated_s")
+    assert "replaying 1/1" in err
+
+
+def test_plan_refuses_a_model_that_is_not_a_transformer(capsys):
+    code, _, err = run_main(capsys, "plan", "resnet50-ddp-8gpu", "-q")
+    assert code == 2 and "not a transformer" in err
