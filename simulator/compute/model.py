@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 
+from simulator.compute.training_fit import FamilyFit, family_of
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
@@ -112,7 +113,7 @@ class ComputeModel:
     """Per-op execution time on one GPU model (roofline with size-dependent efficiency)."""
 
     def __init__(self, gpu: GpuSpec, calibration: ComputeCalibration | dict | None = None,
-                 *, time_scale: float = 1.0):
+                 *, time_scale: float = 1.0, fit: FamilyFit | None = None):
         if calibration is None:
             calibration = _default_calibration()
         elif isinstance(calibration, dict):
@@ -123,6 +124,8 @@ class ComputeModel:
         self.gpu = gpu
         self.calibration = calibration
         self.time_scale = _scale_factor(time_scale)
+        # real-run time factors of the GPU's family (simulator/data/training_fit.yaml)
+        self.fit = fit if fit is not None else family_of(gpu.name)
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
 
     @property
@@ -135,7 +138,7 @@ class ComputeModel:
         :raises ValueError: when ``factor`` is not a finite number > 0.
         """
         return ComputeModel(self.gpu, self.calibration,
-                            time_scale=self.time_scale * _scale_factor(factor))
+                            time_scale=self.time_scale * _scale_factor(factor), fit=self.fit)
 
     def peak_flops(self, op_class: str, precision: str) -> float:
         """Peak FLOP/s the op counts against (tensor-core rate or FP32 rate)."""
@@ -164,7 +167,9 @@ class ComputeModel:
         nbytes = _amount(bytes_accessed, "bytes_accessed")
         compute_s = (flops + flops_half) / rate if flops > 0 else 0.0
         memory_s = nbytes / mem_bw
-        return (max(compute_s, memory_s) + self.calibration.kernel_launch_s) * self.time_scale
+        kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, precision)
+        launch_s = self.calibration.kernel_launch_s + self.fit.overhead_s(precision)
+        return (kernel_s + launch_s) * self.time_scale
 
     # -- internals ----------------------------------------------------------------------
     def _class(self, op_class: str) -> OpClassCalibration:
