@@ -22,7 +22,8 @@ from simulator.units import UnitError, parse_bandwidth, parse_flops, parse_size,
 LINK_CLASSES = ("nvlink", "pcie", "net", "cpu")
 
 _GPU_KEYS = {"peak_flops", "low_precision_flops", "hbm_bytes", "usable_bytes", "hbm_bw",
-             "sm_count", "boost_clock", "power_cap", "nvlink", "nvls", "pcie", "tdp", "source"}
+             "sm_count", "boost_clock", "power_cap", "power_capped_rate", "family", "nvlink",
+             "nvls", "pcie", "tdp", "source"}
 _LINK_KEYS = {"bw", "latency", "link_class", "max_domain_gpus", "source"}
 LOW_PRECISIONS = ("fp8", "fp4")      # tensor-core rates kept apart from the compute precisions
 _WATTS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*W\s*$")
@@ -52,6 +53,8 @@ class GpuSpec:
     sm_count: int | None = None
     boost_clock_hz: float | None = None
     power_cap_w: float | None = None   # a board limit below the TDP (e.g. 500 W)
+    power_capped_rate: float = 1.0     # tensor-core rate sustained under power_cap / peak
+    family: str = ""                   # compute calibration family (compute.yaml families)
     nvls: bool = False                 # NVLink SHARP through NVSwitch 3 or later
 
     def has_precision(self, precision: str) -> bool:
@@ -187,10 +190,21 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
             boost_clock_hz=_positive_or_none(get("boost_clock", _megahertz), src,
                                              f"{name}.boost_clock"),
             power_cap_w=_positive_or_none(get("power_cap", _watts), src, f"{name}.power_cap"),
+            power_capped_rate=_capped_rate(get("power_capped_rate", float), src, name),
+            family=get("family", str) or "",
             nvls=bool(get("nvls", bool)),
             source=get("source", str) or "",
         )
     return out
+
+
+def _capped_rate(value: float | None, src: str, name: str) -> float:
+    if value is None:
+        return 1.0
+    if not 0 < value <= 1:
+        raise ConfigError(f"must be in (0, 1], got {value!r}", source=src,
+                          field=f"{name}.power_capped_rate")
+    return float(value)
 
 
 def _read_table(path) -> tuple[str, dict]:

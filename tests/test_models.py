@@ -67,24 +67,35 @@ def test_backward_is_twice_forward(name):
     assert head.backward_flops == pytest.approx(2 * head.forward_flops, rel=0.01)
 
 
-def test_flash_attention_changes_bytes_not_forward_flops():
-    model = load_model("gpt3-175b")
-    b, s = 2, 2048
+@pytest.mark.parametrize("name", ["gpt3-175b", "bert-large"])
+def test_flash_attention_changes_bytes_and_skips_the_causal_half(name):
+    model = load_model(name)
+    b, s = 2, min(model.max_seq_len, 2048)
     flash = layer_costs(model, b, s, "bf16", flash_attention=True)
     plain = layer_costs(model, b, s, "bf16", flash_attention=False)
+    # FlashAttention skips the masked tiles of a causal mask: (s + 1) / (2 s) of the square
+    c = (s + 1) / (2 * s) if model.causal else 1.0
+    assert model.causal == (name == "gpt3-175b")
+    core_ops = ("attn_scores", "softmax", "attn_dropout", "attn_av")
     for f, p in zip(flash, plain):
-        assert f.forward_flops == pytest.approx(p.forward_flops, rel=1e-12)
+        core = sum(op.flops for op in p.forward if op.name in core_ops)
+        # dropout's FLOPs run inside the flash kernel too (counted there as 0)
+        drop = sum(op.flops for op in p.forward if op.name == "attn_dropout")
+        assert f.forward_flops == pytest.approx(p.forward_flops - core + c * (core - drop),
+                                                rel=1e-12)
     bytes_of = lambda layer: sum(op.bytes_accessed for op in layer.forward)  # noqa: E731
     assert bytes_of(flash[1]) < 0.7 * bytes_of(plain[1])
     assert "attn_core" in [op.name for op in flash[1].forward]
     assert {"attn_scores", "softmax", "attn_av"} <= {op.name for op in plain[1].forward}
-    # Backward: flash recomputes QK^T (2 b s^2 h) and the softmax (5 per score element).
+    # Backward: flash recomputes QK^T (2 b s^2 h) and the softmax (5 per score element);
+    # 2.5x the forward attention matmuls plus 8 per score element, all times c
     h, a = model.hidden, model.heads
-    recompute = 2 * b * s * s * h + 5 * b * a * s * s
-    assert flash[1].backward_flops - plain[1].backward_flops == pytest.approx(recompute)
     attn_fwd = 4 * b * s * s * h
     core = next(op for op in flash[1].backward if op.name == "attn_core.bwd")
-    assert core.flops - 8 * b * a * s * s == pytest.approx(2.5 * attn_fwd)
+    assert core.flops == pytest.approx(c * (2.5 * attn_fwd + 8 * b * a * s * s))
+    fwd = next(op for op in flash[1].forward if op.name == "attn_core")
+    assert fwd.flops == pytest.approx(c * (attn_fwd + 5 * b * a * s * s))
+    assert (fwd.m, fwd.n, fwd.k) == (b * a * s, round(c * s), model.head_dim)
 
 
 def test_gqa_shrinks_the_qkv_projection():
@@ -316,3 +327,20 @@ def test_autocast_loss_runs_in_fp32():
     assert pure["cross_entropy"].bytes_accessed == 2 * 2 * t * v
     # cast logits up (2+4), log_softmax in fp32 (4+4)
     assert head["cross_entropy"].bytes_accessed == (6 + 8) * t * v
+
+
+def test_rotary_kernels_on_q_and_k_of_rope_models_only():
+    llama, gpt = load_model("llama-2-70b"), load_model("gpt3-175b")
+    b, s = 2, 1024
+    block = layer_costs(llama, b, s, "bf16")[1]
+    names = [op.name for op in block.forward]
+    assert names.index("rotary") == names.index("qkv_proj") + 1
+    rope = block.forward[names.index("rotary")]
+    # Q (64 heads) and K (8 kv heads) of head dim 128: 3 FLOPs per element; read + write
+    # at 2 bytes plus the cos/sin tables (s x head_dim each)
+    elements = b * s * (llama.hidden + 8 * 128)
+    assert rope.flops == 3 * elements
+    assert rope.bytes_accessed == 2 * (2 * elements + 2 * s * 128)
+    bwd = [op.name for op in block.backward]
+    assert bwd.index("rotary.bwd") < bwd.index("qkv_proj.dgrad")
+    assert "rotary" not in [op.name for op in layer_costs(gpt, b, s, "bf16")[1].forward]

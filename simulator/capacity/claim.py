@@ -4,6 +4,7 @@ FSDP about 30B" (:func:`check_folk_claim`, docs/capacity.md)."""
 from __future__ import annotations
 
 from ..scenario import Scenario
+from ..strategies.checkpointing import ac_label, ac_setting
 from .ladder import Rung
 from .probe import GIB, parse_strategy_specs
 from .search import StrategyResult, search
@@ -40,7 +41,7 @@ def check_folk_claim(scn: Scenario, ladder: list[Rung], cluster: dict, source: s
     scn1 = scn.model_copy(update={"training": scn.training.model_copy(
         update={"micro_batch": 1})}, deep=True)
     reuse = scn.training.micro_batch == 1
-    ckpt = bool(scn.strategy.get("activation_checkpointing", False))
+    ckpt = ac_setting(scn.strategy)
     found: dict[str, dict] = {}
     parts = []
     for label, claimed in (("ddp", CLAIM["ddp"]), ("fsdp:FULL_SHARD", CLAIM["fsdp:FULL_SHARD"])):
@@ -53,7 +54,7 @@ def check_folk_claim(scn: Scenario, ladder: list[Rung], cluster: dict, source: s
         parts.append(part)
     t = scn1.training
     verdict = (f"folk claim ({CLAIM_TEXT}) at micro_batch 1, seq_len {t.seq_len}, "
-               f"activation checkpointing {'on' if ckpt else 'off'}: " + "; ".join(parts) +
+               f"activation checkpointing {ac_label(ckpt)}: " + "; ".join(parts) +
                f" (DDP keeps 16 B/param of weights, grads and Adam state on every GPU: "
                f"7B = {16 * CLAIM['ddp'] / GIB:.0f} GiB; FSDP divides it by "
                f"{cluster['gpus']}, then activations decide)")

@@ -42,8 +42,8 @@ def spec_of(named: NamedStrategy, text: str | None = None) -> StrategySpec:
 
 # Keys of the scenario's strategy every strategy understands (the rest, such as FSDP's
 # prefetch options, are kept only when the scenario's strategy has the same name).
-_COMMON_KEYS = ("activation_checkpointing", "activation_offload", "optimizer", "param_dtype",
-                "reduce_dtype", "optimizer_impl")
+_COMMON_KEYS = ("activation_checkpointing", "selective_ac_option", "activation_offload",
+                "optimizer", "param_dtype", "reduce_dtype", "optimizer_impl")
 _SHARDING_KEYS = ("sharding", "shard_group_size", "reshard_after_forward", "mesh")
 _SHARDED = {n.strategy for n in NAMED_STRATEGIES.values() if n.sharding}
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..scenario import Scenario
+from ..strategies.checkpointing import ac_setting
 from .ladder import Rung
 from .probe import Probe, Prober, StrategySpec
 
@@ -54,8 +55,7 @@ def settings_of(scn: Scenario) -> dict:
     t = scn.training
     return {"micro_batch": t.micro_batch, "seq_len": t.seq_len, "grad_accum": t.grad_accum,
             "precision": t.precision, "flash_attention": t.flash_attention,
-            "activation_checkpointing": bool(scn.strategy.get("activation_checkpointing",
-                                                              False))}
+            "activation_checkpointing": ac_setting(scn.strategy)}
 
 
 def search(scn: Scenario, spec: StrategySpec, ladder: list[Rung],

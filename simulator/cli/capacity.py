@@ -9,6 +9,7 @@ import click
 
 from ..choices import DEFAULT_CAPACITY_STRATEGIES, DEFAULT_SCENARIO, FAMILIES
 from ..progress import quiet_option
+from ..strategies.checkpointing import ac_label
 from .common import names_sets
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
@@ -64,7 +65,7 @@ def render_table(rep: CapacityReport, accuracy: list[str] | None = None) -> str:
         f"# training: micro_batch {s['micro_batch']}, seq_len {s['seq_len']}, grad_accum "
         f"{s['grad_accum']}, {s['precision']}, flash attention "
         f"{'on' if s['flash_attention'] else 'off'}, activation checkpointing "
-        f"{'on' if s['activation_checkpointing'] else 'off'}",
+        f"{ac_label(s['activation_checkpointing'])}",
         f"# ladder: {rep.family}, {len(rep.ladder)} models from {rep.ladder[0].model.name} "
         f"({_b(rep.ladder[0].params)}) to {rep.ladder[-1].model.name} "
         f"({_b(rep.ladder[-1].params)}), ~15% apart; one iteration replayed per probe",

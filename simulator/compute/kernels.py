@@ -6,7 +6,8 @@ events (ATen operators, with ``args["Input Dims"]`` when shapes were recorded),
 ``args["correlation"]``. Times are microseconds.
 
 ``fit_from_traces`` finds each ``aten::mm``/``addmm``/``bmm``/``baddbmm`` with shapes, sums
-the kernels it launched (launches on the op's thread inside its time span), computes its
+the kernels it launched (runtime or driver launches on the op's thread inside its time
+span: cuBLASLt launches Hopper's nvjet kernels through ``cuLaunchKernelEx``), computes its
 FLOPs (2*B*M*N*K) and fits ``time = half_time + flops / (peak * eff_max)`` - the
 ``eff(flops) = eff_max * flops / (flops + flops_half)`` curve of ``simulator.compute.model``
 - to an upper quantile of achieved throughput per half-decade of FLOPs.
@@ -34,6 +35,8 @@ from simulator.precision import PRECISIONS
 _US = 1e-6
 _GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 _LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")
+# a GEMM kernel whose name has no math mode (Hopper's nvjet): the operator's input type
+_INPUT_PRECISION = {"c10::BFloat16": "bf16", "c10::Half": "fp16"}
 
 
 def _read_events(path) -> list[dict]:
@@ -145,7 +148,7 @@ def load_kineto_gemms(path) -> pd.DataFrame:
     launches = defaultdict(list)
     for e in events:
         corr = (e.get("args") or {}).get("correlation")
-        if e.get("cat") == "cuda_runtime" and corr in kernels:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and corr in kernels:
             launches[e.get("tid")].append((float(e["ts"]), corr))
     for v in launches.values():
         v.sort()
@@ -167,8 +170,11 @@ def load_kineto_gemms(path) -> pd.DataFrame:
             continue
         b, m, n, k = shape
         main = max(ks, key=lambda x: x["dur"])["name"]
+        types = (e.get("args") or {}).get("Input type") or []
+        mat = types[1 if e["name"] in ("aten::addmm", "aten::baddbmm") else 0] if types else ""
         rows.append((e["name"], b, m, n, k, 2.0 * b * m * n * k,
-                     sum(float(x["dur"]) for x in ks) * _US, main, gemm_precision(main)))
+                     sum(float(x["dur"]) for x in ks) * _US, main,
+                     gemm_precision(main) or _INPUT_PRECISION.get(mat)))
     return pd.DataFrame(rows, columns=["op", "batch", "m", "n", "k", "flops", "duration_s",
                                        "kernel", "precision"])
 

@@ -24,7 +24,10 @@ from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
 from simulator.precision import FP32, PRECISIONS
-from simulator.units import UnitError, parse_time
+
+from .checks import check_fraction, check_keys, check_source, check_time
+from .families import SHAPED_PRECISIONS, FamilyCalibration, parse_families
+from .gemm_shape import shape_efficiency
 
 OP_CLASSES = ("matmul", "attention", "conv", "elementwise", "norm", "embedding", "loss",
               "optimizer")
@@ -55,6 +58,7 @@ class ComputeCalibration:
     op_classes: Mapping[str, OpClassCalibration]
     source: str = ""
     launch_source: str = field(default="", compare=False)
+    families: Mapping[str, FamilyCalibration] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> "ComputeCalibration":
@@ -62,37 +66,42 @@ class ComputeCalibration:
 
         :raises ConfigError: with ``source`` and the dotted ``field`` of the first bad value.
         """
-        _keys(data, {"kernel_launch", "op_classes"}, {"kernel_launch", "op_classes"},
-              source, None)
+        check_keys(data, {"kernel_launch", "op_classes", "families"},
+              {"kernel_launch", "op_classes"}, source, None)
         launch = data["kernel_launch"]
-        _keys(launch, {"value", "source"}, {"value", "source"}, source, "kernel_launch")
-        launch_s = _time(launch["value"], source, "kernel_launch.value")
+        check_keys(launch, {"value", "source"}, {"value", "source"}, source, "kernel_launch")
+        launch_s = check_time(launch["value"], source, "kernel_launch.value")
         classes = data["op_classes"]
         if not isinstance(classes, dict) or not classes:
             raise ConfigError("must be a non-empty mapping", source=source, field="op_classes")
-        out = {}
-        for name, entry in classes.items():
-            where = f"op_classes.{name}"
-            if name not in OP_CLASSES:
-                raise ConfigError(f"unknown op class; valid: {', '.join(OP_CLASSES)}",
-                                  source=source, field=where)
-            _keys(entry, {"tensor_cores", "memory_efficiency", "compute"},
-                  {"tensor_cores", "memory_efficiency", "compute"}, source, where)
-            tc = entry["tensor_cores"]
-            if not isinstance(tc, bool):
-                raise ConfigError(f"must be true or false, got {tc!r}", source=source,
-                                  field=f"{where}.tensor_cores")
-            mem = entry["memory_efficiency"]
-            _keys(mem, {"value", "source"}, {"value", "source"}, source,
-                  f"{where}.memory_efficiency")
-            out[name] = OpClassCalibration(
-                tensor_cores=tc,
-                memory_efficiency=_fraction(mem["value"], source,
-                                            f"{where}.memory_efficiency.value"),
-                compute=_curves(entry["compute"], tc, source, f"{where}.compute"),
-                memory_source=_source(mem["source"], source, f"{where}.memory_efficiency"))
+        out = {name: _op_class(entry, source, f"op_classes.{name}")
+               for name, entry in classes.items()}
+        families = parse_families(data.get("families") or {}, source,
+                                  lambda e, w: _op_class(e, source, w))
         return cls(kernel_launch_s=launch_s, op_classes=out, source=source,
-                   launch_source=_source(launch["source"], source, "kernel_launch"))
+                   launch_source=check_source(launch["source"], source, "kernel_launch"),
+                   families=families)
+
+
+def _op_class(entry: Any, source: str, where: str) -> OpClassCalibration:
+    """One ``op_classes`` entry (``where`` = its dotted field)."""
+    name = where.rsplit(".", 1)[-1]
+    if name not in OP_CLASSES:
+        raise ConfigError(f"unknown op class; valid: {', '.join(OP_CLASSES)}",
+                          source=source, field=where)
+    check_keys(entry, {"tensor_cores", "memory_efficiency", "compute"},
+          {"tensor_cores", "memory_efficiency", "compute"}, source, where)
+    tc = entry["tensor_cores"]
+    if not isinstance(tc, bool):
+        raise ConfigError(f"must be true or false, got {tc!r}", source=source,
+                          field=f"{where}.tensor_cores")
+    mem = entry["memory_efficiency"]
+    check_keys(mem, {"value", "source"}, {"value", "source"}, source, f"{where}.memory_efficiency")
+    return OpClassCalibration(
+        tensor_cores=tc,
+        memory_efficiency=check_fraction(mem["value"], source, f"{where}.memory_efficiency.value"),
+        compute=_curves(entry["compute"], tc, source, f"{where}.compute"),
+        memory_source=check_source(mem["source"], source, f"{where}.memory_efficiency"))
 
 
 def load_compute_calibration(path=None) -> ComputeCalibration:
@@ -123,6 +132,7 @@ class ComputeModel:
                             f"got {type(calibration).__name__}")
         self.gpu = gpu
         self.calibration = calibration
+        self.family = calibration.families.get(gpu.family)
         self.time_scale = _scale_factor(time_scale)
         # real-run time factors of the GPU's family (simulator/data/training_fit.yaml)
         self.fit = fit if fit is not None else family_of(gpu.name)
@@ -156,8 +166,10 @@ class ComputeModel:
         return self._class(op_class).memory_efficiency
 
     def op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
-                  precision: str) -> float:
+                  precision: str, shape: tuple[int, int, int] | None = None) -> float:
         """Seconds one op takes: the slower of its compute and memory time, plus the launch.
+        ``shape`` (``m, n, k`` of a GEMM or attention kernel) selects the family's shape
+        model where it has one (16-bit matmul and attention; :mod:`.families`).
 
         :raises ConfigError: for an unknown ``op_class`` or ``precision``.
         :raises ValueError: for negative or non-finite ``flops`` / ``bytes_accessed``.
@@ -166,16 +178,35 @@ class ComputeModel:
         flops = _amount(flops, "flops")
         nbytes = _amount(bytes_accessed, "bytes_accessed")
         compute_s = (flops + flops_half) / rate if flops > 0 else 0.0
+        if shape is not None and flops > 0 and self.family is not None \
+                and precision in SHAPED_PRECISIONS:
+            compute_s = self._shaped_s(op_class, precision, flops, shape, rate, compute_s)
         memory_s = nbytes / mem_bw
         kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, precision)
         launch_s = self.calibration.kernel_launch_s + self.fit.overhead_s(precision)
         return (kernel_s + launch_s) * self.time_scale
 
     # -- internals ----------------------------------------------------------------------
+    def _shaped_s(self, op_class: str, precision: str, flops: float, shape, rate: float,
+                  plain_s: float) -> float:
+        """Compute seconds from the family's shape model (``plain_s`` if it has none)."""
+        m, n, k = shape
+        curve, fam = self._curve(op_class, precision), self.family
+        if op_class == "matmul" and fam.gemm is not None:
+            # the shape's efficiency on the op's FLOPs (an op may stand for several GEMMs)
+            eff = shape_efficiency(m, n, k, self.gpu.sm_count or 1, fam.gemm)
+            return curve.half_time_s + flops / (rate * eff)
+        if op_class == "attention" and fam.flash is not None:
+            peak = rate / curve.eff_max
+            return fam.flash.half_time_s + flops / (peak * fam.flash.efficiency(n, k))
+        return plain_s
+
     def _class(self, op_class: str) -> OpClassCalibration:
         table = self.calibration.op_classes
         if not isinstance(op_class, str) or op_class not in table:
             raise ConfigError(f"unknown op_class {op_class!r}; valid: {', '.join(sorted(table))}")
+        if self.family is not None and op_class in self.family.op_classes:
+            return self.family.op_classes[op_class]
         return table[op_class]
 
     def _curve(self, op_class: str, precision: str) -> EfficiencyCurve:
@@ -198,6 +229,8 @@ class ComputeModel:
             peak = self.gpu.peak_flops.get(peak_key)
             if not peak:
                 raise ConfigError(f"GPU {self.gpu.name!r} has no {peak_key} peak rate")
+            if entry.tensor_cores:          # clocks drop under a board power cap
+                peak *= self.gpu.power_capped_rate
             terms = (peak * curve.eff_max, curve.eff_max * peak * curve.half_time_s,
                      self.gpu.hbm_bw_bytes_per_s * entry.memory_efficiency, peak)
             self._terms[key] = terms
@@ -223,18 +256,6 @@ def _scale_factor(factor: Any) -> float:
     return float(factor)
 
 
-def _keys(entry: Any, allowed: set, required: set, src: str, where: str | None) -> None:
-    if not isinstance(entry, dict):
-        raise ConfigError("must be a mapping", source=src, field=where)
-    unknown = sorted(map(str, set(entry) - allowed))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; valid: "
-                          f"{', '.join(sorted(allowed))}", source=src, field=where)
-    missing = sorted(required - set(entry))
-    if missing:
-        raise ConfigError(f"missing key(s) {', '.join(missing)}", source=src, field=where)
-
-
 def _curves(table: Any, tensor_cores: bool, src: str, where: str) -> dict:
     if not isinstance(table, dict) or not table:
         raise ConfigError("must be a non-empty mapping precision -> curve", source=src,
@@ -247,36 +268,12 @@ def _curves(table: Any, tensor_cores: bool, src: str, where: str) -> dict:
             raise ConfigError(f"unknown precision; valid here: {', '.join(valid)}"
                               + ("" if tensor_cores else " (class without tensor cores)"),
                               source=src, field=at)
-        _keys(curve, {"eff_max", "half_time", "source"}, {"eff_max", "half_time", "source"},
+        check_keys(curve, {"eff_max", "half_time", "source"}, {"eff_max", "half_time", "source"},
               src, at)
         out[precision] = EfficiencyCurve(
-            eff_max=_fraction(curve["eff_max"], src, f"{at}.eff_max"),
-            half_time_s=_time(curve["half_time"], src, f"{at}.half_time"),
-            source=_source(curve["source"], src, at))
+            eff_max=check_fraction(curve["eff_max"], src, f"{at}.eff_max"),
+            half_time_s=check_time(curve["half_time"], src, f"{at}.half_time"),
+            source=check_source(curve["source"], src, at))
     if FP32 not in out and not tensor_cores:
         raise ConfigError("missing key(s) fp32", source=src, field=where)
     return out
-
-
-def _fraction(value: Any, src: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not 0 < value <= 1:
-        raise ConfigError(f"must be a number in (0, 1], got {value!r}", source=src, field=where)
-    return float(value)
-
-
-def _time(value: Any, src: str, where: str) -> float:
-    try:
-        seconds = parse_time(value)
-    except UnitError as exc:
-        raise ConfigError(str(exc), source=src, field=where) from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(f"must be >= 0, got {value!r}", source=src, field=where)
-    return seconds
-
-
-def _source(value: Any, src: str, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError("source must be a non-empty string", source=src,
-                          field=f"{where}.source")
-    return value.strip()

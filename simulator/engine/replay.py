@@ -236,8 +236,10 @@ class _Replayer:
                 base = op.duration_s
             else:
                 precision = op.attrs.get("precision", self.cfg.precision)
+                # m, n, k of a GEMM / attention kernel, for timers that use the shape
+                shape = {"shape": tuple(op.attrs[d] for d in "mnk")} if "m" in op.attrs else {}
                 base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
-                                              precision)
+                                              precision, **shape)
             overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
             return base * cls.slowdown * overlap
         if op.kind == "memcpy":

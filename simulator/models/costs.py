@@ -6,9 +6,10 @@ Conventions (all counts for the whole micro-batch of ``batch`` samples):
   weight and output once: ``e (m k + k n + m n)`` bytes, ``e`` the element size of the
   precision. Bias adds are folded into the matmul and not counted.
 * Attention scores ``QK^T`` and ``AV`` cost ``2 b s^2 h`` FLOPs each: the full ``s^2``
-  square, with no halving for causal masks (kernels such as FlashAttention skip masked
-  tiles, so this overstates causal attention FLOPs by up to 2x; it matches the usual MFU
-  accounting ``12 L h s^2``). Grouped-query attention shrinks K/V traffic, not FLOPs.
+  square. A causal model (GPT, Llama) under flash attention counts only the unmasked
+  ``(s + 1) / (2 s)`` of it, as FlashAttention skips the masked tiles; eager attention
+  computes the whole square and masks it. MFU keeps the usual ``12 L h s^2`` accounting
+  (:func:`model_flops_per_sample`). Grouped-query attention shrinks K/V traffic, not FLOPs.
 * Flash attention changes bytes, not forward FLOPs: one fused ``attn_core`` kernel reads
   Q, K, V and writes O (no ``b a s^2`` score matrix in HBM); without it ``attn_scores``,
   ``softmax`` and ``attn_av`` read and write the score matrix.

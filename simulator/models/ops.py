@@ -30,6 +30,18 @@ class OpCost:
     bytes_accessed: float
     weight: str = ""  # the parameter tensor the kernel uses (forward and backward), if any
     params: int = 0   # its size, on the forward op only (sum over a layer = layer params)
+    saved_bytes: int = 0   # forward op: the bytes of its output(s) backward keeps (sum over a
+    #                        block's forward = its activation_bytes; selective checkpointing)
+    # GEMM shape C[m, n] = A[m, k] B[k, n] (0: unknown; timed by FLOPs alone). Attention
+    # kernels: m = query rows (batch x heads x seq), n = keys each query attends to on
+    # average (seq, or about seq / 2 when causal), k = head dimension.
+    m: int = 0
+    n: int = 0
+    k: int = 0
+
+    @property
+    def shape(self) -> tuple[int, int, int] | None:
+        return (self.m, self.n, self.k) if self.m and self.n and self.k else None
 
 
 @dataclass(frozen=True)
@@ -60,7 +72,7 @@ def matmul(name: str, m: float, k: float, n: float, e: int, op_class: str = "mat
     ``params``: the weight's parameters (``k n`` plus a bias) when it is one (its name is
     ``name``), 0 for a product of activations."""
     return OpCost(name, op_class, 2.0 * m * k * n, float(e * (m * k + k * n + m * n)),
-                  weight=name if params else "", params=int(params))
+                  weight=name if params else "", params=int(params), **_dims(m, n, k))
 
 
 def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = True,
@@ -69,9 +81,15 @@ def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = Tr
     gradient, each ``2 m k n`` FLOPs and ``e (m n + k n + m k)`` bytes; with ``weight``
     both name the weight ``name`` they use."""
     grads = (("dgrad", "wgrad") if dgrad else ("wgrad",))
+    dims = {"dgrad": _dims(m, k, n), "wgrad": _dims(k, n, m)}   # dX = dY W^T, dW = X^T dY
     return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)),
-                   weight=name if weight else "")
+                   weight=name if weight else "", **dims[g])
             for g in grads]
+
+
+def _dims(m: float, n: float, k: float) -> dict:
+    """The ``m, n, k`` fields of an OpCost (output rows, output columns, reduction)."""
+    return {"m": int(round(m)), "n": int(round(n)), "k": int(round(k))}
 
 
 def pointwise(name: str, op_class: str, elements: float, flops_per: float, tensors: float,

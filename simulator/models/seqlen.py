@@ -93,11 +93,21 @@ def mean_length(counts: list[int]) -> float:
 
 
 def _mix_ops(weights, ops_by_len: list[tuple[OpCost, ...]]) -> tuple[OpCost, ...]:
-    """The ops of the first list with FLOPs and bytes averaged over all lists by ``weights``."""
-    flops = weights @ np.array([[op.flops for op in ops] for ops in ops_by_len])
-    nbytes = weights @ np.array([[op.bytes_accessed for op in ops] for ops in ops_by_len])
-    return tuple(replace(op, flops=float(f), bytes_accessed=float(b))
-                 for op, f, b in zip(ops_by_len[0], flops, nbytes))
+    """The ops of the first list with FLOPs, bytes and GEMM shape (``m, n, k``) averaged over
+    all lists by ``weights``; a mixed dimension is rounded to a multiple of the common divisor
+    of its values, so a shape aligned at every length stays aligned."""
+    def table(attr):
+        return np.array([[getattr(op, attr) for op in ops] for ops in ops_by_len])
+
+    def mix_dim(attr):
+        values = table(attr)
+        step = np.maximum(np.gcd.reduce(values, axis=0), 1)
+        return np.round(weights @ values / step) * step
+    flops, nbytes = weights @ table("flops"), weights @ table("bytes_accessed")
+    dims = [mix_dim(d) for d in "mnk"]
+    return tuple(replace(op, flops=float(f), bytes_accessed=float(b),
+                         **{d: int(v[i]) for d, v in zip("mnk", dims)})
+                 for i, (op, f, b) in enumerate(zip(ops_by_len[0], flops, nbytes)))
 
 
 def mixed_layer_costs(model: ModelSpec, batch: int, weights: list[tuple[int, float]],

@@ -90,7 +90,7 @@ class ModelSpec:
 
     @property
     def causal(self) -> bool:
-        """Whether attention is causal (decoders). Costs do not depend on it."""
+        """Whether attention is causal (decoders): flash attention then skips the masked half."""
         return self.family in ("gpt", "llama")
 
 

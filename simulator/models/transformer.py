@@ -6,7 +6,9 @@ pre-norm order (GPT-2/3, Llama); BERT's post-norm order has the same costs. A mo
 after the embedding, on the attention probabilities (inside the kernel with flash
 attention), after the attention output projection and after the MLP, each reading its
 input and writing its output and a 1-byte mask (backward: gradient and mask in, gradient
-out), and saves the masks for backward.
+out), and saves the masks for backward. Rotary models (Llama) rotate Q and K after the
+QKV projection (:func:`_rotary`); the rotated Q, K replace the projection's (no extra
+saved bytes).
 
 Mixed precision with fp32 weights (``autocast``: torch.autocast, Keras ``mixed_float16``)
 is not pure 16-bit: ``k`` below is the element size of the tensors such a run keeps in
@@ -22,6 +24,8 @@ casts of their gradients in backward.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from simulator.models.ops import (
     ACT_FLOPS, ID_BYTES, LOSS_BWD_FLOPS, LOSS_BYTES, LOSS_FLOPS, NORM_FLOPS, SOFTMAX_BWD_FLOPS,
@@ -96,9 +100,13 @@ def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int):
     qkvo = e * (2 * t * h + 2 * t * kvd)  # Q, K, V and O (or their gradients)
     if flash:
         lse = 4.0 * b * a * s
-        fwd = [OpCost("attn_core", "attention", 2 * mm + sm, qkvo + lse)]
+        # FlashAttention skips the masked tiles of a causal mask: (s + 1) / 2 keys per query
+        c = (s + 1) / (2 * s) if model.causal else 1.0
+        dims = {"m": b * a * s, "n": int(round(c * s)), "k": model.head_dim}
+        fwd = [OpCost("attn_core", "attention", c * (2 * mm + sm), qkvo + lse, **dims)]
         # reads Q, K, V, O, dO, lse; writes dQ, dK, dV: twice the forward tensors
-        bwd = [OpCost("attn_core.bwd", "attention", 5 * mm + sm + sm_bwd, 2 * qkvo + lse)]
+        bwd = [OpCost("attn_core.bwd", "attention", c * (5 * mm + sm + sm_bwd), 2 * qkvo + lse,
+                      **dims)]
         return fwd, bwd
     # per score element: read + write (backward: + the saved probs); under autocast plus
     # the cast up before and the cast down after (e + k each)
@@ -146,6 +154,18 @@ def _residual(name: str, t: int, h: int, e: int, k: int) -> tuple[list[OpCost], 
     return _twin(name, t * h, (e + 2 * k) * t * h)
 
 
+def _rotary(model: ModelSpec, b: int, s: int, e: int) -> tuple[list[OpCost], list[OpCost]]:
+    """Rotary position embedding (RoPE, Su et al. 2021, arXiv 2104.09864) on Q and K, one
+    fused kernel each way (Megatron/Transformer Engine ``fused_apply_rotary_pos_emb``, or
+    torch.compile): reads Q, K and the ``s x head_dim`` cos/sin tables, writes the rotated Q,
+    K; 3 FLOPs per element (``x cos + rotate(x) sin``). Backward applies the inverse rotation
+    to the gradients, the same traffic. None for learned positions."""
+    if model.position_embedding != "rope":
+        return [], []
+    elements = b * s * (model.hidden + model.kv_heads * model.head_dim)
+    return _twin("rotary", 3.0 * elements, e * (2.0 * elements + 2 * s * model.head_dim))
+
+
 def _casts(name: str, elements: float, e: int, k: int) -> tuple[list[OpCost], list[OpCost]]:
     """Autocast's 16-bit copy of an fp32 tensor for a matmul, and its gradient cast back
     (none without autocast). ``weight_cast``: every fp32 weight, once per forward."""
@@ -164,19 +184,40 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     c1, c2 = _casts("cast.norm1", t * h, e, k), _casts("cast.norm2", t * h, e, k)
     wc = _casts("weight_cast", block_params(model), e, k)
     attn_f, attn_b = _attention(model, b, s, e, flash, k)
+    rope = _rotary(model, b, s, e)
     mlp_f, mlp_b = _mlp(model, t, e)
     d1, d2 = ((_dropout("attn_out.dropout", t * h, e), _dropout("mlp_down.dropout", t * h, e))
               if model.dropout > 0 else (([], []), ([], [])))
     bias = model.bias
     qkv = matmul("qkv_proj", t, h, qkv_n, e, params=h * qkv_n + (qkv_n if bias else 0))
     out = matmul("attn_out", t, h, h, e, params=h * h + (h if bias else 0))
-    fwd = [*wc[0], n1[0], *c1[0], qkv, *attn_f, out, *d1[0], *r1[0], n2[0], *c2[0], *mlp_f,
-           *d2[0], *r2[0]]
+    fwd = [*wc[0], n1[0], *c1[0], qkv, *rope[0], *attn_f, out, *d1[0], *r1[0], n2[0], *c2[0],
+           *mlp_f, *d2[0], *r2[0]]
     bwd = [*r2[1], *d2[1], *mlp_b, *c2[1], n2[1], *r1[1], *d1[1],
-           *matmul_bwd("attn_out", t, h, h, e, weight=True), *attn_b,
+           *matmul_bwd("attn_out", t, h, h, e, weight=True), *attn_b, *rope[1],
            *matmul_bwd("qkv_proj", t, h, qkv_n, e, weight=True), *c1[1], n1[1], *wc[1]]
-    return LayerCost("block", "transformer_block", block_params(model), tuple(fwd),
-                     tuple(bwd), block_activation_bytes(model, b, s, e, flash, k), k * t * h)
+    return LayerCost("block", "transformer_block", block_params(model),
+                     _with_saved(fwd, model, b, s, e, k), tuple(bwd),
+                     block_activation_bytes(model, b, s, e, flash, k), k * t * h)
+
+
+def _with_saved(fwd: list[OpCost], model: ModelSpec, b: int, s: int, e: int,
+                k: int) -> tuple[OpCost, ...]:
+    """The forward ops with ``saved_bytes``: which op produces each tensor of
+    :func:`block_activation_bytes` (their sum), so selective checkpointing knows what it
+    frees by recomputing an op. Norm outputs (``e``, the copy the next matmul reads), Q/K/V
+    (``qkv_proj``), the attention output (``attn_core``, or ``attn_av`` without flash), the
+    MLP's inner tensors, the residual stream at the two norm inputs (``k``), 1-byte dropout
+    masks and, without flash attention, the probabilities (``softmax``, ``attn_dropout``)."""
+    t, h, f = b * s, model.hidden, model.ffn_hidden
+    kvd, scores = model.kv_heads * model.head_dim, b * model.heads * s * s
+    copy = e if model.dropout == 0 and k != e else 0   # autocast's 16-bit probabilities
+    saved = {"norm1": e * t * h, "norm2": e * t * h, "qkv_proj": e * t * (h + 2 * kvd),
+             "attn_core": e * t * h, "attn_av": e * t * h, "softmax": (k + copy) * scores,
+             "attn_dropout": (1 + e) * scores, "residual1": k * t * h, "residual2": k * t * h,
+             "attn_out.dropout": t * h, "mlp_down.dropout": t * h,
+             "mlp_gate_up": 2 * e * t * f, "mlp_up": e * t * f, model.mlp: e * t * f}
+    return tuple(replace(c, saved_bytes=saved[c.name]) if c.name in saved else c for c in fwd)
 
 
 def embed_params(model: ModelSpec) -> int:

@@ -16,7 +16,7 @@ Memory conventions (bytes per parameter, ZeRO arXiv:1910.02054 §3.1):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,6 +24,8 @@ from simulator.errors import TYPE_TAGS, ConfigError, validation_error
 from simulator.precision import Dtype, Precision, precision_bytes, storage_dtype
 from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
+
+from .checkpointing import SelectiveOption, ac_mode, recompute_plan
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
     from simulator.models import LayerCost
@@ -63,7 +65,9 @@ class CommonConfig(BaseModel):
     precision: Precision = "bf16"   # compute precision
     micro_batch: int = Field(1, gt=0)        # samples per GPU per micro-step
     grad_accum: int = Field(1, ge=1)         # micro-steps per optimizer step
-    activation_checkpointing: bool = False   # recompute each *block* layer in backward
+    # none | full | selective (checkpointing.py); true = full, false = none
+    activation_checkpointing: bool | Literal["none", "full", "selective"] = False
+    selective_ac_option: SelectiveOption | Annotated[int, Field(ge=1)] | None = None
     activation_offload: bool = False         # checkpointed block inputs kept in host memory
     optimizer: Literal["adam", "sgd"] = "adam"   # sgd = with momentum
     optimizer_impl: OptimizerImpl = "foreach"    # PyTorch's default on CUDA; or fused
@@ -79,14 +83,32 @@ class CommonConfig(BaseModel):
     @model_validator(mode="after")
     def _cross_checks(self):
         # a ConfigError is not a ValueError: pydantic lets it through
-        if self.activation_offload and not self.activation_checkpointing:
+        if self.activation_offload and self.ac_mode == "none":
             raise ConfigError("offloads the inputs activation checkpointing keeps; set "
                               "activation_checkpointing: true", field="strategy.activation_offload")
+        if self.selective_ac_option is not None and self.ac_mode != "selective":
+            raise ConfigError("applies to activation_checkpointing: selective only",
+                              field="strategy.selective_ac_option")
+        if self.activation_offload and not isinstance(self.selective_policy, int) \
+                and self.ac_mode == "selective":
+            raise ConfigError("offloads whole-block checkpoints only: use activation_"
+                              "checkpointing: full or selective_ac_option: N (every Nth "
+                              "block)", field="strategy.activation_offload")
         self._check()
         return self
 
     def _check(self) -> None:
         """Cross-field checks (subclasses); raise ConfigError naming the field."""
+
+    @property
+    def ac_mode(self) -> str:
+        """``none``, ``full`` or ``selective`` (:mod:`.checkpointing`; booleans normalised)."""
+        return ac_mode(self.activation_checkpointing)
+
+    @property
+    def selective_policy(self) -> str | int:
+        """``"op"`` (default), ``"attention"`` or N (every Nth block) for selective mode."""
+        return "op" if self.selective_ac_option is None else self.selective_ac_option
 
     def weight_bytes(self) -> int:
         """Bytes per element of the weights the kernels read."""
@@ -140,11 +162,6 @@ class OpList:
         self.ops[op_id].mem_free_bytes += int(nbytes)
 
 
-def is_checkpointed(layer: "LayerCost", cfg: CommonConfig) -> bool:
-    """Activation checkpointing wraps the repeated blocks (kind ``*_block``)."""
-    return cfg.activation_checkpointing and layer.kind.endswith("block")
-
-
 class OpHooks:
     """Called around each kernel a layer emits (FSDP units smaller than a layer gather
     before the kernel that uses their weight and reshard or reduce after it)."""
@@ -167,7 +184,7 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
                           phase=phase, flops=float(c.flops),
                           bytes_accessed=float(c.bytes_accessed), op_class=c.op_class,
                           deps=(tuple(deps) if i == 0 else ()) + tuple(extra),
-                          attrs={"micro_step": micro}))
+                          attrs={"micro_step": micro, **_shape_attrs(c)}))
         if hooks:
             hooks.after(c, phase, ids[-1])
     if not ids:      # a layer without kernels still marks its place
@@ -175,6 +192,12 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
                           layer=layer.name, phase=phase, op_class="elementwise",
                           deps=tuple(deps), attrs={"micro_step": micro}))
     return ids
+
+
+def _shape_attrs(cost) -> dict:
+    """``m``, ``n``, ``k`` of a GEMM or attention kernel (the compute model times by shape)."""
+    shape = getattr(cost, "shape", None)
+    return dict(zip("mnk", shape)) if shape else {}
 
 
 def spread(ol: OpList, ids: list[int], nbytes: int, how: str) -> None:
@@ -217,9 +240,10 @@ def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
     ``activation_offload`` not even that: it goes to host memory."""
     ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps, hooks)
     spread(ol, ids, layer.activation_bytes, "alloc")
-    if is_checkpointed(layer, cfg):
-        ol.free(ids[-1], max(0, layer.activation_bytes - layer.output_bytes))
-        if cfg.activation_offload:
+    plan = recompute_plan(layer, cfg)
+    if plan is not None:
+        ol.free(ids[-1], max(0, layer.activation_bytes - plan.kept_bytes))
+        if cfg.activation_offload and plan.full:
             ids.append(_offload_copy(ol, layer, "forward", micro, "d2h"))
             ol.free(ids[-1], min(layer.output_bytes, layer.activation_bytes))
     return ids[0], ids[-1]
@@ -229,19 +253,26 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
                   grad_bytes: int = 0, hooks: OpHooks | None = None) -> tuple[int, int, int]:
     """(Recompute +) backward ops of a layer. Recomputed activations appear op by op, the
     saved ones die op by op as backward consumes them, and ``grad_bytes`` of (unsharded)
-    gradients appear op by op as autograd produces them (:func:`spread`).
+    gradients appear op by op as autograd produces them (:func:`spread`). A whole
+    recomputed block materialises all its activations again (its kept output too, a
+    second copy); a partly recomputed one only what its forward freed.
     Returns (first op, first backward op, last op)."""
     held = layer.activation_bytes
     first = None
-    if is_checkpointed(layer, cfg):
-        if cfg.activation_offload:
+    plan = recompute_plan(layer, cfg)
+    if plan is not None:
+        if cfg.activation_offload and plan.full:
             first = _offload_copy(ol, layer, "backward", micro, "h2d", deps)
-            ol.alloc(first, min(layer.output_bytes, layer.activation_bytes))
+            ol.alloc(first, plan.kept_bytes)
             deps = ()
-        rids = _emit_costs(ol, layer, layer.forward, "recompute", micro, deps, hooks)
+        costs = [layer.forward[i] for i in plan.ops]
+        rids = _emit_costs(ol, layer, costs, "recompute", micro, deps, hooks)
         first = rids[0] if first is None else first
-        spread(ol, rids, layer.activation_bytes, "alloc")
-        held = min(layer.output_bytes, layer.activation_bytes) + layer.activation_bytes
+        if plan.full:
+            spread(ol, rids, layer.activation_bytes, "alloc")
+            held = plan.kept_bytes + layer.activation_bytes
+        else:
+            spread(ol, rids, layer.activation_bytes - plan.kept_bytes, "alloc")
         deps = ()
     ids = _emit_costs(ol, layer, layer.backward, "backward", micro, deps, hooks)
     spread(ol, ids, grad_bytes, "alloc")

@@ -49,8 +49,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from simulator.errors import ConfigError
 from simulator.trace import RankClass, Trace
 
-from .base import (OpList, World, build_meta, check_layers, emit_backward, emit_forward,
-                   is_checkpointed)
+from .base import OpList, World, build_meta, check_layers, emit_backward, emit_forward
+from .checkpointing import kept_bytes
 from .optim import CPU_OPT_STEP_BYTES
 from .tf_common import HostUpdateConfig, constant, cpu_seconds, grad_sizes, host_copy
 
@@ -231,9 +231,8 @@ def held_at_entry(layers, cfg: PSConfig, cut: int) -> int:
     """Activation bytes a class entering at ``cut`` holds from the step before: layers whose
     forward lies before the cut and backward after it."""
     n = len(layers)
-    return sum(min(layer.activation_bytes, layer.output_bytes) if is_checkpointed(layer, cfg)
-               else layer.activation_bytes
-               for i, layer in enumerate(layers) if i < cut <= 2 * n - 1 - i)
+    return sum(kept_bytes(layer, cfg) for i, layer in enumerate(layers)
+               if i < cut <= 2 * n - 1 - i)
 
 
 def tf_ps(layers, cfg: PSConfig, world: World, *, model: str = "", tokens_per_sample: int = 0,

@@ -1,0 +1,126 @@
+"""Per-GPU-family compute calibration: op-class overrides, GEMM shapes, flash attention.
+
+``compute.yaml``'s top-level ``op_classes`` are the A100-fitted defaults. A ``families``
+entry (``ampere``, ``hopper``; a GPU names its family in ``gpus.yaml``) may replace whole
+op-class entries and adds two shape models:
+
+* ``gemm_shape`` (:mod:`simulator.compute.gemm_shape`): a 16-bit ``matmul`` op with a known
+  ``m, n, k`` costs ``half_time + waves x tile time`` instead of the FLOPs-only curve.
+* ``flash_attention``: an ``attention`` op (FlashAttention / cuDNN SDPA) with ``m`` query
+  rows, ``n`` keys per query and head dimension ``k`` runs at
+  ``eff(k) * n / (n + keys_half)`` of the tensor-core peak, ``eff`` interpolated linearly
+  between the listed head dimensions (clamped outside): short sequences pay a per-query
+  fixed cost (load Q, write O, the softmax rescale), small heads less reuse per tile.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from simulator.errors import ConfigError
+
+from .checks import check_fraction, check_keys, check_source, check_time
+from .gemm_shape import GemmShape
+
+SHAPED_PRECISIONS = ("bf16", "fp16")     # the precisions the shape models were fitted on
+
+
+@dataclass(frozen=True)
+class FlashShape:
+    """``eff(head_dim) * keys / (keys + keys_half)``, ``eff`` by head dimension."""
+
+    head_dims: tuple[int, ...]
+    eff_max: tuple[float, ...]
+    keys_half: float
+    half_time_s: float
+    source: str = ""
+
+    def efficiency(self, keys: int, head_dim: int) -> float:
+        i = bisect.bisect_left(self.head_dims, head_dim)
+        if i == 0:
+            eff = self.eff_max[0]
+        elif i == len(self.head_dims):
+            eff = self.eff_max[-1]
+        else:
+            d0, d1 = self.head_dims[i - 1], self.head_dims[i]
+            w = (head_dim - d0) / (d1 - d0)
+            eff = self.eff_max[i - 1] * (1 - w) + self.eff_max[i] * w
+        return eff * keys / (keys + self.keys_half)
+
+
+@dataclass(frozen=True)
+class FamilyCalibration:
+    op_classes: Mapping[str, Any] = field(default_factory=dict)   # name -> OpClassCalibration
+    gemm: GemmShape | None = None
+    flash: FlashShape | None = None
+    source: str = ""
+
+
+def parse_families(table: Any, src: str, op_class: Callable) -> dict:
+    """Check and convert ``compute.yaml``'s ``families`` mapping (``op_class(entry, where)``
+    checks one op-class entry, :func:`simulator.compute.model._op_class`)."""
+    if not isinstance(table, dict):
+        raise ConfigError("must be a mapping family -> entry", source=src, field="families")
+    out = {}
+    for name, entry in table.items():
+        where = f"families.{name}"
+        check_keys(entry, {"source", "op_classes", "gemm_shape", "flash_attention"}, {"source"},
+             src, where)
+        classes = entry.get("op_classes") or {}
+        if not isinstance(classes, dict):
+            raise ConfigError("must be a mapping", source=src, field=f"{where}.op_classes")
+        out[name] = FamilyCalibration(
+            op_classes={c: op_class(e, f"{where}.op_classes.{c}") for c, e in classes.items()},
+            gemm=_optional(_gemm, entry.get("gemm_shape"), src, f"{where}.gemm_shape",
+                           {"tiles", "k_overhead", "unaligned_efficiency", "source"}),
+            flash=_optional(_flash, entry.get("flash_attention"), src,
+                            f"{where}.flash_attention",
+                            {"eff_max", "keys_half", "half_time", "source"}),
+            source=check_source(entry["source"], src, where))
+    return out
+
+
+def _optional(parse: Callable, entry: Any, src: str, where: str, names: set):
+    """None for a missing entry, else ``parse`` of it once its keys are checked."""
+    if entry is None:
+        return None
+    check_keys(entry, names, names, src, where)
+    return parse(entry, src, where)
+
+
+def _gemm(entry: dict, src: str, where: str) -> GemmShape:
+    tiles = entry["tiles"]
+    if not isinstance(tiles, list) or not tiles or not all(
+            isinstance(t, list) and len(t) == 2 and all(_pos_int(x) for x in t) for t in tiles):
+        raise ConfigError("must be a list of [rows, columns] positive integers", source=src,
+                          field=f"{where}.tiles")
+    return GemmShape(tuple((int(a), int(b)) for a, b in tiles),
+                     _non_negative(entry["k_overhead"], src, f"{where}.k_overhead"),
+                     check_fraction(entry["unaligned_efficiency"], src,
+                                    f"{where}.unaligned_efficiency"),
+                     source=check_source(entry["source"], src, where))
+
+
+def _flash(entry: dict, src: str, where: str) -> FlashShape:
+    table = entry["eff_max"]
+    if not isinstance(table, dict) or not table or not all(_pos_int(d) for d in table):
+        raise ConfigError("must map head dimensions to fractions", source=src,
+                          field=f"{where}.eff_max")
+    dims = tuple(sorted(table))
+    half = _non_negative(entry["keys_half"], src, f"{where}.keys_half")
+    effs = tuple(check_fraction(table[d], src, f"{where}.eff_max.{d}") for d in dims)
+    return FlashShape(dims, effs, half,
+                      check_time(entry["half_time"], src, f"{where}.half_time"),
+                      source=check_source(entry["source"], src, where))
+
+
+def _non_negative(value: Any, src: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"must be a number >= 0, got {value!r}", source=src, field=where)
+    return float(value)
+
+
+def _pos_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0

@@ -1,0 +1,65 @@
+"""GEMM time from its shape: output tiles spread in waves over the SMs, split-K, alignment.
+
+A cuBLAS/CUTLASS GEMM ``C[M, N] = A[M, K] B[K, N]`` cuts C into ``tm x tn`` output tiles;
+each SM computes one tile at a time, so the kernel runs ``waves = ceil(tiles / SMs)``
+rounds, each as long as one tile's ``2 tm tn (K + k_overhead)`` FLOPs at one SM's share of
+the sustained rate (``peak * eff_max / SMs``). ``k_overhead`` is the per-tile fixed cost
+(prologue, epilogue, pipeline fill) in units of K. When the tiles do not fill the GPU
+(small ``M N``, long ``K``) the library splits K over ``s`` partial tiles (split-K) and sums
+them. The heuristics pick the fastest of the candidate tiles and splits; so does this model.
+A dimension that is not a multiple of ``align`` elements (16 bytes of a 16-bit type) rules
+out the vectorised tensor-core kernels: the fallback runs ``unaligned_efficiency`` as fast
+(the H200 profiles: 50,257- and 30,522-word vocabulary GEMMs at 12-30% of peak).
+
+So one GEMM costs ``half_time + min over (tile, split) of waves * tile_time``: the fixed
+``half_time`` per kernel as before, and a shape term that approaches
+``flops / (peak * eff_max)`` for a large, aligned GEMM. The constants per GPU family live
+in ``simulator/data/compute.yaml`` (``gemm_shape``), fitted by
+:mod:`simulator.compute.gemm_fit`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)        # split-K factors the model may choose
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """Shape constants of one GPU family."""
+
+    tiles: tuple[tuple[int, int], ...]     # candidate (tm, tn) output tiles
+    k_overhead: float                      # per-tile fixed cost, in K elements
+    unaligned_efficiency: float            # fallback kernel rate / aligned rate
+    align: int = 8                         # elements (16 bytes at 2 bytes/element)
+    source: str = ""
+
+
+def aligned(m: int, n: int, k: int, align: int) -> bool:
+    return m % align == 0 and n % align == 0 and k % align == 0
+
+
+def shape_seconds(m: int, n: int, k: int, sms: int, rate_flops: float,
+                  shape: GemmShape) -> float:
+    """Seconds of the shape term of an ``m x n x k`` GEMM on ``sms`` SMs at the sustained
+    ``rate_flops`` (``peak * eff_max``); the kernel's fixed ``half_time`` is not included."""
+    per_sm = rate_flops / sms
+    best = math.inf
+    for tm, tn in shape.tiles:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn)
+        for s in SPLITS:
+            if s > 1 and (tiles * s > 2 * sms or k // s < 256):
+                break
+            waves = math.ceil(tiles * s / sms)
+            best = min(best, waves * 2.0 * tm * tn * (math.ceil(k / s) + shape.k_overhead)
+                       / per_sm)
+    if not aligned(m, n, k, shape.align):
+        best /= shape.unaligned_efficiency
+    return best
+
+
+def shape_efficiency(m: int, n: int, k: int, sms: int, shape: GemmShape) -> float:
+    """Fraction of the sustained rate the shape term reaches (1 for an ideal shape)."""
+    return 2.0 * m * n * k / shape_seconds(m, n, k, sms, 1.0, shape)
