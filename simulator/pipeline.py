@@ -12,6 +12,7 @@ from .collectives.constants import load_constants
 from .collectives.model import CollectiveModel
 from .compute import ComputeModel
 from .engine import EngineConfig, Timeline, replay
+from .engine.variability import resolve_sigmas
 from .errors import ConfigError
 from .hardware import check_training_precision, gpu_spec
 from .metrics import Metrics, compute_metrics
@@ -177,7 +178,9 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
     trace = plan_trace(accum) if accum else make_trace(scn, model, cfg, world, source)
     engine = EngineConfig(fidelity=scn.simulation.fidelity,
                           overlap_slowdown=scn.simulation.overlap_slowdown,
-                          precision=t.precision)
+                          precision=t.precision,
+                          variability=resolve_sigmas(scn.simulation.variability),
+                          seed=scn.simulation.seed)
     compute = ComputeModel(gpu)
     return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, engine,
                  gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum)

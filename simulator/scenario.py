@@ -7,7 +7,8 @@ A scenario is YAML::
     training: {micro_batch: 1, seq_len: 4096, grad_accum: 1, precision: bf16}
     cluster: {topology: dgx-a100}     # plus nodes: N for multi-node topologies
     strategy: {name: fsdp, sharding: FULL_SHARD}
-    simulation: {fidelity: flow, overlap_slowdown: 0.0, stragglers: {3: 1.2}}
+    simulation: {fidelity: flow, overlap_slowdown: 0.0, stragglers: {3: 1.2},
+                 variability: default, seed: 0}   # variability: none = the ideal machine
 
 ``--set a.b=value`` overrides any key before validation (value parsed as YAML). Every
 mistake is one ConfigError naming the file and the dotted field.
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
 from .collectives.nccl_config import NcclConfig
+from .engine.variability import resolve_sigmas
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
 from .inputs import path_name, regular_file
@@ -98,12 +100,24 @@ class Simulation(BaseModel):
                                                 "comm kernel runs")
     stragglers: dict[int, float] = Field(default_factory=dict,
                                          description="rank -> compute slowdown factor")
-    seed: int = 0
+    seed: int = Field(0, description="seed of ECMP hashing and of rank-to-rank variability")
+    variability: Any = Field(
+        "default", description="rank-to-rank variability: default (sigmas of "
+        "data/variability.yaml), none (the ideal machine), or op class -> sigma")
 
     @field_validator("fidelity")
     @classmethod
     def _fidelity(cls, v: str) -> str:
         return _one_of(v, FIDELITIES)
+
+    @field_validator("variability")
+    @classmethod
+    def _variability(cls, v):
+        try:
+            resolve_sigmas(v)
+        except ConfigError as exc:
+            raise ValueError(exc.reason) from None
+        return v
 
     @field_validator("stragglers")
     @classmethod

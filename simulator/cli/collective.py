@@ -138,7 +138,8 @@ def nccl_note(nccl) -> str:
     """The header words of the NCCL knobs that differ from the defaults."""
     from ..collectives.nccl_config import NcclConfig
     default = NcclConfig()
-    changed = [f"{k}={v}" for k, v in nccl.model_dump().items() if v != getattr(default, k)]
+    changed = [f"{k}={v}" for k, v in nccl.model_dump().items()
+               if v != getattr(default, k) or (k == "version" and nccl.tuner_release())]
     return ("  nccl: " + " ".join(changed)) if changed else ""
 
 
@@ -179,7 +180,9 @@ def register(cli: click.Group) -> None:
                        "launch overhead.")
     @click.option("--nccl-version", default=None, metavar="X.Y",
                   help="NCCL release: the tuner offers only the algorithms it has (NVLS "
-                       "2.17, NVLS-Tree 2.18, PAT 2.23) [default: 2.21].")
+                       "2.17, NVLS-Tree 2.18, PAT 2.23) and uses that release's tuning.cc "
+                       "constants (2.7, 2.19, 2.28 tables) [default: 2.21's algorithms with "
+                       "the calibrated constants].")
     @click.option("--nccl-algo", default=None, metavar="LIST",
                   help="NCCL_ALGO: algorithms the tuner may choose, e.g. ring,tree or ^nvls.")
     @click.option("--nccl-proto", default=None, metavar="LIST",

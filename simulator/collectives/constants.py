@@ -38,6 +38,7 @@ class ModelConstants:
     offload_latency_s: dict = None  # [nvls|nvls_tree|collnet_*][base|nvlink|net]
     pat_latency_s: dict = None      # [base|net]
     nvls_efficiency: float = 1.0    # fraction of NVLink bandwidth NVLS reaches
+    ring_inter_steps_per_node_minus: int = 0   # ring all_reduce nInterSteps = 2(nNodes - this)
 
     def replace(self, **changes) -> "ModelConstants":
         """A copy with some fields changed (used by calibration)."""
@@ -86,6 +87,25 @@ def load_constants() -> ModelConstants:
         pat_latency_s=_scale(nccl["pat_latency_us"], _US),
         nvls_efficiency=float(cal["nvls_efficiency"]["value"]),
     )
+
+
+_INTER_STEPS = {"2n": 0, "2n-2": 1}
+
+
+def for_release(k: ModelConstants, e: dict) -> ModelConstants:
+    """``k`` with the tuner constants of one ``tuner_releases`` entry ``e`` of nccl.yaml
+    (:func:`simulator.collectives.nccl_config.release_entry`): base and hop latencies, the
+    offload latencies it lists, the ring Simple plateau factor, the ring's inter-node step
+    count and its LL bandwidth factor. The calibration fields stay as they are."""
+    bf = {algo: dict(v) for algo, v in k.bandwidth_factor.items()}
+    bf["ring"]["LL"] = float(e["ring_ll_bw_factor"])
+    offload = {**k.offload_latency_s, **_scale(e.get("offload_latency_us", {}), _US)}
+    return k.replace(base_latency_s=_scale(e["base_latency_us"], _US),
+                     hop_latency_s=_scale(e["hop_latency_us"], _US),
+                     offload_latency_s=offload, bandwidth_factor=bf,
+                     ring_simple_plateau_factor=float(e["ring_simple_plateau_factor"]),
+                     ring_inter_steps_per_node_minus=_INTER_STEPS[
+                         e["ring_all_reduce_inter_steps"]])
 
 
 def with_cuda_graph(k: ModelConstants) -> ModelConstants:

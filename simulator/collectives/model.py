@@ -27,10 +27,10 @@ from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
-from .constants import ModelConstants
+from .constants import ModelConstants, for_release
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
-from .nccl_config import NcclConfig
+from .nccl_config import NcclConfig, release_entry
 from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_unavailable,
                       offload_plan, simple_only)
 from .pat import pat_latency_s, pat_unavailable
@@ -60,10 +60,11 @@ def _payload(op: str, algo: str, size: int, n: int) -> float:
     return float(size)
 
 
-def _ring_steps(op: str, n: int, nodes: int) -> tuple[int, int]:
-    """NCCL's (nsteps, nInterSteps) of a ring ``op`` on ``n`` ranks over ``nodes`` servers."""
+def _ring_steps(op: str, n: int, nodes: int, minus: int = 0) -> tuple[int, int]:
+    """NCCL's (nsteps, nInterSteps) of a ring ``op`` on ``n`` ranks over ``nodes`` servers;
+    an all_reduce crosses ``2 (nodes - minus)`` times (``minus`` 0 or 1 by NCCL release)."""
     if op == "all_reduce":
-        steps, inter_steps = 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+        steps, inter_steps = 2 * (n - 1), (2 * (nodes - minus) if nodes > 1 else 0)
     else:
         steps, inter_steps = n - 1, nodes - 1
     return steps, min(inter_steps, steps)   # one GPU per node: every step crosses
@@ -80,7 +81,9 @@ class CollectiveModel:
                  nccl: NcclConfig | None = None):
         self.cluster = cluster
         self.nccl = nccl or NcclConfig()
-        self.k = constants.replace(channels=self.nccl.channels(constants.channels))
+        k = constants.replace(channels=self.nccl.channels(constants.channels))
+        release = self.nccl.tuner_release()
+        self.k = for_release(k, release_entry(release)[1]) if release else k
         self._edges: dict = {}
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
@@ -120,7 +123,7 @@ class CollectiveModel:
             fixed = base + 2 * ((comm.ppn - 1) * intra + min(levels, 1.0) * inter)
             net = 2 * max(levels - 1.0, 0.0) * inter
         else:
-            steps, inter_steps = _ring_steps(op, n, nodes)
+            steps, inter_steps = _ring_steps(op, n, nodes, k.ring_inter_steps_per_node_minus)
             fixed = base + (steps - inter_steps) * intra + inter_steps * inter
             net = 0.0
         lat = scale * fixed + net
@@ -144,7 +147,7 @@ class CollectiveModel:
             return max(intra, inter)
         if algo == "tree":
             return 2 * ((comm.ppn - 1) * intra + math.log2(nodes) * inter)
-        steps, inter_steps = _ring_steps(op, n, nodes)
+        steps, inter_steps = _ring_steps(op, n, nodes, self.k.ring_inter_steps_per_node_minus)
         return (steps - inter_steps) * intra + inter_steps * inter
 
     def _with_link_latency(self, nccl_latency: float, algo: str, proto: str,

@@ -1,6 +1,7 @@
 """The NCCL knobs that real measurements differ by: a scenario's ``nccl:`` block and the
 ``clustersim collective`` options (NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS,
-NCCL_COLLNET_ENABLE, NCCL_NVLS_ENABLE, the NCCL release).
+NCCL_COLLNET_ENABLE, NCCL_NVLS_ENABLE, the NCCL release: its algorithms and its tuner
+constants, nccl.yaml ``tuner_releases``).
 
 ``algo`` and ``proto`` take NCCL's list syntax: ``"ring,tree"`` allows those only,
 ``"^nvls"`` everything but NVLS (names case-insensitive: ``Tree``, ``NVLSTree``,
@@ -66,8 +67,27 @@ def _releases() -> tuple[dict, str]:
     return data["algorithm_since"], str(data["default_version"])
 
 
+@cache
+def _tuner_releases() -> tuple[tuple[tuple[int, int], dict], ...]:
+    table = read_data("nccl.yaml")["tuner_releases"]
+    return tuple(sorted((parse_version(v), entry) for v, entry in table.items()))
+
+
+def release_entry(version: str) -> tuple[str, dict]:
+    """The ``tuner_releases`` entry of nccl.yaml that NCCL ``version`` uses: the newest
+    listed release not newer than it (the oldest, for a version older than all)."""
+    have = parse_version(version)
+    releases = _tuner_releases()
+    chosen = releases[0]
+    for key, entry in releases:
+        if key <= have:
+            chosen = (key, entry)
+    return "%d.%d" % chosen[0], chosen[1]
+
+
 class NcclConfig(BaseModel):
-    """NCCL environment of a run (defaults: NCCL's own, at :data:`default_version`)."""
+    """NCCL environment of a run (defaults: NCCL's own, at :data:`default_version`). A
+    ``version`` given also picks that release's tuner constants (:meth:`tuner_release`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     version: str = Field(default_factory=lambda: _releases()[1],
@@ -107,6 +127,11 @@ class NcclConfig(BaseModel):
     def _proto(cls, v: str | None) -> str | None:
         parse_list(v, _PROTO_NAMES, "protocol")
         return v
+
+    def tuner_release(self) -> str | None:
+        """The release whose tuner constants apply: the version when one was given, None
+        (the calibrated tables of nccl.yaml) when it was left at its default."""
+        return self.version if "version" in self.model_fields_set else None
 
     def allowed_algos(self) -> tuple[str, ...]:
         """Algorithms this release has, minus those NCCL_ALGO and the enable flags drop."""

@@ -8,7 +8,9 @@ instance finishes. A ``send``/``recv`` between ranks meets its partner op and mo
 from the sender's GPU to the receiver's (:mod:`simulator.engine.p2p`). Compute takes the
 compute model's time, scaled by the class's slowdown, and by ``1 + overlap_slowdown`` when
 a communication kernel of the same class is running as the compute op starts (the factor
-is fixed for the whole op, not re-evaluated when that kernel ends). Memory is each class's
+is fixed for the whole op, not re-evaluated when that kernel ends), and by the class's
+rank-to-rank variability factor when the config asks for it (the slowest of the ranks it
+synchronises with, :mod:`simulator.engine.variability`). Memory is each class's
 :class:`~simulator.engine.memory.MemoryPool`: the class's static memory plus what ops
 allocate at start and free at end, with the caching allocator's back-pressure.
 
@@ -27,6 +29,7 @@ waits) raises a :class:`~simulator.errors.ClusterSimError` naming the ops.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +42,7 @@ from ..trace.schema import Op, RankClass, Trace, transfer_keys
 from .memory import MemoryPool
 from .p2p import PointToPoint
 from .seams import CollectivePlanner, ComputeTimer
+from .variability import Variability
 
 COMM_KINDS = ("collective", "send", "recv")
 
@@ -47,12 +51,16 @@ COMM_KINDS = ("collective", "send", "recv")
 class EngineConfig:
     """Knobs of the replay. ``overlap_slowdown``: extra time fraction of a compute op that
     starts while a communication kernel runs on the same GPU (SM and memory contention);
-    ``host_bytes_per_s``: bytes/s of host-device copies."""
+    ``host_bytes_per_s``: bytes/s of host-device copies; ``variability``: op class ->
+    sigma of rank-to-rank variability, None for the ideal machine
+    (:mod:`simulator.engine.variability`), drawn from ``seed``."""
 
     fidelity: str = "flow"
     overlap_slowdown: float = 0.0
     host_bytes_per_s: float = 25e9
     precision: str = "bf16"
+    variability: Mapping[str, float] | None = None
+    seed: int = 0
 
 
 @dataclass
@@ -125,6 +133,8 @@ class _Replayer:
         self.members = self._class_members()
         self.comm_active = {c.id: 0 for c in trace.classes}
         self._plans: dict = {}
+        self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
+                     if cfg.variability is not None else None)
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
                                        [o.mem_alloc_bytes for o in c.ops])
                       for c in trace.classes}
@@ -241,6 +251,8 @@ class _Replayer:
                 base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
                                               precision, **shape)
             overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
+            if self.vary is not None:
+                base *= self.vary.compute_factor(cls.id, op.op_class)
             return base * cls.slowdown * overlap
         if op.kind == "memcpy":
             return op.size_bytes / self.cfg.host_bytes_per_s
@@ -269,6 +281,10 @@ class _Replayer:
         plans = [self._plan(op, grp) for grp in comm.groups]
         transfers = [self.fabric.transfer(p.flow()) for p in plans]
         yield self.env.all_of(transfers)
+        if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
+            factor = self.vary.collective_factor(op.comm, comm.size)
+            if factor != 1.0:
+                yield self.env.timeout((factor - 1.0) * (self.env.now - start))
         rv.done.succeed((start, plans[0]))
 
     def _plan(self, op: Op, group: tuple[int, ...]):
