@@ -79,6 +79,9 @@ def test_scenarios_follow_the_published_setup():
     t = BY_ID["torchtitan/a100/llama-3-70b_full_mb1"].scenario
     assert t["model"] == "llama-3-70b" and t["training"]["seq_len"] == 8192
     assert t["strategy"]["reshard_after_forward"] is True
+    assert t["strategy"]["activation_checkpointing"] == "full"
+    s = BY_ID["torchtitan/a100/llama-2-13b_selective-layer_mb2"].scenario["strategy"]
+    assert (s["activation_checkpointing"], s["selective_ac_option"]) == ("selective", 2)
 
 
 def test_a_few_rows_simulate_with_the_error_formula():

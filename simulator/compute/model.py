@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 
-from simulator.compute.training_fit import FamilyFit, family_of
+from simulator.compute.training_fit import IDENTITY, FamilyFit, family_of
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
@@ -123,6 +123,7 @@ class ComputeModel:
 
     def __init__(self, gpu: GpuSpec, calibration: ComputeCalibration | dict | None = None,
                  *, time_scale: float = 1.0, fit: FamilyFit | None = None):
+        shipped = calibration is None
         if calibration is None:
             calibration = _default_calibration()
         elif isinstance(calibration, dict):
@@ -134,8 +135,9 @@ class ComputeModel:
         self.calibration = calibration
         self.family = calibration.families.get(gpu.family)
         self.time_scale = _scale_factor(time_scale)
-        # real-run time factors of the GPU's family (simulator/data/training_fit.yaml)
-        self.fit = fit if fit is not None else family_of(gpu.name)
+        # real-run time factors of the GPU's family (simulator/data/training_fit.yaml), fitted
+        # on top of the shipped constants: another calibration runs without them
+        self.fit = fit if fit is not None else family_of(gpu.name) if shipped else IDENTITY
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
 
     @property
@@ -183,7 +185,8 @@ class ComputeModel:
             compute_s = self._shaped_s(op_class, precision, flops, shape, rate, compute_s)
         memory_s = nbytes / mem_bw
         kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, precision)
-        launch_s = self.calibration.kernel_launch_s + self.fit.overhead_s(precision)
+        launch_s = self.calibration.kernel_launch_s + (self.fit.overhead_s(precision)
+                                                       if kernel_s > 0 else 0.0)
         return (kernel_s + launch_s) * self.time_scale
 
     # -- internals ----------------------------------------------------------------------

@@ -45,7 +45,7 @@ PARAMS = (*GROUPS, "kernel_overhead_us")
 STEPS = {"matmul": 0.05, "attention": 0.05, "memory_bound": 0.05, "kernel_overhead_us": 5.0}
 BOUNDS = {"matmul": (0.3, 5.0), "attention": (0.3, 5.0), "memory_bound": (0.3, 5.0),
           "kernel_overhead_us": (0.0, 500.0)}
-ITERATIONS = 3
+ITERATIONS = 2
 FAMILIES = {"A100": {"gpus": ["A100-SXM4-80GB", "A100-SXM4-40GB"]},
             "H100": {"gpus": ["H100-SXM"]}}
 PRECISIONS = ["bf16"]
