@@ -82,7 +82,7 @@ class LinkSpec:
 
 def check_training_precision(gpu: GpuSpec, precision: str) -> None:
     """Refuse a low precision (``fp8``, ``fp4``) that ``gpu`` has no tensor cores for, and
-    say that training at one is not modelled where it has them.
+    say that FP4 training is not modelled where it has them (FP8 is).
 
     :raises ConfigError: (field ``training.precision``) for ``fp8``/``fp4``.
     """
@@ -91,6 +91,8 @@ def check_training_precision(gpu: GpuSpec, precision: str) -> None:
     if not gpu.has_precision(precision):
         raise ConfigError(f"{gpu.name} has no {precision.upper()} tensor cores (FP8 needs "
                           f"Hopper or later, FP4 Blackwell)", field="training.precision")
+    if precision == "fp8":          # FP8 GEMMs, bf16 elsewhere (simulator/models/fp8.py)
+        return
     raise ConfigError(f"{precision} training is not modelled yet: {gpu.name}'s {precision} "
                       f"peak is in the catalog, but the compute model has no {precision} "
                       f"efficiency curves; use bf16", field="training.precision")

@@ -19,7 +19,7 @@ from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
-from .precision import is_half
+from .precision import compute_precision, is_half
 from .scenario import Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.build import scenario_cluster
@@ -74,7 +74,7 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     try:
         if t.sequence_lengths is None:
             layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision,
-                                 t.flash_attention, autocast=autocasts(cfg))
+                                 t.flash_attention, autocast=autocasts(cfg), compile=t.compile)
             tokens = tokens_per_sample(model, t.seq_len)
             flops = model_flops_per_sample(model, t.seq_len)
         else:
@@ -108,7 +108,7 @@ def _variable_lengths(model: ModelSpec, t, autocast: bool):
                           field="sequence_lengths.bin_size")
     weights = padded_length_weights(counts, t.micro_batch, spec.bin_size)
     layers = mixed_layer_costs(model, t.micro_batch, weights, t.precision, t.flash_attention,
-                               autocast)
+                               autocast, t.compile)
     total = sum(counts)
     flops = sum(c * model_flops_per_sample(model, i + 1) for i, c in enumerate(counts) if c)
     return layers, mean_length(counts), flops / total
@@ -133,6 +133,8 @@ def _strategy_dict(scn: Scenario) -> dict:
     data = dict(scn.strategy)
     for key in _TRAINING_KEYS:
         ours = getattr(scn.training, key)
+        if key == "precision":       # an FP8 step is bf16 outside its GEMMs
+            ours = compute_precision(ours)
         if key in data and data[key] != ours:
             raise ConfigError(f"set {key} once, under training ({ours!r}); strategy says "
                               f"{data[key]!r}", field=f"strategy.{key}")
@@ -178,7 +180,7 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
     trace = plan_trace(accum) if accum else make_trace(scn, model, cfg, world, source)
     engine = EngineConfig(fidelity=scn.simulation.fidelity,
                           overlap_slowdown=scn.simulation.overlap_slowdown,
-                          precision=t.precision,
+                          precision=compute_precision(t.precision),
                           variability=resolve_sigmas(scn.simulation.variability),
                           seed=scn.simulation.seed)
     compute = ComputeModel(gpu)

@@ -20,6 +20,8 @@ Dtype = Literal["fp32", "bf16", "fp16"]                 # storage dtype of a ten
 PEAK_PRECISIONS = ("fp64", *PRECISIONS)                 # keys of a GPU's peak_flops
 HALF_PRECISIONS = ("bf16", "fp16")                      # 16-bit compute
 FP32 = "fp32"                                           # CUDA cores, no tensor cores
+FP8 = "fp8"          # FP8 GEMMs (torchao float8 / Transformer Engine), the rest in bf16
+OP_PRECISIONS = (*PRECISIONS, FP8)                      # a kernel's own precision (trace op)
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -37,6 +39,13 @@ def precision_bytes(precision: str) -> int:
 def storage_dtype(precision: str) -> str:
     """The dtype tensors computed at ``precision`` are kept in (tf32 keeps fp32)."""
     return FP32 if precision in ("fp32", "tf32") else precision
+
+
+def compute_precision(precision: str) -> str:
+    """The precision of everything but the GEMMs: an FP8 step runs its other kernels, keeps
+    its activations and its weights in bf16 (torchao float8 and Transformer Engine recipes);
+    any other precision is itself."""
+    return "bf16" if precision == FP8 else precision
 
 
 def is_half(precision: str) -> bool:

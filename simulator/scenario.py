@@ -67,6 +67,8 @@ class Training(BaseModel):
     grad_accum: int = Field(1, ge=1)
     precision: str = "bf16"
     flash_attention: bool = True
+    compile: bool = Field(False, description="torch.compile's fused elementwise/norm kernels "
+                                             "(docs/compute.md)")
     sequence_lengths: SequenceLengths | None = None
 
     @field_validator("precision")

@@ -9,7 +9,6 @@ import click
 
 from ..choices import DEFAULT_CAPACITY_STRATEGIES, DEFAULT_SCENARIO, FAMILIES
 from ..progress import quiet_option
-from ..strategies.checkpointing import ac_label
 from .common import names_sets
 
 if TYPE_CHECKING:           # the simulator loads only when the command runs
@@ -65,7 +64,7 @@ def render_table(rep: CapacityReport, accuracy: list[str] | None = None) -> str:
         f"# training: micro_batch {s['micro_batch']}, seq_len {s['seq_len']}, grad_accum "
         f"{s['grad_accum']}, {s['precision']}, flash attention "
         f"{'on' if s['flash_attention'] else 'off'}, activation checkpointing "
-        f"{ac_label(s['activation_checkpointing'])}",
+        f"{_ac(s['activation_checkpointing'])}",
         f"# ladder: {rep.family}, {len(rep.ladder)} models from {rep.ladder[0].model.name} "
         f"({_b(rep.ladder[0].params)}) to {rep.ladder[-1].model.name} "
         f"({_b(rep.ladder[-1].params)}), ~15% apart; one iteration replayed per probe",
@@ -134,3 +133,8 @@ def register(cli: click.Group) -> None:
             from ..validation.envelope import grouped_lines
             click.echo(render_table(rep, grouped_lines({k: e.lines()
                                                         for k, e in acc.items()})))
+
+
+def _ac(setting) -> str:
+    """on/off for the old booleans, the selective setting as it is (capacity.search)."""
+    return setting if isinstance(setting, str) else ("on" if setting else "off")

@@ -24,7 +24,7 @@ from simulator.errors import ConfigError
 from .checks import check_fraction, check_keys, check_source, check_time
 from .gemm_shape import GemmShape
 
-SHAPED_PRECISIONS = ("bf16", "fp16")     # the precisions the shape models were fitted on
+SHAPED_PRECISIONS = ("bf16", "fp16", "fp8")   # fitted on 16-bit; fp8 aligns at 16 elements
 
 
 @dataclass(frozen=True)

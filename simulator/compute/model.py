@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Mapping
 
@@ -23,7 +23,9 @@ from simulator.compute.training_fit import IDENTITY, FamilyFit, family_of
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
-from simulator.precision import FP32, PRECISIONS
+from simulator.precision import FP8, FP32, OP_PRECISIONS, PRECISIONS
+
+BF16 = "bf16"
 
 from .checks import check_fraction, check_keys, check_source, check_time
 from .families import SHAPED_PRECISIONS, FamilyCalibration, parse_families
@@ -197,7 +199,8 @@ class ComputeModel:
         curve, fam = self._curve(op_class, precision), self.family
         if op_class == "matmul" and fam.gemm is not None:
             # the shape's efficiency on the op's FLOPs (an op may stand for several GEMMs)
-            eff = shape_efficiency(m, n, k, self.gpu.sm_count or 1, fam.gemm)
+            gemm = replace(fam.gemm, align=16) if precision == FP8 else fam.gemm   # 16 bytes
+            eff = shape_efficiency(m, n, k, self.gpu.sm_count or 1, gemm)
             return curve.half_time_s + flops / (rate * eff)
         if op_class == "attention" and fam.flash is not None:
             peak = rate / curve.eff_max
@@ -214,9 +217,11 @@ class ComputeModel:
 
     def _curve(self, op_class: str, precision: str) -> EfficiencyCurve:
         entry = self._class(op_class)
-        if not isinstance(precision, str) or precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
-        key = precision if entry.tensor_cores else FP32
+        if not isinstance(precision, str) or precision not in OP_PRECISIONS:
+            raise ConfigError(f"unknown precision {precision!r}; valid: "
+                              f"{', '.join(OP_PRECISIONS)}")
+        # FP8 GEMMs on the bf16 curve at the FP8 peak (compute.yaml header: an assumption)
+        key = (BF16 if precision == FP8 else precision) if entry.tensor_cores else FP32
         if key not in entry.compute:
             raise ConfigError(f"no compute efficiency for op class {op_class!r} at precision "
                               f"{precision!r}", source=self.calibration.source)
@@ -229,7 +234,8 @@ class ComputeModel:
         if terms is None:
             entry, curve = self._class(op_class), self._curve(op_class, precision)
             peak_key = precision if entry.tensor_cores else "fp32"
-            peak = self.gpu.peak_flops.get(peak_key)
+            peak = (self.gpu.low_precision_flops if peak_key == FP8
+                    else self.gpu.peak_flops).get(peak_key)
             if not peak:
                 raise ConfigError(f"GPU {self.gpu.name!r} has no {peak_key} peak rate")
             if entry.tensor_cores:          # clocks drop under a board power cap

@@ -4,8 +4,9 @@ rank, and ``.et`` files back to a Trace.
 A file is a stream of length-prefixed (varint) protobuf messages: one ``GlobalMetadata``,
 then the rank's ``Node`` messages (:mod:`.chakra_pb`, built from ``et_def.proto``). Each op
 becomes a node with the fields a Chakra consumer reads: ``COMP_NODE`` (``num_ops`` FLOPs,
-``tensor_size`` bytes, ``duration_micros`` when the op has a measured duration; a ``delay``
-is a CPU ``COMP_NODE``), ``COMM_COLL_NODE`` (``comm_type``, ``comm_size`` in nccl-tests
+``tensor_size`` bytes, ``duration_micros`` when the op has a measured duration, ``m``,
+``n``, ``k`` of a GEMM or attention kernel and its own ``precision`` where the op has them;
+a ``delay`` is a CPU ``COMP_NODE``), ``COMM_COLL_NODE`` (``comm_type``, ``comm_size`` in nccl-tests
 terms, ``pg_name``), ``COMM_SEND_NODE``/``COMM_RECV_NODE`` (``comm_src``, ``comm_dst``,
 ``comm_size``, ``comm_tag``), ``MEM_LOAD_NODE``/``MEM_STORE_NODE`` (host copies); the previous
 op of the same stream is a ``ctrl_dep``, the op's own ``deps`` are ``data_deps``. Each node
@@ -106,6 +107,11 @@ def _node(op, cls, rank: int, prev: int | None, exact: dict):
         _attr(node, "num_ops", "int64", round(op.flops))
         _attr(node, "tensor_size", "uint64", round(op.bytes_accessed))
         _attr(node, "op_type", "string", op.op_class)
+        for key in ("m", "n", "k"):          # GEMM / attention shape (docs/compute.md)
+            if key in op.attrs:
+                _attr(node, key, "int64", int(op.attrs[key]))
+        if "precision" in op.attrs:
+            _attr(node, "precision", "string", op.attrs["precision"])
     elif kind == "COMM_COLL_NODE":
         _attr(node, "comm_type", "int64", COLLECTIVE_TYPES.index(op.collective.upper()))
         _attr(node, "comm_size", "int64", op.size_bytes)

@@ -33,11 +33,14 @@ from simulator.models.ops import LayerCost, check_positive
 from simulator.models.resnet import resnet_forward_flops, resnet_layer_costs
 from simulator.models.spec import ModelSpec
 from simulator.models.transformer import block_cost, embed_cost, head_cost
-from simulator.precision import FP32, precision_bytes
+from simulator.models.fp8 import fp8_layer
+from simulator.models.fusion import compiled_block
+from simulator.precision import FP8, FP32, compute_precision, precision_bytes
 
 # ------------------------------------------------------------------ public API
 def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
-                flash_attention: bool = True, autocast: bool = False) -> list[LayerCost]:
+                flash_attention: bool = True, autocast: bool = False,
+                compile: bool = False) -> list[LayerCost]:
     """Per-layer costs of one training step on a micro-batch, in execution order.
 
     Parameters
@@ -48,13 +51,17 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     seq_len : int
         Tokens per sequence (ignored for ResNets).
     precision : str
-        ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``: sets bytes per element.
+        ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``: sets bytes per element;
+        ``"fp8"``: bf16 with the blocks' Linear GEMMs in FP8 (:mod:`simulator.models.fp8`).
     flash_attention : bool
         Fused attention without the score matrix in HBM (transformers only).
     autocast : bool
         16-bit compute on fp32 weights (torch.autocast, Keras ``mixed_float16``): norms,
         softmax, loss and the residual stream stay fp32, with cast kernels in between
         (transformers; :mod:`simulator.models.transformer`). No effect at fp32/tf32.
+    compile : bool
+        torch.compile's fusions of neighbouring elementwise and norm kernels in each block
+        (:mod:`simulator.models.fusion`; transformers).
 
     Returns
     -------
@@ -62,6 +69,10 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         ``embed``, ``block.0`` ... ``block.{L-1}``, ``head`` for transformers;
         ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
     """
+    if precision == FP8:
+        return [fp8_layer(layer) for layer in layer_costs(
+            model, batch, seq_len, compute_precision(precision), flash_attention, autocast,
+            compile)]
     e = precision_bytes(precision)
     if model.family == "resnet":
         check_positive(batch=batch)
@@ -75,6 +86,8 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                           f"of {model.name}", field="seq_len")
     k = precision_bytes(FP32) if autocast else e
     block = block_cost(model, batch, seq_len, e, flash_attention, k)
+    if compile:
+        block = compiled_block(block, batch * seq_len, model.hidden, e, k)
     blocks = [LayerCost(f"block.{i}", block.kind, block.params, block.forward,
                         block.backward, block.activation_bytes, block.output_bytes)
               for i in range(model.layers)]

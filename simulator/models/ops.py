@@ -38,6 +38,7 @@ class OpCost:
     m: int = 0
     n: int = 0
     k: int = 0
+    precision: str = ""   # a kernel's own compute precision ("fp8"), else the step's
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

@@ -195,9 +195,13 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
 
 
 def _shape_attrs(cost) -> dict:
-    """``m``, ``n``, ``k`` of a GEMM or attention kernel (the compute model times by shape)."""
+    """``m``, ``n``, ``k`` of a GEMM or attention kernel (the compute model times by shape)
+    and a kernel's own precision (an FP8 GEMM in a bf16 step)."""
     shape = getattr(cost, "shape", None)
-    return dict(zip("mnk", shape)) if shape else {}
+    out = dict(zip("mnk", shape)) if shape else {}
+    if getattr(cost, "precision", ""):
+        out["precision"] = cost.precision
+    return out
 
 
 def spread(ol: OpList, ids: list[int], nbytes: int, how: str) -> None:

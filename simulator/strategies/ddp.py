@@ -34,6 +34,7 @@ from simulator.trace import Communicator, RankClass, Trace
 
 from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList,
                    World, build_meta, check_layers, emit_backward, emit_forward)
+from .clipping import emit_clip
 from .grads import GradReady, last_backward, named_weights, tensors
 from .optim import emit_optimizer
 
@@ -52,6 +53,7 @@ class DDPConfig(CommonConfig):
     name: str = "ddp"
     bucket_cap_mb: float = Field(25.0, gt=0)     # DistributedDataParallel(bucket_cap_mb=25)
     first_bucket_mb: float = Field(1.0, gt=0)    # reducer.hpp kDefaultFirstBucketBytes
+    grad_clip_norm: float | None = Field(None, gt=0)   # clip_grad_norm_ (clipping.py)
 
     def _check(self) -> None:
         if self.name != "ddp":
@@ -147,7 +149,10 @@ def ddp(layers, cfg: DDPConfig, world: World, *, model: str = "", tokens_per_sam
     ol = OpList()
     for micro in range(cfg.grad_accum):
         _micro_step(ol, layers, cfg, micro, ready if micro == cfg.grad_accum - 1 else {})
-    emit_optimizer(ol, cfg, params, deps=(ol.last_on("comm"),))
+    deps = (ol.last_on("comm"),)
+    if cfg.grad_clip_norm is not None:
+        deps = (emit_clip(ol, params, deps),)
+    emit_optimizer(ol, cfg, params, deps=deps)
     static = params * static_bytes_per_param(cfg)
     meta = build_meta(layers, cfg, world, strategy="ddp", model=model,
                       tokens_per_sample=tokens_per_sample,

@@ -42,7 +42,9 @@ from simulator.trace import Communicator, RankClass, Trace
 
 from .base import (CLASS_ID, OPT_MOMENT_BYTES, OpList, World, build_meta, ceil_div,
                    check_layers, emit_backward, emit_forward)
+from .clipping import emit_clip
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
+from .fsdp_copies import before_reduce, first_dep
 from .fsdp_submodule import backward_layers, forward_layers
 from .fsdp_units import SUB, Unit, build_units, segments
 from .optim import emit_optimizer
@@ -64,6 +66,8 @@ class _Schedule:
         self.partial: set[int] = set()              # units holding a 1/k reshard
         self.queue: list[int] = []                  # rate limiter free events
         self.pg_last: dict[str, int] = {}           # communicator -> last collective
+        self.fsdp2 = plan.label.startswith("fsdp2")  # copy kernels (fsdp_copies.py)
+        self.copied: set[int] = set()               # units whose gather was copied out
 
     # ------------------------------------------------------------------ sizes
     def shard_params(self, u: Unit) -> int:
@@ -141,6 +145,7 @@ class _Schedule:
             mem_alloc_bytes=gathered, mem_free_bytes=copied + kept)
         self.held[u.index] = gathered
         self.partial.discard(u.index)
+        self.copied.discard(u.index)
 
     def free(self, u: Unit, op: int) -> None:
         self.ol.free(op, self.held.pop(u.index))
@@ -162,6 +167,7 @@ class _Schedule:
         grad, cast = self.padded(u) * self.wb, 0
         last = op
         if plan.shard > 1:
+            op = last = before_reduce(self, u, op, micro)
             cast = self.padded(u) * self.rb if self.rb != self.wb else 0
             keep = shard_p * FP32 if offload else 0
             last = self.collective("reduce_scatter", "post_backward", "shard",
@@ -191,7 +197,7 @@ class _Schedule:
             if self.cfg.forward_prefetch and self.needs_gather(nxt):
                 self.unshard(nxt, micro, "forward")
             for j, li in enumerate(lids):
-                deps = (self.gathered.get(ui),) if j == 0 else ()
+                deps = (first_dep(self, unit, micro, "forward"),) if j == 0 else ()
                 _, last = emit_forward(self.ol, self.layers[li], self.cfg, micro, deps)
             if si == last_seg[ui]:
                 self.reshard_after_forward(unit, last)
@@ -215,7 +221,7 @@ class _Schedule:
             if first and self.cfg.backward_prefetch == "BACKWARD_PRE" and self.needs_gather(nxt):
                 self.unshard(nxt, micro, "backward")
             for j, li in enumerate(reversed(lids)):
-                deps = (self.gathered.get(ui),) if j == 0 else ()
+                deps = (first_dep(self, unit, micro, "backward"),) if j == 0 else ()
                 grad = self.grad_bytes(unit, li, first and j == 0) if grads_dynamic else 0
                 _, _, last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps,
                                            grad_bytes=grad)
@@ -263,6 +269,9 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
     ol = sched.ol
     per_rank = sum(sched.shard_params(u) for u in units)
     ends = [ol.last_on(s) for s in ("post_backward", "all_reduce", "d2h")]
+    if cfg.grad_clip_norm is not None and not cfg.cpu_offload:
+        ends = [emit_clip(ol, per_rank, ends, "shard" if plan.shard > 1 else None,
+                          "post_backward")]
     emit_optimizer(ol, cfg, per_rank, deps=ends,
                    cpu_bytes_per_s=cfg.cpu_adam_bytes_per_s if cfg.cpu_offload else None)
     static = 0 if cfg.cpu_offload else per_rank * (FP32 + FP32 + OPT_MOMENT_BYTES[cfg.optimizer])

@@ -56,6 +56,8 @@ class FSDPConfig(CommonConfig):
     # CPU optimizer speed in bytes of optimizer traffic per second (CPU_OPT_STEP_BYTES/param).
     # An assumption, not a measurement: a multi-core host streaming ~20 B/param.
     cpu_adam_bytes_per_s: float | str = Field("10 GB/s", validate_default=True)
+    # clip_grad_norm_(max_norm) before the step (clipping.py); torchtitan's default is 1.0
+    grad_clip_norm: float | None = Field(None, gt=0)
 
     @field_validator("sharding", "backward_prefetch", mode="before")
     @classmethod

@@ -20,7 +20,7 @@ import numbers
 from simulator.choices import ALGOS_FOR_OP, OPS, PROTOS
 from simulator.collectives.copies import STAR_OPS
 from simulator.compute.model import OP_CLASSES
-from simulator.precision import PRECISIONS
+from simulator.precision import OP_PRECISIONS
 
 MAX_REPEAT = 1_000_000
 MAX_DURATION_S = 1e9          # about 32 years
@@ -140,9 +140,9 @@ def _compute(op, comm_sizes):
         return "op_class", (f"unknown op class {op.op_class!r}; valid: "
                             f"{', '.join(OP_CLASSES)} (or give duration_s)")
     precision = op.attrs.get("precision")
-    if precision is not None and precision not in PRECISIONS:
+    if precision is not None and precision not in OP_PRECISIONS:
         return "attrs.precision", (f"unknown precision {precision!r}; valid: "
-                                   f"{', '.join(PRECISIONS)}")
+                                   f"{', '.join(OP_PRECISIONS)}")
     return None
 
 

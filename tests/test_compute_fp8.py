@@ -1,0 +1,68 @@
+"""FP8 training: the blocks' Linear GEMMs at the FP8 rate with their casts; refused on A100."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.compute import ComputeModel
+from simulator.errors import ConfigError
+from simulator.hardware import check_training_precision, gpu_spec
+from simulator.models.costs import layer_costs
+from simulator.models.spec import load_model
+from simulator.strategies import FSDPConfig, World
+from simulator.strategies.fsdp import fsdp
+
+T = 1024
+MODEL = load_model("llama-2-7b")
+
+
+def test_a100_refuses_fp8_in_one_line():
+    with pytest.raises(ConfigError) as info:
+        check_training_precision(gpu_spec("A100-SXM4-80GB"), "fp8")
+    assert info.value.field == "training.precision"
+    assert "no FP8 tensor cores" in str(info.value) and "\n" not in str(info.value)
+    check_training_precision(gpu_spec("H100-SXM"), "fp8")          # modelled: no error
+    with pytest.raises(ConfigError, match="not modelled"):
+        check_training_precision(gpu_spec("B200"), "fp4")
+
+
+def test_fp8_linears_with_their_casts():
+    bf16 = layer_costs(MODEL, 1, T, "bf16")[1]
+    fp8 = layer_costs(MODEL, 1, T, "fp8")[1]
+    ops = {op.name: op for op in fp8.forward}
+    h = MODEL.hidden
+    qkv = ops["qkv_proj"]
+    assert qkv.precision == "fp8" and qkv.flops == next(
+        o.flops for o in bf16.forward if o.name == "qkv_proj")
+    # 1-byte operands, bf16 output: x [T, h], w [h, 3h], y [T, 3h]
+    assert qkv.bytes_accessed == T * h + h * 3 * h + 2 * T * 3 * h
+    # cast of x and w: amax read 2 + cast read 2 + write 1 bytes per element
+    assert ops["float8_cast.qkv_proj"].bytes_accessed == 5 * (T * h + h * 3 * h)
+    assert ops["attn_core"].precision == "" and ops["norm1"].precision == ""
+    bwd = {op.name: op for op in fp8.backward}
+    # dgrad: cast dY [T, 3h] and transpose W; wgrad: transpose X (dY reused)
+    assert bwd["float8_cast.qkv_proj.dgrad"].bytes_accessed == 5 * T * 3 * h
+    assert bwd["float8_transpose.qkv_proj.dgrad"].bytes_accessed == 2 * 3 * h * h
+    assert bwd["float8_transpose.qkv_proj.wgrad"].bytes_accessed == 2 * h * T
+    head = layer_costs(MODEL, 1, T, "fp8")[-1]          # the LM head stays bf16
+    assert all(op.precision == "" for op in head.forward)
+    assert fp8.activation_bytes == bf16.activation_bytes
+
+
+def test_fp8_gemm_runs_at_twice_the_bf16_peak():
+    m = ComputeModel(gpu_spec("H100-SXM"))
+    # the datasheet: 1,979 dense FP8 against 989 BF16 TFLOP/s
+    assert m.peak_flops("matmul", "fp8") == pytest.approx(2 * m.peak_flops("matmul", "bf16"),
+                                                          rel=1e-3)
+    shape, flops = (8192, 8192, 8192), 2.0 * 8192 ** 3
+    t16 = m.op_time_s("matmul", flops, 0.0, "bf16", shape=shape)
+    t8 = m.op_time_s("matmul", flops, 0.0, "fp8", shape=shape)
+    assert t8 == pytest.approx(t16 / 2, rel=0.03)      # fixed half_time and launch aside
+
+
+def test_fp8_ops_carry_their_precision_into_the_trace():
+    layers = layer_costs(MODEL, 1, T, "fp8")
+    trace = fsdp(layers[:2] + layers[-1:], FSDPConfig(), World(8, 8))
+    by = {o.name: o for o in trace.classes[0].ops if o.phase == "forward"}
+    assert by["qkv_proj"].attrs["precision"] == "fp8"
+    assert "precision" not in by["attn_core"].attrs
