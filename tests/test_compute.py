@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from simulator.compute import ComputeModel, load_compute_calibration
+from simulator.compute.training_fit import IDENTITY
 from simulator.compute.kernels import (fit_from_traces, load_kineto_gemms,
                                        load_kineto_kernels, trace_summary)
 from simulator.errors import ConfigError
@@ -48,7 +49,7 @@ def test_big_matmul_is_compute_bound_and_matches_closed_form():
 
 
 def test_big_matmul_shipped_calibration_uses_efficiency_curve():
-    m = ComputeModel(A100)
+    m = ComputeModel(A100, fit=IDENTITY)     # the roofline (training_fit.yaml's factors off)
     flops = 2 * 8192 ** 3
     eff = m.efficiency("matmul", "bf16", flops)
     assert 0.7 < eff <= 0.86

@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 
+from simulator.compute.training_fit import IDENTITY, FamilyFit, family_of
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
@@ -123,7 +124,8 @@ class ComputeModel:
     """Per-op execution time on one GPU model (roofline with size-dependent efficiency)."""
 
     def __init__(self, gpu: GpuSpec, calibration: ComputeCalibration | dict | None = None,
-                 *, time_scale: float = 1.0):
+                 *, time_scale: float = 1.0, fit: FamilyFit | None = None):
+        shipped = calibration is None
         if calibration is None:
             calibration = _default_calibration()
         elif isinstance(calibration, dict):
@@ -135,6 +137,9 @@ class ComputeModel:
         self.calibration = calibration
         self.family = calibration.families.get(gpu.family)
         self.time_scale = _scale_factor(time_scale)
+        # real-run time factors of the GPU's family (simulator/data/training_fit.yaml), fitted
+        # on top of the shipped constants: another calibration runs without them
+        self.fit = fit if fit is not None else family_of(gpu.name) if shipped else IDENTITY
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
 
     @property
@@ -147,7 +152,7 @@ class ComputeModel:
         :raises ValueError: when ``factor`` is not a finite number > 0.
         """
         return ComputeModel(self.gpu, self.calibration,
-                            time_scale=self.time_scale * _scale_factor(factor))
+                            time_scale=self.time_scale * _scale_factor(factor), fit=self.fit)
 
     def peak_flops(self, op_class: str, precision: str) -> float:
         """Peak FLOP/s the op counts against (tensor-core rate or FP32 rate)."""
@@ -181,7 +186,10 @@ class ComputeModel:
                 and precision in SHAPED_PRECISIONS:
             compute_s = self._shaped_s(op_class, precision, flops, shape, rate, compute_s)
         memory_s = nbytes / mem_bw
-        return (max(compute_s, memory_s) + self.calibration.kernel_launch_s) * self.time_scale
+        kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, precision)
+        launch_s = self.calibration.kernel_launch_s + (self.fit.overhead_s(precision)
+                                                       if kernel_s > 0 else 0.0)
+        return (kernel_s + launch_s) * self.time_scale
 
     # -- internals ----------------------------------------------------------------------
     def _shaped_s(self, op_class: str, precision: str, flops: float, shape, rate: float,

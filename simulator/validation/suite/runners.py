@@ -36,10 +36,11 @@ def training(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], 
     from simulator.validation.training.report import write_report
     from simulator.validation.training.schema import default_root
     from simulator.validation.training.validate import validate
+    from simulator.validation.training.tables_report import run_and_write
     root = default_root()
     df = validate(root)
     report = write_report(df, folder or root / "report", title=title())["report"]
-    return training_cases(df), report
+    return training_cases(df) + run_and_write(folder or root / "report", root)[2], report
 
 
 def traces(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]:

@@ -46,10 +46,13 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
                       splits):
     """Compare simulated training throughput with published A100 runs.
 
-    DeepLearningExamples ResNet-50 and BERT-large (1 and 8 GPUs) and the PyTorch FSDP blog's
-    GPT 175B / 1T. Calibration cases may be used to fit compute constants; validation cases
-    are held out. Writes report.md, results.csv and a PNG, and prints per-case errors. Gate
-    on validation cases: |throughput error| <= 15%, |scaling efficiency error| <= 5 points.
+    DeepLearningExamples ResNet-50 and BERT-large (1 and 8 GPUs), the PyTorch FSDP blog's
+    GPT 175B / 1T, and the FSDP tables (llm-foundry MPT 125M-70B on 8-64 H100/A100,
+    torchtitan on 64 A100; split in split.yaml). Calibration cases may be used to fit
+    constants; validation cases are held out. Writes report.md, results.csv, a PNG and
+    fsdp_tables.md/.csv, and prints per-case errors. Gates on validation cases:
+    |throughput error| <= 15%, |scaling efficiency error| <= 5 points; FSDP tables per GPU
+    type: median |error| <= 5%, every row <= 15%, weak scaling <= 3 points.
     Exit code 0: every gated case passes; 3: only known misses (validation/known_misses.yaml)
     fail; 1: any other failure.
     """
@@ -57,6 +60,7 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
     from simulator.validation.training import calibrate as tc
     from simulator.validation.training import report as vr
     from simulator.validation.training import schema
+    from simulator.validation.training import tables_report
     from simulator.validation.training import validate as vt
 
     root = checked_root(root, schema, write_to, calibrate, overwrite, "--write-fitted")
@@ -81,7 +85,12 @@ def validate_training(root, out, compute_file, calibrate, write_to, overwrite, m
     click.echo(f"Validation with {label}:")
     click.echo(vr.format_summary(df))
     click.echo(f"report: {written['report']}")
-    gated_exit(training_cases(df))
+    stage("validate training: FSDP tables (llm-foundry, torchtitan)")
+    tdf, tpath, tcases = tables_report.run_and_write(out, root, calibration, splits)
+    click.echo("")
+    click.echo(tables_report.summary_table(tdf).to_string(index=False))
+    click.echo(f"report: {tpath}")
+    gated_exit(training_cases(df) + tcases)
 
 
 __all__ = ["LABEL", "title", "validate_training"]

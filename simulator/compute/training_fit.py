@@ -1,0 +1,116 @@
+"""Per-GPU-family time factors fitted on real FSDP training runs
+(``simulator/data/training_fit.yaml``), applied by :class:`~.model.ComputeModel`.
+
+The roofline of ``compute.yaml`` predicts an idealised kernel. What a real bf16 training
+step runs at, per GPU family, is fitted on the calibration split of
+``validation/training/split.yaml`` by ``python -m simulator.validation.training.fit``
+(least squares, never on a validation row). Each family has:
+
+* ``time_factor`` per op group: ``matmul``, ``attention``, ``memory_bound`` (the classes
+  elementwise, norm, embedding, loss): the kernel's roofline time (the ``max``
+  term, not the launch) is multiplied by it;
+* ``kernel_overhead_us``: added to every kernel's launch cost (host-side gaps the GPU waits
+  for between kernels).
+
+A family applies only to its listed GPUs and precisions (the ones the fit saw); any other
+GPU or precision gets :data:`IDENTITY` (factor 1, no overhead), so its answers are the
+roofline's.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib import resources
+from types import MappingProxyType
+
+from simulator.errors import ConfigError
+from simulator.yamlio import read_yaml
+
+GROUPS = ("matmul", "attention", "memory_bound")
+# Not fitted: conv (no convolution in the rows) and optimizer (its bytes model matches the
+# foreach AdamW kernels of three H200 profiles within 4%, compute.yaml; a factor on it would
+# make FSDP's sharded step shrink with the GPU count where the real runs stay flat).
+GROUP_OF = {"matmul": "matmul", "attention": "attention", "elementwise": "memory_bound",
+            "norm": "memory_bound", "embedding": "memory_bound", "loss": "memory_bound"}
+FILE = "training_fit.yaml"
+
+
+@dataclass(frozen=True)
+class FamilyFit:
+    """The fitted factors of one GPU family (or :data:`IDENTITY`)."""
+
+    name: str = ""
+    precisions: tuple[str, ...] = ()
+    time_factor: MappingProxyType = field(
+        default_factory=lambda: MappingProxyType({g: 1.0 for g in GROUPS}))
+    kernel_overhead_s: float = 0.0
+
+    def factor(self, op_class: str, precision: str) -> float:
+        """The time factor of ``op_class`` at ``precision`` (1 where the fit does not apply)."""
+        if precision not in self.precisions:
+            return 1.0
+        group = GROUP_OF.get(op_class)
+        return self.time_factor[group] if group else 1.0
+
+    def overhead_s(self, precision: str) -> float:
+        """Seconds added to each kernel's launch at ``precision``."""
+        return self.kernel_overhead_s if precision in self.precisions else 0.0
+
+    def with_values(self, values: dict) -> "FamilyFit":
+        """A copy with ``values`` ({group: factor, "kernel_overhead_us": us}) replaced."""
+        tf = dict(self.time_factor)
+        tf.update({g: float(v) for g, v in values.items() if g in GROUPS})
+        us = values.get("kernel_overhead_us", self.kernel_overhead_s * 1e6)
+        return FamilyFit(self.name, self.precisions, MappingProxyType(tf), float(us) * 1e-6)
+
+
+IDENTITY = FamilyFit()
+
+
+def _family(name: str, entry: dict, src: str) -> tuple[tuple[str, ...], FamilyFit]:
+    try:
+        tf = {g: float(entry["time_factor"][g]["value"]) for g in GROUPS}
+        us = float(entry["kernel_overhead_us"]["value"])
+        gpus = tuple(entry["gpus"])
+        precisions = tuple(entry["precisions"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"malformed family entry ({exc})", source=src,
+                          field=f"families.{name}") from None
+    if any(v <= 0 for v in tf.values()) or us < 0:
+        raise ConfigError("time factors must be > 0 and the overhead >= 0", source=src,
+                          field=f"families.{name}")
+    return gpus, FamilyFit(name, precisions, MappingProxyType(tf), us * 1e-6)
+
+
+def read_fit(path=None) -> dict:
+    """The raw data file (default: the shipped one)."""
+    target = path if path is not None else resources.files("simulator.data").joinpath(FILE)
+    return read_yaml(target, "training fit")
+
+
+@functools.cache
+def _by_gpu() -> MappingProxyType:
+    data = read_fit()
+    src = f"simulator/data/{FILE}"
+    out = {}
+    for name, entry in (data.get("families") or {}).items():
+        gpus, fit = _family(name, entry, src)
+        out.update({g: fit for g in gpus})
+    return MappingProxyType(out)
+
+
+def family_of(gpu_name: str) -> FamilyFit:
+    """The shipped fit of ``gpu_name``'s family, or :data:`IDENTITY`."""
+    return _by_gpu().get(gpu_name, IDENTITY)
+
+
+def families(path=None) -> dict[str, tuple[tuple[str, ...], FamilyFit]]:
+    """{family: (GPUs, fit)} of ``path`` (default: the shipped file)."""
+    data = read_fit(path)
+    src = str(path or FILE)
+    return {n: _family(n, e, src) for n, e in (data.get("families") or {}).items()}
+
+
+__all__ = ["FILE", "GROUPS", "GROUP_OF", "IDENTITY", "FamilyFit", "families", "family_of",
+           "read_fit"]

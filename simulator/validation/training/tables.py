@@ -1,0 +1,172 @@
+"""The FSDP throughput tables of the training validation: llm-foundry's MPT benchmarks and
+torchtitan's 64-GPU runs (``validation/training/llm_foundry_fsdp.csv``,
+``torchtitan_a100_64gpu.csv``, copies of ``shared/validation-data/training``), each row
+mapped to a scenario, with the split declared in ``validation/training/split.yaml``.
+
+:func:`load_rows` reads them into :class:`TableRow` s; :mod:`.tables_run` simulates them.
+The mapping of a row to a scenario (:func:`scenario_of`) is written out in
+``validation/training/README.md`` ("FSDP tables"); in short:
+
+* llm-foundry (Composer FSDP, ``fsdp_config`` of its yamls): FULL_SHARD, one unit per MPT
+  block, ``limit_all_gathers``, Composer's ``backward_prefetch: BACKWARD_POST``;
+  ``mixed_precision: DEFAULT`` = bf16 params and fp32 gradient reduction, ``PURE`` = bf16
+  both; ``amp_bf16`` = bf16 compute; the row's micro-batch, accumulation and checkpointing.
+  H100 80GB on DGX H100 servers (the README gives no fabric), A100 80GB on servers with
+  16x 100 GbE RoCE (its "1600 Gbps node-node interconnect (RoCE)"); one node: the DGX.
+* torchtitan (FSDP2, ``reshard_after_forward`` true, bf16 params, fp32 reduction): 64
+  A100-80GB on DGX A100 servers (interconnect not stated: an assumption); checkpointing
+  as :data:`TORCHTITAN_AC`.
+
+A row the simulator cannot express yet (amp_fp8 before FP8 GEMMs are modelled; an OOM row
+without a number) is kept with its reason in
+``not_modelled`` and reported, never dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simulator.errors import ConfigError
+from simulator.validation.common import read_yaml
+from simulator.validation.training.schema import default_root
+
+SPLIT_FILE = "split.yaml"
+SOURCE_PREFIX = "shared/validation-data/training/"
+# llm-foundry's table name -> (GPU type of the report, catalog GPU)
+GPU_TYPES = {"h100_80gb": ("H100", "H100-SXM"), "a100_80gb": ("A100", "A100-SXM4-80GB"),
+             "A100 80GB": ("A100", "A100-SXM4-80GB")}
+# torchtitan's activation_checkpoint modes: "selective layer" = its default train config's
+# selective_ac_option '2' (every 2nd block; an assumption: the table does not print it),
+# "selective op" = the per-op policy.
+TORCHTITAN_AC = {"none": {"activation_checkpointing": "none"},
+                 "full": {"activation_checkpointing": "full"},
+                 "selective layer": {"activation_checkpointing": "selective",
+                                     "selective_ac_option": 2},
+                 "selective op": {"activation_checkpointing": "selective",
+                                  "selective_ac_option": "op"}}
+TORCHTITAN_MODELS = {"Llama 3 8B": "llama-3-8b", "Llama 3 70B": "llama-3-70b",
+                     "Llama 2 13B": "llama-2-13b", "Llama 2 70B": "llama-2-70b"}
+
+
+@dataclass
+class TableRow:
+    """One published FSDP run and the scenario that reproduces it."""
+
+    row_id: str
+    table: str                    # llm_foundry | torchtitan
+    gpu_type: str                 # A100 | H100
+    split: str                    # calibration | validation
+    model: str                    # catalog model
+    gpus: int
+    seq_len: int
+    micro_batch: int
+    grad_accum: int
+    precision: str                # as published (amp_bf16, amp_fp8, bf16)
+    checkpointing: str            # none | full | selective layer | selective op
+    measured: float               # tokens/s per GPU (nan for an OOM row)
+    source: str
+    scenario: dict = field(repr=False, default_factory=dict)
+    not_modelled: str = ""        # why it is not simulated (yet); "" = simulated
+
+
+def _rule_split(rule: dict, value: int, where: str) -> str:
+    for split in ("calibration", "validation"):
+        if value in rule.get(split, []):
+            return split
+    raise ConfigError(f"{rule['column']} = {value} is in neither split", field=where)
+
+
+def _llm_foundry_row(r: dict, split: str) -> TableRow:
+    gpu_type, _ = GPU_TYPES[r["gpu_type"]]
+    model = f"mpt-{r['model']}"
+    ac = "full" if r["activation_checkpointing"] == "True" else "none"
+    rid = (f"llmfoundry/{gpu_type.lower()}_{r['precision']}/{r['model']}_s{r['seq_len']}"
+           f"_g{r['gpus']}_mb{r['micro_batch']}")
+    row = TableRow(rid, "llm_foundry", gpu_type, split, model, int(r["gpus"]),
+                   int(r["seq_len"]), int(r["micro_batch"]), int(r["grad_accum"]),
+                   r["precision"], ac, float(r["tokens_per_s_per_gpu"]), r["source"])
+    row.scenario = llm_foundry_scenario(row, r["mp_mode"])
+    return row
+
+
+def llm_foundry_scenario(row: TableRow, mp_mode: str) -> dict:
+    """The scenario of an llm-foundry row (module docstring)."""
+    if row.gpu_type == "H100":
+        cluster = ({"topology": "dgx-h100"} if row.gpus <= 8 else
+                   {"topology": "dgx-h100-superpod", "nodes": row.gpus // 8})
+    else:
+        cluster = ({"topology": "dgx-a100"} if row.gpus <= 8 else
+                   {"topology": "a100-roce-leaf-spine", "nodes": row.gpus // 8,
+                    "topology_set": {"params.node.gpu": "A100-SXM4-80GB"}})
+    precision = "fp8" if "fp8" in row.precision else "bf16"
+    return {
+        "name": row.row_id, "model": row.model,
+        "training": {"micro_batch": row.micro_batch, "seq_len": row.seq_len,
+                     "grad_accum": row.grad_accum, "precision": precision,
+                     "flash_attention": True},
+        "cluster": cluster,
+        "strategy": {"name": "fsdp", "sharding": "FULL_SHARD", "param_dtype": "bf16",
+                     "reduce_dtype": "fp32" if mp_mode == "DEFAULT" else "bf16",
+                     "backward_prefetch": "BACKWARD_POST", "limit_all_gathers": True,
+                     "activation_checkpointing": row.checkpointing == "full"},
+    }
+
+
+def _torchtitan_row(r: dict, split: str) -> TableRow:
+    model = TORCHTITAN_MODELS.get(r["model"], "llama-2-70b")
+    ac = r["ac"]
+    slug = ac.replace(" ", "-")
+    rid = f"torchtitan/a100/{model}_{slug}_mb{r['local_batch']}"
+    if r["row_label"] == "OOM":
+        rid += "_oom-v1"
+    value = float(r["value"]) if r["value"] else float("nan")
+    seq = int(r["seq_len"]) if r["seq_len"] else 4096
+    row = TableRow(rid, "torchtitan", "A100", split, model, int(r["gpus"]), seq,
+                   int(r["local_batch"]), 1, "bf16", ac, value, r["source"])
+    row.scenario = {
+        "name": rid, "model": model,
+        "training": {"micro_batch": row.micro_batch, "seq_len": seq, "grad_accum": 1,
+                     "precision": "bf16", "flash_attention": True},
+        "cluster": {"topology": "dgx-a100-superpod", "nodes": row.gpus // 8},
+        "strategy": {"name": "fsdp", "reshard_after_forward": True, "param_dtype": "bf16",
+                     "reduce_dtype": "fp32", **TORCHTITAN_AC[ac]},
+    }
+    if r["row_label"] == "OOM":
+        row.not_modelled = "published as OOM (no throughput to compare)"
+    return row
+
+
+def load_rows(root: Path | str | None = None) -> list[TableRow]:
+    """Every row of the tables named in ``split.yaml``, in file order, split attached.
+
+    :raises ConfigError: a missing file or a row that falls in neither split.
+    """
+    root = Path(root) if root is not None else default_root()
+    spec = read_yaml(root / SPLIT_FILE)
+    rows: list[TableRow] = []
+    for name, table in spec["tables"].items():
+        path = root / table["file"]
+        if not path.is_file():
+            raise ConfigError("table file not found", source=str(path))
+        with path.open(newline="") as fh:
+            data = list(csv.DictReader(fh))
+        make = _llm_foundry_row if name == "llm_foundry" else _torchtitan_row
+        rule = table["rule"]
+        for i, r in enumerate(data):
+            split = _rule_split(rule, int(r[rule["column"]]),
+                                f"{SPLIT_FILE}: {table['file']} row {i + 2}")
+            rows.append(make(r, split))
+    fp8 = spec.get("not_modelled_until", {}).get("amp_fp8")
+    for row in rows:
+        if row.precision == "amp_fp8" and fp8 and not row.not_modelled:
+            row.not_modelled = f"amp_fp8: not modelled until {fp8}"
+    ids = [r.row_id for r in rows]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ConfigError(f"repeated row id(s) {', '.join(dup)}", source=str(root / SPLIT_FILE))
+    return rows
+
+
+__all__ = ["GPU_TYPES", "SPLIT_FILE", "TableRow", "llm_foundry_scenario", "load_rows"]
