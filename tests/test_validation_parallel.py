@@ -114,8 +114,9 @@ def test_the_gate_is_the_median_absolute_error(spec):
     # errors +2, -4, +6, -8, +20, -30, +40, -50 %: median |error| = (8 + 20) / 2 = 14 %
     factors = [1.02, 0.96, 1.06, 0.92, 1.2, 0.7, 1.4, 0.5]
     times = {c: measured[c] * f for c, f in zip(cases, factors)}
-    rows = iteration_rows(ROOT, spec, simulate_fn=_fake(times))
-    gate = median_case(rows, spec)
+    every = spec.model_copy(update={"selene_max_gpus": 512})     # all eight runs
+    rows = iteration_rows(ROOT, every, simulate_fn=_fake(times))
+    gate = median_case(rows, every)
     assert gate["error"] == pytest.approx(0.14) and gate["ok"] is False
     assert all(r["ok"] is None for r in rows if r["kind"] == "iteration")   # reported
     fits = {r["case"]: r["ok"] for r in rows if r["kind"] == "fits"}
@@ -214,3 +215,24 @@ def test_the_22b_sp_selective_run_fits_in_80_gb(spec):
     case = "parallel/selene/22b/seqsel/iteration"
     _, fits = iteration_rows(ROOT, spec, only={case})
     assert fits["ok"] is True
+
+
+def test_selene_runs_above_max_gpus_are_listed_not_simulated_and_left_out_of_the_median(spec):
+    seen = []
+
+    def simulate(scenario, case):
+        seen.append(case)
+        return SimpleNamespace(iteration_time_s=1.0, peak_memory_gib=1.0, oom=False)
+    small = spec.model_copy(update={"selene_max_gpus": 8})
+    rows = iteration_rows(ROOT, small, simulate_fn=simulate)
+    runs = [r for r in rows if r["kind"] == "iteration"]
+    skipped = [r for r in runs if r.get("skipped")]
+    # only the 22B runs (8 GPUs) are simulated; 175B (64), 530B (280) and 1T (512) listed
+    assert {c.split("/")[2] for c in seen} == {"22b"}
+    assert len(skipped) == 6 and all("selene_max_gpus 8" in r["note"] for r in skipped)
+    gate = median_case(rows, small)
+    # every simulated row is measured/1.0 - 1 off: the median of the 22B rows only
+    errors = sorted(abs(1.0 - r["measured"]) / r["measured"] for r in runs
+                    if not r.get("skipped"))
+    assert gate["error"] == pytest.approx((errors[0] + errors[1]) / 2)
+    assert gate["note"] == "2 of 8 rows simulated (6 above selene_max_gpus)"

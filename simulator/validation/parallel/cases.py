@@ -49,6 +49,7 @@ class CasesFile(BaseModel):
     models: dict[str, str]
     nemo_models: dict[str, str] = {}
     nemo_max_gpus: int = 128
+    selene_max_gpus: int = 64
 
 
 def default_root() -> Path:

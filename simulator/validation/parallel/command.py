@@ -19,8 +19,12 @@ from simulator.validation.commands import gated_exit, parallel_cases, report_fol
               help="Skip the NeMo H100 rows (reported, not gated).")
 @click.option("--workers", type=click.IntRange(min=1, max=64), default=1,
               help="Processes simulating the runs at once [default: 1].")
+@click.option("--max-gpus", "max_gpus", type=click.IntRange(min=1), default=None,
+              help="Simulate the Selene runs up to this many GPUs [default: cases.yaml's "
+                   "selene_max_gpus, 64: the 530B and 1T runs are listed, not simulated; "
+                   "512 runs all, 5-8 CPU minutes and 5-6 GB each for those two].")
 @quiet_option
-def validate_parallel(out, no_nemo=False, workers=1):
+def validate_parallel(out, no_nemo=False, workers=1, max_gpus=None):
     """Megatron-LM GPT 22B-1T on Selene (Korthikanti et al. 2022) and NeMo on DGX H100
     (validation/parallel/); nothing is calibrated on these rows (cases.yaml).
 
@@ -34,7 +38,7 @@ def validate_parallel(out, no_nemo=False, workers=1):
     from simulator.validation.parallel.report import summary_line, validate, write_report
     folder = report_folder(out, default_root())
     stage("validate parallel: memory model, then the Selene and NeMo runs")
-    df = validate(nemo=not no_nemo, workers=workers)
+    df = validate(nemo=not no_nemo, workers=workers, max_gpus=max_gpus)
     report = write_report(df, folder)
     click.echo(summary_line(df))
     click.echo(f"report: {report}")

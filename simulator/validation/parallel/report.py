@@ -23,13 +23,16 @@ COLUMNS = ["case", "kind", "model", "mode", "quantity", "unit", "measured", "sim
 
 
 def validate(root: Path | None = None, only=None, simulate_fn=None, nemo: bool = True,
-             workers: int = 1) -> pd.DataFrame:
+             workers: int = 1, max_gpus: int | None = None) -> pd.DataFrame:
     """Every row of the suite (:data:`COLUMNS`): the memory rows, the Selene iteration
     rows and their median gate, and (``nemo``) the NeMo H100 rows. ``only``: the Selene
     iteration cases to simulate (default all); ``simulate_fn`` replaces the simulation
-    (tests); ``workers`` processes run the simulations (:mod:`.runs`)."""
+    (tests); ``workers`` processes run the simulations (:mod:`.runs`); ``max_gpus``
+    replaces ``cases.yaml``'s ``selene_max_gpus`` (the largest Selene run simulated)."""
     root = Path(root) if root is not None else pc.default_root()
     spec = pc.load(root)
+    if max_gpus is not None:
+        spec = spec.model_copy(update={"selene_max_gpus": max_gpus})
     jobs: dict = {}
     iteration_rows(root, spec, only, simulate_fn=recorder(jobs))
     if nemo:
