@@ -220,6 +220,24 @@ def test_torchtitan_translation_to_a_plan():
             "tensor_parallel_degree": 3}}).plan(8)
 
 
+def test_shipped_405b_toml_and_mixtral_args_give_the_shipped_scenarios_plans():
+    from simulator.scenario import load_scenario, resolve_scenario
+    big = read_config(CONFIGS / "llama3_405b.args")
+    shipped = load_scenario(resolve_scenario("llama3-405b-tp8-pp8-fsdp-512gpu")).strategy
+    # every plan key of the shipped scenario, spelled as the argument file gives it
+    assert {k: v for k, v in big.strategy.items() if k in shipped} == \
+        {k: v for k, v in shipped.items() if k in big.strategy}
+    assert big.strategy["account_for_embedding_in_pipeline_split"] is True
+    assert big.strategy["use_torch_fsdp2"] is True and big.global_batch == 128
+    mx = read_config(CONFIGS / "mixtral_8x7b_ep8.args")
+    assert mx.strategy["expert_model_parallel_size"] == 8
+    assert mx.strategy["pipeline_model_parallel_size"] == 4
+    # --num-layers-per-virtual-pipeline-stage 1: 32 layers / (4 x 1) = 8 chunks per rank;
+    # global batch 128 = micro-batch 1 x 8 micro-batches x dp 16
+    assert mx.strategy["virtual_pipeline_model_parallel_size"] == 8
+    assert mx.global_batch == 128
+
+
 def test_deepspeed_translation_to_a_plan():
     for stage, mode in ((0, "ddp"), (1, "zero1"), (2, "zero2"), (3, "fsdp")):
         cfg = parse_strategy({"name": "deepspeed", "zero_optimization": {"stage": stage},

@@ -60,24 +60,25 @@ def data_parallel_config(cfg: CommonConfig, plan: ParallelPlan,
 
 
 def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
-                autocast: bool):
+                autocast: bool, compile: bool = False):
     """``layers`` if given, else the unsharded per-layer costs of one micro-batch (what
     the data-parallel generators take; a planned strategy is called without them)."""
     if layers is not None:
         return layers
     from simulator.models import layer_costs
     return layer_costs(spec, cfg.micro_batch, seq_len, cfg.precision, flash,
-                       autocast=autocast)
+                       autocast=autocast, compile=compile)
 
 
 def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0,
-                    flash: bool = True, autocast: bool = False, **meta):
+                    flash: bool = True, autocast: bool = False, compile: bool = False,
+                    **meta):
     """A framework strategy's trace: a :func:`pure_data_parallel` plan by ``dp_trace``
     (the FSDP/DDP generators, on full-model layer costs), any other by the model-parallel
     generator (:func:`simulator.parallel.generate.build_planned`)."""
     plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
     if pure_data_parallel(plan):
-        layers = full_layers(layers, cfg, spec, seq_len, flash, autocast)
+        layers = full_layers(layers, cfg, spec, seq_len, flash, autocast, compile)
         trace = dp_trace(layers, cfg, plan, world, **meta)
         trace.meta["strategy"] = cfg.name
         return trace
@@ -86,7 +87,8 @@ def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0
                           field="strategy")
     from simulator.parallel.generate import build_planned
     return build_planned(layers, cfg.for_layers(spec.layers), world, spec=spec,
-                         seq_len=seq_len, flash=flash, autocast=autocast, **meta)
+                         seq_len=seq_len, flash=flash, autocast=autocast, compile=compile,
+                         **meta)
 
 
 def data_parallel_trace(layers, cfg: CommonConfig, plan: ParallelPlan, world, **meta):
