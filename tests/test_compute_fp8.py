@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.compute import ComputeModel
+from simulator.compute.training_fit import IDENTITY
 from simulator.errors import ConfigError
 from simulator.hardware import check_training_precision, gpu_spec
 from simulator.models.costs import layer_costs
@@ -50,7 +51,9 @@ def test_fp8_linears_with_their_casts():
 
 
 def test_fp8_gemm_runs_at_twice_the_bf16_peak():
-    m = ComputeModel(gpu_spec("H100-SXM"))
+    # the compute model itself (training_fit.yaml's bf16 factors off: they are fitted on
+    # bf16 runs and do not apply to fp8)
+    m = ComputeModel(gpu_spec("H100-SXM"), fit=IDENTITY)
     # the datasheet: 1,979 dense FP8 against 989 BF16 TFLOP/s
     assert m.peak_flops("matmul", "fp8") == pytest.approx(2 * m.peak_flops("matmul", "bf16"),
                                                           rel=1e-3)
