@@ -25,15 +25,17 @@ SCENARIO = "gpt3-175b-megatron-tp8-pp16-selene"
 def measure(gpus: int, micro_batches: int) -> str:
     scn = load_scenario(resolve_scenario(SCENARIO), [f"cluster.nodes={gpus // 8}",
                                                      f"training.grad_accum={micro_batches}"])
-    c0 = time.process_time()
+    w0, c0 = time.perf_counter(), time.process_time()
     setup = build_setup(scn)
     c1 = time.process_time()
     result = run_setup(setup)
-    c2 = time.process_time()
+    c2, w2 = time.process_time(), time.perf_counter()
     ops = sum(len(c.ops) for c in setup.trace.classes)
-    return (f"| {gpus:,} | {micro_batches} | {c1 - c0:.2f} s | {c2 - c1:.2f} s | {ops:,} | "
-            f"{result.timeline.events:,} | {result.metrics.iteration_time_s:.3f} s | "
-            f"{os.getloadavg()[0]:.1f} |")
+    events = result.timeline.events
+    eps = events / (c2 - c1) if c2 > c1 else float("inf")
+    return (f"| {gpus:,} | {micro_batches} | {w2 - w0:.2f} s | {c1 - c0:.2f} s | "
+            f"{c2 - c1:.2f} s | {ops:,} | {events:,} | {eps:,.0f} | "
+            f"{result.metrics.iteration_time_s:.3f} s | {os.getloadavg()[0]:.1f} |")
 
 
 def main() -> None:
@@ -41,9 +43,9 @@ def main() -> None:
     ap.add_argument("--gpus", default="128,1024,4096")
     ap.add_argument("--micro-batches", type=int, default=16)
     args = ap.parse_args()
-    print("| GPUs | micro-batches | setup (CPU) | replay (CPU) | ops | events | iteration "
-          "| load |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| GPUs | micro-batches | wall | setup (CPU) | replay (CPU) | ops | events | "
+          "events/s (replay CPU) | iteration | load |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for gpus in (int(g) for g in args.gpus.split(",")):
         print(measure(gpus, args.micro_batches), flush=True)
 
