@@ -75,10 +75,49 @@ def test_collnet_is_offered_only_when_enabled_and_costs_nccls_formula():
     assert not any(a.startswith("collnet") for a in comm_algos)
     m = model("dgx-h100-superpod", nodes=2, collnet_enable=True)
     plan = m.plan("all_reduce", 1 << 30, ranks(m), algo="collnet_direct")
-    lat = (K.launch_overhead_s + K.protocol_latency_factor["Simple"] * 2 * 7 * 3.7 * US
-           + 31.0 * US)
+    # NCCL 2.19+: 2 (min(1, ppn-1) x 3.7 + (ppn-1) x 0.4 arity) + 31 net, ppn = 8
+    lat = (K.launch_overhead_s + K.protocol_latency_factor["Simple"] * 2 * (3.7 + 7 * 0.4)
+           * US + 31.0 * US)
     assert plan.latency_s == pytest.approx(lat)
     assert plan.proto == "Simple"
+    chain = m.plan("all_reduce", 1 << 30, ranks(m), algo="collnet_chain")
+    lat = (K.launch_overhead_s + K.protocol_latency_factor["Simple"] * 2 * 7 * 2.8 * US
+           + 30.0 * US)
+    assert chain.latency_s == pytest.approx(lat)
+
+
+def test_collnet_direct_needs_an_nvswitch_chain_does_not(tmp_path):
+    # NCCL 2.19+ tuning.cc: "Disable CollNet+Direct if not on an NVSwitch system"
+    path = tmp_path / "pcie-sharp.yaml"
+    path.write_text("name: pcie-sharp\ngenerator: superpod\nparams:\n  nodes: 2\n"
+                    "  node: {type: pcie, gpu: H100-PCIE-80GB, gpus: 4, nics: 4, "
+                    "nic: ib-ndr}\n  sharp: true\n")
+    G = load_topology(path)
+    m = CollectiveModel(Cluster.from_graph(G, K), K, NcclConfig(collnet_enable=True))
+    comm = make_communicator(m.cluster, ranks(m))
+    assert "collnet_direct" not in m._candidates("all_reduce", comm)
+    assert "collnet_chain" in m._candidates("all_reduce", comm)
+    with pytest.raises(ConfigError, match="collnet_direct needs an NVSwitch"):
+        m.plan("all_reduce", 1 << 20, ranks(m), algo="collnet_direct")
+
+
+def test_nvls_all_gather_is_not_offered_past_nccls_nvls_arity():
+    # NCCL_MAX_NVLS_ARITY (32 from 2.20, 8 before): an NVL72 rack's 72 GPUs are too many
+    # for NVLS all_gather/reduce_scatter; all_reduce has no such limit
+    m = model("gb200-nvl72", nodes=1)
+    comm = make_communicator(m.cluster, ranks(m))
+    assert comm.ppn == 72
+    for op in ("all_gather", "reduce_scatter"):
+        assert "nvls" not in m._candidates(op, comm)
+    assert "nvls" in m._candidates("all_reduce", comm)
+    with pytest.raises(ConfigError, match="spans at most 32 GPUs"):
+        m.plan("all_gather", 1 << 20, ranks(m), algo="nvls")
+    for version, limit in (("2.19", 8), ("2.20", 32)):
+        old = model("gb200-nvl72", nodes=1, version=version)
+        sub = list(range(limit)), list(range(limit + 1))
+        assert "nvls" in old._candidates("all_gather", make_communicator(old.cluster, sub[0]))
+        assert "nvls" not in old._candidates("all_gather",
+                                             make_communicator(old.cluster, sub[1]))
 
 
 # ---------------------------------------------------------------------------------- PAT

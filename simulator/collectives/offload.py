@@ -10,7 +10,16 @@
   ``NCCL_COLLNET_ENABLE=1``): the servers' GPUs reduce-scatter over NVLink, each NIC sends its
   shard to the switches, which reduce across servers (in-network aggregation) and return
   the sum; then an all-gather over NVLink. all_reduce across servers; needs a fabric whose
-  switches reduce (``sharp: true``). Direct supports at most 8 GPUs per server.
+  switches reduce (``sharp: true``). Direct supports at most 8 GPUs per server and needs an
+  NVSwitch in the server (NCCL 2.19+ tuning.cc: "Disable CollNet+Direct if not on an
+  NVSwitch system"; enqueue.cc: at most NCCL_MAX_DIRECT_ARITY + 1 = 8 local ranks).
+
+Eligibility as NCCL 2.19-2.2x (tuning.cc, enqueue.cc): NVLS across servers needs CollNet
+(NVLS + SHARP, not modelled), so it runs in one NVLink domain; NVLS-Tree needs two or
+more servers; NVLS all_gather/reduce_scatter runs on one server only and on at most
+NCCL_MAX_NVLS_ARITY GPUs (8 before NCCL 2.20, 32 from it; data/nccl.yaml
+``nvls_max_arity``), so not on a 72-GPU NVL72 rack. CollNet's all_gather/reduce_scatter
+(2.19+, with a plugin that has them) is not modelled.
 
 The rate is the coupled flow's (every edge at one rate); each edge's coefficient counts
 the bytes it carries per payload byte. Latencies: data/nccl.yaml ``offload``.
@@ -22,15 +31,35 @@ import math
 
 import numpy as np
 
+from functools import cache
+
 from ..cluster import Route
 from ..errors import ConfigError
 from ..network.fabric import Flow, bottleneck_rate
+from .constants import read_data
 from .layouts import Communicator, EdgeSet, dtree_parent, gpu_route, home_nic
+from .nccl_config import parse_version
 from .plan import Plan
 
 OFFLOAD_ALGOS = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")
 NVLS_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 COLLNET_DIRECT_MAX_PPN = 8
+
+
+@cache
+def _choice_data() -> tuple[tuple, float]:
+    """(NCCL_MAX_NVLS_ARITY by release, sorted; CollNet Direct's arity latency in s)."""
+    nccl = read_data("nccl.yaml")
+    arity = sorted((parse_version(v), int(n)) for v, n in nccl["nvls_max_arity"].items()
+                   if v != "source")
+    return tuple(arity), float(nccl["collnet_direct_arity_latency_us"]["value"]) * 1e-6
+
+
+def nvls_max_arity(version: str) -> int:
+    """NCCL_MAX_NVLS_ARITY of NCCL ``version``: the most GPUs of one NVLink domain an NVLS
+    all_gather / reduce_scatter spans (data/nccl.yaml ``nvls_max_arity``)."""
+    have, table = parse_version(version), _choice_data()[0]
+    return next((n for v, n in reversed(table) if v <= have), table[0][1])
 
 
 def nvls_unavailable(model, op: str, algo: str, comm: Communicator) -> str | None:
@@ -46,6 +75,10 @@ def nvls_unavailable(model, op: str, algo: str, comm: Communicator) -> str | Non
             return f"nvls implements {', '.join(NVLS_OPS)}, not {op}"
         if comm.n_nodes > 1:
             return "nvls runs inside one NVLink domain; across servers use nvls_tree"
+        arity = nvls_max_arity(model.nccl.version)
+        if op != "all_reduce" and comm.ppn > arity:
+            return (f"nvls {op} spans at most {arity} GPUs (NCCL {model.nccl.version}'s "
+                    f"NCCL_MAX_NVLS_ARITY), got {comm.ppn}")
     elif op != "all_reduce" or comm.n_nodes < 2:
         return "nvls_tree is an all_reduce across servers"
     return None
@@ -60,6 +93,8 @@ def collnet_unavailable(model, op: str, algo: str, comm: Communicator) -> str | 
         return f"{algo} is an all_reduce across servers"
     if algo == "collnet_direct" and comm.ppn > COLLNET_DIRECT_MAX_PPN:
         return f"collnet_direct supports at most {COLLNET_DIRECT_MAX_PPN} GPUs per server"
+    if algo == "collnet_direct" and not model.has_nvswitch:
+        return "collnet_direct needs an NVSwitch in the server (NCCL disables it without one)"
     return None
 
 
@@ -132,17 +167,23 @@ def _link(cluster, u: str, v: str) -> Route:
 
 def offload_latency_s(model, algo: str, comm: Communicator) -> float:
     """NCCL's latency model of ``algo`` (Simple protocol), launch overhead included:
-    nvls ``base + intra``; nvls_tree ``base + intra + 2 log2(nodes) net``; collnet
-    ``base + 2 (ppn-1) intra + net`` (tuning.cc's shapes)."""
+    nvls ``base + intra``; nvls_tree ``base + intra + 2 log2(nodes) net``; collnet_chain
+    ``base + 2 (ppn-1) intra + net``; collnet_direct ``base + 2 (min(1, ppn-1) intra +
+    (ppn-1) arity) + net``, one NVLink hop plus an arity serialisation latency per local
+    GPU (2.19+ tuning.cc's shapes; ``arity`` from data/nccl.yaml)."""
     k = model.k
     base, intra, inter = (k.offload_latency_s[algo][key] for key in ("base", "nvlink", "net"))
     scale = k.protocol_latency_factor["Simple"]
+    ppn = comm.ppn
     if algo == "nvls":
         fixed, net = base + intra, 0.0
     elif algo == "nvls_tree":
         fixed, net = base + intra, 2 * math.log2(comm.n_nodes) * inter
+    elif algo == "collnet_direct":
+        arity = _choice_data()[1]
+        fixed, net = base + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * arity), inter
     else:
-        fixed, net = base + 2 * (comm.ppn - 1) * intra, inter
+        fixed, net = base + 2 * (ppn - 1) * intra, inter
     return k.launch_overhead_s + scale * fixed + net
 
 
