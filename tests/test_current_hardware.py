@@ -212,3 +212,57 @@ def test_fp8_in_capacity_names_training_precision_not_the_strategy(capsys):
     assert code == 2 and out == "" and err.count("\n") == 1
     assert ("quickstart.yaml: --set training.precision: A100-SXM4-80GB has no FP8 tensor "
             "cores") in err
+
+
+# ------------------------------------------------------- collective --set (degraded fabric)
+def _busbw(*args):
+    r = run("collective", "all_reduce", "--topology", "dgx-h100-superpod", "-b", "1G",
+            "-e", "1G", "--format", "csv", *args)
+    assert r.exit_code == 0, r.output
+    return float(r.output.strip().splitlines()[-1].split(",")[5])
+
+
+def test_collective_set_describes_fewer_nics_and_a_slow_link():
+    full = _busbw()
+    half_nics = _busbw("--set", "params.node.nics=4")
+    half_rate = _busbw("--set", "links={ib-ndr: {bw: 200 Gb/s}}")
+    # 4 NICs at 400 Gb/s and 8 at 200 Gb/s give each server the same network capacity
+    assert half_nics < 0.6 * full and half_nics == pytest.approx(half_rate, rel=1e-9)
+    assert _busbw("--set", "topology.params.node.nics=8") == full     # prefix accepted
+
+
+def test_collective_set_reaches_the_graph():
+    from simulator.topology.build import topology_with_keys
+    G = topology_with_keys(resolve_topology("dgx-h100-superpod"), {"params.node.nics": 4},
+                           source="x", prefix="--set ")
+    assert Counter(k for _, k in G.nodes(data="kind"))["nic"] == 4 * G.graph["nodes"]
+
+
+def test_collective_bad_set_and_missing_hardware_name_file_and_option(capsys):
+    path = resolve_topology("dgx-h100-superpod")
+    code, out, err = run_main(capsys, "collective", "all_reduce", "--topology",
+                              "dgx-h100-superpod", "--set", "params.node.nics=3")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{path}: --set params.node.nics: must be one of" in err
+    # SHARP asked of an InfiniBand fabric whose switches have none (sharp: false)
+    code, out, err = run_main(capsys, "collective", "all_reduce", "--topology",
+                              "dgx-h100-superpod", "--set", "params.sharp=false",
+                              "--algo", "collnet_chain", "-b", "1M", "-e", "1M")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{path}: --algo: collnet_chain reduces on the switches (IB SHARP)" in err
+    # NVLS asked on PCIe cards
+    code, out, err = run_main(capsys, "collective", "all_reduce", "--topology",
+                              "hgx-a100-pcie", "--algo", "nvls", "-b", "1M", "-e", "1M")
+    assert code == 2 and err.count("\n") == 1
+    assert (f"{resolve_topology('hgx-a100-pcie')}: --algo: nvls needs NVLink SHARP"
+            in err) and "A100-PCIE-40GB" in err
+
+
+def test_sharp_on_an_ethernet_topology_file_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "roce-sharp.yaml"
+    path.write_text("name: roce-sharp\ngenerator: superpod\nparams:\n  nodes: 2\n"
+                    "  node: {type: dgx_a100, gpu: H100-SXM, nics: 8, nic: roce-400}\n"
+                    "  sharp: true\n")
+    code, out, err = run_main(capsys, "topology", str(path))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{path}: params.sharp: SHARP needs InfiniBand" in err

@@ -9,6 +9,7 @@ import math
 import click
 
 from .. import __version__
+from ..errors import ConfigError
 from ..choices import ALGOS, ALGOS_FOR_OP, ECMP_MODES, FIDELITIES, PROTOS
 from ..units import format_size
 from .common import (DEFAULT_TOPOLOGY, PROG, FactorType, OpType, SizeType, bad_parameter, format_ranks,
@@ -143,6 +144,47 @@ def nccl_note(nccl) -> str:
     return ("  nccl: " + " ".join(changed)) if changed else ""
 
 
+_ERROR_OPTIONS = {"algo": "--algo", "proto": "--proto", "nccl.algo": "--nccl-algo"}
+
+
+def topology_keys(sets: tuple[str, ...]) -> dict:
+    """``--set KEY=VALUE`` items as topology-file keys (``params.node.nics=4``, ``links=
+    {ib-ndr: {bw: 200 Gb/s}}``; a leading ``topology.`` is dropped), values read as YAML."""
+    from ..yamlio import parse_value
+    keys = {}
+    for item in sets:
+        key, eq, text = item.partition("=")
+        key = key.strip().removeprefix("topology.")
+        if not eq or not key:
+            raise bad_parameter(f"expected KEY=VALUE, got {item!r}", "--set")
+        keys[key] = parse_value(text, "--set", f"--set {key}")
+    return keys
+
+
+def load_collective_topology(topology: str, nodes: int | None, sets: tuple[str, ...]):
+    """(path, graph) of ``--topology`` with its ``--set`` keys; an error in a key that was
+    set names the topology file and ``--set KEY``."""
+    if not sets:
+        return load_topology_arg(topology, nodes, "--topology")
+    from ..topology.build import topology_with_keys
+    from ..topology.loader import resolve_topology
+    keys = topology_keys(sets)
+    try:
+        path = resolve_topology(topology)
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source="--topology") from None
+    return path, topology_with_keys(path, keys, source=str(path), prefix="--set ",
+                                    nodes=nodes)
+
+
+def located(exc: ConfigError, path) -> ConfigError:
+    """A model error about ``algo``/``proto``/``nccl.algo`` as the topology file and the
+    option that asked for it (``dgx-a100.yaml: --algo: nvls needs NVLink SHARP ...``)."""
+    if exc.source is None and exc.field in _ERROR_OPTIONS:
+        return ConfigError(exc.reason, source=str(path), field=_ERROR_OPTIONS[exc.field])
+    return exc
+
+
 def register(cli: click.Group) -> None:
     """Add ``collective`` to the ``clustersim`` group."""
 
@@ -199,12 +241,17 @@ def register(cli: click.Group) -> None:
     @click.option("--ib-qps", type=int, default=None, metavar="N",
                   help="NCCL_IB_QPS_PER_CONNECTION (1-128): with --ecmp hash each queue "
                        "pair is hashed to its own path between servers [default: 1].")
+    @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                  help="Change a key of the topology file before building it (repeatable), "
+                       "e.g. a degraded fabric: --set params.node.nics=4 (fewer usable NICs "
+                       "per server), --set 'links={ib-ndr: {bw: 200 Gb/s}}' (a link below "
+                       "line rate), --set params.sharp=false.")
     @click.option("--format", "fmt", type=click.Choice(("table", "csv", "json")),
                   default="table", show_default=True, help="Output format.")
     def collective_cmd(op, topology, nodes, ranks, min_bytes, max_bytes, step_factor, algo,
                        proto, fidelity, ecmp, seed, root, cuda_graph, nccl_version, nccl_algo,
                        nccl_proto, min_channels, max_channels, collnet, no_nvls, ib_qps,
-                       fmt) -> None:
+                       sets, fmt) -> None:
         """Sweep sizes of one collective OP, like nccl-tests' *_perf binaries.
 
         OP is all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or
@@ -232,7 +279,7 @@ def register(cli: click.Group) -> None:
                             nccl_proto=nccl_proto, min_channels=min_channels,
                             max_channels=max_channels, collnet=collnet, no_nvls=no_nvls,
                             ib_qps=ib_qps)
-        path, G = load_topology_arg(topology, nodes, "--topology")
+        path, G = load_collective_topology(topology, nodes, sets)
         constants = load_constants()
         cluster = Cluster.from_graph(G, constants, ecmp=ecmp, seed=seed,
                                      qps=nccl.ib_qps_per_connection)
@@ -242,12 +289,16 @@ def register(cli: click.Group) -> None:
         model = CollectiveModel(cluster, with_cuda_graph(constants) if cuda_graph else constants,
                                 nccl)
 
-        rows = [result_row(run_collective(model, op, s, rank_list, algo, proto, fidelity,
-                                          root_pos)) for s in sizes]
+        try:
+            rows = [result_row(run_collective(model, op, s, rank_list, algo, proto, fidelity,
+                                              root_pos)) for s in sizes]
+        except ConfigError as exc:
+            raise located(exc, path) from None
         n_nodes = len({int(cluster.server_of_rank[r]) for r in rank_list})
         header = [
             f"{PROG} {__version__}: {op}, {describe_sizes(sizes)}, step factor {step_factor:g}",
-            f"topology: {G.graph.get('name', path.stem)} ({path})",
+            f"topology: {G.graph.get('name', path.stem)} ({path})"
+            + (f"  set: {' '.join(sets)}" if sets else ""),
             f"GPUs: {cluster.n_gpus} x {G.graph.get('gpu', '?')} in {G.graph.get('nodes', '?')} "
             f"node(s); ranks: {len(rank_list)} ({format_ranks(rank_list)}) on {n_nodes} node(s)",
             f"op: {op}  algo: {algo}  proto: {proto}  fidelity: {fidelity}  ecmp: {ecmp}  "

@@ -71,10 +71,23 @@ def _topology_with_sets(scn, path) -> nx.Graph:
     :raises ConfigError: as :func:`~simulator.topology.loader.topology_from_dict`.
     """
     c = scn.cluster
+    return topology_with_keys(path, c.topology_set, source=scn.source, prefix="--set topology.",
+                              nodes=c.nodes, links=c.links or None, nodes_from="cluster.nodes")
+
+
+def topology_with_keys(path, keys: dict, *, source: str, prefix: str,
+                       nodes: int | None = None, links: dict | None = None,
+                       nodes_from: str = "--nodes") -> nx.Graph:
+    """The topology file ``path`` with dotted ``keys`` (``{"params.node.nics": 4}``) set
+    before building. An error about a key that was set is reported as ``source`` and field
+    ``prefix + key`` (e.g. ``quickstart.yaml: --set topology.params.gpu: ...``).
+
+    :raises ConfigError: as :func:`~simulator.topology.loader.topology_from_dict`.
+    """
     data = read_yaml(path, "topology file")
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", source=str(path))
-    for key, value in c.topology_set.items():
+    for key, value in keys.items():
         node = data
         parts = key.split(".")
         for part in parts[:-1]:
@@ -83,17 +96,15 @@ def _topology_with_sets(scn, path) -> nx.Graph:
                 nxt = node[part] = {}
             if not isinstance(nxt, dict):
                 raise ConfigError(f"{part!r} is not a mapping, cannot set {key}",
-                                  source=scn.source, field=f"--set topology.{key}")
+                                  source=source, field=f"{prefix}{key}")
             node = nxt
         node[parts[-1]] = value
     try:
-        return topology_from_dict(data, source=str(path), nodes=c.nodes,
-                                  links=c.links or None, nodes_from="cluster.nodes")
+        return topology_from_dict(data, source=str(path), nodes=nodes, links=links,
+                                  nodes_from=nodes_from)
     except ConfigError as exc:
         field = exc.field or ""
         if exc.source == str(path) and any(field == k or field.startswith(k + ".")
-                                           or k.startswith(field + ".")
-                                           for k in c.topology_set):
-            raise ConfigError(exc.reason, source=scn.source,
-                              field=f"--set topology.{field}") from None
+                                           or k.startswith(field + ".") for k in keys):
+            raise ConfigError(exc.reason, source=source, field=f"{prefix}{field}") from None
         raise
