@@ -132,7 +132,8 @@ def test_default_price_follows_the_gpu_model():
         assert table.instances[name].gpu == gpu
         assert p.usd_per_gpu_hour == pytest.approx(
             table.instances[name].usd_per_hour / table.instances[name].gpus)
-    assert resolve_price("B200") is None        # no default: no cost (H100 has one since issue 16)
+    assert resolve_price("H100-PCIE-80GB") is None   # no default: no cost (B200 has one since
+    #                                                  issue 16's price audit)
     assert resolve_price("A100-SXM4-80GB", 1.25).usd_per_gpu_hour == 1.25
     assert resolve_price("A100-SXM4-80GB", instance="gcp-a2-ultragpu-8g").usd_per_gpu_hour \
         == pytest.approx(table.instances["gcp-a2-ultragpu-8g"].usd_per_hour / 8)

@@ -2,6 +2,7 @@
 (load, draw, run, collective, compare), their prices, and `--set topology.*` on the
 scenario commands."""
 
+import csv
 import re
 from collections import Counter
 
@@ -122,6 +123,25 @@ def test_run_and_compare_on_new_topologies(name):
     assert r.exit_code == 0, r.output
 
 
+SMALL = {"dgx-h100-superpod": 2, "gb200-nvl72": 1}     # fewest servers that still test it
+
+
+@pytest.mark.parametrize("name", sorted(set(NEW) - {"dgx-h100", "dgx-b200", "gcp-a3-mega"}))
+def test_run_and_compare_on_the_other_new_topologies(name):
+    sets = ["--set", f"cluster.topology={name}"]
+    if name in SMALL:
+        sets += ["--set", f"cluster.nodes={SMALL[name]}"]
+    r = run("run", *sets, "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert '"iteration_time_s"' in r.output
+    r = run("compare", *sets, "--strategies", "fsdp-full", "--no-scaling", "--no-capacity",
+            "--format", "csv")
+    assert r.exit_code == 0, r.output
+    row = next(csv.DictReader(line for line in r.output.splitlines()
+                              if line.startswith(("strategy,", "fsdp-full,"))))
+    assert row["status"] == "ok" and float(row["usd_per_gpu_hour"]) > 0   # priced by default
+
+
 def test_nvlink_domain_over_the_switch_limit_is_refused(tmp_path, capsys):
     limit = link_spec("nvlink5").max_domain_gpus
     path = tmp_path / "big.yaml"
@@ -142,12 +162,30 @@ def test_sharp_on_ethernet_is_refused():
 
 # ------------------------------------------------------------------------------- prices
 @pytest.mark.parametrize("gpu, instance, usd_per_hour, gpus", [
-    ("H100-SXM", "p5.48xlarge", 98.32, 8), ("H200-SXM", "p5e.48xlarge", 98.32, 8),
+    ("H100-SXM", "p5.48xlarge", 55.04, 8), ("H200-SXM", "p5en.48xlarge", 63.296, 8),
+    ("B200", "p6-b200.48xlarge", 113.9328, 8),
     ("GB200", "u-p6e-gb200x72 (UltraServer)", 761.904, 72)])
 def test_default_prices_of_the_new_gpus(gpu, instance, usd_per_hour, gpus):
     price = resolve_price(gpu)
     assert instance in price.label
     assert price.usd_per_gpu_hour == pytest.approx(usd_per_hour / gpus)
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_every_new_topology_has_a_sourced_dated_price(name):
+    G = load_topology(resolve_topology(name))
+    price = resolve_price(G.graph["gpu"], topology=G.graph["name"])
+    assert price is not None and re.search(r"retrieved 20\d\d-\d\d-\d\d", price.label)
+    assert "source" in price.source.lower() or "http" in price.source   # says where from
+
+
+def test_a_cloud_topology_is_priced_as_its_own_cloud():
+    gcp = resolve_price("H100-SXM", topology="gcp-a3-mega")
+    assert "a3-megagpu-8g" in gcp.label and gcp.usd_per_gpu_hour == pytest.approx(93.40 / 8)
+    assert "p5.48xlarge" in resolve_price("H100-SXM", topology="dgx-h100").label
+    r = run("compare", "--set", "cluster.topology=gcp-a3-mega", "--strategies", "fsdp-full",
+            "--no-scaling", "--no-capacity")
+    assert r.exit_code == 0 and "a3-megagpu-8g" in r.output
 
 
 # ------------------------------------------------------------------ --set topology.*

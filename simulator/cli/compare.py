@@ -115,7 +115,8 @@ def register(cli: click.Group) -> None:
         if day_rate is not None and not day_rate >= 0:
             raise ConfigError(f"must be >= 0 USD, got {day_rate!r}", source="--day-rate")
         G = scenario_graph(scn)
-        cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
+        cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
+                                    topology=G.graph.get("name"))
         if out is not None:
             prepare_out_dir(out)             # refused before the comparison, not after
         say = (lambda msg: stage(f"compare: {msg}")) if enabled() else None

@@ -70,7 +70,8 @@ def register(cli: click.Group) -> None:
             scn.training.micro_batch * scn.training.grad_accum * gpus
         if batch < 1:
             raise ConfigError(f"must be >= 1, got {batch}", source="--global-batch")
-        cost_price = resolve_price(str(G.graph.get("gpu")), price, instance)
+        cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
+                                    topology=G.graph.get("name"))
         if out is not None:
             prepare_out_dir(out)
         say = (lambda msg: stage(f"plan: {msg}")) if enabled() else None

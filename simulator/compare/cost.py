@@ -55,6 +55,7 @@ class _Instance(BaseModel):
 class _PriceFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     default_instance: dict[str, str] = Field(default_factory=dict)
+    default_topology_instance: dict[str, str] = Field(default_factory=dict)
     instances: dict[str, _Instance]
 
 
@@ -79,10 +80,12 @@ def load_price_file(path=None) -> _PriceFile:
         table = _PriceFile.model_validate(read_yaml(path, "price catalog"))
     except ValidationError as exc:
         raise validation_error(exc, source=str(path), style="raw") from None
-    for gpu, name in table.default_instance.items():
-        if name not in table.instances:
-            raise ConfigError(f"names no instance of this file: {name!r}", source=str(path),
-                              field=f"default_instance.{gpu}")
+    for key, names in (("default_instance", table.default_instance),
+                       ("default_topology_instance", table.default_topology_instance)):
+        for gpu, name in names.items():
+            if name not in table.instances:
+                raise ConfigError(f"names no instance of this file: {name!r}",
+                                  source=str(path), field=f"{key}.{gpu}")
     return table
 
 
@@ -100,9 +103,9 @@ def instance_price(name: str, table: _PriceFile | None = None) -> Price:
 
 
 def resolve_price(gpu: str, usd_per_gpu_hour: float | None = None,
-                  instance: str | None = None) -> Price | None:
-    """A given rate, else the named catalog instance, else the catalog's default for ``gpu``;
-    None when the catalog has no price for that GPU model."""
+                  instance: str | None = None, topology: str | None = None) -> Price | None:
+    """A given rate, else the named catalog instance, else the catalog's default for the
+    shipped ``topology``, else for ``gpu``; None when the catalog has no price for either."""
     if usd_per_gpu_hour is not None:
         if instance is not None:
             raise ConfigError("give --price-per-gpu-hour or --instance, not both",
@@ -112,7 +115,7 @@ def resolve_price(gpu: str, usd_per_gpu_hour: float | None = None,
     table = load_price_file()
     if instance is not None:
         return instance_price(instance, table)
-    name = table.default_instance.get(gpu)
+    name = table.default_topology_instance.get(topology) or table.default_instance.get(gpu)
     return instance_price(name, table) if name else None
 
 

@@ -65,7 +65,8 @@ def compare_point(scn, point: dict) -> list[dict]:
     from ..topology.build import scenario_graph
     opts = CompareOptions.model_validate(point["options"])
     G = scenario_graph(scn)
-    price = resolve_price(str(G.graph.get("gpu")), opts.price_per_gpu_hour, opts.instance)
+    price = resolve_price(str(G.graph.get("gpu")), opts.price_per_gpu_hour, opts.instance,
+                          topology=G.graph.get("name"))
     result = compare(scn, parse_strategies(opts.strategies), source=f"point {point['id']}",
                      price=price, scaling=opts.scaling, capacity=opts.capacity)
     return [_compare_row(r.as_dict(), result.cluster["gpus"]) for r in result.rows]
