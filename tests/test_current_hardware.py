@@ -41,7 +41,7 @@ def test_new_gpus_carry_their_datasheet_figures(name, fp8, hbm_bw, tdp):
     g = gpu_spec(name)
     assert g.low_precision_flops["fp8"] == fp8
     assert g.hbm_bw_bytes_per_s == hbm_bw and g.tdp_w == tdp
-    assert g.has_precision("fp8") and g.sm_count
+    assert g.has_precision("fp8") and g.sm_count and g.boost_clock_hz    # SMs and clock
     assert re.search(r"20\d\d-\d\d-\d\d", g.source)       # sources carry a date
     assert g.low_precision_flops["fp8"] == pytest.approx(2 * g.peak_flops["bf16"], rel=0.01)
 
