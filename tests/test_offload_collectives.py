@@ -125,11 +125,28 @@ def test_pat_at_one_gpu_per_node_takes_log2_steps():
     m = model("dgx-h100-superpod", nodes=4, version="2.23")
     one_per_node = [0, 8, 16, 24]
     plan = m.plan("all_gather", 1 << 20, one_per_node, algo="pat")
-    lat = (K.launch_overhead_s + K.protocol_latency_factor["Simple"] * 8.4 * US
-           + 2 * 9.6 * US)
+    # NCCL 2.28 tuning.cc: base 8.0 + log2i(4) x 14 / 3.5 + 4 ranks x 2.8 us
+    lat = (K.launch_overhead_s + K.protocol_latency_factor["Simple"] * 8.0 * US
+           + 2 * 14.0 / 3.5 * US + 4 * 2.8 * US)
     assert plan.latency_s == pytest.approx(lat)
+    ring = m.plan("all_gather", 1 << 20, one_per_node, algo="ring", proto="Simple")
+    # same bytes on the same links at NCCL's 0.75 PAT bandwidth factor
+    assert (plan.predicted_s - plan.latency_s) == pytest.approx(
+        (ring.predicted_s - ring.latency_s) / 0.75, rel=1e-9)
     with pytest.raises(ConfigError, match="pat runs at one GPU per server"):
         m.plan("all_gather", 1 << 20, ranks(m), algo="pat")
+
+
+def test_tuner_takes_pat_where_nccls_model_does():
+    """NCCL 2.23+ at one GPU per server: PAT's latency grows with nRanks x 2.8 us and its
+    bandwidth is 0.75 of the ring's, so on 32 servers it wins small and mid sizes against
+    ring/LL (31 net steps) and loses large ones to ring/Simple; 2.21 has no PAT."""
+    m = model("dgx-h100-superpod", nodes=32, version="2.23")
+    one_per_node = list(range(0, 256, 8))
+    algo = {s: m.plan("all_gather", s, one_per_node).algo for s in (8, 1 << 20, 1 << 30)}
+    assert algo[8] == "pat" and algo[1 << 20] == "pat" and algo[1 << 30] == "ring"
+    old = model("dgx-h100-superpod", nodes=32)
+    assert old.plan("all_gather", 8, one_per_node).algo == "ring"
 
 
 # ------------------------------------------------------------------ tree latency, knobs

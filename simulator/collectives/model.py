@@ -177,7 +177,9 @@ class CollectiveModel:
         bf = self.k.bandwidth_factor
         if algo == "direct":
             return 1.0
-        if algo in ("ring", "pat"):
+        if algo == "pat":
+            return bf["pat"]["Simple"]           # NCCL 2.23+: busBw *= .75
+        if algo == "ring":
             if proto == "LL":
                 single_other = comm.n_nodes == 1 and op not in ("all_reduce", "reduce")
                 return bf["ring"]["LL_single_node_other"] if single_other else bf["ring"]["LL"]

@@ -2,14 +2,18 @@
 per server, in log2(n) steps instead of a ring's n - 1.
 
 Bandwidth: each rank still sends and receives (n-1)/n of the buffer, over the ring's
-links (the same bytes cross the same NICs), so the edges are the ring's; only the latency
-differs: ``base + log2(n) x net`` (data/nccl.yaml ``pat_latency_us``).
+links (the same bytes cross the same NICs), so the edges are the ring's, at NCCL's PAT
+bandwidth factor (0.75, data/nccl.yaml ``bandwidth_factor.pat``). Latency as NCCL 2.28's
+tuning.cc: ``base + floor(log2 nNodes) x net / 3.5 + nRanks x per_rank``
+(``pat_latency_us``, ``pat_log_latency_divisor``).
 """
 
 from __future__ import annotations
 
 import math
+from functools import cache
 
+from .constants import read_data
 from .layouts import Communicator
 
 PAT_OPS = ("all_gather", "reduce_scatter")
@@ -25,9 +29,17 @@ def pat_unavailable(op: str, comm: Communicator) -> str | None:
     return None
 
 
+@cache
+def _log_divisor() -> float:
+    return float(read_data("nccl.yaml")["pat_log_latency_divisor"])
+
+
 def pat_latency_s(model, comm: Communicator) -> float:
-    """NCCL-style latency of PAT: launch + scale x base + log2(n) network hops."""
+    """NCCL's latency of PAT: launch + scale x base + floor(log2 nNodes) x net / 3.5 +
+    nRanks x per_rank (the calibrated factor scales the base only, as for a tree's levels
+    between servers)."""
     k = model.k
     lat = k.pat_latency_s
+    levels = int(math.log2(comm.n_nodes))            # NCCL's log2i
     return (k.launch_overhead_s + k.protocol_latency_factor["Simple"] * lat["base"]
-            + math.ceil(math.log2(comm.n_ranks)) * lat["net"])
+            + levels * lat["net"] / _log_divisor() + comm.n_ranks * lat["per_rank"])
