@@ -204,3 +204,25 @@ def test_scenario_nccl_block_reaches_the_model(capsys):
     assert code == 0, err
     code, out, err = run_main(capsys, "run", "--set", "nccl.algo=warp")
     assert code == 2 and "--set nccl.algo: unknown algorithm 'warp'" in err
+
+
+def test_nccl_algo_naming_none_of_an_ops_algorithms_keeps_the_ring():
+    # NCCL 2.19+ tuning.cc: "at least set ring algo available" when NCCL_ALGO leaves a
+    # collective nothing; CollNet implements all_reduce only here
+    m = model("dgx-a100", algo="collnetdirect", collnet_enable=True)
+    comm = make_communicator(m.cluster, ranks(m))
+    assert m._candidates("all_gather", comm) == ("ring",)
+    with pytest.raises(ConfigError, match="has no SHARP switches"):
+        m._candidates("all_reduce", comm)
+
+
+def test_sharp_asked_in_a_scenario_on_a_fabric_without_it(capsys):
+    args = ("run", "scenarios/resnet50-ddp-8gpu.yaml", "--quiet",
+            "--set", "nccl={algo: collnetdirect, collnet_enable: true}")
+    code, out, err = run_main(capsys, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "resnet50-ddp-8gpu.yaml: nccl.algo: no algorithm left for all_reduce" in err
+    assert "collnet_direct reduces on the switches (IB SHARP), but dgx-a100 has no SHARP" in err
+    code, out, err = run_main(capsys, *args, "--set", "cluster.topology=dgx-h100-superpod",
+                              "--set", "cluster.nodes=2")
+    assert code == 0, err

@@ -271,6 +271,10 @@ class CollectiveModel:
         allowed = self.nccl.allowed_algos()
         out = tuple(a for a in ALGOS_FOR_OP[op]
                     if a in allowed and self._unavailable(op, a, comm) is None)
+        if not out and not any(a in allowed for a in ALGOS_FOR_OP[op]):
+            # NCCL_ALGO names none of this op's algorithms: NCCL keeps the ring available
+            # ("at least set ring algo available", tuning.cc 2.19+)
+            return ("ring",)
         if not out:
             why = [r for a in ALGOS_FOR_OP[op] if a in allowed
                    for r in (self._unavailable(op, a, comm),) if r]
