@@ -93,6 +93,29 @@ def test_sharp_only_on_the_infiniband_superpods():
     assert {n for n, s in sharp.items() if s} == {"dgx-h100-superpod", "gb200-nvl72"}
 
 
+def test_h100_superpod_is_rail_optimized_in_32_server_units():
+    # NIC j of server s is cabled to rail leaf j of scalable unit s // 32, 8 x NDR each
+    G = load_topology(resolve_topology("dgx-h100-superpod"), nodes=64)
+    for s in (0, 31, 32, 63):
+        for j in range(8):
+            nic = f"n{s}.nic{j}"
+            leaf = {v for v in G.neighbors(nic) if G.nodes[v]["kind"] == "switch"}
+            assert leaf == {f"leaf.r{j}.g{s // 32}"}
+            assert G.edges[nic, f"leaf.r{j}.g{s // 32}"]["link_type"] == "ib-ndr"
+    assert sum(k == "switch" and n.startswith("leaf") for n, k in G.nodes(data="kind")) == 16
+
+
+def test_nvl72_racks_joined_by_ethernet_instead():
+    # the "racks joined by InfiniBand or Ethernet": leaf_spine + roce-400, no SHARP
+    G = topology_from_dict({"name": "nvl72-eth", "generator": "leaf_spine", "params": {
+        "nodes": 2, "node": {"type": "nvl_rack", "gpu": "GB200", "gpus": 72,
+                             "nic": "roce-400"}, "nodes_per_leaf": 1}}, source="x.yaml")
+    assert G.graph["gpus_per_node"] == 72 and G.graph["nodes"] == 2
+    assert not G.graph.get("sharp")
+    assert {d["link_type"] for _, _, d in G.edges(data=True) if d["link_class"] == "net"} \
+        == {"roce-400"}
+
+
 def test_aws_p5_has_four_100g_cards_per_gpu():
     G = load_topology(resolve_topology("aws-p5"))
     bw = {d["bw_bytes_per_s"] for u, v, d in G.edges(data=True) if d["link_type"] == "efa-v2"
