@@ -333,3 +333,17 @@ def test_sharp_on_an_ethernet_topology_file_is_one_line_exit_2(tmp_path, capsys)
     code, out, err = run_main(capsys, "topology", str(path))
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"{path}: params.sharp: SHARP needs InfiniBand" in err
+
+
+def test_the_issues_set_node_gpu_works_on_a_single_server_too(capsys):
+    # `run --set topology.params.node.gpu=H100-SXM` (the issue's example) on the one-DGX
+    # quickstart: a single-server generator takes a fabric's `node:` keys as its own
+    code, node, err = run_main(capsys, "run", "--format", "json", "--quiet",
+                               "--set", "topology.params.node.gpu=H100-SXM")
+    assert code == 0, err
+    code, flat, err = run_main(capsys, "run", "--format", "json", "--quiet",
+                               "--set", "topology.params.gpu=H100-SXM")
+    assert node == flat
+    code, out, err = run_main(capsys, "run", "--set", "topology.params.node.type=pcie")
+    assert code == 2 and err.count("\n") == 1
+    assert "--set topology.params.node.type: generator 'dgx_a100_node' builds a" in err

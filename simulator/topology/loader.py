@@ -113,12 +113,49 @@ def load_topology(path: str | Path, nodes: int | None = None,
                               nodes_from=nodes_from)
 
 
+# single-server generators and the fabric ``node: {type: ...}`` their servers are
+SINGLE_SERVER_TYPE = {"dgx_a100_node": "dgx_a100", "pcie_node": "pcie"}
+
+
+def _fold_node(data: Any, source: str) -> tuple[Any, set]:
+    """``data`` with a single-server generator's ``params.node`` mapping (the key a fabric's
+    servers take, ``--set topology.params.node.gpu=H100-SXM``) folded into its params over
+    the same keys there, and the folded keys; other data unchanged."""
+    params = data.get("params") if isinstance(data, dict) else None
+    if (not isinstance(params, dict) or "node" not in params
+            or data.get("generator") not in SINGLE_SERVER_TYPE):
+        return data, set()
+    node, kind = params["node"], SINGLE_SERVER_TYPE[data["generator"]]
+    if not isinstance(node, dict):
+        raise ConfigError(f"must be a mapping, got {node!r}", source=source,
+                          field="params.node")
+    if node.get("type", kind) != kind:
+        raise ConfigError(f"generator {data['generator']!r} builds a {kind!r} server, got "
+                          f"{node['type']!r}", source=source, field="params.node.type")
+    keys = {k: v for k, v in node.items() if k != "type"}      # they win over params.*
+    rest = {k: v for k, v in params.items() if k != "node"}
+    return {**data, "params": {**rest, **keys}}, set(keys)
+
+
 def topology_from_dict(data: Any, source: str = "<dict>", nodes: int | None = None,
                        links: dict | None = None, nodes_from: str = "--nodes") -> nx.Graph:
     """Build the cluster graph from an already-parsed topology mapping.
 
     :raises ConfigError: as :func:`load_topology`, attributed to ``source``.
     """
+    data, folded = _fold_node(data, source)
+    try:
+        return _build(data, source, nodes, links, nodes_from)
+    except ConfigError as exc:
+        key = (exc.field or "").removeprefix("params.").split(".")[0]
+        if folded and exc.source == source and key in folded:
+            raise ConfigError(exc.reason, source=source,
+                              field="params.node." + exc.field.removeprefix("params.")) from None
+        raise
+
+
+def _build(data: Any, source: str, nodes: int | None, links: dict | None,
+           nodes_from: str) -> nx.Graph:
     spec = _validate(data, source, nodes is not None)
     generate = GENERATORS[spec.generator][0]
     params = dict(spec.params)
