@@ -10,64 +10,97 @@ op of a class with several members carries one transfer per member; it ends with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import simpy
 
+from ..network.bundle import bundle_flows, runs_of, signature
 from ..network.fabric import Fabric
 from ..trace.schema import Op, RankClass, TransferKey
 
 
 @dataclass
 class _Meeting:
-    """One transfer: each side's arrival, and the delivery (value: (start_s, plan))."""
+    """One transfer: the sides that arrived, who waits for it, and when and how it went."""
 
-    sender: simpy.Event
-    receiver: simpy.Event
-    delivered: simpy.Event
     size_bytes: int = 0
     waiting: dict = field(default_factory=dict)     # side -> (class id, op) while alone
+    waits: list = field(default_factory=list)       # the ops' _Wait objects
+    start_s: float = 0.0
+    plan: object = None
+
+
+class _Wait:
+    """One send or recv op: fires ``event`` when the last of its transfers is delivered."""
+
+    def __init__(self, event: simpy.Event, left: int):
+        self.event, self.left = event, left
 
 
 class PointToPoint:
     """The rendezvous of every send/recv between ranks of one replay.
 
     ``plan(size_bytes, sender, receiver)`` lays a transfer out (a planned transfer, with
-    ``flow()``).
+    ``flow()``). The transfers that become ready when one op arrives start together, and
+    neighbours among them with the same payload, latency and rate cap go as one bundle
+    (:mod:`simulator.network.bundle`).
     """
 
     def __init__(self, env: simpy.Environment, fabric: Fabric, plan, keys: dict):
         self.env, self.fabric, self.plan = env, fabric, plan
         self.keys: dict[tuple[str, int], list[TransferKey]] = keys
         self.meetings: dict[TransferKey, _Meeting] = {}
+        self._bundles: dict = {}        # plans of one start -> (plans, bundled flows)
 
     def run(self, cls: RankClass, op: Op):
         """Process body of ``op`` (a send or recv of ``cls``): returns (start_s, plan)."""
-        delivered = []
-        for key in self.keys[(cls.id, op.id)]:
-            m = self._meeting(key, op.size_bytes)
-            (m.sender if op.kind == "send" else m.receiver).succeed()
+        keys = self.keys[(cls.id, op.id)]
+        wait = _Wait(self.env.event(), len(keys))
+        ready = []
+        for key in keys:
+            m = self.meetings.get(key)
+            if m is None:
+                m = self.meetings[key] = _Meeting(op.size_bytes)
             m.waiting[op.kind] = (cls.id, op)
-            delivered.append(m.delivered)
-        yield self.env.all_of(delivered)
-        started = [ev.value for ev in delivered]
-        return min(s for s, _ in started), started[0][1]
+            m.waits.append(wait)
+            if len(m.waiting) == 2:
+                ready.append((key, m))
+        if ready:
+            self._start(ready)
+        if wait.left:
+            yield wait.event
+        met = [self.meetings[key] for key in keys]
+        return min(m.start_s for m in met), met[0].plan
 
-    def _meeting(self, key: TransferKey, size_bytes: int) -> _Meeting:
-        m = self.meetings.get(key)
-        if m is None:
-            m = self.meetings[key] = _Meeting(self.env.event(), self.env.event(),
-                                              self.env.event(), size_bytes)
-            self.env.process(self._transfer(key, m))
-        return m
+    def _start(self, ready: list) -> None:
+        """Both sides of each of ``ready`` are here: move their bytes."""
+        now = self.env.now
+        plans = []
+        for key, m in ready:
+            m.waiting.clear()
+            m.start_s = now
+            m.plan = self.plan(m.size_bytes, key[0], key[1])
+            plans.append(m.plan)
+        cached = self._bundles.get(tuple(id(p) for p in plans))
+        if cached is None:
+            flows = [p.flow() for p in plans]
+            cached = (plans, [(bundle_flows(run), len(run))
+                              for run in runs_of(flows, signature)])
+            self._bundles[tuple(id(p) for p in plans)] = cached
+        first = 0
+        for flow, count in cached[1]:
+            done = self.fabric.transfer(replace(flow))
+            met = [m for _, m in ready[first:first + count]]
+            done.callbacks.append(lambda _e, met=met: self._delivered(met))
+            first += count
 
-    def _transfer(self, key: TransferKey, m: _Meeting):
-        yield self.env.all_of([m.sender, m.receiver])
-        m.waiting.clear()
-        start = self.env.now
-        plan = self.plan(m.size_bytes, key[0], key[1])
-        yield self.fabric.transfer(plan.flow())
-        m.delivered.succeed((start, plan))
+    @staticmethod
+    def _delivered(met: list) -> None:
+        for m in met:
+            for wait in m.waits:
+                wait.left -= 1
+                if wait.left == 0:
+                    wait.event.succeed()
 
     def stuck(self) -> list[str]:
         """Sides that arrived and whose partner never did (after the replay ran dry)."""

@@ -4,7 +4,9 @@ Each (rank class, stream) is one SimPy process running its ops in order, as a CU
 does; ``deps`` wait on ops of other streams. A collective starts when every rank class in
 its communicator has reached it (so a slow rank delays the group), then all instance groups
 of the communicator put their flows on the fabric at once and the op ends when the last
-instance finishes. A ``send``/``recv`` between ranks meets its partner op and moves its bytes
+instance finishes. Neighbouring instances with the same payload, latency and rate cap go as
+one bundle (:mod:`simulator.network.bundle`: one transfer, split by the fabric back into
+its instances where they stop sharing the links evenly), and so do the members of a send. A ``send``/``recv`` between ranks meets its partner op and moves its bytes
 from the sender's GPU to the receiver's (:mod:`simulator.engine.p2p`). Compute takes the
 compute model's time, scaled by the class's slowdown, and by ``1 + overlap_slowdown`` when
 a communication kernel of the same class is running as the compute op starts (the factor
@@ -30,13 +32,14 @@ waits) raises a :class:`~simulator.errors.ClusterSimError` naming the ops.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
+from ..network.bundle import bundled
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace, transfer_keys
 from .memory import MemoryPool
@@ -133,6 +136,7 @@ class _Replayer:
         self.members = self._class_members()
         self.comm_active = {c.id: 0 for c in trace.classes}
         self._plans: dict = {}
+        self._bundles: dict = {}        # plans of one launch -> (plans, bundled flows)
         self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
                      if cfg.variability is not None else None)
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
@@ -279,7 +283,11 @@ class _Replayer:
         start = self.env.now
         comm = self.trace.communicators[op.comm]
         plans = [self._plan(op, grp) for grp in comm.groups]
-        transfers = [self.fabric.transfer(p.flow()) for p in plans]
+        key = tuple(id(p) for p in plans)
+        flows = self._bundles.get(key)
+        if flows is None:       # the instance groups, bundled (module docstring)
+            flows = self._bundles[key] = (plans, bundled([p.flow() for p in plans]))
+        transfers = [self.fabric.transfer(replace(f)) for f in flows[1]]
         yield self.env.all_of(transfers)
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
             factor = self.vary.collective_factor(op.comm, comm.size)
@@ -313,7 +321,7 @@ class _Replayer:
         server, nic = int(op.attrs["host"]), int(op.attrs.get("nic", 0))
         flows = [host_flow(self.coll.cluster, r, server, op.size_bytes, op.kind == "send",
                            nic, self.cfg.host_bytes_per_s) for r in cls.ranks]
-        yield self.env.all_of([self.fabric.transfer(f) for f in flows])
+        yield self.env.all_of([self.fabric.transfer(f) for f in bundled(flows)])
 
 
 def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,

@@ -13,7 +13,8 @@ import numpy as np
 import simpy
 
 from ..choices import FIDELITIES
-from .maxmin import FlowIncidence, share_bandwidth
+from .bundle import Join, incidence, instances, slowest_rate
+from .maxmin import FlowIncidence, share_bandwidth_checked
 
 
 @dataclass
@@ -24,7 +25,9 @@ class Flow:
     protocol's or transport's efficiency included. ``wire_coef`` is the bytes that cross
     the link per payload byte, for the counters; None when they are the same as ``coef``.
     ``latency_s`` elapses before the first byte moves (propagation, protocol setup).
-    ``max_rate`` caps the payload rate (bytes/s), ``inf`` for no cap.
+    ``max_rate`` caps the payload rate (bytes/s), ``inf`` for no cap. ``parts``: where
+    the flow is a bundle of identical instances (:mod:`simulator.network.bundle`), the
+    offset of each instance's first entry and, last, the number of entries; else None.
     """
 
     size_bytes: float
@@ -34,6 +37,7 @@ class Flow:
     max_rate: float = float("inf")
     label: str = ""
     wire_coef: np.ndarray | None = None
+    parts: np.ndarray | None = None
     start_s: float = field(default=float("nan"), init=False)
     end_s: float = field(default=float("nan"), init=False)
 
@@ -113,7 +117,7 @@ class AnalyticalFabric(Fabric):
     name = "analytical"
 
     def _move(self, flow: Flow, done: simpy.Event):
-        rate = bottleneck_rate(flow, self.capacity)
+        rate = slowest_rate(flow, lambda f: bottleneck_rate(f, self.capacity))
         self.solves += 1
         duration = flow.size_bytes / rate
         np.add.at(self.link_occupancy_bytes, flow.links, flow.coef * flow.size_bytes)
@@ -188,10 +192,14 @@ class FlowFabric(Fabric):
         still = []
         for entry in self._active:
             flow, remaining, done = entry
-            if remaining <= self._DONE_FRACTION * flow.size_bytes:
-                self._finish(flow, done)
-            else:
+            if remaining > self._DONE_FRACTION * flow.size_bytes:
                 still.append(entry)
+            elif not isinstance(done, Join):
+                self._finish(flow, done)
+            else:                   # an instance of a split bundle
+                done.left -= 1
+                if done.left == 0:
+                    self._finish(done.flow, done.done)
         self._active = still
         self._solve()
         self._schedule_next()
@@ -202,35 +210,60 @@ class FlowFabric(Fabric):
             self._link_load = self._wire_load = self._idle
             self._sample()
             return
-        flows = [entry[0] for entry in self._active]
         self.solves += 1
-        if len(flows) == 1:
-            self._rates, self._link_load, self._wire_load = self._alone(flows[0])
-            self._sample()
-            return
-        incidence = FlowIncidence.from_lists([f.links for f in flows], [f.coef for f in flows],
-                                             [f.max_rate for f in flows])
-        self._rates = share_bandwidth(incidence, self.capacity)
-        owner_rate = np.repeat(self._rates, np.diff(incidence.ptr))
-        self._link_load = np.bincount(incidence.link, weights=incidence.coef * owner_rate,
+        if len(self._active) == 1:
+            alone = self._alone(self._active[0][0])
+            if alone is not None:
+                self._rates, self._link_load, self._wire_load = alone
+                self._sample()
+                return
+        while True:
+            flows = [entry[0] for entry in self._active]
+            inc = incidence(flows)
+            self._rates, split = share_bandwidth_checked(inc, self.capacity)
+            if not split.any():
+                break
+            self._split(split)
+        owner_rate = np.repeat(self._rates, np.diff(inc.ptr))
+        self._link_load = np.bincount(inc.link, weights=inc.coef * owner_rate,
                                       minlength=len(self.capacity))
         wire = np.concatenate([wire_coef(f) for f in flows])
-        self._wire_load = np.bincount(incidence.link, weights=wire * owner_rate,
+        self._wire_load = np.bincount(inc.link, weights=wire * owner_rate,
                                       minlength=len(self.capacity))
         self._sample()
 
-    def _alone(self, f: Flow) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _split(self, split: np.ndarray) -> None:
+        """Replace each bundle marked in ``split`` by its instances, each with the bytes
+        the bundle had left; the bundle's event fires when the last is done."""
+        active = []
+        for entry, cut in zip(self._active, split.tolist()):
+            if not cut:
+                active.append(entry)
+                continue
+            flow, remaining, done = entry
+            parts = instances(flow)
+            join = Join(flow, done, len(parts))
+            active.extend([part, remaining, join] for part in parts)
+        self._active = active
+
+    def _alone(self, f: Flow) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(rates, link load, wire load) of ``f`` alone on the fabric: the same arithmetic
         as for several flows (its rate times each entry's coefficient), remembered for the
-        last few arrays seen (a cached plan's flow recurs) and read-only."""
+        last few arrays seen (a cached plan's flow recurs) and read-only. None for a
+        bundle whose instances do not share the links evenly (it must be split)."""
         key = (id(f.links), id(f.coef), id(f.wire_coef), f.max_rate)
         hit = self._memo.get(key)
         if hit is not None and hit[0] is f.links and hit[1] is f.coef and \
                 hit[2] is f.wire_coef:
             return hit[3]
         links, coef = np.asarray(f.links, np.int64), np.asarray(f.coef, float)
-        rates = share_bandwidth(FlowIncidence(np.array([0, len(links)]), links, coef,
-                                              np.array([f.max_rate], float)), self.capacity)
+        inc = FlowIncidence(np.array([0, len(links)]), links, coef,
+                            np.array([f.max_rate], float))
+        if f.parts is not None:
+            inc = incidence([f])
+        rates, split = share_bandwidth_checked(inc, self.capacity)
+        if split[0]:
+            return None
         n = len(self.capacity)
         out = (rates, np.bincount(links, weights=coef * rates[0], minlength=n),
                np.bincount(links, weights=wire_coef(f) * rates[0], minlength=n))
