@@ -28,6 +28,7 @@ class _Meeting:
     waits: list = field(default_factory=list)       # the ops' _Wait objects
     start_s: float = 0.0
     plan: object = None
+    left: int = 0                                   # bundles still moving
 
 
 class _Wait:
@@ -43,17 +44,44 @@ class PointToPoint:
     ``plan(size_bytes, sender, receiver)`` lays a transfer out (a planned transfer, with
     ``flow()``). The transfers that become ready when one op arrives start together, and
     neighbours among them with the same payload, latency and rate cap go as one bundle
-    (:mod:`simulator.network.bundle`).
+    (:mod:`simulator.network.bundle`) unless ``bundles`` is False.
     """
 
-    def __init__(self, env: simpy.Environment, fabric: Fabric, plan, keys: dict):
+    def __init__(self, env: simpy.Environment, fabric: Fabric, plan, keys: dict,
+                 bundles: bool = True):
         self.env, self.fabric, self.plan = env, fabric, plan
+        self.signature = signature if bundles else id      # id: no two flows alike
         self.keys: dict[tuple[str, int], list[TransferKey]] = keys
         self.meetings: dict[TransferKey, _Meeting] = {}
         self._bundles: dict = {}        # plans of one start -> (plans, bundled flows)
+        self._pairs: list[tuple] = []           # (sender, receiver) of each member
+        self._group: dict = {}                  # (class id, op id) -> (group, pairs)
+        self._met: dict[int, _Meeting] = {}     # group -> its meeting
+        if bundles:
+            self._pair_ops(keys)
+
+    def _pair_ops(self, keys: dict) -> None:
+        """A send op and a recv op that carry the very same transfers (the common case: a
+        stage's class sends to the next stage's) meet once for all of them, as a group."""
+        by_keys: dict[tuple, list] = {}
+        for op_key, transfers in keys.items():
+            by_keys.setdefault(tuple(transfers), []).append(op_key)
+        pairs_id: dict[tuple, int] = {}
+        for group, (transfers, ops) in enumerate(by_keys.items()):
+            if len(ops) != 2:
+                continue
+            pairs = tuple((src, dst) for src, dst, _, _ in transfers)
+            if pairs not in pairs_id:
+                pairs_id[pairs] = len(self._pairs)
+                self._pairs.append(pairs)
+            for op_key in ops:
+                self._group[op_key] = (group, pairs_id[pairs])
 
     def run(self, cls: RankClass, op: Op):
         """Process body of ``op`` (a send or recv of ``cls``): returns (start_s, plan)."""
+        group = self._group.get((cls.id, op.id))
+        if group is not None:
+            return (yield from self._run_group(group, cls, op))
         keys = self.keys[(cls.id, op.id)]
         wait = _Wait(self.env.event(), len(keys))
         ready = []
@@ -72,6 +100,41 @@ class PointToPoint:
         met = [self.meetings[key] for key in keys]
         return min(m.start_s for m in met), met[0].plan
 
+    def _run_group(self, group: tuple[int, int], cls: RankClass, op: Op):
+        m = self._met.get(group[0])
+        if m is None:
+            m = self._met[group[0]] = _Meeting(op.size_bytes)
+        m.waiting[op.kind] = (cls.id, op)
+        wait = _Wait(self.env.event(), 1)
+        m.waits.append(wait)
+        if len(m.waiting) == 2:
+            m.waiting.clear()
+            m.start_s = self.env.now
+            key = (m.size_bytes, group[1])
+            cached = self._bundles.get(key)
+            if cached is None:
+                plans = [self.plan(m.size_bytes, src, dst) for src, dst in self._pairs[group[1]]]
+                cached = self._bundles[key] = (plans, self._runs(plans))
+            m.plan = cached[0][0]
+            m.left = len(cached[1])
+            for flow, _ in cached[1]:
+                self.fabric.transfer(replace(flow)).callbacks.append(
+                    lambda _e, m=m: self._group_moved(m))
+        yield wait.event
+        return m.start_s, m.plan
+
+    @staticmethod
+    def _group_moved(m: _Meeting) -> None:
+        m.left -= 1
+        if m.left == 0:
+            for wait in m.waits:
+                wait.event.succeed()
+
+    def _runs(self, plans: list) -> list[tuple]:
+        """(bundled flow, count of members) for each run of neighbours alike."""
+        return [(bundle_flows(run), len(run))
+                for run in runs_of([p.flow() for p in plans], self.signature)]
+
     def _start(self, ready: list) -> None:
         """Both sides of each of ``ready`` are here: move their bytes."""
         now = self.env.now
@@ -83,10 +146,7 @@ class PointToPoint:
             plans.append(m.plan)
         cached = self._bundles.get(tuple(id(p) for p in plans))
         if cached is None:
-            flows = [p.flow() for p in plans]
-            cached = (plans, [(bundle_flows(run), len(run))
-                              for run in runs_of(flows, signature)])
-            self._bundles[tuple(id(p) for p in plans)] = cached
+            cached = self._bundles[tuple(id(p) for p in plans)] = (plans, self._runs(plans))
         first = 0
         for flow, count in cached[1]:
             done = self.fabric.transfer(replace(flow))
@@ -105,7 +165,10 @@ class PointToPoint:
     def stuck(self) -> list[str]:
         """Sides that arrived and whose partner never did (after the replay ran dry)."""
         out = []
-        for (src, dst, tag, k), m in self.meetings.items():
+        met = list(self.meetings.items()) + [
+            (self.keys[(cls_id, op.id)][0], m) for m in self._met.values()
+            for cls_id, op in m.waiting.values()]
+        for (src, dst, tag, k), m in met:
             for kind, (cls_id, op) in m.waiting.items():
                 partner = f"recv on rank {dst}" if kind == "send" else f"send on rank {src}"
                 out.append(f"rank class {cls_id}, op {op.id} ({op.name}): {kind} from rank "

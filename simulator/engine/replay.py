@@ -56,7 +56,9 @@ class EngineConfig:
     starts while a communication kernel runs on the same GPU (SM and memory contention);
     ``host_bytes_per_s``: bytes/s of host-device copies; ``variability``: op class ->
     sigma of rank-to-rank variability, None for the ideal machine
-    (:mod:`simulator.engine.variability`), drawn from ``seed``."""
+    (:mod:`simulator.engine.variability`), drawn from ``seed``; ``bundles``: move identical
+    instances of a collective or send as one bundle (:mod:`simulator.network.bundle`; the
+    same times), False for one flow per instance (the reference, slower at scale)."""
 
     fidelity: str = "flow"
     overlap_slowdown: float = 0.0
@@ -64,6 +66,7 @@ class EngineConfig:
     precision: str = "bf16"
     variability: Mapping[str, float] | None = None
     seed: int = 0
+    bundles: bool = True
 
 
 @dataclass
@@ -106,6 +109,7 @@ class Timeline:
     link_samples: list[tuple[float, np.ndarray]] = field(default_factory=list)
     memory_wait_s: dict = field(default_factory=dict)    # class -> seconds ops waited
     link_occupancy_bytes: np.ndarray | None = None     # capacity taken (Fabric docstring)
+    fabric_stats: dict = field(default_factory=dict)   # solves, bundles split
 
 
 class _Rendezvous:
@@ -136,7 +140,9 @@ class _Replayer:
         self.members = self._class_members()
         self.comm_active = {c.id: 0 for c in trace.classes}
         self._plans: dict = {}
-        self._bundles: dict = {}        # plans of one launch -> (plans, bundled flows)
+        # (comm, collective, size, how) -> the plans of its groups and their bundled flows;
+        # attrs may pin the algorithm, protocol and root (a position in the group)
+        self._launches: dict = {}
         self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
                      if cfg.variability is not None else None)
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
@@ -144,7 +150,7 @@ class _Replayer:
                       for c in trace.classes}
         keys = {(c.id, op_id): k for c in trace.classes
                 for op_id, k in transfer_keys(c).items()}
-        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plan, keys)
+        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plan, keys, cfg.bundles)
         self._check_host_copies()
 
     def _check_host_copies(self) -> None:
@@ -199,7 +205,9 @@ class _Replayer:
                         self.fabric.link_bytes.copy(), end, self.env.events_processed,
                         self.capacity, dict(self.trace.meta), self.link_groups,
                         list(self.fabric.samples), {c: p.wait_s for c, p in pools.items()},
-                        self.fabric.link_occupancy_bytes.copy())
+                        self.fabric.link_occupancy_bytes.copy(),
+                        {"solves": self.fabric.solves,
+                         "splits": self.fabric.splits})
 
     def _check_finished(self) -> None:
         """A replay that ran dry with ops left is a deadlock of the trace's program."""
@@ -282,24 +290,22 @@ class _Replayer:
         yield rv.all_here
         start = self.env.now
         comm = self.trace.communicators[op.comm]
-        plans = [self._plan(op, grp) for grp in comm.groups]
-        key = tuple(id(p) for p in plans)
-        flows = self._bundles.get(key)
-        if flows is None:       # the instance groups, bundled (module docstring)
-            flows = self._bundles[key] = (plans, bundled([p.flow() for p in plans]))
-        transfers = [self.fabric.transfer(replace(f)) for f in flows[1]]
+        how = tuple(op.attrs.get(k, d) for k, d in (("algorithm", "auto"),
+                                                    ("protocol", "auto"), ("root", 0)))
+        key = (op.comm, op.collective, op.size_bytes, how)
+        launch = self._launches.get(key)
+        if launch is None:      # the instance groups' plans, bundled (module docstring)
+            plans = [self._cached_plan(op.collective, op.size_bytes, grp, how)
+                     for grp in comm.groups]
+            launch = self._launches[key] = (plans, self._bundled([p.flow() for p in plans]))
+        plans = launch[0]
+        transfers = [self.fabric.transfer(replace(f)) for f in launch[1]]
         yield self.env.all_of(transfers)
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
             factor = self.vary.collective_factor(op.comm, comm.size)
             if factor != 1.0:
                 yield self.env.timeout((factor - 1.0) * (self.env.now - start))
         rv.done.succeed((start, plans[0]))
-
-    def _plan(self, op: Op, group: tuple[int, ...]):
-        # attrs may pin the algorithm, protocol and root (a position in the group)
-        how = tuple(op.attrs.get(k, d) for k, d in (("algorithm", "auto"),
-                                                    ("protocol", "auto"), ("root", 0)))
-        return self._cached_plan(op.collective, op.size_bytes, group, how)
 
     def _p2p_plan(self, size_bytes: int, sender: int, receiver: int):
         return self._cached_plan("send_recv", size_bytes, (sender, receiver),
@@ -321,7 +327,10 @@ class _Replayer:
         server, nic = int(op.attrs["host"]), int(op.attrs.get("nic", 0))
         flows = [host_flow(self.coll.cluster, r, server, op.size_bytes, op.kind == "send",
                            nic, self.cfg.host_bytes_per_s) for r in cls.ranks]
-        yield self.env.all_of([self.fabric.transfer(f) for f in bundled(flows)])
+        yield self.env.all_of([self.fabric.transfer(f) for f in self._bundled(flows)])
+
+    def _bundled(self, flows: list) -> list:
+        return bundled(flows) if self.cfg.bundles else flows
 
 
 def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,

@@ -62,6 +62,7 @@ class Fabric:
         self.link_bytes = np.zeros(len(self.capacity))
         self.link_occupancy_bytes = np.zeros(len(self.capacity))
         self.solves = 0
+        self.splits = 0         # bundles split back into their instances
         self.samples: list[tuple[float, np.ndarray]] = []
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
@@ -225,6 +226,7 @@ class FlowFabric(Fabric):
                 continue
             flow, remaining, done = entry
             parts = instances(flow)
+            self.splits += 1
             join = Join(flow, done, len(parts))
             active.extend([part, remaining, join] for part in parts)
         self._active = active

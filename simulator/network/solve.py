@@ -77,13 +77,13 @@ class Solver:
         return out, split
 
     def _loads(self, flows: list, inc, rates: np.ndarray) -> Solution:
-        links, where = np.unique(inc.link, return_inverse=True)
+        n = len(self.capacity)
+        links = np.flatnonzero(np.bincount(inc.link, minlength=n))
         owner_rate = np.repeat(rates, np.diff(inc.ptr))
-        n = len(links)
-        occupancy = np.bincount(where, weights=inc.coef * owner_rate, minlength=n)
+        occupancy = np.bincount(inc.link, weights=inc.coef * owner_rate, minlength=n)[links]
         wire = inc.coef if all(f.wire_coef is None for f in flows) else np.concatenate(
             [f.coef if f.wire_coef is None else f.wire_coef for f in flows])
-        wire_load = np.bincount(where, weights=wire * owner_rate, minlength=n)
+        wire_load = np.bincount(inc.link, weights=wire * owner_rate, minlength=n)[links]
         group = None
         if self._groups is not None:
             group = np.bincount(self._groups[links], weights=occupancy,
