@@ -158,3 +158,18 @@ def test_a_split_bundle_finishes_when_its_last_instance_does():
     assert both.value.end_s == pytest.approx(100.0 / 5.0)
     assert other.value.end_s == pytest.approx(100.0 / 5.0)
     assert fabric.link_bytes.tolist() == pytest.approx([100.0, 200.0])
+
+
+def test_a_solve_on_the_used_links_only_is_the_solve_on_every_link():
+    from simulator.network.maxmin import FlowIncidence, on_used_links
+    from simulator.network.fabric import bottleneck_rate
+    rng = np.random.default_rng(3)
+    cap = rng.uniform(1.0, 10.0, 200)
+    links = [rng.choice(200, size=rng.integers(1, 12)) for _ in range(30)]
+    coefs = [rng.uniform(0.1, 2.0, len(x)) for x in links]
+    inc = FlowIncidence.from_lists(links, coefs)
+    local, used = on_used_links(inc, len(cap))
+    assert share_bandwidth(local, cap[used]).tobytes() == share_bandwidth(inc, cap).tobytes()
+    for x, c in zip(links, coefs):      # one flow alone: the dense bincount's arithmetic
+        load = np.bincount(x, weights=c, minlength=len(cap))
+        assert bottleneck_rate(Flow(1.0, x, c), cap) == np.min(cap[load > 0] / load[load > 0])

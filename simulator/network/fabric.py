@@ -101,9 +101,11 @@ def bottleneck_rate(flow: Flow, capacity: np.ndarray) -> float:
     """Payload rate of ``flow`` alone on the links: min over links of capacity / load."""
     if len(flow.links) == 0:
         return flow.max_rate
-    load = np.bincount(flow.links, weights=flow.coef, minlength=len(capacity))
+    # per link its coefficients summed in entry order, as a bincount over all links would
+    links, where = np.unique(flow.links, return_inverse=True)
+    load = np.bincount(where.ravel(), weights=flow.coef, minlength=len(links))
     used = load > 0
-    return float(min(np.min(capacity[used] / load[used]), flow.max_rate))
+    return float(min(np.min(capacity[links[used]] / load[used]), flow.max_rate))
 
 
 class AnalyticalFabric(Fabric):

@@ -6,8 +6,9 @@ sends, one after another; a cached plan's flow recurs with the very same arrays)
 solve is remembered by the identity of its flows' arrays (links, coefficients, wire bytes,
 instances) and rate caps, for the last :data:`Solver.REMEMBERED` sets seen.
 
-Loads are kept sparse: the links the flows cross (sorted), with the capacity taken and
-the bytes crossing each per second. Adding them to the counters link by link, or summing
+The solve runs on the links the flows cross only (renumbered,
+:func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
+(sorted), with the capacity taken and the bytes crossing each per second. Adding them to the counters link by link, or summing
 them per link group, gives the same numbers as the dense vectors would (the other links
 only add zeros).
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bundle import incidence
-from .maxmin import share_bandwidth_checked
+from .maxmin import on_used_links, share_bandwidth_checked
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Solver:
         self._groups: np.ndarray | None = None
         self._n_groups = 0
         self._memo: dict = {}
+        self._checked = False
         empty = np.zeros(0)
         self.idle = Solution(empty, np.zeros(0, np.int64), empty, empty, None)
 
@@ -66,24 +68,27 @@ class Solver:
         if hit is not None and all(a is b for f, g in zip(flows, hit[0])
                                    for a, b in zip(_arrays(f), g)):
             return hit[1], np.zeros(len(flows), bool)
-        inc = incidence(flows)
-        rates, split = share_bandwidth_checked(inc, self.capacity)
+        if not self._checked:       # share_bandwidth's check, once for the whole fabric
+            if np.any(self.capacity <= 0):
+                raise ValueError("every link capacity must be > 0")
+            self._checked = True
+        inc, links = on_used_links(incidence(flows), len(self.capacity))
+        rates, split = share_bandwidth_checked(inc, self.capacity[links])
         if split.any():
             return None, split
-        out = self._loads(flows, inc, rates)
+        out = self._loads(flows, inc, links, rates)
         if len(self._memo) >= self.REMEMBERED:
             self._memo.pop(next(iter(self._memo)))
         self._memo[ids] = ([_arrays(f) for f in flows], out)
         return out, split
 
-    def _loads(self, flows: list, inc, rates: np.ndarray) -> Solution:
-        n = len(self.capacity)
-        links = np.flatnonzero(np.bincount(inc.link, minlength=n))
+    def _loads(self, flows: list, inc, links: np.ndarray, rates: np.ndarray) -> Solution:
+        n = len(links)
         owner_rate = np.repeat(rates, np.diff(inc.ptr))
-        occupancy = np.bincount(inc.link, weights=inc.coef * owner_rate, minlength=n)[links]
+        occupancy = np.bincount(inc.link, weights=inc.coef * owner_rate, minlength=n)
         wire = inc.coef if all(f.wire_coef is None for f in flows) else np.concatenate(
             [f.coef if f.wire_coef is None else f.wire_coef for f in flows])
-        wire_load = np.bincount(inc.link, weights=wire * owner_rate, minlength=n)[links]
+        wire_load = np.bincount(inc.link, weights=wire * owner_rate, minlength=n)
         group = None
         if self._groups is not None:
             group = np.bincount(self._groups[links], weights=occupancy,
