@@ -77,6 +77,14 @@ def test_bundled_replay_is_the_per_instance_replay_bit_for_bit(name):
     assert bundled_tl.events < exact.events
 
 
+def test_the_analytical_fabric_times_a_bundle_by_its_slowest_instance():
+    setup = _setup(_trace(PLANS["tp+pp+fsdp"], 32), nodes=4,
+                   sets=["simulation.fidelity=analytical"])
+    setup.cluster.capacity_bytes_per_s[_a_nic_link(setup.cluster)] *= 0.25
+    a, b = _both(setup)
+    _same(a, b)
+
+
 def test_expert_all_to_all_with_uneven_routing_is_the_per_instance_replay():
     model = dataclasses.replace(load_model("mixtral-8x7b"), layers=2)
     plan = ParallelPlan(pp=2, dp_shard=8, ep=8, dp_mode="zero1")
@@ -173,3 +181,14 @@ def test_a_solve_on_the_used_links_only_is_the_solve_on_every_link():
     for x, c in zip(links, coefs):      # one flow alone: the dense bincount's arithmetic
         load = np.bincount(x, weights=c, minlength=len(cap))
         assert bottleneck_rate(Flow(1.0, x, c), cap) == np.min(cap[load > 0] / load[load > 0])
+
+
+def test_uneven_leaves_on_an_oversubscribed_fabric_give_the_per_instance_replay():
+    # 6 servers, 4 a leaf: one full leaf and one half-full, spines at 4:1; some replicas'
+    # sends and rings cross the spines and others do not
+    plan = ParallelPlan(tp=8, pp=2, dp_replicate=3, dp_mode="ddp")
+    setup = _setup(_trace(plan, 48), nodes=6, topology="a100-roce-leaf-spine",
+                   sets=["topology.params.oversubscription=4"])
+    a, b = _both(setup)
+    _same(a, b)
+    assert a.fabric_stats["splits"] > 0          # the fallback was taken
