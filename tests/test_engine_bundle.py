@@ -97,7 +97,8 @@ def test_expert_all_to_all_with_uneven_routing_is_the_per_instance_replay():
 def test_a_degraded_nic_splits_the_bundles_and_the_replay_stays_exact():
     setup = _setup(_trace(ParallelPlan(tp=8, pp=2, dp_replicate=2, dp_mode="ddp"), 32),
                    nodes=4)
-    setup.cluster.capacity_bytes_per_s[_a_nic_link(setup.cluster)] *= 0.25                # one NIC of one server at a quarter of its rate
+    # one NIC of one server at a quarter of its rate
+    setup.cluster.capacity_bytes_per_s[_a_nic_link(setup.cluster)] *= 0.25
     a, b = _both(setup)
     _same(a, b)
     assert a.fabric_stats["splits"] > 0 and b.fabric_stats["splits"] == 0

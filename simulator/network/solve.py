@@ -8,9 +8,9 @@ instances) and rate caps, for the last :data:`Solver.REMEMBERED` sets seen.
 
 The solve runs on the links the flows cross only (renumbered,
 :func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
-(sorted), with the capacity taken and the bytes crossing each per second. Adding them to the counters link by link, or summing
-them per link group, gives the same numbers as the dense vectors would (the other links
-only add zeros).
+(sorted), with the capacity taken and the bytes crossing each per second. Adding them to
+the counters link by link, or summing them per link group, gives the same numbers as the
+dense vectors would (the other links only add zeros).
 """
 
 from __future__ import annotations
