@@ -1,8 +1,11 @@
 """Benchmark at scale: 1,024 to 131,072 GPUs (DGX A100 SuperPOD fabric, 8 GPUs a server).
 
-Three cases: ``all_reduce`` of 1 GiB and ``all_to_all`` of 64 MiB (flow fidelity, every GPU),
-and one Llama-2-70B FSDP FULL_SHARD iteration (``fsdp``, the llama2-70b-fsdp-128gpu
-scenario on more servers). Each case runs twice, each time in a fresh process:
+Four cases: ``all_reduce`` of 1 GiB and ``all_to_all`` of 64 MiB (flow fidelity, every GPU),
+one Llama-2-70B FSDP FULL_SHARD iteration (``fsdp``, the llama2-70b-fsdp-128gpu scenario on
+more servers) and one iteration of a 3-D parallel plan (``3d``: Llama 3 405B, Megatron TP8 x
+PP8 interleaved x FSDP, 16 micro-batches, the llama3-405b-tp8-pp8-fsdp-512gpu scenario on
+more servers of its DGX H100 SuperPOD; the FSDP degree grows with the GPUs). Each case runs twice, each time in a
+fresh process:
 
 * whole process, as a user sees it: the ``clustersim`` command (interpreter start, imports,
   topology, layout, simulation, output), wall time and the process's peak RSS;
@@ -12,7 +15,7 @@ scenario on more servers). Each case runs twice, each time in a fresh process:
 Prints one Markdown table row per case and size, with the load average at the end of the
 run (the machine is shared: figures on a loaded machine are slower)::
 
-    python benchmarks/bench_scale.py [--gpus 1024,4096,16384,131072] [--cases all_reduce,all_to_all,fsdp]
+    python benchmarks/bench_scale.py [--gpus 1024,4096,16384,131072] [--cases all_reduce,all_to_all,fsdp,3d]
 """
 
 from __future__ import annotations
@@ -27,22 +30,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("all_reduce", "all_to_all", "fsdp")
+CASES = ("all_reduce", "all_to_all", "fsdp", "3d")
+SCENARIOS = {"fsdp": "llama2-70b-fsdp-128gpu", "3d": "llama3-405b-tp8-pp8-fsdp-512gpu"}
 SIZES = {"all_reduce": "1G", "all_to_all": "64M"}
 
 
 def cli_args(case: str, gpus: int) -> list[str]:
     """The ``clustersim`` command line of ``case`` on ``gpus`` GPUs."""
     nodes = max(1, gpus // 8)
-    if case == "fsdp":
-        return ["run", "llama2-70b-fsdp-128gpu", "--set", f"cluster.nodes={nodes}"]
+    if case in SCENARIOS:
+        return ["run", SCENARIOS[case], "--set", f"cluster.nodes={nodes}"]
     return ["collective", case, "--topology", "dgx-a100-superpod", "--nodes", str(nodes),
             "-b", SIZES[case], "-e", SIZES[case]]
 
 
 def in_process(case: str, gpus: int) -> dict:
     """Run ``case`` through the library; setup and work seconds, events, peak RSS."""
-    if case == "fsdp":
+    if case in SCENARIOS:
         from simulator.pipeline import build_setup, run_setup
         from simulator.scenario import load_scenario
     else:
@@ -53,8 +57,8 @@ def in_process(case: str, gpus: int) -> dict:
         from simulator.topology.loader import load_topology
         from simulator.units import parse_size
     t0 = time.perf_counter()       # after the imports: those are the whole process's
-    if case == "fsdp":
-        scn = load_scenario("llama2-70b-fsdp-128gpu", [f"cluster.nodes={max(1, gpus // 8)}"])
+    if case in SCENARIOS:
+        scn = load_scenario(SCENARIOS[case], [f"cluster.nodes={max(1, gpus // 8)}"])
         setup = build_setup(scn)
         t1 = time.perf_counter()
         events = run_setup(setup).metrics.events

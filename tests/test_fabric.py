@@ -106,4 +106,5 @@ def test_a_flow_solved_alone_again_gives_the_same_rates_and_counters():
     t2 = second.value.end_s - second.value.start_s
     assert t1 == pytest.approx(100.0 / 5.0) and t2 == pytest.approx(t1)   # link 1 binds
     assert fabric.link_bytes.tolist() == pytest.approx([200.0, 200.0, 400.0])
-    assert not fabric._link_load.flags.writeable
+    assert len(fabric._solver._memo) == 1        # one set of flows, solved once
+    assert not fabric._solver._memo.popitem()[1][1].occupancy.flags.writeable

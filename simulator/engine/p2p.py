@@ -10,69 +10,165 @@ op of a class with several members carries one transfer per member; it ends with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import simpy
 
+from ..network.bundle import bundle_flows, runs_of, signature
 from ..network.fabric import Fabric
 from ..trace.schema import Op, RankClass, TransferKey
 
 
 @dataclass
 class _Meeting:
-    """One transfer: each side's arrival, and the delivery (value: (start_s, plan))."""
+    """One transfer: the sides that arrived, who waits for it, and when and how it went."""
 
-    sender: simpy.Event
-    receiver: simpy.Event
-    delivered: simpy.Event
     size_bytes: int = 0
     waiting: dict = field(default_factory=dict)     # side -> (class id, op) while alone
+    waits: list = field(default_factory=list)       # the ops' _Wait objects
+    start_s: float = 0.0
+    plan: object = None
+    left: int = 0                                   # bundles still moving
+
+
+class _Wait:
+    """One send or recv op: fires ``event`` when the last of its transfers is delivered."""
+
+    def __init__(self, event: simpy.Event, left: int):
+        self.event, self.left = event, left
 
 
 class PointToPoint:
     """The rendezvous of every send/recv between ranks of one replay.
 
     ``plan(size_bytes, sender, receiver)`` lays a transfer out (a planned transfer, with
-    ``flow()``).
+    ``flow()``). The transfers that become ready when one op arrives start together, and
+    neighbours among them with the same payload, latency and rate cap go as one bundle
+    (:mod:`simulator.network.bundle`) unless ``bundles`` is False.
     """
 
-    def __init__(self, env: simpy.Environment, fabric: Fabric, plan, keys: dict):
+    def __init__(self, env: simpy.Environment, fabric: Fabric, plan, keys: dict,
+                 bundles: bool = True):
         self.env, self.fabric, self.plan = env, fabric, plan
+        self.signature = signature if bundles else id      # id: no two flows alike
         self.keys: dict[tuple[str, int], list[TransferKey]] = keys
         self.meetings: dict[TransferKey, _Meeting] = {}
+        self._bundles: dict = {}        # plans of one start -> (plans, bundled flows)
+        self._pairs: list[tuple] = []           # (sender, receiver) of each member
+        self._group: dict = {}                  # (class id, op id) -> (group, pairs)
+        self._met: dict[int, _Meeting] = {}     # group -> its meeting
+        if bundles:
+            self._pair_ops(keys)
+
+    def _pair_ops(self, keys: dict) -> None:
+        """A send op and a recv op that carry the very same transfers (the common case: a
+        stage's class sends to the next stage's) meet once for all of them, as a group."""
+        by_keys: dict[tuple, list] = {}
+        for op_key, transfers in keys.items():
+            by_keys.setdefault(tuple(transfers), []).append(op_key)
+        pairs_id: dict[tuple, int] = {}
+        for group, (transfers, ops) in enumerate(by_keys.items()):
+            if len(ops) != 2:
+                continue
+            pairs = tuple((src, dst) for src, dst, _, _ in transfers)
+            if pairs not in pairs_id:
+                pairs_id[pairs] = len(self._pairs)
+                self._pairs.append(pairs)
+            for op_key in ops:
+                self._group[op_key] = (group, pairs_id[pairs])
 
     def run(self, cls: RankClass, op: Op):
         """Process body of ``op`` (a send or recv of ``cls``): returns (start_s, plan)."""
-        delivered = []
-        for key in self.keys[(cls.id, op.id)]:
-            m = self._meeting(key, op.size_bytes)
-            (m.sender if op.kind == "send" else m.receiver).succeed()
+        group = self._group.get((cls.id, op.id))
+        if group is not None:
+            return (yield from self._run_group(group, cls, op))
+        keys = self.keys[(cls.id, op.id)]
+        wait = _Wait(self.env.event(), len(keys))
+        ready = []
+        for key in keys:
+            m = self.meetings.get(key)
+            if m is None:
+                m = self.meetings[key] = _Meeting(op.size_bytes)
             m.waiting[op.kind] = (cls.id, op)
-            delivered.append(m.delivered)
-        yield self.env.all_of(delivered)
-        started = [ev.value for ev in delivered]
-        return min(s for s, _ in started), started[0][1]
+            m.waits.append(wait)
+            if len(m.waiting) == 2:
+                ready.append((key, m))
+        if ready:
+            self._start(ready)
+        if wait.left:
+            yield wait.event
+        met = [self.meetings[key] for key in keys]
+        return min(m.start_s for m in met), met[0].plan
 
-    def _meeting(self, key: TransferKey, size_bytes: int) -> _Meeting:
-        m = self.meetings.get(key)
+    def _run_group(self, group: tuple[int, int], cls: RankClass, op: Op):
+        m = self._met.get(group[0])
         if m is None:
-            m = self.meetings[key] = _Meeting(self.env.event(), self.env.event(),
-                                              self.env.event(), size_bytes)
-            self.env.process(self._transfer(key, m))
-        return m
+            m = self._met[group[0]] = _Meeting(op.size_bytes)
+        m.waiting[op.kind] = (cls.id, op)
+        wait = _Wait(self.env.event(), 1)
+        m.waits.append(wait)
+        if len(m.waiting) == 2:
+            m.waiting.clear()
+            m.start_s = self.env.now
+            key = (m.size_bytes, group[1])
+            cached = self._bundles.get(key)
+            if cached is None:
+                plans = [self.plan(m.size_bytes, src, dst) for src, dst in self._pairs[group[1]]]
+                cached = self._bundles[key] = (plans, self._runs(plans))
+            m.plan = cached[0][0]
+            m.left = len(cached[1])
+            for flow, _ in cached[1]:
+                self.fabric.transfer(replace(flow)).callbacks.append(
+                    lambda _e, m=m: self._group_moved(m))
+        yield wait.event
+        return m.start_s, m.plan
 
-    def _transfer(self, key: TransferKey, m: _Meeting):
-        yield self.env.all_of([m.sender, m.receiver])
-        m.waiting.clear()
-        start = self.env.now
-        plan = self.plan(m.size_bytes, key[0], key[1])
-        yield self.fabric.transfer(plan.flow())
-        m.delivered.succeed((start, plan))
+    @staticmethod
+    def _group_moved(m: _Meeting) -> None:
+        m.left -= 1
+        if m.left == 0:
+            for wait in m.waits:
+                wait.event.succeed()
+
+    def _runs(self, plans: list) -> list[tuple]:
+        """(bundled flow, count of members) for each run of neighbours alike."""
+        return [(bundle_flows(run), len(run))
+                for run in runs_of([p.flow() for p in plans], self.signature)]
+
+    def _start(self, ready: list) -> None:
+        """Both sides of each of ``ready`` are here: move their bytes."""
+        now = self.env.now
+        plans = []
+        for key, m in ready:
+            m.waiting.clear()
+            m.start_s = now
+            m.plan = self.plan(m.size_bytes, key[0], key[1])
+            plans.append(m.plan)
+        cached = self._bundles.get(tuple(id(p) for p in plans))
+        if cached is None:
+            cached = self._bundles[tuple(id(p) for p in plans)] = (plans, self._runs(plans))
+        first = 0
+        for flow, count in cached[1]:
+            done = self.fabric.transfer(replace(flow))
+            met = [m for _, m in ready[first:first + count]]
+            done.callbacks.append(lambda _e, met=met: self._delivered(met))
+            first += count
+
+    @staticmethod
+    def _delivered(met: list) -> None:
+        for m in met:
+            for wait in m.waits:
+                wait.left -= 1
+                if wait.left == 0:
+                    wait.event.succeed()
 
     def stuck(self) -> list[str]:
         """Sides that arrived and whose partner never did (after the replay ran dry)."""
         out = []
-        for (src, dst, tag, k), m in self.meetings.items():
+        met = list(self.meetings.items()) + [
+            (self.keys[(cls_id, op.id)][0], m) for m in self._met.values()
+            for cls_id, op in m.waiting.values()]
+        for (src, dst, tag, k), m in met:
             for kind, (cls_id, op) in m.waiting.items():
                 partner = f"recv on rank {dst}" if kind == "send" else f"send on rank {src}"
                 out.append(f"rank class {cls_id}, op {op.id} ({op.name}): {kind} from rank "

@@ -4,7 +4,10 @@ Each (rank class, stream) is one SimPy process running its ops in order, as a CU
 does; ``deps`` wait on ops of other streams. A collective starts when every rank class in
 its communicator has reached it (so a slow rank delays the group), then all instance groups
 of the communicator put their flows on the fabric at once and the op ends when the last
-instance finishes. A ``send``/``recv`` between ranks meets its partner op and moves its bytes
+instance finishes. Neighbouring instances with the same payload, latency and rate cap go as
+one bundle (:mod:`simulator.network.bundle`: one transfer, split by the fabric back into
+its instances where they stop sharing the links evenly), and so do the members of a send.
+A ``send``/``recv`` between ranks meets its partner op and moves its bytes
 from the sender's GPU to the receiver's (:mod:`simulator.engine.p2p`). Compute takes the
 compute model's time, scaled by the class's slowdown, and by ``1 + overlap_slowdown`` when
 a communication kernel of the same class is running as the compute op starts (the factor
@@ -30,13 +33,14 @@ waits) raises a :class:`~simulator.errors.ClusterSimError` naming the ops.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
+from ..network.bundle import bundled
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace, transfer_keys
 from .memory import MemoryPool
@@ -53,7 +57,9 @@ class EngineConfig:
     starts while a communication kernel runs on the same GPU (SM and memory contention);
     ``host_bytes_per_s``: bytes/s of host-device copies; ``variability``: op class ->
     sigma of rank-to-rank variability, None for the ideal machine
-    (:mod:`simulator.engine.variability`), drawn from ``seed``."""
+    (:mod:`simulator.engine.variability`), drawn from ``seed``; ``bundles``: move identical
+    instances of a collective or send as one bundle (:mod:`simulator.network.bundle`; the
+    same times), False for one flow per instance (the reference, slower at scale)."""
 
     fidelity: str = "flow"
     overlap_slowdown: float = 0.0
@@ -61,6 +67,7 @@ class EngineConfig:
     precision: str = "bf16"
     variability: Mapping[str, float] | None = None
     seed: int = 0
+    bundles: bool = True
 
 
 @dataclass
@@ -103,6 +110,7 @@ class Timeline:
     link_samples: list[tuple[float, np.ndarray]] = field(default_factory=list)
     memory_wait_s: dict = field(default_factory=dict)    # class -> seconds ops waited
     link_occupancy_bytes: np.ndarray | None = None     # capacity taken (Fabric docstring)
+    fabric_stats: dict = field(default_factory=dict)   # solves, bundles split
 
 
 class _Rendezvous:
@@ -133,6 +141,9 @@ class _Replayer:
         self.members = self._class_members()
         self.comm_active = {c.id: 0 for c in trace.classes}
         self._plans: dict = {}
+        # (comm, collective, size, how) -> the plans of its groups and their bundled flows;
+        # attrs may pin the algorithm, protocol and root (a position in the group)
+        self._launches: dict = {}
         self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
                      if cfg.variability is not None else None)
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
@@ -140,7 +151,7 @@ class _Replayer:
                       for c in trace.classes}
         keys = {(c.id, op_id): k for c in trace.classes
                 for op_id, k in transfer_keys(c).items()}
-        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plan, keys)
+        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plan, keys, cfg.bundles)
         self._check_host_copies()
 
     def _check_host_copies(self) -> None:
@@ -195,7 +206,9 @@ class _Replayer:
                         self.fabric.link_bytes.copy(), end, self.env.events_processed,
                         self.capacity, dict(self.trace.meta), self.link_groups,
                         list(self.fabric.samples), {c: p.wait_s for c, p in pools.items()},
-                        self.fabric.link_occupancy_bytes.copy())
+                        self.fabric.link_occupancy_bytes.copy(),
+                        {"solves": self.fabric.solves,
+                         "splits": self.fabric.splits})
 
     def _check_finished(self) -> None:
         """A replay that ran dry with ops left is a deadlock of the trace's program."""
@@ -278,20 +291,22 @@ class _Replayer:
         yield rv.all_here
         start = self.env.now
         comm = self.trace.communicators[op.comm]
-        plans = [self._plan(op, grp) for grp in comm.groups]
-        transfers = [self.fabric.transfer(p.flow()) for p in plans]
+        how = tuple(op.attrs.get(k, d) for k, d in (("algorithm", "auto"),
+                                                    ("protocol", "auto"), ("root", 0)))
+        key = (op.comm, op.collective, op.size_bytes, how)
+        launch = self._launches.get(key)
+        if launch is None:      # the instance groups' plans, bundled (module docstring)
+            plans = [self._cached_plan(op.collective, op.size_bytes, grp, how)
+                     for grp in comm.groups]
+            launch = self._launches[key] = (plans, self._bundled([p.flow() for p in plans]))
+        plans = launch[0]
+        transfers = [self.fabric.transfer(replace(f)) for f in launch[1]]
         yield self.env.all_of(transfers)
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
             factor = self.vary.collective_factor(op.comm, comm.size)
             if factor != 1.0:
                 yield self.env.timeout((factor - 1.0) * (self.env.now - start))
         rv.done.succeed((start, plans[0]))
-
-    def _plan(self, op: Op, group: tuple[int, ...]):
-        # attrs may pin the algorithm, protocol and root (a position in the group)
-        how = tuple(op.attrs.get(k, d) for k, d in (("algorithm", "auto"),
-                                                    ("protocol", "auto"), ("root", 0)))
-        return self._cached_plan(op.collective, op.size_bytes, group, how)
 
     def _p2p_plan(self, size_bytes: int, sender: int, receiver: int):
         return self._cached_plan("send_recv", size_bytes, (sender, receiver),
@@ -313,7 +328,10 @@ class _Replayer:
         server, nic = int(op.attrs["host"]), int(op.attrs.get("nic", 0))
         flows = [host_flow(self.coll.cluster, r, server, op.size_bytes, op.kind == "send",
                            nic, self.cfg.host_bytes_per_s) for r in cls.ranks]
-        yield self.env.all_of([self.fabric.transfer(f) for f in flows])
+        yield self.env.all_of([self.fabric.transfer(f) for f in self._bundled(flows)])
+
+    def _bundled(self, flows: list) -> list:
+        return bundled(flows) if self.cfg.bundles else flows
 
 
 def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,

@@ -13,7 +13,8 @@ import numpy as np
 import simpy
 
 from ..choices import FIDELITIES
-from .maxmin import FlowIncidence, share_bandwidth
+from .bundle import Join, instances, slowest_rate
+from .solve import Solver
 
 
 @dataclass
@@ -24,7 +25,9 @@ class Flow:
     protocol's or transport's efficiency included. ``wire_coef`` is the bytes that cross
     the link per payload byte, for the counters; None when they are the same as ``coef``.
     ``latency_s`` elapses before the first byte moves (propagation, protocol setup).
-    ``max_rate`` caps the payload rate (bytes/s), ``inf`` for no cap.
+    ``max_rate`` caps the payload rate (bytes/s), ``inf`` for no cap. ``parts``: where
+    the flow is a bundle of identical instances (:mod:`simulator.network.bundle`), the
+    offset of each instance's first entry and, last, the number of entries; else None.
     """
 
     size_bytes: float
@@ -34,6 +37,7 @@ class Flow:
     max_rate: float = float("inf")
     label: str = ""
     wire_coef: np.ndarray | None = None
+    parts: np.ndarray | None = None
     start_s: float = field(default=float("nan"), init=False)
     end_s: float = field(default=float("nan"), init=False)
 
@@ -58,6 +62,7 @@ class Fabric:
         self.link_bytes = np.zeros(len(self.capacity))
         self.link_occupancy_bytes = np.zeros(len(self.capacity))
         self.solves = 0
+        self.splits = 0         # bundles split back into their instances
         self.samples: list[tuple[float, np.ndarray]] = []
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
@@ -96,9 +101,11 @@ def bottleneck_rate(flow: Flow, capacity: np.ndarray) -> float:
     """Payload rate of ``flow`` alone on the links: min over links of capacity / load."""
     if len(flow.links) == 0:
         return flow.max_rate
-    load = np.bincount(flow.links, weights=flow.coef, minlength=len(capacity))
+    # per link its coefficients summed in entry order, as a bincount over all links would
+    links, where = np.unique(flow.links, return_inverse=True)
+    load = np.bincount(where.ravel(), weights=flow.coef, minlength=len(links))
     used = load > 0
-    return float(min(np.min(capacity[used] / load[used]), flow.max_rate))
+    return float(min(np.min(capacity[links[used]] / load[used]), flow.max_rate))
 
 
 class AnalyticalFabric(Fabric):
@@ -113,7 +120,7 @@ class AnalyticalFabric(Fabric):
     name = "analytical"
 
     def _move(self, flow: Flow, done: simpy.Event):
-        rate = bottleneck_rate(flow, self.capacity)
+        rate = slowest_rate(flow, lambda f: bottleneck_rate(f, self.capacity))
         self.solves += 1
         duration = flow.size_bytes / rate
         np.add.at(self.link_occupancy_bytes, flow.links, flow.coef * flow.size_bytes)
@@ -127,25 +134,20 @@ class FlowFabric(Fabric):
 
     SimPy only learns the next completion (SimGrid's next-event contract): on each arrival
     or completion the fabric advances all flows, re-solves the rates once for that instant,
-    and schedules a timer for the earliest completion. Use when transfers overlap and
+    and schedules a timer for the earliest completion (a set of flows seen before is not
+    solved again, :mod:`simulator.network.solve`). Use when transfers overlap and
     contention matters (oversubscribed uplinks, concurrent collectives).
     """
 
     name = "flow"
     # A flow is complete when what is left is below this fraction of its size.
     _DONE_FRACTION = 1e-9
-    _MEMO_FLOWS = 4         # single-flow solves remembered (two load vectors each)
 
     def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray):
         super().__init__(env, capacity_bytes_per_s)
         self._active: list[list] = []   # [flow, remaining_bytes, done_event]
-        self._rates = np.zeros(0)
-        self._idle = np.zeros(len(self.capacity))
-        self._idle.setflags(write=False)
-        self._link_load = self._idle        # capacity taken, bytes/s
-        self._wire_load = self._idle        # bytes/s crossing
-        self._memo: dict = {}               # one flow alone: see _alone
-        self._group_load: dict = {}
+        self._solver = Solver(self.capacity)
+        self._now = self._solver.idle       # rates and link loads since the last solve
         self._last_s = 0.0
         self._update_pending = False
         self._generation = 0
@@ -157,7 +159,8 @@ class FlowFabric(Fabric):
         self._groups = np.asarray(group_of_link, dtype=np.int64)
         self._group_capacity = np.bincount(self._groups, weights=self.capacity,
                                            minlength=n_groups)
-        self._n_groups = n_groups
+        self._solver.track(self._groups, n_groups)
+        self._now = self._solver.idle
 
     def _move(self, flow: Flow, done: simpy.Event):
         self._advance()
@@ -176,10 +179,11 @@ class FlowFabric(Fabric):
     def _advance(self) -> None:
         dt = self.env.now - self._last_s
         if dt > 0 and self._active:
-            for entry, rate in zip(self._active, self._rates):
+            now = self._now
+            for entry, rate in zip(self._active, now.rates):
                 entry[1] -= rate * dt
-            self.link_occupancy_bytes += self._link_load * dt
-            self.link_bytes += self._wire_load * dt
+            self.link_occupancy_bytes[now.links] += now.occupancy * dt
+            self.link_bytes[now.links] += now.wire * dt
         self._last_s = self.env.now
 
     def _update(self, _event=None) -> None:
@@ -188,77 +192,58 @@ class FlowFabric(Fabric):
         still = []
         for entry in self._active:
             flow, remaining, done = entry
-            if remaining <= self._DONE_FRACTION * flow.size_bytes:
-                self._finish(flow, done)
-            else:
+            if remaining > self._DONE_FRACTION * flow.size_bytes:
                 still.append(entry)
+            elif not isinstance(done, Join):
+                self._finish(flow, done)
+            else:                   # an instance of a split bundle
+                done.left -= 1
+                if done.left == 0:
+                    self._finish(done.flow, done.done)
         self._active = still
         self._solve()
         self._schedule_next()
 
     def _solve(self) -> None:
         if not self._active:
-            self._rates = np.zeros(0)
-            self._link_load = self._wire_load = self._idle
+            self._now = self._solver.idle
             self._sample()
             return
-        flows = [entry[0] for entry in self._active]
         self.solves += 1
-        if len(flows) == 1:
-            self._rates, self._link_load, self._wire_load = self._alone(flows[0])
-            self._sample()
-            return
-        incidence = FlowIncidence.from_lists([f.links for f in flows], [f.coef for f in flows],
-                                             [f.max_rate for f in flows])
-        self._rates = share_bandwidth(incidence, self.capacity)
-        owner_rate = np.repeat(self._rates, np.diff(incidence.ptr))
-        self._link_load = np.bincount(incidence.link, weights=incidence.coef * owner_rate,
-                                      minlength=len(self.capacity))
-        wire = np.concatenate([wire_coef(f) for f in flows])
-        self._wire_load = np.bincount(incidence.link, weights=wire * owner_rate,
-                                      minlength=len(self.capacity))
+        while True:
+            solution, split = self._solver.solve([entry[0] for entry in self._active])
+            if solution is not None:
+                break
+            self._split(split)
+        self._now = solution
         self._sample()
 
-    def _alone(self, f: Flow) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rates, link load, wire load) of ``f`` alone on the fabric: the same arithmetic
-        as for several flows (its rate times each entry's coefficient), remembered for the
-        last few arrays seen (a cached plan's flow recurs) and read-only."""
-        key = (id(f.links), id(f.coef), id(f.wire_coef), f.max_rate)
-        hit = self._memo.get(key)
-        if hit is not None and hit[0] is f.links and hit[1] is f.coef and \
-                hit[2] is f.wire_coef:
-            return hit[3]
-        links, coef = np.asarray(f.links, np.int64), np.asarray(f.coef, float)
-        rates = share_bandwidth(FlowIncidence(np.array([0, len(links)]), links, coef,
-                                              np.array([f.max_rate], float)), self.capacity)
-        n = len(self.capacity)
-        out = (rates, np.bincount(links, weights=coef * rates[0], minlength=n),
-               np.bincount(links, weights=wire_coef(f) * rates[0], minlength=n))
-        for a in out:
-            a.setflags(write=False)
-        if len(self._memo) >= self._MEMO_FLOWS:
-            self._memo.pop(next(iter(self._memo)))
-        self._memo[key] = (f.links, f.coef, f.wire_coef, out)
-        return out
+    def _split(self, split: np.ndarray) -> None:
+        """Replace each bundle marked in ``split`` by its instances, each with the bytes
+        the bundle had left; the bundle's event fires when the last is done."""
+        active = []
+        for entry, cut in zip(self._active, split.tolist()):
+            if not cut:
+                active.append(entry)
+                continue
+            flow, remaining, done = entry
+            parts = instances(flow)
+            self.splits += 1
+            join = Join(flow, done, len(parts))
+            active.extend([part, remaining, join] for part in parts)
+        self._active = active
 
     def _sample(self) -> None:
         if self._groups is None:
             return
-        load = self._group_load.get(id(self._link_load))
-        if load is None or load[0] is not self._link_load:
-            load = (self._link_load, np.bincount(self._groups, weights=self._link_load,
-                                                 minlength=self._n_groups))
-            if not self._link_load.flags.writeable:     # a remembered one: keep its sum
-                if len(self._group_load) > self._MEMO_FLOWS:
-                    self._group_load.pop(next(iter(self._group_load)))
-                self._group_load[id(self._link_load)] = load
-        self.samples.append((self.env.now, load[1] / np.maximum(self._group_capacity, 1e-300)))
+        self.samples.append((self.env.now, self._now.group_load /
+                             np.maximum(self._group_capacity, 1e-300)))
 
     def _schedule_next(self) -> None:
         if not self._active:
             return
         remaining = np.array([entry[1] for entry in self._active])
-        dt = float(np.min(remaining / self._rates))
+        dt = float(np.min(remaining / self._now.rates))
         # A step shorter than the clock's resolution at ``now`` would not advance time
         # (now + dt == now): the flow would never drain and the loop never end. Step at
         # least a few ulps; the flow then finishes, late by less than that.

@@ -9,6 +9,13 @@ it, so every edge of the ring advances at the same rate, as a pipeline does.
 The allocation is the max-min fair one (progressive filling): all unfrozen flows grow at the
 same pace; when a link fills, the flows crossing it freeze; repeat. It is the unique rate
 vector in which no flow can gain without taking from a flow that has no more than it has.
+
+A flow may stand for several identical *instances* (the groups of one collective, the
+members of one send): ``part`` names the instance of each entry. Such a bundle is one rate
+variable, so the solve is exact only while its instances would freeze together;
+:func:`share_bandwidth_checked` reports the bundles where, in some round, some of the
+instances reach a full link and others do not (the exact solve would give them different
+rates), so the caller can split them and solve again.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ class FlowIncidence:
     link: np.ndarray      # (nnz,) int64 link ids
     coef: np.ndarray      # (nnz,) float64
     max_rate: np.ndarray  # (F,) float64
+    part: np.ndarray | None = None        # (nnz,) int64 instance of each entry, or None
+    part_owner: np.ndarray | None = None  # (P,) int64 flow of each instance
 
     @property
     def n_flows(self) -> int:
@@ -55,16 +64,50 @@ class FlowIncidence:
         return cls(ptr, link, coef, caps)
 
 
+def on_used_links(flows: FlowIncidence, n_links: int) -> tuple[FlowIncidence, np.ndarray]:
+    """(``flows`` with link ids renumbered 0..U-1, the U links they use, sorted): a solve on
+    the used links' capacities gives the same rates, to the last bit, as on every link (a
+    link no flow crosses takes no part in any round), in time that does not grow with the
+    links of the whole fabric."""
+    mark = np.zeros(n_links, dtype=bool)
+    mark[flows.link] = True
+    used = np.flatnonzero(mark)
+    local = np.empty(n_links, dtype=np.int64)
+    local[used] = np.arange(len(used))
+    return FlowIncidence(flows.ptr, local[flows.link], flows.coef, flows.max_rate,
+                         flows.part, flows.part_owner), used
+
+
 def share_bandwidth(flows: FlowIncidence, capacity: np.ndarray) -> np.ndarray:
     """Max-min fair rates (payload bytes/s) for ``flows`` over links of ``capacity`` bytes/s.
 
-    Flows that cross no link and have no cap get ``inf``.
+    Flows that cross no link and have no cap get ``inf``. ``flows.part`` is not looked at:
+    a bundle is one flow here.
 
     :raises ValueError: if a capacity is not positive or a coefficient is not positive.
     """
+    return _progressive_filling(flows, capacity, None)[0]
+
+
+def share_bandwidth_checked(flows: FlowIncidence,
+                            capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rates, split): :func:`share_bandwidth` with bundles (``flows.part``) checked.
+
+    ``split[f]`` is True where bundle ``f``'s instances do not all freeze in the same round
+    (some reach a full link, others not): its rate is then not theirs and the caller must
+    split it. Where no bundle needs splitting, every rate is what the solve with one flow
+    per instance gives its instances, to the last bit (the same entries in the same order,
+    the same steps).
+    """
+    return _progressive_filling(flows, capacity, flows.part)
+
+
+def _progressive_filling(flows: FlowIncidence, capacity: np.ndarray,
+                         part: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     n = flows.n_flows
+    split = np.zeros(n, dtype=bool)
     if n == 0:
-        return np.zeros(0)
+        return np.zeros(0), split
     if np.any(capacity <= 0):
         raise ValueError("every link capacity must be > 0")
     if np.any(flows.coef <= 0):
@@ -100,6 +143,18 @@ def share_bandwidth(flows: FlowIncidence, capacity: np.ndarray) -> np.ndarray:
                 frozen[0] = True
             else:
                 frozen[owner[full[flows.link]]] = True
+            if part is not None:
+                split |= active & _partly_full(flows, part, full)
         frozen |= rate >= flows.max_rate * (1 - 1e-12)
         active &= ~frozen
-    return rate
+    return rate, split
+
+
+def _partly_full(flows: FlowIncidence, part: np.ndarray, full: np.ndarray) -> np.ndarray:
+    """Per flow: some of its instances cross a full link and some do not."""
+    owner = flows.part_owner
+    hit = np.zeros(len(owner), dtype=bool)
+    hit[part[full[flows.link]]] = True
+    n = flows.n_flows
+    count = np.bincount(owner[hit], minlength=n)
+    return (count > 0) & (count < np.bincount(owner, minlength=n))

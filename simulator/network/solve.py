@@ -1,0 +1,98 @@
+"""The flow fabric's re-solve, remembered: the rates and link loads of a set of flows.
+
+Every arrival or completion re-solves the max-min rates of the active flows. One iteration
+of a training step repeats the same few sets many times (each micro-batch's collectives and
+sends, one after another; a cached plan's flow recurs with the very same arrays), so a
+solve is remembered by the identity of its flows' arrays (links, coefficients, wire bytes,
+instances) and rate caps, for the last :data:`Solver.REMEMBERED` sets seen.
+
+The solve runs on the links the flows cross only (renumbered,
+:func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
+(sorted), with the capacity taken and the bytes crossing each per second. Adding them to
+the counters link by link, or summing them per link group, gives the same numbers as the
+dense vectors would (the other links only add zeros).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bundle import incidence
+from .maxmin import on_used_links, share_bandwidth_checked
+
+
+@dataclass(frozen=True)
+class Solution:
+    """Rates (payload bytes/s, one per flow), and the load of the links they cross."""
+
+    rates: np.ndarray
+    links: np.ndarray          # link ids, sorted, each once
+    occupancy: np.ndarray      # capacity taken on each, bytes/s
+    wire: np.ndarray           # bytes/s crossing each
+    group_load: np.ndarray | None = None    # capacity taken per link group, bytes/s
+
+
+def _arrays(flow) -> tuple:
+    return flow.links, flow.coef, flow.wire_coef, flow.parts
+
+
+class Solver:
+    """Max-min solves of a fabric's active flows, the last few remembered."""
+
+    REMEMBERED = 256
+
+    def __init__(self, capacity: np.ndarray):
+        self.capacity = capacity
+        self._groups: np.ndarray | None = None
+        self._n_groups = 0
+        self._memo: dict = {}
+        self._checked = False
+        empty = np.zeros(0)
+        self.idle = Solution(empty, np.zeros(0, np.int64), empty, empty, None)
+
+    def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
+        """Also sum each solution's load per link group (``group_of_link[i]``: link i's)."""
+        self._groups, self._n_groups = group_of_link, n_groups
+        self._memo.clear()
+        self.idle = Solution(self.idle.rates, self.idle.links, self.idle.occupancy,
+                             self.idle.wire, np.zeros(n_groups))
+
+    def solve(self, flows: list) -> tuple[Solution | None, np.ndarray]:
+        """(solution, split): the rates of ``flows`` and their loads; None and the
+        bundles to split (:func:`~simulator.network.maxmin.share_bandwidth_checked`) when
+        some bundle's instances would not freeze together."""
+        ids = tuple((f.max_rate, *map(id, _arrays(f))) for f in flows)
+        hit = self._memo.get(ids)
+        if hit is not None and all(a is b for f, g in zip(flows, hit[0])
+                                   for a, b in zip(_arrays(f), g)):
+            return hit[1], np.zeros(len(flows), bool)
+        if not self._checked:       # share_bandwidth's check, once for the whole fabric
+            if np.any(self.capacity <= 0):
+                raise ValueError("every link capacity must be > 0")
+            self._checked = True
+        inc, links = on_used_links(incidence(flows), len(self.capacity))
+        rates, split = share_bandwidth_checked(inc, self.capacity[links])
+        if split.any():
+            return None, split
+        out = self._loads(flows, inc, links, rates)
+        if len(self._memo) >= self.REMEMBERED:
+            self._memo.pop(next(iter(self._memo)))
+        self._memo[ids] = ([_arrays(f) for f in flows], out)
+        return out, split
+
+    def _loads(self, flows: list, inc, links: np.ndarray, rates: np.ndarray) -> Solution:
+        n = len(links)
+        owner_rate = np.repeat(rates, np.diff(inc.ptr))
+        occupancy = np.bincount(inc.link, weights=inc.coef * owner_rate, minlength=n)
+        wire = inc.coef if all(f.wire_coef is None for f in flows) else np.concatenate(
+            [f.coef if f.wire_coef is None else f.wire_coef for f in flows])
+        wire_load = np.bincount(inc.link, weights=wire * owner_rate, minlength=n)
+        group = None
+        if self._groups is not None:
+            group = np.bincount(self._groups[links], weights=occupancy,
+                                minlength=self._n_groups)
+        for a in (rates, links, occupancy, wire_load):
+            a.setflags(write=False)
+        return Solution(rates, links, occupancy, wire_load, group)
