@@ -36,6 +36,9 @@ PROTOS = ("LL", "LL128", "Simple")
 
 # ------------------------------------------------------------------------- network
 ECMP_MODES = ("spread", "hash")
+# training.attention (simulator/compute/families.py): PyTorch SDPA, the FlashAttention-2 and
+# -3 libraries, or unfused (eager) attention
+ATTENTION = ("sdpa", "flash2", "flash3", "eager")
 # Fabric fidelity -> what it models (the classes: simulator.network.fabric.FABRICS).
 FIDELITIES = {
     "analytical": "closed-form alpha-beta, congestion-unaware; fastest, exact when alone",

@@ -210,7 +210,10 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
                           precision=compute_precision(t.precision),
                           variability=resolve_sigmas(scn.simulation.variability),
                           seed=scn.simulation.seed)
-    compute = ComputeModel(gpu)
+    try:
+        compute = ComputeModel(gpu, attention=t.attention_impl, strategy=cfg.name)
+    except ConfigError as exc:
+        raise exc.located(source) from None
     return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, engine,
                  gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum)
 

@@ -57,8 +57,7 @@ def build_row(row: TableRow, folder: Path, calibration=None):
     setup = build_setup(scenario_from_dict(data, row.row_id), row.row_id)
     if calibration is not None:
         import dataclasses
-        from simulator.compute import ComputeModel
-        setup = dataclasses.replace(setup, compute=ComputeModel(setup.compute.gpu, calibration))
+        setup = dataclasses.replace(setup, compute=setup.compute.with_fit(calibration=calibration))
     return setup
 
 
