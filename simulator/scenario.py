@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_serializer, model_validator)
 
-from .choices import ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
+from .choices import ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES, FP8_RECIPES
 from .collectives.nccl_config import NcclConfig
 from .engine.variability import resolve_sigmas
 from .errors import ConfigError, validation_error
@@ -74,11 +74,18 @@ class Training(BaseModel):
     attention: str | None = Field(None, description="attention kernels: sdpa (PyTorch SDPA, "
                                   "the default), flash2, flash3 (Hopper), eager (no fused "
                                   "kernel); docs/compute.md")
+    fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise (torchao "
+                            "dynamic scaling) or delayed (Transformer Engine); docs/compute.md")
 
     @field_validator("precision")
     @classmethod
     def _precision(cls, v: str) -> str:
         return _one_of(v, PRECISIONS + LOW_PRECISIONS)   # fp8/fp4: checked per GPU
+
+    @field_validator("fp8_recipe")
+    @classmethod
+    def _fp8_recipe(cls, v: str) -> str:
+        return _one_of(v, FP8_RECIPES)
 
     @field_validator("attention")
     @classmethod
@@ -102,8 +109,11 @@ class Training(BaseModel):
     @model_serializer(mode="wrap")
     def _dump(self, handler):
         out = handler(self)
-        if isinstance(out, dict) and out.get("attention", "") is None:
-            out.pop("attention")      # unset: the same echo as before the field existed
+        if isinstance(out, dict):     # unset: the same echo as before the fields existed
+            if out.get("attention", "") is None:
+                out.pop("attention")
+            if out.get("fp8_recipe") == "tensorwise":
+                out.pop("fp8_recipe")
         return out
 
 

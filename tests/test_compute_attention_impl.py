@@ -167,3 +167,25 @@ def test_launch_gaps_median_per_thread(tmp_path):
     rows = launch_gaps(path)
     assert rows[0][:2] == (1, 4) and rows[0][2] == pytest.approx(10e-6)   # gaps 10, 20, 10
     assert rows[1][:2] == (2, 2) and rows[1][2] == pytest.approx(100e-6)
+
+
+def test_delayed_scaling_casts_each_tensor_once_with_its_transpose():
+    from simulator.models.costs import layer_costs
+    from simulator.models.spec import load_model
+    model, t = load_model("llama-2-7b"), 1024
+    block = layer_costs(model, 1, t, "fp8", fp8_recipe="delayed")[1]
+    eager = layer_costs(model, 1, t, "fp8")[1]
+    h = model.hidden
+    fwd = {op.name: op for op in block.forward}
+    # x [T, h] and w [h, 3h]: read 2, write fp8 + its transpose = 4 bytes per element
+    assert fwd["te_cast_transpose.qkv_proj"].bytes_accessed == 4 * (t * h + h * 3 * h)
+    assert "float8_cast.qkv_proj" not in fwd
+    bwd = {op.name: op for op in block.backward}
+    assert bwd["te_cast_transpose.qkv_proj.dgrad"].bytes_accessed == 4 * t * 3 * h
+    assert not [n for n in bwd if n.startswith("te_") and n.endswith(".wgrad")]
+    casts = [op for op in block.backward if op.name.startswith("te_")]
+    assert len(casts) == len([op for op in eager.backward if op.name.startswith("float8_")]) / 3
+    assert Training(precision="fp8").fp8_recipe == "tensorwise"
+    assert "fp8_recipe" not in Training().model_dump(mode="json")
+    with pytest.raises(ValueError):
+        Training(fp8_recipe="mxfp8")

@@ -99,8 +99,9 @@ def test_a_few_rows_simulate_with_the_error_formula():
 
 def _df(rows):
     cols = ["case", "table", "gpu_type", "split", "model", "gpus", "seq_len", "micro_batch",
-            "measured", "simulated", "error", "ok", "not_modelled", "oom"]
-    return pd.DataFrame([dict(zip(cols, r)) for r in rows], columns=cols)
+            "measured", "simulated", "error", "ok", "not_modelled", "oom", "precision"]
+    return pd.DataFrame([dict(zip(cols, (*r, "amp_bf16")[:len(cols)])) for r in rows],
+                        columns=cols)
 
 
 def test_gates_per_gpu_type_and_weak_scaling_arithmetic():
@@ -111,8 +112,12 @@ def test_gates_per_gpu_type_and_weak_scaling_arithmetic():
         ("a32", "t", "H100", "validation", "m", 32, 2048, 2, 96.0, 97.0, 1 / 96, True, "",
          False),
         ("b64", "t", "A100", "validation", "m", 64, 2048, 1, 50.0, 60.0, 0.2, False, "", False),
+        # an FP8 run of the same model on fewer GPUs is no baseline of the bf16 ones
+        ("f4", "t", "H100", "calibration", "m", 4, 2048, 2, 300.0, 200.0, -1 / 3, False, "",
+         False, "amp_fp8"),
     ])
     sc = scaling_rows(df).set_index("case")
+    assert set(sc["baseline"]) == {"a8"}
     assert math.isclose(sc.loc["a16/scaling", "measured"], 98 / 100)
     assert math.isclose(sc.loc["a16/scaling", "error"], 105 / 110 - 98 / 100)
     assert sc.loc["a32/scaling", "ok"] == (abs(97 / 110 - 96 / 100) <= SCALING_GATE)

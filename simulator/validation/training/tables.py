@@ -109,11 +109,14 @@ def llm_foundry_scenario(row: TableRow, mp_mode: str) -> dict:
                    {"topology": "a100-roce-leaf-spine", "nodes": row.gpus // 8,
                     "topology_set": {"params.node.gpu": "A100-SXM4-80GB"}})
     precision = "fp8" if "fp8" in row.precision else "bf16"
+    # amp_fp8: Transformer Engine v0.10 (submit_benchmarks.py pip installs it for the H100
+    # FP8 runs; llm_foundry_setup.md), Composer's te.fp8_autocast with delayed scaling
+    recipe = {"fp8_recipe": "delayed"} if precision == "fp8" else {}
     return {
         "name": row.row_id, "model": row.model,
         "training": {"micro_batch": row.micro_batch, "seq_len": row.seq_len,
                      "grad_accum": row.grad_accum, "precision": precision,
-                     "flash_attention": True, "attention": LLM_FOUNDRY_ATTENTION},
+                     "flash_attention": True, "attention": LLM_FOUNDRY_ATTENTION, **recipe},
         "cluster": cluster,
         "strategy": {"name": "fsdp", "sharding": "FULL_SHARD", "param_dtype": "bf16",
                      "reduce_dtype": "fp32" if mp_mode == "DEFAULT" else "bf16",
