@@ -53,9 +53,12 @@ def test_every_row_is_loaded_with_the_declared_split():
             "validation"
         assert r.split == want
         assert r.source == raw["source"]
-    # amp_fp8 (all 8-GPU rows) is reported as not modelled, never dropped
+    # amp_fp8 (all 8-GPU rows, calibration) is simulated through the FP8 model and
+    # reported, never dropped (it was "not modelled" before FP8 GEMMs existed)
     fp8 = [r for r in ROWS if r.precision == "amp_fp8"]
-    assert len(fp8) == 7 and all("amp_fp8" in r.not_modelled for r in fp8)
+    assert len(fp8) == 7 and all(r.not_modelled == "" and r.split == "calibration"
+                                 and r.scenario["training"]["precision"] == "fp8"
+                                 for r in fp8)
 
 
 def test_mpt_parameter_counts_equal_the_published_num_params(tmp_path):
@@ -70,7 +73,10 @@ def test_scenarios_follow_the_published_setup():
     assert h["strategy"]["reduce_dtype"] == "fp32"           # mixed_precision DEFAULT
     assert h["strategy"]["activation_checkpointing"] is False
     assert h["training"] == {"micro_batch": 2, "seq_len": 2048, "grad_accum": 1,
-                             "precision": "bf16", "flash_attention": True}
+                             "precision": "bf16", "flash_attention": True,
+                             "attention": "flash2"}     # the flash-attn 2 package
+    f = BY_ID["llmfoundry/h100_amp_fp8/1b_s512_g8_mb56"].scenario["training"]
+    assert (f["precision"], f["fp8_recipe"]) == ("fp8", "delayed")   # Transformer Engine
     a = BY_ID["llmfoundry/a100_bf16/70b_s2048_g32_mb2"].scenario
     assert a["cluster"]["topology"] == "a100-roce-leaf-spine" and a["cluster"]["nodes"] == 4
     assert a["strategy"]["reduce_dtype"] == "bf16"           # mixed_precision PURE
@@ -93,7 +99,9 @@ def test_a_few_rows_simulate_with_the_error_formula():
     assert ran["not_modelled"] == "" and ran["simulated"] > 0
     assert math.isclose(ran["error"], (ran["simulated"] - 142830) / 142830)
     assert ran["ok"] == (abs(ran["error"]) <= ROW_GATE)
-    assert df.iloc[1]["not_modelled"] and np.isnan(df.iloc[1]["simulated"])
+    fp8 = df.iloc[1]                 # simulated through the FP8 model since it exists
+    assert fp8["not_modelled"] == "" and fp8["simulated"] > 0
+    assert math.isclose(fp8["error"], (fp8["simulated"] - 70315) / 70315)
     assert "OOM" in df.iloc[2]["not_modelled"]
 
 
