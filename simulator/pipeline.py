@@ -76,7 +76,8 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     try:
         if t.sequence_lengths is None:
             layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision,
-                                 t.flash_attention, autocast=autocasts(cfg), compile=t.compile)
+                                 t.flash_attention, autocast=autocasts(cfg), compile=t.compile,
+                                 fp8_recipe=t.fp8_recipe)
             tokens = tokens_per_sample(model, t.seq_len)
             flops = model_flops_per_sample(model, t.seq_len)
         else:
@@ -135,7 +136,7 @@ def _variable_lengths(model: ModelSpec, t, autocast: bool):
                           field="sequence_lengths.bin_size")
     weights = padded_length_weights(counts, t.micro_batch, spec.bin_size)
     layers = mixed_layer_costs(model, t.micro_batch, weights, t.precision, t.flash_attention,
-                               autocast, t.compile)
+                               autocast, t.compile, t.fp8_recipe)
     total = sum(counts)
     flops = sum(c * model_flops_per_sample(model, i + 1) for i, c in enumerate(counts) if c)
     return layers, mean_length(counts), flops / total
@@ -210,7 +211,10 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
                           precision=compute_precision(t.precision),
                           variability=resolve_sigmas(scn.simulation.variability),
                           seed=scn.simulation.seed)
-    compute = ComputeModel(gpu)
+    try:
+        compute = ComputeModel(gpu, attention=t.attention_impl, strategy=cfg.name)
+    except ConfigError as exc:
+        raise exc.located(source) from None
     return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, engine,
                  gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum)
 

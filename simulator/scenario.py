@@ -20,9 +20,10 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_serializer, model_validator)
 
-from .choices import DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES
+from .choices import ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES, FP8_RECIPES
 from .collectives.nccl_config import NcclConfig
 from .engine.variability import resolve_sigmas
 from .errors import ConfigError, validation_error
@@ -70,11 +71,50 @@ class Training(BaseModel):
     compile: bool = Field(False, description="torch.compile's fused elementwise/norm kernels "
                                              "(docs/compute.md)")
     sequence_lengths: SequenceLengths | None = None
+    attention: str | None = Field(None, description="attention kernels: sdpa (PyTorch SDPA, "
+                                  "the default), flash2, flash3 (Hopper), eager (no fused "
+                                  "kernel); docs/compute.md")
+    fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise (torchao "
+                            "dynamic scaling) or delayed (Transformer Engine); docs/compute.md")
 
     @field_validator("precision")
     @classmethod
     def _precision(cls, v: str) -> str:
         return _one_of(v, PRECISIONS + LOW_PRECISIONS)   # fp8/fp4: checked per GPU
+
+    @field_validator("fp8_recipe")
+    @classmethod
+    def _fp8_recipe(cls, v: str) -> str:
+        return _one_of(v, FP8_RECIPES)
+
+    @field_validator("attention")
+    @classmethod
+    def _attention(cls, v: str | None) -> str | None:
+        return v if v is None else _one_of(v, ATTENTION)
+
+    @model_validator(mode="after")
+    def _attention_flash(self) -> "Training":
+        if self.attention == "eager":
+            self.flash_attention = False
+        elif self.attention is not None and not self.flash_attention:
+            raise ValueError(f"attention {self.attention} is a fused kernel: drop "
+                             f"flash_attention: false (or set attention: eager)")
+        return self
+
+    @property
+    def attention_impl(self) -> str:
+        """The attention implementation the step runs (``attention``, else by the flag)."""
+        return self.attention or ("sdpa" if self.flash_attention else "eager")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        out = handler(self)
+        if isinstance(out, dict):     # unset: the same echo as before the fields existed
+            if out.get("attention", "") is None:
+                out.pop("attention")
+            if out.get("fp8_recipe") == "tensorwise":
+                out.pop("fp8_recipe")
+        return out
 
 
 class ClusterCfg(BaseModel):

@@ -53,9 +53,12 @@ def test_every_row_is_loaded_with_the_declared_split():
             "validation"
         assert r.split == want
         assert r.source == raw["source"]
-    # amp_fp8 (all 8-GPU rows) is reported as not modelled, never dropped
+    # amp_fp8 (all 8-GPU rows, calibration) is simulated through the FP8 model and
+    # reported, never dropped (it was "not modelled" before FP8 GEMMs existed)
     fp8 = [r for r in ROWS if r.precision == "amp_fp8"]
-    assert len(fp8) == 7 and all("amp_fp8" in r.not_modelled for r in fp8)
+    assert len(fp8) == 7 and all(r.not_modelled == "" and r.split == "calibration"
+                                 and r.scenario["training"]["precision"] == "fp8"
+                                 for r in fp8)
 
 
 def test_mpt_parameter_counts_equal_the_published_num_params(tmp_path):
@@ -70,7 +73,10 @@ def test_scenarios_follow_the_published_setup():
     assert h["strategy"]["reduce_dtype"] == "fp32"           # mixed_precision DEFAULT
     assert h["strategy"]["activation_checkpointing"] is False
     assert h["training"] == {"micro_batch": 2, "seq_len": 2048, "grad_accum": 1,
-                             "precision": "bf16", "flash_attention": True}
+                             "precision": "bf16", "flash_attention": True,
+                             "attention": "flash2"}     # the flash-attn 2 package
+    f = BY_ID["llmfoundry/h100_amp_fp8/1b_s512_g8_mb56"].scenario["training"]
+    assert (f["precision"], f["fp8_recipe"]) == ("fp8", "delayed")   # Transformer Engine
     a = BY_ID["llmfoundry/a100_bf16/70b_s2048_g32_mb2"].scenario
     assert a["cluster"]["topology"] == "a100-roce-leaf-spine" and a["cluster"]["nodes"] == 4
     assert a["strategy"]["reduce_dtype"] == "bf16"           # mixed_precision PURE
@@ -93,14 +99,17 @@ def test_a_few_rows_simulate_with_the_error_formula():
     assert ran["not_modelled"] == "" and ran["simulated"] > 0
     assert math.isclose(ran["error"], (ran["simulated"] - 142830) / 142830)
     assert ran["ok"] == (abs(ran["error"]) <= ROW_GATE)
-    assert df.iloc[1]["not_modelled"] and np.isnan(df.iloc[1]["simulated"])
+    fp8 = df.iloc[1]                 # simulated through the FP8 model since it exists
+    assert fp8["not_modelled"] == "" and fp8["simulated"] > 0
+    assert math.isclose(fp8["error"], (fp8["simulated"] - 70315) / 70315)
     assert "OOM" in df.iloc[2]["not_modelled"]
 
 
 def _df(rows):
     cols = ["case", "table", "gpu_type", "split", "model", "gpus", "seq_len", "micro_batch",
-            "measured", "simulated", "error", "ok", "not_modelled", "oom"]
-    return pd.DataFrame([dict(zip(cols, r)) for r in rows], columns=cols)
+            "measured", "simulated", "error", "ok", "not_modelled", "oom", "precision"]
+    return pd.DataFrame([dict(zip(cols, (*r, "amp_bf16")[:len(cols)])) for r in rows],
+                        columns=cols)
 
 
 def test_gates_per_gpu_type_and_weak_scaling_arithmetic():
@@ -111,8 +120,12 @@ def test_gates_per_gpu_type_and_weak_scaling_arithmetic():
         ("a32", "t", "H100", "validation", "m", 32, 2048, 2, 96.0, 97.0, 1 / 96, True, "",
          False),
         ("b64", "t", "A100", "validation", "m", 64, 2048, 1, 50.0, 60.0, 0.2, False, "", False),
+        # an FP8 run of the same model on fewer GPUs is no baseline of the bf16 ones
+        ("f4", "t", "H100", "calibration", "m", 4, 2048, 2, 300.0, 200.0, -1 / 3, False, "",
+         False, "amp_fp8"),
     ])
     sc = scaling_rows(df).set_index("case")
+    assert set(sc["baseline"]) == {"a8"}
     assert math.isclose(sc.loc["a16/scaling", "measured"], 98 / 100)
     assert math.isclose(sc.loc["a16/scaling", "error"], 105 / 110 - 98 / 100)
     assert sc.loc["a32/scaling", "ok"] == (abs(97 / 110 - 96 / 100) <= SCALING_GATE)

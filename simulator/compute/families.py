@@ -11,6 +11,13 @@ op-class entries and adds two shape models:
   ``eff(k) * n / (n + keys_half)`` of the tensor-core peak, ``eff`` interpolated linearly
   between the listed head dimensions (clamped outside): short sequences pay a per-query
   fixed cost (load Q, write O, the softmax rescale), small heads less reuse per tile.
+  It is what ``training.attention: sdpa`` (PyTorch's scaled_dot_product_attention, the
+  default) runs on the family.
+* ``attention_kernels``: the same curve per named implementation (``flash2``: the
+  FlashAttention-2 library, ``flash3``: FlashAttention-3), for ``training.attention``.
+  An implementation a family does not list: ``flash2`` falls back to the family's
+  ``flash_attention`` curve (FlashAttention-2 runs on Ampere and later); any other is
+  refused by :func:`check_attention` (FlashAttention-3 needs Hopper).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from simulator.choices import ATTENTION
 from simulator.errors import ConfigError
 
 from .checks import check_fraction, check_keys, check_source, check_time
@@ -56,6 +64,26 @@ class FamilyCalibration:
     gemm: GemmShape | None = None
     flash: FlashShape | None = None
     source: str = ""
+    kernels: Mapping[str, FlashShape] = field(default_factory=dict)   # attention_kernels
+
+    def attention_curve(self, implementation: str) -> FlashShape | None:
+        """The flash curve of ``implementation`` (``sdpa``/unknown: the family default)."""
+        return self.kernels.get(implementation, self.flash)
+
+
+FALLBACK = ("sdpa", "flash2", "eager")              # runs on a family that lists no curve
+
+
+def check_attention(family: "FamilyCalibration | None", implementation: str,
+                    gpu_name: str) -> None:
+    """Refuse an attention implementation the GPU's family cannot run (ConfigError)."""
+    if implementation not in ATTENTION:
+        raise ConfigError(f"unknown attention implementation {implementation!r}; valid: "
+                          f"{', '.join(ATTENTION)}", field="training.attention")
+    listed = family.kernels if family is not None else {}
+    if implementation not in FALLBACK and implementation not in listed:
+        raise ConfigError(f"{implementation} does not run on {gpu_name} (FlashAttention-3 "
+                          f"needs a Hopper GPU: H100, H200)", field="training.attention")
 
 
 def parse_families(table: Any, src: str, op_class: Callable) -> dict:
@@ -66,8 +94,8 @@ def parse_families(table: Any, src: str, op_class: Callable) -> dict:
     out = {}
     for name, entry in table.items():
         where = f"families.{name}"
-        check_keys(entry, {"source", "op_classes", "gemm_shape", "flash_attention"}, {"source"},
-             src, where)
+        check_keys(entry, {"source", "op_classes", "gemm_shape", "flash_attention",
+                           "attention_kernels"}, {"source"}, src, where)
         classes = entry.get("op_classes") or {}
         if not isinstance(classes, dict):
             raise ConfigError("must be a mapping", source=src, field=f"{where}.op_classes")
@@ -78,7 +106,23 @@ def parse_families(table: Any, src: str, op_class: Callable) -> dict:
             flash=_optional(_flash, entry.get("flash_attention"), src,
                             f"{where}.flash_attention",
                             {"eff_max", "keys_half", "half_time", "source"}),
-            source=check_source(entry["source"], src, where))
+            source=check_source(entry["source"], src, where),
+            kernels=_kernels(entry.get("attention_kernels") or {}, src,
+                             f"{where}.attention_kernels"))
+    return out
+
+
+def _kernels(table: Any, src: str, where: str) -> dict:
+    """``attention_kernels``: implementation -> flash curve (``flash2``, ``flash3``)."""
+    if not isinstance(table, dict):
+        raise ConfigError("must be a mapping implementation -> curve", source=src, field=where)
+    out = {}
+    for name, entry in table.items():
+        if name not in ("flash2", "flash3"):
+            raise ConfigError("unknown implementation; valid: flash2, flash3", source=src,
+                              field=f"{where}.{name}")
+        out[name] = _optional(_flash, entry, src, f"{where}.{name}",
+                              {"eff_max", "keys_half", "half_time", "source"})
     return out
 
 

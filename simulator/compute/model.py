@@ -28,7 +28,7 @@ from simulator.precision import FP8, FP32, OP_PRECISIONS, PRECISIONS
 BF16 = "bf16"
 
 from .checks import check_fraction, check_keys, check_source, check_time
-from .families import SHAPED_PRECISIONS, FamilyCalibration, parse_families
+from .families import SHAPED_PRECISIONS, FamilyCalibration, check_attention, parse_families
 from .gemm_shape import shape_efficiency
 
 OP_CLASSES = ("matmul", "attention", "conv", "elementwise", "norm", "embedding", "loss",
@@ -124,7 +124,8 @@ class ComputeModel:
     """Per-op execution time on one GPU model (roofline with size-dependent efficiency)."""
 
     def __init__(self, gpu: GpuSpec, calibration: ComputeCalibration | dict | None = None,
-                 *, time_scale: float = 1.0, fit: FamilyFit | None = None):
+                 *, time_scale: float = 1.0, fit: FamilyFit | None = None,
+                 attention: str = "sdpa", strategy: str | None = None):
         shipped = calibration is None
         if calibration is None:
             calibration = _default_calibration()
@@ -137,9 +138,17 @@ class ComputeModel:
         self.calibration = calibration
         self.family = calibration.families.get(gpu.family)
         self.time_scale = _scale_factor(time_scale)
+        # training.attention: which flash curve an attention kernel runs on (families.py)
+        check_attention(self.family, attention, gpu.name)
+        self.attention = attention
+        self.strategy = strategy
         # real-run time factors of the GPU's family (simulator/data/training_fit.yaml), fitted
-        # on top of the shipped constants: another calibration runs without them
-        self.fit = fit if fit is not None else family_of(gpu.name) if shipped else IDENTITY
+        # on top of the shipped constants: another calibration runs without them, and so
+        # does a strategy outside the fit's scope (its ``strategies``)
+        if fit is None:
+            fit = family_of(gpu.name) if shipped else IDENTITY
+            fit = fit if fit.applies_to(strategy) else IDENTITY
+        self.fit = fit
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
 
     @property
@@ -152,7 +161,15 @@ class ComputeModel:
         :raises ValueError: when ``factor`` is not a finite number > 0.
         """
         return ComputeModel(self.gpu, self.calibration,
-                            time_scale=self.time_scale * _scale_factor(factor), fit=self.fit)
+                            time_scale=self.time_scale * _scale_factor(factor), fit=self.fit,
+                            attention=self.attention, strategy=self.strategy)
+
+    def with_fit(self, fit: FamilyFit | None = None, calibration=None) -> "ComputeModel":
+        """The same GPU, attention and strategy with another fit (None: the scope rule) or
+        calibration (None: this one)."""
+        return ComputeModel(self.gpu, calibration or self.calibration, fit=fit,
+                            time_scale=self.time_scale, attention=self.attention,
+                            strategy=self.strategy)
 
     def peak_flops(self, op_class: str, precision: str) -> float:
         """Peak FLOP/s the op counts against (tensor-core rate or FP32 rate)."""
@@ -202,9 +219,10 @@ class ComputeModel:
             gemm = replace(fam.gemm, align=16) if precision == FP8 else fam.gemm   # 16 bytes
             eff = shape_efficiency(m, n, k, self.gpu.sm_count or 1, gemm)
             return curve.half_time_s + flops / (rate * eff)
-        if op_class == "attention" and fam.flash is not None:
+        flash = fam.attention_curve(self.attention) if op_class == "attention" else None
+        if flash is not None:
             peak = rate / curve.eff_max
-            return fam.flash.half_time_s + flops / (peak * fam.flash.efficiency(n, k))
+            return flash.half_time_s + flops / (peak * flash.efficiency(n, k))
         return plain_s
 
     def _class(self, op_class: str) -> OpClassCalibration:

@@ -12,9 +12,12 @@ step runs at, per GPU family, is fitted on the calibration split of
 * ``kernel_overhead_us``: added to every kernel's launch cost (host-side gaps the GPU waits
   for between kernels).
 
-A family applies only to its listed GPUs and precisions (the ones the fit saw); any other
-GPU or precision gets :data:`IDENTITY` (factor 1, no overhead), so its answers are the
-roofline's.
+A family applies only to its listed GPUs and precisions (the ones the fit saw) and, when
+the data file lists ``strategies``, to those strategies only (the frameworks the fit saw:
+the factors stand for one software stack's kernels and host path, not the GPU's); any other
+GPU, precision or strategy gets :data:`IDENTITY` (factor 1, no overhead), so its answers are
+the roofline's. An FP8 GEMM (:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16
+``matmul`` factor: the same framework's GEMM path at another operand width.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from importlib import resources
 from types import MappingProxyType
 
 from simulator.errors import ConfigError
+from simulator.precision import FP8
 from simulator.yamlio import read_yaml
 
 GROUPS = ("matmul", "attention", "memory_bound")
@@ -34,6 +38,7 @@ GROUPS = ("matmul", "attention", "memory_bound")
 GROUP_OF = {"matmul": "matmul", "attention": "attention", "elementwise": "memory_bound",
             "norm": "memory_bound", "embedding": "memory_bound", "loss": "memory_bound"}
 FILE = "training_fit.yaml"
+BF16 = "bf16"
 
 
 @dataclass(frozen=True)
@@ -45,9 +50,16 @@ class FamilyFit:
     time_factor: MappingProxyType = field(
         default_factory=lambda: MappingProxyType({g: 1.0 for g in GROUPS}))
     kernel_overhead_s: float = 0.0
+    strategies: tuple[str, ...] | None = None    # None: every strategy
+
+    def applies_to(self, strategy: str | None) -> bool:
+        """Whether the fit covers ``strategy`` (None: a bare kernel, not a run: yes)."""
+        return strategy is None or self.strategies is None or strategy in self.strategies
 
     def factor(self, op_class: str, precision: str) -> float:
         """The time factor of ``op_class`` at ``precision`` (1 where the fit does not apply)."""
+        if precision == FP8 and op_class == "matmul" and BF16 in self.precisions:
+            return self.time_factor["matmul"]
         if precision not in self.precisions:
             return 1.0
         group = GROUP_OF.get(op_class)
@@ -55,14 +67,16 @@ class FamilyFit:
 
     def overhead_s(self, precision: str) -> float:
         """Seconds added to each kernel's launch at ``precision``."""
-        return self.kernel_overhead_s if precision in self.precisions else 0.0
+        covered = precision in self.precisions or (precision == FP8 and BF16 in self.precisions)
+        return self.kernel_overhead_s if covered else 0.0
 
     def with_values(self, values: dict) -> "FamilyFit":
         """A copy with ``values`` ({group: factor, "kernel_overhead_us": us}) replaced."""
         tf = dict(self.time_factor)
         tf.update({g: float(v) for g, v in values.items() if g in GROUPS})
         us = values.get("kernel_overhead_us", self.kernel_overhead_s * 1e6)
-        return FamilyFit(self.name, self.precisions, MappingProxyType(tf), float(us) * 1e-6)
+        return FamilyFit(self.name, self.precisions, MappingProxyType(tf), float(us) * 1e-6,
+                         self.strategies)
 
 
 IDENTITY = FamilyFit()
@@ -74,13 +88,14 @@ def _family(name: str, entry: dict, src: str) -> tuple[tuple[str, ...], FamilyFi
         us = float(entry["kernel_overhead_us"]["value"])
         gpus = tuple(entry["gpus"])
         precisions = tuple(entry["precisions"])
+        strategies = tuple(entry["strategies"]) if "strategies" in entry else None
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed family entry ({exc})", source=src,
                           field=f"families.{name}") from None
     if any(v <= 0 for v in tf.values()) or us < 0:
         raise ConfigError("time factors must be > 0 and the overhead >= 0", source=src,
                           field=f"families.{name}")
-    return gpus, FamilyFit(name, precisions, MappingProxyType(tf), us * 1e-6)
+    return gpus, FamilyFit(name, precisions, MappingProxyType(tf), us * 1e-6, strategies)
 
 
 def read_fit(path=None) -> dict:

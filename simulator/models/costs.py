@@ -42,7 +42,7 @@ from simulator.precision import FP8, FP32, compute_precision, precision_bytes
 def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                 flash_attention: bool = True, autocast: bool = False,
                 compile: bool = False, tp: int = 1, sp: bool = False,
-                cp: int = 1) -> list[LayerCost]:
+                cp: int = 1, fp8_recipe: str = "tensorwise") -> list[LayerCost]:
     """Per-layer costs of one training step on a micro-batch, in execution order.
 
     Parameters
@@ -67,6 +67,9 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     tp, sp, cp : int, bool, int
         The costs on one tensor-parallel rank of ``tp`` (``sp``: sequence parallel) and
         one context-parallel rank of ``cp`` (transformers; :mod:`~simulator.models.transformer`).
+    fp8_recipe : str
+        ``"tensorwise"`` (torchao, dynamic scaling) or ``"delayed"`` (Transformer Engine):
+        the cast kernels of an FP8 step (:mod:`simulator.models.fp8`).
 
     Returns
     -------
@@ -75,7 +78,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
     """
     if precision == FP8:
-        return [fp8_layer(layer) for layer in layer_costs(
+        return [fp8_layer(layer, fp8_recipe) for layer in layer_costs(
             model, batch, seq_len, compute_precision(precision), flash_attention, autocast,
             compile, tp, sp, cp)]
     e = precision_bytes(precision)

@@ -11,6 +11,14 @@ which cuBLAS's FP8 kernels need in TN layout (read 1 + write 1 bytes per element
 LM head, attention and every non-GEMM kernel stay bf16, as in torchtitan's default filter
 (``output`` excluded). With torch.compile the amax and cast passes fuse; this models the
 eager passes. Activations and the checkpointing bookkeeping are unchanged (bf16).
+
+``recipe="delayed"`` is Transformer Engine's delayed scaling (``te.fp8_autocast`` with
+``DelayedScaling``, what Composer's ``amp_fp8`` runs): the scale comes from the amax
+history of earlier steps, and each tensor is cast once by a fused cast-transpose kernel
+that also records its amax (read 2 bytes, write the FP8 copy and its transpose: 4 bytes
+per element). Forward casts the input and the weight of each Linear; backward casts the
+output gradient for the input-gradient GEMM and reuses the forward's transposed copies
+and that cast for the weight gradient, so it adds no kernel there.
 """
 
 from __future__ import annotations
@@ -22,12 +30,16 @@ from simulator.models.ops import LayerCost, OpCost
 CAST_BYTES = 5.0         # per element: amax read (2) + cast read (2) + fp8 write (1)
 TRANSPOSE_BYTES = 2.0    # per element: fp8 read + fp8 write
 CAST_FLOPS = 3.0         # |x| max, scale, round
+CAST_TRANSPOSE_BYTES = 4.0   # delayed scaling, per element: read 2, write fp8 + fp8 transpose
 
 
-def fp8_layer(layer: LayerCost) -> LayerCost:
+def fp8_layer(layer: LayerCost, recipe: str = "tensorwise") -> LayerCost:
     """``layer`` with its weight GEMMs in FP8 and their cast kernels (blocks only)."""
     if not layer.kind.endswith("block"):
         return layer
+    if recipe == "delayed":
+        return replace(layer, forward=_ops(layer.forward, _te_forward_casts),
+                       backward=_ops(layer.backward, _te_backward_casts))
     return replace(layer, forward=_ops(layer.forward, _forward_casts),
                    backward=_ops(layer.backward, _backward_casts))
 
@@ -46,8 +58,21 @@ def _ops(ops, casts) -> tuple[OpCost, ...]:
 
 
 def _cast(name: str, elements: float, per: float) -> OpCost:
-    return OpCost(name, "elementwise", CAST_FLOPS * elements if per == CAST_BYTES else 0.0,
+    casts = per in (CAST_BYTES, CAST_TRANSPOSE_BYTES)      # a transpose alone computes nothing
+    return OpCost(name, "elementwise", CAST_FLOPS * elements if casts else 0.0,
                   per * elements)
+
+
+def _te_forward_casts(op: OpCost) -> list[OpCost]:
+    m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
+    return [_cast(f"te_cast_transpose.{op.name}", m * k + k * n, CAST_TRANSPOSE_BYTES)]
+
+
+def _te_backward_casts(op: OpCost) -> list[OpCost]:
+    m, n, k = op.shape
+    if op.name.endswith(".dgrad"):  # dY [m, k] cast (and transposed for the weight gradient)
+        return [_cast(f"te_cast_transpose.{op.name}", m * k, CAST_TRANSPOSE_BYTES)]
+    return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 
 
 def _forward_casts(op: OpCost) -> list[OpCost]:

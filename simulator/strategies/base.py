@@ -26,6 +26,7 @@ from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
 
 from .checkpointing import SelectiveOption, ac_mode, recompute_plan
+from .host import dispatch_s
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
     from simulator.models import LayerCost
@@ -175,11 +176,19 @@ class OpHooks:
 
 
 def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
-                hooks: OpHooks | None = None) -> list[int]:
-    """One compute op per OpCost; ``deps`` on the first. Returns the op ids in order."""
+                hooks: OpHooks | None = None, host_s: float = 0.0) -> list[int]:
+    """One compute op per OpCost; ``deps`` on the first. Returns the op ids in order.
+    ``host_s`` > 0: the CPU's dispatch of the kernels (``host_s`` each) as a ``delay`` on
+    the ``host`` stream that the last kernel waits for (:mod:`.host`)."""
     ids = []
-    for i, c in enumerate(costs or ()):
+    costs = tuple(costs or ())
+    for i, c in enumerate(costs):
         extra = hooks.before(c, phase) if hooks else ()
+        if host_s > 0 and i == len(costs) - 1:      # issued just before the last kernel
+            extra = (*extra, ol.add(
+                stream="host", kind="delay", name=f"dispatch.{layer.name}.{phase}",
+                layer=layer.name, phase="host", duration_s=len(costs) * host_s,
+                attrs={"micro_step": micro, "dispatches": phase}))
         ids.append(ol.add(stream="compute", kind="compute", name=c.name, layer=layer.name,
                           phase=phase, flops=float(c.flops),
                           bytes_accessed=float(c.bytes_accessed), op_class=c.op_class,
@@ -242,7 +251,8 @@ def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
     """Forward ops of a layer. Its saved activations appear op by op (:func:`spread`); a
     checkpointed layer keeps only its output after the last op, and with
     ``activation_offload`` not even that: it goes to host memory."""
-    ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps, hooks)
+    ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps, hooks,
+                      dispatch_s(cfg, "forward"))
     spread(ol, ids, layer.activation_bytes, "alloc")
     plan = recompute_plan(layer, cfg)
     if plan is not None:
@@ -270,7 +280,8 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
             ol.alloc(first, plan.kept_bytes)
             deps = ()
         costs = [layer.forward[i] for i in plan.ops]
-        rids = _emit_costs(ol, layer, costs, "recompute", micro, deps, hooks)
+        rids = _emit_costs(ol, layer, costs, "recompute", micro, deps, hooks,
+                           dispatch_s(cfg, "recompute"))
         first = rids[0] if first is None else first
         if plan.full:
             spread(ol, rids, layer.activation_bytes, "alloc")
@@ -278,7 +289,8 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
         else:
             spread(ol, rids, layer.activation_bytes - plan.kept_bytes, "alloc")
         deps = ()
-    ids = _emit_costs(ol, layer, layer.backward, "backward", micro, deps, hooks)
+    ids = _emit_costs(ol, layer, layer.backward, "backward", micro, deps, hooks,
+                      dispatch_s(cfg, "backward"))
     spread(ol, ids, grad_bytes, "alloc")
     spread(ol, ids, held, "free")
     return (ids[0] if first is None else first), ids[0], ids[-1]

@@ -33,7 +33,6 @@ from types import MappingProxyType
 
 import numpy as np
 
-from simulator.compute import ComputeModel
 from simulator.compute.training_fit import FILE, GROUPS, FamilyFit, read_fit
 from simulator.errors import ConfigError
 from simulator.pipeline import run_setup
@@ -48,16 +47,25 @@ BOUNDS = {"matmul": (0.3, 5.0), "attention": (0.3, 5.0), "memory_bound": (0.3, 5
 ITERATIONS = 2
 FAMILIES = {"A100": {"gpus": ["A100-SXM4-80GB", "A100-SXM4-40GB"]},
             "H100": {"gpus": ["H100-SXM"]}}
+# Scope: the strategies the factors apply to. Fitted on PyTorch FSDP runs (Composer's FSDP1
+# in llm-foundry; torchtitan's FSDP2 rows validate it): the factors stand for that eager
+# PyTorch stack's kernels and host path (FlashAttention-2 / SDPA, unfused norms and
+# elementwise kernels, Python hooks per FSDP unit), so they carry to the fsdp and
+# torchtitan strategies. Megatron-LM, DeepSpeed, DDP, Horovod and TensorFlow runs use other
+# kernels (Transformer Engine / Apex fused kernels, XLA) and host paths the fit never saw:
+# they keep the roofline's answers (their own suites: validate parallel, validate training).
+STRATEGIES = ["fsdp", "torchtitan"]
 PRECISIONS = ["bf16"]
 CHECK_TOLERANCE = 0.005        # relative: a check row's throughput may move this much
 DATA_PATH = Path(__file__).resolve().parents[2] / "data" / FILE
 
 
 def calibration_rows(root=None) -> dict[str, list[TableRow]]:
-    """{family: its simulated calibration rows} (not-modelled rows left out)."""
+    """{family: its simulated bf16 calibration rows} (not-modelled and FP8 rows left out)."""
     out: dict[str, list[TableRow]] = {f: [] for f in FAMILIES}
     for r in load_rows(root):
-        if r.split == "calibration" and not r.not_modelled and r.gpu_type in out:
+        if r.split == "calibration" and not r.not_modelled and r.gpu_type in out \
+                and r.scenario["training"]["precision"] in PRECISIONS:     # FP8 rows: not fitted
             out[r.gpu_type].append(r)
     return out
 
@@ -70,7 +78,7 @@ def _fit_of(family: str, values: dict) -> FamilyFit:
 
 
 def _tokens_per_s(setup, fit: FamilyFit) -> float:
-    compute = ComputeModel(setup.compute.gpu, setup.compute.calibration, fit=fit)
+    compute = setup.compute.with_fit(fit)
     return float(run_setup(dataclasses.replace(setup, compute=compute)).metrics
                  .tokens_per_s_per_gpu)
 
@@ -137,7 +145,7 @@ def _entry(family: str, result: dict) -> dict:
            f"rms relative error {result['rms_start']:.3f} -> {result['rms_fitted']:.3f}")
     checks = _check_rows(result)
     return {
-        "gpus": FAMILIES[family]["gpus"], "precisions": PRECISIONS,
+        "gpus": FAMILIES[family]["gpus"], "precisions": PRECISIONS, "strategies": STRATEGIES,
         "time_factor": {g: {"value": v[g], "source": how} for g in GROUPS},
         "kernel_overhead_us": {"value": v["kernel_overhead_us"], "source": how},
         "calibration_rows": {rid: float(m) for rid, m in zip(result["rows"], result["measured"])},
@@ -148,7 +156,7 @@ def _entry(family: str, result: dict) -> dict:
 
 HEADER = """\
 # Per-GPU-family time factors of real bf16 FSDP training runs (simulator/compute/
-# training_fit.py; applied by ComputeModel to the listed GPUs and precisions only).
+# training_fit.py; applied by ComputeModel to the listed GPUs, precisions and strategies only).
 # Fitted on the calibration rows of validation/training/split.yaml only (never a
 # validation row) by `python -m simulator.validation.training.fit`; do not hand-edit:
 # `python -m simulator.validation.training.fit --check` (run by a test) fails when this file

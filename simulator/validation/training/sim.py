@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from simulator.compute import ComputeCalibration, ComputeModel
+from simulator.compute import ComputeCalibration
 from simulator.models import load_model
 from simulator.models.costs import megatron_recompute_flops
 from simulator.pipeline import run_setup
@@ -21,7 +21,7 @@ def _run(case: Case, calibration: ComputeCalibration | None, cache: dict | None)
         return cache[key]
     setup = case.setup
     if calibration is not None:
-        setup = dataclasses.replace(setup, compute=ComputeModel(setup.compute.gpu, calibration))
+        setup = dataclasses.replace(setup, compute=setup.compute.with_fit(calibration=calibration))
     metrics = run_setup(setup).metrics
     if cache is not None:
         cache[key] = metrics

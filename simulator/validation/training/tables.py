@@ -10,15 +10,18 @@ The mapping of a row to a scenario (:func:`scenario_of`) is written out in
 * llm-foundry (Composer FSDP, ``fsdp_config`` of its yamls): FULL_SHARD, one unit per MPT
   block, ``limit_all_gathers``, Composer's ``backward_prefetch: BACKWARD_POST``;
   ``mixed_precision: DEFAULT`` = bf16 params and fp32 gradient reduction, ``PURE`` = bf16
-  both; ``amp_bf16`` = bf16 compute; the row's micro-batch, accumulation and checkpointing.
+  both; ``amp_bf16`` = bf16 compute, ``amp_fp8`` = FP8 GEMMs (Transformer Engine,
+  :mod:`simulator.models.fp8`); attention by the FlashAttention-2 library
+  (:data:`LLM_FOUNDRY_ATTENTION`); the row's micro-batch, accumulation and checkpointing.
   H100 80GB on DGX H100 servers (the README gives no fabric), A100 80GB on servers with
   16x 100 GbE RoCE (its "1600 Gbps node-node interconnect (RoCE)"); one node: the DGX.
 * torchtitan (FSDP2, ``reshard_after_forward`` true, bf16 params, fp32 reduction): 64
   A100-80GB on DGX A100 servers (interconnect not stated: an assumption); checkpointing
   as :data:`TORCHTITAN_AC`.
 
-A row the simulator cannot express yet (amp_fp8 before FP8 GEMMs are modelled; an OOM row
-without a number) is kept with its reason in
+A row the simulator cannot express (an OOM row without a number; ``split.yaml``'s
+``not_modelled_until``, empty now that amp_fp8 runs through the FP8 model) is kept with its
+reason in
 ``not_modelled`` and reported, never dropped.
 """
 
@@ -46,6 +49,11 @@ TORCHTITAN_AC = {"none": {"activation_checkpointing": "none"},
                                      "selective_ac_option": 2},
                  "selective op": {"activation_checkpointing": "selective",
                                   "selective_ac_option": "op"}}
+# llm-foundry's benchmark runs: submit_benchmarks.py sets attn_config.attn_impl from
+# --attn_impl (default 'flash') and installs llm-foundry '.[gpu-flash2]' (the flash-attn 2
+# package; its FP8 runs pip install flash-attn==2.4.2): mosaicml/llm-foundry@51652eae
+# scripts/train/benchmarking/submit_benchmarks.py, validation/training/llm_foundry_setup.md
+LLM_FOUNDRY_ATTENTION = "flash2"
 TORCHTITAN_MODELS = {"Llama 3 8B": "llama-3-8b", "Llama 3 70B": "llama-3-70b",
                      "Llama 2 13B": "llama-2-13b", "Llama 2 70B": "llama-2-70b"}
 
@@ -101,11 +109,14 @@ def llm_foundry_scenario(row: TableRow, mp_mode: str) -> dict:
                    {"topology": "a100-roce-leaf-spine", "nodes": row.gpus // 8,
                     "topology_set": {"params.node.gpu": "A100-SXM4-80GB"}})
     precision = "fp8" if "fp8" in row.precision else "bf16"
+    # amp_fp8: Transformer Engine v0.10 (submit_benchmarks.py pip installs it for the H100
+    # FP8 runs; llm_foundry_setup.md), Composer's te.fp8_autocast with delayed scaling
+    recipe = {"fp8_recipe": "delayed"} if precision == "fp8" else {}
     return {
         "name": row.row_id, "model": row.model,
         "training": {"micro_batch": row.micro_batch, "seq_len": row.seq_len,
                      "grad_accum": row.grad_accum, "precision": precision,
-                     "flash_attention": True},
+                     "flash_attention": True, "attention": LLM_FOUNDRY_ATTENTION, **recipe},
         "cluster": cluster,
         "strategy": {"name": "fsdp", "sharding": "FULL_SHARD", "param_dtype": "bf16",
                      "reduce_dtype": "fp32" if mp_mode == "DEFAULT" else "bf16",

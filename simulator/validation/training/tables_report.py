@@ -123,7 +123,10 @@ def fitted_note() -> str:
     for name, (_, fit) in fams.items():
         tf = ", ".join(f"{g} x{v:.3f}" for g, v in fit.time_factor.items())
         parts.append(f"{name}: {tf}, +{fit.kernel_overhead_s * 1e6:.1f} us/kernel")
-    return "Fitted family factors (simulator/data/training_fit.yaml): " + "; ".join(parts) + "."
+    scope = next((fit.strategies for _, fit in fams.values() if fit.strategies), None)
+    where = f"; bf16 kernels and FP8 GEMMs, strategies {', '.join(scope)}" if scope else ""
+    return (f"Fitted family factors (simulator/data/training_fit.yaml{where}): "
+            + "; ".join(parts) + ".")
 
 
 __all__ = ["REPORT_FILE", "RESULTS_FILE", "fitted_note", "gated_cases", "markdown",

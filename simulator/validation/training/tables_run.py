@@ -57,8 +57,7 @@ def build_row(row: TableRow, folder: Path, calibration=None):
     setup = build_setup(scenario_from_dict(data, row.row_id), row.row_id)
     if calibration is not None:
         import dataclasses
-        from simulator.compute import ComputeModel
-        setup = dataclasses.replace(setup, compute=ComputeModel(setup.compute.gpu, calibration))
+        setup = dataclasses.replace(setup, compute=setup.compute.with_fit(calibration=calibration))
     return setup
 
 
@@ -103,14 +102,15 @@ def run_rows(rows: list[TableRow], calibration=None) -> pd.DataFrame:
 
 def scaling_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Weak-scaling efficiency of each validation row against the same table's run of the
-    same model, sequence length and micro-batch on the fewest GPUs: tokens/s/GPU(N) /
+    same model, precision, sequence length and micro-batch on the fewest GPUs: tokens/s/GPU(N) /
     tokens/s/GPU(base), measured and simulated; error in points (simulated - measured)."""
     out = []
     ran = df[df["not_modelled"] == ""]
     for r in ran[ran["split"] == "validation"].itertuples():
         same = ran[(ran["table"] == r.table) & (ran["gpu_type"] == r.gpu_type)
                    & (ran["model"] == r.model) & (ran["seq_len"] == r.seq_len)
-                   & (ran["micro_batch"] == r.micro_batch) & (ran["gpus"] < r.gpus)]
+                   & (ran["micro_batch"] == r.micro_batch) & (ran["gpus"] < r.gpus)
+                   & (ran["precision"] == r.precision)]      # bf16 is not scaled off FP8
         if same.empty:
             continue
         b = same.sort_values("gpus", kind="stable").iloc[0]

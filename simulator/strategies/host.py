@@ -1,0 +1,59 @@
+"""Host-side (CPU) dispatch time of an eager PyTorch step, and the GPU waiting for it.
+
+An eager step launches every kernel from Python (forward) or from the autograd engine's
+thread (backward), each launch costing CPU time (``simulator/data/host.yaml``, measured on
+the repository's H200 profiles). The CPU runs ahead of the GPU, so the GPU waits only
+where the CPU falls behind: per layer and phase the CPU spends ``kernels x dispatch``
+seconds, and the layer's last kernel cannot start before the CPU has launched it. In the
+trace that is one ``delay`` op per layer and phase on a ``host`` stream (the CPU's work
+in order, never waiting for the GPU), on which the layer's last kernel depends: the GPU
+finishes a layer no earlier than the CPU has dispatched everything up to it, i.e. the
+step is max(GPU time, CPU time) at layer granularity, without an op per kernel.
+
+``strategy.host_dispatch`` (FSDP): ``eager`` (the default), ``compiled`` (torch.compile's
+launcher: fewer kernels after fusion, a shorter launch) or ``none`` (the GPU never waits
+for the host: the time before this model existed).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+from simulator.compute.checks import check_keys, check_source, check_time
+from simulator.yamlio import read_yaml
+
+FILE = "host.yaml"
+MODES = ("eager", "compiled")
+PHASES = ("forward", "backward", "recompute")
+
+
+@functools.cache
+def dispatch_table() -> dict[str, dict[str, float]]:
+    """{mode: {phase: seconds per kernel}} of the shipped ``host.yaml``."""
+    src = f"simulator/data/{FILE}"
+    data = read_yaml(resources.files("simulator.data").joinpath(FILE), "host dispatch")
+    check_keys(data, set(MODES), set(MODES), src, None)
+    out = {}
+    for mode in MODES:
+        check_keys(data[mode], set(PHASES), set(PHASES), src, mode)
+        out[mode] = {}
+        for phase in PHASES:
+            entry = data[mode][phase]
+            where = f"{mode}.{phase}"
+            check_keys(entry, {"value", "source"}, {"value", "source"}, src, where)
+            check_source(entry["source"], src, where)
+            out[mode][phase] = check_time(entry["value"], src, f"{where}.value")
+    return out
+
+
+def dispatch_s(cfg, phase: str) -> float:
+    """CPU seconds per kernel a strategy config's layers spend in ``phase`` (0: the GPU
+    never waits for the host; strategies without ``host_dispatch``)."""
+    mode = getattr(cfg, "host_dispatch", "none")
+    if mode == "none":
+        return 0.0
+    return dispatch_table()[mode][phase]
+
+
+__all__ = ["FILE", "MODES", "PHASES", "dispatch_s", "dispatch_table"]
