@@ -9,11 +9,12 @@ names ``strategy.<field>``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from simulator.errors import ConfigError
+from simulator.lazy import LazyDict
 from simulator.trace import Trace
 
 from .base import CommonConfig, World
@@ -30,43 +31,29 @@ class Strategy:
     build: Callable[..., Trace]
 
 
-@dataclass(frozen=True)
-class _Deferred:
-    """A registry entry whose module loads on first lookup (:func:`_load`)."""
-    description: str
+# The strategies other than DDP and FSDP: each loads (its module, and the 3-D parallel stack
+# behind megatron, torchtitan and deepspeed) when a scenario names it (start-up time).
+_DEFERRED = {
+    "tf_mirrored": "TensorFlow MirroredStrategy (one machine): NcclAllReduce packs, "
+                   "HierarchicalCopyAllReduce or ReductionToOneDevice after backward",
+    "tf_multiworker": "TensorFlow MultiWorkerMirroredStrategy: CollectiveAllReduce (RING or "
+                      "NCCL) of bytes_per_pack packs",
+    "tf_ps": "TensorFlow ParameterServerStrategy: variables on parameter servers, "
+             "asynchronous workers pull variables and push gradients",
+    "tf_central_storage": "TensorFlow CentralStorageStrategy: variables in host memory, "
+                          "replicas on the local GPUs",
+    "horovod": "Horovod with TensorFlow: fused NCCL all-reduces (fusion threshold, cycle "
+               "time) overlapped with backward",
+    "megatron": "Megatron-LM: tensor (+sequence), pipeline (1F1B, interleaved) and data "
+                "parallelism (DDP or distributed optimizer), its argument names",
+    "torchtitan": "torchtitan: FSDP2 x TP/SP x PP x CP x EP from the [parallelism] and "
+                  "[activation_checkpoint] tables of its TOML",
+    "deepspeed": "DeepSpeed: ZeRO stage 0-3 (zero_optimization), AutoTP and pipeline stages",
+}
 
 
-class _Registry(MutableMapping):
-    """name -> :class:`Strategy`; a :class:`_Deferred` entry is loaded on first lookup, so
-    that a scenario naming fsdp loads neither the TensorFlow/Horovod generators nor the 3-D
-    parallel stack (``simulator.parallel``) the framework strategies are built on (start-up
-    time, README "Speed")."""
-
-    def __init__(self, entries: dict[str, Strategy | _Deferred]):
-        self._entries = dict(entries)
-
-    def __getitem__(self, name: str) -> Strategy:
-        entry = self._entries[name]
-        if isinstance(entry, _Deferred):
-            entry = self._entries[name] = Strategy(name, entry.description, *_load(name))
-        return entry
-
-    def __setitem__(self, name: str, strategy: Strategy) -> None:
-        self._entries[name] = strategy
-
-    def __delitem__(self, name: str) -> None:
-        del self._entries[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-def _load(name: str) -> tuple[type[CommonConfig], Callable[..., Trace]]:
-    """(config, build) of the deferred strategy ``name``; its imports sit here, so each
-    strategy other than DDP and FSDP loads only when a scenario names it."""
+def _load(name: str) -> Strategy:
+    """The deferred strategy ``name``, its imports done here."""
     if name == "tf_mirrored":
         from .tf_mirrored import MirroredConfig as config, tf_mirrored as build
     elif name == "tf_multiworker":
@@ -88,33 +75,15 @@ def _load(name: str) -> tuple[type[CommonConfig], Callable[..., Trace]]:
         from simulator.parallel.frameworks.deepspeed import deepspeed as build
     else:
         raise KeyError(name)
-    return config, build
+    return Strategy(name, _DEFERRED[name], config, build)
 
 
-STRATEGIES: MutableMapping[str, Strategy] = _Registry({
+STRATEGIES: MutableMapping[str, Strategy] = LazyDict({
     "ddp": Strategy("ddp", "PyTorch DDP: full replicas, bucketed gradient all-reduce "
                     "overlapped with backward", DDPConfig, ddp),
     "fsdp": Strategy("fsdp", "PyTorch FSDP/FSDP2 (ZeRO-3 style): sharded params, all-gather "
                      "per unit, gradient reduce-scatter; HSDP", FSDPConfig, fsdp),
-    "tf_mirrored": _Deferred("TensorFlow MirroredStrategy (one machine): NcclAllReduce "
-                             "packs, HierarchicalCopyAllReduce or ReductionToOneDevice after "
-                             "backward"),
-    "tf_multiworker": _Deferred("TensorFlow MultiWorkerMirroredStrategy: CollectiveAllReduce "
-                                "(RING or NCCL) of bytes_per_pack packs"),
-    "tf_ps": _Deferred("TensorFlow ParameterServerStrategy: variables on parameter servers, "
-                       "asynchronous workers pull variables and push gradients"),
-    "tf_central_storage": _Deferred("TensorFlow CentralStorageStrategy: variables in host "
-                                    "memory, replicas on the local GPUs"),
-    "horovod": _Deferred("Horovod with TensorFlow: fused NCCL all-reduces (fusion threshold, "
-                         "cycle time) overlapped with backward"),
-    "megatron": _Deferred("Megatron-LM: tensor (+sequence), pipeline (1F1B, interleaved) "
-                          "and data parallelism (DDP or distributed optimizer), its argument "
-                          "names"),
-    "torchtitan": _Deferred("torchtitan: FSDP2 x TP/SP x PP x CP x EP from the [parallelism] "
-                            "and [activation_checkpoint] tables of its TOML"),
-    "deepspeed": _Deferred("DeepSpeed: ZeRO stage 0-3 (zero_optimization), AutoTP and "
-                           "pipeline stages"),
-})
+}, _DEFERRED, _load)
 
 
 def parse_strategy(data: Any, source: str | None = None) -> CommonConfig:
