@@ -86,7 +86,8 @@ main(["run", "-q"])
                             "simulator.strategies.horovod", "simulator.study",
                             "simulator.importers", "simulator.planner", "simulator.compare",
                             "simulator.capacity", "simulator.report",
-                            "simulator.reliability.runner", "simulator.metrics.outputs")) == []
+                            "simulator.reliability.runner", "simulator.metrics.outputs",
+                            "simulator.validation.commands", "simulator.validation.suite")) == []
 
 
 def test_study_replay_import_bodies_load_no_table_or_plot_library():
