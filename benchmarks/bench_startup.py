@@ -19,7 +19,11 @@ Two settings, each the median of ``--repeat`` runs, wall and CPU (user + system)
   wrote), as on a machine that sets that variable (this project's build machine does); a
   ``__pycache__`` folder in the source tree would still be read.
 
-Usage: ``python benchmarks/bench_startup.py [--repeat 3] [--clustersim PATH]``.
+With ``--before OTHER`` (another install's ``clustersim``, e.g. the main branch's) each run
+of this one alternates with a run of OTHER, so that both see the same load, and each cell
+is ``before -> now``.
+
+Usage: ``python benchmarks/bench_startup.py [--repeat 3] [--clustersim PATH] [--before PATH]``.
 """
 
 from __future__ import annotations
@@ -70,27 +74,37 @@ def environments(cache_dir: str) -> dict[str, dict[str, str]]:
             "no cache": {**base, "PYTHONDONTWRITEBYTECODE": "1"}}
 
 
+def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--clustersim", default=str(Path(sys.executable).with_name("clustersim")))
+    ap.add_argument("--before", default=None, help="another clustersim to alternate with")
     args = ap.parse_args()
+    tools = [args.before, args.clustersim] if args.before else [args.clustersim]
     with tempfile.TemporaryDirectory(prefix="clustersim-pyc-") as cache_dir:
         envs = environments(cache_dir)
-        for argv in CASES.values():            # fill the cache (untimed)
-            subprocess.run([args.clustersim, *argv], capture_output=True, env=envs["cached"])
+        for tool in tools:
+            for argv in CASES.values():        # fill the cache (untimed)
+                subprocess.run([tool, *argv], capture_output=True, env=envs["cached"])
         load = os.getloadavg()[0]
-        print(f"{args.clustersim}, median of {args.repeat}, load average {load:.1f} at start")
+        print(f"{' vs '.join(tools)}, median of {args.repeat}, load average {load:.1f} at start")
         print("| command | wall s (cached) | CPU s (cached) | wall s (no cache) "
               "| CPU s (no cache) |")
         print("|---|---:|---:|---:|---:|")
         for name, argv in CASES.items():
             cells = []
             for env in envs.values():
-                runs = [timed([args.clustersim, *argv], env) for _ in range(args.repeat)]
-                cells += [statistics.median(w for w, _ in runs),
-                          statistics.median(c for _, c in runs)]
-            print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in cells) + " |", flush=True)
+                runs = {tool: [] for tool in tools}
+                for _ in range(args.repeat):
+                    for tool in tools:
+                        runs[tool].append(timed([tool, *argv], env))
+                per_tool = [medians(runs[tool]) for tool in tools]
+                cells += [" -> ".join(f"{m[i]:.2f}" for m in per_tool) for i in (0, 1)]
+            print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
         print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
