@@ -3,9 +3,27 @@
 "Before it starts working" is measured as a run that stops at the command's first look at
 its input, after every import its body does first: a scenario with an unknown precision
 (``--set training.precision=nosuch``, exit 2) for the commands that take a scenario, a study
-file that does not exist for ``study``, an unknown topology for ``topology``. Then the whole
-``clustersim run`` of the quick start. Median of ``--repeat`` runs, wall and CPU (user +
-system) seconds. Usage: ``python benchmarks/bench_startup.py [--repeat 5] [--clustersim PATH]``.
+file that does not exist for ``study``, an unknown topology for ``topology`` and
+``collective``, a trace file that does not exist for ``replay`` and ``import``. Then the whole
+``clustersim run`` of the quick start. What loads only once the work has begun (a strategy's
+own module, pandas for a study's parts, matplotlib for ``--out``) is not in the first
+numbers; it is in the whole quick-start ``run``.
+
+Two settings, each the median of ``--repeat`` runs, wall and CPU (user + system) seconds:
+
+* ``cached``: Python's compiled bytecode cache in use, as after ``pip install`` (which
+  compiles it) or after the first run of an editable install; the cache is a fresh folder
+  (``PYTHONPYCACHEPREFIX``) filled by one untimed run of each case first.
+* ``no cache``: ``PYTHONDONTWRITEBYTECODE=1`` and no cache folder, so clustersim's own modules
+  are compiled from source on every run (the installed libraries keep the bytecode pip
+  wrote), as on a machine that sets that variable (this project's build machine does); a
+  ``__pycache__`` folder in the source tree would still be read.
+
+With ``--before OTHER`` (another install's ``clustersim``, e.g. the main branch's) each run
+of this one alternates with a run of OTHER, so that both see the same load, and each cell
+is ``before -> now``.
+
+Usage: ``python benchmarks/bench_startup.py [--repeat 3] [--clustersim PATH] [--before PATH]``.
 """
 
 from __future__ import annotations
@@ -15,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,36 +45,67 @@ CASES = {
     "compare": ["compare", *BAD],
     "capacity": ["capacity", *BAD],
     "reliability": ["reliability", *BAD],
+    "plan": ["plan", *BAD],
     "trace": ["trace", *BAD, "-o", os.devnull],
     "study": ["study", "/nonexistent/study.yaml"],
     "topology": ["topology", "nosuch-topology"],
+    "collective": ["collective", "all_reduce", "--topology", "nosuch-topology"],
+    "replay": ["replay", "/nonexistent/trace.json"],
+    "import": ["import", "pytorch", "/nonexistent/trace.json", "-o", os.devnull],
     "run (quick start, whole)": ["run", "-q"],
 }
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall and CPU seconds of one process."""
     before = os.times()
     t0 = time.perf_counter()
-    subprocess.run(argv, capture_output=True)
+    subprocess.run(argv, capture_output=True, env=env)
     wall = time.perf_counter() - t0
     after = os.times()
     return wall, (after.children_user - before.children_user
                   + after.children_system - before.children_system)
 
 
+def environments(cache_dir: str) -> dict[str, dict[str, str]]:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    return {"cached": {**base, "PYTHONPYCACHEPREFIX": cache_dir},
+            "no cache": {**base, "PYTHONDONTWRITEBYTECODE": "1"}}
+
+
+def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--clustersim", default=str(Path(sys.executable).with_name("clustersim")))
+    ap.add_argument("--before", default=None, help="another clustersim to alternate with")
     args = ap.parse_args()
-    print(f"{args.clustersim}, median of {args.repeat}")
-    print("| command | wall s | CPU s |")
-    print("|---|---:|---:|")
-    for name, argv in CASES.items():
-        runs = [timed([args.clustersim, *argv]) for _ in range(args.repeat)]
-        print(f"| {name} | {statistics.median(w for w, _ in runs):.2f} | "
-              f"{statistics.median(c for _, c in runs):.2f} |", flush=True)
+    tools = [args.before, args.clustersim] if args.before else [args.clustersim]
+    with tempfile.TemporaryDirectory(prefix="clustersim-pyc-") as cache_dir:
+        envs = environments(cache_dir)
+        for tool in tools:
+            for argv in CASES.values():        # fill the cache (untimed)
+                subprocess.run([tool, *argv], capture_output=True, env=envs["cached"])
+        load = os.getloadavg()[0]
+        print(f"{' vs '.join(tools)}, median of {args.repeat}, load average {load:.1f} at start")
+        print("| command | wall s (cached) | CPU s (cached) | wall s (no cache) "
+              "| CPU s (no cache) |")
+        print("|---|---:|---:|---:|---:|")
+        for name, argv in CASES.items():
+            cells = []
+            for env in envs.values():
+                runs = {tool: [] for tool in tools}
+                for _ in range(args.repeat):
+                    for tool in tools:
+                        runs[tool].append(timed([tool, *argv], env))
+                per_tool = [medians(runs[tool]) for tool in tools]
+                cells += [" -> ".join(f"{m[i]:.2f}" for m in per_tool) for i in (0, 1)]
+            print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+        print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

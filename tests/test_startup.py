@@ -2,11 +2,14 @@
 only outputs need (pandas for tables and CSV, matplotlib for plots, Dask and pyarrow for
 studies) are not imported by a command until it writes them, so `run`, `compare`,
 `capacity` and `reliability` start working without them; `--help` and `list` load none of
-the numeric stack. (No wall-time assert: the modules are what a test can check; the README
-gives `python -X importtime` numbers.)"""
+the numeric stack. A strategy's module (and the 3-D parallel stack behind megatron,
+torchtitan and deepspeed) loads when a scenario names it, so the quick start reaches its
+simulation with FSDP's alone. (No wall-time assert: the modules are what a test can check;
+the README gives `benchmarks/bench_startup.py` numbers.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_ONLY = ("pandas", "matplotlib", "dask", "pyarrow", "scipy")
 NUMERIC = ("numpy", "networkx", "simpy", "pandas", "matplotlib")
+HEAVY = OUTPUT_ONLY + ("distributed", "PIL")
+SHOW = "print(json.dumps(sorted(sys.modules)))"
 
 
 def _loaded(argv: list[str], families: tuple[str, ...]) -> list[str]:
@@ -45,3 +50,77 @@ def test_a_command_loads_no_output_library_before_it_works(command):
                                   ["list", "scenarios"], ["--version"]])
 def test_help_and_list_load_no_numeric_library(argv):
     assert _loaded(argv, NUMERIC) == []
+
+
+# ---- what is loaded where the work starts, submodules included (issue 20)
+def modules_after(code: str) -> list:
+    """What ``code``, run by a fresh interpreter, prints last as JSON (``SHOW``)."""
+    out = subprocess.run([sys.executable, "-c", "import json, sys\n" + code], cwd=REPO,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def present(modules, names) -> list[str]:
+    """The ``names`` loaded in ``modules``, as packages or as any of their submodules."""
+    return sorted(n for n in names
+                  if any(m == n or m.startswith(n + ".") for m in modules))
+
+
+def test_quickstart_run_loads_only_what_it_simulates():
+    """`clustersim run` (the quick start, FSDP), stopped where the simulation would start:
+    the strategy, model and cluster are built, and nothing else is loaded."""
+    loaded = modules_after(f"""
+import simulator.pipeline as pipeline
+from simulator.cli import main
+def stop(setup):
+    {SHOW}
+    raise SystemExit(0)
+pipeline.run_setup = stop
+main(["run", "-q"])
+""")
+    assert "simulator.strategies.fsdp" in loaded          # the stop is past the build
+    assert present(loaded, HEAVY) == []
+    assert present(loaded, ("simulator.parallel", "simulator.strategies.tf_common",
+                            "simulator.strategies.horovod", "simulator.study",
+                            "simulator.importers", "simulator.planner", "simulator.compare",
+                            "simulator.capacity", "simulator.report",
+                            "simulator.reliability.runner", "simulator.metrics.outputs",
+                            "simulator.validation.commands", "simulator.validation.suite")) == []
+
+
+def test_study_replay_import_bodies_load_no_table_or_plot_library():
+    """What the study, replay and import commands import before their work: pandas,
+    pyarrow and matplotlib load only once a point has run, the replay is done, or --out
+    asks for plots."""
+    loaded = modules_after(f"""
+from simulator.importers import import_trace
+from simulator.importers.replay import collective_table, replay_trace
+from simulator.study import load_study, run_study
+from simulator.trace.io import read_trace
+{SHOW}
+""")
+    assert "simulator.study.store" in loaded and "simulator.study.parts" in loaded
+    assert present(loaded, HEAVY) == []
+
+
+def test_strategies_load_when_named():
+    """The registry names every strategy without loading it; looking one up loads it."""
+    seen = modules_after("""
+from simulator.strategies import STRATEGIES
+names, before = list(STRATEGIES), sorted(sys.modules)
+megatron, ps = STRATEGIES["megatron"], STRATEGIES["tf_ps"]
+print(json.dumps({"names": names, "before": before, "after": sorted(sys.modules),
+                  "classes": [megatron.config.__name__, ps.config.__name__]}))
+""")
+    assert seen["names"] == ["ddp", "fsdp", "tf_mirrored", "tf_multiworker", "tf_ps",
+                             "tf_central_storage", "horovod", "megatron", "torchtitan",
+                             "deepspeed"]
+    assert present(seen["before"], ("simulator.parallel", "simulator.strategies.tf_ps",
+                                    "simulator.strategies.horovod")) == []
+    assert seen["classes"] == ["MegatronConfig", "PSConfig"]
+    assert present(seen["after"], ("simulator.parallel.frameworks.megatron",
+                                   "simulator.strategies.tf_ps")) == [
+        "simulator.parallel.frameworks.megatron", "simulator.strategies.tf_ps"]
+    assert "simulator.parallel.frameworks.deepspeed" not in seen["after"]

@@ -387,7 +387,7 @@ def test_horovod_fuses_named_weights_and_starts_each_buffer_after_its_last_gradi
     """Kernels that name their weights make each weight a tensor: buffers fuse tensors (not
     whole layers) and a buffer starts after the kernel completing its last gradient."""
     from conftest import up_down_blocks
-    from simulator.strategies import HorovodConfig, horovod
+    from simulator.strategies.horovod import HorovodConfig, horovod
     blocks = up_down_blocks(2, 4 * MIB)                      # 16 MiB per weight in fp32
     t = horovod(blocks, HorovodConfig(fusion_threshold_mb=24), World(8, 8))
     byid = {o.id: o for o in t.classes[0].ops}

@@ -95,7 +95,6 @@ def register(cli: click.Group) -> None:
         strategy that ran gets its accuracy envelope (nearest validated case, its error).
         """
         from ..compare.cost import resolve_price
-        from ..compare.page import write_page
         from ..compare.options import migration_plan, parse_strategies
         from ..compare.report import render_table, to_csv, to_json
         from ..compare.runner import compare
@@ -128,6 +127,7 @@ def register(cli: click.Group) -> None:
         as_dicts = {k: e.as_dict() for k, e in acc.items()}
         if out is not None:
             from ..compare.charts import write_outputs    # matplotlib: only for --out
+            from ..compare.page import write_page         # the HTML page: only for --out
             write_outputs(out, cmp, as_dicts)
             write_page(cmp, out, _inputs(path, sets, strategies, cost_price, budget, scn),
                        lines)

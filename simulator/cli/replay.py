@@ -86,7 +86,6 @@ def register(cli: click.Group) -> None:
         """Replay an imported (or generated) TRACE on a topology: iteration time, where it
         goes, and each collective's simulated vs recorded time."""
         from ..importers.replay import collective_table, replay_trace
-        from ..metrics.outputs import write_outputs
         from ..trace.io import read_trace
 
         trace = read_trace(trace_file)
@@ -104,6 +103,7 @@ def register(cli: click.Group) -> None:
         if out is not None:
             settings = {"trace": str(trace_file), "topology": str(result.topology),
                         "nodes": nodes, "fidelity": fidelity, "nccl": nccl_choice}
+            from ..metrics.outputs import write_outputs     # matplotlib: only for --out
             write_outputs(out, result.timeline, m, result.cluster, settings,
                           {c.id: c.ranks for c in trace.classes})
             table.to_csv(Path(out) / "collectives.csv", index=False)

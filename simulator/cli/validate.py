@@ -12,26 +12,41 @@ from __future__ import annotations
 
 import click
 
-from simulator.validation.captured.command import validate_captured
-from simulator.validation.collectives.command import validate_collectives
-from simulator.validation.gpu.command import validate_gpu
-from simulator.validation.parallel.command import validate_parallel
-from simulator.validation.suite.command import validate_all
-from simulator.validation.traces.command import validate_traces
-from simulator.validation.training.command import validate_training
+from simulator.lazy import LazyDict
+
+NAMES = ("collectives", "training", "traces", "captured", "gpu", "parallel", "all")
+
+
+def _load(name: str) -> click.Command:
+    """The subcommand ``name``; its suite's module is imported here, so a command other than
+    ``validate`` (or ``validate --help``, which lists them all) loads none (start-up time)."""
+    if name == "collectives":
+        from simulator.validation.collectives.command import validate_collectives as cmd
+    elif name == "training":
+        from simulator.validation.training.command import validate_training as cmd
+    elif name == "traces":
+        from simulator.validation.traces.command import validate_traces as cmd
+    elif name == "captured":
+        from simulator.validation.captured.command import validate_captured as cmd
+    elif name == "gpu":
+        from simulator.validation.gpu.command import validate_gpu as cmd
+    elif name == "parallel":
+        from simulator.validation.parallel.command import validate_parallel as cmd
+    elif name == "all":
+        from simulator.validation.suite.command import validate_all as cmd
+    else:
+        raise KeyError(name)
+    return cmd
 
 
 def register(group: click.Group) -> click.Group:
     """Add ``validate collectives|training|traces|captured|gpu|parallel|all`` to ``group`` (creating the
     ``validate`` subgroup if the group has none; without a subcommand it runs ``all``);
     returns the ``validate`` group."""
-    commands = {"collectives": validate_collectives, "training": validate_training,
-                "traces": validate_traces, "captured": validate_captured, "gpu": validate_gpu,
-                "parallel": validate_parallel, "all": validate_all}
     existing = group.commands.get("validate")
     if isinstance(existing, click.Group):
-        for name, cmd in commands.items():
-            existing.add_command(cmd, name)
+        for name in NAMES:
+            existing.add_command(_load(name), name)
         return existing
 
     @group.group("validate", invoke_without_command=True)
@@ -44,10 +59,9 @@ def register(group: click.Group) -> click.Group:
         the only cases out of bound are known misses (validation/known_misses.yaml), 1 on
         any other miss (or a recorded miss now within bound)."""
         if ctx.invoked_subcommand is None:
-            ctx.invoke(validate_all)
+            ctx.invoke(validate.commands["all"])
 
-    for name, cmd in commands.items():
-        validate.add_command(cmd, name)
+    validate.commands = LazyDict({}, NAMES, _load)     # click reads its subcommands here
     return validate
 
 

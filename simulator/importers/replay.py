@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..cluster import Cluster
 from ..collectives.constants import load_constants
@@ -24,6 +23,9 @@ from ..metrics import Metrics, compute_metrics
 from ..topology.build import load_cluster
 from ..topology.loader import resolve_topology
 from ..trace.schema import Trace
+
+if TYPE_CHECKING:           # pandas loads once the replay has run (start-up time)
+    import pandas as pd
 
 NCCL_CHOICES = ("recorded", "auto")
 
@@ -93,6 +95,7 @@ def replay_trace(trace: Trace, topology: str = "dgx-a100", nodes: int | None = N
 
 def collective_table(result: ReplayResult) -> pd.DataFrame:
     """Each collective of the first rank class: recorded and simulated duration (s)."""
+    import pandas as pd                      # the table only: loaded after the replay
     cls = result.trace.classes[0]
     ops = {op.id: op for op in cls.ops
            if op.kind == "collective" and op.attrs.get("recorded_s") is not None}

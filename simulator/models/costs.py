@@ -28,10 +28,8 @@ Conventions (all counts for the whole micro-batch of ``batch`` samples):
 from __future__ import annotations
 
 from simulator.errors import ConfigError
-from simulator.models.maskrcnn import maskrcnn_layer_costs, maskrcnn_train_flops
 from simulator.models.moe import block_costs, inactive_params
 from simulator.models.ops import LayerCost, check_positive
-from simulator.models.resnet import resnet_forward_flops, resnet_layer_costs
 from simulator.models.spec import ModelSpec
 from simulator.models.fp8 import fp8_layer
 from simulator.models.fusion import compiled_block
@@ -86,9 +84,11 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         raise ConfigError(f"{model.name} is not a transformer: no tensor, sequence or "
                           f"context parallelism", field="tp")
     if model.family == "resnet":
+        from simulator.models.resnet import resnet_layer_costs      # CNNs load when used
         check_positive(batch=batch)
         return resnet_layer_costs(model, batch, e)
     if model.family == "maskrcnn":
+        from simulator.models.maskrcnn import maskrcnn_layer_costs  # CNNs load when used
         check_positive(batch=batch)
         return maskrcnn_layer_costs(model, batch, e)
     check_positive(batch=batch, seq_len=seq_len)
@@ -144,8 +144,10 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
     forward and backward convolution and matmul FLOPs (its frozen layers have no backward).
     """
     if model.family == "resnet":
+        from simulator.models.resnet import resnet_forward_flops    # CNNs load when used
         return 3.0 * resnet_forward_flops(model)
     if model.family == "maskrcnn":
+        from simulator.models.maskrcnn import maskrcnn_train_flops  # CNNs load when used
         return maskrcnn_train_flops(model)
     check_positive(seq_len=seq_len)
     n = params_total(model) - lookup_params(model) - inactive_params(model)

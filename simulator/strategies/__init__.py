@@ -9,25 +9,18 @@ names ``strategy.<field>``.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from simulator.errors import ConfigError
-from simulator.parallel.frameworks.deepspeed import DeepSpeedConfig, deepspeed
-from simulator.parallel.frameworks.megatron import MegatronConfig
-from simulator.parallel.frameworks.torchtitan import TorchtitanConfig, torchtitan
-from simulator.parallel.generate import build_planned
+from simulator.lazy import LazyDict
 from simulator.trace import Trace
 
 from .base import CommonConfig, World
 from .ddp import DDPConfig, assign_buckets, ddp
 from .fsdp import fsdp
 from .fsdp_config import SHARDINGS, FSDPConfig, ShardPlan, resolve_plan
-from .horovod import HorovodConfig, horovod
-from .tf_central import CentralStorageConfig, tf_central_storage
-from .tf_mirrored import MirroredConfig, tf_mirrored
-from .tf_multiworker import MultiWorkerConfig, tf_multiworker
-from .tf_ps import PSConfig, tf_ps
 
 
 @dataclass(frozen=True)
@@ -38,35 +31,59 @@ class Strategy:
     build: Callable[..., Trace]
 
 
-STRATEGIES: dict[str, Strategy] = {
+# The strategies other than DDP and FSDP: each loads (its module, and the 3-D parallel stack
+# behind megatron, torchtitan and deepspeed) when a scenario names it (start-up time).
+_DEFERRED = {
+    "tf_mirrored": "TensorFlow MirroredStrategy (one machine): NcclAllReduce packs, "
+                   "HierarchicalCopyAllReduce or ReductionToOneDevice after backward",
+    "tf_multiworker": "TensorFlow MultiWorkerMirroredStrategy: CollectiveAllReduce (RING or "
+                      "NCCL) of bytes_per_pack packs",
+    "tf_ps": "TensorFlow ParameterServerStrategy: variables on parameter servers, "
+             "asynchronous workers pull variables and push gradients",
+    "tf_central_storage": "TensorFlow CentralStorageStrategy: variables in host memory, "
+                          "replicas on the local GPUs",
+    "horovod": "Horovod with TensorFlow: fused NCCL all-reduces (fusion threshold, cycle "
+               "time) overlapped with backward",
+    "megatron": "Megatron-LM: tensor (+sequence), pipeline (1F1B, interleaved) and data "
+                "parallelism (DDP or distributed optimizer), its argument names",
+    "torchtitan": "torchtitan: FSDP2 x TP/SP x PP x CP x EP from the [parallelism] and "
+                  "[activation_checkpoint] tables of its TOML",
+    "deepspeed": "DeepSpeed: ZeRO stage 0-3 (zero_optimization), AutoTP and pipeline stages",
+}
+
+
+def _load(name: str) -> Strategy:
+    """The deferred strategy ``name``, its imports done here."""
+    if name == "tf_mirrored":
+        from .tf_mirrored import MirroredConfig as config, tf_mirrored as build
+    elif name == "tf_multiworker":
+        from .tf_multiworker import MultiWorkerConfig as config, tf_multiworker as build
+    elif name == "tf_ps":
+        from .tf_ps import PSConfig as config, tf_ps as build
+    elif name == "tf_central_storage":
+        from .tf_central import CentralStorageConfig as config, tf_central_storage as build
+    elif name == "horovod":
+        from .horovod import HorovodConfig as config, horovod as build
+    elif name == "megatron":
+        from simulator.parallel.frameworks.megatron import MegatronConfig as config
+        from simulator.parallel.generate import build_planned as build
+    elif name == "torchtitan":
+        from simulator.parallel.frameworks.torchtitan import TorchtitanConfig as config
+        from simulator.parallel.frameworks.torchtitan import torchtitan as build
+    elif name == "deepspeed":
+        from simulator.parallel.frameworks.deepspeed import DeepSpeedConfig as config
+        from simulator.parallel.frameworks.deepspeed import deepspeed as build
+    else:
+        raise KeyError(name)
+    return Strategy(name, _DEFERRED[name], config, build)
+
+
+STRATEGIES: MutableMapping[str, Strategy] = LazyDict({
     "ddp": Strategy("ddp", "PyTorch DDP: full replicas, bucketed gradient all-reduce "
                     "overlapped with backward", DDPConfig, ddp),
     "fsdp": Strategy("fsdp", "PyTorch FSDP/FSDP2 (ZeRO-3 style): sharded params, all-gather "
                      "per unit, gradient reduce-scatter; HSDP", FSDPConfig, fsdp),
-    "tf_mirrored": Strategy("tf_mirrored", "TensorFlow MirroredStrategy (one machine): "
-                            "NcclAllReduce packs, HierarchicalCopyAllReduce or "
-                            "ReductionToOneDevice after backward", MirroredConfig, tf_mirrored),
-    "tf_multiworker": Strategy("tf_multiworker", "TensorFlow MultiWorkerMirroredStrategy: "
-                               "CollectiveAllReduce (RING or NCCL) of bytes_per_pack packs",
-                               MultiWorkerConfig, tf_multiworker),
-    "tf_ps": Strategy("tf_ps", "TensorFlow ParameterServerStrategy: variables on parameter "
-                      "servers, asynchronous workers pull variables and push gradients",
-                      PSConfig, tf_ps),
-    "tf_central_storage": Strategy("tf_central_storage", "TensorFlow CentralStorageStrategy: "
-                                   "variables in host memory, replicas on the local GPUs",
-                                   CentralStorageConfig, tf_central_storage),
-    "horovod": Strategy("horovod", "Horovod with TensorFlow: fused NCCL all-reduces "
-                        "(fusion threshold, cycle time) overlapped with backward",
-                        HorovodConfig, horovod),
-    "megatron": Strategy("megatron", "Megatron-LM: tensor (+sequence), pipeline (1F1B, "
-                         "interleaved) and data parallelism (DDP or distributed optimizer), "
-                         "its argument names", MegatronConfig, build_planned),
-    "torchtitan": Strategy("torchtitan", "torchtitan: FSDP2 x TP/SP x PP x CP x EP from the "
-                           "[parallelism] and [activation_checkpoint] tables of its TOML",
-                           TorchtitanConfig, torchtitan),
-    "deepspeed": Strategy("deepspeed", "DeepSpeed: ZeRO stage 0-3 (zero_optimization), "
-                          "AutoTP and pipeline stages", DeepSpeedConfig, deepspeed),
-}
+}, _DEFERRED, _load)
 
 
 def parse_strategy(data: Any, source: str | None = None) -> CommonConfig:
@@ -88,8 +105,8 @@ def build_trace(layers, cfg: CommonConfig, world: World, **meta: Any) -> Trace:
     return STRATEGIES[cfg.name].build(layers, cfg, world, **meta)
 
 
-__all__ = ["SHARDINGS", "STRATEGIES", "CentralStorageConfig", "CommonConfig", "DDPConfig",
-           "FSDPConfig", "HorovodConfig", "MirroredConfig", "MultiWorkerConfig", "PSConfig",
-           "ShardPlan", "Strategy", "World", "assign_buckets", "build_trace", "ddp", "fsdp",
-           "horovod", "parse_strategy", "resolve_plan", "tf_central_storage", "tf_mirrored",
-           "tf_multiworker", "tf_ps"]
+# The TensorFlow and Horovod configs and generators are imported from their own modules
+# (simulator.strategies.tf_ps, ...), which load only when used.
+__all__ = ["SHARDINGS", "STRATEGIES", "CommonConfig", "DDPConfig", "FSDPConfig", "ShardPlan",
+           "Strategy", "World", "assign_buckets", "build_trace", "ddp", "fsdp",
+           "parse_strategy", "resolve_plan"]

@@ -15,12 +15,12 @@ import json
 import os
 import uuid
 from pathlib import Path
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from .commands import BASE_COLUMNS
+
+if TYPE_CHECKING:           # pandas and pyarrow load with the first part (start-up time)
+    import pandas as pd
 
 PART_VERSION = 1
 STAMP_KEY = b"clustersim.part"
@@ -46,6 +46,8 @@ def parse_name(name: str) -> tuple[str, str] | None:
 
 def write_part(path: Path, frame: pd.DataFrame, pid: str, status: str) -> None:
     """Write ``frame`` as the stamped part ``path``, atomically and durably."""
+    import pyarrow as pa                     # pyarrow: only once a part is written
+    import pyarrow.parquet as pq
     table = pa.Table.from_pandas(frame, preserve_index=False)
     stamp = json.dumps({"version": PART_VERSION, "point": pid, "status": status})
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
@@ -66,6 +68,9 @@ def read_part(path: Path, pid: str, status: str, columns: tuple[str, ...]) -> pd
     :raises BadPart: it cannot be read, is not stamped for this point and status by this
         part version, or its columns or rows are not those of the command.
     """
+    import pandas as pd                      # pandas, pyarrow: only once a part is read
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     try:
         data = path.read_bytes()
         metadata = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.metadata or {}

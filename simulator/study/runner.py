@@ -7,9 +7,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Callable
 
 from .. import progress
 from ..errors import ConfigError
@@ -21,13 +19,16 @@ from .points import LoadedStudy, expand
 from .spec import check_columns, parse_study
 from .store import ResultStore, open_study_dir, scan_parts
 
+if TYPE_CHECKING:           # pandas loads with the first part written (start-up time)
+    import pandas as pd
+
 
 @dataclass
 class StudyRun:
     """What one invocation did."""
 
     out: Path
-    table: pd.DataFrame
+    table: pd.DataFrame | None        # None until the points have run
     ran: int = 0
     failed: int = 0
     skipped: int = 0
@@ -75,7 +76,6 @@ def run_study(study: LoadedStudy, out: Path | str | None = None, executor: str =
     (default: on stderr), and its point runs again. A failing point is recorded with its
     error; the others still run.
     """
-    from .report import write_outputs
     out = Path(out) if out is not None else Path("studies") / study.spec.name
     columns = COMMANDS[study.spec.command].columns
     start = time.perf_counter()
@@ -86,12 +86,13 @@ def run_study(study: LoadedStudy, out: Path | str | None = None, executor: str =
         with open_study_dir(out, study.spec.name, fresh=not resume) as out:
             store = ResultStore(out, study.points, columns, warn or _warn)
             todo = [p for p in study.points if store.status.get(p["id"]) != "ok"]
-            run = StudyRun(out, pd.DataFrame(), skipped=len(study.points) - len(todo),
+            run = StudyRun(out, None, skipped=len(study.points) - len(todo),
                            executor=ex.description)
             _run_points(ex, todo, store, run, _bar(study.spec.name, len(todo), run.skipped,
                                                    progress))
             ex.close()
             run.table = store.compact(study.points, out)
+            from .report import write_outputs     # matplotlib: only once the points have run
             run.files = write_outputs(study, run.table, out)
     finally:
         ex.close()

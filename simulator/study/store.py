@@ -19,15 +19,16 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
-
-import pandas as pd
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..errors import ConfigError
 from ..outpaths import prepare_out_dir
 from .commands import BASE_COLUMNS
 from .parts import STATUSES, BadPart, parse_name, part_name, read_part, write_part
 from .points import cell
+
+if TYPE_CHECKING:           # pandas loads with the first part (start-up time)
+    import pandas as pd
 
 PARTS = "parts"
 BAD = ".bad"
@@ -137,6 +138,7 @@ class ResultStore:
 
     def write(self, point: dict, rows: list[dict]) -> str:
         """Store the rows of a finished point; returns its status."""
+        import pandas as pd                  # loaded once a point has finished
         status = "ok" if rows and all(r.get("status") == "ok" for r in rows) else "error"
         frame = pd.DataFrame([{"point": point["id"], "index": point["index"],
                                **{k: cell(v) for k, v in r.items()}} for r in rows])
@@ -152,6 +154,7 @@ class ResultStore:
     def compact(self, points: list[dict], out: Path) -> pd.DataFrame:
         """The results of ``points`` (in their order, with their current axis values) as
         one table, also written to ``results.parquet`` and ``results.csv``."""
+        import pandas as pd                  # loaded once the points have run
         frames = []
         for p in points:
             if p["id"] not in self.frames:
