@@ -19,6 +19,7 @@ from simulator.validation.paths import data_dir
 from test_cli import run_main
 
 TRAIN = data_dir("training") / "report" / "results.csv"
+TABLES = data_dir("training") / "report" / "fsdp_tables.csv"
 GPU = data_dir("gpu") / "results.csv"
 
 
@@ -36,7 +37,17 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
     ground = {r["case"]: r for r in load_ground()}
     train = [r for r in _csv(TRAIN) if r["metric"] != "scaling_efficiency"]
     gen = [r for r in _csv(GPU) if r["kind"] == "generated"]
-    assert len(ground) == len(train) + len(gen)
+    tables = [r for r in _csv(TABLES) if r["error"] not in ("", "nan")]
+    assert len(tables) > 100
+    assert len(ground) == len(train) + len(tables) + len(gen)
+    for r in tables:    # llm-foundry / torchtitan rows, with split.yaml's split
+        g = ground[f"training/{r['case']}"]
+        assert (g["split"], g["model"], g["gpus"], g["family"], g["metric"]) == \
+            (r["split"], r["model"], int(r["gpus"]), "fsdp", "tokens_per_s")
+        assert g["gpu"].startswith(r["gpu_type"])
+        assert g["precision"] == {"amp_bf16": "bf16", "amp_fp8": "fp8", "bf16": "bf16"}.get(
+            r["precision"], r["precision"])
+        assert g["error"] == pytest.approx(float(r["error"]), rel=1e-5)
     for r in train:
         g = ground[f"training/{r['case']}"]
         assert (g["split"], g["model"], g["gpus"], g["precision"]) == \
@@ -91,18 +102,36 @@ def test_a_fitted_calibration_case_is_named_but_never_the_nearest():
 
 
 def test_far_configurations_name_the_axes_that_differ_and_give_no_invented_number():
-    e = envelope(Query.of("fsdp", "llama-2-70b", 69e9, "H100-SXM", 16384, "bf16"))
+    e = envelope(Query.of("fsdp", "llama-2-70b", 69e9, "B200", 16384, "bf16"))
     assert e.nearest["family"] == "fsdp"
-    assert "no validated case on H100-SXM" in e.differs
-    assert "GPU count 128x larger than any validated FSDP case" in e.differs   # 16384/128
+    assert "no validated case on B200" in e.differs
+    fsdp = [r for r in load_ground() if r["family"] == "fsdp"]
+    top = max(r["gpus"] for r in fsdp)                   # 128 (GPT-3 175B FSDP)
+    assert f"GPU count {16384 / top:.3g}x larger than any validated FSDP case" in e.differs
     assert e.median_abs_error is None and e.median_rows == 0
     assert e.as_dict()["validation_median_abs_error"] is None
-    small = envelope(Query.of("fsdp", "m", 175.2155e9 / 10, "A100-SXM4-40GB", 128, "fp16"))
-    assert "model 10x smaller than any validated FSDP case" in small.differs
-    assert small.median_abs_error is None and small.median_rows == 2     # 175B and 1T rows
-    assert "too few for a median" in small.lines()[1]
+    big = max(r["params"] for r in fsdp)
+    large = envelope(Query.of("fsdp", "m", 10 * big, "A100-SXM4-40GB", 128, "fp16"))
+    assert "model 10x larger than any validated FSDP case" in large.differs
+    assert large.median_abs_error is None and large.median_rows == 2     # 175B and 1T rows
+    assert "too few for a median" in large.lines()[1]
     none = envelope(Query.of("nosuch", "m", 1e9, "B200", 8, "fp8"))
     assert none.differs[:2] == ["no validated nosuch case", "no validated case on B200"]
+
+
+def test_the_fsdp_tables_put_h100_and_8_gpu_a100_runs_on_the_ground():
+    # the llm-foundry / torchtitan rows: an FSDP question on H100 gets the median of its
+    # held-out H100 rows, and a 7B on 8 A100-80GB is inside the ground on every axis
+    ground = load_ground()
+    h100 = [abs(r["error"]) for r in ground if r["split"] == "validation"
+            and r["family"] == "fsdp" and r["gpu"] == "H100-SXM"]
+    e = envelope(Query.of("fsdp", "llama-2-70b", 69e9, "H100-SXM", 64, "bf16"))
+    assert e.nearest["gpu"] == "H100-SXM" and e.nearest["split"] == "validation"
+    assert e.median_rows == len(h100) >= MIN_ROWS
+    assert e.median_abs_error == pytest.approx(statistics.median(h100))
+    seven = envelope(Query.of("fsdp", "llama-2-7b", 6738415616, "A100-SXM4-80GB", 8, "bf16"))
+    assert seven.differs == [] and seven.nearest["gpu"] == "A100-SXM4-80GB"
+    assert seven.nearest["framework"] in ("llm-foundry", "torchtitan")
 
 
 def test_family_and_grouping():
@@ -123,7 +152,7 @@ def test_run_prints_the_envelope_and_puts_it_in_the_json(capsys):
     code, out, err = run_main(capsys, "run", *SMALL, "--format", "json")
     acc = json.loads(out)["accuracy"]
     assert acc["nearest"]["case"] == want.nearest["case"]
-    assert "GPU count 16x smaller than any validated FSDP case" in acc["differs"]
+    assert acc["differs"] == want.differs
 
 
 def test_compare_and_capacity_carry_one_envelope_per_strategy(capsys):
@@ -135,12 +164,9 @@ def test_compare_and_capacity_carry_one_envelope_per_strategy(capsys):
     for r, fam in zip(rows, ("fsdp", "ddp")):
         want = envelope(Query.of(fam, "gpt2-small", 124439808, "A100-SXM4-80GB", 8, "bf16"))
         assert r["accuracy"] == json.loads(json.dumps(want.as_dict()))
-    # gpt2-small is 1,400x smaller than the FSDP rows: a BERT-large row on this GPU is
-    # nearer; of the DDP (PyTorch, vocabulary padded to 30,528) and Horovod (TF2, 30,522)
-    # BERT rows, equally far otherwise, the TF2 one is 6,144 parameters nearer
-    assert rows[0]["accuracy"]["nearest"]["family"] == "horovod"
-    differs = rows[0]["accuracy"]["differs"]
-    assert "GPU count 16x smaller than any validated FSDP case" in differs
+    # the FSDP row's nearest case is an FSDP table row on this GPU, the DDP row's a DDP one
+    assert [r["accuracy"]["nearest"]["family"] for r in rows] == ["fsdp", "ddp"]
+    assert rows[0]["accuracy"]["nearest"]["gpu"] == "A100-SXM4-80GB"
     code, out, err = run_main(capsys, "capacity", "--set", "training.micro_batch=1",
                               "--set", "training.seq_len=2048", "--strategies", "ddp",
                               "--format", "json")

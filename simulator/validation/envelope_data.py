@@ -4,7 +4,10 @@ carries no ``validation/`` folder).
 
 One row per validated throughput case: every non-scaling row of
 ``validation/training/report/results.csv`` (published multi-GPU and 1-GPU A100 runs, both
-splits) and every ``generated`` case of ``validation/gpu/results.csv`` (the simulator's own
+splits), every simulated row of the FSDP throughput tables
+(``validation/training/report/fsdp_tables.csv``: llm-foundry on 8-64 A100-80GB and H100,
+torchtitan on 64 A100-80GB; their split is ``validation/training/split.yaml``'s, metric
+``tokens_per_s``) and every ``generated`` case of ``validation/gpu/results.csv`` (the simulator's own
 model of a single-H200 step against the measured step; its step-time error is turned into a
 throughput error, ``measured_s / simulated_s - 1``, metric ``steps_per_s``). Replayed
 profiles, the optimizer-only cases and the scaling-efficiency rows are left out: they do
@@ -32,6 +35,7 @@ from ..topology.build import scenario_graph
 from .common import read_yaml
 from .envelope import COLUMNS, SHIPPED, family_of
 from .paths import data_dir
+from .training.tables import load_rows
 
 THROUGHPUT = ("samples_per_s", "tflops_per_gpu")
 
@@ -73,6 +77,28 @@ def training_rows(root: Path) -> list[dict]:
     return out
 
 
+FRAMEWORK = {"llm_foundry": "llm-foundry", "torchtitan": "torchtitan"}
+
+
+def table_rows(root: Path) -> list[dict]:
+    """The simulated rows of the FSDP throughput tables (``root``: ``validation/training``;
+    rows not simulated, e.g. published as out of memory, are left out)."""
+    with open(root / "report" / "fsdp_tables.csv", newline="") as f:
+        done = {r["case"]: r for r in csv.DictReader(f) if r["error"] not in ("", "nan")}
+    source = str(root / "split.yaml")
+    out = []
+    for row in load_rows(root):
+        r = done.get(row.row_id)
+        if r is None:
+            continue
+        d = _describe(dict(row.scenario, model=row.model), source)
+        out.append({**d, "case": f"training/{row.row_id}", "gpus": row.gpus,
+                    "nodes": max(1, row.gpus // 8), "split": row.split,
+                    "metric": "tokens_per_s", "error": float(r["error"]),
+                    "framework": FRAMEWORK[row.table]})
+    return out
+
+
 def gpu_rows(root: Path) -> list[dict]:
     """The generated single-GPU cases of the GPU suite (``root``: ``validation/gpu``)."""
     cases = read_yaml(root / "cases.yaml")["generated"]
@@ -96,7 +122,8 @@ def gpu_rows(root: Path) -> list[dict]:
 
 def validated_rows() -> list[dict]:
     """Every validated case, sorted by case id."""
-    rows = training_rows(data_dir("training")) + gpu_rows(data_dir("gpu"))
+    rows = (training_rows(data_dir("training")) + table_rows(data_dir("training"))
+            + gpu_rows(data_dir("gpu")))
     return sorted(rows, key=lambda r: r["case"])
 
 
