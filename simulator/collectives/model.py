@@ -8,9 +8,11 @@ latency above the catalog's (a what-if; NCCL's constants hold the catalog's), th
 comes from the fabric (alone, or shared with whatever else is on the links).
 
 The calibrated ``protocol_latency_factor`` scales NCCL's latency as far as the calibration
-tables measured it: 1 and 2 servers, so a tree's first level between servers. Deeper tree
-levels add NCCL's own per-level hop latency, ``2 x net hop`` per doubling of servers, not
-the factor times it (docs/collective-model.md, "Latency").
+tables measured it: 1 and 2 servers, so a tree's first level between servers. The tuner
+chooses with NCCL's own per-level cost beyond it (``2 x net tree hop`` per doubling); the
+plan is timed with what a level is, one ring-like network step up and one down over the
+tree's real depth (:mod:`simulator.collectives.tree_latency`; docs/collective-model.md,
+"Latency across servers").
 NVLS, NVLS-Tree and CollNet: :mod:`simulator.collectives.offload`; PAT:
 :mod:`simulator.collectives.pat`; the NCCL knobs: :mod:`simulator.collectives.nccl_config`.
 """
@@ -35,6 +37,7 @@ from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_
                       offload_plan, simple_only)
 from .pat import pat_latency_s, pat_unavailable
 from .plan import Plan
+from .tree_latency import timing_correction_s
 
 REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
 
@@ -299,7 +302,9 @@ class CollectiveModel:
         payload = _payload(op, algo, size, comm.n_ranks)
         nccl_latency = (pat_latency_s(self, comm) if algo == "pat" else
                         self.latency_s(op, algo, proto, comm, es.intra_hw, size))
-        latency = self._with_link_latency(nccl_latency, algo, proto,
+        timed = nccl_latency + (timing_correction_s(self.k, proto, comm.n_nodes)
+                                if algo == "tree" else 0.0)
+        latency = self._with_link_latency(timed, algo, proto,
                                           self.link_latency_extra_s(op, algo, comm, es))
         max_rate = self._max_rate(algo, proto, op, comm)
         if algo == "tree" and payload:
