@@ -29,6 +29,7 @@ from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
+from .host_path import load_host_path
 from .constants import ModelConstants, for_release
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
@@ -87,6 +88,8 @@ class CollectiveModel:
         k = constants.replace(channels=self.nccl.channels(constants.channels))
         release = self.nccl.tuner_release()
         self.k = for_release(k, release_entry(release)[1]) if release else k
+        # NCCL < 2.12 has no PXN: a NIC off the GPU's PCIe switch is reached through the CPU
+        self.host_path = None if self.nccl.has_pxn() else load_host_path()
         self._edges: dict = {}
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
@@ -99,14 +102,14 @@ class CollectiveModel:
                pairs)
         es = self._edges.get(key)
         if es is None:
-            eff = self.k.pcie_p2p_efficiency
+            eff, host = self.k.pcie_p2p_efficiency, self.host_path
             if algo == "tree":
-                es = tree_edges(self.cluster, comm, eff)
+                es = tree_edges(self.cluster, comm, eff, host)
             elif algo == "direct":
-                es = direct_edges(self.cluster, comm, pairs, eff)
+                es = direct_edges(self.cluster, comm, pairs, eff, host)
             else:                      # ring, and PAT's ring-equivalent bytes
                 chain = root if op in ("broadcast", "reduce") else None
-                es = ring_edges(self.cluster, comm, chain, eff)
+                es = ring_edges(self.cluster, comm, chain, eff, host)
             self._edges[key] = es
         return es
 
