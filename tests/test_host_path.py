@@ -3,12 +3,15 @@
 across the socket (NVIDIA/nccl#406; data/nccl.yaml host_path_fraction); 2.12+ borrows the
 NVLink of the GPU next to the NIC (the default routes)."""
 
+import numpy as np
 import pytest
 import yaml
 
 from simulator.cluster import Cluster
+from simulator.collectives import layouts
 from simulator.collectives.constants import load_constants, read_data
 from simulator.collectives.host_path import load_host_path, nic_part
+from simulator.collectives.layouts import make_communicator
 from simulator.collectives.model import CollectiveModel
 from simulator.collectives.nccl_config import NcclConfig
 from simulator.collectives.nics import home_nic
@@ -98,3 +101,25 @@ def test_cross_socket_nics_slow_an_all_reduce_only_without_pxn():
                                                                ranks).predicted_s
          for v in ("2.11", "2.12")}
     assert t["2.11"] > 2 * t["2.12"]
+
+
+def test_the_host_path_is_taken_only_where_a_gpu_borrows_nvlink_to_its_nic():
+    old = NcclConfig(version="2.11")
+    assert CollectiveModel(cluster(ACROSS), K, old).host_path == load_host_path()
+    assert CollectiveModel(cluster(), K, old).host_path is None      # default placement
+    assert CollectiveModel(cluster(ACROSS), K, NcclConfig()).host_path is None   # PXN
+
+
+@pytest.mark.parametrize("build", ["ring", "tree", "direct"])
+def test_host_path_layouts_are_built_edge_by_edge(build):
+    c = cluster(ACROSS, nodes=3)
+    comm = make_communicator(c, list(range(c.n_gpus)))
+    hp = load_host_path()
+    edges = {"ring": lambda: layouts.ring_edges(c, comm, None, 1.0, hp),
+             "tree": lambda: layouts.tree_edges(c, comm, 1.0, hp),
+             "direct": lambda: layouts.direct_edges(c, comm, None, 1.0, hp)}[build]()
+    links, coef = edges.arrays()
+    wire = edges.wire_coef()
+    assert (coef > wire + 1e-12).any()      # host-staged links take 1 / fraction per byte
+    cpu = c.link_class[links] == "cpu"
+    assert wire[cpu].sum() > 0              # and the bytes cross the socket link

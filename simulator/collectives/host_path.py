@@ -19,7 +19,7 @@ import numpy as np
 from ..cluster import Cluster, Route
 from .constants import read_data
 from .host import host_side_route
-from .nics import home_nic
+from .nics import home_nic, owned_nics
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,29 @@ def load_host_path() -> HostPath:
     """``host_path_fraction`` of data/nccl.yaml."""
     f = read_data("nccl.yaml")["host_path_fraction"]
     return HostPath(float(f["through_cpu"]), float(f["across_socket"]))
+
+
+def host_path_applies(cluster: Cluster) -> bool:
+    """Whether some GPU reaches a NIC it would use (its own or a nearest one) over another
+    GPU's NVLink, so that a release without PXN takes the host path; checked once per
+    server design and GPU."""
+    found = cluster.__dict__.get("_host_path_applies")
+    if found is None:
+        seen: set = set()
+        found = False
+        for gpu in cluster.gpus:
+            d = cluster.G.nodes[gpu]
+            key = (d.get("template", d["server"]), d["local"])
+            if key in seen:
+                continue
+            seen.add(key)
+            nics = set(cluster.nearest_nics(gpu)) | set(owned_nics(cluster, gpu))
+            if any("nvlink" in set(cluster.link_class[cluster.route(gpu, n).links])
+                   for n in sorted(nics)):
+                found = True
+                break
+        cluster.__dict__["_host_path_applies"] = found
+    return found
 
 
 def nic_part(cluster: Cluster, src: str, dst: str,
@@ -67,4 +90,4 @@ def host_gpu_route(cluster: Cluster, src: str, dst: str, src_nic: str | None,
     return Route.join([r1, fabric, r3]), np.concatenate([w1, fabric.coef, w3])
 
 
-__all__ = ["HostPath", "host_gpu_route", "load_host_path", "nic_part"]
+__all__ = ["HostPath", "host_gpu_route", "host_path_applies", "load_host_path", "nic_part"]

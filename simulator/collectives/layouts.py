@@ -214,23 +214,16 @@ def _from_blocks(edges: EdgeSet, blocks: ServerBlocks) -> EdgeSet:
     return edges
 
 
+def _aggregated(cluster: Cluster, host_path: HostPath | None) -> bool:
+    """Lay out server by server (:mod:`.blocks`)? Not with host-staged NIC parts, whose
+    CPU links the per-design link ids do not hold."""
+    return host_path is None and aggregable(cluster)
+
+
 def _edge_set(cluster: Cluster, comm: Communicator,
               host_path: HostPath | None = None) -> EdgeSet:
     return EdgeSet([], [], _intra_hw(cluster, comm), track_extra=cluster.has_extra_latency,
                    host_path=host_path)
-
-
-def _aggregated(cluster: Cluster, host_path: HostPath | None) -> bool:
-    """Lay out server by server (:mod:`.blocks`)? Not for host-staged NIC parts."""
-    return host_path is None and aggregable(cluster)
-
-
-def _between(edges: EdgeSet, cluster: Cluster, a: str, b: str, nic_a: str | None,
-             nic_b: str | None, label: int) -> tuple[Route, np.ndarray | None]:
-    """(route, wire bytes or None) of GPU ``a`` -> GPU ``b`` of another server."""
-    if edges.host_path is None:
-        return gpu_route(cluster, a, b, nic_a, nic_b, label), None
-    return host_gpu_route(cluster, a, b, nic_a, nic_b, label, edges.host_path)
 
 
 def _add_edge(edges: EdgeSet, cluster: Cluster, pair: tuple[str, str], nics: tuple,
@@ -241,7 +234,7 @@ def _add_edge(edges: EdgeSet, cluster: Cluster, pair: tuple[str, str], nics: tup
     efficiency = 1.0
     same_server = nodes[a]["server"] == nodes[b]["server"]
     route, wire = ((cluster.route(a, b, label), None) if same_server else
-                   _between(edges, cluster, a, b, nics[0], nics[1], label))
+                   host_gpu_route(cluster, a, b, nics[0], nics[1], label, edges.host_path))
     if same_server and pcie_p2p_efficiency != 1.0:
         if "nvlink" not in set(cluster.link_class[route.links]):
             # No NVLink between the pair: NCCL's P2P/SHM transport over PCIe reaches only
@@ -294,7 +287,7 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
             (child, nic_c), (parent, nic_p) = (servers[k][0][0], servers[k][1]), \
                 (servers[p][0][0], servers[p][1])
             for x, y, nx_, ny in ((child, parent, nic_c, nic_p), (parent, child, nic_p, nic_c)):
-                route, wire = _between(edges, cluster, x, y, nx_, ny, ch)
+                route, wire = host_gpu_route(cluster, x, y, nx_, ny, ch, edges.host_path)
                 edges.add(route, weight, between_servers=True, wire=wire)
     return edges
 

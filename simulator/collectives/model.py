@@ -29,7 +29,7 @@ from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
-from .host_path import load_host_path
+from .host_path import host_path_applies, load_host_path
 from .constants import ModelConstants, for_release
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
@@ -89,7 +89,8 @@ class CollectiveModel:
         release = self.nccl.tuner_release()
         self.k = for_release(k, release_entry(release)[1]) if release else k
         # NCCL < 2.12 has no PXN: a NIC off the GPU's PCIe switch is reached through the CPU
-        self.host_path = None if self.nccl.has_pxn() else load_host_path()
+        self.host_path = (load_host_path() if not self.nccl.has_pxn()
+                          and host_path_applies(cluster) else None)
         self._edges: dict = {}
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
