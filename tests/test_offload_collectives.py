@@ -152,12 +152,17 @@ def test_tuner_takes_pat_where_nccls_model_does():
 # ------------------------------------------------------------------ tree latency, knobs
 def test_tree_gains_two_net_hops_per_doubling_of_servers():
     """NCCL's tree: 2 log2(nodes) x the net hop; the calibrated factor covers the first
-    level (what the 1-2 server tables measured), so 2 -> 16 servers adds 2 x 3 x 5.0 us
-    (hop_latency_us.net.tree.LL), not the factor times it."""
-    lat = {n: model("dgx-a100-superpod", nodes=n).plan("all_reduce", 8, list(range(8 * n)),
-                                                       algo="tree", proto="LL").latency_s
-           for n in (2, 16)}
-    assert lat[16] - lat[2] == pytest.approx(2 * 3 * 5.0 * US)
+    level (what the 1-2 server tables measured), so to the tuner 2 -> 16 servers adds
+    2 x 3 x 5.0 us (hop_latency_us.net.tree.LL), not the factor times it; the plan is timed
+    with one ring LL network step (2.7 us) up and one down per level: 2 x 3 x 2.7 us."""
+    ms = {n: model("dgx-a100-superpod", nodes=n) for n in (2, 16)}
+    lat = {n: m.plan("all_reduce", 8, list(range(8 * n)), algo="tree", proto="LL").latency_s
+           for n, m in ms.items()}
+    tuner = {n: m.latency_s("all_reduce", "tree", "LL",
+                            make_communicator(m.cluster, list(range(8 * n))), "nvlink", 8)
+             for n, m in ms.items()}
+    assert tuner[16] - tuner[2] == pytest.approx(2 * 3 * 5.0 * US)
+    assert lat[16] - lat[2] == pytest.approx(2 * 3 * 2.7 * US)
     fixed = K.protocol_latency_factor["LL"] * (4.4 + 2 * (7 * 0.52 + 5.0)) * US
     assert lat[2] == pytest.approx(K.launch_overhead_s + fixed)
 

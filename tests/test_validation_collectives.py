@@ -100,6 +100,23 @@ def test_split_is_disjoint_and_covers_every_measured_table():
 
 
 H100_TABLES = ("dgx_h100_1node", "nebius_h100_2x8")
+HELDOUT_TABLES = ("gh_nccl_652_32node",)
+
+
+def test_heldout_rows_are_copied_unchanged_and_only_validate():
+    """NVIDIA/nccl#652 (32 x 8 A100): the out-of-place columns of the table as printed in
+    raw/, every non-zero size, in the validation split and never in a fit."""
+    meas = pd.read_csv(ROOT / "measurements.csv").query("table_id == 'gh_nccl_652_32node'")
+    printed = [line.split() for line in
+               (ROOT / "raw" / "github_nccl_652_32node_a100.txt").read_text().splitlines()
+               if line.strip() and not line.lstrip().startswith("#")]
+    printed = [cols for cols in printed if cols[0] != "0"]
+    assert list(meas["size_bytes"]) == [int(c[0]) for c in printed] == [4, 8, 16, 32, 64, 128]
+    assert list(meas["time_us"]) == [float(c[4]) for c in printed]
+    assert meas.set_index("size_bytes").loc[8, "time_us"] == 62.99    # the issue's 8 B row
+    assert (meas["nodes"] == 32).all() and (meas["ranks"] == 256).all()
+    assert meas["source"].str.contains("NVIDIA/nccl#652").all()
+    assert _raw_cases()["gh_nccl_652_32node"]["split"] == "validation"
 
 
 def test_h100_rows_are_copied_unchanged():
@@ -124,7 +141,7 @@ def test_measured_values_are_copied_unchanged():
     meas = pd.read_csv(ROOT / "measurements.csv", dtype={"derived": str})
     meas["derived"] = meas["derived"].fillna("")
     src = pd.read_csv(ROOT / "raw" / "nccl_tests_a100.csv")
-    h100 = meas["table_id"].isin(H100_TABLES)
+    h100 = meas["table_id"].isin(H100_TABLES + HELDOUT_TABLES)
     nt = meas[~meas["table_id"].str.startswith("azure_") & ~h100]
     merged = nt.merge(src, on=["table_id", "size_bytes"], suffixes=("", "_src"))
     assert len(merged) == len(nt) == len(src)

@@ -183,8 +183,9 @@ def register(cli: click.Group) -> None:
     @click.option("--nccl-version", default=None, metavar="X.Y",
                   help="NCCL release: the tuner offers only the algorithms it has (NVLS "
                        "2.17, NVLS-Tree 2.18, PAT 2.23) and uses that release's tuning.cc "
-                       "constants (2.7, 2.19, 2.28 tables) [default: 2.21's algorithms with "
-                       "the calibrated constants].")
+                       "constants (2.7, 2.19, 2.28 tables); below 2.12 no PXN (a NIC off "
+                       "the GPU's PCIe switch is reached through the CPU) [default: 2.21's "
+                       "algorithms with the calibrated constants].")
     @click.option("--nccl-algo", default=None, metavar="LIST",
                   help="NCCL_ALGO: algorithms the tuner may choose, e.g. ring,tree or ^nvls.")
     @click.option("--nccl-proto", default=None, metavar="LIST",

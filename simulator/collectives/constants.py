@@ -39,6 +39,8 @@ class ModelConstants:
     pat_latency_s: dict = None      # [base|net]
     nvls_efficiency: float = 1.0    # fraction of NVLink bandwidth NVLS reaches
     ring_inter_steps_per_node_minus: int = 0   # ring all_reduce nInterSteps = 2(nNodes - this)
+    tree_level_step_protos: tuple = ()  # protocols whose deeper tree levels take a ring step
+    tree_level_hop_from: str = "ring"   # whose network hop times such a level
 
     def replace(self, **changes) -> "ModelConstants":
         """A copy with some fields changed (used by calibration)."""
@@ -86,6 +88,8 @@ def load_constants() -> ModelConstants:
         offload_latency_s=_scale(nccl["offload_latency_us"], _US),
         pat_latency_s=_scale(nccl["pat_latency_us"], _US),
         nvls_efficiency=float(cal["nvls_efficiency"]["value"]),
+        tree_level_step_protos=tuple(nccl["tree_level_step"]["protocols"]),
+        tree_level_hop_from=str(nccl["tree_level_step"]["hop_from"]),
     )
 
 

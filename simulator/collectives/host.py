@@ -41,7 +41,9 @@ def _host_side(cluster: Cluster, server: int, ends: tuple[str, ...]) -> nx.Graph
     return cluster.G.subgraph(keep)
 
 
-def _local_route(cluster: Cluster, a: str, b: str) -> Route:
+def host_side_route(cluster: Cluster, a: str, b: str) -> Route:
+    """The cheapest route ``a`` -> ``b`` inside one server that transits no other GPU and no
+    NVSwitch (what a DMA to host memory, or a host-staged NIC transfer, takes)."""
     server = cluster.G.nodes[a]["server"]
     paths = list(itertools.islice(nx.all_shortest_paths(
         _host_side(cluster, server, (a, b)), a, b, weight="cost"), 64))
@@ -100,7 +102,7 @@ def host_route(cluster: Cluster, rank: int, server: int, to_host: bool, nic: int
         same = [cluster.G.nodes[a].get("server") == cluster.G.nodes[b].get("server")
                 for a, b in zip(hops, hops[1:])]
         route = cache[key] = Route.join([
-            (_local_route(cluster, a, b) if inside else cluster.route(a, b))
+            (host_side_route(cluster, a, b) if inside else cluster.route(a, b))
             for (a, b), inside in zip(zip(hops, hops[1:]), same) if a != b])
     return route
 

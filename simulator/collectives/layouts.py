@@ -16,6 +16,7 @@ import numpy as np
 from ..cluster import Cluster, Route
 from .alltoall import aggregable, all_to_all_coefficients
 from .blocks import ServerBlocks, ring_blocks, tree_blocks
+from .host_path import HostPath, host_gpu_route
 from .nics import home_nic, nic_owner, owned_nics
 
 
@@ -134,16 +135,18 @@ class EdgeSet:
     track_extra: bool = False
     intra_extra_s: float = -math.inf
     inter_extra_s: float = -math.inf
+    host_path: HostPath | None = None   # NCCL without PXN: GPU-NIC parts through the CPU
 
     def add(self, route: Route, weight: float, efficiency: float = 1.0,
-            between_servers: bool = False) -> None:
+            between_servers: bool = False, wire: np.ndarray | None = None) -> None:
         """Add ``route`` carrying ``weight`` of the payload, at ``efficiency`` of its
         links' bandwidth (it takes ``1 / efficiency`` of their capacity per byte), an edge
-        inside a server or ``between_servers``."""
+        inside a server or ``between_servers``; ``wire``: its bytes per link when they
+        differ from ``route.coef`` (a host-staged part, :mod:`.host_path`)."""
         coef = route.coef if efficiency == 1.0 else route.coef / efficiency
         self.links.append(route.links)
         self.coefs.append(coef * weight)
-        self.wires.append(route.coef * weight)
+        self.wires.append((route.coef if wire is None else wire) * weight)
         if self.track_extra:
             extra = route.extra_latency_s
             if between_servers:
@@ -177,15 +180,16 @@ def _intra_hw(cluster: Cluster, comm: Communicator) -> str:
 
 
 def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = None,
-               pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
+               pcie_p2p_efficiency: float = 1.0, host_path: HostPath | None = None) -> EdgeSet:
     """Edges of the rings (one per channel), each weighted 1/channels.
 
     With ``chain_from`` (a GPU position in ``comm.gpus``) the ring is cut into a chain that
-    starts at that GPU (broadcast and reduce pipelines).
+    starts at that GPU (broadcast and reduce pipelines). ``host_path``: NCCL without PXN
+    (:mod:`.host_path`).
     """
     orders = channel_orders(cluster, comm)
-    edges = _edge_set(cluster, comm)
-    if chain_from is None and comm.n_nodes > 1 and aggregable(cluster):
+    edges = _edge_set(cluster, comm, host_path)
+    if chain_from is None and comm.n_nodes > 1 and _aggregated(cluster, host_path):
         return _from_blocks(edges, ring_blocks(cluster, orders, pcie_p2p_efficiency))
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
@@ -210,24 +214,33 @@ def _from_blocks(edges: EdgeSet, blocks: ServerBlocks) -> EdgeSet:
     return edges
 
 
-def _edge_set(cluster: Cluster, comm: Communicator) -> EdgeSet:
-    return EdgeSet([], [], _intra_hw(cluster, comm), track_extra=cluster.has_extra_latency)
+def _aggregated(cluster: Cluster, host_path: HostPath | None) -> bool:
+    """Lay out server by server (:mod:`.blocks`)? Not with host-staged NIC parts, whose
+    CPU links the per-design link ids do not hold."""
+    return host_path is None and aggregable(cluster)
+
+
+def _edge_set(cluster: Cluster, comm: Communicator,
+              host_path: HostPath | None = None) -> EdgeSet:
+    return EdgeSet([], [], _intra_hw(cluster, comm), track_extra=cluster.has_extra_latency,
+                   host_path=host_path)
 
 
 def _add_edge(edges: EdgeSet, cluster: Cluster, pair: tuple[str, str], nics: tuple,
               label: int, pcie_p2p_efficiency: float, weight: float) -> None:
     """Add the GPU-to-GPU edge ``pair`` (through ``nics`` between servers) to ``edges``."""
     a, b = pair
-    route = gpu_route(cluster, a, b, nics[0], nics[1], label)
     nodes = cluster.G.nodes
     efficiency = 1.0
     same_server = nodes[a]["server"] == nodes[b]["server"]
+    route, wire = ((cluster.route(a, b, label), None) if same_server else
+                   host_gpu_route(cluster, a, b, nics[0], nics[1], label, edges.host_path))
     if same_server and pcie_p2p_efficiency != 1.0:
         if "nvlink" not in set(cluster.link_class[route.links]):
             # No NVLink between the pair: NCCL's P2P/SHM transport over PCIe reaches only
             # a calibrated fraction of the links' bandwidth.
             efficiency = pcie_p2p_efficiency
-    edges.add(route, weight, efficiency, not same_server)
+    edges.add(route, weight, efficiency, not same_server, wire)
 
 
 def btree_parent(rank: int, n: int) -> int:
@@ -250,11 +263,13 @@ def dtree_parent(rank: int, n: int, tree: int) -> int:
     return -1 if p < 0 else (p + 1) % n
 
 
-def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
-    """Edges of the double binary tree, both directions (reduce up, broadcast down)."""
+def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float = 1.0,
+               host_path: HostPath | None = None) -> EdgeSet:
+    """Edges of the double binary tree, both directions (reduce up, broadcast down);
+    ``host_path``: NCCL without PXN (:mod:`.host_path`)."""
     orders = channel_orders(cluster, comm)
-    edges = _edge_set(cluster, comm)
-    if comm.n_nodes > 1 and aggregable(cluster):
+    edges = _edge_set(cluster, comm, host_path)
+    if comm.n_nodes > 1 and _aggregated(cluster, host_path):
         return _from_blocks(edges, tree_blocks(cluster, orders, pcie_p2p_efficiency,
                                                dtree_parent))
     weight = 1.0 / len(orders)
@@ -271,22 +286,21 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
                 continue
             (child, nic_c), (parent, nic_p) = (servers[k][0][0], servers[k][1]), \
                 (servers[p][0][0], servers[p][1])
-            edges.add(gpu_route(cluster, child, parent, nic_c, nic_p, ch), weight,
-                      between_servers=True)
-            edges.add(gpu_route(cluster, parent, child, nic_p, nic_c, ch), weight,
-                      between_servers=True)
+            for x, y, nx_, ny in ((child, parent, nic_c, nic_p), (parent, child, nic_p, nic_c)):
+                route, wire = host_gpu_route(cluster, x, y, nx_, ny, ch, edges.host_path)
+                edges.add(route, weight, between_servers=True, wire=wire)
     return edges
 
 
 def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
-                 pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
+                 pcie_p2p_efficiency: float = 1.0, host_path: HostPath | None = None) -> EdgeSet:
     """Point-to-point edges: every ordered pair (all_to_all) or the given pairs.
 
     Every ordered pair is summed per link without routing each pair
     (:mod:`simulator.collectives.alltoall`) where that is the same layout; else, and for
     given pairs, as :func:`direct_pair_edges`."""
-    if pairs is not None or not aggregable(cluster):
-        return direct_pair_edges(cluster, comm, pairs, pcie_p2p_efficiency)
+    if pairs is not None or not _aggregated(cluster, host_path):
+        return direct_pair_edges(cluster, comm, pairs, pcie_p2p_efficiency, host_path)
     coef, wire = all_to_all_coefficients(cluster, comm.groups, pcie_p2p_efficiency)
     ids = np.flatnonzero(wire)
     edges = _edge_set(cluster, comm)
@@ -297,12 +311,13 @@ def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
 
 
 def direct_pair_edges(cluster: Cluster, comm: Communicator, pairs=None,
-                      pcie_p2p_efficiency: float = 1.0) -> EdgeSet:
+                      pcie_p2p_efficiency: float = 1.0,
+                      host_path: HostPath | None = None) -> EdgeSet:
     """Point-to-point edges, one route per pair: every ordered pair or the given pairs."""
     gpus = comm.gpus
     if pairs is None:
         pairs = [(a, b) for a in gpus for b in gpus if a != b]
-    edges = _edge_set(cluster, comm)
+    edges = _edge_set(cluster, comm, host_path)
     for i, (a, b) in enumerate(pairs):
         _add_edge(edges, cluster, (a, b), (None, None), i, pcie_p2p_efficiency, 1.0)
     return edges

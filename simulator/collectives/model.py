@@ -8,9 +8,11 @@ latency above the catalog's (a what-if; NCCL's constants hold the catalog's), th
 comes from the fabric (alone, or shared with whatever else is on the links).
 
 The calibrated ``protocol_latency_factor`` scales NCCL's latency as far as the calibration
-tables measured it: 1 and 2 servers, so a tree's first level between servers. Deeper tree
-levels add NCCL's own per-level hop latency, ``2 x net hop`` per doubling of servers, not
-the factor times it (docs/collective-model.md, "Latency").
+tables measured it: 1 and 2 servers, so a tree's first level between servers. The tuner
+chooses with NCCL's own per-level cost beyond it (``2 x net tree hop`` per doubling); the
+plan is timed with what a level is, one ring-like network step up and one down over the
+tree's real depth (:mod:`simulator.collectives.tree_latency`; docs/collective-model.md,
+"Latency across servers").
 NVLS, NVLS-Tree and CollNet: :mod:`simulator.collectives.offload`; PAT:
 :mod:`simulator.collectives.pat`; the NCCL knobs: :mod:`simulator.collectives.nccl_config`.
 """
@@ -27,6 +29,7 @@ from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
+from .host_path import host_path_applies, load_host_path
 from .constants import ModelConstants, for_release
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
@@ -35,6 +38,7 @@ from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_
                       offload_plan, simple_only)
 from .pat import pat_latency_s, pat_unavailable
 from .plan import Plan
+from .tree_latency import timing_correction_s
 
 REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
 
@@ -84,6 +88,9 @@ class CollectiveModel:
         k = constants.replace(channels=self.nccl.channels(constants.channels))
         release = self.nccl.tuner_release()
         self.k = for_release(k, release_entry(release)[1]) if release else k
+        # NCCL < 2.12 has no PXN: a NIC off the GPU's PCIe switch is reached through the CPU
+        self.host_path = (load_host_path() if not self.nccl.has_pxn()
+                          and host_path_applies(cluster) else None)
         self._edges: dict = {}
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
@@ -96,14 +103,14 @@ class CollectiveModel:
                pairs)
         es = self._edges.get(key)
         if es is None:
-            eff = self.k.pcie_p2p_efficiency
+            eff, host = self.k.pcie_p2p_efficiency, self.host_path
             if algo == "tree":
-                es = tree_edges(self.cluster, comm, eff)
+                es = tree_edges(self.cluster, comm, eff, host)
             elif algo == "direct":
-                es = direct_edges(self.cluster, comm, pairs, eff)
+                es = direct_edges(self.cluster, comm, pairs, eff, host)
             else:                      # ring, and PAT's ring-equivalent bytes
                 chain = root if op in ("broadcast", "reduce") else None
-                es = ring_edges(self.cluster, comm, chain, eff)
+                es = ring_edges(self.cluster, comm, chain, eff, host)
             self._edges[key] = es
         return es
 
@@ -305,7 +312,9 @@ class CollectiveModel:
         payload = _payload(op, algo, size, comm.n_ranks)
         nccl_latency = (pat_latency_s(self, comm) if algo == "pat" else
                         self.latency_s(op, algo, proto, comm, es.intra_hw, size))
-        latency = self._with_link_latency(nccl_latency, algo, proto,
+        timed = nccl_latency + (timing_correction_s(self.k, proto, comm.n_nodes)
+                                if algo == "tree" else 0.0)
+        latency = self._with_link_latency(timed, algo, proto,
                                           self.link_latency_extra_s(op, algo, comm, es))
         max_rate = self._max_rate(algo, proto, op, comm)
         if algo == "tree" and payload:

@@ -68,6 +68,11 @@ def _releases() -> tuple[dict, str]:
 
 
 @cache
+def _pxn_since() -> str:
+    return str(read_data("nccl.yaml")["pxn_since"])
+
+
+@cache
 def _tuner_releases() -> tuple[tuple[tuple[int, int], dict], ...]:
     table = read_data("nccl.yaml")["tuner_releases"]
     return tuple(sorted((parse_version(v), entry) for v, entry in table.items()))
@@ -146,6 +151,11 @@ class NcclConfig(BaseModel):
         if not self.nvls_enable:
             out = [a for a in out if not a.startswith("nvls")]
         return tuple(out)
+
+    def has_pxn(self) -> bool:
+        """Whether this release sends to a NIC off the GPU's PCIe switch over NVLink through
+        the GPU next to it (PXN, ``pxn_since`` in nccl.yaml), or through the CPU."""
+        return parse_version(self.version) >= parse_version(_pxn_since())
 
     def allowed_protos(self) -> tuple[str, ...]:
         """Protocols NCCL_PROTO leaves."""
