@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from simulator.errors import ConfigError
 from simulator.trace.fields import (all_ints, count, group_problem, is_int, op_problem,
                                     slowdown, text)
+from simulator.trace.matching import peers_fit, ranks_array, transfers_match
 
 KINDS = ("compute", "collective", "send", "recv", "memcpy", "delay")
 
@@ -216,6 +217,7 @@ class Trace:
 
     def _validate_ops(self, cls: RankClass, comm_sizes: dict[str, int]) -> None:
         ids = set()
+        ranks = ranks_array(cls.ranks)
         for index, op in enumerate(cls.ops):
             at = (cls, index, op)
             if not is_int(op.id):
@@ -230,7 +232,7 @@ class Trace:
             if problem:
                 raise _op_error(at, *problem)
             if op.is_peer_transfer:
-                self._validate_peer(at)
+                self._validate_peer(at, ranks)
             ids.add(op.id)
 
     @staticmethod
@@ -251,13 +253,15 @@ class Trace:
         raise _op_error(at, "deps", f"depends on op(s) {unknown or missing} not defined "
                                     f"before it ({why})")
 
-    def _validate_peer(self, at: tuple) -> None:
+    def _validate_peer(self, at: tuple, ranks) -> None:
         cls, _, op = at
         if not cls.ranks:
             raise _op_error(at, "peer", f"a class without ranks has no one to {op.kind}")
         tag = op.attrs.get("tag")
         if tag is not None and (isinstance(tag, bool) or not isinstance(tag, (str, int))):
             raise _op_error(at, "attrs.tag", f"tag must be a string or an integer, got {tag!r}")
+        if peers_fit(ranks, op.peer - cls.ranks[0], self.world_size):
+            return
         to = "to" if op.kind == "send" else "from"
         for r in cls.ranks:
             p = cls.peer_of(op, r)
@@ -269,7 +273,10 @@ class Trace:
                                         f"{what}")
 
     def _validate_transfers(self) -> None:
-        """Every send between ranks has its recv and the other way round."""
+        """Every send between ranks has its recv and the other way round (checked op by op,
+        :mod:`simulator.trace.matching`; member by member only to word an error)."""
+        if transfers_match(self.classes, self.world_size):
+            return
         ends: dict[str, dict[TransferKey, tuple[RankClass, Op]]] = {"send": {}, "recv": {}}
         for cls in self.classes:
             by_id = {op.id: op for op in cls.ops}
