@@ -38,6 +38,19 @@ def peers_fit(ranks: np.ndarray | None, offset: int, world_size: int) -> bool:
     return offset != 0 and bool(((peers >= 0) & (peers < world_size)).all())
 
 
+def peer_ops(cls):
+    """(op, tag, k) of each send/recv between ranks of ``cls``, in list order: the op is
+    its members' k-th of that kind to (or from) that peer with that tag."""
+    seen: dict[tuple, int] = {}
+    for op in cls.ops:
+        if not op.is_peer_transfer:
+            continue
+        tag = op.attrs.get("tag")
+        k = seen.get((op.kind, op.peer, tag), 0)
+        seen[(op.kind, op.peer, tag)] = k + 1
+        yield op, tag, k
+
+
 def transfers_match(classes: list, world_size: int) -> bool:
     """Every send between ranks of ``classes`` has exactly one recv with the same sender,
     receiver, tag and ordinal and the same size, and every recv its send (peers already
@@ -48,13 +61,7 @@ def transfers_match(classes: list, world_size: int) -> bool:
         ranks = ranks_array(cls.ranks)
         if ranks is None:
             return False
-        seen: dict[tuple, int] = {}
-        for op in cls.ops:
-            if not op.is_peer_transfer:
-                continue
-            tag = op.attrs.get("tag")
-            k = seen.get((op.kind, op.peer, tag), 0)
-            seen[(op.kind, op.peer, tag)] = k + 1
+        for op, tag, k in peer_ops(cls):
             peers = ranks + (op.peer - int(ranks[0]))
             src, dst = (ranks, peers) if op.kind == "send" else (peers, ranks)
             pairs, tks, sizes = sides[op.kind]

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from simulator.errors import ConfigError
 from simulator.trace.fields import (all_ints, count, group_problem, is_int, op_problem,
                                     slowdown, text)
-from simulator.trace.matching import peers_fit, ranks_array, transfers_match
+from simulator.trace.matching import (peer_ops, peers_fit, ranks_array,
+                                      transfers_match)
 
 KINDS = ("compute", "collective", "send", "recv", "memcpy", "delay")
 
@@ -124,14 +125,8 @@ class RankClass:
 def transfer_keys(cls: RankClass) -> dict[int, list[TransferKey]]:
     """Op id -> the transfers of each send/recv between ranks, one per member in
     ``cls.ranks`` order (see the module doc for the matching rule)."""
-    seen: dict[tuple, int] = {}
     out = {}
-    for op in cls.ops:
-        if not op.is_peer_transfer:
-            continue
-        tag = op.attrs.get("tag")
-        k = seen.get((op.kind, op.peer, tag), 0)
-        seen[(op.kind, op.peer, tag)] = k + 1
+    for op, tag, k in peer_ops(cls):
         pairs = [(r, cls.peer_of(op, r)) for r in cls.ranks]
         out[op.id] = [(a, b, tag, k) if op.kind == "send" else (b, a, tag, k)
                       for a, b in pairs]
