@@ -33,6 +33,7 @@ from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ri
 from .nccl_config import NcclConfig, release_entry
 from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_unavailable,
                       offload_plan, simple_only)
+from .pairs import pair_plans
 from .pat import pat_latency_s, pat_unavailable
 from .plan import Plan
 
@@ -254,6 +255,11 @@ class CollectiveModel:
                 if best is None or tuner_s < best_tuner_s:
                     best, best_tuner_s = plan, tuner_s
         return best
+
+    def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
+        """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
+        pair shape (:mod:`simulator.collectives.pairs`)."""
+        return pair_plans(self, size_bytes, pairs)
 
     def _unavailable(self, op: str, algo: str, comm: Communicator) -> str | None:
         """Why the hardware cannot run ``algo`` for ``op`` on ``comm`` (None if it can)."""
