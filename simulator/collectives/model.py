@@ -86,6 +86,7 @@ class CollectiveModel:
         release = self.nccl.tuner_release()
         self.k = for_release(k, release_entry(release)[1]) if release else k
         self._edges: dict = {}
+        self._pair_shapes: dict = {}        # send/recv plans read off (collectives.pairs)
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
@@ -259,7 +260,7 @@ class CollectiveModel:
     def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
         pair shape (:mod:`simulator.collectives.pairs`)."""
-        return pair_plans(self, size_bytes, pairs)
+        return pair_plans(self, size_bytes, pairs, self._pair_shapes)
 
     def _unavailable(self, op: str, algo: str, comm: Communicator) -> str | None:
         """Why the hardware cannot run ``algo`` for ``op`` on ``comm`` (None if it can)."""

@@ -5,12 +5,13 @@ A pipeline stage's send on 16,384 GPUs is a thousand GPU pairs, each planned on 
 protocol, and a route searched edge by edge. Everything of such a plan but its links depends
 only on the pair's shape (the design of either server and the GPUs' places in them, and
 whether they share a server), so one pair of each shape is planned in full and the others
-take its plan with their own links. Their routes are laid out as rings are
-(:class:`simulator.collectives.blocks.ServerBlocks`: inside a server once per design, between
-servers once per switch pair) and costed as the plan costs them (the bottleneck rate of the
-pair's own links, the same coefficients); a pair whose coefficients differ from its shape's
-is planned in full. So every plan is the one ``plan`` gives, bit for bit (a test compares
-them). Used where the blocks are exact (``spread`` ECMP, no link latency what-if).
+take its plan with their own links (one pair is planned per shape, size and coefficients:
+a route under one leaf differs from one across the spines). Their routes are laid out as
+rings are (:class:`simulator.collectives.blocks.ServerBlocks`: inside a server once per
+design, between servers once per switch pair) and costed as the plan costs them (the
+bottleneck rate of the pair's own links, the same coefficients). So every plan is the one
+``plan`` gives, bit for bit (a test compares them). Used where the blocks are exact
+(``spread`` ECMP, no link latency what-if).
 """
 
 from __future__ import annotations
@@ -26,25 +27,24 @@ from .blocks import ServerBlocks
 from .nics import home_nic
 
 
-def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]]) -> list:
+def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
+               shapes: dict | None = None) -> list:
     """The plans ``model.plan("send_recv", size_bytes, [a, b])`` of each (a, b) in
-    ``pairs`` (global ranks)."""
+    ``pairs`` (global ranks); ``shapes`` keeps the planned pairs from one call to the next
+    (one per model: its keys are the shape, size and coefficients)."""
     cluster = model.cluster
     if not aggregable(cluster):
         return [model.plan("send_recv", size_bytes, [a, b]) for a, b in pairs]
     entries = _routes(cluster, pairs, model.k.pcie_p2p_efficiency)
-    shapes: dict = {}                   # shape -> (plan, its coefficients before NCCL's)
+    shapes = {} if shapes is None else shapes   # (shape, size, coefficients) -> its plan
     out = []
     for (a, b), (links, coef, wire) in zip(pairs, entries):
-        key = _shape(cluster, a, b)
+        key = (_shape(cluster, a, b), size_bytes, coef.dtype.str, coef.tobytes())
         known = shapes.get(key)
-        if known is None or not np.array_equal(coef, known[1]):
-            plan = model.plan("send_recv", size_bytes, [a, b])
-            if known is None:
-                shapes[key] = (plan, coef)
-            out.append(plan)
+        if known is None:
+            out.append(shapes.setdefault(key, model.plan("send_recv", size_bytes, [a, b])))
             continue
-        out.append(_read_off(cluster, known[0], links, wire))
+        out.append(_read_off(cluster, known, links, wire))
     return out
 
 
