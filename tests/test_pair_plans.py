@@ -67,3 +67,18 @@ def test_hash_ecmp_plans_pair_by_pair(monkeypatch):
     G = rail_optimized(5, DGX, nodes_per_leaf=2, spines=2)
     assert_same_plans(G, [(0, 8), (1, 9)], 1 << 20, ecmp="hash")
     assert calls == []
+
+
+def test_a_second_batch_of_the_same_shapes_plans_none_in_full(monkeypatch):
+    G = rail_optimized(9, DGX, nodes_per_leaf=4, spines=4)
+    fast = assert_same_plans(G, [(r, r + 32) for r in range(8)], 1 << 20)
+    planned = []
+    real = CollectiveModel.plan
+    monkeypatch.setattr(CollectiveModel, "plan",
+                        lambda self, *a, **k: planned.append(a) or real(self, *a, **k))
+    again = fast.plan_pairs(1 << 20, [(r, r + 32) for r in range(8, 16)])
+    assert planned == []
+    slow = CollectiveModel(Cluster(G), load_constants())
+    want = [real(slow, "send_recv", 1 << 20, [r, r + 32]) for r in range(8, 16)]
+    assert [p.predicted_s for p in again] == [p.predicted_s for p in want]
+    assert all(np.array_equal(p.links, w.links) for p, w in zip(again, want))
