@@ -36,6 +36,7 @@ from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ri
 from .nccl_config import NcclConfig, release_entry
 from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_unavailable,
                       offload_plan, simple_only)
+from .pairs import pair_plans
 from .pat import pat_latency_s, pat_unavailable
 from .plan import Plan
 from .tree_latency import timing_correction_s
@@ -92,6 +93,7 @@ class CollectiveModel:
         self.host_path = (load_host_path() if not self.nccl.has_pxn()
                           and host_path_applies(cluster) else None)
         self._edges: dict = {}
+        self._pair_shapes: dict = {}        # send/recv plans read off (collectives.pairs)
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
@@ -261,6 +263,11 @@ class CollectiveModel:
                 if best is None or tuner_s < best_tuner_s:
                     best, best_tuner_s = plan, tuner_s
         return best
+
+    def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
+        """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
+        pair shape (:mod:`simulator.collectives.pairs`)."""
+        return pair_plans(self, size_bytes, pairs, self._pair_shapes)
 
     def _unavailable(self, op: str, algo: str, comm: Communicator) -> str | None:
         """Why the hardware cannot run ``algo`` for ``op`` on ``comm`` (None if it can)."""

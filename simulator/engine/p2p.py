@@ -41,8 +41,8 @@ class _Wait:
 class PointToPoint:
     """The rendezvous of every send/recv between ranks of one replay.
 
-    ``plan(size_bytes, sender, receiver)`` lays a transfer out (a planned transfer, with
-    ``flow()``). The transfers that become ready when one op arrives start together, and
+    ``plan(size_bytes, pairs)`` lays out the transfers of (sender, receiver) ``pairs`` (a
+    planned transfer each, with ``flow()``). The transfers that become ready when one op arrives start together, and
     neighbours among them with the same payload, latency and rate cap go as one bundle
     (:mod:`simulator.network.bundle`) unless ``bundles`` is False.
     """
@@ -113,7 +113,7 @@ class PointToPoint:
             key = (m.size_bytes, group[1])
             cached = self._bundles.get(key)
             if cached is None:
-                plans = [self.plan(m.size_bytes, src, dst) for src, dst in self._pairs[group[1]]]
+                plans = self.plan(m.size_bytes, list(self._pairs[group[1]]))
                 cached = self._bundles[key] = (plans, self._runs(plans))
             m.plan = cached[0][0]
             m.left = len(cached[1])
@@ -138,11 +138,15 @@ class PointToPoint:
     def _start(self, ready: list) -> None:
         """Both sides of each of ``ready`` are here: move their bytes."""
         now = self.env.now
+        sizes = {m.size_bytes for _, m in ready}
+        planned = {size: iter(self.plan(size, [key[:2] for key, m in ready
+                                                if m.size_bytes == size]))
+                   for size in sorted(sizes)}
         plans = []
-        for key, m in ready:
+        for _, m in ready:
             m.waiting.clear()
             m.start_s = now
-            m.plan = self.plan(m.size_bytes, key[0], key[1])
+            m.plan = next(planned[m.size_bytes])
             plans.append(m.plan)
         cached = self._bundles.get(tuple(id(p) for p in plans))
         if cached is None:

@@ -151,7 +151,7 @@ class _Replayer:
                       for c in trace.classes}
         keys = {(c.id, op_id): k for c in trace.classes
                 for op_id, k in transfer_keys(c).items()}
-        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plan, keys, cfg.bundles)
+        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plans, keys, cfg.bundles)
         self._check_host_copies()
 
     def _check_host_copies(self) -> None:
@@ -308,9 +308,17 @@ class _Replayer:
                 yield self.env.timeout((factor - 1.0) * (self.env.now - start))
         rv.done.succeed((start, plans[0]))
 
-    def _p2p_plan(self, size_bytes: int, sender: int, receiver: int):
-        return self._cached_plan("send_recv", size_bytes, (sender, receiver),
-                                 ("auto", "auto", 0))
+    def _p2p_plans(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list:
+        """The send/recv plans of (sender, receiver) ``pairs``, those not planned yet at
+        once (``plan_pairs`` of the collective model, where the planner has it)."""
+        how = ("auto", "auto", 0)
+        keys = [("send_recv", size_bytes, tuple(p), how) for p in pairs]
+        new = [k[2] for k in dict.fromkeys(keys) if k not in self._plans]
+        batch = getattr(self.coll, "plan_pairs", None)
+        if new and batch is not None:
+            for pair, plan in zip(new, batch(size_bytes, new)):
+                self._plans[("send_recv", size_bytes, pair, how)] = plan
+        return [self._cached_plan(*k) for k in keys]
 
     def _cached_plan(self, collective: str, size_bytes: int, group: tuple[int, ...],
                      how: tuple):

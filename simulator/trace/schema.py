@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from simulator.errors import ConfigError
 from simulator.trace.fields import (all_ints, count, group_problem, is_int, op_problem,
                                     slowdown, text)
+from simulator.trace.matching import (peer_ops, peers_fit, ranks_array,
+                                      transfers_match)
 
 KINDS = ("compute", "collective", "send", "recv", "memcpy", "delay")
 
@@ -123,14 +125,8 @@ class RankClass:
 def transfer_keys(cls: RankClass) -> dict[int, list[TransferKey]]:
     """Op id -> the transfers of each send/recv between ranks, one per member in
     ``cls.ranks`` order (see the module doc for the matching rule)."""
-    seen: dict[tuple, int] = {}
     out = {}
-    for op in cls.ops:
-        if not op.is_peer_transfer:
-            continue
-        tag = op.attrs.get("tag")
-        k = seen.get((op.kind, op.peer, tag), 0)
-        seen[(op.kind, op.peer, tag)] = k + 1
+    for op, tag, k in peer_ops(cls):
         pairs = [(r, cls.peer_of(op, r)) for r in cls.ranks]
         out[op.id] = [(a, b, tag, k) if op.kind == "send" else (b, a, tag, k)
                       for a, b in pairs]
@@ -216,6 +212,7 @@ class Trace:
 
     def _validate_ops(self, cls: RankClass, comm_sizes: dict[str, int]) -> None:
         ids = set()
+        ranks = ranks_array(cls.ranks)
         for index, op in enumerate(cls.ops):
             at = (cls, index, op)
             if not is_int(op.id):
@@ -230,7 +227,7 @@ class Trace:
             if problem:
                 raise _op_error(at, *problem)
             if op.is_peer_transfer:
-                self._validate_peer(at)
+                self._validate_peer(at, ranks)
             ids.add(op.id)
 
     @staticmethod
@@ -251,13 +248,15 @@ class Trace:
         raise _op_error(at, "deps", f"depends on op(s) {unknown or missing} not defined "
                                     f"before it ({why})")
 
-    def _validate_peer(self, at: tuple) -> None:
+    def _validate_peer(self, at: tuple, ranks) -> None:
         cls, _, op = at
         if not cls.ranks:
             raise _op_error(at, "peer", f"a class without ranks has no one to {op.kind}")
         tag = op.attrs.get("tag")
         if tag is not None and (isinstance(tag, bool) or not isinstance(tag, (str, int))):
             raise _op_error(at, "attrs.tag", f"tag must be a string or an integer, got {tag!r}")
+        if peers_fit(ranks, op.peer - cls.ranks[0], self.world_size):
+            return
         to = "to" if op.kind == "send" else "from"
         for r in cls.ranks:
             p = cls.peer_of(op, r)
@@ -269,7 +268,10 @@ class Trace:
                                         f"{what}")
 
     def _validate_transfers(self) -> None:
-        """Every send between ranks has its recv and the other way round."""
+        """Every send between ranks has its recv and the other way round (checked op by op,
+        :mod:`simulator.trace.matching`; member by member only to word an error)."""
+        if transfers_match(self.classes, self.world_size):
+            return
         ends: dict[str, dict[TransferKey, tuple[RankClass, Op]]] = {"send": {}, "recv": {}}
         for cls in self.classes:
             by_id = {op.id: op for op in cls.ops}

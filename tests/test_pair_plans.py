@@ -1,0 +1,84 @@
+"""Send/recv plans read off one planned pair per shape (simulator/collectives/pairs.py) are
+the plans each pair gets on its own, field for field and bit for bit."""
+
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+from simulator.cluster import Cluster
+from simulator.collectives import pairs as pairs_module
+from simulator.collectives.constants import load_constants
+from simulator.collectives.model import CollectiveModel
+from simulator.topology import leaf_spine, rail_optimized
+
+DGX = {"type": "dgx_a100", "gpu": "A100-SXM4-80GB", "nics": 8, "nic": "ib-hdr"}
+PCIE = {"type": "pcie", "gpu": "A100-PCIE-40GB", "gpus": 4, "nics": 2, "nic": "roce-100",
+        "gpus_per_pcie_switch": 2}
+
+
+def assert_same_plans(G, pairs, size, **cluster_kw):
+    fast = CollectiveModel(Cluster(G, **cluster_kw), load_constants())
+    slow = CollectiveModel(Cluster(G, **cluster_kw), load_constants())
+    got = fast.plan_pairs(size, pairs)
+    want = [slow.plan("send_recv", size, [a, b]) for a, b in pairs]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        for f in fields(w):
+            x, y = getattr(g, f.name), getattr(w, f.name)
+            if isinstance(y, np.ndarray):
+                assert x.dtype == y.dtype and np.array_equal(x, y), f.name
+            else:
+                assert x == y, f.name
+    return fast
+
+
+@pytest.mark.parametrize("size", [4096, 64 << 20])          # LL and Simple
+def test_pipeline_sends_between_servers_are_the_pair_by_pair_plans(size, monkeypatch):
+    G = rail_optimized(9, DGX, nodes_per_leaf=4, spines=4)
+    # every GPU of servers 0-3 to the same GPU of the server 4 further (other leaves too),
+    # a few to other GPUs, and pairs inside one server
+    pairs = [(r, r + 32) for r in range(32)] + [(3, 70), (70, 3), (0, 1), (9, 15), (15, 9)]
+    planned = []
+    real = CollectiveModel.plan
+    monkeypatch.setattr(CollectiveModel, "plan",
+                        lambda self, *a, **k: planned.append(a) or real(self, *a, **k))
+    assert_same_plans(G, pairs, size)
+    # the fast model plans one pair per shape (GPU places, same server or not) in full; the
+    # slow one every pair
+    shapes = {(a % 8, b % 8, a // 8 == b // 8) for a, b in pairs}
+    assert len(planned) - len(pairs) == len(shapes) < len(pairs)
+
+
+def test_pcie_servers_keep_the_p2p_discount():
+    G = leaf_spine(5, PCIE, nodes_per_leaf=2, spines=2)
+    assert_same_plans(G, [(0, 1), (0, 2), (4, 6), (1, 3), (0, 4), (4, 8), (8, 12)], 1 << 20)
+
+
+def test_a_faster_cable_changes_some_routes_and_still_gives_the_same_plans():
+    G = rail_optimized(9, DGX, nodes_per_leaf=4, spines=4)
+    G.edges["leaf.r0.g0", "spine.0"]["bw_bytes_per_s"] *= 4
+    assert_same_plans(G, [(r, r + 40) for r in range(32)], 1 << 20)
+
+
+def test_hash_ecmp_plans_pair_by_pair(monkeypatch):
+    calls = []
+    monkeypatch.setattr(pairs_module, "_routes", lambda *a: calls.append(a))
+    G = rail_optimized(5, DGX, nodes_per_leaf=2, spines=2)
+    assert_same_plans(G, [(0, 8), (1, 9)], 1 << 20, ecmp="hash")
+    assert calls == []
+
+
+def test_a_second_batch_of_the_same_shapes_plans_none_in_full(monkeypatch):
+    G = rail_optimized(9, DGX, nodes_per_leaf=4, spines=4)
+    fast = assert_same_plans(G, [(r, r + 32) for r in range(8)], 1 << 20)
+    planned = []
+    real = CollectiveModel.plan
+    monkeypatch.setattr(CollectiveModel, "plan",
+                        lambda self, *a, **k: planned.append(a) or real(self, *a, **k))
+    again = fast.plan_pairs(1 << 20, [(r, r + 32) for r in range(8, 16)])
+    assert planned == []
+    slow = CollectiveModel(Cluster(G), load_constants())
+    want = [real(slow, "send_recv", 1 << 20, [r, r + 32]) for r in range(8, 16)]
+    assert [p.predicted_s for p in again] == [p.predicted_s for p in want]
+    assert all(np.array_equal(p.links, w.links) for p, w in zip(again, want))
