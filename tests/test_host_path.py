@@ -123,3 +123,18 @@ def test_host_path_layouts_are_built_edge_by_edge(build):
     assert (coef > wire + 1e-12).any()      # host-staged links take 1 / fraction per byte
     cpu = c.link_class[links] == "cpu"
     assert wire[cpu].sum() > 0              # and the bytes cross the socket link
+
+
+def test_send_recv_pair_plans_take_the_host_path_too():
+    # the pipeline's batched send/recv plans (collectives/pairs.py) read routes off server
+    # blocks that know no host path: without PXN every pair is planned on its own
+    c = cluster(ACROSS, nodes=4)
+    pairs = [(r, r + 8) for r in range(8)] + [(8, 16), (16, 24)]   # shapes seen before
+    old = CollectiveModel(c, K, NcclConfig(version="2.11"))
+    got = old.plan_pairs(1 << 26, pairs)
+    want = [CollectiveModel(c, K, NcclConfig(version="2.11")).plan("send_recv", 1 << 26,
+                                                                   [a, b]) for a, b in pairs]
+    assert [g.predicted_s for g in got] == [w.predicted_s for w in want]
+    new = CollectiveModel(c, K, NcclConfig(version="2.12")).plan_pairs(1 << 26, pairs)
+    assert got[0].predicted_s > new[0].predicted_s          # GPU 0's NIC is across the socket
+    assert all(g.predicted_s >= n.predicted_s for g, n in zip(got, new))

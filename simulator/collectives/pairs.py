@@ -11,7 +11,8 @@ rings are (:class:`simulator.collectives.blocks.ServerBlocks`: inside a server o
 design, between servers once per switch pair) and costed as the plan costs them (the
 bottleneck rate of the pair's own links, the same coefficients). So every plan is the one
 ``plan`` gives, bit for bit (a test compares them). Used where the blocks are exact
-(``spread`` ECMP, no link latency what-if).
+(``spread`` ECMP, no link latency what-if, no host-staged NIC path of an NCCL without PXN,
+:mod:`.host_path`); elsewhere every pair is planned on its own.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
     ``pairs`` (global ranks); ``shapes`` keeps the planned pairs from one call to the next
     (one per model: its keys are the shape, size and coefficients)."""
     cluster = model.cluster
-    if not aggregable(cluster):
+    if not aggregable(cluster) or model.host_path is not None:
         return [model.plan("send_recv", size_bytes, [a, b]) for a, b in pairs]
     entries = _routes(cluster, pairs, model.k.pcie_p2p_efficiency)
     shapes = {} if shapes is None else shapes   # (shape, size, coefficients) -> its plan
