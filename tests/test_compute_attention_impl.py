@@ -84,9 +84,10 @@ def test_attention_setting_and_the_flash_flag():
 
 def test_fitted_factors_apply_to_their_strategies_only():
     fam = family_of("H100-SXM")
-    assert fam.strategies == ("fsdp", "torchtitan")
+    assert fam.strategies == ("fsdp", "torchtitan", "ddp")
     assert ComputeModel(H100, strategy="fsdp").fit is fam
     assert ComputeModel(H100, strategy="torchtitan").fit is fam
+    assert ComputeModel(H100, strategy="ddp").fit is fam     # the same eager PyTorch model
     assert ComputeModel(H100, strategy="megatron").fit is IDENTITY
     assert ComputeModel(H100, strategy="deepspeed").fit is IDENTITY
     assert ComputeModel(H100).fit is fam            # a bare kernel, no run: the family's

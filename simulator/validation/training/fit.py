@@ -50,11 +50,13 @@ FAMILIES = {"A100": {"gpus": ["A100-SXM4-80GB", "A100-SXM4-40GB"]},
 # Scope: the strategies the factors apply to. Fitted on PyTorch FSDP runs (Composer's FSDP1
 # in llm-foundry; torchtitan's FSDP2 rows validate it): the factors stand for that eager
 # PyTorch stack's kernels and host path (FlashAttention-2 / SDPA, unfused norms and
-# elementwise kernels, Python hooks per FSDP unit), so they carry to the fsdp and
-# torchtitan strategies. Megatron-LM, DeepSpeed, DDP, Horovod and TensorFlow runs use other
-# kernels (Transformer Engine / Apex fused kernels, XLA) and host paths the fit never saw:
-# they keep the roofline's answers (their own suites: validate parallel, validate training).
-STRATEGIES = ["fsdp", "torchtitan"]
+# elementwise kernels, Python hooks), so they carry to the fsdp and torchtitan strategies,
+# and to PyTorch DDP, which runs the same eager model and kernels (only its gradient sync
+# differs; without it `compare` would weigh DDP on the roofline against a calibrated FSDP).
+# Megatron-LM, DeepSpeed, Horovod and TensorFlow runs use other kernels (Transformer Engine
+# / Apex fused kernels, XLA) and host paths the fit never saw: they keep the roofline's
+# answers (their own suites: validate parallel, validate training).
+STRATEGIES = ["fsdp", "torchtitan", "ddp"]
 PRECISIONS = ["bf16"]
 CHECK_TOLERANCE = 0.005        # relative: a check row's throughput may move this much
 DATA_PATH = Path(__file__).resolve().parents[2] / "data" / FILE
