@@ -189,7 +189,7 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     """
     orders = channel_orders(cluster, comm)
     edges = _edge_set(cluster, comm, host_path)
-    if chain_from is None and comm.n_nodes > 1 and _aggregated(cluster, host_path):
+    if chain_from is None and comm.n_nodes > 1 and blocks_exact(cluster, host_path):
         return _from_blocks(edges, ring_blocks(cluster, orders, pcie_p2p_efficiency))
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
@@ -214,7 +214,7 @@ def _from_blocks(edges: EdgeSet, blocks: ServerBlocks) -> EdgeSet:
     return edges
 
 
-def _aggregated(cluster: Cluster, host_path: HostPath | None) -> bool:
+def blocks_exact(cluster: Cluster, host_path: HostPath | None) -> bool:
     """Lay out server by server (:mod:`.blocks`)? Not with host-staged NIC parts, whose
     CPU links the per-design link ids do not hold."""
     return host_path is None and aggregable(cluster)
@@ -269,7 +269,7 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
     ``host_path``: NCCL without PXN (:mod:`.host_path`)."""
     orders = channel_orders(cluster, comm)
     edges = _edge_set(cluster, comm, host_path)
-    if comm.n_nodes > 1 and _aggregated(cluster, host_path):
+    if comm.n_nodes > 1 and blocks_exact(cluster, host_path):
         return _from_blocks(edges, tree_blocks(cluster, orders, pcie_p2p_efficiency,
                                                dtree_parent))
     weight = 1.0 / len(orders)
@@ -299,7 +299,7 @@ def direct_edges(cluster: Cluster, comm: Communicator, pairs=None,
     Every ordered pair is summed per link without routing each pair
     (:mod:`simulator.collectives.alltoall`) where that is the same layout; else, and for
     given pairs, as :func:`direct_pair_edges`."""
-    if pairs is not None or not _aggregated(cluster, host_path):
+    if pairs is not None or not blocks_exact(cluster, host_path):
         return direct_pair_edges(cluster, comm, pairs, pcie_p2p_efficiency, host_path)
     coef, wire = all_to_all_coefficients(cluster, comm.groups, pcie_p2p_efficiency)
     ids = np.flatnonzero(wire)

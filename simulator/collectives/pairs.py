@@ -23,8 +23,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..network.fabric import Flow, bottleneck_rate
-from .alltoall import aggregable
 from .blocks import ServerBlocks
+from .layouts import blocks_exact
 from .nics import home_nic
 
 
@@ -34,7 +34,7 @@ def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
     ``pairs`` (global ranks); ``shapes`` keeps the planned pairs from one call to the next
     (one per model: its keys are the shape, size and coefficients)."""
     cluster = model.cluster
-    if not aggregable(cluster) or model.host_path is not None:
+    if not blocks_exact(cluster, model.host_path):
         return [model.plan("send_recv", size_bytes, [a, b]) for a, b in pairs]
     entries = _routes(cluster, pairs, model.k.pcie_p2p_efficiency)
     shapes = {} if shapes is None else shapes   # (shape, size, coefficients) -> its plan

@@ -93,7 +93,7 @@ def table_rows(root: Path) -> list[dict]:
             continue
         d = _describe(dict(row.scenario, model=row.model), source)
         out.append({**d, "case": f"training/{row.row_id}", "gpus": row.gpus,
-                    "nodes": max(1, row.gpus // 8), "split": row.split,
+                    "nodes": int(row.scenario["cluster"].get("nodes", 1)), "split": row.split,
                     "metric": "tokens_per_s", "error": float(r["error"]),
                     "framework": FRAMEWORK[row.table]})
     return out
