@@ -33,6 +33,7 @@ ALGOS_FOR_OP = {
 ALGOS = ("ring", "tree", "direct", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
          "pat")
 PROTOS = ("LL", "LL128", "Simple")
+STAR_OPS = ("reduce", "broadcast")      # what the 'star' algorithm (copies to/from a root) does
 
 # ------------------------------------------------------------------------- network
 ECMP_MODES = ("spread", "hash")

@@ -25,7 +25,6 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .choices import ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES, FP8_RECIPES
 from .collectives.nccl_config import NcclConfig
-from .engine.variability import resolve_sigmas
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
 from .inputs import path_name, regular_file
@@ -155,6 +154,9 @@ class Simulation(BaseModel):
     @field_validator("variability")
     @classmethod
     def _variability(cls, v):
+        if v in ("default", "none"):         # the engine (numpy, SimPy) loads for a mapping only
+            return v
+        from .engine.variability import resolve_sigmas
         try:
             resolve_sigmas(v)
         except ConfigError as exc:

@@ -124,3 +124,73 @@ print(json.dumps({"names": names, "before": before, "after": sorted(sys.modules)
                                    "simulator.strategies.tf_ps")) == [
         "simulator.parallel.frameworks.megatron", "simulator.strategies.tf_ps"]
     assert "simulator.parallel.frameworks.deepspeed" not in seen["after"]
+
+
+# ---- a bad input is refused before the simulation stack loads (issue 20)
+SIM_STACK = ("numpy", "networkx", "simpy", "simulator.engine", "simulator.pipeline",
+             "simulator.cluster", "simulator.network", "simulator.collectives.model",
+             "simulator.strategies", "simulator.topology")
+BAD_SCENARIO = ["--set", "training.precision=nosuch"]
+
+
+def refusal(argv: list[str]) -> tuple[object, str, list[str]]:
+    """(exit code, stderr, every module loaded) of ``clustersim ARGV`` in a fresh
+    interpreter that stops where the command stops."""
+    code = (f"from simulator.cli import main\ntry:\n    main({argv!r})\n"
+            f"except SystemExit as exc:\n    print(json.dumps(exc.code))\n{SHOW}")
+    out = subprocess.run([sys.executable, "-c", "import json, sys\n" + code], cwd=REPO,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    lines = out.stdout.strip().splitlines()
+    return json.loads(lines[-2]), out.stderr, json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("command", ["run", "compare", "capacity", "reliability", "plan",
+                                     "trace"])
+def test_a_bad_scenario_is_refused_before_the_simulator_loads(command):
+    argv = [command, *BAD_SCENARIO] + (["-o", "unused.json"] if command == "trace" else [])
+    code, err, loaded = refusal(argv)
+    assert code == 2
+    assert err.startswith("clustersim: error: ") and "training.precision" in err
+    assert present(loaded, SIM_STACK + HEAVY) == []
+    assert "pydantic" in loaded and "simulator.scenario" in loaded   # the input was read
+
+
+def test_a_missing_trace_is_refused_before_the_simulator_loads():
+    code, err, loaded = refusal(["replay", "/nonexistent/trace.json"])
+    assert code == 2 and "cannot read trace file: no such file" in err
+    assert "simulator.trace.io" in loaded
+    assert present(loaded, SIM_STACK + HEAVY + ("simulator.importers",)) == []
+
+
+def test_import_refuses_an_existing_output_before_the_importers_load(tmp_path):
+    taken = tmp_path / "taken.json"
+    taken.write_text("{}")
+    code, err, loaded = refusal(["import", "pytorch", "/nonexistent/trace.json", "-o",
+                                 str(taken)])
+    assert code == 2 and "file exists" in err
+    assert present(loaded, SIM_STACK + HEAVY + ("simulator.importers", "pydantic")) == []
+
+
+@pytest.mark.parametrize("argv", [["topology", "nosuch-topology"],
+                                  ["collective", "all_reduce", "--topology", "nosuch-topology"],
+                                  ["study", "/nonexistent/study.yaml"]])
+def test_a_bad_name_is_refused_before_numpy_and_the_engine_load(argv):
+    # the topology loader's generators build networkx graphs, so networkx is loaded here
+    code, err, loaded = refusal(argv)
+    assert code == 2 and err.startswith("clustersim: error: ")
+    assert argv[-1] in err                        # the name it refused
+    assert present(loaded, ("numpy", "simpy", "simulator.engine", "simulator.pipeline",
+                            "simulator.cluster", "simulator.collectives.model") + HEAVY) == []
+
+
+def test_a_scenario_with_default_variability_validates_without_the_engine():
+    """`simulation.variability: default | none` is checked by name; a mapping of sigmas is
+    checked by the engine's own reader (it still refuses a bad sigma, test_variability)."""
+    loaded = modules_after(f"""
+from simulator.scenario import load_scenario, resolve_scenario
+for v in ("default", "none"):
+    load_scenario(resolve_scenario("quickstart"), [f"simulation.variability={{v}}"])
+{SHOW}
+""")
+    assert present(loaded, ("numpy", "simulator.engine")) == []

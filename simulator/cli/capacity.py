@@ -117,11 +117,11 @@ def register(cli: click.Group) -> None:
         "on 8x A100-80GB, DDP trains about 7B, FSDP about 30B" (docs/capacity.md). Each
         largest fit gets its accuracy envelope (nearest validated case, its error).
         """
-        from ..capacity.report import capacity
         from ..scenario import load_scenario, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
+        from ..capacity.report import capacity      # the simulator: once the input is good
         rep = capacity(scn, family, strategies, source=str(path))
         acc = accuracy_of(rep)
         if fmt == "json":

@@ -219,11 +219,6 @@ def register(cli: click.Group) -> None:
         send_recv; nccl-tests names (all_reduce_perf, allreduce, sendrecv, alltoall...) work too.
         GB/s are 1e9 bytes/s, as in nccl-tests.
         """
-        from ..collectives.constants import load_constants, with_cuda_graph
-        from ..collectives.model import CollectiveModel
-        from ..cluster import Cluster
-        from ..collectives.run import run_collective, size_sweep
-
         if algo != "auto" and algo not in ALGOS_FOR_OP[op]:
             raise bad_parameter(f"{algo} does not implement {op}; choose auto or "
                                 f"{', '.join(ALGOS_FOR_OP[op])}", "--algo")
@@ -234,13 +229,16 @@ def register(cli: click.Group) -> None:
             raise bad_parameter(f"{step_factor:g} gives more than {MAX_SIZES} sizes from "
                                 f"{format_size(min_bytes)} to {format_size(max_bytes)}; use "
                                 f"a larger factor", "--step-factor")
-        sizes = list(dict.fromkeys(size_sweep(min_bytes, max_bytes, step_factor)))
-
         nccl = nccl_options(nccl_version=nccl_version, nccl_algo=nccl_algo,
                             nccl_proto=nccl_proto, min_channels=min_channels,
                             max_channels=max_channels, collnet=collnet, no_nvls=no_nvls,
                             ib_qps=ib_qps)
         path, G = load_collective_topology(topology, nodes, sets)
+        from ..cluster import Cluster           # the simulator: once the input is good
+        from ..collectives.constants import load_constants, with_cuda_graph
+        from ..collectives.model import CollectiveModel
+        from ..collectives.run import run_collective, size_sweep
+        sizes = list(dict.fromkeys(size_sweep(min_bytes, max_bytes, step_factor)))
         constants = load_constants()
         cluster = Cluster.from_graph(G, constants, ecmp=ecmp, seed=seed,
                                      qps=nccl.ib_qps_per_connection)

@@ -96,12 +96,8 @@ def register(cli: click.Group) -> None:
         """
         from ..compare.cost import resolve_price
         from ..compare.options import migration_plan, parse_strategies
-        from ..compare.report import render_table, to_csv, to_json
-        from ..compare.runner import compare
         from ..outpaths import prepare_out_dir
         from ..scenario import resolve_scenario
-        from ..topology.build import scenario_graph
-        from ..validation.envelope import grouped_lines
 
         path = resolve_scenario(scenario)
         scn = load_with_config(path, list(sets), config, config_format)
@@ -113,6 +109,10 @@ def register(cli: click.Group) -> None:
                               source="--day-rate")
         if day_rate is not None and not day_rate >= 0:
             raise ConfigError(f"must be >= 0 USD, got {day_rate!r}", source="--day-rate")
+        from ..compare.report import render_table, to_csv, to_json   # the simulator: once
+        from ..compare.runner import compare                       # the input is good
+        from ..topology.build import scenario_graph
+        from ..validation.envelope import grouped_lines
         G = scenario_graph(scn)
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
                                     topology=G.graph.get("name"))

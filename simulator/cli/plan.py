@@ -57,13 +57,13 @@ def register(cli: click.Group) -> None:
         """
         from ..compare.cost import resolve_price
         from ..outpaths import prepare_out_dir
-        from ..planner import Limits, search
-        from ..planner.report import to_csv, to_json, to_table
         from ..scenario import resolve_scenario
-        from ..topology.build import scenario_graph
 
         path = resolve_scenario(scenario)
         scn, pieces = load_pieces(path, list(sets), config, config_format)
+        from ..planner import Limits, search        # the simulator: once the input is good
+        from ..planner.report import to_csv, to_json, to_table
+        from ..topology.build import scenario_graph
         G = scenario_graph(scn)
         gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
         batch = global_batch or (pieces and pieces.global_batch) or \

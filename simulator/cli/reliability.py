@@ -50,14 +50,14 @@ def register(cli: click.Group) -> None:
         (simulator/data/reliability.yaml, docs/reliability.md).
         """
         from ..outpaths import prepare_out_dir
-        from ..reliability.report import as_dict, table, timings_line
-        from ..reliability.study import run_study
         from ..scenario import load_scenario, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
         if out is not None:
             prepare_out_dir(out)
+        from ..reliability.report import as_dict, table, timings_line   # the simulator: once
+        from ..reliability.study import run_study                     # the input is good
         study = run_study(scn, str(path), trials, seed, workers or os.cpu_count() or 1,
                           record=out is not None)
         if out is not None:

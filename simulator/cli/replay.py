@@ -54,11 +54,10 @@ def register(cli: click.Group) -> None:
         multi-rank job stands for every rank. Chakra: ASTRA-sim's PREFIX.<rank>.et, one per
         rank (`clustersim trace --format chakra` writes them).
         """
+        writable_file(output, overwrite)      # before the import, which takes a while
         from ..importers import import_trace
         from ..importers.comms import parse_collective_bytes
         from ..trace.io import write_trace
-
-        writable_file(output, overwrite)      # before the import, which takes a while
         with limit_set("trace_events", max_events):
             trace = import_trace(kind, files, step, parse_collective_bytes(sizes))
         write_trace(trace, output, overwrite=overwrite)
@@ -85,12 +84,12 @@ def register(cli: click.Group) -> None:
     def replay_cmd(trace_file, topology, nodes, fidelity, nccl_choice, out, fmt):
         """Replay an imported (or generated) TRACE on a topology: iteration time, where it
         goes, and each collective's simulated vs recorded time."""
-        from ..importers.replay import collective_table, replay_trace
         from ..trace.io import read_trace
 
         trace = read_trace(trace_file)
         if out is not None:
             prepare_out_dir(out)             # refused before the replay, not after
+        from ..importers.replay import collective_table, replay_trace   # once the input is good
         try:
             result = replay_trace(trace, topology, nodes, fidelity, nccl_choice)
         except ConfigError as exc:

@@ -38,14 +38,14 @@ def register(cli: click.Group) -> None:
         run leaves the validated ground (README "Accuracy").
         """
         from ..outpaths import prepare_out_dir
-        from ..pipeline import build_setup, run_setup
         from ..scenario import resolve_scenario
-        from ..validation.envelope import Query, envelope
 
         path = resolve_scenario(scenario)
         scn = load_with_config(path, list(sets), config, config_format)
         if out is not None:
             prepare_out_dir(out)             # refused before the simulation, not after
+        from ..pipeline import build_setup, run_setup     # the simulator: once the input is good
+        from ..validation.envelope import Query, envelope
         setup = build_setup(scn, str(path))
         stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
@@ -102,12 +102,13 @@ def register(cli: click.Group) -> None:
     def trace_cmd(scenario, output, sets, fmt, overwrite):
         """Write the Trace that SCENARIO's strategy generates (docs/trace-format.md), as
         clustersim JSON or as Chakra execution traces (docs/importers.md, "Chakra")."""
-        from ..pipeline import build_setup
         from ..scenario import load_scenario, resolve_scenario
-        from ..trace.io import write_trace
 
         path = resolve_scenario(scenario)
-        setup = build_setup(load_scenario(path, list(sets)), str(path), extrapolate_steps=False)
+        scn = load_scenario(path, list(sets))
+        from ..pipeline import build_setup          # the simulator: once the input is good
+        from ..trace.io import write_trace
+        setup = build_setup(scn, str(path), extrapolate_steps=False)
         if fmt == "chakra":
             from ..importers.chakra import write_chakra
             files = write_chakra(setup.trace, output, overwrite=overwrite)

@@ -17,13 +17,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ..choices import STAR_OPS
 from ..cluster import Route
 from ..errors import ConfigError
 from ..network.fabric import bottleneck_rate
 from .layouts import gpu_route, make_communicator
 from .plan import Plan
-
-STAR_OPS = ("reduce", "broadcast")
 
 
 def star_plan(model, op: str, size_bytes: int, ranks: list[int], root: int = 0):

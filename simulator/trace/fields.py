@@ -17,8 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from simulator.choices import ALGOS_FOR_OP, OPS, PROTOS
-from simulator.collectives.copies import STAR_OPS
+from simulator.choices import ALGOS_FOR_OP, OPS, PROTOS, STAR_OPS
 from simulator.compute.model import OP_CLASSES
 from simulator.precision import OP_PRECISIONS
 
