@@ -3,10 +3,12 @@
 They stay at the repository's top (``scenarios/``, ``topologies/``); building a wheel copies
 every ``*.yaml`` of those folders, by pattern, into ``simulator/_shipped/`` where
 :mod:`simulator.shipped` finds them with :mod:`importlib.resources`. An editable install
-reads the repository's folders directly, so nothing is copied then. Everything else about
-the package is in ``pyproject.toml``.
+reads the repository's folders directly, so nothing is copied then; it compiles the
+package's bytecode instead (:func:`compile_sources`). Everything else about the package is in
+``pyproject.toml``.
 """
 
+import compileall
 from pathlib import Path
 
 from setuptools import setup
@@ -15,12 +17,28 @@ from setuptools.command.build_py import build_py
 SHIPPED = {"scenarios": ("*.yaml", "studies/*.yaml"), "topologies": ("*.yaml",)}
 
 
+def compile_sources(package_dir) -> None:
+    """Compile the package at ``package_dir`` in place, once, at an editable install.
+
+    pip writes the bytecode of every package it installs (a wheel's modules, the
+    dependencies), but an editable install runs the sources where they are, so without this
+    their bytecode would exist only once Python may write it: never where
+    ``PYTHONDONTWRITEBYTECODE`` is set, which would then compile every module from source at
+    every start (README "Speed", start-up). Python reads existing bytecode whatever that
+    variable says and ignores a file whose source has changed since. The files go where
+    Python looks for them (``__pycache__``, or ``PYTHONPYCACHEPREFIX``); a folder that cannot
+    be written is left as it is, silently (the install still works, only slower to start).
+    """
+    compileall.compile_dir(str(package_dir), quiet=2)
+
+
 class BuildPyWithShipped(build_py):
-    """``build_py`` plus the copies of the shipped YAML files."""
+    """``build_py`` plus the copies of the shipped YAML files (the bytecode, editable)."""
 
     def run(self):
         super().run()
         if getattr(self, "editable_mode", False):
+            compile_sources(Path(__file__).resolve().parent / "simulator")
             return
         for folder, patterns in SHIPPED.items():
             for pattern in patterns:
@@ -31,4 +49,5 @@ class BuildPyWithShipped(build_py):
                     self.copy_file(str(src), str(dest))
 
 
-setup(cmdclass={"build_py": BuildPyWithShipped})
+if __name__ == "__main__":          # as pip's build backend and `python setup.py` run it
+    setup(cmdclass={"build_py": BuildPyWithShipped})
