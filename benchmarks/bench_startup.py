@@ -4,20 +4,25 @@
 its input, after every import its body does first: a scenario with an unknown precision
 (``--set training.precision=nosuch``, exit 2) for the commands that take a scenario, a study
 file that does not exist for ``study``, an unknown topology for ``topology`` and
-``collective``, a trace file that does not exist for ``replay`` and ``import``. Then the whole
-``clustersim run`` of the quick start. What loads only once the work has begun (a strategy's
-own module, pandas for a study's parts, matplotlib for ``--out``) is not in the first
-numbers; it is in the whole quick-start ``run``.
+``collective``, a trace file that does not exist for ``replay``, an output file that exists
+for ``import``. The commands read and check their input before they import the simulator
+(numpy, networkx, SimPy, the engine), so for most of them that is the time to refuse a bad
+input; the time to start the work on a good one is in the last case, the whole
+``clustersim run`` of the quick start. What loads only once the work has begun (the
+simulator, a strategy's own module, pandas for a study's parts, matplotlib for ``--out``)
+is not in the first numbers; it is in the whole quick-start ``run``.
 
 Two settings, each the median of ``--repeat`` runs, wall and CPU (user + system) seconds:
 
 * ``cached``: Python's compiled bytecode cache in use, as after ``pip install`` (which
   compiles it) or after the first run of an editable install; the cache is a fresh folder
   (``PYTHONPYCACHEPREFIX``) filled by one untimed run of each case first.
-* ``no cache``: ``PYTHONDONTWRITEBYTECODE=1`` and no cache folder, so clustersim's own modules
-  are compiled from source on every run (the installed libraries keep the bytecode pip
-  wrote), as on a machine that sets that variable (this project's build machine does); a
-  ``__pycache__`` folder in the source tree would still be read.
+* ``no writes``: ``PYTHONDONTWRITEBYTECODE=1`` and no cache folder, as on a machine that sets
+  that variable (this project's build machine does): Python reads the bytecode that exists
+  and compiles the rest from source on every run. The libraries have the bytecode pip
+  wrote; clustersim's own modules have it in their ``__pycache__`` folders when the editable
+  install wrote it (setup.py ``compile_sources``; an install of an older commit did not, so
+  there every run compiled them), except a module edited since.
 
 With ``--before OTHER`` (another install's ``clustersim``, e.g. the main branch's) each run
 of this one alternates with a run of OTHER, so that both see the same load, and each cell
@@ -71,7 +76,7 @@ def environments(cache_dir: str) -> dict[str, dict[str, str]]:
     base = {k: v for k, v in os.environ.items()
             if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     return {"cached": {**base, "PYTHONPYCACHEPREFIX": cache_dir},
-            "no cache": {**base, "PYTHONDONTWRITEBYTECODE": "1"}}
+            "no writes": {**base, "PYTHONDONTWRITEBYTECODE": "1"}}
 
 
 def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
@@ -92,8 +97,8 @@ def main() -> None:
                 subprocess.run([tool, *argv], capture_output=True, env=envs["cached"])
         load = os.getloadavg()[0]
         print(f"{' vs '.join(tools)}, median of {args.repeat}, load average {load:.1f} at start")
-        print("| command | wall s (cached) | CPU s (cached) | wall s (no cache) "
-              "| CPU s (no cache) |")
+        print("| command | wall s (cached) | CPU s (cached) | wall s (no writes) "
+              "| CPU s (no writes) |")
         print("|---|---:|---:|---:|---:|")
         for name, argv in CASES.items():
             cells = []
