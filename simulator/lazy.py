@@ -1,14 +1,19 @@
-"""A mapping whose values are built on first lookup.
-
-Registries use it to list their names without importing what each entry needs: the
-strategies (:data:`simulator.strategies.STRATEGIES`) and the ``validate`` subcommands
-(:mod:`simulator.cli.validate`), so a command loads only what it runs (start-up time,
+"""Things built on first use, so that a command loads only what it runs (start-up time,
 README "Speed").
+
+:class:`LazyDict`, a mapping whose values are built on first lookup: registries use it to
+list their names without importing what each entry needs (the strategies,
+:data:`simulator.strategies.STRATEGIES`, and the ``validate`` subcommands,
+:mod:`simulator.cli.validate`). :class:`LazyModule`, a module imported on first attribute
+lookup, for a module whose functions need a heavy library that importing the module should
+not load.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from types import ModuleType
 from typing import Any
 
 _PENDING = object()
@@ -41,3 +46,24 @@ class LazyDict(MutableMapping):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class LazyModule:
+    """``np = LazyModule("numpy")``: the module ``name``, imported by the first lookup of
+    one of its attributes (``np.asarray``), not by the line that names it."""
+
+    def __init__(self, name: str):
+        self._name, self._module = name, None
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.module(), attr)
+
+    def module(self) -> ModuleType:
+        """The module itself (imported now if it was not yet)."""
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return self._module
+
+    def __repr__(self) -> str:
+        state = "loaded" if self._module is not None else "not loaded yet"
+        return f"<LazyModule {self._name!r}, {state}>"

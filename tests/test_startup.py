@@ -194,3 +194,25 @@ for v in ("default", "none"):
 {SHOW}
 """)
     assert present(loaded, ("numpy", "simulator.engine")) == []
+
+
+def test_a_lazy_module_loads_at_its_first_attribute(tmp_path, monkeypatch):
+    from simulator.lazy import LazyModule
+    (tmp_path / "lazy_probe_mod.py").write_text("X = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_probe_mod", raising=False)
+    probe = LazyModule("lazy_probe_mod")
+    assert "lazy_probe_mod" not in sys.modules and "not loaded yet" in repr(probe)
+    assert probe.X == 3 and "lazy_probe_mod" in sys.modules
+    assert probe.module() is sys.modules["lazy_probe_mod"]
+
+
+def test_trace_checks_load_numpy_when_they_check():
+    loaded = modules_after(f"""
+from simulator.trace.matching import ranks_array
+before = sorted(sys.modules)
+assert ranks_array((3, 4)).tolist() == [3, 4]
+print(json.dumps([m for m in before if m == "numpy"] + ["after:" + m for m in sys.modules
+                                                          if m == "numpy"]))
+""")
+    assert loaded == ["after:numpy"]

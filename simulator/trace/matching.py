@@ -15,17 +15,15 @@ refused with the same line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from simulator.lazy import LazyModule
 
-if TYPE_CHECKING:
-    import numpy as np
+np = LazyModule("numpy")        # loaded by the first check, not by reading a trace file
 
 _KEY_LIMIT = 1 << 62          # keys stay below this, so int64 sums cannot wrap
 
 
 def ranks_array(ranks: tuple) -> np.ndarray | None:
     """The class's ranks as int64 (None where a rank does not fit in 64 bits)."""
-    import numpy as np
     try:
         return np.asarray(ranks, dtype=np.int64)
     except OverflowError:
@@ -59,7 +57,6 @@ def transfers_match(classes: list, world_size: int) -> bool:
     """Every send between ranks of ``classes`` has exactly one recv with the same sender,
     receiver, tag and ordinal and the same size, and every recv its send (peers already
     checked with :func:`peers_fit`)."""
-    import numpy as np
     tags: dict = {}                     # (tag, k) -> small integer
     sides = {"send": ([], [], []), "recv": ([], [], [])}   # keys of pairs, (tag, k), sizes
     for cls in classes:
@@ -82,7 +79,6 @@ def transfers_match(classes: list, world_size: int) -> bool:
 
 def _sorted_keys(pairs: list, tks: list, sizes: list, n_tags: int):
     """(sorted transfer keys, the sizes in the same order) of one side."""
-    import numpy as np
     if not pairs:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     counts = [n for _, n in tks]
