@@ -74,9 +74,7 @@ class LinkClasses:
     def split_by_group(self, group_of_link: np.ndarray) -> None:
         """Tell links of different groups apart; record each class's group."""
         links = np.arange(len(self.of_link))
-        _, label = np.unique(np.stack([self.of_link, group_of_link]), axis=1,
-                             return_inverse=True)
-        self._regroup(links, label.reshape(-1))
+        self._regroup(links, _row_labels(np.column_stack([self.of_link, group_of_link])))
         self.group[self.of_link] = group_of_link
 
     # ------------------------------------------------------------------ flows
@@ -119,9 +117,7 @@ class LinkClasses:
         for k in np.unique(lengths).tolist():
             sel = np.flatnonzero(lengths == k)
             at = starts[sel][:, None] + np.arange(k)
-            rows = np.column_stack([old[sel], coef_bits[at], wire_bits[at]])
-            _, inv = np.unique(rows, axis=0, return_inverse=True)
-            inv = inv.reshape(-1)
+            inv = _row_labels(np.column_stack([old[sel], coef_bits[at], wire_bits[at]]))
             label[sel] = inv + offset
             offset += int(inv.max()) + 1
         self._regroup(ulinks, label)
@@ -179,6 +175,16 @@ class LinkClasses:
             pair_class, pair_part = classes[partial // n_parts], partial % n_parts
         return Restricted(of_entry[keep], flow.coef[keep], wire[keep], whole_class[at[keep]],
                           pair_class, pair_part, n_parts, classes)
+
+
+def _row_labels(rows: np.ndarray) -> np.ndarray:
+    """One label per distinct row of an integer matrix (0, 1, ... in sorted row order)."""
+    order = np.lexsort(rows.T[::-1])
+    ranked = rows[order]
+    new = np.r_[False, np.any(ranked[1:] != ranked[:-1], axis=1)]
+    label = np.empty(len(rows), np.int64)
+    label[order] = np.cumsum(new)
+    return label
 
 
 def _arrays(flow) -> tuple:

@@ -25,7 +25,12 @@ from .solve import Solution, Solver
 
 
 class ClassSolver(Solver):
-    """Max-min solves on link classes; counters per class (``per_link`` expands them)."""
+    """Max-min solves on link classes; counters per class (``per_link`` expands them).
+
+    A solution here is a few numbers per class, not per link, so many more are remembered
+    (an iteration of a 3-D plan meets some 10,000 distinct sets of flows)."""
+
+    REMEMBERED = 16384
 
     def __init__(self, capacity: np.ndarray):
         super().__init__(capacity)
@@ -48,9 +53,7 @@ class ClassSolver(Solver):
         lengths = [len(r.links) for r in rs]
         ptr = np.zeros(len(rs) + 1, np.int64)
         np.cumsum(lengths, out=ptr[1:])
-        links = np.concatenate([r.links for r in rs])
-        classes, local = np.unique(links, return_inverse=True)
-        local = local.reshape(-1)
+        classes, local = _renumbered(np.concatenate([r.links for r in rs]), self.classes.n)
         coef = np.concatenate([r.coef for r in rs])
         inc = FlowIncidence(ptr, local, coef, np.array([f.max_rate for f in flows], float))
         check = None
@@ -72,6 +75,19 @@ class ClassSolver(Solver):
         for a in (rates, classes, occupancy, wire_load):
             a.setflags(write=False)
         return Solution(rates, classes, occupancy, wire_load, group), split
+
+
+def _renumbered(links: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the classes ``links`` names, sorted; ``links`` numbered 0.. in that order)."""
+    if n > 16 * len(links) + 1024:       # many classes, few used: sort the few
+        classes, local = np.unique(links, return_inverse=True)
+        return classes, local.reshape(-1)
+    mark = np.zeros(n, bool)
+    mark[links] = True
+    classes = np.flatnonzero(mark)
+    index = np.empty(n, np.int64)
+    index[classes] = np.arange(len(classes))
+    return classes, index[links]
 
 
 def _partly_full_check(rs: list, inc: FlowIncidence, classes: np.ndarray):
