@@ -52,7 +52,8 @@ class Fabric:
     over capacity x time it is the utilisation). ``samples`` (the load of
     each link group over time, a fraction of its capacity, after :meth:`track`) is filled
     only by fidelities that share links between concurrent flows; the base, and the
-    analytical fabric that sees each transfer alone, leave it empty.
+    analytical fabric that sees each transfer alone, leave it empty. ``link_classes``
+    concerns fidelities that solve shared load (:class:`FlowFabric`); others ignore it.
     """
 
     name = "base"
