@@ -239,3 +239,11 @@ def test_counters_expand_to_every_link_and_survive_a_class_split_mid_transfer():
     assert c.link_bytes.tolist() == pytest.approx([100.0, 100.0, 130.0, 100.0])
     assert c.splits == e.splits == 1
     assert c._solver.classes.n > 1
+
+
+def test_both_numberings_of_the_solved_classes_agree():
+    from simulator.network.reduced import _renumbered
+    links = np.array([7, 3, 7, 2000, 3], np.int64)
+    few, many = _renumbered(links, 2001), _renumbered(links, 10 ** 6)   # mark / sort
+    assert few[0].tolist() == many[0].tolist() == [3, 7, 2000]
+    assert few[1].tolist() == many[1].tolist() == [1, 0, 1, 2, 0]
