@@ -59,7 +59,9 @@ class EngineConfig:
     sigma of rank-to-rank variability, None for the ideal machine
     (:mod:`simulator.engine.variability`), drawn from ``seed``; ``bundles``: move identical
     instances of a collective or send as one bundle (:mod:`simulator.network.bundle`; the
-    same times), False for one flow per instance (the reference, slower at scale)."""
+    same times), False for one flow per instance (the reference, slower at scale);
+    ``link_classes``: the flow fabric solves on classes of equivalent links
+    (:class:`~simulator.network.fabric.FlowFabric`), False on every link (the reference)."""
 
     fidelity: str = "flow"
     overlap_slowdown: float = 0.0
@@ -68,6 +70,7 @@ class EngineConfig:
     variability: Mapping[str, float] | None = None
     seed: int = 0
     bundles: bool = True
+    link_classes: bool = True
 
 
 @dataclass
@@ -129,7 +132,7 @@ class _Replayer:
         self.trace, self.coll, self.compute, self.cfg = trace, collectives, compute, cfg
         self.env = CountingEnvironment()
         self.fabric = make_fabric(cfg.fidelity, self.env,
-                                  collectives.cluster.capacity_bytes_per_s)
+                                  collectives.cluster.capacity_bytes_per_s, cfg.link_classes)
         self.capacity = capacity_bytes
         types = collectives.cluster.link_type
         self.link_groups = sorted(set(types.tolist()))

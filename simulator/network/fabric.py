@@ -14,6 +14,7 @@ import simpy
 
 from ..choices import FIDELITIES
 from .bundle import Join, instances, slowest_rate
+from .reduced import ClassSolver
 from .solve import Solver
 
 
@@ -51,19 +52,24 @@ class Fabric:
     over capacity x time it is the utilisation). ``samples`` (the load of
     each link group over time, a fraction of its capacity, after :meth:`track`) is filled
     only by fidelities that share links between concurrent flows; the base, and the
-    analytical fabric that sees each transfer alone, leave it empty.
+    analytical fabric that sees each transfer alone, leave it empty. ``link_classes``
+    concerns fidelities that solve shared load (:class:`FlowFabric`); others ignore it.
     """
 
     name = "base"
 
-    def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray):
+    def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray,
+                 link_classes: bool = True):
         self.env = env
         self.capacity = np.asarray(capacity_bytes_per_s, dtype=float)
-        self.link_bytes = np.zeros(len(self.capacity))
-        self.link_occupancy_bytes = np.zeros(len(self.capacity))
+        self._init_counters()
         self.solves = 0
         self.splits = 0         # bundles split back into their instances
         self.samples: list[tuple[float, np.ndarray]] = []
+
+    def _init_counters(self) -> None:
+        self.link_bytes = np.zeros(len(self.capacity))
+        self.link_occupancy_bytes = np.zeros(len(self.capacity))
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Ask for ``samples`` by link group (``group_of_link[i]``: the group of link i);
@@ -137,21 +143,40 @@ class FlowFabric(Fabric):
     and schedules a timer for the earliest completion (a set of flows seen before is not
     solved again, :mod:`simulator.network.solve`). Use when transfers overlap and
     contention matters (oversubscribed uplinks, concurrent collectives).
+
+    With ``link_classes`` (the default) the solves and counters run on classes of links
+    that no flow tells apart (:mod:`simulator.network.reduced`): the same rates, times and
+    counters to the last bit, in time that follows the classes, not the links; the
+    utilisation ``samples`` differ by a few ulps. False solves on every used link (the
+    reference the classes are tested against).
     """
 
     name = "flow"
     # A flow is complete when what is left is below this fraction of its size.
     _DONE_FRACTION = 1e-9
 
-    def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray):
+    def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray,
+                 link_classes: bool = True):
+        self._solver = (ClassSolver if link_classes else Solver)(
+            np.asarray(capacity_bytes_per_s, dtype=float))
         super().__init__(env, capacity_bytes_per_s)
         self._active: list[list] = []   # [flow, remaining_bytes, done_event]
-        self._solver = Solver(self.capacity)
         self._now = self._solver.idle       # rates and link loads since the last solve
         self._last_s = 0.0
         self._update_pending = False
         self._generation = 0
         self._groups: np.ndarray | None = None
+
+    def _init_counters(self) -> None:
+        """The counters live in the solver (per link, or per link class)."""
+
+    @property
+    def link_bytes(self) -> np.ndarray:
+        return self._solver.per_link(self._solver.wire_bytes)
+
+    @property
+    def link_occupancy_bytes(self) -> np.ndarray:
+        return self._solver.per_link(self._solver.occupancy_bytes)
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Record, at every re-solve, the load of each link group as a fraction of the
@@ -182,8 +207,8 @@ class FlowFabric(Fabric):
             now = self._now
             for entry, rate in zip(self._active, now.rates):
                 entry[1] -= rate * dt
-            self.link_occupancy_bytes[now.links] += now.occupancy * dt
-            self.link_bytes[now.links] += now.wire * dt
+            self._solver.occupancy_bytes[now.links] += now.occupancy * dt
+            self._solver.wire_bytes[now.links] += now.wire * dt
         self._last_s = self.env.now
 
     def _update(self, _event=None) -> None:
@@ -259,8 +284,9 @@ FABRICS: dict[str, tuple[type[Fabric], str]] = {
     name: (_FABRIC_CLASSES[name], text) for name, text in FIDELITIES.items()}
 
 
-def make_fabric(name: str, env: simpy.Environment, capacity_bytes_per_s: np.ndarray) -> Fabric:
-    """Build the fabric registered as ``name``.
+def make_fabric(name: str, env: simpy.Environment, capacity_bytes_per_s: np.ndarray,
+                link_classes: bool = True) -> Fabric:
+    """Build the fabric registered as ``name`` (``link_classes``: see :class:`FlowFabric`).
 
     :raises KeyError: naming the valid fidelities when ``name`` is unknown.
     """
@@ -268,7 +294,7 @@ def make_fabric(name: str, env: simpy.Environment, capacity_bytes_per_s: np.ndar
         cls = FABRICS[name][0]
     except KeyError:
         raise KeyError(f"unknown fidelity {name!r}; choose one of {sorted(FABRICS)}") from None
-    return cls(env, capacity_bytes_per_s)
+    return cls(env, capacity_bytes_per_s, link_classes)
 
 
 class CountingEnvironment(simpy.Environment):

@@ -99,11 +99,21 @@ def share_bandwidth_checked(flows: FlowIncidence,
     per instance gives its instances, to the last bit (the same entries in the same order,
     the same steps).
     """
-    return _progressive_filling(flows, capacity, flows.part)
+    part = flows.part
+    return share_bandwidth_split(
+        flows, capacity, None if part is None else lambda full: _partly_full(flows, part, full))
+
+
+def share_bandwidth_split(flows: FlowIncidence, capacity: np.ndarray,
+                          partly) -> tuple[np.ndarray, np.ndarray]:
+    """(rates, split): :func:`share_bandwidth` with the caller's split check: in each round
+    where some link fills, ``partly(full)`` (``full``: per link) says per flow whether only
+    some of its instances cross a full link; None for no check."""
+    return _progressive_filling(flows, capacity, partly)
 
 
 def _progressive_filling(flows: FlowIncidence, capacity: np.ndarray,
-                         part: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+                         partly) -> tuple[np.ndarray, np.ndarray]:
     n = flows.n_flows
     split = np.zeros(n, dtype=bool)
     if n == 0:
@@ -143,8 +153,8 @@ def _progressive_filling(flows: FlowIncidence, capacity: np.ndarray,
                 frozen[0] = True
             else:
                 frozen[owner[full[flows.link]]] = True
-            if part is not None:
-                split |= active & _partly_full(flows, part, full)
+            if partly is not None:
+                split |= active & partly(full)
         frozen |= rate >= flows.max_rate * (1 - 1e-12)
         active &= ~frozen
     return rate, split

@@ -10,7 +10,8 @@ The solve runs on the links the flows cross only (renumbered,
 :func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
 (sorted), with the capacity taken and the bytes crossing each per second. Adding them to
 the counters link by link, or summing them per link group, gives the same numbers as the
-dense vectors would (the other links only add zeros).
+dense vectors would (the other links only add zeros). :class:`Solver` is the solve on every
+used link, the reference for the one on link classes (:mod:`simulator.network.reduced`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ class Solution:
     """Rates (payload bytes/s, one per flow), and the load of the links they cross."""
 
     rates: np.ndarray
-    links: np.ndarray          # link ids, sorted, each once
-    occupancy: np.ndarray      # capacity taken on each, bytes/s
+    links: np.ndarray          # link ids (class ids for a ClassSolver), sorted, each once
+    occupancy: np.ndarray      # capacity taken on each (each link of a class), bytes/s
     wire: np.ndarray           # bytes/s crossing each
     group_load: np.ndarray | None = None    # capacity taken per link group, bytes/s
 
@@ -39,7 +40,8 @@ def _arrays(flow) -> tuple:
 
 
 class Solver:
-    """Max-min solves of a fabric's active flows, the last few remembered."""
+    """Max-min solves of a fabric's active flows, the last few remembered; per-link
+    counters (``occupancy_bytes``, ``wire_bytes``, indexed like a solution's ``links``)."""
 
     REMEMBERED = 256
 
@@ -51,6 +53,12 @@ class Solver:
         self._checked = False
         empty = np.zeros(0)
         self.idle = Solution(empty, np.zeros(0, np.int64), empty, empty, None)
+        self.occupancy_bytes = np.zeros(len(capacity))
+        self.wire_bytes = np.zeros(len(capacity))
+
+    def per_link(self, counter: np.ndarray) -> np.ndarray:
+        """A counter (``occupancy_bytes``, ``wire_bytes``) per link of the fabric."""
+        return counter
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Also sum each solution's load per link group (``group_of_link[i]``: link i's)."""
@@ -65,22 +73,31 @@ class Solver:
         some bundle's instances would not freeze together."""
         ids = tuple((f.max_rate, *map(id, _arrays(f))) for f in flows)
         hit = self._memo.get(ids)
-        if hit is not None and all(a is b for f, g in zip(flows, hit[0])
-                                   for a, b in zip(_arrays(f), g)):
+        if hit is not None and hit[2] == self._stamp() and \
+                all(a is b for f, g in zip(flows, hit[0]) for a, b in zip(_arrays(f), g)):
             return hit[1], np.zeros(len(flows), bool)
         if not self._checked:       # share_bandwidth's check, once for the whole fabric
             if np.any(self.capacity <= 0):
                 raise ValueError("every link capacity must be > 0")
             self._checked = True
+        out, split = self._compute(flows)
+        if out is None:
+            return None, split
+        if len(self._memo) >= self.REMEMBERED:
+            self._memo.pop(next(iter(self._memo)))
+        self._memo[ids] = ([_arrays(f) for f in flows], out, self._stamp())
+        return out, split
+
+    def _stamp(self) -> int:
+        """What a remembered solution is valid for (the link numbering never changes)."""
+        return 0
+
+    def _compute(self, flows: list) -> tuple[Solution | None, np.ndarray]:
         inc, links = on_used_links(incidence(flows), len(self.capacity))
         rates, split = share_bandwidth_checked(inc, self.capacity[links])
         if split.any():
             return None, split
-        out = self._loads(flows, inc, links, rates)
-        if len(self._memo) >= self.REMEMBERED:
-            self._memo.pop(next(iter(self._memo)))
-        self._memo[ids] = ([_arrays(f) for f in flows], out)
-        return out, split
+        return self._loads(flows, inc, links, rates), split
 
     def _loads(self, flows: list, inc, links: np.ndarray, rates: np.ndarray) -> Solution:
         n = len(links)

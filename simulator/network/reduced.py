@@ -1,0 +1,117 @@
+"""The fabric's solve on link classes: its cost follows the classes, not the links.
+
+:class:`ClassSolver` is :class:`~simulator.network.solve.Solver` with every flow restricted
+to one link of each class it crosses (:mod:`simulator.network.orbits`). Each class then
+stands for links whose loads are the same floats in every round of progressive filling
+(the same capacities, the same entries in the same order), so the rates are those of the
+solve on every link, to the last bit, and so are the per-link loads and counters, kept once
+per class. A bundle's split check (:func:`~simulator.network.maxmin.share_bandwidth_checked`:
+do all its instances reach a full link in the same round?) looks at classes too: a class
+every instance crosses hits all of them when full; for a class only some instances cross,
+the restriction keeps which.
+
+The one sum that is not the same float is each link group's load (``group_load``, the
+utilisation samples): per link, in link order, on the whole fabric; here per class, times
+the class's size. Its relative difference is a few ulps of the sum (bounded in the tests).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .maxmin import FlowIncidence, share_bandwidth_split
+from .orbits import LinkClasses
+from .solve import Solution, Solver
+
+
+class ClassSolver(Solver):
+    """Max-min solves on link classes; counters per class (``per_link`` expands them).
+
+    A solution here is a few numbers per class, not per link, so many more are remembered
+    (an iteration of a 3-D plan meets some 10,000 distinct sets of flows)."""
+
+    REMEMBERED = 16384
+
+    def __init__(self, capacity: np.ndarray):
+        super().__init__(capacity)
+        self.classes = LinkClasses(capacity)
+        self.occupancy_bytes = self.classes.occupancy_bytes
+        self.wire_bytes = self.classes.wire_bytes
+
+    def per_link(self, counter: np.ndarray) -> np.ndarray:
+        return self.classes.per_link(counter)
+
+    def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
+        super().track(group_of_link, n_groups)
+        self.classes.split_by_group(group_of_link)
+
+    def _stamp(self) -> int:
+        return self.classes.version
+
+    def _compute(self, flows: list) -> tuple[Solution | None, np.ndarray]:
+        rs = self.classes.restricted(flows)
+        lengths = [len(r.links) for r in rs]
+        ptr = np.zeros(len(rs) + 1, np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        classes, local = _renumbered(np.concatenate([r.links for r in rs]), self.classes.n)
+        coef = np.concatenate([r.coef for r in rs])
+        inc = FlowIncidence(ptr, local, coef, np.array([f.max_rate for f in flows], float))
+        check = None
+        if any(len(r.pair_class) for r in rs):
+            check = _partly_full_check(rs, inc, classes)
+        rates, split = share_bandwidth_split(inc, self.classes.capacity[classes], check)
+        if split.any():
+            return None, split
+        owner_rate = np.repeat(rates, lengths)
+        n = len(classes)
+        occupancy = np.bincount(local, weights=coef * owner_rate, minlength=n)
+        wire = np.concatenate([r.wire for r in rs])
+        wire_load = np.bincount(local, weights=wire * owner_rate, minlength=n)
+        group = None
+        if self._groups is not None:
+            group = np.bincount(self.classes.group[classes],
+                                weights=occupancy * self.classes.count[classes],
+                                minlength=self._n_groups)
+        for a in (rates, classes, occupancy, wire_load):
+            a.setflags(write=False)
+        return Solution(rates, classes, occupancy, wire_load, group), split
+
+
+def _renumbered(links: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the classes ``links`` names, sorted; ``links`` numbered 0.. in that order)."""
+    if n > 16 * len(links) + 1024:       # many classes, few used: sort the few
+        classes, local = np.unique(links, return_inverse=True)
+        return classes, local.reshape(-1)
+    mark = np.zeros(n, bool)
+    mark[links] = True
+    classes = np.flatnonzero(mark)
+    index = np.empty(n, np.int64)
+    index[classes] = np.arange(len(classes))
+    return classes, index[links]
+
+
+def _partly_full_check(rs: list, inc: FlowIncidence, classes: np.ndarray):
+    """The split check on classes: per flow, do some instances but not all cross a full
+    class (``full``: per local class)?"""
+    n = len(rs)
+    owner = np.repeat(np.arange(n), np.diff(inc.ptr))
+    whole = np.concatenate([r.whole for r in rs])
+    n_parts = np.array([r.n_parts for r in rs], np.int64)
+    offset = np.zeros(n + 1, np.int64)
+    np.cumsum(n_parts, out=offset[1:])
+    pair_local = np.concatenate([np.searchsorted(classes, r.pair_class) for r in rs])
+    pair_key = np.concatenate([offset[i] + r.pair_part for i, r in enumerate(rs)])
+
+    def partly(full: np.ndarray) -> np.ndarray:
+        out = np.zeros(n, bool)
+        hit = full[pair_local]
+        if not hit.any():
+            return out          # no instance hit apart from its bundle's others
+        all_hit = np.zeros(n, bool)
+        all_hit[owner[full[inc.link] & whole]] = True
+        instances = np.unique(pair_key[hit])
+        count = np.bincount(np.searchsorted(offset, instances, side="right") - 1,
+                            minlength=n)
+        return ~all_hit & (count > 0) & (count < n_parts)
+
+    return partly
