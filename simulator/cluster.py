@@ -116,29 +116,37 @@ class Cluster:
     def capacities_at(self, link_efficiency: dict[str, float]) -> np.ndarray:
         """Usable bytes/s of every directed link: nominal bandwidth x the efficiency of
         its ``link_type`` when the table has one, else of its ``link_class``, else 1."""
-        eff = [link_efficiency.get(t, link_efficiency.get(c, 1.0))
-               for t, c in zip(self.link_type.tolist(), self.link_class.tolist())]
-        return self.nominal_bytes_per_s * np.array(eff) if eff else np.zeros(0)
+        if not len(self._kind_of_link):
+            return np.zeros(0)
+        eff = np.array([link_efficiency.get(t, link_efficiency.get(c, 1.0))
+                        for t, c in self._kinds])
+        return self.nominal_bytes_per_s * eff[self._kind_of_link]
 
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
         G = self.G
-        self.link_id: dict[tuple, int] = {}
-        link_id = self.link_id
-        bw, lat, classes, types = [], [], [], []
-        for i, (u, v, d) in enumerate(G.edges(data=True)):
-            link_id[(u, v)] = 2 * i        # both directions, in edge order
-            link_id[(v, u)] = 2 * i + 1
-            bw.append(d["bw_bytes_per_s"])
-            lat.append(d["latency_s"])
-            classes.append(d.get("link_class", "net"))
-            types.append(d.get("link_type", ""))
-            d["cost"] = _cost(d["bw_bytes_per_s"])
+        edges = list(G.edges(data=True))
+        # both directions of edge i: ids 2i (u -> v) and 2i + 1 (v -> u), in edge order
+        self.link_id: dict[tuple, int] = dict(zip(
+            [key for u, v, _ in edges for key in ((u, v), (v, u))], range(2 * len(edges))))
+        bw = [d["bw_bytes_per_s"] for _, _, d in edges]
+        lat = [d["latency_s"] for _, _, d in edges]
+        classes = [d.get("link_class", "net") for _, _, d in edges]
+        types = [d.get("link_type", "") for _, _, d in edges]
+        costs = {b: _cost(b) for b in set(bw)}
+        for (_, _, d), b in zip(edges, bw):
+            d["cost"] = costs[b]
         self.nominal_bytes_per_s = np.repeat(np.array(bw, float), 2)
         latency = np.repeat(np.array(lat, float), 2)
         self.link_class = np.repeat(np.array(classes), 2) if classes else np.array([])
         self.latency_s = latency
         self.link_type = np.repeat(np.array(types), 2) if types else np.array([])
+        # (type, class) of each directed link, as an index into the distinct pairs
+        kinds = dict.fromkeys(zip(types, classes))
+        index = {kind: i for i, kind in enumerate(kinds)}
+        self._kinds = list(kinds)
+        self._kind_of_link = np.repeat(np.array([index[k] for k in zip(types, classes)],
+                                                np.int64), 2)
         self.capacity_bytes_per_s = self.capacities_at(efficiency)
         self.catalog_latency_s = self._catalog_latencies(set(types))
         self.extra_latency_s = latency - self.catalog_latency_s

@@ -1,11 +1,10 @@
 """Send/recv plans read off one planned pair per shape (simulator/collectives/pairs.py) are
 the plans each pair gets on its own, field for field and bit for bit."""
 
-from dataclasses import fields
-
 import numpy as np
 import pytest
 
+from plan_helpers import assert_plans_equal
 from simulator.cluster import Cluster
 from simulator.collectives import pairs as pairs_module
 from simulator.collectives.constants import load_constants
@@ -22,14 +21,7 @@ def assert_same_plans(G, pairs, size, **cluster_kw):
     slow = CollectiveModel(Cluster(G, **cluster_kw), load_constants())
     got = fast.plan_pairs(size, pairs)
     want = [slow.plan("send_recv", size, [a, b]) for a, b in pairs]
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        for f in fields(w):
-            x, y = getattr(g, f.name), getattr(w, f.name)
-            if isinstance(y, np.ndarray):
-                assert x.dtype == y.dtype and np.array_equal(x, y), f.name
-            else:
-                assert x == y, f.name
+    assert_plans_equal(got, want)
     return fast
 
 

@@ -296,8 +296,7 @@ class _Replayer:
         key = (op.comm, op.collective, op.size_bytes, how)
         launch = self._launches.get(key)
         if launch is None:      # the instance groups' plans, bundled (module docstring)
-            plans = [self._cached_plan(op.collective, op.size_bytes, grp, how)
-                     for grp in comm.groups]
+            plans = self._group_plans(op.collective, op.size_bytes, comm.groups, how)
             launch = self._launches[key] = (plans, self._bundled([p.flow() for p in plans]))
         plans = launch[0]
         transfers = [self.fabric.transfer(replace(f)) for f in launch[1]]
@@ -311,13 +310,25 @@ class _Replayer:
     def _p2p_plans(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list:
         """The send/recv plans of (sender, receiver) ``pairs``, those not planned yet at
         once (``plan_pairs`` of the collective model, where the planner has it)."""
-        how = ("auto", "auto", 0)
-        keys = [("send_recv", size_bytes, tuple(p), how) for p in pairs]
-        new = [k[2] for k in dict.fromkeys(keys) if k not in self._plans]
         batch = getattr(self.coll, "plan_pairs", None)
+        return self._batched("send_recv", size_bytes, pairs, ("auto", "auto", 0),
+                             batch and (lambda new: batch(size_bytes, new)))
+
+    def _group_plans(self, collective: str, size_bytes: int, groups, how: tuple) -> list:
+        """The plans of a communicator's ``groups``, those not planned yet at once
+        (``plan_groups`` of the collective model, where the planner has it)."""
+        batch = getattr(self.coll, "plan_groups", None)
+        return self._batched(collective, size_bytes, groups, how,
+                             batch and (lambda new: batch(collective, size_bytes, new, *how)))
+
+    def _batched(self, collective: str, size_bytes: int, groups, how: tuple, batch) -> list:
+        """The plans of ``groups`` (rank tuples), the ones not cached yet planned together
+        by ``batch(new groups)`` when there is one, else one by one."""
+        keys = [(collective, size_bytes, tuple(g), how) for g in groups]
+        new = [k[2] for k in dict.fromkeys(keys) if k not in self._plans]
         if new and batch is not None:
-            for pair, plan in zip(new, batch(size_bytes, new)):
-                self._plans[("send_recv", size_bytes, pair, how)] = plan
+            for group, plan in zip(new, batch(new)):
+                self._plans[(collective, size_bytes, group, how)] = plan
         return [self._cached_plan(*k) for k in keys]
 
     def _cached_plan(self, collective: str, size_bytes: int, group: tuple[int, ...],
