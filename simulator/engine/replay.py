@@ -42,7 +42,7 @@ from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..network.bundle import bundled
 from ..network.fabric import CountingEnvironment, make_fabric
-from ..trace.schema import Op, RankClass, Trace, transfer_keys
+from ..trace.schema import Op, RankClass, Trace
 from .memory import MemoryPool
 from .p2p import PointToPoint
 from .seams import CollectivePlanner, ComputeTimer
@@ -149,9 +149,8 @@ class _Replayer:
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
                                        [o.mem_alloc_bytes for o in c.ops])
                       for c in trace.classes}
-        keys = {(c.id, op_id): k for c in trace.classes
-                for op_id, k in transfer_keys(c).items()}
-        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plans, keys, cfg.bundles)
+        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plans, trace.classes,
+                                cfg.bundles)
         self._check_host_copies()
 
     def _check_host_copies(self) -> None:

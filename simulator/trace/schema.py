@@ -125,12 +125,14 @@ class RankClass:
 def transfer_keys(cls: RankClass) -> dict[int, list[TransferKey]]:
     """Op id -> the transfers of each send/recv between ranks, one per member in
     ``cls.ranks`` order (see the module doc for the matching rule)."""
-    out = {}
-    for op, tag, k in peer_ops(cls):
-        pairs = [(r, cls.peer_of(op, r)) for r in cls.ranks]
-        out[op.id] = [(a, b, tag, k) if op.kind == "send" else (b, a, tag, k)
-                      for a, b in pairs]
-    return out
+    return {op.id: op_transfer_keys(cls, op, tag, k) for op, tag, k in peer_ops(cls)}
+
+
+def op_transfer_keys(cls: RankClass, op: Op, tag, k: int) -> list[TransferKey]:
+    """The transfers of one send/recv ``op`` of ``cls`` (its members' ``k``-th of that kind
+    to or from that peer with ``tag``, :func:`~simulator.trace.matching.peer_ops`)."""
+    pairs = [(r, cls.peer_of(op, r)) for r in cls.ranks]
+    return [(a, b, tag, k) if op.kind == "send" else (b, a, tag, k) for a, b in pairs]
 
 
 def _where(cls: RankClass, op: Op) -> str:
