@@ -125,7 +125,7 @@ class Cluster:
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
         G = self.G
-        edges = list(G.edges(data=True))
+        edges = [e for e in G.edges(data=True)]     # list() would count them first
         # both directions of edge i: ids 2i (u -> v) and 2i + 1 (v -> u), in edge order
         self.link_id: dict[tuple, int] = dict(zip(
             [key for u, v, _ in edges for key in ((u, v), (v, u))], range(2 * len(edges))))
