@@ -208,3 +208,11 @@ def test_ops_group_by_their_transfers_without_listing_them():
     # a's sends 0, 1, 4 with b's recvs 0, 1, 4; b's send 2 with a's recv 2; a's send 3
     # (0->5 .. 3->8) with c's recv; c's send with d's recv (b's recv 3, 1->4 .. 4->7, none)
     assert same_ids == 6
+    # the groups share one list of (sender, receiver) pairs per distinct list, whatever the
+    # tag and k: a -> b (0->4 ..), b -> a, a -> c (0->5 ..), c -> d
+    import simpy
+
+    from simulator.engine.p2p import PointToPoint
+    p2p = PointToPoint(simpy.Environment(), None, None, classes)
+    assert sorted(p[0] for p in p2p._pairs) == [(0, 4), (0, 5), (4, 0), (5, 9)]
+    assert len(p2p._group) == 12

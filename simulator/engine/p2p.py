@@ -76,15 +76,16 @@ class PointToPoint:
         senders: dict = {}
         for op_key, entry in self._ops.items():
             by_keys.setdefault(_transfers_id(entry, senders), []).append(op_key)
-        pairs_id: dict[tuple, int] = {}
+        pairs_id: dict[tuple, int] = {}     # (senders, shift) -> its (sender, receiver) list
         for group, (transfers, ops) in enumerate(by_keys.items()):
             if len(ops) != 2:
                 continue
-            if transfers not in pairs_id:
-                pairs_id[transfers] = len(self._pairs)
+            pairs = transfers[0]
+            if pairs not in pairs_id:
+                pairs_id[pairs] = len(self._pairs)
                 self._pairs.append(tuple((src, dst) for src, dst, _, _ in self.keys(ops[0])))
             for op_key in ops:
-                self._group[op_key] = (group, pairs_id[transfers])
+                self._group[op_key] = (group, pairs_id[pairs])
 
     def run(self, cls: RankClass, op: Op):
         """Process body of ``op`` (a send or recv of ``cls``): returns (start_s, plan)."""
@@ -191,9 +192,10 @@ class PointToPoint:
 
 def _transfers_id(entry: tuple, senders: dict) -> tuple:
     """A key equal for two send/recv ops exactly when their lists of transfers are equal:
-    (the senders in member order, receiver minus sender, tag, k), the senders as a small
+    ((the senders in member order, receiver minus sender), (tag, k)), the senders as a small
     integer per distinct sequence (``senders``: its bytes -> the integer, and per class and
-    shift), so no op lists its members. The list itself where ranks do not fit in int64."""
+    shift), so no op lists its members; its first part is equal exactly when the (sender,
+    receiver) pairs are. The pairs themselves where ranks do not fit in int64."""
     cls, op, tag, k = entry
     shift = op.peer - cls.ranks[0]
     from_shift = 0 if op.kind == "send" else shift      # the senders: ranks + from_shift
@@ -201,7 +203,8 @@ def _transfers_id(entry: tuple, senders: dict) -> tuple:
     if known is None:
         ranks = ranks_array(cls.ranks)
         if ranks is None:
-            return tuple(op_transfer_keys(cls, op, tag, k))
+            return (tuple((a, b) for a, b, _, _ in op_transfer_keys(cls, op, tag, k)),
+                    (tag, k))
         seq = (ranks + from_shift).tobytes()
         known = senders[(cls.id, from_shift)] = senders.setdefault(seq, len(senders))
-    return (known, shift if op.kind == "send" else -shift, tag, k)
+    return (known, shift if op.kind == "send" else -shift), (tag, k)
