@@ -163,7 +163,8 @@ class Trace:
     meta: dict = field(default_factory=dict)   # model, strategy, batch, tokens, flops...
 
     def validate(self) -> None:
-        """Check the contract and every field the engine reads (:mod:`simulator.trace.fields`).
+        """Check the contract and every field the engine reads (:mod:`simulator.trace.fields`);
+        once it passed, :attr:`validated` is true for this object.
 
         :raises TraceError: (a ``ValueError``) naming the rank class, the op and the field.
         """
@@ -183,6 +184,13 @@ class Trace:
             raise TraceError(f"rank classes cover {len(seen_ranks)} ranks, "
                              f"world size is {self.world_size}")
         self._validate_transfers()
+        self._validated = True      # read by the pipeline (not a field: not copied by replace)
+
+    @property
+    def validated(self) -> bool:
+        """Whether :meth:`validate` passed on this very object (a copy or a
+        ``dataclasses.replace`` of it is not; a change made in place after it is not seen)."""
+        return getattr(self, "_validated", False)
 
     def _validate_communicators(self) -> dict[str, int]:
         """Communicator id -> ranks per group, each checked (:func:`fields.group_problem`)."""
