@@ -125,17 +125,20 @@ class Cluster:
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
         G = self.G
-        edges = [e for e in G.edges(data=True)]     # list() would count them first
-        # both directions of edge i: ids 2i (u -> v) and 2i + 1 (v -> u), in edge order
-        self.link_id: dict[tuple, int] = dict(zip(
-            [key for u, v, _ in edges for key in ((u, v), (v, u))], range(2 * len(edges))))
-        bw = [d["bw_bytes_per_s"] for _, _, d in edges]
-        lat = [d["latency_s"] for _, _, d in edges]
-        classes = [d.get("link_class", "net") for _, _, d in edges]
-        types = [d.get("link_type", "") for _, _, d in edges]
-        costs = {b: _cost(b) for b in set(bw)}
-        for (_, _, d), b in zip(edges, bw):
-            d["cost"] = costs[b]
+        self.link_id: dict[tuple, int] = {}
+        link_id = self.link_id
+        bw, lat, classes, types = [], [], [], []
+        costs: dict[float, int] = {}
+        for i, (u, v, d) in enumerate(_edges(G)):
+            link_id[(u, v)] = 2 * i        # both directions, in edge order
+            link_id[(v, u)] = 2 * i + 1
+            b = d["bw_bytes_per_s"]
+            bw.append(b)
+            lat.append(d["latency_s"])
+            classes.append(d.get("link_class", "net"))
+            types.append(d.get("link_type", ""))
+            cost = costs.get(b)
+            d["cost"] = cost if cost is not None else costs.setdefault(b, _cost(b))
         self.nominal_bytes_per_s = np.repeat(np.array(bw, float), 2)
         latency = np.repeat(np.array(lat, float), 2)
         self.link_class = np.repeat(np.array(classes), 2) if classes else np.array([])
@@ -440,6 +443,17 @@ class Cluster:
             cache[key] = local
         prefix = gpu[: len(gpu) - len(nodes[gpu]["local"])]
         return [prefix + name for name in local]
+
+
+def _edges(G: nx.Graph):
+    """``G.edges(data=True)`` in its order (each edge from the first of its nodes in
+    adjacency order), without the edge view's per-edge bookkeeping."""
+    done: set = set()
+    for u, nbrs in G.adjacency():
+        for v, d in nbrs.items():
+            if v not in done:
+                yield u, v, d
+        done.add(u)
 
 
 def _shortest_paths(G: nx.Graph, src: str, dst: str) -> list[list[str]]:

@@ -103,3 +103,15 @@ def test_per_link_arrays_follow_the_edges_in_order():
             eff = 0.5 if d["link_class"] == "nvlink" else 1.0
             assert c.capacity_bytes_per_s[j] == d["bw_bytes_per_s"] * eff
         assert d["cost"] == max(1, round(1e15 / d["bw_bytes_per_s"]))
+
+
+def test_the_cluster_walks_the_edges_in_the_graphs_own_order():
+    import networkx as nx
+
+    from simulator.cluster import _edges
+    from simulator.topology import rail_optimized
+    G = rail_optimized(3, {"type": "dgx_a100"}, nodes_per_leaf=2)
+    G.add_edge("n0.gpu0", "n0.gpu0", bw_bytes_per_s=1.0, latency_s=0.0)   # a self-loop too
+    assert list(_edges(G)) == list(G.edges(data=True))
+    H = nx.path_graph(5)
+    assert list(_edges(H)) == list(H.edges(data=True))
