@@ -132,3 +132,13 @@ def test_a_tensor_parallel_replay_is_the_group_by_group_replay_bit_for_bit():
     _same(fast, slow)
     key = lambda r: (r.cls, r.op_id)       # noqa: E731
     assert sorted(fast.records, key=key) == sorted(slow.records, key=key)   # every field
+
+
+def test_servers_of_another_design_plan_their_own_groups():
+    # a cluster of two designs (8 NICs, then 2 NICs per server): one full plan per design
+    from simulator.topology import dgx_a100_node
+    G = dgx_a100_node(None, 0, nics=8)
+    for server, nics in ((1, 2), (2, 8), (3, 2)):
+        dgx_a100_node(G, server, nics=nics)
+    assert assert_same_plans(G, "all_reduce", 64 << 20, _servers(4)) == 2
+    assert assert_same_plans(G, "all_gather", 1 << 20, _servers(4, members=(0, 2, 4, 6))) == 2
