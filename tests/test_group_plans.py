@@ -142,3 +142,12 @@ def test_servers_of_another_design_plan_their_own_groups():
         dgx_a100_node(G, server, nics=nics)
     assert assert_same_plans(G, "all_reduce", 64 << 20, _servers(4)) == 2
     assert assert_same_plans(G, "all_gather", 1 << 20, _servers(4, members=(0, 2, 4, 6))) == 2
+
+
+def test_capacities_set_anew_on_the_cluster_plan_the_groups_again():
+    G = rail_optimized(3, DGX, nodes_per_leaf=2, spines=2)
+    model = CollectiveModel(Cluster(G), load_constants())
+    before = model.plan_groups("all_reduce", 64 << 20, _servers(1))[0]
+    model.cluster.capacity_bytes_per_s = model.cluster.capacity_bytes_per_s / 2
+    after = model.plan_groups("all_reduce", 64 << 20, _servers(3))
+    assert after[1].predicted_s == after[2].predicted_s > before.predicted_s

@@ -35,6 +35,7 @@ class _Planned:
     plan: object
     server_ids: np.ndarray
     positions: np.ndarray | None
+    capacity: np.ndarray | None = None      # the cluster's capacities it was planned on
 
 
 def group_plans(model, op: str, size_bytes: int, groups, algo: str = "auto",
@@ -110,19 +111,22 @@ def _planned(cluster, plan, ids: np.ndarray | None) -> _Planned:
     """``plan`` with where its links sit among its server's internal links ``ids``."""
     if ids is None:
         return _Planned(plan, np.zeros(0, np.int64), None)
+    capacity = cluster.capacity_bytes_per_s
     where = {int(link): i for i, link in enumerate(ids.tolist())}
     try:
         positions = np.array([where[link] for link in plan.links.tolist()], np.int64)
     except KeyError:
         positions = None
-    return _Planned(plan, ids, positions)
+    return _Planned(plan, ids, positions, capacity)
 
 
 def _read_off(cluster, known: _Planned, ids: np.ndarray | None):
     """``known.plan`` on the server whose internal links are ``ids``, or None where it
     cannot be read off: a link of the plan outside its server, a server lacking a link of
-    the design, or links whose capacity, latency or class differ from the planned one's."""
-    if known.positions is None or ids is None or len(ids) != len(known.server_ids):
+    the design, links whose capacity, latency or class differ from the planned one's, or
+    capacities set anew on the cluster since (a calibration's)."""
+    if (known.positions is None or ids is None or len(ids) != len(known.server_ids)
+            or known.capacity is not cluster.capacity_bytes_per_s):
         return None
     here, there = ids, known.server_ids
     for values in (cluster.capacity_bytes_per_s, cluster.latency_s, cluster.link_class):
