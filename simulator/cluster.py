@@ -116,9 +116,11 @@ class Cluster:
     def capacities_at(self, link_efficiency: dict[str, float]) -> np.ndarray:
         """Usable bytes/s of every directed link: nominal bandwidth x the efficiency of
         its ``link_type`` when the table has one, else of its ``link_class``, else 1."""
-        eff = [link_efficiency.get(t, link_efficiency.get(c, 1.0))
-               for t, c in zip(self.link_type.tolist(), self.link_class.tolist())]
-        return self.nominal_bytes_per_s * np.array(eff) if eff else np.zeros(0)
+        if not len(self._kind_of_link):
+            return np.zeros(0)
+        eff = np.array([link_efficiency.get(t, link_efficiency.get(c, 1.0))
+                        for t, c in self._kinds])
+        return self.nominal_bytes_per_s * eff[self._kind_of_link]
 
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
@@ -126,19 +128,28 @@ class Cluster:
         self.link_id: dict[tuple, int] = {}
         link_id = self.link_id
         bw, lat, classes, types = [], [], [], []
-        for i, (u, v, d) in enumerate(G.edges(data=True)):
+        costs: dict[float, int] = {}
+        for i, (u, v, d) in enumerate(_edges(G)):
             link_id[(u, v)] = 2 * i        # both directions, in edge order
             link_id[(v, u)] = 2 * i + 1
-            bw.append(d["bw_bytes_per_s"])
+            b = d["bw_bytes_per_s"]
+            bw.append(b)
             lat.append(d["latency_s"])
             classes.append(d.get("link_class", "net"))
             types.append(d.get("link_type", ""))
-            d["cost"] = _cost(d["bw_bytes_per_s"])
+            cost = costs.get(b)
+            d["cost"] = cost if cost is not None else costs.setdefault(b, _cost(b))
         self.nominal_bytes_per_s = np.repeat(np.array(bw, float), 2)
         latency = np.repeat(np.array(lat, float), 2)
         self.link_class = np.repeat(np.array(classes), 2) if classes else np.array([])
         self.latency_s = latency
         self.link_type = np.repeat(np.array(types), 2) if types else np.array([])
+        # (type, class) of each directed link, as an index into the distinct pairs
+        kinds = dict.fromkeys(zip(types, classes))
+        index = {kind: i for i, kind in enumerate(kinds)}
+        self._kinds = list(kinds)
+        self._kind_of_link = np.repeat(np.array([index[k] for k in zip(types, classes)],
+                                                np.int64), 2)
         self.capacity_bytes_per_s = self.capacities_at(efficiency)
         self.catalog_latency_s = self._catalog_latencies(set(types))
         self.extra_latency_s = latency - self.catalog_latency_s
@@ -432,6 +443,17 @@ class Cluster:
             cache[key] = local
         prefix = gpu[: len(gpu) - len(nodes[gpu]["local"])]
         return [prefix + name for name in local]
+
+
+def _edges(G: nx.Graph):
+    """``G.edges(data=True)`` in its order (each edge from the first of its nodes in
+    adjacency order), without the edge view's per-edge bookkeeping."""
+    done: set = set()
+    for u, nbrs in G.adjacency():
+        for v, d in nbrs.items():
+            if v not in done:
+                yield u, v, d
+        done.add(u)
 
 
 def _shortest_paths(G: nx.Graph, src: str, dst: str) -> list[list[str]]:

@@ -36,6 +36,9 @@ class Setup:
     With ``accum`` (a step of many identical micro-steps), ``trace`` holds the last replayed
     micro-steps only: derive another trace from it through :func:`with_trace`. A trace put
     in by hand (``dataclasses.replace(setup, trace=...)``) is replayed as it is.
+
+    ``checked``: the traces the generators built and validated here, which the replay does
+    not validate again (a trace changed in place after :func:`build_setup` is not seen).
     """
 
     scenario: Scenario
@@ -47,6 +50,7 @@ class Setup:
     capacity_bytes: int
     peak_flops: float
     accum: AccumPlan | None = None       # identical micro-steps: replay a few (accum.py)
+    checked: tuple = ()                  # traces validated by their generator
 
     def __post_init__(self):
         if self.accum is not None and not self.accum.owns(self.trace):
@@ -215,8 +219,10 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
         compute = ComputeModel(gpu, attention=t.attention_impl, strategy=cfg.name)
     except ConfigError as exc:
         raise exc.located(source) from None
+    built = accum.traces if accum else (trace,)
     return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, engine,
-                 gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum)
+                 gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum,
+                 tuple(x for x in built if x.validated))
 
 
 def run_setup(setup: Setup) -> RunResult:
@@ -244,7 +250,7 @@ def with_trace(setup: Setup, fn: Callable[[Trace], Trace]) -> Setup:
 def _replayed(setup: Setup, trace: Trace) -> RunResult:
     try:
         tl = replay(trace, setup.collectives, setup.compute, setup.engine,
-                    setup.capacity_bytes)
+                    setup.capacity_bytes, checked=any(x is trace for x in setup.checked))
     except ConfigError as exc:   # an nccl: knob the cluster cannot honour, met at its first op
         raise setup.scenario.located(exc) from None
     return RunResult(setup, tl, compute_metrics(tl, trace.world_size, setup.peak_flops))

@@ -181,3 +181,38 @@ def test_a_deadlock_is_an_error_at_the_end_of_replay(ideal_constants):
                                               r"class a, op 0 \(send0\): send from rank 0 to "
                                               r"rank 1 waits for its recv on rank 1"):
         replay(trace, model("dgx-a100", ideal_constants), NoCompute(), EngineConfig())
+
+
+def test_ops_group_by_their_transfers_without_listing_them():
+    # the replay pairs a send op with the recv op carrying the very same transfers from a
+    # compact key (senders, receiver - sender, tag, k): equal exactly when the lists are
+    from itertools import combinations
+
+    from simulator.engine.p2p import _transfers_id
+    from simulator.trace.matching import peer_ops
+    from simulator.trace.schema import op_transfer_keys
+
+    classes = [RankClass("a", (0, 1, 2, 3), [send(0, 4), send(1, 4, tag=1), recv(2, 4),
+                                             send(3, 5), send(4, 4)]),
+               RankClass("b", (4, 5, 6, 7), [recv(0, 0), recv(1, 0, tag=1), send(2, 0),
+                                             recv(3, 1), recv(4, 0)]),
+               RankClass("c", (5, 6, 7, 8), [recv(0, 0), send(1, 9)]),
+               RankClass("d", (9, 10, 11, 12), [recv(0, 5)])]
+    entries = [(cls, op, tag, k) for cls in classes for op, tag, k in peer_ops(cls)]
+    senders: dict = {}
+    ids = [_transfers_id(e, senders) for e in entries]
+    same_lists = same_ids = 0
+    for (e, i), (f, j) in combinations(zip(entries, ids), 2):
+        assert (i == j) == (op_transfer_keys(*e) == op_transfer_keys(*f)), (e[1], f[1])
+        same_ids += i == j
+    # a's sends 0, 1, 4 with b's recvs 0, 1, 4; b's send 2 with a's recv 2; a's send 3
+    # (0->5 .. 3->8) with c's recv; c's send with d's recv (b's recv 3, 1->4 .. 4->7, none)
+    assert same_ids == 6
+    # the groups share one list of (sender, receiver) pairs per distinct list, whatever the
+    # tag and k: a -> b (0->4 ..), b -> a, a -> c (0->5 ..), c -> d
+    import simpy
+
+    from simulator.engine.p2p import PointToPoint
+    p2p = PointToPoint(simpy.Environment(), None, None, classes)
+    assert sorted(p[0] for p in p2p._pairs) == [(0, 4), (0, 5), (4, 0), (5, 9)]
+    assert len(p2p._group) == 12

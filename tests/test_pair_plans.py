@@ -1,11 +1,10 @@
 """Send/recv plans read off one planned pair per shape (simulator/collectives/pairs.py) are
 the plans each pair gets on its own, field for field and bit for bit."""
 
-from dataclasses import fields
-
 import numpy as np
 import pytest
 
+from plan_helpers import assert_plans_equal
 from simulator.cluster import Cluster
 from simulator.collectives import pairs as pairs_module
 from simulator.collectives.constants import load_constants
@@ -22,14 +21,7 @@ def assert_same_plans(G, pairs, size, **cluster_kw):
     slow = CollectiveModel(Cluster(G, **cluster_kw), load_constants())
     got = fast.plan_pairs(size, pairs)
     want = [slow.plan("send_recv", size, [a, b]) for a, b in pairs]
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        for f in fields(w):
-            x, y = getattr(g, f.name), getattr(w, f.name)
-            if isinstance(y, np.ndarray):
-                assert x.dtype == y.dtype and np.array_equal(x, y), f.name
-            else:
-                assert x == y, f.name
+    assert_plans_equal(got, want)
     return fast
 
 
@@ -82,3 +74,23 @@ def test_a_second_batch_of_the_same_shapes_plans_none_in_full(monkeypatch):
     want = [real(slow, "send_recv", 1 << 20, [r, r + 32]) for r in range(8, 16)]
     assert [p.predicted_s for p in again] == [p.predicted_s for p in want]
     assert all(np.array_equal(p.links, w.links) for p, w in zip(again, want))
+
+
+def test_read_off_rates_are_the_bottleneck_rates_also_for_a_route_crossing_a_link_twice():
+    from simulator.network.fabric import Flow, bottleneck_rate
+
+    G = rail_optimized(5, DGX, nodes_per_leaf=2, spines=2)
+    G.edges["n4.nic0", "leaf.r0.g2"]["bw_bytes_per_s"] /= 3
+    model = CollectiveModel(Cluster(G), load_constants())
+    plan = model.plan("send_recv", 1 << 20, [0, 24])
+    links = plan.links                   # the NIC links once per spine path
+    assert len(set(links.tolist())) < len(links)
+    twice = links.copy()
+    twice[1] = twice[0]                  # another pattern: summed one by one
+    other = model.plan("send_recv", 1 << 20, [8, 32]).links      # a slower NIC link
+    items = [(0, links, None), (1, twice, None), (2, other, None), (3, links[::-1], None)]
+    want = [bottleneck_rate(Flow(plan.payload_bytes, x, plan.coef, plan.latency_s,
+                                 plan.max_rate), model.cluster.capacity_bytes_per_s)
+            for _, x, _ in items]
+    got = pairs_module._rates(model.cluster, plan, items)
+    assert got == want and len(set(want)) > 1

@@ -74,3 +74,44 @@ def test_bad_scenario_link_override_is_one_line_naming_cluster_links(links, mess
     with pytest.raises(ConfigError) as info:
         topology_from_dict(_superpod({}), source="x.yaml", links=links)
     assert str(info.value) == message
+
+
+def test_a_graph_is_checked_once_fabric_or_single_server(monkeypatch):
+    # the fabrics run check_cluster on what they build; the loader checks only the others
+    # (a single server), so a 16,384-server graph is not walked twice
+    from simulator.topology import checks, fabrics, loader
+    calls = []
+    real = checks.check_cluster
+    for module in (fabrics, loader):
+        monkeypatch.setattr(module, "check_cluster", lambda G: calls.append(G) or real(G))
+    rail = {"name": "r", "generator": "rail_optimized",
+            "params": {"nodes": 3, "node": {"type": "dgx_a100"}, "nodes_per_leaf": 2}}
+    G = topology_from_dict(rail)
+    assert calls == [G]
+    calls.clear()
+    G = topology_from_dict({"name": "one", "generator": "dgx_a100_node", "params": {}})
+    assert calls == [G]
+
+
+def test_per_link_arrays_follow_the_edges_in_order():
+    c = Cluster(dgx_a100_node(), link_efficiency={"nvlink": 0.5})
+    for i, (u, v, d) in enumerate(c.G.edges(data=True)):
+        assert c.link_id[(u, v)] == 2 * i and c.link_id[(v, u)] == 2 * i + 1
+        for j in (2 * i, 2 * i + 1):
+            assert c.nominal_bytes_per_s[j] == d["bw_bytes_per_s"]
+            assert c.link_type[j] == d["link_type"] and c.link_class[j] == d["link_class"]
+            eff = 0.5 if d["link_class"] == "nvlink" else 1.0
+            assert c.capacity_bytes_per_s[j] == d["bw_bytes_per_s"] * eff
+        assert d["cost"] == max(1, round(1e15 / d["bw_bytes_per_s"]))
+
+
+def test_the_cluster_walks_the_edges_in_the_graphs_own_order():
+    import networkx as nx
+
+    from simulator.cluster import _edges
+    from simulator.topology import rail_optimized
+    G = rail_optimized(3, {"type": "dgx_a100"}, nodes_per_leaf=2)
+    G.add_edge("n0.gpu0", "n0.gpu0", bw_bytes_per_s=1.0, latency_s=0.0)   # a self-loop too
+    assert list(_edges(G)) == list(G.edges(data=True))
+    H = nx.path_graph(5)
+    assert list(_edges(H)) == list(H.edges(data=True))

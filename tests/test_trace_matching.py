@@ -56,3 +56,20 @@ def test_peers_fit_is_the_member_by_member_rule():
     assert not peers_fit(None, 1, 8)                        # a rank beyond 64 bits
     assert not peers_fit(np.array([0, 9]), 1, 8)            # a rank outside the world
     assert not peers_fit(ranks, 1 << 70, 8)                  # an offset beyond 64 bits
+
+
+def test_sizes_compare_as_integers_and_as_objects_alike():
+    # int64 where every size is a plain int; as objects otherwise (a huge or a float size):
+    # equal values match either way, different ones never do
+    from simulator.trace.matching import _sizes_array
+    assert _sizes_array([4096, 8192]).dtype == np.int64
+    assert _sizes_array([4096, 1 << 70]).dtype == object
+    assert _sizes_array([4096, 4096.0]).dtype == object
+    assert transfers_match(_halves(size=4096.0), 8)
+    assert not transfers_match(_halves(size=4096.5), 8)
+    huge = 1 << 70
+    sends = [_op(0, "send", 4, huge), _op(1, "send", 4, tag="t"), _op(2, "send", 4)]
+    assert transfers_match(_halves(size=4096, sends=sends,
+                                   recvs=[_op(0, "recv", 0, huge), _op(1, "recv", 0, tag="t"),
+                                          _op(2, "recv", 0)]), 8)
+    assert not transfers_match(_halves(sends=sends), 8)

@@ -36,6 +36,7 @@ from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ri
 from .nccl_config import NcclConfig, release_entry
 from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_unavailable,
                       offload_plan, simple_only)
+from .groups import group_plans
 from .pairs import pair_plans
 from .pat import pat_latency_s, pat_unavailable
 from .plan import Plan
@@ -94,6 +95,7 @@ class CollectiveModel:
                           and host_path_applies(cluster) else None)
         self._edges: dict = {}
         self._pair_shapes: dict = {}        # send/recv plans read off (collectives.pairs)
+        self._group_shapes: dict = {}       # group plans read off (collectives.groups)
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
@@ -268,6 +270,13 @@ class CollectiveModel:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
         pair shape (:mod:`simulator.collectives.pairs`)."""
         return pair_plans(self, size_bytes, pairs, self._pair_shapes)
+
+    def plan_groups(self, op: str, size_bytes: int, groups, algo: str = "auto",
+                    proto: str = "auto", root: int = 0) -> list[Plan]:
+        """``plan(op, size_bytes, list(g), algo, proto, root)`` of each group ``g`` of
+        ``groups``, one per group shape inside a server (:mod:`simulator.collectives.groups`)."""
+        return group_plans(self, op, size_bytes, groups, algo, proto, root,
+                           self._group_shapes)
 
     def _unavailable(self, op: str, algo: str, comm: Communicator) -> str | None:
         """Why the hardware cannot run ``algo`` for ``op`` on ``comm`` (None if it can)."""

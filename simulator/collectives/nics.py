@@ -20,14 +20,27 @@ def nic_owner(cluster: Cluster, nic: str, gpus: list[str]) -> str:
 
 
 def owned_nics(cluster: Cluster, gpu: str) -> list[str]:
-    """The NICs ``gpu`` drives (falls back to all its nearest NICs if it owns none)."""
+    """The NICs ``gpu`` drives (falls back to all its nearest NICs if it owns none).
+
+    Worked out once per server design and local GPU (as ``Cluster.nearest_nics``, which it
+    reads, is) and named per server; per GPU on a server without a design (``template``).
+    """
     cache = cluster.__dict__.setdefault("_owned_nics", {})
     mine = cache.get(gpu)
     if mine is None:
-        peers = cluster.gpus_of_server(cluster.G.nodes[gpu]["server"])
-        nearest = cluster.nearest_nics(gpu)
-        mine = [n for n in nearest if nic_owner(cluster, n, peers) == gpu] or nearest
-        cache[gpu] = mine
+        d = cluster.G.nodes[gpu]
+        template = d.get("template")
+        prefix = gpu[: len(gpu) - len(d["local"])]
+        key = (template, d["local"]) if template is not None else None
+        local = cache.get(key) if key is not None else None
+        if local is None:
+            peers = cluster.gpus_of_server(d["server"])
+            nearest = cluster.nearest_nics(gpu)
+            owned = [n for n in nearest if nic_owner(cluster, n, peers) == gpu] or nearest
+            local = [n[len(prefix):] for n in owned]
+            if key is not None:
+                cache[key] = local
+        mine = cache[gpu] = [prefix + n for n in local]
     return mine
 
 

@@ -27,6 +27,8 @@ from .blocks import ServerBlocks
 from .layouts import blocks_exact
 from .nics import home_nic
 
+_MAX_BATCH_WIDTH = 64       # entries of a route read off in one table (w x w per route)
+
 
 def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
                shapes: dict | None = None) -> list:
@@ -38,15 +40,54 @@ def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
         return [model.plan("send_recv", size_bytes, [a, b]) for a, b in pairs]
     entries = _routes(cluster, pairs, model.k.pcie_p2p_efficiency)
     shapes = {} if shapes is None else shapes   # (shape, size, coefficients) -> its plan
-    out = []
+    out: list = []
+    later: dict = {}                            # key -> [(slot, links, wire)] to read off
     for (a, b), (links, coef, wire) in zip(pairs, entries):
         key = (_shape(cluster, a, b), size_bytes, coef.dtype.str, coef.tobytes())
-        known = shapes.get(key)
-        if known is None:
-            out.append(shapes.setdefault(key, model.plan("send_recv", size_bytes, [a, b])))
+        if key not in shapes:
+            shapes[key] = model.plan("send_recv", size_bytes, [a, b])
+            out.append(shapes[key])
             continue
-        out.append(_read_off(cluster, known, links, wire))
+        later.setdefault(key, []).append((len(out), links, wire))
+        out.append(None)
+    for key, items in later.items():
+        plan = shapes[key]
+        for (slot, links, wire), rate in zip(items, _rates(cluster, plan, items)):
+            transfer = plan.payload_bytes / rate if plan.payload_bytes else 0.0
+            out[slot] = replace(plan, links=links, predicted_s=plan.latency_s + transfer,
+                                wire_coef=wire)
     return out
+
+
+def _rates(cluster, plan, items) -> list[float]:
+    """The bottleneck rate of ``plan`` (of a pair of the same shape and coefficients) on
+    each of ``items``' links, as ``CollectiveModel._plan_one`` costs a plan
+    (``bottleneck_rate``: per link its coefficients summed in entry order, the least
+    capacity / load). At once for the routes whose entries repeat links where the first
+    one's do (a spread route names its NIC link once per path): their loads are the same
+    sums; one by one for the others."""
+    payload, coef, cap = plan.payload_bytes, plan.coef, cluster.capacity_bytes_per_s
+    if not payload:
+        return [math.inf] * len(items)
+    width = len(coef)
+    if not width or width > _MAX_BATCH_WIDTH or any(len(x) != width for _, x, _ in items):
+        return [_read_off_rate(cluster, plan, links) for _, links, _ in items]
+    table = np.stack([links for _, links, _ in items])
+    links, where = np.unique(table[0], return_inverse=True)
+    where = where.ravel()
+    load = np.bincount(where, weights=coef, minlength=len(links))
+    equal = table[:, :, None] == table[:, None, :]
+    alike = (equal == equal[0]).all(axis=(1, 2))
+    used = np.flatnonzero(load > 0)
+    first = np.array([np.flatnonzero(where == u)[0] for u in used], np.int64)
+    rates = np.minimum((cap[table[:, first]] / load[used]).min(axis=1), plan.max_rate)
+    return [float(rates[i]) if alike[i] else _read_off_rate(cluster, plan, table[i])
+            for i in range(len(items))]
+
+
+def _read_off_rate(cluster, plan, links: np.ndarray) -> float:
+    flow = Flow(plan.payload_bytes, links, plan.coef, plan.latency_s, plan.max_rate)
+    return bottleneck_rate(flow, cluster.capacity_bytes_per_s)
 
 
 def _shape(cluster, a: int, b: int) -> tuple:
@@ -55,16 +96,6 @@ def _shape(cluster, a: int, b: int) -> tuple:
     da, db = nodes[cluster.gpus[a]], nodes[cluster.gpus[b]]
     return (da.get("template", da["server"]), da["local"], db.get("template", db["server"]),
             db["local"], da["server"] == db["server"])
-
-
-def _read_off(cluster, plan, links: np.ndarray, wire: np.ndarray):
-    """``plan`` (of a pair of the same shape and coefficients) on ``links``, costed as
-    ``CollectiveModel._plan_one`` costs a plan."""
-    payload = plan.payload_bytes
-    flow = Flow(payload, links, plan.coef, plan.latency_s, plan.max_rate)
-    rate = bottleneck_rate(flow, cluster.capacity_bytes_per_s) if payload else math.inf
-    transfer = payload / rate if payload else 0.0
-    return replace(plan, links=links, predicted_s=plan.latency_s + transfer, wire_coef=wire)
 
 
 def _routes(cluster, pairs, eff: float) -> list[tuple]:

@@ -16,7 +16,8 @@ import simpy
 
 from ..network.bundle import bundle_flows, runs_of, signature
 from ..network.fabric import Fabric
-from ..trace.schema import Op, RankClass, TransferKey
+from ..trace.matching import peer_ops, ranks_array
+from ..trace.schema import Op, RankClass, TransferKey, op_transfer_keys
 
 
 @dataclass
@@ -47,33 +48,42 @@ class PointToPoint:
     (:mod:`simulator.network.bundle`) unless ``bundles`` is False.
     """
 
-    def __init__(self, env: simpy.Environment, fabric: Fabric, plan, keys: dict,
+    def __init__(self, env: simpy.Environment, fabric: Fabric, plan, classes: list,
                  bundles: bool = True):
         self.env, self.fabric, self.plan = env, fabric, plan
         self.signature = signature if bundles else id      # id: no two flows alike
-        self.keys: dict[tuple[str, int], list[TransferKey]] = keys
+        # (class id, op id) -> (class, op, tag, k) of each send/recv between ranks; its
+        # transfers (one per member) are listed only when needed (op_transfer_keys)
+        self._ops: dict[tuple[str, int], tuple] = {
+            (cls.id, op.id): (cls, op, tag, k) for cls in classes
+            for op, tag, k in peer_ops(cls)}
         self.meetings: dict[TransferKey, _Meeting] = {}
         self._bundles: dict = {}        # plans of one start -> (plans, bundled flows)
         self._pairs: list[tuple] = []           # (sender, receiver) of each member
         self._group: dict = {}                  # (class id, op id) -> (group, pairs)
         self._met: dict[int, _Meeting] = {}     # group -> its meeting
         if bundles:
-            self._pair_ops(keys)
+            self._pair_ops()
 
-    def _pair_ops(self, keys: dict) -> None:
+    def keys(self, op_key: tuple[str, int]) -> list[TransferKey]:
+        """The transfers of the send/recv op ``op_key`` = (class id, op id), one per member."""
+        return op_transfer_keys(*self._ops[op_key])
+
+    def _pair_ops(self) -> None:
         """A send op and a recv op that carry the very same transfers (the common case: a
         stage's class sends to the next stage's) meet once for all of them, as a group."""
         by_keys: dict[tuple, list] = {}
-        for op_key, transfers in keys.items():
-            by_keys.setdefault(tuple(transfers), []).append(op_key)
-        pairs_id: dict[tuple, int] = {}
+        senders: dict = {}
+        for op_key, entry in self._ops.items():
+            by_keys.setdefault(_transfers_id(entry, senders), []).append(op_key)
+        pairs_id: dict[tuple, int] = {}     # (senders, shift) -> its (sender, receiver) list
         for group, (transfers, ops) in enumerate(by_keys.items()):
             if len(ops) != 2:
                 continue
-            pairs = tuple((src, dst) for src, dst, _, _ in transfers)
+            pairs = transfers[0]
             if pairs not in pairs_id:
                 pairs_id[pairs] = len(self._pairs)
-                self._pairs.append(pairs)
+                self._pairs.append(tuple((src, dst) for src, dst, _, _ in self.keys(ops[0])))
             for op_key in ops:
                 self._group[op_key] = (group, pairs_id[pairs])
 
@@ -82,7 +92,7 @@ class PointToPoint:
         group = self._group.get((cls.id, op.id))
         if group is not None:
             return (yield from self._run_group(group, cls, op))
-        keys = self.keys[(cls.id, op.id)]
+        keys = self.keys((cls.id, op.id))
         wait = _Wait(self.env.event(), len(keys))
         ready = []
         for key in keys:
@@ -170,7 +180,7 @@ class PointToPoint:
         """Sides that arrived and whose partner never did (after the replay ran dry)."""
         out = []
         met = list(self.meetings.items()) + [
-            (self.keys[(cls_id, op.id)][0], m) for m in self._met.values()
+            (self.keys((cls_id, op.id))[0], m) for m in self._met.values()
             for cls_id, op in m.waiting.values()]
         for (src, dst, tag, k), m in met:
             for kind, (cls_id, op) in m.waiting.items():
@@ -178,3 +188,23 @@ class PointToPoint:
                 out.append(f"rank class {cls_id}, op {op.id} ({op.name}): {kind} from rank "
                            f"{src} to rank {dst} waits for its {partner}, never reached")
         return out
+
+
+def _transfers_id(entry: tuple, senders: dict) -> tuple:
+    """A key equal for two send/recv ops exactly when their lists of transfers are equal:
+    ((the senders in member order, receiver minus sender), (tag, k)), the senders as a small
+    integer per distinct sequence (``senders``: its bytes -> the integer, and per class and
+    shift), so no op lists its members; its first part is equal exactly when the (sender,
+    receiver) pairs are. The pairs themselves where ranks do not fit in int64."""
+    cls, op, tag, k = entry
+    shift = op.peer - cls.ranks[0]
+    from_shift = 0 if op.kind == "send" else shift      # the senders: ranks + from_shift
+    known = senders.get((cls.id, from_shift))
+    if known is None:
+        ranks = ranks_array(cls.ranks)
+        if ranks is None:
+            return (tuple((a, b) for a, b, _, _ in op_transfer_keys(cls, op, tag, k)),
+                    (tag, k))
+        seq = (ranks + from_shift).tobytes()
+        known = senders[(cls.id, from_shift)] = senders.setdefault(seq, len(senders))
+    return (known, shift if op.kind == "send" else -shift), (tag, k)

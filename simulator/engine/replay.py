@@ -42,7 +42,7 @@ from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..network.bundle import bundled
 from ..network.fabric import CountingEnvironment, make_fabric
-from ..trace.schema import Op, RankClass, Trace, transfer_keys
+from ..trace.schema import Op, RankClass, Trace
 from .memory import MemoryPool
 from .p2p import PointToPoint
 from .seams import CollectivePlanner, ComputeTimer
@@ -152,9 +152,8 @@ class _Replayer:
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
                                        [o.mem_alloc_bytes for o in c.ops])
                       for c in trace.classes}
-        keys = {(c.id, op_id): k for c in trace.classes
-                for op_id, k in transfer_keys(c).items()}
-        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plans, keys, cfg.bundles)
+        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plans, trace.classes,
+                                cfg.bundles)
         self._check_host_copies()
 
     def _check_host_copies(self) -> None:
@@ -299,8 +298,7 @@ class _Replayer:
         key = (op.comm, op.collective, op.size_bytes, how)
         launch = self._launches.get(key)
         if launch is None:      # the instance groups' plans, bundled (module docstring)
-            plans = [self._cached_plan(op.collective, op.size_bytes, grp, how)
-                     for grp in comm.groups]
+            plans = self._group_plans(op.collective, op.size_bytes, comm.groups, how)
             launch = self._launches[key] = (plans, self._bundled([p.flow() for p in plans]))
         plans = launch[0]
         transfers = [self.fabric.transfer(replace(f)) for f in launch[1]]
@@ -314,13 +312,25 @@ class _Replayer:
     def _p2p_plans(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list:
         """The send/recv plans of (sender, receiver) ``pairs``, those not planned yet at
         once (``plan_pairs`` of the collective model, where the planner has it)."""
-        how = ("auto", "auto", 0)
-        keys = [("send_recv", size_bytes, tuple(p), how) for p in pairs]
-        new = [k[2] for k in dict.fromkeys(keys) if k not in self._plans]
         batch = getattr(self.coll, "plan_pairs", None)
+        return self._batched("send_recv", size_bytes, pairs, ("auto", "auto", 0),
+                             batch and (lambda new: batch(size_bytes, new)))
+
+    def _group_plans(self, collective: str, size_bytes: int, groups, how: tuple) -> list:
+        """The plans of a communicator's ``groups``, those not planned yet at once
+        (``plan_groups`` of the collective model, where the planner has it)."""
+        batch = getattr(self.coll, "plan_groups", None)
+        return self._batched(collective, size_bytes, groups, how,
+                             batch and (lambda new: batch(collective, size_bytes, new, *how)))
+
+    def _batched(self, collective: str, size_bytes: int, groups, how: tuple, batch) -> list:
+        """The plans of ``groups`` (rank tuples), the ones not cached yet planned together
+        by ``batch(new groups)`` when there is one, else one by one."""
+        keys = [(collective, size_bytes, tuple(g), how) for g in groups]
+        new = [k[2] for k in dict.fromkeys(keys) if k not in self._plans]
         if new and batch is not None:
-            for pair, plan in zip(new, batch(size_bytes, new)):
-                self._plans[("send_recv", size_bytes, pair, how)] = plan
+            for group, plan in zip(new, batch(new)):
+                self._plans[(collective, size_bytes, group, how)] = plan
         return [self._cached_plan(*k) for k in keys]
 
     def _cached_plan(self, collective: str, size_bytes: int, group: tuple[int, ...],
@@ -346,12 +356,16 @@ class _Replayer:
 
 
 def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,
-           config: EngineConfig | None = None, capacity_bytes: int = 0) -> Timeline:
+           config: EngineConfig | None = None, capacity_bytes: int = 0, *,
+           checked: bool = False) -> Timeline:
     """Run one iteration of ``trace``; ``capacity_bytes`` (GPU memory) enables the OOM check.
+    ``checked``: the caller validated ``trace`` and has not changed it since (the pipeline's
+    generated traces), so it is not validated again.
 
     :raises ValueError: if the trace breaks its contract (see :meth:`Trace.validate`).
     :raises ClusterSimError: if the replay deadlocks (ops that can never finish).
     """
-    trace.validate()
+    if not checked:
+        trace.validate()
     return _Replayer(trace, collectives, compute, config or EngineConfig(),
                      capacity_bytes).run()

@@ -46,11 +46,15 @@ def check_cluster(G: nx.Graph) -> None:
         bad = next(i for i, r in enumerate(ranks) if r != i)
         raise TopologyError(f"GPU ranks are not 0..{len(ranks) - 1} without gaps or repeats "
                             f"(position {bad} holds rank {ranks[bad]})")
-    for u, v, d in G.edges(data=True):
-        bw, lat = d.get("bw_bytes_per_s"), d.get("latency_s")
-        if not isinstance(bw, (int, float)) or not bw > 0:
-            raise TopologyError(f"edge {u!r}-{v!r}: bw_bytes_per_s must be > 0, got {bw!r}")
-        if not isinstance(lat, (int, float)) or not lat >= 0:
-            raise TopologyError(f"edge {u!r}-{v!r}: latency_s must be >= 0, got {lat!r}")
+    # every edge from both ends (a plain walk of the adjacency is cheaper than G.edges'
+    # bookkeeping); the first bad one is met from its first node, as G.edges names it
+    for u, nbrs in G.adjacency():
+        for v, d in nbrs.items():
+            bw, lat = d.get("bw_bytes_per_s"), d.get("latency_s")
+            if not isinstance(bw, (int, float)) or not bw > 0:
+                raise TopologyError(f"edge {u!r}-{v!r}: bw_bytes_per_s must be > 0, "
+                                    f"got {bw!r}")
+            if not isinstance(lat, (int, float)) or not lat >= 0:
+                raise TopologyError(f"edge {u!r}-{v!r}: latency_s must be >= 0, got {lat!r}")
     check_connected(G)
 

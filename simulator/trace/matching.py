@@ -84,5 +84,12 @@ def _sorted_keys(pairs: list, tks: list, sizes: list, n_tags: int):
     counts = [n for _, n in tks]
     keys = np.concatenate(pairs) * max(n_tags, 1) + np.repeat([t for t, _ in tks], counts)
     order = np.argsort(keys, kind="stable")
-    size = np.repeat(np.asarray(sizes, dtype=object), counts)[order]
-    return keys[order], size
+    return keys[order], np.repeat(_sizes_array(sizes), counts)[order]
+
+
+def _sizes_array(sizes: list) -> np.ndarray:
+    """The ops' sizes as int64 where every one is an int that fits (compared as fast
+    integers), else as Python objects (compared as they are)."""
+    if all(type(x) is int and -_KEY_LIMIT < x < _KEY_LIMIT for x in sizes):
+        return np.asarray(sizes, dtype=np.int64)
+    return np.asarray(sizes, dtype=object)

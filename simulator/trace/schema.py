@@ -125,12 +125,14 @@ class RankClass:
 def transfer_keys(cls: RankClass) -> dict[int, list[TransferKey]]:
     """Op id -> the transfers of each send/recv between ranks, one per member in
     ``cls.ranks`` order (see the module doc for the matching rule)."""
-    out = {}
-    for op, tag, k in peer_ops(cls):
-        pairs = [(r, cls.peer_of(op, r)) for r in cls.ranks]
-        out[op.id] = [(a, b, tag, k) if op.kind == "send" else (b, a, tag, k)
-                      for a, b in pairs]
-    return out
+    return {op.id: op_transfer_keys(cls, op, tag, k) for op, tag, k in peer_ops(cls)}
+
+
+def op_transfer_keys(cls: RankClass, op: Op, tag, k: int) -> list[TransferKey]:
+    """The transfers of one send/recv ``op`` of ``cls`` (its members' ``k``-th of that kind
+    to or from that peer with ``tag``, :func:`~simulator.trace.matching.peer_ops`)."""
+    pairs = [(r, cls.peer_of(op, r)) for r in cls.ranks]
+    return [(a, b, tag, k) if op.kind == "send" else (b, a, tag, k) for a, b in pairs]
 
 
 def _where(cls: RankClass, op: Op) -> str:
@@ -161,7 +163,8 @@ class Trace:
     meta: dict = field(default_factory=dict)   # model, strategy, batch, tokens, flops...
 
     def validate(self) -> None:
-        """Check the contract and every field the engine reads (:mod:`simulator.trace.fields`).
+        """Check the contract and every field the engine reads (:mod:`simulator.trace.fields`);
+        once it passed, :attr:`validated` is true for this object.
 
         :raises TraceError: (a ``ValueError``) naming the rank class, the op and the field.
         """
@@ -181,6 +184,13 @@ class Trace:
             raise TraceError(f"rank classes cover {len(seen_ranks)} ranks, "
                              f"world size is {self.world_size}")
         self._validate_transfers()
+        self._validated = True      # read by the pipeline (not a field: not copied by replace)
+
+    @property
+    def validated(self) -> bool:
+        """Whether :meth:`validate` passed on this very object (a copy or a
+        ``dataclasses.replace`` of it is not; a change made in place after it is not seen)."""
+        return getattr(self, "_validated", False)
 
     def _validate_communicators(self) -> dict[str, int]:
         """Communicator id -> ranks per group, each checked (:func:`fields.group_problem`)."""

@@ -1,0 +1,153 @@
+"""Collective plans of groups inside one server read off one planned group per shape
+(simulator/collectives/groups.py) are the plans each group gets on its own, field for field
+and bit for bit; where they cannot be (a degraded link in one server, groups across
+servers, hash ECMP) the group is planned on its own."""
+
+import numpy as np
+import pytest
+
+from plan_helpers import assert_plans_equal
+from simulator.cluster import Cluster
+from simulator.collectives import groups as groups_module
+from simulator.collectives.constants import load_constants
+from simulator.collectives.model import CollectiveModel
+from simulator.topology import leaf_spine, rail_optimized
+
+DGX = {"type": "dgx_a100", "gpu": "A100-SXM4-80GB", "nics": 8, "nic": "ib-hdr"}
+H100 = {"type": "dgx_a100", "gpu": "H100-SXM", "nics": 8, "nic": "ib-ndr"}
+PCIE = {"type": "pcie", "gpu": "A100-PCIE-40GB", "gpus": 4, "nics": 2, "nic": "roce-100",
+        "gpus_per_pcie_switch": 2}
+
+
+def assert_same_plans(G, op, size, groups, how=("auto", "auto", 0), **cluster_kw):
+    """The fast model's plans against each group's own ``plan`` (a fresh model); returns
+    how many groups the fast model planned in full."""
+    fast = CollectiveModel(Cluster(G, **cluster_kw), load_constants())
+    slow = CollectiveModel(Cluster(G, **cluster_kw), load_constants())
+    planned = []
+    real = fast.plan
+    fast.plan = lambda *a, **k: planned.append(a) or real(*a, **k)
+    got = fast.plan_groups(op, size, groups, *how)
+    want = [slow.plan(op, size, list(g), *how) for g in groups]
+    assert_plans_equal(got, want)
+    return len(planned)
+
+
+def _servers(n_servers, gpus=8, members=range(8)):
+    return [tuple(s * gpus + i for i in members) for s in range(n_servers)]
+
+
+@pytest.mark.parametrize("op,size", [("all_reduce", 4096), ("all_reduce", 64 << 20),
+                                     ("all_gather", 1 << 20), ("reduce_scatter", 256 << 20)])
+def test_tensor_parallel_groups_are_the_group_by_group_plans(op, size):
+    G = rail_optimized(6, DGX, nodes_per_leaf=4, spines=4)
+    # one planned in full per shape: whole servers, then halves (two shapes: GPUs 0-3, 4-7)
+    assert assert_same_plans(G, op, size, _servers(6)) == 1
+    halves = _servers(6, members=range(4)) + [tuple(s * 8 + i for i in range(4, 8))
+                                              for s in range(6)]
+    assert assert_same_plans(G, op, size, halves) == 2
+
+
+def test_nvls_and_pinned_choices_on_h100_servers():
+    G = rail_optimized(4, H100, nodes_per_leaf=2, spines=2)
+    assert assert_same_plans(G, "all_reduce", 64 << 20, _servers(4)) == 1
+    assert assert_same_plans(G, "all_gather", 1 << 20, _servers(4), ("ring", "LL128", 0)) == 1
+    assert assert_same_plans(G, "broadcast", 1 << 20, _servers(4), ("ring", "auto", 3)) == 1
+
+
+def test_rank_order_is_part_of_the_shape():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=2)
+    groups = [(0, 1, 2, 3), (8, 9, 10, 11), (19, 18, 17, 16), (27, 26, 25, 24)]
+    assert assert_same_plans(G, "all_reduce", 1 << 20, groups) == 2
+
+
+def test_pcie_servers_keep_the_p2p_discount():
+    G = leaf_spine(5, PCIE, nodes_per_leaf=2, spines=2)
+    assert assert_same_plans(G, "all_reduce", 1 << 20, _servers(5, gpus=4, members=range(4))) \
+        == 1
+
+
+def test_a_degraded_link_inside_one_server_plans_that_server_on_its_own():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=2)
+    G.edges["n2.gpu3", "n2.nvswitch"]["bw_bytes_per_s"] /= 4
+    # servers 0, 1 and 3 read off the first; server 2's group is planned on its own, and
+    # its plan differs from the others' (a slower ring)
+    assert assert_same_plans(G, "all_reduce", 64 << 20, _servers(4)) == 2
+    model = CollectiveModel(Cluster(G), load_constants())
+    plans = model.plan_groups("all_reduce", 64 << 20, _servers(4))
+    assert plans[2].predicted_s > plans[0].predicted_s == plans[1].predicted_s
+
+
+def test_groups_across_servers_and_hash_ecmp_plan_group_by_group():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=2)
+    across = [tuple(s * 8 + i for s in range(4)) for i in range(8)]     # FSDP-like, ppn 1
+    assert assert_same_plans(G, "all_gather", 1 << 20, across) == 8
+    assert assert_same_plans(G, "all_reduce", 1 << 20, _servers(4), ecmp="hash") == 4
+
+
+def test_no_cluster_without_exact_blocks_reads_off(monkeypatch):
+    # the guard itself: without exact server blocks nothing is read off
+    monkeypatch.setattr(groups_module, "blocks_exact", lambda *a: False)
+    G = rail_optimized(3, DGX, nodes_per_leaf=2, spines=2)
+    assert assert_same_plans(G, "all_reduce", 1 << 20, _servers(3)) == 3
+
+
+def test_a_second_call_with_the_same_shape_plans_none_in_full():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=2)
+    model = CollectiveModel(Cluster(G), load_constants())
+    model.plan_groups("all_reduce", 1 << 20, _servers(2))
+    planned = []
+    real = model.plan
+    model.plan = lambda *a, **k: planned.append(a) or real(*a, **k)
+    again = model.plan_groups("all_reduce", 1 << 20, [tuple(range(16, 24)),
+                                                      tuple(range(24, 32))])
+    assert planned == []
+    slow = CollectiveModel(Cluster(G), load_constants())
+    want = [slow.plan("all_reduce", 1 << 20, list(range(s, s + 8))) for s in (16, 24)]
+    assert [p.predicted_s for p in again] == [p.predicted_s for p in want]
+    assert all(np.array_equal(p.links, w.links) for p, w in zip(again, want))
+
+
+class _OneByOne:
+    """The collective model seen through ``plan`` only: every group planned on its own."""
+
+    def __init__(self, model):
+        self.model, self.cluster = model, model.cluster
+
+    def plan(self, *a, **k):
+        return self.model.plan(*a, **k)
+
+
+def test_a_tensor_parallel_replay_is_the_group_by_group_replay_bit_for_bit():
+    import dataclasses
+
+    from simulator.parallel import ParallelPlan
+    from simulator.pipeline import run_setup
+    from test_engine_bundle import _same, _setup, _trace
+
+    setup = _setup(_trace(ParallelPlan(tp=8, pp=2, dp_shard=2, dp_mode="fsdp"), 32), nodes=4)
+    fast = run_setup(setup).timeline
+    slow = run_setup(dataclasses.replace(
+        setup, collectives=_OneByOne(setup.collectives))).timeline
+    _same(fast, slow)
+    key = lambda r: (r.cls, r.op_id)       # noqa: E731
+    assert sorted(fast.records, key=key) == sorted(slow.records, key=key)   # every field
+
+
+def test_servers_of_another_design_plan_their_own_groups():
+    # a cluster of two designs (8 NICs, then 2 NICs per server): one full plan per design
+    from simulator.topology import dgx_a100_node
+    G = dgx_a100_node(None, 0, nics=8)
+    for server, nics in ((1, 2), (2, 8), (3, 2)):
+        dgx_a100_node(G, server, nics=nics)
+    assert assert_same_plans(G, "all_reduce", 64 << 20, _servers(4)) == 2
+    assert assert_same_plans(G, "all_gather", 1 << 20, _servers(4, members=(0, 2, 4, 6))) == 2
+
+
+def test_capacities_set_anew_on_the_cluster_plan_the_groups_again():
+    G = rail_optimized(3, DGX, nodes_per_leaf=2, spines=2)
+    model = CollectiveModel(Cluster(G), load_constants())
+    before = model.plan_groups("all_reduce", 64 << 20, _servers(1))[0]
+    model.cluster.capacity_bytes_per_s = model.cluster.capacity_bytes_per_s / 2
+    after = model.plan_groups("all_reduce", 64 << 20, _servers(3))
+    assert after[1].predicted_s == after[2].predicted_s > before.predicted_s
