@@ -109,9 +109,12 @@ def _partly_full_check(rs: list, inc: FlowIncidence, classes: np.ndarray):
             return out          # no instance hit apart from its bundle's others
         all_hit = np.zeros(n, bool)
         all_hit[owner[full[inc.link] & whole]] = True
-        instances = np.unique(pair_key[hit])
-        count = np.bincount(np.searchsorted(offset, instances, side="right") - 1,
-                            minlength=n)
+        # per flow, how many of its instances cross a full class (each counted once: an
+        # instance may cross several); a mark per instance, summed per flow's span (every
+        # flow has at least one instance, so no span is empty)
+        instance_hit = np.zeros(offset[-1], bool)
+        instance_hit[pair_key[hit]] = True
+        count = np.add.reduceat(instance_hit, offset[:-1], dtype=np.int64)
         return ~all_hit & (count > 0) & (count < n_parts)
 
     return partly
