@@ -164,3 +164,31 @@ def test_one_gpu_per_node_pays_nccls_discount(ideal_constants):
     model = make_model(star_graph(4), k)
     t = bw_time(model, "all_reduce", [0, 1, 2, 3])
     assert t == pytest.approx(2 * 3 / 4 * S / (10 * GB * 0.7 / 0.92), rel=1e-9)
+
+
+def test_one_shot_collectives_solve_on_every_link_with_the_same_times(ideal_constants,
+                                                                     monkeypatch):
+    # simulate_plans starts its flows together and solves the set a few times: it asks
+    # the flow fabric for the per-link solve (refining link classes would cost what the
+    # solves cost); the classes' solve gives the same end times to the last bit.
+    import simulator.collectives.run as run
+    from simulator.network.reduced import ClassSolver
+
+    model = make_model(star_graph(4, leaves=2, uplink_bw=10 * GB), ideal_constants)
+    plans = [model.plan("all_reduce", S, [0, 2], "ring", "Simple"),
+             model.plan("all_reduce", S, [1, 3], "ring", "Simple")]
+    made = []
+    real = run.make_fabric
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(run, "make_fabric", spy)
+    ends, _ = simulate_plans(model.cluster, plans, "flow")
+    assert not isinstance(made[0]._solver, ClassSolver)
+    monkeypatch.setattr(run, "make_fabric",
+                        lambda *a, **k: spy(*a, **{**k, "link_classes": True}))
+    ends_classes, _ = simulate_plans(model.cluster, plans, "flow")
+    assert isinstance(made[1]._solver, ClassSolver)
+    assert ends_classes == ends
