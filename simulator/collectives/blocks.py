@@ -101,8 +101,10 @@ class ServerBlocks:
         """(link ids, rate coefficients, wire bytes) of every edge added, in order."""
         cluster = self.cluster
         by_switches: dict = {}
+        known = cluster._attached                 # NIC -> its switch, as found so far
         for item in self._pending:
-            key = (cluster._attached_switch(item[1]), cluster._attached_switch(item[2]))
+            key = (known.get(item[1]) or cluster._attached_switch(item[1]),
+                   known.get(item[2]) or cluster._attached_switch(item[2]))
             by_switches.setdefault(key, []).append(item)
         for (sw_a, sw_b), items in by_switches.items():
             core = cluster.switch_paths(sw_a, sw_b)
@@ -129,9 +131,10 @@ class ServerBlocks:
         ids[:, :, 1:width + 1] = core
         ids[:, :, width + 1] = np.array([link_id[(sw_b, b)] for _, _, b in items])[:, None]
         coef = np.full(rows * (width + 2), 1.0 / rows) * self.weight
-        for e, (slot, _, _) in enumerate(items):
-            self.links[slot] = ids[e].reshape(-1)
-            self.coefs[slot] = self.wires[slot] = coef
+        links, coefs, wires = self.links, self.coefs, self.wires
+        for (slot, _, _), row in zip(items, ids.reshape(len(items), -1)):
+            links[slot] = row
+            coefs[slot] = wires[slot] = coef
 
     def between(self, a: str, nic_a: str, nic_b: str, b: str) -> None:
         """Add the edge GPU ``a`` -> GPU ``b`` of another server, through the NICs."""

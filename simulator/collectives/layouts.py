@@ -44,10 +44,18 @@ class Communicator:
 
 
 def make_communicator(cluster: Cluster, ranks: list[int]) -> Communicator:
-    by_server: dict[int, list[str]] = {}
-    for r in ranks:
-        by_server.setdefault(int(cluster.server_of_rank[r]), []).append(cluster.gpus[r])
-    return Communicator(tuple(tuple(by_server[s]) for s in sorted(by_server)))
+    """The GPUs of ``ranks`` per server, servers by id, each server's in ``ranks`` order
+    (one stable sort by server)."""
+    if not len(ranks):
+        return Communicator(())
+    order = np.asarray(ranks, np.int64)
+    server = cluster.server_of_rank[order]
+    by = np.argsort(server, kind="stable")
+    cuts = (np.flatnonzero(np.diff(server[by])) + 1).tolist()
+    gpus = cluster.gpus
+    names = [gpus[r] for r in order[by].tolist()]
+    return Communicator(tuple(tuple(names[i:j]) for i, j in
+                              zip([0] + cuts, cuts + [len(names)])))
 
 
 def gpu_route(cluster: Cluster, src: str, dst: str, src_nic: str | None = None,
