@@ -126,3 +126,14 @@ def test_spread_fabric_routes_are_the_path_by_path_ones():
         o = slow._paths_route([head + p + [b] for p in core], a, b, 0)
         assert np.array_equal(r.links, o.links) and np.array_equal(r.coef, o.coef)
         assert (r.latency_s, r.extra_latency_s) == (o.latency_s, o.extra_latency_s)
+
+
+def test_communicator_groups_ranks_by_server_in_their_given_order():
+    c = Cluster(rail_optimized(9, DGX, nodes_per_leaf=4, spines=4))
+    ranks = [70, 3, 9, 0, 71, 8, 40, 2]
+    by_server: dict = {}
+    for r in ranks:                     # the rule, rank by rank
+        by_server.setdefault(int(c.server_of_rank[r]), []).append(c.gpus[r])
+    want = tuple(tuple(by_server[s]) for s in sorted(by_server))
+    assert make_communicator(c, ranks).groups == want
+    assert make_communicator(c, []).groups == ()

@@ -94,3 +94,35 @@ def test_read_off_rates_are_the_bottleneck_rates_also_for_a_route_crossing_a_lin
             for _, x, _ in items]
     got = pairs_module._rates(model.cluster, plan, items)
     assert got == want and len(set(want)) > 1
+
+
+def test_plans_read_off_after_other_layouts_grew_the_servers_link_ids():
+    # server link ids kept per server (blocks._link_ids) must follow the design's list as
+    # later routes grow it: pairs of GPU 0, then a ring over GPU 3 of every server, then
+    # pairs of other GPUs, all on one model
+    G = rail_optimized(9, DGX, nodes_per_leaf=4, spines=4)
+    fast = CollectiveModel(Cluster(G), load_constants())
+    slow = CollectiveModel(Cluster(G), load_constants())
+    first, later = [(0, 32), (8, 40)], [(r, r + 33) for r in range(1, 8)] + [(9, 14)]
+    ring = [3 + 8 * s for s in range(9)]
+    got = fast.plan_pairs(1 << 20, first) + [fast.plan("all_reduce", 1 << 20, ring)] + \
+        fast.plan_pairs(1 << 20, later)
+    want = [slow.plan("send_recv", 1 << 20, [a, b]) for a, b in first] + \
+        [slow.plan("all_reduce", 1 << 20, ring)] + \
+        [slow.plan("send_recv", 1 << 20, [a, b]) for a, b in later]
+    assert_plans_equal(got, want)
+
+
+def test_a_read_off_plan_copies_as_dataclasses_replace_does():
+    from dataclasses import fields, replace
+
+    from simulator.collectives.plan import Plan
+    assert not hasattr(Plan, "__post_init__")         # what pairs._with relies on
+    G = rail_optimized(3, DGX, nodes_per_leaf=2, spines=2)
+    plan = CollectiveModel(Cluster(G), load_constants()).plan("send_recv", 4096, [0, 8])
+    links = plan.links + 1
+    got = pairs_module._with(plan, links=links, predicted_s=1.5)
+    want = replace(plan, links=links, predicted_s=1.5)
+    assert type(got) is Plan and got.links is links and got.predicted_s == 1.5
+    assert_plans_equal([got], [want])
+    assert [f.name for f in fields(got)] == [f.name for f in fields(want)]

@@ -40,6 +40,13 @@ class ServerBlocks:
         """Add the routes of ``hops`` (node pairs of one server); ``edge[i]``: hop ``i`` is a
         whole GPU-to-GPU edge (the P2P efficiency applies), else the GPU-NIC part of an
         edge between servers."""
+        template, shape, prefix = self.local_shape(hops, edge)
+        self.add_shape(prefix, hops[0][0], template, shape)
+
+    def local_shape(self, hops: list[tuple[str, str]], edge: list[bool]) -> tuple:
+        """(server design, entries as positions in the design's link ids, prefix of the
+        server's node ids) of ``hops``, as :meth:`local` adds them: worked out once per
+        design, hop sequence and ``edge``."""
         first = hops[0][0]
         info = self._nodes.get(first)
         if info is None:
@@ -52,14 +59,20 @@ class ServerBlocks:
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = self._shape(hops, edge)
-        pos, coef, wire = shape
-        self.links.append(self.cluster.server_link_ids(first, key[0])[pos])
+        return template, shape, first[:cut]
+
+    def add_shape(self, prefix: str, node: str, template, shape: tuple) -> None:
+        """Add the entries ``shape`` (of :meth:`local_shape`, on a server of design
+        ``template``) on ``node``'s server, whose node ids begin with ``prefix``."""
+        pos, coef, wire, need = shape
+        self.links.append(_link_ids(self.cluster, prefix, node, template, need)[pos])
         self.coefs.append(coef)
         self.wires.append(wire)
 
     def _shape(self, hops, edge) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Route ``hops`` on this server; return their entries as positions in the
-        server's link ids, with coefficients as ``EdgeSet.add`` computes them."""
+        server's link ids, with coefficients as ``EdgeSet.add`` computes them, and how
+        many of the server's link ids they need."""
         cluster = self.cluster
         links, coefs, wires = [], [], []
         for (a, b), whole in zip(hops, edge):
@@ -75,7 +88,7 @@ class ServerBlocks:
         ids = cluster.server_link_ids(hops[0][0])
         where = {int(link): i for i, link in enumerate(ids.tolist())}
         pos = np.array([where[link] for link in np.concatenate(links).tolist()], np.int64)
-        return pos, np.concatenate(coefs), np.concatenate(wires)
+        return pos, np.concatenate(coefs), np.concatenate(wires), len(ids)
 
     def fabric(self, nic_a: str, nic_b: str) -> None:
         """Add the NIC-to-NIC part of an edge between servers (filled in by
@@ -88,8 +101,10 @@ class ServerBlocks:
         """(link ids, rate coefficients, wire bytes) of every edge added, in order."""
         cluster = self.cluster
         by_switches: dict = {}
+        known = cluster._attached                 # NIC -> its switch, as found so far
         for item in self._pending:
-            key = (cluster._attached_switch(item[1]), cluster._attached_switch(item[2]))
+            key = (known.get(item[1]) or cluster._attached_switch(item[1]),
+                   known.get(item[2]) or cluster._attached_switch(item[2]))
             by_switches.setdefault(key, []).append(item)
         for (sw_a, sw_b), items in by_switches.items():
             core = cluster.switch_paths(sw_a, sw_b)
@@ -116,9 +131,10 @@ class ServerBlocks:
         ids[:, :, 1:width + 1] = core
         ids[:, :, width + 1] = np.array([link_id[(sw_b, b)] for _, _, b in items])[:, None]
         coef = np.full(rows * (width + 2), 1.0 / rows) * self.weight
-        for e, (slot, _, _) in enumerate(items):
-            self.links[slot] = ids[e].reshape(-1)
-            self.coefs[slot] = self.wires[slot] = coef
+        links, coefs, wires = self.links, self.coefs, self.wires
+        for (slot, _, _), row in zip(items, ids.reshape(len(items), -1)):
+            links[slot] = row
+            coefs[slot] = wires[slot] = coef
 
     def between(self, a: str, nic_a: str, nic_b: str, b: str) -> None:
         """Add the edge GPU ``a`` -> GPU ``b`` of another server, through the NICs."""
@@ -127,18 +143,48 @@ class ServerBlocks:
         self.local([(nic_b, b)], [False])
 
 
-def ring_blocks(cluster: Cluster, orders, eff: float) -> ServerBlocks:
-    """The entries of ``layouts.ring_edges`` (whole rings, more than one server)."""
-    out = ServerBlocks(cluster, 1.0 / len(orders), eff)
-    for servers in orders:
-        n = len(servers)
-        for i, (order, nic) in enumerate(servers):
-            nxt, nic_b = servers[(i + 1) % n]
-            hops = list(zip(order, order[1:])) + [(order[-1], nic)]
-            out.local(hops, [True] * (len(hops) - 1) + [False])
-            out.fabric(nic, nic_b)
-            out.local([(nic_b, nxt[0])], [False])
+def _link_ids(cluster: Cluster, prefix: str, node: str, template, need: int) -> np.ndarray:
+    """``cluster.server_link_ids(node, template)``, at least its first ``need`` ids, kept
+    per server (``prefix`` of its node ids: the cluster looks up a node's server anew)."""
+    cache = cluster.__dict__.setdefault("_block_link_ids", {})
+    ids = cache.get(prefix)
+    if ids is None or len(ids) < need:
+        ids = cache[prefix] = cluster.server_link_ids(node, template)
+    return ids
+
+
+def ring_blocks(cluster: Cluster, per_server: list[tuple], eff: float) -> ServerBlocks:
+    """The entries of ``layouts.ring_edges`` (whole rings, more than one server), from
+    ``layouts.server_orders``: each server's way in and out worked out once per design,
+    member GPUs and channel, then read off per server."""
+    channels = max(len(nics) for _, _, (nics, _) in per_server)
+    out = ServerBlocks(cluster, 1.0 / channels, eff)
+    ways: dict = {}          # (design and members, channel's NIC) -> (out, in) entries
+    n = len(per_server)
+    firsts = [prefix + orders[0][0] for prefix, _, (_, orders) in per_server]
+    for c in range(channels):
+        steps = [_ring_way(out, ways, prefix, key, shape, c % len(shape[0]))
+                 for prefix, key, shape in per_server]
+        for i, (leave, _, nic) in enumerate(steps):
+            enter, nxt = steps[(i + 1) % n][1], (i + 1) % n
+            out.add_shape(per_server[i][0], firsts[i], per_server[i][1][0], leave)
+            out.fabric(nic, steps[nxt][2])
+            out.add_shape(per_server[nxt][0], firsts[nxt], per_server[nxt][1][0], enter)
     return out
+
+
+def _ring_way(out: ServerBlocks, ways: dict, prefix: str, key, shape, j: int) -> tuple:
+    """(entries of the hops from the ring's entry GPU through the server to NIC ``j``,
+    entries of NIC ``j`` to the entry GPU, the NIC's node id) on the server ``prefix``."""
+    nics, orders = shape
+    known = ways.get((key, j))
+    if known is None:
+        order, nic = [prefix + g for g in orders[j]], prefix + nics[j]
+        hops = list(zip(order, order[1:])) + [(order[-1], nic)]
+        known = ways[(key, j)] = (
+            out.local_shape(hops, [True] * (len(hops) - 1) + [False])[1],
+            out.local_shape([(nic, order[0])], [False])[1])
+    return known[0], known[1], prefix + nics[j]
 
 
 def tree_blocks(cluster: Cluster, orders, eff: float, parent) -> ServerBlocks:

@@ -44,10 +44,18 @@ class Communicator:
 
 
 def make_communicator(cluster: Cluster, ranks: list[int]) -> Communicator:
-    by_server: dict[int, list[str]] = {}
-    for r in ranks:
-        by_server.setdefault(int(cluster.server_of_rank[r]), []).append(cluster.gpus[r])
-    return Communicator(tuple(tuple(by_server[s]) for s in sorted(by_server)))
+    """The GPUs of ``ranks`` per server, servers by id, each server's in ``ranks`` order
+    (one stable sort by server)."""
+    if not len(ranks):
+        return Communicator(())
+    order = np.asarray(ranks, np.int64)
+    server = cluster.server_of_rank[order]
+    by = np.argsort(server, kind="stable")
+    cuts = (np.flatnonzero(np.diff(server[by])) + 1).tolist()
+    gpus = cluster.gpus
+    names = [gpus[r] for r in order[by].tolist()]
+    return Communicator(tuple(tuple(names[i:j]) for i, j in
+                              zip([0] + cuts, cuts + [len(names)])))
 
 
 def gpu_route(cluster: Cluster, src: str, dst: str, src_nic: str | None = None,
@@ -76,6 +84,21 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
     """
     if comm.n_nodes == 1:
         return [[(list(comm.groups[0]), None)]]
+    per_server = server_orders(cluster, comm)
+    n_ch = channels or max(len(nics) for _, _, (nics, _) in per_server)
+    out = []
+    for c in range(n_ch):
+        servers = []
+        for prefix, _, (nics, orders) in per_server:
+            j = c % len(nics)
+            servers.append(([prefix + g for g in orders[j]], prefix + nics[j]))
+        out.append(servers)
+    return out
+
+
+def server_orders(cluster: Cluster, comm: Communicator) -> list[tuple]:
+    """Per server of ``comm``: (prefix of its node ids, (design, member GPUs' local names),
+    (NICs, per NIC the GPU order) as local names), the last one object per key."""
     shapes: dict = {}
     per_server = []
     for gpus in comm.groups:
@@ -85,16 +108,8 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
         shape = shapes.get(key)
         if shape is None:
             shape = shapes[key] = _server_orders(cluster, gpus, prefix)
-        per_server.append((prefix, shape))
-    n_ch = channels or max(len(nics) for _, (nics, _) in per_server)
-    out = []
-    for c in range(n_ch):
-        servers = []
-        for prefix, (nics, orders) in per_server:
-            j = c % len(nics)
-            servers.append(([prefix + g for g in orders[j]], prefix + nics[j]))
-        out.append(servers)
-    return out
+        per_server.append((prefix, key, shape))
+    return per_server
 
 
 def _server_orders(cluster: Cluster, gpus: tuple[str, ...], prefix: str):
@@ -187,10 +202,11 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     starts at that GPU (broadcast and reduce pipelines). ``host_path``: NCCL without PXN
     (:mod:`.host_path`).
     """
-    orders = channel_orders(cluster, comm)
     edges = _edge_set(cluster, comm, host_path)
     if chain_from is None and comm.n_nodes > 1 and blocks_exact(cluster, host_path):
-        return _from_blocks(edges, ring_blocks(cluster, orders, pcie_p2p_efficiency))
+        per_server = server_orders(cluster, comm)
+        return _from_blocks(edges, ring_blocks(cluster, per_server, pcie_p2p_efficiency))
+    orders = channel_orders(cluster, comm)
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
     for ch, servers in enumerate(orders):
