@@ -1,5 +1,7 @@
 """Bulk stamping of servers builds the graph that stamping server by server builds."""
 
+from pathlib import Path
+
 import networkx as nx
 import pytest
 
@@ -54,3 +56,22 @@ def test_refuses_a_graph_with_nodes():
     G.add_node("x")
     with pytest.raises(ValueError):
         stamp_servers(G, server_layout({"type": "dgx_a100"}), 1)
+
+
+def _one_by_one(G, layout, count):
+    for s in range(count):
+        stamp(G, layout, s)
+
+
+@pytest.mark.parametrize("name", ["dgx-a100-superpod", "dgx-h100-superpod", "gb200-nvl72",
+                                  "a100-roce-leaf-spine", "hgx-h100-roce", "aws-p5"])
+def test_shipped_fabrics_build_the_graph_of_stamping_one_by_one(name, monkeypatch):
+    from simulator.topology import fabrics
+    from simulator.topology.loader import load_topology
+    path = Path(__file__).resolve().parents[1] / "topologies" / f"{name}.yaml"
+    new = load_topology(path, nodes=5)
+    monkeypatch.setattr(fabrics, "stamp_servers", _one_by_one)
+    old = load_topology(path, nodes=5)
+    assert _dump(new) == _dump(old) and new.graph == old.graph
+    gpus = [n for n, kind in new.nodes(data="kind") if kind == "gpu"]
+    assert len(gpus) == 5 * new.graph["gpus_per_node"]
