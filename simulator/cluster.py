@@ -25,6 +25,7 @@ import numpy as np
 from .choices import ECMP_MODES
 from .collectives.constants import ModelConstants, load_constants
 from .errors import TopologyError
+from .gcpause import gc_paused
 from .hardware import link_names, link_spec
 from .routing import SwitchRouter
 
@@ -94,8 +95,9 @@ class Cluster:
         self.ecmp = ecmp
         self.seed = seed
         self.qps = qps
-        self._index_links(link_efficiency or {})
-        self._index_ranks()
+        with gc_paused():      # an entry per link and per GPU, no cycles
+            self._index_links(link_efficiency or {})
+            self._index_ranks()
         self._local_paths: dict = {}
         self._switch_paths: dict = {}
         self._route_cache: dict = {}

@@ -14,6 +14,7 @@ from .compute import ComputeModel
 from .engine import EngineConfig, Timeline, replay
 from .engine.variability import resolve_sigmas
 from .errors import ConfigError
+from .gcpause import gc_paused
 from .hardware import check_training_precision, gpu_spec
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
@@ -188,6 +189,12 @@ def build_setup(scn: Scenario, source: str = "<scenario>", cluster: Cluster | No
     ``extrapolate_steps``, a step of many identical micro-steps gets the few replayed traces
     of :mod:`simulator.accum` (``Setup.accum``) instead of the whole trace.
     """
+    with gc_paused():          # millions of graph, index and trace objects, no cycles
+        return _build_setup(scn, source, cluster, extrapolate_steps)
+
+
+def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
+                 extrapolate_steps: bool) -> Setup:
     try:
         model = load_model(scn.model)
     except ConfigError as exc:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.trace.matching import peers_fit, transfers_match
+from simulator.trace.matching import _members_match, ops_match, peers_fit, transfers_match
 from simulator.trace.schema import Op, RankClass, Trace, TraceError
 
 
@@ -32,6 +32,43 @@ def test_matching_transfers_pass_the_fast_check():
                RankClass("c", (4, 6), [_op(0, "send", 1)]),
                RankClass("d", (5, 7), [])]
     assert transfers_match(classes, 8)
+    assert ops_match(classes) and ops_match(_halves())
+    # one recv op of b takes its transfers from two classes' send ops: no one send op
+    # carries them, so the op-by-op check says no and the transfer-by-transfer one decides
+    split = [RankClass("a0", (0,), [_op(0, "send", 1)]),
+             RankClass("a2", (2,), [_op(0, "send", 3)]),
+             RankClass("b", (1, 3), [_op(0, "recv", 0)])]
+    assert not ops_match(split) and _members_match(split, 4) and transfers_match(split, 4)
+    Trace(4, split, {}).validate()
+
+
+def _transfers(classes, kind):
+    """(sender, receiver, tag, ordinal) -> size of every member's ``kind``, by the rule."""
+    out = {}
+    for cls in classes:
+        seen = {}
+        for op in cls.ops:
+            if op.kind != kind:
+                continue
+            tag = op.attrs.get("tag")
+            k = seen[(op.peer, tag)] = seen.get((op.peer, tag), -1) + 1
+            for r in cls.ranks:
+                p = op.peer + r - cls.ranks[0]
+                out[(r, p, tag, k) if kind == "send" else (p, r, tag, k)] = op.size_bytes
+    return out
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 2, 1, 0), (1, 0, 3, 2)])
+@pytest.mark.parametrize("recv_order", [(4, 5, 6, 7), (7, 6, 5, 4)])
+def test_ops_match_only_where_every_member_matches(order, recv_order):
+    sends = [_op(0, "send", 4 + order[0]), _op(1, "send", 4 + order[0], tag="t")]
+    recvs = [_op(0, "recv", recv_order[0] - 4), _op(1, "recv", recv_order[0] - 4, tag="t")]
+    classes = [RankClass("a", order, sends), RankClass("b", recv_order, recvs)]
+    same = _transfers(classes, "send") == _transfers(classes, "recv")
+    assert transfers_match(classes, 8) == same
+    if ops_match(classes):
+        assert same
+    assert ops_match(classes) == (same and [r + 4 for r in order] == list(recv_order))
 
 
 @pytest.mark.parametrize("classes, words", [
@@ -43,6 +80,7 @@ def test_matching_transfers_pass_the_fast_check():
      "has no matching"),                                        # one recv short
 ])
 def test_every_mismatch_fails_the_fast_check_and_is_worded_by_the_schema(classes, words):
+    assert not ops_match(classes) and not _members_match(classes, 8)
     assert not transfers_match(classes, 8)
     with pytest.raises(TraceError, match=words):
         Trace(8, classes, {}).validate()

@@ -21,7 +21,8 @@ from simulator.hardware import LinkSpec, link_spec
 from simulator.topology.args import (MAX_SPINES, check_int, check_nodes, check_positive,
                                      check_switch_links, edge_attrs, link_arg)
 from simulator.topology.checks import check_cluster
-from simulator.topology.servers import ServerLayout, server_layout, stamp
+from simulator.topology.servers import ServerLayout, server_layout
+from simulator.topology.stamping import stamp_servers
 
 
 def single_switch(nodes: int, node: dict[str, Any]) -> nx.Graph:
@@ -164,8 +165,7 @@ def _fabric_args(nodes, node, nodes_per_leaf, spines, oversubscription,
 
 def _servers(name: str, nodes: int, layout: ServerLayout) -> nx.Graph:
     G = nx.Graph(name=name, gpu=layout.gpu, gpus_per_node=layout.gpus, nodes=nodes)
-    for s in range(nodes):
-        stamp(G, layout, s)
+    stamp_servers(G, layout, nodes)
     return G
 
 

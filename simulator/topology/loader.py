@@ -23,6 +23,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from simulator.errors import ConfigError, TopologyError, validation_error
+from simulator.gcpause import gc_paused
 from simulator.inputs import path_name, regular_file
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_time
@@ -109,8 +110,9 @@ def load_topology(path: str | Path, nodes: int | None = None,
     """
     source = str(path)
     data = read_yaml(Path(path), "topology file")
-    return topology_from_dict(data, source=source, nodes=nodes, links=links,
-                              nodes_from=nodes_from)
+    with gc_paused():          # a million node and edge dicts, no cycles
+        return topology_from_dict(data, source=source, nodes=nodes, links=links,
+                                  nodes_from=nodes_from)
 
 
 # single-server generators and the fabric ``node: {type: ...}`` their servers are

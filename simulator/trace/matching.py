@@ -5,7 +5,9 @@ A send or recv op of a class stands for one transfer per member (members map by 
 transfers; checking them one Python tuple at a time took seconds each time a trace was
 checked. Here each op's members are one numpy array: ``peers_fit`` checks that no member
 sends to itself or outside the world, ``transfers_match`` that every send has its recv of the
-same size and the other way round, by sorting one integer key per transfer.
+same size and the other way round: first op by op (a send op and a recv op carry the same
+transfers when the recv's class, shifted by its peer offset, lists the send's ranks in the
+same order), else by sorting one integer key per transfer.
 
 Both only answer "all good"; where they say no (or cannot tell, e.g. keys too wide for 64
 bits), the schema runs its member-by-member check, which finds the first offender and
@@ -57,6 +59,40 @@ def transfers_match(classes: list, world_size: int) -> bool:
     """Every send between ranks of ``classes`` has exactly one recv with the same sender,
     receiver, tag and ordinal and the same size, and every recv its send (peers already
     checked with :func:`peers_fit`)."""
+    return ops_match(classes) or _members_match(classes, world_size)
+
+
+def ops_match(classes: list) -> bool:
+    """Every send op of ``classes`` has a recv op carrying the very same transfers (same
+    senders in the same order, receivers, tag, ordinal and size) and the other way round.
+
+    A send op of ranks ``R`` at offset ``o`` carries ``(r, r + o)`` for ``r`` in ``R``; a
+    recv op of ranks ``Q`` at offset ``p`` carries ``(q + p, q)``: the same transfers when
+    ``o == -p`` and ``R == Q + p`` in order. Ranks are distinct within and across classes
+    and ordinals distinct within one (checked before), so every transfer is one key, and
+    equal counts of op keys on both sides mean equal transfers. False says nothing about
+    the members (one recv op may take its transfers from several send ops' classes)."""
+    balance: dict = {}
+    for cls in classes:
+        ranks = ranks_array(cls.ranks)
+        if ranks is None:
+            return False
+        own = None
+        for op, tag, k in peer_ops(cls):
+            offset = op.peer - cls.ranks[0]
+            if op.kind == "send":
+                own = ranks.tobytes() if own is None else own
+                key, step = (own, offset, tag, k, op.size_bytes), 1
+            else:
+                if not -_KEY_LIMIT < offset < _KEY_LIMIT:
+                    return False
+                key, step = ((ranks + offset).tobytes(), -offset, tag, k, op.size_bytes), -1
+            balance[key] = balance.get(key, 0) + step
+    return not any(balance.values())
+
+
+def _members_match(classes: list, world_size: int) -> bool:
+    """:func:`transfers_match` transfer by transfer: one sorted integer key per member."""
     tags: dict = {}                     # (tag, k) -> small integer
     sides = {"send": ([], [], []), "recv": ([], [], [])}   # keys of pairs, (tag, k), sizes
     for cls in classes:

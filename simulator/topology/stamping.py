@@ -1,0 +1,66 @@
+"""Stamp many servers of one design onto a new graph at once.
+
+:func:`simulator.topology.servers.stamp` adds one server through networkx's
+``add_nodes_from``/``add_edges_from``, which check every node and edge; at 16,384 servers
+that is most of building the topology. Here the design is stamped once onto a small graph
+with local ids (the *template*, so networkx itself decides adjacency order and merges
+repeated edges), and each server copies the template's node and adjacency dicts with its
+``n{server}.`` prefix: the same nodes, edges, attributes and orders as stamping server by
+server (tests compare the two), one edge-data dict shared by both directions as networkx
+keeps it.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from simulator.topology.servers import ServerLayout
+
+
+def _template(layout: ServerLayout) -> tuple:
+    """(node rows, adjacency rows, edge attrs) of ``layout`` with local ids.
+
+    Node rows are ``(local id, attrs, is_gpu)``; adjacency rows ``[(neighbour's node row,
+    edge index)]`` in networkx's (node) order; edge attrs one dict per distinct edge.
+    """
+    T = nx.Graph()
+    T.add_nodes_from(layout.nodes)
+    T.add_edges_from(layout.edges)
+    if len(T) != len(layout.nodes):
+        raise ValueError(f"layout {layout.template!r} has edges to nodes it does not list")
+    index: dict[int, int] = {}
+    edges: list[dict] = []
+    position = {n: i for i, n in enumerate(T)}
+    adjacency = []
+    for nbrs in T.adj.values():
+        row = []
+        for v, d in nbrs.items():
+            if id(d) not in index:
+                index[id(d)] = len(edges)
+                edges.append(d)
+            row.append((position[v], index[id(d)]))
+        adjacency.append(tuple(row))
+    nodes = tuple((n, d, d["kind"] == "gpu") for n, d in T.nodes(data=True))
+    return nodes, tuple(adjacency), tuple(edges)
+
+
+def stamp_servers(G: nx.Graph, layout: ServerLayout, count: int) -> None:
+    """Add servers ``0..count-1`` of ``layout`` to the empty graph ``G`` (what ``count``
+    calls of :func:`~simulator.topology.servers.stamp` add, in the same order)."""
+    if len(G):
+        raise ValueError("stamp_servers fills an empty graph")
+    nodes, adjacency, edge_attrs = _template(layout)
+    node_dict, adj_dict = G._node, G._adj     # networkx's own stores (no per-edge checks)
+    template, gpus = layout.template, layout.gpus
+    for s in range(count):
+        p = f"n{s}."
+        base = {"server": s, "template": template}
+        rank0 = s * gpus
+        names = [p + local for local, _, _ in nodes]
+        for name, (_, attrs, is_gpu) in zip(names, nodes):
+            node_dict[name] = ({**attrs, **base, "rank": rank0 + attrs["index"]}
+                               if is_gpu else {**attrs, **base})
+        data = [d.copy() for d in edge_attrs]
+        for name, row in zip(names, adjacency):
+            adj_dict[name] = {names[v]: data[e] for v, e in row}
+    getattr(nx, "_clear_cache", lambda graph: None)(G)   # networkx >= 3.3 caches
