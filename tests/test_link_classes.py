@@ -242,8 +242,8 @@ def test_counters_expand_to_every_link_and_survive_a_class_split_mid_transfer():
 
 
 def test_both_numberings_of_the_solved_classes_agree():
-    from simulator.network.reduced import _renumbered
+    from simulator.network.maxmin import renumbered
     links = np.array([7, 3, 7, 2000, 3], np.int64)
-    few, many = _renumbered(links, 2001), _renumbered(links, 10 ** 6)   # mark / sort
+    few, many = renumbered(links, 2001), renumbered(links, 10 ** 6)   # mark / sort
     assert few[0].tolist() == many[0].tolist() == [3, 7, 2000]
     assert few[1].tolist() == many[1].tolist() == [1, 0, 1, 2, 0]

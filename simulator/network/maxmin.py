@@ -69,13 +69,23 @@ def on_used_links(flows: FlowIncidence, n_links: int) -> tuple[FlowIncidence, np
     the used links' capacities gives the same rates, to the last bit, as on every link (a
     link no flow crosses takes no part in any round), in time that does not grow with the
     links of the whole fabric."""
-    mark = np.zeros(n_links, dtype=bool)
-    mark[flows.link] = True
-    used = np.flatnonzero(mark)
-    local = np.empty(n_links, dtype=np.int64)
-    local[used] = np.arange(len(used))
-    return FlowIncidence(flows.ptr, local[flows.link], flows.coef, flows.max_rate,
+    used, local = renumbered(flows.link, n_links)
+    return FlowIncidence(flows.ptr, local, flows.coef, flows.max_rate,
                          flows.part, flows.part_owner), used
+
+
+def renumbered(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct ``ids`` of 0..n-1, sorted; each of ``ids`` numbered 0.. in that
+    order)."""
+    if n > 16 * len(ids) + 1024:       # many possible, few used: sort the few
+        used, local = np.unique(ids, return_inverse=True)
+        return used, local.reshape(-1).astype(np.int64)
+    mark = np.zeros(n, dtype=bool)
+    mark[ids] = True
+    used = np.flatnonzero(mark)
+    index = np.empty(n, dtype=np.int64)
+    index[used] = np.arange(len(used))
+    return used, index[ids]
 
 
 def share_bandwidth(flows: FlowIncidence, capacity: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .maxmin import FlowIncidence, share_bandwidth_split
+from .maxmin import FlowIncidence, renumbered, share_bandwidth_split
 from .orbits import LinkClasses
 from .solve import Solution, Solver
 
@@ -53,7 +53,7 @@ class ClassSolver(Solver):
         lengths = [len(r.links) for r in rs]
         ptr = np.zeros(len(rs) + 1, np.int64)
         np.cumsum(lengths, out=ptr[1:])
-        classes, local = _renumbered(np.concatenate([r.links for r in rs]), self.classes.n)
+        classes, local = renumbered(np.concatenate([r.links for r in rs]), self.classes.n)
         coef = np.concatenate([r.coef for r in rs])
         inc = FlowIncidence(ptr, local, coef, np.array([f.max_rate for f in flows], float))
         check = None
@@ -75,19 +75,6 @@ class ClassSolver(Solver):
         for a in (rates, classes, occupancy, wire_load):
             a.setflags(write=False)
         return Solution(rates, classes, occupancy, wire_load, group), split
-
-
-def _renumbered(links: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the classes ``links`` names, sorted; ``links`` numbered 0.. in that order)."""
-    if n > 16 * len(links) + 1024:       # many classes, few used: sort the few
-        classes, local = np.unique(links, return_inverse=True)
-        return classes, local.reshape(-1)
-    mark = np.zeros(n, bool)
-    mark[links] = True
-    classes = np.flatnonzero(mark)
-    index = np.empty(n, np.int64)
-    index[classes] = np.arange(len(classes))
-    return classes, index[links]
 
 
 def _partly_full_check(rs: list, inc: FlowIncidence, classes: np.ndarray):
