@@ -139,7 +139,10 @@ class _Replayer:
         index = {t: i for i, t in enumerate(self.link_groups)}
         self.fabric.track(np.array([index[t] for t in types]), len(self.link_groups))
         self.records: list[OpRecord] = []
+        # (class id, op id) -> the event of the op's end, for the ops that others list in
+        # ``deps`` only: an event that nobody waits on would change nothing but the count
         self.done: dict[tuple[str, int], simpy.Event] = {}
+        self._times: dict = {}      # compute timer's answers (a pure function of its inputs)
         self.rendezvous: dict[tuple, _Rendezvous] = {}
         self.members = self._class_members()
         self.comm_active = {c.id: 0 for c in trace.classes}
@@ -186,7 +189,9 @@ class _Replayer:
     def run(self) -> Timeline:
         for cls in self.trace.classes:
             for op in cls.ops:
-                self.done[(cls.id, op.id)] = self.env.event()
+                for d in op.deps:
+                    if (cls.id, d) not in self.done:
+                        self.done[(cls.id, d)] = self.env.event()
             streams: dict[str, list[tuple[int, Op]]] = {}
             for position, op in enumerate(cls.ops):
                 streams.setdefault(op.stream, []).append((position, op))
@@ -214,8 +219,11 @@ class _Replayer:
 
     def _check_finished(self) -> None:
         """A replay that ran dry with ops left is a deadlock of the trace's program."""
+        if len(self.records) == sum(len(c.ops) for c in self.trace.classes):
+            return
+        ended = {(r.cls, r.op_id) for r in self.records}
         left = [f"rank class {c.id}, op {op.id} ({op.name})" for c in self.trace.classes
-                for op in c.ops if not self.done[(c.id, op.id)].triggered]
+                for op in c.ops if (c.id, op.id) not in ended]
         if left:
             why = self.p2p.stuck() or [f"{left[0]} never started or never finished"]
             raise ClusterSimError(f"replay deadlocked with {len(left)} op(s) unfinished: "
@@ -223,11 +231,10 @@ class _Replayer:
 
     def _stream(self, cls: RankClass, ops: list[tuple[int, Op]]):
         uses: dict[str, int] = {}
-        pool = self.pools[cls.id]
+        pool, done = self.pools[cls.id], self.done
         for position, op in ops:
-            deps = [self.done[(cls.id, d)] for d in op.deps]
-            if deps:
-                yield self.env.all_of(deps)
+            if op.deps:
+                yield _all_done(self.env, [done[(cls.id, d)] for d in op.deps])
             ready = self.env.now
             granted = pool.request(op.mem_alloc_bytes, position, op.name)
             if granted is not None:
@@ -252,7 +259,9 @@ class _Replayer:
             self.records.append(OpRecord(cls.id, op.id, op.name, op.stream, op.kind, op.layer,
                                          op.phase, ready, start, self.env.now, op.size_bytes,
                                          plan.algo if plan else "", plan.proto if plan else ""))
-            self.done[(cls.id, op.id)].succeed()
+            event = done.get((cls.id, op.id))
+            if event is not None:
+                event.succeed()
 
     def _duration(self, cls: RankClass, op: Op) -> float:
         """Time of a compute, memcpy or delay op."""
@@ -262,9 +271,12 @@ class _Replayer:
             else:
                 precision = op.attrs.get("precision", self.cfg.precision)
                 # m, n, k of a GEMM / attention kernel, for timers that use the shape
-                shape = {"shape": tuple(op.attrs[d] for d in "mnk")} if "m" in op.attrs else {}
-                base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
-                                              precision, **shape)
+                shape = tuple(op.attrs[d] for d in "mnk") if "m" in op.attrs else None
+                key = (op.op_class, op.flops, op.bytes_accessed, precision, shape)
+                base = self._times.get(key)
+                if base is None:
+                    base = self._times[key] = self.compute.op_time_s(
+                        *key[:4], **({"shape": shape} if shape is not None else {}))
             overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
             if self.vary is not None:
                 base *= self.vary.compute_factor(cls.id, op.op_class)
@@ -280,7 +292,9 @@ class _Replayer:
         rv = self.rendezvous.get(key)
         if rv is None:
             rv = self.rendezvous[key] = _Rendezvous(self.env, self.members[op.comm])
-            self.env.process(self._launch(op, rv))
+            # launched when the last class is here (as a process that waits on all_here
+            # would be, with no process: one callback, the only one of all_here)
+            rv.all_here.callbacks.append(lambda _e: self._launch(op, rv))
         rv.arrived += 1
         if rv.arrived == rv.expected:
             rv.all_here.succeed()
@@ -289,25 +303,45 @@ class _Replayer:
         self.comm_active[cls.id] -= 1
         return start_s, plan
 
-    def _launch(self, op: Op, rv: _Rendezvous):
-        yield rv.all_here
+    def _launch(self, op: Op, rv: _Rendezvous) -> None:
+        """Every class is here (``all_here`` is being processed): put the instance groups'
+        flows on the fabric, at once (nothing else is scheduled in this step, see
+        :meth:`Fabric.start`); ``rv.done`` fires, with (start, plan), one step after the
+        last transfer is done (as a wait on all of them would) and after the variability's
+        extra time."""
         start = self.env.now
         comm = self.trace.communicators[op.comm]
-        how = tuple(op.attrs.get(k, d) for k, d in (("algorithm", "auto"),
-                                                    ("protocol", "auto"), ("root", 0)))
+        attrs = op.attrs
+        how = ((attrs.get("algorithm", "auto"), attrs.get("protocol", "auto"),
+                attrs.get("root", 0)) if attrs else ("auto", "auto", 0))
         key = (op.comm, op.collective, op.size_bytes, how)
         launch = self._launches.get(key)
         if launch is None:      # the instance groups' plans, bundled (module docstring)
             plans = self._group_plans(op.collective, op.size_bytes, comm.groups, how)
             launch = self._launches[key] = (plans, self._bundled([p.flow() for p in plans]))
-        plans = launch[0]
-        transfers = [self.fabric.transfer(replace(f)) for f in launch[1]]
-        yield self.env.all_of(transfers)
+        plans, flows = launch
+        after = self.env.event()
+        after.callbacks.append(lambda _e: self._launched(op, rv, start, plans[0]))
+        if not flows:
+            after.succeed()
+            return
+        left = [len(flows)]
+
+        def moved(_event):
+            left[0] -= 1
+            if left[0] == 0:
+                after.succeed()
+        for flow in flows:
+            self.fabric.start(replace(flow)).callbacks.append(moved)
+
+    def _launched(self, op: Op, rv: _Rendezvous, start: float, plan) -> None:
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
-            factor = self.vary.collective_factor(op.comm, comm.size)
+            factor = self.vary.collective_factor(op.comm, self.trace.communicators[op.comm].size)
             if factor != 1.0:
-                yield self.env.timeout((factor - 1.0) * (self.env.now - start))
-        rv.done.succeed((start, plans[0]))
+                self.env.timeout((factor - 1.0) * (self.env.now - start)).callbacks.append(
+                    lambda _e: rv.done.succeed((start, plan)))
+                return
+        rv.done.succeed((start, plan))
 
     def _p2p_plans(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list:
         """The send/recv plans of (sender, receiver) ``pairs``, those not planned yet at
@@ -353,6 +387,27 @@ class _Replayer:
 
     def _bundled(self, flows: list) -> list:
         return bundled(flows) if self.cfg.bundles else flows
+
+
+def _all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
+    """An event scheduled exactly as ``env.all_of(events)`` is (at once where every one of
+    ``events`` is processed, else as the last of them is), with no value and no Condition."""
+    ev = simpy.Event(env)
+    pending = [e for e in events if e.callbacks is not None]
+    if not pending:
+        ev.succeed()
+    elif len(pending) == 1:
+        pending[0].callbacks.append(ev.succeed)
+    else:
+        left = [len(pending)]
+
+        def check(_event):
+            left[0] -= 1
+            if left[0] == 0:
+                ev.succeed()
+        for e in pending:
+            e.callbacks.append(check)
+    return ev
 
 
 def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,

@@ -8,9 +8,11 @@ chosen by name from :data:`FABRICS`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from heapq import heappop
 
 import numpy as np
 import simpy
+from simpy.events import URGENT
 
 from ..choices import FIDELITIES
 from .bundle import Join, instances, slowest_rate
@@ -76,25 +78,48 @@ class Fabric:
         a no-op where the fidelity has no shared load to sample."""
 
     def transfer(self, flow: Flow) -> simpy.Event:
-        """Start ``flow`` now; the returned event fires (value: the flow) when it is done."""
+        """Start ``flow`` now; the returned event fires (value: the flow) when it is done.
+
+        The flow starts as a SimPy process would (an urgent event at this instant, before
+        any event of normal priority), without a process: :meth:`start` runs then."""
         done = self.env.event()
-        self.env.process(self._run(flow, done))
+        begin = simpy.Event(self.env)
+        begin._ok, begin._value = True, None
+        begin.callbacks.append(lambda _e: self._begin(flow, done))
+        self.env.schedule(begin, URGENT)
         return done
 
-    def _run(self, flow: Flow, done: simpy.Event):
+    def start(self, flow: Flow) -> simpy.Event:
+        """Start ``flow`` at once, in the caller's step; the event as :meth:`transfer`'s.
+
+        The same as :meth:`transfer` where the caller's step is an event of normal priority
+        that schedules nothing after this call (no urgent event can be pending then, so the
+        urgent start would be the very next thing the environment does)."""
+        done = self.env.event()
+        self._begin(flow, done)
+        return done
+
+    def _begin(self, flow: Flow, done: simpy.Event) -> None:
         flow.start_s = self.env.now
         if flow.latency_s > 0:
-            yield self.env.timeout(flow.latency_s)
+            self.env.timeout(flow.latency_s).callbacks.append(
+                lambda _e: self._arrive(flow, done))
+        else:
+            self._arrive(flow, done)
+
+    def _arrive(self, flow: Flow, done: simpy.Event) -> None:
+        """The latency has passed: the first byte moves."""
         if flow.size_bytes <= 0:
             self._finish(flow, done)
-            return
-        yield from self._move(flow, done)
+        else:
+            self._move(flow, done)
 
     def _finish(self, flow: Flow, done: simpy.Event) -> None:
         flow.end_s = self.env.now
         done.succeed(flow)
 
-    def _move(self, flow: Flow, done: simpy.Event):  # pragma: no cover - abstract hook
+    def _move(self, flow: Flow, done: simpy.Event) -> None:  # pragma: no cover - abstract
+        """Move the bytes of ``flow``; call :meth:`_finish` when they have arrived."""
         raise NotImplementedError
 
 
@@ -125,14 +150,13 @@ class AnalyticalFabric(Fabric):
 
     name = "analytical"
 
-    def _move(self, flow: Flow, done: simpy.Event):
+    def _move(self, flow: Flow, done: simpy.Event) -> None:
         rate = slowest_rate(flow, lambda f: bottleneck_rate(f, self.capacity))
         self.solves += 1
         duration = flow.size_bytes / rate
         np.add.at(self.link_occupancy_bytes, flow.links, flow.coef * flow.size_bytes)
         np.add.at(self.link_bytes, flow.links, wire_coef(flow) * flow.size_bytes)
-        yield self.env.timeout(duration)
-        self._finish(flow, done)
+        self.env.timeout(duration).callbacks.append(lambda _e: self._finish(flow, done))
 
 
 class FlowFabric(Fabric):
@@ -187,12 +211,10 @@ class FlowFabric(Fabric):
         self._solver.track(self._groups, n_groups)
         self._now = self._solver.idle
 
-    def _move(self, flow: Flow, done: simpy.Event):
+    def _move(self, flow: Flow, done: simpy.Event) -> None:
         self._advance()
         self._active.append([flow, float(flow.size_bytes), done])
         self._request_update()
-        return
-        yield  # makes this a generator
 
     def _request_update(self) -> None:
         # Flows that start at the same instant are solved once, not once each.
@@ -298,7 +320,11 @@ def make_fabric(name: str, env: simpy.Environment, capacity_bytes_per_s: np.ndar
 
 
 class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes (for benchmarks)."""
+    """A SimPy environment that counts the events it processes (for benchmarks).
+
+    ``run()`` without ``until`` processes the events in its own loop, the one of
+    :meth:`simpy.Environment.step` written out, so the count costs no Python frame per
+    event; :meth:`step` (and ``run(until)``, which goes through it) counts too."""
 
     def __init__(self, initial_time: float = 0):
         super().__init__(initial_time)
@@ -307,3 +333,22 @@ class CountingEnvironment(simpy.Environment):
     def step(self) -> None:
         self.events_processed += 1
         super().step()
+
+    def run(self, until=None):
+        if until is not None:
+            return super().run(until)
+        queue, pop, count = self._queue, heappop, 0
+        try:
+            while queue:
+                self._now, _, _, event = pop(queue)
+                count += 1
+                callbacks, event.callbacks = event.callbacks, None
+                for callback in callbacks:
+                    callback(event)
+                if not event._ok and not hasattr(event, "_defused"):
+                    exc = type(event._value)(*event._value.args)    # as step() raises it
+                    exc.__cause__ = event._value
+                    raise exc
+        finally:
+            self.events_processed += count
+        return None
