@@ -40,11 +40,13 @@ import simpy
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
+from ..gcpause import gc_paused
 from ..network.bundle import bundled
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace
 from .memory import MemoryPool
 from .p2p import PointToPoint
+from .planning import Plans
 from .seams import CollectivePlanner, ComputeTimer
 from .variability import Variability
 
@@ -73,7 +75,7 @@ class EngineConfig:
     link_classes: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class OpRecord:
     """What happened to one op of one rank class (times in seconds)."""
 
@@ -146,7 +148,7 @@ class _Replayer:
         self.rendezvous: dict[tuple, _Rendezvous] = {}
         self.members = self._class_members()
         self.comm_active = {c.id: 0 for c in trace.classes}
-        self._plans: dict = {}
+        self.plans = Plans(collectives)
         # (comm, collective, size, how) -> the plans of its groups and their bundled flows;
         # attrs may pin the algorithm, protocol and root (a position in the group)
         self._launches: dict = {}
@@ -155,7 +157,7 @@ class _Replayer:
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
                                        [o.mem_alloc_bytes for o in c.ops])
                       for c in trace.classes}
-        self.p2p = PointToPoint(self.env, self.fabric, self._p2p_plans, trace.classes,
+        self.p2p = PointToPoint(self.env, self.fabric, self.plans.p2p, trace.classes,
                                 cfg.bundles)
         self._check_host_copies()
 
@@ -317,7 +319,7 @@ class _Replayer:
         key = (op.comm, op.collective, op.size_bytes, how)
         launch = self._launches.get(key)
         if launch is None:      # the instance groups' plans, bundled (module docstring)
-            plans = self._group_plans(op.collective, op.size_bytes, comm.groups, how)
+            plans = self.plans.groups(op.collective, op.size_bytes, comm.groups, how)
             launch = self._launches[key] = (plans, self._bundled([p.flow() for p in plans]))
         plans, flows = launch
         after = self.env.event()
@@ -342,39 +344,6 @@ class _Replayer:
                     lambda _e: rv.done.succeed((start, plan)))
                 return
         rv.done.succeed((start, plan))
-
-    def _p2p_plans(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list:
-        """The send/recv plans of (sender, receiver) ``pairs``, those not planned yet at
-        once (``plan_pairs`` of the collective model, where the planner has it)."""
-        batch = getattr(self.coll, "plan_pairs", None)
-        return self._batched("send_recv", size_bytes, pairs, ("auto", "auto", 0),
-                             batch and (lambda new: batch(size_bytes, new)))
-
-    def _group_plans(self, collective: str, size_bytes: int, groups, how: tuple) -> list:
-        """The plans of a communicator's ``groups``, those not planned yet at once
-        (``plan_groups`` of the collective model, where the planner has it)."""
-        batch = getattr(self.coll, "plan_groups", None)
-        return self._batched(collective, size_bytes, groups, how,
-                             batch and (lambda new: batch(collective, size_bytes, new, *how)))
-
-    def _batched(self, collective: str, size_bytes: int, groups, how: tuple, batch) -> list:
-        """The plans of ``groups`` (rank tuples), the ones not cached yet planned together
-        by ``batch(new groups)`` when there is one, else one by one."""
-        keys = [(collective, size_bytes, tuple(g), how) for g in groups]
-        new = [k[2] for k in dict.fromkeys(keys) if k not in self._plans]
-        if new and batch is not None:
-            for group, plan in zip(new, batch(new)):
-                self._plans[(collective, size_bytes, group, how)] = plan
-        return [self._cached_plan(*k) for k in keys]
-
-    def _cached_plan(self, collective: str, size_bytes: int, group: tuple[int, ...],
-                     how: tuple):
-        key = (collective, size_bytes, group, how)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self.coll.plan(collective, size_bytes, list(group),
-                                                     *how)
-        return plan
 
     def _host_copy(self, cls: RankClass, op: Op):
         """``send`` (GPU to host) or ``recv`` (host to GPU) between every GPU of the class
@@ -422,5 +391,9 @@ def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,
     """
     if not checked:
         trace.validate()
-    return _Replayer(trace, collectives, compute, config or EngineConfig(),
-                     capacity_bytes).run()
+    # The events, records and plans of a replay are freed by reference counting (it makes
+    # no garbage cycles while it runs); the cyclic collector would only walk them, and the
+    # trace and cluster, again and again (a quarter of the replay's time).
+    with gc_paused():
+        return _Replayer(trace, collectives, compute, config or EngineConfig(),
+                         capacity_bytes).run()
