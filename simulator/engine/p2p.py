@@ -45,12 +45,14 @@ class PointToPoint:
     ``plan(size_bytes, pairs)`` lays out the transfers of (sender, receiver) ``pairs`` (a
     planned transfer each, with ``flow()``). The transfers that become ready when one op arrives start together, and
     neighbours among them with the same payload, latency and rate cap go as one bundle
-    (:mod:`simulator.network.bundle`) unless ``bundles`` is False.
+    (:mod:`simulator.network.bundle`) unless ``bundles`` is False. With ``lean`` the
+    fabric reports a transfer done in the step that finds it so, not by an event one step
+    later (:mod:`simulator.engine.launch`).
     """
 
     def __init__(self, env: simpy.Environment, fabric: Fabric, plan, classes: list,
-                 bundles: bool = True):
-        self.env, self.fabric, self.plan = env, fabric, plan
+                 bundles: bool = True, lean: bool = False):
+        self.env, self.fabric, self.plan, self.lean = env, fabric, plan, lean
         self.signature = signature if bundles else id      # id: no two flows alike
         # (class id, op id) -> (class, op, tag, k) of each send/recv between ranks; its
         # transfers (one per member) are listed only when needed (op_transfer_keys)
@@ -128,8 +130,7 @@ class PointToPoint:
             m.plan = cached[0][0]
             m.left = len(cached[1])
             for flow, _ in cached[1]:
-                self.fabric.transfer(replace(flow)).callbacks.append(
-                    lambda _e, m=m: self._group_moved(m))
+                self._transfer(replace(flow), lambda _e, m=m: self._group_moved(m))
         yield wait.event
         return m.start_s, m.plan
 
@@ -163,10 +164,16 @@ class PointToPoint:
             cached = self._bundles[tuple(id(p) for p in plans)] = (plans, self._runs(plans))
         first = 0
         for flow, count in cached[1]:
-            done = self.fabric.transfer(replace(flow))
             met = [m for _, m in ready[first:first + count]]
-            done.callbacks.append(lambda _e, met=met: self._delivered(met))
+            self._transfer(replace(flow), lambda _e, met=met: self._delivered(met))
             first += count
+
+    def _transfer(self, flow, then) -> None:
+        """Start ``flow``; ``then`` is called when it is done."""
+        if self.lean:
+            self.fabric.transfer(flow, then)
+        else:
+            self.fabric.transfer(flow).callbacks.append(then)
 
     @staticmethod
     def _delivered(met: list) -> None:

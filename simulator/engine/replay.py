@@ -41,10 +41,10 @@ import simpy
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..gcpause import gc_paused
-from ..network.bundle import bundled
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace
 from .memory import MemoryPool
+from .launch import Launcher, countdown
 from .p2p import PointToPoint
 from .planning import Plans
 from .seams import CollectivePlanner, ComputeTimer
@@ -63,7 +63,9 @@ class EngineConfig:
     instances of a collective or send as one bundle (:mod:`simulator.network.bundle`; the
     same times), False for one flow per instance (the reference, slower at scale);
     ``link_classes``: the flow fabric solves on classes of equivalent links
-    (:class:`~simulator.network.fabric.FlowFabric`), False on every link (the reference)."""
+    (:class:`~simulator.network.fabric.FlowFabric`), False on every link (the reference);
+    ``lean``: two SimPy steps fewer per collective (:mod:`simulator.engine.launch`; the same
+    order of events), False for the reference schedule."""
 
     fidelity: str = "flow"
     overlap_slowdown: float = 0.0
@@ -73,6 +75,7 @@ class EngineConfig:
     seed: int = 0
     bundles: bool = True
     link_classes: bool = True
+    lean: bool = True
 
 
 @dataclass(slots=True)
@@ -118,16 +121,6 @@ class Timeline:
     fabric_stats: dict = field(default_factory=dict)   # solves, bundles split
 
 
-class _Rendezvous:
-    """Collective matching across rank classes: key (comm, stream, k-th use)."""
-
-    def __init__(self, env: simpy.Environment, expected: int):
-        self.arrived = 0
-        self.expected = expected
-        self.all_here = env.event()
-        self.done = env.event()
-
-
 class _Replayer:
     def __init__(self, trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,
                  cfg: EngineConfig, capacity_bytes: int):
@@ -145,20 +138,17 @@ class _Replayer:
         # ``deps`` only: an event that nobody waits on would change nothing but the count
         self.done: dict[tuple[str, int], simpy.Event] = {}
         self._times: dict = {}      # compute timer's answers (a pure function of its inputs)
-        self.rendezvous: dict[tuple, _Rendezvous] = {}
-        self.members = self._class_members()
         self.comm_active = {c.id: 0 for c in trace.classes}
         self.plans = Plans(collectives)
-        # (comm, collective, size, how) -> the plans of its groups and their bundled flows;
-        # attrs may pin the algorithm, protocol and root (a position in the group)
-        self._launches: dict = {}
         self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
                      if cfg.variability is not None else None)
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
                                        [o.mem_alloc_bytes for o in c.ops])
                       for c in trace.classes}
         self.p2p = PointToPoint(self.env, self.fabric, self.plans.p2p, trace.classes,
-                                cfg.bundles)
+                                cfg.bundles, cfg.lean)
+        self.launcher = Launcher(self.env, self.fabric, trace, self.plans, self.vary,
+                                 cfg.bundles, cfg.lean)
         self._check_host_copies()
 
     def _check_host_copies(self) -> None:
@@ -177,15 +167,6 @@ class _Replayer:
                     raise ConfigError(f"rank class {cls.id}, op {op.id} ({op.name}): {exc}",
                                       field=f"classes[{cls.id}].ops[{position}].attrs.host") \
                         from None
-
-    def _class_members(self) -> dict[str, int]:
-        """Per communicator, how many rank classes take part."""
-        owner = {}
-        for cls in self.trace.classes:
-            for r in cls.ranks:
-                owner[r] = cls.id
-        return {cid: len({owner[r] for grp in comm.groups for r in grp})
-                for cid, comm in self.trace.communicators.items()}
 
     # ------------------------------------------------------------------ running
     def run(self) -> Timeline:
@@ -288,62 +269,11 @@ class _Replayer:
         return float(op.duration_s or 0.0)          # delay
 
     def _collective(self, cls: RankClass, op: Op, k: int):
-        # Classes match their k-th collective on this communicator and stream: every
-        # class issues a stream's collectives in the same order (SPMD).
-        key = (op.comm, op.stream, k)
-        rv = self.rendezvous.get(key)
-        if rv is None:
-            rv = self.rendezvous[key] = _Rendezvous(self.env, self.members[op.comm])
-            # launched when the last class is here (as a process that waits on all_here
-            # would be, with no process: one callback, the only one of all_here)
-            rv.all_here.callbacks.append(lambda _e: self._launch(op, rv))
-        rv.arrived += 1
-        if rv.arrived == rv.expected:
-            rv.all_here.succeed()
+        done = self.launcher.arrive(op, k)
         self.comm_active[cls.id] += 1
-        start_s, plan = yield rv.done
+        start_s, plan = yield done
         self.comm_active[cls.id] -= 1
         return start_s, plan
-
-    def _launch(self, op: Op, rv: _Rendezvous) -> None:
-        """Every class is here (``all_here`` is being processed): put the instance groups'
-        flows on the fabric, at once (nothing else is scheduled in this step, see
-        :meth:`Fabric.start`); ``rv.done`` fires, with (start, plan), one step after the
-        last transfer is done (as a wait on all of them would) and after the variability's
-        extra time."""
-        start = self.env.now
-        comm = self.trace.communicators[op.comm]
-        attrs = op.attrs
-        how = ((attrs.get("algorithm", "auto"), attrs.get("protocol", "auto"),
-                attrs.get("root", 0)) if attrs else ("auto", "auto", 0))
-        key = (op.comm, op.collective, op.size_bytes, how)
-        launch = self._launches.get(key)
-        if launch is None:      # the instance groups' plans, bundled (module docstring)
-            plans = self.plans.groups(op.collective, op.size_bytes, comm.groups, how)
-            launch = self._launches[key] = (plans, self._bundled([p.flow() for p in plans]))
-        plans, flows = launch
-        after = self.env.event()
-        after.callbacks.append(lambda _e: self._launched(op, rv, start, plans[0]))
-        if not flows:
-            after.succeed()
-            return
-        left = [len(flows)]
-
-        def moved(_event):
-            left[0] -= 1
-            if left[0] == 0:
-                after.succeed()
-        for flow in flows:
-            self.fabric.start(replace(flow)).callbacks.append(moved)
-
-    def _launched(self, op: Op, rv: _Rendezvous, start: float, plan) -> None:
-        if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
-            factor = self.vary.collective_factor(op.comm, self.trace.communicators[op.comm].size)
-            if factor != 1.0:
-                self.env.timeout((factor - 1.0) * (self.env.now - start)).callbacks.append(
-                    lambda _e: rv.done.succeed((start, plan)))
-                return
-        rv.done.succeed((start, plan))
 
     def _host_copy(self, cls: RankClass, op: Op):
         """``send`` (GPU to host) or ``recv`` (host to GPU) between every GPU of the class
@@ -352,10 +282,15 @@ class _Replayer:
         server, nic = int(op.attrs["host"]), int(op.attrs.get("nic", 0))
         flows = [host_flow(self.coll.cluster, r, server, op.size_bytes, op.kind == "send",
                            nic, self.cfg.host_bytes_per_s) for r in cls.ranks]
-        yield self.env.all_of([self.fabric.transfer(f) for f in self._bundled(flows)])
-
-    def _bundled(self, flows: list) -> list:
-        return bundled(flows) if self.cfg.bundles else flows
+        flows = self.launcher.bundled(flows)
+        if not self.cfg.lean:
+            yield self.env.all_of([self.fabric.transfer(f) for f in flows])
+            return
+        done = self.env.event()
+        moved = countdown(len(flows), done.succeed)
+        for flow in flows:
+            self.fabric.transfer(flow, moved)
+        yield done
 
 
 def _all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:

@@ -7,6 +7,7 @@ chosen by name from :data:`FABRICS`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop
 
@@ -77,29 +78,32 @@ class Fabric:
         """Ask for ``samples`` by link group (``group_of_link[i]``: the group of link i);
         a no-op where the fidelity has no shared load to sample."""
 
-    def transfer(self, flow: Flow) -> simpy.Event:
+    def transfer(self, flow: Flow, then: Callable[[Flow], None] | None = None):
         """Start ``flow`` now; the returned event fires (value: the flow) when it is done.
 
-        The flow starts as a SimPy process would (an urgent event at this instant, before
-        any event of normal priority), without a process: :meth:`start` runs then."""
-        done = self.env.event()
+        With ``then``, no event: ``then(flow)`` is called in the step where the fabric
+        finds the flow done (the step before that event would be processed), and None is
+        returned; ``then`` may schedule events but not start flows. The flow starts as a
+        SimPy process would (an urgent event at this instant, before any event of normal
+        priority), without a process: :meth:`start` runs then."""
+        done = self.env.event() if then is None else then
         begin = simpy.Event(self.env)
         begin._ok, begin._value = True, None
         begin.callbacks.append(lambda _e: self._begin(flow, done))
         self.env.schedule(begin, URGENT)
-        return done
+        return done if then is None else None
 
-    def start(self, flow: Flow) -> simpy.Event:
-        """Start ``flow`` at once, in the caller's step; the event as :meth:`transfer`'s.
+    def start(self, flow: Flow, then: Callable[[Flow], None] | None = None):
+        """Start ``flow`` at once, in the caller's step; the rest as :meth:`transfer`.
 
         The same as :meth:`transfer` where the caller's step is an event of normal priority
         that schedules nothing after this call (no urgent event can be pending then, so the
         urgent start would be the very next thing the environment does)."""
-        done = self.env.event()
+        done = self.env.event() if then is None else then
         self._begin(flow, done)
-        return done
+        return done if then is None else None
 
-    def _begin(self, flow: Flow, done: simpy.Event) -> None:
+    def _begin(self, flow: Flow, done) -> None:
         flow.start_s = self.env.now
         if flow.latency_s > 0:
             self.env.timeout(flow.latency_s).callbacks.append(
@@ -107,16 +111,20 @@ class Fabric:
         else:
             self._arrive(flow, done)
 
-    def _arrive(self, flow: Flow, done: simpy.Event) -> None:
+    def _arrive(self, flow: Flow, done) -> None:
         """The latency has passed: the first byte moves."""
         if flow.size_bytes <= 0:
             self._finish(flow, done)
         else:
             self._move(flow, done)
 
-    def _finish(self, flow: Flow, done: simpy.Event) -> None:
+    def _finish(self, flow: Flow, done) -> None:
+        """``flow`` is done: fire its event, or call its ``then``."""
         flow.end_s = self.env.now
-        done.succeed(flow)
+        if isinstance(done, simpy.Event):
+            done.succeed(flow)
+        else:
+            done(flow)
 
     def _move(self, flow: Flow, done: simpy.Event) -> None:  # pragma: no cover - abstract
         """Move the bytes of ``flow``; call :meth:`_finish` when they have arrived."""

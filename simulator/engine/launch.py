@@ -1,0 +1,146 @@
+"""Collectives in the replay: the rendezvous of the rank classes and the launch of the flows.
+
+A collective starts when every rank class of its communicator has reached it (classes meet
+at their k-th collective on a communicator and stream: every class issues a stream's
+collectives in the same order, SPMD). Then the instance groups of the communicator put
+their flows (bundled, :mod:`simulator.network.bundle`) on the fabric at once, and the op
+ends when the last is done, later by the variability's factor of the slowest rank.
+
+``lean`` (:class:`~simulator.engine.replay.EngineConfig`) takes two steps of the reference
+schedule out of every collective: a communicator of one rank class whose flows all have a
+latency is launched in the step that reaches it (the reference launches it one step later:
+with every flow's latency still to elapse, nothing the launch does can be seen in between),
+and the fabric reports each flow done in the step that finds it so (the reference, an event
+one step later; this shifts every completion's consequences by one step alike, so their
+order among themselves holds). Both keep the order of what happens at one instant except
+where two unrelated events fall at the very same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import simpy
+
+from ..network.bundle import bundled
+from ..network.fabric import Fabric
+from ..trace.schema import Op, Trace
+from .planning import Plans
+from .variability import Variability
+
+
+class _Rendezvous:
+    """Collective matching across rank classes: key (comm, stream, k-th use)."""
+
+    def __init__(self, env: simpy.Environment, expected: int):
+        self.arrived = 0
+        self.expected = expected
+        self.all_here = env.event() if expected > 1 else None
+        self.done = env.event()
+
+
+class Launcher:
+    """The collectives of one replay: :meth:`arrive` when a class reaches one."""
+
+    def __init__(self, env: simpy.Environment, fabric: Fabric, trace: Trace, plans: Plans,
+                 vary: Variability | None, bundles: bool, lean: bool):
+        self.env, self.fabric, self.trace, self.plans = env, fabric, trace, plans
+        self.vary, self.bundles, self.lean = vary, bundles, lean
+        self.members = _class_members(trace)
+        self.rendezvous: dict[tuple, _Rendezvous] = {}
+        # (comm, collective, size, how) -> the plans of its groups, their bundled flows and
+        # whether every flow has a latency; attrs may pin the algorithm, protocol and root
+        self._launches: dict = {}
+
+    def bundled(self, flows: list) -> list:
+        return bundled(flows) if self.bundles else flows
+
+    def arrive(self, op: Op, k: int) -> simpy.Event:
+        """A class reaches ``op``, its ``k``-th collective on ``op.comm`` and ``op.stream``;
+        the returned event fires, with (start_s, plan), when the collective is done."""
+        expected = self.members[op.comm]
+        if expected == 1:
+            rv = _Rendezvous(self.env, 1)
+            launch = self._launch_of(op)
+            if self.lean and launch[2]:
+                self._launch(op, rv, launch)
+            else:       # one step later, as a process waiting for the rendezvous would
+                ready = self.env.event()
+                ready.callbacks.append(lambda _e: self._launch(op, rv, launch))
+                ready.succeed()
+            return rv.done
+        key = (op.comm, op.stream, k)
+        rv = self.rendezvous.get(key)
+        if rv is None:
+            rv = self.rendezvous[key] = _Rendezvous(self.env, expected)
+            # launched when the last class is here (as a process that waits on all_here
+            # would be, with no process: one callback, the only one of all_here)
+            rv.all_here.callbacks.append(lambda _e: self._launch(op, rv, self._launch_of(op)))
+        rv.arrived += 1
+        if rv.arrived == rv.expected:
+            rv.all_here.succeed()
+        return rv.done
+
+    def _launch_of(self, op: Op) -> tuple:
+        attrs = op.attrs
+        how = ((attrs.get("algorithm", "auto"), attrs.get("protocol", "auto"),
+                attrs.get("root", 0)) if attrs else ("auto", "auto", 0))
+        key = (op.comm, op.collective, op.size_bytes, how)
+        launch = self._launches.get(key)
+        if launch is None:      # the instance groups' plans, bundled (module docstring)
+            groups = self.trace.communicators[op.comm].groups
+            plans = self.plans.groups(op.collective, op.size_bytes, groups, how)
+            flows = self.bundled([p.flow() for p in plans])
+            launch = self._launches[key] = (plans, flows,
+                                            all(f.latency_s > 0 for f in flows))
+        return launch
+
+    def _launch(self, op: Op, rv: _Rendezvous, launch: tuple) -> None:
+        """Every class is here: put the instance groups' flows on the fabric, at once
+        (nothing else is scheduled in this step, see :meth:`Fabric.start`); ``rv.done``
+        fires, with (start, plan), one step after the last transfer is done (as a wait on
+        all of them would) and after the variability's extra time."""
+        start = self.env.now
+        plans, flows, _ = launch
+        after = self.env.event()
+        after.callbacks.append(lambda _e: self._launched(op, rv, start, plans[0]))
+        if not flows:
+            after.succeed()
+            return
+        moved = countdown(len(flows), after.succeed)
+        for flow in flows:
+            if self.lean:
+                self.fabric.start(replace(flow), moved)
+            else:
+                self.fabric.start(replace(flow)).callbacks.append(moved)
+
+    def _launched(self, op: Op, rv: _Rendezvous, start: float, plan) -> None:
+        if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
+            factor = self.vary.collective_factor(op.comm, self.trace.communicators[op.comm].size)
+            if factor != 1.0:
+                self.env.timeout((factor - 1.0) * (self.env.now - start)).callbacks.append(
+                    lambda _e: rv.done.succeed((start, plan)))
+                return
+        rv.done.succeed((start, plan))
+
+
+def countdown(n: int, fire: Callable[[], object]) -> Callable[[object], None]:
+    """A callback that calls ``fire()`` the ``n``-th time it is called."""
+    left = [n]
+
+    def count(_done) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            fire()
+    return count
+
+
+def _class_members(trace: Trace) -> dict[str, int]:
+    """Per communicator, how many rank classes take part."""
+    owner = {}
+    for cls in trace.classes:
+        for r in cls.ranks:
+            owner[r] = cls.id
+    return {cid: len({owner[r] for grp in comm.groups for r in grp})
+            for cid, comm in trace.communicators.items()}
