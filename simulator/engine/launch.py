@@ -19,12 +19,11 @@ where two unrelated events fall at the very same time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import simpy
 
 from ..network.bundle import bundled
-from ..network.fabric import Fabric
+from ..network.fabric import Fabric, Flow
 from ..trace.schema import Op, Trace
 from .planning import Plans
 from .variability import Variability
@@ -111,9 +110,9 @@ class Launcher:
         moved = countdown(len(flows), after.succeed)
         for flow in flows:
             if self.lean:
-                self.fabric.start(replace(flow), moved)
+                self.fabric.start(fresh(flow), moved)
             else:
-                self.fabric.start(replace(flow)).callbacks.append(moved)
+                self.fabric.start(fresh(flow)).callbacks.append(moved)
 
     def _launched(self, op: Op, rv: _Rendezvous, start: float, plan) -> None:
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
@@ -123,6 +122,15 @@ class Launcher:
                     lambda _e: rv.done.succeed((start, plan)))
                 return
         rv.done.succeed((start, plan))
+
+
+def fresh(flow: Flow) -> Flow:
+    """A copy of ``flow`` (a cached one never started) to start: ``dataclasses.replace``
+    without the call of ``__init__``, a sixth of its time."""
+    out = object.__new__(Flow)
+    out.__dict__.update(flow.__dict__)
+    out.start_s = out.end_s = float("nan")
+    return out
 
 
 def countdown(n: int, fire: Callable[[], object]) -> Callable[[object], None]:

@@ -10,12 +10,13 @@ op of a class with several members carries one transfer per member; it ends with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import simpy
 
 from ..network.bundle import bundle_flows, runs_of, signature
 from ..network.fabric import Fabric
+from .launch import fresh
 from ..trace.matching import peer_ops, ranks_array
 from ..trace.schema import Op, RankClass, TransferKey, op_transfer_keys
 
@@ -130,7 +131,7 @@ class PointToPoint:
             m.plan = cached[0][0]
             m.left = len(cached[1])
             for flow, _ in cached[1]:
-                self._transfer(replace(flow), lambda _e, m=m: self._group_moved(m))
+                self._transfer(fresh(flow), lambda _e, m=m: self._group_moved(m))
         yield wait.event
         return m.start_s, m.plan
 
@@ -165,7 +166,7 @@ class PointToPoint:
         first = 0
         for flow, count in cached[1]:
             met = [m for _, m in ready[first:first + count]]
-            self._transfer(replace(flow), lambda _e, met=met: self._delivered(met))
+            self._transfer(fresh(flow), lambda _e, met=met: self._delivered(met))
             first += count
 
     def _transfer(self, flow, then) -> None:

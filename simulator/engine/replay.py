@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
+from simpy.events import URGENT
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
@@ -179,7 +180,7 @@ class _Replayer:
             for position, op in enumerate(cls.ops):
                 streams.setdefault(op.stream, []).append((position, op))
             for ops in streams.values():
-                self.env.process(self._stream(cls, ops))
+                _Process(self.env, self._stream(cls, ops))
         self.env.run()
         while True:     # deadlock: the working set does not fit
             stuck = [p for p in self.pools.values() if p.waiting]
@@ -214,18 +215,21 @@ class _Replayer:
 
     def _stream(self, cls: RankClass, ops: list[tuple[int, Op]]):
         uses: dict[str, int] = {}
-        pool, done = self.pools[cls.id], self.done
+        env, pool, done, active = self.env, self.pools[cls.id], self.done, self.comm_active
         for position, op in ops:
             if op.deps:
-                yield _all_done(self.env, [done[(cls.id, d)] for d in op.deps])
-            ready = self.env.now
+                yield _all_done(env, [done[(cls.id, d)] for d in op.deps])
+            ready = env.now
             granted = pool.request(op.mem_alloc_bytes, position, op.name)
             if granted is not None:
                 yield granted
             if op.kind == "collective":
                 k = uses.get(op.comm, 0)
                 uses[op.comm] = k + 1
-                start, plan = yield from self._collective(cls, op, k)
+                event = self.launcher.arrive(op, k)
+                active[cls.id] += 1
+                start, plan = yield event
+                active[cls.id] -= 1
             elif op.is_peer_transfer:
                 self.comm_active[cls.id] += 1
                 start, plan = yield from self.p2p.run(cls, op)
@@ -268,13 +272,6 @@ class _Replayer:
             return op.size_bytes / self.cfg.host_bytes_per_s
         return float(op.duration_s or 0.0)          # delay
 
-    def _collective(self, cls: RankClass, op: Op, k: int):
-        done = self.launcher.arrive(op, k)
-        self.comm_active[cls.id] += 1
-        start_s, plan = yield done
-        self.comm_active[cls.id] -= 1
-        return start_s, plan
-
     def _host_copy(self, cls: RankClass, op: Op):
         """``send`` (GPU to host) or ``recv`` (host to GPU) between every GPU of the class
         and the host memory of server ``attrs["host"]``, through its NIC ``attrs["nic"]``
@@ -291,6 +288,38 @@ class _Replayer:
         for flow in flows:
             self.fabric.transfer(flow, moved)
         yield done
+
+
+class _Process:
+    """A SimPy process, lighter: it starts as one does (an urgent event now) and resumes
+    its generator as one does (at once on an event already processed, else when the event
+    is), without an event at its end (nobody waits for a stream); an exception raised in
+    the generator ends the replay as a failed process would (a copy, the original as its
+    cause)."""
+
+    __slots__ = ("gen",)
+
+    def __init__(self, env: simpy.Environment, gen):
+        self.gen = gen
+        begin = simpy.Event(env)
+        begin._ok, begin._value = True, None
+        begin.callbacks.append(self.resume)
+        env.schedule(begin, URGENT)
+
+    def resume(self, event: simpy.Event) -> None:
+        send = self.gen.send
+        try:
+            while True:
+                event = send(event._value)
+                if event.callbacks is not None:
+                    event.callbacks.append(self.resume)
+                    return
+        except StopIteration:
+            return
+        except BaseException as e:
+            exc = type(e)(*e.args)
+            exc.__cause__ = e
+            raise exc from e
 
 
 def _all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
