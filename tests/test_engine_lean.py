@@ -14,7 +14,7 @@ import pytest
 import simpy
 
 from simulator.engine import EngineConfig, replay
-from simulator.engine.replay import _all_done
+from simulator.engine.steps import all_done as _all_done
 from simulator.network.fabric import CountingEnvironment, Flow, make_fabric
 from simulator.pipeline import build_setup
 from simulator.scenario import load_scenario

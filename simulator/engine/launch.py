@@ -18,14 +18,13 @@ where two unrelated events fall at the very same time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import simpy
 
 from ..network.bundle import bundled
 from ..network.fabric import Fabric, Flow
 from ..trace.schema import Op, Trace
 from .planning import Plans
+from .steps import countdown
 from .variability import Variability
 
 
@@ -131,17 +130,6 @@ def fresh(flow: Flow) -> Flow:
     out.__dict__.update(flow.__dict__)
     out.start_s = out.end_s = float("nan")
     return out
-
-
-def countdown(n: int, fire: Callable[[], object]) -> Callable[[object], None]:
-    """A callback that calls ``fire()`` the ``n``-th time it is called."""
-    left = [n]
-
-    def count(_done) -> None:
-        left[0] -= 1
-        if left[0] == 0:
-            fire()
-    return count
 
 
 def _class_members(trace: Trace) -> dict[str, int]:

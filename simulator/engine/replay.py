@@ -1,10 +1,11 @@
 """Replay a :class:`~simulator.trace.Trace` on a cluster: streams, dependencies, rendezvous.
 
-Each (rank class, stream) is one SimPy process running its ops in order, as a CUDA stream
-does; ``deps`` wait on ops of other streams. A collective starts when every rank class in
-its communicator has reached it (so a slow rank delays the group), then all instance groups
-of the communicator put their flows on the fabric at once and the op ends when the last
-instance finishes. Neighbouring instances with the same payload, latency and rate cap go as
+Each (rank class, stream) is one generator driven as a SimPy process is, running its ops in
+order, as a CUDA stream does; ``deps`` wait on ops of other streams (an op's end is an
+event only where some op waits on it). A collective starts when every rank class in its
+communicator has reached it (so a slow rank delays the group), then all instance groups of
+the communicator put their flows on the fabric at once and the op ends when the last
+instance finishes (:mod:`simulator.engine.launch`). Neighbouring instances with the same payload, latency and rate cap go as
 one bundle (:mod:`simulator.network.bundle`: one transfer, split by the fabric back into
 its instances where they stop sharing the links evenly), and so do the members of a send.
 A ``send``/``recv`` between ranks meets its partner op and moves its bytes
@@ -37,7 +38,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
@@ -45,9 +45,10 @@ from ..gcpause import gc_paused
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace
 from .memory import MemoryPool
-from .launch import Launcher, countdown
+from .launch import Launcher
 from .p2p import PointToPoint
 from .planning import Plans
+from .steps import StreamProcess, all_done, countdown
 from .seams import CollectivePlanner, ComputeTimer
 from .variability import Variability
 
@@ -65,8 +66,9 @@ class EngineConfig:
     same times), False for one flow per instance (the reference, slower at scale);
     ``link_classes``: the flow fabric solves on classes of equivalent links
     (:class:`~simulator.network.fabric.FlowFabric`), False on every link (the reference);
-    ``lean``: two SimPy steps fewer per collective (:mod:`simulator.engine.launch`; the same
-    order of events), False for the reference schedule."""
+    ``lean``: two SimPy steps fewer per collective (:mod:`simulator.engine.launch`; the
+    same order of events but where two unrelated ones fall at the very same time), False
+    for the reference schedule."""
 
     fidelity: str = "flow"
     overlap_slowdown: float = 0.0
@@ -180,7 +182,7 @@ class _Replayer:
             for position, op in enumerate(cls.ops):
                 streams.setdefault(op.stream, []).append((position, op))
             for ops in streams.values():
-                _Process(self.env, self._stream(cls, ops))
+                StreamProcess(self.env, self._stream(cls, ops))
         self.env.run()
         while True:     # deadlock: the working set does not fit
             stuck = [p for p in self.pools.values() if p.waiting]
@@ -218,7 +220,7 @@ class _Replayer:
         env, pool, done, active = self.env, self.pools[cls.id], self.done, self.comm_active
         for position, op in ops:
             if op.deps:
-                yield _all_done(env, [done[(cls.id, d)] for d in op.deps])
+                yield all_done(env, [done[(cls.id, d)] for d in op.deps])
             ready = env.now
             granted = pool.request(op.mem_alloc_bytes, position, op.name)
             if granted is not None:
@@ -288,59 +290,6 @@ class _Replayer:
         for flow in flows:
             self.fabric.transfer(flow, moved)
         yield done
-
-
-class _Process:
-    """A SimPy process, lighter: it starts as one does (an urgent event now) and resumes
-    its generator as one does (at once on an event already processed, else when the event
-    is), without an event at its end (nobody waits for a stream); an exception raised in
-    the generator ends the replay as a failed process would (a copy, the original as its
-    cause)."""
-
-    __slots__ = ("gen",)
-
-    def __init__(self, env: simpy.Environment, gen):
-        self.gen = gen
-        begin = simpy.Event(env)
-        begin._ok, begin._value = True, None
-        begin.callbacks.append(self.resume)
-        env.schedule(begin, URGENT)
-
-    def resume(self, event: simpy.Event) -> None:
-        send = self.gen.send
-        try:
-            while True:
-                event = send(event._value)
-                if event.callbacks is not None:
-                    event.callbacks.append(self.resume)
-                    return
-        except StopIteration:
-            return
-        except BaseException as e:
-            exc = type(e)(*e.args)
-            exc.__cause__ = e
-            raise exc from e
-
-
-def _all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
-    """An event scheduled exactly as ``env.all_of(events)`` is (at once where every one of
-    ``events`` is processed, else as the last of them is), with no value and no Condition."""
-    ev = simpy.Event(env)
-    pending = [e for e in events if e.callbacks is not None]
-    if not pending:
-        ev.succeed()
-    elif len(pending) == 1:
-        pending[0].callbacks.append(ev.succeed)
-    else:
-        left = [len(pending)]
-
-        def check(_event):
-            left[0] -= 1
-            if left[0] == 0:
-                ev.succeed()
-        for e in pending:
-            e.callbacks.append(check)
-    return ev
 
 
 def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,

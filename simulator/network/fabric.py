@@ -1,8 +1,9 @@
 """Fabrics: how long bytes take to cross the cluster. One interface, several fidelities.
 
 ``Fabric.transfer(flow)`` returns a SimPy event that fires when the flow's bytes have
-arrived. Collectives and the replay engine only ever call that; which fidelity answers is
-chosen by name from :data:`FABRICS`.
+arrived (``transfer(flow, then)`` calls ``then(flow)`` instead, in the fabric's own step).
+Collectives and the replay engine only ever call that (or ``start``, the same at once);
+which fidelity answers is chosen by name from :data:`FABRICS`.
 """
 
 from __future__ import annotations

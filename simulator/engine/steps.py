@@ -1,0 +1,68 @@
+"""SimPy constructs of the replay, lighter: a stream's process and a wait for all of some
+events, each scheduled exactly as the SimPy original is, and a countdown callback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import simpy
+from simpy.events import URGENT
+
+
+class StreamProcess:
+    """A SimPy process, lighter: it starts as one does (an urgent event now) and resumes
+    its generator as one does (at once on an event already processed, else when the event
+    is), without an event at its end (nobody waits for a stream); an exception raised in
+    the generator ends the replay as a failed process would (a copy, the original as its
+    cause)."""
+
+    __slots__ = ("gen",)
+
+    def __init__(self, env: simpy.Environment, gen):
+        self.gen = gen
+        begin = simpy.Event(env)
+        begin._ok, begin._value = True, None
+        begin.callbacks.append(self.resume)
+        env.schedule(begin, URGENT)
+
+    def resume(self, event: simpy.Event) -> None:
+        send = self.gen.send
+        try:
+            while True:
+                event = send(event._value)
+                if event.callbacks is not None:
+                    event.callbacks.append(self.resume)
+                    return
+        except StopIteration:
+            return
+        except BaseException as e:
+            exc = type(e)(*e.args)
+            exc.__cause__ = e
+            raise exc from e
+
+
+def all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
+    """An event scheduled exactly as ``env.all_of(events)`` is (at once where every one of
+    ``events`` is processed, else as the last of them is), with no value and no Condition."""
+    ev = simpy.Event(env)
+    pending = [e for e in events if e.callbacks is not None]
+    if not pending:
+        ev.succeed()
+    elif len(pending) == 1:
+        pending[0].callbacks.append(ev.succeed)
+    else:
+        check = countdown(len(pending), ev.succeed)
+        for e in pending:
+            e.callbacks.append(check)
+    return ev
+
+
+def countdown(n: int, fire: Callable[[], object]) -> Callable[[object], None]:
+    """A callback that calls ``fire()`` the ``n``-th time it is called."""
+    left = [n]
+
+    def count(_done) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            fire()
+    return count
