@@ -79,7 +79,8 @@ def _program(rng: random.Random, comms: list[str], peer_of: dict, n: int) -> lis
             spec.update(stream="host", size=1 << 20)
         earlier = [o for o in ops if o["stream"] != spec["stream"]]
         if earlier and rng.random() < 0.7:
-            spec["deps"] = tuple(sorted({o["id"] for o in rng.sample(earlier, min(2, len(earlier)))}))
+            picked = rng.sample(earlier, min(2, len(earlier)))
+            spec["deps"] = tuple(sorted({o["id"] for o in picked}))
         if kind == "send" and peer_of is None:
             spec.update(kind="compute", stream="compute", flops=1e11)
         ops.append(spec)

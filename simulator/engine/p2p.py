@@ -16,9 +16,9 @@ import simpy
 
 from ..network.bundle import bundle_flows, runs_of, signature
 from ..network.fabric import Fabric
-from .launch import fresh
 from ..trace.matching import peer_ops, ranks_array
 from ..trace.schema import Op, RankClass, TransferKey, op_transfer_keys
+from .launch import fresh
 
 
 @dataclass

@@ -5,9 +5,10 @@ order, as a CUDA stream does; ``deps`` wait on ops of other streams (an op's end
 event only where some op waits on it). A collective starts when every rank class in its
 communicator has reached it (so a slow rank delays the group), then all instance groups of
 the communicator put their flows on the fabric at once and the op ends when the last
-instance finishes (:mod:`simulator.engine.launch`). Neighbouring instances with the same payload, latency and rate cap go as
-one bundle (:mod:`simulator.network.bundle`: one transfer, split by the fabric back into
-its instances where they stop sharing the links evenly), and so do the members of a send.
+instance finishes (:mod:`simulator.engine.launch`). Neighbouring instances with the same
+payload, latency and rate cap go as one bundle (:mod:`simulator.network.bundle`: one
+transfer, split by the fabric back into its instances where they stop sharing the links
+evenly), and so do the members of a send.
 A ``send``/``recv`` between ranks meets its partner op and moves its bytes
 from the sender's GPU to the receiver's (:mod:`simulator.engine.p2p`). Compute takes the
 compute model's time, scaled by the class's slowdown, and by ``1 + overlap_slowdown`` when
@@ -34,7 +35,7 @@ waits) raises a :class:`~simulator.errors.ClusterSimError` naming the ops.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -44,8 +45,8 @@ from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..gcpause import gc_paused
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace
-from .memory import MemoryPool
 from .launch import Launcher
+from .memory import MemoryPool
 from .p2p import PointToPoint
 from .planning import Plans
 from .steps import StreamProcess, all_done, countdown
