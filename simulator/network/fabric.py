@@ -15,7 +15,7 @@ import simpy
 from ..choices import FIDELITIES
 from .bundle import Join, instances, slowest_rate
 from .reduced import ClassSolver
-from .solve import Solver
+from .solve import Solver, flow_key
 
 
 @dataclass
@@ -160,7 +160,14 @@ class FlowFabric(Fabric):
         self._solver = (ClassSolver if link_classes else Solver)(
             np.asarray(capacity_bytes_per_s, dtype=float))
         super().__init__(env, capacity_bytes_per_s)
-        self._active: list[list] = []   # [flow, remaining_bytes, done_event]
+        # the active flows, in arrival order: each flow, its solve key, its done event (a
+        # Join for an instance of a split bundle), the bytes it has left and the bytes
+        # below which it is done (_DONE_FRACTION of its size)
+        self._flows: list[Flow] = []
+        self._keys: list[tuple] = []
+        self._dones: list = []
+        self._left = np.zeros(0)
+        self._enough = np.zeros(0)
         self._now = self._solver.idle       # rates and link loads since the last solve
         self._last_s = 0.0
         self._update_pending = False
@@ -172,11 +179,11 @@ class FlowFabric(Fabric):
 
     @property
     def link_bytes(self) -> np.ndarray:
-        return self._solver.per_link(self._solver.wire_bytes)
+        return self._solver.per_link(self._solver.counters.wire)
 
     @property
     def link_occupancy_bytes(self) -> np.ndarray:
-        return self._solver.per_link(self._solver.occupancy_bytes)
+        return self._solver.per_link(self._solver.counters.occupancy)
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Record, at every re-solve, the load of each link group as a fraction of the
@@ -184,12 +191,17 @@ class FlowFabric(Fabric):
         self._groups = np.asarray(group_of_link, dtype=np.int64)
         self._group_capacity = np.bincount(self._groups, weights=self.capacity,
                                            minlength=n_groups)
+        self._group_scale = np.maximum(self._group_capacity, 1e-300)
         self._solver.track(self._groups, n_groups)
         self._now = self._solver.idle
 
     def _move(self, flow: Flow, done: simpy.Event):
         self._advance()
-        self._active.append([flow, float(flow.size_bytes), done])
+        self._flows.append(flow)
+        self._keys.append(flow_key(flow))
+        self._dones.append(done)
+        self._left = np.append(self._left, float(flow.size_bytes))
+        self._enough = np.append(self._enough, self._DONE_FRACTION * flow.size_bytes)
         self._request_update()
         return
         yield  # makes this a generator
@@ -203,40 +215,44 @@ class FlowFabric(Fabric):
 
     def _advance(self) -> None:
         dt = self.env.now - self._last_s
-        if dt > 0 and self._active:
+        if dt > 0 and self._flows:
             now = self._now
-            for entry, rate in zip(self._active, now.rates):
-                entry[1] -= rate * dt
-            self._solver.occupancy_bytes[now.links] += now.occupancy * dt
-            self._solver.wire_bytes[now.links] += now.wire * dt
+            self._left[:len(now.rates)] -= now.rates * dt
+            self._solver.counters.add(now, dt)
         self._last_s = self.env.now
 
     def _update(self, _event=None) -> None:
         self._update_pending = False
         self._advance()
-        still = []
-        for entry in self._active:
-            flow, remaining, done = entry
-            if remaining > self._DONE_FRACTION * flow.size_bytes:
-                still.append(entry)
-            elif not isinstance(done, Join):
-                self._finish(flow, done)
-            else:                   # an instance of a split bundle
-                done.left -= 1
-                if done.left == 0:
-                    self._finish(done.flow, done.done)
-        self._active = still
+        done = ~(self._left > self._enough)
+        if done.any():
+            for i in np.flatnonzero(done).tolist():
+                flow, event = self._flows[i], self._dones[i]
+                if not isinstance(event, Join):
+                    self._finish(flow, event)
+                else:                   # an instance of a split bundle
+                    event.left -= 1
+                    if event.left == 0:
+                        self._finish(event.flow, event.done)
+            self._keep(np.flatnonzero(~done).tolist())
         self._solve()
         self._schedule_next()
 
+    def _keep(self, kept: list[int]) -> None:
+        """Keep the active flows at positions ``kept`` (in that order), drop the others."""
+        self._flows = [self._flows[i] for i in kept]
+        self._keys = [self._keys[i] for i in kept]
+        self._dones = [self._dones[i] for i in kept]
+        self._left, self._enough = self._left[kept], self._enough[kept]
+
     def _solve(self) -> None:
-        if not self._active:
+        if not self._flows:
             self._now = self._solver.idle
             self._sample()
             return
         self.solves += 1
         while True:
-            solution, split = self._solver.solve([entry[0] for entry in self._active])
+            solution, split = self._solver.solve(self._flows, tuple(self._keys))
             if solution is not None:
                 break
             self._split(split)
@@ -246,29 +262,33 @@ class FlowFabric(Fabric):
     def _split(self, split: np.ndarray) -> None:
         """Replace each bundle marked in ``split`` by its instances, each with the bytes
         the bundle had left; the bundle's event fires when the last is done."""
-        active = []
-        for entry, cut in zip(self._active, split.tolist()):
+        at: list[int] = []          # per new position, the old one it takes its bytes from
+        flows, dones = [], []
+        for i, cut in enumerate(split.tolist()):
             if not cut:
-                active.append(entry)
+                at.append(i)
+                flows.append(self._flows[i])
+                dones.append(self._dones[i])
                 continue
-            flow, remaining, done = entry
-            parts = instances(flow)
+            parts = instances(self._flows[i])
             self.splits += 1
-            join = Join(flow, done, len(parts))
-            active.extend([part, remaining, join] for part in parts)
-        self._active = active
+            join = Join(self._flows[i], self._dones[i], len(parts))
+            at.extend([i] * len(parts))
+            flows.extend(parts)
+            dones.extend([join] * len(parts))
+        self._flows, self._dones = flows, dones
+        self._keys = [flow_key(f) for f in flows]
+        self._left, self._enough = self._left[at], self._enough[at]
 
     def _sample(self) -> None:
         if self._groups is None:
             return
-        self.samples.append((self.env.now, self._now.group_load /
-                             np.maximum(self._group_capacity, 1e-300)))
+        self.samples.append((self.env.now, self._now.group_load / self._group_scale))
 
     def _schedule_next(self) -> None:
-        if not self._active:
+        if not self._flows:
             return
-        remaining = np.array([entry[1] for entry in self._active])
-        dt = float(np.min(remaining / self._now.rates))
+        dt = float(np.min(self._left / self._now.rates))
         # A step shorter than the clock's resolution at ``now`` would not advance time
         # (now + dt == now): the flow would never drain and the loop never end. Step at
         # least a few ulps; the flow then finishes, late by less than that.

@@ -18,8 +18,9 @@ Each flow is then *restricted*: its entries on one link of each class it crosses
 by class, recomputed only when one of its classes has split since. For a bundle it also
 records where its instances differ: the (class, instance) pairs of the classes that only
 some of its instances cross; the solve's split check (:mod:`simulator.network.reduced`)
-needs no more. The per-class counters (``occupancy_bytes``, ``wire_bytes``) live here: a
-class's links have one history, and a class split from another starts from its count.
+needs no more. The per-class counters (:class:`~simulator.network.counters.Counters`) live
+here: a class's links have one history, and a class split from another starts from its
+count.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from .counters import Counters
 
 _EMPTY = np.zeros(0, np.int64)
 
@@ -62,8 +65,7 @@ class LinkClasses:
         self.capacity[self.of_link] = capacity
         self.group = np.zeros(n, np.int64)
         self.changed = np.zeros(n, np.int64)     # version at which the class last changed
-        self.occupancy_bytes = np.zeros(n)
-        self.wire_bytes = np.zeros(n)
+        self.counters = Counters(n)
         self.version = 0
         self._seen: dict = {}
 
@@ -78,13 +80,18 @@ class LinkClasses:
         self.group[self.of_link] = group_of_link
 
     # ------------------------------------------------------------------ flows
-    def restricted(self, flows: list) -> list[Restricted]:
-        """Each flow restricted to the current classes, after refining by new ones."""
+    def restricted(self, flows: list, keys: tuple | None = None) -> list[Restricted]:
+        """Each flow restricted to the current classes, after refining by new ones
+        (``keys``: the flows' :func:`~simulator.network.solve.flow_key`, where known).
+
+        A flow is known by its arrays' ids; an entry holds the arrays, so no other array
+        has their ids while it is kept: a key found is those very arrays."""
         entries = []
-        for f in flows:
-            key = (id(f.links), id(f.coef), id(f.wire_coef), id(f.parts))
+        for i, f in enumerate(flows):
+            key = (id(f.links), id(f.coef), id(f.wire_coef), id(f.parts)) if keys is None \
+                else keys[i][1:]
             entry = self._seen.get(key)
-            if entry is None or not _same_arrays(entry[0], f):
+            if entry is None:
                 self.refine(f)
                 if len(self._seen) >= self.REMEMBERED:
                     self._seen.pop(next(iter(self._seen)))
@@ -144,7 +151,7 @@ class LinkClasses:
         new = self.n + np.arange(len(moved))
         src = lab_old[moved]
         version = self.version + 1
-        for a in (self.capacity, self.group, self.occupancy_bytes, self.wire_bytes):
+        for a in (self.capacity, self.group, self.counters.occupancy, self.counters.wire):
             a[new] = a[src]
         np.subtract.at(self.count, src, size[moved])
         self.count[new] = size[moved]
@@ -189,7 +196,3 @@ def _row_labels(rows: np.ndarray) -> np.ndarray:
 
 def _arrays(flow) -> tuple:
     return flow.links, flow.coef, flow.wire_coef, flow.parts
-
-
-def _same_arrays(arrays: tuple, flow) -> bool:
-    return all(a is b for a, b in zip(arrays, _arrays(flow)))

@@ -34,9 +34,9 @@ class ClassSolver(Solver):
 
     def __init__(self, capacity: np.ndarray):
         super().__init__(capacity)
+        self._shapes: dict = {}
         self.classes = LinkClasses(capacity)
-        self.occupancy_bytes = self.classes.occupancy_bytes
-        self.wire_bytes = self.classes.wire_bytes
+        self.counters = self.classes.counters
 
     def per_link(self, counter: np.ndarray) -> np.ndarray:
         return self.classes.per_link(counter)
@@ -48,46 +48,73 @@ class ClassSolver(Solver):
     def _stamp(self) -> int:
         return self.classes.version
 
-    def _compute(self, flows: list) -> tuple[Solution | None, np.ndarray]:
-        rs = self.classes.restricted(flows)
-        lengths = [len(r.links) for r in rs]
-        ptr = np.zeros(len(rs) + 1, np.int64)
-        np.cumsum(lengths, out=ptr[1:])
+    def _compute(self, flows: list, keys: tuple) -> tuple[Solution | None, np.ndarray]:
+        rs = self.classes.restricted(flows, keys)
+        lengths = tuple(len(r.links) for r in rs)
         classes, local = renumbered(np.concatenate([r.links for r in rs]), self.classes.n)
         coef = np.concatenate([r.coef for r in rs])
-        inc = FlowIncidence(ptr, local, coef, np.array([f.max_rate for f in flows], float))
-        check = None
-        if any(len(r.pair_class) for r in rs):
-            check = _partly_full_check(rs, inc, classes)
-        rates, split = share_bandwidth_split(inc, self.classes.capacity[classes], check)
-        if split.any():
-            return None, split
-        owner_rate = np.repeat(rates, lengths)
-        n = len(classes)
-        occupancy = np.bincount(local, weights=coef * owner_rate, minlength=n)
         wire = np.concatenate([r.wire for r in rs])
-        wire_load = np.bincount(local, weights=wire * owner_rate, minlength=n)
+        capacity = self.classes.capacity[classes]
+        max_rate = np.array([f.max_rate for f in flows], float)
+        pairs = _pairs(rs, classes) if any(len(r.pair_class) for r in rs) else None
+        shape = (lengths, local.tobytes(), coef.tobytes(), wire.tobytes(), capacity.tobytes(),
+                 max_rate.tobytes(), pairs and tuple(a.tobytes() for a in pairs))
+        loads = self._shapes.get(shape)
+        if loads is None:
+            loads = _loads(lengths, local, coef, wire, capacity, max_rate, pairs)
+            if len(self._shapes) >= self.REMEMBERED:
+                self._shapes.pop(next(iter(self._shapes)))
+            self._shapes[shape] = loads
+        rates, split, occupancy, wire_load = loads
+        if split.any():
+            return None, split.copy()
         group = None
         if self._groups is not None:
             group = np.bincount(self.classes.group[classes],
                                 weights=occupancy * self.classes.count[classes],
                                 minlength=self._n_groups)
-        for a in (rates, classes, occupancy, wire_load):
-            a.setflags(write=False)
+        classes.setflags(write=False)
         return Solution(rates, classes, occupancy, wire_load, group), split
 
 
-def _partly_full_check(rs: list, inc: FlowIncidence, classes: np.ndarray):
-    """The split check on classes: per flow, do some instances but not all cross a full
-    class (``full``: per local class)?"""
-    n = len(rs)
-    owner = np.repeat(np.arange(n), np.diff(inc.ptr))
+def _loads(lengths: tuple, local: np.ndarray, coef: np.ndarray, wire: np.ndarray,
+           capacity: np.ndarray, max_rate: np.ndarray, pairs) -> tuple:
+    """(rates, split, occupancy, wire load) of one solve on classes numbered 0.. (``local``),
+    read-only: a pure function of its arguments, remembered by them."""
+    ptr = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    inc = FlowIncidence(ptr, local, coef, max_rate)
+    check = None if pairs is None else _partly_full_check(inc, *pairs)
+    rates, split = share_bandwidth_split(inc, capacity, check)
+    owner_rate = np.repeat(rates, lengths)
+    n = len(capacity)
+    occupancy = np.bincount(local, weights=coef * owner_rate, minlength=n)
+    wire_load = np.bincount(local, weights=wire * owner_rate, minlength=n)
+    for a in (rates, split, occupancy, wire_load):
+        a.setflags(write=False)
+    return rates, split, occupancy, wire_load
+
+
+def _pairs(rs: list, classes: np.ndarray) -> tuple:
+    """What the split check needs of the restricted flows, by local class: per entry,
+    whether every instance crosses its class; per flow, its instances and where they
+    start in a numbering over all flows; per (class, instance) pair, the local class and
+    the instance in that numbering."""
     whole = np.concatenate([r.whole for r in rs])
     n_parts = np.array([r.n_parts for r in rs], np.int64)
-    offset = np.zeros(n + 1, np.int64)
+    offset = np.zeros(len(rs) + 1, np.int64)
     np.cumsum(n_parts, out=offset[1:])
     pair_local = np.concatenate([np.searchsorted(classes, r.pair_class) for r in rs])
     pair_key = np.concatenate([offset[i] + r.pair_part for i, r in enumerate(rs)])
+    return whole, n_parts, offset, pair_local, pair_key
+
+
+def _partly_full_check(inc: FlowIncidence, whole: np.ndarray, n_parts: np.ndarray,
+                       offset: np.ndarray, pair_local: np.ndarray, pair_key: np.ndarray):
+    """The split check on classes (:func:`_pairs`): per flow, do some instances but not all
+    cross a full class (``full``: per local class)?"""
+    n = inc.n_flows
+    owner = np.repeat(np.arange(n), np.diff(inc.ptr))
 
     def partly(full: np.ndarray) -> np.ndarray:
         out = np.zeros(n, bool)
