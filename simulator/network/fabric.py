@@ -7,6 +7,7 @@ chosen by name from :data:`FABRICS`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -162,12 +163,14 @@ class FlowFabric(Fabric):
         super().__init__(env, capacity_bytes_per_s)
         # the active flows, in arrival order: each flow, its solve key, its done event (a
         # Join for an instance of a split bundle), the bytes it has left and the bytes
-        # below which it is done (_DONE_FRACTION of its size)
+        # below which it is done (_DONE_FRACTION of its size); the last few, arrived since
+        # the last update, have no bytes left yet (``_arrived``: their sizes)
         self._flows: list[Flow] = []
         self._keys: list[tuple] = []
         self._dones: list = []
         self._left = np.zeros(0)
         self._enough = np.zeros(0)
+        self._arrived: list = []
         self._now = self._solver.idle       # rates and link loads since the last solve
         self._last_s = 0.0
         self._update_pending = False
@@ -200,8 +203,7 @@ class FlowFabric(Fabric):
         self._flows.append(flow)
         self._keys.append(flow_key(flow))
         self._dones.append(done)
-        self._left = np.append(self._left, float(flow.size_bytes))
-        self._enough = np.append(self._enough, self._DONE_FRACTION * flow.size_bytes)
+        self._arrived.append(flow.size_bytes)
         self._request_update()
         return
         yield  # makes this a generator
@@ -214,19 +216,25 @@ class FlowFabric(Fabric):
         self.env.timeout(0).callbacks.append(self._update)
 
     def _advance(self) -> None:
-        dt = self.env.now - self._last_s
+        t = self.env.now
+        dt = t - self._last_s
         if dt > 0 and self._flows:
             now = self._now
             self._left[:len(now.rates)] -= now.rates * dt
             self._solver.counters.add(now, dt)
-        self._last_s = self.env.now
+        self._last_s = t
 
     def _update(self, _event=None) -> None:
         self._update_pending = False
         self._advance()
+        if self._arrived:           # (flows that arrive start at the next update)
+            sizes, self._arrived = self._arrived, []
+            self._left = np.concatenate([self._left, [float(b) for b in sizes]])
+            self._enough = np.concatenate([self._enough,
+                                           [self._DONE_FRACTION * b for b in sizes]])
         done = ~(self._left > self._enough)
         if done.any():
-            for i in np.flatnonzero(done).tolist():
+            for i in done.nonzero()[0].tolist():
                 flow, event = self._flows[i], self._dones[i]
                 if not isinstance(event, Join):
                     self._finish(flow, event)
@@ -234,7 +242,7 @@ class FlowFabric(Fabric):
                     event.left -= 1
                     if event.left == 0:
                         self._finish(event.flow, event.done)
-            self._keep(np.flatnonzero(~done).tolist())
+            self._keep((~done).nonzero()[0].tolist())
         self._solve()
         self._schedule_next()
 
@@ -288,11 +296,14 @@ class FlowFabric(Fabric):
     def _schedule_next(self) -> None:
         if not self._flows:
             return
-        dt = float(np.min(self._left / self._now.rates))
+        dt = float((self._left / self._now.rates).min())
         # A step shorter than the clock's resolution at ``now`` would not advance time
         # (now + dt == now): the flow would never drain and the loop never end. Step at
-        # least a few ulps; the flow then finishes, late by less than that.
-        dt = max(dt, 4 * np.spacing(max(self.env.now, 1.0)))
+        # least a few ulps; the flow then finishes, late by less than that. (math.ulp is
+        # np.spacing for a finite x >= 1, a float; the step stays the NumPy float it was.)
+        at = max(self.env.now, 1.0)
+        if dt < 4 * math.ulp(at):
+            dt = max(dt, 4 * np.spacing(at))
         self._generation += 1
         generation = self._generation
         self.env.timeout(max(dt, 0.0)).callbacks.append(

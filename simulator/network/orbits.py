@@ -46,6 +46,10 @@ class Restricted:
     pair_part: np.ndarray    # the instance of each pair
     n_parts: int
     classes: np.ndarray      # the classes crossed, sorted
+    # one number per distinct content: entries (coefficients, wire bytes, the capacity of
+    # each entry's class, ``whole``) and pairs by index into ``classes``, whichever
+    # classes they name (:meth:`LinkClasses.token`)
+    token: int = 0
 
 
 class LinkClasses:
@@ -68,6 +72,8 @@ class LinkClasses:
         self.counters = Counters(n)
         self.version = 0
         self._seen: dict = {}
+        self._tokens: dict = {}      # Restricted.token of each content seen
+        self._last_token = 0
 
     def per_link(self, per_class: np.ndarray) -> np.ndarray:
         """A per-class quantity expanded to every link."""
@@ -170,7 +176,7 @@ class LinkClasses:
         classes, first = np.unique(of_entry, return_index=True)
         at = np.searchsorted(classes, of_entry)
         keep = flow.links == flow.links[first][at]
-        n_parts, pair_class, pair_part = 1, _EMPTY, _EMPTY
+        n_parts, partial = 1, _EMPTY
         whole_class = np.ones(len(classes), bool)
         if flow.parts is not None:
             n_parts = len(flow.parts) - 1
@@ -179,9 +185,24 @@ class LinkClasses:
             crossing = np.bincount(pairs // n_parts, minlength=len(classes))
             whole_class = crossing == n_parts
             partial = pairs[~whole_class[pairs // n_parts]]
-            pair_class, pair_part = classes[partial // n_parts], partial % n_parts
-        return Restricted(of_entry[keep], flow.coef[keep], wire[keep], whole_class[at[keep]],
-                          pair_class, pair_part, n_parts, classes)
+        links, coef, wire = of_entry[keep], flow.coef[keep], wire[keep]
+        whole = whole_class[at[keep]]
+        content = (n_parts, len(classes), coef.tobytes(), wire.tobytes(),
+                   self.capacity[links].tobytes(), whole.tobytes(), partial.tobytes())
+        return Restricted(links, coef, wire, whole, classes[partial // n_parts],
+                          partial % n_parts, n_parts, classes, self.token(content))
+
+    def token(self, content: tuple) -> int:
+        """A number per distinct ``content`` (1, 2, ...); the table of the last contents
+        seen is dropped when full, and new numbers keep counting up: two contents with one
+        number are equal."""
+        token = self._tokens.get(content)
+        if token is None:
+            if len(self._tokens) >= self.REMEMBERED:
+                self._tokens.clear()
+            self._last_token += 1
+            token = self._tokens[content] = self._last_token
+        return token
 
 
 def _row_labels(rows: np.ndarray) -> np.ndarray:

@@ -50,18 +50,15 @@ class ClassSolver(Solver):
 
     def _compute(self, flows: list, keys: tuple) -> tuple[Solution | None, np.ndarray]:
         rs = self.classes.restricted(flows, keys)
-        lengths = tuple(len(r.links) for r in rs)
         classes, local = renumbered(np.concatenate([r.links for r in rs]), self.classes.n)
-        coef = np.concatenate([r.coef for r in rs])
-        wire = np.concatenate([r.wire for r in rs])
-        capacity = self.classes.capacity[classes]
         max_rate = np.array([f.max_rate for f in flows], float)
-        pairs = _pairs(rs, classes) if any(len(r.pair_class) for r in rs) else None
-        shape = (lengths, local.tobytes(), coef.tobytes(), wire.tobytes(), capacity.tobytes(),
-                 max_rate.tobytes(), pairs and tuple(a.tobytes() for a in pairs))
+        # what the solve on local classes is made of: each flow's content (token), which
+        # entries share a class, the caps (the split check's data follows from them too)
+        shape = (tuple(r.token for r in rs), local.tobytes(), max_rate.tobytes())
         loads = self._shapes.get(shape)
         if loads is None:
-            loads = _loads(lengths, local, coef, wire, capacity, max_rate, pairs)
+            loads = _loads(rs, local, self.classes.capacity[classes], max_rate,
+                           _pairs(rs, classes) if any(len(r.pair_class) for r in rs) else None)
             if len(self._shapes) >= self.REMEMBERED:
                 self._shapes.pop(next(iter(self._shapes)))
             self._shapes[shape] = loads
@@ -77,10 +74,13 @@ class ClassSolver(Solver):
         return Solution(rates, classes, occupancy, wire_load, group), split
 
 
-def _loads(lengths: tuple, local: np.ndarray, coef: np.ndarray, wire: np.ndarray,
-           capacity: np.ndarray, max_rate: np.ndarray, pairs) -> tuple:
-    """(rates, split, occupancy, wire load) of one solve on classes numbered 0.. (``local``),
-    read-only: a pure function of its arguments, remembered by them."""
+def _loads(rs: list, local: np.ndarray, capacity: np.ndarray, max_rate: np.ndarray,
+           pairs) -> tuple:
+    """(rates, split, occupancy, wire load) of the solve of ``rs`` on classes numbered 0..
+    (``local``; ``capacity`` per local class; ``pairs``: :func:`_pairs`), read-only."""
+    lengths = [len(r.links) for r in rs]
+    coef = np.concatenate([r.coef for r in rs])
+    wire = np.concatenate([r.wire for r in rs])
     ptr = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=ptr[1:])
     inc = FlowIncidence(ptr, local, coef, max_rate)
@@ -99,7 +99,8 @@ def _pairs(rs: list, classes: np.ndarray) -> tuple:
     """What the split check needs of the restricted flows, by local class: per entry,
     whether every instance crosses its class; per flow, its instances and where they
     start in a numbering over all flows; per (class, instance) pair, the local class and
-    the instance in that numbering."""
+    the instance in that numbering. All of it follows from the flows' tokens (their pairs
+    and ``whole`` by index into their classes, ``n_parts``) and their local classes."""
     whole = np.concatenate([r.whole for r in rs])
     n_parts = np.array([r.n_parts for r in rs], np.int64)
     offset = np.zeros(len(rs) + 1, np.int64)

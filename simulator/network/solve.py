@@ -74,7 +74,8 @@ class Solver:
         self.idle = Solution(self.idle.rates, self.idle.links, self.idle.occupancy,
                              self.idle.wire, np.zeros(n_groups))
 
-    def solve(self, flows: list, keys: tuple | None = None) -> tuple[Solution | None, np.ndarray]:
+    def solve(self, flows: list,
+              keys: tuple | None = None) -> tuple[Solution | None, np.ndarray]:
         """(solution, split): the rates of ``flows`` and their loads; None and the
         bundles to split (:func:`~simulator.network.maxmin.share_bandwidth_checked`) when
         some bundle's instances would not freeze together. ``keys``: the flows'
