@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.network.active import DONE_FRACTION
 from simulator.network.bundle import Join, bundle_flows, instances
 from simulator.network.fabric import Fabric, Flow, FlowFabric
 from simulator.network.solve import Solver
@@ -64,7 +65,7 @@ class ListFabric(Fabric):
         still = []
         for entry in self._active:
             flow, left, done = entry
-            if left > FlowFabric._DONE_FRACTION * flow.size_bytes:
+            if left > DONE_FRACTION * flow.size_bytes:
                 still.append(entry)
             elif not isinstance(done, Join):
                 self._finish(flow, done)

@@ -14,9 +14,10 @@ import numpy as np
 import simpy
 
 from ..choices import FIDELITIES
-from .bundle import Join, instances, slowest_rate
+from .active import ActiveFlows
+from .bundle import slowest_rate
 from .reduced import ClassSolver
-from .solve import Solver, flow_key
+from .solve import Solver
 
 
 @dataclass
@@ -143,7 +144,9 @@ class FlowFabric(Fabric):
     or completion the fabric advances all flows, re-solves the rates once for that instant,
     and schedules a timer for the earliest completion (a set of flows seen before is not
     solved again, :mod:`simulator.network.solve`). Use when transfers overlap and
-    contention matters (oversubscribed uplinks, concurrent collectives).
+    contention matters (oversubscribed uplinks, concurrent collectives). The active flows'
+    bytes left are one array (:mod:`simulator.network.active`); the link counters' steps
+    are logged and added in order (:mod:`simulator.network.counters`).
 
     With ``link_classes`` (the default) the solves and counters run on classes of links
     that no flow tells apart (:mod:`simulator.network.reduced`): the same rates, times and
@@ -153,24 +156,13 @@ class FlowFabric(Fabric):
     """
 
     name = "flow"
-    # A flow is complete when what is left is below this fraction of its size.
-    _DONE_FRACTION = 1e-9
 
     def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray,
                  link_classes: bool = True):
         self._solver = (ClassSolver if link_classes else Solver)(
             np.asarray(capacity_bytes_per_s, dtype=float))
         super().__init__(env, capacity_bytes_per_s)
-        # the active flows, in arrival order: each flow, its solve key, its done event (a
-        # Join for an instance of a split bundle), the bytes it has left and the bytes
-        # below which it is done (_DONE_FRACTION of its size); the last few, arrived since
-        # the last update, have no bytes left yet (``_arrived``: their sizes)
-        self._flows: list[Flow] = []
-        self._keys: list[tuple] = []
-        self._dones: list = []
-        self._left = np.zeros(0)
-        self._enough = np.zeros(0)
-        self._arrived: list = []
+        self._active = ActiveFlows()
         self._now = self._solver.idle       # rates and link loads since the last solve
         self._last_s = 0.0
         self._update_pending = False
@@ -200,10 +192,7 @@ class FlowFabric(Fabric):
 
     def _move(self, flow: Flow, done: simpy.Event):
         self._advance()
-        self._flows.append(flow)
-        self._keys.append(flow_key(flow))
-        self._dones.append(done)
-        self._arrived.append(flow.size_bytes)
+        self._active.add(flow, done)
         self._request_update()
         return
         yield  # makes this a generator
@@ -218,75 +207,33 @@ class FlowFabric(Fabric):
     def _advance(self) -> None:
         t = self.env.now
         dt = t - self._last_s
-        if dt > 0 and self._flows:
-            now = self._now
-            self._left[:len(now.rates)] -= now.rates * dt
-            self._solver.counters.add(now, dt)
+        if dt > 0 and len(self._active):
+            self._active.advance(self._now.rates, dt)
+            self._solver.counters.add(self._now, dt)
         self._last_s = t
 
     def _update(self, _event=None) -> None:
         self._update_pending = False
         self._advance()
-        if self._arrived:           # (flows that arrive start at the next update)
-            sizes, self._arrived = self._arrived, []
-            self._left = np.concatenate([self._left, [float(b) for b in sizes]])
-            self._enough = np.concatenate([self._enough,
-                                           [self._DONE_FRACTION * b for b in sizes]])
-        done = ~(self._left > self._enough)
-        if done.any():
-            for i in done.nonzero()[0].tolist():
-                flow, event = self._flows[i], self._dones[i]
-                if not isinstance(event, Join):
-                    self._finish(flow, event)
-                else:                   # an instance of a split bundle
-                    event.left -= 1
-                    if event.left == 0:
-                        self._finish(event.flow, event.done)
-            self._keep((~done).nonzero()[0].tolist())
+        for flow, done in self._active.settle():
+            self._finish(flow, done)
         self._solve()
         self._schedule_next()
 
-    def _keep(self, kept: list[int]) -> None:
-        """Keep the active flows at positions ``kept`` (in that order), drop the others."""
-        self._flows = [self._flows[i] for i in kept]
-        self._keys = [self._keys[i] for i in kept]
-        self._dones = [self._dones[i] for i in kept]
-        self._left, self._enough = self._left[kept], self._enough[kept]
-
     def _solve(self) -> None:
-        if not self._flows:
+        active = self._active
+        if not len(active):
             self._now = self._solver.idle
             self._sample()
             return
         self.solves += 1
         while True:
-            solution, split = self._solver.solve(self._flows, tuple(self._keys))
+            solution, split = self._solver.solve(active.flows, tuple(active.keys))
             if solution is not None:
                 break
-            self._split(split)
+            self.splits += active.split(split)
         self._now = solution
         self._sample()
-
-    def _split(self, split: np.ndarray) -> None:
-        """Replace each bundle marked in ``split`` by its instances, each with the bytes
-        the bundle had left; the bundle's event fires when the last is done."""
-        at: list[int] = []          # per new position, the old one it takes its bytes from
-        flows, dones = [], []
-        for i, cut in enumerate(split.tolist()):
-            if not cut:
-                at.append(i)
-                flows.append(self._flows[i])
-                dones.append(self._dones[i])
-                continue
-            parts = instances(self._flows[i])
-            self.splits += 1
-            join = Join(self._flows[i], self._dones[i], len(parts))
-            at.extend([i] * len(parts))
-            flows.extend(parts)
-            dones.extend([join] * len(parts))
-        self._flows, self._dones = flows, dones
-        self._keys = [flow_key(f) for f in flows]
-        self._left, self._enough = self._left[at], self._enough[at]
 
     def _sample(self) -> None:
         if self._groups is None:
@@ -294,9 +241,9 @@ class FlowFabric(Fabric):
         self.samples.append((self.env.now, self._now.group_load / self._group_scale))
 
     def _schedule_next(self) -> None:
-        if not self._flows:
+        if not len(self._active):
             return
-        dt = float((self._left / self._now.rates).min())
+        dt = float((self._active.left / self._now.rates).min())
         # A step shorter than the clock's resolution at ``now`` would not advance time
         # (now + dt == now): the flow would never drain and the loop never end. Step at
         # least a few ulps; the flow then finishes, late by less than that. (math.ulp is

@@ -28,7 +28,12 @@ class ClassSolver(Solver):
     """Max-min solves on link classes; counters per class (``per_link`` expands them).
 
     A solution here is a few numbers per class, not per link, so many more are remembered
-    (an iteration of a 3-D plan meets some 10,000 distinct sets of flows)."""
+    (an iteration of a 3-D plan meets some 10,000 distinct sets of flows). A set not seen
+    before is often one seen on other classes (the same transfers of another stage or
+    server): the solve on local classes is remembered by what it is made of (each flow's
+    content, :attr:`~simulator.network.orbits.Restricted.token`; which entries share a
+    class; the rate caps), and only the classes and group loads are its own (at 16,384
+    GPUs the 3-D plan's 14,338 new sets are 2,878 such shapes)."""
 
     REMEMBERED = 16384
 

@@ -11,8 +11,9 @@ can have their ids: a key that matches is those very arrays, with no further che
 The solve runs on the links the flows cross only (renumbered,
 :func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
 (sorted), with the capacity taken and the bytes crossing each per second. Adding them to
-the counters link by link, or summing them per link group, gives the same numbers as the
-dense vectors would (the other links only add zeros). :class:`Solver` is the solve on every
+the counters link by link (:mod:`simulator.network.counters`), or summing them per link
+group, gives the same numbers as the dense vectors would (the other links only add zeros).
+:class:`Solver` is the solve on every
 used link, the reference for the one on link classes (:mod:`simulator.network.reduced`).
 """
 
