@@ -31,6 +31,9 @@ from .checks import check_fraction, check_keys, check_source, check_time
 from .families import SHAPED_PRECISIONS, FamilyCalibration, check_attention, parse_families
 from .gemm_shape import shape_efficiency
 
+_PLAIN = (int, float)            # argument types op_time_s remembers
+_REMEMBERED = 65536             # op times kept per model (all dropped when full)
+
 OP_CLASSES = ("matmul", "attention", "conv", "elementwise", "norm", "embedding", "loss",
               "optimizer")
 
@@ -150,6 +153,7 @@ class ComputeModel:
             fit = fit if fit.applies_to(strategy) else IDENTITY
         self.fit = fit
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+        self._times: dict[tuple, float] = {}      # op_time_s, remembered (see there)
 
     @property
     def kernel_launch_s(self) -> float:
@@ -192,9 +196,31 @@ class ComputeModel:
         ``shape`` (``m, n, k`` of a GEMM or attention kernel) selects the family's shape
         model where it has one (16-bit matmul and attention; :mod:`.families`).
 
+        A time is remembered by its arguments: it is a pure function of them and of this
+        model's frozen settings (GPU, calibration, fit, attention, time scale), so a call
+        with equal arguments returns the same float. Only plain numbers (``int``/``float``,
+        equal values convert to the same float) and a tuple ``shape`` are remembered, and
+        only after a call that did not raise.
+
         :raises ConfigError: for an unknown ``op_class`` or ``precision``.
         :raises ValueError: for negative or non-finite ``flops`` / ``bytes_accessed``.
         """
+        plain = flops.__class__ in _PLAIN and bytes_accessed.__class__ in _PLAIN and \
+            op_class.__class__ is str and (shape is None or shape.__class__ is tuple)
+        if plain:
+            key = (op_class, flops, bytes_accessed, precision, shape)
+            seconds = self._times.get(key)
+            if seconds is None:
+                seconds = self._op_time_s(op_class, flops, bytes_accessed, precision, shape)
+                if len(self._times) >= _REMEMBERED:
+                    self._times.clear()
+                self._times[key] = seconds
+            return seconds
+        return self._op_time_s(op_class, flops, bytes_accessed, precision, shape)
+
+    # -- internals ----------------------------------------------------------------------
+    def _op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
+                   precision: str, shape: tuple[int, int, int] | None) -> float:
         rate, flops_half, mem_bw, _ = self._lookup(op_class, precision)
         flops = _amount(flops, "flops")
         nbytes = _amount(bytes_accessed, "bytes_accessed")
@@ -208,7 +234,6 @@ class ComputeModel:
                                                        if kernel_s > 0 else 0.0)
         return (kernel_s + launch_s) * self.time_scale
 
-    # -- internals ----------------------------------------------------------------------
     def _shaped_s(self, op_class: str, precision: str, flops: float, shape, rate: float,
                   plain_s: float) -> float:
         """Compute seconds from the family's shape model (``plain_s`` if it has none)."""

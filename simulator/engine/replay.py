@@ -141,7 +141,6 @@ class _Replayer:
         # (class id, op id) -> the event of the op's end, for the ops that others list in
         # ``deps`` only: an event that nobody waits on would change nothing but the count
         self.done: dict[tuple[str, int], simpy.Event] = {}
-        self._times: dict = {}      # compute timer's answers (a pure function of its inputs)
         self.comm_active = {c.id: 0 for c in trace.classes}
         self.plans = Plans(collectives)
         self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
@@ -261,12 +260,9 @@ class _Replayer:
             else:
                 precision = op.attrs.get("precision", self.cfg.precision)
                 # m, n, k of a GEMM / attention kernel, for timers that use the shape
-                shape = tuple(op.attrs[d] for d in "mnk") if "m" in op.attrs else None
-                key = (op.op_class, op.flops, op.bytes_accessed, precision, shape)
-                base = self._times.get(key)
-                if base is None:
-                    base = self._times[key] = self.compute.op_time_s(
-                        *key[:4], **({"shape": shape} if shape is not None else {}))
+                shape = {"shape": tuple(op.attrs[d] for d in "mnk")} if "m" in op.attrs else {}
+                base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
+                                              precision, **shape)
             overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
             if self.vary is not None:
                 base *= self.vary.compute_factor(cls.id, op.op_class)

@@ -8,6 +8,7 @@ which fidelity answers is chosen by name from :data:`FABRICS`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop
@@ -17,7 +18,8 @@ import simpy
 from simpy.events import URGENT
 
 from ..choices import FIDELITIES
-from .bundle import Join, instances, slowest_rate
+from .active import ActiveFlows
+from .bundle import slowest_rate
 from .reduced import ClassSolver
 from .solve import Solver
 
@@ -175,7 +177,9 @@ class FlowFabric(Fabric):
     or completion the fabric advances all flows, re-solves the rates once for that instant,
     and schedules a timer for the earliest completion (a set of flows seen before is not
     solved again, :mod:`simulator.network.solve`). Use when transfers overlap and
-    contention matters (oversubscribed uplinks, concurrent collectives).
+    contention matters (oversubscribed uplinks, concurrent collectives). The active flows'
+    bytes left are one array (:mod:`simulator.network.active`); the link counters' steps
+    are logged and added in order (:mod:`simulator.network.counters`).
 
     With ``link_classes`` (the default) the solves and counters run on classes of links
     that no flow tells apart (:mod:`simulator.network.reduced`): the same rates, times and
@@ -185,15 +189,13 @@ class FlowFabric(Fabric):
     """
 
     name = "flow"
-    # A flow is complete when what is left is below this fraction of its size.
-    _DONE_FRACTION = 1e-9
 
     def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray,
                  link_classes: bool = True):
         self._solver = (ClassSolver if link_classes else Solver)(
             np.asarray(capacity_bytes_per_s, dtype=float))
         super().__init__(env, capacity_bytes_per_s)
-        self._active: list[list] = []   # [flow, remaining_bytes, done_event]
+        self._active = ActiveFlows()
         self._now = self._solver.idle       # rates and link loads since the last solve
         self._last_s = 0.0
         self._update_pending = False
@@ -205,11 +207,11 @@ class FlowFabric(Fabric):
 
     @property
     def link_bytes(self) -> np.ndarray:
-        return self._solver.per_link(self._solver.wire_bytes)
+        return self._solver.per_link(self._solver.counters.wire)
 
     @property
     def link_occupancy_bytes(self) -> np.ndarray:
-        return self._solver.per_link(self._solver.occupancy_bytes)
+        return self._solver.per_link(self._solver.counters.occupancy)
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Record, at every re-solve, the load of each link group as a fraction of the
@@ -217,12 +219,13 @@ class FlowFabric(Fabric):
         self._groups = np.asarray(group_of_link, dtype=np.int64)
         self._group_capacity = np.bincount(self._groups, weights=self.capacity,
                                            minlength=n_groups)
+        self._group_scale = np.maximum(self._group_capacity, 1e-300)
         self._solver.track(self._groups, n_groups)
         self._now = self._solver.idle
 
     def _move(self, flow: Flow, done: simpy.Event) -> None:
         self._advance()
-        self._active.append([flow, float(flow.size_bytes), done])
+        self._active.add(flow, done)
         self._request_update()
 
     def _request_update(self) -> None:
@@ -233,77 +236,52 @@ class FlowFabric(Fabric):
         self.env.timeout(0).callbacks.append(self._update)
 
     def _advance(self) -> None:
-        dt = self.env.now - self._last_s
-        if dt > 0 and self._active:
-            now = self._now
-            for entry, rate in zip(self._active, now.rates):
-                entry[1] -= rate * dt
-            self._solver.occupancy_bytes[now.links] += now.occupancy * dt
-            self._solver.wire_bytes[now.links] += now.wire * dt
-        self._last_s = self.env.now
+        t = self.env.now
+        dt = t - self._last_s
+        if dt > 0 and len(self._active):
+            self._active.advance(self._now.rates, dt)
+            self._solver.counters.add(self._now, dt)
+        self._last_s = t
 
     def _update(self, _event=None) -> None:
         self._update_pending = False
         self._advance()
-        still = []
-        for entry in self._active:
-            flow, remaining, done = entry
-            if remaining > self._DONE_FRACTION * flow.size_bytes:
-                still.append(entry)
-            elif not isinstance(done, Join):
-                self._finish(flow, done)
-            else:                   # an instance of a split bundle
-                done.left -= 1
-                if done.left == 0:
-                    self._finish(done.flow, done.done)
-        self._active = still
+        for flow, done in self._active.settle():
+            self._finish(flow, done)
         self._solve()
         self._schedule_next()
 
     def _solve(self) -> None:
-        if not self._active:
+        active = self._active
+        if not len(active):
             self._now = self._solver.idle
             self._sample()
             return
         self.solves += 1
         while True:
-            solution, split = self._solver.solve([entry[0] for entry in self._active])
+            solution, split = self._solver.solve(active.flows, tuple(active.keys))
             if solution is not None:
                 break
-            self._split(split)
+            self.splits += active.split(split)
         self._now = solution
         self._sample()
-
-    def _split(self, split: np.ndarray) -> None:
-        """Replace each bundle marked in ``split`` by its instances, each with the bytes
-        the bundle had left; the bundle's event fires when the last is done."""
-        active = []
-        for entry, cut in zip(self._active, split.tolist()):
-            if not cut:
-                active.append(entry)
-                continue
-            flow, remaining, done = entry
-            parts = instances(flow)
-            self.splits += 1
-            join = Join(flow, done, len(parts))
-            active.extend([part, remaining, join] for part in parts)
-        self._active = active
 
     def _sample(self) -> None:
         if self._groups is None:
             return
-        self.samples.append((self.env.now, self._now.group_load /
-                             np.maximum(self._group_capacity, 1e-300)))
+        self.samples.append((self.env.now, self._now.group_load / self._group_scale))
 
     def _schedule_next(self) -> None:
-        if not self._active:
+        if not len(self._active):
             return
-        remaining = np.array([entry[1] for entry in self._active])
-        dt = float(np.min(remaining / self._now.rates))
+        dt = float((self._active.left / self._now.rates).min())
         # A step shorter than the clock's resolution at ``now`` would not advance time
         # (now + dt == now): the flow would never drain and the loop never end. Step at
-        # least a few ulps; the flow then finishes, late by less than that.
-        dt = max(dt, 4 * np.spacing(max(self.env.now, 1.0)))
+        # least a few ulps; the flow then finishes, late by less than that. (math.ulp is
+        # np.spacing for a finite x >= 1, a float; the step stays the NumPy float it was.)
+        at = max(self.env.now, 1.0)
+        if dt < 4 * math.ulp(at):
+            dt = max(dt, 4 * np.spacing(at))
         self._generation += 1
         generation = self._generation
         self.env.timeout(max(dt, 0.0)).callbacks.append(

@@ -18,8 +18,9 @@ Each flow is then *restricted*: its entries on one link of each class it crosses
 by class, recomputed only when one of its classes has split since. For a bundle it also
 records where its instances differ: the (class, instance) pairs of the classes that only
 some of its instances cross; the solve's split check (:mod:`simulator.network.reduced`)
-needs no more. The per-class counters (``occupancy_bytes``, ``wire_bytes``) live here: a
-class's links have one history, and a class split from another starts from its count.
+needs no more. The per-class counters (:class:`~simulator.network.counters.Counters`) live
+here: a class's links have one history, and a class split from another starts from its
+count.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from .counters import Counters
 
 _EMPTY = np.zeros(0, np.int64)
 
@@ -43,6 +46,10 @@ class Restricted:
     pair_part: np.ndarray    # the instance of each pair
     n_parts: int
     classes: np.ndarray      # the classes crossed, sorted
+    # one number per distinct content: entries (coefficients, wire bytes, the capacity of
+    # each entry's class, ``whole``) and pairs by index into ``classes``, whichever
+    # classes they name (:meth:`LinkClasses.token`)
+    token: int = 0
 
 
 class LinkClasses:
@@ -62,10 +69,11 @@ class LinkClasses:
         self.capacity[self.of_link] = capacity
         self.group = np.zeros(n, np.int64)
         self.changed = np.zeros(n, np.int64)     # version at which the class last changed
-        self.occupancy_bytes = np.zeros(n)
-        self.wire_bytes = np.zeros(n)
+        self.counters = Counters(n)
         self.version = 0
         self._seen: dict = {}
+        self._tokens: dict = {}      # Restricted.token of each content seen
+        self._last_token = 0
 
     def per_link(self, per_class: np.ndarray) -> np.ndarray:
         """A per-class quantity expanded to every link."""
@@ -78,13 +86,18 @@ class LinkClasses:
         self.group[self.of_link] = group_of_link
 
     # ------------------------------------------------------------------ flows
-    def restricted(self, flows: list) -> list[Restricted]:
-        """Each flow restricted to the current classes, after refining by new ones."""
+    def restricted(self, flows: list, keys: tuple | None = None) -> list[Restricted]:
+        """Each flow restricted to the current classes, after refining by new ones
+        (``keys``: the flows' :func:`~simulator.network.solve.flow_key`, where known).
+
+        A flow is known by its arrays' ids; an entry holds the arrays, so no other array
+        has their ids while it is kept: a key found is those very arrays."""
         entries = []
-        for f in flows:
-            key = (id(f.links), id(f.coef), id(f.wire_coef), id(f.parts))
+        for i, f in enumerate(flows):
+            key = (id(f.links), id(f.coef), id(f.wire_coef), id(f.parts)) if keys is None \
+                else keys[i][1:]
             entry = self._seen.get(key)
-            if entry is None or not _same_arrays(entry[0], f):
+            if entry is None:
                 self.refine(f)
                 if len(self._seen) >= self.REMEMBERED:
                     self._seen.pop(next(iter(self._seen)))
@@ -144,7 +157,7 @@ class LinkClasses:
         new = self.n + np.arange(len(moved))
         src = lab_old[moved]
         version = self.version + 1
-        for a in (self.capacity, self.group, self.occupancy_bytes, self.wire_bytes):
+        for a in (self.capacity, self.group, self.counters.occupancy, self.counters.wire):
             a[new] = a[src]
         np.subtract.at(self.count, src, size[moved])
         self.count[new] = size[moved]
@@ -163,7 +176,7 @@ class LinkClasses:
         classes, first = np.unique(of_entry, return_index=True)
         at = np.searchsorted(classes, of_entry)
         keep = flow.links == flow.links[first][at]
-        n_parts, pair_class, pair_part = 1, _EMPTY, _EMPTY
+        n_parts, partial = 1, _EMPTY
         whole_class = np.ones(len(classes), bool)
         if flow.parts is not None:
             n_parts = len(flow.parts) - 1
@@ -172,9 +185,24 @@ class LinkClasses:
             crossing = np.bincount(pairs // n_parts, minlength=len(classes))
             whole_class = crossing == n_parts
             partial = pairs[~whole_class[pairs // n_parts]]
-            pair_class, pair_part = classes[partial // n_parts], partial % n_parts
-        return Restricted(of_entry[keep], flow.coef[keep], wire[keep], whole_class[at[keep]],
-                          pair_class, pair_part, n_parts, classes)
+        links, coef, wire = of_entry[keep], flow.coef[keep], wire[keep]
+        whole = whole_class[at[keep]]
+        content = (n_parts, len(classes), coef.tobytes(), wire.tobytes(),
+                   self.capacity[links].tobytes(), whole.tobytes(), partial.tobytes())
+        return Restricted(links, coef, wire, whole, classes[partial // n_parts],
+                          partial % n_parts, n_parts, classes, self.token(content))
+
+    def token(self, content: tuple) -> int:
+        """A number per distinct ``content`` (1, 2, ...); the table of the last contents
+        seen is dropped when full, and new numbers keep counting up: two contents with one
+        number are equal."""
+        token = self._tokens.get(content)
+        if token is None:
+            if len(self._tokens) >= self.REMEMBERED:
+                self._tokens.clear()
+            self._last_token += 1
+            token = self._tokens[content] = self._last_token
+        return token
 
 
 def _row_labels(rows: np.ndarray) -> np.ndarray:
@@ -189,7 +217,3 @@ def _row_labels(rows: np.ndarray) -> np.ndarray:
 
 def _arrays(flow) -> tuple:
     return flow.links, flow.coef, flow.wire_coef, flow.parts
-
-
-def _same_arrays(arrays: tuple, flow) -> bool:
-    return all(a is b for a, b in zip(arrays, _arrays(flow)))

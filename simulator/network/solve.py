@@ -4,13 +4,16 @@ Every arrival or completion re-solves the max-min rates of the active flows. One
 of a training step repeats the same few sets many times (each micro-batch's collectives and
 sends, one after another; a cached plan's flow recurs with the very same arrays), so a
 solve is remembered by the identity of its flows' arrays (links, coefficients, wire bytes,
-instances) and rate caps, for the last :data:`Solver.REMEMBERED` sets seen.
+instances) and rate caps (:func:`flow_key`), for the last :data:`Solver.REMEMBERED` sets
+seen. A remembered solve holds its flows' arrays, so while it is remembered no other array
+can have their ids: a key that matches is those very arrays, with no further check.
 
 The solve runs on the links the flows cross only (renumbered,
 :func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
 (sorted), with the capacity taken and the bytes crossing each per second. Adding them to
-the counters link by link, or summing them per link group, gives the same numbers as the
-dense vectors would (the other links only add zeros). :class:`Solver` is the solve on every
+the counters link by link (:mod:`simulator.network.counters`), or summing them per link
+group, gives the same numbers as the dense vectors would (the other links only add zeros).
+:class:`Solver` is the solve on every
 used link, the reference for the one on link classes (:mod:`simulator.network.reduced`).
 """
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bundle import incidence
+from .counters import Counters
 from .maxmin import on_used_links, share_bandwidth_checked
 
 
@@ -39,9 +43,14 @@ def _arrays(flow) -> tuple:
     return flow.links, flow.coef, flow.wire_coef, flow.parts
 
 
+def flow_key(flow) -> tuple:
+    """What a remembered solve knows ``flow`` by: its rate cap and its arrays' ids."""
+    return (flow.max_rate, id(flow.links), id(flow.coef), id(flow.wire_coef), id(flow.parts))
+
+
 class Solver:
     """Max-min solves of a fabric's active flows, the last few remembered; per-link
-    counters (``occupancy_bytes``, ``wire_bytes``, indexed like a solution's ``links``)."""
+    counters (``counters``, indexed like a solution's ``links``)."""
 
     REMEMBERED = 256
 
@@ -53,11 +62,10 @@ class Solver:
         self._checked = False
         empty = np.zeros(0)
         self.idle = Solution(empty, np.zeros(0, np.int64), empty, empty, None)
-        self.occupancy_bytes = np.zeros(len(capacity))
-        self.wire_bytes = np.zeros(len(capacity))
+        self.counters = Counters(len(capacity))
 
     def per_link(self, counter: np.ndarray) -> np.ndarray:
-        """A counter (``occupancy_bytes``, ``wire_bytes``) per link of the fabric."""
+        """A counter (``counters.occupancy``, ``counters.wire``) per link of the fabric."""
         return counter
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
@@ -67,20 +75,21 @@ class Solver:
         self.idle = Solution(self.idle.rates, self.idle.links, self.idle.occupancy,
                              self.idle.wire, np.zeros(n_groups))
 
-    def solve(self, flows: list) -> tuple[Solution | None, np.ndarray]:
+    def solve(self, flows: list,
+              keys: tuple | None = None) -> tuple[Solution | None, np.ndarray]:
         """(solution, split): the rates of ``flows`` and their loads; None and the
         bundles to split (:func:`~simulator.network.maxmin.share_bandwidth_checked`) when
-        some bundle's instances would not freeze together."""
-        ids = tuple((f.max_rate, *map(id, _arrays(f))) for f in flows)
+        some bundle's instances would not freeze together. ``keys``: the flows'
+        :func:`flow_key`, where the caller keeps them."""
+        ids = tuple(map(flow_key, flows)) if keys is None else keys
         hit = self._memo.get(ids)
-        if hit is not None and hit[2] == self._stamp() and \
-                all(a is b for f, g in zip(flows, hit[0]) for a, b in zip(_arrays(f), g)):
+        if hit is not None and hit[2] == self._stamp():
             return hit[1], np.zeros(len(flows), bool)
         if not self._checked:       # share_bandwidth's check, once for the whole fabric
             if np.any(self.capacity <= 0):
                 raise ValueError("every link capacity must be > 0")
             self._checked = True
-        out, split = self._compute(flows)
+        out, split = self._compute(flows, ids)
         if out is None:
             return None, split
         if len(self._memo) >= self.REMEMBERED:
@@ -92,7 +101,7 @@ class Solver:
         """What a remembered solution is valid for (the link numbering never changes)."""
         return 0
 
-    def _compute(self, flows: list) -> tuple[Solution | None, np.ndarray]:
+    def _compute(self, flows: list, keys: tuple) -> tuple[Solution | None, np.ndarray]:
         inc, links = on_used_links(incidence(flows), len(self.capacity))
         rates, split = share_bandwidth_checked(inc, self.capacity[links])
         if split.any():

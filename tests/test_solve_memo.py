@@ -1,0 +1,119 @@
+"""What the flow fabric's solver remembers gives what it would compute: class solves by
+their shape (reduced.py), flows by their content (orbits.py token), counters logged and
+added in batches (counters.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.network.bundle import bundle_flows
+from simulator.network.counters import Counters
+from simulator.network.fabric import Flow
+from simulator.network.orbits import LinkClasses
+from simulator.network.reduced import ClassSolver
+from simulator.network.solve import Solution
+
+
+class _Forget(dict):
+    """A memo that never keeps anything."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def _flow(links, coef, size=100.0, **kw):
+    return Flow(size, np.array(links, np.int64), np.array(coef, float), **kw)
+
+
+def _sets(rng, servers=4, per=10):
+    """Sets of flows: the same patterns on every server (shapes that recur on other
+    classes), bundles over servers (pairs where a lone flow shares a link), caps."""
+    pattern = [(rng.choice(per, size=k, replace=False), rng.uniform(0.5, 2.0, k))
+               for k in rng.integers(1, 4, size=5)]
+    out = []
+    for _ in range(40):
+        flows = []
+        for _ in range(int(rng.integers(1, 4))):
+            links, coef = pattern[int(rng.integers(len(pattern)))]
+            s = int(rng.integers(servers))
+            cap = float(rng.uniform(1.0, 30.0)) if rng.random() < 0.2 else np.inf
+            if rng.random() < 0.4:
+                flows.append(bundle_flows([_flow(links + per * t, coef, max_rate=cap)
+                                           for t in range(servers)]))
+            else:
+                flows.append(_flow(links + per * s, coef, max_rate=cap))
+        out.append(flows)
+    return out
+
+
+def _same(a, b) -> None:
+    if a is None or b is None:
+        assert a is b
+        return
+    for x, y in zip((a.rates, a.links, a.occupancy, a.wire, a.group_load),
+                    (b.rates, b.links, b.occupancy, b.wire, b.group_load)):
+        assert x.tobytes() == y.tobytes()
+
+
+def test_solves_remembered_by_shape_are_the_solves_computed():
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        cap = np.full(40, 10.0)
+        cap[rng.integers(40)] = 5.0
+        groups = np.arange(40) % 3
+        kept, fresh = ClassSolver(cap), ClassSolver(cap)
+        fresh._shapes = _Forget()
+        for s in (kept, fresh):
+            s.track(groups, 3)
+        solves = 0
+        for flows in _sets(rng):    # new arrays each: every set is a real solve
+            a, split_a = kept.solve(flows)
+            b, split_b = fresh.solve(flows)
+            solves += 1
+            _same(a, b)
+            assert split_a.tolist() == split_b.tolist()
+        assert 0 < len(kept._shapes) < solves       # some shapes recurred on other classes
+
+
+def test_a_shape_hit_has_its_own_classes_and_group_load():
+    cap = np.full(8, 10.0)
+    solver = ClassSolver(cap)
+    solver.track(np.array([0, 0, 0, 0, 1, 1, 1, 1]), 2)
+    a = solver.solve([_flow([0, 1], [1.0, 1.0]), _flow([1], [1.0])])[0]
+    b = solver.solve([_flow([4, 5], [1.0, 1.0]), _flow([5], [1.0])])[0]
+    assert len(solver._shapes) == 1
+    assert a.rates is b.rates and a.links.tolist() != b.links.tolist()
+    assert a.group_load.tolist()[1] == 0.0 and b.group_load.tolist()[0] == 0.0
+    assert isinstance(a, Solution) and not a.links.flags.writeable
+
+
+def test_tokens_number_contents_and_never_reuse_a_number():
+    classes = LinkClasses(np.full(4, 10.0))
+    one, two = classes.token(("a", b"1")), classes.token(("a", b"2"))
+    assert classes.token(("a", b"1")) == one != two
+    classes.REMEMBERED = 2
+    three = classes.token(("b",))       # the table was full: dropped, numbers go on
+    assert three not in (one, two) and classes.token(("a", b"1")) not in (one, two, three)
+    # two flows with the same entries on different classes: one token
+    r1, r2 = classes.restricted([_flow([0], [1.0]), _flow([1], [1.0])])
+    assert r1.links.tolist() != r2.links.tolist() and r1.token == r2.token
+
+
+def test_counters_added_in_batches_are_the_step_by_step_sums():
+    rng = np.random.default_rng(3)
+    n = 12
+    step = [np.zeros(n), np.zeros(n)]
+    counters = Counters(n)
+    counters.LOG = 7                # flush mid-way too
+    for i in range(50):
+        links = np.sort(rng.choice(n, size=int(rng.integers(1, n)), replace=False))
+        sol = Solution(np.zeros(0), links, rng.uniform(0, 1e9, len(links)),
+                       rng.uniform(0, 1e9, len(links)))
+        dt = float(rng.uniform(1e-7, 3.0))
+        step[0][links] += sol.occupancy * dt
+        step[1][links] += sol.wire * dt
+        counters.add(sol, dt)
+        if i == 20:                 # a read in the middle adds what is logged
+            assert counters.occupancy.tobytes() == step[0].tobytes()
+    assert counters.occupancy.tobytes() == step[0].tobytes()
+    assert counters.wire.tobytes() == step[1].tobytes()
