@@ -15,9 +15,10 @@ import numpy as np
 
 from ..cluster import Cluster, Route
 from .alltoall import aggregable, all_to_all_coefficients
-from .blocks import ServerBlocks, ring_blocks, tree_blocks
+from .blocks import tree_blocks
 from .host_path import HostPath, host_gpu_route
 from .nics import home_nic, nic_owner, owned_nics
+from .ring_tables import ring_entries
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     edges = _edge_set(cluster, comm, host_path)
     if chain_from is None and comm.n_nodes > 1 and blocks_exact(cluster, host_path):
         per_server = server_orders(cluster, comm)
-        return _from_blocks(edges, ring_blocks(cluster, per_server, pcie_p2p_efficiency))
+        return _from_blocks(edges, ring_entries(cluster, per_server, pcie_p2p_efficiency))
     orders = channel_orders(cluster, comm)
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
@@ -220,9 +221,10 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     return edges
 
 
-def _from_blocks(edges: EdgeSet, blocks: ServerBlocks) -> EdgeSet:
-    """``edges`` holding the entries laid out server by server (one array each)."""
-    links, coefs, wires = blocks.entries()
+def _from_blocks(edges: EdgeSet, entries: tuple) -> EdgeSet:
+    """``edges`` holding the (link ids, coefficients, wire bytes) laid out server by server
+    or by table (one array each)."""
+    links, coefs, wires = entries
     if len(links):
         edges.links.append(links)
         edges.coefs.append(coefs)
@@ -287,7 +289,7 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
     edges = _edge_set(cluster, comm, host_path)
     if comm.n_nodes > 1 and blocks_exact(cluster, host_path):
         return _from_blocks(edges, tree_blocks(cluster, orders, pcie_p2p_efficiency,
-                                               dtree_parent))
+                                               dtree_parent).entries())
     weight = 1.0 / len(orders)
     for ch, servers in enumerate(orders):
         for order, nic in servers:                 # chain inside each server
