@@ -127,20 +127,18 @@ class Cluster:
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
         G = self.G
-        self.link_id: dict[tuple, int] = {}
-        link_id = self.link_id
-        bw, lat, classes, types = [], [], [], []
-        costs: dict[float, int] = {}
-        for i, (u, v, d) in enumerate(_edges(G)):
-            link_id[(u, v)] = 2 * i        # both directions, in edge order
-            link_id[(v, u)] = 2 * i + 1
-            b = d["bw_bytes_per_s"]
-            bw.append(b)
-            lat.append(d["latency_s"])
-            classes.append(d.get("link_class", "net"))
-            types.append(d.get("link_type", ""))
-            cost = costs.get(b)
-            d["cost"] = cost if cost is not None else costs.setdefault(b, _cost(b))
+        walk = list(_edges(G))
+        edges = [d for _, _, d in walk]
+        keys = [key for u, v, _ in walk for key in ((u, v), (v, u))]
+        # both directions, in edge order (a self-loop keeps its second id, as one by one)
+        self.link_id: dict[tuple, int] = dict(zip(keys, range(len(keys))))
+        bw = [d["bw_bytes_per_s"] for d in edges]
+        lat = [d["latency_s"] for d in edges]
+        classes = [d.get("link_class", "net") for d in edges]
+        types = [d.get("link_type", "") for d in edges]
+        costs = {b: _cost(b) for b in dict.fromkeys(bw)}
+        for d, b in zip(edges, bw):
+            d["cost"] = costs[b]
         self.nominal_bytes_per_s = np.repeat(np.array(bw, float), 2)
         latency = np.repeat(np.array(lat, float), 2)
         self.link_class = np.repeat(np.array(classes), 2) if classes else np.array([])
