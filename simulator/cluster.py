@@ -193,6 +193,22 @@ class Cluster:
             nics.sort(key=lambda n: self.G.nodes[n]["index"])
         return out
 
+    def nics_of_server(self, server: int) -> list[str]:
+        """NIC node ids of one server by index (``nics_by_server.get(server, [])``, found
+        among the server's own nodes rather than the whole graph's)."""
+        found = self.__dict__.setdefault("_nics_of", {})
+        nics = found.get(server)
+        if nics is None:
+            if "nics_by_server" in self.__dict__:
+                nics = self.nics_by_server.get(server, [])
+            else:
+                nodes = self.G.nodes
+                members = self.__dict__.get("_members") or self._all_members()
+                nics = [n for n in members.get(server, ()) if nodes[n].get("kind") == "nic"]
+                nics.sort(key=lambda n: nodes[n]["index"])
+            found[server] = nics
+        return nics
+
     def gpus_of_server(self, server: int) -> list[str]:
         """GPU node ids of one server, by local index."""
         return self._gpus_by_server[server]
@@ -305,12 +321,16 @@ class Cluster:
         return ids
 
     def _server_members(self, server: int) -> list[str]:
+        return (self.__dict__.get("_members") or self._all_members())[server]
+
+    def _all_members(self) -> dict[int, list[str]]:
+        """Server -> its node ids in graph order (worked out once)."""
         members = self.__dict__.setdefault("_members", {})
         if not members:
             for n, d in self.G.nodes(data=True):
                 if "server" in d:
                     members.setdefault(d["server"], []).append(n)
-        return members[server]
+        return members
 
     def _fabric_route(self, src: str, dst: str, label: int) -> Route:
         """NIC/switch to NIC/switch through the switch-only graph."""
@@ -433,7 +453,7 @@ class Cluster:
         local = cache.get(key)
         if local is None:
             server = nodes[gpu]["server"]
-            nics = self.nics_by_server.get(server, [])
+            nics = self.nics_of_server(server)
             if not nics:
                 raise TopologyError(f"server {server} has no NIC to leave the node")
             sub = self.G.subgraph(self._server_members(server))

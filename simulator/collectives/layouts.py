@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -27,7 +28,8 @@ class Communicator:
 
     groups: tuple[tuple[str, ...], ...]   # per server, GPU node ids
 
-    @property
+    # counted once (a plan reads them several times; 2,048 servers at 131,072 GPUs)
+    @cached_property
     def n_ranks(self) -> int:
         return sum(len(g) for g in self.groups)
 
@@ -35,7 +37,7 @@ class Communicator:
     def n_nodes(self) -> int:
         return len(self.groups)
 
-    @property
+    @cached_property
     def ppn(self) -> int:
         return max(len(g) for g in self.groups)
 
