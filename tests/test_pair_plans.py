@@ -117,12 +117,12 @@ def test_plans_read_off_after_other_layouts_grew_the_servers_link_ids():
 def test_a_read_off_plan_copies_as_dataclasses_replace_does():
     from dataclasses import fields, replace
 
-    from simulator.collectives.plan import Plan
-    assert not hasattr(Plan, "__post_init__")         # what pairs._with relies on
+    from simulator.collectives.plan import Plan, copied
+    assert not hasattr(Plan, "__post_init__")         # what plan.copied relies on
     G = rail_optimized(3, DGX, nodes_per_leaf=2, spines=2)
     plan = CollectiveModel(Cluster(G), load_constants()).plan("send_recv", 4096, [0, 8])
     links = plan.links + 1
-    got = pairs_module._with(plan, links=links, predicted_s=1.5)
+    got = copied(plan, links=links, predicted_s=1.5)
     want = replace(plan, links=links, predicted_s=1.5)
     assert type(got) is Plan and got.links is links and got.predicted_s == 1.5
     assert_plans_equal([got], [want])

@@ -15,12 +15,12 @@ alike in all of that (a *class*) fill one table. The entries are the ones
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from .blocks import ServerBlocks
+from .columns import link_column, nic_column, plain_servers, server_prefixes, switches
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,15 @@ def lay_out(blocks: ServerBlocks, shapes: list, nics: list, src: Ends,
     None where a table lacks an entry (a server without a link of its design, a NIC without
     a switch), which the edge-by-edge layout reports or handles itself."""
     cluster = blocks.cluster
+    if not plain_servers(cluster):
+        return None
     crossing = src.nic >= 0
     up = np.full(len(src.server), -1, np.int64)
     down, sw_a, sw_b = up.copy(), up.copy(), up.copy()
     for ends, link, switch, outward in ((src, up, sw_a, True), (dst, down, sw_b, False)):
         for k in np.unique(ends.nic[crossing]).tolist():
             at = crossing & (ends.nic == k)
-            ids, switches = _nic_column(cluster, *nics[k], outward)
+            ids, switches = nic_column(cluster, *nics[k], outward)
             link[at], switch[at] = ids[ends.server[at]], switches[ends.server[at]]
     if (up[crossing] < 0).any() or (down[crossing] < 0).any():
         return None
@@ -124,7 +126,7 @@ def _classes(key: np.ndarray) -> list[np.ndarray]:
 def _local(cluster, design_shape: tuple, servers: np.ndarray) -> np.ndarray:
     """Link ids of a shape (``(design, (positions, coef, wire, need))``) on ``servers``."""
     design, (pos, _, _, _) = design_shape
-    return np.stack([_link_column(cluster, design, j) for j in pos.tolist()],
+    return np.stack([link_column(cluster, design, j) for j in pos.tolist()],
                     axis=1)[servers] if len(pos) else np.zeros((len(servers), 0), np.int64)
 
 
@@ -142,7 +144,7 @@ def _fabric(core: np.ndarray, up: np.ndarray, down: np.ndarray) -> np.ndarray:
 def _routed(blocks: ServerBlocks, nics: list, src: Ends, dst: Ends, e: int):
     """The NIC-to-NIC route of edge ``e``, whose switch paths differ in length (as
     ``ServerBlocks.entries`` takes it)."""
-    prefix = _server_prefixes(blocks.cluster)
+    prefix = server_prefixes(blocks.cluster)
     return blocks.cluster.route(prefix[int(src.server[e])] + nics[src.nic[e]][1],
                                 prefix[int(dst.server[e])] + nics[dst.nic[e]][1])
 
@@ -151,7 +153,7 @@ def _cores(cluster, sw_a: np.ndarray, sw_b: np.ndarray, crossing: np.ndarray) ->
     """Per edge, the kind of its switch paths (an index into the stacks; -1 for an edge
     inside a server, -2 where the paths differ in length) and its row in that stack; the
     stacks, (switch pairs, rows, hops) each, one per shape of the paths."""
-    names = _switches(cluster)[1]
+    names = switches(cluster)[1]
     kind = np.full(len(sw_a), -1, np.int64)
     row = np.zeros(len(sw_a), np.int64)
     found, inverse = np.unique((sw_a * len(names) + sw_b)[crossing], return_inverse=True)
@@ -171,84 +173,3 @@ def _cores(cluster, sw_a: np.ndarray, sw_b: np.ndarray, crossing: np.ndarray) ->
         stacks[k].append(ids)
     kind[crossing], row[crossing] = pair_kind[inverse.ravel()], pair_row[inverse.ravel()]
     return kind, row, [np.stack(s) for s in stacks]
-
-
-def _switches(cluster) -> tuple[dict, list]:
-    """(switch name -> code, names by code), grown as NICs' switches are met."""
-    return cluster.__dict__.setdefault("_switch_codes", ({}, []))
-
-
-def _server_prefixes(cluster) -> dict:
-    """Server id -> the prefix of its node ids (from its first GPU)."""
-    found = cluster.__dict__.get("_server_prefixes")
-    if found is None:
-        nodes = cluster.G.nodes
-        found = cluster.__dict__["_server_prefixes"] = {}
-        for server, gpus in cluster._gpus_by_server.items():
-            g = gpus[0]
-            found[server] = g[: len(g) - len(nodes[g]["local"])]
-    return found
-
-
-def _servers_of(cluster, design) -> tuple[np.ndarray, list[str], int]:
-    """(server ids of ``design``, their prefixes, one past the largest server id)."""
-    cache = cluster.__dict__.setdefault("_design_servers", {})
-    found = cache.get(design)
-    if found is None:
-        nodes = cluster.G.nodes
-        servers, prefixes = [], []
-        for server, prefix in _server_prefixes(cluster).items():
-            d = nodes[cluster._gpus_by_server[server][0]]
-            if d.get("template", server) == design:
-                servers.append(server)
-                prefixes.append(prefix)
-        top = max(_server_prefixes(cluster)) + 1
-        found = cache[design] = (np.array(servers, np.int64), prefixes, top)
-    return found
-
-
-def _link_column(cluster, design, position: int) -> np.ndarray:
-    """Per server id, the global id of the design's ``position``-th local link pair on
-    that server (what ``Cluster.server_link_ids`` holds there); -1 where the server is not
-    of the design or lacks the link."""
-    cache = cluster.__dict__.setdefault("_link_columns", {})
-    found = cache.get((design, position))
-    if found is None:
-        servers, prefixes, top = _servers_of(cluster, design)
-        a, b = next(itertools.islice(cluster._template_pairs[design], position, None))
-        link_id = cluster.link_id
-        found = cache[(design, position)] = np.full(top, -1, np.int64)
-        found[servers] = [link_id.get((p + a, p + b), -1) for p in prefixes]
-    return found
-
-
-def _nic_column(cluster, design, nic: str, outward: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per server id, the link id NIC ``nic`` -> its switch (``outward``) or back, and the
-    switch's code; -1 where the server is not of the design or the NIC has no switch."""
-    cache = cluster.__dict__.setdefault("_nic_columns", {})
-    found = cache.get((design, nic))
-    if found is None:
-        found = cache[(design, nic)] = _nic_links(cluster, design, nic)
-    return found[0 if outward else 1], found[2]
-
-
-def _nic_links(cluster, design, nic: str) -> tuple:
-    """(uplink ids, downlink ids, switch codes) of ``nic`` per server id of ``design``: its
-    switch is its first neighbour of kind ``switch``, as ``Cluster._attached_switch``
-    finds it."""
-    servers, prefixes, top = _servers_of(cluster, design)
-    codes, names = _switches(cluster)
-    link_id, adj, data = cluster.link_id, cluster.G._adj, cluster.G._node
-    up, down, switches = (np.full(top, -1, np.int64) for _ in range(3))
-    for server, prefix in zip(servers.tolist(), prefixes):
-        node = prefix + nic
-        sw = next((v for v in adj.get(node, ()) if data[v].get("kind") == "switch"), None)
-        if sw is None:
-            continue
-        code = codes.get(sw)
-        if code is None:
-            code = codes[sw] = len(names)
-            names.append(sw)
-        up[server], down[server] = link_id[(node, sw)], link_id[(sw, node)]
-        switches[server] = code
-    return up, down, switches

@@ -23,8 +23,10 @@ import numpy as np
 
 from ..network.fabric import Flow, bottleneck_rate
 from .blocks import ServerBlocks
+from .columns import rank_places
 from .crossings import Ends, lay_out
 from .layouts import blocks_exact
+from .plan import copied
 from .nics import home_nic
 
 _MAX_BATCH_WIDTH = 64       # entries of a route read off in one table (w x w per route)
@@ -58,7 +60,7 @@ def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
         else:
             predicted = [plan.latency_s + 0.0] * len(rates)
         for slot, links, time_s in zip(rest.tolist(), table, predicted):
-            out[slot] = _with(plan, links=links, predicted_s=time_s, wire_coef=c.wire)
+            out[slot] = copied(plan, links=links, predicted_s=time_s, wire_coef=c.wire)
     return out
 
 
@@ -83,18 +85,8 @@ def _pair_by_pair(model, size_bytes: int, pairs, shapes: dict) -> list:
         table = [links for _, links, _ in items]
         for (slot, links, wire), rate in zip(items, _rates(cluster, plan, table)):
             transfer = plan.payload_bytes / rate if plan.payload_bytes else 0.0
-            out[slot] = _with(plan, links=links, predicted_s=plan.latency_s + transfer,
+            out[slot] = copied(plan, links=links, predicted_s=plan.latency_s + transfer,
                               wire_coef=wire)
-    return out
-
-
-def _with(plan, **fields):
-    """``dataclasses.replace(plan, **fields)`` for a plan (a frozen dataclass without
-    ``__post_init__``, whose fields are its ``__dict__``), without the call of its
-    ``__init__`` per plan (a quarter of the time of reading 16,384 plans off)."""
-    out = object.__new__(type(plan))
-    out.__dict__.update(plan.__dict__)
-    out.__dict__.update(fields)
     return out
 
 
@@ -138,7 +130,7 @@ def _tables(cluster, pairs, eff: float) -> tuple | None:
     if not len(pairs):
         return [], []
     ends = np.asarray(pairs, np.int64).reshape(-1, 2)
-    design, local, designs, locals_ = _places(cluster)
+    design, local, designs, locals_ = rank_places(cluster)
     server = cluster.server_of_rank
     a, b = ends[:, 0], ends[:, 1]
     same = server[a] == server[b]
@@ -169,24 +161,6 @@ def _tables(cluster, pairs, eff: float) -> tuple | None:
                       Ends(server[b], at[:, 2], at[:, 3]))
     return None if classes is None else ([kinds[k] for k in inverse.ravel().tolist()],
                                          classes)
-
-
-def _places(cluster) -> tuple:
-    """Per rank the code of its server's design and of its local name; the designs and
-    local names by code (worked out once per cluster)."""
-    found = cluster.__dict__.get("_rank_places")
-    if found is None:
-        nodes = cluster.G.nodes
-        designs: dict = {}
-        names: dict = {}
-        design, local = [], []
-        for g in cluster.gpus:
-            d = nodes[g]
-            design.append(designs.setdefault(d.get("template", d["server"]), len(designs)))
-            local.append(names.setdefault(d["local"], len(names)))
-        found = cluster.__dict__["_rank_places"] = (
-            np.array(design, np.int64), np.array(local, np.int64), list(designs), list(names))
-    return found
 
 
 def _shape(cluster, a: int, b: int) -> tuple:
