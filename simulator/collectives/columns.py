@@ -31,6 +31,21 @@ def rank_places(cluster) -> tuple:
     return found
 
 
+def gpu_places(cluster) -> dict:
+    """GPU node id -> (prefix of its server's node ids, the server's design, its local
+    name, its server), for every GPU (worked out once per cluster)."""
+    found = cluster.__dict__.get("_gpu_places")
+    if found is None:
+        data = cluster.G._node
+        found = cluster.__dict__["_gpu_places"] = {}
+        for g in cluster.gpus:
+            d = data[g]
+            local = d["local"]
+            found[g] = (g[: len(g) - len(local)], d.get("template", d["server"]), local,
+                        d["server"])
+    return found
+
+
 def switches(cluster) -> tuple[dict, list]:
     """(switch name -> code, names by code), grown as NICs' switches are met."""
     return cluster.__dict__.setdefault("_switch_codes", ({}, []))

@@ -17,6 +17,7 @@ import numpy as np
 from ..cluster import Cluster, Route
 from .alltoall import aggregable, all_to_all_coefficients
 from .blocks import tree_blocks
+from .columns import gpu_places
 from .host_path import HostPath, host_gpu_route
 from .nics import home_nic, nic_owner, owned_nics
 from .ring_tables import ring_entries
@@ -104,10 +105,10 @@ def server_orders(cluster: Cluster, comm: Communicator) -> list[tuple]:
     (NICs, per NIC the GPU order) as local names), the last one object per key."""
     shapes: dict = {}
     per_server = []
+    places = gpu_places(cluster)
     for gpus in comm.groups:
-        d = cluster.G.nodes[gpus[0]]
-        prefix = gpus[0][: len(gpus[0]) - len(d["local"])]
-        key = (d.get("template", d["server"]), tuple(g[len(prefix):] for g in gpus))
+        prefix, design, local, _ = places[gpus[0]]
+        key = (design, (local,) if len(gpus) == 1 else tuple(places[g][2] for g in gpus))
         shape = shapes.get(key)
         if shape is None:
             shape = shapes[key] = _server_orders(cluster, gpus, prefix)

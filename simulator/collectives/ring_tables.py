@@ -14,6 +14,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from .blocks import ServerBlocks, _ring_way, ring_blocks
+from .columns import gpu_places
 from .crossings import Ends, joined, lay_out
 
 
@@ -33,8 +34,8 @@ def ring_entries(cluster: Cluster, per_server: list[tuple], eff: float
             first.append(item)
         of_server.append(k)
     of_server = np.array(of_server, np.int64)
-    nodes = cluster.G.nodes
-    server = np.array([nodes[prefix + orders[0][0]]["server"]
+    places = gpu_places(cluster)
+    server = np.array([places[prefix + orders[0][0]][3]
                        for prefix, _, (_, orders) in per_server], np.int64)
     shapes, nics, ways = [], [], {}
     leave, enter, nic = (np.empty((channels, len(first)), np.int64) for _ in range(3))
