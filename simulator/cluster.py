@@ -215,10 +215,21 @@ class Cluster:
 
     @cached_property
     def _switch_graph(self) -> nx.Graph:
-        switches = [n for n, d in self.G.nodes(data=True) if d.get("kind") == "switch"]
-        # A concrete copy: a subgraph view filters every leaf's many NIC neighbours on
-        # each access, which made routing between switches 40x slower.
-        return nx.Graph(self.G.subgraph(switches))
+        """The switches and the links between them, a concrete copy (a subgraph view
+        filters every leaf's many NIC neighbours on each access, which made routing
+        between switches 40x slower) in the graph's own order: nodes as ``G`` lists them,
+        each one's neighbours as its adjacency does. (``nx.Graph(G.subgraph(...))`` lists
+        them in the order of a set of names, which changes with the interpreter's hash
+        seed, and so did the order of the ECMP paths and the path each ``hash`` label
+        picks.)"""
+        data, adj = self.G._node, self.G._adj
+        switches = [n for n, d in data.items() if d.get("kind") == "switch"]
+        keep = set(switches)
+        H = nx.Graph()
+        H.graph.update(self.G.graph)
+        H.add_nodes_from((n, data[n]) for n in switches)
+        H.add_edges_from((u, v, d) for u in switches for v, d in adj[u].items() if v in keep)
+        return H
 
     # ------------------------------------------------------------------ routing
     def route(self, src: str, dst: str, label: int = 0) -> Route:
