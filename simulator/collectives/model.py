@@ -26,6 +26,7 @@ import numpy as np
 from ..choices import ALGOS_FOR_OP
 from ..cluster import Cluster
 from ..errors import ConfigError
+from ..gcpause import gc_paused
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
@@ -269,14 +270,16 @@ class CollectiveModel:
     def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
         pair shape (:mod:`simulator.collectives.pairs`)."""
-        return pair_plans(self, size_bytes, pairs, self._pair_shapes)
+        with gc_paused():       # a plan per pair (16,384 at 131,072 GPUs), no cycles
+            return pair_plans(self, size_bytes, pairs, self._pair_shapes)
 
     def plan_groups(self, op: str, size_bytes: int, groups, algo: str = "auto",
                     proto: str = "auto", root: int = 0) -> list[Plan]:
         """``plan(op, size_bytes, list(g), algo, proto, root)`` of each group ``g`` of
         ``groups``, one per group shape inside a server (:mod:`simulator.collectives.groups`)."""
-        return group_plans(self, op, size_bytes, groups, algo, proto, root,
-                           self._group_shapes)
+        with gc_paused():       # a plan per group, no cycles
+            return group_plans(self, op, size_bytes, groups, algo, proto, root,
+                               self._group_shapes)
 
     def _unavailable(self, op: str, algo: str, comm: Communicator) -> str | None:
         """Why the hardware cannot run ``algo`` for ``op`` on ``comm`` (None if it can)."""
