@@ -18,14 +18,14 @@ def rank_places(cluster) -> tuple:
     local names by code (worked out once per cluster)."""
     found = cluster.__dict__.get("_rank_places")
     if found is None:
-        nodes = cluster.G.nodes
+        places = gpu_places(cluster)
         designs: dict = {}
         names: dict = {}
         design, local = [], []
         for g in cluster.gpus:
-            d = nodes[g]
-            design.append(designs.setdefault(d.get("template", d["server"]), len(designs)))
-            local.append(names.setdefault(d["local"], len(names)))
+            _, d, name, _ = places[g]
+            design.append(designs.setdefault(d, len(designs)))
+            local.append(names.setdefault(name, len(names)))
         found = cluster.__dict__["_rank_places"] = (
             np.array(design, np.int64), np.array(local, np.int64), list(designs), list(names))
     return found
