@@ -170,10 +170,12 @@ class Cluster:
             raise TopologyError("the topology has no GPU")
         gpus.sort()
         self.gpus: list[str] = [n for _, n in gpus]
-        self.server_of_rank = np.array([self.G.nodes[n]["server"] for n in self.gpus])
+        data = self.G._node                 # networkx's node store (no view per look-up)
+        servers = [data[n]["server"] for n in self.gpus]
+        self.server_of_rank = np.array(servers)
         self._gpus_by_server: dict[int, list[str]] = {}
-        for g in self.gpus:
-            self._gpus_by_server.setdefault(self.G.nodes[g]["server"], []).append(g)
+        for g, server in zip(self.gpus, servers):
+            self._gpus_by_server.setdefault(server, []).append(g)
 
     @property
     def n_gpus(self) -> int:
