@@ -11,7 +11,11 @@ shape is planned in full, and every other group of that shape takes its plan wit
 id read off its own server (the link between the same two local nodes) -- where that
 server's internal links have the same capacities, latencies and classes as the planned
 one's, element for element; else (a degraded link inside one server) the group is planned
-on its own. Groups across servers, and clusters where server blocks are not exact
+on its own. The groups' shapes are found at once (each rank's design and local name,
+:func:`.columns.rank_places`), and a shape's read-offs are checked together: each server's
+internal link ids in one table (a column per local link of the design), compared with the
+planned server's in one numpy comparison. Groups across servers, and clusters where server
+blocks are not exact
 (:func:`.layouts.blocks_exact`: ``hash`` ECMP, a link latency what-if, an NCCL without PXN
 staging through the host), are planned group by group. A test compares every field of
 every plan with the group's own ``plan``.

@@ -6,11 +6,14 @@ protocol, and a route searched edge by edge. Everything of such a plan but its l
 only on the pair's shape (the design of either server and the GPUs' places in them, and
 whether they share a server), so one pair of each shape is planned in full and the others
 take its plan with their own links (one pair is planned per shape, size and coefficients:
-a route under one leaf differs from one across the spines). Their routes are laid out as
-rings are (:class:`simulator.collectives.blocks.ServerBlocks`: inside a server once per
-design, between servers once per switch pair) and costed as the plan costs them (the
-bottleneck rate of the pair's own links, the same coefficients). So every plan is the one
-``plan`` gives, bit for bit (a test compares them). Used where the blocks are exact
+a route under one leaf differs from one across the spines). Their routes are laid out by
+table (:mod:`.crossings`: the part inside either server worked out once per design and
+local GPU, read off a column of link ids per server; the NIC links and switch paths per
+NIC and switch pair), pairs alike in all of that in one table, and costed as the plan
+costs them (the bottleneck rate of the pair's own links, the same coefficients), a table
+at a time. So every plan is the one ``plan`` gives, bit for bit (a test compares them);
+where a table lacks an entry (a NIC without its switch) the routes are laid out pair by
+pair as rings are (:class:`simulator.collectives.blocks.ServerBlocks`), which reports it. Used where the blocks are exact
 (``spread`` ECMP, no link latency what-if, no host-staged NIC path of an NCCL without PXN,
 :mod:`.host_path`); elsewhere every pair is planned on its own.
 """

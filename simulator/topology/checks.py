@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import networkx as nx
-import numpy as np
 
 from simulator.errors import TopologyError
 
@@ -58,6 +57,8 @@ def _edges_plainly_valid(G: nx.Graph) -> bool:
     0`` (their types checked by one ``map``, the values by numpy); False sends the graph
     to :func:`_check_edges`, which names the first problem (or passes an edge whose
     figures are, say, numpy floats)."""
+    import numpy as np        # here: a topology refused by name loads no numpy (startup)
+
     adj = G._adj
     bw = [d.get("bw_bytes_per_s") for nbrs in adj.values() for d in nbrs.values()]
     lat = [d.get("latency_s") for nbrs in adj.values() for d in nbrs.values()]
