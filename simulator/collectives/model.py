@@ -97,6 +97,7 @@ class CollectiveModel:
         self._edges: dict = {}
         self._pair_shapes: dict = {}        # send/recv plans read off (collectives.pairs)
         self._group_shapes: dict = {}       # group plans read off (collectives.groups)
+        self._comms: dict = {}              # rank list -> its Communicator
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
@@ -238,7 +239,7 @@ class CollectiveModel:
         name (:mod:`simulator.collectives.copies`)."""
         if algo == "star":
             return star_plan(self, op, size_bytes, ranks, root)
-        comm = make_communicator(self.cluster, ranks)
+        comm = self._communicator(ranks)
         if comm.n_ranks == 1:
             return self._local_plan(op, size_bytes)
         p2p = op in ("all_to_all", "send_recv")
@@ -266,6 +267,18 @@ class CollectiveModel:
                 if best is None or tuner_s < best_tuner_s:
                     best, best_tuner_s = plan, tuner_s
         return best
+
+    def _communicator(self, ranks) -> Communicator:
+        """``make_communicator`` of ``ranks``, kept per rank list where it is long (a
+        collective of 2,048 servers is planned for each of its sizes and operations; the
+        pairs and small groups planned one by one are not kept)."""
+        if len(ranks) < 64:
+            return make_communicator(self.cluster, ranks)
+        key = tuple(ranks)
+        comm = self._comms.get(key)
+        if comm is None:
+            comm = self._comms[key] = make_communicator(self.cluster, ranks)
+        return comm
 
     def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
