@@ -127,20 +127,18 @@ class Cluster:
     # ----------------------------------------------------------------- indexing
     def _index_links(self, efficiency: dict[str, float]) -> None:
         G = self.G
-        self.link_id: dict[tuple, int] = {}
-        link_id = self.link_id
-        bw, lat, classes, types = [], [], [], []
-        costs: dict[float, int] = {}
-        for i, (u, v, d) in enumerate(_edges(G)):
-            link_id[(u, v)] = 2 * i        # both directions, in edge order
-            link_id[(v, u)] = 2 * i + 1
-            b = d["bw_bytes_per_s"]
-            bw.append(b)
-            lat.append(d["latency_s"])
-            classes.append(d.get("link_class", "net"))
-            types.append(d.get("link_type", ""))
-            cost = costs.get(b)
-            d["cost"] = cost if cost is not None else costs.setdefault(b, _cost(b))
+        walk = list(_edges(G))
+        edges = [d for _, _, d in walk]
+        keys = [key for u, v, _ in walk for key in ((u, v), (v, u))]
+        # both directions, in edge order (a self-loop keeps its second id, as one by one)
+        self.link_id: dict[tuple, int] = dict(zip(keys, range(len(keys))))
+        bw = [d["bw_bytes_per_s"] for d in edges]
+        lat = [d["latency_s"] for d in edges]
+        classes = [d.get("link_class", "net") for d in edges]
+        types = [d.get("link_type", "") for d in edges]
+        costs = {b: _cost(b) for b in dict.fromkeys(bw)}
+        for d, b in zip(edges, bw):
+            d["cost"] = costs[b]
         self.nominal_bytes_per_s = np.repeat(np.array(bw, float), 2)
         latency = np.repeat(np.array(lat, float), 2)
         self.link_class = np.repeat(np.array(classes), 2) if classes else np.array([])
@@ -172,10 +170,12 @@ class Cluster:
             raise TopologyError("the topology has no GPU")
         gpus.sort()
         self.gpus: list[str] = [n for _, n in gpus]
-        self.server_of_rank = np.array([self.G.nodes[n]["server"] for n in self.gpus])
+        data = self.G._node                 # networkx's node store (no view per look-up)
+        servers = [data[n]["server"] for n in self.gpus]
+        self.server_of_rank = np.array(servers)
         self._gpus_by_server: dict[int, list[str]] = {}
-        for g in self.gpus:
-            self._gpus_by_server.setdefault(self.G.nodes[g]["server"], []).append(g)
+        for g, server in zip(self.gpus, servers):
+            self._gpus_by_server.setdefault(server, []).append(g)
 
     @property
     def n_gpus(self) -> int:
@@ -195,16 +195,43 @@ class Cluster:
             nics.sort(key=lambda n: self.G.nodes[n]["index"])
         return out
 
+    def nics_of_server(self, server: int) -> list[str]:
+        """NIC node ids of one server by index (``nics_by_server.get(server, [])``, found
+        among the server's own nodes rather than the whole graph's)."""
+        found = self.__dict__.setdefault("_nics_of", {})
+        nics = found.get(server)
+        if nics is None:
+            if "nics_by_server" in self.__dict__:
+                nics = self.nics_by_server.get(server, [])
+            else:
+                nodes = self.G.nodes
+                members = self.__dict__.get("_members") or self._all_members()
+                nics = [n for n in members.get(server, ()) if nodes[n].get("kind") == "nic"]
+                nics.sort(key=lambda n: nodes[n]["index"])
+            found[server] = nics
+        return nics
+
     def gpus_of_server(self, server: int) -> list[str]:
         """GPU node ids of one server, by local index."""
         return self._gpus_by_server[server]
 
     @cached_property
     def _switch_graph(self) -> nx.Graph:
-        switches = [n for n, d in self.G.nodes(data=True) if d.get("kind") == "switch"]
-        # A concrete copy: a subgraph view filters every leaf's many NIC neighbours on
-        # each access, which made routing between switches 40x slower.
-        return nx.Graph(self.G.subgraph(switches))
+        """The switches and the links between them, a concrete copy (a subgraph view
+        filters every leaf's many NIC neighbours on each access, which made routing
+        between switches 40x slower) in the graph's own order: nodes as ``G`` lists them,
+        each one's neighbours as its adjacency does. (``nx.Graph(G.subgraph(...))`` lists
+        them in the order of a set of names, which changes with the interpreter's hash
+        seed, and so did the order of the ECMP paths and the path each ``hash`` label
+        picks.)"""
+        data, adj = self.G._node, self.G._adj
+        switches = [n for n, d in data.items() if d.get("kind") == "switch"]
+        keep = set(switches)
+        H = nx.Graph()
+        H.graph.update(self.G.graph)
+        H.add_nodes_from((n, data[n]) for n in switches)
+        H.add_edges_from((u, v, d) for u in switches for v, d in adj[u].items() if v in keep)
+        return H
 
     # ------------------------------------------------------------------ routing
     def route(self, src: str, dst: str, label: int = 0) -> Route:
@@ -307,12 +334,16 @@ class Cluster:
         return ids
 
     def _server_members(self, server: int) -> list[str]:
+        return (self.__dict__.get("_members") or self._all_members())[server]
+
+    def _all_members(self) -> dict[int, list[str]]:
+        """Server -> its node ids in graph order (worked out once)."""
         members = self.__dict__.setdefault("_members", {})
         if not members:
             for n, d in self.G.nodes(data=True):
                 if "server" in d:
                     members.setdefault(d["server"], []).append(n)
-        return members[server]
+        return members
 
     def _fabric_route(self, src: str, dst: str, label: int) -> Route:
         """NIC/switch to NIC/switch through the switch-only graph."""
@@ -435,7 +466,7 @@ class Cluster:
         local = cache.get(key)
         if local is None:
             server = nodes[gpu]["server"]
-            nics = self.nics_by_server.get(server, [])
+            nics = self.nics_of_server(server)
             if not nics:
                 raise TopologyError(f"server {server} has no NIC to leave the node")
             sub = self.G.subgraph(self._server_members(server))

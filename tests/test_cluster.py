@@ -83,3 +83,22 @@ def test_fast_local_routes_equal_the_general_path_routes(topo, nodes):
         assert np.array_equal(fast.links, general.links)
         assert np.array_equal(fast.coef, general.coef)
         assert fast.latency_s == general.latency_s
+
+
+def test_nics_of_a_server_are_those_of_nics_by_server():
+    G = rail_optimized(3, DGX, nodes_per_leaf=2, spines=2)
+    G.add_node("n9.nic0", kind="nic", server=9, index=0)        # a server of NICs only
+    G.add_edge("n9.nic0", "leaf.r0.g0", bw_bytes_per_s=1e9, latency_s=0.0)
+    lazy, whole = Cluster(G), Cluster(G)
+    for server in [2, 0, 9, 1, 5]:
+        assert lazy.nics_of_server(server) == whole.nics_by_server.get(server, [])
+        assert whole.nics_of_server(server) == whole.nics_by_server.get(server, [])
+    assert "nics_by_server" not in lazy.__dict__
+
+
+def test_a_communicator_counts_its_ranks_once_and_compares_by_its_groups():
+    from simulator.collectives.layouts import Communicator
+
+    a, b = Communicator((("x", "y"), ("z",))), Communicator((("x", "y"), ("z",)))
+    assert (a.n_ranks, a.ppn, a.n_nodes) == (3, 2, 2)
+    assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1

@@ -192,3 +192,20 @@ def test_one_shot_collectives_solve_on_every_link_with_the_same_times(ideal_cons
     ends_classes, _ = simulate_plans(model.cluster, plans, "flow")
     assert isinstance(made[1]._solver, ClassSolver)
     assert ends_classes == ends
+
+
+def test_a_long_communicator_is_made_once_per_rank_list():
+    from simulator.cluster import Cluster
+    from simulator.collectives.constants import load_constants
+    from simulator.collectives.layouts import make_communicator
+    from simulator.collectives.model import CollectiveModel
+    from simulator.topology import rail_optimized
+
+    G = rail_optimized(9, {"type": "dgx_a100", "gpu": "A100-SXM4-80GB", "nics": 8,
+                           "nic": "ib-hdr"}, nodes_per_leaf=4, spines=4)
+    model = CollectiveModel(Cluster(G), load_constants())
+    ranks = list(range(71, -1, -1))
+    comm = model._communicator(ranks)
+    assert comm == make_communicator(model.cluster, ranks)
+    assert model._communicator(list(ranks)) is comm
+    assert model._communicator([0, 9]) is not model._communicator([0, 9])   # short: not kept

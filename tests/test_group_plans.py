@@ -151,3 +151,19 @@ def test_capacities_set_anew_on_the_cluster_plan_the_groups_again():
     model.cluster.capacity_bytes_per_s = model.cluster.capacity_bytes_per_s / 2
     after = model.plan_groups("all_reduce", 64 << 20, _servers(3))
     assert after[1].predicted_s == after[2].predicted_s > before.predicted_s
+
+
+def test_a_server_lacking_an_internal_link_plans_its_group_on_its_own():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=2)
+    G.remove_edge("n1.gpu5", "n1.nvswitch")
+    # servers 0, 2 and 3 read off the first; server 1 lacks a link of the design
+    assert assert_same_plans(G, "all_gather", 1 << 20, _servers(4, members=range(4))) == 2
+
+
+def test_groups_of_mixed_sizes_and_orders_are_their_own_plans():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=2)
+    groups = [(0, 1, 2, 3), (8, 9), (17, 16, 18, 19), (24, 25, 26, 27), (10, 11),
+              (4, 12)]                                           # the last across servers
+    assert assert_same_plans(G, "all_reduce", 1 << 20, groups) == 5     # 4 shapes
+    even = [(0, 1), (9, 8), (16, 17), (3, 11), (25, 24)]          # one size, one across
+    assert assert_same_plans(G, "all_reduce", 1 << 20, even) == 3

@@ -92,7 +92,8 @@ def test_read_off_rates_are_the_bottleneck_rates_also_for_a_route_crossing_a_lin
     want = [bottleneck_rate(Flow(plan.payload_bytes, x, plan.coef, plan.latency_s,
                                  plan.max_rate), model.cluster.capacity_bytes_per_s)
             for _, x, _ in items]
-    got = pairs_module._rates(model.cluster, plan, items)
+    got = pairs_module._rates(model.cluster, plan, [x for _, x, _ in items])
+    assert pairs_module._rates(model.cluster, plan, np.stack([x for _, x, _ in items])) == want
     assert got == want and len(set(want)) > 1
 
 
@@ -116,13 +117,39 @@ def test_plans_read_off_after_other_layouts_grew_the_servers_link_ids():
 def test_a_read_off_plan_copies_as_dataclasses_replace_does():
     from dataclasses import fields, replace
 
-    from simulator.collectives.plan import Plan
-    assert not hasattr(Plan, "__post_init__")         # what pairs._with relies on
+    from simulator.collectives.plan import Plan, copied
+    assert not hasattr(Plan, "__post_init__")         # what plan.copied relies on
     G = rail_optimized(3, DGX, nodes_per_leaf=2, spines=2)
     plan = CollectiveModel(Cluster(G), load_constants()).plan("send_recv", 4096, [0, 8])
     links = plan.links + 1
-    got = pairs_module._with(plan, links=links, predicted_s=1.5)
+    got = copied(plan, links=links, predicted_s=1.5)
     want = replace(plan, links=links, predicted_s=1.5)
     assert type(got) is Plan and got.links is links and got.predicted_s == 1.5
     assert_plans_equal([got], [want])
     assert [f.name for f in fields(got)] == [f.name for f in fields(want)]
+
+
+def test_pairs_are_laid_out_by_table_not_pair_by_pair(monkeypatch):
+    monkeypatch.setattr(pairs_module, "_pair_by_pair", lambda *a: pytest.fail("per pair"))
+    G = rail_optimized(9, DGX, nodes_per_leaf=4, spines=4)
+    assert_same_plans(G, [(r, r + 32) for r in range(32)] + [(0, 1), (70, 3)], 1 << 20)
+
+
+def test_switch_paths_of_unequal_lengths_take_each_pairs_route():
+    G = leaf_spine(6, PCIE, nodes_per_leaf=2, spines=2)
+    # leaf 0 -> leaf 1 costs 4 links' worth through spine 0, directly or by way of leaf 2
+    G.edges["spine.0", "leaf.g1"]["bw_bytes_per_s"] /= 3
+    G.edges["leaf.g0", "spine.1"]["bw_bytes_per_s"] /= 10
+    assert {len(p) for p in Cluster(G).switch_paths("leaf.g0", "leaf.g1")} == {3, 5}
+    assert_same_plans(G, [(0, 8), (1, 9), (2, 10), (0, 4), (9, 1), (4, 12)], 1 << 20)
+
+
+def test_a_nic_without_its_switch_is_reported_as_pair_by_pair():
+    from simulator.errors import TopologyError
+
+    G = rail_optimized(5, DGX, nodes_per_leaf=2, spines=2)
+    G.remove_edge("n4.nic0", "leaf.r0.g2")
+    model = CollectiveModel(Cluster(G), load_constants())
+    assert len(model.plan_pairs(1 << 20, [(1, 9), (9, 17)])) == 2     # server 4 unused
+    with pytest.raises(TopologyError, match="not attached"):
+        model.plan_pairs(1 << 20, [(0, 32)])

@@ -76,3 +76,22 @@ def test_unreachable():
     G.add_edge("c", "d", cost=1)
     r = SwitchRouter(G)
     assert not r.reachable("a", "c") and r.reachable("a", "b") and r.reachable("a", "a")
+
+
+def test_switch_paths_are_the_same_whatever_the_hash_seed():
+    # the switch graph lists switches and neighbours in the topology's own order, not in
+    # that of a set of names (which changes with PYTHONHASHSEED): the same ECMP path order
+    import os
+    import subprocess
+    import sys
+
+    code = ("from simulator.cluster import Cluster\n"
+            "from simulator.topology import rail_optimized\n"
+            "c = Cluster(rail_optimized(9, {'type': 'dgx_a100', 'gpu': 'A100-SXM4-80GB', "
+            "'nics': 8, 'nic': 'ib-hdr'}, nodes_per_leaf=2, spines=4))\n"
+            "print(c.switch_paths('leaf.r0.g0', 'leaf.r0.g3'), list(c._switch_graph.adj['spine.1']))\n")
+    out = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+           for seed in (1, 2, 3)}
+    assert len(out) == 1
+    assert "['leaf.r0.g0', 'spine.0', 'leaf.r0.g3']" in out.pop()

@@ -4,6 +4,7 @@ import math
 from collections import Counter
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from simulator.errors import ConfigError, TopologyError
@@ -294,3 +295,26 @@ def test_check_cluster_rejects_bad_ranks_and_edges():
         check_cluster(G)
     with pytest.raises(TopologyError, match="no GPU"):
         check_cluster(nx.Graph([("a", "b")]))
+
+
+
+@pytest.mark.parametrize("value", [np.float64(1e9), 10**400, True, float("nan"), None, "1e9",
+                                   -1.0, 0])
+@pytest.mark.parametrize("field", ["bw_bytes_per_s", "latency_s"])
+def test_check_cluster_judges_edge_figures_as_the_edge_walk_does(value, field):
+    # the vectorised check passes plain figures and hands anything else to the walk
+    from simulator.topology import checks
+
+    G = dgx_a100_node()
+    G.edges["n0.cpu0", "n0.cpu1"][field] = value
+    try:
+        checks._check_edges(G)
+        want = None
+    except TopologyError as exc:
+        want = str(exc)
+    if want is None:
+        check_cluster(G)
+    else:
+        with pytest.raises(TopologyError) as got:
+            check_cluster(G)
+        assert str(got.value) == want

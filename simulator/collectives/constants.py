@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -55,7 +56,13 @@ def _scale(table: dict, factor: float) -> dict:
 
 
 def read_data(name: str) -> dict:
-    """The parsed YAML of the shipped data file ``simulator/data/<name>``."""
+    """The parsed YAML of the shipped data file ``simulator/data/<name>`` (parsed once per
+    process; each caller gets its own copy)."""
+    return copy.deepcopy(_parsed(name))
+
+
+@cache
+def _parsed(name: str) -> dict:
     with resources.files("simulator.data").joinpath(name).open() as fh:
         return yaml.safe_load(fh)
 

@@ -11,7 +11,11 @@ shape is planned in full, and every other group of that shape takes its plan wit
 id read off its own server (the link between the same two local nodes) -- where that
 server's internal links have the same capacities, latencies and classes as the planned
 one's, element for element; else (a degraded link inside one server) the group is planned
-on its own. Groups across servers, and clusters where server blocks are not exact
+on its own. The groups' shapes are found at once (each rank's design and local name,
+:func:`.columns.rank_places`), and a shape's read-offs are checked together: each server's
+internal link ids in one table (a column per local link of the design), compared with the
+planned server's in one numpy comparison. Groups across servers, and clusters where server
+blocks are not exact
 (:func:`.layouts.blocks_exact`: ``hash`` ECMP, a link latency what-if, an NCCL without PXN
 staging through the host), are planned group by group. A test compares every field of
 every plan with the group's own ``plan``.
@@ -19,11 +23,13 @@ every plan with the group's own ``plan``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
+from .columns import pair_column, plain_servers, rank_places
 from .layouts import blocks_exact
+from .plan import copied
 
 
 @dataclass(frozen=True)
@@ -44,27 +50,47 @@ def group_plans(model, op: str, size_bytes: int, groups, algo: str = "auto",
     ``groups`` (global ranks); ``cache`` keeps the planned groups from one call to the next
     (one per model: its keys hold the shape, operation, size and choices)."""
     cluster = model.cluster
+
+    def own(group):
+        return model.plan(op, size_bytes, list(group), algo, proto, root)
+
     if not blocks_exact(cluster, model.host_path):
-        return [model.plan(op, size_bytes, list(g), algo, proto, root) for g in groups]
+        return [own(g) for g in groups]
     cache = {} if cache is None else cache
-    out = []
-    for group in groups:
-        shape = _one_server(cluster, group)
+    out: list = [None] * len(groups)
+    later: dict = {}                 # key -> positions of the groups to read its plan off
+    for i, (group, shape) in enumerate(zip(groups, _shapes(cluster, groups))):
         if shape is None:
-            out.append(model.plan(op, size_bytes, list(group), algo, proto, root))
+            out[i] = own(group)
             continue
         key = (shape, op, size_bytes, algo, proto, root)
-        known = cache.get(key)
-        gpu = cluster.gpus[group[0]]
-        if known is None:
-            plan = model.plan(op, size_bytes, list(group), algo, proto, root)
-            cache[key] = _planned(cluster, plan, _server_ids(cluster, shape[0], gpu, cache))
-            out.append(plan)
+        if key not in cache:
+            out[i] = own(group)
+            ids = _server_ids(cluster, shape[0], cluster.gpus[group[0]], cache)
+            cache[key] = _planned(cluster, out[i], ids)
             continue
-        read = _read_off(cluster, known, _server_ids(cluster, shape[0], gpu, cache))
-        out.append(read if read is not None else
-                   model.plan(op, size_bytes, list(group), algo, proto, root))
+        later.setdefault(key, []).append(i)
+    for key, slots in later.items():
+        for i, plan in zip(slots, _read_offs(cluster, cache[key], key[0][0],
+                                             [groups[i][0] for i in slots], cache)):
+            out[i] = plan if plan is not None else own(groups[i])
     return out
+
+
+def _shapes(cluster, groups) -> list:
+    """Each group's :func:`_one_server`, at once for groups of one size on plain servers."""
+    sizes = {len(g) for g in groups}
+    if len(sizes) != 1 or 0 in sizes or not plain_servers(cluster):
+        return [_one_server(cluster, g) for g in groups]
+    ranks = np.asarray(groups, np.int64)
+    server = cluster.server_of_rank[ranks]
+    inside = (server == server[:, :1]).all(axis=1)
+    design, local, designs, names = rank_places(cluster)
+    rows = np.concatenate([design[ranks[:, :1]], local[ranks]], axis=1)
+    found, inverse = np.unique(rows, axis=0, return_inverse=True)
+    shapes = [(designs[row[0]], tuple(names[x] for x in row[1:])) for row in found.tolist()]
+    return [shapes[k] if ok else None for k, ok in zip(inverse.ravel().tolist(),
+                                                     inside.tolist())]
 
 
 def _one_server(cluster, group) -> tuple | None:
@@ -120,17 +146,37 @@ def _planned(cluster, plan, ids: np.ndarray | None) -> _Planned:
     return _Planned(plan, ids, positions, capacity)
 
 
-def _read_off(cluster, known: _Planned, ids: np.ndarray | None):
-    """``known.plan`` on the server whose internal links are ``ids``, or None where it
-    cannot be read off: a link of the plan outside its server, a server lacking a link of
-    the design, links whose capacity, latency or class differ from the planned one's, or
-    capacities set anew on the cluster since (a calibration's)."""
-    if (known.positions is None or ids is None or len(ids) != len(known.server_ids)
-            or known.capacity is not cluster.capacity_bytes_per_s):
-        return None
-    here, there = ids, known.server_ids
+def _read_offs(cluster, known: _Planned, design, firsts: list[int], cache: dict) -> list:
+    """``known.plan`` on the server of each rank of ``firsts`` (a group's first), or None
+    where it cannot be read off: a link of the plan outside its server, a server lacking a
+    link of the design, links whose capacity, latency or class differ from the planned
+    one's, or capacities set anew on the cluster since (a calibration's)."""
+    if known.positions is None or known.capacity is not cluster.capacity_bytes_per_s:
+        return [None] * len(firsts)
+    table = _id_table(cluster, design, cache)
+    if table is None or table.shape[1] != len(known.server_ids):
+        return [None] * len(firsts)
+    ids = table[cluster.server_of_rank[np.asarray(firsts, np.int64)]]
+    alike = (ids >= 0).all(axis=1)
+    there = known.server_ids
     for values in (cluster.capacity_bytes_per_s, cluster.latency_s, cluster.link_class):
-        if not np.array_equal(values[here], values[there]):
-            return None
+        alike &= (values[np.where(ids >= 0, ids, 0)] == values[there]).all(axis=1)
+    links = ids[:, known.positions]
     plan = known.plan
-    return replace(plan, links=ids[known.positions])
+    return [copied(plan, links=row) if ok else None for row, ok in zip(links, alike.tolist())]
+
+
+def _id_table(cluster, design, cache: dict) -> np.ndarray | None:
+    """(server id, position) -> the id of the design's ``position``-th internal link pair
+    (``cache[("pairs", design)]``) on that server, -1 where it lacks it; None before the
+    design's pairs are known."""
+    pairs = cache.get(("pairs", design))
+    if pairs is None:
+        return None
+    table = cache.get(("table", design))
+    if table is None:
+        columns = [pair_column(cluster, design, u, v) for u, v in pairs]
+        top = int(cluster.server_of_rank.max()) + 1
+        table = cache[("table", design)] = (np.stack(columns, axis=1) if columns else
+                                            np.zeros((top, 0), np.int64))
+    return table

@@ -73,7 +73,7 @@ def server_nic(cluster: Cluster, server: int, index: int) -> str:
 
     :raises TopologyError: if the server has no such NIC.
     """
-    nics = cluster.nics_by_server.get(server, [])
+    nics = cluster.nics_of_server(server)
     if not 0 <= index < len(nics):
         raise TopologyError(f"server {server} has {len(nics)} NIC(s), no NIC {index}")
     return nics[index]

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from ..cluster import Cluster, Route
 from .alltoall import aggregable, all_to_all_coefficients
-from .blocks import ServerBlocks, ring_blocks, tree_blocks
+from .blocks import tree_blocks
+from .columns import gpu_places
 from .host_path import HostPath, host_gpu_route
 from .nics import home_nic, nic_owner, owned_nics
+from .ring_tables import ring_entries
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,8 @@ class Communicator:
 
     groups: tuple[tuple[str, ...], ...]   # per server, GPU node ids
 
-    @property
+    # counted once (a plan reads them several times; 2,048 servers at 131,072 GPUs)
+    @cached_property
     def n_ranks(self) -> int:
         return sum(len(g) for g in self.groups)
 
@@ -34,7 +38,7 @@ class Communicator:
     def n_nodes(self) -> int:
         return len(self.groups)
 
-    @property
+    @cached_property
     def ppn(self) -> int:
         return max(len(g) for g in self.groups)
 
@@ -101,10 +105,10 @@ def server_orders(cluster: Cluster, comm: Communicator) -> list[tuple]:
     (NICs, per NIC the GPU order) as local names), the last one object per key."""
     shapes: dict = {}
     per_server = []
+    places = gpu_places(cluster)
     for gpus in comm.groups:
-        d = cluster.G.nodes[gpus[0]]
-        prefix = gpus[0][: len(gpus[0]) - len(d["local"])]
-        key = (d.get("template", d["server"]), tuple(g[len(prefix):] for g in gpus))
+        prefix, design, local, _ = places[gpus[0]]
+        key = (design, (local,) if len(gpus) == 1 else tuple(places[g][2] for g in gpus))
         shape = shapes.get(key)
         if shape is None:
             shape = shapes[key] = _server_orders(cluster, gpus, prefix)
@@ -205,7 +209,7 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     edges = _edge_set(cluster, comm, host_path)
     if chain_from is None and comm.n_nodes > 1 and blocks_exact(cluster, host_path):
         per_server = server_orders(cluster, comm)
-        return _from_blocks(edges, ring_blocks(cluster, per_server, pcie_p2p_efficiency))
+        return _from_blocks(edges, ring_entries(cluster, per_server, pcie_p2p_efficiency))
     orders = channel_orders(cluster, comm)
     weight = 1.0 / len(orders)
     root = comm.gpus[chain_from] if chain_from is not None else None
@@ -220,9 +224,10 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
     return edges
 
 
-def _from_blocks(edges: EdgeSet, blocks: ServerBlocks) -> EdgeSet:
-    """``edges`` holding the entries laid out server by server (one array each)."""
-    links, coefs, wires = blocks.entries()
+def _from_blocks(edges: EdgeSet, entries: tuple) -> EdgeSet:
+    """``edges`` holding the (link ids, coefficients, wire bytes) laid out server by server
+    or by table (one array each)."""
+    links, coefs, wires = entries
     if len(links):
         edges.links.append(links)
         edges.coefs.append(coefs)
@@ -287,7 +292,7 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
     edges = _edge_set(cluster, comm, host_path)
     if comm.n_nodes > 1 and blocks_exact(cluster, host_path):
         return _from_blocks(edges, tree_blocks(cluster, orders, pcie_p2p_efficiency,
-                                               dtree_parent))
+                                               dtree_parent).entries())
     weight = 1.0 / len(orders)
     for ch, servers in enumerate(orders):
         for order, nic in servers:                 # chain inside each server

@@ -26,6 +26,7 @@ import numpy as np
 from ..choices import ALGOS_FOR_OP
 from ..cluster import Cluster
 from ..errors import ConfigError
+from ..gcpause import gc_paused
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
@@ -96,6 +97,7 @@ class CollectiveModel:
         self._edges: dict = {}
         self._pair_shapes: dict = {}        # send/recv plans read off (collectives.pairs)
         self._group_shapes: dict = {}       # group plans read off (collectives.groups)
+        self._comms: dict = {}              # rank list -> its Communicator
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
@@ -237,7 +239,7 @@ class CollectiveModel:
         name (:mod:`simulator.collectives.copies`)."""
         if algo == "star":
             return star_plan(self, op, size_bytes, ranks, root)
-        comm = make_communicator(self.cluster, ranks)
+        comm = self._communicator(ranks)
         if comm.n_ranks == 1:
             return self._local_plan(op, size_bytes)
         p2p = op in ("all_to_all", "send_recv")
@@ -266,17 +268,31 @@ class CollectiveModel:
                     best, best_tuner_s = plan, tuner_s
         return best
 
+    def _communicator(self, ranks) -> Communicator:
+        """``make_communicator`` of ``ranks``, kept per rank list where it is long (a
+        collective of 2,048 servers is planned for each of its sizes and operations; the
+        pairs and small groups planned one by one are not kept)."""
+        if len(ranks) < 64:
+            return make_communicator(self.cluster, ranks)
+        key = tuple(ranks)
+        comm = self._comms.get(key)
+        if comm is None:
+            comm = self._comms[key] = make_communicator(self.cluster, ranks)
+        return comm
+
     def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
         pair shape (:mod:`simulator.collectives.pairs`)."""
-        return pair_plans(self, size_bytes, pairs, self._pair_shapes)
+        with gc_paused():       # a plan per pair (16,384 at 131,072 GPUs), no cycles
+            return pair_plans(self, size_bytes, pairs, self._pair_shapes)
 
     def plan_groups(self, op: str, size_bytes: int, groups, algo: str = "auto",
                     proto: str = "auto", root: int = 0) -> list[Plan]:
         """``plan(op, size_bytes, list(g), algo, proto, root)`` of each group ``g`` of
         ``groups``, one per group shape inside a server (:mod:`simulator.collectives.groups`)."""
-        return group_plans(self, op, size_bytes, groups, algo, proto, root,
-                           self._group_shapes)
+        with gc_paused():       # a plan per group, no cycles
+            return group_plans(self, op, size_bytes, groups, algo, proto, root,
+                               self._group_shapes)
 
     def _unavailable(self, op: str, algo: str, comm: Communicator) -> str | None:
         """Why the hardware cannot run ``algo`` for ``op`` on ``comm`` (None if it can)."""

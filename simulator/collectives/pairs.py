@@ -6,11 +6,14 @@ protocol, and a route searched edge by edge. Everything of such a plan but its l
 only on the pair's shape (the design of either server and the GPUs' places in them, and
 whether they share a server), so one pair of each shape is planned in full and the others
 take its plan with their own links (one pair is planned per shape, size and coefficients:
-a route under one leaf differs from one across the spines). Their routes are laid out as
-rings are (:class:`simulator.collectives.blocks.ServerBlocks`: inside a server once per
-design, between servers once per switch pair) and costed as the plan costs them (the
-bottleneck rate of the pair's own links, the same coefficients). So every plan is the one
-``plan`` gives, bit for bit (a test compares them). Used where the blocks are exact
+a route under one leaf differs from one across the spines). Their routes are laid out by
+table (:mod:`.crossings`: the part inside either server worked out once per design and
+local GPU, read off a column of link ids per server; the NIC links and switch paths per
+NIC and switch pair), pairs alike in all of that in one table, and costed as the plan
+costs them (the bottleneck rate of the pair's own links, the same coefficients), a table
+at a time. So every plan is the one ``plan`` gives, bit for bit (a test compares them);
+where a table lacks an entry (a NIC without its switch) the routes are laid out pair by
+pair as rings are (:class:`simulator.collectives.blocks.ServerBlocks`), which reports it. Used where the blocks are exact
 (``spread`` ECMP, no link latency what-if, no host-staged NIC path of an NCCL without PXN,
 :mod:`.host_path`); elsewhere every pair is planned on its own.
 """
@@ -23,7 +26,10 @@ import numpy as np
 
 from ..network.fabric import Flow, bottleneck_rate
 from .blocks import ServerBlocks
+from .columns import rank_places
+from .crossings import Ends, lay_out
 from .layouts import blocks_exact
+from .plan import copied
 from .nics import home_nic
 
 _MAX_BATCH_WIDTH = 64       # entries of a route read off in one table (w x w per route)
@@ -37,9 +43,36 @@ def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
     cluster = model.cluster
     if not blocks_exact(cluster, model.host_path):
         return [model.plan("send_recv", size_bytes, [a, b]) for a, b in pairs]
+    shapes = {} if shapes is None else shapes   # (shape, size, coefficients) -> its plan
+    laid = _tables(cluster, pairs, model.k.pcie_p2p_efficiency)
+    if laid is None:
+        return _pair_by_pair(model, size_bytes, pairs, shapes)
+    kinds, classes = laid
+    out: list = [None] * len(pairs)
+    for c in classes:
+        first = int(c.edges[0])
+        key = (kinds[first], size_bytes, c.coef.dtype.str, c.coef.tobytes())
+        rest, table = c.edges, c.links
+        if key not in shapes:
+            shapes[key] = out[first] = model.plan("send_recv", size_bytes, list(pairs[first]))
+            rest, table = rest[1:], table[1:]
+        plan = shapes[key]
+        rates = _rates(cluster, plan, table)
+        if plan.payload_bytes:
+            predicted = (plan.latency_s + plan.payload_bytes / np.array(rates)).tolist()
+        else:
+            predicted = [plan.latency_s + 0.0] * len(rates)
+        for slot, links, time_s in zip(rest.tolist(), table, predicted):
+            out[slot] = copied(plan, links=links, predicted_s=time_s, wire_coef=c.wire)
+    return out
+
+
+def _pair_by_pair(model, size_bytes: int, pairs, shapes: dict) -> list:
+    """:func:`pair_plans` with each pair's route laid out on its own (where a table of
+    :mod:`.crossings` lacks an entry)."""
+    cluster = model.cluster
     kinds = [_shape(cluster, a, b) for a, b in pairs]
     entries = _routes(cluster, pairs, model.k.pcie_p2p_efficiency, kinds)
-    shapes = {} if shapes is None else shapes   # (shape, size, coefficients) -> its plan
     out: list = []
     later: dict = {}                            # key -> [(slot, links, wire)] to read off
     for (a, b), kind, (links, coef, wire) in zip(pairs, kinds, entries):
@@ -52,37 +85,30 @@ def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
         out.append(None)
     for key, items in later.items():
         plan = shapes[key]
-        for (slot, links, wire), rate in zip(items, _rates(cluster, plan, items)):
+        table = [links for _, links, _ in items]
+        for (slot, links, wire), rate in zip(items, _rates(cluster, plan, table)):
             transfer = plan.payload_bytes / rate if plan.payload_bytes else 0.0
-            out[slot] = _with(plan, links=links, predicted_s=plan.latency_s + transfer,
+            out[slot] = copied(plan, links=links, predicted_s=plan.latency_s + transfer,
                               wire_coef=wire)
     return out
 
 
-def _with(plan, **fields):
-    """``dataclasses.replace(plan, **fields)`` for a plan (a frozen dataclass without
-    ``__post_init__``, whose fields are its ``__dict__``), without the call of its
-    ``__init__`` per plan (a quarter of the time of reading 16,384 plans off)."""
-    out = object.__new__(type(plan))
-    out.__dict__.update(plan.__dict__)
-    out.__dict__.update(fields)
-    return out
-
-
-def _rates(cluster, plan, items) -> list[float]:
+def _rates(cluster, plan, rows) -> list[float]:
     """The bottleneck rate of ``plan`` (of a pair of the same shape and coefficients) on
-    each of ``items``' links, as ``CollectiveModel._plan_one`` costs a plan
-    (``bottleneck_rate``: per link its coefficients summed in entry order, the least
-    capacity / load). At once for the routes whose entries repeat links where the first
-    one's do (a spread route names its NIC link once per path): their loads are the same
-    sums; one by one for the others."""
+    each of ``rows`` (link ids, a 2-D table or a list of arrays), as
+    ``CollectiveModel._plan_one`` costs a plan (``bottleneck_rate``: per link its
+    coefficients summed in entry order, the least capacity / load). At once for the routes
+    whose entries repeat links where the first one's do (a spread route names its NIC link
+    once per path): their loads are the same sums; one by one for the others."""
     payload, coef, cap = plan.payload_bytes, plan.coef, cluster.capacity_bytes_per_s
     if not payload:
-        return [math.inf] * len(items)
+        return [math.inf] * len(rows)
     width = len(coef)
-    if not width or width > _MAX_BATCH_WIDTH or any(len(x) != width for _, x, _ in items):
-        return [_read_off_rate(cluster, plan, links) for _, links, _ in items]
-    table = np.stack([links for _, links, _ in items])
+    if not len(rows):
+        return []
+    if not width or width > _MAX_BATCH_WIDTH or any(len(x) != width for x in rows):
+        return [_read_off_rate(cluster, plan, links) for links in rows]
+    table = np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(rows)
     links, where = np.unique(table[0], return_inverse=True)
     where = where.ravel()
     load = np.bincount(where, weights=coef, minlength=len(links))
@@ -92,12 +118,52 @@ def _rates(cluster, plan, items) -> list[float]:
     first = np.array([np.flatnonzero(where == u)[0] for u in used], np.int64)
     rates = np.minimum((cap[table[:, first]] / load[used]).min(axis=1), plan.max_rate)
     return [float(rates[i]) if alike[i] else _read_off_rate(cluster, plan, table[i])
-            for i in range(len(items))]
+            for i in range(len(table))]
 
 
 def _read_off_rate(cluster, plan, links: np.ndarray) -> float:
     flow = Flow(plan.payload_bytes, links, plan.coef, plan.latency_s, plan.max_rate)
     return bottleneck_rate(flow, cluster.capacity_bytes_per_s)
+
+
+def _tables(cluster, pairs, eff: float) -> tuple | None:
+    """(each pair's :func:`_shape`, its route's entries by class of :func:`.crossings.lay_out`)
+    as :func:`_routes` lays them out; None where a table lacks an entry. A GPU's home NIC and
+    its part of the route inside the server are worked out once per shape of pair."""
+    if not len(pairs):
+        return [], []
+    ends = np.asarray(pairs, np.int64).reshape(-1, 2)
+    design, local, designs, locals_ = rank_places(cluster)
+    server = cluster.server_of_rank
+    a, b = ends[:, 0], ends[:, 1]
+    same = server[a] == server[b]
+    code = (((design[a] * len(locals_) + local[a]) * len(designs) + design[b])
+            * len(locals_) + local[b]) * 2 + same
+    found, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    blocks = ServerBlocks(cluster, 1.0, eff)
+    shapes, nics, sides, kinds = [], [], {}, []
+    per_kind = np.empty((len(found), 4), np.int64)      # shape and NIC of either end
+    gpus = cluster.gpus
+    for k, i in enumerate(first.tolist()):
+        ga, gb = gpus[a[i]], gpus[b[i]]
+        kind = _shape(cluster, int(a[i]), int(b[i]))
+        kinds.append(kind)
+        if kind[4]:
+            template, shape, _ = blocks.local_shape([(ga, gb)], [True])
+            shapes.append((template, shape))
+            per_kind[k] = len(shapes) - 1, -1, -1, -1
+            continue
+        for j, (gpu, outward) in enumerate(((ga, True), (gb, False))):
+            prefix, nic, entries = _side(blocks, sides, gpu, kind[2 * j], kind[2 * j + 1],
+                                         outward)
+            shapes.append((kind[2 * j], entries))
+            nics.append((kind[2 * j], nic[len(prefix):]))
+            per_kind[k, 2 * j:2 * j + 2] = len(shapes) - 1, len(nics) - 1
+    at = per_kind[inverse.ravel()]
+    classes = lay_out(blocks, shapes, nics, Ends(server[a], at[:, 0], at[:, 1]),
+                      Ends(server[b], at[:, 2], at[:, 3]))
+    return None if classes is None else ([kinds[k] for k in inverse.ravel().tolist()],
+                                         classes)
 
 
 def _shape(cluster, a: int, b: int) -> tuple:

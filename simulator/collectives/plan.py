@@ -35,3 +35,13 @@ class Plan:
     def flow(self) -> Flow:
         return Flow(self.payload_bytes, self.links, self.coef, self.latency_s, self.max_rate,
                     label=f"{self.op}/{self.algo}/{self.proto}", wire_coef=self.wire_coef)
+
+
+def copied(plan: Plan, **fields) -> Plan:
+    """``dataclasses.replace(plan, **fields)`` for a plan (a frozen dataclass without
+    ``__post_init__``, whose fields are its ``__dict__``), without the call of its
+    ``__init__`` per plan (a quarter of the time of reading 16,384 plans off)."""
+    out = object.__new__(type(plan))
+    out.__dict__.update(plan.__dict__)
+    out.__dict__.update(fields)
+    return out

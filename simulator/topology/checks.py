@@ -46,8 +46,34 @@ def check_cluster(G: nx.Graph) -> None:
         bad = next(i for i, r in enumerate(ranks) if r != i)
         raise TopologyError(f"GPU ranks are not 0..{len(ranks) - 1} without gaps or repeats "
                             f"(position {bad} holds rank {ranks[bad]})")
-    # every edge from both ends (a plain walk of the adjacency is cheaper than G.edges'
-    # bookkeeping); the first bad one is met from its first node, as G.edges names it
+    if not _edges_plainly_valid(G):
+        _check_edges(G)
+    check_connected(G)
+
+
+
+def _edges_plainly_valid(G: nx.Graph) -> bool:
+    """Whether every edge has an int or float ``bw_bytes_per_s > 0`` and ``latency_s >=
+    0`` (their types checked by one ``map``, the values by numpy); False sends the graph
+    to :func:`_check_edges`, which names the first problem (or passes an edge whose
+    figures are, say, numpy floats)."""
+    import numpy as np        # here: a topology refused by name loads no numpy (startup)
+
+    adj = G._adj
+    bw = [d.get("bw_bytes_per_s") for nbrs in adj.values() for d in nbrs.values()]
+    lat = [d.get("latency_s") for nbrs in adj.values() for d in nbrs.values()]
+    plain = {int, float}
+    if not set(map(type, bw)) <= plain or not set(map(type, lat)) <= plain:
+        return False
+    try:
+        return bool((np.array(bw, float) > 0).all() and (np.array(lat, float) >= 0).all())
+    except OverflowError:             # an int beyond a float's range: judged one by one
+        return False
+
+
+def _check_edges(G: nx.Graph) -> None:
+    """Every edge from both ends (a plain walk of the adjacency is cheaper than G.edges'
+    bookkeeping); the first bad one is met from its first node, as G.edges names it."""
     for u, nbrs in G.adjacency():
         for v, d in nbrs.items():
             bw, lat = d.get("bw_bytes_per_s"), d.get("latency_s")
@@ -56,5 +82,3 @@ def check_cluster(G: nx.Graph) -> None:
                                     f"got {bw!r}")
             if not isinstance(lat, (int, float)) or not lat >= 0:
                 raise TopologyError(f"edge {u!r}-{v!r}: latency_s must be >= 0, got {lat!r}")
-    check_connected(G)
-

@@ -64,3 +64,20 @@ def stamp_servers(G: nx.Graph, layout: ServerLayout, count: int) -> None:
         for name, row in zip(names, adjacency):
             adj_dict[name] = {names[v]: data[e] for v, e in row}
     getattr(nx, "_clear_cache", lambda graph: None)(G)   # networkx >= 3.3 caches
+
+
+def add_links(G: nx.Graph, pairs, attrs: dict) -> None:
+    """``G.add_edges_from((u, v, attrs) for u, v in pairs)``: each new edge between two
+    nodes already there put straight into networkx's adjacency (a copy of ``attrs``, shared
+    by both directions as networkx keeps it); anything else (a node not there yet, an edge
+    that exists, a graph class of its own) through networkx's own ``add_edge``."""
+    if type(G) is not nx.Graph:
+        G.add_edges_from((u, v, attrs) for u, v in pairs)
+        return
+    node, adj = G._node, G._adj
+    for u, v in pairs:
+        if u in node and v in node and v not in adj[u]:
+            adj[u][v] = adj[v][u] = dict(attrs)
+        else:
+            G.add_edge(u, v, **attrs)
+    getattr(nx, "_clear_cache", lambda graph: None)(G)

@@ -131,8 +131,10 @@ def transfer_keys(cls: RankClass) -> dict[int, list[TransferKey]]:
 def op_transfer_keys(cls: RankClass, op: Op, tag, k: int) -> list[TransferKey]:
     """The transfers of one send/recv ``op`` of ``cls`` (its members' ``k``-th of that kind
     to or from that peer with ``tag``, :func:`~simulator.trace.matching.peer_ops`)."""
-    pairs = [(r, cls.peer_of(op, r)) for r in cls.ranks]
-    return [(a, b, tag, k) if op.kind == "send" else (b, a, tag, k) for a, b in pairs]
+    shift = op.peer - cls.ranks[0] if cls.ranks else 0     # peer_of(op, r) is r + shift
+    if op.kind == "send":
+        return [(r, r + shift, tag, k) for r in cls.ranks]
+    return [(r + shift, r, tag, k) for r in cls.ranks]
 
 
 def _where(cls: RankClass, op: Op) -> str:

@@ -1,0 +1,58 @@
+"""Edges between servers laid out by table (simulator/collectives/crossings.py,
+ring_tables.py) against the server-by-server layout of blocks.py: the same entries in the
+same order."""
+
+import numpy as np
+import pytest
+
+from simulator.cluster import Cluster
+from simulator.collectives import ring_tables
+from simulator.collectives.blocks import ring_blocks
+from simulator.collectives.layouts import make_communicator, server_orders
+from simulator.topology import leaf_spine, rail_optimized
+
+DGX = {"type": "dgx_a100", "gpu": "A100-SXM4-80GB", "nics": 8, "nic": "ib-hdr"}
+PCIE = {"type": "pcie", "gpu": "A100-PCIE-40GB", "gpus": 4, "nics": 2, "nic": "roce-100",
+        "gpus_per_pcie_switch": 2}
+
+
+def unequal_paths():
+    # leaf 0 -> leaf 1 costs 4 links' worth through spine 0, directly or by way of leaf 2
+    G = leaf_spine(6, PCIE, nodes_per_leaf=2, spines=2)
+    G.edges["spine.0", "leaf.g1"]["bw_bytes_per_s"] /= 3
+    G.edges["leaf.g0", "spine.1"]["bw_bytes_per_s"] /= 10
+    return G
+
+
+@pytest.mark.parametrize("build, ranks", [
+    (lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4), None),       # 8 channels
+    (lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4), [3 + 8 * s for s in range(9)]),
+    (lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4), [0, 1, 2, 9, 17, 40, 70]),
+    (lambda: leaf_spine(5, PCIE, nodes_per_leaf=2, spines=2), None),
+    (unequal_paths, None),
+    (unequal_paths, [0, 4, 8, 12, 16, 20])])
+def test_rings_by_table_are_the_server_by_server_rings(build, ranks):
+    G = build()
+    fast, slow = Cluster(G), Cluster(G)
+    for cluster in (fast, slow):
+        comm = make_communicator(cluster, ranks or list(range(cluster.n_gpus)))
+        per_server = server_orders(cluster, comm)
+        if cluster is fast:
+            got = ring_tables.ring_entries(cluster, per_server, 0.5)
+        else:
+            want = ring_blocks(cluster, per_server, 0.5).entries()
+    for x, y in zip(got, want):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+def test_a_server_without_its_nics_switch_falls_back_to_server_by_server(monkeypatch):
+    G = rail_optimized(5, DGX, nodes_per_leaf=2, spines=2)
+    G.remove_edge("n4.nic3", "leaf.r3.g2")
+    cluster = Cluster(G)
+    per_server = server_orders(cluster, make_communicator(cluster, [3 + 8 * s for s in range(5)]))
+    calls = []
+    monkeypatch.setattr(ring_tables, "ring_blocks",
+                        lambda *a: calls.append(a) or ring_blocks(*a))
+    with pytest.raises(Exception, match="not attached"):
+        ring_tables.ring_entries(cluster, per_server, 1.0)
+    assert len(calls) == 1
