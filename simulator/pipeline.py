@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
+from typing import Callable
 
 from .accum import (AccumPlan, Extrapolation, extrapolate, full_trace, mapped, plan_accum,
                     plan_trace)
@@ -258,27 +256,8 @@ def with_trace(setup: Setup, fn: Callable[[Trace], Trace]) -> Setup:
 
 def _replayed(setup: Setup, trace: Trace) -> RunResult:
     try:
-        with _set_up_frozen():
-            tl = replay(trace, setup.collectives, setup.compute, setup.engine,
-                        setup.capacity_bytes, checked=any(x is trace for x in setup.checked))
+        tl = replay(trace, setup.collectives, setup.compute, setup.engine,
+                    setup.capacity_bytes, checked=any(x is trace for x in setup.checked))
     except ConfigError as exc:   # an nccl: knob the cluster cannot honour, met at its first op
         raise setup.scenario.located(exc) from None
     return RunResult(setup, tl, compute_metrics(tl, trace.world_size, setup.peak_flops))
-
-
-@contextmanager
-def _set_up_frozen() -> Iterator[None]:
-    """Run the block with every object alive now left out of the cyclic collector's passes
-    (``gc.freeze``) and handed back to it afterwards. Before a replay those are the set-up:
-    the graph, the link index, the trace (some 3 million objects at 131,072 GPUs, alive
-    throughout), which every full pass walked again: seven passes, 2.4 s of a 13 s replay.
-    The replay's own objects are collected as before (SimPy's events form cycles). Left
-    alone where something already froze objects (its own pause)."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
