@@ -108,10 +108,7 @@ class Launcher:
             return
         moved = countdown(len(flows), after.succeed)
         for flow in flows:
-            if self.lean:
-                self.fabric.start(fresh(flow), moved)
-            else:
-                self.fabric.start(fresh(flow)).callbacks.append(moved)
+            started(self.fabric.start, fresh(flow), moved, self.lean)
 
     def _launched(self, op: Op, rv: _Rendezvous, start: float, plan) -> None:
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
@@ -121,6 +118,16 @@ class Launcher:
                     lambda _e: rv.done.succeed((start, plan)))
                 return
         rv.done.succeed((start, plan))
+
+
+def started(start, flow: Flow, then, lean: bool) -> None:
+    """Start ``flow`` by ``start`` (:meth:`Fabric.transfer` or :meth:`Fabric.start`) and
+    call ``then`` when it is done: in the fabric's own step with ``lean``, else as the
+    callback of the flow's done event, one step later (the reference schedule)."""
+    if lean:
+        start(flow, then)
+    else:
+        start(flow).callbacks.append(then)
 
 
 def fresh(flow: Flow) -> Flow:

@@ -18,7 +18,7 @@ from ..network.bundle import bundle_flows, runs_of, signature
 from ..network.fabric import Fabric
 from ..trace.matching import peer_ops, ranks_array
 from ..trace.schema import Op, RankClass, TransferKey, op_transfer_keys
-from .launch import fresh
+from .launch import fresh, started
 
 
 @dataclass
@@ -44,8 +44,8 @@ class PointToPoint:
     """The rendezvous of every send/recv between ranks of one replay.
 
     ``plan(size_bytes, pairs)`` lays out the transfers of (sender, receiver) ``pairs`` (a
-    planned transfer each, with ``flow()``). The transfers that become ready when one op arrives start together, and
-    neighbours among them with the same payload, latency and rate cap go as one bundle
+    planned transfer each, with ``flow()``). The transfers that become ready when one op
+    arrives start together, and neighbours among them with the same payload, latency and rate cap go as one bundle
     (:mod:`simulator.network.bundle`) unless ``bundles`` is False. With ``lean`` the
     fabric reports a transfer done in the step that finds it so, not by an event one step
     later (:mod:`simulator.engine.launch`).
@@ -131,7 +131,8 @@ class PointToPoint:
             m.plan = cached[0][0]
             m.left = len(cached[1])
             for flow, _ in cached[1]:
-                self._transfer(fresh(flow), lambda _e, m=m: self._group_moved(m))
+                started(self.fabric.transfer, fresh(flow), lambda _e, m=m: self._group_moved(m),
+                        self.lean)
         yield wait.event
         return m.start_s, m.plan
 
@@ -166,15 +167,9 @@ class PointToPoint:
         first = 0
         for flow, count in cached[1]:
             met = [m for _, m in ready[first:first + count]]
-            self._transfer(fresh(flow), lambda _e, met=met: self._delivered(met))
+            started(self.fabric.transfer, fresh(flow), lambda _e, met=met: self._delivered(met),
+                    self.lean)
             first += count
-
-    def _transfer(self, flow, then) -> None:
-        """Start ``flow``; ``then`` is called when it is done."""
-        if self.lean:
-            self.fabric.transfer(flow, then)
-        else:
-            self.fabric.transfer(flow).callbacks.append(then)
 
     @staticmethod
     def _delivered(met: list) -> None:
