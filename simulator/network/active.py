@@ -1,12 +1,14 @@
 """The flow fabric's active flows, in arrival order, with the bytes each has left.
 
 Per flow: the flow, its solve key (:func:`~simulator.network.solve.flow_key`), its done
-event (a :class:`~simulator.network.bundle.Join` for an instance of a split bundle), and,
-as two arrays, the bytes it has left and the bytes below which it is done
-(:data:`DONE_FRACTION` of its size). Advancing them all is one NumPy step, the same
-products and differences, element by element, as a loop over the flows. Flows that arrive
-join the arrays at the next update (:meth:`ActiveFlows.settle`): a solve at that instant
-follows, so no time passes for them before.
+event (a :class:`~simulator.network.bundle.Join` for an instance of a split bundle), the
+bytes it has left and the bytes below which it is done (:data:`DONE_FRACTION` of its
+size). A fabric has a few flows active at a time (one to five in a 3-D plan's step), so
+they are Python lists: a loop over them is faster than NumPy's call on arrays that small,
+and takes the same products and differences, element by element. A flow that arrives
+joins the end of the lists, and is advanced only once a solve has given it a rate
+(:meth:`ActiveFlows.advance` takes the rates of the flows of the last solve, the first
+ones); a solve at that instant follows its arrival, so no time passes for it before.
 """
 
 from __future__ import annotations
@@ -21,15 +23,14 @@ DONE_FRACTION = 1e-9
 
 
 class ActiveFlows:
-    """The active flows (``flows``, ``keys``, ``dones``, ``left``, ``enough``)."""
+    """The active flows (``flows``, ``keys``, ``dones``, ``left``, ``enough``: lists)."""
 
     def __init__(self):
         self.flows: list = []
         self.keys: list[tuple] = []
         self.dones: list = []
-        self.left = np.zeros(0)
-        self.enough = np.zeros(0)
-        self._arrived: list = []        # sizes of the flows not in ``left`` yet
+        self.left: list[float] = []
+        self.enough: list[float] = []
 
     def __len__(self) -> int:
         return len(self.flows)
@@ -38,25 +39,24 @@ class ActiveFlows:
         self.flows.append(flow)
         self.keys.append(flow_key(flow))
         self.dones.append(done)
-        self._arrived.append(flow.size_bytes)
+        self.left.append(float(flow.size_bytes))
+        self.enough.append(DONE_FRACTION * flow.size_bytes)
 
-    def advance(self, rates: np.ndarray, dt: float) -> None:
-        """``dt`` seconds at ``rates`` (one per flow of ``left``)."""
-        self.left[:len(rates)] -= rates * dt
+    def advance(self, rates: list[float], dt: float) -> None:
+        """``dt`` seconds at ``rates`` (one per flow of the last solve: the first ones)."""
+        left = self.left
+        for i, rate in enumerate(rates):
+            left[i] -= rate * dt
 
     def settle(self) -> list[tuple]:
-        """Take the arrivals into the arrays; drop the flows that are done and return
-        them, in order, as (flow, done event) (a split bundle's once its last instance
-        is)."""
-        if self._arrived:
-            sizes, self._arrived = self._arrived, []
-            self.left = np.concatenate([self.left, [float(b) for b in sizes]])
-            self.enough = np.concatenate([self.enough, [DONE_FRACTION * b for b in sizes]])
-        done = ~(self.left > self.enough)
-        if not done.any():
+        """Drop the flows that are done and return them, in order, as (flow, done event)
+        (a split bundle's once its last instance is)."""
+        left, enough = self.left, self.enough
+        done = [i for i in range(len(left)) if not left[i] > enough[i]]
+        if not done:
             return []
         out = []
-        for i in done.nonzero()[0].tolist():
+        for i in done:
             event = self.dones[i]
             if not isinstance(event, Join):
                 out.append((self.flows[i], event))
@@ -64,7 +64,8 @@ class ActiveFlows:
                 event.left -= 1
                 if event.left == 0:
                     out.append((event.flow, event.done))
-        self._take((~done).nonzero()[0].tolist())
+        gone = set(done)
+        self._take([i for i in range(len(left)) if i not in gone])
         return out
 
     def split(self, split: np.ndarray) -> int:
@@ -80,11 +81,13 @@ class ActiveFlows:
                           else self.dones[i]] * len(parts))
         self.flows, self.dones = flows, dones
         self.keys = [flow_key(f) for f in flows]
-        self.left, self.enough = self.left[at], self.enough[at]
+        self.left = [self.left[i] for i in at]
+        self.enough = [self.enough[i] for i in at]
         return int(np.count_nonzero(split))
 
     def _take(self, kept: list[int]) -> None:
         self.flows = [self.flows[i] for i in kept]
         self.keys = [self.keys[i] for i in kept]
         self.dones = [self.dones[i] for i in kept]
-        self.left, self.enough = self.left[kept], self.enough[kept]
+        self.left = [self.left[i] for i in kept]
+        self.enough = [self.enough[i] for i in kept]

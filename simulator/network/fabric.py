@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from operator import truediv
 from dataclasses import dataclass, field
 from heapq import heappop
 
@@ -215,12 +216,11 @@ class FlowFabric(Fabric):
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Record, at every re-solve, the load of each link group as a fraction of the
-        group's capacity (``samples``: list of (time_s, fractions))."""
+        group's capacity (``samples``: list of (time_s, fractions); a solution's fractions
+        are one read-only array, in every sample of that solution)."""
         self._groups = np.asarray(group_of_link, dtype=np.int64)
-        self._group_capacity = np.bincount(self._groups, weights=self.capacity,
-                                           minlength=n_groups)
-        self._group_scale = np.maximum(self._group_capacity, 1e-300)
-        self._solver.track(self._groups, n_groups)
+        capacity = np.bincount(self._groups, weights=self.capacity, minlength=n_groups)
+        self._solver.track(self._groups, n_groups, np.maximum(capacity, 1e-300))
         self._now = self._solver.idle
 
     def _move(self, flow: Flow, done: simpy.Event) -> None:
@@ -238,8 +238,8 @@ class FlowFabric(Fabric):
     def _advance(self) -> None:
         t = self.env.now
         dt = t - self._last_s
-        if dt > 0 and len(self._active):
-            self._active.advance(self._now.rates, dt)
+        if dt > 0 and self._active.flows:
+            self._active.advance(self._now.rate_list, dt)
             self._solver.counters.add(self._now, dt)
         self._last_s = t
 
@@ -253,7 +253,7 @@ class FlowFabric(Fabric):
 
     def _solve(self) -> None:
         active = self._active
-        if not len(active):
+        if not active.flows:
             self._now = self._solver.idle
             self._sample()
             return
@@ -267,14 +267,18 @@ class FlowFabric(Fabric):
         self._sample()
 
     def _sample(self) -> None:
-        if self._groups is None:
-            return
-        self.samples.append((self.env.now, self._now.group_load / self._group_scale))
+        if self._groups is not None:
+            self.samples.append((self.env.now, self._now.fraction))
 
     def _schedule_next(self) -> None:
-        if not len(self._active):
+        left = self._active.left
+        if not left:
             return
-        dt = float((self._active.left / self._now.rates).min())
+        try:
+            dt = float(min(map(truediv, left, self._now.rate_list)))
+        except ZeroDivisionError:       # as NumPy divides: inf (or nan for 0 / 0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                dt = float((np.array(left) / self._now.rates).min())
         # A step shorter than the clock's resolution at ``now`` would not advance time
         # (now + dt == now): the flow would never drain and the loop never end. Step at
         # least a few ulps; the flow then finishes, late by less than that. (math.ulp is

@@ -46,8 +46,9 @@ class ClassSolver(Solver):
     def per_link(self, counter: np.ndarray) -> np.ndarray:
         return self.classes.per_link(counter)
 
-    def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
-        super().track(group_of_link, n_groups)
+    def track(self, group_of_link: np.ndarray, n_groups: int,
+              scale: np.ndarray | None = None) -> None:
+        super().track(group_of_link, n_groups, scale)
         self.classes.split_by_group(group_of_link)
 
     def _stamp(self) -> int:
@@ -76,7 +77,7 @@ class ClassSolver(Solver):
                                 weights=occupancy * self.classes.count[classes],
                                 minlength=self._n_groups)
         classes.setflags(write=False)
-        return Solution(rates, classes, occupancy, wire_load, group), split
+        return self._solution(rates, classes, occupancy, wire_load, group), split
 
 
 def _loads(rs: list, local: np.ndarray, capacity: np.ndarray, max_rate: np.ndarray,

@@ -19,7 +19,7 @@ used link, the reference for the one on link classes (:mod:`simulator.network.re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,13 +30,22 @@ from .maxmin import on_used_links, share_bandwidth_checked
 
 @dataclass(frozen=True)
 class Solution:
-    """Rates (payload bytes/s, one per flow), and the load of the links they cross."""
+    """Rates (payload bytes/s, one per flow), and the load of the links they cross.
+
+    ``fraction`` is ``group_load`` over each group's capacity (the fabric's utilisation
+    sample), where the solver was given the groups' capacities; ``rate_list`` the rates as
+    Python floats (the fabric's few active flows advance faster so than as an array)."""
 
     rates: np.ndarray
     links: np.ndarray          # link ids (class ids for a ClassSolver), sorted, each once
     occupancy: np.ndarray      # capacity taken on each (each link of a class), bytes/s
     wire: np.ndarray           # bytes/s crossing each
     group_load: np.ndarray | None = None    # capacity taken per link group, bytes/s
+    fraction: np.ndarray | None = None      # group_load / the group's capacity
+    rate_list: list = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate_list", self.rates.tolist())
 
 
 def _arrays(flow) -> tuple:
@@ -58,6 +67,7 @@ class Solver:
         self.capacity = capacity
         self._groups: np.ndarray | None = None
         self._n_groups = 0
+        self._scale: np.ndarray | None = None
         self._memo: dict = {}
         self._checked = False
         empty = np.zeros(0)
@@ -68,12 +78,21 @@ class Solver:
         """A counter (``counters.occupancy``, ``counters.wire``) per link of the fabric."""
         return counter
 
-    def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
-        """Also sum each solution's load per link group (``group_of_link[i]``: link i's)."""
-        self._groups, self._n_groups = group_of_link, n_groups
+    def track(self, group_of_link: np.ndarray, n_groups: int,
+              scale: np.ndarray | None = None) -> None:
+        """Also sum each solution's load per link group (``group_of_link[i]``: link i's),
+        and divide it by ``scale`` (per group: its capacity) where given."""
+        self._groups, self._n_groups, self._scale = group_of_link, n_groups, scale
         self._memo.clear()
-        self.idle = Solution(self.idle.rates, self.idle.links, self.idle.occupancy,
-                             self.idle.wire, np.zeros(n_groups))
+        self.idle = self._solution(self.idle.rates, self.idle.links, self.idle.occupancy,
+                                   self.idle.wire, np.zeros(n_groups))
+
+    def _solution(self, rates, links, occupancy, wire, group) -> Solution:
+        fraction = None
+        if group is not None and self._scale is not None:
+            fraction = group / self._scale
+            fraction.setflags(write=False)
+        return Solution(rates, links, occupancy, wire, group, fraction)
 
     def solve(self, flows: list,
               keys: tuple | None = None) -> tuple[Solution | None, np.ndarray]:
@@ -121,4 +140,4 @@ class Solver:
                                 minlength=self._n_groups)
         for a in (rates, links, occupancy, wire_load):
             a.setflags(write=False)
-        return Solution(rates, links, occupancy, wire_load, group)
+        return self._solution(rates, links, occupancy, wire_load, group)
