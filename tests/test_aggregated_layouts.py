@@ -137,3 +137,27 @@ def test_communicator_groups_ranks_by_server_in_their_given_order():
     want = tuple(tuple(by_server[s]) for s in sorted(by_server))
     assert make_communicator(c, ranks).groups == want
     assert make_communicator(c, []).groups == ()
+
+
+def test_an_edge_set_joins_its_parts_once_and_its_plans_share_them():
+    cluster = Cluster(rail_optimized(3, DGX, nodes_per_leaf=2, spines=2))
+    comm = make_communicator(cluster, list(range(cluster.n_gpus)))
+    es = layouts.tree_edges(cluster, comm)
+    links, coef = es.arrays()
+    assert es.arrays()[0] is links and es.wire_coef() is es.wire_coef()
+    assert not links.flags.writeable and not coef.flags.writeable
+    unique, where = es.link_index()
+    want_unique, want_where = np.unique(links, return_inverse=True)
+    assert np.array_equal(unique, want_unique) and np.array_equal(where, want_where)
+    # a part added after the join is joined in, and the index worked out anew
+    es.links.append(links[:3])
+    es.coefs.append(coef[:3])
+    es.wires.append(coef[:3])
+    assert np.array_equal(es.arrays()[0], np.concatenate([links, links[:3]]))
+    assert len(es.link_index()[1]) == len(links) + 3
+    # the model's plans of one edge set (each protocol) hold one copy of its link ids
+    model = CollectiveModel(cluster, load_constants())
+    plans = [model.plan("all_reduce", 2**30, list(range(cluster.n_gpus)), "tree", proto)
+             for proto in ("LL", "LL128", "Simple")]
+    assert plans[0].links is plans[1].links is plans[2].links
+    assert plans[0].wire_coef is plans[2].wire_coef

@@ -1,14 +1,14 @@
 """Edges between servers laid out by table (simulator/collectives/crossings.py,
 ring_tables.py) against the server-by-server layout of blocks.py: the same entries in the
-same order."""
+same order, for rings and for double binary trees."""
 
 import numpy as np
 import pytest
 
 from simulator.cluster import Cluster
 from simulator.collectives import ring_tables
-from simulator.collectives.blocks import ring_blocks
-from simulator.collectives.layouts import make_communicator, server_orders
+from simulator.collectives.blocks import named_orders, ring_blocks, tree_blocks
+from simulator.collectives.layouts import dtree_parent, make_communicator, server_orders
 from simulator.topology import leaf_spine, rail_optimized
 
 DGX = {"type": "dgx_a100", "gpu": "A100-SXM4-80GB", "nics": 8, "nic": "ib-hdr"}
@@ -24,35 +24,62 @@ def unequal_paths():
     return G
 
 
-@pytest.mark.parametrize("build, ranks", [
+CASES = [
     (lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4), None),       # 8 channels
     (lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4), [3 + 8 * s for s in range(9)]),
     (lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4), [0, 1, 2, 9, 17, 40, 70]),
     (lambda: leaf_spine(5, PCIE, nodes_per_leaf=2, spines=2), None),
     (unequal_paths, None),
-    (unequal_paths, [0, 4, 8, 12, 16, 20])])
-def test_rings_by_table_are_the_server_by_server_rings(build, ranks):
+    (unequal_paths, [0, 4, 8, 12, 16, 20])]
+
+
+def by_table_and_by_server(build, ranks, table, servers):
     G = build()
     fast, slow = Cluster(G), Cluster(G)
     for cluster in (fast, slow):
         comm = make_communicator(cluster, ranks or list(range(cluster.n_gpus)))
         per_server = server_orders(cluster, comm)
         if cluster is fast:
-            got = ring_tables.ring_entries(cluster, per_server, 0.5)
+            got = table(cluster, per_server)
         else:
-            want = ring_blocks(cluster, per_server, 0.5).entries()
+            want = servers(cluster, per_server)
+    assert len(got) == len(want) == 3 and len(got[0]) > 0
     for x, y in zip(got, want):
         assert x.dtype == y.dtype and np.array_equal(x, y)
 
 
-def test_a_server_without_its_nics_switch_falls_back_to_server_by_server(monkeypatch):
+@pytest.mark.parametrize("build, ranks", CASES)
+def test_rings_by_table_are_the_server_by_server_rings(build, ranks):
+    by_table_and_by_server(build, ranks,
+                           lambda c, p: ring_tables.ring_entries(c, p, 0.5),
+                           lambda c, p: ring_blocks(c, p, 0.5).entries())
+
+
+def channels(per_server):
+    return max(len(nics) for _, _, (nics, _) in per_server)
+
+
+@pytest.mark.parametrize("build, ranks", CASES)
+def test_trees_by_table_are_the_server_by_server_trees(build, ranks):
+    by_table_and_by_server(
+        build, ranks, lambda c, p: ring_tables.tree_entries(c, p, 0.5, dtree_parent),
+        lambda c, p: tree_blocks(c, named_orders(p, channels(p)), 0.5,
+                                 dtree_parent).entries())
+
+
+@pytest.mark.parametrize("server_by_server, by_table", [
+    ("ring_blocks", lambda c, p: ring_tables.ring_entries(c, p, 1.0)),
+    ("tree_blocks", lambda c, p: ring_tables.tree_entries(c, p, 1.0, dtree_parent))])
+def test_a_server_without_its_nics_switch_falls_back_to_server_by_server(
+        monkeypatch, server_by_server, by_table):
     G = rail_optimized(5, DGX, nodes_per_leaf=2, spines=2)
     G.remove_edge("n4.nic3", "leaf.r3.g2")
     cluster = Cluster(G)
     per_server = server_orders(cluster, make_communicator(cluster, [3 + 8 * s for s in range(5)]))
     calls = []
-    monkeypatch.setattr(ring_tables, "ring_blocks",
-                        lambda *a: calls.append(a) or ring_blocks(*a))
+    original = getattr(ring_tables, server_by_server)
+    monkeypatch.setattr(ring_tables, server_by_server,
+                        lambda *a: calls.append(a) or original(*a))
     with pytest.raises(Exception, match="not attached"):
-        ring_tables.ring_entries(cluster, per_server, 1.0)
+        by_table(cluster, per_server)
     assert len(calls) == 1

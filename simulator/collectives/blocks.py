@@ -187,6 +187,19 @@ def _ring_way(out: ServerBlocks, ways: dict, prefix: str, key, shape, j: int) ->
     return known[0], known[1], prefix + nics[j]
 
 
+def named_orders(per_server: list[tuple], channels: int) -> list[list[tuple]]:
+    """Per channel, per server: (its GPU order, its NIC) as node ids, from
+    ``layouts.server_orders`` (channel ``c`` takes each server's NIC ``c`` modulo its NICs)."""
+    out = []
+    for c in range(channels):
+        servers = []
+        for prefix, _, (nics, orders) in per_server:
+            j = c % len(nics)
+            servers.append(([prefix + g for g in orders[j]], prefix + nics[j]))
+        out.append(servers)
+    return out
+
+
 def tree_blocks(cluster: Cluster, orders, eff: float, parent) -> ServerBlocks:
     """The entries of ``layouts.tree_edges``; ``parent(k, n, tree)`` the double binary tree."""
     out = ServerBlocks(cluster, 1.0 / len(orders), eff)

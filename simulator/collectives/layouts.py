@@ -16,11 +16,11 @@ import numpy as np
 
 from ..cluster import Cluster, Route
 from .alltoall import aggregable, all_to_all_coefficients
-from .blocks import tree_blocks
+from .blocks import named_orders
 from .columns import gpu_places
 from .host_path import HostPath, host_gpu_route
 from .nics import home_nic, nic_owner, owned_nics
-from .ring_tables import ring_entries
+from .ring_tables import ring_entries, tree_entries
 
 
 @dataclass(frozen=True)
@@ -89,15 +89,8 @@ def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = 
     if comm.n_nodes == 1:
         return [[(list(comm.groups[0]), None)]]
     per_server = server_orders(cluster, comm)
-    n_ch = channels or max(len(nics) for _, _, (nics, _) in per_server)
-    out = []
-    for c in range(n_ch):
-        servers = []
-        for prefix, _, (nics, orders) in per_server:
-            j = c % len(nics)
-            servers.append(([prefix + g for g in orders[j]], prefix + nics[j]))
-        out.append(servers)
-    return out
+    return named_orders(per_server,
+                        channels or max(len(nics) for _, _, (nics, _) in per_server))
 
 
 def server_orders(cluster: Cluster, comm: Communicator) -> list[tuple]:
@@ -155,6 +148,8 @@ class EdgeSet:
     intra_extra_s: float = -math.inf
     inter_extra_s: float = -math.inf
     host_path: HostPath | None = None   # NCCL without PXN: GPU-NIC parts through the CPU
+    _joined: int = field(default=-1, repr=False, compare=False)   # parts when last joined
+    _index: tuple | None = field(default=None, repr=False, compare=False)
 
     def add(self, route: Route, weight: float, efficiency: float = 1.0,
             between_servers: bool = False, wire: np.ndarray | None = None) -> None:
@@ -179,14 +174,36 @@ class EdgeSet:
                 self.inter_extra_s if self.inter_extra_s > -math.inf else 0.0)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(link ids, rate coefficients)."""
-        if not self.links:
-            return np.zeros(0, np.int64), np.zeros(0)
-        return np.concatenate(self.links), np.concatenate(self.coefs)
+        """(link ids, rate coefficients), read-only. The parts are joined on the first call
+        and kept joined: every plan of the edge set (each protocol, and the tree's ring
+        ceiling) shares one copy, not one each (6 million entries at 131,072 GPUs)."""
+        self._join()
+        return self.links[0], self.coefs[0]
 
     def wire_coef(self) -> np.ndarray:
         """Bytes crossing each entry's link per payload byte, aligned with ``arrays()``."""
-        return np.concatenate(self.wires) if self.wires else np.zeros(0)
+        self._join()
+        return self.wires[0]
+
+    def link_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """``np.unique(links, return_inverse=True)`` of ``arrays()``, worked out once (what
+        :func:`~simulator.network.fabric.bottleneck_rate` sorts for each plan otherwise)."""
+        self._join()
+        if self._index is None:
+            self._index = np.unique(self.links[0], return_inverse=True)
+        return self._index
+
+    def _join(self) -> None:
+        if self._joined == len(self.links):        # joined, nothing added since
+            return
+        empty = len(self.links) == 0
+        joined = [np.zeros(0, np.int64) if empty else np.concatenate(self.links),
+                  np.zeros(0) if empty else np.concatenate(self.coefs),
+                  np.zeros(0) if not self.wires else np.concatenate(self.wires)]
+        for a in joined:
+            a.setflags(write=False)
+        self.links, self.coefs, self.wires = [joined[0]], [joined[1]], [joined[2]]
+        self._joined, self._index = 1, None
 
 
 def _intra_hw(cluster: Cluster, comm: Communicator) -> str:
@@ -288,11 +305,11 @@ def tree_edges(cluster: Cluster, comm: Communicator, pcie_p2p_efficiency: float 
                host_path: HostPath | None = None) -> EdgeSet:
     """Edges of the double binary tree, both directions (reduce up, broadcast down);
     ``host_path``: NCCL without PXN (:mod:`.host_path`)."""
-    orders = channel_orders(cluster, comm)
     edges = _edge_set(cluster, comm, host_path)
     if comm.n_nodes > 1 and blocks_exact(cluster, host_path):
-        return _from_blocks(edges, tree_blocks(cluster, orders, pcie_p2p_efficiency,
-                                               dtree_parent).entries())
+        return _from_blocks(edges, tree_entries(cluster, server_orders(cluster, comm),
+                                                pcie_p2p_efficiency, dtree_parent))
+    orders = channel_orders(cluster, comm)
     weight = 1.0 / len(orders)
     for ch, servers in enumerate(orders):
         for order, nic in servers:                 # chain inside each server

@@ -228,8 +228,10 @@ class CollectiveModel:
         return cap
 
     def _ring_rate(self, comm: Communicator, root: int) -> float:
-        links, coef = self._edge_set("all_reduce", "ring", comm, root, None).arrays()
-        return bottleneck_rate(Flow(1.0, links, coef), self.cluster.capacity_bytes_per_s)
+        es = self._edge_set("all_reduce", "ring", comm, root, None)
+        links, coef = es.arrays()
+        return bottleneck_rate(Flow(1.0, links, coef), self.cluster.capacity_bytes_per_s,
+                               es.link_index())
 
     # -------------------------------------------------------------------- plan
     def plan(self, op: str, size_bytes: int, ranks: list[int], algo: str = "auto",
@@ -354,7 +356,8 @@ class CollectiveModel:
             # ncclTopoTuneModel); real trees do not beat that, so it is also a ceiling.
             max_rate = min(max_rate, 0.5 * factor * self._ring_rate(comm, root))
         flow = Flow(payload, links, coef, latency, max_rate)
-        rate = bottleneck_rate(flow, self.cluster.capacity_bytes_per_s) if payload else math.inf
+        rate = bottleneck_rate(flow, self.cluster.capacity_bytes_per_s, es.link_index()) \
+            if payload else math.inf
         transfer = payload / rate if payload else 0.0
         plan = Plan(op, algo, proto, comm.n_ranks, comm.n_nodes, size, latency, payload,
                     links, coef, max_rate, latency + transfer, wire_coef=es.wire_coef())

@@ -1,4 +1,5 @@
-"""A ring across many servers laid out by table (:mod:`.crossings`), not server by server.
+"""Rings and trees across many servers laid out by table (:mod:`.crossings`), not server by
+server.
 
 :func:`.blocks.ring_blocks` adds, per channel and server, the way through the server to
 the channel's NIC, the NIC-to-NIC part and the way into the next server: at 131,072 GPUs
@@ -6,6 +7,11 @@ the 64 FSDP rings across 2,048 servers are 131,072 such edges. Here the ways are
 out once per server design, member GPUs and NIC (as there), and the edges of every channel
 are handed to :func:`.crossings.lay_out` as arrays: the same entries in the same order
 (a test compares them with ``ring_blocks``).
+
+:func:`tree_entries` does the same for :func:`.blocks.tree_blocks` (NCCL's double binary
+tree: per channel a chain inside each server, then two edges per child server), one channel
+at a time: a 131,072-GPU tree is 16,384 chains and 32,766 edges between servers per
+channel, which server by server were about a million small arrays held at once.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster import Cluster
-from .blocks import ServerBlocks, _ring_way, ring_blocks
+from .blocks import ServerBlocks, _ring_way, named_orders, ring_blocks, tree_blocks
 from .columns import gpu_places
 from .crossings import Ends, joined, lay_out
 
@@ -25,18 +31,7 @@ def ring_entries(cluster: Cluster, per_server: list[tuple], eff: float
     ``layouts.server_orders``."""
     channels = max(len(nics) for _, _, (nics, _) in per_server)
     blocks = ServerBlocks(cluster, 1.0 / channels, eff)
-    keys: dict = {}                          # (design, members) -> its index
-    first: list = []                         # per key: (prefix, key, shape) of a server
-    of_server = []
-    for item in per_server:
-        k = keys.setdefault(item[1], len(keys))
-        if k == len(first):
-            first.append(item)
-        of_server.append(k)
-    of_server = np.array(of_server, np.int64)
-    places = gpu_places(cluster)
-    server = np.array([places[prefix + orders[0][0]][3]
-                       for prefix, _, (_, orders) in per_server], np.int64)
+    first, of_server, server = _by_key(cluster, per_server)
     shapes, nics, ways = [], [], {}
     leave, enter, nic = (np.empty((channels, len(first)), np.int64) for _ in range(3))
     for c in range(channels):
@@ -55,3 +50,67 @@ def ring_entries(cluster: Cluster, per_server: list[tuple], eff: float
     if classes is None:                 # a table lacks an entry: server by server
         return ring_blocks(cluster, per_server, eff).entries()
     return joined(classes, len(src.server))
+
+
+def _by_key(cluster: Cluster, per_server: list[tuple]) -> tuple[list, np.ndarray, np.ndarray]:
+    """(one server's item per key (design, members), each server's key index, each
+    server's id) of ``per_server`` (``layouts.server_orders``)."""
+    keys: dict = {}                          # (design, members) -> its index
+    first: list = []                         # per key: (prefix, key, shape) of a server
+    of_server = []
+    for item in per_server:
+        k = keys.setdefault(item[1], len(keys))
+        if k == len(first):
+            first.append(item)
+        of_server.append(k)
+    places = gpu_places(cluster)
+    server = np.array([places[prefix + orders[0][0]][3]
+                       for prefix, _, (_, orders) in per_server], np.int64)
+    return first, np.array(of_server, np.int64), server
+
+
+def tree_entries(cluster: Cluster, per_server: list[tuple], eff: float, parent
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(link ids, rate coefficients, wire bytes) of ``tree_blocks(cluster,
+    channel_orders(...), eff, parent).entries()`` (``parent(k, n, tree)``: the double
+    binary tree), from ``layouts.server_orders``: per channel, each server's chain, then
+    per child server the edge up to its parent and the edge back down."""
+    channels = max(len(nics) for _, _, (nics, _) in per_server)
+    blocks = ServerBlocks(cluster, 1.0 / channels, eff)
+    first, of_server, server = _by_key(cluster, per_server)
+    n = len(per_server)
+    out: list[tuple] = []
+    for c in range(channels):
+        shapes, nics = [], []
+        chain, leave, enter, nic = (np.full(len(first), -1, np.int64) for _ in range(4))
+        for k, (prefix, key, (names, orders)) in enumerate(first):
+            j = c % len(names)
+            order, at = [prefix + g for g in orders[j]], prefix + names[j]
+            if len(order) > 1:
+                hops = [h for a, b in zip(order, order[1:]) for h in ((a, b), (b, a))]
+                shapes.append((key[0], blocks.local_shape(hops, [True] * len(hops))[1]))
+                chain[k] = len(shapes) - 1
+            shapes += [(key[0], blocks.local_shape([(order[0], at)], [False])[1]),
+                       (key[0], blocks.local_shape([(at, order[0])], [False])[1])]
+            leave[k], enter[k] = len(shapes) - 2, len(shapes) - 1
+            nics.append((key[0], names[j]))
+            nic[k] = len(nics) - 1
+        chained = np.flatnonzero(chain[of_server] >= 0)
+        up = np.array([parent(k, n, c % 2) for k in range(n)], np.int64)
+        child = np.flatnonzero(up >= 0)
+        up = up[child]
+        a = np.stack([child, up], axis=1).ravel()     # child -> parent, parent -> child
+        b = np.stack([up, child], axis=1).ravel()
+        ka, kb = of_server[a], of_server[b]
+        none = np.full(len(chained), -1, np.int64)
+        src = Ends(np.concatenate([server[chained], server[a]]),
+                   np.concatenate([chain[of_server[chained]], leave[ka]]),
+                   np.concatenate([none, nic[ka]]))
+        dst = Ends(np.concatenate([server[chained], server[b]]),
+                   np.concatenate([none, enter[kb]]), np.concatenate([none, nic[kb]]))
+        classes = lay_out(blocks, shapes, nics, src, dst)
+        if classes is None:             # a table lacks an entry: server by server
+            return tree_blocks(cluster, named_orders(per_server, channels), eff,
+                               parent).entries()
+        out.append(joined(classes, len(src.server)))
+    return tuple(np.concatenate(parts) for parts in zip(*out))

@@ -140,12 +140,14 @@ def wire_coef(flow: Flow) -> np.ndarray:
     return flow.coef if flow.wire_coef is None else flow.wire_coef
 
 
-def bottleneck_rate(flow: Flow, capacity: np.ndarray) -> float:
-    """Payload rate of ``flow`` alone on the links: min over links of capacity / load."""
+def bottleneck_rate(flow: Flow, capacity: np.ndarray,
+                    index: tuple[np.ndarray, np.ndarray] | None = None) -> float:
+    """Payload rate of ``flow`` alone on the links: min over links of capacity / load;
+    ``index``: ``np.unique(flow.links, return_inverse=True)`` where the caller keeps it."""
     if len(flow.links) == 0:
         return flow.max_rate
     # per link its coefficients summed in entry order, as a bincount over all links would
-    links, where = np.unique(flow.links, return_inverse=True)
+    links, where = np.unique(flow.links, return_inverse=True) if index is None else index
     load = np.bincount(where.ravel(), weights=flow.coef, minlength=len(links))
     used = load > 0
     return float(min(np.min(capacity[links[used]] / load[used]), flow.max_rate))
