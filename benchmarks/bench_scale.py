@@ -13,7 +13,10 @@ fresh process:
   or nothing) and the rest (layout and simulation), with the SimPy events processed.
 
 Prints one Markdown table row per case and size, with the load average at the end of the
-run (the machine is shared: figures on a loaded machine are slower)::
+run (the machine is shared: figures on a loaded machine are slower), then a yardstick of
+the machine itself (a Python loop, a dict, a numpy sort, best of three): the same commit
+reads up to twice as slow on one 2-core machine as on another, so figures from different
+machines compare only through it::
 
     python benchmarks/bench_scale.py [--gpus 1024,4096,16384,131072] [--cases all_reduce,all_to_all,fsdp,3d]
 """
@@ -116,6 +119,32 @@ def row(case: str, gpus: int, timeout_s: float) -> str:
             f"{load:.1f} |")
 
 
+def yardstick() -> str:
+    """Seconds of three kinds of work a simulation is made of, best of three each: 10
+    million Python loop steps, a dict of 500,000 tuple keys (as the cluster's link index)
+    and a stable argsort of 4 million integers (as the link classes' refinement)."""
+    import numpy as np
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    def loop() -> None:
+        total = 0
+        for i in range(10_000_000):
+            total += i
+
+    names = [f"n{i}.nic{i % 8}" for i in range(500_000)]
+    ints = np.random.default_rng(0).integers(0, 1 << 40, 4_000_000)
+    return (f"machine yardstick (best of 3): Python loop {best(loop):.2f} s, dict "
+            f"{best(lambda: {(a, b): i for i, (a, b) in enumerate(zip(names, names[1:] + names))}):.2f}"
+            f" s, argsort {best(lambda: np.argsort(ints, kind='stable')):.2f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", default="1024,4096,16384,131072")
@@ -133,6 +162,8 @@ def main() -> None:
     for case in args.cases.split(","):
         for gpus in sorted(int(x) for x in args.gpus.split(",")):
             print(row(case, gpus, args.timeout), flush=True)
+    # last: its arrays would count in the peak RSS of every child forked after it
+    print(f"\n{yardstick()}")
 
 
 if __name__ == "__main__":
