@@ -30,7 +30,7 @@ from .hardware import LOW_PRECISIONS
 from .inputs import path_name, regular_file
 from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
-from .shipped import find_shipped
+from .shipped import file_or_shipped
 from .yamlio import parse_value, read_yaml
 
 TOPOLOGY_PREFIX = "topology."      # --set topology.params.node.gpu=H100-SXM
@@ -266,13 +266,6 @@ def from_sets(exc: ConfigError, sets: list[str], source: str) -> ConfigError:
 def resolve_scenario(name_or_path: str | Path) -> Path:
     """A path, or a bare name looked up in ``scenarios/`` (cwd, then the shipped ones)."""
     path = path_name(name_or_path, "scenario")
-    if path.is_file():
-        return path
-    if path.exists():                       # a folder, FIFO or device: say which
+    if path.exists() and not path.is_file():    # a folder, FIFO or device: say which
         regular_file(path, "scenario file")
-    if len(path.parts) == 1:
-        found = find_shipped("scenarios", path.name)
-        if found is not None:
-            return found
-    raise ConfigError(f"no scenario file or shipped scenario named {str(name_or_path)!r}",
-                      field="scenario")
+    return file_or_shipped(name_or_path, path, "scenarios", "scenario")

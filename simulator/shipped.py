@@ -13,6 +13,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from .errors import ConfigError
+
 # kind -> folder, relative to the repository top and to simulator/_shipped/
 FOLDERS = {"scenarios": "scenarios", "studies": "scenarios/studies", "topologies": "topologies"}
 PACKAGED = "_shipped"
@@ -47,6 +49,21 @@ def find_shipped(kind: str, name: str) -> Path | None:
         if (folder / file).is_file():
             return folder / file
     return None
+
+
+def file_or_shipped(name_or_path, path: Path, kind: str, what: str) -> Path:
+    """``path`` (as given: ``name_or_path``) where it is a file, else the shipped file of
+    ``kind`` that its bare name names.
+
+    :raises ConfigError: ``no <what> file or shipped <what> named ...``, field ``what``.
+    """
+    if path.is_file():
+        return path
+    found = find_shipped(kind, path.name) if len(path.parts) == 1 else None
+    if found is None:
+        raise ConfigError(f"no {what} file or shipped {what} named {str(name_or_path)!r}",
+                          field=what)
+    return found
 
 
 def shipped_names(kind: str, cwd: bool = True) -> list[str]:

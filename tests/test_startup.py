@@ -182,6 +182,9 @@ def test_a_bad_name_is_refused_before_numpy_and_the_engine_load(argv):
     assert argv[-1] in err                        # the name it refused
     assert present(loaded, ("numpy", "simpy", "simulator.engine", "simulator.pipeline",
                             "simulator.cluster", "simulator.collectives.model") + HEAVY) == []
+    if argv[0] == "study":      # a study finds its file before the runner (and networkx) load
+        assert present(loaded, ("networkx", "simulator.study.runner",
+                                "simulator.topology")) == []
 
 
 def test_a_scenario_with_default_variability_validates_without_the_engine():

@@ -36,8 +36,10 @@ def register(cli: click.Group) -> None:
         where it stopped. A failing point is recorded with its error (exit code 1 at the
         end); the others still run.
         """
+        from ..study.spec import resolve_study
+        path = resolve_study(study_file)        # a missing file, before the runner loads
         from ..study import load_study, run_study
-        study = load_study(study_file)
+        study = load_study(path)
         click.echo(f"# study {study.spec.name}: {len(study.points)} points, command "
                    f"{study.spec.command} ({study.source})")
         run = run_study(study, out, executor=executor, workers=workers, resume=resume,

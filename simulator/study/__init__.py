@@ -8,6 +8,13 @@ points), :mod:`.commands` (what runs per point, the worker entry point), :mod:`.
 :mod:`.answers` / :mod:`.plots` / :mod:`.report` (the outputs), :mod:`.runner` (all of it).
 """
 
-from .runner import StudyRun, load_study, resolve_study, run_study
-
 __all__ = ["StudyRun", "load_study", "resolve_study", "run_study"]
+
+
+def __getattr__(name: str):
+    # The runner (and through it the topology loader and networkx) loads at the first use
+    # of a name, not with the package: `clustersim study` finds its file before that.
+    if name in __all__:
+        from . import runner
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import progress
 from ..errors import ConfigError
-from ..shipped import find_shipped
 from ..yamlio import read_yaml
 from .commands import COMMANDS, checker, error_line, evaluate, parse_options
 from .executors import make_executor
 from .points import LoadedStudy, expand
-from .spec import check_columns, parse_study
+from .spec import check_columns, parse_study, resolve_study
 from .store import ResultStore, open_study_dir, scan_parts
 
 if TYPE_CHECKING:           # pandas loads with the first part written (start-up time)
@@ -35,20 +34,6 @@ class StudyRun:
     executor: str = ""
     wall_s: float = 0.0
     files: list[Path] = field(default_factory=list)
-
-
-def resolve_study(name_or_path: str | Path) -> Path:
-    """A study file path, or a bare name looked up in ``scenarios/studies/`` (cwd, then
-    the shipped ones)."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    if len(path.parts) == 1:
-        found = find_shipped("studies", path.name)
-        if found is not None:
-            return found
-    raise ConfigError(f"no study file or shipped study named {str(name_or_path)!r}",
-                      field="study")
 
 
 def load_study(path: str | Path) -> LoadedStudy:

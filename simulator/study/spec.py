@@ -20,11 +20,13 @@ Every mistake is one :class:`~simulator.errors.ConfigError` naming the file and 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ConfigError, validation_error
+from ..shipped import file_or_shipped
 
 MAX_POINTS = 100_000
 TOPOLOGY_PREFIX = "topology."
@@ -206,3 +208,9 @@ def check_columns(study: Study, columns: list[str], source: str) -> None:
 
 def _config_error(exc: ValidationError, source: str) -> ConfigError:
     return validation_error(exc, source=source, style="paren", brackets=True)
+
+
+def resolve_study(name_or_path: str | Path) -> Path:
+    """A study file path, or a bare name looked up in ``scenarios/studies/`` (cwd, then
+    the shipped ones)."""
+    return file_or_shipped(name_or_path, Path(name_or_path), "studies", "study")
