@@ -1,10 +1,16 @@
-"""The bracketing interval search: fewer candidate runs, the same candidates, the same best."""
+"""The bracketing interval search: fewer candidate runs, the same candidates, the same best;
+the plan's step simulations in forked processes: the same times."""
 
 from __future__ import annotations
 
+import os
+
 from simulator.reliability import search as search_mod
+from simulator.reliability import steps
+from simulator.reliability.plan import build_plan
 from simulator.reliability.runner import run_many
 from simulator.reliability.search import _bracket, search
+from simulator.scenario import load_scenario, resolve_scenario
 from test_reliability_engine import plan_of
 
 REL = {"job": {"duration": "20 d", "iteration_time": "10 s"},
@@ -158,3 +164,29 @@ def test_study_loads_no_plotting_library_before_its_points_run():
     # before any point, after every import the command does first)
     from test_startup import _loaded
     assert _loaded(["study", "/nonexistent/study.yaml"], ("matplotlib",)) == []
+
+
+# ---- the plan's step simulations: the variants in forked processes
+_PIDS: list = []            # (file, the function recorded), set by the test below
+
+
+def _recorded_variant_time(i: int) -> float:
+    """Module level, so that the process pool can name it; notes the process it ran in."""
+    path, original = _PIDS
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return original(i)
+
+
+def test_step_variants_run_in_forked_processes_with_the_same_times(monkeypatch, tmp_path):
+    path = resolve_scenario("reliability-1024gpu")
+    scn = load_scenario(path, ["cluster.nodes=16", "reliability.restart.spare_nodes=2"])
+    serial = build_plan(scn, str(path))[1].steps
+    assert serial.simulated and len(serial.times_s) >= 3       # healthy and variants
+    _PIDS[:] = [tmp_path / "pids", steps._variant_time]
+    monkeypatch.setattr(steps, "_variant_time", _recorded_variant_time)
+    forked = build_plan(scn, str(path), workers=2)[1].steps
+    assert forked.times_s == serial.times_s                    # bit for bit
+    assert forked.metrics == serial.metrics
+    ran_in = {int(p) for p in (tmp_path / "pids").read_text().split()}
+    assert len(ran_in) >= 1 and os.getpid() not in ran_in

@@ -88,8 +88,9 @@ class PlanInfo:
 
 
 def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
-               remember_steps: bool = False) -> tuple[JobPlan, PlanInfo]:
-    """Resolve ``scn`` (its ``reliability`` section, or ``cfg``) into a plan.
+               remember_steps: bool = False, workers: int = 1) -> tuple[JobPlan, PlanInfo]:
+    """Resolve ``scn`` (its ``reliability`` section, or ``cfg``) into a plan; ``workers``:
+    processes for the step simulations of the degraded fabrics and stragglers.
 
     ``remember_steps``: take the step simulations from (and leave them in) the process's
     memo of :func:`~simulator.reliability.steps.scenario_step_table` (a study's points).
@@ -120,7 +121,7 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
         stage(f"reliability: simulating the training step on {world:,} GPUs, healthy and "
               f"degraded ({len(slow_names)} fabric state(s))")
     steps = (scenario_step_table if remember_steps else step_table)(
-        scn, source, cluster, reroutes, factors, given)
+        scn, source, cluster, reroutes, factors, given, workers)
     plan = JobPlan(
         t_base=steps.base_s, slow_times=tuple(steps.times_s[n] for n in slow_names),
         iterations=float(cfg.job.iterations) if cfg.job.iterations else None,

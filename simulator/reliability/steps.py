@@ -17,7 +17,9 @@ the failure rates do not simulate the same iterations again.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,14 +59,15 @@ _MEMO: dict[str, StepTable] = {}
 
 def scenario_step_table(scn: Scenario, source: str, cluster: Cluster,
                         reroutes: dict[str, tuple], straggler_factors: list[float],
-                        given_s: float | None) -> StepTable:
+                        given_s: float | None, workers: int = 1) -> StepTable:
     """:func:`step_table` of ``cluster`` = ``scenario_cluster(scn)``, simulated once per
     distinct input in this process (module doc)."""
     if given_s is not None:
         return step_table(scn, source, cluster, reroutes, straggler_factors, given_s)
     key = _memo_key(scn, reroutes, straggler_factors)
     if key not in _MEMO:
-        _MEMO[key] = step_table(scn, source, cluster, reroutes, straggler_factors, None)
+        _MEMO[key] = step_table(scn, source, cluster, reroutes, straggler_factors, None,
+                                workers)
         while len(_MEMO) > MEMO_SIZE:
             del _MEMO[next(iter(_MEMO))]
     return _MEMO[key]
@@ -88,28 +91,66 @@ def _content(ref):
 
 
 def step_table(scn: Scenario, source: str, cluster: Cluster, reroutes: dict[str, tuple],
-               straggler_factors: list[float], given_s: float | None) -> StepTable:
+               straggler_factors: list[float], given_s: float | None,
+               workers: int = 1) -> StepTable:
     """Simulate (or scale ``given_s``) the healthy step on ``cluster`` (the scenario's) and
-    every variant named."""
+    every variant named; with ``workers`` > 1 the variants run in that many forked
+    processes while this one runs the healthy step (each time is the same number wherever
+    it is simulated)."""
     t0 = time.perf_counter()
     if given_s is not None:
         times = {"healthy": given_s, **{k: given_s for k in reroutes}}
         times.update({straggler_key(f): given_s * f for f in straggler_factors})
         return StepTable(times, False, None, 0.0, 0, time.perf_counter() - t0)
     setup = build_setup(scn, source, cluster=cluster)
-    base = run_setup(setup)
+    variants = [(key, element, None) for key, element in reroutes.items()] + \
+        [(straggler_key(f), None, f) for f in straggler_factors]
+    global _VARIANTS
+    _VARIANTS = (scn, source, cluster, setup, variants)
+    try:
+        pool = _fork_pool(min(workers, len(variants)))
+        if pool is None:
+            base = run_setup(setup)
+            found = [_variant_time(i) for i in range(len(variants))]
+        else:
+            with pool:
+                pending = pool.map(_variant_time, range(len(variants)))
+                base = run_setup(setup)      # meanwhile, here
+                found = list(pending)
+    finally:
+        _VARIANTS = None
     times = {"healthy": base.metrics.iteration_time_s}
-    for key, element in reroutes.items():
-        degraded = build_setup(scn, source, cluster=scenario_cluster(
-            scn, graph=degraded_graph(cluster.G, element)))
-        times[key] = max(run_setup(degraded).metrics.iteration_time_s, times["healthy"])
-    for factor in straggler_factors:
-        times[straggler_key(factor)] = _straggler_time(setup, factor)
+    for (key, element, _), t in zip(variants, found):
+        times[key] = max(t, times["healthy"]) if element is not None else t
     m = base.metrics
     tokens = m.tokens_per_s * m.iteration_time_s
     return StepTable(times, True, m.as_dict(), tokens, 1 + len(reroutes) +
                      len(straggler_factors), time.perf_counter() - t0,
                      base.extrapolation.as_dict() if base.extrapolation else None)
+
+
+_VARIANTS: tuple | None = None     # what the forked processes of step_table read
+
+
+def _fork_pool(workers: int):
+    """A pool of ``workers`` forked processes (they inherit ``_VARIANTS``), or None for
+    fewer than 2 or where processes cannot be forked."""
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    return ProcessPoolExecutor(max_workers=workers,
+                               mp_context=multiprocessing.get_context("fork"))
+
+
+def _variant_time(i: int) -> float:
+    """Iteration time of variant ``i`` of ``_VARIANTS``: a degraded fabric's (on its own
+    cluster) or a straggler's."""
+    scn, source, cluster, setup, variants = _VARIANTS
+    _, element, factor = variants[i]
+    if element is None:
+        return _straggler_time(setup, factor)
+    degraded = build_setup(scn, source, cluster=scenario_cluster(
+        scn, graph=degraded_graph(cluster.G, element)))
+    return run_setup(degraded).metrics.iteration_time_s
 
 
 def _straggler_time(setup: Setup, factor: float) -> float:

@@ -36,7 +36,7 @@ def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: i
     (``remember_steps``: see :func:`~simulator.reliability.plan.build_plan`)."""
     cfg = scn.reliability or ReliabilityCfg()
     t0 = time.perf_counter()
-    plan, info = build_plan(scn, source, cfg, remember_steps)
+    plan, info = build_plan(scn, source, cfg, remember_steps, workers)
     t1 = time.perf_counter()
     stage(f"reliability: {trials} trials on {workers} worker(s)")
     results = run_many([plan], trials, seed, workers, record_first=record)[0]
