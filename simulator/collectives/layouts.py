@@ -148,7 +148,7 @@ class EdgeSet:
     intra_extra_s: float = -math.inf
     inter_extra_s: float = -math.inf
     host_path: HostPath | None = None   # NCCL without PXN: GPU-NIC parts through the CPU
-    _joined: int = field(default=-1, repr=False, compare=False)   # parts when last joined
+    _joined: bool = field(default=False, repr=False, compare=False)   # one joined part each
     _index: tuple | None = field(default=None, repr=False, compare=False)
 
     def add(self, route: Route, weight: float, efficiency: float = 1.0,
@@ -194,7 +194,7 @@ class EdgeSet:
         return self._index
 
     def _join(self) -> None:
-        if self._joined == len(self.links):        # joined, nothing added since
+        if self._joined and len(self.links) == 1:      # joined, nothing added since
             return
         empty = len(self.links) == 0
         joined = [np.zeros(0, np.int64) if empty else np.concatenate(self.links),
@@ -203,7 +203,7 @@ class EdgeSet:
         for a in joined:
             a.setflags(write=False)
         self.links, self.coefs, self.wires = [joined[0]], [joined[1]], [joined[2]]
-        self._joined, self._index = 1, None
+        self._joined, self._index = True, None
 
 
 def _intra_hw(cluster: Cluster, comm: Communicator) -> str:

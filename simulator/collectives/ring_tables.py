@@ -79,6 +79,7 @@ def tree_entries(cluster: Cluster, per_server: list[tuple], eff: float, parent
     blocks = ServerBlocks(cluster, 1.0 / channels, eff)
     first, of_server, server = _by_key(cluster, per_server)
     n = len(per_server)
+    parents = [np.array([parent(k, n, tree) for k in range(n)], np.int64) for tree in (0, 1)]
     out: list[tuple] = []
     for c in range(channels):
         shapes, nics = [], []
@@ -96,9 +97,8 @@ def tree_entries(cluster: Cluster, per_server: list[tuple], eff: float, parent
             nics.append((key[0], names[j]))
             nic[k] = len(nics) - 1
         chained = np.flatnonzero(chain[of_server] >= 0)
-        up = np.array([parent(k, n, c % 2) for k in range(n)], np.int64)
-        child = np.flatnonzero(up >= 0)
-        up = up[child]
+        child = np.flatnonzero(parents[c % 2] >= 0)
+        up = parents[c % 2][child]
         a = np.stack([child, up], axis=1).ravel()     # child -> parent, parent -> child
         b = np.stack([up, child], axis=1).ravel()
         ka, kb = of_server[a], of_server[b]

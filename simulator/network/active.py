@@ -52,7 +52,9 @@ class ActiveFlows:
         """Drop the flows that are done and return them, in order, as (flow, done event)
         (a split bundle's once its last instance is)."""
         left, enough = self.left, self.enough
-        done = [i for i in range(len(left)) if not left[i] > enough[i]]
+        done, kept = [], []
+        for i in range(len(left)):
+            (kept if left[i] > enough[i] else done).append(i)
         if not done:
             return []
         out = []
@@ -64,8 +66,7 @@ class ActiveFlows:
                 event.left -= 1
                 if event.left == 0:
                     out.append((event.flow, event.done))
-        gone = set(done)
-        self._take([i for i in range(len(left)) if i not in gone])
+        self._take(kept)
         return out
 
     def split(self, split: np.ndarray) -> int:

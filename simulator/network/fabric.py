@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from operator import truediv
 from dataclasses import dataclass, field
 from heapq import heappop
+from operator import truediv
 
 import numpy as np
 import simpy
