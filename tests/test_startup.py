@@ -219,3 +219,33 @@ print(json.dumps([m for m in before if m == "numpy"] + ["after:" + m for m in sy
                                                           if m == "numpy"]))
 """)
     assert loaded == ["after:numpy"]
+
+
+def _entry(argv: list[str]) -> subprocess.CompletedProcess:
+    """``clustersim ARGV`` through the console script's :func:`entry`, in a process that
+    registered an exit handler (it prints TEARDOWN if Python's teardown runs)."""
+    probe = (f"import atexit, sys\natexit.register(print, 'TEARDOWN', file=sys.stderr)\n"
+             f"sys.argv = ['clustersim', *{argv!r}]\nfrom simulator.cli import entry\nentry()")
+    return subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_the_console_script_ends_without_teardown_its_output_whole():
+    done = _entry(["run", "--format", "json"])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["world_size"] == 8        # every byte flushed
+    assert "TEARDOWN" not in done.stderr
+
+
+def test_the_console_script_keeps_main_s_exit_codes():
+    done = _entry(["run", "no-such-scenario"])
+    assert done.returncode == 2 and "TEARDOWN" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("clustersim: error: scenario:")
+    assert _entry(["--version"]).returncode == 0
+
+
+def test_the_installed_script_and_module_run_entry():
+    import tomllib
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["clustersim"] == "simulator.cli:entry"
+    assert "entry()" in (REPO / "simulator" / "cli" / "__main__.py").read_text()

@@ -1,5 +1,5 @@
 """``python -m simulator.cli``: the console script."""
 
-from . import main
+from . import entry
 
-main()
+entry()
