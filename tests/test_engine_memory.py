@@ -72,3 +72,23 @@ def test_the_oldest_waiter_goes_over_capacity_only_when_asked():
 def test_static_memory_over_capacity_is_out_of_memory_before_any_op():
     pool = MemoryPool(simpy.Environment(), 1000, 1200, [])
     assert pool.oom_at == "static memory" and pool.peak_bytes == 1200
+
+
+def test_fenwick_built_in_one_pass_gives_every_prefix_sum():
+    """The pool's prefix sums of allocations not made yet, built in one pass, are the
+    plain sums (the arithmetic, in full), before and after point updates."""
+    import random
+
+    from simulator.engine.memory import _Fenwick
+    rng = random.Random(7)
+    for n in (0, 1, 2, 3, 7, 8, 9, 100, 1000):
+        values = [rng.choice([0, rng.randrange(1 << 40)]) for _ in range(n)]
+        tree = _Fenwick(values)
+        assert [tree.prefix(i) for i in range(n + 1)] == \
+            [sum(values[:i]) for i in range(n + 1)]
+        for _ in range(min(n, 50)):
+            i, delta = rng.randrange(n), -rng.randrange(1 << 30)
+            tree.add(i, delta)
+            values[i] += delta
+        assert [tree.prefix(i) for i in range(n + 1)] == \
+            [sum(values[:i]) for i in range(n + 1)]

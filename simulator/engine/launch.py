@@ -19,6 +19,7 @@ where two unrelated events fall at the very same time.
 from __future__ import annotations
 
 import simpy
+from simpy.events import Event, Timeout
 
 from ..network.bundle import bundled
 from ..network.fabric import Fabric, Flow
@@ -34,8 +35,8 @@ class _Rendezvous:
     def __init__(self, env: simpy.Environment, expected: int):
         self.arrived = 0
         self.expected = expected
-        self.all_here = env.event() if expected > 1 else None
-        self.done = env.event()
+        self.all_here = Event(env) if expected > 1 else None
+        self.done = Event(env)
 
 
 class Launcher:
@@ -64,7 +65,7 @@ class Launcher:
             if self.lean and launch[2]:
                 self._launch(op, rv, launch)
             else:       # one step later, as a process waiting for the rendezvous would
-                ready = self.env.event()
+                ready = Event(self.env)
                 ready.callbacks.append(lambda _e: self._launch(op, rv, launch))
                 ready.succeed()
             return rv.done
@@ -99,9 +100,9 @@ class Launcher:
         (nothing else is scheduled in this step, see :meth:`Fabric.start`); ``rv.done``
         fires, with (start, plan), one step after the last transfer is done (as a wait on
         all of them would) and after the variability's extra time."""
-        start = self.env.now
+        start = self.env._now
         plans, flows, _ = launch
-        after = self.env.event()
+        after = Event(self.env)
         after.callbacks.append(lambda _e: self._launched(op, rv, start, plans[0]))
         if not flows:
             after.succeed()
@@ -114,7 +115,7 @@ class Launcher:
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
             factor = self.vary.collective_factor(op.comm, self.trace.communicators[op.comm].size)
             if factor != 1.0:
-                self.env.timeout((factor - 1.0) * (self.env.now - start)).callbacks.append(
+                Timeout(self.env, (factor - 1.0) * (self.env._now - start)).callbacks.append(
                     lambda _e: rv.done.succeed((start, plan)))
                 return
         rv.done.succeed((start, plan))

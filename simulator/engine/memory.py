@@ -19,16 +19,21 @@ from __future__ import annotations
 import bisect
 
 import simpy
+from simpy.events import Event
 
 
 class _Fenwick:
     """Prefix sums over issue positions with point updates (allocations not made yet)."""
 
     def __init__(self, values: list[int]):
-        self.tree = [0] * (len(values) + 1)
-        for i, v in enumerate(values):
-            if v:
-                self.add(i, v)
+        # built in one pass (each node passes its sum to its parent): the same integers
+        # as adding the values one by one
+        tree = self.tree = [0, *values]
+        n = len(tree)
+        for i in range(1, n):
+            parent = i + (i & -i)
+            if parent < n:
+                tree[parent] += tree[i]
 
     def add(self, i: int, delta: int) -> None:
         i += 1
@@ -85,8 +90,8 @@ class MemoryPool:
         """
         if nbytes and self.capacity_bytes and (self._queue or
                                                not self._fits(position, nbytes)):
-            granted = self.env.event()
-            bisect.insort(self._queue, (position, nbytes, name, self.env.now, granted),
+            granted = Event(self.env)
+            bisect.insort(self._queue, (position, nbytes, name, self.env._now, granted),
                           key=lambda w: w[0])
             self._admit()
             return granted
@@ -113,7 +118,7 @@ class MemoryPool:
     def _grant(self, waiter: tuple[int, int, str, float, simpy.Event]) -> None:
         position, nbytes, name, since_s, granted = waiter
         self._take(nbytes, name, position)
-        self.wait_s += self.env.now - since_s
+        self.wait_s += self.env._now - since_s
         granted.succeed()
 
     def _fits(self, position: int, nbytes: int) -> bool:
@@ -127,7 +132,7 @@ class MemoryPool:
         if position is not None and self._unstarted is not None:
             self._unstarted.add(position, -delta)
         self.in_use_bytes += delta
-        self.timeline.append((self.env.now, self.in_use_bytes))
+        self.timeline.append((self.env._now, self.in_use_bytes))
         if self.in_use_bytes > self.peak_bytes:
             self.peak_bytes = self.in_use_bytes
             if self.capacity_bytes and self.in_use_bytes > self.capacity_bytes \

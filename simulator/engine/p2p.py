@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import simpy
+from simpy.events import Event
 
 from ..network.bundle import bundle_flows, runs_of, signature
 from ..network.fabric import Fabric
@@ -96,7 +97,7 @@ class PointToPoint:
         if group is not None:
             return (yield from self._run_group(group, cls, op))
         keys = self.keys((cls.id, op.id))
-        wait = _Wait(self.env.event(), len(keys))
+        wait = _Wait(Event(self.env), len(keys))
         ready = []
         for key in keys:
             m = self.meetings.get(key)
@@ -118,11 +119,11 @@ class PointToPoint:
         if m is None:
             m = self._met[group[0]] = _Meeting(op.size_bytes)
         m.waiting[op.kind] = (cls.id, op)
-        wait = _Wait(self.env.event(), 1)
+        wait = _Wait(Event(self.env), 1)
         m.waits.append(wait)
         if len(m.waiting) == 2:
             m.waiting.clear()
-            m.start_s = self.env.now
+            m.start_s = self.env._now
             key = (m.size_bytes, group[1])
             cached = self._bundles.get(key)
             if cached is None:
@@ -150,7 +151,7 @@ class PointToPoint:
 
     def _start(self, ready: list) -> None:
         """Both sides of each of ``ready`` are here: move their bytes."""
-        now = self.env.now
+        now = self.env._now
         sizes = {m.size_bytes for _, m in ready}
         planned = {size: iter(self.plan(size, [key[:2] for key, m in ready
                                                 if m.size_bytes == size]))

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
+from simpy.events import Event, Timeout
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
@@ -138,13 +139,14 @@ class _Replayer:
         index = {t: i for i, t in enumerate(self.link_groups)}
         self.fabric.track(np.array([index[t] for t in types]), len(self.link_groups))
         self.records: list[OpRecord] = []
-        # (class id, op id) -> the event of the op's end, for the ops that others list in
+        # class id -> op id -> the event of the op's end, for the ops that others list in
         # ``deps`` only: an event that nobody waits on would change nothing but the count
-        self.done: dict[tuple[str, int], simpy.Event] = {}
+        self.done: dict[str, dict[int, simpy.Event]] = {}
         self.comm_active = {c.id: 0 for c in trace.classes}
         self.plans = Plans(collectives)
         self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
                      if cfg.variability is not None else None)
+        self._factors: dict[tuple[str, str], float] = {}   # (class, op class) -> factor
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
                                        [o.mem_alloc_bytes for o in c.ops])
                       for c in trace.classes}
@@ -174,10 +176,11 @@ class _Replayer:
     # ------------------------------------------------------------------ running
     def run(self) -> Timeline:
         for cls in self.trace.classes:
+            done = self.done[cls.id] = {}
             for op in cls.ops:
                 for d in op.deps:
-                    if (cls.id, d) not in self.done:
-                        self.done[(cls.id, d)] = self.env.event()
+                    if d not in done:
+                        done[d] = Event(self.env)
             streams: dict[str, list[tuple[int, Op]]] = {}
             for position, op in enumerate(cls.ops):
                 streams.setdefault(op.stream, []).append((position, op))
@@ -216,39 +219,47 @@ class _Replayer:
                                   + "; ".join(why[:3]) + ("; ..." if len(why) > 3 else ""))
 
     def _stream(self, cls: RankClass, ops: list[tuple[int, Op]]):
+        # the hot loop of the replay (one pass per op): SimPy's ``env.now``,
+        # ``env.timeout`` and ``env.event`` written out (a property and a bound class per
+        # call), the same events scheduled in the same order
         uses: dict[str, int] = {}
-        env, pool, done, active = self.env, self.pools[cls.id], self.done, self.comm_active
+        env, pool, done, active = self.env, self.pools[cls.id], self.done[cls.id], \
+            self.comm_active
+        request, release, records, launcher = pool.request, pool.release, self.records, \
+            self.launcher
+        cid = cls.id
         for position, op in ops:
             if op.deps:
-                yield all_done(env, [done[(cls.id, d)] for d in op.deps])
-            ready = env.now
-            granted = pool.request(op.mem_alloc_bytes, position, op.name)
+                yield all_done(env, [done[d] for d in op.deps])
+            ready = env._now
+            granted = request(op.mem_alloc_bytes, position, op.name)
             if granted is not None:
                 yield granted
-            if op.kind == "collective":
-                k = uses.get(op.comm, 0)
-                uses[op.comm] = k + 1
-                event = self.launcher.arrive(op, k)
-                active[cls.id] += 1
-                start, plan = yield event
-                active[cls.id] -= 1
-            elif op.is_peer_transfer:
-                self.comm_active[cls.id] += 1
-                start, plan = yield from self.p2p.run(cls, op)
-                self.comm_active[cls.id] -= 1
-            elif op.kind in ("send", "recv"):
-                start, plan = self.env.now, None
-                yield from self._host_copy(cls, op)
-            else:
-                start, plan = self.env.now, None
+            kind = op.kind
+            if kind == "compute" or kind not in COMM_KINDS:
+                start, plan = env._now, None
                 # attrs["repeat"]: the op runs that many times back to back (identical
                 # gradient-accumulation micro-steps written once)
-                yield self.env.timeout(self._duration(cls, op) * op.attrs.get("repeat", 1))
-            pool.release(op.mem_free_bytes)
-            self.records.append(OpRecord(cls.id, op.id, op.name, op.stream, op.kind, op.layer,
-                                         op.phase, ready, start, self.env.now, op.size_bytes,
-                                         plan.algo if plan else "", plan.proto if plan else ""))
-            event = done.get((cls.id, op.id))
+                yield Timeout(env, self._duration(cls, op) * op.attrs.get("repeat", 1))
+            elif kind == "collective":
+                k = uses.get(op.comm, 0)
+                uses[op.comm] = k + 1
+                event = launcher.arrive(op, k)
+                active[cid] += 1
+                start, plan = yield event
+                active[cid] -= 1
+            elif op.is_peer_transfer:
+                active[cid] += 1
+                start, plan = yield from self.p2p.run(cls, op)
+                active[cid] -= 1
+            else:                           # send or recv to or from host memory
+                start, plan = env._now, None
+                yield from self._host_copy(cls, op)
+            release(op.mem_free_bytes)
+            records.append(OpRecord(cid, op.id, op.name, op.stream, kind, op.layer,
+                                    op.phase, ready, start, env._now, op.size_bytes,
+                                    plan.algo if plan else "", plan.proto if plan else ""))
+            event = done.get(op.id)
             if event is not None:
                 event.succeed()
 
@@ -258,14 +269,22 @@ class _Replayer:
             if op.duration_s is not None:
                 base = op.duration_s
             else:
-                precision = op.attrs.get("precision", self.cfg.precision)
-                # m, n, k of a GEMM / attention kernel, for timers that use the shape
-                shape = {"shape": tuple(op.attrs[d] for d in "mnk")} if "m" in op.attrs else {}
-                base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
-                                              precision, **shape)
+                attrs = op.attrs
+                precision = attrs.get("precision", self.cfg.precision)
+                if "m" in attrs:    # m, n, k of a GEMM / attention kernel, for timers by shape
+                    base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
+                                                  precision,
+                                                  shape=(attrs["m"], attrs["n"], attrs["k"]))
+                else:
+                    base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
+                                                  precision)
             overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
             if self.vary is not None:
-                base *= self.vary.compute_factor(cls.id, op.op_class)
+                key = (cls.id, op.op_class)
+                factor = self._factors.get(key)
+                if factor is None:      # a pure function of the key: drawn once
+                    factor = self._factors[key] = self.vary.compute_factor(*key)
+                base *= factor
             return base * cls.slowdown * overlap
         if op.kind == "memcpy":
             return op.size_bytes / self.cfg.host_bytes_per_s

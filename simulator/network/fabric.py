@@ -16,7 +16,7 @@ from operator import truediv
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
+from simpy.events import URGENT, Event, Timeout
 
 from ..choices import FIDELITIES
 from .active import ActiveFlows
@@ -90,7 +90,7 @@ class Fabric:
         returned; ``then`` may schedule events but not start flows. The flow starts as a
         SimPy process would (an urgent event at this instant, before any event of normal
         priority), without a process: :meth:`start` runs then."""
-        done = self.env.event() if then is None else then
+        done = Event(self.env) if then is None else then
         begin = simpy.Event(self.env)
         begin._ok, begin._value = True, None
         begin.callbacks.append(lambda _e: self._begin(flow, done))
@@ -103,14 +103,14 @@ class Fabric:
         The same as :meth:`transfer` where the caller's step is an event of normal priority
         that schedules nothing after this call (no urgent event can be pending then, so the
         urgent start would be the very next thing the environment does)."""
-        done = self.env.event() if then is None else then
+        done = Event(self.env) if then is None else then
         self._begin(flow, done)
         return done if then is None else None
 
     def _begin(self, flow: Flow, done) -> None:
-        flow.start_s = self.env.now
+        flow.start_s = self.env._now
         if flow.latency_s > 0:
-            self.env.timeout(flow.latency_s).callbacks.append(
+            Timeout(self.env, flow.latency_s).callbacks.append(
                 lambda _e: self._arrive(flow, done))
         else:
             self._arrive(flow, done)
@@ -124,7 +124,7 @@ class Fabric:
 
     def _finish(self, flow: Flow, done) -> None:
         """``flow`` is done: fire its event, or call its ``then``."""
-        flow.end_s = self.env.now
+        flow.end_s = self.env._now
         if isinstance(done, simpy.Event):
             done.succeed(flow)
         else:
@@ -170,7 +170,7 @@ class AnalyticalFabric(Fabric):
         duration = flow.size_bytes / rate
         np.add.at(self.link_occupancy_bytes, flow.links, flow.coef * flow.size_bytes)
         np.add.at(self.link_bytes, flow.links, wire_coef(flow) * flow.size_bytes)
-        self.env.timeout(duration).callbacks.append(lambda _e: self._finish(flow, done))
+        Timeout(self.env, duration).callbacks.append(lambda _e: self._finish(flow, done))
 
 
 class FlowFabric(Fabric):
@@ -235,10 +235,10 @@ class FlowFabric(Fabric):
         if self._update_pending:
             return
         self._update_pending = True
-        self.env.timeout(0).callbacks.append(self._update)
+        Timeout(self.env, 0).callbacks.append(self._update)
 
     def _advance(self) -> None:
-        t = self.env.now
+        t = self.env._now
         dt = t - self._last_s
         if dt > 0 and self._active.flows:
             self._active.advance(self._now.rate_list, dt)
@@ -270,7 +270,7 @@ class FlowFabric(Fabric):
 
     def _sample(self) -> None:
         if self._groups is not None:
-            self.samples.append((self.env.now, self._now.fraction))
+            self.samples.append((self.env._now, self._now.fraction))
 
     def _schedule_next(self) -> None:
         left = self._active.left
@@ -285,12 +285,12 @@ class FlowFabric(Fabric):
         # (now + dt == now): the flow would never drain and the loop never end. Step at
         # least a few ulps; the flow then finishes, late by less than that. (math.ulp is
         # np.spacing for a finite x >= 1, a float; the step stays the NumPy float it was.)
-        at = max(self.env.now, 1.0)
+        at = max(self.env._now, 1.0)
         if dt < 4 * math.ulp(at):
             dt = max(dt, 4 * np.spacing(at))
         self._generation += 1
         generation = self._generation
-        self.env.timeout(max(dt, 0.0)).callbacks.append(
+        Timeout(self.env, max(dt, 0.0)).callbacks.append(
             lambda _e: self._update() if generation == self._generation else None)
 
 
