@@ -249,3 +249,14 @@ def test_the_installed_script_and_module_run_entry():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["clustersim"] == "simulator.cli:entry"
     assert "entry()" in (REPO / "simulator" / "cli" / "__main__.py").read_text()
+
+
+def test_the_console_script_under_a_profiler_exits_as_python_does(tmp_path):
+    """`python -m cProfile -m simulator.cli ...` writes its profile at exit: the console
+    script leaves a profiled (or traced, coverage) process to Python's own exit."""
+    out = tmp_path / "prof.out"
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m",
+                           "simulator.cli", "--version"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "clustersim" in done.stdout and out.stat().st_size > 0

@@ -89,8 +89,12 @@ def entry() -> None:
     operating system to take the memory back anyway. Every file a command writes is
     closed by then and its pools are shut down; what is left to do is flush stdout and
     stderr, then ``os._exit`` with :func:`main`'s code (an exit status that is not a
-    number, ``sys.exit("text")``, takes Python's ordinary way out). Tests and library
-    callers use :func:`main`, which exits normally."""
+    number, ``sys.exit("text")``, takes Python's ordinary way out, and so does a process
+    under a profiler or tracer, ``python -m cProfile`` or coverage, which write their
+    results at exit). Tests and library callers use :func:`main`, which exits normally."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        main()
+        return
     try:
         main()
         code = 0
