@@ -289,9 +289,13 @@ class FlowFabric(Fabric):
         if dt < 4 * math.ulp(at):
             dt = max(dt, 4 * np.spacing(at))
         self._generation += 1
-        generation = self._generation
-        Timeout(self.env, max(dt, 0.0)).callbacks.append(
-            lambda _e: self._update() if generation == self._generation else None)
+        Timeout(self.env, max(dt, 0.0), self._generation).callbacks.append(self._timer)
+
+    def _timer(self, event) -> None:
+        """The completion timer fired (its value: the solve it was set by): re-solve,
+        unless a later solve set a newer timer."""
+        if event._value == self._generation:
+            self._update()
 
 
 _FABRIC_CLASSES: dict[str, type[Fabric]] = {"analytical": AnalyticalFabric, "flow": FlowFabric}

@@ -48,6 +48,18 @@ class Solution:
         object.__setattr__(self, "rate_list", self.rates.tolist())
 
 
+_NO_SPLIT: dict[int, np.ndarray] = {}
+
+
+def _no_split(n: int) -> np.ndarray:
+    """``n`` False, read-only (one array per length, shared by every remembered solve)."""
+    found = _NO_SPLIT.get(n)
+    if found is None:
+        found = _NO_SPLIT[n] = np.zeros(n, bool)
+        found.setflags(write=False)
+    return found
+
+
 def _arrays(flow) -> tuple:
     return flow.links, flow.coef, flow.wire_coef, flow.parts
 
@@ -103,7 +115,7 @@ class Solver:
         ids = tuple(map(flow_key, flows)) if keys is None else keys
         hit = self._memo.get(ids)
         if hit is not None and hit[2] == self._stamp():
-            return hit[1], np.zeros(len(flows), bool)
+            return hit[1], _no_split(len(flows))
         if not self._checked:       # share_bandwidth's check, once for the whole fabric
             if np.any(self.capacity <= 0):
                 raise ValueError("every link capacity must be > 0")

@@ -145,10 +145,14 @@ class OpList:
         self.ops: list[Op] = []
 
     def add(self, **kw: Any) -> int:
-        kw["deps"] = tuple(sorted({d for d in kw.get("deps", ()) if d is not None}))
-        op = Op(id=len(self.ops), **kw)
-        self.ops.append(op)
-        return op.id
+        deps = kw.get("deps", ())
+        if type(deps) is tuple and len(deps) < 2:      # most ops: at most one
+            kw["deps"] = () if not deps or deps[0] is None else deps
+        else:
+            kw["deps"] = tuple(sorted({d for d in deps if d is not None}))
+        n = len(self.ops)
+        self.ops.append(Op(id=n, **kw))
+        return n
 
     def last_on(self, stream: str) -> int | None:
         for op in reversed(self.ops):
