@@ -1,5 +1,5 @@
 """``python -m simulator``: the ``clustersim`` console script."""
 
-from simulator.cli import main
+from simulator.cli import entry
 
-main()
+entry()

@@ -248,7 +248,43 @@ def test_the_installed_script_and_module_run_entry():
     import tomllib
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["clustersim"] == "simulator.cli:entry"
-    assert "entry()" in (REPO / "simulator" / "cli" / "__main__.py").read_text()
+    for main in (REPO / "simulator" / "cli" / "__main__.py", REPO / "simulator" / "__main__.py"):
+        assert "entry()" in main.read_text()
+
+
+def test_only_the_executable_keeps_a_replay_to_the_end():
+    """In the process of the ``clustersim`` executable (it ends with os._exit) a replay's
+    working objects and `run`'s setup and timeline are held to the end, one per name; in a
+    library process nothing is held (lifetime.keep does nothing)."""
+    probe = """
+import sys, weakref
+from simulator import lifetime
+from simulator.cli import main
+class Big:
+    pass
+a, b = Big(), Big()
+lifetime.keep("x", a)
+print("library holds:", sorted(lifetime._kept))
+lifetime.ends_with_exit()
+lifetime.keep("x", a)
+lifetime.keep("y", b)
+gone = weakref.ref(a)
+del a
+lifetime.keep("x", Big())          # the next object under a name frees the one before
+print("executable holds:", sorted(lifetime._kept), "first freed:", gone() is None)
+try:
+    main(["run", "--format", "json"])
+except SystemExit:
+    pass
+print("after run:", sorted(lifetime._kept), type(lifetime._kept["replay"]).__name__)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    lines = [x for x in done.stdout.splitlines() if x.startswith(("library", "executable",
+                                                                   "after"))]
+    assert lines == ["library holds: []", "executable holds: ['x', 'y'] first freed: True",
+                     "after run: ['replay', 'run', 'x', 'y'] _Replayer"]
 
 
 def test_the_console_script_under_a_profiler_exits_as_python_does(tmp_path):

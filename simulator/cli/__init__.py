@@ -19,6 +19,7 @@ import click
 
 from .. import __version__
 from ..errors import ClusterSimError
+from ..lifetime import ends_with_exit
 from ..units import UnitError
 from . import (capacity, collective, compare, listing, plan, reliability, replay, run,
                study, topology, validate)
@@ -86,7 +87,9 @@ def entry() -> None:
 
     Python's own teardown would free, one by one, every object a command left alive (a
     simulation's cluster, caches and modules: 0.2-0.3 s at 16,384 GPUs) only for the
-    operating system to take the memory back anyway. Every file a command writes is
+    operating system to take the memory back anyway; for the same reason a replay's
+    working objects and ``run``'s setup and timeline are kept to the end, not freed
+    (:mod:`simulator.lifetime`). Every file a command writes is
     closed by then and its pools are shut down; what is left to do is flush stdout and
     stderr, then ``os._exit`` with :func:`main`'s code (an exit status that is not a
     number, ``sys.exit("text")``, takes Python's ordinary way out, and so does a process
@@ -95,6 +98,7 @@ def entry() -> None:
     if sys.getprofile() is not None or sys.gettrace() is not None:
         main()
         return
+    ends_with_exit()        # objects kept to the end are not freed one by one (lifetime)
     try:
         main()
         code = 0

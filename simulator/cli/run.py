@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..choices import DEFAULT_SCENARIO
+from ..lifetime import keep
 from ..progress import quiet_option, stage
 from .common import metric_rows, names_sets
 from .configfile import config_options
@@ -49,6 +50,7 @@ def register(cli: click.Group) -> None:
         setup = build_setup(scn, str(path))
         stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
+        keep("run", (setup, result))    # the executable frees them at exit, all at once
         m, extra = result.metrics, result.extrapolation
         meta = setup.trace.meta
         what = (f"{meta.get('model')} {meta.get('strategy')} on {setup.trace.world_size} x "

@@ -44,6 +44,7 @@ from simpy.events import Event, Timeout
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..gcpause import gc_paused
+from ..lifetime import keep
 from ..network.fabric import CountingEnvironment, make_fabric
 from ..trace.schema import Op, RankClass, Trace
 from .launch import Launcher
@@ -324,5 +325,8 @@ def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,
     # no garbage cycles while it runs); the cyclic collector would only walk them, and the
     # trace and cluster, again and again (a quarter of the replay's time).
     with gc_paused():
-        return _Replayer(trace, collectives, compute, config or EngineConfig(),
-                         capacity_bytes).run()
+        replayer = _Replayer(trace, collectives, compute, config or EngineConfig(),
+                             capacity_bytes)
+        timeline = replayer.run()
+        keep("replay", replayer)    # the executable frees it at exit, not object by object
+        return timeline
