@@ -19,6 +19,11 @@ reads up to twice as slow on one 2-core machine as on another, so figures from d
 machines compare only through it::
 
     python benchmarks/bench_scale.py [--gpus 1024,4096,16384,131072] [--cases all_reduce,all_to_all,fsdp,3d]
+        [--repeat 3] [--clustersim OTHER_TREE/.venv/bin/clustersim]
+
+``--repeat N`` runs the command N times and reports the median wall time with its range
+(the machine's spells move a 5 s run by a second); ``--clustersim`` times another tree's
+executable as the whole process, for a before/after (run the two in turn, more than once).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -103,12 +109,18 @@ def timed(cmd: list[str], timeout_s: float) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, text if proc.returncode == 0 else ""
 
 
-def row(case: str, gpus: int, timeout_s: float) -> str:
-    exe = Path(sys.executable).with_name("clustersim")
-    wall, rss, _ = timed([str(exe), *cli_args(case, gpus)], timeout_s)
+def row(case: str, gpus: int, timeout_s: float, repeat: int = 1,
+        exe: str | None = None) -> str:
+    """One table row: the ``clustersim`` command ``repeat`` times (the median wall time,
+    with the range when more than one, and the largest peak RSS), then the library once."""
+    exe = exe or str(Path(sys.executable).with_name("clustersim"))
+    runs = [timed([exe, *cli_args(case, gpus)], timeout_s) for _ in range(repeat)]
+    walls = sorted(r[0] for r in runs)
+    wall, rss = statistics.median(walls), max(r[1] for r in runs)
     _, _, out = timed([sys.executable, __file__, "--child", case, str(gpus)], timeout_s)
     load = os.getloadavg()[0]
-    whole = f"{wall:.2f} s, {rss:,.0f} MiB" if wall != float("inf") else \
+    spread = f" ({walls[0]:.2f}-{walls[-1]:.2f})" if repeat > 1 else ""
+    whole = f"{wall:.2f} s{spread}, {rss:,.0f} MiB" if walls[-1] != float("inf") else \
         f"> {timeout_s:.0f} s"
     if not out:
         return f"| {case} | {gpus:,} | {whole} | > {timeout_s:.0f} s | | | | | {load:.1f} |"
@@ -150,6 +162,11 @@ def main() -> None:
     ap.add_argument("--gpus", default="1024,4096,16384,131072")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="whole-process runs per case and size: the median, and the range")
+    ap.add_argument("--clustersim", default=None,
+                    help="the executable to time as the whole process (another tree's "
+                         "clustersim, for a before/after); the in-process run is this tree's")
     ap.add_argument("--child", nargs=2, metavar=("CASE", "GPUS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -161,7 +178,8 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case in args.cases.split(","):
         for gpus in sorted(int(x) for x in args.gpus.split(",")):
-            print(row(case, gpus, args.timeout), flush=True)
+            print(row(case, gpus, args.timeout, max(1, args.repeat), args.clustersim),
+                  flush=True)
     # last: its arrays would count in the peak RSS of every child forked after it
     print(f"\n{yardstick()}")
 
