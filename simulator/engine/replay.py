@@ -147,7 +147,6 @@ class _Replayer:
         self.plans = Plans(collectives)
         self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
                      if cfg.variability is not None else None)
-        self._factors: dict[tuple[str, str], float] = {}   # (class, op class) -> factor
         self.pools = {c.id: MemoryPool(self.env, capacity_bytes, c.static_memory_bytes,
                                        [o.mem_alloc_bytes for o in c.ops])
                       for c in trace.classes}
@@ -237,7 +236,7 @@ class _Replayer:
             if granted is not None:
                 yield granted
             kind = op.kind
-            if kind == "compute" or kind not in COMM_KINDS:
+            if kind not in COMM_KINDS:      # compute, memcpy or delay
                 start, plan = env._now, None
                 # attrs["repeat"]: the op runs that many times back to back (identical
                 # gradient-accumulation micro-steps written once)
@@ -281,11 +280,7 @@ class _Replayer:
                                                   precision)
             overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
             if self.vary is not None:
-                key = (cls.id, op.op_class)
-                factor = self._factors.get(key)
-                if factor is None:      # a pure function of the key: drawn once
-                    factor = self._factors[key] = self.vary.compute_factor(*key)
-                base *= factor
+                base *= self.vary.compute_factor(cls.id, op.op_class)
             return base * cls.slowdown * overlap
         if op.kind == "memcpy":
             return op.size_bytes / self.cfg.host_bytes_per_s

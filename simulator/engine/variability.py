@@ -126,6 +126,7 @@ class Variability:
         self.class_ranks = {c: max(len(r), 1) for c, r in class_groups.items()}
         self._keys = {c: group_key(r) for c, r in class_groups.items() if len(r) > 1}
         self._memo: dict[tuple, float] = {}
+        self._compute: dict[tuple[str, str], float] = {}    # (class, op class) -> factor
 
     @classmethod
     def for_trace(cls, trace: Trace, sigmas: Mapping[str, float], seed: int) -> Variability:
@@ -142,10 +143,15 @@ class Variability:
     def compute_factor(self, cls_id: str, op_class: str) -> float:
         """Time factor of a compute op of ``op_class`` in class ``cls_id``: the slowest of
         the class's tied ranks (one draw per set of tied ranks, shared by its op classes
-        and by every class of that set)."""
-        sigma = self.sigmas.get(op_class, self.sigmas.get(COMPUTE, 0.0))
-        n = self.class_ranks.get(cls_id, 1)
-        return self._factor(sigma, self._keys.get(cls_id, ""), n)
+        and by every class of that set; kept per (class, op class): the replay asks once
+        per compute op)."""
+        found = self._compute.get((cls_id, op_class))
+        if found is None:
+            sigma = self.sigmas.get(op_class, self.sigmas.get(COMPUTE, 0.0))
+            n = self.class_ranks.get(cls_id, 1)
+            found = self._compute[(cls_id, op_class)] = \
+                self._factor(sigma, self._keys.get(cls_id, ""), n)
+        return found
 
     def collective_factor(self, comm_id: str, group_size: int) -> float:
         """Time factor of a collective's transfer on communicator ``comm_id``."""

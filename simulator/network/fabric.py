@@ -91,7 +91,7 @@ class Fabric:
         SimPy process would (an urgent event at this instant, before any event of normal
         priority), without a process: :meth:`start` runs then."""
         done = Event(self.env) if then is None else then
-        begin = simpy.Event(self.env)
+        begin = Event(self.env)
         begin._ok, begin._value = True, None
         begin.callbacks.append(lambda _e: self._begin(flow, done))
         self.env.schedule(begin, URGENT)
