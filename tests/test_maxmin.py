@@ -84,3 +84,85 @@ def test_one_flow_is_limited_by_its_most_loaded_link_exactly():
     load = np.bincount(links, coef, 40)
     used = load > 0
     assert rate.tolist() == [float(np.min(cap[used] / load[used]))]
+
+
+def _exact_max_min(links, cap, coefs, max_rate):
+    """Progressive filling in rational arithmetic (the exact allocation): the least share
+    (capacity left / active load) or cap fixes the next level; flows of that link or cap
+    freeze there."""
+    from fractions import Fraction as F
+    cap = [F(c) for c in cap]
+    coefs = [[F(c) for c in cs] for cs in coefs]
+    caps = [None if r == np.inf else F(r) for r in max_rate]
+    rate, active = [None] * len(links), set(range(len(links)))
+    while active:
+        load, taken = [F(0)] * len(cap), [F(0)] * len(cap)
+        for f, (ls, cs) in enumerate(zip(links, coefs)):
+            for l, c in zip(ls, cs):
+                if f in active:
+                    load[l] += c
+                else:
+                    taken[l] += c * rate[f]
+        shares = {l: (cap[l] - taken[l]) / load[l] for l in range(len(cap)) if load[l]}
+        level = min(list(shares.values()) + [caps[f] for f in active if caps[f] is not None])
+        hit = {f for f in active if caps[f] == level or any(
+            shares.get(l) == level for l in links[f])}
+        for f in hit:
+            rate[f] = level
+        active -= hit
+    return rate
+
+
+def test_rates_are_the_exact_allocation_to_a_few_ulps():
+    # Random instances with coefficients and caps against the rational computation: the
+    # float solve differs only by rounding (each rate a few ulps from the exact one).
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        n_links, n_flows = int(rng.integers(2, 7)), int(rng.integers(1, 9))
+        cap = rng.uniform(1, 10, n_links)
+        links = [sorted(rng.choice(n_links, int(rng.integers(1, min(n_links, 3) + 1)),
+                                   replace=False).tolist())
+                 for _ in range(n_flows)]
+        coefs = [rng.uniform(0.25, 3.0, len(ls)).tolist() for ls in links]
+        caps = [float(rng.uniform(0.5, 5.0)) if rng.random() < 0.3 else np.inf
+                for _ in links]
+        got = solve(links, cap, coefs, caps)
+        exact = _exact_max_min(links, cap.tolist(), coefs, caps)
+        np.testing.assert_allclose(got, [float(x) for x in exact], rtol=1e-13, atol=0)
+
+
+def test_sets_that_share_no_link_solve_alone_to_the_last_bit():
+    # A link's share depends only on the flows crossing it, so the flows of disjoint sets
+    # (no link in common) get the same rates solved together as each set alone: the flow
+    # fabric solves (and remembers) each connected set by itself (network/solve.py).
+    from simulator.network.maxmin import share_bandwidth_checked
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        sets, offset = [], 0
+        for _ in range(int(rng.integers(2, 5))):
+            n_links = int(rng.integers(1, 5))
+            flows = [(sorted((offset + rng.choice(n_links, int(rng.integers(1, n_links + 1)),
+                                                  replace=False)).tolist()),
+                      float(rng.uniform(0.5, 20.0)) if rng.random() < 0.3 else np.inf)
+                     for _ in range(int(rng.integers(1, 4)))]
+            sets.append(flows)
+            offset += n_links
+        cap = rng.uniform(1, 10, offset)
+        coefs = {}
+
+        def inc(flows):
+            return FlowIncidence.from_lists(
+                [ls for ls, _ in flows],
+                [coefs.setdefault(tuple(ls), rng.uniform(0.5, 2.0, len(ls))) for ls, _ in flows],
+                [r for _, r in flows])
+        # interleaved at random, each set's flows in their order (as the fabric keeps them)
+        order = [k for k, s in enumerate(sets) for _ in s]
+        rng.shuffle(order)
+        queues = [list(s) for s in sets]
+        together = [queues[k].pop(0) for k in order]
+        rates, _ = share_bandwidth_checked(inc(together), cap)
+        alone = {}
+        for s in sets:
+            for f, r in zip(s, share_bandwidth_checked(inc(s), cap)[0].tolist()):
+                alone[(tuple(f[0]), f[1])] = r
+        assert rates.tolist() == [alone[(tuple(ls), r)] for ls, r in together]

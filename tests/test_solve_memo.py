@@ -117,3 +117,58 @@ def test_counters_added_in_batches_are_the_step_by_step_sums():
             assert counters.occupancy.tobytes() == step[0].tobytes()
     assert counters.occupancy.tobytes() == step[0].tobytes()
     assert counters.wire.tobytes() == step[1].tobytes()
+
+
+def test_connected_sets_by_shared_links_in_index_order():
+    from simulator.network.solve import connected
+    fp = [frozenset(s) for s in ({1, 2}, {5}, {3}, {2, 3}, set(), {5, 6}, {9})]
+    # 0-3 through link 2, 3-2 through 3 (a chain); 1-5 through 5; the empty and 9 alone
+    assert connected(fp) == [[0, 2, 3], [1, 5], [4], [6]]
+    # a late flow joining two earlier sets merges them, indices in order
+    assert connected([frozenset({1}), frozenset({2}), frozenset({1, 2})]) == [[0, 1, 2]]
+
+
+def test_a_mix_of_sets_is_each_set_solved_alone_and_remembered():
+    from simulator.network.solve import Composite, Solver
+    cap = np.full(40, 10.0)
+    cap[7] = 4.0
+    groups = np.arange(40) % 3
+    for cls in (ClassSolver, Solver):
+        rng = np.random.default_rng(2)
+        kept, fresh = cls(cap), cls(cap)
+        fresh._sets = _Forget()
+        for s in (kept, fresh):
+            s.track(groups, 3)
+        mixes = 0
+        for flows in _sets(rng):
+            a, split_a = kept.solve(flows)
+            b, split_b = fresh.solve(flows)
+            assert split_a.tolist() == split_b.tolist()
+            _same(a, b)
+            if a is None or not isinstance(a, Composite):
+                continue
+            mixes += 1
+            alone = [_tracked(cls(cap), groups).solve([flows[i] for i in index])[0]
+                     for index in _index_of_parts(a, flows)]
+            for part, single in zip(a.parts, alone):    # classes are each solver's own
+                assert part.rates.tobytes() == single.rates.tobytes()
+                if cls is Solver:
+                    _same(part, single)
+            # the merged view: every link once, sorted, the parts' loads on them
+            assert np.all(np.diff(a.links) > 0)
+            assert sorted(a.occupancy.tolist()) == sorted(
+                x for p in a.parts for x in p.occupancy.tolist())
+            np.testing.assert_allclose(a.group_load, sum(p.group_load for p in a.parts),
+                                       rtol=0, atol=0)
+        assert mixes > 5 and kept._sets
+
+
+def _tracked(solver, groups):
+    solver.track(groups, int(groups.max()) + 1)
+    return solver
+
+
+def _index_of_parts(composite, flows):
+    """The flow indices of each part: the sets connected by links, from the flows."""
+    from simulator.network.solve import connected
+    return connected([frozenset(f.links.tolist()) for f in flows])

@@ -36,8 +36,10 @@ class Counters:
         return self._wire
 
     def add(self, solution, dt: float) -> None:
-        """``dt`` seconds of ``solution``'s loads (on its ``links``)."""
-        self._log.append((solution, dt))
+        """``dt`` seconds of ``solution``'s loads (on its ``links``; each of its
+        ``parts``' for a :class:`~simulator.network.solve.Composite`)."""
+        for part in solution.parts:
+            self._log.append((part, dt))
         if len(self._log) >= self.LOG:
             self.flush()
 

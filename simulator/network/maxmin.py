@@ -9,6 +9,13 @@ it, so every edge of the ring advances at the same rate, as a pipeline does.
 The allocation is the max-min fair one (progressive filling): all unfrozen flows grow at the
 same pace; when a link fills, the flows crossing it freeze; repeat. It is the unique rate
 vector in which no flow can gain without taking from a flow that has no more than it has.
+Each round computes every link's *share* (the capacity its frozen flows left, over its
+active flows' coefficients); the least share, or rate cap, is the next level, and the flows
+of that link (or cap) freeze at it. A share depends on nothing but the flows that cross the
+link, so flows in sets that share no link get the same rates, to the last bit, solved
+together or each set alone (the fabric solves and remembers each set by itself,
+:mod:`simulator.network.solve`); the rates are the exact allocation's to a few ulps
+(tested against rational arithmetic).
 
 A flow may stand for several identical *instances* (the groups of one collective, the
 members of one send): ``part`` names the instance of each entry. Such a bundle is one rate
@@ -23,9 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-_EPS = 1e-12
-
 
 @dataclass(frozen=True)
 class FlowIncidence:
@@ -133,40 +137,42 @@ def _progressive_filling(flows: FlowIncidence, capacity: np.ndarray,
     if np.any(flows.coef <= 0):
         raise ValueError("every link coefficient must be > 0")
     owner = np.repeat(np.arange(n), np.diff(flows.ptr)) if n > 1 else None
+    link, coef, max_rate = flows.link, flows.coef, flows.max_rate
     rate = np.zeros(n)
     active = np.ones(n, dtype=bool)
-    remaining = capacity.astype(float).copy()
     n_links = len(capacity)
-    full_below = _EPS * capacity
-    while active.any():
+    taken = np.zeros(n_links)       # per link, the capacity the frozen flows hold
+    while True:
         if active.all():        # the first round: no entry to leave out, nothing to copy
-            load = np.bincount(flows.link, weights=flows.coef, minlength=n_links)
+            load = np.bincount(link, weights=coef, minlength=n_links)
         else:
             entry_active = active[owner]
-            load = np.bincount(flows.link[entry_active], weights=flows.coef[entry_active],
+            load = np.bincount(link[entry_active], weights=coef[entry_active],
                                minlength=n_links)
-        used = load > 0
-        step = np.inf
-        if used.any():
-            step = float(np.min(remaining[used] / load[used]))
-        headroom = flows.max_rate[active] - rate[active]
-        step = min(step, float(headroom.min()))
-        if not np.isfinite(step):
+        used = np.flatnonzero(load > 0)
+        # each link's share: what its frozen flows left, per unit of its active load; the
+        # level is the least share (or rate cap) of all, and only flows of the link or cap
+        # that sets it freeze: a share depends on nothing but the flows that cross the link
+        share = np.maximum(capacity[used] - taken[used], 0.0) / load[used]
+        level = float(min(share.min(initial=np.inf), max_rate[active].min()))
+        if level == np.inf:
             rate[active] = np.inf
             break
-        rate[active] += step
-        remaining = np.maximum(remaining - step * load, 0.0)
-        full = used & (remaining <= full_below)
-        frozen = np.zeros(n, dtype=bool)
+        frozen = active & (max_rate <= level)
+        full = np.zeros(n_links, dtype=bool)
+        full[used[share == level]] = True
         if full.any():
-            if owner is None:     # one flow: every used link is one of its own
-                frozen[0] = True
-            else:
-                frozen[owner[full[flows.link]]] = True
+            frozen[owner[full[link]] if owner is not None else 0] = True
+            frozen &= active
             if partly is not None:
                 split |= active & partly(full)
-        frozen |= rate >= flows.max_rate * (1 - 1e-12)
+        rate[frozen] = level
+        entry_frozen = frozen[owner] if owner is not None else np.ones(len(link), bool)
+        taken += np.bincount(link[entry_frozen], weights=coef[entry_frozen] * level,
+                             minlength=n_links)
         active &= ~frozen
+        if not active.any():
+            break
     return rate, split
 
 

@@ -50,6 +50,7 @@ class Restricted:
     # each entry's class, ``whole``) and pairs by index into ``classes``, whichever
     # classes they name (:meth:`LinkClasses.token`)
     token: int = 0
+    footprint: frozenset = frozenset()      # ``classes`` as a set
 
 
 class LinkClasses:
@@ -190,7 +191,8 @@ class LinkClasses:
         content = (n_parts, len(classes), coef.tobytes(), wire.tobytes(),
                    self.capacity[links].tobytes(), whole.tobytes(), partial.tobytes())
         return Restricted(links, coef, wire, whole, classes[partial // n_parts],
-                          partial % n_parts, n_parts, classes, self.token(content))
+                          partial % n_parts, n_parts, classes, self.token(content),
+                          frozenset(classes.tolist()))
 
     def token(self, content: tuple) -> int:
         """A number per distinct ``content`` (1, 2, ...); the table of the last contents

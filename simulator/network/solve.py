@@ -8,6 +8,13 @@ instances) and rate caps (:func:`flow_key`), for the last :data:`Solver.REMEMBER
 seen. A remembered solve holds its flows' arrays, so while it is remembered no other array
 can have their ids: a key that matches is those very arrays, with no further check.
 
+Flows in sets that share no link (a TP collective inside one server, a ring over the NICs of
+one rail, a send between two stages) are solved set by set, :func:`connected`: each set's
+rates are those of the solve of all flows to the last bit (:mod:`simulator.network.maxmin`),
+and each set is remembered by its own flows' keys, so a new mix of sets seen before (at
+16,384 GPUs the 3-D plan's 14,338 new sets are mixes of some 200 sets) solves nothing; the
+result is a :class:`Composite` of the sets' solutions.
+
 The solve runs on the links the flows cross only (renumbered,
 :func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
 (sorted), with the capacity taken and the bytes crossing each per second. Adding them to
@@ -47,6 +54,56 @@ class Solution:
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate_list", self.rates.tolist())
 
+    @property
+    def parts(self) -> tuple:
+        """The solutions of its connected sets of flows: itself (one set)."""
+        return (self,)
+
+
+class Composite:
+    """The solution of flows in several connected sets (no link shared between sets):
+    each set's own :class:`Solution` (``parts``, by the set's first flow), the rates in
+    flow order, and the group load summed over the sets (where the solver sums them).
+    ``rates``, ``links``, ``occupancy`` and ``wire`` as one :class:`Solution` has them are
+    built when asked for (the fabric reads ``rate_list`` and ``parts`` only)."""
+
+    __slots__ = ("parts", "rate_list", "group_load", "fraction", "_rates", "_merged")
+
+    def __init__(self, parts: tuple, rate_list: list, group_load, fraction):
+        self.parts, self.rate_list = parts, rate_list
+        self.group_load, self.fraction = group_load, fraction
+        self._rates = self._merged = None
+
+    @property
+    def rates(self) -> np.ndarray:
+        if self._rates is None:
+            self._rates = np.array(self.rate_list, float)
+            self._rates.setflags(write=False)
+        return self._rates
+
+    def _merge(self) -> tuple:
+        if self._merged is None:
+            links = np.concatenate([p.links for p in self.parts])
+            order = np.argsort(links, kind="stable")
+            self._merged = tuple(a[order] for a in (
+                links, np.concatenate([p.occupancy for p in self.parts]),
+                np.concatenate([p.wire for p in self.parts])))
+            for a in self._merged:
+                a.setflags(write=False)
+        return self._merged
+
+    @property
+    def links(self) -> np.ndarray:
+        return self._merge()[0]
+
+    @property
+    def occupancy(self) -> np.ndarray:
+        return self._merge()[1]
+
+    @property
+    def wire(self) -> np.ndarray:
+        return self._merge()[2]
+
 
 _NO_SPLIT: dict[int, np.ndarray] = {}
 
@@ -58,6 +115,28 @@ def _no_split(n: int) -> np.ndarray:
         found = _NO_SPLIT[n] = np.zeros(n, bool)
         found.setflags(write=False)
     return found
+
+
+def connected(footprints: list) -> list[list[int]]:
+    """The flows (by index) in sets that share no link: two flows are in one set when they
+    cross a link in common, directly or through others of the set (``footprints``: per
+    flow, the set of what it crosses). Each set in index order, the sets by first index."""
+    sets: list[list] = []           # [what the set crosses, its flows]
+    for i, footprint in enumerate(footprints):
+        hit = [s for s in sets if not footprint.isdisjoint(s[0])]
+        if not hit:
+            sets.append([set(footprint), [i]])
+            continue
+        into = hit[0]
+        into[0] |= footprint
+        into[1].append(i)
+        if len(hit) > 1:
+            for other in hit[1:]:
+                into[0] |= other[0]
+                into[1].extend(other[1])
+            into[1].sort()
+            sets = [s for s in sets if not any(s is other for other in hit[1:])]
+    return [s[1] for s in sets]
 
 
 def _arrays(flow) -> tuple:
@@ -81,6 +160,7 @@ class Solver:
         self._n_groups = 0
         self._scale: np.ndarray | None = None
         self._memo: dict = {}
+        self._sets: dict = {}        # the solves of connected sets, by their flows' keys
         self._checked = False
         empty = np.zeros(0)
         self.idle = Solution(empty, np.zeros(0, np.int64), empty, empty, None)
@@ -96,6 +176,7 @@ class Solver:
         and divide it by ``scale`` (per group: its capacity) where given."""
         self._groups, self._n_groups, self._scale = group_of_link, n_groups, scale
         self._memo.clear()
+        self._sets.clear()
         self.idle = self._solution(self.idle.rates, self.idle.links, self.idle.occupancy,
                                    self.idle.wire, np.zeros(n_groups))
 
@@ -107,7 +188,7 @@ class Solver:
         return Solution(rates, links, occupancy, wire, group, fraction)
 
     def solve(self, flows: list,
-              keys: tuple | None = None) -> tuple[Solution | None, np.ndarray]:
+              keys: tuple | None = None) -> tuple[Solution | Composite | None, np.ndarray]:
         """(solution, split): the rates of ``flows`` and their loads; None and the
         bundles to split (:func:`~simulator.network.maxmin.share_bandwidth_checked`) when
         some bundle's instances would not freeze together. ``keys``: the flows'
@@ -132,7 +213,66 @@ class Solver:
         """What a remembered solution is valid for (the link numbering never changes)."""
         return 0
 
-    def _compute(self, flows: list, keys: tuple) -> tuple[Solution | None, np.ndarray]:
+    def _compute(self, flows: list, keys: tuple) -> tuple[Solution | Composite | None,
+                                                          np.ndarray]:
+        """The solve of each connected set of ``flows`` alone (:func:`connected`): the
+        same rates, to the last bit, as the solve of all of them (a link's share depends on
+        the flows that cross it only, :mod:`simulator.network.maxmin`). A set is
+        remembered by its flows' keys, so a new mix of sets seen before solves nothing."""
+        held = self._held(flows, keys)
+        sets = connected(self._footprints(flows, held)) if len(flows) > 1 else None
+        if sets is None or len(sets) == 1:
+            return self._compute_one(flows, held)
+        stamp, memo = self._stamp(), self._sets
+        parts, split = [], None
+        for index in sets:
+            set_keys = tuple([keys[i] for i in index])
+            hit = memo.get(set_keys)
+            if hit is not None and hit[2] == stamp:
+                parts.append((index, hit[1]))
+                continue
+            subset = [flows[i] for i in index]
+            out, cut = self._compute_one(subset, [held[i] for i in index])
+            if out is None:
+                if split is None:
+                    split = np.zeros(len(flows), bool)
+                split[index] = cut
+                continue
+            if len(memo) >= self.REMEMBERED:
+                memo.pop(next(iter(memo)))
+            memo[set_keys] = ([_arrays(f) for f in subset], out, stamp)
+            parts.append((index, out))
+        if split is not None:
+            return None, split
+        return self._composite(len(flows), parts), _no_split(len(flows))
+
+    def _held(self, flows: list, keys: tuple) -> list:
+        """Per flow, what :meth:`_footprints` and :meth:`_compute_one` take of it."""
+        return flows
+
+    def _footprints(self, flows: list, held: list) -> list[frozenset]:
+        """Per flow, the links it crosses."""
+        return [frozenset(f.links.tolist()) for f in flows]
+
+    def _composite(self, n: int, parts: list) -> Composite:
+        """The solutions of ``parts`` ((flow indices, Solution) per set) as one."""
+        rate_list = [0.0] * n
+        for index, out in parts:
+            for i, rate in zip(index, out.rate_list):
+                rate_list[i] = rate
+        group = fraction = None
+        if self._groups is not None:
+            group = parts[0][1].group_load + parts[1][1].group_load
+            for _, out in parts[2:]:
+                group += out.group_load
+            group.setflags(write=False)
+            if self._scale is not None:
+                fraction = group / self._scale
+                fraction.setflags(write=False)
+        return Composite(tuple(out for _, out in parts), rate_list, group, fraction)
+
+    def _compute_one(self, flows: list, held: list) -> tuple[Solution | None, np.ndarray]:
+        """The solve of one connected set of flows."""
         inc, links = on_used_links(incidence(flows), len(self.capacity))
         rates, split = share_bandwidth_checked(inc, self.capacity[links])
         if split.any():
