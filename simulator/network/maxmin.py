@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+
 @dataclass(frozen=True)
 class FlowIncidence:
     """Flows in compressed sparse form: flow ``f`` uses links ``link[ptr[f]:ptr[f+1]]``.
@@ -167,12 +168,12 @@ def _progressive_filling(flows: FlowIncidence, capacity: np.ndarray,
             if partly is not None:
                 split |= active & partly(full)
         rate[frozen] = level
-        entry_frozen = frozen[owner] if owner is not None else np.ones(len(link), bool)
+        active &= ~frozen
+        if not active.any():        # (always so after the first round of a lone flow)
+            break
+        entry_frozen = frozen[owner]
         taken += np.bincount(link[entry_frozen], weights=coef[entry_frozen] * level,
                              minlength=n_links)
-        active &= ~frozen
-        if not active.any():
-            break
     return rate, split
 
 
