@@ -9,6 +9,7 @@ is built once per cluster, by name (the links of ``prefix + local`` nodes), and 
 from __future__ import annotations
 
 import itertools
+from itertools import repeat
 
 import numpy as np
 
@@ -93,10 +94,21 @@ def pair_column(cluster, design, a: str, b: str) -> np.ndarray:
     cache = cluster.__dict__.setdefault("_link_columns", {})
     found = cache.get((design, a, b))
     if found is None:
-        servers, prefixes, top = _servers_of(cluster, design)
-        link_id = cluster.link_id
+        servers, _, top = _servers_of(cluster, design)
         found = cache[(design, a, b)] = np.full(top, -1, np.int64)
-        found[servers] = [link_id.get((p + a, p + b), -1) for p in prefixes]
+        pairs = zip(node_column(cluster, design, a), node_column(cluster, design, b))
+        found[servers] = list(map(cluster.link_id.get, pairs, repeat(-1)))
+    return found
+
+
+def node_column(cluster, design, local: str) -> list[str]:
+    """The node id ``prefix + local`` on each server of ``design`` (:func:`_servers_of`'s
+    order), named once per local name: a local node is an end of several link pairs, and
+    the same strings keep their hash from one look-up of ``link_id`` to the next."""
+    cache = cluster.__dict__.setdefault("_node_columns", {})
+    found = cache.get((design, local))
+    if found is None:
+        found = cache[(design, local)] = [p + local for p in _servers_of(cluster, design)[1]]
     return found
 
 
@@ -120,12 +132,11 @@ def _nic_links(cluster, design, nic: str) -> tuple:
     """(uplink ids, downlink ids, switch codes) of ``nic`` per server id of ``design``: its
     switch is its first neighbour of kind ``switch``, as ``Cluster._attached_switch``
     finds it."""
-    servers, prefixes, top = _servers_of(cluster, design)
+    servers, _, top = _servers_of(cluster, design)
     codes, names = switches(cluster)
     link_id, adj, data = cluster.link_id, cluster.G._adj, cluster.G._node
     up, down, on = (np.full(top, -1, np.int64) for _ in range(3))
-    for server, prefix in zip(servers.tolist(), prefixes):
-        node = prefix + nic
+    for server, node in zip(servers.tolist(), node_column(cluster, design, nic)):
         sw = next((v for v in adj.get(node, ()) if data[v].get("kind") == "switch"), None)
         if sw is None:
             continue
