@@ -97,6 +97,18 @@ def test_read_off_rates_are_the_bottleneck_rates_also_for_a_route_crossing_a_lin
     assert got == want and len(set(want)) > 1
 
 
+def test_alike_rows_are_the_rows_whose_entries_pair_up_as_the_first_rows_do():
+    rng = np.random.default_rng(7)
+    for width in (1, 2, 5, 12):
+        table = rng.integers(0, 6, size=(400, width))
+        table[1] = table[0] + 10                     # the same pattern, other links
+        _, first, where = np.unique(table[0], return_index=True, return_inverse=True)
+        equal = table[:, :, None] == table[:, None, :]
+        want = (equal == equal[0]).all(axis=(1, 2))
+        got = pairs_module._alike_rows(table, first, where.ravel())
+        assert got.tolist() == want.tolist() and want[1] and want.all() == (width == 1)
+
+
 def test_plans_read_off_after_other_layouts_grew_the_servers_link_ids():
     # server link ids kept per server (blocks._link_ids) must follow the design's list as
     # later routes grow it: pairs of GPU 0, then a ring over GPU 3 of every server, then

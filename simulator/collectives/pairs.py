@@ -109,16 +109,27 @@ def _rates(cluster, plan, rows) -> list[float]:
     if not width or width > _MAX_BATCH_WIDTH or any(len(x) != width for x in rows):
         return [_read_off_rate(cluster, plan, links) for links in rows]
     table = np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(rows)
-    links, where = np.unique(table[0], return_inverse=True)
+    links, first, where = np.unique(table[0], return_index=True, return_inverse=True)
     where = where.ravel()
     load = np.bincount(where, weights=coef, minlength=len(links))
-    equal = table[:, :, None] == table[:, None, :]
-    alike = (equal == equal[0]).all(axis=(1, 2))
+    alike = _alike_rows(table, first, where)
     used = np.flatnonzero(load > 0)
-    first = np.array([np.flatnonzero(where == u)[0] for u in used], np.int64)
-    rates = np.minimum((cap[table[:, first]] / load[used]).min(axis=1), plan.max_rate)
-    return [float(rates[i]) if alike[i] else _read_off_rate(cluster, plan, table[i])
-            for i in range(len(table))]
+    rates = np.minimum((cap[table[:, first[used]]] / load[used]).min(axis=1), plan.max_rate)
+    return [rate if ok else _read_off_rate(cluster, plan, table[i])
+            for i, (rate, ok) in enumerate(zip(rates.tolist(), alike.tolist()))]
+
+
+def _alike_rows(table: np.ndarray, first: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """Per row of ``table``, whether its entries repeat links exactly where the first row's
+    do (``first``: the position where the first row first names each of its distinct
+    links, ``where``: each of its entries as an index into them). A row does when each
+    entry equals the entry at the first position of the first row's link there (its
+    repeats include the first row's) and it has as many distinct links (so no others):
+    what comparing every pair of entries tells, in rows x width instead of rows x width^2."""
+    same = (table == table[:, first[where]]).all(axis=1)
+    ordered = np.sort(table, axis=1)
+    distinct = (ordered[:, 1:] != ordered[:, :-1]).sum(axis=1) + 1
+    return same & (distinct == len(first))
 
 
 def _read_off_rate(cluster, plan, links: np.ndarray) -> float:
