@@ -374,9 +374,9 @@ class Cluster:
         """Link ids of equal-length switch paths, one row per path (cached per pair)."""
         ids = self._core_link_ids.get(key)
         if ids is None:
-            ids = self._core_link_ids[key] = np.array(
-                [[self.link_id[(a, b)] for a, b in zip(p, p[1:])] for p in core],
-                np.int64).reshape(len(core), -1)
+            hops = [hop for p in core for hop in zip(p, p[1:])]
+            ids = self._core_link_ids[key] = np.fromiter(
+                map(self.link_id.__getitem__, hops), np.int64, len(hops)).reshape(len(core), -1)
         return ids
 
     def _spread_route(self, core: np.ndarray, head: list[str], tail: list[str]) -> Route:
@@ -402,10 +402,10 @@ class Cluster:
 
     def _switch_paths_from(self, src: str, dst: str) -> list[list[str]]:
         """Equal-cost switch paths; one search per source switch serves every target."""
-        router = self._switch_router
-        if not router.reachable(src, dst):
+        paths = self._switch_router.paths(src, dst, _MAX_ECMP_PATHS)
+        if not paths:           # none only where ``dst`` cannot be reached
             raise TopologyError(f"no route from {src} to {dst}: the topology is disconnected")
-        return router.paths(src, dst, _MAX_ECMP_PATHS)
+        return paths
 
     @cached_property
     def _switch_router(self) -> SwitchRouter:

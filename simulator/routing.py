@@ -86,13 +86,10 @@ class SwitchRouter:
             return None
         return [x for c, x in mids if c == best]
 
-    def reachable(self, src: str, dst: str) -> bool:
-        s, t = self.index[src], self.index[dst]
-        return s == t or self._two_hop(s, t) is not None or bool(self.predecessors(src)[t])
-
     def paths(self, src: str, dst: str, limit: int) -> list[list[str]]:
         """All cheapest paths ``src`` -> ``dst`` (at most ``limit``), in the order the
-        predecessor lists give (the same order as from networkx's predecessor map)."""
+        predecessor lists give (the same order as from networkx's predecessor map); none
+        where ``dst`` cannot be reached."""
         mids = self._two_hop(self.index[src], self.index[dst])
         if mids is not None:
             return [[src, self.names[x], dst] for x in mids[:limit]]

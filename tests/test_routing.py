@@ -75,7 +75,8 @@ def test_unreachable():
     G.add_edge("a", "b", cost=1)
     G.add_edge("c", "d", cost=1)
     r = SwitchRouter(G)
-    assert not r.reachable("a", "c") and r.reachable("a", "b") and r.reachable("a", "a")
+    assert r.paths("a", "c", 64) == [] and r.paths("a", "b", 64) == [["a", "b"]]
+    assert r.paths("a", "a", 64) == [["a"]]
 
 
 def test_switch_paths_are_the_same_whatever_the_hash_seed():
