@@ -167,3 +167,13 @@ def test_groups_of_mixed_sizes_and_orders_are_their_own_plans():
     assert assert_same_plans(G, "all_reduce", 1 << 20, groups) == 5     # 4 shapes
     even = [(0, 1), (9, 8), (16, 17), (3, 11), (25, 24)]          # one size, one across
     assert assert_same_plans(G, "all_reduce", 1 << 20, even) == 3
+
+
+@pytest.mark.parametrize("radix, width", [(1, 3), (3, 9), (23, 9), (1 << 20, 4)])
+def test_unique_rows_are_numpys_unique_rows(radix, width):
+    # the last case does not fit an int64 as one number: numpy's own unique of rows
+    rows = np.random.default_rng(3).integers(0, min(radix, 3), size=(500, width))
+    rows[:, 0] = radix - 1
+    found, inverse = groups_module._unique_rows(rows, radix)
+    want, want_inverse = np.unique(rows, axis=0, return_inverse=True)
+    assert np.array_equal(found, want) and np.array_equal(inverse, want_inverse.ravel())

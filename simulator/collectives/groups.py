@@ -87,10 +87,21 @@ def _shapes(cluster, groups) -> list:
     inside = (server == server[:, :1]).all(axis=1)
     design, local, designs, names = rank_places(cluster)
     rows = np.concatenate([design[ranks[:, :1]], local[ranks]], axis=1)
-    found, inverse = np.unique(rows, axis=0, return_inverse=True)
+    found, inverse = _unique_rows(rows, max(len(designs), len(names)))
     shapes = [(designs[row[0]], tuple(names[x] for x in row[1:])) for row in found.tolist()]
     return [shapes[k] if ok else None for k, ok in zip(inverse.ravel().tolist(),
                                                      inside.tolist())]
+
+
+def _unique_rows(rows: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_inverse=True)`` of rows of codes ``0..radix-1``:
+    each row read as one number in base ``radix`` where that fits an int64 (a sort of
+    numbers, not of rows)."""
+    if radix ** rows.shape[1] > 1 << 62:
+        return np.unique(rows, axis=0, return_inverse=True)
+    number = rows @ radix ** np.arange(rows.shape[1] - 1, -1, -1, dtype=np.int64)
+    _, first, inverse = np.unique(number, return_index=True, return_inverse=True)
+    return rows[first], inverse.ravel()
 
 
 def _one_server(cluster, group) -> tuple | None:
