@@ -1,5 +1,7 @@
 """Strategy generators: DDP buckets, FSDP collectives, prefetch/rate-limit deps, memory."""
 
+import gc
+import weakref
 from dataclasses import dataclass
 
 import pytest
@@ -452,6 +454,29 @@ def test_spread_is_proportional_and_never_under_counts(how, flops):
     for g, e in zip(got, exact):       # memory held is never below the exact share
         run_got, run_exact = run_got + g, run_exact + e
         assert (run_got >= run_exact - 1e-9) if how == "alloc" else (run_got <= run_exact + 1e-9)
+
+
+def test_a_kernel_run_again_is_a_new_op_of_its_own_cost():
+    """OpList.kernel builds a kernel's fields once per (cost, layer, phase): each op still
+    has its own attrs and deps, and each cost its own fields."""
+    from simulator.models.ops import OpCost
+    from simulator.strategies.base import OpList
+    from simulator.trace import Op
+    ol = OpList()
+    gemm = OpCost("qkv_proj", "matmul", 8, 4, m=2, n=3, k=4, precision="fp8")
+    a = ol.kernel(gemm, "layers.0", "forward", 0, ())
+    b = ol.kernel(gemm, "layers.0", "forward", 1, (None, a))
+    ol.ops[a].attrs["changed"] = True
+    assert ol.ops[b] == Op(b, "compute", "compute", "qkv_proj", "layers.0", "forward", 8.0,
+                           4.0, "matmul", deps=(a,), attrs={"micro_step": 1, "m": 2, "n": 3,
+                                                            "k": 4, "precision": "fp8"})
+    assert ol.ops[ol.kernel(gemm, "layers.1", "recompute", 0, ())].layer == "layers.1"
+    norm = OpCost("norm", "norm", 1, 1)
+    held = weakref.ref(norm)
+    ol.kernel(norm, "layers.0", "forward", 0, ())
+    del norm
+    gc.collect()
+    assert held() is not None      # so no other cost can take its id in the OpList's memo
 
 
 @pytest.mark.parametrize("data, expected", [

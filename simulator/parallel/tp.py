@@ -29,6 +29,8 @@ all-gathers per block backward.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from simulator.strategies.base import OpHooks
 
 FP32 = 4
@@ -74,6 +76,17 @@ def points(kind: str, sp: bool) -> dict:
     return table[sp] if table else {}
 
 
+class _Point(NamedTuple):
+    """The TP collectives around one kernel of a kind of layer, in one phase."""
+
+    before: str | None       # issued before the kernel
+    before_waiter: str       # what waits for it (see TPHooks._due)
+    after: str | None        # issued after the kernel
+    after_waiter: str
+    name: str                # the kernel's name as the tables spell it
+    loss: bool               # the LM head's forward GEMM: the loss all-reduces follow
+
+
 class TPHooks(OpHooks):
     """Issues a rank class's TP collectives around its kernels (one object per class, so
     a collective after a layer's last kernel is waited for by the next layer's first).
@@ -86,24 +99,35 @@ class TPHooks(OpHooks):
                  loss_bytes: int):
         self.issue, self.last_compute = issue, last_compute
         self.sp, self.overlap = sp, overlap
-        self.table: dict = {}
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
         self.pending: list[list] = []     # [op id, kernels allowed to run first, waiter]
         self.layer = self.kind = ""
+        self._points: dict[tuple[str, str, str], _Point] = {}
 
     def start_layer(self, layer) -> None:
-        self.table = points(layer.kind, self.sp)
         self.layer, self.kind = layer.name, layer.kind
 
-    def _phase(self, phase: str) -> str:
-        return "forward" if phase == "recompute" else phase
+    def _point(self, phase: str, name: str) -> _Point:
+        """The collectives around kernel ``name`` in ``phase`` of a layer of the current
+        kind: looked up in the tables once per (kind, phase, kernel), a rank class runs
+        each kernel many times."""
+        key = (self.kind, phase, name)
+        point = self._points.get(key)
+        if point is None:
+            table = points(self.kind, self.sp)
+            stage = "forward" if phase == "recompute" else phase
+            name = kernel_key(name)
+            before = table.get((stage, "before", name))
+            before, waiter = before if isinstance(before, tuple) else (before, "next")
+            point = self._points[key] = _Point(
+                before, waiter, table.get((stage, "after", name)),
+                "non_wgrad" if stage == "backward" else "next", name,
+                name == "lm_head" and stage == "forward" and self.kind == "head")
+        return point
 
     def before(self, cost, phase: str) -> tuple:
         deps = self._due(cost, phase)
-        kind = self.table.get((self._phase(phase), "before", kernel_key(cost.name)))
-        waiter = "next"
-        if isinstance(kind, tuple):
-            kind, waiter = kind
+        kind, waiter = self._point(phase, cost.name)[:2]
         if kind:
             op = self.issue(kind, self.act_bytes, (self.last_compute(),),
                             f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
@@ -116,14 +140,12 @@ class TPHooks(OpHooks):
         return tuple(deps)
 
     def after(self, cost, phase: str, op_id: int) -> None:
-        name = kernel_key(cost.name)
-        kind = self.table.get((self._phase(phase), "after", name))
+        _, _, kind, waiter, name, loss = self._point(phase, cost.name)
         if kind:
             op = self.issue(kind, self.act_bytes, (op_id,), f"{kind}.{self.layer}.{name}",
                             phase, self.layer)
-            waiter = "non_wgrad" if self._phase(phase) == "backward" else "next"
             self.pending.append([op, 1 if self.overlap else 0, waiter])
-        if name == "lm_head" and self._phase(phase) == "forward" and self.kind == "head":
+        if loss:
             dep = op_id
             for i in range(LOSS_REDUCES):
                 dep = self.issue("all_reduce", self.loss_bytes, (dep,),
@@ -135,6 +157,8 @@ class TPHooks(OpHooks):
         kernel: the ``next`` one, the next that is ``non_wgrad`` (weight-gradient GEMMs run
         before a backward collective is waited for) or the next ``wgrad``; with overlap it
         lets one such kernel run first."""
+        if not self.pending:
+            return []
         wgrad = phase == "backward" and cost.name.endswith(".wgrad")
         due, keep = [], []
         for item in self.pending:

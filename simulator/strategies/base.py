@@ -143,15 +143,31 @@ class OpList:
 
     def __init__(self):
         self.ops: list[Op] = []
+        # (id(cost), layer, phase) -> (cost, fields, shape attrs) of :meth:`kernel`; the
+        # cost is kept so that no other object takes its id while the entry lives
+        self._kernels: dict[tuple, tuple] = {}
 
-    def add(self, **kw: Any) -> int:
-        deps = kw.get("deps", ())
-        if type(deps) is tuple and len(deps) < 2:      # most ops: at most one
-            kw["deps"] = () if not deps or deps[0] is None else deps
-        else:
-            kw["deps"] = tuple(sorted({d for d in deps if d is not None}))
+    def add(self, *, deps=(), **fields: Any) -> int:
+        """A new op of these ``fields`` (Op's), numbered next (:func:`_dep_ids`)."""
         n = len(self.ops)
-        self.ops.append(Op(id=n, **kw))
+        self.ops.append(Op(n, deps=_dep_ids(deps), **fields))
+        return n
+
+    def kernel(self, cost, layer: str, phase: str, micro: int, deps: tuple) -> int:
+        """The compute op of the kernel ``cost`` (an OpCost) of ``layer``. Its fields other
+        than ``deps`` and the micro-step are the same each time that kernel of that layer
+        runs in that phase: they are built once (a rank class runs each many times)."""
+        key = (id(cost), layer, phase)
+        known = self._kernels.get(key)
+        if known is None:
+            known = self._kernels[key] = (cost, {
+                "stream": "compute", "kind": "compute", "name": cost.name, "layer": layer,
+                "phase": phase, "flops": float(cost.flops),
+                "bytes_accessed": float(cost.bytes_accessed), "op_class": cost.op_class},
+                _shape_attrs(cost))
+        n = len(self.ops)
+        self.ops.append(Op(n, deps=_dep_ids(deps), attrs={"micro_step": micro, **known[2]},
+                           **known[1]))
         return n
 
     def last_on(self, stream: str) -> int | None:
@@ -165,6 +181,13 @@ class OpList:
 
     def free(self, op_id: int, nbytes: int) -> None:
         self.ops[op_id].mem_free_bytes += int(nbytes)
+
+
+def _dep_ids(deps) -> tuple[int, ...]:
+    """``deps`` (op ids or None) as an op's ``deps``: sorted, each once, without None."""
+    if type(deps) is tuple and len(deps) < 2:      # most ops: at most one
+        return () if not deps or deps[0] is None else deps
+    return tuple(sorted({d for d in deps if d is not None}))
 
 
 class OpHooks:
@@ -193,11 +216,8 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
                 stream="host", kind="delay", name=f"dispatch.{layer.name}.{phase}",
                 layer=layer.name, phase="host", duration_s=len(costs) * host_s,
                 attrs={"micro_step": micro, "dispatches": phase}))
-        ids.append(ol.add(stream="compute", kind="compute", name=c.name, layer=layer.name,
-                          phase=phase, flops=float(c.flops),
-                          bytes_accessed=float(c.bytes_accessed), op_class=c.op_class,
-                          deps=(tuple(deps) if i == 0 else ()) + tuple(extra),
-                          attrs={"micro_step": micro, **_shape_attrs(c)}))
+        ids.append(ol.kernel(c, layer.name, phase, micro,
+                             (tuple(deps) if i == 0 else ()) + tuple(extra)))
         if hooks:
             hooks.after(c, phase, ids[-1])
     if not ids:      # a layer without kernels still marks its place
