@@ -46,6 +46,7 @@ from simulator.trace.matching import (peer_ops, peers_fit, ranks_array,
                                       transfers_match)
 
 KINDS = ("compute", "collective", "send", "recv", "memcpy", "delay")
+_TRANSFERS = ("send", "recv")
 
 
 
@@ -227,18 +228,19 @@ class Trace:
         ranks = ranks_array(cls.ranks)
         for index, op in enumerate(cls.ops):
             at = (cls, index, op)
-            if not is_int(op.id):
+            if not (type(op.id) is int or is_int(op.id)):
                 raise _op_error(at, "id", f"id must be an integer, got {op.id!r}")
             if op.kind not in KINDS:
                 raise _op_error(at, "kind", f"unknown kind {op.kind!r}; valid: "
                                             f"{', '.join(KINDS)}")
             if op.id in ids:
                 raise _op_error(at, "id", "duplicate op id")
-            self._check_deps(at, ids)
+            if type(op.deps) is not tuple or op.deps:     # most ops have none
+                self._check_deps(at, ids)
             problem = op_problem(op, comm_sizes)
             if problem:
                 raise _op_error(at, *problem)
-            if op.is_peer_transfer:
+            if op.kind in _TRANSFERS and op.is_peer_transfer:
                 self._validate_peer(at, ranks)
             ids.add(op.id)
 
@@ -246,8 +248,6 @@ class Trace:
     def _check_deps(at: tuple, before: set) -> None:
         """``deps`` name ops listed before the op (so that they can never form a cycle)."""
         deps = at[2].deps
-        if type(deps) is tuple and not deps:
-            return
         if not isinstance(deps, tuple) or not all_ints(deps):
             raise _op_error(at, "deps", f"deps must be a list of op ids, got {deps!r}")
         if before.issuperset(deps):
