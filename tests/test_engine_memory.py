@@ -92,3 +92,27 @@ def test_fenwick_built_in_one_pass_gives_every_prefix_sum():
             values[i] += delta
         assert [tree.prefix(i) for i in range(n + 1)] == \
             [sum(values[:i]) for i in range(n + 1)]
+
+
+def test_the_room_left_for_earlier_ops_is_their_plain_sum_in_any_start_order():
+    """``_fits``'s shortcut (no earlier-issued op left to request: nothing ahead) answers
+    as the plain sum of what the earlier-issued, unstarted ops will still request, over
+    random orders of starts (mostly in issue order, some ahead, some ops of 0 bytes)."""
+    import random
+    rng = random.Random(3)
+    for _ in range(30):
+        n = rng.randrange(1, 60)
+        sizes = [rng.choice([0, 0, rng.randrange(1, 1000)]) for _ in range(n)]
+        pool = MemoryPool(simpy.Environment(), 10 ** 9, 0, sizes)
+        left = list(sizes)
+        order = list(range(n))
+        for _ in range(n // 4):                  # some ops start ahead of their turn
+            i, j = rng.randrange(n), rng.randrange(n)
+            order[i], order[j] = order[j], order[i]
+        for position in order:
+            for probe in range(n + 1):
+                ahead = sum(left[:probe])
+                assert pool._fits(probe, 10 ** 9 - pool.in_use_bytes - ahead)
+                assert not pool._fits(probe, 10 ** 9 - pool.in_use_bytes - ahead + 1)
+            assert pool.request(sizes[position], position, f"op{position}") is None
+            left[position] = 0

@@ -70,6 +70,12 @@ class MemoryPool:
         self.wait_s = 0.0
         self._queue: list[tuple[int, int, str, float, simpy.Event]] = []
         self._unstarted = _Fenwick(pending_bytes) if capacity_bytes else None
+        # what each op will still request, and the first op that will: an op issued no
+        # later has no earlier-issued op to leave room for (most requests, ops mostly
+        # start in issue order), so no prefix sum is needed
+        self._left = list(pending_bytes) if capacity_bytes else None
+        self._first = 0
+        self._skip_taken()
 
     @property
     def waiting(self) -> int:
@@ -123,14 +129,27 @@ class MemoryPool:
 
     def _fits(self, position: int, nbytes: int) -> bool:
         """Room for ``nbytes`` now and for every earlier-issued op not started yet."""
-        ahead = self._unstarted.prefix(position)
+        ahead = self._unstarted.prefix(position) if position > self._first else 0
         return self.in_use_bytes + nbytes + ahead <= self.capacity_bytes
+
+    def _skip_taken(self) -> None:
+        """Move ``_first`` past the ops that will request nothing more (it only moves on:
+        an op requests once)."""
+        left, first = self._left, self._first
+        if left is None:
+            return
+        while first < len(left) and not left[first]:
+            first += 1
+        self._first = first
 
     def _take(self, delta: int, name: str, position: int | None = None) -> None:
         if not delta:
             return
         if position is not None and self._unstarted is not None:
             self._unstarted.add(position, -delta)
+            self._left[position] -= delta
+            if position == self._first:
+                self._skip_taken()
         self.in_use_bytes += delta
         self.timeline.append((self.env._now, self.in_use_bytes))
         if self.in_use_bytes > self.peak_bytes:
