@@ -87,6 +87,11 @@ class ActiveFlows:
         return int(np.count_nonzero(split))
 
     def _take(self, kept: list[int]) -> None:
+        if len(kept) == len(self.flows) - 1:        # most settles: one flow done
+            gone = next((i for i, k in enumerate(kept) if i != k), len(kept))
+            for column in (self.flows, self.keys, self.dones, self.left, self.enough):
+                del column[gone]
+            return
         self.flows = [self.flows[i] for i in kept]
         self.keys = [self.keys[i] for i in kept]
         self.dones = [self.dones[i] for i in kept]
