@@ -11,9 +11,9 @@ can have their ids: a key that matches is those very arrays, with no further che
 Flows in sets that share no link (a TP collective inside one server, a ring over the NICs of
 one rail, a send between two stages) are solved set by set, :func:`connected`: each set's
 rates are those of the solve of all flows to the last bit (:mod:`simulator.network.maxmin`),
-and each set is remembered by its own flows' keys, so a new mix of sets seen before (at
-16,384 GPUs the 3-D plan's 14,338 new sets are mixes of some 200 sets) solves nothing; the
-result is a :class:`Composite` of the sets' solutions.
+and each set is remembered by its own flows' keys, so a new mix of sets seen before solves
+nothing (at 16,384 GPUs the 3-D plan's 14,338 new mixes hold 53,371 sets, 201 of them
+solved); the result is a :class:`Composite` of the sets' solutions.
 
 The solve runs on the links the flows cross only (renumbered,
 :func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
@@ -65,7 +65,8 @@ class Composite:
     each set's own :class:`Solution` (``parts``, by the set's first flow), the rates in
     flow order, and the group load summed over the sets (where the solver sums them).
     ``rates``, ``links``, ``occupancy`` and ``wire`` as one :class:`Solution` has them are
-    built when asked for (the fabric reads ``rate_list`` and ``parts`` only)."""
+    built when asked for (the fabric reads ``rate_list``, ``fraction`` and ``parts``, and
+    ``rates`` where a rate is 0)."""
 
     __slots__ = ("parts", "rate_list", "group_load", "fraction", "_rates", "_merged")
 
