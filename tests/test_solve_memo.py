@@ -149,7 +149,7 @@ def test_a_mix_of_sets_is_each_set_solved_alone_and_remembered():
                 continue
             mixes += 1
             alone = [_tracked(cls(cap), groups).solve([flows[i] for i in index])[0]
-                     for index in _index_of_parts(a, flows)]
+                     for index in _index_of_parts(flows)]
             for part, single in zip(a.parts, alone):    # classes are each solver's own
                 assert part.rates.tobytes() == single.rates.tobytes()
                 if cls is Solver:
@@ -168,7 +168,7 @@ def _tracked(solver, groups):
     return solver
 
 
-def _index_of_parts(composite, flows):
+def _index_of_parts(flows):
     """The flow indices of each part: the sets connected by links, from the flows."""
     from simulator.network.solve import connected
     return connected([frozenset(f.links.tolist()) for f in flows])

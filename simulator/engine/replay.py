@@ -271,7 +271,9 @@ class _Replayer:
             else:
                 attrs = op.attrs
                 precision = attrs.get("precision", self.cfg.precision)
-                if "m" in attrs:    # m, n, k of a GEMM / attention kernel, for timers by shape
+                # m, n, k of a GEMM / attention kernel, for timers by shape; a timer of the
+                # seam without the ``shape`` parameter is asked without it
+                if "m" in attrs:
                     base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
                                                   precision,
                                                   shape=(attrs["m"], attrs["n"], attrs["k"]))

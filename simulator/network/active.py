@@ -52,9 +52,7 @@ class ActiveFlows:
         """Drop the flows that are done and return them, in order, as (flow, done event)
         (a split bundle's once its last instance is)."""
         left, enough = self.left, self.enough
-        done, kept = [], []
-        for i in range(len(left)):
-            (kept if left[i] > enough[i] else done).append(i)
+        done = [i for i in range(len(left)) if not left[i] > enough[i]]
         if not done:
             return []
         out = []
@@ -66,7 +64,7 @@ class ActiveFlows:
                 event.left -= 1
                 if event.left == 0:
                     out.append((event.flow, event.done))
-        self._take(kept)
+        self._drop(done)
         return out
 
     def split(self, split: np.ndarray) -> int:
@@ -86,14 +84,8 @@ class ActiveFlows:
         self.enough = [self.enough[i] for i in at]
         return int(np.count_nonzero(split))
 
-    def _take(self, kept: list[int]) -> None:
-        if len(kept) == len(self.flows) - 1:        # most settles: one flow done
-            gone = next((i for i, k in enumerate(kept) if i != k), len(kept))
-            for column in (self.flows, self.keys, self.dones, self.left, self.enough):
-                del column[gone]
-            return
-        self.flows = [self.flows[i] for i in kept]
-        self.keys = [self.keys[i] for i in kept]
-        self.dones = [self.dones[i] for i in kept]
-        self.left = [self.left[i] for i in kept]
-        self.enough = [self.enough[i] for i in kept]
+    def _drop(self, done: list[int]) -> None:
+        """Remove the flows at positions ``done`` (ascending), in place."""
+        for column in (self.flows, self.keys, self.dones, self.left, self.enough):
+            for i in reversed(done):
+                del column[i]

@@ -180,9 +180,10 @@ class FlowFabric(Fabric):
     or completion the fabric advances all flows, re-solves the rates once for that instant,
     and schedules a timer for the earliest completion (flows that share no link are solved
     set by set, and a set seen before is not solved again, :mod:`simulator.network.solve`).
-    Use when transfers overlap and contention matters (oversubscribed uplinks, concurrent collectives). The active flows'
-    bytes left are one array (:mod:`simulator.network.active`); the link counters' steps
-    are logged and added in order (:mod:`simulator.network.counters`).
+    Use when transfers overlap and contention matters (oversubscribed uplinks, concurrent
+    collectives). The active flows' bytes left are one array
+    (:mod:`simulator.network.active`); the link counters' steps are logged and added in
+    order (:mod:`simulator.network.counters`).
 
     With ``link_classes`` (the default) the solves and counters run on classes of links
     that no flow tells apart (:mod:`simulator.network.reduced`): the same rates, times and

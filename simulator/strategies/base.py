@@ -165,10 +165,7 @@ class OpList:
                 "phase": phase, "flops": float(cost.flops),
                 "bytes_accessed": float(cost.bytes_accessed), "op_class": cost.op_class},
                 _shape_attrs(cost))
-        n = len(self.ops)
-        self.ops.append(Op(n, deps=_dep_ids(deps), attrs={"micro_step": micro, **known[2]},
-                           **known[1]))
-        return n
+        return self.add(deps=deps, attrs={"micro_step": micro, **known[2]}, **known[1])
 
     def last_on(self, stream: str) -> int | None:
         for op in reversed(self.ops):

@@ -49,7 +49,6 @@ KINDS = ("compute", "collective", "send", "recv", "memcpy", "delay")
 _TRANSFERS = ("send", "recv")
 
 
-
 class TraceError(ConfigError, ValueError):
     """A Trace that breaks its contract: one line naming the rank class, the op and the
     field (``field``: ``classes[<class id>].ops[<position>].<field>``, or ``classes`` for
