@@ -50,10 +50,15 @@ def test_analytical_fidelity_ignores_other_flows():
     assert ends == pytest.approx([10.0, 5.0])
 
 
-def test_simultaneous_arrivals_are_solved_once():
+def test_simultaneous_arrivals_are_solved_once_per_connected_set():
+    # four flows on one link, arriving together: the first, on an idle link, is solved at
+    # once, alone; the three that join it are solved with it once, after the last of them
+    # has arrived; none after they all finish together
+    _, fabric = run("flow", [10.0], [flow(10, [0]) for _ in range(4)])
+    assert fabric.solves == 2
+    # four flows on four links: four sets, each solved alone
     _, fabric = run("flow", [10.0] * 4, [flow(10, [i]) for i in range(4)])
-    # one solve when all four start, none after they all finish together
-    assert fabric.solves == 1
+    assert fabric.solves == 4
 
 
 def test_unknown_fidelity_names_the_choices():
@@ -108,3 +113,30 @@ def test_a_flow_solved_alone_again_gives_the_same_rates_and_counters():
     assert fabric.link_bytes.tolist() == pytest.approx([200.0, 200.0, 400.0])
     assert len(fabric._solver._memo) == 1        # one set of flows, solved once
     assert not fabric._solver._memo.popitem()[1][1].occupancy.flags.writeable
+
+
+def test_a_set_is_not_touched_by_the_events_of_other_sets():
+    # Flow A alone on link 0; then the same A while 30 flows come and go on link 1. A's
+    # set shares no link with them: its end is the same float, and the time it ends at is
+    # its start + size / rate exactly (no bytes subtracted at the others' events); link
+    # 0's counters are the same floats too.
+    rng = np.random.default_rng(5)
+    others = [flow(float(rng.uniform(1, 9)), [1]) for _ in range(30)]
+    starts = [0.1] + sorted(rng.uniform(0, 4, 30).tolist())
+    alone, f1 = run("flow", [3.0, 7.0], [flow(10.0, [0])], starts=[0.1])
+    crowded, f2 = run("flow", [3.0, 7.0], [flow(10.0, [0])] + others, starts=starts)
+    assert alone[0] == crowded[0] == 0.1 + 10.0 / 3.0
+    assert f1.link_occupancy_bytes[0] == f2.link_occupancy_bytes[0]
+    assert f2.link_bytes[1] == pytest.approx(sum(o.size_bytes for o in others))
+
+
+def test_a_rate_change_subtracts_the_bytes_of_the_stretch_before():
+    # A (100 B) alone at 10 B/s from 0; B (20 B) arrives at 5/3 s: 5 B/s each. A has
+    # 100 - 10 * 5/3 B left at 5/3 s; B ends at 5/3 + 20/5; A then has
+    # left - 5 * (20/5) B at 10 B/s again. Every instant is that arithmetic, in that order.
+    t1 = 5 / 3
+    ends, _ = run("flow", [10.0], [flow(100, [0]), flow(20, [0])], starts=[0, t1])
+    left = 100.0 - 10.0 * (t1 - 0)
+    b_end = t1 + 20.0 / 5.0
+    left -= 5.0 * (b_end - t1)
+    assert ends == [b_end + left / 10.0, b_end]

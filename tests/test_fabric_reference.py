@@ -1,19 +1,23 @@
-"""The flow fabric's bookkeeping (arrays of bytes left, arrivals batched per update, counter
-steps logged and added by np.add.at, remembered solves by shape) against the plain loop
-it replaced: one list entry per active flow, counters added at every step, every solve on
-every link. Random transfers, with bundles that split, rate caps and wire bytes: the same
-end times, link counters and utilisation samples (to a few ulps on link classes)."""
+"""The flow fabric's bookkeeping (connected sets solved, timed and counted on their own,
+arrivals of an instant solved together, counter stretches logged and added by np.add.at,
+held loads in two forms, remembered solves by shape) against a plain loop: one list entry
+per active flow, every flow solved at every event on every link, one timer for the
+earliest end, dense per-link counters. Both follow one model: a flow's bytes left and a
+link's counters change only where its rate or load changes. Random transfers, with bundles
+that split, rate caps and wire bytes: the same end times and link counters to the last
+bit, the utilisation samples at the same instants (to a few ulps: the fabric sums them per
+set)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from heapq import heappush
 
 import numpy as np
 import pytest
 import simpy
 
-from simulator.network.active import DONE_FRACTION
 from simulator.network.bundle import Join, bundle_flows, instances
 from simulator.network.fabric import Fabric, Flow, FlowFabric
 from simulator.network.solve import Solver
@@ -22,48 +26,38 @@ SAMPLE_RTOL = 1e-12
 
 
 class ListFabric(Fabric):
-    """The flow fabric as a plain loop over ``[flow, bytes left, done]`` entries."""
+    """The flow fabric as a plain loop over ``[flow, left, since, rate, end, done]``."""
 
     name = "flow"
 
     def __init__(self, env, capacity):
         self._solver = Solver(np.asarray(capacity, float))
         super().__init__(env, capacity)
-        self._active, self._now, self._last_s = [], self._solver.idle, 0.0
-        self._pending, self._generation, self._groups = False, 0, None
-        self.occupancy = np.zeros(len(capacity))
-        self.wire = np.zeros(len(capacity))
+        self._active, self._pending, self._timer, self._groups = [], False, None, None
+        n = len(capacity)
+        self.occupancy, self.wire = np.zeros(n), np.zeros(n)
+        self._load, self._load_wire, self._since = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._group_load = None
 
     def track(self, group_of_link, n_groups):
         self._groups = np.asarray(group_of_link, np.int64)
         self._group_capacity = np.bincount(self._groups, weights=self.capacity,
                                            minlength=n_groups)
-        self._solver.track(self._groups, n_groups)
-        self._now = self._solver.idle
+        self._group_load = np.zeros(n_groups)
 
     def _move(self, flow, done):
-        self._advance()
-        self._active.append([flow, float(flow.size_bytes), done])
+        self._active.append([flow, float(flow.size_bytes), self.env.now, None, math.inf, done])
         if not self._pending:
             self._pending = True
             self.env.timeout(0).callbacks.append(self._update)
 
-    def _advance(self):
-        dt = self.env.now - self._last_s
-        if dt > 0 and self._active:
-            for entry, rate in zip(self._active, self._now.rates):
-                entry[1] -= rate * dt
-            self.occupancy[self._now.links] += self._now.occupancy * dt
-            self.wire[self._now.links] += self._now.wire * dt
-        self._last_s = self.env.now
-
     def _update(self, _event=None):
         self._pending = False
-        self._advance()
+        now = self.env.now
         still = []
         for entry in self._active:
-            flow, left, done = entry
-            if left > DONE_FRACTION * flow.size_bytes:
+            flow, _, _, _, end, done = entry
+            if end > now:
                 still.append(entry)
             elif not isinstance(done, Join):
                 self._finish(flow, done)
@@ -72,9 +66,8 @@ class ListFabric(Fabric):
                 if done.left == 0:
                     self._finish(done.flow, done.done)
         self._active = still
-        self._now = self._solver.idle
+        load, load_wire = np.zeros(len(self.capacity)), np.zeros(len(self.capacity))
         if self._active:
-            self.solves += 1
             while True:
                 solution, split = self._solver.solve([e[0] for e in self._active])
                 if solution is not None:
@@ -84,23 +77,42 @@ class ListFabric(Fabric):
                     if cut:
                         self.splits += 1
                         parts = instances(entry[0])
-                        join = Join(entry[0], entry[2], len(parts))
-                        active.extend([p, entry[1], join] for p in parts)
+                        join = Join(entry[0], entry[5], len(parts))
+                        active.extend([p, *entry[1:5], join] for p in parts)
                     else:
                         active.append(entry)
                 self._active = active
-            self._now = solution
+            for entry, rate in zip(self._active, solution.rates.tolist()):
+                if rate != entry[3]:        # a new stretch where the rate changes
+                    if entry[3] is not None:
+                        entry[1] -= entry[3] * (now - entry[2])
+                    entry[2], entry[3] = now, rate
+                    entry[4] = now + entry[1] / rate if rate > 0 else math.inf
+            load[solution.links] = solution.occupancy
+            load_wire[solution.links] = solution.wire
+        changed = (load != self._load) | (load_wire != self._load_wire)
+        self.occupancy[changed] += self._load[changed] * (now - self._since[changed])
+        self.wire[changed] += self._load_wire[changed] * (now - self._since[changed])
+        self._load[changed], self._load_wire[changed] = load[changed], load_wire[changed]
+        self._since[changed] = now
         if self._groups is not None:
-            self.samples.append((self.env.now, self._now.group_load /
-                                 np.maximum(self._group_capacity, 1e-300)))
-        if not self._active:
-            return
-        dt = float(np.min(np.array([e[1] for e in self._active]) / self._now.rates))
-        dt = max(dt, 4 * np.spacing(max(self.env.now, 1.0)))
-        self._generation += 1
-        generation = self._generation
-        self.env.timeout(dt).callbacks.append(
-            lambda _e: self._update() if generation == self._generation else None)
+            fraction = np.bincount(self._groups, weights=load, minlength=len(
+                self._group_capacity)) / np.maximum(self._group_capacity, 1e-300)
+            if self.samples and self.samples[-1][0] == now:
+                self.samples[-1] = (now, fraction)
+            else:
+                self.samples.append((now, fraction))
+        if self._active:
+            end = min(e[4] for e in self._active)
+            self._timer = self.env.event()
+            self._timer._ok, self._timer._value = True, None
+            self._timer.callbacks.append(self._fire)
+            # at the end itself (now + (end - now) may round to another instant)
+            heappush(self.env._queue, (max(end, now), 1, next(self.env._eid), self._timer))
+
+    def _fire(self, event):
+        if event is self._timer:
+            self._update()
 
 
 def _workload(rng, n_links: int) -> list[tuple[float, Flow]]:
@@ -151,16 +163,9 @@ def test_the_fabric_is_the_plain_loop_bit_for_bit(seed):
         assert ends == ref_ends
         assert fabric.link_occupancy_bytes.tobytes() == ref.occupancy.tobytes()
         assert fabric.link_bytes.tobytes() == ref.wire.tobytes()
-        assert (fabric.solves, fabric.splits) == (ref.solves, ref.splits)
+        # (bundles split: not compared; the fabric solves a bundle that arrives on idle
+        # links at once, alone, and may split one the plain loop solves with others and
+        # never splits; the instances then have the same rates, so the same ends)
         assert [t for t, _ in fabric.samples] == [t for t, _ in ref.samples]
         for (_, got), (_, want) in zip(fabric.samples, ref.samples):
-            if classes:
-                np.testing.assert_allclose(got, want, rtol=SAMPLE_RTOL, atol=0)
-            else:
-                assert got.tobytes() == want.tobytes()
-
-
-def test_the_ulp_floor_is_numpys_spacing():
-    # _schedule_next compares with math.ulp and steps by np.spacing: equal for x >= 1
-    xs = np.concatenate([[1.0, 2.0, 3.0, 1e300], np.random.default_rng(0).uniform(1, 1e6, 200)])
-    assert all(math.ulp(float(x)) == np.spacing(x) for x in xs)
+            np.testing.assert_allclose(got, want, rtol=SAMPLE_RTOL, atol=0)

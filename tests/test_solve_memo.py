@@ -99,24 +99,62 @@ def test_tokens_number_contents_and_never_reuse_a_number():
     assert r1.links.tolist() != r2.links.tolist() and r1.token == r2.token
 
 
-def test_counters_added_in_batches_are_the_step_by_step_sums():
+def _random_solution(rng, n, zero_some=False):
+    links = np.sort(rng.choice(n, size=int(rng.integers(1, n)), replace=False))
+    occupancy = rng.uniform(0, 1e9, len(links))
+    wire = rng.uniform(0, 1e9, len(links))
+    if zero_some:       # some slots keep their load: no stretch ends there
+        occupancy[::3] = 1.0
+        wire[::3] = 2.0
+    return Solution(np.zeros(0), links, occupancy, wire)
+
+
+def test_counters_add_a_stretch_only_where_a_load_changes():
+    # The plain model: per slot, a held load and its start; at each change, a slot whose
+    # load differs adds load * (now - start) and starts anew. Counters logs the stretches
+    # (flushed mid-way too) and must give the same floats.
     rng = np.random.default_rng(3)
     n = 12
-    step = [np.zeros(n), np.zeros(n)]
+    load, load_wire, since = np.zeros(n), np.zeros(n), np.zeros(n)
+    plain = [np.zeros(n), np.zeros(n)]
     counters = Counters(n)
-    counters.LOG = 7                # flush mid-way too
-    for i in range(50):
-        links = np.sort(rng.choice(n, size=int(rng.integers(1, n)), replace=False))
-        sol = Solution(np.zeros(0), links, rng.uniform(0, 1e9, len(links)),
-                       rng.uniform(0, 1e9, len(links)))
-        dt = float(rng.uniform(1e-7, 3.0))
-        step[0][links] += sol.occupancy * dt
-        step[1][links] += sol.wire * dt
-        counters.add(sol, dt)
+    counters.LOG = 7
+    now, held = 0.0, []
+    for i in range(60):
+        now += float(rng.uniform(1e-7, 3.0))
+        new = [] if i % 9 == 8 else [_random_solution(rng, n, zero_some=True)]
+        target, target_wire = np.zeros(n), np.zeros(n)
+        for sol in new:
+            target[sol.links], target_wire[sol.links] = sol.occupancy, sol.wire
+        moved = (target != load) | (target_wire != load_wire)
+        plain[0][moved] += load[moved] * (now - since[moved])
+        plain[1][moved] += load_wire[moved] * (now - since[moved])
+        load[moved], load_wire[moved], since[moved] = target[moved], target_wire[moved], now
+        counters.change(held, new, now)
+        held = new
         if i == 20:                 # a read in the middle adds what is logged
-            assert counters.occupancy.tobytes() == step[0].tobytes()
-    assert counters.occupancy.tobytes() == step[0].tobytes()
-    assert counters.wire.tobytes() == step[1].tobytes()
+            assert counters.occupancy.tobytes() == plain[0].tobytes()
+    assert counters.occupancy.tobytes() == plain[0].tobytes()
+    assert counters.wire.tobytes() == plain[1].tobytes()
+    assert counters.load.tobytes() == load.tobytes()
+
+
+def test_a_closed_stretch_is_the_stretch_held_per_slot():
+    # A set that appeared on idle slots and vanished whole (``close``: no per-slot work)
+    # adds what writing its loads per slot and changing them to nothing adds.
+    rng = np.random.default_rng(4)
+    n = 10
+    a, b = Counters(n), Counters(n)
+    now = 0.0
+    for _ in range(30):
+        sol = _random_solution(rng, n)
+        start, now = now, now + float(rng.uniform(1e-6, 2.0))
+        a.close(sol, start, now)
+        b.hold(sol, start)
+        b.change([sol], [], now)
+    assert a.occupancy.tobytes() == b.occupancy.tobytes()
+    assert a.wire.tobytes() == b.wire.tobytes()
+    assert not b.load.any() and not b.load_wire.any()      # nothing held after
 
 
 def test_connected_sets_by_shared_links_in_index_order():

@@ -1,14 +1,21 @@
-"""The flow fabric's active flows, in arrival order, with the bytes each has left.
+"""The flow fabric's active flows, in connected sets, each flow with its bytes and rate.
+
+Flows that share no slot (link, or link class) do not affect each other's rates
+(:mod:`simulator.network.maxmin`), so the fabric keeps them in *connected sets*: flows that
+cross a slot in common, directly or through others of the set. A set is solved, timed and
+counted on its own; an event of one set leaves every other set as it was.
 
 Per flow: the flow, its solve key (:func:`~simulator.network.solve.flow_key`), its done
-event (a :class:`~simulator.network.bundle.Join` for an instance of a split bundle), the
-bytes it has left and the bytes below which it is done (:data:`DONE_FRACTION` of its
-size). A fabric has a few flows active at a time (one to five in a 3-D plan's step), so
-they are Python lists: a loop over them is faster than NumPy's call on arrays that small,
-and takes the same products and differences, element by element. A flow that arrives
-joins the end of the lists, and is advanced only once a solve has given it a rate
-(:meth:`ActiveFlows.advance` takes the rates of the flows of the last solve, the first
-ones); a solve at that instant follows its arrival, so no time passes for it before.
+event (a :class:`~simulator.network.bundle.Join` for an instance of a split bundle), its
+order of arrival (``seq``), the slots it loads and the version of the slots they were
+found at (``stamp``: link classes split), and its progress as one stretch: the bytes
+it had ``left`` at the instant ``since`` its rate last changed, that ``rate``, and the
+instant it will be done at that rate (``end``). The bytes moved are subtracted only where
+the rate changes, ``left - rate * (now - since)``, so a flow's numbers do not depend on how
+often the fabric looks at it (a bundle and each of its instances, a set that merges with
+another and one that does not: the same stretches, the same floats). A flow is done once
+``end`` has come. A set has a few flows (one to five in a 3-D plan's step), so they are
+Python lists: a loop over them is faster than NumPy's calls on arrays that small.
 """
 
 from __future__ import annotations
@@ -18,74 +25,124 @@ import numpy as np
 from .bundle import Join, instances
 from .solve import flow_key
 
-# A flow is complete when what is left is below this fraction of its size.
-DONE_FRACTION = 1e-9
+_COLUMNS = ("flows", "keys", "dones", "seqs", "slots", "stamp", "left", "since", "rate",
+            "end")
 
 
-class ActiveFlows:
-    """The active flows (``flows``, ``keys``, ``dones``, ``left``, ``enough``: lists)."""
+class FlowSet:
+    """One connected set of active flows (per flow: the lists of :data:`_COLUMNS`, in order
+    of arrival); ``segments``: its loads on the slots, for the counters, as
+    (solution, since) pairs, ``since`` None where they are written per slot
+    (:class:`~simulator.network.counters.Counters`); ``generation`` counts its changes."""
 
-    def __init__(self):
-        self.flows: list = []
-        self.keys: list[tuple] = []
-        self.dones: list = []
-        self.left: list[float] = []
-        self.enough: list[float] = []
+    __slots__ = ("id", "segments", "generation", *_COLUMNS)
+
+    def __init__(self, set_id: int):
+        self.id = set_id
+        self.flows, self.keys, self.dones, self.seqs = [], [], [], []
+        self.slots, self.stamp = [], []
+        self.left, self.since, self.rate, self.end = [], [], [], []
+        self.segments: list = []
+        self.generation = 0
 
     def __len__(self) -> int:
         return len(self.flows)
 
-    def add(self, flow, done) -> None:
+    def add(self, flow, key: tuple, done, seq: tuple, slots, stamp: int, now: float) -> None:
+        """A flow that arrives at ``now`` (no rate yet: the next solve gives it one)."""
         self.flows.append(flow)
-        self.keys.append(flow_key(flow))
+        self.keys.append(key)
         self.dones.append(done)
+        self.seqs.append(seq)
+        self.slots.append(slots)
+        self.stamp.append(stamp)
         self.left.append(float(flow.size_bytes))
-        self.enough.append(DONE_FRACTION * flow.size_bytes)
+        self.since.append(now)
+        self.rate.append(None)
+        self.end.append(float("inf"))
 
-    def advance(self, rates: list[float], dt: float) -> None:
-        """``dt`` seconds at ``rates`` (one per flow of the last solve: the first ones)."""
-        left = self.left
-        for i, rate in enumerate(rates):
-            left[i] -= rate * dt
+    def absorb(self, other: "FlowSet") -> None:
+        """Take ``other``'s flows and segments; the flows stay in order of arrival."""
+        order = sorted(range(len(self) + len(other)),
+                       key=(self.seqs + other.seqs).__getitem__)
+        for name in _COLUMNS:
+            both = getattr(self, name) + getattr(other, name)
+            setattr(self, name, [both[i] for i in order])
+        self.segments += other.segments
 
-    def settle(self) -> list[tuple]:
-        """Drop the flows that are done and return them, in order, as (flow, done event)
-        (a split bundle's once its last instance is)."""
-        left, enough = self.left, self.enough
-        done = [i for i in range(len(left)) if not left[i] > enough[i]]
-        if not done:
-            return []
-        out = []
-        for i in done:
-            event = self.dones[i]
-            if not isinstance(event, Join):
-                out.append((self.flows[i], event))
+    def part(self, index: list[int], set_id: int) -> "FlowSet":
+        """A new set of the flows at ``index`` (their state as it is)."""
+        out = FlowSet(set_id)
+        for name in _COLUMNS:
+            column = getattr(self, name)
+            setattr(out, name, [column[i] for i in index])
+        return out
+
+    def apply(self, rates: list[float], now: float) -> float:
+        """The rates of a solve at ``now`` (one per flow, in order): a flow whose rate
+        changes ends its stretch; the earliest ``end`` of the set."""
+        left, since, rate, end = self.left, self.since, self.rate, self.end
+        for i, r in enumerate(rates):
+            old = rate[i]
+            if r != old:
+                if old is not None:
+                    left[i] -= old * (now - since[i])
+                since[i], rate[i] = now, r
+                try:
+                    end[i] = now + left[i] / r
+                except ZeroDivisionError:       # no rate: never, until it has one
+                    end[i] = float("inf")
+        return min(end)
+
+    def settle(self, now: float) -> tuple[list[tuple], list[int]]:
+        """Drop the flows whose ``end`` has come: ((seq, flow, done) of those that finish,
+        a split bundle once its last instance does; the positions dropped, in order)."""
+        end = self.end
+        gone = [i for i in range(len(end)) if end[i] <= now]
+        if not gone:
+            return [], gone
+        finished = []
+        for i in gone:
+            done = self.dones[i]
+            if not isinstance(done, Join):
+                finished.append((self.seqs[i], self.flows[i], done))
             else:
-                event.left -= 1
-                if event.left == 0:
-                    out.append((event.flow, event.done))
-        self._drop(done)
+                done.left -= 1
+                if done.left == 0:
+                    finished.append((self.seqs[i], done.flow, done.done))
+        return finished, gone
+
+    def drop(self, gone: list[int]) -> list[tuple]:
+        """Remove the flows at positions ``gone`` (ascending): (flow, key, slots, stamp)
+        of each."""
+        out = [(self.flows[i], self.keys[i], self.slots[i], self.stamp[i]) for i in gone]
+        if len(gone) == len(self.flows):
+            for name in _COLUMNS:
+                setattr(self, name, [])
+            return out
+        for name in _COLUMNS:
+            column = getattr(self, name)
+            for i in reversed(gone):
+                del column[i]
         return out
 
     def split(self, split: np.ndarray) -> int:
-        """Replace each bundle marked in ``split`` by its instances, each with the bytes
-        the bundle had left, reporting to one Join; the number of bundles split."""
-        at: list[int] = []          # per new position, the old one it takes its bytes from
-        flows, dones = [], []
+        """Replace each bundle marked in ``split`` by its instances, each with the bundle's
+        stretch, reporting to one Join (their slots not known: stamp -1); the number of
+        bundles split."""
+        columns = {name: [] for name in _COLUMNS}
         for i, cut in enumerate(split.tolist()):
-            parts = instances(self.flows[i]) if cut else [self.flows[i]]
-            at.extend([i] * len(parts))
-            flows.extend(parts)
-            dones.extend([Join(self.flows[i], self.dones[i], len(parts)) if cut
-                          else self.dones[i]] * len(parts))
-        self.flows, self.dones = flows, dones
-        self.keys = [flow_key(f) for f in flows]
-        self.left = [self.left[i] for i in at]
-        self.enough = [self.enough[i] for i in at]
+            flow = self.flows[i]
+            parts = instances(flow) if cut else [flow]
+            done = Join(flow, self.dones[i], len(parts)) if cut else self.dones[i]
+            for k, part in enumerate(parts):
+                key = flow_key(part) if cut else self.keys[i]
+                seq = (*self.seqs[i], k) if cut else self.seqs[i]
+                slots, stamp = (None, -1) if cut else (self.slots[i], self.stamp[i])
+                row = (part, key, done, seq, slots, stamp, self.left[i], self.since[i],
+                       self.rate[i], self.end[i])
+                for name, value in zip(_COLUMNS, row):
+                    columns[name].append(value)
+        for name, column in columns.items():
+            setattr(self, name, column)
         return int(np.count_nonzero(split))
-
-    def _drop(self, done: list[int]) -> None:
-        """Remove the flows at positions ``done`` (ascending), in place."""
-        for column in (self.flows, self.keys, self.dones, self.left, self.enough):
-            for i in reversed(done):
-                del column[i]

@@ -71,6 +71,10 @@ class LinkClasses:
         self.group = np.zeros(n, np.int64)
         self.changed = np.zeros(n, np.int64)     # version at which the class last changed
         self.counters = Counters(n)
+        # told, before a split copies each class's arrays, which classes (src) give links
+        # to which new ones: the flow fabric writes the loads it holds there, and moves
+        # its owners along
+        self.before_split = None
         self.version = 0
         self._seen: dict = {}
         self._tokens: dict = {}      # Restricted.token of each content seen
@@ -112,6 +116,15 @@ class LinkClasses:
                 entry[2] = self.version
             out.append(entry[1])
         return out
+
+    def footprint(self, flow, key: tuple) -> frozenset:
+        """The classes ``flow`` crosses now (``key``: its
+        :func:`~simulator.network.solve.flow_key`), from its restriction where that is
+        current."""
+        entry = self._seen.get(key[1:])
+        if entry is not None and entry[2] == self.version:
+            return entry[1].footprint
+        return self.restricted([flow], (key,))[0].footprint
 
     def refine(self, flow) -> None:
         """Tell apart the links of each class by ``flow``'s ordered entries on them."""
@@ -158,7 +171,9 @@ class LinkClasses:
         new = self.n + np.arange(len(moved))
         src = lab_old[moved]
         version = self.version + 1
-        for a in (self.capacity, self.group, self.counters.occupancy, self.counters.wire):
+        if self.before_split is not None:
+            self.before_split(src, new)
+        for a in (self.capacity, self.group, *self.counters.arrays()):
             a[new] = a[src]
         np.subtract.at(self.count, src, size[moved])
         self.count[new] = size[moved]

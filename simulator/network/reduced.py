@@ -28,15 +28,16 @@ class ClassSolver(Solver):
     """Max-min solves on link classes; counters per class (``per_link`` expands them).
 
     A solution here is a few numbers per class, not per link, so many more are remembered
-    (an iteration of a 3-D plan meets some 14,000 distinct mixes of flows, made of some 200
-    connected sets, :func:`~simulator.network.solve.connected`). A connected set not seen
+    (an iteration of a 3-D plan at 16,384 GPUs meets some 200 distinct connected sets of
+    flows, :mod:`simulator.network.active`). A connected set not seen
     before is often one seen on other classes (the same transfers of another stage or
     server): the solve on local classes is remembered by what it is made of (each flow's
     content, :attr:`~simulator.network.orbits.Restricted.token`; which entries share a
     class; the rate caps), and only the classes and group loads are its own (at 16,384
     GPUs the 3-D plan's 342 solves of one set are 32 such shapes). Two flows share a class
     only where they share its every link (the partition's invariant), so the sets connected
-    by classes are the sets connected by links."""
+    by classes are the sets connected by links: the fabric keeps its sets by the classes
+    each flow crosses (:meth:`slots`)."""
 
     REMEMBERED = 16384
 
@@ -48,6 +49,12 @@ class ClassSolver(Solver):
 
     def per_link(self, counter: np.ndarray) -> np.ndarray:
         return self.classes.per_link(counter)
+
+    def slots(self, flow, key: tuple) -> frozenset:
+        return self.classes.footprint(flow, key)
+
+    def on_split(self, callback) -> None:
+        self.classes.before_split = callback
 
     def track(self, group_of_link: np.ndarray, n_groups: int,
               scale: np.ndarray | None = None) -> None:

@@ -1,19 +1,21 @@
 """The flow fabric's re-solve, remembered: the rates and link loads of a set of flows.
 
-Every arrival or completion re-solves the max-min rates of the active flows. One iteration
-of a training step repeats the same few sets many times (each micro-batch's collectives and
+Every arrival or completion re-solves the max-min rates of a connected set of active flows
+(the fabric keeps them so, :mod:`simulator.network.active`). One iteration of a training
+step repeats the same few sets many times (each micro-batch's collectives and
 sends, one after another; a cached plan's flow recurs with the very same arrays), so a
 solve is remembered by the identity of its flows' arrays (links, coefficients, wire bytes,
 instances) and rate caps (:func:`flow_key`), for the last :data:`Solver.REMEMBERED` sets
 seen. A remembered solve holds its flows' arrays, so while it is remembered no other array
 can have their ids: a key that matches is those very arrays, with no further check.
 
-Flows in sets that share no link (a TP collective inside one server, a ring over the NICs of
-one rail, a send between two stages) are solved set by set, :func:`connected`: each set's
-rates are those of the solve of all flows to the last bit (:mod:`simulator.network.maxmin`),
-and each set is remembered by its own flows' keys, so a new mix of sets seen before solves
-nothing (at 16,384 GPUs the 3-D plan's 14,338 new mixes hold 53,371 sets, 201 of them
-solved); the result is a :class:`Composite` of the sets' solutions.
+A mix of flows in sets that share no link (a TP collective inside one server, a ring over
+the NICs of one rail, a send between two stages: all active flows at once, as the plain-loop
+reference in the tests solves them, or a set that a bundle's split leaves unconnected) is
+solved set by set, :func:`connected`: each set's rates are those of the solve of all flows
+to the last bit (:mod:`simulator.network.maxmin`), and each set is remembered by its own
+flows' keys, so a new mix of sets seen before solves nothing; the result is a
+:class:`Composite` of the sets' solutions.
 
 The solve runs on the links the flows cross only (renumbered,
 :func:`~simulator.network.maxmin.on_used_links`), and loads are kept sparse: those links
@@ -162,6 +164,7 @@ class Solver:
         self._scale: np.ndarray | None = None
         self._memo: dict = {}
         self._sets: dict = {}        # the solves of connected sets, by their flows' keys
+        self._slots: dict = {}       # slots() by links array
         self._checked = False
         empty = np.zeros(0)
         self.idle = Solution(empty, np.zeros(0, np.int64), empty, empty, None)
@@ -170,6 +173,20 @@ class Solver:
     def per_link(self, counter: np.ndarray) -> np.ndarray:
         """A counter (``counters.occupancy``, ``counters.wire``) per link of the fabric."""
         return counter
+
+    def slots(self, flow, key: tuple) -> frozenset:
+        """The slots ``flow`` loads (here its links; ``key``: its :func:`flow_key`),
+        remembered by its links array for the last few flows."""
+        hit = self._slots.get(key[1])
+        if hit is None:
+            if len(self._slots) >= self.REMEMBERED:
+                self._slots.pop(next(iter(self._slots)))
+            hit = self._slots[key[1]] = (flow.links, frozenset(flow.links.tolist()))
+        return hit[1]
+
+    def on_split(self, callback) -> None:
+        """Call ``callback(src, new)`` before slots ``src`` give links to slots ``new``
+        (links never split: never called here)."""
 
     def track(self, group_of_link: np.ndarray, n_groups: int,
               scale: np.ndarray | None = None) -> None:
