@@ -459,12 +459,7 @@ class FlowFabric(Fabric):
     SUMS = 4096         # sample sums remembered (by the solutions they add)
 
     def _sample(self) -> None:
-        sets = self._sets
-        if len(sets) == 1:
-            for s in sets.values():
-                solutions = [solution for solution, _ in s.segments]
-        else:
-            solutions = [solution for s in sets.values() for solution, _ in s.segments]
+        solutions = [solution for s in self._sets.values() for solution, _ in s.segments]
         if not solutions:
             fraction = self._solver.idle.fraction
         elif len(solutions) == 1:

@@ -40,9 +40,11 @@ from simulator.validation.captured.calibration import load_description, wire_fac
 BRIDGE = "bridge"
 MEMORY_BYTES_PER_S = 1e12          # rank <-> its veth: never the bottleneck
 PROXY = {"broadcast": "all_reduce", "reduce": "all_reduce"}
-# Payloads that take less than this alone are not put on the fabric: a flow of a few bytes
-# can leave a residue the flow fabric never finishes (its next event falls within one ulp of
-# the clock: FlowFabric._schedule_next), and their sharing of the link is immaterial.
+# Payloads that take less than this alone are not put on the fabric: their sharing of the
+# link is immaterial, and a flow of a few bytes only adds the fabric's events. (The fold was
+# first made for a residue the flow fabric of then could leave within one ulp of the clock;
+# flows now end at their end exactly, and the fold stays, so the captured comparisons do not
+# move.)
 FOLD_S = 10e-6
 
 
