@@ -68,7 +68,7 @@ class FlowSet:
         for name in _COLUMNS:
             both = getattr(self, name) + getattr(other, name)
             setattr(self, name, [both[i] for i in order])
-        self.segments += other.segments
+        self.segments = self.segments + other.segments     # (a new list: lists are shared)
 
     def part(self, index: list[int], set_id: int) -> "FlowSet":
         """A new set of the flows at ``index`` (their state as it is)."""
