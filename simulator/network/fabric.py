@@ -217,7 +217,7 @@ class FlowFabric(Fabric):
         self._armed_at = float("inf")
         self._groups: np.ndarray | None = None
         self._sample_at: float | None = None        # an instant whose sample is due
-        self._sums: dict = {}                       # sample fractions by solutions
+        self._mixes: list = []      # (instant, solutions then active): samples to be
 
     def _init_counters(self) -> None:
         """The counters live in the solver (per link, or per link class)."""
@@ -234,6 +234,9 @@ class FlowFabric(Fabric):
     def samples(self) -> list:
         if self._sample_at is not None:
             self._sample()
+        if self._mixes:
+            self._samples.extend(self._fractions(self._mixes))
+            self._mixes = []
         return self._samples
 
     @samples.setter
@@ -242,8 +245,9 @@ class FlowFabric(Fabric):
 
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Record, at each instant where some set changes, the load of each link group as
-        a fraction of the group's capacity (``samples``: list of (time_s, fractions); one
-        read-only array per solution where one set is active)."""
+        a fraction of the group's capacity (``samples``: list of (time_s, fractions), the
+        fractions read-only rows of one array; the solutions of each instant are noted as
+        it passes and summed when ``samples`` is read)."""
         self._groups = np.asarray(group_of_link, dtype=np.int64)
         capacity = np.bincount(self._groups, weights=self.capacity, minlength=n_groups)
         self._scale = np.maximum(capacity, 1e-300)
@@ -456,31 +460,39 @@ class FlowFabric(Fabric):
             self._sample()
         self._sample_at = now
 
-    SUMS = 4096         # sample sums remembered (by the solutions they add)
-
     def _sample(self) -> None:
-        solutions = [solution for s in self._sets.values() for solution, _ in s.segments]
-        if not solutions:
-            fraction = self._solver.idle.fraction
-        elif len(solutions) == 1:
-            fraction = solutions[0].fraction
-        else:
-            # the same mix recurs (each micro-batch's); the entry holds the solutions, so
-            # their ids are theirs while it is kept
-            key = tuple(map(id, solutions))
-            hit = self._sums.get(key)
-            if hit is None:
-                load = solutions[0].group_load + solutions[1].group_load
-                for solution in solutions[2:]:
-                    load += solution.group_load
-                fraction = load / self._scale
-                fraction.setflags(write=False)
-                if len(self._sums) >= self.SUMS:
-                    self._sums.pop(next(iter(self._sums)))
-                hit = self._sums[key] = (solutions, fraction)
-            fraction = hit[1]
-        self._samples.append((self._sample_at, fraction))
+        """Note the solutions active at the instant due (summed when read)."""
+        self._mixes.append((self._sample_at, [solution for s in self._sets.values()
+                                              for solution, _ in s.segments]))
         self._sample_at = None
+
+    def _fractions(self, mixes: list) -> list:
+        """(instant, load per link group over its capacity) of each mix: its solutions'
+        group loads added in order, as one addition after another would, for all mixes at
+        once (a mix of fewer solutions adds zeros, which change no float)."""
+        rows = {}                   # id of a solution -> its row (0: no load)
+        loads = [np.zeros(len(self._scale))]
+        table = []
+        for _, solutions in mixes:
+            line = []
+            for solution in solutions:
+                row = rows.get(id(solution))
+                if row is None:
+                    row = rows[id(solution)] = len(loads)
+                    loads.append(solution.group_load)
+                line.append(row)
+            table.append(line)
+        width = max(1, max(map(len, table)))
+        index = np.zeros((len(table), width), np.int64)
+        for i, line in enumerate(table):
+            index[i, :len(line)] = line
+        stacked = np.array(loads)
+        load = stacked[index[:, 0]]
+        for k in range(1, width):
+            load += stacked[index[:, k]]
+        fraction = load / self._scale
+        fraction.setflags(write=False)
+        return [(t, row) for (t, _), row in zip(mixes, fraction)]
 
 
 _FABRIC_CLASSES: dict[str, type[Fabric]] = {"analytical": AnalyticalFabric, "flow": FlowFabric}
