@@ -140,3 +140,27 @@ def test_a_rate_change_subtracts_the_bytes_of_the_stretch_before():
     b_end = t1 + 20.0 / 5.0
     left -= 5.0 * (b_end - t1)
     assert ends == [b_end + left / 10.0, b_end]
+
+
+def test_samples_summed_when_read_are_the_sums_one_at_a_time():
+    # Each instant's mix of solutions, summed for all instants at once (padded with a row
+    # of zeros), must be the same floats as adding the mix's group loads one after another
+    # and dividing by the groups' capacity.
+    import simpy
+    from simulator.network.fabric import FlowFabric
+    from simulator.network.solve import Solution
+    rng = np.random.default_rng(7)
+    fabric = FlowFabric(simpy.Environment(), rng.uniform(1, 9, 6))
+    fabric.track(np.array([0, 0, 1, 2, 2, 3]), 4)
+    pool = [Solution(np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0),
+                     rng.uniform(0, 1e9, 4) * (rng.random(4) < 0.7)) for _ in range(6)]
+    mixes = [(float(t), [pool[i] for i in rng.integers(0, 6, int(rng.integers(0, 5)))])
+             for t in range(40)]
+    got = fabric._fractions(mixes)
+    for (t, solutions), (t2, fraction) in zip(mixes, got):
+        load = np.zeros(4)
+        if solutions:
+            load = solutions[0].group_load.copy()
+            for s in solutions[1:]:
+                load += s.group_load
+        assert t2 == t and fraction.tobytes() == (load / fabric._scale).tobytes()
