@@ -210,3 +210,14 @@ def _index_of_parts(flows):
     """The flow indices of each part: the sets connected by links, from the flows."""
     from simulator.network.solve import connected
     return connected([frozenset(f.links.tolist()) for f in flows])
+
+
+def test_a_stretch_between_whole_seconds_is_added_too():
+    # SimPy's clock is an int until a float delay makes it one: a stretch closed at int
+    # instants must be added like any other (flushed with the float ones).
+    counters = Counters(3)
+    sol = Solution(np.zeros(0), np.array([0, 2]), np.array([2.0, 4.0]), np.array([1.0, 1.0]))
+    counters.close(sol, 1, 4)
+    counters.hold(sol, 4)
+    counters.change([sol], [], 4.5)
+    assert counters.occupancy.tolist() == [2.0 * 3 + 2.0 * 0.5, 0.0, 4.0 * 3 + 4.0 * 0.5]

@@ -55,7 +55,8 @@ class Counters:
     def close(self, solution, since: float, now: float) -> None:
         """``solution``'s loads, held from ``since`` in the first form, end at ``now``."""
         if now > since and len(solution.links):
-            self._log.append((solution.links, solution.occupancy, solution.wire, now - since))
+            self._log.append((solution.links, solution.occupancy, solution.wire,
+                              float(now - since)))      # (SimPy's clock may be an int)
             if len(self._log) >= self.LOG:
                 self.flush()
 
