@@ -33,9 +33,11 @@ class FlowSet:
     """One connected set of active flows (per flow: the lists of :data:`_COLUMNS`, in order
     of arrival); ``segments``: its loads on the slots, for the counters, as
     (solution, since) pairs, ``since`` None where they are written per slot
-    (:class:`~simulator.network.counters.Counters`); ``generation`` counts its changes."""
+    (:class:`~simulator.network.counters.Counters`); ``owned``: the slots the fabric
+    counts as this set's (those of its flows, and of flows done since it was last cut);
+    ``generation`` counts its changes."""
 
-    __slots__ = ("id", "segments", "generation", *_COLUMNS)
+    __slots__ = ("id", "segments", "owned", "generation", *_COLUMNS)
 
     def __init__(self, set_id: int):
         self.id = set_id
@@ -43,6 +45,7 @@ class FlowSet:
         self.slots, self.stamp = [], []
         self.left, self.since, self.rate, self.end = [], [], [], []
         self.segments: list = []
+        self.owned: set = set()
         self.generation = 0
 
     def __len__(self) -> int:
@@ -69,6 +72,7 @@ class FlowSet:
             both = getattr(self, name) + getattr(other, name)
             setattr(self, name, [both[i] for i in order])
         self.segments = self.segments + other.segments     # (a new list: lists are shared)
+        self.owned |= other.owned
 
     def part(self, index: list[int], set_id: int) -> "FlowSet":
         """A new set of the flows at ``index`` (their state as it is)."""
@@ -112,19 +116,16 @@ class FlowSet:
                     finished.append((self.seqs[i], done.flow, done.done))
         return finished, gone
 
-    def drop(self, gone: list[int]) -> list[tuple]:
-        """Remove the flows at positions ``gone`` (ascending): (flow, key, slots, stamp)
-        of each."""
-        out = [(self.flows[i], self.keys[i], self.slots[i], self.stamp[i]) for i in gone]
+    def drop(self, gone: list[int]) -> None:
+        """Remove the flows at positions ``gone`` (ascending)."""
         if len(gone) == len(self.flows):
             for name in _COLUMNS:
                 setattr(self, name, [])
-            return out
+            return
         for name in _COLUMNS:
             column = getattr(self, name)
             for i in reversed(gone):
                 del column[i]
-        return out
 
     def split(self, split: np.ndarray) -> int:
         """Replace each bundle marked in ``split`` by its instances, each with the bundle's

@@ -21,7 +21,7 @@ from ..choices import FIDELITIES
 from .active import FlowSet
 from .bundle import slowest_rate
 from .reduced import ClassSolver
-from .solve import Solver, connected, flow_key
+from .solve import Solver, flow_key
 
 
 @dataclass
@@ -268,6 +268,7 @@ class FlowFabric(Fabric):
             s.add(flow, key, done, (self._arrivals,), slots, self._solver._stamp(), now)
             for k in slots:
                 owner[k] = s.id
+            s.owned.update(slots)
             self._refresh(s, now, [])
             self._arm()
             return
@@ -275,6 +276,7 @@ class FlowFabric(Fabric):
         s.add(flow, key, done, (self._arrivals,), slots, self._solver._stamp(), now)
         for k in slots:
             owner[k] = s.id
+        s.owned.update(slots)
         if not self._dirty:
             Timeout(self.env, 0).callbacks.append(self._solve_arrivals)
         self._dirty[s.id] = s
@@ -282,20 +284,15 @@ class FlowFabric(Fabric):
     def _merge(self, ids: list[int]) -> FlowSet:
         """The sets ``ids`` made one (the first's id; ids in ascending order)."""
         target = self._sets[ids[0]]
+        owner = self._owner
         for i in ids[1:]:
             other = self._sets.pop(i)
             self._dirty.pop(i, None)
-            self._own(other, target.id)
+            for k in other.owned:
+                owner[k] = target.id
             target.absorb(other)
         target.generation += 1
         return target
-
-    def _own(self, s: FlowSet, set_id: int) -> None:
-        """Mark the slots of ``s``'s flows as loaded by set ``set_id``."""
-        owner, slots = self._owner, self._solver.slots
-        for flow, key in zip(s.flows, s.keys):
-            for k in slots(flow, key):
-                owner[k] = set_id
 
     def _solve_arrivals(self, _event) -> None:
         now = self.env._now
@@ -357,18 +354,21 @@ class FlowFabric(Fabric):
     # ------------------------------------------------------------ solves
     def _refresh(self, s: FlowSet, now: float, finished: list) -> None:
         """Set ``s`` changed at ``now`` (arrivals, or flows whose end has come): drop what
-        is done, cut the rest into connected sets, solve each, and count."""
+        is done, solve the rest (cut where it is no longer connected), and count.
+
+        A flow done leaves its slots to its set until the set is solved unconnected or
+        ends (so a flow arriving there meanwhile joins it, and the solve cuts it off)."""
         done, gone = s.settle(now)
         finished.extend(done)
         old = s.segments
         if gone:
-            owner, stamp = self._owner, self._solver._stamp()
-            for flow, key, slots, at in s.drop(gone):
-                for k in slots if at == stamp else self._solver.slots(flow, key):
-                    owner.pop(k, None)
+            s.drop(gone)
             if not len(s):
                 del self._sets[s.id]
                 s.generation += 1
+                owner = self._owner
+                for k in s.owned:
+                    del owner[k]
                 counters = self._solver.counters
                 for solution, since in old:
                     if since is None:
@@ -378,10 +378,7 @@ class FlowFabric(Fabric):
                 return
         if old:
             self._hold_segments(s)
-        parts = self._parts(s) if gone and len(s) > 1 else [s]
-        if gone and len(parts) == 1:
-            self._own(s, s.id)      # slots it shared with the flows dropped
-        solved = [pair for p in parts for pair in self._solve(p, now)]
+        solved = self._solve(s, now)
         if old:
             self._solver.counters.change([solution for solution, _ in s.segments],
                                          [solution for _, solution in solved], now)
@@ -391,14 +388,30 @@ class FlowFabric(Fabric):
             for p, solution in solved:
                 p.segments = [(solution, now)]
 
-    def _parts(self, s: FlowSet) -> list[FlowSet]:
-        """``s`` cut into its connected sets (the first keeps its id)."""
-        keys = tuple(s.keys)
-        sets = connected(self._solver._footprints(s.flows, self._solver._held(s.flows, keys)))
-        if len(sets) == 1:
-            return [s]
-        parts = []
-        for k, index in enumerate(sets):
+    def _solve(self, s: FlowSet, now: float) -> list[tuple]:
+        """Solve ``s``, splitting bundles that stop being identical: (set, solution) per
+        connected set it holds (the solve tells them apart: it is cut there); each timed."""
+        while True:
+            solution, split = self._solver.solve(s.flows, tuple(s.keys))
+            if solution is not None:
+                break
+            self.splits += s.split(split)
+        self.solves += 1
+        pairs = [(s, solution)] if solution.parts[0] is solution else self._cut(s, solution)
+        for p, part in pairs:
+            p.generation += 1
+            end = p.apply(part.rate_list, now)
+            if end < float("inf"):
+                heappush(self._heap, (end, p.id, p.generation))
+        return pairs
+
+    def _cut(self, s: FlowSet, solution) -> list[tuple]:
+        """``s`` cut into the connected sets of ``solution`` (a
+        :class:`~simulator.network.solve.Composite`; the first keeps the id): (set, its
+        part of the solution) each; slots no flow of any of them crosses are let go."""
+        owner, slots, stamp = self._owner, self._solver.slots, self._solver._stamp()
+        pairs = []
+        for k, (index, part) in enumerate(zip(solution.index, solution.parts)):
             if k == 0:
                 part_id = s.id
             else:
@@ -407,31 +420,15 @@ class FlowFabric(Fabric):
             p = s.part(index, part_id)
             if k == 0:      # stale heap entries of ``s`` name its id and generation
                 p.segments, p.generation = s.segments, s.generation
+            for flow, key, have, at in zip(p.flows, p.keys, p.slots, p.stamp):
+                p.owned.update(have if at == stamp else slots(flow, key))
+            for k2 in p.owned:
+                owner[k2] = part_id
             self._sets[part_id] = p
-            self._own(p, part_id)
-            parts.append(p)
-        return parts
-
-    def _solve(self, s: FlowSet, now: float) -> list[tuple]:
-        """Solve ``s`` (split bundles that stop being identical, and cut it where they
-        leave it unconnected): (set, solution) per connected set; each timed."""
-        cut = False
-        while True:
-            solution, split = self._solver.solve(s.flows, tuple(s.keys))
-            if solution is not None:
-                break
-            self.splits += s.split(split)
-            cut = True
-        self.solves += 1
-        if cut and len(s) > 1:
-            parts = self._parts(s)
-            if len(parts) > 1:
-                return [pair for p in parts for pair in self._solve(p, now)]
-        s.generation += 1
-        end = s.apply(solution.rate_list, now)
-        if end < float("inf"):
-            heappush(self._heap, (end, s.id, s.generation))
-        return [(s, solution)]
+            pairs.append((p, part))
+        for k in s.owned.difference(*(p.owned for p, _ in pairs)):
+            del owner[k]
+        return pairs
 
     def _split(self, src: np.ndarray, new: np.ndarray) -> None:
         """Slots ``src`` give links to slots ``new``: the sets that load them write their
@@ -440,8 +437,10 @@ class FlowFabric(Fabric):
         for k, n in zip(src.tolist(), new.tolist()):
             set_id = owner.get(k)
             if set_id is not None:
-                self._hold_segments(self._sets[set_id])
+                s = self._sets[set_id]
+                self._hold_segments(s)
                 owner[n] = set_id
+                s.owned.add(n)
 
     def _hold_segments(self, s: FlowSet) -> None:
         counters = self._solver.counters

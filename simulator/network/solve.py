@@ -64,16 +64,18 @@ class Solution:
 
 class Composite:
     """The solution of flows in several connected sets (no link shared between sets):
-    each set's own :class:`Solution` (``parts``, by the set's first flow), the rates in
-    flow order, and the group load summed over the sets (where the solver sums them).
+    each set's own :class:`Solution` (``parts``, by the set's first flow) and its flows
+    (``index``: their positions, ascending, per part), the rates in flow order, and the
+    group load summed over the sets (where the solver sums them).
     ``rates``, ``links``, ``occupancy`` and ``wire`` as one :class:`Solution` has them are
     built when asked for (the fabric reads ``rate_list``, ``fraction`` and ``parts``, and
     ``rates`` where a rate is 0)."""
 
-    __slots__ = ("parts", "rate_list", "group_load", "fraction", "_rates", "_merged")
+    __slots__ = ("parts", "index", "rate_list", "group_load", "fraction", "_rates",
+                 "_merged")
 
-    def __init__(self, parts: tuple, rate_list: list, group_load, fraction):
-        self.parts, self.rate_list = parts, rate_list
+    def __init__(self, parts: tuple, index: tuple, rate_list: list, group_load, fraction):
+        self.parts, self.index, self.rate_list = parts, index, rate_list
         self.group_load, self.fraction = group_load, fraction
         self._rates = self._merged = None
 
@@ -287,7 +289,8 @@ class Solver:
             if self._scale is not None:
                 fraction = group / self._scale
                 fraction.setflags(write=False)
-        return Composite(tuple(out for _, out in parts), rate_list, group, fraction)
+        return Composite(tuple(out for _, out in parts), tuple(index for index, _ in parts),
+                         rate_list, group, fraction)
 
     def _compute_one(self, flows: list, held: list) -> tuple[Solution | None, np.ndarray]:
         """The solve of one connected set of flows."""
