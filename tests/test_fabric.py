@@ -164,3 +164,31 @@ def test_samples_summed_when_read_are_the_sums_one_at_a_time():
             for s in solutions[1:]:
                 load += s.group_load
         assert t2 == t and fraction.tobytes() == (load / fabric._scale).tobytes()
+
+
+def test_a_set_left_unconnected_is_cut_where_its_solve_says_so():
+    # A (links 0-1) and B (links 1-2) share link 1: one set. A ends at t=4 (20 B at 5 B/s);
+    # B then runs alone at 10 B/s. C arrives at t=5 on link 0, which only A crossed: it
+    # joins the set (link 0 still counts as the set's), the solve finds two connected
+    # sets, and the set is cut in two: C alone at 10 B/s from 5, B untouched by C.
+    import simpy
+    from simulator.network.fabric import FlowFabric
+    env = simpy.Environment()
+    fabric = FlowFabric(env, np.full(3, 10.0))
+    a = fabric.transfer(Flow(20.0, np.array([0, 1]), np.ones(2)))
+    b = fabric.transfer(Flow(100.0, np.array([1, 2]), np.ones(2)))
+    seen = []
+
+    def late():
+        yield env.timeout(5.0)
+        c = fabric.transfer(Flow(30.0, np.array([0]), np.ones(1)))
+        yield env.timeout(0.5)
+        seen.append(sorted(len(s) for s in fabric._sets.values()))
+        yield c
+        seen.append(c.value.end_s)
+    env.process(late())
+    env.run()
+    assert a.value.end_s == 4.0
+    left_b = 100.0 - 5.0 * 4.0
+    assert b.value.end_s == 4.0 + left_b / 10.0
+    assert seen == [[1, 1], 5.0 + 30.0 / 10.0]
