@@ -167,5 +167,6 @@ def test_the_fabric_is_the_plain_loop_bit_for_bit(seed):
         # links at once, alone, and may split one the plain loop solves with others and
         # never splits; the instances then have the same rates, so the same ends)
         assert [t for t, _ in fabric.samples] == [t for t, _ in ref.samples]
+        assert fabric._sets == {} and fabric._owner == {}     # nothing held once idle
         for (_, got), (_, want) in zip(fabric.samples, ref.samples):
             np.testing.assert_allclose(got, want, rtol=SAMPLE_RTOL, atol=0)
