@@ -7,8 +7,7 @@ counted on its own; an event of one set leaves every other set as it was.
 
 Per flow: the flow, its solve key (:func:`~simulator.network.solve.flow_key`), its done
 event (a :class:`~simulator.network.bundle.Join` for an instance of a split bundle), its
-order of arrival (``seq``), the slots it loads and the version of the slots they were
-found at (``stamp``: link classes split), and its progress as one stretch: the bytes
+order of arrival (``seq``), and its progress as one stretch: the bytes
 it had ``left`` at the instant ``since`` its rate last changed, that ``rate``, and the
 instant it will be done at that rate (``end``). The bytes moved are subtracted only where
 the rate changes, ``left - rate * (now - since)``, so a flow's numbers do not depend on how
@@ -25,8 +24,7 @@ import numpy as np
 from .bundle import Join, instances
 from .solve import flow_key
 
-_COLUMNS = ("flows", "keys", "dones", "seqs", "slots", "stamp", "left", "since", "rate",
-            "end")
+_COLUMNS = ("flows", "keys", "dones", "seqs", "left", "since", "rate", "end")
 
 
 class FlowSet:
@@ -42,7 +40,6 @@ class FlowSet:
     def __init__(self, set_id: int):
         self.id = set_id
         self.flows, self.keys, self.dones, self.seqs = [], [], [], []
-        self.slots, self.stamp = [], []
         self.left, self.since, self.rate, self.end = [], [], [], []
         self.segments: list = []
         self.owned: set = set()
@@ -51,14 +48,12 @@ class FlowSet:
     def __len__(self) -> int:
         return len(self.flows)
 
-    def add(self, flow, key: tuple, done, seq: tuple, slots, stamp: int, now: float) -> None:
+    def add(self, flow, key: tuple, done, seq: tuple, now: float) -> None:
         """A flow that arrives at ``now`` (no rate yet: the next solve gives it one)."""
         self.flows.append(flow)
         self.keys.append(key)
         self.dones.append(done)
         self.seqs.append(seq)
-        self.slots.append(slots)
-        self.stamp.append(stamp)
         self.left.append(float(flow.size_bytes))
         self.since.append(now)
         self.rate.append(None)
@@ -129,8 +124,7 @@ class FlowSet:
 
     def split(self, split: np.ndarray) -> int:
         """Replace each bundle marked in ``split`` by its instances, each with the bundle's
-        stretch, reporting to one Join (their slots not known: stamp -1); the number of
-        bundles split."""
+        stretch, reporting to one Join; the number of bundles split."""
         columns = {name: [] for name in _COLUMNS}
         for i, cut in enumerate(split.tolist()):
             flow = self.flows[i]
@@ -139,9 +133,8 @@ class FlowSet:
             for k, part in enumerate(parts):
                 key = flow_key(part) if cut else self.keys[i]
                 seq = (*self.seqs[i], k) if cut else self.seqs[i]
-                slots, stamp = (None, -1) if cut else (self.slots[i], self.stamp[i])
-                row = (part, key, done, seq, slots, stamp, self.left[i], self.since[i],
-                       self.rate[i], self.end[i])
+                row = (part, key, done, seq, self.left[i], self.since[i], self.rate[i],
+                       self.end[i])
                 for name, value in zip(_COLUMNS, row):
                     columns[name].append(value)
         for name, column in columns.items():

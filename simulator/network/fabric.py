@@ -21,7 +21,7 @@ from ..choices import FIDELITIES
 from .active import FlowSet
 from .bundle import slowest_rate
 from .reduced import ClassSolver
-from .solve import Solver, flow_key
+from .solve import Composite, Solver, flow_key
 
 
 @dataclass
@@ -261,22 +261,20 @@ class FlowFabric(Fabric):
         slots = self._solver.slots(flow, key)
         owner = self._owner
         hit = {owner[k] for k in slots if k in owner}
-        self._arrivals += 1
-        if not hit:     # on idle links: solved at once, alone
+        if hit:
+            s = self._merge(sorted(hit))
+        else:
             self._last_id += 1
             s = self._sets[self._last_id] = FlowSet(self._last_id)
-            s.add(flow, key, done, (self._arrivals,), slots, self._solver._stamp(), now)
-            for k in slots:
-                owner[k] = s.id
-            s.owned.update(slots)
-            self._refresh(s, now, [])
-            self._arm()
-            return
-        s = self._merge(sorted(hit))
-        s.add(flow, key, done, (self._arrivals,), slots, self._solver._stamp(), now)
+        self._arrivals += 1
+        s.add(flow, key, done, (self._arrivals,), now)
         for k in slots:
             owner[k] = s.id
         s.owned.update(slots)
+        if not hit:     # on idle links: solved at once, alone
+            self._refresh(s, now, [])
+            self._arm()
+            return
         if not self._dirty:
             Timeout(self.env, 0).callbacks.append(self._solve_arrivals)
         self._dirty[s.id] = s
@@ -371,10 +369,11 @@ class FlowFabric(Fabric):
                     del owner[k]
                 counters = self._solver.counters
                 for solution, since in old:
-                    if since is None:
-                        counters.change([solution], [], now)
-                    else:
+                    if since is not None:
                         counters.close(solution, since, now)
+                held = [solution for solution, since in old if since is None]
+                if held:
+                    counters.change(held, [], now)
                 return
         if old:
             self._hold_segments(s)
@@ -397,7 +396,7 @@ class FlowFabric(Fabric):
                 break
             self.splits += s.split(split)
         self.solves += 1
-        pairs = [(s, solution)] if solution.parts[0] is solution else self._cut(s, solution)
+        pairs = self._cut(s, solution) if isinstance(solution, Composite) else [(s, solution)]
         for p, part in pairs:
             p.generation += 1
             end = p.apply(part.rate_list, now)
@@ -409,7 +408,7 @@ class FlowFabric(Fabric):
         """``s`` cut into the connected sets of ``solution`` (a
         :class:`~simulator.network.solve.Composite`; the first keeps the id): (set, its
         part of the solution) each; slots no flow of any of them crosses are let go."""
-        owner, slots, stamp = self._owner, self._solver.slots, self._solver._stamp()
+        owner, slots = self._owner, self._solver.slots
         pairs = []
         for k, (index, part) in enumerate(zip(solution.index, solution.parts)):
             if k == 0:
@@ -420,8 +419,8 @@ class FlowFabric(Fabric):
             p = s.part(index, part_id)
             if k == 0:      # stale heap entries of ``s`` name its id and generation
                 p.segments, p.generation = s.segments, s.generation
-            for flow, key, have, at in zip(p.flows, p.keys, p.slots, p.stamp):
-                p.owned.update(have if at == stamp else slots(flow, key))
+            for flow, key in zip(p.flows, p.keys):
+                p.owned.update(slots(flow, key))
             for k2 in p.owned:
                 owner[k2] = part_id
             self._sets[part_id] = p
