@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..uniques import distinct, distinct_where
 from .blocks import ServerBlocks
 from .columns import link_column, nic_column, plain_servers, server_prefixes, switches
 
@@ -58,7 +59,7 @@ def lay_out(blocks: ServerBlocks, shapes: list, nics: list, src: Ends,
     up = np.full(len(src.server), -1, np.int64)
     down, sw_a, sw_b = up.copy(), up.copy(), up.copy()
     for ends, link, switch, outward in ((src, up, sw_a, True), (dst, down, sw_b, False)):
-        for k in np.unique(ends.nic[crossing]).tolist():
+        for k in distinct(ends.nic[crossing]).tolist():
             at = crossing & (ends.nic == k)
             ids, switches = nic_column(cluster, *nics[k], outward)
             link[at], switch[at] = ids[ends.server[at]], switches[ends.server[at]]
@@ -156,7 +157,7 @@ def _cores(cluster, sw_a: np.ndarray, sw_b: np.ndarray, crossing: np.ndarray) ->
     names = switches(cluster)[1]
     kind = np.full(len(sw_a), -1, np.int64)
     row = np.zeros(len(sw_a), np.int64)
-    found, inverse = np.unique((sw_a * len(names) + sw_b)[crossing], return_inverse=True)
+    found, inverse = distinct_where((sw_a * len(names) + sw_b)[crossing], inverse=True)
     stacks: list[list] = []
     by_shape: dict = {}
     pair_kind, pair_row = np.full(len(found), -2, np.int64), np.zeros(len(found), np.int64)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..uniques import distinct_where
 from .columns import pair_column, plain_servers, rank_places
 from .layouts import blocks_exact
 from .plan import copied
@@ -100,8 +101,8 @@ def _unique_rows(rows: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
     if radix ** rows.shape[1] > 1 << 62:
         return np.unique(rows, axis=0, return_inverse=True)
     number = rows @ radix ** np.arange(rows.shape[1] - 1, -1, -1, dtype=np.int64)
-    _, first, inverse = np.unique(number, return_index=True, return_inverse=True)
-    return rows[first], inverse.ravel()
+    _, first, inverse = distinct_where(number, first=True, inverse=True)
+    return rows[first], inverse
 
 
 def _one_server(cluster, group) -> tuple | None:

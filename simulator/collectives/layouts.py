@@ -15,6 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from ..cluster import Cluster, Route
+from ..uniques import distinct_where
 from .alltoall import aggregable, all_to_all_coefficients
 from .blocks import named_orders
 from .columns import gpu_places
@@ -190,7 +191,7 @@ class EdgeSet:
         :func:`~simulator.network.fabric.bottleneck_rate` sorts for each plan otherwise)."""
         self._join()
         if self._index is None:
-            self._index = np.unique(self.links[0], return_inverse=True)
+            self._index = distinct_where(self.links[0], inverse=True)
         return self._index
 
     def _join(self) -> None:

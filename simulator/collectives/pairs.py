@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from ..network.fabric import Flow, bottleneck_rate
+from ..uniques import distinct_where
 from .blocks import ServerBlocks
 from .columns import rank_places
 from .crossings import Ends, lay_out
@@ -109,8 +110,7 @@ def _rates(cluster, plan, rows) -> list[float]:
     if not width or width > _MAX_BATCH_WIDTH or any(len(x) != width for x in rows):
         return [_read_off_rate(cluster, plan, links) for links in rows]
     table = np.asarray(rows) if isinstance(rows, np.ndarray) else np.stack(rows)
-    links, first, where = np.unique(table[0], return_index=True, return_inverse=True)
-    where = where.ravel()
+    links, first, where = distinct_where(table[0], first=True, inverse=True)
     load = np.bincount(where, weights=coef, minlength=len(links))
     alike = _alike_rows(table, first, where)
     used = np.flatnonzero(load > 0)
@@ -150,7 +150,7 @@ def _tables(cluster, pairs, eff: float) -> tuple | None:
     same = server[a] == server[b]
     code = (((design[a] * len(locals_) + local[a]) * len(designs) + design[b])
             * len(locals_) + local[b]) * 2 + same
-    found, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    found, first, inverse = distinct_where(code, first=True, inverse=True)
     blocks = ServerBlocks(cluster, 1.0, eff)
     shapes, nics, sides, kinds = [], [], {}, []
     per_kind = np.empty((len(found), 4), np.int64)      # shape and NIC of either end

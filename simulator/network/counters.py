@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..uniques import distinct
+
 
 class Counters:
     """Capacity taken (``occupancy``) and bytes crossed (``wire``) per slot, the stretches
@@ -74,7 +76,7 @@ class Counters:
         slots = np.concatenate([s.links for s in old] + [s.links for s in new])
         if not len(slots):
             return
-        touched = np.unique(slots)
+        touched = distinct(slots)
         occupancy, wire = np.zeros(len(touched)), np.zeros(len(touched))
         if new:
             at = np.searchsorted(touched, np.concatenate([s.links for s in new]))

@@ -18,6 +18,7 @@ import simpy
 from simpy.events import NORMAL, URGENT, Event, Timeout
 
 from ..choices import FIDELITIES
+from ..uniques import distinct_where
 from .active import FlowSet
 from .bundle import slowest_rate
 from .reduced import ClassSolver
@@ -146,8 +147,8 @@ def bottleneck_rate(flow: Flow, capacity: np.ndarray,
     if len(flow.links) == 0:
         return flow.max_rate
     # per link its coefficients summed in entry order, as a bincount over all links would
-    links, where = np.unique(flow.links, return_inverse=True) if index is None else index
-    load = np.bincount(where.ravel(), weights=flow.coef, minlength=len(links))
+    links, where = distinct_where(flow.links, inverse=True) if index is None else index
+    load = np.bincount(where, weights=flow.coef, minlength=len(links))
     used = load > 0
     return float(min(np.min(capacity[links[used]] / load[used]), flow.max_rate))
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..uniques import distinct_where
+
 
 @dataclass(frozen=True)
 class FlowIncidence:
@@ -83,8 +85,8 @@ def renumbered(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct ``ids`` of 0..n-1, sorted; each of ``ids`` numbered 0.. in that
     order)."""
     if n > 16 * len(ids) + 1024:       # many possible, few used: sort the few
-        used, local = np.unique(ids, return_inverse=True)
-        return used, local.reshape(-1).astype(np.int64)
+        used, local = distinct_where(ids, inverse=True)
+        return used, local.astype(np.int64)
     mark = np.zeros(n, dtype=bool)
     mark[ids] = True
     used = np.flatnonzero(mark)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..uniques import distinct, distinct_below, distinct_where
 from .counters import Counters
 
 _EMPTY = np.zeros(0, np.int64)
@@ -60,8 +61,8 @@ class LinkClasses:
 
     def __init__(self, capacity: np.ndarray):
         n = len(capacity)
-        _, of_link = np.unique(capacity, return_inverse=True)
-        self.of_link = of_link.reshape(-1).astype(np.int64)
+        _, of_link = distinct_where(capacity, inverse=True)
+        self.of_link = of_link.astype(np.int64)
         self.n = int(self.of_link.max()) + 1 if n else 0
         # per class (room for one class per link: a class is never empty)
         self.count = np.zeros(n, np.int64)
@@ -141,7 +142,7 @@ class LinkClasses:
         old = self.of_link[ulinks]
         label = np.empty(len(ulinks), np.int64)
         offset = 0
-        for k in np.unique(lengths).tolist():
+        for k in distinct(lengths).tolist():
             sel = np.flatnonzero(lengths == k)
             at = starts[sel][:, None] + np.arange(k)
             inv = _row_labels(np.column_stack([old[sel], coef_bits[at], wire_bits[at]]))
@@ -153,17 +154,16 @@ class LinkClasses:
         """Give each label of ``links`` (links of one label: one class) a class of its own,
         the links of their classes that no label names keeping theirs."""
         old = self.of_link[links]
-        labels, first = np.unique(label, return_index=True)
+        labels, first = distinct_where(label, first=True)
         dense = np.searchsorted(labels, label)
         size = np.bincount(dense, minlength=len(labels))
         lab_old = old[first]
-        classes, of_lab = np.unique(lab_old, return_inverse=True)
-        of_lab = of_lab.reshape(-1)
+        classes, of_lab = distinct_where(lab_old, inverse=True)
         covered = np.bincount(of_lab, weights=size, minlength=len(classes))
         n_labels = np.bincount(of_lab, minlength=len(classes))
         whole = covered == self.count[classes]
         keep = np.zeros(len(labels), bool)
-        _, first_label = np.unique(of_lab, return_index=True)    # labels sorted: the lowest
+        _, first_label = distinct_where(of_lab, first=True)    # labels sorted: the lowest
         keep[first_label[whole]] = True
         if keep.all():
             return
@@ -189,15 +189,14 @@ class LinkClasses:
         """``flow``'s entries on the first link it crosses of each class, by class."""
         wire = flow.coef if flow.wire_coef is None else flow.wire_coef
         of_entry = self.of_link[flow.links]
-        classes, first = np.unique(of_entry, return_index=True)
-        at = np.searchsorted(classes, of_entry)
+        classes, first, at = distinct_where(of_entry, first=True, inverse=True)
         keep = flow.links == flow.links[first][at]
         n_parts, partial = 1, _EMPTY
         whole_class = np.ones(len(classes), bool)
         if flow.parts is not None:
             n_parts = len(flow.parts) - 1
             part = np.repeat(np.arange(n_parts), np.diff(flow.parts))
-            pairs = np.unique(at * n_parts + part)
+            pairs = distinct_below(at * n_parts + part, len(classes) * n_parts)
             crossing = np.bincount(pairs // n_parts, minlength=len(classes))
             whole_class = crossing == n_parts
             partial = pairs[~whole_class[pairs // n_parts]]
@@ -228,7 +227,7 @@ def _row_labels(rows: np.ndarray) -> np.ndarray:
     ranked = rows[order]
     new = np.r_[False, np.any(ranked[1:] != ranked[:-1], axis=1)]
     label = np.empty(len(rows), np.int64)
-    label[order] = np.cumsum(new)
+    label[order] = np.cumsum(new.astype(np.int64))    # (a cumsum of bools: 10x slower)
     return label
 
 

@@ -1,0 +1,50 @@
+"""simulator.uniques gives what np.unique gives (values, first indices, inverse), array for
+array, on the kinds of arrays the fabric and the collectives pass it."""
+
+import numpy as np
+import pytest
+
+from simulator.uniques import distinct, distinct_below, distinct_where
+
+
+def _cases():
+    rng = np.random.default_rng(7)
+    yield np.zeros(0, np.int64)
+    yield np.array([5], np.int64)
+    yield rng.integers(0, 3, 1000)                       # few values, many repeats
+    yield rng.integers(-50, 50, 777)                     # negative codes
+    yield rng.integers(0, 1 << 40, 500)                  # mostly distinct
+    yield np.repeat(rng.integers(0, 9, 40), rng.integers(1, 30, 40))    # runs
+    yield rng.choice([0.25, 1.0 / 3, 2.0, 1e9], 600)     # coefficients
+    yield np.array([0.0, -0.0, 1.5, -0.0, 0.0])          # signed zeros are one value
+    yield rng.choice([0.5, 1.0], 300).view(np.int64)     # float bits as integers
+
+
+@pytest.mark.parametrize("a", list(_cases()), ids=lambda a: f"{a.dtype}-{len(a)}")
+def test_same_arrays_as_np_unique(a):
+    values = distinct(a)
+    np.testing.assert_array_equal(values, np.unique(a))
+    assert values.dtype == np.unique(a).dtype
+    for first in (False, True):
+        for inverse in (False, True):
+            want = np.unique(a, return_index=first, return_inverse=inverse)
+            want = want if isinstance(want, tuple) else (want,)
+            got = distinct_where(a, first=first, inverse=inverse)
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w.reshape(-1))
+
+
+def test_first_index_is_the_first_entry_of_each_value():
+    a = np.array([3, 1, 3, 1, 2, 2, 3])
+    values, first = distinct_where(a, first=True)
+    assert values.tolist() == [1, 2, 3]
+    assert first.tolist() == [1, 4, 0]
+
+
+@pytest.mark.parametrize("top", [8, 10_000])
+def test_distinct_below_marks_or_sorts(top):
+    """Below ``4 * len + 1024`` it marks a table; above, it sorts: both as np.unique."""
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, top, 50)
+    np.testing.assert_array_equal(distinct_below(codes, top), np.unique(codes))
