@@ -160,12 +160,15 @@ class OpList:
         key = (id(cost), layer, phase)
         known = self._kernels.get(key)
         if known is None:
-            known = self._kernels[key] = (cost, {
-                "stream": "compute", "kind": "compute", "name": cost.name, "layer": layer,
-                "phase": phase, "flops": float(cost.flops),
-                "bytes_accessed": float(cost.bytes_accessed), "op_class": cost.op_class},
-                _shape_attrs(cost))
-        return self.add(deps=deps, attrs={"micro_step": micro, **known[2]}, **known[1])
+            # Op's fields from ``stream`` to ``op_class``, in order (passed by position:
+            # a kernel op is made tens of thousands of times per class)
+            known = self._kernels[key] = (cost, (
+                "compute", "compute", cost.name, layer, phase, float(cost.flops),
+                float(cost.bytes_accessed), cost.op_class), _shape_attrs(cost))
+        n = len(self.ops)
+        self.ops.append(Op(n, *known[1], deps=_dep_ids(deps),
+                           attrs={"micro_step": micro, **known[2]}))
+        return n
 
     def last_on(self, stream: str) -> int | None:
         for op in reversed(self.ops):
