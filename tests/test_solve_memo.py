@@ -11,7 +11,7 @@ from simulator.network.counters import Counters
 from simulator.network.fabric import Flow
 from simulator.network.orbits import LinkClasses
 from simulator.network.reduced import ClassSolver
-from simulator.network.solve import Solution
+from simulator.network.solve import Solution, Solver, flow_key
 
 
 class _Forget(dict):
@@ -221,3 +221,28 @@ def test_a_stretch_between_whole_seconds_is_added_too():
     counters.hold(sol, 4)
     counters.change([sol], [], 4.5)
     assert counters.occupancy.tolist() == [2.0 * 3 + 2.0 * 0.5, 0.0, 4.0 * 3 + 4.0 * 0.5]
+
+
+def test_per_link_slots_are_the_distinct_links_and_one_flow_loads_as_in_a_set():
+    """The per-link solver's slots (and footprints) are each flow's links once, whether
+    found by marking (entries many against the links) or by sorting (few); a flow solved
+    alone (its own wire array, not a copy) loads the links as it does beside a flow on
+    other links (the wire arrays concatenated)."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    solver = Solver(rng.uniform(1.0, 5.0, n))
+    for size in (3, 40, 5000):          # 4 * size + 1024 > n from 40 on: the marking path
+        links = rng.integers(0, n, size)
+        flow = _flow(links, rng.uniform(0.5, 2.0, size), wire_coef=rng.uniform(0.5, 2.0, size))
+        assert solver.slots(flow, flow_key(flow)) == frozenset(links.tolist())
+        assert solver._footprints([flow], [flow]) == [frozenset(links.tolist())]
+    a = _flow([0, 1, 2, 1], [1.0, 0.5, 2.0, 1.5], wire_coef=np.array([2.0, 1.0, 3.0, 0.25]))
+    b = _flow([10, 11], [1.0, 1.0], wire_coef=np.array([4.0, 0.5]))
+    alone, _ = Solver(solver.capacity)._compute_one([a], [a])
+    both, _ = Solver(solver.capacity)._compute_one([a, b], [a, b])
+    rate = alone.rates[0]
+    assert rate == both.rates[0]
+    # wire load per link: sum of wire coefficient x rate over the flow's entries on it
+    expect = {0: 2.0 * rate, 1: 1.0 * rate + 0.25 * rate, 2: 3.0 * rate}
+    assert dict(zip(alone.links.tolist(), alone.wire.tolist())) == expect
+    assert {k: v for k, v in zip(both.links.tolist(), both.wire.tolist()) if k < 10} == expect

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..uniques import distinct_below
 from .bundle import incidence
 from .counters import Counters
 from .maxmin import on_used_links, share_bandwidth_checked
@@ -183,7 +184,7 @@ class Solver:
         if hit is None:
             if len(self._slots) >= self.REMEMBERED:
                 self._slots.pop(next(iter(self._slots)))
-            hit = self._slots[key[1]] = (flow.links, frozenset(flow.links.tolist()))
+            hit = self._slots[key[1]] = (flow.links, self._link_set(flow))
         return hit[1]
 
     def on_split(self, callback) -> None:
@@ -272,7 +273,13 @@ class Solver:
 
     def _footprints(self, flows: list, held: list) -> list[frozenset]:
         """Per flow, the links it crosses."""
-        return [frozenset(f.links.tolist()) for f in flows]
+        return [self._link_set(f) for f in flows]
+
+    def _link_set(self, flow) -> frozenset:
+        """The links ``flow`` crosses, each once (made from its distinct ids, not from
+        every entry: an all_reduce over 131,072 GPUs has 6.3 million entries on 1.2
+        million links, a Python int each in between, ~200 MB)."""
+        return frozenset(distinct_below(flow.links, len(self.capacity)).tolist())
 
     def _composite(self, n: int, parts: list) -> Composite:
         """The solutions of ``parts`` ((flow indices, Solution) per set) as one."""
@@ -304,8 +311,10 @@ class Solver:
         n = len(links)
         owner_rate = np.repeat(rates, np.diff(inc.ptr))
         occupancy = np.bincount(inc.link, weights=inc.coef * owner_rate, minlength=n)
-        wire = inc.coef if all(f.wire_coef is None for f in flows) else np.concatenate(
-            [f.coef if f.wire_coef is None else f.wire_coef for f in flows])
+        wires = [f.coef if f.wire_coef is None else f.wire_coef for f in flows]
+        # one flow: its own array, not a copy (an all_reduce over 131,072 GPUs: 50 MB)
+        wire = inc.coef if all(f.wire_coef is None for f in flows) else (
+            wires[0] if len(wires) == 1 else np.concatenate(wires))
         wire_load = np.bincount(inc.link, weights=wire * owner_rate, minlength=n)
         group = None
         if self._groups is not None:
