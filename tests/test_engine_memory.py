@@ -1,6 +1,7 @@
 """The GPU memory pool alone (simulator/engine/memory.py): admission in issue order, the
 over-capacity rule, peak bytes. Every number is worked out in the comment beside it."""
 
+import pytest
 import simpy
 
 from simulator.engine.memory import MemoryPool
@@ -94,12 +95,21 @@ def test_fenwick_built_in_one_pass_gives_every_prefix_sum():
             [sum(values[:i]) for i in range(n + 1)]
 
 
-def test_the_room_left_for_earlier_ops_is_their_plain_sum_in_any_start_order():
+@pytest.mark.parametrize("summed", [1024, 0, 3])
+def test_the_room_left_for_earlier_ops_is_their_plain_sum_in_any_start_order(summed,
+                                                                              monkeypatch):
     """``_fits``'s shortcut (no earlier-issued op left to request: nothing ahead) answers
     as the plain sum of what the earlier-issued, unstarted ops will still request, over
-    random orders of starts (mostly in issue order, some ahead, some ops of 0 bytes)."""
+    random orders of starts (mostly in issue order, some ahead, some ops of 0 bytes): the
+    few between summed one by one (``_SUMMED`` ops apart at most), the Fenwick tree built
+    from the first wider look-up on (``summed`` 0: at the first; 3: part-way) and kept up
+    to date by every later allocation."""
     import random
+
+    from simulator.engine import memory
+    monkeypatch.setattr(memory, "_SUMMED", summed)
     rng = random.Random(3)
+    built = 0
     for _ in range(30):
         n = rng.randrange(1, 60)
         sizes = [rng.choice([0, 0, rng.randrange(1, 1000)]) for _ in range(n)]
@@ -116,3 +126,6 @@ def test_the_room_left_for_earlier_ops_is_their_plain_sum_in_any_start_order():
                 assert not pool._fits(probe, 10 ** 9 - pool.in_use_bytes - ahead + 1)
             assert pool.request(sizes[position], position, f"op{position}") is None
             left[position] = 0
+        built += pool._unstarted is not None
+    # the default sums every look-up of these short traces; the others build the tree
+    assert (built == 0) if summed == 1024 else (built > 20)

@@ -22,6 +22,9 @@ import simpy
 from simpy.events import Event
 
 
+_SUMMED = 1024      # ops apart that :meth:`MemoryPool._ahead` sums one by one
+
+
 class _Fenwick:
     """Prefix sums over issue positions with point updates (allocations not made yet)."""
 
@@ -69,11 +72,12 @@ class MemoryPool:
                                    else None)
         self.wait_s = 0.0
         self._queue: list[tuple[int, int, str, float, simpy.Event]] = []
-        self._unstarted = _Fenwick(pending_bytes) if capacity_bytes else None
         # what each op will still request, and the first op that will: an op issued no
         # later has no earlier-issued op to leave room for (most requests, ops mostly
-        # start in issue order), so no prefix sum is needed
+        # start in issue order), so no sum is needed; one issued a little later sums the
+        # few between (:meth:`_ahead`)
         self._left = list(pending_bytes) if capacity_bytes else None
+        self._unstarted: _Fenwick | None = None     # prefix sums of _left, once needed
         self._first = 0
         self._skip_taken()
 
@@ -129,8 +133,20 @@ class MemoryPool:
 
     def _fits(self, position: int, nbytes: int) -> bool:
         """Room for ``nbytes`` now and for every earlier-issued op not started yet."""
-        ahead = self._unstarted.prefix(position) if position > self._first else 0
+        ahead = self._ahead(position) if position > self._first else 0
         return self.in_use_bytes + nbytes + ahead <= self.capacity_bytes
+
+    def _ahead(self, position: int) -> int:
+        """Bytes the ops issued before ``position`` will still request: those from
+        ``_first`` on (every op before it has requested), summed where they are few (the
+        engine's traces: at most 35 apart), else by a Fenwick tree built from them the
+        first time and kept up to date from then on (integers: the same sum either way)."""
+        first = self._first
+        if self._unstarted is None:
+            if position - first <= _SUMMED:
+                return sum(self._left[first:position])
+            self._unstarted = _Fenwick(self._left)
+        return self._unstarted.prefix(position)
 
     def _skip_taken(self) -> None:
         """Move ``_first`` past the ops that will request nothing more (it only moves on:
@@ -145,8 +161,9 @@ class MemoryPool:
     def _take(self, delta: int, name: str, position: int | None = None) -> None:
         if not delta:
             return
-        if position is not None and self._unstarted is not None:
-            self._unstarted.add(position, -delta)
+        if position is not None and self._left is not None:
+            if self._unstarted is not None:
+                self._unstarted.add(position, -delta)
             self._left[position] -= delta
             if position == self._first:
                 self._skip_taken()
