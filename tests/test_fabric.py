@@ -164,6 +164,9 @@ def test_samples_summed_when_read_are_the_sums_one_at_a_time():
             for s in solutions[1:]:
                 load += s.group_load
         assert t2 == t and fraction.tobytes() == (load / fabric._scale).tobytes()
+    # instants with no solution at all: no load
+    assert [(t, f.tolist()) for t, f in fabric._fractions([(0.0, []), (2.5, [])])] == \
+        [(0.0, [0.0] * 4), (2.5, [0.0] * 4)]
 
 
 def test_a_set_left_unconnected_is_cut_where_its_solve_says_so():

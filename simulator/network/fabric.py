@@ -471,20 +471,19 @@ class FlowFabric(Fabric):
         once (a mix of fewer solutions adds zeros, which change no float)."""
         rows = {}                   # id of a solution -> its row (0: no load)
         loads = [np.zeros(len(self._scale))]
-        table = []
+        flat, lengths = [], []      # the mixes' rows one after another, and how many each
         for _, solutions in mixes:
-            line = []
+            lengths.append(len(solutions))
             for solution in solutions:
                 row = rows.get(id(solution))
                 if row is None:
                     row = rows[id(solution)] = len(loads)
                     loads.append(solution.group_load)
-                line.append(row)
-            table.append(line)
-        width = max(1, max(map(len, table)))
-        index = np.zeros((len(table), width), np.int64)
-        for i, line in enumerate(table):
-            index[i, :len(line)] = line
+                flat.append(row)
+        width = max(1, max(lengths))
+        index = np.zeros((len(mixes), width), np.int64)
+        # each mix's rows at the start of its line (a mask fills in row-major order)
+        index[np.arange(width) < np.array(lengths)[:, None]] = flat
         stacked = np.array(loads)
         load = stacked[index[:, 0]]
         for k in range(1, width):
