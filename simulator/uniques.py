@@ -18,15 +18,18 @@ from __future__ import annotations
 import numpy as np
 
 
+def _starts(s: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of the sorted ``s`` starts (a bool per entry)."""
+    new = np.empty(len(s), bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    return new
+
+
 def distinct(a: np.ndarray) -> np.ndarray:
     """``np.unique(a)``: the distinct values of ``a``, ascending."""
     s = np.sort(a)
-    if len(s) < 2:
-        return s
-    new = np.empty(len(s), bool)
-    new[0] = True
-    np.not_equal(s[1:], s[:-1], out=new[1:])
-    return s[new]
+    return s[_starts(s)]
 
 
 def distinct_where(a: np.ndarray, first: bool = False, inverse: bool = False) -> tuple:
@@ -35,9 +38,7 @@ def distinct_where(a: np.ndarray, first: bool = False, inverse: bool = False) ->
     (``inverse``) each entry's index among the values (``intp``, shaped as ``a``)."""
     order = np.argsort(a, kind="stable")
     s = a[order]
-    new = np.empty(len(s), bool)
-    new[:1] = True
-    np.not_equal(s[1:], s[:-1], out=new[1:])
+    new = _starts(s)
     out: tuple = (s[new],)
     if first:
         out += (order[new],)

@@ -231,7 +231,7 @@ def test_per_link_slots_are_the_distinct_links_and_one_flow_loads_as_in_a_set():
     rng = np.random.default_rng(3)
     n = 2000
     solver = Solver(rng.uniform(1.0, 5.0, n))
-    for size in (3, 40, 5000):          # 4 * size + 1024 > n from 40 on: the marking path
+    for size in (3, 40, 5000):      # n > 4 * size + 1024 for 3 and 40: sorted; 5000: marked
         links = rng.integers(0, n, size)
         flow = _flow(links, rng.uniform(0.5, 2.0, size), wire_coef=rng.uniform(0.5, 2.0, size))
         assert solver.slots(flow, flow_key(flow)) == frozenset(links.tolist())

@@ -139,7 +139,7 @@ class MemoryPool:
     def _ahead(self, position: int) -> int:
         """Bytes the ops issued before ``position`` will still request: those from
         ``_first`` on (every op before it has requested), summed where they are few (the
-        engine's traces: at most 35 apart), else by a Fenwick tree built from them the
+        shipped scenarios: at most 35 apart), else by a Fenwick tree built from them the
         first time and kept up to date from then on (integers: the same sum either way)."""
         first = self._first
         if self._unstarted is None:

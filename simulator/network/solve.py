@@ -311,10 +311,13 @@ class Solver:
         n = len(links)
         owner_rate = np.repeat(rates, np.diff(inc.ptr))
         occupancy = np.bincount(inc.link, weights=inc.coef * owner_rate, minlength=n)
-        wires = [f.coef if f.wire_coef is None else f.wire_coef for f in flows]
-        # one flow: its own array, not a copy (an all_reduce over 131,072 GPUs: 50 MB)
-        wire = inc.coef if all(f.wire_coef is None for f in flows) else (
-            wires[0] if len(wires) == 1 else np.concatenate(wires))
+        if all(f.wire_coef is None for f in flows):
+            wire = inc.coef
+        elif len(flows) == 1:       # its own array, not a copy (131,072 GPUs: 50 MB)
+            wire = flows[0].wire_coef
+        else:
+            wire = np.concatenate([f.coef if f.wire_coef is None else f.wire_coef
+                                   for f in flows])
         wire_load = np.bincount(inc.link, weights=wire * owner_rate, minlength=n)
         group = None
         if self._groups is not None:
