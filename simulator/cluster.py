@@ -155,6 +155,15 @@ class Cluster:
         self.extra_latency_s = latency - self.catalog_latency_s
         self.has_extra_latency = bool(self.extra_latency_s.any())
 
+    def link_type_groups(self) -> tuple[list[str], np.ndarray]:
+        """The distinct ``link_type`` of the links, sorted, and each directed link's index
+        among them (``sorted(set(link_type))`` and the position of each link's type there,
+        from the (type, class) pairs the index keeps rather than a string per link)."""
+        names = sorted({t for t, _ in self._kinds})
+        at = {t: i for i, t in enumerate(names)}
+        group_of_kind = np.array([at[t] for t, _ in self._kinds], np.int64)
+        return names, group_of_kind[self._kind_of_link]
+
     def _catalog_latencies(self, present: set[str]) -> np.ndarray:
         """Per directed link, the catalog latency of its ``link_type`` (``present``: the
         types of the links); a link of a type the catalog does not hold keeps its own (no

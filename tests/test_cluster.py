@@ -102,3 +102,13 @@ def test_a_communicator_counts_its_ranks_once_and_compares_by_its_groups():
     a, b = Communicator((("x", "y"), ("z",))), Communicator((("x", "y"), ("z",)))
     assert (a.n_ranks, a.ppn, a.n_nodes) == (3, 2, 2)
     assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
+
+
+def test_link_type_groups_are_the_sorted_types_and_each_links_position():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=4)
+    G.add_edge("n0.gpu0", "n0.gpu1", bw_bytes_per_s=1e9, latency_s=0.0, link_class="nvlink")
+    c = Cluster(G)       # the added edge has no link_type: its group is ""
+    names, group = c.link_type_groups()
+    types = c.link_type.tolist()
+    assert names == sorted(set(types)) and "" in names and len(names) >= 4
+    assert group.dtype == np.int64 and [names[g] for g in group] == types

@@ -135,10 +135,8 @@ class _Replayer:
         self.fabric = make_fabric(cfg.fidelity, self.env,
                                   collectives.cluster.capacity_bytes_per_s, cfg.link_classes)
         self.capacity = capacity_bytes
-        types = collectives.cluster.link_type
-        self.link_groups = sorted(set(types.tolist()))
-        index = {t: i for i, t in enumerate(self.link_groups)}
-        self.fabric.track(np.array([index[t] for t in types]), len(self.link_groups))
+        self.link_groups, group_of_link = collectives.cluster.link_type_groups()
+        self.fabric.track(group_of_link, len(self.link_groups))
         self.records: list[OpRecord] = []
         # class id -> op id -> the event of the op's end, for the ops that others list in
         # ``deps`` only: an event that nobody waits on would change nothing but the count
