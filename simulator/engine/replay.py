@@ -227,12 +227,22 @@ class _Replayer:
             self.launcher
         cid = cls.id
         for position, op in ops:
-            if op.deps:
-                yield all_done(env, [done[d] for d in op.deps])
+            deps = op.deps
+            if deps:
+                if len(deps) == 1:      # most waits: all_done of one event, written out
+                    ev, first = Event(env), done[deps[0]]
+                    if first.callbacks is None:
+                        ev.succeed()
+                    else:
+                        first.callbacks.append(ev.succeed)
+                    yield ev
+                else:
+                    yield all_done(env, [done[d] for d in deps])
             ready = env._now
-            granted = request(op.mem_alloc_bytes, position, op.name)
-            if granted is not None:
-                yield granted
+            if op.mem_alloc_bytes:      # (a request of nothing is granted, and changes nothing)
+                granted = request(op.mem_alloc_bytes, position, op.name)
+                if granted is not None:
+                    yield granted
             kind = op.kind
             if kind not in COMM_KINDS:      # compute, memcpy or delay
                 start, plan = env._now, None
@@ -253,7 +263,8 @@ class _Replayer:
             else:                           # send or recv to or from host memory
                 start, plan = env._now, None
                 yield from self._host_copy(cls, op)
-            release(op.mem_free_bytes)
+            if op.mem_free_bytes:
+                release(op.mem_free_bytes)
             records.append(OpRecord(cid, op.id, op.name, op.stream, kind, op.layer,
                                     op.phase, ready, start, env._now, op.size_bytes,
                                     plan.algo if plan else "", plan.proto if plan else ""))
