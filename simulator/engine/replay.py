@@ -37,15 +37,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from heapq import heappush
+
 import numpy as np
 import simpy
-from simpy.events import Event, Timeout
+from simpy.events import NORMAL, Event
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..gcpause import gc_paused
 from ..lifetime import keep
-from ..network.fabric import CountingEnvironment, make_fabric
+from ..network.fabric import CountingEnvironment, Tick, make_fabric
 from ..trace.schema import Op, RankClass, Trace
 from .launch import Launcher
 from .memory import MemoryPool
@@ -219,10 +221,11 @@ class _Replayer:
     def _stream(self, cls: RankClass, ops: list[tuple[int, Op]]):
         # the hot loop of the replay (one pass per op): SimPy's ``env.now``,
         # ``env.timeout`` and ``env.event`` written out (a property and a bound class per
-        # call), the same events scheduled in the same order
+        # call; a timeout as a Tick), the same events scheduled in the same order
         uses: dict[str, int] = {}
         env, pool, done, active = self.env, self.pools[cls.id], self.done[cls.id], \
             self.comm_active
+        queue, eid = env._queue, env._eid
         request, release, records, launcher = pool.request, pool.release, self.records, \
             self.launcher
         cid = cls.id
@@ -248,7 +251,13 @@ class _Replayer:
                 start, plan = env._now, None
                 # attrs["repeat"]: the op runs that many times back to back (identical
                 # gradient-accumulation micro-steps written once)
-                yield Timeout(env, self._duration(cls, op) * op.attrs.get("repeat", 1))
+                delay = self._duration(cls, op) * op.attrs.get("repeat", 1)
+                if delay < 0:
+                    raise ValueError(f"Negative delay {delay}")     # as Timeout's
+                tick = Tick()
+                tick.callbacks = []
+                heappush(queue, (start + delay, NORMAL, next(eid), tick))
+                yield tick
             elif kind == "collective":
                 k = uses.get(op.comm, 0)
                 uses[op.comm] = k + 1

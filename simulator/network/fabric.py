@@ -25,6 +25,18 @@ from .reduced import ClassSolver
 from .solve import Composite, Solver, flow_key
 
 
+class Tick:
+    """An event that only fires, lighter than SimPy's: no ``__init__`` or
+    ``env.schedule`` call, no attribute dict. :meth:`CountingEnvironment.run` and a
+    replay's stream read ``callbacks``, ``_ok`` and ``_value`` of an event, nothing else.
+    Whoever makes one pushes it onto the environment's queue where the SimPy event it
+    stands for would go (a timeout: now + delay, normal priority, the next event id)."""
+
+    __slots__ = ("callbacks",)
+    _ok = True
+    _value = None
+
+
 @dataclass
 class Flow:
     """A transfer: ``size_bytes`` of payload over links with per-byte coefficients.
@@ -109,9 +121,10 @@ class Fabric:
 
     def _begin(self, flow: Flow, done) -> None:
         flow.start_s = self.env._now
-        if flow.latency_s > 0:
-            Timeout(self.env, flow.latency_s).callbacks.append(
-                lambda _e: self._arrive(flow, done))
+        if flow.latency_s > 0:      # Timeout(env, latency) with one callback, as a Tick
+            env, event = self.env, Tick()
+            event.callbacks = [lambda _e: self._arrive(flow, done)]
+            heappush(env._queue, (env._now + flow.latency_s, NORMAL, next(env._eid), event))
         else:
             self._arrive(flow, done)
 
@@ -214,7 +227,7 @@ class FlowFabric(Fabric):
         self._arrivals = 0
         self._dirty: dict[int, FlowSet] = {}        # sets with arrivals not solved yet
         self._heap: list[tuple] = []                # (end, set id, set generation)
-        self._armed: Event | None = None
+        self._armed: Tick | None = None
         self._armed_at = float("inf")
         self._groups: np.ndarray | None = None
         self._sample_at: float | None = None        # an instant whose sample is due
@@ -316,9 +329,8 @@ class FlowFabric(Fabric):
         if not heap or heap[0][0] >= self._armed_at:
             return
         at = max(heap[0][0], self.env._now)
-        event = Event(self.env)
-        event._ok, event._value = True, None
-        event.callbacks.append(self._complete)
+        event = Tick()
+        event.callbacks = [self._complete]
         # at that very instant (env.schedule would add a delay to now, rounding it)
         heappush(self.env._queue, (at, NORMAL, next(self.env._eid), event))
         self._armed, self._armed_at = event, at
