@@ -97,7 +97,10 @@ class FlowSet:
         """Drop the flows whose ``end`` has come: ((seq, flow, done) of those that finish,
         a split bundle once its last instance does; the positions dropped, in order)."""
         end = self.end
-        gone = [i for i in range(len(end)) if end[i] <= now]
+        if len(end) == 1:       # most sets: one flow
+            gone = [0] if end[0] <= now else []
+        else:
+            gone = [i for i in range(len(end)) if end[i] <= now]
         if not gone:
             return [], gone
         finished = []
@@ -113,9 +116,9 @@ class FlowSet:
 
     def drop(self, gone: list[int]) -> None:
         """Remove the flows at positions ``gone`` (ascending)."""
-        if len(gone) == len(self.flows):
-            for name in _COLUMNS:
-                setattr(self, name, [])
+        if len(gone) == len(self.flows):        # (each of _COLUMNS a new list)
+            self.flows, self.keys, self.dones, self.seqs = [], [], [], []
+            self.left, self.since, self.rate, self.end = [], [], [], []
             return
         for name in _COLUMNS:
             column = getattr(self, name)

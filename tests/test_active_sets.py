@@ -1,0 +1,50 @@
+"""The flow fabric's connected sets (simulator.network.active): settling and dropping."""
+
+import numpy as np
+
+from simulator.network.active import _COLUMNS, FlowSet
+from simulator.network.fabric import Flow
+from simulator.network.solve import flow_key
+
+
+def _flow(size: float) -> Flow:
+    return Flow(size, np.array([0, 1]), np.ones(2))
+
+
+def _set(sizes, rates, now=0.0) -> FlowSet:
+    s = FlowSet(1)
+    for k, size in enumerate(sizes):
+        f = _flow(size)
+        s.add(f, flow_key(f), f"done{k}", (k,), now)
+    s.apply(rates, now)
+    return s
+
+
+def test_one_flow_settles_when_its_end_has_come():
+    s = _set([10.0], [2.0])                       # ends at 10 / 2 = 5 s
+    assert s.settle(4.999) == ([], [])
+    finished, gone = s.settle(5.0)
+    assert gone == [0] and [(seq, done) for seq, _, done in finished] == [((0,), "done0")]
+
+
+def test_several_flows_settle_in_order_of_position():
+    s = _set([10.0, 1.0, 4.0], [1.0, 1.0, 1.0])   # ends at 10, 1 and 4 s
+    assert s.settle(0.5) == ([], [])
+    finished, gone = s.settle(4.0)
+    assert gone == [1, 2] and [done for _, _, done in finished] == ["done1", "done2"]
+
+
+def test_dropping_every_flow_empties_every_column_with_new_lists():
+    s = _set([10.0, 1.0], [1.0, 1.0])
+    before = {name: getattr(s, name) for name in _COLUMNS}
+    s.drop([0, 1])
+    assert len(s) == 0
+    for name in _COLUMNS:
+        assert getattr(s, name) == [] and getattr(s, name) is not before[name], name
+
+
+def test_dropping_some_flows_keeps_the_rest_in_order():
+    s = _set([10.0, 1.0, 4.0], [1.0, 2.0, 4.0])
+    s.drop([1])
+    assert s.dones == ["done0", "done2"] and s.rate == [1.0, 4.0] and s.end == [10.0, 1.0]
+    assert all(len(getattr(s, name)) == 2 for name in _COLUMNS)
