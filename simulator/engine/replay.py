@@ -41,7 +41,7 @@ from heapq import heappush
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
@@ -53,7 +53,7 @@ from .launch import Launcher
 from .memory import MemoryPool
 from .p2p import PointToPoint
 from .planning import Plans
-from .steps import StreamProcess, all_done, countdown
+from .steps import Relay, StreamProcess, all_done, countdown
 from .seams import CollectivePlanner, ComputeTimer
 from .variability import Variability
 
@@ -142,7 +142,7 @@ class _Replayer:
         self.records: list[OpRecord] = []
         # class id -> op id -> the event of the op's end, for the ops that others list in
         # ``deps`` only: an event that nobody waits on would change nothing but the count
-        self.done: dict[str, dict[int, simpy.Event]] = {}
+        self.done: dict[str, dict[int, Relay]] = {}
         self.comm_active = {c.id: 0 for c in trace.classes}
         self.plans = Plans(collectives)
         self.vary = (Variability.for_trace(trace, cfg.variability, cfg.seed)
@@ -180,7 +180,7 @@ class _Replayer:
             for op in cls.ops:
                 for d in op.deps:
                     if d not in done:
-                        done[d] = Event(self.env)
+                        done[d] = Relay(self.env)
             streams: dict[str, list[tuple[int, Op]]] = {}
             for position, op in enumerate(cls.ops):
                 streams.setdefault(op.stream, []).append((position, op))
@@ -232,12 +232,12 @@ class _Replayer:
         for position, op in ops:
             deps = op.deps
             if deps:
-                if len(deps) == 1:      # most waits: all_done of one event, written out
-                    ev, first = Event(env), done[deps[0]]
+                if len(deps) == 1:      # most waits: all_done of one event, as a Relay
+                    ev, first = Relay(env), done[deps[0]]
                     if first.callbacks is None:
-                        ev.succeed()
+                        ev()
                     else:
-                        first.callbacks.append(ev.succeed)
+                        first.callbacks.append(ev)
                     yield ev
                 else:
                     yield all_done(env, [done[d] for d in deps])
@@ -279,7 +279,7 @@ class _Replayer:
                                     plan.algo if plan else "", plan.proto if plan else ""))
             event = done.get(op.id)
             if event is not None:
-                event.succeed()
+                event()         # (a Relay: succeeds now)
 
     def _duration(self, cls: RankClass, op: Op) -> float:
         """Time of a compute, memcpy or delay op."""

@@ -4,9 +4,12 @@ events, each scheduled exactly as the SimPy original is, and a countdown callbac
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappush
 
 import simpy
-from simpy.events import URGENT
+from simpy.events import NORMAL, URGENT
+
+from ..network.fabric import Tick
 
 
 class StreamProcess:
@@ -39,6 +42,23 @@ class StreamProcess:
             exc = type(e)(*e.args)
             exc.__cause__ = e
             raise exc from e
+
+
+class Relay(Tick):
+    """An event whose value nobody reads, lighter: calling it (directly, or as the callback
+    of another event) puts it on the queue at this instant, where ``event.succeed()`` of
+    a SimPy event would (now, normal priority, the next event id). The replay's ops' ends
+    that others wait on, and a stream's wait for one of them."""
+
+    __slots__ = ("env",)
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.callbacks = []
+
+    def __call__(self, _event=None) -> None:
+        env = self.env
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
 
 
 def all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
