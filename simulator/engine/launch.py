@@ -19,13 +19,13 @@ where two unrelated events fall at the very same time.
 from __future__ import annotations
 
 import simpy
-from simpy.events import Event, Timeout
+from simpy.events import Timeout
 
 from ..network.bundle import bundled
 from ..network.fabric import Fabric, Flow
 from ..trace.schema import Op, Trace
 from .planning import Plans
-from .steps import countdown
+from .steps import Relay, Reply, countdown
 from .variability import Variability
 
 
@@ -35,8 +35,8 @@ class _Rendezvous:
     def __init__(self, env: simpy.Environment, expected: int):
         self.arrived = 0
         self.expected = expected
-        self.all_here = Event(env) if expected > 1 else None
-        self.done = Event(env)
+        self.all_here = Relay(env) if expected > 1 else None
+        self.done = Reply(env)
 
 
 class Launcher:
@@ -55,7 +55,7 @@ class Launcher:
     def bundled(self, flows: list) -> list:
         return bundled(flows) if self.bundles else flows
 
-    def arrive(self, op: Op, k: int) -> simpy.Event:
+    def arrive(self, op: Op, k: int) -> Reply:
         """A class reaches ``op``, its ``k``-th collective on ``op.comm`` and ``op.stream``;
         the returned event fires, with (start_s, plan), when the collective is done."""
         expected = self.members[op.comm]
@@ -65,9 +65,9 @@ class Launcher:
             if self.lean and launch[2]:
                 self._launch(op, rv, launch)
             else:       # one step later, as a process waiting for the rendezvous would
-                ready = Event(self.env)
+                ready = Relay(self.env)
                 ready.callbacks.append(lambda _e: self._launch(op, rv, launch))
-                ready.succeed()
+                ready()
             return rv.done
         key = (op.comm, op.stream, k)
         rv = self.rendezvous.get(key)
@@ -78,7 +78,7 @@ class Launcher:
             rv.all_here.callbacks.append(lambda _e: self._launch(op, rv, self._launch_of(op)))
         rv.arrived += 1
         if rv.arrived == rv.expected:
-            rv.all_here.succeed()
+            rv.all_here()
         return rv.done
 
     def _launch_of(self, op: Op) -> tuple:
@@ -102,12 +102,12 @@ class Launcher:
         all of them would) and after the variability's extra time."""
         start = self.env._now
         plans, flows, _ = launch
-        after = Event(self.env)
+        after = Relay(self.env)
         after.callbacks.append(lambda _e: self._launched(op, rv, start, plans[0]))
         if not flows:
-            after.succeed()
+            after()
             return
-        moved = countdown(len(flows), after.succeed)
+        moved = countdown(len(flows), after)
         for flow in flows:
             started(self.fabric.start, fresh(flow), moved, self.lean)
 

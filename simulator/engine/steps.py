@@ -61,6 +61,19 @@ class Relay(Tick):
         heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
 
 
+class Reply(Relay):
+    """A :class:`Relay` with a value: ``succeed(value)`` puts it on the queue now, as SimPy's
+    ``event.succeed(value)`` does; who waits on it reads the value (a collective's
+    (start, plan) for the stream that waits for it)."""
+
+    __slots__ = ("_value",)
+
+    def succeed(self, value) -> None:
+        self._value = value
+        env = self.env
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
+
+
 def all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
     """An event scheduled exactly as ``env.all_of(events)`` is (at once where every one of
     ``events`` is processed, else as the last of them is), with no value and no Condition."""
