@@ -285,8 +285,10 @@ class FlowFabric(Fabric):
         for k in slots:
             owner[k] = s.id
         s.owned.update(slots)
-        if not hit:     # on idle links: solved at once, alone
-            self._refresh(s, now, [])
+        if not hit:     # on idle links: solved at once, alone (what _refresh does with a
+            # new set: nothing has ended, no loads are held)
+            for p, solution in self._solve(s, now):
+                p.segments = [(solution, now)]
             self._arm()
             return
         if not self._dirty:
