@@ -479,6 +479,23 @@ def test_a_kernel_run_again_is_a_new_op_of_its_own_cost():
     assert held() is not None      # so no other cost can take its id in the OpList's memo
 
 
+@pytest.mark.parametrize("mem", [{}, {"mem_alloc_bytes": 7}, {"mem_free_bytes": 9}])
+def test_a_collective_by_position_is_the_op_add_makes_of_its_fields(mem):
+    """OpList.collective passes Op's fields by position: the very op OpList.add makes."""
+    from simulator.models.ops import OpCost
+    from simulator.strategies.base import OpList
+    by_fields, by_position = OpList(), OpList()
+    for ol in (by_fields, by_position):
+        ol.kernel(OpCost("norm", "norm", 1, 1), "layers.0", "forward", 0, ())
+    a = by_fields.add(stream="tp", kind="collective", collective="all_gather",
+                      comm="tp.s0", size_bytes=256, deps=(0, None, 0), name="ag.x",
+                      phase="forward", layer="layers.0", attrs={"micro_step": 3}, **mem)
+    b = by_position.collective("tp", "all_gather", "tp.s0", 256, (0, None, 0), "ag.x",
+                               "forward", "layers.0", {"micro_step": 3}, **mem)
+    assert a == b == 1 and by_position.ops[b] == by_fields.ops[a]
+    assert by_position.ops[b].deps == (0,) and by_position.ops[b].kind == "collective"
+
+
 @pytest.mark.parametrize("data, expected", [
     ({"name": "ddp", "precision": "fp16"}, True),              # torch.autocast, fp32 weights
     ({"name": "ddp", "precision": "bf16", "param_dtype": "bf16"}, False),   # model.to(bf16)

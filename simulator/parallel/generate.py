@@ -117,11 +117,9 @@ class StageBuilder:
                    shared: bool = False, **mem) -> int:
         """A collective on the stage's communicator ``comm`` (``shared``: the one of that
         name that spans stages)."""
-        return self.ol.add(stream=stream, kind="collective", collective=kind,
-                           comm=comm if shared else self.comm(comm), size_bytes=int(size),
-                           deps=tuple(deps),
-                           name=name, phase=phase, layer=layer,
-                           attrs={"micro_step": micro, **(attrs or {})}, **mem)
+        return self.ol.collective(stream, kind, comm if shared else self.comm(comm),
+                                  int(size), tuple(deps), name, phase, layer,
+                                  {"micro_step": micro, **(attrs or {})}, **mem)
 
     def _tp_issue(self, kind: str, size: int, deps, name: str, phase: str, layer: str) -> int:
         return self.collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,

@@ -170,6 +170,19 @@ class OpList:
                            attrs={"micro_step": micro, **known[2]}))
         return n
 
+    def collective(self, stream: str, kind: str, comm: str, size_bytes: int, deps,
+                   name: str, phase: str, layer: str, attrs: dict, mem_alloc_bytes: int = 0,
+                   mem_free_bytes: int = 0) -> int:
+        """A new ``collective`` op (``kind``: all_gather...; ``comm``: the communicator's
+        id), numbered next: what :meth:`add` makes of these fields, its fields passed by
+        position (a parallel plan issues tens of thousands of TP collectives per class)."""
+        n = len(self.ops)
+        # Op's fields from ``id`` to ``attrs``, in order
+        self.ops.append(Op(n, stream, "collective", name, layer, phase, 0.0, 0.0, "", None,
+                           kind, size_bytes, comm, -1, _dep_ids(deps), mem_alloc_bytes,
+                           mem_free_bytes, attrs))
+        return n
+
     def last_on(self, stream: str) -> int | None:
         for op in reversed(self.ops):
             if op.stream == stream:
