@@ -141,6 +141,19 @@ def test_a_read_off_plan_copies_as_dataclasses_replace_does():
     assert [f.name for f in fields(got)] == [f.name for f in fields(want)]
 
 
+def test_a_plans_flow_carries_its_payload_links_latency_cap_label_and_wire():
+    import numpy as np
+
+    from simulator.collectives.plan import Plan
+    links, coef, wire = np.array([3, 4]), np.array([1.0, 0.5]), np.array([2.0, 1.0])
+    plan = Plan("all_gather", "ring", "simple", 8, 2, 1024, 2e-6, 896.0, links, coef, 5e9,
+                1e-3, wire)
+    f = plan.flow()
+    assert (f.size_bytes, f.latency_s, f.max_rate, f.label) == (896.0, 2e-6, 5e9,
+                                                                "all_gather/ring/simple")
+    assert f.links is links and f.coef is coef and f.wire_coef is wire and f.parts is None
+
+
 def test_pairs_are_laid_out_by_table_not_pair_by_pair(monkeypatch):
     monkeypatch.setattr(pairs_module, "_pair_by_pair", lambda *a: pytest.fail("per pair"))
     G = rail_optimized(9, DGX, nodes_per_leaf=4, spines=4)
