@@ -32,6 +32,8 @@ from .variability import Variability
 class _Rendezvous:
     """Collective matching across rank classes: key (comm, stream, k-th use)."""
 
+    __slots__ = ("arrived", "expected", "all_here", "done")
+
     def __init__(self, env: simpy.Environment, expected: int):
         self.arrived = 0
         self.expected = expected
