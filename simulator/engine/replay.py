@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
 from heapq import heappush
 
 import numpy as np

@@ -1,5 +1,6 @@
-"""SimPy constructs of the replay, lighter: a stream's process and a wait for all of some
-events, each scheduled exactly as the SimPy original is, and a countdown callback."""
+"""SimPy constructs of the replay, lighter: a stream's process, an event that fires when
+called (with a value or not) and a wait for all of some events, each scheduled exactly as
+the SimPy original is, and a countdown callback."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ class Relay(Tick):
     """An event whose value nobody reads, lighter: calling it (directly, or as the callback
     of another event) puts it on the queue at this instant, where ``event.succeed()`` of
     a SimPy event would (now, normal priority, the next event id). The replay's ops' ends
-    that others wait on, and a stream's wait for one of them."""
+    that others wait on, a stream's wait for one of them, and a collective's rendezvous and
+    launch steps (:mod:`.launch`)."""
 
     __slots__ = ("env",)
 
@@ -70,8 +72,7 @@ class Reply(Relay):
 
     def succeed(self, value) -> None:
         self._value = value
-        env = self.env
-        heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
+        self()
 
 
 def all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
