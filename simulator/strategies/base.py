@@ -160,14 +160,15 @@ class OpList:
         key = (id(cost), layer, phase)
         known = self._kernels.get(key)
         if known is None:
-            # Op's fields from ``stream`` to ``op_class``, in order (passed by position:
-            # a kernel op is made tens of thousands of times per class)
+            # Op's fields from ``stream`` to ``peer``, in order (passed by position, the
+            # rest too: a kernel op is made tens of thousands of times per class)
             known = self._kernels[key] = (cost, (
                 "compute", "compute", cost.name, layer, phase, float(cost.flops),
-                float(cost.bytes_accessed), cost.op_class), _shape_attrs(cost))
+                float(cost.bytes_accessed), cost.op_class, None, "", 0, "", -1),
+                _shape_attrs(cost))
         n = len(self.ops)
-        self.ops.append(Op(n, *known[1], deps=_dep_ids(deps),
-                           attrs={"micro_step": micro, **known[2]}))
+        self.ops.append(Op(n, *known[1], _dep_ids(deps), 0, 0,
+                           {"micro_step": micro, **known[2]}))
         return n
 
     def collective(self, stream: str, kind: str, comm: str, size_bytes: int, deps,
