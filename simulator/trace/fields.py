@@ -145,6 +145,13 @@ def _compute(op, comm_sizes):
     return None
 
 
+# per collective, the algorithms an op may pin (auto, NCCL's, star where it applies), and
+# the protocols: built once, the check runs once per collective op
+_VALID_ALGOS = {name: ("auto", *algos, *(("star",) if name in STAR_OPS else ()))
+                for name, algos in ALGOS_FOR_OP.items()}
+_VALID_PROTOS = ("auto", *PROTOS)
+
+
 def _collective(op, comm_sizes):
     if op.collective not in OPS:
         return "collective", f"unknown collective {op.collective!r}; valid: {', '.join(OPS)}"
@@ -152,13 +159,12 @@ def _collective(op, comm_sizes):
         return "comm", f"unknown communicator {op.comm!r}"
     attrs = op.attrs
     algo = attrs.get("algorithm", "auto")
-    valid = ("auto", *ALGOS_FOR_OP[op.collective],
-             *(("star",) if op.collective in STAR_OPS else ()))
+    valid = _VALID_ALGOS[op.collective]
     if algo not in valid:
         return "attrs.algorithm", (f"algorithm {algo!r} does not implement {op.collective}; "
                                    f"valid: {', '.join(valid)}")
     proto = attrs.get("protocol", "auto")
-    if proto not in ("auto", *PROTOS):
+    if proto not in _VALID_PROTOS:
         return "attrs.protocol", f"unknown protocol {proto!r}; valid: auto, {', '.join(PROTOS)}"
     if "root" in attrs:
         size = comm_sizes[op.comm]
