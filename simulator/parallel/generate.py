@@ -63,10 +63,10 @@ class _Hooks(OpHooks):
 
     def __init__(self, parts: list):
         self.parts = parts
+        if len(parts) == 1:     # most plans: TP alone, asked twice per kernel: its own
+            self.before, self.after = parts[0].before, parts[0].after
 
     def before(self, cost, phase: str) -> tuple:
-        if len(self.parts) == 1:        # most plans: TP alone, asked once per kernel
-            return self.parts[0].before(cost, phase)
         return tuple(d for p in self.parts for d in p.before(cost, phase))
 
     def after(self, cost, phase: str, op_id: int) -> None:
