@@ -231,7 +231,8 @@ class _Replayer:
         for position, op in ops:
             deps = op.deps
             if deps:
-                if len(deps) == 1:      # most waits: all_done of one event, as a Relay
+                if len(deps) == 1:      # most waits: all_done's case of one event, written
+                    # out (no call and list per op: 59,857 of the 3-D plan's 104,296)
                     ev, first = Relay(env), done[deps[0]]
                     if first.callbacks is None:
                         ev()

@@ -75,17 +75,18 @@ class Reply(Relay):
         self()
 
 
-def all_done(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
+def all_done(env: simpy.Environment, events: list) -> Relay:
     """An event scheduled exactly as ``env.all_of(events)`` is (at once where every one of
-    ``events`` is processed, else as the last of them is), with no value and no Condition."""
-    ev = simpy.Event(env)
+    ``events`` is processed, else as the last of them is), with no value and no Condition:
+    a :class:`Relay`, fired by the last of them."""
+    ev = Relay(env)
     pending = [e for e in events if e.callbacks is not None]
     if not pending:
-        ev.succeed()
+        ev()
     elif len(pending) == 1:
-        pending[0].callbacks.append(ev.succeed)
+        pending[0].callbacks.append(ev)
     else:
-        check = countdown(len(pending), ev.succeed)
+        check = countdown(len(pending), ev)
         for e in pending:
             e.callbacks.append(check)
     return ev

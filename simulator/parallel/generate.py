@@ -63,7 +63,8 @@ class _Hooks(OpHooks):
 
     def __init__(self, parts: list):
         self.parts = parts
-        if len(parts) == 1:     # most plans: TP alone, asked twice per kernel: its own
+        if len(parts) == 1:     # most plans (TP alone): its own before/after are called,
+            # twice per kernel, without going through the loops below
             self.before, self.after = parts[0].before, parts[0].after
 
     def before(self, cost, phase: str) -> tuple:

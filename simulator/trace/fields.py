@@ -165,7 +165,8 @@ def _collective(op, comm_sizes):
                                    f"valid: {', '.join(valid)}")
     proto = attrs.get("protocol", "auto")
     if proto not in _VALID_PROTOS:
-        return "attrs.protocol", f"unknown protocol {proto!r}; valid: auto, {', '.join(PROTOS)}"
+        return "attrs.protocol", (f"unknown protocol {proto!r}; valid: "
+                                  f"{', '.join(_VALID_PROTOS)}")
     if "root" in attrs:
         size = comm_sizes[op.comm]
         reason = count(attrs["root"], size - 1)
