@@ -296,3 +296,23 @@ def test_the_console_script_under_a_profiler_exits_as_python_does(tmp_path):
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert "clustersim" in done.stdout and out.stat().st_size > 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_the_command_line_keeps_blas_to_one_thread_and_a_users_choice():
+    """The CLI sets OPENBLAS_NUM_THREADS=1 before numpy loads (OpenBLAS would start a
+    spinning thread per core); a value the user set wins. Counted in the process: with
+    numpy loaded after `simulator.cli`, the interpreter has its one thread."""
+    probe = ("import os, sys\nimport simulator.cli\nimport numpy\n"
+             "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for given, expected in ((None, "1"), ("2", "2")):
+        run_env = {**env, "PYTHONPATH": str(REPO),
+                   **({} if given is None else {"OPENBLAS_NUM_THREADS": given})}
+        out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                             text=True, timeout=120, env=run_env)
+        assert out.returncode == 0, out.stderr
+        value, threads = out.stdout.split()
+        assert value == expected
+        if given is None:
+            assert threads == "1"
