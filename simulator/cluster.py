@@ -134,24 +134,22 @@ class Cluster:
         self.link_id: dict[tuple, int] = dict(zip(keys, range(len(keys))))
         bw = [d["bw_bytes_per_s"] for d in edges]
         lat = [d["latency_s"] for d in edges]
-        classes = [d.get("link_class", "net") for d in edges]
-        types = [d.get("link_type", "") for d in edges]
         costs = {b: _cost(b) for b in dict.fromkeys(bw)}
         for d, b in zip(edges, bw):
             d["cost"] = costs[b]
         self.nominal_bytes_per_s = np.repeat(np.array(bw, float), 2)
         latency = np.repeat(np.array(lat, float), 2)
-        self.link_class = np.repeat(np.array(classes), 2) if classes else np.array([])
         self.latency_s = latency
-        self.link_type = np.repeat(np.array(types), 2) if types else np.array([])
-        # (type, class) of each directed link, as an index into the distinct pairs
-        kinds = dict.fromkeys(zip(types, classes))
-        index = {kind: i for i, kind in enumerate(kinds)}
-        self._kinds = list(kinds)
-        self._kind_of_link = np.repeat(np.array([index[k] for k in zip(types, classes)],
-                                                np.int64), 2)
+        # (type, class) of each directed link, as an index into the distinct pairs in the
+        # order they first appear (one pass; ``link_type`` and ``link_class``, a string
+        # per link, are made from them where asked for)
+        index: dict[tuple, int] = {}
+        kind = [index.setdefault((d.get("link_type", ""), d.get("link_class", "net")),
+                                 len(index)) for d in edges]
+        self._kinds = list(index)
+        self._kind_of_link = np.repeat(np.array(kind, np.int64), 2)
         self.capacity_bytes_per_s = self.capacities_at(efficiency)
-        self.catalog_latency_s = self._catalog_latencies(set(types))
+        self.catalog_latency_s = self._catalog_latencies()
         self.extra_latency_s = latency - self.catalog_latency_s
         self.has_extra_latency = bool(self.extra_latency_s.any())
 
@@ -164,13 +162,31 @@ class Cluster:
         group_of_kind = np.array([at[t] for t, _ in self._kinds], np.int64)
         return names, group_of_kind[self._kind_of_link]
 
-    def _catalog_latencies(self, present: set[str]) -> np.ndarray:
-        """Per directed link, the catalog latency of its ``link_type`` (``present``: the
-        types of the links); a link of a type the catalog does not hold keeps its own (no
-        what-if can be told apart)."""
+    @cached_property
+    def link_class(self) -> np.ndarray:
+        """Per directed link, its ``link_class`` (``net`` where the edge names none)."""
+        return self._per_link(1)
+
+    @cached_property
+    def link_type(self) -> np.ndarray:
+        """Per directed link, its ``link_type`` (``""`` where the edge names none)."""
+        return self._per_link(0)
+
+    def _per_link(self, field: int) -> np.ndarray:
+        """Field ``field`` of each link's (type, class), a string array as wide as the
+        longest (what ``np.array`` of one string per link makes), from the distinct pairs."""
+        if not len(self._kind_of_link):
+            return np.array([])
+        return np.array([kind[field] for kind in self._kinds])[self._kind_of_link]
+
+    def _catalog_latencies(self) -> np.ndarray:
+        """Per directed link, the catalog latency of its ``link_type``; a link of a type
+        the catalog does not hold keeps its own (no what-if can be told apart)."""
         out = self.latency_s.copy()
-        for name in present & set(link_names()):
-            out[self.link_type == name] = link_spec(name).latency_s
+        catalog = set(link_names())
+        for k, (name, _) in enumerate(self._kinds):
+            if name in catalog:
+                out[self._kind_of_link == k] = link_spec(name).latency_s
         return out
 
     def _index_ranks(self) -> None:

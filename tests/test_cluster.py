@@ -112,3 +112,25 @@ def test_link_type_groups_are_the_sorted_types_and_each_links_position():
     types = c.link_type.tolist()
     assert names == sorted(set(types)) and "" in names and len(names) >= 4
     assert group.dtype == np.int64 and [names[g] for g in group] == types
+
+
+def test_link_class_and_type_are_each_edges_own_strings_both_ways():
+    """The per-link strings, made from the distinct (type, class) pairs, are what one
+    string per edge, repeated for both directions, makes: values and width; and the catalog
+    latency follows the type (an edge without one keeps its own latency)."""
+    from simulator.cluster import _edges
+    from simulator.hardware import link_names, link_spec
+
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=4)
+    G.add_edge("n0.gpu0", "n0.gpu1", bw_bytes_per_s=1e9, latency_s=3e-6)    # neither
+    c = Cluster(G)
+    edges = [d for _, _, d in _edges(G)]
+    for name, default, got in (("link_class", "net", c.link_class),
+                               ("link_type", "", c.link_type)):
+        want = np.repeat(np.array([d.get(name, default) for d in edges]), 2)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()
+    known = set(link_names())
+    want = [link_spec(d["link_type"]).latency_s if d.get("link_type") in known
+            else d["latency_s"] for d in edges for _ in (0, 1)]
+    assert c.catalog_latency_s.tolist() == want
+    assert "net" in c.link_class.tolist() and "" in c.link_type.tolist()
