@@ -37,7 +37,7 @@ class _Rendezvous:
     def __init__(self, env: simpy.Environment, expected: int):
         self.arrived = 0
         self.expected = expected
-        self.all_here = Relay(env) if expected > 1 else None
+        self.all_here = Relay(env)
         self.done = Reply(env)
 
 
@@ -53,6 +53,7 @@ class Launcher:
         # (comm, collective, size, how) -> the plans of its groups, their bundled flows and
         # whether every flow has a latency; attrs may pin the algorithm, protocol and root
         self._launches: dict = {}
+        self._factors: dict[str, float] = {}     # comm -> the variability's factor
 
     def bundled(self, flows: list) -> list:
         return bundled(flows) if self.bundles else flows
@@ -61,23 +62,24 @@ class Launcher:
         """A class reaches ``op``, its ``k``-th collective on ``op.comm`` and ``op.stream``;
         the returned event fires, with (start_s, plan), when the collective is done."""
         expected = self.members[op.comm]
-        if expected == 1:
-            rv = _Rendezvous(self.env, 1)
+        if expected == 1:           # no one to meet: no rendezvous, only its done event
+            done = Reply(self.env)
             launch = self._launch_of(op)
             if self.lean and launch[2]:
-                self._launch(op, rv, launch)
+                self._launch(op, done, launch)
             else:       # one step later, as a process waiting for the rendezvous would
                 ready = Relay(self.env)
-                ready.callbacks.append(lambda _e: self._launch(op, rv, launch))
+                ready.callbacks.append(lambda _e: self._launch(op, done, launch))
                 ready()
-            return rv.done
+            return done
         key = (op.comm, op.stream, k)
         rv = self.rendezvous.get(key)
         if rv is None:
             rv = self.rendezvous[key] = _Rendezvous(self.env, expected)
             # launched when the last class is here (as a process that waits on all_here
             # would be, with no process: one callback, the only one of all_here)
-            rv.all_here.callbacks.append(lambda _e: self._launch(op, rv, self._launch_of(op)))
+            rv.all_here.callbacks.append(
+                lambda _e: self._launch(op, rv.done, self._launch_of(op)))
         rv.arrived += 1
         if rv.arrived == rv.expected:
             rv.all_here()
@@ -97,30 +99,36 @@ class Launcher:
                                             all(f.latency_s > 0 for f in flows))
         return launch
 
-    def _launch(self, op: Op, rv: _Rendezvous, launch: tuple) -> None:
+    def _launch(self, op: Op, done: Reply, launch: tuple) -> None:
         """Every class is here: put the instance groups' flows on the fabric, at once
-        (nothing else is scheduled in this step, see :meth:`Fabric.start`); ``rv.done``
-        fires, with (start, plan), one step after the last transfer is done (as a wait on
-        all of them would) and after the variability's extra time."""
+        (nothing else is scheduled in this step, see :meth:`Fabric.start`); ``done``
+        (the rendezvous') fires, with (start, plan), one step after the last transfer is
+        done (as a wait on all of them would) and after the variability's extra time."""
         start = self.env._now
         plans, flows, _ = launch
         after = Relay(self.env)
-        after.callbacks.append(lambda _e: self._launched(op, rv, start, plans[0]))
+        after.callbacks.append(lambda _e: self._launched(op, done, start, plans[0]))
         if not flows:
             after()
             return
-        moved = countdown(len(flows), after)
+        # (one flow, most collectives: its end calls ``after`` itself, as a countdown of
+        # one would)
+        moved = after if len(flows) == 1 else countdown(len(flows), after)
         for flow in flows:
             started(self.fabric.start, fresh(flow), moved, self.lean)
 
-    def _launched(self, op: Op, rv: _Rendezvous, start: float, plan) -> None:
+    def _launched(self, op: Op, done: Reply, start: float, plan) -> None:
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
-            factor = self.vary.collective_factor(op.comm, self.trace.communicators[op.comm].size)
+            factor = self._factors.get(op.comm)
+            if factor is None:          # one draw per communicator (the variability's own
+                # memo, without building its key per collective)
+                factor = self._factors[op.comm] = self.vary.collective_factor(
+                    op.comm, self.trace.communicators[op.comm].size)
             if factor != 1.0:
                 Timeout(self.env, (factor - 1.0) * (self.env._now - start)).callbacks.append(
-                    lambda _e: rv.done.succeed((start, plan)))
+                    lambda _e: done.succeed((start, plan)))
                 return
-        rv.done.succeed((start, plan))
+        done.succeed((start, plan))
 
 
 def started(start, flow: Flow, then, lean: bool) -> None:

@@ -20,17 +20,17 @@ class StreamProcess:
     the generator ends the replay as a failed process would (a copy, the original as its
     cause)."""
 
-    __slots__ = ("gen",)
+    __slots__ = ("send",)
 
     def __init__(self, env: simpy.Environment, gen):
-        self.gen = gen
+        self.send = gen.send        # the generator's (which holds no reference back here)
         begin = simpy.Event(env)
         begin._ok, begin._value = True, None
         begin.callbacks.append(self.resume)
         env.schedule(begin, URGENT)
 
     def resume(self, event: simpy.Event) -> None:
-        send = self.gen.send
+        send = self.send
         try:
             while True:
                 event = send(event._value)
