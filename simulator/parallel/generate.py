@@ -105,6 +105,7 @@ class StageBuilder:
                  "replicate": plan.dp_replicate}
         self.dp = DataParallel(self, {c: ch.layers for c, ch in my_chunks.items()},
                                sizes["grad"], sizes["shard"], sizes["replicate"])
+        self._tp_comm: str | None = None      # "tp.s<rank>", once a TP collective is issued
         self.prev_start: int | None = None    # first op of the previous pass
         self.layer_start: int | None = None   # first op of the previous layer emitted
 
@@ -123,8 +124,14 @@ class StageBuilder:
                                   {"micro_step": micro, **(attrs or {})}, **mem)
 
     def _tp_issue(self, kind: str, size: int, deps, name: str, phase: str, layer: str) -> int:
-        return self.collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,
-                               layer=layer)
+        # what ``collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,
+        # layer=layer)`` adds, written out (tens of thousands per class): the communicator's
+        # id made once, the attrs without a merge
+        comm = self._tp_comm
+        if comm is None:
+            comm = self._tp_comm = self.comm("tp")
+        return self.ol.collective(STREAM, kind, comm, int(size), tuple(deps), name, phase,
+                                  layer, {"micro_step": self.micro})
 
     def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
         """A send to / recv from the rank holding model stage ``stage``; None when this

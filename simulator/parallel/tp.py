@@ -126,8 +126,9 @@ class TPHooks(OpHooks):
         return point
 
     def before(self, cost, phase: str) -> tuple:
-        deps = self._due(cost, phase)
-        kind, waiter = self._point(phase, cost.name)[:2]
+        deps = self._due(cost, phase) if self.pending else []
+        point = self._point(phase, cost.name)
+        kind, waiter = point.before, point.before_waiter
         if kind:
             op = self.issue(kind, self.act_bytes, (self.last_compute(),),
                             f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
@@ -157,7 +158,7 @@ class TPHooks(OpHooks):
         kernel: the ``next`` one, the next that is ``non_wgrad`` (weight-gradient GEMMs run
         before a backward collective is waited for) or the next ``wgrad``; with overlap it
         lets one such kernel run first."""
-        if not self.pending:
+        if not self.pending:        # (what ``before`` checks first)
             return []
         wgrad = phase == "backward" and cost.name.endswith(".wgrad")
         due, keep = [], []

@@ -165,10 +165,11 @@ class OpList:
             known = self._kernels[key] = (cost, (
                 "compute", "compute", cost.name, layer, phase, float(cost.flops),
                 float(cost.bytes_accessed), cost.op_class, None, "", 0, "", -1),
-                _shape_attrs(cost))
+                {"micro_step": 0, **_shape_attrs(cost)})
         n = len(self.ops)
-        self.ops.append(Op(n, *known[1], _dep_ids(deps), 0, 0,
-                           {"micro_step": micro, **known[2]}))
+        attrs = known[2].copy()         # {"micro_step": micro, m, n, k...}: the same keys
+        attrs["micro_step"] = micro     # in the same order, copied rather than merged
+        self.ops.append(Op(n, *known[1], _dep_ids(deps), 0, 0, attrs))
         return n
 
     def collective(self, stream: str, kind: str, comm: str, size_bytes: int, deps,
