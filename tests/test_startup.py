@@ -316,3 +316,15 @@ def test_the_command_line_keeps_blas_to_one_thread_and_a_users_choice():
         assert value == expected
         if given is None:
             assert threads == "1"
+
+
+def test_the_command_line_collects_garbage_per_100000_allocations():
+    """The CLI's first generation holds 100,000 allocations before a pass (the default 700
+    walked the imports' objects over and over); the older generations keep their pace."""
+    probe = ("import gc\ndefault = gc.get_threshold()\nimport simulator.cli\n"
+             "print(*default, *gc.get_threshold())")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    before, after = out.stdout.split()[:3], out.stdout.split()[3:]
+    assert after == ["100000", *before[1:]]
