@@ -169,6 +169,37 @@ def test_samples_summed_when_read_are_the_sums_one_at_a_time():
         [(0.0, [0.0] * 4), (2.5, [0.0] * 4)]
 
 
+def test_deferred_samples_are_the_fabrics_own_rows_summed_only_when_read():
+    # Three overlapping flows on two link groups: the deferred rows (taken when the run
+    # ends, read later) are the very rows the fabric's ``samples`` gives, and nothing is
+    # summed until they are read.
+    from simulator.network.fabric import FlowFabric, LazySamples
+
+    def sampled():
+        env = CountingEnvironment()
+        fabric = FlowFabric(env, np.array([10.0, 4.0, 7.0]))
+        fabric.track(np.array([0, 1, 1]), 2)
+        for size, links, at in ((100.0, [0, 1], 0.0), (30.0, [1, 2], 1.5), (12.0, [2], 2.0)):
+            def go(size=size, links=links, at=at):
+                yield env.timeout(at)
+                yield fabric.transfer(flow(size, links))
+            env.process(go())
+        env.run()
+        return fabric
+
+    fabric = sampled()
+    lazy = fabric.deferred_samples()
+    assert isinstance(lazy, LazySamples) and lazy._rows is None       # nothing summed yet
+    own = sampled().samples
+    assert len(own) >= 4
+    assert [(t, f.tobytes()) for t, f in lazy] == [(t, f.tobytes()) for t, f in own]
+    assert lazy == own and len(lazy) == len(own) and lazy[-1][0] == own[-1][0]
+    assert lazy != own[:-1] and lazy != [(own[0][0], own[0][1] + 1.0), *own[1:]]
+    # the fabric's own rows are still there to read
+    assert [(t, f.tobytes()) for t, f in fabric.samples] == \
+        [(t, f.tobytes()) for t, f in own]
+
+
 def test_a_set_left_unconnected_is_cut_where_its_solve_says_so():
     # A (links 0-1) and B (links 1-2) share link 1: one set. A ends at t=4 (20 B at 5 B/s);
     # B then runs alone at 10 B/s. C arrives at t=5 on link 0, which only A crossed: it

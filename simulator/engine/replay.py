@@ -34,7 +34,7 @@ waits) raises a :class:`~simulator.errors.ClusterSimError` naming the ops.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappush
 
@@ -122,7 +122,8 @@ class Timeline:
     capacity_bytes: int = 0
     meta: dict = field(default_factory=dict)
     link_groups: list[str] = field(default_factory=list)      # link types
-    link_samples: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    # (time_s, fractions) rows, summed where first read (Fabric.deferred_samples)
+    link_samples: Sequence[tuple[float, np.ndarray]] = field(default_factory=list)
     memory_wait_s: dict = field(default_factory=dict)    # class -> seconds ops waited
     link_occupancy_bytes: np.ndarray | None = None     # capacity taken (Fabric docstring)
     fabric_stats: dict = field(default_factory=dict)   # solves, bundles split
@@ -200,7 +201,8 @@ class _Replayer:
                         {c: p.oom_at for c, p in pools.items()},
                         self.fabric.link_bytes.copy(), end, self.env.events_processed,
                         self.capacity, dict(self.trace.meta), self.link_groups,
-                        list(self.fabric.samples), {c: p.wait_s for c, p in pools.items()},
+                        self.fabric.deferred_samples(),
+                        {c: p.wait_s for c, p in pools.items()},
                         self.fabric.link_occupancy_bytes.copy(),
                         {"solves": self.fabric.solves,
                          "splits": self.fabric.splits})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import networkx as nx
 
 from simulator.errors import TopologyError
@@ -59,9 +61,14 @@ def _edges_plainly_valid(G: nx.Graph) -> bool:
     figures are, say, numpy floats)."""
     import numpy as np        # here: a topology refused by name loads no numpy (startup)
 
-    adj = G._adj
-    bw = [d.get("bw_bytes_per_s") for nbrs in adj.values() for d in nbrs.values()]
-    lat = [d.get("latency_s") for nbrs in adj.values() for d in nbrs.values()]
+    # each edge's dict once per end, as the adjacency lists it; the two figures read by C
+    # (an edge without one: _check_edges names it)
+    data = [d for nbrs in G._adj.values() for d in nbrs.values()]
+    try:
+        bw = list(map(itemgetter("bw_bytes_per_s"), data))
+        lat = list(map(itemgetter("latency_s"), data))
+    except KeyError:
+        return False
     plain = {int, float}
     if not set(map(type, bw)) <= plain or not set(map(type, lat)) <= plain:
         return False
