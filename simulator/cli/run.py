@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..choices import DEFAULT_SCENARIO
+from ..gcpause import gc_paused
 from ..lifetime import keep
 from ..progress import quiet_option, stage
 from .common import metric_rows, names_sets
@@ -41,13 +42,16 @@ def register(cli: click.Group) -> None:
         from ..outpaths import prepare_out_dir
         from ..scenario import resolve_scenario
 
-        path = resolve_scenario(scenario)
-        scn = load_with_config(path, list(sets), config, config_format)
-        if out is not None:
-            prepare_out_dir(out)             # refused before the simulation, not after
-        from ..pipeline import build_setup, run_setup     # the simulator: once the input is good
-        from ..validation.envelope import Query, envelope
-        setup = build_setup(scn, str(path))
+        # the scenario, the simulator's modules (imported here, once the input is good)
+        # and its setup: objects that live to the end, no cycles (simulator.gcpause)
+        with gc_paused():
+            path = resolve_scenario(scenario)
+            scn = load_with_config(path, list(sets), config, config_format)
+            if out is not None:
+                prepare_out_dir(out)             # refused before the simulation, not after
+            from ..pipeline import build_setup, run_setup
+            from ..validation.envelope import Query, envelope
+            setup = build_setup(scn, str(path))
         stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
         keep("run", (setup, result))    # the executable frees them at exit, all at once
