@@ -48,3 +48,16 @@ def test_dropping_some_flows_keeps_the_rest_in_order():
     s.drop([1])
     assert s.dones == ["done0", "done2"] and s.rate == [1.0, 4.0] and s.end == [10.0, 1.0]
     assert all(len(getattr(s, name)) == 2 for name in _COLUMNS)
+
+
+def test_a_set_of_one_is_what_a_new_set_and_one_add_make():
+    f = Flow(7, np.array([3, 4]), np.ones(2))      # an int size: made a float either way
+    made = FlowSet.alone(9, f, flow_key(f), "done", (4,), 2.5)
+    added = FlowSet(9)
+    added.add(f, flow_key(f), "done", (4,), 2.5)
+    for name in (*_COLUMNS, "id", "segments", "owned", "generation"):
+        assert getattr(made, name) == getattr(added, name), name
+        assert type(getattr(made, name)) is type(getattr(added, name))
+    assert made.left == [7.0] and type(made.left[0]) is float
+    made.add(f, flow_key(f), "second", (5,), 3.0)       # its lists are its own, growable
+    assert len(made) == 2 and len(added) == 1

@@ -154,7 +154,8 @@ class MemoryPool:
         left, first = self._left, self._first
         if left is None:
             return
-        while first < len(left) and not left[first]:
+        n = len(left)
+        while first < n and not left[first]:
             first += 1
         self._first = first
 

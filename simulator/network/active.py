@@ -45,6 +45,17 @@ class FlowSet:
         self.owned: set = set()
         self.generation = 0
 
+    @classmethod
+    def alone(cls, set_id: int, flow, key: tuple, done, seq: tuple, now: float) -> "FlowSet":
+        """A new set of one flow arriving at ``now``: ``FlowSet(set_id)`` then
+        :meth:`add`, its columns made at once (most flows arrive on idle links)."""
+        out = cls.__new__(cls)
+        out.id, out.flows, out.keys, out.dones, out.seqs = set_id, [flow], [key], [done], [seq]
+        out.left, out.since, out.rate, out.end = ([float(flow.size_bytes)], [now], [None],
+                                                  [float("inf")])
+        out.segments, out.owned, out.generation = [], set(), 0
+        return out
+
     def __len__(self) -> int:
         return len(self.flows)
 

@@ -289,13 +289,14 @@ class FlowFabric(Fabric):
         slots = self._solver.slots(flow, key)
         owner = self._owner
         hit = {owner[k] for k in slots if k in owner}
+        self._arrivals += 1
         if hit:
             s = self._merge(sorted(hit))
+            s.add(flow, key, done, (self._arrivals,), now)
         else:
             self._last_id += 1
-            s = self._sets[self._last_id] = FlowSet(self._last_id)
-        self._arrivals += 1
-        s.add(flow, key, done, (self._arrivals,), now)
+            s = self._sets[self._last_id] = FlowSet.alone(self._last_id, flow, key, done,
+                                                          (self._arrivals,), now)
         for k in slots:
             owner[k] = s.id
         s.owned.update(slots)
