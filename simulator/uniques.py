@@ -18,6 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 
+_COUNTED_FROM = 64      # entries; fewer are sorted (a table's few more calls cost more)
+
+
 def _starts(s: np.ndarray) -> np.ndarray:
     """Where each run of equal values of the sorted ``s`` starts (a bool per entry)."""
     new = np.empty(len(s), bool)
@@ -35,7 +38,16 @@ def distinct(a: np.ndarray) -> np.ndarray:
 def distinct_where(a: np.ndarray, first: bool = False, inverse: bool = False) -> tuple:
     """``np.unique(a, return_index=first, return_inverse=inverse)``: the distinct values
     ascending, then (``first``) the index of each one's first entry in ``a``, then
-    (``inverse``) each entry's index among the values (``intp``, shaped as ``a``)."""
+    (``inverse``) each entry's index among the values (``intp``, shaped as ``a``).
+
+    Integers (64 or more) that span no more than about twice their count (link ids of a
+    long bundle, class ids, codes) are counted into a table instead of sorted: 73,728
+    class ids in 0..74 took 1.1-1.7 ms to sort, a tenth of that to count (the 3-D plan at
+    16,384 GPUs passes 2.4 million such entries)."""
+    if a.dtype.kind in "iu" and len(a) >= _COUNTED_FROM:
+        lo, hi = int(a.min()), int(a.max())
+        if hi - lo <= 2 * len(a) + 1024:
+            return _counted(a, lo, hi - lo + 1, first, inverse)
     order = np.argsort(a, kind="stable")
     s = a[order]
     new = _starts(s)
@@ -46,6 +58,25 @@ def distinct_where(a: np.ndarray, first: bool = False, inverse: bool = False) ->
         index = np.empty(len(a), np.intp)
         index[order] = np.cumsum(new.astype(np.intp)) - 1   # (a cumsum of bools: 10x slower)
         out += (index,)
+    return out
+
+
+def _counted(a: np.ndarray, lo: int, span: int, first: bool, inverse: bool) -> tuple:
+    """:func:`distinct_where` of integers ``a`` in ``lo .. lo + span - 1`` by a table of
+    the span: which values are present, the first position of each (the least position
+    that holds it), each value's rank among the present ones."""
+    at = a - lo if lo else a
+    present = np.zeros(span, bool)
+    present[at] = True
+    out: tuple = ((np.flatnonzero(present) + lo).astype(a.dtype, copy=False),)
+    if first:
+        least = np.full(span, len(a), np.intp)
+        np.minimum.at(least, at, np.arange(len(a), dtype=np.intp))
+        out += (least[present],)
+    if inverse:
+        rank = np.cumsum(present, dtype=np.intp)
+        rank -= 1
+        out += (rank[at],)
     return out
 
 

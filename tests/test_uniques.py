@@ -18,6 +18,11 @@ def _cases():
     yield rng.choice([0.25, 1.0 / 3, 2.0, 1e9], 600)     # coefficients
     yield np.array([0.0, -0.0, 1.5, -0.0, 0.0])          # signed zeros are one value
     yield rng.choice([0.5, 1.0], 300).view(np.int64)     # float bits as integers
+    yield rng.integers(21, 75, 4000)                     # codes from an offset (counted)
+    yield rng.integers(0, 900, 400).astype(np.int32)     # narrower integers
+    yield rng.integers(0, 200, 300).astype(np.uint8)     # unsigned
+    yield np.array([7, 7, 7], np.int64)                  # one value
+    yield rng.integers(0, 3000, 800)                     # just past the counted span
 
 
 @pytest.mark.parametrize("a", list(_cases()), ids=lambda a: f"{a.dtype}-{len(a)}")
@@ -32,6 +37,22 @@ def test_same_arrays_as_np_unique(a):
             got = distinct_where(a, first=first, inverse=inverse)
             assert len(got) == len(want)
             for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w.reshape(-1))
+            assert got[0].dtype == a.dtype
+            assert all(g.dtype == np.intp for g in got[1:])
+
+
+def test_counted_and_sorted_give_the_same_arrays():
+    """Integers within about twice their count are counted, the rest sorted: a span just
+    inside and just outside give what np.unique gives, first and inverse included."""
+    rng = np.random.default_rng(11)
+    for n in (64, 1000):
+        limit = 2 * n + 1024
+        for span in (limit + 1, limit + 2):           # counted, then sorted
+            a = rng.integers(0, span, n)
+            a[0], a[-1] = 0, span - 1
+            want = np.unique(a, return_index=True, return_inverse=True)
+            for g, w in zip(distinct_where(a, first=True, inverse=True), want):
                 np.testing.assert_array_equal(g, w.reshape(-1))
 
 
