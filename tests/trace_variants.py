@@ -122,6 +122,8 @@ VARIANTS = {
     "dep-cycle": (_op(0, deps=[4]), "ops[0].deps"),
     "self-dep": (_op(5, deps=[5]), "ops[5].deps"),
     "deps-not-a-list": (_op(5, deps=3), "ops[5].deps"),
+    "bool-dep": (_op(5, deps=[True]), "ops[5].deps"),         # == 1, an op before it
+    "float-dep": (_op(5, deps=[1.0]), "ops[5].deps"),         # == 1 too
     "unhashable-dep": (_op(5, deps=[[0]]), "ops[5].deps"),
     "unknown-kind": (_op(5, kind="matmul"), "ops[5].kind"),
     "list-stream": (_op(5, stream=["compute"]), "ops[5].stream"),

@@ -226,21 +226,23 @@ class Trace:
         ids = set()
         ranks = ranks_array(cls.ranks)
         for index, op in enumerate(cls.ops):
-            at = (cls, index, op)
             if not (type(op.id) is int or is_int(op.id)):
-                raise _op_error(at, "id", f"id must be an integer, got {op.id!r}")
+                raise _op_error((cls, index, op), "id", f"id must be an integer, got {op.id!r}")
             if op.kind not in KINDS:
-                raise _op_error(at, "kind", f"unknown kind {op.kind!r}; valid: "
-                                            f"{', '.join(KINDS)}")
+                raise _op_error((cls, index, op), "kind", f"unknown kind {op.kind!r}; valid: "
+                                                          f"{', '.join(KINDS)}")
             if op.id in ids:
-                raise _op_error(at, "id", "duplicate op id")
-            if type(op.deps) is not tuple or op.deps:     # most ops have none
-                self._check_deps(at, ids)
+                raise _op_error((cls, index, op), "id", "duplicate op id")
+            deps = op.deps
+            if type(deps) is not tuple or deps:     # most ops have none, most others one
+                if not (type(deps) is tuple and len(deps) == 1 and type(deps[0]) is int
+                        and deps[0] in ids):      # (what _check_deps passes, checked first)
+                    self._check_deps((cls, index, op), ids)
             problem = op_problem(op, comm_sizes)
             if problem:
-                raise _op_error(at, *problem)
+                raise _op_error((cls, index, op), *problem)
             if op.kind in _TRANSFERS and op.is_peer_transfer:
-                self._validate_peer(at, ranks)
+                self._validate_peer((cls, index, op), ranks)
             ids.add(op.id)
 
     @staticmethod
