@@ -103,3 +103,33 @@ def test_outputs_are_written_and_foreign_folders_refused(overlapped, tmp_path):
     with pytest.raises(ConfigError, match="--out: folder is not empty"):
         write_outputs(foreign, tl, m, model.cluster, {}, {})
     assert (foreign / "notes.txt").read_text() == "precious"
+
+
+def test_critical_class_is_the_first_by_name_of_those_that_end_last():
+    """The class whose last op ends latest, ties to the first name: what each class's own
+    maximum end (from 0), then the first of the sorted classes at the largest, gives."""
+    import random
+    from types import SimpleNamespace
+
+    from simulator.engine.replay import OpRecord
+    from simulator.metrics.summary import critical_class
+
+    def reference(records):
+        ends: dict = {}
+        for r in records:
+            ends[r.cls] = max(ends.get(r.cls, 0.0), r.end_s)
+        return max(sorted(ends), key=lambda c: ends[c]) if ends else ""
+
+    rng = random.Random(4)
+    cases = [[], [("b", 0.0), ("a", 0.0)], [("z", 2.0), ("a", 1.0), ("m", 2.0)]]
+    for _ in range(40):
+        cases.append([(rng.choice("pqrs"), rng.choice([0.0, 0.5, 1.25, 3.0, 3.0]))
+                      for _ in range(rng.randint(1, 30))])
+    for case in cases:
+        records = [OpRecord(c, i, "op", "compute", "compute", "", "", 0.0, 0.0, e)
+                   for i, (c, e) in enumerate(case)]
+        tl = SimpleNamespace(records=records)
+        assert critical_class(tl) == reference(records), case
+    assert critical_class(SimpleNamespace(records=[
+        OpRecord("m", 0, "op", "compute", "compute", "", "", 0.0, 0.0, 2.0),
+        OpRecord("a", 1, "op", "compute", "compute", "", "", 0.0, 0.0, 2.0)])) == "a"

@@ -11,7 +11,9 @@ optimizer step, Horovod's cycle wait or a recorded host gap keep no GPU busy):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -93,8 +95,20 @@ def compute_metrics(tl: Timeline, world_size: int, peak_flops: float) -> Metrics
 
 
 def critical_class(tl: Timeline) -> str:
-    """The rank class that finishes last (the one the breakdown describes)."""
-    ends: dict[str, float] = {}
-    for r in tl.records:
-        ends[r.cls] = max(ends.get(r.cls, 0.0), r.end_s)
-    return max(sorted(ends), key=lambda c: ends[c]) if ends else ""
+    """The rank class that finishes last (the one the breakdown describes): of the classes
+    whose last op ends at the latest end of all, the first by name. (The ends read by C
+    into one array, the few records at that end looked at: a 3-D step at 16,384 GPUs has
+    104,296 records.)"""
+    records = tl.records
+    if not records:
+        return ""
+    end = np.fromiter(map(attrgetter("end_s"), records), float, len(records))
+    latest = float(end.max())
+    if not math.isfinite(latest):       # (no such replay: each class's own maximum)
+        ends: dict[str, float] = {}
+        for r in records:
+            ends[r.cls] = max(ends.get(r.cls, 0.0), r.end_s)
+        return max(sorted(ends), key=lambda c: ends[c])
+    if latest <= 0.0:                   # every class ends at 0 (its maximum's start)
+        return min(r.cls for r in records)
+    return min(records[i].cls for i in np.flatnonzero(end == latest).tolist())
