@@ -21,8 +21,8 @@ import sys
 # a pass: at the collector's default pace (a pass per 700 allocations) its passes took
 # 48 ms of a 3-D run at 16,384 GPUs, most of them over what the imports made, and freed
 # about 700 objects in all. A pass per 100,000 allocations instead (the older
-# generations' pace kept); the
-# replays pause the collector themselves (:mod:`simulator.gcpause`).
+# generations' pace kept); `run` and the replays pause the collector where they build
+# (:mod:`simulator.gcpause`).
 gc.set_threshold(100_000, *gc.get_threshold()[1:])
 
 # The simulator runs on one thread and asks BLAS for nothing large: OpenBLAS's own threads

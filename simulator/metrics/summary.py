@@ -109,6 +109,6 @@ def critical_class(tl: Timeline) -> str:
         for r in records:
             ends[r.cls] = max(ends.get(r.cls, 0.0), r.end_s)
         return max(sorted(ends), key=lambda c: ends[c])
-    if latest <= 0.0:                   # every class ends at 0 (its maximum's start)
+    if latest <= 0.0:       # each class's maximum counts from 0: all tie, the first name
         return min(r.cls for r in records)
     return min(records[i].cls for i in np.flatnonzero(end == latest).tolist())
