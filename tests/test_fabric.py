@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from simulator.network.fabric import CountingEnvironment, Flow, make_fabric
+from simulator.network.fabric import CountingEnvironment, Flow, fractions, make_fabric
 
 
 def run(fidelity, capacity, flows, starts=None):
@@ -156,7 +156,7 @@ def test_samples_summed_when_read_are_the_sums_one_at_a_time():
                      rng.uniform(0, 1e9, 4) * (rng.random(4) < 0.7)) for _ in range(6)]
     mixes = [(float(t), [pool[i] for i in rng.integers(0, 6, int(rng.integers(0, 5)))])
              for t in range(40)]
-    got = fabric._fractions(mixes)
+    got = fractions(mixes, fabric._scale)
     for (t, solutions), (t2, fraction) in zip(mixes, got):
         load = np.zeros(4)
         if solutions:
@@ -165,7 +165,7 @@ def test_samples_summed_when_read_are_the_sums_one_at_a_time():
                 load += s.group_load
         assert t2 == t and fraction.tobytes() == (load / fabric._scale).tobytes()
     # instants with no solution at all: no load
-    assert [(t, f.tolist()) for t, f in fabric._fractions([(0.0, []), (2.5, [])])] == \
+    assert [(t, f.tolist()) for t, f in fractions([(0.0, []), (2.5, [])], fabric._scale)] == \
         [(0.0, [0.0] * 4), (2.5, [0.0] * 4)]
 
 

@@ -42,18 +42,28 @@ def test_same_arrays_as_np_unique(a):
             assert all(g.dtype == np.intp for g in got[1:])
 
 
-def test_counted_and_sorted_give_the_same_arrays():
-    """Integers within about twice their count are counted, the rest sorted: a span just
-    inside and just outside give what np.unique gives, first and inverse included."""
+def test_counted_and_sorted_give_the_same_arrays(monkeypatch):
+    """Integers (64 or more) whose values span at most twice their count + 1,024 are
+    counted, the rest (and fewer entries) sorted: a span just inside and just outside that
+    limit, and 63 entries, each take the path the rule says and give what np.unique gives,
+    first and inverse included."""
+    import simulator.uniques as uniques
+
+    counted = []
+    real = uniques._counted
+    monkeypatch.setattr(uniques, "_counted",
+                        lambda *args: counted.append(len(args[0])) or real(*args))
     rng = np.random.default_rng(11)
-    for n in (64, 1000):
-        limit = 2 * n + 1024
-        for span in (limit + 1, limit + 2):           # counted, then sorted
-            a = rng.integers(0, span, n)
-            a[0], a[-1] = 0, span - 1
-            want = np.unique(a, return_index=True, return_inverse=True)
-            for g, w in zip(distinct_where(a, first=True, inverse=True), want):
-                np.testing.assert_array_equal(g, w.reshape(-1))
+    for n, span, by_table in ((64, 2 * 64 + 1025, True), (64, 2 * 64 + 1026, False),
+                              (1000, 2 * 1000 + 1025, True), (1000, 2 * 1000 + 1026, False),
+                              (63, 10, False)):
+        a = rng.integers(0, span, n)
+        a[0], a[-1] = 0, span - 1               # the values span exactly ``span``
+        counted.clear()
+        want = np.unique(a, return_index=True, return_inverse=True)
+        for g, w in zip(distinct_where(a, first=True, inverse=True), want):
+            np.testing.assert_array_equal(g, w.reshape(-1))
+        assert counted == ([n] if by_table else []), (n, span)
 
 
 def test_first_index_is_the_first_entry_of_each_value():

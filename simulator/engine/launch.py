@@ -53,7 +53,6 @@ class Launcher:
         # (comm, collective, size, how) -> the plans of its groups, their bundled flows and
         # whether every flow has a latency; attrs may pin the algorithm, protocol and root
         self._launches: dict = {}
-        self._factors: dict[str, float] = {}     # comm -> the variability's factor
 
     def bundled(self, flows: list) -> list:
         return bundled(flows) if self.bundles else flows
@@ -119,11 +118,7 @@ class Launcher:
 
     def _launched(self, op: Op, done: Reply, start: float, plan) -> None:
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
-            factor = self._factors.get(op.comm)
-            if factor is None:          # one draw per communicator (the variability's own
-                # memo, without building its key per collective)
-                factor = self._factors[op.comm] = self.vary.collective_factor(
-                    op.comm, self.trace.communicators[op.comm].size)
+            factor = self.vary.collective_factor(op.comm, self.trace.communicators[op.comm].size)
             if factor != 1.0:
                 Timeout(self.env, (factor - 1.0) * (self.env._now - start)).callbacks.append(
                     lambda _e: done.succeed((start, plan)))

@@ -133,9 +133,6 @@ class _Replayer:
     def __init__(self, trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,
                  cfg: EngineConfig, capacity_bytes: int):
         self.trace, self.coll, self.compute, self.cfg = trace, collectives, compute, cfg
-        # what a compute op's time reads, looked up once (a step runs tens of thousands)
-        self._op_time_s, self._precision = compute.op_time_s, cfg.precision
-        self._overlap = 1.0 + cfg.overlap_slowdown
         self.env = CountingEnvironment()
         self.fabric = make_fabric(cfg.fidelity, self.env,
                                   collectives.cluster.capacity_bytes_per_s, cfg.link_classes)
@@ -293,15 +290,17 @@ class _Replayer:
                 base = op.duration_s
             else:
                 attrs = op.attrs
-                precision = attrs.get("precision", self._precision)
+                precision = attrs.get("precision", self.cfg.precision)
                 # m, n, k of a GEMM / attention kernel, for timers by shape; a timer of the
                 # seam without the ``shape`` parameter is asked without it
                 if "m" in attrs:
-                    base = self._op_time_s(op.op_class, op.flops, op.bytes_accessed,
-                                           precision, shape=(attrs["m"], attrs["n"], attrs["k"]))
+                    base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
+                                                  precision,
+                                                  shape=(attrs["m"], attrs["n"], attrs["k"]))
                 else:
-                    base = self._op_time_s(op.op_class, op.flops, op.bytes_accessed, precision)
-            overlap = self._overlap if self.comm_active[cls.id] else 1.0
+                    base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
+                                                  precision)
+            overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
             if self.vary is not None:
                 base *= self.vary.compute_factor(cls.id, op.op_class)
             return base * cls.slowdown * overlap

@@ -127,6 +127,7 @@ class Variability:
         self._keys = {c: group_key(r) for c, r in class_groups.items() if len(r) > 1}
         self._memo: dict[tuple, float] = {}
         self._compute: dict[tuple[str, str], float] = {}    # (class, op class) -> factor
+        self._collective: dict[str, float] = {}             # communicator -> factor
 
     @classmethod
     def for_trace(cls, trace: Trace, sigmas: Mapping[str, float], seed: int) -> Variability:
@@ -154,5 +155,11 @@ class Variability:
         return found
 
     def collective_factor(self, comm_id: str, group_size: int) -> float:
-        """Time factor of a collective's transfer on communicator ``comm_id``."""
-        return self._factor(self.sigmas.get(COLLECTIVE, 0.0), f"comm:{comm_id}", group_size)
+        """Time factor of a collective's transfer on communicator ``comm_id`` (its groups
+        of ``group_size``: one size per communicator), kept per communicator (the replay
+        asks once per collective)."""
+        found = self._collective.get(comm_id)
+        if found is None:
+            found = self._collective[comm_id] = self._factor(
+                self.sigmas.get(COLLECTIVE, 0.0), f"comm:{comm_id}", group_size)
+        return found

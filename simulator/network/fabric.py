@@ -254,7 +254,7 @@ class FlowFabric(Fabric):
         if self._sample_at is not None:
             self._sample()
         if self._mixes:
-            self._samples.extend(self._fractions(self._mixes))
+            self._samples.extend(fractions(self._mixes, self._scale))
             self._mixes = []
         return self._samples
 
@@ -493,10 +493,6 @@ class FlowFabric(Fabric):
         self._mixes.append((self._sample_at, [solution for s in self._sets.values()
                                               for solution, _ in s.segments]))
         self._sample_at = None
-
-    def _fractions(self, mixes: list) -> list:
-        """:func:`fractions` of ``mixes`` on this fabric's link groups."""
-        return fractions(mixes, self._scale)
 
 
 class LazySamples(Sequence):

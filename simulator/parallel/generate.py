@@ -93,6 +93,7 @@ class StageBuilder:
         self.chunks, self.all_chunks = my_chunks, all_chunks
         self.ol = OpList()
         self.used: set[str] = set()
+        self._comm_ids: dict[str, str] = {}
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
         self.stage_first = {p: plan.stage_ranks(p)[0] for p in range(plan.pp)}
         parts = [TPHooks(self._tp_issue, lambda: self.ol.last_on("compute"),
@@ -105,14 +106,18 @@ class StageBuilder:
                  "replicate": plan.dp_replicate}
         self.dp = DataParallel(self, {c: ch.layers for c, ch in my_chunks.items()},
                                sizes["grad"], sizes["shard"], sizes["replicate"])
-        self._tp_comm: str | None = None      # "tp.s<rank>", once a TP collective is issued
         self.prev_start: int | None = None    # first op of the previous pass
         self.layer_start: int | None = None   # first op of the previous layer emitted
 
     # ------------------------------------------------------------------ ops
     def comm(self, name: str) -> str:
-        self.used.add(name)
-        return f"{name}.s{self.rank}"
+        """The id of this stage's communicator ``name`` (``tp.s3``), noted as used; each
+        id made once (a class issues tens of thousands of collectives)."""
+        found = self._comm_ids.get(name)
+        if found is None:
+            self.used.add(name)
+            found = self._comm_ids[name] = f"{name}.s{self.rank}"
+        return found
 
     def collective(self, kind: str, stream: str, comm: str, size: int, deps, name: str,
                    phase: str, micro: int, attrs: dict | None = None, layer: str = "",
@@ -121,17 +126,14 @@ class StageBuilder:
         name that spans stages)."""
         return self.ol.collective(stream, kind, comm if shared else self.comm(comm),
                                   int(size), tuple(deps), name, phase, layer,
-                                  {"micro_step": micro, **(attrs or {})}, **mem)
+                                  {"micro_step": micro, **attrs} if attrs else
+                                  {"micro_step": micro}, **mem)
 
     def _tp_issue(self, kind: str, size: int, deps, name: str, phase: str, layer: str) -> int:
-        # what ``collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,
-        # layer=layer)`` adds, written out (tens of thousands per class): the communicator's
-        # id made once, the attrs without a merge
-        comm = self._tp_comm
-        if comm is None:
-            comm = self._tp_comm = self.comm("tp")
-        return self.ol.collective(STREAM, kind, comm, int(size), tuple(deps), name, phase,
-                                  layer, {"micro_step": self.micro})
+        # ``collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,
+        # layer=layer)`` without its keyword call (tens of thousands per class)
+        return self.ol.collective(STREAM, kind, self.comm("tp"), int(size), tuple(deps),
+                                  name, phase, layer, {"micro_step": self.micro})
 
     def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
         """A send to / recv from the rank holding model stage ``stage``; None when this

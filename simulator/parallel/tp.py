@@ -103,7 +103,6 @@ class TPHooks(OpHooks):
         self.pending: list[list] = []     # [op id, kernels allowed to run first, waiter]
         self.layer = self.kind = ""
         self._points: dict[tuple[str, str, str], _Point] = {}
-        self._last: tuple = (None, None, None, None)    # (cost, phase, kind, point): before's
 
     def start_layer(self, layer) -> None:
         self.layer, self.kind = layer.name, layer.kind
@@ -129,7 +128,6 @@ class TPHooks(OpHooks):
     def before(self, cost, phase: str) -> tuple:
         deps = self._due(cost, phase) if self.pending else []
         point = self._point(phase, cost.name)
-        self._last = (cost, phase, self.kind, point)
         kind, waiter = point.before, point.before_waiter
         if kind:
             op = self.issue(kind, self.act_bytes, (self.last_compute(),),
@@ -143,10 +141,7 @@ class TPHooks(OpHooks):
         return tuple(deps)
 
     def after(self, cost, phase: str, op_id: int) -> None:
-        last_cost, last_phase, last_kind, point = self._last
-        if last_cost is not cost or last_phase != phase or last_kind != self.kind:
-            point = self._point(phase, cost.name)       # (else its before's, just looked up)
-        _, _, kind, waiter, name, loss = point
+        _, _, kind, waiter, name, loss = self._point(phase, cost.name)
         if kind:
             op = self.issue(kind, self.act_bytes, (op_id,), f"{kind}.{self.layer}.{name}",
                             phase, self.layer)
