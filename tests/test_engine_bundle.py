@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.sim import Environment
 from simulator.models import load_model
 from simulator.network.fabric import Flow, FlowFabric
 from simulator.network.bundle import bundle_flows, bundled, instances
@@ -157,7 +158,7 @@ def test_the_checked_solve_flags_a_bundle_whose_instances_freeze_apart():
 
 
 def test_a_split_bundle_finishes_when_its_last_instance_does():
-    env = simpy.Environment()
+    env = Environment()
     fabric = FlowFabric(env, np.array([10.0, 10.0]))
     both = fabric.transfer(bundle_flows([_flow([0], [1.0]), _flow([1], [1.0])]))
     other = fabric.transfer(_flow([1], [1.0]))

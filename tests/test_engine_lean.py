@@ -14,8 +14,10 @@ import pytest
 import simpy
 
 from simulator.engine import EngineConfig, replay
-from simulator.engine.steps import all_done as _all_done
-from simulator.network.fabric import CountingEnvironment, Flow, make_fabric
+from simulator.sim import all_done as _all_done
+from simulator.network.fabric import Flow, make_fabric
+from simulator.sim import Environment
+from simulator.sim import Environment as CountingEnvironment
 from simulator.pipeline import build_setup
 from simulator.scenario import load_scenario
 from simulator.trace import Communicator, Op, RankClass, Trace
@@ -177,7 +179,7 @@ def test_shipped_scenarios_replay_alike_lean_and_reference(name, sets):
 def _log_order(wait):
     """Resume order of processes that wait, through ``wait(env, events)``, on events
     fired in a scrambled order at one instant and at later ones."""
-    env = simpy.Environment()
+    env = Environment()
     evs = [env.event() for _ in range(6)]
     log = []
 

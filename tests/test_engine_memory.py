@@ -4,11 +4,12 @@ over-capacity rule, peak bytes. Every number is worked out in the comment beside
 import pytest
 import simpy
 
+from simulator.sim import Environment
 from simulator.engine.memory import MemoryPool
 
 
 def test_unlimited_pool_grants_at_once_and_records_the_peak():
-    env = simpy.Environment()
+    env = Environment()
     pool = MemoryPool(env, 0, 100, [50, 70])
     assert pool.request(50, 0, "a") is None and pool.request(70, 1, "b") is None
     pool.release(50)
@@ -20,7 +21,7 @@ def test_unlimited_pool_grants_at_once_and_records_the_peak():
 
 def test_a_later_issued_request_leaves_room_for_earlier_ones():
     # capacity 1000, static 100; issue order: a (500), b (400), c (400).
-    env = simpy.Environment()
+    env = Environment()
     pool = MemoryPool(env, 1000, 100, [500, 400, 400])
     log = []
     assert pool.request(500, 0, "a") is None          # 100 + 500 + 0 ahead = 600 <= 1000
@@ -44,7 +45,7 @@ def test_a_later_issued_request_leaves_room_for_earlier_ones():
 def test_requests_are_granted_in_issue_order_not_arrival_order():
     # capacity 100, static 0, x holds 100; y (position 2) asks first, z (position 1) next.
     # When x frees, z (issued earlier) goes first; y (50 + 50 = 100) fits after it.
-    env = simpy.Environment()
+    env = Environment()
     pool = MemoryPool(env, 100, 0, [100, 50, 50])
     assert pool.request(100, 0, "x") is None
     order = []
@@ -59,7 +60,7 @@ def test_requests_are_granted_in_issue_order_not_arrival_order():
 def test_the_oldest_waiter_goes_over_capacity_only_when_asked():
     # capacity 1000, static 100: a takes 600 (700 in use); b needs 600 more: 1300 > 1000,
     # and nothing will free, so the engine lets b through: 1300 bytes, out of memory at b.
-    env = simpy.Environment()
+    env = Environment()
     pool = MemoryPool(env, 1000, 100, [600, 600])
     assert pool.request(600, 0, "a") is None
     b = pool.request(600, 1, "b")
@@ -71,7 +72,7 @@ def test_the_oldest_waiter_goes_over_capacity_only_when_asked():
 
 
 def test_static_memory_over_capacity_is_out_of_memory_before_any_op():
-    pool = MemoryPool(simpy.Environment(), 1000, 1200, [])
+    pool = MemoryPool(Environment(), 1000, 1200, [])
     assert pool.oom_at == "static memory" and pool.peak_bytes == 1200
 
 
@@ -113,7 +114,7 @@ def test_the_room_left_for_earlier_ops_is_their_plain_sum_in_any_start_order(sum
     for _ in range(30):
         n = rng.randrange(1, 60)
         sizes = [rng.choice([0, 0, rng.randrange(1, 1000)]) for _ in range(n)]
-        pool = MemoryPool(simpy.Environment(), 10 ** 9, 0, sizes)
+        pool = MemoryPool(Environment(), 10 ** 9, 0, sizes)
         left = list(sizes)
         order = list(range(n))
         for _ in range(n // 4):                  # some ops start ahead of their turn

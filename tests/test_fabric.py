@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
-from simulator.network.fabric import CountingEnvironment, Flow, fractions, make_fabric
+from simulator.network.fabric import Flow, fractions, make_fabric
+from simulator.sim import Environment
 
 
 def run(fidelity, capacity, flows, starts=None):
-    env = CountingEnvironment()
+    env = Environment()
     fabric = make_fabric(fidelity, env, np.asarray(capacity, float))
     events = {}
 
@@ -63,7 +64,7 @@ def test_simultaneous_arrivals_are_solved_once_per_connected_set():
 
 def test_unknown_fidelity_names_the_choices():
     with pytest.raises(KeyError, match="analytical"):
-        make_fabric("packet", CountingEnvironment(), np.ones(1))
+        make_fabric("packet", Environment(), np.ones(1))
 
 
 def test_a_flow_shorter_than_the_clock_resolution_still_finishes():
@@ -82,7 +83,7 @@ def test_every_fidelity_counts_link_bytes_and_only_flow_samples_the_load():
     # and samples stay empty. The flow fabric samples at each solve: both groups at 100%
     # from t=0, then 0 once the flow ends at t=10.
     for fidelity in ("analytical", "flow"):
-        env = CountingEnvironment()
+        env = Environment()
         fabric = make_fabric(fidelity, env, np.array([10.0, 10.0]))
         fabric.track(np.array([0, 1]), 2)
         fabric.transfer(flow(100, [0, 1]))
@@ -100,7 +101,7 @@ def test_a_flow_solved_alone_again_gives_the_same_rates_and_counters():
     # its bytes on every link are counted again.
     import simpy
     from simulator.network.fabric import FlowFabric
-    env = simpy.Environment()
+    env = Environment()
     fabric = FlowFabric(env, np.array([10.0, 5.0, 20.0]))
     links, coef = np.array([0, 1, 1, 2]), np.array([1.0, 0.5, 0.5, 2.0])
     first = fabric.transfer(Flow(100.0, links, coef))
@@ -150,7 +151,7 @@ def test_samples_summed_when_read_are_the_sums_one_at_a_time():
     from simulator.network.fabric import FlowFabric
     from simulator.network.solve import Solution
     rng = np.random.default_rng(7)
-    fabric = FlowFabric(simpy.Environment(), rng.uniform(1, 9, 6))
+    fabric = FlowFabric(Environment(), rng.uniform(1, 9, 6))
     fabric.track(np.array([0, 0, 1, 2, 2, 3]), 4)
     pool = [Solution(np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0),
                      rng.uniform(0, 1e9, 4) * (rng.random(4) < 0.7)) for _ in range(6)]
@@ -176,7 +177,7 @@ def test_deferred_samples_are_the_fabrics_own_rows_summed_only_when_read():
     from simulator.network.fabric import FlowFabric, LazySamples
 
     def sampled():
-        env = CountingEnvironment()
+        env = Environment()
         fabric = FlowFabric(env, np.array([10.0, 4.0, 7.0]))
         fabric.track(np.array([0, 1, 1]), 2)
         for size, links, at in ((100.0, [0, 1], 0.0), (30.0, [1, 2], 1.5), (12.0, [2], 2.0)):
@@ -207,7 +208,7 @@ def test_a_set_left_unconnected_is_cut_where_its_solve_says_so():
     # sets, and the set is cut in two: C alone at 10 B/s from 5, B untouched by C.
     import simpy
     from simulator.network.fabric import FlowFabric
-    env = simpy.Environment()
+    env = Environment()
     fabric = FlowFabric(env, np.full(3, 10.0))
     a = fabric.transfer(Flow(20.0, np.array([0, 1]), np.ones(2)))
     b = fabric.transfer(Flow(100.0, np.array([1, 2]), np.ones(2)))

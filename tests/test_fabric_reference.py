@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.sim import Environment
 from simulator.network.bundle import Join, bundle_flows, instances
 from simulator.network.fabric import Fabric, Flow, FlowFabric
 from simulator.network.solve import Solver
@@ -135,7 +136,7 @@ def _workload(rng, n_links: int) -> list[tuple[float, Flow]]:
 
 
 def _run(make, capacity, work, groups):
-    env = simpy.Environment()
+    env = Environment()
     fabric = make(env, capacity)
     fabric.track(groups, int(groups.max()) + 1)
     done = []

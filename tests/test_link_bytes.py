@@ -15,7 +15,8 @@ import pytest
 
 from simulator.collectives.constants import load_constants
 from simulator.collectives.model import CollectiveModel
-from simulator.network.fabric import CountingEnvironment, make_fabric
+from simulator.network.fabric import make_fabric
+from simulator.sim import Environment
 from simulator.topology.build import load_cluster
 from test_cli import run_main
 from test_run_cli import SMALL
@@ -24,7 +25,7 @@ S = 1 << 26
 
 
 def _run(cluster, plan, fidelity):
-    env = CountingEnvironment()
+    env = Environment()
     fabric = make_fabric(fidelity, env, cluster.capacity_bytes_per_s)
     done = fabric.transfer(plan.flow())
     env.run()

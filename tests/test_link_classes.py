@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.sim import Environment
 from simulator.models import load_model
 from simulator.network.bundle import bundle_flows, incidence
 from simulator.network.fabric import Flow, FlowFabric
@@ -219,7 +220,7 @@ def test_the_split_check_on_classes_is_the_check_on_links():
 
 def test_counters_expand_to_every_link_and_survive_a_class_split_mid_transfer():
     def run(link_classes):
-        env = simpy.Environment()
+        env = Environment()
         fabric = FlowFabric(env, np.full(4, 10.0), link_classes=link_classes)
         fabric.track(np.zeros(4, np.int64), 1)
         # one bundle over links 0-1 and 2-3 (one class each pair), then, mid-way, a flow

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cluster import Cluster
-from ..network.fabric import CountingEnvironment, make_fabric
+from ..network.fabric import make_fabric
+from ..sim import Environment
 from .model import CollectiveModel, bus_factor
 from .plan import Plan
 
@@ -33,7 +34,7 @@ def simulate_plans(cluster: Cluster, plans: list[Plan], fidelity: str = "flow"):
     few times, so refining classes by every entry would cost what the solves cost (0.2 s
     more at 16,384 GPUs, 0.8 s at 131,072 for an all_reduce); the times are the same to the
     last bit either way."""
-    env = CountingEnvironment()
+    env = Environment()
     fabric = make_fabric(fidelity, env, cluster.capacity_bytes_per_s, link_classes=False)
     done = [fabric.transfer(p.flow()) for p in plans]
     env.run()

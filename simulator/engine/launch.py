@@ -25,7 +25,7 @@ from ..network.bundle import bundled
 from ..network.fabric import Fabric, Flow
 from ..trace.schema import Op, Trace
 from .planning import Plans
-from .steps import Relay, Reply, countdown
+from ..sim import Relay, Reply, countdown
 from .variability import Variability
 
 
@@ -103,7 +103,7 @@ class Launcher:
         (nothing else is scheduled in this step, see :meth:`Fabric.start`); ``done``
         (the rendezvous') fires, with (start, plan), one step after the last transfer is
         done (as a wait on all of them would) and after the variability's extra time."""
-        start = self.env._now
+        start = self.env.now
         plans, flows, _ = launch
         after = Relay(self.env)
         after.callbacks.append(lambda _e: self._launched(op, done, start, plans[0]))
@@ -120,7 +120,7 @@ class Launcher:
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
             factor = self.vary.collective_factor(op.comm, self.trace.communicators[op.comm].size)
             if factor != 1.0:
-                Timeout(self.env, (factor - 1.0) * (self.env._now - start)).callbacks.append(
+                Timeout(self.env, (factor - 1.0) * (self.env.now - start)).callbacks.append(
                     lambda _e: done.succeed((start, plan)))
                 return
         done.succeed((start, plan))

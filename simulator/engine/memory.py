@@ -101,7 +101,7 @@ class MemoryPool:
         if nbytes and self.capacity_bytes and (self._queue or
                                                not self._fits(position, nbytes)):
             granted = Event(self.env)
-            bisect.insort(self._queue, (position, nbytes, name, self.env._now, granted),
+            bisect.insort(self._queue, (position, nbytes, name, self.env.now, granted),
                           key=lambda w: w[0])
             self._admit()
             return granted
@@ -128,7 +128,7 @@ class MemoryPool:
     def _grant(self, waiter: tuple[int, int, str, float, simpy.Event]) -> None:
         position, nbytes, name, since_s, granted = waiter
         self._take(nbytes, name, position)
-        self.wait_s += self.env._now - since_s
+        self.wait_s += self.env.now - since_s
         granted.succeed()
 
     def _fits(self, position: int, nbytes: int) -> bool:
@@ -169,7 +169,7 @@ class MemoryPool:
             if position == self._first:
                 self._skip_taken()
         self.in_use_bytes += delta
-        self.timeline.append((self.env._now, self.in_use_bytes))
+        self.timeline.append((self.env.now, self.in_use_bytes))
         if self.in_use_bytes > self.peak_bytes:
             self.peak_bytes = self.in_use_bytes
             if self.capacity_bytes and self.in_use_bytes > self.capacity_bytes \

@@ -123,7 +123,7 @@ class PointToPoint:
         m.waits.append(wait)
         if len(m.waiting) == 2:
             m.waiting.clear()
-            m.start_s = self.env._now
+            m.start_s = self.env.now
             key = (m.size_bytes, group[1])
             cached = self._bundles.get(key)
             if cached is None:
@@ -151,7 +151,7 @@ class PointToPoint:
 
     def _start(self, ready: list) -> None:
         """Both sides of each of ``ready`` are here: move their bytes."""
-        now = self.env._now
+        now = self.env.now
         sizes = {m.size_bytes for _, m in ready}
         planned = {size: iter(self.plan(size, [key[:2] for key, m in ready
                                                 if m.size_bytes == size]))

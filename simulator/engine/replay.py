@@ -36,23 +36,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from heapq import heappush
 
 import numpy as np
-import simpy
-from simpy.events import NORMAL
 
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..gcpause import gc_paused
 from ..lifetime import keep
-from ..network.fabric import CountingEnvironment, Tick, make_fabric
+from ..network.fabric import make_fabric
+from ..sim import Environment, Relay, StreamProcess, all_done, countdown
 from ..trace.schema import Op, RankClass, Trace
 from .launch import Launcher
 from .memory import MemoryPool
 from .p2p import PointToPoint
 from .planning import Plans
-from .steps import Relay, StreamProcess, all_done, countdown
 from .seams import CollectivePlanner, ComputeTimer
 from .variability import Variability
 
@@ -133,7 +130,7 @@ class _Replayer:
     def __init__(self, trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,
                  cfg: EngineConfig, capacity_bytes: int):
         self.trace, self.coll, self.compute, self.cfg = trace, collectives, compute, cfg
-        self.env = CountingEnvironment()
+        self.env = Environment()
         self.fabric = make_fabric(cfg.fidelity, self.env,
                                   collectives.cluster.capacity_bytes_per_s, cfg.link_classes)
         self.capacity = capacity_bytes
@@ -220,46 +217,27 @@ class _Replayer:
                                   + "; ".join(why[:3]) + ("; ..." if len(why) > 3 else ""))
 
     def _stream(self, cls: RankClass, ops: list[tuple[int, Op]]):
-        # the hot loop of the replay (one pass per op): SimPy's ``env.now``,
-        # ``env.timeout`` and ``env.event`` written out (a property and a bound class per
-        # call; a timeout as a Tick), the same events scheduled in the same order
+        """The ops of one (class, stream) in order, as a CUDA stream runs them."""
         uses: dict[str, int] = {}
         env, pool, done, active = self.env, self.pools[cls.id], self.done[cls.id], \
             self.comm_active
-        queue, eid = env._queue, env._eid
         request, release, records, launcher = pool.request, pool.release, self.records, \
             self.launcher
         cid = cls.id
         for position, op in ops:
-            deps = op.deps
-            if deps:
-                if len(deps) == 1:      # most waits: all_done's case of one event, written
-                    # out (no call and list per op: 59,857 of the 3-D plan's 104,296)
-                    ev, first = Relay(env), done[deps[0]]
-                    if first.callbacks is None:
-                        ev()
-                    else:
-                        first.callbacks.append(ev)
-                    yield ev
-                else:
-                    yield all_done(env, [done[d] for d in deps])
-            ready = env._now
+            if op.deps:
+                yield all_done(env, [done[d] for d in op.deps])
+            ready = env.now
             if op.mem_alloc_bytes:      # (a request of nothing is granted, and changes nothing)
                 granted = request(op.mem_alloc_bytes, position, op.name)
                 if granted is not None:
                     yield granted
             kind = op.kind
             if kind not in COMM_KINDS:      # compute, memcpy or delay
-                start, plan = env._now, None
+                start, plan = env.now, None
                 # attrs["repeat"]: the op runs that many times back to back (identical
                 # gradient-accumulation micro-steps written once)
-                delay = self._duration(cls, op) * op.attrs.get("repeat", 1)
-                if delay < 0:
-                    raise ValueError(f"Negative delay {delay}")     # as Timeout's
-                tick = Tick()
-                tick.callbacks = []
-                heappush(queue, (start + delay, NORMAL, next(eid), tick))
-                yield tick
+                yield env.tick(self._duration(cls, op) * op.attrs.get("repeat", 1))
             elif kind == "collective":
                 k = uses.get(op.comm, 0)
                 uses[op.comm] = k + 1
@@ -272,12 +250,12 @@ class _Replayer:
                 start, plan = yield from self.p2p.run(cls, op)
                 active[cid] -= 1
             else:                           # send or recv to or from host memory
-                start, plan = env._now, None
+                start, plan = env.now, None
                 yield from self._host_copy(cls, op)
             if op.mem_free_bytes:
                 release(op.mem_free_bytes)
             records.append(OpRecord(cid, op.id, op.name, op.stream, kind, op.layer,
-                                    op.phase, ready, start, env._now, op.size_bytes,
+                                    op.phase, ready, start, env.now, op.size_bytes,
                                     plan.algo if plan else "", plan.proto if plan else ""))
             event = done.get(op.id)
             if event is not None:

@@ -15,26 +15,15 @@ from heapq import heappop, heappush
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL, URGENT, Event, Timeout
+from simpy.events import Event, Timeout
 
 from ..choices import FIDELITIES
+from ..sim import Tick
 from ..uniques import distinct_where
 from .active import FlowSet
 from .bundle import slowest_rate
 from .reduced import ClassSolver
 from .solve import Composite, Solver, flow_key
-
-
-class Tick:
-    """An event that only fires, lighter than SimPy's: no ``__init__`` or
-    ``env.schedule`` call, no attribute dict. :meth:`CountingEnvironment.run` and a
-    replay's stream read ``callbacks``, ``_ok`` and ``_value`` of an event, nothing else.
-    Whoever makes one pushes it onto the environment's queue where the SimPy event it
-    stands for would go (a timeout: now + delay, normal priority, the next event id)."""
-
-    __slots__ = ("callbacks",)
-    _ok = True
-    _value = None
 
 
 @dataclass
@@ -108,10 +97,7 @@ class Fabric:
         SimPy process would (an urgent event at this instant, before any event of normal
         priority), without a process: :meth:`start` runs then."""
         done = Event(self.env) if then is None else then
-        begin = Event(self.env)
-        begin._ok, begin._value = True, None
-        begin.callbacks.append(lambda _e: self._begin(flow, done))
-        self.env.schedule(begin, URGENT)
+        self.env.call_urgent(lambda _e: self._begin(flow, done))
         return done if then is None else None
 
     def start(self, flow: Flow, then: Callable[[Flow], None] | None = None):
@@ -125,11 +111,9 @@ class Fabric:
         return done if then is None else None
 
     def _begin(self, flow: Flow, done) -> None:
-        flow.start_s = self.env._now
-        if flow.latency_s > 0:      # Timeout(env, latency) with one callback, as a Tick
-            env, event = self.env, Tick()
-            event.callbacks = [lambda _e: self._arrive(flow, done)]
-            heappush(env._queue, (env._now + flow.latency_s, NORMAL, next(env._eid), event))
+        flow.start_s = self.env.now
+        if flow.latency_s > 0:
+            self.env.call_later(flow.latency_s, lambda _e: self._arrive(flow, done))
         else:
             self._arrive(flow, done)
 
@@ -142,7 +126,7 @@ class Fabric:
 
     def _finish(self, flow: Flow, done) -> None:
         """``flow`` is done: fire its event, or call its ``then``."""
-        flow.end_s = self.env._now
+        flow.end_s = self.env.now
         if isinstance(done, simpy.Event):
             done.succeed(flow)
         else:
@@ -283,7 +267,7 @@ class FlowFabric(Fabric):
 
     # ------------------------------------------------------------ arrivals
     def _move(self, flow: Flow, done) -> None:
-        now = self.env._now
+        now = self.env.now
         self._due(now)
         key = flow_key(flow)
         slots = self._solver.slots(flow, key)
@@ -324,7 +308,7 @@ class FlowFabric(Fabric):
         return target
 
     def _solve_arrivals(self, _event) -> None:
-        now = self.env._now
+        now = self.env.now
         self._due(now)
         dirty, self._dirty = self._dirty, {}
         finished: list = []
@@ -345,18 +329,14 @@ class FlowFabric(Fabric):
             heappop(heap)
         if not heap or heap[0][0] >= self._armed_at:
             return
-        at = max(heap[0][0], self.env._now)
-        event = Tick()
-        event.callbacks = [self._complete]
-        # at that very instant (env.schedule would add a delay to now, rounding it)
-        heappush(self.env._queue, (at, NORMAL, next(self.env._eid), event))
-        self._armed, self._armed_at = event, at
+        at = max(heap[0][0], self.env.now)
+        self._armed, self._armed_at = self.env.call_at(at, self._complete), at
 
     def _complete(self, event) -> None:
         if event is not self._armed:
             return              # an earlier end was armed since
         self._armed, self._armed_at = None, float("inf")
-        now = self.env._now
+        now = self.env.now
         heap, sets = self._heap, self._sets
         due = []
         while heap and heap[0][0] <= now:
@@ -578,38 +558,3 @@ def make_fabric(name: str, env: simpy.Environment, capacity_bytes_per_s: np.ndar
     except KeyError:
         raise KeyError(f"unknown fidelity {name!r}; choose one of {sorted(FABRICS)}") from None
     return cls(env, capacity_bytes_per_s, link_classes)
-
-
-class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes (for benchmarks).
-
-    ``run()`` without ``until`` processes the events in its own loop, the one of
-    :meth:`simpy.Environment.step` written out, so the count costs no Python frame per
-    event; :meth:`step` (and ``run(until)``, which goes through it) counts too."""
-
-    def __init__(self, initial_time: float = 0):
-        super().__init__(initial_time)
-        self.events_processed = 0
-
-    def step(self) -> None:
-        self.events_processed += 1
-        super().step()
-
-    def run(self, until=None):
-        if until is not None:
-            return super().run(until)
-        queue, pop, count = self._queue, heappop, 0
-        try:
-            while queue:
-                self._now, _, _, event = pop(queue)
-                count += 1
-                callbacks, event.callbacks = event.callbacks, None
-                for callback in callbacks:
-                    callback(event)
-                if not event._ok and not hasattr(event, "_defused"):
-                    exc = type(event._value)(*event._value.args)    # as step() raises it
-                    exc.__cause__ = event._value
-                    raise exc
-        finally:
-            self.events_processed += count
-        return None
