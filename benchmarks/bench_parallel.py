@@ -8,18 +8,14 @@ on, and the flow fabric solves on classes of equivalent links (simulator/network
 so a max-min solve costs what the classes do, not the servers; what still grows is laying
 out each group's and member's route (once per size). Prints one Markdown row per size: wall time,
 CPU seconds (this process) of setup (topology, trace) and replay, the trace's ops, the SimPy
-events, events per replay CPU second, the simulated iteration time, and the load average.
-``--exact`` replays with one flow per instance (the reference the bundles are tested
-against; the engine before bundles); ``--per-link`` solves on every used link (the
-reference the link classes are tested against)::
+events, events per replay CPU second, the simulated iteration time, and the load average::
 
-    python benchmarks/bench_parallel.py [--gpus 128,1024,4096,16384] [--micro-batches 16] [--exact] [--per-link]
+    python benchmarks/bench_parallel.py [--gpus 128,1024,4096,16384] [--micro-batches 16]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import time
 
@@ -29,14 +25,11 @@ from simulator.scenario import load_scenario, resolve_scenario
 SCENARIO = "gpt3-175b-megatron-tp8-pp16-selene"
 
 
-def measure(gpus: int, micro_batches: int, exact: bool = False,
-            per_link: bool = False) -> str:
+def measure(gpus: int, micro_batches: int) -> str:
     scn = load_scenario(resolve_scenario(SCENARIO), [f"cluster.nodes={gpus // 8}",
                                                      f"training.grad_accum={micro_batches}"])
     w0, c0 = time.perf_counter(), time.process_time()
     setup = build_setup(scn)
-    engine = dataclasses.replace(setup.engine, bundles=not exact, link_classes=not per_link)
-    setup = dataclasses.replace(setup, engine=engine)
     c1 = time.process_time()
     result = run_setup(setup)
     c2, w2 = time.process_time(), time.perf_counter()
@@ -52,14 +45,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", default="128,1024,4096,16384")
     ap.add_argument("--micro-batches", type=int, default=16)
-    ap.add_argument("--exact", action="store_true", help="one flow per instance")
-    ap.add_argument("--per-link", action="store_true", help="solve on every used link")
     args = ap.parse_args()
     print("| GPUs | micro-batches | wall | setup (CPU) | replay (CPU) | ops | events | "
           "events/s (replay CPU) | iteration | load |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for gpus in (int(g) for g in args.gpus.split(",")):
-        print(measure(gpus, args.micro_batches, args.exact, args.per_link), flush=True)
+        print(measure(gpus, args.micro_batches), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from .cluster import Cluster
 from .collectives.constants import load_constants
 from .collectives.model import CollectiveModel
 from .compute import ComputeModel
-from .engine import EngineConfig, Timeline, replay
+from .engine import JobConfig, MachineConfig, Timeline, replay
 from .engine.variability import resolve_sigmas
 from .errors import ConfigError
 from .gcpause import gc_paused
@@ -47,7 +47,8 @@ class Setup:
     collectives: CollectiveModel
     compute: ComputeModel
     trace: Trace
-    engine: EngineConfig
+    machine: MachineConfig
+    job: JobConfig
     capacity_bytes: int
     peak_flops: float
     accum: AccumPlan | None = None       # identical micro-steps: replay a few (accum.py)
@@ -176,7 +177,9 @@ def _strategy_dict(scn: Scenario) -> dict:
 
 
 def job_world(cluster: Cluster, n_gpus: int) -> World:
-    """The first ``n_gpus`` ranks of ``cluster``, ``gpus_per_node`` to a server."""
+    """A job of ``n_gpus`` ranks, ``gpus_per_node`` of them to a server, as the strategies
+    lay it out; :func:`~simulator.engine.replay` puts its ranks on the cluster's first
+    GPUs (:class:`~simulator.engine.Placement`)."""
     return World(n_gpus, min(int(cluster.G.graph["gpus_per_node"]), n_gpus))
 
 
@@ -217,18 +220,18 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     accum = plan_accum(cfg, t, lambda c: make_trace(scn, model, c, world, source)) \
         if extrapolate_steps else None
     trace = plan_trace(accum) if accum else make_trace(scn, model, cfg, world, source)
-    engine = EngineConfig(fidelity=scn.simulation.fidelity,
-                          overlap_slowdown=scn.simulation.overlap_slowdown,
-                          precision=compute_precision(t.precision),
-                          variability=resolve_sigmas(scn.simulation.variability),
-                          seed=scn.simulation.seed)
+    machine = MachineConfig(fidelity=scn.simulation.fidelity)
+    job = JobConfig(overlap_slowdown=scn.simulation.overlap_slowdown,
+                    precision=compute_precision(t.precision),
+                    variability=resolve_sigmas(scn.simulation.variability),
+                    seed=scn.simulation.seed)
     try:
         compute = ComputeModel(gpu, attention=t.attention_impl, strategy=cfg.name)
     except ConfigError as exc:
         raise exc.located(source) from None
     built = accum.traces if accum else (trace,)
-    return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, engine,
-                 gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum,
+    return Setup(scn, cluster, CollectiveModel(cluster, k, scn.nccl), compute, trace, machine,
+                 job, gpu.memory_capacity_bytes, compute.peak_flops("matmul", t.precision), accum,
                  tuple(x for x in built if x.validated))
 
 
@@ -256,7 +259,7 @@ def with_trace(setup: Setup, fn: Callable[[Trace], Trace]) -> Setup:
 
 def _replayed(setup: Setup, trace: Trace) -> RunResult:
     try:
-        tl = replay(trace, setup.collectives, setup.compute, setup.engine,
+        tl = replay(trace, setup.collectives, setup.compute, setup.job, setup.machine,
                     setup.capacity_bytes, checked=any(x is trace for x in setup.checked))
     except ConfigError as exc:   # an nccl: knob the cluster cannot honour, met at its first op
         raise setup.scenario.located(exc) from None

@@ -65,7 +65,7 @@ def test_the_import_graph_is_read_like_the_tool_does():
     # A known edge of each kind: relative, absolute, function-level, package __init__.
     G = _graph()
     assert G.has_edge("simulator.pipeline", "simulator.topology.build")
-    assert G.has_edge("simulator.engine.replay", "simulator.engine.memory")
+    assert G.has_edge("simulator.engine.job", "simulator.engine.memory")
     assert G.has_edge("simulator.cli", "simulator.cli.validate")
     assert G.number_of_nodes() > 150
 

@@ -1,9 +1,13 @@
 """The replay engine on hand-built traces whose timelines can be worked out on paper."""
 
+import gc
+
 import pytest
 
 from simulator.collectives.run import simulate_plans
-from simulator.engine import EngineConfig, replay
+from simulator.engine import JobConfig, replay
+from simulator.pipeline import build_setup
+from simulator.scenario import load_scenario
 from simulator.trace import Communicator, Op, RankClass, Trace
 from conftest import make_model, star_graph
 
@@ -20,7 +24,7 @@ def comp(i, flops, stream="compute", deps=(), **kw):
 
 
 def run(trace, model, **cfg):
-    return replay(trace, model, TeraflopGPU(), EngineConfig(**cfg))
+    return replay(trace, model, TeraflopGPU(), JobConfig(**cfg))
 
 
 def by_name(tl, cls="all"):
@@ -93,7 +97,7 @@ def test_memory_peak_and_oom_verdict_name_the_op(model):
     ops = [comp(0, 1e12, mem_alloc_bytes=600), comp(1, 1e12, mem_alloc_bytes=500,
                                                      mem_free_bytes=1100)]
     trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops, static_memory_bytes=100)], {})
-    tl = replay(trace, model, TeraflopGPU(), EngineConfig(), capacity_bytes=1000)
+    tl = replay(trace, model, TeraflopGPU(), capacity_bytes=1000)
     assert tl.peak_memory_bytes["all"] == 1200
     assert tl.oom["all"] == "c1"
     assert tl.memory["all"][-1] == (2.0, 100)
@@ -145,9 +149,9 @@ def test_a_later_issued_op_waits_for_memory_instead_of_failing(model):
     ops = [comp(0, 1e12, mem_alloc_bytes=500, mem_free_bytes=500),
            comp(1, 1e12, deps=(0,), mem_alloc_bytes=400, mem_free_bytes=400),
            comp(2, 0.5e12, stream="side", mem_alloc_bytes=400, mem_free_bytes=400)]
-    unlimited = replay(_mem_trace(ops), model, TeraflopGPU(), EngineConfig())
+    unlimited = replay(_mem_trace(ops), model, TeraflopGPU())
     assert by_name(unlimited)["c2"].start_s == 0.0
-    tl = replay(_mem_trace(ops), model, TeraflopGPU(), EngineConfig(), capacity_bytes=1000)
+    tl = replay(_mem_trace(ops), model, TeraflopGPU(), capacity_bytes=1000)
     recs = by_name(tl)
     assert recs["c2"].ready_s == 0.0 and recs["c2"].start_s == pytest.approx(1.0)
     assert tl.memory_wait_s["all"] == pytest.approx(1.0)
@@ -160,9 +164,42 @@ def test_a_working_set_that_cannot_fit_is_oom_at_the_first_waiter(model):
     ops = [comp(0, 1e12, mem_alloc_bytes=600),
            comp(1, 1e12, stream="side", mem_alloc_bytes=600, mem_free_bytes=600),
            comp(2, 1e12, deps=(1,), mem_free_bytes=600)]
-    tl = replay(_mem_trace(ops, static=100), model, TeraflopGPU(), EngineConfig(),
+    tl = replay(_mem_trace(ops, static=100), model, TeraflopGPU(),
                 capacity_bytes=1000)
     assert tl.oom["all"] == "c1"
     assert tl.peak_memory_bytes["all"] == 1300
     assert tl.iteration_time_s == pytest.approx(3.0)      # c1 let through at t=1, c2 after
     assert tl.memory["all"][-1][1] == 100
+
+
+def test_a_replay_leaves_no_garbage_cycles():
+    s = build_setup(load_scenario("llama3-405b-tp8-pp8-fsdp-512gpu", ["cluster.nodes=16"]))
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        replay(s.trace, s.collectives, s.compute, s.job, s.machine, s.capacity_bytes)
+        assert gc.collect() < 1000      # the replay's ~400,000 events, records and plans
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_an_op_record_names_the_op_and_how_it_ran_field_by_field():
+    from dataclasses import fields
+
+    from simulator.engine import OpRecord
+
+    class Plan:
+        algo, proto = "ring", "LL128"
+
+    op = Op(id=7, stream="tp", kind="collective", name="ag", layer="block.3",
+            phase="forward", collective="all_gather", size_bytes=4096, comm="tp.s0")
+    got = OpRecord.of("c1", op, ready_s=1.0, start_s=2.0, end_s=3.5, plan=Plan())
+    want = OpRecord(cls="c1", op_id=7, name="ag", stream="tp", kind="collective",
+                    layer="block.3", phase="forward", ready_s=1.0, start_s=2.0, end_s=3.5,
+                    size_bytes=4096, algorithm="ring", protocol="LL128")
+    assert [getattr(got, f.name) for f in fields(OpRecord)] == \
+        [getattr(want, f.name) for f in fields(OpRecord)]
+    bare = OpRecord.of("c1", op, 0.0, 0.0, 0.0)
+    assert (bare.algorithm, bare.protocol, bare.wait_s) == ("", "", 0.0)

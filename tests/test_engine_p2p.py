@@ -7,7 +7,7 @@ import pytest
 
 from simulator.cluster import Cluster
 from simulator.collectives.model import CollectiveModel
-from simulator.engine import EngineConfig, replay
+from simulator.engine import replay
 from simulator.errors import ClusterSimError, ConfigError
 from simulator.topology import load_topology
 from simulator.trace import Op, RankClass, Trace
@@ -72,7 +72,7 @@ def test_ping_pong_takes_twice_alpha_plus_size_over_beta(ideal_constants, topolo
     assert k.hop_latency_s[hw]["ring"]["Simple"] == pytest.approx(hop_us * US)
     m = model(topology, k, nodes)
     world = len(m.cluster.gpus)
-    tl = replay(ping_pong(a, b, world), m, NoCompute(), EngineConfig())
+    tl = replay(ping_pong(a, b, world), m, NoCompute())
     one_way = (4.359 + 8.4 + hop_us) * US + S / beta
     # dgx: 16.159 us + 268435456 / 300e9 = 911.0 us; superpod: 22.359 us + 10737.4 us
     r = ends(tl)
@@ -84,7 +84,7 @@ def test_ping_pong_takes_twice_alpha_plus_size_over_beta(ideal_constants, topolo
     assert {x.algorithm for x in tl.records} == {"direct"}
     assert {x.protocol for x in tl.records} == {"Simple"}
     # the bytes crossed the route: S each way on every link of it
-    assert tl.link_bytes.max() == pytest.approx(S, rel=1e-9)
+    assert tl.machine.link_bytes.max() == pytest.approx(S, rel=1e-9)
 
 
 def test_the_receiver_waits_for_a_late_sender(ideal_constants):
@@ -93,7 +93,7 @@ def test_the_receiver_waits_for_a_late_sender(ideal_constants):
     late = [Op(0, "p2p", "delay", "think", duration_s=1e-3), send(1, 1)]
     trace = Trace(8, [RankClass("a", (0,), late), RankClass("b", (1,), [recv(0, 0)]),
                       RankClass("idle", tuple(range(2, 8)), [])], {})
-    r = ends(replay(trace, m, NoCompute(), EngineConfig()))
+    r = ends(replay(trace, m, NoCompute()))
     one_way = (4.359 + 8.4 + 3.4) * US + S / 300e9
     assert r[("b", "recv0")] == pytest.approx((1e-3, 1e-3 + one_way), rel=1e-9)
 
@@ -108,11 +108,11 @@ def test_a_class_of_several_ranks_sends_from_each_member_to_its_offset_peer(idea
     # four transfers 0->4, 1->5, 2->6, 3->7 at once; each uses its own GPUs' NVLink ports,
     # so each takes as long as alone: alpha + S / beta
     m = model("dgx-a100", ideal_constants)
-    tl = replay(two_halves(), m, NoCompute(), EngineConfig())
+    tl = replay(two_halves(), m, NoCompute())
     one_way = (4.359 + 8.4 + 3.4) * US + S / 300e9
     assert tl.iteration_time_s == pytest.approx(one_way, rel=1e-9)
     # 4 transfers x S bytes x 2 NVLink hops each (GPU -> NVSwitch -> GPU)
-    assert tl.link_bytes.sum() == pytest.approx(4 * S * 2, rel=1e-9)
+    assert tl.machine.link_bytes.sum() == pytest.approx(4 * S * 2, rel=1e-9)
 
 
 def test_a_straggler_split_keeps_the_partners(ideal_constants):
@@ -121,7 +121,7 @@ def test_a_straggler_split_keeps_the_partners(ideal_constants):
     assert [(c.id, c.ranks, c.ops[0].peer) for c in split.classes] == [
         ("a", (0, 1, 2, 3), 4), ("b", (4, 5, 7), 0), ("b@x2", (6,), 2)]
     m = model("dgx-a100", ideal_constants)
-    tl = replay(split, m, NoCompute(), EngineConfig())
+    tl = replay(split, m, NoCompute())
     assert tl.iteration_time_s == pytest.approx((4.359 + 8.4 + 3.4) * US + S / 300e9,
                                                 rel=1e-9)
 
@@ -134,7 +134,7 @@ def test_tags_match_transfers_of_one_pair_out_of_order(ideal_constants):
     b = [recv(0, 0, 2 << 20, stream="s1", tag="y"), recv(1, 0, 1 << 20, stream="s2", tag="x")]
     trace = Trace(8, [RankClass("a", (0,), a), RankClass("b", (1,), b),
                       RankClass("idle", tuple(range(2, 8)), [])], {})
-    r = ends(replay(trace, m, NoCompute(), EngineConfig()))
+    r = ends(replay(trace, m, NoCompute()))
     assert r[("b", "recv1")][1] == pytest.approx(r[("a", "send0")][1])
     assert r[("b", "recv0")][1] == pytest.approx(r[("a", "send1")][1])
 
@@ -146,7 +146,7 @@ def test_an_unmatched_send_is_a_clear_error(tmp_path, ideal_constants):
     with pytest.raises(ValueError, match=msg):
         trace.validate()
     with pytest.raises(ValueError, match=msg):
-        replay(trace, model("dgx-a100", ideal_constants), NoCompute(), EngineConfig())
+        replay(trace, model("dgx-a100", ideal_constants), NoCompute())
     (tmp_path / "t.json").write_text(json.dumps(trace_to_dict(trace)))
     with pytest.raises(ConfigError, match=r"t\.json: classes: " + msg):
         read_trace(tmp_path / "t.json")
@@ -180,7 +180,7 @@ def test_a_deadlock_is_an_error_at_the_end_of_replay(ideal_constants):
     with pytest.raises(ClusterSimError, match=r"deadlocked with 4 op\(s\) unfinished: rank "
                                               r"class a, op 0 \(send0\): send from rank 0 to "
                                               r"rank 1 waits for its recv on rank 1"):
-        replay(trace, model("dgx-a100", ideal_constants), NoCompute(), EngineConfig())
+        replay(trace, model("dgx-a100", ideal_constants), NoCompute())
 
 
 def test_ops_group_by_their_transfers_without_listing_them():

@@ -227,3 +227,37 @@ def test_a_set_left_unconnected_is_cut_where_its_solve_says_so():
     left_b = 100.0 - 5.0 * 4.0
     assert b.value.end_s == 4.0 + left_b / 10.0
     assert seen == [[1, 1], 5.0 + 30.0 / 10.0]
+
+
+def test_a_completion_callback_runs_in_the_fabrics_step_with_the_events_times():
+    cap = np.array([10.0, 10.0])
+    out = {}
+    for how in ("event", "then"):
+        env = Environment()
+        fabric = make_fabric("flow", env, cap)
+        flows = [Flow(100.0, np.array([0]), np.array([1.0]), latency_s=0.5),
+                 Flow(50.0, np.array([0, 1]), np.array([1.0, 1.0])),
+                 Flow(0.0, np.array([1]), np.array([1.0]))]
+        seen = []
+        for f in flows:
+            if how == "event":
+                fabric.transfer(f).callbacks.append(lambda e: seen.append(e.value.end_s))
+            else:
+                assert fabric.transfer(f, lambda fl: seen.append(fl.end_s)) is None
+        env.run()
+        out[how] = (seen, env.events_processed)
+    assert out["then"][0] == out["event"][0]
+    assert out["then"][1] == out["event"][1] - 3        # one event fewer per flow
+
+
+def test_a_fresh_flow_is_the_same_transfer_not_started():
+    from dataclasses import fields, replace
+
+    flow = Flow(64.0, np.array([1, 2]), np.array([1.0, 0.5]), latency_s=1e-6, max_rate=9.0,
+                label="x", wire_coef=np.array([1.0, 1.0]), parts=np.array([0, 1, 2]))
+    flow.start_s, flow.end_s = 1.0, 2.0
+    copy = flow.fresh()
+    want = replace(flow)                    # every init field; start and end not started
+    assert copy is not flow and np.isnan(copy.start_s) and np.isnan(copy.end_s)
+    assert [getattr(copy, f.name) is getattr(want, f.name) for f in fields(Flow)
+            if f.init] == [True] * sum(f.init for f in fields(Flow))

@@ -1,8 +1,8 @@
 """The flow fabric's bookkeeping (connected sets solved, timed and counted on their own,
 arrivals of an instant solved together, counter stretches logged and added by np.add.at,
-held loads in two forms, remembered solves by shape) against a plain loop: one list entry
-per active flow, every flow solved at every event on every link, one timer for the
-earliest end, dense per-link counters. Both follow one model: a flow's bytes left and a
+held loads in two forms, remembered solves by shape) against a plain loop
+(tests/reference_fabric.py): one list entry per active flow, every flow solved at every
+event on every link, one timer for the earliest end, dense per-link counters. Both follow one model: a flow's bytes left and a
 link's counters change only where its rate or load changes. Random transfers, with bundles
 that split, rate caps and wire bytes: the same end times and link counters to the last
 bit, the utilisation samples at the same instants (to a few ulps: the fabric sums them per
@@ -12,108 +12,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from heapq import heappush
 
 import numpy as np
 import pytest
-import simpy
 
+from reference_fabric import ListFabric
+from simulator.network.bundle import bundle_flows
+from simulator.network.fabric import Flow, FlowFabric
 from simulator.sim import Environment
-from simulator.network.bundle import Join, bundle_flows, instances
-from simulator.network.fabric import Fabric, Flow, FlowFabric
-from simulator.network.solve import Solver
 
 SAMPLE_RTOL = 1e-12
-
-
-class ListFabric(Fabric):
-    """The flow fabric as a plain loop over ``[flow, left, since, rate, end, done]``."""
-
-    name = "flow"
-
-    def __init__(self, env, capacity):
-        self._solver = Solver(np.asarray(capacity, float))
-        super().__init__(env, capacity)
-        self._active, self._pending, self._timer, self._groups = [], False, None, None
-        n = len(capacity)
-        self.occupancy, self.wire = np.zeros(n), np.zeros(n)
-        self._load, self._load_wire, self._since = np.zeros(n), np.zeros(n), np.zeros(n)
-        self._group_load = None
-
-    def track(self, group_of_link, n_groups):
-        self._groups = np.asarray(group_of_link, np.int64)
-        self._group_capacity = np.bincount(self._groups, weights=self.capacity,
-                                           minlength=n_groups)
-        self._group_load = np.zeros(n_groups)
-
-    def _move(self, flow, done):
-        self._active.append([flow, float(flow.size_bytes), self.env.now, None, math.inf, done])
-        if not self._pending:
-            self._pending = True
-            self.env.timeout(0).callbacks.append(self._update)
-
-    def _update(self, _event=None):
-        self._pending = False
-        now = self.env.now
-        still = []
-        for entry in self._active:
-            flow, _, _, _, end, done = entry
-            if end > now:
-                still.append(entry)
-            elif not isinstance(done, Join):
-                self._finish(flow, done)
-            else:
-                done.left -= 1
-                if done.left == 0:
-                    self._finish(done.flow, done.done)
-        self._active = still
-        load, load_wire = np.zeros(len(self.capacity)), np.zeros(len(self.capacity))
-        if self._active:
-            while True:
-                solution, split = self._solver.solve([e[0] for e in self._active])
-                if solution is not None:
-                    break
-                active = []
-                for entry, cut in zip(self._active, split.tolist()):
-                    if cut:
-                        self.splits += 1
-                        parts = instances(entry[0])
-                        join = Join(entry[0], entry[5], len(parts))
-                        active.extend([p, *entry[1:5], join] for p in parts)
-                    else:
-                        active.append(entry)
-                self._active = active
-            for entry, rate in zip(self._active, solution.rates.tolist()):
-                if rate != entry[3]:        # a new stretch where the rate changes
-                    if entry[3] is not None:
-                        entry[1] -= entry[3] * (now - entry[2])
-                    entry[2], entry[3] = now, rate
-                    entry[4] = now + entry[1] / rate if rate > 0 else math.inf
-            load[solution.links] = solution.occupancy
-            load_wire[solution.links] = solution.wire
-        changed = (load != self._load) | (load_wire != self._load_wire)
-        self.occupancy[changed] += self._load[changed] * (now - self._since[changed])
-        self.wire[changed] += self._load_wire[changed] * (now - self._since[changed])
-        self._load[changed], self._load_wire[changed] = load[changed], load_wire[changed]
-        self._since[changed] = now
-        if self._groups is not None:
-            fraction = np.bincount(self._groups, weights=load, minlength=len(
-                self._group_capacity)) / np.maximum(self._group_capacity, 1e-300)
-            if self.samples and self.samples[-1][0] == now:
-                self.samples[-1] = (now, fraction)
-            else:
-                self.samples.append((now, fraction))
-        if self._active:
-            end = min(e[4] for e in self._active)
-            self._timer = self.env.event()
-            self._timer._ok, self._timer._value = True, None
-            self._timer.callbacks.append(self._fire)
-            # at the end itself (now + (end - now) may round to another instant)
-            heappush(self.env._queue, (max(end, now), 1, next(self.env._eid), self._timer))
-
-    def _fire(self, event):
-        if event is self._timer:
-            self._update()
 
 
 def _workload(rng, n_links: int) -> list[tuple[float, Flow]]:

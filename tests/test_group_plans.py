@@ -121,15 +121,16 @@ class _OneByOne:
 def test_a_tensor_parallel_replay_is_the_group_by_group_replay_bit_for_bit():
     import dataclasses
 
+    from replay_helpers import assert_same_replay, plan_setup, plan_trace
     from simulator.parallel import ParallelPlan
     from simulator.pipeline import run_setup
-    from test_engine_bundle import _same, _setup, _trace
 
-    setup = _setup(_trace(ParallelPlan(tp=8, pp=2, dp_shard=2, dp_mode="fsdp"), 32), nodes=4)
+    setup = plan_setup(plan_trace(ParallelPlan(tp=8, pp=2, dp_shard=2, dp_mode="fsdp"), 32),
+                       nodes=4)
     fast = run_setup(setup).timeline
     slow = run_setup(dataclasses.replace(
         setup, collectives=_OneByOne(setup.collectives))).timeline
-    _same(fast, slow)
+    assert_same_replay(fast, slow)
     key = lambda r: (r.cls, r.op_id)       # noqa: E731
     assert sorted(fast.records, key=key) == sorted(slow.records, key=key)   # every field
 

@@ -1,20 +1,16 @@
 """Link classes (simulator/network/orbits.py, reduced.py): the flow fabric's solve on one
-link of each class of equivalent links gives the replay of the solve on every link, and of
-one flow per instance, to the last bit (records, iteration time, link counters); the
-utilisation samples within a few ulps; the partition's invariants hold on hand-built flows;
-and a class split while a transfer crosses it keeps every link's counters exact."""
+link of each class of equivalent links; the classes stay few as replicas grow; the
+partition's invariants hold on hand-built flows; the solve on classes is the solve on every
+link on random sets; and a class split while a transfer crosses it keeps every link's
+counters exact. Whole replays on classes against the reference fabric (every link):
+tests/test_engine_reference.py."""
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-
 import numpy as np
 import pytest
-import simpy
 
 from simulator.sim import Environment
-from simulator.models import load_model
 from simulator.network.bundle import bundle_flows, incidence
 from simulator.network.fabric import Flow, FlowFabric
 from simulator.network.maxmin import share_bandwidth_checked
@@ -22,100 +18,22 @@ from simulator.network.orbits import LinkClasses
 from simulator.network.reduced import ClassSolver
 from simulator.network.solve import Solver
 from simulator.parallel import ParallelPlan
-from simulator.parallel.moe import ExpertLoad
-from simulator.pipeline import run_setup
 
-from test_engine_bundle import GPT, PLANS, _a_nic_link, _setup, _trace
+from replay_helpers import plan_setup, plan_trace, replay_on
 
 SAMPLE_RTOL = 1e-12
 
 
-def _three(setup):
-    """(classes + bundles, every link + bundles, every link + one flow per instance)."""
-    out = []
-    for classes, bundles in ((True, True), (False, True), (False, False)):
-        engine = dataclasses.replace(setup.engine, link_classes=classes, bundles=bundles)
-        out.append(run_setup(dataclasses.replace(setup, engine=engine)).timeline)
-    return out
-
-
-def _exact(tl) -> tuple:
-    """What must be the same to the last bit: records, time, counters, sample instants."""
-    records = sorted((r.cls, r.op_id, r.start_s, r.end_s) for r in tl.records)
-    return (records, tl.iteration_time_s, tl.link_bytes.tobytes(),
-            tl.link_occupancy_bytes.tobytes(), [t for t, _ in tl.link_samples])
-
-
-def _same(a, b) -> None:
-    assert _exact(a) == _exact(b)
-    for (_, fa), (_, fb) in zip(a.link_samples, b.link_samples):
-        np.testing.assert_allclose(fa, fb, rtol=SAMPLE_RTOL, atol=0)
-
-
-def _check(setup) -> list:
-    classes, links, exact = _three(setup)
-    _same(classes, links)
-    _same(classes, exact)
-    assert classes.events == links.events
-    assert classes.fabric_stats == links.fabric_stats
-    return [classes, links, exact]
-
-
-@pytest.mark.parametrize("name", sorted(PLANS))
-def test_the_solve_on_classes_is_the_solve_on_every_link(name):
-    _check(_setup(_trace(PLANS[name], 32), nodes=4))
-
-
-def test_moe_uneven_routing_on_classes():
-    model = dataclasses.replace(load_model("mixtral-8x7b"), layers=2)
-    plan = ParallelPlan(pp=2, dp_shard=8, ep=8, dp_mode="zero1")
-    trace = _trace(plan, 16, m=2, model=model, use_distributed_optimizer=True,
-                   moe_load=ExpertLoad(distribution="zipf", zipf_s=1.0))
-    _check(_setup(trace, nodes=2, topology="dgx-h100-superpod"))
-
-
-@pytest.mark.parametrize("fidelity", ["flow", "analytical"])
-def test_a_degraded_nic_on_classes(fidelity):
-    setup = _setup(_trace(ParallelPlan(tp=8, pp=2, dp_replicate=2, dp_mode="ddp"), 32),
-                   nodes=4, sets=[f"simulation.fidelity={fidelity}"])
-    setup.cluster.capacity_bytes_per_s[_a_nic_link(setup.cluster)] *= 0.25
-    classes, _, _ = _check(setup)
-    if fidelity == "flow":
-        assert classes.fabric_stats["splits"] > 0
-
-
-def test_uneven_oversubscribed_leaves_on_classes():
-    plan = ParallelPlan(tp=8, pp=2, dp_replicate=3, dp_mode="ddp")
-    setup = _setup(_trace(plan, 48), nodes=6, topology="a100-roce-leaf-spine",
-                   sets=["topology.params.oversubscription=4"])
-    classes, _, _ = _check(setup)
-    assert classes.fabric_stats["splits"] > 0
-
-
-def test_classes_stay_few_as_replicas_grow(monkeypatch):
+def test_classes_stay_few_as_replicas_grow():
     counts = []
     for nodes in (4, 16):           # TP8 x PP2: 2 and 8 replicas
         plan = ParallelPlan(tp=8, pp=2, dp_replicate=nodes // 2, dp_mode="ddp")
-        setup = _setup(_trace(plan, 8 * nodes), nodes=nodes)
-        fabric = _fabric_after(setup, monkeypatch)
-        counts.append(fabric._solver.classes.n)
-        links = len(setup.cluster.capacity_bytes_per_s)
-        assert fabric._solver.classes.n < links
+        setup = plan_setup(plan_trace(plan, 8 * nodes), nodes=nodes)
+        made = []
+        replay_on(setup, lambda env, cap: made.append(FlowFabric(env, cap)) or made[-1])
+        counts.append(made[0].link_class_count)
+        assert counts[-1] < len(setup.cluster.capacity_bytes_per_s)
     assert counts[1] <= 2 * counts[0]     # the links grow 4x, the classes barely
-
-
-def _fabric_after(setup, monkeypatch):
-    replay = importlib.import_module("simulator.engine.replay")
-    seen = []
-    real = replay.make_fabric
-
-    def spy(*args, **kw):
-        seen.append(real(*args, **kw))
-        return seen[-1]
-    with monkeypatch.context() as m:
-        m.setattr(replay, "make_fabric", spy)
-        run_setup(setup)
-    return seen[0]
 
 
 # ---------------------------------------------------------------- the pieces
@@ -239,7 +157,7 @@ def test_counters_expand_to_every_link_and_survive_a_class_split_mid_transfer():
     # by hand: 0,1 carry 100 B; 2 carries the bundle's 100 B and the flow's 30 B
     assert c.link_bytes.tolist() == pytest.approx([100.0, 100.0, 130.0, 100.0])
     assert c.splits == e.splits == 1
-    assert c._solver.classes.n > 1
+    assert c.link_class_count > 1
 
 
 def test_both_numberings_of_the_solved_classes_agree():

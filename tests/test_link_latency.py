@@ -28,7 +28,7 @@ from simulator.collectives.host import host_flow
 from simulator.collectives.layouts import make_communicator
 from simulator.collectives.model import CollectiveModel
 from simulator.collectives.run import run_collective
-from simulator.engine import EngineConfig, replay
+from simulator.engine import replay
 from simulator.study import load_study
 from simulator.study.commands import evaluate
 from simulator.topology.build import load_cluster
@@ -169,7 +169,7 @@ def test_engine_send_recv_pays_the_extra_on_each_message():
         def op_time_s(self, *args):
             return 0.0
 
-    times = [replay(ping_pong(16), m, NoCompute(), EngineConfig()).iteration_time_s
+    times = [replay(ping_pong(16), m, NoCompute()).iteration_time_s
              for m in (model("dgx-a100-superpod", 2), model("dgx-a100-superpod", 2, ib("10 us")))]
     assert times[1] - times[0] == pytest.approx(38.8 * US, rel=1e-9)
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from simulator.engine import EngineConfig, replay
+from simulator.engine import replay
 from simulator.errors import ConfigError
 from simulator.metrics import compute_metrics
 from simulator.metrics.tables import layer_breakdown
@@ -34,7 +34,7 @@ def overlapped(ideal_constants):
     meta = {"global_batch": 8, "tokens_per_sample": 1000, "model_flops_per_iteration": 8e12}
     trace = Trace(4, [RankClass("all", (0, 1, 2, 3), ops, static_memory_bytes=1 << 30)], comm,
                   meta)
-    return model, replay(trace, model, TeraflopGPU(), EngineConfig(), capacity_bytes=2 << 30)
+    return model, replay(trace, model, TeraflopGPU(), capacity_bytes=2 << 30)
 
 
 def test_breakdown_adds_up_and_splits_hidden_from_exposed(overlapped):
@@ -61,7 +61,7 @@ def test_host_work_is_wait_not_compute(ideal_constants):
            Op(1, "host", "delay", "cpu_optimizer", duration_s=0.5, deps=(0,), phase="optimizer"),
            comp(2, 1e12, deps=(1,), phase="forward")]
     trace = Trace(2, [RankClass("all", (0, 1), ops)], {}, {"global_batch": 2})
-    m = compute_metrics(replay(trace, model, TeraflopGPU(), EngineConfig()), 2, 1e12)
+    m = compute_metrics(replay(trace, model, TeraflopGPU()), 2, 1e12)
     assert m.iteration_time_s == pytest.approx(2.5)
     assert m.compute_s == pytest.approx(2.0) and m.wait_s == pytest.approx(0.5)
     assert m.gpu_utilization == pytest.approx(0.8) and m.exposed_comm_s == 0
@@ -111,7 +111,7 @@ def test_critical_class_is_the_first_by_name_of_those_that_end_last():
     import random
     from types import SimpleNamespace
 
-    from simulator.engine.replay import OpRecord
+    from simulator.engine import OpRecord
     from simulator.metrics.summary import critical_class
 
     def reference(records):

@@ -126,17 +126,17 @@ def test_plans_read_off_after_other_layouts_grew_the_servers_link_ids():
     assert_plans_equal(got, want)
 
 
-def test_a_read_off_plan_copies_as_dataclasses_replace_does():
+def test_a_placed_plan_is_dataclasses_replace_of_its_links_time_and_wire():
     from dataclasses import fields, replace
 
-    from simulator.collectives.plan import Plan, copied
-    assert not hasattr(Plan, "__post_init__")         # what plan.copied relies on
+    from simulator.collectives.plan import Plan
     G = rail_optimized(3, DGX, nodes_per_leaf=2, spines=2)
     plan = CollectiveModel(Cluster(G), load_constants()).plan("send_recv", 4096, [0, 8])
-    links = plan.links + 1
-    got = copied(plan, links=links, predicted_s=1.5)
-    want = replace(plan, links=links, predicted_s=1.5)
+    links, wire = plan.links + 1, np.ones(len(plan.links))
+    got = plan.placed(links, 1.5, wire)
+    want = replace(plan, links=links, predicted_s=1.5, wire_coef=wire)
     assert type(got) is Plan and got.links is links and got.predicted_s == 1.5
+    assert got.wire_coef is wire and plan.predicted_s != 1.5      # the original unchanged
     assert_plans_equal([got], [want])
     assert [f.name for f in fields(got)] == [f.name for f in fields(want)]
 

@@ -116,7 +116,7 @@ def test_what_if_link_bandwidth_from_the_scenario(capsys):
 def test_activation_offload_costs_two_host_copies_per_block(capsys):
     """On one GPU (no communication) offloading adds exactly one copy out and one copy back
     of each checkpointed block's input, at the host copy bandwidth, on the compute stream."""
-    from simulator.engine.replay import EngineConfig
+    from simulator.engine import MachineConfig
     from simulator.models import layer_costs, load_model
     base = ["bert-large-ddp-8gpu", "--set", "cluster.gpus=1", "--set", "training.micro_batch=4",
             "--set", "training.grad_accum=1", "--set", "strategy.activation_checkpointing=true",
@@ -130,7 +130,7 @@ def test_activation_offload_costs_two_host_copies_per_block(capsys):
         runs[off] = json.loads(out)
     bert = load_model("bert-large")
     block = layer_costs(bert, 4, 128, "fp16", False, autocast=True)[1]
-    copies = 2 * bert.layers * block.output_bytes / EngineConfig().host_bytes_per_s
+    copies = 2 * bert.layers * block.output_bytes / MachineConfig().host_bytes_per_s
     extra = runs["true"]["iteration_time_s"] - runs["false"]["iteration_time_s"]
     assert extra == pytest.approx(copies, rel=1e-6)
     assert runs["true"]["peak_memory_gib"] < runs["false"]["peak_memory_gib"]

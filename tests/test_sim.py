@@ -147,3 +147,69 @@ def test_a_tick_reads_as_a_processed_event_once_fired_and_has_no_attribute_dict(
     with pytest.raises(AttributeError):
         tick.other = 1                     # slotted: no attribute dict
     assert isinstance(env, simpy.Environment) and isinstance(Relay(env), Tick)
+
+
+def _log_order(wait):
+    """Resume order of processes that wait, through ``wait(env, events)``, on events
+    fired in a scrambled order at one instant and at later ones."""
+    env = Environment()
+    evs = [env.event() for _ in range(6)]
+    log = []
+
+    def waiter(name, deps):
+        yield wait(env, deps)
+        log.append((env.now, name))
+
+    def firer():
+        yield env.timeout(1)
+        for i in (3, 0, 5):
+            evs[i].succeed()
+        yield env.timeout(0)
+        for i in (1, 2, 4):
+            evs[i].succeed()
+
+    env.process(firer())
+    for name, deps in [("a", [0]), ("b", [3, 0]), ("c", [1, 5]), ("d", []),
+                       ("e", [2, 4, 1]), ("f", [5])]:
+        env.process(waiter(name, [evs[i] for i in deps]))
+    env.run()
+
+    def late(name, deps):       # waits made after the events were processed
+        yield env.timeout(1)
+        yield wait(env, deps)
+        log.append((env.now, name))
+    env.process(late("g", evs[:2]))
+    env.process(late("h", [evs[5]]))
+    env.run()
+    return log
+
+
+def test_the_dependency_wait_resumes_as_all_of_does():
+    assert _log_order(all_done) == _log_order(lambda env, evs: env.all_of(evs))
+
+
+def test_the_counting_run_loop_counts_what_step_processes():
+    def model(env):
+        def proc():
+            for d in (1, 0, 2):
+                yield env.timeout(d)
+            yield env.all_of([env.timeout(1), env.timeout(2)])
+        env.process(proc())
+        env.process(proc())
+
+    env = Environment()
+    model(env)
+    env.run()
+    ref = Environment()
+    model(ref)
+    while ref.peek() != float("inf"):
+        ref.step()
+    assert env.events_processed == ref.events_processed > 0
+    assert env.now == ref.now
+
+
+def test_a_failed_event_raises_from_the_counting_run_loop():
+    env = Environment()
+    env.event().fail(ValueError("boom"))
+    with pytest.raises(ValueError, match="boom"):
+        env.run()

@@ -10,7 +10,7 @@ from simulator.cluster import Cluster
 from simulator.collectives.host import host_memory, host_route
 from simulator.collectives.model import CollectiveModel
 from simulator.collectives.run import simulate_plans
-from simulator.engine import EngineConfig, replay
+from simulator.engine import MachineConfig, replay
 from simulator.hardware import link_spec
 from simulator.pipeline import build_setup, run_setup
 from simulator.scenario import load_scenario
@@ -76,7 +76,7 @@ def test_star_is_never_picked_by_the_tuner_and_only_for_reduce_and_broadcast(dgx
 def test_host_copy_to_own_host_crosses_pcie_shared_by_two_gpus(dgx):
     # 8 GPUs read S from host memory at once; two GPUs share each PCIe switch's uplink
     op = Op(0, "h2d", "recv", "pull", size_bytes=S, attrs={"host": 0, "nic": 0})
-    tl = replay(one_class([op], 8), dgx, TeraflopGPU(), EngineConfig(host_bytes_per_s=1e15))
+    tl = replay(one_class([op], 8), dgx, TeraflopGPU(), machine=MachineConfig(host_bytes_per_s=1e15))
     latency = max(host_route(dgx.cluster, r, 0, False).latency_s for r in range(8))
     assert tl.iteration_time_s == pytest.approx(latency + S / (PCIE / 2), rel=1e-9)
     assert host_memory(dgx.cluster, 0) == "n0.cpu0"          # the socket of NIC 0
@@ -84,7 +84,7 @@ def test_host_copy_to_own_host_crosses_pcie_shared_by_two_gpus(dgx):
 
 def test_one_copy_is_capped_at_the_host_copy_rate(dgx):
     op = Op(0, "d2h", "send", "push", size_bytes=S, attrs={"host": 0})
-    tl = replay(one_class([op], 1), dgx, TeraflopGPU(), EngineConfig(host_bytes_per_s=20e9))
+    tl = replay(one_class([op], 1), dgx, TeraflopGPU(), machine=MachineConfig(host_bytes_per_s=20e9))
     assert tl.iteration_time_s == pytest.approx(host_route(dgx.cluster, 0, 0, True).latency_s
                                                 + S / 20e9, rel=1e-9)
 
@@ -94,7 +94,7 @@ def test_copy_to_another_host_goes_through_both_nics(two_dgx):
     types = set(two_dgx.cluster.link_type[route.links])
     assert {"ib-hdr", "pcie-gen4-x16"} <= types
     op = Op(0, "push", "send", "push", size_bytes=S, attrs={"host": 1})
-    tl = replay(one_class([op], 1), two_dgx, TeraflopGPU(), EngineConfig(host_bytes_per_s=1e15))
+    tl = replay(one_class([op], 1), two_dgx, TeraflopGPU(), machine=MachineConfig(host_bytes_per_s=1e15))
     assert tl.iteration_time_s == pytest.approx(route.latency_s + S / min(HDR, PCIE), rel=1e-9)
 
 
@@ -103,12 +103,12 @@ def test_parameter_server_nic_carries_every_worker_s_variables(ideal_constants):
     model = CollectiveModel(Cluster(G, link_efficiency={}), ideal_constants)
     cfg = parse_strategy({"name": "tf_ps", "precision": "fp16", "num_ps": 1})
     trace = build_trace(LAYERS, cfg, World(24, 8))
-    tl = replay(trace, model, TeraflopGPU(), EngineConfig(host_bytes_per_s=1e15))
+    tl = replay(trace, model, TeraflopGPU(), machine=MachineConfig(host_bytes_per_s=1e15))
     steps, workers = trace.meta["steps_per_iteration"], trace.world_size
     out_of_ps = model.cluster.link_id[("n2.nic0", "switch")]
     into_ps = model.cluster.link_id[("switch", "n2.nic0")]
-    assert tl.link_bytes[out_of_ps] == pytest.approx(steps * workers * PSI * 4, rel=1e-6)
-    assert tl.link_bytes[into_ps] == pytest.approx(steps * workers * PSI * 4, rel=1e-6)
+    assert tl.machine.link_bytes[out_of_ps] == pytest.approx(steps * workers * PSI * 4, rel=1e-6)
+    assert tl.machine.link_bytes[into_ps] == pytest.approx(steps * workers * PSI * 4, rel=1e-6)
 
 
 # ------------------------------------------------------------------------------ repeat
@@ -143,5 +143,5 @@ def test_same_inputs_same_timeline_bit_for_bit():
         scn = load_scenario("resnet50-tf-ps-4node", ["cluster.nodes=2"])
         r = run_setup(build_setup(scn))
         return [(x.cls, x.op_id, x.start_s, x.end_s) for x in r.timeline.records], \
-            r.metrics.as_dict(), r.timeline.link_bytes.tolist()
+            r.metrics.as_dict(), r.timeline.machine.link_bytes.tolist()
     assert once() == once()

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from simulator.cli import main
-from simulator.engine import EngineConfig, replay
+from simulator.engine import replay
 from simulator.trace.fields import MAX_REPEAT
 from simulator.trace.io import read_trace
 from simulator.trace.schema import TraceError
@@ -95,7 +95,7 @@ def test_the_engine_refuses_a_non_finite_trace_built_in_memory(field, value):
     else:
         trace.classes[0].ops[5].duration_s = value
     with pytest.raises(TraceError, match=field):
-        replay(trace, None, None, EngineConfig())     # refused before the planner is used
+        replay(trace, None, None)     # refused before the planner is used
 
 
 def test_repeat_limit_is_inclusive():

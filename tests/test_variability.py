@@ -6,7 +6,7 @@ from statistics import NormalDist
 import pytest
 
 from simulator.collectives.run import simulate_plans
-from simulator.engine import EngineConfig, replay
+from simulator.engine import JobConfig, replay
 from simulator.engine.variability import (Variability, draw_max, group_key, max_of_normals,
                                           resolve_sigmas, shipped_sigmas,
                                           synchronised_ranks)
@@ -102,9 +102,9 @@ def model(ideal_constants):
 def test_compute_runs_at_the_slowest_of_the_synchronised_ranks(model):
     comm = {"world": Communicator("world", ((0, 1, 2, 3),))}
     trace = Trace(4, [RankClass("all", (0, 1, 2, 3), _program(2))], comm)
-    ideal = replay(trace, model, TeraflopGPU(), EngineConfig())
+    ideal = replay(trace, model, TeraflopGPU())
     sigmas = {"compute": 0.05, "collective": 0.0}
-    tl = replay(trace, model, TeraflopGPU(), EngineConfig(variability=sigmas, seed=3))
+    tl = replay(trace, model, TeraflopGPU(), JobConfig(variability=sigmas, seed=3))
     factor = math.exp(0.05 * draw_max(3, group_key((0, 1, 2, 3)), 4))
     c = {r.name: r for r in tl.records}
     assert c["c1"].end_s == pytest.approx(2.0 * factor)
@@ -124,7 +124,7 @@ def test_classes_cut_from_one_group_share_its_draw(model):
         trace = Trace(4, [RankClass(f"c{i}", r, _program(2)) for i, r in enumerate(split)],
                       comm)
         times.append(replay(trace, model, TeraflopGPU(),
-                            EngineConfig(variability=sigmas, seed=5)).iteration_time_s)
+                            JobConfig(variability=sigmas, seed=5)).iteration_time_s)
     assert times[0] == times[1] == times[2]
     assert group_key((0, 1, 2, 3)) != group_key((0, 1, 2, 4))
 
@@ -133,7 +133,7 @@ def test_collective_variability_stretches_the_transfer(model):
     comm = {"world": Communicator("world", ((0, 1, 2, 3),))}
     trace = Trace(4, [RankClass("all", (0, 1, 2, 3), _program())], comm)
     sigmas = {"compute": 0.0, "collective": 0.1}
-    tl = replay(trace, model, TeraflopGPU(), EngineConfig(variability=sigmas, seed=0))
+    tl = replay(trace, model, TeraflopGPU(), JobConfig(variability=sigmas, seed=0))
     plan = model.plan("all_reduce", 1 << 20, [0, 1, 2, 3])
     (alone,), _ = simulate_plans(model.cluster, [plan], "flow")
     factor = math.exp(0.1 * draw_max(0, "comm:world", 4))
@@ -143,7 +143,7 @@ def test_collective_variability_stretches_the_transfer(model):
 def test_a_lone_rank_waits_for_no_one(model):
     trace = Trace(1, [RankClass("one", (0,), [Op(0, "compute", "compute", "c", flops=1e12,
                                                  op_class="matmul")])], {})
-    tl = replay(trace, model, TeraflopGPU(), EngineConfig(variability={"compute": 0.5}))
+    tl = replay(trace, model, TeraflopGPU(), JobConfig(variability={"compute": 0.5}))
     assert tl.iteration_time_s == 1.0
     assert Variability({"compute": 0.5}, 0, {"one": (0,)}).compute_factor("one", "matmul") == 1.0
 

@@ -30,7 +30,6 @@ import numpy as np
 from ..uniques import distinct_where
 from .columns import pair_column, plain_servers, rank_places
 from .layouts import blocks_exact
-from .plan import copied
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,8 @@ def _read_offs(cluster, known: _Planned, design, firsts: list[int], cache: dict)
         alike &= (values[np.where(ids >= 0, ids, 0)] == values[there]).all(axis=1)
     links = ids[:, known.positions]
     plan = known.plan
-    return [copied(plan, links=row) if ok else None for row, ok in zip(links, alike.tolist())]
+    return [plan.placed(row, plan.predicted_s, plan.wire_coef) if ok else None
+            for row, ok in zip(links, alike.tolist())]
 
 
 def _id_table(cluster, design, cache: dict) -> np.ndarray | None:

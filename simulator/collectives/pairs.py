@@ -30,7 +30,6 @@ from .blocks import ServerBlocks
 from .columns import rank_places
 from .crossings import Ends, lay_out
 from .layouts import blocks_exact
-from .plan import copied
 from .nics import home_nic
 
 _MAX_BATCH_WIDTH = 64       # entries of a route read off in one table (w x w per route)
@@ -64,7 +63,7 @@ def pair_plans(model, size_bytes: int, pairs: list[tuple[int, int]],
         else:
             predicted = [plan.latency_s + 0.0] * len(rates)
         for slot, links, time_s in zip(rest.tolist(), table, predicted):
-            out[slot] = copied(plan, links=links, predicted_s=time_s, wire_coef=c.wire)
+            out[slot] = plan.placed(links, time_s, c.wire)
     return out
 
 
@@ -89,8 +88,7 @@ def _pair_by_pair(model, size_bytes: int, pairs, shapes: dict) -> list:
         table = [links for _, links, _ in items]
         for (slot, links, wire), rate in zip(items, _rates(cluster, plan, table)):
             transfer = plan.payload_bytes / rate if plan.payload_bytes else 0.0
-            out[slot] = copied(plan, links=links, predicted_s=plan.latency_s + transfer,
-                              wire_coef=wire)
+            out[slot] = plan.placed(links, plan.latency_s + transfer, wire)
     return out
 
 

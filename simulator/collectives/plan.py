@@ -13,9 +13,10 @@ import numpy as np
 from ..network.fabric import Flow
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Plan:
-    """One collective, laid out and costed, ready to hand to a fabric."""
+    """One collective, laid out and costed, ready to hand to a fabric. Plans are cached and
+    shared: never change one, make another (:meth:`placed`)."""
 
     op: str
     algo: str
@@ -32,18 +33,18 @@ class Plan:
                                # estimate plus any link latency what-if it cannot see
     wire_coef: np.ndarray | None = None   # bytes crossing each link per payload byte
 
+    def placed(self, links: np.ndarray, predicted_s: float,
+               wire_coef: np.ndarray | None) -> Plan:
+        """This plan on other links of the same shape (another instance group or pair),
+        with its own time alone and wire bytes."""
+        return Plan(op=self.op, algo=self.algo, proto=self.proto, n_ranks=self.n_ranks,
+                    n_nodes=self.n_nodes, size_bytes=self.size_bytes,
+                    latency_s=self.latency_s, payload_bytes=self.payload_bytes, links=links,
+                    coef=self.coef, max_rate=self.max_rate, predicted_s=predicted_s,
+                    wire_coef=wire_coef)
+
     def flow(self) -> Flow:
-        # Flow's fields from size_bytes to wire_coef, by position (one flow per instance
-        # group of a collective: 37,109 at 16,384 GPUs in the 3-D plan)
-        return Flow(self.payload_bytes, self.links, self.coef, self.latency_s, self.max_rate,
-                    f"{self.op}/{self.algo}/{self.proto}", self.wire_coef)
-
-
-def copied(plan: Plan, **fields) -> Plan:
-    """``dataclasses.replace(plan, **fields)`` for a plan (a frozen dataclass without
-    ``__post_init__``, whose fields are its ``__dict__``), without the call of its
-    ``__init__`` per plan (a quarter of the time of reading 16,384 plans off)."""
-    out = object.__new__(type(plan))
-    out.__dict__.update(plan.__dict__)
-    out.__dict__.update(fields)
-    return out
+        """The flow that moves this plan's bytes."""
+        return Flow(size_bytes=self.payload_bytes, links=self.links, coef=self.coef,
+                    latency_s=self.latency_s, max_rate=self.max_rate,
+                    label=f"{self.op}/{self.algo}/{self.proto}", wire_coef=self.wire_coef)

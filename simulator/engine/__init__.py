@@ -1,5 +1,10 @@
-"""Replay engine: runs a Trace on a cluster with SimPy."""
+"""Replay engine: runs Traces on a machine with SimPy (machine, jobs, placement)."""
 
-from .replay import EngineConfig, OpRecord, Timeline, replay
+from .job import Job, JobConfig
+from .machine import Machine, MachineConfig, run_jobs
+from .placement import Placement
+from .records import COMM_KINDS, MachineRecord, OpRecord, Timeline
+from .replay import replay
 
-__all__ = ["EngineConfig", "OpRecord", "Timeline", "replay"]
+__all__ = ["COMM_KINDS", "Job", "JobConfig", "Machine", "MachineConfig", "MachineRecord",
+           "OpRecord", "Placement", "Timeline", "replay", "run_jobs"]

@@ -6,27 +6,48 @@ collectives in the same order, SPMD). Then the instance groups of the communicat
 their flows (bundled, :mod:`simulator.network.bundle`) on the fabric at once, and the op
 ends when the last is done, later by the variability's factor of the slowest rank.
 
-``lean`` (:class:`~simulator.engine.replay.EngineConfig`) takes two steps of the reference
-schedule out of every collective: a communicator of one rank class whose flows all have a
-latency is launched in the step that reaches it (the reference launches it one step later:
-with every flow's latency still to elapse, nothing the launch does can be seen in between),
-and the fabric reports each flow done in the step that finds it so (the reference, an event
-one step later; this shifts every completion's consequences by one step alike, so their
-order among themselves holds). Both keep the order of what happens at one instant except
-where two unrelated events fall at the very same time.
+Two steps a process-per-collective schedule would take are left out: a communicator of one
+rank class whose flows all have a latency is launched in the step that reaches it (a
+process waiting for the rendezvous would launch it one step later: with every flow's
+latency still to elapse, nothing the launch does can be seen in between), and the fabric
+reports each flow done in the step that finds it so (a done event would report it one
+step later; this shifts every completion's consequences by one step alike, so their order
+among themselves holds). Both keep the order of what happens at one instant except where
+two unrelated events fall at the very same time.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import simpy
 from simpy.events import Timeout
 
 from ..network.bundle import bundled
 from ..network.fabric import Fabric, Flow
+from ..sim import Relay, Reply, countdown
 from ..trace.schema import Op, Trace
 from .planning import Plans
-from ..sim import Relay, Reply, countdown
 from .variability import Variability
+
+
+class Outcome(NamedTuple):
+    """How a collective or transfer went, for the op's record: when its bytes started
+    moving and the plan they moved by (None for a copy with no plan)."""
+
+    start_s: float
+    plan: object
+
+
+@dataclass(slots=True)
+class _Launch:
+    """A collective of one communicator, size and pinned choice, planned once: the plans
+    of its instance groups, their bundled flows, and whether every flow has a latency."""
+
+    plans: list
+    flows: list[Flow]
+    all_latency: bool
 
 
 class _Rendezvous:
@@ -45,26 +66,23 @@ class Launcher:
     """The collectives of one replay: :meth:`arrive` when a class reaches one."""
 
     def __init__(self, env: simpy.Environment, fabric: Fabric, trace: Trace, plans: Plans,
-                 vary: Variability | None, bundles: bool, lean: bool):
+                 vary: Variability | None):
         self.env, self.fabric, self.trace, self.plans = env, fabric, trace, plans
-        self.vary, self.bundles, self.lean = vary, bundles, lean
+        self.vary = vary
         self.members = _class_members(trace)
         self.rendezvous: dict[tuple, _Rendezvous] = {}
-        # (comm, collective, size, how) -> the plans of its groups, their bundled flows and
-        # whether every flow has a latency; attrs may pin the algorithm, protocol and root
-        self._launches: dict = {}
-
-    def bundled(self, flows: list) -> list:
-        return bundled(flows) if self.bundles else flows
+        # (comm, collective, size, how) -> its launch; attrs may pin the algorithm, protocol
+        # and root
+        self._launches: dict[tuple, _Launch] = {}
 
     def arrive(self, op: Op, k: int) -> Reply:
         """A class reaches ``op``, its ``k``-th collective on ``op.comm`` and ``op.stream``;
-        the returned event fires, with (start_s, plan), when the collective is done."""
+        the returned event fires, with its :class:`Outcome`, when the collective is done."""
         expected = self.members[op.comm]
         if expected == 1:           # no one to meet: no rendezvous, only its done event
             done = Reply(self.env)
             launch = self._launch_of(op)
-            if self.lean and launch[2]:
+            if launch.all_latency:
                 self._launch(op, done, launch)
             else:       # one step later, as a process waiting for the rendezvous would
                 ready = Relay(self.env)
@@ -84,7 +102,7 @@ class Launcher:
             rv.all_here()
         return rv.done
 
-    def _launch_of(self, op: Op) -> tuple:
+    def _launch_of(self, op: Op) -> _Launch:
         attrs = op.attrs
         how = ((attrs.get("algorithm", "auto"), attrs.get("protocol", "auto"),
                 attrs.get("root", 0)) if attrs else ("auto", "auto", 0))
@@ -93,20 +111,19 @@ class Launcher:
         if launch is None:      # the instance groups' plans, bundled (module docstring)
             groups = self.trace.communicators[op.comm].groups
             plans = self.plans.groups(op.collective, op.size_bytes, groups, how)
-            flows = self.bundled([p.flow() for p in plans])
-            launch = self._launches[key] = (plans, flows,
-                                            all(f.latency_s > 0 for f in flows))
+            flows = bundled([p.flow() for p in plans])
+            launch = self._launches[key] = _Launch(plans, flows,
+                                                   all(f.latency_s > 0 for f in flows))
         return launch
 
-    def _launch(self, op: Op, done: Reply, launch: tuple) -> None:
+    def _launch(self, op: Op, done: Reply, launch: _Launch) -> None:
         """Every class is here: put the instance groups' flows on the fabric, at once
         (nothing else is scheduled in this step, see :meth:`Fabric.start`); ``done``
-        (the rendezvous') fires, with (start, plan), one step after the last transfer is
+        (the rendezvous') fires, with its :class:`Outcome`, one step after the last transfer is
         done (as a wait on all of them would) and after the variability's extra time."""
-        start = self.env.now
-        plans, flows, _ = launch
+        start, flows = self.env.now, launch.flows
         after = Relay(self.env)
-        after.callbacks.append(lambda _e: self._launched(op, done, start, plans[0]))
+        after.callbacks.append(lambda _e: self._launched(op, done, start, launch.plans[0]))
         if not flows:
             after()
             return
@@ -114,35 +131,16 @@ class Launcher:
         # one would)
         moved = after if len(flows) == 1 else countdown(len(flows), after)
         for flow in flows:
-            started(self.fabric.start, fresh(flow), moved, self.lean)
+            self.fabric.start(flow.fresh(), moved)
 
     def _launched(self, op: Op, done: Reply, start: float, plan) -> None:
         if self.vary is not None:       # the slowest rank's collective (sigma 0: no-op)
             factor = self.vary.collective_factor(op.comm, self.trace.communicators[op.comm].size)
             if factor != 1.0:
                 Timeout(self.env, (factor - 1.0) * (self.env.now - start)).callbacks.append(
-                    lambda _e: done.succeed((start, plan)))
+                    lambda _e: done.succeed(Outcome(start, plan)))
                 return
-        done.succeed((start, plan))
-
-
-def started(start, flow: Flow, then, lean: bool) -> None:
-    """Start ``flow`` by ``start`` (:meth:`Fabric.transfer` or :meth:`Fabric.start`) and
-    call ``then`` when it is done: in the fabric's own step with ``lean``, else as the
-    callback of the flow's done event, one step later (the reference schedule)."""
-    if lean:
-        start(flow, then)
-    else:
-        start(flow).callbacks.append(then)
-
-
-def fresh(flow: Flow) -> Flow:
-    """A copy of ``flow`` (a cached one never started) to start: ``dataclasses.replace``
-    without the call of ``__init__``, a sixth of its time."""
-    out = object.__new__(Flow)
-    out.__dict__.update(flow.__dict__)
-    out.start_s = out.end_s = float("nan")
-    return out
+        done.succeed(Outcome(start, plan))
 
 
 def _class_members(trace: Trace) -> dict[str, int]:

@@ -19,7 +19,7 @@ from ..network.bundle import bundle_flows, runs_of, signature
 from ..network.fabric import Fabric
 from ..trace.matching import peer_ops, ranks_array
 from ..trace.schema import Op, RankClass, TransferKey, op_transfer_keys
-from .launch import fresh, started
+from .launch import Outcome
 
 
 @dataclass
@@ -46,16 +46,14 @@ class PointToPoint:
 
     ``plan(size_bytes, pairs)`` lays out the transfers of (sender, receiver) ``pairs`` (a
     planned transfer each, with ``flow()``). The transfers that become ready when one op
-    arrives start together, and neighbours among them with the same payload, latency and rate cap go as one bundle
-    (:mod:`simulator.network.bundle`) unless ``bundles`` is False. With ``lean`` the
-    fabric reports a transfer done in the step that finds it so, not by an event one step
-    later (:mod:`simulator.engine.launch`).
+    arrives start together, and neighbours among them with the same payload, latency and
+    rate cap go as one bundle (:mod:`simulator.network.bundle`). The fabric reports a
+    transfer done in the step that finds it so, not by an event one step later
+    (:mod:`simulator.engine.launch`).
     """
 
-    def __init__(self, env: simpy.Environment, fabric: Fabric, plan, classes: list,
-                 bundles: bool = True, lean: bool = False):
-        self.env, self.fabric, self.plan, self.lean = env, fabric, plan, lean
-        self.signature = signature if bundles else id      # id: no two flows alike
+    def __init__(self, env: simpy.Environment, fabric: Fabric, plan, classes: list):
+        self.env, self.fabric, self.plan = env, fabric, plan
         # (class id, op id) -> (class, op, tag, k) of each send/recv between ranks; its
         # transfers (one per member) are listed only when needed (op_transfer_keys)
         self._ops: dict[tuple[str, int], tuple] = {
@@ -66,8 +64,7 @@ class PointToPoint:
         self._pairs: list[tuple] = []           # (sender, receiver) of each member
         self._group: dict = {}                  # (class id, op id) -> (group, pairs)
         self._met: dict[int, _Meeting] = {}     # group -> its meeting
-        if bundles:
-            self._pair_ops()
+        self._pair_ops()
 
     def keys(self, op_key: tuple[str, int]) -> list[TransferKey]:
         """The transfers of the send/recv op ``op_key`` = (class id, op id), one per member."""
@@ -92,7 +89,7 @@ class PointToPoint:
                 self._group[op_key] = (group, pairs_id[pairs])
 
     def run(self, cls: RankClass, op: Op):
-        """Process body of ``op`` (a send or recv of ``cls``): returns (start_s, plan)."""
+        """Process body of ``op`` (a send or recv of ``cls``): returns its :class:`Outcome`."""
         group = self._group.get((cls.id, op.id))
         if group is not None:
             return (yield from self._run_group(group, cls, op))
@@ -112,7 +109,7 @@ class PointToPoint:
         if wait.left:
             yield wait.event
         met = [self.meetings[key] for key in keys]
-        return min(m.start_s for m in met), met[0].plan
+        return Outcome(min(m.start_s for m in met), met[0].plan)
 
     def _run_group(self, group: tuple[int, int], cls: RankClass, op: Op):
         m = self._met.get(group[0])
@@ -132,10 +129,9 @@ class PointToPoint:
             m.plan = cached[0][0]
             m.left = len(cached[1])
             for flow, _ in cached[1]:
-                started(self.fabric.transfer, fresh(flow), lambda _e, m=m: self._group_moved(m),
-                        self.lean)
+                self.fabric.transfer(flow.fresh(), lambda _e, m=m: self._group_moved(m))
         yield wait.event
-        return m.start_s, m.plan
+        return Outcome(m.start_s, m.plan)
 
     @staticmethod
     def _group_moved(m: _Meeting) -> None:
@@ -147,7 +143,7 @@ class PointToPoint:
     def _runs(self, plans: list) -> list[tuple]:
         """(bundled flow, count of members) for each run of neighbours alike."""
         return [(bundle_flows(run), len(run))
-                for run in runs_of([p.flow() for p in plans], self.signature)]
+                for run in runs_of([p.flow() for p in plans], signature)]
 
     def _start(self, ready: list) -> None:
         """Both sides of each of ``ready`` are here: move their bytes."""
@@ -168,8 +164,7 @@ class PointToPoint:
         first = 0
         for flow, count in cached[1]:
             met = [m for _, m in ready[first:first + count]]
-            started(self.fabric.transfer, fresh(flow), lambda _e, met=met: self._delivered(met),
-                    self.lean)
+            self.fabric.transfer(flow.fresh(), lambda _e, met=met: self._delivered(met))
             first += count
 
     @staticmethod

@@ -16,7 +16,7 @@ from ..cluster import Cluster
 from ..collectives.constants import load_constants
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
-from ..engine import EngineConfig, Timeline, replay
+from ..engine import MachineConfig, Timeline, replay
 from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..metrics import Metrics, compute_metrics
@@ -88,7 +88,7 @@ def replay_trace(trace: Trace, topology: str = "dgx-a100", nodes: int | None = N
         model = RecordedChoice(model, recorded_choices(trace))
     gpu = gpu_spec(cluster.G.graph["gpu"])
     compute = ComputeModel(gpu)
-    tl = replay(trace, model, compute, EngineConfig(fidelity=fidelity))
+    tl = replay(trace, model, compute, machine=MachineConfig(fidelity=fidelity))
     metrics = compute_metrics(tl, trace.world_size, compute.peak_flops("matmul", "bf16"))
     return ReplayResult(trace, cluster, path, tl, metrics)
 

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..engine.replay import COMM_KINDS, Timeline  # noqa: E402
+from ..engine.records import COMM_KINDS, Timeline  # noqa: E402
 from ..outpaths import prepare_out_dir  # noqa: E402
 from .summary import GIB, Metrics  # noqa: E402
 from .tables import layer_breakdown, link_utilization  # noqa: E402
@@ -75,9 +75,9 @@ def chrome_trace(tl: Timeline, class_ranks: dict[str, tuple[int, ...]],
     net_pid = pid + 1
     events.append({"ph": "M", "name": "process_name", "pid": net_pid, "tid": 0,
                    "args": {"name": "fabric: link utilisation by type"}})
-    for t, fractions in tl.link_samples:
+    for t, fractions in tl.machine.link_samples:
         events.append({"ph": "C", "name": "link utilisation", "pid": net_pid, "ts": t * 1e6,
-                       "args": {g: float(f) for g, f in zip(tl.link_groups, fractions)}})
+                       "args": {g: float(f) for g, f in zip(tl.machine.link_groups, fractions)}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 

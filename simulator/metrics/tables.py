@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..engine.replay import COMM_KINDS, Timeline
+from ..engine.records import COMM_KINDS, Timeline
 from .summary import critical_class
 
 
@@ -34,7 +34,7 @@ def link_utilization(tl: Timeline, cluster, top: int | None = None) -> pd.DataFr
     ``occupancy_bytes / (capacity_bytes_per_s x iteration_time_s)``.
     """
     t = tl.iteration_time_s
-    occupancy = tl.link_occupancy_bytes
+    occupancy = tl.machine.link_occupancy_bytes
     cap = cluster.capacity_bytes_per_s
     util = occupancy / (cap * t) if t > 0 else occupancy * 0
     ends = {i: e for e, i in cluster.link_id.items()}
@@ -44,5 +44,5 @@ def link_utilization(tl: Timeline, cluster, top: int | None = None) -> pd.DataFr
     return pd.DataFrame({
         "src": [ends[i][0] for i in order], "dst": [ends[i][1] for i in order],
         "link_type": cluster.link_type[order], "capacity_bytes_per_s": cap[order],
-        "wire_bytes": tl.link_bytes[order], "occupancy_bytes": occupancy[order],
+        "wire_bytes": tl.machine.link_bytes[order], "occupancy_bytes": occupancy[order],
         "utilization": util[order]})

@@ -26,7 +26,7 @@ from .reduced import ClassSolver
 from .solve import Composite, Solver, flow_key
 
 
-@dataclass
+@dataclass(slots=True)
 class Flow:
     """A transfer: ``size_bytes`` of payload over links with per-byte coefficients.
 
@@ -49,6 +49,13 @@ class Flow:
     parts: np.ndarray | None = None
     start_s: float = field(default=float("nan"), init=False)
     end_s: float = field(default=float("nan"), init=False)
+
+    def fresh(self) -> Flow:
+        """A copy not started yet: the same transfer, to start again (a planned flow is
+        cached and started at every use). Its fields in their order (a class called with
+        keywords builds a dict of them first), checked by ``tests/test_fabric.py``."""
+        return Flow(self.size_bytes, self.links, self.coef, self.latency_s, self.max_rate,
+                    self.label, self.wire_coef, self.parts)
 
 
 class Fabric:
@@ -182,8 +189,8 @@ class FlowFabric(Fabric):
     that share a link, directly or through others. Flows that share no link do not affect
     each other's rates (:mod:`simulator.network.maxmin`), so each set is solved when it
     changes (a flow arrives on its links, or one of its flows is done) and is left alone by
-    the events of every other set. A flow that arrives on idle links is solved at once,
-    alone (29,027 of the 29,072 flows of a 3-D plan's step at 2,048 GPUs); flows that join
+    the events of every other set. A flow that arrives on idle links (most flows of a
+    parallel plan's step) is solved at once, alone; flows that join
     an active set at one instant are solved with it once, in one step after the last of
     them; a solve seen before is not done again (:mod:`simulator.network.solve`). SimPy
     learns only the next completion of all sets (SimGrid's next-event contract), from a
@@ -197,8 +204,9 @@ class FlowFabric(Fabric):
     With ``link_classes`` (the default) the solves and counters run on classes of links
     that no flow tells apart (:mod:`simulator.network.reduced`): the same rates, times and
     counters to the last bit, in time that follows the classes, not the links; the
-    utilisation ``samples`` differ by a few ulps. False solves on every used link (the
-    reference the classes are tested against).
+    utilisation ``samples`` differ by a few ulps. False solves on every used link: cheaper
+    for flows that start together and are solved a few times (``clustersim collective``),
+    where refining the classes would cost what the solves do.
     """
 
     name = "flow"
@@ -234,6 +242,13 @@ class FlowFabric(Fabric):
         return self._solver.per_link(self._solver.counters.occupancy)
 
     @property
+    def link_class_count(self) -> int:
+        """How many classes of equivalent links the solves run on (with ``link_classes``;
+        else the links themselves)."""
+        classes = getattr(self._solver, "classes", None)
+        return len(self.capacity) if classes is None else classes.n
+
+    @property
     def samples(self) -> list:
         if self._sample_at is not None:
             self._sample()
@@ -249,7 +264,7 @@ class FlowFabric(Fabric):
     def deferred_samples(self) -> Sequence:
         """``samples`` as they are now (the same rows), the noted instants' fractions summed
         only where first read: a replay's timeline holds them, and most runs never read
-        them (at 16,384 GPUs a 3-D step notes 58,131 instants). Nothing of the fabric is
+        them (a big step notes tens of thousands of instants). Nothing of the fabric is
         held, only the notes."""
         if self._sample_at is not None:
             self._sample()

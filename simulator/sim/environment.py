@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from heapq import heappop, heappush
+from operator import attrgetter
 
 import simpy
 from simpy.events import NORMAL, URGENT
@@ -24,6 +25,10 @@ class Environment(simpy.Environment):
     event; :meth:`step` (and ``run(until)``, which goes through it) counts too.
     """
 
+    # SimPy's ``now``, read by a C getter rather than a Python function (the replay reads
+    # the clock several times per op)
+    now = property(attrgetter("_now"), doc="The current simulation time.")
+
     def __init__(self, initial_time: float = 0):
         super().__init__(initial_time)
         self.events_processed = 0
@@ -42,13 +47,15 @@ class Environment(simpy.Environment):
         if delay < 0:
             raise ValueError(f"Negative delay {delay}")
         tick = Tick()
+        tick.callbacks = []
         heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), tick))
         return tick
 
     def call_at(self, when: float, callback: Callable) -> Tick:
         """Call ``callback(tick)`` at the instant ``when`` (not before now), normal
         priority; the :class:`Tick` is returned."""
-        tick = Tick([callback])
+        tick = Tick()
+        tick.callbacks = [callback]
         heappush(self._queue, (when, NORMAL, next(self._eid), tick))
         return tick
 
@@ -60,7 +67,8 @@ class Environment(simpy.Environment):
     def call_urgent(self, callback: Callable) -> Tick:
         """Call ``callback(tick)`` at this instant before any event of normal priority,
         where SimPy starts a new process (an urgent ``Initialize`` event)."""
-        tick = Tick([callback])
+        tick = Tick()
+        tick.callbacks = [callback]
         heappush(self._queue, (self._now, URGENT, next(self._eid), tick))
         return tick
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappush
+
 import simpy
 from simpy.events import NORMAL
 
@@ -17,9 +19,6 @@ class Tick:
     __slots__ = ("callbacks",)
     _ok = True
     _value = None
-
-    def __init__(self, callbacks: list | None = None):
-        self.callbacks = [] if callbacks is None else callbacks
 
     @property
     def processed(self) -> bool:
@@ -40,7 +39,8 @@ class Relay(Tick):
         self.callbacks = []
 
     def __call__(self, _event=None) -> None:
-        self.env.schedule_now(self, NORMAL)
+        env = self.env      # Environment.schedule_now(self), without a call more per event
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
 
 
 class Reply(Relay):
@@ -59,6 +59,13 @@ def all_done(env: simpy.Environment, events: list) -> Relay:
     ``events`` has fired, else as the last of them does), with no value and no Condition:
     a :class:`Relay`, fired by the last of them."""
     ev = Relay(env)
+    if len(events) == 1:        # most waits: the list below made of one event
+        callbacks = events[0].callbacks
+        if callbacks is None:
+            ev()
+        else:
+            callbacks.append(ev)
+        return ev
     pending = [e for e in events if e.callbacks is not None]
     if not pending:
         ev()

@@ -5,12 +5,12 @@ loads them, so a study's report can say why scaling stops being linear.
   links``, ``leaf-spine uplinks``... (``docs/topology-conventions.md``: node ``kind`` and a
   switch's ``tier``).
 * A link's utilisation *while communicating* is the capacity its transfers took
-  (``Timeline.link_occupancy_bytes``) over (capacity x the critical rank class's
+  (``Timeline.machine.link_occupancy_bytes``) over (capacity x the critical rank class's
   communication time), capped at 1: the mean over the whole iteration hides saturation
   behind compute.
 * A *phase* is a collective and the training phase it runs in (``reduce_scatter
   (backward)``). The phase that loads the busiest link type most is found from the fabric's
-  utilisation samples per link type (``Timeline.link_samples``): each sample interval's
+  utilisation samples per link type (``Timeline.machine.link_samples``): each sample interval's
   load is credited to the phases running then.
 """
 
@@ -20,7 +20,7 @@ import json
 
 import numpy as np
 
-from ..engine.replay import COMM_KINDS, Timeline
+from ..engine.records import COMM_KINDS, Timeline
 from ..metrics.summary import COMPUTE_KINDS, critical_class, union_length
 
 _CLASS_ROLES = {"nvlink": "NVLink links", "pcie": "PCIe links", "cpu": "CPU links"}
@@ -64,7 +64,7 @@ def comm_summary(tl: Timeline, trace, cluster, comm_s: float) -> dict:
     out["top_exposed_phase"] = max(out["exposed_by_phase"],
                                    key=out["exposed_by_phase"].get, default="")
     cap = cluster.capacity_bytes_per_s
-    busy = np.divide(tl.link_occupancy_bytes, cap * comm_s, out=np.zeros_like(cap),
+    busy = np.divide(tl.machine.link_occupancy_bytes, cap * comm_s, out=np.zeros_like(cap),
                      where=(cap > 0) & (comm_s > 0))
     busy = np.minimum(busy, 1.0)
     roles = link_roles(cluster)
@@ -74,7 +74,7 @@ def comm_summary(tl: Timeline, trace, cluster, comm_s: float) -> dict:
     i = int(np.argmax(busy)) if len(busy) else -1
     link_type = str(cluster.link_type[i]) if i >= 0 else ""
     of_type = cluster.link_type == link_type
-    used = cap[of_type & (tl.link_occupancy_bytes > 0)].sum()
+    used = cap[of_type & (tl.machine.link_occupancy_bytes > 0)].sum()
     phase, phase_util = _loading_phase(tl, comm, link_type,
                                        cap[of_type].sum() / used if used > 0 else 1.0)
     out.update(busiest_link=str(roles[i]) if i >= 0 else "", busiest_link_type=link_type,
@@ -100,11 +100,11 @@ def _loading_phase(tl: Timeline, comm: list, link_type: str,
     """The phase during which links of ``link_type`` carry the most load (utilisation x
     time), and their mean utilisation while it runs. The samples are fractions of the
     whole type's capacity; ``scale`` turns them into fractions of the links in use."""
-    if not comm or not tl.link_samples or link_type not in tl.link_groups:
+    if not comm or not tl.machine.link_samples or link_type not in tl.machine.link_groups:
         return "", 0.0
-    g = tl.link_groups.index(link_type)
-    t0 = np.array([t for t, _ in tl.link_samples])
-    load = np.array([f[g] for _, f in tl.link_samples]) * scale
+    g = tl.machine.link_groups.index(link_type)
+    t0 = np.array([t for t, _ in tl.machine.link_samples])
+    load = np.array([f[g] for _, f in tl.machine.link_samples]) * scale
     # Load is constant between samples: its integral from 0 is piecewise linear.
     widths = np.diff(np.append(t0, max(tl.iteration_time_s, t0[-1])))
     cumulative = np.concatenate([[0.0], np.cumsum(load * widths)])

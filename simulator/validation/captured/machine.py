@@ -31,7 +31,7 @@ import numpy as np
 
 from simulator.cluster import Cluster
 from simulator.collectives.plan import Plan
-from simulator.engine import EngineConfig, Timeline, replay
+from simulator.engine import Timeline, replay
 from simulator.errors import ConfigError
 from simulator.trace.schema import Trace
 
@@ -154,7 +154,7 @@ def build(ranks: int, desc: Description) -> GlooModel:
 
 def replay_on(trace: Trace, desc: Description) -> Timeline:
     """Replay ``trace`` (compute and host time as recorded) on the capture machine."""
-    return replay(trace, build(trace.world_size, desc), RecordedCompute(), EngineConfig())
+    return replay(trace, build(trace.world_size, desc), RecordedCompute())
 
 
 __all__ = ["BRIDGE", "Description", "GlooModel", "bandwidths", "build", "capture_graph",

@@ -78,7 +78,7 @@ def relevant_params(case) -> tuple[str, ...]:
     scaling case compares)."""
     used = set()
     for c in ([case] if not case.is_scaling else case.dependencies()):
-        default = c.setup.engine.precision
+        default = c.setup.job.precision
         for cls in c.setup.trace.classes:
             for op in cls.ops:
                 if op.kind == "compute" and op.op_class:

@@ -77,7 +77,7 @@ def simulate_case(case: Case, calibration: ComputeCalibration | None = None,
         "error": err, "error_kind": kind, "threshold": thr,
         "ok": bool(abs(err) <= thr) if np.isfinite(err) else False,
         "model": setup.trace.meta.get("model", ""), "gpus": m.world_size,
-        "precision": setup.engine.precision, "iteration_time_s": m.iteration_time_s,
+        "precision": setup.job.precision, "iteration_time_s": m.iteration_time_s,
         "mfu": m.mfu, "compute_s": m.compute_s, "exposed_comm_s": m.exposed_comm_s,
         "peak_memory_gib": m.peak_memory_gib, "oom": bool(m.oom),
     }]
