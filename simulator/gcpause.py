@@ -1,15 +1,15 @@
 """Pause Python's cyclic garbage collector while a large structure is built.
 
-Building a 131,072-GPU topology, its cluster index and its trace allocates millions of
-dicts, tuples and ops that are not garbage, let alone garbage in cycles; meanwhile the
-collector walks the growing heap again and again (17 full passes over up to 3 million
-objects during one 3-D setup, about 1 s of 5 s of CPU). Reference counting frees
+Building a big topology, its cluster index and its trace allocates millions of dicts,
+tuples and ops that are not garbage, let alone garbage in cycles; meanwhile the collector
+walks the growing heap again and again (full passes over millions of objects).
+Reference counting frees
 everything as usual while paused; the collector resumes on leaving the outermost pause.
 
 On leaving it, whatever the block built is filed with the old objects (``gc.freeze`` then
 ``gc.unfreeze`` moves every tracked object to the oldest generation without walking one)
 rather than left in the youngest: otherwise the first young collection afterwards walks
-all of it (millions of objects, 0.1-0.2 s at 16,384 GPUs) and then walks it again when
+all of it (millions of objects) and then walks it again when
 it is promoted. Nothing is kept alive by this: the oldest generation is still collected,
 on the collector's usual schedule.
 """

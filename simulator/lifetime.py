@@ -2,8 +2,8 @@
 
 The ``clustersim`` executable ends with ``os._exit`` (:func:`simulator.cli.entry`): the
 operating system takes the whole memory back at once. Freeing a replay's working objects
-(its plans, remembered solves, events and link classes: ~0.1 s at 16,384 GPUs) or a
-command's setup and timeline (~0.1 s) one by one just before that is wasted work, so in
+(its plans, remembered solves, events and link classes) or a command's setup and
+timeline one by one just before that is wasted work, so in
 that process :func:`keep` holds them instead. It holds one object per name: keeping the
 next one under a name frees the one before (a command that replays many times holds one
 replay's worth of memory more, never a growing heap). Anywhere else (the library, tests calling

@@ -2,10 +2,8 @@
 
 NumPy 2.3+ finds the distinct values of a plain ``np.unique(a)`` with a hash table and,
 asked for the inverse, sorts with an unstable quicksort that is slow on the many repeats
-of the fabric's and the collectives' arrays (link ids, class ids, coefficient bits): on
-the 14,208 entries of a ring bundle of the 3-D plan at 16,384 GPUs, ``np.unique`` took
-0.46 ms for the values alone and 0.28 ms with the first indices, where a sort of the
-values takes 0.14 ms. These give the same arrays (values ascending; the first index of
+of the fabric's and the collectives' arrays (link ids, class ids, coefficient bits); one
+sort is cheaper than either (docs/speed.md). These give the same arrays (values ascending; the first index of
 each value; each entry's position among the values) from one sort, stable where the
 first indices are asked for, as ``np.unique`` itself does.
 
@@ -41,9 +39,8 @@ def distinct_where(a: np.ndarray, first: bool = False, inverse: bool = False) ->
     (``inverse``) each entry's index among the values (``intp``, shaped as ``a``).
 
     Integers (64 or more) that span no more than about twice their count (link ids of a
-    long bundle, class ids, codes) are counted into a table instead of sorted: 73,728
-    class ids in 0..74 took 1.1-1.7 ms to sort, a tenth of that to count (the 3-D plan at
-    16,384 GPUs passes 2.4 million such entries)."""
+    long bundle, class ids, codes) are counted into a table instead of sorted: counting
+    is linear where a sort is not, and such arrays are long and many in a big replay."""
     if a.dtype.kind in "iu" and len(a) >= _COUNTED_FROM:
         lo, hi = int(a.min()), int(a.max())
         if hi - lo <= 2 * len(a) + 1024:
@@ -56,7 +53,7 @@ def distinct_where(a: np.ndarray, first: bool = False, inverse: bool = False) ->
         out += (order[new],)
     if inverse:
         index = np.empty(len(a), np.intp)
-        index[order] = np.cumsum(new.astype(np.intp)) - 1   # (a cumsum of bools: 10x slower)
+        index[order] = np.cumsum(new.astype(np.intp)) - 1   # (NumPy sums bools slowly)
         out += (index,)
     return out
 

@@ -18,16 +18,15 @@ import sys
 
 # A command's start (the imports, then a scenario's models, cluster and trace) allocates
 # hundreds of thousands of objects that live to the end and makes no garbage cycles worth
-# a pass: at the collector's default pace (a pass per 700 allocations) its passes took
-# 48 ms of a 3-D run at 16,384 GPUs, most of them over what the imports made, and freed
-# about 700 objects in all. A pass per 100,000 allocations instead (the older
-# generations' pace kept); `run` and the replays pause the collector where they build
-# (:mod:`simulator.gcpause`).
+# a pass: at the collector's default pace (a pass per 700 allocations) its passes walk
+# what the imports made again and again and free next to nothing. A pass per 100,000
+# allocations instead (the older generations' pace kept); `run` and the replays pause the
+# collector where they build (:mod:`simulator.gcpause`).
 gc.set_threshold(100_000, *gc.get_threshold()[1:])
 
 # The simulator runs on one thread and asks BLAS for nothing large: OpenBLAS's own threads
-# (one per core, started as numpy loads) would only spin on the other cores, 0.05-0.1 s of
-# CPU at every start and a competitor of the simulation on a small loaded machine. Set
+# (one per core, started as numpy loads) would only spin on the other cores: CPU at every
+# start and a competitor of the simulation on a small loaded machine. Set
 # before numpy is first imported; a value the user set is kept.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -102,7 +101,7 @@ def entry() -> None:
     """The ``clustersim`` executable: :func:`main`, then the process ends at once.
 
     Python's own teardown would free, one by one, every object a command left alive (a
-    simulation's cluster, caches and modules: 0.2-0.3 s at 16,384 GPUs) only for the
+    simulation's cluster, caches and modules: tenths of a second at scale) only for the
     operating system to take the memory back anyway; for the same reason a replay's
     working objects and ``run``'s setup and timeline are kept to the end, not freed
     (:mod:`simulator.lifetime`). Every file a command writes is

@@ -17,7 +17,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from ..engine.replay import COMM_KINDS, Timeline
+from ..engine.records import COMM_KINDS, Timeline
 
 GIB = float(1 << 30)
 COMPUTE_KINDS = ("compute", "memcpy")     # what keeps a GPU busy; ``delay`` is host work
@@ -97,8 +97,8 @@ def compute_metrics(tl: Timeline, world_size: int, peak_flops: float) -> Metrics
 def critical_class(tl: Timeline) -> str:
     """The rank class that finishes last (the one the breakdown describes): of the classes
     whose last op ends at the latest end of all, the first by name. (The ends read by C
-    into one array, the few records at that end looked at: a 3-D step at 16,384 GPUs has
-    104,296 records.)"""
+    into one array, the few records at that end looked at: a big step has a record per
+    op of every class.)"""
     records = tl.records
     if not records:
         return ""

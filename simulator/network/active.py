@@ -13,8 +13,8 @@ instant it will be done at that rate (``end``). The bytes moved are subtracted o
 the rate changes, ``left - rate * (now - since)``, so a flow's numbers do not depend on how
 often the fabric looks at it (a bundle and each of its instances, a set that merges with
 another and one that does not: the same stretches, the same floats). A flow is done once
-``end`` has come. A set has a few flows (one to five in a 3-D plan's step), so they are
-Python lists: a loop over them is faster than NumPy's calls on arrays that small.
+``end`` has come. A set has a few flows, so they are Python lists: a loop over them is
+faster than NumPy's calls on arrays that small.
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def _row_labels(rows: np.ndarray) -> np.ndarray:
     ranked = rows[order]
     new = np.r_[False, np.any(ranked[1:] != ranked[:-1], axis=1)]
     label = np.empty(len(rows), np.int64)
-    label[order] = np.cumsum(new.astype(np.int64))    # (a cumsum of bools: 10x slower)
+    label[order] = np.cumsum(new.astype(np.int64))    # (NumPy sums bools slowly)
     return label
 
 

@@ -28,13 +28,13 @@ class ClassSolver(Solver):
     """Max-min solves on link classes; counters per class (``per_link`` expands them).
 
     A solution here is a few numbers per class, not per link, so many more are remembered
-    (an iteration of a 3-D plan at 16,384 GPUs meets some 200 distinct connected sets of
-    flows, :mod:`simulator.network.active`). A connected set not seen
+    (a big step meets hundreds of distinct connected sets of flows,
+    :mod:`simulator.network.active`). A connected set not seen
     before is often one seen on other classes (the same transfers of another stage or
     server): the solve on local classes is remembered by what it is made of (each flow's
     content, :attr:`~simulator.network.orbits.Restricted.token`; which entries share a
-    class; the rate caps), and only the classes and group loads are its own (at 16,384
-    GPUs the 3-D plan's 342 solves of one set are 32 such shapes). Two flows share a class
+    class; the rate caps), and only the classes and group loads are its own (many solves
+    of one set share a few such shapes). Two flows share a class
     only where they share its every link (the partition's invariant), so the sets connected
     by classes are the sets connected by links: the fabric keeps its sets by the classes
     each flow crosses (:meth:`slots`)."""

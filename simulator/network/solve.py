@@ -277,8 +277,8 @@ class Solver:
 
     def _link_set(self, flow) -> frozenset:
         """The links ``flow`` crosses, each once (made from its distinct ids, not from
-        every entry: an all_reduce over 131,072 GPUs has 6.3 million entries on 1.2
-        million links, a Python int each in between, ~200 MB)."""
+        every entry: a huge flow has several entries per link, and a Python int each in
+        between would take hundreds of MB)."""
         return frozenset(distinct_below(flow.links, len(self.capacity)).tolist())
 
     def _composite(self, n: int, parts: list) -> Composite:
@@ -313,7 +313,7 @@ class Solver:
         occupancy = np.bincount(inc.link, weights=inc.coef * owner_rate, minlength=n)
         if all(f.wire_coef is None for f in flows):
             wire = inc.coef
-        elif len(flows) == 1:       # its own array, not a copy (131,072 GPUs: 50 MB)
+        elif len(flows) == 1:       # its own array, not a copy (a huge flow's is large)
             wire = flows[0].wire_coef
         else:
             wire = np.concatenate([f.coef if f.wire_coef is None else f.wire_coef

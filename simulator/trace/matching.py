@@ -1,8 +1,8 @@
 """The send/recv checks of :meth:`Trace.validate`, op by op instead of member by member.
 
 A send or recv op of a class stands for one transfer per member (members map by offset,
-:mod:`simulator.trace.schema`), so a 3-D parallel trace on 16,384 GPUs has some two million
-transfers; checking them one Python tuple at a time took seconds each time a trace was
+:mod:`simulator.trace.schema`), so a 3-D parallel trace on thousands of GPUs has millions
+of transfers: too many to check one Python tuple at a time each time a trace is
 checked. Here each op's members are one numpy array: ``peers_fit`` checks that no member
 sends to itself or outside the world, ``transfers_match`` that every send has its recv of the
 same size and the other way round: first op by op (a send op and a recv op carry the same
