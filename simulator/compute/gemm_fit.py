@@ -28,7 +28,7 @@ import pandas as pd
 
 from simulator.compute.gemm_shape import GemmShape, shape_seconds
 from simulator.compute.kernels import load_kineto_gemms
-from simulator.validation.optimize import compass_search, from_unit, nelder_mead, to_unit
+from simulator.optimize import compass_search, from_unit, nelder_mead, to_unit
 
 CALIBRATION = ("bert-large",)             # trace name prefixes; the rest validate
 BF16_CALIBRATION = ("llama-2-7b-4l_bf16_sdpa_trace",)   # the bf16 eff_max only

@@ -11,7 +11,7 @@ The constants of :data:`.fitted.PARAMS` are fitted within :data:`.fitted.BOUNDS`
 
 The objective is the mean over every calibration row (all sizes) of
 ``log(simulated time / measured time) ** 2``. It is minimised by a bounded Nelder-Mead
-(:mod:`simulator.validation.optimize`) in coordinates scaled to [0, 1], restarted once from
+(:mod:`simulator.optimize`) in coordinates scaled to [0, 1], restarted once from
 its best point, then polished by a compass search. Inside the fit the ``analytical``
 fidelity is used: a collective alone on the fabric takes the same time as with ``flow``.
 
@@ -36,7 +36,7 @@ from simulator.validation.collectives.schema import CASES_FILE, default_root
 from simulator.validation.collectives.sim import simulate_rows
 from simulator.validation.collectives.validate import load_cases, load_measurements
 from simulator.validation.common import format_objective
-from simulator.validation.optimize import compass_search, from_unit, nelder_mead, to_unit
+from simulator.optimize import compass_search, from_unit, nelder_mead, to_unit
 
 # Two stages. Saturation first: link efficiencies (and Simple's latency, the protocol
 # large messages use) on rows of at least 64 MiB, where bandwidth dominates; then the

@@ -20,7 +20,7 @@ held-out GPT-175B row worse, so it is not used.
 Nothing else changes (half times, memory efficiencies, attention, launch cost, the
 collective constants). The objective is the mean over the calibration cases of
 ``log(simulated / measured) ** 2`` of each case's metric. It is minimised by the bounded,
-deterministic Nelder-Mead of :mod:`simulator.validation.optimize` in unit-box coordinates,
+deterministic Nelder-Mead of :mod:`simulator.optimize` in unit-box coordinates,
 then polished by its compass search, starting from :data:`PRIOR` (the values shipped in
 ``compute.yaml`` when this was written), so the fit does not depend on earlier fits.
 
@@ -45,7 +45,7 @@ from simulator.errors import ConfigError
 from simulator.outpaths import writable_file
 from simulator.pipeline import build_setup
 from simulator.validation.common import format_objective
-from simulator.validation.optimize import compass_search, from_unit, nelder_mead, to_unit
+from simulator.optimize import compass_search, from_unit, nelder_mead, to_unit
 from simulator.validation.training.fitted import (BOUNDS, DECIMALS, PARAMS, PRIOR, TIED,
                                                   fitted_values, split_name, with_values)
 from simulator.validation.training.schema import CASES_FILE, default_root
@@ -167,7 +167,7 @@ def calibrate(root=None, base: ComputeCalibration | None = None, max_evals: int 
         "replays": prob.replays,
         "relevant": {k: list(v) for k, v in prob.relevant.items()},
         "method": "bounded Nelder-Mead + compass search in unit-box coordinates "
-                  "(simulator.validation.optimize)",
+                  "(simulator.optimize)",
         "date": _dt.date.today().isoformat(),
     }
     return cal, report

@@ -1,7 +1,8 @@
 """Generic bounded minimisers on the unit box [0, 1]^n, numpy only and deterministic.
 
 The calibrations (:mod:`simulator.validation.collectives.calibrate`,
-:mod:`simulator.validation.training.calibrate`) map their constants to the unit box with
+:mod:`simulator.validation.training.calibrate`, the GEMM fit of
+:mod:`simulator.compute.gemm_fit`) map their constants to the unit box with
 :func:`to_unit` / :func:`from_unit`, minimise there with :func:`nelder_mead`, then polish the
 answer with :func:`compass_search`. Every function here is pure: it sees only the objective
 ``f(u) -> float`` it is given.

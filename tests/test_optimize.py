@@ -1,4 +1,4 @@
-"""The bounded minimisers of simulator/validation/optimize.py on textbook functions whose
+"""The bounded minimisers of simulator/optimize.py on textbook functions whose
 minimum is known in closed form."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.validation.optimize import compass_search, from_unit, nelder_mead, to_unit
+from simulator.optimize import compass_search, from_unit, nelder_mead, to_unit
 
 
 def booth(u: np.ndarray) -> float:
