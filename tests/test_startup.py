@@ -284,7 +284,7 @@ print("after run:", sorted(lifetime._kept), type(lifetime._kept["replay"]).__nam
     lines = [x for x in done.stdout.splitlines() if x.startswith(("library", "executable",
                                                                    "after"))]
     assert lines == ["library holds: []", "executable holds: ['x', 'y'] first freed: True",
-                     "after run: ['replay', 'run', 'x', 'y'] _Replayer"]
+                     "after run: ['replay', 'run', 'x', 'y'] Job"]
 
 
 def test_the_console_script_under_a_profiler_exits_as_python_does(tmp_path):

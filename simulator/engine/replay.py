@@ -41,5 +41,5 @@ def replay(trace: Trace, collectives: CollectivePlanner, compute: ComputeTimer,
         one.start()
         run_jobs(on, [one])
         timeline = one.timeline(on.record())
-        keep("replay", (on, one))   # the executable frees them at exit, not object by object
+        keep("replay", one)     # (and its machine) freed at exit, not object by object
         return timeline
