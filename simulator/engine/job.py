@@ -180,19 +180,15 @@ class Job:
                 # attrs["repeat"]: the op runs that many times back to back (identical
                 # gradient-accumulation micro-steps written once)
                 yield env.tick(self._duration(cls, op) * op.attrs.get("repeat", 1))
-            elif kind == "collective":
-                k = uses.get(op.comm, 0)
-                uses[op.comm] = k + 1
-                event = arrive(op, k)
+            elif kind == "collective":      # the k-th on its communicator and stream
+                k = uses[op.comm] = uses.get(op.comm, -1) + 1
                 active[cid] += 1
-                outcome = yield event
+                start, plan = yield arrive(op, k)       # (an Outcome)
                 active[cid] -= 1
-                start, plan = outcome.start_s, outcome.plan
             elif op.is_peer_transfer:
                 active[cid] += 1
-                outcome = yield from self.p2p.run(cls, op)
+                start, plan = yield from self.p2p.run(cls, op)
                 active[cid] -= 1
-                start, plan = outcome.start_s, outcome.plan
             else:                           # send or recv to or from host memory
                 start, plan = env.now, None
                 yield from self._host_copy(cls, op)

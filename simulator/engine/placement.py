@@ -24,7 +24,7 @@ class Placement:
     gpus: tuple[int, ...]
 
     def __post_init__(self):
-        if any(g < 0 for g in self.gpus):
+        if self.gpus and min(self.gpus) < 0:
             raise ConfigError(f"GPU {min(self.gpus)} is not a GPU index", field="placement")
         if len(set(self.gpus)) != len(self.gpus):
             raise ConfigError("a GPU holds two ranks", field="placement")
@@ -45,8 +45,7 @@ class Placement:
 
     def group(self, ranks: Iterable[int]) -> tuple[int, ...]:
         """The GPUs of job ranks ``ranks``, in their order."""
-        gpus = self.gpus
-        return tuple(gpus[r] for r in ranks)
+        return tuple(map(self.gpus.__getitem__, ranks))
 
     def check(self, n_gpus: int, world_size: int) -> None:
         """A placement of ``world_size`` ranks on a cluster of ``n_gpus`` GPUs.

@@ -23,7 +23,9 @@ The solve runs on the links the flows cross only (renumbered,
 the counters link by link (:mod:`simulator.network.counters`), or summing them per link
 group, gives the same numbers as the dense vectors would (the other links only add zeros).
 :class:`Solver` is the solve on every
-used link, the reference for the one on link classes (:mod:`simulator.network.reduced`).
+used link: what ``clustersim collective`` runs (flows that start together, solved a few
+times); a replay solves on link classes (:mod:`simulator.network.reduced`), which must
+give the same rates to the last bit (tests/test_link_classes.py).
 """
 
 from __future__ import annotations
