@@ -24,14 +24,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "simulator"
 # level's loose modules are one room, "(top)" (units, errors, choices, the cluster: the
 # second layer), except those that wire the layers together (:data:`WIRING`), each a room
 # of its own.
-WIRING = {"pipeline", "accum", "scenario", "__main__"}
+WIRING = {"pipeline", "accum", "scenario", "trace_replay", "__main__"}
 LAYERS = [
     {"sim"},
     {"(top)", "network", "topology"},
     {"collectives", "trace", "compute"},
     {"engine", "models"},
     {"strategies", "parallel", "importers", "configs"},
-    {"metrics", "report", "accum", "pipeline", "scenario"},
+    {"metrics", "report", "accum", "pipeline", "scenario", "trace_replay"},
     {"reliability", "compare", "study", "capacity", "planner", "validation"},
     {"cli", "__main__"},
 ]

@@ -72,6 +72,25 @@ def strategy_dict(scn: Scenario) -> dict:
     return _strategy_dict(scn)
 
 
+def job_config(scn: Scenario) -> JobConfig:
+    """The job knobs of ``scn`` (its simulation section, its compute precision)."""
+    return JobConfig(overlap_slowdown=scn.simulation.overlap_slowdown,
+                     precision=compute_precision(scn.training.precision),
+                     variability=resolve_sigmas(scn.simulation.variability),
+                     seed=scn.simulation.seed)
+
+
+def run_meta(scn: Scenario) -> dict:
+    """What a Trace written from ``scn`` carries so that a replay of it costs what ``run``
+    costs (its ``meta.run``, :mod:`simulator.trace_replay`): the training precision (the
+    peak FLOP/s are counted at it), the attention kernels, the job knobs and the NCCL
+    knobs the scenario set."""
+    job = job_config(scn)
+    return {"precision": scn.training.precision, "attention": scn.training.attention_impl,
+            "overlap_slowdown": job.overlap_slowdown, "variability": job.variability,
+            "seed": job.seed, "nccl": scn.nccl.model_dump(exclude_unset=True)}
+
+
 def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
                source: str = "<scenario>") -> Trace:
     """Per-layer costs of ``model`` under the scenario's training setup, turned into the
@@ -96,9 +115,14 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     except ConfigError as exc:           # a strategy option this model or cluster refuses
         raise exc.located(source) from None
     try:
-        return apply_stragglers(trace, scn.simulation.stragglers)
+        return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn)
     except ConfigError as exc:           # a straggler rank outside this cluster
         raise exc.located(source) from None
+
+
+def _with_run_meta(trace: Trace, scn: Scenario) -> Trace:
+    trace.meta["run"] = run_meta(scn)
+    return trace
 
 
 def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
@@ -119,7 +143,7 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
                             flash=t.flash_attention, autocast=autocasts(cfg),
                             compile=t.compile, model=model.name, tokens_per_sample=tokens,
                             model_flops_per_sample=flops)
-        return apply_stragglers(trace, scn.simulation.stragglers)
+        return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn)
     except ConfigError as exc:          # a layer-cost field is a training key
         training = exc.field in ("seq_len", "batch")
         raise (_located(exc, source, "training") if training else exc.located(source)) \
@@ -221,10 +245,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         if extrapolate_steps else None
     trace = plan_trace(accum) if accum else make_trace(scn, model, cfg, world, source)
     machine = MachineConfig(fidelity=scn.simulation.fidelity)
-    job = JobConfig(overlap_slowdown=scn.simulation.overlap_slowdown,
-                    precision=compute_precision(t.precision),
-                    variability=resolve_sigmas(scn.simulation.variability),
-                    seed=scn.simulation.seed)
+    job = job_config(scn)
     try:
         compute = ComputeModel(gpu, attention=t.attention_impl, strategy=cfg.name)
     except ConfigError as exc:

@@ -12,7 +12,7 @@ from importer_fixtures import gloo_step, gpu_step, kernel, write
 from simulator.errors import ConfigError
 from simulator.importers import import_trace
 from simulator.importers.jsonstream import read_chrome_trace
-from simulator.importers.replay import replay_trace, with_recorded_collectives
+from simulator.trace_replay import replay_trace, with_recorded_collectives
 from simulator.trace.io import trace_to_dict
 
 US = 1e-6

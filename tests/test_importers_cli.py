@@ -38,6 +38,40 @@ def test_import_then_replay_round_trip(capsys, tmp_path):
     assert {"host", "cuda:7", "nccl:0"} <= threads
 
 
+def test_a_profile_says_na_for_what_it_cannot_give_until_its_model_is_named(capsys,
+                                                                            tmp_path):
+    bare, named = tmp_path / "bare.json", tmp_path / "named.json"
+    assert run_main(capsys, "import", "pytorch", str(A100), "-o", str(bare))[0] == 0
+    code, text, err = run_main(capsys, "replay", str(bare))
+    assert code == 0, err
+    rows = dict(line.split(None, 1) for line in text.splitlines() if line[:1].isalpha())
+    assert rows["mfu"] == "n/a (the trace has no model FLOPs: import --model)"
+    assert rows["samples_per_s"].startswith("n/a (the trace has no batch size")
+    assert rows["peak_memory_gib"] == "n/a (the trace records no memory)"
+    code, text, _ = run_main(capsys, "replay", str(bare), "--format", "json")
+    m = json.loads(text)
+    assert m["mfu"] is None and m["tokens_per_s"] is None and m["iteration_time_s"] > 0
+    # named: 2 ranks of GPT-2 small at 1,024 tokens, 16 samples a step
+    code, _, err = run_main(capsys, "import", "pytorch", str(A100), "-o", str(named),
+                            "--model", "gpt2-small", "--global-batch", "16", "--seq-len",
+                            "1024")
+    assert code == 0, err
+    code, text, _ = run_main(capsys, "replay", str(named), "--format", "json")
+    m = json.loads(text)
+    from simulator.models import load_model, model_flops_per_sample
+    flops = model_flops_per_sample(load_model("gpt2-small"), 1024) * 16
+    assert m["samples_per_s"] == pytest.approx(16 / m["iteration_time_s"])
+    assert m["tokens_per_s"] == pytest.approx(16 * 1024 / m["iteration_time_s"])
+    assert m["tflops_per_gpu"] == pytest.approx(flops / m["iteration_time_s"] / 2 / 1e12)
+    code, _, err = run_main(capsys, "import", "pytorch", str(A100), "-o",
+                            str(tmp_path / "x.json"), "--model", "gpt2-small",
+                            "--global-batch", "16")
+    assert code == 2 and "--seq-len" in err and "transformer" in err
+    code, _, err = run_main(capsys, "import", "pytorch", str(A100), "-o",
+                            str(tmp_path / "y.json"), "--global-batch", "16")
+    assert code == 2 and "--model and --global-batch together" in err
+
+
 def test_import_refuses_to_overwrite_and_names_bad_files(capsys, tmp_path):
     out = tmp_path / "t.json"
     out.write_text("{}")

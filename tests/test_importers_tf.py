@@ -11,7 +11,7 @@ import pytest
 
 from simulator.errors import ConfigError
 from simulator.importers import import_trace
-from simulator.importers.replay import replay_trace, with_recorded_collectives
+from simulator.trace_replay import replay_trace, with_recorded_collectives
 
 US = 1e-6
 SIZE = 4096 * 4            # the bytes we say the packed gradients have

@@ -96,7 +96,7 @@ def test_study_replay_import_bodies_load_no_table_or_plot_library():
     asks for plots."""
     loaded = modules_after(f"""
 from simulator.importers import import_trace
-from simulator.importers.replay import collective_table, replay_trace
+from simulator.trace_replay import collective_table, replay_trace
 from simulator.study import load_study, run_study
 from simulator.trace.io import read_trace
 {SHOW}

@@ -27,6 +27,26 @@ def _summary(trace) -> str:
             f"communicator(s){step}")
 
 
+def unknown_metrics(trace) -> dict[str, str]:
+    """The metrics ``trace`` cannot give, with why: throughput and MFU without the samples
+    and model FLOPs of a step (a profile's: ``import --model``), memory without allocations
+    (a profile records none)."""
+    out = {}
+    meta = trace.meta
+    if not meta.get("global_batch"):
+        out.update({k: "the trace has no batch size: import --model --global-batch"
+                    for k in ("samples_per_s", "tokens_per_s", "tokens_per_s_per_gpu")})
+    elif not meta.get("tokens_per_sample"):
+        out.update({k: "not a token model" for k in ("tokens_per_s", "tokens_per_s_per_gpu")})
+    if not meta.get("model_flops_per_iteration"):
+        out.update({k: "the trace has no model FLOPs: import --model"
+                    for k in ("tflops_per_gpu", "mfu")})
+    if not any(c.static_memory_bytes or any(op.mem_alloc_bytes for op in c.ops)
+               for c in trace.classes):
+        out["peak_memory_gib"] = "the trace records no memory"
+    return out
+
+
 def register(cli: click.Group) -> None:
     """Add ``import`` and ``replay`` to the ``clustersim`` group."""
 
@@ -45,7 +65,16 @@ def register(cli: click.Group) -> None:
     @click.option("--max-events", type=click.IntRange(min=1), default=None, metavar="N",
                   help="Refuse a file with more events than N [default: 1,000,000, or "
                        "$CLUSTERSIM_MAX_TRACE_EVENTS].")
-    def import_cmd(kind, files, output, step, sizes, overwrite, max_events):
+    @click.option("--model", default=None, metavar="NAME|FILE",
+                  help="The model the profile ran (catalog name or model YAML), with "
+                       "--global-batch (and --seq-len for a transformer): a replay then "
+                       "reports throughput and MFU.")
+    @click.option("--global-batch", type=int, default=None, metavar="N",
+                  help="Samples per step across the whole job (with --model).")
+    @click.option("--seq-len", type=click.IntRange(min=1), default=None, metavar="L",
+                  help="Tokens per sample of a transformer (with --model).")
+    def import_cmd(kind, files, output, step, sizes, overwrite, max_events, model,
+                   global_batch, seq_len):
         """Import profiler traces of KIND (pytorch, tensorflow or chakra) into a clustersim
         Trace.
 
@@ -55,11 +84,20 @@ def register(cli: click.Group) -> None:
         rank (`clustersim trace --format chakra` writes them).
         """
         writable_file(output, overwrite)      # before the import, which takes a while
+        if (model is None) != (global_batch is None) or (seq_len and model is None):
+            raise ConfigError("give --model and --global-batch together (and --seq-len "
+                              "only with them)", field="--model")
         from ..importers import import_trace
+        from ..importers.assemble import with_model
         from ..importers.comms import parse_collective_bytes
         from ..trace.io import write_trace
+        if model is not None:                 # a bad model is refused before the import
+            from ..models import load_model
+            load_model(model)
         with limit_set("trace_events", max_events):
             trace = import_trace(kind, files, step, parse_collective_bytes(sizes))
+        if model is not None:
+            trace = with_model(trace, model, global_batch, seq_len)
         write_trace(trace, output, overwrite=overwrite)
         click.echo(f"wrote {output}: {_summary(trace)}")
 
@@ -89,16 +127,18 @@ def register(cli: click.Group) -> None:
         trace = read_trace(trace_file)
         if out is not None:
             prepare_out_dir(out)             # refused before the replay, not after
-        from ..importers.replay import collective_table, replay_trace   # once the input is good
+        from ..trace_replay import collective_table, replay_trace   # once the input is good
         try:
             result = replay_trace(trace, topology, nodes, fidelity, nccl_choice)
         except ConfigError as exc:
-            # a field of the trace that only the cluster can check (a host copy's server)
-            if (exc.field or "").startswith("classes["):
+            # a field of the trace that only the cluster can check (a host copy's server,
+            # what the GPU runs of its meta.run)
+            if (exc.field or "").startswith(("classes[", "meta.")):
                 raise exc.located(str(trace_file)) from None
             raise
         m, recorded = result.metrics, trace.meta.get("recorded_iteration_s")
         table = collective_table(result)
+        unknown = unknown_metrics(trace)
         if out is not None:
             settings = {"trace": str(trace_file), "topology": str(result.topology),
                         "nodes": nodes, "fidelity": fidelity, "nccl": nccl_choice}
@@ -107,14 +147,15 @@ def register(cli: click.Group) -> None:
                           {c.id: c.ranks for c in trace.classes})
             table.to_csv(Path(out) / "collectives.csv", index=False)
         if fmt == "json":
-            click.echo(json.dumps({**m.as_dict(), "recorded_iteration_s": recorded,
+            click.echo(json.dumps({**m.as_dict(), **{k: None for k in unknown},
+                                   "recorded_iteration_s": recorded,
                                    "collectives": table.to_dict("records")}, indent=2,
                                   default=str))
             return
         click.echo(f"# {trace_file}: {_summary(trace)}")
         click.echo(f"# on {result.topology.stem}, fidelity {fidelity}, NCCL choice "
                    f"{nccl_choice}")
-        rows = metric_rows(m)
+        rows = [(k, f"n/a ({unknown[k]})" if k in unknown else v) for k, v in metric_rows(m)]
         if recorded:
             err = (m.iteration_time_s - recorded) / recorded
             rows.insert(1, ("recorded_iteration_s", f"{recorded:.4f} s (simulated "

@@ -106,3 +106,28 @@ def assemble(parts: list[RankTrace], framework: str) -> Trace:
     trace = Trace(world, classes, comms, meta)
     trace.validate()
     return trace
+
+
+def with_model(trace: Trace, model: str, global_batch: int, seq_len: int | None) -> Trace:
+    """``trace`` with what its profile cannot say filled in from the model it ran: samples
+    per step across the job (``global_batch``), tokens per sample and model FLOPs per step
+    (:func:`~simulator.models.model_flops_per_sample`), so a replay reports throughput and
+    MFU (``model``: a catalog name or a model YAML; ``seq_len``: a transformer's).
+
+    :raises ConfigError: for an unknown model, a batch below 1, or a transformer without
+        ``seq_len`` (an image model takes none).
+    """
+    from ..models import load_model, model_flops_per_sample, tokens_per_sample
+    spec = load_model(model)
+    if global_batch < 1:
+        raise ConfigError(f"must be at least 1, got {global_batch}", field="--global-batch")
+    if spec.is_transformer and seq_len is None:
+        raise ConfigError(f"{spec.name} is a transformer: give its --seq-len",
+                          field="--seq-len")
+    if not spec.is_transformer and seq_len is not None:
+        raise ConfigError(f"{spec.name} has no sequence length", field="--seq-len")
+    length = seq_len or 0
+    meta = {**trace.meta, "model": spec.name, "global_batch": global_batch,
+            "tokens_per_sample": tokens_per_sample(spec, length),
+            "model_flops_per_iteration": model_flops_per_sample(spec, length) * global_batch}
+    return Trace(trace.world_size, trace.classes, trace.communicators, meta)

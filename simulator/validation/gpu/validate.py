@@ -168,7 +168,7 @@ def _replay(profile) -> tuple[float, float, float]:
     and memsets) of a whole-trace import of ``profile`` (a read Kineto trace)."""
     from simulator.importers.assemble import assemble
     from simulator.importers.pytorch import rank_trace
-    from simulator.importers.replay import device_busy_s, replay_trace
+    from simulator.trace_replay import device_busy_s, replay_trace
     trace = assemble([rank_trace(profile, None)], "pytorch")
     result = replay_trace(trace, TOPOLOGY)
     return (trace.meta["recorded_iteration_s"], result.metrics.iteration_time_s,

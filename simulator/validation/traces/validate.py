@@ -20,7 +20,7 @@ import pandas as pd
 from simulator.importers.assemble import assemble
 from simulator.importers.kineto import read_kineto
 from simulator.importers.pytorch import default_step, rank_trace
-from simulator.importers.replay import (collective_table, device_busy_s, replay_trace,
+from simulator.trace_replay import (collective_table, device_busy_s, replay_trace,
                                 with_recorded_collectives)
 from simulator.validation.paths import data_dir
 
