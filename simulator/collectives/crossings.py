@@ -163,10 +163,9 @@ def _cores(cluster, sw_a: np.ndarray, sw_b: np.ndarray, crossing: np.ndarray) ->
     pair_kind, pair_row = np.full(len(found), -2, np.int64), np.zeros(len(found), np.int64)
     for i, code in enumerate(found.tolist()):
         a, b = names[code // len(names)], names[code % len(names)]
-        core = cluster.switch_paths(a, b)
-        if len({len(p) for p in core}) != 1:
+        ids = cluster.routes.core_link_ids(a, b)
+        if ids is None:               # switch paths of unequal lengths: each its route
             continue
-        ids = cluster._core_ids((a, b), core)
         k = by_shape.setdefault(ids.shape, len(stacks))
         if k == len(stacks):
             stacks.append([])

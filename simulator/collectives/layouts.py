@@ -116,7 +116,7 @@ def _server_orders(cluster: Cluster, gpus: tuple[str, ...], prefix: str):
     peers = cluster.gpus_of_server(cluster.G.nodes[gpus[0]]["server"])
     orders = []
     for nic in nics:
-        near = [g for g in gpus if nic in cluster.nearest_nics(g)] or list(gpus)
+        near = [g for g in gpus if nic in cluster.routes.nearest_nics(g)] or list(gpus)
         owner = nic_owner(cluster, nic, peers)
         entry = owner if owner in near else near[0]
         others = [g for g in near if g != entry]
