@@ -344,9 +344,8 @@ class Routes:
 
     @cached_property
     def switch_graph(self) -> nx.Graph:
-        """The switches and the links between them, a concrete copy (a subgraph view
-        filters every leaf's many NIC neighbours on each access, which made routing
-        between switches 40x slower) in the graph's own order:
+        """The switches and the links between them, a concrete copy (a subgraph view would
+        filter every leaf's many NIC neighbours on each access) in the graph's own order:
         nodes as the cluster's graph lists them, each one's neighbours as its adjacency
         does. (``nx.Graph(G.subgraph(...))`` lists them in the order of a set of names,
         which changes with the interpreter's hash seed, and so would the order of the ECMP

@@ -1,10 +1,9 @@
 """Ring and tree edges laid out server by server instead of edge by edge.
 
-``layouts.ring_edges`` and ``layouts.tree_edges`` add one route per directed edge; at
-16,384 GPUs that is 131,072 ring edges and twice as many tree edges, each a few
-dictionary look-ups and small numpy arrays. Inside a server the routes depend only on the
-server's design (``cluster.routes`` keeps them as positions in a per-server array of link
-ids), so
+``layouts.ring_edges`` and ``layouts.tree_edges`` add one route per directed edge: a ring
+has one edge per GPU and channel, a tree twice as many, each a few dictionary look-ups and
+small numpy arrays. Inside a server the routes depend only on the server's design
+(``cluster.routes`` keeps them as positions in a per-server array of link ids), so
 the edges one channel lays out inside one server are routed once per design and hop
 sequence and then, for every other server of that design, read off that server's link ids
 with one fancy index. Between servers the NIC-to-NIC routes are the cluster's own (cached).

@@ -2,9 +2,9 @@
 
 :class:`~.blocks.ServerBlocks` adds an edge between servers as three parts: its entries
 inside the source server (a *shape*: positions in the server design's link ids), the
-NIC-to-NIC route, and its entries inside the destination server. At 131,072 GPUs a
-pipeline's 262,144 send/recv pairs and the 64 FSDP rings across 2,048 servers are that
-many calls. Here a batch of edges, given as arrays (server, shape and NIC of either end),
+NIC-to-NIC route, and its entries inside the destination server: a call per edge, and a
+pipeline's send/recv pairs and the FSDP rings across every server are many edges. Here a
+batch of edges, given as arrays (server, shape and NIC of either end),
 is laid out with numpy: the link ids of a shape on each server are read off one column per
 position of the design's link ids (one entry per server), the NIC uplinks and their
 switches off one column per NIC of a design, the switch paths between two switches are

@@ -276,8 +276,8 @@ class CollectiveModel:
 
     def _communicator(self, ranks) -> Communicator:
         """``make_communicator`` of ``ranks``, kept per rank list where it is long (a
-        collective of 2,048 servers is planned for each of its sizes and operations; the
-        pairs and small groups planned one by one are not kept)."""
+        collective across every server is planned for each of its sizes and operations;
+        the pairs and small groups planned one by one are not kept)."""
         if len(ranks) < 64:
             return make_communicator(self.cluster, ranks)
         key = tuple(ranks)
@@ -289,7 +289,7 @@ class CollectiveModel:
     def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
         pair shape (:mod:`simulator.collectives.pairs`)."""
-        with gc_paused():       # a plan per pair (16,384 at 131,072 GPUs), no cycles
+        with gc_paused():       # a plan per pair, no cycles
             return pair_plans(self, size_bytes, pairs, self._pair_shapes)
 
     def plan_groups(self, op: str, size_bytes: int, groups, algo: str = "auto",

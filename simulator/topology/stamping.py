@@ -1,8 +1,8 @@
 """Stamp many servers of one design onto a new graph at once.
 
 :func:`simulator.topology.servers.stamp` adds one server through networkx's
-``add_nodes_from``/``add_edges_from``, which check every node and edge; at 16,384 servers
-that is most of building the topology. Here the design is stamped once onto a small graph
+``add_nodes_from``/``add_edges_from``, which check every node and edge: with thousands of
+servers, most of building the topology. Here the design is stamped once onto a small graph
 with local ids (the *template*, so networkx itself decides adjacency order and merges
 repeated edges), and each server copies the template's node and adjacency dicts with its
 ``n{server}.`` prefix: the same nodes, edges, attributes and orders as stamping server by
