@@ -57,10 +57,10 @@ class Route:
 @dataclass(frozen=True)
 class _LocalShape:
     """A route inside a server as its design sees it: positions in the design's list of
-    local link pairs, the bounds of each ECMP path among them, each path's share."""
+    local link pairs, where each ECMP path lies among them, each path's share."""
 
     positions: np.ndarray
-    bounds: list
+    paths: list[slice]
     share: float
 
 
@@ -185,10 +185,10 @@ class Routes:
             shape = self._local_shapes[key] = self._shape(src, dst, template)
         links = self.server_link_ids(src, template)[shape.positions]
         latency = extra = 0.0
-        for a, b in shape.bounds:
-            latency += float(cluster.latency_s[links[a:b]].sum()) * shape.share
+        for path in shape.paths:
+            latency += float(cluster.latency_s[links[path]].sum()) * shape.share
             if cluster.has_extra_latency:
-                extra += float(cluster.extra_latency_s[links[a:b]].sum()) * shape.share
+                extra += float(cluster.extra_latency_s[links[path]].sum()) * shape.share
         return Route(links, np.full(len(links), shape.share), latency, extra)
 
     def _shape(self, src: str, dst: str, template) -> _LocalShape:
@@ -196,14 +196,14 @@ class Routes:
         (pairs not listed yet are added at its end)."""
         paths = self.local_paths(src, dst)
         pairs = self._design_pairs.setdefault(template, {})
-        positions, bounds = [], []
+        positions, where = [], []
         cut = len(src) - len(self.cluster.G.nodes[src]["local"])
         for path in paths:
             start = len(positions)
             for a, b in zip(path, path[1:]):
                 positions.append(pairs.setdefault((a[cut:], b[cut:]), len(pairs)))
-            bounds.append((start, len(positions)))
-        return _LocalShape(np.asarray(positions, np.int64), bounds, 1.0 / len(paths))
+            where.append(slice(start, len(positions)))
+        return _LocalShape(np.asarray(positions, np.int64), where, 1.0 / len(paths))
 
     def server_link_ids(self, node: str, template=None) -> np.ndarray:
         """Global ids of the directed links inside ``node``'s server that routes there have
