@@ -166,13 +166,14 @@ class Cluster:
         return out
 
     def _index_ranks(self) -> None:
-        gpus = [(d["rank"], n) for n, d in self.G.nodes(data=True) if d.get("kind") == "gpu"]
+        # (rank, node, server): sorted by rank, then node id (unique: server never compared)
+        gpus = [(d["rank"], n, d["server"]) for n, d in self.G.nodes(data=True)
+                if d.get("kind") == "gpu"]
         if not gpus:
             raise TopologyError("the topology has no GPU")
         gpus.sort()
-        self.gpus: list[str] = [n for _, n in gpus]
-        nodes = self.G.nodes
-        servers = [nodes[n]["server"] for n in self.gpus]
+        self.gpus: list[str] = [n for _, n, _ in gpus]
+        servers = [server for _, _, server in gpus]
         self.server_of_rank = np.array(servers)
         # server -> its GPU node ids by rank, servers in the order of their first rank
         self.gpus_by_server: dict[int, list[str]] = {}

@@ -329,18 +329,23 @@ class Routes:
         """
         found = self._attached.get(nic)
         if found is None:
-            found = self._attached[nic] = self._first_switch(nic)
+            try:
+                neighbours = self.cluster.G.neighbors(nic)
+            except nx.NetworkXError:
+                raise TopologyError(f"NIC {nic} is not in the topology") from None
+            switches = self._switches
+            for found in neighbours:
+                if found in switches:
+                    break
+            else:
+                raise TopologyError(f"NIC {nic} is not attached to any switch")
+            self._attached[nic] = found
         return found
 
-    def _first_switch(self, nic: str) -> str:
-        G = self.cluster.G
-        if nic not in G:
-            raise TopologyError(f"NIC {nic} is not in the topology")
-        nodes = G.nodes
-        for nb in G.neighbors(nic):
-            if nodes[nb].get("kind") == "switch":
-                return nb
-        raise TopologyError(f"NIC {nic} is not attached to any switch")
+    @cached_property
+    def _switches(self) -> dict:
+        """Switch node -> its attributes, in graph order."""
+        return {n: d for n, d in self.cluster.G.nodes(data=True) if d.get("kind") == "switch"}
 
     @cached_property
     def switch_graph(self) -> nx.Graph:
@@ -350,14 +355,12 @@ class Routes:
         does. (``nx.Graph(G.subgraph(...))`` lists them in the order of a set of names,
         which changes with the interpreter's hash seed, and so would the order of the ECMP
         paths and the path each ``hash`` label picks.)"""
-        G = self.cluster.G
-        switches = [(n, d) for n, d in G.nodes(data=True) if d.get("kind") == "switch"]
-        keep = {n for n, _ in switches}
+        G, switches = self.cluster.G, self._switches
         H = nx.Graph()
         H.graph.update(G.graph)
-        H.add_nodes_from(switches)
-        H.add_edges_from((u, v, d) for u, _ in switches for v, d in G.adj[u].items()
-                         if v in keep)
+        H.add_nodes_from(switches.items())
+        H.add_edges_from((u, v, d) for u in switches for v, d in G.adj[u].items()
+                         if v in switches)
         return H
 
     @cached_property
