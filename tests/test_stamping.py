@@ -75,3 +75,28 @@ def test_shipped_fabrics_build_the_graph_of_stamping_one_by_one(name, monkeypatc
     assert _dump(new) == _dump(old) and new.graph == old.graph
     gpus = [n for n, kind in new.nodes(data="kind") if kind == "gpu"]
     assert len(gpus) == 5 * new.graph["gpus_per_node"]
+
+
+def test_add_links_is_add_edges_from():
+    from simulator.topology.stamping import add_links
+
+    def build(fill):
+        G = nx.Graph()
+        G.add_nodes_from(["a", "b", "c"])
+        G.add_edge("a", "b", bw=1.0, tag="old")
+        fill(G, [("a", "c"), ("a", "b"), ("c", "d"), ("d", "a"), ("b", "b")],
+             {"bw": 2.0, "latency_s": 0.0})
+        return G
+
+    want = build(lambda G, pairs, attrs: G.add_edges_from((u, v, attrs) for u, v in pairs))
+    got = build(add_links)
+    assert _dump(got) == _dump(want)
+    assert got.edges["a", "c"] is got.adj["c"]["a"]                 # one dict, both ways
+    assert got.edges["a", "c"] is not got.edges["d", "a"]           # a copy per edge
+
+    class Sub(nx.Graph):
+        pass
+
+    G = Sub()
+    add_links(G, [("x", "y")], {"bw": 1.0})
+    assert list(G.edges(data=True)) == [("x", "y", {"bw": 1.0})]

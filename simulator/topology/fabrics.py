@@ -22,7 +22,7 @@ from simulator.topology.args import (MAX_SPINES, check_int, check_nodes, check_p
                                      check_switch_links, edge_attrs, link_arg)
 from simulator.topology.checks import check_cluster
 from simulator.topology.servers import ServerLayout, server_layout
-from simulator.topology.stamping import stamp_servers
+from simulator.topology.stamping import add_links, stamp_servers
 
 
 def single_switch(nodes: int, node: dict[str, Any]) -> nx.Graph:
@@ -52,8 +52,8 @@ def single_switch(nodes: int, node: dict[str, Any]) -> nx.Graph:
     G = _servers("single_switch", nodes, layout)
     G.add_node("switch", kind="switch", tier="single")
     nic = edge_attrs(link_spec(layout.nic))
-    G.add_edges_from((f"n{s}.nic{j}", "switch", nic) for s in range(nodes)
-                     for j in range(layout.nics))
+    add_links(G, ((f"n{s}.nic{j}", "switch") for s in range(nodes)
+                  for j in range(layout.nics)), nic)
     check_cluster(G)
     return G
 
@@ -94,8 +94,8 @@ def leaf_spine(nodes: int, node: dict[str, Any], nodes_per_leaf: int = 16,
     leaves = [f"leaf.g{k}" for k in range(-(-nodes // nodes_per_leaf))]
     G.add_nodes_from(leaves, kind="switch", tier="leaf")
     nic = edge_attrs(link_spec(layout.nic))
-    G.add_edges_from((f"n{s}.nic{j}", f"leaf.g{s // nodes_per_leaf}", nic)
-                     for s in range(nodes) for j in range(layout.nics))
+    add_links(G, ((f"n{s}.nic{j}", f"leaf.g{s // nodes_per_leaf}")
+                  for s in range(nodes) for j in range(layout.nics)), nic)
     downlink = nodes_per_leaf * layout.nics * link_spec(layout.nic).bw_bytes_per_s
     _add_spines(G, leaves, spines, downlink / oversubscription, up)
     check_cluster(G)
@@ -141,8 +141,8 @@ def rail_optimized(nodes: int, node: dict[str, Any], nodes_per_leaf: int = 20,
     G.add_nodes_from((f"leaf.r{j}.g{k}", {"kind": "switch", "tier": "leaf", "rail": j})
                      for k in groups for j in rails)
     nic = edge_attrs(link_spec(layout.nic))
-    G.add_edges_from((f"n{s}.nic{j}", f"leaf.r{j}.g{s // nodes_per_leaf}", nic)
-                     for s in range(nodes) for j in rails)
+    add_links(G, ((f"n{s}.nic{j}", f"leaf.r{j}.g{s // nodes_per_leaf}")
+                  for s in range(nodes) for j in rails), nic)
     leaves = [f"leaf.r{j}.g{k}" for k in groups for j in rails]
     downlink = nodes_per_leaf * link_spec(layout.nic).bw_bytes_per_s
     _add_spines(G, leaves, spines, downlink / oversubscription, up)
@@ -174,4 +174,4 @@ def _add_spines(G: nx.Graph, leaves: list[str], spines: int, uplink_bytes_per_s:
     """Add ``spine.{i}`` and one edge per leaf-spine pair carrying ``uplink/spines`` bytes/s."""
     G.add_nodes_from((f"spine.{i}" for i in range(spines)), kind="switch", tier="spine")
     attrs = edge_attrs(up, uplink_bytes_per_s / spines)
-    G.add_edges_from((leaf, f"spine.{i}", attrs) for leaf in leaves for i in range(spines))
+    add_links(G, ((leaf, f"spine.{i}") for leaf in leaves for i in range(spines)), attrs)

@@ -51,8 +51,8 @@ def stamp_servers(G: nx.Graph, layout: ServerLayout, count: int) -> None:
         raise ValueError("stamp_servers fills an empty graph")
     nodes, adjacency, edge_attrs = _template(layout)
     # networkx's own stores, written straight: its add_nodes_from/add_edges_from would
-    # check every node and edge again, most of building a large topology (the one place
-    # the cluster's code keeps networkx's private stores: docs/speed.md, 2026-12-05)
+    # check every node and edge again, most of building a large topology (measured:
+    # docs/speed.md, 2026-12-05)
     node_dict, adj_dict = G._node, G._adj
     template, gpus = layout.template, layout.gpus
     for s in range(count):
@@ -68,3 +68,22 @@ def stamp_servers(G: nx.Graph, layout: ServerLayout, count: int) -> None:
             adj_dict[name] = {names[v]: data[e] for v, e in row}
     getattr(nx, "_clear_cache", lambda graph: None)(G)   # networkx >= 3.3 caches
 
+
+def add_links(G: nx.Graph, pairs, attrs: dict) -> None:
+    """``G.add_edges_from((u, v, attrs) for u, v in pairs)``: each new edge between two
+    nodes already there put straight into networkx's adjacency (a copy of ``attrs``, shared
+    by both directions as networkx keeps it); anything else (a node not there yet, an edge
+    that exists, a graph class of its own) through networkx's own ``add_edge``.
+
+    Written straight for the reason :func:`stamp_servers` is: ``add_edges_from``'s checks
+    per edge cost the whole process measurably at scale (docs/speed.md, 2026-12-05)."""
+    if type(G) is not nx.Graph:
+        G.add_edges_from((u, v, attrs) for u, v in pairs)
+        return
+    node, adj = G._node, G._adj
+    for u, v in pairs:
+        if u in node and v in node and v not in adj[u]:
+            adj[u][v] = adj[v][u] = dict(attrs)
+        else:
+            G.add_edge(u, v, **attrs)
+    getattr(nx, "_clear_cache", lambda graph: None)(G)
