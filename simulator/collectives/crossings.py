@@ -4,13 +4,13 @@
 inside the source server (a *shape*: positions in the server design's link ids), the
 NIC-to-NIC route, and its entries inside the destination server: a call per edge, and a
 pipeline's send/recv pairs and the FSDP rings across every server are many edges. Here a
-batch of edges, given as arrays (server, shape and NIC of either end),
-is laid out with numpy: the link ids of a shape on each server are read off one column per
-position of the design's link ids (one entry per server), the NIC uplinks and their
-switches off one column per NIC of a design, the switch paths between two switches are
-looked up once per switch pair and stacked per path shape (rows x hops), and the edges
-alike in all of that (a *class*) fill one table. The entries are the ones
-``ServerBlocks`` gives, in the same order (a test compares them).
+batch of edges, given as arrays (server, shape and NIC of either end), is laid out with
+numpy: the link ids of a shape on each server are read off one column per position of the
+design's link ids (one entry per server), the NIC uplinks and their switches off one
+column per NIC of a design, the switch paths between two switches are looked up once per
+switch pair and stacked per path shape (rows x hops), and the edges alike in all of that
+(a *class*) fill one table. The entries are the ones ``ServerBlocks`` gives, in the same
+order (a test compares them).
 """
 
 from __future__ import annotations
