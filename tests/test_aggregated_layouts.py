@@ -65,7 +65,7 @@ def test_no_route_per_gpu_pair_is_built():
     comm = make_communicator(c, list(range(c.n_gpus)))
     direct_edges(c, comm)
     # one server of the design: 8 x 7 GPU pairs and 8 GPU-NIC routes each way
-    assert len(c._route_cache) == 8 * 7 + 2 * 8
+    assert c.routes.kept == 8 * 7 + 2 * 8
 
 
 @pytest.mark.parametrize("what", ["hash", "latency"])
@@ -109,7 +109,7 @@ def test_rings_and_trees_laid_out_by_server_match_edge_by_edge(monkeypatch, fn, 
         assert np.array_equal(x, y)                   # same entries, same order
     # a server of one design is routed once: the routes cached are those of one server
     # plus the NIC-to-NIC ones, far fewer than the edges
-    assert len(fast._route_cache) < len(slow._route_cache)
+    assert fast.routes.kept < slow.routes.kept
 
 
 def test_spread_fabric_routes_are_the_path_by_path_ones():
@@ -119,11 +119,11 @@ def test_spread_fabric_routes_are_the_path_by_path_ones():
     for a, b in [("n0.nic1", "n5.nic1"), ("n0.nic1", "n1.nic1"), ("n8.nic1", "n0.nic1"),
                  ("leaf.r1.g0", "n6.nic1")]:
         r = fast.route(a, b)
-        sw_a = a if a.startswith("leaf") else slow._attached_switch(a)
-        sw_b = slow._attached_switch(b)
-        core = [[sw_a]] if sw_a == sw_b else slow._switch_paths_from(sw_a, sw_b)
+        sw_a = a if a.startswith("leaf") else slow.routes.attached_switch(a)
+        sw_b = slow.routes.attached_switch(b)
+        core = slow.routes.switch_paths(sw_a, sw_b)
         head = [a] if a != sw_a else []
-        o = slow._paths_route([head + p + [b] for p in core], a, b, 0)
+        o = slow.routes.paths_route([head + p + [b] for p in core], a, b, 0)
         assert np.array_equal(r.links, o.links) and np.array_equal(r.coef, o.coef)
         assert (r.latency_s, r.extra_latency_s) == (o.latency_s, o.extra_latency_s)
 

@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "simulator"
 
 # Packages (or top-level modules) that replay a Trace on a machine; they must not know who
 # wrote the Trace or who asked for the answer.
-MACHINE = ("engine", "network", "collectives", "trace", "cluster", "routing")
+MACHINE = ("engine", "network", "collectives", "trace", "cluster", "routing", "routes",
+           "memo")
 ABOVE_MACHINE = ("cli", "capacity", "compare", "study", "reliability", "validation",
                  "strategies", "models", "importers", "pipeline", "scenario")
 

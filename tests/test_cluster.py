@@ -25,7 +25,7 @@ def test_gpus_in_a_dgx_talk_over_nvswitch_not_pcie():
 def test_gpu_reaches_its_nic_through_its_pcie_switch():
     c = Cluster(dgx_a100_node())
     assert classes(c, c.route("n0.gpu5", "n0.nic5")) == ["pcie", "pcie"]
-    assert c.nearest_nics("n0.gpu5") == ["n0.nic4", "n0.nic5"]
+    assert c.routes.nearest_nics("n0.gpu5") == ["n0.nic4", "n0.nic5"]
     assert owned_nics(c, "n0.gpu5") == ["n0.nic5"] and home_nic(c, "n0.gpu4") == "n0.nic4"
 
 
@@ -79,7 +79,8 @@ def test_fast_local_routes_equal_the_general_path_routes(topo, nodes):
              if a != b and G.nodes[a]["server"] == G.nodes[b]["server"]]
     assert pairs
     for a, b in pairs:
-        fast, general = c._local_route(a, b), c._paths_route(c._local(a, b), a, b, 0)
+        fast = c.route(a, b)
+        general = c.routes.paths_route(c.routes.local_paths(a, b), a, b, 0)
         assert np.array_equal(fast.links, general.links)
         assert np.array_equal(fast.coef, general.coef)
         assert fast.latency_s == general.latency_s

@@ -142,6 +142,28 @@ def test_one_rank_costs_only_the_launch(ideal_constants):
     assert plan.algo == "local" and plan.predicted_s == ideal_constants.launch_overhead_s
 
 
+def test_a_local_plan_is_one_launch_on_no_link(ideal_constants):
+    model = make_model(star_graph(2), ideal_constants)
+    plan = model.local_plan("broadcast", 4096)
+    launch = ideal_constants.launch_overhead_s
+    assert (plan.op, plan.algo, plan.proto, plan.n_ranks, plan.size_bytes) == \
+        ("broadcast", "local", "Simple", 1, 4096)
+    assert plan.latency_s == plan.predicted_s == launch and plan.payload_bytes == 0.0
+    assert len(plan.links) == len(plan.coef) == 0
+
+
+def test_a_link_latency_what_if_adds_to_nccl_s_latency_down_to_its_floor():
+    from simulator.collectives.constants import load_constants
+    k = load_constants()
+    model = make_model(star_graph(2), k)
+    assert model.with_link_latency(7e-6, "ring", "LL", 0.0) == 7e-6      # no what-if
+    for algo, base in (("tree", "tree"), ("direct", "ring")):
+        floor = k.launch_overhead_s + k.protocol_latency_factor["LL"] * \
+            k.base_latency_s[base]["LL"]
+        assert model.with_link_latency(floor + 1e-5, algo, "LL", 2e-6) == floor + 1e-5 + 2e-6
+        assert model.with_link_latency(floor + 1e-6, algo, "LL", -1.0) == floor
+
+
 def test_wrong_algorithm_or_protocol_is_a_config_error(ideal_constants):
     from simulator.errors import ConfigError
     model = make_model(star_graph(4), ideal_constants)

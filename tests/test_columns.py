@@ -27,7 +27,7 @@ def lacking():
 def by_server(cluster):
     """(design, prefix) of each server id, from its first GPU."""
     out = {}
-    for server, gpus in cluster._gpus_by_server.items():
+    for server, gpus in cluster.gpus_by_server.items():
         d = cluster.G.nodes[gpus[0]]
         out[server] = (d.get("template", server), gpus[0][: -len(d["local"])])
     return out
@@ -39,7 +39,7 @@ def test_pair_columns_are_the_per_server_link_look_ups(build):
     cluster = Cluster(build())
     servers = by_server(cluster)
     for design in {d for d, _ in servers.values()}:
-        locals_ = [cluster.G.nodes[n]["local"] for n in cluster._server_members(
+        locals_ = [cluster.G.nodes[n]["local"] for n in cluster.server_members(
             next(s for s, (d, _) in servers.items() if d == design))]
         for a in locals_:
             assert columns.node_column(cluster, design, a) == [

@@ -32,7 +32,7 @@ def graph():
 
 def _nics_on_two_leaves(cluster: Cluster) -> tuple[str, str]:
     nics = [n for n, d in cluster.G.nodes(data=True) if d.get("kind") == "nic"]
-    leaf = {n: cluster._attached_switch(n) for n in nics}
+    leaf = {n: cluster.routes.attached_switch(n) for n in nics}
     a = nics[0]
     b = next(n for n in nics if leaf[n] != leaf[a])
     return a, b
@@ -42,7 +42,8 @@ def _nics_on_two_leaves(cluster: Cluster) -> tuple[str, str]:
 def test_a_connection_splits_k_over_qps_on_the_paths_its_queue_pairs_hash_to(graph, qps):
     cluster = Cluster.from_graph(graph, ecmp="hash", seed=3, qps=qps)
     a, b = _nics_on_two_leaves(cluster)
-    paths = cluster.switch_paths(cluster._attached_switch(a), cluster._attached_switch(b))
+    paths = cluster.routes.switch_paths(cluster.routes.attached_switch(a),
+                                        cluster.routes.attached_switch(b))
     assert len(paths) > 1                                   # equal-cost spines to hash over
     picks = [zlib.crc32(f"{a}|{b}|7|3".encode()) % len(paths)]
     picks += [zlib.crc32(f"{a}|{b}|7|3|qp{q}".encode()) % len(paths) for q in range(1, qps)]
@@ -53,7 +54,7 @@ def test_a_connection_splits_k_over_qps_on_the_paths_its_queue_pairs_hash_to(gra
         up = cluster.link_id[(paths[i][0], spine)]
         assert route.coef[route.links == up].sum() == pytest.approx(picks.count(i) / qps)
     # the NIC's own uplink carries everything, once
-    first = cluster.link_id[(a, cluster._attached_switch(a))]
+    first = cluster.link_id[(a, cluster.routes.attached_switch(a))]
     assert route.coef[route.links == first].sum() == pytest.approx(1.0)
 
 

@@ -42,7 +42,7 @@ def test_a_nic_across_the_socket_is_reached_over_nvlink_as_pxn_does():
         "nodes": 2, "nodes_per_leaf": 2,
         "node": {"type": "dgx_a100", "nics": 8, "nic_pcie": [2, 2, 2, 2, 3, 3, 3, 3]}}})
     cluster = Cluster.from_graph(G)
-    nics = cluster.nearest_nics("n0.gpu0")
+    nics = cluster.routes.nearest_nics("n0.gpu0")
     assert all(G.has_edge(n, "n0.pcie2") or G.has_edge(n, "n0.pcie3") for n in nics)
     route = cluster.route("n0.gpu0", nics[0])
     crossed = {cluster.link_type[i] for i in route.links}

@@ -165,7 +165,7 @@ def test_switch_paths_of_unequal_lengths_take_each_pairs_route():
     # leaf 0 -> leaf 1 costs 4 links' worth through spine 0, directly or by way of leaf 2
     G.edges["spine.0", "leaf.g1"]["bw_bytes_per_s"] /= 3
     G.edges["leaf.g0", "spine.1"]["bw_bytes_per_s"] /= 10
-    assert {len(p) for p in Cluster(G).switch_paths("leaf.g0", "leaf.g1")} == {3, 5}
+    assert {len(p) for p in Cluster(G).routes.switch_paths("leaf.g0", "leaf.g1")} == {3, 5}
     assert_same_plans(G, [(0, 8), (1, 9), (2, 10), (0, 4), (9, 1), (4, 12)], 1 << 20)
 
 

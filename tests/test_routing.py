@@ -90,7 +90,8 @@ def test_switch_paths_are_the_same_whatever_the_hash_seed():
             "from simulator.topology import rail_optimized\n"
             "c = Cluster(rail_optimized(9, {'type': 'dgx_a100', 'gpu': 'A100-SXM4-80GB', "
             "'nics': 8, 'nic': 'ib-hdr'}, nodes_per_leaf=2, spines=4))\n"
-            "print(c.switch_paths('leaf.r0.g0', 'leaf.r0.g3'), list(c._switch_graph.adj['spine.1']))\n")
+            "print(c.routes.switch_paths('leaf.r0.g0', 'leaf.r0.g3'),"
+            " list(c.routes.switch_graph.adj['spine.1']))\n")
     out = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
            for seed in (1, 2, 3)}

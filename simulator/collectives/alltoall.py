@@ -31,9 +31,8 @@ import math
 import numpy as np
 
 from ..cluster import Cluster
+from ..routes import MAX_ECMP_PATHS
 from .nics import home_nic
-
-_MAX_PATHS = 64   # as cluster._MAX_ECMP_PATHS: more equal paths take the router's subset
 
 
 def aggregable(cluster: Cluster) -> bool:
@@ -82,7 +81,7 @@ def _server_sums(cluster: Cluster, grp, off_server: int, eff: float, shapes: dic
 
 def _route_server(cluster: Cluster, grp, off_server: int, eff: float) -> dict:
     nodes = cluster.G.nodes
-    ends = _link_ends(cluster)
+    ends = cluster.link_ends
     out: dict = {}
 
     def add(route, c_scale: float, w_scale: float) -> None:
@@ -114,14 +113,6 @@ def _on_server(cluster: Cluster, node: str, local: dict):
     return ids, values[:, 0], values[:, 1]
 
 
-def _link_ends(cluster: Cluster) -> list[tuple]:
-    """(u, v) of every directed link, by id (``link_id`` holds them in id order)."""
-    ends = cluster.__dict__.get("_link_ends")
-    if ends is None:
-        ends = cluster.__dict__["_link_ends"] = list(cluster.link_id)
-    return ends
-
-
 def _fabric_sums(cluster: Cluster, nic_count: dict[str, float], n: int) -> np.ndarray:
     """Per link, the all-to-all coefficients from NIC to NIC: the NIC-switch links and the
     switch paths between the NICs' switches."""
@@ -133,8 +124,9 @@ def _fabric_sums(cluster: Cluster, nic_count: dict[str, float], n: int) -> np.nd
         on_server[server] = on_server.get(server, 0.0) + count
     per_switch: dict[str, float] = {}
     per_server: dict = {}
+    attached_switch = cluster.routes.attached_switch
     for nic, count in nic_count.items():
-        sw = cluster._attached_switch(nic)
+        sw = attached_switch(nic)
         server = nodes[nic]["server"]
         off = n - on_server[server]
         out[cluster.link_id[(nic, sw)]] += count * off
@@ -165,10 +157,7 @@ def _switch_sums(cluster: Cluster, per_switch: dict[str, float], per_server: dic
         demand[a] = 0.0
         rest = mids.add_row(a, demand, out)
         for b in np.flatnonzero(rest).tolist():
-            paths = cluster._switch_paths.get((sw_a, ends[b]))
-            if paths is None:
-                paths = cluster._switch_paths_from(sw_a, ends[b])
-                cluster._switch_paths[(sw_a, ends[b])] = paths
+            paths = cluster.routes.switch_paths(sw_a, ends[b])
             share = demand[b] / len(paths)
             for p in paths:
                 for u, v in zip(p, p[1:]):
@@ -181,7 +170,7 @@ class _TwoHop:
     equal to twice the cheapest link, when a and b are not adjacent."""
 
     def __init__(self, cluster: Cluster, ends: list[str]):
-        router = cluster._switch_router
+        router = cluster.routes.switch_router
         idx = [router.index[sw] for sw in ends]
         cols = sorted({x for i in idx for x, _ in router.adj[i]})
         col_of = {x: j for j, x in enumerate(cols)}
@@ -212,7 +201,8 @@ class _TwoHop:
         best = total.min(axis=1)
         ties = total == best[:, None]
         count = ties.sum(axis=1)
-        ok = want & (best == self.two_min) & (count <= _MAX_PATHS)
+        # more equal paths than the router keeps: its subset, left to it
+        ok = want & (best == self.two_min) & (count <= MAX_ECMP_PATHS)
         if self.adjacent[a] is not None:
             ok &= ~self.adjacent[a]
         share = np.where(ok, demand / np.maximum(count, 1), 0.0)

@@ -1,9 +1,9 @@
 """Ring and tree edges laid out server by server instead of edge by edge.
 
-``layouts.ring_edges`` and ``layouts.tree_edges`` add one route per directed edge; at
-16,384 GPUs that is 131,072 ring edges and twice as many tree edges, each a few
-dictionary look-ups and small numpy arrays. Inside a server the routes depend only on the
-server's design (``Cluster`` keeps them as positions in a per-server array of link ids), so
+``layouts.ring_edges`` and ``layouts.tree_edges`` add one route per directed edge: a ring
+has one edge per GPU and channel, a tree twice as many, each a few dictionary look-ups and
+small numpy arrays. Inside a server the routes depend only on the server's design
+(``cluster.routes`` keeps them as positions in a per-server array of link ids), so
 the edges one channel lays out inside one server are routed once per design and hop
 sequence and then, for every other server of that design, read off that server's link ids
 with one fancy index. Between servers the NIC-to-NIC routes are the cluster's own (cached).
@@ -85,7 +85,7 @@ class ServerBlocks:
             links.append(route.links)
             coefs.append(coef * self.weight)
             wires.append(route.coef * self.weight)
-        ids = cluster.server_link_ids(hops[0][0])
+        ids = cluster.routes.server_link_ids(hops[0][0])
         where = {int(link): i for i, link in enumerate(ids.tolist())}
         pos = np.array([where[link] for link in np.concatenate(links).tolist()], np.int64)
         return pos, np.concatenate(coefs), np.concatenate(wires), len(ids)
@@ -101,20 +101,19 @@ class ServerBlocks:
         """(link ids, rate coefficients, wire bytes) of every edge added, in order."""
         cluster = self.cluster
         by_switches: dict = {}
-        known = cluster._attached                 # NIC -> its switch, as found so far
+        attached_switch = cluster.routes.attached_switch
         for item in self._pending:
-            key = (known.get(item[1]) or cluster._attached_switch(item[1]),
-                   known.get(item[2]) or cluster._attached_switch(item[2]))
+            key = (attached_switch(item[1]), attached_switch(item[2]))
             by_switches.setdefault(key, []).append(item)
         for (sw_a, sw_b), items in by_switches.items():
-            core = cluster.switch_paths(sw_a, sw_b)
-            if len({len(p) for p in core}) != 1:
+            core = cluster.routes.core_link_ids(sw_a, sw_b)
+            if core is None:            # switch paths of unequal lengths: each its route
                 for slot, a, b in items:
                     route = cluster.route(a, b)
                     self.links[slot] = route.links
                     self.coefs[slot] = self.wires[slot] = route.coef * self.weight
                 continue
-            self._fill(cluster._core_ids((sw_a, sw_b), core), sw_a, sw_b, items)
+            self._fill(core, sw_a, sw_b, items)
         self._pending = []
         if not self.links:
             return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
@@ -123,7 +122,8 @@ class ServerBlocks:
 
     def _fill(self, core: np.ndarray, sw_a: str, sw_b: str, items) -> None:
         """The spread routes NIC -> ``sw_a`` -> core paths -> ``sw_b`` -> NIC of ``items``
-        (``Cluster._spread_route``'s ids, row by row, and its shares times the weight)."""
+        (the ids of the cluster's spread route, row by row, and its shares times the
+        weight)."""
         link_id = self.cluster.link_id
         rows, width = core.shape
         ids = np.empty((len(items), rows, width + 2), np.int64)
@@ -144,12 +144,12 @@ class ServerBlocks:
 
 
 def _link_ids(cluster: Cluster, prefix: str, node: str, template, need: int) -> np.ndarray:
-    """``cluster.server_link_ids(node, template)``, at least its first ``need`` ids, kept
-    per server (``prefix`` of its node ids: the cluster looks up a node's server anew)."""
-    cache = cluster.__dict__.setdefault("_block_link_ids", {})
+    """``cluster.routes.server_link_ids(node, template)``, at least its first ``need`` ids,
+    kept per server (``prefix`` of its node ids: the routes look up a node's server anew)."""
+    cache = cluster.memo.get(("blocks", "server link ids"), dict)
     ids = cache.get(prefix)
     if ids is None or len(ids) < need:
-        ids = cache[prefix] = cluster.server_link_ids(node, template)
+        ids = cache[prefix] = cluster.routes.server_link_ids(node, template)
     return ids
 
 

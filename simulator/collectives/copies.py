@@ -37,7 +37,7 @@ def star_plan(model, op: str, size_bytes: int, ranks: list[int], root: int = 0):
                           field="algo")
     comm = make_communicator(model.cluster, ranks)
     if comm.n_ranks == 1:
-        return model._local_plan(op, size_bytes)
+        return model.local_plan(op, size_bytes)
     gpus = comm.gpus
     if not 0 <= root < len(gpus):
         raise ConfigError(f"root {root} is outside the {len(gpus)} ranks", field="root")

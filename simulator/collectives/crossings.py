@@ -2,15 +2,15 @@
 
 :class:`~.blocks.ServerBlocks` adds an edge between servers as three parts: its entries
 inside the source server (a *shape*: positions in the server design's link ids), the
-NIC-to-NIC route, and its entries inside the destination server. At 131,072 GPUs a
-pipeline's 262,144 send/recv pairs and the 64 FSDP rings across 2,048 servers are that
-many calls. Here a batch of edges, given as arrays (server, shape and NIC of either end),
-is laid out with numpy: the link ids of a shape on each server are read off one column per
-position of the design's link ids (one entry per server), the NIC uplinks and their
-switches off one column per NIC of a design, the switch paths between two switches are
-looked up once per switch pair and stacked per path shape (rows x hops), and the edges
-alike in all of that (a *class*) fill one table. The entries are the ones
-``ServerBlocks`` gives, in the same order (a test compares them).
+NIC-to-NIC route, and its entries inside the destination server: a call per edge, and a
+pipeline's send/recv pairs and the FSDP rings across every server are many edges. Here a
+batch of edges, given as arrays (server, shape and NIC of either end), is laid out with
+numpy: the link ids of a shape on each server are read off one column per position of the
+design's link ids (one entry per server), the NIC uplinks and their switches off one
+column per NIC of a design, the switch paths between two switches are looked up once per
+switch pair and stacked per path shape (rows x hops), and the edges alike in all of that
+(a *class*) fill one table. The entries are the ones ``ServerBlocks`` gives, in the same
+order (a test compares them).
 """
 
 from __future__ import annotations
@@ -163,10 +163,9 @@ def _cores(cluster, sw_a: np.ndarray, sw_b: np.ndarray, crossing: np.ndarray) ->
     pair_kind, pair_row = np.full(len(found), -2, np.int64), np.zeros(len(found), np.int64)
     for i, code in enumerate(found.tolist()):
         a, b = names[code // len(names)], names[code % len(names)]
-        core = cluster.switch_paths(a, b)
-        if len({len(p) for p in core}) != 1:
+        ids = cluster.routes.core_link_ids(a, b)
+        if ids is None:               # switch paths of unequal lengths: each its route
             continue
-        ids = cluster._core_ids((a, b), core)
         k = by_shape.setdefault(ids.shape, len(stacks))
         if k == len(stacks):
             stacks.append([])

@@ -1,11 +1,11 @@
 """Collective plans for the many groups of one communicator: one group inside a server
 planned per shape, the others read off.
 
-A tensor-parallel communicator on 16,384 GPUs is 2,048 groups of 8 GPUs, one per server,
-and each was planned on its own by ``CollectiveModel.plan``: the layouts of every
-algorithm, NCCL's tuner over algorithms and protocols, the bottleneck rates. For a group
-inside one server all of that depends only on the server's design (routes inside a server
-are worked out once per design, ``Cluster._local``), the group's GPUs (their local names, in
+A tensor-parallel communicator is a group of GPUs on every server, and each group was
+planned on its own by ``CollectiveModel.plan``: the layouts of every algorithm, NCCL's
+tuner over algorithms and protocols, the bottleneck rates. For a group inside one server
+all of that depends only on the server's design (routes inside a server are worked out
+once per design, ``Routes.local_paths``), the group's GPUs (their local names, in
 rank order), the operation and the capacities of the server's links. So one group of each
 shape is planned in full, and every other group of that shape takes its plan with each link
 id read off its own server (the link between the same two local nodes) -- where that
@@ -131,7 +131,7 @@ def _server_ids(cluster, template, gpu: str, cache: dict) -> np.ndarray | None:
     prefix = gpu[: len(gpu) - len(d["local"])]
     pairs = cache.get(("pairs", template))
     if pairs is None:
-        members = cluster._server_members(server)
+        members = cluster.server_members(server)
         inside, cut = set(members), len(prefix)
         pairs = cache[("pairs", template)] = [(u[cut:], v[cut:]) for u in members
                                              for v in G.adj[u] if v in inside]

@@ -28,7 +28,7 @@ from ..network.fabric import Flow
 
 
 def _server_nodes(cluster: Cluster, server: int, kind: str) -> list[str]:
-    return sorted(n for n in cluster._server_members(server)
+    return sorted(n for n in cluster.server_members(server)
                   if cluster.G.nodes[n].get("kind") == kind)
 
 
@@ -36,7 +36,7 @@ def _host_side(cluster: Cluster, server: int, ends: tuple[str, ...]) -> nx.Graph
     """The server without its GPUs and NVSwitch (except ``ends``): a DMA between a GPU and
     host memory never transits another GPU, although a path through NVLink can be cheaper."""
     nodes = cluster.G.nodes
-    keep = [n for n in cluster._server_members(server)
+    keep = [n for n in cluster.server_members(server)
             if n in ends or nodes[n].get("kind") not in ("gpu", "nvswitch")]
     return cluster.G.subgraph(keep)
 
@@ -47,7 +47,7 @@ def host_side_route(cluster: Cluster, a: str, b: str) -> Route:
     server = cluster.G.nodes[a]["server"]
     paths = list(itertools.islice(nx.all_shortest_paths(
         _host_side(cluster, server, (a, b)), a, b, weight="cost"), 64))
-    return cluster._paths_route(paths, a, b, 0)
+    return cluster.routes.paths_route(paths, a, b, 0)
 
 
 def nearest_cpu(cluster: Cluster, node: str) -> str:
@@ -55,7 +55,7 @@ def nearest_cpu(cluster: Cluster, node: str) -> str:
 
     :raises TopologyError: if the server has no CPU node.
     """
-    cache = cluster.__dict__.setdefault("_nearest_cpu", {})
+    cache = cluster.memo.get(("host", "nearest cpu"), dict)
     found = cache.get(node)
     if found is None:
         server = cluster.G.nodes[node]["server"]
@@ -86,7 +86,7 @@ def host_memory(cluster: Cluster, server: int, nic: int = 0) -> str:
 
 def host_route(cluster: Cluster, rank: int, server: int, to_host: bool, nic: int = 0) -> Route:
     """Route of a copy from GPU ``rank`` to ``server``'s host memory (or back)."""
-    cache = cluster.__dict__.setdefault("_host_routes", {})
+    cache = cluster.memo.get(("host", "routes"), dict)
     key = (rank, server, to_host, nic)
     route = cache.get(key)
     if route is None:

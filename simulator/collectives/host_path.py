@@ -40,23 +40,22 @@ def host_path_applies(cluster: Cluster) -> bool:
     """Whether some GPU reaches a NIC it would use (its own or a nearest one) over another
     GPU's NVLink, so that a release without PXN takes the host path; checked once per
     server design and GPU."""
-    found = cluster.__dict__.get("_host_path_applies")
-    if found is None:
-        seen: set = set()
-        found = False
-        for gpu in cluster.gpus:
-            d = cluster.G.nodes[gpu]
-            key = (d.get("template", d["server"]), d["local"])
-            if key in seen:
-                continue
-            seen.add(key)
-            nics = set(cluster.nearest_nics(gpu)) | set(owned_nics(cluster, gpu))
-            if any("nvlink" in set(cluster.link_class[cluster.route(gpu, n).links])
-                   for n in sorted(nics)):
-                found = True
-                break
-        cluster.__dict__["_host_path_applies"] = found
-    return found
+    return cluster.memo.get(("host_path", "applies"), lambda: _applies(cluster))
+
+
+def _applies(cluster: Cluster) -> bool:
+    seen: set = set()
+    for gpu in cluster.gpus:
+        d = cluster.G.nodes[gpu]
+        key = (d.get("template", d["server"]), d["local"])
+        if key in seen:
+            continue
+        seen.add(key)
+        nics = set(cluster.routes.nearest_nics(gpu)) | set(owned_nics(cluster, gpu))
+        if any("nvlink" in set(cluster.link_class[cluster.route(gpu, n).links])
+               for n in sorted(nics)):
+            return True
+    return False
 
 
 def nic_part(cluster: Cluster, src: str, dst: str,

@@ -30,7 +30,8 @@ class Communicator:
 
     groups: tuple[tuple[str, ...], ...]   # per server, GPU node ids
 
-    # counted once (a plan reads them several times; 2,048 servers at 131,072 GPUs)
+    # counted once (a plan reads them several times, and a communicator may span every
+    # server)
     @cached_property
     def n_ranks(self) -> int:
         return sum(len(g) for g in self.groups)
@@ -116,7 +117,7 @@ def _server_orders(cluster: Cluster, gpus: tuple[str, ...], prefix: str):
     peers = cluster.gpus_of_server(cluster.G.nodes[gpus[0]]["server"])
     orders = []
     for nic in nics:
-        near = [g for g in gpus if nic in cluster.nearest_nics(g)] or list(gpus)
+        near = [g for g in gpus if nic in cluster.routes.nearest_nics(g)] or list(gpus)
         owner = nic_owner(cluster, nic, peers)
         entry = owner if owner in near else near[0]
         others = [g for g in near if g != entry]
@@ -177,7 +178,7 @@ class EdgeSet:
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(link ids, rate coefficients), read-only. The parts are joined on the first call
         and kept joined: every plan of the edge set (each protocol, and the tree's ring
-        ceiling) shares one copy, not one each (6 million entries at 131,072 GPUs)."""
+        ceiling) shares one copy, not one each."""
         self._join()
         return self.links[0], self.coefs[0]
 

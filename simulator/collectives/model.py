@@ -163,10 +163,14 @@ class CollectiveModel:
         steps, inter_steps = _ring_steps(op, n, nodes, self.k.ring_inter_steps_per_node_minus)
         return (steps - inter_steps) * intra + inter_steps * inter
 
-    def _with_link_latency(self, nccl_latency: float, algo: str, proto: str,
-                           extra_s: float) -> float:
-        """NCCL's latency plus ``extra_s``; a link faster than the catalog's takes off at
-        most the hop latencies, never NCCL's base and launch latency."""
+    def with_link_latency(self, nccl_latency: float, algo: str, proto: str,
+                          extra_s: float) -> float:
+        """NCCL's latency plus ``extra_s`` (a link latency what-if's); a link faster than
+        the catalog's takes off at most the hop latencies, never NCCL's base and launch
+        latency (of ``algo``, the ring's for ``direct``, and ``proto``).
+
+        :raises KeyError: if the constants have no base latency for ``algo`` and ``proto``.
+        """
         if not extra_s:
             return nccl_latency
         k = self.k
@@ -243,7 +247,7 @@ class CollectiveModel:
             return star_plan(self, op, size_bytes, ranks, root)
         comm = self._communicator(ranks)
         if comm.n_ranks == 1:
-            return self._local_plan(op, size_bytes)
+            return self.local_plan(op, size_bytes)
         p2p = op in ("all_to_all", "send_recv")
         algos = self._candidates(op, comm) if algo == "auto" else (algo,)
         if p2p:
@@ -272,8 +276,8 @@ class CollectiveModel:
 
     def _communicator(self, ranks) -> Communicator:
         """``make_communicator`` of ``ranks``, kept per rank list where it is long (a
-        collective of 2,048 servers is planned for each of its sizes and operations; the
-        pairs and small groups planned one by one are not kept)."""
+        collective across every server is planned for each of its sizes and operations;
+        the pairs and small groups planned one by one are not kept)."""
         if len(ranks) < 64:
             return make_communicator(self.cluster, ranks)
         key = tuple(ranks)
@@ -285,7 +289,7 @@ class CollectiveModel:
     def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
         pair shape (:mod:`simulator.collectives.pairs`)."""
-        with gc_paused():       # a plan per pair (16,384 at 131,072 GPUs), no cycles
+        with gc_paused():       # a plan per pair, no cycles
             return pair_plans(self, size_bytes, pairs, self._pair_shapes)
 
     def plan_groups(self, op: str, size_bytes: int, groups, algo: str = "auto",
@@ -326,8 +330,9 @@ class CollectiveModel:
                               + (f", and {'; '.join(why)}" if why else ""), field="nccl.algo")
         return out
 
-    def _local_plan(self, op: str, size: int) -> Plan:
-        # One rank: nothing crosses a link; NCCL still launches a kernel (a local copy).
+    def local_plan(self, op: str, size: int) -> Plan:
+        """The plan of ``op`` of ``size`` bytes on one rank: nothing crosses a link, but
+        NCCL still launches a kernel (a local copy), so it takes the launch overhead."""
         empty = np.zeros(0, np.int64)
         lat = self.k.launch_overhead_s
         return Plan(op, "local", "Simple", 1, 1, size, lat, 0.0, empty, np.zeros(0), math.inf,
@@ -348,8 +353,8 @@ class CollectiveModel:
                         self.latency_s(op, algo, proto, comm, es.intra_hw, size))
         timed = nccl_latency + (timing_correction_s(self.k, proto, comm.n_nodes)
                                 if algo == "tree" else 0.0)
-        latency = self._with_link_latency(timed, algo, proto,
-                                          self.link_latency_extra_s(op, algo, comm, es))
+        latency = self.with_link_latency(timed, algo, proto,
+                                         self.link_latency_extra_s(op, algo, comm, es))
         max_rate = self._max_rate(algo, proto, op, comm)
         if algo == "tree" and payload:
             # NCCL models a tree at half the bus bandwidth of its rings ("ratio = .5" in

@@ -15,17 +15,18 @@ def nic_owner(cluster: Cluster, nic: str, gpus: list[str]) -> str:
     On a DGX A100 (two GPUs and two NICs per PCIe switch) NIC j belongs to GPU j; with 16
     NICs (two per GPU) each GPU owns two, as NCCL assigns them.
     """
-    near = [g for g in gpus if nic in cluster.nearest_nics(g)]
+    near = [g for g in gpus if nic in cluster.routes.nearest_nics(g)]
     return near[cluster.G.nodes[nic]["index"] % len(near)] if near else ""
 
 
 def owned_nics(cluster: Cluster, gpu: str) -> list[str]:
     """The NICs ``gpu`` drives (falls back to all its nearest NICs if it owns none).
 
-    Worked out once per server design and local GPU (as ``Cluster.nearest_nics``, which it
-    reads, is) and named per server; per GPU on a server without a design (``template``).
+    Worked out once per server design and local GPU (as ``cluster.routes.nearest_nics``,
+    which it reads, is) and named per server; per GPU on a server without a design
+    (``template``).
     """
-    cache = cluster.__dict__.setdefault("_owned_nics", {})
+    cache = cluster.memo.get(("nics", "owned"), dict)
     mine = cache.get(gpu)
     if mine is None:
         d = cluster.G.nodes[gpu]
@@ -35,7 +36,7 @@ def owned_nics(cluster: Cluster, gpu: str) -> list[str]:
         local = cache.get(key) if key is not None else None
         if local is None:
             peers = cluster.gpus_of_server(d["server"])
-            nearest = cluster.nearest_nics(gpu)
+            nearest = cluster.routes.nearest_nics(gpu)
             owned = [n for n in nearest if nic_owner(cluster, n, peers) == gpu] or nearest
             local = [n[len(prefix):] for n in owned]
             if key is not None:

@@ -206,7 +206,7 @@ def offload_plan(model, op: str, algo: str, comm: Communicator, size: int):
     links, coef = es.arrays()
     payload = per_byte * size
     nccl_latency = offload_latency_s(model, algo, comm)
-    latency = model._with_link_latency(nccl_latency, "ring", "Simple", max(es.step_extra_s()))
+    latency = model.with_link_latency(nccl_latency, "ring", "Simple", max(es.step_extra_s()))
     flow = Flow(payload, links, coef, latency, math.inf)
     transfer = payload / bottleneck_rate(flow, model.cluster.capacity_bytes_per_s)
     plan = Plan(op, algo, "Simple", comm.n_ranks, comm.n_nodes, size, latency, payload, links,

@@ -63,7 +63,7 @@ def _edges_plainly_valid(G: nx.Graph) -> bool:
 
     # each edge's dict once per end, as the adjacency lists it; the two figures read by C
     # (an edge without one: _check_edges names it)
-    data = [d for nbrs in G._adj.values() for d in nbrs.values()]
+    data = [d for _, nbrs in G.adjacency() for d in nbrs.values()]
     try:
         bw = list(map(itemgetter("bw_bytes_per_s"), data))
         lat = list(map(itemgetter("latency_s"), data))

@@ -1,8 +1,8 @@
 """Stamp many servers of one design onto a new graph at once.
 
 :func:`simulator.topology.servers.stamp` adds one server through networkx's
-``add_nodes_from``/``add_edges_from``, which check every node and edge; at 16,384 servers
-that is most of building the topology. Here the design is stamped once onto a small graph
+``add_nodes_from``/``add_edges_from``, which check every node and edge: with thousands of
+servers, most of building the topology. Here the design is stamped once onto a small graph
 with local ids (the *template*, so networkx itself decides adjacency order and merges
 repeated edges), and each server copies the template's node and adjacency dicts with its
 ``n{server}.`` prefix: the same nodes, edges, attributes and orders as stamping server by
@@ -50,7 +50,10 @@ def stamp_servers(G: nx.Graph, layout: ServerLayout, count: int) -> None:
     if len(G):
         raise ValueError("stamp_servers fills an empty graph")
     nodes, adjacency, edge_attrs = _template(layout)
-    node_dict, adj_dict = G._node, G._adj     # networkx's own stores (no per-edge checks)
+    # networkx's own stores, written straight: its add_nodes_from/add_edges_from would
+    # check every node and edge again, most of building a large topology (measured:
+    # docs/speed.md, 2026-12-05)
+    node_dict, adj_dict = G._node, G._adj
     template, gpus = layout.template, layout.gpus
     for s in range(count):
         p = f"n{s}."
@@ -70,7 +73,10 @@ def add_links(G: nx.Graph, pairs, attrs: dict) -> None:
     """``G.add_edges_from((u, v, attrs) for u, v in pairs)``: each new edge between two
     nodes already there put straight into networkx's adjacency (a copy of ``attrs``, shared
     by both directions as networkx keeps it); anything else (a node not there yet, an edge
-    that exists, a graph class of its own) through networkx's own ``add_edge``."""
+    that exists, a graph class of its own) through networkx's own ``add_edge``.
+
+    Written straight for the reason :func:`stamp_servers` is: ``add_edges_from``'s checks
+    per edge cost the whole process measurably at scale (docs/speed.md, 2026-12-05)."""
     if type(G) is not nx.Graph:
         G.add_edges_from((u, v, attrs) for u, v in pairs)
         return
