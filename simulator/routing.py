@@ -1,8 +1,9 @@
 """Shortest paths on the switch-only graph, on integer indices.
 
 networkx's Dijkstra calls a weight function and does several dictionary look-ups per edge;
-on a 16,384-GPU fabric (about a thousand switches) routing needs one search per source
-switch, which took most of a step simulation. :class:`SwitchRouter` does the same search on
+on a fabric of thousands of GPUs (about a thousand switches) routing needs one search per
+source switch, and those searches dominated a step's simulation. :class:`SwitchRouter`
+does the same search on
 adjacency lists of integers, visiting neighbours in the graph's own order and breaking
 heap ties by push order exactly as ``networkx.dijkstra_predecessor_and_distance`` does, so
 the predecessor lists, and therefore the ECMP paths and their order, are identical.

@@ -31,9 +31,8 @@ def simulate_plans(cluster: Cluster, plans: list[Plan], fidelity: str = "flow"):
 
     The flow fabric solves on every used link here, not on link classes
     (:mod:`simulator.network.orbits`): these flows start together and the set is solved a
-    few times, so refining classes by every entry would cost what the solves cost (0.2 s
-    more at 16,384 GPUs, 0.8 s at 131,072 for an all_reduce); the times are the same to the
-    last bit either way."""
+    few times, so refining classes by every entry would cost more than the solves
+    themselves; the times are the same to the last bit either way."""
     env = Environment()
     fabric = make_fabric(fidelity, env, cluster.capacity_bytes_per_s, link_classes=False)
     done = [fabric.transfer(p.flow()) for p in plans]
