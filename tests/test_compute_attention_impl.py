@@ -83,7 +83,7 @@ def test_attention_setting_and_the_flash_flag():
 
 
 def test_fitted_factors_apply_to_their_strategies_only():
-    fam = family_of("H100-SXM")
+    fam = family_of(gpu_spec("H100-SXM"))
     assert fam.strategies == ("fsdp", "torchtitan", "ddp")
     assert ComputeModel(H100, strategy="fsdp").fit is fam
     assert ComputeModel(H100, strategy="torchtitan").fit is fam
@@ -94,7 +94,7 @@ def test_fitted_factors_apply_to_their_strategies_only():
 
 
 def test_fp8_gemms_take_the_bf16_matmul_factor():
-    fam = family_of("H100-SXM")
+    fam = family_of(gpu_spec("H100-SXM"))
     assert fam.factor("matmul", "fp8") == fam.time_factor["matmul"]
     assert fam.overhead_s("fp8") == fam.kernel_overhead_s
     assert fam.factor("matmul", "fp16") == 1.0      # precisions the fit never saw

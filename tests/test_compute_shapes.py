@@ -10,6 +10,7 @@ import pytest
 from simulator.compute import ComputeModel, load_compute_calibration
 from simulator.compute.gemm_fit import gemm_rows
 from simulator.compute.gemm_shape import GemmShape, shape_seconds
+from simulator.compute.training_fit import IDENTITY
 from simulator.errors import ConfigError
 from simulator.hardware import gpu_spec
 from simulator.models.costs import layer_costs
@@ -51,7 +52,7 @@ def test_k_overhead_penalises_short_reductions():
 
 
 def test_matmul_with_a_shape_uses_the_family_model():
-    m = ComputeModel(H200)
+    m = ComputeModel(H200, fit=IDENTITY)      # the kernel model, no stack fit
     fam = CAL.families["hopper"]
     curve = fam.op_classes["matmul"].compute["bf16"]
     mnk = (4096, 4096, 4096)
@@ -87,7 +88,7 @@ def test_power_cap_scales_the_tensor_core_rate_only():
 
 
 def test_flash_attention_efficiency_by_head_dim_and_keys():
-    m, fl = ComputeModel(H200), CAL.families["hopper"].flash
+    m, fl = ComputeModel(H200, fit=IDENTITY), CAL.families["hopper"].flash
     peak = H200.peak_flops["bf16"]
     # head 96 sits halfway between the listed 64 and 128
     e64, e128 = fl.eff_max[fl.head_dims.index(64)], fl.eff_max[fl.head_dims.index(128)]
@@ -139,7 +140,7 @@ def test_shape_model_against_the_h200_profiles():
     (validation/gpu/gemm_fit.md), and better than the FLOPs-only curve on the worst row of
     the calibration split (the unaligned vocabulary GEMMs)."""
     rows = gemm_rows(TRACES)
-    m = ComputeModel(H200)
+    m = ComputeModel(H200, fit=IDENTITY)
     fam = CAL.families["hopper"]
     err = []
     for r in rows.itertuples():

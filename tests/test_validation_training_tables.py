@@ -150,15 +150,28 @@ def test_family_fit_scales_the_kernel_time_and_adds_the_overhead():
     # another precision is the roofline's, and so is a GPU outside every family
     assert fitted.op_time_s("matmul", 1e12, 1e6, "fp16") == base.op_time_s("matmul", 1e12, 1e6,
                                                                           "fp16")
-    assert family_of("H200-SXM") is IDENTITY
     assert fitted.scaled(2.0).fit is fit
+
+
+def test_a_fit_reaches_its_generation_and_no_other():
+    h100 = family_of(gpu_spec("H100-SXM"))
+    assert h100.name == "H100" and family_of(gpu_spec("A100-PCIE-40GB")).name == "A100"
+    assert family_of(gpu_spec("H200-SXM")) is h100                     # hopper, by family
+    assert family_of(gpu_spec("H100-SXM-96GB-500W")) is h100
+    assert family_of(gpu_spec("B200")) is IDENTITY                      # blackwell: none
+    # the 500 W part runs the H100's fit at its capped clocks: slower matmuls, not faster
+    capped = ComputeModel(gpu_spec("H100-SXM-96GB-500W"))
+    full = ComputeModel(gpu_spec("H100-SXM"))
+    assert capped.fit is full.fit
+    assert capped.op_time_s("matmul", 1e13, 1e8, "bf16") > full.op_time_s("matmul", 1e13, 1e8,
+                                                                            "bf16")
 
 
 def test_shipped_fit_names_its_rows_and_is_in_step():
     fams = families()
     assert set(fams) == set(tfit.FAMILIES)
     for name, (gpus, fit) in fams.items():
-        assert all(family_of(g) == fit for g in gpus)
+        assert all(family_of(gpu_spec(g)) == fit for g in gpus)
     data = tfit.read_fit()
     for name, entry in data["families"].items():
         rows = entry["calibration_rows"]

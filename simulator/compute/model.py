@@ -149,7 +149,7 @@ class ComputeModel:
         # on top of the shipped constants: another calibration runs without them, and so
         # does a strategy outside the fit's scope (its ``strategies``)
         if fit is None:
-            fit = family_of(gpu.name) if shipped else IDENTITY
+            fit = family_of(gpu) if shipped else IDENTITY
             fit = fit if fit.applies_to(strategy) else IDENTITY
         self.fit = fit
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}

@@ -12,11 +12,14 @@ step runs at, per GPU family, is fitted on the calibration split of
 * ``kernel_overhead_us``: added to every kernel's launch cost (host-side gaps the GPU waits
   for between kernels).
 
-A family applies only to its listed GPUs and precisions (the ones the fit saw) and, when
+A family applies to its listed GPUs and to every other GPU of their generation (the
+catalog's ``family``: an H200 or a power-capped H100 takes the H100 fit; what makes them
+differ, memory bandwidth or clocks, is the roofline's, from their catalog entries), and to
+the precisions the fit saw; and, when
 the data file lists ``strategies``, to those strategies only (the frameworks the fit saw:
-the factors stand for one software stack's kernels and host path, not the GPU's); any other
-GPU, precision or strategy gets :data:`IDENTITY` (factor 1, no overhead), so its answers are
-the roofline's. An FP8 GEMM (:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16
+the factors stand for one software stack's kernels and host path, not the GPU's); a GPU of
+another generation, another precision or strategy gets :data:`IDENTITY` (factor 1, no
+overhead), so its answers are the roofline's. An FP8 GEMM (:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16
 ``matmul`` factor: the same framework's GEMM path at another operand width.
 """
 
@@ -115,9 +118,20 @@ def _by_gpu() -> MappingProxyType:
     return MappingProxyType(out)
 
 
-def family_of(gpu_name: str) -> FamilyFit:
-    """The shipped fit of ``gpu_name``'s family, or :data:`IDENTITY`."""
-    return _by_gpu().get(gpu_name, IDENTITY)
+@functools.cache
+def _by_generation() -> MappingProxyType:
+    """Catalog generation (``GpuSpec.family``) -> the fit of its fitted GPUs."""
+    from simulator.hardware import gpu_spec
+    out: dict = {}
+    for name, fit in _by_gpu().items():
+        out.setdefault(gpu_spec(name).family, fit)
+    return MappingProxyType(out)
+
+
+def family_of(gpu) -> FamilyFit:
+    """The shipped fit of ``gpu`` (a :class:`~simulator.hardware.GpuSpec`): its own entry,
+    else that of the fitted GPUs of its generation, else :data:`IDENTITY`."""
+    return _by_gpu().get(gpu.name) or _by_generation().get(gpu.family, IDENTITY)
 
 
 def families(path=None) -> dict[str, tuple[tuple[str, ...], FamilyFit]]:

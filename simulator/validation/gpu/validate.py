@@ -151,6 +151,26 @@ def _simulate(case: GeneratedCase, root: Path):
     return run_setup(build_setup(scn, source=case.scenario))
 
 
+def kernel_model_gemm_s(result) -> float:
+    """Seconds the step's GEMMs take by the kernel model alone (the roofline by shape, no
+    stack fit: :data:`~simulator.compute.training_fit.IDENTITY`), to set beside the recorded
+    GEMM kernels: what the GPU's GEMMs cost whatever runs them."""
+    from simulator.compute import ComputeModel
+    from simulator.compute.training_fit import IDENTITY
+    bare = ComputeModel(result.setup.compute.gpu, fit=IDENTITY)
+    precision = result.setup.job.precision
+    total = 0.0
+    for op in result.setup.trace.classes[0].ops:
+        if op.kind != "compute" or op.op_class != "matmul" or op.phase == "optimizer":
+            continue
+        attrs = op.attrs
+        shape = (attrs["m"], attrs["n"], attrs["k"]) if "m" in attrs else None
+        total += bare.op_time_s("matmul", op.flops, op.bytes_accessed,
+                                attrs.get("precision", precision), shape=shape) \
+            * attrs.get("repeat", 1)
+    return total
+
+
 def simulated_classes(result) -> Counter:
     """Seconds of simulated compute per op class (optimizer-phase ops as ``optimizer``)."""
     ops = {op.id: op for op in result.setup.trace.classes[0].ops}
@@ -217,10 +237,12 @@ def validate(root: Path | None = None) -> dict:
         if name in cases.replay:
             rec, unaligned = recorded_classes(profiles[name])
             simc = simulated_classes(result)
+            gemm_s = kernel_model_gemm_s(result)
             for cls in sorted(set(rec) | set(simc)):
                 classes.append({"case": name, "class": cls, "recorded_s": rec.get(cls, 0.0),
                                 "simulated_s": simc.get(cls, 0.0),
-                                "unaligned_gemm_s": unaligned if cls == "matmul" else 0.0})
+                                "unaligned_gemm_s": unaligned if cls == "matmul" else 0.0,
+                                "kernel_model_s": gemm_s if cls == "matmul" else 0.0})
     for name, profile in profiles.items():
         recorded, replayed, busy = _replay(profile)
         err = replayed / recorded - 1
