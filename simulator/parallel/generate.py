@@ -124,16 +124,17 @@ class StageBuilder:
                    shared: bool = False, **mem) -> int:
         """A collective on the stage's communicator ``comm`` (``shared``: the one of that
         name that spans stages)."""
-        return self.ol.collective(stream, kind, comm if shared else self.comm(comm),
-                                  int(size), tuple(deps), name, phase, layer,
-                                  {"micro_step": micro, **attrs} if attrs else
-                                  {"micro_step": micro}, **mem)
+        return self.ol.collective(
+            stream=stream, collective=kind, comm=comm if shared else self.comm(comm),
+            size_bytes=int(size), deps=tuple(deps), name=name, phase=phase, layer=layer,
+            attrs={"micro_step": micro, **attrs} if attrs else {"micro_step": micro}, **mem)
 
     def _tp_issue(self, kind: str, size: int, deps, name: str, phase: str, layer: str) -> int:
         # ``collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,
-        # layer=layer)`` without its keyword call (tens of thousands per class)
-        return self.ol.collective(STREAM, kind, self.comm("tp"), int(size), tuple(deps),
-                                  name, phase, layer, {"micro_step": self.micro})
+        # layer=layer)`` without its extra call: TP collectives come once per kernel or two
+        return self.ol.collective(stream=STREAM, collective=kind, comm=self.comm("tp"),
+                                  size_bytes=int(size), deps=tuple(deps), name=name,
+                                  phase=phase, layer=layer, attrs={"micro_step": self.micro})
 
     def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
         """A send to / recv from the rank holding model stage ``stage``; None when this

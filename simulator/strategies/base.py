@@ -138,19 +138,31 @@ def ceil_div(a: int, b: int) -> int:
 
 
 # ------------------------------------------------------------------------ op emission
+@dataclass(frozen=True, slots=True)
+class _Kernel:
+    """What every compute op of one kernel of one layer in one phase shares (its other
+    fields are the op's id, deps and micro-step). ``cost`` is kept so that no other
+    object takes its id while the entry lives."""
+
+    cost: Any
+    name: str
+    flops: float
+    bytes_accessed: float
+    op_class: str
+    attrs: dict          # {"micro_step": 0, m, n, k...}: the keys of every such op
+
+
 class OpList:
     """Ops of one rank class, numbered in issue order."""
 
     def __init__(self):
         self.ops: list[Op] = []
-        # (id(cost), layer, phase) -> (cost, fields, shape attrs) of :meth:`kernel`; the
-        # cost is kept so that no other object takes its id while the entry lives
-        self._kernels: dict[tuple, tuple] = {}
+        self._kernels: dict[tuple, _Kernel] = {}     # (id(cost), layer, phase) -> template
 
     def add(self, *, deps=(), **fields: Any) -> int:
         """A new op of these ``fields`` (Op's), numbered next (:func:`_dep_ids`)."""
         n = len(self.ops)
-        self.ops.append(Op(n, deps=_dep_ids(deps), **fields))
+        self.ops.append(Op(id=n, deps=_dep_ids(deps), **fields))
         return n
 
     def kernel(self, cost, layer: str, phase: str, micro: int, deps: tuple) -> int:
@@ -158,31 +170,31 @@ class OpList:
         than ``deps`` and the micro-step are the same each time that kernel of that layer
         runs in that phase: they are built once (a rank class runs each many times)."""
         key = (id(cost), layer, phase)
-        known = self._kernels.get(key)
-        if known is None:
-            # Op's fields from ``stream`` to ``peer``, in order (passed by position, the
-            # rest too: a kernel op is made tens of thousands of times per class)
-            known = self._kernels[key] = (cost, (
-                "compute", "compute", cost.name, layer, phase, float(cost.flops),
-                float(cost.bytes_accessed), cost.op_class, None, "", 0, "", -1),
-                {"micro_step": 0, **_shape_attrs(cost)})
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernels[key] = _Kernel(
+                cost=cost, name=cost.name, flops=float(cost.flops),
+                bytes_accessed=float(cost.bytes_accessed), op_class=cost.op_class,
+                attrs={"micro_step": 0, **_shape_attrs(cost)})
         n = len(self.ops)
-        attrs = known[2].copy()         # {"micro_step": micro, m, n, k...}: the same keys
-        attrs["micro_step"] = micro     # in the same order, copied rather than merged
-        self.ops.append(Op(n, *known[1], _dep_ids(deps), 0, 0, attrs))
+        attrs = k.attrs.copy()          # the same keys in the same order, copied rather
+        attrs["micro_step"] = micro     # than merged
+        self.ops.append(Op(id=n, stream="compute", kind="compute", name=k.name, layer=layer,
+                           phase=phase, flops=k.flops, bytes_accessed=k.bytes_accessed,
+                           op_class=k.op_class, deps=_dep_ids(deps), attrs=attrs))
         return n
 
-    def collective(self, stream: str, kind: str, comm: str, size_bytes: int, deps,
+    def collective(self, *, stream: str, collective: str, comm: str, size_bytes: int, deps,
                    name: str, phase: str, layer: str, attrs: dict, mem_alloc_bytes: int = 0,
                    mem_free_bytes: int = 0) -> int:
-        """A new ``collective`` op (``kind``: all_gather...; ``comm``: the communicator's
-        id), numbered next: what :meth:`add` makes of these fields, its fields passed by
-        position (a parallel plan issues tens of thousands of TP collectives per class)."""
+        """A new ``collective`` op (``collective``: all_gather...; ``comm``: the
+        communicator's id), numbered next: what :meth:`add` makes of these fields, without
+        its ``**fields`` mapping."""
         n = len(self.ops)
-        # Op's fields from ``id`` to ``attrs``, in order
-        self.ops.append(Op(n, stream, "collective", name, layer, phase, 0.0, 0.0, "", None,
-                           kind, size_bytes, comm, -1, _dep_ids(deps), mem_alloc_bytes,
-                           mem_free_bytes, attrs))
+        self.ops.append(Op(id=n, stream=stream, kind="collective", name=name, layer=layer,
+                           phase=phase, collective=collective, size_bytes=size_bytes,
+                           comm=comm, deps=_dep_ids(deps), mem_alloc_bytes=mem_alloc_bytes,
+                           mem_free_bytes=mem_free_bytes, attrs=attrs))
         return n
 
     def last_on(self, stream: str) -> int | None:

@@ -112,8 +112,9 @@ class _Schedule:
     def collective(self, kind: str, stream: str, comm: str, size: int, deps, name: str,
                    micro: int, phase: str, **mem) -> int:
         deps = [*deps, self.pg_last.get(comm)]
-        op = self.ol.collective(stream, kind, comm, int(size), deps, f"{kind}.{name}", phase,
-                                name, {"micro_step": micro}, **mem)
+        op = self.ol.collective(stream=stream, collective=kind, comm=comm, size_bytes=int(size),
+                                deps=deps, name=f"{kind}.{name}", phase=phase, layer=name,
+                                attrs={"micro_step": micro}, **mem)
         self.pg_last[comm] = op
         return op
 
