@@ -121,7 +121,7 @@ class _OneByOne:
 def test_a_tensor_parallel_replay_is_the_group_by_group_replay_bit_for_bit():
     import dataclasses
 
-    from simulator.parallel import ParallelPlan
+    from simulator.strategies.parallel import ParallelPlan
     from simulator.pipeline import run_setup
     from test_engine_bundle import _same, _setup, _trace
 

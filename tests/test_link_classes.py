@@ -20,8 +20,8 @@ from simulator.network.maxmin import share_bandwidth_checked
 from simulator.network.orbits import LinkClasses
 from simulator.network.reduced import ClassSolver
 from simulator.network.solve import Solver
-from simulator.parallel import ParallelPlan
-from simulator.parallel.moe import ExpertLoad
+from simulator.strategies.parallel import ParallelPlan
+from simulator.strategies.parallel.moe import ExpertLoad
 from simulator.pipeline import run_setup
 
 from test_engine_bundle import GPT, PLANS, _a_nic_link, _setup, _trace

@@ -319,7 +319,7 @@ def test_deepspeed_refuses_zero2_and_3_under_pipeline_parallelism():
 
 
 def test_torchtitan_checkpointing_becomes_the_common_fields():
-    from simulator.parallel.frameworks.translate import has_ac_modes
+    from simulator.strategies.frameworks.translate import has_ac_modes
     full = parse_strategy({"name": "torchtitan", "activation_checkpoint": {"mode": "full"}})
     none = parse_strategy({"name": "torchtitan", "activation_checkpoint": {"mode": "none"}})
     assert full.activation_checkpointing in (True, "full")
@@ -339,7 +339,7 @@ def test_torchtitan_checkpointing_becomes_the_common_fields():
 
 
 def test_torchtitan_default_checkpointing_when_the_table_is_absent(tmp_path):
-    from simulator.parallel.frameworks.translate import has_ac_modes
+    from simulator.strategies.frameworks.translate import has_ac_modes
     p = read_config(write(tmp_path, "job.toml", "[parallelism]\ntensor_parallel_degree = 2\n"
                           "pipeline_parallel_layers_per_stage = 4\n"))
     assert "parallelism.pipeline_parallel_layers_per_stage" in p.used

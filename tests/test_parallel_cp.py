@@ -7,7 +7,7 @@ import pytest
 
 from parallel_helpers import emit_with_hooks
 from simulator.models import layer_costs, load_model
-from simulator.parallel.context import (CPHooks, allgather_size_bytes, causal_pairs,
+from simulator.strategies.parallel.context import (CPHooks, allgather_size_bytes, causal_pairs,
                                         chunk_ranges, kv_block_bytes, ring_sent_bytes,
                                         ring_slices, ring_step_size_bytes)
 

@@ -10,11 +10,11 @@ import pytest
 
 from simulator.models import layer_costs, load_model
 from simulator.models.transformer import block_params
-from simulator.parallel import ParallelPlan
-from simulator.parallel.frameworks.megatron import MegatronConfig
-from simulator.parallel.generate import build_parallel
-from simulator.parallel.place import placement, tp_crosses_domain
-from simulator.parallel.schedules import bubble_fraction
+from simulator.strategies.parallel import ParallelPlan
+from simulator.strategies.frameworks.megatron import MegatronConfig
+from simulator.strategies.parallel.generate import build_parallel
+from simulator.strategies.parallel.place import placement, tp_crosses_domain
+from simulator.strategies.parallel.schedules import bubble_fraction
 from simulator.pipeline import build_setup, run_setup
 from simulator.scenario import load_scenario, resolve_scenario
 from simulator.strategies import World

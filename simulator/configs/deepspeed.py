@@ -3,7 +3,7 @@
 Read (DeepSpeed ``deepspeed/runtime/config.py``, ``runtime/zero/config.py``):
 
 * ``zero_optimization``: the keys the ``deepspeed`` strategy models
-  (:data:`simulator.parallel.frameworks.deepspeed.ZERO_KEYS`) -> its ``zero_optimization``;
+  (:data:`simulator.strategies.frameworks.deepspeed.ZERO_KEYS`) -> its ``zero_optimization``;
 * ``tensor_parallel.autotp_size`` (AutoTP training) and ``pipeline.stages`` -> its
   ``tensor_parallel`` / ``pipeline``;
 * ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``train_batch_size``

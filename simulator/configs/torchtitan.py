@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..inputs import check_finite, decode_text, read_bytes
-from ..parallel.frameworks.translate import has_ac_modes
+from ..strategies.frameworks.translate import has_ac_modes
 from .names import catalog_model
 from .pieces import ConfigPieces, Doc, check_depth, flat_keys, precision_of
 

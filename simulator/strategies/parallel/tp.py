@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from simulator.strategies.base import OpHooks
+from ..base import OpHooks
 
 FP32 = 4
 STREAM = "tp"

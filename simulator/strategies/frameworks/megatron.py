@@ -1,5 +1,5 @@
 """``strategy: {name: megatron, ...}``: Megatron-LM's arguments, spelled as Megatron spells
-them, translated into one :class:`~simulator.parallel.plan.ParallelPlan`.
+them, translated into one :class:`~simulator.strategies.parallel.plan.ParallelPlan`.
 
 Megatron-LM (``megatron/training/arguments.py``, ``megatron/core/parallel_state.py``):
 the data-parallel size is what is left, ``world / (tp x pp x cp)``; ranks are ordered
@@ -23,10 +23,10 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from simulator.errors import ConfigError
-from simulator.strategies.base import CommonConfig
 
-from ..moe import ExpertLoad
-from ..plan import ParallelPlan
+from ..base import CommonConfig
+from ..parallel.moe import ExpertLoad
+from ..parallel.plan import ParallelPlan
 
 # short spellings people write, and what Megatron calls them
 SHORT = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",

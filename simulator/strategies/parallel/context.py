@@ -35,7 +35,8 @@ from dataclasses import replace
 
 from simulator.models.ops import LayerCost
 from simulator.models.spec import ModelSpec
-from simulator.strategies.base import OpHooks
+
+from ..base import OpHooks
 
 STREAM = "cp"
 

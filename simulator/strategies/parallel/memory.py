@@ -41,10 +41,11 @@ from simulator.models.spec import ModelSpec
 from simulator.models.moe import expert_params as moe_expert_params
 from simulator.models.moe import is_moe_layer, moe_block_params
 from simulator.models.transformer import block_params, embed_params, head_params, vocab_rows
-from simulator.parallel import activation_memory as am
-from simulator.parallel.schedules import peak_in_flight, schedule, stage_location
 from simulator.precision import precision_bytes, storage_dtype
-from simulator.strategies.base import MASTER_BYTES, OPT_MOMENT_BYTES
+
+from ..base import MASTER_BYTES, OPT_MOMENT_BYTES
+from . import activation_memory as am
+from .schedules import peak_in_flight, schedule, stage_location
 
 # which model-state parts each data-parallel mode splits over the dp_shard x cp ranks
 SHARDED = {"ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),
@@ -119,8 +120,8 @@ def stage_params(model: ModelSpec, plan, stage: int) -> int:
 
 def in_flight(plan, micro_batches: int, stage: int) -> int:
     """(Micro-batch, model chunk) activations stage ``stage`` holds at once under the plan's
-    schedule (:func:`simulator.parallel.schedules.peak_in_flight`); 1 without pipelining
-    (gradient accumulation runs one micro-batch after another)."""
+    schedule (:func:`.schedules.peak_in_flight`); 1 without pipelining (gradient
+    accumulation runs one micro-batch after another)."""
     if plan.pp == 1:
         return 1
     return _peaks(plan.schedule, plan.pp, micro_batches, plan.vp)[stage]

@@ -27,8 +27,8 @@ shard), ``d`` the group size, bytes per parameter ``w`` (weights, 2 for bf16) an
 
 from __future__ import annotations
 
-from simulator.strategies.base import MASTER_BYTES, OPT_MOMENT_BYTES, ceil_div
-from simulator.strategies.ddp import assign_buckets
+from ..base import MASTER_BYTES, OPT_MOMENT_BYTES, ceil_div
+from ..ddp import assign_buckets
 
 FP32 = 4
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"

@@ -1,7 +1,7 @@
 """``strategy: {name: deepspeed, zero_optimization: {...}, tensor_parallel: {...},
 pipeline: {...}}``: DeepSpeed's JSON config blocks, spelled as DeepSpeed spells them
 (``deepspeed/runtime/zero/config.py``), translated into one
-:class:`~simulator.parallel.plan.ParallelPlan`.
+:class:`~simulator.strategies.parallel.plan.ParallelPlan`.
 
 ========================================  ===================================================
 DeepSpeed                                 plan
@@ -32,9 +32,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.errors import ConfigError
-from simulator.parallel.plan import ParallelPlan
-from simulator.strategies.base import CommonConfig, World
 
+from ..base import CommonConfig, World
+from ..ddp import ddp
+from ..fsdp import fsdp
+from ..parallel.plan import ParallelPlan
 from .translate import build_framework, data_parallel_config
 
 DP_MODES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "fsdp"}
@@ -156,8 +158,6 @@ def deepspeed(layers, cfg: DeepSpeedConfig, world: World, **kw) -> Any:
 def _data_parallel(layers, cfg: DeepSpeedConfig, plan: ParallelPlan, world: World, **meta):
     """ZeRO-0 as DDP with gradient buckets of ``reduce_bucket_size`` elements, ZeRO-3 as
     FSDP (with its CPU offload when both offloads are on the CPU)."""
-    from simulator.strategies.ddp import ddp
-    from simulator.strategies.fsdp import fsdp
     if plan.dp_mode == "ddp":
         bucket_mb = cfg.zero_optimization.reduce_bucket_size * cfg.grad_reduce_bytes() / (1 << 20)
         # DeepSpeed keeps the 16-bit weights it computes with (no autocast over fp32)

@@ -1,7 +1,7 @@
 """``strategy: {name: torchtitan, parallelism: {...}, activation_checkpoint: {...}}``: the
 ``[parallelism]`` and ``[activation_checkpoint]`` tables of a torchtitan job TOML, spelled
 as torchtitan spells them (``torchtitan/config/job_config.py``), translated into one
-:class:`~simulator.parallel.plan.ParallelPlan`.
+:class:`~simulator.strategies.parallel.plan.ParallelPlan`.
 
 =================================  ==========================================================
 torchtitan                         plan
@@ -37,9 +37,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from simulator.errors import ConfigError
-from simulator.parallel.plan import ParallelPlan
-from simulator.strategies.base import CommonConfig, World
 
+from ..base import CommonConfig, World
+from ..parallel.plan import ParallelPlan
 from .translate import ac_fields, build_framework, data_parallel_trace
 
 SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "interleaved_1f1b",

@@ -2,7 +2,7 @@
 
 One small typed object that every generator, the memory model, the placement and
 ``clustersim plan`` read. Framework spellings (Megatron, torchtitan, DeepSpeed) are thin
-translators into it (:mod:`simulator.parallel.frameworks`).
+translators into it (:mod:`simulator.strategies.frameworks`).
 
 Ranks are numbered in mixed radix over ``order`` (outermost first, innermost last and
 fastest-varying): with the default order ``(pp, dp_replicate, dp_shard, cp, tp)`` the

@@ -38,11 +38,11 @@ from typing import Callable
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
 from simulator.precision import precision_bytes
-from simulator.strategies.base import (CommonConfig, OpHooks, OpList, World, build_meta,
-                                       emit_backward, emit_forward)
-from simulator.strategies.optim import emit_optimizer
 from simulator.trace import Communicator, RankClass, Trace
 
+from ..base import (CommonConfig, OpHooks, OpList, World, build_meta, emit_backward,
+                    emit_forward)
+from ..optim import emit_optimizer
 from . import tied
 from .dp import DataParallel
 from .ep_cp import HOOK_FACTORIES, planned_layers
