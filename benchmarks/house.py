@@ -30,7 +30,7 @@ LAYERS = [
     {"(top)", "network", "topology"},
     {"collectives", "trace", "compute"},
     {"engine", "models"},
-    {"strategies", "parallel", "importers", "configs"},
+    {"strategies", "importers"},
     {"metrics", "report", "accum", "pipeline", "scenario"},
     {"reliability", "compare", "study", "capacity", "planner", "validation"},
     {"cli", "__main__"},

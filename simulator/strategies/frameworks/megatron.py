@@ -1,5 +1,10 @@
-"""``strategy: {name: megatron, ...}``: Megatron-LM's arguments, spelled as Megatron spells
-them, translated into one :class:`~simulator.strategies.parallel.plan.ParallelPlan`.
+"""Megatron-LM: its arguments, spelled as Megatron spells them, in a scenario
+(``strategy: {name: megatron, ...}``) or an argument file (``clustersim run --config
+gpt3.args``), and their translation into one
+:class:`~simulator.strategies.parallel.plan.ParallelPlan`. This module is the one place
+that knows Megatron's spelling: the config's fields are Megatron's argument names
+(``--tensor-model-parallel-size`` is ``tensor_model_parallel_size``), validated once, by
+:class:`MegatronConfig`, whichever way they came in.
 
 Megatron-LM (``megatron/training/arguments.py``, ``megatron/core/parallel_state.py``):
 the data-parallel size is what is left, ``world / (tp x pp x cp)``; ranks are ordered
@@ -14,19 +19,39 @@ blocks of each chunk); ``selective`` recomputes the attention core only (the com
 ``activation_checkpointing: selective`` with ``selective_ac_option: attention``,
 :mod:`simulator.strategies.checkpointing`): without flash attention it frees the ``a s^2``
 scores; with flash attention it frees little and costs the core's forward again.
+
+The argument file holds the arguments as ``pretrain_gpt.py`` takes them: on one line or
+many, with ``\\`` continuations, ``#`` comments and shell quoting; anything before the first
+``--`` (``torchrun ... pretrain_gpt.py``) is skipped. Read:
+
+* the arguments of :data:`ARGUMENT_FIELDS` -> the strategy's fields of those names,
+  parsed by the field's type and validated with the rest of the strategy
+  (``--tensor-model-parallel-size 8`` -> ``tensor_model_parallel_size: 8``);
+  ``--num-layers-per-virtual-pipeline-stage N`` -> ``virtual_pipeline_model_parallel_size``;
+  ``--recompute-activations`` -> ``recompute_granularity: selective``;
+* ``--seq-length``, ``--micro-batch-size``, ``--global-batch-size``, ``--bf16``/``--fp16``,
+  ``--use-flash-attn`` -> training fields and the global batch;
+* ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
+  ``--num-query-groups`` -> the catalog model of those sizes, if there is one.
+
+Every other flag (data, optimizer, logging, checkpointing...) is listed as ignored.
 """
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from simulator.errors import ConfigError
+from simulator.inputs import decode_text, read_bytes
 
 from ..base import CommonConfig
 from ..parallel.moe import ExpertLoad
 from ..parallel.plan import ParallelPlan
+from .names import model_by_sizes
+from .pieces import ConfigPieces, Doc
 
 # short spellings people write, and what Megatron calls them
 SHORT = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
@@ -136,3 +161,179 @@ class MegatronConfig(CommonConfig):
             last_stage_layers=self.decoder_last_pipeline_num_layers or 0,
             embedding_in_split=self.account_for_embedding_in_pipeline_split,
             loss_in_split=self.account_for_loss_in_pipeline_split)
+
+
+# ------------------------------------------------------------------ the argument file
+# The strategy fields an argument file gives, each as Megatron's argument of that name
+# (:func:`flag`); the others (moe_load, cp_comm_type, bucket_size...) are set in a scenario.
+ARGUMENT_FIELDS = (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "sequence_parallel", "use_distributed_optimizer",
+    "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "recompute_granularity", "recompute_method", "recompute_num_layers")
+TRAINING_FLAGS = {"--seq-length": ("seq_len", int), "--micro-batch-size": ("micro_batch", int),
+                  "--use-flash-attn": ("flash_attention", "switch")}
+MODEL_FLAGS = {"--num-layers": "layers", "--hidden-size": "hidden",
+               "--num-attention-heads": "heads", "--ffn-hidden-size": "ffn_hidden",
+               "--num-query-groups": "kv_heads"}
+PRECISION_FLAGS = {"--bf16": "bf16", "--fp16": "fp16"}
+VIRTUAL_STAGE_LAYERS = "--num-layers-per-virtual-pipeline-stage"
+GLOBAL_BATCH_KEY = "--global-batch-size"
+MAX_ARGS = 10_000            # a real pretrain_gpt.py command line has about 100
+
+
+def flag(field: str) -> str:
+    """Megatron's argument for the config field ``field``: ``--tensor-model-parallel-size``."""
+    return "--" + field.replace("_", "-")
+
+
+def _kind(field: str):
+    """How an argument's words are parsed: ``"switch"`` (no value), ``int`` or ``str``; the
+    value is checked by :class:`MegatronConfig`."""
+    annotation = MegatronConfig.model_fields[field].annotation
+    if annotation is bool:
+        return "switch"
+    return int if annotation is int or int in getattr(annotation, "__args__", ()) else str
+
+
+STRATEGY_FLAGS = {flag(f): (f, _kind(f)) for f in ARGUMENT_FIELDS}
+
+
+def file_key(field: str) -> str:
+    """A strategy field (``tensor_model_parallel_size``, or a dotted key below one) as an
+    argument file spells it, for errors."""
+    head = field.split(".")[0]
+    return flag(head) if head in ARGUMENT_FIELDS else field
+
+
+def split_args(path) -> list[str]:
+    """The shell words of an argument file (continuations joined, comments dropped)."""
+    source = str(path)
+    text = decode_text(read_bytes(path, "Megatron argument file", "config_bytes"), source,
+                       "Megatron argument file")
+    try:
+        words = shlex.split(text.replace("\\\r\n", " ").replace("\\\n", " "), comments=True)
+    except ValueError as exc:            # an unclosed quote
+        raise ConfigError(f"cannot split into arguments: {exc}", source=source) from None
+    if len(words) > MAX_ARGS:
+        raise ConfigError(f"{len(words):,} arguments; at most {MAX_ARGS:,}", source=source)
+    return words
+
+
+def parse_flags(words: list[str]) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """``[(flag, values)]`` in order, and the words before the first flag (the launcher and
+    script: everything up to a ``*.py`` word, whose own options are not Megatron's)."""
+    script = [i for i, w in enumerate(words) if w.endswith(".py") and not w.startswith("-")]
+    first = script[-1] + 1 if script else 0          # after `torchrun ... pretrain_gpt.py`
+    start = next((i for i, w in enumerate(words) if i >= first and w.startswith("--")),
+                 len(words))
+    flags: list[tuple[str, list[str]]] = []
+    for word in words[start:]:
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            flags.append((name, [value] if eq else []))
+        else:
+            flags[-1][1].append(word)
+    return flags, words[:start]
+
+
+def read_file(path) -> ConfigPieces:
+    """The scenario pieces of a Megatron-LM argument file."""
+    source = str(path)
+    flags, prefix = parse_flags(split_args(path))
+    doc = Doc(source)
+    out = ConfigPieces("megatron", source, strategy={"name": "megatron"})
+    if prefix:
+        out.ignore(" ".join(prefix), "the command before the arguments")
+    sizes: dict[str, int] = {}
+    seen: set[str] = set()
+    for name, values in flags:
+        if name in seen and name in _KNOWN:
+            raise doc.fail(name, "given twice")
+        seen.add(name)
+        _one(name, values, doc, out, sizes)
+    _model(sizes, out)
+    return out
+
+
+def _words(name: str, values: list[str], kind, doc: Doc):
+    """The value of argument ``name``: True for a switch, else its one word as ``kind``."""
+    if kind == "switch":
+        if values:
+            raise doc.fail(name, f"is a switch and takes no value, got {' '.join(values)!r}")
+        return True
+    if len(values) != 1:
+        raise doc.fail(name, f"takes one value, got {len(values)}")
+    if kind is int:
+        try:
+            return int(values[0])
+        except ValueError:
+            raise doc.fail(name, f"must be a whole number, got {values[0]!r}") from None
+    return values[0]
+
+
+def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict) -> None:
+    if name in STRATEGY_FLAGS:
+        field, kind = STRATEGY_FLAGS[name]
+        out.strategy[field] = _words(name, values, kind, doc)
+    elif name == "--recompute-activations":
+        _words(name, values, "switch", doc)
+        out.strategy.setdefault("recompute_granularity", "selective")
+    elif name == VIRTUAL_STAGE_LAYERS:
+        out.strategy["_layers_per_virtual_stage"] = doc.integer(
+            _words(name, values, int, doc), name)
+    elif name in TRAINING_FLAGS:
+        key, kind = TRAINING_FLAGS[name]
+        value = _words(name, values, kind, doc)
+        out.training[key] = value if kind == "switch" else doc.integer(value, name)
+    elif name == GLOBAL_BATCH_KEY:
+        out.global_batch = doc.integer(_words(name, values, int, doc), name)
+    elif name in PRECISION_FLAGS:
+        _words(name, values, "switch", doc)
+        if "precision" in out.training:
+            raise doc.fail(name, "--bf16 and --fp16 are both given")
+        out.training["precision"] = PRECISION_FLAGS[name]
+    elif name in MODEL_FLAGS:
+        sizes[MODEL_FLAGS[name]] = doc.integer(_words(name, values, int, doc), name)
+    else:
+        out.ignore(name)
+        return
+    out.use(name)
+
+
+def _virtual_stages(sizes: dict, out: ConfigPieces) -> None:
+    """``--num-layers-per-virtual-pipeline-stage N`` as the virtual stages it makes (a
+    pipeline size below 1 is left to the config to refuse)."""
+    per = out.strategy.pop("_layers_per_virtual_stage", None)
+    pp = out.strategy.get("pipeline_model_parallel_size", 1)
+    if per is None or not (isinstance(pp, int) and pp >= 1):
+        return
+    layers = sizes.get("layers")
+    if layers is None or layers % (pp * per):
+        raise ConfigError(f"needs --num-layers divisible by the pipeline size {pp} x {per}",
+                          source=out.source, field=VIRTUAL_STAGE_LAYERS)
+    out.strategy["virtual_pipeline_model_parallel_size"] = layers // (pp * per)
+
+
+def _model(sizes: dict, out: ConfigPieces) -> None:
+    """The catalog model of the given sizes (Megatron's defaults fill ffn = 4h and query
+    groups = heads); the size flags move to ignored when they name none."""
+    _virtual_stages(sizes, out)
+    if not sizes:
+        return
+    if {"layers", "hidden", "heads"} <= set(sizes):
+        full = {"ffn_hidden": 4 * sizes["hidden"], "kv_heads": sizes["heads"], **sizes}
+        out.model, out.model_note = model_by_sizes(full)
+    else:
+        out.model_note = ("--num-layers, --hidden-size and --num-attention-heads are needed "
+                          "to name a model; the scenario's model is simulated")
+    if out.model is None:
+        flags = [f for f, k in MODEL_FLAGS.items() if k in sizes]
+        out.used = [k for k in out.used if k not in flags]
+        out.ignored += flags
+
+
+_KNOWN = set(STRATEGY_FLAGS) | set(TRAINING_FLAGS) | set(MODEL_FLAGS) | set(PRECISION_FLAGS) | {
+    "--recompute-activations", VIRTUAL_STAGE_LAYERS, GLOBAL_BATCH_KEY}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-from ..models import load_model, model_names
-from ..yamlio import read_yaml
+from simulator.models import load_model, model_names
+from simulator.yamlio import read_yaml
 
 
 @functools.cache
