@@ -33,6 +33,7 @@ if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
 
 OPT_MOMENT_BYTES = {"adam": 8, "sgd": 4}     # fp32 optimizer state without master weights
 MASTER_BYTES = 4                             # fp32 master weights of a 16-bit model
+FP32 = 4                                     # bytes of an fp32 value
 CLASS_ID = "all"
 
 OptimizerImpl = Literal["foreach", "fused"]   # the kernels of a GPU step (optim.py)

@@ -32,6 +32,19 @@ with cpu_offload. Gathered params (``param_dtype``) live from all-gather start t
 unsharded gradients appear op by op as the unit's backward kernels produce them (split by
 each layer's parameters) and live until its reduce-scatter; activations appear and die op
 by op (``base.spread``).
+
+This is FSDP for a job that is data parallelism only (``strategy: fsdp``, and torchtitan's
+and DeepSpeed ZeRO-3's pure data-parallel plans, :mod:`.frameworks.translate`). FSDP inside
+a parallel plan (TP, PP, CP: ``dp_mode: fsdp``) is :mod:`.parallel.dp`'s. The two share
+what a unit weighs (:mod:`.fsdp_units`: the padded flat parameter an all-gather and a
+reduce-scatter move, the shard an HSDP all-reduce moves, the 16 bytes of static state per
+sharded parameter) and the memory conventions above; they model different schedules. Here:
+units by wrap policy with one root unit of every unwrapped layer, the FSDP1 shardings and
+FSDP2 meshes (partial resharding included), per-process-group NCCL stream order, the
+prefetch options and the rate limiter, FSDP2's copy kernels, CPU offload, and padding per
+unit. There: a unit per layer of the stage's chunks, the embedding and the head each
+unsharded for the whole step, one layer of prefetch, and under a pipeline a unit gathered
+at its first forward and reduce-scattered once, after its last backward.
 """
 
 from __future__ import annotations
@@ -40,16 +53,15 @@ from functools import cached_property
 
 from simulator.trace import Communicator, RankClass, Trace
 
-from .base import (CLASS_ID, OPT_MOMENT_BYTES, OpList, World, build_meta, ceil_div,
-                   check_layers, emit_backward, emit_forward)
+from .base import (CLASS_ID, FP32, OpList, World, build_meta, ceil_div, check_layers,
+                   emit_backward, emit_forward)
 from .clipping import emit_clip
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
 from .fsdp_copies import before_reduce, first_dep
 from .fsdp_submodule import backward_layers, forward_layers
-from .fsdp_units import SUB, Unit, build_units, segments
+from .fsdp_units import (SUB, Unit, build_units, padded_numel, segments, shard_numel,
+                         state_bytes)
 from .optim import emit_optimizer
-
-FP32 = 4
 
 
 class _Schedule:
@@ -71,10 +83,10 @@ class _Schedule:
 
     # ------------------------------------------------------------------ sizes
     def shard_params(self, u: Unit) -> int:
-        return ceil_div(u.params, self.plan.shard)
+        return shard_numel(u.params, self.plan.shard)
 
     def padded(self, u: Unit) -> int:
-        return self.shard_params(u) * self.plan.shard
+        return padded_numel(u.params, self.plan.shard)
 
     def grad_bytes(self, u: Unit, li: int, first: bool) -> int:
         """The unsharded gradient bytes layer ``li`` of unit ``u`` produces: the unit's
@@ -274,7 +286,7 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
                           "post_backward")]
     emit_optimizer(ol, cfg, per_rank, deps=ends,
                    cpu_bytes_per_s=cfg.cpu_adam_bytes_per_s if cfg.cpu_offload else None)
-    static = 0 if cfg.cpu_offload else per_rank * (FP32 + FP32 + OPT_MOMENT_BYTES[cfg.optimizer])
+    static = 0 if cfg.cpu_offload else state_bytes(per_rank, cfg.optimizer)
     meta = build_meta(layers, cfg, world, strategy="fsdp", model=model,
                       tokens_per_sample=tokens_per_sample,
                       model_flops_per_sample=model_flops_per_sample,

@@ -1,5 +1,13 @@
 """FSDP units: which layers (or, with ``wrap: submodule``, which kernels' weights) are
-gathered, resharded and reduced together (see :mod:`simulator.strategies.fsdp`)."""
+gathered, resharded and reduced together (see :mod:`simulator.strategies.fsdp`), and what
+a unit weighs: its flat parameter padded to equal shards and the state a rank keeps of it.
+
+The sizes are the one FSDP arithmetic of both FSDP generators: the data-parallel one
+(:mod:`.fsdp`, units by wrap policy) and FSDP under a pipeline (``dp_mode: fsdp`` of
+:mod:`.parallel.dp`, a unit per layer): an all-gather and a reduce-scatter move
+:func:`padded_numel` elements of a unit, an HSDP all-reduce :func:`shard_numel`, and a
+rank's static state is :func:`state_bytes` of its shards.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,26 @@ from dataclasses import dataclass
 
 from simulator.errors import ConfigError
 
+from .base import FP32, OPT_MOMENT_BYTES, ceil_div
 from .grads import named_weights
+
+
+def shard_numel(params: int, shard: int) -> int:
+    """A rank's shard of a unit of ``params`` parameters over ``shard`` ranks (FSDP pads the
+    flat parameter to equal shards)."""
+    return ceil_div(params, shard)
+
+
+def padded_numel(params: int, shard: int) -> int:
+    """A unit's flat parameter padded to ``shard`` equal shards: the elements an all-gather
+    gathers and a reduce-scatter reduces."""
+    return ceil_div(params, shard) * shard
+
+
+def state_bytes(shard_params: int, optimizer: str) -> int:
+    """Static bytes of ``shard_params`` sharded parameters: the fp32 flat parameter (the
+    master copy), its fp32 gradient and the optimizer moments (16 for Adam)."""
+    return shard_params * (FP32 + FP32 + OPT_MOMENT_BYTES[optimizer])
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
 
-from ..base import (CommonConfig, OpHooks, OpList, World, build_meta, emit_backward,
+from ..base import (FP32, CommonConfig, OpHooks, OpList, World, build_meta, emit_backward,
                     emit_forward)
 from ..optim import emit_optimizer
 from . import tied
@@ -51,7 +51,7 @@ from .plan import ParallelPlan
 from .schedules import SPLIT_W, check_schedule, schedule
 from .split import input_grad_view, kept_for_w, weight_grad_view
 from .stages import Chunk, chunks, neighbour
-from .tp import FP32, STREAM, TPHooks
+from .tp import STREAM, TPHooks
 
 COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
              "cp": "cp", "ep": "ep"}

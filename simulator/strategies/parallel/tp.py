@@ -32,9 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..base import OpHooks
-
-FP32 = 4
+from ..base import FP32, OpHooks
 STREAM = "tp"
 
 # (layer kind, sequence parallel) -> {(phase, "before"|"after", kernel): collective, or
