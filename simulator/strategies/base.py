@@ -16,7 +16,7 @@ Memory conventions (bytes per parameter, ZeRO arXiv:1910.02054 §3.1):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -298,8 +298,24 @@ def _offload_copy(ol: OpList, layer, phase: str, micro: int, direction: str, dep
                                            "activation_offload": True})
 
 
+class Span(NamedTuple):
+    """The ops a layer's forward emitted: its first and its last."""
+
+    first: int
+    last: int
+
+
+class BackwardSpan(NamedTuple):
+    """The ops a layer's backward emitted: its first (a host copy or the recompute, when
+    there is one), its first backward kernel and its last."""
+
+    first: int
+    first_backward: int
+    last: int
+
+
 def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
-                 hooks: OpHooks | None = None) -> tuple[int, int]:
+                 hooks: OpHooks | None = None) -> Span:
     """Forward ops of a layer. Its saved activations appear op by op (:func:`spread`); a
     checkpointed layer keeps only its output after the last op, and with
     ``activation_offload`` not even that: it goes to host memory."""
@@ -312,17 +328,16 @@ def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
         if cfg.activation_offload and plan.full:
             ids.append(_offload_copy(ol, layer, "forward", micro, "d2h"))
             ol.free(ids[-1], min(layer.output_bytes, layer.activation_bytes))
-    return ids[0], ids[-1]
+    return Span(first=ids[0], last=ids[-1])
 
 
 def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
-                  grad_bytes: int = 0, hooks: OpHooks | None = None) -> tuple[int, int, int]:
+                  grad_bytes: int = 0, hooks: OpHooks | None = None) -> BackwardSpan:
     """(Recompute +) backward ops of a layer. Recomputed activations appear op by op, the
     saved ones die op by op as backward consumes them, and ``grad_bytes`` of (unsharded)
     gradients appear op by op as autograd produces them (:func:`spread`). A whole
     recomputed block materialises all its activations again (its kept output too, a
-    second copy); a partly recomputed one only what its forward freed.
-    Returns (first op, first backward op, last op)."""
+    second copy); a partly recomputed one only what its forward freed."""
     held = layer.activation_bytes
     first = None
     plan = recompute_plan(layer, cfg)
@@ -345,7 +360,8 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
                       dispatch_s(cfg, "backward"))
     spread(ol, ids, grad_bytes, "alloc")
     spread(ol, ids, held, "free")
-    return (ids[0] if first is None else first), ids[0], ids[-1]
+    return BackwardSpan(first=ids[0] if first is None else first, first_backward=ids[0],
+                        last=ids[-1])
 
 
 def check_layers(layers) -> int:

@@ -59,18 +59,18 @@ from .clipping import emit_clip
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
 from .fsdp_copies import before_reduce, first_dep
 from .fsdp_submodule import backward_layers, forward_layers
-from .fsdp_units import (SUB, Unit, build_units, padded_numel, segments, shard_numel,
-                         state_bytes)
+from .fsdp_units import (SUB, Segment, Unit, Units, build_units, padded_numel, segments,
+                         shard_numel, state_bytes)
 from .optim import emit_optimizer
 
 
 class _Schedule:
     """Emits one class's ops; keeps what is gathered, the free queue, NCCL issue order."""
 
-    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units, unit_of, sub=None):
-        self.layers, self.cfg, self.plan, self.units = layers, cfg, plan, units
-        self.sub = sub or {}                        # (layer, weight) -> per-kernel unit
-        self.segs, self.unit_of = segments(unit_of), unit_of
+    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units: Units):
+        self.layers, self.cfg, self.plan, self.units = layers, cfg, plan, units.units
+        self.sub = units.sub                        # (layer, weight) -> per-kernel unit
+        self.segs, self.unit_of = segments(units.unit_of), units.unit_of
         self.ol = OpList()
         self.wb, self.rb = cfg.weight_bytes(), cfg.grad_reduce_bytes()
         self.gathered: dict[int, int | None] = {}   # unit -> op compute waits for
@@ -112,9 +112,9 @@ class _Schedule:
         return {u.index: self.padded(u) * self.wb - shared.get(u.index, 0)
                 for u in self.units if u.params}
 
-    def unit_at(self, si: int, segs) -> Unit | None:
+    def unit_at(self, si: int, segs: list[Segment]) -> Unit | None:
         """The unit of segment ``si`` (None past the end or for per-kernel units)."""
-        return self.units[segs[si][0]] if si < len(segs) and segs[si][0] != SUB else None
+        return self.units[segs[si].unit] if si < len(segs) and segs[si].unit != SUB else None
 
     def needs_gather(self, u: Unit | None) -> bool:
         resident = self.plan.shard == 1 and not self.cfg.cpu_offload
@@ -197,8 +197,9 @@ class _Schedule:
 
     # ------------------------------------------------------------------ passes
     def forward(self, micro: int) -> None:
-        last_seg = {u: i for i, (u, _) in enumerate(self.segs)}
-        for si, (ui, lids) in enumerate(self.segs):
+        last_seg = {seg.unit: i for i, seg in enumerate(self.segs)}
+        for si, seg in enumerate(self.segs):
+            ui, lids = seg.unit, seg.layers
             if ui == SUB:
                 forward_layers(self, lids, micro)
                 continue
@@ -210,18 +211,19 @@ class _Schedule:
                 self.unshard(nxt, micro, "forward")
             for j, li in enumerate(lids):
                 deps = (first_dep(self, unit, micro, "forward"),) if j == 0 else ()
-                _, last = emit_forward(self.ol, self.layers[li], self.cfg, micro, deps)
+                last = emit_forward(self.ol, self.layers[li], self.cfg, micro, deps).last
             if si == last_seg[ui]:
                 self.reshard_after_forward(unit, last)
 
     def backward(self, micro: int) -> None:
         segs = self.segs[::-1]
         first_seg, last_seg = {}, {}
-        for i, (u, _) in enumerate(segs):
-            first_seg.setdefault(u, i)
-            last_seg[u] = i
+        for i, seg in enumerate(segs):
+            first_seg.setdefault(seg.unit, i)
+            last_seg[seg.unit] = i
         grads_dynamic = self.plan.shard > 1 or self.cfg.cpu_offload
-        for si, (ui, lids) in enumerate(segs):
+        for si, seg in enumerate(segs):
+            ui, lids = seg.unit, seg.layers
             if ui == SUB:
                 backward_layers(self, lids, micro)
                 continue
@@ -235,8 +237,8 @@ class _Schedule:
             for j, li in enumerate(reversed(lids)):
                 deps = (first_dep(self, unit, micro, "backward"),) if j == 0 else ()
                 grad = self.grad_bytes(unit, li, first and j == 0) if grads_dynamic else 0
-                _, _, last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps,
-                                           grad_bytes=grad)
+                last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps,
+                                     grad_bytes=grad).last
             if si == last_seg[ui]:
                 self.post_backward(unit, last, nxt, micro)
 
@@ -273,8 +275,8 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
     gradients would cost a full gradient replica)."""
     check_layers(layers)
     plan = resolve_plan(cfg, world)
-    units, unit_of, sub = build_units(layers, cfg.wrap)
-    sched = _Schedule(layers, cfg, plan, units, unit_of, sub)
+    sched = _Schedule(layers, cfg, plan, build_units(layers, cfg.wrap))
+    units = sched.units
     for micro in range(cfg.grad_accum):
         sched.forward(micro)
         sched.backward(micro)

@@ -40,7 +40,7 @@ Every other flag (data, optimizer, logging, checkpointing...) is listed as ignor
 from __future__ import annotations
 
 import shlex
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
@@ -222,38 +222,52 @@ def split_args(path) -> list[str]:
     return words
 
 
-def parse_flags(words: list[str]) -> tuple[list[tuple[str, list[str]]], list[str]]:
-    """``[(flag, values)]`` in order, and the words before the first flag (the launcher and
+class Argument(NamedTuple):
+    """One ``--flag`` of an argument file and the words that follow it."""
+
+    name: str
+    values: list[str]
+
+
+class Arguments(NamedTuple):
+    """An argument file's flags in order, and the words before the first (the launcher and
     script: everything up to a ``*.py`` word, whose own options are not Megatron's)."""
+
+    flags: list[Argument]
+    prefix: list[str]
+
+
+def parse_flags(words: list[str]) -> Arguments:
+    """The flags of an argument file's words."""
     script = [i for i, w in enumerate(words) if w.endswith(".py") and not w.startswith("-")]
     first = script[-1] + 1 if script else 0          # after `torchrun ... pretrain_gpt.py`
     start = next((i for i, w in enumerate(words) if i >= first and w.startswith("--")),
                  len(words))
-    flags: list[tuple[str, list[str]]] = []
+    flags: list[Argument] = []
     for word in words[start:]:
         if word.startswith("--"):
             name, eq, value = word.partition("=")
-            flags.append((name, [value] if eq else []))
+            flags.append(Argument(name=name, values=[value] if eq else []))
         else:
-            flags[-1][1].append(word)
-    return flags, words[:start]
+            flags[-1].values.append(word)
+    return Arguments(flags=flags, prefix=words[:start])
 
 
 def read_file(path) -> ConfigPieces:
     """The scenario pieces of a Megatron-LM argument file."""
     source = str(path)
-    flags, prefix = parse_flags(split_args(path))
+    args = parse_flags(split_args(path))
     doc = Doc(source)
     out = ConfigPieces("megatron", source, strategy={"name": "megatron"})
-    if prefix:
-        out.ignore(" ".join(prefix), "the command before the arguments")
+    if args.prefix:
+        out.ignore(" ".join(args.prefix), "the command before the arguments")
     sizes: dict[str, int] = {}
     seen: set[str] = set()
-    for name, values in flags:
-        if name in seen and name in _KNOWN:
-            raise doc.fail(name, "given twice")
-        seen.add(name)
-        _one(name, values, doc, out, sizes)
+    for arg in args.flags:
+        if arg.name in seen and arg.name in _KNOWN:
+            raise doc.fail(arg.name, "given twice")
+        seen.add(arg.name)
+        _one(arg.name, arg.values, doc, out, sizes)
     _model(sizes, out)
     return out
 
@@ -325,7 +339,8 @@ def _model(sizes: dict, out: ConfigPieces) -> None:
         return
     if {"layers", "hidden", "heads"} <= set(sizes):
         full = {"ffn_hidden": 4 * sizes["hidden"], "kv_heads": sizes["heads"], **sizes}
-        out.model, out.model_note = model_by_sizes(full)
+        found = model_by_sizes(full)
+        out.model, out.model_note = found.model, found.note
     else:
         out.model_note = ("--num-layers, --hidden-size and --num-attention-heads are needed "
                           "to name a model; the scenario's model is simulated")

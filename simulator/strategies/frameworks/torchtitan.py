@@ -326,7 +326,8 @@ def _model(table: dict, doc: Doc, out: ConfigPieces) -> set[str]:
         return set()
     name = doc.text(table["name"], "model.name")
     flavor = doc.text(table.get("flavor", ""), "model.flavor")
-    out.model, out.model_note = catalog_model("torchtitan", f"{name}/{flavor}")
+    found = catalog_model("torchtitan", f"{name}/{flavor}")
+    out.model, out.model_note = found.model, found.note
     keys = {"model.name"} | ({"model.flavor"} if "flavor" in table else set())
     for key in sorted(keys):
         (out.use if out.model else out.ignore)(key)

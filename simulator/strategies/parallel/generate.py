@@ -87,9 +87,9 @@ class StageBuilder:
 
     def __init__(self, rank: int, plan: ParallelPlan, cfg: CommonConfig, my_chunks: dict,
                  all_chunks: dict, *, act_bytes: int, loss_bytes: int, model: ModelSpec,
-                 tied_ranks: tuple[int, int] | None = None):
+                 tied_ranks: tied.TiedRanks | None = None):
         self.rank, self.plan, self.cfg, self.model = rank, plan, cfg, model
-        self.tied = tied_ranks is not None and rank in tied_ranks
+        self.tied = tied_ranks is not None and rank in (tied_ranks.embedding, tied_ranks.head)
         self.chunks, self.all_chunks = my_chunks, all_chunks
         self.ol = OpList()
         self.used: set[str] = set()
@@ -139,7 +139,7 @@ class StageBuilder:
     def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
         """A send to / recv from the rank holding model stage ``stage``; None when this
         rank holds it (zbv's turn of the V: the tensor stays on the GPU)."""
-        rank, _ = neighbour(self.plan, stage, 0)
+        rank = neighbour(self.plan, stage, 0).rank
         if rank == self.rank:
             return None
         direction, _, into = tag.split(".")
@@ -148,8 +148,8 @@ class StageBuilder:
                            deps=tuple(deps), attrs={"tag": tag, "micro_step": self.micro})
 
     def out_bytes(self, stage: int) -> int:
-        rank, chunk = neighbour(self.plan, stage, 0)
-        return int(self.all_chunks[(rank, chunk)].layers[-1].output_bytes)
+        at = neighbour(self.plan, stage, 0)
+        return int(self.all_chunks[(at.rank, at.chunk)].layers[-1].output_bytes)
 
     def layer_cfg(self, ch: Chunk, li: int) -> CommonConfig:
         """The config a layer is emitted with: Megatron's ``recompute_method: block``
@@ -175,10 +175,10 @@ class StageBuilder:
             self.hooks.start_layer(layer)
             d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first,
                                                 after=self.layer_start)]
-            f, last = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d,
-                                   self.hooks)
-            self.layer_start = f
-            start = f if start is None else start
+            span = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d, self.hooks)
+            self.layer_start = span.first
+            start = span.first if start is None else start
+            last = span.last
             self.dp.after_forward(ch.chunk, li, layer, last)
             deps = []
         self.prev_start = start
@@ -198,16 +198,16 @@ class StageBuilder:
             self.hooks.start_layer(layer)
             d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
                                                  after=self.layer_start)]
-            f, _, last = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
-                                       grad_bytes=0 if split else
-                                       self.dp.grad_bytes(ch.chunk, li, layer),
-                                       hooks=self.hooks)
-            self.layer_start = f
+            span = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
+                                 grad_bytes=0 if split else
+                                 self.dp.grad_bytes(ch.chunk, li, layer), hooks=self.hooks)
+            self.layer_start = span.first
+            last = span.last
             if split:
                 self.ol.alloc(last, kept_for_w(layer))
             else:
                 self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
-            start = f if start is None else start
+            start = span.first if start is None else start
             deps = []
         self.prev_start = start
         if ch.stage > 0:
@@ -219,11 +219,11 @@ class StageBuilder:
         for li in reversed(range(len(ch.layers))):
             layer = ch.layers[li]
             self.hooks.start_layer(layer)
-            f, _, last = emit_backward(self.ol, weight_grad_view(layer), self.cfg, micro,
-                                       grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer),
-                                       hooks=self.hooks)
-            self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
-            start = f if start is None else start
+            span = emit_backward(self.ol, weight_grad_view(layer), self.cfg, micro,
+                                 grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer),
+                                 hooks=self.hooks)
+            self.dp.after_backward(ch.chunk, li, layer, span.last, micro, last_micro)
+            start = span.first if start is None else start
         self.prev_start = start
 
     def run(self, actions) -> None:
