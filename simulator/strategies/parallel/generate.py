@@ -112,7 +112,7 @@ class StageBuilder:
     # ------------------------------------------------------------------ ops
     def comm(self, name: str) -> str:
         """The id of this stage's communicator ``name`` (``tp.s3``), noted as used; each
-        id made once (a class issues tens of thousands of collectives)."""
+        id made once (a class issues a collective for every TP point of every kernel)."""
         found = self._comm_ids.get(name)
         if found is None:
             self.used.add(name)
