@@ -520,6 +520,40 @@ def test_a_kernel_op_is_the_op_of_its_fields_by_name():
     assert ol.ops[first].attrs["micro_step"] == 0 and ol.ops[first].deps == ()
 
 
+def test_op_maker_names_fields_whatever_their_order():
+    """The typed constructor passes each value to the field of its name: the same maker
+    over a record with its fields in another order still fills each by name."""
+    from dataclasses import dataclass, field
+
+    from simulator.strategies.base import op_maker
+
+    @dataclass
+    class Forward:
+        id: int
+        kind: str
+        size_bytes: int = 0
+        peer: int = -1
+        attrs: dict = field(default_factory=dict)
+
+    @dataclass
+    class Backward:
+        attrs: dict
+        peer: int
+        size_bytes: int
+        kind: str
+        id: int = 0
+
+    for cls in (Forward, Backward):
+        make = op_maker("make", ("id", "size_bytes", "attrs"), cls=cls, kind="send", peer=3)
+        made = make(id=7, size_bytes=64, attrs={"tag": 1})
+        assert (made.id, made.kind, made.size_bytes, made.peer, made.attrs) == \
+            (7, "send", 64, 3, {"tag": 1})
+    with pytest.raises(TypeError, match="not fields"):
+        op_maker("bad", ("id", "flop"))
+    with pytest.raises(TypeError, match="no default"):
+        op_maker("bad", ("id",), stream="s")          # kind and name have none
+
+
 @pytest.mark.parametrize("data, expected", [
     ({"name": "ddp", "precision": "fp16"}, True),              # torch.autocast, fp32 weights
     ({"name": "ddp", "precision": "bf16", "param_dtype": "bf16"}, False),   # model.to(bf16)

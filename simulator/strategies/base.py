@@ -15,8 +15,8 @@ Memory conventions (bytes per parameter, ZeRO arXiv:1910.02054 §3.1):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
+from dataclasses import MISSING, dataclass, fields
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -139,6 +139,47 @@ def ceil_div(a: int, b: int) -> int:
 
 
 # ------------------------------------------------------------------------ op emission
+def op_maker(name: str, params: tuple[str, ...], cls: type = Op, **fixed: Any) -> Callable:
+    """A typed constructor of Ops (of any dataclass ``cls``): a function ``name`` whose
+    parameters are the fields ``params`` (to be called by keyword), with the fields
+    ``fixed`` set to the values given here and every other field to its default.
+
+    Why not ``Op(field=...)``: CPython 3.11 packs the keywords of a call to a class into a
+    dict, once per op, and a rank class builds an op per kernel it runs. The generated
+    function passes Op's fields in the order :func:`dataclasses.fields` gives them (as the
+    dataclass's own ``__init__`` is generated), so no reordering of Op's fields can put a
+    value in another field, as it could where the fields were written out by position."""
+    names = {f.name for f in fields(cls)}
+    unknown = (set(params) | set(fixed)) - names
+    if unknown or set(params) & set(fixed):
+        raise TypeError(f"op_maker {name}: {sorted(unknown) or sorted(set(params) & set(fixed))}"
+                        f" not fields of {cls.__name__}, or given twice")
+    namespace: dict[str, Any] = {"_cls": cls}
+    args = []
+    for f in fields(cls):
+        if f.name in params:
+            args.append(f.name)
+        elif f.name in fixed or f.default is not MISSING:
+            namespace[f"_{f.name}"] = fixed[f.name] if f.name in fixed else f.default
+            args.append(f"_{f.name}")
+        elif f.default_factory is not MISSING:
+            namespace[f"_{f.name}"] = f.default_factory
+            args.append(f"_{f.name}()")
+        else:
+            raise TypeError(f"op_maker {name}: field {f.name!r} has no default; give it")
+    exec(f"def {name}({', '.join(params)}):\n    return _cls({', '.join(args)})\n", namespace)
+    return namespace[name]
+
+
+_compute_op = op_maker("compute_op", ("id", "name", "layer", "phase", "flops",
+                                      "bytes_accessed", "op_class", "deps", "attrs"),
+                       stream="compute", kind="compute")
+_collective_op = op_maker("collective_op", ("id", "stream", "name", "layer", "phase",
+                                            "collective", "size_bytes", "comm", "deps",
+                                            "mem_alloc_bytes", "mem_free_bytes", "attrs"),
+                          kind="collective")
+
+
 @dataclass(frozen=True, slots=True)
 class _Kernel:
     """What every compute op of one kernel of one layer in one phase shares (its other
@@ -180,9 +221,9 @@ class OpList:
         n = len(self.ops)
         attrs = k.attrs.copy()          # the same keys in the same order, copied rather
         attrs["micro_step"] = micro     # than merged
-        self.ops.append(Op(id=n, stream="compute", kind="compute", name=k.name, layer=layer,
-                           phase=phase, flops=k.flops, bytes_accessed=k.bytes_accessed,
-                           op_class=k.op_class, deps=_dep_ids(deps), attrs=attrs))
+        self.ops.append(_compute_op(id=n, name=k.name, layer=layer, phase=phase,
+                                    flops=k.flops, bytes_accessed=k.bytes_accessed,
+                                    op_class=k.op_class, deps=_dep_ids(deps), attrs=attrs))
         return n
 
     def collective(self, *, stream: str, collective: str, comm: str, size_bytes: int, deps,
@@ -192,10 +233,11 @@ class OpList:
         communicator's id), numbered next: what :meth:`add` makes of these fields, without
         its ``**fields`` mapping."""
         n = len(self.ops)
-        self.ops.append(Op(id=n, stream=stream, kind="collective", name=name, layer=layer,
-                           phase=phase, collective=collective, size_bytes=size_bytes,
-                           comm=comm, deps=_dep_ids(deps), mem_alloc_bytes=mem_alloc_bytes,
-                           mem_free_bytes=mem_free_bytes, attrs=attrs))
+        self.ops.append(_collective_op(id=n, stream=stream, name=name, layer=layer,
+                                       phase=phase, collective=collective,
+                                       size_bytes=size_bytes, comm=comm, deps=_dep_ids(deps),
+                                       mem_alloc_bytes=mem_alloc_bytes,
+                                       mem_free_bytes=mem_free_bytes, attrs=attrs))
         return n
 
     def last_on(self, stream: str) -> int | None:
