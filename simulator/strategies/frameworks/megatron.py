@@ -39,8 +39,7 @@ Every other flag (data, optimizer, logging, checkpointing...) is listed as ignor
 
 from __future__ import annotations
 
-import shlex
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
@@ -50,8 +49,9 @@ from simulator.inputs import decode_text, read_bytes
 from ..base import CommonConfig
 from ..parallel.moe import ExpertLoad
 from ..parallel.plan import ParallelPlan
-from .names import model_by_sizes
-from .pieces import ConfigPieces, Doc
+
+if TYPE_CHECKING:      # the argument file's modules load when a file is read (start-up)
+    from .pieces import ConfigPieces, Doc
 
 # short spellings people write, and what Megatron calls them
 SHORT = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
@@ -210,6 +210,7 @@ def file_key(field: str) -> str:
 
 def split_args(path) -> list[str]:
     """The shell words of an argument file (continuations joined, comments dropped)."""
+    import shlex
     source = str(path)
     text = decode_text(read_bytes(path, "Megatron argument file", "config_bytes"), source,
                        "Megatron argument file")
@@ -255,6 +256,7 @@ def parse_flags(words: list[str]) -> Arguments:
 
 def read_file(path) -> ConfigPieces:
     """The scenario pieces of a Megatron-LM argument file."""
+    from .pieces import ConfigPieces, Doc
     source = str(path)
     args = parse_flags(split_args(path))
     doc = Doc(source)
@@ -339,6 +341,7 @@ def _model(sizes: dict, out: ConfigPieces) -> None:
         return
     if {"layers", "hidden", "heads"} <= set(sizes):
         full = {"ffn_hidden": 4 * sizes["hidden"], "kv_heads": sizes["heads"], **sizes}
+        from .names import model_by_sizes
         found = model_by_sizes(full)
         out.model, out.model_note = found.model, found.note
     else:

@@ -134,9 +134,11 @@ class TPHooks(OpHooks):
         return point
 
     def before(self, cost, phase: str) -> tuple:
-        deps = self._due(cost, phase) if self.pending else []
         point = self._point(phase, cost.name)
         kind, waiter = point.before, point.before_waiter
+        if not kind and not self.pending:       # most kernels: nothing to wait for or issue
+            return ()
+        deps = self._due(cost, phase) if self.pending else []
         if kind:
             op = self.issue(kind, self.act_bytes, (self.last_compute(),),
                             f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
