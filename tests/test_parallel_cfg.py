@@ -182,6 +182,11 @@ def test_a_megatron_config_read_by_both_spellings_gives_the_same_plan():
                                   from_args.training.grad_accum})
     assert cfg.plan(128) == parse_strategy(yaml).plan(128)
     assert cfg.plan(128).tp == 8 and from_args.training.grad_accum == 1536 // (1 * 1)
+    # the argument file's spelling is the config's: each argument a field, with dashes
+    from simulator.strategies.frameworks import megatron
+    assert {a.field for a in megatron.STRATEGY_FLAGS.values()} <= set(
+        megatron.MegatronConfig.model_fields)
+    assert megatron.file_key("tensor_model_parallel_size") == "--tensor-model-parallel-size"
 
 
 # --------------------------------------------------------------------------- hostile

@@ -173,8 +173,19 @@ ARGUMENT_FIELDS = (
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "recompute_granularity", "recompute_method", "recompute_num_layers")
-TRAINING_FLAGS = {"--seq-length": ("seq_len", int), "--micro-batch-size": ("micro_batch", int),
-                  "--use-flash-attn": ("flash_attention", "switch")}
+
+
+class Flag(NamedTuple):
+    """What an argument gives: a field (of the strategy or of training), and how its words
+    are parsed: ``"switch"`` (no value), ``int`` or ``str``."""
+
+    field: str
+    kind: Any
+
+
+TRAINING_FLAGS = {"--seq-length": Flag(field="seq_len", kind=int),
+                  "--micro-batch-size": Flag(field="micro_batch", kind=int),
+                  "--use-flash-attn": Flag(field="flash_attention", kind="switch")}
 MODEL_FLAGS = {"--num-layers": "layers", "--hidden-size": "hidden",
                "--num-attention-heads": "heads", "--ffn-hidden-size": "ffn_hidden",
                "--num-query-groups": "kv_heads"}
@@ -190,15 +201,15 @@ def flag(field: str) -> str:
 
 
 def _kind(field: str):
-    """How an argument's words are parsed: ``"switch"`` (no value), ``int`` or ``str``; the
-    value is checked by :class:`MegatronConfig`."""
+    """How the words of the argument of the strategy field ``field`` are parsed, from the
+    field's type (the value itself is checked by :class:`MegatronConfig`)."""
     annotation = MegatronConfig.model_fields[field].annotation
     if annotation is bool:
         return "switch"
     return int if annotation is int or int in getattr(annotation, "__args__", ()) else str
 
 
-STRATEGY_FLAGS = {flag(f): (f, _kind(f)) for f in ARGUMENT_FIELDS}
+STRATEGY_FLAGS = {flag(f): Flag(field=f, kind=_kind(f)) for f in ARGUMENT_FIELDS}
 
 
 def file_key(field: str) -> str:
@@ -292,8 +303,8 @@ def _words(name: str, values: list[str], kind, doc: Doc):
 
 def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict) -> None:
     if name in STRATEGY_FLAGS:
-        field, kind = STRATEGY_FLAGS[name]
-        out.strategy[field] = _words(name, values, kind, doc)
+        arg = STRATEGY_FLAGS[name]
+        out.strategy[arg.field] = _words(name, values, arg.kind, doc)
     elif name == "--recompute-activations":
         _words(name, values, "switch", doc)
         out.strategy.setdefault("recompute_granularity", "selective")
@@ -301,9 +312,9 @@ def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict)
         out.strategy["_layers_per_virtual_stage"] = doc.integer(
             _words(name, values, int, doc), name)
     elif name in TRAINING_FLAGS:
-        key, kind = TRAINING_FLAGS[name]
-        value = _words(name, values, kind, doc)
-        out.training[key] = value if kind == "switch" else doc.integer(value, name)
+        arg = TRAINING_FLAGS[name]
+        value = _words(name, values, arg.kind, doc)
+        out.training[arg.field] = value if arg.kind == "switch" else doc.integer(value, name)
     elif name == GLOBAL_BATCH_KEY:
         out.global_batch = doc.integer(_words(name, values, int, doc), name)
     elif name in PRECISION_FLAGS:
