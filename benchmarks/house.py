@@ -30,7 +30,7 @@ LAYERS = [
     {"(top)", "network", "topology"},
     {"collectives", "trace", "compute"},
     {"engine", "models"},
-    {"strategies", "parallel", "importers", "configs"},
+    {"strategies", "importers"},
     {"metrics", "report", "accum", "pipeline", "scenario", "trace_replay"},
     {"reliability", "compare", "study", "capacity", "planner", "validation"},
     {"cli", "__main__"},

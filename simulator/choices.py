@@ -98,7 +98,7 @@ NAMED_STRATEGIES: dict[str, NamedStrategy] = {n.key: n for n in (
     NamedStrategy("horovod", "horovod", None, "tensorflow", "Horovod (TensorFlow)"),
 )}
 DEFAULT_COMPARE_STRATEGIES = tuple(NAMED_STRATEGIES)
-# The framework strategies (simulator.parallel.frameworks), named bare or as a variant
+# The framework strategies (simulator.strategies.frameworks), named bare or as a variant
 # (framework_variant); not among the default rows.
 FRAMEWORK_STRATEGIES: dict[str, NamedStrategy] = {n.key: n for n in (
     NamedStrategy("megatron", "megatron", None, "megatron", "Megatron-LM"),

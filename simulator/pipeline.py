@@ -127,7 +127,7 @@ def _with_run_meta(trace: Trace, scn: Scenario) -> Trace:
 
 def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
                    source: str) -> Trace:
-    """A strategy with a parallel plan (:mod:`simulator.parallel`): its generator builds
+    """A strategy with a parallel plan (:mod:`simulator.strategies.parallel`): its generator builds
     the TP/SP/CP-sharded layer costs from the model itself."""
     t = scn.training
     if t.sequence_lengths is not None:

@@ -9,9 +9,9 @@ import numpy as np
 
 from simulator.engine import Job, Machine, Placement, run_jobs
 from simulator.models import load_model
-from simulator.parallel import ParallelPlan
-from simulator.parallel.frameworks.megatron import MegatronConfig
-from simulator.parallel.generate import build_parallel
+from simulator.strategies.parallel import ParallelPlan
+from simulator.strategies.frameworks.megatron import MegatronConfig
+from simulator.strategies.parallel.generate import build_parallel
 from simulator.pipeline import build_setup
 from simulator.scenario import load_scenario, resolve_scenario
 from simulator.strategies import World

@@ -18,6 +18,12 @@ MACHINE = ("engine", "network", "collectives", "trace", "cluster", "routing", "r
            "memo")
 ABOVE_MACHINE = ("cli", "capacity", "compare", "study", "reliability", "validation",
                  "strategies", "models", "importers", "pipeline", "scenario")
+# The strategies: every trace generator (data-parallel, model-parallel under parallel/, the
+# framework spellings under frameworks/) in one room, which builds on the models and the
+# Trace and knows nothing of who runs it: the wiring and the front hall import it, not the
+# other way round.
+STRATEGIES_BELOW = ("models", "trace", "errors", "inputs", "lazy", "precision", "units",
+                    "yamlio", "compute")
 
 
 def _modules() -> dict[str, Path]:
@@ -91,3 +97,11 @@ def test_no_loose_command_modules_at_the_top():
     loose = sorted(p.name for p in PACKAGE.glob("*.py")
                    if p.name.startswith(("cli", "capacity", "compare", "cost")))
     assert loose == []
+
+
+def test_the_strategies_are_one_room_that_imports_only_what_is_below_it():
+    G = _graph()
+    assert not (PACKAGE / "parallel").exists() and not (PACKAGE / "configs").exists()
+    out = sorted({b.split(".")[1] for a, b in G.edges if a.startswith("simulator.strategies")
+                  and not b.startswith("simulator.strategies")})
+    assert set(out) <= set(STRATEGIES_BELOW), out

@@ -21,8 +21,8 @@ from simulator.collectives.constants import load_constants
 from simulator.collectives.model import CollectiveModel
 from simulator.engine import JobConfig, MachineConfig, replay
 from simulator.models import load_model
-from simulator.parallel import ParallelPlan
-from simulator.parallel.moe import ExpertLoad
+from simulator.strategies.parallel import ParallelPlan
+from simulator.strategies.parallel.moe import ExpertLoad
 from simulator.pipeline import run_setup
 from simulator.topology.fabrics import single_switch
 from simulator.trace import Communicator, Op, RankClass, Trace

@@ -122,7 +122,7 @@ def test_a_tensor_parallel_replay_is_the_group_by_group_replay_bit_for_bit():
     import dataclasses
 
     from replay_helpers import assert_same_replay, plan_setup, plan_trace
-    from simulator.parallel import ParallelPlan
+    from simulator.strategies.parallel import ParallelPlan
     from simulator.pipeline import run_setup
 
     setup = plan_setup(plan_trace(ParallelPlan(tp=8, pp=2, dp_shard=2, dp_mode="fsdp"), 32),

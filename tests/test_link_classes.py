@@ -17,7 +17,7 @@ from simulator.network.maxmin import share_bandwidth_checked
 from simulator.network.orbits import LinkClasses
 from simulator.network.reduced import ClassSolver
 from simulator.network.solve import Solver
-from simulator.parallel import ParallelPlan
+from simulator.strategies.parallel import ParallelPlan
 
 from replay_helpers import plan_setup, plan_trace, replay_on
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.configs import read_config, scenario_with_config
-from simulator.configs.merge import grad_accum
+from simulator.cli.configfile import grad_accum, scenario_with_config
+from simulator.strategies.frameworks.files import read_config
 from simulator.errors import ConfigError
 from simulator.models import model_names
 from simulator.strategies import World, parse_strategy
@@ -60,7 +60,7 @@ seq_len = 1024
     assert pieces.training["micro_batch"] == 2 and pieces.local_batch == 8
     scn = scenario_with_config("quickstart", pieces, [])
     assert scn.training.micro_batch == 2 and scn.training.grad_accum == (8 // 2) * (32 // (8 * 2))
-    assert grad_accum(pieces, scn) == 8
+    assert grad_accum(pieces, 2, 2) == 8        # micro-batches of 2 over dp 2
 
 
 def test_set_wins_over_the_config(tmp_path):
@@ -135,13 +135,58 @@ def test_megatron_sizes_naming_no_catalog_model_are_ignored(tmp_path):
      "--tensor-model-parallel-size", "given twice"),
     ("--sequence-parallel yes", "--sequence-parallel", "takes no value"),
     ("--bf16 --fp16", "--fp16", "both"),
-    ("--recompute-granularity partial", "--recompute-granularity", "full, selective"),
 ])
 def test_megatron_bad_arguments_name_the_flag(tmp_path, text, field, reason):
     with pytest.raises(ConfigError) as exc:
         read_config(write(tmp_path, "bad.args", text))
     assert exc.value.field == field and reason in exc.value.reason
     assert exc.value.source.endswith("bad.args")
+
+
+@pytest.mark.parametrize("text, field, reason", [
+    ("--tensor-model-parallel-size 0", "--tensor-model-parallel-size", "greater than or equal to 1"),
+    ("--recompute-granularity partial", "--recompute-granularity", "'full' or 'selective'"),
+    ("--recompute-method block", "--recompute-method", "recompute_granularity: full"),
+    ("--tensor-model-parallel-size 3 --global-batch-size 8", "cluster.gpus", "does not divide"),
+])
+def test_megatron_values_are_checked_once_by_the_config_and_named_as_spelled(
+        tmp_path, text, field, reason):
+    # the reader only parses (a whole number, a switch); MegatronConfig checks each value,
+    # and the error names the argument in the file (a cluster field: in the scenario)
+    path = write(tmp_path, "bad.args", text)
+    pieces = read_config(path)
+    with pytest.raises(ConfigError) as exc:
+        scenario_with_config("quickstart", pieces, [])
+    assert exc.value.field == field and reason in exc.value.reason
+    assert exc.value.source.endswith("quickstart.yaml" if field == "cluster.gpus" else "bad.args")
+    # a --set of the same field wins over the file, and is named as set
+    good = scenario_with_config("quickstart", pieces, [
+        "strategy.tensor_model_parallel_size=2", "strategy.recompute_granularity=full"])
+    assert good.strategy["tensor_model_parallel_size"] == 2
+
+
+def test_a_megatron_config_read_by_both_spellings_gives_the_same_plan():
+    from simulator.cli.configfile import check_strategy
+    from simulator.scenario import load_scenario, resolve_scenario
+    pieces = read_config(CONFIGS / "gpt3_175b.args")
+    from_args = scenario_with_config("gpt3-175b-megatron-tp8-pp16-selene", pieces, [])
+    cfg = check_strategy(from_args, pieces, set())
+    yaml = {"name": "megatron", "tensor_model_parallel_size": 8,
+            "pipeline_model_parallel_size": 16, "virtual_pipeline_model_parallel_size": 2,
+            "sequence_parallel": True, "use_distributed_optimizer": True,
+            "overlap_grad_reduce": True, "overlap_param_gather": True,
+            "recompute_granularity": "selective"}
+    scn = load_scenario(resolve_scenario("gpt3-175b-megatron-tp8-pp16-selene"),
+                        [f"strategy={yaml}"])
+    assert cfg == parse_strategy({**scn.strategy, "micro_batch": 1, "grad_accum":
+                                  from_args.training.grad_accum})
+    assert cfg.plan(128) == parse_strategy(yaml).plan(128)
+    assert cfg.plan(128).tp == 8 and from_args.training.grad_accum == 1536 // (1 * 1)
+    # the argument file's spelling is the config's: each argument a field, with dashes
+    from simulator.strategies.frameworks import megatron
+    assert {a.field for a in megatron.STRATEGY_FLAGS.values()} <= set(
+        megatron.MegatronConfig.model_fields)
+    assert megatron.file_key("tensor_model_parallel_size") == "--tensor-model-parallel-size"
 
 
 # --------------------------------------------------------------------------- hostile
@@ -319,7 +364,7 @@ def test_deepspeed_refuses_zero2_and_3_under_pipeline_parallelism():
 
 
 def test_torchtitan_checkpointing_becomes_the_common_fields():
-    from simulator.parallel.frameworks.translate import has_ac_modes
+    from simulator.strategies.frameworks.translate import has_ac_modes
     full = parse_strategy({"name": "torchtitan", "activation_checkpoint": {"mode": "full"}})
     none = parse_strategy({"name": "torchtitan", "activation_checkpoint": {"mode": "none"}})
     assert full.activation_checkpointing in (True, "full")
@@ -339,7 +384,7 @@ def test_torchtitan_checkpointing_becomes_the_common_fields():
 
 
 def test_torchtitan_default_checkpointing_when_the_table_is_absent(tmp_path):
-    from simulator.parallel.frameworks.translate import has_ac_modes
+    from simulator.strategies.frameworks.translate import has_ac_modes
     p = read_config(write(tmp_path, "job.toml", "[parallelism]\ntensor_parallel_degree = 2\n"
                           "pipeline_parallel_layers_per_stage = 4\n"))
     assert "parallelism.pipeline_parallel_layers_per_stage" in p.used

@@ -7,7 +7,7 @@ import pytest
 
 from parallel_helpers import emit_with_hooks
 from simulator.models import layer_costs, load_model
-from simulator.parallel.context import (CPHooks, allgather_size_bytes, causal_pairs,
+from simulator.strategies.parallel.context import (CPHooks, allgather_size_bytes, causal_pairs,
                                         chunk_ranges, kv_block_bytes, ring_sent_bytes,
                                         ring_slices, ring_step_size_bytes)
 
@@ -17,7 +17,7 @@ BF16 = 2
 @pytest.mark.parametrize("cp,s", [(2, 16), (4, 64), (8, 4096)])
 def test_two_chunks_per_rank_cover_the_sequence_and_balance_causal_work(cp, s):
     ranges = [chunk_ranges(c, cp, s) for c in range(cp)]
-    tokens = sorted(t for pair in ranges for a, b in pair for t in range(a, b))
+    tokens = sorted(t for pair in ranges for r in pair for t in r)
     assert tokens == list(range(s))
     # chunk j of n = s / (2 cp) tokens has j n^2 + n (n + 1) / 2 causal pairs; chunks c and
     # 2 cp - 1 - c together: (2 cp - 1) n^2 + n (n + 1), the same for every rank

@@ -10,10 +10,10 @@ import pytest
 
 from simulator.errors import ConfigError
 from simulator.models import load_model
-from simulator.parallel import ParallelPlan
-from simulator.parallel.context import ring_step_size_bytes
-from simulator.parallel.frameworks.megatron import MegatronConfig
-from simulator.parallel.generate import build_parallel
+from simulator.strategies.parallel import ParallelPlan
+from simulator.strategies.parallel.context import ring_step_size_bytes
+from simulator.strategies.frameworks.megatron import MegatronConfig
+from simulator.strategies.parallel.generate import build_parallel
 from simulator.pipeline import build_setup, run_setup
 from simulator.scenario import load_scenario, resolve_scenario
 from simulator.strategies import World

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from simulator.errors import ConfigError
-from simulator.parallel import ParallelPlan
+from simulator.strategies.parallel import ParallelPlan
 from test_cli import run_main
 
 GPT = "gpt3-1.3b"          # 24 layers, 16 heads

@@ -10,11 +10,11 @@ import pytest
 
 from simulator.models import layer_costs, load_model
 from simulator.models.transformer import block_params
-from simulator.parallel import ParallelPlan
-from simulator.parallel.frameworks.megatron import MegatronConfig
-from simulator.parallel.generate import build_parallel
-from simulator.parallel.place import placement, tp_crosses_domain
-from simulator.parallel.schedules import bubble_fraction
+from simulator.strategies.parallel import ParallelPlan
+from simulator.strategies.frameworks.megatron import MegatronConfig
+from simulator.strategies.parallel.generate import build_parallel
+from simulator.strategies.parallel.place import placement, tp_crosses_domain
+from simulator.strategies.parallel.schedules import bubble_fraction
 from simulator.pipeline import build_setup, run_setup
 from simulator.scenario import load_scenario, resolve_scenario
 from simulator.strategies import World
@@ -255,6 +255,35 @@ def test_fsdp_without_a_pipeline_keeps_only_the_root_gathered():
     embed, *_, head = layer_costs(small(2), B, S, "bf16")
     kept = sum(-(-x.params // 2) * 2 * E for x in (embed, head))
     assert sum(op.mem_alloc_bytes - op.mem_free_bytes for op in trace.classes[0].ops) == kept
+
+
+def test_both_fsdp_generators_move_and_keep_what_fsdp_units_says_a_unit_weighs():
+    # the data-parallel FSDP (units by wrap policy) and FSDP inside a plan (a unit per
+    # layer) gather, reduce-scatter, all-reduce and keep the sizes of fsdp_units
+    from simulator.strategies import FSDPConfig
+    from simulator.strategies.fsdp import fsdp
+    from simulator.strategies.fsdp_units import (build_units, padded_numel, shard_numel,
+                                                 state_bytes)
+    layers = layer_costs(small(2), B, S, "bf16")
+    cfg = FSDPConfig(micro_batch=B, mesh=[2, 4])              # HSDP: 2 replicas of 4 shards
+    dp_trace = fsdp(layers, cfg, World(8, 8))
+    units = [u for u in build_units(layers, cfg.wrap)[0] if u.params]
+    by_unit = {u.name: u.params for u in units}
+    plan = trace_of(ParallelPlan(dp_replicate=2, dp_shard=4, dp_mode="fsdp"), layers=2)
+    by_layer = {x.name: int(x.params) for x in layers}
+    for trace, params, grad_bytes in ((dp_trace, by_unit, E), (plan, by_layer, 4)):
+        ops = trace.classes[0].ops
+        sizes = {(op.collective, op.layer): op.size_bytes for op in ops
+                 if op.kind == "collective"}
+        assert {k[1] for k in sizes} == set(params)
+        for name, n in params.items():
+            assert sizes[("all_gather", name)] == padded_numel(n, 4) * E
+            assert sizes[("reduce_scatter", name)] == padded_numel(n, 4) * grad_bytes
+            assert sizes[("all_reduce", name)] == shard_numel(n, 4) * grad_bytes
+    assert dp_trace.classes[0].static_memory_bytes == state_bytes(
+        sum(shard_numel(n, 4) for n in by_unit.values()), "adam")
+    assert plan.classes[0].static_memory_bytes == state_bytes(
+        shard_numel(sum(by_layer.values()), 4), "adam")
 
 
 def test_tied_embeddings_are_all_reduced_between_the_first_and_last_stage():

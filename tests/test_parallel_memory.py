@@ -9,9 +9,9 @@ import pytest
 from simulator.errors import ConfigError
 from simulator.models.spec import parse_model
 from simulator.models.transformer import block_activation_bytes
-from simulator.parallel import ParallelPlan
-from simulator.parallel import activation_memory as am
-from simulator.parallel.memory import (block_params_per_rank, in_flight, peak_rank_memory,
+from simulator.strategies.parallel import ParallelPlan
+from simulator.strategies.parallel import activation_memory as am
+from simulator.strategies.parallel.memory import (block_params_per_rank, in_flight, peak_rank_memory,
                                        rank_memory, stage_params)
 
 H, A, S, B, V, L = 64, 4, 32, 2, 1000, 8

@@ -13,7 +13,7 @@ from simulator.models import layer_costs, load_model, model_flops_per_sample, pa
 from simulator.models.moe import (expert_params, inactive_params, is_moe_block, is_moe_layer,
                                   moe_block_cost, moe_layer_count)
 from simulator.models.spec import parse_model
-from simulator.parallel.moe import (ExpertLoad, all_to_all_size_bytes, dispatch_bytes,
+from simulator.strategies.parallel.moe import (ExpertLoad, all_to_all_size_bytes, dispatch_bytes,
                                     EPHooks, ep_block_cost, ep_loads, expert_shares,
                                     leaving_bytes)
 from parallel_helpers import emit_with_hooks

@@ -6,7 +6,7 @@ import pytest
 
 from simulator.errors import ConfigError
 from simulator.models import load_model
-from simulator.parallel import ParallelPlan
+from simulator.strategies.parallel import ParallelPlan
 
 
 def test_tp_is_innermost_and_pp_outermost_by_default():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.parallel.schedules import (
+from simulator.strategies.parallel.schedules import (
     SCHEDULES, SPLIT_W, Action, bubble_fraction, check_schedule, peak_in_flight, schedule,
     stage_location, virtual_stage)
 

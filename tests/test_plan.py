@@ -12,8 +12,8 @@ from simulator.collectives.model import CollectiveModel
 from simulator.compute import ComputeModel
 from simulator.hardware import gpu_spec
 from simulator.models import load_model
-from simulator.parallel import ParallelPlan
-from simulator.parallel.schedules import bubble_fraction
+from simulator.strategies.parallel import ParallelPlan
+from simulator.strategies.parallel.schedules import bubble_fraction
 from simulator.planner import Candidate, Estimator, Limits, candidates, search
 from simulator.planner.estimate import group_ranks
 from simulator.planner.explain import mark_pareto
@@ -112,7 +112,7 @@ def test_tp_traffic_is_four_collectives_per_block_and_micro_batch(estimator):
 
 def test_cp_ring_traffic_is_the_ring_formula(estimator):
     # cp - 1 K/V exchanges forward behind 1/cp of the attention each, 2 blocks per step
-    # backward and the last hop home of dK/dV (simulator/parallel/context.py)
+    # backward and the last hop home of dK/dV (simulator/strategies/parallel/context.py)
     plan, m, mb, cp = ParallelPlan(cp=2, dp_shard=4), 2, 1, 2
     attn_f, attn_b = estimator._layer_s(mb, 1, False, cp, "none")[5]
     kv = 2 * mb * (512 // cp) * LLAMA7.kv_heads * LLAMA7.head_dim * 2
@@ -136,7 +136,7 @@ def test_alpha_beta_reproduces_the_collective_model(estimator):
 
 
 def test_memory_is_the_memory_model(estimator):
-    from simulator.parallel.memory import peak_rank_memory
+    from simulator.strategies.parallel.memory import peak_rank_memory
     plan = ParallelPlan(tp=2, dp_shard=4, sequence_parallel=True)
     e = estimator.estimate(Candidate(plan, 2, 1, "full"))
     want = peak_rank_memory(LLAMA7, plan, seq_len=512, micro_batch=2, micro_batches=1,

@@ -82,7 +82,8 @@ main(["run", "-q"])
 """)
     assert "simulator.strategies.fsdp" in loaded          # the stop is past the build
     assert present(loaded, HEAVY) == []
-    assert present(loaded, ("simulator.parallel", "simulator.strategies.tf_common",
+    assert present(loaded, ("simulator.strategies.parallel", "simulator.strategies.frameworks",
+                            "simulator.strategies.tf_common",
                             "simulator.strategies.horovod", "simulator.study",
                             "simulator.importers", "simulator.planner", "simulator.compare",
                             "simulator.capacity", "simulator.report",
@@ -117,13 +118,15 @@ print(json.dumps({"names": names, "before": before, "after": sorted(sys.modules)
     assert seen["names"] == ["ddp", "fsdp", "tf_mirrored", "tf_multiworker", "tf_ps",
                              "tf_central_storage", "horovod", "megatron", "torchtitan",
                              "deepspeed"]
-    assert present(seen["before"], ("simulator.parallel", "simulator.strategies.tf_ps",
+    assert present(seen["before"], ("simulator.strategies.parallel",
+                                    "simulator.strategies.frameworks",
+                                    "simulator.strategies.tf_ps",
                                     "simulator.strategies.horovod")) == []
     assert seen["classes"] == ["MegatronConfig", "PSConfig"]
-    assert present(seen["after"], ("simulator.parallel.frameworks.megatron",
+    assert present(seen["after"], ("simulator.strategies.frameworks.megatron",
                                    "simulator.strategies.tf_ps")) == [
-        "simulator.parallel.frameworks.megatron", "simulator.strategies.tf_ps"]
-    assert "simulator.parallel.frameworks.deepspeed" not in seen["after"]
+        "simulator.strategies.frameworks.megatron", "simulator.strategies.tf_ps"]
+    assert "simulator.strategies.frameworks.deepspeed" not in seen["after"]
 
 
 # ---- a bad input is refused before the simulation stack loads (issue 20)

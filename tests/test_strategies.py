@@ -480,20 +480,78 @@ def test_a_kernel_run_again_is_a_new_op_of_its_own_cost():
 
 
 @pytest.mark.parametrize("mem", [{}, {"mem_alloc_bytes": 7}, {"mem_free_bytes": 9}])
-def test_a_collective_by_position_is_the_op_add_makes_of_its_fields(mem):
-    """OpList.collective passes Op's fields by position: the very op OpList.add makes."""
+def test_a_collective_is_the_op_add_makes_of_its_fields(mem):
+    """OpList.collective names Op's fields: the very op OpList.add makes of them."""
     from simulator.models.ops import OpCost
     from simulator.strategies.base import OpList
-    by_fields, by_position = OpList(), OpList()
-    for ol in (by_fields, by_position):
+    by_fields, by_method = OpList(), OpList()
+    for ol in (by_fields, by_method):
         ol.kernel(OpCost("norm", "norm", 1, 1), "layers.0", "forward", 0, ())
     a = by_fields.add(stream="tp", kind="collective", collective="all_gather",
                       comm="tp.s0", size_bytes=256, deps=(0, None, 0), name="ag.x",
                       phase="forward", layer="layers.0", attrs={"micro_step": 3}, **mem)
-    b = by_position.collective("tp", "all_gather", "tp.s0", 256, (0, None, 0), "ag.x",
-                               "forward", "layers.0", {"micro_step": 3}, **mem)
-    assert a == b == 1 and by_position.ops[b] == by_fields.ops[a]
-    assert by_position.ops[b].deps == (0,) and by_position.ops[b].kind == "collective"
+    b = by_method.collective(stream="tp", collective="all_gather", comm="tp.s0",
+                             size_bytes=256, deps=(0, None, 0), name="ag.x", phase="forward",
+                             layer="layers.0", attrs={"micro_step": 3}, **mem)
+    assert a == b == 1 and by_method.ops[b] == by_fields.ops[a]
+    assert by_method.ops[b].deps == (0,) and by_method.ops[b].kind == "collective"
+
+
+def test_a_kernel_op_is_the_op_of_its_fields_by_name():
+    """OpList.kernel's op, the first time and from its template later, is the Op that
+    names each of its fields (none lands in another field whatever Op's field order)."""
+    from dataclasses import fields
+
+    from simulator.models.ops import OpCost
+    from simulator.strategies.base import OpList
+    from simulator.trace import Op
+    cost = OpCost("mlp_up", "matmul", 3e9, 5e6, m=8, n=16, k=32, precision="fp8")
+    ol = OpList()
+    first = ol.kernel(cost, "layers.1", "backward", 0, ())
+    again = ol.kernel(cost, "layers.1", "backward", 4, (first, None))
+    expected = {"id": again, "stream": "compute", "kind": "compute", "name": "mlp_up",
+                "layer": "layers.1", "phase": "backward", "flops": 3e9,
+                "bytes_accessed": 5e6, "op_class": "matmul", "duration_s": None,
+                "collective": "", "size_bytes": 0, "comm": "", "peer": -1, "deps": (first,),
+                "mem_alloc_bytes": 0, "mem_free_bytes": 0,
+                "attrs": {"micro_step": 4, "m": 8, "n": 16, "k": 32, "precision": "fp8"}}
+    assert set(expected) == {f.name for f in fields(Op)}
+    assert ol.ops[again] == Op(**expected)
+    assert ol.ops[first].attrs["micro_step"] == 0 and ol.ops[first].deps == ()
+
+
+def test_op_maker_names_fields_whatever_their_order():
+    """The typed constructor passes each value to the field of its name: the same maker
+    over a record with its fields in another order still fills each by name."""
+    from dataclasses import dataclass, field
+
+    from simulator.strategies.base import op_maker
+
+    @dataclass
+    class Forward:
+        id: int
+        kind: str
+        size_bytes: int = 0
+        peer: int = -1
+        attrs: dict = field(default_factory=dict)
+
+    @dataclass
+    class Backward:
+        attrs: dict
+        peer: int
+        size_bytes: int
+        kind: str
+        id: int = 0
+
+    for cls in (Forward, Backward):
+        make = op_maker("make", ("id", "size_bytes", "attrs"), cls=cls, kind="send", peer=3)
+        made = make(id=7, size_bytes=64, attrs={"tag": 1})
+        assert (made.id, made.kind, made.size_bytes, made.peer, made.attrs) == \
+            (7, "send", 64, 3, {"tag": 1})
+    with pytest.raises(TypeError, match="not fields"):
+        op_maker("bad", ("id", "flop"))
+    with pytest.raises(TypeError, match="no default"):
+        op_maker("bad", ("id",), stream="s")          # kind and name have none
 
 
 @pytest.mark.parametrize("data, expected", [

@@ -1,12 +1,29 @@
 """``--config FILE``: a torchtitan TOML, a DeepSpeed JSON or a Megatron argument list merged
-over the scenario (:mod:`simulator.configs`), for ``run``, ``trace``, ``compare`` and
-``plan``. What it used and ignored goes to stderr."""
+over the scenario, for ``run``, ``trace``, ``compare`` and ``plan``. The file is read by its
+framework's module (:mod:`simulator.strategies.frameworks.files`); what it used and ignored
+goes to stderr.
+
+Order, weakest first: the scenario file, then the config file (its strategy replaces the
+scenario's; its training fields and model replace the scenario's), then ``--set``. The
+merged strategy is validated once, by the framework's config, and a bad value the config
+file gave is named in that file, as the file spells it (``--tensor-model-parallel-size``).
+A global batch becomes ``training.grad_accum`` once the GPU count is known: micro-batches
+per step = global batch / (micro-batch x data-parallel ranks), the data-parallel ranks
+being those of the strategy's plan on those GPUs; a ``--set training.grad_accum`` wins.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from ..errors import ConfigError
+    from ..scenario import Scenario
+    from ..strategies import CommonConfig
+    from ..strategies.frameworks.pieces import ConfigPieces
 
 CONFIG_HELP = ("A framework's own config: a torchtitan TOML (.toml), a DeepSpeed JSON (.json) "
                "or a Megatron-LM argument list (any other name), merged over the scenario; "
@@ -33,10 +50,104 @@ def load_pieces(path, sets: list[str], config: Path | None, fmt: str | None):
     from ..scenario import load_scenario
     if config is None:
         return load_scenario(path, sets), None
-    from ..configs import read_config, scenario_with_config
+    from ..strategies.frameworks.files import read_config
     pieces = read_config(config, fmt)
     scn = scenario_with_config(path, pieces, sets)
     click.echo(pieces.summary(), err=True)
     if pieces.model_note:
         click.echo(f"{pieces.source}: {pieces.model_note} ({scn.model})", err=True)
     return scn, pieces
+
+
+def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Scenario:
+    """The scenario ``scenario`` (a file or shipped name) with ``pieces`` over it and
+    ``sets`` over both."""
+    from ..errors import ConfigError
+    from ..scenario import apply_sets, resolve_scenario, scenario_from_dict
+    from ..yamlio import read_yaml
+    path = resolve_scenario(scenario)
+    source = str(path)
+    data = read_yaml(path, "scenario file")
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping", source=source)
+    data["strategy"] = dict(pieces.strategy)
+    training = data.get("training") if isinstance(data.get("training"), dict) else {}
+    data["training"] = {**training, **pieces.training}
+    if pieces.model:
+        data["model"] = pieces.model
+    data = apply_sets(data, sets, source)
+    scn = scenario_from_dict(data, source)
+    set_keys = {s.partition("=")[0].strip() for s in sets}
+    cfg = check_strategy(scn, pieces, set_keys)
+    if "training.grad_accum" not in set_keys and (pieces.global_batch is not None
+                                                  or pieces.local_batch is not None):
+        dp = data_parallel_ranks(cfg, scn, pieces, set_keys)
+        accum = grad_accum(pieces, scn.training.micro_batch, dp)
+        scn = scn.model_copy(update={"training": scn.training.model_copy(
+            update={"grad_accum": accum})})
+    return scn
+
+
+def check_strategy(scn: Scenario, pieces: ConfigPieces, set_keys: set[str]) -> CommonConfig:
+    """The merged strategy validated (the one validation of its values), or the error
+    named where the value came from (:func:`_named`)."""
+    from ..errors import ConfigError
+    from ..pipeline import strategy_dict
+    from ..strategies import parse_strategy
+    try:
+        return parse_strategy(strategy_dict(scn))
+    except ConfigError as exc:
+        raise _named(exc, scn, pieces, set_keys) from None
+
+
+def _named(exc: ConfigError, scn: Scenario, pieces: ConfigPieces,
+           set_keys: set[str]) -> ConfigError:
+    """``exc`` placed in the config file under the file's spelling when it names a
+    strategy field the file gave, else in the scenario (a ``--set`` key, a cluster field)."""
+    from ..errors import ConfigError
+    from ..strategies.frameworks.files import file_key
+    field = exc.field or ""
+    if not field.startswith("strategy.") or any(
+            field == k or field.startswith(k + ".") for k in set_keys):
+        return exc.located(scn.source)
+    return ConfigError(exc.reason, source=pieces.source,
+                       field=file_key(pieces.framework, field.removeprefix("strategy.")))
+
+
+def data_parallel_ranks(cfg: CommonConfig, scn: Scenario, pieces: ConfigPieces,
+                        set_keys: set[str]) -> int:
+    """The data-parallel ranks of the strategy's plan on the GPUs of ``scn``."""
+    from ..errors import ConfigError
+    from ..topology.build import scenario_graph
+    G = scenario_graph(scn)
+    gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+    try:
+        return cfg.plan(gpus).dp
+    except ConfigError as exc:
+        raise _named(exc, scn, pieces, set_keys) from None
+
+
+def grad_accum(pieces: ConfigPieces, micro: int, dp: int) -> int:
+    """Micro-batches per step from the config's global (and local) batch, with micro-batches
+    of ``micro`` samples over ``dp`` data-parallel ranks."""
+    from ..errors import ConfigError
+    from ..strategies.frameworks.files import global_batch_key
+    key = global_batch_key(pieces.framework)
+    per_rank = pieces.local_batch or micro
+    steps = 1
+    if pieces.global_batch is not None:
+        steps, rest = divmod(pieces.global_batch, per_rank * dp)
+        if rest or steps < 1:
+            raise ConfigError(f"global batch {pieces.global_batch} is not a multiple of "
+                              f"{per_rank} samples x {dp} data-parallel ranks",
+                              source=pieces.source, field=key)
+    if per_rank % micro:
+        raise ConfigError(f"local batch {per_rank} is not a multiple of the micro-batch "
+                          f"{micro}", source=pieces.source, field=key)
+    accum = steps * (per_rank // micro)
+    told = pieces.training.get("grad_accum")
+    if told is not None and told != accum:
+        raise ConfigError(f"{pieces.global_batch} samples = {micro} x {told} micro-batches x "
+                          f"{dp} ranks does not hold ({micro * told * dp})",
+                          source=pieces.source, field=key)
+    return accum

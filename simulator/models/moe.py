@@ -10,7 +10,7 @@ MLP half, for the ``t`` tokens of the rank:
   ``t k h`` and the ``t k`` indices), the buffer the all-to-all dispatch sends;
 * ``moe_expert_*``: the grouped GEMMs of the rank's ``local_experts`` experts over the
   ``expert_tokens`` token copies they receive (``t k`` on one rank holding every expert;
-  under expert parallelism the busiest EP rank's load, :mod:`simulator.parallel.moe`),
+  under expert parallelism the busiest EP rank's load, :mod:`simulator.strategies.parallel.moe`),
   each expert an MLP of ``moe_ffn_hidden`` (the model's ``mlp`` kind, no biases), weights
   read once per expert;
 * ``moe_unpermute``: the ``k`` expert outputs of a token weighted by their router

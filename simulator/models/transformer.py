@@ -30,7 +30,7 @@ the unsharded costs): Megatron-LM's column/row-parallel split (Shoeybi et al. 20
 dropouts outside the split run on every token of the rank, or on ``1 / tp`` of them with
 sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198). With ``cp`` a rank holds
 ``s / cp`` tokens of each sequence whose queries attend to all ``s`` keys. The
-communication between the shards is the trace generator's (:mod:`simulator.parallel`).
+communication between the shards is the trace generator's (:mod:`simulator.strategies.parallel`).
 """
 
 from __future__ import annotations

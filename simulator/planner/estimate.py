@@ -7,7 +7,7 @@ before it replays the best ones.
   (full: every block's forward again; selective: the attention core's), times the
   micro-batches;
 * bubble: ``f / (1 - f)`` of that, ``f`` the schedule's published idle share
-  (:func:`~simulator.parallel.schedules.bubble_fraction`);
+  (:func:`~simulator.strategies.parallel.schedules.bubble_fraction`);
 * exposed communication from the collective model's alpha-beta time
   (:meth:`~simulator.collectives.model.CollectiveModel.plan`, ``predicted_s``: the time
   alone on the fabric) on the candidate's real groups: TP/SP collectives (4 per block and
@@ -17,7 +17,7 @@ before it replays the best ones.
   distributed optimizer once per step, behind one micro-batch's backward);
 * context parallelism's K/V traffic beyond the attention it overlaps
   (:meth:`Estimator._cp_block`);
-* memory: :func:`simulator.parallel.memory.peak_rank_memory` (Korthikanti et al. 2022).
+* memory: :func:`simulator.strategies.parallel.memory.peak_rank_memory` (Korthikanti et al. 2022).
 
 It ranks candidates; the replay decides (``clustersim plan`` prints both).
 """
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
 from ..models import ModelSpec, layer_costs
-from ..parallel.memory import peak_rank_memory, stage_params
-from ..parallel.plan import ParallelPlan
-from ..parallel.schedules import bubble_fraction
+from ..strategies.parallel.memory import peak_rank_memory, stage_params
+from ..strategies.parallel.plan import ParallelPlan
+from ..strategies.parallel.schedules import bubble_fraction
 from ..precision import precision_bytes, storage_dtype
 from .space import Candidate
 
@@ -139,7 +139,7 @@ class Estimator:
         return c.micro_batches * blocks * per_block
 
     def _cp_block(self, c: Candidate, attn_fwd_s: float, attn_bwd_s: float) -> float:
-        """Exposed K/V traffic of one block and micro-batch (``simulator/parallel/context.py``):
+        """Exposed K/V traffic of one block and micro-batch (``simulator/strategies/parallel/context.py``):
         ring: ``cp - 1`` block exchanges forward, each behind a ``1/cp`` share of the
         attention, and ``2 cp - 1`` blocks backward; allgather: an all-gather of the whole
         sequence's K/V and a reduce-scatter of their gradients, not hidden."""

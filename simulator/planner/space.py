@@ -1,7 +1,7 @@
 """The candidate space of ``clustersim plan``: every parallel plan, micro-batch and
 checkpointing mode a model and a cluster allow.
 
-A candidate is a :class:`~simulator.parallel.plan.ParallelPlan` (tp, pp, vp and schedule,
+A candidate is a :class:`~simulator.strategies.parallel.plan.ParallelPlan` (tp, pp, vp and schedule,
 cp, dp_replicate x dp_shard and the data-parallel mode) plus the micro-batch and the
 activation checkpointing mode; its micro-batches per step follow from the global batch
 (``global_batch / (micro_batch x dp)``, whole). Only plans the model can run are listed
@@ -16,8 +16,8 @@ from typing import Iterator
 
 from ..errors import ConfigError
 from ..models import ModelSpec
-from ..parallel.frameworks.translate import has_ac_modes
-from ..parallel.plan import ParallelPlan
+from ..strategies.frameworks.translate import has_ac_modes
+from ..strategies.parallel.plan import ParallelPlan
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Candidate:
 def model_parallel_available() -> bool:
     """Whether this build replays tp/pp/cp plans (the model-parallel generator)."""
     try:
-        from ..parallel import generate  # noqa: F401
+        from ..strategies.parallel import generate  # noqa: F401
     except ImportError:
         return False
     return True

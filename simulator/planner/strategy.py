@@ -4,7 +4,7 @@ HSDP / DDP (with TP, PP, CP), Megatron-LM for the distributed optimizer (zero1).
 
 from __future__ import annotations
 
-from ..parallel.frameworks.translate import pure_data_parallel
+from ..strategies.frameworks.translate import pure_data_parallel
 from ..strategies import STRATEGIES
 from .space import Candidate, model_parallel_available
 

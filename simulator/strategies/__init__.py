@@ -65,14 +65,14 @@ def _load(name: str) -> Strategy:
     elif name == "horovod":
         from .horovod import HorovodConfig as config, horovod as build
     elif name == "megatron":
-        from simulator.parallel.frameworks.megatron import MegatronConfig as config
-        from simulator.parallel.generate import build_planned as build
+        from .frameworks.megatron import MegatronConfig as config
+        from .parallel.generate import build_planned as build
     elif name == "torchtitan":
-        from simulator.parallel.frameworks.torchtitan import TorchtitanConfig as config
-        from simulator.parallel.frameworks.torchtitan import torchtitan as build
+        from .frameworks.torchtitan import TorchtitanConfig as config
+        from .frameworks.torchtitan import torchtitan as build
     elif name == "deepspeed":
-        from simulator.parallel.frameworks.deepspeed import DeepSpeedConfig as config
-        from simulator.parallel.frameworks.deepspeed import deepspeed as build
+        from .frameworks.deepspeed import DeepSpeedConfig as config
+        from .frameworks.deepspeed import deepspeed as build
     else:
         raise KeyError(name)
     return Strategy(name, _DEFERRED[name], config, build)

@@ -15,8 +15,8 @@ Memory conventions (bytes per parameter, ZeRO arXiv:1910.02054 §3.1):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from dataclasses import MISSING, dataclass, fields
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
 
 OPT_MOMENT_BYTES = {"adam": 8, "sgd": 4}     # fp32 optimizer state without master weights
 MASTER_BYTES = 4                             # fp32 master weights of a 16-bit model
+FP32 = 4                                     # bytes of an fp32 value
 CLASS_ID = "all"
 
 OptimizerImpl = Literal["foreach", "fused"]   # the kernels of a GPU step (optim.py)
@@ -138,19 +139,72 @@ def ceil_div(a: int, b: int) -> int:
 
 
 # ------------------------------------------------------------------------ op emission
+def op_maker(name: str, params: tuple[str, ...], cls: type = Op, **fixed: Any) -> Callable:
+    """A typed constructor of Ops (of any dataclass ``cls``): a function ``name`` whose
+    parameters are the fields ``params`` (to be called by keyword), with the fields
+    ``fixed`` set to the values given here and every other field to its default.
+
+    Why not ``Op(field=...)``: CPython 3.11 packs the keywords of a call to a class into a
+    dict, once per op, and a rank class builds an op per kernel it runs. The generated
+    function passes Op's fields in the order :func:`dataclasses.fields` gives them (as the
+    dataclass's own ``__init__`` is generated), so no reordering of Op's fields can put a
+    value in another field, as it could where the fields were written out by position."""
+    names = {f.name for f in fields(cls)}
+    unknown = (set(params) | set(fixed)) - names
+    if unknown or set(params) & set(fixed):
+        raise TypeError(f"op_maker {name}: {sorted(unknown) or sorted(set(params) & set(fixed))}"
+                        f" not fields of {cls.__name__}, or given twice")
+    namespace: dict[str, Any] = {"_cls": cls}
+    args = []
+    for f in fields(cls):
+        if f.name in params:
+            args.append(f.name)
+        elif f.name in fixed or f.default is not MISSING:
+            namespace[f"_{f.name}"] = fixed[f.name] if f.name in fixed else f.default
+            args.append(f"_{f.name}")
+        elif f.default_factory is not MISSING:
+            namespace[f"_{f.name}"] = f.default_factory
+            args.append(f"_{f.name}()")
+        else:
+            raise TypeError(f"op_maker {name}: field {f.name!r} has no default; give it")
+    exec(f"def {name}({', '.join(params)}):\n    return _cls({', '.join(args)})\n", namespace)
+    return namespace[name]
+
+
+_compute_op = op_maker("compute_op", ("id", "name", "layer", "phase", "flops",
+                                      "bytes_accessed", "op_class", "deps", "attrs"),
+                       stream="compute", kind="compute")
+_collective_op = op_maker("collective_op", ("id", "stream", "name", "layer", "phase",
+                                            "collective", "size_bytes", "comm", "deps",
+                                            "mem_alloc_bytes", "mem_free_bytes", "attrs"),
+                          kind="collective")
+
+
+@dataclass(frozen=True, slots=True)
+class _Kernel:
+    """What every compute op of one kernel of one layer in one phase shares (its other
+    fields are the op's id, deps and micro-step). ``cost`` is kept so that no other
+    object takes its id while the entry lives."""
+
+    cost: Any
+    name: str
+    flops: float
+    bytes_accessed: float
+    op_class: str
+    attrs: dict          # {"micro_step": 0, m, n, k...}: the keys of every such op
+
+
 class OpList:
     """Ops of one rank class, numbered in issue order."""
 
     def __init__(self):
         self.ops: list[Op] = []
-        # (id(cost), layer, phase) -> (cost, fields, shape attrs) of :meth:`kernel`; the
-        # cost is kept so that no other object takes its id while the entry lives
-        self._kernels: dict[tuple, tuple] = {}
+        self._kernels: dict[tuple, _Kernel] = {}     # (id(cost), layer, phase) -> template
 
     def add(self, *, deps=(), **fields: Any) -> int:
         """A new op of these ``fields`` (Op's), numbered next (:func:`_dep_ids`)."""
         n = len(self.ops)
-        self.ops.append(Op(n, deps=_dep_ids(deps), **fields))
+        self.ops.append(Op(id=n, deps=_dep_ids(deps), **fields))
         return n
 
     def kernel(self, cost, layer: str, phase: str, micro: int, deps: tuple) -> int:
@@ -158,31 +212,32 @@ class OpList:
         than ``deps`` and the micro-step are the same each time that kernel of that layer
         runs in that phase: they are built once (a rank class runs each many times)."""
         key = (id(cost), layer, phase)
-        known = self._kernels.get(key)
-        if known is None:
-            # Op's fields from ``stream`` to ``peer``, in order (passed by position, the
-            # rest too: a kernel op is made tens of thousands of times per class)
-            known = self._kernels[key] = (cost, (
-                "compute", "compute", cost.name, layer, phase, float(cost.flops),
-                float(cost.bytes_accessed), cost.op_class, None, "", 0, "", -1),
-                {"micro_step": 0, **_shape_attrs(cost)})
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernels[key] = _Kernel(
+                cost=cost, name=cost.name, flops=float(cost.flops),
+                bytes_accessed=float(cost.bytes_accessed), op_class=cost.op_class,
+                attrs={"micro_step": 0, **_shape_attrs(cost)})
         n = len(self.ops)
-        attrs = known[2].copy()         # {"micro_step": micro, m, n, k...}: the same keys
-        attrs["micro_step"] = micro     # in the same order, copied rather than merged
-        self.ops.append(Op(n, *known[1], _dep_ids(deps), 0, 0, attrs))
+        attrs = k.attrs.copy()          # the same keys in the same order, copied rather
+        attrs["micro_step"] = micro     # than merged
+        self.ops.append(_compute_op(id=n, name=k.name, layer=layer, phase=phase,
+                                    flops=k.flops, bytes_accessed=k.bytes_accessed,
+                                    op_class=k.op_class, deps=_dep_ids(deps), attrs=attrs))
         return n
 
-    def collective(self, stream: str, kind: str, comm: str, size_bytes: int, deps,
+    def collective(self, *, stream: str, collective: str, comm: str, size_bytes: int, deps,
                    name: str, phase: str, layer: str, attrs: dict, mem_alloc_bytes: int = 0,
                    mem_free_bytes: int = 0) -> int:
-        """A new ``collective`` op (``kind``: all_gather...; ``comm``: the communicator's
-        id), numbered next: what :meth:`add` makes of these fields, its fields passed by
-        position (a parallel plan issues tens of thousands of TP collectives per class)."""
+        """A new ``collective`` op (``collective``: all_gather...; ``comm``: the
+        communicator's id), numbered next: what :meth:`add` makes of these fields, without
+        its ``**fields`` mapping."""
         n = len(self.ops)
-        # Op's fields from ``id`` to ``attrs``, in order
-        self.ops.append(Op(n, stream, "collective", name, layer, phase, 0.0, 0.0, "", None,
-                           kind, size_bytes, comm, -1, _dep_ids(deps), mem_alloc_bytes,
-                           mem_free_bytes, attrs))
+        self.ops.append(_collective_op(id=n, stream=stream, name=name, layer=layer,
+                                       phase=phase, collective=collective,
+                                       size_bytes=size_bytes, comm=comm, deps=_dep_ids(deps),
+                                       mem_alloc_bytes=mem_alloc_bytes,
+                                       mem_free_bytes=mem_free_bytes, attrs=attrs))
         return n
 
     def last_on(self, stream: str) -> int | None:
@@ -285,8 +340,24 @@ def _offload_copy(ol: OpList, layer, phase: str, micro: int, direction: str, dep
                                            "activation_offload": True})
 
 
+class Span(NamedTuple):
+    """The ops a layer's forward emitted: its first and its last."""
+
+    first: int
+    last: int
+
+
+class BackwardSpan(NamedTuple):
+    """The ops a layer's backward emitted: its first (a host copy or the recompute, when
+    there is one), its first backward kernel and its last."""
+
+    first: int
+    first_backward: int
+    last: int
+
+
 def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
-                 hooks: OpHooks | None = None) -> tuple[int, int]:
+                 hooks: OpHooks | None = None) -> Span:
     """Forward ops of a layer. Its saved activations appear op by op (:func:`spread`); a
     checkpointed layer keeps only its output after the last op, and with
     ``activation_offload`` not even that: it goes to host memory."""
@@ -299,17 +370,16 @@ def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
         if cfg.activation_offload and plan.full:
             ids.append(_offload_copy(ol, layer, "forward", micro, "d2h"))
             ol.free(ids[-1], min(layer.output_bytes, layer.activation_bytes))
-    return ids[0], ids[-1]
+    return Span(first=ids[0], last=ids[-1])
 
 
 def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
-                  grad_bytes: int = 0, hooks: OpHooks | None = None) -> tuple[int, int, int]:
+                  grad_bytes: int = 0, hooks: OpHooks | None = None) -> BackwardSpan:
     """(Recompute +) backward ops of a layer. Recomputed activations appear op by op, the
     saved ones die op by op as backward consumes them, and ``grad_bytes`` of (unsharded)
     gradients appear op by op as autograd produces them (:func:`spread`). A whole
     recomputed block materialises all its activations again (its kept output too, a
-    second copy); a partly recomputed one only what its forward freed.
-    Returns (first op, first backward op, last op)."""
+    second copy); a partly recomputed one only what its forward freed."""
     held = layer.activation_bytes
     first = None
     plan = recompute_plan(layer, cfg)
@@ -332,7 +402,8 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
                       dispatch_s(cfg, "backward"))
     spread(ol, ids, grad_bytes, "alloc")
     spread(ol, ids, held, "free")
-    return (ids[0] if first is None else first), ids[0], ids[-1]
+    return BackwardSpan(first=ids[0] if first is None else first, first_backward=ids[0],
+                        last=ids[-1])
 
 
 def check_layers(layers) -> int:

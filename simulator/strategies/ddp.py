@@ -35,7 +35,7 @@ from simulator.trace import Communicator, RankClass, Trace
 from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList,
                    World, build_meta, check_layers, emit_backward, emit_forward)
 from .clipping import emit_clip
-from .grads import GradReady, last_backward, named_weights, tensors
+from .grads import GradReady, Tensor, last_backward, named_weights, tensors
 from .optim import emit_optimizer
 
 MIB = 1 << 20
@@ -76,16 +76,16 @@ class Bucket:
                                      # (:class:`~.grads.GradReady` position)
 
 
-def grad_tensors(layer) -> list[tuple[int, int]]:
-    """``(position, params)`` of ``layer``'s gradient tensors (positions as
-    :class:`~.grads.GradReady` reports them) in the order backward completes them: by the
-    last backward kernel naming each weight, reverse forward order where none does; a layer
-    whose kernels name no weight is one tensor, position 0."""
-    names = [w for w, _ in named_weights(layer) or ()]
+def grad_tensors(layer) -> list[Tensor]:
+    """``layer``'s gradient tensors (positions as :class:`~.grads.GradReady` reports them)
+    in the order backward completes them: by the last backward kernel naming each weight,
+    reverse forward order where none does; a layer whose kernels name no weight is one
+    tensor, position 0."""
+    names = [w.name for w in named_weights(layer) or ()]
     done = last_backward(layer)
     end = len(layer.backward)
     return sorted(reversed(tensors(layer)),
-                  key=lambda t: done.get(names[t[0]], end) if names else end)
+                  key=lambda t: done.get(names[t.position], end) if names else end)
 
 
 def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) -> list[Bucket]:
@@ -95,8 +95,9 @@ def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) ->
     size, names, last = 0, [], -1
     pos = 0
     for idx in reversed(range(len(layers))):
-        for pos, params in grad_tensors(layers[idx]):
-            size, last = size + params * grad_bytes, idx
+        for tensor in grad_tensors(layers[idx]):
+            pos = tensor.position
+            size, last = size + tensor.params * grad_bytes, idx
             if not names or names[-1] != layers[idx].name:
                 names.append(layers[idx].name)
             if size >= (first_bytes if not buckets else cap_bytes):
@@ -132,8 +133,7 @@ def _micro_step(ol: OpList, layers, cfg: DDPConfig, micro: int, ready: dict) -> 
                 _launch(ol, layer, b, op_id, micro)
 
         hooks = GradReady(layer, on_grad)
-        _, _, last = emit_backward(ol, layer, cfg, micro, hooks=hooks)
-        hooks.finish(last)
+        hooks.finish(emit_backward(ol, layer, cfg, micro, hooks=hooks).last)
 
 
 def ddp(layers, cfg: DDPConfig, world: World, *, model: str = "", tokens_per_sample: int = 0,

@@ -32,6 +32,19 @@ with cpu_offload. Gathered params (``param_dtype``) live from all-gather start t
 unsharded gradients appear op by op as the unit's backward kernels produce them (split by
 each layer's parameters) and live until its reduce-scatter; activations appear and die op
 by op (``base.spread``).
+
+This is FSDP for a job that is data parallelism only (``strategy: fsdp``, and torchtitan's
+and DeepSpeed ZeRO-3's pure data-parallel plans, :mod:`.frameworks.translate`). FSDP inside
+a parallel plan (TP, PP, CP: ``dp_mode: fsdp``) is :mod:`.parallel.dp`'s. The two share
+what a unit weighs (:mod:`.fsdp_units`: the padded flat parameter an all-gather and a
+reduce-scatter move, the shard an HSDP all-reduce moves, the 16 bytes of static state per
+sharded parameter) and the memory conventions above; they model different schedules. Here:
+units by wrap policy with one root unit of every unwrapped layer, the FSDP1 shardings and
+FSDP2 meshes (partial resharding included), per-process-group NCCL stream order, the
+prefetch options and the rate limiter, FSDP2's copy kernels, CPU offload, and padding per
+unit. There: a unit per layer of the stage's chunks, the embedding and the head each
+unsharded for the whole step, one layer of prefetch, and under a pipeline a unit gathered
+at its first forward and reduce-scattered once, after its last backward.
 """
 
 from __future__ import annotations
@@ -40,25 +53,24 @@ from functools import cached_property
 
 from simulator.trace import Communicator, RankClass, Trace
 
-from .base import (CLASS_ID, OPT_MOMENT_BYTES, OpList, World, build_meta, ceil_div,
-                   check_layers, emit_backward, emit_forward)
+from .base import (CLASS_ID, FP32, OpList, World, build_meta, ceil_div, check_layers,
+                   emit_backward, emit_forward)
 from .clipping import emit_clip
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
 from .fsdp_copies import before_reduce, first_dep
 from .fsdp_submodule import backward_layers, forward_layers
-from .fsdp_units import SUB, Unit, build_units, segments
+from .fsdp_units import (SUB, Segment, Unit, Units, build_units, padded_numel, segments,
+                         shard_numel, state_bytes)
 from .optim import emit_optimizer
-
-FP32 = 4
 
 
 class _Schedule:
     """Emits one class's ops; keeps what is gathered, the free queue, NCCL issue order."""
 
-    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units, unit_of, sub=None):
-        self.layers, self.cfg, self.plan, self.units = layers, cfg, plan, units
-        self.sub = sub or {}                        # (layer, weight) -> per-kernel unit
-        self.segs, self.unit_of = segments(unit_of), unit_of
+    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units: Units):
+        self.layers, self.cfg, self.plan, self.units = layers, cfg, plan, units.units
+        self.sub = units.sub                        # (layer, weight) -> per-kernel unit
+        self.segs, self.unit_of = segments(units.unit_of), units.unit_of
         self.ol = OpList()
         self.wb, self.rb = cfg.weight_bytes(), cfg.grad_reduce_bytes()
         self.gathered: dict[int, int | None] = {}   # unit -> op compute waits for
@@ -71,10 +83,10 @@ class _Schedule:
 
     # ------------------------------------------------------------------ sizes
     def shard_params(self, u: Unit) -> int:
-        return ceil_div(u.params, self.plan.shard)
+        return shard_numel(u.params, self.plan.shard)
 
     def padded(self, u: Unit) -> int:
-        return self.shard_params(u) * self.plan.shard
+        return padded_numel(u.params, self.plan.shard)
 
     def grad_bytes(self, u: Unit, li: int, first: bool) -> int:
         """The unsharded gradient bytes layer ``li`` of unit ``u`` produces: the unit's
@@ -100,9 +112,9 @@ class _Schedule:
         return {u.index: self.padded(u) * self.wb - shared.get(u.index, 0)
                 for u in self.units if u.params}
 
-    def unit_at(self, si: int, segs) -> Unit | None:
+    def unit_at(self, si: int, segs: list[Segment]) -> Unit | None:
         """The unit of segment ``si`` (None past the end or for per-kernel units)."""
-        return self.units[segs[si][0]] if si < len(segs) and segs[si][0] != SUB else None
+        return self.units[segs[si].unit] if si < len(segs) and segs[si].unit != SUB else None
 
     def needs_gather(self, u: Unit | None) -> bool:
         resident = self.plan.shard == 1 and not self.cfg.cpu_offload
@@ -112,8 +124,9 @@ class _Schedule:
     def collective(self, kind: str, stream: str, comm: str, size: int, deps, name: str,
                    micro: int, phase: str, **mem) -> int:
         deps = [*deps, self.pg_last.get(comm)]
-        op = self.ol.collective(stream, kind, comm, int(size), deps, f"{kind}.{name}", phase,
-                                name, {"micro_step": micro}, **mem)
+        op = self.ol.collective(stream=stream, collective=kind, comm=comm, size_bytes=int(size),
+                                deps=deps, name=f"{kind}.{name}", phase=phase, layer=name,
+                                attrs={"micro_step": micro}, **mem)
         self.pg_last[comm] = op
         return op
 
@@ -184,8 +197,9 @@ class _Schedule:
 
     # ------------------------------------------------------------------ passes
     def forward(self, micro: int) -> None:
-        last_seg = {u: i for i, (u, _) in enumerate(self.segs)}
-        for si, (ui, lids) in enumerate(self.segs):
+        last_seg = {seg.unit: i for i, seg in enumerate(self.segs)}
+        for si, seg in enumerate(self.segs):
+            ui, lids = seg.unit, seg.layers
             if ui == SUB:
                 forward_layers(self, lids, micro)
                 continue
@@ -197,18 +211,19 @@ class _Schedule:
                 self.unshard(nxt, micro, "forward")
             for j, li in enumerate(lids):
                 deps = (first_dep(self, unit, micro, "forward"),) if j == 0 else ()
-                _, last = emit_forward(self.ol, self.layers[li], self.cfg, micro, deps)
+                last = emit_forward(self.ol, self.layers[li], self.cfg, micro, deps).last
             if si == last_seg[ui]:
                 self.reshard_after_forward(unit, last)
 
     def backward(self, micro: int) -> None:
         segs = self.segs[::-1]
         first_seg, last_seg = {}, {}
-        for i, (u, _) in enumerate(segs):
-            first_seg.setdefault(u, i)
-            last_seg[u] = i
+        for i, seg in enumerate(segs):
+            first_seg.setdefault(seg.unit, i)
+            last_seg[seg.unit] = i
         grads_dynamic = self.plan.shard > 1 or self.cfg.cpu_offload
-        for si, (ui, lids) in enumerate(segs):
+        for si, seg in enumerate(segs):
+            ui, lids = seg.unit, seg.layers
             if ui == SUB:
                 backward_layers(self, lids, micro)
                 continue
@@ -222,8 +237,8 @@ class _Schedule:
             for j, li in enumerate(reversed(lids)):
                 deps = (first_dep(self, unit, micro, "backward"),) if j == 0 else ()
                 grad = self.grad_bytes(unit, li, first and j == 0) if grads_dynamic else 0
-                _, _, last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps,
-                                           grad_bytes=grad)
+                last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps,
+                                     grad_bytes=grad).last
             if si == last_seg[ui]:
                 self.post_backward(unit, last, nxt, micro)
 
@@ -260,8 +275,8 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
     gradients would cost a full gradient replica)."""
     check_layers(layers)
     plan = resolve_plan(cfg, world)
-    units, unit_of, sub = build_units(layers, cfg.wrap)
-    sched = _Schedule(layers, cfg, plan, units, unit_of, sub)
+    sched = _Schedule(layers, cfg, plan, build_units(layers, cfg.wrap))
+    units = sched.units
     for micro in range(cfg.grad_accum):
         sched.forward(micro)
         sched.backward(micro)
@@ -273,7 +288,7 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
                           "post_backward")]
     emit_optimizer(ol, cfg, per_rank, deps=ends,
                    cpu_bytes_per_s=cfg.cpu_adam_bytes_per_s if cfg.cpu_offload else None)
-    static = 0 if cfg.cpu_offload else per_rank * (FP32 + FP32 + OPT_MOMENT_BYTES[cfg.optimizer])
+    static = 0 if cfg.cpu_offload else state_bytes(per_rank, cfg.optimizer)
     meta = build_meta(layers, cfg, world, strategy="fsdp", model=model,
                       tokens_per_sample=tokens_per_sample,
                       model_flops_per_sample=model_flops_per_sample,

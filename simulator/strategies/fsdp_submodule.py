@@ -26,7 +26,7 @@ class _KernelUnits(OpHooks):
     def __init__(self, sched, li: int, micro: int):
         self.sched, self.li, self.micro = sched, li, micro
         layer = sched.layers[li]
-        self.weights = [w for w, _ in named_weights(layer) or ()]
+        self.weights = [w.name for w in named_weights(layer) or ()]
         self.grads = GradReady(layer, self.reduce)
 
     def unit(self, weight: str):
@@ -65,5 +65,5 @@ def forward_layers(sched, lids: list[int], micro: int) -> None:
 def backward_layers(sched, lids: list[int], micro: int) -> None:
     for li in reversed(lids):
         hooks = _KernelUnits(sched, li, micro)
-        _, _, last = emit_backward(sched.ol, sched.layers[li], sched.cfg, micro, hooks=hooks)
-        hooks.grads.finish(last)
+        hooks.grads.finish(emit_backward(sched.ol, sched.layers[li], sched.cfg, micro,
+                                         hooks=hooks).last)

@@ -1,13 +1,41 @@
 """FSDP units: which layers (or, with ``wrap: submodule``, which kernels' weights) are
-gathered, resharded and reduced together (see :mod:`simulator.strategies.fsdp`)."""
+gathered, resharded and reduced together (see :mod:`simulator.strategies.fsdp`), and what
+a unit weighs: its flat parameter padded to equal shards and the state a rank keeps of it.
+
+The sizes are the one FSDP arithmetic of both FSDP generators: the data-parallel one
+(:mod:`.fsdp`, units by wrap policy) and FSDP under a pipeline (``dp_mode: fsdp`` of
+:mod:`.parallel.dp`, a unit per layer): an all-gather and a reduce-scatter move
+:func:`padded_numel` elements of a unit, an HSDP all-reduce :func:`shard_numel`, and a
+rank's static state is :func:`state_bytes` of its shards.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from simulator.errors import ConfigError
 
+from .base import FP32, OPT_MOMENT_BYTES, ceil_div
 from .grads import named_weights
+
+
+def shard_numel(params: int, shard: int) -> int:
+    """A rank's shard of a unit of ``params`` parameters over ``shard`` ranks (FSDP pads the
+    flat parameter to equal shards)."""
+    return ceil_div(params, shard)
+
+
+def padded_numel(params: int, shard: int) -> int:
+    """A unit's flat parameter padded to ``shard`` equal shards: the elements an all-gather
+    gathers and a reduce-scatter reduces."""
+    return ceil_div(params, shard) * shard
+
+
+def state_bytes(shard_params: int, optimizer: str) -> int:
+    """Static bytes of ``shard_params`` sharded parameters: the fp32 flat parameter (the
+    master copy), its fp32 gradient and the optimizer moments (16 for Adam)."""
+    return shard_params * (FP32 + FP32 + OPT_MOMENT_BYTES[optimizer])
 
 
 @dataclass(frozen=True)
@@ -21,9 +49,23 @@ class Unit:
 SUB = -1      # unit_of for a layer whose units are its parametrized kernels (wrap: submodule)
 
 
-def build_units(layers, wrap: str) -> tuple[list[Unit], list[int], dict[tuple[int, str], Unit]]:
-    """Units (root first), the unit index of each layer (:data:`SUB` for a layer split into
-    per-kernel units) and those units by (layer index, weight name)."""
+class Units(NamedTuple):
+    """A model's FSDP units."""
+
+    units: list[Unit]                      # root first
+    unit_of: list[int]                     # per layer, its unit's index (SUB: per kernel)
+    sub: dict[tuple[int, str], Unit]       # the per-kernel units, by (layer, weight name)
+
+
+class Segment(NamedTuple):
+    """Consecutive layers of one unit."""
+
+    unit: int                              # the unit's index (SUB: per-kernel units)
+    layers: list[int]                      # layer indices, in forward order
+
+
+def build_units(layers, wrap: str) -> Units:
+    """The units of ``layers`` under the ``wrap`` policy."""
     def wrapped(layer) -> bool:
         return (wrap in ("transformer_block", "submodule")
                 and layer.kind == "transformer_block") or (
@@ -38,26 +80,28 @@ def build_units(layers, wrap: str) -> tuple[list[Unit], list[int], dict[tuple[in
             if weights is None:
                 raise ConfigError(f"{layer.name}: its kernels do not name their weights, so it "
                                   f"cannot be split into per-kernel units", field="strategy.wrap")
-            for weight, params in weights:
-                sub[(i, weight)] = Unit(len(units), f"{layer.name}.{weight}", params, False)
-                units.append(sub[(i, weight)])
+            for weight in weights:
+                sub[(i, weight.name)] = Unit(index=len(units), name=f"{layer.name}.{weight.name}",
+                                             params=weight.params, root=False)
+                units.append(sub[(i, weight.name)])
         elif wrapped(layer):
             unit_of[i] = len(units)
-            units.append(Unit(len(units), layer.name, int(layer.params), False))
+            units.append(Unit(index=len(units), name=layer.name, params=int(layer.params),
+                              root=False))
     if wrap == "submodule" and not sub:
         raise ConfigError("splits transformer blocks into per-kernel units; this model has "
                           "none (use transformer_block, block or none)", field="strategy.wrap")
     root = sum(int(layers[i].params) for i in range(len(layers)) if unit_of[i] == 0)
-    units[0] = Unit(0, "root", root, True)
-    return units, unit_of, sub
+    units[0] = Unit(index=0, name="root", params=root, root=True)
+    return Units(units=units, unit_of=unit_of, sub=sub)
 
 
-def segments(unit_of: list[int]) -> list[tuple[int, list[int]]]:
+def segments(unit_of: list[int]) -> list[Segment]:
     """Maximal runs of consecutive layers of one unit, in forward order."""
-    segs: list[tuple[int, list[int]]] = []
+    segs: list[Segment] = []
     for i, u in enumerate(unit_of):
-        if segs and segs[-1][0] == u:
-            segs[-1][1].append(i)
+        if segs and segs[-1].unit == u:
+            segs[-1].layers.append(i)
         else:
-            segs.append((u, [i]))
+            segs.append(Segment(unit=u, layers=[i]))
     return segs

@@ -3,14 +3,32 @@ and Horovod packs, FSDP per-kernel units)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .base import OpHooks
 
 
-def named_weights(layer) -> list[tuple[str, int]] | None:
-    """``(weight, params)`` of each forward kernel of ``layer`` that names its weight, in
-    forward order, when together they hold all of the layer's parameters; else None."""
-    named = [(op.weight, int(op.params)) for op in layer.forward if getattr(op, "params", 0)]
-    return named if sum(p for _, p in named) == int(layer.params) else None
+class Weight(NamedTuple):
+    """A weight a forward kernel names, and its parameters."""
+
+    name: str
+    params: int
+
+
+class Tensor(NamedTuple):
+    """A gradient tensor of a layer: its position (as :class:`GradReady` reports it) and
+    its parameters."""
+
+    position: int
+    params: int
+
+
+def named_weights(layer) -> list[Weight] | None:
+    """The weight of each forward kernel of ``layer`` that names one, in forward order,
+    when together they hold all of the layer's parameters; else None."""
+    named = [Weight(name=op.weight, params=int(op.params)) for op in layer.forward
+             if getattr(op, "params", 0)]
+    return named if sum(w.params for w in named) == int(layer.params) else None
 
 
 def last_backward(layer) -> dict[str, int]:
@@ -19,14 +37,15 @@ def last_backward(layer) -> dict[str, int]:
     return {c.weight: k for k, c in enumerate(layer.backward) if getattr(c, "weight", "")}
 
 
-def tensors(layer) -> list[tuple[int, int]]:
-    """``(position, params)`` of ``layer``'s gradient tensors in forward order: the weights its
-    kernels name (positions as :class:`GradReady` reports them), else the whole layer as
-    position 0 (none for a layer without parameters)."""
+def tensors(layer) -> list[Tensor]:
+    """``layer``'s gradient tensors in forward order: the weights its kernels name
+    (positions as :class:`GradReady` reports them), else the whole layer as position 0
+    (none for a layer without parameters)."""
     weights = named_weights(layer)
     if weights is None:
-        weights = [("", int(layer.params))]
-    return [(k, int(n)) for k, (_, n) in enumerate(weights) if int(n) > 0]
+        weights = [Weight(name="", params=int(layer.params))]
+    return [Tensor(position=k, params=int(w.params)) for k, w in enumerate(weights)
+            if int(w.params) > 0]
 
 
 class GradReady(OpHooks):
@@ -39,7 +58,7 @@ class GradReady(OpHooks):
     def __init__(self, layer, on_grad):
         self.on_grad, self.seen = on_grad, 0
         weights = named_weights(layer)
-        self.pos = {w: k for k, (w, _) in enumerate(weights or ())}
+        self.pos = {w.name: k for k, w in enumerate(weights or ())}
         self.last_bwd = {w: k for w, k in last_backward(layer).items() if w in self.pos}
         self.rest = [k for w, k in self.pos.items() if w not in self.last_bwd] \
             if weights else [0]

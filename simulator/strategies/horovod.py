@@ -45,8 +45,9 @@ class HorovodConfig(TFConfig):
 
 
 def horovod_packs(layers, cfg: HorovodConfig) -> list[Pack]:
-    order, _, sizes = grad_variables(layers, cfg.grad_reduce_bytes())
-    return fuse(order[::-1], sizes, int(cfg.fusion_threshold_mb * MIB)) if order else []
+    grads = grad_variables(layers, cfg.grad_reduce_bytes())
+    return fuse(grads.order[::-1], grads.bytes, int(cfg.fusion_threshold_mb * MIB)) \
+        if grads.order else []
 
 
 def horovod(layers, cfg: HorovodConfig, world: World, *, model: str = "",

@@ -63,7 +63,8 @@ def tf_central_storage(layers, cfg: CentralStorageConfig, world: World, *, model
 
 
 def _central_step(ol: OpList, layers, cfg: CentralStorageConfig, n: int, params: int) -> None:
-    order, _, grads = grad_sizes(layers, cfg.grad_reduce_bytes())
+    variables = grad_sizes(layers, cfg.grad_reduce_bytes())
+    order, grads = variables.order, variables.bytes
     server = 0                                   # one machine: ranks 0..n-1 on server 0
     pulls = {i: (host_copy(ol, False, "h2d", server, int(layers[i].params) * cfg.weight_bytes(),
                            layers[i].name),) for i in order}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, NamedTuple
 
 from pydantic import Field, field_validator
 
@@ -189,7 +189,7 @@ def _forward_backward(ol: OpList, layers, cfg: CommonConfig, micro: int, on_grad
     for idx in reversed(range(len(layers))):
         hooks = None if on_grad is None else \
             GradReady(layers[idx], lambda pos, op, idx=idx: on_grad((idx, pos), op))
-        _, _, last = emit_backward(ol, layers[idx], cfg, micro, hooks=hooks)
+        last = emit_backward(ol, layers[idx], cfg, micro, hooks=hooks).last
         if hooks is not None:
             hooks.finish(last)
 
@@ -218,20 +218,30 @@ def emit_sync_step(ol: OpList, layers, cfg: CommonConfig, packs: list[Pack],
     return ends
 
 
-def grad_sizes(layers, elem_bytes: int) -> tuple[list[int], dict[int, int], dict[int, int]]:
-    """Layers with parameters in forward (variable creation) order, their parameter counts
-    and their gradient bytes."""
+class Variables(NamedTuple):
+    """A model's variables (or gradients) in forward (variable creation) order."""
+
+    order: list                  # their keys, in that order
+    params: dict                 # key -> parameters
+    bytes: dict                  # key -> bytes of its gradient (or weight)
+
+
+def grad_sizes(layers, elem_bytes: int) -> Variables:
+    """The layers with parameters, by layer index, with their gradient bytes."""
     order = [i for i, layer in enumerate(layers) if int(layer.params) > 0]
     params = {i: int(layers[i].params) for i in order}
-    return order, params, {i: params[i] * elem_bytes for i in order}
+    return Variables(order=order, params=params,
+                     bytes={i: params[i] * elem_bytes for i in order})
 
 
-def grad_variables(layers, elem_bytes: int) -> tuple[list[tuple[int, int]], dict, dict]:
-    """The gradient tensors in forward (variable creation) order, as ``(layer index,
-    position)`` keys (:class:`~.grads.GradReady` positions: the weights a layer's kernels
-    name, or the whole layer at 0), their parameter counts and their gradient bytes."""
-    params = {(i, k): n for i, layer in enumerate(layers) for k, n in tensors(layer)}
-    return list(params), params, {k: n * elem_bytes for k, n in params.items()}
+def grad_variables(layers, elem_bytes: int) -> Variables:
+    """The gradient tensors, keyed ``(layer index, position)`` (:class:`~.grads.GradReady`
+    positions: the weights a layer's kernels name, or the whole layer at 0), with their
+    gradient bytes."""
+    params = {(i, t.position): t.params for i, layer in enumerate(layers)
+              for t in tensors(layer)}
+    return Variables(order=list(params), params=params,
+                     bytes={k: n * elem_bytes for k, n in params.items()})
 
 
 def pack_meta(packs: list[Pack], layers) -> list[dict]:

@@ -100,12 +100,12 @@ class _Emitter:
 
 def mirrored_packs(layers, cfg: MirroredConfig, n: int) -> list[Pack]:
     """The packs the cross-device op reduces (none with one replica)."""
-    order, params, sizes = grad_variables(layers, cfg.grad_reduce_bytes())
-    if n == 1 or not order:
+    grads = grad_variables(layers, cfg.grad_reduce_bytes())
+    if n == 1 or not grads.order:
         return []
     if cfg.cross_device_ops == "ReductionToOneDevice" or cfg.num_packs == 0:
-        return per_variable(order, sizes)
-    return concat_and_split(order, params, cfg.grad_reduce_bytes(), cfg.num_packs)
+        return per_variable(grads.order, grads.bytes)
+    return concat_and_split(grads.order, grads.params, cfg.grad_reduce_bytes(), cfg.num_packs)
 
 
 def tf_mirrored(layers, cfg: MirroredConfig, world: World, *, model: str = "",

@@ -63,8 +63,9 @@ class MultiWorkerConfig(TFConfig):
 
 
 def multiworker_packs(layers, cfg: MultiWorkerConfig) -> list[Pack]:
-    order, _, sizes = grad_variables(layers, cfg.grad_reduce_bytes())
-    return group_by_size(order[::-1], sizes, cfg.bytes_per_pack) if order else []
+    grads = grad_variables(layers, cfg.grad_reduce_bytes())
+    return group_by_size(grads.order[::-1], grads.bytes, cfg.bytes_per_pack) \
+        if grads.order else []
 
 
 def tf_multiworker(layers, cfg: MultiWorkerConfig, world: World, *, model: str = "",

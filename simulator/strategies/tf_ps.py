@@ -142,11 +142,12 @@ def ps_layout(cfg: PSConfig, world: World) -> PSLayout:
 
 def place_variables(layers, cfg: PSConfig) -> list[Shard]:
     """Shards of every variable, round-robin over the parameter servers in creation order."""
-    order, params, _ = grad_sizes(layers, cfg.weight_bytes())
+    variables = grad_sizes(layers, cfg.weight_bytes())
     shards, counter = [], 0
-    for i in order:
-        k = cfg.partitioner.shards(params[i], cfg.weight_bytes()) if cfg.partitioner else 1
-        base, extra = divmod(params[i], k)
+    for i in variables.order:
+        n = variables.params[i]
+        k = cfg.partitioner.shards(n, cfg.weight_bytes()) if cfg.partitioner else 1
+        base, extra = divmod(n, k)
         for j in range(k):
             shards.append(Shard(i, counter % cfg.num_ps, base + (1 if j < extra else 0)))
             counter += 1
@@ -201,7 +202,7 @@ class _Cycle:
             if kind == "F":
                 emit_forward(self.ol, self.layers[i], self.cfg, 0, (pulls or {}).get(i, ()))
                 continue
-            _, _, last = emit_backward(self.ol, self.layers[i], self.cfg, 0)
+            last = emit_backward(self.ol, self.layers[i], self.cfg, 0).last
             if self.cfg.overlap:
                 self.push(i, last)
 

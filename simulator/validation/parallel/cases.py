@@ -1,6 +1,6 @@
 """The parallel suite's inputs (``validation/parallel/``): ``cases.yaml`` (what is calibrated,
 the gates, the data files, the model of each row) and each measured Megatron run as a
-:class:`Run`: its model, its :class:`~simulator.parallel.ParallelPlan` and its training
+:class:`Run`: its model, its :class:`~simulator.strategies.parallel.ParallelPlan` and its training
 setup, read from the row's columns."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from simulator.errors import ConfigError, validation_error
 from simulator.models import load_model
 from simulator.models.spec import ModelSpec
-from simulator.parallel import ParallelPlan
+from simulator.strategies.parallel import ParallelPlan
 from simulator.validation.common import read_cases_file, read_measurements_csv
 from simulator.validation.paths import data_dir
 

@@ -3,7 +3,7 @@ Megatron-LM spells its arguments, on ``dgx-a100-superpod`` for Selene) and their
 iteration times against the measured ones (:func:`iteration_rows`). Per row the error is
 reported; the gate is the median |error| over the Selene rows (:func:`median_case`), and
 each run must fit in the simulated memory, as it fit on Selene's 80 GB A100s (the replayed
-peak, with the analytical one of :mod:`simulator.parallel.memory` beside it).
+peak, with the analytical one of :mod:`simulator.strategies.parallel.memory` beside it).
 
 Each Selene run is set up as the paper ran it: fp16, no flash attention (2022's Megatron
 computed attention with its fused softmax kernels), no distributed optimizer, full
@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import median
 
 from simulator.errors import ConfigError
-from simulator.parallel.memory import peak_rank_memory
+from simulator.strategies.parallel.memory import peak_rank_memory
 from simulator.validation.parallel.cases import (CasesFile, Run, model_for, read_rows, run_of,
                                                  short)
 
@@ -64,7 +64,7 @@ def simulate(scenario: dict, source: str):
 
 
 def analytical_gib(model, run: Run) -> float:
-    """:func:`~simulator.parallel.memory.peak_rank_memory` of the run, GiB."""
+    """:func:`~simulator.strategies.parallel.memory.peak_rank_memory` of the run, GiB."""
     peak = peak_rank_memory(model, run.plan, seq_len=run.seq_len, micro_batch=run.micro_batch,
                             micro_batches=run.micro_batches, precision="fp16", ac=run.ac)
     return peak.total_bytes / 2 ** 30

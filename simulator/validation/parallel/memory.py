@@ -1,5 +1,5 @@
 """The Selene memory rows (``korthikanti_selene_memory.csv``) against
-:func:`simulator.parallel.memory.rank_memory`, each gated at ``gates.memory``.
+:func:`simulator.strategies.parallel.memory.rank_memory`, each gated at ``gates.memory``.
 
 What each figure counts, and so what is compared:
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from simulator.parallel.memory import rank_memory
+from simulator.strategies.parallel.memory import rank_memory
 from simulator.validation.parallel.cases import (CasesFile, Run, model_for, read_rows, run_of,
                                                  short)
 

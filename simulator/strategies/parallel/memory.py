@@ -35,16 +35,18 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from simulator.errors import ConfigError
 from simulator.models.spec import ModelSpec
 from simulator.models.moe import expert_params as moe_expert_params
 from simulator.models.moe import is_moe_layer, moe_block_params
 from simulator.models.transformer import block_params, embed_params, head_params, vocab_rows
-from simulator.parallel import activation_memory as am
-from simulator.parallel.schedules import peak_in_flight, schedule, stage_location
 from simulator.precision import precision_bytes, storage_dtype
-from simulator.strategies.base import MASTER_BYTES, OPT_MOMENT_BYTES
+
+from ..base import MASTER_BYTES, OPT_MOMENT_BYTES
+from . import activation_memory as am
+from .schedules import peak_in_flight, schedule, stage_location
 
 # which model-state parts each data-parallel mode splits over the dp_shard x cp ranks
 SHARDED = {"ddp": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),
@@ -91,7 +93,7 @@ def _stage_blocks(model: ModelSpec, plan, stage: int) -> list[int]:
     starts = [sum(sizes[:v]) for v in range(len(sizes))]
     out = []
     for v, (first, size) in enumerate(zip(starts, sizes)):
-        if stage_location(plan.schedule, plan.pp, plan.vp, v)[0] == stage:
+        if stage_location(plan.schedule, plan.pp, plan.vp, v).rank == stage:
             out += range(first, first + size)
     return out
 
@@ -101,7 +103,7 @@ def head_rank(plan) -> int:
     or rank 0 under ZB-V, whose second chunk is the V's last stage."""
     if plan.pp == 1:
         return 0
-    return stage_location(plan.schedule, plan.pp, plan.vp, plan.pp * plan.vp - 1)[0]
+    return stage_location(plan.schedule, plan.pp, plan.vp, plan.pp * plan.vp - 1).rank
 
 
 def stage_params(model: ModelSpec, plan, stage: int) -> int:
@@ -119,8 +121,8 @@ def stage_params(model: ModelSpec, plan, stage: int) -> int:
 
 def in_flight(plan, micro_batches: int, stage: int) -> int:
     """(Micro-batch, model chunk) activations stage ``stage`` holds at once under the plan's
-    schedule (:func:`simulator.parallel.schedules.peak_in_flight`); 1 without pipelining
-    (gradient accumulation runs one micro-batch after another)."""
+    schedule (:func:`.schedules.peak_in_flight`); 1 without pipelining (gradient
+    accumulation runs one micro-batch after another)."""
     if plan.pp == 1:
         return 1
     return _peaks(plan.schedule, plan.pp, micro_batches, plan.vp)[stage]
@@ -132,8 +134,23 @@ def _peaks(name: str, pp: int, micro_batches: int, vp: int) -> tuple[int, ...]:
     return tuple(peak_in_flight(actions) for actions in schedule(name, pp, micro_batches, vp))
 
 
-def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> tuple[int, int, int]:
-    """(params, grads, optimizer) bytes on one rank of ``stage``."""
+class _State(NamedTuple):
+    """Model-state bytes on one rank."""
+
+    params: int
+    grads: int
+    optimizer: int
+
+
+class _Activations(NamedTuple):
+    """Saved-activation bytes on one rank: all of them, and the transformer layers' part."""
+
+    total: int
+    layers: int
+
+
+def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> _State:
+    """The parameters, gradients and optimizer state on one rank of ``stage``."""
     experts = _stage_expert_params(model, plan, stage)
     dense = stage_params(model, plan, stage) - experts
     e = precision_bytes(storage_dtype(precision))
@@ -141,12 +158,12 @@ def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> tuple[int
            "optimizer": (MASTER_BYTES if e < MASTER_BYTES else 0) + OPT_MOMENT_BYTES[optimizer]}
     # experts shard over their own data-parallel group: dp_shard x cp / ep ranks
     shards = (plan.dp_shard * plan.cp, max(1, plan.dp_shard * plan.cp // plan.ep))
-    out = []
+    out = {}
     for part, nbytes in per.items():
         split = part in SHARDED[plan.dp_mode]
-        out.append(sum(-(-n * nbytes // (shard if split else 1))
-                       for n, shard in ((dense, shards[0]), (experts, shards[1])) if n))
-    return tuple(out)
+        out[part] = sum(-(-n * nbytes // (shard if split else 1))
+                        for n, shard in ((dense, shards[0]), (experts, shards[1])) if n)
+    return _State(**out)
 
 
 def _stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
@@ -158,8 +175,8 @@ def _stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
                if is_moe_layer(model, i))
 
 
-def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> tuple[int, int]:
-    """(all saved activations, the layers' part) on one rank of ``stage``."""
+def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> _Activations:
+    """The saved activations on one rank of ``stage``."""
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     kinds = Counter(is_moe_layer(model, i) for i in _stage_blocks(model, plan, stage))
     stage_bytes = sum(n * am.layer_saved_bytes(model, batch=b, seq_len=s, e=e, ac=ac,
@@ -172,7 +189,7 @@ def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> tuple[int, 
                                                                 **par)
     if stage == head_rank(plan):
         extra += am.head_saved_bytes(model, batch=b, seq_len=s, e=e, **par)
-    return layers + extra, layers
+    return _Activations(total=layers + extra, layers=layers)
 
 
 def _working(model, plan, *, b, s, e, ac, flash, grad_dtype) -> int:
@@ -201,11 +218,14 @@ def rank_memory(model: ModelSpec, plan, *, seq_len: int, micro_batch: int,
     e = precision_bytes(storage_dtype(precision))
     held = in_flight(plan, micro_batches, stage)
     act = dict(b=micro_batch, s=seq_len, e=e, ac=am.check_ac(ac), flash=flash)
-    params, grads, opt = _state(model, plan, stage, precision=precision, optimizer=optimizer,
-                                grad_dtype=grad_dtype)
-    activations, layers = _activations(model, plan, stage, held, **act)
-    return RankMemory(stage, params, grads, opt, activations, layers,
-                      _working(model, plan, grad_dtype=grad_dtype, **act), held)
+    state = _state(model, plan, stage, precision=precision, optimizer=optimizer,
+                   grad_dtype=grad_dtype)
+    saved = _activations(model, plan, stage, held, **act)
+    return RankMemory(stage=stage, params_bytes=state.params, grads_bytes=state.grads,
+                      optimizer_bytes=state.optimizer, activations_bytes=saved.total,
+                      layer_activations_bytes=saved.layers,
+                      working_bytes=_working(model, plan, grad_dtype=grad_dtype, **act),
+                      in_flight=held)
 
 
 def peak_rank_memory(model: ModelSpec, plan, **kw) -> RankMemory:

@@ -29,11 +29,10 @@ all-gathers per block backward.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from simulator.strategies.base import OpHooks
-
-FP32 = 4
+from ..base import FP32, OpHooks
 STREAM = "tp"
 
 # (layer kind, sequence parallel) -> {(phase, "before"|"after", kernel): collective, or
@@ -87,6 +86,15 @@ class _Point(NamedTuple):
     loss: bool               # the LM head's forward GEMM: the loss all-reduces follow
 
 
+@dataclass(slots=True)
+class _Pending:
+    """A TP collective issued and not yet waited for."""
+
+    op: int                  # its op id
+    skip: int                # kernels of the waiter's kind allowed to run first
+    waiter: str              # next | non_wgrad | wgrad: what waits for it (TPHooks._due)
+
+
 class TPHooks(OpHooks):
     """Issues a rank class's TP collectives around its kernels (one object per class, so
     a collective after a layer's last kernel is waited for by the next layer's first).
@@ -100,7 +108,7 @@ class TPHooks(OpHooks):
         self.issue, self.last_compute = issue, last_compute
         self.sp, self.overlap = sp, overlap
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
-        self.pending: list[list] = []     # [op id, kernels allowed to run first, waiter]
+        self.pending: list[_Pending] = []
         self.layer = self.kind = ""
         self._points: dict[tuple[str, str, str], _Point] = {}
 
@@ -120,38 +128,42 @@ class TPHooks(OpHooks):
             before = table.get((stage, "before", name))
             before, waiter = before if isinstance(before, tuple) else (before, "next")
             point = self._points[key] = _Point(
-                before, waiter, table.get((stage, "after", name)),
-                "non_wgrad" if stage == "backward" else "next", name,
-                name == "lm_head" and stage == "forward" and self.kind == "head")
+                before=before, before_waiter=waiter, after=table.get((stage, "after", name)),
+                after_waiter="non_wgrad" if stage == "backward" else "next", name=name,
+                loss=name == "lm_head" and stage == "forward" and self.kind == "head")
         return point
 
     def before(self, cost, phase: str) -> tuple:
-        deps = self._due(cost, phase) if self.pending else []
         point = self._point(phase, cost.name)
         kind, waiter = point.before, point.before_waiter
+        if not kind and not self.pending:       # most kernels: nothing to wait for or issue
+            return ()
+        deps = self._due(cost, phase) if self.pending else []
         if kind:
             op = self.issue(kind, self.act_bytes, (self.last_compute(),),
                             f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
             if waiter == "wgrad":
-                self.pending.append([op, 0, "wgrad"])
+                self.pending.append(_Pending(op=op, skip=0, waiter="wgrad"))
             elif self.overlap:
-                self.pending.append([op, 1, "next"])
+                self.pending.append(_Pending(op=op, skip=1, waiter="next"))
             else:
                 deps.append(op)
         return tuple(deps)
 
     def after(self, cost, phase: str, op_id: int) -> None:
-        _, _, kind, waiter, name, loss = self._point(phase, cost.name)
+        point = self._point(phase, cost.name)
+        kind = point.after
         if kind:
-            op = self.issue(kind, self.act_bytes, (op_id,), f"{kind}.{self.layer}.{name}",
-                            phase, self.layer)
-            self.pending.append([op, 1 if self.overlap else 0, waiter])
-        if loss:
+            op = self.issue(kind, self.act_bytes, (op_id,),
+                            f"{kind}.{self.layer}.{point.name}", phase, self.layer)
+            self.pending.append(_Pending(op=op, skip=1 if self.overlap else 0,
+                                         waiter=point.after_waiter))
+        if point.loss:
             dep = op_id
             for i in range(LOSS_REDUCES):
                 dep = self.issue("all_reduce", self.loss_bytes, (dep,),
                                  f"all_reduce.loss{i}", phase, self.layer)
-            self.pending.append([dep, 0, "next"])
+            self.pending.append(_Pending(op=dep, skip=0, waiter="next"))
 
     def _due(self, cost, phase: str) -> list:
         """The pending collectives this kernel must wait for. Each waits for a kind of
@@ -163,19 +175,19 @@ class TPHooks(OpHooks):
         wgrad = phase == "backward" and cost.name.endswith(".wgrad")
         due, keep = [], []
         for item in self.pending:
-            op, skip, waiter = item
+            waiter = item.waiter
             if waiter != "next" and (waiter == "wgrad") != wgrad:
                 keep.append(item)
-            elif skip == 0:
-                due.append(op)
+            elif item.skip == 0:
+                due.append(item.op)
             else:
-                item[1] -= 1
+                item.skip -= 1
                 keep.append(item)
         self.pending = keep
         return due
 
     def flush(self) -> list[int]:
         """Every pending collective (what a send to the next stage waits for)."""
-        out = [item[0] for item in self.pending]
+        out = [item.op for item in self.pending]
         self.pending = []
         return out

@@ -1,2 +1,2 @@
 """Framework spellings (Megatron-LM, torchtitan, DeepSpeed) translated into one
-:class:`~simulator.parallel.plan.ParallelPlan`."""
+:class:`~simulator.strategies.parallel.plan.ParallelPlan`."""

@@ -17,6 +17,7 @@ the routing.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from simulator.errors import ConfigError
 from simulator.models.moe import is_moe_block
@@ -41,6 +42,13 @@ class CommLayerCost(LayerCost):
     a2a_bytes: int = 0
     kv_block_bytes: int = 0
     kv_gather_bytes: int = 0
+
+
+class _EpBlock(NamedTuple):
+    """The busiest EP rank's MoE block and the nccl-tests size of its all-to-alls."""
+
+    cost: LayerCost
+    a2a_bytes: int
 
 
 def moe_tokens(plan: ParallelPlan, micro_batch: int, seq_len: int) -> int:
@@ -78,17 +86,19 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
             model = replace(model, capacity_factor=cfg.moe_expert_capacity_factor)
         loads = ep_loads(model, moe_tokens(plan, b, seq_len), plan.ep,
                          getattr(cfg, "moe_load", None))
-        moe = (ep_block_cost(model, b, seq_len, e, flash, loads, plan.ep, k, tp, sp, plan.cp),
-               all_to_all_size_bytes(model, loads, e))
+        moe = _EpBlock(cost=ep_block_cost(model, b, seq_len, e, flash, loads, plan.ep, k, tp,
+                                          sp, plan.cp),
+                       a2a_bytes=all_to_all_size_bytes(model, loads, e))
     return [_planned(layer, moe, plan, extra) for layer in layers]
 
 
-def _planned(layer: LayerCost, moe, plan: ParallelPlan, extra: dict) -> LayerCost:
+def _planned(layer: LayerCost, moe: _EpBlock | None, plan: ParallelPlan,
+             extra: dict) -> LayerCost:
     if not layer.kind.endswith("block"):
         return layer
     a2a = 0
     if moe is not None and is_moe_block(layer):
-        layer, a2a = replace(moe[0], name=layer.name), moe[1]
+        layer, a2a = replace(moe.cost, name=layer.name), moe.a2a_bytes
     if plan.cp > 1 and plan.cp_mode == "ring":
         layer = ring_slices(layer, plan.cp)
     fields = {f: getattr(layer, f) for f in LayerCost.__dataclass_fields__}

@@ -23,14 +23,25 @@ shard), ``d`` the group size, bytes per parameter ``w`` (weights, 2 for bf16) an
   head stay gathered (root). With pipeline parallelism, as torch.distributed.pipelining
   runs FSDP2, a unit is gathered at its first forward and kept until its last backward,
   whose reduce-scatter is the only one. Static ``16 P / d`` (fp32 shard, gradient, Adam).
+
+The ``fsdp`` mode is FSDP2 inside a parallel plan (torchtitan's FSDP x TP/PP/CP, Megatron's
+``use_torch_fsdp2``); a job that is data parallelism only runs :mod:`simulator.strategies.
+fsdp` instead. Both take a unit's sizes and the static state from
+:mod:`simulator.strategies.fsdp_units` (the padded flat parameter gathered and
+reduce-scattered, the shard all-reduced over ``dp_replicate``, 16 bytes per sharded
+parameter). What stays apart is the schedule, as each models a different job: here a unit
+per layer and per stage communicators (``shard.s0``), the all-gather issued one layer
+ahead on stream ``dp_gather`` with no rate limiter, the pipeline's keep-until-last-backward,
+and the padding of the stage's parameters as one flat buffer; there units by wrap policy,
+FSDP1/FSDP2 shardings, prefetch options, NCCL stream order per process group, CPU offload
+and FSDP2's copy kernels.
 """
 
 from __future__ import annotations
 
-from simulator.strategies.base import MASTER_BYTES, OPT_MOMENT_BYTES, ceil_div
-from simulator.strategies.ddp import assign_buckets
-
-FP32 = 4
+from ..base import MASTER_BYTES, OPT_MOMENT_BYTES, ceil_div
+from ..ddp import assign_buckets
+from ..fsdp_units import padded_numel, shard_numel, state_bytes
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"
 
 
@@ -69,7 +80,7 @@ class DataParallel:
             return P * (self.wb + self.gb) + self.sharded(P) * state
         if self.mode == "zero2":
             return P * self.wb + self.sharded(P) * (self.gb + state)
-        return self.sharded(P) * (FP32 + FP32 + OPT_MOMENT_BYTES[self.b.cfg.optimizer])
+        return state_bytes(self.sharded(P), self.b.cfg.optimizer)
 
     @property
     def active(self) -> bool:
@@ -89,7 +100,7 @@ class DataParallel:
         if self.mode != "fsdp" or self.shard == 1:
             return ()
         if key not in self.gathered:
-            size = self.sharded(int(layer.params)) * self.shard * self.wb
+            size = self._gathered(layer)
             self.gathered[key] = self.b.collective(
                 "all_gather", GATHER_STREAM, "shard", size, (after,), f"params.{layer.name}",
                 "forward", micro, layer=layer.name, mem_alloc_bytes=size)
@@ -99,7 +110,7 @@ class DataParallel:
         """FSDP without pipelining reshards a block after its forward."""
         if self._reshards(layer) and (chunk, li) in self.gathered:
             del self.gathered[(chunk, li)]
-            self.b.ol.free(last_op, self.sharded(int(layer.params)) * self.shard * self.wb)
+            self.b.ol.free(last_op, self._gathered(layer))
 
     def _reshards(self, layer) -> bool:
         return (self.mode == "fsdp" and self.shard > 1 and self.b.plan.pp == 1
@@ -135,10 +146,11 @@ class DataParallel:
         if self.mode != "fsdp" or self.shard == 1 or (chunk, li) in self.grads_held:
             return 0
         self.grads_held.add((chunk, li))
-        return self._unsharded_grad(layer)
+        return self._gathered(layer)
 
-    def _unsharded_grad(self, layer) -> int:
-        return self.sharded(int(layer.params)) * self.shard * self.wb
+    def _gathered(self, layer) -> int:
+        """Bytes of a layer's gathered parameters, and of its unsharded gradient."""
+        return padded_numel(int(layer.params), self.shard) * self.wb
 
     def after_backward(self, chunk: int, li: int, layer, last_op: int, micro: int,
                        last_micro: bool) -> None:
@@ -164,24 +176,24 @@ class DataParallel:
         if not layer.params:
             return
         key = (chunk, li)
-        gathered = self.sharded(int(layer.params)) * self.shard * self.wb
+        gathered = self._gathered(layer)
         pipelined = self.b.plan.pp > 1
         if key in self.gathered and (self._reshards(layer) or (pipelined and last_micro)):
             del self.gathered[key]
             self.b.ol.free(last_op, gathered)
         if pipelined and not last_micro:
             return
-        grad = self._unsharded_grad(layer) if key in self.grads_held else 0
+        grad = gathered if key in self.grads_held else 0
         self.grads_held.discard(key)
         last = last_op
         if self.shard > 1:
             last = self.b.collective("reduce_scatter", GRAD_STREAM, "shard",
-                                     self.sharded(int(layer.params)) * self.shard * self.gb,
+                                     padded_numel(int(layer.params), self.shard) * self.gb,
                                      (last_op,), f"grads.{layer.name}", "backward", micro,
                                      layer=layer.name, mem_free_bytes=grad)
         if self.replicate > 1:
             self.b.collective("all_reduce", GRAD_STREAM, "replicate",
-                              self.sharded(int(layer.params)) * self.gb, (last,),
+                              shard_numel(int(layer.params), self.shard) * self.gb, (last,),
                               f"grads.{layer.name}", "backward", micro, layer=layer.name)
 
     # ------------------------------------------------------------------ step end

@@ -38,11 +38,11 @@ from typing import Callable
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
 from simulator.precision import precision_bytes
-from simulator.strategies.base import (CommonConfig, OpHooks, OpList, World, build_meta,
-                                       emit_backward, emit_forward)
-from simulator.strategies.optim import emit_optimizer
 from simulator.trace import Communicator, RankClass, Trace
 
+from ..base import (FP32, CommonConfig, OpHooks, OpList, World, build_meta, emit_backward,
+                    emit_forward)
+from ..optim import emit_optimizer
 from . import tied
 from .dp import DataParallel
 from .ep_cp import HOOK_FACTORIES, planned_layers
@@ -51,7 +51,7 @@ from .plan import ParallelPlan
 from .schedules import SPLIT_W, check_schedule, schedule
 from .split import input_grad_view, kept_for_w, weight_grad_view
 from .stages import Chunk, chunks, neighbour
-from .tp import FP32, STREAM, TPHooks
+from .tp import STREAM, TPHooks
 
 COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
              "cp": "cp", "ep": "ep"}
@@ -87,9 +87,9 @@ class StageBuilder:
 
     def __init__(self, rank: int, plan: ParallelPlan, cfg: CommonConfig, my_chunks: dict,
                  all_chunks: dict, *, act_bytes: int, loss_bytes: int, model: ModelSpec,
-                 tied_ranks: tuple[int, int] | None = None):
+                 tied_ranks: tied.TiedRanks | None = None):
         self.rank, self.plan, self.cfg, self.model = rank, plan, cfg, model
-        self.tied = tied_ranks is not None and rank in tied_ranks
+        self.tied = tied_ranks is not None and rank in (tied_ranks.embedding, tied_ranks.head)
         self.chunks, self.all_chunks = my_chunks, all_chunks
         self.ol = OpList()
         self.used: set[str] = set()
@@ -112,7 +112,7 @@ class StageBuilder:
     # ------------------------------------------------------------------ ops
     def comm(self, name: str) -> str:
         """The id of this stage's communicator ``name`` (``tp.s3``), noted as used; each
-        id made once (a class issues tens of thousands of collectives)."""
+        id made once (a class issues a collective for every TP point of every kernel)."""
         found = self._comm_ids.get(name)
         if found is None:
             self.used.add(name)
@@ -124,21 +124,22 @@ class StageBuilder:
                    shared: bool = False, **mem) -> int:
         """A collective on the stage's communicator ``comm`` (``shared``: the one of that
         name that spans stages)."""
-        return self.ol.collective(stream, kind, comm if shared else self.comm(comm),
-                                  int(size), tuple(deps), name, phase, layer,
-                                  {"micro_step": micro, **attrs} if attrs else
-                                  {"micro_step": micro}, **mem)
+        return self.ol.collective(
+            stream=stream, collective=kind, comm=comm if shared else self.comm(comm),
+            size_bytes=int(size), deps=tuple(deps), name=name, phase=phase, layer=layer,
+            attrs={"micro_step": micro, **attrs} if attrs else {"micro_step": micro}, **mem)
 
     def _tp_issue(self, kind: str, size: int, deps, name: str, phase: str, layer: str) -> int:
         # ``collective(kind, STREAM, "tp", size, deps, name, phase, self.micro,
-        # layer=layer)`` without its keyword call (tens of thousands per class)
-        return self.ol.collective(STREAM, kind, self.comm("tp"), int(size), tuple(deps),
-                                  name, phase, layer, {"micro_step": self.micro})
+        # layer=layer)`` without its extra call: TP collectives come once per kernel or two
+        return self.ol.collective(stream=STREAM, collective=kind, comm=self.comm("tp"),
+                                  size_bytes=int(size), deps=tuple(deps), name=name,
+                                  phase=phase, layer=layer, attrs={"micro_step": self.micro})
 
     def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
         """A send to / recv from the rank holding model stage ``stage``; None when this
         rank holds it (zbv's turn of the V: the tensor stays on the GPU)."""
-        rank, _ = neighbour(self.plan, stage, 0)
+        rank = neighbour(self.plan, stage, 0).rank
         if rank == self.rank:
             return None
         direction, _, into = tag.split(".")
@@ -147,8 +148,8 @@ class StageBuilder:
                            deps=tuple(deps), attrs={"tag": tag, "micro_step": self.micro})
 
     def out_bytes(self, stage: int) -> int:
-        rank, chunk = neighbour(self.plan, stage, 0)
-        return int(self.all_chunks[(rank, chunk)].layers[-1].output_bytes)
+        at = neighbour(self.plan, stage, 0)
+        return int(self.all_chunks[(at.rank, at.chunk)].layers[-1].output_bytes)
 
     def layer_cfg(self, ch: Chunk, li: int) -> CommonConfig:
         """The config a layer is emitted with: Megatron's ``recompute_method: block``
@@ -174,10 +175,10 @@ class StageBuilder:
             self.hooks.start_layer(layer)
             d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first,
                                                 after=self.layer_start)]
-            f, last = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d,
-                                   self.hooks)
-            self.layer_start = f
-            start = f if start is None else start
+            span = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d, self.hooks)
+            self.layer_start = span.first
+            start = span.first if start is None else start
+            last = span.last
             self.dp.after_forward(ch.chunk, li, layer, last)
             deps = []
         self.prev_start = start
@@ -197,16 +198,16 @@ class StageBuilder:
             self.hooks.start_layer(layer)
             d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
                                                  after=self.layer_start)]
-            f, _, last = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
-                                       grad_bytes=0 if split else
-                                       self.dp.grad_bytes(ch.chunk, li, layer),
-                                       hooks=self.hooks)
-            self.layer_start = f
+            span = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
+                                 grad_bytes=0 if split else
+                                 self.dp.grad_bytes(ch.chunk, li, layer), hooks=self.hooks)
+            self.layer_start = span.first
+            last = span.last
             if split:
                 self.ol.alloc(last, kept_for_w(layer))
             else:
                 self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
-            start = f if start is None else start
+            start = span.first if start is None else start
             deps = []
         self.prev_start = start
         if ch.stage > 0:
@@ -218,11 +219,11 @@ class StageBuilder:
         for li in reversed(range(len(ch.layers))):
             layer = ch.layers[li]
             self.hooks.start_layer(layer)
-            f, _, last = emit_backward(self.ol, weight_grad_view(layer), self.cfg, micro,
-                                       grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer),
-                                       hooks=self.hooks)
-            self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
-            start = f if start is None else start
+            span = emit_backward(self.ol, weight_grad_view(layer), self.cfg, micro,
+                                 grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer),
+                                 hooks=self.hooks)
+            self.dp.after_backward(ch.chunk, li, layer, span.last, micro, last_micro)
+            start = span.first if start is None else start
         self.prev_start = start
 
     def run(self, actions) -> None:

@@ -38,7 +38,8 @@ from simulator.errors import ConfigError
 from simulator.models.moe import moe_block_cost
 from simulator.models.ops import LayerCost
 from simulator.models.spec import ModelSpec
-from simulator.strategies.base import OpHooks
+
+from ..base import OpHooks
 
 DISTRIBUTIONS = ("balanced", "zipf", "measured")
 # (phase, the kernel the all-to-all precedes, its name)

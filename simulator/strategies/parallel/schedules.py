@@ -28,6 +28,7 @@ formulas.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from simulator.errors import ConfigError
 
@@ -116,11 +117,19 @@ def virtual_stage(name: str, pp: int, vp: int, rank: int, chunk: int) -> int:
     return chunk * pp + rank
 
 
-def stage_location(name: str, pp: int, vp: int, stage: int) -> tuple[int, int]:
-    """``(rank, chunk)`` holding model ``stage``: the inverse of :func:`virtual_stage`."""
+class Location(NamedTuple):
+    """Where a model stage runs: its pipeline rank and the model chunk on that rank."""
+
+    rank: int
+    chunk: int
+
+
+def stage_location(name: str, pp: int, vp: int, stage: int) -> Location:
+    """The rank and chunk holding model ``stage``: the inverse of :func:`virtual_stage`."""
     if name == "zbv":
-        return (stage, 0) if stage < pp else (2 * pp - 1 - stage, 1)
-    return stage % pp, stage // pp
+        return Location(rank=stage, chunk=0) if stage < pp else \
+            Location(rank=2 * pp - 1 - stage, chunk=1)
+    return Location(rank=stage % pp, chunk=stage // pp)
 
 
 def peak_in_flight(actions: list[Action]) -> int:

@@ -10,8 +10,7 @@ TP over the scale-out network: legal, simulated, and slow (the plan search shows
 
 from __future__ import annotations
 
-from simulator.strategies.base import World
-
+from ..base import World
 from .plan import DIMS, ParallelPlan
 
 

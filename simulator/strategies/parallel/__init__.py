@@ -2,14 +2,9 @@
 
 :mod:`.plan` (the mesh [pp, dp_replicate, dp_shard, cp, tp] + ep), :mod:`.place` (ranks on
 the topology), :mod:`.generate` (model + plan + training config -> Trace), the pipeline
-schedules, and the framework translators under :mod:`.frameworks`. docs/parallelism.md
-describes them.
+schedules, the memory model; the framework spellings that translate into a plan are
+:mod:`simulator.strategies.frameworks`. docs/parallelism.md describes them.
 """
-
-# The generator builds on simulator.strategies (CommonConfig, op emission), whose registry
-# holds the parallel strategies: initialise it first, so that importing simulator.parallel.*
-# before simulator.strategies runs the modules in the same order as the other way round.
-import simulator.strategies  # noqa: F401  (isort: skip)
 
 from .plan import ALIASES, CP_MODES, DIMS, DP_MODES, SCHEDULE_NAMES, ParallelPlan
 

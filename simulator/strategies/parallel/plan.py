@@ -2,7 +2,7 @@
 
 One small typed object that every generator, the memory model, the placement and
 ``clustersim plan`` read. Framework spellings (Megatron, torchtitan, DeepSpeed) are thin
-translators into it (:mod:`simulator.parallel.frameworks`).
+translators into it (:mod:`simulator.strategies.frameworks`).
 
 Ranks are numbered in mixed radix over ``order`` (outermost first, innermost last and
 fastest-varying): with the default order ``(pp, dp_replicate, dp_shard, cp, tp)`` the
@@ -260,7 +260,7 @@ class ParallelPlan:
         """Blocks on each pipeline rank (its chunks together)."""
         out = [0] * self.pp
         for v, n in enumerate(self.model_stage_blocks(layers)):
-            out[stage_location(self.schedule, self.pp, self.vp, v)[0]] += n
+            out[stage_location(self.schedule, self.pp, self.vp, v).rank] += n
         return out
 
     def _uneven_blocks(self, layers: int, field) -> list[int]:
@@ -281,7 +281,7 @@ class ParallelPlan:
             per_rank[0] = first // vp
         if last:
             per_rank[-1] = last // vp
-        return [per_rank[stage_location(self.schedule, self.pp, vp, v)[0]]
+        return [per_rank[stage_location(self.schedule, self.pp, vp, v).rank]
                 for v in range(self.pp * vp)]
 
     def describe(self) -> str:

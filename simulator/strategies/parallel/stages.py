@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .plan import ParallelPlan
-from .schedules import stage_location, virtual_stage
+from .schedules import Location, stage_location, virtual_stage
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,15 @@ def chunks(layers, plan: ParallelPlan) -> dict[tuple[int, int], Chunk]:
         own = body[start:start + size]
         start += size
         own = (pre if stage == 0 else []) + own + (post if stage == n - 1 else [])
-        rank, chunk = stage_location(plan.schedule, plan.pp, plan.vp, stage)
-        assert virtual_stage(plan.schedule, plan.pp, plan.vp, rank, chunk) == stage
-        out[(rank, chunk)] = Chunk(stage, rank, chunk, tuple(own), stage == n - 1)
+        at = stage_location(plan.schedule, plan.pp, plan.vp, stage)
+        assert virtual_stage(plan.schedule, plan.pp, plan.vp, at.rank, at.chunk) == stage
+        out[(at.rank, at.chunk)] = Chunk(stage=stage, rank=at.rank, chunk=at.chunk,
+                                         layers=tuple(own), last=stage == n - 1)
     return out
 
 
-def neighbour(plan: ParallelPlan, stage: int, step: int) -> tuple[int, int] | None:
-    """(pipeline rank, chunk) of model stage ``stage + step``, None past either end."""
+def neighbour(plan: ParallelPlan, stage: int, step: int) -> Location | None:
+    """Where model stage ``stage + step`` runs, None past either end."""
     other = stage + step
     if not 0 <= other < plan.pp * plan.vp:
         return None

@@ -12,6 +12,7 @@ optimizer state and data-parallel reduction with the head's).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 from simulator.models.transformer import vocab_rows
 
@@ -21,13 +22,20 @@ from .schedules import stage_location
 COMM = "embedding"
 
 
-def tied_ranks(model, plan: ParallelPlan) -> tuple[int, int] | None:
-    """(pipeline rank of the embedding, of the head) when they differ and share weights."""
+class TiedRanks(NamedTuple):
+    """The pipeline ranks holding the embedding and the head that shares its weights."""
+
+    embedding: int
+    head: int
+
+
+def tied_ranks(model, plan: ParallelPlan) -> TiedRanks | None:
+    """The ranks of the embedding and of the head when they differ and share weights."""
     if not (model.tied_embeddings and plan.pp > 1):
         return None
-    first = stage_location(plan.schedule, plan.pp, plan.vp, 0)[0]
-    last = stage_location(plan.schedule, plan.pp, plan.vp, plan.pp * plan.vp - 1)[0]
-    return None if first == last else (first, last)
+    first = stage_location(plan.schedule, plan.pp, plan.vp, 0).rank
+    last = stage_location(plan.schedule, plan.pp, plan.vp, plan.pp * plan.vp - 1).rank
+    return None if first == last else TiedRanks(embedding=first, head=last)
 
 
 def copy_params(model, plan: ParallelPlan) -> int:
@@ -43,8 +51,8 @@ def with_copy(layers: list, model, plan: ParallelPlan) -> list:
     return [*layers[:-1], replace(head, params=head.params + copy_params(model, plan))]
 
 
-def groups(plan: ParallelPlan, ranks: tuple[int, int]) -> tuple[tuple[int, ...], ...]:
+def groups(plan: ParallelPlan, ranks: TiedRanks) -> tuple[tuple[int, ...], ...]:
     """The embedding groups: each first-stage rank with the last-stage rank at the same
     data-parallel and tensor-parallel coordinates."""
-    first, last = (plan.stage_ranks(r) for r in ranks)
+    first, last = plan.stage_ranks(ranks.embedding), plan.stage_ranks(ranks.head)
     return tuple(tuple(sorted(pair)) for pair in zip(first, last))

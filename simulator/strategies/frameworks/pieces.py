@@ -4,7 +4,8 @@ share.
 A reader (:mod:`.torchtitan`, :mod:`.deepspeed`, :mod:`.megatron`) turns one file into
 :class:`ConfigPieces`: the strategy mapping in the framework's spelling, the training
 fields it fills, the global batch (turned into ``training.grad_accum`` once the GPU count
-is known, :mod:`.merge`), the catalog model it names, and the keys it used and ignored.
+is known, :mod:`simulator.cli.configfile`), the catalog model it names, and the keys it
+used and ignored.
 Every wrong value is one :class:`~simulator.errors.ConfigError` naming the file and the
 dotted key.
 """
@@ -15,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
-from ..inputs import limit, over_limit
+from simulator.errors import ConfigError
+from simulator.inputs import limit, over_limit
 
 
 @dataclass

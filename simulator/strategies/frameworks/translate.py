@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import ConfigError
-from simulator.parallel.plan import ParallelPlan
-from simulator.strategies.base import CommonConfig
-from simulator.strategies.ddp import DDPConfig
-from simulator.strategies.fsdp_config import FSDPConfig
+
+from ..base import CommonConfig
+from ..ddp import DDPConfig, ddp
+from ..fsdp import fsdp
+from ..fsdp_config import FSDPConfig
+from ..parallel.plan import ParallelPlan
 
 # CommonConfig fields a framework strategy hands on to the data-parallel generators
 SHARED_FIELDS = ("precision", "micro_batch", "grad_accum", "activation_checkpointing",
@@ -75,7 +77,7 @@ def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0
                     **meta):
     """A framework strategy's trace: a :func:`pure_data_parallel` plan by ``dp_trace``
     (the FSDP/DDP generators, on full-model layer costs), any other by the model-parallel
-    generator (:func:`simulator.parallel.generate.build_planned`)."""
+    generator (:func:`simulator.strategies.parallel.generate.build_planned`)."""
     plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
     if pure_data_parallel(plan):
         layers = full_layers(layers, cfg, spec, seq_len, flash, autocast, compile)
@@ -85,7 +87,7 @@ def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0
     if spec is None:
         raise ConfigError(f"the plan {plan.describe()} needs the model (called without it)",
                           field="strategy")
-    from simulator.parallel.generate import build_planned
+    from ..parallel.generate import build_planned
     return build_planned(layers, cfg.for_layers(spec.layers), world, spec=spec,
                          seq_len=seq_len, flash=flash, autocast=autocast, compile=compile,
                          **meta)
@@ -93,8 +95,6 @@ def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0
 
 def data_parallel_trace(layers, cfg: CommonConfig, plan: ParallelPlan, world, **meta):
     """The trace of a :func:`pure_data_parallel` plan by the data-parallel generators."""
-    from simulator.strategies.ddp import ddp
-    from simulator.strategies.fsdp import fsdp
     dp_cfg = data_parallel_config(cfg, plan)
     build = ddp if isinstance(dp_cfg, DDPConfig) else fsdp
     return build(layers, dp_cfg, world, **meta)

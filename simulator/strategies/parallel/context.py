@@ -32,25 +32,27 @@ ring's wrap-around is not. Ring attention needs the fused (flash) attention kern
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 from simulator.models.ops import LayerCost
 from simulator.models.spec import ModelSpec
-from simulator.strategies.base import OpHooks
+
+from ..base import OpHooks
 
 STREAM = "cp"
 
 
-def chunk_ranges(cp_index: int, cp: int, seq_len: int) -> tuple[tuple[int, int], ...]:
-    """The two token ranges ``[start, end)`` CP rank ``cp_index`` holds."""
+def chunk_ranges(cp_index: int, cp: int, seq_len: int) -> tuple[range, range]:
+    """The two ranges of token positions CP rank ``cp_index`` holds."""
     n = seq_len // (2 * cp)
     a, b = cp_index, 2 * cp - 1 - cp_index
-    return (a * n, (a + 1) * n), (b * n, (b + 1) * n)
+    return range(a * n, (a + 1) * n), range(b * n, (b + 1) * n)
 
 
 def causal_pairs(ranges) -> int:
-    """Unmasked (query, key) pairs of causal attention for the queries in ``ranges``: a
-    query at position ``q`` sees the ``q + 1`` keys up to itself."""
-    return sum((end * (end + 1) - start * (start + 1)) // 2 for start, end in ranges)
+    """Unmasked (query, key) pairs of causal attention for the queries in ``ranges`` (of
+    token positions): a query at position ``q`` sees the ``q + 1`` keys up to itself."""
+    return sum((r.stop * (r.stop + 1) - r.start * (r.start + 1)) // 2 for r in ranges)
 
 
 def kv_width(model: ModelSpec, tp: int = 1) -> int:
@@ -64,12 +66,19 @@ def kv_block_bytes(model: ModelSpec, batch: int, seq_len: int, cp: int, e: int,
     return 2 * batch * (seq_len // cp) * kv_width(model, tp) * e
 
 
+class RingBytes(NamedTuple):
+    """Bytes a rank sends per block with ring attention."""
+
+    forward: int         # ``cp - 1`` K/V blocks
+    backward: int        # ``2 cp - 1`` blocks: K/V with their dK/dV, and dK/dV home
+
+
 def ring_sent_bytes(model: ModelSpec, batch: int, seq_len: int, cp: int, e: int,
-                    tp: int = 1) -> tuple[int, int]:
-    """Bytes a rank sends per block with ring attention: (forward ``(cp - 1)`` blocks,
-    backward ``(2 cp - 1)`` blocks)."""
+                    tp: int = 1) -> RingBytes:
+    """Bytes a rank sends per block with ring attention, forward and backward."""
     block = kv_block_bytes(model, batch, seq_len, cp, e, tp)
-    return (cp - 1) * block, ((2 * cp - 1) * block if cp > 1 else 0)
+    return RingBytes(forward=(cp - 1) * block,
+                     backward=(2 * cp - 1) * block if cp > 1 else 0)
 
 
 def allgather_size_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,

@@ -1,0 +1,48 @@
+"""A framework's own config file (``clustersim run --config FILE``): a torchtitan TOML, a
+DeepSpeed JSON or a Megatron-LM argument list, read by that framework's module into
+scenario pieces (:class:`~.pieces.ConfigPieces`; the merge over a scenario is
+:mod:`simulator.cli.configfile`'s).
+
+The format comes from the file name (``.toml`` torchtitan, ``.json`` DeepSpeed, anything
+else Megatron arguments) unless ``fmt`` names it. Each reader says which keys it used and
+which it ignored (:meth:`ConfigPieces.summary`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.errors import ConfigError
+
+from . import deepspeed, megatron, torchtitan
+from .pieces import ConfigPieces
+
+# framework -> its module: read_file(path), file_key(field), GLOBAL_BATCH_KEY
+FRAMEWORKS = {"torchtitan": torchtitan, "deepspeed": deepspeed, "megatron": megatron}
+SUFFIXES = {".toml": "torchtitan", ".json": "deepspeed"}
+
+
+def config_format(path, fmt: str | None = None) -> str:
+    """``fmt`` if given, else the format the file name says."""
+    if fmt is not None:
+        if fmt not in FRAMEWORKS:
+            raise ConfigError(f"unknown config format {fmt!r}; valid: {', '.join(FRAMEWORKS)}",
+                              source="--config-format")
+        return fmt
+    return SUFFIXES.get(Path(str(path)).suffix.lower(), "megatron")
+
+
+def read_config(path, fmt: str | None = None) -> ConfigPieces:
+    """The scenario pieces of one framework config file."""
+    return FRAMEWORKS[config_format(path, fmt)].read_file(path)
+
+
+def file_key(framework: str, field: str) -> str:
+    """A strategy field (``tensor_model_parallel_size``, ``parallelism.tp...``) as the
+    ``framework``'s file spells it."""
+    return FRAMEWORKS[framework].file_key(field)
+
+
+def global_batch_key(framework: str) -> str:
+    """The key of the global batch in the ``framework``'s file."""
+    return FRAMEWORKS[framework].GLOBAL_BATCH_KEY

@@ -1,0 +1,368 @@
+"""Megatron-LM: its arguments, spelled as Megatron spells them, in a scenario
+(``strategy: {name: megatron, ...}``) or an argument file (``clustersim run --config
+gpt3.args``), and their translation into one
+:class:`~simulator.strategies.parallel.plan.ParallelPlan`. This module is the one place
+that knows Megatron's spelling: the config's fields are Megatron's argument names
+(``--tensor-model-parallel-size`` is ``tensor_model_parallel_size``), validated once, by
+:class:`MegatronConfig`, whichever way they came in.
+
+Megatron-LM (``megatron/training/arguments.py``, ``megatron/core/parallel_state.py``):
+the data-parallel size is what is left, ``world / (tp x pp x cp)``; ranks are ordered
+``tp-cp-ep-dp-pp`` (TP innermost), the plan's default order. The interleaved 1F1B
+schedule runs when ``virtual_pipeline_model_parallel_size`` is set, 1F1B otherwise;
+``use_distributed_optimizer`` is ZeRO-1 (``zero1``), ``use_torch_fsdp2`` FSDP2, else
+Megatron's DDP. Megatron accumulates and reduces gradients in fp32 with bf16 weights
+(``accumulate_allreduce_grads_in_fp32``; ``grad_reduce_in_bf16`` for 16-bit) and
+defaults to ``overlap_grad_reduce: false``. ``recompute_granularity: full`` checkpoints
+every block (``recompute_method: block`` with ``recompute_num_layers: N``: the first N
+blocks of each chunk); ``selective`` recomputes the attention core only (the common
+``activation_checkpointing: selective`` with ``selective_ac_option: attention``,
+:mod:`simulator.strategies.checkpointing`): without flash attention it frees the ``a s^2``
+scores; with flash attention it frees little and costs the core's forward again.
+
+The argument file holds the arguments as ``pretrain_gpt.py`` takes them: on one line or
+many, with ``\\`` continuations, ``#`` comments and shell quoting; anything before the first
+``--`` (``torchrun ... pretrain_gpt.py``) is skipped. Read:
+
+* the arguments of :data:`ARGUMENT_FIELDS` -> the strategy's fields of those names,
+  parsed by the field's type and validated with the rest of the strategy
+  (``--tensor-model-parallel-size 8`` -> ``tensor_model_parallel_size: 8``);
+  ``--num-layers-per-virtual-pipeline-stage N`` -> ``virtual_pipeline_model_parallel_size``;
+  ``--recompute-activations`` -> ``recompute_granularity: selective``;
+* ``--seq-length``, ``--micro-batch-size``, ``--global-batch-size``, ``--bf16``/``--fp16``,
+  ``--use-flash-attn`` -> training fields and the global batch;
+* ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
+  ``--num-query-groups`` -> the catalog model of those sizes, if there is one.
+
+Every other flag (data, optimizer, logging, checkpointing...) is listed as ignored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from pydantic import Field, model_validator
+
+from simulator.errors import ConfigError
+from simulator.inputs import decode_text, read_bytes
+
+from ..base import CommonConfig
+from ..parallel.moe import ExpertLoad
+from ..parallel.plan import ParallelPlan
+
+if TYPE_CHECKING:      # the argument file's modules load when a file is read (start-up)
+    from .pieces import ConfigPieces, Doc
+
+# short spellings people write, and what Megatron calls them
+SHORT = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+         "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
+         "ep": "expert_model_parallel_size", "sp": "sequence_parallel",
+         "dp": "(none: the data-parallel size is what is left of the GPUs)",
+         "schedule": "virtual_pipeline_model_parallel_size (interleaved) or nothing (1F1B)"}
+FIELDS = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+          "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
+          "ep": "expert_model_parallel_size", "sequence_parallel": "sequence_parallel",
+          "first_stage_layers": "decoder_first_pipeline_num_layers",
+          "last_stage_layers": "decoder_last_pipeline_num_layers",
+          "embedding_in_split": "account_for_embedding_in_pipeline_split",
+          "loss_in_split": "account_for_loss_in_pipeline_split"}
+CP_COMM = {"p2p": "ring", "all_gather": "allgather"}
+
+
+class MegatronConfig(CommonConfig):
+    """``strategy: {name: megatron, tensor_model_parallel_size: 8, ...}``."""
+
+    name: str = "megatron"
+    tensor_model_parallel_size: int = Field(1, ge=1)
+    pipeline_model_parallel_size: int = Field(1, ge=1)
+    virtual_pipeline_model_parallel_size: int | None = Field(None, ge=2)
+    context_parallel_size: int = Field(1, ge=1)
+    expert_model_parallel_size: int = Field(1, ge=1)
+    sequence_parallel: bool = False
+    use_distributed_optimizer: bool = False
+    use_torch_fsdp2: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    bucket_size: int | None = Field(None, ge=1)        # parameters per gradient bucket
+    grad_reduce_in_bf16: bool = False
+    tp_comm_overlap: bool = False
+    cp_comm_type: Literal["p2p", "all_gather"] = "p2p"
+    recompute_granularity: Literal["full", "selective"] | None = None
+    recompute_method: Literal["uniform", "block"] | None = None
+    recompute_num_layers: int | None = Field(None, ge=1)
+    decoder_first_pipeline_num_layers: int | None = Field(None, ge=1)
+    decoder_last_pipeline_num_layers: int | None = Field(None, ge=1)
+    moe_expert_capacity_factor: float | None = Field(None, gt=0)   # overrides the model's
+    moe_load: ExpertLoad = ExpertLoad()     # clustersim's routing-imbalance knob (parallel/moe.py)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spellings(cls, data: Any):
+        if isinstance(data, dict):
+            for key, megatron in SHORT.items():
+                if key in data:
+                    raise ConfigError(f"unknown key {key!r}: Megatron spells it {megatron}",
+                                      field=f"strategy.{key}")
+            granularity = data.get("recompute_granularity")
+            if granularity == "full":
+                data = {**data, "activation_checkpointing": "full"}
+            elif granularity == "selective":
+                data = {**data, "activation_checkpointing": "selective",
+                        "selective_ac_option": "attention"}
+        return data
+
+    def _check(self) -> None:
+        if self.name != "megatron":
+            raise ConfigError(f"expected 'megatron', got {self.name!r}", field="strategy.name")
+        if self.overlap_param_gather and not self.use_distributed_optimizer:
+            raise ConfigError("overlaps the distributed optimizer's parameter all-gather; "
+                              "set use_distributed_optimizer: true",
+                              field="strategy.overlap_param_gather")
+        if self.recompute_method and self.recompute_granularity != "full":
+            raise ConfigError("applies to recompute_granularity: full",
+                              field="strategy.recompute_method")
+
+    def grad_reduce_bytes(self) -> int:
+        if self.reduce_dtype:
+            return super().grad_reduce_bytes()
+        return 2 if self.grad_reduce_in_bf16 else 4
+
+    def plan_fields(self) -> dict[str, str]:
+        """Plan attribute -> the key the user wrote (for one-line errors)."""
+        return {**{k: f"strategy.{v}" for k, v in FIELDS.items()}, "size": "cluster.gpus",
+                "schedule": "strategy.virtual_pipeline_model_parallel_size",
+                "micro_batches": "training.grad_accum"}
+
+    def plan(self, world_size: int) -> ParallelPlan:
+        """The plan on ``world_size`` GPUs (the data-parallel size is what is left)."""
+        tp, pp, cp = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,
+                      self.context_parallel_size)
+        if world_size % (tp * pp * cp):
+            raise ConfigError(f"tensor {tp} x pipeline {pp} x context {cp} = {tp * pp * cp} "
+                              f"does not divide the job's {world_size} GPUs",
+                              field="cluster.gpus")
+        dp = world_size // (tp * pp * cp)
+        mode = ("fsdp" if self.use_torch_fsdp2 else
+                "zero1" if self.use_distributed_optimizer else "ddp")
+        vp = self.virtual_pipeline_model_parallel_size or 1
+        sharded = mode != "ddp"
+        return ParallelPlan(
+            pp=pp, tp=tp, cp=cp, dp_shard=dp if sharded else 1,
+            dp_replicate=1 if sharded else dp, ep=self.expert_model_parallel_size, vp=vp,
+            sequence_parallel=self.sequence_parallel and tp > 1,
+            schedule="interleaved_1f1b" if vp > 1 else "1f1b", dp_mode=mode,
+            tp_overlap=self.tp_comm_overlap, cp_mode=CP_COMM[self.cp_comm_type],
+            overlap_grad_reduce=self.overlap_grad_reduce,
+            overlap_param_gather=self.overlap_param_gather,
+            bucket_params=self.bucket_size or max(40_000_000, 1_000_000 * dp),
+            first_stage_layers=self.decoder_first_pipeline_num_layers or 0,
+            last_stage_layers=self.decoder_last_pipeline_num_layers or 0,
+            embedding_in_split=self.account_for_embedding_in_pipeline_split,
+            loss_in_split=self.account_for_loss_in_pipeline_split)
+
+
+# ------------------------------------------------------------------ the argument file
+# The strategy fields an argument file gives, each as Megatron's argument of that name
+# (:func:`flag`); the others (moe_load, cp_comm_type, bucket_size...) are set in a scenario.
+ARGUMENT_FIELDS = (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "sequence_parallel", "use_distributed_optimizer",
+    "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "recompute_granularity", "recompute_method", "recompute_num_layers")
+
+
+class Flag(NamedTuple):
+    """What an argument gives: a field (of the strategy or of training), and how its words
+    are parsed: ``"switch"`` (no value), ``int`` or ``str``."""
+
+    field: str
+    kind: Any
+
+
+TRAINING_FLAGS = {"--seq-length": Flag(field="seq_len", kind=int),
+                  "--micro-batch-size": Flag(field="micro_batch", kind=int),
+                  "--use-flash-attn": Flag(field="flash_attention", kind="switch")}
+MODEL_FLAGS = {"--num-layers": "layers", "--hidden-size": "hidden",
+               "--num-attention-heads": "heads", "--ffn-hidden-size": "ffn_hidden",
+               "--num-query-groups": "kv_heads"}
+PRECISION_FLAGS = {"--bf16": "bf16", "--fp16": "fp16"}
+VIRTUAL_STAGE_LAYERS = "--num-layers-per-virtual-pipeline-stage"
+GLOBAL_BATCH_KEY = "--global-batch-size"
+MAX_ARGS = 10_000            # a real pretrain_gpt.py command line has about 100
+
+
+def flag(field: str) -> str:
+    """Megatron's argument for the config field ``field``: ``--tensor-model-parallel-size``."""
+    return "--" + field.replace("_", "-")
+
+
+def _kind(field: str):
+    """How the words of the argument of the strategy field ``field`` are parsed, from the
+    field's type (the value itself is checked by :class:`MegatronConfig`)."""
+    annotation = MegatronConfig.model_fields[field].annotation
+    if annotation is bool:
+        return "switch"
+    return int if annotation is int or int in getattr(annotation, "__args__", ()) else str
+
+
+STRATEGY_FLAGS = {flag(f): Flag(field=f, kind=_kind(f)) for f in ARGUMENT_FIELDS}
+
+
+def file_key(field: str) -> str:
+    """A strategy field (``tensor_model_parallel_size``, or a dotted key below one) as an
+    argument file spells it, for errors."""
+    head = field.split(".")[0]
+    return flag(head) if head in ARGUMENT_FIELDS else field
+
+
+def split_args(path) -> list[str]:
+    """The shell words of an argument file (continuations joined, comments dropped)."""
+    import shlex
+    source = str(path)
+    text = decode_text(read_bytes(path, "Megatron argument file", "config_bytes"), source,
+                       "Megatron argument file")
+    try:
+        words = shlex.split(text.replace("\\\r\n", " ").replace("\\\n", " "), comments=True)
+    except ValueError as exc:            # an unclosed quote
+        raise ConfigError(f"cannot split into arguments: {exc}", source=source) from None
+    if len(words) > MAX_ARGS:
+        raise ConfigError(f"{len(words):,} arguments; at most {MAX_ARGS:,}", source=source)
+    return words
+
+
+class Argument(NamedTuple):
+    """One ``--flag`` of an argument file and the words that follow it."""
+
+    name: str
+    values: list[str]
+
+
+class Arguments(NamedTuple):
+    """An argument file's flags in order, and the words before the first (the launcher and
+    script: everything up to a ``*.py`` word, whose own options are not Megatron's)."""
+
+    flags: list[Argument]
+    prefix: list[str]
+
+
+def parse_flags(words: list[str]) -> Arguments:
+    """The flags of an argument file's words."""
+    script = [i for i, w in enumerate(words) if w.endswith(".py") and not w.startswith("-")]
+    first = script[-1] + 1 if script else 0          # after `torchrun ... pretrain_gpt.py`
+    start = next((i for i, w in enumerate(words) if i >= first and w.startswith("--")),
+                 len(words))
+    flags: list[Argument] = []
+    for word in words[start:]:
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            flags.append(Argument(name=name, values=[value] if eq else []))
+        else:
+            flags[-1].values.append(word)
+    return Arguments(flags=flags, prefix=words[:start])
+
+
+def read_file(path) -> ConfigPieces:
+    """The scenario pieces of a Megatron-LM argument file."""
+    from .pieces import ConfigPieces, Doc
+    source = str(path)
+    args = parse_flags(split_args(path))
+    doc = Doc(source)
+    out = ConfigPieces("megatron", source, strategy={"name": "megatron"})
+    if args.prefix:
+        out.ignore(" ".join(args.prefix), "the command before the arguments")
+    sizes: dict[str, int] = {}
+    seen: set[str] = set()
+    for arg in args.flags:
+        if arg.name in seen and arg.name in _KNOWN:
+            raise doc.fail(arg.name, "given twice")
+        seen.add(arg.name)
+        _one(arg.name, arg.values, doc, out, sizes)
+    _model(sizes, out)
+    return out
+
+
+def _words(name: str, values: list[str], kind, doc: Doc):
+    """The value of argument ``name``: True for a switch, else its one word as ``kind``."""
+    if kind == "switch":
+        if values:
+            raise doc.fail(name, f"is a switch and takes no value, got {' '.join(values)!r}")
+        return True
+    if len(values) != 1:
+        raise doc.fail(name, f"takes one value, got {len(values)}")
+    if kind is int:
+        try:
+            return int(values[0])
+        except ValueError:
+            raise doc.fail(name, f"must be a whole number, got {values[0]!r}") from None
+    return values[0]
+
+
+def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict) -> None:
+    if name in STRATEGY_FLAGS:
+        arg = STRATEGY_FLAGS[name]
+        out.strategy[arg.field] = _words(name, values, arg.kind, doc)
+    elif name == "--recompute-activations":
+        _words(name, values, "switch", doc)
+        out.strategy.setdefault("recompute_granularity", "selective")
+    elif name == VIRTUAL_STAGE_LAYERS:
+        out.strategy["_layers_per_virtual_stage"] = doc.integer(
+            _words(name, values, int, doc), name)
+    elif name in TRAINING_FLAGS:
+        arg = TRAINING_FLAGS[name]
+        value = _words(name, values, arg.kind, doc)
+        out.training[arg.field] = value if arg.kind == "switch" else doc.integer(value, name)
+    elif name == GLOBAL_BATCH_KEY:
+        out.global_batch = doc.integer(_words(name, values, int, doc), name)
+    elif name in PRECISION_FLAGS:
+        _words(name, values, "switch", doc)
+        if "precision" in out.training:
+            raise doc.fail(name, "--bf16 and --fp16 are both given")
+        out.training["precision"] = PRECISION_FLAGS[name]
+    elif name in MODEL_FLAGS:
+        sizes[MODEL_FLAGS[name]] = doc.integer(_words(name, values, int, doc), name)
+    else:
+        out.ignore(name)
+        return
+    out.use(name)
+
+
+def _virtual_stages(sizes: dict, out: ConfigPieces) -> None:
+    """``--num-layers-per-virtual-pipeline-stage N`` as the virtual stages it makes (a
+    pipeline size below 1 is left to the config to refuse)."""
+    per = out.strategy.pop("_layers_per_virtual_stage", None)
+    pp = out.strategy.get("pipeline_model_parallel_size", 1)
+    if per is None or not (isinstance(pp, int) and pp >= 1):
+        return
+    layers = sizes.get("layers")
+    if layers is None or layers % (pp * per):
+        raise ConfigError(f"needs --num-layers divisible by the pipeline size {pp} x {per}",
+                          source=out.source, field=VIRTUAL_STAGE_LAYERS)
+    out.strategy["virtual_pipeline_model_parallel_size"] = layers // (pp * per)
+
+
+def _model(sizes: dict, out: ConfigPieces) -> None:
+    """The catalog model of the given sizes (Megatron's defaults fill ffn = 4h and query
+    groups = heads); the size flags move to ignored when they name none."""
+    _virtual_stages(sizes, out)
+    if not sizes:
+        return
+    if {"layers", "hidden", "heads"} <= set(sizes):
+        full = {"ffn_hidden": 4 * sizes["hidden"], "kv_heads": sizes["heads"], **sizes}
+        from .names import model_by_sizes
+        found = model_by_sizes(full)
+        out.model, out.model_note = found.model, found.note
+    else:
+        out.model_note = ("--num-layers, --hidden-size and --num-attention-heads are needed "
+                          "to name a model; the scenario's model is simulated")
+    if out.model is None:
+        flags = [f for f, k in MODEL_FLAGS.items() if k in sizes]
+        out.used = [k for k in out.used if k not in flags]
+        out.ignored += flags
+
+
+_KNOWN = set(STRATEGY_FLAGS) | set(TRAINING_FLAGS) | set(MODEL_FLAGS) | set(PRECISION_FLAGS) | {
+    "--recompute-activations", VIRTUAL_STAGE_LAYERS, GLOBAL_BATCH_KEY}
