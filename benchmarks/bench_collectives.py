@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from simulator.cluster import Cluster
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.model import CollectiveModel
 from simulator.collectives.run import simulate_plans
 from simulator.topology.loader import load_topology

@@ -60,7 +60,7 @@ def in_process(case: str, gpus: int) -> dict:
         from simulator.scenario import load_scenario
     else:
         from simulator.cluster import Cluster
-        from simulator.collectives.constants import load_constants
+        from simulator.constants import load_constants
         from simulator.collectives.model import CollectiveModel
         from simulator.collectives.run import simulate_plans
         from simulator.topology.loader import load_topology

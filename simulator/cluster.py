@@ -18,7 +18,7 @@ import networkx as nx
 import numpy as np
 
 from .choices import ECMP_MODES
-from .collectives.constants import ModelConstants, load_constants
+from .constants import ModelConstants, load_constants
 from .errors import TopologyError
 from .gcpause import gc_paused
 from .hardware import link_names, link_spec

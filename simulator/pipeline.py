@@ -8,7 +8,7 @@ from typing import Callable
 from .accum import (AccumPlan, Extrapolation, extrapolate, full_trace, mapped, plan_accum,
                     plan_trace)
 from .cluster import Cluster
-from .collectives.constants import load_constants
+from .constants import load_constants
 from .collectives.model import CollectiveModel
 from .compute import ComputeModel
 from .engine import JobConfig, MachineConfig, Timeline, replay

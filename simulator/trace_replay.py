@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from .choices import ATTENTION
 from .cluster import Cluster
-from .collectives.constants import load_constants
+from .constants import load_constants
 from .collectives.model import CollectiveModel
 from .collectives.nccl_config import NcclConfig
 from .compute import ComputeModel

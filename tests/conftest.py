@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from simulator.cluster import Cluster
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.model import CollectiveModel
 from simulator.hardware import link_spec
 

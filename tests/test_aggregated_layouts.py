@@ -6,7 +6,7 @@ import pytest
 
 from simulator.cluster import Cluster
 from simulator.collectives import layouts
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.layouts import direct_edges, direct_pair_edges, make_communicator
 from simulator.collectives.model import CollectiveModel
 from simulator.topology import leaf_spine, rail_optimized

@@ -278,7 +278,7 @@ def test_format_ranks_and_ops():
 
 
 def test_cuda_graph_flag_removes_the_launch_overhead(capsys):
-    from simulator.collectives.constants import load_constants
+    from simulator.constants import load_constants
     args = ["collective", "all_reduce", "-b", "8", "-e", "8", "--format", "json"]
     code, plain, _ = run_main(capsys, *args)
     code2, graph, _ = run_main(capsys, *args, "-G")

@@ -70,7 +70,7 @@ def test_efficiency_scales_capacity_by_link_type_then_class():
 @pytest.mark.parametrize("topo,nodes", [("dgx-a100-superpod", 2), ("hgx-a100-pcie", None),
                                         ("aws-p4d", 2)])
 def test_fast_local_routes_equal_the_general_path_routes(topo, nodes):
-    from simulator.collectives.constants import load_constants
+    from simulator.constants import load_constants
     from simulator.topology.loader import load_topology, resolve_topology
     G = load_topology(resolve_topology(topo), nodes=nodes)
     c = Cluster.from_graph(G, load_constants())

@@ -153,7 +153,7 @@ def test_a_local_plan_is_one_launch_on_no_link(ideal_constants):
 
 
 def test_a_link_latency_what_if_adds_to_nccl_s_latency_down_to_its_floor():
-    from simulator.collectives.constants import load_constants
+    from simulator.constants import load_constants
     k = load_constants()
     model = make_model(star_graph(2), k)
     assert model.with_link_latency(7e-6, "ring", "LL", 0.0) == 7e-6      # no what-if
@@ -218,7 +218,7 @@ def test_one_shot_collectives_solve_on_every_link_with_the_same_times(ideal_cons
 
 def test_a_long_communicator_is_made_once_per_rank_list():
     from simulator.cluster import Cluster
-    from simulator.collectives.constants import load_constants
+    from simulator.constants import load_constants
     from simulator.collectives.layouts import make_communicator
     from simulator.collectives.model import CollectiveModel
     from simulator.topology import rail_optimized

@@ -1,11 +1,11 @@
-"""The shipped NCCL data file is parsed once per process (collectives/constants.read_data);
+"""The shipped NCCL data file is parsed once per process (constants.read_data);
 every caller still gets the document as ``yaml.safe_load`` reads it, and its own copy."""
 
 from importlib import resources
 
 import yaml
 
-from simulator.collectives import constants
+from simulator import constants
 
 
 def test_read_data_is_the_parsed_file_and_a_copy_each_time():

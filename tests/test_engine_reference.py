@@ -17,7 +17,7 @@ from reference_fabric import ListFabric
 from replay_helpers import (PLANS, a_nic_link, assert_same_replay, plan_setup, plan_trace,
                             replay_on)
 from simulator.cluster import Cluster
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.model import CollectiveModel
 from simulator.engine import JobConfig, MachineConfig, replay
 from simulator.models import load_model

@@ -9,7 +9,7 @@ import yaml
 
 from simulator.cluster import Cluster
 from simulator.collectives import layouts
-from simulator.collectives.constants import load_constants, read_data
+from simulator.constants import load_constants, read_data
 from simulator.collectives.host_path import load_host_path, nic_part
 from simulator.collectives.layouts import make_communicator
 from simulator.collectives.model import CollectiveModel

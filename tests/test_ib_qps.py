@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simulator.cluster import Cluster
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.model import CollectiveModel
 from simulator.collectives.run import run_collective
 from simulator.scenario import load_scenario

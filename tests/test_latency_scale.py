@@ -8,7 +8,7 @@ network step up and one down per level of the tree's real depth (hwLat[NET][Ring
 import pytest
 
 from simulator.cluster import Cluster
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.layouts import btree_parent, make_communicator
 from simulator.collectives.model import CollectiveModel
 from simulator.collectives.nccl_config import NcclConfig

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.model import CollectiveModel
 from simulator.network.fabric import make_fabric
 from simulator.sim import Environment

@@ -23,7 +23,7 @@ import math
 
 import pytest
 
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.host import host_flow
 from simulator.collectives.layouts import make_communicator
 from simulator.collectives.model import CollectiveModel

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from simulator.cluster import Cluster
-from simulator.collectives.constants import for_release, load_constants, read_data
+from simulator.constants import for_release, load_constants, read_data
 from simulator.collectives.layouts import make_communicator
 from simulator.collectives.model import CollectiveModel
 from simulator.collectives.nccl_config import NcclConfig, release_entry

@@ -7,7 +7,7 @@ import pytest
 from plan_helpers import assert_plans_equal
 from simulator.cluster import Cluster
 from simulator.collectives import pairs as pairs_module
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.model import CollectiveModel
 from simulator.topology import leaf_spine, rail_optimized
 

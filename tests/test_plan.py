@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.model import CollectiveModel
 from simulator.compute import ComputeModel
 from simulator.hardware import gpu_spec

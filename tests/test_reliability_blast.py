@@ -65,7 +65,7 @@ def test_degraded_fabric_is_slower_when_uplinks_are_the_bottleneck():
     # equal paths, so the cross-leaf part runs at most 16/15 slower and never faster.
     import yaml
 
-    from simulator.collectives.constants import load_constants
+    from simulator.constants import load_constants
     from simulator.collectives.model import CollectiveModel
     from simulator.cluster import Cluster
     from simulator.collectives.run import run_collective

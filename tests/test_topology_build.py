@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from simulator.cluster import Cluster
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.errors import ConfigError
 from simulator.scenario import scenario_from_dict
 from simulator.topology import dgx_a100_node

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from simulator.collectives.constants import load_constants
+from simulator.constants import load_constants
 from simulator.collectives.model import bus_factor
 from simulator.errors import ClusterSimError, ConfigError
 from simulator.validation import known_misses as km

@@ -235,7 +235,7 @@ def register(cli: click.Group) -> None:
                             ib_qps=ib_qps)
         path, G = load_collective_topology(topology, nodes, sets)
         from ..cluster import Cluster           # the simulator: once the input is good
-        from ..collectives.constants import load_constants, with_cuda_graph
+        from ..constants import load_constants, with_cuda_graph
         from ..collectives.model import CollectiveModel
         from ..collectives.run import run_collective, size_sweep
         sizes = list(dict.fromkeys(size_sweep(min_bytes, max_bytes, step_factor)))

@@ -17,7 +17,7 @@ import networkx as nx
 import numpy as np
 
 from ..cluster import Cluster, Route
-from .constants import read_data
+from ..constants import read_data
 from .host import host_side_route
 from .nics import home_nic, owned_nics
 

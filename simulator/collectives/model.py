@@ -31,7 +31,7 @@ from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
 from .host_path import host_path_applies, load_host_path
-from .constants import ModelConstants, for_release
+from ..constants import ModelConstants, for_release
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
 from .nccl_config import NcclConfig, release_entry

@@ -17,7 +17,7 @@ from functools import cache
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..choices import ALGOS, PROTOS
-from .constants import read_data
+from ..constants import read_data
 
 _VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?\s*$")
 

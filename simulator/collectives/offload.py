@@ -36,7 +36,7 @@ from functools import cache
 from ..cluster import Route
 from ..errors import ConfigError
 from ..network.fabric import Flow, bottleneck_rate
-from .constants import read_data
+from ..constants import read_data
 from .layouts import Communicator, EdgeSet, dtree_parent, gpu_route, home_nic
 from .nccl_config import parse_version
 from .plan import Plan

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from functools import cache
 
-from .constants import read_data
+from ..constants import read_data
 from .layouts import Communicator
 
 PAT_OPS = ("all_gather", "reduce_scatter")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from functools import cache
 
-from .constants import ModelConstants
+from ..constants import ModelConstants
 from .layouts import dtree_parent
 
 

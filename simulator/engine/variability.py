@@ -31,7 +31,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from ..collectives.constants import read_data
+from ..constants import read_data
 from ..errors import ConfigError
 from ..trace.schema import Trace
 

@@ -218,8 +218,8 @@ class FlowFabric(Fabric):
         super().__init__(env, capacity_bytes_per_s)
         self._sets: dict[int, FlowSet] = {}
         self._owner: dict[int, int] = {}            # per loaded slot: its set's id
-        me = weakref.ref(self)      # no cycle fabric -> solver -> fabric: freed at once
-        self._solver.on_split(lambda src, new: me()._split(src, new))
+        split = weakref.WeakMethod(self._split)     # no cycle fabric -> solver -> fabric
+        self._solver.on_split(lambda src, new: split()(src, new))
         self._last_id = 0
         self._arrivals = 0
         self._dirty: dict[int, FlowSet] = {}        # sets with arrivals not solved yet

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..collectives.constants import load_constants
+from ..constants import load_constants
 from ..collectives.model import CollectiveModel
 from ..compare.cost import Cost, Price, training_cost
 from ..compute import ComputeModel

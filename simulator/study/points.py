@@ -119,7 +119,7 @@ class _Resolver:
                 try:
                     set_dotted(data, key, value)
                 except ConfigError as exc:
-                    raise self._error(exc.reason, key, values, where) from None
+                    raise self.error(exc.reason, key, values, where) from None
         topology = self._topology(data, topo_sets, values)
         return data, topology, self._model_text(data)
 
@@ -156,9 +156,9 @@ class _Resolver:
 
     # ---------------------------------------------------------------- error location
     def _located(self, exc: ConfigError, field: str, values: dict) -> ConfigError:
-        return self._error(exc.reason, field, values)
+        return self.error(exc.reason, field, values)
 
-    def _error(self, reason: str, field: str, values: dict, where: str = "") -> ConfigError:
+    def error(self, reason: str, field: str, values: dict, where: str = "") -> ConfigError:
         """Attribute a problem with scenario key ``field`` to the axis or ``base.set`` key
         that set it, else to the base scenario file."""
         def owner(keys):
@@ -195,7 +195,7 @@ def expand(study: Study, source: str, check=None, options: dict | None = None) -
             if check is not None:
                 check(scn, topology)
         except ConfigError as exc:
-            raise resolver._error(exc.reason, _scenario_field(exc), values) from None
+            raise resolver.error(exc.reason, _scenario_field(exc), values) from None
         pid = point_id(study.command, data, topology, model_text, options)
         if pid in seen:
             raise ConfigError(f"points {seen[pid]} and {index} are the same scenario "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import networkx as nx
 
 from simulator.cluster import Cluster
-from simulator.collectives.constants import ModelConstants
+from simulator.constants import ModelConstants
 from simulator.errors import ConfigError
 from simulator.topology.loader import (SCENARIO_LINKS, load_topology, resolve_topology,
                                        topology_from_dict)

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.cluster import Cluster
-from simulator.collectives.constants import ModelConstants, load_constants
+from simulator.constants import ModelConstants, load_constants
 from simulator.errors import ConfigError
 from simulator.validation.collectives.fitted import (BOUNDS, DECIMALS, PARAMS, PRIOR,
                                                      with_values)

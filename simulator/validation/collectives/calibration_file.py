@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from simulator.collectives.constants import ModelConstants, load_constants
+from simulator.constants import ModelConstants, load_constants
 from simulator.errors import ConfigError
 from simulator.outpaths import writable_file
 from simulator.validation.collectives.fitted import PARAMS, calibrated_values

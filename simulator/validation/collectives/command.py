@@ -51,7 +51,7 @@ def validate_collectives(root, out, fidelity, calibration, calibrate, write_to, 
     (threshold 30%), judged on validation tables. Exit code 0: every gated table passes;
     3: only known misses (validation/known_misses.yaml) fail; 1: any other failure.
     """
-    from simulator.collectives.constants import load_constants
+    from simulator.constants import load_constants
     from simulator.validation.collectives import calibrate as cal
     from simulator.validation.collectives import calibration_file as cf
     from simulator.validation.collectives import report as vr

@@ -1,12 +1,12 @@
 """The constants of the collective model that the calibration fits: their names
-(:data:`PARAMS`, dotted paths into :class:`~simulator.collectives.constants.ModelConstants`),
+(:data:`PARAMS`, dotted paths into :class:`~simulator.constants.ModelConstants`),
 bounds, starting point and rounding, and how to read them from / write them into a
 ``ModelConstants``. The validation report lists them; the calibration fits them.
 """
 
 from __future__ import annotations
 
-from simulator.collectives.constants import ModelConstants
+from simulator.constants import ModelConstants
 
 # Fitted constants with their bounds. Names are dotted paths into ModelConstants
 # (``field`` or ``field.key`` of a dict field); ``launch_overhead_us`` is in microseconds.

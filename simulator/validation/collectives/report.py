@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.collectives.constants import ModelConstants
+from simulator.constants import ModelConstants
 from simulator.validation.collectives.fitted import calibrated_values
 from simulator.validation.collectives.plots import _plot_overview, _plot_table
 from simulator.validation.collectives.schema import (BUSBW_THRESHOLD, GOAL, LARGE_BYTES,

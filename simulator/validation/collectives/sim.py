@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.collectives.constants import ModelConstants, with_cuda_graph
+from simulator.constants import ModelConstants, with_cuda_graph
 from simulator.collectives.model import CollectiveModel
 from simulator.cluster import Cluster
 from simulator.collectives.run import run_collective, simulate_plans

@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from simulator import progress
-from simulator.collectives.constants import ModelConstants, load_constants
+from simulator.constants import ModelConstants, load_constants
 from simulator.errors import ConfigError
 from simulator.validation.collectives.cases import build_case
 from simulator.validation.collectives.fitted import calibrated_values

@@ -17,7 +17,7 @@ from simulator.validation.commands import (case as _case, collective_cases, para
 
 def collectives(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]:
     """Median |busbw| and |time| errors per nccl-tests table (validation tables gated)."""
-    from simulator.collectives.constants import load_constants
+    from simulator.constants import load_constants
     from simulator.validation.collectives import schema
     from simulator.validation.collectives.command import title
     from simulator.validation.collectives.report import summarize, write_report

@@ -9,7 +9,7 @@ from importlib import resources
 
 import yaml
 
-from ..choices import PROTOS
+from .choices import PROTOS
 
 _US = 1e-6
 _GBPS = 1e9
