@@ -6,7 +6,7 @@ import pytest
 import simpy
 from simpy.events import URGENT, Event, Timeout
 
-from simulator.sim import Environment, Relay, Reply, StreamProcess, Tick, all_done
+from simulator.sim import Environment, Relay, Reply, StreamProcess, Tick, after, all_done
 
 
 def _story(light: bool) -> list:
@@ -213,3 +213,9 @@ def test_a_failed_event_raises_from_the_counting_run_loop():
     env.event().fail(ValueError("boom"))
     with pytest.raises(ValueError, match="boom"):
         env.run()
+
+
+def test_after_one_event_resumes_as_all_of_that_event_does():
+    assert _log_order(lambda env, evs: after(env, evs[0]) if len(evs) == 1
+                      else all_done(env, evs)) == \
+        _log_order(lambda env, evs: env.all_of(evs))

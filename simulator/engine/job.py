@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from ..collectives.host import host_flow, server_nic
 from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..network.bundle import bundled
-from ..sim import Relay, StreamProcess, all_done, countdown
+from ..sim import Relay, StreamProcess, after, all_done, countdown
 from ..trace.schema import Op, RankClass, Trace
 from .launch import Launcher
 from .machine import Machine
@@ -167,8 +167,11 @@ class Job:
         arrive, append, record = self.launcher.arrive, self.records.append, OpRecord.of
         cid = cls.id
         for position, op in ops:
-            if op.deps:
-                yield all_done(env, [done[d] for d in op.deps])
+            deps = op.deps
+            if len(deps) == 1:          # most waits
+                yield after(env, done[deps[0]])
+            elif deps:
+                yield all_done(env, [done[d] for d in deps])
             ready = env.now
             if op.mem_alloc_bytes:      # (a request of nothing is granted, and changes nothing)
                 granted = pool.request(op.mem_alloc_bytes, position, op.name)

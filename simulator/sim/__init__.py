@@ -12,15 +12,15 @@ each against its SimPy original, interleaved with SimPy's events of both priorit
   (:meth:`~Environment.tick`, :meth:`~Environment.call_at`, :meth:`~Environment.call_later`,
   :meth:`~Environment.call_urgent`).
 * :class:`Tick` (a ``Timeout`` that carries no value), :class:`Relay` (an ``Event`` whose
-  ``succeed()`` is a call), :class:`Reply` (a Relay with a value), :func:`all_done`
-  (``env.all_of`` without a value), :func:`countdown` (a callback that fires on the n-th
-  call).
+  ``succeed()`` is a call), :class:`Reply` (a Relay with a value), :func:`all_done` and
+  :func:`after` (``env.all_of`` of several events or of one, without a value),
+  :func:`countdown` (a callback that fires on the n-th call).
 * :class:`StreamProcess`: a SimPy ``Process`` without an event at its end.
 """
 
 from .environment import Environment
-from .events import Relay, Reply, Tick, all_done, countdown
+from .events import Relay, Reply, Tick, after, all_done, countdown
 from .process import StreamProcess
 
-__all__ = ["Environment", "Relay", "Reply", "StreamProcess", "Tick", "all_done",
+__all__ = ["Environment", "Relay", "Reply", "StreamProcess", "Tick", "after", "all_done",
            "countdown"]

@@ -54,18 +54,25 @@ class Reply(Relay):
         self()
 
 
+def after(env: simpy.Environment, event) -> Relay:
+    """An event scheduled exactly as ``env.all_of([event])`` is (at once where ``event``
+    has fired, else as it does), with no value and no Condition: a :class:`Relay`."""
+    ev = Relay(env)
+    callbacks = event.callbacks
+    if callbacks is None:
+        ev()
+    else:
+        callbacks.append(ev)
+    return ev
+
+
 def all_done(env: simpy.Environment, events: list) -> Relay:
     """An event scheduled exactly as ``env.all_of(events)`` is (at once where every one of
     ``events`` has fired, else as the last of them does), with no value and no Condition:
     a :class:`Relay`, fired by the last of them."""
+    if len(events) == 1:
+        return after(env, events[0])
     ev = Relay(env)
-    if len(events) == 1:        # most waits: the list below made of one event
-        callbacks = events[0].callbacks
-        if callbacks is None:
-            ev()
-        else:
-            callbacks.append(ev)
-        return ev
     pending = [e for e in events if e.callbacks is not None]
     if not pending:
         ev()
