@@ -13,6 +13,7 @@ from .collectives.model import CollectiveModel
 from .compute import ComputeModel
 from .engine import JobConfig, MachineConfig, Timeline, replay
 from .engine.variability import resolve_sigmas
+from .choices import framework_of
 from .errors import ConfigError
 from .gcpause import gc_paused
 from .hardware import check_training_precision, gpu_spec
@@ -20,7 +21,7 @@ from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
-from .precision import compute_precision, is_half
+from .precision import FP8, compute_precision, is_half
 from .scenario import Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.build import scenario_cluster
@@ -141,7 +142,9 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
     try:
         trace = build_trace(None, cfg, world, spec=model, seq_len=t.seq_len,
                             flash=t.flash_attention, autocast=autocasts(cfg),
-                            compile=t.compile, model=model.name, tokens_per_sample=tokens,
+                            compile=t.compile,
+                            fp8_recipe=t.fp8_recipe if t.precision == FP8 else None,
+                            model=model.name, tokens_per_sample=tokens,
                             model_flops_per_sample=flops)
         return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn)
     except ConfigError as exc:          # a layer-cost field is a training key
@@ -170,6 +173,21 @@ def _variable_lengths(model: ModelSpec, t, autocast: bool):
     total = sum(counts)
     flops = sum(c * model_flops_per_sample(model, i + 1) for i, c in enumerate(counts) if c)
     return layers, mean_length(counts), flops / total
+
+
+def _check_fp8(model: ModelSpec, strategy: str, source: str) -> None:
+    """FP8 where the step can run it: a transformer's Linear GEMMs (torchao's Float8Linear
+    or Transformer Engine), under a PyTorch framework.
+
+    :raises ConfigError: (``training.precision``) for a model without such GEMMs or a
+        TensorFlow strategy (Keras' mixed precision is 16-bit).
+    """
+    if framework_of(strategy) == "tensorflow":
+        raise ConfigError(f"{strategy} runs no FP8 GEMMs (Keras mixed precision is fp16 or "
+                          f"bf16): use bf16", source=source, field="training.precision")
+    if not model.is_transformer:
+        raise ConfigError(f"{model.name} has no transformer Linear layers to run in FP8: use "
+                          f"bf16", source=source, field="training.precision")
 
 
 def _located(exc: ConfigError, source: str, prefix: str) -> ConfigError:
@@ -236,6 +254,8 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         raise exc.located(source) from None
     cfg = parse_strategy(strategy, source=source)
     t = scn.training
+    if t.precision == FP8:
+        _check_fp8(model, cfg.name, source)
     n_gpus = scn.cluster.gpus or cluster.n_gpus
     if n_gpus > cluster.n_gpus:
         raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",

@@ -69,3 +69,58 @@ def test_fp8_ops_carry_their_precision_into_the_trace():
     by = {o.name: o for o in trace.classes[0].ops if o.phase == "forward"}
     assert by["qkv_proj"].attrs["precision"] == "fp8"
     assert "precision" not in by["attn_core"].attrs
+
+
+def _step(strategy: dict, precision: str, **training) -> tuple:
+    """(step time, ops of the first class) of Llama 3 8B on one DGX H100 under
+    ``strategy`` at ``precision``."""
+    from simulator.pipeline import build_setup, run_setup
+    from simulator.scenario import scenario_from_dict
+    scn = scenario_from_dict({
+        "name": "fp8", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100"},
+        "strategy": strategy, "simulation": {"variability": "none"},
+        "training": {"seq_len": 4096, "micro_batch": 1, "precision": precision, **training}})
+    setup = build_setup(scn, extrapolate_steps=False)
+    return run_setup(setup).metrics.iteration_time_s, setup.trace.classes[0].ops
+
+
+@pytest.mark.parametrize("strategy", [
+    {"name": "fsdp"},
+    {"name": "torchtitan"},                                     # pure FSDP2, DP generator
+    {"name": "megatron"},                                       # Megatron DDP
+    {"name": "megatron", "tensor_model_parallel_size": 2, "sequence_parallel": True},
+    {"name": "megatron", "use_torch_fsdp2": True},
+    {"name": "megatron", "pipeline_model_parallel_size": 2},
+    {"name": "deepspeed"},
+])
+def test_fp8_reaches_the_gemms_of_every_pytorch_framework(strategy):
+    bf16, _ = _step(strategy, "bf16")
+    fp8, ops = _step(strategy, "fp8")
+    gemms = [o for o in ops if o.op_class == "matmul" and o.name == "qkv_proj"]
+    casts = [o for o in ops if o.name.startswith(("float8_cast", "te_cast_transpose"))]
+    assert gemms and all(o.attrs["precision"] == "fp8" for o in gemms)
+    assert casts                                    # the recipe's cast kernels
+    assert fp8 < bf16                               # FP8 GEMMs at twice the rate, less casts
+
+
+def test_the_fp8_recipe_reaches_a_parallel_plan():
+    strategy = {"name": "megatron", "tensor_model_parallel_size": 2, "sequence_parallel": True}
+    _, tensorwise = _step(strategy, "fp8")
+    _, delayed = _step(strategy, "fp8", fp8_recipe="delayed")
+    kinds = lambda ops: {o.name.split(".")[0] for o in ops    # noqa: E731
+                         if o.name.startswith(("float8", "te_cast"))}
+    assert kinds(tensorwise) == {"float8_cast", "float8_transpose"}
+    assert kinds(delayed) == {"te_cast_transpose"}
+
+
+@pytest.mark.parametrize("scenario, why", [
+    ("resnet50-ddp-8gpu", "resnet-50 has no transformer Linear layers"),
+    ("resnet50-tf-mirrored-8gpu", "tf_mirrored runs no FP8 GEMMs"),
+])
+def test_fp8_where_nothing_runs_it_is_refused_in_one_line(scenario, why):
+    from simulator.pipeline import build_setup
+    from simulator.scenario import load_scenario
+    scn = load_scenario(scenario, ["cluster.topology=dgx-h100", "training.precision=fp8"])
+    with pytest.raises(ConfigError, match=why) as info:
+        build_setup(scn)
+    assert info.value.field == "training.precision"

@@ -62,25 +62,30 @@ def data_parallel_config(cfg: CommonConfig, plan: ParallelPlan,
 
 
 def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
-                autocast: bool, compile: bool = False):
+                autocast: bool, compile: bool = False, fp8_recipe: str | None = None):
     """``layers`` if given, else the unsharded per-layer costs of one micro-batch (what
-    the data-parallel generators take; a planned strategy is called without them)."""
+    the data-parallel generators take; a planned strategy is called without them), their
+    blocks' GEMMs in FP8 where ``fp8_recipe`` is given."""
     if layers is not None:
         return layers
     from simulator.models import layer_costs
+    from simulator.precision import FP8
+    if fp8_recipe is not None:
+        return layer_costs(spec, cfg.micro_batch, seq_len, FP8, flash, autocast=autocast,
+                           compile=compile, fp8_recipe=fp8_recipe)
     return layer_costs(spec, cfg.micro_batch, seq_len, cfg.precision, flash,
                        autocast=autocast, compile=compile)
 
 
 def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0,
                     flash: bool = True, autocast: bool = False, compile: bool = False,
-                    **meta):
+                    fp8_recipe: str | None = None, **meta):
     """A framework strategy's trace: a :func:`pure_data_parallel` plan by ``dp_trace``
     (the FSDP/DDP generators, on full-model layer costs), any other by the model-parallel
     generator (:func:`simulator.strategies.parallel.generate.build_planned`)."""
     plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
     if pure_data_parallel(plan):
-        layers = full_layers(layers, cfg, spec, seq_len, flash, autocast, compile)
+        layers = full_layers(layers, cfg, spec, seq_len, flash, autocast, compile, fp8_recipe)
         trace = dp_trace(layers, cfg, plan, world, **meta)
         trace.meta["strategy"] = cfg.name
         return trace
@@ -90,7 +95,7 @@ def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0
     from ..parallel.generate import build_planned
     return build_planned(layers, cfg.for_layers(spec.layers), world, spec=spec,
                          seq_len=seq_len, flash=flash, autocast=autocast, compile=compile,
-                         **meta)
+                         fp8_recipe=fp8_recipe, **meta)
 
 
 def data_parallel_trace(layers, cfg: CommonConfig, plan: ParallelPlan, world, **meta):

@@ -37,6 +37,7 @@ from typing import Callable
 
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
+from simulator.models.fp8 import fp8_layer
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
 
@@ -275,10 +276,12 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
                    seq_len: int, flash: bool = True, autocast: bool = False,
                    tokens_per_sample: float = 0, model_flops_per_sample: float | None = None,
                    layers: list[LayerCost] | None = None, check: bool = True,
-                   compile: bool = False) -> Trace:
+                   compile: bool = False, fp8_recipe: str | None = None) -> Trace:
     """The Trace of one iteration of ``model`` under ``plan`` (see the module doc).
     ``cfg.micro_batch`` is per micro-batch and DP rank, ``cfg.grad_accum`` the micro-batches
-    per pipeline per step."""
+    per pipeline per step. ``fp8_recipe`` (a training precision of fp8): the blocks' Linear
+    GEMMs in FP8 with that recipe's casts (:mod:`simulator.models.fp8`), the expert GEMMs
+    of an EP block included."""
     if check:
         plan.check(model, world.world_size, seq_len=seq_len)
     layers = layers or planned_layers(
@@ -286,6 +289,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
                         precision=cfg.precision, flash=flash, autocast=autocast,
                         compile=compile),
         model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
+    if fp8_recipe is not None:
+        layers = [fp8_layer(layer, fp8_recipe) for layer in layers]
     layers = tied.with_copy(layers, model, plan)
     shared = tied.tied_ranks(model, plan)
     all_chunks = chunks(layers, plan)
@@ -333,7 +338,8 @@ def _meta(model, plan, cfg, layers, seq_len, tokens_per_sample, flops_per_sample
 def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, seq_len: int,
                   flash: bool = True, autocast: bool = False, model: str = "",
                   tokens_per_sample: float = 0,
-                  model_flops_per_sample: float | None = None, compile: bool = False) -> Trace:
+                  model_flops_per_sample: float | None = None, compile: bool = False,
+                  fp8_recipe: str | None = None) -> Trace:
     """The build function of a strategy whose config has ``plan(world_size)`` (and
     ``plan_fields()``, the keys its errors name): the plan checked against the model and
     the schedule, then :func:`build_parallel`. ``layers`` (full-model costs) are not used:
@@ -347,4 +353,4 @@ def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, s
     return build_parallel(spec, plan, cfg, world, seq_len=seq_len, flash=flash,
                           autocast=autocast, tokens_per_sample=tokens_per_sample,
                           model_flops_per_sample=model_flops_per_sample, check=False,
-                          compile=compile)
+                          compile=compile, fp8_recipe=fp8_recipe)

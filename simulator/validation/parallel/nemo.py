@@ -3,9 +3,10 @@
 Each row whose model ``cases.yaml`` names (``nemo_models``) runs as a ``megatron`` scenario
 on ``dgx-h100-superpod`` with the row's TP, PP, CP, VP, global and micro batch, set up as
 NeMo's performance recipes run (sequence parallelism when TP > 1, the distributed
-optimizer, fused/flash attention, no recompute). The rows were measured in FP8; the
-simulator computes in bf16 until it models FP8 GEMMs, so the H100 rows say how far the
-bf16 model is from an FP8 run, not a validation of FP8. Compared: tokens per second per GPU.
+optimizer, fused/flash attention, no recompute), in FP8 as they were measured: the
+blocks' Linear GEMMs in FP8 with Transformer Engine's delayed scaling and its
+cast-transpose kernels (NeMo 24.07 runs TE's ``fp8: hybrid``), everything else bf16.
+Compared: tokens per second per GPU.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from simulator.validation.parallel.iteration import simulate
 
 NEMO_COLUMNS = ["model", "gpus", "TP", "PP", "CP", "VP", "GBS", "MBS", "seq_len",
                 "tokens_per_s_per_gpu", "source"]
-PRECISION = "bf16"        # the rows ran FP8: see the module doc
+PRECISION = "fp8"         # the rows ran FP8 with Transformer Engine
+FP8_RECIPE = "delayed"
 
 
 def _degree(row, col: str) -> int:
@@ -44,7 +46,8 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str) -> dict:
             "model": str(Path(root) / model) if model.endswith(".yaml") else model,
             "training": {"micro_batch": micro, "seq_len": int(row["seq_len"]),
                          "grad_accum": int(row["GBS"]) // (micro * dp),
-                         "precision": PRECISION, "flash_attention": True},
+                         "precision": PRECISION, "fp8_recipe": FP8_RECIPE,
+                         "flash_attention": True},
             "cluster": {"topology": spec.topologies["nemo"], "nodes": -(-gpus // 8)},
             "strategy": strategy}
 
