@@ -175,6 +175,36 @@ def _variable_lengths(model: ModelSpec, t, autocast: bool):
     return layers, mean_length(counts), flops / total
 
 
+def _with_global_batch(scn: Scenario, cfg: CommonConfig, world: World,
+                       source: str) -> tuple[Scenario, CommonConfig]:
+    """``scn`` and ``cfg`` with the micro-batches per step that make ``training.global_batch``
+    on the strategy's data-parallel ranks (as Megatron derives them from
+    ``--global-batch-size``).
+
+    :raises ConfigError: (``training.global_batch``) where it is not a whole number of
+        micro-steps, or a ``training.grad_accum`` set beside it says otherwise.
+    """
+    t = scn.training
+    try:
+        dp = cfg.data_parallel_ranks(world)
+    except ConfigError as exc:
+        raise exc.located(source) from None
+    per_step = t.micro_batch * dp
+    accum, rest = divmod(t.global_batch, per_step)
+    if rest or accum < 1:
+        raise ConfigError(f"{t.global_batch} samples is not a whole number of micro-steps of "
+                          f"{per_step} (micro-batch {t.micro_batch} on {dp} data-parallel "
+                          f"ranks of {cfg.name})", source=source,
+                          field="training.global_batch")
+    if "grad_accum" in t.model_fields_set and t.grad_accum != accum:
+        raise ConfigError(f"gives {accum} micro-batches a step; training.grad_accum says "
+                          f"{t.grad_accum}: set one of the two", source=source,
+                          field="training.global_batch")
+    training = t.model_copy(update={"grad_accum": accum})
+    return (scn.model_copy(update={"training": training}),
+            cfg.model_copy(update={"grad_accum": accum}))
+
+
 def _check_fp8(model: ModelSpec, strategy: str, source: str) -> None:
     """FP8 where the step can run it: a transformer's Linear GEMMs (torchao's Float8Linear
     or Transformer Engine), under a PyTorch framework.
@@ -261,6 +291,9 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",
                           source=source, field="cluster.gpus")
     world = job_world(cluster, n_gpus)
+    if t.global_batch is not None:
+        scn, cfg = _with_global_batch(scn, cfg, world, source)
+        t = scn.training
     accum = plan_accum(cfg, t, lambda c: make_trace(scn, model, c, world, source)) \
         if extrapolate_steps else None
     trace = plan_trace(accum) if accum else make_trace(scn, model, cfg, world, source)

@@ -65,6 +65,9 @@ class Training(BaseModel):
     micro_batch: int = Field(1, gt=0, description="samples per GPU per micro-step")
     seq_len: int = Field(2048, gt=0, description="tokens per sample (ignored for CNNs)")
     grad_accum: int = Field(1, ge=1)
+    global_batch: int | None = Field(None, gt=0, description="samples per step across the "
+                                     "job: grad_accum then follows from the strategy's "
+                                     "data-parallel ranks (docs/compare.md)")
     precision: str = "bf16"
     flash_attention: bool = True
     compile: bool = Field(False, description="torch.compile's fused elementwise/norm kernels "

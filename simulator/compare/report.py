@@ -101,9 +101,10 @@ def render_table(cmp: Comparison, accuracy: list[str] | None = None) -> str:
     recs, c, s = records(cmp), cmp.cluster, cmp.settings
     lines = [f"# compare {cmp.scenario}: {cmp.model} on {c['gpus']} x {c['gpu']} "
              f"({c['topology']}, {c['gpu_memory_gib']:.1f} GiB each); micro_batch "
-             f"{s['micro_batch']}, seq_len {s['seq_len']}, grad_accum {s['grad_accum']}, "
-             f"{s['precision']}",
-             f"# 2x GPUs: {cmp.doubling}; same micro-batch per GPU (weak scaling), "
+             f"{s['micro_batch']}, seq_len {s['seq_len']}, {s['precision']}; every strategy "
+             f"at {s['global_batch']} samples a step (its micro-batches per step follow from "
+             f"its data-parallel ranks; one that cannot keep it says why)",
+             f"# 2x GPUs: {cmp.doubling}; twice the samples a step (weak scaling), "
              f"efficiency = throughput(2N) / (2 throughput(N))",
              "# comm GB/GPU: bytes one GPU sends per iteration (all-reduce 2(n-1)/n x size, "
              "all-gather and reduce-scatter (n-1)/n x size, sends and copies to the host); "

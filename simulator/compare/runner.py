@@ -33,9 +33,10 @@ from ..capacity.search import search
 from ..choices import FAMILIES, NAMED_STRATEGIES, NamedStrategy
 from ..errors import ConfigError
 from ..models import load_model
-from ..pipeline import RunResult, build_setup, run_setup
+from ..pipeline import RunResult, build_setup, job_world, run_setup
+from ..pipeline import strategy_dict as pipeline_strategy
 from ..scenario import Scenario
-from ..strategies import STRATEGIES
+from ..strategies import STRATEGIES, parse_strategy
 from .cost import Budget, Price, migration_cost, training_cost
 from .results import Comparison, Row, Scaling
 
@@ -85,6 +86,29 @@ def doubled(scn: Scenario, world: int, G) -> tuple[Scenario, str]:
         new = c.model_copy(update={"nodes": nodes, "gpus": 2 * world if c.gpus else None})
         how = f"cluster.nodes {G.graph.get('nodes', topo_gpus // per_node)} -> {nodes}"
     return scn.model_copy(update={"cluster": new}, deep=True), how
+
+
+def with_global_batch(scn: Scenario, samples: int) -> Scenario:
+    """``scn`` held at ``samples`` per step whatever the strategy (``training.global_batch``;
+    its ``grad_accum`` then follows from each strategy's data-parallel ranks)."""
+    data = scn.training.model_dump(exclude_unset=True, exclude={"grad_accum"})
+    training = type(scn.training).model_validate({**data, "global_batch": samples})
+    return scn.model_copy(update={"training": training})
+
+
+def own_global_batch(scn: Scenario, ref) -> int:
+    """Samples per step of ``scn`` under its own strategy (``ref``: a data-parallel setup of
+    ``scn``'s cluster and job size, whose batch counts where the scenario's own strategy
+    does not parse: its row will say why)."""
+    t = scn.training
+    if t.global_batch is not None:
+        return t.global_batch
+    world = job_world(ref.cluster, ref.trace.world_size)
+    try:
+        ranks = parse_strategy(pipeline_strategy(scn)).data_parallel_ranks(world)
+    except ConfigError:
+        return int(ref.trace.meta["global_batch"])
+    return t.micro_batch * t.grad_accum * ranks
 
 
 def _replay(scn: Scenario, alias: NamedStrategy, source: str) -> RunResult:
@@ -220,13 +244,17 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
     say = progress or (lambda _msg: None)
     ref = build_setup(with_strategy(scn, NAMED_STRATEGIES["ddp"]), source)   # validates the rest
     world = ref.trace.world_size
+    # every strategy at the scenario's own samples per step (a strategy that cannot reach
+    # it says so in its row); the 2x-GPU runs at twice it (weak scaling)
+    samples = own_global_batch(scn, ref)
+    scn = with_global_batch(scn, samples)
     rows = [Row(a, migration_days=(migration_days or {}).get(a.key, 0.0)) for a in strategies]
     for i, row in enumerate(rows, 1):
         say(f"iteration {i}/{len(rows)}: {row.alias.key} on {world} GPUs")
         _run_row(row, scn, source)
     live = [r for r in rows if r.ok]
-    how = _scale_rows(live, scn, world, ref.cluster.G, source, say) if scaling else \
-        "not simulated (--no-scaling)"
+    how = _scale_rows(live, with_global_batch(scn, 2 * samples), world, ref.cluster.G,
+                      source, say) if scaling else "not simulated (--no-scaling)"
     notes = _capacity_rows(live, scn, source, say) if capacity else []
     notes += extrapolation_notes(rows)
     for row in rows:
@@ -237,7 +265,7 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
     cluster = {"topology": str(G.graph.get("name")), "gpu": str(G.graph.get("gpu")),
                "gpus": world, "gpu_memory_gib": ref.capacity_bytes / float(1 << 30)}
     settings = {"micro_batch": t.micro_batch, "seq_len": t.seq_len,
-                "grad_accum": t.grad_accum, "precision": t.precision}
+                "global_batch": samples, "precision": t.precision}
     return Comparison(str(scn.name), str(ref.trace.meta.get("model")), cluster, settings,
                       how, price, budget, rows, notes)
 

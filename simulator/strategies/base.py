@@ -112,6 +112,13 @@ class CommonConfig(BaseModel):
         """``"op"`` (default), ``"attention"`` or N (every Nth block) for selective mode."""
         return "op" if self.selective_ac_option is None else self.selective_ac_option
 
+    def data_parallel_ranks(self, world: World) -> int:
+        """How many micro-batches one micro-step of this strategy runs at once on ``world``:
+        its data-parallel ranks (every rank; a plan's ``dp``: what tensor, pipeline and
+        context parallelism leave). A global batch is micro_batch x grad_accum x this."""
+        plan = getattr(self, "plan", None)       # the framework spellings' parallel plan
+        return plan(world.world_size).dp if plan is not None else world.world_size
+
     def weight_bytes(self) -> int:
         """Bytes per element of the weights the kernels read."""
         return precision_bytes(self.param_dtype or self.default_param_dtype())

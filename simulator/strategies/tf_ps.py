@@ -88,6 +88,10 @@ class PSConfig(HostUpdateConfig):
     partitioner: PartitionerConfig | None = None
     overlap: bool = False
 
+    def data_parallel_ranks(self, world: World) -> int:
+        """The workers (a parameter server's GPUs take no micro-batch)."""
+        return len(ps_layout(self, world).workers)
+
     def _check_tf(self) -> None:
         if self.num_ps < 1:
             raise ConfigError(f"ParameterServerStrategy needs at least one parameter server, "
