@@ -82,14 +82,13 @@ def test_attention_setting_and_the_flash_flag():
     assert Training(attention="flash2").model_dump(mode="json")["attention"] == "flash2"
 
 
-def test_fitted_factors_apply_to_their_strategies_only():
+def test_fitted_factors_apply_to_the_eager_pytorch_stack_only():
     fam = family_of(gpu_spec("H100-SXM"))
-    assert fam.strategies == ("fsdp", "torchtitan", "ddp")
-    assert ComputeModel(H100, strategy="fsdp").fit is fam
-    assert ComputeModel(H100, strategy="torchtitan").fit is fam
-    assert ComputeModel(H100, strategy="ddp").fit is fam     # the same eager PyTorch model
-    assert ComputeModel(H100, strategy="megatron").fit is IDENTITY
-    assert ComputeModel(H100, strategy="deepspeed").fit is IDENTITY
+    assert fam.strategies == ("fsdp", "torchtitan", "ddp", "deepspeed")
+    for strategy in fam.strategies:             # every framework on the eager stack
+        assert ComputeModel(H100, strategy=strategy).fit is fam
+    assert ComputeModel(H100, strategy="megatron").fit is IDENTITY    # Transformer Engine
+    assert ComputeModel(H100, strategy="horovod").fit is IDENTITY     # TensorFlow kernels
     assert ComputeModel(H100).fit is fam            # a bare kernel, no run: the family's
 
 

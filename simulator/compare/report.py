@@ -24,7 +24,8 @@ def flat_row(row: Row, best: Row | None) -> dict:
                scaling_efficiency=s.efficiency, scaling_reason=s.reason,
                largest_fit_model=fit.get("model"), largest_fit_params=fit.get("params"),
                largest_fit_top_of_ladder=fit.get("top_of_ladder"),
-               capacity_reason=row.capacity_reason, migration_days=row.migration_days)
+               capacity_reason=row.capacity_reason, migration_days=row.migration_days,
+               kernels=row.kernels)
     for key in ("usd_per_gpu_hour", "per_iteration_usd", "comm_wait_per_iteration_usd",
                 "comm_wait_share", "per_million_tokens_usd", "per_thousand_samples_usd",
                 "iterations", "gpu_hours", "wall_hours", "training_usd", "comm_wait_usd",
@@ -120,9 +121,21 @@ def render_table(cmp: Comparison, accuracy: list[str] | None = None) -> str:
     lines += [f"# {r['strategy']}: 2x: {r['scaling_reason']}" for r in ok
               if r["scaling_reason"] and r["scaling_reason"] not in cmp.doubling]
     lines += [f"# note: {n}" for n in cmp.notes]
+    lines += kernel_lines(ok)
     lines += [f"# accuracy {line}" for line in accuracy or ()]
     lines += _cost_lines(cmp, ok)
     return "\n".join(lines)
+
+
+def kernel_lines(ok: list[dict]) -> list[str]:
+    """Which kernel stack prices each strategy's step: the named mechanism behind a
+    difference in compute time between frameworks (one line per stack)."""
+    by: dict[str, list[str]] = {}
+    for r in ok:
+        by.setdefault(r["kernels"], []).append(r["strategy"])
+    if len(by) < 2:
+        return [f"# kernels: every strategy on {stack}" for stack in by]
+    return [f"# kernels of {', '.join(names)}: {stack}" for stack, names in by.items()]
 
 
 def _cost_lines(cmp: Comparison, ok: list[dict]) -> list[str]:

@@ -39,6 +39,7 @@ class Row:
     migration_days: float = 0.0
     extrapolated: dict | None = None        # the step was extrapolated (accum.Extrapolation)
     extrapolated_also: tuple = ()           # "2x GPUs", "N capacity rungs": so were these
+    kernels: str = ""                       # the kernel stack its step is priced by
     result: object = field(default=None, repr=False, compare=False)  # own RunResult, until
     # the capacity search has used it (not in the output)
 
@@ -54,6 +55,7 @@ class Row:
                 "sharding": self.alias.sharding, "framework": self.alias.framework,
                 "status": self.status, "reason": self.reason, "metrics": m,
                 "global_batch": self.global_batch, "oom_at": self.oom_at,
+                "kernels": self.kernels,
                 "comm_bytes_per_gpu": self.comm_bytes_per_gpu,
                 "scaling_2x": dataclasses.asdict(self.scaling),
                 "largest_fit": self.largest_fit, "capacity_reason": self.capacity_reason,

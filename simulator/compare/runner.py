@@ -133,6 +133,7 @@ def _run_row(row: Row, scn: Scenario, source: str) -> None:
     row.global_batch = int(meta.get("global_batch", 0))
     row.tokens_per_sample = meta.get("tokens_per_sample", 0)
     row.comm_bytes_per_gpu = comm_bytes_per_gpu(res.setup.trace)
+    row.kernels = res.setup.compute.stack(res.setup.job.precision)
     if m.oom:
         where = Counter(locate_oom(res.timeline, c, str(v)) for c, v in m.oom_at.items())
         row.oom_at = "; ".join(w + (f" ({n} rank classes)" if n > 1 else "")

@@ -155,6 +155,27 @@ class ComputeModel:
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
         self._times: dict[tuple, float] = {}      # op_time_s, remembered (see there)
 
+    def stack(self, precision: str) -> str:
+        """In words, the kernel stack a step at ``precision`` is priced by: the fitted stack
+        (its factors and per-kernel overhead, ``training_fit.yaml``) or the roofline, and
+        why (what ``compare`` prints beside the strategies it prices)."""
+        fit = self.fit
+        if fit.name and (precision in fit.precisions or fit.overhead_s(precision)):
+            tf = fit.time_factor
+            return (f"the eager PyTorch stack fitted on {fit.name} runs: matmul "
+                    f"x{tf['matmul']:.2f}, attention x{tf['attention']:.2f}, memory-bound "
+                    f"x{tf['memory_bound']:.2f}, +{fit.kernel_overhead_s * 1e6:.0f} us a "
+                    f"kernel")
+        family = family_of(self.gpu)
+        if not family.name:
+            why = f"no stack is fitted on {self.gpu.family} GPUs"
+        elif not family.applies_to(self.strategy):
+            why = (f"{self.strategy} runs other kernels than the eager PyTorch stack fitted "
+                   f"({', '.join(family.strategies or ())})")
+        else:
+            why = f"the {family.name} stack fit is {', '.join(family.precisions)}'s"
+        return f"the roofline's kernels ({why})"
+
     @property
     def kernel_launch_s(self) -> float:
         return self.calibration.kernel_launch_s

@@ -85,8 +85,11 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     gpus = scn.cluster.gpus or cluster.n_gpus
     gpu = gpu_spec(cluster.G.graph["gpu"])
     t = scn.training
+    # kernels priced as the replays of most candidates run them (torchtitan: the eager
+    # PyTorch stack); a distributed-optimizer candidate replays under Megatron's stack
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
-                    CollectiveModel(cluster, k, scn.nccl), ComputeModel(gpu))
+                    CollectiveModel(cluster, k, scn.nccl),
+                    ComputeModel(gpu, attention=t.attention_impl, strategy="torchtitan"))
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
     fits = _estimated(out, model, est, limits, model_parallel, say)

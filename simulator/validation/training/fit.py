@@ -47,16 +47,16 @@ BOUNDS = {"matmul": (0.3, 5.0), "attention": (0.3, 5.0), "memory_bound": (0.3, 5
 ITERATIONS = 2
 FAMILIES = {"A100": {"gpus": ["A100-SXM4-80GB", "A100-SXM4-40GB"]},
             "H100": {"gpus": ["H100-SXM"]}}
-# Scope: the strategies the factors apply to. Fitted on PyTorch FSDP runs (Composer's FSDP1
-# in llm-foundry; torchtitan's FSDP2 rows validate it): the factors stand for that eager
-# PyTorch stack's kernels and host path (FlashAttention-2 / SDPA, unfused norms and
-# elementwise kernels, Python hooks), so they carry to the fsdp and torchtitan strategies,
-# and to PyTorch DDP, which runs the same eager model and kernels (only its gradient sync
-# differs; without it `compare` would weigh DDP on the roofline against a calibrated FSDP).
-# Megatron-LM, DeepSpeed, Horovod and TensorFlow runs use other kernels (Transformer Engine
-# / Apex fused kernels, XLA) and host paths the fit never saw: they keep the roofline's
-# answers (their own suites: validate parallel, validate training).
-STRATEGIES = ["fsdp", "torchtitan", "ddp"]
+# Scope: the kernel stack the factors stand for, named by the strategies that run it. Fitted
+# on PyTorch FSDP runs (Composer's FSDP1 in llm-foundry; torchtitan's FSDP2 rows validate
+# it): the eager PyTorch stack's kernels and host path (FlashAttention-2 / SDPA, unfused
+# norms and elementwise kernels, Python hooks), which every eager PyTorch framework runs:
+# fsdp, torchtitan, PyTorch DDP (the same eager model; only the gradient sync differs) and
+# DeepSpeed (ZeRO over the same eager modules). Megatron-LM runs Transformer Engine's fused
+# kernels, and Horovod and TensorFlow XLA/TF kernels: stacks the fit never saw, on the
+# roofline until a fit of their own (NeMo's H100 FP8 rows: +6% to +32% on the roofline,
+# -27% to -44% with this stack's factors, docs/compute.md).
+STRATEGIES = ["fsdp", "torchtitan", "ddp", "deepspeed"]
 PRECISIONS = ["bf16"]
 CHECK_TOLERANCE = 0.005        # relative: a check row's throughput may move this much
 DATA_PATH = Path(__file__).resolve().parents[2] / "data" / FILE
