@@ -112,8 +112,9 @@ class Training(BaseModel):
     def _dump(self, handler):
         out = handler(self)
         if isinstance(out, dict):     # unset: the same echo as before the fields existed
-            if out.get("attention", "") is None:
-                out.pop("attention")
+            for key in ("attention", "global_batch"):
+                if key in out and out[key] is None:
+                    out.pop(key)
             if out.get("fp8_recipe") == "tensorwise":
                 out.pop("fp8_recipe")
         return out
