@@ -265,6 +265,26 @@ def test_torchtitan_translation_to_a_plan():
             "tensor_parallel_degree": 3}}).plan(8)
 
 
+def test_torchtitan_shards_over_dp_shard_times_cp():
+    # torchtitan applies FSDP on the mesh dp_shard x cp whenever either is above 1: CP8 with
+    # dp_shard 1 is FSDP over 8 ranks (16 B/param / 8 of static state), not DDP (18 B/param)
+    from simulator.pipeline import build_setup
+    from simulator.scenario import scenario_from_dict
+    cfg = parse_strategy({"name": "torchtitan", "parallelism": {
+        "data_parallel_shard_degree": 1, "context_parallel_degree": 8}})
+    assert cfg.plan(8).dp_mode == "fsdp"
+    setup = build_setup(scenario_from_dict({
+        "name": "cp8", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100"},
+        "training": {"seq_len": 32768, "micro_batch": 1},
+        "strategy": {"name": "torchtitan", "activation_checkpoint": {"mode": "full"},
+                     "parallelism": {"data_parallel_shard_degree": 1,
+                                     "context_parallel_degree": 8}}}),
+        extrapolate_steps=False)
+    params = setup.trace.meta["params"]
+    static = setup.trace.classes[0].static_memory_bytes
+    assert static == pytest.approx(16 * params / 8, rel=0.01)
+
+
 def test_shipped_405b_toml_and_mixtral_args_give_the_shipped_scenarios_plans():
     from simulator.scenario import load_scenario, resolve_scenario
     big = read_config(CONFIGS / "llama3_405b.args")
@@ -391,3 +411,44 @@ def test_torchtitan_default_checkpointing_when_the_table_is_absent(tmp_path):
     assert any("no [activation_checkpoint]" in n for n in p.notes)
     assert ("activation_checkpoint" in p.strategy) == has_ac_modes()
     assert p.summary().endswith(p.notes[-1])
+
+
+def test_torchtitan_splits_uneven_blocks_as_torchtitan_does():
+    from simulator.strategies.frameworks.torchtitan import split_point_blocks, weighted_split
+    # embedding and output weigh a layer each: 126 + 2 = 128 over 8 stages is 16 a stage,
+    # less the weights at the ends; 32 + 2 = 34 over 4 is 9, 9, 8, 8 less the weights
+    assert weighted_split(8, 126) == (15, 16, 16, 16, 16, 16, 16, 15)
+    assert weighted_split(4, 32) == (8, 9, 8, 7)
+    assert split_point_blocks(["layers.10", "layers.40", "layers.70"], 4, 126) == \
+        (10, 30, 30, 56)
+    for points, why in [(["layers.10"], "make 2 stages"), (["norm.1", "a", "b"], "block name"),
+                        (["layers.40", "layers.10", "layers.70"], "not increasing")]:
+        with pytest.raises(ConfigError, match=why) as e:
+            split_point_blocks(points, 4, 126)
+        assert e.value.field == "strategy.parallelism.pipeline_parallel_split_points"
+    with pytest.raises(ConfigError, match="do not fill 8 pipeline stages"):
+        weighted_split(8, 4)
+    # Llama 3.1 405B (126 blocks) on PP8 x TP8: torchtitan's split, not a refusal
+    cfg = parse_strategy({"name": "torchtitan", "parallelism": {
+        "pipeline_parallel_degree": 8, "tensor_parallel_degree": 8}})
+    plan = cfg.plan(512, layers=126)
+    assert plan.model_stage_blocks(126) == list(weighted_split(8, 126))
+    assert cfg.plan(512, layers=128).stage_blocks == ()          # even: as before
+    given = parse_strategy({"name": "torchtitan", "parallelism": {
+        "pipeline_parallel_degree": 4, "pipeline_parallel_split_points": [
+            "layers.10", "layers.40", "layers.70"]}})
+    assert given.plan(8, layers=126).model_stage_blocks(126) == [10, 30, 30, 56]
+
+
+def test_a_stage_split_given_outright_reaches_the_stages():
+    from simulator.strategies.parallel import ParallelPlan
+    from simulator.strategies.parallel.stages import chunks
+    from simulator.models import layer_costs, load_model
+    model = load_model("gpt3-1.3b")          # 24 blocks
+    layers = layer_costs(model, 1, 128, "bf16")
+    plan = ParallelPlan(pp=4, dp_shard=2, stage_blocks=(4, 8, 8, 4))
+    got = chunks(layers, plan)
+    assert [sum(x.kind.endswith("block") for x in got[(r, 0)].layers) for r in range(4)] \
+        == [4, 8, 8, 4]
+    with pytest.raises(ConfigError, match="not 24 layers over pp x vp = 4 x 1"):
+        ParallelPlan(pp=4, dp_shard=2, stage_blocks=(4, 8, 8, 5)).model_stage_blocks(24)

@@ -81,6 +81,7 @@ class Parallelism(BaseModel):
     pipeline_parallel_degree: int = Field(1, ge=1)
     pipeline_parallel_schedule: Literal[tuple(SCHEDULES)] = "1F1B"
     pipeline_parallel_layers_per_stage: int | None = Field(None, ge=1)
+    pipeline_parallel_split_points: list[str] | None = None   # "layers.N": a stage begins
     context_parallel_degree: int = Field(1, ge=1)
     context_parallel_rotate_method: Literal["allgather", "alltoall"] = "allgather"
     expert_parallel_degree: int = Field(1, ge=1)
@@ -152,11 +153,11 @@ class TorchtitanConfig(CommonConfig):
         elif shard == 0:
             raise ConfigError("must be -1 (the rest) or >= 1",
                               field="strategy.parallelism.data_parallel_shard_degree")
-        pp = p.pipeline_parallel_degree
+        pp, vp = p.pipeline_parallel_degree, self._virtual_stages(layers)
         return ParallelPlan(
             pp=pp, dp_replicate=p.data_parallel_replicate_degree, dp_shard=shard,
             cp=p.context_parallel_degree, tp=p.tensor_parallel_degree,
-            ep=p.expert_parallel_degree, vp=self._virtual_stages(layers),
+            ep=p.expert_parallel_degree, vp=vp, stage_blocks=self._stage_blocks(layers, pp * vp),
             sequence_parallel=p.tensor_parallel_degree > 1,
             schedule=SCHEDULES[p.pipeline_parallel_schedule], dp_mode=self._dp_mode(shard),
             tp_overlap=p.enable_async_tensor_parallel,
@@ -172,6 +173,19 @@ class TorchtitanConfig(CommonConfig):
                 "size": base + "data_parallel_shard_degree",
                 "schedule": base + "pipeline_parallel_schedule",
                 "micro_batches": "training.grad_accum"}
+
+    def _stage_blocks(self, layers: int, stages: int) -> tuple[int, ...]:
+        """The blocks of each model stage where torchtitan's split is not the even one:
+        ``pipeline_parallel_split_points`` as given, else (blocks that do not split evenly)
+        torchtitan's weighted split (:func:`weighted_split`); empty where it is even."""
+        p = self.parallelism
+        if stages == 1 or not layers:
+            return ()
+        if p.pipeline_parallel_split_points is not None:
+            return split_point_blocks(p.pipeline_parallel_split_points, stages, layers)
+        if p.pipeline_parallel_layers_per_stage is None and layers % stages:
+            return weighted_split(stages, layers)
+        return ()
 
     def _virtual_stages(self, layers: int) -> int:
         p = self.parallelism
@@ -189,12 +203,64 @@ class TorchtitanConfig(CommonConfig):
 
     def _dp_mode(self, shard: int) -> str:
         p = self.parallelism
-        if shard == 1:           # nothing sharded: DDP (replicate), or no data parallelism
-            return "ddp"
+        # torchtitan shards with FSDP over dp_shard x cp whenever either is above 1
+        # (parallelize_llama: ``dp_shard_enabled or cp_enabled``, the mesh "dp_shard_cp")
+        if shard == 1 and p.context_parallel_degree == 1:
+            return "ddp"         # nothing sharded: DDP (replicate), or no data parallelism
         reshard = p.fsdp_reshard_after_forward
         if reshard == "default":
             reshard = "always" if p.pipeline_parallel_degree == 1 else "never"
         return "fsdp" if reshard == "always" else "zero2"
+
+
+SPLIT_FIELD = "strategy.parallelism.pipeline_parallel_split_points"
+
+
+def weighted_split(stages: int, layers: int, input_weight: int = 1,
+                   output_weight: int = 1) -> tuple[int, ...]:
+    """Blocks per model stage as torchtitan's ``generate_llm_fqn_per_model_part`` lays them
+    out: the embedding and the norm + output count as ``input_weight`` and
+    ``output_weight`` layers, the ``layers + weights`` spread evenly with the remainder to
+    the first stages, the weights then taken off the first and last stage (126 blocks on
+    8 stages: 15, 16 x 6, 15).
+
+    :raises ConfigError: where torchtitan refuses the split (a stage left without a layer,
+        or a weight above the layers per stage).
+    """
+    effective = layers + input_weight + output_weight
+    per, extra = divmod(effective, stages)
+    if per == 0 or input_weight > per or output_weight > per:
+        raise ConfigError(f"{layers} layers (+ embedding and output as {input_weight} and "
+                          f"{output_weight}) do not fill {stages} pipeline stages",
+                          field="strategy.parallelism.pipeline_parallel_degree")
+    out = [per + (1 if s < extra else 0) for s in range(stages)]
+    out[0] -= input_weight
+    out[-1] -= output_weight
+    return tuple(out)
+
+
+def split_point_blocks(points: list[str], stages: int, layers: int) -> tuple[int, ...]:
+    """Blocks per model stage from torchtitan's ``pipeline_parallel_split_points``: each
+    ``layers.N`` begins a stage at block N.
+
+    :raises ConfigError: for a point that is not ``layers.N``, points out of order or out
+        of the model, or not one fewer than the stages.
+    """
+    starts = []
+    for point in points:
+        prefix, _, index = str(point).partition(".")
+        if prefix != "layers" or not index.isdigit():
+            raise ConfigError(f"{point!r} is not a block name like 'layers.16'",
+                              field=SPLIT_FIELD)
+        starts.append(int(index))
+    if len(starts) != stages - 1:
+        raise ConfigError(f"{len(starts)} split points make {len(starts) + 1} stages; the "
+                          f"pipeline has {stages}", field=SPLIT_FIELD)
+    bounds = [0, *starts, layers]
+    if any(b <= a for a, b in zip(bounds, bounds[1:])):
+        raise ConfigError(f"split points {points} are not increasing blocks inside the "
+                          f"model's {layers}", field=SPLIT_FIELD)
+    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
 
 
 def torchtitan(layers, cfg: TorchtitanConfig, world: World, **kw) -> Any:

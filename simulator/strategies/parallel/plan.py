@@ -46,6 +46,9 @@ class ParallelPlan:
     ``embedding_in_split`` / ``loss_in_split``: the embedding / the loss count as one layer
     in the split (Megatron's ``account_for_embedding_in_pipeline_split``,
     ``account_for_loss_in_pipeline_split``; Llama 3 405B's balancing).
+    ``stage_blocks``: the blocks of each of the ``pp x vp`` model stages, given outright
+    (torchtitan's ``pipeline_parallel_split_points`` or its weighted split, a custom layout);
+    empty: the rules above.
     ``bucket_params``: DDP / distributed-optimizer gradient bucket size in parameters
     (Megatron's ``DistributedDataParallelConfig.bucket_size``: max(40M, 1M x dp) when
     overlapping the gradient reduction).
@@ -71,6 +74,7 @@ class ParallelPlan:
     last_stage_layers: int = 0
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    stage_blocks: tuple[int, ...] = ()
 
     def __post_init__(self):
         for f in fields(self):
@@ -238,6 +242,8 @@ class ParallelPlan:
         if vp > 1 and self.schedule not in ("interleaved_1f1b", "zbv"):
             raise ConfigError(f"{vp} virtual stages need schedule interleaved_1f1b (or "
                               f"zbv), got {self.schedule}", field=field("vp"))
+        if self.stage_blocks:
+            return self._given_blocks(layers, field)
         if self.first_stage_layers or self.last_stage_layers:
             return self._uneven_blocks(layers, field)
         total = layers + self.embedding_in_split + self.loss_in_split
@@ -262,6 +268,17 @@ class ParallelPlan:
         for v, n in enumerate(self.model_stage_blocks(layers)):
             out[stage_location(self.schedule, self.pp, self.vp, v).rank] += n
         return out
+
+    def _given_blocks(self, layers: int, field) -> list[int]:
+        """``stage_blocks`` checked against the model: one entry per model stage, none
+        negative, ``layers`` in all, a block or more on every stage between the ends."""
+        given, n = list(self.stage_blocks), self.pp * self.vp
+        if len(given) != n or sum(given) != layers or min(given) < 0 or \
+                any(b == 0 for b in given[1:-1]):
+            raise ConfigError(f"the stages' blocks {given} are not {layers} layers over "
+                              f"pp x vp = {self.pp} x {self.vp} model stages (each stage "
+                              f"but the ends needs a block)", field=field("stage_blocks"))
+        return given
 
     def _uneven_blocks(self, layers: int, field) -> list[int]:
         first, last, vp = self.first_stage_layers, self.last_stage_layers, self.vp
