@@ -66,11 +66,11 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
 def test_distance_is_the_documented_formula():
     row = {"family": "fsdp", "gpu": "A100-SXM4-40GB", "precision": "fp16", "params": 175e9,
            "gpus": 128}
-    q = Query("ddp", "x", 7e9, "H100-SXM", 16384, "bf16")
-    want = 3 + 2 + 0.25 + abs(math.log10(7e9 / 175e9)) + abs(math.log10(16384 / 128))
+    q = Query("fsdp", "x", 7e9, "H100-SXM", 16384, "bf16")
+    want = 2 + 0.25 + abs(math.log10(7e9 / 175e9)) + abs(math.log10(16384 / 128))
     assert distance(q, row) == pytest.approx(want)
     q2 = Query("fsdp", "x", 175e9, "A100-SXM4-80GB", 128, "tf32")
-    assert distance(q2, row) == pytest.approx(0.5 + 1.0)        # same chip, other precision
+    assert distance(q2, row) == pytest.approx(0.5 + 1.0)        # same generation, other precision
 
 
 def test_a_validated_configuration_finds_itself_inside_the_ground():
@@ -203,3 +203,49 @@ def test_an_unknown_model_size_drops_that_axis_instead_of_failing():
            "gpus": 8}
     assert distance(q, row) == 0
     assert not any(d.startswith("model") for d in envelope(q).differs)
+
+
+def test_another_frameworks_error_is_never_quoted():
+    e = envelope(Query.of("megatron", "llama-3-70b", 70e9, "H100-SXM", 256, "bf16"))
+    assert e.nearest is None and e.band is None and e.tied == []
+    assert e.lines()[0].startswith("no validated megatron case: no measured error to quote")
+    assert e.as_dict()["nearest"] is None
+    fsdp = envelope(Query.of("fsdp", "llama-3-70b", 70e9, "H100-SXM", 256, "bf16"))
+    assert fsdp.nearest["family"] == "fsdp"
+
+
+def test_the_error_band_is_the_range_of_the_family_on_that_generation():
+    from simulator.validation.envelope import generation
+    ground = load_ground()
+    e = envelope(Query.of("ddp", "gpt2-medium", 355e6, "H200-SXM", 1, "bf16"))
+    hopper = [r["error"] for r in ground if r["split"] == "validation"
+              and r["family"] == "ddp" and generation(r["gpu"]) == "hopper"]
+    assert (e.band.low, e.band.high, e.band.rows) == (min(hopper), max(hopper), len(hopper))
+    assert e.band.scope == "DDP cases on hopper GPUs"
+    # a generation with too few of the family: the family's range on any GPU, said so
+    b = envelope(Query.of("horovod", "resnet-50", 25e6, "H100-SXM", 8, "fp16")).band
+    horovod = [r["error"] for r in ground if r["split"] == "validation"
+               and r["family"] == "horovod"]
+    assert (b.low, b.high) == (min(horovod), max(horovod)) and "too few" in b.scope
+
+
+def test_the_band_holds_four_in_five_held_out_cases_left_out_one_at_a_time():
+    from simulator.validation.envelope import error_band
+    held = [r for r in load_ground() if r["split"] == "validation"]
+    inside = total = 0
+    for r in held:
+        others = [x for x in held if x is not r and x["family"] == r["family"]]
+        band = error_band(Query(r["family"], r["model"], r["params"], r["gpu"], r["gpus"],
+                                r["precision"]), others)
+        if band is not None:
+            total += 1
+            inside += band.low <= r["error"] <= band.high
+    assert total >= 60 and inside / total >= 0.80
+
+
+def test_a_gpu_without_a_calibration_generation_is_its_own_chip():
+    from simulator.validation.envelope import generation
+    assert (generation("B200"), generation("H200-SXM"), generation("A100-SXM4-40GB")) == \
+        ("B200", "hopper", "ampere")
+    b = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "B200", 64, "bf16")).band
+    assert b.scope == "FSDP cases on any GPU (B200: too few)"

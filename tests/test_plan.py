@@ -57,6 +57,17 @@ def test_group_ranks_match_the_plan_groups():
         assert group_ranks(plan, dims) == first
 
 
+def test_context_parallel_candidates_shard_over_cp_as_torchtitan_does():
+    plans = {c.plan for c in candidates(LLAMA7, 8, 16, 512, Limits(max_cp=2, max_pp=1,
+                                                                    max_tp=1),
+                                        model_parallel=True)}
+    with_cp = {(p.dp_replicate, p.dp_shard, p.dp_mode) for p in plans if p.cp == 2}
+    # 4 data-parallel ranks x cp 2: FSDP, HSDP 2x2, HSDP 4x1 over the cp ranks, zero1; no DDP
+    assert with_cp == {(1, 4, "fsdp"), (2, 2, "fsdp"), (4, 1, "fsdp"), (1, 4, "zero1")}
+    without = {(p.dp_replicate, p.dp_shard, p.dp_mode) for p in plans if p.cp == 1}
+    assert (8, 1, "ddp") in without
+
+
 def test_candidates_become_strategies_that_translate_back():
     for c in candidates(LLAMA7, 8, 16, 512, Limits(max_pp=2, max_tp=2), model_parallel=True):
         s = strategy_of(c, LLAMA7.layers)
