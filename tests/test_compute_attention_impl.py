@@ -82,13 +82,16 @@ def test_attention_setting_and_the_flash_flag():
     assert Training(attention="flash2").model_dump(mode="json")["attention"] == "flash2"
 
 
-def test_fitted_factors_apply_to_the_eager_pytorch_stack_only():
+def test_the_gpus_factors_apply_to_every_strategy_the_stacks_to_the_eager_stack_only():
     fam = family_of(gpu_spec("H100-SXM"))
-    assert fam.strategies == ("fsdp", "torchtitan", "ddp", "deepspeed")
-    for strategy in fam.strategies:             # every framework on the eager stack
+    assert fam.stack_strategies == ("fsdp", "torchtitan", "ddp", "deepspeed")
+    for strategy in fam.stack_strategies:       # every framework on the eager stack
         assert ComputeModel(H100, strategy=strategy).fit is fam
-    assert ComputeModel(H100, strategy="megatron").fit is IDENTITY    # Transformer Engine
-    assert ComputeModel(H100, strategy="horovod").fit is IDENTITY     # TensorFlow kernels
+    for strategy in ("megatron", "horovod"):    # Transformer Engine; TensorFlow's kernels
+        fit = ComputeModel(H100, strategy=strategy).fit
+        assert fit.time_factor["matmul"] == fam.time_factor["matmul"]
+        assert fit.time_factor["attention"] == fam.time_factor["attention"]
+        assert fit.time_factor["memory_bound"] == 1.0 and fit.kernel_overhead_s == 0.0
     assert ComputeModel(H100).fit is fam            # a bare kernel, no run: the family's
 
 

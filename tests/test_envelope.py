@@ -21,6 +21,7 @@ from test_cli import run_main
 TRAIN = data_dir("training") / "report" / "results.csv"
 TABLES = data_dir("training") / "report" / "fsdp_tables.csv"
 GPU = data_dir("gpu") / "results.csv"
+PARALLEL = data_dir("parallel") / "results.csv"
 
 
 def _csv(path):
@@ -38,8 +39,12 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
     train = [r for r in _csv(TRAIN) if r["metric"] != "scaling_efficiency"]
     gen = [r for r in _csv(GPU) if r["kind"] == "generated"]
     tables = [r for r in _csv(TABLES) if r["error"] not in ("", "nan")]
-    assert len(tables) > 100
-    assert len(ground) == len(train) + len(tables) + len(gen)
+    h100 = [r for r in _csv(PARALLEL) if r["kind"] in ("nemo", "bridge")
+            and r["error"] not in ("", "nan")]
+    selene = [r for r in _csv(PARALLEL) if r["kind"] == "iteration"
+              and r["error"] not in ("", "nan")]
+    assert len(tables) > 100 and len(h100) >= 20 and len(selene) >= 4
+    assert len(ground) == len(train) + len(tables) + len(gen) + len(h100) + len(selene)
     for r in tables:    # llm-foundry / torchtitan rows, with split.yaml's split
         g = ground[f"training/{r['case']}"]
         assert (g["split"], g["model"], g["gpus"], g["family"], g["metric"]) == \
@@ -58,6 +63,18 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
         assert g["gpu"] == "H200-SXM" and g["gpus"] == 1 and g["split"] == "validation"
         assert g["error"] == pytest.approx(
             float(r["measured_s"]) / float(r["simulated_s"]) - 1, rel=1e-5)
+    for r in h100:      # NVIDIA's DGX H100 tables: Megatron's own family, never fitted on
+        g = ground[r["case"]]
+        assert (g["family"], g["gpu"], g["split"], g["metric"]) == \
+            ("megatron", "H100-SXM", "validation", "tokens_per_s")
+        assert g["moe"] == ("EP" in r["mode"])
+        assert g["error"] == pytest.approx(float(r["error"]), rel=1e-5)
+    for r in selene:    # Megatron-LM on Selene: an iteration time as a throughput error
+        g = ground[r["case"]]
+        assert (g["family"], g["gpu"], g["precision"], g["metric"]) == \
+            ("megatron", "A100-SXM4-80GB", "fp16", "steps_per_s")
+        assert g["error"] == pytest.approx(
+            float(r["measured"]) / float(r["simulated"]) - 1, rel=1e-5)
     fsdp = ground["training/gpt3_175b_fsdp_128gpu"]
     assert (fsdp["family"], fsdp["gpu"], fsdp["nodes"]) == ("fsdp", "A100-SXM4-40GB", 16)
     assert ground["training/tf2_maskrcnn_b2_1gpu_tf32"]["family"] == "tensorflow"
@@ -206,12 +223,26 @@ def test_an_unknown_model_size_drops_that_axis_instead_of_failing():
 
 
 def test_another_frameworks_error_is_never_quoted():
-    e = envelope(Query.of("megatron", "llama-3-70b", 70e9, "H100-SXM", 256, "bf16"))
+    e = envelope(Query.of("deepspeed", "llama-3-70b", 70e9, "H100-SXM", 256, "bf16"))
     assert e.nearest is None and e.band is None and e.tied == []
-    assert e.lines()[0].startswith("no validated megatron case: no measured error to quote")
+    assert e.lines()[0].startswith("no validated deepspeed case: no measured error to quote")
     assert e.as_dict()["nearest"] is None
-    fsdp = envelope(Query.of("fsdp", "llama-3-70b", 70e9, "H100-SXM", 256, "bf16"))
-    assert fsdp.nearest["family"] == "fsdp"
+    for family in ("fsdp", "megatron"):
+        near = envelope(Query.of(family, "llama-3-70b", 70e9, "H100-SXM", 256, "bf16"))
+        assert near.nearest["family"] == family and not near.nearest["moe"]
+
+
+def test_a_dense_models_error_is_never_quoted_for_an_moe_model():
+    ground = load_ground()
+    moe = envelope(Query.of("megatron", "qwen3-30b-a3b", 30e9, "H100-SXM", 16, "fp8",
+                            moe=True))
+    assert moe.nearest["moe"] and all(r["moe"] for r in moe.tied)
+    errors = [r["error"] for r in ground if r["family"] == "megatron" and r["moe"]]
+    assert (moe.band.low, moe.band.high) == (min(errors), max(errors))
+    assert moe.lines()[0].startswith("nearest validated: Megatron MoE qwen3-30b-a3b")
+    dense = envelope(Query.of("megatron", "llama-3-70b", 70e9, "H100-SXM", 64, "fp8"))
+    errors = [r["error"] for r in ground if r["family"] == "megatron" and not r["moe"]]
+    assert (dense.band.low, dense.band.high) == (min(errors), max(errors))
 
 
 def test_the_error_band_is_the_range_of_the_family_on_that_generation():
@@ -234,9 +265,9 @@ def test_the_band_holds_four_in_five_held_out_cases_left_out_one_at_a_time():
     held = [r for r in load_ground() if r["split"] == "validation"]
     inside = total = 0
     for r in held:
-        others = [x for x in held if x is not r and x["family"] == r["family"]]
-        band = error_band(Query(r["family"], r["model"], r["params"], r["gpu"], r["gpus"],
-                                r["precision"]), others)
+        q = Query(r["family"], r["model"], r["params"], r["gpu"], r["gpus"], r["precision"],
+                  r["moe"])
+        band = error_band(q, [x for x in held if x is not r and q.kin(x)])
         if band is not None:
             total += 1
             inside += band.low <= r["error"] <= band.high

@@ -1,9 +1,10 @@
-"""One machine, one price: a kernel on a GPU costs what its kernel stack says, whichever
-strategy or spelling emitted it. Every eager PyTorch framework (fsdp, torchtitan, DeepSpeed,
-DDP) prices the same kernel alike; a framework on other kernels (Megatron's Transformer
-Engine, Horovod/TensorFlow) on the roofline, the difference being exactly the eager stack's
-named factors and per-kernel overhead (simulator/data/training_fit.yaml), which ``compare``
-prints beside the strategies it prices."""
+"""One machine, one price: a kernel on a GPU costs what the GPU's fitted kernel factors say,
+whichever strategy or spelling emitted it. Every eager PyTorch framework (fsdp, torchtitan,
+DeepSpeed, DDP) prices the same kernel alike; a framework on another stack (Megatron's
+Transformer Engine, Horovod/TensorFlow) pays the same GEMM and attention kernels and differs
+by exactly the eager stack's named mechanisms: its memory-bound factor and its per-kernel
+host overhead (simulator/data/training_fit.yaml), which ``compare`` prints beside the
+strategies it prices."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ BASE = {"name": "one-price", "model": "llama-2-7b", "cluster": {"topology": "dgx
 EAGER = [{"name": "fsdp"}, {"name": "torchtitan"},
          {"name": "deepspeed", "zero_optimization": {"stage": 3}}, {"name": "ddp"}]
 OTHER = [{"name": "megatron", "use_torch_fsdp2": True}, {"name": "horovod"}]
-KERNELS = (("qkv_proj", "matmul"), ("attn_core", "attention"))     # same fields everywhere
+KERNELS = (("qkv_proj", "matmul"), ("attn_core", "attention"))     # the GPU's kernels
+MEMORY_BOUND = (("swiglu", "memory_bound"), ("rotary", "memory_bound"))   # the stack's
 
 
 def _durations(strategy: dict) -> dict[str, float]:
@@ -46,16 +48,34 @@ def test_every_eager_pytorch_spelling_prices_a_kernel_alike(eager):
 
 
 @pytest.mark.parametrize("strategy", OTHER, ids=lambda s: s["name"])
-def test_another_stack_differs_by_the_eager_stacks_named_factors_only(eager, strategy):
+def test_another_stack_differs_by_the_eager_stacks_named_mechanisms_only(eager, strategy):
     gpu = gpu_spec("A100-SXM4-80GB")
     fit, launch = family_of(gpu), ComputeModel(gpu).kernel_launch_s
     other = _durations(strategy)
-    for name, op_class in KERNELS:
-        # the eager stack: the kernel's roofline time (without its launch) x the class's
-        # factor, plus the launch and the stack's per-kernel overhead
-        want = (other[name] - launch) * fit.time_factor[op_class] + launch \
+    for name, _ in KERNELS:
+        # the same GEMM / attention kernel at the GPU's factor; the eager stack adds its
+        # host overhead between kernels
+        assert eager[0][name] == pytest.approx(other[name] + fit.kernel_overhead_s,
+                                               rel=1e-9), name
+    for name, group in MEMORY_BOUND:
+        # the other stack runs its memory-bound kernels on the roofline; the eager stack
+        # at its fitted factor, plus the overhead
+        want = (other[name] - launch) * fit.time_factor[group] + launch \
             + fit.kernel_overhead_s
         assert eager[0][name] == pytest.approx(want, rel=1e-9), name
+
+
+def test_the_gpus_kernel_factors_apply_to_every_strategy():
+    gpu = gpu_spec("H100-SXM")
+    fit = family_of(gpu)
+    for strategy in ("fsdp", "megatron", "horovod", "tf_mirrored", None):
+        seen = ComputeModel(gpu, strategy=strategy).fit
+        assert {g: seen.time_factor[g] for g in ("matmul", "attention")} == \
+            {g: fit.time_factor[g] for g in ("matmul", "attention")}, strategy
+        eager = strategy in ("fsdp", None)
+        assert seen.time_factor["memory_bound"] == (fit.time_factor["memory_bound"]
+                                                    if eager else 1.0)
+        assert seen.kernel_overhead_s == (fit.kernel_overhead_s if eager else 0.0)
 
 
 def test_compare_names_the_stack_behind_each_strategy():
@@ -66,7 +86,9 @@ def test_compare_names_the_stack_behind_each_strategy():
     cmp = compare(load_scenario("quickstart"), parse_strategies("fsdp-full,horovod"),
                   scaling=False, capacity=False)
     lines = [line for line in render_table(cmp).splitlines() if line.startswith("# kernels")]
-    assert any(line.startswith("# kernels of fsdp-full: the eager PyTorch stack fitted on "
-                               "A100 runs: matmul x0.90, attention x1.78") for line in lines)
-    assert any(line.startswith("# kernels of horovod: the roofline's kernels (horovod runs "
-                               "other kernels") for line in lines)
+    assert any(line.startswith("# kernels of fsdp-full: A100 kernels as fitted: matmul "
+                               "x0.90, attention x1.78; the eager PyTorch stack: memory-bound "
+                               "x1.73, +231 us a kernel") for line in lines)
+    assert any(line.startswith("# kernels of horovod: A100 kernels as fitted: matmul x0.90, "
+                               "attention x1.78; horovod runs other than the eager PyTorch "
+                               "stack") for line in lines)

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import cli
+from simulator.errors import ConfigError
 from simulator.models import load_model
 from simulator.validation.commands import parallel_cases
 from simulator.validation.parallel import cases as pc
@@ -33,7 +34,7 @@ def spec():
 
 def test_nothing_is_calibrated_and_the_rows_keep_their_source(spec):
     assert spec.calibrated == []
-    for name in (spec.files.iteration, spec.files.memory, spec.files.nemo):
+    for name in (spec.files.iteration, spec.files.memory, spec.files.nemo, spec.files.bridge):
         df = pd.read_csv(ROOT / name)
         assert df.source.str.len().min() > 0
         original = SHARED / "training" / name
@@ -196,10 +197,84 @@ def test_nemo_rows_beyond_the_gpu_cap_are_listed_not_simulated(spec):
         seen.append(case)
         return SimpleNamespace(iteration_time_s=1.0, peak_memory_gib=1.0, oom=False)
     rows = {r["case"]: r for r in nemo_rows(ROOT, spec, simulate_fn=simulate)}
-    assert "parallel/nemo/gpt3-175b-512gpu" not in seen
-    assert "nemo_max_gpus" in rows["parallel/nemo/gpt3-175b-512gpu"]["note"]
-    assert "parallel/nemo/llama2-70b-64gpu" in seen
+    big = "parallel/bridge/26.06/llama3-1-405b-1024gpu"
+    assert big not in seen and "nemo_max_gpus 512" in rows[big]["note"]
+    assert "parallel/nemo/gpt3-175b-512gpu" in seen
+    assert "parallel/bridge/26.04/llama3-70b-64gpu" in seen
     assert all(r["ok"] is None for r in rows.values())          # reported, not gated
+    # a model without a config is listed with its reason, never dropped
+    nano = rows["parallel/bridge/26.06/nemotron-3-nano-16gpu"]
+    assert math.isnan(nano["error"]) and "no state-space layers" in nano["note"]
+    assert len(rows) == len(pd.read_csv(ROOT / spec.files.nemo)) + \
+        len(pd.read_csv(ROOT / spec.files.bridge))
+
+
+def _row(spec, kind, case):
+    from simulator.validation.parallel import nemo
+    file, cols = ((spec.files.nemo, nemo.NEMO_COLUMNS) if kind == "nemo"
+                  else (spec.files.bridge, nemo.BRIDGE_COLUMNS))
+    return next(r for r in pc.read_rows(ROOT, file, cols).to_dict("records")
+                if nemo.case_id(kind, r) == case)
+
+
+def test_a_table_row_becomes_the_megatron_run_it_describes(spec):
+    from simulator.validation.parallel.nemo import scenario_of
+    row = _row(spec, "bridge", "parallel/bridge/26.04/llama3-70b-64gpu")
+    sc = scenario_of(row, ROOT, spec, "x", "bridge")
+    st, tr = sc["strategy"], sc["training"]
+    assert (st["tensor_model_parallel_size"], st["pipeline_model_parallel_size"],
+            st["virtual_pipeline_model_parallel_size"], st["context_parallel_size"]) == \
+        (4, 8, 5, 1)
+    assert st["use_distributed_optimizer"] and st["overlap_grad_reduce"]
+    assert st["tp_comm_overlap"] and st["grad_reduce_in_bf16"]      # cases.yaml, by model
+    # 256 samples on 64 GPUs as TP4 x PP8: data parallel 2, 128 micro-batches of 1
+    assert (tr["grad_accum"], tr["micro_batch"], tr["seq_len"]) == (256 // (1 * 2), 1, 8192)
+    assert (tr["precision"], tr["fp8_recipe"]) == ("fp8", "tensorwise")       # FP8-CS
+    assert sc["cluster"]["nodes"] == 8
+    fsdp = scenario_of(_row(spec, "bridge", "parallel/bridge/25.11/llama3-8b-8gpu"), ROOT,
+                       spec, "x", "bridge")["strategy"]
+    assert fsdp["use_torch_fsdp2"] and "use_distributed_optimizer" not in fsdp
+    moe = scenario_of(_row(spec, "bridge", "parallel/bridge/26.04/qwen3-30b-a3b-16gpu"), ROOT,
+                      spec, "x", "bridge")["strategy"]
+    assert moe["expert_model_parallel_size"] == 16
+    nemo = scenario_of(_row(spec, "nemo", "parallel/nemo/llama2-7b-8gpu"), ROOT, spec, "x")
+    assert (nemo["training"]["precision"], nemo["training"]["fp8_recipe"]) == \
+        ("fp8", "delayed")                                    # NeMo 24.07: TE delayed scaling
+
+
+def test_a_run_simulated_out_of_memory_is_not_compared(spec):
+    from simulator.validation.parallel.nemo import nemo_rows
+
+    def simulate(scenario, case):
+        return SimpleNamespace(iteration_time_s=1.0, peak_memory_gib=90.1, oom=True)
+    rows = nemo_rows(ROOT, spec, simulate_fn=simulate, kinds=("nemo",))
+    done = [r for r in rows if "simulated out of memory" in r["note"]]
+    assert done and all(math.isnan(r["error"]) and "90.1 GiB of 80" in r["note"]
+                        for r in done)
+
+
+@pytest.mark.parametrize("kind,case", [("nemo", "parallel/nemo/llama2-7b-8gpu"),
+                                       ("nemo", "parallel/nemo/gpt3-20b-64gpu"),
+                                       ("bridge", "parallel/bridge/25.11/llama3-8b-8gpu")])
+def test_nvidias_h100_runs_within_20_percent_of_their_measurement(spec, kind, case):
+    # dense Megatron on DGX H100, nothing fitted on these rows: the GPU's kernel factors
+    # (fitted on llm-foundry's FSDP rows) and Transformer Engine's fused kernels
+    from simulator.validation.parallel.nemo import nemo_rows
+    row = next(r for r in nemo_rows(ROOT, spec, kinds=(kind,),
+                                    simulate_fn=_only(case)) if r["case"] == case)
+    measured = float(_row(spec, kind, case)["tokens_per_s_per_gpu"])
+    assert row["measured"] == measured
+    assert abs(row["simulated"] / measured - 1) <= 0.20, row
+
+
+def _only(case):
+    from simulator.validation.parallel.iteration import simulate
+
+    def run(scenario, name):
+        if name != case:
+            raise ConfigError("not this test's row")
+        return simulate(scenario, name)
+    return run
 
 
 def _strict_xfail_if_known(case: str):

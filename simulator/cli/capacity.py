@@ -52,7 +52,8 @@ def accuracy_of(rep: CapacityReport) -> dict:
     c, prec = rep.cluster, rep.settings["precision"]
     return {r.spec.label: envelope(Query.of(r.spec.name, r.largest.rung.model.name,
                                             float(r.largest.rung.params), str(c["gpu"]),
-                                            int(c["gpus"]), prec))
+                                            int(c["gpus"]), prec,
+                                            r.largest.rung.model.is_moe))
             for r in rep.results if r.largest is not None}
 
 

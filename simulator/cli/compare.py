@@ -143,10 +143,11 @@ def _accuracy(cmp) -> dict:
     """The accuracy envelope of each strategy that ran, by strategy key."""
     from ..models import load_model, params_total
     from ..validation.envelope import Query, envelope
-    params = float(params_total(load_model(cmp.model)))
+    model = load_model(cmp.model)
+    params = float(params_total(model))
     return {r.alias.key: envelope(Query.of(r.alias.strategy, cmp.model, params,
                                            str(cmp.cluster["gpu"]), r.metrics.world_size,
-                                           cmp.settings["precision"]))
+                                           cmp.settings["precision"], model.is_moe))
             for r in cmp.rows if r.metrics is not None}
 
 

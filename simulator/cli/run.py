@@ -49,6 +49,7 @@ def register(cli: click.Group) -> None:
             scn = load_with_config(path, list(sets), config, config_format)
             if out is not None:
                 prepare_out_dir(out)             # refused before the simulation, not after
+            from ..models import load_model
             from ..pipeline import build_setup, run_setup
             from ..validation.envelope import Query, envelope
             setup = build_setup(scn, str(path))
@@ -64,7 +65,7 @@ def register(cli: click.Group) -> None:
         gpu = str(setup.cluster.G.graph.get("gpu"))
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
-                                scn.training.precision))
+                                scn.training.precision, load_model(scn.model).is_moe))
         if out is not None:
             from ..metrics.outputs import write_outputs     # matplotlib: only for --out
             from ..metrics.page import write_page

@@ -146,35 +146,33 @@ class ComputeModel:
         self.attention = attention
         self.strategy = strategy
         # real-run time factors of the GPU's family (simulator/data/training_fit.yaml), fitted
-        # on top of the shipped constants: another calibration runs without them, and so
-        # does a strategy outside the fit's scope (its ``strategies``)
+        # on top of the shipped constants: another calibration runs without them; a
+        # strategy that does not run the fitted stack takes the GPU's kernel factors only
         if fit is None:
-            fit = family_of(gpu) if shipped else IDENTITY
-            fit = fit if fit.applies_to(strategy) else IDENTITY
+            fit = family_of(gpu).seen_by(strategy) if shipped else IDENTITY
         self.fit = fit
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
         self._times: dict[tuple, float] = {}      # op_time_s, remembered (see there)
 
     def stack(self, precision: str) -> str:
-        """In words, the kernel stack a step at ``precision`` is priced by: the fitted stack
-        (its factors and per-kernel overhead, ``training_fit.yaml``) or the roofline, and
-        why (what ``compare`` prints beside the strategies it prices)."""
-        fit = self.fit
-        if fit.name and (precision in fit.precisions or fit.overhead_s(precision)):
-            tf = fit.time_factor
-            return (f"the eager PyTorch stack fitted on {fit.name} runs: matmul "
-                    f"x{tf['matmul']:.2f}, attention x{tf['attention']:.2f}, memory-bound "
-                    f"x{tf['memory_bound']:.2f}, +{fit.kernel_overhead_s * 1e6:.0f} us a "
-                    f"kernel")
-        family = family_of(self.gpu)
-        if not family.name:
-            why = f"no stack is fitted on {self.gpu.family} GPUs"
-        elif not family.applies_to(self.strategy):
-            why = (f"{self.strategy} runs other kernels than the eager PyTorch stack fitted "
-                   f"({', '.join(family.strategies or ())})")
-        else:
-            why = f"the {family.name} stack fit is {', '.join(family.precisions)}'s"
-        return f"the roofline's kernels ({why})"
+        """In words, what a step at ``precision`` is priced by: the GPU's fitted kernel
+        factors and, for a strategy that runs it, the eager PyTorch stack's mechanisms
+        (``training_fit.yaml``), or the roofline, and why (what ``compare`` prints beside
+        the strategies it prices)."""
+        fit, family = self.fit, family_of(self.gpu)
+        if not (fit.name and (precision in fit.precisions or fit.overhead_s(precision))):
+            why = (f"no kernels are fitted on {self.gpu.family} GPUs" if not family.name
+                   else f"the {family.name} fit is {', '.join(family.precisions)}'s")
+            return f"the roofline's kernels ({why})"
+        tf = fit.time_factor
+        kernels = (f"{fit.name} kernels as fitted: matmul x{tf['matmul']:.2f}, attention "
+                   f"x{tf['attention']:.2f}")
+        if fit.kernel_overhead_s or tf["memory_bound"] != 1.0:
+            return (f"{kernels}; the eager PyTorch stack: memory-bound x"
+                    f"{tf['memory_bound']:.2f}, +{fit.kernel_overhead_s * 1e6:.0f} us a kernel")
+        return (f"{kernels}; {self.strategy} runs other than the eager PyTorch stack "
+                f"({', '.join(family.stack_strategies or ())}): its memory-bound kernels "
+                f"on the roofline, no per-kernel overhead")
 
     @property
     def kernel_launch_s(self) -> float:

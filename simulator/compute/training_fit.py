@@ -12,15 +12,25 @@ step runs at, per GPU family, is fitted on the calibration split of
 * ``kernel_overhead_us``: added to every kernel's launch cost (host-side gaps the GPU waits
   for between kernels).
 
+Two scopes (one machine, one price). The ``matmul`` and ``attention`` factors are the
+GPU's (:data:`KERNEL_GROUPS`): cuBLAS GEMMs and the flash-attention kernels run the same
+on a GPU whichever framework calls them, so every strategy takes them. The
+``memory_bound`` factor and the per-kernel overhead are the eager PyTorch stack's
+mechanisms (:data:`STACK_GROUPS`: unfused norm and elementwise kernels, Python dispatch
+between kernels), taken only by the strategies that run that stack (the data file's
+``stack_strategies``); Megatron-LM's Transformer Engine fuses those kernels and has no
+eager host path, so it runs them on the roofline. Evidence: NeMo's H100 FP8 rows
+(validation/parallel), never fitted on, are +7.7% to +46.3% with the roofline's kernels,
+-42.7% to -9.6% with all four factors, and -7.1% to +18.3% with the GPU's two
+(docs/compute.md).
+
 A family applies to its listed GPUs and to every other GPU of their generation (the
 catalog's ``family``: an H200 or a power-capped H100 takes the H100 fit; what makes them
 differ, memory bandwidth or clocks, is the roofline's, from their catalog entries), and to
-the precisions the fit saw; and, when
-the data file lists ``strategies``, to those strategies only (the frameworks the fit saw:
-the factors stand for one software stack's kernels and host path, not the GPU's); a GPU of
-another generation, another precision or strategy gets :data:`IDENTITY` (factor 1, no
-overhead), so its answers are the roofline's. An FP8 GEMM (:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16
-``matmul`` factor: the same framework's GEMM path at another operand width.
+the precisions the fit saw; a GPU of another generation or precision gets
+:data:`IDENTITY` (factor 1, no overhead), so its answers are the roofline's. An FP8 GEMM
+(:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16 ``matmul`` factor: the same
+GEMM path at another operand width.
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ from simulator.precision import FP8
 from simulator.yamlio import read_yaml
 
 GROUPS = ("matmul", "attention", "memory_bound")
+KERNEL_GROUPS = ("matmul", "attention")      # the GPU's kernels: every strategy
+STACK_GROUPS = ("memory_bound",)             # + the overhead: the fitted stack's strategies
 # Not fitted: conv (no convolution in the rows) and optimizer (its bytes model matches the
 # foreach AdamW kernels of three H200 profiles within 4%, compute.yaml; a factor on it would
 # make FSDP's sharded step shrink with the GPU count where the real runs stay flat).
@@ -53,11 +65,20 @@ class FamilyFit:
     time_factor: MappingProxyType = field(
         default_factory=lambda: MappingProxyType({g: 1.0 for g in GROUPS}))
     kernel_overhead_s: float = 0.0
-    strategies: tuple[str, ...] | None = None    # None: every strategy
+    stack_strategies: tuple[str, ...] | None = None   # None: every strategy
 
-    def applies_to(self, strategy: str | None) -> bool:
-        """Whether the fit covers ``strategy`` (None: a bare kernel, not a run: yes)."""
-        return strategy is None or self.strategies is None or strategy in self.strategies
+    def runs_stack(self, strategy: str | None) -> bool:
+        """Whether ``strategy`` runs the fitted stack (None: a bare kernel, not a run: yes)."""
+        return (strategy is None or self.stack_strategies is None
+                or strategy in self.stack_strategies)
+
+    def seen_by(self, strategy: str | None) -> "FamilyFit":
+        """The fit as ``strategy`` pays it: the GPU's kernel factors always, the stack's
+        mechanisms (:data:`STACK_GROUPS`, the overhead) only when it runs that stack."""
+        if self.runs_stack(strategy):
+            return self
+        tf = {g: (v if g in KERNEL_GROUPS else 1.0) for g, v in self.time_factor.items()}
+        return FamilyFit(self.name, self.precisions, MappingProxyType(tf), 0.0, ())
 
     def factor(self, op_class: str, precision: str) -> float:
         """The time factor of ``op_class`` at ``precision`` (1 where the fit does not apply)."""
@@ -79,7 +100,7 @@ class FamilyFit:
         tf.update({g: float(v) for g, v in values.items() if g in GROUPS})
         us = values.get("kernel_overhead_us", self.kernel_overhead_s * 1e6)
         return FamilyFit(self.name, self.precisions, MappingProxyType(tf), float(us) * 1e-6,
-                         self.strategies)
+                         self.stack_strategies)
 
 
 IDENTITY = FamilyFit()
@@ -91,7 +112,8 @@ def _family(name: str, entry: dict, src: str) -> tuple[tuple[str, ...], FamilyFi
         us = float(entry["kernel_overhead_us"]["value"])
         gpus = tuple(entry["gpus"])
         precisions = tuple(entry["precisions"])
-        strategies = tuple(entry["strategies"]) if "strategies" in entry else None
+        strategies = (tuple(entry["stack_strategies"]) if "stack_strategies" in entry
+                      else None)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed family entry ({exc})", source=src,
                           field=f"families.{name}") from None
@@ -141,5 +163,5 @@ def families(path=None) -> dict[str, tuple[tuple[str, ...], FamilyFit]]:
     return {n: _family(n, e, src) for n, e in (data.get("families") or {}).items()}
 
 
-__all__ = ["FILE", "GROUPS", "GROUP_OF", "IDENTITY", "FamilyFit", "families", "family_of",
+__all__ = ["FILE", "GROUPS", "GROUP_OF", "KERNEL_GROUPS", "STACK_GROUPS", "IDENTITY", "FamilyFit", "families", "family_of",
            "read_fit"]

@@ -8,8 +8,9 @@ throughput error at that case, simulated / measured - 1 (positive: the simulator
 optimistic).
 
 Nearest validated case: the held-out (``validation`` split) row *of the same strategy
-family* with the smallest distance (another framework's error is never quoted: a family
-without a held-out case gets none, and says so)
+family*, dense or mixture-of-experts as the question's model is (:meth:`Query.kin`), with
+the smallest distance (another framework's error, or a dense model's for an MoE one, is
+never quoted: a family without a held-out case gets none, and says so)
 
     d = GPU term + precision term + |log10(params / params_case)| + |log10(GPUs / GPUs_case)|
 
@@ -29,8 +30,8 @@ the family's cases, by how much) and, when the validation split has at least
 :data:`MIN_ROWS` rows of that family on that GPU type, their median |error|; and an error
 band: the range of the held-out errors of that family on GPUs of that generation (of the
 family on any GPU where its generation has too few, and it says so). Left out one at a
-time, each held-out case's error falls inside the band of the others 54 times in 66 on
-the shipped ground (82%; ``tests/test_envelope.py`` keeps it at 80% or more). It states
+time, each held-out case's error falls inside the band of the others 79 times in 95 on
+the shipped ground (83%; ``tests/test_envelope.py`` keeps it at 80% or more). It states
 measured errors only.
 
 Read with the ``csv`` module on first use, so commands start without pandas.
@@ -46,11 +47,11 @@ from functools import lru_cache
 from pathlib import Path
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "validated.csv"
-COLUMNS = ("case", "split", "family", "framework", "model", "params", "gpu", "gpus", "nodes",
-           "precision", "metric", "error")
+COLUMNS = ("case", "split", "family", "framework", "model", "params", "moe", "gpu", "gpus",
+           "nodes", "precision", "metric", "error")
 MIN_ROWS = 5                     # validation rows needed for a median |error|
 FAMILY_LABEL = {"ddp": "DDP", "fsdp": "FSDP", "tensorflow": "TensorFlow",
-                "horovod": "Horovod"}
+                "horovod": "Horovod", "megatron": "Megatron"}
 _TF = ("tf_mirrored", "tf_multiworker", "tf_ps", "tf_central_storage")
 
 
@@ -69,12 +70,23 @@ class Query:
     gpu: str
     gpus: int
     precision: str
+    moe: bool = False            # a mixture-of-experts model
 
     @classmethod
     def of(cls, strategy: str, model: str, params: float, gpu: str, gpus: int,
-           precision: str) -> Query:
+           precision: str, moe: bool = False) -> Query:
         """The query of a registry strategy name (``tf_mirrored``...) and the rest."""
-        return cls(family_of(strategy), model, params, gpu, gpus, precision)
+        return cls(family_of(strategy), model, params, gpu, gpus, precision, moe)
+
+    @property
+    def label(self) -> str:
+        """``Megatron``, ``Megatron MoE``: the kin whose errors are quoted."""
+        return FAMILY_LABEL.get(self.family, self.family) + (" MoE" if self.moe else "")
+
+    def kin(self, row: dict) -> bool:
+        """Whether a validated case is of this query's family, dense or MoE alike: another
+        framework's error, or a dense model's for an MoE one, says nothing of this one."""
+        return row["family"] == self.family and row["moe"] == self.moe
 
 
 @lru_cache(maxsize=None)
@@ -84,7 +96,7 @@ def load_ground(path: str = str(SHIPPED)) -> tuple[dict, ...]:
         rows = list(csv.DictReader(f))
     for r in rows:
         r.update(params=float(r["params"]), gpus=int(r["gpus"]), nodes=int(r["nodes"]),
-                 error=float(r["error"]))
+                 error=float(r["error"]), moe=r["moe"] == "True")
     return tuple(rows)
 
 
@@ -135,8 +147,8 @@ def _times(r: float, what: str, of: str) -> str | None:
 
 def differing_axes(q: Query, ground: tuple[dict, ...]) -> list[str]:
     """Where ``q`` leaves the validated ground, in words."""
-    fam = FAMILY_LABEL.get(q.family, q.family)
-    mine = [r for r in ground if r["family"] == q.family]
+    fam = q.label
+    mine = [r for r in ground if q.kin(r)]
     out = []
     if not mine:
         out.append(f"no validated {fam} case")
@@ -205,10 +217,11 @@ class Envelope:
     def lines(self) -> list[str]:
         """One or two lines of text (no comment marks)."""
         n = self.nearest
-        qf = FAMILY_LABEL.get(self.query.family, self.query.family)
+        qf = self.query.label
         if n is None:
             first = (f"no validated {qf} case: no measured error to quote (another "
-                     f"framework's would not say how far this one is off)")
+                     f"framework's, or another kind of model's, would not say how far this "
+                     f"one is off)")
         else:
             first = (f"nearest validated: {qf} {n['model']} ({_b(n['params'])}) on "
                      f"{n['gpus']} {n['gpu']}, {n['precision']}, " + self._errors())
@@ -246,7 +259,7 @@ def _b(params: float) -> str:
 def envelope(q: Query, ground: tuple[dict, ...] | None = None) -> Envelope:
     """The accuracy envelope of ``q`` against ``ground`` (default: the shipped summary)."""
     ground = load_ground() if ground is None else ground
-    mine = [r for r in ground if r["family"] == q.family]
+    mine = [r for r in ground if q.kin(r)]
     held_out = [r for r in mine if r["split"] == "validation"]
     best = _nearest(q, held_out)
     tied, fit, far = [], None, 0.0
@@ -266,7 +279,7 @@ def error_band(q: Query, held_out: list[dict]) -> Band | None:
     """The range of the family's held-out errors (``held_out``: its validation rows) on
     GPUs of ``q``'s generation, else on any GPU; None with fewer than :data:`MIN_ROWS` of
     either."""
-    fam = FAMILY_LABEL.get(q.family, q.family)
+    fam = q.label
     gen = generation(q.gpu)
     for rows, scope in (([r for r in held_out if generation(r["gpu"]) == gen],
                          f"{fam} cases on {gen} GPUs"),

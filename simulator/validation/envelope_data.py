@@ -9,12 +9,15 @@ splits), every simulated row of the FSDP throughput tables
 torchtitan on 64 A100-80GB; their split is ``validation/training/split.yaml``'s, metric
 ``tokens_per_s``) and every ``generated`` case of ``validation/gpu/results.csv`` (the simulator's own
 model of a single-H200 step against the measured step; its step-time error is turned into a
-throughput error, ``measured_s / simulated_s - 1``, metric ``steps_per_s``). Replayed
+throughput error, ``measured_s / simulated_s - 1``, metric ``steps_per_s``) and every compared
+row of NVIDIA's DGX H100 tables in ``validation/parallel/results.csv`` (NeMo 24.07 and
+Megatron-Bridge, Megatron's own family; metric ``tokens_per_s``; nothing is fitted on them,
+so they are ``validation``). Replayed
 profiles, the optimizer-only cases and the scaling-efficiency rows are left out: they do
 not test a prediction of a throughput from a configuration.
 
-Regenerate after ``clustersim validate training`` or ``clustersim validate gpu`` rewrites
-their results::
+Regenerate after ``clustersim validate training``, ``gpu`` or ``parallel`` rewrites their
+results::
 
     python -m simulator.validation.envelope_data          # writes simulator/data/validated.csv
     python -m simulator.validation.envelope_data --check  # exit 1 when it is out of step
@@ -53,7 +56,8 @@ def _describe(data: dict, source: str, model_file: Path | None = None) -> dict:
     scn = scenario_from_dict(data, source)
     model = load_model(scn.model)
     return {"family": family_of(str(scn.strategy.get("name"))), "model": model.name,
-            "params": params_total(model), "gpu": str(scenario_graph(scn).graph.get("gpu")),
+            "params": params_total(model), "moe": model.is_moe,
+            "gpu": str(scenario_graph(scn).graph.get("gpu")),
             "precision": scn.training.precision}
 
 
@@ -120,10 +124,51 @@ def gpu_rows(root: Path) -> list[dict]:
     return out
 
 
+def parallel_rows(root: Path) -> list[dict]:
+    """The simulated iteration rows of Selene (Megatron-LM on A100, their time error as a
+    throughput error, measured / simulated - 1) and the compared rows of NVIDIA's DGX H100
+    tables (``root``: ``validation/parallel``)."""
+    from .parallel import cases as pc
+    from .parallel import iteration, nemo
+    spec = pc.load(root)
+    with open(root / "results.csv", newline="") as f:
+        done = {r["case"]: r for r in csv.DictReader(f)
+                if r["kind"] in (*nemo.KINDS, "iteration") and r["error"] not in ("", "nan")}
+    source = str(root / pc.CASES_FILE)
+    out = []
+    selene = str(root / spec.files.iteration)
+    for row in pc.read_rows(root, spec.files.iteration).to_dict("records"):
+        run = pc.run_of(row, spec, selene)
+        case = f"parallel/selene/{pc.short(run.label)}/{run.mode}/iteration"
+        if case not in done:
+            continue
+        data = iteration.scenario_of(run, root, spec.topologies["selene"], case)
+        measured, simulated = float(done[case]["measured"]), float(done[case]["simulated"])
+        out.append({**_describe(data, source), "case": case, "gpus": run.gpus,
+                    "nodes": data["cluster"]["nodes"], "split": "validation",
+                    "metric": "steps_per_s", "error": measured / simulated - 1.0,
+                    "framework": "Megatron-LM (2022)"})
+    for kind in nemo.KINDS:
+        file, columns = ((spec.files.nemo, nemo.NEMO_COLUMNS) if kind == "nemo"
+                         else (spec.files.bridge, nemo.BRIDGE_COLUMNS))
+        for row in pc.read_rows(root, file, columns).to_dict("records"):
+            case = nemo.case_id(kind, row)
+            if case not in done:
+                continue
+            data = nemo.scenario_of(row, root, spec, case, kind)
+            framework = ("NeMo 24.07" if kind == "nemo"
+                         else f"Megatron-Bridge {str(row['release']).split()[0]}")
+            out.append({**_describe(data, source), "case": case, "gpus": int(row["gpus"]),
+                        "nodes": data["cluster"]["nodes"], "split": "validation",
+                        "metric": "tokens_per_s", "error": float(done[case]["error"]),
+                        "framework": framework})
+    return out
+
+
 def validated_rows() -> list[dict]:
     """Every validated case, sorted by case id."""
     rows = (training_rows(data_dir("training")) + table_rows(data_dir("training"))
-            + gpu_rows(data_dir("gpu")))
+            + gpu_rows(data_dir("gpu")) + parallel_rows(data_dir("parallel")))
     return sorted(rows, key=lambda r: r["case"])
 
 

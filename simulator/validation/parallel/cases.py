@@ -37,6 +37,7 @@ class Files(BaseModel):
     iteration: str
     memory: str
     nemo: str
+    bridge: str
 
 
 class CasesFile(BaseModel):
@@ -48,6 +49,9 @@ class CasesFile(BaseModel):
     topologies: dict[str, str]
     models: dict[str, str]
     nemo_models: dict[str, str] = {}
+    nemo_strategy: dict[str, dict[str, bool | str]] = {}
+    nemo_not_modelled: dict[str, str] = {}
+    nemo_precision: dict[str, dict[str, str]] = {}
     nemo_max_gpus: int = 128
     selene_max_gpus: int = 64
 

@@ -47,15 +47,16 @@ BOUNDS = {"matmul": (0.3, 5.0), "attention": (0.3, 5.0), "memory_bound": (0.3, 5
 ITERATIONS = 2
 FAMILIES = {"A100": {"gpus": ["A100-SXM4-80GB", "A100-SXM4-40GB"]},
             "H100": {"gpus": ["H100-SXM"]}}
-# Scope: the kernel stack the factors stand for, named by the strategies that run it. Fitted
-# on PyTorch FSDP runs (Composer's FSDP1 in llm-foundry; torchtitan's FSDP2 rows validate
-# it): the eager PyTorch stack's kernels and host path (FlashAttention-2 / SDPA, unfused
-# norms and elementwise kernels, Python hooks), which every eager PyTorch framework runs:
+# Scope (simulator/compute/training_fit.py): matmul and attention are the GPU's kernels and
+# apply to every strategy; memory_bound and the per-kernel overhead are the stack's
+# mechanisms, fitted on PyTorch FSDP runs (Composer's FSDP1 in llm-foundry; torchtitan's
+# FSDP2 rows validate it): the eager PyTorch stack's unfused norm and elementwise kernels
+# and its Python host path between kernels, which every eager PyTorch framework runs:
 # fsdp, torchtitan, PyTorch DDP (the same eager model; only the gradient sync differs) and
 # DeepSpeed (ZeRO over the same eager modules). Megatron-LM runs Transformer Engine's fused
-# kernels, and Horovod and TensorFlow XLA/TF kernels: stacks the fit never saw, on the
-# roofline until a fit of their own (NeMo's H100 FP8 rows: +6% to +32% on the roofline,
-# -27% to -44% with this stack's factors, docs/compute.md).
+# kernels without an eager host path, and Horovod and TensorFlow XLA/TF kernels: they take
+# the GPU's matmul and attention factors only (NeMo's H100 FP8 rows: -7% to +13% so,
+# -15% to -43% with all four, +6% to +32% on the roofline; docs/compute.md).
 STRATEGIES = ["fsdp", "torchtitan", "ddp", "deepspeed"]
 PRECISIONS = ["bf16"]
 CHECK_TOLERANCE = 0.005        # relative: a check row's throughput may move this much
@@ -76,7 +77,7 @@ def _fit_of(family: str, values: dict) -> FamilyFit:
     """The family's fit at ``values`` (:data:`PARAMS`)."""
     return FamilyFit(family, tuple(PRECISIONS),
                      MappingProxyType({g: float(values[g]) for g in GROUPS}),
-                     float(values["kernel_overhead_us"]) * 1e-6)
+                     float(values["kernel_overhead_us"]) * 1e-6, tuple(STRATEGIES))
 
 
 def _tokens_per_s(setup, fit: FamilyFit) -> float:
@@ -147,7 +148,8 @@ def _entry(family: str, result: dict) -> dict:
            f"rms relative error {result['rms_start']:.3f} -> {result['rms_fitted']:.3f}")
     checks = _check_rows(result)
     return {
-        "gpus": FAMILIES[family]["gpus"], "precisions": PRECISIONS, "strategies": STRATEGIES,
+        "gpus": FAMILIES[family]["gpus"], "precisions": PRECISIONS,
+        "stack_strategies": STRATEGIES,
         "time_factor": {g: {"value": v[g], "source": how} for g in GROUPS},
         "kernel_overhead_us": {"value": v["kernel_overhead_us"], "source": how},
         "calibration_rows": {rid: float(m) for rid, m in zip(result["rows"], result["measured"])},
@@ -158,7 +160,9 @@ def _entry(family: str, result: dict) -> dict:
 
 HEADER = """\
 # Per-GPU-family time factors of real bf16 FSDP training runs (simulator/compute/
-# training_fit.py; applied by ComputeModel to the listed GPUs, precisions and strategies only).
+# training_fit.py; applied by ComputeModel to the listed GPUs' generation and precisions:
+# matmul and attention for every strategy, memory_bound and the overhead for the
+# stack_strategies, which run the eager PyTorch stack they were fitted on).
 # Fitted on the calibration rows of validation/training/split.yaml only (never a
 # validation row) by `python -m simulator.validation.training.fit`; do not hand-edit:
 # `python -m simulator.validation.training.fit --check` (run by a test) fails when this file

@@ -115,7 +115,7 @@ def run_and_write(out: Path | str, root=None, calibration=None, splits=None,
 
 def fitted_note() -> str:
     """One line on the fitted family factors in use (simulator/data/training_fit.yaml)."""
-    from simulator.compute.training_fit import families
+    from simulator.compute.training_fit import KERNEL_GROUPS, STACK_GROUPS, families
     fams = families()
     if not fams:
         return "Fitted family factors: none (simulator/data/training_fit.yaml is empty)."
@@ -123,8 +123,11 @@ def fitted_note() -> str:
     for name, (_, fit) in fams.items():
         tf = ", ".join(f"{g} x{v:.3f}" for g, v in fit.time_factor.items())
         parts.append(f"{name}: {tf}, +{fit.kernel_overhead_s * 1e6:.1f} us/kernel")
-    scope = next((fit.strategies for _, fit in fams.values() if fit.strategies), None)
-    where = f"; bf16 kernels and FP8 GEMMs, strategies {', '.join(scope)}" if scope else ""
+    scope = next((fit.stack_strategies for _, fit in fams.values() if fit.stack_strategies),
+                 None)
+    where = (f"; bf16 kernels and FP8 GEMMs; {' and '.join(KERNEL_GROUPS)} under every "
+             f"strategy, {', '.join(STACK_GROUPS)} and the overhead under "
+             f"{', '.join(scope)}" if scope else "")
     return (f"Fitted family factors (simulator/data/training_fit.yaml{where}): "
             + "; ".join(parts) + ".")
 
