@@ -317,3 +317,13 @@ def test_out_dir_is_written_and_never_overwrites_user_files(capsys, tmp_path):
         assert (out_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(pd.read_csv(out_dir / "compare.csv")) == 2
     assert json.loads((out_dir / "compare.json").read_text())["scenario"] == "quickstart"
+
+
+def test_the_report_pages_table_heads_every_cell(multi):
+    # the text table and report.html's table share perf_cells: one head per cell
+    from simulator.compare.page import PERF_HEAD
+    from simulator.compare.report import perf_cells, records
+    for rec in records(multi):
+        if rec["status"] == "ok":
+            assert len(perf_cells(rec)) == len(PERF_HEAD)
+            assert rec["forward_gpu_s_per_sample"] > 0

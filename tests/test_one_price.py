@@ -90,5 +90,58 @@ def test_compare_names_the_stack_behind_each_strategy():
                                "x0.90, attention x1.78; the eager PyTorch stack: memory-bound "
                                "x1.73, +231 us a kernel") for line in lines)
     assert any(line.startswith("# kernels of horovod: A100 kernels as fitted: matmul x0.90, "
-                               "attention x1.78; horovod runs other than the eager PyTorch "
-                               "stack") for line in lines)
+                               "attention x1.78; not the eager PyTorch stack") and
+               "autocast" in line for line in lines)
+
+
+def _forward(res):
+    from simulator.compare.runner import forward_gpu_s_per_sample
+    return forward_gpu_s_per_sample(res)
+
+
+def test_compare_prices_one_forward_pass_per_sample_across_frameworks():
+    # quickstart (Llama 2 7B, 8 A100): FSDP's shardings run the same kernels; Horovod and
+    # the TF strategies the same autocast kernels; DDP the autocast kernels on the eager
+    # stack. A strategy's forward differs from another's only by what is printed.
+    import dataclasses
+    from simulator.compare.options import parse_strategies
+    from simulator.compare.report import render_table
+    from simulator.compare.runner import compare, with_strategy
+    from simulator.engine import kernel_time_s
+    from simulator.scenario import load_scenario
+    scn = load_scenario("quickstart")
+    cmp = compare(scn,
+                  parse_strategies("fsdp-full,fsdp-grad-op,ddp,horovod,tf-mirrored,tf-ps"),
+                  scaling=False, capacity=False)
+    fwd = {r.alias.key: r.forward_gpu_s_per_sample for r in cmp.rows}
+    assert fwd["fsdp-full"] == fwd["fsdp-grad-op"] > 0
+    assert fwd["horovod"] == fwd["tf-mirrored"]
+    assert fwd["tf-ps"] == pytest.approx(fwd["horovod"], rel=1e-12)    # 4 micro-steps, summed
+    # DDP's forward ops priced by Horovod's stack cost what Horovod's forward costs: the same
+    # kernels; the difference is the eager stack's memory-bound factor and overhead alone
+    ddp, hvd = (run_setup(build_setup(with_strategy(scn, a), "q"))
+                for a in parse_strategies("ddp,horovod"))
+    assert _forward(ddp) == fwd["ddp"] and _forward(hvd) == fwd["horovod"]
+    repriced = dataclasses.replace(ddp, setup=dataclasses.replace(
+        ddp.setup, compute=hvd.setup.compute))
+    assert _forward(repriced) == pytest.approx(fwd["horovod"], rel=1e-12)
+    assert fwd["ddp"] > fwd["horovod"]
+    # the column as the ops' nominal prices: one micro-step of 2 samples a GPU, 8 GPUs
+    ops = [op for cls in ddp.setup.trace.classes for op in cls.ops
+           if op.kind == "compute" and op.phase == "forward"]
+    assert len(ddp.setup.trace.classes) == 1 and ddp.setup.trace.meta["global_batch"] == 16
+    want = 8 * sum(kernel_time_s(ddp.setup.compute, op, "bf16") for op in ops) / 16
+    assert fwd["ddp"] == pytest.approx(want, rel=1e-12)
+    text = render_table(cmp)
+    assert "fwd ms/sample" in text and f"{1e3 * fwd['ddp']:.1f}" in text
+
+
+def test_the_forward_column_is_the_timelines_forward_without_variability():
+    from simulator.scenario import load_scenario
+    res = run_setup(build_setup(load_scenario("quickstart", ["simulation.variability=none"]),
+                                "q"))
+    sizes = {c.id: len(c.ranks) for c in res.setup.trace.classes}
+    timeline = sum((r.end_s - r.start_s) * sizes[r.cls] for r in res.timeline.records
+                   if r.kind == "compute" and r.phase == "forward")
+    assert _forward(res) == pytest.approx(timeline / res.setup.trace.meta["global_batch"],
+                                          rel=1e-9)

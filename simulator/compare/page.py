@@ -10,8 +10,9 @@ from ..report import HtmlReport, Table
 from .report import cost_cells, perf_cells, records
 from .results import Comparison
 
-_PERF_HEAD = ["strategy", "GPUs", "peak GiB per GPU", "memory", "iteration s", "samples/s",
-              "tokens/s", "comm GB per GPU", "comm s", "exposed comm s", "2x GPUs efficiency",
+PERF_HEAD = ["strategy", "GPUs", "peak GiB per GPU", "memory", "iteration s", "samples/s",
+              "tokens/s", "comm GB per GPU", "comm s", "exposed comm s",
+              "forward GPU-ms per sample", "2x GPUs efficiency",
               "largest model that fits"]
 
 
@@ -88,7 +89,7 @@ def write_page(cmp: Comparison, out: Path, inputs: dict,
             note="waste % = share of that strategy's spend the cheapest strategy that fits "
                  "in memory would save. comm-wait % = share of paid GPU time spent waiting "
                  "on communication."))
-    page.table(Table("Time and memory per strategy", _PERF_HEAD, [perf_cells(r) for r in ok],
+    page.table(Table("Time and memory per strategy", PERF_HEAD, [perf_cells(r) for r in ok],
                      note=cmp.doubling and f"2x GPUs: {cmp.doubling} (weak scaling)."))
     na = [(r["strategy"], r["reason"]) for r in recs if r["status"] != "ok"]
     if na:

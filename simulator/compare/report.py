@@ -25,7 +25,7 @@ def flat_row(row: Row, best: Row | None) -> dict:
                largest_fit_model=fit.get("model"), largest_fit_params=fit.get("params"),
                largest_fit_top_of_ladder=fit.get("top_of_ladder"),
                capacity_reason=row.capacity_reason, migration_days=row.migration_days,
-               kernels=row.kernels)
+               kernels=row.kernels, forward_gpu_s_per_sample=row.forward_gpu_s_per_sample)
     for key in ("usd_per_gpu_hour", "per_iteration_usd", "comm_wait_per_iteration_usd",
                 "comm_wait_share", "per_million_tokens_usd", "per_thousand_samples_usd",
                 "iterations", "gpu_hours", "wall_hours", "training_usd", "comm_wait_usd",
@@ -71,7 +71,9 @@ def perf_cells(r: dict) -> list[str]:
     return [r["strategy"], _f(r["world_size"], "d"), _f(r["peak_memory_gib"], ".1f"), oom,
             _f(r["iteration_time_s"], ".3f"), _f(r["samples_per_s"], ",.1f"),
             _f(r["tokens_per_s"], ",.0f"), _f(r["comm_gb_per_gpu"], ",.2f"), _f(r["comm_s"], ".3f"),
-            _f(r["exposed_comm_s"], ".3f"), _f(r["scaling_efficiency"], ".3f"), fit]
+            _f(r["exposed_comm_s"], ".3f"),
+            _f(r["forward_gpu_s_per_sample"] and 1e3 * r["forward_gpu_s_per_sample"], ".1f"),
+            _f(r["scaling_efficiency"], ".3f"), fit]
 
 
 def cost_cells(r: dict, budget: bool) -> list[str]:
@@ -109,10 +111,14 @@ def render_table(cmp: Comparison, accuracy: list[str] | None = None) -> str:
              f"efficiency = throughput(2N) / (2 throughput(N))",
              "# comm GB/GPU: bytes one GPU sends per iteration (all-reduce 2(n-1)/n x size, "
              "all-gather and reduce-scatter (n-1)/n x size, sends and copies to the host); "
-             "comm s: time communication runs, exposed s: the part not under compute"]
+             "comm s: time communication runs, exposed s: the part not under compute; "
+             "fwd ms/sample: GPU-milliseconds of forward kernels per sample (every GPU's "
+             "forward kernels in a step over the samples of the step): the same kernels cost "
+             "the same under every strategy, so it differs only by the kernel stacks named "
+             "at the end"]
     ok = [r for r in recs if r["status"] == "ok"]
     head = ["strategy", "GPUs", "peak GiB", "memory", "iter s", "samples/s", "tokens/s",
-            "comm GB/GPU", "comm s", "exposed s", "2x eff", "largest fit"]
+            "comm GB/GPU", "comm s", "exposed s", "fwd ms/sample", "2x eff", "largest fit"]
     lines += _grid(head, [perf_cells(r) for r in ok], left=(0, 3, len(head) - 1))
     lines += [f"{r['strategy']}: n/a: {r['reason']}" for r in recs if r["status"] != "ok"]
     lines += [f"# {r['strategy']}: out of memory at: {r['oom_at']}" for r in ok if r["oom"]]

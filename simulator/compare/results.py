@@ -40,6 +40,7 @@ class Row:
     extrapolated: dict | None = None        # the step was extrapolated (accum.Extrapolation)
     extrapolated_also: tuple = ()           # "2x GPUs", "N capacity rungs": so were these
     kernels: str = ""                       # the kernel stack its step is priced by
+    forward_gpu_s_per_sample: float | None = None   # forward kernels' GPU-s per sample
     result: object = field(default=None, repr=False, compare=False)  # own RunResult, until
     # the capacity search has used it (not in the output)
 
@@ -56,6 +57,7 @@ class Row:
                 "status": self.status, "reason": self.reason, "metrics": m,
                 "global_batch": self.global_batch, "oom_at": self.oom_at,
                 "kernels": self.kernels,
+                "forward_gpu_s_per_sample": self.forward_gpu_s_per_sample,
                 "comm_bytes_per_gpu": self.comm_bytes_per_gpu,
                 "scaling_2x": dataclasses.asdict(self.scaling),
                 "largest_fit": self.largest_fit, "capacity_reason": self.capacity_reason,

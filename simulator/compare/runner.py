@@ -10,6 +10,9 @@ strategy), and one iteration is replayed exactly as ``clustersim run`` would. Pe
 
 * peak memory per GPU and the out-of-memory verdict (with the op where memory ran out);
 * iteration time, samples/s and tokens/s, communication time and the exposed part;
+* the forward pass's GPU time per sample (:func:`forward_gpu_s_per_sample`), with the kernel
+  stack that prices it: the same kernels cost the same under every strategy, so this column
+  differs between strategies only by the named mechanisms printed beside it;
 * scaling efficiency when the GPU count doubles (:func:`doubled`): weak scaling, the same
   micro-batch per GPU on twice the GPUs, ``throughput(2N) / (2 * throughput(N))``;
 * the largest model of the family that fits (:func:`simulator.capacity.search.search`);
@@ -31,9 +34,10 @@ from ..capacity.ladder import build_ladder
 from ..capacity.probe import Prober, locate_oom, spec_of, strategy_dict
 from ..capacity.search import search
 from ..choices import FAMILIES, NAMED_STRATEGIES, NamedStrategy
+from ..engine import kernel_time_s
 from ..errors import ConfigError
 from ..models import load_model
-from ..pipeline import RunResult, build_setup, job_world, run_setup
+from ..pipeline import RunResult, autocasts, build_setup, job_world, run_setup
 from ..pipeline import strategy_dict as pipeline_strategy
 from ..scenario import Scenario
 from ..strategies import STRATEGIES, parse_strategy
@@ -111,6 +115,26 @@ def own_global_batch(scn: Scenario, ref) -> int:
     return t.micro_batch * t.grad_accum * ranks
 
 
+AUTOCAST = ("autocast (torch.autocast, Keras' mixed policy): fp32 weights cast to 16 bits "
+            "at every forward; norms, residual stream and loss in fp32")
+
+
+def forward_gpu_s_per_sample(res: RunResult) -> float:
+    """GPU-seconds of forward kernels per sample: the nominal price of every forward compute
+    op of the replayed trace (:func:`~simulator.engine.kernel_time_s`: no variability), once
+    per rank of its class, over the samples that trace processes (an extrapolated step's
+    trace holds its last replay, ``k`` of ``grad_accum`` micro-steps). Recomputation is not
+    forward (its phase is ``recompute``)."""
+    setup = res.setup
+    gpu_s = sum(kernel_time_s(setup.compute, op, setup.job.precision) * len(cls.ranks)
+                for cls in setup.trace.classes for op in cls.ops
+                if op.kind == "compute" and op.phase == "forward")
+    samples = int(setup.trace.meta["global_batch"])
+    if res.extrapolation is not None:
+        samples = samples * res.extrapolation.replayed[-1] / res.extrapolation.grad_accum
+    return gpu_s / samples
+
+
 def _replay(scn: Scenario, alias: NamedStrategy, source: str) -> RunResult:
     return run_setup(build_setup(with_strategy(scn, alias), source))
 
@@ -133,7 +157,10 @@ def _run_row(row: Row, scn: Scenario, source: str) -> None:
     row.global_batch = int(meta.get("global_batch", 0))
     row.tokens_per_sample = meta.get("tokens_per_sample", 0)
     row.comm_bytes_per_gpu = comm_bytes_per_gpu(res.setup.trace)
+    row.forward_gpu_s_per_sample = forward_gpu_s_per_sample(res)
     row.kernels = res.setup.compute.stack(res.setup.job.precision)
+    if autocasts(parse_strategy(pipeline_strategy(res.setup.scenario))):
+        row.kernels += f"; {AUTOCAST}"
     if m.oom:
         where = Counter(locate_oom(res.timeline, c, str(v)) for c, v in m.oom_at.items())
         row.oom_at = "; ".join(w + (f" ({n} rank classes)" if n > 1 else "")

@@ -170,8 +170,8 @@ class ComputeModel:
         if fit.kernel_overhead_s or tf["memory_bound"] != 1.0:
             return (f"{kernels}; the eager PyTorch stack: memory-bound x"
                     f"{tf['memory_bound']:.2f}, +{fit.kernel_overhead_s * 1e6:.0f} us a kernel")
-        return (f"{kernels}; {self.strategy} runs other than the eager PyTorch stack "
-                f"({', '.join(family.stack_strategies or ())}): its memory-bound kernels "
+        return (f"{kernels}; not the eager PyTorch stack "
+                f"({', '.join(family.stack_strategies or ())}): memory-bound kernels "
                 f"on the roofline, no per-kernel overhead")
 
     @property

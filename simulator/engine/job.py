@@ -53,6 +53,23 @@ from .seams import CollectivePlanner, ComputeTimer
 from .variability import Variability
 
 
+def kernel_time_s(compute, op: Op, precision: str) -> float:
+    """The nominal seconds of compute op ``op``: its trace duration, or its price from the
+    timer ``compute`` (the seam's ``op_time_s``) at the op's precision (``precision`` where
+    it names none). No variability, straggler slowdown or overlap: what the same op costs
+    on the same GPU whoever runs it."""
+    if op.duration_s is not None:
+        return op.duration_s
+    attrs = op.attrs
+    precision = attrs.get("precision", precision)
+    # m, n, k of a GEMM / attention kernel, for timers by shape; a timer of the seam without
+    # the ``shape`` parameter is asked without it
+    if "m" in attrs:
+        return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision,
+                                 shape=(attrs["m"], attrs["n"], attrs["k"]))
+    return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision)
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
     """Knobs of one job. ``overlap_slowdown``: extra time fraction of a compute op that
@@ -205,20 +222,7 @@ class Job:
     def _duration(self, cls: RankClass, op: Op) -> float:
         """Time of a compute, memcpy or delay op."""
         if op.kind == "compute":
-            if op.duration_s is not None:
-                base = op.duration_s
-            else:
-                attrs = op.attrs
-                precision = attrs.get("precision", self.cfg.precision)
-                # m, n, k of a GEMM / attention kernel, for timers by shape; a timer of the
-                # seam without the ``shape`` parameter is asked without it
-                if "m" in attrs:
-                    base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
-                                                  precision,
-                                                  shape=(attrs["m"], attrs["n"], attrs["k"]))
-                else:
-                    base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
-                                                  precision)
+            base = kernel_time_s(self.compute, op, self.cfg.precision)
             overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
             if self.vary is not None:
                 base *= self.vary.compute_factor(cls.id, op.op_class)
