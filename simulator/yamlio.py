@@ -31,6 +31,7 @@ from yaml.resolver import Resolver
 
 from .errors import ConfigError
 from .inputs import check_finite, limit, over_limit, read_text
+from .outpaths import atomic_write_text
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -212,7 +213,7 @@ def write_yaml(path, data: Any, header: str = "") -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
+        atomic_write_text(path, header + yaml.safe_dump(data, sort_keys=False, width=100))
     except OSError as exc:
         raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     return path

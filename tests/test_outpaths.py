@@ -1,7 +1,8 @@
 """Nothing a user keeps is written over (issue 21, item 4): every command that writes to a
 path the user names goes through :mod:`simulator.outpaths`, which refuses a foreign
 non-empty folder, an existing file without --overwrite, and a symbolic link to nothing
-(writing would go through it and create whatever it points at)."""
+(main wrote through it and created whatever it pointed at; with --overwrite the link itself
+is now replaced: tests/test_safe_writes.py)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def test_trace_refuses_a_dangling_link_unless_overwrite(capsys, dangling, tmp_pa
     assert not (tmp_path / "nowhere.json").exists()       # main wrote 216 kB there
     code, _, err = run_main(capsys, "trace", "-o", str(dangling), "--overwrite")
     assert code == 0, err
+    assert not (tmp_path / "nowhere.json").exists()       # the link is replaced (issue 42)
+    assert not dangling.is_symlink() and dangling.stat().st_size > 0
 
 
 def test_import_refuses_a_dangling_link(capsys, dangling):

@@ -11,7 +11,7 @@ import click
 from ..choices import FIDELITIES
 from ..errors import ConfigError
 from ..inputs import limit_set
-from ..outpaths import prepare_out_dir, writable_file
+from ..outpaths import atomic_write_csv, prepare_out_dir, writable_file
 from .common import DEFAULT_TOPOLOGY, metric_rows
 
 
@@ -145,7 +145,7 @@ def register(cli: click.Group) -> None:
             from ..metrics.outputs import write_outputs     # matplotlib: only for --out
             write_outputs(out, result.timeline, m, result.cluster, settings,
                           {c.id: c.ranks for c in trace.classes})
-            table.to_csv(Path(out) / "collectives.csv", index=False)
+            atomic_write_csv(table, Path(out) / "collectives.csv", index=False)
         if fmt == "json":
             click.echo(json.dumps({**m.as_dict(), **{k: None for k in unknown},
                                    "recorded_iteration_s": recorded,

@@ -39,7 +39,7 @@ def register(cli: click.Group) -> None:
         with its accuracy envelope: the nearest validated case, its error, and where this
         run leaves the validated ground (README "Accuracy").
         """
-        from ..outpaths import prepare_out_dir
+        from ..outpaths import atomic_write_text, prepare_out_dir
         from ..scenario import resolve_scenario
 
         # the scenario, the simulator's modules (imported here, once the input is good)
@@ -75,7 +75,8 @@ def register(cli: click.Group) -> None:
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
                        accuracy=acc.lines(), extrapolated=extra.note() if extra else None)
             if extra is not None:        # the timeline and tables are of the replayed step
-                (out / "extrapolation.json").write_text(json.dumps(extra.as_dict(), indent=2))
+                atomic_write_text(out / "extrapolation.json",
+                                  json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
             d = {**m.as_dict(), "accuracy": acc.as_dict()}
             if extra is not None:

@@ -2,7 +2,8 @@
 PNG charts (iteration time, memory, cost).
 
 The folder is guarded like ``clustersim run --out`` (:func:`prepare_out_dir`): a non-empty
-folder that clustersim did not write is refused, so no user file is overwritten.
+folder that clustersim did not write is refused, so no user file is overwritten; each file
+is written whole and renamed into place (:func:`simulator.outpaths.atomic_writer`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..outpaths import prepare_out_dir  # noqa: E402
+from ..outpaths import atomic_write_text, prepare_out_dir, save_figure  # noqa: E402
 from .report import records, to_csv, to_json  # noqa: E402
 from .results import Comparison  # noqa: E402
 
@@ -28,8 +29,8 @@ def write_outputs(out: Path | str, cmp: Comparison,
     out = prepare_out_dir(out)
     recs = records(cmp)
     ok = [r for r in recs if r["status"] == "ok"]
-    files = {"compare.csv": lambda p: p.write_text(to_csv(cmp) + "\n"),
-             "compare.json": lambda p: p.write_text(to_json(cmp, accuracy) + "\n"),
+    files = {"compare.csv": lambda p: atomic_write_text(p, to_csv(cmp) + "\n"),
+             "compare.json": lambda p: atomic_write_text(p, to_json(cmp, accuracy) + "\n"),
              "iteration_time.png": lambda p: _plot_time(ok, p),
              "memory.png": lambda p: _plot_memory(ok, cmp.cluster["gpu_memory_gib"], p),
              "cost.png": lambda p: _plot_cost(ok, cmp.budget is not None, p)}
@@ -45,7 +46,7 @@ def _bars(ok: list[dict], parts: list[tuple[str, str, callable]], xlabel: str, p
     axis, every part in proportion (hatched), with its real total written on it: its
     make-up stays visible (tf-ps is mostly communication, not compute)."""
     fig = bar_figure(ok, parts, xlabel, title, line)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

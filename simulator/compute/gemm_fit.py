@@ -29,6 +29,7 @@ import pandas as pd
 from simulator.compute.gemm_shape import GemmShape, shape_seconds
 from simulator.compute.kernels import load_kineto_gemms
 from simulator.optimize import compass_search, from_unit, nelder_mead, to_unit
+from simulator.outpaths import atomic_write_csv, atomic_write_text
 
 CALIBRATION = ("bert-large",)             # trace name prefixes; the rest validate
 BF16_CALIBRATION = ("llama-2-7b-4l_bf16_sdpa_trace",)   # the bf16 eff_max only
@@ -138,8 +139,9 @@ def _main(argv: list[str]) -> int:
     f = fit(rows, peak, gpu.sm_count)
     old = load_compute_calibration().op_classes["matmul"].compute["bf16"]
     before = flat_errors(rows, peak, old.eff_max, old.half_time_s)
-    f.rows.drop(columns=["simulated_s", "error"]).to_csv(out / "gemm_rows.csv", index=False)
-    (out / "gemm_fit.md").write_text(report(f, before), encoding="utf-8")
+    atomic_write_csv(f.rows.drop(columns=["simulated_s", "error"]), out / "gemm_rows.csv",
+                     index=False)
+    atomic_write_text(out / "gemm_fit.md", report(f, before))
     print({k: round(v, 6) for k, v in f.constants.items()})
     return 0
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..inputs import limit, over_limit
+from ..outpaths import atomic_write_bytes
 from ..trace.io import trace_to_dict
 from ..trace.schema import Trace
 from .chakra_pb import COLLECTIVE_TYPES, METADATA, NODE, NODE_TYPES
@@ -152,7 +153,8 @@ def rank_messages(trace: Trace, cls, rank: int, exact: list[dict]) -> list:
 
 
 def write_chakra(trace: Trace, prefix: str | Path, overwrite: bool = False) -> list[Path]:
-    """Write ``PREFIX.<rank>.et`` for every rank (ASTRA-sim reads one file per NPU)."""
+    """Write ``PREFIX.<rank>.et`` for every rank (ASTRA-sim reads one file per NPU), each
+    renamed into place once complete (:func:`simulator.outpaths.atomic_write_bytes`)."""
     prefix = Path(prefix)
     paths = {r: prefix.with_name(f"{prefix.name}.{r}.et") for c in trace.classes
              for r in c.ranks}
@@ -164,5 +166,6 @@ def write_chakra(trace: Trace, prefix: str | Path, overwrite: bool = False) -> l
     as_dicts = trace_to_dict(trace)["classes"]
     for cls, data in zip(trace.classes, as_dicts):
         for rank in cls.ranks:
-            paths[rank].write_bytes(encode(rank_messages(trace, cls, rank, data["ops"])))
+            atomic_write_bytes(paths[rank], encode(rank_messages(trace, cls, rank,
+                                                                 data["ops"])))
     return [paths[r] for r in sorted(paths)]

@@ -2,7 +2,8 @@
 
 The output folder is prepared by :func:`simulator.outpaths.prepare_out_dir`: a folder that
 exists, is not empty and was not written by clustersim is refused, so nothing a user wrote
-is overwritten.
+is overwritten. Each file is written whole and renamed into place, replacing a symbolic
+link rather than writing through it (:func:`simulator.outpaths.atomic_writer`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..engine.records import COMM_KINDS, Timeline  # noqa: E402
-from ..outpaths import prepare_out_dir  # noqa: E402
+from ..outpaths import (atomic_write_csv, atomic_write_text, prepare_out_dir,  # noqa: E402
+                        save_figure)
 from .summary import GIB, Metrics  # noqa: E402
 from .tables import layer_breakdown, link_utilization  # noqa: E402
 
@@ -97,12 +99,16 @@ def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
     if accuracy is not None:
         summary["accuracy"] = accuracy
     files = {
-        "summary.json": lambda p: p.write_text(json.dumps(summary, indent=2, default=str)),
-        "metrics.csv": lambda p: pd.DataFrame([_flat(metrics)]).to_csv(p, index=False),
-        "layers.csv": lambda p: layer_breakdown(tl).to_csv(p, index=False),
-        "ops.csv": lambda p: ops_table(tl).to_csv(p, index=False),
-        "links.csv": lambda p: link_utilization(tl, cluster).to_csv(p, index=False),
-        "timeline.json": lambda p: p.write_text(json.dumps(chrome_trace(tl, class_ranks))),
+        "summary.json": lambda p: atomic_write_text(p, json.dumps(summary, indent=2,
+                                                                  default=str)),
+        "metrics.csv": lambda p: atomic_write_csv(pd.DataFrame([_flat(metrics)]), p,
+                                                  index=False),
+        "layers.csv": lambda p: atomic_write_csv(layer_breakdown(tl), p, index=False),
+        "ops.csv": lambda p: atomic_write_csv(ops_table(tl), p, index=False),
+        "links.csv": lambda p: atomic_write_csv(link_utilization(tl, cluster), p,
+                                                index=False),
+        "timeline.json": lambda p: atomic_write_text(p, json.dumps(chrome_trace(
+            tl, class_ranks))),
         "breakdown.png": lambda p: plot_breakdown(metrics, p),
         "memory.png": lambda p: plot_memory(tl, p),
         "gantt.png": lambda p: plot_gantt(tl, p),
@@ -134,7 +140,7 @@ def plot_breakdown(m: Metrics, path: Path) -> None:
     ax.set_title(f"iteration {m.iteration_time_s*1e3:.1f} ms, comm total {m.comm_s*1e3:.1f} ms"
                  f" (hidden {max(m.comm_s - m.exposed_comm_s, 0)*1e3:.1f} ms)", fontsize=9)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -147,7 +153,7 @@ def plot_memory(tl: Timeline, path: Path) -> None:
     """Allocated memory per rank class over the iteration; a trace that allocates nothing
     (an imported profile) gets a plot that says so, not empty axes."""
     fig = memory_figure(tl)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -191,5 +197,5 @@ def plot_gantt(tl: Timeline, path: Path) -> None:
     ax.set_xlabel("time (ms)")
     ax.set_title(f"rank class {cls}: compute by phase (fwd blue, bwd orange), comm red",
                  fontsize=9)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..outpaths import atomic_write_text
 from ..report import HtmlReport, Table
 from .report import header, records, to_csv, to_json
 
@@ -21,8 +22,8 @@ def answer(search) -> str:
 
 
 def write_outputs(search, out: Path, inputs: dict) -> None:
-    (out / "plan.csv").write_text(to_csv(search) + "\n")
-    (out / "plan.json").write_text(to_json(search) + "\n")
+    atomic_write_text(out / "plan.csv", to_csv(search) + "\n")
+    atomic_write_text(out / "plan.json", to_json(search) + "\n")
     rows = records(search)
     page = HtmlReport(f"clustersim plan: {search.model} on {search.gpus} x {search.gpu}",
                       header(search).removeprefix("# plan: "))

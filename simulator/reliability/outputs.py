@@ -1,7 +1,8 @@
 """Files of ``clustersim reliability --out DIR``: JSON, CSV tables and three PNG plots.
 
 The folder is prepared as ``clustersim run`` does (:func:`prepare_out_dir`): a non-empty
-folder that clustersim did not write is refused, so nothing a user wrote is overwritten.
+folder that clustersim did not write is refused, so nothing a user wrote is overwritten; each
+file is written whole and renamed into place (:func:`simulator.outpaths.atomic_writer`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.metrics.outputs import plt
-from simulator.outpaths import prepare_out_dir
+from simulator.outpaths import atomic_write_csv, atomic_write_text, prepare_out_dir, save_figure
 
 from .config import CLASSES
 from .report import as_dict
@@ -27,19 +28,19 @@ def write_outputs(st: Study, out: Path | str) -> list[Path]:
     """Write every file into ``out``; return their paths."""
     out = prepare_out_dir(out)
     files = {
-        "summary.json": lambda p: p.write_text(json.dumps(
+        "summary.json": lambda p: atomic_write_text(p, json.dumps(
             {"results": as_dict(st), "scenario": st.scenario.model_dump(mode="json")},
             indent=2, default=str)),
-        "trials.csv": lambda p: trials_table(st).to_csv(p, index=False),
-        "recoveries.csv": lambda p: pd.DataFrame(
+        "trials.csv": lambda p: atomic_write_csv(trials_table(st), p, index=False),
+        "recoveries.csv": lambda p: atomic_write_csv(pd.DataFrame(
             [{"trial": t, **asdict(e)} for t, r in enumerate(st.results) for e in r.episodes]
-        ).to_csv(p, index=False),
+        ), p, index=False),
         "timeline.png": lambda p: plot_timeline(st, p),
         "recovery_cdf.png": lambda p: plot_recovery_cdf(st, p),
     }
     if st.search:
-        files["interval_search.csv"] = lambda p: pd.DataFrame(
-            [asdict(c) for c in st.search.candidates]).to_csv(p, index=False)
+        files["interval_search.csv"] = lambda p: atomic_write_csv(pd.DataFrame(
+            [asdict(c) for c in st.search.candidates]), p, index=False)
         files["ettr_vs_interval.png"] = lambda p: plot_ettr_vs_interval(st, p)
     paths = []
     for name, write in files.items():
@@ -122,5 +123,5 @@ def _save(fig, ax, path: Path, grid: bool = True, loc: str = "best") -> None:
         ax.grid(alpha=0.3)
     ax.legend(loc=loc, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

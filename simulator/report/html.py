@@ -18,6 +18,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from ..outpaths import atomic_write_text
+
 FILE = "report.html"
 
 _CSS = """
@@ -126,8 +128,7 @@ class HtmlReport:
     def write(self, folder: Path | str) -> Path:
         """Write ``report.html`` into ``folder`` (which the command has already checked)."""
         path = Path(folder) / FILE
-        path.write_text(self.render(), encoding="utf-8")
-        return path
+        return atomic_write_text(path, self.render())
 
 
 def _e(text: Any) -> str:

@@ -1,22 +1,21 @@
 """One point's part file: how it is written, and what it must hold to be read back.
 
 A part is ``<point id>.<status>.parquet``, written whole or not at all (a hidden temporary
-file, synced, renamed, the folder synced), and stamped in its Parquet metadata with the
-part format's version, the point id and the status. :func:`read_part` accepts a part only
-if it can be read, carries this stamp for the point and status its name gives, and has the
-columns of the study's command; anything else is a :class:`BadPart`, whose reason is one
-line, and its point is computed again.
+file, synced, renamed, the folder synced: :func:`simulator.outpaths.atomic_writer`), and
+stamped in its Parquet metadata with the part format's version, the point id and the
+status. :func:`read_part` accepts a part only if it can be read, carries this stamp for the
+point and status its name gives, and has the columns of the study's command; anything else
+is a :class:`BadPart`, whose reason is one line, and its point is computed again.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..outpaths import atomic_writer
 from .commands import BASE_COLUMNS
 
 if TYPE_CHECKING:           # pandas and pyarrow load with the first part (start-up time)
@@ -52,13 +51,8 @@ def write_part(path: Path, frame: pd.DataFrame, pid: str, status: str) -> None:
     stamp = json.dumps({"version": PART_VERSION, "point": pid, "status": status})
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            STAMP_KEY: stamp.encode()})
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic_writer(path, durable=True) as f:
         pq.write_table(table, f, compression="snappy")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _sync_folder(path.parent)
 
 
 def read_part(path: Path, pid: str, status: str, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -129,17 +123,3 @@ def _one_line(exc: BaseException) -> str:
     head, sep, rest = text.partition("': ")
     text = rest if sep and "'" in head else text
     return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (where the system allows opening a folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -3,7 +3,6 @@ scaling), heat maps for two axes."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import matplotlib
@@ -13,19 +12,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..outpaths import save_figure  # noqa: E402
 from .scaling import knee_index, scaling_curve  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 
 from .format import fmt, fmt_axis, is_fraction, label, numeric, ordered, pin_axes  # noqa: E402
 from .spec import HeatmapPlot, LinePlot, Study  # noqa: E402
-
-
-def plot_file(plot, i: int) -> str:
-    if plot.file:
-        return plot.file if plot.file.endswith(".png") else f"{plot.file}.png"
-    what = f"{plot.z}_by_{plot.x}_and_{plot.y}" if isinstance(plot, HeatmapPlot) \
-        else f"{plot.y}_vs_{plot.x}"
-    return f"{i + 1:02d}_{re.sub(r'[^A-Za-z0-9_.-]+', '-', what)}.png"
 
 
 def draw(plot, ok: pd.DataFrame, study: Study, path: Path) -> Path | None:
@@ -90,7 +82,7 @@ def line(p: LinePlot, ok: pd.DataFrame, study: Study, path: Path) -> Path:
     ax.set_title((p.title or f"{study.name}: {label(study, p.y)}") + note, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -132,6 +124,6 @@ def heatmap(p: HeatmapPlot, ok: pd.DataFrame, study: Study, path: Path) -> Path:
     ax.set_xlabel(label(study, p.x))
     ax.set_ylabel(label(study, p.y))
     ax.set_title(p.title or f"{study.name}: {label(study, p.z)}", fontsize=10)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path

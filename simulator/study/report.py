@@ -6,14 +6,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..outpaths import atomic_write_text
 from .answers import answer
 from .scaling import scaling_curve
 from .commands import COMMANDS
 from .format import fmt, fmt_axis, label, pin_axes
-from .plots import draw, plot_file
+from .plots import draw
 from .page import write_page
 from .points import LoadedStudy
-from .spec import ScalingQuestion
+from .spec import ScalingQuestion, plot_paths
 
 MAX_TABLE_ROWS = 60
 
@@ -23,12 +24,10 @@ def write_outputs(study: LoadedStudy, table: pd.DataFrame, out: Path) -> list[Pa
     spec = study.spec
     ok = table[table["status"] == "ok"] if len(table) else table
     plots = []
-    for i, p in enumerate(spec.plots):
-        path = draw(p, ok, spec, out / plot_file(p, i))
-        if path is not None:
+    for p, path in zip(spec.plots, plot_paths(spec, out, study.source)):
+        if draw(p, ok, spec, path) is not None:
             plots.append(path)
-    report = out / "report.md"
-    report.write_text(render_report(study, table, ok, plots))
+    report = atomic_write_text(out / "report.md", render_report(study, table, ok, plots))
     page = write_page(study, ok, plots, answers(study, ok), result_table(spec, ok), out)
     return [out / "results.parquet", out / "results.csv", *plots, report, page]
 

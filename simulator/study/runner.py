@@ -15,7 +15,7 @@ from ..yamlio import read_yaml
 from .commands import COMMANDS, checker, error_line, evaluate, parse_options
 from .executors import make_executor
 from .points import LoadedStudy, expand
-from .spec import check_columns, parse_study, resolve_study
+from .spec import check_columns, parse_study, plot_paths, resolve_study
 from .store import ResultStore, open_study_dir, scan_parts
 
 if TYPE_CHECKING:           # pandas loads with the first part written (start-up time)
@@ -62,6 +62,7 @@ def run_study(study: LoadedStudy, out: Path | str | None = None, executor: str =
     error; the others still run.
     """
     out = Path(out) if out is not None else Path("studies") / study.spec.name
+    plot_paths(study.spec, out, study.source)    # refused before the folder is touched
     columns = COMMANDS[study.spec.command].columns
     start = time.perf_counter()
     before = scan_parts(out, study.points, columns).status if resume else {}

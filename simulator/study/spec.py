@@ -20,12 +20,14 @@ Every mistake is one :class:`~simulator.errors.ConfigError` naming the file and 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ConfigError, validation_error
+from ..outpaths import confined
 from ..shipped import file_or_shipped
 
 MAX_POINTS = 100_000
@@ -204,6 +206,36 @@ def check_columns(study: Study, columns: list[str], source: str) -> None:
             need(key, f"questions[{i}].at.{key}", axes, "axis")
         for key in getattr(q, "among", {}):
             need(key, f"questions[{i}].among.{key}", columns)
+
+
+def plot_file(plot, i: int) -> str:
+    """The PNG name of ``study.plots[i]``: its ``file`` (with ``.png``), or one made from
+    its columns."""
+    if plot.file:
+        return plot.file if plot.file.endswith(".png") else f"{plot.file}.png"
+    what = f"{plot.z}_by_{plot.x}_and_{plot.y}" if isinstance(plot, HeatmapPlot) \
+        else f"{plot.y}_vs_{plot.x}"
+    return f"{i + 1:02d}_{re.sub(r'[^A-Za-z0-9_.-]+', '-', what)}.png"
+
+
+def plot_paths(study: Study, out: Path, source: str) -> list[Path]:
+    """Where each plot of ``study`` goes in the output folder ``out``: a ``file`` the study
+    names stays inside ``out`` (:func:`simulator.outpaths.confined`) and is not another
+    plot's.
+
+    :raises ConfigError: naming the study file ``source`` and ``plots[i].file``.
+    """
+    paths: dict[Path, int] = {}
+    for i, p in enumerate(study.plots):
+        field = f"plots[{i}].file"
+        if p.file:
+            confined(out, p.file, field, source)           # as the study spells it
+        path = confined(out, plot_file(p, i), field, source)
+        if path in paths:
+            raise ConfigError(f"{path.name!r} is also plots[{paths[path]}]'s file; name "
+                              f"another", source=source, field=field)
+        paths[path] = i
+    return list(paths)
 
 
 def _config_error(exc: ValidationError, source: str) -> ConfigError:

@@ -15,14 +15,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..errors import ConfigError
-from ..outpaths import prepare_out_dir
+from ..outpaths import (atomic_write_csv, atomic_write_text, atomic_writer, open_no_follow,
+                        prepare_out_dir, real_folder)
 from .commands import BASE_COLUMNS
 from .parts import STATUSES, BadPart, parse_name, part_name, read_part, write_part
 from .points import cell
@@ -41,7 +41,9 @@ OUTPUT_FILES = ("results.parquet", "results.csv", "report.md")
 def open_study_dir(out: Path, name: str, fresh: bool) -> Iterator[Path]:
     """Create ``out`` (refusing a folder of someone else's files, as ``clustersim run``
     does) or reuse the one this study wrote, and hold it until the block ends; ``fresh``
-    removes earlier results first (not the parts set aside in ``parts/.bad/``).
+    removes earlier results first (not the parts set aside in ``parts/.bad/``). A
+    ``parts/`` or ``.study.lock`` that is a symbolic link is replaced, never followed
+    (:func:`~simulator.outpaths.real_folder`, :func:`~simulator.outpaths.open_no_follow`).
 
     :raises ConfigError: another run holds ``out``, or ``out`` holds another study's
         results and ``fresh`` is not set.
@@ -56,7 +58,7 @@ def open_study_dir(out: Path, name: str, fresh: bool) -> Iterator[Path]:
 def _held(out: Path) -> Iterator[None]:
     """An exclusive lock on ``out/.study.lock`` (the kernel drops it when this process
     ends, however it ends); the file says which process holds it."""
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_no_follow(out / LOCK_FILE, os.O_RDWR | os.O_CREAT)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -83,16 +85,16 @@ def _claim(out: Path, name: str, fresh: bool) -> None:
             raise ConfigError(f"holds the results of study {other!r}, not {name!r}; use "
                               f"--fresh to replace them or choose another --out",
                               source=str(out), field="--out")
+    parts = real_folder(out / PARTS)         # a link there is replaced, never followed
     if fresh:
-        for part in (out / PARTS).glob("*") if (out / PARTS).is_dir() else ():
-            if not part.is_dir():
+        for part in parts.iterdir():
+            if not part.is_dir() or part.is_symlink():
                 part.unlink()
         for name_ in OUTPUT_FILES:
             (out / name_).unlink(missing_ok=True)
         for png in out.glob("*.png"):
             png.unlink()
-    (out / PARTS).mkdir(exist_ok=True)
-    meta.write_text(json.dumps({"name": name}) + "\n")
+    atomic_write_text(meta, json.dumps({"name": name}) + "\n")
 
 
 @dataclass
@@ -127,8 +129,7 @@ class ResultStore:
 
     def __init__(self, out: Path, points: list[dict], columns: tuple[str, ...],
                  warn: Callable[[str], None]):
-        self.folder = Path(out) / PARTS
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = real_folder(Path(out) / PARTS)
         for tmp in self.folder.glob(".*.tmp"):      # left by a run that was killed
             tmp.unlink(missing_ok=True)
         scan = scan_parts(out, points, columns)
@@ -169,8 +170,9 @@ class ResultStore:
         table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             columns=list(dict.fromkeys([*first, *BASE_COLUMNS])))
         table = table[first + [c for c in table.columns if c not in first]]
-        _write_atomic(out / "results.parquet", lambda f: table.to_parquet(f, index=False))
-        _write_atomic(out / "results.csv", lambda f: table.to_csv(f, index=False))
+        with atomic_writer(out / "results.parquet") as f:
+            table.to_parquet(f, index=False)
+        atomic_write_csv(table, out / "results.csv", index=False)
         return table
 
 
@@ -183,7 +185,7 @@ def set_aside(path: Path) -> Path:
     bad = path.parent / BAD
     target, n = bad / path.name, 0
     try:
-        bad.mkdir(exist_ok=True)
+        real_folder(bad)
         while target.exists() or target.is_symlink():
             n += 1
             target = bad / f"{path.name}.{n}"
@@ -203,10 +205,3 @@ def finished_parts(out: Path) -> dict[str, str]:
         if parsed and found.get(parsed[0]) != "ok":
             found[parsed[0]] = parsed[1]
     return found
-
-
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-    os.replace(tmp, path)

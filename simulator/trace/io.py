@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import json
 import zlib
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..inputs import BudgetReader, decode_text
-from ..outpaths import writable_file
+from ..outpaths import atomic_writer, writable_file
 from .fields import is_int
 from .schema import Communicator, Op, RankClass, Trace, TraceError
 
@@ -58,16 +59,21 @@ def trace_to_dict(trace: Trace) -> dict:
 
 def write_trace(trace: Trace, path: str | Path, overwrite: bool = False) -> Path:
     """Write ``trace`` to ``path`` (gzip if it ends in .gz); never replaces a file unless
-    ``overwrite``.
+    ``overwrite``, and then only once the new one is complete (a link at ``path`` is
+    replaced, not written through: :func:`simulator.outpaths.atomic_writer`).
 
     :raises ConfigError: if the file (or a symbolic link) exists and ``overwrite`` is false
         (:func:`simulator.outpaths.writable_file`).
     """
     path = writable_file(path, overwrite)
     text = json.dumps(trace_to_dict(trace), separators=(",", ":"), default=str)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wt") as fh:
-        fh.write(text)
+    with atomic_writer(path, text=path.suffix != ".gz") as raw:
+        if path.suffix == ".gz":     # as gzip.open(path, "wt") writes it, the name included
+            with io.TextIOWrapper(gzip.GzipFile(filename=str(path), mode="wb", fileobj=raw),
+                                  encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            raw.write(text)
     return path
 
 

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from ..models import load_model, params_total
+from ..outpaths import atomic_write_text
 from ..scenario import apply_sets, resolve_scenario, scenario_from_dict
 from ..topology.build import scenario_graph
 from .common import read_yaml
@@ -189,7 +190,7 @@ def main(argv: list[str]) -> int:
         same = SHIPPED.read_text() == text
         print(f"{SHIPPED}: {'in step' if same else 'OUT OF STEP: regenerate'}")
         return 0 if same else 1
-    SHIPPED.write_text(text)
+    atomic_write_text(SHIPPED, text)
     print(f"wrote {SHIPPED}")
     return 0
 

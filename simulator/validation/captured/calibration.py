@@ -36,6 +36,7 @@ import pandas as pd
 import yaml
 
 from simulator.errors import ConfigError
+from simulator.outpaths import atomic_write_text
 from simulator.validation.paths import data_dir
 from simulator.yamlio import read_yaml
 
@@ -166,7 +167,7 @@ def calibrate(path: Path | None = None) -> dict:
 
 def write_description(data: dict, path: Path | None = None) -> Path:
     path = Path(path) if path is not None else traces_root() / DESCRIPTION_NAME
-    path.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=100))
+    atomic_write_text(path, HEADER + yaml.safe_dump(data, sort_keys=False, width=100))
     return path
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.outpaths import atomic_write_csv, atomic_write_text, save_figure
 from simulator.validation import known_misses as km
 from simulator.validation.captured.calibration import load_description
 from simulator.validation.captured.validate import KINDS
@@ -96,7 +97,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     bx.legend(fontsize=7)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -105,8 +106,8 @@ def write_report(df: pd.DataFrame, out: Path, known: dict[str, str] | None = Non
     from simulator.validation.captured.text import report_text
     out = report_dir(out)
     df = km.with_status(df, known)
-    df.assign(simulated_steps_s=df.simulated_steps_s.map(_steps_text)).to_csv(out / CSV,
-                                                                               index=False)
+    atomic_write_csv(df.assign(simulated_steps_s=df.simulated_steps_s.map(_steps_text)),
+                     out / CSV, index=False)
     plot(df, out / PLOT)
     data = load_description()
     tables = {kind: md_table(case_table(df[df.kind == kind])) for kind in KINDS}
@@ -116,7 +117,7 @@ def write_report(df: pd.DataFrame, out: Path, known: dict[str, str] | None = Non
                               "status": misses.status, "why": misses.reason})
     text = report_text(df, data, tables, md_table(constants_table(data)),
                        md_table(miss_rows) if len(miss_rows) else "None.")
-    (out / REPORT).write_text(text)
+    atomic_write_text(out / REPORT, text)
     return out / REPORT
 
 

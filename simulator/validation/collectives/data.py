@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.collectives.model import bus_factor
+from simulator.outpaths import atomic_write_csv
 from simulator.validation.collectives.data_h100 import H100_FILES, h100_rows
 from simulator.validation.collectives.data_heldout import heldout_rows
 from simulator.validation.collectives.schema import (MEASUREMENT_COLUMNS, MEASUREMENTS_FILE,
@@ -104,7 +105,7 @@ def build_measurements(shared_dir: Path | str, root: Path | str) -> pd.DataFrame
             + heldout_rows(root))
     df = pd.DataFrame(rows, columns=MEASUREMENT_COLUMNS)
     root.mkdir(parents=True, exist_ok=True)
-    df.to_csv(root / MEASUREMENTS_FILE, index=False)
+    atomic_write_csv(df, root / MEASUREMENTS_FILE, index=False)
     _copy_raw(shared, root)
     return df
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.outpaths import save_figure
 from simulator.validation.collectives.schema import BUSBW_THRESHOLD, GOAL, TIME_THRESHOLD
 
 
@@ -72,7 +73,7 @@ def _plot_table(g: pd.DataFrame, tid: str, path: Path) -> None:
     ax_t.set_ylabel("time (us, log)")
     ax_t.set_title(f"{tid}: time", fontsize=9)
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.91, wspace=0.25)
-    fig.savefig(path, dpi=80)
+    save_figure(fig, path, dpi=80)
 
 
 def _plot_overview(summary: pd.DataFrame, path: Path) -> None:
@@ -97,4 +98,4 @@ def _plot_overview(summary: pd.DataFrame, path: Path) -> None:
     fig.suptitle("Per-table error (blue: calibration, orange: validation; 0 = no points)",
                  fontsize=9)
     fig.subplots_adjust(left=0.2, right=0.98, bottom=0.1, top=0.92, wspace=0.05)
-    fig.savefig(path, dpi=80)
+    save_figure(fig, path, dpi=80)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.constants import ModelConstants
+from simulator.outpaths import atomic_write_csv, atomic_write_text
 from simulator.validation.collectives.fitted import calibrated_values
 from simulator.validation.collectives.plots import _plot_overview, _plot_table
 from simulator.validation.collectives.schema import (BUSBW_THRESHOLD, GOAL, LARGE_BYTES,
@@ -182,7 +183,7 @@ def write_report(df: pd.DataFrame, out_dir: Path | str, constants: ModelConstant
     out = report_dir(out_dir)
     summary = summarize(df)
     results = out / "results.csv"
-    df.to_csv(results, index=False)
+    atomic_write_csv(df, results, index=False)
     plots = {tid: out / f"busbw_{_safe(tid)}.png" for tid in summary["table_id"]}
     for tid, path in plots.items():
         _plot_table(df[df["table_id"] == tid], tid, path)
@@ -197,7 +198,7 @@ def write_report(df: pd.DataFrame, out_dir: Path | str, constants: ModelConstant
         lines += _table_section(df[df["table_id"] == tid], tid, notes.get(tid),
                                 plots[tid].name)
     report = out / "report.md"
-    report.write_text("\n".join(lines))
+    atomic_write_text(report, "\n".join(lines))
     return {"report": report, "results": results, "plots": [*plots.values(), overview]}
 
 

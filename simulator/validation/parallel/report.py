@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.outpaths import atomic_write_csv, atomic_write_text
 from simulator.validation import known_misses as km
 from simulator.validation.common import md_table, report_dir
 from simulator.validation.parallel import cases as pc
@@ -130,9 +131,9 @@ def write_report(df: pd.DataFrame, folder: Path | None = None,
     """``report.md`` and ``results.csv`` in ``folder`` (default ``validation/parallel``)."""
     root = Path(root) if root is not None else pc.default_root()
     folder = report_dir(folder if folder is not None else root)
-    df.to_csv(folder / RESULTS, index=False, float_format="%.6g")
+    atomic_write_csv(df, folder / RESULTS, index=False, float_format="%.6g")
     report = folder / REPORT
-    report.write_text(report_text(df, pc.load(root)))
+    atomic_write_text(report, report_text(df, pc.load(root)))
     return report
 
 

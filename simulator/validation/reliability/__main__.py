@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from simulator.outpaths import atomic_write_text
 from simulator.validation.reliability.checks import CASES
 from simulator.validation.reliability.report import report
 
@@ -16,7 +17,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     text = report(args.workers)
     path = CASES.parent / "report.md"
-    path.write_text(text)
+    atomic_write_text(path, text)
     print(text)
     print(f"wrote {path}")
 

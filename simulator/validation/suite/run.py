@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from simulator import progress
-from simulator.outpaths import prepare_out_dir
+from simulator.outpaths import atomic_write_text, prepare_out_dir
 from simulator.validation import known_misses as km
 from simulator.validation.common import md_table
 from simulator.validation.paths import DATA
@@ -117,7 +117,7 @@ def run_all(suites=tuple(RUNNERS), workers: int | None = None, out: Path | None 
     stale = stale_records(df, known, suites)
     code = km.exit_code([*df.status, *(["XPASS"] if stale else [])])
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report_text(df, reports, stale, code, out))
+    atomic_write_text(out, report_text(df, reports, stale, code, out))
     return df, code, out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simulator.outpaths import atomic_write_text
 from simulator.validation.commands import (case as _case, collective_cases, parallel_cases,
                                             pct as _pct, trace_cases, training_cases)
 
@@ -98,7 +99,7 @@ def reliability(workers: int = 1, folder: Path | None = None, checks=None, text=
     report = (out if out is not None else folder / "report.md" if folder is not None
               else CASES.parent / "report.md")
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text((text or vr.report_text)(cases, rows))
+    atomic_write_text(report, (text or vr.report_text)(cases, rows))
     return _reliability_cases(rows), report
 
 

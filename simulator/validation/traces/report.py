@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.outpaths import atomic_write_csv, atomic_write_text, save_figure
 from simulator.validation.common import md_table, report_dir
 from simulator.validation.traces.text import report_text
 from simulator.validation.traces.validate import (COLLECTIVE_GOAL, REPORT, STEP_GATE,
@@ -75,7 +76,7 @@ def plot(colls: pd.DataFrame, path: Path) -> None:
     ax.set(xscale="log", yscale="log", xlabel="recorded NCCL kernel (us)",
            ylabel="simulated (us)", title="A100 DDP trace: NCCL kernel durations")
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -84,14 +85,14 @@ def write_report(results: dict, root: Path | None = None) -> Path:
     ``a100_collectives.png`` into ``root`` (default validation/traces); returns the
     report's path."""
     out = report_dir(root if root is not None else default_root())
-    results["steps"].to_csv(out / "a100_steps.csv", index=False)
-    results["collectives"].to_csv(out / "a100_collectives.csv", index=False)
+    atomic_write_csv(results["steps"], out / "a100_steps.csv", index=False)
+    atomic_write_csv(results["collectives"], out / "a100_collectives.csv", index=False)
     plot(results["collectives"], out / "a100_collectives.png")
     text = report_text(results, summarize(results), {
         "steps": md_table(step_table(results["steps"])),
         "collectives": md_table(collective_rows(results["collectives"])),
         "sizes": md_table(size_rows(results["collectives"]))})
-    (out / REPORT).write_text(text)
+    atomic_write_text(out / REPORT, text)
     return out / REPORT
 
 

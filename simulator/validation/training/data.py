@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.outpaths import atomic_write_csv
 from simulator.validation.training.data_tf import tf_rows
 from simulator.validation.training.parse import pair, parse_number
 from simulator.validation.training.schema import (MEASUREMENT_COLUMNS, MEASUREMENTS_FILE,
@@ -118,7 +119,7 @@ def write_measurements(shared_dir: Path | str, root: Path | str) -> pd.DataFrame
     """Write :func:`build_measurements` to ``<root>/measurements.csv``."""
     df = build_measurements(shared_dir)
     Path(root).mkdir(parents=True, exist_ok=True)
-    df.to_csv(Path(root) / MEASUREMENTS_FILE, index=False)
+    atomic_write_csv(df, Path(root) / MEASUREMENTS_FILE, index=False)
     return df
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.outpaths import save_figure
 from simulator.validation.training.schema import SCALING_THRESHOLD, THROUGHPUT_THRESHOLD
 
 
@@ -61,4 +62,4 @@ def _plot(df: pd.DataFrame, path: Path) -> None:
                  f"+-{THROUGHPUT_THRESHOLD:.0%} gate; gate on scaling: "
                  f"+-{100 * SCALING_THRESHOLD:.0f} points)", fontsize=9)
     fig.subplots_adjust(left=0.17, right=0.98, bottom=0.08, top=0.86, wspace=0.65)
-    fig.savefig(path, dpi=80)
+    save_figure(fig, path, dpi=80)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.outpaths import atomic_write_csv, atomic_write_text
 from simulator.validation.common import md_table as _md_table
 from simulator.validation.common import report_dir
 from simulator.validation.training.plots import _plot
@@ -137,7 +138,7 @@ def write_report(df: pd.DataFrame, out_dir: Path | str,
     """
     out = report_dir(out_dir)
     results = out / "results.csv"
-    df.to_csv(results, index=False)
+    atomic_write_csv(df, results, index=False)
     plot = out / PLOT_FILE
     _plot(df, plot)
     notes = df.attrs.get("notes", {})
@@ -145,7 +146,7 @@ def write_report(df: pd.DataFrame, out_dir: Path | str,
     for cid in df["case"]:
         if notes.get(cid):
             lines.append(f"* **{cid}**: {notes[cid]}")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
     return {"report": out / "report.md", "results": results, "plots": [plot]}
 
 

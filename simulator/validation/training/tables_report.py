@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.outpaths import atomic_write_csv, atomic_write_text
 from simulator.validation.common import md_table, report_dir
 from simulator.validation.training.tables_run import (MEDIAN_GATE, ROW_GATE, SCALING_GATE,
                                                       scaling_rows, summarize)
@@ -74,9 +75,9 @@ def markdown(df: pd.DataFrame, title: str, fitted: str = "") -> str:
 def write(df: pd.DataFrame, out: Path | str, title: str, fitted: str = "") -> Path:
     """Write ``fsdp_tables.md`` and ``fsdp_tables.csv`` into ``out``; the report's path."""
     out = report_dir(out)
-    df.to_csv(out / RESULTS_FILE, index=False, float_format="%.6g")
+    atomic_write_csv(df, out / RESULTS_FILE, index=False, float_format="%.6g")
     path = out / REPORT_FILE
-    path.write_text(markdown(df, title, fitted) + "\n")
+    atomic_write_text(path, markdown(df, title, fitted) + "\n")
     return path
 
 
