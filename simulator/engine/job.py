@@ -212,10 +212,11 @@ class Job:
                 precision = attrs.get("precision", self.cfg.precision)
                 # m, n, k of a GEMM / attention kernel, for timers by shape; a timer of the
                 # seam without the ``shape`` parameter is asked without it
-                if "m" in attrs:
+                if "m" in attrs:     # a grouped GEMM adds its groups (the experts)
+                    shape = (attrs["m"], attrs["n"], attrs["k"]) + (
+                        (attrs["groups"],) if attrs.get("groups", 1) > 1 else ())
                     base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
-                                                  precision,
-                                                  shape=(attrs["m"], attrs["n"], attrs["k"]))
+                                                  precision, shape=shape)
                 else:
                     base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
                                                   precision)
