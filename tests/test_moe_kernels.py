@@ -237,3 +237,4 @@ def test_a_one_expert_top_one_moe_costs_the_dense_mlp_plus_its_routing():
     assert not set(dense_ops) - set(pairs) - set(moe_ops)     # nothing of the dense left out
     assert math.isclose(sum(o.flops for o in m.forward if o.name in pairs.values()),
                         sum(o.flops for o in d.forward if o.name in pairs))
+

@@ -12,7 +12,12 @@ MLP half, for the ``t`` tokens of the rank:
   ``expert_tokens`` token copies they receive (``t k`` on one rank holding every expert;
   under expert parallelism the busiest EP rank's load, :mod:`simulator.strategies.parallel.moe`),
   each expert an MLP of ``moe_ffn_hidden`` (the model's ``mlp`` kind, no biases), weights
-  read once per expert;
+  read once per expert; each op is one grouped GEMM of ``local_experts`` GEMMs of the
+  busiest expert's ``ceil(T / local_experts)`` rows (``OpCost.groups``), timed as
+  Transformer Engine's ``GroupedLinear`` runs them (:mod:`simulator.compute.gemm_shape`);
+* ``moe_sort_chunks`` / ``moe_unsort_chunks`` (with ``sort_chunks``: tokens that arrived
+  from other EP ranks on a rank holding several experts): Megatron's copies of the received
+  tokens into local-expert order and back (:func:`sort_chunks_ops`);
 * ``moe_unpermute``: the ``k`` expert outputs of a token weighted by their router
   probabilities and summed (read ``t k h`` and the ``t k`` fp32 probabilities, write ``t h``);
 * ``moe_shared_*``: ``shared_experts`` always-on experts, one MLP of ``shared_experts x
