@@ -15,7 +15,11 @@ from simulator.errors import ConfigError
 from simulator.importers.chakra import OP_ATTR, decode, encode, write_chakra
 from simulator.importers.chakra_pb import ATTR, COLLECTIVE_TYPES, METADATA, NODE, NODE_TYPES
 from simulator.importers.chakra_read import attrs, read_chakra
+from simulator.models import load_model
+from simulator.models.costs import layer_costs
 from simulator.pipeline import build_setup, run_setup
+from simulator.strategies import FSDPConfig, World
+from simulator.strategies.fsdp import fsdp as fsdp_trace
 from simulator.scenario import load_scenario, resolve_scenario
 from simulator.trace.io import trace_to_dict
 from test_cli import run_main
@@ -97,9 +101,8 @@ def test_the_files_hold_what_a_chakra_consumer_reads(fsdp):
     assert {NODE_TYPES[n.type] for n in nodes} >= {"COMP_NODE", "COMM_COLL_NODE"}
 
 
-def test_a_reader_of_the_standard_fields_replays_the_same_step(fsdp, tmp_path):
-    """Strip clustersim's own attributes: what is left is a plain Chakra trace."""
-    setup, files = fsdp
+def _plain(files, where: Path) -> list[Path]:
+    """``files`` without clustersim's own attributes (a plain Chakra trace), in ``where``."""
     plain = []
     for f in files:
         meta, nodes = decode(f.read_bytes(), str(f))
@@ -108,9 +111,15 @@ def test_a_reader_of_the_standard_fields_replays_the_same_step(fsdp, tmp_path):
             keep = [a for a in n.attr if a.name != OP_ATTR]
             n.ClearField("attr")
             n.attr.extend(keep)
-        plain.append(tmp_path / f.name)
+        plain.append(where / f.name)
         plain[-1].write_bytes(encode([meta, *nodes]))
-    trace = read_chakra(plain)
+    return plain
+
+
+def test_a_reader_of_the_standard_fields_replays_the_same_step(fsdp, tmp_path):
+    """Strip clustersim's own attributes: what is left is a plain Chakra trace."""
+    setup, files = fsdp
+    trace = read_chakra(_plain(files, tmp_path))
     assert [c.ranks for c in trace.classes] == [(r,) for r in range(8)]
     ops = setup.trace.classes[0].ops
     got = trace.classes[5].ops
@@ -118,6 +127,21 @@ def test_a_reader_of_the_standard_fields_replays_the_same_step(fsdp, tmp_path):
         sorted((o.kind, o.collective, o.size_bytes) for o in ops)
     replayed = run_setup(dataclasses.replace(setup, trace=trace)).metrics.iteration_time_s
     assert replayed == pytest.approx(run_setup(setup).metrics.iteration_time_s, rel=1e-9)
+
+
+def test_a_plain_reader_keeps_the_expert_groups(tmp_path):
+    """The ``groups`` of a grouped GEMM (an MoE layer's experts) travel as a standard node
+    attribute, so a reader of the standard fields times the experts as a grouped GEMM."""
+    model = dataclasses.replace(load_model("qwen3-30b-a3b"), layers=2)
+    trace = fsdp_trace(layer_costs(model, 1, 256, "bf16"), FSDPConfig(), World(2, 2))
+    (tmp_path / "plain").mkdir()
+    back = read_chakra(_plain(write_chakra(trace, tmp_path / "moe"), tmp_path / "plain"))
+
+    def groups(t):
+        return {o.name: o.attrs.get("groups") for o in t.classes[0].ops
+                if o.name.startswith("moe_expert_gate_up")}
+    assert groups(trace) and groups(back) == groups(trace)
+    assert set(groups(trace).values()) == {128}
 
 
 def test_bad_files_name_the_file(tmp_path):

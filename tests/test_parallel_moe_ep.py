@@ -25,17 +25,23 @@ def _a2a(cls):
     return [op for op in cls.ops if op.kind == "collective" and op.collective == "all_to_all"]
 
 
-def test_shipped_scenario_runs_four_all_to_alls_per_moe_block_on_the_ep_group():
+def test_shipped_scenario_runs_four_token_all_to_alls_per_moe_block_on_the_ep_group():
     scn = load_scenario(resolve_scenario("mixtral-8x7b-ep8"), [])
     trace = build_setup(scn, extrapolate_steps=False).trace
-    # 32 blocks over pp 4 x vp 8: 8 MoE blocks per stage, 8 micro-batches, 4 all-to-alls
-    # each; every one t k h e = 4096 x 2 x 4096 x 2 = 67,108,864 B (even routing)
+    # 32 blocks over pp 4 x vp 8: 8 MoE blocks per stage, 8 micro-batches, 4 token
+    # all-to-alls each, every one t k h e = 4096 x 2 x 4096 x 2 = 67,108,864 B (even
+    # routing); beside them 2 of the router probabilities (t k fp32 = 32,768 B) and one
+    # all-gather of the tokens per expert (8 ranks x 8 experts x int64 = 512 B)
     for p, cls in enumerate(trace.classes):
         ops = _a2a(cls)
-        assert len(ops) == 8 * 8 * 4
+        tokens = [op for op in ops if op.size_bytes == 67_108_864]
+        assert len(tokens) == 8 * 8 * 4 == len(ops) * 4 // 6
+        assert {op.size_bytes for op in ops} == {4096 * 2 * 4096 * 2, 4096 * 2 * 4}
         assert {op.comm for op in ops} == {f"ep.s{p}"}
-        assert {op.size_bytes for op in ops} == {4096 * 2 * 4096 * 2} == {67_108_864}
         assert {op.stream for op in ops} == {"ep"}
+        counts = [op for op in cls.ops if op.kind == "collective" and op.comm == f"ep.s{p}"
+                  and op.collective == "all_gather"]
+        assert len(counts) == 8 * 8 and {op.size_bytes for op in counts} == {8 * 8 * 8}
     # stage 0's 16 data-parallel ranks: two EP groups of 8 consecutive ranks (a server each)
     assert trace.communicators["ep.s0"].groups == (tuple(range(8)), tuple(range(8, 16)))
 
@@ -63,7 +69,7 @@ def test_uneven_routing_makes_the_busiest_rank_set_the_pace():
     # 8 x 1024 x 2 = 16,384 copies, H_8 = 1 + 1/2 + ... + 1/8 = 761/280: 6,028.3 against
     # the even 2,048, so every all-to-all moves ceil(6028.3) x 4096 x 2 bytes
     assert 16384 * 280 / 761 == pytest.approx(6028.3, abs=0.05)
-    assert sizes == {6029 * 4096 * 2}
+    assert sizes == {6029 * 4096 * 2, 6029 * 4}       # the tokens; their fp32 probabilities
     assert _replay(skewed) > _replay(even)
 
 
@@ -73,7 +79,8 @@ def test_the_imbalance_knob_in_a_scenario():
     trace = build_setup(scn, extrapolate_steps=False).trace
     # expert 0 gets 8/16 of the 16 x 4096 x 2 copies of its EP group, capped at the group's
     # 8 x 4096 tokens (a token once per expert): 32,768 copies, 4x the even 8,192
-    assert {op.size_bytes for op in _a2a(trace.classes[0])} == {32_768 * 4096 * 2}
+    assert {op.size_bytes for op in _a2a(trace.classes[0])} == {32_768 * 4096 * 2,
+                                                                32_768 * 4}   # + probs
 
 
 @pytest.mark.parametrize("override,field", [
@@ -96,4 +103,4 @@ def test_capacity_factor_override_drops_tokens_and_caps_the_all_to_all():
                         [knob, "strategy.moe_expert_capacity_factor=1.0"])
     trace = build_setup(scn, extrapolate_steps=False).trace
     # capacity 1.0 x 65,536 copies / 8 experts = 8,192: the busiest rank keeps 8,192
-    assert {op.size_bytes for op in _a2a(trace.classes[0])} == {8192 * 4096 * 2}
+    assert {op.size_bytes for op in _a2a(trace.classes[0])} == {8192 * 4096 * 2, 8192 * 4}

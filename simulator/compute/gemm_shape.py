@@ -16,6 +16,16 @@ So one GEMM costs ``half_time + min over (tile, split) of waves * tile_time``: t
 ``flops / (peak * eff_max)`` for a large, aligned GEMM. The constants per GPU family live
 in ``simulator/data/compute.yaml`` (``gemm_shape``), fitted by
 :mod:`simulator.compute.gemm_fit`.
+
+A *grouped* GEMM (the experts of an MoE layer: ``groups`` GEMMs of the same ``m x n x k``,
+one per expert) runs as Transformer Engine's ``GroupedLinear`` runs it on Hopper: one cuBLAS
+GEMM per expert, issued round-robin on ``GROUPED_STREAMS`` compute streams
+(``multi_stream_cublas_gemm`` in ``transformer_engine/common/gemm/cublaslt_gemm.cu``; the
+stream count is ``num_streams = 4`` in ``common/include/transformer_engine/gemm.h``). So
+the experts run in rounds of up to 4 concurrent GEMMs: each GEMM pads its own ``m`` to
+whole tiles (tile quantisation: an expert with few tokens pays for a whole tile row), and
+the concurrent GEMMs' tiles share the waves over the SMs (wave quantisation over the
+round, not per GEMM). Each round pays the kernel's fixed ``half_time`` once.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)        # split-K factors the model may choose
+GROUPED_STREAMS = 4      # Transformer Engine's grouped-GEMM compute streams (module doc)
 
 
 @dataclass(frozen=True)
@@ -41,25 +52,59 @@ def aligned(m: int, n: int, k: int, align: int) -> bool:
     return m % align == 0 and n % align == 0 and k % align == 0
 
 
-def shape_seconds(m: int, n: int, k: int, sms: int, rate_flops: float,
-                  shape: GemmShape) -> float:
-    """Seconds of the shape term of an ``m x n x k`` GEMM on ``sms`` SMs at the sustained
-    ``rate_flops`` (``peak * eff_max``); the kernel's fixed ``half_time`` is not included."""
-    per_sm = rate_flops / sms
+def _round_seconds(m: int, n: int, k: int, gemms: int, sms: int, per_sm: float,
+                   shape: GemmShape) -> float:
+    """Seconds of ``gemms`` concurrent ``m x n x k`` GEMMs whose tiles share the waves: the
+    best candidate tile and split-K (the same for each), before any alignment fallback."""
     best = math.inf
     for tm, tn in shape.tiles:
-        tiles = math.ceil(m / tm) * math.ceil(n / tn)
+        tiles = gemms * math.ceil(m / tm) * math.ceil(n / tn)
         for s in SPLITS:
             if s > 1 and (tiles * s > 2 * sms or k // s < 256):
                 break
             waves = math.ceil(tiles * s / sms)
             best = min(best, waves * 2.0 * tm * tn * (math.ceil(k / s) + shape.k_overhead)
                        / per_sm)
+    return best
+
+
+def shape_seconds(m: int, n: int, k: int, sms: int, rate_flops: float,
+                  shape: GemmShape) -> float:
+    """Seconds of the shape term of an ``m x n x k`` GEMM on ``sms`` SMs at the sustained
+    ``rate_flops`` (``peak * eff_max``); the kernel's fixed ``half_time`` is not included."""
+    best = _round_seconds(m, n, k, 1, sms, rate_flops / sms, shape)
     if not aligned(m, n, k, shape.align):
         best /= shape.unaligned_efficiency
     return best
 
 
+def grouped_rounds(groups: int, streams: int = GROUPED_STREAMS) -> int:
+    """Rounds of concurrent GEMMs a grouped GEMM of ``groups`` runs in."""
+    return -(-groups // streams)
+
+
+def grouped_shape_seconds(m: int, n: int, k: int, groups: int, sms: int, rate_flops: float,
+                          shape: GemmShape, streams: int = GROUPED_STREAMS) -> float:
+    """Seconds of the shape term of ``groups`` GEMMs ``m x n x k`` run ``streams`` at a
+    time (module doc): per round, the tiles of its concurrent GEMMs in waves over the SMs
+    (the same tile and split-K for each, the best for the round); no fixed ``half_time``."""
+    full, rest = divmod(groups, streams)
+    per_sm = rate_flops / sms
+    total = full * _round_seconds(m, n, k, streams, sms, per_sm, shape) if full else 0.0
+    if rest:
+        total += _round_seconds(m, n, k, rest, sms, per_sm, shape)
+    if not aligned(m, n, k, shape.align):
+        total /= shape.unaligned_efficiency
+    return total
+
+
 def shape_efficiency(m: int, n: int, k: int, sms: int, shape: GemmShape) -> float:
     """Fraction of the sustained rate the shape term reaches (1 for an ideal shape)."""
     return 2.0 * m * n * k / shape_seconds(m, n, k, sms, 1.0, shape)
+
+
+def grouped_shape_efficiency(m: int, n: int, k: int, groups: int, sms: int,
+                             shape: GemmShape) -> float:
+    """Fraction of the sustained rate ``groups`` GEMMs ``m x n x k`` reach as a grouped
+    GEMM (:func:`grouped_shape_seconds`); one group is :func:`shape_efficiency`."""
+    return 2.0 * groups * m * n * k / grouped_shape_seconds(m, n, k, groups, sms, 1.0, shape)

@@ -29,7 +29,7 @@ BF16 = "bf16"
 
 from .checks import check_fraction, check_keys, check_source, check_time
 from .families import SHAPED_PRECISIONS, FamilyCalibration, check_attention, parse_families
-from .gemm_shape import shape_efficiency
+from .gemm_shape import grouped_rounds, grouped_shape_efficiency, shape_efficiency
 
 _PLAIN = (int, float)            # argument types op_time_s remembers
 _REMEMBERED = 65536             # op times kept per model (all dropped when full)
@@ -210,10 +210,12 @@ class ComputeModel:
         return self._class(op_class).memory_efficiency
 
     def op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
-                  precision: str, shape: tuple[int, int, int] | None = None) -> float:
+                  precision: str, shape: tuple[int, ...] | None = None) -> float:
         """Seconds one op takes: the slower of its compute and memory time, plus the launch.
         ``shape`` (``m, n, k`` of a GEMM or attention kernel) selects the family's shape
-        model where it has one (16-bit matmul and attention; :mod:`.families`).
+        model where it has one (16-bit matmul and attention; :mod:`.families`); a fourth
+        entry, ``groups``, makes a matmul a grouped GEMM of that many ``m x n x k`` GEMMs
+        (the experts of an MoE layer, :mod:`.gemm_shape`).
 
         A time is remembered by its arguments: it is a pure function of them and of this
         model's frozen settings (GPU, calibration, fit, attention, time scale), so a call
@@ -239,7 +241,7 @@ class ComputeModel:
 
     # -- internals ----------------------------------------------------------------------
     def _op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
-                   precision: str, shape: tuple[int, int, int] | None) -> float:
+                   precision: str, shape: tuple[int, ...] | None) -> float:
         rate, flops_half, mem_bw, _ = self._lookup(op_class, precision)
         flops = _amount(flops, "flops")
         nbytes = _amount(bytes_accessed, "bytes_accessed")
@@ -256,12 +258,17 @@ class ComputeModel:
     def _shaped_s(self, op_class: str, precision: str, flops: float, shape, rate: float,
                   plain_s: float) -> float:
         """Compute seconds from the family's shape model (``plain_s`` if it has none)."""
-        m, n, k = shape
+        m, n, k = shape[:3]
+        groups = shape[3] if len(shape) > 3 else 1
         curve, fam = self._curve(op_class, precision), self.family
         if op_class == "matmul" and fam.gemm is not None:
             # the shape's efficiency on the op's FLOPs (an op may stand for several GEMMs)
             gemm = replace(fam.gemm, align=16) if precision == FP8 else fam.gemm   # 16 bytes
-            eff = shape_efficiency(m, n, k, self.gpu.sm_count or 1, gemm)
+            sms = self.gpu.sm_count or 1
+            if groups > 1:       # a grouped GEMM: rounds of concurrent GEMMs (.gemm_shape)
+                eff = grouped_shape_efficiency(m, n, k, groups, sms, gemm)
+                return curve.half_time_s * grouped_rounds(groups) + flops / (rate * eff)
+            eff = shape_efficiency(m, n, k, sms, gemm)
             return curve.half_time_s + flops / (rate * eff)
         flash = fam.attention_curve(self.attention) if op_class == "attention" else None
         if flash is not None:

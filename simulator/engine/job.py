@@ -62,11 +62,14 @@ def kernel_time_s(compute, op: Op, precision: str) -> float:
         return op.duration_s
     attrs = op.attrs
     precision = attrs.get("precision", precision)
-    # m, n, k of a GEMM / attention kernel, for timers by shape; a timer of the seam without
-    # the ``shape`` parameter is asked without it
+    # m, n, k of a GEMM / attention kernel, for timers by shape (a grouped GEMM adds its
+    # groups, the experts); a timer of the seam without the ``shape`` parameter is asked
+    # without it
     if "m" in attrs:
+        shape = (attrs["m"], attrs["n"], attrs["k"]) + (
+            (attrs["groups"],) if attrs.get("groups", 1) > 1 else ())
         return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision,
-                                 shape=(attrs["m"], attrs["n"], attrs["k"]))
+                                 shape=shape)
     return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision)
 
 

@@ -108,7 +108,7 @@ def _node(op, cls, rank: int, prev: int | None, exact: dict):
         _attr(node, "num_ops", "int64", round(op.flops))
         _attr(node, "tensor_size", "uint64", round(op.bytes_accessed))
         _attr(node, "op_type", "string", op.op_class)
-        for key in ("m", "n", "k"):          # GEMM / attention shape (docs/compute.md)
+        for key in ("m", "n", "k", "groups"):          # GEMM / attention shape (docs/compute.md)
             if key in op.attrs:
                 _attr(node, key, "int64", int(op.attrs[key]))
         if "precision" in op.attrs:

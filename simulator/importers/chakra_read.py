@@ -116,7 +116,7 @@ def _op(node, source: str) -> Op:
         return Op(kind="compute", duration_s=seconds, flops=float(a.get("num_ops", 0)),
                   bytes_accessed=float(a.get("tensor_size", 0)),
                   op_class=a.get("op_type") or "matmul", **common,
-                  attrs={k: a[k] for k in ("m", "n", "k", "precision") if k in a})
+                  attrs={k: a[k] for k in ("m", "n", "k", "groups", "precision") if k in a})
     if kind == "COMM_COLL_NODE":
         return Op(kind="collective", collective=COLLECTIVE_TYPES[a.get("comm_type", 0)].lower(),
                   size_bytes=int(a.get("comm_size", 0)), comm=a.get("pg_name") or "world",

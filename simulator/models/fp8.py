@@ -10,7 +10,9 @@ same way, and transposes the FP8 input (weight gradient) and weight (input gradi
 which cuBLAS's FP8 kernels need in TN layout (read 1 + write 1 bytes per element). The
 LM head, attention and every non-GEMM kernel stay bf16, as in torchtitan's default filter
 (``output`` excluded). With torch.compile the amax and cast passes fuse; this models the
-eager passes. Activations and the checkpointing bookkeeping are unchanged (bf16).
+eager passes. Activations and the checkpointing bookkeeping are unchanged (bf16). A
+grouped GEMM (an MoE layer's experts, Transformer Engine's ``GroupedLinear``) casts each
+expert's input rows and weight: its casts count every group.
 
 ``recipe="delayed"`` is Transformer Engine's delayed scaling (``te.fp8_autocast`` with
 ``DelayedScaling``, what Composer's ``amp_fp8`` runs): the scale comes from the amax
@@ -48,10 +50,13 @@ def _ops(ops, casts) -> tuple[OpCost, ...]:
     out = []
     for op in ops:
         if op.op_class == "matmul" and op.weight and op.shape:
-            out.extend(casts(op))
+            # a grouped GEMM (an MoE layer's experts) casts each expert's operands
+            g = op.groups
+            out.extend(replace(c, flops=g * c.flops, bytes_accessed=g * c.bytes_accessed)
+                       for c in casts(op))
             m, n, k = op.shape
             out.append(replace(op, precision="fp8",
-                               bytes_accessed=float(m * k + k * n + 2 * m * n)))
+                               bytes_accessed=float(g * (m * k + k * n + 2 * m * n))))
         else:
             out.append(op)
     return out

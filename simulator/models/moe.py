@@ -12,7 +12,12 @@ MLP half, for the ``t`` tokens of the rank:
   ``expert_tokens`` token copies they receive (``t k`` on one rank holding every expert;
   under expert parallelism the busiest EP rank's load, :mod:`simulator.strategies.parallel.moe`),
   each expert an MLP of ``moe_ffn_hidden`` (the model's ``mlp`` kind, no biases), weights
-  read once per expert;
+  read once per expert; each op is one grouped GEMM of ``local_experts`` GEMMs of the
+  busiest expert's ``ceil(T / local_experts)`` rows (``OpCost.groups``), timed as
+  Transformer Engine's ``GroupedLinear`` runs them (:mod:`simulator.compute.gemm_shape`);
+* ``moe_sort_chunks`` / ``moe_unsort_chunks`` (with ``sort_chunks``: tokens that arrived
+  from other EP ranks on a rank holding several experts): Megatron's copies of the received
+  tokens into local-expert order and back (:func:`sort_chunks_ops`);
 * ``moe_unpermute``: the ``k`` expert outputs of a token weighted by their router
   probabilities and summed (read ``t k h`` and the ``t k`` fp32 probabilities, write ``t h``);
 * ``moe_shared_*``: ``shared_experts`` always-on experts, one MLP of ``shared_experts x
@@ -29,10 +34,11 @@ not modelled: an expert is whole on its rank.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from simulator.models.ops import (ACT_FLOPS, ID_BYTES, SOFTMAX_BWD_FLOPS, SOFTMAX_FLOPS,
-                                  LayerCost, OpCost, matmul, matmul_bwd, pointwise)
+                                  LayerCost, OpCost, gemm_dims, matmul, matmul_bwd, pointwise)
 from simulator.models.spec import ModelSpec
 from simulator.models.transformer import block_activation_bytes, block_cost, block_params
 
@@ -84,17 +90,30 @@ def inactive_params(model: ModelSpec) -> int:
     return moe_layer_count(model) * (model.num_experts - model.top_k) * expert_params(model)
 
 
+def expert_rows(tokens: float, experts: int) -> int:
+    """Rows of each expert's GEMM when ``tokens`` copies spread evenly over ``experts``
+    (whole rows, rounded up: the busiest expert sets the grouped GEMM's shape)."""
+    return max(1, math.ceil(tokens / experts - 1e-9))
+
+
 def _grouped(name: str, m: float, k: float, n: float, experts: int, e: int) -> OpCost:
     """``experts`` GEMMs ``(m_i, k) x (k, n)`` over ``m = sum m_i`` rows: ``2 m k n`` FLOPs,
-    the rows, every weight and the outputs once."""
+    the rows, every weight and the outputs once; shape ``m_i x n x k`` in ``experts``
+    groups (a grouped GEMM, :mod:`simulator.compute.gemm_shape`)."""
     return OpCost(name, "matmul", 2.0 * m * k * n, float(e * (m * k + experts * k * n + m * n)),
-                  weight=name, params=int(experts * k * n))
+                  weight=name, params=int(experts * k * n),
+                  **gemm_dims(expert_rows(m, experts), n, k), groups=experts)
 
 
 def _grouped_bwd(name: str, m: float, k: float, n: float, experts: int, e: int) -> list[OpCost]:
-    """Input and weight gradients of :func:`_grouped`."""
+    """Input and weight gradients of :func:`_grouped`, per expert as :func:`matmul_bwd`
+    shapes them (``dX = dY W^T``: ``m_i x k`` over ``n``; ``dW = X^T dY``: ``k x n`` over
+    ``m_i``)."""
     nbytes = float(e * (m * n + experts * k * n + m * k))
-    return [OpCost(f"{name}.{g}", "matmul", 2.0 * m * k * n, nbytes, weight=name)
+    rows = expert_rows(m, experts)
+    dims = {"dgrad": gemm_dims(rows, k, n), "wgrad": gemm_dims(k, n, rows)}
+    return [OpCost(f"{name}.{g}", "matmul", 2.0 * m * k * n, nbytes, weight=name,
+                   **dims[g], groups=experts)
             for g in ("dgrad", "wgrad")]
 
 
@@ -114,10 +133,27 @@ def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int,
     return fwd, bwd
 
 
+def sort_chunks_ops(received: float, h: int, e: int) -> dict[str, OpCost]:
+    """Megatron's second permutation around the expert GEMMs (``sort_chunks_by_idxs`` of the
+    all-to-all token dispatcher, run when a rank holds more than one expert), by name: the
+    ``received`` token copies arrive grouped by source EP rank and are copied into local-
+    expert order before the experts (with their fp32 router probabilities), and back into
+    source-rank order before the combine; backward copies the gradients the same ways.
+    Each a memory-bound gather: read and write ``received h`` elements."""
+    tokens = float(e * 2 * received * h)
+    probs = float(PROB_BYTES * 2 * received)
+    return {name: OpCost(name, "elementwise", 0.0, nbytes) for name, nbytes in (
+        ("moe_sort_chunks", tokens + probs), ("moe_unsort_chunks", tokens),
+        ("moe_unsort_chunks.bwd", tokens), ("moe_sort_chunks.bwd", tokens + probs))}
+
+
 def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = None,
-            local_experts: int | None = None) -> tuple[list[OpCost], list[OpCost]]:
+            local_experts: int | None = None, sort_chunks: bool = False
+            ) -> tuple[list[OpCost], list[OpCost]]:
     """Forward and backward kernels of the MoE half of a block for ``t`` tokens (see the
-    module doc); ``expert_tokens`` defaults to ``t k`` and ``local_experts`` to all."""
+    module doc); ``expert_tokens`` defaults to ``t k`` and ``local_experts`` to all;
+    ``sort_chunks``: the dispatcher's second permutation (:func:`sort_chunks_ops`, tokens
+    arriving from other EP ranks)."""
     h, n_exp, k = model.hidden, model.num_experts, model.top_k
     copies = t * k
     received = copies if expert_tokens is None else expert_tokens
@@ -136,9 +172,15 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
     if model.shared_experts:
         shared_f, shared_b = _ffn(model, "moe_shared", t, model.shared_experts
                                   * model.moe_ffn_hidden, 1, e)
+    chunks = sort_chunks_ops(received, h, e) if sort_chunks else {}
+
+    def sort(name: str) -> list[OpCost]:
+        return [chunks[name]] if name in chunks else []
     fwd = [router, pointwise("moe_topk", "elementwise", t * n_exp, SOFTMAX_FLOPS, 2, e),
-           permute, *exp_f, unpermute, *shared_f]
-    bwd = [*shared_b, unpermute_b, *exp_b, permute_b,
+           permute, *sort("moe_sort_chunks"), *exp_f, *sort("moe_unsort_chunks"), unpermute,
+           *shared_f]
+    bwd = [*shared_b, unpermute_b, *sort("moe_unsort_chunks.bwd"), *exp_b,
+           *sort("moe_sort_chunks.bwd"), permute_b,
            pointwise("moe_topk.bwd", "elementwise", t * n_exp, SOFTMAX_BWD_FLOPS, 3, e),
            *matmul_bwd("moe_router", t, h, n_exp, e, weight=True)]
     return fwd, bwd
@@ -169,14 +211,15 @@ def _swap_mlp(ops, moe: list[OpCost], anchor: str) -> tuple[OpCost, ...]:
 def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
                    k: int | None = None, tp: int = 1, sp: bool = False, cp: int = 1, *,
                    expert_tokens: float | None = None,
-                   local_experts: int | None = None) -> LayerCost:
+                   local_experts: int | None = None, sort_chunks: bool = False) -> LayerCost:
     """One MoE block: :func:`block_cost` (same arguments) with its MLP replaced by the
     MoE kernels of :func:`moe_ops` on the rank's tokens (``b s / cp``, and ``/ tp`` with
     sequence parallelism)."""
     dense = block_cost(model, b, s, e, flash, k, tp, sp, cp)
     t = b * (s // cp)
     t = t // tp if sp else t
-    fwd, bwd = moe_ops(model, t, e, expert_tokens=expert_tokens, local_experts=local_experts)
+    fwd, bwd = moe_ops(model, t, e, expert_tokens=expert_tokens, local_experts=local_experts,
+                       sort_chunks=sort_chunks)
     received = t * model.top_k if expert_tokens is None else expert_tokens
     first_fwd = "mlp_gate_up" if model.mlp == "swiglu" else "mlp_up"
     attention = block_activation_bytes(replace(model, ffn_hidden=0), b, s, e, flash, k, tp,

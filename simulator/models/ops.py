@@ -39,6 +39,7 @@ class OpCost:
     n: int = 0
     k: int = 0
     precision: str = ""   # a kernel's own compute precision ("fp8"), else the step's
+    groups: int = 1       # a grouped GEMM: this many m x n x k GEMMs (an MoE layer's experts)
 
     @property
     def shape(self) -> tuple[int, int, int] | None:
@@ -73,7 +74,7 @@ def matmul(name: str, m: float, k: float, n: float, e: int, op_class: str = "mat
     ``params``: the weight's parameters (``k n`` plus a bias) when it is one (its name is
     ``name``), 0 for a product of activations."""
     return OpCost(name, op_class, 2.0 * m * k * n, float(e * (m * k + k * n + m * n)),
-                  weight=name if params else "", params=int(params), **_dims(m, n, k))
+                  weight=name if params else "", params=int(params), **gemm_dims(m, n, k))
 
 
 def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = True,
@@ -82,13 +83,13 @@ def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = Tr
     gradient, each ``2 m k n`` FLOPs and ``e (m n + k n + m k)`` bytes; with ``weight``
     both name the weight ``name`` they use."""
     grads = (("dgrad", "wgrad") if dgrad else ("wgrad",))
-    dims = {"dgrad": _dims(m, k, n), "wgrad": _dims(k, n, m)}   # dX = dY W^T, dW = X^T dY
+    dims = {"dgrad": gemm_dims(m, k, n), "wgrad": gemm_dims(k, n, m)}   # dX = dY W^T, dW = X^T dY
     return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)),
                    weight=name if weight else "", **dims[g])
             for g in grads]
 
 
-def _dims(m: float, n: float, k: float) -> dict:
+def gemm_dims(m: float, n: float, k: float) -> dict:
     """The ``m, n, k`` fields of an OpCost (output rows, output columns, reduction)."""
     return {"m": int(round(m)), "n": int(round(n)), "k": int(round(k))}
 

@@ -305,10 +305,12 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
 
 
 def _shape_attrs(cost) -> dict:
-    """``m``, ``n``, ``k`` of a GEMM or attention kernel (the compute model times by shape)
-    and a kernel's own precision (an FP8 GEMM in a bf16 step)."""
+    """``m``, ``n``, ``k`` of a GEMM or attention kernel (the compute model times by shape),
+    ``groups`` of a grouped GEMM and a kernel's own precision (an FP8 GEMM in a bf16 step)."""
     shape = getattr(cost, "shape", None)
     out = dict(zip("mnk", shape)) if shape else {}
+    if shape and getattr(cost, "groups", 1) > 1:
+        out["groups"] = cost.groups
     if getattr(cost, "precision", ""):
         out["precision"] = cost.precision
     return out

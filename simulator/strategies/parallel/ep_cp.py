@@ -27,7 +27,7 @@ from simulator.precision import precision_bytes
 
 from .context import CPHooks, allgather_size_bytes, kv_block_bytes, ring_slices
 from .context import STREAM as CP_STREAM
-from .moe import EPHooks, all_to_all_size_bytes, ep_block_cost, ep_loads
+from .moe import EPHooks, EpSizes, ep_block_cost, ep_loads, ep_sizes
 from .plan import ParallelPlan
 
 EP_STREAM = "ep"
@@ -35,20 +35,20 @@ EP_STREAM = "ep"
 
 @dataclass(frozen=True)
 class CommLayerCost(LayerCost):
-    """A block with the bytes of its EP all-to-alls (``a2a_bytes``, nccl-tests size) and
-    of its CP K/V exchange (``kv_block_bytes``: the rank's K/V; ``kv_gather_bytes``: the
-    all-gather of the whole sequence's)."""
+    """A block with the nccl-tests sizes of its EP collectives (``ep_sizes``,
+    :class:`.moe.EpSizes`) and the bytes of its CP K/V exchange (``kv_block_bytes``: the
+    rank's K/V; ``kv_gather_bytes``: the all-gather of the whole sequence's)."""
 
-    a2a_bytes: int = 0
+    ep_sizes: EpSizes | None = None
     kv_block_bytes: int = 0
     kv_gather_bytes: int = 0
 
 
 class _EpBlock(NamedTuple):
-    """The busiest EP rank's MoE block and the nccl-tests size of its all-to-alls."""
+    """The busiest EP rank's MoE block and the nccl-tests sizes of its EP collectives."""
 
     cost: LayerCost
-    a2a_bytes: int
+    sizes: EpSizes
 
 
 def moe_tokens(plan: ParallelPlan, micro_batch: int, seq_len: int) -> int:
@@ -88,7 +88,7 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
                          getattr(cfg, "moe_load", None))
         moe = _EpBlock(cost=ep_block_cost(model, b, seq_len, e, flash, loads, plan.ep, k, tp,
                                           sp, plan.cp),
-                       a2a_bytes=all_to_all_size_bytes(model, loads, e))
+                       sizes=ep_sizes(model, loads, e))
     return [_planned(layer, moe, plan, extra) for layer in layers]
 
 
@@ -96,13 +96,13 @@ def _planned(layer: LayerCost, moe: _EpBlock | None, plan: ParallelPlan,
              extra: dict) -> LayerCost:
     if not layer.kind.endswith("block"):
         return layer
-    a2a = 0
+    sizes = None
     if moe is not None and is_moe_block(layer):
-        layer, a2a = replace(moe.cost, name=layer.name), moe.a2a_bytes
+        layer, sizes = replace(moe.cost, name=layer.name), moe.sizes
     if plan.cp > 1 and plan.cp_mode == "ring":
         layer = ring_slices(layer, plan.cp)
     fields = {f: getattr(layer, f) for f in LayerCost.__dataclass_fields__}
-    return CommLayerCost(**fields, a2a_bytes=a2a, **extra)
+    return CommLayerCost(**fields, ep_sizes=sizes, **extra)
 
 
 class _PerLayer:
@@ -148,8 +148,8 @@ def ep_hooks(builder) -> _PerLayer | None:
     if builder.plan.ep == 1:
         return None
     hooks = _PerLayer(builder, EP_STREAM, lambda layer: EPHooks(
-        hooks.issue, hooks.last_compute, size_bytes=layer.a2a_bytes)
-        if getattr(layer, "a2a_bytes", 0) else None)
+        hooks.issue, hooks.last_compute, size_bytes=layer.ep_sizes)
+        if getattr(layer, "ep_sizes", None) else None)
     return hooks
 
 

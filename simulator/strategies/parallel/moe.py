@@ -21,8 +21,11 @@ leave the rank when the routing is even. Unevenly routed, the busiest EP rank re
 ``T_max h e`` (``T_max`` the most copies an EP rank's experts keep), and every rank of the
 group waits for it at each all-to-all and for its grouped GEMMs: the block is costed for
 that rank, and the all-to-all's nccl-tests size is ``T_max h e`` (a uniform all-to-all in
-which every rank receives what the busiest one does). Four all-to-alls per MoE block and
-micro-batch: dispatch and combine forward, their gradients backward.
+which every rank receives what the busiest one does). Four token all-to-alls per MoE block
+and micro-batch: dispatch and combine forward, their gradients backward; beside them, as
+Megatron-LM's all-to-all dispatcher runs them (:data:`EP_COLLECTIVES`), the all-gather of
+each rank's tokens per expert (``ep E`` int64) before the dispatch and the all-to-all of
+the permuted router probabilities (``T_max`` fp32) after it, and its gradient backward.
 """
 
 from __future__ import annotations
@@ -35,18 +38,32 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import ConfigError
-from simulator.models.moe import moe_block_cost
-from simulator.models.ops import LayerCost
+from simulator.models.moe import PROB_BYTES, moe_block_cost
+from simulator.models.ops import ID_BYTES, LayerCost
 from simulator.models.spec import ModelSpec
 
 from ..base import OpHooks
 
 DISTRIBUTIONS = ("balanced", "zipf", "measured")
-# (phase, the kernel the all-to-all precedes, its name)
-ALL_TO_ALLS = (("forward", "moe_expert_", "moe_dispatch"),
-               ("forward", "moe_unpermute", "moe_combine"),
-               ("backward", "moe_expert_down.dgrad", "moe_combine.bwd"),
-               ("backward", "moe_permute.bwd", "moe_dispatch.bwd"))
+# The EP collectives of one MoE block, in issue order, as Megatron-LM's all-to-all token
+# dispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs them: (phase, the
+# kernels it precedes (a name containing one: an FP8 cast of a GEMM's input too), its name,
+# the collective, which size). ``counts``: ``preprocess`` all-gathers each rank's tokens
+# per expert over the EP group (the all-to-all's split sizes; the permute does not wait
+# for it, the dispatch does); ``tokens``: the dispatched token copies (and their
+# gradients); ``probs``: the permuted fp32 router probabilities, a second all-to-all after
+# the tokens (``dispatch_all_to_all``), and their gradients back.
+EP_COLLECTIVES = (
+    ("forward", ("moe_permute",), "moe_token_counts", "all_gather", "counts"),
+    ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_dispatch", "all_to_all", "tokens"),
+    ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_dispatch_probs", "all_to_all",
+     "probs"),
+    ("forward", ("moe_unpermute",), "moe_combine", "all_to_all", "tokens"),
+    ("backward", ("moe_unsort_chunks.bwd", "moe_expert_down.dgrad"), "moe_combine.bwd",
+     "all_to_all", "tokens"),
+    ("backward", ("moe_permute.bwd",), "moe_dispatch.bwd", "all_to_all", "tokens"),
+    ("backward", ("moe_permute.bwd",), "moe_dispatch_probs.bwd", "all_to_all", "probs"))
+WAITS_FOR = {"tokens", "probs"}       # the kernel after it waits (not for ``counts``)
 
 
 class ExpertLoad(BaseModel):
@@ -151,30 +168,58 @@ def all_to_all_size_bytes(model: ModelSpec, loads: EpLoad, e: int) -> int:
 def ep_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool, loads: EpLoad,
                   ep: int, k: int | None = None, tp: int = 1, sp: bool = False,
                   cp: int = 1) -> LayerCost:
-    """The MoE block of the busiest EP rank: ``E / ep`` experts over ``T_max`` copies."""
+    """The MoE block of the busiest EP rank: ``E / ep`` experts over ``T_max`` copies,
+    sorted by local expert after the dispatch and back before the combine when the rank
+    holds more than one (:func:`simulator.models.moe.sort_chunks_ops`)."""
+    local = model.num_experts // ep
     return moe_block_cost(model, b, s, e, flash, k, tp, sp, cp, expert_tokens=loads.slowest,
-                          local_experts=model.num_experts // ep)
+                          local_experts=local, sort_chunks=ep > 1 and local > 1)
+
+
+@dataclass(frozen=True)
+class EpSizes:
+    """nccl-tests sizes of one MoE block's EP collectives (:data:`EP_COLLECTIVES`)."""
+
+    tokens: int               # each token all-to-all: ``T_max h e``
+    probs: int = 0            # the probabilities' all-to-all: ``T_max`` fp32
+    counts: int = 0           # the all-gather of tokens per expert: ``ep E`` int64
+
+
+def ep_sizes(model: ModelSpec, loads: EpLoad, e: int) -> EpSizes:
+    """The sizes of :class:`EpSizes` for ``loads`` (``ep`` = its ranks)."""
+    copies = math.ceil(loads.slowest - 1e-9)
+    return EpSizes(tokens=all_to_all_size_bytes(model, loads, e), probs=copies * PROB_BYTES,
+                   counts=len(loads.per_rank) * model.num_experts * ID_BYTES)
 
 
 class EPHooks(OpHooks):
-    """Issues one rank class's EP all-to-alls (:data:`ALL_TO_ALLS`) before the kernels they
-    feed, on stream ``ep``; the kernel waits for it (Megatron-LM without communication
-    overlap: the expert GEMMs wait for their tokens, the unpermute for the combine).
-    ``issue(kind, size_bytes, deps, name, phase)`` adds a collective on the EP group and
-    returns its op id; ``last_compute()`` the latest compute op (the all-to-all's input)."""
+    """Issues one rank class's EP collectives (:data:`EP_COLLECTIVES`) before the kernels
+    they feed, on stream ``ep``; the kernel waits for the all-to-alls (Megatron-LM without
+    communication overlap: the expert GEMMs wait for their tokens, the unpermute for the
+    combine). ``issue(kind, size_bytes, deps, name, phase)`` adds a collective on the EP
+    group and returns its op id; ``last_compute()`` the latest compute op (its input).
+    ``size_bytes``: an int (every collective of that size, the old single-size form) or
+    :class:`EpSizes` (a size of 0 leaves that collective out)."""
 
-    def __init__(self, issue, last_compute, *, size_bytes: int):
-        self.issue, self.last_compute, self.size = issue, last_compute, size_bytes
-        self.done: set[str] = set()          # all-to-alls of the current pass issued
+    def __init__(self, issue, last_compute, *, size_bytes):
+        self.issue, self.last_compute = issue, last_compute
+        self.sizes = size_bytes if isinstance(size_bytes, EpSizes) else EpSizes(
+            tokens=size_bytes, probs=0, counts=0)
+        self.done: set[tuple[str, str]] = set()     # collectives of the current pass issued
 
     def start_layer(self, layer) -> None:
         self.done = set()
 
     def before(self, cost, phase: str) -> tuple:
         phase_of = "forward" if phase == "recompute" else phase
-        for p, before, name in ALL_TO_ALLS:
-            if p == phase_of and cost.name.startswith(before) and (phase, name) not in self.done:
-                self.done.add((phase, name))
-                return (self.issue("all_to_all", self.size, (self.last_compute(),),
-                                   f"{name}.{cost.name}", phase),)
-        return ()
+        waits = []
+        for p, feeds, name, kind, which in EP_COLLECTIVES:
+            size = getattr(self.sizes, which)
+            if p != phase_of or (phase, name) in self.done or not size \
+                    or not any(f in cost.name for f in feeds):
+                continue
+            self.done.add((phase, name))
+            op = self.issue(kind, size, (self.last_compute(),), f"{name}.{cost.name}", phase)
+            if which in WAITS_FOR:
+                waits.append(op)
+        return tuple(waits)
