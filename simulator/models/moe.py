@@ -37,6 +37,7 @@ from simulator.models.spec import ModelSpec
 from simulator.models.transformer import block_activation_bytes, block_cost, block_params
 
 PROB_BYTES = 4                      # fp32 router probabilities
+EXPERT_KERNELS = "moe_expert_"      # the routed experts' kernels (their names begin so)
 
 # Kernels of the dense MLP that an MoE block replaces (forward and backward names).
 _DENSE_MLP = ("mlp_up", "mlp_gate_up", "mlp_down", "gelu", "swiglu")
@@ -54,6 +55,29 @@ def is_moe_block(layer: LayerCost) -> bool:
     """Whether ``layer`` is an MoE block (its kind stays ``transformer_block``, as FSDP
     wraps a Mixtral decoder layer like any other)."""
     return any(op.name == "moe_router" for op in layer.forward)
+
+
+def is_routed_expert(op) -> bool:
+    """Whether kernel ``op`` belongs to the routed experts (a grouped expert GEMM, its
+    activation, their gradients and casts)."""
+    return op.name.startswith(EXPERT_KERNELS)
+
+
+def expert_part(layer: LayerCost) -> LayerCost:
+    """The routed experts of ``layer``: its parameters held by the expert GEMMs, named by
+    their forward kernels (none for a dense layer)."""
+    forward = tuple(op for op in layer.forward if is_routed_expert(op))
+    return replace(layer, params=sum(int(op.params) for op in forward), forward=forward)
+
+
+def dense_part(layer: LayerCost) -> LayerCost:
+    """``layer`` less its routed experts (:func:`expert_part`): attention, norms, router and
+    shared experts; ``layer`` itself when it has none."""
+    experts = expert_part(layer).params
+    if not experts:
+        return layer
+    return replace(layer, params=layer.params - experts,
+                   forward=tuple(op for op in layer.forward if not is_routed_expert(op)))
 
 
 def moe_layer_count(model: ModelSpec) -> int:

@@ -10,9 +10,16 @@ fastest-varying): with the default order ``(pp, dp_replicate, dp_shard, cp, tp)`
 per node) and the pipeline stages are the slowest-varying coordinate, as Megatron-LM's
 ``RankGenerator`` orders them with ``order="tp-cp-ep-dp-pp"`` (innermost first there).
 
-Expert parallelism is carved out of the ``dp_replicate x dp_shard x cp`` ranks of one
-(pp, tp) coordinate: an EP group is ``ep`` consecutive ranks of that data-parallel set
-(Megatron's expert-data-parallel layout). ``ep`` is not a mesh dimension and does not enter
+The routed experts of an MoE model have a mesh of their own over the same ranks, as
+Megatron-Core lays it out (``parallel_state.initialize_model_parallel``: an expert
+``RankGenerator`` of order ``tp-ep-dp-pp``): the ``tp x cp x dp`` ranks of one pipeline
+stage, ``tp`` fastest and then the data-parallel and context-parallel coordinates in the
+plan's order, are cut into expert-tensor groups of ``etp`` consecutive ranks (here
+``etp = tp``), ``ep`` of those strided by ``etp`` make an expert-parallel group, and the
+ranks that hold the same expert shard make its expert-data-parallel group of ``edp =
+tp cp dp / (etp ep)`` (:meth:`ParallelPlan.groups` of ``ep``, ``etp``, ``edp``). With
+``etp = tp`` an EP group is ``ep`` consecutive ranks of the ``dp x cp`` ranks of one
+(pp, tp) coordinate. ``ep`` is not a mesh dimension and does not enter
 :attr:`ParallelPlan.size`.
 """
 
@@ -32,6 +39,7 @@ SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv")
 DP_MODES = ("ddp", "zero1", "zero2", "fsdp")
 CP_MODES = ("ring", "allgather")
 # composite group names: the mesh dimensions they span
+EXPERT_DIMS = ("ep", "etp", "edp")      # the expert mesh (module doc)
 ALIASES = {"dp": ("dp_replicate", "dp_shard"), "dp_cp": ("dp_replicate", "dp_shard", "cp"),
            "shard_cp": ("dp_shard", "cp")}
 
@@ -114,6 +122,25 @@ class ParallelPlan:
         """Data-parallel ranks of one (pp, cp, tp) coordinate: dp_replicate * dp_shard."""
         return self.dp_replicate * self.dp_shard
 
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor parallelism: ranks that split each routed expert's GEMMs."""
+        return self.tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallelism: the ranks holding the same expert shard, ``tp x cp x dp
+        / (etp x ep)`` of a pipeline stage."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def experts_apart(self) -> bool:
+        """Whether the routed experts' gradients reduce over other ranks than the dense
+        parameters' (expert parallelism, or experts split otherwise than by ``tp``): then
+        they have their own buckets on the ``edp`` groups, as Megatron keeps the expert
+        parameters in their own buffers."""
+        return self.ep > 1 or self.expert_tp != self.tp
+
     def _strides(self) -> dict[str, int]:
         strides, s = {}, 1
         for d in reversed(self.order):
@@ -138,10 +165,10 @@ class ParallelPlan:
 
     def groups(self, dim: str | tuple[str, ...]) -> list[tuple[int, ...]]:
         """Every group of ranks that differ only along ``dim`` (a mesh dimension, a tuple
-        of them, an alias of :data:`ALIASES`, or ``ep``), each in rank order, groups sorted
-        by their first rank."""
-        if dim == "ep":
-            return self._ep_groups()
+        of them, an alias of :data:`ALIASES`, or a dimension of the expert mesh: ``ep``,
+        ``etp``, ``edp``), each in rank order, groups sorted by their first rank."""
+        if dim in EXPERT_DIMS:
+            return self._expert_groups(dim)
         dims = ALIASES.get(dim, (dim,) if isinstance(dim, str) else tuple(dim))
         if not set(dims) <= set(DIMS):
             raise ConfigError(f"unknown mesh dimension {dim!r}", field="dim")
@@ -158,11 +185,16 @@ class ParallelPlan:
         """Global ranks laid out on the mesh, axes in ``order``."""
         return np.arange(self.size).reshape([getattr(self, d) for d in self.order])
 
-    def _ep_groups(self) -> list[tuple[int, ...]]:
-        out = []
-        for g in self.groups("dp_cp"):
-            out += [g[i:i + self.ep] for i in range(0, len(g), self.ep)]
-        return sorted(out)
+    def _expert_groups(self, dim: str) -> list[tuple[int, ...]]:
+        """The groups of ``dim`` (``ep``, ``etp`` or ``edp``) on the expert mesh (see the
+        module doc): each stage's ranks, ``tp`` fastest, as ``[edp, ep, etp]``."""
+        inner = [self.order.index(d) for d in self.order if d not in ("pp", "tp")]
+        axes = [self.order.index("pp"), *inner, self.order.index("tp")]
+        mesh = self._grid().transpose(axes).reshape(self.pp, self.edp, self.ep,
+                                                    self.expert_tp)
+        last = {"etp": (0, 1, 2, 3), "ep": (0, 1, 3, 2), "edp": (0, 2, 3, 1)}[dim]
+        rows = mesh.transpose(last).reshape(-1, mesh.shape[last[-1]])
+        return sorted(tuple(sorted(row)) for row in rows.tolist())
 
     def stage_ranks(self, stage: int) -> tuple[int, ...]:
         """Every rank with pipeline coordinate ``stage``, in rank order."""
@@ -226,6 +258,11 @@ class ParallelPlan:
         if (self.dp * self.cp) % self.ep:
             raise ConfigError(f"expert parallelism {self.ep} does not divide the "
                               f"dp x cp = {self.dp * self.cp} ranks it is carved from",
+                              field=field("ep"))
+        if self.dp_mode == "fsdp" and self.dp_replicate > 1:
+            raise ConfigError(f"expert parallelism under HSDP (dp_replicate "
+                              f"{self.dp_replicate}): the experts' own sharding and "
+                              f"replication are not modelled; use dp_replicate 1",
                               field=field("ep"))
 
     # ------------------------------------------------------------------ layers
