@@ -12,7 +12,10 @@ MLP half, for the ``t`` tokens of the rank:
   ``expert_tokens`` token copies they receive (``t k`` on one rank holding every expert;
   under expert parallelism the busiest EP rank's load, :mod:`simulator.strategies.parallel.moe`),
   each expert an MLP of ``moe_ffn_hidden`` (the model's ``mlp`` kind, no biases), weights
-  read once per expert;
+  read once per expert; under expert tensor parallelism (``etp``) each rank holds a
+  ``1 / etp`` column / row slice of every local expert, ``moe_ffn_hidden / etp`` wide,
+  and runs it on the copies its ``etp`` group gathered (Megatron-Core's
+  ``TEGroupedMLP`` over the expert-tensor-parallel group);
 * ``moe_unpermute``: the ``k`` expert outputs of a token weighted by their router
   probabilities and summed (read ``t k h`` and the ``t k`` fp32 probabilities, write ``t h``);
 * ``moe_shared_*``: ``shared_experts`` always-on experts, one MLP of ``shared_experts x
@@ -23,8 +26,8 @@ besides the attention half: the MoE input (already the block's ``2 t h``), the p
 tokens ``2 T h`` and the expert inner tensors (``4 T f`` GELU, ``6 T f`` SwiGLU, as
 :func:`~simulator.models.transformer.block_activation_bytes` counts a dense MLP) at 16 bits
 for ``T`` received copies, the same for the shared experts on ``t`` tokens, the fp32 router
-probabilities ``4 t E`` and the ``t k`` int64 routing indices. Expert tensor parallelism is
-not modelled: an expert is whole on its rank.
+probabilities ``4 t E`` and the ``t k`` int64 routing indices (the inner tensors ``1 /
+etp`` as wide under expert tensor parallelism).
 """
 
 from __future__ import annotations
@@ -90,13 +93,14 @@ def expert_params(model: ModelSpec) -> int:
     return (3 if model.mlp == "swiglu" else 2) * model.hidden * model.moe_ffn_hidden
 
 
-def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int = 1) -> int:
+def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int = 1,
+                     etp: int = 1) -> int:
     """Parameters of one MoE block on a rank holding ``local_experts`` experts (default
-    all): attention and norms (on one of ``tp`` ranks), router ``h E``, the experts, the
-    shared experts."""
+    all), each split over ``etp`` ranks: attention and norms (on one of ``tp`` ranks),
+    router ``h E``, the experts' slices, the shared experts."""
     local = model.num_experts if local_experts is None else local_experts
     attention = block_params(replace(model, ffn_hidden=0), tp)
-    experts = (local + model.shared_experts) * expert_params(model)
+    experts = local * expert_params(model) // etp + model.shared_experts * expert_params(model)
     return attention + model.hidden * model.num_experts + experts
 
 
@@ -139,9 +143,11 @@ def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int,
 
 
 def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = None,
-            local_experts: int | None = None) -> tuple[list[OpCost], list[OpCost]]:
+            local_experts: int | None = None, etp: int = 1
+            ) -> tuple[list[OpCost], list[OpCost]]:
     """Forward and backward kernels of the MoE half of a block for ``t`` tokens (see the
-    module doc); ``expert_tokens`` defaults to ``t k`` and ``local_experts`` to all."""
+    module doc); ``expert_tokens`` defaults to ``t k``, ``local_experts`` to all, each
+    expert ``moe_ffn_hidden / etp`` wide."""
     h, n_exp, k = model.hidden, model.num_experts, model.top_k
     copies = t * k
     received = copies if expert_tokens is None else expert_tokens
@@ -155,7 +161,7 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
                        float(e * (copies * h + t * h) + PROB_BYTES * copies))
     unpermute_b = OpCost("moe_unpermute.bwd", "elementwise", 2.0 * copies * h,
                          float(e * (t * h + 2 * copies * h) + PROB_BYTES * copies))
-    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden, local, e)
+    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden // etp, local, e)
     shared_f, shared_b = ([], [])
     if model.shared_experts:
         shared_f, shared_b = _ffn(model, "moe_shared", t, model.shared_experts
@@ -168,11 +174,13 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
     return fwd, bwd
 
 
-def moe_activation_bytes(model: ModelSpec, t: int, e: int, received: float) -> int:
+def moe_activation_bytes(model: ModelSpec, t: int, e: int, received: float,
+                         etp: int = 1) -> int:
     """Bytes the MoE half saves beyond the block's attention half and MoE input (see the
-    module doc), ``received`` the token copies the rank's experts process."""
+    module doc), ``received`` the token copies the rank's experts process, each expert
+    ``1 / etp`` of its width."""
     inner = 6 if model.mlp == "swiglu" else 4
-    f, f_shared = model.moe_ffn_hidden, model.shared_experts * model.moe_ffn_hidden
+    f, f_shared = model.moe_ffn_hidden // etp, model.shared_experts * model.moe_ffn_hidden
     tensors = 2 * received * model.hidden + inner * received * f + inner * t * f_shared
     return int(tensors * e // 2 + PROB_BYTES * t * model.num_experts
                + ID_BYTES * t * model.top_k)
@@ -193,22 +201,23 @@ def _swap_mlp(ops, moe: list[OpCost], anchor: str) -> tuple[OpCost, ...]:
 def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
                    k: int | None = None, tp: int = 1, sp: bool = False, cp: int = 1, *,
                    expert_tokens: float | None = None,
-                   local_experts: int | None = None) -> LayerCost:
+                   local_experts: int | None = None, etp: int = 1) -> LayerCost:
     """One MoE block: :func:`block_cost` (same arguments) with its MLP replaced by the
     MoE kernels of :func:`moe_ops` on the rank's tokens (``b s / cp``, and ``/ tp`` with
-    sequence parallelism)."""
+    sequence parallelism), the experts split over ``etp`` ranks."""
     dense = block_cost(model, b, s, e, flash, k, tp, sp, cp)
     t = b * (s // cp)
     t = t // tp if sp else t
-    fwd, bwd = moe_ops(model, t, e, expert_tokens=expert_tokens, local_experts=local_experts)
+    fwd, bwd = moe_ops(model, t, e, expert_tokens=expert_tokens, local_experts=local_experts,
+                       etp=etp)
     received = t * model.top_k if expert_tokens is None else expert_tokens
     first_fwd = "mlp_gate_up" if model.mlp == "swiglu" else "mlp_up"
     attention = block_activation_bytes(replace(model, ffn_hidden=0), b, s, e, flash, k, tp,
                                        sp, cp)
-    return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp),
+    return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp, etp),
                      _swap_mlp(dense.forward, fwd, first_fwd),
                      _swap_mlp(dense.backward, bwd, "mlp_down.dgrad"),
-                     attention + moe_activation_bytes(model, t, e, received),
+                     attention + moe_activation_bytes(model, t, e, received, etp),
                      dense.output_bytes)
 
 

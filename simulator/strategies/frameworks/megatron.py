@@ -8,7 +8,10 @@ that knows Megatron's spelling: the config's fields are Megatron's argument name
 
 Megatron-LM (``megatron/training/arguments.py``, ``megatron/core/parallel_state.py``):
 the data-parallel size is what is left, ``world / (tp x pp x cp)``; ranks are ordered
-``tp-cp-ep-dp-pp`` (TP innermost), the plan's default order. The interleaved 1F1B
+``tp-cp-ep-dp-pp`` (TP innermost), the plan's default order; the routed experts have
+their own mesh over the same ranks, ``expert_tensor_parallel_size`` (default: the tensor
+size) x ``expert_model_parallel_size`` x the expert-data-parallel rest, ordered
+``tp-ep-dp-pp`` (:mod:`~simulator.strategies.parallel.plan`). The interleaved 1F1B
 schedule runs when ``virtual_pipeline_model_parallel_size`` is set, 1F1B otherwise;
 ``use_distributed_optimizer`` is ZeRO-1 (``zero1``), ``use_torch_fsdp2`` FSDP2, else
 Megatron's DDP. Megatron accumulates and reduces gradients in fp32 with bf16 weights
@@ -56,12 +59,14 @@ if TYPE_CHECKING:      # the argument file's modules load when a file is read (s
 # short spellings people write, and what Megatron calls them
 SHORT = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
          "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
-         "ep": "expert_model_parallel_size", "sp": "sequence_parallel",
+         "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
+         "sp": "sequence_parallel",
          "dp": "(none: the data-parallel size is what is left of the GPUs)",
          "schedule": "virtual_pipeline_model_parallel_size (interleaved) or nothing (1F1B)"}
 FIELDS = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
           "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
-          "ep": "expert_model_parallel_size", "sequence_parallel": "sequence_parallel",
+          "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
+          "sequence_parallel": "sequence_parallel",
           "first_stage_layers": "decoder_first_pipeline_num_layers",
           "last_stage_layers": "decoder_last_pipeline_num_layers",
           "embedding_in_split": "account_for_embedding_in_pipeline_split",
@@ -78,6 +83,7 @@ class MegatronConfig(CommonConfig):
     virtual_pipeline_model_parallel_size: int | None = Field(None, ge=2)
     context_parallel_size: int = Field(1, ge=1)
     expert_model_parallel_size: int = Field(1, ge=1)
+    expert_tensor_parallel_size: int | None = Field(None, ge=1)   # None: tensor's (Megatron)
     sequence_parallel: bool = False
     use_distributed_optimizer: bool = False
     use_torch_fsdp2: bool = False
@@ -150,7 +156,8 @@ class MegatronConfig(CommonConfig):
         sharded = mode != "ddp"
         return ParallelPlan(
             pp=pp, tp=tp, cp=cp, dp_shard=dp if sharded else 1,
-            dp_replicate=1 if sharded else dp, ep=self.expert_model_parallel_size, vp=vp,
+            dp_replicate=1 if sharded else dp, ep=self.expert_model_parallel_size,
+            etp=self.expert_tensor_parallel_size or 0, vp=vp,
             sequence_parallel=self.sequence_parallel and tp > 1,
             schedule="interleaved_1f1b" if vp > 1 else "1f1b", dp_mode=mode,
             tp_overlap=self.tp_comm_overlap, cp_mode=CP_COMM[self.cp_comm_type],
@@ -169,7 +176,8 @@ class MegatronConfig(CommonConfig):
 ARGUMENT_FIELDS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "context_parallel_size",
-    "expert_model_parallel_size", "sequence_parallel", "use_distributed_optimizer",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+    "use_distributed_optimizer",
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "recompute_granularity", "recompute_method", "recompute_num_layers")

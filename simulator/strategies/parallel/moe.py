@@ -23,6 +23,15 @@ group waits for it at each all-to-all and for its grouped GEMMs: the block is co
 that rank, and the all-to-all's nccl-tests size is ``T_max h e`` (a uniform all-to-all in
 which every rank receives what the busiest one does). Four all-to-alls per MoE block and
 micro-batch: dispatch and combine forward, their gradients backward.
+
+Expert tensor parallelism (``etp`` ranks split each expert, Megatron-Core's
+``expert_tensor_parallel_size``; :mod:`.plan` lays out the groups): after the dispatch
+each rank all-gathers over its expert-tensor-parallel group the copies its ``etp`` peers
+received (``etp T_max h e`` bytes gathered), runs its ``1 / etp`` slice of its experts on
+all of them, and reduce-scatters the outputs back before the combine
+(``MoEAlltoAllTokenDispatcher``: ``gather_from_sequence_parallel_region`` and
+``reduce_scatter_to_sequence_parallel_region`` on the expert-tensor group); backward
+mirrors it. Each rank routes its own tokens (``b s / (cp tp)`` with sequence parallelism).
 """
 
 from __future__ import annotations
@@ -42,11 +51,17 @@ from simulator.models.spec import ModelSpec
 from ..base import OpHooks
 
 DISTRIBUTIONS = ("balanced", "zipf", "measured")
-# (phase, the kernel the all-to-all precedes, its name)
-ALL_TO_ALLS = (("forward", "moe_expert_", "moe_dispatch"),
-               ("forward", "moe_unpermute", "moe_combine"),
-               ("backward", "moe_expert_down.dgrad", "moe_combine.bwd"),
-               ("backward", "moe_permute.bwd", "moe_dispatch.bwd"))
+# (phase, the kernel they precede, the collectives issued before it in this order, each
+# (collective, communicator, name)): EP all-to-alls on ``ep``, expert-TP on ``etp``
+EXCHANGES = (
+    ("forward", "moe_expert_", (("all_to_all", "ep", "moe_dispatch"),
+                                ("all_gather", "etp", "moe_expert_gather"))),
+    ("forward", "moe_unpermute", (("reduce_scatter", "etp", "moe_expert_scatter"),
+                                  ("all_to_all", "ep", "moe_combine"))),
+    ("backward", "moe_expert_down.dgrad", (("all_to_all", "ep", "moe_combine.bwd"),
+                                           ("all_gather", "etp", "moe_expert_scatter.bwd"))),
+    ("backward", "moe_permute.bwd", (("reduce_scatter", "etp", "moe_expert_gather.bwd"),
+                                     ("all_to_all", "ep", "moe_dispatch.bwd"))))
 
 
 class ExpertLoad(BaseModel):
@@ -148,33 +163,52 @@ def all_to_all_size_bytes(model: ModelSpec, loads: EpLoad, e: int) -> int:
     return math.ceil(loads.slowest - 1e-9) * model.hidden * e
 
 
+def expert_gather_size_bytes(model: ModelSpec, loads: EpLoad, e: int, etp: int) -> int:
+    """nccl-tests size of each expert-tensor-parallel all-gather (and reduce-scatter): the
+    ``etp`` peers' copies, ``etp T_max h e``."""
+    return etp * all_to_all_size_bytes(model, loads, e)
+
+
 def ep_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool, loads: EpLoad,
                   ep: int, k: int | None = None, tp: int = 1, sp: bool = False,
-                  cp: int = 1) -> LayerCost:
-    """The MoE block of the busiest EP rank: ``E / ep`` experts over ``T_max`` copies."""
-    return moe_block_cost(model, b, s, e, flash, k, tp, sp, cp, expert_tokens=loads.slowest,
-                          local_experts=model.num_experts // ep)
+                  cp: int = 1, etp: int = 1) -> LayerCost:
+    """The MoE block of the busiest EP rank: ``E / ep`` experts, each split over ``etp``
+    ranks, over the ``etp T_max`` copies its expert-tensor group gathered."""
+    return moe_block_cost(model, b, s, e, flash, k, tp, sp, cp,
+                          expert_tokens=etp * loads.slowest,
+                          local_experts=model.num_experts // ep, etp=etp)
 
 
 class EPHooks(OpHooks):
-    """Issues one rank class's EP all-to-alls (:data:`ALL_TO_ALLS`) before the kernels they
-    feed, on stream ``ep``; the kernel waits for it (Megatron-LM without communication
-    overlap: the expert GEMMs wait for their tokens, the unpermute for the combine).
-    ``issue(kind, size_bytes, deps, name, phase)`` adds a collective on the EP group and
-    returns its op id; ``last_compute()`` the latest compute op (the all-to-all's input)."""
+    """Issues one rank class's EP all-to-alls and expert-TP all-gathers / reduce-scatters
+    (:data:`EXCHANGES`) before the kernels they feed, one after the other on stream
+    ``ep``; the kernel waits for the last (Megatron-LM without communication overlap: the
+    expert GEMMs wait for their tokens, the unpermute for the combine).
+    ``issue(kind, size_bytes, deps, name, phase, comm)`` adds a collective on the
+    communicator ``comm`` (``ep`` or ``etp``) and returns its op id; ``last_compute()`` the
+    latest compute op (the first collective's input). ``size_bytes``: each all-to-all (0:
+    no expert parallelism); ``gather_bytes``: each expert-TP collective (0: none)."""
 
-    def __init__(self, issue, last_compute, *, size_bytes: int):
-        self.issue, self.last_compute, self.size = issue, last_compute, size_bytes
-        self.done: set[str] = set()          # all-to-alls of the current pass issued
+    def __init__(self, issue, last_compute, *, size_bytes: int, gather_bytes: int = 0):
+        self.issue, self.last_compute = issue, last_compute
+        self.sizes = {"ep": size_bytes, "etp": gather_bytes}
+        self.done: set[tuple[str, str]] = set()   # exchanges of the current pass issued
 
     def start_layer(self, layer) -> None:
         self.done = set()
 
     def before(self, cost, phase: str) -> tuple:
         phase_of = "forward" if phase == "recompute" else phase
-        for p, before, name in ALL_TO_ALLS:
-            if p == phase_of and cost.name.startswith(before) and (phase, name) not in self.done:
-                self.done.add((phase, name))
-                return (self.issue("all_to_all", self.size, (self.last_compute(),),
-                                   f"{name}.{cost.name}", phase),)
+        for p, before, steps in EXCHANGES:
+            key = (phase, before)
+            if p != phase_of or not cost.name.startswith(before) or key in self.done:
+                continue
+            self.done.add(key)
+            last, issued = self.last_compute(), ()
+            for kind, comm, name in steps:
+                if self.sizes[comm]:
+                    last = self.issue(kind, self.sizes[comm], (last,), f"{name}.{cost.name}",
+                                      phase, comm)
+                    issued = (last,)
+            return issued
         return ()

@@ -14,13 +14,15 @@ The routed experts of an MoE model have a mesh of their own over the same ranks,
 Megatron-Core lays it out (``parallel_state.initialize_model_parallel``: an expert
 ``RankGenerator`` of order ``tp-ep-dp-pp``): the ``tp x cp x dp`` ranks of one pipeline
 stage, ``tp`` fastest and then the data-parallel and context-parallel coordinates in the
-plan's order, are cut into expert-tensor groups of ``etp`` consecutive ranks (here
-``etp = tp``), ``ep`` of those strided by ``etp`` make an expert-parallel group, and the
+plan's order, are cut into expert-tensor groups of ``etp`` consecutive ranks (``etp``
+defaults to ``tp``, as Megatron-Core's ``expert_tensor_parallel_size`` does), ``ep`` of
+those strided by ``etp`` make an expert-parallel group, and the
 ranks that hold the same expert shard make its expert-data-parallel group of ``edp =
 tp cp dp / (etp ep)`` (:meth:`ParallelPlan.groups` of ``ep``, ``etp``, ``edp``). With
 ``etp = tp`` an EP group is ``ep`` consecutive ranks of the ``dp x cp`` ranks of one
-(pp, tp) coordinate. ``ep`` is not a mesh dimension and does not enter
-:attr:`ParallelPlan.size`.
+(pp, tp) coordinate; with ``etp = 1`` it takes TP ranks too (Megatron-Core's "MoE parallel
+folding": TP2 x DP16 for attention, EP32 for the experts of the same 32 ranks). ``ep`` and
+``etp`` are not mesh dimensions and do not enter :attr:`ParallelPlan.size`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class ParallelPlan:
     ``embedding_in_split`` / ``loss_in_split``: the embedding / the loss count as one layer
     in the split (Megatron's ``account_for_embedding_in_pipeline_split``,
     ``account_for_loss_in_pipeline_split``; Llama 3 405B's balancing).
+    ``etp``: expert tensor parallelism, ranks that split each routed expert; 0 = ``tp``
+    (Megatron-Core's default), see :attr:`expert_tp`.
     ``stage_blocks``: the blocks of each of the ``pp x vp`` model stages, given outright
     (torchtitan's ``pipeline_parallel_split_points`` or its weighted split, a custom layout);
     empty: the rules above.
@@ -68,6 +72,7 @@ class ParallelPlan:
     cp: int = 1
     tp: int = 1
     ep: int = 1
+    etp: int = 0
     vp: int = 1
     sequence_parallel: bool = False
     schedule: str = "1f1b"
@@ -93,7 +98,7 @@ class ParallelPlan:
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}",
                                   field=f"plan.{name}")
-        for name in ("first_stage_layers", "last_stage_layers"):
+        for name in ("etp", "first_stage_layers", "last_stage_layers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}",
                                   field=f"plan.{name}")
@@ -124,8 +129,9 @@ class ParallelPlan:
 
     @property
     def expert_tp(self) -> int:
-        """Expert tensor parallelism: ranks that split each routed expert's GEMMs."""
-        return self.tp
+        """Expert tensor parallelism: ranks that split each routed expert's GEMMs, ``etp``
+        or, where it is 0, ``tp``."""
+        return self.etp or self.tp
 
     @property
     def edp(self) -> int:
@@ -246,20 +252,33 @@ class ParallelPlan:
         self.model_stage_blocks(model.layers, field)
 
     def _check_ep(self, model, field) -> None:
-        if self.ep == 1:
-            return
         experts = getattr(model, "experts", 0) or getattr(model, "num_experts", 0)
+        etp, stage = self.expert_tp, self.tp * self.cp * self.dp
         if not experts:
-            raise ConfigError(f"expert parallelism {self.ep} needs a mixture-of-experts "
-                              f"model; {model.name} has no experts", field=field("ep"))
+            for attr, on in (("ep", self.ep > 1), ("etp", etp != self.tp)):
+                if on:
+                    raise ConfigError(f"expert {'tensor ' if attr == 'etp' else ''}"
+                                      f"parallelism {getattr(self, attr)} needs a "
+                                      f"mixture-of-experts model; {model.name} has no "
+                                      f"experts", field=field(attr))
+            return
+        if self.tp > 1 and not self.sequence_parallel:
+            raise ConfigError(f"a mixture of experts under tensor parallelism {self.tp} "
+                              f"needs sequence parallelism (Megatron-Core's MoE layer "
+                              f"refuses to train without it)", field=field("sequence_parallel"))
         if experts % self.ep:
             raise ConfigError(f"expert parallelism {self.ep} does not divide {model.name}'s "
                               f"{experts} experts", field=field("ep"))
-        if (self.dp * self.cp) % self.ep:
-            raise ConfigError(f"expert parallelism {self.ep} does not divide the "
-                              f"dp x cp = {self.dp * self.cp} ranks it is carved from",
-                              field=field("ep"))
-        if self.dp_mode == "fsdp" and self.dp_replicate > 1:
+        if etp > 1 and model.moe_ffn_hidden % etp:
+            raise ConfigError(f"expert tensor parallelism {etp} does not divide the "
+                              f"experts' {model.moe_ffn_hidden} hidden width",
+                              field=field("etp"))
+        if stage % (etp * self.ep):
+            raise ConfigError(f"expert tensor x expert parallelism {etp} x {self.ep} = "
+                              f"{etp * self.ep} does not divide the tp x cp x dp = {self.tp} x "
+                              f"{self.cp} x {self.dp} = {stage} ranks of a pipeline stage it "
+                              f"is carved from", field=field("etp" if stage % etp else "ep"))
+        if self.experts_apart and self.dp_mode == "fsdp" and self.dp_replicate > 1:
             raise ConfigError(f"expert parallelism under HSDP (dp_replicate "
                               f"{self.dp_replicate}): the experts' own sharding and "
                               f"replication are not modelled; use dp_replicate 1",
@@ -339,7 +358,10 @@ class ParallelPlan:
                 for v in range(self.pp * vp)]
 
     def describe(self) -> str:
-        """``pp 4 x dp_replicate 1 x dp_shard 8 x cp 1 x tp 8`` (+ ep, vp when set)."""
+        """``pp 4 x dp_replicate 1 x dp_shard 8 x cp 1 x tp 8`` (+ ep, vp when set, etp
+        when it is not tp)."""
         text = " x ".join(f"{d} {getattr(self, d)}" for d in self.order)
-        extra = [f"{k} {getattr(self, k)}" for k in ("ep", "vp") if getattr(self, k) > 1]
+        parts = (("ep", self.ep, self.ep > 1),
+                 ("etp", self.expert_tp, self.expert_tp != self.tp), ("vp", self.vp, self.vp > 1))
+        extra = [f"{name} {n}" for name, n, on in parts if on]
         return text + (f" ({', '.join(extra)})" if extra else "")
