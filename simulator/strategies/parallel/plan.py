@@ -331,9 +331,10 @@ class ParallelPlan:
         given, n = list(self.stage_blocks), self.pp * self.vp
         if len(given) != n or sum(given) != layers or min(given) < 0 or \
                 any(b == 0 for b in given[1:-1]):
-            raise ConfigError(f"the stages' blocks {given} are not {layers} layers over "
-                              f"pp x vp = {self.pp} x {self.vp} model stages (each stage "
-                              f"but the ends needs a block)", field=field("stage_blocks"))
+            raise ConfigError(f"the stages' blocks {given} ({sum(given)} in all) are not "
+                              f"{layers} layers over pp x vp = {self.pp} x {self.vp} model "
+                              f"stages (each stage but the ends needs a block)",
+                              field=field("stage_blocks"))
         return given
 
     def _uneven_blocks(self, layers: int, field) -> list[int]:
