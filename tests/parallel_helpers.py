@@ -10,11 +10,11 @@ def emit_with_hooks(layer, hooks, phases=("forward", "backward"), stream="ep") -
     """The layer's kernels as compute ops, with what ``hooks`` issues between them (as the
     generator's emit_forward / emit_backward call them); ``hooks(issue, last_compute)``
     makes the hook object, ``issue`` adds a collective on ``stream`` (its communicator
-    named the same)."""
+    named the same unless ``comm`` is given)."""
     ol = OpList()
 
-    def issue(kind, size, deps, name, phase):
-        return ol.add(stream=stream, kind="collective", collective=kind, comm=stream,
+    def issue(kind, size, deps, name, phase, comm=None):
+        return ol.add(stream=stream, kind="collective", collective=kind, comm=comm or stream,
                       size_bytes=size, deps=deps, name=name, phase=phase)
 
     hooks = hooks(issue, lambda: ol.last_on("compute"))

@@ -14,6 +14,7 @@ from test_cli import run_main
 
 GPT = "gpt3-1.3b"          # 24 layers, 16 heads
 LLAMA = "llama-2-70b"      # 80 layers, 64 heads, 8 KV heads
+QWEN = "qwen3-30b-a3b"     # 128 experts of 768, top 8
 
 
 def scenario(tmp_path, model: str, gpus: int, strategy: dict, seq_len: int = 1024,
@@ -44,6 +45,16 @@ def scenario(tmp_path, model: str, gpus: int, strategy: dict, seq_len: int = 102
     (GPT, 4, {"pipeline_model_parallel_size": 4, "virtual_pipeline_model_parallel_size": 4},
      1024, "strategy.virtual_pipeline_model_parallel_size", "pp x vp = 4 x 4"),
     (GPT, 8, {"tp": 8}, 1024, "strategy.tp", "tensor_model_parallel_size"),
+    (GPT, 8, {"expert_tensor_parallel_size": 2}, 1024,
+     "strategy.expert_tensor_parallel_size", "no experts"),
+    (QWEN, 32, {"tensor_model_parallel_size": 2, "sequence_parallel": True,
+                "expert_model_parallel_size": 32, "expert_tensor_parallel_size": 2}, 1024,
+     "strategy.expert_model_parallel_size", "2 x 32 = 64 does not divide"),
+    (QWEN, 32, {"tensor_model_parallel_size": 2, "sequence_parallel": True,
+                "expert_model_parallel_size": 8, "expert_tensor_parallel_size": 3}, 1024,
+     "strategy.expert_tensor_parallel_size", "tp x cp x dp = 2 x 1 x 16 = 32"),
+    (QWEN, 32, {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 16}, 1024,
+     "strategy.sequence_parallel", "needs sequence parallelism"),
 ])
 def test_bad_plan_is_one_line_naming_file_and_field(capsys, tmp_path, model, gpus, strategy,
                                                     seq, field, words):

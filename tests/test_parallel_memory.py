@@ -189,14 +189,17 @@ def moe_model(**kw):
                     **kw})
 
 
-def test_moe_blocks_split_their_experts_over_ep():
+@pytest.mark.parametrize("etp", [0, 1])
+def test_moe_blocks_split_their_experts_over_ep_and_etp(etp):
     from simulator.models.transformer import block_params
     model = moe_model()
-    plan = ParallelPlan(dp_shard=4, ep=4, tp=2, dp_mode="ddp")
+    plan = ParallelPlan(dp_shard=4, ep=4, tp=2, etp=etp, sequence_parallel=True,
+                        dp_mode="ddp")
     kvd = 2 * (H // A)
     attention = (H * (H + 2 * kvd) + H * H) // 2 + 2 * H          # split QKV/out + 2 norms
     expert = 3 * H * 96                                             # SwiGLU, no biases
-    moe_block = attention + H * 8 + (8 // 4) * expert               # router + 2 local experts
+    # router + 2 local experts, each split over etp ranks: tp 2 unless etp is given
+    moe_block = attention + H * 8 + (8 // 4) * expert // (etp or 2)
     blocks = block_params(model, 2) + (L - 1) * moe_block           # block 0 dense
     assert stage_params(model, plan, 0) == (blocks + 2 * (-(-V // 2)) * H + H)
 

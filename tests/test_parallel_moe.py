@@ -14,7 +14,7 @@ from simulator.models.moe import (expert_params, inactive_params, is_moe_block, 
                                   moe_block_cost, moe_layer_count)
 from simulator.models.spec import parse_model
 from simulator.strategies.parallel.moe import (ExpertLoad, all_to_all_size_bytes, dispatch_bytes,
-                                    EPHooks, ep_block_cost, ep_loads, expert_shares,
+                                    EPHooks, EpSizes, ep_block_cost, ep_loads, expert_shares,
                                     leaving_bytes)
 from parallel_helpers import emit_with_hooks
 
@@ -143,7 +143,7 @@ def test_four_all_to_alls_per_block_on_the_ep_group_with_the_formula_bytes():
     loads = ep_loads(model, t, 8)
     block = ep_block_cost(model, 1, t, BF16, True, loads, 8)
     size = all_to_all_size_bytes(model, loads, BF16)
-    ops = emit_with_hooks(block, lambda i, c: EPHooks(i, c, size_bytes=size)).ops
+    ops = emit_with_hooks(block, lambda i, c: EPHooks(i, c, size_bytes=EpSizes(tokens=size))).ops
     comm = [op for op in ops if op.kind == "collective"]
     assert [op.name.split(".")[0] for op in comm] == ["moe_dispatch", "moe_combine",
                                                       "moe_combine", "moe_dispatch"]
@@ -166,7 +166,7 @@ def test_four_all_to_alls_per_block_on_the_ep_group_with_the_formula_bytes():
 def test_recompute_repeats_the_forward_all_to_alls():
     model = load_model("mixtral-8x7b")
     block = moe_block_cost(model, 1, 256, BF16, True)
-    ops = emit_with_hooks(block, lambda i, c: EPHooks(i, c, size_bytes=1),
+    ops = emit_with_hooks(block, lambda i, c: EPHooks(i, c, size_bytes=EpSizes(tokens=1)),
                 ("forward", "recompute", "backward")).ops
     assert len([op for op in ops if op.kind == "collective"]) == 6
 

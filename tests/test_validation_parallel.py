@@ -242,6 +242,29 @@ def test_a_table_row_becomes_the_megatron_run_it_describes(spec):
         ("fp8", "delayed")                                    # NeMo 24.07: TE delayed scaling
 
 
+def test_qwen3_235b_runs_as_its_recipe_sets_it(spec):
+    # Megatron-Bridge's H100 preset: TP2 x PP8 x VP4 x EP32 with expert tensor parallelism 1
+    # on 256 GPUs, the embedding and the loss counted as pipeline layers (its recipe)
+    from simulator.strategies import parse_strategy
+    from simulator.validation.parallel.nemo import scenario_of
+    sc = scenario_of(_row(spec, "bridge", "parallel/bridge/26.04/qwen3-235b-a22b-256gpu"),
+                     ROOT, spec, "x", "bridge")
+    model = pc.model_for(ROOT, spec.nemo_models["Qwen3_235B_a22B"])
+    # Qwen/Qwen3-235B-A22B's config.json, the query width tied to hidden (the file says so)
+    assert (model.layers, model.hidden, model.head_dim, model.kv_heads, model.num_experts,
+            model.top_k, model.moe_ffn_hidden, model.vocab) == \
+        (94, 4096, 128, 4, 128, 8, 1536, 151936)
+    cfg = parse_strategy(sc["strategy"])
+    plan = cfg.plan(256)
+    plan.check(model, 256, seq_len=4096, names=cfg.plan_fields())
+    # EP32 x ETP1 folds over a stage's TP2 x DP16 = 32 ranks (Megatron's MoE parallel folding)
+    assert (plan.tp, plan.dp, plan.ep, plan.expert_tp, plan.vp) == (2, 16, 32, 1, 4)
+    # 94 blocks + embedding + loss = 96 over 32 model stages: 3 each, less E and L at the ends
+    assert plan.model_stage_blocks(94) == [3 - 1] + [3] * 30 + [3 - 1]
+    assert sc["training"]["grad_accum"] == 8192 // (1 * 16)
+    assert sc["strategy"]["grad_reduce_in_bf16"] and "tp_comm_overlap" not in sc["strategy"]
+
+
 def test_a_run_simulated_out_of_memory_is_not_compared(spec):
     from simulator.validation.parallel.nemo import nemo_rows
 

@@ -15,6 +15,10 @@ MLP half, for the ``t`` tokens of the rank:
   read once per expert; each op is one grouped GEMM of ``local_experts`` GEMMs of the
   busiest expert's ``ceil(T / local_experts)`` rows (``OpCost.groups``), timed as
   Transformer Engine's ``GroupedLinear`` runs them (:mod:`simulator.compute.gemm_shape`);
+  under expert tensor parallelism (``etp``) each rank holds a ``1 / etp`` column / row
+  slice of every local expert, ``moe_ffn_hidden / etp`` wide, and runs it on the copies
+  its ``etp`` group gathered (Megatron-Core's ``TEGroupedMLP`` over the
+  expert-tensor-parallel group);
 * ``moe_sort_chunks`` / ``moe_unsort_chunks`` (with ``sort_chunks``: tokens that arrived
   from other EP ranks on a rank holding several experts): Megatron's copies of the received
   tokens into local-expert order and back (:func:`sort_chunks_ops`);
@@ -28,8 +32,8 @@ besides the attention half: the MoE input (already the block's ``2 t h``), the p
 tokens ``2 T h`` and the expert inner tensors (``4 T f`` GELU, ``6 T f`` SwiGLU, as
 :func:`~simulator.models.transformer.block_activation_bytes` counts a dense MLP) at 16 bits
 for ``T`` received copies, the same for the shared experts on ``t`` tokens, the fp32 router
-probabilities ``4 t E`` and the ``t k`` int64 routing indices. Expert tensor parallelism is
-not modelled: an expert is whole on its rank.
+probabilities ``4 t E`` and the ``t k`` int64 routing indices (the inner tensors ``1 /
+etp`` as wide under expert tensor parallelism).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from simulator.models.spec import ModelSpec
 from simulator.models.transformer import block_activation_bytes, block_cost, block_params
 
 PROB_BYTES = 4                      # fp32 router probabilities
+EXPERT_KERNELS = "moe_expert_"      # the routed experts' kernels (their names begin so)
 
 # Kernels of the dense MLP that an MoE block replaces (forward and backward names).
 _DENSE_MLP = ("mlp_up", "mlp_gate_up", "mlp_down", "gelu", "swiglu")
@@ -62,6 +67,29 @@ def is_moe_block(layer: LayerCost) -> bool:
     return any(op.name == "moe_router" for op in layer.forward)
 
 
+def is_routed_expert(op) -> bool:
+    """Whether kernel ``op`` belongs to the routed experts (a grouped expert GEMM, its
+    activation, their gradients and casts)."""
+    return op.name.startswith(EXPERT_KERNELS)
+
+
+def expert_part(layer: LayerCost) -> LayerCost:
+    """The routed experts of ``layer``: its parameters held by the expert GEMMs, named by
+    their forward kernels (none for a dense layer)."""
+    forward = tuple(op for op in layer.forward if is_routed_expert(op))
+    return replace(layer, params=sum(int(op.params) for op in forward), forward=forward)
+
+
+def dense_part(layer: LayerCost) -> LayerCost:
+    """``layer`` less its routed experts (:func:`expert_part`): attention, norms, router and
+    shared experts; ``layer`` itself when it has none."""
+    experts = expert_part(layer).params
+    if not experts:
+        return layer
+    return replace(layer, params=layer.params - experts,
+                   forward=tuple(op for op in layer.forward if not is_routed_expert(op)))
+
+
 def moe_layer_count(model: ModelSpec) -> int:
     """MoE blocks of the model."""
     return sum(is_moe_layer(model, i) for i in range(model.layers))
@@ -72,13 +100,14 @@ def expert_params(model: ModelSpec) -> int:
     return (3 if model.mlp == "swiglu" else 2) * model.hidden * model.moe_ffn_hidden
 
 
-def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int = 1) -> int:
+def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int = 1,
+                     etp: int = 1) -> int:
     """Parameters of one MoE block on a rank holding ``local_experts`` experts (default
-    all): attention and norms (on one of ``tp`` ranks), router ``h E``, the experts, the
-    shared experts."""
+    all), each split over ``etp`` ranks: attention and norms (on one of ``tp`` ranks),
+    router ``h E``, the experts' slices, the shared experts."""
     local = model.num_experts if local_experts is None else local_experts
     attention = block_params(replace(model, ffn_hidden=0), tp)
-    experts = (local + model.shared_experts) * expert_params(model)
+    experts = local * expert_params(model) // etp + model.shared_experts * expert_params(model)
     return attention + model.hidden * model.num_experts + experts
 
 
@@ -148,12 +177,12 @@ def sort_chunks_ops(received: float, h: int, e: int) -> dict[str, OpCost]:
 
 
 def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = None,
-            local_experts: int | None = None, sort_chunks: bool = False
+            local_experts: int | None = None, sort_chunks: bool = False, etp: int = 1
             ) -> tuple[list[OpCost], list[OpCost]]:
     """Forward and backward kernels of the MoE half of a block for ``t`` tokens (see the
-    module doc); ``expert_tokens`` defaults to ``t k`` and ``local_experts`` to all;
-    ``sort_chunks``: the dispatcher's second permutation (:func:`sort_chunks_ops`, tokens
-    arriving from other EP ranks)."""
+    module doc); ``expert_tokens`` defaults to ``t k``, ``local_experts`` to all, each
+    expert ``moe_ffn_hidden / etp`` wide; ``sort_chunks``: the dispatcher's second
+    permutation (:func:`sort_chunks_ops`, tokens arriving from other EP ranks)."""
     h, n_exp, k = model.hidden, model.num_experts, model.top_k
     copies = t * k
     received = copies if expert_tokens is None else expert_tokens
@@ -167,7 +196,7 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
                        float(e * (copies * h + t * h) + PROB_BYTES * copies))
     unpermute_b = OpCost("moe_unpermute.bwd", "elementwise", 2.0 * copies * h,
                          float(e * (t * h + 2 * copies * h) + PROB_BYTES * copies))
-    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden, local, e)
+    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden // etp, local, e)
     shared_f, shared_b = ([], [])
     if model.shared_experts:
         shared_f, shared_b = _ffn(model, "moe_shared", t, model.shared_experts
@@ -186,11 +215,13 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
     return fwd, bwd
 
 
-def moe_activation_bytes(model: ModelSpec, t: int, e: int, received: float) -> int:
+def moe_activation_bytes(model: ModelSpec, t: int, e: int, received: float,
+                         etp: int = 1) -> int:
     """Bytes the MoE half saves beyond the block's attention half and MoE input (see the
-    module doc), ``received`` the token copies the rank's experts process."""
+    module doc), ``received`` the token copies the rank's experts process, each expert
+    ``1 / etp`` of its width."""
     inner = 6 if model.mlp == "swiglu" else 4
-    f, f_shared = model.moe_ffn_hidden, model.shared_experts * model.moe_ffn_hidden
+    f, f_shared = model.moe_ffn_hidden // etp, model.shared_experts * model.moe_ffn_hidden
     tensors = 2 * received * model.hidden + inner * received * f + inner * t * f_shared
     return int(tensors * e // 2 + PROB_BYTES * t * model.num_experts
                + ID_BYTES * t * model.top_k)
@@ -211,23 +242,24 @@ def _swap_mlp(ops, moe: list[OpCost], anchor: str) -> tuple[OpCost, ...]:
 def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
                    k: int | None = None, tp: int = 1, sp: bool = False, cp: int = 1, *,
                    expert_tokens: float | None = None,
-                   local_experts: int | None = None, sort_chunks: bool = False) -> LayerCost:
+                   local_experts: int | None = None, sort_chunks: bool = False,
+                   etp: int = 1) -> LayerCost:
     """One MoE block: :func:`block_cost` (same arguments) with its MLP replaced by the
     MoE kernels of :func:`moe_ops` on the rank's tokens (``b s / cp``, and ``/ tp`` with
-    sequence parallelism)."""
+    sequence parallelism), the experts split over ``etp`` ranks."""
     dense = block_cost(model, b, s, e, flash, k, tp, sp, cp)
     t = b * (s // cp)
     t = t // tp if sp else t
     fwd, bwd = moe_ops(model, t, e, expert_tokens=expert_tokens, local_experts=local_experts,
-                       sort_chunks=sort_chunks)
+                       sort_chunks=sort_chunks, etp=etp)
     received = t * model.top_k if expert_tokens is None else expert_tokens
     first_fwd = "mlp_gate_up" if model.mlp == "swiglu" else "mlp_up"
     attention = block_activation_bytes(replace(model, ffn_hidden=0), b, s, e, flash, k, tp,
                                        sp, cp)
-    return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp),
+    return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp, etp),
                      _swap_mlp(dense.forward, fwd, first_fwd),
                      _swap_mlp(dense.backward, bwd, "mlp_down.dgrad"),
-                     attention + moe_activation_bytes(model, t, e, received),
+                     attention + moe_activation_bytes(model, t, e, received, etp),
                      dense.output_bytes)
 
 

@@ -8,7 +8,10 @@ that knows Megatron's spelling: the config's fields are Megatron's argument name
 
 Megatron-LM (``megatron/training/arguments.py``, ``megatron/core/parallel_state.py``):
 the data-parallel size is what is left, ``world / (tp x pp x cp)``; ranks are ordered
-``tp-cp-ep-dp-pp`` (TP innermost), the plan's default order. The interleaved 1F1B
+``tp-cp-ep-dp-pp`` (TP innermost), the plan's default order; the routed experts have
+their own mesh over the same ranks, ``expert_tensor_parallel_size`` (default: the tensor
+size) x ``expert_model_parallel_size`` x the expert-data-parallel rest, ordered
+``tp-ep-dp-pp`` (:mod:`~simulator.strategies.parallel.plan`). The interleaved 1F1B
 schedule runs when ``virtual_pipeline_model_parallel_size`` is set, 1F1B otherwise;
 ``use_distributed_optimizer`` is ZeRO-1 (``zero1``), ``use_torch_fsdp2`` FSDP2, else
 Megatron's DDP. Megatron accumulates and reduces gradients in fp32 with bf16 weights
@@ -27,7 +30,11 @@ many, with ``\\`` continuations, ``#`` comments and shell quoting; anything befo
 * the arguments of :data:`ARGUMENT_FIELDS` -> the strategy's fields of those names,
   parsed by the field's type and validated with the rest of the strategy
   (``--tensor-model-parallel-size 8`` -> ``tensor_model_parallel_size: 8``);
-  ``--num-layers-per-virtual-pipeline-stage N`` -> ``virtual_pipeline_model_parallel_size``;
+  ``--num-layers-per-virtual-pipeline-stage N`` -> ``virtual_pipeline_model_parallel_size``
+  (the layers over ``pp x N``), ``--num-virtual-stages-per-pipeline-rank N`` -> the same
+  field, ``N`` itself; ``--pipeline-model-parallel-layout`` (a custom split, e.g.
+  ``"Et*3|(tt|)*29,t|L"``, :mod:`.megatron_layout`) gives its own virtual stages, so at
+  most one of the three is given, as Megatron-LM's ``arguments.py`` requires;
   ``--recompute-activations`` -> ``recompute_granularity: selective``;
 * ``--seq-length``, ``--micro-batch-size``, ``--global-batch-size``, ``--bf16``/``--fp16``,
   ``--use-flash-attn`` -> training fields and the global batch;
@@ -49,6 +56,7 @@ from simulator.inputs import decode_text, read_bytes
 from ..base import CommonConfig
 from ..parallel.moe import ExpertLoad
 from ..parallel.plan import ParallelPlan
+from .megatron_layout import layout_blocks
 
 if TYPE_CHECKING:      # the argument file's modules load when a file is read (start-up)
     from .pieces import ConfigPieces, Doc
@@ -56,16 +64,23 @@ if TYPE_CHECKING:      # the argument file's modules load when a file is read (s
 # short spellings people write, and what Megatron calls them
 SHORT = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
          "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
-         "ep": "expert_model_parallel_size", "sp": "sequence_parallel",
+         "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
+         "sp": "sequence_parallel",
          "dp": "(none: the data-parallel size is what is left of the GPUs)",
          "schedule": "virtual_pipeline_model_parallel_size (interleaved) or nothing (1F1B)"}
 FIELDS = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
           "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
-          "ep": "expert_model_parallel_size", "sequence_parallel": "sequence_parallel",
+          "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
+          "sequence_parallel": "sequence_parallel",
           "first_stage_layers": "decoder_first_pipeline_num_layers",
           "last_stage_layers": "decoder_last_pipeline_num_layers",
           "embedding_in_split": "account_for_embedding_in_pipeline_split",
-          "loss_in_split": "account_for_loss_in_pipeline_split"}
+          "loss_in_split": "account_for_loss_in_pipeline_split",
+          "stage_blocks": "pipeline_model_parallel_layout"}
+# the pipeline-split arguments Megatron-Core refuses beside a custom layout
+LAYOUT_EXCLUDES = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                   "account_for_embedding_in_pipeline_split",
+                   "account_for_loss_in_pipeline_split")
 CP_COMM = {"p2p": "ring", "all_gather": "allgather"}
 
 
@@ -78,6 +93,7 @@ class MegatronConfig(CommonConfig):
     virtual_pipeline_model_parallel_size: int | None = Field(None, ge=2)
     context_parallel_size: int = Field(1, ge=1)
     expert_model_parallel_size: int = Field(1, ge=1)
+    expert_tensor_parallel_size: int | None = Field(None, ge=1)   # None: tensor's (Megatron)
     sequence_parallel: bool = False
     use_distributed_optimizer: bool = False
     use_torch_fsdp2: bool = False
@@ -92,6 +108,7 @@ class MegatronConfig(CommonConfig):
     recompute_num_layers: int | None = Field(None, ge=1)
     decoder_first_pipeline_num_layers: int | None = Field(None, ge=1)
     decoder_last_pipeline_num_layers: int | None = Field(None, ge=1)
+    pipeline_model_parallel_layout: str | None = None     # "Et*3|(tt|)*29,m|L"
     moe_expert_capacity_factor: float | None = Field(None, gt=0)   # overrides the model's
     moe_load: ExpertLoad = ExpertLoad()     # clustersim's routing-imbalance knob (parallel/moe.py)
     account_for_embedding_in_pipeline_split: bool = False
@@ -123,6 +140,30 @@ class MegatronConfig(CommonConfig):
         if self.recompute_method and self.recompute_granularity != "full":
             raise ConfigError("applies to recompute_granularity: full",
                               field="strategy.recompute_method")
+        if self.pipeline_model_parallel_layout is not None:
+            self._check_layout()
+
+    def _check_layout(self) -> None:
+        """The layout read once (:mod:`.megatron_layout`), against the other pipeline-split
+        arguments as Megatron-Core checks them."""
+        given = [k for k in LAYOUT_EXCLUDES if getattr(self, k)]
+        if given:
+            raise ConfigError(f"cannot be set with {', '.join(given)} (Megatron-Core "
+                              f"refuses both)", field="strategy.pipeline_model_parallel_layout")
+        vp, _ = self.layout()
+        set_vp = self.virtual_pipeline_model_parallel_size
+        if set_vp is not None and set_vp != vp:
+            raise ConfigError(f"the layout makes {vp} virtual stages per pipeline rank, "
+                              f"virtual_pipeline_model_parallel_size says {set_vp}",
+                              field="strategy.pipeline_model_parallel_layout")
+
+    def layout(self) -> tuple[int, tuple[int, ...]]:
+        """The virtual stages and each model stage's blocks of
+        ``pipeline_model_parallel_layout`` (1 and none without one)."""
+        if self.pipeline_model_parallel_layout is None:
+            return self.virtual_pipeline_model_parallel_size or 1, ()
+        return layout_blocks(self.pipeline_model_parallel_layout,
+                             self.pipeline_model_parallel_size)
 
     def grad_reduce_bytes(self) -> int:
         if self.reduce_dtype:
@@ -146,11 +187,12 @@ class MegatronConfig(CommonConfig):
         dp = world_size // (tp * pp * cp)
         mode = ("fsdp" if self.use_torch_fsdp2 else
                 "zero1" if self.use_distributed_optimizer else "ddp")
-        vp = self.virtual_pipeline_model_parallel_size or 1
+        vp, blocks = self.layout()
         sharded = mode != "ddp"
         return ParallelPlan(
             pp=pp, tp=tp, cp=cp, dp_shard=dp if sharded else 1,
-            dp_replicate=1 if sharded else dp, ep=self.expert_model_parallel_size, vp=vp,
+            dp_replicate=1 if sharded else dp, ep=self.expert_model_parallel_size,
+            etp=self.expert_tensor_parallel_size or 0, vp=vp,
             sequence_parallel=self.sequence_parallel and tp > 1,
             schedule="interleaved_1f1b" if vp > 1 else "1f1b", dp_mode=mode,
             tp_overlap=self.tp_comm_overlap, cp_mode=CP_COMM[self.cp_comm_type],
@@ -160,7 +202,7 @@ class MegatronConfig(CommonConfig):
             first_stage_layers=self.decoder_first_pipeline_num_layers or 0,
             last_stage_layers=self.decoder_last_pipeline_num_layers or 0,
             embedding_in_split=self.account_for_embedding_in_pipeline_split,
-            loss_in_split=self.account_for_loss_in_pipeline_split)
+            loss_in_split=self.account_for_loss_in_pipeline_split, stage_blocks=blocks)
 
 
 # ------------------------------------------------------------------ the argument file
@@ -169,9 +211,12 @@ class MegatronConfig(CommonConfig):
 ARGUMENT_FIELDS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "context_parallel_size",
-    "expert_model_parallel_size", "sequence_parallel", "use_distributed_optimizer",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+    "use_distributed_optimizer",
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+    "pipeline_model_parallel_layout",
     "recompute_granularity", "recompute_method", "recompute_num_layers")
 
 
@@ -191,6 +236,7 @@ MODEL_FLAGS = {"--num-layers": "layers", "--hidden-size": "hidden",
                "--num-query-groups": "kv_heads"}
 PRECISION_FLAGS = {"--bf16": "bf16", "--fp16": "fp16"}
 VIRTUAL_STAGE_LAYERS = "--num-layers-per-virtual-pipeline-stage"
+VIRTUAL_STAGES = "--num-virtual-stages-per-pipeline-rank"
 GLOBAL_BATCH_KEY = "--global-batch-size"
 MAX_ARGS = 10_000            # a real pretrain_gpt.py command line has about 100
 
@@ -311,6 +357,8 @@ def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict)
     elif name == VIRTUAL_STAGE_LAYERS:
         out.strategy["_layers_per_virtual_stage"] = doc.integer(
             _words(name, values, int, doc), name)
+    elif name == VIRTUAL_STAGES:
+        out.strategy["_virtual_stages"] = doc.integer(_words(name, values, int, doc), name)
     elif name in TRAINING_FLAGS:
         arg = TRAINING_FLAGS[name]
         value = _words(name, values, arg.kind, doc)
@@ -332,11 +380,30 @@ def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict)
 
 def _virtual_stages(sizes: dict, out: ConfigPieces) -> None:
     """``--num-layers-per-virtual-pipeline-stage N`` as the virtual stages it makes (a
-    pipeline size below 1 is left to the config to refuse)."""
+    pipeline size below 1 is left to the config to refuse), or
+    ``--num-virtual-stages-per-pipeline-rank N`` as it says (1: none); no more than one of
+    them and ``--pipeline-model-parallel-layout``, as Megatron-LM's ``arguments.py``
+    requires (the layout gives its own)."""
     per = out.strategy.pop("_layers_per_virtual_stage", None)
+    stages = out.strategy.pop("_virtual_stages", None)
+    given = [name for name, on in ((VIRTUAL_STAGE_LAYERS, per is not None),
+                                   (VIRTUAL_STAGES, stages is not None),
+                                   (flag("pipeline_model_parallel_layout"),
+                                    "pipeline_model_parallel_layout" in out.strategy)) if on]
+    if len(given) > 1:
+        raise ConfigError(f"no more than one of {', '.join(given)} (Megatron-LM's rule)",
+                          source=out.source, field=given[-1])
+    if stages is not None and stages > 1:
+        out.strategy["virtual_pipeline_model_parallel_size"] = stages
     pp = out.strategy.get("pipeline_model_parallel_size", 1)
     if per is None or not (isinstance(pp, int) and pp >= 1):
         return
+    uneven = [flag(f) for f in ("decoder_first_pipeline_num_layers",
+                                "decoder_last_pipeline_num_layers") if f in out.strategy]
+    if uneven:
+        raise ConfigError(f"cannot size the virtual stages of an uneven split ({uneven[0]}); "
+                          f"give {VIRTUAL_STAGES} (Megatron-LM's rule)",
+                          source=out.source, field=VIRTUAL_STAGE_LAYERS)
     layers = sizes.get("layers")
     if layers is None or layers % (pp * per):
         raise ConfigError(f"needs --num-layers divisible by the pipeline size {pp} x {per}",
@@ -365,4 +432,4 @@ def _model(sizes: dict, out: ConfigPieces) -> None:
 
 
 _KNOWN = set(STRATEGY_FLAGS) | set(TRAINING_FLAGS) | set(MODEL_FLAGS) | set(PRECISION_FLAGS) | {
-    "--recompute-activations", VIRTUAL_STAGE_LAYERS, GLOBAL_BATCH_KEY}
+    "--recompute-activations", VIRTUAL_STAGE_LAYERS, VIRTUAL_STAGES, GLOBAL_BATCH_KEY}

@@ -79,10 +79,10 @@ def _split(terms: LayerTerms, tp: int, sp: bool, keep_scores: bool) -> int:
 
 def layer_saved_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,
                       sp: bool = False, cp: int = 1, ac: str = "none", flash: bool = False,
-                      moe: bool = False) -> int:
+                      moe: bool = False, etp: int = 1) -> int:
     """Bytes one layer keeps per rank between its forward and backward, for one
     micro-batch (the module doc: Table 2 of arXiv 2205.05198). ``moe``: an MoE block, whose
-    MoE half replaces the dense MLP (:func:`moe_half_bytes`)."""
+    MoE half replaces the dense MLP (:func:`moe_half_bytes`, experts split over ``etp``)."""
     s = seq_len // cp
     if check_ac(ac) == "full":
         layer_input = s * batch * model.hidden * e
@@ -92,17 +92,19 @@ def layer_saved_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp:
         return _split(layer_terms(model, batch, s, e), tp, sp, keep_scores)
     attention = _split(layer_terms(replace(model, ffn_hidden=0), batch, s, e), tp, sp,
                        keep_scores)
-    return attention + moe_half_bytes(model, batch=batch, seq_len=s, e=e, tp=tp, sp=sp)
+    return attention + moe_half_bytes(model, batch=batch, seq_len=s, e=e, tp=tp, sp=sp,
+                                      etp=etp)
 
 
 def moe_half_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,
-                   sp: bool = False) -> int:
+                   sp: bool = False, etp: int = 1) -> int:
     """What an MoE block's MoE half saves beyond its input
     (:func:`simulator.models.moe.moe_activation_bytes`: permuted tokens, expert inner
     tensors, router probabilities, indices), for the rank's tokens (``/ t`` with SP) under
-    balanced routing (``top_k`` copies of each token received back)."""
+    balanced routing (``top_k`` copies of each token received back, from each of the
+    ``etp`` ranks that split the experts, each expert ``1 / etp`` as wide)."""
     tokens = seq_len * batch // (tp if sp else 1)
-    return moe_activation_bytes(model, tokens, e, tokens * model.top_k)
+    return moe_activation_bytes(model, tokens, e, etp * tokens * model.top_k, etp)
 
 
 def layer_working_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,

@@ -35,14 +35,50 @@ ahead on stream ``dp_gather`` with no rate limiter, the pipeline's keep-until-la
 and the padding of the stage's parameters as one flat buffer; there units by wrap policy,
 FSDP1/FSDP2 shardings, prefetch options, NCCL stream order per process group, CPU offload
 and FSDP2's copy kernels.
+
+Expert parameters. When the routed experts of an MoE model have their own expert-data-
+parallel groups (:attr:`~.plan.ParallelPlan.experts_apart`: expert parallelism, or experts
+split otherwise than by ``tp``), their gradients reduce over those ``edp`` ranks and their
+optimizer state shards over them, as Megatron keeps expert parameters in buffers of their
+own reduced over its expert-data-parallel group: each rank's parameters are two
+:class:`Part` s, the dense ones (communicators ``dp``, ``shard``, ``replicate``) and the
+experts (``edp``), each with its own buckets (``expert_grads.bucket<i>``) or, under FSDP,
+its own all-gather and reduce-scatter per layer. A part of one rank reduces nothing.
+FSDP's experts shard over ``edp`` without a replicate dimension (the plan refuses HSDP
+with experts apart).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.models.moe import dense_part, expert_part
 
 from ..base import MASTER_BYTES, OPT_MOMENT_BYTES, ceil_div
 from ..ddp import assign_buckets
 from ..fsdp_units import padded_numel, shard_numel, state_bytes
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"
+
+
+@dataclass(frozen=True)
+class Part:
+    """Parameters reduced over one kind of group (see the module doc): ``layers`` each
+    chunk's layers as this part sees them (their ``params`` the part's), ``comm`` the
+    gradient communicator of the bucket modes and ``size`` its ranks; under FSDP
+    ``shard_comm`` / ``shard`` the sharding group and ``replicate`` the HSDP replicas;
+    ``prefix`` begins its collectives' names."""
+
+    prefix: str
+    comm: str
+    size: int
+    shard_comm: str
+    shard: int
+    replicate: int
+    layers: dict
+
+    @property
+    def params(self) -> int:
+        return sum(int(x.params) for ls in self.layers.values() for x in ls)
 
 
 class DataParallel:
@@ -51,40 +87,61 @@ class DataParallel:
 
     def __init__(self, b, chunk_layers: dict[int, tuple], grad_size: int, shard_size: int,
                  replicate_size: int):
-        self.b, self.mode = b, b.plan.dp_mode
-        self.d, self.shard, self.replicate = grad_size, shard_size, replicate_size
+        self.b, self.mode, plan = b, b.plan.dp_mode, b.plan
         self.wb, self.gb = b.cfg.weight_bytes(), b.cfg.grad_reduce_bytes()
         self.chunk_layers = chunk_layers
-        self.params = sum(int(x.params) for ls in chunk_layers.values() for x in ls)
+        experts = {c: tuple(expert_part(x) for x in ls) for c, ls in chunk_layers.items()}
+        apart = plan.experts_apart and any(x.params for ls in experts.values() for x in ls)
+        self.parts = [Part("", "dp", grad_size, "shard", shard_size, replicate_size,
+                           {c: tuple(dense_part(x) for x in ls) for c, ls in
+                            chunk_layers.items()} if apart else chunk_layers)]
+        if apart:
+            self.parts.append(Part("expert_", "edp", plan.edp, "edp", plan.edp, 1, experts))
+        self.params = sum(p.params for p in self.parts)
         cap = b.plan.bucket_params * self.gb
-        self.buckets = {c: assign_buckets(list(ls), self.gb, cap, cap)
-                        for c, ls in chunk_layers.items()} if self.mode != "fsdp" else {}
-        self.gathered: dict[tuple[int, int], int] = {}      # (chunk, layer) -> AG op
-        self.param_ready: dict[tuple[int, int], int] = {}   # zero1 overlapped gathers
+        self.buckets = {p.prefix: {c: assign_buckets(list(ls), self.gb, cap, cap)
+                                   for c, ls in p.layers.items()}
+                        for p in self.parts} if self.mode != "fsdp" else {}
+        self.gathered: dict[tuple[int, int], tuple] = {}    # (chunk, layer) -> AG ops
+        # zero1 overlapped gathers: (chunk, layer) -> part -> the last bucket gather of it
+        self.param_ready: dict[tuple[int, int], dict[str, int]] = {}
         self.grads_held: set[tuple[int, int]] = set()       # FSDP unsharded gradients
 
     # ------------------------------------------------------------------ sizes
-    def sharded(self, n: int) -> int:
-        return ceil_div(n, self.shard if self.mode == "fsdp" else self.d)
+    def _reducing(self) -> list[Part]:
+        """The parts reduced over more than one rank (bucket modes)."""
+        return [p for p in self.parts if p.size > 1]
+
+    def _sharding(self) -> list[Part]:
+        """The parts FSDP shards over more than one rank."""
+        return [p for p in self.parts if p.shard > 1]
+
+    def _sharded(self, part: Part) -> int:
+        """A rank's share of ``part``'s parameters: over its FSDP shard, else its group."""
+        return ceil_div(part.params, part.shard if self.mode == "fsdp" else part.size)
 
     def optimizer_params(self) -> int:
-        return self.params if self.mode == "ddp" else self.sharded(self.params)
+        if self.mode == "ddp":
+            return self.params
+        return sum(self._sharded(p) for p in self.parts)
 
     def static_bytes(self) -> int:
-        P, state = self.params, MASTER_BYTES + OPT_MOMENT_BYTES[self.b.cfg.optimizer]
-        if self.d == 1 and self.mode != "fsdp":
-            return P * (self.wb + self.gb + state)
-        if self.mode == "ddp":
+        return sum(self._static(p) for p in self.parts)
+
+    def _static(self, part: Part) -> int:
+        P, state = part.params, MASTER_BYTES + OPT_MOMENT_BYTES[self.b.cfg.optimizer]
+        if self.mode == "ddp" or (part.size == 1 and self.mode != "fsdp"):
             return P * (self.wb + self.gb + state)
         if self.mode == "zero1":
-            return P * (self.wb + self.gb) + self.sharded(P) * state
+            return P * (self.wb + self.gb) + self._sharded(part) * state
         if self.mode == "zero2":
-            return P * self.wb + self.sharded(P) * (self.gb + state)
-        return state_bytes(self.sharded(P), self.b.cfg.optimizer)
+            return P * self.wb + self._sharded(part) * (self.gb + state)
+        return state_bytes(self._sharded(part), self.b.cfg.optimizer)
 
     @property
     def active(self) -> bool:
-        return self.d > 1 or (self.mode == "fsdp" and self.replicate > 1)
+        return any(p.size > 1 or (self.mode == "fsdp" and p.replicate > 1)
+                   for p in self.parts)
 
     # ------------------------------------------------------------------ forward
     def before_forward(self, chunk: int, li: int, layer, micro: int, first: bool,
@@ -95,41 +152,48 @@ class DataParallel:
         if not self.active or not layer.params:
             return ()
         key = (chunk, li)
-        if self.mode == "zero1" and self.b.plan.overlap_param_gather and self.d > 1:
-            return (self.param_ready.get(key),) if first else ()
-        if self.mode != "fsdp" or self.shard == 1:
+        if self.mode == "zero1" and self.b.plan.overlap_param_gather and self._reducing():
+            return tuple(self.param_ready.get(key, {}).values()) if first else ()
+        if self.mode != "fsdp" or not self._sharding():
             return ()
         if key not in self.gathered:
-            size = self._gathered(layer)
-            self.gathered[key] = self.b.collective(
-                "all_gather", GATHER_STREAM, "shard", size, (after,), f"params.{layer.name}",
-                "forward", micro, layer=layer.name, mem_alloc_bytes=size)
-        return (self.gathered[key],)
+            ops = []
+            for part in self._sharding():
+                size = self._gathered(part, chunk, li)
+                if size:
+                    ops.append(self.b.collective(
+                        "all_gather", GATHER_STREAM, part.shard_comm, size, (after,),
+                        f"{part.prefix}params.{layer.name}", "forward", micro,
+                        layer=layer.name, mem_alloc_bytes=size))
+            self.gathered[key] = tuple(ops)
+        return self.gathered[key]
 
     def after_forward(self, chunk: int, li: int, layer, last_op: int) -> None:
         """FSDP without pipelining reshards a block after its forward."""
         if self._reshards(layer) and (chunk, li) in self.gathered:
             del self.gathered[(chunk, li)]
-            self.b.ol.free(last_op, self._gathered(layer))
+            self.b.ol.free(last_op, self._all_gathered(chunk, li))
 
     def _reshards(self, layer) -> bool:
-        return (self.mode == "fsdp" and self.shard > 1 and self.b.plan.pp == 1
+        return (self.mode == "fsdp" and bool(self._sharding()) and self.b.plan.pp == 1
                 and layer.kind not in ("embedding", "head"))
 
     def start_params(self) -> None:
         """zero1 with ``overlap_param_gather``: the previous step's parameter all-gathers,
         one per bucket, issued at the start of the step in forward order."""
-        if not (self.mode == "zero1" and self.b.plan.overlap_param_gather and self.d > 1):
+        if not (self.mode == "zero1" and self.b.plan.overlap_param_gather):
             return
-        for c, buckets in sorted(self.buckets.items()):
+        for c in sorted(self.chunk_layers):
             names = [x.name for x in self.chunk_layers[c]]
-            for bk in reversed(buckets):
-                op = self.b.collective("all_gather", GATHER_STREAM, "dp",
-                                       bk.size_bytes // self.gb * self.wb, (),
-                                       f"params.bucket{bk.index}", "forward", 0,
-                                       attrs={"chunk": c})
-                for name in bk.layers:
-                    self.param_ready[(c, names.index(name))] = op
+            for part in self._reducing():
+                for bk in reversed(self.buckets[part.prefix][c]):
+                    op = self.b.collective("all_gather", GATHER_STREAM, part.comm,
+                                           bk.size_bytes // self.gb * self.wb, (),
+                                           f"{part.prefix}params.bucket{bk.index}",
+                                           "forward", 0, attrs={"chunk": c})
+                    for name in bk.layers:
+                        self.param_ready.setdefault((c, names.index(name)), {})[
+                            part.prefix] = op
 
     # ------------------------------------------------------------------ backward
     def before_backward(self, chunk: int, li: int, layer, micro: int,
@@ -143,14 +207,17 @@ class DataParallel:
         accumulate into their static buffer): on its first backward since its last
         reduce-scatter (under a pipeline the gradient accumulates in place over the
         micro-batches)."""
-        if self.mode != "fsdp" or self.shard == 1 or (chunk, li) in self.grads_held:
+        if self.mode != "fsdp" or not self._sharding() or (chunk, li) in self.grads_held:
             return 0
         self.grads_held.add((chunk, li))
-        return self._gathered(layer)
+        return self._all_gathered(chunk, li)
 
-    def _gathered(self, layer) -> int:
-        """Bytes of a layer's gathered parameters, and of its unsharded gradient."""
-        return padded_numel(int(layer.params), self.shard) * self.wb
+    def _gathered(self, part: Part, chunk: int, li: int) -> int:
+        """Bytes of ``part``'s share of a layer gathered, and of its unsharded gradient."""
+        return padded_numel(int(part.layers[chunk][li].params), part.shard) * self.wb
+
+    def _all_gathered(self, chunk: int, li: int) -> int:
+        return sum(self._gathered(p, chunk, li) for p in self._sharding())
 
     def after_backward(self, chunk: int, li: int, layer, last_op: int, micro: int,
                        last_micro: bool) -> None:
@@ -162,60 +229,69 @@ class DataParallel:
             return
         overlap = self.b.plan.overlap_grad_reduce
         if (self.mode == "zero2") or (last_micro and overlap):
-            for bk in self.buckets[chunk]:
-                if bk.ready_layer == li:
-                    self._reduce_bucket(bk, last_op, micro, chunk)
+            for part in self._reducing():
+                for bk in self.buckets[part.prefix][chunk]:
+                    if bk.ready_layer == li:
+                        self._reduce_bucket(part, bk, last_op, micro, chunk)
 
-    def _reduce_bucket(self, bk, dep: int, micro: int, chunk: int) -> int:
+    def _reduce_bucket(self, part: Part, bk, dep: int, micro: int, chunk: int) -> int:
         kind = "all_reduce" if self.mode == "ddp" else "reduce_scatter"
-        return self.b.collective(kind, GRAD_STREAM, "dp", bk.size_bytes, (dep,),
-                                 f"grads.bucket{bk.index}", "backward", micro,
+        return self.b.collective(kind, GRAD_STREAM, part.comm, bk.size_bytes, (dep,),
+                                 f"{part.prefix}grads.bucket{bk.index}", "backward", micro,
                                  attrs={"chunk": chunk, "layers": list(bk.layers)})
 
     def _fsdp_reduce(self, chunk, li, layer, last_op, micro, last_micro) -> None:
         if not layer.params:
             return
         key = (chunk, li)
-        gathered = self._gathered(layer)
         pipelined = self.b.plan.pp > 1
         if key in self.gathered and (self._reshards(layer) or (pipelined and last_micro)):
             del self.gathered[key]
-            self.b.ol.free(last_op, gathered)
+            self.b.ol.free(last_op, self._all_gathered(chunk, li))
         if pipelined and not last_micro:
             return
-        grad = gathered if key in self.grads_held else 0
+        held = key in self.grads_held
         self.grads_held.discard(key)
-        last = last_op
-        if self.shard > 1:
-            last = self.b.collective("reduce_scatter", GRAD_STREAM, "shard",
-                                     padded_numel(int(layer.params), self.shard) * self.gb,
-                                     (last_op,), f"grads.{layer.name}", "backward", micro,
-                                     layer=layer.name, mem_free_bytes=grad)
-        if self.replicate > 1:
-            self.b.collective("all_reduce", GRAD_STREAM, "replicate",
-                              shard_numel(int(layer.params), self.shard) * self.gb, (last,),
-                              f"grads.{layer.name}", "backward", micro, layer=layer.name)
+        for part in self.parts:
+            params = int(part.layers[chunk][li].params)
+            if not params:
+                continue
+            last = last_op
+            if part.shard > 1:
+                last = self.b.collective("reduce_scatter", GRAD_STREAM, part.shard_comm,
+                                         padded_numel(params, part.shard) * self.gb,
+                                         (last_op,), f"{part.prefix}grads.{layer.name}",
+                                         "backward", micro, layer=layer.name,
+                                         mem_free_bytes=self._gathered(part, chunk, li)
+                                         if held else 0)
+            if part.replicate > 1:
+                self.b.collective("all_reduce", GRAD_STREAM, "replicate",
+                                  shard_numel(params, part.shard) * self.gb, (last,),
+                                  f"{part.prefix}grads.{layer.name}", "backward", micro,
+                                  layer=layer.name)
 
     # ------------------------------------------------------------------ step end
     def finish(self, last_compute: int | None, micro: int) -> list[int]:
         """Reductions not yet issued (no overlap), in bucket order: the ops the optimizer
         waits for."""
         if self.active and self.mode in ("ddp", "zero1") and not self.b.plan.overlap_grad_reduce:
-            for c, buckets in sorted(self.buckets.items()):
-                for bk in buckets:
-                    self._reduce_bucket(bk, last_compute, micro, c)
+            for c in sorted(self.chunk_layers):
+                for part in self._reducing():
+                    for bk in self.buckets[part.prefix][c]:
+                        self._reduce_bucket(part, bk, last_compute, micro, c)
         return [self.b.ol.last_on(GRAD_STREAM)]
 
     def after_optimizer(self, opt_op: int, micro: int) -> None:
         """zero1/zero2 all-gather the updated weights (zero1 with ``overlap_param_gather``
         did so at the start of the step)."""
-        if self.d == 1 or self.mode not in ("zero1", "zero2"):
+        if self.mode not in ("zero1", "zero2"):
             return
         if self.mode == "zero1" and self.b.plan.overlap_param_gather:
             return
-        for c, buckets in sorted(self.buckets.items()):
-            for bk in reversed(buckets):
-                self.b.collective("all_gather", GATHER_STREAM, "dp",
-                                  bk.size_bytes // self.gb * self.wb, (opt_op,),
-                                  f"params.bucket{bk.index}", "optimizer", micro,
-                                  attrs={"chunk": c})
+        for c in sorted(self.chunk_layers):
+            for part in self._reducing():
+                for bk in reversed(self.buckets[part.prefix][c]):
+                    self.b.collective("all_gather", GATHER_STREAM, part.comm,
+                                      bk.size_bytes // self.gb * self.wb, (opt_op,),
+                                      f"{part.prefix}params.bucket{bk.index}", "optimizer",
+                                      micro, attrs={"chunk": c})

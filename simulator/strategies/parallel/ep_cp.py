@@ -2,12 +2,14 @@
 
 :func:`planned_layers` turns the rank's TP/SP/CP-sharded layer costs into the ones EP and
 CP run: each MoE block becomes the busiest EP rank's (:func:`.moe.ep_block_cost`: ``E / ep``
-experts over the most token copies an EP rank keeps, :mod:`.moe`), and with ring attention
-each block's attention is cut into ``cp`` steps (:func:`.context.ring_slices`). The blocks
-carry the bytes their EP/CP traffic moves (:class:`CommLayerCost`), so the hook factories of
-:data:`HOOK_FACTORIES` (the generator's ``HOOKS``) need nothing but the class's builder:
-:class:`.moe.EPHooks` issues the all-to-alls on the stage's EP communicator (stream
-``ep``), :class:`.context.CPHooks` the K/V exchanges on its CP communicator (stream ``cp``).
+experts, ``1 / etp`` of each, over the most token copies an EP rank keeps times ``etp``,
+:mod:`.moe`), and with ring attention each block's attention is cut into ``cp`` steps
+(:func:`.context.ring_slices`). The blocks carry the bytes their EP/CP traffic moves
+(:class:`CommLayerCost`), so the hook factories of :data:`HOOK_FACTORIES` (the generator's
+``HOOKS``) need nothing but the class's builder: :class:`.moe.EPHooks` issues the
+all-to-alls on the stage's EP communicator and the expert-TP all-gathers and
+reduce-scatters on its ``etp`` one (stream ``ep``), :class:`.context.CPHooks` the K/V
+exchanges on its CP communicator (stream ``cp``).
 
 The strategy's ``moe_load`` (:class:`.moe.ExpertLoad`; balanced when absent) and
 ``moe_expert_capacity_factor`` (Megatron-LM's override of the model's capacity factor) set
@@ -35,9 +37,10 @@ EP_STREAM = "ep"
 
 @dataclass(frozen=True)
 class CommLayerCost(LayerCost):
-    """A block with the nccl-tests sizes of its EP collectives (``ep_sizes``,
-    :class:`.moe.EpSizes`) and the bytes of its CP K/V exchange (``kv_block_bytes``: the
-    rank's K/V; ``kv_gather_bytes``: the all-gather of the whole sequence's)."""
+    """A block with the nccl-tests sizes of its EP and expert-TP collectives
+    (``ep_sizes``, :class:`.moe.EpSizes`) and the bytes of its CP K/V exchange
+    (``kv_block_bytes``: the rank's K/V; ``kv_gather_bytes``: the all-gather of the whole
+    sequence's)."""
 
     ep_sizes: EpSizes | None = None
     kv_block_bytes: int = 0
@@ -45,7 +48,8 @@ class CommLayerCost(LayerCost):
 
 
 class _EpBlock(NamedTuple):
-    """The busiest EP rank's MoE block and the nccl-tests sizes of its EP collectives."""
+    """The busiest EP rank's MoE block and the nccl-tests sizes of its EP and expert-TP
+    collectives."""
 
     cost: LayerCost
     sizes: EpSizes
@@ -60,15 +64,17 @@ def moe_tokens(plan: ParallelPlan, micro_batch: int, seq_len: int) -> int:
 
 def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan, cfg, *,
                    seq_len: int, flash: bool, autocast: bool = False) -> list[LayerCost]:
-    """``layers`` (the generator's :func:`~.generate.parallel_layers`) as EP and CP run
-    them (see the module doc); unchanged without ``ep`` or ``cp`` above 1.
+    """``layers`` (the generator's :func:`~.generate.parallel_layers`) as EP, expert TP
+    and CP run them (see the module doc); unchanged without ``ep``, ``etp`` or ``cp``
+    above 1.
 
     Raises
     ------
     ConfigError
         Ring attention without flash attention (it needs the fused kernel).
     """
-    if plan.ep == 1 and plan.cp == 1:
+    split = model.is_moe and (plan.ep > 1 or plan.expert_tp > 1)
+    if not split and plan.cp == 1:
         return layers
     if plan.cp > 1 and plan.cp_mode == "ring" and not flash:
         raise ConfigError("ring attention (context parallelism) runs the fused attention "
@@ -81,14 +87,15 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
         extra = {"kv_block_bytes": kv_block_bytes(model, b, seq_len, plan.cp, e, tp),
                  "kv_gather_bytes": allgather_size_bytes(model, b, seq_len, e, tp)}
     moe = None
-    if plan.ep > 1 and model.is_moe:
+    if split:
         if getattr(cfg, "moe_expert_capacity_factor", None) is not None:
             model = replace(model, capacity_factor=cfg.moe_expert_capacity_factor)
         loads = ep_loads(model, moe_tokens(plan, b, seq_len), plan.ep,
                          getattr(cfg, "moe_load", None))
+        etp = plan.expert_tp
         moe = _EpBlock(cost=ep_block_cost(model, b, seq_len, e, flash, loads, plan.ep, k, tp,
-                                          sp, plan.cp),
-                       sizes=ep_sizes(model, loads, e))
+                                          sp, plan.cp, etp),
+                       sizes=ep_sizes(model, loads, e, etp))
     return [_planned(layer, moe, plan, extra) for layer in layers]
 
 
@@ -115,10 +122,13 @@ class _PerLayer:
         self.layer = ""
         self.carry: list[int] = []     # what the previous layer's hook left pending
 
-    def issue(self, kind: str, size: int, deps, name: str, phase: str) -> int:
+    def issue(self, kind: str, size: int, deps, name: str, phase: str,
+              comm: str | None = None) -> int:
+        """A collective on ``stream`` and the stage's communicator ``comm`` (default: the
+        one named as the stream)."""
         b = self.builder
-        return b.collective(kind, self.stream, self.stream, size, deps, name, phase, b.micro,
-                            layer=self.layer)
+        return b.collective(kind, self.stream, comm or self.stream, size, deps, name, phase,
+                            b.micro, layer=self.layer)
 
     def last_compute(self) -> int | None:
         return self.builder.ol.last_on("compute")
@@ -144,8 +154,9 @@ class _PerLayer:
 
 
 def ep_hooks(builder) -> _PerLayer | None:
-    """The EP all-to-alls of a stage class (none without expert parallelism)."""
-    if builder.plan.ep == 1:
+    """The EP all-to-alls and expert-TP collectives of a stage class (none without expert
+    parallelism or expert tensor parallelism)."""
+    if builder.plan.ep == 1 and builder.plan.expert_tp == 1:
         return None
     hooks = _PerLayer(builder, EP_STREAM, lambda layer: EPHooks(
         hooks.issue, hooks.last_compute, size_bytes=layer.ep_sizes)

@@ -55,7 +55,7 @@ from .stages import Chunk, chunks, neighbour
 from .tp import STREAM, TPHooks
 
 COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
-             "cp": "cp", "ep": "ep"}
+             "cp": "cp", "ep": "ep", "etp": "etp", "edp": "edp"}
 HOOKS: dict[str, Callable] = dict(HOOK_FACTORIES)      # EP all-to-alls, CP K/V exchanges
 
 

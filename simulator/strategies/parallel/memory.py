@@ -14,8 +14,10 @@ embedding on the first stage and the head on the last (a tied embedding keeps a 
 when ``pp > 1``, as Megatron does), and what :data:`SHARDED` says each ``dp_mode`` splits over
 the ``dp_shard x cp`` ranks (Megatron's distributed optimizer and torchtitan's FSDP both
 shard over data x context parallel ranks). An MoE block's routed experts split over ``ep``
-(:func:`block_params_per_rank`) and shard over their own data-parallel group, ``dp_shard x
-cp / ep`` ranks.
+and each over ``etp`` (:func:`block_params_per_rank`), and shard over their own
+expert-data-parallel group, ``edp = tp cp dp / (etp ep)`` ranks (``dp_shard x cp / ep``
+when ``etp = tp``) less the ``dp_replicate`` replicas, as the dense parameters shard over
+``dp_shard x cp``.
 
 Activations (:mod:`.activation_memory`): one layer's saved bytes per micro-batch, times the
 layers of a model chunk, times the (micro-batch, chunk) activations the schedule keeps at
@@ -76,15 +78,16 @@ class RankMemory:
         return self.state_bytes + self.activations_bytes + self.working_bytes
 
 
-def block_params_per_rank(model: ModelSpec, tp: int, ep: int = 1, index: int = 0) -> int:
+def block_params_per_rank(model: ModelSpec, tp: int, ep: int = 1, index: int = 0,
+                          etp: int | None = None) -> int:
     """Block ``index``'s parameters on one rank of its TP (and, for an MoE block, EP)
     group: :func:`~simulator.models.transformer.block_params` (Megatron's column/row
-    split); an MoE block's routed experts split over ``ep`` (each whole on its rank, as
-    :mod:`simulator.models.moe` runs them), its shared experts, router and attention
-    whole on the EP ranks."""
+    split); an MoE block's routed experts split over ``ep`` and each over ``etp`` ranks
+    (default ``tp``, Megatron-Core's), its shared experts, router and attention whole on
+    the EP ranks."""
     if not is_moe_layer(model, index):
         return block_params(model, tp)
-    return moe_block_params(model, model.num_experts // ep, tp)
+    return moe_block_params(model, model.num_experts // ep, tp, etp or tp)
 
 
 def _stage_blocks(model: ModelSpec, plan, stage: int) -> list[int]:
@@ -109,7 +112,7 @@ def head_rank(plan) -> int:
 def stage_params(model: ModelSpec, plan, stage: int) -> int:
     """Parameters on one rank of ``stage`` (before data-parallel sharding)."""
     tp = plan.tp
-    n = sum(block_params_per_rank(model, tp, plan.ep, i)
+    n = sum(block_params_per_rank(model, tp, plan.ep, i, plan.expert_tp)
             for i in _stage_blocks(model, plan, stage))
     if stage == 0:
         n += embed_params(model, tp)
@@ -156,8 +159,8 @@ def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> _State:
     e = precision_bytes(storage_dtype(precision))
     per = {"params": e, "grads": precision_bytes(grad_dtype),
            "optimizer": (MASTER_BYTES if e < MASTER_BYTES else 0) + OPT_MOMENT_BYTES[optimizer]}
-    # experts shard over their own data-parallel group: dp_shard x cp / ep ranks
-    shards = (plan.dp_shard * plan.cp, max(1, plan.dp_shard * plan.cp // plan.ep))
+    # experts shard over their own data-parallel group, edp ranks (less the replicas)
+    shards = (plan.dp_shard * plan.cp, max(1, plan.edp // plan.dp_replicate))
     out = {}
     for part, nbytes in per.items():
         split = part in SHARDED[plan.dp_mode]
@@ -171,8 +174,8 @@ def _stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
     if not model.is_moe:
         return 0
     local = model.num_experts // plan.ep
-    return sum(local * moe_expert_params(model) for i in _stage_blocks(model, plan, stage)
-               if is_moe_layer(model, i))
+    return sum(local * moe_expert_params(model) // plan.expert_tp
+               for i in _stage_blocks(model, plan, stage) if is_moe_layer(model, i))
 
 
 def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> _Activations:
@@ -180,7 +183,8 @@ def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> _Activation
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     kinds = Counter(is_moe_layer(model, i) for i in _stage_blocks(model, plan, stage))
     stage_bytes = sum(n * am.layer_saved_bytes(model, batch=b, seq_len=s, e=e, ac=ac,
-                                               flash=flash, moe=moe, **par)
+                                               flash=flash, moe=moe, etp=plan.expert_tp,
+                                               **par)
                       for moe, n in kinds.items())
     layers = round(held * stage_bytes / plan.vp)      # one chunk's layers per activation
     extra = 0
@@ -196,7 +200,7 @@ def _working(model, plan, *, b, s, e, ac, flash, grad_dtype) -> int:
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     working = am.layer_working_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash, **par)
     if plan.dp_mode == "fsdp":
-        unit = max(block_params_per_rank(model, plan.tp, plan.ep, i)
+        unit = max(block_params_per_rank(model, plan.tp, plan.ep, i, plan.expert_tp)
                    for i in range(model.layers))
         working += unit * (2 * e + precision_bytes(grad_dtype))
     return working

@@ -26,6 +26,16 @@ and micro-batch: dispatch and combine forward, their gradients backward; beside 
 Megatron-LM's all-to-all dispatcher runs them (:data:`EP_COLLECTIVES`), the all-gather of
 each rank's tokens per expert (``ep E`` int64) before the dispatch and the all-to-all of
 the permuted router probabilities (``T_max`` fp32) after it, and its gradient backward.
+
+Expert tensor parallelism (``etp`` ranks split each expert, Megatron-Core's
+``expert_tensor_parallel_size``; :mod:`.plan` lays out the groups): after the dispatch
+each rank all-gathers over its expert-tensor-parallel group the copies its ``etp`` peers
+received (``etp T_max h e`` bytes gathered), runs its ``1 / etp`` slice of its experts on
+all of them, and reduce-scatters the outputs back before the combine
+(``MoEAlltoAllTokenDispatcher``: ``gather_from_sequence_parallel_region`` before the sort
+and ``reduce_scatter_to_sequence_parallel_region`` before the unsort, on the expert-tensor
+group); backward mirrors it. Each rank routes its own tokens (``b s / (cp tp)`` with
+sequence parallelism).
 """
 
 from __future__ import annotations
@@ -45,25 +55,39 @@ from simulator.models.spec import ModelSpec
 from ..base import OpHooks
 
 DISTRIBUTIONS = ("balanced", "zipf", "measured")
-# The EP collectives of one MoE block, in issue order, as Megatron-LM's all-to-all token
-# dispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs them: (phase, the
-# kernels it precedes (a name containing one: an FP8 cast of a GEMM's input too), its name,
-# the collective, which size). ``counts``: ``preprocess`` all-gathers each rank's tokens
-# per expert over the EP group (the all-to-all's split sizes; the permute does not wait
-# for it, the dispatch does); ``tokens``: the dispatched token copies (and their
-# gradients); ``probs``: the permuted fp32 router probabilities, a second all-to-all after
-# the tokens (``dispatch_all_to_all``), and their gradients back.
+# The EP and expert-TP collectives of one MoE block, in issue order, as Megatron-LM's
+# all-to-all token dispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs
+# them: (phase, the kernels it precedes (a name containing one: an FP8 cast of a GEMM's
+# input too), its name, the collective, which size of :class:`EpSizes`, the communicator).
+# ``counts``: ``preprocess`` all-gathers each rank's tokens per expert over the EP group
+# (the all-to-all's split sizes; the permute does not wait for it, the dispatch does);
+# ``tokens``: the dispatched token copies (and their gradients); ``probs``: the permuted
+# fp32 router probabilities, a second all-to-all after the tokens
+# (``dispatch_all_to_all``), and their gradients back; ``etp``: the expert-tensor group's
+# all-gather of its peers' copies after the dispatch and reduce-scatter before the
+# combine, mirrored backward.
 EP_COLLECTIVES = (
-    ("forward", ("moe_permute",), "moe_token_counts", "all_gather", "counts"),
-    ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_dispatch", "all_to_all", "tokens"),
+    ("forward", ("moe_permute",), "moe_token_counts", "all_gather", "counts", "ep"),
+    ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_dispatch", "all_to_all", "tokens",
+     "ep"),
     ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_dispatch_probs", "all_to_all",
-     "probs"),
-    ("forward", ("moe_unpermute",), "moe_combine", "all_to_all", "tokens"),
+     "probs", "ep"),
+    ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_expert_gather", "all_gather", "etp",
+     "etp"),
+    ("forward", ("moe_unsort_chunks", "moe_unpermute"), "moe_expert_scatter",
+     "reduce_scatter", "etp", "etp"),
+    ("forward", ("moe_unpermute",), "moe_combine", "all_to_all", "tokens", "ep"),
     ("backward", ("moe_unsort_chunks.bwd", "moe_expert_down.dgrad"), "moe_combine.bwd",
-     "all_to_all", "tokens"),
-    ("backward", ("moe_permute.bwd",), "moe_dispatch.bwd", "all_to_all", "tokens"),
-    ("backward", ("moe_permute.bwd",), "moe_dispatch_probs.bwd", "all_to_all", "probs"))
-WAITS_FOR = {"tokens", "probs"}       # the kernel after it waits (not for ``counts``)
+     "all_to_all", "tokens", "ep"),
+    ("backward", ("moe_expert_down.dgrad",), "moe_expert_scatter.bwd", "all_gather", "etp",
+     "etp"),
+    ("backward", ("moe_permute.bwd",), "moe_expert_gather.bwd", "reduce_scatter", "etp",
+     "etp"),
+    ("backward", ("moe_permute.bwd",), "moe_dispatch.bwd", "all_to_all", "tokens", "ep"),
+    ("backward", ("moe_permute.bwd",), "moe_dispatch_probs.bwd", "all_to_all", "probs",
+     "ep"))
+WAITS_FOR = {"tokens", "probs", "etp"}    # the kernel after it waits (not for ``counts``)
+CARRIES_TOKENS = {"tokens", "etp"}        # the token copies themselves, one after the other
 
 
 class ExpertLoad(BaseModel):
@@ -165,46 +189,62 @@ def all_to_all_size_bytes(model: ModelSpec, loads: EpLoad, e: int) -> int:
     return math.ceil(loads.slowest - 1e-9) * model.hidden * e
 
 
+def expert_gather_size_bytes(model: ModelSpec, loads: EpLoad, e: int, etp: int) -> int:
+    """nccl-tests size of each expert-tensor-parallel all-gather (and reduce-scatter): the
+    ``etp`` peers' copies, ``etp T_max h e``."""
+    return etp * all_to_all_size_bytes(model, loads, e)
+
+
 def ep_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool, loads: EpLoad,
                   ep: int, k: int | None = None, tp: int = 1, sp: bool = False,
-                  cp: int = 1) -> LayerCost:
-    """The MoE block of the busiest EP rank: ``E / ep`` experts over ``T_max`` copies,
-    sorted by local expert after the dispatch and back before the combine when the rank
-    holds more than one (:func:`simulator.models.moe.sort_chunks_ops`)."""
+                  cp: int = 1, etp: int = 1) -> LayerCost:
+    """The MoE block of the busiest EP rank: ``E / ep`` experts, each split over ``etp``
+    ranks, over the ``etp T_max`` copies its expert-tensor group gathered, sorted by local
+    expert after the dispatch and back before the combine when the rank holds more than
+    one (:func:`simulator.models.moe.sort_chunks_ops`)."""
     local = model.num_experts // ep
-    return moe_block_cost(model, b, s, e, flash, k, tp, sp, cp, expert_tokens=loads.slowest,
-                          local_experts=local, sort_chunks=ep > 1 and local > 1)
+    return moe_block_cost(model, b, s, e, flash, k, tp, sp, cp,
+                          expert_tokens=etp * loads.slowest, local_experts=local,
+                          sort_chunks=ep > 1 and local > 1, etp=etp)
 
 
 @dataclass(frozen=True)
 class EpSizes:
-    """nccl-tests sizes of one MoE block's EP collectives (:data:`EP_COLLECTIVES`)."""
+    """nccl-tests sizes of one MoE block's EP and expert-TP collectives
+    (:data:`EP_COLLECTIVES`; 0 leaves a collective out)."""
 
-    tokens: int               # each token all-to-all: ``T_max h e``
+    tokens: int = 0           # each token all-to-all: ``T_max h e``
     probs: int = 0            # the probabilities' all-to-all: ``T_max`` fp32
     counts: int = 0           # the all-gather of tokens per expert: ``ep E`` int64
+    etp: int = 0              # each expert-TP all-gather / reduce-scatter: ``etp T_max h e``
 
 
-def ep_sizes(model: ModelSpec, loads: EpLoad, e: int) -> EpSizes:
-    """The sizes of :class:`EpSizes` for ``loads`` (``ep`` = its ranks)."""
+def ep_sizes(model: ModelSpec, loads: EpLoad, e: int, etp: int = 1) -> EpSizes:
+    """The sizes of :class:`EpSizes` for ``loads`` (``ep`` = its ranks; none of the EP
+    collectives when that is 1) and ``etp`` expert-TP ranks (none when 1)."""
+    ep = len(loads.per_rank)
     copies = math.ceil(loads.slowest - 1e-9)
+    gather = expert_gather_size_bytes(model, loads, e, etp) if etp > 1 else 0
+    if ep == 1:
+        return EpSizes(etp=gather)
     return EpSizes(tokens=all_to_all_size_bytes(model, loads, e), probs=copies * PROB_BYTES,
-                   counts=len(loads.per_rank) * model.num_experts * ID_BYTES)
+                   counts=ep * model.num_experts * ID_BYTES, etp=gather)
 
 
 class EPHooks(OpHooks):
-    """Issues one rank class's EP collectives (:data:`EP_COLLECTIVES`) before the kernels
-    they feed, on stream ``ep``; the kernel waits for the all-to-alls (Megatron-LM without
-    communication overlap: the expert GEMMs wait for their tokens, the unpermute for the
-    combine). ``issue(kind, size_bytes, deps, name, phase)`` adds a collective on the EP
-    group and returns its op id; ``last_compute()`` the latest compute op (its input).
-    ``size_bytes``: an int (every collective of that size, the old single-size form) or
-    :class:`EpSizes` (a size of 0 leaves that collective out)."""
+    """Issues one rank class's EP and expert-TP collectives (:data:`EP_COLLECTIVES`) before
+    the kernels they feed, on stream ``ep``; the kernel waits for the ones that bring it
+    tokens or probabilities (Megatron-LM without communication overlap: the expert GEMMs
+    wait for their tokens, the unpermute for the combine). Collectives that carry the
+    token copies follow one another within one gap between kernels (the expert-TP gather
+    sends what the dispatch received); the kernel waits for the last of them.
+    ``issue(kind, size_bytes, deps, name, phase, comm)`` adds a collective on the
+    communicator ``comm`` (``ep`` or ``etp``) and returns its op id; ``last_compute()`` the
+    latest compute op (its input). ``size_bytes``: :class:`EpSizes`."""
 
-    def __init__(self, issue, last_compute, *, size_bytes):
+    def __init__(self, issue, last_compute, *, size_bytes: EpSizes):
         self.issue, self.last_compute = issue, last_compute
-        self.sizes = size_bytes if isinstance(size_bytes, EpSizes) else EpSizes(
-            tokens=size_bytes, probs=0, counts=0)
+        self.sizes = size_bytes
         self.done: set[tuple[str, str]] = set()     # collectives of the current pass issued
 
     def start_layer(self, layer) -> None:
@@ -212,14 +252,20 @@ class EPHooks(OpHooks):
 
     def before(self, cost, phase: str) -> tuple:
         phase_of = "forward" if phase == "recompute" else phase
-        waits = []
-        for p, feeds, name, kind, which in EP_COLLECTIVES:
+        waits, carrier = [], None
+        for p, feeds, name, kind, which, comm in EP_COLLECTIVES:
             size = getattr(self.sizes, which)
             if p != phase_of or (phase, name) in self.done or not size \
                     or not any(f in cost.name for f in feeds):
                 continue
             self.done.add((phase, name))
-            op = self.issue(kind, size, (self.last_compute(),), f"{name}.{cost.name}", phase)
+            chained = which in CARRIES_TOKENS and carrier is not None
+            deps = (carrier,) if chained else (self.last_compute(),)
+            op = self.issue(kind, size, deps, f"{name}.{cost.name}", phase, comm)
+            if chained:
+                waits.remove(carrier)
+            if which in CARRIES_TOKENS:
+                carrier = op
             if which in WAITS_FOR:
                 waits.append(op)
         return tuple(waits)

@@ -10,10 +10,19 @@ fastest-varying): with the default order ``(pp, dp_replicate, dp_shard, cp, tp)`
 per node) and the pipeline stages are the slowest-varying coordinate, as Megatron-LM's
 ``RankGenerator`` orders them with ``order="tp-cp-ep-dp-pp"`` (innermost first there).
 
-Expert parallelism is carved out of the ``dp_replicate x dp_shard x cp`` ranks of one
-(pp, tp) coordinate: an EP group is ``ep`` consecutive ranks of that data-parallel set
-(Megatron's expert-data-parallel layout). ``ep`` is not a mesh dimension and does not enter
-:attr:`ParallelPlan.size`.
+The routed experts of an MoE model have a mesh of their own over the same ranks, as
+Megatron-Core lays it out (``parallel_state.initialize_model_parallel``: an expert
+``RankGenerator`` of order ``tp-ep-dp-pp``): the ``tp x cp x dp`` ranks of one pipeline
+stage, ``tp`` fastest and then the data-parallel and context-parallel coordinates in the
+plan's order, are cut into expert-tensor groups of ``etp`` consecutive ranks (``etp``
+defaults to ``tp``, as Megatron-Core's ``expert_tensor_parallel_size`` does), ``ep`` of
+those strided by ``etp`` make an expert-parallel group, and the
+ranks that hold the same expert shard make its expert-data-parallel group of ``edp =
+tp cp dp / (etp ep)`` (:meth:`ParallelPlan.groups` of ``ep``, ``etp``, ``edp``). With
+``etp = tp`` an EP group is ``ep`` consecutive ranks of the ``dp x cp`` ranks of one
+(pp, tp) coordinate; with ``etp = 1`` it takes TP ranks too (Megatron-Core's "MoE parallel
+folding": TP2 x DP16 for attention, EP32 for the experts of the same 32 ranks). ``ep`` and
+``etp`` are not mesh dimensions and do not enter :attr:`ParallelPlan.size`.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv")
 DP_MODES = ("ddp", "zero1", "zero2", "fsdp")
 CP_MODES = ("ring", "allgather")
 # composite group names: the mesh dimensions they span
+EXPERT_DIMS = ("ep", "etp", "edp")      # the expert mesh (module doc)
 ALIASES = {"dp": ("dp_replicate", "dp_shard"), "dp_cp": ("dp_replicate", "dp_shard", "cp"),
            "shard_cp": ("dp_shard", "cp")}
 
@@ -46,6 +56,8 @@ class ParallelPlan:
     ``embedding_in_split`` / ``loss_in_split``: the embedding / the loss count as one layer
     in the split (Megatron's ``account_for_embedding_in_pipeline_split``,
     ``account_for_loss_in_pipeline_split``; Llama 3 405B's balancing).
+    ``etp``: expert tensor parallelism, ranks that split each routed expert; 0 = ``tp``
+    (Megatron-Core's default), see :attr:`expert_tp`.
     ``stage_blocks``: the blocks of each of the ``pp x vp`` model stages, given outright
     (torchtitan's ``pipeline_parallel_split_points`` or its weighted split, a custom layout);
     empty: the rules above.
@@ -60,6 +72,7 @@ class ParallelPlan:
     cp: int = 1
     tp: int = 1
     ep: int = 1
+    etp: int = 0
     vp: int = 1
     sequence_parallel: bool = False
     schedule: str = "1f1b"
@@ -85,7 +98,7 @@ class ParallelPlan:
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}",
                                   field=f"plan.{name}")
-        for name in ("first_stage_layers", "last_stage_layers"):
+        for name in ("etp", "first_stage_layers", "last_stage_layers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}",
                                   field=f"plan.{name}")
@@ -114,6 +127,26 @@ class ParallelPlan:
         """Data-parallel ranks of one (pp, cp, tp) coordinate: dp_replicate * dp_shard."""
         return self.dp_replicate * self.dp_shard
 
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor parallelism: ranks that split each routed expert's GEMMs, ``etp``
+        or, where it is 0, ``tp``."""
+        return self.etp or self.tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallelism: the ranks holding the same expert shard, ``tp x cp x dp
+        / (etp x ep)`` of a pipeline stage."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def experts_apart(self) -> bool:
+        """Whether the routed experts' gradients reduce over other ranks than the dense
+        parameters' (expert parallelism, or experts split otherwise than by ``tp``): then
+        they have their own buckets on the ``edp`` groups, as Megatron keeps the expert
+        parameters in their own buffers."""
+        return self.ep > 1 or self.expert_tp != self.tp
+
     def _strides(self) -> dict[str, int]:
         strides, s = {}, 1
         for d in reversed(self.order):
@@ -138,10 +171,10 @@ class ParallelPlan:
 
     def groups(self, dim: str | tuple[str, ...]) -> list[tuple[int, ...]]:
         """Every group of ranks that differ only along ``dim`` (a mesh dimension, a tuple
-        of them, an alias of :data:`ALIASES`, or ``ep``), each in rank order, groups sorted
-        by their first rank."""
-        if dim == "ep":
-            return self._ep_groups()
+        of them, an alias of :data:`ALIASES`, or a dimension of the expert mesh: ``ep``,
+        ``etp``, ``edp``), each in rank order, groups sorted by their first rank."""
+        if dim in EXPERT_DIMS:
+            return self._expert_groups(dim)
         dims = ALIASES.get(dim, (dim,) if isinstance(dim, str) else tuple(dim))
         if not set(dims) <= set(DIMS):
             raise ConfigError(f"unknown mesh dimension {dim!r}", field="dim")
@@ -158,11 +191,16 @@ class ParallelPlan:
         """Global ranks laid out on the mesh, axes in ``order``."""
         return np.arange(self.size).reshape([getattr(self, d) for d in self.order])
 
-    def _ep_groups(self) -> list[tuple[int, ...]]:
-        out = []
-        for g in self.groups("dp_cp"):
-            out += [g[i:i + self.ep] for i in range(0, len(g), self.ep)]
-        return sorted(out)
+    def _expert_groups(self, dim: str) -> list[tuple[int, ...]]:
+        """The groups of ``dim`` (``ep``, ``etp`` or ``edp``) on the expert mesh (see the
+        module doc): each stage's ranks, ``tp`` fastest, as ``[edp, ep, etp]``."""
+        inner = [self.order.index(d) for d in self.order if d not in ("pp", "tp")]
+        axes = [self.order.index("pp"), *inner, self.order.index("tp")]
+        mesh = self._grid().transpose(axes).reshape(self.pp, self.edp, self.ep,
+                                                    self.expert_tp)
+        last = {"etp": (0, 1, 2, 3), "ep": (0, 1, 3, 2), "edp": (0, 2, 3, 1)}[dim]
+        rows = mesh.transpose(last).reshape(-1, mesh.shape[last[-1]])
+        return sorted(tuple(sorted(row)) for row in rows.tolist())
 
     def stage_ranks(self, stage: int) -> tuple[int, ...]:
         """Every rank with pipeline coordinate ``stage``, in rank order."""
@@ -214,18 +252,36 @@ class ParallelPlan:
         self.model_stage_blocks(model.layers, field)
 
     def _check_ep(self, model, field) -> None:
-        if self.ep == 1:
-            return
         experts = getattr(model, "experts", 0) or getattr(model, "num_experts", 0)
+        etp, stage = self.expert_tp, self.tp * self.cp * self.dp
         if not experts:
-            raise ConfigError(f"expert parallelism {self.ep} needs a mixture-of-experts "
-                              f"model; {model.name} has no experts", field=field("ep"))
+            for attr, on in (("ep", self.ep > 1), ("etp", etp != self.tp)):
+                if on:
+                    raise ConfigError(f"expert {'tensor ' if attr == 'etp' else ''}"
+                                      f"parallelism {getattr(self, attr)} needs a "
+                                      f"mixture-of-experts model; {model.name} has no "
+                                      f"experts", field=field(attr))
+            return
+        if self.tp > 1 and not self.sequence_parallel:
+            raise ConfigError(f"a mixture of experts under tensor parallelism {self.tp} "
+                              f"needs sequence parallelism (Megatron-Core's MoE layer "
+                              f"refuses to train without it)", field=field("sequence_parallel"))
         if experts % self.ep:
             raise ConfigError(f"expert parallelism {self.ep} does not divide {model.name}'s "
                               f"{experts} experts", field=field("ep"))
-        if (self.dp * self.cp) % self.ep:
-            raise ConfigError(f"expert parallelism {self.ep} does not divide the "
-                              f"dp x cp = {self.dp * self.cp} ranks it is carved from",
+        if etp > 1 and model.moe_ffn_hidden % etp:
+            raise ConfigError(f"expert tensor parallelism {etp} does not divide the "
+                              f"experts' {model.moe_ffn_hidden} hidden width",
+                              field=field("etp"))
+        if stage % (etp * self.ep):
+            raise ConfigError(f"expert tensor x expert parallelism {etp} x {self.ep} = "
+                              f"{etp * self.ep} does not divide the tp x cp x dp = {self.tp} x "
+                              f"{self.cp} x {self.dp} = {stage} ranks of a pipeline stage it "
+                              f"is carved from", field=field("etp" if stage % etp else "ep"))
+        if self.experts_apart and self.dp_mode == "fsdp" and self.dp_replicate > 1:
+            raise ConfigError(f"expert parallelism under HSDP (dp_replicate "
+                              f"{self.dp_replicate}): the experts' own sharding and "
+                              f"replication are not modelled; use dp_replicate 1",
                               field=field("ep"))
 
     # ------------------------------------------------------------------ layers
@@ -275,9 +331,10 @@ class ParallelPlan:
         given, n = list(self.stage_blocks), self.pp * self.vp
         if len(given) != n or sum(given) != layers or min(given) < 0 or \
                 any(b == 0 for b in given[1:-1]):
-            raise ConfigError(f"the stages' blocks {given} are not {layers} layers over "
-                              f"pp x vp = {self.pp} x {self.vp} model stages (each stage "
-                              f"but the ends needs a block)", field=field("stage_blocks"))
+            raise ConfigError(f"the stages' blocks {given} ({sum(given)} in all) are not "
+                              f"{layers} layers over pp x vp = {self.pp} x {self.vp} model "
+                              f"stages (each stage but the ends needs a block)",
+                              field=field("stage_blocks"))
         return given
 
     def _uneven_blocks(self, layers: int, field) -> list[int]:
@@ -302,7 +359,10 @@ class ParallelPlan:
                 for v in range(self.pp * vp)]
 
     def describe(self) -> str:
-        """``pp 4 x dp_replicate 1 x dp_shard 8 x cp 1 x tp 8`` (+ ep, vp when set)."""
+        """``pp 4 x dp_replicate 1 x dp_shard 8 x cp 1 x tp 8`` (+ ep, vp when set, etp
+        when it is not tp)."""
         text = " x ".join(f"{d} {getattr(self, d)}" for d in self.order)
-        extra = [f"{k} {getattr(self, k)}" for k in ("ep", "vp") if getattr(self, k) > 1]
+        parts = (("ep", self.ep, self.ep > 1),
+                 ("etp", self.expert_tp, self.expert_tp != self.tp), ("vp", self.vp, self.vp > 1))
+        extra = [f"{name} {n}" for name, n, on in parts if on]
         return text + (f" ({', '.join(extra)})" if extra else "")

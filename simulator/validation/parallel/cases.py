@@ -49,7 +49,7 @@ class CasesFile(BaseModel):
     topologies: dict[str, str]
     models: dict[str, str]
     nemo_models: dict[str, str] = {}
-    nemo_strategy: dict[str, dict[str, bool | str]] = {}
+    nemo_strategy: dict[str, dict[str, bool | int | str]] = {}
     nemo_not_modelled: dict[str, str] = {}
     nemo_precision: dict[str, dict[str, str]] = {}
     nemo_max_gpus: int = 128
