@@ -36,7 +36,8 @@ def _csv(path):
         return list(csv.DictReader(fh))
 
 
-@pytest.mark.parametrize("name", ["llm_foundry_fsdp.csv", "torchtitan_a100_64gpu.csv"])
+@pytest.mark.parametrize("name", ["llm_foundry_fsdp.csv", "torchtitan_a100_64gpu.csv",
+                                  "torchtitan_h100.csv"])
 def test_copies_keep_every_row_and_its_source(name):
     rows = _csv(ROOT / name)
     assert rows and all(r["source"] for r in rows)
@@ -47,9 +48,10 @@ def test_copies_keep_every_row_and_its_source(name):
 def test_every_row_is_loaded_with_the_declared_split():
     lf = _csv(ROOT / "llm_foundry_fsdp.csv")
     tt = _csv(ROOT / "torchtitan_a100_64gpu.csv")
-    assert len(ROWS) == len(lf) + len(tt) == 130
-    for r, raw in zip(ROWS, lf + tt):
-        want = "calibration" if r.table == "llm_foundry" and raw["gpus"] == "8" else \
+    th = _csv(ROOT / "torchtitan_h100.csv")
+    assert len(ROWS) == len(lf) + len(tt) + len(th) == 165
+    for r, raw in zip(ROWS, lf + tt + th):
+        want = "calibration" if r.table != "torchtitan" and raw["gpus"] == "8" else \
             "validation"
         assert r.split == want
         assert r.source == raw["source"]

@@ -28,11 +28,12 @@ reason in
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from simulator.errors import ConfigError
 from simulator.validation.common import read_yaml
+from simulator.validation.training.rows import TableRow
+from simulator.validation.training.tables_titan import titan_row
 from simulator.validation.training.schema import default_root
 
 SPLIT_FILE = "split.yaml"
@@ -56,27 +57,6 @@ TORCHTITAN_AC = {"none": {"activation_checkpointing": "none"},
 LLM_FOUNDRY_ATTENTION = "flash2"
 TORCHTITAN_MODELS = {"Llama 3 8B": "llama-3-8b", "Llama 3 70B": "llama-3-70b",
                      "Llama 2 13B": "llama-2-13b", "Llama 2 70B": "llama-2-70b"}
-
-
-@dataclass
-class TableRow:
-    """One published FSDP run and the scenario that reproduces it."""
-
-    row_id: str
-    table: str                    # llm_foundry | torchtitan
-    gpu_type: str                 # A100 | H100
-    split: str                    # calibration | validation
-    model: str                    # catalog model
-    gpus: int
-    seq_len: int
-    micro_batch: int
-    grad_accum: int
-    precision: str                # as published (amp_bf16, amp_fp8, bf16)
-    checkpointing: str            # none | full | selective layer | selective op
-    measured: float               # tokens/s per GPU (nan for an OOM row)
-    source: str
-    scenario: dict = field(repr=False, default_factory=dict)
-    not_modelled: str = ""        # why it is not simulated (yet); "" = simulated
 
 
 def _rule_split(rule: dict, value: int, where: str) -> str:
@@ -149,6 +129,11 @@ def _torchtitan_row(r: dict, split: str) -> TableRow:
     return row
 
 
+def _makers() -> dict:
+    return {"llm_foundry": _llm_foundry_row, "torchtitan": _torchtitan_row,
+            "torchtitan_h100": titan_row}
+
+
 def load_rows(root: Path | str | None = None) -> list[TableRow]:
     """Every row of the tables named in ``split.yaml``, in file order, split attached.
 
@@ -157,13 +142,14 @@ def load_rows(root: Path | str | None = None) -> list[TableRow]:
     root = Path(root) if root is not None else default_root()
     spec = read_yaml(root / SPLIT_FILE)
     rows: list[TableRow] = []
+    makers = _makers()
     for name, table in spec["tables"].items():
         path = root / table["file"]
         if not path.is_file():
             raise ConfigError("table file not found", source=str(path))
         with path.open(newline="") as fh:
             data = list(csv.DictReader(fh))
-        make = _llm_foundry_row if name == "llm_foundry" else _torchtitan_row
+        make = makers[name]
         rule = table["rule"]
         for i, r in enumerate(data):
             split = _rule_split(rule, int(r[rule["column"]]),
