@@ -103,7 +103,7 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
         if t.sequence_lengths is None:
             layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision,
                                  t.flash_attention, autocast=autocasts(cfg), compile=t.compile,
-                                 fp8_recipe=t.fp8_recipe)
+                                 fp8_recipe=t.fp8_recipe, elementwise=t.elementwise)
             tokens = tokens_per_sample(model, t.seq_len)
             flops = model_flops_per_sample(model, t.seq_len)
         else:
@@ -142,7 +142,7 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
     try:
         trace = build_trace(None, cfg, world, spec=model, seq_len=t.seq_len,
                             flash=t.flash_attention, autocast=autocasts(cfg),
-                            compile=t.compile,
+                            compile=t.compile, elementwise=t.elementwise,
                             fp8_recipe=t.fp8_recipe if t.precision == FP8 else None,
                             model=model.name, tokens_per_sample=tokens,
                             model_flops_per_sample=flops)
@@ -169,7 +169,7 @@ def _variable_lengths(model: ModelSpec, t, autocast: bool):
                           field="sequence_lengths.bin_size")
     weights = padded_length_weights(counts, t.micro_batch, spec.bin_size)
     layers = mixed_layer_costs(model, t.micro_batch, weights, t.precision, t.flash_attention,
-                               autocast, t.compile, t.fp8_recipe)
+                               autocast, t.compile, t.fp8_recipe, t.elementwise)
     total = sum(counts)
     flops = sum(c * model_flops_per_sample(model, i + 1) for i, c in enumerate(counts) if c)
     return layers, mean_length(counts), flops / total

@@ -210,15 +210,18 @@ class Job:
             else:
                 attrs = op.attrs
                 precision = attrs.get("precision", self.cfg.precision)
-                # m, n, k of a GEMM / attention kernel, for timers by shape; a timer of the
-                # seam without the ``shape`` parameter is asked without it
+                # m, n, k of a GEMM / attention kernel, for timers by shape, and how the
+                # kernel is launched; a timer of the seam without the ``shape`` (``launch``)
+                # parameter is asked without it
+                extra = {"launch": attrs["launch"]} if "launch" in attrs else {}
                 if "m" in attrs:
                     base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
                                                   precision,
-                                                  shape=(attrs["m"], attrs["n"], attrs["k"]))
+                                                  shape=(attrs["m"], attrs["n"], attrs["k"]),
+                                                  **extra)
                 else:
                     base = self.compute.op_time_s(op.op_class, op.flops, op.bytes_accessed,
-                                                  precision)
+                                                  precision, **extra)
             overlap = 1.0 + self.cfg.overlap_slowdown if self.comm_active[cls.id] else 1.0
             if self.vary is not None:
                 base *= self.vary.compute_factor(cls.id, op.op_class)

@@ -39,6 +39,11 @@ class OpCost:
     n: int = 0
     k: int = 0
     precision: str = ""   # a kernel's own compute precision ("fp8"), else the step's
+    # how the kernel is launched (simulator/compute/launch.py): "" a kernel of the fused
+    # model launched eagerly; "piece" one of the op-by-op kernels an eager op is made of
+    # (its launch costs are its fused op's); "compiled" by torch.compile's code; "graph"
+    # replayed from a CUDA graph
+    launch: str = ""
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

@@ -1,6 +1,7 @@
-"""The FSDP throughput tables of the training validation: llm-foundry's MPT benchmarks and
-torchtitan's 64-GPU runs (``validation/training/llm_foundry_fsdp.csv``,
-``torchtitan_a100_64gpu.csv``, copies of ``shared/validation-data/training``), each row
+"""The FSDP throughput tables of the training validation: llm-foundry's MPT benchmarks,
+torchtitan's 64-GPU A100 runs and its H100 runs (``validation/training/llm_foundry_fsdp.csv``,
+``torchtitan_a100_64gpu.csv``, ``torchtitan_h100.csv``, copies of
+``shared/validation-data/training``), each row
 mapped to a scenario, with the split declared in ``validation/training/split.yaml``.
 
 :func:`load_rows` reads them into :class:`TableRow` s; :mod:`.tables_run` simulates them.
@@ -17,7 +18,8 @@ The mapping of a row to a scenario (:func:`scenario_of`) is written out in
   16x 100 GbE RoCE (its "1600 Gbps node-node interconnect (RoCE)"); one node: the DGX.
 * torchtitan (FSDP2, ``reshard_after_forward`` true, bf16 params, fp32 reduction): 64
   A100-80GB on DGX A100 servers (interconnect not stated: an assumption); checkpointing
-  as :data:`TORCHTITAN_AC`.
+  as :data:`TORCHTITAN_AC`; the model code as :data:`TORCHTITAN_ELEMENTWISE`.
+* torchtitan's H100 runs (``torchtitan_h100.csv``): :mod:`.tables_titan`.
 
 A row the simulator cannot express (an OOM row without a number; ``split.yaml``'s
 ``not_modelled_until``, empty now that amp_fp8 runs through the FP8 model) is kept with its
@@ -55,6 +57,10 @@ TORCHTITAN_AC = {"none": {"activation_checkpointing": "none"},
 # package; its FP8 runs pip install flash-attn==2.4.2): mosaicml/llm-foundry@51652eae
 # scripts/train/benchmarking/submit_benchmarks.py, validation/training/llm_foundry_setup.md
 LLM_FOUNDRY_ATTENTION = "flash2"
+# torchtitan's Llama at 217cc94e is the reference code run eagerly, with its train configs'
+# norm_type = "fused_rmsnorm" (a Triton RMSNorm): every op but the norm is op by op
+# (simulator/models/eager.py)
+TORCHTITAN_ELEMENTWISE = "eager_fused_norm"
 TORCHTITAN_MODELS = {"Llama 3 8B": "llama-3-8b", "Llama 3 70B": "llama-3-70b",
                      "Llama 2 13B": "llama-2-13b", "Llama 2 70B": "llama-2-70b"}
 
@@ -119,7 +125,8 @@ def _torchtitan_row(r: dict, split: str) -> TableRow:
     row.scenario = {
         "name": rid, "model": model,
         "training": {"micro_batch": row.micro_batch, "seq_len": seq, "grad_accum": 1,
-                     "precision": "bf16", "flash_attention": True},
+                     "precision": "bf16", "flash_attention": True,
+                     "elementwise": TORCHTITAN_ELEMENTWISE},
         "cluster": {"topology": "dgx-a100-superpod", "nodes": row.gpus // 8},
         "strategy": {"name": "fsdp", "reshard_after_forward": True, "param_dtype": "bf16",
                      "reduce_dtype": "fp32", **TORCHTITAN_AC[ac]},

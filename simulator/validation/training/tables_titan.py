@@ -31,6 +31,16 @@ FSDP x TP on 128 GPUs). The mapping, per column:
   Interleaved1F1B two). ``seq_len`` where given, else 8,192 (the train configs' default).
 * ``compile`` -> ``training.compile``; blank (the 2024-08 rows) -> the train config of that
   commit (``llama3_405b.toml`` at 3faaa1a0: ``compile = true``).
+* Model code: torchtitan's Llama is the reference code (``training.elementwise: eager``:
+  RMSNorm op by op, the train configs' ``norm_type = "rmsnorm"``, complex rotary, SiLU
+  then multiply, ``repeat_kv``; :mod:`simulator.models.eager`); compiled, what Inductor
+  leaves of it. The eager rows do not print ``norm_type``; the config's is used
+  (``fused_rmsnorm``, a Triton kernel, was offered for eager runs only).
+* Attention: PyTorch SDPA, whose flash backend is FlashAttention-2's kernel
+  (``training.attention: flash2``): PyTorch made cuDNN attention opt-in after 2.5
+  (pytorch/pytorch#138522; #142132: the 2024-12-04 nightly's SDPA on H100 runs at half of
+  cuDNN's rate), and picks cuDNN by default only with cuDNN above 9.15 (2.10 on), later
+  than every row here (torch 1963fc8 2024-12, 38410cf9 2025-06, 2.8.0a0 in NGC 25.05).
 * Float8 -> ``training.precision: fp8`` with torchao's tensorwise dynamic scaling
   (``yes``, ``float8 tensorwise``); ``float8 rowwise`` has no recipe here: not modelled.
 
@@ -50,6 +60,8 @@ H200_GPU = "H200-SXM"
 MODELS = {"Llama 3.1 8B": "llama-3-8b", "Llama 3.1 70B": "llama-3-70b",
           "Llama 3.1 405B": "llama-3-405b"}
 DEFAULT_SEQ = 8192
+ATTENTION = "flash2"         # SDPA's flash backend at these PyTorch versions (module doc)
+ELEMENTWISE = "eager"        # torchtitan's reference-code Llama, norm_type rmsnorm
 # torchtitan's selective_ac_option of the rows' train configs (module doc)
 SELECTIVE = {"activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}}
 FULL = {"activation_checkpoint": {"mode": "full"}}
@@ -132,7 +144,8 @@ def titan_row(r: dict, split: str) -> TableRow:
                {"topology": "dgx-h100-superpod" if h200 else "hgx-h100-roce", "nodes": nodes})
     cluster["topology_set"] = {"params.node.gpu": gpu}
     training = {"micro_batch": micro, "seq_len": seq, "grad_accum": accum,
-                "precision": "bf16" if f8 == "none" else "fp8", "compile": compiled}
+                "precision": "bf16" if f8 == "none" else "fp8", "compile": compiled,
+                "attention": ATTENTION, "elementwise": ELEMENTWISE}
     row.scenario = {
         "name": rid, "model": row.model, "training": training, "cluster": cluster,
         "strategy": {"name": "torchtitan", "parallelism": par, "param_dtype": "bf16",
