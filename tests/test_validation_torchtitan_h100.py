@@ -41,7 +41,9 @@ def test_fsdp_rows_follow_the_published_setup():
     assert s["cluster"] == {"topology": "dgx-h100",
                             "topology_set": {"params.node.gpu": H100_GPU}}
     assert s["training"] == {"micro_batch": 2, "seq_len": 8192, "grad_accum": 1,
-                             "precision": "bf16", "compile": True}
+                             "precision": "bf16", "compile": True,
+                             # SDPA's flash backend; the reference code op by op
+                             "attention": "flash2", "elementwise": "eager"}
     assert s["strategy"]["activation_checkpoint"] == {"mode": "selective",
                                                      "selective_ac_option": "op"}
     assert (s["strategy"]["param_dtype"], s["strategy"]["reduce_dtype"]) == ("bf16", "fp32")

@@ -36,6 +36,8 @@ paid, as nccl-tests ``-G`` collectives (:func:`simulator.constants.with_cuda_gra
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.errors import ConfigError
 
 EAGER, PIECE, COMPILED, GRAPH = "", "piece", "compiled", "graph"
@@ -68,5 +70,15 @@ def dispatch_mode(launch: str, mode: str) -> str:
     return "compiled" if launch == COMPILED else mode
 
 
+def graphed(layer):
+    """``layer`` (a :class:`~simulator.models.ops.LayerCost`) with every kernel replayed
+    from a CUDA graph, when it is a transformer block (what Megatron's
+    ``cuda_graph_impl`` captures); any other layer as it is."""
+    if not layer.kind.endswith("block"):
+        return layer
+    return replace(layer, forward=tuple(replace(o, launch=GRAPH) for o in layer.forward),
+                   backward=tuple(replace(o, launch=GRAPH) for o in layer.backward))
+
+
 __all__ = ["COMPILED", "EAGER", "GRAPH", "LAUNCHES", "PIECE", "check_launch",
-           "dispatch_mode", "pays_kernel_launch", "pays_stack_overhead"]
+           "dispatch_mode", "graphed", "pays_kernel_launch", "pays_stack_overhead"]

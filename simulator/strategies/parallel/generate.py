@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from simulator.compute.launch import graphed
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
 from simulator.models.fp8 import fp8_layer
@@ -292,6 +293,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
     if fp8_recipe is not None:
         layers = [fp8_layer(layer, fp8_recipe) for layer in layers]
+    if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl
+        layers = [graphed(layer) for layer in layers]
     layers = tied.with_copy(layers, model, plan)
     shared = tied.tied_ranks(model, plan)
     all_chunks = chunks(layers, plan)
