@@ -25,6 +25,10 @@ class TableRow:
     source: str
     scenario: dict = field(repr=False, default_factory=dict)
     not_modelled: str = ""        # why it is not simulated (yet); "" = simulated
+    # the run apart from its data-parallel size, where the other columns do not say it all
+    # (compile, schedule, mesh: torchtitan's H100 rows); a weak-scaling baseline is the
+    # same job on fewer GPUs
+    job: str = ""
 
 
 __all__ = ["TableRow"]

@@ -131,7 +131,7 @@ def titan_row(r: dict, split: str) -> TableRow:
     row = TableRow(rid, "torchtitan_h100", "H200" if h200 else H100_LABEL, split,
                    MODELS[r["model"]], gpus, seq, micro, accum,
                    "bf16" if f8 == "none" else f"float8 {f8}", ac, float(r["value"]),
-                   r["source"])
+                   r["source"], job=re.sub(r"_fsdp\d+", "_fsdp*", rid, count=1))
     par = {"data_parallel_shard_degree": deg["fsdp"], "tensor_parallel_degree": deg["tp"],
            "context_parallel_degree": deg["cp"], "pipeline_parallel_degree": deg["pp"]}
     if deg["pp"] > 1:
