@@ -220,6 +220,25 @@ def _check_fp8(model: ModelSpec, strategy: str, source: str) -> None:
                           f"bf16", source=source, field="training.precision")
 
 
+def _check_elementwise(model: ModelSpec, strategy: str, value: str, source: str) -> None:
+    """``training.elementwise: eager`` where it means something: Llama's PyTorch reference
+    code (RMSNorm, rotary, SwiGLU, grouped-query K/V; :mod:`simulator.models.eager`) under
+    a PyTorch framework.
+
+    :raises ConfigError: (``training.elementwise``) under a TensorFlow strategy, or for a
+        model with none of those ops.
+    """
+    if framework_of(strategy) == "tensorflow":
+        raise ConfigError(f"{value} is PyTorch's op-by-op Llama code; {strategy} runs Keras: "
+                          f"use fused", source=source, field="training.elementwise")
+    if not (model.is_transformer and (model.norm == "rmsnorm" or model.mlp == "swiglu"
+                                      or model.position_embedding == "rope"
+                                      or model.kv_heads < model.heads)):
+        raise ConfigError(f"{value} is Llama's reference code (RMSNorm, rotary, SwiGLU, "
+                          f"grouped-query attention); {model.name} has none of them: use "
+                          f"fused", source=source, field="training.elementwise")
+
+
 def _located(exc: ConfigError, source: str, prefix: str) -> ConfigError:
     """``exc`` if it already names its file (a model or histogram YAML), else the same
     reason placed in the scenario under ``prefix``."""
@@ -286,6 +305,8 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     t = scn.training
     if t.precision == FP8:
         _check_fp8(model, cfg.name, source)
+    if t.elementwise != "fused":
+        _check_elementwise(model, cfg.name, t.elementwise, source)
     n_gpus = scn.cluster.gpus or cluster.n_gpus
     if n_gpus > cluster.n_gpus:
         raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",

@@ -227,3 +227,18 @@ def test_torchtitan_compile_gains_at_least_what_was_measured(titan_gain):
 def test_torchtitan_compile_gain_matches_the_measurement(titan_gain):
     measured, simulated = titan_gain
     assert abs(simulated - measured) <= GAIN_TOLERANCE
+
+
+@pytest.mark.parametrize("model, strategy, says", [
+    ("gpt2-small", {"name": "fsdp"}, "has none of them"),
+    ("resnet-50", {"name": "ddp"}, "has none of them"),
+    ("llama-2-7b", {"name": "tf_mirrored"}, "runs Keras"),
+])
+def test_eager_elementwise_is_refused_where_it_means_nothing(model, strategy, says):
+    data = {"name": "x", "model": model,
+            "training": {"micro_batch": 1, "seq_len": 128, "precision": "bf16",
+                         "elementwise": "eager"},
+            "cluster": {"topology": "dgx-h100"}, "strategy": strategy}
+    with pytest.raises(ConfigError, match=says) as err:
+        build_setup(scenario_from_dict(data))
+    assert err.value.field == "training.elementwise"

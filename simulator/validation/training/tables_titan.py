@@ -34,8 +34,9 @@ FSDP x TP on 128 GPUs). The mapping, per column:
 * Model code: torchtitan's Llama is the reference code (``training.elementwise: eager``:
   RMSNorm op by op, the train configs' ``norm_type = "rmsnorm"``, complex rotary, SiLU
   then multiply, ``repeat_kv``; :mod:`simulator.models.eager`); compiled, what Inductor
-  leaves of it. The eager rows do not print ``norm_type``; the config's is used
-  (``fused_rmsnorm``, a Triton kernel, was offered for eager runs only).
+  leaves of it. The eager rows do not print ``norm_type``; ``llama3_8b.toml`` at 9dec370
+  says ``rmsnorm`` (``torchtitan/models/norms.py``: the op-by-op ``RMSNorm`` class; the
+  Triton ``FusedRMSNorm`` is the ``fused_rmsnorm`` option).
 * Attention: PyTorch SDPA, whose flash backend is FlashAttention-2's kernel
   (``training.attention: flash2``): PyTorch made cuDNN attention opt-in after 2.5
   (pytorch/pytorch#138522; #142132: the 2024-12-04 nightly's SDPA on H100 runs at half of
