@@ -43,6 +43,8 @@ ATTENTION = ("sdpa", "flash2", "flash3", "eager")
 # training.fp8_recipe (simulator/models/fp8.py): torchao tensorwise dynamic scaling or
 # Transformer Engine's delayed scaling
 FP8_RECIPES = ("tensorwise", "delayed")
+# training.elementwise: the model code's norms, rotary, activation (simulator/models/eager.py)
+ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
 # Fabric fidelity -> what it models (the classes: simulator.network.fabric.FABRICS).
 FIDELITIES = {
     "analytical": "closed-form alpha-beta, congestion-unaware; fastest, exact when alone",

@@ -103,7 +103,7 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
         if t.sequence_lengths is None:
             layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision,
                                  t.flash_attention, autocast=autocasts(cfg), compile=t.compile,
-                                 fp8_recipe=t.fp8_recipe)
+                                 fp8_recipe=t.fp8_recipe, elementwise=t.elementwise)
             tokens = tokens_per_sample(model, t.seq_len)
             flops = model_flops_per_sample(model, t.seq_len)
         else:
@@ -142,7 +142,7 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
     try:
         trace = build_trace(None, cfg, world, spec=model, seq_len=t.seq_len,
                             flash=t.flash_attention, autocast=autocasts(cfg),
-                            compile=t.compile,
+                            compile=t.compile, elementwise=t.elementwise,
                             fp8_recipe=t.fp8_recipe if t.precision == FP8 else None,
                             model=model.name, tokens_per_sample=tokens,
                             model_flops_per_sample=flops)
@@ -169,7 +169,7 @@ def _variable_lengths(model: ModelSpec, t, autocast: bool):
                           field="sequence_lengths.bin_size")
     weights = padded_length_weights(counts, t.micro_batch, spec.bin_size)
     layers = mixed_layer_costs(model, t.micro_batch, weights, t.precision, t.flash_attention,
-                               autocast, t.compile, t.fp8_recipe)
+                               autocast, t.compile, t.fp8_recipe, t.elementwise)
     total = sum(counts)
     flops = sum(c * model_flops_per_sample(model, i + 1) for i, c in enumerate(counts) if c)
     return layers, mean_length(counts), flops / total
@@ -218,6 +218,25 @@ def _check_fp8(model: ModelSpec, strategy: str, source: str) -> None:
     if not model.is_transformer:
         raise ConfigError(f"{model.name} has no transformer Linear layers to run in FP8: use "
                           f"bf16", source=source, field="training.precision")
+
+
+def _check_elementwise(model: ModelSpec, strategy: str, value: str, source: str) -> None:
+    """``training.elementwise: eager`` where it means something: Llama's PyTorch reference
+    code (RMSNorm, rotary, SwiGLU, grouped-query K/V; :mod:`simulator.models.eager`) under
+    a PyTorch framework.
+
+    :raises ConfigError: (``training.elementwise``) under a TensorFlow strategy, or for a
+        model with none of those ops.
+    """
+    if framework_of(strategy) == "tensorflow":
+        raise ConfigError(f"{value} is PyTorch's op-by-op Llama code; {strategy} runs Keras: "
+                          f"use fused", source=source, field="training.elementwise")
+    if not (model.is_transformer and (model.norm == "rmsnorm" or model.mlp == "swiglu"
+                                      or model.position_embedding == "rope"
+                                      or model.kv_heads < model.heads)):
+        raise ConfigError(f"{value} is Llama's reference code (RMSNorm, rotary, SwiGLU, "
+                          f"grouped-query attention); {model.name} has none of them: use "
+                          f"fused", source=source, field="training.elementwise")
 
 
 def _located(exc: ConfigError, source: str, prefix: str) -> ConfigError:
@@ -286,6 +305,8 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     t = scn.training
     if t.precision == FP8:
         _check_fp8(model, cfg.name, source)
+    if t.elementwise != "fused":
+        _check_elementwise(model, cfg.name, t.elementwise, source)
     n_gpus = scn.cluster.gpus or cluster.n_gpus
     if n_gpus > cluster.n_gpus:
         raise ConfigError(f"the topology has {cluster.n_gpus} GPUs, cannot use {n_gpus}",

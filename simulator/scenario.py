@@ -23,7 +23,8 @@ from typing import Any
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_serializer, model_validator)
 
-from .choices import ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, FIDELITIES, FP8_RECIPES
+from .choices import (ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, ELEMENTWISE, FIDELITIES,
+                      FP8_RECIPES)
 from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
@@ -72,6 +73,10 @@ class Training(BaseModel):
     flash_attention: bool = True
     compile: bool = Field(False, description="torch.compile's fused elementwise/norm kernels "
                                              "(docs/compute.md)")
+    elementwise: str = Field("fused", description="the model code's norms, rotary and "
+                             "activation: fused (one kernel each) or eager (Llama's "
+                             "reference code op by op, as torchtitan runs it); "
+                             "docs/compute.md")
     sequence_lengths: SequenceLengths | None = None
     attention: str | None = Field(None, description="attention kernels: sdpa (PyTorch SDPA, "
                                   "the default), flash2, flash3 (Hopper), eager (no fused "
@@ -88,6 +93,11 @@ class Training(BaseModel):
     @classmethod
     def _fp8_recipe(cls, v: str) -> str:
         return _one_of(v, FP8_RECIPES)
+
+    @field_validator("elementwise")
+    @classmethod
+    def _elementwise(cls, v: str) -> str:
+        return _one_of(v, ELEMENTWISE)
 
     @field_validator("attention")
     @classmethod
@@ -117,6 +127,8 @@ class Training(BaseModel):
                     out.pop(key)
             if out.get("fp8_recipe") == "tensorwise":
                 out.pop("fp8_recipe")
+            if out.get("elementwise") == "fused":
+                out.pop("elementwise")
         return out
 
 

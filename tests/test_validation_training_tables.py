@@ -36,7 +36,8 @@ def _csv(path):
         return list(csv.DictReader(fh))
 
 
-@pytest.mark.parametrize("name", ["llm_foundry_fsdp.csv", "torchtitan_a100_64gpu.csv"])
+@pytest.mark.parametrize("name", ["llm_foundry_fsdp.csv", "torchtitan_a100_64gpu.csv",
+                                  "torchtitan_h100.csv"])
 def test_copies_keep_every_row_and_its_source(name):
     rows = _csv(ROOT / name)
     assert rows and all(r["source"] for r in rows)
@@ -47,9 +48,10 @@ def test_copies_keep_every_row_and_its_source(name):
 def test_every_row_is_loaded_with_the_declared_split():
     lf = _csv(ROOT / "llm_foundry_fsdp.csv")
     tt = _csv(ROOT / "torchtitan_a100_64gpu.csv")
-    assert len(ROWS) == len(lf) + len(tt) == 130
-    for r, raw in zip(ROWS, lf + tt):
-        want = "calibration" if r.table == "llm_foundry" and raw["gpus"] == "8" else \
+    th = _csv(ROOT / "torchtitan_h100.csv")
+    assert len(ROWS) == len(lf) + len(tt) + len(th) == 165
+    for r, raw in zip(ROWS, lf + tt + th):
+        want = "calibration" if r.table != "torchtitan" and raw["gpus"] == "8" else \
             "validation"
         assert r.split == want
         assert r.source == raw["source"]
@@ -135,6 +137,34 @@ def test_gates_per_gpu_type_and_weak_scaling_arithmetic():
     assert cases["training/fsdp-tables/H100/median"]["ok"] == (med <= MEDIAN_GATE)
     assert cases["training/fsdp-tables/A100/median"]["ok"] is False
     assert cases["training/b64"]["ok"] is False
+
+
+def test_framework_groups_gate_at_7_and_20_and_scale_only_the_same_job():
+    from simulator.validation.training.tables_run import (FRAMEWORK_GATES, MIN_MEDIAN_ROWS,
+                                                          gates)
+    assert gates("H100") == (MEDIAN_GATE, ROW_GATE) and gates("A100") == (0.05, 0.15)
+    assert gates("H100-500W") == gates("H200") == FRAMEWORK_GATES == (0.07, 0.20)
+    # a group of fewer than 10 validation rows gates its rows, not its median
+    rows = [(f"t{i}", "tt", "H200", "validation", "m", 16, 8192, 2, 100.0, 118.0, 0.18,
+             True, "", False) for i in range(MIN_MEDIAN_ROWS - 1)]
+    cases = {c["case"]: c for c in gated_cases(_df(rows))}
+    assert "training/fsdp-tables/H200/median" not in cases
+    assert cases["training/t0"]["ok"] is True and cases["training/t0"]["bound"] == "<= 20%"
+    rows.append(("t9", "tt", "H200", "validation", "m", 16, 8192, 2, 100.0, 118.0, 0.18,
+                 True, "", False))
+    cases = {c["case"]: c for c in gated_cases(_df(rows))}
+    assert cases["training/fsdp-tables/H200/median"]["ok"] is False       # 18% > 7%
+    # weak scaling: the baseline is the same job (compile, mesh) on fewer GPUs
+    df = _df([("e8", "tt", "H200", "calibration", "m", 8, 8192, 2, 100.0, 100.0, 0.0, True,
+               "", False),
+              ("c8", "tt", "H200", "calibration", "m", 8, 8192, 2, 120.0, 110.0, -1 / 12,
+               True, "", False),
+              ("c64", "tt", "H200", "validation", "m", 64, 8192, 2, 118.0, 108.0, -10 / 118,
+               True, "", False)])
+    df["job"] = ["eager", "compiled", "compiled"]
+    sc = scaling_rows(df).set_index("case")
+    assert sc.loc["c64/scaling", "baseline"] == "c8"
+    assert math.isclose(sc.loc["c64/scaling", "error"], 108 / 110 - 118 / 120)
 
 
 def test_family_fit_scales_the_kernel_time_and_adds_the_overhead():

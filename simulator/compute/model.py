@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 
+from simulator.compute.launch import check_launch, pays_kernel_launch, pays_stack_overhead
 from simulator.compute.training_fit import IDENTITY, FamilyFit, family_of
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
@@ -210,12 +211,14 @@ class ComputeModel:
         return self._class(op_class).memory_efficiency
 
     def op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
-                  precision: str, shape: tuple[int, ...] | None = None) -> float:
+                  precision: str, shape: tuple[int, ...] | None = None,
+                  launch: str = "") -> float:
         """Seconds one op takes: the slower of its compute and memory time, plus the launch.
         ``shape`` (``m, n, k`` of a GEMM or attention kernel) selects the family's shape
         model where it has one (16-bit matmul and attention; :mod:`.families`); a fourth
         entry, ``groups``, makes a matmul a grouped GEMM of that many ``m x n x k`` GEMMs
-        (the experts of an MoE layer, :mod:`.gemm_shape`).
+        (the experts of an MoE layer, :mod:`.gemm_shape`); ``launch`` (:mod:`.launch`)
+        which per-kernel costs it pays (default: an eager kernel, all).
 
         A time is remembered by its arguments: it is a pure function of them and of this
         model's frozen settings (GPU, calibration, fit, attention, time scale), so a call
@@ -229,19 +232,21 @@ class ComputeModel:
         plain = flops.__class__ in _PLAIN and bytes_accessed.__class__ in _PLAIN and \
             op_class.__class__ is str and (shape is None or shape.__class__ is tuple)
         if plain:
-            key = (op_class, flops, bytes_accessed, precision, shape)
+            key = (op_class, flops, bytes_accessed, precision, shape, launch)
             seconds = self._times.get(key)
             if seconds is None:
-                seconds = self._op_time_s(op_class, flops, bytes_accessed, precision, shape)
+                seconds = self._op_time_s(op_class, flops, bytes_accessed, precision, shape,
+                                          launch)
                 if len(self._times) >= _REMEMBERED:
                     self._times.clear()
                 self._times[key] = seconds
             return seconds
-        return self._op_time_s(op_class, flops, bytes_accessed, precision, shape)
+        return self._op_time_s(op_class, flops, bytes_accessed, precision, shape, launch)
 
     # -- internals ----------------------------------------------------------------------
     def _op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
-                   precision: str, shape: tuple[int, ...] | None) -> float:
+                   precision: str, shape: tuple[int, ...] | None,
+                   launch: str = "") -> float:
         rate, flops_half, mem_bw, _ = self._lookup(op_class, precision)
         flops = _amount(flops, "flops")
         nbytes = _amount(bytes_accessed, "bytes_accessed")
@@ -251,8 +256,10 @@ class ComputeModel:
             compute_s = self._shaped_s(op_class, precision, flops, shape, rate, compute_s)
         memory_s = nbytes / mem_bw
         kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, precision)
-        launch_s = self.calibration.kernel_launch_s + (self.fit.overhead_s(precision)
-                                                       if kernel_s > 0 else 0.0)
+        check_launch(launch)        # how it is launched: which per-kernel costs it pays
+        launch_s = self.calibration.kernel_launch_s if pays_kernel_launch(launch) else 0.0
+        if pays_stack_overhead(launch) and kernel_s > 0:
+            launch_s += self.fit.overhead_s(precision)
         return (kernel_s + launch_s) * self.time_scale
 
     def _shaped_s(self, op_class: str, precision: str, flops: float, shape, rate: float,

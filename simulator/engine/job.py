@@ -63,14 +63,15 @@ def kernel_time_s(compute, op: Op, precision: str) -> float:
     attrs = op.attrs
     precision = attrs.get("precision", precision)
     # m, n, k of a GEMM / attention kernel, for timers by shape (a grouped GEMM adds its
-    # groups, the experts); a timer of the seam without the ``shape`` parameter is asked
-    # without it
+    # groups, the experts), and how the kernel is launched; a timer of the seam without the
+    # ``shape`` (``launch``) parameter is asked without it
+    extra = {"launch": attrs["launch"]} if "launch" in attrs else {}
     if "m" in attrs:
         shape = (attrs["m"], attrs["n"], attrs["k"]) + (
             (attrs["groups"],) if attrs.get("groups", 1) > 1 else ())
         return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision,
-                                 shape=shape)
-    return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision)
+                                 shape=shape, **extra)
+    return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision, **extra)
 
 
 @dataclass(frozen=True, kw_only=True)

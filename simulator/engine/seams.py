@@ -43,5 +43,6 @@ class ComputeTimer(Protocol):
     """Times one compute op (:class:`simulator.compute.model.ComputeModel`)."""
 
     def op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
-                  precision: str, shape: tuple[int, ...] | None = None) -> float:
+                  precision: str, shape: tuple[int, ...] | None = None,
+                  launch: str = "") -> float:
         ...

@@ -27,10 +27,12 @@ Conventions (all counts for the whole micro-batch of ``batch`` samples):
 
 from __future__ import annotations
 
+from simulator.choices import ELEMENTWISE
 from simulator.errors import ConfigError
 from simulator.models.moe import block_costs, inactive_params
 from simulator.models.ops import LayerCost, check_positive
 from simulator.models.spec import ModelSpec
+from simulator.models.eager import compiled_extras, eager_block, eager_head
 from simulator.models.fp8 import fp8_layer
 from simulator.models.fusion import compiled_block
 from simulator.models.transformer import embed_cost, head_cost
@@ -40,7 +42,8 @@ from simulator.precision import FP8, FP32, compute_precision, precision_bytes
 def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                 flash_attention: bool = True, autocast: bool = False,
                 compile: bool = False, tp: int = 1, sp: bool = False,
-                cp: int = 1, fp8_recipe: str = "tensorwise") -> list[LayerCost]:
+                cp: int = 1, fp8_recipe: str = "tensorwise",
+                elementwise: str = "fused") -> list[LayerCost]:
     """Per-layer costs of one training step on a micro-batch, in execution order.
 
     Parameters
@@ -68,6 +71,11 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     fp8_recipe : str
         ``"tensorwise"`` (torchao, dynamic scaling) or ``"delayed"`` (Transformer Engine):
         the cast kernels of an FP8 step (:mod:`simulator.models.fp8`).
+    elementwise : str
+        ``"fused"``: one kernel per norm, activation and rotary (the default); ``"eager"``:
+        Llama's reference code op by op (:mod:`simulator.models.eager`; under ``compile``,
+        what Inductor leaves of it); ``"eager_fused_norm"``: the same with one-kernel
+        norms. Transformers only.
 
     Returns
     -------
@@ -78,7 +86,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     if precision == FP8:
         return [fp8_layer(layer, fp8_recipe) for layer in layer_costs(
             model, batch, seq_len, compute_precision(precision), flash_attention, autocast,
-            compile, tp, sp, cp)]
+            compile, tp, sp, cp, elementwise=elementwise)]
     e = precision_bytes(precision)
     if (tp, sp, cp) != (1, False, 1) and not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: no tensor, sequence or "
@@ -97,11 +105,29 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                           f"of {model.name}", field="seq_len")
     k = precision_bytes(FP32) if autocast else e
     blocks = block_costs(model, batch, seq_len, e, flash_attention, k, tp, sp, cp)
+    head = head_cost(model, batch, seq_len, e, k, tp, sp, cp)
+    eager = check_elementwise(elementwise) != "fused"
+    fused_norm = elementwise == "eager_fused_norm"
+    shard = (tp, sp, cp)
     if compile:      # the norms and residuals of a TP rank see s/cp tokens (/tp under SP)
         tokens = batch * seq_len // cp // (tp if sp else 1)
         blocks = [compiled_block(b, tokens, model.hidden, e, k) for b in blocks]
-    return [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks,
-            head_cost(model, batch, seq_len, e, k, tp, sp, cp)]
+        if eager:
+            blocks = [compiled_extras(b, model, batch, seq_len, e, *shard) for b in blocks]
+    elif eager:
+        blocks = [eager_block(b, model, batch, seq_len, e, k, *shard, fused_norm=fused_norm)
+                  for b in blocks]
+    if eager and not compile and not fused_norm:
+        head = eager_head(head, model, batch, seq_len, k, *shard)
+    return [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, head]
+
+
+def check_elementwise(value: str) -> str:
+    """``value`` if it is an ``elementwise`` mode, else a ConfigError naming them."""
+    if value not in ELEMENTWISE:
+        raise ConfigError(f"must be one of {', '.join(ELEMENTWISE)}, got {value!r}",
+                          field="elementwise")
+    return value
 
 
 def params_total(model: ModelSpec) -> int:

@@ -9,8 +9,12 @@ reading 1-byte operands and writing a bf16 output. Backward casts the output gra
 same way, and transposes the FP8 input (weight gradient) and weight (input gradient),
 which cuBLAS's FP8 kernels need in TN layout (read 1 + write 1 bytes per element). The
 LM head, attention and every non-GEMM kernel stay bf16, as in torchtitan's default filter
-(``output`` excluded). With torch.compile the amax and cast passes fuse; this models the
-eager passes. Activations and the checkpointing bookkeeping are unchanged (bf16). A
+(``output`` excluded). In a block compiled by torch.compile (its kernels launched as
+``compiled``, :mod:`simulator.models.fusion`) the absolute-maximum pass fuses into the
+kernel that produces the tensor (Inductor fuses a reduction into its producer), leaving
+the scale-and-cast pass (read 2 + write 1 bytes per element, :data:`COMPILED_CAST_BYTES`);
+the casts then launch as the block's kernels do. Activations and the checkpointing
+bookkeeping are unchanged (bf16). A
 grouped GEMM (an MoE layer's experts, Transformer Engine's ``GroupedLinear``) casts each
 expert's input rows and weight: its casts count every group.
 
@@ -27,9 +31,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simulator.compute.launch import COMPILED
 from simulator.models.ops import LayerCost, OpCost
 
 CAST_BYTES = 5.0         # per element: amax read (2) + cast read (2) + fp8 write (1)
+COMPILED_CAST_BYTES = 3.0   # compiled: the amax in the producer; cast read (2) + write (1)
 TRANSPOSE_BYTES = 2.0    # per element: fp8 read + fp8 write
 CAST_FLOPS = 3.0         # |x| max, scale, round
 CAST_TRANSPOSE_BYTES = 4.0   # delayed scaling, per element: read 2, write fp8 + fp8 transpose
@@ -62,32 +68,38 @@ def _ops(ops, casts) -> tuple[OpCost, ...]:
     return out
 
 
-def _cast(name: str, elements: float, per: float) -> OpCost:
-    casts = per in (CAST_BYTES, CAST_TRANSPOSE_BYTES)      # a transpose alone computes nothing
-    return OpCost(name, "elementwise", CAST_FLOPS * elements if casts else 0.0,
-                  per * elements)
+def _cast(op: OpCost, name: str, elements: float, per: float, computes: bool = True) -> OpCost:
+    """A cast (or, ``computes`` False, a transpose) kernel of ``elements`` before the GEMM
+    ``op``, launched as ``op`` is."""
+    return OpCost(name, "elementwise", CAST_FLOPS * elements if computes else 0.0,
+                  per * elements, launch=op.launch)
+
+
+def _cast_bytes(op: OpCost) -> float:
+    """Bytes per element of a tensorwise cast before ``op``: eager, or compiled."""
+    return COMPILED_CAST_BYTES if op.launch == COMPILED else CAST_BYTES
 
 
 def _te_forward_casts(op: OpCost) -> list[OpCost]:
     m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
-    return [_cast(f"te_cast_transpose.{op.name}", m * k + k * n, CAST_TRANSPOSE_BYTES)]
+    return [_cast(op, f"te_cast_transpose.{op.name}", m * k + k * n, CAST_TRANSPOSE_BYTES)]
 
 
 def _te_backward_casts(op: OpCost) -> list[OpCost]:
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dY [m, k] cast (and transposed for the weight gradient)
-        return [_cast(f"te_cast_transpose.{op.name}", m * k, CAST_TRANSPOSE_BYTES)]
+        return [_cast(op, f"te_cast_transpose.{op.name}", m * k, CAST_TRANSPOSE_BYTES)]
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 
 
 def _forward_casts(op: OpCost) -> list[OpCost]:
     m, n, k = op.shape            # A = x [m, k], B = w [k, n]
-    return [_cast(f"float8_cast.{op.name}", m * k + k * n, CAST_BYTES)]
+    return [_cast(op, f"float8_cast.{op.name}", m * k + k * n, _cast_bytes(op))]
 
 
 def _backward_casts(op: OpCost) -> list[OpCost]:
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dX[m, k_in] = dY [m, k] W^T: cast dY, transpose W
-        return [_cast(f"float8_cast.{op.name}", m * k, CAST_BYTES),
-                _cast(f"float8_transpose.{op.name}", k * n, TRANSPOSE_BYTES)]
-    return [_cast(f"float8_transpose.{op.name}", m * k, TRANSPOSE_BYTES)]   # X^T; dY reused
+        return [_cast(op, f"float8_cast.{op.name}", m * k, _cast_bytes(op)),
+                _cast(op, f"float8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False)]
+    return [_cast(op, f"float8_transpose.{op.name}", m * k, TRANSPOSE_BYTES, False)]

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simulator.compute.launch import COMPILED
 from simulator.models.ops import LayerCost, OpCost
 
 
 def compiled_block(layer: LayerCost, tokens: int, hidden: int, e: int, k: int) -> LayerCost:
-    """``layer`` (a transformer block on ``tokens`` tokens) with Inductor's fusions."""
+    """``layer`` (a transformer block on ``tokens`` tokens) with Inductor's fusions, every
+    kernel launched by the compiled code (:mod:`simulator.compute.launch`)."""
     n = tokens * hidden
     fwd = _fuse(list(layer.forward), [
         ("attn_out.dropout", "residual1", 2 * e * n), ("mlp_down.dropout", "residual2", 2 * e * n),
@@ -39,7 +41,8 @@ def compiled_block(layer: LayerCost, tokens: int, hidden: int, e: int, k: int) -
         ("residual1.bwd", "attn_out.dropout.bwd", 2 * e * n),
         ("norm2.bwd", "residual1.bwd", k * n), ("cast.norm2.bwd", "norm2.bwd", k * n),
         ("cast.norm1.bwd", "norm1.bwd", k * n)])
-    return replace(layer, forward=tuple(fwd), backward=tuple(bwd))
+    return replace(layer, forward=tuple(replace(o, launch=COMPILED) for o in fwd),
+                   backward=tuple(replace(o, launch=COMPILED) for o in bwd))
 
 
 def _fuse(ops: list[OpCost], pairs) -> list[OpCost]:

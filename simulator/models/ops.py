@@ -40,6 +40,11 @@ class OpCost:
     k: int = 0
     precision: str = ""   # a kernel's own compute precision ("fp8"), else the step's
     groups: int = 1       # a grouped GEMM: this many m x n x k GEMMs (an MoE layer's experts)
+    # how the kernel is launched (simulator/compute/launch.py): "" a kernel of the fused
+    # model launched eagerly; "piece" one of the op-by-op kernels an eager op is made of
+    # (its launch costs are its fused op's); "compiled" by torch.compile's code; "graph"
+    # replayed from a CUDA graph
+    launch: str = ""
 
     @property
     def shape(self) -> tuple[int, int, int] | None:

@@ -113,12 +113,14 @@ def _mix_ops(weights, ops_by_len: list[tuple[OpCost, ...]]) -> tuple[OpCost, ...
 def mixed_layer_costs(model: ModelSpec, batch: int, weights: list[tuple[int, float]],
                       precision: str, flash_attention: bool = True,
                       autocast: bool = False, compile: bool = False,
-                      fp8_recipe: str = "tensorwise") -> list[LayerCost]:
+                      fp8_recipe: str = "tensorwise",
+                      elementwise: str = "fused") -> list[LayerCost]:
     """Layer costs averaged over padded lengths (see module docstring); activation and
     output bytes of the longest. Identical blocks are mixed once."""
     w = np.array([p for _, p in weights])
     per_len = [layer_costs(model, batch, n, precision, flash_attention, autocast, compile,
-                           fp8_recipe=fp8_recipe) for n, _ in weights]
+                           fp8_recipe=fp8_recipe, elementwise=elementwise)
+               for n, _ in weights]
     longest = per_len[-1]
     done: dict[int, tuple] = {}                 # id(forward ops) -> mixed (forward, backward)
     mixed = []

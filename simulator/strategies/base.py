@@ -15,6 +15,7 @@ Memory conventions (bytes per parameter, ZeRO arXiv:1910.02054 §3.1):
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, NamedTuple
 
@@ -280,18 +281,23 @@ class OpHooks:
 
 
 def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
-                hooks: OpHooks | None = None, host_s: float = 0.0) -> list[int]:
+                hooks: OpHooks | None = None, cfg: CommonConfig | None = None) -> list[int]:
     """One compute op per OpCost; ``deps`` on the first. Returns the op ids in order.
-    ``host_s`` > 0: the CPU's dispatch of the kernels (``host_s`` each) as a ``delay`` on
-    the ``host`` stream that the last kernel waits for (:mod:`.host`)."""
+    With ``cfg`` the CPU's dispatch of the kernels (:func:`.host.dispatch_s` of each, by
+    how it is launched), when above 0, is a ``delay`` on the ``host`` stream that the last
+    kernel waits for (:mod:`.host`)."""
     ids = []
     costs = tuple(costs or ())
+    host_s = 0.0
+    if cfg is not None:                       # kernels x seconds, per kind of launch
+        counts = Counter(getattr(c, "launch", "") for c in costs)
+        host_s = sum(n * dispatch_s(cfg, phase, launch) for launch, n in counts.items())
     for i, c in enumerate(costs):
         extra = hooks.before(c, phase) if hooks else ()
         if host_s > 0 and i == len(costs) - 1:      # issued just before the last kernel
             extra = (*extra, ol.add(
                 stream="host", kind="delay", name=f"dispatch.{layer.name}.{phase}",
-                layer=layer.name, phase="host", duration_s=len(costs) * host_s,
+                layer=layer.name, phase="host", duration_s=host_s,
                 attrs={"micro_step": micro, "dispatches": phase}))
         ids.append(ol.kernel(c, layer.name, phase, micro,
                              (tuple(deps) if i == 0 else ()) + tuple(extra)))
@@ -306,13 +312,16 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
 
 def _shape_attrs(cost) -> dict:
     """``m``, ``n``, ``k`` of a GEMM or attention kernel (the compute model times by shape),
-    ``groups`` of a grouped GEMM and a kernel's own precision (an FP8 GEMM in a bf16 step)."""
+    ``groups`` of a grouped GEMM, a kernel's own precision (an FP8 GEMM in a bf16 step) and
+    how it is launched, when not eagerly (``launch``: simulator/compute/launch.py)."""
     shape = getattr(cost, "shape", None)
     out = dict(zip("mnk", shape)) if shape else {}
     if shape and getattr(cost, "groups", 1) > 1:
         out["groups"] = cost.groups
     if getattr(cost, "precision", ""):
         out["precision"] = cost.precision
+    if getattr(cost, "launch", ""):
+        out["launch"] = cost.launch
     return out
 
 
@@ -370,8 +379,7 @@ def emit_forward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
     """Forward ops of a layer. Its saved activations appear op by op (:func:`spread`); a
     checkpointed layer keeps only its output after the last op, and with
     ``activation_offload`` not even that: it goes to host memory."""
-    ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps, hooks,
-                      dispatch_s(cfg, "forward"))
+    ids = _emit_costs(ol, layer, layer.forward, "forward", micro, deps, hooks, cfg)
     spread(ol, ids, layer.activation_bytes, "alloc")
     plan = recompute_plan(layer, cfg)
     if plan is not None:
@@ -398,8 +406,7 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
             ol.alloc(first, plan.kept_bytes)
             deps = ()
         costs = [layer.forward[i] for i in plan.ops]
-        rids = _emit_costs(ol, layer, costs, "recompute", micro, deps, hooks,
-                           dispatch_s(cfg, "recompute"))
+        rids = _emit_costs(ol, layer, costs, "recompute", micro, deps, hooks, cfg)
         first = rids[0] if first is None else first
         if plan.full:
             spread(ol, rids, layer.activation_bytes, "alloc")
@@ -407,8 +414,7 @@ def emit_backward(ol: OpList, layer, cfg: CommonConfig, micro: int, deps=(),
         else:
             spread(ol, rids, layer.activation_bytes - plan.kept_bytes, "alloc")
         deps = ()
-    ids = _emit_costs(ol, layer, layer.backward, "backward", micro, deps, hooks,
-                      dispatch_s(cfg, "backward"))
+    ids = _emit_costs(ol, layer, layer.backward, "backward", micro, deps, hooks, cfg)
     spread(ol, ids, grad_bytes, "alloc")
     spread(ol, ids, held, "free")
     return BackwardSpan(first=ids[0] if first is None else first, first_backward=ids[0],

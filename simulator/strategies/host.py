@@ -10,9 +10,12 @@ in order, never waiting for the GPU), on which the layer's last kernel depends: 
 finishes a layer no earlier than the CPU has dispatched everything up to it, i.e. the
 step is max(GPU time, CPU time) at layer granularity, without an op per kernel.
 
-``strategy.host_dispatch`` (FSDP): ``eager`` (the default), ``compiled`` (torch.compile's
-launcher: fewer kernels after fusion, a shorter launch) or ``none`` (the GPU never waits
-for the host: the time before this model existed).
+``strategy.host_dispatch`` (FSDP): ``eager`` (the default), ``compiled`` (every kernel
+through torch.compile's launcher) or ``none`` (the GPU never waits for the host: the time
+before this model existed). Whatever it says, a kernel's own launch
+(:mod:`simulator.compute.launch`) decides for that kernel: a ``compiled`` one (a block
+under ``training.compile``) costs the compiled launch, a ``piece`` of an op-by-op eager op
+or a kernel replayed from a CUDA ``graph`` nothing of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import functools
 from importlib import resources
 
 from simulator.compute.checks import check_keys, check_source, check_time
+from simulator.compute.launch import dispatch_mode
 from simulator.yamlio import read_yaml
 
 FILE = "host.yaml"
@@ -47,10 +51,10 @@ def dispatch_table() -> dict[str, dict[str, float]]:
     return out
 
 
-def dispatch_s(cfg, phase: str) -> float:
-    """CPU seconds per kernel a strategy config's layers spend in ``phase`` (0: the GPU
-    never waits for the host; strategies without ``host_dispatch``)."""
-    mode = getattr(cfg, "host_dispatch", "none")
+def dispatch_s(cfg, phase: str, launch: str = "") -> float:
+    """CPU seconds a kernel launched as ``launch`` costs in ``phase`` under a strategy
+    config (0: the GPU never waits for the host; strategies without ``host_dispatch``)."""
+    mode = dispatch_mode(launch, getattr(cfg, "host_dispatch", "none"))
     if mode == "none":
         return 0.0
     return dispatch_table()[mode][phase]

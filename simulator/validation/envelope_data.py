@@ -82,7 +82,7 @@ def training_rows(root: Path) -> list[dict]:
     return out
 
 
-FRAMEWORK = {"llm_foundry": "llm-foundry", "torchtitan": "torchtitan"}
+FRAMEWORK = {"llm_foundry": "llm-foundry", "torchtitan": "torchtitan", "torchtitan_h100": "torchtitan"}
 
 
 def table_rows(root: Path) -> list[dict]:

@@ -22,6 +22,10 @@ blocks of each chunk); ``selective`` recomputes the attention core only (the com
 ``activation_checkpointing: selective`` with ``selective_ac_option: attention``,
 :mod:`simulator.strategies.checkpointing`): without flash attention it frees the ``a s^2``
 scores; with flash attention it frees little and costs the core's forward again.
+``cuda_graph_impl: local | transformer_engine`` (or ``enable_cuda_graph: true``) replays
+each transformer layer's kernels from a CUDA graph: they pay no per-kernel launch gap
+(:mod:`simulator.compute.launch`, ``graph``); the embedding, head and optimizer launch
+as before.
 
 The argument file holds the arguments as ``pretrain_gpt.py`` takes them: on one line or
 many, with ``\\`` continuations, ``#`` comments and shell quoting; anything before the first
@@ -113,6 +117,16 @@ class MegatronConfig(CommonConfig):
     moe_load: ExpertLoad = ExpertLoad()     # clustersim's routing-imbalance knob (parallel/moe.py)
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    # CUDA graphs of the transformer layers (--enable-cuda-graph, the older spelling of
+    # --cuda-graph-impl local; transformer_engine: TE's make_graphed_callables): their
+    # kernels replay from a graph (simulator/compute/launch.py: no per-kernel launch gap)
+    enable_cuda_graph: bool = False
+    cuda_graph_impl: Literal["none", "local", "transformer_engine"] = "none"
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the transformer layers replay from CUDA graphs."""
+        return self.enable_cuda_graph or self.cuda_graph_impl != "none"
 
     @model_validator(mode="before")
     @classmethod
@@ -217,7 +231,8 @@ ARGUMENT_FIELDS = (
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "pipeline_model_parallel_layout",
-    "recompute_granularity", "recompute_method", "recompute_num_layers")
+    "recompute_granularity", "recompute_method", "recompute_num_layers",
+    "enable_cuda_graph", "cuda_graph_impl")
 
 
 class Flag(NamedTuple):

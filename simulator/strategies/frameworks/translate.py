@@ -62,7 +62,8 @@ def data_parallel_config(cfg: CommonConfig, plan: ParallelPlan,
 
 
 def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
-                autocast: bool, compile: bool = False, fp8_recipe: str | None = None):
+                autocast: bool, compile: bool = False, fp8_recipe: str | None = None,
+                elementwise: str = "fused"):
     """``layers`` if given, else the unsharded per-layer costs of one micro-batch (what
     the data-parallel generators take; a planned strategy is called without them), their
     blocks' GEMMs in FP8 where ``fp8_recipe`` is given."""
@@ -72,20 +73,21 @@ def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
     from simulator.precision import FP8
     if fp8_recipe is not None:
         return layer_costs(spec, cfg.micro_batch, seq_len, FP8, flash, autocast=autocast,
-                           compile=compile, fp8_recipe=fp8_recipe)
+                           compile=compile, fp8_recipe=fp8_recipe, elementwise=elementwise)
     return layer_costs(spec, cfg.micro_batch, seq_len, cfg.precision, flash,
-                       autocast=autocast, compile=compile)
+                       autocast=autocast, compile=compile, elementwise=elementwise)
 
 
 def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0,
                     flash: bool = True, autocast: bool = False, compile: bool = False,
-                    fp8_recipe: str | None = None, **meta):
+                    fp8_recipe: str | None = None, elementwise: str = "fused", **meta):
     """A framework strategy's trace: a :func:`pure_data_parallel` plan by ``dp_trace``
     (the FSDP/DDP generators, on full-model layer costs), any other by the model-parallel
     generator (:func:`simulator.strategies.parallel.generate.build_planned`)."""
     plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
     if pure_data_parallel(plan):
-        layers = full_layers(layers, cfg, spec, seq_len, flash, autocast, compile, fp8_recipe)
+        layers = full_layers(layers, cfg, spec, seq_len, flash, autocast, compile, fp8_recipe,
+                             elementwise)
         trace = dp_trace(layers, cfg, plan, world, **meta)
         trace.meta["strategy"] = cfg.name
         return trace
@@ -95,7 +97,7 @@ def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0
     from ..parallel.generate import build_planned
     return build_planned(layers, cfg.for_layers(spec.layers), world, spec=spec,
                          seq_len=seq_len, flash=flash, autocast=autocast, compile=compile,
-                         fp8_recipe=fp8_recipe, **meta)
+                         fp8_recipe=fp8_recipe, elementwise=elementwise, **meta)
 
 
 def data_parallel_trace(layers, cfg: CommonConfig, plan: ParallelPlan, world, **meta):

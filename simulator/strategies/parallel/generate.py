@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from simulator.compute.launch import graphed
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
 from simulator.models.fp8 import fp8_layer
@@ -264,19 +265,20 @@ def stage_id(rank: int, pp: int) -> str:
 
 def parallel_layers(model: ModelSpec, plan: ParallelPlan, *, micro_batch: int, seq_len: int,
                     precision: str, flash: bool, autocast: bool = False,
-                    compile: bool = False) -> list[LayerCost]:
+                    compile: bool = False, elementwise: str = "fused") -> list[LayerCost]:
     """Per-layer costs on one rank of the plan (TP/SP/CP shapes; ``compile``: torch.compile's
-    fusions, :mod:`simulator.models.fusion`)."""
+    fusions, :mod:`simulator.models.fusion`; ``elementwise``: :mod:`simulator.models.eager`)."""
     return layer_costs(model, micro_batch, seq_len, precision, flash, autocast, compile,
-                       tp=plan.tp,
-                       sp=plan.sequence_parallel and plan.tp > 1, cp=plan.cp)
+                       tp=plan.tp, sp=plan.sequence_parallel and plan.tp > 1, cp=plan.cp,
+                       elementwise=elementwise)
 
 
 def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, world: World, *,
                    seq_len: int, flash: bool = True, autocast: bool = False,
                    tokens_per_sample: float = 0, model_flops_per_sample: float | None = None,
                    layers: list[LayerCost] | None = None, check: bool = True,
-                   compile: bool = False, fp8_recipe: str | None = None) -> Trace:
+                   compile: bool = False, fp8_recipe: str | None = None,
+                   elementwise: str = "fused") -> Trace:
     """The Trace of one iteration of ``model`` under ``plan`` (see the module doc).
     ``cfg.micro_batch`` is per micro-batch and DP rank, ``cfg.grad_accum`` the micro-batches
     per pipeline per step. ``fp8_recipe`` (a training precision of fp8): the blocks' Linear
@@ -287,10 +289,12 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     layers = layers or planned_layers(
         parallel_layers(model, plan, micro_batch=cfg.micro_batch, seq_len=seq_len,
                         precision=cfg.precision, flash=flash, autocast=autocast,
-                        compile=compile),
+                        compile=compile, elementwise=elementwise),
         model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
     if fp8_recipe is not None:
         layers = [fp8_layer(layer, fp8_recipe) for layer in layers]
+    if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl
+        layers = [graphed(layer) for layer in layers]
     layers = tied.with_copy(layers, model, plan)
     shared = tied.tied_ranks(model, plan)
     all_chunks = chunks(layers, plan)
@@ -339,7 +343,7 @@ def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, s
                   flash: bool = True, autocast: bool = False, model: str = "",
                   tokens_per_sample: float = 0,
                   model_flops_per_sample: float | None = None, compile: bool = False,
-                  fp8_recipe: str | None = None) -> Trace:
+                  fp8_recipe: str | None = None, elementwise: str = "fused") -> Trace:
     """The build function of a strategy whose config has ``plan(world_size)`` (and
     ``plan_fields()``, the keys its errors name): the plan checked against the model and
     the schedule, then :func:`build_parallel`. ``layers`` (full-model costs) are not used:
@@ -353,4 +357,4 @@ def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, s
     return build_parallel(spec, plan, cfg, world, seq_len=seq_len, flash=flash,
                           autocast=autocast, tokens_per_sample=tokens_per_sample,
                           model_flops_per_sample=model_flops_per_sample, check=False,
-                          compile=compile, fp8_recipe=fp8_recipe)
+                          compile=compile, fp8_recipe=fp8_recipe, elementwise=elementwise)

@@ -1,6 +1,7 @@
-"""The FSDP throughput tables of the training validation: llm-foundry's MPT benchmarks and
-torchtitan's 64-GPU runs (``validation/training/llm_foundry_fsdp.csv``,
-``torchtitan_a100_64gpu.csv``, copies of ``shared/validation-data/training``), each row
+"""The FSDP throughput tables of the training validation: llm-foundry's MPT benchmarks,
+torchtitan's 64-GPU A100 runs and its H100 runs (``validation/training/llm_foundry_fsdp.csv``,
+``torchtitan_a100_64gpu.csv``, ``torchtitan_h100.csv``, copies of
+``shared/validation-data/training``), each row
 mapped to a scenario, with the split declared in ``validation/training/split.yaml``.
 
 :func:`load_rows` reads them into :class:`TableRow` s; :mod:`.tables_run` simulates them.
@@ -17,7 +18,8 @@ The mapping of a row to a scenario (:func:`scenario_of`) is written out in
   16x 100 GbE RoCE (its "1600 Gbps node-node interconnect (RoCE)"); one node: the DGX.
 * torchtitan (FSDP2, ``reshard_after_forward`` true, bf16 params, fp32 reduction): 64
   A100-80GB on DGX A100 servers (interconnect not stated: an assumption); checkpointing
-  as :data:`TORCHTITAN_AC`.
+  as :data:`TORCHTITAN_AC`; the model code as :data:`TORCHTITAN_ELEMENTWISE`.
+* torchtitan's H100 runs (``torchtitan_h100.csv``): :mod:`.tables_titan`.
 
 A row the simulator cannot express (an OOM row without a number; ``split.yaml``'s
 ``not_modelled_until``, empty now that amp_fp8 runs through the FP8 model) is kept with its
@@ -28,11 +30,12 @@ reason in
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from simulator.errors import ConfigError
 from simulator.validation.common import read_yaml
+from simulator.validation.training.rows import TableRow
+from simulator.validation.training.tables_titan import titan_row
 from simulator.validation.training.schema import default_root
 
 SPLIT_FILE = "split.yaml"
@@ -54,29 +57,14 @@ TORCHTITAN_AC = {"none": {"activation_checkpointing": "none"},
 # package; its FP8 runs pip install flash-attn==2.4.2): mosaicml/llm-foundry@51652eae
 # scripts/train/benchmarking/submit_benchmarks.py, validation/training/llm_foundry_setup.md
 LLM_FOUNDRY_ATTENTION = "flash2"
+# torchtitan's Llama at 217cc94e is the reference code run eagerly; its train configs'
+# norm_type: "fused_rmsnorm" (a Triton RMSNorm) for llama3_8b and llama2_13b, "rmsnorm" (op
+# by op) for llama3_70b and llama2_70b (train_configs/*.toml at 217cc94e); the rest is op by
+# op either way (simulator/models/eager.py)
+TORCHTITAN_ELEMENTWISE = {"llama-3-8b": "eager_fused_norm", "llama-2-13b": "eager_fused_norm",
+                          "llama-3-70b": "eager", "llama-2-70b": "eager"}
 TORCHTITAN_MODELS = {"Llama 3 8B": "llama-3-8b", "Llama 3 70B": "llama-3-70b",
                      "Llama 2 13B": "llama-2-13b", "Llama 2 70B": "llama-2-70b"}
-
-
-@dataclass
-class TableRow:
-    """One published FSDP run and the scenario that reproduces it."""
-
-    row_id: str
-    table: str                    # llm_foundry | torchtitan
-    gpu_type: str                 # A100 | H100
-    split: str                    # calibration | validation
-    model: str                    # catalog model
-    gpus: int
-    seq_len: int
-    micro_batch: int
-    grad_accum: int
-    precision: str                # as published (amp_bf16, amp_fp8, bf16)
-    checkpointing: str            # none | full | selective layer | selective op
-    measured: float               # tokens/s per GPU (nan for an OOM row)
-    source: str
-    scenario: dict = field(repr=False, default_factory=dict)
-    not_modelled: str = ""        # why it is not simulated (yet); "" = simulated
 
 
 def _rule_split(rule: dict, value: int, where: str) -> str:
@@ -139,7 +127,8 @@ def _torchtitan_row(r: dict, split: str) -> TableRow:
     row.scenario = {
         "name": rid, "model": model,
         "training": {"micro_batch": row.micro_batch, "seq_len": seq, "grad_accum": 1,
-                     "precision": "bf16", "flash_attention": True},
+                     "precision": "bf16", "flash_attention": True,
+                     "elementwise": TORCHTITAN_ELEMENTWISE[model]},
         "cluster": {"topology": "dgx-a100-superpod", "nodes": row.gpus // 8},
         "strategy": {"name": "fsdp", "reshard_after_forward": True, "param_dtype": "bf16",
                      "reduce_dtype": "fp32", **TORCHTITAN_AC[ac]},
@@ -147,6 +136,11 @@ def _torchtitan_row(r: dict, split: str) -> TableRow:
     if r["row_label"] == "OOM":
         row.not_modelled = "published as OOM (no throughput to compare)"
     return row
+
+
+def _makers() -> dict:
+    return {"llm_foundry": _llm_foundry_row, "torchtitan": _torchtitan_row,
+            "torchtitan_h100": titan_row}
 
 
 def load_rows(root: Path | str | None = None) -> list[TableRow]:
@@ -157,13 +151,14 @@ def load_rows(root: Path | str | None = None) -> list[TableRow]:
     root = Path(root) if root is not None else default_root()
     spec = read_yaml(root / SPLIT_FILE)
     rows: list[TableRow] = []
+    makers = _makers()
     for name, table in spec["tables"].items():
         path = root / table["file"]
         if not path.is_file():
             raise ConfigError("table file not found", source=str(path))
         with path.open(newline="") as fh:
             data = list(csv.DictReader(fh))
-        make = _llm_foundry_row if name == "llm_foundry" else _torchtitan_row
+        make = makers[name]
         rule = table["rule"]
         for i, r in enumerate(data):
             split = _rule_split(rule, int(r[rule["column"]]),
