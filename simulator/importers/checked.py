@@ -13,9 +13,9 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
+from ..trace.fields import MAX_RANKS
 
 _MISSING = object()
-MAX_RANKS = 1 << 20      # ranks in a world or a process group: far more than any cluster
 SCALARS = (str, int, float)      # ids (pid, tid, correlation...): hashable, printable
 
 
