@@ -6,12 +6,7 @@ from __future__ import annotations
 import pytest
 
 from test_cli import run_main
-
-
-def write(folder, name: str, text: str):
-    path = folder / name
-    path.write_text(text)
-    return path
+from test_parallel_cfg import write
 
 
 @pytest.mark.parametrize("name, text, key", [
