@@ -46,3 +46,17 @@ def test_an_ignored_key_is_shown_short(capsys, tmp_path):
                               "--set", "training.seq_len=512")
     assert code == 0, err
     assert max(len(line) for line in err.splitlines()) < 600
+
+
+@pytest.mark.parametrize("name, text, key", [
+    ("tt.toml", "[training]\nseq_len = " + "1" + "0" * 50 + "\n", "training.seq_len"),
+    ("ds.json", '{"train_micro_batch_size_per_gpu": ' + "9" * 30 + "}",
+     "train_micro_batch_size_per_gpu"),
+    ("m.args", "--seq-length " + "9" * 30 + "\n", "--seq-length"),
+])
+def test_a_training_value_out_of_range_is_named_in_the_config(capsys, tmp_path, name, text,
+                                                              key):
+    path = write(tmp_path, name, text)
+    code, out, err = run_main(capsys, "run", "quickstart", "--config", str(path))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"clustersim: error: {path}: {key}: "), err

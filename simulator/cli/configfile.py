@@ -80,8 +80,11 @@ def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Sce
     if pieces.model:
         data["model"] = pieces.model
     data = apply_sets(data, sets, source)
-    scn = scenario_from_dict(data, source)
     set_keys = {s.partition("=")[0].strip() for s in sets}
+    try:
+        scn = scenario_from_dict(data, source)
+    except ConfigError as exc:
+        raise _named_training(exc, pieces, set_keys) from None
     cfg = check_strategy(scn, pieces, set_keys)
     dp = data_parallel_ranks(cfg, scn, pieces, set_keys)    # the plan fits the GPUs
     if "training.grad_accum" not in set_keys and (pieces.global_batch is not None
@@ -116,6 +119,20 @@ def _named(exc: ConfigError, scn: Scenario, pieces: ConfigPieces,
         return exc.located(scn.source)
     return ConfigError(exc.reason, source=pieces.source,
                        field=file_key(pieces.framework, field.removeprefix("strategy.")))
+
+
+def _named_training(exc: ConfigError, pieces: ConfigPieces,
+                    set_keys: set[str]) -> ConfigError:
+    """``exc`` placed in the config file, under its own key, when it is about a training
+    field the file gave (``seq_len = 1e50`` in a TOML is the TOML's ``training.seq_len``)."""
+    from ..errors import ConfigError
+    from ..strategies.frameworks.files import training_key
+    field = exc.field or ""
+    name = field.removeprefix("training.").split(".")[0]
+    if not field.startswith("training.") or name not in pieces.training or field in set_keys:
+        return exc
+    return ConfigError(exc.reason, source=pieces.source,
+                       field=training_key(pieces.framework, name, pieces.used))
 
 
 def data_parallel_ranks(cfg: CommonConfig, scn: Scenario, pieces: ConfigPieces,

@@ -87,6 +87,18 @@ def decode(data: bytes, source: str) -> tuple:
                           source=source) from None
 
 
+def standard_only(data: bytes, source: str = "<chakra>") -> bytes:
+    """The bytes of a file without clustersim's own attributes (``clustersim.op`` and the
+    metadata's): a plain Chakra trace, read from the standard fields."""
+    meta, nodes = decode(data, source)
+    meta.ClearField("attr")
+    for n in nodes:
+        keep = [a for a in n.attr if a.name != OP_ATTR]
+        n.ClearField("attr")
+        n.attr.extend(keep)
+    return encode([meta, *nodes])
+
+
 # ------------------------------------------------------------------------------- export
 def _attr(node, name: str, kind: str, value) -> None:
     a = node.attr.add(name=name)
