@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..trace.fields import MAX_SIZE_BYTES
 from .chakra_pb import COLLECTIVE_TYPES, NODE_TYPES
 
-MAX_FLOPS = 1e21                 # one op: ~1 hour on a 300 TFLOP/s GPU... times 1,000
+MAX_FLOPS = 1e21                 # one op: ~39 days on a 300 TFLOP/s GPU, past any kernel
 
 
 def attrs(message) -> dict:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..inputs import read_bytes
-from ..trace.fields import MAX_RANKS
+from ..trace.fields import MAX_RANKS, MAX_SIZE_BYTES
 from ..trace.io import trace_from_dict
 from ..trace.schema import Communicator, Op, RankClass, Trace
 from .chakra import OP_ATTR, RANK_ATTR, TRACE_ATTR, decode
@@ -201,7 +201,7 @@ def _op(node, source: str) -> Op:
             return Op(kind="delay", duration_s=seconds or 0.0, **{**common, "stream": "host"})
         precision = {"precision": f.text("precision")} if "precision" in f.a else {}
         return Op(kind="compute", duration_s=seconds, flops=f.amount("num_ops", MAX_FLOPS),
-                  bytes_accessed=f.amount("tensor_size", 2.0 ** 50),
+                  bytes_accessed=f.amount("tensor_size", MAX_SIZE_BYTES),
                   op_class=f.text("op_type") or "matmul", **common,
                   attrs={**{k: f.whole(k) for k in ("m", "n", "k") if k in f.a}, **precision})
     if kind == "COMM_COLL_NODE":
