@@ -64,7 +64,8 @@ def validation_error(exc, *, source: str | None = None, prefix: str = "", valid=
     extra = [e for e in errors if e["type"] == "extra_forbidden"]
     if extra and valid is not None:
         names = valid(extra[0]["loc"]) if callable(valid) else valid
-        keys = ", ".join(repr(str(e["loc"][-1])) for e in extra)
+        keys = ", ".join(shown(str(e["loc"][-1])) for e in extra[:5]) + (
+            f" and {len(extra) - 5} more" if len(extra) > 5 else "")
         return ConfigError(f"unknown key(s) {keys}; valid: {', '.join(names)}", source=source,
                            field=_error_field(extra[0]["loc"], prefix, depth, skip, brackets))
     first = errors[0]
@@ -82,6 +83,15 @@ def _error_field(loc, prefix: str, depth: int | None, skip: tuple[str, ...],
     return (field.replace(".[", "[") if brackets else field) or None
 
 
+SHOWN_CHARS = 60            # of a bad value in a refusal: a 1,000-item list is not repeated
+
+
+def shown(value) -> str:
+    """``repr(value)`` as a refusal shows it: at most :data:`SHOWN_CHARS` characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
 def _error_reason(err: dict, style: str) -> str:
     msg, kind = err["msg"], err["type"]
     if style == "raw":
@@ -89,14 +99,16 @@ def _error_reason(err: dict, style: str) -> str:
     if style == "got":
         if kind == "missing":
             return "missing required key"
-        return f"{msg[:1].lower()}{msg[1:]}, got {err.get('input')!r}"
+        return f"{msg[:1].lower()}{msg[1:]}, got {shown(err.get('input'))}"
     if kind == "extra_forbidden":
-        return "unknown key" if style != "paren" else f"unknown key (got {err.get('input')!r})"
+        if style != "paren":
+            return "unknown key"
+        return f"unknown key (got {shown(err.get('input'))})"
     if kind == "missing" and style in ("keys", "paren"):
         return "missing required key"
     if style == "keys":
         return msg
     msg = msg.removeprefix("Value error, ")
     if style == "paren" and ", got " not in msg:
-        msg = f"{msg} (got {err.get('input')!r})"
+        msg = f"{msg} (got {shown(err.get('input'))})"
     return msg

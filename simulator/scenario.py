@@ -59,12 +59,16 @@ class SequenceLengths(BaseModel):
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 # A slowdown factor past this is a typo, not a straggler (docs/inputs.md).
 MAX_SLOWDOWN = 1000.0
+MAX_SEQ_LEN = 1 << 24           # 16M tokens: past the longest context any model trains on
+MAX_MICRO_BATCH = 1 << 20       # samples per GPU per micro-step
 
 
 class Training(BaseModel):
     model_config = _STRICT
-    micro_batch: int = Field(1, gt=0, description="samples per GPU per micro-step")
-    seq_len: int = Field(2048, gt=0, description="tokens per sample (ignored for CNNs)")
+    micro_batch: int = Field(1, gt=0, le=MAX_MICRO_BATCH,
+                             description="samples per GPU per micro-step")
+    seq_len: int = Field(2048, gt=0, le=MAX_SEQ_LEN,
+                         description="tokens per sample (ignored for CNNs)")
     grad_accum: int = Field(1, ge=1)
     global_batch: int | None = Field(None, gt=0, description="samples per step across the "
                                      "job: grad_accum then follows from the strategy's "
@@ -157,7 +161,8 @@ class Simulation(BaseModel):
                                                 "comm kernel runs")
     stragglers: dict[int, float] = Field(default_factory=dict,
                                          description="rank -> compute slowdown factor")
-    seed: int = Field(0, description="seed of ECMP hashing and of rank-to-rank variability")
+    seed: int = Field(0, ge=0, lt=1 << 64, description="seed of ECMP hashing and of "
+                      "rank-to-rank variability: an integer in [0, 2^64)")
     variability: Any = Field(
         "default", description="rank-to-rank variability: default (sigmas of "
         "data/variability.yaml), none (the ideal machine), or op class -> sigma")

@@ -192,6 +192,10 @@ def load_yaml(text: str, source: str, field: str | None = None, shipped: bool = 
     except yaml.YAMLError as exc:
         raise ConfigError(f"malformed YAML: {' '.join(str(exc).split())}",
                           source=source, field=field) from None
+    except (ValueError, TypeError, OverflowError) as exc:   # a tag its text cannot be:
+        reason = " ".join(str(exc).split())[:80]            # !!int 1e3, !!timestamp 2020-13
+        raise ConfigError(f"malformed YAML: a value its tag cannot hold ({reason})",
+                          source=source, field=field) from None
     return check_finite(data, source, field or "")
 
 

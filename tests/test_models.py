@@ -242,7 +242,7 @@ def test_bad_resnet_depth_and_unreadable_file(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_model(broken)
     assert err.value.source == str(broken)
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="no such file"):
         load_model(tmp_path / "missing.yaml")
 
 

@@ -84,3 +84,27 @@ def test_a_trace_without_meta_run_runs_at_bf16_with_the_defaults():
     settings = run_settings({})
     assert (settings.precision, settings.attention, settings.job.variability,
             settings.job.overlap_slowdown) == ("bf16", "sdpa", None, 0.0)
+
+
+@pytest.mark.parametrize("name, sets, key", [
+    ("quickstart", ["training.compile=true", "training.seq_len=512"], "launch"),
+    ("mixtral-8x7b-ep8", ["model=qwen3-30b-a3b", "strategy.virtual_pipeline_model_parallel_size=6"],
+     "groups"),                                      # 16 experts a rank: grouped GEMMs
+])
+def test_a_chakra_round_trip_keeps_how_kernels_launch_and_group(tmp_path, name, sets, key):
+    from simulator.importers.chakra import standard_only, write_chakra
+    from simulator.importers.chakra_read import read_chakra
+    whole = build_setup(load_scenario(name, sets), extrapolate_steps=False)
+    ops = [op for cls in whole.trace.classes for op in cls.ops if op.kind == "compute"]
+    assert any(key in op.attrs for op in ops)          # the trace has what is to be kept
+    files = write_chakra(whole.trace, tmp_path / "t")
+    want = replay_trace(whole.trace, cluster=whole.cluster).metrics
+    got = replay_trace(read_chakra(files), cluster=whole.cluster).metrics
+    # a plain Chakra reader sees the standard fields only (no clustersim.op attribute, no
+    # meta.run): it still reads how each kernel launches and how many GEMMs it groups
+    for f in files:
+        f.write_bytes(standard_only(f.read_bytes()))
+    plain = read_chakra(files)
+    assert {op.attrs.get(key) for cls in plain.classes for op in cls.ops} == \
+        {op.attrs.get(key) for op in ops} | ({None} if key == "groups" else set())
+    assert got.iteration_time_s == pytest.approx(want.iteration_time_s, rel=1e-6)

@@ -7,6 +7,8 @@ Order, weakest first: the scenario file, then the config file (its strategy repl
 scenario's; its training fields and model replace the scenario's), then ``--set``. The
 merged strategy is validated once, by the framework's config, and a bad value the config
 file gave is named in that file, as the file spells it (``--tensor-model-parallel-size``).
+The plan is checked on the scenario's GPUs here, so a degree that does not divide them is
+named in the config file too. A file none of whose keys the reader uses is refused.
 A global batch becomes ``training.grad_accum`` once the GPU count is known: micro-batches
 per step = global batch / (micro-batch x data-parallel ranks), the data-parallel ranks
 being those of the strategy's plan on those GPUs; a ``--set training.grad_accum`` wins.
@@ -65,6 +67,8 @@ def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Sce
     from ..errors import ConfigError
     from ..scenario import apply_sets, resolve_scenario, scenario_from_dict
     from ..yamlio import read_yaml
+    if not pieces.used:
+        raise pieces.nothing_used()
     path = resolve_scenario(scenario)
     source = str(path)
     data = read_yaml(path, "scenario file")
@@ -76,12 +80,15 @@ def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Sce
     if pieces.model:
         data["model"] = pieces.model
     data = apply_sets(data, sets, source)
-    scn = scenario_from_dict(data, source)
     set_keys = {s.partition("=")[0].strip() for s in sets}
+    try:
+        scn = scenario_from_dict(data, source)
+    except ConfigError as exc:
+        raise _named_training(exc, pieces, set_keys) from None
     cfg = check_strategy(scn, pieces, set_keys)
+    dp = data_parallel_ranks(cfg, scn, pieces, set_keys)    # the plan fits the GPUs
     if "training.grad_accum" not in set_keys and (pieces.global_batch is not None
                                                   or pieces.local_batch is not None):
-        dp = data_parallel_ranks(cfg, scn, pieces, set_keys)
         accum = grad_accum(pieces, scn.training.micro_batch, dp)
         scn = scn.model_copy(update={"training": scn.training.model_copy(
             update={"grad_accum": accum})})
@@ -112,6 +119,20 @@ def _named(exc: ConfigError, scn: Scenario, pieces: ConfigPieces,
         return exc.located(scn.source)
     return ConfigError(exc.reason, source=pieces.source,
                        field=file_key(pieces.framework, field.removeprefix("strategy.")))
+
+
+def _named_training(exc: ConfigError, pieces: ConfigPieces,
+                    set_keys: set[str]) -> ConfigError:
+    """``exc`` placed in the config file, under its own key, when it is about a training
+    field the file gave (``seq_len = 1e50`` in a TOML is the TOML's ``training.seq_len``)."""
+    from ..errors import ConfigError
+    from ..strategies.frameworks.files import training_key
+    field = exc.field or ""
+    name = field.removeprefix("training.").split(".")[0]
+    if not field.startswith("training.") or name not in pieces.training or field in set_keys:
+        return exc
+    return ConfigError(exc.reason, source=pieces.source,
+                       field=training_key(pieces.framework, name, pieces.used))
 
 
 def data_parallel_ranks(cfg: CommonConfig, scn: Scenario, pieces: ConfigPieces,

@@ -66,8 +66,9 @@ def register(cli: click.Group) -> None:
         from ..topology.build import scenario_graph
         G = scenario_graph(scn)
         gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
-        batch = global_batch or (pieces and pieces.global_batch) or \
-            scn.training.micro_batch * scn.training.grad_accum * gpus
+        batch = global_batch if global_batch is not None else \
+            (pieces and pieces.global_batch) or \
+            scn.training.micro_batch * scn.training.grad_accum * gpus     # 0 is refused
         if batch < 1:
             raise ConfigError(f"must be >= 1, got {batch}", source="--global-batch")
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,

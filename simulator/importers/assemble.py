@@ -93,6 +93,10 @@ def assemble(parts: list[RankTrace], framework: str) -> Trace:
     comms = {f"pg:{pg}": Communicator(f"pg:{pg}", _groups(pg, parts, world, replicated))
              for pg in pgs}
     _check_matching(classes, comms)
+    if not any(c.ops for c in classes):
+        raise ConfigError("the chosen step holds no GPU kernel, collective or CPU op to "
+                          "replay (an empty or damaged profile?)",
+                          source=", ".join(p.source for p in parts[:3]))
     first = parts[0]
     meta = {"model": "imported", "strategy": f"{framework} trace", "framework": framework,
             "files": [p.source for p in parts], "step": first.step,

@@ -88,6 +88,18 @@ def decode(data: bytes, source: str) -> tuple:
                           source=source) from None
 
 
+def standard_only(data: bytes, source: str = "<chakra>") -> bytes:
+    """The bytes of a file without clustersim's own attributes (``clustersim.op`` and the
+    metadata's): a plain Chakra trace, read from the standard fields."""
+    meta, nodes = decode(data, source)
+    meta.ClearField("attr")
+    for n in nodes:
+        keep = [a for a in n.attr if a.name != OP_ATTR]
+        n.ClearField("attr")
+        n.attr.extend(keep)
+    return encode([meta, *nodes])
+
+
 # ------------------------------------------------------------------------------- export
 def _attr(node, name: str, kind: str, value) -> None:
     a = node.attr.add(name=name)
@@ -111,8 +123,9 @@ def _node(op, cls, rank: int, prev: int | None, exact: dict):
         for key in ("m", "n", "k", "groups"):          # GEMM / attention shape (docs/compute.md)
             if key in op.attrs:
                 _attr(node, key, "int64", int(op.attrs[key]))
-        if "precision" in op.attrs:
-            _attr(node, "precision", "string", op.attrs["precision"])
+        for key in ("precision", "launch"):   # a kernel's own precision; how it launches
+            if op.attrs.get(key):
+                _attr(node, key, "string", op.attrs[key])
     elif kind == "COMM_COLL_NODE":
         _attr(node, "comm_type", "int64", COLLECTIVE_TYPES.index(op.collective.upper()))
         _attr(node, "comm_size", "int64", op.size_bytes)

@@ -13,9 +13,11 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
+from ..trace.fields import MAX_RANKS
 
 _MISSING = object()
-MAX_RANKS = 1 << 20      # ranks in a world or a process group: far more than any cluster
+MAX_EVENT_S = 86_400.0   # one event of a profiled step lasts at most a day (a 53-day kernel
+                         # in a damaged file would be a 53-day step)
 SCALARS = (str, int, float)      # ids (pid, tid, correlation...): hashable, printable
 
 
@@ -41,6 +43,15 @@ class EventFields:
                 or not math.isfinite(value):
             raise self.fail(key, "a finite number", value)
         return float(value)
+
+    def duration(self, key: str, scale_s: float = 1e-6) -> float:
+        """A duration (``dur``, in units of ``scale_s`` seconds): a finite number in
+        [0, :data:`MAX_EVENT_S`]; 0 when absent."""
+        value = self.number(key)
+        if not 0 <= value * scale_s <= MAX_EVENT_S:
+            raise self.fail(key, f"a duration in [0, {MAX_EVENT_S / scale_s:,.0f}] (one day)",
+                            value)
+        return value
 
     def text(self, key: str, default: str = "") -> str:
         """A string (``name``, ``cat``, ``ph``); a number is taken as its decimal text."""

@@ -119,7 +119,7 @@ class _Collector:
         if cat == "cpu_op" and "External id" in args:      # links it to the kernels it launched
             keep["External id"] = args.ident("External id")
         ts = f.number("ts")
-        self.p.host.append(HostEvent(f.ident("tid"), ts, ts + f.number("dur"), name, cat,
+        self.p.host.append(HostEvent(f.ident("tid"), ts, ts + f.duration("dur"), name, cat,
                                      keep))
 
     def _gpu(self, f: EventFields, cat: str) -> None:
@@ -132,7 +132,7 @@ class _Collector:
         if "External id" in args:                           # the cpu_op that launched it
             keep["External id"] = args.ident("External id")
         ts = f.number("ts")
-        self.p.gpu.append(GpuEvent(stream, ts, ts + f.number("dur"), name, cat,
+        self.p.gpu.append(GpuEvent(stream, ts, ts + f.duration("dur"), name, cat,
                                    args.ident("correlation"), keep))
 
 

@@ -73,7 +73,7 @@ def _read_trace_json(path: Path) -> list[TfEvent]:
             name, display = (str(long), name) if long else (name, "")
             ts = f.number("ts") * 1e-6
             raw.append((f.ident("pid"), f.ident("tid"), name, display, ts,
-                        ts + f.number("dur") * 1e-6, args))
+                        ts + f.duration("dur") * 1e-6, args))
 
     header = read_chrome_trace(path, keep, PYTORCH_HEADER)
     if header:

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from ..errors import ConfigError
 from ..inputs import limit, over_limit
 from .bounded import BudgetReader
+from .checked import MAX_EVENT_S
 from .jsonstream import sniff
 
 PROTOBUF_MAX_BYTES = (2 << 30) - 1        # protobuf refuses a larger message
@@ -114,6 +115,18 @@ def _stat(plane, stat):
     return value
 
 
+def _check_times(line, source: str, where: str) -> None:
+    """Each event's ``offset_ps`` and ``duration_ps`` in [0, one day]: a damaged or hostile
+    file gives no 53-day step."""
+    most = round(MAX_EVENT_S * 1e12)
+    for k, ev in enumerate(line.events):
+        for name in ("offset_ps", "duration_ps"):
+            value = getattr(ev, name)
+            if not 0 <= value <= most:
+                raise ConfigError(f"must be in [0, {most:,}] (one day), got {value:,}",
+                                  source=source, field=f"{where}.events[{k}].{name}")
+
+
 def read_xspace(path: str | Path) -> tuple[list[TfEvent], dict]:
     """Events of every plane (``line`` is ``plane name|line name``) and the plane list.
 
@@ -135,9 +148,10 @@ def read_xspace(path: str | Path) -> tuple[list[TfEvent], dict]:
         raise ConfigError("not a TensorFlow profile: no planes with events (is it an "
                           "*.xplane.pb written by tf.profiler?)", source=source)
     events, most_events = [], limit("trace_events")
-    for plane in planes:
+    for i, plane in enumerate(planes):
         md = plane.event_metadata
-        for line in plane.lines:
+        for j, line in enumerate(plane.lines):
+            _check_times(line, source, f"planes[{i}].lines[{j}]")
             base_s = line.timestamp_ns * 1e-9
             lname = f"{plane.name}|{line.display_name or line.name}"
             if len(events) + len(line.events) > most_events:

@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import ConfigError, validation_error
-from simulator.inputs import path_name
+from simulator.inputs import path_name, regular_file
 from simulator.yamlio import read_yaml
 
 FAMILIES = ("gpt", "llama", "bert", "resnet", "maskrcnn")
@@ -181,8 +181,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         return catalog[key]
     path = path_name(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ConfigError("model file not found", source=str(path))
+        regular_file(path, "model file")      # missing, a folder, a device: said so
         return parse_model_file(path)
     raise ConfigError(f"unknown model {str(name_or_path)!r}; valid: {', '.join(model_names())}"
                       " (or a path to a model YAML file)")

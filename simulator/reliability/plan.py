@@ -122,6 +122,7 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
               f"degraded ({len(slow_names)} fabric state(s))")
     steps = (scenario_step_table if remember_steps else step_table)(
         scn, source, cluster, reroutes, factors, given, workers)
+    _interval_fits(cfg, steps.base_s, source)
     plan = JobPlan(
         t_base=steps.base_s, slow_times=tuple(steps.times_s[n] for n in slow_names),
         iterations=float(cfg.job.iterations) if cfg.job.iterations else None,
@@ -194,6 +195,17 @@ def _interval(cfg: ReliabilityCfg) -> dict:
                     keras_epoch=c.keras.iterations_per_epoch)
     return dict(interval_s=parse_duration(c.interval) if c.interval else None,
                 every_iterations=c.every_iterations, keras_epoch=0)
+
+
+def _interval_fits(cfg: ReliabilityCfg, step_s: float, source: str) -> None:
+    """A time interval is at least one training step: checkpoints are taken between
+    steps, so a shorter one (``1 ns``) would silently become a checkpoint every step."""
+    c = cfg.checkpoint
+    if c.interval and parse_duration(c.interval) < step_s:
+        raise ConfigError(f"{c.interval} is shorter than one training step ({step_s:.3g} s): "
+                          f"checkpoints are taken between steps; give an interval of at "
+                          f"least one step, or every_iterations: 1", source=source,
+                          field=f"{FIELD}.checkpoint.interval")
 
 
 def _restart(cfg: ReliabilityCfg, world: int) -> tuple:

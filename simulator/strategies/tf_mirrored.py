@@ -34,6 +34,7 @@ from .tf_common import (Pack, TFConfig, add_n, concat_and_split, constant, grad_
 
 CROSS_DEVICE_OPS = ("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice")
 STREAM = "comm"
+MAX_PACKS = 65_536          # packs of one all-reduce: past it, packs of a few elements each
 
 
 class MirroredConfig(TFConfig):
@@ -43,7 +44,8 @@ class MirroredConfig(TFConfig):
     name: str = "tf_mirrored"
     cross_device_ops: Literal[CROSS_DEVICE_OPS] = Field(
         default_factory=lambda: constant("mirrored", "cross_device_ops"))
-    num_packs: int = Field(default_factory=lambda: constant("mirrored", "num_packs"), ge=0)
+    num_packs: int = Field(default_factory=lambda: constant("mirrored", "num_packs"), ge=0,
+                           le=MAX_PACKS)
     overlap: bool = False
 
     def _check_tf(self) -> None:

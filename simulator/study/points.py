@@ -120,8 +120,21 @@ class _Resolver:
                     set_dotted(data, key, value)
                 except ConfigError as exc:
                     raise self.error(exc.reason, key, values, where) from None
+        self._not_overridden(data, topo_sets, values)
         topology = self._topology(data, topo_sets, values)
         return data, topology, self._model_text(data)
+
+    def _not_overridden(self, data: dict, topo_sets: dict, values: dict) -> None:
+        """A ``topology.params.nodes`` the scenario's ``cluster.nodes`` would override (the
+        generator takes the scenario's count): refused, not silently ignored."""
+        nodes = (data.get("cluster") or {}).get("nodes") if isinstance(
+            data.get("cluster"), dict) else None
+        if "params.nodes" in topo_sets and nodes is not None:
+            raise self.error(f"the scenario's cluster.nodes ({nodes!r:.20}) overrides it, so "
+                             f"every point would have {nodes!r:.20} nodes; vary cluster.nodes "
+                             f"instead", TOPOLOGY_PREFIX + "params.nodes", values,
+                             "axes" if TOPOLOGY_PREFIX + "params.nodes" in values
+                             else "base.set")
 
     def _topology(self, data: dict, sets: dict, values: dict) -> dict:
         name = str((data.get("cluster") or {}).get("topology", "dgx-a100"))

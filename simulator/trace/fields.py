@@ -9,7 +9,8 @@ type and range tests, cheap enough to run on every generated trace.
 
 Limits (they keep the simulated time finite and the replay bounded): a ``repeat`` of at
 most :data:`MAX_REPEAT`, a ``duration_s`` of at most :data:`MAX_DURATION_S`, a class
-``slowdown`` of at most :data:`MAX_SLOWDOWN`.
+``slowdown`` of at most :data:`MAX_SLOWDOWN`, a ``size_bytes`` of at most
+:data:`MAX_SIZE_BYTES`, a world of at most :data:`MAX_RANKS` ranks.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ import math
 import numbers
 
 from simulator.choices import ALGOS_FOR_OP, OPS, PROTOS, STAR_OPS
+from simulator.compute.launch import LAUNCHES
 from simulator.compute.model import OP_CLASSES
 from simulator.precision import OP_PRECISIONS
 
 MAX_REPEAT = 1_000_000
 MAX_DURATION_S = 1e9          # about 32 years
 MAX_SLOWDOWN = 1e6
+MAX_SIZE_BYTES = 1 << 50      # 1 PiB in one transfer or collective: far past any real one
+MAX_RANKS = 1 << 20           # ranks in a world or a process group: far more than any cluster
 DIRECTIONS = ("h2d", "d2h")
 REPEATED_KINDS = ("compute", "memcpy", "delay")   # the kinds attrs["repeat"] applies to
 
@@ -99,7 +103,7 @@ def _plain(op) -> bool:
     d = op.duration_s
     return (type(op.stream) is str and op.stream != "" and type(op.name) is str
             and type(op.layer) is str and type(op.phase) is str
-            and type(op.size_bytes) is int and op.size_bytes >= 0
+            and type(op.size_bytes) is int and 0 <= op.size_bytes <= MAX_SIZE_BYTES
             and type(op.mem_alloc_bytes) is int and op.mem_alloc_bytes >= 0
             and type(op.mem_free_bytes) is int and op.mem_free_bytes >= 0
             and type(op.flops) in _NUMBERS and 0 <= op.flops < math.inf
@@ -122,7 +126,7 @@ def _common(op):
     yield "bytes_accessed", amount(op.bytes_accessed)
     if op.duration_s is not None:
         yield "duration_s", amount(op.duration_s, MAX_DURATION_S)
-    yield "size_bytes", count(op.size_bytes)
+    yield "size_bytes", count(op.size_bytes, MAX_SIZE_BYTES)
     if not isinstance(op.attrs, dict):
         yield "attrs", f"must be a mapping, got {op.attrs!r}"
         return
@@ -142,6 +146,10 @@ def _compute(op, comm_sizes):
     if precision is not None and precision not in OP_PRECISIONS:
         return "attrs.precision", (f"unknown precision {precision!r}; valid: "
                                    f"{', '.join(OP_PRECISIONS)}")
+    launch = op.attrs.get("launch", "")
+    if launch not in LAUNCHES:
+        return "attrs.launch", (f"unknown launch {str(launch)[:60]!r}; valid: eager (''), "
+                                f"{', '.join(LAUNCHES[1:])}")
     return None
 
 

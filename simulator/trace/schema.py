@@ -40,8 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simulator.errors import ConfigError
-from simulator.trace.fields import (all_ints, count, group_problem, is_int, op_problem,
-                                    slowdown, text)
+from simulator.trace.fields import (MAX_RANKS, all_ints, count, group_problem, is_int,
+                                    op_problem, slowdown, text)
 from simulator.trace.matching import (peer_ops, peers_fit, ranks_array,
                                       transfers_match)
 
@@ -173,6 +173,9 @@ class Trace:
         if not is_int(self.world_size) or self.world_size < 1:
             raise TraceError(f"must be an integer >= 1, got {self.world_size!r}",
                              field="world_size")
+        if self.world_size > MAX_RANKS:
+            raise TraceError(f"must be at most {MAX_RANKS:,} ranks, got {self.world_size:,}",
+                             field="world_size")
         comm_sizes = self._validate_communicators()
         seen_ranks: set[int] = set()
         class_ids: set = set()
@@ -182,7 +185,7 @@ class Trace:
                 raise TraceError(f"rank class {cls.id}: ranks overlap another class")
             seen_ranks |= set(cls.ranks)
             self._validate_ops(cls, comm_sizes)
-        if seen_ranks != set(range(self.world_size)):
+        if len(seen_ranks) != self.world_size or seen_ranks != set(range(self.world_size)):
             raise TraceError(f"rank classes cover {len(seen_ranks)} ranks, "
                              f"world size is {self.world_size}")
         self._validate_transfers()

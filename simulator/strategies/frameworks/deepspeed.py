@@ -142,7 +142,8 @@ class DeepSpeedConfig(CommonConfig):
         tp, pp = self.tensor_parallel.autotp_size, self.pipeline.stages
         if n % (tp * pp):
             raise ConfigError(f"{n} GPUs are not a multiple of autotp_size x stages = "
-                              f"{tp * pp}", field="strategy.tensor_parallel.autotp_size")
+                              f"{tp * pp}", field="strategy.pipeline.stages" if n % tp == 0
+                              else "strategy.tensor_parallel.autotp_size")
         dp = n // (tp * pp)
         z = self.zero_optimization
         mode = DP_MODES[z.stage]

@@ -43,6 +43,27 @@ def file_key(framework: str, field: str) -> str:
     return FRAMEWORKS[framework].file_key(field)
 
 
+# training field -> the keys of each framework's file that give it, in the order tried
+TRAINING_KEYS = {
+    "deepspeed": {"micro_batch": ("train_micro_batch_size_per_gpu",),
+                  "grad_accum": ("gradient_accumulation_steps",),
+                  "precision": ("bf16.enabled", "fp16.enabled")},
+    "torchtitan": {"micro_batch": ("parallelism.pipeline_parallel_microbatch_size",
+                                   "training.local_batch_size"),
+                   "seq_len": ("training.seq_len",),
+                   "precision": ("training.mixed_precision_param",)},
+    "megatron": {"micro_batch": ("--micro-batch-size",), "seq_len": ("--seq-length",),
+                 "flash_attention": ("--use-flash-attn",), "precision": ("--bf16", "--fp16")},
+}
+
+
+def training_key(framework: str, field: str, used: list[str]) -> str:
+    """A training field (``seq_len``) as the ``framework``'s file spelled it: the first
+    of its keys the file used (``training.seq_len``, ``--seq-length``)."""
+    keys = TRAINING_KEYS.get(framework, {}).get(field, ())
+    return next((k for k in keys if k in used), keys[0] if keys else f"training.{field}")
+
+
 def global_batch_key(framework: str) -> str:
     """The key of the global batch in the ``framework``'s file."""
     return FRAMEWORKS[framework].GLOBAL_BATCH_KEY

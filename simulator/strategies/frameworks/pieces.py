@@ -20,6 +20,9 @@ from simulator.errors import ConfigError
 from simulator.inputs import limit, over_limit
 
 
+SHOWN = 80                  # characters of one ignored key a summary shows
+
+
 @dataclass
 class ConfigPieces:
     """The scenario pieces one framework config file fills."""
@@ -40,7 +43,18 @@ class ConfigPieces:
         self.used.append(key)
 
     def ignore(self, key: str, why: str = "") -> None:
+        key = key if len(key) <= SHOWN else key[:SHOWN - 3] + "..."   # a whole file, misread
         self.ignored.append(f"{key} ({why})" if why else key)
+
+    def nothing_used(self) -> ConfigError:
+        """The refusal of a file none of whose keys this framework's reader uses (a
+        DeepSpeed JSON read as Megatron arguments, lines of ``\\``): running the scenario
+        unchanged would pass the file off as applied."""
+        shown = ", ".join(self.ignored[:4]) + (f" and {len(self.ignored) - 4} more"
+                                               if len(self.ignored) > 4 else "")
+        return ConfigError(f"nothing in it is a {self.framework} setting clustersim reads "
+                           f"(ignored: {shown or 'nothing'}); is it a {self.framework} config? "
+                           f"(--config-format names the format)", source=self.source)
 
     def summary(self) -> str:
         """``used: a, b; ignored: c, d``: the line ``run --config`` prints on stderr."""
