@@ -40,6 +40,16 @@ class Files(BaseModel):
     bridge: str
 
 
+class Split(BaseModel):
+    """A declared calibration split (``cases.yaml``'s ``blackwell_split``): the constants a
+    fit may take, the calibration cases per file, what validates."""
+    model_config = ConfigDict(extra="forbid")
+    declared: str
+    constants: list[str]
+    calibration: dict[str, list[str]]
+    validation: dict[str, str]
+
+
 class CasesFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     description: str = ""
@@ -54,6 +64,7 @@ class CasesFile(BaseModel):
     nemo_precision: dict[str, dict[str, str]] = {}
     nemo_max_gpus: int = 128
     selene_max_gpus: int = 64
+    blackwell_split: Split | None = None
 
 
 def default_root() -> Path:
@@ -148,4 +159,4 @@ def nemo_id(row) -> str:
 
 
 __all__ = ["CASES_FILE", "CasesFile", "RECOMPUTE", "Run", "default_root", "load",
-           "model_for", "nemo_id", "read_rows", "run_of", "short"]
+           "model_for", "nemo_id", "read_rows", "run_of", "short", "Split"]
