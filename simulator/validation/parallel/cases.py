@@ -38,6 +38,8 @@ class Files(BaseModel):
     memory: str
     nemo: str
     bridge: str
+    bridge_blackwell: str = ""
+    simumax: str = ""
 
 
 class Split(BaseModel):
@@ -63,6 +65,9 @@ class CasesFile(BaseModel):
     nemo_not_modelled: dict[str, str] = {}
     nemo_precision: dict[str, dict[str, str]] = {}
     nemo_max_gpus: int = 128
+    nemo_max_micro_batches: int = 256
+    simumax_models: dict[str, str] = {}
+    simumax_not_modelled: dict[str, str] = {}
     selene_max_gpus: int = 64
     blackwell_split: Split | None = None
 
