@@ -204,6 +204,7 @@ def test_gb200_takes_the_b200_fit_and_only_its_kernel_factor():
     assert fit.time_factor["matmul"] == entry["time_factor"]["matmul"]["value"] > 1.0
     assert fit.time_factor["attention"] == 1.0 and fit.time_factor["memory_bound"] == 1.0
     assert fit.kernel_overhead_s == 0.0
+    assert len(entry["calibration_rows"]) > 5 * len(blackwell_fit.PARAMS)   # rows >> constants
     assert set(entry["calibration_rows"]) == set(
         pc.load(ROOT).blackwell_split.calibration["simumax_b200_measured.csv"])
 
