@@ -98,6 +98,21 @@ def check_training_precision(gpu: GpuSpec, precision: str) -> None:
                       f"efficiency curves; use bf16", field="training.precision")
 
 
+BLOCK_SCALED_FAMILIES = ("blackwell",)   # MX (block-scaled) FP8 tensor cores
+
+
+def check_fp8_recipe(gpu: GpuSpec, recipe: str) -> None:
+    """Refuse an FP8 recipe ``gpu`` cannot run: ``mxfp8`` needs the block-scaled tensor
+    cores of Blackwell (:data:`BLOCK_SCALED_FAMILIES`).
+
+    :raises ConfigError: (field ``training.fp8_recipe``).
+    """
+    if recipe == "mxfp8" and gpu.family not in BLOCK_SCALED_FAMILIES:
+        raise ConfigError(f"{gpu.name} has no block-scaled (MX) FP8 tensor cores: mxfp8 needs "
+                          f"a Blackwell GPU (B200, GB200); use tensorwise or delayed",
+                          field="training.fp8_recipe")
+
+
 def gpu_spec(name: str) -> GpuSpec:
     """Return the catalog entry of GPU model ``name``.
 

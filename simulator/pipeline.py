@@ -16,7 +16,7 @@ from .engine.variability import resolve_sigmas
 from .choices import framework_of
 from .errors import ConfigError
 from .gcpause import gc_paused
-from .hardware import check_training_precision, gpu_spec
+from .hardware import check_fp8_recipe, check_training_precision, gpu_spec
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
@@ -298,6 +298,8 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     gpu = gpu_spec(cluster.G.graph["gpu"])
     try:
         check_training_precision(gpu, scn.training.precision)
+        if scn.training.precision == FP8:
+            check_fp8_recipe(gpu, scn.training.fp8_recipe)
         strategy = _strategy_dict(scn)
     except ConfigError as exc:
         raise exc.located(source) from None

@@ -86,7 +86,9 @@ class Training(BaseModel):
                                   "the default), flash2, flash3 (Hopper), eager (no fused "
                                   "kernel); docs/compute.md")
     fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise (torchao "
-                            "dynamic scaling) or delayed (Transformer Engine); docs/compute.md")
+                            "dynamic scaling), delayed (Transformer Engine) or mxfp8 "
+                            "(Transformer Engine's MXFP8 block scaling, Blackwell); "
+                            "docs/compute.md")
 
     @field_validator("precision")
     @classmethod

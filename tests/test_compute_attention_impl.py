@@ -190,5 +190,6 @@ def test_delayed_scaling_casts_each_tensor_once_with_its_transpose():
     assert len(casts) == len([op for op in eager.backward if op.name.startswith("float8_")]) / 3
     assert Training(precision="fp8").fp8_recipe == "tensorwise"
     assert "fp8_recipe" not in Training().model_dump(mode="json")
+    assert Training(fp8_recipe="mxfp8").fp8_recipe == "mxfp8"     # Blackwell's block scaling
     with pytest.raises(ValueError):
-        Training(fp8_recipe="mxfp8")
+        Training(fp8_recipe="nvfp4")

@@ -25,6 +25,7 @@ NEW = {  # name: (GPUs at the default size, GPU model, GPUs per NVLink domain, N
     "gcp-a3-mega": (16, "H100-SXM", 8, "tcpxo-200"),
     "dgx-h200": (8, "H200-SXM", 8, "ib-ndr"),
     "dgx-b200": (8, "B200", 8, "ib-ndr"),
+    "dgx-b200-superpod": (32, "B200", 8, "ib-ndr"),
     "gb200-nvl72": (144, "GB200", 72, "ib-ndr"),
 }
 
@@ -90,7 +91,8 @@ def test_new_topology_loads_with_its_hardware(name):
 
 def test_sharp_only_on_the_infiniband_superpods():
     sharp = {n: bool(load_topology(resolve_topology(n)).graph.get("sharp")) for n in NEW}
-    assert {n for n, s in sharp.items() if s} == {"dgx-h100-superpod", "gb200-nvl72"}
+    assert {n for n, s in sharp.items() if s} == {"dgx-h100-superpod", "dgx-b200-superpod",
+                                                    "gb200-nvl72"}
 
 
 def test_h100_superpod_is_rail_optimized_in_32_server_units():
@@ -147,7 +149,7 @@ def test_run_and_compare_on_new_topologies(name):
     assert r.exit_code == 0, r.output
 
 
-SMALL = {"dgx-h100-superpod": 2, "gb200-nvl72": 1}     # fewest servers that still test it
+SMALL = {"dgx-h100-superpod": 2, "dgx-b200-superpod": 2, "gb200-nvl72": 1}     # fewest servers that still test it
 
 
 @pytest.mark.parametrize("name", sorted(set(NEW) - {"dgx-h100", "dgx-b200", "gcp-a3-mega"}))

@@ -13,7 +13,7 @@ import statistics
 import pytest
 
 from simulator.validation.envelope import (MIN_ROWS, SHIPPED, Query, distance, envelope,
-                                           family_of, grouped_lines, load_ground)
+                                           family_of, generation, grouped_lines, load_ground)
 from simulator.validation.envelope_data import summary_text, validated_rows
 from simulator.validation.paths import data_dir
 from simulator.validation.training.tables_titan import H100_GPU
@@ -42,10 +42,18 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
     tables = [r for r in _csv(TABLES) if r["error"] not in ("", "nan")]
     h100 = [r for r in _csv(PARALLEL) if r["kind"] in ("nemo", "bridge")
             and r["error"] not in ("", "nan")]
+    blackwell = [r for r in _csv(PARALLEL) if r["kind"] in ("blackwell", "simumax")
+                 and r["error"] not in ("", "nan")]
     selene = [r for r in _csv(PARALLEL) if r["kind"] == "iteration"
               and r["error"] not in ("", "nan")]
-    assert len(tables) > 100 and len(h100) >= 20 and len(selene) >= 4
-    assert len(ground) == len(train) + len(tables) + len(gen) + len(h100) + len(selene)
+    assert len(tables) > 100 and len(h100) >= 20 and len(selene) >= 4 and len(blackwell) >= 40
+    assert len(ground) == len(train) + len(tables) + len(gen) + len(h100) + len(selene) + \
+        len(blackwell)
+    for r in blackwell:     # Blackwell rows carry their GPU; SimuMax's with the declared split
+        g = ground[r["case"]]
+        assert g["gpu"] == r["gpu"] and g["family"] == "megatron"
+        assert g["split"] == ("calibration" if r["note"].startswith("calibration")
+                              else "validation")
     for r in tables:    # llm-foundry / torchtitan rows, with split.yaml's split
         g = ground[f"training/{r['case']}"]
         # torchtitan's H100 runs are its own strategy's (the A100 ones run as fsdp)
@@ -126,7 +134,7 @@ def test_a_fitted_calibration_case_is_named_but_never_the_nearest():
 def test_far_configurations_name_the_axes_that_differ_and_give_no_invented_number():
     e = envelope(Query.of("fsdp", "llama-2-70b", 69e9, "B200", 16384, "bf16"))
     assert e.nearest["family"] == "fsdp"
-    assert "no validated case on B200" in e.differs
+    assert "no validated FSDP case on B200" in e.differs     # Megatron has B200 cases
     fsdp = [r for r in load_ground() if r["family"] == "fsdp"]
     top = max(r["gpus"] for r in fsdp)                   # 128 (GPT-3 175B FSDP)
     assert f"GPU count {16384 / top:.3g}x larger than any validated FSDP case" in e.differs
@@ -137,8 +145,9 @@ def test_far_configurations_name_the_axes_that_differ_and_give_no_invented_numbe
     assert "model 10x larger than any validated FSDP case" in large.differs
     assert large.median_abs_error is None and large.median_rows == 2     # 175B and 1T rows
     assert "too few for a median" in large.lines()[1]
-    none = envelope(Query.of("nosuch", "m", 1e9, "B200", 8, "fp8"))
-    assert none.differs[:2] == ["no validated nosuch case", "no validated case on B200"]
+    none = envelope(Query.of("nosuch", "m", 1e9, "H100-PCIE-80GB", 8, "fp8"))
+    assert none.differs[:2] == ["no validated nosuch case",
+                                "no validated case on H100-PCIE-80GB"]
 
 
 def test_the_fsdp_tables_put_h100_and_8_gpu_a100_runs_on_the_ground():
@@ -242,11 +251,14 @@ def test_a_dense_models_error_is_never_quoted_for_an_moe_model():
     moe = envelope(Query.of("megatron", "qwen3-30b-a3b", 30e9, "H100-SXM", 16, "fp8",
                             moe=True))
     assert moe.nearest["moe"] and all(r["moe"] for r in moe.tied)
-    errors = [r["error"] for r in ground if r["family"] == "megatron" and r["moe"]]
+    hopper = {r["gpu"] for r in ground if generation(r["gpu"]) == "hopper"}
+    errors = [r["error"] for r in ground if r["family"] == "megatron" and r["moe"]
+              and r["gpu"] in hopper]               # the band of the question's generation
     assert (moe.band.low, moe.band.high) == (min(errors), max(errors))
     assert moe.lines()[0].startswith("nearest validated: Megatron MoE qwen3-30b-a3b")
     dense = envelope(Query.of("megatron", "llama-3-70b", 70e9, "H100-SXM", 64, "fp8"))
-    errors = [r["error"] for r in ground if r["family"] == "megatron" and not r["moe"]]
+    errors = [r["error"] for r in ground if r["family"] == "megatron" and not r["moe"]
+              and r["gpu"] in hopper and r["split"] == "validation"]
     assert (dense.band.low, dense.band.high) == (min(errors), max(errors))
 
 
@@ -281,7 +293,8 @@ def test_the_band_holds_four_in_five_held_out_cases_left_out_one_at_a_time():
 
 def test_a_gpu_without_a_calibration_generation_is_its_own_chip():
     from simulator.validation.envelope import generation
-    assert (generation("B200"), generation("H200-SXM"), generation("A100-SXM4-40GB")) == \
-        ("B200", "hopper", "ampere")
+    assert (generation("B200"), generation("GB200"), generation("H200-SXM"),
+            generation("A100-SXM4-40GB"), generation("MI300X")) == \
+        ("blackwell", "blackwell", "hopper", "ampere", "MI300X")
     b = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "B200", 64, "bf16")).band
-    assert b.scope == "FSDP cases on any GPU (B200: too few)"
+    assert b.scope == "FSDP cases on any GPU (blackwell: too few)"

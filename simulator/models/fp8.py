@@ -25,6 +25,14 @@ that also records its amax (read 2 bytes, write the FP8 copy and its transpose: 
 per element). Forward casts the input and the weight of each Linear; backward casts the
 output gradient for the input-gradient GEMM and reuses the forward's transposed copies
 and that cast for the weight gradient, so it adds no kernel there.
+
+``recipe="mxfp8"`` is Transformer Engine's MXFP8 block scaling (``MXFP8BlockScaling``,
+Blackwell's block-scaled tensor cores): one E8M0 scale per 32 consecutive elements, computed
+inside the quantize kernel, so there is no amax pass and no history. A block runs along one
+dimension only, so each tensor is quantized once into a row-wise and a column-wise FP8 copy
+with their scales (read 2, write 1 + 1 + 2/32 bytes per element), forward the input and the
+weight of each Linear, backward the output gradient; the kernels are the delayed recipe's
+with the scales' bytes added.
 """
 
 from __future__ import annotations
@@ -39,15 +47,18 @@ COMPILED_CAST_BYTES = 3.0   # compiled: the amax in the producer; cast read (2) 
 TRANSPOSE_BYTES = 2.0    # per element: fp8 read + fp8 write
 CAST_FLOPS = 3.0         # |x| max, scale, round
 CAST_TRANSPOSE_BYTES = 4.0   # delayed scaling, per element: read 2, write fp8 + fp8 transpose
+MX_BLOCK = 32                # MXFP8: elements per E8M0 (1-byte) scale
+MX_CAST_BYTES = CAST_TRANSPOSE_BYTES + 2.0 / MX_BLOCK   # + a scale per block, each copy
 
 
 def fp8_layer(layer: LayerCost, recipe: str = "tensorwise") -> LayerCost:
     """``layer`` with its weight GEMMs in FP8 and their cast kernels (blocks only)."""
     if not layer.kind.endswith("block"):
         return layer
-    if recipe == "delayed":
-        return replace(layer, forward=_ops(layer.forward, _te_forward_casts),
-                       backward=_ops(layer.backward, _te_backward_casts))
+    if recipe in ("delayed", "mxfp8"):
+        per = MX_CAST_BYTES if recipe == "mxfp8" else CAST_TRANSPOSE_BYTES
+        return replace(layer, forward=_ops(layer.forward, lambda op: _te_forward_casts(op, per)),
+                       backward=_ops(layer.backward, lambda op: _te_backward_casts(op, per)))
     return replace(layer, forward=_ops(layer.forward, _forward_casts),
                    backward=_ops(layer.backward, _backward_casts))
 
@@ -80,15 +91,15 @@ def _cast_bytes(op: OpCost) -> float:
     return COMPILED_CAST_BYTES if op.launch == COMPILED else CAST_BYTES
 
 
-def _te_forward_casts(op: OpCost) -> list[OpCost]:
+def _te_forward_casts(op: OpCost, per: float) -> list[OpCost]:
     m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
-    return [_cast(op, f"te_cast_transpose.{op.name}", m * k + k * n, CAST_TRANSPOSE_BYTES)]
+    return [_cast(op, f"te_cast_transpose.{op.name}", m * k + k * n, per)]
 
 
-def _te_backward_casts(op: OpCost) -> list[OpCost]:
+def _te_backward_casts(op: OpCost, per: float) -> list[OpCost]:
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dY [m, k] cast (and transposed for the weight gradient)
-        return [_cast(op, f"te_cast_transpose.{op.name}", m * k, CAST_TRANSPOSE_BYTES)]
+        return [_cast(op, f"te_cast_transpose.{op.name}", m * k, per)]
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 
 

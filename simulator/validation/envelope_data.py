@@ -10,9 +10,11 @@ torchtitan on 64 A100-80GB; their split is ``validation/training/split.yaml``'s,
 ``tokens_per_s``) and every ``generated`` case of ``validation/gpu/results.csv`` (the simulator's own
 model of a single-H200 step against the measured step; its step-time error is turned into a
 throughput error, ``measured_s / simulated_s - 1``, metric ``steps_per_s``) and every compared
-row of NVIDIA's DGX H100 tables in ``validation/parallel/results.csv`` (NeMo 24.07 and
-Megatron-Bridge, Megatron's own family; metric ``tokens_per_s``; nothing is fitted on them,
-so they are ``validation``). Replayed
+row of NVIDIA's DGX H100 and Blackwell tables in ``validation/parallel/results.csv`` (NeMo
+24.07 and Megatron-Bridge, Megatron's own family; metric ``tokens_per_s``; nothing is fitted
+on them, so they are ``validation``) and SimuMax's simulated Megatron-LM rows on one DGX
+B200 (metric ``steps_per_s``, split as ``cases.yaml``'s ``blackwell_split`` declares: the
+24 dense rows are the Blackwell fit's ``calibration``). Replayed
 profiles, the optimizer-only cases and the scaling-efficiency rows are left out: they do
 not test a prediction of a throughput from a configuration.
 
@@ -127,14 +129,15 @@ def gpu_rows(root: Path) -> list[dict]:
 
 def parallel_rows(root: Path) -> list[dict]:
     """The simulated iteration rows of Selene (Megatron-LM on A100, their time error as a
-    throughput error, measured / simulated - 1) and the compared rows of NVIDIA's DGX H100
-    tables (``root``: ``validation/parallel``)."""
+    throughput error, measured / simulated - 1), the compared rows of NVIDIA's DGX H100 and
+    Blackwell tables and SimuMax's B200 rows (``root``: ``validation/parallel``)."""
     from .parallel import cases as pc
     from .parallel import iteration, nemo
     spec = pc.load(root)
     with open(root / "results.csv", newline="") as f:
         done = {r["case"]: r for r in csv.DictReader(f)
-                if r["kind"] in (*nemo.KINDS, "iteration") and r["error"] not in ("", "nan")}
+                if r["kind"] in (*nemo.KINDS, "iteration", "simumax")
+                and r["error"] not in ("", "nan")}
     source = str(root / pc.CASES_FILE)
     out = []
     selene = str(root / spec.files.iteration)
@@ -150,9 +153,7 @@ def parallel_rows(root: Path) -> list[dict]:
                     "metric": "steps_per_s", "error": measured / simulated - 1.0,
                     "framework": "Megatron-LM (2022)"})
     for kind in nemo.KINDS:
-        file, columns = ((spec.files.nemo, nemo.NEMO_COLUMNS) if kind == "nemo"
-                         else (spec.files.bridge, nemo.BRIDGE_COLUMNS))
-        for row in pc.read_rows(root, file, columns).to_dict("records"):
+        for row in nemo.table_rows(root, spec, kind):
             case = nemo.case_id(kind, row)
             if case not in done:
                 continue
@@ -163,6 +164,30 @@ def parallel_rows(root: Path) -> list[dict]:
                         "nodes": data["cluster"]["nodes"], "split": "validation",
                         "metric": "tokens_per_s", "error": float(done[case]["error"]),
                         "framework": framework})
+    return out + simumax_rows(root, spec, done)
+
+
+def simumax_rows(root: Path, spec, done: dict) -> list[dict]:
+    """SimuMax's simulated B200 step-time rows (their time error as a throughput error),
+    split as ``cases.yaml``'s ``blackwell_split`` declares."""
+    from .parallel import cases as pc
+    from .parallel import simumax
+    if not spec.files.simumax:
+        return []
+    calibration = simumax.calibration_cases(spec)
+    source = str(root / pc.CASES_FILE)
+    out = []
+    for row in pc.read_rows(root, spec.files.simumax, simumax.COLUMNS).to_dict("records"):
+        case = simumax.case_id(row)
+        if case not in done:
+            continue
+        data = simumax.scenario_of(row, root, spec, case)
+        measured, simulated = float(done[case]["measured"]), float(done[case]["simulated"])
+        out.append({**_describe(data, source), "case": case, "gpus": int(row["num_gpus"]),
+                    "nodes": 1, "metric": "steps_per_s",
+                    "split": "calibration" if row["case"] in calibration else "validation",
+                    "error": measured / simulated - 1.0,
+                    "framework": "Megatron-LM (SimuMax B200 runs)"})
     return out
 
 

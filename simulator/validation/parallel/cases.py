@@ -38,6 +38,18 @@ class Files(BaseModel):
     memory: str
     nemo: str
     bridge: str
+    bridge_blackwell: str = ""
+    simumax: str = ""
+
+
+class Split(BaseModel):
+    """A declared calibration split (``cases.yaml``'s ``blackwell_split``): the constants a
+    fit may take, the calibration cases per file, what validates."""
+    model_config = ConfigDict(extra="forbid")
+    declared: str
+    constants: list[str]
+    calibration: dict[str, list[str]]
+    validation: dict[str, str]
 
 
 class CasesFile(BaseModel):
@@ -53,7 +65,11 @@ class CasesFile(BaseModel):
     nemo_not_modelled: dict[str, str] = {}
     nemo_precision: dict[str, dict[str, str]] = {}
     nemo_max_gpus: int = 128
+    nemo_max_micro_batches: int = 256
+    simumax_models: dict[str, str] = {}
+    simumax_not_modelled: dict[str, str] = {}
     selene_max_gpus: int = 64
+    blackwell_split: Split | None = None
 
 
 def default_root() -> Path:
@@ -148,4 +164,4 @@ def nemo_id(row) -> str:
 
 
 __all__ = ["CASES_FILE", "CasesFile", "RECOMPUTE", "Run", "default_root", "load",
-           "model_for", "nemo_id", "read_rows", "run_of", "short"]
+           "model_for", "nemo_id", "read_rows", "run_of", "short", "Split"]

@@ -1,10 +1,14 @@
-"""NVIDIA's published Megatron runs on DGX H100: NeMo 24.07's performance summary
+"""NVIDIA's published Megatron runs: NeMo 24.07's performance summary on DGX H100
 (``nemo_h100_3d.csv``, kind ``nemo``) and Megatron-Bridge's performance tables of releases
-25.09 to 26.06 (``megatron_bridge_h100.csv``, kind ``bridge``). Reported, not gated; nothing
-is fitted on them (``cases.yaml``).
+25.09 to 26.08, on DGX H100 (``megatron_bridge_h100.csv``, kind ``bridge``) and on Blackwell
+(``megatron_bridge_blackwell.csv``, kind ``blackwell``: B200, GB200, B300, GB300; its
+``variant`` primary rows, one per table row, read in the H100 table's column names by
+:func:`table_rows`). Reported, not gated; nothing is fitted on them (``cases.yaml``).
 
 Each row whose model ``cases.yaml`` names (``nemo_models``) runs as a ``megatron`` scenario
-on ``dgx-h100-superpod`` with the row's TP, PP, CP, VP, EP, global and micro batch, set up as
+on the topology of its GPU (``cases.yaml`` ``topologies``: ``dgx-h100-superpod``,
+``dgx-b200-superpod``, ``gb200-nvl72``; a GPU not in the catalog, B300 and GB300, is listed
+as not simulated) with the row's TP, PP, CP, VP, EP, global and micro batch, set up as
 NeMo's launcher configurations run (sequence parallelism when TP > 1, the distributed
 optimizer with its gradient reduce-scatter and parameter all-gather overlapped, fused/flash
 attention, no recompute; per model ``cases.yaml``'s ``nemo_strategy``: TP communication
@@ -12,27 +16,71 @@ overlap, recompute). A Megatron-Bridge row with ``FSDP`` above 0 shards over tha
 ranks (Megatron-FSDP), simulated as Megatron's FSDP2 path (``use_torch_fsdp2``: the same
 ZeRO-3 traffic). The precision column maps to the scenario's precision and FP8 recipe by
 ``cases.yaml``'s ``nemo_precision`` (NeMo 24.07's FP8 is Transformer Engine's delayed
-scaling, ``fp8: hybrid``; Megatron-Bridge's H100 FP8 is current scaling, FP8-CS): the
-blocks' Linear GEMMs in FP8 with their cast kernels, everything else bf16. Compared: tokens
+scaling, ``fp8: hybrid``; Megatron-Bridge's FP8 is current scaling, FP8-CS; its Blackwell
+MXFP8 is Transformer Engine's MXFP8 block scaling): the blocks' Linear GEMMs in FP8 with
+their cast kernels, everything else bf16. Fine-tuning rows (SFT, LoRA) are listed by their
+``task`` with the reason in ``nemo_not_modelled``. Compared: tokens
 per second per GPU. A run the simulator finds out of memory is not compared (the measured
 run fit; its time would be the memory model's, not the step's): its row says so.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from pathlib import Path
 
 from simulator.errors import ConfigError
+from simulator.hardware import gpu_spec
 from simulator.validation.parallel.cases import CasesFile, nemo_id, read_rows
 from simulator.validation.parallel.iteration import simulate
 
 NEMO_COLUMNS = ["model", "gpus", "TP", "PP", "CP", "VP", "GBS", "MBS", "seq_len",
                 "precision", "tokens_per_s_per_gpu", "source"]
 BRIDGE_COLUMNS = [*NEMO_COLUMNS, "EP", "FSDP", "release"]
-KINDS = ("nemo", "bridge")
-GPU_MEMORY_GIB = 80.0                 # DGX H100's H100-SXM
+# the Blackwell table's columns -> the H100 tables' names (the file itself is unedited)
+BLACKWELL_NAMES = {"model_as_printed": "model", "num_gpus": "gpus", "tp": "TP", "pp": "PP",
+                   "cp": "CP", "vp": "VP", "ep": "EP", "fsdp": "FSDP",
+                   "global_batch": "GBS", "micro_batch": "MBS"}
+BLACKWELL_COLUMNS = [*BLACKWELL_NAMES, "seq_len", "precision", "tokens_per_s_per_gpu",
+                     "source", "release", "gpu_type", "task", "variant"]
+KINDS = ("nemo", "bridge", "blackwell")
+H100_KINDS = ("nemo", "bridge")
+
+
+def table_rows(root: Path, spec: CasesFile, kind: str) -> list[dict]:
+    """The rows of ``kind``'s table in the H100 tables' column names; the Blackwell table's
+    ``variant`` primary rows (a ``paren`` row is the second measurement a table cell gave in
+    parentheses), its ``model_as_printed`` as the model."""
+    if kind == "nemo":
+        return read_rows(root, spec.files.nemo, NEMO_COLUMNS).to_dict("records")
+    if kind == "bridge":
+        return read_rows(root, spec.files.bridge, BRIDGE_COLUMNS).to_dict("records")
+    df = read_rows(root, spec.files.bridge_blackwell, BLACKWELL_COLUMNS)
+    df = df[df["variant"] == "primary"].drop(columns="model")
+    return df.rename(columns=BLACKWELL_NAMES).to_dict("records")
+
+
+def gpu_of(row) -> str:
+    """The row's GPU (``gpu_type``; NeMo 24.07's table has only H100)."""
+    return str(row.get("gpu_type") or "H100")
+
+
+@functools.cache
+def _node(topology: str):
+    from simulator.topology import load_topology, resolve_topology
+    return load_topology(resolve_topology(topology), nodes=1)
+
+
+def gpus_per_node(topology: str) -> int:
+    """GPUs in one node of a shipped topology (8 in a DGX, 72 in an NVL72 rack)."""
+    return sum(1 for _, d in _node(topology).nodes(data=True) if d.get("kind") == "gpu")
+
+
+def memory_gib(topology: str) -> float:
+    """Memory of one GPU of a shipped topology, GiB (the OOM verdict's capacity)."""
+    return gpu_spec(_node(topology).graph["gpu"]).memory_capacity_bytes / 2 ** 30
 
 
 def _degree(row, col: str) -> int:
@@ -42,7 +90,7 @@ def _degree(row, col: str) -> int:
 
 def _precision(spec: CasesFile, kind: str, row) -> tuple[str, str | None]:
     """(training.precision, fp8_recipe) of a row's precision column."""
-    table = spec.nemo_precision[kind]
+    table = spec.nemo_precision.get(kind, {})
     label = str(row["precision"]).strip()
     if label not in table:
         raise ConfigError(f"precision {label!r} has no mapping in cases.yaml "
@@ -53,18 +101,25 @@ def _precision(spec: CasesFile, kind: str, row) -> tuple[str, str | None]:
 
 def case_id(kind: str, row) -> str:
     """``parallel/nemo/llama2-70b-64gpu``; a Megatron-Bridge row with its release,
-    ``parallel/bridge/26.04/llama3-70b-64gpu``."""
+    ``parallel/bridge/26.04/llama3-70b-64gpu``; a Blackwell row with its GPU, precision,
+    task (other than pretraining) and global batch (two rows differ only there),
+    ``parallel/bridge/gb200/26.04/llama3-70b-64gpu-mxfp8-gbs256``."""
     if kind == "nemo":
         return f"parallel/nemo/{nemo_id(row)}"
     release = re.match(r"[0-9.]+", str(row["release"]).strip())
-    return f"parallel/bridge/{release.group(0) if release else 'unknown'}/{nemo_id(row)}"
+    release = release.group(0) if release else "unknown"
+    if kind == "bridge":
+        return f"parallel/bridge/{release}/{nemo_id(row)}"
+    precision = str(row["precision"]).strip().lower() or "unstated"
+    task = "" if row["task"] == "pretrain" else f"-{str(row['task']).lower()}"
+    return (f"parallel/bridge/{gpu_of(row).lower()}/{release}/{nemo_id(row)}-{precision}"
+            f"{task}-gbs{row['GBS']}")
 
 
 def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo") -> dict:
     """The scenario mapping of one row (its model in ``spec.nemo_models``)."""
     tp, pp, cp, vp, ep = (_degree(row, c) for c in ("TP", "PP", "CP", "VP", "EP"))
     gpus = int(row["gpus"])
-    dp = gpus // (tp * pp * cp)
     micro = int(row["MBS"])
     model = spec.nemo_models[row["model"]]
     fsdp = _degree(row, "FSDP") > 1
@@ -83,15 +138,55 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
     strategy.update(spec.nemo_strategy.get(row["model"], {}))
     precision, recipe = _precision(spec, kind, row)
     training = {"micro_batch": micro, "seq_len": int(row["seq_len"]),
-                "grad_accum": int(row["GBS"]) // (micro * dp), "precision": precision,
+                "grad_accum": micro_batches(row), "precision": precision,
                 "flash_attention": True}
     if recipe:
         training["fp8_recipe"] = recipe
     return {"name": name,
             "model": str(Path(root) / model) if model.endswith(".yaml") else model,
-            "training": training,
-            "cluster": {"topology": spec.topologies["nemo"], "nodes": -(-gpus // 8)},
+            "training": training, "cluster": _cluster(spec, row, gpus),
             "strategy": strategy}
+
+
+def _cluster(spec: CasesFile, row, gpus: int) -> dict:
+    """The row's GPU's topology, as many nodes as its GPUs fill (the first ``gpus`` of a
+    part-filled last node: 64 of an NVL72 rack)."""
+    topology = spec.topologies[gpu_of(row)]
+    per_node = gpus_per_node(topology)
+    out = {"topology": topology, "nodes": -(-gpus // per_node)}
+    if gpus % per_node:
+        out["gpus"] = gpus
+    return out
+
+
+def _not_simulated(spec: CasesFile, row) -> str:
+    """Why a row is not simulated, or ""."""
+    task = str(row.get("task") or "pretrain")
+    if task != "pretrain":
+        return spec.nemo_not_modelled.get(task, f"task {task} is not modelled")
+    if row["model"] not in spec.nemo_models:
+        return spec.nemo_not_modelled.get(row["model"], "no model config in cases.yaml")
+    gpu = gpu_of(row)
+    if gpu not in spec.topologies:
+        try:
+            gpu_spec(gpu)
+        except ConfigError:
+            return f"no {gpu} in the catalog (simulator/data/gpus.yaml)"
+        return f"no topology for {gpu} in cases.yaml (topologies)"
+    if int(row["gpus"]) > spec.nemo_max_gpus:
+        return (f"{row['gpus']} GPUs, more than the suite simulates for a reported row "
+                f"(nemo_max_gpus {spec.nemo_max_gpus})")
+    micro = micro_batches(row)
+    if micro > spec.nemo_max_micro_batches:
+        return (f"{micro} micro-batches per pipeline, more than the suite simulates for a "
+                f"reported row (nemo_max_micro_batches {spec.nemo_max_micro_batches})")
+    return ""
+
+
+def micro_batches(row) -> int:
+    """Micro-batches each pipeline runs per step: GBS / (MBS x data-parallel ranks)."""
+    dp = int(row["gpus"]) // (_degree(row, "TP") * _degree(row, "PP") * _degree(row, "CP"))
+    return int(row["GBS"]) // (int(row["MBS"]) * dp)
 
 
 def _simulated(metrics, row) -> float:
@@ -104,13 +199,8 @@ def nemo_rows(root: Path, spec: CasesFile, simulate_fn=None,
     """One reported row per row of the tables ``kinds`` (not simulated: no model config,
     more GPUs than ``nemo_max_gpus``, or what the simulator refused)."""
     simulate_fn = simulate_fn or simulate
-    out = []
-    for kind in kinds:
-        file, columns = ((spec.files.nemo, NEMO_COLUMNS) if kind == "nemo"
-                         else (spec.files.bridge, BRIDGE_COLUMNS))
-        for row in read_rows(root, file, columns).to_dict("records"):
-            out.append(_row(kind, row, root, spec, simulate_fn))
-    return out
+    return [_row(kind, row, root, spec, simulate_fn)
+            for kind in kinds for row in table_rows(root, spec, kind)]
 
 
 def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
@@ -120,15 +210,11 @@ def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
                     if c != "EP" or _degree(row, c) > 1)
     base = {"case": case, "kind": kind, "model": row["model"], "mode": mode,
             "quantity": "tokens/s per GPU", "unit": "tokens/s", "measured": measured,
-            "bound": math.nan, "ok": None, "source": row["source"],
+            "bound": math.nan, "ok": None, "source": row["source"], "gpu": gpu_of(row),
             "simulated": math.nan, "error": math.nan}
-    if row["model"] not in spec.nemo_models:
-        why = spec.nemo_not_modelled.get(row["model"], "no model config in cases.yaml")
+    why = _not_simulated(spec, row)
+    if why:
         return {**base, "note": f"not simulated: {why}"}
-    if int(row["gpus"]) > spec.nemo_max_gpus:
-        return {**base, "note": f"not simulated: {row['gpus']} GPUs, more than the suite "
-                                f"simulates for a reported row (nemo_max_gpus "
-                                f"{spec.nemo_max_gpus})"}
     try:
         m = simulate_fn(scenario_of(row, root, spec, case, kind), case)
     except ConfigError as exc:
@@ -137,11 +223,14 @@ def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
     ran = f"{row['precision'] or 'unstated precision'} run simulated in {precision}" + (
         f" ({recipe} scaling)" if recipe else "")
     if m.oom:
+        gib = memory_gib(spec.topologies[gpu_of(row)])
         return {**base, "note": f"not compared: simulated out of memory (peak "
-                                f"{m.peak_memory_gib:.1f} GiB of {GPU_MEMORY_GIB:.0f}) where "
+                                f"{m.peak_memory_gib:.1f} GiB of {gib:.0f}) where "
                                 f"the measured run fit; {ran}"}
     sim = _simulated(m, row)
     return {**base, "simulated": sim, "error": (sim - measured) / measured, "note": ran}
 
 
-__all__ = ["BRIDGE_COLUMNS", "KINDS", "NEMO_COLUMNS", "case_id", "nemo_rows", "scenario_of"]
+__all__ = ["BLACKWELL_COLUMNS", "BLACKWELL_NAMES", "BRIDGE_COLUMNS", "H100_KINDS", "KINDS",
+           "NEMO_COLUMNS", "case_id", "gpu_of", "gpus_per_node", "memory_gib", "micro_batches",
+           "nemo_rows", "scenario_of", "table_rows"]

@@ -14,19 +14,23 @@ from simulator.validation.common import md_table, report_dir
 from simulator.validation.parallel import cases as pc
 from simulator.validation.parallel.iteration import iteration_rows, median_case, simulate
 from simulator.validation.parallel.memory import memory_rows
-from simulator.validation.parallel.nemo import nemo_rows
+from simulator.validation.parallel.nemo import H100_KINDS, nemo_rows
 from simulator.validation.parallel.runs import recorder, replay_outcomes, run_jobs
+from simulator.validation.parallel.simumax import KIND as SIMUMAX
+from simulator.validation.parallel.simumax import MEMORY_KIND, simumax_rows
 
 REPORT = "report.md"
 RESULTS = "results.csv"
-COLUMNS = ["case", "kind", "model", "mode", "quantity", "unit", "measured", "simulated",
-           "error", "bound", "ok", "note", "source"]
+COLUMNS = ["case", "kind", "model", "mode", "gpu", "quantity", "unit", "measured",
+           "simulated", "error", "bound", "ok", "note", "source"]
+BLACKWELL_GPUS = ("B200", "GB200")
 
 
 def validate(root: Path | None = None, only=None, simulate_fn=None, nemo: bool = True,
              workers: int = 1, max_gpus: int | None = None) -> pd.DataFrame:
     """Every row of the suite (:data:`COLUMNS`): the memory rows, the Selene iteration
-    rows and their median gate, and (``nemo``) the NeMo H100 rows. ``only``: the Selene
+    rows and their median gate, and (``nemo``) NVIDIA's H100 and Blackwell rows and SimuMax's
+    B200 rows. ``only``: the Selene
     iteration cases to simulate (default all); ``simulate_fn`` replaces the simulation
     (tests); ``workers`` processes run the simulations (:mod:`.runs`); ``max_gpus``
     replaces ``cases.yaml``'s ``selene_max_gpus`` (the largest Selene run simulated)."""
@@ -38,11 +42,13 @@ def validate(root: Path | None = None, only=None, simulate_fn=None, nemo: bool =
     iteration_rows(root, spec, only, simulate_fn=recorder(jobs))
     if nemo:
         nemo_rows(root, spec, simulate_fn=recorder(jobs))
+        simumax_rows(root, spec, simulate_fn=recorder(jobs))
     answer = replay_outcomes(run_jobs(jobs, simulate_fn or simulate, workers))
     iteration = iteration_rows(root, spec, only, simulate_fn=answer)
     rows = [*memory_rows(root, spec), *iteration, median_case(iteration, spec)]
     if nemo:
         rows += nemo_rows(root, spec, simulate_fn=answer)
+        rows += simumax_rows(root, spec, simulate_fn=answer)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -78,16 +84,13 @@ def summary_line(df: pd.DataFrame) -> str:
             f"{mem.bound.iloc[0]:.0%}; Selene iteration median |error| {med} "
             f"({gate.note}, gate {gate.bound:.0%}); {int(fits.ok.astype(bool).sum())}/"
             f"{len(fits)} runs fit in the simulated memory")
-    h100 = h100_summary(df)
-    return f"{line}; {h100}" if h100 else line
+    clauses = [line, h100_summary(df), *(blackwell_summary(df, g) for g in BLACKWELL_GPUS),
+               simumax_summary(df)]
+    return "; ".join(c for c in clauses if c)
 
 
-def h100_summary(df: pd.DataFrame) -> str:
-    """The NVIDIA H100 tables in one clause: rows compared, median and largest |error|, of
-    the dense and the mixture-of-experts models apart."""
-    rows = df[df.kind.isin(("nemo", "bridge"))]
-    if not len(rows):
-        return ""
+def _dense_moe(rows: pd.DataFrame) -> str:
+    """Rows compared, median and largest |error|, dense and mixture-of-experts apart."""
     done = rows[rows.error.map(math.isfinite)]
     parts = []
     moe = done["mode"].str.contains("EP")
@@ -96,9 +99,46 @@ def h100_summary(df: pd.DataFrame) -> str:
             err = part.error.abs()
             parts.append(f"{label} {len(part)} rows, median |error| {100 * err.median():.1f}%, "
                          f"largest {100 * err.max():.1f}%")
-    return (f"Megatron on DGX H100 (NeMo, Megatron-Bridge; reported): "
-            f"{'; '.join(parts) or 'none compared'} ({len(rows) - len(done)} of {len(rows)} "
+    return (f"{'; '.join(parts) or 'none compared'} ({len(rows) - len(done)} of {len(rows)} "
             f"rows not compared, each with its reason)")
+
+
+def h100_summary(df: pd.DataFrame) -> str:
+    """The NVIDIA H100 tables in one clause: rows compared, median and largest |error|, of
+    the dense and the mixture-of-experts models apart."""
+    rows = df[df.kind.isin(H100_KINDS)]
+    if not len(rows):
+        return ""
+    return f"Megatron on DGX H100 (NeMo, Megatron-Bridge; reported): {_dense_moe(rows)}"
+
+
+def blackwell_summary(df: pd.DataFrame, gpu: str) -> str:
+    """Megatron-Bridge's rows of one Blackwell GPU in one clause (validation split)."""
+    rows = df[(df.kind == "blackwell") & (df.gpu == gpu)]
+    if not len(rows):
+        return ""
+    return f"Megatron-Bridge on {gpu} (validation split; reported): {_dense_moe(rows)}"
+
+
+def simumax_summary(df: pd.DataFrame) -> str:
+    """SimuMax's B200 step times per split and their peak memory, in one clause."""
+    rows = df[df.kind == SIMUMAX]
+    if not len(rows):
+        return ""
+    parts = []
+    for split in ("calibration", "validation"):
+        part = rows[rows.note.str.startswith(split) & rows.error.map(math.isfinite)]
+        if len(part):
+            err = part.error.abs()
+            parts.append(f"{split} {len(part)} rows, median |error| "
+                         f"{100 * err.median():.1f}%, largest {100 * err.max():.1f}%")
+    mem = df[(df.kind == MEMORY_KIND) & df.error.map(math.isfinite)]
+    if len(mem):
+        parts.append(f"peak memory {len(mem)} runs, {100 * mem.error.min():+.1f}% to "
+                     f"{100 * mem.error.max():+.1f}%")
+    skipped = int((~rows.error.map(math.isfinite)).sum())
+    return (f"Megatron-LM on one DGX B200 (SimuMax; step time): {'; '.join(parts)} ({skipped} "
+            f"of {len(rows)} runs not simulated, each with its reason)")
 
 
 def report_text(df: pd.DataFrame, spec: pc.CasesFile) -> str:
@@ -106,24 +146,41 @@ def report_text(df: pd.DataFrame, spec: pc.CasesFile) -> str:
     calibrated = (", ".join(spec.calibrated)
                   or "nothing (declared in cases.yaml before the run)")
     parts = [
-        "# Parallel validation: Megatron-LM on Selene, NeMo and Megatron-Bridge on DGX H100",
+        "# Parallel validation: Megatron-LM on Selene, NeMo and Megatron-Bridge on DGX H100 "
+        "and Blackwell, Megatron-LM on DGX B200",
         "",
         "Generated by `clustersim validate parallel` (`simulator/validation/parallel/`); do "
         "not edit. Inputs: `cases.yaml` and the CSVs beside it (each row with its source).",
         "", f"**Calibrated on these rows:** {calibrated}.", "",
         f"**Gates:** each Selene memory row within {spec.gates.memory:.0%}; the median "
         f"|iteration-time error| over the Selene rows within "
-        f"{spec.gates.iteration_median:.0%}. NeMo and Megatron-Bridge rows are reported, not "
-        "gated.", "",
+        f"{spec.gates.iteration_median:.0%}. NeMo, Megatron-Bridge and SimuMax rows are "
+        "reported, not gated.", "", _split_text(spec), "",
         f"**Summary:** {summary_line(df)}.", ""]
     for title, kinds in (("Iteration times (Selene, Table 5)", ("iteration", "gate", "fits")),
                          ("Memory per GPU (Selene, Figures 1 and 7)", ("memory",)),
                          ("NeMo 24.07 on DGX H100 (reported)", ("nemo",)),
-                         ("Megatron-Bridge 25.09-26.06 on DGX H100 (reported)", ("bridge",))):
+                         ("Megatron-Bridge 25.09-26.06 on DGX H100 (reported)", ("bridge",)),
+                         ("Megatron-Bridge 25.09-26.08 on B200, GB200, B300, GB300 "
+                          "(validation split, reported)", ("blackwell",)),
+                         ("Megatron-LM on one DGX B200 (SimuMax's measurements; reported)",
+                          (SIMUMAX, MEMORY_KIND))):
         part = df[df.kind.isin(kinds)]
         if len(part):
             parts += [f"## {title}", "", _table(part), ""]
     return "\n".join(parts)
+
+
+def _split_text(spec: pc.CasesFile) -> str:
+    split = spec.blackwell_split
+    if split is None:
+        return ""
+    n = sum(len(v) for v in split.calibration.values())
+    return (f"**Blackwell split** (cases.yaml `blackwell_split`, declared {split.declared} "
+            f"before any Blackwell row was simulated): {n} SimuMax B200 rows calibrate the "
+            f"Blackwell kernel factors of `simulator/data/training_fit.yaml` (family B200: "
+            f"`python -m simulator.validation.parallel.blackwell_fit`); every Megatron-Bridge "
+            f"Blackwell row and SimuMax's other rows validate.")
 
 
 def write_report(df: pd.DataFrame, folder: Path | None = None,

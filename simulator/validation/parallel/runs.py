@@ -42,7 +42,9 @@ def _run(simulate_fn, scenario: dict, case: str) -> Outcome:
 
 
 def _size(scenario: dict) -> int:
-    return scenario["cluster"]["nodes"] * scenario["training"]["grad_accum"]
+    """The work of a run, to start the biggest first: nodes x micro-batches (one node when
+    the topology has one)."""
+    return scenario["cluster"].get("nodes", 1) * scenario["training"]["grad_accum"]
 
 
 def run_jobs(jobs: dict, simulate_fn, workers: int = 1) -> dict[str, Outcome]:

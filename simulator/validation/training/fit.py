@@ -170,11 +170,18 @@ HEADER = """\
 # tokens/s per GPU at these values when fitted). calibration_rows: the source rows and their
 # measured tokens/s per GPU (validation/training/llm_foundry_fsdp.csv, a copy of
 # shared/validation-data/training, mosaicml/llm-foundry@8c8dd48f README tables).
+# B200 (the Blackwell generation: B200 and GB200) has its own fit, of its matmul and
+# attention factors only, on the Megatron-LM B200 rows that validation/parallel/cases.yaml's
+# blackwell_split declares (`python -m simulator.validation.parallel.blackwell_fit`, its
+# own --check); its calibration_rows are those runs' measured step times in ms.
 """
 
 
 def write(results: dict, path: Path = DATA_PATH) -> Path:
-    data = {"families": {f: _entry(f, r) for f, r in results.items()}}
+    """Write the fitted families into ``path``; the file's other families (B200, fitted by
+    :mod:`simulator.validation.parallel.blackwell_fit`) are kept as they are."""
+    kept = (read_fit(path).get("families") or {}) if Path(path).exists() else {}
+    data = {"families": {**kept, **{f: _entry(f, r) for f, r in results.items()}}}
     return write_yaml(path, data, HEADER)
 
 
@@ -200,14 +207,25 @@ def check(path: Path | None = None, root=None, replay: bool = True) -> list[str]
         fit = _fit_of(family, values)
         by_id = {r.row_id: r for r in current}
         with tempfile.TemporaryDirectory(prefix="clustersim-fit-") as tmp:
-            for rid, recorded in (entry.get("check_rows") or {}).items():
-                if rid not in by_id:
-                    problems.append(f"{family}: check row {rid} is not a calibration row")
-                    continue
-                sim = _tokens_per_s(build_row(by_id[rid], Path(tmp)), fit)
-                if not math.isclose(sim, recorded, rel_tol=CHECK_TOLERANCE):
-                    problems.append(f"{family}: {rid} simulates {sim:.1f} tokens/s/GPU, the "
-                                    f"fit recorded {recorded:.1f} (model changed: refit)")
+            problems += replay_problems(
+                family, entry.get("check_rows") or {}, by_id,
+                lambda row: _tokens_per_s(build_row(row, Path(tmp)), fit), "tokens/s/GPU")
+    return problems
+
+
+def replay_problems(family: str, check_rows: dict, rows: dict, simulate_fn,
+                    unit: str) -> list[str]:
+    """The check rows (``{row id: recorded value}``) whose replay, ``simulate_fn(rows[id])``,
+    moved more than :data:`CHECK_TOLERANCE`, or that are no calibration row."""
+    problems = []
+    for rid, recorded in check_rows.items():
+        if rid not in rows:
+            problems.append(f"{family}: check row {rid} is not a calibration row")
+            continue
+        sim = simulate_fn(rows[rid])
+        if not math.isclose(sim, recorded, rel_tol=CHECK_TOLERANCE):
+            problems.append(f"{family}: {rid} simulates {sim:.1f} {unit}, the fit recorded "
+                            f"{recorded:.1f} (model changed: refit)")
     return problems
 
 
@@ -218,22 +236,36 @@ def main(argv=None) -> int:
                     help="fail (exit 1) when the shipped data file is out of step")
     ap.add_argument("--out", type=Path, default=DATA_PATH, help="file to write")
     args = ap.parse_args(argv)
+    return run_cli(args.check, check, lambda: _fit_all(args.out), "training_fit.yaml",
+                   "simulator.validation.training.fit")
+
+
+def _fit_all(out: Path) -> Path:
+    results = {}
+    for family, rows in calibration_rows().items():
+        results[family] = fit_family(family, rows)
+        print(fitted_line(family, results[family]))
+    return write(results, out)
+
+
+def fitted_line(family: str, res: dict) -> str:
+    """One family's fit in one line: rows, constants and values, rms error before/after."""
+    vals = ", ".join(f"{k} {v:g}" for k, v in res["values"].items())
+    return (f"{family}: {len(res['rows'])} rows, {len(res['values'])} constant(s): {vals}; "
+            f"rms relative error {res['rms_start']:.3f} -> {res['rms_fitted']:.3f}")
+
+
+def run_cli(checking: bool, check_fn, fit_fn, what: str, module: str) -> int:
+    """A fit's command: ``--check`` prints ``check_fn()``'s problems (exit 1 on any), else
+    ``fit_fn()`` fits and returns the file it wrote; a ConfigError is one line, exit 2."""
     try:
-        if args.check:
-            problems = check()
+        if checking:
+            problems = check_fn()
             for p in problems:
                 print(f"out of step: {p}")
-            print("training_fit.yaml in step" if not problems else "refit: python -m "
-                  "simulator.validation.training.fit")
+            print(f"{what} in step" if not problems else f"refit: python -m {module}")
             return 1 if problems else 0
-        results = {}
-        for family, rows in calibration_rows().items():
-            res = fit_family(family, rows)
-            results[family] = res
-            vals = ", ".join(f"{k} {v:g}" for k, v in res["values"].items())
-            print(f"{family}: {len(rows)} rows, {len(PARAMS)} constants: {vals}; rms "
-                  f"relative error {res['rms_start']:.3f} -> {res['rms_fitted']:.3f}")
-        print(f"wrote {write(results, args.out)}")
+        print(f"wrote {fit_fn()}")
         return 0
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,225 @@
+"""Megatron on Blackwell (issue 40): the declared split, Megatron-Bridge's B200/GB200 rows as
+the runs they describe, SimuMax's B200 runs, the MXFP8 recipe and the Blackwell fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simulator.compute.training_fit import family_of, read_fit
+from simulator.errors import ConfigError
+from simulator.hardware import gpu_spec
+from simulator.models import load_model
+from simulator.models.fp8 import CAST_TRANSPOSE_BYTES, MX_CAST_BYTES, fp8_layer
+from simulator.models.ops import LayerCost, OpCost
+from simulator.validation.parallel import blackwell_fit, nemo, simumax
+from simulator.validation.parallel import cases as pc
+from simulator.validation.parallel.iteration import simulate
+
+ROOT = pc.default_root()
+SHARED = Path(__file__).resolve().parents[1].parent.parent / "shared" / "validation-data"
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return pc.load(ROOT)
+
+
+@pytest.fixture(scope="module")
+def rows(spec):
+    return {nemo.case_id("blackwell", r): r for r in nemo.table_rows(ROOT, spec, "blackwell")}
+
+
+def _simumax(spec, case):
+    return next(r for r in pc.read_rows(ROOT, spec.files.simumax, simumax.COLUMNS)
+                .to_dict("records") if r["case"] == case)
+
+
+# ------------------------------------------------------------------- the split and the data
+def test_the_declared_split_calibrates_only_simumaxs_dense_b200_rows(spec):
+    split = spec.blackwell_split
+    assert list(split.calibration) == [spec.files.simumax]          # no Bridge row
+    df = pd.read_csv(ROOT / spec.files.simumax, keep_default_na=False)
+    dense = df[(df.ep == 1) & (df.cp == 1) & (df.in_formal_table == "yes")]
+    assert set(split.calibration[spec.files.simumax]) == set(dense.case)
+    assert len(dense) == 24 and split.constants == ["matmul", "attention"]
+    assert spec.files.bridge_blackwell in split.validation
+    assert spec.calibrated and all(c.startswith(spec.files.simumax) for c in spec.calibrated)
+
+
+@pytest.mark.parametrize("name", ["megatron_bridge_blackwell.csv", "simumax_b200_measured.csv"])
+def test_the_blackwell_csvs_are_the_shared_files_unedited(name):
+    assert (ROOT / name).is_file()
+    df = pd.read_csv(ROOT / name)
+    assert df.source.str.len().min() > 0
+    original = SHARED / "training" / name
+    if original.is_file():
+        assert (ROOT / name).read_bytes() == original.read_bytes()
+
+
+def test_one_row_per_table_row_with_a_unique_case(spec, rows):
+    df = pd.read_csv(ROOT / spec.files.bridge_blackwell, keep_default_na=False)
+    assert len(rows) == (df.variant == "primary").sum() == 240
+
+
+@pytest.mark.parametrize("model,layers", [("llama-3-70b", 12), ("llama-3-70b", 8),
+                                          ("llama-3-405b", 4)])
+def test_truncated_models_are_the_catalog_model_cut(spec, model, layers):
+    key = f"{model.replace('llama-3', 'llama3')}/{layers}"
+    cut, whole = pc.model_for(ROOT, spec.simumax_models[key]), load_model(model)
+    assert cut.layers == layers
+    for field in ("hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "norm"):
+        assert getattr(cut, field) == getattr(whole, field)
+
+
+# ------------------------------------------------------------ Bridge rows as megatron runs
+def test_topologies_are_the_real_systems():
+    assert nemo.gpus_per_node("dgx-b200-superpod") == 8       # DGX B200
+    assert nemo.gpus_per_node("gb200-nvl72") == 72             # one NVLink domain per rack
+
+
+def test_a_gb200_row_becomes_the_run_it_describes(spec, rows):
+    case = "parallel/bridge/gb200/26.04/llama3-70b-64gpu-mxfp8-gbs256"
+    sc = nemo.scenario_of(rows[case], ROOT, spec, "x", "blackwell")
+    assert sc["cluster"] == {"topology": "gb200-nvl72", "nodes": 1, "gpus": 64}
+    st, tr = sc["strategy"], sc["training"]
+    assert (st["tensor_model_parallel_size"], st["pipeline_model_parallel_size"],
+            st["virtual_pipeline_model_parallel_size"]) == (2, 4, 5)
+    assert tr["grad_accum"] == 256 // (1 * 64 // (2 * 4))       # GBS / (MBS x DP)
+    assert (tr["precision"], tr["fp8_recipe"]) == ("fp8", "mxfp8")
+
+
+def test_a_b200_row_runs_on_dgx_b200_nodes(spec, rows):
+    sc = nemo.scenario_of(rows["parallel/bridge/b200/25.11/llama3-1-405b-128gpu-fp8-cs-gbs64"],
+                          ROOT, spec, "x", "blackwell")
+    assert sc["cluster"] == {"topology": "dgx-b200-superpod", "nodes": 16}
+    assert sc["strategy"]["context_parallel_size"] == 2
+    assert sc["training"]["grad_accum"] == 64 // (1 * 128 // (4 * 8 * 2))
+    assert sc["training"]["fp8_recipe"] == "tensorwise"
+
+
+def test_rows_the_simulator_cannot_run_say_why(spec):
+    out = {r["case"]: r for r in nemo.nemo_rows(ROOT, spec, kinds=("blackwell",),
+                                                 simulate_fn=_refuse_fp4)}
+    notes = {k: v["note"] for k, v in out.items()}
+    assert "no B300 in the catalog" in notes[
+        "parallel/bridge/b300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512"]
+    assert "no GB300 in the catalog" in notes[
+        "parallel/bridge/gb300/26.04/llama3-70b-64gpu-fp8-gbs256"]
+    assert "fp4 training is not modelled" in notes[
+        "parallel/bridge/gb200/26.04/llama3-70b-64gpu-nvfp4-gbs256"]
+    assert "LoRA" in notes["parallel/bridge/gb200/26.06/llama3-70b-8gpu-fp8-lora-gbs32"]
+    assert "SFT" in notes["parallel/bridge/gb200/26.06/llama3-70b-32gpu-fp8-sft-gbs32"]
+    assert all(v["gpu"] in ("B200", "GB200", "B300", "GB300") for v in out.values())
+    capped = spec.model_copy(update={"nemo_max_micro_batches": 256})
+    big = {r["case"]: r["note"] for r in nemo.nemo_rows(ROOT, capped, kinds=("blackwell",),
+                                                        simulate_fn=_refuse_fp4)}
+    assert "384 micro-batches per pipeline" in big[       # GBS 1536 / (MBS 1 x DP 4)
+        "parallel/bridge/gb200/26.04/llama3-1-405b-256gpu-fp8-gbs1536"]
+
+
+def _refuse_fp4(scenario, case):
+    if scenario["training"]["precision"] == "fp4":
+        return simulate(scenario, case)            # refused by the simulator, one line
+    raise ConfigError("not run in this test")
+
+
+def test_a_gb200_llama3_8b_row_within_20_percent_of_its_measurement(spec, rows):
+    row = next(r for r in nemo.nemo_rows(ROOT, spec, kinds=("blackwell",),
+                                         simulate_fn=_only(
+                                             "parallel/bridge/gb200/25.11/llama3-8b-8gpu"))
+               if r["case"].startswith("parallel/bridge/gb200/25.11/llama3-8b-8gpu"))
+    assert row["measured"] == 31508                   # tokens/s per GPU, the table's
+    assert abs(row["error"]) < 0.20, row
+
+
+def _only(prefix):
+    def run(scenario, case):
+        if not case.startswith(prefix):
+            raise ConfigError("not run in this test")
+        return simulate(scenario, case)
+    return run
+
+
+# ----------------------------------------------------------------------- SimuMax's runs
+def test_a_simumax_row_is_megatron_as_its_launcher_set_it_up(spec):
+    row = _simumax(spec, "llama3_405b_l4_tp2_pp1_dp4_mbc8_cef")
+    sc = simumax.scenario_of(row, ROOT, spec, "x")
+    assert sc["cluster"] == {"topology": "dgx-b200"}
+    assert sc["strategy"]["sequence_parallel"] and sc["strategy"]["use_distributed_optimizer"]
+    assert "recompute_granularity" not in sc["strategy"]        # recompute-num-layers 0
+    assert sc["training"] == {"micro_batch": 1, "seq_len": 4096, "grad_accum": 8,
+                              "precision": "bf16", "flash_attention": True}
+
+
+def test_simumax_rows_not_modelled_say_why(spec):
+    out = {r["case"]: r for r in simumax.simumax_rows(ROOT, spec, simulate_fn=simulate)
+           if "cp" in r["case"] or "deepseek" in r["case"]}
+    cp = out["parallel/simumax/llama3_70b_l12_tp2_cp4_pp1_dp1_seq32768_mbc4_cef"]
+    assert "strategy.cp_comm_type" in cp["note"]                 # a2a CP: refused
+    ds = out["parallel/simumax/deepseekv3_l4_tp1_ep8_pp1_dp8_mbc4_cef"]
+    assert "multi-head latent attention" in ds["note"]
+
+
+def test_a_calibration_run_within_10_percent_of_its_measured_step(spec):
+    row = _simumax(spec, "llama3_405b_l4_tp4_pp1_dp2_mbc4_cef")
+    step, memory = simumax._rows(row, ROOT, spec, simulate, calibrating=True)
+    assert step["measured"] == 476.0 and abs(step["error"]) < 0.10, step   # ms
+    assert memory["measured"] == 52.89 and abs(memory["error"]) < 0.15, memory   # GiB
+    assert step["note"].startswith("calibration")
+
+
+# ------------------------------------------------------------------------------ MXFP8
+def test_mxfp8_casts_each_tensor_once_with_a_scale_per_32_elements():
+    m, n, k = 8192, 4096, 1024
+    gemm = OpCost("fc1", "matmul", 2.0 * m * n * k, 0.0, weight="w", m=m, n=n, k=k)
+    dgrad = OpCost("fc1.dgrad", "matmul", 2.0 * m * n * k, 0.0, weight="w", m=m, n=n, k=k)
+    layer = LayerCost("b", "block", 0, forward=(gemm,), backward=(dgrad,),
+                      activation_bytes=0, output_bytes=0)
+    mx = fp8_layer(layer, "mxfp8")
+    cast = mx.forward[0]
+    assert MX_CAST_BYTES == CAST_TRANSPOSE_BYTES + 2 / 32 == 4.0625
+    assert cast.bytes_accessed == (m * k + k * n) * 4.0625
+    assert mx.backward[0].bytes_accessed == m * k * 4.0625
+    delayed = fp8_layer(layer, "delayed")
+    assert [o.name for o in mx.forward] == [o.name for o in delayed.forward]
+
+
+def test_mxfp8_is_refused_before_blackwell():
+    from simulator.hardware import check_fp8_recipe
+    check_fp8_recipe(gpu_spec("B200"), "mxfp8")
+    check_fp8_recipe(gpu_spec("GB200"), "mxfp8")
+    with pytest.raises(ConfigError, match="block-scaled") as exc:
+        check_fp8_recipe(gpu_spec("H100-SXM"), "mxfp8")
+    assert exc.value.field == "training.fp8_recipe"
+
+
+# ------------------------------------------------------------------------ the B200 fit
+def test_the_b200_fit_is_in_step_with_its_declared_rows():
+    assert blackwell_fit.check() == []
+
+
+def test_gb200_takes_the_b200_fit_and_only_its_kernel_factor():
+    entry = read_fit()["families"]["B200"]
+    fit = family_of(gpu_spec("GB200"))
+    assert fit.time_factor["matmul"] == entry["time_factor"]["matmul"]["value"] > 1.0
+    assert fit.time_factor["attention"] == 1.0 and fit.time_factor["memory_bound"] == 1.0
+    assert fit.kernel_overhead_s == 0.0
+    assert len(entry["calibration_rows"]) > 5 * len(blackwell_fit.PARAMS)   # rows >> constants
+    assert set(entry["calibration_rows"]) == set(
+        pc.load(ROOT).blackwell_split.calibration["simumax_b200_measured.csv"])
+
+
+def test_the_fsdp_fit_keeps_the_b200_family(tmp_path):
+    from simulator.validation.training import fit
+    path = tmp_path / "training_fit.yaml"
+    path.write_text(fit.DATA_PATH.read_text())
+    result = {"values": {"matmul": 1.0, "attention": 1.0, "memory_bound": 1.0,
+                         "kernel_overhead_us": 0.0}, "rows": ["a"], "measured": [1.0],
+              "simulated": [1.0], "rms_start": 0.0, "rms_fitted": 0.0}
+    fit.write({"A100": result}, path)
+    families = read_fit(path)["families"]
+    assert set(families) == {"A100", "H100", "B200"}
+    assert families["B200"] == read_fit()["families"]["B200"]
