@@ -171,27 +171,25 @@ def eager_block(layer: LayerCost, model: ModelSpec, b: int, s: int, e: int, k: i
     a Triton kernel) and the rest op by op."""
     sh = Shapes(model, b, s, tp, sp, cp)
     h, rms = model.hidden, model.norm == "rmsnorm" and not fused_norm
+
+    def pieces(op, backward: bool) -> list:
+        """``op`` as the reference code's op-by-op kernels (itself where it is not one)."""
+        grad = ".bwd" if backward else ""
+        if rms and op.op_class == "norm":
+            return (rmsnorm_backward if backward else rmsnorm_forward)(op, sh.tn, h, k)
+        if op.name == "rotary" + grad:
+            return rotary_ops(op, sh.q, sh.kv, sh.table, e, backward=backward)
+        if op.name == "swiglu" + grad:
+            return (swiglu_backward if backward else swiglu_forward)(op, sh.f, e)
+        return [op]
+
     fwd, bwd = [], []
     for op in layer.forward:
         if sh.gqa and op.name in ATTENTION_FIRST:
             fwd += repeat_kv(sh.kv, sh.q, e, backward=False)
-        if rms and op.op_class == "norm":
-            fwd += rmsnorm_forward(op, sh.tn, h, k)
-        elif op.name == "rotary":
-            fwd += rotary_ops(op, sh.q, sh.kv, sh.table, e, backward=False)
-        elif op.name == "swiglu":
-            fwd += swiglu_forward(op, sh.f, e)
-        else:
-            fwd.append(op)
+        fwd += pieces(op, backward=False)
     for op in layer.backward:
-        if rms and op.op_class == "norm":
-            bwd += rmsnorm_backward(op, sh.tn, h, k)
-        elif op.name == "rotary.bwd":
-            bwd += rotary_ops(op, sh.q, sh.kv, sh.table, e, backward=True)
-        elif op.name == "swiglu.bwd":
-            bwd += swiglu_backward(op, sh.f, e)
-        else:
-            bwd.append(op)
+        bwd += pieces(op, backward=True)
         if sh.gqa and op.name in ATTENTION_LAST:
             bwd += repeat_kv(sh.kv, sh.q, e, backward=True)
         if op.name == "qkv_proj.dgrad":
