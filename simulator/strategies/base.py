@@ -27,7 +27,7 @@ from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
 
 from .checkpointing import SelectiveOption, ac_mode, recompute_plan
-from .host import dispatch_s
+from .host import MEASURED_KINDS, dispatch_s
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
     from simulator.models import LayerCost
@@ -76,6 +76,10 @@ class CommonConfig(BaseModel):
     optimizer_impl: OptimizerImpl = "foreach"    # PyTorch's default on CUDA; or fused
     param_dtype: Dtype | None = None         # weights used in compute (see each strategy)
     reduce_dtype: Dtype | None = None        # gradient communication; None: param_dtype
+    # the CPU's kernel launches the GPU may wait for (host.py, data/host.yaml): eager
+    # (PyTorch: every kernel launched from Python or the autograd engine), compiled
+    # (torch.compile's launcher) or none (the GPU never waits: TensorFlow's graphs)
+    host_dispatch: Literal["eager", "compiled", "none"] = "eager"
 
     def __init__(self, **data: Any):
         try:
@@ -289,7 +293,7 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
     ids = []
     costs = tuple(costs or ())
     host_s = 0.0
-    if cfg is not None:                       # kernels x seconds, per kind of launch
+    if cfg is not None and layer.kind in MEASURED_KINDS:   # kernels x seconds, by launch
         counts = Counter(getattr(c, "launch", "") for c in costs)
         host_s = sum(n * dispatch_s(cfg, phase, launch) for launch, n in counts.items())
     for i, c in enumerate(costs):

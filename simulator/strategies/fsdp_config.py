@@ -58,9 +58,6 @@ class FSDPConfig(CommonConfig):
     cpu_adam_bytes_per_s: float | str = Field("10 GB/s", validate_default=True)
     # clip_grad_norm_(max_norm) before the step (clipping.py); torchtitan's default is 1.0
     grad_clip_norm: float | None = Field(None, gt=0)
-    # the CPU's kernel launches the GPU may wait for (host.py, data/host.yaml): eager,
-    # compiled (torch.compile's launcher) or none (the GPU never waits)
-    host_dispatch: Literal["eager", "compiled", "none"] = "eager"
 
     @field_validator("sharding", "backward_prefetch", mode="before")
     @classmethod

@@ -10,9 +10,9 @@ in order, never waiting for the GPU), on which the layer's last kernel depends: 
 finishes a layer no earlier than the CPU has dispatched everything up to it, i.e. the
 step is max(GPU time, CPU time) at layer granularity, without an op per kernel.
 
-``strategy.host_dispatch`` (FSDP): ``eager`` (the default), ``compiled`` (every kernel
-through torch.compile's launcher) or ``none`` (the GPU never waits for the host: the time
-before this model existed). Whatever it says, a kernel's own launch
+``strategy.host_dispatch`` (every PyTorch strategy; TensorFlow's graphs: ``none`` only):
+``eager`` (the default), ``compiled`` (every kernel through torch.compile's launcher) or
+``none`` (the GPU never waits for the host: the time before this model existed). Whatever it says, a kernel's own launch
 (:mod:`simulator.compute.launch`) decides for that kernel: a ``compiled`` one (a block
 under ``training.compile``) costs the compiled launch, a ``piece`` of an op-by-op eager op
 or a kernel replayed from a CUDA ``graph`` nothing of its own.
@@ -28,6 +28,10 @@ from simulator.compute.launch import dispatch_mode
 from simulator.yamlio import read_yaml
 
 FILE = "host.yaml"
+# The layers of the profiles the constants come from (a transformer's); a convolution
+# network's kernels have no measurement and pay none (the H200 ResNet-50 profile's step
+# is its GPU time: validation/gpu)
+MEASURED_KINDS = frozenset({"transformer_block", "embedding", "head"})
 MODES = ("eager", "compiled")
 PHASES = ("forward", "backward", "recompute")
 
@@ -53,11 +57,11 @@ def dispatch_table() -> dict[str, dict[str, float]]:
 
 def dispatch_s(cfg, phase: str, launch: str = "") -> float:
     """CPU seconds a kernel launched as ``launch`` costs in ``phase`` under a strategy
-    config (0: the GPU never waits for the host; strategies without ``host_dispatch``)."""
-    mode = dispatch_mode(launch, getattr(cfg, "host_dispatch", "none"))
+    config (0: the GPU never waits for the host: ``host_dispatch: none``)."""
+    mode = dispatch_mode(launch, cfg.host_dispatch)
     if mode == "none":
         return 0.0
     return dispatch_table()[mode][phase]
 
 
-__all__ = ["FILE", "MODES", "PHASES", "dispatch_s", "dispatch_table"]
+__all__ = ["FILE", "MEASURED_KINDS", "MODES", "PHASES", "dispatch_s", "dispatch_table"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, Literal, NamedTuple
 
 from pydantic import Field, field_validator
 
@@ -56,6 +56,8 @@ class TFConfig(CommonConfig):
     NAME: ClassVar[str] = ""
     # TensorFlow applies each variable's update in one kernel (ResourceApplyAdam, ...)
     optimizer_impl: str = "fused"
+    # a tf.function graph's executor launches the kernels, not Python op by op (host.py)
+    host_dispatch: Literal["eager", "compiled", "none"] = "none"
 
     def _check(self) -> None:
         if self.name != self.NAME:
@@ -64,6 +66,10 @@ class TFConfig(CommonConfig):
             raise ConfigError(f"TensorFlow applies each variable's update in one fused kernel; "
                               f"only 'fused', got {self.optimizer_impl!r}",
                               field="strategy.optimizer_impl")
+        if self.host_dispatch != "none":
+            raise ConfigError("TensorFlow runs the step as tf.function graphs whose executor "
+                              "launches the kernels (no Python dispatch per op): only 'none'",
+                              field="strategy.host_dispatch")
         self._check_tf()
 
     def _check_tf(self) -> None:

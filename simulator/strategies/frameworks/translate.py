@@ -21,7 +21,7 @@ from ..fsdp_config import FSDPConfig
 from ..parallel.plan import ParallelPlan
 
 # CommonConfig fields a framework strategy hands on to the data-parallel generators
-SHARED_FIELDS = ("precision", "micro_batch", "grad_accum", "activation_checkpointing",
+SHARED_FIELDS = ("precision", "micro_batch", "grad_accum", "activation_checkpointing", "host_dispatch",
                  "selective_ac_option", "activation_offload", "optimizer", "optimizer_impl",
                  "param_dtype", "reduce_dtype")
 
