@@ -8,7 +8,7 @@ import pytest
 
 from simulator.cluster import Cluster
 from simulator.collectives.layouts import make_communicator
-from simulator.collectives.mesh import hamiltonian_decomposition, mesh_orders
+from simulator.collectives.mesh import hamiltonian_decomposition, mesh_orders, mesh_paths
 from simulator.collectives.model import CollectiveModel
 from simulator.constants import load_constants
 from simulator.errors import ConfigError
@@ -140,3 +140,28 @@ def test_graph_helpers_see_the_mesh_as_one_hop():
     route = c.route("n0.gpu0", "n0.gpu5")
     assert list(c.link_class[route.links]) == ["infinity_fabric"]
     assert nx.is_connected(c.G)
+
+
+def test_channels_between_servers_cross_the_mesh_on_disjoint_links():
+    """8 channels, one per NIC, each from its NIC's GPU j to the GPU beside it (j ^ 1)
+    through all 8 GPUs: 8 x 7 = 56 directed links, every one used once."""
+    gpus = [f"g{i}" for i in range(8)]
+    ends = [(f"g{j}", f"g{j ^ 1}") for j in range(8)]
+    paths = mesh_paths(ends, gpus)
+    links = [(a, b) for p in paths for a, b in zip(p, p[1:])]
+    assert [(p[0], p[-1]) for p in paths] == ends and all(sorted(p) == gpus for p in paths)
+    assert len(links) == len(set(links)) == 56
+    # more channels than the mesh has links for: spread, at most 3 on a link for 16
+    links16 = [(a, b) for p in mesh_paths(ends + ends, gpus) for a, b in zip(p, p[1:])]
+    assert max(links16.count(x) for x in set(links16)) <= 3
+
+
+def test_two_platforms_all_reduce_is_bound_by_the_nics():
+    """2 x 8 MI300X on 8 rails of 400G RoCE: with the channels on disjoint mesh links the
+    ring's bottleneck is the NICs (8 x 50 GB/s x net efficiency), not the mesh."""
+    from simulator.topology import load_topology, resolve_topology
+    k = load_constants()
+    c = Cluster.from_graph(load_topology(resolve_topology("mi300x-roce-cluster"), nodes=2))
+    plan = CollectiveModel(c, k).plan("all_reduce", 16 * GiB, list(range(16)), "ring", "Simple")
+    rate = plan.payload_bytes / (plan.predicted_s - plan.latency_s)
+    assert rate == pytest.approx(8 * 50e9 * k.link_efficiency["net"], rel=1e-9)

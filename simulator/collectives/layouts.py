@@ -21,7 +21,7 @@ from .alltoall import aggregable, all_to_all_coefficients
 from .blocks import named_orders
 from .columns import gpu_places
 from .host_path import HostPath, host_gpu_route
-from .mesh import is_full_mesh, mesh_orders
+from .mesh import is_full_mesh, mesh_orders, mesh_paths
 from .nics import home_nic, nic_owner, owned_nics
 from .ring_tables import ring_entries, tree_entries
 
@@ -121,17 +121,19 @@ def _server_orders(cluster: Cluster, gpus: tuple[str, ...], prefix: str):
     """(NICs, per NIC the GPU order) of one server's members, as local names."""
     nics = _server_nics(cluster, gpus)
     peers = cluster.gpus_of_server(cluster.G.nodes[gpus[0]]["server"])
-    orders = []
+    ends = []
     for nic in nics:
         near = [g for g in gpus if nic in cluster.routes.nearest_nics(g)] or list(gpus)
         owner = nic_owner(cluster, nic, peers)
         entry = owner if owner in near else near[0]
         others = [g for g in near if g != entry]
-        exit_ = others[0] if others else entry
-        middle = [g for g in gpus if g not in (entry, exit_)]
-        order = [entry] + middle + ([exit_] if exit_ != entry else [])
-        orders.append([g[len(prefix):] for g in order])
-    return [n[len(prefix):] for n in nics], orders
+        ends.append((entry, others[0] if others else entry))
+    if len(gpus) > 2 and is_full_mesh(cluster, list(gpus)):
+        paths = mesh_paths(ends, list(gpus))         # the channels on their own links (.mesh)
+    else:
+        paths = [[entry] + [g for g in gpus if g not in (entry, exit_)]
+                 + ([exit_] if exit_ != entry else []) for entry, exit_ in ends]
+    return [n[len(prefix):] for n in nics], [[g[len(prefix):] for g in p] for p in paths]
 
 
 @dataclass

@@ -45,6 +45,103 @@ def mesh_orders(gpus) -> list[list]:
     return out
 
 
+SEARCH_STEPS = 20_000     # paths tried in the joint search before the greedy one
+
+
+def mesh_paths(ends: list[tuple], gpus: list) -> list[list]:
+    """Per ``(entry, exit)`` of ``ends`` (one per channel between servers), a path through
+    all of ``gpus`` from entry to exit on the mesh, the channels on disjoint links where
+    the mesh has enough of them, as each has its own NIC between servers: first a joint
+    depth-first search for pairwise link-disjoint paths (8 channels of 8 GPUs use all 56
+    directed links once each; found in a few dozen steps), then, if it fails within
+    :data:`SEARCH_STEPS`, one path at a time on the least-taken links. Both search in GPU
+    order, so the same input always gives the same paths."""
+    joint = _disjoint_paths(ends, gpus)
+    if joint is not None:
+        return joint
+    load: dict = {}
+    out = []
+    for entry, exit_ in ends:
+        inner = [g for g in gpus if g not in (entry, exit_)]
+        bound = 0
+        while (path := _path(entry, exit_, inner, load, bound)) is None:
+            bound += 1
+        for a, b in zip(path, path[1:]):
+            load[(a, b)] = load.get((a, b), 0) + 1
+        out.append(path)
+    return out
+
+
+def _disjoint_paths(ends: list[tuple], gpus: list) -> list[list] | None:
+    """Pairwise link-disjoint entry -> exit paths through all ``gpus`` for every channel,
+    or None when the search finds none within :data:`SEARCH_STEPS` paths."""
+    used: set = set()
+    out: list = []
+    steps = [0]
+
+    def place(k: int) -> bool:
+        if k == len(ends):
+            return True
+        entry, exit_ = ends[k]
+        inner = [g for g in gpus if g not in (entry, exit_)]
+        for path in _paths(entry, exit_, inner, used):
+            steps[0] += 1
+            if steps[0] > SEARCH_STEPS:
+                return False
+            links = list(zip(path, path[1:]))
+            used.update(links)
+            out.append(path)
+            if place(k + 1):
+                return True
+            out.pop()
+            used.difference_update(links)
+        return False
+
+    return out if place(0) else None
+
+
+def _paths(entry, exit_, inner: list, used: set):
+    """Every path entry -> all of ``inner`` -> exit on links outside ``used``, in order."""
+    path = [entry]
+
+    def extend():
+        if len(path) == len(inner) + 1:
+            if exit_ == entry:
+                yield list(path)
+            elif (path[-1], exit_) not in used:
+                yield path + [exit_]
+            return
+        for v in inner:
+            if v not in path and (path[-1], v) not in used:
+                path.append(v)
+                yield from extend()
+                path.pop()
+
+    yield from extend()
+
+
+def _path(entry, exit_, inner: list, load: dict, bound: int) -> list | None:
+    """A path entry -> every GPU of ``inner`` -> exit whose links carry at most ``bound``
+    earlier paths; None if there is none."""
+    path = [entry]
+
+    def extend() -> bool:
+        if len(path) == len(inner) + 1:
+            if exit_ == entry or load.get((path[-1], exit_), 0) <= bound:
+                path.extend([] if exit_ == entry else [exit_])
+                return True
+            return False
+        for v in inner:
+            if v not in path and load.get((path[-1], v), 0) <= bound:
+                path.append(v)
+                if extend():
+                    return True
+                path.pop()
+        return False
+
+    return path if extend() else None
+
+
 @cache
 def hamiltonian_decomposition(n: int) -> tuple[tuple[int, ...], ...]:
     """``floor((n - 1) / 2)`` edge-disjoint Hamiltonian cycles of the complete graph on
@@ -93,4 +190,4 @@ def hamiltonian_decomposition(n: int) -> tuple[tuple[int, ...], ...]:
     return tuple(cycles)
 
 
-__all__ = ["hamiltonian_decomposition", "is_full_mesh", "mesh_orders"]
+__all__ = ["hamiltonian_decomposition", "is_full_mesh", "mesh_orders", "mesh_paths"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from ...cluster import Cluster
 from ...collectives.model import CollectiveModel
 from ...constants import load_constants
+from ...topology import load_topology, resolve_topology
 from ...topology.servers import oam_mesh_node
 from ..paths import DATA
 
@@ -31,6 +32,7 @@ class Row:
 
     table: str
     gpu: str
+    nodes: int
     size_bytes: int
     measured_us: float
     simulated_us: float
@@ -42,19 +44,27 @@ class Row:
         return self.simulated_us / self.measured_us - 1.0
 
 
+def platform(gpu: str, nodes: int):
+    """The cluster graph a row runs on: one ``oam_mesh`` platform of ``gpu``, or ``nodes``
+    of them on the shipped ``mi300x-roce-cluster`` (8 x 400G RoCE, rail-optimized)."""
+    if nodes == 1:
+        return oam_mesh_node(gpu=gpu)
+    return load_topology(resolve_topology("mi300x-roce-cluster"), nodes=nodes)
+
+
 def simulate(path: Path = TABLES) -> list[Row]:
-    """Every row of ``path`` simulated on an ``oam_mesh`` platform of its GPU."""
+    """Every row of ``path`` simulated on its platform (:func:`platform`)."""
     models: dict = {}
     out = []
     with open(path, newline="") as fh:
         for r in csv.DictReader(fh):
-            gpu = r["gpu"]
-            if gpu not in models:
-                models[gpu] = CollectiveModel(Cluster.from_graph(oam_mesh_node(gpu=gpu)),
+            key = (r["gpu"], int(r["nodes"]))
+            if key not in models:
+                models[key] = CollectiveModel(Cluster.from_graph(platform(*key)),
                                               load_constants())
             size = int(r["size_bytes"])
-            plan = models[gpu].plan("all_reduce", size, list(range(int(r["ranks"]))))
-            out.append(Row(r["table"], gpu, size, float(r["time_us"]),
+            plan = models[key].plan("all_reduce", size, list(range(int(r["ranks"]))))
+            out.append(Row(r["table"], r["gpu"], key[1], size, float(r["time_us"]),
                            plan.predicted_s * 1e6, plan.algo, plan.proto))
     return out
 
@@ -78,22 +88,26 @@ def report(rows: list[Row]) -> str:
              "these rows.", ""]
     for table in dict.fromkeys(r.table for r in rows):
         mine = [r for r in rows if r.table == table]
-        lines += [f"## {table} ({mine[0].gpu})", "",
+        lines += [f"## {table} ({mine[0].nodes} x 8 {mine[0].gpu})", "",
                   "| size (B) | measured us | simulated us | error | algorithm/protocol |",
                   "|---:|---:|---:|---:|---|"]
         lines += [f"| {r.size_bytes} | {r.measured_us:.2f} | {r.simulated_us:.2f} | "
                   f"{100 * r.error:+.1f}% | {r.algo}/{r.proto} |" for r in mine]
         lines.append("")
-    lines += ["## Median |error| by size band, all tables", "",
-              "| band | rows | median abs error | range |", "|---|---:|---:|---|"]
-    for name, low, high in BANDS:
-        sel = band(rows, low, high)
-        if sel:
-            errs = [r.error for r in sel]
-            lines.append(f"| {name} | {len(sel)} | "
-                         f"{100 * statistics.median(abs(e) for e in errs):.1f}% | "
-                         f"{100 * min(errs):+.1f}% to {100 * max(errs):+.1f}% |")
-    return "\n".join(lines) + "\n"
+    for title, sel in (("one platform (8 GPUs)", [r for r in rows if r.nodes == 1]),
+                       ("two platforms (16 GPUs)", [r for r in rows if r.nodes == 2])):
+        lines += [f"## Median |error| by size band, {title}", "",
+                  "| band | rows | median abs error | range |", "|---|---:|---:|---|"]
+        lines += [_band_line(name, band(sel, low, high)) for name, low, high in BANDS
+                  if band(sel, low, high)]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _band_line(name: str, sel: list[Row]) -> str:
+    errs = [r.error for r in sel]
+    return (f"| {name} | {len(sel)} | {100 * statistics.median(abs(e) for e in errs):.1f}% | "
+            f"{100 * min(errs):+.1f}% to {100 * max(errs):+.1f}% |")
 
 
 def main(argv: list[str] | None = None) -> int:
