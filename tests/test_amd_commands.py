@@ -67,3 +67,10 @@ def test_collective_refuses_an_nccl_release_on_rccl(capsys):
     code, _, err = run_main(capsys, "collective", "all_reduce", "--topology", "mi300x-8gpu",
                             "--nccl-version", "2.19")
     assert code == 2 and "runs RCCL" in err and len(err.strip().splitlines()) == 1
+
+
+def test_topology_summary_names_the_mesh_links(capsys):
+    code, out, _ = run_main(capsys, "topology", "mi300x-8gpu")
+    assert code == 0 and "NVSwitch fabrics: 0" in out
+    row = next(line.split() for line in out.splitlines() if "infinity-fabric-3" in line)
+    assert row[:3] == ["infinity-fabric-3", "infinity_fabric", "28"]
