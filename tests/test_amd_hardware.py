@@ -165,3 +165,18 @@ def test_two_platforms_all_reduce_is_bound_by_the_nics():
     plan = CollectiveModel(c, k).plan("all_reduce", 16 * GiB, list(range(16)), "ring", "Simple")
     rate = plan.payload_bytes / (plan.predicted_s - plan.latency_s)
     assert rate == pytest.approx(8 * 50e9 * k.link_efficiency["net"], rel=1e-9)
+
+
+def test_low_precisions_on_amd():
+    """FP8 trains on CDNA 3 and 4; MXFP8 (block-scaled) only on CDNA 4; FP6/FP4 are in the
+    catalog of the MI350 series but refused for training, as on Blackwell."""
+    from simulator.hardware import check_fp8_recipe, check_training_precision
+    for name in AMD:
+        check_training_precision(gpu_spec(name), "fp8")
+    check_fp8_recipe(gpu_spec("MI355X"), "mxfp8")
+    with pytest.raises(ConfigError, match="training.fp8_recipe: MI300X has no block-scaled"):
+        check_fp8_recipe(gpu_spec("MI300X"), "mxfp8")
+    with pytest.raises(ConfigError, match="training.precision: fp6 training is not modelled"):
+        check_training_precision(gpu_spec("MI355X"), "fp6")
+    with pytest.raises(ConfigError, match="training.precision: MI300X has no FP4"):
+        check_training_precision(gpu_spec("MI300X"), "fp4")
