@@ -22,7 +22,8 @@ from .errors import ConfigError
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
        "send_recv")
 ALGOS_FOR_OP = {
-    "all_reduce": ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain"),
+    "all_reduce": ("ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
+                   "one_shot"),
     "all_gather": ("ring", "nvls", "pat"),
     "reduce_scatter": ("ring", "nvls", "pat"),
     "broadcast": ("ring",),
@@ -31,7 +32,7 @@ ALGOS_FOR_OP = {
     "send_recv": ("direct",),
 }
 ALGOS = ("ring", "tree", "direct", "nvls", "nvls_tree", "collnet_direct", "collnet_chain",
-         "pat")
+         "pat", "one_shot")    # one_shot: RCCL's MSCCL all_reduce on a full mesh (AMD)
 PROTOS = ("LL", "LL128", "Simple")
 STAR_OPS = ("reduce", "broadcast")      # what the 'star' algorithm (copies to/from a root) does
 

@@ -20,7 +20,8 @@ class ModelConstants:
     """Everything the collective cost model needs, in seconds and bytes/s."""
 
     base_latency_s: dict            # [algo][proto]
-    hop_latency_s: dict             # [hw][algo][proto], hw in nvlink|pcie|net
+    hop_latency_s: dict             # [hw][algo][proto], hw in nvlink|pcie|net (NCCL) or
+                                    # infinity_fabric|pcie|net (RCCL, for_rccl)
     bandwidth_factor: dict          # raw table from nccl.yaml
     ll128_max_bw_per_channel: dict  # [op] bytes/s
     ll_max_bw: tuple                # (N1, N2, N4+) bytes/s
@@ -98,6 +99,17 @@ def load_constants() -> ModelConstants:
         tree_level_step_protos=tuple(nccl["tree_level_step"]["protocols"]),
         tree_level_hop_from=str(nccl["tree_level_step"]["hop_from"]),
     )
+
+
+def for_rccl(k: ModelConstants) -> ModelConstants:
+    """``k`` with RCCL's base and hop latencies (``simulator/data/rccl.yaml``): the
+    constants of a cluster of AMD GPUs. ``protocol_latency_factor`` is 1 for each protocol:
+    it was fitted on NCCL's latencies (A100 tables) and does not carry over to RCCL's own
+    constants. The rest stays (RCCL runs NCCL's algorithms and protocols)."""
+    rccl = read_data("rccl.yaml")
+    return k.replace(base_latency_s=_scale(rccl["base_latency_us"], _US),
+                     hop_latency_s=_scale(rccl["hop_latency_us"], _US),
+                     protocol_latency_factor={p: 1.0 for p in k.protocol_latency_factor})
 
 
 _INTER_STEPS = {"2n": 0, "2n-2": 1}

@@ -19,13 +19,18 @@ from simulator.precision import PEAK_PRECISIONS
 from simulator.yamlio import read_yaml
 from simulator.units import UnitError, parse_bandwidth, parse_flops, parse_size, parse_time
 
-LINK_CLASSES = ("nvlink", "pcie", "net", "cpu")
+LINK_CLASSES = ("nvlink", "infinity_fabric", "pcie", "net", "cpu")
+# The GPU-to-GPU (scale-up) link classes: what a server's GPUs talk over without the host.
+# NVLink reaches its peers through NVSwitch (or an NVL72 rack's switch trays); AMD's
+# Infinity Fabric (xGMI) joins the 8 GPUs of an OAM platform as a full mesh, no switch.
+SCALE_UP_CLASSES = ("nvlink", "infinity_fabric")
+VENDORS = ("nvidia", "amd")
 
 _GPU_KEYS = {"peak_flops", "low_precision_flops", "hbm_bytes", "usable_bytes", "hbm_bw",
-             "sm_count", "boost_clock", "power_cap", "power_capped_rate", "family", "nvlink",
-             "nvls", "pcie", "tdp", "source"}
+             "sm_count", "boost_clock", "power_cap", "power_capped_rate", "family", "scale_up",
+             "nvls", "pcie", "tdp", "vendor", "source"}
 _LINK_KEYS = {"bw", "latency", "link_class", "max_domain_gpus", "source"}
-LOW_PRECISIONS = ("fp8", "fp4")      # tensor-core rates kept apart from the compute precisions
+LOW_PRECISIONS = ("fp8", "fp6", "fp4")      # tensor-core rates kept apart from the compute precisions
 _WATTS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*W\s*$")
 _MHZ_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*MHz\s*$")
 
@@ -36,15 +41,18 @@ class GpuSpec:
 
     ``peak_flops`` maps a precision (``fp64``, ``fp32``, ``tf32``, ``bf16``, ``fp16``) to the
     dense peak in FLOP/s; ``hbm_bytes`` is the memory size in bytes; ``hbm_bw_bytes_per_s`` the
-    memory bandwidth; ``nvlink`` the link-type key of its NVLink port (None for PCIe cards);
-    ``pcie`` the link-type key of its host interface; ``tdp_w`` the board power in watts.
+    memory bandwidth; ``scale_up`` the link-type key of its GPU-to-GPU port (an ``nvlink``
+    or ``infinity_fabric`` class link, per link and direction; None for PCIe cards);
+    ``pcie`` the link-type key of its host interface; ``tdp_w`` the board power in watts;
+    ``vendor`` who makes it (``nvidia``, ``amd``): its collective library (NCCL, RCCL) and
+    which validated ground can speak for it.
     """
 
     name: str
     peak_flops: dict[str, float]
     hbm_bytes: int
     hbm_bw_bytes_per_s: float
-    nvlink: str | None
+    scale_up: str | None
     source: str
     pcie: str = "pcie-gen4-x16"
     tdp_w: float | None = None
@@ -56,6 +64,12 @@ class GpuSpec:
     power_capped_rate: float = 1.0     # tensor-core rate sustained under power_cap / peak
     family: str = ""                   # compute calibration family (compute.yaml families)
     nvls: bool = False                 # NVLink SHARP through NVSwitch 3 or later
+    vendor: str = "nvidia"
+
+    @property
+    def scale_up_class(self) -> str | None:
+        """The link class of the GPU's scale-up port (``nvlink``, ``infinity_fabric``)."""
+        return None if self.scale_up is None else link_spec(self.scale_up).link_class
 
     def has_precision(self, precision: str) -> bool:
         """Whether the GPU has tensor cores for ``precision`` (``fp8``, ``fp4``, or one of
@@ -80,6 +94,11 @@ class LinkSpec:
     max_domain_gpus: int | None = None   # NVLink types: most GPUs one domain joins
 
 
+def is_scale_up(link_classes) -> bool:
+    """Whether any of ``link_classes`` (a route's) is a GPU-to-GPU scale-up link."""
+    return any(c in SCALE_UP_CLASSES for c in link_classes)
+
+
 def check_training_precision(gpu: GpuSpec, precision: str) -> None:
     """Refuse a low precision (``fp8``, ``fp4``) that ``gpu`` has no tensor cores for, and
     say that FP4 training is not modelled where it has them (FP8 is).
@@ -90,7 +109,8 @@ def check_training_precision(gpu: GpuSpec, precision: str) -> None:
         return
     if not gpu.has_precision(precision):
         raise ConfigError(f"{gpu.name} has no {precision.upper()} tensor cores (FP8 needs "
-                          f"Hopper or later, FP4 Blackwell)", field="training.precision")
+                          f"Hopper, CDNA 3 or later; FP4 and FP6 Blackwell or CDNA 4)",
+                          field="training.precision")
     if precision == "fp8":          # FP8 GEMMs, bf16 elsewhere (simulator/models/fp8.py)
         return
     raise ConfigError(f"{precision} training is not modelled yet: {gpu.name}'s {precision} "
@@ -98,18 +118,19 @@ def check_training_precision(gpu: GpuSpec, precision: str) -> None:
                       f"efficiency curves; use bf16", field="training.precision")
 
 
-BLOCK_SCALED_FAMILIES = ("blackwell",)   # MX (block-scaled) FP8 tensor cores
+BLOCK_SCALED_FAMILIES = ("blackwell", "cdna4")   # MX (block-scaled) FP8 tensor cores
 
 
 def check_fp8_recipe(gpu: GpuSpec, recipe: str) -> None:
     """Refuse an FP8 recipe ``gpu`` cannot run: ``mxfp8`` needs the block-scaled tensor
-    cores of Blackwell (:data:`BLOCK_SCALED_FAMILIES`).
+    cores of Blackwell or CDNA 4 (:data:`BLOCK_SCALED_FAMILIES`).
 
     :raises ConfigError: (field ``training.fp8_recipe``).
     """
     if recipe == "mxfp8" and gpu.family not in BLOCK_SCALED_FAMILIES:
         raise ConfigError(f"{gpu.name} has no block-scaled (MX) FP8 tensor cores: mxfp8 needs "
-                          f"a Blackwell GPU (B200, GB200); use tensorwise or delayed",
+                          f"a Blackwell GPU (B200, GB200) or a CDNA 4 one (MI350X, MI355X); use "
+                          f"tensorwise or delayed",
                           field="training.fp8_recipe")
 
 
@@ -185,7 +206,8 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
 
     :raises ConfigError: with ``source`` = the file and ``field`` = ``entry.key`` (or
         ``entry.peak_flops.precision``) for a missing or unknown key, a value without a unit, a
-        non-positive value or an ``nvlink``/``pcie`` key that is not a link of that class.
+        non-positive value, an unknown ``vendor`` or a ``scale_up``/``pcie`` key that is not a
+        link of a scale-up class / of class ``pcie``.
     """
     src, table = _read_table(path)
     out = {}
@@ -196,7 +218,8 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
             peak_flops=_peak_flops(src, name, get("peak_flops", dict)),
             hbm_bytes=_positive(get("hbm_bytes", _size_with_unit), src, f"{name}.hbm_bytes"),
             hbm_bw_bytes_per_s=_positive(get("hbm_bw", parse_bandwidth), src, f"{name}.hbm_bw"),
-            nvlink=_link_key(src, name, "nvlink", get("nvlink", str), links, optional=True),
+            scale_up=_link_key(src, name, "scale_up", get("scale_up", str), links,
+                               optional=True),
             pcie=_link_key(src, name, "pcie", get("pcie", str) or "pcie-gen4-x16", links),
             tdp_w=_positive_or_none(get("tdp", _watts), src, f"{name}.tdp"),
             usable_bytes=_positive_or_none(get("usable_bytes", _size_with_unit), src,
@@ -210,6 +233,7 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
             power_capped_rate=_capped_rate(get("power_capped_rate", float), src, name),
             family=get("family", str) or "",
             nvls=bool(get("nvls", bool)),
+            vendor=_vendor(get("vendor", str), src, name),
             source=get("source", str) or "",
         )
     return out
@@ -279,11 +303,20 @@ def _peak_flops(src: str, name: str, rates: dict, key: str = "peak_flops",
 def _link_key(src, name, key, value, links, optional=False):
     if value is None and optional:
         return None
-    want = "nvlink" if key == "nvlink" else "pcie"
-    if value not in links or links[value].link_class != want:
-        valid = sorted(k for k, v in links.items() if v.link_class == want)
-        raise ConfigError(f"{value!r} is not a {want} link type; valid: {', '.join(valid)}",
-                          source=src, field=f"{name}.{key}")
+    want = SCALE_UP_CLASSES if key == "scale_up" else ("pcie",)
+    if value not in links or links[value].link_class not in want:
+        valid = sorted(k for k, v in links.items() if v.link_class in want)
+        raise ConfigError(f"{value!r} is not a {' or '.join(want)} link type; valid: "
+                          f"{', '.join(valid)}", source=src, field=f"{name}.{key}")
+    return value
+
+
+def _vendor(value: str | None, src: str, name: str) -> str:
+    if value is None:
+        return "nvidia"
+    if value not in VENDORS:
+        raise ConfigError(f"must be one of {', '.join(VENDORS)}, got {value!r}", source=src,
+                          field=f"{name}.vendor")
     return value
 
 

@@ -86,7 +86,7 @@ def test_new_topology_loads_with_its_hardware(name):
     if single:
         assert f"nic={nic}" in G.nodes["n0.gpu0"]["template"]
     nvlink = {d["link_type"] for _, _, d in G.edges(data=True) if d["link_class"] == "nvlink"}
-    assert nvlink == {gpu_spec(model).nvlink}
+    assert nvlink == {gpu_spec(model).scale_up}
 
 
 def test_sharp_only_on_the_infiniband_superpods():

@@ -294,7 +294,22 @@ def test_the_band_holds_four_in_five_held_out_cases_left_out_one_at_a_time():
 def test_a_gpu_without_a_calibration_generation_is_its_own_chip():
     from simulator.validation.envelope import generation
     assert (generation("B200"), generation("GB200"), generation("H200-SXM"),
-            generation("A100-SXM4-40GB"), generation("MI300X")) == \
-        ("blackwell", "blackwell", "hopper", "ampere", "MI300X")
+            generation("A100-SXM4-40GB"), generation("MI300X"), generation("Gaudi3-x")) == \
+        ("blackwell", "blackwell", "hopper", "ampere", "cdna3", "Gaudi3")
     b = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "B200", 64, "bf16")).band
     assert b.scope == "FSDP cases on any GPU (blackwell: too few)"
+
+
+def test_an_amd_gpu_is_outside_the_validated_ground_and_quotes_no_nvidia_error():
+    """Every validated case ran on NVIDIA GPUs: an MI300X answer names none of them, gives
+    no band and no median, and says why."""
+    e = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "MI300X", 8, "bf16"))
+    assert e.nearest is None and e.band is None and e.median_abs_error is None
+    first, second = e.lines()
+    assert first.startswith("no validated case on AMD GPUs: no measured error to quote")
+    assert "MI300X is outside the validated ground" in second
+    assert "%" not in first + second
+    assert e.as_dict()["outside_validated_ground"] == first
+    # the NVIDIA answer is unchanged by the vendor filter
+    h = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "H100-SXM", 8, "bf16"))
+    assert h.nearest is not None and h.as_dict()["outside_validated_ground"] is None

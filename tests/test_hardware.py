@@ -28,7 +28,7 @@ def test_a100_80gb_values_match_facts_table():
     assert spec.peak_flops["fp32"] == pytest.approx(19.5e12)
     assert spec.hbm_bytes == 80 * GiB
     assert spec.hbm_bw_bytes_per_s == pytest.approx(2039e9)
-    assert spec.nvlink == "nvlink3"
+    assert spec.scale_up == "nvlink3"
     assert spec.tdp_w == 400
 
 
@@ -42,10 +42,10 @@ def test_memory_sizes_and_bandwidths(name, hbm_gib, hbm_bw):
 
 
 def test_pcie_cards_have_no_nvlink_and_h100_uses_nvlink4():
-    assert gpu_spec("A100-PCIE-40GB").nvlink is None
-    assert gpu_spec("A100-PCIE-80GB").nvlink is None
+    assert gpu_spec("A100-PCIE-40GB").scale_up is None
+    assert gpu_spec("A100-PCIE-80GB").scale_up is None
     h100 = gpu_spec("H100-SXM")
-    assert h100.nvlink == "nvlink4" and h100.pcie == "pcie-gen5-x16"
+    assert h100.scale_up == "nvlink4" and h100.pcie == "pcie-gen5-x16"
     assert h100.peak_flops["bf16"] == pytest.approx(989e12)
 
 
@@ -66,8 +66,9 @@ def test_every_entry_is_sourced_and_sane():
     for name in gpu_names():
         spec = gpu_spec(name)
         assert spec.source and all(v > 0 for v in spec.peak_flops.values())
-        if spec.nvlink:
-            assert link_spec(spec.nvlink).link_class == "nvlink"
+        if spec.scale_up:     # NVIDIA's scale-up port is NVLink, AMD's Infinity Fabric
+            want = "infinity_fabric" if spec.vendor == "amd" else "nvlink"
+            assert link_spec(spec.scale_up).link_class == want
         assert link_spec(spec.pcie).link_class == "pcie"
 
 
@@ -115,12 +116,13 @@ def test_bad_link_file_names_file_and_field(tmp_path, body, field, message):
     ("peak_flops: {bf16: 312}", "x.peak_flops.bf16", "needs a unit"),
     ("peak_flops: {bf16: 0 TFLOP/s}", "x.peak_flops.bf16", "must be > 0"),
     ("peak_flops: {int3: 1 TFLOP/s}", "x.peak_flops.int3", "unknown precision"),
-    ("nvlink: pcie-gen4-x16", "x.nvlink", "not a nvlink link type"),
+    ("scale_up: pcie-gen4-x16", "x.scale_up", "not a nvlink or infinity_fabric link type"),
+    ("vendor: intel", "x.vendor", "must be one of nvidia, amd"),
     ("tdp: 400", "x.tdp", "cannot read power"),
 ])
 def test_bad_gpu_file_names_file_and_field(tmp_path, entry, field, message):
     base = {"peak_flops": "{bf16: 312 TFLOP/s}", "hbm_bytes": "80 GiB",
-            "hbm_bw": "2039 GB/s", "nvlink": "nvlink3"}
+            "hbm_bw": "2039 GB/s", "scale_up": "nvlink3"}
     key = entry.split(":")[0]
     base[key] = entry.split(": ", 1)[1]
     path = tmp_path / "gpus.yaml"

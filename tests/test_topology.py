@@ -165,7 +165,8 @@ def test_fabric_invariants(fabric, node, gpn, nodes):
 
 
 def test_generators_registry_describes_each_generator():
-    assert set(GENERATORS) == {"dgx_a100_node", "pcie_node", "single_switch", "leaf_spine",
+    assert set(GENERATORS) == {"dgx_a100_node", "oam_mesh_node", "pcie_node", "single_switch",
+                               "leaf_spine",
                                "rail_optimized", "superpod"}
     for name, (function, description) in GENERATORS.items():
         assert function.__name__ == name and len(description) > 20

@@ -49,9 +49,11 @@ def topology_summary(G: nx.Graph, path: Path) -> list[str]:
         links.setdefault((d.get("link_type", "?"), d.get("link_class", "?")), []).append(
             d["bw_bytes_per_s"])
     lines.append("links (bandwidth per direction):")
-    lines.append(f"  {'link_type':<16} {'class':<7} {'count':>6} {'total':>16}")
+    wt = max([16, *(len(t) for t, _ in links)])      # wider only for long names
+    wc = max([7, *(len(c) for _, c in links)])       # (infinity-fabric-3, infinity_fabric)
+    lines.append(f"  {'link_type':<{wt}} {'class':<{wc}} {'count':>6} {'total':>16}")
     for (ltype, lclass), bws in sorted(links.items(), key=lambda x: (x[0][1], x[0][0])):
-        lines.append(f"  {ltype:<16} {lclass:<7} {len(bws):>6} {_gbps(sum(bws)):>16}")
+        lines.append(f"  {ltype:<{wt}} {lclass:<{wc}} {len(bws):>6} {_gbps(sum(bws)):>16}")
     per_leaf = leaf_bandwidth(G)
     if per_leaf:
         up = sum(u for u, _ in per_leaf.values())

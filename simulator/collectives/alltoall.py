@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from ..cluster import Cluster
+from ..hardware import is_scale_up
 from ..routes import MAX_ECMP_PATHS
 from .nics import home_nic
 
@@ -95,7 +96,7 @@ def _route_server(cluster: Cluster, grp, off_server: int, eff: float) -> dict:
         for b in grp:
             if a != b:
                 route = cluster.route(a, b)
-                slow = eff != 1.0 and "nvlink" not in set(cluster.link_class[route.links])
+                slow = eff != 1.0 and not is_scale_up(set(cluster.link_class[route.links]))
                 add(route, 1.0 / eff if slow else 1.0, 1.0)
         if off_server:
             nic = home_nic(cluster, a)

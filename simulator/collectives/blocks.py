@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster import Cluster
+from ..hardware import is_scale_up
 
 
 class ServerBlocks:
@@ -79,7 +80,7 @@ class ServerBlocks:
             route = cluster.route(a, b)
             efficiency = 1.0
             if whole and self.eff != 1.0 and \
-                    "nvlink" not in set(cluster.link_class[route.links]):
+                    not is_scale_up(set(cluster.link_class[route.links])):
                 efficiency = self.eff
             coef = route.coef if efficiency == 1.0 else route.coef / efficiency
             links.append(route.links)

@@ -17,6 +17,7 @@ import networkx as nx
 import numpy as np
 
 from ..cluster import Cluster, Route
+from ..hardware import is_scale_up
 from ..constants import read_data
 from .host import host_side_route
 from .nics import home_nic, owned_nics
@@ -52,7 +53,7 @@ def _applies(cluster: Cluster) -> bool:
             continue
         seen.add(key)
         nics = set(cluster.routes.nearest_nics(gpu)) | set(owned_nics(cluster, gpu))
-        if any("nvlink" in set(cluster.link_class[cluster.route(gpu, n).links])
+        if any(is_scale_up(set(cluster.link_class[cluster.route(gpu, n).links]))
                for n in sorted(nics)):
             return True
     return False
@@ -65,7 +66,7 @@ def nic_part(cluster: Cluster, src: str, dst: str,
     that borrows another GPU's NVLink (PXN), the host path instead, each of its links
     taking ``1 / fraction`` of its capacity per byte."""
     route = cluster.route(src, dst)
-    if host_path is None or "nvlink" not in set(cluster.link_class[route.links]):
+    if host_path is None or not is_scale_up(set(cluster.link_class[route.links])):
         return route, route.coef
     try:
         host = host_side_route(cluster, src, dst)

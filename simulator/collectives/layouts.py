@@ -15,11 +15,13 @@ from functools import cached_property
 import numpy as np
 
 from ..cluster import Cluster, Route
+from ..hardware import SCALE_UP_CLASSES, gpu_spec, is_scale_up
 from ..uniques import distinct_where
 from .alltoall import aggregable, all_to_all_coefficients
 from .blocks import named_orders
 from .columns import gpu_places
 from .host_path import HostPath, host_gpu_route
+from .mesh import is_full_mesh, mesh_orders, mesh_paths
 from .nics import home_nic, nic_owner, owned_nics
 from .ring_tables import ring_entries, tree_entries
 
@@ -84,12 +86,16 @@ def _server_nics(cluster: Cluster, gpus: tuple[str, ...]) -> list[str]:
 def channel_orders(cluster: Cluster, comm: Communicator, channels: int | None = None):
     """Per channel: per server, (GPU order inside the server, NIC used), NCCL-style.
 
-    Inside a server the ring enters at a GPU next to the channel's NIC and leaves from
+    One server whose GPUs form a full mesh (Infinity Fabric) runs several ring orders on
+    disjoint links (:mod:`.mesh`). Inside a server the ring enters at a GPU next to the channel's NIC and leaves from
     another GPU next to the same NIC, so traffic stays on one rail between servers. Worked
     out once per server design and set of member GPUs (local names), then named per server.
     """
     if comm.n_nodes == 1:
-        return [[(list(comm.groups[0]), None)]]
+        gpus = list(comm.groups[0])
+        if is_full_mesh(cluster, gpus):       # one ring per link set (.mesh)
+            return [[(order, None)] for order in mesh_orders(gpus)]
+        return [[(gpus, None)]]
     per_server = server_orders(cluster, comm)
     return named_orders(per_server,
                         channels or max(len(nics) for _, _, (nics, _) in per_server))
@@ -115,17 +121,19 @@ def _server_orders(cluster: Cluster, gpus: tuple[str, ...], prefix: str):
     """(NICs, per NIC the GPU order) of one server's members, as local names."""
     nics = _server_nics(cluster, gpus)
     peers = cluster.gpus_of_server(cluster.G.nodes[gpus[0]]["server"])
-    orders = []
+    ends = []
     for nic in nics:
         near = [g for g in gpus if nic in cluster.routes.nearest_nics(g)] or list(gpus)
         owner = nic_owner(cluster, nic, peers)
         entry = owner if owner in near else near[0]
         others = [g for g in near if g != entry]
-        exit_ = others[0] if others else entry
-        middle = [g for g in gpus if g not in (entry, exit_)]
-        order = [entry] + middle + ([exit_] if exit_ != entry else [])
-        orders.append([g[len(prefix):] for g in order])
-    return [n[len(prefix):] for n in nics], orders
+        ends.append((entry, others[0] if others else entry))
+    if len(gpus) > 2 and is_full_mesh(cluster, list(gpus)):
+        paths = mesh_paths(ends, list(gpus))         # the channels on their own links (.mesh)
+    else:
+        paths = [[entry] + [g for g in gpus if g not in (entry, exit_)]
+                 + ([exit_] if exit_ != entry else []) for entry, exit_ in ends]
+    return [n[len(prefix):] for n in nics], [[g[len(prefix):] for g in p] for p in paths]
 
 
 @dataclass
@@ -213,8 +221,9 @@ def _intra_hw(cluster: Cluster, comm: Communicator) -> str:
         if len(grp) > 1:
             r = cluster.route(grp[0], grp[1])
             classes = set(cluster.link_class[r.links])
-            return "nvlink" if "nvlink" in classes else "pcie"
-    return "nvlink"
+            return next((c for c in SCALE_UP_CLASSES if c in classes), "pcie")
+    # one GPU per server: no step inside a server, the class only names the table row
+    return gpu_spec(cluster.G.graph.get("gpu")).scale_up_class or "pcie"
 
 
 def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = None,
@@ -276,8 +285,8 @@ def _add_edge(edges: EdgeSet, cluster: Cluster, pair: tuple[str, str], nics: tup
     route, wire = ((cluster.route(a, b, label), None) if same_server else
                    host_gpu_route(cluster, a, b, nics[0], nics[1], label, edges.host_path))
     if same_server and pcie_p2p_efficiency != 1.0:
-        if "nvlink" not in set(cluster.link_class[route.links]):
-            # No NVLink between the pair: NCCL's P2P/SHM transport over PCIe reaches only
+        if not is_scale_up(set(cluster.link_class[route.links])):
+            # No NVLink or Infinity Fabric between the pair: NCCL's P2P/SHM transport over PCIe reaches only
             # a calibrated fraction of the links' bandwidth.
             efficiency = pcie_p2p_efficiency
     edges.add(route, weight, efficiency, not same_server, wire)

@@ -31,7 +31,7 @@ from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
 from .host_path import host_path_applies, load_host_path
-from ..constants import ModelConstants, for_release
+from ..constants import ModelConstants, for_rccl, for_release
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
                       tree_edges)
 from .nccl_config import NcclConfig, release_entry
@@ -39,6 +39,7 @@ from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_
                       offload_plan, simple_only)
 from .groups import group_plans
 from .pairs import pair_plans
+from .one_shot import one_shot_latency_s, one_shot_unavailable
 from .pat import pat_latency_s, pat_unavailable
 from .plan import Plan
 from .tree_latency import timing_correction_s
@@ -58,8 +59,8 @@ def bus_factor(op: str, n: int) -> float:
 def _payload(op: str, algo: str, size: int, n: int) -> float:
     if n == 1:
         return 0.0
-    if op == "all_reduce":
-        return size if algo == "tree" else 2.0 * (n - 1) / n * size
+    if op == "all_reduce":     # one_shot: each GPU's whole buffer to every peer
+        return size if algo in ("tree", "one_shot") else 2.0 * (n - 1) / n * size
     if op in ("all_gather", "reduce_scatter"):
         return (n - 1) / n * size
     if op == "all_to_all":
@@ -88,9 +89,17 @@ class CollectiveModel:
                  nccl: NcclConfig | None = None):
         self.cluster = cluster
         self.nccl = nccl or NcclConfig()
+        self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
         k = constants.replace(channels=self.nccl.channels(constants.channels))
         release = self.nccl.tuner_release()
-        self.k = for_release(k, release_entry(release)[1]) if release else k
+        if self.gpu.vendor == "amd":
+            if release:
+                raise ConfigError(f"{self.gpu.name} runs RCCL, whose latencies are "
+                                  f"simulator/data/rccl.yaml's; an NCCL release's tuner "
+                                  f"table ({release}) does not apply", field="nccl.version")
+            self.k = for_rccl(k)
+        else:
+            self.k = for_release(k, release_entry(release)[1]) if release else k
         # NCCL < 2.12 has no PXN: a NIC off the GPU's PCIe switch is reached through the CPU
         self.host_path = (load_host_path() if not self.nccl.has_pxn()
                           and host_path_applies(cluster) else None)
@@ -99,7 +108,6 @@ class CollectiveModel:
         self._group_shapes: dict = {}       # group plans read off (collectives.groups)
         self._comms: dict = {}              # rank list -> its Communicator
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
-        self.gpu = gpu_spec(cluster.G.graph.get("gpu"))
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
 
     # ------------------------------------------------------------------ layout
@@ -112,7 +120,7 @@ class CollectiveModel:
             eff, host = self.k.pcie_p2p_efficiency, self.host_path
             if algo == "tree":
                 es = tree_edges(self.cluster, comm, eff, host)
-            elif algo == "direct":
+            elif algo in ("direct", "one_shot"):    # one_shot: every ordered pair
                 es = direct_edges(self.cluster, comm, pairs, eff, host)
             else:                      # ring, and PAT's ring-equivalent bytes
                 chain = root if op in ("broadcast", "reduce") else None
@@ -156,7 +164,7 @@ class CollectiveModel:
         if not (intra or inter):
             return 0.0
         n, nodes = comm.n_ranks, comm.n_nodes
-        if algo == "direct":
+        if algo in ("direct", "one_shot"):      # one step
             return max(intra, inter)
         if algo == "tree":
             return 2 * ((comm.ppn - 1) * intra + math.log2(nodes) * inter)
@@ -174,6 +182,8 @@ class CollectiveModel:
         if not extra_s:
             return nccl_latency
         k = self.k
+        if algo == "one_shot":                  # no base latency (collectives/one_shot.py)
+            return max(nccl_latency + extra_s, k.launch_overhead_s)
         base = k.base_latency_s["ring" if algo == "direct" else algo][proto]
         floor = k.launch_overhead_s + k.protocol_latency_factor[proto] * base
         return max(nccl_latency + extra_s, floor)
@@ -192,7 +202,7 @@ class CollectiveModel:
     def _nccl_factor(self, algo: str, proto: str, op: str, comm: Communicator,
                      size: int) -> float:
         bf = self.k.bandwidth_factor
-        if algo == "direct":
+        if algo in ("direct", "one_shot"):
             return 1.0
         if algo == "pat":
             return bf["pat"]["Simple"]           # NCCL 2.23+: busBw *= .75
@@ -308,6 +318,8 @@ class CollectiveModel:
             return collnet_unavailable(self, op, algo, comm)
         if algo == "pat":
             return pat_unavailable(op, comm)
+        if algo == "one_shot":
+            return one_shot_unavailable(self, op, comm)
         return None
 
     def _candidates(self, op: str, comm: Communicator) -> tuple[str, ...]:
@@ -350,6 +362,7 @@ class CollectiveModel:
         coef = coef / factor
         payload = _payload(op, algo, size, comm.n_ranks)
         nccl_latency = (pat_latency_s(self, comm) if algo == "pat" else
+                        one_shot_latency_s(self) if algo == "one_shot" else
                         self.latency_s(op, algo, proto, comm, es.intra_hw, size))
         timed = nccl_latency + (timing_correction_s(self.k, proto, comm.n_nodes)
                                 if algo == "tree" else 0.0)

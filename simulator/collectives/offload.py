@@ -188,11 +188,12 @@ def offload_latency_s(model, algo: str, comm: Communicator) -> float:
 
 
 def simple_only(algo: str, protos: tuple, asked: str) -> tuple:
-    """The protocols to try for ``algo``: offload algorithms and PAT run Simple only.
+    """The protocols to try for ``algo``: offload algorithms, PAT and RCCL's one-shot
+    all_reduce run Simple only.
 
     :raises ConfigError: (field ``proto``) when another protocol is forced on them.
     """
-    if algo not in OFFLOAD_ALGOS and algo != "pat":
+    if algo not in OFFLOAD_ALGOS and algo not in ("pat", "one_shot"):
         return protos
     if asked not in ("auto", "Simple"):
         raise ConfigError(f"{algo} runs the Simple protocol only, got {asked}", field="proto")

@@ -23,7 +23,8 @@ import numpy as np
 from ..engine.records import COMM_KINDS, Timeline
 from ..metrics.summary import COMPUTE_KINDS, critical_class, union_length
 
-_CLASS_ROLES = {"nvlink": "NVLink links", "pcie": "PCIe links", "cpu": "CPU links"}
+_CLASS_ROLES = {"nvlink": "NVLink links", "infinity_fabric": "Infinity Fabric links",
+               "pcie": "PCIe links", "cpu": "CPU links"}
 
 
 def link_role(G, u: str, v: str, link_class: str) -> str:

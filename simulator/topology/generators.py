@@ -14,12 +14,15 @@ from typing import Callable
 import networkx as nx
 
 from simulator.topology.fabrics import leaf_spine, rail_optimized, single_switch
-from simulator.topology.servers import dgx_a100_node, pcie_node
+from simulator.topology.servers import dgx_a100_node, oam_mesh_node, pcie_node
 from simulator.topology.systems import superpod
 
 GENERATORS: dict[str, tuple[Callable[..., nx.Graph], str]] = {
     "dgx_a100_node": (dgx_a100_node,
                       "one 8-GPU NVSwitch server (DGX/HGX A100 or H100): intra-node studies"),
+    "oam_mesh_node": (oam_mesh_node,
+                      "one 8-GPU AMD Instinct OAM platform: Infinity Fabric full mesh, no "
+                      "switch (MI300X, MI325X, MI350X, MI355X)"),
     "pcie_node": (pcie_node,
                   "one PCIe-only server (no NVLink): GPUs talk through PCIe switches and CPUs"),
     "single_switch": (single_switch,

@@ -55,26 +55,43 @@ def dgx_a100_layout(gpu: str = "A100-SXM4-80GB", nics: int = 8,
         ``nics`` switch numbers 0-3).
     """
     spec = gpu_arg(gpu)
-    if spec.nvlink is None:
+    if spec.scale_up_class == "infinity_fabric":
+        raise ConfigError(f"{gpu!r} has no NVLink: its GPUs are joined by Infinity Fabric as a "
+                          f"full mesh, without an NVSwitch; use the oam_mesh server type",
+                          field="gpu")
+    if spec.scale_up is None:
         raise ConfigError(f"{gpu!r} has no NVLink; use the pcie server type", field="gpu")
     check_choice(nics, "nics", DGX_NICS)
     link_arg(nic, "nic", "net")
-    nvlink, pcie = edge_attrs(link_spec(spec.nvlink)), edge_attrs(link_spec(spec.pcie))
-    nodes = [(f"gpu{i}", {"kind": "gpu", "local": f"gpu{i}", "index": i}) for i in range(8)]
-    nodes.append(("nvswitch", {"kind": "nvswitch", "local": "nvswitch"}))
-    nodes += _indexed("pcie_switch", "pcie", DGX_PCIE_SWITCHES)
-    nodes += _indexed("cpu", "cpu", 2) + _indexed("nic", "nic", nics)
-    edges = [(f"gpu{i}", "nvswitch", nvlink) for i in range(DGX_GPUS)]
-    edges += [(f"gpu{i}", f"pcie{i // 2}", pcie) for i in range(DGX_GPUS)]
-    # NIC j sits on switch j*4//nics: with 8 NICs each GPU has its own NIC on its switch.
+    nvlink = edge_attrs(link_spec(spec.scale_up))
     places = _nic_places(nic_pcie, nics)
-    edges += [(f"nic{j}", f"pcie{places[j]}", pcie) for j in range(nics)]
-    edges += [(f"pcie{i}", f"cpu{i // 2}", pcie) for i in range(DGX_PCIE_SWITCHES)]
-    edges.append(("cpu0", "cpu1", edge_attrs(link_spec("xgmi"))))
+    nodes, edges = _eight_gpu_host(
+        spec, nics, places, [("nvswitch", {"kind": "nvswitch", "local": "nvswitch"})],
+        [(f"gpu{i}", "nvswitch", nvlink) for i in range(DGX_GPUS)])
     template = f"dgx_a100:gpu={gpu}:nics={nics}:nic={nic}"
     if nic_pcie is not None:
         template += ":nic_pcie=" + ",".join(map(str, places))
     return ServerLayout(template, gpu, DGX_GPUS, nics, nic, tuple(nodes), tuple(edges))
+
+
+def _eight_gpu_host(spec, nics: int, places: list[int], fabric_nodes: list,
+                    fabric_edges: list) -> tuple[list, list]:
+    """Nodes and edges of an 8-GPU server: the GPUs, then the scale-up ``fabric_nodes``
+    and ``fabric_edges`` (an NVSwitch, or a mesh's links), then the host side: GPU 2i and
+    2i+1 on PCIe switch i, NIC j on switch ``places[j]``, switch i on cpu i//2, the two
+    CPUs' socket link."""
+    pcie = edge_attrs(link_spec(spec.pcie))
+    nodes = [(f"gpu{i}", {"kind": "gpu", "local": f"gpu{i}", "index": i})
+             for i in range(DGX_GPUS)]
+    nodes += fabric_nodes + _indexed("pcie_switch", "pcie", DGX_PCIE_SWITCHES)
+    nodes += _indexed("cpu", "cpu", 2) + _indexed("nic", "nic", nics)
+    edges = list(fabric_edges)
+    edges += [(f"gpu{i}", f"pcie{i // 2}", pcie) for i in range(DGX_GPUS)]
+    # NIC j sits on switch j*4//nics: with 8 NICs each GPU has its own NIC on its switch.
+    edges += [(f"nic{j}", f"pcie{places[j]}", pcie) for j in range(nics)]
+    edges += [(f"pcie{i}", f"cpu{i // 2}", pcie) for i in range(DGX_PCIE_SWITCHES)]
+    edges.append(("cpu0", "cpu1", edge_attrs(link_spec("xgmi"))))
+    return nodes, edges
 
 
 def _nic_places(nic_pcie: Any, nics: int) -> list[int]:
@@ -117,9 +134,32 @@ def pcie_layout(gpu: str = "A100-PCIE-40GB", gpus: int = 4, nics: int = 1,
     return ServerLayout(template, gpu, gpus, nics, nic, tuple(nodes), tuple(edges))
 
 
+def oam_mesh_layout(gpu: str = "MI300X", nics: int = 8, nic: str = "roce-400") -> ServerLayout:
+    """Layout of an 8-GPU OAM platform whose GPUs are joined by Infinity Fabric as a full
+    mesh (see :func:`oam_mesh_node`).
+
+    :raises ConfigError: naming ``gpu`` (unknown, or its scale-up link is not Infinity
+        Fabric), ``nics`` (not one of 1, 2, 4, 8, 16) or ``nic``.
+    """
+    spec = gpu_arg(gpu)
+    if spec.scale_up_class != "infinity_fabric":
+        raise ConfigError(f"{gpu!r} has no Infinity Fabric links to mesh; use the dgx_a100 "
+                          f"(NVSwitch) or pcie server type", field="gpu")
+    check_choice(nics, "nics", DGX_NICS)
+    link_arg(nic, "nic", "net")
+    mesh = edge_attrs(link_spec(spec.scale_up))
+    # each GPU one Infinity Fabric link to each of the 7 others: 28 links, no switch
+    nodes, edges = _eight_gpu_host(spec, nics, _nic_places(None, nics), [],
+                                   [(f"gpu{i}", f"gpu{j}", mesh) for i in range(DGX_GPUS)
+                                    for j in range(i + 1, DGX_GPUS)])
+    template = f"oam_mesh:gpu={gpu}:nics={nics}:nic={nic}"
+    return ServerLayout(template, gpu, DGX_GPUS, nics, nic, tuple(nodes), tuple(edges))
+
+
 SERVER_TYPES: dict[str, Callable[..., ServerLayout]] = {
     "dgx_a100": dgx_a100_layout,
     "pcie": pcie_layout,
+    "oam_mesh": oam_mesh_layout,
 }
 
 
@@ -212,6 +252,35 @@ def dgx_a100_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-S
         Naming the bad argument (``gpu``, ``nics``, ``nic``, ``server``).
     """
     return add_server(G, dgx_a100_layout(gpu, nics, nic, nic_pcie), server, "dgx_a100")
+
+
+def oam_mesh_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "MI300X",
+                  nics: int = 8, nic: str = "roce-400") -> nx.Graph:
+    """Add one 8-GPU OAM platform (AMD Instinct MI300X/MI325X/MI350X/MI355X) to ``G``.
+
+    Parameters
+    ----------
+    G : networkx.Graph, optional
+        Graph to add to; a new one when None.
+    server : int
+        Server number (>= 0); node ids ``n{server}.*``, ranks ``server*8 + index``.
+    gpu : str
+        GPU model whose ``scale_up`` link is of class ``infinity_fabric``.
+    nics : int
+        Compute NICs: 1, 2, 4, 8 (one 400G NIC per GPU on AMD's reference platforms) or 16.
+    nic : str
+        Network link type of the NICs (``roce-400``, ``ib-ndr``...).
+
+    Wiring: every pair of GPUs one direct Infinity Fabric edge (a full mesh of 28 links, each
+    GPU 7 links, no switch: AMD's MI300X platform); GPU 2i and 2i+1 and NIC j (j*4//nics)
+    on PCIe switch i, switch i on cpu i//2, cpu0-cpu1 the socket link, as the DGX layout.
+
+    Raises
+    ------
+    ConfigError
+        Naming the bad argument (``gpu``, ``nics``, ``nic``, ``server``).
+    """
+    return add_server(G, oam_mesh_layout(gpu, nics, nic), server, "oam_mesh")
 
 
 def pcie_node(G: nx.Graph | None = None, server: int = 0, gpu: str = "A100-PCIE-40GB",

@@ -32,12 +32,12 @@ def check_nvlink_domain(gpu: str, gpus: int, field: str = "gpus") -> None:
     :raises ConfigError: naming ``field``; or ``gpu`` for a GPU without NVLink.
     """
     spec = gpu_arg(gpu)
-    if spec.nvlink is None:
+    if spec.scale_up_class != "nvlink":
         raise ConfigError(f"{gpu!r} has no NVLink, so it cannot form an NVLink domain",
                           field="gpu")
-    limit = link_spec(spec.nvlink).max_domain_gpus
+    limit = link_spec(spec.scale_up).max_domain_gpus
     if limit is not None and gpus > limit:
-        raise ConfigError(f"{gpus} GPUs in one NVLink domain, but {spec.nvlink} switches "
+        raise ConfigError(f"{gpus} GPUs in one NVLink domain, but {spec.scale_up} switches "
                           f"join at most {limit}", field=field)
 
 
@@ -57,7 +57,7 @@ def nvl_rack_layout(gpu: str = "GB200", gpus: int = 72, nic: str = "ib-ndr") -> 
                           field="gpus")
     check_nvlink_domain(gpu, gpus)
     link_arg(nic, "nic", "net")
-    nvlink, host = edge_attrs(link_spec(spec.nvlink)), edge_attrs(link_spec(spec.pcie))
+    nvlink, host = edge_attrs(link_spec(spec.scale_up)), edge_attrs(link_spec(spec.pcie))
     nodes = [(f"gpu{i}", {"kind": "gpu", "local": f"gpu{i}", "index": i}) for i in range(gpus)]
     nodes.append(("nvswitch", {"kind": "nvswitch", "local": "nvswitch"}))
     for kind, prefix, count in (("pcie_switch", "pcie", gpus), ("cpu", "cpu", gpus // 2),

@@ -7,6 +7,10 @@ The ground is ``simulator/data/validated.csv``, one row per validated throughput
 throughput error at that case, simulated / measured - 1 (positive: the simulator was too
 optimistic).
 
+Only cases on GPUs of the question's vendor count (:func:`vendor`): an AMD GPU's answer
+runs RCCL and AMD kernels, so no error measured on NVIDIA GPUs is quoted for it; with no
+validated case of its vendor the envelope says it is outside the validated ground.
+
 Nearest validated case: the held-out (``validation`` split) row *of the same strategy
 family*, dense or mixture-of-experts as the question's model is (:meth:`Query.kin`), with
 the smallest distance (another framework's error, or a dense model's for an MoE one, is
@@ -113,6 +117,18 @@ def generation(gpu: str) -> str:
     return family or gpu.split("-")[0]
 
 
+@lru_cache(maxsize=None)
+def vendor(gpu: str) -> str:
+    """The catalog vendor of a GPU type (``nvidia``, ``amd``); ``nvidia`` for one the
+    catalog does not know (every validated case so far ran on NVIDIA GPUs)."""
+    from simulator.errors import ConfigError
+    from simulator.hardware import gpu_spec
+    try:
+        return gpu_spec(gpu).vendor
+    except (ConfigError, KeyError):
+        return "nvidia"
+
+
 def gpu_term(a: str, b: str) -> float:
     return 0.0 if a == b else 0.5 if generation(a) == generation(b) else 2.0
 
@@ -195,6 +211,7 @@ class Envelope:
     fitted_nearer: dict | None = None
     tied: list[dict] = field(default_factory=list)   # held-out cases as near as ``nearest``
     band: Band | None = None
+    outside: str = ""      # why no case speaks for it at all (no validated case of its vendor)
 
     def as_dict(self) -> dict:
         n = self.nearest
@@ -211,6 +228,7 @@ class Envelope:
                 "validation_rows": self.median_rows,
                 "median_of": {"family": self.query.family, "gpu": self.query.gpu,
                               "split": "validation"},
+                "outside_validated_ground": self.outside or None,
                 "error_meaning": "simulated / measured throughput - 1 at the validated case",
                 "ground": "simulator/data/validated.csv (from validation/)"}
 
@@ -218,7 +236,9 @@ class Envelope:
         """One or two lines of text (no comment marks)."""
         n = self.nearest
         qf = self.query.label
-        if n is None:
+        if self.outside:
+            first = self.outside
+        elif n is None:
             first = (f"no validated {qf} case: no measured error to quote (another "
                      f"framework's, or another kind of model's, would not say how far this "
                      f"one is off)")
@@ -259,6 +279,14 @@ def _b(params: float) -> str:
 def envelope(q: Query, ground: tuple[dict, ...] | None = None) -> Envelope:
     """The accuracy envelope of ``q`` against ``ground`` (default: the shipped summary)."""
     ground = load_ground() if ground is None else ground
+    own = tuple(r for r in ground if vendor(r["gpu"]) == vendor(q.gpu))
+    if not own:        # another vendor's GPUs, libraries and kernels: their errors say nothing
+        return Envelope(q, None, 0.0, [f"no validated case on any {vendor(q.gpu).upper()} GPU: "
+                                       f"{q.gpu} is outside the validated ground"], None, 0,
+                        outside=f"no validated case on {vendor(q.gpu).upper()} GPUs: no "
+                                f"measured error to quote (errors measured on another "
+                                f"vendor's GPUs would not say how far this one is off)")
+    ground = own
     mine = [r for r in ground if q.kin(r)]
     held_out = [r for r in mine if r["split"] == "validation"]
     best = _nearest(q, held_out)
