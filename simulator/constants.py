@@ -43,6 +43,8 @@ class ModelConstants:
     ring_inter_steps_per_node_minus: int = 0   # ring all_reduce nInterSteps = 2(nNodes - this)
     tree_level_step_protos: tuple = ()  # protocols whose deeper tree levels take a ring step
     tree_level_hop_from: str = "ring"   # whose network hop times such a level
+    net_message_us: dict = None     # NIC link_type -> cost of one network message (us)
+    p2p_channels_per_net_peer: int = 2  # NCCL channels (proxy sends in flight) per net peer
 
     def replace(self, **changes) -> "ModelConstants":
         """A copy with some fields changed (used by calibration)."""
@@ -98,6 +100,8 @@ def load_constants() -> ModelConstants:
         nvls_efficiency=float(cal["nvls_efficiency"]["value"]),
         tree_level_step_protos=tuple(nccl["tree_level_step"]["protocols"]),
         tree_level_hop_from=str(nccl["tree_level_step"]["hop_from"]),
+        net_message_us={k: float(v["value"]) for k, v in cal["net_message_us"].items()},
+        p2p_channels_per_net_peer=int(nccl["p2p_channels_per_net_peer"]),
     )
 
 

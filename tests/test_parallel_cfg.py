@@ -452,3 +452,31 @@ def test_a_stage_split_given_outright_reaches_the_stages():
         == [4, 8, 8, 4]
     with pytest.raises(ConfigError, match="not 24 layers over pp x vp = 4 x 1"):
         ParallelPlan(pp=4, dp_shard=2, stage_blocks=(4, 8, 8, 5)).model_stage_blocks(24)
+
+
+# ------------------------------------------------- Megatron-LM's DDP implementations (SC21)
+def test_megatron_torch_ddp_reduces_fp16_buckets_during_backward(tmp_path):
+    """``--DDP-impl torch`` (SC21's 1.7B-18B runs, examples/sc21/run_table_1.sh): PyTorch
+    DDP's 25 MiB buckets of 16-bit gradients, reduced during the last backward."""
+    from simulator.strategies.frameworks.megatron import MegatronConfig
+    p = read_config(write(tmp_path, "sc21.args", "--DDP-impl torch --fp16"))
+    assert p.strategy == {"name": "megatron", "DDP_impl": "torch"}
+    torch = MegatronConfig(DDP_impl="torch", precision="fp16")
+    plan = torch.plan(8)
+    assert torch.grad_reduce_bytes() == 2
+    assert plan.overlap_grad_reduce and plan.bucket_params == (25 << 20) // 2
+    local = MegatronConfig(precision="fp16")            # Megatron's own DDP, the default
+    assert local.DDP_impl == "local" and local.grad_reduce_bytes() == 4
+    assert not local.plan(8).overlap_grad_reduce
+    assert local.plan(8).bucket_params == 40_000_000
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ({"use_distributed_optimizer": True}, "needs Megatron's own DDP"),
+    ({"pipeline_model_parallel_size": 2}, "without pipeline parallelism only"),
+])
+def test_megatron_torch_ddp_refuses_what_it_cannot_do(extra, reason):
+    from simulator.strategies.frameworks.megatron import MegatronConfig
+    with pytest.raises(ConfigError) as exc:
+        MegatronConfig(DDP_impl="torch", **extra)
+    assert exc.value.field == "strategy.DDP_impl" and reason in exc.value.reason

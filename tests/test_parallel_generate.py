@@ -314,3 +314,29 @@ def test_every_block_gemm_splits_by_tp_forward_and_backward(tp):
                 for ops in (c.forward, c.backward)]
     whole, split = gemm_flops(1), gemm_flops(tp)
     assert split == pytest.approx([f / tp for f in whole], rel=1e-12)
+
+
+def _waiters(plan: ParallelPlan, name: str) -> list[str]:
+    """The kernels that wait for the backward TP collective ``name`` of block.0."""
+    cls = trace_of(plan).classes[0]
+    op = next(op for op in cls.ops if op.name == name and op.phase == "backward")
+    return [o.name for o in cls.ops if op.id in o.deps]
+
+
+def test_async_tp_all_reduce_lets_the_weight_gradient_gemm_run_first():
+    # Megatron since 2022: the input-gradient all-reduce of the MLP up projection is
+    # waited for after its weight-gradient GEMM; Megatron-LM of 2021 (SC21): by that GEMM
+    name = "all_reduce.block.0.mlp_up.dgrad"
+    assert "mlp_up.wgrad" not in _waiters(ParallelPlan(tp=2), name)
+    assert _waiters(ParallelPlan(tp=2, tp_async_backward=False), name) == ["mlp_up.wgrad"]
+
+
+def test_megatron_async_tp_flag_and_sequence_parallel():
+    off = MegatronConfig(tensor_model_parallel_size=2,
+                         async_tensor_model_parallel_allreduce=False)
+    assert not off.plan(2).tp_async_backward
+    assert MegatronConfig(tensor_model_parallel_size=2).plan(2).tp_async_backward
+    # Megatron-SP overlaps its reduce-scatter with the weight-gradient GEMM regardless
+    sp = MegatronConfig(tensor_model_parallel_size=2, sequence_parallel=True,
+                        async_tensor_model_parallel_allreduce=False)
+    assert sp.plan(2).tp_async_backward

@@ -36,7 +36,8 @@ from conftest import edit_cases_yaml, known_miss_param
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "collectives"
 SIMULATOR = Path(__file__).resolve().parents[1] / "simulator"
 CALIBRATION = {"oci_bm.gpu4.8_1node", "deepops_dgxa100_2node_k8s", "cn_doc_4x_a100pcie",
-               "dgx_h100_1node"}
+               "dgx_h100_1node", "aws_p5_all_gather_2n", "aws_p5_all_gather_8n",
+               "aws_p5_all_gather_32n"}
 
 # Gate points out of bound today: validation/known_misses.yaml ("collectives/<table>/<metric>",
 # one list for `clustersim validate` and these tests; the report gives their numbers).
@@ -137,12 +138,28 @@ def test_h100_rows_are_copied_unchanged():
     assert (neb["derived"] == "time_us").all()
 
 
+def test_aws_p5_rows_are_copied_unchanged():
+    """busbw as printed (out-of-place); time = size / printed algbw, marked derived."""
+    meas = pd.read_csv(ROOT / "measurements.csv")
+    for op, name in (("all_gather", "nccl_all_gather.csv"), ("all_to_all", "nccl_alltoall.csv")):
+        src = pd.read_csv(ROOT / "raw" / "aws_p5" / name)
+        got = meas[meas["table_id"].str.startswith("aws_p5_") & (meas["collective"] == op)]
+        assert len(got) == len(src) == 35
+        assert list(got["busbw_GBps"]) == list(src["out busbw(GB/s)"])
+        assert list(got["size_bytes"]) == [int(m) << 20 for m in src["size(MB)"]]
+        assert list(got["ranks"]) == list(src["GPUs"])
+        algbw = src["out algbw(GB/s)"].to_numpy()
+        assert got["time_us"].to_numpy() == pytest.approx(
+            got["size_bytes"].to_numpy() / algbw / 1e3, rel=1e-6)
+        assert (got["derived"] == "time_us").all()
+
+
 def test_measured_values_are_copied_unchanged():
     meas = pd.read_csv(ROOT / "measurements.csv", dtype={"derived": str})
     meas["derived"] = meas["derived"].fillna("")
     src = pd.read_csv(ROOT / "raw" / "nccl_tests_a100.csv")
     h100 = meas["table_id"].isin(H100_TABLES + HELDOUT_TABLES)
-    nt = meas[~meas["table_id"].str.startswith("azure_") & ~h100]
+    nt = meas[~meas["table_id"].str.startswith(("azure_", "aws_p5_")) & ~h100]
     merged = nt.merge(src, on=["table_id", "size_bytes"], suffixes=("", "_src"))
     assert len(merged) == len(nt) == len(src)
     assert (merged["time_us"] == merged["oop_time_us"]).all()

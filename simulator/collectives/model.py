@@ -30,6 +30,7 @@ from ..gcpause import gc_paused
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
+from .messages import net_message_s, peer_messages_s
 from .host_path import host_path_applies, load_host_path
 from ..constants import ModelConstants, for_rccl, for_release
 from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
@@ -109,6 +110,7 @@ class CollectiveModel:
         self._comms: dict = {}              # rank list -> its Communicator
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
+        self.message_s = net_message_s(cluster, self.k)     # EFA's per-message cost, or 0
 
     # ------------------------------------------------------------------ layout
     def _edge_set(self, op: str, algo: str, comm: Communicator, root: int,
@@ -135,8 +137,14 @@ class CollectiveModel:
         scale = k.protocol_latency_factor[proto]
         if algo == "direct":
             hop = k.hop_latency_s["net" if nodes > 1 else hw]["ring"][proto]
-            return k.launch_overhead_s + scale * (k.base_latency_s["ring"][proto] + hop)
+            return (k.launch_overhead_s + scale * (k.base_latency_s["ring"][proto] + hop)
+                    + peer_messages_s(op, comm, self.message_s, k.p2p_channels_per_net_peer))
         base = k.base_latency_s[algo][proto]
+        if algo == "ring" and nodes > 1 and self.message_s:
+            # a fabric with a per-message cost (EFA): each ring step waits for one network
+            # message, in place of NCCL's hop latencies (collectives/messages.py)
+            steps, _ = _ring_steps(op, n, nodes)
+            return k.launch_overhead_s + scale * base + steps * self.message_s
         intra = k.hop_latency_s[hw][algo][proto]
         inter = k.hop_latency_s["net"][algo][proto]
         if algo == "tree":

@@ -82,6 +82,8 @@ FIELDS = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_siz
           "loss_in_split": "account_for_loss_in_pipeline_split",
           "stage_blocks": "pipeline_model_parallel_layout"}
 # the pipeline-split arguments Megatron-Core refuses beside a custom layout
+# torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default (25 MiB of gradients)
+TORCH_DDP_BUCKET_BYTES = 25 << 20
 LAYOUT_EXCLUDES = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                    "account_for_embedding_in_pipeline_split",
                    "account_for_loss_in_pipeline_split")
@@ -106,6 +108,16 @@ class MegatronConfig(CommonConfig):
     bucket_size: int | None = Field(None, ge=1)        # parameters per gradient bucket
     grad_reduce_in_bf16: bool = False
     tp_comm_overlap: bool = False
+    # Megatron-LM before Megatron-Core (--DDP-impl, as SC21's examples/sc21/run_table_1.sh
+    # sets it): local, Megatron's own DDP (the gradients reduced after the last
+    # micro-batch's backward unless overlap_grad_reduce), or torch, PyTorch's
+    # DistributedDataParallel: 25 MiB buckets all-reduced during that backward, in the
+    # parameters' 16-bit dtype (Megatron accumulates in fp32 only with its own DDP)
+    DDP_impl: Literal["local", "torch"] = "local"
+    # the input-gradient all-reduce overlapped with the weight-gradient GEMM (Megatron-LM
+    # since 2022; --no-async-tensor-model-parallel-allreduce, or the code of 2021 as SC21
+    # ran it: false). Sequence parallelism overlaps its reduce-scatter there either way.
+    async_tensor_model_parallel_allreduce: bool = True
     cp_comm_type: Literal["p2p", "all_gather"] = "p2p"
     recompute_granularity: Literal["full", "selective"] | None = None
     recompute_method: Literal["uniform", "block"] | None = None
@@ -151,11 +163,27 @@ class MegatronConfig(CommonConfig):
             raise ConfigError("overlaps the distributed optimizer's parameter all-gather; "
                               "set use_distributed_optimizer: true",
                               field="strategy.overlap_param_gather")
+        if self.DDP_impl == "torch":
+            self._check_torch_ddp()
         if self.recompute_method and self.recompute_granularity != "full":
             raise ConfigError("applies to recompute_granularity: full",
                               field="strategy.recompute_method")
         if self.pipeline_model_parallel_layout is not None:
             self._check_layout()
+
+    def _check_torch_ddp(self) -> None:
+        """PyTorch DDP as Megatron-LM wrapped it: never with the distributed optimizer or
+        FSDP (Megatron asserts its own DDP there), and modelled without a pipeline only
+        (SC21 ran it so; with one, Megatron's 1F1B did not skip the synchronisation of the
+        micro-batches before the last, which is not modelled)."""
+        for other in ("use_distributed_optimizer", "use_torch_fsdp2"):
+            if getattr(self, other):
+                raise ConfigError(f"{other} needs Megatron's own DDP (DDP_impl: local)",
+                                  field="strategy.DDP_impl")
+        if self.pipeline_model_parallel_size > 1:
+            raise ConfigError("PyTorch DDP is modelled without pipeline parallelism only "
+                              "(pipeline_model_parallel_size 1, as SC21 ran it)",
+                              field="strategy.DDP_impl")
 
     def _check_layout(self) -> None:
         """The layout read once (:mod:`.megatron_layout`), against the other pipeline-split
@@ -180,9 +208,18 @@ class MegatronConfig(CommonConfig):
                              self.pipeline_model_parallel_size)
 
     def grad_reduce_bytes(self) -> int:
-        if self.reduce_dtype:
+        if self.reduce_dtype or self.DDP_impl == "torch":
             return super().grad_reduce_bytes()
         return 2 if self.grad_reduce_in_bf16 else 4
+
+    def _bucket_params(self, dp: int) -> int:
+        """Parameters per gradient bucket: ``bucket_size``, else PyTorch DDP's 25 MiB of
+        gradients (``bucket_cap_mb``), else Megatron-Core's max(40M, 1M x dp)."""
+        if self.bucket_size:
+            return self.bucket_size
+        if self.DDP_impl == "torch":
+            return TORCH_DDP_BUCKET_BYTES // self.grad_reduce_bytes()
+        return max(40_000_000, 1_000_000 * dp)
 
     def plan_fields(self) -> dict[str, str]:
         """Plan attribute -> the key the user wrote (for one-line errors)."""
@@ -210,9 +247,11 @@ class MegatronConfig(CommonConfig):
             sequence_parallel=self.sequence_parallel and tp > 1,
             schedule="interleaved_1f1b" if vp > 1 else "1f1b", dp_mode=mode,
             tp_overlap=self.tp_comm_overlap, cp_mode=CP_COMM[self.cp_comm_type],
-            overlap_grad_reduce=self.overlap_grad_reduce,
+            tp_async_backward=(self.async_tensor_model_parallel_allreduce
+                               or self.sequence_parallel),
+            overlap_grad_reduce=self.overlap_grad_reduce or self.DDP_impl == "torch",
             overlap_param_gather=self.overlap_param_gather,
-            bucket_params=self.bucket_size or max(40_000_000, 1_000_000 * dp),
+            bucket_params=self._bucket_params(dp),
             first_stage_layers=self.decoder_first_pipeline_num_layers or 0,
             last_stage_layers=self.decoder_last_pipeline_num_layers or 0,
             embedding_in_split=self.account_for_embedding_in_pipeline_split,
@@ -226,7 +265,7 @@ ARGUMENT_FIELDS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
-    "use_distributed_optimizer",
+    "use_distributed_optimizer", "DDP_impl",
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",

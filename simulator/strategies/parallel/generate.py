@@ -100,7 +100,8 @@ class StageBuilder:
         self.stage_first = {p: plan.stage_ranks(p)[0] for p in range(plan.pp)}
         parts = [TPHooks(self._tp_issue, lambda: self.ol.last_on("compute"),
                          sp=plan.sequence_parallel, overlap=plan.tp_overlap,
-                         act_bytes=act_bytes, loss_bytes=loss_bytes)] \
+                         act_bytes=act_bytes, loss_bytes=loss_bytes,
+                         async_backward=plan.tp_async_backward)] \
             if plan.tp > 1 else []
         parts += [h for h in (f(self) for f in HOOKS.values()) if h is not None]
         self.hooks = _Hooks(parts)

@@ -61,6 +61,10 @@ class ParallelPlan:
     ``stage_blocks``: the blocks of each of the ``pp x vp`` model stages, given outright
     (torchtitan's ``pipeline_parallel_split_points`` or its weighted split, a custom layout);
     empty: the rules above.
+    ``tp_async_backward``: a backward TP collective after an input-gradient GEMM is waited
+    for after the weight-gradient GEMM that follows (Megatron's asynchronous TP all-reduce,
+    the default since Megatron-LM 2022); false: by the next kernel (Megatron-LM of 2021,
+    whose all-reduces were synchronous, as SC21 ran it).
     ``bucket_params``: DDP / distributed-optimizer gradient bucket size in parameters
     (Megatron's ``DistributedDataParallelConfig.bucket_size``: max(40M, 1M x dp) when
     overlapping the gradient reduction).
@@ -78,6 +82,7 @@ class ParallelPlan:
     schedule: str = "1f1b"
     dp_mode: str = "fsdp"
     tp_overlap: bool = False
+    tp_async_backward: bool = True
     cp_mode: str = "ring"
     order: tuple[str, ...] = DIMS
     overlap_grad_reduce: bool = True

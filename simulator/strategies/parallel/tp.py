@@ -15,6 +15,8 @@ gradient is all-reduced (SP: reduce-scattered).
 Timing. A forward collective blocks the next kernel. A backward one blocks the next kernel
 that is not a weight-gradient GEMM (``*.wgrad``): Megatron overlaps the input-gradient
 all-reduce with the weight-gradient GEMM (``LinearWithGradAccumulationAndAsyncCommunication``).
+Without ``async_backward`` (Megatron-LM of 2021, ``async_tensor_model_parallel_allreduce:
+false``) it blocks the next kernel, weight-gradient GEMM included.
 With ``tp_overlap`` (torchtitan async TP, Megatron ``tp_comm_overlap``) every collective is
 waited for one kernel later: hidden behind the GEMM it feeds or follows. That is an
 approximation: the real implementations split the GEMM into chunks pipelined with the
@@ -104,9 +106,10 @@ class TPHooks(OpHooks):
     nccl-tests terms); ``loss_bytes`` the ``b s`` fp32 values of one loss all-reduce."""
 
     def __init__(self, issue, last_compute, *, sp: bool, overlap: bool, act_bytes: int,
-                 loss_bytes: int):
+                 loss_bytes: int, async_backward: bool = True):
         self.issue, self.last_compute = issue, last_compute
         self.sp, self.overlap = sp, overlap
+        self.async_backward = async_backward
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
         self.pending: list[_Pending] = []
         self.layer = self.kind = ""
@@ -129,7 +132,8 @@ class TPHooks(OpHooks):
             before, waiter = before if isinstance(before, tuple) else (before, "next")
             point = self._points[key] = _Point(
                 before=before, before_waiter=waiter, after=table.get((stage, "after", name)),
-                after_waiter="non_wgrad" if stage == "backward" else "next", name=name,
+                after_waiter=("non_wgrad" if stage == "backward" and self.async_backward
+                              else "next"), name=name,
                 loss=name == "lm_head" and stage == "forward" and self.kind == "head")
         return point
 

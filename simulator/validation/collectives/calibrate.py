@@ -43,13 +43,16 @@ from simulator.optimize import compass_search, from_unit, nelder_mead, to_unit
 # launch overhead and the small-message protocols on every row, with stage 1 held fixed.
 # Fitting everything at once let noisy mid-size rows drag link efficiencies below what
 # large transfers measure. A table whose case lists ``fits`` enters only the stages that
-# fit one of those constants (the DGX H100 table: NVLS's efficiency, last, on large rows).
+# fit one of those constants (the DGX H100 table: NVLS's efficiency, on large rows; the AWS
+# p5 all_gather tables: EFA's efficiency and per-message cost, last, on all their rows).
+EFA_PARAMS = ("link_efficiency.efa-v2", "net_message_us.efa-v2")
 STAGES: tuple[tuple[int, tuple[str, ...]], ...] = (
     (64 << 20, ("link_efficiency.nvlink", "link_efficiency.net", "pcie_p2p_efficiency",
                 "protocol_latency_factor.Simple")),
     (0, ("launch_overhead_us", "protocol_bw_efficiency.LL", "protocol_bw_efficiency.LL128",
          "protocol_latency_factor.LL", "protocol_latency_factor.LL128")),
     (64 << 20, ("nvls_efficiency",)),
+    (0, EFA_PARAMS),
 )
 OBJECTIVE = "mean over calibration rows of log(sim_time / meas_time)^2"
 FIT_FIDELITY = "analytical"
@@ -70,6 +73,8 @@ class _Problem:
         for case, cl in zip(self.cases, self.clusters):
             if names is not None and case.fits is not None and not set(case.fits) & set(names):
                 continue
+            if names is not None and case.fits is None and set(names) <= set(EFA_PARAMS):
+                continue            # no table without `fits` informs the EFA constants
             cl.capacity_bytes_per_s = cl.capacities_at(k.link_efficiency)
             out += self.simulate(case, k, self.fidelity, cluster=cl)
         return out
@@ -80,10 +85,18 @@ class _Problem:
         if key not in self._memo:
             self.evaluations += 1
             rows = self.rows(with_values(self.base, values), names)
-            logs = [math.log(r["sim_time_us"] / r["meas_time_us"]) for r in rows
-                    if r["derived"] != "time_us" and r["size_bytes"] >= min_bytes]
+            logs = [_log_ratio(r) for r in rows if r["size_bytes"] >= min_bytes
+                    and (r["derived"] != "time_us" or r["meas_busbw_GBps"] > 0)]
             self._memo[key] = float(np.mean(np.square(logs)))
         return self._memo[key]
+
+
+def _log_ratio(row: dict) -> float:
+    """log(simulated / measured time); where the time was derived from a measured busbw
+    (tables that print bandwidths only), the same ratio from the busbw."""
+    if row["derived"] == "time_us":
+        return math.log(row["meas_busbw_GBps"] / row["sim_busbw_GBps"])
+    return math.log(row["sim_time_us"] / row["meas_time_us"])
 
 
 def calibration_cases(root=None, read_measurements=load_measurements) -> list:
@@ -140,7 +153,7 @@ def calibrate(root=None, constants: ModelConstants | None = None, max_evals: int
     k = with_values(base, fitted)
     rows = prob.rows(k)
     per_table = _per_table(cases, rows)
-    logs = np.array([math.log(r["sim_time_us"] / r["meas_time_us"]) for r in rows])
+    logs = np.array([_log_ratio(r) for r in rows])
     objective = float(np.mean(logs ** 2))
     at_bound = [p for p in PARAMS if math.isclose(fitted[p], BOUNDS[p][0], abs_tol=1e-9)
                 or math.isclose(fitted[p], BOUNDS[p][1], abs_tol=1e-9)]
@@ -173,8 +186,7 @@ def _per_table(cases: list, rows: list[dict]) -> dict:
     """Rows, mean squared / rms log error and median |time error| of each table."""
     per_table = {}
     for c in cases:
-        logs = np.array([math.log(r["sim_time_us"] / r["meas_time_us"]) for r in rows
-                         if r["table_id"] == c.table_id])
+        logs = np.array([_log_ratio(r) for r in rows if r["table_id"] == c.table_id])
         per_table[c.table_id] = {"rows": int(len(logs)),
                                  "mean_sq_log": float(np.mean(logs ** 2)),
                                  "rms_log": float(np.sqrt(np.mean(logs ** 2))),

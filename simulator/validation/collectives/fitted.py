@@ -21,20 +21,23 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "protocol_latency_factor.LL128": (0.5, 3.0),
     "protocol_latency_factor.Simple": (0.5, 3.0),
     "nvls_efficiency": (0.3, 1.0),
+    "link_efficiency.efa-v2": (0.5, 1.0),
+    "net_message_us.efa-v2": (0.0, 50.0),
 }
 PARAMS = tuple(BOUNDS)
 # Where every fit starts, so that refitting reproduces simulator/data/calibration.yaml:
 # NCCL's own model (protocol factors 1, no extra launch cost beyond 20 us), the NCCL
 # maintainers' "24 GB/s per 200 Gb/s NIC" (0.94 of HDR), NVLink at the 235 GB/s that NCCL's
-# tuner assumes for A100 (0.78 of 300), PCIe P2P at 0.2, and NVLS at the links' full rate.
+# tuner assumes for A100 (0.78 of 300), PCIe P2P at 0.2, NVLS at the links' full rate, and
+# EFA at InfiniBand's 0.94 with links.yaml's 5 us edge latency as its per-message cost.
 PRIOR: dict[str, float] = {
     "launch_overhead_us": 20.0, "link_efficiency.nvlink": 0.78, "link_efficiency.net": 0.94,
     "pcie_p2p_efficiency": 0.2, "protocol_bw_efficiency.LL": 1.0,
     "protocol_bw_efficiency.LL128": 1.0, "protocol_latency_factor.LL": 1.0,
     "protocol_latency_factor.LL128": 1.0, "protocol_latency_factor.Simple": 1.0,
-    "nvls_efficiency": 1.0,
+    "nvls_efficiency": 1.0, "link_efficiency.efa-v2": 0.94, "net_message_us.efa-v2": 5.0,
 }
-DECIMALS = {p: 3 if p == "launch_overhead_us" else 4 for p in PARAMS}
+DECIMALS = {p: 3 if "_us" in p else 4 for p in PARAMS}
 
 
 def calibrated_values(k: ModelConstants) -> dict:
