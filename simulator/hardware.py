@@ -221,7 +221,7 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
             scale_up=_link_key(src, name, "scale_up", get("scale_up", str), links,
                                optional=True),
             pcie=_link_key(src, name, "pcie", get("pcie", str) or "pcie-gen4-x16", links),
-            tdp_w=_positive_or_none(get("tdp", _watts), src, f"{name}.tdp"),
+            tdp_w=_positive_or_none(get("tdp", watts), src, f"{name}.tdp"),
             usable_bytes=_positive_or_none(get("usable_bytes", _size_with_unit), src,
                                            f"{name}.usable_bytes"),
             low_precision_flops=_peak_flops(src, name, get("low_precision_flops", dict) or {},
@@ -229,7 +229,7 @@ def load_gpu_table(path, links: dict[str, LinkSpec]) -> dict[str, GpuSpec]:
             sm_count=_positive_int_or_none(get("sm_count", int), src, f"{name}.sm_count"),
             boost_clock_hz=_positive_or_none(get("boost_clock", _megahertz), src,
                                              f"{name}.boost_clock"),
-            power_cap_w=_positive_or_none(get("power_cap", _watts), src, f"{name}.power_cap"),
+            power_cap_w=_positive_or_none(get("power_cap", watts), src, f"{name}.power_cap"),
             power_capped_rate=_capped_rate(get("power_capped_rate", float), src, name),
             family=get("family", str) or "",
             nvls=bool(get("nvls", bool)),
@@ -326,7 +326,10 @@ def _size_with_unit(value: Any) -> int:
     return parse_size(value)
 
 
-def _watts(value: Any) -> float:
+def watts(value: Any) -> float:
+    """``"400 W"`` -> 400.0.
+
+    :raises UnitError: for a value without its unit."""
     m = _WATTS_RE.match(value) if isinstance(value, str) else None
     if not m:
         raise UnitError(f"cannot read power {value!r}; write e.g. '400 W'")

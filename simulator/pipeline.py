@@ -14,6 +14,7 @@ from .compute import ComputeModel
 from .engine import JobConfig, MachineConfig, Timeline, replay
 from .engine.variability import resolve_sigmas
 from .choices import framework_of
+from .energy.power import capped_gpu
 from .errors import ConfigError
 from .gcpause import gc_paused
 from .hardware import check_fp8_recipe, check_training_precision, gpu_spec
@@ -295,8 +296,8 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         raise _located(exc, source, "model") from None
     k = load_constants()
     cluster = cluster or scenario_cluster(scn, k)
-    gpu = gpu_spec(cluster.G.graph["gpu"])
     try:
+        gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
         check_training_precision(gpu, scn.training.precision)
         if scn.training.precision == FP8:
             check_fp8_recipe(gpu, scn.training.fp8_recipe)

@@ -148,6 +148,10 @@ class ClusterCfg(BaseModel):
     ecmp: str = "spread"
     topology_set: dict[str, Any] = Field(default_factory=dict,
                                          description="topology key -> value (--set topology.K=V)")
+    power_cap_w: float | None = Field(None, gt=0, description="board power limit of every "
+                                      "GPU in watts: a what-if that lowers the tensor-core "
+                                      "rate by the sourced clock curve and clips the power "
+                                      "(power.yaml power_caps; docs/energy.md)")
 
     @field_validator("ecmp")
     @classmethod

@@ -194,11 +194,13 @@ def test_an_op_record_names_the_op_and_how_it_ran_field_by_field():
         algo, proto = "ring", "LL128"
 
     op = Op(id=7, stream="tp", kind="collective", name="ag", layer="block.3",
-            phase="forward", collective="all_gather", size_bytes=4096, comm="tp.s0")
+            phase="forward", collective="all_gather", size_bytes=4096, comm="tp.s0",
+            op_class="elementwise")
     got = OpRecord.of("c1", op, ready_s=1.0, start_s=2.0, end_s=3.5, plan=Plan())
     want = OpRecord(cls="c1", op_id=7, name="ag", stream="tp", kind="collective",
                     layer="block.3", phase="forward", ready_s=1.0, start_s=2.0, end_s=3.5,
-                    size_bytes=4096, algorithm="ring", protocol="LL128")
+                    size_bytes=4096, algorithm="ring", protocol="LL128",
+                    op_class="elementwise")
     assert [getattr(got, f.name) for f in fields(OpRecord)] == \
         [getattr(want, f.name) for f in fields(OpRecord)]
     bare = OpRecord.of("c1", op, 0.0, 0.0, 0.0)

@@ -74,19 +74,29 @@ def register(cli: click.Group) -> None:
                   help="Also simulate twice the GPUs for the scaling efficiency.")
     @click.option("--capacity/--no-capacity", default=True, show_default=True,
                   help="Also search the largest model of the family that fits.")
+    @click.option("--electricity-price", "usd_per_kwh", type=float, default=None,
+                  metavar="USD", help="Price of one kWh [default: simulator/data/power.yaml, "
+                  "US industrial average].")
+    @click.option("--carbon-intensity", "carbon", type=float, default=None, metavar="KG",
+                  help="Grid kg CO2 per kWh [default: simulator/data/power.yaml, US average].")
+    @click.option("--pue", type=float, default=None, metavar="X",
+                  help="Site power usage effectiveness, >= 1 [default: "
+                       "simulator/data/power.yaml].")
     @config_options
     @quiet_option
     @names_sets
     def compare_cmd(scenario, strategies, sets, fmt, out, price, instance, tokens, epochs,
                     dataset_samples, iterations, migration, day_rate, scaling, capacity,
-                    config, config_format):
+                    usd_per_kwh, carbon, pue, config, config_format):
         """Compare training strategies on SCENARIO's model and cluster [default: quickstart].
 
         Per strategy: peak memory per GPU and the out-of-memory verdict, the largest model
         of the family that fits, iteration time, samples/s and tokens/s, communication time
-        and its exposed part, scaling efficiency on twice the GPUs, and cost (per
+        and its exposed part, scaling efficiency on twice the GPUs, cost (per
         iteration, per million tokens, per 1,000 samples, and for a --tokens/--epochs/
-        --iterations budget) with the cost of communication waits shown on its own.
+        --iterations budget) with the cost of communication waits shown on its own, and
+        energy (kWh, CO2 and electricity per million tokens, GPU and node power;
+        docs/energy.md).
         Strategies: fsdp-full, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid, fsdp-hybrid-zero2,
         ddp, tf-mirrored, tf-multiworker, tf-ps, tf-central, horovod; also megatron,
         torchtitan, deepspeed and their variants with degrees in the name (megatron:tp8pp2vp2dopt,
@@ -102,6 +112,7 @@ def register(cli: click.Group) -> None:
         path = resolve_scenario(scenario)
         scn = load_with_config(path, list(sets), config, config_format)
         named = parse_strategies(strategies)
+        site = _site(usd_per_kwh, carbon, pue)
         budget = _budget(tokens, epochs, dataset_samples, iterations)
         days = migration_plan(migration, named, framework_of(str(scn.strategy.get("name"))))
         if any(days.values()) and day_rate is None:
@@ -121,7 +132,7 @@ def register(cli: click.Group) -> None:
         say = (lambda msg: stage(f"compare: {msg}")) if enabled() else None
         cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,
-                      capacity=capacity, progress=say)
+                      capacity=capacity, progress=say, site=site)
         acc = _accuracy(cmp)
         lines = grouped_lines({k: e.lines() for k, e in acc.items()})
         as_dicts = {k: e.as_dict() for k, e in acc.items()}
@@ -137,6 +148,23 @@ def register(cli: click.Group) -> None:
         if out is not None and fmt == "table":
             click.echo(f"# outputs in {out}: compare.csv, compare.json, iteration_time.png, "
                        f"memory.png, cost.png, report.html")
+
+
+def _site(usd_per_kwh: float | None, carbon: float | None, pue: float | None):
+    """The site of the energy columns: power.yaml's defaults, each option replacing one.
+
+    :raises ConfigError: (the option) for a negative price or carbon, or a PUE below 1.
+    """
+    from ..energy import Site
+    from ..energy.timeline import default_site
+    for value, option, low in ((usd_per_kwh, "--electricity-price", 0.0),
+                               (carbon, "--carbon-intensity", 0.0), (pue, "--pue", 1.0)):
+        if value is not None and not low <= value < float("inf"):
+            raise ConfigError(f"must be a number >= {low:g}, got {value!r}", source=option)
+    d = default_site()
+    return Site(d.pue if pue is None else pue,
+                d.usd_per_kwh if usd_per_kwh is None else usd_per_kwh,
+                d.carbon_kg_per_kwh if carbon is None else carbon)
 
 
 def _accuracy(cmp) -> dict:

@@ -61,8 +61,11 @@ def register(cli: click.Group) -> None:
         what = (f"{meta.get('model')} {meta.get('strategy')} on {setup.trace.world_size} x "
                 f"{setup.cluster.G.graph.get('gpu')} ({setup.cluster.G.graph.get('name')})")
         capacity_gib = setup.capacity_bytes / float(1 << 30)
-        rows = metric_rows(m, capacity_gib)
         gpu = str(setup.cluster.G.graph.get("gpu"))
+        from ..energy.report import energy_rows, energy_sentence
+        from ..energy.timeline import energy_of
+        energy = energy_of(result)
+        rows = metric_rows(m, capacity_gib) + energy_rows(energy, gpu)
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
                                 scn.training.precision, load_model(scn.model).is_moe))
@@ -71,14 +74,17 @@ def register(cli: click.Group) -> None:
             from ..metrics.page import write_page
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
-                          scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict())
+                          scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict(),
+                          energy=energy.as_dict() if energy else None)
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
-                       accuracy=acc.lines(), extrapolated=extra.note() if extra else None)
+                       accuracy=acc.lines(), extrapolated=extra.note() if extra else None,
+                       energy=energy_sentence(energy))
             if extra is not None:        # the timeline and tables are of the replayed step
                 atomic_write_text(out / "extrapolation.json",
                                   json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
-            d = {**m.as_dict(), "accuracy": acc.as_dict()}
+            d = {**m.as_dict(), "accuracy": acc.as_dict(),
+                 "energy": energy.as_dict() if energy else None}
             if extra is not None:
                 d["extrapolated"] = extra.as_dict()
             click.echo(json.dumps(d, indent=2))

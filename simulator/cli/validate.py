@@ -14,7 +14,7 @@ import click
 
 from simulator.lazy import LazyDict
 
-NAMES = ("collectives", "training", "traces", "captured", "gpu", "parallel", "all")
+NAMES = ("collectives", "training", "traces", "captured", "gpu", "parallel", "energy", "all")
 
 
 def _load(name: str) -> click.Command:
@@ -32,6 +32,8 @@ def _load(name: str) -> click.Command:
         from simulator.validation.gpu.command import validate_gpu as cmd
     elif name == "parallel":
         from simulator.validation.parallel.command import validate_parallel as cmd
+    elif name == "energy":
+        from simulator.validation.energy import validate_energy as cmd
     elif name == "all":
         from simulator.validation.suite.command import validate_all as cmd
     else:
@@ -40,7 +42,7 @@ def _load(name: str) -> click.Command:
 
 
 def register(group: click.Group) -> click.Group:
-    """Add ``validate collectives|training|traces|captured|gpu|parallel|all`` to ``group`` (creating the
+    """Add ``validate collectives|training|traces|captured|gpu|parallel|energy|all`` to ``group`` (creating the
     ``validate`` subgroup if the group has none; without a subcommand it runs ``all``);
     returns the ``validate`` group."""
     existing = group.commands.get("validate")

@@ -59,6 +59,13 @@ def answer_sentences(cmp: Comparison) -> list[str]:
     na = [r["strategy"] for r in recs if r["status"] != "ok"]
     if na:
         out.append(f"Cannot run on this cluster: {', '.join(na)} (reasons below).")
+    least = min((r for r in fits if r["kwh_per_1m_tokens"] is not None),
+                key=lambda r: (r["kwh_per_1m_tokens"], r["strategy"]), default=None)
+    if least is not None and cmp.site is not None:
+        out.append(f"{_named(least['strategy'])} uses the least energy: "
+                   f"{least['kwh_per_1m_tokens']:.3g} kWh per 1M tokens at the site (PUE "
+                   f"{cmp.site.pue:g}), {least['co2_kg_per_1m_tokens']:.3g} kg CO2 and "
+                   f"${least['electricity_usd_per_1m_tokens']:.3g} of electricity.")
     return out
 
 

@@ -33,6 +33,13 @@ def flat_row(row: Row, best: Row | None) -> dict:
         rec[key] = getattr(c, key) if c else None
     rec["waste_vs_cheapest"] = excess_over_cheapest(row, best)
     rec["cheapest"] = best is not None and row is best
+    e = row.energy
+    rec.update(energy_per_step_kwh=e.kwh_per_step if e else None,
+               kwh_per_1m_tokens=e.kwh_per_million_tokens if e else None,
+               co2_kg_per_1m_tokens=e.co2_kg_per_million_tokens if e else None,
+               electricity_usd_per_1m_tokens=e.usd_per_million_tokens if e else None,
+               avg_gpu_power_w=e.avg_gpu_w if e else None,
+               peak_node_power_w=e.peak_node_w if e else None)
     return rec
 
 
@@ -130,6 +137,7 @@ def render_table(cmp: Comparison, accuracy: list[str] | None = None) -> str:
     lines += kernel_lines(ok)
     lines += [f"# accuracy {line}" for line in accuracy or ()]
     lines += _cost_lines(cmp, ok)
+    lines += _energy_lines(cmp, ok)
     return "\n".join(lines)
 
 
@@ -142,6 +150,23 @@ def kernel_lines(ok: list[dict]) -> list[str]:
     if len(by) < 2:
         return [f"# kernels: every strategy on {stack}" for stack in by]
     return [f"# kernels of {', '.join(names)}: {stack}" for stack, names in by.items()]
+
+
+def _energy_lines(cmp: Comparison, ok: list[dict]) -> list[str]:
+    live = [r for r in ok if r["energy_per_step_kwh"] is not None]
+    if not live or cmp.site is None:
+        return [f"# energy: no power data for {cmp.cluster['gpu']} (simulator/data/power.yaml)"]
+    s = cmp.site
+    head = ["strategy", "kWh/iter", "kWh/1M tok", "kg CO2/1M tok", "elec $/1M tok",
+            "avg W/GPU", "peak kW/node"]
+    rows = [[r["strategy"] + (" (OOM)" if r["oom"] else ""), _f(r["energy_per_step_kwh"], ".4g"),
+             _f(r["kwh_per_1m_tokens"], ".4g"), _f(r["co2_kg_per_1m_tokens"], ".4g"),
+             _f(r["electricity_usd_per_1m_tokens"], ".4g"), _f(r["avg_gpu_power_w"], ",.0f"),
+             _f(r["peak_node_power_w"] and r["peak_node_power_w"] / 1e3, ".2f")] for r in live]
+    return ["", f"# energy at the site (PUE {s.pue:g}), electricity {s.usd_per_kwh:g} USD/kWh, "
+                f"grid {s.carbon_kg_per_kwh:g} kg CO2/kWh (--pue, --electricity-price, "
+                f"--carbon-intensity; defaults and sources in simulator/data/power.yaml)",
+            *_grid(head, rows)]
 
 
 def _cost_lines(cmp: Comparison, ok: list[dict]) -> list[str]:

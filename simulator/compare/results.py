@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..choices import NamedStrategy
+from ..energy import Energy, Site
 from ..metrics import Metrics
 from .cost import Budget, Cost, Price
 
@@ -41,6 +42,7 @@ class Row:
     extrapolated_also: tuple = ()           # "2x GPUs", "N capacity rungs": so were these
     kernels: str = ""                       # the kernel stack its step is priced by
     forward_gpu_s_per_sample: float | None = None   # forward kernels' GPU-s per sample
+    energy: Energy | None = None            # its step's energy and power (simulator.energy)
     result: object = field(default=None, repr=False, compare=False)  # own RunResult, until
     # the capacity search has used it (not in the output)
 
@@ -63,6 +65,7 @@ class Row:
                 "largest_fit": self.largest_fit, "capacity_reason": self.capacity_reason,
                 "migration_days": self.migration_days,
                 "cost": self.cost.as_dict() if self.cost else None,
+                "energy": self.energy.as_dict() if self.energy else None,
                 **({"extrapolated": self.extrapolated} if self.extrapolated else {})}
 
 
@@ -77,13 +80,15 @@ class Comparison:
     budget: Budget | None
     rows: list[Row]
     notes: list[str]
+    site: Site | None = None                # PUE, electricity price, carbon of the energy
 
     def as_dict(self) -> dict:
         return {"scenario": self.scenario, "model": self.model, "cluster": self.cluster,
                 "settings": self.settings, "doubling": self.doubling,
                 "price": dataclasses.asdict(self.price) if self.price else None,
                 "budget": dataclasses.asdict(self.budget) if self.budget else None,
-                "rows": [r.as_dict() for r in self.rows], "notes": self.notes}
+                "rows": [r.as_dict() for r in self.rows], "notes": self.notes,
+                "site": dataclasses.asdict(self.site) if self.site else None}
 
 
 

@@ -34,6 +34,8 @@ from ..capacity.ladder import build_ladder
 from ..capacity.probe import Prober, locate_oom, spec_of, strategy_dict
 from ..capacity.search import search
 from ..choices import FAMILIES, NAMED_STRATEGIES, NamedStrategy
+from ..energy import Site
+from ..energy.timeline import default_site, energy_of
 from ..engine import kernel_time_s
 from ..errors import ConfigError
 from ..models import load_model
@@ -139,7 +141,7 @@ def _replay(scn: Scenario, alias: NamedStrategy, source: str) -> RunResult:
     return run_setup(build_setup(with_strategy(scn, alias), source))
 
 
-def _run_row(row: Row, scn: Scenario, source: str) -> None:
+def _run_row(row: Row, scn: Scenario, source: str, site: Site | None = None) -> None:
     a = row.alias
     if a.strategy not in STRATEGIES:
         row.status, row.reason = "n/a", (f"strategy {a.strategy!r} is not registered in this "
@@ -159,6 +161,7 @@ def _run_row(row: Row, scn: Scenario, source: str) -> None:
     row.comm_bytes_per_gpu = comm_bytes_per_gpu(res.setup.trace)
     row.forward_gpu_s_per_sample = forward_gpu_s_per_sample(res)
     row.kernels = res.setup.compute.stack(res.setup.job.precision)
+    row.energy = energy_of(res, site)
     if autocasts(parse_strategy(pipeline_strategy(res.setup.scenario))):
         row.kernels += f"; {AUTOCAST}"
     if m.oom:
@@ -263,10 +266,12 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
             price: Price | None = None, budget: Budget | None = None,
             migration_days: dict[str, float] | None = None, day_rate: float | None = None,
             scaling: bool = True, capacity: bool = True,
-            progress: Progress | None = None) -> Comparison:
+            progress: Progress | None = None, site: Site | None = None) -> Comparison:
     """Run every strategy of ``strategies`` on ``scn`` (module doc).
 
-    ``migration_days`` maps a strategy key to person-days charged once to that strategy.
+    ``migration_days`` maps a strategy key to person-days charged once to that strategy;
+    ``site``: the PUE, electricity price and grid carbon of the energy columns (default:
+    power.yaml's).
     :raises ConfigError: for mistakes not about one strategy (model, topology, training).
     """
     say = progress or (lambda _msg: None)
@@ -279,7 +284,7 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
     rows = [Row(a, migration_days=(migration_days or {}).get(a.key, 0.0)) for a in strategies]
     for i, row in enumerate(rows, 1):
         say(f"iteration {i}/{len(rows)}: {row.alias.key} on {world} GPUs")
-        _run_row(row, scn, source)
+        _run_row(row, scn, source, site)
     live = [r for r in rows if r.ok]
     how = _scale_rows(live, with_global_batch(scn, 2 * samples), world, ref.cluster.G,
                       source, say) if scaling else "not simulated (--no-scaling)"
@@ -295,5 +300,5 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
     settings = {"micro_batch": t.micro_batch, "seq_len": t.seq_len,
                 "global_batch": samples, "precision": t.precision}
     return Comparison(str(scn.name), str(ref.trace.meta.get("model")), cluster, settings,
-                      how, price, budget, rows, notes)
+                      how, price, budget, rows, notes, site or default_site())
 

@@ -31,6 +31,7 @@ class OpRecord:
     size_bytes: int = 0
     algorithm: str = ""
     protocol: str = ""
+    op_class: str = ""   # a kernel's class (matmul, elementwise...): what power it draws
 
     @property
     def wait_s(self) -> float:
@@ -45,7 +46,7 @@ class OpRecord:
         ``tests/test_engine.py``."""
         return OpRecord(cls_id, op.id, op.name, op.stream, op.kind, op.layer, op.phase,
                         ready_s, start_s, end_s, op.size_bytes,
-                        plan.algo if plan else "", plan.proto if plan else "")
+                        plan.algo if plan else "", plan.proto if plan else "", op.op_class)
 
 
 @dataclass

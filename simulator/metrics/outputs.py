@@ -91,13 +91,16 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
                   scenario: dict, class_ranks: dict[str, tuple[int, ...]],
-                  accuracy: dict | None = None) -> list[Path]:
+                  accuracy: dict | None = None, energy: dict | None = None) -> list[Path]:
     """Write every output file into ``out`` (see module docstring); return their paths.
-    ``accuracy``: the envelope (:mod:`simulator.validation.envelope`) summary.json carries."""
+    ``accuracy``: the envelope (:mod:`simulator.validation.envelope`) summary.json carries;
+    ``energy``: the step's energy and power (:mod:`simulator.energy`), likewise."""
     out = prepare_out_dir(out)
     summary = {"metrics": metrics.as_dict(), "scenario": scenario}
     if accuracy is not None:
         summary["accuracy"] = accuracy
+    if energy is not None:
+        summary["energy"] = energy
     files = {
         "summary.json": lambda p: atomic_write_text(p, json.dumps(summary, indent=2,
                                                                   default=str)),

@@ -33,12 +33,13 @@ def answer_sentences(m: Metrics, what: str, capacity_gib: float) -> list[str]:
 
 def write_page(out: Path, m: Metrics, rows: list[tuple[str, str]], what: str,
                capacity_gib: float, scenario: dict, accuracy: list[str] | None = None,
-               extrapolated: str | None = None) -> Path:
+               extrapolated: str | None = None, energy: str | None = None) -> Path:
     """Write ``out/report.html`` (``rows``: the metric lines ``run`` prints; ``accuracy``:
     the accuracy envelope's lines; ``extrapolated``: the note of a step extrapolated from a
-    few replayed micro-steps, whose charts show the replayed ones)."""
+    few replayed micro-steps, whose charts show the replayed ones; ``energy``: the step's
+    energy in a sentence, :func:`simulator.energy.report.energy_sentence`)."""
     page = HtmlReport(f"One training step: {what}", f"scenario {scenario.get('name', '')}")
-    page.answer(*answer_sentences(m, what, capacity_gib))
+    page.answer(*answer_sentences(m, what, capacity_gib), *([energy] if energy else []))
     if extrapolated:
         page.text(f"This step was not replayed in full: {extrapolated}.", note=True)
     if accuracy:

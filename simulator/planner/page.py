@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..outpaths import atomic_write_text
 from ..report import HtmlReport, Table
-from .report import header, records, to_csv, to_json
+from .report import energy_line, header, records, to_csv, to_json
 
 
 def answer(search) -> str:
@@ -27,13 +27,15 @@ def write_outputs(search, out: Path, inputs: dict) -> None:
     rows = records(search)
     page = HtmlReport(f"clustersim plan: {search.model} on {search.gpus} x {search.gpu}",
                       header(search).removeprefix("# plan: "))
-    page.answer(answer(search))
+    page.answer(answer(search), "E" + energy_line(rows).removeprefix("# e") + ".")
     page.table(Table("Replayed plans, fastest first", (
         "#", "plan", "step s", "estimated s", "tokens/s/GPU", "GiB/GPU", "USD/1M tokens",
-        "Pareto"), [(d["rank"], d["plan"], _f(d["step_s"], ".3f"), _f(d["estimated_s"], ".3f"),
-                     _f(d["tokens_per_s_per_gpu"], ",.0f"),
-                     _f(d["memory_gib"], ".1f") + (" OOM" if d["oom"] else ""),
-                     _f(d["usd_per_1m_tokens"], ".3f"), "yes" if d["pareto"] else "")
+        "kWh/1M tokens", "Pareto"), [
+            (d["rank"], d["plan"], _f(d["step_s"], ".3f"), _f(d["estimated_s"], ".3f"),
+             _f(d["tokens_per_s_per_gpu"], ",.0f"),
+             _f(d["memory_gib"], ".1f") + (" OOM" if d["oom"] else ""),
+             _f(d["usd_per_1m_tokens"], ".3f"), _f(d["kwh_per_1m_tokens"], ".4g"),
+             "yes" if d["pareto"] else "")
                     for d in rows], best=0 if rows else None))
     page.heading("Why they win")
     page.text(*(f"#{d['rank']} {d['plan']}: {d['why']}" for d in rows))

@@ -22,6 +22,9 @@ from ..constants import load_constants
 from ..collectives.model import CollectiveModel
 from ..compare.cost import Cost, Price, training_cost
 from ..compute import ComputeModel
+from ..energy import Energy
+from ..energy.power import capped_gpu
+from ..energy.timeline import energy_of
 from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..metrics import Metrics
@@ -46,6 +49,7 @@ class Row:
     metrics: Metrics | None = None
     error: str = ""                      # why its replay failed
     cost: Cost | None = None
+    energy: Energy | None = None         # its replay's energy and power (simulator.energy)
     pareto: bool = False
     why: str = ""
 
@@ -83,7 +87,10 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     k = load_constants()
     cluster = scenario_cluster(scn, k)
     gpus = scn.cluster.gpus or cluster.n_gpus
-    gpu = gpu_spec(cluster.G.graph["gpu"])
+    try:
+        gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
+    except ConfigError as exc:
+        raise exc.located(source) from None
     t = scn.training
     # kernels priced as the replays of most candidates run them (torchtitan: the eager
     # PyTorch stack); a distributed-optimizer candidate replays under Megatron's stack
@@ -159,6 +166,7 @@ def _replay(row: Row, scn: Scenario, cluster, source: str, out: Search) -> None:
         row.error = exc.reason
         return
     row.metrics = res.metrics
+    row.energy = energy_of(res)
     out.events += int(res.metrics.events)
 
 
@@ -168,6 +176,14 @@ def rank(rows: list[Row]) -> list[Row]:
         state = 2 if r.metrics is None else 1 if r.metrics.oom else 0
         return (state, r.step_s, r.candidate.label())
     return sorted(rows, key=key)
+
+
+def energy_optimal(rows: list[Row]) -> Row | None:
+    """The replayed row that fits in memory with the least energy per token (the first in
+    rank order among equals); None without power data."""
+    live = [r for r in rows if r.metrics is not None and not r.metrics.oom
+            and r.energy is not None and r.energy.kwh_per_million_tokens is not None]
+    return min(live, key=lambda r: r.energy.kwh_per_million_tokens, default=None)
 
 
 def price_rows(out: Search, price: Price | None) -> None:

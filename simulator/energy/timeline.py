@@ -1,0 +1,87 @@
+"""From a replayed step (:class:`~simulator.pipeline.RunResult`) to its :class:`Energy`:
+each rank class's seconds in GEMMs, memory-bound kernels, communication alone and idle,
+read off its op records, and the servers, NICs and switches the job powers."""
+
+from __future__ import annotations
+
+from ..engine.records import COMM_KINDS, Timeline
+from ..metrics.summary import COMPUTE_KINDS, union_length
+from .model import Energy, Machine, Phases, Site, step_energy
+from .power import PowerTable, load_power
+
+TENSOR_CORE_CLASSES = ("matmul", "attention", "conv")   # compute.yaml: tensor_cores: true
+
+
+def class_phases(tl: Timeline) -> dict[str, Phases]:
+    """Per rank class, its step's seconds by phase. An instant is a GEMM's if a tensor-core
+    kernel runs, else memory-bound if another kernel or copy runs, else communication if a
+    collective or transfer runs, else idle (host work, waits, bubbles)."""
+    spans: dict[str, tuple[list, list, list]] = {}
+    for r in tl.records:
+        gemm, other, comm = spans.setdefault(r.cls, ([], [], []))
+        if r.kind in COMPUTE_KINDS:
+            (gemm if r.op_class in TENSOR_CORE_CLASSES else other).append((r.start_s, r.end_s))
+        elif r.kind in COMM_KINDS:
+            comm.append((r.start_s, r.end_s))
+    out = {}
+    for cls, (gemm, other, comm) in sorted(spans.items()):
+        g = union_length(gemm)
+        kernels = union_length(gemm + other)
+        busy = union_length(gemm + other + comm)
+        out[cls] = Phases(g, kernels - g, busy - kernels,
+                          max(tl.iteration_time_s - busy, 0.0))
+    return out
+
+
+def energy_of(result, site: Site | None = None, table: PowerTable | None = None
+              ) -> Energy | None:
+    """The energy of ``result``'s step (None for a GPU without power data). An extrapolated
+    step keeps the replayed step's shares of each phase over its own step time."""
+    table = table or load_power()
+    setup = result.setup
+    G = setup.cluster.G
+    gpu = setup.compute.gpu
+    power, host = table.gpu(_catalog_name(G)), table.host(_catalog_name(G))
+    if power is None or host is None:
+        return None
+    power = power.capped(gpu.power_cap_w)
+    tl, step_s = result.timeline, result.metrics.iteration_time_s
+    phases = class_phases(tl)
+    scale = step_s / tl.iteration_time_s if tl.iteration_time_s > 0 else 0.0
+    per_node = int(G.graph.get("gpus_per_node") or host.gpus)
+    gpus = [(rank // per_node, phases.get(c.id, Phases(idle_s=tl.iteration_time_s))
+             .scaled(scale)) for c in setup.trace.classes for rank in c.ranks]
+    servers = len({s for s, _ in gpus})
+    machine = Machine(_host_share(host, per_node), servers, _nics_per_server(G),
+                      table.nic_w, _switches(G) * servers / max(int(G.graph.get("nodes")
+                                                                      or servers), 1),
+                      table.switch_w)
+    site = site or default_site(table)
+    tokens = result.metrics.tokens_per_s * step_s
+    return step_energy(gpus, power, machine, site, step_s, tokens, gpu.power_cap_w)
+
+
+def default_site(table: PowerTable | None = None) -> Site:
+    table = table or load_power()
+    return Site(table.pue, table.usd_per_kwh, table.carbon_kg_per_kwh)
+
+
+def _catalog_name(G) -> str:
+    return str(G.graph.get("gpu"))
+
+
+def _host_share(host, per_node: int):
+    """A server of ``per_node`` GPUs: the host entry scaled to it (an NVL72 rack's entry is
+    for 72 GPUs; a smaller server of that GPU takes its share)."""
+    from dataclasses import replace
+    return replace(host, host_w=host.host_w * per_node / host.gpus, gpus=per_node)
+
+
+def _nics_per_server(G) -> int:
+    """NIC ports of server 0 (servers of one template are alike)."""
+    return sum(1 for _, d in G.nodes(data=True)
+               if d.get("kind") == "nic" and d.get("server") == 0)
+
+
+def _switches(G) -> int:
+    return sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "switch")
