@@ -20,6 +20,7 @@ from .hardware import check_fp8_recipe, check_training_precision, gpu_spec
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
+from .models.finetune_spellings import FINETUNE_KEYS, resolve as resolve_finetune
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
 from .precision import FP8, compute_precision, is_half
 from .scenario import Scenario
@@ -255,7 +256,7 @@ def autocasts(cfg: CommonConfig) -> bool:
 
 
 def _strategy_dict(scn: Scenario) -> dict:
-    data = dict(scn.strategy)
+    data = {k: v for k, v in scn.strategy.items() if k not in FINETUNE_KEYS}
     for key in _TRAINING_KEYS:
         ours = getattr(scn.training, key)
         if key == "precision":       # an FP8 step is bf16 outside its GEMMs
@@ -265,6 +266,13 @@ def _strategy_dict(scn: Scenario) -> dict:
                               f"{data[key]!r}", field=f"strategy.{key}")
         data[key] = ours
     return data
+
+
+def with_finetune(model: ModelSpec, scn: Scenario) -> ModelSpec:
+    """``model`` as ``scn`` fine-tunes it (``training.finetune``, or the strategy's own
+    spelling: :mod:`simulator.models.finetune_spellings`)."""
+    ft = resolve_finetune(scn.training.finetune, dict(scn.strategy), model.mlp == "swiglu")
+    return model if ft is None else replace(model, finetune=ft)
 
 
 def job_world(cluster: Cluster, n_gpus: int) -> World:
@@ -301,6 +309,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         if scn.training.precision == FP8:
             check_fp8_recipe(gpu, scn.training.fp8_recipe)
         strategy = _strategy_dict(scn)
+        model = with_finetune(model, scn)
     except ConfigError as exc:
         raise exc.located(source) from None
     cfg = parse_strategy(strategy, source=source)

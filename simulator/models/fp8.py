@@ -66,8 +66,8 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise") -> LayerCost:
 def _ops(ops, casts) -> tuple[OpCost, ...]:
     out = []
     for op in ops:
-        if op.op_class == "matmul" and op.weight and op.shape:
-            # a grouped GEMM (an MoE layer's experts) casts each expert's operands
+        if op.op_class == "matmul" and op.weight and op.shape and not op.precision:
+            # (a GEMM with a precision of its own, a LoRA adapter's, keeps it); a grouped GEMM (an MoE layer's experts) casts each expert's operands
             g = op.groups
             out.extend(replace(c, flops=g * c.flops, bytes_accessed=g * c.bytes_accessed)
                        for c in casts(op))

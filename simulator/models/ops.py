@@ -62,6 +62,10 @@ class LayerCost:
     backward: tuple[OpCost, ...]
     activation_bytes: int
     output_bytes: int
+    # frozen weights (simulator/models/finetune.py): held and all-gathered like any weight,
+    # no gradient, no optimizer state, never reduced; ``params`` above are the trainable ones
+    frozen_params: int = 0
+    frozen_bytes: int = 0     # what they take at rest (16-bit, or NF4 for a QLoRA base)
 
     @property
     def forward_flops(self) -> float:
