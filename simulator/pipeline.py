@@ -272,7 +272,13 @@ def with_finetune(model: ModelSpec, scn: Scenario) -> ModelSpec:
     """``model`` as ``scn`` fine-tunes it (``training.finetune``, or the strategy's own
     spelling: :mod:`simulator.models.finetune_spellings`)."""
     ft = resolve_finetune(scn.training.finetune, dict(scn.strategy), model.mlp == "swiglu")
-    return model if ft is None else replace(model, finetune=ft)
+    if ft is None:
+        return model
+    name = scn.strategy.get("name", "")
+    if not ft.trains_all and framework_of(name) == "tensorflow":
+        raise ConfigError(f"frozen weights and adapters are modelled in the PyTorch "
+                          f"frameworks; {name} runs Keras", field="training.finetune")
+    return replace(model, finetune=ft)
 
 
 def job_world(cluster: Cluster, n_gpus: int) -> World:

@@ -292,3 +292,24 @@ def test_settings_the_simulator_cannot_honour_are_refused_naming_the_field(strat
 def test_moe_and_cnn_fine_tuning_is_refused():
     with pytest.raises(ConfigError, match="dense transformers"):
         layer_costs(replace(load_model("mixtral-8x7b"), finetune=LORA), 1, 128, "bf16")
+
+
+def test_sequence_parallel_does_not_regather_a_frozen_gemms_input_in_backward():
+    strategy = {"name": "megatron", "tensor_model_parallel_size": 2, "sequence_parallel": True}
+    section = {**SECTION, "target_modules": ["linear_qkv", "linear_proj"]}
+
+    def backward_gathers(trace):
+        return [op.name for op in trace.classes[0].ops if op.collective == "all_gather"
+                and op.phase == "backward" and ".block.0." in op.name]
+
+    full = backward_gathers(_trace(strategy, section=None))
+    lora = backward_gathers(_trace(strategy, section=section))
+    # pre-training: dY of the row-parallel GEMMs (mlp_down, attn_out) and the inputs of the
+    # column-parallel ones again for their weight gradients (mlp_gate_up, qkv_proj)
+    assert len(full) == 4 and len(lora) == 2
+    assert all("mlp_down" in n or "attn_out" in n for n in lora)
+
+
+def test_tensorflow_strategies_refuse_fine_tuning():
+    with pytest.raises(ConfigError, match="training.finetune"):
+        _trace({"name": "tf_mirrored"})

@@ -18,8 +18,9 @@ every strategy generator prices the same work the same way.
   on this rank, so an adapter shards as its base does under tensor parallelism) is
   ``A [k, r]`` then ``B [r, n]``: forward ``2 t k r + 2 t r n`` FLOPs on ``t`` tokens, plus
   the scaled add of its output into the base output (``t n`` elements, read 2 write 1);
-  backward the input and weight gradients of both (``2 x`` the forward GEMM FLOPs) and the
-  add of its input gradient into the base's (``t k``). With ``dropout > 0`` a dropout kernel
+  backward the scale of the output gradient (``t n``, read 1 write 1), the input and weight
+  gradients of both (``2 x`` the forward GEMM FLOPs) and the add of its input gradient into
+  the base's (``t k``), before the base's input-gradient GEMM (autograd's order). With ``dropout > 0`` a dropout kernel
   on the adapter's input (:func:`~simulator.models.transformer._dropout`'s bytes) whose
   output and 1-byte mask are saved; ``A``'s output (``t r``) is saved too. An adapter on
   a part of a fused GEMM (``q`` of the fused QKV projection, ``gate`` of the fused gate/up)
@@ -254,14 +255,18 @@ def _columns(model: ModelSpec, part: str, n: int) -> int:
 
 def _interleave(ops, extra: dict[str, list[OpCost]], ft: Finetune, e: int,
                 after: bool) -> tuple[OpCost, ...]:
-    """``ops`` with each GEMM's adapter ops after it (forward) or after its input-gradient
-    GEMM (backward), and QLoRA's dequantisation before each frozen block GEMM."""
+    """``ops`` with each GEMM's adapter ops after it (forward) or, backward, before its
+    input-gradient GEMM (autograd runs the later-created adapter branch first), and QLoRA's
+    dequantisation right before each frozen block GEMM."""
     out: list[OpCost] = []
     for op in ops:
+        if not after:
+            out.extend(extra.get(op.name, ()))
         if ft.mode == "qlora" and op.op_class == "matmul" and op.weight and op.shape:
             out.append(dequant(op, e))
         out.append(op)
-        out.extend(extra.get(op.name, ()))
+        if after:
+            out.extend(extra.get(op.name, ()))
     return tuple(out)
 
 
@@ -317,10 +322,12 @@ class Adapter:
                 self._pointwise("add", t * n, ADD_TENSORS * e)]
 
     def backward(self) -> list[OpCost]:
-        """dB = (x A)^T dY, d(xA) = dY B^T, dA = x^T d(xA), dx += d(xA) A^T."""
+        """The scale on dY (read, write), dB = (x A)^T dY, d(xA) = dY B^T, dA = x^T d(xA),
+        dx += d(xA) A^T (the accumulation into the base's input gradient: read 2, write 1)."""
         t, k, n, r, e = self.t, self.k, self.n, self.r, self.e
         a, b = f"{self.name}.a", f"{self.name}.b"
         drop = [self._pointwise("dropout.bwd", t * k, 2 * e + 1)] if self.dropout > 0 else []
-        return [self._gemm("b.dgrad", t, n, r, b), self._gemm("b.wgrad", r, t, n, b),
+        return [self._pointwise("scale.bwd", t * n, 2 * e),
+                self._gemm("b.dgrad", t, n, r, b), self._gemm("b.wgrad", r, t, n, b),
                 self._gemm("a.dgrad", t, r, k, a), self._gemm("a.wgrad", k, t, r, a),
                 *drop, self._pointwise("add.bwd", t * k, ADD_TENSORS * e)]
