@@ -95,9 +95,14 @@ def run_meta(scn: Scenario) -> dict:
 
 def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
                source: str = "<scenario>") -> Trace:
-    """Per-layer costs of ``model`` under the scenario's training setup, turned into the
-    strategy's Trace, with the scenario's stragglers split off."""
+    """Per-layer costs of ``model`` under the scenario's training setup (and its
+    fine-tuning, :func:`with_finetune`: a model put in by ``capacity``'s ladder gets it
+    too), turned into the strategy's Trace, with the scenario's stragglers split off."""
     t = scn.training
+    try:
+        model = with_finetune(model, scn)
+    except ConfigError as exc:
+        raise exc.located(source) from None
     if hasattr(cfg, "plan"):
         return _planned_trace(scn, model, cfg, world, source)
     try:

@@ -313,3 +313,21 @@ def test_sequence_parallel_does_not_regather_a_frozen_gemms_input_in_backward():
 def test_tensorflow_strategies_refuse_fine_tuning():
     with pytest.raises(ConfigError, match="training.finetune"):
         _trace({"name": "tf_mirrored"})
+
+
+def test_capacity_probes_a_ladder_model_as_the_scenario_fine_tunes_it():
+    from simulator.capacity.probe import Prober, parse_strategy_specs
+    data = copy.deepcopy(SCN)
+    data["training"]["finetune"] = SECTION
+    data["strategy"] = {"name": "ddp"}
+    prober = Prober(scenario_from_dict(data), parse_strategy_specs("ddp")[0])
+    model = load_model("llama-2-13b")
+    trace = prober.setup_for(model).trace
+    m = replace(model, finetune=Finetune(mode="lora", rank=R, alpha=32.0,
+                                         targets=("k", "o", "q", "v"), dropout=0.1))
+    assert trace.meta["trainable_params"] == trainable_params(m)
+    # weights, gradients, fp32 master and Adam of the adapters; the bf16 base
+    from simulator.strategies.ddp import static_bytes_per_param
+    assert trace.classes[0].static_memory_bytes == (
+        trainable_params(m) * static_bytes_per_param(prober.cfg)
+        + 2 * (params_total(m) - trainable_params(m)))
