@@ -331,3 +331,12 @@ def test_capacity_probes_a_ladder_model_as_the_scenario_fine_tunes_it():
     assert trace.classes[0].static_memory_bytes == (
         trainable_params(m) * static_bytes_per_param(prober.cfg)
         + 2 * (params_total(m) - trainable_params(m)))
+
+
+def test_plan_refuses_a_fine_tuning_it_cannot_size():
+    from simulator.planner.search import search
+    data = copy.deepcopy(SCN)
+    data["training"]["finetune"] = SECTION
+    data["strategy"] = {"name": "megatron"}
+    with pytest.raises(ConfigError, match="training.finetune"):
+        search(scenario_from_dict(data), 8)
