@@ -283,6 +283,9 @@ def with_finetune(model: ModelSpec, scn: Scenario) -> ModelSpec:
     if not ft.trains_all and framework_of(name) == "tensorflow":
         raise ConfigError(f"frozen weights and adapters are modelled in the PyTorch "
                           f"frameworks; {name} runs Keras", field="training.finetune")
+    if ft.base_precision == FP8 and scn.training.precision != FP8:
+        raise ConfigError(f"an FP8 base feeds FP8 GEMMs: training.precision is "
+                          f"{scn.training.precision}", field="training.finetune.base_precision")
     return replace(model, finetune=ft)
 
 

@@ -340,3 +340,22 @@ def test_plan_refuses_a_fine_tuning_it_cannot_size():
     data["strategy"] = {"name": "megatron"}
     with pytest.raises(ConfigError, match="training.finetune"):
         search(scenario_from_dict(data), 8)
+
+
+def test_an_fp8_base_holds_one_byte_per_gemm_weight_and_casts_only_activations():
+    fp8 = replace(LORA, base_precision="fp8")
+    bf16_block = _block(LORA, precision="fp8")[1]
+    block = _block(fp8, precision="fp8")[1]
+    linear = H * (H + 2 * KV) + H * H + 2 * H * F + F * H
+    assert block.frozen_bytes == linear * 1 + 2 * (2 * H)     # GEMM weights 1 B, norms 2 B
+    casts = {op.name: op.bytes_accessed for op in bf16_block.forward
+             if op.name.startswith("float8_cast.")}
+    cast8 = {op.name: op.bytes_accessed for op in block.forward
+             if op.name.startswith("float8_cast.")}
+    # tensorwise: 5 bytes per element cast; the bf16 base casts x [t, k] and w [k, n], the
+    # FP8 base x only: the difference is the weights, 5 bytes each
+    assert sum(casts.values()) - sum(cast8.values()) == pytest.approx(5 * linear)
+    with pytest.raises(ConfigError, match="base_precision"):
+        _trace({"name": "ddp"}, section={**SECTION, "base_precision": "fp8"})
+    with pytest.raises(ConfigError, match="base_precision"):
+        Finetune(mode="qlora", rank=R, targets=("q",), base_precision="fp8")

@@ -46,6 +46,10 @@ from simulator.models.ops import LayerCost, OpCost, gemm_dims
 from simulator.models.spec import ModelSpec
 
 MODES = ("full", "lora", "qlora")
+# how a LoRA base is stored: the step's 16-bit type, or FP8 (Transformer Engine's
+# fp8_model_init, NeMo's fp8_params: the frozen block GEMM weights kept in FP8 only, for an
+# FP8 step); a QLoRA base is NF4
+BASE_PRECISIONS = ("bf16", "fp8")
 # Adapter targets, internal names: the fused projections as Megatron builds them ("qkv",
 # "gate_up"), their parts as Hugging Face models have them, and the rest.
 TARGETS = ("qkv", "q", "k", "v", "o", "gate_up", "gate", "up", "down")
@@ -84,6 +88,7 @@ class Finetune:
     freeze_embedding: bool = False
     freeze_head: bool = False
     freeze_layers: int = 0
+    base_precision: str = "bf16"
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -104,6 +109,13 @@ class Finetune:
                               field="finetune.target_modules")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"must be in [0, 1), got {self.dropout}", field="finetune.dropout")
+        if self.base_precision not in BASE_PRECISIONS:
+            raise ConfigError(f"must be one of {', '.join(BASE_PRECISIONS)}, got "
+                              f"{self.base_precision!r}", field="finetune.base_precision")
+        if self.base_precision != "bf16" and self.mode != "lora":
+            raise ConfigError(f"an FP8 base is a LoRA setting ({self.mode}: "
+                              f"{'NF4 base' if self.mode == 'qlora' else 'weights train'})",
+                              field="finetune.base_precision")
         if self.freeze_layers < 0:
             raise ConfigError(f"must be >= 0, got {self.freeze_layers}",
                               field="finetune.freeze_layers")
@@ -180,19 +192,22 @@ def _block_index(layer: LayerCost) -> int:
 
 
 def _freeze(layer: LayerCost, e: int, quantized: bool = False,
-            read: frozenset = frozenset()) -> LayerCost:
+            read: frozenset = frozenset(), fp8: bool = False) -> LayerCost:
     """``layer`` with every weight frozen: no weight-gradient GEMMs, ``params`` 0, its
     parameters ``frozen_params`` at ``e`` bytes (block GEMM weights at NF4's when
     ``quantized``), without the saved inputs only their weight gradients read
     (:data:`_WGRAD_ONLY`; kept for the GEMMs in ``read``, which adapters read); a frozen
-    embedding has no backward at all (its only gradient is the table's)."""
+    embedding has no backward at all (its only gradient is the table's). ``fp8``: the
+    block GEMM weights kept in FP8 (1 byte each; the GEMMs marked ``fp8_weight``)."""
     gemm = {op.weight: op.params for op in layer.forward if op.op_class == "matmul" and op.weight}
-    quant = sum(gemm.values()) if quantized else 0
+    quant = sum(gemm.values()) if quantized or fp8 else 0
     frozen = layer.params + layer.frozen_params
     forward, unsaved = [], 0
     for op in layer.forward:
         if op.params:
             op = replace(op, params=0)
+        if fp8 and op.name in gemm:
+            op = replace(op, fp8_weight=True)
         readers = _WGRAD_ONLY.get(op.name, ())
         if layer.kind == "transformer_block" and op.saved_bytes and readers \
                 and not read.intersection(readers):
@@ -200,8 +215,10 @@ def _freeze(layer: LayerCost, e: int, quantized: bool = False,
             op = replace(op, saved_bytes=0)
         forward.append(op)
     backward = () if layer.kind == "embedding" else tuple(
-        op for op in layer.backward if not (op.weight and op.name.endswith(".wgrad")))
-    nbytes = round(quant * NF4_BYTES_PER_PARAM) + (frozen - quant) * e
+        replace(op, fp8_weight=True) if fp8 and op.weight in gemm else op
+        for op in layer.backward if not (op.weight and op.name.endswith(".wgrad")))
+    per = 1.0 if fp8 else NF4_BYTES_PER_PARAM
+    nbytes = round(quant * per) + (frozen - quant) * e
     return replace(layer, params=0, frozen_params=frozen, frozen_bytes=nbytes,
                    forward=tuple(forward), backward=backward,
                    activation_bytes=layer.activation_bytes - unsaved)
@@ -213,7 +230,8 @@ def _with_adapters(layer: LayerCost, model: ModelSpec, ft: Finetune, e: int,
     targeted GEMMs (see the module doc)."""
     read = frozenset(_target_op(model, t)[0] for t in ft.targets) if ft.dropout == 0 \
         else frozenset()
-    base = _freeze(layer, e, quantized=ft.mode == "qlora", read=read)
+    base = _freeze(layer, e, quantized=ft.mode == "qlora", read=read,
+                   fp8=ft.base_precision == "fp8")
     fwd_by_op: dict[str, list[OpCost]] = {}
     bwd_by_op: dict[str, list[OpCost]] = {}
     params = saved = 0

@@ -39,7 +39,7 @@ MEGATRON_DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_f
 FINETUNE_KEYS = ("peft", "lora", "lora_config", "load_in_4bit")   # read here, not by strategies
 HF_STRATEGIES = ("fsdp", "ddp", "deepspeed", "torchtitan")
 _SECTION_KEYS = ("mode", "rank", "alpha", "target_modules", "dropout", "freeze_embedding",
-                 "freeze_head", "freeze_layers")
+                 "freeze_head", "freeze_layers", "base_precision")
 
 
 def targets(names: Any, swiglu: bool, field: str) -> tuple[str, ...]:
@@ -91,7 +91,8 @@ def from_section(data: dict, swiglu: bool, field: str = "training.finetune") -> 
         targets=targets(names, swiglu, f"{field}.target_modules") if names is not None
         else (("qkv", "o") if adapters else ()),
         dropout=float(_number(data, "dropout", (int, float), 0.0, field)),
-        freeze_layers=_number(data, "freeze_layers", int, 0, field), **flags)
+        freeze_layers=_number(data, "freeze_layers", int, 0, field),
+        base_precision=data.get("base_precision", "bf16"), **flags)
 
 
 def from_megatron(strategy: dict, swiglu: bool) -> Finetune | None:

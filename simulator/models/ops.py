@@ -45,6 +45,9 @@ class OpCost:
     # (its launch costs are its fused op's); "compiled" by torch.compile's code; "graph"
     # replayed from a CUDA graph
     launch: str = ""
+    # the weight is kept in FP8 (a frozen base stored in FP8, simulator/models/finetune.py):
+    # an FP8 step casts only the activation (simulator/models/fp8.py)
+    fp8_weight: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int] | None:
