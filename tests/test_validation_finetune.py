@@ -34,7 +34,8 @@ def test_the_split_fits_nothing_and_names_existing_rows():
 def test_a_row_becomes_the_mlperf_reference_setup():
     scn = scenario_of(ROWS["eos_n8_ngc24.09_nemo"], SPLIT)
     assert scn["training"]["finetune"] == {"mode": "lora", "rank": 16, "alpha": 32,
-                                           "dropout": 0.1, "target_modules": ["attention"]}
+                                           "dropout": 0.1, "target_modules": ["attention"],
+                                           "base_precision": "fp8"}
     assert scn["training"]["global_batch"] == 8 and scn["training"]["seq_len"] == 8192
     assert scn["cluster"] == {"topology": "dgx-h100-superpod", "nodes": 8}
     s = scn["strategy"]

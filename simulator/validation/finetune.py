@@ -171,7 +171,8 @@ def write(results: list[dict], root: Path = ROOT) -> None:
         w.writerows(results)
     lines = ["# Llama 2 70B LoRA (MLPerf Training v4.1): simulated vs measured step time", "",
              "Written by `python -m simulator.validation.finetune`; split and setup in "
-             "`split.yaml` (declared before any row ran; nothing fitted).", "",
+             "`split.yaml` (declared before any row ran; nothing fitted; its amendment, "
+             "the FP8 base the H200 TP1 runs' memory requires, is recorded there).", "",
              "| GPU | system | GPUs | TP | CP | GA | measured s | simulated s | error | "
              "peak GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
