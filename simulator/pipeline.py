@@ -289,6 +289,22 @@ def with_finetune(model: ModelSpec, scn: Scenario) -> ModelSpec:
     return replace(model, finetune=ft)
 
 
+def portable_finetune(scn: Scenario) -> Scenario:
+    """``scn`` with a strategy's own fine-tuning spelling (``peft: lora``, ``lora_config``)
+    moved into ``training.finetune``, so that switching the strategy (``compare``,
+    ``capacity``) keeps it."""
+    if not any(key in scn.strategy for key in FINETUNE_KEYS):
+        return scn
+    try:
+        model = load_model(scn.model)
+    except ConfigError as exc:
+        raise _located(exc, "<scenario>", "model") from None
+    ft = resolve_finetune(scn.training.finetune, dict(scn.strategy), model.mlp == "swiglu")
+    strategy = {k: v for k, v in scn.strategy.items() if k not in FINETUNE_KEYS}
+    training = scn.training.model_copy(update={"finetune": ft.section()})
+    return scn.model_copy(update={"strategy": strategy, "training": training}, deep=True)
+
+
 def job_world(cluster: Cluster, n_gpus: int) -> World:
     """A job of ``n_gpus`` ranks, ``gpus_per_node`` of them to a server, as the strategies
     lay it out; :func:`~simulator.engine.replay` puts its ranks on the cluster's first

@@ -359,3 +359,19 @@ def test_an_fp8_base_holds_one_byte_per_gemm_weight_and_casts_only_activations()
         _trace({"name": "ddp"}, section={**SECTION, "base_precision": "fp8"})
     with pytest.raises(ConfigError, match="base_precision"):
         Finetune(mode="qlora", rank=R, targets=("q",), base_precision="fp8")
+
+
+def test_switching_strategy_keeps_a_frameworks_own_spelling():
+    from simulator.compare.runner import with_strategy
+    from simulator.choices import NAMED_STRATEGIES
+    data = copy.deepcopy(SCN)
+    data["strategy"] = {"name": "megatron", "peft": "lora",
+                        "lora": {"dim": R, "alpha": 32, "dropout": 0.1,
+                                 "target_modules": ["linear_qkv", "linear_proj"]}}
+    switched = with_strategy(scenario_from_dict(data), NAMED_STRATEGIES["ddp"])
+    assert "peft" not in switched.strategy and switched.strategy["name"] == "ddp"
+    assert switched.training.finetune["target_modules"] == ["o", "qkv"]
+    trace = build_setup(switched, extrapolate_steps=False).trace
+    ours = _trace({"name": "ddp"}, section={"mode": "lora", "rank": R, "alpha": 32,
+                                            "dropout": 0.1, "target_modules": ["attention"]})
+    assert _ops(trace) == _ops(ours)

@@ -120,6 +120,16 @@ class Finetune:
             raise ConfigError(f"must be >= 0, got {self.freeze_layers}",
                               field="finetune.freeze_layers")
 
+    def section(self) -> dict:
+        """``training.finetune``'s spelling of this (what a strategy's own spelling becomes
+        when ``compare`` or ``capacity`` switches the strategy)."""
+        out = {"mode": self.mode, "dropout": self.dropout,
+               "freeze_embedding": self.freeze_embedding, "freeze_head": self.freeze_head,
+               "freeze_layers": self.freeze_layers, "base_precision": self.base_precision}
+        if self.adapters:
+            out.update(rank=self.rank, alpha=self.alpha, target_modules=list(self.targets))
+        return out
+
     @property
     def adapters(self) -> bool:
         return self.mode != "full"
