@@ -375,3 +375,10 @@ def test_switching_strategy_keeps_a_frameworks_own_spelling():
     ours = _trace({"name": "ddp"}, section={"mode": "lora", "rank": R, "alpha": 32,
                                             "dropout": 0.1, "target_modules": ["attention"]})
     assert _ops(trace) == _ops(ours)
+
+
+def test_identical_blocks_stay_one_ops_tuple():
+    # generators and the variable-length mix price identical blocks once (by identity)
+    layers = _block(LORA)
+    assert layers[1].forward is layers[2].forward and layers[1].backward is layers[-2].backward
+    assert [x.name for x in layers[1:3]] == ["block.0", "block.1"]

@@ -172,13 +172,17 @@ def finetune_layers(layers: list[LayerCost], model: ModelSpec, ft: Finetune | No
         return layers
     check_model(model, ft)
     out, grad_below = [], False
+    done: dict[tuple, LayerCost] = {}   # identical blocks (one ops tuple) transformed once
     for layer in layers:
         frozen = _frozen(layer, ft)
         adapted = ft.adapters and layer.kind == "transformer_block"
-        if adapted:
-            layer = _with_adapters(layer, model, ft, e, precision)
+        key = (id(layer.forward), id(layer.backward), adapted, frozen)
+        if key in done:
+            layer = replace(done[key], name=layer.name)
+        elif adapted:
+            layer = done[key] = _with_adapters(layer, model, ft, e, precision)
         elif frozen:
-            layer = _freeze(layer, e)
+            layer = done[key] = _freeze(layer, e)
         grad_below = grad_below or layer.params > 0
         if frozen and not grad_below:
             layer = replace(layer, backward=(), activation_bytes=0)
