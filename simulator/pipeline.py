@@ -21,6 +21,7 @@ from .hardware import check_fp8_recipe, check_training_precision, gpu_spec
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
+from .models.finetune_spellings import FINETUNE_KEYS, resolve as resolve_finetune
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
 from .precision import FP8, compute_precision, is_half
 from .scenario import Scenario
@@ -95,9 +96,14 @@ def run_meta(scn: Scenario) -> dict:
 
 def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
                source: str = "<scenario>") -> Trace:
-    """Per-layer costs of ``model`` under the scenario's training setup, turned into the
-    strategy's Trace, with the scenario's stragglers split off."""
+    """Per-layer costs of ``model`` under the scenario's training setup (and its
+    fine-tuning, :func:`with_finetune`: a model put in by ``capacity``'s ladder gets it
+    too), turned into the strategy's Trace, with the scenario's stragglers split off."""
     t = scn.training
+    try:
+        model = with_finetune(model, scn)
+    except ConfigError as exc:
+        raise exc.located(source) from None
     if hasattr(cfg, "plan"):
         return _planned_trace(scn, model, cfg, world, source)
     try:
@@ -256,7 +262,7 @@ def autocasts(cfg: CommonConfig) -> bool:
 
 
 def _strategy_dict(scn: Scenario) -> dict:
-    data = dict(scn.strategy)
+    data = {k: v for k, v in scn.strategy.items() if k not in FINETUNE_KEYS}
     for key in _TRAINING_KEYS:
         ours = getattr(scn.training, key)
         if key == "precision":       # an FP8 step is bf16 outside its GEMMs
@@ -266,6 +272,38 @@ def _strategy_dict(scn: Scenario) -> dict:
                               f"{data[key]!r}", field=f"strategy.{key}")
         data[key] = ours
     return data
+
+
+def with_finetune(model: ModelSpec, scn: Scenario) -> ModelSpec:
+    """``model`` as ``scn`` fine-tunes it (``training.finetune``, or the strategy's own
+    spelling: :mod:`simulator.models.finetune_spellings`)."""
+    ft = resolve_finetune(scn.training.finetune, dict(scn.strategy), model.mlp == "swiglu")
+    if ft is None:
+        return model
+    name = scn.strategy.get("name", "")
+    if not ft.trains_all and framework_of(name) == "tensorflow":
+        raise ConfigError(f"frozen weights and adapters are modelled in the PyTorch "
+                          f"frameworks; {name} runs Keras", field="training.finetune")
+    if ft.base_precision == FP8 and scn.training.precision != FP8:
+        raise ConfigError(f"an FP8 base feeds FP8 GEMMs: training.precision is "
+                          f"{scn.training.precision}", field="training.finetune.base_precision")
+    return replace(model, finetune=ft)
+
+
+def portable_finetune(scn: Scenario) -> Scenario:
+    """``scn`` with a strategy's own fine-tuning spelling (``peft: lora``, ``lora_config``)
+    moved into ``training.finetune``, so that switching the strategy (``compare``,
+    ``capacity``) keeps it."""
+    if not any(key in scn.strategy for key in FINETUNE_KEYS):
+        return scn
+    try:
+        model = load_model(scn.model)
+    except ConfigError as exc:
+        raise _located(exc, "<scenario>", "model") from None
+    ft = resolve_finetune(scn.training.finetune, dict(scn.strategy), model.mlp == "swiglu")
+    strategy = {k: v for k, v in scn.strategy.items() if k not in FINETUNE_KEYS}
+    training = scn.training.model_copy(update={"finetune": ft.section()})
+    return scn.model_copy(update={"strategy": strategy, "training": training}, deep=True)
 
 
 def job_world(cluster: Cluster, n_gpus: int) -> World:
@@ -302,6 +340,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         if scn.training.precision == FP8:
             check_fp8_recipe(gpu, scn.training.fp8_recipe)
         strategy = _strategy_dict(scn)
+        model = with_finetune(model, scn)
     except ConfigError as exc:
         raise exc.located(source) from None
     cfg = parse_strategy(strategy, source=source)

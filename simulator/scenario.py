@@ -85,6 +85,9 @@ class Training(BaseModel):
     attention: str | None = Field(None, description="attention kernels: sdpa (PyTorch SDPA, "
                                   "the default), flash2, flash3 (Hopper), eager (no fused "
                                   "kernel); docs/compute.md")
+    finetune: dict[str, Any] | None = Field(None, description="fine-tuning: mode full, lora "
+                                            "or qlora, rank, alpha, target_modules, dropout, "
+                                            "freeze_*; docs/finetuning.md")
     fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise (torchao "
                             "dynamic scaling), delayed (Transformer Engine) or mxfp8 "
                             "(Transformer Engine's MXFP8 block scaling, Blackwell); "
@@ -128,7 +131,7 @@ class Training(BaseModel):
     def _dump(self, handler):
         out = handler(self)
         if isinstance(out, dict):     # unset: the same echo as before the fields existed
-            for key in ("attention", "global_batch"):
+            for key in ("attention", "global_batch", "finetune"):
                 if key in out and out[key] is None:
                     out.pop(key)
             if out.get("fp8_recipe") == "tensorwise":

@@ -38,6 +38,10 @@ def check_folk_claim(scn: Scenario, ladder: list[Rung], cluster: dict, source: s
         return {"claim": CLAIM_TEXT, "checked": False,
                 "verdict": f"folk claim ({CLAIM_TEXT}) not checked: this cluster is "
                            f"{cluster['gpus']} x {cluster['gpu']}"}
+    if scn.training.finetune is not None:
+        return {"claim": CLAIM_TEXT, "checked": False,
+                "verdict": f"folk claim ({CLAIM_TEXT}) not checked: it is about training "
+                           f"every weight; this scenario fine-tunes (training.finetune)"}
     scn1 = scn.model_copy(update={"training": scn.training.model_copy(
         update={"micro_batch": 1})}, deep=True)
     reuse = scn.training.micro_batch == 1

@@ -12,7 +12,7 @@ from ..choices import (NAMED_STRATEGIES, NamedStrategy, framework_of, parse_stra
                        registry_spelling)
 from ..errors import ConfigError
 from ..models import ModelSpec
-from ..pipeline import Setup, build_setup, make_trace, run_setup
+from ..pipeline import Setup, build_setup, make_trace, portable_finetune, run_setup
 from ..pipeline import strategy_dict as strategy_dict_of
 from ..scenario import Scenario
 from ..strategies import SHARDINGS, STRATEGIES, World, parse_strategy
@@ -132,6 +132,7 @@ class Prober:
 
     def __init__(self, scn: Scenario, spec: StrategySpec, source: str = "<scenario>"):
         self.spec = spec
+        scn = portable_finetune(scn)
         self.scn = scn.model_copy(update={"model": BASE_MODEL, "strategy":
                                           strategy_dict(scn, spec)}, deep=True)
         try:

@@ -55,7 +55,8 @@ def settings_of(scn: Scenario) -> dict:
     t = scn.training
     return {"micro_batch": t.micro_batch, "seq_len": t.seq_len, "grad_accum": t.grad_accum,
             "precision": t.precision, "flash_attention": t.flash_attention,
-            "activation_checkpointing": ac_setting(scn.strategy)}
+            "activation_checkpointing": ac_setting(scn.strategy),
+            **({"finetune": t.finetune} if t.finetune is not None else {})}
 
 
 def search(scn: Scenario, spec: StrategySpec, ladder: list[Rung],

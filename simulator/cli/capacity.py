@@ -57,6 +57,11 @@ def accuracy_of(rep: CapacityReport) -> dict:
             for r in rep.results if r.largest is not None}
 
 
+def _finetune(section: dict) -> str:
+    """``training.finetune`` in a few words (docs/finetuning.md)."""
+    return ", ".join(f"{k} {v}" for k, v in section.items())
+
+
 def render_table(rep: CapacityReport, accuracy: list[str] | None = None) -> str:
     s, c = rep.settings, rep.cluster
     lines = [
@@ -65,7 +70,8 @@ def render_table(rep: CapacityReport, accuracy: list[str] | None = None) -> str:
         f"# training: micro_batch {s['micro_batch']}, seq_len {s['seq_len']}, grad_accum "
         f"{s['grad_accum']}, {s['precision']}, flash attention "
         f"{'on' if s['flash_attention'] else 'off'}, activation checkpointing "
-        f"{_ac(s['activation_checkpointing'])}",
+        f"{_ac(s['activation_checkpointing'])}"
+        + (f", fine-tuning {_finetune(s['finetune'])}" if s.get("finetune") else ""),
         f"# ladder: {rep.family}, {len(rep.ladder)} models from {rep.ladder[0].model.name} "
         f"({_b(rep.ladder[0].params)}) to {rep.ladder[-1].model.name} "
         f"({_b(rep.ladder[-1].params)}), ~15% apart; one iteration replayed per probe",

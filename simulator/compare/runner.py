@@ -39,7 +39,8 @@ from ..energy.timeline import default_site, energy_of
 from ..engine import kernel_time_s
 from ..errors import ConfigError
 from ..models import load_model
-from ..pipeline import RunResult, autocasts, build_setup, job_world, run_setup
+from ..pipeline import (RunResult, autocasts, build_setup, job_world, portable_finetune,
+                        run_setup)
 from ..pipeline import strategy_dict as pipeline_strategy
 from ..scenario import Scenario
 from ..strategies import STRATEGIES, parse_strategy
@@ -75,6 +76,7 @@ Progress = Callable[[str], None]
 
 def with_strategy(scn: Scenario, alias: NamedStrategy) -> Scenario:
     """``scn`` with its strategy switched to ``alias`` (capacity's carry-over rule)."""
+    scn = portable_finetune(scn)
     return scn.model_copy(update={"strategy": strategy_dict(scn, spec_of(alias))}, deep=True)
 
 

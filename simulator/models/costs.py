@@ -33,6 +33,7 @@ from simulator.models.moe import block_costs, inactive_params
 from simulator.models.ops import LayerCost, check_positive
 from simulator.models.spec import ModelSpec
 from simulator.models.eager import compiled_extras, eager_block, eager_head
+from simulator.models.finetune import check_model as check_finetune, finetune_layers
 from simulator.models.fp8 import fp8_layer
 from simulator.models.fusion import compiled_block
 from simulator.models.transformer import embed_cost, head_cost
@@ -88,6 +89,8 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
             model, batch, seq_len, compute_precision(precision), flash_attention, autocast,
             compile, tp, sp, cp, elementwise=elementwise)]
     e = precision_bytes(precision)
+    if model.finetune is not None:
+        check_finetune(model, model.finetune)
     if (tp, sp, cp) != (1, False, 1) and not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: no tensor, sequence or "
                           f"context parallelism", field="tp")
@@ -119,7 +122,8 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                   for b in blocks]
     if eager and not compile and not fused_norm:
         head = eager_head(head, model, batch, seq_len, k, *shard)
-    return [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, head]
+    layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, head]
+    return finetune_layers(layers, model, model.finetune, e, precision)
 
 
 def check_elementwise(value: str) -> str:
@@ -131,7 +135,13 @@ def check_elementwise(value: str) -> str:
 
 
 def params_total(model: ModelSpec) -> int:
-    """Number of parameters of ``model`` (embeddings and heads included)."""
+    """Number of parameters of ``model`` (embeddings and heads included; frozen ones and
+    a fine-tuning's adapters included)."""
+    return sum(layer.params + layer.frozen_params for layer in layer_costs(model, 1, 1, FP32))
+
+
+def trainable_params(model: ModelSpec) -> int:
+    """The parameters that train (all of them unless ``model.finetune`` freezes some)."""
     return sum(layer.params for layer in layer_costs(model, 1, 1, FP32))
 
 

@@ -66,8 +66,8 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise") -> LayerCost:
 def _ops(ops, casts) -> tuple[OpCost, ...]:
     out = []
     for op in ops:
-        if op.op_class == "matmul" and op.weight and op.shape:
-            # a grouped GEMM (an MoE layer's experts) casts each expert's operands
+        if op.op_class == "matmul" and op.weight and op.shape and not op.precision:
+            # (a GEMM with a precision of its own, a LoRA adapter's, keeps it); a grouped GEMM (an MoE layer's experts) casts each expert's operands
             g = op.groups
             out.extend(replace(c, flops=g * c.flops, bytes_accessed=g * c.bytes_accessed)
                        for c in casts(op))
@@ -91,21 +91,29 @@ def _cast_bytes(op: OpCost) -> float:
     return COMPILED_CAST_BYTES if op.launch == COMPILED else CAST_BYTES
 
 
+def _weight(op: OpCost, elements: float) -> float:
+    """The weight's elements a cast kernel handles: none when it is kept in FP8."""
+    return 0.0 if op.fp8_weight else elements
+
+
 def _te_forward_casts(op: OpCost, per: float) -> list[OpCost]:
     m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
-    return [_cast(op, f"te_cast_transpose.{op.name}", m * k + k * n, per)]
+    return [_cast(op, f"te_cast_transpose.{op.name}", m * k + _weight(op, k * n), per)]
 
 
 def _te_backward_casts(op: OpCost, per: float) -> list[OpCost]:
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dY [m, k] cast (and transposed for the weight gradient)
-        return [_cast(op, f"te_cast_transpose.{op.name}", m * k, per)]
+        out = [_cast(op, f"te_cast_transpose.{op.name}", m * k, per)]
+        if op.fp8_weight:           # an FP8-stored weight's transpose, made again (not kept)
+            out.append(_cast(op, f"fp8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False))
+        return out
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 
 
 def _forward_casts(op: OpCost) -> list[OpCost]:
     m, n, k = op.shape            # A = x [m, k], B = w [k, n]
-    return [_cast(op, f"float8_cast.{op.name}", m * k + k * n, _cast_bytes(op))]
+    return [_cast(op, f"float8_cast.{op.name}", m * k + _weight(op, k * n), _cast_bytes(op))]
 
 
 def _backward_casts(op: OpCost) -> list[OpCost]:

@@ -45,6 +45,9 @@ class OpCost:
     # (its launch costs are its fused op's); "compiled" by torch.compile's code; "graph"
     # replayed from a CUDA graph
     launch: str = ""
+    # the weight is kept in FP8 (a frozen base stored in FP8, simulator/models/finetune.py):
+    # an FP8 step casts only the activation (simulator/models/fp8.py)
+    fp8_weight: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int] | None:
@@ -62,6 +65,10 @@ class LayerCost:
     backward: tuple[OpCost, ...]
     activation_bytes: int
     output_bytes: int
+    # frozen weights (simulator/models/finetune.py): held and all-gathered like any weight,
+    # no gradient, no optimizer state, never reduced; ``params`` above are the trainable ones
+    frozen_params: int = 0
+    frozen_bytes: int = 0     # what they take at rest (16-bit, or NF4 for a QLoRA base)
 
     @property
     def forward_flops(self) -> float:

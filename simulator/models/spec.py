@@ -92,6 +92,8 @@ class ModelSpec:
     moe_layer_freq: int = 1      # every n-th block after the dense ones is MoE
     first_dense_layers: int = 0  # leading dense blocks (DeepSeek-V3: 3)
     capacity_factor: float | None = None   # expert capacity / even share; None: dropless
+    # what trains (simulator/models/finetune.py Finetune; None: every weight, as pre-training)
+    finetune: Any = None
 
     @property
     def is_moe(self) -> bool:

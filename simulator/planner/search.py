@@ -29,7 +29,7 @@ from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
-from ..pipeline import build_setup, run_setup
+from ..pipeline import build_setup, run_setup, with_finetune
 from ..scenario import Scenario
 from ..topology.build import scenario_cluster
 from .estimate import Estimate, Estimator
@@ -81,6 +81,11 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     samples of ``training.seq_len`` tokens per step."""
     say = progress or (lambda _msg: None)
     model = load_model(scn.model)
+    finetune = with_finetune(model, scn).finetune
+    if finetune is not None and not finetune.trains_all:
+        raise ConfigError("plan's analytical memory model does not know frozen weights or "
+                          "adapters yet: price a fine-tuning with run, compare or capacity "
+                          "(docs/finetuning.md)", source=source, field="training.finetune")
     if not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: plan searches model "
                           f"parallelism", source=source, field="model")

@@ -432,6 +432,12 @@ def check_layers(layers) -> int:
     return sum(int(layer.params) for layer in layers)
 
 
+def frozen_bytes(layers) -> int:
+    """Bytes of the frozen weights of ``layers`` (a fine-tuning's base,
+    :mod:`simulator.models.finetune`): held whole where weights are not sharded."""
+    return sum(int(getattr(layer, "frozen_bytes", 0)) for layer in layers)
+
+
 def build_meta(layers, cfg: CommonConfig, world: World, *, strategy: str, model: str,
                tokens_per_sample: float, model_flops_per_sample: float | None, **extra: Any) -> dict:
     """The ``Trace.meta`` keys of the contract (plus strategy details in ``extra``)."""
@@ -443,7 +449,16 @@ def build_meta(layers, cfg: CommonConfig, world: World, *, strategy: str, model:
             "global_batch": global_batch, "micro_batch": cfg.micro_batch,
             "grad_accum": cfg.grad_accum, "tokens_per_sample": _count(tokens_per_sample),
             "model_flops_per_iteration": float(model_flops_per_sample) * global_batch,
-            "params": sum(int(layer.params) for layer in layers), **extra}
+            "params": sum(int(layer.params) + int(getattr(layer, "frozen_params", 0))
+                          for layer in layers),
+            **_trainable(layers), **extra}
+
+
+def _trainable(layers) -> dict:
+    """``trainable_params`` where some weights are frozen (a fine-tuning), else nothing."""
+    if not any(getattr(layer, "frozen_params", 0) for layer in layers):
+        return {}
+    return {"trainable_params": sum(int(layer.params) for layer in layers)}
 
 
 def _count(x: float) -> int | float:

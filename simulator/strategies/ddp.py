@@ -32,7 +32,7 @@ from pydantic import Field
 from simulator.errors import ConfigError
 from simulator.trace import Communicator, RankClass, Trace
 
-from .base import (CLASS_ID, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList,
+from .base import (CLASS_ID, frozen_bytes, MASTER_BYTES, OPT_MOMENT_BYTES, CommonConfig, OpList,
                    World, build_meta, check_layers, emit_backward, emit_forward)
 from .clipping import emit_clip
 from .grads import GradReady, Tensor, last_backward, named_weights, tensors
@@ -153,7 +153,7 @@ def ddp(layers, cfg: DDPConfig, world: World, *, model: str = "", tokens_per_sam
     if cfg.grad_clip_norm is not None:
         deps = (emit_clip(ol, params, deps),)
     emit_optimizer(ol, cfg, params, deps=deps)
-    static = params * static_bytes_per_param(cfg)
+    static = params * static_bytes_per_param(cfg) + frozen_bytes(layers)
     meta = build_meta(layers, cfg, world, strategy="ddp", model=model,
                       tokens_per_sample=tokens_per_sample,
                       model_flops_per_sample=model_flops_per_sample,

@@ -59,8 +59,8 @@ from .clipping import emit_clip
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
 from .fsdp_copies import before_reduce, first_dep
 from .fsdp_submodule import backward_layers, forward_layers
-from .fsdp_units import (SUB, Segment, Unit, Units, build_units, padded_numel, segments,
-                         shard_numel, state_bytes)
+from .fsdp_units import (SUB, Segment, Unit, Units, build_units, frozen_shard, padded_numel,
+                         segments, shard_numel, state_bytes)
 from .optim import emit_optimizer
 
 
@@ -87,6 +87,17 @@ class _Schedule:
 
     def padded(self, u: Unit) -> int:
         return padded_numel(u.params, self.plan.shard)
+
+    def gathered_bytes(self, u: Unit, over: int | None = None) -> int:
+        """Bytes of a unit gathered over ``over`` ranks (the shard group by default): its
+        trainable flat parameter at ``param_dtype`` and its frozen weights as stored."""
+        over = over or self.plan.shard
+        return (padded_numel(u.params, over) * self.wb
+                + frozen_shard(u.frozen_bytes, over) * over)
+
+    def shard_bytes(self, u: Unit, over: int) -> int:
+        """A rank's 1/``over`` of what :meth:`gathered_bytes` gathers."""
+        return ceil_div(u.params, over) * self.wb + frozen_shard(u.frozen_bytes, over)
 
     def grad_bytes(self, u: Unit, li: int, first: bool) -> int:
         """The unsharded gradient bytes layer ``li`` of unit ``u`` produces: the unit's
@@ -118,7 +129,7 @@ class _Schedule:
 
     def needs_gather(self, u: Unit | None) -> bool:
         resident = self.plan.shard == 1 and not self.cfg.cpu_offload
-        return u is not None and u.params > 0 and not resident and u.index not in self.gathered
+        return u is not None and u.weighs and not resident and u.index not in self.gathered
 
     # ------------------------------------------------------------------ collectives
     def collective(self, kind: str, stream: str, comm: str, size: int, deps, name: str,
@@ -143,15 +154,15 @@ class _Schedule:
         partial = u.index in self.partial
         copied = 0
         if self.cfg.cpu_offload and not partial:
-            copied = self.shard_params(u) * FP32
+            copied = self.shard_params(u) * FP32 + frozen_shard(u.frozen_bytes, self.plan.shard)
             deps = [self.memcpy("h2d", copied, deps, u.name, micro, phase,
                                 mem_alloc_bytes=copied)]
         if self.plan.shard == 1:            # NO_SHARD + offload: the copy is the param
             self.gathered[u.index], self.held[u.index] = deps[0], copied
             return
         comm = "reshard" if partial else "shard"
-        kept = ceil_div(u.params, self.plan.reshard) * self.wb if partial else 0
-        gathered = self.padded(u) * self.wb
+        kept = self.shard_bytes(u, self.plan.reshard) if partial else 0
+        gathered = self.gathered_bytes(u)
         self.gathered[u.index] = self.collective(
             "all_gather", "unshard", comm, gathered, deps, u.name, micro, phase,
             mem_alloc_bytes=gathered, mem_free_bytes=copied + kept)
@@ -170,7 +181,7 @@ class _Schedule:
             return
         self.free(u, op)
         if self.plan.reshard < self.plan.shard:      # FSDP2 int: keep 1/k
-            self.ol.alloc(op, ceil_div(u.params, self.plan.reshard) * self.wb)
+            self.ol.alloc(op, self.shard_bytes(u, self.plan.reshard))
             self.partial.add(u.index)
 
     def reduce(self, u: Unit, op: int, micro: int) -> int:
@@ -243,14 +254,16 @@ class _Schedule:
                 self.post_backward(unit, last, nxt, micro)
 
     def post_backward(self, unit: Unit, last: int, nxt: Unit | None, micro: int) -> None:
-        """FSDP1 ``_post_backward_hook``: reshard, BACKWARD_POST prefetch, reduce."""
-        if unit.params == 0:
+        """FSDP1 ``_post_backward_hook``: reshard, BACKWARD_POST prefetch, reduce (only
+        trainable parameters: a frozen unit is resharded, not reduced)."""
+        if not unit.weighs:
             return
         if unit.index in self.held and self.plan.shard > 1:
             self.free(unit, last)
         if self.cfg.backward_prefetch == "BACKWARD_POST" and self.needs_gather(nxt):
             self.unshard(nxt, micro, "backward", deps=(last,))
-        self.reduce(unit, last, micro)
+        if unit.params:
+            self.reduce(unit, last, micro)
         if unit.index in self.held:          # NO_SHARD + offload: drop the GPU copy
             self.ol.free(last, self.held.pop(unit.index))
             del self.gathered[unit.index]
@@ -288,13 +301,14 @@ def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_s
                           "post_backward")]
     emit_optimizer(ol, cfg, per_rank, deps=ends,
                    cpu_bytes_per_s=cfg.cpu_adam_bytes_per_s if cfg.cpu_offload else None)
-    static = 0 if cfg.cpu_offload else state_bytes(per_rank, cfg.optimizer)
+    frozen = sum(frozen_shard(u.frozen_bytes, plan.shard) for u in units)
+    static = 0 if cfg.cpu_offload else state_bytes(per_rank, cfg.optimizer) + frozen
     meta = build_meta(layers, cfg, world, strategy="fsdp", model=model,
                       tokens_per_sample=tokens_per_sample,
                       model_flops_per_sample=model_flops_per_sample,
                       sharding=plan.label, shard_size=plan.shard,
                       replicate_size=plan.replicate, reshard_size=plan.reshard,
-                      units=[u.name for u in units if u.params > 0])
+                      units=[u.name for u in units if u.weighs])
     cls = RankClass(CLASS_ID, world.ranks, ol.ops, static_memory_bytes=static)
     trace = Trace(world.world_size, [cls], communicators(plan), meta)
     trace.validate()

@@ -5,7 +5,7 @@ buffers (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py):
 
 * after an all-gather, ``foreach_all_gather_copy_out`` splits the gathered buffer into the
   unsharded parameters (``split_with_sizes_copy``: read and write the unit, ``2 P w``
-  bytes), on the default stream when the unit's pre-forward/pre-backward hook waits for
+  bytes, frozen weights included as stored), on the default stream when the unit's pre-forward/pre-backward hook waits for
   the unshard, so the unit's first kernel waits for it;
 * before a reduce-scatter, ``foreach_reduce`` concatenates the unsharded gradients into the
   reduce-scatter input (``chunk_cat``, casting to the reduce dtype: ``P (w + r)`` bytes) on
@@ -23,11 +23,11 @@ def first_dep(sched, u, micro: int, phase: str):
     """The op the first kernel of unit ``u`` waits for: its all-gather, or with FSDP2 the
     copy-out it triggers (issued once per gather)."""
     dep = sched.gathered.get(u.index)
-    if not sched.fsdp2 or dep is None or u.params == 0 or u.index in sched.copied:
+    if not sched.fsdp2 or dep is None or not u.weighs or u.index in sched.copied:
         return dep
     op = sched.ol.add(stream="compute", kind="compute", name=f"all_gather_copy_out.{u.name}",
                       layer=u.name, phase=phase, op_class="elementwise",
-                      bytes_accessed=float(2 * sched.padded(u) * sched.wb), deps=(dep,),
+                      bytes_accessed=float(2 * sched.gathered_bytes(u)), deps=(dep,),
                       attrs={"micro_step": micro})
     sched.gathered[u.index] = op
     sched.copied.add(u.index)

@@ -42,8 +42,14 @@ def state_bytes(shard_params: int, optimizer: str) -> int:
 class Unit:
     index: int
     name: str
-    params: int
+    params: int            # trainable: gathered, reduced, with optimizer state
     root: bool
+    frozen_bytes: int = 0  # frozen weights (a fine-tuning's base): gathered, never reduced
+
+    @property
+    def weighs(self) -> bool:
+        """Whether the unit holds any weight (trainable or frozen)."""
+        return self.params > 0 or self.frozen_bytes > 0
 
 
 SUB = -1      # unit_of for a layer whose units are its parametrized kernels (wrap: submodule)
@@ -75,6 +81,10 @@ def build_units(layers, wrap: str) -> Units:
     sub: dict[tuple[int, str], Unit] = {}
     for i, layer in enumerate(layers):
         if wrapped(layer) and wrap == "submodule":
+            if _frozen(layer):
+                raise ConfigError(f"{layer.name}: per-kernel units of a fine-tuned block "
+                                  f"(frozen weights, adapters) are not modelled: use "
+                                  f"transformer_block", field="strategy.wrap")
             unit_of[i] = SUB
             weights = named_weights(layer)
             if weights is None:
@@ -87,13 +97,24 @@ def build_units(layers, wrap: str) -> Units:
         elif wrapped(layer):
             unit_of[i] = len(units)
             units.append(Unit(index=len(units), name=layer.name, params=int(layer.params),
-                              root=False))
+                              root=False, frozen_bytes=_frozen(layer)))
     if wrap == "submodule" and not sub:
         raise ConfigError("splits transformer blocks into per-kernel units; this model has "
                           "none (use transformer_block, block or none)", field="strategy.wrap")
-    root = sum(int(layers[i].params) for i in range(len(layers)) if unit_of[i] == 0)
-    units[0] = Unit(index=0, name="root", params=root, root=True)
+    rest = [layers[i] for i in range(len(layers)) if unit_of[i] == 0]
+    units[0] = Unit(index=0, name="root", params=sum(int(x.params) for x in rest), root=True,
+                    frozen_bytes=sum(_frozen(x) for x in rest))
     return Units(units=units, unit_of=unit_of, sub=sub)
+
+
+def _frozen(layer) -> int:
+    return int(getattr(layer, "frozen_bytes", 0))
+
+
+def frozen_shard(frozen_bytes: int, shard: int) -> int:
+    """A rank's bytes of a unit's frozen weights sharded over ``shard`` ranks; the padded
+    whole (what an all-gather moves) is ``shard`` times this."""
+    return ceil_div(frozen_bytes, shard)
 
 
 def segments(unit_of: list[int]) -> list[Segment]:

@@ -56,7 +56,7 @@ from simulator.models.moe import dense_part, expert_part
 
 from ..base import MASTER_BYTES, OPT_MOMENT_BYTES, ceil_div
 from ..ddp import assign_buckets
-from ..fsdp_units import padded_numel, shard_numel, state_bytes
+from ..fsdp_units import frozen_shard, padded_numel, shard_numel, state_bytes
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"
 
 
@@ -79,6 +79,20 @@ class Part:
     @property
     def params(self) -> int:
         return sum(int(x.params) for ls in self.layers.values() for x in ls)
+
+    @property
+    def frozen_bytes(self) -> int:
+        """Bytes of the frozen weights of the part (a fine-tuning's base)."""
+        return sum(_frozen(x) for ls in self.layers.values() for x in ls)
+
+
+def _frozen(layer) -> int:
+    return int(getattr(layer, "frozen_bytes", 0))
+
+
+def _weighs(layer) -> bool:
+    """Whether a layer holds weights, trainable or frozen."""
+    return bool(layer.params) or _frozen(layer) > 0
 
 
 class DataParallel:
@@ -126,7 +140,11 @@ class DataParallel:
         return sum(self._sharded(p) for p in self.parts)
 
     def static_bytes(self) -> int:
-        return sum(self._static(p) for p in self.parts)
+        """Trainable state by mode (the module doc), plus the frozen weights: whole on each
+        rank, or under FSDP their shard."""
+        return sum(self._static(p) + (frozen_shard(p.frozen_bytes, p.shard)
+                                      if self.mode == "fsdp" else p.frozen_bytes)
+                   for p in self.parts)
 
     def _static(self, part: Part) -> int:
         P, state = part.params, MASTER_BYTES + OPT_MOMENT_BYTES[self.b.cfg.optimizer]
@@ -149,7 +167,7 @@ class DataParallel:
         """Ops the layer's forward waits for (a parameter all-gather). An FSDP all-gather
         is issued once ``after`` (the previous layer's first kernel) starts: one layer of
         prefetch, as FSDP2's pre-forward hook issues it while the CPU runs one layer ahead."""
-        if not self.active or not layer.params:
+        if not self.active or not _weighs(layer):
             return ()
         key = (chunk, li)
         if self.mode == "zero1" and self.b.plan.overlap_param_gather and self._reducing():
@@ -198,7 +216,7 @@ class DataParallel:
     # ------------------------------------------------------------------ backward
     def before_backward(self, chunk: int, li: int, layer, micro: int,
                         after: int | None = None) -> tuple:
-        if not self._reshards(layer) or not layer.params:
+        if not self._reshards(layer) or not _weighs(layer):
             return ()
         return self.before_forward(chunk, li, layer, micro, False, after)
 
@@ -210,14 +228,23 @@ class DataParallel:
         if self.mode != "fsdp" or not self._sharding() or (chunk, li) in self.grads_held:
             return 0
         self.grads_held.add((chunk, li))
-        return self._all_gathered(chunk, li)
+        return self._all_grads(chunk, li)
+
+    def _grads(self, part: Part, chunk: int, li: int) -> int:
+        """Bytes of ``part``'s share of a layer's unsharded gradient (trainable weights)."""
+        return padded_numel(int(part.layers[chunk][li].params), part.shard) * self.wb
 
     def _gathered(self, part: Part, chunk: int, li: int) -> int:
-        """Bytes of ``part``'s share of a layer gathered, and of its unsharded gradient."""
-        return padded_numel(int(part.layers[chunk][li].params), part.shard) * self.wb
+        """Bytes of ``part``'s share of a layer gathered: its gradient's size, plus its frozen
+        weights as stored."""
+        frozen = _frozen(part.layers[chunk][li])
+        return self._grads(part, chunk, li) + frozen_shard(frozen, part.shard) * part.shard
 
     def _all_gathered(self, chunk: int, li: int) -> int:
         return sum(self._gathered(p, chunk, li) for p in self._sharding())
+
+    def _all_grads(self, chunk: int, li: int) -> int:
+        return sum(self._grads(p, chunk, li) for p in self._sharding())
 
     def after_backward(self, chunk: int, li: int, layer, last_op: int, micro: int,
                        last_micro: bool) -> None:
@@ -241,7 +268,7 @@ class DataParallel:
                                  attrs={"chunk": chunk, "layers": list(bk.layers)})
 
     def _fsdp_reduce(self, chunk, li, layer, last_op, micro, last_micro) -> None:
-        if not layer.params:
+        if not _weighs(layer):
             return
         key = (chunk, li)
         pipelined = self.b.plan.pp > 1
@@ -262,7 +289,7 @@ class DataParallel:
                                          padded_numel(params, part.shard) * self.gb,
                                          (last_op,), f"{part.prefix}grads.{layer.name}",
                                          "backward", micro, layer=layer.name,
-                                         mem_free_bytes=self._gathered(part, chunk, li)
+                                         mem_free_bytes=self._grads(part, chunk, li)
                                          if held else 0)
             if part.replicate > 1:
                 self.b.collective("all_reduce", GRAD_STREAM, "replicate",

@@ -26,7 +26,9 @@ chunk by chunk. Activation checkpointing's recomputed forward repeats the forwar
 collectives. Megatron-SP does not keep the all-gathered input of a column-parallel GEMM:
 its backward all-gathers it again before the input-gradient GEMM and the weight-gradient
 GEMM waits for it (``LinearWithGradAccumulationAndAsyncCommunication``), two more
-all-gathers per block backward.
+all-gathers per block backward. A frozen weight (:mod:`simulator.models.finetune`) has no
+weight-gradient GEMM, so its input is not gathered again (Transformer Engine gathers it only
+when the weight requires a gradient).
 """
 
 from __future__ import annotations
@@ -113,10 +115,13 @@ class TPHooks(OpHooks):
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
         self.pending: list[_Pending] = []
         self.layer = self.kind = ""
+        self.wgrads: frozenset = frozenset()    # the layer's weight-gradient GEMMs
         self._points: dict[tuple[str, str, str], _Point] = {}
 
     def start_layer(self, layer) -> None:
         self.layer, self.kind = layer.name, layer.kind
+        self.wgrads = frozenset(kernel_key(op.name) for op in layer.backward
+                                if op.name.endswith(".wgrad"))
 
     def _point(self, phase: str, name: str) -> _Point:
         """The collectives around kernel ``name`` in ``phase`` of a layer of the current
@@ -140,6 +145,8 @@ class TPHooks(OpHooks):
     def before(self, cost, phase: str) -> tuple:
         point = self._point(phase, cost.name)
         kind, waiter = point.before, point.before_waiter
+        if waiter == "wgrad" and point.name.replace(".dgrad", ".wgrad") not in self.wgrads:
+            kind = None                         # a frozen weight: no gather for its gradient
         if not kind and not self.pending:       # most kernels: nothing to wait for or issue
             return ()
         deps = self._due(cost, phase) if self.pending else []

@@ -1,0 +1,213 @@
+"""MLPerf Training v4.1 Llama 2 70B LoRA step times against the simulator
+(``validation/finetune/``: ``split.yaml`` declares the rows and the setup; nothing is
+fitted). Each validation row runs as a ``megatron`` scenario with the row's GPU, GPU count,
+TP, CP, global and micro batch, and the MLPerf reference LoRA setup of ``split.yaml``
+(``mlperf_setup``); the simulated iteration time is compared with the row's median step
+time. ``python -m simulator.validation.finetune [--max-gpus N] [--rows ID ...]`` writes
+``results.csv`` and ``report.md`` beside the split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+from statistics import median
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2] / "validation" / "finetune"
+DATA = "mlperf_v41_steps.csv"
+GPUS_PER_NODE = 8
+RESULT_COLUMNS = ["vendor", "gpu", "system", "submitter", "gpus", "tp", "cp", "global_batch",
+                  "grad_accum", "measured_s", "simulated_s", "error", "peak_memory_gib",
+                  "oom", "reported_only", "note"]
+
+
+def load_split(root: Path = ROOT) -> dict:
+    return yaml.safe_load((root / "split.yaml").read_text())
+
+
+def mlperf_rows(root: Path = ROOT) -> dict[str, dict]:
+    """The LoRA rows of the copied MLPerf table, by system."""
+    with open(root / DATA, newline="") as f:
+        return {r["system"]: r for r in csv.DictReader(f) if r["benchmark"] == "llama2_70b_lora"}
+
+
+def _int(value: str, default: int = 1) -> int:
+    return int(float(value)) if value not in ("", None) else default
+
+
+def scenario_of(row: dict, split: dict) -> dict:
+    """The scenario mapping of one MLPerf row under the split's ``mlperf_setup``."""
+    setup = split["mlperf_setup"]
+    gpu = row["gpu_model"]
+    gpus, per_node = _int(row["gpus"]), _int(row["gpus_per_node"], GPUS_PER_NODE)
+    tp, cp = _int(row["tp"]), _int(row["cp"])
+    micro = _int(row["micro_batch"], setup["blank_micro_batch"])
+    strategy = {**setup["strategy"], "tensor_model_parallel_size": tp,
+                "context_parallel_size": cp, "sequence_parallel": tp > 1}
+    if not strategy["sequence_parallel"] or tp == 1:
+        strategy.pop("tp_comm_overlap", None)
+    if row["cuda_graph"].startswith("yes"):
+        strategy["cuda_graph_impl"] = "transformer_engine"
+    cluster = {"topology": split["topologies"][gpu], "nodes": -(-gpus // GPUS_PER_NODE)}
+    if gpus < GPUS_PER_NODE or per_node != GPUS_PER_NODE:
+        cluster["gpus"] = gpus
+    if gpu == "H200":
+        cluster = {**cluster, "topology": "dgx-h100-superpod",
+                   "topology_set": {"params.node.gpu": "H200-SXM"}}
+    return {"name": f"mlperf-lora-{row['system']}", "model": setup["model"],
+            "training": {"micro_batch": micro, "seq_len": setup["seq_len"],
+                         "global_batch": _int(row["global_batch"]),
+                         "precision": setup["precision"], "fp8_recipe": setup["fp8_recipe"],
+                         "flash_attention": True, "finetune": setup["finetune"]},
+            "cluster": cluster, "strategy": strategy,
+            "simulation": {"variability": "none"}}
+
+
+def simulate_row(row: dict, split: dict) -> dict:
+    """One result row (see :data:`RESULT_COLUMNS`)."""
+    metrics = _simulate(scenario_of(row, split))
+    measured = float(row["median_step_time_s"])
+    sim = metrics.iteration_time_s
+    dp = _int(row["gpus"]) // (_int(row["tp"]) * _int(row["cp"]))
+    return {"vendor": "NVIDIA", "gpu": row["gpu_model"], "system": row["system"],
+            "submitter": row["submitter"], "gpus": row["gpus"], "tp": _int(row["tp"]),
+            "cp": _int(row["cp"]), "global_batch": row["global_batch"],
+            "grad_accum": _int(row["global_batch"]) // (dp * _int(row["micro_batch"], 1)),
+            "measured_s": measured, "simulated_s": round(sim, 4),
+            "error": round(sim / measured - 1, 4),
+            "peak_memory_gib": round(metrics.peak_memory_gib, 1),
+            "oom": bool(metrics.oom), "note": ""}
+
+
+def bridge_rows() -> list[dict]:
+    """Megatron-Bridge 26.06's fine-tuning rows on GB200 (``megatron_bridge_blackwell.csv``
+    of validation/parallel), reported, not gated (``split.yaml``: packed sequences of
+    unpublished lengths). Set up as validation/parallel sets up a Bridge row
+    (:func:`simulator.validation.parallel.nemo.scenario_of`), LoRA rows with
+    Megatron-Bridge's ``peft: lora`` defaults (dim 32, alpha 32, dropout 0 on linear_qkv,
+    linear_proj, linear_fc1, linear_fc2); SFT is full fine-tuning, a pre-training step."""
+    from simulator.errors import ConfigError
+    from simulator.validation.parallel.cases import default_root, load
+    from simulator.validation.parallel.nemo import scenario_of as bridge_scenario
+    from simulator.validation.parallel.nemo import table_rows
+    proot = default_root()
+    spec = load(proot)
+    out = []
+    for row in table_rows(proot, spec, "blackwell"):
+        if row["task"] not in ("LoRA", "SFT") or row["gpu_type"] != "GB200":
+            continue
+        name = f"bridge-{row['task'].lower()}-{row['gpus']}gpu-{str(row['precision']).lower()}"
+        scn = bridge_scenario(row, proot, spec, name, "blackwell")
+        if row["task"] == "LoRA":
+            scn["strategy"]["peft"] = "lora"
+        scn["simulation"] = {"variability": "none"}
+        measured = float(row["tokens_per_s_per_gpu"])
+        base = {"vendor": "NVIDIA", "gpu": "GB200", "system": name, "submitter":
+                f"Megatron-Bridge 26.06 {row['task']}", "gpus": row["gpus"],
+                "tp": int(row["TP"]), "cp": int(row["CP"]), "global_batch": row["GBS"],
+                "measured_s": round(int(row["GBS"]) * int(row["seq_len"]) / measured /
+                                    int(row["gpus"]), 4), "reported_only": True}
+        try:
+            m = _simulate(scn)
+        except ConfigError as exc:
+            out.append({**base, "note": f"not simulated: {exc}"})
+            continue
+        err = m.iteration_time_s / base["measured_s"] - 1
+        out.append({**base, "grad_accum": scn["training"]["grad_accum"],
+                    "simulated_s": round(m.iteration_time_s, 4), "error": round(err, 4),
+                    "peak_memory_gib": round(m.peak_memory_gib, 1), "oom": bool(m.oom),
+                    "note": f"reported only: packed sequences; PP{row['PP']} VP{row['VP']}, "
+                            f"{row['precision']}"})
+        print(f"{name}: {out[-1]['simulated_s']} s vs {base['measured_s']} s ({err:+.1%})",
+              flush=True)
+    return out
+
+
+def _simulate(scn: dict):
+    from simulator.pipeline import build_setup, run_setup
+    from simulator.scenario import scenario_from_dict
+    return run_setup(build_setup(scenario_from_dict(scn, scn["name"]), scn["name"])).metrics
+
+
+def run(max_gpus: int, only: list[str] | None = None, root: Path = ROOT) -> list[dict]:
+    split, rows = load_split(root), mlperf_rows(root)
+    out = []
+    for gpu, systems in split["validation"].items():
+        for system in systems:
+            if only and system not in only:
+                continue
+            row = rows[system]
+            if _int(row["gpus"]) > max_gpus:
+                out.append({"vendor": "NVIDIA", "gpu": gpu, "system": system,
+                            "submitter": row["submitter"], "gpus": row["gpus"],
+                            "measured_s": float(row["median_step_time_s"]),
+                            "note": f"not simulated: more than --max-gpus {max_gpus}"})
+                continue
+            out.append(simulate_row(row, split))
+            print(f"{system}: {out[-1]['simulated_s']} s vs {out[-1]['measured_s']} s "
+                  f"({out[-1]['error']:+.1%})", flush=True)
+    return out
+
+
+def summary(results: list[dict]) -> list[dict]:
+    """Per GPU and per vendor: rows, median and worst |error|."""
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        if r.get("error") in (None, "") or r.get("reported_only"):
+            continue
+        for key in (r["gpu"], f"vendor {r['vendor']}"):
+            groups.setdefault(key, []).append(float(r["error"]))
+    return [{"group": k, "rows": len(v), "median_abs": median(abs(e) for e in v),
+             "worst": max(v, key=abs)} for k, v in groups.items()]
+
+
+def write(results: list[dict], root: Path = ROOT) -> None:
+    with open(root / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, RESULT_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(results)
+    lines = ["# Llama 2 70B LoRA (MLPerf Training v4.1): simulated vs measured step time", "",
+             "Written by `python -m simulator.validation.finetune`; split and setup in "
+             "`split.yaml` (declared before any row ran; nothing fitted; its amendment, "
+             "the FP8 base the H200 TP1 runs' memory requires, is recorded there).", "",
+             "| GPU | system | GPUs | TP | CP | GA | measured s | simulated s | error | "
+             "peak GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.get("error") in (None, ""):
+            lines.append(f"| {r['gpu']} | {r['system']} | {r['gpus']} | | | | "
+                         f"{r['measured_s']} | | {r['note']} | |")
+            continue
+        lines.append(f"| {r['gpu']} | {r['system']} | {r['gpus']} | {r['tp']} | {r['cp']} | "
+                     f"{r['grad_accum']} | {r['measured_s']} | {r['simulated_s']} | "
+                     f"{r['error']:+.1%}{' (reported only)' if r.get('reported_only') else ''}"
+                     f" | {r['peak_memory_gib']}{' OOM' if r['oom'] else ''} |")
+    lines += ["", "Groups: the split's validation rows (Megatron-Bridge's GB200 rows are "
+              "reported only).", "",
+              "| group | rows | median abs error | worst error |", "|---|---|---|---|"]
+    for s in summary(results):
+        lines.append(f"| {s['group']} | {s['rows']} | {s['median_abs']:.1%} | "
+                     f"{s['worst']:+.1%} |")
+    (root / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--max-gpus", type=int, default=1024)
+    p.add_argument("--rows", nargs="*")
+    args = p.parse_args(argv)
+    results = run(args.max_gpus, args.rows)
+    if not args.rows:
+        write([*results, *bridge_rows()])
+    for s in summary(results):
+        print(f"{s['group']}: {s['rows']} rows, median |error| {s['median_abs']:.1%}, "
+              f"worst {s['worst']:+.1%}")
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["scenario_of", "simulate_row", "summary", "run"]
