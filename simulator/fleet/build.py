@@ -1,0 +1,152 @@
+"""From a mix to a fleet: the one cluster, each job kind's setup, the work bound.
+
+Jobs of the same scenario, GPU count and ``set`` keys are one *kind*: their trace and models
+are built once (:func:`~simulator.pipeline.build_setup` on the mix's cluster, as ``clustersim
+run`` builds them with ``--set cluster.gpus=N``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..constants import load_constants
+from ..errors import ConfigError
+from ..reliability.quantities import parse_duration, parse_rate
+from ..scenario import load_scenario, resolve_scenario, scenario_from_dict
+from ..topology.build import scenario_cluster
+from .contention import Work
+from .generate import generate_jobs
+from .mix import JobEntry, Mix, arrival_s, job_name
+from .placement import Layout
+from .simulate import Fleet, JobSpec
+
+OPS_PER_JOB = 3     # replays a job may cost: alone, then co-simulated on a start and a change
+
+
+def mix_cluster(mix: Mix, source: str):
+    """The cluster of the mix's ``cluster`` section (ECMP salted with seed 0, as a scenario
+    that sets none)."""
+    base = scenario_from_dict({"name": mix.name, "model": "llama-2-7b",
+                               "cluster": mix.cluster.model_dump(exclude_unset=True)}, source)
+    try:
+        return scenario_cluster(base, load_constants())
+    except ConfigError as exc:
+        raise exc.located(source) from None
+
+
+def build_fleet(mix: Mix, source: str) -> Fleet:
+    """The fleet of ``mix`` (read from ``source``): cluster, jobs and their kinds.
+
+    :raises ConfigError: naming ``source`` and the job's field where a job cannot run on
+        the cluster, or the work past ``limits.max_work``.
+    """
+    cluster = mix_cluster(mix, source)
+    layout = Layout.of(cluster)
+    per = layout.per_server
+    if mix.jobs is not None:
+        entries = mix.jobs
+    else:
+        try:
+            entries = generate_jobs(mix.generate, cluster.n_gpus, per, mix.seed)
+        except ConfigError as exc:
+            raise exc.located(source) from None
+    kinds: dict = {}
+    specs = []
+    for i, entry in enumerate(entries):
+        _check_size(entry, i, cluster.n_gpus, per, source)
+        work = _kind(kinds, entry, i, mix, cluster, source)
+        ck = entry.checkpoint
+        specs.append(JobSpec(
+            job_name(entry, i), arrival_s(entry), work, entry.gpus, entry.steps,
+            parse_duration(entry.duration) if entry.duration is not None else None,
+            entry.priority, parse_duration(ck.interval) if ck else None,
+            parse_duration(ck.save) if ck else 0.0, parse_duration(ck.restore) if ck else 0.0))
+    _check_work(specs, mix, source)
+    return Fleet(layout, specs, mix.scheduler, mix.placement, _node_rate(mix, source),
+                 parse_duration(mix.failures.repair), mix.seed,
+                 parse_duration(mix.limits.horizon), _scheduled(mix, len(layout.gpus), source))
+
+
+def _scheduled(mix: Mix, servers: int, source: str) -> tuple:
+    for i, f in enumerate(mix.failures.schedule):
+        if f.node >= servers:
+            raise ConfigError(f"node {f.node}: the cluster's servers are 0..{servers - 1}",
+                              source=source, field=f"failures.schedule[{i}].node")
+    return tuple((parse_duration(f.at), f.node) for f in mix.failures.schedule)
+
+
+def _check_size(entry: JobEntry, i: int, n_gpus: int, per: int, source: str) -> None:
+    field = f"jobs[{i}].gpus"
+    if entry.gpus > n_gpus:
+        raise ConfigError(f"{entry.gpus} GPUs; the cluster has {n_gpus}", source=source,
+                          field=field)
+    if entry.gpus > per and entry.gpus % per:
+        raise ConfigError(f"{entry.gpus} GPUs: a job of more than one server takes whole "
+                          f"servers of {per} GPUs", source=source, field=field)
+
+
+def _scenario_path(name: str, source: str) -> Path:
+    beside = Path(source).parent / name
+    return beside if beside.is_file() else resolve_scenario(name)
+
+
+def _kind(kinds: dict, entry: JobEntry, i: int, mix: Mix, cluster, source: str) -> Work:
+    """The kind of job ``entry`` (the ``i``-th), built the first time it is met."""
+    from ..pipeline import build_setup
+    where = f"jobs[{i}]"
+    try:
+        path = _scenario_path(entry.scenario, source)
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=source, field=f"{where}.scenario") from None
+    sets = [f"{k}={json.dumps(v)}" for k, v in sorted(entry.set.items())]
+    key = (str(path.resolve()), entry.gpus, tuple(sets))
+    if key in kinds:
+        return kinds[key]
+    try:
+        scn = load_scenario(path, sets)
+        scn = scn.model_copy(update={"cluster": mix.cluster.model_copy(
+            update={"gpus": entry.gpus})})
+        setup = build_setup(scn, str(path), cluster=cluster)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), source=source, field=where) from None
+    work = Work(f"{scn.name}@{entry.gpus}" + (f"[{','.join(sets)}]" if sets else ""),
+                setup.trace, setup.collectives, setup.compute, setup.job, setup.machine,
+                setup.capacity_bytes, setup)
+    first = next(iter(kinds.values()), None)
+    if first is not None and first.machine != work.machine:
+        raise ConfigError(f"simulation.fidelity {work.machine.fidelity} differs from the "
+                          f"first job's {first.machine.fidelity}: jobs on one cluster share "
+                          f"one fabric model", source=source, field=f"{where}.scenario")
+    kinds[key] = work
+    return work
+
+
+def ops_per_step(work: Work) -> int:
+    """Ops replayed to price one step of ``work`` (each of an extrapolated step's replays)."""
+    accum = work.setup.accum if work.setup is not None else None
+    traces = accum.traces if accum is not None else (work.trace,)
+    return sum(len(c.ops) for t in traces for c in t.classes)
+
+
+def work_estimate(specs: list[JobSpec]) -> float:
+    """Op replays the fleet may cost: :data:`OPS_PER_JOB` replays of each job's step (the
+    caches make most of them free)."""
+    return float(sum(OPS_PER_JOB * ops_per_step(s.work) for s in specs))
+
+
+def _check_work(specs: list[JobSpec], mix: Mix, source: str) -> None:
+    estimate = work_estimate(specs)
+    if estimate > mix.limits.max_work:
+        raise ConfigError(f"about {estimate:.3g} op replays for {len(specs)} jobs, past the "
+                          f"limit of {mix.limits.max_work:.3g}: fewer or smaller jobs, or a "
+                          f"higher limit", source=source, field="limits.max_work")
+
+
+def _node_rate(mix: Mix, source: str) -> float:
+    rate = parse_rate(mix.failures.node)
+    if rate.per_s > 0 and rate.basis != "node":
+        raise ConfigError(f"{rate.text!r} is per {rate.basis}; a node failure rate is per "
+                          f"node-time, e.g. '6.5 per 1000 node-days'", source=source,
+                          field="failures.node")
+    return rate.per_s
