@@ -80,3 +80,34 @@ def test_one_job_alone_on_the_fleet_is_clustersim_run_bit_for_bit(tmp_path):
     assert row["step_alone_s"] == run
     assert row["run_s"] == pytest.approx(3 * run, rel=1e-15)
     assert (row["queue_s"], row["slowdown"], row["end_s"]) == (0.0, 1.0, 5.0 + row["run_s"])
+
+
+def _two_jobs(model, placement: str, steps=(10, 30)):
+    from simulator.fleet.simulate import Fleet, JobSpec
+    work = Work("ar", _all_reduce(), model, NoCompute())
+    specs = [JobSpec(name, 0.0, work, 2, steps=n) for name, n in zip("AB", steps)]
+    return {j["job"]: j for j in Fleet(Layout.of(model.cluster), specs, "fifo",
+                                       placement).run().jobs}
+
+
+def test_in_the_fleet_neighbours_slow_each_other_until_one_ends(ideal_constants):
+    # four one-GPU servers, two to a leaf. Spread puts A on servers 0 and 2, B on 1 and 3:
+    # both rings cross the spine from both leaves. A runs 10 steps at the shared pace t2;
+    # B runs its first 10 steps at t2, then, alone, its last 20 at t1.
+    model, _, _ = _star(2, 4, ideal_constants)
+    t1 = replay(_all_reduce(), model, NoCompute(), placement=Placement((0, 2))).iteration_time_s
+    latency = t1 - SIZE / NIC
+    t2 = latency + 2 * SIZE / NIC
+    rows = _two_jobs(model, "spread")
+    assert rows["A"]["placement"] == "0 2" and rows["B"]["placement"] == "1 3"
+    assert rows["A"]["end_s"] == pytest.approx(10 * t2, rel=1e-9)
+    assert rows["B"]["end_s"] == pytest.approx(10 * t2 + 20 * t1, rel=1e-9)
+    assert rows["A"]["slowdown"] == pytest.approx(t2 / t1, rel=1e-9)
+    assert rows["B"]["slowdown"] == pytest.approx((10 * t2 + 20 * t1) / (30 * t1), rel=1e-9)
+    # packed keeps each job under one leaf: no shared link, each at its pace alone
+    packed = _two_jobs(model, "packed")
+    alone = replay(_all_reduce(), model, NoCompute()).iteration_time_s
+    assert packed["A"]["placement"] == "0 1" and packed["B"]["placement"] == "2 3"
+    assert (packed["A"]["end_s"], packed["B"]["end_s"]) == (10 * alone, 30 * alone)
+    assert packed["A"]["slowdown"] == pytest.approx(1.0, rel=1e-15)
+    assert packed["B"]["slowdown"] == pytest.approx(1.0, rel=1e-15)

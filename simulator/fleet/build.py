@@ -21,7 +21,8 @@ from .mix import JobEntry, Mix, arrival_s, job_name
 from .placement import Layout
 from .simulate import Fleet, JobSpec
 
-OPS_PER_JOB = 3     # replays a job may cost: alone, then co-simulated on a start and a change
+SHAPES_PER_KIND = 3     # placements of different shapes a kind is simulated alone on
+CO_SIMULATIONS = 2      # of a multi-server job: at its start and at a neighbour's change
 
 
 def mix_cluster(mix: Mix, source: str):
@@ -62,7 +63,7 @@ def build_fleet(mix: Mix, source: str) -> Fleet:
             parse_duration(entry.duration) if entry.duration is not None else None,
             entry.priority, parse_duration(ck.interval) if ck else None,
             parse_duration(ck.save) if ck else 0.0, parse_duration(ck.restore) if ck else 0.0))
-    _check_work(specs, mix, source)
+    _check_work(specs, per, mix, source)
     return Fleet(layout, specs, mix.scheduler, mix.placement, _node_rate(mix, source),
                  parse_duration(mix.failures.repair), mix.seed,
                  parse_duration(mix.limits.horizon), _scheduled(mix, len(layout.gpus), source))
@@ -129,14 +130,18 @@ def ops_per_step(work: Work) -> int:
     return sum(len(c.ops) for t in traces for c in t.classes)
 
 
-def work_estimate(specs: list[JobSpec]) -> float:
-    """Op replays the fleet may cost: :data:`OPS_PER_JOB` replays of each job's step (the
-    caches make most of them free)."""
-    return float(sum(OPS_PER_JOB * ops_per_step(s.work) for s in specs))
+def work_estimate(specs: list[JobSpec], per_server: int) -> float:
+    """Op replays the fleet may cost: each kind alone on :data:`SHAPES_PER_KIND` shapes,
+    and each job of more than one server co-simulated :data:`CO_SIMULATIONS` times (a job
+    on one server shares no link; steps are never replayed one by one)."""
+    kinds = {id(s.work): s.work for s in specs}
+    alone = SHAPES_PER_KIND * sum(ops_per_step(w) for w in kinds.values())
+    return float(alone + CO_SIMULATIONS * sum(ops_per_step(s.work) for s in specs
+                                              if s.gpus > per_server))
 
 
-def _check_work(specs: list[JobSpec], mix: Mix, source: str) -> None:
-    estimate = work_estimate(specs)
+def _check_work(specs: list[JobSpec], per_server: int, mix: Mix, source: str) -> None:
+    estimate = work_estimate(specs, per_server)
     if estimate > mix.limits.max_work:
         raise ConfigError(f"about {estimate:.3g} op replays for {len(specs)} jobs, past the "
                           f"limit of {mix.limits.max_work:.3g}: fewer or smaller jobs, or a "

@@ -74,6 +74,7 @@ class StepTimes:
         self.layout = layout
         self.where = {g: (s, p) for s, gpus in enumerate(layout.gpus) for p, g in enumerate(gpus)}
         self._alone: dict = {}
+        self._replayed: dict = {}
         self._together: dict = {}
         self.counts = Counts()
 
@@ -130,7 +131,11 @@ class StepTimes:
         out = []
         for (w, p), end in zip(members, ends):
             if w.extrapolated:      # the replayed micro-steps' slowdown, on the whole step
-                end = self.alone(w, p) * (end / w.replayed_s(p))
+                key = (w.name, self.shape(p))
+                if key not in self._replayed:
+                    self.counts.alone += 1
+                    self._replayed[key] = w.replayed_s(p)
+                end = self.alone(w, p) * (end / self._replayed[key])
             out.append(end)
         return out
 

@@ -1,0 +1,58 @@
+"""The fleet's answer (simulator/fleet/summary.py, outputs.py, the `cluster` command):
+time-weighted utilisation by the arithmetic, and the files of --out."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from simulator.cli import main
+from simulator.fleet.simulate import Fleet, JobSpec
+from simulator.fleet.summary import decision, summarize, time_weighted
+from test_fleet_scheduler import LAYOUT, FixedSteps
+
+
+def test_utilisation_is_time_weighted():
+    # 32 GPUs. A (8 GPUs) runs 0-100, B (16 GPUs) 50-150, C (8 GPUs, checkpoints costing
+    # save/interval = 1/4 of each step) 100-150 on 40 s of steps: 8, 24, then 24 GPUs held
+    # over [0, 50), [50, 100), [100, 150): (8*50 + 24*50 + 24*50) / 150 = 18.67 of 32;
+    # C does useful work on 8 / (1 + 1/4) = 6.4 of its 8 GPUs.
+    work = SimpleNamespace(name="stub")
+    specs = [JobSpec("A", 0.0, work, 8, duration_s=100.0),
+             JobSpec("B", 50.0, work, 16, duration_s=100.0),
+             JobSpec("C", 100.0, work, 8, duration_s=40.0, checkpoint_s=40.0, save_s=10.0)]
+    result = Fleet(LAYOUT, specs, "fifo", "packed", step_times=FixedSteps(LAYOUT)).run()
+    s = summarize(result)
+    assert result.end_s == 150.0
+    assert s["allocated"] == pytest.approx((8 * 50 + 24 * 50 + 24 * 50) / 150 / 32)
+    assert s["useful"] == pytest.approx((8 * 50 + 24 * 50 + (16 + 6.4) * 50) / 150 / 32)
+    assert time_weighted(result.samples, "running", 150.0) == pytest.approx(
+        (1 * 50 + 2 * 50 + 2 * 50) / 150)
+    assert (s["jobs_done"], s["queue_s_median"], s["slowdown_median"]) == (3, 0.0, 1.0)
+    assert "median job waits 0.0 s" in decision(s, "three jobs")
+
+
+def test_out_writes_the_tables_the_plots_and_the_report(tmp_path, capsys):
+    mix = tmp_path / "two.yaml"
+    mix.write_text("name: two\ncluster: {topology: dgx-a100-superpod, nodes: 2}\n"
+                   "jobs:\n"
+                   "  - {name: a, arrival: 0 s, scenario: quickstart, gpus: 16, steps: 5}\n"
+                   "  - {name: b, arrival: 1 s, scenario: quickstart, gpus: 8, steps: 5}\n")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as info:
+        main(["cluster", str(mix), "--out", str(out), "-q", "--against", "scheduler=fifo"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for name in ("jobs.csv", "fleet.csv", "summary.json", "utilisation.png", "jct_cdf.png",
+                 "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    jobs = pd.read_csv(out / "jobs.csv")
+    a, b = jobs.iloc[0], jobs.iloc[1]
+    assert list(jobs.job) == ["a", "b"] and a.queue_s == 0 and b.start_s == a.end_s
+    summary = json.loads((out / "summary.json").read_text())
+    sentence = summary["answer"][0]
+    assert sentence in (out / "report.html").read_text() and f"# {sentence}" in text
+    assert summary["answer"][1].startswith("With scheduler=fifo")
