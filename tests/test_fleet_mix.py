@@ -59,6 +59,7 @@ BAD = [
     (("seed",), -1, "seed", "greater than or equal"),
     (("failures",), {"node": 3}, "failures.node", "basis"),
     (("limits",), {"max_work": 0}, "limits.max_work", "greater than 0"),
+    (("failures",), {"schedule": [{"at": "1 h"}]}, "failures.schedule[0]", "node or switch"),
     (("cluster", "gpus"), 8, "cluster", "each job says its gpus"),
     (("jobs",), [], "jobs", "at least 1"),
 ]
@@ -79,6 +80,10 @@ def test_every_field_is_checked(tmp_path, keys, value, field, why):
     (("jobs", 0, "scenario"), "no-such", "jobs[0].scenario", "no scenario"),
     (("jobs", 0, "set"), {"training.micro_batch": 0}, "jobs[0]", "micro_batch"),
     (("failures",), {"node": "1 per day"}, "failures.node", "per node-time"),
+    (("failures",), {"leaf_switch": "1 per 9 node-days"}, "failures.leaf_switch",
+     "per switch-time"),
+    (("failures",), {"schedule": [{"at": "1 h", "switch": "leaf.x"}]},
+     "failures.schedule[0].switch", "no leaf switch 'leaf.x'"),
     (("failures",), {"schedule": [{"at": "1 h", "node": 4}]}, "failures.schedule[0].node",
      "0..3"),
     (("limits",), {"max_work": 10}, "limits.max_work", "op replays"),

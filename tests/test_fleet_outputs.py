@@ -29,6 +29,8 @@ def test_utilisation_is_time_weighted():
     assert result.end_s == 150.0
     assert s["allocated"] == pytest.approx((8 * 50 + 24 * 50 + 24 * 50) / 150 / 32)
     assert s["useful"] == pytest.approx((8 * 50 + 24 * 50 + (16 + 6.4) * 50) / 150 / 32)
+    # while jobs arrive (to C's arrival at 100): (8*50 + 24*50) / 100 of 32
+    assert s["allocated_arrivals"] == pytest.approx((8 * 50 + 24 * 50) / 100 / 32)
     assert time_weighted(result.samples, "running", 150.0) == pytest.approx(
         (1 * 50 + 2 * 50 + 2 * 50) / 150)
     assert (s["jobs_done"], s["queue_s_median"], s["slowdown_median"]) == (3, 0.0, 1.0)

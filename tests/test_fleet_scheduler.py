@@ -128,3 +128,23 @@ def test_placement_policies():
     assert packed(LAYOUT, half, 16) == tuple(range(8, 24))
     assert topo(LAYOUT, half, 16) == tuple(range(16, 32))
     assert packed(LAYOUT, half, 32) is None          # gang: all or nothing
+
+
+def test_a_leaf_switch_failure_stops_every_job_beneath_it_until_its_repair():
+    from simulator.fleet.simulate import Component
+    # leaf0 reaches servers 0-1. A (16 GPUs, packed on servers 0-1, no checkpoint) stops at
+    # 10 and starts over; B (server 2) runs on. Node 0 also fails at 20 (back at 120): at
+    # leaf0's repair (60) server 1 is back but server 0 is not, so A restarts on servers 1
+    # and 3 and runs its whole 100 s again: it ends at 160.
+    fleet = _fleet([("A", 0, 16, 100, 0), ("B", 0, 8, 100, 0)], "fifo")
+    fleet.components = tuple(Component(f"node {s}", (s,), repair_s=100.0) for s in range(4)) \
+        + (Component("leaf0", (0, 1), repair_s=50.0),)
+    fleet.scheduled = ((10.0, 4), (20.0, 0))
+    result = fleet.run()
+    rows = {j["job"]: j for j in result.jobs}
+    assert rows["B"]["restarts"] == 0 and rows["B"]["end_s"] == 100
+    assert rows["A"]["restarts"] == 1 and rows["A"]["lost_steps"] == pytest.approx(10)
+    assert rows["A"]["end_s"] == pytest.approx(160)
+    assert rows["A"]["placement"] == " ".join(map(str, [*range(8, 16), *range(24, 32)]))
+    downs = {s["time_s"]: s["down_gpus"] for s in result.samples}
+    assert (downs[10.0], downs[20.0], downs[60.0]) == (16, 16, 8)

@@ -19,7 +19,7 @@ from .contention import Work
 from .generate import generate_jobs
 from .mix import JobEntry, Mix, arrival_s, job_name
 from .placement import Layout
-from .simulate import Fleet, JobSpec
+from .simulate import Component, Fleet, JobSpec
 
 SHAPES_PER_KIND = 3     # placements of different shapes a kind is simulated alone on
 CO_SIMULATIONS = 2      # of a multi-server job: at its start and at a neighbour's change
@@ -64,17 +64,43 @@ def build_fleet(mix: Mix, source: str) -> Fleet:
             entry.priority, parse_duration(ck.interval) if ck else None,
             parse_duration(ck.save) if ck else 0.0, parse_duration(ck.restore) if ck else 0.0))
     _check_work(specs, per, mix, source)
-    return Fleet(layout, specs, mix.scheduler, mix.placement, _node_rate(mix, source),
-                 parse_duration(mix.failures.repair), mix.seed,
-                 parse_duration(mix.limits.horizon), _scheduled(mix, len(layout.gpus), source))
+    components = failing(layout, mix, source)
+    return Fleet(layout, specs, mix.scheduler, mix.placement, components, mix.seed,
+                 parse_duration(mix.limits.horizon),
+                 _scheduled(mix, components, len(layout.gpus), source))
 
 
-def _scheduled(mix: Mix, servers: int, source: str) -> tuple:
+def failing(layout: Layout, mix: Mix, source: str) -> tuple[Component, ...]:
+    """The components that fail: every server (its node), then every leaf switch (the
+    servers whose NICs reach it), with the mix's rates and repair times."""
+    f = mix.failures
+    node = _rate(f.node, "node", "failures.node", source)
+    leaf = _rate(f.leaf_switch, "switch", "failures.leaf_switch", source)
+    nodes = [Component(f"node {s}", (s,), node, parse_duration(f.repair))
+             for s in range(len(layout.gpus))]
+    under: dict[str, list[int]] = {}
+    for s, leaves in enumerate(layout.leaves):
+        for name in sorted(leaves):
+            under.setdefault(name, []).append(s)
+    switches = [Component(name, tuple(servers), leaf, parse_duration(f.leaf_repair))
+                for name, servers in sorted(under.items())]
+    return tuple(nodes + switches)
+
+
+def _scheduled(mix: Mix, components: tuple[Component, ...], servers: int,
+               source: str) -> tuple:
+    index = {c.name: i for i, c in enumerate(components)}
+    out = []
     for i, f in enumerate(mix.failures.schedule):
-        if f.node >= servers:
+        if f.node is not None and f.node >= servers:
             raise ConfigError(f"node {f.node}: the cluster's servers are 0..{servers - 1}",
                               source=source, field=f"failures.schedule[{i}].node")
-    return tuple((parse_duration(f.at), f.node) for f in mix.failures.schedule)
+        name = f"node {f.node}" if f.node is not None else f.switch
+        if name not in index:
+            raise ConfigError(f"no leaf switch {f.switch!r} in the cluster", source=source,
+                              field=f"failures.schedule[{i}].switch")
+        out.append((parse_duration(f.at), index[name]))
+    return tuple(out)
 
 
 def _check_size(entry: JobEntry, i: int, n_gpus: int, per: int, source: str) -> None:
@@ -148,10 +174,14 @@ def _check_work(specs: list[JobSpec], per_server: int, mix: Mix, source: str) ->
                           f"higher limit", source=source, field="limits.max_work")
 
 
-def _node_rate(mix: Mix, source: str) -> float:
-    rate = parse_rate(mix.failures.node)
-    if rate.per_s > 0 and rate.basis != "node":
-        raise ConfigError(f"{rate.text!r} is per {rate.basis}; a node failure rate is per "
-                          f"node-time, e.g. '6.5 per 1000 node-days'", source=source,
-                          field="failures.node")
+def _rate(text: str, basis: str, field: str, source: str) -> float:
+    """Failures per second of one component from ``text`` (per ``basis``-time).
+
+    :raises ConfigError: naming ``field`` for a rate of another basis.
+    """
+    rate = parse_rate(text)
+    if rate.per_s > 0 and rate.basis != basis:
+        raise ConfigError(f"{rate.text!r} is per {rate.basis}; a {basis} failure rate is per "
+                          f"{basis}-time, e.g. '6.5 per 1000 {basis}-days'", source=source,
+                          field=field)
     return rate.per_s

@@ -90,23 +90,34 @@ class Generate(BaseModel):
     checkpoint: CheckpointPolicy | None = None
 
 
-class NodeFailure(BaseModel):
-    """A node failure at a fixed time: ``{at: 3 h, node: 12}`` (servers numbered from 0)."""
+class ScheduledFailure(BaseModel):
+    """A failure at a fixed time: ``{at: 3 h, node: 12}`` (servers numbered from 0) or
+    ``{at: 3 h, switch: leaf.r0.g1}`` (a leaf switch by its topology name)."""
 
     model_config = _STRICT
     at: Duration
-    node: int = Field(ge=0)
+    node: int | None = Field(None, ge=0)
+    switch: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_target(self):
+        exactly_one(self, ("node", "switch"))
+        return self
 
 
 class FleetFailures(BaseModel):
-    """Node failures across the fleet: each node fails at ``node`` (a rate per node-time),
-    and at the times of ``schedule``; it comes back ``repair`` later; the jobs on it
-    restart from their last checkpoint."""
+    """Failures across the fleet: each node fails at ``node`` (a rate per node-time) and is
+    back ``repair`` later; each leaf switch at ``leaf_switch`` (per switch-time), back
+    ``leaf_repair`` later, taking out every server whose NICs reach it meanwhile; and the
+    failures of ``schedule``. The jobs on a failed server restart from their last
+    checkpoint."""
 
     model_config = _STRICT
     node: RateText = "0 per day"
     repair: PositiveDuration = "24 h"
-    schedule: list[NodeFailure] = Field(default_factory=list, max_length=MAX_JOBS)
+    leaf_switch: RateText = "0 per day"
+    leaf_repair: PositiveDuration = "4 h"
+    schedule: list[ScheduledFailure] = Field(default_factory=list, max_length=MAX_JOBS)
 
 
 class Limits(BaseModel):

@@ -1,4 +1,4 @@
-"""The fleet: arrivals, a scheduler, placement, step times under contention, node failures.
+"""The fleet: arrivals, a scheduler, placement, step times under contention, failures.
 
 A plain event loop (a heap of timed events, ties broken by insertion order), coarser than
 the replay engine: a job runs ``steps`` steps at the step time its current neighbours give it
@@ -99,19 +99,30 @@ class FleetResult:
     events: int
 
 
+@dataclass(frozen=True)
+class Component:
+    """What fails: a node or a switch, and the servers it takes out while it is down
+    (a leaf switch: every server whose NICs reach it)."""
+
+    name: str
+    servers: tuple[int, ...]
+    rate_per_s: float = 0.0
+    repair_s: float = 86400.0
+
+
 @dataclass(eq=False)
 class Fleet:
     """``specs`` on the cluster of ``layout``, scheduled by ``scheduler`` and placed by
-    ``placement`` (registry names); node failures at ``node_rate_per_s`` each, drawn from
-    ``seed``, and at the (time, server) pairs of ``scheduled``, each repaired in
-    ``repair_s``; nothing happens after ``horizon_s``."""
+    ``placement`` (registry names). ``components`` fail at their rates (exponential, each
+    from its own stream of ``seed``) and at the (time, component index) pairs of
+    ``scheduled``; by default one component per server (its node), none failing at
+    random. Nothing happens after ``horizon_s``."""
 
     layout: Layout
     specs: list[JobSpec]
     scheduler: str = "easy"
     placement: str = "packed"
-    node_rate_per_s: float = 0.0
-    repair_s: float = 86400.0
+    components: tuple[Component, ...] = ()
     seed: int = 0
     horizon_s: float = math.inf
     scheduled: tuple = ()
@@ -124,7 +135,12 @@ class Fleet:
         self.step_times = self.step_times or StepTimes(self.layout)
         self.n_gpus = self.layout.n_gpus
         self.free = [list(range(len(g))) for g in self.layout.gpus]
-        self.down: set[int] = set()
+        self.down: dict[int, int] = {}      # server -> its failed components
+        self.components = self.components or tuple(
+            Component(f"node {s}", (s,)) for s in range(len(self.layout.gpus)))
+        self._draws = [np.random.default_rng([self.seed, c]) for c in
+                       range(len(self.components))]
+        self._failed: set[int] = set()
         self._policy = PLACEMENTS[self.placement][0]
         self._schedule = SCHEDULERS[self.scheduler][0]
         self._heap: list = []
@@ -221,12 +237,8 @@ class Fleet:
             self._release(what)
             return True
         if kind == "fail":
-            self._fail(what)
-            return True
-        self.down.discard(what)     # repair
-        self.free[what] = list(range(len(self.layout.gpus[what])))
-        if self.node_rate_per_s > 0:
-            self._push(self.now + self._next_failure(what), "fail", what)
+            return self._fail(what)
+        self._repair(what)
         return True
 
     def _enqueue(self, job: _Job) -> None:
@@ -292,27 +304,41 @@ class Fleet:
 
     # --------------------------------------------------------------------- failures
     def _failures(self) -> None:
-        for at, server in self.scheduled:
-            self._push(at, "fail", server)
-        if self.node_rate_per_s <= 0:
-            return
-        self._draws = [np.random.default_rng([self.seed, s]) for s in range(len(self.free))]
-        for s in range(len(self.free)):
-            self._push(self._next_failure(s), "fail", s)
+        for at, c in self.scheduled:
+            self._push(at, "fail", c)
+        for c in range(len(self.components)):
+            self._next_failure(c)
 
-    def _next_failure(self, server: int) -> float:
-        return float(self._draws[server].exponential(1.0 / self.node_rate_per_s))
+    def _next_failure(self, c: int) -> None:
+        rate = self.components[c].rate_per_s
+        if rate > 0:
+            self._push(self.now + float(self._draws[c].exponential(1.0 / rate)), "fail", c)
 
-    def _fail(self, server: int) -> None:
-        if server in self.down:
-            return
+    def _fail(self, c: int) -> bool:
+        """Component ``c`` fails (unless it is down already): the jobs on its servers stop,
+        the servers are out until its repair."""
+        if c in self._failed:
+            return False
+        self._failed.add(c)
+        servers = set(self.components[c].servers)
         for job in [j for j in self.running if any(
-                self.step_times.where[g][0] == server for g in j.placement.gpus)]:
+                self.step_times.where[g][0] in servers for g in j.placement.gpus)]:
             job.restarts += 1
             self._stop(job)
-        self.down.add(server)
-        self.free[server] = []
-        self._push(self.now + self.repair_s, "repair", server)
+        for s in servers:
+            self.down[s] = self.down.get(s, 0) + 1
+            self.free[s] = []
+        self._push(self.now + self.components[c].repair_s, "repair", c)
+        return True
+
+    def _repair(self, c: int) -> None:
+        self._failed.discard(c)
+        for s in self.components[c].servers:
+            self.down[s] -= 1
+            if not self.down[s]:
+                del self.down[s]
+                self.free[s] = list(range(len(self.layout.gpus[s])))
+        self._next_failure(c)
 
     # ------------------------------------------------------------------------ tables
     def _row(self, job: _Job) -> dict:

@@ -1,8 +1,10 @@
 """The fleet's answer in numbers and words: queue times, slowdown, utilisation.
 
-Utilisation is time-weighted over the run (from time 0 to the last event): *allocated* is
-the share of the cluster's GPUs held by jobs, *useful* the share doing steps at the pace the
-job would have alone on its nominal GPUs (no restore, no checkpoint writes, no contention).
+Utilisation is time-weighted over the run (from time 0 to the last event), and over the
+arrivals (from time 0 to the last arrival: the steady state a planner sizes for, before the
+longest jobs drain alone): *allocated* is the share of the cluster's GPUs held by jobs,
+*useful* the share doing steps at the pace the job would have alone on its nominal GPUs (no
+restore, no checkpoint writes, no contention).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from .simulate import FleetResult
 
 
 def time_weighted(samples: list[dict], key: str, end_s: float) -> float:
-    """The mean of ``key`` over [0, ``end_s``], each sample holding until the next."""
+    """The mean of ``key`` over [0, ``end_s``], each sample holding until the next (zero
+    before the first)."""
+    samples = [s for s in samples if s["time_s"] < end_s]
     if not samples or end_s <= 0:
         return 0.0
     t = np.array([s["time_s"] for s in samples] + [end_s])
@@ -35,6 +39,7 @@ def summarize(result: FleetResult) -> dict:
     slow = [j["slowdown"] for j in jobs if j["slowdown"] is not None]
     jct = [j["end_s"] - j["arrival_s"] for j in done]
     n, end = result.n_gpus, result.end_s
+    last = max((j["arrival_s"] for j in jobs), default=0.0)
     return {
         "gpus": n, "jobs": len(jobs), "jobs_done": len(done), "makespan_s": end,
         "queue_s_median": _pct(queue, 50), "queue_s_p90": _pct(queue, 90),
@@ -44,6 +49,8 @@ def summarize(result: FleetResult) -> dict:
         "jct_s_median": _pct(jct, 50), "jct_s_p90": _pct(jct, 90),
         "allocated": time_weighted(result.samples, "busy_gpus", end) / n,
         "useful": time_weighted(result.samples, "useful_gpus", end) / n,
+        "allocated_arrivals": time_weighted(result.samples, "busy_gpus", last) / n,
+        "useful_arrivals": time_weighted(result.samples, "useful_gpus", last) / n,
         "queued_mean": time_weighted(result.samples, "queued", end),
         "restarts": sum(j["restarts"] for j in jobs),
         "preemptions": sum(j["preemptions"] for j in jobs),
@@ -55,9 +62,11 @@ def decision(s: dict, what: str) -> str:
     """The result in one sentence a manager reads."""
     return (f"{what}: the median job waits {fd(s['queue_s_median'])} (90th percentile "
             f"{fd(s['queue_s_p90'])}) and runs {100 * (s['slowdown_median'] - 1):.1f}% longer "
-            f"than alone (90th percentile {100 * (s['slowdown_p90'] - 1):.1f}%); the GPUs are "
-            f"{100 * s['allocated']:.0f}% allocated and {100 * s['useful']:.0f}% doing useful "
-            f"work; {s['jobs_done']} of {s['jobs']} jobs end within {fd(s['makespan_s'])}.")
+            f"than alone (90th percentile {100 * (s['slowdown_p90'] - 1):.1f}%); while jobs "
+            f"arrive the GPUs are {100 * s['allocated_arrivals']:.0f}% allocated and "
+            f"{100 * s['useful_arrivals']:.0f}% doing useful work ({100 * s['allocated']:.0f}% "
+            f"and {100 * s['useful']:.0f}% over the whole run); {s['jobs_done']} of "
+            f"{s['jobs']} jobs end within {fd(s['makespan_s'])}.")
 
 
 def comparison(base: dict, other: dict, change: str) -> str:
@@ -67,7 +76,8 @@ def comparison(base: dict, other: dict, change: str) -> str:
     return (f"With {change}, the median job runs {abs(slow):.1f} points "
             f"{'longer' if slow >= 0 else 'shorter'} than alone, the mean queue time "
             f"{'grows' if mean >= 0 else 'shrinks'} by {fd(abs(mean))} and useful GPU work "
-            f"goes from {100 * base['useful']:.1f}% to {100 * other['useful']:.1f}%.")
+            f"while jobs arrive goes from {100 * base['useful_arrivals']:.1f}% to "
+            f"{100 * other['useful_arrivals']:.1f}%.")
 
 
 def table_lines(s: dict) -> list[tuple[str, str]]:
@@ -79,6 +89,8 @@ def table_lines(s: dict) -> list[tuple[str, str]]:
             ("jct_median", fd(s["jct_s_median"])), ("jct_p90", fd(s["jct_s_p90"])),
             ("allocated", f"{100 * s['allocated']:.1f}%"),
             ("useful", f"{100 * s['useful']:.1f}%"),
+            ("allocated_arrivals", f"{100 * s['allocated_arrivals']:.1f}%"),
+            ("useful_arrivals", f"{100 * s['useful_arrivals']:.1f}%"),
             ("restarts", str(s["restarts"])), ("preemptions", str(s["preemptions"])),
             ("makespan", fd(s["makespan_s"])),
             ("simulations", f"{s['simulations_alone']} alone, {s['simulations_together']} "
