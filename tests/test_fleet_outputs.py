@@ -34,6 +34,13 @@ def test_utilisation_is_time_weighted():
     assert time_weighted(result.samples, "running", 150.0) == pytest.approx(
         (1 * 50 + 2 * 50 + 2 * 50) / 150)
     assert (s["jobs_done"], s["queue_s_median"], s["slowdown_median"]) == (3, 0.0, 1.0)
+    assert "cost_usd" not in s
+    priced = summarize(result, usd_per_gpu_hour=2.0)
+    # the whole cluster over the run: 32 GPUs x 150 s at 2 USD per GPU-hour, over the
+    # useful GPU-hours
+    assert priced["cost_usd"] == pytest.approx(32 * 150 / 3600 * 2.0)
+    assert priced["usd_per_useful_gpu_hour"] == pytest.approx(
+        priced["cost_usd"] / (s["useful"] * 32 * 150 / 3600))
     assert "median job waits 0.0 s" in decision(s, "three jobs")
 
 
@@ -58,3 +65,21 @@ def test_out_writes_the_tables_the_plots_and_the_report(tmp_path, capsys):
     sentence = summary["answer"][0]
     assert sentence in (out / "report.html").read_text() and f"# {sentence}" in text
     assert summary["answer"][1].startswith("With scheduler=fifo")
+
+
+def test_a_mix_with_failures_gives_the_same_bytes_twice(tmp_path):
+    from simulator.fleet.build import build_fleet
+    from simulator.fleet.mix import load_mix
+    mix = tmp_path / "f.yaml"
+    mix.write_text("name: f\ncluster: {topology: dgx-a100-superpod, nodes: 4}\nseed: 7\n"
+                   "failures: {node: '1 per node-hour', repair: 10 min}\n"
+                   "jobs:\n"
+                   "  - {arrival: 0 s, scenario: quickstart, gpus: 16, duration: 3 h,\n"
+                   "     checkpoint: {interval: 20 min, restore: 1 min}}\n"
+                   "  - {arrival: 1 min, scenario: quickstart, gpus: 8, duration: 2 h}\n")
+    runs = [pd.DataFrame(build_fleet(*load_mix(mix)).run().jobs) for _ in range(2)]
+    assert runs[0].to_csv() == runs[1].to_csv()
+    assert runs[0].restarts.sum() > 0           # the failures did hit the jobs
+    other = mix.read_text().replace("seed: 7", "seed: 8")
+    mix.write_text(other)
+    assert pd.DataFrame(build_fleet(*load_mix(mix)).run().jobs).to_csv() != runs[0].to_csv()

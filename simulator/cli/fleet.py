@@ -47,13 +47,14 @@ def register(cli: click.Group) -> None:
         if out is not None:
             prepare_out_dir(out)
         from ..fleet.summary import comparison, decision, summarize, table_lines
-        result, what = _run(loaded, source)
-        summary = summarize(result)
+        result, what, price = _run(loaded, source)
+        summary = summarize(result, price)
         sentences = [decision(summary, what)]
         if other is not None:
             stage(f"cluster: again with {' '.join(against)}")
-            second, _ = _run(*other)
-            sentences.append(comparison(summary, summarize(second), " and ".join(against)))
+            second, _, price = _run(*other)
+            sentences.append(comparison(summary, summarize(second, price),
+                                        " and ".join(against)))
         if out is not None:
             from ..fleet.outputs import write_outputs      # matplotlib: only for --out
             write_outputs(out, result, summary, sentences, loaded.name,
@@ -73,7 +74,10 @@ def register(cli: click.Group) -> None:
 
 
 def _run(mix, source: str):
-    """Build and run the fleet of ``mix``; the result and what ran, in words."""
+    """Build and run the fleet of ``mix``: the result, what ran, in words, and the price
+    of a GPU-hour of its cluster (the catalog's list price, as `compare` takes it; None
+    where it has none)."""
+    from ..compare.cost import resolve_price
     from ..fleet.build import build_fleet
     stage(f"cluster: building the jobs of {mix.name}")
     fleet = build_fleet(mix, source)
@@ -81,4 +85,5 @@ def _run(mix, source: str):
           f"scheduler, {mix.placement} placement")
     what = (f"{len(fleet.specs)} jobs on {fleet.n_gpus:,} GPUs ({mix.cluster.topology}), "
             f"{mix.scheduler} scheduler, {mix.placement} placement")
-    return fleet.run(), what
+    price = resolve_price(fleet.gpu, topology=mix.cluster.topology)
+    return fleet.run(), what, price.usd_per_gpu_hour if price is not None else None

@@ -67,7 +67,8 @@ def build_fleet(mix: Mix, source: str) -> Fleet:
     components = failing(layout, mix, source)
     return Fleet(layout, specs, mix.scheduler, mix.placement, components, mix.seed,
                  parse_duration(mix.limits.horizon),
-                 _scheduled(mix, components, len(layout.gpus), source))
+                 _scheduled(mix, components, len(layout.gpus), source),
+                 str(cluster.G.graph.get("gpu", "")))
 
 
 def failing(layout: Layout, mix: Mix, source: str) -> tuple[Component, ...]:

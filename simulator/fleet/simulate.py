@@ -126,6 +126,7 @@ class Fleet:
     seed: int = 0
     horizon_s: float = math.inf
     scheduled: tuple = ()
+    gpu: str = ""                       # the cluster's GPU model, for its price
     step_times: StepTimes | None = None
     now: float = 0.0
     queue: list = field(default_factory=list)

@@ -31,8 +31,9 @@ def _pct(values, q) -> float:
     return float(np.percentile(arr, q)) if arr.size else 0.0
 
 
-def summarize(result: FleetResult) -> dict:
-    """The fleet's numbers (``summary.json``, the printed table, the report)."""
+def summarize(result: FleetResult, usd_per_gpu_hour: float | None = None) -> dict:
+    """The fleet's numbers (``summary.json``, the printed table, the report); with a price,
+    what the whole cluster costs over the run and per GPU-hour of useful work."""
     jobs = result.jobs
     done = [j for j in jobs if j["state"] == "done"]
     queue = [j["queue_s"] for j in jobs if j["queue_s"] is not None]
@@ -40,7 +41,7 @@ def summarize(result: FleetResult) -> dict:
     jct = [j["end_s"] - j["arrival_s"] for j in done]
     n, end = result.n_gpus, result.end_s
     last = max((j["arrival_s"] for j in jobs), default=0.0)
-    return {
+    out = {
         "gpus": n, "jobs": len(jobs), "jobs_done": len(done), "makespan_s": end,
         "queue_s_median": _pct(queue, 50), "queue_s_p90": _pct(queue, 90),
         "queue_s_mean": float(np.mean(queue)) if queue else 0.0,
@@ -56,6 +57,12 @@ def summarize(result: FleetResult) -> dict:
         "preemptions": sum(j["preemptions"] for j in jobs),
         "events": result.events, **{f"simulations_{k}": v for k, v in result.counts.items()},
     }
+    if usd_per_gpu_hour is not None:
+        gpu_hours = n * end / 3600.0
+        useful = out["useful"] * gpu_hours
+        out["cost_usd"] = gpu_hours * usd_per_gpu_hour
+        out["usd_per_useful_gpu_hour"] = out["cost_usd"] / useful if useful > 0 else None
+    return out
 
 
 def decision(s: dict, what: str) -> str:
@@ -93,5 +100,8 @@ def table_lines(s: dict) -> list[tuple[str, str]]:
             ("useful_arrivals", f"{100 * s['useful_arrivals']:.1f}%"),
             ("restarts", str(s["restarts"])), ("preemptions", str(s["preemptions"])),
             ("makespan", fd(s["makespan_s"])),
+            *([("cost", f"{s['cost_usd']:,.0f} USD (the cluster over the run; "
+                        f"{s['usd_per_useful_gpu_hour'] or 0:,.2f} USD per useful GPU-hour)")]
+              if "cost_usd" in s else []),
             ("simulations", f"{s['simulations_alone']} alone, {s['simulations_together']} "
                             f"together, {s['simulations_hits']} cached")]
