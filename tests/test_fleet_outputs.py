@@ -11,7 +11,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.fleet.simulate import Fleet, JobSpec
-from simulator.fleet.summary import decision, summarize, time_weighted
+from simulator.fleet.summary import comparison, decision, summarize, time_weighted
 from test_fleet_scheduler import LAYOUT, FixedSteps
 
 
@@ -34,6 +34,10 @@ def test_utilisation_is_time_weighted():
     assert time_weighted(result.samples, "running", 150.0) == pytest.approx(
         (1 * 50 + 2 * 50 + 2 * 50) / 150)
     assert (s["jobs_done"], s["queue_s_median"], s["slowdown_median"]) == (3, 0.0, 1.0)
+    slower = {**s, "slowdown_median": 1.07, "queue_s_mean": s["queue_s_mean"] + 2400}
+    assert comparison(s, slower, "2:1").startswith(
+        "With 2:1, the median job runs 7.0% longer than alone instead of 0.0% (+7.0 points), "
+        "the mean queue time grows by 40.0 min")
     assert "cost_usd" not in s
     priced = summarize(result, usd_per_gpu_hour=2.0)
     # the whole cluster over the run: 32 GPUs x 150 s at 2 USD per GPU-hour, over the

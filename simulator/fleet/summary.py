@@ -80,8 +80,9 @@ def comparison(base: dict, other: dict, change: str) -> str:
     """What ``change`` (``placement=spread``) does, against the base run."""
     slow = 100 * (other["slowdown_median"] - base["slowdown_median"])
     mean = other["queue_s_mean"] - base["queue_s_mean"]
-    return (f"With {change}, the median job runs {abs(slow):.1f} points "
-            f"{'longer' if slow >= 0 else 'shorter'} than alone, the mean queue time "
+    return (f"With {change}, the median job runs {100 * (other['slowdown_median'] - 1):.1f}% "
+            f"longer than alone instead of {100 * (base['slowdown_median'] - 1):.1f}% "
+            f"({'+' if slow >= 0 else '-'}{abs(slow):.1f} points), the mean queue time "
             f"{'grows' if mean >= 0 else 'shrinks'} by {fd(abs(mean))} and useful GPU work "
             f"while jobs arrive goes from {100 * base['useful_arrivals']:.1f}% to "
             f"{100 * other['useful_arrivals']:.1f}%.")
