@@ -36,8 +36,8 @@ def register(cli: click.Group) -> None:
         MIX is a mix YAML file or a shipped name (scenarios/mixes/; docs/cluster.md).
         Jobs arrive, wait for the scheduler (fifo, easy, priority), are placed (packed,
         spread, topology) and run their steps at the pace their neighbours on the
-        fabric leave them; node failures stop the jobs on them. Prints the fleet's queue
-        times, slowdown and GPU utilisation.
+        fabric leave them; node and leaf-switch failures stop the jobs on them. Prints
+        the fleet's queue times, slowdown from contention, GPU utilisation and cost.
         """
         from ..outpaths import prepare_out_dir
         from ..fleet.mix import load_mix
