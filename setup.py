@@ -14,7 +14,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SHIPPED = {"scenarios": ("*.yaml", "studies/*.yaml"), "topologies": ("*.yaml",)}
+SHIPPED = {"scenarios": ("*.yaml", "studies/*.yaml", "mixes/*.yaml"), "topologies": ("*.yaml",)}
 
 
 def compile_sources(package_dir) -> None:

@@ -11,7 +11,7 @@ from .cluster import Cluster
 from .constants import load_constants
 from .collectives.model import CollectiveModel
 from .compute import ComputeModel
-from .engine import JobConfig, MachineConfig, Timeline, replay
+from .engine import JobConfig, MachineConfig, Placement, Timeline, replay
 from .engine.variability import resolve_sigmas
 from .choices import framework_of
 from .energy.power import capped_gpu
@@ -372,17 +372,18 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
                  tuple(x for x in built if x.validated))
 
 
-def run_setup(setup: Setup) -> RunResult:
+def run_setup(setup: Setup, placement: Placement | None = None) -> RunResult:
     """Replay one iteration and compute its metrics (a step of many identical micro-steps:
-    a few replays extrapolated, :mod:`simulator.accum`)."""
+    a few replays extrapolated, :mod:`simulator.accum`), its ranks on the GPUs of
+    ``placement`` (the cluster's first GPUs when None)."""
     plan = setup.accum
     if plan is None:
-        return _replayed(setup, setup.trace)
-    runs = [_replayed(setup, trace) for trace in plan.traces]
+        return _replayed(setup, setup.trace, placement)
+    runs = [_replayed(setup, trace, placement) for trace in plan.traces]
     done = extrapolate(plan, [r.metrics for r in runs], setup.peak_flops)
     if done is not None:
         return RunResult(setup, runs[-1].timeline, *done)
-    return _replayed(setup, full_trace(plan))      # not periodic: every micro-step
+    return _replayed(setup, full_trace(plan), placement)    # not periodic: every micro-step
 
 
 def with_trace(setup: Setup, fn: Callable[[Trace], Trace]) -> Setup:
@@ -394,10 +395,11 @@ def with_trace(setup: Setup, fn: Callable[[Trace], Trace]) -> Setup:
     return replace(setup, trace=plan_trace(plan), accum=plan)
 
 
-def _replayed(setup: Setup, trace: Trace) -> RunResult:
+def _replayed(setup: Setup, trace: Trace, placement: Placement | None = None) -> RunResult:
     try:
         tl = replay(trace, setup.collectives, setup.compute, setup.job, setup.machine,
-                    setup.capacity_bytes, checked=any(x is trace for x in setup.checked))
+                    setup.capacity_bytes, placement=placement,
+                    checked=any(x is trace for x in setup.checked))
     except ConfigError as exc:   # an nccl: knob the cluster cannot honour, met at its first op
         raise setup.scenario.located(exc) from None
     return RunResult(setup, tl, compute_metrics(tl, trace.world_size, setup.peak_flops))

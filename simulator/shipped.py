@@ -16,7 +16,8 @@ from pathlib import Path
 from .errors import ConfigError
 
 # kind -> folder, relative to the repository top and to simulator/_shipped/
-FOLDERS = {"scenarios": "scenarios", "studies": "scenarios/studies", "topologies": "topologies"}
+FOLDERS = {"scenarios": "scenarios", "studies": "scenarios/studies", "mixes": "scenarios/mixes",
+           "topologies": "topologies"}
 PACKAGED = "_shipped"
 
 

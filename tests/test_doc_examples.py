@@ -31,6 +31,8 @@ CHEAPER = {
     "study scaling-linearity": ["--workers", "1"],
     "validate traces": ["--out", "traces-report"],        # not into the repository's
     "plan ": ["--replay", "1", "--max-pp", "2", "--max-tp", "2"],
+    "cluster llm-oversubscribed": ["--set", "generate.jobs=3"],     # (before "cluster ")
+    "cluster ": ["--set", "generate.jobs=6"],
 }
 NOT_RUN = {
     "import pytorch rank0.json.gz rank1.json.gz -o job.json.gz":

@@ -9,25 +9,11 @@ import numpy as np
 import pytest
 
 from conftest import GB, make_model, star_graph
+from job_helpers import NIC, SIZE, NoCompute
+from job_helpers import all_reduce as _all_reduce
 from simulator.engine import Job, Machine, MachineConfig, Placement, replay, run_jobs
 from simulator.errors import ConfigError
-from simulator.trace import Communicator, Op, RankClass, Trace
-
-SIZE = 1 << 30          # bytes of each all-reduce
-NIC = 10 * GB           # NIC and spine uplink bandwidth of the star
-
-
-class NoCompute:
-    def op_time_s(self, op_class, flops, bytes_accessed, precision, shape=None):
-        return 0.0
-
-
-def _all_reduce(ranks: int = 2) -> Trace:
-    op = Op(id=0, stream="comm", kind="collective", name="ar", collective="all_reduce",
-            size_bytes=SIZE, comm="world")
-    world = tuple(range(ranks))
-    return Trace(ranks, [RankClass("all", world, [op])],
-                 {"world": Communicator("world", (world,))})
+from simulator.trace import Op, RankClass, Trace
 
 
 @pytest.fixture

@@ -94,6 +94,9 @@ def test_wheel_install_runs_from_any_folder(fresh_venv, tmp_path):
     compare = _run(fresh_venv, tmp_path, "compare", "--strategies", "fsdp-full,ddp")
     assert compare.returncode == 0, compare.stderr
     assert "fsdp-full" in compare.stdout and "ddp" in compare.stdout
+    fleet = _run(fresh_venv, tmp_path, "cluster", "--set", "generate.jobs=4", "--quiet")
+    assert fleet.returncode == 0, fleet.stderr          # the shipped mix, by its default name
+    assert "4 done of 4" in fleet.stdout
     listed = _run(fresh_venv, tmp_path, "list", "topologies")
     assert [line.split()[0] for line in listed.stdout.splitlines()] == \
         sorted(p.stem for p in (REPO / "topologies").glob("*.yaml"))

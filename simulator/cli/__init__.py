@@ -2,7 +2,7 @@
 
 Each command lives in its own module of this package (``collective``, ``topology``,
 ``run`` with ``trace``, ``capacity``, ``compare``, ``plan``, ``reliability``, ``study``, ``replay``
-with ``import``, ``validate``), whose ``register`` adds it to the :func:`cli` group; shared
+with ``import``, ``validate``, ``fleet`` (the ``cluster`` command)), whose ``register`` adds it to the :func:`cli` group; shared
 pieces (argument types, rank specs, the metrics lines) live in :mod:`simulator.cli.common`.
 
 :func:`main` is the console script. Every user mistake (bad option, bad size, bad rank,
@@ -36,8 +36,8 @@ from .. import __version__
 from ..errors import ClusterSimError
 from ..lifetime import ends_with_exit
 from ..units import UnitError
-from . import (capacity, collective, compare, listing, plan, reliability, replay, run,
-               study, topology, validate)
+from . import (capacity, collective, compare, fleet, listing, plan, reliability, replay,
+               run, study, topology, validate)
 from .common import PROG
 
 EXIT_USAGE = 2
@@ -62,7 +62,7 @@ def cli() -> None:
 
 for _register in (collective.register, topology.register, run.register, capacity.register,
                   compare.register, plan.register, reliability.register, study.register,
-                  replay.register, validate.register, listing.register):
+                  replay.register, validate.register, fleet.register, listing.register):
     _register(cli)
 
 

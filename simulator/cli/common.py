@@ -146,6 +146,11 @@ def load_topology_arg(topology: str, nodes: int | None, option: str):
     return path, load_topology(path, nodes=nodes)
 
 
+format_option = click.option("--format", "fmt", type=click.Choice(["table", "json"]),
+                             default="table", show_default=True,
+                             help="A table for people, or JSON for programs.")
+
+
 def names_sets(command):
     """Decorate a command taking ``scenario`` and ``sets`` (``--set KEY=VALUE``): an error
     in a value a ``--set`` gave names it (``quickstart.yaml: --set cluster.links.x.bw: ...``,

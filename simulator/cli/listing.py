@@ -1,11 +1,11 @@
-"""`clustersim list`: what is shipped (scenarios, studies, topologies, models, GPUs), by the
+"""`clustersim list`: what is shipped (scenarios, studies, mixes, topologies, models, GPUs), by the
 bare names the other commands take, with one line about each."""
 
 from __future__ import annotations
 
 import click
 
-KINDS = ("scenarios", "studies", "topologies", "models", "gpus")
+KINDS = ("scenarios", "studies", "mixes", "topologies", "models", "gpus")
 
 
 def _described(kind: str) -> list[tuple[str, str]]:
@@ -50,9 +50,10 @@ def register(cli: click.Group) -> None:
     @cli.command("list")
     @click.argument("kind", type=click.Choice(KINDS), default="scenarios")
     def list_command(kind: str) -> None:
-        """Show what is shipped: KIND is scenarios (default), studies, topologies, models or
-        gpus. Every name listed works as an argument from any folder (`clustersim run NAME`,
-        `--topology NAME`, `--set model=NAME`, `clustersim study NAME`)."""
+        """Show what is shipped: KIND is scenarios (default), studies, mixes, topologies,
+        models or gpus. Every name listed works as an argument from any folder (`clustersim
+        run NAME`, `--topology NAME`, `--set model=NAME`, `clustersim study NAME`,
+        `clustersim cluster NAME`)."""
         rows = list_rows(kind)
         width = max((len(n) for n, _ in rows), default=0)
         for name, text in rows:

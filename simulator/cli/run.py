@@ -11,7 +11,7 @@ from ..choices import DEFAULT_SCENARIO
 from ..gcpause import gc_paused
 from ..lifetime import keep
 from ..progress import quiet_option, stage
-from .common import metric_rows, names_sets
+from .common import format_option, metric_rows, names_sets
 from .configfile import config_options
 from .configfile import load as load_with_config
 
@@ -27,8 +27,7 @@ def register(cli: click.Group) -> None:
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--out", type=click.Path(path_type=Path), default=None,
                   help="Write summary.json, CSVs, a Perfetto timeline and PNG plots here.")
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-                  show_default=True)
+    @format_option
     @config_options
     @quiet_option
     @names_sets

@@ -34,6 +34,16 @@ def _invalid(message: str) -> PydanticCustomError:
     return PydanticCustomError("invalid", "{reason}", {"reason": message})
 
 
+def exactly_one(model: BaseModel, keys: tuple[str, ...]) -> None:
+    """Refuse ``model`` unless exactly one of ``keys`` is set (not None).
+
+    :raises PydanticCustomError: ``give exactly one of a, b or c``.
+    """
+    if sum(getattr(model, k) is not None for k in keys) != 1:
+        names = ", ".join(keys[:-1]) + f" or {keys[-1]}"
+        raise _invalid(f"give exactly one of {names}")
+
+
 def _checked(parse, positive: bool = False, what: str = "value"):
     """A before-validator that parses ``value`` with ``parse`` and keeps the text."""
     def check(value):
@@ -159,9 +169,7 @@ class Checkpoint(_Cfg):
 
     @model_validator(mode="after")
     def _one_interval(self):
-        given = [k for k in _EXCLUSIVE["checkpoint"] if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise _invalid("give exactly one of interval, every_iterations or keras")
+        exactly_one(self, _EXCLUSIVE["checkpoint"])
         if self.copy_to_shared_every and self.target == "shared_fs":
             raise _invalid("copy_to_shared_every needs target local_nvme or peer_memory")
         return self
@@ -183,8 +191,7 @@ class Job(_Cfg):
 
     @model_validator(mode="after")
     def _one_length(self):
-        if (self.iterations is None) == (self.duration is None):
-            raise _invalid("give exactly one of iterations or duration")
+        exactly_one(self, _EXCLUSIVE["job"])
         return self
 
 

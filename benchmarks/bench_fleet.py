@@ -1,0 +1,79 @@
+"""Benchmark of the fleet simulation (`clustersim cluster`, docs/cluster.md).
+
+A generated Seren-like mix (Acme summary) with node failures on DGX A100 SuperPOD fabric:
+by default 2,000 jobs on 2,048 GPUs (256 servers) arriving over about a week; ``--nodes
+2048 --jobs 8000 --days 30`` is the month on 16,384 GPUs. The arrival rate is set so the
+arrivals span ``--days``. Prints the wall time of the build (cluster, job kinds) and of the
+run (simulations included), the fleet's events and events per second, and how many step
+simulations ran. Usage: ``python benchmarks/bench_fleet.py [--nodes N] [--jobs N]
+[--days D] [--placement P]``; run it under ``ulimit -v`` on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simulator.fleet.build import build_fleet  # noqa: E402
+from simulator.fleet.generate import generate_jobs  # noqa: E402
+from simulator.fleet.mix import Mix  # noqa: E402
+from simulator.fleet.summary import summarize  # noqa: E402
+from simulator.reliability.quantities import parse_duration  # noqa: E402
+
+DAY = 86400.0
+
+
+def mix(nodes: int, jobs: int, days: float, placement: str) -> Mix:
+    data = {"name": "bench", "cluster": {"topology": "dgx-a100-superpod", "nodes": nodes},
+            "scheduler": "easy", "placement": placement, "seed": 1,
+            "failures": {"node": "2.9 per 1000 node-days", "repair": "24 h"},
+            "generate": {"cluster": "Seren", "jobs": jobs, "load": 1.0,
+                         "scenarios": {"resnet50-ddp-8gpu": 1, "bert-large-ddp-8gpu": 1,
+                                       "quickstart": 8},
+                         "high_priority": 0.1,
+                         "checkpoint": {"interval": "30 min", "save": "10 s",
+                                        "restore": "1 min"}}}
+    # the load that spreads the arrivals over ``days``: the span at load 1, over days
+    gen = Mix.model_validate(data).generate
+    drawn = generate_jobs(gen, nodes * 8, 8, 1)
+    span = parse_duration(drawn[-1].arrival)
+    data["generate"]["load"] = max(1e-6, round(span / (days * DAY), 6))
+    return Mix.model_validate(data)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=256)
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--days", type=float, default=7.0)
+    ap.add_argument("--placement", default="topology")
+    ap.add_argument("--progress", action="store_true", help="progress lines on stderr")
+    args = ap.parse_args()
+    if args.progress:
+        from simulator.progress import configure
+        configure(True)
+    t0 = time.perf_counter()
+    m = mix(args.nodes, args.jobs, args.days, args.placement)
+    fleet = build_fleet(m, "bench")
+    t1 = time.perf_counter()
+    result = fleet.run()
+    t2 = time.perf_counter()
+    s = summarize(result)
+    print(f"fleet: {args.jobs} jobs on {fleet.n_gpus:,} GPUs, load {m.generate.load}, "
+          f"arrivals over {args.days:g} d, {m.placement} placement, node failures")
+    print(f"build: {t1 - t0:.2f} s (cluster, job kinds)")
+    print(f"run: {t2 - t1:.2f} s wall, {result.events:,} events, "
+          f"{result.events / (t2 - t1):,.0f} events/s; simulations: "
+          f"{s['simulations_alone']} alone, {s['simulations_together']} together, "
+          f"{s['simulations_hits']:,} cached")
+    print(f"total: {t2 - t0:.2f} s; simulated {result.end_s / DAY:.2f} d, "
+          f"{s['jobs_done']} jobs done, {s['restarts']} restarts, allocated "
+          f"{100 * s['allocated']:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""From a mix to a fleet: the one cluster, each job kind's setup, the work bound.
+
+Jobs of the same scenario, GPU count and ``set`` keys are one *kind*: their trace and models
+are built once (:func:`~simulator.pipeline.build_setup` on the mix's cluster, as ``clustersim
+run`` builds them with ``--set cluster.gpus=N``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..constants import load_constants
+from ..errors import ConfigError
+from ..reliability.quantities import parse_duration, parse_rate
+from ..scenario import load_scenario, resolve_scenario, scenario_from_dict
+from ..topology.build import scenario_cluster
+from .contention import Work
+from .generate import generate_jobs
+from .mix import JobEntry, Mix, arrival_s, job_name
+from .placement import Layout
+from .simulate import Component, Fleet, JobSpec
+
+SHAPES_PER_KIND = 3     # placements of different shapes a kind is simulated alone on
+CO_SIMULATIONS = 2      # of a multi-server job: at its start and at a neighbour's change
+
+
+def mix_cluster(mix: Mix, source: str):
+    """The cluster of the mix's ``cluster`` section (ECMP salted with seed 0, as a scenario
+    that sets none)."""
+    base = scenario_from_dict({"name": mix.name, "model": "llama-2-7b",
+                               "cluster": mix.cluster.model_dump(exclude_unset=True)}, source)
+    try:
+        return scenario_cluster(base, load_constants())
+    except ConfigError as exc:
+        raise exc.located(source) from None
+
+
+def build_fleet(mix: Mix, source: str) -> Fleet:
+    """The fleet of ``mix`` (read from ``source``): cluster, jobs and their kinds.
+
+    :raises ConfigError: naming ``source`` and the job's field where a job cannot run on
+        the cluster, or the work past ``limits.max_work``.
+    """
+    cluster = mix_cluster(mix, source)
+    layout = Layout.of(cluster)
+    per = layout.per_server
+    if mix.jobs is not None:
+        entries = mix.jobs
+    else:
+        try:
+            entries = generate_jobs(mix.generate, cluster.n_gpus, per, mix.seed)
+        except ConfigError as exc:
+            raise exc.located(source) from None
+    kinds: dict = {}
+    specs = []
+    for i, entry in enumerate(entries):
+        _check_size(entry, i, cluster.n_gpus, per, source)
+        work = _kind(kinds, entry, i, mix, cluster, source)
+        ck = entry.checkpoint
+        specs.append(JobSpec(
+            job_name(entry, i), arrival_s(entry), work, entry.gpus, entry.steps,
+            parse_duration(entry.duration) if entry.duration is not None else None,
+            entry.priority, parse_duration(ck.interval) if ck else None,
+            parse_duration(ck.save) if ck else 0.0, parse_duration(ck.restore) if ck else 0.0))
+    _check_work(specs, per, mix, source)
+    components = failing(layout, mix, source)
+    return Fleet(layout, specs, mix.scheduler, mix.placement, components, mix.seed,
+                 parse_duration(mix.limits.horizon),
+                 _scheduled(mix, components, len(layout.gpus), source),
+                 str(cluster.G.graph.get("gpu", "")))
+
+
+def failing(layout: Layout, mix: Mix, source: str) -> tuple[Component, ...]:
+    """The components that fail: every server (its node), then every leaf switch (the
+    servers whose NICs reach it), with the mix's rates and repair times."""
+    f = mix.failures
+    node = _rate(f.node, "node", "failures.node", source)
+    leaf = _rate(f.leaf_switch, "switch", "failures.leaf_switch", source)
+    nodes = [Component(f"node {s}", (s,), node, parse_duration(f.repair))
+             for s in range(len(layout.gpus))]
+    under: dict[str, list[int]] = {}
+    for s, leaves in enumerate(layout.leaves):
+        for name in sorted(leaves):
+            under.setdefault(name, []).append(s)
+    switches = [Component(name, tuple(servers), leaf, parse_duration(f.leaf_repair))
+                for name, servers in sorted(under.items())]
+    return tuple(nodes + switches)
+
+
+def _scheduled(mix: Mix, components: tuple[Component, ...], servers: int,
+               source: str) -> tuple:
+    index = {c.name: i for i, c in enumerate(components)}
+    out = []
+    for i, f in enumerate(mix.failures.schedule):
+        if f.node is not None and f.node >= servers:
+            raise ConfigError(f"node {f.node}: the cluster's servers are 0..{servers - 1}",
+                              source=source, field=f"failures.schedule[{i}].node")
+        name = f"node {f.node}" if f.node is not None else f.switch
+        if name not in index:
+            raise ConfigError(f"no leaf switch {f.switch!r} in the cluster", source=source,
+                              field=f"failures.schedule[{i}].switch")
+        out.append((parse_duration(f.at), index[name]))
+    return tuple(out)
+
+
+def _check_size(entry: JobEntry, i: int, n_gpus: int, per: int, source: str) -> None:
+    field = f"jobs[{i}].gpus"
+    if entry.gpus > n_gpus:
+        raise ConfigError(f"{entry.gpus} GPUs; the cluster has {n_gpus}", source=source,
+                          field=field)
+    if entry.gpus > per and entry.gpus % per:
+        raise ConfigError(f"{entry.gpus} GPUs: a job of more than one server takes whole "
+                          f"servers of {per} GPUs", source=source, field=field)
+
+
+def _scenario_path(name: str, source: str) -> Path:
+    beside = Path(source).parent / name
+    return beside if beside.is_file() else resolve_scenario(name)
+
+
+def _kind(kinds: dict, entry: JobEntry, i: int, mix: Mix, cluster, source: str) -> Work:
+    """The kind of job ``entry`` (the ``i``-th), built the first time it is met."""
+    from ..pipeline import build_setup
+    where = f"jobs[{i}]"
+    try:
+        path = _scenario_path(entry.scenario, source)
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=source, field=f"{where}.scenario") from None
+    sets = [f"{k}={json.dumps(v)}" for k, v in sorted(entry.set.items())]
+    key = (str(path.resolve()), entry.gpus, tuple(sets))
+    if key in kinds:
+        return kinds[key]
+    try:
+        scn = load_scenario(path, sets)
+        scn = scn.model_copy(update={"cluster": mix.cluster.model_copy(
+            update={"gpus": entry.gpus})})
+        setup = build_setup(scn, str(path), cluster=cluster)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), source=source, field=where) from None
+    work = Work(f"{scn.name}@{entry.gpus}" + (f"[{','.join(sets)}]" if sets else ""),
+                setup.trace, setup.collectives, setup.compute, setup.job, setup.machine,
+                setup.capacity_bytes, setup)
+    first = next(iter(kinds.values()), None)
+    if first is not None and first.machine != work.machine:
+        raise ConfigError(f"simulation.fidelity {work.machine.fidelity} differs from the "
+                          f"first job's {first.machine.fidelity}: jobs on one cluster share "
+                          f"one fabric model", source=source, field=f"{where}.scenario")
+    kinds[key] = work
+    return work
+
+
+def ops_per_step(work: Work) -> int:
+    """Ops replayed to price one step of ``work`` (each of an extrapolated step's replays)."""
+    accum = work.setup.accum if work.setup is not None else None
+    traces = accum.traces if accum is not None else (work.trace,)
+    return sum(len(c.ops) for t in traces for c in t.classes)
+
+
+def work_estimate(specs: list[JobSpec], per_server: int) -> float:
+    """Op replays the fleet may cost: each kind alone on :data:`SHAPES_PER_KIND` shapes,
+    and each job of more than one server co-simulated :data:`CO_SIMULATIONS` times (a job
+    on one server shares no link; steps are never replayed one by one)."""
+    kinds = {id(s.work): s.work for s in specs}
+    alone = SHAPES_PER_KIND * sum(ops_per_step(w) for w in kinds.values())
+    return float(alone + CO_SIMULATIONS * sum(ops_per_step(s.work) for s in specs
+                                              if s.gpus > per_server))
+
+
+def _check_work(specs: list[JobSpec], per_server: int, mix: Mix, source: str) -> None:
+    estimate = work_estimate(specs, per_server)
+    if estimate > mix.limits.max_work:
+        raise ConfigError(f"about {estimate:.3g} op replays for {len(specs)} jobs, past the "
+                          f"limit of {mix.limits.max_work:.3g}: fewer or smaller jobs, or a "
+                          f"higher limit", source=source, field="limits.max_work")
+
+
+def _rate(text: str, basis: str, field: str, source: str) -> float:
+    """Failures per second of one component from ``text`` (per ``basis``-time).
+
+    :raises ConfigError: naming ``field`` for a rate of another basis.
+    """
+    rate = parse_rate(text)
+    if rate.per_s > 0 and rate.basis != basis:
+        raise ConfigError(f"{rate.text!r} is per {rate.basis}; a {basis} failure rate is per "
+                          f"{basis}-time, e.g. '6.5 per 1000 {basis}-days'", source=source,
+                          field=field)
+    return rate.per_s

@@ -1,0 +1,171 @@
+"""A job's step time where it runs, alone or beside the jobs that share its links.
+
+Jobs whose traffic shares links are co-simulated: one iteration of each, started together
+on one :class:`~simulator.engine.Machine` (the engine's machine/job split), each job's step
+time being when its own iteration ends. Who shares links with whom: a job whose servers sit
+in more than one group (:mod:`simulator.fleet.placement`) crosses the spine from each of the
+leaf switches of its servers, so two such jobs under a common leaf share that leaf's
+uplinks; a job inside one group uses only its own servers' links (a switch is
+non-blocking inside). The jobs linked that way, directly or through others, are simulated
+together. A step time alone is cached by (job kind, the shape of its placement: each rank's
+server, position and group counted within the job), the same shape giving the same links
+on a regular fabric; a step time under contention by (each member's kind and exact
+placement), so it is re-simulated only when the set of neighbours changes.
+
+One job alone is ``clustersim run``'s iteration on those GPUs, bit for bit (the scenario's
+extrapolated step where it has many identical micro-steps; under contention such a step is
+scaled by the co-simulated replay's slowdown over the same replay alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+from ..engine import Job, JobConfig, Machine, MachineConfig, Placement, replay, run_jobs
+from ..gcpause import gc_paused
+from ..trace.schema import Trace
+from .placement import Layout
+
+
+@dataclass(eq=False)
+class Work:
+    """What a job of one kind runs each step: its trace and the models that price it. With
+    ``setup`` (a scenario's, :func:`~simulator.pipeline.build_setup`), its step alone is
+    ``run``'s (:func:`~simulator.pipeline.run_setup`)."""
+
+    name: str
+    trace: Trace
+    planner: object
+    compute: object
+    job: JobConfig = field(default_factory=JobConfig)
+    machine: MachineConfig = field(default_factory=MachineConfig)
+    capacity_bytes: int = 0
+    setup: object = None
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.setup is not None and self.setup.accum is not None
+
+    def replayed_s(self, placement: Placement) -> float:
+        """One replay of ``trace`` alone on ``placement``."""
+        return replay(self.trace, self.planner, self.compute, self.job, self.machine,
+                      self.capacity_bytes, placement=placement).iteration_time_s
+
+    def alone_s(self, placement: Placement) -> float:
+        """The step time alone on ``placement``."""
+        if self.setup is None:
+            return self.replayed_s(placement)
+        from ..pipeline import run_setup
+        return run_setup(self.setup, placement).metrics.iteration_time_s
+
+
+@dataclass
+class Counts:
+    alone: int = 0          # simulations of one job alone
+    together: int = 0       # co-simulations of several jobs
+    hits: int = 0           # step times answered from the caches
+
+
+class StepTimes:
+    """Step times of running jobs on the cluster of ``layout`` (its groups and leaves)."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        self.where = {g: (s, p) for s, gpus in enumerate(layout.gpus) for p, g in enumerate(gpus)}
+        self._alone: dict = {}
+        self._replayed: dict = {}
+        self._together: dict = {}
+        self.counts = Counts()
+
+    def shape(self, placement: Placement) -> tuple:
+        """Each rank's (server, position, group), servers and groups numbered within the job."""
+        servers: dict[int, int] = {}
+        groups: dict[int, int] = {}
+        out = []
+        for g in placement.gpus:
+            s, p = self.where[g]
+            out.append((servers.setdefault(s, len(servers)), p,
+                        groups.setdefault(self.layout.group[s], len(groups))))
+        return tuple(out)
+
+    def crossing(self, placement: Placement) -> frozenset:
+        """The leaf switches whose uplinks the job's traffic crosses (none inside a group)."""
+        servers = {self.where[g][0] for g in placement.gpus}
+        if len({self.layout.group[s] for s in servers}) < 2:
+            return frozenset()
+        return frozenset().union(*(self.layout.leaves[s] for s in servers))
+
+    def alone(self, work: Work, placement: Placement) -> float:
+        key = (work.name, self.shape(placement))
+        if key in self._alone:
+            self.counts.hits += 1
+        else:
+            self.counts.alone += 1
+            self._alone[key] = work.alone_s(placement)
+        return self._alone[key]
+
+    def together(self, members: list[tuple[Work, Placement]]) -> list[float]:
+        """The step time of each member, co-simulated (cached by kinds and placements)."""
+        key = tuple(sorted((w.name, p.gpus) for w, p in members))
+        found = self._together.get(key)
+        if found is None:
+            self.counts.together += 1
+            found = self._together[key] = dict(zip(
+                ((w.name, p.gpus) for w, p in members), self._co_simulate(members)))
+        else:
+            self.counts.hits += 1
+        return [found[(w.name, p.gpus)] for w, p in members]
+
+    def _co_simulate(self, members: list[tuple[Work, Placement]]) -> list[float]:
+        cluster = members[0][0].planner.cluster
+        with gc_paused():
+            machine = Machine(cluster, members[0][0].machine)
+            jobs = [Job(machine, w.trace, p, w.planner, w.compute, w.job, w.capacity_bytes)
+                    for w, p in members]
+            for job in jobs:
+                job.start()
+            run_jobs(machine, jobs)
+            record = machine.record()
+            ends = [job.timeline(record).iteration_time_s for job in jobs]
+        out = []
+        for (w, p), end in zip(members, ends):
+            if w.extrapolated:      # the replayed micro-steps' slowdown, on the whole step
+                key = (w.name, self.shape(p))
+                if key not in self._replayed:
+                    self.counts.alone += 1
+                    self._replayed[key] = w.replayed_s(p)
+                end = self.alone(w, p) * (end / self._replayed[key])
+            out.append(end)
+        return out
+
+    def steps(self, running: Mapping[Hashable, tuple[Work, Placement]]) -> dict:
+        """Job key -> step time for the jobs ``running`` (key -> kind and placement): alone
+        where a job shares no link, else co-simulated with the jobs it shares links with."""
+        keys = list(running)
+        leaves = {k: self.crossing(running[k][1]) for k in keys}
+        parent = {k: k for k in keys}
+
+        def root(k):
+            while parent[k] != k:
+                parent[k] = parent[parent[k]]
+                k = parent[k]
+            return k
+        owner: dict = {}
+        for k in keys:
+            for leaf in leaves[k]:
+                if leaf in owner:
+                    parent[root(k)] = root(owner[leaf])
+                else:
+                    owner[leaf] = k
+        components: dict = {}
+        for k in keys:
+            components.setdefault(root(k), []).append(k)
+        out = {}
+        for members in components.values():
+            if len(members) == 1:
+                out[members[0]] = self.alone(*running[members[0]])
+                continue
+            for k, step in zip(members, self.together([running[k] for k in members])):
+                out[k] = step
+        return out
