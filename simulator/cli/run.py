@@ -37,7 +37,7 @@ def register(cli: click.Group) -> None:
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer ends
         with its accuracy envelope: the nearest validated case, its error, and where this
-        run leaves the validated ground (README "Accuracy").
+        run leaves the validated ground (docs/accuracy.md).
         """
         from ..outpaths import atomic_write_text, prepare_out_dir
         from ..scenario import resolve_scenario
@@ -52,7 +52,7 @@ def register(cli: click.Group) -> None:
             from ..models import load_model
             from ..pipeline import build_setup, run_setup
             from ..validation.envelope import Query, envelope
-            setup = build_setup(scn, str(path))
+            setup = build_setup(scn, scn.source)
         stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
         keep("run", (setup, result))    # the executable frees them at exit, all at once
