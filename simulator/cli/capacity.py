@@ -123,7 +123,7 @@ def register(cli: click.Group) -> None:
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
         from ..capacity.report import capacity      # the simulator: once the input is good
-        rep = capacity(scn, family, strategies, source=str(path))
+        rep = capacity(scn, family, strategies, source=scn.source)
         acc = accuracy_of(rep)
         if fmt == "json":
             data = rep.as_dict()

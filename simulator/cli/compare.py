@@ -119,10 +119,10 @@ def register(cli: click.Group) -> None:
         if out is not None:
             prepare_out_dir(out)             # refused before the comparison, not after
         say = (lambda msg: stage(f"compare: {msg}")) if enabled() else None
-        cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,
+        cmp = compare(scn, named, source=scn.source, price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,
                       capacity=capacity, progress=say)
-        acc = _accuracy(cmp)
+        acc = _accuracy(cmp, scn.model)
         lines = grouped_lines({k: e.lines() for k, e in acc.items()})
         as_dicts = {k: e.as_dict() for k, e in acc.items()}
         if out is not None:
@@ -139,11 +139,12 @@ def register(cli: click.Group) -> None:
                        f"memory.png, cost.png, report.html")
 
 
-def _accuracy(cmp) -> dict:
-    """The accuracy envelope of each strategy that ran, by strategy key."""
+def _accuracy(cmp, model_name_or_path: str) -> dict:
+    """The accuracy envelope of each strategy that ran, by strategy key; the model as the
+    scenario names it (a catalog name or the user's own model file)."""
     from ..models import load_model, params_total
     from ..validation.envelope import Query, envelope
-    model = load_model(cmp.model)
+    model = load_model(model_name_or_path)
     params = float(params_total(model))
     return {r.alias.key: envelope(Query.of(r.alias.strategy, cmp.model, params,
                                            str(cmp.cluster["gpu"]), r.metrics.world_size,

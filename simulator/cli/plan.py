@@ -79,7 +79,7 @@ def register(cli: click.Group) -> None:
         limits = Limits(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp,
                         max_micro_batch=max_micro_batch)
         result = search(scn, batch, replay=replay, limits=limits, price=cost_price,
-                        source=str(path), progress=say)
+                        source=scn.source, progress=say)
         if out is not None:
             from ..planner.page import write_outputs
             write_outputs(result, out, {"scenario file": str(path), "--set": list(sets),

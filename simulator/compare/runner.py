@@ -239,11 +239,24 @@ def _scale_rows(live: list[Row], scn: Scenario, world: int, G, source: str,
         scn2, how = doubled(scn, world, G)
         build_setup(with_strategy(scn2, NAMED_STRATEGIES["ddp"]), source)
     except ConfigError as exc:
-        scn2, how = None, f"cannot double the GPUs: {exc}"
+        how = f"cannot double the GPUs: {_why_not_doubled(exc, G)}"
+        for row in live:                 # nothing is simulated: no progress to report
+            _scale_row(row, None, how, source)
+        return how
     for i, row in enumerate(live, 1):
         say(f"2x GPUs {i}/{len(live)}: {row.alias.key} on {2 * world} GPUs")
         _scale_row(row, scn2, how, source)
     return how
+
+
+def _why_not_doubled(exc: ConfigError, G) -> str:
+    """Why the cluster cannot double, in the user's words: a single-server topology says
+    so and how to get the column (a multi-node topology), not which generator built it."""
+    if exc.field == "cluster.nodes":
+        name = G.graph.get("name") or "the scenario's topology"
+        return (f"{name} is a single server (add servers with a multi-node topology, e.g. "
+                f"--set cluster.topology=dgx-a100-superpod or dgx-h100-superpod)")
+    return str(exc)
 
 
 def _capacity_rows(live: list[Row], scn: Scenario, source: str, say: Progress) -> list[str]:
