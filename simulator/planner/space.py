@@ -48,6 +48,28 @@ class Candidate:
         return (f"tp{p.tp} pp{p.pp}{vp} cp{p.cp} dp {p.dp_replicate}x{p.dp_shard} "
                 f"{p.dp_mode}{sched} mb{self.micro_batch} ac={self.ac}")
 
+    def words(self) -> str:
+        """The plan in words: ``tensor parallel 8 inside each server, pipeline 4 (1f1b),
+        data parallel 8 (FSDP, 1 x 8), micro-batch 1 x 16 a step, full activation
+        checkpointing``; a degree of 1 is left out."""
+        p = self.plan
+        parts = [f"tensor parallel {p.tp} inside each server"] if p.tp > 1 else []
+        if p.pp > 1:
+            vp = f", {p.vp} virtual stages" if p.vp > 1 else ""
+            parts.append(f"pipeline {p.pp} ({p.schedule}{vp})")
+        if p.cp > 1:
+            parts.append(f"context parallel {p.cp}")
+        dp = p.dp_replicate * p.dp_shard
+        mode = {"fsdp": "FSDP", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2"}.get(
+            p.dp_mode, p.dp_mode)
+        shape = f", {p.dp_replicate} replicas x {p.dp_shard} shards" \
+            if p.dp_mode == "fsdp" and p.dp_replicate > 1 else ""
+        parts.append(f"data parallel {dp} ({mode}{shape})" if dp > 1 else "no data parallelism")
+        parts.append(f"micro-batch {self.micro_batch} x {self.micro_batches} a step")
+        parts.append({"none": "no activation checkpointing"}.get(
+            self.ac, f"{self.ac} activation checkpointing"))
+        return ", ".join(parts)
+
 
 def model_parallel_available() -> bool:
     """Whether this build replays tp/pp/cp plans (the model-parallel generator)."""
