@@ -112,7 +112,7 @@ def register(cli: click.Group) -> None:
         from ..compare.report import render_table, to_csv, to_json   # the simulator: once
         from ..compare.runner import compare                       # the input is good
         from ..topology.build import scenario_graph
-        from ..validation.envelope import grouped_lines
+        from ..validation.envelope import grouped_lines, trust_sentence
         G = scenario_graph(scn)
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
                                     topology=G.graph.get("name"))
@@ -124,15 +124,16 @@ def register(cli: click.Group) -> None:
                       capacity=capacity, progress=say)
         acc = _accuracy(cmp, scn.model)
         lines = grouped_lines({k: e.lines() for k, e in acc.items()})
+        trust = trust_sentence(acc.values())
         as_dicts = {k: e.as_dict() for k, e in acc.items()}
         if out is not None:
             from ..compare.charts import write_outputs    # matplotlib: only for --out
             from ..compare.page import write_page         # the HTML page: only for --out
             write_outputs(out, cmp, as_dicts)
             write_page(cmp, out, _inputs(path, sets, strategies, cost_price, budget, scn),
-                       lines)
+                       lines, trust)
         text = {"json": lambda c: to_json(c, as_dicts), "csv": to_csv,
-                "table": lambda c: render_table(c, lines)}[fmt](cmp)
+                "table": lambda c: render_table(c, lines, trust)}[fmt](cmp)
         click.echo(text)
         if out is not None and fmt == "table":
             click.echo(f"# outputs in {out}: compare.csv, compare.json, iteration_time.png, "

@@ -147,7 +147,8 @@ def _run_row(row: Row, scn: Scenario, source: str) -> None:
         return
     try:
         res = _replay(scn, a, source)
-    except ConfigError as exc:
+        casts = autocasts(parse_strategy(pipeline_strategy(res.setup.scenario)))
+    except ConfigError as exc:       # the strategy's own checks too (tf-ps: no accumulation)
         row.status, row.reason = "n/a", str(exc)
         return
     row.metrics = m = res.metrics
@@ -159,7 +160,7 @@ def _run_row(row: Row, scn: Scenario, source: str) -> None:
     row.comm_bytes_per_gpu = comm_bytes_per_gpu(res.setup.trace)
     row.forward_gpu_s_per_sample = forward_gpu_s_per_sample(res)
     row.kernels = res.setup.compute.stack(res.setup.job.precision)
-    if autocasts(parse_strategy(pipeline_strategy(res.setup.scenario))):
+    if casts:
         row.kernels += f"; {AUTOCAST}"
     if m.oom:
         where = Counter(locate_oom(res.timeline, c, str(v)) for c, v in m.oom_at.items())
