@@ -139,3 +139,69 @@ def test_a_wheels_validation_reports_go_to_the_current_folder(tmp_path, monkeypa
     assert paths.default_report(elsewhere) == elsewhere
     monkeypatch.setattr(paths, "IN_CHECKOUT", True)       # a checkout: beside its data
     assert paths.default_report(data / "traces") == data / "traces"
+
+
+# ---------------------------------------------------------------- compare reads top-down
+def test_compare_gives_the_decision_and_its_trust_before_the_details(capsys):
+    code, out, err = run_main(capsys, "compare", *SMALL, "--strategies",
+                              "fsdp-full,tf-multiworker", "--no-capacity", "--no-scaling")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("# compare quickstart: ")
+    assert "is the cheapest strategy that fits in memory: $" in lines[1]
+    trust = next(i for i, x in enumerate(lines) if x.startswith("# How far to trust it: "))
+    table = next(i for i, x in enumerate(lines) if x.startswith("strategy "))
+    cost = next(i for i, x in enumerate(lines) if x.startswith("# cost at "))
+    details = next(i for i, x in enumerate(lines) if x.startswith("# accuracy ("))
+    assert trust < table < cost < details
+    assert "TensorFlow 85.9% (8 runs): the TensorFlow rows are too far off to rank" in \
+        lines[trust]
+
+
+def test_a_strategy_refusing_the_step_is_a_row_not_an_error(capsys):
+    """BERT accumulates 32 micro-batches, which ParameterServerStrategy does not: its row
+    says so and the others still compare (the whole command failed before)."""
+    code, out, err = run_main(capsys, "compare", "bert-large-ddp-8gpu", "--strategies",
+                              "ddp,tf-ps", "--no-capacity", "--no-scaling")
+    assert code == 0, err
+    assert "tf-ps: n/a: training.grad_accum: ParameterServerStrategy steps have no " \
+           "gradient accumulation" in out
+    assert any(x.startswith("ddp ") for x in out.splitlines())
+
+
+def test_a_model_without_tokens_is_priced_per_sample(capsys):
+    code, out, err = run_main(capsys, "compare", "resnet50-ddp-8gpu", "--strategies",
+                              "ddp,fsdp-full", "--no-capacity", "--no-scaling")
+    assert code == 0, err
+    assert "is the cheapest strategy that fits in memory: $" in out and \
+        "per 1k samples at" in out
+
+
+# ---------------------------------------------------------------- run names its plan
+def test_run_names_the_plan_and_its_bubble(capsys):
+    """An FSDP2 x TP8 x PP4 job is spelt 'megatron'; the header says the plan in words and
+    a pipeline's wait is named its bubble, at the textbook share (pp-1)/(vp m + pp-1)."""
+    code, out, err = run_main(capsys, "run", "llama3-70b-fsdp-tp8-256gpu", "--set",
+                              "strategy.pipeline_model_parallel_size=4", "-q")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(
+        "# llama3-70b-fsdp-tp8-256gpu: llama-3-70b megatron (tensor parallel 8 inside each "
+        "server, pipeline 4 (1f1b), data parallel 8 (FSDP)) on 256 x H100-SXM")
+    assert f"= {100 * 3 / (1 * 1 + 3):.0f}% of the schedule" in out      # pp 4, m 1
+
+
+def test_bubble_share_follows_the_formula():
+    from simulator.cli.run import bubble_line
+    assert bubble_line({"pp": 1}) == ""
+    line = bubble_line({"pp": 8, "vp": 2, "grad_accum": 16, "schedule": "interleaved"})
+    assert f"= {100 * 7 / (2 * 16 + 7):.0f}% of the schedule" in line and "2 virtual" in line
+
+
+def test_every_gantt_colour_is_explained():
+    """gantt.png has a legend of every colour it draws, and report.html's caption says them."""
+    from simulator.metrics import outputs, page
+    drawn = set(outputs.GANTT_COLORS.values()) | {"tab:red", "tab:gray"}
+    assert {c for _, c in outputs.GANTT_LEGEND} == drawn
+    for label, colour in outputs.GANTT_LEGEND:
+        name = colour.removeprefix("tab:").replace("gray", "grey")
+        assert f"{label} {name}" in page.GANTT_CAPTION

@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..models import ModelSpec
 from ..strategies.frameworks.translate import has_ac_modes
 from ..strategies.parallel.plan import ParallelPlan
+from ..strategies.parallel.words import plan_words
 
 
 @dataclass(frozen=True)
@@ -50,25 +51,17 @@ class Candidate:
 
     def words(self) -> str:
         """The plan in words: ``tensor parallel 8 inside each server, pipeline 4 (1f1b),
-        data parallel 8 (FSDP, 1 x 8), micro-batch 1 x 16 a step, full activation
+        data parallel 8 (FSDP), micro-batch 1 x 16 a step, full activation
         checkpointing``; a degree of 1 is left out."""
         p = self.plan
-        parts = [f"tensor parallel {p.tp} inside each server"] if p.tp > 1 else []
-        if p.pp > 1:
-            vp = f", {p.vp} virtual stages" if p.vp > 1 else ""
-            parts.append(f"pipeline {p.pp} ({p.schedule}{vp})")
-        if p.cp > 1:
-            parts.append(f"context parallel {p.cp}")
-        dp = p.dp_replicate * p.dp_shard
-        mode = {"fsdp": "FSDP", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2"}.get(
-            p.dp_mode, p.dp_mode)
-        shape = f", {p.dp_replicate} replicas x {p.dp_shard} shards" \
+        shape = f"{p.dp_replicate} replicas x {p.dp_shard} shards" \
             if p.dp_mode == "fsdp" and p.dp_replicate > 1 else ""
-        parts.append(f"data parallel {dp} ({mode}{shape})" if dp > 1 else "no data parallelism")
-        parts.append(f"micro-batch {self.micro_batch} x {self.micro_batches} a step")
-        parts.append({"none": "no activation checkpointing"}.get(
-            self.ac, f"{self.ac} activation checkpointing"))
-        return ", ".join(parts)
+        ac = {"none": "no activation checkpointing"}.get(
+            self.ac, f"{self.ac} activation checkpointing")
+        degrees = plan_words(tp=p.tp, pp=p.pp, vp=p.vp, cp=p.cp,
+                             dp=p.dp_replicate * p.dp_shard, dp_mode=p.dp_mode,
+                             schedule=p.schedule, dp_shape=shape)
+        return f"{degrees}, micro-batch {self.micro_batch} x {self.micro_batches} a step, {ac}"
 
 
 def model_parallel_available() -> bool:
