@@ -205,3 +205,17 @@ def test_every_gantt_colour_is_explained():
     for label, colour in outputs.GANTT_LEGEND:
         name = colour.removeprefix("tab:").replace("gray", "grey")
         assert f"{label} {name}" in page.GANTT_CAPTION
+
+
+def test_a_collective_size_below_one_element_per_rank_is_left_out(capsys):
+    """all_gather of 8-64 B on 32 ranks gives each rank no whole float ('count 0'): those
+    sizes are left out and the header says so."""
+    code, out, err = run_main(capsys, "collective", "all_gather", "--topology",
+                              "dgx-a100-superpod", "--nodes", "4", "-b", "8", "-e", "256")
+    assert code == 0, err
+    assert "# sizes below 128 B (one float per rank on 32 ranks) left out: 8, 16, 32, 64" in out
+    counts = [int(x.split()[1]) for x in out.splitlines() if x and not x.startswith("#")]
+    assert counts == [1, 2]
+    code, _, err = run_main(capsys, "collective", "all_gather", "--topology",
+                            "dgx-a100-superpod", "--nodes", "4", "-b", "8", "-e", "64")
+    assert code == 2 and "-e/--max-bytes: every size is below 128 B" in err
