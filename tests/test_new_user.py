@@ -219,3 +219,15 @@ def test_a_collective_size_below_one_element_per_rank_is_left_out(capsys):
     code, _, err = run_main(capsys, "collective", "all_gather", "--topology",
                             "dgx-a100-superpod", "--nodes", "4", "-b", "8", "-e", "64")
     assert code == 2 and "-e/--max-bytes: every size is below 128 B" in err
+
+
+def test_baseline_none_says_which_rates_the_scenario_keeps(capsys):
+    """reliability-1024gpu sets its own switch failure rates; baseline none zeroes the
+    baseline's, not those, and the header says so instead of leaving them unexplained."""
+    code, out, err = run_main(capsys, "reliability", "reliability-1024gpu", "--trials", "2",
+                              "--workers", "1", "--set", "reliability.failures.baseline=none",
+                              "--set", "reliability.search.trials=1", "--set",
+                              "reliability.search.points=2", "-q")
+    assert code == 0, err
+    assert ("# baseline none: every failure class starts at 0; the scenario itself sets "
+            "leaf_switch 0.5 per 1000 switch-days, spine_switch 0.5 per 1000 switch-days") in out

@@ -7,7 +7,9 @@ from dataclasses import asdict
 
 from simulator.accum import brief
 
+from .config import CLASSES
 from .quantities import format_duration as fd
+from .quantities import parse_rate
 from .results import CATEGORIES
 from .study import Study
 
@@ -83,6 +85,7 @@ def table(st: Study) -> list[str]:
         f"# failures: expected MTTI {fd(i.mtti_s) if math.isfinite(i.mtti_s) else 'none'}"
         f" from the rates; simulated {fd(s.mtti_s) if math.isfinite(s.mtti_s) else 'none'}"
         f" ({s.interrupts_per_trial:.1f} interrupts per job)",
+        *baseline_note(scn),
         "",
         f"ETTR (goodput fraction)     {s.ettr['mean']:.4f}  (p5 {s.ettr['p5']:.4f}, "
         f"p95 {s.ettr['p95']:.4f}, worst {s.ettr['min']:.4f})",
@@ -115,3 +118,17 @@ def _search_lines(st: Study) -> list[str]:
                      f"({c.iterations} it)  ETTR {c.ettr:.4f} +- {c.stderr:.4f}{tag}")
     lines.append(f"  formulas: Young {fd(r.young_s)}, Daly {fd(r.daly_s)}")
     return lines
+
+
+def baseline_note(scn) -> list[str]:
+    """With ``failures.baseline: none``, the rates that are not zero all the same: the
+    scenario's own (``none`` zeroes the baseline's rates, not the ones the scenario sets,
+    such as reliability-1024gpu's switch failures), so a user does not read them as
+    leftovers of the baseline."""
+    f = scn.reliability.failures if scn.reliability is not None else None
+    if f is None or f.baseline != "none":
+        return []
+    kept = [f"{n} {getattr(f, n).rate}" for n in CLASSES
+            if parse_rate(str(getattr(f, n).rate)).per_s > 0]
+    return [f"# baseline none: every failure class starts at 0; the scenario itself sets "
+            f"{', '.join(kept)}" if kept else "# baseline none: no failure class has a rate"]
