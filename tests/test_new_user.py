@@ -231,3 +231,22 @@ def test_baseline_none_says_which_rates_the_scenario_keeps(capsys):
     assert code == 0, err
     assert ("# baseline none: every failure class starts at 0; the scenario itself sets "
             "leaf_switch 0.5 per 1000 switch-days, spine_switch 0.5 per 1000 switch-days") in out
+
+
+def test_the_worst_recovery_says_whether_the_spares_ran_out(capsys):
+    """The worst recovery is explained: how many failures it merged and how long its
+    servers waited for repairs because every spare was in use (never more than its
+    downtime); the text says it in words."""
+    import json
+    args = ["reliability", "reliability-1024gpu", "--trials", "40", "--workers", "1",
+            "--set", "reliability.search.trials=1", "--set", "reliability.search.points=2",
+            "-q"]
+    code, out, err = run_main(capsys, *args, "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    w = d["worst_recovery"]
+    assert w["recovery_s"] == d["recovery_s"]["max"]
+    assert 0 <= w["spare_wait_s"] <= w["downtime_s"] <= w["recovery_s"] and w["failures"] >= 1
+    code, out, err = run_main(capsys, *args)
+    line = next(x for x in out.splitlines() if x.startswith("  the worst recovery: "))
+    assert ("had run out" in line) == (w["spare_wait_s"] > 0)

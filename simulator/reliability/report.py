@@ -43,7 +43,7 @@ def as_dict(st: Study) -> dict:
         "wall_s": s.wall_s, "completed": s.completed,
         "failures_per_trial": s.failures, "interrupts_per_trial": s.interrupts_per_trial,
         "simulated_mtti_s": s.mtti_s,
-        "downtime_s": s.downtime_s, "recovery_s": s.recovery_s,
+        "downtime_s": s.downtime_s, "recovery_s": s.recovery_s, "worst_recovery": s.worst,
         "censored_recoveries": s.censored, "restore_sources": s.sources,
         "checkpoints_per_trial": s.checkpoints, "events": s.events,
     }
@@ -100,6 +100,8 @@ def table(st: Study) -> list[str]:
                     ("downtime (to training again)", s.downtime_s)):
         lines.append(f"{name:<31} mean {fd(d['mean'])}, p50 {fd(d['p50'])}, p99 "
                      f"{fd(d['p99'])}, worst {fd(d['max'])} ({d['n']} recoveries)")
+    if s.worst is not None:
+        lines.append(f"  the worst recovery: {worst_words(s.worst, st.plan.spares)}")
     lines.append("failures per job            " + ", ".join(
         f"{k} {v:.2f}" for k, v in s.failures.items() if v) or "none")
     if st.search:
@@ -132,3 +134,15 @@ def baseline_note(scn) -> list[str]:
             if parse_rate(str(getattr(f, n).rate)).per_s > 0]
     return [f"# baseline none: every failure class starts at 0; the scenario itself sets "
             f"{', '.join(kept)}" if kept else "# baseline none: no failure class has a rate"]
+
+
+def worst_words(w: dict, spares: int) -> str:
+    """Why the worst recovery took as long as it did, in words."""
+    text = (f"{fd(w['recovery_s'])}, {w['failures']} failure{'s' * (w['failures'] != 1)} "
+            f"merged into it")
+    if w["spare_wait_s"] > 0:
+        text += (f"; {fd(w['spare_wait_s'])} of it waiting for repaired servers: the "
+                 f"{spares} spare server{'s' * (spares != 1)} had run out")
+    else:
+        text += "; the spare servers sufficed"
+    return text
