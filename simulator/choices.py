@@ -201,6 +201,6 @@ def framework_of(strategy_name: str) -> str | None:
 # ------------------------------------------------------------------------- capacity
 # Size-ladder anchors (catalog models) per model family (simulator.capacity.ladder).
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "llama": ("llama-2-7b", "llama-2-13b", "llama-2-34b", "llama-2-70b"),
+    "llama": ("llama-2-7b", "llama-2-13b", "llama-2-34b", "llama-2-70b", "llama-3-405b"),
     "gpt": ("gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b"),
 }

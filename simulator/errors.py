@@ -40,7 +40,8 @@ TYPE_TAGS = ("int", "bool", "str", "float", "none", "list[", "literal[")
 
 def validation_error(exc, *, source: str | None = None, prefix: str = "", valid=None,
                      depth: int | None = None, skip: tuple[str, ...] = (),
-                     style: str = "plain", brackets: bool = False) -> ConfigError:
+                     style: str = "plain", brackets: bool = False,
+                     suggest=None) -> ConfigError:
     """The one-line :class:`ConfigError` for a pydantic ``ValidationError`` ``exc``.
 
     The field is pydantic's location of the error, dotted: without the entries in ``skip``
@@ -58,6 +59,9 @@ def validation_error(exc, *, source: str | None = None, prefix: str = "", valid=
     * ``paren``: ``unknown key``, ``missing required key`` or the message without
       ``Value error, ``, then `` (got <input>)`` unless the message already says what it got.
 
+    ``suggest`` (a function of an unknown key's location giving the valid names there)
+    adds ``; did you mean 'micro_batch'?`` to an unknown key close to a valid one.
+
     ``exc`` is duck-typed (its ``errors()``), so this module needs no pydantic.
     """
     errors = exc.errors()
@@ -69,8 +73,19 @@ def validation_error(exc, *, source: str | None = None, prefix: str = "", valid=
         return ConfigError(f"unknown key(s) {keys}; valid: {', '.join(names)}", source=source,
                            field=_error_field(extra[0]["loc"], prefix, depth, skip, brackets))
     first = errors[0]
-    return ConfigError(_error_reason(first, style), source=source,
+    reason = _error_reason(first, style)
+    if suggest is not None and first["type"] == "extra_forbidden":
+        reason += did_you_mean(str(first["loc"][-1]), suggest(first["loc"]))
+    return ConfigError(reason, source=source,
                        field=_error_field(first["loc"], prefix, depth, skip, brackets))
+
+
+def did_you_mean(name: str, valid) -> str:
+    """``; did you mean 'micro_batch'?`` for the valid name closest to ``name`` (difflib's
+    ratio at least 0.75: one or two letters off), else ``""``."""
+    import difflib
+    close = difflib.get_close_matches(name, [str(v) for v in valid or ()], n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _error_field(loc, prefix: str, depth: int | None, skip: tuple[str, ...],

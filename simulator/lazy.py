@@ -1,5 +1,5 @@
 """Things built on first use, so that a command loads only what it runs (start-up time,
-README "Speed").
+docs/speed.md).
 
 :class:`LazyDict`, a mapping whose values are built on first lookup: registries use it to
 list their names without importing what each entry needs (the strategies,

@@ -17,6 +17,7 @@ mistake is one ConfigError naming the file and the dotted field.
 from __future__ import annotations
 
 import copy
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from .hardware import LOW_PRECISIONS
 from .inputs import path_name, regular_file
 from .precision import PRECISIONS
 from .reliability.config import ReliabilityCfg
-from .shipped import file_or_shipped
+from .shipped import file_or_shipped, shown_as
 from .yamlio import parse_value, read_yaml
 
 TOPOLOGY_PREFIX = "topology."      # --set topology.params.node.gpu=H100-SXM
@@ -262,7 +263,7 @@ def apply_sets(data: dict, sets: list[str], source: str) -> dict:
 def load_scenario(path: str | Path | None = None, sets: list[str] | None = None) -> Scenario:
     """Read and validate a scenario (default ``scenarios/quickstart.yaml``)."""
     path = resolve_scenario(path or DEFAULT_SCENARIO)
-    source = str(path)
+    source = shown_as(path, "scenarios", "scenario")
     data = read_yaml(path, "scenario file")
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", source=source)
@@ -275,9 +276,24 @@ def scenario_from_dict(data: dict, source: str = "<dict>") -> Scenario:
     try:
         scn = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, source=source, style="paren") from None
+        raise validation_error(exc, source=source, style="paren",
+                               suggest=lambda loc: keys_at(Scenario, loc)) from None
     scn._source = source
     return scn
+
+
+def keys_at(model, loc) -> list[str]:
+    """The key names a pydantic ``model`` accepts at the parent of location ``loc`` (the
+    fields of the nested model there; none where the walk meets anything else)."""
+    for key in loc[:-1]:
+        field = model.model_fields.get(str(key)) if isinstance(model, type) and \
+            issubclass(model, BaseModel) else None
+        if field is None:
+            return []
+        model = next((a for a in (field.annotation, *typing.get_args(field.annotation))
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    return list(model.model_fields) if isinstance(model, type) and \
+        issubclass(model, BaseModel) else []
 
 
 def from_sets(exc: ConfigError, sets: list[str], source: str) -> ConfigError:

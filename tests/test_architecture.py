@@ -1,7 +1,7 @@
 """The package's shape: no import cycle between modules (imports inside functions count, as a
 lazy import hides a cycle from Python but not from the design), the machine side imports
 nothing from the program side or the front hall, and the top level keeps no loose command
-modules (README "Layout")."""
+modules (docs/how-it-works.md, "Layout")."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def test_compare_reuses_its_own_step_for_the_capacity_rung_of_the_same_model(mon
     ran = []
     real = probe_mod.run_setup
     monkeypatch.setattr(probe_mod, "run_setup", lambda s: ran.append(1) or real(s))
-    ladder = [_rung("llama-extrap-0.953b"), _rung("llama-2-7b")]
+    ladder = [_rung("llama-like-0.953b"), _rung("llama-2-7b")]
     compare_runner._capacity_row(row, scn, ladder, "<test>")
     # bisection probes both rungs; only the 1B one is replayed, the 7B rung is the row's
     # own iteration (the same scenario, strategy, cluster and model)

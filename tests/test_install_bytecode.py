@@ -1,6 +1,6 @@
 """An editable install compiles clustersim's own modules (setup.py ``compile_sources``), so a
 machine that sets ``PYTHONDONTWRITEBYTECODE`` still starts from bytecode instead of compiling
-every module at every start (README "Speed", start-up). Python reads that bytecode although
+every module at every start (docs/speed.md, start-up). Python reads that bytecode although
 it may not write any: checked with ``python -v``, which names each code object it loads from
 a cache file."""
 

@@ -1,7 +1,9 @@
 """The package as people install it: a wheel built from the sources carries every shipped
-scenario, study, topology and catalog file, and a fresh virtual environment with that wheel
-answers `clustersim run`, `compare` and `list` from a folder outside the repository; an
-editable install (this test run's) resolves the same names from any folder."""
+scenario, study, config, topology and catalog file and the validation data, and a fresh
+virtual environment with that wheel runs every command of README.md from an empty folder
+(with test_doc_examples' cheaper options, ~1 min), `validate` as from a checkout, and names
+a shipped scenario by its name in errors; an editable install (this test run's) resolves the
+same names from any folder."""
 
 from __future__ import annotations
 
@@ -21,11 +23,13 @@ from simulator.shipped import FOLDERS, find_shipped, shipped_names
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "simulator", "scenarios",
-           "topologies")
+           "topologies", "validation")
 
 
 def _yaml_files(folder: Path) -> set[str]:
-    return {p.relative_to(folder).as_posix() for p in folder.glob("*.yaml")}
+    """The shipped files of a kind's folder (a config keeps its own ending)."""
+    pattern = "*" if folder.name == "configs" else "*.yaml"
+    return {p.relative_to(folder).as_posix() for p in folder.glob(pattern) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +61,15 @@ def test_wheel_carries_every_shipped_file(wheel):
                for p in data.rglob("*") if p.suffix in (".yaml", ".csv")}
     assert catalog and catalog <= names        # models, GPUs, links, prices, histograms...
     assert "simulator/__main__.py" in names
+    configs = {f"simulator/_shipped/scenarios/configs/{p.name}"
+               for p in (REPO / "scenarios" / "configs").iterdir()}
+    assert configs and configs <= names                  # `run --config ds_zero3.json`
+    for needed in ("known_misses.yaml", "traces/a100/nccl_data.json.gz",
+                   "collectives/cases.yaml", "training/cases.yaml"):
+        assert f"simulator/_shipped/validation/{needed}" in names, needed
+    assert not any(n.startswith("simulator/_shipped/validation/capture/") or
+                   n.endswith((".png", ".md", ".py")) and "_shipped/validation" in n
+                   for n in names)                       # data only, no reports or scripts
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +139,49 @@ def test_python_dash_m_simulator(tmp_path):
     done = subprocess.run([sys.executable, "-m", "simulator", "--version"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == f"clustersim {__version__}"
+
+
+def _readme_commands() -> list[list[str]]:
+    """The fenced ``clustersim`` lines of README.md that are examples, as test_doc_examples
+    runs them (its cheaper options appended; the ones it does not run left out)."""
+    import shlex
+
+    from test_doc_examples import CHEAPER, NOT_RUN, _lines, _synopsis
+    out = []
+    for line in _lines(REPO / "README.md"):
+        if _synopsis(line) or line in NOT_RUN:
+            continue
+        extra = next((v for k, v in CHEAPER.items() if line.startswith(k)), [])
+        out.append([*shlex.split(line), *extra])
+    return out
+
+
+def test_every_readme_command_runs_from_a_wheel(fresh_venv, tmp_path):
+    commands = _readme_commands()
+    assert len(commands) >= 10
+    for args in commands:
+        done = _run(fresh_venv, tmp_path, *args)
+        ok = (0, 3) if args[0] == "validate" else (0,)   # 3: only known misses miss
+        assert done.returncode in ok, f"{args}: {done.stderr[-1500:]}"
+
+
+def test_validate_from_a_wheel_is_as_from_a_checkout(fresh_venv, tmp_path):
+    done = _run(fresh_venv, tmp_path, "validate", "traces")
+    assert done.returncode == 3, done.stderr[-1500:]             # the known miss, not FAIL
+    assert "known miss: traces/a100/nccl-kernels" in done.stdout
+    assert not any(x.startswith("FAIL:") for x in done.stdout.splitlines())
+    assert (tmp_path / "validation-report" / "traces" / "report.md").is_file()
+    assert "--root" not in done.stderr
+    done = _run(fresh_venv, tmp_path, "validate", "collectives", "-q")   # ~20 s
+    assert done.returncode == 3, done.stderr[-1500:]
+    assert "known miss: collectives/" in done.stdout
+    assert not any(x.startswith("FAIL:") for x in done.stdout.splitlines())
+    assert (tmp_path / "validation-report" / "collectives" / "report").is_dir()
+
+
+def test_errors_from_a_wheel_name_what_the_user_named(fresh_venv, tmp_path):
+    done = _run(fresh_venv, tmp_path, "run", "--set", "training.micro_bach=2")
+    assert done.returncode == 2
+    assert done.stderr.startswith("clustersim: error: scenario quickstart: --set "
+                                  "training.micro_bach: unknown key"), done.stderr
+    assert "did you mean 'micro_batch'?" in done.stderr and "site-packages" not in done.stderr

@@ -225,7 +225,8 @@ def test_plan_command_outputs(capsys, tmp_path):
     assert d["rows"][0]["rank"] == 1 and d["rows"][0]["strategy"]["name"] == "torchtitan"
     names = {p.name for p in (tmp_path / "o").iterdir()}
     assert {"plan.csv", "plan.json", "report.html"} <= names
-    assert "is the fastest plan that fits" in (tmp_path / "o" / "report.html").read_text()
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "The fastest plan that fits: " in page and "How far to trust it" in page
     code, out, err = run_main(capsys, *args, "--format", "csv")
     assert code == 0 and out.splitlines()[0].startswith("rank,plan,step_s,estimated_s")
     assert "replaying 1/1" in err
@@ -234,3 +235,29 @@ def test_plan_command_outputs(capsys, tmp_path):
 def test_plan_refuses_a_model_that_is_not_a_transformer(capsys):
     code, _, err = run_main(capsys, "plan", "resnet50-ddp-8gpu", "-q")
     assert code == 2 and "not a transformer" in err
+
+
+def test_plan_reads_as_a_sentence_with_its_batch_and_trust(capsys):
+    """Issue 47: the headline in words, the global batch and where it came from (4M tokens
+    a step by default, not the scenario's micro-batch x GPUs), how far to trust it."""
+    code, out, err = run_main(capsys, "plan", "--set", SMALL[0], "--replay", "1",
+                              "--max-tp", "2", "--max-pp", "1", "--max-micro-batch", "2", "-q")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith("# The fastest plan that fits: ") and "(tp" in lines[1]
+    assert lines[2] == (f"# global batch: {4 * 2**20 // 512:,} samples x 512 tokens = 4.19M "
+                        f"tokens a step (the default of 4M tokens a step; --global-batch N "
+                        f"sets it)")
+    assert any(x.startswith("# how far to trust it: nearest validated: torchtitan")
+               for x in lines)
+    assert not any(x.strip() in ("...", "# ...") for x in lines)
+
+
+def test_a_plan_in_words():
+    from simulator.planner.space import Candidate
+    from simulator.strategies.parallel.plan import ParallelPlan
+    c = Candidate(ParallelPlan(tp=8, pp=4, dp_replicate=1, dp_shard=8, schedule="1f1b"),
+                  micro_batch=1, micro_batches=16, ac="full")
+    assert c.words() == ("tensor parallel 8 inside each server, pipeline 4 (1f1b), "
+                         "data parallel 8 (FSDP), micro-batch 1 x 16 a step, "
+                         "full activation checkpointing")

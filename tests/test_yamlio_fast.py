@@ -1,4 +1,4 @@
-"""The package's own data files are parsed by libyaml's C parser (start-up, README "Speed"):
+"""The package's own data files are parsed by libyaml's C parser (start-up, docs/speed.md):
 they read exactly as with the pure-Python parser, the limits and key checks still apply,
 an error is worded as the pure-Python parser words it, and files people write never take
 that path."""

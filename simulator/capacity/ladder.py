@@ -10,8 +10,11 @@ intervals, rung ``k`` at ``x = k / n``):
   which follows the family's own aspect ratio (hidden / layers) from one anchor to the
   next; since parameters grow as ``layers * hidden^2`` this spaces rungs evenly in
   log-parameters. ``layers`` is rounded to an integer and ``hidden`` to a multiple of
-  the head width :data:`HEAD_DIM` (128, as in every Llama-2 and most GPT-3 models), up or
-  down, whichever of the four pairs comes closest to the rung's target parameter count
+  the head width :data:`HEAD_DIM` (128, as in every Llama-2 and most GPT-3 models); from
+  hidden :data:`GROUPED_FROM` (8192) up to :data:`HEAD_GROUP` (8) heads and
+  :data:`LAYER_GROUP` (8) layers, so that tensor and pipeline parallelism up to 8 split
+  them (the layer count then ranges within a third of the path's to make up the rung's
+  parameters); up or down, whichever of the four pairs comes closest to the rung's target parameter count
   (the geometric interpolation of the anchors' counts); ``heads = hidden / 128``;
 * MLP width: GPT ``4 * hidden``; Llama ``ffn/hidden`` interpolated linearly in ``x``
   (2.6875 up to 34B, 3.5 for 70B) and rounded up to a multiple of 256, as Llama's
@@ -22,10 +25,15 @@ intervals, rung ``k`` at ``x = k / n``):
 
 Below the smallest anchor the ladder is extrapolated with the slope of the first two
 anchors (``x < 0``) down to about :data:`FLOOR_PARAMS` (1B), keeping the smallest anchor's
-MLP ratio and attention type: DDP's answer on 80 GB GPUs lies below 7B. The ladder ends at
-the largest anchor; a strategy that fits it is reported as "top of the ladder fits".
-Generated rungs are built with :func:`simulator.models.parse_model` (so they are checked
-like any model file) and rungs within 3 % of a neighbour are dropped.
+MLP ratio and attention type: DDP's answer on 80 GB GPUs lies below 7B. Above the largest
+anchor it is extrapolated the same way along the last two anchors' slope, keeping the
+largest anchor's shape rules (MLP ratio, attention, vocabulary), up to about
+:data:`CEIL_PARAMS` (1.2T): a 3-D plan on 64 GPUs fits far more than the largest catalog
+model. A strategy that fits the top rung is reported as "top of the ladder fits".
+Generated rungs are named ``llama-like-8.88b`` (the family, then the parameter count;
+their source says between or beyond which anchors), built with
+:func:`simulator.models.parse_model` (so they are checked like any model file), and rungs
+within 3 % of a neighbour are dropped.
 """
 
 from __future__ import annotations
@@ -41,8 +49,12 @@ from ..models.transformer import block_params, embed_params, head_params
 
 STEP = 0.15                 # target parameter ratio between rungs (+15 %)
 FLOOR_PARAMS = 1.0e9        # extrapolate the ladder down to about this many parameters
+CEIL_PARAMS = 1.2e12        # ... and up to about this many (past 1T)
 DEDUP = 0.03                # drop a rung within 3 % of the previous one
 HEAD_DIM = 128
+HEAD_GROUP = 8              # heads come in multiples of 8, so tensor parallelism 2-8 divides them
+LAYER_GROUP = 8             # ... and layers, so pipelines of 2-8 stages split them evenly
+GROUPED_FROM = 8192         # hidden width from which rungs keep those multiples
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ def _generate(family: str, a: ModelSpec, b: ModelSpec, x: float, target: float,
     ratio = sa["ffn_ratio"] if x <= 0 else (1 - x) * sa["ffn_ratio"] + x * sb["ffn_ratio"]
     L0, H0 = geo(a.layers, b.layers), geo(a.hidden, b.hidden)
     where = (f"between {a.name} and {b.name} at x={x:.3f}" if kind == "interpolated" else
-             f"below {a.name} along the {a.name} -> {b.name} slope, x={x:.3f}")
+             f"beyond {a.name}, away from {b.name} along their slope, x={x:.3f}")
 
     def make(layers: int, hidden: int) -> ModelSpec:
         heads = hidden // HEAD_DIM
@@ -93,11 +105,19 @@ def _generate(family: str, a: ModelSpec, b: ModelSpec, x: float, target: float,
         return parse_model(data, f"<capacity ladder {name}>")
 
     best = None
-    for layers in {max(1, math.floor(L0)), max(1, math.ceil(L0))}:
-        for units in {max(1, math.floor(H0 / HEAD_DIM)), max(1, math.ceil(H0 / HEAD_DIM))}:
-            m = make(layers, units * HEAD_DIM)
+    # hidden 8192 and up (30B and more): tensor parallelism and pipelines up to 8 split
+    # the heads and the layers (below, the geometric path is followed head by head)
+    big = H0 >= GROUPED_FROM
+    unit, step = HEAD_DIM * (HEAD_GROUP if big else 1), LAYER_GROUP if big else 1
+    # layers within a third of the path's: where hidden moves in coarse steps (8 heads),
+    # the layer count makes up the rung's parameters
+    lows, highs = ((math.floor(0.75 * L0 / step), math.ceil(1.33 * L0 / step)) if big
+                   else (math.floor(L0), math.ceil(L0)))
+    for layers in {max(step, step * k) for k in range(lows, highs + 1)}:
+        for units in {max(1, math.floor(H0 / unit)), max(1, math.ceil(H0 / unit))}:
+            m = make(layers, units * unit)
             miss = abs(math.log(_params(m) / target))
-            shape = abs(math.log(layers / L0)) + abs(math.log(units * HEAD_DIM / H0))
+            shape = abs(math.log(layers / L0)) + abs(math.log(units * unit / H0))
             if best is None or (miss, shape) < best[0]:
                 best = ((miss, shape), m)
     return best[1]
@@ -109,12 +129,14 @@ def _params(m: ModelSpec) -> int:
 
 
 def _renamed(m: ModelSpec, kind: str) -> ModelSpec:
-    """Name a generated rung after its real parameter count."""
+    """Name a generated rung after its family and real parameter count:
+    ``llama-like-8.88b``, ``gpt3-like-1.02t``."""
     if kind == "catalog":
         return m
-    tag = "interp" if kind == "interpolated" else "extrap"
     prefix = "gpt3" if m.family == "gpt" else m.family
-    return dataclasses.replace(m, name=f"{prefix}-{tag}-{_params(m) / 1e9:.3g}b")
+    n = _params(m)
+    size = f"{n / 1e12:.3g}t" if n >= 1e12 else f"{n / 1e9:.3g}b"
+    return dataclasses.replace(m, name=f"{prefix}-like-{size}")
 
 
 def _anchors(key: str, min_seq_len: int) -> list[ModelSpec]:
@@ -140,6 +162,20 @@ def _extrapolated(key: str, anchors: list[ModelSpec], sizes: list[int], step: fl
     return out
 
 
+def _extrapolated_above(key: str, anchors: list[ModelSpec], sizes: list[int], step: float,
+                        ceil: float) -> list[tuple[ModelSpec, str]]:
+    """Rungs above the largest anchor, along the last interval's slope, up to ``ceil``."""
+    a, b = anchors[-1], anchors[-2]
+    n = max(1, math.ceil(math.log(sizes[-1] / sizes[-2]) / math.log1p(step)))
+    out: list[tuple[ModelSpec, str]] = []
+    k = 1
+    while sizes[-1] * (sizes[-1] / sizes[-2]) ** (k / n) <= ceil * (1 + step / 2):
+        hint = sizes[-1] * (sizes[-1] / sizes[-2]) ** (k / n)
+        out.append((_generate(key, a, b, -k / n, hint, "extrapolated"), "extrapolated"))
+        k += 1
+    return out
+
+
 def _interpolated(key: str, anchors: list[ModelSpec], sizes: list[int],
                   step: float) -> list[tuple[ModelSpec, str]]:
     """The anchors and the rungs generated between consecutive anchors, in order."""
@@ -154,12 +190,13 @@ def _interpolated(key: str, anchors: list[ModelSpec], sizes: list[int],
     return out
 
 
-def _candidates(key: str, anchors: list[ModelSpec], step: float,
-                floor: float) -> list[tuple[ModelSpec, str]]:
+def _candidates(key: str, anchors: list[ModelSpec], step: float, floor: float,
+                ceil: float) -> list[tuple[ModelSpec, str]]:
     """(model, kind) of every rung before sorting and de-duplication."""
     sizes = [_params(m) for m in anchors]
     return (_extrapolated(key, anchors, sizes, step, floor)
-            + _interpolated(key, anchors, sizes, step))
+            + _interpolated(key, anchors, sizes, step)
+            + _extrapolated_above(key, anchors, sizes, step, ceil))
 
 
 def _deduplicated(rungs: list[Rung]) -> list[Rung]:
@@ -176,7 +213,7 @@ def _deduplicated(rungs: list[Rung]) -> list[Rung]:
 
 
 def build_ladder(family: str, step: float = STEP, floor: float = FLOOR_PARAMS,
-                 min_seq_len: int = 0) -> list[Rung]:
+                 min_seq_len: int = 0, ceil: float = CEIL_PARAMS) -> list[Rung]:
     """The size ladder of ``family`` ordered by parameter count (see the module doc).
 
     :param min_seq_len: learned position tables (GPT) are extended to at least this many
@@ -187,7 +224,7 @@ def build_ladder(family: str, step: float = STEP, floor: float = FLOOR_PARAMS,
     if key not in FAMILIES:
         raise ConfigError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}",
                           source="--family")
-    cands = _candidates(key, _anchors(key, min_seq_len), step, floor)
+    cands = _candidates(key, _anchors(key, min_seq_len), step, floor, ceil)
     rungs = sorted((Rung(_renamed(m, kind), _params(m), kind) for m, kind in cands),
                    key=lambda r: (r.params, r.kind != "catalog"))
     out = _deduplicated(rungs)
@@ -196,4 +233,4 @@ def build_ladder(family: str, step: float = STEP, floor: float = FLOOR_PARAMS,
     return out
 
 
-__all__ = ["DEDUP", "FLOOR_PARAMS", "HEAD_DIM", "STEP", "Rung", "build_ladder"]
+__all__ = ["CEIL_PARAMS", "DEDUP", "FLOOR_PARAMS", "HEAD_DIM", "STEP", "Rung", "build_ladder"]

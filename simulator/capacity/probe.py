@@ -160,6 +160,20 @@ class Prober:
             return dataclasses.replace(self.base, trace=make(self.cfg), accum=None)
         return dataclasses.replace(self.base, trace=plan_trace(plan), accum=plan)
 
+    def lays_out(self, model: ModelSpec) -> bool:
+        """Whether this strategy's parallel plan can split ``model`` at all (its degrees
+        divide the heads and layers; a plan-less strategy always can): a rung it cannot
+        split is no candidate for it, rather than a failure of the whole search."""
+        plan_of = getattr(self.cfg, "plan", None)
+        if not callable(plan_of):
+            return True
+        n = self.world.world_size
+        try:
+            plan_of(n).check(model, n, seq_len=self.scn.training.seq_len)
+        except ConfigError:
+            return False
+        return True
+
     def adopt(self, model: ModelSpec, result) -> None:
         """Use ``result`` (a RunResult of ``model`` under this prober's scenario, strategy
         and cluster, such as compare's own row) for the rung whose model equals ``model``

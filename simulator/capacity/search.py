@@ -61,8 +61,10 @@ def settings_of(scn: Scenario) -> dict:
 
 def search(scn: Scenario, spec: StrategySpec, ladder: list[Rung],
            source: str = "<scenario>", prober: Prober | None = None) -> StrategyResult:
-    """Bisect ``ladder`` for the largest rung ``spec`` fits with ``scn``'s training setup."""
+    """Bisect ``ladder`` for the largest rung ``spec`` fits with ``scn``'s training setup
+    (the rungs its parallel plan can split: :meth:`Prober.lays_out`)."""
     prober = prober or Prober(scn, spec, source)
+    ladder = [r for r in ladder if prober.lays_out(r.model)]
     order: list[Probe] = []
 
     def fits(i: int) -> bool:

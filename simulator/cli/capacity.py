@@ -62,6 +62,28 @@ def _finetune(section: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in section.items())
 
 
+def answer_lines(rep: CapacityReport) -> list[str]:
+    """The answer in words, largest first: ``# the largest llama-family model that fits on
+    64 x H100-SXM: 208B parameters with megatron:tp8pp8 (llama-like-208b, ...)``."""
+    c = rep.cluster
+    found = sorted((r for r in rep.results if r.largest is not None),
+                   key=lambda r: -r.largest.rung.params)
+    if not found:
+        return [f"# no {rep.family}-family model of the ladder fits on {c['gpus']} x "
+                f"{c['gpu']} with any strategy tried"]
+    lines = []
+    for i, r in enumerate(found):
+        rung = r.largest.rung
+        what = ("a catalog model" if rung.kind == "catalog" else
+                f"a {rep.family}-shaped model generated for this ladder")
+        top = "; the top of the ladder fits, so larger may too" if r.first_oom is None else ""
+        head = (f"# the largest {rep.family}-family model that fits on {c['gpus']} x "
+                f"{c['gpu']}: {_b(rung.params)} parameters with {r.spec.label}" if i == 0 else
+                f"# with {r.spec.label}: {_b(rung.params)}")
+        lines.append(f"{head} ({rung.model.name}, {what}{top})")
+    return lines
+
+
 def render_table(rep: CapacityReport, accuracy: list[str] | None = None) -> str:
     s, c = rep.settings, rep.cluster
     lines = [
@@ -75,6 +97,7 @@ def render_table(rep: CapacityReport, accuracy: list[str] | None = None) -> str:
         f"# ladder: {rep.family}, {len(rep.ladder)} models from {rep.ladder[0].model.name} "
         f"({_b(rep.ladder[0].params)}) to {rep.ladder[-1].model.name} "
         f"({_b(rep.ladder[-1].params)}), ~15% apart; one iteration replayed per probe",
+        *answer_lines(rep),
     ]
     head = ["strategy", "largest fit", "params", "peak GiB", "iter s", "tok/s/GPU",
             "first no-fit", "params", "OOM at", "peak GiB"]
@@ -129,7 +152,7 @@ def register(cli: click.Group) -> None:
         path = resolve_scenario(scenario)
         scn = load_scenario(path, list(sets))
         from ..capacity.report import capacity      # the simulator: once the input is good
-        rep = capacity(scn, family, strategies, source=str(path))
+        rep = capacity(scn, family, strategies, source=scn.source)
         acc = accuracy_of(rep)
         if fmt == "json":
             data = rep.as_dict()

@@ -37,6 +37,26 @@ def element_count(op: str, size_bytes: int, n_ranks: int) -> int:
     return size_bytes // FLOAT_BYTES
 
 
+def _whole_elements(op: str, sizes: list[int], n_ranks: int) -> tuple[list[int], str]:
+    """``sizes`` without those that give each rank no whole float (all_gather,
+    reduce_scatter and all_to_all split the buffer over the ranks: 8 B on 32 ranks is no
+    element each, ``count 0``), and a header line saying which were left out.
+
+    :raises ConfigError: (``-e/--max-bytes``) when no size is left.
+    """
+    if op not in _PER_RANK_COUNT:
+        return sizes, ""
+    least = FLOAT_BYTES * n_ranks
+    kept = [s for s in sizes if s >= least]
+    if not kept:
+        raise ConfigError(f"every size is below {least} B, one float per rank of {op} on "
+                          f"{n_ranks} ranks", source="-e/--max-bytes")
+    if len(kept) == len(sizes):
+        return sizes, ""
+    return kept, (f"sizes below {least} B (one float per rank on {n_ranks} ranks) left out: "
+                  f"{', '.join(str(s) for s in sizes if s < least)}")
+
+
 def result_row(res) -> dict:
     """One CollectiveResult as a row of :data:`COLUMNS` (GB/s = 1e9 bytes/s)."""
     return {
@@ -247,6 +267,7 @@ def register(cli: click.Group) -> None:
         root_pos = _root_position(cluster, rank_list, root) if rooted else 0
         model = CollectiveModel(cluster, with_cuda_graph(constants) if cuda_graph else constants,
                                 nccl)
+        sizes, too_small = _whole_elements(op, sizes, len(rank_list))
 
         try:
             rows = [result_row(run_collective(model, op, s, rank_list, algo, proto, fidelity,
@@ -263,5 +284,5 @@ def register(cli: click.Group) -> None:
             f"op: {op}  algo: {algo}  proto: {proto}  fidelity: {fidelity}  ecmp: {ecmp}  "
             f"seed: {seed}" + ("  cuda graph" if cuda_graph else "") + nccl_note(nccl)
             + (f"  root: {min(rank_list) if root is None else root}" if rooted else ""),
-        ]
+        ] + ([too_small] if too_small else [])
         click.echo(render_rows(rows, fmt, header))

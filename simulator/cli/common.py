@@ -164,7 +164,8 @@ def names_sets(command):
             if not sets:
                 raise
             from ..scenario import from_sets, resolve_scenario
-            source = str(resolve_scenario(kwargs["scenario"]))
+            from ..shipped import shown_as
+            source = shown_as(resolve_scenario(kwargs["scenario"]), "scenarios", "scenario")
             raise from_sets(exc, sets, source) from None
     return wrapper
 

@@ -123,27 +123,28 @@ def register(cli: click.Group) -> None:
         from ..compare.report import render_table, to_csv, to_json   # the simulator: once
         from ..compare.runner import compare                       # the input is good
         from ..topology.build import scenario_graph
-        from ..validation.envelope import grouped_lines
+        from ..validation.envelope import grouped_lines, trust_sentence
         G = scenario_graph(scn)
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
                                     topology=G.graph.get("name"))
         if out is not None:
             prepare_out_dir(out)             # refused before the comparison, not after
         say = (lambda msg: stage(f"compare: {msg}")) if enabled() else None
-        cmp = compare(scn, named, source=str(path), price=cost_price, budget=budget,
+        cmp = compare(scn, named, source=scn.source, price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,
                       capacity=capacity, progress=say, site=site)
-        acc = _accuracy(cmp)
+        acc = _accuracy(cmp, scn.model)
         lines = grouped_lines({k: e.lines() for k, e in acc.items()})
+        trust = trust_sentence(acc.values())
         as_dicts = {k: e.as_dict() for k, e in acc.items()}
         if out is not None:
             from ..compare.charts import write_outputs    # matplotlib: only for --out
             from ..compare.page import write_page         # the HTML page: only for --out
             write_outputs(out, cmp, as_dicts)
             write_page(cmp, out, _inputs(path, sets, strategies, cost_price, budget, scn),
-                       lines)
+                       lines, trust)
         text = {"json": lambda c: to_json(c, as_dicts), "csv": to_csv,
-                "table": lambda c: render_table(c, lines)}[fmt](cmp)
+                "table": lambda c: render_table(c, lines, trust)}[fmt](cmp)
         click.echo(text)
         if out is not None and fmt == "table":
             click.echo(f"# outputs in {out}: compare.csv, compare.json, iteration_time.png, "
@@ -167,11 +168,12 @@ def _site(usd_per_kwh: float | None, carbon: float | None, pue: float | None):
                 d.carbon_kg_per_kwh if carbon is None else carbon)
 
 
-def _accuracy(cmp) -> dict:
-    """The accuracy envelope of each strategy that ran, by strategy key."""
+def _accuracy(cmp, model_name_or_path: str) -> dict:
+    """The accuracy envelope of each strategy that ran, by strategy key; the model as the
+    scenario names it (a catalog name or the user's own model file)."""
     from ..models import load_model, params_total
     from ..validation.envelope import Query, envelope
-    model = load_model(cmp.model)
+    model = load_model(model_name_or_path)
     params = float(params_total(model))
     return {r.alias.key: envelope(Query.of(r.alias.strategy, cmp.model, params,
                                            str(cmp.cluster["gpu"]), r.metrics.world_size,

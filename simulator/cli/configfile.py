@@ -52,7 +52,9 @@ def load_pieces(path, sets: list[str], config: Path | None, fmt: str | None):
     from ..scenario import load_scenario
     if config is None:
         return load_scenario(path, sets), None
+    from ..shipped import file_or_shipped
     from ..strategies.frameworks.files import read_config
+    config = file_or_shipped(config, Path(config), "configs", "config")
     pieces = read_config(config, fmt)
     scn = scenario_with_config(path, pieces, sets)
     click.echo(pieces.summary(), err=True)
@@ -66,11 +68,12 @@ def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Sce
     ``sets`` over both."""
     from ..errors import ConfigError
     from ..scenario import apply_sets, resolve_scenario, scenario_from_dict
+    from ..shipped import shown_as
     from ..yamlio import read_yaml
     if not pieces.used:
         raise pieces.nothing_used()
     path = resolve_scenario(scenario)
-    source = str(path)
+    source = shown_as(path, "scenarios", "scenario")
     data = read_yaml(path, "scenario file")
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", source=source)

@@ -14,6 +14,9 @@ from .configfile import config_options, load_pieces
 
 _SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=128 or --set "
              "training.seq_len=8192 (repeatable).")
+# Tokens a step when nothing says how many: Llama 3 405B's pre-training began at 4M tokens a
+# step (Llama 3 paper, arXiv 2407.21783, section 3.4.1), a common size for LLM pre-training.
+DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
 
 
 def register(cli: click.Group) -> None:
@@ -23,8 +26,9 @@ def register(cli: click.Group) -> None:
     @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--global-batch", type=int, default=None, metavar="N",
-                  help="Samples per step [default: the scenario's micro_batch x grad_accum "
-                       "x GPUs].")
+                  help="Samples per step [default: --config's or the scenario's "
+                       "training.global_batch, else 4M tokens a step: 4,194,304 / seq_len "
+                       "samples].")
     @click.option("--replay", type=click.IntRange(1, 100), default=3, show_default=True,
                   help="How many of the best estimates to simulate.")
     @click.option("--max-tp", type=click.IntRange(1, 64), default=16, show_default=True)
@@ -66,9 +70,7 @@ def register(cli: click.Group) -> None:
         from ..topology.build import scenario_graph
         G = scenario_graph(scn)
         gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
-        batch = global_batch if global_batch is not None else \
-            (pieces and pieces.global_batch) or \
-            scn.training.micro_batch * scn.training.grad_accum * gpus     # 0 is refused
+        batch, said = _global_batch(global_batch, pieces, scn)
         if batch < 1:
             raise ConfigError(f"must be >= 1, got {batch}", source="--global-batch")
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
@@ -79,13 +81,48 @@ def register(cli: click.Group) -> None:
         limits = Limits(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp,
                         max_micro_batch=max_micro_batch)
         result = search(scn, batch, replay=replay, limits=limits, price=cost_price,
-                        source=str(path), progress=say)
+                        source=scn.source, progress=say)
+        from ..planner.page import answer
+        trust = _accuracy(result, scn, gpus)
+        batch_line = (f"global batch: {batch:,} samples x {scn.training.seq_len:,} tokens = "
+                      f"{batch * scn.training.seq_len / 1e6:.2f}M tokens a step ({said})")
         if out is not None:
             from ..planner.page import write_outputs
             write_outputs(result, out, {"scenario file": str(path), "--set": list(sets),
-                                        "global batch": batch,
-                                        "scenario (after --set)": scn.model_dump(mode="json")})
-        text = {"table": to_table, "csv": to_csv, "json": to_json}[fmt](result)
+                                        "global batch": f"{batch} ({said})",
+                                        "scenario (after --set)": scn.model_dump(mode="json")},
+                          trust)
+        text = {"table": lambda r: to_table(r, [answer(r), batch_line],
+                                            [f"how far to trust it: {x}" for x in trust]),
+                "csv": to_csv, "json": to_json}[fmt](result)
         click.echo(text)
         if out is not None and fmt == "table":
             click.echo(f"# outputs in {out}: plan.csv, plan.json, report.html")
+
+
+def _global_batch(given: int | None, pieces, scn) -> tuple[int, str]:
+    """Samples a step and where that number came from: --global-batch, the --config file,
+    the scenario's training.global_batch, else :data:`DEFAULT_TOKENS_PER_STEP` (never the
+    scenario's micro-batch x GPUs, which a plan search changes)."""
+    if given is not None:
+        return given, "--global-batch"
+    if pieces is not None and pieces.global_batch:
+        return pieces.global_batch, f"the global batch of {pieces.source}"
+    if scn.training.global_batch is not None:
+        return scn.training.global_batch, "the scenario's training.global_batch"
+    samples = max(1, round(DEFAULT_TOKENS_PER_STEP / scn.training.seq_len))
+    return samples, "the default of 4M tokens a step; --global-batch N sets it"
+
+
+def _accuracy(result, scn, gpus: int) -> list[str]:
+    """How far the fastest replayed plan that fits is from validated ground (its
+    framework's nearest validated case and error band), as lines."""
+    best = next((r for r in result.rows if r.metrics is not None and not r.metrics.oom), None)
+    if best is None:
+        return []
+    from ..models import load_model, params_total
+    from ..validation.envelope import Query, envelope
+    model = load_model(scn.model)
+    return envelope(Query.of(str(best.strategy.get("name")), model.name,
+                             float(params_total(model)), result.gpu, gpus,
+                             scn.training.precision, model.is_moe)).lines()

@@ -58,7 +58,7 @@ def register(cli: click.Group) -> None:
             prepare_out_dir(out)
         from ..reliability.report import as_dict, table, timings_line   # the simulator: once
         from ..reliability.study import run_study                     # the input is good
-        study = run_study(scn, str(path), trials, seed, workers or os.cpu_count() or 1,
+        study = run_study(scn, scn.source, trials, seed, workers or os.cpu_count() or 1,
                           record=out is not None)
         if out is not None:
             from ..reliability.outputs import write_outputs   # matplotlib: only for --out

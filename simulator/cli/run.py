@@ -36,7 +36,7 @@ def register(cli: click.Group) -> None:
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer ends
         with its accuracy envelope: the nearest validated case, its error, and where this
-        run leaves the validated ground (README "Accuracy").
+        run leaves the validated ground (docs/accuracy.md).
         """
         from ..outpaths import atomic_write_text, prepare_out_dir
         from ..scenario import resolve_scenario
@@ -51,14 +51,15 @@ def register(cli: click.Group) -> None:
             from ..models import load_model
             from ..pipeline import build_setup, run_setup
             from ..validation.envelope import Query, envelope
-            setup = build_setup(scn, str(path))
+            setup = build_setup(scn, scn.source)
         stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
         result = run_setup(setup)
         keep("run", (setup, result))    # the executable frees them at exit, all at once
         m, extra = result.metrics, result.extrapolation
         meta = setup.trace.meta
-        what = (f"{meta.get('model')} {meta.get('strategy')} on {setup.trace.world_size} x "
-                f"{setup.cluster.G.graph.get('gpu')} ({setup.cluster.G.graph.get('name')})")
+        what = (f"{meta.get('model')} {meta.get('strategy')}{_plan_of(meta)} on "
+                f"{setup.trace.world_size} x {setup.cluster.G.graph.get('gpu')} "
+                f"({setup.cluster.G.graph.get('name')})")
         capacity_gib = setup.capacity_bytes / float(1 << 30)
         gpu = str(setup.cluster.G.graph.get("gpu"))
         from ..energy.report import energy_rows, energy_sentence
@@ -95,6 +96,9 @@ def register(cli: click.Group) -> None:
             click.echo(f"{key:<{width}}  {value}")
         if extra is not None:
             click.echo(f"# {extra.note()}")
+        bubble = bubble_line(meta)
+        if bubble:
+            click.echo(f"# {bubble}")
         for line in acc.lines():
             click.echo(f"# accuracy: {line}")
         if out is not None:
@@ -131,3 +135,30 @@ def register(cli: click.Group) -> None:
         n_ops = sum(len(c.ops) for c in setup.trace.classes)
         click.echo(f"wrote {output}: {setup.trace.world_size} ranks, "
                    f"{len(setup.trace.classes)} rank class(es), {n_ops} ops")
+
+
+def _plan_of(meta: dict) -> str:
+    """`` (tensor parallel 8 inside each server, data parallel 32 (FSDP))`` for a trace of
+    a parallel plan (the framework's name alone says nothing of the plan: an FSDP2 x TP8
+    job is spelt ``megatron``), else nothing."""
+    if "tp" not in meta:
+        return ""
+    from ..strategies.parallel.words import plan_words
+    keys = ("tp", "pp", "vp", "cp", "dp", "dp_mode", "schedule")
+    return f" ({plan_words(**{k: meta[k] for k in keys if meta.get(k) is not None})})"
+
+
+def bubble_line(meta: dict) -> str:
+    """What a pipeline's ``wait_s`` mostly is, named: the bubble, with its textbook share of
+    the schedule, (pp - 1) / (vp x m + pp - 1) for m micro-batches a step through pp stages
+    of vp virtual stages each (Narayanan et al. 2021); "" without a pipeline."""
+    pp, vp = int(meta.get("pp") or 1), int(meta.get("vp") or 1)
+    if pp < 2:
+        return ""
+    m = int(meta.get("grad_accum") or 1)
+    share = (pp - 1) / (vp * m + pp - 1)
+    return (f"pipeline bubble: {pp} stages and {m} micro-batch(es) a step "
+            f"({meta.get('schedule')}{f', {vp} virtual stages' if vp > 1 else ''}): the "
+            f"stages idle about (pp - 1) / (vp x m + pp - 1) = {100 * share:.0f}% of the "
+            f"schedule while it fills and drains, most of wait_s; more micro-batches a step "
+            f"(training.grad_accum) shrink it")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ..choices import NAMED_STRATEGIES
 from .results import Comparison, Row, cheapest, excess_over_cheapest
 
 
@@ -106,23 +107,18 @@ def _grid(head: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)) 
     return [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)]
 
 
-def render_table(cmp: Comparison, accuracy: list[str] | None = None) -> str:
-    """The comparison as text; ``accuracy``: the accuracy envelope's lines."""
+def render_table(cmp: Comparison, accuracy: list[str] | None = None,
+                 trust: str = "") -> str:
+    """The comparison as text, the decision first: the answer and how far to trust it
+    (``trust``, one sentence), the time and memory table, the cost table, then what the
+    columns mean, the kernel stacks and the accuracy envelope's lines (``accuracy``)."""
     recs, c, s = records(cmp), cmp.cluster, cmp.settings
     lines = [f"# compare {cmp.scenario}: {cmp.model} on {c['gpus']} x {c['gpu']} "
              f"({c['topology']}, {c['gpu_memory_gib']:.1f} GiB each); micro_batch "
              f"{s['micro_batch']}, seq_len {s['seq_len']}, {s['precision']}; every strategy "
              f"at {s['global_batch']} samples a step (its micro-batches per step follow from "
-             f"its data-parallel ranks; one that cannot keep it says why)",
-             f"# 2x GPUs: {cmp.doubling}; twice the samples a step (weak scaling), "
-             f"efficiency = throughput(2N) / (2 throughput(N))",
-             "# comm GB/GPU: bytes one GPU sends per iteration (all-reduce 2(n-1)/n x size, "
-             "all-gather and reduce-scatter (n-1)/n x size, sends and copies to the host); "
-             "comm s: time communication runs, exposed s: the part not under compute; "
-             "fwd ms/sample: GPU-milliseconds of forward kernels per sample (every GPU's "
-             "forward kernels in a step over the samples of the step): the same kernels cost "
-             "the same under every strategy, so it differs only by the kernel stacks named "
-             "at the end"]
+             f"its data-parallel ranks; one that cannot keep it says why)"]
+    lines += [f"# {x}" for x in (*answer_sentences(cmp), trust) if x]
     ok = [r for r in recs if r["status"] == "ok"]
     head = ["strategy", "GPUs", "peak GiB", "memory", "iter s", "samples/s", "tokens/s",
             "comm GB/GPU", "comm s", "exposed s", "fwd ms/sample", "2x eff", "largest fit"]
@@ -131,14 +127,78 @@ def render_table(cmp: Comparison, accuracy: list[str] | None = None) -> str:
     lines += [f"# {r['strategy']}: out of memory at: {r['oom_at']}" for r in ok if r["oom"]]
     lines += [f"# {r['strategy']}: {r['world_size']} of the {c['gpus']} GPUs run replicas; "
               f"cost counts all {c['gpus']}" for r in ok if r["world_size"] != c["gpus"]]
+    lines += _cost_lines(cmp, ok)
+    lines += _energy_lines(cmp, ok)
+    lines += ["", f"# 2x GPUs: {cmp.doubling}; twice the samples a step (weak scaling), "
+                  f"efficiency = throughput(2N) / (2 throughput(N))",
+              "# comm GB/GPU: bytes one GPU sends per iteration (all-reduce 2(n-1)/n x size, "
+              "all-gather and reduce-scatter (n-1)/n x size, sends and copies to the host); "
+              "comm s: time communication runs, exposed s: the part not under compute; "
+              "fwd ms/sample: GPU-milliseconds of forward kernels per sample (every GPU's "
+              "forward kernels in a step over the samples of the step): the same kernels cost "
+              "the same under every strategy, so it differs only by the kernel stacks named "
+              "below"]
     lines += [f"# {r['strategy']}: 2x: {r['scaling_reason']}" for r in ok
               if r["scaling_reason"] and r["scaling_reason"] not in cmp.doubling]
     lines += [f"# note: {n}" for n in cmp.notes]
     lines += kernel_lines(ok)
     lines += [f"# accuracy {line}" for line in accuracy or ()]
-    lines += _cost_lines(cmp, ok)
-    lines += _energy_lines(cmp, ok)
     return "\n".join(lines)
+
+
+def _named(key: str) -> str:
+    """``fsdp-full`` -> ``FSDP FULL_SHARD (ZeRO-3) (fsdp-full)``."""
+    named = NAMED_STRATEGIES.get(key)
+    return f"{named.label} ({key})" if named else key
+
+
+def answer_sentences(cmp: Comparison) -> list[str]:
+    """The decision in words: the cheapest strategy that fits, against the runner-up, and
+    what does not fit or cannot run."""
+    recs = records(cmp)
+    ok = [r for r in recs if r["status"] == "ok"]
+    fits = [r for r in ok if not r["oom"]]
+    out = []
+    best = next((r for r in recs if r["cheapest"]), None)
+    if best is not None:
+        # a model without tokens (ResNet-50) is priced per 1k samples
+        key, unit = (("per_million_tokens_usd", "1M tokens")
+                     if best["per_million_tokens_usd"] is not None
+                     else ("per_thousand_samples_usd", "1k samples"))
+        others = sorted((r for r in fits if r is not best and r[key]), key=lambda r: r[key])
+        text = (f"{_named(best['strategy'])} is the cheapest strategy that fits in memory: "
+                f"${best[key]:,.3g} per {unit} at {best['iteration_time_s']:.3g} s per "
+                f"iteration on {cmp.cluster['gpus']} x {cmp.cluster['gpu']}")
+        if others:
+            nxt = others[0]
+            waste = nxt["waste_vs_cheapest"] or 0.0
+            text += (f", {100 * waste:.1f}% less than the next, {_named(nxt['strategy'])} "
+                     f"(${nxt[key]:,.3g})" if waste >= 0.0005 else
+                     f"; {_named(nxt['strategy'])} costs the same")
+        out.append(text + ".")
+        if best["total_usd"] is not None and cmp.budget is not None:
+            out.append(f"For {cmp.budget.describe()} it costs ${best['total_usd']:,.0f} and "
+                       f"takes {best['wall_hours'] / 24:,.1f} days.")
+    elif cmp.price is None:
+        out.append(f"No price is known for {cmp.cluster['gpu']}: pass --price-per-gpu-hour "
+                   f"or --instance to rank the strategies by cost.")
+    else:
+        out.append("No strategy fits in memory on this cluster.")
+    oom = [r["strategy"] for r in ok if r["oom"]]
+    if oom:
+        out.append(f"Out of memory ({cmp.cluster['gpu_memory_gib']:.0f} GiB per GPU), so "
+                   f"not a choice here: {', '.join(oom)}.")
+    na = [r["strategy"] for r in recs if r["status"] != "ok"]
+    if na:
+        out.append(f"Cannot run on this cluster: {', '.join(na)} (reasons below).")
+    least = min((r for r in fits if r["kwh_per_1m_tokens"] is not None),
+                key=lambda r: (r["kwh_per_1m_tokens"], r["strategy"]), default=None)
+    if least is not None and cmp.site is not None:
+        out.append(f"{_named(least['strategy'])} uses the least energy: "
+                   f"{least['kwh_per_1m_tokens']:.3g} kWh per 1M tokens at the site (PUE "
+                   f"{cmp.site.pue:g}), {least['co2_kg_per_1m_tokens']:.3g} kg CO2 and "
+                   f"${least['electricity_usd_per_1m_tokens']:.3g} of electricity.")
+    return out
 
 
 def kernel_lines(ok: list[dict]) -> list[str]:

@@ -151,7 +151,8 @@ def _run_row(row: Row, scn: Scenario, source: str, site: Site | None = None) -> 
         return
     try:
         res = _replay(scn, a, source)
-    except ConfigError as exc:
+        casts = autocasts(parse_strategy(pipeline_strategy(res.setup.scenario)))
+    except ConfigError as exc:       # the strategy's own checks too (tf-ps: no accumulation)
         row.status, row.reason = "n/a", str(exc)
         return
     row.metrics = m = res.metrics
@@ -164,7 +165,7 @@ def _run_row(row: Row, scn: Scenario, source: str, site: Site | None = None) -> 
     row.forward_gpu_s_per_sample = forward_gpu_s_per_sample(res)
     row.kernels = res.setup.compute.stack(res.setup.job.precision)
     row.energy = energy_of(res, site)
-    if autocasts(parse_strategy(pipeline_strategy(res.setup.scenario))):
+    if casts:
         row.kernels += f"; {AUTOCAST}"
     if m.oom:
         where = Counter(locate_oom(res.timeline, c, str(v)) for c, v in m.oom_at.items())
@@ -244,11 +245,24 @@ def _scale_rows(live: list[Row], scn: Scenario, world: int, G, source: str,
         scn2, how = doubled(scn, world, G)
         build_setup(with_strategy(scn2, NAMED_STRATEGIES["ddp"]), source)
     except ConfigError as exc:
-        scn2, how = None, f"cannot double the GPUs: {exc}"
+        how = f"cannot double the GPUs: {_why_not_doubled(exc, G)}"
+        for row in live:                 # nothing is simulated: no progress to report
+            _scale_row(row, None, how, source)
+        return how
     for i, row in enumerate(live, 1):
         say(f"2x GPUs {i}/{len(live)}: {row.alias.key} on {2 * world} GPUs")
         _scale_row(row, scn2, how, source)
     return how
+
+
+def _why_not_doubled(exc: ConfigError, G) -> str:
+    """Why the cluster cannot double, in the user's words: a single-server topology says
+    so and how to get the column (a multi-node topology), not which generator built it."""
+    if exc.field == "cluster.nodes":
+        name = G.graph.get("name") or "the scenario's topology"
+        return (f"{name} is a single server (add servers with a multi-node topology, e.g. "
+                f"--set cluster.topology=dgx-a100-superpod or dgx-h100-superpod)")
+    return str(exc)
 
 
 def _capacity_rows(live: list[Row], scn: Scenario, source: str, say: Progress) -> list[str]:

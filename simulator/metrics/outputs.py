@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..engine.records import COMM_KINDS, Timeline  # noqa: E402
@@ -180,13 +181,20 @@ def memory_figure(tl: Timeline):
     return fig
 
 
+# every colour of gantt.png, and what it stands for (its legend says each)
+GANTT_COLORS = {"forward": "tab:blue", "backward": "tab:orange", "recompute": "tab:purple",
+                "optimizer": "tab:green"}
+GANTT_LEGEND = (("forward", "tab:blue"), ("backward", "tab:orange"),
+                ("recompute (checkpointing)", "tab:purple"), ("optimizer step", "tab:green"),
+                ("communication", "tab:red"), ("other (copies, casts, host)", "tab:gray"))
+
+
 def plot_gantt(tl: Timeline, path: Path) -> None:
     cls = max({r.cls for r in tl.records} or {""},
               key=lambda c: max((r.end_s for r in tl.records if r.cls == c), default=0))
     recs = [r for r in tl.records if r.cls == cls]
     streams = sorted({r.stream for r in recs}, key=lambda s: (s != "compute", s))
-    colors = {"forward": "tab:blue", "backward": "tab:orange", "recompute": "tab:purple",
-              "optimizer": "tab:green"}
+    colors = GANTT_COLORS
     fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * len(streams)))
     for y, stream in enumerate(streams):
         by_color: dict[str, list[tuple[float, float]]] = {}
@@ -198,7 +206,9 @@ def plot_gantt(tl: Timeline, path: Path) -> None:
             ax.broken_barh(bars, (y - 0.4, 0.8), color=c)
     ax.set_yticks(range(len(streams)), streams)
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"rank class {cls}: compute by phase (fwd blue, bwd orange), comm red",
-                 fontsize=9)
+    ax.set_title(f"rank class {cls}: what each stream runs", fontsize=9)
+    ax.legend(handles=[Patch(color=c, label=label) for label, c in GANTT_LEGEND],
+              fontsize=7, ncol=len(GANTT_LEGEND), loc="upper center",
+              bbox_to_anchor=(0.5, -0.25 if len(streams) > 2 else -0.45), frameon=False)
     save_figure(fig, path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -8,6 +8,11 @@ from pathlib import Path
 from ..report import HtmlReport, Table
 from .summary import Metrics
 
+# every colour of gantt.png (simulator.metrics.outputs.GANTT_LEGEND), said in its caption
+GANTT_CAPTION = ("What each stream runs, over time: forward blue, backward orange, recompute "
+                 "(checkpointing) purple, optimizer step green, communication red, other "
+                 "(copies, casts, host) grey")
+
 
 def answer_sentences(m: Metrics, what: str, capacity_gib: float) -> list[str]:
     """The result in words: step time and throughput, memory verdict, the biggest cost."""
@@ -54,7 +59,7 @@ def write_page(out: Path, m: Metrics, rows: list[tuple[str, str]], what: str,
     page.heading("Charts")
     for name, caption in (("breakdown.png", "Where the step's time goes"),
                           ("memory.png", "Memory per GPU over the step"),
-                          ("gantt.png", "What each stream runs, over time")):
+                          ("gantt.png", GANTT_CAPTION)):
         page.image(out / name, caption)
     page.text("layers.csv, ops.csv and links.csv in this folder hold the detail; "
               "timeline.json opens in https://ui.perfetto.dev.", note=True)

@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.errors import ConfigError, validation_error
+from simulator.errors import ConfigError, did_you_mean, validation_error
 from simulator.inputs import path_name, regular_file
 from simulator.yamlio import read_yaml
 
@@ -185,7 +185,9 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     if path.suffix in (".yaml", ".yml") or path.exists():
         regular_file(path, "model file")      # missing, a folder, a device: said so
         return parse_model_file(path)
-    raise ConfigError(f"unknown model {str(name_or_path)!r}; valid: {', '.join(model_names())}"
+    raise ConfigError(f"unknown model {str(name_or_path)!r}"
+                      f"{did_you_mean(str(name_or_path), model_names())}; "
+                      f"valid: {', '.join(model_names())}"
                       " (or a path to a model YAML file)")
 
 

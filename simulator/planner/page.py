@@ -10,24 +10,30 @@ from .report import energy_line, header, records, to_csv, to_json
 
 
 def answer(search) -> str:
-    best = next((d for d in records(search) if d["step_s"] is not None and not d["oom"]), None)
+    """The fastest replayed plan that fits, as a sentence (its short label in brackets)."""
+    rows = records(search)
+    best = next((i for i, d in enumerate(rows) if d["step_s"] is not None and not d["oom"]),
+                None)
     if best is None:
         return (f"No replayed plan of {search.model} fits on {search.gpus} x {search.gpu}; "
                 f"see the counts below.")
-    cost = (f", ${best['usd_per_1m_tokens']:.3f} per 1M tokens"
-            if best["usd_per_1m_tokens"] is not None else "")
-    return (f"{best['plan']} is the fastest plan that fits: {best['step_s']:.3f} s per step, "
-            f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
-            f"{best['memory_gib']:.1f} GiB per GPU{cost}.")
+    d, words = rows[best], search.rows[best].candidate.words()
+    cost = (f", ${d['usd_per_1m_tokens']:.3f} per 1M tokens"
+            if d["usd_per_1m_tokens"] is not None else "")
+    return (f"The fastest plan that fits: {words} ({d['plan']}): {d['step_s']:.3f} s per "
+            f"step, {d['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+            f"{d['memory_gib']:.1f} GiB per GPU{cost}.")
 
 
-def write_outputs(search, out: Path, inputs: dict) -> None:
+def write_outputs(search, out: Path, inputs: dict, accuracy: list[str] = ()) -> None:
     atomic_write_text(out / "plan.csv", to_csv(search) + "\n")
     atomic_write_text(out / "plan.json", to_json(search) + "\n")
     rows = records(search)
     page = HtmlReport(f"clustersim plan: {search.model} on {search.gpus} x {search.gpu}",
                       header(search).removeprefix("# plan: "))
     page.answer(answer(search), "E" + energy_line(rows).removeprefix("# e") + ".")
+    if accuracy:
+        page.heading("How far to trust it").text(*accuracy)
     page.table(Table("Replayed plans, fastest first", (
         "#", "plan", "step s", "estimated s", "tokens/s/GPU", "GiB/GPU", "USD/1M tokens",
         "kWh/1M tokens", "Pareto"), [

@@ -53,9 +53,11 @@ def _fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def to_table(search) -> str:
+def to_table(search, before: list[str] = (), after: list[str] = ()) -> str:
+    """The ranked table; ``before`` (the answer, the batch) and ``after`` (how far to trust
+    it) are comment lines around it."""
     rows = records(search)
-    lines = [header(search)]
+    lines = [header(search), *(f"# {x}" for x in before)]
     cells = [("#", "plan", "step_s", "est_s", "tok/s/GPU", "mem_GiB", "est_GiB", "$/1M tok",
               "kWh/1M tok", "pareto")]
     for d in rows:
@@ -71,6 +73,7 @@ def to_table(search) -> str:
                                for i, (c, w) in enumerate(zip(row, widths))).rstrip())
     lines += [f"# {d['rank']}: {d['why']}" for d in rows]
     lines.append(energy_line(rows))
+    lines += [f"# {x}" for x in after]
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..models import ModelSpec
 from ..strategies.frameworks.translate import has_ac_modes
 from ..strategies.parallel.plan import ParallelPlan
+from ..strategies.parallel.words import plan_words
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,20 @@ class Candidate:
         sched = f" {p.schedule}" if p.pp > 1 else ""
         return (f"tp{p.tp} pp{p.pp}{vp} cp{p.cp} dp {p.dp_replicate}x{p.dp_shard} "
                 f"{p.dp_mode}{sched} mb{self.micro_batch} ac={self.ac}")
+
+    def words(self) -> str:
+        """The plan in words: ``tensor parallel 8 inside each server, pipeline 4 (1f1b),
+        data parallel 8 (FSDP), micro-batch 1 x 16 a step, full activation
+        checkpointing``; a degree of 1 is left out."""
+        p = self.plan
+        shape = f"{p.dp_replicate} replicas x {p.dp_shard} shards" \
+            if p.dp_mode == "fsdp" and p.dp_replicate > 1 else ""
+        ac = {"none": "no activation checkpointing"}.get(
+            self.ac, f"{self.ac} activation checkpointing")
+        degrees = plan_words(tp=p.tp, pp=p.pp, vp=p.vp, cp=p.cp,
+                             dp=p.dp_replicate * p.dp_shard, dp_mode=p.dp_mode,
+                             schedule=p.schedule, dp_shape=shape)
+        return f"{degrees}, micro-batch {self.micro_batch} x {self.micro_batches} a step, {ac}"
 
 
 def model_parallel_available() -> bool:

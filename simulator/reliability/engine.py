@@ -44,6 +44,7 @@ class Trial:
         self.acc = [0.0] * len(CATEGORIES)
         self.pending: set[int] = set()
         self.free = plan.spares
+        self.spare_span: tuple[float, float] | None = None   # waiting for repaired servers
         self.returns: list[float] = []
         self.active: dict[int, int] = {}
         self.broken: set[tuple[int, int]] = set()
@@ -185,6 +186,7 @@ class Trial:
 
     # -------------------------------------------------------------- recovery
     def _interrupt(self, t: float, mechanisms, lost) -> None:
+        self._settle_spare_wait(t)
         r = self.run_
         self.interrupts += 1
         self.pending.update(lost)
@@ -194,7 +196,7 @@ class Trial:
             r.interrupt(t)
             self.down = True
             if self.episode is None:
-                self.episode = [t, r.P, 0, t]
+                self.episode = [t, r.P, 0, t, 0.0]   # start, progress, failures, resumed, spare wait
             else:
                 self.episode[1] = max(self.episode[1], r.P)
             r.target_P = None
@@ -225,6 +227,7 @@ class Trial:
     def _reserve(self, t: float) -> None:
         _, swap, requeue, diagnostics, start, comm = self.plan.restart_s
         ready = self._take_nodes(t)
+        self.spare_span = (t, ready) if ready > t else None   # the spares ran out
         self._restore_point()
         phases, at = [], t
         for dt, cat in ((ready - t, WAIT), ((swap if self.took else 0.0) + requeue, WAIT),
@@ -248,7 +251,16 @@ class Trial:
         self.free -= need
         return ready
 
+    def _settle_spare_wait(self, t: float) -> None:
+        """Add to the episode the part of the wait for repaired servers that has passed by
+        ``t`` (all of it at the resume; up to a failure that restarts the recovery)."""
+        if self.spare_span is not None and self.episode is not None:
+            start, ready = self.spare_span
+            self.episode[4] += max(0.0, min(t, ready) - start)
+        self.spare_span = None
+
     def _resume(self, t: float) -> None:
+        self._settle_spare_wait(t)
         self.down = False
         self.phases = []
         r = self.run_
@@ -260,8 +272,9 @@ class Trial:
             self._close_episode(t)
 
     def _close_episode(self, t: float) -> None:
-        t0, _, failures, resumed = self.episode
-        self.episodes.append(Episode(t0, resumed - t0, t - t0, failures, self.source))
+        t0, _, failures, resumed, spare_wait = self.episode
+        self.episodes.append(Episode(t0, resumed - t0, t - t0, failures, self.source,
+                                     spare_wait))
         self.episode = None
         self.run_.target_P = self.run_.regained_at = None
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..report import HtmlReport, Table
 from .quantities import format_duration as fd
-from .report import table
+from .report import table, worst_words
 from .results import CATEGORIES
 from .study import Study
 
@@ -22,6 +22,8 @@ def answer_sentences(st: Study) -> list[str]:
         out.append(f"A failure stops training for {fd(s.downtime_s['p50'])} typically "
                    f"(median), {fd(s.downtime_s['max'])} at worst; with the work redone since "
                    f"the last checkpoint, {fd(s.recovery_s['mean'])} on average.")
+    if s.worst is not None:
+        out.append(f"The worst recovery: {worst_words(s.worst, st.plan.spares)}.")
     if st.search:
         r = st.search
         now = next((c for c in r.candidates if c.label and "configured" in c.label), None)

@@ -2,7 +2,8 @@
 
 A duration is ``"10 min"``, ``"24 h"`` or ``"30 d"`` (:func:`simulator.units.parse_time`
 plus days). A failure rate names what it counts per: ``"6.5 per 1000 node-days"``,
-``"0.3 per 1000 gpu-days"``, ``"1 per 50000 link-hours"``, ``"1.2 per day"`` (the whole job).
+``"0.3 per 1000 gpu-days"``, ``"1 per 50000 link-hours"``, ``"1.2 per day"`` (the whole job),
+``"3 per week"``, ``"2 per month"`` (a month is 365/12 days).
 A bare number is refused: a rate without its basis is ambiguous by three orders of magnitude.
 """
 
@@ -15,9 +16,11 @@ from simulator.units import UnitError, parse_time
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _DAY_S = 86400.0
+_MONTH_S = 365.0 / 12 * _DAY_S          # a month is a twelfth of the 365-day year
 _PERIODS = {"s": 1.0, "min": 60.0, "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
-            "d": _DAY_S, "day": _DAY_S, "days": _DAY_S, "year": 365.0 * _DAY_S,
-            "years": 365.0 * _DAY_S}
+            "d": _DAY_S, "day": _DAY_S, "days": _DAY_S, "week": 7 * _DAY_S,
+            "weeks": 7 * _DAY_S, "month": _MONTH_S, "months": _MONTH_S,
+            "year": 365.0 * _DAY_S, "years": 365.0 * _DAY_S}
 NOUNS = ("node", "gpu", "nic", "link", "switch", "job")
 _RATE_RE = re.compile(
     rf"^\s*{_NUMBER}\s*(?:per|/)\s*(?:{_NUMBER}\s*)?(?:({'|'.join(NOUNS)})[- ])?"

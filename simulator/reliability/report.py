@@ -7,7 +7,9 @@ from dataclasses import asdict
 
 from simulator.accum import brief
 
+from .config import CLASSES
 from .quantities import format_duration as fd
+from .quantities import parse_rate
 from .results import CATEGORIES
 from .study import Study
 
@@ -41,7 +43,7 @@ def as_dict(st: Study) -> dict:
         "wall_s": s.wall_s, "completed": s.completed,
         "failures_per_trial": s.failures, "interrupts_per_trial": s.interrupts_per_trial,
         "simulated_mtti_s": s.mtti_s,
-        "downtime_s": s.downtime_s, "recovery_s": s.recovery_s,
+        "downtime_s": s.downtime_s, "recovery_s": s.recovery_s, "worst_recovery": s.worst,
         "censored_recoveries": s.censored, "restore_sources": s.sources,
         "checkpoints_per_trial": s.checkpoints, "events": s.events,
     }
@@ -83,6 +85,7 @@ def table(st: Study) -> list[str]:
         f"# failures: expected MTTI {fd(i.mtti_s) if math.isfinite(i.mtti_s) else 'none'}"
         f" from the rates; simulated {fd(s.mtti_s) if math.isfinite(s.mtti_s) else 'none'}"
         f" ({s.interrupts_per_trial:.1f} interrupts per job)",
+        *baseline_note(scn),
         "",
         f"ETTR (goodput fraction)     {s.ettr['mean']:.4f}  (p5 {s.ettr['p5']:.4f}, "
         f"p95 {s.ettr['p95']:.4f}, worst {s.ettr['min']:.4f})",
@@ -97,6 +100,8 @@ def table(st: Study) -> list[str]:
                     ("downtime (to training again)", s.downtime_s)):
         lines.append(f"{name:<31} mean {fd(d['mean'])}, p50 {fd(d['p50'])}, p99 "
                      f"{fd(d['p99'])}, worst {fd(d['max'])} ({d['n']} recoveries)")
+    if s.worst is not None:
+        lines.append(f"  the worst recovery: {worst_words(s.worst, st.plan.spares)}")
     lines.append("failures per job            " + ", ".join(
         f"{k} {v:.2f}" for k, v in s.failures.items() if v) or "none")
     if st.search:
@@ -115,3 +120,29 @@ def _search_lines(st: Study) -> list[str]:
                      f"({c.iterations} it)  ETTR {c.ettr:.4f} +- {c.stderr:.4f}{tag}")
     lines.append(f"  formulas: Young {fd(r.young_s)}, Daly {fd(r.daly_s)}")
     return lines
+
+
+def baseline_note(scn) -> list[str]:
+    """With ``failures.baseline: none``, the rates that are not zero all the same: the
+    scenario's own (``none`` zeroes the baseline's rates, not the ones the scenario sets,
+    such as reliability-1024gpu's switch failures), so a user does not read them as
+    leftovers of the baseline."""
+    f = scn.reliability.failures if scn.reliability is not None else None
+    if f is None or f.baseline != "none":
+        return []
+    kept = [f"{n} {getattr(f, n).rate}" for n in CLASSES
+            if parse_rate(str(getattr(f, n).rate)).per_s > 0]
+    return [f"# baseline none: every failure class starts at 0; the scenario itself sets "
+            f"{', '.join(kept)}" if kept else "# baseline none: no failure class has a rate"]
+
+
+def worst_words(w: dict, spares: int) -> str:
+    """Why the worst recovery took as long as it did, in words."""
+    text = (f"{fd(w['recovery_s'])}, {w['failures']} failure{'s' * (w['failures'] != 1)} "
+            f"merged into it")
+    if w["spare_wait_s"] > 0:
+        text += (f"; {fd(w['spare_wait_s'])} of it waiting for repaired servers: the "
+                 f"{spares} spare server{'s' * (spares != 1)} had run out")
+    else:
+        text += "; the spare servers sufficed"
+    return text

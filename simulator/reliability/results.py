@@ -32,6 +32,7 @@ class Episode:
     recovery_s: float
     failures: int
     source: str            # primary | shared copy | scratch
+    spare_wait_s: float = 0.0   # of the downtime, waiting for repaired servers: spares ran out
 
 
 @dataclass(frozen=True)

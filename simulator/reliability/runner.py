@@ -77,6 +77,7 @@ class Summary:
     completed: float           # fraction of iteration-target jobs that finished
     checkpoints: float
     events: int
+    worst: dict | None = None  # the longest recovery: its times, failures and spare wait
 
 
 def summarise(results: list[TrialResult], class_names) -> Summary:
@@ -106,4 +107,16 @@ def summarise(results: list[TrialResult], class_names) -> Summary:
         sources=dict(sorted(sources.items())),
         completed=float(np.mean([r.completed for r in results])),
         checkpoints=float(np.mean([r.checkpoints for r in results])),
-        events=int(sum(r.events for r in results)))
+        events=int(sum(r.events for r in results)),
+        worst=_worst(episodes))
+
+
+def _worst(episodes) -> dict | None:
+    """The longest recovery (the first of equals), what explains it: how much of it was
+    waiting for repaired servers because the spares ran out, and how many failures it
+    merged."""
+    if not episodes:
+        return None
+    e = max(episodes, key=lambda x: x.recovery_s)
+    return {"recovery_s": e.recovery_s, "downtime_s": e.downtime_s,
+            "spare_wait_s": e.spare_wait_s, "failures": e.failures}

@@ -22,7 +22,7 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from simulator.errors import ConfigError, TopologyError, validation_error
+from simulator.errors import ConfigError, TopologyError, did_you_mean, validation_error
 from simulator.gcpause import gc_paused
 from simulator.inputs import path_name, regular_file
 from simulator.yamlio import read_yaml
@@ -246,7 +246,8 @@ def resolve_topology(name_or_path: str | Path) -> Path:
         found = find_shipped("topologies", path.name)
         if found is not None:
             return found
-    raise ConfigError(f"no topology file or shipped topology named {str(name_or_path)!r}; "
+    raise ConfigError(f"no topology file or shipped topology named {str(name_or_path)!r}"
+                      f"{did_you_mean(path.stem, shipped_topologies())}; "
                       f"shipped: {', '.join(shipped_topologies()) or 'none found'}",
                       field="topology")
 

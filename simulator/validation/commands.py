@@ -15,7 +15,7 @@ import click
 from simulator.errors import ConfigError
 from simulator.outpaths import prepare_out_dir, writable_file
 from simulator.validation import known_misses as km
-from simulator.validation.paths import DATA
+from simulator.validation.paths import CHECKOUT, default_report
 
 
 def folder_options(data: str, default_data: str, default_out: str):
@@ -39,23 +39,26 @@ def checked_root(root, module, write_to, calibrate: bool, overwrite: bool, optio
         raise ConfigError("needs --calibrate (it writes the fitted constants)", source=option)
     if write_to is not None:
         writable_file(write_to, overwrite, option)
-    root = root if root is not None else module.default_root()
+    given, root = root is not None, root if root is not None else module.default_root()
     if not (root / module.CASES_FILE).is_file():
-        raise ConfigError(f"no {module.CASES_FILE} in {root}", source="--root")
+        raise ConfigError(f"no {module.CASES_FILE} in {root}" if given else
+                          f"the validation data are not installed (no {module.CASES_FILE} "
+                          f"in {root})", source="--root" if given else "validate")
     return root
 
 
 def _ours(path: Path) -> bool:
     """Inside the repository's validation/: the project's own generated reports."""
-    return Path(path).resolve().is_relative_to(DATA.resolve())
+    return Path(path).resolve().is_relative_to(CHECKOUT.resolve())
 
 
 def report_folder(out: Path | None, default: Path) -> Path:
-    """The folder a suite's report goes to: ``out``, else ``default``. Outside the
+    """The folder a suite's report goes to: ``out``, else ``default`` (from a wheel:
+    :func:`~simulator.validation.paths.default_report`). Outside the
     repository's validation/ (whose reports the suites regenerate) it is checked as
     ``run --out`` is (:func:`simulator.outpaths.prepare_out_dir`): a folder that is not
     empty and was not written by clustersim is refused."""
-    folder = Path(out) if out is not None else Path(default)
+    folder = Path(out) if out is not None else default_report(default)
     return folder if _ours(folder) else prepare_out_dir(folder)
 
 

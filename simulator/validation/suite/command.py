@@ -37,7 +37,10 @@ def validate_all(only=(), workers=None, out=None, overwrite=False):
     0: every gated case passes; 3: only known misses are out of bound; 1: a FAIL (out of
     bound, not recorded) or an XPASS (recorded, now within bound).
     """
+    from simulator.validation.paths import IN_CHECKOUT, WHEEL_REPORTS
     from simulator.validation.suite.run import format_summary, run_all
+    if out is None and not IN_CHECKOUT:          # a wheel: never into the installed package
+        out = WHEEL_REPORTS
     if out is not None and (out.is_dir() or not out.suffix):     # a folder
         out = prepare_out_dir(out) / "REPORT.md"
     out = report_file(out, overwrite)

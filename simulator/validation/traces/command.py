@@ -24,9 +24,11 @@ def validate_traces(root, out):
     from simulator.validation.traces import validate as vt
     from simulator.validation.traces.report import format_summary, write_report
 
-    root = root if root is not None else vt.default_root()
+    given, root = root is not None, root if root is not None else vt.default_root()
     if not (root / vt.TRACE).is_file():
-        raise ConfigError(f"no {vt.TRACE} in {root}", source="--root")
+        raise ConfigError(f"no {vt.TRACE} in {root}" if given else
+                          f"the validation data are not installed (no {vt.TRACE} in {root})",
+                          source="--root" if given else "validate traces")
     folder = report_folder(out, root)           # refused before the replay, not after
     stage("validate traces: importing and replaying the A100 trace")
     results = vt.validate(root)

@@ -1,0 +1,137 @@
+"""The front door: README.md stays a page or two, every link of README.md and docs/ leads
+somewhere, its accuracy table is what ``simulator/data/validated.csv`` says, and the
+question -> command table and the block of commands to copy hold the same commands.
+
+``python tests/test_front_door.py`` rewrites the accuracy table from the data (after
+``python -m simulator.validation.envelope_data`` regenerated it)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
+GROUND = REPO / "simulator" / "data" / "validated.csv"
+LABEL = {"ddp": "DDP", "fsdp": "FSDP", "tensorflow": "TensorFlow", "horovod": "Horovod",
+         "megatron": "Megatron", "torchtitan": "torchtitan"}
+START, END = "<!-- accuracy-table", "<!-- /accuracy-table -->"
+
+
+def accuracy_table() -> list[str]:
+    """The README's accuracy table: median and largest |error| of the validation split, per
+    strategy family, dense or mixture of experts, and GPU type."""
+    df = pd.read_csv(GROUND)
+    held = df[df.split == "validation"]
+    lines = ["| strategy family | GPU | held-out runs | median abs. error | largest abs. error |",
+             "|---|---|---:|---:|---:|"]
+    for (family, moe, gpu), rows in held.groupby(["family", "moe", "gpu"], sort=True):
+        err = rows.error.abs()
+        name = LABEL[family] + (", mixture of experts" if moe else "")
+        lines.append(f"| {name} | {gpu} | {len(rows)} | {100 * err.median():.1f}% | "
+                     f"{100 * err.max():.1f}% |")
+    return lines
+
+
+def _table_in_readme(text: str) -> list[str]:
+    block = text.split(START, 1)[1].split(END, 1)[0]
+    return [line for line in block.splitlines()[1:] if line.strip()]
+
+
+def test_readme_is_a_front_door():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, len(lines)
+    heads = [line for line in lines if line.startswith("## ")]
+    assert heads[:2] == ["## Install", "## Your question, the command"]
+
+
+def test_accuracy_table_is_the_data():
+    assert _table_in_readme(README.read_text()) == accuracy_table()
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    inside, found = False, set()
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif not inside and line.startswith("#"):
+            found.add(_slug(line.lstrip("#")))
+    return found
+
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _links(page: Path):
+    inside = False
+    for n, line in enumerate(page.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            inside = not inside
+            continue
+        if inside:
+            continue
+        for m in LINK.finditer(line):
+            yield n, m.group(1) or m.group(2)
+
+
+def test_every_link_leads_somewhere():
+    broken = []
+    for page in PAGES:
+        for n, target in _links(page):
+            if re.match(r"[a-z]+:", target):
+                continue                         # http(s), mailto: not checked offline
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.name}:{n}: {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.name}:{n}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_every_docs_page_is_reachable_and_in_the_site():
+    text = README.read_text()
+    site = (REPO / "mkdocs.yml").read_text()
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert f"docs/{page.name}" in text, page.name       # linked from the front door
+        assert page.name in site, page.name                 # in the site's navigation
+
+
+def _question_commands(text: str) -> list[str]:
+    rows = [line for line in text.split("## Your question, the command", 1)[1]
+            .split("\n\n", 2)[1].splitlines() if line.startswith("| ")][1:]
+    return [m for row in rows for m in re.findall(r"`(clustersim [^`]+)`", row.split("|")[2])]
+
+
+def _copy_block(text: str) -> list[str]:
+    block = text.split("The same commands, to copy", 1)[1].split("```", 2)[1]
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_table_and_the_block_to_copy_agree():
+    text = README.read_text()
+    table = [c for c in _question_commands(text) if "COMMAND" not in c]
+    block = _copy_block(text)
+    assert table and set(table) <= set(block) | {"clustersim validate"}, \
+        set(table) - set(block)
+    assert set(block) <= set(table)
+
+
+if __name__ == "__main__":               # rewrite the accuracy table from the data
+    text = README.read_text()
+    head, rest = text.split(START, 1)
+    marker, _, tail = rest.partition("\n")
+    body_end = tail.split(END, 1)[1]
+    README.write_text(head + START + marker + "\n" + "\n".join(accuracy_table()) + "\n"
+                      + END + body_end)
+    sys.exit(0)
