@@ -84,3 +84,79 @@ def test_plan_max_work_lifts_and_lowers_the_bound(capsys):
     one_line_refusal(code, out, err, "--max-work", "more than 10 ")
     code, out, err = run_main(capsys, *args, "--max-work", "1000000")
     assert code == 0, err
+
+
+# ------------------------------------------------------------------------ reliability
+FAST = ["--set", "reliability.job.iteration_time=10 s", "--workers", "1", "-q"]
+
+
+def rel(capsys, *args: str):
+    return run_main(capsys, "reliability", *FAST, *args)
+
+
+def test_reliability_events_are_the_documented_product():
+    from simulator.reliability import work as rwork
+    from simulator.reliability.plan import build_plan
+    from simulator.scenario import load_scenario, resolve_scenario
+    path = resolve_scenario("reliability-1024gpu")
+    scn = load_scenario(path, ["reliability.job.iteration_time=10 s"])
+    plan, _ = build_plan(scn, str(path))
+    rate = sum(c.rate_per_s for c in plan.classes) + plan.stragglers[0]
+    arrivals = rate * 30 * 86400.0                      # the scenario's 30-day job
+    assert rwork.arrivals_per_trial(plan) == pytest.approx(arrivals)
+    per_trial = 1 + 3 * arrivals
+    assert rwork.events(plan, 200, 13, 200) == pytest.approx(per_trial * (200 + 16 * 200))
+    assert rwork.events(plan, 200, 0, 200) == pytest.approx(per_trial * 200)
+    rwork.check(plan, 200, 13, 200)                     # the shipped study fits
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["reliability.failures.gpu.rate=1e300 per 1000 gpu-days"], ["3.", "e+30"]),
+    (["reliability.job.duration=1e30 d"], ["e+"]),
+    (["reliability.job={iterations: 1000000000000000}"], ["failures and stragglers"]),
+    (["reliability.search.trials=1000000"], ["1,000,000 for each of up to 16"]),
+])
+def test_reliability_magnitudes_are_refused_before_any_trial(capsys, sets, words):
+    args = [a for s in sets for a in ("--set", s)]
+    t0 = time.perf_counter()
+    code, out, err = rel(capsys, *args, "--trials", "2")
+    one_line_refusal(code, out, err, "--max-events", "5,000,000", *words)
+    assert time.perf_counter() - t0 < 30
+
+
+def test_reliability_its_own_maximum_trials_is_refused(capsys):
+    code, out, err = rel(capsys, "--trials", "1000000")
+    one_line_refusal(code, out, err, "--max-events", "x 1,000,000 trials")
+
+
+def test_reliability_max_events_lifts_and_lowers_the_bound(capsys):
+    code, out, err = rel(capsys, "--trials", "2", "--max-events", "100")
+    one_line_refusal(code, out, err, "--max-events", "more than 100 ")
+    code, out, err = rel(capsys, "--trials", "2", "--set", "reliability.search.points=0",
+                         "--max-events", "1000")
+    assert code == 0, err
+
+
+def test_reliability_billion_hour_repair_without_spares_ends(capsys):
+    """Waiting 10^9 h for a repair: the 30-day job ends at its budget; an iteration job
+    at its cap (50 x its length + 30 days); neither loops per failure of the wait."""
+    t0 = time.perf_counter()
+    for job in ("reliability.job.duration=30 d", "reliability.job={iterations: 200000}"):
+        code, out, err = rel(capsys, "--trials", "5", "--set", "reliability.search.points=3",
+                             "--set", "reliability.failures.node.repair=1e9 h",
+                             "--set", "reliability.restart.spare_nodes=0", "--set", job)
+        assert code == 0, err
+        assert "ETTR" in out
+    assert time.perf_counter() - t0 < 60
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("reliability.failures.node.repair", "1e400 h", "past the largest number a float"),
+    ("reliability.failures.gpu.rate", "1e400 per 1000 gpu-days", "past the largest number"),
+    ("reliability.job", "{iterations: 1" + "0" * 400 + "}", "less than or equal to"),
+    ("reliability.checkpoint", "{every_iterations: 1" + "0" * 400 + "}", "less than or equal"),
+    ("reliability.checkpoint.replicas", "1" + "0" * 40, "less than or equal to"),
+])
+def test_reliability_numbers_past_a_float_are_refused_by_name(capsys, key, value, words):
+    code, out, err = rel(capsys, "--set", f"{key}={value}", "--trials", "2")
+    one_line_refusal(code, out, err, key, words)
