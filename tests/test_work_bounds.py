@@ -4,9 +4,11 @@ doing any and refuse past a limit in one line naming the option that raises it."
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from simulator.errors import ConfigError
 from simulator.models import load_model
 from simulator.planner import Limits, candidates
 from simulator.planner import work
@@ -14,6 +16,7 @@ from simulator.strategies.parallel import ParallelPlan
 from simulator.planner.space import Candidate
 from test_cli import run_main
 
+REPO = Path(__file__).resolve().parents[1]
 LLAMA7 = load_model("llama-2-7b")
 MAX_OPTIONS = ["--max-tp", "64", "--max-pp", "128", "--max-cp", "32",
                "--max-micro-batch", "1024", "--replay", "100"]
@@ -160,3 +163,64 @@ def test_reliability_billion_hour_repair_without_spares_ends(capsys):
 def test_reliability_numbers_past_a_float_are_refused_by_name(capsys, key, value, words):
     code, out, err = rel(capsys, "--set", f"{key}={value}", "--trials", "2")
     one_line_refusal(code, out, err, key, words)
+
+
+# ------------------------------------------------------------------------------ study
+def write_study(tmp_path, command="run", options=None, **axes):
+    import yaml
+    spec = {"name": "w", "command": command, "base": {"scenario": "quickstart"},
+            "axes": {"grid": axes}}
+    if options:
+        spec["options"] = options
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_study_point_units_are_the_documented_prices():
+    from simulator.study import work as swork
+    replay = 500 + 16384 * 8 // 10                      # a replay on 16,384 servers of 8
+    assert swork.point_units("run", {}, {"cluster.nodes": 16384}) == replay
+    assert swork.point_units("run", {}, {"training.seq_len": 512}) == 500
+    cmp = {"strategies": ["fsdp-full", "ddp"], "scaling": True, "capacity": True}
+    assert swork.point_units("compare", cmp, {}) == (2 * 2 + 2 * 7) * 500
+    assert swork.point_units("reliability", {"trials": 100, "search": True}, {}) == \
+        500 + 100 * 4 * 17
+
+
+def test_study_of_100000_points_is_refused_before_they_are_resolved(capsys, tmp_path):
+    path = write_study(tmp_path, **{"training.seq_len": [256 * (i + 1) for i in range(100)],
+                                    "simulation.seed": list(range(1000))})
+    t0 = time.perf_counter()
+    code, out, err = run_main(capsys, "study", str(path), "--out", str(tmp_path / "o"))
+    one_line_refusal(code, out, err, str(path), "axes", "50,000,000 units",
+                     "100,000 points of run", "--max-work")
+    assert time.perf_counter() - t0 < 30           # resolving them all: ~2 minutes
+    assert not (tmp_path / "o").exists()
+
+
+def test_study_nodes_axis_counts_the_gpus_and_max_work_lifts_it(capsys, tmp_path):
+    path = write_study(tmp_path, **{"training.seq_len": [512, 1024]})
+    code, out, err = run_main(capsys, "study", str(path), "--max-work", "999", "-q")
+    one_line_refusal(code, out, err, "1,000 units", "2 points of run", "more than 999 ")
+    from simulator.study import work as swork
+    from simulator.study.spec import parse_study
+    big = parse_study({"name": "n", "base": {"scenario": "llama2-7b-fsdp-128gpu"},
+                       "axes": {"grid": {"cluster.nodes": [16384] * 1,
+                                         "simulation.seed": list(range(300))}}}, "x.yaml")
+    with pytest.raises(ConfigError) as exc:
+        swork.check(big, {}, "x.yaml")
+    assert "300 points of run" in str(exc.value) and "--max-work" in str(exc.value)
+    swork.check(big, {}, "x.yaml", most=300 * (500 + 16384 * 8 // 10))
+
+
+def test_shipped_studies_fit_the_default_bound():
+    from simulator.study import work as swork
+    from simulator.study.commands import parse_options
+    from simulator.study.spec import parse_study
+    from simulator.yamlio import read_yaml
+    files = sorted(str(f) for f in (REPO / "scenarios" / "studies").glob("*.yaml"))
+    assert files
+    for f in files:
+        spec = parse_study(read_yaml(f, "study file"), f)
+        swork.check(spec, parse_options(spec.command, spec.options, f), f)

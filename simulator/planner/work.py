@@ -24,13 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..workunits import replay_units
 from .space import Candidate
 
 MAX_WORK = 100_000              # units (about a millisecond each): about two minutes here
 GPUS_PER_CANDIDATE_UNIT = 16_384
 SLOTS_PER_UNIT = 100
-REPLAY_UNITS = 500
-GPUS_PER_UNIT = 10
 
 
 @dataclass(frozen=True)
@@ -45,8 +44,7 @@ class Work:
 
     @property
     def units(self) -> int:
-        per_replay = REPLAY_UNITS + self.gpus // GPUS_PER_UNIT + \
-            self.replay_slots // SLOTS_PER_UNIT
+        per_replay = replay_units(self.gpus) + self.replay_slots // SLOTS_PER_UNIT
         per_candidate = 1 + self.gpus // GPUS_PER_CANDIDATE_UNIT
         return (self.candidates * per_candidate + self.schedule_slots // SLOTS_PER_UNIT
                 + self.replays * per_replay)
