@@ -108,9 +108,23 @@ def test_reliability_events_are_the_documented_product():
     arrivals = rate * 30 * 86400.0                      # the scenario's 30-day job
     assert rwork.arrivals_per_trial(plan) == pytest.approx(arrivals)
     per_trial = 1 + 3 * arrivals
-    assert rwork.events(plan, 200, 13, 200) == pytest.approx(per_trial * (200 + 16 * 200))
-    assert rwork.events(plan, 200, 0, 200) == pytest.approx(per_trial * 200)
-    rwork.check(plan, 200, 13, 200)                     # the shipped study fits
+    assert rwork.events(arrivals, 200, 13, 200) == pytest.approx(per_trial * (200 + 16 * 200))
+    assert rwork.events(arrivals, 200, 0, 200) == pytest.approx(per_trial * 200)
+    rwork.check(arrivals, 200, 13, 200)                 # the shipped study fits
+    seen = []
+    build_plan(scn, str(path), before_steps=seen.append)
+    assert seen == [pytest.approx(arrivals)]            # known before the step simulations
+
+
+def test_reliability_refuses_before_the_step_simulations(capsys, monkeypatch):
+    """A duration job's events are counted before its (long) step simulations."""
+    from simulator.reliability import plan as rplan
+
+    def no_steps(*_args, **_kwargs):
+        raise AssertionError("the step simulations ran before the refusal")
+    monkeypatch.setattr(rplan, "step_table", no_steps)
+    code, out, err = run_main(capsys, "reliability", "--trials", "1000000", "-q")
+    one_line_refusal(code, out, err, "--max-events", "x 1,000,000 trials")
 
 
 @pytest.mark.parametrize("sets, words", [

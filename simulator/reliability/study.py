@@ -40,9 +40,13 @@ def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: i
     """
     cfg = scn.reliability or ReliabilityCfg()
     t0 = time.perf_counter()
-    plan, info = build_plan(scn, source, cfg, remember_steps, workers)
     points = cfg.search.points if with_search else 0
-    work.check(plan, trials, points, cfg.search.trials or trials, max_events)
+
+    def bound(arrivals: float) -> None:
+        work.check(arrivals, trials, points, cfg.search.trials or trials, max_events)
+
+    plan, info = build_plan(scn, source, cfg, remember_steps, workers, before_steps=bound)
+    bound(work.arrivals_per_trial(plan))           # an iteration job: at the step time
     t1 = time.perf_counter()
     stage(f"reliability: {trials} trials on {workers} worker(s)")
     results = run_many([plan], trials, seed, workers, record_first=record)[0]

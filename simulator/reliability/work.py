@@ -40,24 +40,26 @@ def runs(points: int) -> int:
     return 1 + (points + 3 if points > 0 else 0)
 
 
-def events(plan: JobPlan, trials: int, points: int, search_trials: int) -> float:
-    """The study's events: :func:`arrivals_per_trial` x :data:`EVENTS_PER_ARRIVAL` + 1,
-    for ``trials`` trials and ``search_trials`` of each interval searched."""
-    per_trial = 1 + EVENTS_PER_ARRIVAL * arrivals_per_trial(plan)
+def events(arrivals: float, trials: int, points: int, search_trials: int) -> float:
+    """The study's events: ``arrivals`` per trial (:func:`arrivals_per_trial`) x
+    :data:`EVENTS_PER_ARRIVAL` + 1, for ``trials`` trials and ``search_trials`` of each
+    interval searched."""
+    per_trial = 1 + EVENTS_PER_ARRIVAL * arrivals
     return per_trial * (trials + (runs(points) - 1) * search_trials)
 
 
-def check(plan: JobPlan, trials: int, points: int, search_trials: int,
+def check(arrivals: float, trials: int, points: int, search_trials: int,
           most: int | None = None, source: str = "--max-events") -> None:
-    """Refuse a study of more than ``most`` events (default :data:`MAX_EVENTS`).
+    """Refuse a study of more than ``most`` events (default :data:`MAX_EVENTS`) of
+    ``arrivals`` failures and stragglers per trial.
 
     :raises ConfigError: one line with the count, what it is made of and ``--max-events``.
     """
     most = MAX_EVENTS if most is None else most
-    total = events(plan, trials, points, search_trials)
+    total = events(arrivals, trials, points, search_trials)
     if total <= most:
         return
-    per = arrivals_per_trial(plan)
+    per = arrivals
     search = (f" and {search_trials:,} for each of up to {runs(points) - 1} checkpoint "
               f"intervals searched" if points > 0 else "")
     raise ConfigError(
