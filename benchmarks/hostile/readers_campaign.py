@@ -429,6 +429,57 @@ def write_smaller(c: Cases) -> None:
                       "reliability.checkpoint.interval=1 ns"], None, "refuse")
 
 
+def write_work(c: Cases) -> None:
+    """The work bounds of issue 42: plan, reliability and study magnitudes inside their
+    documented ranges (and past a float), each to be refused at once or answered within
+    the timeout; none may hang."""
+    big = ["--set", "cluster.nodes=16384"]
+    plan = ["plan", "llama2-7b-fsdp-128gpu", "-q"]
+    tops = {"--max-tp": "64", "--max-pp": "128", "--max-cp": "32",
+            "--max-micro-batch": "1024", "--replay": "100"}
+    c.add("work-plan", [*plan, *big, *[a for kv in tops.items() for a in kv]])
+    for key, value in tops.items():                       # one option at its top
+        c.add("work-plan", [*plan, *big, key, value])
+    c.add("work-plan", [*plan, *big])                      # the defaults on 16,384 servers
+    for power in (9, 12, 15, 18, 21, 30):
+        c.add("work-plan", ["plan", "quickstart", "-q", "--global-batch", str(10 ** power)])
+    c.add("work-plan", ["plan", "quickstart", "-q", "--global-batch", "1e21"], None, "refuse")
+    rel = ["reliability", "-q", "--workers", "1"]
+    for rate in ("1e3", "1e6", "1e30", "1e300", "1e400"):
+        c.add("work-reliability", [*rel, "--trials", "2", "--set",
+                                   f"reliability.failures.gpu.rate={rate} per 1000 gpu-days"])
+    for days in ("1e4", "1e9", "1e30", "1e400"):
+        c.add("work-reliability", [*rel, "--trials", "2", "--set",
+                                   f"reliability.job.duration={days} d"])
+    for power in (9, 15, 30, 400):
+        c.add("work-reliability", [*rel, "--trials", "2", "--set",
+                                   f"reliability.job={{iterations: {10 ** power}}}"])
+    for hours in ("1e9", "1e300"):
+        c.add("work-reliability", [*rel, "--trials", "2", "--set",
+                                   f"reliability.failures.node.repair={hours} h",
+                                   "--set", "reliability.restart.spare_nodes=0"])
+    c.add("work-reliability", [*rel, "--trials", "1000000"])
+    c.add("work-reliability", [*rel, "--trials", "100000", "--set",
+                               "reliability.search.points=60"])
+    c.add("work-reliability", [*rel, "--trials", "2", "--set",
+                               "reliability.search.trials=1000000000000"])
+    grid = {"training.seq_len": [256 * (i + 1) for i in range(100)],
+            "simulation.seed": list(range(1000))}
+    study = ("name: w\ncommand: {cmd}\nbase: {{scenario: {base}}}\n{options}"
+             "axes:\n  grid: {grid}\n")
+    for cmd, base, options, g in (
+            ("run", "quickstart", "", grid),
+            ("run", "llama2-7b-fsdp-128gpu", "",
+             {"cluster.nodes": [16384], "simulation.seed": list(range(1000))}),
+            ("reliability", "reliability-1024gpu", "options: {trials: 100000, search: true}\n",
+             {"simulation.seed": [0, 1]}),
+            ("compare", "quickstart", "options: {scaling: true, capacity: true}\n",
+             {"simulation.seed": list(range(500))})):
+        c.add("work-study", ["study", "st.yaml", "--out", "out", "-q"],
+              {"st.yaml": study.format(cmd=cmd, base=base, options=options,
+                                       grid=json.dumps(g))})
+
+
 def write_all(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=False)
     c = Cases(root)
@@ -436,6 +487,7 @@ def write_all(root: Path) -> None:
     write_configs(c)
     write_sets(c)
     write_smaller(c)
+    write_work(c)
     print(f"wrote {c.n} cases under {root}")
 
 
@@ -569,6 +621,9 @@ if __name__ == "__main__":
     if cmd == "write":
         sys.path.insert(0, str(REPO))
         write_all(root)
+    elif cmd == "write-work":                 # the work-bound family alone
+        root.mkdir(parents=True, exist_ok=False)
+        write_work(Cases(root))
     elif cmd == "run":
         run_all(root, Path(sys.argv[3]), sys.argv[4])
     elif cmd == "table":

@@ -36,6 +36,9 @@ def register(cli: click.Group) -> None:
     @click.option("--max-cp", type=click.IntRange(1, 32), default=4, show_default=True)
     @click.option("--max-micro-batch", type=click.IntRange(1, 1024), default=8,
                   show_default=True)
+    @click.option("--max-work", type=click.IntRange(1), default=None, metavar="UNITS",
+                  help="Refuse a search past this many units of work (about a millisecond "
+                       "each), counted before it starts [default: 100,000; docs/plan.md].")
     @click.option("--price-per-gpu-hour", "price", type=float, default=None, metavar="USD",
                   help="Price of one GPU-hour [default: the GPU's list price, prices.yaml].")
     @click.option("--instance", default=None, metavar="NAME",
@@ -48,7 +51,7 @@ def register(cli: click.Group) -> None:
     @quiet_option
     @names_sets
     def plan_cmd(scenario, sets, global_batch, replay, max_tp, max_pp, max_cp,
-                 max_micro_batch, price, instance, fmt, out, config, config_format):
+                 max_micro_batch, max_work, price, instance, fmt, out, config, config_format):
         """Search the parallel plans of SCENARIO's model on its cluster [default:
         quickstart].
 
@@ -81,7 +84,7 @@ def register(cli: click.Group) -> None:
         limits = Limits(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp,
                         max_micro_batch=max_micro_batch)
         result = search(scn, batch, replay=replay, limits=limits, price=cost_price,
-                        source=scn.source, progress=say)
+                        source=scn.source, progress=say, max_work=max_work, graph=G)
         from ..planner.page import answer
         trust = _accuracy(result, scn, gpus)
         batch_line = (f"global batch: {batch:,} samples x {scn.training.seq_len:,} tokens = "

@@ -30,6 +30,9 @@ def register(cli: click.Group) -> None:
     @click.option("--workers", type=click.IntRange(min=1, max=256), default=None,
                   help="Processes running trials [default: CPU count]; results are the "
                        "same for any value.")
+    @click.option("--max-events", type=click.IntRange(min=1), default=None, metavar="N",
+                  help="Refuse a study past this many trial events, counted from the rates "
+                       "before any trial runs [default: 5,000,000; docs/reliability.md].")
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)
     @click.option("--out", type=click.Path(path_type=Path), default=None,
@@ -40,7 +43,7 @@ def register(cli: click.Group) -> None:
                        "stderr; results never include them, so a seed gives the same bytes.")
     @quiet_option
     @names_sets
-    def reliability_cmd(scenario, sets, trials, seed, workers, fmt, out, timings):
+    def reliability_cmd(scenario, sets, trials, seed, workers, max_events, fmt, out, timings):
         """Simulate SCENARIO's whole training job with failures, many times.
 
         Reports ETTR (goodput), time lost per cause, recovery times (mean, p50, p99,
@@ -59,7 +62,7 @@ def register(cli: click.Group) -> None:
         from ..reliability.report import as_dict, table, timings_line   # the simulator: once
         from ..reliability.study import run_study                     # the input is good
         study = run_study(scn, scn.source, trials, seed, workers or os.cpu_count() or 1,
-                          record=out is not None)
+                          record=out is not None, max_events=max_events)
         if out is not None:
             from ..reliability.outputs import write_outputs   # matplotlib: only for --out
             from ..reliability.page import write_page

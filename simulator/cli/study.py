@@ -27,8 +27,12 @@ def register(cli: click.Group) -> None:
                   help="Skip points already finished in --out, or start over.")
     @click.option("--progress/--no-progress", default=True, show_default=True,
                   help="Progress on stderr (as --quiet).")
+    @click.option("--max-work", type=click.IntRange(min=1), default=None, metavar="UNITS",
+                  help="Refuse a study past this many units of work (about a millisecond "
+                       "each), counted from its axes before any point is resolved "
+                       "[default: 3,600,000; docs/studies.md].")
     @quiet_option
-    def study_cmd(study_file, executor, workers, out, resume, progress):
+    def study_cmd(study_file, executor, workers, out, resume, progress, max_work):
         """Run the study FILE: every point of its axes, then its table, plots and report.
 
         FILE is a study YAML file or a shipped name (scenarios/studies/). Points run in
@@ -39,7 +43,7 @@ def register(cli: click.Group) -> None:
         from ..study.spec import resolve_study
         path = resolve_study(study_file)        # a missing file, before the runner loads
         from ..study import load_study, run_study
-        study = load_study(path)
+        study = load_study(path, max_work)
         click.echo(f"# study {study.spec.name}: {len(study.points)} points, command "
                    f"{study.spec.command} ({study.source})")
         run = run_study(study, out, executor=executor, workers=workers, resume=resume,

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import networkx as nx
+
 from ..constants import load_constants
 from ..collectives.model import CollectiveModel
 from ..compare.cost import Cost, Price, training_cost
@@ -31,7 +33,8 @@ from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
 from ..pipeline import build_setup, run_setup, with_finetune
 from ..scenario import Scenario
-from ..topology.build import scenario_cluster
+from ..topology.build import scenario_cluster, scenario_graph
+from . import work
 from .estimate import Estimate, Estimator
 from .space import Candidate, Limits, candidates
 from .strategy import strategy_of
@@ -76,9 +79,13 @@ class Search:
 
 def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits = Limits(),
            price: Price | None = None, source: str = "<scenario>",
-           progress: Progress | None = None, model_parallel: bool | None = None) -> Search:
-    """Search the plans of ``scn``'s model on ``scn``'s cluster for ``global_batch``
-    samples of ``training.seq_len`` tokens per step."""
+           progress: Progress | None = None, model_parallel: bool | None = None,
+           max_work: int | None = None, graph: nx.Graph | None = None) -> Search:
+    """Search the plans of ``scn``'s model on ``scn``'s cluster (``graph`` when built
+    already) for ``global_batch`` samples of ``training.seq_len`` tokens per step.
+
+    :raises ConfigError: past ``max_work`` units (:mod:`.work`), before any is done.
+    """
     say = progress or (lambda _msg: None)
     model = load_model(scn.model)
     finetune = with_finetune(model, scn).finetune
@@ -89,14 +96,17 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     if not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: plan searches model "
                           f"parallelism", source=source, field="model")
+    G = scenario_graph(scn) if graph is None else graph
+    gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+    t = scn.training
+    cands = list(candidates(model, gpus, global_batch, t.seq_len, limits, model_parallel))
+    work.check(work.count(cands, replay, gpus), max_work)
     k = load_constants()
-    cluster = scenario_cluster(scn, k)
-    gpus = scn.cluster.gpus or cluster.n_gpus
+    cluster = scenario_cluster(scn, k, G)
     try:
         gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
     except ConfigError as exc:
         raise exc.located(source) from None
-    t = scn.training
     # kernels priced as the replays of most candidates run them (torchtitan: the eager
     # PyTorch stack); a distributed-optimizer candidate replays under Megatron's stack
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
@@ -104,7 +114,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
                     ComputeModel(gpu, attention=t.attention_impl, strategy="torchtitan"))
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
-    fits = _estimated(out, model, est, limits, model_parallel, say)
+    fits = _estimated(out, cands, est, model.layers, say)
     survivors = pick(fits, replay)
     for i, row in enumerate(survivors):
         say(f"replaying {i + 1}/{len(survivors)}: {row.candidate.label()}")
@@ -115,15 +125,14 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     return out
 
 
-def _estimated(out: Search, model, est: Estimator, limits: Limits, model_parallel,
+def _estimated(out: Search, cands: list[Candidate], est: Estimator, layers: int,
                say: Progress) -> list[Row]:
     """Rows of every replayable candidate whose estimated memory fits."""
     counted = {"candidates": 0, "not replayable here": 0, "over memory": 0}
     fits: list[Row] = []
-    for c in candidates(model, out.gpus, out.global_batch, out.seq_len, limits,
-                        model_parallel):
+    for c in cands:
         counted["candidates"] += 1
-        strategy = strategy_of(c, model.layers)
+        strategy = strategy_of(c, layers)
         if strategy is None:
             counted["not replayable here"] += 1
             continue

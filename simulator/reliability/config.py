@@ -26,6 +26,8 @@ from .quantities import parse_duration, parse_rate
 CLASSES = ("node", "gpu", "nic", "link", "leaf_switch", "spine_switch", "software")
 MECHANISMS = ("process_exit", "heartbeat", "health_check", "collective_timeout")
 Mechanism = Literal["process_exit", "heartbeat", "health_check", "collective_timeout"]
+# Counts (iterations, replicas...) past a quadrillion are typos; a float cannot hold past 1e308
+MAX_COUNT = 10 ** 15
 _EXCLUSIVE = {"checkpoint": ("interval", "every_iterations", "keras"),
               "job": ("iterations", "duration")}
 
@@ -94,7 +96,7 @@ class ScheduledEvent(_Cfg):
     component: Literal["node", "gpu", "nic", "link", "leaf_switch", "spine_switch",
                        "software", "straggler"]
     id: str | list[str] | None = None
-    rank: int | None = Field(None, ge=0)
+    rank: int | None = Field(None, ge=0, le=MAX_COUNT)
     factor: float | None = Field(None, ge=1.0)
     duration: PositiveDuration | None = None
 
@@ -130,12 +132,12 @@ class CommInit(_Cfg):
     """Communicator set-up time ``time * (gpus / at_gpus) ** exponent``."""
 
     time: Duration = "5 s"
-    at_gpus: int = Field(2048, gt=0)
+    at_gpus: int = Field(2048, gt=0, le=MAX_COUNT)
     exponent: float = Field(1.0, ge=0.0)
 
 
 class Restart(_Cfg):
-    spare_nodes: int | None = Field(None, ge=0)
+    spare_nodes: int | None = Field(None, ge=0, le=MAX_COUNT)
     spare_fraction: float = Field(0.094, ge=0.0, le=1.0)
     spare_swap: Duration = "5 min"
     requeue_wait: Duration = "0 s"
@@ -148,19 +150,19 @@ class Restart(_Cfg):
 class Keras(_Cfg):
     """TensorFlow ``BackupAndRestore(save_freq=...)``: restore goes back to the epoch start."""
 
-    save_freq: Literal["epoch"] | Annotated[int, Field(gt=0)] = "epoch"
-    iterations_per_epoch: int = Field(gt=0)
+    save_freq: Literal["epoch"] | Annotated[int, Field(gt=0, le=MAX_COUNT)] = "epoch"
+    iterations_per_epoch: int = Field(gt=0, le=MAX_COUNT)
 
 
 class Checkpoint(_Cfg):
     interval: PositiveDuration | None = None
-    every_iterations: int | None = Field(None, gt=0)
+    every_iterations: int | None = Field(None, gt=0, le=MAX_COUNT)
     keras: Keras | None = None
     mode: Literal["sync", "async"] = "async"
     state_dict: Literal["sharded", "full"] | None = None
     target: Literal["shared_fs", "local_nvme", "peer_memory"] = "shared_fs"
-    replicas: int = Field(1, ge=1)
-    copy_to_shared_every: int | None = Field(None, ge=1)
+    replicas: int = Field(1, ge=1, le=MAX_COUNT)
+    copy_to_shared_every: int | None = Field(None, ge=1, le=MAX_COUNT)
     size: Size | None = None
     overhead: Duration = "0 s"
     persist_overhead: Duration = "0 s"
@@ -185,7 +187,7 @@ class Storage(_Cfg):
 
 
 class Job(_Cfg):
-    iterations: int | None = Field(None, gt=0)
+    iterations: int | None = Field(None, gt=0, le=MAX_COUNT)
     duration: PositiveDuration | None = None
     iteration_time: PositiveDuration | None = None
 
@@ -200,7 +202,7 @@ class Search(_Cfg):
     method: Literal["bracket", "grid"] = Field(
         "bracket", description="bracket: only the grid points around the best; grid: all")
     span: float = Field(8.0, gt=1.0)
-    trials: int | None = Field(None, gt=0)
+    trials: int | None = Field(None, gt=0, le=1_000_000)
 
 
 class ReliabilityCfg(_Cfg):

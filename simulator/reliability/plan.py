@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from simulator.cluster import Cluster
 from simulator.errors import ConfigError
@@ -88,9 +89,15 @@ class PlanInfo:
 
 
 def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
-               remember_steps: bool = False, workers: int = 1) -> tuple[JobPlan, PlanInfo]:
+               remember_steps: bool = False, workers: int = 1,
+               before_steps: Callable[[float], None] | None = None
+               ) -> tuple[JobPlan, PlanInfo]:
     """Resolve ``scn`` (its ``reliability`` section, or ``cfg``) into a plan; ``workers``:
     processes for the step simulations of the degraded fabrics and stragglers.
+
+    ``before_steps(arrivals)``: called with the failures and stragglers one trial expects
+    before the step simulations, when the job's length is known without them (a duration,
+    or a given iteration time): a work bound can refuse before the long part.
 
     ``remember_steps``: take the step simulations from (and leave them in) the process's
     memo of :func:`~simulator.reliability.steps.scenario_step_table` (a study's points).
@@ -117,6 +124,12 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
     strategy = parse_strategy(strategy_dict(scn), source=source)
     params = params_total(load_model(scn.model))
     costs = _costs(cfg, strategy, params, world, J, cluster, source)
+    stragglers = _stragglers(cfg, world, J, slow_index)
+    wall = parse_duration(cfg.job.duration) if cfg.job.duration else \
+        (cfg.job.iterations * given if given is not None else None)
+    if before_steps is not None and wall is not None:
+        rate = sum(c.rate_per_s for c in classes) + (stragglers[0] if stragglers else 0.0)
+        before_steps(rate * wall + len(events))
     if given is None:                  # every check above: the long part starts here
         stage(f"reliability: simulating the training step on {world:,} GPUs, healthy and "
               f"degraded ({len(slow_names)} fabric state(s))")
@@ -135,7 +148,7 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
             "collective_timeout", "heartbeat_interval", "heartbeat_timeout",
             "health_check_interval", "monitor_interval")),
         restart_s=_restart(cfg, world), spares=spares, job_nodes=J, classes=classes,
-        stragglers=_stragglers(cfg, world, J, slow_index),
+        stragglers=stragglers,
         schedule=tuple((t, ci, comp, slow_index.get(key, -1), dur)
                        for t, ci, comp, key, dur in events))
     rate = sum(c.rate_per_s * sum(c.interrupts) / max(len(c.interrupts), 1) for c in classes)

@@ -9,6 +9,7 @@ A bare number is refused: a rate without its basis is ambiguous by three orders 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -58,12 +59,20 @@ def parse_duration(value) -> float:
     _text(value, "a duration", "a unit, e.g. '90 s', '10 min' or '30 d'")
     m = _DAYS_RE.match(value)
     if m:
-        return float(m.group(1)) * _DAY_S
+        return _finite(float(m.group(1)) * _DAY_S, value)
     try:
-        return parse_time(value)
+        seconds = parse_time(value)
     except UnitError:
         raise UnitError(f"cannot read duration {value!r}; write e.g. '90 s', '10 min', "
                         f"'24 h' or '30 d'") from None
+    return _finite(seconds, value)
+
+
+def _finite(x: float, text: str) -> float:
+    """``x`` if finite: ``1e400 h`` overflows to infinity, which no loop can reach."""
+    if not math.isfinite(x):
+        raise UnitError(f"{text!r} is past the largest number a float holds")
+    return x
 
 
 def parse_rate(value) -> Rate:
@@ -79,8 +88,8 @@ def parse_rate(value) -> Rate:
     per_units = float(per) if per is not None else 1.0
     if per_units <= 0:
         raise UnitError(f"the '{per}' in rate {value!r} must be > 0")
-    seconds = per_units * _PERIODS[period.lower()]
-    return Rate(float(count) / seconds, (noun or "job").lower(), value.strip())
+    seconds = _finite(per_units * _PERIODS[period.lower()], value)
+    return Rate(_finite(float(count), value) / seconds, (noun or "job").lower(), value.strip())
 
 
 def format_duration(seconds: float) -> str:

@@ -10,6 +10,7 @@ from simulator.scenario import Scenario
 
 from .config import CLASSES, ReliabilityCfg
 from .plan import JobPlan, PlanInfo, build_plan
+from . import work
 from .results import TrialResult
 from .runner import Summary, run_many, summarise
 from .search import SearchResult, search
@@ -31,12 +32,21 @@ class Study:
 
 def run_study(scn: Scenario, source: str, trials: int, seed: int = 0, workers: int = 1,
               record: bool = False, with_search: bool = True,
-              remember_steps: bool = False) -> Study:
+              remember_steps: bool = False, max_events: int | None = None) -> Study:
     """Simulate ``trials`` runs of the scenario's job, then search the interval
-    (``remember_steps``: see :func:`~simulator.reliability.plan.build_plan`)."""
+    (``remember_steps``: see :func:`~simulator.reliability.plan.build_plan`).
+
+    :raises ConfigError: past ``max_events`` trial events (:mod:`.work`), before any trial.
+    """
     cfg = scn.reliability or ReliabilityCfg()
     t0 = time.perf_counter()
-    plan, info = build_plan(scn, source, cfg, remember_steps, workers)
+    points = cfg.search.points if with_search else 0
+
+    def bound(arrivals: float) -> None:
+        work.check(arrivals, trials, points, cfg.search.trials or trials, max_events)
+
+    plan, info = build_plan(scn, source, cfg, remember_steps, workers, before_steps=bound)
+    bound(work.arrivals_per_trial(plan))           # an iteration job: at the step time
     t1 = time.perf_counter()
     stage(f"reliability: {trials} trials on {workers} worker(s)")
     results = run_many([plan], trials, seed, workers, record_first=record)[0]

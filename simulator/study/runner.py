@@ -17,6 +17,7 @@ from .executors import make_executor
 from .points import LoadedStudy, expand
 from .spec import check_columns, parse_study, plot_paths, resolve_study
 from .store import ResultStore, open_study_dir, scan_parts
+from . import work
 
 if TYPE_CHECKING:           # pandas loads with the first part written (start-up time)
     import pandas as pd
@@ -36,10 +37,11 @@ class StudyRun:
     files: list[Path] = field(default_factory=list)
 
 
-def load_study(path: str | Path) -> LoadedStudy:
+def load_study(path: str | Path, max_work: int | None = None) -> LoadedStudy:
     """Read a study file and validate it completely, every point's scenario included.
 
-    :raises ConfigError: naming the file and the field, before anything runs.
+    :raises ConfigError: naming the file and the field, before anything runs; past
+        ``max_work`` units (:mod:`.work`) before the points are resolved.
     """
     path = resolve_study(path)
     source = str(path)
@@ -47,6 +49,7 @@ def load_study(path: str | Path) -> LoadedStudy:
     columns = [*spec.axis_keys(), *COMMANDS[spec.command].columns]
     check_columns(spec, columns, source)
     options = parse_options(spec.command, spec.options, source)
+    work.check(spec, options, source, max_work)
     return LoadedStudy(spec, source, expand(spec, source, checker(spec.command), options))
 
 
