@@ -57,7 +57,7 @@ def register(cli: click.Group) -> None:
         """
         from ..compare.cost import resolve_price
         from ..outpaths import prepare_out_dir
-        from ..scenario import resolve_scenario
+        from ..scenario import MAX_GLOBAL_BATCH, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn, pieces = load_pieces(path, list(sets), config, config_format)
@@ -69,8 +69,9 @@ def register(cli: click.Group) -> None:
         batch = global_batch if global_batch is not None else \
             (pieces and pieces.global_batch) or \
             scn.training.micro_batch * scn.training.grad_accum * gpus     # 0 is refused
-        if batch < 1:
-            raise ConfigError(f"must be >= 1, got {batch}", source="--global-batch")
+        if not 1 <= batch <= MAX_GLOBAL_BATCH:
+            raise ConfigError(f"must be 1 to {MAX_GLOBAL_BATCH} samples, got {batch}",
+                              source="--global-batch")
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
                                     topology=G.graph.get("name"))
         if out is not None:
