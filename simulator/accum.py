@@ -24,9 +24,19 @@ wait) becomes
     X(N) = X(k+2d) + (N - k - 2d) / d * (X(k+2d) - X(k+d)),
 
 (exact for the ideal pipeline: 1F1B's step is (N + p - 1)(t_f + t_b), a line in N)
-accepted only when the step is periodic: for each X,
-``|(X(k+2d) - X(k+d)) - (X(k+d) - X(k))| <= PERIOD_RTOL * T(k+2d)`` (T the iteration time),
-and the peak memory and out-of-memory verdicts are the same at k+d and k+2d micro-steps.
+accepted only when the step is periodic: the iteration time T exactly,
+no rank class busier by one more step than T grows (:func:`class_busy`: GB200's Llama 3.1
+405B at PP16 x VP8 grows 2.9049 s per 16 micro-batches from 32 to 64 while its busiest
+stage's work grows 2.9297 s, the slope of the full 384-micro-batch step: that stage sets
+the pace only later),
+``|(T(k+2d) - T(k+d)) - (T(k+d) - T(k))| <= PERIOD_RTOL * T(k+2d)``, the peak memory and
+out-of-memory verdicts the same at k+d and k+2d micro-steps, and each time of the
+breakdown within ``BREAKDOWN_RTOL`` of the step's increment ``T(k+2d) - T(k+d)`` (or
+PERIOD_RTOL of T): where a pipeline's step repeats exactly, the share of a send or a
+collective hidden under compute can still fall differently from one replay to the next
+(GB200's Llama 3.1 405B, PP16 x VP8: communication 0.485 then 0.483 s per 16
+micro-batches, exposed 0.062 then 0.072, for a step increment of 2.905 s), so the
+extrapolated breakdown is good to about 1% of the step, the step itself to PERIOD_RTOL.
 Throughput, TFLOP/s and MFU follow from the extrapolated time and the full step's batch.
 When the check fails the step is replayed in full up to :data:`FULL_LIMIT` micro-steps,
 and refused above it with the work a full replay would take. At or below THRESHOLD the
@@ -40,6 +50,7 @@ from typing import Callable
 
 from .errors import ConfigError
 from .metrics import Metrics
+from .metrics.summary import union_length
 from .trace import Trace
 
 THRESHOLD = 64            # micro-steps; up to here every micro-step is replayed
@@ -47,10 +58,12 @@ REPLAYED = (4, 5, 6)      # micro-steps of the three replayed steps (k, k+1, k+2
 PIPELINE_FILL = 2         # a pipeline's first replay runs this many micro-batches per stage
 PIPELINE_DEEPEST = 16     # ... and its deepest this many (k doubles while not periodic)
 PERIOD_RTOL = 1e-9        # periodicity tolerance, relative to the k+2 iteration time
+BREAKDOWN_RTOL = 0.01     # ... of the breakdown's times, relative to the step's increment
 FULL_LIMIT = 1024         # a step that is not periodic is replayed in full up to here
 UNROLLED = ("ddp", "fsdp")   # strategies that write each micro-step into the trace
 _ADDITIVE = ("iteration_time_s", "compute_s", "comm_s", "exposed_comm_s", "memory_wait_s")
 _SAME = ("peak_memory_gib", "peak_memory_gib_per_class", "oom", "oom_at")
+_BUSY = ("compute", "memcpy", "collective")     # record kinds that keep a class busy
 
 
 @dataclass(frozen=True)
@@ -213,21 +226,40 @@ def _full_meta(meta: dict, n: int) -> dict:
             "model_flops_per_iteration": meta["model_flops_per_iteration"] / batch * full}
 
 
+def class_busy(timeline) -> dict[str, float]:
+    """Rank class -> the time it keeps its GPUs busy (compute, copies and collectives; not
+    a send or receive, which may wait on a peer) in ``timeline``."""
+    spans: dict[str, list] = {}
+    for r in timeline.records:
+        if r.kind in _BUSY:
+            spans.setdefault(r.cls, []).append((r.start_s, r.end_s))
+    return {cls: union_length(v) for cls, v in spans.items()}
+
+
 def extrapolate(plan: AccumPlan, runs: list[Metrics], peak_flops: float,
-                events: int | None = None) -> tuple[Metrics, Extrapolation] | None:
+                events: int | None = None, busy: list[dict] | None = None
+                ) -> tuple[Metrics, Extrapolation] | None:
     """The whole step's metrics from ``runs`` (the metrics of each replayed trace); None
     when the replays are not periodic. ``events``: of every replay run (a pipeline's
-    earlier, not yet periodic ones included), by default those of ``runs``."""
+    earlier, not yet periodic ones included), by default those of ``runs``. ``busy``:
+    :func:`class_busy` of the last two replays; a class whose busy time grows faster than
+    the step has not yet set the pace (a pipeline whose slowest stage becomes critical
+    only after more micro-batches), so the step is not periodic yet."""
     m0, m1, m2 = runs
-    scale = m2.iteration_time_s
     last, d = plan.replayed[-1], plan.replayed[-1] - plan.replayed[-2]
+    step = m2.iteration_time_s - m1.iteration_time_s
     times = {}
     for key in _ADDITIVE:
         x0, x1, x2 = (getattr(m, key) for m in (m0, m1, m2))
-        if abs((x2 - x1) - (x1 - x0)) > PERIOD_RTOL * scale:
+        bound = PERIOD_RTOL * m2.iteration_time_s if key == "iteration_time_s" else \
+            max(PERIOD_RTOL * m2.iteration_time_s, BREAKDOWN_RTOL * abs(step))
+        if abs((x2 - x1) - (x1 - x0)) > bound:
             return None
         times[key] = x2 + (plan.grad_accum - last) // d * (x2 - x1)
     if any(getattr(m1, key) != getattr(m2, key) for key in _SAME):
+        return None
+    if busy is not None and any(busy[1][c] - busy[0][c] > step + PERIOD_RTOL *
+                                m2.iteration_time_s for c in busy[1]):
         return None
     t = times["iteration_time_s"]
     info = Extrapolation(plan.grad_accum, plan.replayed,

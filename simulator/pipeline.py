@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from .accum import (AccumPlan, Extrapolation, check_whole, deepened, extrapolate, full_trace,
-                    mapped, plan_accum, plan_trace)
+from .accum import (AccumPlan, Extrapolation, check_whole, class_busy, deepened, extrapolate,
+                    full_trace, mapped, plan_accum, plan_trace)
 from .cluster import Cluster
 from .constants import load_constants
 from .collectives.model import CollectiveModel
@@ -323,7 +323,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         t = scn.training
     accum = None
     try:
-        if extrapolate_steps:
+        if extrapolate_steps and not scn.simulation.full_replay:
             accum = plan_accum(cfg, t, lambda c: make_trace(scn, model, c, world, source),
                                world.world_size)
         else:
@@ -349,19 +349,21 @@ def run_setup(setup: Setup) -> RunResult:
     plan = setup.accum
     if plan is None:
         return _replayed(setup, setup.trace)
-    ran: dict[int, RunResult] = {}           # micro-steps -> its replay, each run once
+    ran: dict[int, Metrics] = {}             # micro-steps -> its replay's metrics
+    busy: dict[int, dict] = {}               # micro-steps -> its classes' busy time
     events = 0                               # of every replay, the ones let go included
     while plan is not None:
+        last = None                          # the timeline of the longest replay only
         for k, trace in zip(plan.replayed, plan.traces):
             if k not in ran:
-                ran[k] = _replayed(setup, trace)
-                events += ran[k].metrics.events
-        runs = [ran[k] for k in plan.replayed]
-        done = extrapolate(plan, [r.metrics for r in runs], setup.peak_flops, events)
+                last = _replayed(setup, trace)
+                ran[k], busy[k] = last.metrics, class_busy(last.timeline)
+                events += last.metrics.events
+        done = extrapolate(plan, [ran[k] for k in plan.replayed], setup.peak_flops, events,
+                           [busy[k] for k in plan.replayed[1:]])
         if done is not None:
-            return RunResult(setup, runs[-1].timeline, *done)
+            return RunResult(setup, last.timeline, *done)
         plan = deepened(plan)          # a pipeline not yet periodic: longer replays
-        ran = {k: r for k, r in ran.items() if plan and k in plan.replayed}
     return _replayed(setup, full_trace(setup.accum))      # not periodic: every micro-step
 
 

@@ -173,6 +173,9 @@ class Simulation(BaseModel):
     variability: Any = Field(
         "default", description="rank-to-rank variability: default (sigmas of "
         "data/variability.yaml), none (the ideal machine), or op class -> sigma")
+    full_replay: bool = Field(False, description="replay every micro-step of a long step "
+                              "instead of a few extrapolated (simulator/accum.py; at most "
+                              "1,024 micro-steps)")
 
     @field_validator("fidelity")
     @classmethod

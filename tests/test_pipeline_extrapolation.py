@@ -19,7 +19,8 @@ from simulator.strategies.parallel.memory import STEADY
 from simulator.strategies.parallel.schedules import peak_in_flight, schedule
 from test_cli import run_main
 
-# the largest |extrapolated - full| / full step time measured on these cases was 1.3e-13;
+# the largest |extrapolated - full| of a time, relative to the full step, measured on these
+# cases (maxdiff below, PERIOD_RTOL and BREAKDOWN_RTOL in accum.py):
 # issue 43 asks for 0.1%
 RTOL = 1e-3
 TIMES = ("iteration_time_s", "compute_s", "comm_s", "exposed_comm_s", "wait_s",
@@ -75,8 +76,8 @@ def assert_close(ex, full):
     (torchtitan("1F1B", 3, 90, 6), (6, 7, 8)),                 # uneven stages
     (torchtitan("Interleaved1F1B", 4, 100), (8, 12, 16)),      # d = pp
     (torchtitan("Interleaved1F1B", 2, 70), (4, 6, 8)),
-    # ZB-V: (8, 9, 10) is not periodic yet, nor (12, 13, 14); (16, 17, 18) is
-    (torchtitan("ZBVZeroBubble", 4, 160), (16, 17, 18)),
+    # ZB-V: the step from 8 to 10 micro-batches is not periodic yet; from 12 to 14 it is
+    (torchtitan("ZBVZeroBubble", 4, 160), (12, 13, 14)),
     (megatron(2, 80), (4, 5, 6)),
     (megatron(2, 96, vp=2), (4, 6, 8)),
 ])
@@ -104,10 +105,20 @@ def test_the_extrapolation_is_the_line_through_the_last_two_replays():
 
 def test_a_later_steady_state_is_found_by_longer_replays_counted_in_the_events():
     ex = run_setup(build_setup(torchtitan("ZBVZeroBubble", 4, 160)))
-    # replays of 8, 9, 10, 12, 13, 14, then 16, 17, 18 micro-batches
+    # replays of 8, 9, 10 (not periodic), then 12, 13, 14 micro-batches
     runs = {k: run_setup(build_setup(torchtitan("ZBVZeroBubble", 4, k))).metrics.events
-            for k in (8, 9, 10, 12, 13, 14, 16, 17, 18)}
+            for k in (8, 9, 10, 12, 13, 14)}
+    assert ex.extrapolation.replayed == (12, 13, 14)
     assert ex.extrapolation.events_replayed == sum(runs.values())
+
+
+def test_full_replay_stays_an_option_and_is_bounded():
+    scn = torchtitan("1F1B", 4, 80, 8, "simulation.full_replay=true")
+    assert build_setup(scn).accum is None
+    with pytest.raises(ConfigError) as err:
+        build_setup(torchtitan("1F1B", 4, accum.FULL_LIMIT + 1, 8,
+                               "simulation.full_replay=true"))
+    assert err.value.field == "training.grad_accum" and "whole step" in err.value.reason
 
 
 def test_short_pipelines_and_gpipe_stay_exact_and_long_gpipe_is_refused_first():
@@ -182,3 +193,21 @@ def test_a_deepspeed_count_is_a_bounded_whole_number_named_as_the_file_spells_it
     ds.write_text('{"train_batch_size": 1e21}')
     code, out, err = run_main(capsys, "run", "quickstart", "--config", str(ds))
     assert code == 2 and f"{ds}: train_batch_size: " in err and "at most" in err, err
+
+
+def test_a_stage_busier_than_the_step_grows_means_the_pace_is_not_set_yet():
+    # GB200's Llama 3.1 405B at PP16 x VP8: from 32 to 64 micro-batches the step grows
+    # 2.9049 s per 16 and repeats exactly, but stage 8's own work grows 2.9297 s: it sets
+    # the pace later (the full 384-micro-batch step grows 2.9292 s per 16), so a line
+    # through the replays would be 0.69% short; such replays are not periodic
+    plan = build_setup(torchtitan("1F1B", 4, 80)).accum
+    runs = [run_setup(build_setup(torchtitan("1F1B", 4, k))).metrics for k in plan.replayed]
+    step = runs[2].iteration_time_s - runs[1].iteration_time_s
+    assert accum.extrapolate(plan, runs, 1.0, busy=[{"s": 1.0}, {"s": 1.0 + step}])
+    assert accum.extrapolate(plan, runs, 1.0,
+                             busy=[{"s": 1.0}, {"s": 1.0 + 1.001 * step}]) is None
+    # the classes of a real replay: none busier than the step
+    timeline = run_setup(build_setup(torchtitan("1F1B", 4, 10))).timeline
+    busy = accum.class_busy(timeline)
+    assert set(busy) == {"stage0", "stage1", "stage2", "stage3"}
+    assert all(0 < b < timeline.iteration_time_s for b in busy.values())
