@@ -364,6 +364,7 @@ def run_setup(setup: Setup) -> RunResult:
         if done is not None:
             return RunResult(setup, last.timeline, *done)
         plan = deepened(plan)          # a pipeline not yet periodic: longer replays
+    last = None                        # its timeline freed before the full replay
     return _replayed(setup, full_trace(setup.accum))      # not periodic: every micro-step
 
 
