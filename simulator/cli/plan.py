@@ -23,8 +23,8 @@ def register(cli: click.Group) -> None:
     @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--global-batch", type=int, default=None, metavar="N",
-                  help="Samples per step [default: the scenario's micro_batch x grad_accum "
-                       "x GPUs].")
+                  help="Samples per step, 1 to 2^40 [default: the scenario's micro_batch x "
+                       "grad_accum x GPUs].")
     @click.option("--replay", type=click.IntRange(1, 100), default=3, show_default=True,
                   help="How many of the best estimates to simulate.")
     @click.option("--max-tp", type=click.IntRange(1, 64), default=16, show_default=True)
