@@ -13,8 +13,11 @@ k+d and k+2d micro-steps and extrapolated (:func:`replayed_counts`):
   (1F1B's ``pp - r - 1`` warm-up forwards, interleaved 1F1B's ``2 (pp - r - 1) + (vp -
   1) pp`` chunk forwards, ZB-V's ``2 pp - 1`` micro-batches that fill the V) so that each
   replay has a steady phase; d = pp for ``interleaved_1f1b`` (its micro-batch count is a
-  multiple of pp), else 1; only when N is above THRESHOLD and above the micro-batches the
-  three replays run together (below that, the full replay is the cheaper). GPipe holds
+  multiple of pp), else 1; only when N is above THRESHOLD and at least :data:`WORTH`
+  times the micro-batches the replays run together: a step whose replays are refused is
+  then replayed in full, and the refused replays cost at most half of that again (GPT
+  530B over 35 stages, 280 micro-batches, replays of 70-72 refused: 219 s and 3.3 GB
+  replayed in full, 432 s and 4.5 GB with the replays first). GPipe holds
   every micro-batch's activations at once (its memory grows with N), so it is not
   extrapolated; above :data:`FULL_LIMIT` it is refused before any trace is built.
 
@@ -56,7 +59,8 @@ from .trace import Trace
 THRESHOLD = 64            # micro-steps; up to here every micro-step is replayed
 REPLAYED = (4, 5, 6)      # micro-steps of the three replayed steps (k, k+1, k+2)
 PIPELINE_FILL = 2         # a pipeline's first replay runs this many micro-batches per stage
-PIPELINE_DEEPEST = 16     # ... and its deepest this many (k doubles while not periodic)
+PIPELINE_DEEPEST = 16     # ... and its deepest this many (k grows by pp while not periodic)
+WORTH = 2                 # a pipeline's replays together run at most 1/WORTH of its step
 PERIOD_RTOL = 1e-9        # periodicity tolerance, relative to the k+2 iteration time
 BREAKDOWN_RTOL = 0.01     # ... of the breakdown's times, relative to the step's increment
 FULL_LIMIT = 1024         # a step that is not periodic is replayed in full up to here
@@ -155,13 +159,14 @@ def replayed_counts(cfg, world_size: int) -> tuple[int, int, int] | None:
 def plan_accum(cfg, training, make: Callable[[object], Trace],
                world_size: int = 0) -> AccumPlan | None:
     """An :class:`AccumPlan` for ``cfg`` (a strategy config on ``world_size`` GPUs) when
-    its micro-steps are identical and more than THRESHOLD (and, for a pipeline, more than
-    its replays run together); ``make(cfg)`` builds the trace of a config."""
+    its micro-steps are identical and more than THRESHOLD (and, for a pipeline, at least
+    WORTH times what its replays run together); ``make(cfg)`` builds the trace of a
+    config."""
     n = cfg.grad_accum
     if n <= THRESHOLD or training.sequence_lengths is not None:
         return None
     counts = replayed_counts(cfg, world_size)
-    if counts is None or (counts != REPLAYED and n <= sum(counts)):
+    if counts is None or (counts != REPLAYED and n < WORTH * sum(counts)):
         return None
     if n % (counts[1] - counts[0]):   # not a whole number of steps: the builder refuses it
         return None
@@ -177,8 +182,9 @@ def plan_accum(cfg, training, make: Callable[[object], Trace],
 def _deeper(counts: tuple[int, int, int], n: int) -> tuple:
     """A pipeline's later replays, tried in turn while the earlier ones are not periodic:
     k grows by one stage's share (k / PIPELINE_FILL, that is pp) up to PIPELINE_DEEPEST
-    micro-batches per stage, while all the replays together run fewer micro-batches than
-    the ``n`` of the full replay (a replay of a count already run is not run again)."""
+    micro-batches per stage, while all the replays together run at most 1/WORTH of the
+    ``n`` micro-batches of the full replay (a replay of a count already run is not run
+    again)."""
     k, d = counts[0], counts[1] - counts[0]
     pp = k // PIPELINE_FILL
     done, out = set(counts), []
@@ -186,7 +192,7 @@ def _deeper(counts: tuple[int, int, int], n: int) -> tuple:
         k += pp
         nxt = (k, k + d, k + 2 * d)
         done |= set(nxt)
-        if sum(done) >= n:
+        if WORTH * sum(done) > n:
             break
         out.append(nxt)
     return tuple(out)

@@ -122,9 +122,9 @@ def test_full_replay_stays_an_option_and_is_bounded():
 
 
 def test_short_pipelines_and_gpipe_stay_exact_and_long_gpipe_is_refused_first():
-    # below three replays' worth of micro-batches the full replay is the cheaper
-    assert build_setup(torchtitan("Interleaved1F1B", 4, 36)).accum is None   # 8+12+16
-    assert build_setup(torchtitan("Interleaved1F1B", 4, 68)).accum is not None
+    # below twice the replays' micro-batches the full replay is replayed straight away
+    assert build_setup(torchtitan("Interleaved1F1B", 4, 68)).accum is None   # 2 x 36
+    assert build_setup(torchtitan("Interleaved1F1B", 4, 72)).accum is not None
     assert build_setup(torchtitan("1F1B", 4, accum.THRESHOLD)).accum is None
     assert build_setup(torchtitan("GPipe", 4, 200)).accum is None   # memory grows with m
     with pytest.raises(ConfigError) as err:
@@ -134,7 +134,7 @@ def test_short_pipelines_and_gpipe_stay_exact_and_long_gpipe_is_refused_first():
 
 def test_a_pipeline_that_does_not_repeat_is_replayed_in_full(monkeypatch):
     monkeypatch.setattr(accum, "PERIOD_RTOL", -1.0)      # no replay passes the check
-    scn = torchtitan("1F1B", 4, 70)       # replays of 8-10, then 12-14, then all 70
+    scn = torchtitan("1F1B", 4, 70)       # replays of 8-10, then all 70
     got = run_setup(build_setup(scn))
     want = run_setup(build_setup(scn, extrapolate_steps=False))
     assert got.extrapolation is None
