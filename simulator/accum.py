@@ -1,17 +1,45 @@
 """Identical micro-steps replayed a few times, not ``grad_accum`` times.
 
-DDP and FSDP write every micro-step of gradient accumulation into the trace, so a step of
+DDP and FSDP write every micro-step of gradient accumulation into the trace, and a pipeline
+schedule (:mod:`simulator.strategies.parallel`) every micro-batch of the step, so a step of
 N micro-steps costs N replays of the same ops. Where the micro-steps are provably the same
-(a strategy of :data:`UNROLLED`, no ``training.sequence_lengths`` histogram, so every
-micro-batch has the same ops and costs) and N > :data:`THRESHOLD`, the step is replayed
-with k, k+1 and k+2 micro-steps (:data:`REPLAYED`) and extrapolated. Each additive time X
-(iteration, compute, communication, exposed communication, memory wait) becomes
+(a strategy of :data:`UNROLLED` or a parallel plan, no ``training.sequence_lengths``
+histogram, so every micro-batch has the same ops and costs), the step is replayed with k,
+k+d and k+2d micro-steps and extrapolated (:func:`replayed_counts`):
 
-    X(N) = X(k+2) + (N - k - 2) * (X(k+2) - X(k+1)),
+* DDP, FSDP and plans without a pipeline: k = 4, d = 1 (:data:`REPLAYED`), for N >
+  :data:`THRESHOLD`;
+* pipelines: k = :data:`PIPELINE_FILL` x pp, past the warm-up and cool-down of every rank
+  (1F1B's ``pp - r - 1`` warm-up forwards, interleaved 1F1B's ``2 (pp - r - 1) + (vp -
+  1) pp`` chunk forwards, ZB-V's ``2 pp - 1`` micro-batches that fill the V) so that each
+  replay has a steady phase; d = pp for ``interleaved_1f1b`` (its micro-batch count is a
+  multiple of pp), else 1; only when N is above THRESHOLD and at least :data:`WORTH`
+  times the micro-batches the replays run together: a step whose replays are refused is
+  then replayed in full, and the refused replays cost at most half of that again (GPT
+  530B over 35 stages, 280 micro-batches, replays of 70-72 refused: 219 s and 3.3 GB
+  replayed in full, 432 s and 4.5 GB with the replays first). GPipe holds
+  every micro-batch's activations at once (its memory grows with N), so it is not
+  extrapolated; above :data:`FULL_LIMIT` it is refused before any trace is built.
 
-accepted only when the step is periodic: for each X,
-``|(X(k+2) - X(k+1)) - (X(k+1) - X(k))| <= PERIOD_RTOL * T(k+2)`` (T the iteration time),
-and the peak memory and out-of-memory verdicts are the same at k+1 and k+2 micro-steps.
+Each additive time X (iteration, compute, communication, exposed communication, memory
+wait) becomes
+
+    X(N) = X(k+2d) + (N - k - 2d) / d * (X(k+2d) - X(k+d)),
+
+(exact for the ideal pipeline: 1F1B's step is (N + p - 1)(t_f + t_b), a line in N)
+accepted only when the step is periodic: the iteration time T exactly,
+no rank class busier by one more step than T grows (:func:`class_busy`: GB200's Llama 3.1
+405B at PP16 x VP8 grows 2.9049 s per 16 micro-batches from 32 to 64 while its busiest
+stage's work grows 2.9297 s, the slope of the full 384-micro-batch step: that stage sets
+the pace only later),
+``|(T(k+2d) - T(k+d)) - (T(k+d) - T(k))| <= PERIOD_RTOL * T(k+2d)``, the peak memory and
+out-of-memory verdicts the same at k+d and k+2d micro-steps, and each time of the
+breakdown within ``BREAKDOWN_RTOL`` of the step's increment ``T(k+2d) - T(k+d)`` (or
+PERIOD_RTOL of T): where a pipeline's step repeats exactly, the share of a send or a
+collective hidden under compute can still fall differently from one replay to the next
+(GB200's Llama 3.1 405B, PP16 x VP8: communication 0.485 then 0.483 s per 16
+micro-batches, exposed 0.062 then 0.072, for a step increment of 2.905 s), so the
+extrapolated breakdown is good to about 1% of the step, the step itself to PERIOD_RTOL.
 Throughput, TFLOP/s and MFU follow from the extrapolated time and the full step's batch.
 When the check fails the step is replayed in full up to :data:`FULL_LIMIT` micro-steps,
 and refused above it with the work a full replay would take. At or below THRESHOLD the
@@ -25,15 +53,21 @@ from typing import Callable
 
 from .errors import ConfigError
 from .metrics import Metrics
+from .metrics.summary import union_length
 from .trace import Trace
 
 THRESHOLD = 64            # micro-steps; up to here every micro-step is replayed
 REPLAYED = (4, 5, 6)      # micro-steps of the three replayed steps (k, k+1, k+2)
+PIPELINE_FILL = 2         # a pipeline's first replay runs this many micro-batches per stage
+PIPELINE_DEEPEST = 16     # ... and its deepest this many (k grows by pp while not periodic)
+WORTH = 2                 # a pipeline's replays together run at most 1/WORTH of its step
 PERIOD_RTOL = 1e-9        # periodicity tolerance, relative to the k+2 iteration time
+BREAKDOWN_RTOL = 0.01     # ... of the breakdown's times, relative to the step's increment
 FULL_LIMIT = 1024         # a step that is not periodic is replayed in full up to here
 UNROLLED = ("ddp", "fsdp")   # strategies that write each micro-step into the trace
 _ADDITIVE = ("iteration_time_s", "compute_s", "comm_s", "exposed_comm_s", "memory_wait_s")
 _SAME = ("peak_memory_gib", "peak_memory_gib_per_class", "oom", "oom_at")
+_BUSY = ("compute", "memcpy", "collective")     # record kinds that keep a class busy
 
 
 @dataclass(frozen=True)
@@ -42,7 +76,7 @@ class Extrapolation:
 
     grad_accum: int                 # micro-steps of the step reported
     replayed: tuple[int, ...]       # micro-steps of each replayed step
-    micro_step_s: float             # one steady micro-step: T(k+2) - T(k+1)
+    micro_step_s: float             # one steady micro-step: (T(k+2d) - T(k+d)) / d
     events_replayed: int            # simulated events of all replays together
 
     def as_dict(self) -> dict:
@@ -70,30 +104,118 @@ class AccumPlan:
     """The replayed traces of a step that may be extrapolated, and how to build it whole."""
 
     grad_accum: int
-    traces: tuple[Trace, ...]            # one per REPLAYED
+    traces: tuple[Trace, ...]            # one per entry of ``replayed``
     full_trace: Callable[[], Trace]
     meta: dict                           # Trace.meta of the whole step
+    replayed: tuple[int, int, int] = REPLAYED   # micro-steps of each replayed trace
+    deeper: tuple = ()                   # a pipeline's next (k, k+d, k+2d), tried in order
+    make: Callable[[int], Trace] | None = None   # the trace of k micro-steps (for ``deeper``)
 
     def owns(self, trace: Trace) -> bool:
         """True while ``trace`` is still the plan's own (not replaced by a caller)."""
         return trace.classes is self.traces[-1].classes
 
 
-def plan_accum(cfg, training, make: Callable[[object], Trace]) -> AccumPlan | None:
-    """An :class:`AccumPlan` for ``cfg`` (a strategy config) when its micro-steps are
-    identical and more than THRESHOLD; ``make(cfg)`` builds the trace of a config."""
-    n = cfg.grad_accum
-    if cfg.name not in UNROLLED or n <= THRESHOLD or training.sequence_lengths is not None:
+def check_whole(cfg) -> None:
+    """Refuse to build a whole step of more than FULL_LIMIT micro-steps of a strategy that
+    writes each one into the trace (``clustersim trace``, a full replay asked for).
+
+    :raises ConfigError: (``training.grad_accum``).
+    """
+    if (cfg.name in UNROLLED or hasattr(cfg, "plan")) and cfg.grad_accum > FULL_LIMIT:
+        raise ConfigError(f"a whole step of {cfg.grad_accum} micro-steps is not built (each "
+                          f"is written into the trace): use at most {FULL_LIMIT}",
+                          field="training.grad_accum")
+
+
+def replayed_counts(cfg, world_size: int) -> tuple[int, int, int] | None:
+    """The micro-steps (k, k+d, k+2d) of the three replays of ``cfg``'s step (see the
+    module doc), None where its micro-steps are not written one by one or do not repeat
+    (GPipe's memory grows with them).
+
+    :raises ConfigError: (``training.grad_accum``) for a GPipe step above FULL_LIMIT.
+    """
+    if cfg.name in UNROLLED:
+        return REPLAYED
+    if not hasattr(cfg, "plan"):
         return None
-    traces = tuple(make(cfg.model_copy(update={"grad_accum": k})) for k in REPLAYED)
-    return AccumPlan(n, traces, lambda: make(cfg), _full_meta(traces[-1].meta, n))
+    try:
+        plan = cfg.plan(world_size)
+    except ConfigError:           # the trace builder says why, where it belongs
+        return None
+    if plan.pp == 1:
+        return REPLAYED
+    if plan.schedule == "gpipe":
+        if cfg.grad_accum > FULL_LIMIT:
+            raise ConfigError(f"gpipe holds every micro-batch's activations at once, so its "
+                              f"step is replayed in full: {cfg.grad_accum} micro-batches, use "
+                              f"at most {FULL_LIMIT}", field="training.grad_accum")
+        return None
+    d = plan.pp if plan.schedule == "interleaved_1f1b" else 1
+    k = PIPELINE_FILL * plan.pp
+    return (k, k + d, k + 2 * d)
+
+
+def plan_accum(cfg, training, make: Callable[[object], Trace],
+               world_size: int = 0) -> AccumPlan | None:
+    """An :class:`AccumPlan` for ``cfg`` (a strategy config on ``world_size`` GPUs) when
+    its micro-steps are identical and more than THRESHOLD (and, for a pipeline, at least
+    WORTH times what its replays run together); ``make(cfg)`` builds the trace of a
+    config."""
+    n = cfg.grad_accum
+    if n <= THRESHOLD or training.sequence_lengths is not None:
+        return None
+    counts = replayed_counts(cfg, world_size)
+    if counts is None or (counts != REPLAYED and n < WORTH * sum(counts)):
+        return None
+    if n % (counts[1] - counts[0]):   # not a whole number of steps: the builder refuses it
+        return None
+
+    def of(k: int) -> Trace:
+        return make(cfg.model_copy(update={"grad_accum": k}))
+
+    traces = tuple(of(k) for k in counts)
+    return AccumPlan(n, traces, lambda: make(cfg), _full_meta(traces[-1].meta, n), counts,
+                     _deeper(counts, n) if counts != REPLAYED else (), of)
+
+
+def _deeper(counts: tuple[int, int, int], n: int) -> tuple:
+    """A pipeline's later replays, tried in turn while the earlier ones are not periodic:
+    k grows by one stage's share (k / PIPELINE_FILL, that is pp) up to PIPELINE_DEEPEST
+    micro-batches per stage, while all the replays together run at most 1/WORTH of the
+    ``n`` micro-batches of the full replay (a replay of a count already run is not run
+    again)."""
+    k, d = counts[0], counts[1] - counts[0]
+    pp = k // PIPELINE_FILL
+    done, out = set(counts), []
+    while k + pp <= PIPELINE_DEEPEST * pp:
+        k += pp
+        nxt = (k, k + d, k + 2 * d)
+        done |= set(nxt)
+        if WORTH * sum(done) > n:
+            break
+        out.append(nxt)
+    return tuple(out)
 
 
 def mapped(plan: AccumPlan, fn: Callable[[Trace], Trace]) -> AccumPlan:
     """``plan`` with ``fn`` applied to each replayed trace and to the whole step's."""
-    full = plan.full_trace
+    full, make = plan.full_trace, plan.make
     return AccumPlan(plan.grad_accum, tuple(fn(t) for t in plan.traces), lambda: fn(full()),
-                     plan.meta)
+                     plan.meta, plan.replayed, plan.deeper,
+                     (lambda k: fn(make(k))) if make else None)
+
+
+def deepened(plan: AccumPlan) -> AccumPlan | None:
+    """``plan`` replayed with its next, longer micro-steps (a pipeline whose replays were
+    not yet periodic), None when it has no longer ones (replay the step in full). A
+    replayed trace of a count it keeps is kept, not built again."""
+    if not plan.deeper:
+        return None
+    counts = plan.deeper[0]
+    have = dict(zip(plan.replayed, plan.traces))
+    traces = tuple(have[k] if k in have else plan.make(k) for k in counts)
+    return replace(plan, traces=traces, replayed=counts, deeper=plan.deeper[1:])
 
 
 def plan_trace(plan: AccumPlan) -> Trace:
@@ -110,23 +232,45 @@ def _full_meta(meta: dict, n: int) -> dict:
             "model_flops_per_iteration": meta["model_flops_per_iteration"] / batch * full}
 
 
-def extrapolate(plan: AccumPlan, runs: list[Metrics], peak_flops: float
+def class_busy(timeline) -> dict[str, float]:
+    """Rank class -> the time it keeps its GPUs busy (compute, copies and collectives; not
+    a send or receive, which may wait on a peer) in ``timeline``."""
+    spans: dict[str, list] = {}
+    for r in timeline.records:
+        if r.kind in _BUSY:
+            spans.setdefault(r.cls, []).append((r.start_s, r.end_s))
+    return {cls: union_length(v) for cls, v in spans.items()}
+
+
+def extrapolate(plan: AccumPlan, runs: list[Metrics], peak_flops: float,
+                events: int | None = None, busy: list[dict] | None = None
                 ) -> tuple[Metrics, Extrapolation] | None:
     """The whole step's metrics from ``runs`` (the metrics of each replayed trace); None
-    when the replays are not periodic."""
+    when the replays are not periodic. ``events``: of every replay run (a pipeline's
+    earlier, not yet periodic ones included), by default those of ``runs``. ``busy``:
+    :func:`class_busy` of the last two replays; a class whose busy time grows faster than
+    the step has not yet set the pace (a pipeline whose slowest stage becomes critical
+    only after more micro-batches), so the step is not periodic yet."""
     m0, m1, m2 = runs
-    scale = m2.iteration_time_s
+    last, d = plan.replayed[-1], plan.replayed[-1] - plan.replayed[-2]
+    step = m2.iteration_time_s - m1.iteration_time_s
     times = {}
     for key in _ADDITIVE:
         x0, x1, x2 = (getattr(m, key) for m in (m0, m1, m2))
-        if abs((x2 - x1) - (x1 - x0)) > PERIOD_RTOL * scale:
+        bound = PERIOD_RTOL * m2.iteration_time_s if key == "iteration_time_s" else \
+            max(PERIOD_RTOL * m2.iteration_time_s, BREAKDOWN_RTOL * abs(step))
+        if abs((x2 - x1) - (x1 - x0)) > bound:
             return None
-        times[key] = x2 + (plan.grad_accum - REPLAYED[-1]) * (x2 - x1)
+        times[key] = x2 + (plan.grad_accum - last) // d * (x2 - x1)
     if any(getattr(m1, key) != getattr(m2, key) for key in _SAME):
         return None
+    if busy is not None and any(busy[1][c] - busy[0][c] > step + PERIOD_RTOL *
+                                m2.iteration_time_s for c in busy[1]):
+        return None
     t = times["iteration_time_s"]
-    info = Extrapolation(plan.grad_accum, REPLAYED, m2.iteration_time_s - m1.iteration_time_s,
-                         sum(m.events for m in runs))
+    info = Extrapolation(plan.grad_accum, plan.replayed,
+                         (m2.iteration_time_s - m1.iteration_time_s) / d,
+                         sum(m.events for m in runs) if events is None else events)
     return _metrics(m2, times, plan.meta, peak_flops, info.events_replayed, t), info
 
 
@@ -150,7 +294,8 @@ def full_trace(plan: AccumPlan) -> Trace:
     if plan.grad_accum <= FULL_LIMIT:
         return plan.full_trace()
     ops = [sum(len(c.ops) for c in tr.classes) for tr in plan.traces]
-    total = ops[-1] + (plan.grad_accum - REPLAYED[-1]) * (ops[-1] - ops[-2])
+    last, d = plan.replayed[-1], plan.replayed[-1] - plan.replayed[-2]
+    total = ops[-1] + (plan.grad_accum - last) // d * (ops[-1] - ops[-2])
     raise ConfigError(f"the micro-steps do not repeat exactly, so the step cannot be "
                       f"extrapolated; replaying all {plan.grad_accum} would take {total} "
                       f"ops per rank class; use at most {FULL_LIMIT}",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from .accum import (AccumPlan, Extrapolation, extrapolate, full_trace, mapped, plan_accum,
-                    plan_trace)
+from .accum import (AccumPlan, Extrapolation, check_whole, class_busy, deepened, extrapolate,
+                    full_trace, mapped, plan_accum, plan_trace)
 from .cluster import Cluster
 from .constants import load_constants
 from .collectives.model import CollectiveModel
@@ -24,7 +24,7 @@ from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
 from .models.finetune_spellings import FINETUNE_KEYS, resolve as resolve_finetune
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
 from .precision import FP8, compute_precision, is_half
-from .scenario import Scenario
+from .scenario import MAX_GRAD_ACCUM, Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.build import scenario_cluster
 from .trace import Trace
@@ -203,6 +203,10 @@ def _with_global_batch(scn: Scenario, cfg: CommonConfig, world: World,
                           f"{per_step} (micro-batch {t.micro_batch} on {dp} data-parallel "
                           f"ranks of {cfg.name})", source=source,
                           field="training.global_batch")
+    if accum > MAX_GRAD_ACCUM:
+        raise ConfigError(f"gives {accum} micro-batches of {per_step} samples a step; at "
+                          f"most {MAX_GRAD_ACCUM}", source=source,
+                          field="training.global_batch")
     if "grad_accum" in t.model_fields_set and t.grad_accum != accum:
         raise ConfigError(f"gives {accum} micro-batches a step; training.grad_accum says "
                           f"{t.grad_accum}: set one of the two", source=source,
@@ -357,8 +361,15 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     if t.global_batch is not None:
         scn, cfg = _with_global_batch(scn, cfg, world, source)
         t = scn.training
-    accum = plan_accum(cfg, t, lambda c: make_trace(scn, model, c, world, source)) \
-        if extrapolate_steps else None
+    accum = None
+    try:
+        if extrapolate_steps and not scn.simulation.full_replay:
+            accum = plan_accum(cfg, t, lambda c: make_trace(scn, model, c, world, source),
+                               world.world_size)
+        else:
+            check_whole(cfg)
+    except ConfigError as exc:        # a step too long to build whole
+        raise exc.located(source) from None
     trace = plan_trace(accum) if accum else make_trace(scn, model, cfg, world, source)
     machine = MachineConfig(fidelity=scn.simulation.fidelity)
     job = job_config(scn)
@@ -379,11 +390,24 @@ def run_setup(setup: Setup, placement: Placement | None = None) -> RunResult:
     plan = setup.accum
     if plan is None:
         return _replayed(setup, setup.trace, placement)
-    runs = [_replayed(setup, trace, placement) for trace in plan.traces]
-    done = extrapolate(plan, [r.metrics for r in runs], setup.peak_flops)
-    if done is not None:
-        return RunResult(setup, runs[-1].timeline, *done)
-    return _replayed(setup, full_trace(plan), placement)    # not periodic: every micro-step
+    ran: dict[int, Metrics] = {}             # micro-steps -> its replay's metrics
+    busy: dict[int, dict] = {}               # micro-steps -> its classes' busy time
+    events = 0                               # of every replay, the ones let go included
+    while plan is not None:
+        last = None                          # the timeline of the longest replay only
+        for k, trace in zip(plan.replayed, plan.traces):
+            if k not in ran:
+                last = _replayed(setup, trace, placement)
+                ran[k], busy[k] = last.metrics, class_busy(last.timeline)
+                events += last.metrics.events
+        done = extrapolate(plan, [ran[k] for k in plan.replayed], setup.peak_flops, events,
+                           [busy[k] for k in plan.replayed[1:]])
+        if done is not None:
+            return RunResult(setup, last.timeline, *done)
+        plan = deepened(plan)          # a pipeline not yet periodic: longer replays
+    last = None                        # its timeline freed before the full replay
+    # not periodic: every micro-step
+    return _replayed(setup, full_trace(setup.accum), placement)
 
 
 def with_trace(setup: Setup, fn: Callable[[Trace], Trace]) -> Setup:

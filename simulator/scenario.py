@@ -62,6 +62,11 @@ _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 MAX_SLOWDOWN = 1000.0
 MAX_SEQ_LEN = 1 << 24           # 16M tokens: past the longest context any model trains on
 MAX_MICRO_BATCH = 1 << 20       # samples per GPU per micro-step
+# Micro-steps per step: real runs take thousands at most (Llama 3.1 405B's 16M tokens on 8
+# data-parallel ranks: 256); many identical ones are extrapolated (simulator/accum.py), so
+# this only refuses a typo before any work. A global batch is bounded likewise.
+MAX_GRAD_ACCUM = 1 << 24
+MAX_GLOBAL_BATCH = 1 << 40      # samples per step across the job
 
 
 class Training(BaseModel):
@@ -70,8 +75,8 @@ class Training(BaseModel):
                              description="samples per GPU per micro-step")
     seq_len: int = Field(2048, gt=0, le=MAX_SEQ_LEN,
                          description="tokens per sample (ignored for CNNs)")
-    grad_accum: int = Field(1, ge=1)
-    global_batch: int | None = Field(None, gt=0, description="samples per step across the "
+    grad_accum: int = Field(1, ge=1, le=MAX_GRAD_ACCUM)
+    global_batch: int | None = Field(None, gt=0, le=MAX_GLOBAL_BATCH, description="samples per step across the "
                                      "job: grad_accum then follows from the strategy's "
                                      "data-parallel ranks (docs/compare.md)")
     precision: str = "bf16"
@@ -176,6 +181,9 @@ class Simulation(BaseModel):
     variability: Any = Field(
         "default", description="rank-to-rank variability: default (sigmas of "
         "data/variability.yaml), none (the ideal machine), or op class -> sigma")
+    full_replay: bool = Field(False, description="replay every micro-step of a long step "
+                              "instead of a few extrapolated (simulator/accum.py; at most "
+                              "1,024 micro-steps)")
 
     @field_validator("fidelity")
     @classmethod

@@ -178,17 +178,19 @@ def test_bubble_of_the_replay_matches_the_formula(schedule, pp, m, vp):
     assert 1 - busy / t == pytest.approx(bubble_fraction(schedule, pp, m, vp), abs=2e-4)
 
 
-def test_a_pipelined_step_is_never_extrapolated():
-    # accum.py extrapolates identical micro-steps of the strategies it lists; a pipeline's
-    # micro-steps differ (warm-up, steady state, drain), so megatron is replayed whole
-    from types import SimpleNamespace
-
+def test_a_pipelined_step_is_replayed_past_its_warm_up_before_it_is_extrapolated():
+    # accum.py replays a pipeline with k = 2 pp, k+d, k+2d micro-batches (d = pp when
+    # interleaved, the micro-batch count a multiple of pp), every replay past the warm-up
+    # and cool-down; GPipe's memory grows with the micro-batches: never extrapolated
     from simulator import accum
-    cfg = MegatronConfig(grad_accum=accum.THRESHOLD * 4, pipeline_model_parallel_size=4)
 
-    def make(_):
-        raise AssertionError("no replayed micro-steps for a planned strategy")
-    assert accum.plan_accum(cfg, SimpleNamespace(sequence_lengths=None), make) is None
+    def counts(**plan):
+        cfg = MegatronConfig(grad_accum=accum.THRESHOLD * 4, **plan)
+        return accum.replayed_counts(cfg, 64)
+    assert counts(pipeline_model_parallel_size=4) == (8, 9, 10)
+    assert counts(pipeline_model_parallel_size=4,
+                  virtual_pipeline_model_parallel_size=2) == (8, 12, 16)
+    assert counts() == accum.REPLAYED                 # no pipeline: as DDP's micro-steps
 
 
 def test_tp_overlap_waits_one_kernel_later():

@@ -77,6 +77,9 @@ def test_plan_default_options_on_16384_nodes_are_refused_not_run_for_minutes(cap
 
 def test_plan_huge_global_batch_is_refused(capsys):
     code, out, err = run_main(capsys, "plan", "quickstart", "--global-batch", str(10 ** 21))
+    one_line_refusal(code, out, err, "--global-batch", f"must be 1 to {2 ** 40} samples")
+    # inside that range, the work the pipeline candidates' schedules would take
+    code, out, err = run_main(capsys, "plan", "quickstart", "--global-batch", str(2 ** 22))
     one_line_refusal(code, out, err, "--max-work", "pipeline schedule slots", "--global-batch")
     code, out, err = run_main(capsys, "plan", "quickstart", "--global-batch", "1e21")
     one_line_refusal(code, out, err, "--global-batch", "not a valid integer")

@@ -155,6 +155,7 @@ def grad_accum(pieces: ConfigPieces, micro: int, dp: int) -> int:
     """Micro-batches per step from the config's global (and local) batch, with micro-batches
     of ``micro`` samples over ``dp`` data-parallel ranks."""
     from ..errors import ConfigError
+    from ..scenario import MAX_GRAD_ACCUM
     from ..strategies.frameworks.files import global_batch_key
     key = global_batch_key(pieces.framework)
     per_rank = pieces.local_batch or micro
@@ -169,6 +170,10 @@ def grad_accum(pieces: ConfigPieces, micro: int, dp: int) -> int:
         raise ConfigError(f"local batch {per_rank} is not a multiple of the micro-batch "
                           f"{micro}", source=pieces.source, field=key)
     accum = steps * (per_rank // micro)
+    if accum > MAX_GRAD_ACCUM:
+        raise ConfigError(f"{pieces.global_batch} samples make {accum} micro-batches of "
+                          f"{micro} x {dp} data-parallel ranks a step; at most "
+                          f"{MAX_GRAD_ACCUM}", source=pieces.source, field=key)
     told = pieces.training.get("grad_accum")
     if told is not None and told != accum:
         raise ConfigError(f"{pieces.global_batch} samples = {micro} x {told} micro-batches x "

@@ -26,7 +26,7 @@ def register(cli: click.Group) -> None:
     @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--global-batch", type=int, default=None, metavar="N",
-                  help="Samples per step [default: --config's or the scenario's "
+                  help="Samples per step, 1 to 2^40 [default: --config's or the scenario's "
                        "training.global_batch, else 4M tokens a step: 4,194,304 / seq_len "
                        "samples].")
     @click.option("--replay", type=click.IntRange(1, 100), default=3, show_default=True,
@@ -64,7 +64,7 @@ def register(cli: click.Group) -> None:
         """
         from ..compare.cost import resolve_price
         from ..outpaths import prepare_out_dir
-        from ..scenario import resolve_scenario
+        from ..scenario import MAX_GLOBAL_BATCH, resolve_scenario
 
         path = resolve_scenario(scenario)
         scn, pieces = load_pieces(path, list(sets), config, config_format)
@@ -74,8 +74,9 @@ def register(cli: click.Group) -> None:
         G = scenario_graph(scn)
         gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
         batch, said = _global_batch(global_batch, pieces, scn)
-        if batch < 1:
-            raise ConfigError(f"must be >= 1, got {batch}", source="--global-batch")
+        if not 1 <= batch <= MAX_GLOBAL_BATCH:
+            raise ConfigError(f"must be 1 to {MAX_GLOBAL_BATCH} samples, got {batch}",
+                              source="--global-batch")
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
                                     topology=G.graph.get("name"))
         if out is not None:

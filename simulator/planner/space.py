@@ -4,7 +4,7 @@ checkpointing mode a model and a cluster allow.
 A candidate is a :class:`~simulator.strategies.parallel.plan.ParallelPlan` (tp, pp, vp and schedule,
 cp, dp_replicate x dp_shard and the data-parallel mode) plus the micro-batch and the
 activation checkpointing mode; its micro-batches per step follow from the global batch
-(``global_batch / (micro_batch x dp)``, whole). Only plans the model can run are listed
+(``global_batch / (micro_batch x dp)``, whole, at most ``MAX_GRAD_ACCUM``). Only plans the model can run are listed
 (:meth:`ParallelPlan.check`), and, until the model-parallel generator is in the build
 (:func:`model_parallel_available`), only data-parallel ones.
 """
@@ -16,6 +16,7 @@ from typing import Iterator
 
 from ..errors import ConfigError
 from ..models import ModelSpec
+from ..scenario import MAX_GRAD_ACCUM
 from ..strategies.frameworks.translate import has_ac_modes
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.words import plan_words
@@ -94,7 +95,8 @@ def candidates(model: ModelSpec, world: int, global_batch: int, seq_len: int,
     for plan in plans(model, world, seq_len, limits, model_parallel):
         for mb in powers_of_two(limits.max_micro_batch):
             m, rest = divmod(global_batch, mb * plan.dp)
-            if rest or m < 1 or (plan.pp > 1 and not _schedule_fits(plan, m)):
+            if rest or not 1 <= m <= MAX_GRAD_ACCUM or \
+                    (plan.pp > 1 and not _schedule_fits(plan, m)):
                 continue
             for ac in ac_modes():
                 yield Candidate(plan, mb, m, ac)

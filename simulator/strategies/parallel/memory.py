@@ -125,10 +125,18 @@ def stage_params(model: ModelSpec, plan, stage: int) -> int:
 def in_flight(plan, micro_batches: int, stage: int) -> int:
     """(Micro-batch, model chunk) activations stage ``stage`` holds at once under the plan's
     schedule (:func:`.schedules.peak_in_flight`); 1 without pipelining (gradient
-    accumulation runs one micro-batch after another)."""
+    accumulation runs one micro-batch after another). GPipe holds every micro-batch; the
+    other schedules reach their peak in the warm-up, so past :data:`STEADY` micro-batches
+    per stage the count is that of ``STEADY x pp`` (no schedule of a million entries)."""
     if plan.pp == 1:
         return 1
-    return _peaks(plan.schedule, plan.pp, micro_batches, plan.vp)[stage]
+    if plan.schedule == "gpipe":
+        return micro_batches
+    m = min(micro_batches, STEADY * plan.pp)
+    return _peaks(plan.schedule, plan.pp, m, plan.vp)[stage]
+
+
+STEADY = 4      # micro-batches per stage past every schedule's warm-up (tested)
 
 
 @functools.lru_cache(maxsize=256)
