@@ -135,3 +135,17 @@ if __name__ == "__main__":               # rewrite the accuracy table from the d
     README.write_text(head + START + marker + "\n" + "\n".join(accuracy_table()) + "\n"
                       + END + body_end)
     sys.exit(0)
+
+
+def test_the_two_setup_commands_are_marked_and_ci_runs_the_test_one():
+    # fresh-clone-check reads the fenced block after each marker; .ci/run ends with the
+    # test command itself
+    text = README.read_text()
+    blocks = {}
+    for kind in ("run", "test"):
+        m = re.search(rf"<!-- setup:{kind} -->\n```\n(.+?)\n```", text)
+        assert m, f"README.md: no fenced block after <!-- setup:{kind} -->"
+        blocks[kind] = m.group(1)
+    assert blocks["run"].endswith("clustersim run")
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == blocks["test"]
