@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -156,16 +157,14 @@ def _site(usd_per_kwh: float | None, carbon: float | None, pue: float | None):
 
     :raises ConfigError: (the option) for a negative price or carbon, or a PUE below 1.
     """
-    from ..energy import Site
     from ..energy.timeline import default_site
     for value, option, low in ((usd_per_kwh, "--electricity-price", 0.0),
                                (carbon, "--carbon-intensity", 0.0), (pue, "--pue", 1.0)):
         if value is not None and not low <= value < float("inf"):
             raise ConfigError(f"must be a number >= {low:g}, got {value!r}", source=option)
-    d = default_site()
-    return Site(d.pue if pue is None else pue,
-                d.usd_per_kwh if usd_per_kwh is None else usd_per_kwh,
-                d.carbon_kg_per_kwh if carbon is None else carbon)
+    given = {"pue": pue, "usd_per_kwh": usd_per_kwh, "carbon_kg_per_kwh": carbon}
+    return dataclasses.replace(default_site(),
+                               **{k: v for k, v in given.items() if v is not None})
 
 
 def _accuracy(cmp, model_name_or_path: str) -> dict:

@@ -142,9 +142,9 @@ def data_parallel_ranks(cfg: CommonConfig, scn: Scenario, pieces: ConfigPieces,
                         set_keys: set[str]) -> int:
     """The data-parallel ranks of the strategy's plan on the GPUs of ``scn``."""
     from ..errors import ConfigError
-    from ..topology.build import scenario_graph
+    from ..topology.build import scenario_gpus, scenario_graph
     G = scenario_graph(scn)
-    gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+    gpus = scenario_gpus(scn, G)
     try:
         return cfg.plan(gpus).dp
     except ConfigError as exc:

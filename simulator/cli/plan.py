@@ -70,9 +70,9 @@ def register(cli: click.Group) -> None:
         scn, pieces = load_pieces(path, list(sets), config, config_format)
         from ..planner import Limits, search        # the simulator: once the input is good
         from ..planner.report import to_csv, to_json, to_table
-        from ..topology.build import scenario_graph
+        from ..topology.build import scenario_gpus, scenario_graph
         G = scenario_graph(scn)
-        gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+        gpus = scenario_gpus(scn, G)
         batch, said = _global_batch(global_batch, pieces, scn)
         if not 1 <= batch <= MAX_GLOBAL_BATCH:
             raise ConfigError(f"must be 1 to {MAX_GLOBAL_BATCH} samples, got {batch}",

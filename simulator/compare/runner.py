@@ -44,6 +44,7 @@ from ..pipeline import (RunResult, autocasts, build_setup, job_world, portable_f
 from ..pipeline import strategy_dict as pipeline_strategy
 from ..scenario import Scenario
 from ..strategies import STRATEGIES, parse_strategy
+from ..topology.build import graph_gpus
 from .cost import Budget, Price, migration_cost, training_cost
 from .results import Comparison, Row, Scaling
 
@@ -85,7 +86,7 @@ def doubled(scn: Scenario, world: int, G) -> tuple[Scenario, str]:
     cluster graph ``G`` has them (``cluster.gpus``), else twice the servers
     (``cluster.nodes``; ConfigError later if the topology has only one)."""
     c, per_node = scn.cluster, int(G.graph["gpus_per_node"])
-    topo_gpus = sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+    topo_gpus = graph_gpus(G)
     if 2 * world <= topo_gpus:
         new = c.model_copy(update={"gpus": 2 * world})
         how = f"cluster.gpus {world} -> {2 * world} (same topology)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .power import GpuPower, HostPower
+from .power import GpuPower, HostPower, Site
 
 J_PER_KWH = 3.6e6
 
@@ -33,15 +33,6 @@ class Phases:
     def scaled(self, factor: float) -> "Phases":
         return Phases(self.gemm_s * factor, self.memory_s * factor, self.comm_s * factor,
                       self.idle_s * factor)
-
-
-@dataclass(frozen=True)
-class Site:
-    """Where the machine runs: PUE, electricity price (USD/kWh), grid carbon (kg CO2/kWh)."""
-
-    pue: float
-    usd_per_kwh: float
-    carbon_kg_per_kwh: float
 
 
 @dataclass(frozen=True)

@@ -49,15 +49,22 @@ class HostPower:
 
 
 @dataclass(frozen=True)
+class Site:
+    """Where the machine runs: PUE, electricity price (USD/kWh), grid carbon (kg CO2/kWh)."""
+
+    pue: float
+    usd_per_kwh: float
+    carbon_kg_per_kwh: float
+
+
+@dataclass(frozen=True)
 class PowerTable:
     gpus: dict[str, GpuPower]
     hosts: dict[str, HostPower]
     nic_w: float
     switch_w: float
     caps: dict[str, tuple[tuple[float, float], ...]]     # gpu -> ((cap_w, rate), ...)
-    pue: float
-    usd_per_kwh: float
-    carbon_kg_per_kwh: float
+    site: Site                                           # the file's defaults
     source: str
 
     def gpu(self, name: str) -> GpuPower | None:
@@ -136,11 +143,11 @@ def load_power(path: str | Path | None = None) -> PowerTable:
     return PowerTable(
         gpus, hosts, r.watts(value(r.mapping(data, "nic"), "nic.port"), "nic.port.value"),
         r.watts(value(r.mapping(data, "switch"), "switch.power"), "switch.power.value"), caps,
-        r.number(value(site, "site.pue"), "site.pue.value", low=1.0),
-        r.number(value(site, "site.electricity_usd_per_kwh"),
-                 "site.electricity_usd_per_kwh.value", low=0.0),
-        r.number(value(site, "site.carbon_kg_per_kwh"), "site.carbon_kg_per_kwh.value",
-                 low=0.0), src)
+        Site(r.number(value(site, "site.pue"), "site.pue.value", low=1.0),
+             r.number(value(site, "site.electricity_usd_per_kwh"),
+                      "site.electricity_usd_per_kwh.value", low=0.0),
+             r.number(value(site, "site.carbon_kg_per_kwh"), "site.carbon_kg_per_kwh.value",
+                      low=0.0)), src)
 
 
 class _Reader:

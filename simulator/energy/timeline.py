@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ..engine.records import COMM_KINDS, Timeline
 from ..metrics.summary import COMPUTE_KINDS, union_length
-from .model import Energy, Machine, Phases, Site, step_energy
-from .power import PowerTable, load_power
+from .model import Energy, Machine, Phases, step_energy
+from .power import PowerTable, Site, load_power
 
 TENSOR_CORE_CLASSES = ("matmul", "attention", "conv")   # compute.yaml: tensor_cores: true
 
@@ -62,8 +62,7 @@ def energy_of(result, site: Site | None = None, table: PowerTable | None = None
 
 
 def default_site(table: PowerTable | None = None) -> Site:
-    table = table or load_power()
-    return Site(table.pue, table.usd_per_kwh, table.carbon_kg_per_kwh)
+    return (table or load_power()).site
 
 
 def _catalog_name(G) -> str:

@@ -33,7 +33,7 @@ from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
 from ..pipeline import build_setup, run_setup, with_finetune
 from ..scenario import Scenario
-from ..topology.build import scenario_cluster, scenario_graph
+from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
 from .estimate import Estimate, Estimator
 from .space import Candidate, Limits, candidates
@@ -97,7 +97,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
         raise ConfigError(f"{model.name} is not a transformer: plan searches model "
                           f"parallelism", source=source, field="model")
     G = scenario_graph(scn) if graph is None else graph
-    gpus = scn.cluster.gpus or sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+    gpus = scenario_gpus(scn, G)
     t = scn.training
     cands = list(candidates(model, gpus, global_batch, t.seq_len, limits, model_parallel))
     work.check(work.count(cands, replay, gpus), max_work)

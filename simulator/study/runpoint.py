@@ -11,6 +11,7 @@ from ..models import load_model
 from ..pipeline import build_setup, run_setup, strategy_dict
 from ..scenario import Scenario
 from ..strategies import parse_strategy
+from ..topology.build import graph_gpus
 from ..topology.loader import topology_from_dict
 from .links import comm_summary
 from .points import canonical
@@ -39,7 +40,7 @@ def _topology_gpus(topology: str, nodes: int | None, links: str) -> int:
     """GPUs of the topology built from its JSON text (each distinct one built once)."""
     G = topology_from_dict(json.loads(topology), source="topology", nodes=nodes,
                            links=json.loads(links) or None)
-    return sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+    return graph_gpus(G)
 
 
 def check_point(scn: Scenario, topology: dict) -> None:

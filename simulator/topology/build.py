@@ -30,6 +30,16 @@ def load_cluster(topology: str, nodes: int | None = None, links: dict | None = N
     return Cluster.from_graph(graph, constants, ecmp=ecmp, seed=seed)
 
 
+def graph_gpus(G: nx.Graph) -> int:
+    """The GPUs of a cluster graph."""
+    return sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+
+
+def scenario_gpus(scn, G: nx.Graph) -> int:
+    """The GPUs a scenario runs on: ``cluster.gpus``, else every GPU of its graph ``G``."""
+    return scn.cluster.gpus or graph_gpus(G)
+
+
 def scenario_graph(scn) -> nx.Graph:
     """The topology graph of a :class:`~simulator.scenario.Scenario`'s ``cluster`` section,
     its ``links`` what-ifs applied (what :func:`scenario_cluster` builds its cluster from).

@@ -75,7 +75,8 @@ def _node(topology: str):
 
 def gpus_per_node(topology: str) -> int:
     """GPUs in one node of a shipped topology (8 in a DGX, 72 in an NVL72 rack)."""
-    return sum(1 for _, d in _node(topology).nodes(data=True) if d.get("kind") == "gpu")
+    from simulator.topology.build import graph_gpus
+    return graph_gpus(_node(topology))
 
 
 def memory_gib(topology: str) -> float:
