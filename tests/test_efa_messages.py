@@ -19,9 +19,12 @@ def _model(name, nodes, k=K):
     return CollectiveModel(Cluster.from_graph(G, k), k)
 
 
-def test_efa_constants_are_the_fitted_ones():
-    assert K.net_message_us == {"efa-v2": 8.976}
-    assert K.link_efficiency["efa-v2"] == 0.8177
+def test_efa_constants_are_present_and_physical():
+    # their values are the calibration's (test_shipped_calibration_is_what_the_fit_produces
+    # refits them); here: EFA alone has a per-message cost, its cards an efficiency below
+    # line rate, and NCCL's 2 channels per network peer (its source, not fitted)
+    assert set(K.net_message_us) == {"efa-v2"} and 0 < K.net_message_us["efa-v2"] < 1e3
+    assert 0 < K.link_efficiency["efa-v2"] <= 1
     assert K.p2p_channels_per_net_peer == 2
 
 
