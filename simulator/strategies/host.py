@@ -12,10 +12,11 @@ step is max(GPU time, CPU time) at layer granularity, without an op per kernel.
 
 ``strategy.host_dispatch`` (every PyTorch strategy; TensorFlow's graphs: ``none`` only):
 ``eager`` (the default), ``compiled`` (every kernel through torch.compile's launcher) or
-``none`` (the GPU never waits for the host: the time before this model existed). Whatever it says, a kernel's own launch
-(:mod:`simulator.compute.launch`) decides for that kernel: a ``compiled`` one (a block
-under ``training.compile``) costs the compiled launch, a ``piece`` of an op-by-op eager op
-or a kernel replayed from a CUDA ``graph`` nothing of its own.
+``none`` (the GPU never waits for the host: the time before this model existed).
+Whatever it says, a kernel's own launch (:mod:`simulator.compute.launch`) decides for that
+kernel: a ``compiled`` one (a block under ``training.compile``) costs the compiled launch,
+a ``piece`` of an op-by-op eager op or a kernel replayed from a CUDA ``graph`` nothing of
+its own.
 """
 
 from __future__ import annotations

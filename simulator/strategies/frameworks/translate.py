@@ -21,9 +21,9 @@ from ..fsdp_config import FSDPConfig
 from ..parallel.plan import ParallelPlan
 
 # CommonConfig fields a framework strategy hands on to the data-parallel generators
-SHARED_FIELDS = ("precision", "micro_batch", "grad_accum", "activation_checkpointing", "host_dispatch",
+SHARED_FIELDS = ("precision", "micro_batch", "grad_accum", "activation_checkpointing",
                  "selective_ac_option", "activation_offload", "optimizer", "optimizer_impl",
-                 "param_dtype", "reduce_dtype")
+                 "param_dtype", "reduce_dtype", "host_dispatch")
 
 
 def has_ac_modes() -> bool:
