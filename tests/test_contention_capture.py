@@ -1,0 +1,186 @@
+"""The captured contention run (validation/cluster/, issue 45) against the fleet's
+co-simulation (simulator/validation/captured/contention.py).
+
+Two real gloo jobs (torch 2.13 CPU, 2 ranks each, back-to-back all_reduces) ran through
+namespaces joined by tbf-shaped links; each job alone, then both together. The simulator
+builds the same fabric from the same file and gives each job's step alone and together
+through :class:`~simulator.fleet.contention.StepTimes`, with nothing fitted to this capture.
+
+Tolerance: the simulated step together must lie within the middle 80% (p10..p90) of the
+measured steps together, and the simulated slowdown within the half-width of that range
+relative to its median: TCP's sharing of one tbf queue makes single steps differ by that
+much (README in validation/cluster/), so a closer claim is below what the capture resolves.
+The step alone is priced by the gloo microbenchmark (another day, another link rate) and
+must be within 3%: the alone steps' own interdecile half-width is under 1%, the
+microbenchmark's fit error at large sizes 1.8%.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.cluster import Cluster
+from simulator.errors import ConfigError
+from simulator.fleet.placement import Layout
+from simulator.validation.captured import contention as cc
+from simulator.validation.captured.machine import description
+
+HERE = Path(__file__).resolve().parents[1] / "validation" / "cluster"
+sys.path.insert(0, str(HERE))
+import capture_contention as cap  # noqa: E402
+
+FABRIC = cc.load_fabric()
+ROWS = {(r["setup"], r["job"]): r for r in cc.compare(FABRIC)}
+K = description(cc.CONSTANTS_AT).constants[2]["all_reduce"]
+MIB4 = 4 * 1024 * 1024
+
+
+def _half_width(r: dict) -> float:
+    return (r["together_p90_s"] - r["together_p10_s"]) / (2 * r["together_s"])
+
+
+# ----------------------------------------------------------- the model, by the arithmetic
+def test_the_fabric_file_becomes_two_leaves_and_a_one_link_spine():
+    G = cc.fabric_graph(FABRIC["setups"]["unequal"])
+    cluster = Cluster(G)
+    layout = Layout.of(cluster)
+    assert layout.group == (0, 1, 0, 1)                 # a0, a1, b0, b1 by their leaves
+    assert G.edges["leaf.0", "leaf.1"]["bw_bytes_per_s"] == 100e6 / 8
+    assert G.edges["n2.nic0", "leaf.0"]["bw_bytes_per_s"] == 30e6 / 8   # b0
+    assert Layout.of(Cluster(cc.fabric_graph(FABRIC["setups"]["disjoint"]))).group == \
+        (0, 0, 1, 1)
+
+
+def test_one_all_reduce_alone_is_alpha_plus_its_bytes_at_the_efficient_rate():
+    # 2 ranks: each sends 2 (n-1)/n S = S bytes, at the link rate x gloo's efficiency
+    for setup, job, rate in (("shared", "A", 100e6), ("unequal", "B", 30e6)):
+        sims, _ = cc.predict(setup, FABRIC)
+        expect = K["alpha_s"] + MIB4 / (rate / 8 * K["efficiency"])
+        assert sims[job].alone_s == pytest.approx(expect, rel=1e-12)
+
+
+def test_two_jobs_on_the_shared_spine_each_get_half_and_the_narrow_one_keeps_its_own():
+    e, alpha = K["efficiency"], K["alpha_s"]
+    shared, counts = cc.predict("shared", FABRIC)
+    assert counts.together == 1
+    for p in shared.values():        # max-min: 50 Mbit/s each
+        assert p.together_s == pytest.approx(alpha + MIB4 / (50e6 / 8 * e), rel=1e-12)
+    unequal, _ = cc.predict("unequal", FABRIC)
+    # B is held at 30 Mbit/s by its own links; A gets the other 70 of the spine
+    assert unequal["A"].together_s == pytest.approx(alpha + MIB4 / (70e6 / 8 * e), rel=1e-12)
+    assert unequal["B"].together_s == unequal["B"].alone_s
+
+
+def test_jobs_inside_their_own_leaves_are_not_neighbours_and_co_simulated_agree():
+    sims, counts = cc.predict("disjoint", FABRIC)
+    assert counts.together == 0
+    assert all(p.together_s == p.alone_s for p in sims.values())
+
+
+def test_only_all_reduce_is_modelled_and_the_setup_must_exist():
+    planner = cc.RoutedGloo(Cluster(cc.fabric_graph(FABRIC["setups"]["shared"])), 1e-3, 0.9)
+    with pytest.raises(ConfigError, match="all_gather"):
+        planner.plan("all_gather", 1024, [0, 1])
+    with pytest.raises(ConfigError, match="setup"):
+        cc.predict("nowhere", FABRIC)
+    with pytest.raises(ConfigError, match="efficiency"):
+        cc.RoutedGloo(planner.cluster, 1e-3, 1.5)
+    assert planner.plan("all_reduce", 1024, [3]).payload_bytes == 0.0
+
+
+# ----------------------------------------------------------- the capture script, no root
+def test_the_capture_shapes_every_link_both_ways_from_the_same_file():
+    f = cap.Fabric.of("unequal", FABRIC)
+    cmds = [" ".join(c) for c in cap.setup_commands(f)]
+    tbf = [c for c in cmds if " tbf " in c]
+    assert len(tbf) == 2 + 2 * len(f.hosts)            # the spine's two ends, each host's two
+    assert "tc -n cc-l0 qdisc add dev spine0 root handle 1: tbf rate 100000000bit burst " \
+           "65536 latency 50ms" in cmds
+    assert "ip -n cc-l1 link add ccb1h type veth peer name eth0 netns cc-b1" in cmds
+    assert sum("rate 30000000bit" in c for c in tbf) == 4
+    assert cap.rank_env(f, "B", 1)["MASTER_ADDR"] == f.addr("b0") == "198.18.1.3"
+    with pytest.raises(ValueError, match="rate"):
+        cap.rate_bit_per_s("100 mbit")
+
+
+def test_tbf_counters_are_read_from_tc_statistics():
+    text = ("qdisc tbf 1: root refcnt 3 rate 100Mbit burst 64Kb lat 50ms \n"
+            " Sent 4242 bytes 17 pkt (dropped 3, overlimits 9 requeues 0) \n")
+    assert cap.qdisc_counts(text) == (17, 3)
+    with pytest.raises(ValueError, match="tbf counters"):
+        cap.qdisc_counts("qdisc noqueue 0: root")
+    ends = cap.links(cap.Fabric.of("shared", FABRIC))
+    assert ends["spine"] == [("cc-l0", "spine0"), ("cc-l1", "spine1")]
+    assert ends["b1"] == [("cc-b1", "eth0"), ("cc-l1", "ccb1h")]
+
+
+def test_timed_steps_are_the_intervals_inside_the_window():
+    steps = [(0.0, 1.0), (1.0, 1.5), (1.5, 2.5), (2.5, 4.0), (4.0, 5.5)]
+    timing = {"warm_s": 1.0, "window_s": 3.0}
+    assert cap.timed_steps(steps, 0.0, timing) == [(1.0, 0.5), (1.5, 1.0), (2.5, 1.5)]
+
+
+def test_the_summary_is_what_the_committed_steps_give():
+    with open(HERE / "contention_steps.csv", newline="") as fh:
+        steps = list(csv.DictReader(fh))
+    summary = cc.measured()
+    assert {r["method"] for r in summary.values()} == {cap.METHOD}
+    assert {s for s, _, _ in summary} == set(FABRIC["setups"])
+    for (setup, job, run), row in summary.items():
+        xs = [float(s["step_s"]) for s in steps
+              if (s["setup"], s["job"], s["run"]) == (setup, job, run)]
+        assert len(xs) == int(row["steps"]) >= 7, (setup, job, run)   # B at 30 Mbit/s: 7
+        assert float(row["median_s"]) == pytest.approx(statistics.median(xs), abs=2e-6)
+        assert float(row["p90_s"]) == pytest.approx(np.quantile(xs, 0.9), abs=2e-6)
+
+
+# ----------------------------------------------------------- the capture against the model
+@pytest.mark.parametrize("key", list(ROWS),
+                         ids="-".join)
+def test_step_alone_is_the_microbenchmark_s(key):
+    r = ROWS[key]
+    assert r["sim_alone_s"] == pytest.approx(r["alone_s"], rel=0.03)
+
+
+# B's own 30 Mbit/s links hold it below its max-min share of the spine, so the model leaves
+# it alone; in the capture it still runs 1.19x slower: TCP is not max-min (its packets and
+# gloo's phase handshakes wait in the spine's queue behind A's; README in validation/cluster)
+NOT_MAX_MIN = ("TCP (BBR) through a tbf queue is not max-min: the flow held below its share "
+               "by its own links still slows when another fills the shared link")
+
+
+@pytest.mark.parametrize("key", [
+    ("shared", "A"), ("shared", "B"), ("unequal", "A"),
+    pytest.param(("unequal", "B"), marks=pytest.mark.xfail(strict=True, reason=NOT_MAX_MIN))],
+    ids="-".join)
+def test_the_captured_slowdown_is_predicted_within_the_steps_spread(key):
+    r = ROWS[key]
+    assert r["together_p10_s"] <= r["sim_together_s"] <= r["together_p90_s"]
+    assert r["sim_slowdown"] == pytest.approx(r["slowdown"], rel=_half_width(r))
+
+
+def test_the_control_shows_no_slowdown_in_the_capture_nor_the_model():
+    for job in ("A", "B"):
+        r = ROWS[("disjoint", job)]
+        assert r["sim_slowdown"] == 1.0
+        assert r["slowdown"] == pytest.approx(1.0, rel=_half_width(r))
+        assert r["together_p10_s"] <= r["alone_s"] <= r["together_p90_s"]
+    # and the shared spine's slowdown is far outside the control's
+    assert ROWS[("shared", "A")]["slowdown"] > 1.5
+
+
+def test_one_co_simulated_iteration_misses_jobs_of_different_step_times():
+    """docs/cluster.md's stated limit, measured: B's step is a quarter of A's, so in the
+    capture A shares the spine for its whole step (slowdown ~2), while the co-simulation
+    runs one iteration of each from the same instant and lets A finish alone (1.25). When
+    the co-simulation learns the steady state this test fails: update the docs with it."""
+    a, b = ROWS[("mismatched", "A")], ROWS[("mismatched", "B")]
+    assert a["sim_slowdown"] == pytest.approx(1.25, abs=0.01)
+    assert a["slowdown"] > 1.5 and b["slowdown"] > 1.5
+    assert a["sim_slowdown"] < a["slowdown"] * (1 - _half_width(a))
