@@ -11,8 +11,9 @@ measured steps together, and the simulated slowdown within the half-width of tha
 relative to its median: TCP's sharing of one tbf queue makes single steps differ by that
 much (README in validation/cluster/), so a closer claim is below what the capture resolves.
 The step alone is priced by the gloo microbenchmark (another day, another link rate) and
-must be within 3%: the alone steps' own interdecile half-width is under 1%, the
-microbenchmark's fit error at large sizes 1.8%.
+must be within 3%: the alone medians at 100 Mbit/s repeat within 1.2% between the committed
+pass and its repeat (contention_capture_repeat.csv), and the microbenchmark's fit error at
+large sizes is 1.8%.
 """
 
 from __future__ import annotations
@@ -140,9 +141,35 @@ def test_the_summary_is_what_the_committed_steps_give():
         assert float(row["p90_s"]) == pytest.approx(np.quantile(xs, 0.9), abs=2e-6)
 
 
+def test_the_repeat_pass_agrees_with_the_committed_one():
+    """The run-to-run spread quoted in docs/cluster.md: the same capture 7 minutes apart."""
+    now, repeat = cc.measured(), cc.measured(cc.cluster_dir() / "contention_capture_repeat.csv")
+    assert now.keys() == repeat.keys()
+
+    def slowdown(rows, setup, job):
+        return (float(rows[(setup, job, "together")]["median_s"])
+                / float(rows[(setup, job, "alone")]["median_s"]))
+    for (setup, job, run), row in now.items():
+        if run == "alone" and (setup, job) != ("unequal", "B"):
+            assert float(row["median_s"]) == pytest.approx(
+                float(repeat[(setup, job, run)]["median_s"]), rel=0.012)
+    for job in ("A", "B"):
+        assert slowdown(now, "shared", job) == pytest.approx(
+            slowdown(repeat, "shared", job), rel=0.06)
+        assert 2.1 < slowdown(now, "shared", job) < 2.35
+        assert 2.1 < slowdown(repeat, "shared", job) < 2.35
+
+
 # ----------------------------------------------------------- the capture against the model
-@pytest.mark.parametrize("key", list(ROWS),
-                         ids="-".join)
+# 30 Mbit/s is below the microbenchmarks' rates (200 Mbit/s - 10 Gbit/s, where gloo reaches
+# 94% of the link): there tbf dropped 3310 packets of B's alone run and gloo reached 90%
+BELOW_BENCHMARKS = ("at 30 Mbit/s tbf drops packets (3310 in the alone run) and gloo reaches "
+                    "90% of the link, not the 94% measured at 200 Mbit/s and above")
+
+
+@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.xfail(
+    strict=True, reason=BELOW_BENCHMARKS)) if k == ("unequal", "B") else k for k in ROWS],
+    ids="-".join)
 def test_step_alone_is_the_microbenchmark_s(key):
     r = ROWS[key]
     assert r["sim_alone_s"] == pytest.approx(r["alone_s"], rel=0.03)
@@ -184,3 +211,35 @@ def test_one_co_simulated_iteration_misses_jobs_of_different_step_times():
     assert a["sim_slowdown"] == pytest.approx(1.25, abs=0.01)
     assert a["slowdown"] > 1.5 and b["slowdown"] > 1.5
     assert a["sim_slowdown"] < a["slowdown"] * (1 - _half_width(a))
+
+
+def test_the_docs_table_is_what_the_comparison_prints(capsys):
+    """docs/cluster.md quotes `python -m simulator.validation.captured.contention` verbatim."""
+    lines = (Path(__file__).resolve().parents[1] / "docs" / "cluster.md").read_text().splitlines()
+    start = lines.index("<!-- printed by: python -m simulator.validation.captured.contention -->")
+    block = lines[start + 2:lines.index("```", start + 2)]
+    assert len(block) == 1 + len(ROWS)
+    cc.main()
+    printed = capsys.readouterr().out.splitlines()
+    assert block == printed
+
+
+def test_the_docs_numbers_are_the_data_s():
+    """The numbers docs/cluster.md quotes around its table, from the data."""
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "cluster.md")
+                    .read_text().split())
+    repeat = cc.measured(cc.cluster_dir() / "contention_capture_repeat.csv")
+    slow = [float(repeat[("shared", j, "together")]["median_s"])
+            / float(repeat[("shared", j, "alone")]["median_s"]) for j in "AB"]
+    a, b = ROWS[("shared", "A")], ROWS[("shared", "B")]
+    errors = sorted(-round(100 * (r["sim_slowdown"] / r["slowdown"] - 1)) for r in (a, b))
+    widths = sorted(round(100 * _half_width(r)) for r in (a, b))
+    alone_b = ROWS[("unequal", "B")]
+    for quoted in (f"{K['efficiency']:.0%} of the link", f"{K['alpha_s'] * 1e3:.1f} ms per",
+                   f"measured {slow[0]:.2f} and {slow[1]:.2f}",
+                   f"is {errors[1]}% and {errors[0]}% low",
+                   f"(p10-p90 of A's steps {a['together_p10_s']:.2f}-{a['together_p90_s']:.2f} s)",
+                   f"half-width ({widths[0]}-{widths[1]}%)",
+                   f"step alone is {-round(100 * (alone_b['sim_alone_s'] / alone_b['alone_s'] - 1))}% "
+                   "slower", f"loses {errors[0]}-{errors[1]}% more"):
+        assert quoted in text, quoted
