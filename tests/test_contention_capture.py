@@ -66,6 +66,18 @@ def test_one_all_reduce_alone_is_alpha_plus_its_bytes_at_the_efficient_rate():
         assert sims[job].alone_s == pytest.approx(expect, rel=1e-12)
 
 
+def test_the_routed_ring_costs_what_the_capture_machine_s_gloo_model_costs():
+    """One path, one price: on the one-bridge capture machine (machine.py) the routed ring
+    and GlooModel price an all_reduce alike (to the 6 digits the description keeps)."""
+    from simulator.validation.captured.machine import build
+    desc = description(cc.CONSTANTS_AT)
+    model = build(2, desc)
+    routed = cc.RoutedGloo(model.cluster, K["alpha_s"], K["efficiency"])
+    for size in (1 << 20, MIB4, 32 << 20):
+        assert routed.plan("all_reduce", size, [0, 1]).predicted_s == pytest.approx(
+            model.plan("all_reduce", size, [0, 1]).predicted_s, rel=1e-6)
+
+
 def test_two_jobs_on_the_shared_spine_each_get_half_and_the_narrow_one_keeps_its_own():
     e, alpha = K["efficiency"], K["alpha_s"]
     shared, counts = cc.predict("shared", FABRIC)
@@ -106,8 +118,30 @@ def test_the_capture_shapes_every_link_both_ways_from_the_same_file():
     assert "ip -n cc-l1 link add ccb1h type veth peer name eth0 netns cc-b1" in cmds
     assert sum("rate 30000000bit" in c for c in tbf) == 4
     assert cap.rank_env(f, "B", 1)["MASTER_ADDR"] == f.addr("b0") == "198.18.1.3"
-    with pytest.raises(ValueError, match="rate"):
-        cap.rate_bit_per_s("100 mbit")
+    assert cap.bit_per_s("30 Mbit/s") == 30e6
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d["setups"]["shared"].update(spines="1 Gbit/s"), "setups.shared"),
+    (lambda d: d["setups"]["shared"].update(spine=100), "setups.shared.spine"),
+    (lambda d: d["setups"]["unequal"]["hosts"]["b0"].update(leaf=2),
+     "setups.unequal.hosts.b0.leaf"),
+    (lambda d: d["setups"]["disjoint"]["jobs"]["A"].update(ranks=["a0", "zz"]),
+     "setups.disjoint.jobs.A.ranks"),
+    (lambda d: d["setups"]["disjoint"]["jobs"]["B"].update(size=6), "setups.disjoint.jobs.B.size"),
+    (lambda d: d["tbf"].update(burst="64k"), "tbf.burst"),
+])
+def test_a_mistake_in_the_fabric_file_is_one_line_naming_the_field(tmp_path, edit, field):
+    import copy
+
+    import yaml
+    data = copy.deepcopy(FABRIC)
+    edit(data)
+    path = tmp_path / "fabric.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        cc.load_fabric(path)
+    assert str(err.value).startswith(f"{path}: {field}:") and "\n" not in str(err.value)
 
 
 def test_tbf_counters_are_read_from_tc_statistics():

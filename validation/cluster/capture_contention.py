@@ -6,7 +6,9 @@ link shaped in both directions with ``tc tbf``), then run job A alone, job B alo
 together, and time each job's steps (``contention_job.py``: back-to-back gloo all_reduces of
 a known size). Writes ``contention_capture.csv`` (one row per job and run: median, spread)
 and ``contention_steps.csv`` (every timed step). Needs root, ``ip``/``tc`` and a Python with
-torch for the ranks (``--rank-python``); this driver itself needs PyYAML only.
+torch for the ranks (``--rank-python``); this driver itself runs with the project's Python
+(it reads the fabric file through :func:`simulator.validation.captured.contention.load_fabric`,
+which checks it).
 
     nice -n 5 python validation/cluster/capture_contention.py --rank-python /tmp/capvenv/bin/python
 
@@ -32,15 +34,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "capture"))
+sys.path[:0] = [str(HERE.parent / "capture"), str(HERE.parents[1])]
 
 from launch import LoadSampler  # noqa: E402
 from netns import LinkShape, run_command  # noqa: E402
 
-FABRIC = HERE / "contention_fabric.yaml"
+from simulator.units import parse_bandwidth, parse_size, parse_time  # noqa: E402
+from simulator.validation.captured.contention import load_fabric  # noqa: E402
+
 SUBNET = "198.18.1"
 PREFIX = "cc"
 RUNS = ("A", "B", "AB")          # A alone, B alone, both together
@@ -49,22 +51,9 @@ METHOD = ("torch gloo all_reduce loop (fp32; back to back); 2 ranks per job; one
           "namespace per rank; veth + 2 bridges + 1 veth spine; tc tbf both directions")
 
 
-def rate_bit_per_s(text: str) -> float:
-    """``"100 Mbit/s"`` -> 1e8 (the fabric file's rates; decimal, unit required)."""
-    value, unit = text.split()
-    scale = {"Kbit/s": 1e3, "Mbit/s": 1e6, "Gbit/s": 1e9}
-    if unit not in scale:
-        raise ValueError(f"rate(={text!r}) must be in {sorted(scale)}")
-    return float(value) * scale[unit]
-
-
-def tbf_params(fabric: dict) -> tuple[int, float]:
-    """(burst bytes, queueing limit s) of the fabric file's ``tbf``."""
-    burst, unit = fabric["tbf"]["burst"].split()
-    latency, tunit = fabric["tbf"]["latency"].split()
-    if unit != "KiB" or tunit != "ms":
-        raise ValueError("tbf: burst in KiB and latency in ms")
-    return int(float(burst) * 1024), float(latency) * 1e-3
+def bit_per_s(text: str) -> float:
+    """``"100 Mbit/s"`` -> 1e8: tc counts bits."""
+    return 8 * parse_bandwidth(text)
 
 
 @dataclass(frozen=True)
@@ -81,11 +70,10 @@ class Fabric:
     @classmethod
     def of(cls, name: str, fabric: dict) -> Fabric:
         s = fabric["setups"][name]
-        burst, latency = tbf_params(fabric)
-        return cls(name, rate_bit_per_s(s["spine"]),
-                   {h: (int(v["leaf"]), rate_bit_per_s(v["rate"])) for h, v in s["hosts"].items()},
+        return cls(name, bit_per_s(s["spine"]),
+                   {h: (int(v["leaf"]), bit_per_s(v["rate"])) for h, v in s["hosts"].items()},
                    {j: (tuple(v["ranks"]), int(v["size"])) for j, v in s["jobs"].items()},
-                   burst, latency)
+                   parse_size(fabric["tbf"]["burst"]), parse_time(fabric["tbf"]["latency"]))
 
     def shape(self, rate: float) -> LinkShape:
         return LinkShape(rate, burst_bytes=self.burst_bytes, tbf_latency_s=self.tbf_latency_s)
@@ -273,7 +261,7 @@ def summary_row(f: Fabric, job: str, run: str, steps: list, load: dict, meta: di
 
 
 def capture(setups: list[str], python: str, dest: Path) -> None:
-    fabric = yaml.safe_load(FABRIC.read_text())
+    fabric = load_fabric()
     torch_version = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True, check=True).stdout.strip()
     meta = {"torch": torch_version, "kernel": platform.release(),
@@ -310,7 +298,7 @@ def main(argv=None) -> int:
     p.add_argument("--dest", type=Path, default=HERE)
     p.add_argument("--print", action="store_true", help="print the setup commands only")
     a = p.parse_args(argv)
-    fabric = yaml.safe_load(FABRIC.read_text())
+    fabric = load_fabric()
     setups = a.setups or list(fabric["setups"])
     if a.print:
         for name in setups:

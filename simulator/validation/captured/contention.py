@@ -34,7 +34,7 @@ from simulator.errors import ConfigError
 from simulator.fleet.contention import Counts, StepTimes, Work
 from simulator.fleet.placement import Layout
 from simulator.trace.schema import Communicator, Op, RankClass, Trace
-from simulator.units import parse_bandwidth
+from simulator.units import UnitError, parse_bandwidth, parse_size, parse_time
 from simulator.validation.captured.calibration import wire_factor
 from simulator.validation.captured.machine import (MEMORY_BYTES_PER_S, RecordedCompute,
                                                    description)
@@ -50,8 +50,59 @@ def cluster_dir() -> Path:
 
 
 def load_fabric(path: Path | None = None) -> dict:
-    """The capture's fabric file (``contention_fabric.yaml``)."""
-    return read_yaml(path or cluster_dir() / "contention_fabric.yaml")
+    """The capture's fabric file (``contention_fabric.yaml``), checked.
+
+    :raises ConfigError: naming the file and the field of a missing or unknown key, a value
+        without its unit, a leaf other than 0 or 1, or a job rank that is not a host.
+    """
+    path = path or cluster_dir() / "contention_fabric.yaml"
+    data = read_yaml(path, "contention fabric")
+    try:
+        check_fabric(data)
+    except ConfigError as e:
+        raise e.located(str(path)) from None
+    return data
+
+
+def _keys(d, keys: set, where: str) -> None:
+    if not isinstance(d, dict) or set(d) != keys:
+        got = sorted(d) if isinstance(d, dict) else type(d).__name__
+        raise ConfigError(f"expected the keys {sorted(keys)}, got {got}", field=where)
+
+
+def _unit(parse, text, where: str):
+    try:
+        return parse(text)
+    except UnitError as e:
+        raise ConfigError(str(e), field=where) from None
+
+
+def check_fabric(data) -> None:
+    """Every field of a fabric file (see :func:`load_fabric`)."""
+    _keys(data, {"date", "tbf", "run", "setups"}, "(top level)")
+    _keys(data["tbf"], {"burst", "latency"}, "tbf")
+    _unit(parse_size, data["tbf"]["burst"], "tbf.burst")
+    _unit(parse_time, data["tbf"]["latency"], "tbf.latency")
+    _keys(data["run"], {"warm_s", "window_s", "tail_s"}, "run")
+    for name, setup in data["setups"].items():
+        where = f"setups.{name}"
+        _keys(setup, {"description", "spine", "hosts", "jobs"}, where)
+        _unit(parse_bandwidth, setup["spine"], f"{where}.spine")
+        for host, spec in setup["hosts"].items():
+            _keys(spec, {"leaf", "rate"}, f"{where}.hosts.{host}")
+            _unit(parse_bandwidth, spec["rate"], f"{where}.hosts.{host}.rate")
+            if spec["leaf"] not in (0, 1):
+                raise ConfigError(f"leaf(={spec['leaf']!r}) must be 0 or 1",
+                                  field=f"{where}.hosts.{host}.leaf")
+        for job, spec in setup["jobs"].items():
+            _keys(spec, {"ranks", "size"}, f"{where}.jobs.{job}")
+            ranks = spec["ranks"]
+            if len(set(ranks)) != len(ranks) or not set(ranks) <= set(setup["hosts"]):
+                raise ConfigError(f"ranks(={ranks}) must be distinct hosts of the setup",
+                                  field=f"{where}.jobs.{job}.ranks")
+            if not isinstance(spec["size"], int) or spec["size"] <= 0 or spec["size"] % 4:
+                raise ConfigError(f"size(={spec['size']!r}) must be bytes of fp32: a positive "
+                                  "multiple of 4", field=f"{where}.jobs.{job}.size")
 
 
 def fabric_graph(setup: dict) -> nx.Graph:
