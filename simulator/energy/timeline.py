@@ -111,3 +111,30 @@ def _nics_per_server(G) -> int:
 
 def _switches(G) -> int:
     return sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "switch")
+
+
+def board_w(tl: Timeline, power, ranks: dict[str, int]) -> float:
+    """The average board power (W) of one GPU of ``tl``'s step at ``power``: each rank
+    class's phases weighted by its ``ranks`` (class id -> rank count; a class without
+    records idles); the shares are the replayed step's whatever its extrapolated length."""
+    from .model import gpu_energy_j
+    phases = class_phases(tl)
+    n = sum(ranks.values())
+    if tl.iteration_time_s <= 0 or n == 0:
+        return power.idle_w
+    idle = Phases(idle_s=tl.iteration_time_s)
+    return sum(k * gpu_energy_j(phases.get(c, idle), power) for c, k in ranks.items()) \
+        / n / tl.iteration_time_s
+
+
+def server_power(G, table: PowerTable | None = None):
+    """(the GPU's phase powers, one server's host, its NIC ports' power in W, the fabric's
+    switches' power in W, PSU efficiency) of cluster graph ``G``; None for a GPU without
+    power data (``clustersim cluster``'s fleet power)."""
+    table = table or load_power()
+    power, host = table.gpu(_catalog_name(G)), table.host(_catalog_name(G))
+    if power is None or host is None:
+        return None
+    per_node = int(G.graph.get("gpus_per_node") or host.gpus)
+    return (power, _host_share(host, per_node).host_w, _nics_per_server(G) * table.nic_w,
+            _switches(G) * table.switch_w, host.psu_efficiency)
