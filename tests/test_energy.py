@@ -169,3 +169,45 @@ def test_a_bad_value_in_the_power_file_is_refused_with_its_place(tmp_path):
     bad.write_text(DATA.read_text().replace('idle: "80 W"', 'idle: "80"', 1))
     with pytest.raises(ConfigError, match=r"gpus\.H100-SXM\.idle.*write e\.g\."):
         load_power(bad)
+
+
+@pytest.mark.parametrize("cap, rate, gemm_w, memory_w", [
+    (500.0, 0.92, 500.0, 500.0),                         # the curve's sourced point
+    (600.0, 0.92 + (1.0 - 0.92) * (600 - 500) / (700 - 500), 600.0, 517.0),   # interpolated
+])
+def test_a_power_cap_moves_step_and_energy_as_the_curve_in_power_yaml_says(
+        uncapped, cap, rate, gemm_w, memory_w):
+    """power.yaml's H100-SXM curve: (500 W, 0.92), (700 W, 1.0), linear between. Under a cap
+    every tensor-core class's sustained rate is the datasheet's x the curve's fraction
+    (other classes keep theirs), so a tensor-core kernel takes at most 1 / fraction as long
+    and a memory-bound one as long as before; each phase's board power is min(its power,
+    cap) (gemm 700, memory-bound 517, communication 299, idle 80 W), and the GPUs' energy is
+    the sum over the capped step's phases of those powers x their seconds."""
+    from simulator.metrics.summary import COMPUTE_KINDS
+    res, e = uncapped
+    capped, ec = _run(power_cap_w=cap)
+    assert capped.setup.compute.gpu.power_capped_rate == pytest.approx(rate)
+    base, under = res.setup.compute, capped.setup.compute
+    for op_class in ("matmul", "attention"):
+        assert under._lookup(op_class, "bf16")[0] == pytest.approx(
+            base._lookup(op_class, "bf16")[0] * rate)
+    for op_class in ("elementwise", "norm"):
+        assert under._lookup(op_class, "bf16") == base._lookup(op_class, "bf16")
+    before = {(r.cls, r.op_id): r.end_s - r.start_s for r in res.timeline.records}
+    for r in capped.timeline.records:
+        if r.kind not in COMPUTE_KINDS or before[(r.cls, r.op_id)] <= 0:
+            continue
+        ratio = (r.end_s - r.start_s) / before[(r.cls, r.op_id)]
+        if r.op_class in ("matmul", "attention"):
+            assert 1.0 <= ratio <= 1.0 / rate + 1e-9, r.name
+        else:
+            assert ratio == pytest.approx(1.0), r.name
+    assert capped.metrics.iteration_time_s > res.metrics.iteration_time_s
+    per_gpu = [(ph, len(c.ranks)) for c in capped.setup.trace.classes
+               for ph in [class_phases(capped.timeline)[c.id]]]
+    gpu_j = sum(n * (ph.gemm_s * gemm_w + ph.memory_s * memory_w + ph.comm_s * 299.0
+                     + ph.idle_s * 80.0) for ph, n in per_gpu)
+    assert ec.gpu_j == pytest.approx(gpu_j)
+    assert ec.peak_gpu_w == gemm_w and ec.power_cap_w == cap
+    kwh_per_token = ec.kwh_per_million_tokens / e.kwh_per_million_tokens
+    assert kwh_per_token < 1.0          # the capped step is slower and uses less energy

@@ -59,3 +59,112 @@ def test_a_run_that_simulates_has_its_energy_per_run_written_out(tmp_path):
     assert all(c["ok"] is not None for c in cases)
     report = ve.write(rows, setup, sim, capped, root).read_text()
     assert f"Under a 500 W cap: step {mc.iteration_time_s:.4f} s" in report
+
+
+def test_the_gpu_power_a_measured_node_leaves_is_written_out():
+    """A node of 2 GPUs at 500 W, a 1,000 W host and 4 NIC ports of 25 W through 0.8
+    supplies: a measured 2,500 W AC node leaves (2,500 x 0.8 - 1,000 - 100) / 2 = 450 W a
+    GPU."""
+    from simulator.energy.model import Machine, Phases, step_energy
+    from simulator.energy.power import GpuPower, HostPower, Site
+    machine = Machine(HostPower(host_w=1000.0, gpus=2, psu_efficiency=0.8), servers=1,
+                      nics_per_server=4, nic_w=25.0, switches=0.0, switch_w=0.0)
+    gpu = GpuPower(idle_w=100.0, gemm_w=500.0, memory_w=300.0, comm_w=200.0)
+    e = step_energy([(0, Phases(gemm_s=2.0)), (0, Phases(gemm_s=2.0))], gpu, machine,
+                    Site(1.0, 0.0, 0.0), step_s=2.0, tokens_per_step=1.0)
+    parts = ve.node_parts(e)
+    assert parts == pytest.approx({"gpus_w": 1000.0, "host_w": 1000.0, "nics_w": 100.0,
+                                   "psu": 0.8})
+    assert e.avg_node_w == pytest.approx((1000 + 1000 + 100) / 0.8)
+    assert ve.implied_gpu_w(e, 2500.0) == pytest.approx((2500 * 0.8 - 1000 - 100) / 2)
+
+
+def test_the_phases_file_splits_each_runs_window_without_losing_a_reading():
+    """The mean over a run's intervals, weighted by readings, is the run's logged average node
+    power (a reading on a boundary counts in both intervals: within 1 W)."""
+    import csv
+    with open(ve.ROOT / ve.PHASES, newline="") as f:
+        phases = list(csv.DictReader(f))
+    with open(ve.ROOT / ve.POWER, newline="") as f:
+        runs = list(csv.DictReader(f))
+    for run in runs:
+        mine = [r for r in phases if r["run"] == run["run"]]
+        assert {r["interval"] for r in mine} == {"train", "eval"} and all(r["source"] for r in mine)
+        n = sum(int(r["readings"]) for r in mine)
+        mean = sum(int(r["readings"]) * float(r["mean_node_w"]) for r in mine) / n
+        assert mean == pytest.approx(float(run["avg_node_power_W"]), abs=1.0), run["run"]
+        steps = sum(int(r["steps"]) for r in mine)
+        assert steps * 8 in (2688, 3072, 3456), run["run"]      # whole blocks of 384 samples
+
+
+def test_steady_training_is_the_blocks_after_the_first_written_out(tmp_path):
+    """Blocks 1 and 2 of a run (block 0 and the evaluation left out): 48 + 48 steps in
+    26 + 27 s at 7,000 and 8,000 W (readings 20 and 30): node power (20 x 7,000 + 30 x 8,000)
+    / 50, step 53 / 96 s, energy (7,000 x 26 + 8,000 x 27) x 8 nodes / 3.6e6 kWh."""
+    import shutil
+    root = tmp_path / "energy"
+    root.mkdir()
+    shutil.copy(ve.ROOT / "setup.yaml", root)
+    (root / ve.PHASES).write_text(
+        "run,interval,index,start_s,stop_s,steps,readings,mean_node_w,source\n"
+        "r,train,0,0,100,192,800,6000,x\n"
+        "r,eval,0,100,120,0,160,5000,x\n"
+        "r,train,1,120,146,48,20,7000,x\n"
+        "r,eval,1,146,156,0,80,7500,x\n"
+        "r,train,2,156,183,48,30,8000,x\n")
+    got = ve.steady_training(root)["r"]
+    assert got["node_w"] == pytest.approx((20 * 7000 + 30 * 8000) / 50)
+    assert got["steps"] == 96 and got["seconds"] == pytest.approx(53)
+    assert got["step_s"] == pytest.approx(53 / 96)
+    assert got["kwh"] == pytest.approx((7000 * 26 + 8000 * 27) * 8 / 3.6e6)
+
+
+def test_the_committed_results_and_the_docs_table_are_what_the_command_gives():
+    """`validate energy`'s rows, recomputed (2 s), are results.csv as committed; the
+    ranges docs/energy.md quotes are those rows' extremes."""
+    import csv
+    import re
+    from pathlib import Path
+    setup, runs, step = ve.load()
+    sim = ve.simulate(setup)
+    if sim is None:
+        pytest.skip("the LoRA scenario is not shipped in this build")
+    rows = ve.compare(setup, runs, step, sim, ve.simulate(setup, setup["power_cap_w"]),
+                      ve.steady_training())
+    with open(ve.ROOT / "results.csv", newline="") as f:
+        committed = list(csv.DictReader(f))
+    assert [{k: str(r.get(k, "")) for k in ve.COLUMNS} for r in rows] == committed
+
+    def span(key, fmt):
+        vals = sorted(r[key] for r in rows)
+        return f"{fmt(vals[0])} to {fmt(vals[-1])}"
+    pct = lambda v: f"{v:+.1%}"                         # noqa: E731
+    doc = Path(__file__).resolve().parents[1].joinpath("docs", "energy.md").read_text()
+    table = doc[doc.index("| | measured | simulated | error |"):]
+    for label, key in (("steady training node power", "train_power_error"),
+                       ("steady training step", "train_step_error"),
+                       ("steady training energy per run", "train_energy_error"),
+                       ("whole-run node power", "node_power_error"),
+                       ("whole-run energy", "energy_error")):
+        line = next(x for x in table.splitlines() if x.startswith(f"| {label} |"))
+        assert line.rstrip(" |").endswith(span(key, pct)), (label, line)
+    assert f"| {sim[1].avg_node_w:,.0f} W |" in table
+    assert re.search(rf"\| {min(r['train_node_w'] for r in rows):,.0f}-"
+                     rf"{max(r['train_node_w'] for r in rows):,.0f} W \|", table)
+
+
+def test_validate_all_runs_the_energy_suite_into_its_folder(tmp_path):
+    """The energy runner of `validate all`: 4 gated cases a run (whole-run energy; steady
+    power, step, energy), its report written into the folder given, not validation/."""
+    from simulator.validation.suite.runners import RUNNERS
+    before = (ve.ROOT / "results.csv").read_bytes()
+    cases, report = RUNNERS["energy"](1, tmp_path)
+    assert report == tmp_path / "report.md" and (tmp_path / "results.csv").is_file()
+    assert (ve.ROOT / "results.csv").read_bytes() == before
+    if not any(c["ok"] is not None for c in cases):
+        pytest.skip("the LoRA scenario is not shipped in this build")
+    assert len(cases) == 40 and {c["case"].rsplit("/", 1)[-1] for c in cases} >= {
+        "train_power", "train_step", "train_energy", "result_0"}
+    row = next(c for c in cases if c["case"] == "energy/mlperf_lora_h100/result_0/train_step")
+    assert row["what"] == "steady training step time" and row["bound"] == "<= 10%"
+    assert row["error"] == pytest.approx(float(row["result"].rstrip("%")) / 100)

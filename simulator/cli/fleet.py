@@ -48,12 +48,13 @@ def register(cli: click.Group) -> None:
             prepare_out_dir(out)
         from ..fleet.summary import comparison, decision, summarize, table_lines
         result, what, price = _run(loaded, source)
-        summary = summarize(result, price)
+        summary = summarize(result, price, loaded.power_budget_kw)
         sentences = [decision(summary, what)]
         if other is not None:
             stage(f"cluster: again with {' '.join(against)}")
             second, _, price = _run(*other)
-            sentences.append(comparison(summary, summarize(second, price),
+            sentences.append(comparison(summary, summarize(second, price,
+                                                           other[0].power_budget_kw),
                                         " and ".join(against)))
         if out is not None:
             from ..fleet.outputs import write_outputs      # matplotlib: only for --out

@@ -129,3 +129,24 @@ def step_energy(gpus: list[tuple[int, Phases]], power: GpuPower, machine: Machin
         usd_per_million_tokens=None if per_m is None else per_m * site.usd_per_kwh,
         pue=site.pue, usd_per_kwh=site.usd_per_kwh, carbon_kg_per_kwh=site.carbon_kg_per_kwh,
         power_cap_w=power_cap_w)
+
+
+@dataclass(frozen=True)
+class JobPower:
+    """Facility power (W, PUE included) of a job's machine: ``busy_w`` while it trains (the
+    simulated step's average: its energy / its time), ``idle_w`` while it is down or waits
+    (every GPU at its idle power; hosts, NICs and switches on). What energy lost to failures
+    and restarts is priced at (``clustersim reliability``)."""
+
+    busy_w: float
+    idle_w: float
+    usd_per_kwh: float
+    carbon_kg_per_kwh: float
+
+
+def idle_facility_w(n_gpus: int, power: GpuPower, machine: Machine, site: Site) -> float:
+    """Facility power of ``machine`` with its ``n_gpus`` GPUs all idle:
+    ((GPUs x idle + servers x (host + NIC ports x port)) / PSU + switches x switch) x PUE."""
+    dc = (n_gpus * power.idle_w
+          + machine.servers * (machine.host.host_w + machine.nics_per_server * machine.nic_w))
+    return (dc / machine.host.psu_efficiency + machine.switches * machine.switch_w) * site.pue

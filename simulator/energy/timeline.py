@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..engine.records import COMM_KINDS, Timeline
 from ..metrics.summary import COMPUTE_KINDS, union_length
-from .model import Energy, Machine, Phases, step_energy
+from .model import Energy, JobPower, Machine, Phases, idle_facility_w, step_energy
 from .power import PowerTable, Site, load_power
 
 TENSOR_CORE_CLASSES = ("matmul", "attention", "conv")   # compute.yaml: tensor_cores: true
@@ -37,14 +37,43 @@ def energy_of(result, site: Site | None = None, table: PowerTable | None = None
               ) -> Energy | None:
     """The energy of ``result``'s step (None for a GPU without power data). An extrapolated
     step keeps the replayed step's shares of each phase over its own step time."""
+    job = _job(result, table)
+    if job is None:
+        return None
+    power, machine, gpus = job
+    setup = result.setup
+    step_s = result.metrics.iteration_time_s
+    site = site or default_site(table)
+    tokens = result.metrics.tokens_per_s * step_s
+    return step_energy(gpus, power, machine, site, step_s, tokens,
+                       setup.compute.gpu.power_cap_w)
+
+
+def job_power(result, site: Site | None = None, table: PowerTable | None = None
+              ) -> JobPower | None:
+    """Facility power of ``result``'s job busy (its step's average) and idle (every GPU
+    idle), at ``site``'s (default: the data file's) PUE, price and carbon; None for a GPU
+    without power data."""
+    job = _job(result, table)
+    if job is None:
+        return None
+    power, machine, gpus = job
+    site = site or default_site(table)
+    e = energy_of(result, site, table)
+    return JobPower(e.facility_j / e.step_time_s if e.step_time_s > 0 else 0.0,
+                    idle_facility_w(len(gpus), power, machine, site),
+                    site.usd_per_kwh, site.carbon_kg_per_kwh)
+
+
+def _job(result, table: PowerTable | None):
+    """(the GPU's power under its cap, the job's machine, (server, phases) of every GPU)."""
     table = table or load_power()
     setup = result.setup
     G = setup.cluster.G
-    gpu = setup.compute.gpu
     power, host = table.gpu(_catalog_name(G)), table.host(_catalog_name(G))
     if power is None or host is None:
         return None
-    power = power.capped(gpu.power_cap_w)
+    power = power.capped(setup.compute.gpu.power_cap_w)
     tl, step_s = result.timeline, result.metrics.iteration_time_s
     phases = class_phases(tl)
     scale = step_s / tl.iteration_time_s if tl.iteration_time_s > 0 else 0.0
@@ -56,9 +85,7 @@ def energy_of(result, site: Site | None = None, table: PowerTable | None = None
                       table.nic_w, _switches(G) * servers / max(int(G.graph.get("nodes")
                                                                       or servers), 1),
                       table.switch_w)
-    site = site or default_site(table)
-    tokens = result.metrics.tokens_per_s * step_s
-    return step_energy(gpus, power, machine, site, step_s, tokens, gpu.power_cap_w)
+    return power, machine, gpus
 
 
 def default_site(table: PowerTable | None = None) -> Site:
@@ -84,3 +111,30 @@ def _nics_per_server(G) -> int:
 
 def _switches(G) -> int:
     return sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "switch")
+
+
+def board_w(tl: Timeline, power, ranks: dict[str, int]) -> float:
+    """The average board power (W) of one GPU of ``tl``'s step at ``power``: each rank
+    class's phases weighted by its ``ranks`` (class id -> rank count; a class without
+    records idles); the shares are the replayed step's whatever its extrapolated length."""
+    from .model import gpu_energy_j
+    phases = class_phases(tl)
+    n = sum(ranks.values())
+    if tl.iteration_time_s <= 0 or n == 0:
+        return power.idle_w
+    idle = Phases(idle_s=tl.iteration_time_s)
+    return sum(k * gpu_energy_j(phases.get(c, idle), power) for c, k in ranks.items()) \
+        / n / tl.iteration_time_s
+
+
+def server_power(G, table: PowerTable | None = None):
+    """(the GPU's phase powers, one server's host, its NIC ports' power in W, the fabric's
+    switches' power in W, PSU efficiency) of cluster graph ``G``; None for a GPU without
+    power data (``clustersim cluster``'s fleet power)."""
+    table = table or load_power()
+    power, host = table.gpu(_catalog_name(G)), table.host(_catalog_name(G))
+    if power is None or host is None:
+        return None
+    per_node = int(G.graph.get("gpus_per_node") or host.gpus)
+    return (power, _host_share(host, per_node).host_w, _nics_per_server(G) * table.nic_w,
+            _switches(G) * table.switch_w, host.psu_efficiency)

@@ -19,7 +19,7 @@ from .contention import Work
 from .generate import generate_jobs
 from .mix import JobEntry, Mix, arrival_s, job_name
 from .placement import Layout
-from .simulate import Component, Fleet, JobSpec
+from .simulate import Component, Fleet, FleetPower, JobSpec
 
 SHAPES_PER_KIND = 3     # placements of different shapes a kind is simulated alone on
 CO_SIMULATIONS = 2      # of a multi-server job: at its start and at a neighbour's change
@@ -68,7 +68,19 @@ def build_fleet(mix: Mix, source: str) -> Fleet:
     return Fleet(layout, specs, mix.scheduler, mix.placement, components, mix.seed,
                  parse_duration(mix.limits.horizon),
                  _scheduled(mix, components, len(layout.gpus), source),
-                 str(cluster.G.graph.get("gpu", "")))
+                 str(cluster.G.graph.get("gpu", "")), fleet_power(cluster.G))
+
+
+def fleet_power(G) -> FleetPower | None:
+    """The machine's power from power.yaml at its site's PUE; None for a GPU without
+    power data (the fleet then reports no power)."""
+    from ..energy.power import load_power
+    from ..energy.timeline import server_power
+    found = server_power(G)
+    if found is None:
+        return None
+    gpu, host_w, nics_w, switches_w, psu = found
+    return FleetPower(gpu, host_w, nics_w, switches_w, psu, load_power().site.pue)
 
 
 def failing(layout: Layout, mix: Mix, source: str) -> tuple[Component, ...]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
+from ..energy.timeline import board_w
 from ..engine import Job, JobConfig, Machine, MachineConfig, Placement, replay, run_jobs
 from ..gcpause import gc_paused
 from ..trace.schema import Trace
@@ -49,15 +50,30 @@ class Work:
 
     def replayed_s(self, placement: Placement) -> float:
         """One replay of ``trace`` alone on ``placement``."""
+        return self.replayed(placement).iteration_time_s
+
+    def replayed(self, placement: Placement):
+        """The timeline of one replay of ``trace`` alone on ``placement``."""
         return replay(self.trace, self.planner, self.compute, self.job, self.machine,
-                      self.capacity_bytes, placement=placement).iteration_time_s
+                      self.capacity_bytes, placement=placement)
 
     def alone_s(self, placement: Placement) -> float:
         """The step time alone on ``placement``."""
+        return self.alone_run(placement)[0]
+
+    def alone_run(self, placement: Placement):
+        """(the step time alone on ``placement``, its replayed timeline)."""
         if self.setup is None:
-            return self.replayed_s(placement)
+            tl = self.replayed(placement)
+            return tl.iteration_time_s, tl
         from ..pipeline import run_setup
-        return run_setup(self.setup, placement).metrics.iteration_time_s
+        res = run_setup(self.setup, placement)
+        return res.metrics.iteration_time_s, res.timeline
+
+    @property
+    def ranks(self) -> dict[str, int]:
+        """Rank count of each class of the trace (for the board power of a step)."""
+        return {c.id: len(c.ranks) for c in self.trace.classes}
 
 
 @dataclass
@@ -77,6 +93,8 @@ class StepTimes:
         self._replayed: dict = {}
         self._together: dict = {}
         self.counts = Counts()
+        self.gpu_power = None        # the GPU's phase powers (GpuPower), for board power
+        self.board: dict = {}
 
     def shape(self, placement: Placement) -> tuple:
         """Each rank's (server, position, group), servers and groups numbered within the job."""
@@ -102,8 +120,16 @@ class StepTimes:
             self.counts.hits += 1
         else:
             self.counts.alone += 1
-            self._alone[key] = work.alone_s(placement)
+            step, tl = work.alone_run(placement)
+            self._alone[key] = step
+            if self.gpu_power is not None:
+                self.board[key] = board_w(tl, self.gpu_power, work.ranks)
         return self._alone[key]
+
+    def board_w(self, work: Work, placement: Placement) -> float | None:
+        """Average board power (W) of one GPU of ``work`` alone on ``placement`` (after
+        :meth:`alone`), None without power data."""
+        return self.board.get((work.name, self.shape(placement)))
 
     def together(self, members: list[tuple[Work, Placement]]) -> list[float]:
         """The step time of each member, co-simulated (cached by kinds and placements)."""

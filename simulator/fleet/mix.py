@@ -140,6 +140,7 @@ class Mix(BaseModel):
     generate: Generate | None = None
     failures: FleetFailures = Field(default_factory=FleetFailures)
     limits: Limits = Field(default_factory=Limits)
+    power_budget_kw: float | None = Field(None, gt=0, allow_inf_nan=False)  # the site's
 
     @model_validator(mode="after")
     def _one_source(self):

@@ -3,7 +3,8 @@
 ``jobs.csv`` (one row per job: queue time, run time, slowdown from contention, goodput,
 restarts), ``fleet.csv`` (the cluster after each event: GPUs allocated and doing useful
 work, running and queued jobs, GPUs down), ``summary.json``, ``utilisation.png``,
-``jct_cdf.png`` and ``report.html``. The folder is prepared as ``clustersim run`` does.
+``jct_cdf.png``, ``power.png`` (facility power against the site budget, where the GPU has
+power data) and ``report.html``. The folder is prepared as ``clustersim run`` does.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def write_outputs(out: Path | str, result: FleetResult, summary: dict, sentences
         {"summary": summary, "answer": sentences, "mix": inputs}, indent=2, default=str))
     plot_utilisation(fleet, result, out / "utilisation.png")
     plot_jct(jobs, out / "jct_cdf.png")
+    if "power_kw" in fleet:
+        plot_power(fleet, result, summary.get("power_budget_kw"), out / "power.png")
     page = HtmlReport(f"Many jobs, one cluster: {title}",
                       f"{summary['jobs']} jobs on {summary['gpus']:,} GPUs")
     page.answer(*sentences)
@@ -42,11 +45,14 @@ def write_outputs(out: Path | str, result: FleetResult, summary: dict, sentences
     page.heading("Charts")
     page.image(out / "utilisation.png", "GPUs allocated and doing useful work; jobs queued")
     page.image(out / "jct_cdf.png", "Job completion time (arrival to end)")
+    if "power_kw" in fleet:
+        page.image(out / "power.png", "The fleet's facility power against the site budget")
     page.table(_slowest(jobs))
     page.inputs("Mix", inputs)
     page.write(out)
     return [out / n for n in ("jobs.csv", "fleet.csv", "summary.json", "utilisation.png",
-                              "jct_cdf.png", "report.html")]
+                              "jct_cdf.png", "report.html")
+            + (("power.png",) if "power_kw" in fleet else ())]
 
 
 def _slowest(jobs: pd.DataFrame) -> Table:
@@ -73,6 +79,20 @@ def plot_utilisation(fleet: pd.DataFrame, result: FleetResult, path: Path) -> No
     ax.grid(alpha=0.3)
     aq.set_ylabel("jobs queued")
     _finish(fig, aq, "time (hours)", path)
+
+
+def plot_power(fleet: pd.DataFrame, result: FleetResult, budget_kw: float | None,
+               path: Path) -> None:
+    """Facility power after each event (kW), the site budget as a line."""
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    t = np.append(fleet["time_s"].to_numpy(), result.end_s) / HOUR
+    v = fleet["power_kw"].to_numpy()
+    ax.step(t, np.append(v, v[-1]), where="post", label="facility power")
+    if budget_kw is not None:
+        ax.axhline(budget_kw, color="tab:red", ls="--", lw=1, label=f"budget {budget_kw:g} kW")
+    ax.set_ylabel("kW")
+    ax.legend(fontsize=8)
+    _finish(fig, ax, "time (hours)", path)
 
 
 def plot_jct(jobs: pd.DataFrame, path: Path) -> None:

@@ -74,6 +74,7 @@ class _Job:
     stepped: float = 0.0            # steps computed, lost ones included
     waited_s: float = 0.0
     queued_at: float = 0.0
+    board_w: float = 0.0            # a GPU's average board power in its step alone
 
     @property
     def gpus(self) -> int:
@@ -87,6 +88,26 @@ class _Job:
     def save_factor(self) -> float:
         s = self.spec
         return 1.0 + s.save_s / s.checkpoint_s if s.checkpoint_s else 1.0
+
+
+@dataclass(frozen=True)
+class FleetPower:
+    """The machine's power (power.yaml; docs/energy.md): the GPU's phase powers, one
+    server's host and NIC ports (W, DC), the fabric's switches (W, at the wall), the
+    supplies' efficiency and the site's PUE."""
+
+    gpu: object                  # GpuPower
+    host_w: float
+    nics_w: float
+    switches_w: float
+    psu: float
+    pue: float
+
+    def facility_w(self, gpu_w: float, servers_up: int) -> float:
+        """((GPU board power + servers up x (host + NICs)) / PSU + switches) x PUE: a
+        server that is down draws nothing."""
+        return ((gpu_w + servers_up * (self.host_w + self.nics_w)) / self.psu
+                + self.switches_w) * self.pue
 
 
 @dataclass
@@ -127,6 +148,7 @@ class Fleet:
     horizon_s: float = math.inf
     scheduled: tuple = ()
     gpu: str = ""                       # the cluster's GPU model, for its price
+    power: FleetPower | None = None     # the machine's power (None: no power data)
     step_times: StepTimes | None = None
     now: float = 0.0
     queue: list = field(default_factory=list)
@@ -134,6 +156,8 @@ class Fleet:
 
     def __post_init__(self):
         self.step_times = self.step_times or StepTimes(self.layout)
+        if self.power is not None:
+            self.step_times.gpu_power = self.power.gpu
         self.n_gpus = self.layout.n_gpus
         self.free = [list(range(len(g))) for g in self.layout.gpus]
         self.down: dict[int, int] = {}      # server -> its failed components
@@ -215,9 +239,11 @@ class Fleet:
         jobs = []
         for index, i in enumerate(order):
             spec = self.specs[i]
-            nominal = self.step_times.alone(spec.work, Placement.first(spec.gpus))
+            first = Placement.first(spec.gpus)
+            nominal = self.step_times.alone(spec.work, first)
             steps = spec.steps if spec.steps is not None else spec.duration_s / nominal
-            jobs.append(_Job(spec, index, nominal, float(steps)))
+            board = self.step_times.board_w(spec.work, first) if self.power else None
+            jobs.append(_Job(spec, index, nominal, float(steps), board_w=board or 0.0))
         return jobs
 
     def _push(self, t: float, kind: str, what, version: int = 0) -> None:
@@ -299,9 +325,24 @@ class Fleet:
         useful = sum(j.gpus * j.nominal_s / (j.step_s * j.save_factor)
                      for j in self.running if j.overhead_s == 0 and j.step_s)
         down = sum(len(self.layout.gpus[s]) for s in self.down)
-        self.samples.append({"time_s": self.now, "busy_gpus": busy, "useful_gpus": useful,
-                             "down_gpus": down, "running": len(self.running),
-                             "queued": len(self.queue)})
+        sample = {"time_s": self.now, "busy_gpus": busy, "useful_gpus": useful,
+                  "down_gpus": down, "running": len(self.running), "queued": len(self.queue)}
+        if self.power is not None:
+            sample["power_kw"] = self._power_w(busy, down) / 1e3
+        self.samples.append(sample)
+
+    def _power_w(self, busy: int, down: int) -> float:
+        """The fleet's facility power now: a running job's GPUs draw their step's board
+        power for the share of the time they step at the pace they would alone (the useful
+        share) and idle power the rest (waiting on neighbours, checkpoint writes, restore),
+        like every GPU without a job on a server that is up."""
+        idle = self.power.gpu.idle_w
+        gpu_w = (self.n_gpus - down - busy) * idle
+        for j in self.running:
+            u = j.nominal_s / (j.step_s * j.save_factor) if j.overhead_s == 0 and j.step_s \
+                else 0.0
+            gpu_w += j.gpus * (u * j.board_w + (1 - u) * idle)
+        return self.power.facility_w(gpu_w, len(self.layout.gpus) - len(self.down))
 
     # --------------------------------------------------------------------- failures
     def _failures(self) -> None:

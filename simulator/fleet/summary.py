@@ -31,9 +31,38 @@ def _pct(values, q) -> float:
     return float(np.percentile(arr, q)) if arr.size else 0.0
 
 
-def summarize(result: FleetResult, usd_per_gpu_hour: float | None = None) -> dict:
+def over_budget_s(samples: list[dict], budget_kw: float, end_s: float) -> float:
+    """Seconds of [0, ``end_s``] during which ``power_kw`` is above ``budget_kw`` (each
+    sample holding until the next)."""
+    samples = [x for x in samples if x["time_s"] < end_s]
+    ends = [x["time_s"] for x in samples[1:]] + [end_s]
+    return float(sum(t1 - x["time_s"] for x, t1 in zip(samples, ends)
+                     if x["power_kw"] > budget_kw))
+
+
+def power(result: FleetResult, budget_kw: float | None = None) -> dict:
+    """The fleet's facility power over the run (docs/energy.md): time-weighted mean, peak,
+    energy (mean x run), and against a site budget the time above it; {} where the GPU has
+    no power data."""
+    samples = [x for x in result.samples if "power_kw" in x]
+    end = result.end_s
+    if not samples or end <= 0:
+        return {}
+    mean = time_weighted(samples, "power_kw", end)
+    out = {"power_kw_mean": mean, "power_kw_peak": max(x["power_kw"] for x in samples
+                                                       if x["time_s"] < end),
+           "energy_kwh": mean * end / 3600.0}
+    if budget_kw is not None:
+        over = over_budget_s(samples, budget_kw, end)
+        out.update(power_budget_kw=budget_kw, over_budget_s=over, over_budget_share=over / end)
+    return out
+
+
+def summarize(result: FleetResult, usd_per_gpu_hour: float | None = None,
+              budget_kw: float | None = None) -> dict:
     """The fleet's numbers (``summary.json``, the printed table, the report); with a price,
-    what the whole cluster costs over the run and per GPU-hour of useful work."""
+    what the whole cluster costs over the run and per GPU-hour of useful work; its power
+    and energy, against ``budget_kw`` where given (:func:`power`)."""
     jobs = result.jobs
     done = [j for j in jobs if j["state"] == "done"]
     queue = [j["queue_s"] for j in jobs if j["queue_s"] is not None]
@@ -56,6 +85,7 @@ def summarize(result: FleetResult, usd_per_gpu_hour: float | None = None) -> dic
         "restarts": sum(j["restarts"] for j in jobs),
         "preemptions": sum(j["preemptions"] for j in jobs),
         "events": result.events, **{f"simulations_{k}": v for k, v in result.counts.items()},
+        **power(result, budget_kw),
     }
     if usd_per_gpu_hour is not None:
         gpu_hours = n * end / 3600.0
@@ -101,6 +131,14 @@ def table_lines(s: dict) -> list[tuple[str, str]]:
             ("useful_arrivals", f"{100 * s['useful_arrivals']:.1f}%"),
             ("restarts", str(s["restarts"])), ("preemptions", str(s["preemptions"])),
             ("makespan", fd(s["makespan_s"])),
+            *([("power", f"mean {s['power_kw_mean']:,.1f} kW, peak {s['power_kw_peak']:,.1f} "
+                         f"kW (facility, PUE included)"),
+               ("energy", f"{s['energy_kwh']:,.0f} kWh over the run")]
+              if "power_kw_mean" in s else []),
+            *([("power_budget", f"{s['power_budget_kw']:,.0f} kW: above it "
+                                f"{fd(s['over_budget_s'])} "
+                                f"({100 * s['over_budget_share']:.1f}% of the run)")]
+              if "power_budget_kw" in s else []),
             *([("cost", f"{s['cost_usd']:,.0f} USD (the cluster over the run; "
                         f"{s['usd_per_useful_gpu_hour'] or 0:,.2f} USD per useful GPU-hour)")]
               if "cost_usd" in s else []),

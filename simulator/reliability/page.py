@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..report import HtmlReport, Table
 from .quantities import format_duration as fd
-from .report import table, worst_words
+from .report import BUSY, energy, table, worst_words
 from .results import CATEGORIES
 from .study import Study
 
@@ -24,6 +24,13 @@ def answer_sentences(st: Study) -> list[str]:
                    f"the last checkpoint, {fd(s.recovery_s['mean'])} on average.")
     if s.worst is not None:
         out.append(f"The worst recovery: {worst_words(s.worst, st.plan.spares)}.")
+    e = energy(st)
+    if e is not None:
+        out.append(f"Failures and restarts cost {e['kwh_lost']:,.0f} kWh a job "
+                   f"({100 * e['share_lost']:.1f}% of its {e['kwh_per_job']:,.0f} kWh; "
+                   f"{e['usd_lost']:,.0f} USD of electricity): work redone and slowed at the "
+                   f"step's {e['busy_w'] / 1e3:,.1f} kW, the job down at "
+                   f"{e['idle_w'] / 1e3:,.1f} kW.")
     if st.search:
         r = st.search
         now = next((c for c in r.candidates if c.label and "configured" in c.label), None)
@@ -45,6 +52,12 @@ def write_page(st: Study, out: Path) -> Path:
     page.table(Table("Time lost per cause (per job)", ["cause", "time", "share of wall"],
                      [(c, fd(s.seconds[c]), f"{100 * s.share[c]:.2f}%")
                       for c in CATEGORIES[1:]]))
+    e = energy(st)
+    if e is not None:
+        page.table(Table("Energy lost per cause (per job, facility)", ["cause", "kWh", "at"],
+                         [(c, f"{e['kwh'][c]:,.1f}",
+                           "the step's power" if c in BUSY else "idle GPUs")
+                          for c in CATEGORIES[1:]]))
     page.table(Table("Recovery", ["", "mean", "p50", "p99", "worst", "recoveries"],
                      [(name, fd(d["mean"]), fd(d["p50"]), fd(d["p99"]), fd(d["max"]), d["n"])
                       for name, d in (("recovery (failure to progress regained)",

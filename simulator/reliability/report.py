@@ -46,6 +46,7 @@ def as_dict(st: Study) -> dict:
         "downtime_s": s.downtime_s, "recovery_s": s.recovery_s, "worst_recovery": s.worst,
         "censored_recoveries": s.censored, "restore_sources": s.sources,
         "checkpoints_per_trial": s.checkpoints, "events": s.events,
+        "energy": energy(st),
     }
     if st.search:
         r = st.search
@@ -54,6 +55,45 @@ def as_dict(st: Study) -> dict:
             "young_s": r.young_s, "daly_s": r.daly_s, "trials": r.trials,
             "best": asdict(r.best), "candidates": [asdict(c) for c in r.candidates]}
     return out
+
+
+BUSY = ("productive", "degraded", "recompute")    # the job computes: the step's power
+J_PER_KWH = 3.6e6
+
+
+def energy(st: Study) -> dict | None:
+    """Energy of the mean job by where its wall time went (docs/energy.md): the categories
+    in which it computes (:data:`BUSY`: productive, degraded, recompute) at the simulated
+    step's facility power, every other one (checkpoint, detection, waiting, restart,
+    restore) with its GPUs idle; lost = every category but productive. kWh and USD at the
+    data file's site; None where the step was not simulated or the GPU has no power data."""
+    power = st.info.steps.power
+    if power is None:
+        return None
+    s = st.summary
+    kwh = {c: s.seconds[c] * (power.busy_w if c in BUSY else power.idle_w) / J_PER_KWH
+           for c in CATEGORIES}
+    lost = sum(v for c, v in kwh.items() if c != "productive")
+    total = sum(kwh.values())
+    return {"busy_w": power.busy_w, "idle_w": power.idle_w, "kwh": kwh,
+            "kwh_per_job": total, "kwh_lost": lost, "share_lost": lost / total if total else 0.0,
+            "usd_lost": lost * power.usd_per_kwh, "usd_per_kwh": power.usd_per_kwh,
+            "co2_kg_lost": lost * power.carbon_kg_per_kwh}
+
+
+def energy_lines(st: Study) -> list[str]:
+    e = energy(st)
+    if e is None:
+        return []
+    lines = [f"energy per job              {e['kwh_per_job']:,.1f} kWh (facility; busy "
+             f"{e['busy_w'] / 1e3:,.1f} kW, idle {e['idle_w'] / 1e3:,.1f} kW)",
+             f"energy lost per cause       {e['kwh_lost']:,.1f} kWh ({100 * e['share_lost']:.2f} "
+             f"%), {e['usd_lost']:,.0f} USD at {e['usd_per_kwh']:g} USD/kWh, "
+             f"{e['co2_kg_lost']:,.0f} kg CO2"]
+    for cat in CATEGORIES[1:]:
+        lines.append(f"  {cat:<25} {e['kwh'][cat]:>10,.1f} kWh"
+                     f"{'  (computing)' if cat in BUSY else ''}")
+    return lines
 
 
 def timings_line(st: Study) -> str:
@@ -96,6 +136,7 @@ def table(st: Study) -> list[str]:
     lines.append("time lost per cause         per job      share of wall")
     for cat in CATEGORIES[1:]:
         lines.append(f"  {cat:<25} {fd(s.seconds[cat]):>10}   {100 * s.share[cat]:6.2f} %")
+    lines += energy_lines(st)
     for name, d in (("recovery (to progress regained)", s.recovery_s),
                     ("downtime (to training again)", s.downtime_s)):
         lines.append(f"{name:<31} mean {fd(d['mean'])}, p50 {fd(d['p50'])}, p99 "

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.cluster import Cluster
+from simulator.energy.model import JobPower
+from simulator.energy.timeline import job_power
 from simulator.pipeline import Setup, build_setup, run_setup, with_trace
 from simulator.scenario import Scenario
 from simulator.topology.build import scenario_cluster
@@ -43,6 +45,7 @@ class StepTable:
     simulations: int
     wall_s: float
     extrapolated: dict | None = None   # the healthy step came from a few micro-steps (accum)
+    power: JobPower | None = None      # the job's facility power busy and idle (simulated)
 
     @property
     def base_s(self) -> float:
@@ -126,7 +129,8 @@ def step_table(scn: Scenario, source: str, cluster: Cluster, reroutes: dict[str,
     tokens = m.tokens_per_s * m.iteration_time_s
     return StepTable(times, True, m.as_dict(), tokens, 1 + len(reroutes) +
                      len(straggler_factors), time.perf_counter() - t0,
-                     base.extrapolation.as_dict() if base.extrapolation else None)
+                     base.extrapolation.as_dict() if base.extrapolation else None,
+                     job_power(base))
 
 
 _VARIANTS: tuple | None = None     # what the forked processes of step_table read

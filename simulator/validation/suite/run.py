@@ -1,7 +1,7 @@
 """``clustersim validate``: every validation of the project, and ``validation/REPORT.md``.
 
 Runs the suites of :data:`.runners.RUNNERS` (collectives, training, traces, captured, gpu,
-parallel, reliability), each writing its own report as its own command does, then writes
+parallel, reliability, energy), each writing its own report as its own command does, then writes
 one table of every case with its status (:mod:`simulator.validation.known_misses`): a case out of its bound is a *known
 miss* only when ``validation/known_misses.yaml`` records it with a reason, else it is a FAIL.
 A suite that raises becomes one FAIL case carrying the error. The exit code: 0 when every

@@ -103,6 +103,31 @@ def reliability(workers: int = 1, folder: Path | None = None, checks=None, text=
     return _reliability_cases(rows), report
 
 
+def energy(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]:
+    """MLPerf v4.1 LoRA power runs (64 x H100): energy per run, and the steady training's
+    node power, step time and energy (each gated); 2 s."""
+    from simulator.validation import energy as ve
+    root = ve.ROOT
+    setup, runs, step = ve.load(root)
+    sim = ve.simulate(setup)
+    capped = ve.simulate(setup, setup["power_cap_w"]) if sim is not None else None
+    results = ve.compare(setup, runs, step, sim, capped, ve.steady_training(root))
+    report = ve.write(results, setup, sim, capped, root, out=folder)
+    what = {"energy": "node energy per run (whole window)", "train_power": "steady training "
+            "node power", "train_step": "steady training step time",
+            "train_energy": "steady training energy"}
+    return [_case(c["case"], what.get(c["case"].rsplit("/", 1)[-1], what["energy"]),
+                  c["result"], f"<= {c['bound']}", c["ok"], _signed(c["result"]))
+            for c in ve.cases(results, setup)], report
+
+
+def _signed(text: str) -> float | None:
+    try:
+        return float(text.rstrip("%")) / 100
+    except ValueError:
+        return None
+
+
 def _reliability_cases(seen: dict[str, list]) -> list[dict]:
     cases = []
     for r in seen.get("daly_examples", []):
@@ -130,6 +155,6 @@ def _reliability_cases(seen: dict[str, list]) -> list[dict]:
 
 RUNNERS = {"collectives": collectives, "training": training, "traces": traces,
            "captured": captured, "gpu": gpu, "parallel": parallel,
-           "reliability": reliability}
+           "reliability": reliability, "energy": energy}
 
 __all__ = ["RUNNERS"]
