@@ -66,6 +66,10 @@ def register(cli: click.Group) -> None:
         from ..energy.timeline import energy_of
         energy = energy_of(result)
         rows = metric_rows(m, capacity_gib) + energy_rows(energy, gpu)
+        from ..metrics.comm_kinds import comm_by_kind, comm_kind_lines
+        kinds = comm_by_kind(result.timeline)
+        kinds_of = ("communication by kind" + (" (of the replayed micro-steps)" if extra else "")
+                    + ":")
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
                                 scn.training.precision, load_model(scn.model).is_moe))
@@ -78,12 +82,14 @@ def register(cli: click.Group) -> None:
                           energy=energy.as_dict() if energy else None)
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
                        accuracy=acc.lines(), extrapolated=extra.note() if extra else None,
-                       energy=energy_sentence(energy))
+                       energy=energy_sentence(energy), comm_kinds=(kinds_of, kinds),
+                       bubble=bubble_line(meta))
             if extra is not None:        # the timeline and tables are of the replayed step
                 atomic_write_text(out / "extrapolation.json",
                                   json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
-            d = {**m.as_dict(), "accuracy": acc.as_dict(),
+            d = {**m.as_dict(), "comm_by_kind": [k.as_dict() for k in kinds],
+                 "accuracy": acc.as_dict(),
                  "energy": energy.as_dict() if energy else None}
             if extra is not None:
                 d["extrapolated"] = extra.as_dict()
@@ -96,6 +102,9 @@ def register(cli: click.Group) -> None:
             click.echo(f"{key:<{width}}  {value}")
         if extra is not None:
             click.echo(f"# {extra.note()}")
+        click.echo(f"# {kinds_of}")
+        for line in comm_kind_lines(kinds):
+            click.echo(f"#   {line}")
         bubble = bubble_line(meta)
         if bubble:
             click.echo(f"# {bubble}")
