@@ -27,11 +27,16 @@ def register(cli: click.Group) -> None:
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--out", type=click.Path(path_type=Path), default=None,
                   help="Write summary.json, CSVs, a Perfetto timeline and PNG plots here.")
+    @click.option("--timeline-format", type=click.Choice(["perfetto", "kineto"]),
+                  default="perfetto", show_default=True,
+                  help="With --out: timeline.json (Chrome trace, for ui.perfetto.dev), or "
+                       "kineto/rank-<r>.pt.trace.json, PyTorch profiler traces one per rank "
+                       "that HolisticTraceAnalysis opens (docs/trace-format.md).")
     @format_option
     @config_options
     @quiet_option
     @names_sets
-    def run_cmd(scenario, sets, out, fmt, config, config_format):
+    def run_cmd(scenario, sets, out, timeline_format, fmt, config, config_format):
         """Simulate one training iteration of SCENARIO [default: quickstart].
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer ends
@@ -39,8 +44,12 @@ def register(cli: click.Group) -> None:
         run leaves the validated ground (docs/accuracy.md).
         """
         from ..outpaths import atomic_write_text, prepare_out_dir
+        from ..errors import ConfigError
         from ..scenario import resolve_scenario
 
+        if timeline_format != "perfetto" and out is None:
+            raise ConfigError("--timeline-format: applies to the files of --out DIR; give "
+                              "--out too")
         # the scenario, the simulator's modules (imported here, once the input is good)
         # and its setup: objects that live to the end, no cycles (simulator.gcpause)
         with gc_paused():
@@ -79,7 +88,8 @@ def register(cli: click.Group) -> None:
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict(),
-                          energy=energy.as_dict() if energy else None)
+                          energy=energy.as_dict() if energy else None,
+                          timeline_format=timeline_format)
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
                        accuracy=acc.lines(), extrapolated=extra.note() if extra else None,
                        energy=energy_sentence(energy), comm_kinds=(kinds_of, kinds),
@@ -110,7 +120,10 @@ def register(cli: click.Group) -> None:
             click.echo(f"# {bubble}")
         for line in acc.lines():
             click.echo(f"# accuracy: {line}")
-        if out is not None:
+        if out is not None and timeline_format == "kineto":
+            click.echo(f"# outputs in {out} (kineto/: one PyTorch profiler trace per rank; "
+                       f"HolisticTraceAnalysis: TraceAnalysis(trace_dir='{out}/kineto'))")
+        elif out is not None:
             click.echo(f"# outputs in {out} (timeline.json opens in https://ui.perfetto.dev)")
 
     @cli.command("trace")
