@@ -221,16 +221,33 @@ def test_a_collective_size_below_one_element_per_rank_is_left_out(capsys):
     assert code == 2 and "-e/--max-bytes: every size is below 128 B" in err
 
 
-def test_baseline_none_says_which_rates_the_scenario_keeps(capsys):
-    """reliability-1024gpu sets its own switch failure rates; baseline none zeroes the
-    baseline's, not those, and the header says so instead of leaving them unexplained."""
+def test_baseline_none_on_the_command_line_drops_the_scenarios_rates_too(capsys):
+    """reliability-1024gpu sets its own switch failure rates; --set ...baseline=none drops
+    them too (they were kept, and read as leftovers of the baseline): no failure at all."""
     code, out, err = run_main(capsys, "reliability", "reliability-1024gpu", "--trials", "2",
                               "--workers", "1", "--set", "reliability.failures.baseline=none",
                               "--set", "reliability.search.trials=1", "--set",
                               "reliability.search.points=2", "-q")
     assert code == 0, err
-    assert ("# baseline none: every failure class starts at 0; the scenario itself sets "
-            "leaf_switch 0.5 per 1000 switch-days, spine_switch 0.5 per 1000 switch-days") in out
+    assert "# baseline none: no failure class has a rate" in out
+    assert "# failures: expected MTTI none from the rates; simulated none" in out
+
+
+def test_baseline_none_keeps_the_rates_given_with_it():
+    """A rate set on the command line beside baseline=none stays, in either order; one the
+    scenario file sets beside its own baseline: none stays too (the file means it)."""
+    from simulator.scenario import apply_sets
+    data = {"reliability": {"failures": {"leaf_switch": {"rate": "1 per day", "repair": "4 h"},
+                                         "node": {"rate": "2 per day"}}}}
+    none, node = "reliability.failures.baseline=none", "reliability.failures.node.rate=3 per day"
+    for sets in ([none, node], [node, none]):
+        f = apply_sets(data, sets, "s.yaml")["reliability"]["failures"]
+        assert f["leaf_switch"] == {"repair": "4 h"} and f["node"] == {"rate": "3 per day"}
+        assert f["baseline"] == "none"
+    data["reliability"]["failures"]["baseline"] = "none"
+    scn = load_scenario("reliability-1024gpu", ["reliability.failures.baseline=llama3"])
+    assert str(scn.reliability.failures.leaf_switch.rate) == "0.5 per 1000 switch-days"
+    assert apply_sets(data, [], "s.yaml") == data
 
 
 def test_the_worst_recovery_says_whether_the_spares_ran_out(capsys):
