@@ -10,7 +10,7 @@ import click
 from ..choices import DEFAULT_SCENARIO
 from ..gcpause import gc_paused
 from ..lifetime import keep
-from ..progress import quiet_option, stage
+from ..progress import quiet_option, ticking
 from .common import format_option, metric_rows, names_sets
 from .configfile import config_options
 from .configfile import load as load_with_config
@@ -61,8 +61,8 @@ def register(cli: click.Group) -> None:
             from ..pipeline import build_setup, run_setup
             from ..validation.envelope import Query, envelope
             setup = build_setup(scn, scn.source)
-        stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
-        result = run_setup(setup)
+        with ticking(f"run: simulating one iteration on {setup.trace.world_size} GPUs"):
+            result = run_setup(setup)
         keep("run", (setup, result))    # the executable frees them at exit, all at once
         m, extra = result.metrics, result.extrapolation
         meta = setup.trace.meta
