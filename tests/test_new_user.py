@@ -267,3 +267,20 @@ def test_the_worst_recovery_says_whether_the_spares_ran_out(capsys):
     code, out, err = run_main(capsys, *args)
     line = next(x for x in out.splitlines() if x.startswith("  the worst recovery: "))
     assert ("had run out" in line) == (w["spare_wait_s"] > 0)
+
+
+def test_compare_page_folds_the_envelope_details_below_the_answer(capsys, tmp_path):
+    """report.html: the decision and its one-sentence confidence first, the tables, then the
+    accuracy envelope's lines folded in a <details> a reader opens on demand."""
+    code, out, err = run_main(capsys, "compare", *SMALL, "--strategies", "fsdp-full,ddp",
+                              "--no-capacity", "--no-scaling", "--price-per-gpu-hour", "2",
+                              "--out", str(tmp_path / "c"))
+    assert code == 0, err
+    page = (tmp_path / "c" / "report.html").read_text()
+    answer, table = page.index('<section class="answer">'), page.index("<table")
+    details = page.index("<details><summary>The accuracy envelope of each strategy")
+    assert answer < table < details
+    assert "How far to trust it" in page[answer:table]            # the one sentence, first
+    folded = page[details:page.index("</details>", details)]
+    assert folded.count('<p class="note">') == 4                 # two lines per strategy
+    assert "nearest validated" in folded

@@ -61,7 +61,7 @@ def write_page(out: Path, m: Metrics, rows: list[tuple[str, str]], what: str,
     page.table(Table("Metrics of one iteration", ["metric", "value"], rows,
                      note="compute_s: GPU kernels and copies; exposed_comm_s: communication "
                           "not under compute; wait_s: the rest (host work, a CPU optimizer "
-                          "step); memory_wait_s: the time ops waited for free memory, "
+                          "step; in a pipeline mostly its bubble); memory_wait_s: the time ops waited for free memory, "
                           "added up over ops that wait while compute runs, so it overlaps "
                           "the step and is no part of the breakdown (what it costs shows in "
                           "exposed_comm_s)."))
