@@ -1,5 +1,7 @@
 """Progress of long commands on stderr: a tqdm bar when stderr is a terminal, else one line
-per stage (logs and CI stay readable), nothing when quiet.
+per stage (logs and CI stay readable), nothing when quiet. A single long step
+(:func:`ticking`) is one line that counts its seconds on a terminal, shown only once it has
+taken a second (nothing for a quick one), and one line off a terminal.
 
 Library code calls :func:`stage` and :func:`bar`; both are silent until the command line
 turns progress on (:func:`configure`; :func:`quiet_option` gives a command ``-q/--quiet``),
@@ -9,8 +11,11 @@ reaches stdout or an output file: results stay byte-identical whatever is shown.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
+import threading
+import time
 
 import click
 
@@ -76,6 +81,43 @@ def track(iterable, total: int, desc: str, unit: str = "item"):
             b.update()
     finally:
         b.close()
+
+
+TICK_S = 1.0       # a terminal's ticking line appears after, and updates every, TICK_S
+
+
+@contextlib.contextmanager
+def ticking(message: str):
+    """Around one long step: on a terminal a single line ``clustersim: MESSAGE (N s)``
+    rewritten in place every second from the first second on and erased at the end (a
+    step quicker than a second shows nothing); off a terminal the one :func:`stage` line;
+    nothing when progress is off."""
+    if not _STATE["enabled"]:
+        yield
+        return
+    if not sys.stderr.isatty():
+        stage(message)
+        yield
+        return
+    stream, done, start = sys.stderr, threading.Event(), time.monotonic()
+    shown = []
+
+    def tick():
+        while not done.wait(TICK_S):
+            stream.write(f"\rclustersim: {message} ({time.monotonic() - start:.0f} s)")
+            stream.flush()
+            shown.append(True)
+
+    thread = threading.Thread(target=tick, name="clustersim-ticking", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        if shown:
+            stream.write("\r\033[K")          # the line erased: the answer follows
+            stream.flush()
 
 
 def quiet_option(command):

@@ -31,7 +31,7 @@ from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
 from .inputs import path_name, regular_file
 from .precision import PRECISIONS
-from .reliability.config import ReliabilityCfg
+from .reliability.config import BASELINE_KEY, ReliabilityCfg, drop_scenario_rates
 from .shipped import file_or_shipped, shown_as
 from .yamlio import parse_value, read_yaml
 
@@ -243,8 +243,11 @@ class Scenario(BaseModel):
 
 
 def apply_sets(data: dict, sets: list[str], source: str) -> dict:
-    """Apply ``--set key.path=value`` overrides (value parsed as YAML) to a copy of data."""
+    """Apply ``--set key.path=value`` overrides (value parsed as YAML) to a copy of data
+    (``reliability.failures.baseline=none`` drops the file's own failure rates too,
+    :func:`~simulator.reliability.config.drop_scenario_rates`)."""
     data = copy.deepcopy(data)
+    set_keys = {item.partition("=")[0].strip() for item in sets}
     for item in sets:
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
@@ -264,6 +267,8 @@ def apply_sets(data: dict, sets: list[str], source: str) -> dict:
                 raise ConfigError(f"{part!r} is not a mapping, cannot set {key}",
                                   source=source, field=f"--set {key}")
             node = nxt
+        if key.strip() == BASELINE_KEY and value == "none":
+            drop_scenario_rates(data, set_keys)
         node[parts[-1]] = value
     return data
 

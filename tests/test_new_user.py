@@ -221,16 +221,33 @@ def test_a_collective_size_below_one_element_per_rank_is_left_out(capsys):
     assert code == 2 and "-e/--max-bytes: every size is below 128 B" in err
 
 
-def test_baseline_none_says_which_rates_the_scenario_keeps(capsys):
-    """reliability-1024gpu sets its own switch failure rates; baseline none zeroes the
-    baseline's, not those, and the header says so instead of leaving them unexplained."""
+def test_baseline_none_on_the_command_line_drops_the_scenarios_rates_too(capsys):
+    """reliability-1024gpu sets its own switch failure rates; --set ...baseline=none drops
+    them too (they were kept, and read as leftovers of the baseline): no failure at all."""
     code, out, err = run_main(capsys, "reliability", "reliability-1024gpu", "--trials", "2",
                               "--workers", "1", "--set", "reliability.failures.baseline=none",
                               "--set", "reliability.search.trials=1", "--set",
                               "reliability.search.points=2", "-q")
     assert code == 0, err
-    assert ("# baseline none: every failure class starts at 0; the scenario itself sets "
-            "leaf_switch 0.5 per 1000 switch-days, spine_switch 0.5 per 1000 switch-days") in out
+    assert "# baseline none: no failure class has a rate" in out
+    assert "# failures: expected MTTI none from the rates; simulated none" in out
+
+
+def test_baseline_none_keeps_the_rates_given_with_it():
+    """A rate set on the command line beside baseline=none stays, in either order; one the
+    scenario file sets beside its own baseline: none stays too (the file means it)."""
+    from simulator.scenario import apply_sets
+    data = {"reliability": {"failures": {"leaf_switch": {"rate": "1 per day", "repair": "4 h"},
+                                         "node": {"rate": "2 per day"}}}}
+    none, node = "reliability.failures.baseline=none", "reliability.failures.node.rate=3 per day"
+    for sets in ([none, node], [node, none]):
+        f = apply_sets(data, sets, "s.yaml")["reliability"]["failures"]
+        assert f["leaf_switch"] == {"repair": "4 h"} and f["node"] == {"rate": "3 per day"}
+        assert f["baseline"] == "none"
+    data["reliability"]["failures"]["baseline"] = "none"
+    scn = load_scenario("reliability-1024gpu", ["reliability.failures.baseline=llama3"])
+    assert str(scn.reliability.failures.leaf_switch.rate) == "0.5 per 1000 switch-days"
+    assert apply_sets(data, [], "s.yaml") == data
 
 
 def test_the_worst_recovery_says_whether_the_spares_ran_out(capsys):
@@ -250,3 +267,20 @@ def test_the_worst_recovery_says_whether_the_spares_ran_out(capsys):
     code, out, err = run_main(capsys, *args)
     line = next(x for x in out.splitlines() if x.startswith("  the worst recovery: "))
     assert ("had run out" in line) == (w["spare_wait_s"] > 0)
+
+
+def test_compare_page_folds_the_envelope_details_below_the_answer(capsys, tmp_path):
+    """report.html: the decision and its one-sentence confidence first, the tables, then the
+    accuracy envelope's lines folded in a <details> a reader opens on demand."""
+    code, out, err = run_main(capsys, "compare", *SMALL, "--strategies", "fsdp-full,ddp",
+                              "--no-capacity", "--no-scaling", "--price-per-gpu-hour", "2",
+                              "--out", str(tmp_path / "c"))
+    assert code == 0, err
+    page = (tmp_path / "c" / "report.html").read_text()
+    answer, table = page.index('<section class="answer">'), page.index("<table")
+    details = page.index("<details><summary>The accuracy envelope of each strategy")
+    assert answer < table < details
+    assert "How far to trust it" in page[answer:table]            # the one sentence, first
+    folded = page[details:page.index("</details>", details)]
+    assert folded.count('<p class="note">') == 4                 # two lines per strategy
+    assert "nearest validated" in folded

@@ -10,7 +10,7 @@ import click
 from ..choices import DEFAULT_SCENARIO
 from ..gcpause import gc_paused
 from ..lifetime import keep
-from ..progress import quiet_option, stage
+from ..progress import quiet_option, ticking
 from .common import format_option, metric_rows, names_sets
 from .configfile import config_options
 from .configfile import load as load_with_config
@@ -27,11 +27,16 @@ def register(cli: click.Group) -> None:
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--out", type=click.Path(path_type=Path), default=None,
                   help="Write summary.json, CSVs, a Perfetto timeline and PNG plots here.")
+    @click.option("--timeline-format", type=click.Choice(["perfetto", "kineto"]),
+                  default="perfetto", show_default=True,
+                  help="With --out: timeline.json (Chrome trace, for ui.perfetto.dev), or "
+                       "kineto/rank-<r>.pt.trace.json, PyTorch profiler traces one per rank "
+                       "that HolisticTraceAnalysis opens (docs/trace-format.md).")
     @format_option
     @config_options
     @quiet_option
     @names_sets
-    def run_cmd(scenario, sets, out, fmt, config, config_format):
+    def run_cmd(scenario, sets, out, timeline_format, fmt, config, config_format):
         """Simulate one training iteration of SCENARIO [default: quickstart].
 
         SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer ends
@@ -39,8 +44,12 @@ def register(cli: click.Group) -> None:
         run leaves the validated ground (docs/accuracy.md).
         """
         from ..outpaths import atomic_write_text, prepare_out_dir
+        from ..errors import ConfigError
         from ..scenario import resolve_scenario
 
+        if timeline_format != "perfetto" and out is None:
+            raise ConfigError("--timeline-format: applies to the files of --out DIR; give "
+                              "--out too")
         # the scenario, the simulator's modules (imported here, once the input is good)
         # and its setup: objects that live to the end, no cycles (simulator.gcpause)
         with gc_paused():
@@ -52,8 +61,8 @@ def register(cli: click.Group) -> None:
             from ..pipeline import build_setup, run_setup
             from ..validation.envelope import Query, envelope
             setup = build_setup(scn, scn.source)
-        stage(f"run: simulating one iteration on {setup.trace.world_size} GPUs")
-        result = run_setup(setup)
+        with ticking(f"run: simulating one iteration on {setup.trace.world_size} GPUs"):
+            result = run_setup(setup)
         keep("run", (setup, result))    # the executable frees them at exit, all at once
         m, extra = result.metrics, result.extrapolation
         meta = setup.trace.meta
@@ -66,6 +75,10 @@ def register(cli: click.Group) -> None:
         from ..energy.timeline import energy_of
         energy = energy_of(result)
         rows = metric_rows(m, capacity_gib) + energy_rows(energy, gpu)
+        from ..metrics.comm_kinds import comm_by_kind, comm_kind_lines
+        kinds = comm_by_kind(result.timeline)
+        kinds_of = ("communication by kind" + (" (of the replayed micro-steps)" if extra else "")
+                    + ":")
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
                                 scn.training.precision, load_model(scn.model).is_moe))
@@ -75,15 +88,18 @@ def register(cli: click.Group) -> None:
             ranks = {c.id: c.ranks for c in setup.trace.classes}
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict(),
-                          energy=energy.as_dict() if energy else None)
+                          energy=energy.as_dict() if energy else None,
+                          timeline_format=timeline_format)
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
                        accuracy=acc.lines(), extrapolated=extra.note() if extra else None,
-                       energy=energy_sentence(energy))
+                       energy=energy_sentence(energy), comm_kinds=(kinds_of, kinds),
+                       bubble=bubble_line(meta))
             if extra is not None:        # the timeline and tables are of the replayed step
                 atomic_write_text(out / "extrapolation.json",
                                   json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
-            d = {**m.as_dict(), "accuracy": acc.as_dict(),
+            d = {**m.as_dict(), "comm_by_kind": [k.as_dict() for k in kinds],
+                 "accuracy": acc.as_dict(),
                  "energy": energy.as_dict() if energy else None}
             if extra is not None:
                 d["extrapolated"] = extra.as_dict()
@@ -96,12 +112,18 @@ def register(cli: click.Group) -> None:
             click.echo(f"{key:<{width}}  {value}")
         if extra is not None:
             click.echo(f"# {extra.note()}")
+        click.echo(f"# {kinds_of}")
+        for line in comm_kind_lines(kinds):
+            click.echo(f"#   {line}")
         bubble = bubble_line(meta)
         if bubble:
             click.echo(f"# {bubble}")
         for line in acc.lines():
             click.echo(f"# accuracy: {line}")
-        if out is not None:
+        if out is not None and timeline_format == "kineto":
+            click.echo(f"# outputs in {out} (kineto/: one PyTorch profiler trace per rank; "
+                       f"HolisticTraceAnalysis: TraceAnalysis(trace_dir='{out}/kineto'))")
+        elif out is not None:
             click.echo(f"# outputs in {out} (timeline.json opens in https://ui.perfetto.dev)")
 
     @cli.command("trace")

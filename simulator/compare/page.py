@@ -19,7 +19,7 @@ def write_page(cmp: Comparison, out: Path, inputs: dict,
                accuracy: list[str] | None = None, trust: str = "") -> Path:
     """Write ``out/report.html`` next to the CSV, JSON and PNG files of ``compare --out``:
     the answer and how far to trust it (``trust``, one sentence) first, the tables, and the
-    accuracy envelope's lines (``accuracy``) after them."""
+    accuracy envelope's lines (``accuracy``) folded after them."""
     recs = records(cmp)
     ok = [r for r in recs if r["status"] == "ok"]
     c, s = cmp.cluster, cmp.settings
@@ -47,7 +47,9 @@ def write_page(cmp: Comparison, out: Path, inputs: dict,
     if na:
         page.table(Table("Strategies that cannot run here", ["strategy", "reason"], na))
     if accuracy:
-        page.heading("How far to trust it").text(*accuracy)
+        page.heading("How far to trust it").folded(
+            "The accuracy envelope of each strategy: its nearest validated case, error band "
+            "and distance from the validated ground", *accuracy)
     page.heading("Charts")
     for name, caption in (("cost.png", "Cost per strategy, split into computing and waiting"),
                           ("iteration_time.png", "Where an iteration's time goes"),

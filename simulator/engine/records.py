@@ -32,6 +32,7 @@ class OpRecord:
     algorithm: str = ""
     protocol: str = ""
     op_class: str = ""   # a kernel's class (matmul, elementwise...): what power it draws
+    comm: str = ""       # a collective's communicator (``tp.s0``, ``shard``): what it is for
 
     @property
     def wait_s(self) -> float:
@@ -46,7 +47,8 @@ class OpRecord:
         ``tests/test_engine.py``."""
         return OpRecord(cls_id, op.id, op.name, op.stream, op.kind, op.layer, op.phase,
                         ready_s, start_s, end_s, op.size_bytes,
-                        plan.algo if plan else "", plan.proto if plan else "", op.op_class)
+                        plan.algo if plan else "", plan.proto if plan else "", op.op_class,
+                        op.comm)
 
 
 @dataclass

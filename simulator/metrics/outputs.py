@@ -92,10 +92,13 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
                   scenario: dict, class_ranks: dict[str, tuple[int, ...]],
-                  accuracy: dict | None = None, energy: dict | None = None) -> list[Path]:
+                  accuracy: dict | None = None, energy: dict | None = None,
+                  timeline_format: str = "perfetto") -> list[Path]:
     """Write every output file into ``out`` (see module docstring); return their paths.
     ``accuracy``: the envelope (:mod:`simulator.validation.envelope`) summary.json carries;
-    ``energy``: the step's energy and power (:mod:`simulator.energy`), likewise."""
+    ``energy``: the step's energy and power (:mod:`simulator.energy`), likewise;
+    ``timeline_format``: ``perfetto`` writes ``timeline.json`` (Chrome trace), ``kineto``
+    a PyTorch profiler trace per rank in ``kineto/`` (:mod:`.kineto_export`)."""
     out = prepare_out_dir(out)
     summary = {"metrics": metrics.as_dict(), "scenario": scenario}
     if accuracy is not None:
@@ -111,8 +114,6 @@ def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
         "ops.csv": lambda p: atomic_write_csv(ops_table(tl), p, index=False),
         "links.csv": lambda p: atomic_write_csv(link_utilization(tl, cluster), p,
                                                 index=False),
-        "timeline.json": lambda p: atomic_write_text(p, json.dumps(chrome_trace(
-            tl, class_ranks))),
         "breakdown.png": lambda p: plot_breakdown(metrics, p),
         "memory.png": lambda p: plot_memory(tl, p),
         "gantt.png": lambda p: plot_gantt(tl, p),
@@ -121,6 +122,14 @@ def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
     for name, write in files.items():
         write(out / name)
         written.append(out / name)
+    if timeline_format == "kineto":
+        from .kineto_export import write_kineto
+        graph = cluster.G.graph
+        written += write_kineto(out / "kineto", tl, class_ranks, str(graph.get("gpu")),
+                                int(graph.get("gpus_per_node") or 8))
+    else:
+        atomic_write_text(out / "timeline.json", json.dumps(chrome_trace(tl, class_ranks)))
+        written.append(out / "timeline.json")
     return written
 
 

@@ -14,8 +14,10 @@ GANTT_CAPTION = ("What each stream runs, over time: forward blue, backward orang
                  "(copies, casts, host) grey")
 
 
-def answer_sentences(m: Metrics, what: str, capacity_gib: float) -> list[str]:
-    """The result in words: step time and throughput, memory verdict, the biggest cost."""
+def answer_sentences(m: Metrics, what: str, capacity_gib: float,
+                     pipeline: bool = False) -> list[str]:
+    """The result in words: step time and throughput, memory verdict, the biggest cost (a
+    ``pipeline``'s waits are mostly its bubble, and named so)."""
     out = [f"One training step of {what} takes {m.iteration_time_s:.3g} s: "
            f"{m.tokens_per_s:,.0f} tokens/s ({m.samples_per_s:,.1f} samples/s), "
            f"{100 * m.mfu:.0f}% of the GPUs' peak arithmetic (MFU)."]
@@ -28,7 +30,9 @@ def answer_sentences(m: Metrics, what: str, capacity_gib: float) -> list[str]:
                    f"{capacity_gib:.1f} GiB.")
     t = m.iteration_time_s or 1.0
     shares = {"computing": m.compute_s, "waiting on communication": m.exposed_comm_s,
-              "other waits (host work, memory)": m.wait_s}
+              ("waiting in the pipeline bubble (stages idle while the schedule fills and "
+               "drains) and other waits" if pipeline else
+               "other waits (host work, memory)"): m.wait_s}
     top = max(shares, key=shares.get)
     out.append(f"Most of the step is spent {top} ({100 * shares[top] / t:.0f}%); "
                f"communication runs {m.comm_s:.3g} s in all, {m.exposed_comm_s:.3g} s of it "
@@ -38,13 +42,18 @@ def answer_sentences(m: Metrics, what: str, capacity_gib: float) -> list[str]:
 
 def write_page(out: Path, m: Metrics, rows: list[tuple[str, str]], what: str,
                capacity_gib: float, scenario: dict, accuracy: list[str] | None = None,
-               extrapolated: str | None = None, energy: str | None = None) -> Path:
+               extrapolated: str | None = None, energy: str | None = None,
+               comm_kinds: tuple[str, list] | None = None, bubble: str = "") -> Path:
     """Write ``out/report.html`` (``rows``: the metric lines ``run`` prints; ``accuracy``:
     the accuracy envelope's lines; ``extrapolated``: the note of a step extrapolated from a
     few replayed micro-steps, whose charts show the replayed ones; ``energy``: the step's
-    energy in a sentence, :func:`simulator.energy.report.energy_sentence`)."""
+    energy in a sentence, :func:`simulator.energy.report.energy_sentence`; ``comm_kinds``:
+    a caption and the step's :class:`~simulator.metrics.comm_kinds.CommKind` rows;
+    ``bubble``: a pipeline's bubble in a sentence, :func:`simulator.cli.run.bubble_line`)."""
     page = HtmlReport(f"One training step: {what}", f"scenario {scenario.get('name', '')}")
-    page.answer(*answer_sentences(m, what, capacity_gib), *([energy] if energy else []))
+    page.answer(*answer_sentences(m, what, capacity_gib, pipeline=bool(bubble)),
+                *([bubble[:1].upper() + bubble[1:] + "."] if bubble else []),
+                *([energy] if energy else []))
     if extrapolated:
         page.text(f"This step was not replayed in full: {extrapolated}.", note=True)
     if accuracy:
@@ -52,10 +61,20 @@ def write_page(out: Path, m: Metrics, rows: list[tuple[str, str]], what: str,
     page.table(Table("Metrics of one iteration", ["metric", "value"], rows,
                      note="compute_s: GPU kernels and copies; exposed_comm_s: communication "
                           "not under compute; wait_s: the rest (host work, a CPU optimizer "
-                          "step); memory_wait_s: the time ops waited for free memory, "
+                          "step; in a pipeline mostly its bubble); memory_wait_s: the time ops waited for free memory, "
                           "added up over ops that wait while compute runs, so it overlaps "
                           "the step and is no part of the breakdown (what it costs shows in "
                           "exposed_comm_s)."))
+    if comm_kinds and comm_kinds[1]:
+        caption, kinds = comm_kinds
+        page.table(Table(caption[:1].upper() + caption[1:].rstrip(":"),
+                         ["what it is for", "time (s)", "not under compute (s)", "ops",
+                          "message sizes (GB)"],
+                         [[k.kind, f"{k.busy_s:.4g}", f"{k.exposed_s:.4g}", f"{k.ops:,}",
+                           f"{k.size_bytes / 1e9:.3g}"] for k in kinds],
+                         note="Of the rank class the breakdown describes (the one that "
+                              "finishes last). Kinds that run at the same time add up to "
+                              "more than comm_s."))
     page.heading("Charts")
     for name, caption in (("breakdown.png", "Where the step's time goes"),
                           ("memory.png", "Memory per GPU over the step"),

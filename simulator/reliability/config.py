@@ -226,6 +226,27 @@ class ReliabilityCfg(_Cfg):
         return merge_defaults(data)
 
 
+BASELINE_KEY = "reliability.failures.baseline"
+
+
+def drop_scenario_rates(data: dict, set_keys: set[str]) -> list[str]:
+    """``--set reliability.failures.baseline=none`` on a scenario: the failure rates the
+    scenario file itself gives are dropped too (every class starts at 0, as the option
+    reads), except those given on the command line as well (``set_keys``: the --set keys).
+    ``data`` (the scenario mapping) is changed in place; returns the classes dropped."""
+    failures = (data.get("reliability") or {}).get("failures")
+    if not isinstance(failures, dict):
+        return []
+    dropped = []
+    for name in CLASSES:
+        cls = failures.get(name)
+        key = f"reliability.failures.{name}"
+        if isinstance(cls, dict) and "rate" in cls and not {key, f"{key}.rate"} & set_keys:
+            del cls["rate"]
+            dropped.append(name)
+    return dropped
+
+
 def merge_defaults(data: dict) -> dict:
     """``data`` merged over the data file's defaults (lists and scalars replace)."""
     base = copy.deepcopy(default_section())

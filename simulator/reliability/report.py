@@ -164,16 +164,16 @@ def _search_lines(st: Study) -> list[str]:
 
 
 def baseline_note(scn) -> list[str]:
-    """With ``failures.baseline: none``, the rates that are not zero all the same: the
-    scenario's own (``none`` zeroes the baseline's rates, not the ones the scenario sets,
-    such as reliability-1024gpu's switch failures), so a user does not read them as
-    leftovers of the baseline."""
+    """With ``failures.baseline: none``, the rates that are not zero all the same: those the
+    scenario file sets beside it (``none`` in the file zeroes the baseline's rates, not the
+    file's own; ``--set ...baseline=none`` drops the file's too) or the command line gives,
+    so a user does not read them as leftovers of the baseline."""
     f = scn.reliability.failures if scn.reliability is not None else None
     if f is None or f.baseline != "none":
         return []
     kept = [f"{n} {getattr(f, n).rate}" for n in CLASSES
             if parse_rate(str(getattr(f, n).rate)).per_s > 0]
-    return [f"# baseline none: every failure class starts at 0; the scenario itself sets "
+    return [f"# baseline none: every failure class starts at 0; the scenario sets "
             f"{', '.join(kept)}" if kept else "# baseline none: no failure class has a rate"]
 
 

@@ -79,6 +79,15 @@ class HtmlReport:
         self._body += [f"<p{cls}>{_e(p)}</p>" for p in paragraphs if p]
         return self
 
+    def folded(self, summary: str, *paragraphs: str) -> HtmlReport:
+        """Details a reader opens on demand: ``summary`` shown, ``paragraphs`` folded
+        below it (``<details>``)."""
+        if paragraphs:
+            self._body.append(f"<details><summary>{_e(summary)}</summary>"
+                              + "".join(f'<p class="note">{_e(p)}</p>' for p in paragraphs)
+                              + "</details>")
+        return self
+
     def preformatted(self, text: str) -> HtmlReport:
         """Text shown as it is (a command's own table), in a fixed-width box."""
         self._body.append(f"<pre>{_e(text)}</pre>")

@@ -9,6 +9,12 @@ A file looks like::
     links: {ib-hdr: {bw: "400 Gb/s"}}   # optional what-if: new figures per link type
     source: "where the design comes from"
 
+A single server's file may name the fabric its servers scale out on (``multi_node:
+dgx-b200-superpod``): given a server count (``--nodes``, ``cluster.nodes``) it builds that
+fabric with this file's server (its params become the fabric's ``params.node``, its links
+apply too), so ``--set cluster.topology=dgx-b200`` on a 256-GPU scenario is
+``dgx-b200-superpod`` with 32 nodes, graph and price alike.
+
 Every mistake becomes one :class:`ConfigError` line naming the file and the dotted field.
 """
 
@@ -82,6 +88,7 @@ class TopologyFile(BaseModel):
     generator: str
     params: dict[str, Any] = Field(default_factory=dict)
     links: dict[str, LinkOverride] = Field(default_factory=dict)
+    multi_node: str | None = None      # a single server's fabric for --nodes (module doc)
     source: str | None = None
 
 
@@ -161,6 +168,8 @@ def _build(data: Any, source: str, nodes: int | None, links: dict | None,
     spec = _validate(data, source, nodes is not None)
     generate = GENERATORS[spec.generator][0]
     params = dict(spec.params)
+    if nodes is not None and spec.generator not in MULTI_NODE and spec.multi_node:
+        return _scaled_out(spec, source, nodes, links, nodes_from)
     if nodes is not None:
         if spec.generator not in MULTI_NODE:
             raise ConfigError(f"generator {spec.generator!r} builds a single server; "
@@ -184,6 +193,26 @@ def _build(data: Any, source: str, nodes: int | None, links: dict | None,
     _apply_link_overrides(G, overrides)
     G.graph["name"] = spec.name
     return G
+
+
+def _scaled_out(spec: TopologyFile, source: str, nodes: int, links: dict | None,
+                nodes_from: str) -> nx.Graph:
+    """``nodes`` of the server ``spec`` describes on the fabric its ``multi_node`` names
+    (module docstring): the fabric file with this server as its ``params.node``."""
+    path = find_shipped("topologies", spec.multi_node)
+    if path is None:
+        raise ConfigError(f"no shipped topology named {spec.multi_node!r}"
+                          f"{did_you_mean(spec.multi_node, shipped_topologies())}",
+                          source=source, field="multi_node")
+    fabric = read_yaml(path, "topology file")
+    if fabric.get("generator") not in MULTI_NODE or "node" not in fabric.get("params", {}):
+        raise ConfigError(f"{spec.multi_node!r} is not a fabric of servers (its generator "
+                          f"has no params.node)", source=source, field="multi_node")
+    node = {"type": SINGLE_SERVER_TYPE[spec.generator], **spec.params}
+    fabric["params"] = {**fabric["params"], "node": node}
+    fabric["links"] = {**fabric.get("links", {}),
+                       **{k: v.model_dump(exclude_none=True) for k, v in spec.links.items()}}
+    return _build(fabric, str(path), nodes, links, nodes_from)
 
 
 def _scenario_links(links: Any) -> dict[str, LinkOverride]:
