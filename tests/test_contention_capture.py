@@ -85,9 +85,13 @@ def test_two_jobs_on_the_shared_spine_each_get_half_and_the_narrow_one_keeps_its
     for p in shared.values():        # max-min: 50 Mbit/s each
         assert p.together_s == pytest.approx(alpha + MIB4 / (50e6 / 8 * e), rel=1e-12)
     unequal, _ = cc.predict("unequal", FABRIC)
-    # B is held at 30 Mbit/s by its own links; A gets the other 70 of the spine
-    assert unequal["A"].together_s == pytest.approx(alpha + MIB4 / (70e6 / 8 * e), rel=1e-12)
-    assert unequal["B"].together_s == unequal["B"].alone_s
+    # B is held at 30 Mbit/s by its own links; A gets the other 70 of the spine, all of it
+    # in B's latency (alpha) between its iterations: B's flow is on the spine a share
+    # (1.19 - alpha) / 1.19 of the time, so A's step is within alpha / 1.19 of the 70
+    at_70, at_100 = alpha + MIB4 / (70e6 / 8 * e), alpha + MIB4 / (100e6 / 8 * e)
+    assert at_100 < unequal["A"].together_s <= at_70
+    assert unequal["A"].together_s == pytest.approx(at_70, rel=alpha / unequal["B"].alone_s)
+    assert unequal["B"].together_s == pytest.approx(unequal["B"].alone_s, rel=1e-12)
 
 
 def test_jobs_inside_their_own_leaves_are_not_neighbours_and_co_simulated_agree():
@@ -236,15 +240,16 @@ def test_the_control_shows_no_slowdown_in_the_capture_nor_the_model():
     assert ROWS[("shared", "A")]["slowdown"] > 1.5
 
 
-def test_one_co_simulated_iteration_misses_jobs_of_different_step_times():
-    """docs/cluster.md's stated limit, measured: B's step is a quarter of A's, so in the
-    capture A shares the spine for its whole step (slowdown ~2), while the co-simulation
-    runs one iteration of each from the same instant and lets A finish alone (1.25). When
-    the co-simulation learns the steady state this test fails: update the docs with it."""
+def test_co_simulated_iterations_meet_a_neighbour_of_shorter_steps_all_through():
+    """B's step is a quarter of A's, so in the capture A shares the spine for its whole step
+    (slowdown ~2). The co-simulation runs B's iterations back to back while A (the slower)
+    runs its step: A meets B's traffic all through (one iteration of each from the same
+    instant let A finish alone: 1.25)."""
     a, b = ROWS[("mismatched", "A")], ROWS[("mismatched", "B")]
-    assert a["sim_slowdown"] == pytest.approx(1.25, abs=0.01)
     assert a["slowdown"] > 1.5 and b["slowdown"] > 1.5
-    assert a["sim_slowdown"] < a["slowdown"] * (1 - _half_width(a))
+    for r in (a, b):
+        assert r["sim_slowdown"] == pytest.approx(r["slowdown"], rel=_half_width(r))
+    assert a["sim_slowdown"] > 1.9
 
 
 def test_the_docs_table_is_what_the_comparison_prints(capsys):

@@ -34,7 +34,7 @@ server's host memory through NIC ``nic`` (:mod:`simulator.collectives.host`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..collectives.host import host_flow, server_nic
@@ -120,6 +120,8 @@ class Job:
                       for c in trace.classes}
         self.p2p = PointToPoint(env, machine.fabric, plans.p2p, trace.classes)
         self.launcher = Launcher(env, machine.fabric, trace, plans, self.vary)
+        self._then: Callable[[Job], None] | None = None     # (:meth:`start`)
+        self._streams_left = 0
         self._check_host_copies()
 
     def _check_host_copies(self) -> None:
@@ -140,8 +142,10 @@ class Job:
                         from None
 
     # ------------------------------------------------------------------ running
-    def start(self) -> None:
-        """Put every (class, stream) of the trace on the machine as a process."""
+    def start(self, then: Callable[[Job], None] | None = None) -> None:
+        """Put every (class, stream) of the trace on the machine as a process; ``then`` is
+        called with the job at the instant its last stream ends (a job that follows it)."""
+        self._then = then
         for cls in self.trace.classes:
             done = self.done[cls.id] = {}
             for op in cls.ops:
@@ -151,6 +155,7 @@ class Job:
             streams: dict[str, list[tuple[int, Op]]] = {}
             for position, op in enumerate(cls.ops):
                 streams.setdefault(op.stream, []).append((position, op))
+            self._streams_left += len(streams)      # (each starts at the next event)
             for ops in streams.values():
                 StreamProcess(self.env, self._stream(cls, ops))
 
@@ -222,6 +227,9 @@ class Job:
             event = done.get(op.id)
             if event is not None:
                 event()         # (a Relay: succeeds now)
+        self._streams_left -= 1
+        if not self._streams_left and self._then is not None:
+            self._then(self)
 
     def _duration(self, cls: RankClass, op: Op) -> float:
         """Time of a compute, memcpy or delay op."""

@@ -28,6 +28,10 @@ from ..gcpause import gc_paused
 from ..trace.schema import Trace
 from .placement import Layout
 
+#: A job's iterations in one co-simulation at most (beside a neighbour of steps this many
+#: times longer, it stops before the neighbour's step ends)
+MAX_ITERATIONS = 16
+
 
 @dataclass(eq=False)
 class Work:
@@ -90,7 +94,7 @@ class StepTimes:
         self.layout = layout
         self.where = {g: (s, p) for s, gpus in enumerate(layout.gpus) for p, g in enumerate(gpus)}
         self._alone: dict = {}
-        self._replayed: dict = {}
+        self._replayed_s: dict = {}
         self._together: dict = {}
         self.counts = Counts()
         self.gpu_power = None        # the GPU's phase powers (GpuPower), for board power
@@ -144,26 +148,55 @@ class StepTimes:
         return [found[(w.name, p.gpus)] for w, p in members]
 
     def _co_simulate(self, members: list[tuple[Work, Placement]]) -> list[float]:
-        cluster = members[0][0].planner.cluster
+        """Each member's step beside the others, on one machine: the slowest member alone
+        (its replay) runs one iteration; every other member runs its iterations back to
+        back (the next starts when the last of its streams ends, :data:`MAX_ITERATIONS` at
+        most) while the slowest runs, so the slowest meets its neighbours' traffic all
+        through its step. A member's step is the mean of its iterations after its first
+        that end by the slowest's end (its first where none does)."""
+        once = [self._replayed(w, p) for w, p in members]
+        slowest = once.index(max(once))
+        machine = Machine(members[0][0].planner.cluster, members[0][0].machine)
+        running: list[Job] = []             # each member's latest iteration
+        ends: list[list[float]] = [[] for _ in members]
+
+        def begin(i: int) -> None:
+            w, p = members[i]
+            job = Job(machine, w.trace, p, w.planner, w.compute, w.job, w.capacity_bytes)
+            running[i:i + 1] = [job]
+            job.start(then=lambda _job: ended(i))
+
+        def ended(i: int) -> None:
+            ends[i].append(machine.env.now)
+            if not ends[slowest] and len(ends[i]) < MAX_ITERATIONS:
+                begin(i)
         with gc_paused():
-            machine = Machine(cluster, members[0][0].machine)
-            jobs = [Job(machine, w.trace, p, w.planner, w.compute, w.job, w.capacity_bytes)
-                    for w, p in members]
-            for job in jobs:
-                job.start()
-            run_jobs(machine, jobs)
-            record = machine.record()
-            ends = [job.timeline(record).iteration_time_s for job in jobs]
+            for i in range(len(members)):
+                running.append(None)
+                begin(i)
+            run_jobs(machine, running)
+            for job, e in zip(running, ends):
+                if not e:                   # (raises: its ops never finished)
+                    job.timeline(machine.record())
+        window = ends[slowest][0]
         out = []
-        for (w, p), end in zip(members, ends):
-            if w.extrapolated:      # the replayed micro-steps' slowdown, on the whole step
-                key = (w.name, self.shape(p))
-                if key not in self._replayed:
-                    self.counts.alone += 1
-                    self._replayed[key] = w.replayed_s(p)
-                end = self.alone(w, p) * (end / self._replayed[key])
-            out.append(end)
+        for (w, p), e, t in zip(members, ends, once):
+            inside = sum(1 for end in e[1:] if end <= window)
+            step = (e[inside] - e[0]) / inside if inside else e[0]
+            # an extrapolated step: the replayed iterations' slowdown, on the whole step
+            out.append(self.alone(w, p) * (step / t) if w.extrapolated else step)
         return out
+
+    def _replayed(self, work: Work, placement: Placement) -> float:
+        """One replay of ``work``'s trace alone on ``placement`` (its step alone, unless
+        the step is extrapolated from the replay)."""
+        if not work.extrapolated:
+            return self.alone(work, placement)
+        key = (work.name, self.shape(placement))
+        if key not in self._replayed_s:
+            self.counts.alone += 1
+            self._replayed_s[key] = work.replayed_s(placement)
+        return self._replayed_s[key]
 
     def steps(self, running: Mapping[Hashable, tuple[Work, Placement]]) -> dict:
         """Job key -> step time for the jobs ``running`` (key -> kind and placement): alone
