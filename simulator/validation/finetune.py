@@ -208,13 +208,15 @@ def run(max_gpus: int, only: list[str] | None = None, root: Path = ROOT) -> list
 
 
 def summary(results: list[dict]) -> list[dict]:
-    """Per GPU and per vendor: rows, median and worst |error|."""
+    """Per GPU and per vendor, over both rounds and per round: rows, median and worst
+    |error| (Megatron-Bridge's reported-only rows are left out)."""
     groups: dict[str, list[float]] = {}
     for r in results:
         if r.get("error") in (None, "") or r.get("reported_only"):
             continue
         for key in (r["gpu"], f"vendor {r['vendor']}"):
-            groups.setdefault(key, []).append(float(r["error"]))
+            for name in (key, f"{r['round']} {key}"):
+                groups.setdefault(name, []).append(float(r["error"]))
     return [{"group": k, "rows": len(v), "median_abs": median(abs(e) for e in v),
              "worst": max(v, key=abs)} for k, v in groups.items()]
 
@@ -224,18 +226,22 @@ def write(results: list[dict], root: Path = ROOT) -> None:
         w = csv.DictWriter(f, RESULT_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(results)
-    lines = ["# Llama 2 70B LoRA (MLPerf Training v4.1): simulated vs measured step time", "",
+    lines = ["# Llama 2 70B LoRA (MLPerf Training v4.1 and v5.0): simulated vs measured "
+             "step time", "",
              "Written by `python -m simulator.validation.finetune`; split and setup in "
              "`split.yaml` (declared before any row ran; nothing fitted; its amendment, "
              "the FP8 base the H200 TP1 runs' memory requires, is recorded there).", "",
-             "| GPU | system | GPUs | TP | CP | GA | measured s | simulated s | error | "
-             "peak GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "v5.0 rows (`mlperf_v50_lora.csv`, `extract_mlperf_v50.py`) are published data "
+             "outside ../shared: validation only.", "",
+             "| round | GPU | system | GPUs | TP | CP | recompute | GA | measured s | "
+             "simulated s | error | peak GiB |", "|---" * 12 + "|"]
     for r in results:
         if r.get("error") in (None, ""):
-            lines.append(f"| {r['gpu']} | {r['system']} | {r['gpus']} | | | | "
+            lines.append(f"| {r['round']} | {r['gpu']} | {r['system']} | {r['gpus']} | | | | | "
                          f"{r['measured_s']} | | {r['note']} | |")
             continue
-        lines.append(f"| {r['gpu']} | {r['system']} | {r['gpus']} | {r['tp']} | {r['cp']} | "
+        lines.append(f"| {r['round']} | {r['gpu']} | {r['system']} | {r['gpus']} | {r['tp']} | "
+                     f"{r['cp']} | {r.get('recompute') or ''} | "
                      f"{r['grad_accum']} | {r['measured_s']} | {r['simulated_s']} | "
                      f"{r['error']:+.1%}{' (reported only)' if r.get('reported_only') else ''}"
                      f" | {r['peak_memory_gib']}{' OOM' if r['oom'] else ''} |")

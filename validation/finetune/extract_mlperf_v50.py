@@ -171,7 +171,8 @@ def parallelism(env: dict) -> dict:
 def find_config(mirror: Mirror, submitter: str, system: str, gpu: str, gpus: int,
                 per_node: int, gbs: int) -> tuple[str, dict | None, str]:
     """The config of one system: (path, settings, how it was matched). A file named after
-    another GPU, or after another of the submitter's systems with another GPU, is not it."""
+    another GPU, or after another of the submitter's systems with another GPU, is not it,
+    nor one that names no GPU beside files that name this one (HPE's XD670 vs XD670_H200)."""
     others = {Path(f).stem: gpu_model(json.loads(mirror.read(f)).get("accelerator_model_name", ""))
               for f in mirror.files if f.startswith(f"{submitter}/systems/") and f.endswith(".json")
               and Path(f).stem != system}
@@ -183,12 +184,16 @@ def find_config(mirror: Mirror, submitter: str, system: str, gpu: str, gpus: int
     for p in paths:
         named = gpu_model(Path(p).name)          # the GPU a file name names, if any
         named = named if named in GPU_NAMES else others.get(_named_system(p, others), named)
-        if system.lower() not in p.lower() and named in GPU_NAMES and named != gpu:
+        own = system.lower() in p.lower()
+        if not own and named in GPU_NAMES and named != gpu:
             continue                             # another GPU's config
+        if not own and named != gpu and any(gpu_model(Path(q).name) == gpu for q in paths
+                                            if Path(q).parent == Path(p).parent):
+            continue         # the directory names this GPU's configs; an unnamed one is not
         s = parallelism(config_settings(mirror, p))
         if s["gpus"] == gpus and s["gpus_per_node"] == per_node and s["gbs"] == gbs:
             similarity = SequenceMatcher(None, system.lower(), Path(p).name.lower()).ratio()
-            found.append(((system.lower() not in p.lower(), named != gpu), -similarity, p, s))
+            found.append(((not own, named != gpu), -similarity, p, s))
     if not found:
         return "", None, "no config matching nodes/gpus-per-node/GBS"
     found.sort(key=lambda f: f[:3])
