@@ -77,3 +77,33 @@ def test_topology_summary_names_the_mesh_links(capsys):
     assert code == 0 and "NVSwitch fabrics: 0" in out
     row = next(line.split() for line in out.splitlines() if "infinity-fabric-3" in line)
     assert row[:3] == ["infinity-fabric-3", "infinity_fabric", "28"]
+
+
+LORA = "llama2-70b-lora-mi300x"
+
+
+def test_the_lora_scenario_costs_what_its_validation_row_costs(capsys):
+    """llama2-70b-lora-mi300x is AMD's MLPerf v5.0 recipe: without variability its step is
+    the simulated step of the validation row MI300X_EPYC_9575F_pytorch (one path, one
+    price), 8 x MI300X holding Llama 2 70B's FP8 base whole on each GPU."""
+    import csv
+
+    from simulator.validation.finetune import ROOT
+    code, out, _ = run_main(capsys, "run", LORA, "--set", "simulation.variability=none",
+                            "--format", "json", "-q")
+    assert code == 0
+    d = json.loads(out)
+    with open(ROOT / "results.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["system"] == "MI300X_EPYC_9575F_pytorch")
+    assert abs(d["iteration_time_s"] - float(row["simulated_s"])) < 1e-4
+    assert abs(d["peak_memory_gib"] - float(row["peak_memory_gib"])) < 0.06 and not d["oom"]
+
+
+def test_compare_keeps_the_lora_under_fsdp(capsys):
+    code, out, _ = run_main(capsys, "compare", LORA, "--strategies", "fsdp-full,megatron", "-q")
+    assert code == 0
+    rows: dict = {}
+    for r in table_rows(out):        # the comparison table first (the energy table follows)
+        if r[0] in ("fsdp-full", "megatron"):
+            rows.setdefault(r[0], r)
+    assert set(rows) == {"fsdp-full", "megatron"} and all(r[3] == "fits" for r in rows.values())
