@@ -27,14 +27,21 @@ def test_run_table_never_quotes_an_nvidia_error(capsys):
     assert not any("%" in line or "H100" in line or "A100" in line for line in accuracy)
 
 
-def test_compare_runs_each_strategy_on_the_mesh(capsys):
-    code, out, _ = run_main(capsys, "compare", SCN, "--strategies", "fsdp-full,ddp", "-q")
+def _compare_fits(capsys, scenario: str, strategies: tuple[str, ...]) -> str:
+    """``compare`` on the scenario: every strategy's row says it fits; the output."""
+    code, out, _ = run_main(capsys, "compare", scenario, "--strategies", ",".join(strategies),
+                            "-q")
     assert code == 0
     rows: dict = {}
     for r in table_rows(out):        # the comparison table first (the energy table follows)
-        if r[0] in ("fsdp-full", "ddp"):
+        if r[0] in strategies:
             rows.setdefault(r[0], r)
-    assert set(rows) == {"fsdp-full", "ddp"} and all(r[3] == "fits" for r in rows.values())
+    assert set(rows) == set(strategies) and all(r[3] == "fits" for r in rows.values())
+    return out
+
+
+def test_compare_runs_each_strategy_on_the_mesh(capsys):
+    out = _compare_fits(capsys, SCN, ("fsdp-full", "ddp"))
     assert "no kernels are fitted on cdna3 GPUs" in out
     assert "no validated case on AMD GPUs" in out
 
@@ -100,10 +107,4 @@ def test_the_lora_scenario_costs_what_its_validation_row_costs(capsys):
 
 
 def test_compare_keeps_the_lora_under_fsdp(capsys):
-    code, out, _ = run_main(capsys, "compare", LORA, "--strategies", "fsdp-full,megatron", "-q")
-    assert code == 0
-    rows: dict = {}
-    for r in table_rows(out):        # the comparison table first (the energy table follows)
-        if r[0] in ("fsdp-full", "megatron"):
-            rows.setdefault(r[0], r)
-    assert set(rows) == {"fsdp-full", "megatron"} and all(r[3] == "fits" for r in rows.values())
+    _compare_fits(capsys, LORA, ("fsdp-full", "megatron"))
