@@ -1,8 +1,11 @@
 """The AMD scenario end to end: run, compare, capacity, plan and collective on
-llama3-8b-fsdp-mi300x / mi300x-8gpu (8x MI300X on an Infinity Fabric mesh, RCCL)."""
+llama3-8b-fsdp-mi300x / mi300x-8gpu (8x MI300X on an Infinity Fabric mesh, RCCL); run and
+compare on llama2-70b-lora-mi300x (AMD's MLPerf v5.0 LoRA recipe)."""
 
+import csv
 import json
 
+from simulator.validation.finetune import ROOT as FINETUNE
 from test_cli import run_main, table_rows
 
 SCN = "llama3-8b-fsdp-mi300x"
@@ -93,14 +96,11 @@ def test_the_lora_scenario_costs_what_its_validation_row_costs(capsys):
     """llama2-70b-lora-mi300x is AMD's MLPerf v5.0 recipe: without variability its step is
     the simulated step of the validation row MI300X_EPYC_9575F_pytorch (one path, one
     price), 8 x MI300X holding Llama 2 70B's FP8 base whole on each GPU."""
-    import csv
-
-    from simulator.validation.finetune import ROOT
     code, out, _ = run_main(capsys, "run", LORA, "--set", "simulation.variability=none",
                             "--format", "json", "-q")
     assert code == 0
     d = json.loads(out)
-    with open(ROOT / "results.csv", newline="") as f:
+    with open(FINETUNE / "results.csv", newline="") as f:
         row = next(r for r in csv.DictReader(f) if r["system"] == "MI300X_EPYC_9575F_pytorch")
     assert abs(d["iteration_time_s"] - float(row["simulated_s"])) < 1e-4
     assert abs(d["peak_memory_gib"] - float(row["peak_memory_gib"])) < 0.06 and not d["oom"]

@@ -6,14 +6,15 @@ the v5.0 extractor's step-time methods and config parsing do what MLPERF_V41.md 
 
 from __future__ import annotations
 
+import copy
 import csv
+import importlib.util
+from pathlib import Path
 
 import pytest
 
-import importlib.util
-
-from simulator.validation.finetune import (DATA_V50, ROOT, load_split, mlperf_rows,
-                                           scenario_of, simulate_row, summary)
+from simulator.validation.finetune import (DATA_V50, ROOT, _simulate, load_split,
+                                           mlperf_rows, scenario_of, simulate_row, summary)
 
 SPLIT = load_split()
 ROWS = mlperf_rows()
@@ -174,7 +175,6 @@ def test_the_amd_diagnosis_quoted_in_docs_amd():
     """docs/amd.md's numbers for what the AMD rows miss: the rows with every GEMM at the
     16-bit rate (bf16 step, bf16 base), and the MI300X / MI325X step ratio measured against
     simulated (same constants on both)."""
-    import copy
     docs = (ROOT.parents[1] / "docs" / "amd.md").read_text().replace("\n", " ")
     sims = {}
     for name in ("MI300X_EPYC_9575F_pytorch", "MI325X_EPYC_9575F_pytorch"):
@@ -182,7 +182,6 @@ def test_the_amd_diagnosis_quoted_in_docs_amd():
         scn["training"]["precision"] = "bf16"
         del scn["training"]["fp8_recipe"]
         scn["training"]["finetune"]["base_precision"] = "bf16"
-        from simulator.validation.finetune import _simulate
         sims[name] = _simulate(scn).iteration_time_s
     mi300x, mi325x = sims["MI300X_EPYC_9575F_pytorch"], sims["MI325X_EPYC_9575F_pytorch"]
     assert f"8x MI300X row simulates {mi300x:.2f} s" in docs
@@ -193,3 +192,12 @@ def test_the_amd_diagnosis_quoted_in_docs_amd():
     m, s = measured[0] / measured[1], simulated[0] / simulated[1]
     assert f"is {m:.2f}x the MI325X one" in docs and f"gives {s:.2f}x" in docs
     assert f"about {m / s - 1:.0%} slower" in docs
+
+
+MIRROR = Path("/work/.mirror/mlcommons+training_results_v5.0/repo")
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="no mirror of training_results_v5.0 here")
+def test_the_committed_v50_table_is_what_the_extractor_writes(tmp_path):
+    extract.main([str(MIRROR), str(tmp_path / "v50.csv")])
+    assert (tmp_path / "v50.csv").read_text() == (ROOT / DATA_V50).read_text()
