@@ -53,20 +53,23 @@ def _recompute(row: dict) -> dict:
 
 def _cluster(row: dict, topologies: dict) -> dict:
     """The row's topology: ``{one: server, many: fabric}`` picks a single server (8 GPUs
-    or fewer) or a fabric of as many nodes as the GPUs fill."""
+    or fewer) or a fabric of as many nodes as the GPUs fill. An H200 runs on the H100
+    SuperPOD with its GPU swapped (as the v4.1 rows)."""
     from simulator.validation.parallel.nemo import gpus_per_node
     gpu, gpus = row["gpu_model"], _int(row["gpus"])
-    if gpu == "H200":
-        return {**_cluster({**row, "gpu_model": "H100"}, topologies),
-                "topology_set": {"params.node.gpu": "H200-SXM"}}
     topology = topologies[gpu]
     if isinstance(topology, dict) and gpus <= GPUS_PER_NODE:
-        return {"topology": topology["one"], **({"gpus": gpus} if gpus < GPUS_PER_NODE else {})}
+        cluster = {"topology": topology["one"]}
+        if gpus < GPUS_PER_NODE:
+            cluster["gpus"] = gpus
+        return cluster
     topology = topology["many"] if isinstance(topology, dict) else topology
     per_node = gpus_per_node(topology)
     cluster = {"topology": topology, "nodes": -(-gpus // per_node)}
     if gpus % per_node:
         cluster["gpus"] = gpus
+    if gpu == "H200":
+        cluster["topology_set"] = {"params.node.gpu": "H200-SXM"}
     return cluster
 
 
@@ -90,7 +93,10 @@ def scenario_of(row: dict, split: dict) -> dict:
     if row.get("round") == "v5.0":
         strategy = {**strategy, **_recompute(row)}
         for key, value in split["v50"]["strategy"].get(vendor_of(gpu), {}).items():
-            strategy.pop(key, None) if value is None else strategy.update({key: value})
+            if value is None:
+                strategy.pop(key, None)
+            else:
+                strategy[key] = value
         return _scenario(row, setup, strategy, micro, _cluster(row, split["v50"]["topologies"]))
     cluster = {"topology": split["topologies"][gpu], "nodes": -(-gpus // GPUS_PER_NODE)}
     if gpus < GPUS_PER_NODE or per_node != GPUS_PER_NODE:
