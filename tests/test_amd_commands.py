@@ -1,8 +1,11 @@
 """The AMD scenario end to end: run, compare, capacity, plan and collective on
-llama3-8b-fsdp-mi300x / mi300x-8gpu (8x MI300X on an Infinity Fabric mesh, RCCL)."""
+llama3-8b-fsdp-mi300x / mi300x-8gpu (8x MI300X on an Infinity Fabric mesh, RCCL); run and
+compare on llama2-70b-lora-mi300x (AMD's MLPerf v5.0 LoRA recipe)."""
 
+import csv
 import json
 
+from simulator.validation.finetune import ROOT as FINETUNE
 from test_cli import run_main, table_rows
 
 SCN = "llama3-8b-fsdp-mi300x"
@@ -27,14 +30,21 @@ def test_run_table_never_quotes_an_nvidia_error(capsys):
     assert not any("%" in line or "H100" in line or "A100" in line for line in accuracy)
 
 
-def test_compare_runs_each_strategy_on_the_mesh(capsys):
-    code, out, _ = run_main(capsys, "compare", SCN, "--strategies", "fsdp-full,ddp", "-q")
+def _compare_fits(capsys, scenario: str, strategies: tuple[str, ...]) -> str:
+    """``compare`` on the scenario: every strategy's row says it fits; the output."""
+    code, out, _ = run_main(capsys, "compare", scenario, "--strategies", ",".join(strategies),
+                            "-q")
     assert code == 0
     rows: dict = {}
     for r in table_rows(out):        # the comparison table first (the energy table follows)
-        if r[0] in ("fsdp-full", "ddp"):
+        if r[0] in strategies:
             rows.setdefault(r[0], r)
-    assert set(rows) == {"fsdp-full", "ddp"} and all(r[3] == "fits" for r in rows.values())
+    assert set(rows) == set(strategies) and all(r[3] == "fits" for r in rows.values())
+    return out
+
+
+def test_compare_runs_each_strategy_on_the_mesh(capsys):
+    out = _compare_fits(capsys, SCN, ("fsdp-full", "ddp"))
     assert "no kernels are fitted on cdna3 GPUs" in out
     assert "no validated case on AMD GPUs" in out
 
@@ -77,3 +87,24 @@ def test_topology_summary_names_the_mesh_links(capsys):
     assert code == 0 and "NVSwitch fabrics: 0" in out
     row = next(line.split() for line in out.splitlines() if "infinity-fabric-3" in line)
     assert row[:3] == ["infinity-fabric-3", "infinity_fabric", "28"]
+
+
+LORA = "llama2-70b-lora-mi300x"
+
+
+def test_the_lora_scenario_costs_what_its_validation_row_costs(capsys):
+    """llama2-70b-lora-mi300x is AMD's MLPerf v5.0 recipe: without variability its step is
+    the simulated step of the validation row MI300X_EPYC_9575F_pytorch (one path, one
+    price), 8 x MI300X holding Llama 2 70B's FP8 base whole on each GPU."""
+    code, out, _ = run_main(capsys, "run", LORA, "--set", "simulation.variability=none",
+                            "--format", "json", "-q")
+    assert code == 0
+    d = json.loads(out)
+    with open(FINETUNE / "results.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["system"] == "MI300X_EPYC_9575F_pytorch")
+    assert abs(d["iteration_time_s"] - float(row["simulated_s"])) < 1e-4
+    assert abs(d["peak_memory_gib"] - float(row["peak_memory_gib"])) < 0.06 and not d["oom"]
+
+
+def test_compare_keeps_the_lora_under_fsdp(capsys):
+    _compare_fits(capsys, LORA, ("fsdp-full", "megatron"))

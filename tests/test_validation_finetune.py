@@ -1,24 +1,32 @@
 """The fine-tuning validation (validation/finetune/, simulator/validation/finetune.py): the
-rows map to the scenario the split declares, the committed results meet the issue's goal
-(median |error| <= 7% per vendor and per GPU, every row within 20%), and one cheap row
-simulated now gives the committed number."""
+rows map to the scenario the split declares, the committed v4.1 results meet the issue's goal
+(median |error| <= 7% per vendor and per GPU, every row within 20%; the v5.0 rows do not yet:
+a strict xfail), one cheap row of each vendor simulated now gives the committed number, and
+the v5.0 extractor's step-time methods and config parsing do what MLPERF_V41.md says."""
 
 from __future__ import annotations
 
+import copy
 import csv
+import importlib.util
+from pathlib import Path
 
 import pytest
 
-from simulator.validation.finetune import (ROOT, load_split, mlperf_rows, scenario_of,
-                                           simulate_row, summary)
+from simulator.validation.finetune import (DATA_V50, ROOT, _simulate, load_split,
+                                           mlperf_rows, scenario_of, simulate_row, summary)
 
 SPLIT = load_split()
 ROWS = mlperf_rows()
+V50 = mlperf_rows(data=DATA_V50)
+_spec = importlib.util.spec_from_file_location("extract_v50", ROOT / "extract_mlperf_v50.py")
+extract = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(extract)
 
 
 def _results() -> list[dict]:
     with open(ROOT / "results.csv", newline="") as f:
-        return list(csv.DictReader(f))
+        return [{**r, "reported_only": r["reported_only"] == "True"} for r in csv.DictReader(f)]
 
 
 def test_the_split_fits_nothing_and_names_existing_rows():
@@ -48,10 +56,13 @@ def test_a_row_becomes_the_mlperf_reference_setup():
 
 
 def test_committed_results_meet_the_goal_per_gpu_and_vendor():
-    rows = [r for r in _results() if r["error"] and r["reported_only"] != "True"]
+    rows = [r for r in _results() if r["error"] and not r["reported_only"]
+            and r["round"] == "v4.1"]
     validated = sum(len(v) for v in SPLIT["validation"].values())
     assert len(rows) == validated
-    for s in summary([{**r, "error": float(r["error"])} for r in rows]):
+    groups = summary([{**r, "error": float(r["error"])} for r in rows])
+    assert {s["group"] for s in groups} >= {"vendor NVIDIA", "H100", "H200", "B200"}
+    for s in groups:
         assert s["median_abs"] <= SPLIT["gates"]["median_abs_error_per_vendor"], s
     assert max(abs(float(r["error"])) for r in rows) <= SPLIT["gates"]["worst_abs_error"]
 
@@ -60,3 +71,133 @@ def test_one_row_simulated_now_gives_the_committed_number():
     row = simulate_row(ROWS["b200_preview_nemo"], SPLIT)
     committed = next(r for r in _results() if r["system"] == "b200_preview_nemo")
     assert row["simulated_s"] == pytest.approx(float(committed["simulated_s"]), abs=1e-4)
+
+
+def test_the_v50_split_names_every_row_once():
+    validated = [s for v in SPLIT["v50"]["validation"].values() for s in v]
+    assert len(validated) == len(set(validated))
+    assert set(V50) == set(validated) | set(SPLIT["v50"]["excluded"])
+    for system in validated:
+        assert V50[system]["tp"] and V50[system]["config_match"] == "matched nodes/gpus/gbs"
+    committed = {r["system"] for r in _results() if r["round"] == "v5.0" and r["error"]}
+    assert committed == set(validated)
+
+
+def test_an_amd_row_runs_amds_own_recipe():
+    row = V50["MI300X_EPYC_9575F_pytorch"]
+    assert (row["step_time_method"], row["recompute"]) == ("Cx10", "full/block/21")
+    scn = scenario_of(row, SPLIT)
+    s = scn["strategy"]
+    assert (s["tensor_model_parallel_size"], s["context_parallel_size"]) == (1, 1)
+    assert (s["recompute_granularity"], s["recompute_method"], s["recompute_num_layers"]) == \
+        ("full", "block", 21)
+    assert "use_distributed_optimizer" not in s and "tp_comm_overlap" not in s
+    assert scn["cluster"] == {"topology": "mi300x-8gpu"}
+    two = scenario_of(V50["MI300X-LLMBoost-GPUBoost-2node"], SPLIT)
+    assert two["cluster"] == {"topology": "mi300x-roce-cluster", "nodes": 2}
+    assert two["strategy"]["context_parallel_size"] == 2
+    gb = scenario_of(V50["tyche_ngpu8_ngc25.04_nemo"], SPLIT)["cluster"]
+    assert gb == {"topology": "gb200-nvl72", "nodes": 1, "gpus": 8}
+
+
+@pytest.mark.xfail(strict=True, reason="AMD rows 30-45% fast: CDNA 3 FP8 GEMM efficiency and "
+                   "MI300X's 750 W clocks are not modelled (docs/amd.md); B200/GB200 too")
+def test_v50_rows_meet_the_goal_per_gpu_and_vendor():
+    rows = [{**r, "error": float(r["error"])} for r in _results()
+            if r["error"] and r["round"] == "v5.0"]
+    groups = summary(rows)
+    assert {s["group"] for s in groups} >= {"vendor AMD", "vendor NVIDIA", "MI300X", "MI325X"}
+    for s in groups:
+        assert s["median_abs"] <= SPLIT["gates"]["median_abs_error_per_vendor"], s
+
+
+def test_an_amd_row_simulated_now_gives_the_committed_number():
+    row = simulate_row(V50["MI325X_EPYC_9575F_pytorch"], SPLIT)
+    committed = next(r for r in _results() if r["system"] == "MI325X_EPYC_9575F_pytorch")
+    assert row["vendor"] == "AMD"
+    assert row["simulated_s"] == pytest.approx(float(committed["simulated_s"]), abs=1e-4)
+
+
+def _event(key, value=None, **metadata):
+    return {"key": key, "value": value, "time_ms": metadata.pop("t", 0), "metadata": metadata}
+
+
+def test_method_c_is_gbs_over_throughput_first_block_dropped():
+    events = [_event("tracked_stats", {"throughput": 1.0}, step=8),
+              _event("tracked_stats", {"throughput": 2.0}, step=16),
+              _event("tracked_stats", {"throughput": 4.0}, step=24)]
+    # blocks 2 and 3: 8 / 2 = 4 s and 8 / 4 = 2 s, median 3 s
+    assert extract.step_time(events, 8) == (3.0, "C")
+
+
+def test_method_b_is_the_median_block_step_time_first_dropped():
+    events = [_event("tracked_stats", {"throughput": 1.0, "train_step_time": t})
+              for t in (9.0, 1.0, 2.0, 4.0)]
+    assert extract.step_time(events, 8) == (2.0, "B")
+
+
+def test_method_d_is_the_block_interval_over_its_steps():
+    events = [_event("block_start", t=0, samples_count=0),
+              _event("block_stop", t=10_000, samples_count=0, curr_global_step=5),
+              _event("block_start", t=20_000, samples_count=40),
+              _event("block_stop", t=26_000, samples_count=40, curr_global_step=8)]
+    # second block: 6 s over steps 5..8 = 2 s a step (the first block is dropped)
+    assert extract.step_time(events, 8) == (2.0, "D")
+
+
+def test_config_scripts_take_their_exports_and_defaults():
+    env = extract.shell_vars("export TP=1\nexport ACG=full && export ACL=21  # c\n"
+                             "MBS=${MBS:-2}\n# export CP=4\n", {"CP": "2"})
+    assert env == {"TP": "1", "ACG": "full", "ACL": "21", "MBS": "2", "CP": "2"}
+    p = extract.parallelism({**env, "DGXNNODES": "1", "DGXNGPU": "8", "MINIBS": "1",
+                             "FP8": "True", "ACM": "block"})
+    assert (p["tp"], p["cp"], p["gbs"], p["precision"], p["recompute"]) == \
+        (1, 2, 4, "FP8", "full/block/21")            # GBS = MINIBS x 8 / (TP x CP)
+
+
+def test_the_v50_table_in_docs_amd_is_the_reports():
+    """docs/amd.md quotes the report's group lines; the report's groups are the summary of
+    the committed results."""
+    report = (ROOT / "report.md").read_text().splitlines()
+    rows = [{**r, "error": float(r["error"])} for r in _results() if r["error"]]
+    for s in summary(rows):
+        assert (f"| {s['group']} | {s['rows']} | {s['median_abs']:.1%} | "
+                f"{s['worst']:+.1%} |") in report
+    docs = (ROOT.parents[1] / "docs" / "amd.md").read_text()
+    quoted = [line for line in docs.splitlines() if line.startswith("| v5.0 ")]
+    assert len(quoted) == 4 and all(line in report for line in quoted)
+    amd = sorted(-float(r["error"]) for r in _results() if r["vendor"] == "AMD" and r["error"])
+    assert min(amd) > 0 and f"AMD row is {amd[0]:.0%}-{amd[-1]:.0%} fast".replace("%-", "-") \
+        in docs
+
+
+def test_the_amd_diagnosis_quoted_in_docs_amd():
+    """docs/amd.md's numbers for what the AMD rows miss: the rows with every GEMM at the
+    16-bit rate (bf16 step, bf16 base), and the MI300X / MI325X step ratio measured against
+    simulated (same constants on both)."""
+    docs = (ROOT.parents[1] / "docs" / "amd.md").read_text().replace("\n", " ")
+    sims = {}
+    for name in ("MI300X_EPYC_9575F_pytorch", "MI325X_EPYC_9575F_pytorch"):
+        scn = copy.deepcopy(scenario_of(V50[name], SPLIT))
+        scn["training"]["precision"] = "bf16"
+        del scn["training"]["fp8_recipe"]
+        scn["training"]["finetune"]["base_precision"] = "bf16"
+        sims[name] = _simulate(scn).iteration_time_s
+    mi300x, mi325x = sims["MI300X_EPYC_9575F_pytorch"], sims["MI325X_EPYC_9575F_pytorch"]
+    assert f"8x MI300X row simulates {mi300x:.2f} s" in docs
+    assert f"MI325X row {mi325x:.2f} s" in docs
+    committed = {r["system"]: r for r in _results()}
+    measured = [float(committed[n]["measured_s"]) for n in sims]
+    simulated = [float(committed[n]["simulated_s"]) for n in sims]
+    m, s = measured[0] / measured[1], simulated[0] / simulated[1]
+    assert f"is {m:.2f}x the MI325X one" in docs and f"gives {s:.2f}x" in docs
+    assert f"about {m / s - 1:.0%} slower" in docs
+
+
+MIRROR = Path("/work/.mirror/mlcommons+training_results_v5.0/repo")
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="no mirror of training_results_v5.0 here")
+def test_the_committed_v50_table_is_what_the_extractor_writes(tmp_path):
+    extract.main([str(MIRROR), str(tmp_path / "v50.csv")])
+    assert (tmp_path / "v50.csv").read_text() == (ROOT / DATA_V50).read_text()

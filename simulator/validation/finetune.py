@@ -1,10 +1,11 @@
-"""MLPerf Training v4.1 Llama 2 70B LoRA step times against the simulator
+"""MLPerf Training v4.1 and v5.0 Llama 2 70B LoRA step times against the simulator
 (``validation/finetune/``: ``split.yaml`` declares the rows and the setup; nothing is
 fitted). Each validation row runs as a ``megatron`` scenario with the row's GPU, GPU count,
-TP, CP, global and micro batch, and the MLPerf reference LoRA setup of ``split.yaml``
-(``mlperf_setup``); the simulated iteration time is compared with the row's median step
-time. ``python -m simulator.validation.finetune [--max-gpus N] [--rows ID ...]`` writes
-``results.csv`` and ``report.md`` beside the split.
+TP, CP, global and micro batch, activation recompute, and the MLPerf reference LoRA setup
+of ``split.yaml`` (``mlperf_setup``, with a vendor's ``v50.strategy`` changes: AMD's NeMo
+runs fused Adam, not the distributed optimizer); the simulated iteration time is compared
+with the row's median step time. ``python -m simulator.validation.finetune [--max-gpus N]
+[--rows ID ...]`` writes ``results.csv`` and ``report.md`` beside the split.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2] / "validation" / "finetune"
 DATA = "mlperf_v41_steps.csv"
+DATA_V50 = "mlperf_v50_lora.csv"       # extract_mlperf_v50.py's output (validation only)
 GPUS_PER_NODE = 8
-RESULT_COLUMNS = ["vendor", "gpu", "system", "submitter", "gpus", "tp", "cp", "global_batch",
+RESULT_COLUMNS = ["round", "vendor", "gpu", "system", "submitter", "gpus", "tp", "cp",
+                  "recompute", "global_batch",
                   "grad_accum", "measured_s", "simulated_s", "error", "peak_memory_gib",
                   "oom", "reported_only", "note"]
 
@@ -28,10 +31,46 @@ def load_split(root: Path = ROOT) -> dict:
     return yaml.safe_load((root / "split.yaml").read_text())
 
 
-def mlperf_rows(root: Path = ROOT) -> dict[str, dict]:
-    """The LoRA rows of the copied MLPerf table, by system."""
-    with open(root / DATA, newline="") as f:
+def mlperf_rows(root: Path = ROOT, data: str = DATA) -> dict[str, dict]:
+    """The LoRA rows of an MLPerf table (``DATA`` v4.1, ``DATA_V50`` v5.0), by system."""
+    with open(root / data, newline="") as f:
         return {r["system"]: r for r in csv.DictReader(f) if r["benchmark"] == "llama2_70b_lora"}
+
+
+def vendor_of(gpu: str) -> str:
+    from simulator.validation.envelope import vendor
+    return vendor(gpu).upper() if vendor(gpu) == "amd" else "NVIDIA"
+
+
+def _recompute(row: dict) -> dict:
+    """The row's NeMo activation checkpointing (``ACG/ACM/ACL``: ``full/block/21``)."""
+    if not row.get("recompute"):
+        return {}
+    granularity, method, layers = row["recompute"].split("/")
+    return {"recompute_granularity": granularity, "recompute_method": method,
+            "recompute_num_layers": int(layers)}
+
+
+def _cluster(row: dict, topologies: dict) -> dict:
+    """The row's topology: ``{one: server, many: fabric}`` picks a single server (8 GPUs
+    or fewer) or a fabric of as many nodes as the GPUs fill. An H200 runs on the H100
+    SuperPOD with its GPU swapped (as the v4.1 rows)."""
+    from simulator.validation.parallel.nemo import gpus_per_node
+    gpu, gpus = row["gpu_model"], _int(row["gpus"])
+    topology = topologies[gpu]
+    if isinstance(topology, dict) and gpus <= GPUS_PER_NODE:
+        cluster = {"topology": topology["one"]}
+        if gpus < GPUS_PER_NODE:
+            cluster["gpus"] = gpus
+        return cluster
+    topology = topology["many"] if isinstance(topology, dict) else topology
+    per_node = gpus_per_node(topology)
+    cluster = {"topology": topology, "nodes": -(-gpus // per_node)}
+    if gpus % per_node:
+        cluster["gpus"] = gpus
+    if gpu == "H200":
+        cluster["topology_set"] = {"params.node.gpu": "H200-SXM"}
+    return cluster
 
 
 def _int(value: str, default: int = 1) -> int:
@@ -51,12 +90,24 @@ def scenario_of(row: dict, split: dict) -> dict:
         strategy.pop("tp_comm_overlap", None)
     if row["cuda_graph"].startswith("yes"):
         strategy["cuda_graph_impl"] = "transformer_engine"
+    if row.get("round") == "v5.0":
+        strategy = {**strategy, **_recompute(row)}
+        for key, value in split["v50"]["strategy"].get(vendor_of(gpu), {}).items():
+            if value is None:
+                strategy.pop(key, None)
+            else:
+                strategy[key] = value
+        return _scenario(row, setup, strategy, micro, _cluster(row, split["v50"]["topologies"]))
     cluster = {"topology": split["topologies"][gpu], "nodes": -(-gpus // GPUS_PER_NODE)}
     if gpus < GPUS_PER_NODE or per_node != GPUS_PER_NODE:
         cluster["gpus"] = gpus
     if gpu == "H200":
         cluster = {**cluster, "topology": "dgx-h100-superpod",
                    "topology_set": {"params.node.gpu": "H200-SXM"}}
+    return _scenario(row, setup, strategy, micro, cluster)
+
+
+def _scenario(row: dict, setup: dict, strategy: dict, micro: int, cluster: dict) -> dict:
     return {"name": f"mlperf-lora-{row['system']}", "model": setup["model"],
             "training": {"micro_batch": micro, "seq_len": setup["seq_len"],
                          "global_batch": _int(row["global_batch"]),
@@ -72,7 +123,9 @@ def simulate_row(row: dict, split: dict) -> dict:
     measured = float(row["median_step_time_s"])
     sim = metrics.iteration_time_s
     dp = _int(row["gpus"]) // (_int(row["tp"]) * _int(row["cp"]))
-    return {"vendor": "NVIDIA", "gpu": row["gpu_model"], "system": row["system"],
+    return {"round": row["round"], "vendor": vendor_of(row["gpu_model"]),
+            "gpu": row["gpu_model"], "system": row["system"],
+            "recompute": row.get("recompute", ""),
             "submitter": row["submitter"], "gpus": row["gpus"], "tp": _int(row["tp"]),
             "cp": _int(row["cp"]), "global_batch": row["global_batch"],
             "grad_accum": _int(row["global_batch"]) // (dp * _int(row["micro_batch"], 1)),
@@ -105,8 +158,8 @@ def bridge_rows() -> list[dict]:
             scn["strategy"]["peft"] = "lora"
         scn["simulation"] = {"variability": "none"}
         measured = float(row["tokens_per_s_per_gpu"])
-        base = {"vendor": "NVIDIA", "gpu": "GB200", "system": name, "submitter":
-                f"Megatron-Bridge 26.06 {row['task']}", "gpus": row["gpus"],
+        base = {"round": "bridge", "vendor": "NVIDIA", "gpu": "GB200", "system": name,
+                "submitter": f"Megatron-Bridge 26.06 {row['task']}", "gpus": row["gpus"],
                 "tp": int(row["TP"]), "cp": int(row["CP"]), "global_batch": row["GBS"],
                 "measured_s": round(int(row["GBS"]) * int(row["seq_len"]) / measured /
                                     int(row["gpus"]), 4), "reported_only": True}
@@ -132,34 +185,44 @@ def _simulate(scn: dict):
     return run_setup(build_setup(scenario_from_dict(scn, scn["name"]), scn["name"])).metrics
 
 
-def run(max_gpus: int, only: list[str] | None = None, root: Path = ROOT) -> list[dict]:
-    split, rows = load_split(root), mlperf_rows(root)
+def validation_rows(split: dict, root: Path = ROOT) -> list[tuple[dict, str]]:
+    """(MLPerf row, GPU) of every validation row, v4.1 then v5.0."""
     out = []
-    for gpu, systems in split["validation"].items():
-        for system in systems:
-            if only and system not in only:
-                continue
-            row = rows[system]
-            if _int(row["gpus"]) > max_gpus:
-                out.append({"vendor": "NVIDIA", "gpu": gpu, "system": system,
-                            "submitter": row["submitter"], "gpus": row["gpus"],
-                            "measured_s": float(row["median_step_time_s"]),
-                            "note": f"not simulated: more than --max-gpus {max_gpus}"})
-                continue
-            out.append(simulate_row(row, split))
-            print(f"{system}: {out[-1]['simulated_s']} s vs {out[-1]['measured_s']} s "
-                  f"({out[-1]['error']:+.1%})", flush=True)
+    for systems, rows in ((split["validation"], mlperf_rows(root)),
+                          (split["v50"]["validation"], mlperf_rows(root, DATA_V50))):
+        out += [(rows[system], gpu) for gpu, names in systems.items() for system in names]
+    return out
+
+
+def run(max_gpus: int, only: list[str] | None = None, root: Path = ROOT) -> list[dict]:
+    split = load_split(root)
+    out = []
+    for row, gpu in validation_rows(split, root):
+        system = row["system"]
+        if only and system not in only:
+            continue
+        if _int(row["gpus"]) > max_gpus:
+            out.append({"round": row["round"], "vendor": vendor_of(gpu), "gpu": gpu,
+                        "system": system, "submitter": row["submitter"], "gpus": row["gpus"],
+                        "measured_s": float(row["median_step_time_s"]),
+                        "note": f"not simulated: more than --max-gpus {max_gpus}"})
+            continue
+        out.append(simulate_row(row, split))
+        print(f"{row['round']} {system}: {out[-1]['simulated_s']} s vs "
+              f"{out[-1]['measured_s']} s ({out[-1]['error']:+.1%})", flush=True)
     return out
 
 
 def summary(results: list[dict]) -> list[dict]:
-    """Per GPU and per vendor: rows, median and worst |error|."""
+    """Per GPU and per vendor, over both rounds and per round: rows, median and worst
+    |error| (Megatron-Bridge's reported-only rows are left out)."""
     groups: dict[str, list[float]] = {}
     for r in results:
         if r.get("error") in (None, "") or r.get("reported_only"):
             continue
         for key in (r["gpu"], f"vendor {r['vendor']}"):
-            groups.setdefault(key, []).append(float(r["error"]))
+            for name in (key, f"{r['round']} {key}"):
+                groups.setdefault(name, []).append(float(r["error"]))
     return [{"group": k, "rows": len(v), "median_abs": median(abs(e) for e in v),
              "worst": max(v, key=abs)} for k, v in groups.items()]
 
@@ -169,18 +232,22 @@ def write(results: list[dict], root: Path = ROOT) -> None:
         w = csv.DictWriter(f, RESULT_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(results)
-    lines = ["# Llama 2 70B LoRA (MLPerf Training v4.1): simulated vs measured step time", "",
+    lines = ["# Llama 2 70B LoRA (MLPerf Training v4.1 and v5.0): simulated vs measured "
+             "step time", "",
              "Written by `python -m simulator.validation.finetune`; split and setup in "
              "`split.yaml` (declared before any row ran; nothing fitted; its amendment, "
              "the FP8 base the H200 TP1 runs' memory requires, is recorded there).", "",
-             "| GPU | system | GPUs | TP | CP | GA | measured s | simulated s | error | "
-             "peak GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "v5.0 rows (`mlperf_v50_lora.csv`, `extract_mlperf_v50.py`) are published data "
+             "outside ../shared: validation only.", "",
+             "| round | GPU | system | GPUs | TP | CP | recompute | GA | measured s | "
+             "simulated s | error | peak GiB |", "|---" * 12 + "|"]
     for r in results:
         if r.get("error") in (None, ""):
-            lines.append(f"| {r['gpu']} | {r['system']} | {r['gpus']} | | | | "
+            lines.append(f"| {r['round']} | {r['gpu']} | {r['system']} | {r['gpus']} | | | | | "
                          f"{r['measured_s']} | | {r['note']} | |")
             continue
-        lines.append(f"| {r['gpu']} | {r['system']} | {r['gpus']} | {r['tp']} | {r['cp']} | "
+        lines.append(f"| {r['round']} | {r['gpu']} | {r['system']} | {r['gpus']} | {r['tp']} | "
+                     f"{r['cp']} | {r.get('recompute') or ''} | "
                      f"{r['grad_accum']} | {r['measured_s']} | {r['simulated_s']} | "
                      f"{r['error']:+.1%}{' (reported only)' if r.get('reported_only') else ''}"
                      f" | {r['peak_memory_gib']}{' OOM' if r['oom'] else ''} |")
