@@ -91,6 +91,32 @@ def test_a_gb200_row_becomes_the_run_it_describes(spec, rows):
     assert (tr["precision"], tr["fp8_recipe"]) == ("fp8", "mxfp8")
 
 
+@pytest.mark.parametrize("gpus,domain", [
+    (8, 8), (64, 64), (72, 72),     # one tray count that fits one rack (18 trays): all of it
+    (128, 64),                      # 32 trays: the largest divisor up to 18 is 16 -> 64 GPUs
+    (256, 64),                      # 64 trays: 16 -> 64 GPUs per rack
+    (96, 48)])                      # 24 trays: 12 -> 48 GPUs per rack
+def test_gb200_jobs_fill_each_nvlink_domain_as_slurm_segment_does(gpus, domain):
+    assert nemo.segment_gpus(gpus, 4, 72) == domain
+
+
+def test_a_256_gpu_gb200_row_runs_64_gpus_per_rack(spec, rows):
+    # Megatron-Bridge's launcher gives Slurm --segment 16 (trays) for 64 GB200 trays: four
+    # racks of 64 GPUs, so each stage's EP32 group (32 consecutive ranks) sits in one rack
+    case = "parallel/bridge/gb200/26.08/qwen3-235b-a22b-256gpu-mxfp8-gbs8192"
+    sc = nemo.scenario_of(rows[case], ROOT, spec, "x", "blackwell")
+    assert sc["cluster"] == {"topology": "gb200-nvl72", "nodes": 4,
+                             "topology_set": {"params.node.gpus": 64}}
+    from simulator.scenario import scenario_from_dict
+    from simulator.topology.build import graph_gpus, scenario_graph
+    assert graph_gpus(scenario_graph(scenario_from_dict(sc, "x"))) == 256
+
+
+def test_a_job_that_does_not_fill_its_trays_is_refused():
+    with pytest.raises(ConfigError, match="trays of 4"):
+        nemo.segment_gpus(130, 4, 72)
+
+
 def test_a_b200_row_runs_on_dgx_b200_nodes(spec, rows):
     sc = nemo.scenario_of(rows["parallel/bridge/b200/25.11/llama3-1-405b-128gpu-fp8-cs-gbs64"],
                           ROOT, spec, "x", "blackwell")

@@ -59,6 +59,7 @@ class CasesFile(BaseModel):
     gates: Gates
     files: Files
     topologies: dict[str, str]
+    slurm_node_gpus: dict[str, int] = {}
     models: dict[str, str]
     nemo_models: dict[str, str] = {}
     nemo_strategy: dict[str, dict[str, bool | int | str]] = {}
