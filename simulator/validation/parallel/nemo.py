@@ -137,6 +137,10 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
     if ep > 1:
         strategy["expert_model_parallel_size"] = ep
     strategy.update(spec.nemo_strategy.get(row["model"], {}))
+    for recipe in spec.bridge_recipes:
+        if recipe.matches(row["model"], gpu_of(row), str(row["precision"]).strip(),
+                          str(row.get("release", "")).strip()):
+            strategy.update(recipe.strategy)
     precision, recipe = _precision(spec, kind, row)
     training = {"micro_batch": micro, "seq_len": int(row["seq_len"]),
                 "grad_accum": micro_batches(row), "precision": precision,
