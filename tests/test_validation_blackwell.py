@@ -12,7 +12,8 @@ from simulator.compute.training_fit import family_of, read_fit
 from simulator.errors import ConfigError
 from simulator.hardware import gpu_spec
 from simulator.models import load_model
-from simulator.models.fp8 import CAST_TRANSPOSE_BYTES, MX_CAST_BYTES, fp8_layer
+from simulator.models.fp8 import (CAST_TRANSPOSE_BYTES, MX_CAST_BYTES, fp8_layer,
+                                  reuse_fp8_weights)
 from simulator.models.ops import LayerCost, OpCost
 from simulator.validation.parallel import blackwell_fit, nemo, simumax
 from simulator.validation.parallel import cases as pc
@@ -89,6 +90,45 @@ def test_a_gb200_row_becomes_the_run_it_describes(spec, rows):
             st["virtual_pipeline_model_parallel_size"]) == (2, 4, 5)
     assert tr["grad_accum"] == 256 // (1 * 64 // (2 * 4))       # GBS / (MBS x DP)
     assert (tr["precision"], tr["fp8_recipe"]) == ("fp8", "mxfp8")
+
+
+@pytest.mark.parametrize("gpus,domain", [
+    (8, 8), (64, 64), (72, 72),     # one tray count that fits one rack (18 trays): all of it
+    (128, 64),                      # 32 trays: the largest divisor up to 18 is 16 -> 64 GPUs
+    (256, 64),                      # 64 trays: 16 -> 64 GPUs per rack
+    (96, 48)])                      # 24 trays: 12 -> 48 GPUs per rack
+def test_gb200_jobs_fill_each_nvlink_domain_as_slurm_segment_does(gpus, domain):
+    assert nemo.segment_gpus(gpus, 4, 72) == domain
+
+
+def test_a_256_gpu_gb200_row_runs_64_gpus_per_rack(spec, rows):
+    # Megatron-Bridge's launcher gives Slurm --segment 16 (trays) for 64 GB200 trays: four
+    # racks of 64 GPUs, so each stage's EP32 group (32 consecutive ranks) sits in one rack
+    case = "parallel/bridge/gb200/26.08/qwen3-235b-a22b-256gpu-mxfp8-gbs8192"
+    sc = nemo.scenario_of(rows[case], ROOT, spec, "x", "blackwell")
+    assert sc["cluster"] == {"topology": "gb200-nvl72", "nodes": 4,
+                             "topology_set": {"params.node.gpus": 64}}
+    from simulator.scenario import scenario_from_dict
+    from simulator.topology.build import graph_gpus, scenario_graph
+    assert graph_gpus(scenario_graph(scenario_from_dict(sc, "x"))) == 256
+
+
+@pytest.mark.parametrize("case,graphs", [
+    # the 26.06 presets (v0.5.0) run GB200's MXFP8 Qwen3 rows with full-iteration CUDA graphs
+    ("parallel/bridge/gb200/26.06/qwen3-30b-a3b-8gpu-mxfp8-gbs512", "local"),
+    ("parallel/bridge/gb200/26.08/qwen3-235b-a22b-256gpu-mxfp8-gbs8192", "local"),
+    # 26.04's (v0.4.0) graph the router only: eager, as B200's and the dense rows
+    ("parallel/bridge/gb200/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512", None),
+    ("parallel/bridge/b200/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512", None),
+    ("parallel/bridge/gb200/26.04/llama3-70b-64gpu-mxfp8-gbs256", None)])
+def test_a_row_runs_its_releases_preset(spec, rows, case, graphs):
+    sc = nemo.scenario_of(rows[case], ROOT, spec, "x", "blackwell")
+    assert sc["strategy"].get("cuda_graph_impl") == graphs
+
+
+def test_a_job_that_does_not_fill_its_trays_is_refused():
+    with pytest.raises(ConfigError, match="trays of 4"):
+        nemo.segment_gpus(130, 4, 72)
 
 
 def test_a_b200_row_runs_on_dgx_b200_nodes(spec, rows):
@@ -186,6 +226,42 @@ def test_mxfp8_casts_each_tensor_once_with_a_scale_per_32_elements():
     assert mx.backward[0].bytes_accessed == m * k * 4.0625
     delayed = fp8_layer(layer, "delayed")
     assert [o.name for o in mx.forward] == [o.name for o in delayed.forward]
+
+
+def test_te_reuses_a_steps_fp8_weights_after_its_first_micro_batch():
+    m, n, k = 4096, 28672, 8192
+    gemm = OpCost("fc1", "matmul", 2.0 * m * n * k, 0.0, weight="w", m=m, n=n, k=k)
+    layer = LayerCost("b", "block", 0, forward=(gemm,), backward=(), activation_bytes=0,
+                      output_bytes=0)
+    later = reuse_fp8_weights(fp8_layer(layer, "mxfp8"))
+    assert later.forward[0].bytes_accessed == m * k * 4.0625     # the activation's cast only
+    assert later.forward[0].flops == 3.0 * m * k
+    assert later.forward[1] == fp8_layer(layer, "mxfp8").forward[1]   # the GEMM as it was
+
+
+def _mxfp8_casts(strategy: str) -> dict:
+    """micro_step -> bytes of the forward TE casts of one Llama 3 8B step on one DGX B200
+    (2 micro-batches) under ``strategy``."""
+    from simulator.pipeline import build_setup
+    from simulator.scenario import scenario_from_dict
+    extra = {"use_distributed_optimizer": True} if strategy == "megatron" else {}
+    scn = scenario_from_dict({
+        "name": "mx", "model": "llama-3-8b", "cluster": {"topology": "dgx-b200"},
+        "strategy": {"name": strategy, **extra}, "simulation": {"variability": "none"},
+        "training": {"seq_len": 4096, "micro_batch": 1, "grad_accum": 2,
+                     "precision": "fp8", "fp8_recipe": "mxfp8"}})
+    out: dict = {}
+    for o in build_setup(scn, extrapolate_steps=False).trace.classes[0].ops:
+        if o.phase == "forward" and o.name == "te_cast_transpose.mlp_gate_up":
+            out[o.attrs["micro_step"]] = out.get(o.attrs["micro_step"], 0) + o.bytes_accessed
+    return out
+
+
+def test_megatron_mxfp8_casts_its_weights_on_the_first_micro_batch_only():
+    casts = _mxfp8_casts("megatron")
+    h, f, layers = 4096, 14336, 32            # Llama 3 8B: mlp_gate_up is [h, 2 f]
+    assert casts[0] == pytest.approx(layers * 4.0625 * (4096 * h + h * 2 * f))
+    assert casts[1] == pytest.approx(layers * 4.0625 * 4096 * h)
 
 
 def test_mxfp8_is_refused_before_blackwell():

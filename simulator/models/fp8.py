@@ -32,7 +32,10 @@ inside the quantize kernel, so there is no amax pass and no history. A block run
 dimension only, so each tensor is quantized once into a row-wise and a column-wise FP8 copy
 with their scales (read 2, write 1 + 1 + 2/32 bytes per element), forward the input and the
 weight of each Linear, backward the output gradient; the kernels are the delayed recipe's
-with the scales' bytes added.
+with the scales' bytes added. Under Megatron, TE quantizes each weight on a step's first
+micro-batch only and reuses it (:func:`reuse_fp8_weights`); the pipeline generator applies
+that to the MXFP8 recipe. (TE's delayed and current scaling cache weights the same way;
+not applied there yet: the H100 FP8 rows are validated without it.)
 """
 
 from __future__ import annotations
@@ -61,6 +64,30 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise") -> LayerCost:
                        backward=_ops(layer.backward, lambda op: _te_backward_casts(op, per)))
     return replace(layer, forward=_ops(layer.forward, _forward_casts),
                    backward=_ops(layer.backward, _backward_casts))
+
+
+TE_CAST = "te_cast_transpose."
+
+
+def reuse_fp8_weights(layer: LayerCost) -> LayerCost:
+    """``layer`` (after :func:`fp8_layer` with a Transformer Engine recipe) on a micro-batch
+    after the first of its step: TE's Linear quantizes its weight on the first micro-batch
+    and reuses the FP8 copies until the optimizer changes the weight (its forward's
+    ``is_first_microbatch``, which Megatron-Core's TE layers pass: "caching of weights for
+    FP8 training", Transformer Engine's ``Linear.forward`` docstring), so each forward cast
+    of a weight GEMM quantizes its activation only: its FLOPs and bytes scale by
+    ``m k / (m k + k n)``."""
+    if not layer.kind.endswith("block"):
+        return layer
+    ops = list(layer.forward)
+    for i, op in enumerate(ops[:-1]):
+        gemm = ops[i + 1]
+        if (op.name == f"{TE_CAST}{gemm.name}" and gemm.precision == "fp8"
+                and not gemm.fp8_weight and gemm.shape):
+            m, n, k = gemm.shape
+            keep = m * k / (m * k + k * n)
+            ops[i] = replace(op, flops=op.flops * keep, bytes_accessed=op.bytes_accessed * keep)
+    return replace(layer, forward=tuple(ops))
 
 
 def _ops(ops, casts) -> tuple[OpCost, ...]:
@@ -98,13 +125,13 @@ def _weight(op: OpCost, elements: float) -> float:
 
 def _te_forward_casts(op: OpCost, per: float) -> list[OpCost]:
     m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
-    return [_cast(op, f"te_cast_transpose.{op.name}", m * k + _weight(op, k * n), per)]
+    return [_cast(op, f"{TE_CAST}{op.name}", m * k + _weight(op, k * n), per)]
 
 
 def _te_backward_casts(op: OpCost, per: float) -> list[OpCost]:
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dY [m, k] cast (and transposed for the weight gradient)
-        out = [_cast(op, f"te_cast_transpose.{op.name}", m * k, per)]
+        out = [_cast(op, f"{TE_CAST}{op.name}", m * k, per)]
         if op.fp8_weight:           # an FP8-stored weight's transpose, made again (not kept)
             out.append(_cast(op, f"fp8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False))
         return out

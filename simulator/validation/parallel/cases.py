@@ -52,6 +52,22 @@ class Split(BaseModel):
     validation: dict[str, str]
 
 
+class Recipe(BaseModel):
+    """Strategy settings of a release's performance preset for the rows it matches
+    (``cases.yaml``'s ``bridge_recipes``)."""
+    model_config = ConfigDict(extra="forbid")
+    models: list[str]
+    gpus: list[str]
+    precisions: list[str]
+    releases: list[str]
+    strategy: dict[str, bool | int | str]
+
+    def matches(self, model: str, gpu: str, precision: str, release: str) -> bool:
+        """Whether a row of ``model`` on ``gpu`` at ``precision`` of ``release`` ran it."""
+        return (model in self.models and gpu in self.gpus and precision in self.precisions
+                and release in self.releases)
+
+
 class CasesFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     description: str = ""
@@ -59,9 +75,11 @@ class CasesFile(BaseModel):
     gates: Gates
     files: Files
     topologies: dict[str, str]
+    slurm_node_gpus: dict[str, int] = {}
     models: dict[str, str]
     nemo_models: dict[str, str] = {}
     nemo_strategy: dict[str, dict[str, bool | int | str]] = {}
+    bridge_recipes: list[Recipe] = []
     nemo_not_modelled: dict[str, str] = {}
     nemo_precision: dict[str, dict[str, str]] = {}
     nemo_max_gpus: int = 128
@@ -163,5 +181,5 @@ def nemo_id(row) -> str:
     return f"{NEMO_ID.sub('-', str(row['model']).lower()).strip('-')}-{row['gpus']}gpu"
 
 
-__all__ = ["CASES_FILE", "CasesFile", "RECOMPUTE", "Run", "default_root", "load",
+__all__ = ["CASES_FILE", "CasesFile", "RECOMPUTE", "Recipe", "Run", "default_root", "load",
            "model_for", "nemo_id", "read_rows", "run_of", "short", "Split"]

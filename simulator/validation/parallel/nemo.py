@@ -137,6 +137,10 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
     if ep > 1:
         strategy["expert_model_parallel_size"] = ep
     strategy.update(spec.nemo_strategy.get(row["model"], {}))
+    for recipe in spec.bridge_recipes:
+        if recipe.matches(row["model"], gpu_of(row), str(row["precision"]).strip(),
+                          str(row.get("release", "")).strip()):
+            strategy.update(recipe.strategy)
     precision, recipe = _precision(spec, kind, row)
     training = {"micro_batch": micro, "seq_len": int(row["seq_len"]),
                 "grad_accum": micro_batches(row), "precision": precision,
@@ -151,13 +155,33 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
 
 def _cluster(spec: CasesFile, row, gpus: int) -> dict:
     """The row's GPU's topology, as many nodes as its GPUs fill (the first ``gpus`` of a
-    part-filled last node: 64 of an NVL72 rack)."""
+    part-filled last node: 64 of an NVL72 rack). A job of several NVLink domains whose Slurm
+    nodes are trays (``cases.yaml`` ``slurm_node_gpus``) fills each domain with
+    :func:`segment_gpus` GPUs, as Slurm's ``--segment`` places it."""
     topology = spec.topologies[gpu_of(row)]
     per_node = gpus_per_node(topology)
+    tray = spec.slurm_node_gpus.get(gpu_of(row))
+    if tray and gpus > per_node:
+        domain = segment_gpus(gpus, tray, per_node)
+        return {"topology": topology, "nodes": gpus // domain,
+                "topology_set": {"params.node.gpus": domain}}
     out = {"topology": topology, "nodes": -(-gpus // per_node)}
     if gpus % per_node:
         out["gpus"] = gpus
     return out
+
+
+def segment_gpus(gpus: int, tray_gpus: int, domain_gpus: int) -> int:
+    """GPUs per NVLink domain of a job of ``gpus`` on trays of ``tray_gpus`` in domains of
+    ``domain_gpus``, as Megatron-Bridge's launcher sets Slurm's ``--segment`` (trays kept in
+    one domain): every tray when they fit in one domain, else the largest divisor of the
+    tray count that does (256 GB200 GPUs: 64 trays, segments of 16: 64 GPUs per rack)."""
+    trays, most = gpus // tray_gpus, domain_gpus // tray_gpus
+    if gpus % tray_gpus:
+        raise ConfigError(f"{gpus} GPUs do not fill trays of {tray_gpus}", field="num_gpus")
+    if trays <= most:
+        return trays * tray_gpus
+    return next(s for s in range(most, 0, -1) if trays % s == 0) * tray_gpus
 
 
 def _not_simulated(spec: CasesFile, row) -> str:
@@ -234,4 +258,4 @@ def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
 
 __all__ = ["BLACKWELL_COLUMNS", "BLACKWELL_NAMES", "BRIDGE_COLUMNS", "H100_KINDS", "KINDS",
            "NEMO_COLUMNS", "case_id", "gpu_of", "gpus_per_node", "memory_gib", "micro_batches",
-           "nemo_rows", "scenario_of", "table_rows"]
+           "nemo_rows", "scenario_of", "segment_gpus", "table_rows"]
