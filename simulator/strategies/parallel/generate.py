@@ -293,7 +293,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
                         compile=compile, elementwise=elementwise),
         model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
     if fp8_recipe is not None:
-        layers = [fp8_layer(layer, fp8_recipe) for layer in layers]
+        reuse = cfg.fp8_weight_reuse(fp8_recipe)
+        layers = [fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
     if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl
         layers = [graphed(layer) for layer in layers]
     layers = tied.with_copy(layers, model, plan)
