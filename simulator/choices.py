@@ -42,8 +42,9 @@ ECMP_MODES = ("spread", "hash")
 # -3 libraries, or unfused (eager) attention
 ATTENTION = ("sdpa", "flash2", "flash3", "eager")
 # training.fp8_recipe (simulator/models/fp8.py): torchao tensorwise dynamic scaling,
-# Transformer Engine's delayed scaling, or its MXFP8 block scaling (Blackwell only)
-FP8_RECIPES = ("tensorwise", "delayed", "mxfp8")
+# Transformer Engine's delayed scaling, its current (per-tensor) scaling, or its MXFP8 block
+# scaling (Blackwell only)
+FP8_RECIPES = ("tensorwise", "delayed", "current", "mxfp8")
 # training.elementwise: the model code's norms, rotary, activation (simulator/models/eager.py)
 ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
 # Fabric fidelity -> what it models (the classes: simulator.network.fabric.FABRICS).

@@ -95,7 +95,8 @@ class Training(BaseModel):
                                             "or qlora, rank, alpha, target_modules, dropout, "
                                             "freeze_*; docs/finetuning.md")
     fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise (torchao "
-                            "dynamic scaling), delayed (Transformer Engine) or mxfp8 "
+                            "dynamic scaling), delayed or current (Transformer Engine's "
+                            "delayed or current scaling) or mxfp8 "
                             "(Transformer Engine's MXFP8 block scaling, Blackwell); "
                             "docs/compute.md")
 

@@ -12,8 +12,7 @@ from simulator.compute.training_fit import family_of, read_fit
 from simulator.errors import ConfigError
 from simulator.hardware import gpu_spec
 from simulator.models import load_model
-from simulator.models.fp8 import (CAST_TRANSPOSE_BYTES, MX_CAST_BYTES, fp8_layer,
-                                  reuse_fp8_weights)
+from simulator.models.fp8 import CAST_TRANSPOSE_BYTES, MX_CAST_BYTES, fp8_layer
 from simulator.models.ops import LayerCost, OpCost
 from simulator.validation.parallel import blackwell_fit, nemo, simumax
 from simulator.validation.parallel import cases as pc
@@ -228,15 +227,16 @@ def test_mxfp8_casts_each_tensor_once_with_a_scale_per_32_elements():
     assert [o.name for o in mx.forward] == [o.name for o in delayed.forward]
 
 
-def test_te_reuses_a_steps_fp8_weights_after_its_first_micro_batch():
+def test_te_shares_a_weights_fp8_cast_among_a_steps_micro_batches():
     m, n, k = 4096, 28672, 8192
     gemm = OpCost("fc1", "matmul", 2.0 * m * n * k, 0.0, weight="w", m=m, n=n, k=k)
     layer = LayerCost("b", "block", 0, forward=(gemm,), backward=(), activation_bytes=0,
                       output_bytes=0)
-    later = reuse_fp8_weights(fp8_layer(layer, "mxfp8"))
-    assert later.forward[0].bytes_accessed == m * k * 4.0625     # the activation's cast only
-    assert later.forward[0].flops == 3.0 * m * k
-    assert later.forward[1] == fp8_layer(layer, "mxfp8").forward[1]   # the GEMM as it was
+    shared = fp8_layer(layer, "mxfp8", weight_reuse=4)
+    # the activation's cast on every micro-batch, a quarter of the weight's on each of 4
+    assert shared.forward[0].bytes_accessed == (m * k + k * n / 4) * 4.0625
+    assert shared.forward[0].flops == 3.0 * (m * k + k * n / 4)
+    assert shared.forward[1] == fp8_layer(layer, "mxfp8").forward[1]   # the GEMM as it was
 
 
 def _mxfp8_casts(strategy: str) -> dict:
@@ -257,11 +257,12 @@ def _mxfp8_casts(strategy: str) -> dict:
     return out
 
 
-def test_megatron_mxfp8_casts_its_weights_on_the_first_micro_batch_only():
+def test_megatron_mxfp8_casts_its_weights_once_a_step():
     casts = _mxfp8_casts("megatron")
     h, f, layers = 4096, 14336, 32            # Llama 3 8B: mlp_gate_up is [h, 2 f]
-    assert casts[0] == pytest.approx(layers * 4.0625 * (4096 * h + h * 2 * f))
-    assert casts[1] == pytest.approx(layers * 4.0625 * 4096 * h)
+    # each of the 2 micro-batches: its activation and half the weight's one cast of the step
+    for micro in (0, 1):
+        assert casts[micro] == pytest.approx(layers * 4.0625 * (4096 * h + h * 2 * f / 2))
 
 
 def test_mxfp8_is_refused_before_blackwell():

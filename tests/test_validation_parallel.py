@@ -230,7 +230,7 @@ def test_a_table_row_becomes_the_megatron_run_it_describes(spec):
     assert st["tp_comm_overlap"] and st["grad_reduce_in_bf16"]      # cases.yaml, by model
     # 256 samples on 64 GPUs as TP4 x PP8: data parallel 2, 128 micro-batches of 1
     assert (tr["grad_accum"], tr["micro_batch"], tr["seq_len"]) == (256 // (1 * 2), 1, 8192)
-    assert (tr["precision"], tr["fp8_recipe"]) == ("fp8", "tensorwise")       # FP8-CS
+    assert (tr["precision"], tr["fp8_recipe"]) == ("fp8", "current")   # FP8-CS: TE current scaling
     assert sc["cluster"]["nodes"] == 8
     fsdp = scenario_of(_row(spec, "bridge", "parallel/bridge/25.11/llama3-8b-8gpu"), ROOT,
                        spec, "x", "bridge")["strategy"]

@@ -44,7 +44,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                 flash_attention: bool = True, autocast: bool = False,
                 compile: bool = False, tp: int = 1, sp: bool = False,
                 cp: int = 1, fp8_recipe: str = "tensorwise",
-                elementwise: str = "fused") -> list[LayerCost]:
+                elementwise: str = "fused", fp8_weight_reuse: int = 1) -> list[LayerCost]:
     """Per-layer costs of one training step on a micro-batch, in execution order.
 
     Parameters
@@ -70,13 +70,17 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         The costs on one tensor-parallel rank of ``tp`` (``sp``: sequence parallel) and
         one context-parallel rank of ``cp`` (transformers; :mod:`~simulator.models.transformer`).
     fp8_recipe : str
-        ``"tensorwise"`` (torchao, dynamic scaling) or ``"delayed"`` (Transformer Engine):
-        the cast kernels of an FP8 step (:mod:`simulator.models.fp8`).
+        ``"tensorwise"`` (torchao, dynamic scaling), ``"delayed"`` or ``"current"``
+        (Transformer Engine) or ``"mxfp8"``: the cast kernels of an FP8 step
+        (:mod:`simulator.models.fp8`).
     elementwise : str
         ``"fused"``: one kernel per norm, activation and rotary (the default); ``"eager"``:
         Llama's reference code op by op (:mod:`simulator.models.eager`; under ``compile``,
         what Inductor leaves of it); ``"eager_fused_norm"``: the same with one-kernel
         norms. Transformers only.
+    fp8_weight_reuse : int
+        Micro-batches sharing one FP8 cast of each weight (Transformer Engine's weight
+        cache under Megatron, :func:`simulator.models.fp8.fp8_layer`).
 
     Returns
     -------
@@ -85,7 +89,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
     """
     if precision == FP8:
-        return [fp8_layer(layer, fp8_recipe) for layer in layer_costs(
+        return [fp8_layer(layer, fp8_recipe, fp8_weight_reuse) for layer in layer_costs(
             model, batch, seq_len, compute_precision(precision), flash_attention, autocast,
             compile, tp, sp, cp, elementwise=elementwise)]
     e = precision_bytes(precision)

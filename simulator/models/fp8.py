@@ -26,16 +26,27 @@ per element). Forward casts the input and the weight of each Linear; backward ca
 output gradient for the input-gradient GEMM and reuses the forward's transposed copies
 and that cast for the weight gradient, so it adds no kernel there.
 
+``recipe="current"`` is Transformer Engine's current (per-tensor) scaling
+(``Float8CurrentScaling``, Megatron-Bridge's FP8-CS): the scale comes from this tensor's own
+amax, so a pass reads the tensor for its amax (2 bytes per element) before the fused
+cast-transpose kernel of the delayed recipe (read 2, write 1 + 1): 6 bytes per element, the
+same tensors cast as under ``delayed``.
+
 ``recipe="mxfp8"`` is Transformer Engine's MXFP8 block scaling (``MXFP8BlockScaling``,
 Blackwell's block-scaled tensor cores): one E8M0 scale per 32 consecutive elements, computed
 inside the quantize kernel, so there is no amax pass and no history. A block runs along one
 dimension only, so each tensor is quantized once into a row-wise and a column-wise FP8 copy
 with their scales (read 2, write 1 + 1 + 2/32 bytes per element), forward the input and the
 weight of each Linear, backward the output gradient; the kernels are the delayed recipe's
-with the scales' bytes added. Under Megatron, TE quantizes each weight on a step's first
-micro-batch only and reuses it (:func:`reuse_fp8_weights`); the pipeline generator applies
-that to the MXFP8 recipe. (TE's delayed and current scaling cache weights the same way;
-not applied there yet: the H100 FP8 rows are validated without it.)
+with the scales' bytes added.
+
+``weight_reuse`` (Transformer Engine's recipes only): the micro-batches that share one cast of
+each weight. Megatron-Core's TE layers pass ``is_first_microbatch`` (``TELinear.forward``,
+set by ``forward_step`` on a model chunk's first micro-batch of a step), and Transformer
+Engine then casts (and transposes) the weight on that micro-batch only and reuses the cached
+FP8 copy for the others, the weights being unchanged until the optimizer step. A layer's
+cost is one micro-batch's: it carries ``1 / weight_reuse`` of the weight's cast, the same
+GPU time per step, spread over the micro-batches instead of paid on the first.
 """
 
 from __future__ import annotations
@@ -52,42 +63,24 @@ CAST_FLOPS = 3.0         # |x| max, scale, round
 CAST_TRANSPOSE_BYTES = 4.0   # delayed scaling, per element: read 2, write fp8 + fp8 transpose
 MX_BLOCK = 32                # MXFP8: elements per E8M0 (1-byte) scale
 MX_CAST_BYTES = CAST_TRANSPOSE_BYTES + 2.0 / MX_BLOCK   # + a scale per block, each copy
+AMAX_BYTES = 2.0             # current scaling: the amax pass reads the bf16 tensor once
+CURRENT_CAST_BYTES = AMAX_BYTES + CAST_TRANSPOSE_BYTES
+TE_CAST_BYTES = {"delayed": CAST_TRANSPOSE_BYTES, "current": CURRENT_CAST_BYTES,
+                 "mxfp8": MX_CAST_BYTES}    # Transformer Engine's recipes, per element
 
 
-def fp8_layer(layer: LayerCost, recipe: str = "tensorwise") -> LayerCost:
-    """``layer`` with its weight GEMMs in FP8 and their cast kernels (blocks only)."""
+def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 1) -> LayerCost:
+    """``layer`` with its weight GEMMs in FP8 and their cast kernels (blocks only); under a
+    Transformer Engine recipe each weight's cast is shared by ``weight_reuse`` micro-batches."""
     if not layer.kind.endswith("block"):
         return layer
-    if recipe in ("delayed", "mxfp8"):
-        per = MX_CAST_BYTES if recipe == "mxfp8" else CAST_TRANSPOSE_BYTES
-        return replace(layer, forward=_ops(layer.forward, lambda op: _te_forward_casts(op, per)),
+    if recipe in TE_CAST_BYTES:
+        per = TE_CAST_BYTES[recipe]
+        return replace(layer, forward=_ops(layer.forward,
+                                           lambda op: _te_forward_casts(op, per, weight_reuse)),
                        backward=_ops(layer.backward, lambda op: _te_backward_casts(op, per)))
     return replace(layer, forward=_ops(layer.forward, _forward_casts),
                    backward=_ops(layer.backward, _backward_casts))
-
-
-TE_CAST = "te_cast_transpose."
-
-
-def reuse_fp8_weights(layer: LayerCost) -> LayerCost:
-    """``layer`` (after :func:`fp8_layer` with a Transformer Engine recipe) on a micro-batch
-    after the first of its step: TE's Linear quantizes its weight on the first micro-batch
-    and reuses the FP8 copies until the optimizer changes the weight (its forward's
-    ``is_first_microbatch``, which Megatron-Core's TE layers pass: "caching of weights for
-    FP8 training", Transformer Engine's ``Linear.forward`` docstring), so each forward cast
-    of a weight GEMM quantizes its activation only: its FLOPs and bytes scale by
-    ``m k / (m k + k n)``."""
-    if not layer.kind.endswith("block"):
-        return layer
-    ops = list(layer.forward)
-    for i, op in enumerate(ops[:-1]):
-        gemm = ops[i + 1]
-        if (op.name == f"{TE_CAST}{gemm.name}" and gemm.precision == "fp8"
-                and not gemm.fp8_weight and gemm.shape):
-            m, n, k = gemm.shape
-            keep = m * k / (m * k + k * n)
-            ops[i] = replace(op, flops=op.flops * keep, bytes_accessed=op.bytes_accessed * keep)
-    return replace(layer, forward=tuple(ops))
 
 
 def _ops(ops, casts) -> tuple[OpCost, ...]:
@@ -123,15 +116,16 @@ def _weight(op: OpCost, elements: float) -> float:
     return 0.0 if op.fp8_weight else elements
 
 
-def _te_forward_casts(op: OpCost, per: float) -> list[OpCost]:
+def _te_forward_casts(op: OpCost, per: float, weight_reuse: int) -> list[OpCost]:
     m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
-    return [_cast(op, f"{TE_CAST}{op.name}", m * k + _weight(op, k * n), per)]
+    return [_cast(op, f"te_cast_transpose.{op.name}",
+                  m * k + _weight(op, k * n) / weight_reuse, per)]
 
 
 def _te_backward_casts(op: OpCost, per: float) -> list[OpCost]:
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dY [m, k] cast (and transposed for the weight gradient)
-        out = [_cast(op, f"{TE_CAST}{op.name}", m * k, per)]
+        out = [_cast(op, f"te_cast_transpose.{op.name}", m * k, per)]
         if op.fp8_weight:           # an FP8-stored weight's transpose, made again (not kept)
             out.append(_cast(op, f"fp8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False))
         return out

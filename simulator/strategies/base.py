@@ -134,6 +134,11 @@ class CommonConfig(BaseModel):
     def default_param_dtype(self) -> str:
         return storage_dtype(self.precision)
 
+    def fp8_weight_reuse(self, recipe: str) -> int:
+        """Micro-batches of a step that share one FP8 cast of each weight under ``recipe``
+        (:func:`simulator.models.fp8.fp8_layer`): 1, every micro-batch casts its weights."""
+        return 1
+
 
 def bandwidth_value(v) -> float:
     """A positive bytes/s value from a number or a string with its unit ("10 GB/s")."""

@@ -56,6 +56,7 @@ from pydantic import Field, model_validator
 
 from simulator.errors import ConfigError
 from simulator.inputs import decode_text, read_bytes
+from simulator.models.fp8 import TE_CAST_BYTES
 
 from ..base import CommonConfig
 from ..parallel.moe import ExpertLoad
@@ -134,6 +135,10 @@ class MegatronConfig(CommonConfig):
     # kernels replay from a graph (simulator/compute/launch.py: no per-kernel launch gap)
     enable_cuda_graph: bool = False
     cuda_graph_impl: Literal["none", "local", "transformer_engine"] = "none"
+    # TransformerConfig.disable_parameter_transpose_cache: Megatron-Core's TE layers then
+    # pass is_first_microbatch=None and Transformer Engine casts each weight to FP8 on
+    # every micro-batch (Megatron-Bridge's fine-tuning recipes set it; pretraining does not)
+    disable_parameter_transpose_cache: bool = False
 
     @property
     def cuda_graphs(self) -> bool:
@@ -198,6 +203,16 @@ class MegatronConfig(CommonConfig):
             raise ConfigError(f"the layout makes {vp} virtual stages per pipeline rank, "
                               f"virtual_pipeline_model_parallel_size says {set_vp}",
                               field="strategy.pipeline_model_parallel_layout")
+
+    def fp8_weight_reuse(self, recipe: str) -> int:
+        """Micro-batches sharing one FP8 cast of each weight: all of a step's, under a
+        Transformer Engine recipe (``forward_step`` marks a model chunk's first micro-batch,
+        ``TELinear.forward`` passes ``is_first_microbatch`` and TE caches the FP8 weight and
+        its transpose until the optimizer step), unless
+        ``disable_parameter_transpose_cache``; torchao's ``tensorwise`` casts every time."""
+        if recipe not in TE_CAST_BYTES or self.disable_parameter_transpose_cache:
+            return 1
+        return self.grad_accum
 
     def layout(self) -> tuple[int, tuple[int, ...]]:
         """The virtual stages and each model stage's blocks of

@@ -73,7 +73,8 @@ def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
     from simulator.precision import FP8
     if fp8_recipe is not None:
         return layer_costs(spec, cfg.micro_batch, seq_len, FP8, flash, autocast=autocast,
-                           compile=compile, fp8_recipe=fp8_recipe, elementwise=elementwise)
+                           compile=compile, fp8_recipe=fp8_recipe, elementwise=elementwise,
+                           fp8_weight_reuse=cfg.fp8_weight_reuse(fp8_recipe))
     return layer_costs(spec, cfg.micro_batch, seq_len, cfg.precision, flash,
                        autocast=autocast, compile=compile, elementwise=elementwise)
 

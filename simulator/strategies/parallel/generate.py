@@ -38,7 +38,7 @@ from typing import Callable
 from simulator.compute.launch import graphed
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
-from simulator.models.fp8 import fp8_layer, reuse_fp8_weights
+from simulator.models.fp8 import fp8_layer
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
 
@@ -89,10 +89,8 @@ class StageBuilder:
 
     def __init__(self, rank: int, plan: ParallelPlan, cfg: CommonConfig, my_chunks: dict,
                  all_chunks: dict, *, act_bytes: int, loss_bytes: int, model: ModelSpec,
-                 tied_ranks: tied.TiedRanks | None = None, fp8_weights_cached: bool = False):
+                 tied_ranks: tied.TiedRanks | None = None):
         self.rank, self.plan, self.cfg, self.model = rank, plan, cfg, model
-        self.fp8_weights_cached = fp8_weights_cached
-        self._reused: dict = {}
         self.tied = tied_ranks is not None and rank in (tied_ranks.embedding, tied_ranks.head)
         self.chunks, self.all_chunks = my_chunks, all_chunks
         self.ol = OpList()
@@ -169,17 +167,6 @@ class StageBuilder:
         return self.cfg.model_copy(update={"activation_checkpointing": False,
                                            "activation_offload": False})
 
-    def _later(self, ch: Chunk, li: int):
-        """Layer ``li`` of ``ch`` on a micro-batch after the chunk's first of the step:
-        with FP8 weights cached (``fp8_weights_cached``), its forward casts no weight."""
-        layer = ch.layers[li]
-        if not self.fp8_weights_cached:
-            return layer
-        key = (ch.chunk, li)
-        if key not in self._reused:
-            self._reused[key] = reuse_fp8_weights(layer)
-        return self._reused[key]
-
     # ------------------------------------------------------------------ passes
     def forward(self, ch: Chunk, micro: int, first: bool) -> None:
         deps: list = []
@@ -191,8 +178,7 @@ class StageBuilder:
             self.hooks.start_layer(layer)
             d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first,
                                                 after=self.layer_start)]
-            span = emit_forward(self.ol, layer if first else self._later(ch, li),
-                                self.layer_cfg(ch, li), micro, d, self.hooks)
+            span = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d, self.hooks)
             self.layer_start = span.first
             start = span.first if start is None else start
             last = span.last
@@ -211,8 +197,7 @@ class StageBuilder:
         start = None
         for li in reversed(range(len(ch.layers))):
             layer = ch.layers[li]
-            # a recompute comes after the chunk's first forward: its weights are cached
-            view = input_grad_view(self._later(ch, li)) if split else self._later(ch, li)
+            view = input_grad_view(layer) if split else layer
             self.hooks.start_layer(layer)
             d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
                                                  after=self.layer_start)]
@@ -308,10 +293,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
                         compile=compile, elementwise=elementwise),
         model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
     if fp8_recipe is not None:
-        layers = [fp8_layer(layer, fp8_recipe) for layer in layers]
-    # Transformer Engine (Megatron's Linear layers) reuses a step's FP8 weights after its
-    # first micro-batch; MXFP8 is TE's recipe only (simulator/models/fp8.py)
-    cached = fp8_recipe == "mxfp8" and cfg.name == "megatron"
+        reuse = cfg.fp8_weight_reuse(fp8_recipe)
+        layers = [fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
     if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl
         layers = [graphed(layer) for layer in layers]
     layers = tied.with_copy(layers, model, plan)
@@ -324,8 +307,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     for p in range(plan.pp):
         mine = {c: ch for (r, c), ch in all_chunks.items() if r == p}
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
-                         loss_bytes=tokens * FP32, model=model, tied_ranks=shared,
-                         fp8_weights_cached=cached)
+                         loss_bytes=tokens * FP32, model=model, tied_ranks=shared)
         b.run(orders[p])
         classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
