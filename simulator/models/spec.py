@@ -27,7 +27,6 @@ even share; absent: dropless, Megatron-LM's default). :mod:`simulator.models.moe
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -201,18 +200,23 @@ def _catalog_folder():
     return resources.files("simulator") / "data" / "models"
 
 
-_PLAIN_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+@functools.cache
+def _catalog_files() -> dict:
+    """File name -> the catalog's file (one listing of the folder)."""
+    return {entry.name: entry for entry in _catalog_folder().iterdir()}
 
 
 @functools.cache
 def _catalog_model(key: str) -> ModelSpec | None:
     """The catalog model named ``key`` (lower case), None if there is none.
 
-    A catalog file is named after its model (a test), so a plain name is read from its own
-    file alone: a run reads one model file, not the whole catalog (34 files, ~30 ms of every
-    start); a file that names another model, or a name without a file, asks the catalog."""
-    entry = _catalog_folder() / f"{key}.yaml"
-    if _PLAIN_NAME.fullmatch(key) and entry.is_file():
+    A catalog file is named after its model (a test), so a name is read from its own file
+    alone: a run reads one model file, not the whole catalog (34 files, ~30 ms of every
+    start); a file that names another model, or a name without a file, asks the catalog.
+    The name is looked up in the folder's listing, never opened as a path (a name too long
+    for the system is refused later, as a path)."""
+    entry = _catalog_files().get(f"{key}.yaml")
+    if entry is not None:
         spec = _catalog_file(entry)
         if spec.name.lower() == key:
             return spec
