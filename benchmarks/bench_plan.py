@@ -6,6 +6,11 @@ replays, the candidates, how many fit, the survivors replayed, the simulated eve
 the replays and events per second, and the process's peak RSS:
 
     python benchmarks/bench_plan.py [--gpus 1024] [--global-batch 1024] [--replay 3]
+        [--scenario llama2-70b-fsdp-128gpu]
+
+Issue 43's case (`plan` of a 70B model on 1,024 H100, every candidate, the top 10 replayed,
+<= 10 s): ``--scenario llama3-70b-fsdp-tp8-256gpu --gpus 1024 --replay 10 --global-batch
+0`` (0: the scenario's own global batch, as ``clustersim plan`` takes it).
 
 The target (issue 17): 1,000 candidates of a 70B model on 1,024 GPUs in <= 60 s on the
 2-core machine. The estimate costs milliseconds per candidate (layer costs and collective
@@ -19,6 +24,7 @@ import resource
 import time
 from pathlib import Path
 
+from simulator.cli.plan import _global_batch
 from simulator.planner import search
 from simulator.scenario import load_scenario
 
@@ -30,9 +36,13 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1024)
     ap.add_argument("--global-batch", type=int, default=1024)
     ap.add_argument("--replay", type=int, default=3)
+    ap.add_argument("--scenario", default="llama2-70b-fsdp-128gpu",
+                    help="a shipped scenario's name")
     args = ap.parse_args()
-    scn = load_scenario(ROOT / "scenarios" / "llama2-70b-fsdp-128gpu.yaml",
+    scn = load_scenario(ROOT / "scenarios" / f"{args.scenario}.yaml",
                         [f"cluster.nodes={max(1, args.gpus // 8)}"])
+    if not args.global_batch:            # as `clustersim plan` takes it
+        args.global_batch = _global_batch(None, None, scn)[0]
     marks: list[tuple[str, float]] = []
 
     def progress(msg: str) -> None:

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from .choices import PROTOS
+from .yamlio import read_yaml
 
 _US = 1e-6
 _GBPS = 1e9
@@ -66,8 +65,10 @@ def read_data(name: str) -> dict:
 
 @cache
 def _parsed(name: str) -> dict:
-    with resources.files("simulator.data").joinpath(name).open() as fh:
-        return yaml.safe_load(fh)
+    # read as every shipped data file is (simulator.yamlio: libyaml's parser, the checks of
+    # a file people write); PyYAML's pure-Python safe_load took 50-60 ms of every process
+    # for nccl.yaml, calibration.yaml and variability.yaml
+    return read_yaml(resources.files("simulator.data").joinpath(name), "data file")
 
 
 @cache

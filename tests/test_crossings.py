@@ -83,3 +83,42 @@ def test_a_server_without_its_nics_switch_falls_back_to_server_by_server(
     with pytest.raises(Exception, match="not attached"):
         by_table(cluster, per_server)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("build", [lambda: rail_optimized(9, DGX, nodes_per_leaf=4, spines=4),
+                                   lambda: leaf_spine(5, PCIE, nodes_per_leaf=2, spines=2),
+                                   unequal_paths])
+def test_rings_laid_out_together_are_each_ring_laid_out_alone(build, monkeypatch):
+    """rings_entries (many rings, one table per channel count and chunk) against
+    ring_entries of each ring alone: the same entries, in the same order, bit for bit;
+    pairs of servers (context parallelism), rings of several GPUs per server and of every
+    server, several chunks."""
+    monkeypatch.setattr(ring_tables, "_RINGS_PER_TABLE", 3)
+    G = build()
+    fast, slow = Cluster(G), Cluster(G)
+    n, per = fast.n_gpus, fast.n_gpus // len(fast.gpus_by_server)
+    groups = [[g, (g + per) % n] for g in range(n)]                   # two servers each
+    groups += [[g, (g + 3 * per + 1) % n, (g + per) % n] for g in range(0, n, 3)]
+    groups += [list(range(n)), list(range(0, n, per)), list(range(1, n, 2))]
+    rings = {c: [server_orders(c, make_communicator(c, g)) for g in groups]
+             for c in (fast, slow)}
+    got = ring_tables.rings_entries(fast, rings[fast], 0.5)
+    assert len({channels(p) for p in rings[fast]}) >= 1 and len(got) == len(groups)
+    for mine, per_server in zip(got, rings[slow]):
+        want = ring_tables.ring_entries(slow, per_server, 0.5)
+        for x, y in zip(mine, want):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+def test_rings_laid_out_together_fall_back_to_each_ring_where_a_table_lacks_an_entry():
+    G = rail_optimized(5, DGX, nodes_per_leaf=2, spines=2)
+    G.remove_edge("n4.nic3", "leaf.r3.g2")
+    cluster = Cluster(G)
+    fine = [[0, 8], [1, 9]]
+    rings = [server_orders(cluster, make_communicator(cluster, g)) for g in fine]
+    want = [ring_tables.ring_entries(cluster, p, 1.0) for p in rings]
+    got = ring_tables.rings_entries(cluster, rings, 1.0)
+    assert all(np.array_equal(x, y) for g, w in zip(got, want) for x, y in zip(g, w))
+    broken = rings + [server_orders(cluster, make_communicator(cluster, [3, 35]))]
+    with pytest.raises(Exception, match="not attached"):
+        ring_tables.rings_entries(cluster, broken, 1.0)

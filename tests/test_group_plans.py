@@ -85,6 +85,24 @@ def test_groups_across_servers_and_hash_ecmp_plan_group_by_group():
     assert assert_same_plans(G, "all_reduce", 1 << 20, _servers(4), ecmp="hash") == 4
 
 
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_pairs_across_servers_have_their_rings_laid_out_together_and_the_same_plans(
+        op, monkeypatch):
+    # context-parallel-like groups: one GPU on each of two servers (rings laid out ahead,
+    # all at once: CollectiveModel.lay_out_rings), some planned twice, some 3 servers wide
+    from simulator.collectives import layouts, ring_tables
+    together = []
+    real = layouts.rings_entries
+    monkeypatch.setattr(layouts, "rings_entries", lambda c, r, e: together.append(len(r))
+                        or real(c, r, e))
+    monkeypatch.setattr(ring_tables, "ring_entries", None)     # no ring laid out alone
+    G = rail_optimized(6, DGX, nodes_per_leaf=2, spines=2)
+    pairs = [(g, (g + 8) % 48) for g in range(48)] + [(5, 13), (2, 40, 17)]
+    assert assert_same_plans(G, op, 3 << 20, pairs) == len(pairs)
+    assert assert_same_plans(G, op, 3 << 20, pairs, ("ring", "LL128", 0)) == len(pairs)
+    assert together == [49, 49]         # the distinct rings, each call's
+
+
 def test_no_cluster_without_exact_blocks_reads_off(monkeypatch):
     # the guard itself: without exact server blocks nothing is read off
     monkeypatch.setattr(groups_module, "blocks_exact", lambda *a: False)

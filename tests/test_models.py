@@ -42,6 +42,29 @@ def test_catalog_names_and_case_insensitive_lookup():
     assert all(load_model(n).source for n in names)
 
 
+def test_a_catalog_name_reads_its_own_file_alone_and_equals_the_catalog(monkeypatch):
+    """Each catalog file is named after its model, so a run reads that file alone
+    (docs/speed.md: ~30 ms of every start); what it reads equals the whole catalog's entry,
+    and a name without a file of its own is still found in the catalog."""
+    from simulator.models import spec as spec_module
+    folder = spec_module._catalog_folder()
+    catalog = spec_module._catalog()
+    stems = {e.name.removesuffix(".yaml") for e in folder.iterdir() if e.name.endswith(".yaml")}
+    assert stems == set(catalog)
+    read = []
+    real = spec_module.parse_model_file
+    monkeypatch.setattr(spec_module, "parse_model_file", lambda p: read.append(p) or real(p))
+    spec_module._catalog_model.cache_clear()
+    monkeypatch.setattr(spec_module, "_catalog", lambda: catalog)
+    try:
+        for name in sorted(catalog):
+            read.clear()
+            assert load_model(name.upper()) == catalog[name]
+            assert [p.name for p in read] == [f"{name}.yaml"]
+    finally:
+        spec_module._catalog_model.cache_clear()
+
+
 def test_unknown_model_lists_the_catalog():
     with pytest.raises(ConfigError, match="gpt3-175b"):
         load_model("gpt-5")

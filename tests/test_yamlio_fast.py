@@ -49,6 +49,19 @@ def test_shipped_data_takes_the_c_parser_and_files_people_write_do_not(fast_load
     assert read_yaml(tmp_path / "mine.yaml") == {"x": 1} and len(fast_loads) == 1
 
 
+def test_the_nccl_constants_take_the_c_parser(fast_loads, monkeypatch):
+    """nccl.yaml, calibration.yaml and variability.yaml are read at every start
+    (constants.read_data): by this parser, not PyYAML's pure-Python safe_load (50-60 ms of
+    every process before; docs/speed.md)."""
+    from simulator import constants
+    monkeypatch.setattr(yaml, "safe_load", None)        # any call fails
+    constants._parsed.cache_clear()
+    try:
+        assert constants.read_data("calibration.yaml") and len(fast_loads) == 1
+    finally:
+        constants._parsed.cache_clear()
+
+
 def test_a_file_people_write_is_refused_as_before_where_libyaml_would_take_it(tmp_path):
     assert yaml.load(LIBYAML_ONLY, Loader=yamlio._FastLoader) == {
         "cluster": {"topology": "dgx-a100"}}

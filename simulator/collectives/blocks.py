@@ -30,12 +30,15 @@ class ServerBlocks:
         self.cluster = cluster
         self.weight = weight
         self.eff = eff
-        self._shapes: dict = {}
+        # the shapes, worked out once per cluster, weight and efficiency (not per instance:
+        # a ring of two servers is an instance, and the 65,536 context-parallel pairs of
+        # the 405B plan at 131,072 GPUs routed their two ways anew for each)
+        self._shapes: dict = cluster.memo.get(("blocks", "shapes", weight, eff), dict)
         self.links: list[np.ndarray] = []
         self.coefs: list[np.ndarray] = []
         self.wires: list[np.ndarray] = []
         self._pending: list[tuple[int, str, str]] = []   # fabric parts: slot, NIC, NIC
-        self._nodes: dict[str, tuple] = {}
+        self._nodes: dict[str, tuple] = cluster.memo.get(("blocks", "nodes"), dict)
 
     def local(self, hops: list[tuple[str, str]], edge: list[bool]) -> None:
         """Add the routes of ``hops`` (node pairs of one server); ``edge[i]``: hop ``i`` is a

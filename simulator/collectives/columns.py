@@ -127,8 +127,12 @@ def node_column(cluster, design, local: str) -> list[str]:
 
 
 def plain_servers(cluster) -> bool:
-    """Whether server ids are non-negative integers (they index the columns)."""
-    server = cluster.server_of_rank
+    """Whether server ids are non-negative integers (they index the columns); worked out
+    once per cluster (a pass over every rank, asked by every layout by table)."""
+    return _kept(cluster, "plain servers", lambda: _plain_servers(cluster.server_of_rank))
+
+
+def _plain_servers(server: np.ndarray) -> bool:
     return server.dtype.kind in "iu" and (not len(server) or int(server.min()) >= 0)
 
 

@@ -99,9 +99,10 @@ def lay_out(blocks: ServerBlocks, shapes: list, nics: list, src: Ends,
     return out
 
 
-def joined(classes: list[EdgeClass], count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def joined(classes: list[EdgeClass], count: int, starts: bool = False) -> tuple:
     """(link ids, coefficients, wire bytes) of ``count`` edges laid out in ``classes``,
-    edge after edge, as one array each."""
+    edge after edge, as one array each; with ``starts``, a fourth: where each edge's
+    entries start (``count + 1`` offsets)."""
     length = np.zeros(count, np.int64)
     for c in classes:
         length[c.edges] = c.links.shape[1]
@@ -113,7 +114,7 @@ def joined(classes: list[EdgeClass], count: int) -> tuple[np.ndarray, np.ndarray
         links[at] = c.links
         coef[at] = c.coef
         wire[at] = c.wire
-    return links, coef, wire
+    return (links, coef, wire, start) if starts else (links, coef, wire)
 
 
 def _classes(key: np.ndarray) -> list[np.ndarray]:
@@ -125,10 +126,13 @@ def _classes(key: np.ndarray) -> list[np.ndarray]:
 
 
 def _local(cluster, design_shape: tuple, servers: np.ndarray) -> np.ndarray:
-    """Link ids of a shape (``(design, (positions, coef, wire, need))``) on ``servers``."""
+    """Link ids of a shape (``(design, (positions, coef, wire, need))``) on ``servers``
+    (each column's entries of ``servers`` taken before the columns are stacked: a column
+    has an entry per server of the cluster, 16,384 at 131,072 GPUs, and a batch may be the
+    two servers of one small group)."""
     design, (pos, _, _, _) = design_shape
-    return np.stack([link_column(cluster, design, j) for j in pos.tolist()],
-                    axis=1)[servers] if len(pos) else np.zeros((len(servers), 0), np.int64)
+    return np.stack([link_column(cluster, design, j)[servers] for j in pos.tolist()],
+                    axis=1) if len(pos) else np.zeros((len(servers), 0), np.int64)
 
 
 def _fabric(core: np.ndarray, up: np.ndarray, down: np.ndarray) -> np.ndarray:

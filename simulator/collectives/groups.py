@@ -59,7 +59,9 @@ def group_plans(model, op: str, size_bytes: int, groups, algo: str = "auto",
     cache = {} if cache is None else cache
     out: list = [None] * len(groups)
     later: dict = {}                 # key -> positions of the groups to read its plan off
-    for i, (group, shape) in enumerate(zip(groups, _shapes(cluster, groups))):
+    shapes = _shapes(cluster, groups)
+    model.lay_out_rings(op, [g for g, s in zip(groups, shapes) if s is None], algo, root)
+    for i, (group, shape) in enumerate(zip(groups, shapes)):
         if shape is None:
             out[i] = own(group)
             continue

@@ -23,7 +23,7 @@ from .columns import gpu_places
 from .host_path import HostPath, host_gpu_route
 from .mesh import is_full_mesh, mesh_orders, mesh_paths
 from .nics import home_nic, nic_owner, owned_nics
-from .ring_tables import ring_entries, tree_entries
+from .ring_tables import ring_entries, rings_entries, tree_entries
 
 
 @dataclass(frozen=True)
@@ -250,6 +250,16 @@ def ring_edges(cluster: Cluster, comm: Communicator, chain_from: int | None = No
             (a, nic_a), (b, nic_b) = seq[(start + h) % n], seq[(start + h + 1) % n]
             _add_edge(edges, cluster, (a, b), (nic_a, nic_b), ch, pcie_p2p_efficiency, weight)
     return edges
+
+
+def ring_edge_sets(cluster: Cluster, comms: list[Communicator],
+                   pcie_p2p_efficiency: float = 1.0) -> list[EdgeSet]:
+    """``ring_edges(cluster, comm, None, pcie_p2p_efficiency)`` of each of ``comms`` (each
+    across servers, on a cluster whose blocks are exact and without a host path), the rings
+    laid out together (:func:`.ring_tables.rings_entries`)."""
+    entries = rings_entries(cluster, [server_orders(cluster, c) for c in comms],
+                            pcie_p2p_efficiency)
+    return [_from_blocks(_edge_set(cluster, c), e) for c, e in zip(comms, entries)]
 
 
 def _from_blocks(edges: EdgeSet, entries: tuple) -> EdgeSet:

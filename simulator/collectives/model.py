@@ -33,7 +33,8 @@ from .copies import star_plan
 from .messages import net_message_s, peer_messages_s
 from .host_path import host_path_applies, load_host_path
 from ..constants import ModelConstants, for_rccl, for_release
-from .layouts import (Communicator, EdgeSet, direct_edges, make_communicator, ring_edges,
+from .layouts import (Communicator, EdgeSet, blocks_exact, direct_edges, make_communicator,
+                      ring_edge_sets, ring_edges,
                       tree_edges)
 from .nccl_config import NcclConfig, release_entry
 from .offload import (OFFLOAD_ALGOS, check_available, collnet_unavailable, nvls_unavailable,
@@ -295,14 +296,36 @@ class CollectiveModel:
     def _communicator(self, ranks) -> Communicator:
         """``make_communicator`` of ``ranks``, kept per rank list where it is long (a
         collective across every server is planned for each of its sizes and operations;
-        the pairs and small groups planned one by one are not kept)."""
-        if len(ranks) < 64:
-            return make_communicator(self.cluster, ranks)
+        the pairs and small groups planned one by one are not kept) or its ring was laid
+        out ahead (:meth:`lay_out_rings`)."""
         key = tuple(ranks)
         comm = self._comms.get(key)
         if comm is None:
-            comm = self._comms[key] = make_communicator(self.cluster, ranks)
+            comm = make_communicator(self.cluster, ranks)
+            if len(ranks) >= 64:
+                self._comms[key] = comm
         return comm
+
+    def lay_out_rings(self, op: str, groups, algo: str = "auto", root: int = 0) -> None:
+        """Lay out together the rings that :meth:`plan` of ``op`` would lay out group by
+        group for each of ``groups`` (rank lists across servers), kept where
+        :meth:`_edge_set` finds them: the same edge sets
+        (:func:`~simulator.collectives.layouts.ring_edge_sets`)."""
+        if (algo not in ("auto", "ring") or "ring" not in ALGOS_FOR_OP[op]
+                or op in ("broadcast", "reduce") or not blocks_exact(self.cluster, self.host_path)):
+            return
+        comms: dict = {}
+        for group in groups:
+            ranks = tuple(group)
+            comm = self._communicator(ranks)
+            key = ("", "ring", comm, root, None)
+            if comm.n_nodes > 1 and key not in self._edges:
+                self._comms[ranks] = comm
+                comms.setdefault(key, comm)
+        if comms:
+            laid = ring_edge_sets(self.cluster, list(comms.values()),
+                                  self.k.pcie_p2p_efficiency)
+            self._edges.update(zip(comms, laid))
 
     def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per

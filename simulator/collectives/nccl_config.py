@@ -90,6 +90,22 @@ def release_entry(version: str) -> tuple[str, dict]:
     return "%d.%d" % chosen[0], chosen[1]
 
 
+@cache
+def _allowed_algos(version: str, algo: str | None, collnet_enable: bool,
+                   nvls_enable: bool) -> tuple[str, ...]:
+    since, _ = _releases()
+    have = parse_version(version)
+    out = [a for a in ALGOS if parse_version(since[a]) <= have]
+    listed = parse_list(algo, _ALGO_NAMES, "algorithm")
+    if listed is not None:
+        out = [a for a in out if a in listed or a == "direct"]   # p2p is not tuned
+    if not collnet_enable:
+        out = [a for a in out if not a.startswith("collnet")]
+    if not nvls_enable:
+        out = [a for a in out if not a.startswith("nvls")]
+    return tuple(out)
+
+
 class NcclConfig(BaseModel):
     """NCCL environment of a run (defaults: NCCL's own, at :data:`default_version`). A
     ``version`` given also picks that release's tuner constants (:meth:`tuner_release`)."""
@@ -139,18 +155,9 @@ class NcclConfig(BaseModel):
         return self.version if "version" in self.model_fields_set else None
 
     def allowed_algos(self) -> tuple[str, ...]:
-        """Algorithms this release has, minus those NCCL_ALGO and the enable flags drop."""
-        since, _ = _releases()
-        have = parse_version(self.version)
-        out = [a for a in ALGOS if parse_version(since[a]) <= have]
-        listed = parse_list(self.algo, _ALGO_NAMES, "algorithm")
-        if listed is not None:
-            out = [a for a in out if a in listed or a == "direct"]   # p2p is not tuned
-        if not self.collnet_enable:
-            out = [a for a in out if not a.startswith("collnet")]
-        if not self.nvls_enable:
-            out = [a for a in out if not a.startswith("nvls")]
-        return tuple(out)
+        """Algorithms this release has, minus those NCCL_ALGO and the enable flags drop
+        (worked out once per setting: asked by every plan)."""
+        return _allowed_algos(self.version, self.algo, self.collnet_enable, self.nvls_enable)
 
     def has_pxn(self) -> bool:
         """Whether this release sends to a NIC off the GPU's PCIe switch over NVLink through

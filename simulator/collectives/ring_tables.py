@@ -52,6 +52,72 @@ def ring_entries(cluster: Cluster, per_server: list[tuple], eff: float
     return joined(classes, len(src.server))
 
 
+_RINGS_PER_TABLE = 256      # rings laid out by one table (bounds the table's memory)
+
+
+def rings_entries(cluster: Cluster, rings: list[list[tuple]], eff: float) -> list[tuple]:
+    """:func:`ring_entries` of each ring of ``rings`` (``layouts.server_orders`` of each),
+    rings of one channel count laid out together, up to :data:`_RINGS_PER_TABLE` by one
+    table: the 65,536 context-parallel rings of two servers of the 405B plan at 131,072
+    GPUs were as many calls of :func:`.crossings.lay_out`. Each ring's entries are its
+    edges' (as laid out alone), in the same order (a test compares them)."""
+    out: list = [None] * len(rings)
+    by_channels: dict = {}
+    for i, per_server in enumerate(rings):
+        channels = max(len(nics) for _, _, (nics, _) in per_server)
+        by_channels.setdefault(channels, []).append(i)
+    for channels, members in by_channels.items():
+        for at in range(0, len(members), _RINGS_PER_TABLE):
+            chunk = members[at: at + _RINGS_PER_TABLE]
+            laid = _rings_together(cluster, [rings[i] for i in chunk], channels, eff)
+            for i, entries in zip(chunk, laid):
+                out[i] = entries if entries is not None else ring_entries(cluster, rings[i], eff)
+    return out
+
+
+def _rings_together(cluster: Cluster, rings: list[list[tuple]], channels: int,
+                    eff: float) -> list:
+    """The entries of each of ``rings`` (of ``channels`` channels each), their edges in one
+    :func:`.crossings.lay_out` (each ring's edges after the previous ring's, in
+    :func:`ring_entries`' order), a ring's shapes and NICs listed once for all; all None
+    where a table lacks an entry."""
+    blocks = ServerBlocks(cluster, 1.0 / channels, eff)
+    shapes, nics, ways = [], [], {}
+    slots: dict = {}        # (design and members, NIC) -> its ways' and NIC's indices
+    nic_codes: dict = {}    # (design, local NIC name) -> its index in nics
+    srcs, dsts, counts = [], [], []
+    for per_server in rings:
+        first, of_server, server = _by_key(cluster, per_server)
+        leave, enter, nic = (np.empty((channels, len(first)), np.int64) for _ in range(3))
+        for c in range(channels):
+            for k, (prefix, key, shape) in enumerate(first):
+                j = c % len(shape[0])
+                slot = slots.get((key, j))
+                if slot is None:        # the ways depend on the design and members alone
+                    out_shape, in_shape, name = _ring_way(blocks, ways, prefix, key, shape, j)
+                    named = (key[0], name[len(prefix):])
+                    code = nic_codes.setdefault(named, len(nics))
+                    if code == len(nics):
+                        nics.append(named)
+                    shapes += [(key[0], out_shape), (key[0], in_shape)]
+                    slot = slots[(key, j)] = (len(shapes) - 2, len(shapes) - 1, code)
+                leave[c, k], enter[c, k], nic[c, k] = slot
+        nxt = np.roll(np.arange(len(per_server)), -1)
+        srcs.append((np.tile(server, channels), leave[:, of_server].ravel(),
+                     nic[:, of_server].ravel()))
+        dsts.append((np.tile(server[nxt], channels), enter[:, of_server[nxt]].ravel(),
+                     nic[:, of_server[nxt]].ravel()))
+        counts.append(channels * len(per_server))
+    src, dst = (Ends(*(np.concatenate(part) for part in zip(*ends))) for ends in (srcs, dsts))
+    classes = lay_out(blocks, shapes, nics, src, dst)
+    if classes is None:                 # a table lacks an entry: each ring on its own
+        return [None] * len(rings)
+    links, coef, wire, start = joined(classes, len(src.server), starts=True)
+    edge = np.concatenate([[0], np.cumsum(counts)])
+    return [(links[a:b].copy(), coef[a:b].copy(), wire[a:b].copy())
+            for a, b in zip(start[edge[:-1]].tolist(), start[edge[1:]].tolist())]
+
+
 def _by_key(cluster: Cluster, per_server: list[tuple]) -> tuple[list, np.ndarray, np.ndarray]:
     """(one server's item per key (design, members), each server's key index, each
     server's id) of ``per_server`` (``layouts.server_orders``)."""
