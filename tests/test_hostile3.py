@@ -28,3 +28,23 @@ def test_a_bad_cluster_set_names_the_mix_and_the_key(capsys, tmp_path):
     assert err.startswith(f"clustersim: error: {path}: --set scheduler: "), err
     err = refused(capsys, "cluster", path, "-q", "--against", "cluster.nodes=1e9")
     assert f"{path}: --set cluster.nodes: " in err, err
+
+
+def test_a_jobs_cluster_key_is_refused_not_dropped(capsys, tmp_path):
+    """A job's ``set: {cluster.gpus: 16}`` ran on the job's 8 GPUs without a word (the
+    mix's cluster replaces the scenario's whole cluster section)."""
+    path = mix(tmp_path, MIX.replace("steps: 20}", "steps: 20, set: {cluster.gpus: 16}}"))
+    err = refused(capsys, "cluster", path, "-q")
+    assert f"{path}: jobs[0].set.cluster.gpus: " in err and "no cluster key" in err, err
+
+
+def test_a_generated_mix_whose_min_gpus_cannot_be_met(capsys, tmp_path):
+    """``min_gpus: 1000`` on 32 GPUs, or above ``max_gpus``, drew jobs held at the cap and
+    ran (exit 0) as if it had been honoured."""
+    text = ("name: g\ncluster: {topology: dgx-a100-superpod, nodes: 4}\n"
+            "generate: {trace: acme, cluster: Seren, jobs: 5, scenarios: {quickstart: 1}, "
+            "MORE}\n")
+    for more, cap in (("min_gpus: 1000", 32), ("min_gpus: 16, max_gpus: 8", 8)):
+        path = mix(tmp_path, text.replace("MORE", more))
+        err = refused(capsys, "cluster", path, "-q")
+        assert f"{path}: generate.min_gpus: " in err and f"({cap}: " in err, err
