@@ -48,3 +48,11 @@ def test_a_generated_mix_whose_min_gpus_cannot_be_met(capsys, tmp_path):
         path = mix(tmp_path, text.replace("MORE", more))
         err = refused(capsys, "cluster", path, "-q")
         assert f"{path}: generate.min_gpus: " in err and f"({cap}: " in err, err
+
+
+def test_capacity_refuses_a_model_that_does_not_load(capsys):
+    """``capacity quickstart --set model=nope`` searched the llama ladder (exit 0): the
+    scenario's model, read only for its family, fell back to llama on any error."""
+    for extra in ((), ("--family", "gpt")):
+        err = refused(capsys, "capacity", "quickstart", "-q", "--set", "model=nope", *extra)
+        assert "--set model: unknown model 'nope'" in err, err
