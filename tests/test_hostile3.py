@@ -56,3 +56,20 @@ def test_capacity_refuses_a_model_that_does_not_load(capsys):
     for extra in ((), ("--family", "gpt")):
         err = refused(capsys, "capacity", "quickstart", "-q", "--set", "model=nope", *extra)
         assert "--set model: unknown model 'nope'" in err, err
+
+
+STUDY = ("name: s\ncommand: run\nbase: {scenario: resnet50-ddp-1gpu}\n"
+         "axes:\n  grid: {simulation.seed: [0]}\n"
+         "plots:\n  - {kind: line, x: simulation.seed, y: iteration_time_s, file: FILE}\n")
+
+
+def test_a_plot_file_no_file_system_takes(capsys, tmp_path):
+    """A plot ``file`` of 300 characters or with a NUL byte was an OSError / ValueError
+    traceback; an empty one was silently replaced by a made-up name."""
+    for name, words in (('"' + "x" * 300 + '"', "a name of 300 bytes is longer than"),
+                        ('"nul\\0"', "holds a NUL byte"),
+                        ('""', "must name a file in the output folder")):
+        path = tmp_path / "st.yaml"
+        path.write_text(STUDY.replace("FILE", name))
+        err = refused(capsys, "study", str(path), "--out", str(tmp_path / "out"), "-q")
+        assert f"{path}: plots[0].file: {words}" in err, err
