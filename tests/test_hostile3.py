@@ -73,3 +73,11 @@ def test_a_plot_file_no_file_system_takes(capsys, tmp_path):
         path.write_text(STUDY.replace("FILE", name))
         err = refused(capsys, "study", str(path), "--out", str(tmp_path / "out"), "-q")
         assert f"{path}: plots[0].file: {words}" in err, err
+
+
+def test_a_reliability_job_shorter_than_one_step(capsys):
+    """``reliability.job.duration=1e-30 s`` reported an ETTR of 1.0000 for a job of no
+    step (exit 0); the checkpoint interval already had this check."""
+    err = refused(capsys, "reliability", "-q", "--workers", "1", "--trials", "2",
+                  "--set", "reliability.job.duration=1e-30 s")
+    assert "--set reliability.job.duration: 1e-30 s is shorter than one training step" in err
