@@ -81,3 +81,12 @@ def test_a_reliability_job_shorter_than_one_step(capsys):
     err = refused(capsys, "reliability", "-q", "--workers", "1", "--trials", "2",
                   "--set", "reliability.job.duration=1e-30 s")
     assert "--set reliability.job.duration: 1e-30 s is shorter than one training step" in err
+
+
+def test_a_jobs_checkpoint_interval_shorter_than_its_step(capsys, tmp_path):
+    """A job checkpointing every nanosecond (1 h each) never ended and the run said
+    ``1 done of 2`` with exit 0; reliability refuses such an interval."""
+    path = mix(tmp_path, MIX.replace(
+        "steps: 20}", "steps: 20, checkpoint: {interval: 1 ns, save: 1 h, restore: 1 s}}"))
+    err = refused(capsys, "cluster", path, "-q")
+    assert f"{path}: checkpoint.interval: 1e-09 s is shorter than one of job a's steps" in err

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine import Placement
+from ..errors import ConfigError
 from ..progress import stage
 from .contention import StepTimes, Work
 from .placement import PLACEMENTS, Layout
@@ -216,6 +217,11 @@ class Fleet:
         for index, i in enumerate(order):
             spec = self.specs[i]
             nominal = self.step_times.alone(spec.work, Placement.first(spec.gpus))
+            if spec.checkpoint_s is not None and spec.checkpoint_s < nominal:
+                raise ConfigError(                  # as reliability.checkpoint.interval
+                    f"{spec.checkpoint_s:.3g} s is shorter than one of job {spec.name}'s "
+                    f"steps ({nominal:.3g} s): checkpoints are taken between steps",
+                    field="checkpoint.interval")
             steps = spec.steps if spec.steps is not None else spec.duration_s / nominal
             jobs.append(_Job(spec, index, nominal, float(steps)))
         return jobs
