@@ -151,12 +151,18 @@ def write_pipelines(c: Cases) -> None:
     for batch in ("1e21", "1e9", "12.5", "2^40", "1099511627776", "1099511627777", "nan",
                   "-inf", "0x10"):
         _add(c, "pipeline", ["plan", "mixtral-8x7b-ep8", "-q", "--global-batch", batch,
-                             "--replay", "1"], None,
+                             "--replay", "1", *BOUND], None,
              "either" if batch in ("1e9", "1099511627776", "1e21") else "refuse")
 
 
 # -------------------------------------------------------------------------------- plan
+BOUND = ["--max-work", "20000"]     # ~20 s by plan's own estimate: past it, refused at once
+
+
 def write_plan(c: Cases) -> None:
+    """Every search is bounded to the campaign's 20 s by ``--max-work`` (but where the
+    case is that option): it must end or be refused at once; a hang means the work
+    estimate is low."""
     opts = {"--max-tp": ["0", "1", "64", "65", "-1", "1e3", "x"],
             "--max-pp": ["0", "128", "129", "2.5"],
             "--max-cp": ["0", "32", "33"],
@@ -176,17 +182,19 @@ def write_plan(c: Cases) -> None:
             if key == "--max-work" and value in ("0",):
                 expect = "refuse"
             tail = [] if key == "--replay" else ["--replay", "1"]
+            tail += [] if key == "--max-work" else BOUND
             _add(c, "plan", ["plan", "quickstart", "-q", key, value, *tail], None, expect)
     for nodes in ("1024", "4096", "16384", "65536", "1000000", "1e6", "0", "-3"):
         for scen in ("llama2-7b-fsdp-128gpu", "gpt3-175b-megatron-tp8-pp16-selene"):
             _add(c, "plan", ["plan", scen, "-q", "--set", f"cluster.nodes={nodes}",
-                             "--replay", "1"], None,
+                             "--replay", "1", *BOUND], None,
                  "refuse" if nodes in ("1e6", "0", "-3", "1000000") else "either")
     for inst in ("nope", "", "p5.48xlarge"):
-        _add(c, "plan", ["plan", "quickstart", "-q", "--instance", inst, "--replay", "1"],
-             None, "either" if inst == "p5.48xlarge" else "refuse")
+        _add(c, "plan", ["plan", "quickstart", "-q", "--instance", inst, "--replay", "1",
+                         *BOUND], None, "either" if inst == "p5.48xlarge" else "refuse")
     for fmt in ("csv", "json", "xml"):
-        _add(c, "plan", ["plan", "quickstart", "-q", "--format", fmt, "--replay", "1"], None,
+        _add(c, "plan", ["plan", "quickstart", "-q", "--format", fmt, "--replay", "1", *BOUND],
+             None,
              "refuse" if fmt == "xml" else "ok")
 
 
@@ -274,7 +282,7 @@ WRITERS = [
     ["run", "resnet50-ddp-1gpu", "-q", "--out", "out"],
     ["reliability", "-q", "--workers", "1", "--trials", "2", "--out", "out"],
     ["compare", "resnet50-ddp-1gpu", "-q", "--strategies", "ddp", "--out", "out"],
-    ["plan", "quickstart", "-q", "--replay", "1", "--out", "out"],
+    ["plan", "quickstart", "-q", "--replay", "1", *BOUND, "--out", "out"],
     ["study", "st.yaml", "-q", "--out", "out"],
 ]
 FILE_WRITERS = [
@@ -441,7 +449,7 @@ def write_energy(c: Cases) -> None:
                 _add(c, "energy", ["compare", scen, "-q", "--strategies", "ddp", opt, v],
                      None, "either" if good else "refuse")
     for opt in ("--pue", "--electricity-price", "--carbon-intensity"):
-        for cmd in (["run", "resnet50-ddp-1gpu", "-q"], ["plan", "quickstart", "-q"]):
+        for cmd in (["run", "resnet50-ddp-1gpu", "-q"], ["plan", "quickstart", "-q", *BOUND]):
             _add(c, "energy", [*cmd, opt, "2"], None, "refuse")   # compare's options only
     for v in ("1.5", "1e300", "-1", "nan"):
         _add(c, "energy", ["compare", "resnet50-ddp-1gpu", "-q", "--strategies", "ddp",
@@ -459,7 +467,7 @@ def write_power_cap(c: Cases) -> None:
                                   f"cluster.topology={topo}", "--set",
                                   f"cluster.power_cap_w={cap}"], None,
                  "either" if ok else "refuse")
-    for cmd in (["plan", "quickstart", "-q", "--replay", "1"],
+    for cmd in (["plan", "quickstart", "-q", "--replay", "1", *BOUND],
                 ["compare", "quickstart", "-q", "--strategies", "ddp"],
                 ["capacity", "quickstart", "-q"]):
         for cap in ("600", "100", "nan"):
@@ -503,8 +511,8 @@ def write_finetune(c: Cases) -> None:
             _add(c, "finetune", ["run", scen, "-q", "--set", f"training.finetune={value}"],
                  None, expect)
     for value in ("{mode: lora}", "{mode: qlora}", "{mode: full, freeze_layers: 4}"):
-        _add(c, "finetune", ["plan", "quickstart", "-q", "--set", f"training.finetune={value}"],
-             None, "refuse")
+        _add(c, "finetune", ["plan", "quickstart", "-q", "--set", f"training.finetune={value}",
+                             *BOUND], None, "refuse")
         _add(c, "finetune", ["capacity", "quickstart", "-q", "--set",
                              f"training.finetune={value}", "--strategies", "ddp"])
     spell = [("strategy.peft=lora", "refuse"), ("strategy.lora_config={r: 0}", "refuse"),
@@ -595,8 +603,8 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "absent"
 
 
-CPU_S, WALL_S = 20, 60     # a hang: 20 s of CPU (the machine is shared: wall time is not
-                           # the case's), or 60 s of wall time (a read blocked forever)
+CPU_S, WALL_S = 20, 300    # a hang: 20 s of CPU (the machine is shared: wall time is not
+                           # the case's), or 300 s of wall time (a read blocked forever)
 
 
 def _fork_run(case: Path, timeout: float, kill_after: float | None = None) -> str:
