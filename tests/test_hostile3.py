@@ -90,3 +90,31 @@ def test_a_jobs_checkpoint_interval_shorter_than_its_step(capsys, tmp_path):
         "steps: 20}", "steps: 20, checkpoint: {interval: 1 ns, save: 1 h, restore: 1 s}}"))
     err = refused(capsys, "cluster", path, "-q")
     assert f"{path}: checkpoint.interval: 1e-09 s is shorter than one of job a's steps" in err
+
+
+def test_the_campaign_table_in_docs_is_its_results_file():
+    """docs/inputs.md's table of the third campaign is counted from the committed
+    benchmarks/hostile/campaign3_results.csv (the script's own output)."""
+    import csv
+    from collections import Counter
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    bad = {"traceback", "MemoryError", "hang", "multi-line", "overlong line",
+           "silent success", "failed run", "user file changed"}
+    n, clean, b0, n0, b1 = Counter(), Counter(), Counter(), Counter(), Counter()
+    with open(root / "benchmarks/hostile/campaign3_results.csv") as f:
+        for row in csv.DictReader(f):
+            for fam in (row["family"], "all"):
+                n[fam] += 1
+                clean[fam] += row["after"] not in bad
+                b1[fam] += row["after"] in bad
+                n0[fam] += bool(row["before"])
+                b0[fam] += row["before"] in bad
+    text = (root / "docs/inputs.md").read_text()
+    section = text[text.index("## The third campaign"):]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == len(n) and n["all"] >= 1000
+    for line in rows:
+        fam, *cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells == [str(n[fam]), str(clean[fam]), f"{b0[fam]} ({n0[fam]})",
+                         str(b1[fam])], line
