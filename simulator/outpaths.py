@@ -32,6 +32,7 @@ from typing import IO, Iterator
 from .errors import ConfigError
 
 MARK = ".clustersim-run"
+NAME_MAX = 255          # bytes in one file or folder name (Linux, macOS, Windows NTFS)
 TMP_SUFFIX = ".tmp"
 
 
@@ -85,8 +86,9 @@ def prepare_out_dir(out: Path | str, option: str = "--out") -> Path:
 # ------------------------------------------------------------------------- names
 def confined(out_dir: Path | str, name: str, field: str, source: str) -> Path:
     """``out_dir / name`` once ``name`` (spelled by the file ``source`` at ``field``) stays
-    inside ``out_dir``: relative, without ``..``, and every folder it names exists in
-    ``out_dir`` as a real folder (not a symbolic link).
+    inside ``out_dir``: relative, without ``..``, no NUL byte or name past :data:`NAME_MAX`
+    bytes, and every folder it names exists in ``out_dir`` as a real folder (not a symbolic
+    link).
 
     :raises ConfigError: naming ``source`` and ``field``, in one line.
     """
@@ -100,6 +102,12 @@ def confined(out_dir: Path | str, name: str, field: str, source: str) -> Path:
         raise refuse("must be a file name inside the output folder, not an absolute path")
     if ".." in parts:
         raise refuse("must stay inside the output folder: '..' is not allowed")
+    if "\0" in name:
+        raise refuse("holds a NUL byte, which no file name can")
+    longest = max(len(part.encode()) for part in parts)
+    if longest > NAME_MAX:
+        raise refuse(f"a name of {longest} bytes is longer than file systems take "
+                     f"({NAME_MAX})")
     out_dir = Path(out_dir)
     folder = out_dir
     for part in parts[:-1]:

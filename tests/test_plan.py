@@ -146,6 +146,20 @@ def test_alpha_beta_reproduces_the_collective_model(estimator):
         assert estimator._time("all_gather", size, ranks) == pytest.approx(want)
 
 
+def test_the_collective_fits_kept_are_bounded(estimator, monkeypatch):
+    """Estimator._fit keeps at most FITS_KEPT (op, group) fits (it kept every one); one
+    asked again after it was dropped is fitted again, to the same numbers."""
+    from simulator.planner import estimate
+    monkeypatch.setattr(estimate, "FITS_KEPT", 3)
+    est = Estimator(estimator.model, 512, "bf16", True, estimator.collectives,
+                    estimator.compute)
+    groups = [(0, 1), (0, 2), (0, 1, 2, 3), (0, 4), tuple(range(8))]
+    first = [est._fit("all_reduce", g) for g in groups]
+    assert est._fit.cache_info().currsize == 3 and est._fit.cache_info().maxsize == 3
+    assert est._fit("all_reduce", groups[0]) == first[0]      # dropped, fitted again
+    assert est._fit.cache_info().misses == len(groups) + 1
+
+
 def test_memory_is_the_memory_model(estimator):
     from simulator.strategies.parallel.memory import peak_rank_memory
     plan = ParallelPlan(tp=2, dp_shard=4, sequence_parallel=True)

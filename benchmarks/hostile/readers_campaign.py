@@ -517,11 +517,16 @@ def _child(case: Path) -> None:
     os._exit(code)
 
 
-def run_all(root: Path, tree: Path, tag: str) -> None:
+def import_tree(tree: Path, root: Path) -> list[Path]:
+    """Import ``tree``'s ``simulator`` once, before the forks; the case folders of ``root``."""
     sys.path.insert(0, str(tree))
-    import simulator.cli  # noqa: F401 - imported once, before the forks
+    import simulator.cli  # noqa: F401
     assert str(Path(simulator.cli.__file__).resolve()).startswith(str(tree.resolve()))
-    cases = sorted(d for d in root.iterdir() if (d / "cmd").exists())
+    return sorted(d for d in root.iterdir() if (d / "cmd").exists())
+
+
+def run_all(root: Path, tree: Path, tag: str) -> None:
+    cases = import_tree(tree, root)
     start = time.time()
     for case in cases:
         for name in ("o.json", "out"):

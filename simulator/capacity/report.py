@@ -43,11 +43,12 @@ class CapacityReport:
 
 
 def family_of(scn: Scenario) -> str:
-    """The scenario's model family if it has a ladder, else llama."""
-    try:
-        fam = load_model(scn.model).family
-    except ConfigError:
-        return "llama"
+    """The scenario's model family if it has a ladder, else llama.
+
+    :raises ConfigError: a model that does not load (an unknown name is a mistake, not
+        llama).
+    """
+    fam = load_model(scn.model).family
     return fam if fam in FAMILIES else "llama"
 
 
@@ -110,7 +111,8 @@ def capacity(scn: Scenario, family: str | None = None,
              source: str = "<scenario>", check_claim: bool = True) -> CapacityReport:
     """Largest fitting rung of ``family`` per strategy (see the module doc).
 
-    :raises ConfigError: unknown family or strategy, a sharding the world cannot lay out.
+    :raises ConfigError: unknown family or strategy, a sharding the world cannot lay out,
+        a scenario model that does not load (``model``).
     """
     specs = parse_strategy_specs(strategies)
     if scn.training.precision in LOW_PRECISIONS:    # this GPU's verdict on fp8/fp4, not the
@@ -120,7 +122,11 @@ def capacity(scn: Scenario, family: str | None = None,
         except ConfigError as exc:
             raise exc.located(source) from None
     parse_strategy(strategy_dict_of(scn), source=source)    # the scenario's own keys
-    family = (family or family_of(scn)).lower()
+    try:                                  # a model that does not load is a mistake, even
+        own = family_of(scn)              # where --family makes the ladder another's
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=source, field="model") from None
+    family = (family or own).lower()
     ladder = build_ladder(family, min_seq_len=scn.training.seq_len)
     notes = _position_notes(scn, family, ladder)
     probers = {s: Prober(scn, s, source) for s in specs}  # validate first

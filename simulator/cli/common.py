@@ -152,22 +152,32 @@ format_option = click.option("--format", "fmt", type=click.Choice(["table", "jso
 
 
 def names_sets(command):
-    """Decorate a command taking ``scenario`` and ``sets`` (``--set KEY=VALUE``): an error
-    in a value a ``--set`` gave names it (``quickstart.yaml: --set cluster.links.x.bw: ...``,
+    """Decorate a command taking ``scenario`` (or ``cluster``'s ``mix``) and ``sets``
+    (``--set KEY=VALUE``; ``cluster``'s ``--against`` too): an error in a value one gave
+    names it (``quickstart.yaml: --set cluster.links.x.bw: ...``,
     :func:`simulator.scenario.from_sets`). Put it under the click decorators."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
         except ConfigError as exc:
-            sets = list(kwargs.get("sets") or ())
+            sets = list(kwargs.get("sets") or ()) + list(kwargs.get("against") or ())
             if not sets:
                 raise
-            from ..scenario import from_sets, resolve_scenario
-            from ..shipped import shown_as
-            source = shown_as(resolve_scenario(kwargs["scenario"]), "scenarios", "scenario")
-            raise from_sets(exc, sets, source) from None
+            from ..scenario import from_sets
+            raise from_sets(exc, sets, _set_file(kwargs)) from None
     return wrapper
+
+
+def _set_file(kwargs: dict) -> str:
+    """The file a command's ``--set`` values change, as its errors name it: ``cluster``'s
+    mix (``MIX``), else the scenario."""
+    if "mix" in kwargs:
+        from ..fleet.mix import resolve_mix
+        return str(resolve_mix(kwargs["mix"]))
+    from ..scenario import resolve_scenario
+    from ..shipped import shown_as
+    return shown_as(resolve_scenario(kwargs["scenario"]), "scenarios", "scenario")
 
 
 def bad_parameter(message: str, option: str) -> click.BadParameter:

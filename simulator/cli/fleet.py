@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import ConfigError
 from ..progress import quiet_option, stage
 from .common import format_option, names_sets
 
@@ -87,4 +88,8 @@ def _run(mix, source: str):
     what = (f"{len(fleet.specs)} jobs on {fleet.n_gpus:,} GPUs ({mix.cluster.topology}), "
             f"{mix.scheduler} scheduler, {mix.placement} placement")
     price = resolve_price(fleet.gpu, topology=mix.cluster.topology)
-    return fleet.run(), what, price.usd_per_gpu_hour if price is not None else None
+    try:
+        result = fleet.run()
+    except ConfigError as exc:          # a job the simulation finds cannot run as given
+        raise exc.located(source) from None
+    return result, what, price.usd_per_gpu_hour if price is not None else None

@@ -139,6 +139,11 @@ def _kind(kinds: dict, entry: JobEntry, i: int, mix: Mix, cluster, source: str) 
         path = _scenario_path(entry.scenario, source)
     except ConfigError as exc:
         raise ConfigError(exc.reason, source=source, field=f"{where}.scenario") from None
+    for key in entry.set:
+        if key.split(".")[0] == "cluster":       # replaced below by the mix's cluster
+            raise ConfigError("the mix's cluster section and the job's gpus set its cluster; "
+                              "a job's set takes no cluster key", source=source,
+                              field=f"{where}.set.{key}")
     sets = [f"{k}={json.dumps(v)}" for k, v in sorted(entry.set.items())]
     key = (str(path.resolve()), entry.gpus, tuple(sets))
     if key in kinds:

@@ -45,11 +45,17 @@ def generate_jobs(gen: Generate, n_gpus: int, gpus_per_node: int, seed: int) -> 
     """``gen.jobs`` jobs drawn with ``seed`` for a cluster of ``n_gpus`` GPUs, ``gpus_per_node``
     to a server (a job of more GPUs than a server takes whole servers).
 
-    :raises ConfigError: (``generate.scenarios``) when no scenario runs on one GPU count drawn.
+    :raises ConfigError: (``generate.scenarios``) when no scenario runs on one GPU count drawn;
+        (``generate.min_gpus``) above the largest job the cluster, ``max_gpus`` and the row
+        allow.
     """
     row = acme_row(gen.cluster)
     rng = np.random.default_rng(seed)
     cap = min(gen.max_gpus or n_gpus, n_gpus, int(row["max_gpu"]))
+    if gen.min_gpus > cap:                  # every job would be held below it: not honoured
+        raise ConfigError(f"{gen.min_gpus} GPUs is more than a job may take here ({cap}: "
+                          f"the least of max_gpus, the cluster's {n_gpus} and {gen.cluster}'s "
+                          f"largest job)", field="generate.min_gpus")
     log2_sigma = lognormal_sigma(row["med_gpu_num"], row["avg_gpu_num"]) / math.log(2)
     x = rng.normal(math.log2(row["med_gpu_num"]), log2_sigma, gen.jobs)
     gpus = np.clip(2 ** np.clip(np.rint(x), 0, 62), min(gen.min_gpus, cap), cap).astype(int)

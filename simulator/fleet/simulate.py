@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine import Placement
+from ..errors import ConfigError
 from ..progress import stage
 from .contention import StepTimes, Work
 from .placement import PLACEMENTS, Layout
@@ -241,6 +242,11 @@ class Fleet:
             spec = self.specs[i]
             first = Placement.first(spec.gpus)
             nominal = self.step_times.alone(spec.work, first)
+            if spec.checkpoint_s is not None and spec.checkpoint_s < nominal:
+                raise ConfigError(                  # as reliability.checkpoint.interval
+                    f"{spec.checkpoint_s:.3g} s is shorter than one of job {spec.name}'s "
+                    f"steps ({nominal:.3g} s): checkpoints are taken between steps",
+                    field="checkpoint.interval")
             steps = spec.steps if spec.steps is not None else spec.duration_s / nominal
             board = self.step_times.board_w(spec.work, first) if self.power else None
             jobs.append(_Job(spec, index, nominal, float(steps), board_w=board or 0.0))

@@ -136,6 +136,7 @@ def build_plan(scn: Scenario, source: str, cfg: ReliabilityCfg | None = None,
     steps = (scenario_step_table if remember_steps else step_table)(
         scn, source, cluster, reroutes, factors, given, workers)
     _interval_fits(cfg, steps.base_s, source)
+    _job_fits(cfg, steps.base_s, source)
     plan = JobPlan(
         t_base=steps.base_s, slow_times=tuple(steps.times_s[n] for n in slow_names),
         iterations=float(cfg.job.iterations) if cfg.job.iterations else None,
@@ -219,6 +220,15 @@ def _interval_fits(cfg: ReliabilityCfg, step_s: float, source: str) -> None:
                           f"checkpoints are taken between steps; give an interval of at "
                           f"least one step, or every_iterations: 1", source=source,
                           field=f"{FIELD}.checkpoint.interval")
+
+
+def _job_fits(cfg: ReliabilityCfg, step_s: float, source: str) -> None:
+    """A job's duration is at least one training step: a shorter one (``1e-30 s``) has no
+    step to lose to a failure, and would report a goodput of 1 for a job that never ran."""
+    if cfg.job.duration and parse_duration(cfg.job.duration) < step_s:
+        raise ConfigError(f"{cfg.job.duration} is shorter than one training step "
+                          f"({step_s:.3g} s): give a job of at least one step",
+                          source=source, field=f"{FIELD}.job.duration")
 
 
 def _restart(cfg: ReliabilityCfg, world: int) -> tuple:

@@ -211,7 +211,7 @@ def check_columns(study: Study, columns: list[str], source: str) -> None:
 def plot_file(plot, i: int) -> str:
     """The PNG name of ``study.plots[i]``: its ``file`` (with ``.png``), or one made from
     its columns."""
-    if plot.file:
+    if plot.file is not None:
         return plot.file if plot.file.endswith(".png") else f"{plot.file}.png"
     what = f"{plot.z}_by_{plot.x}_and_{plot.y}" if isinstance(plot, HeatmapPlot) \
         else f"{plot.y}_vs_{plot.x}"
@@ -228,7 +228,7 @@ def plot_paths(study: Study, out: Path, source: str) -> list[Path]:
     paths: dict[Path, int] = {}
     for i, p in enumerate(study.plots):
         field = f"plots[{i}].file"
-        if p.file:
+        if p.file is not None:
             confined(out, p.file, field, source)           # as the study spells it
         path = confined(out, plot_file(p, i), field, source)
         if path in paths:
