@@ -136,7 +136,7 @@ def test_a_b200_row_runs_on_dgx_b200_nodes(spec, rows):
     assert sc["cluster"] == {"topology": "dgx-b200-superpod", "nodes": 16}
     assert sc["strategy"]["context_parallel_size"] == 2
     assert sc["training"]["grad_accum"] == 64 // (1 * 128 // (4 * 8 * 2))
-    assert sc["training"]["fp8_recipe"] == "tensorwise"
+    assert sc["training"]["fp8_recipe"] == "current"
 
 
 def test_rows_the_simulator_cannot_run_say_why(spec):
