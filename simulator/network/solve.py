@@ -128,23 +128,31 @@ def _no_split(n: int) -> np.ndarray:
 def connected(footprints: list) -> list[list[int]]:
     """The flows (by index) in sets that share no link: two flows are in one set when they
     cross a link in common, directly or through others of the set (``footprints``: per
-    flow, the set of what it crosses). Each set in index order, the sets by first index."""
-    sets: list[list] = []           # [what the set crosses, its flows]
+    flow, the set of what it crosses). Each set in index order, the sets by first index.
+
+    A union-find over what is crossed: each link names the first flow that crossed it, a
+    later flow crossing it joins that flow's set, and a set is named by its lowest flow
+    index; the work is the footprints' total size (comparing each flow with every set found
+    so far was quadratic in the flows where thousands share nothing)."""
+    parent = list(range(len(footprints)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    first: dict = {}            # what is crossed -> the first flow that crossed it
     for i, footprint in enumerate(footprints):
-        hit = [s for s in sets if not footprint.isdisjoint(s[0])]
-        if not hit:
-            sets.append([set(footprint), [i]])
-            continue
-        into = hit[0]
-        into[0] |= footprint
-        into[1].append(i)
-        if len(hit) > 1:
-            for other in hit[1:]:
-                into[0] |= other[0]
-                into[1].extend(other[1])
-            into[1].sort()
-            sets = [s for s in sets if not any(s is other for other in hit[1:])]
-    return [s[1] for s in sets]
+        for x in footprint:
+            j = first.setdefault(x, i)
+            if j != i:
+                a, b = root(i), root(j)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    sets: dict[int, list[int]] = {}
+    for i in range(len(footprints)):
+        sets.setdefault(root(i), []).append(i)
+    return list(sets.values())
 
 
 def _arrays(flow) -> tuple:
