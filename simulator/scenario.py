@@ -310,17 +310,19 @@ def keys_at(model, loc) -> list[str]:
         issubclass(model, BaseModel) else []
 
 
-def from_sets(exc: ConfigError, sets: list[str], source: str) -> ConfigError:
-    """``exc`` with its field marked ``--set`` when the value came from one of ``sets``
-    (``--set KEY=VALUE`` items) of the scenario ``source``: ``--set cluster.links.x.bw``."""
+def from_sets(exc: ConfigError, sets: list[str], source: str,
+              option: str = "--set") -> ConfigError:
+    """``exc`` with its field marked ``option`` when the value came from one of ``sets``
+    (``KEY=VALUE`` items of ``option``, ``--set`` or ``cluster``'s ``--against``) of the
+    scenario or mix ``source``: ``--set cluster.links.x.bw``."""
     field = exc.field or ""
     keys = [item.partition("=")[0].strip() for item in sets]
-    if exc.source != source or not field or field.startswith("--set"):
+    if exc.source != source or not field or field.startswith(("--set", "--against")):
         return exc
     if not any(field == k or field.startswith(k + ".") or k.startswith(field + ".")
                for k in keys if k):
         return exc
-    return ConfigError(exc.reason, source=source, field=f"--set {field}")
+    return ConfigError(exc.reason, source=source, field=f"{option} {field}")
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:

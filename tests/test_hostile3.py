@@ -26,8 +26,12 @@ def test_a_bad_cluster_set_names_the_mix_and_the_key(capsys, tmp_path):
     path = mix(tmp_path)
     err = refused(capsys, "cluster", path, "-q", "--set", "scheduler=lottery")
     assert err.startswith(f"clustersim: error: {path}: --set scheduler: "), err
+    # an --against value is named as the option the user gave it with
     err = refused(capsys, "cluster", path, "-q", "--against", "cluster.nodes=1e9")
-    assert f"{path}: --set cluster.nodes: " in err, err
+    assert f"{path}: --against cluster.nodes: " in err, err
+    err = refused(capsys, "cluster", path, "-q", "--set", "seed=3", "--against",
+                  "scheduler=lottery")
+    assert f"{path}: --against scheduler: " in err, err
 
 
 def test_a_jobs_cluster_key_is_refused_not_dropped(capsys, tmp_path):

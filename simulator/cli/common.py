@@ -161,11 +161,17 @@ def names_sets(command):
         try:
             return command(*args, **kwargs)
         except ConfigError as exc:
-            sets = list(kwargs.get("sets") or ()) + list(kwargs.get("against") or ())
-            if not sets:
+            given = (("--set", kwargs.get("sets") or ()),
+                     ("--against", kwargs.get("against") or ()))
+            if not any(items for _option, items in given):
                 raise
             from ..scenario import from_sets
-            raise from_sets(exc, sets, _set_file(kwargs)) from None
+            source = _set_file(kwargs)
+            for option, items in given:
+                marked = from_sets(exc, list(items), source, option)
+                if marked is not exc:
+                    raise marked from None
+            raise
     return wrapper
 
 
