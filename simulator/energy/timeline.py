@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..engine.records import COMM_KINDS, Timeline
 from ..metrics.summary import COMPUTE_KINDS, union_length
-from .model import Energy, JobPower, Machine, Phases, idle_facility_w, step_energy
+from .model import (Energy, JobPower, Machine, Phases, gpu_energy_j, idle_facility_w,
+                    step_energy)
 from .power import PowerTable, Site, load_power
 
 TENSOR_CORE_CLASSES = ("matmul", "attention", "conv")   # compute.yaml: tensor_cores: true
@@ -38,15 +39,16 @@ def energy_of(result, site: Site | None = None, table: PowerTable | None = None
     """The energy of ``result``'s step (None for a GPU without power data). An extrapolated
     step keeps the replayed step's shares of each phase over its own step time."""
     job = _job(result, table)
-    if job is None:
-        return None
+    return None if job is None else _step_energy(result, job, site or default_site(table))
+
+
+def _step_energy(result, job: tuple, site: Site) -> Energy:
+    """:func:`energy_of` with ``result``'s :func:`_job` at hand."""
     power, machine, gpus = job
-    setup = result.setup
     step_s = result.metrics.iteration_time_s
-    site = site or default_site(table)
     tokens = result.metrics.tokens_per_s * step_s
     return step_energy(gpus, power, machine, site, step_s, tokens,
-                       setup.compute.gpu.power_cap_w)
+                       result.setup.compute.gpu.power_cap_w)
 
 
 def job_power(result, site: Site | None = None, table: PowerTable | None = None
@@ -59,7 +61,7 @@ def job_power(result, site: Site | None = None, table: PowerTable | None = None
         return None
     power, machine, gpus = job
     site = site or default_site(table)
-    e = energy_of(result, site, table)
+    e = _step_energy(result, job, site)
     return JobPower(e.facility_j / e.step_time_s if e.step_time_s > 0 else 0.0,
                     idle_facility_w(len(gpus), power, machine, site),
                     site.usd_per_kwh, site.carbon_kg_per_kwh)
@@ -117,7 +119,6 @@ def board_w(tl: Timeline, power, ranks: dict[str, int]) -> float:
     """The average board power (W) of one GPU of ``tl``'s step at ``power``: each rank
     class's phases weighted by its ``ranks`` (class id -> rank count; a class without
     records idles); the shares are the replayed step's whatever its extrapolated length."""
-    from .model import gpu_energy_j
     phases = class_phases(tl)
     n = sum(ranks.values())
     if tl.iteration_time_s <= 0 or n == 0:

@@ -157,13 +157,13 @@ class StepTimes:
         once = [self._replayed(w, p) for w, p in members]
         slowest = once.index(max(once))
         machine = Machine(members[0][0].planner.cluster, members[0][0].machine)
-        running: list[Job] = []             # each member's latest iteration
+        running: list[Job | None] = [None] * len(members)    # each member's latest iteration
         ends: list[list[float]] = [[] for _ in members]
 
         def begin(i: int) -> None:
             w, p = members[i]
             job = Job(machine, w.trace, p, w.planner, w.compute, w.job, w.capacity_bytes)
-            running[i:i + 1] = [job]
+            running[i] = job
             job.start(then=lambda _job: ended(i))
 
         def ended(i: int) -> None:
@@ -172,7 +172,6 @@ class StepTimes:
                 begin(i)
         with gc_paused():
             for i in range(len(members)):
-                running.append(None)
                 begin(i)
             run_jobs(machine, running)
             for job, e in zip(running, ends):
