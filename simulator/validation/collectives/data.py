@@ -11,7 +11,7 @@ import pandas as pd
 
 from simulator.collectives.model import bus_factor
 from simulator.outpaths import atomic_write_csv
-from simulator.validation.collectives.data_aws import AWS_DIR, aws_rows
+from simulator.validation.collectives.data_aws import AWS_DIR, aws_heldout_rows, aws_rows
 from simulator.validation.collectives.data_h100 import H100_FILES, h100_rows
 from simulator.validation.collectives.data_heldout import heldout_rows
 from simulator.validation.collectives.schema import (MEASUREMENT_COLUMNS, MEASUREMENTS_FILE,
@@ -97,14 +97,14 @@ def build_measurements(shared_dir: Path | str, root: Path | str) -> pd.DataFrame
 
     nccl-tests rows: out-of-place time and busbw (the H100 tables: :mod:`.data_h100`; the
     held-out tables found outside the shared data, already in ``<root>/raw``:
-    :mod:`.data_heldout`; AWS p5 over EFA: :mod:`.data_aws`).
+    :mod:`.data_heldout`; AWS p5 over EFA, its all_reduce held out: :mod:`.data_aws`).
     Azure summary rows: a latency row gives
     ``time_us`` (busbw derived as size/time x bus factor), a busbw row gives ``busbw_GBps``
     (time derived as size / (busbw / bus factor)); ``derived`` names the computed column.
     """
     shared, root = Path(shared_dir), Path(root)
     rows = (_nccl_tests_rows(shared) + _azure_rows(shared) + h100_rows(shared)
-            + heldout_rows(root) + aws_rows(shared))
+            + heldout_rows(root) + aws_rows(shared) + aws_heldout_rows(root))
     df = pd.DataFrame(rows, columns=MEASUREMENT_COLUMNS)
     root.mkdir(parents=True, exist_ok=True)
     atomic_write_csv(df, root / MEASUREMENTS_FILE, index=False)
