@@ -97,3 +97,22 @@ def test_the_tuner_leaves_ll128_for_simple_once_every_step_costs_a_message():
     m = _model("aws-p5", 32)
     plan = m.plan("all_gather", 32 << 20, list(range(256)))
     assert (plan.algo, plan.proto) == ("ring", "Simple")
+
+
+def _busbw(model, nodes, size, algo, proto):
+    n = 8 * nodes
+    res = run_collective(model, "all_reduce", size, list(range(n)), algo=algo, proto=proto)
+    return size / res.time_s * 2 * (n - 1) / n / 1e9
+
+
+def test_aws_ofi_nccl_regions_alone_leave_the_all_reduce_off():
+    """docs/collective-model.md, EFA: with the algorithm aws-ofi-nccl's p5 regions choose
+    (v1.16.3: tree/LL128 at 32 MiB on 256 ranks, ring/LL128 from 64 MiB to 1 GiB on 32), the
+    simulated all_reduce is still off the held-out table (measured busbw, GB/s, as printed in
+    validation/collectives/raw/aws_p5_nccl_all_reduce.csv)."""
+    m32 = _model("aws-p5", 32)
+    assert round(_busbw(m32, 32, 32 << 20, "tree", "LL128") / 66.34, 1) == 2.0
+    m4 = _model("aws-p5", 4)
+    measured = {64: 152.41, 128: 229.48, 256: 273.34, 512: 278.41, 1024: 280.30}
+    err = [_busbw(m4, 4, mib << 20, "ring", "LL128") / meas - 1 for mib, meas in measured.items()]
+    assert (round(min(err) * 100), round(max(err) * 100)) == (-26, -10)
