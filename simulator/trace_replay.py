@@ -30,6 +30,7 @@ from .collectives.model import CollectiveModel
 from .collectives.nccl_config import NcclConfig
 from .compute import ComputeModel
 from .engine import JobConfig, MachineConfig, Timeline, replay
+from .energy.power import capped_gpu
 from .engine.variability import resolve_sigmas
 from .errors import ConfigError, validation_error
 from .hardware import check_training_precision, gpu_spec
@@ -174,7 +175,7 @@ def replay_trace(trace: Trace, topology: str = "dgx-a100", nodes: int | None = N
     model = CollectiveModel(cluster, k, settings.nccl)
     if nccl_choice == "recorded":
         model = RecordedChoice(model, recorded_choices(trace))
-    gpu = gpu_spec(cluster.G.graph["gpu"])
+    gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), None)   # at its own board limit
     try:
         check_training_precision(gpu, settings.precision)
         compute = ComputeModel(gpu, attention=settings.attention,
