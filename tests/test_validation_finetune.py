@@ -203,3 +203,22 @@ MIRROR = Path("/work/.mirror/mlcommons+training_results_v5.0/repo")
 def test_the_committed_v50_table_is_what_the_extractor_writes(tmp_path):
     extract.main([str(MIRROR), str(tmp_path / "v50.csv")])
     assert (tmp_path / "v50.csv").read_text() == (ROOT / DATA_V50).read_text()
+
+
+MIRROR_V41 = Path("/work/.mirror/mlcommons+training_results_v4.1/repo")
+
+
+@pytest.mark.skipif(not MIRROR_V41.is_dir(), reason="no mirror of training_results_v4.1 here")
+def test_the_v41_rows_with_fp8_attention_are_those_whose_config_sets_it():
+    """split.yaml's ``v41_fp8_dpa``: each v4.1 validation row's config_file (with its
+    config_common.sh) read by the v5.0 extractor's reader; FP8_DPA=1 there, 0 elsewhere."""
+    mirror = extract.Mirror(str(MIRROR_V41))
+    validation = [s for names in SPLIT["validation"].values() for s in names]
+    sets = [s for s in validation if extract.parallelism(extract.config_settings(
+        mirror, ROWS[s]["config_file"].split(":", 1)[1]))["fp8_dpa"] == "yes"]
+    assert sets == SPLIT["v41_fp8_dpa"]
+
+
+def test_a_v41_row_whose_config_sets_fp8_dpa_runs_fp8_attention():
+    assert scenario_of(ROWS["eos_ngc24.09_nemo"], SPLIT)["training"]["fp8_attention"] is True
+    assert "fp8_attention" not in scenario_of(ROWS["eos_n8_ngc24.09_nemo"], SPLIT)["training"]

@@ -2,7 +2,8 @@
 (``validation/finetune/``: ``split.yaml`` declares the rows and the setup; nothing is
 fitted). Each validation row runs as a ``megatron`` scenario with the row's GPU, GPU count,
 TP, CP, global and micro batch, activation recompute, FP8 attention where the config sets
-``FP8_DPA=1``, and the MLPerf reference LoRA setup
+``FP8_DPA=1`` (v5.0: the table's ``fp8_dpa``; v4.1: ``split.yaml`` ``v41_fp8_dpa``), and the
+MLPerf reference LoRA setup
 of ``split.yaml`` (``mlperf_setup``, with a vendor's ``v50.strategy`` changes: AMD's NeMo
 runs fused Adam, not the distributed optimizer); the simulated iteration time is compared
 with the row's median step time. ``python -m simulator.validation.finetune [--max-gpus N]
@@ -99,6 +100,8 @@ def scenario_of(row: dict, split: dict) -> dict:
             else:
                 strategy[key] = value
         return _scenario(row, setup, strategy, micro, _cluster(row, split["v50"]["topologies"]))
+    if row["system"] in split.get("v41_fp8_dpa", ()):     # its config sets FP8_DPA=1
+        row = {**row, "fp8_dpa": "yes"}
     cluster = {"topology": split["topologies"][gpu], "nodes": -(-gpus // GPUS_PER_NODE)}
     if gpus < GPUS_PER_NODE or per_node != GPUS_PER_NODE:
         cluster["gpus"] = gpus
