@@ -45,6 +45,7 @@ ATTENTION = ("sdpa", "flash2", "flash3", "eager")
 # Transformer Engine's delayed scaling, its current (per-tensor) scaling, or its MXFP8 block
 # scaling (Blackwell only)
 FP8_RECIPES = ("tensorwise", "delayed", "current", "mxfp8")
+TE_RECIPES = FP8_RECIPES[1:]      # Transformer Engine's (training.fp8_attention needs one)
 # training.elementwise: the model code's norms, rotary, activation (simulator/models/eager.py)
 ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
 # Fabric fidelity -> what it models (the classes: simulator.network.fabric.FABRICS).

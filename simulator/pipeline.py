@@ -86,10 +86,12 @@ def job_config(scn: Scenario) -> JobConfig:
 def run_meta(scn: Scenario) -> dict:
     """What a Trace written from ``scn`` carries so that a replay of it costs what ``run``
     costs (its ``meta.run``, :mod:`simulator.trace_replay`): the training precision (the
-    peak FLOP/s are counted at it), the attention kernels, the job knobs and the NCCL
-    knobs the scenario set."""
+    peak FLOP/s are counted at it), the attention kernels (and ``fp8_attention`` where
+    set), the job knobs and the NCCL knobs the scenario set."""
     job = job_config(scn)
+    fp8_attention = {"fp8_attention": True} if scn.training.fp8_attention else {}
     return {"precision": scn.training.precision, "attention": scn.training.attention_impl,
+            **fp8_attention,
             "overlap_slowdown": job.overlap_slowdown, "variability": job.variability,
             "seed": job.seed, "nccl": scn.nccl.model_dump(exclude_unset=True)}
 
@@ -374,7 +376,8 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     machine = MachineConfig(fidelity=scn.simulation.fidelity)
     job = job_config(scn)
     try:
-        compute = ComputeModel(gpu, attention=t.attention_impl, strategy=cfg.name)
+        compute = ComputeModel(gpu, attention=t.attention_impl, strategy=cfg.name,
+                               fp8_attention=t.fp8_attention)
     except ConfigError as exc:
         raise exc.located(source) from None
     built = accum.traces if accum else (trace,)

@@ -25,7 +25,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       model_serializer, model_validator)
 
 from .choices import (ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, ELEMENTWISE, FIDELITIES,
-                      FP8_RECIPES)
+                      FP8_RECIPES, TE_RECIPES)
 from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
@@ -100,6 +100,11 @@ class Training(BaseModel):
                             "(Transformer Engine's MXFP8 block scaling, Blackwell); "
                             "docs/compute.md")
 
+    fp8_attention: bool = Field(False, description="precision fp8 with a Transformer Engine "
+                                "recipe: attention in FP8 too (TE's FP8 DotProductAttention, "
+                                "Megatron's fp8_dot_product_attention, NeMo's FP8_DPA=1); "
+                                "docs/compute.md")
+
     @field_validator("precision")
     @classmethod
     def _precision(cls, v: str) -> str:
@@ -129,6 +134,22 @@ class Training(BaseModel):
                              f"flash_attention: false (or set attention: eager)")
         return self
 
+    @model_validator(mode="after")
+    def _fp8_attention(self) -> "Training":
+        if not self.fp8_attention:
+            return self
+        if self.precision != "fp8":
+            raise ValueError("fp8_attention needs precision: fp8 (the attention's FP8 scales "
+                             "come from the FP8 step's recipe)")
+        if self.fp8_recipe not in TE_RECIPES:
+            raise ValueError(f"fp8_attention is Transformer Engine's FP8 DotProductAttention: "
+                             f"fp8_recipe {self.fp8_recipe} (torchao) has none; use "
+                             f"{', '.join(TE_RECIPES)}")
+        if not self.flash_attention:
+            raise ValueError("fp8_attention runs the fused (cuDNN) attention kernel: not with "
+                             "eager attention")
+        return self
+
     @property
     def attention_impl(self) -> str:
         """The attention implementation the step runs (``attention``, else by the flag)."""
@@ -143,6 +164,8 @@ class Training(BaseModel):
                     out.pop(key)
             if out.get("fp8_recipe") == "tensorwise":
                 out.pop("fp8_recipe")
+            if out.get("fp8_attention") is False:
+                out.pop("fp8_attention")
             if out.get("elementwise") == "fused":
                 out.pop("elementwise")
         return out

@@ -30,6 +30,7 @@ from .collectives.model import CollectiveModel
 from .collectives.nccl_config import NcclConfig
 from .compute import ComputeModel
 from .engine import JobConfig, MachineConfig, Timeline, replay
+from .energy.power import capped_gpu
 from .engine.variability import resolve_sigmas
 from .errors import ConfigError, validation_error
 from .hardware import check_training_precision, gpu_spec
@@ -91,6 +92,7 @@ class RunSettings:
     attention: str
     precision: str
     nccl: NcclConfig
+    fp8_attention: bool = False
 
 
 def run_settings(meta: Mapping) -> RunSettings:
@@ -101,12 +103,16 @@ def run_settings(meta: Mapping) -> RunSettings:
     run = meta.get("run", {})
     if not isinstance(run, Mapping):
         raise ConfigError(f"must be a mapping, got {type(run).__name__}", field="meta.run")
-    unknown = sorted(set(run) - {"precision", "attention", "overlap_slowdown",
-                                 "variability", "seed", "nccl"})
+    unknown = sorted(set(run) - {"precision", "attention", "fp8_attention",
+                                 "overlap_slowdown", "variability", "seed", "nccl"})
     if unknown:
         raise ConfigError("unknown key", field=f"meta.run.{unknown[0]}")
     precision = _one_of(run, "precision", OP_PRECISIONS, "bf16")
     attention = _one_of(run, "attention", ATTENTION, "sdpa")
+    fp8_attention = run.get("fp8_attention", False)
+    if not isinstance(fp8_attention, bool):
+        raise ConfigError(f"must be true or false, got {fp8_attention!r}",
+                          field="meta.run.fp8_attention")
     overlap = run.get("overlap_slowdown", 0.0)
     if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) \
             or not 0.0 <= overlap <= 1000.0:
@@ -135,7 +141,7 @@ def run_settings(meta: Mapping) -> RunSettings:
     return RunSettings(JobConfig(overlap_slowdown=float(overlap),
                                  precision=compute_precision(precision),
                                  variability=variability, seed=seed),
-                       attention, precision, nccl)
+                       attention, precision, nccl, fp8_attention)
 
 
 def _one_of(run: Mapping, key: str, choices: tuple, default: str) -> str:
@@ -169,15 +175,16 @@ def replay_trace(trace: Trace, topology: str = "dgx-a100", nodes: int | None = N
     model = CollectiveModel(cluster, k, settings.nccl)
     if nccl_choice == "recorded":
         model = RecordedChoice(model, recorded_choices(trace))
-    gpu = gpu_spec(cluster.G.graph["gpu"])
+    gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), None)   # at its own board limit
     try:
         check_training_precision(gpu, settings.precision)
         compute = ComputeModel(gpu, attention=settings.attention,
-                               strategy=trace.meta.get("strategy"))
+                               strategy=trace.meta.get("strategy"),
+                               fp8_attention=settings.fp8_attention)
     except ConfigError as exc:      # what this GPU cannot run of the trace's settings
-        raise ConfigError(exc.reason, field="meta.run.precision"
-                          if exc.field == "training.precision" else "meta.run.attention") \
-            from None
+        raise ConfigError(exc.reason, field="meta.run." + {
+            "training.precision": "precision", "training.fp8_attention": "fp8_attention"}.get(
+                exc.field, "attention")) from None
     tl = replay(trace, model, compute, settings.job, MachineConfig(fidelity=fidelity),
                 gpu.memory_capacity_bytes)
     metrics = compute_metrics(tl, trace.world_size,

@@ -13,6 +13,10 @@ op-class entries and adds two shape models:
   fixed cost (load Q, write O, the softmax rescale), small heads less reuse per tile.
   It is what ``training.attention: sdpa`` (PyTorch's scaled_dot_product_attention, the
   default) runs on the family.
+* ``fp8_attention``: the rate of the family's fused attention in FP8 (Transformer Engine's
+  FP8 ``DotProductAttention`` on cuDNN, ``training.fp8_attention``) as a multiple of its
+  16-bit rate (``speedup``): an attention kernel at FP8 runs on the 16-bit flash curve at
+  ``speedup`` times the 16-bit peak. A family without it refuses FP8 attention.
 * ``attention_kernels``: the same curve per named implementation (``flash2``: the
   FlashAttention-2 library, ``flash3``: FlashAttention-3), for ``training.attention``.
   An implementation a family does not list: ``flash2`` falls back to the family's
@@ -65,6 +69,8 @@ class FamilyCalibration:
     flash: FlashShape | None = None
     source: str = ""
     kernels: Mapping[str, FlashShape] = field(default_factory=dict)   # attention_kernels
+    fp8_attention: float | None = None      # FP8 / 16-bit fused-attention rate (None: none)
+    fp8_attention_source: str = ""
 
     def attention_curve(self, implementation: str) -> FlashShape | None:
         """The flash curve of ``implementation`` (``sdpa``/unknown: the family default)."""
@@ -95,7 +101,7 @@ def parse_families(table: Any, src: str, op_class: Callable) -> dict:
     for name, entry in table.items():
         where = f"families.{name}"
         check_keys(entry, {"source", "op_classes", "gemm_shape", "flash_attention",
-                           "attention_kernels"}, {"source"}, src, where)
+                           "attention_kernels", "fp8_attention"}, {"source"}, src, where)
         classes = entry.get("op_classes") or {}
         if not isinstance(classes, dict):
             raise ConfigError("must be a mapping", source=src, field=f"{where}.op_classes")
@@ -108,8 +114,24 @@ def parse_families(table: Any, src: str, op_class: Callable) -> dict:
                             {"eff_max", "keys_half", "half_time", "source"}),
             source=check_source(entry["source"], src, where),
             kernels=_kernels(entry.get("attention_kernels") or {}, src,
-                             f"{where}.attention_kernels"))
+                             f"{where}.attention_kernels"),
+            **_fp8_attention(entry.get("fp8_attention"), src, f"{where}.fp8_attention"))
     return out
+
+
+def _fp8_attention(entry: Any, src: str, where: str) -> dict:
+    """``fp8_attention: {speedup, source}`` as FamilyCalibration fields (none: {})."""
+    if entry is None:
+        return {}
+    check_keys(entry, {"speedup", "source"}, {"speedup", "source"}, src, where)
+    speedup = entry["speedup"]
+    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) \
+            or not 1.0 <= speedup <= 2.0:
+        raise ConfigError(f"must be a number in [1, 2] (FP8 tensor cores run at most twice "
+                          f"the 16-bit rate), got {speedup!r}", source=src,
+                          field=f"{where}.speedup")
+    return {"fp8_attention": float(speedup),
+            "fp8_attention_source": check_source(entry["source"], src, where)}
 
 
 def _kernels(table: Any, src: str, where: str) -> dict:

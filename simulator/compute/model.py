@@ -27,6 +27,7 @@ from simulator.hardware import GpuSpec
 from simulator.precision import FP8, FP32, OP_PRECISIONS, PRECISIONS
 
 BF16 = "bf16"
+HALF = ("bf16", "fp16")      # the 16-bit precisions an attention kernel runs at
 
 from .checks import check_fraction, check_keys, check_source, check_time
 from .families import SHAPED_PRECISIONS, FamilyCalibration, check_attention, parse_families
@@ -129,7 +130,8 @@ class ComputeModel:
 
     def __init__(self, gpu: GpuSpec, calibration: ComputeCalibration | dict | None = None,
                  *, time_scale: float = 1.0, fit: FamilyFit | None = None,
-                 attention: str = "sdpa", strategy: str | None = None):
+                 attention: str = "sdpa", strategy: str | None = None,
+                 fp8_attention: bool = False):
         shipped = calibration is None
         if calibration is None:
             calibration = _default_calibration()
@@ -145,6 +147,10 @@ class ComputeModel:
         # training.attention: which flash curve an attention kernel runs on (families.py)
         check_attention(self.family, attention, gpu.name)
         self.attention = attention
+        # training.fp8_attention: every attention kernel runs at FP8 (see _lookup)
+        if fp8_attention:
+            self._fp8_attention_speedup(field="training.fp8_attention")
+        self.fp8_attention = bool(fp8_attention)
         self.strategy = strategy
         # real-run time factors of the GPU's family (simulator/data/training_fit.yaml), fitted
         # on top of the shipped constants: another calibration runs without them; a
@@ -186,14 +192,15 @@ class ComputeModel:
         """
         return ComputeModel(self.gpu, self.calibration,
                             time_scale=self.time_scale * _scale_factor(factor), fit=self.fit,
-                            attention=self.attention, strategy=self.strategy)
+                            attention=self.attention, strategy=self.strategy,
+                            fp8_attention=self.fp8_attention)
 
     def with_fit(self, fit: FamilyFit | None = None, calibration=None) -> "ComputeModel":
         """The same GPU, attention and strategy with another fit (None: the scope rule) or
         calibration (None: this one)."""
         return ComputeModel(self.gpu, calibration or self.calibration, fit=fit,
                             time_scale=self.time_scale, attention=self.attention,
-                            strategy=self.strategy)
+                            strategy=self.strategy, fp8_attention=self.fp8_attention)
 
     def peak_flops(self, op_class: str, precision: str) -> float:
         """Peak FLOP/s the op counts against (tensor-core rate or FP32 rate)."""
@@ -229,6 +236,8 @@ class ComputeModel:
         :raises ConfigError: for an unknown ``op_class`` or ``precision``.
         :raises ValueError: for negative or non-finite ``flops`` / ``bytes_accessed``.
         """
+        if self.fp8_attention and op_class == "attention" and precision in HALF:
+            precision = FP8
         plain = flops.__class__ in _PLAIN and bytes_accessed.__class__ in _PLAIN and \
             op_class.__class__ is str and (shape is None or shape.__class__ is tuple)
         if plain:
@@ -310,8 +319,12 @@ class ComputeModel:
         if terms is None:
             entry, curve = self._class(op_class), self._curve(op_class, precision)
             peak_key = precision if entry.tensor_cores else "fp32"
-            peak = (self.gpu.low_precision_flops if peak_key == FP8
-                    else self.gpu.peak_flops).get(peak_key)
+            if peak_key == FP8 and op_class == "attention":
+                # FP8 fused attention: the 16-bit peak times the family's sourced ratio
+                peak = self.gpu.peak_flops.get(BF16, 0.0) * self._fp8_attention_speedup()
+            else:
+                peak = (self.gpu.low_precision_flops if peak_key == FP8
+                        else self.gpu.peak_flops).get(peak_key)
             if not peak:
                 raise ConfigError(f"GPU {self.gpu.name!r} has no {peak_key} peak rate")
             if entry.tensor_cores:          # clocks drop under a board power cap
@@ -320,6 +333,22 @@ class ComputeModel:
                      self.gpu.hbm_bw_bytes_per_s * entry.memory_efficiency, peak)
             self._terms[key] = terms
         return terms
+
+    def _fp8_attention_speedup(self, field: str | None = None) -> float:
+        """The family's FP8 / 16-bit fused-attention rate (compute.yaml ``fp8_attention``).
+
+        :raises ConfigError: (``field``) where the GPU has no FP8 tensor cores or its family
+            no sourced rate.
+        """
+        if not self.gpu.low_precision_flops.get(FP8):
+            raise ConfigError(f"{self.gpu.name} has no FP8 tensor cores: no FP8 attention",
+                              field=field)
+        speedup = self.family.fp8_attention if self.family is not None else None
+        if speedup is None:
+            raise ConfigError(f"no FP8 attention rate is sourced for {self.gpu.name} "
+                              f"({self.gpu.family or 'no family'}; compute.yaml "
+                              f"fp8_attention): attention runs in 16 bits", field=field)
+        return speedup
 
     def __repr__(self) -> str:
         return f"ComputeModel({self.gpu.name!r}, time_scale={self.time_scale:g})"

@@ -29,8 +29,9 @@ catalog's ``family``: an H200 or a power-capped H100 takes the H100 fit; what ma
 differ, memory bandwidth or clocks, is the roofline's, from their catalog entries), and to
 the precisions the fit saw; a GPU of another generation or precision gets
 :data:`IDENTITY` (factor 1, no overhead), so its answers are the roofline's. An FP8 GEMM
-(:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16 ``matmul`` factor: the same
-GEMM path at another operand width.
+(:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16 ``matmul`` factor, and an FP8
+attention kernel (``training.fp8_attention``) the bf16 ``attention`` one: the same kernel
+path at another operand width.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class FamilyFit:
 
     def factor(self, op_class: str, precision: str) -> float:
         """The time factor of ``op_class`` at ``precision`` (1 where the fit does not apply)."""
-        if precision == FP8 and op_class == "matmul" and BF16 in self.precisions:
-            return self.time_factor["matmul"]
+        if precision == FP8 and op_class in KERNEL_GROUPS and BF16 in self.precisions:
+            return self.time_factor[op_class]    # the same kernel at another operand width
         if precision not in self.precisions:
             return 1.0
         group = GROUP_OF.get(op_class)

@@ -95,20 +95,29 @@ class PowerTable:
 
 
 def capped_gpu(gpu: GpuSpec, cap_w: float | None, table: PowerTable | None = None) -> GpuSpec:
-    """``gpu`` under a board power limit of ``cap_w`` watts (``cluster.power_cap_w``): its
-    tensor-core rate from the sourced curve, its limit recorded. A GPU already capped in the
-    catalog (H100-SXM-96GB-500W) takes only its own limit.
+    """``gpu`` under a board power limit of ``cap_w`` watts (``cluster.power_cap_w``; None:
+    its own board limit, the catalog's ``tdp``): its tensor-core rate from the sourced
+    curve, its limit recorded. A GPU already capped in the catalog (H100-SXM-96GB-500W)
+    takes only its own limit. One path for both: a GPU whose board limit is below the draw
+    at which its die holds full clocks (the curve's last point) runs at the clock the limit
+    allows, whether the limit is a what-if (an H100 at 500 W) or the board's (MI300X).
 
     :raises ConfigError: (``cluster.power_cap_w``) where the cap cannot be honoured.
     """
-    if cap_w is None:
-        return gpu
     if gpu.power_cap_w is not None:
-        if cap_w == gpu.power_cap_w:
+        if cap_w is None or cap_w == gpu.power_cap_w:
             return gpu
         raise ConfigError(f"{gpu.name} runs at its own {gpu.power_cap_w:g} W limit; no sourced "
                           f"clock curve for another", field="cluster.power_cap_w")
+    if cap_w is not None and gpu.tdp_w is not None and cap_w > gpu.tdp_w:
+        raise ConfigError(f"{cap_w:g} W is above {gpu.name}'s {gpu.tdp_w:g} W board limit "
+                          f"(gpus.yaml tdp)", field="cluster.power_cap_w")
     table = table or load_power()
+    if cap_w is None:
+        points = table.caps.get(gpu.name)
+        if gpu.tdp_w is None or not points or gpu.tdp_w >= points[-1][0]:
+            return gpu                  # full clocks at its own limit
+        cap_w = gpu.tdp_w
     rate = table.capped_rate(gpu.name, cap_w)
     return dataclasses.replace(gpu, power_cap_w=float(cap_w), power_capped_rate=rate)
 

@@ -105,13 +105,14 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     cluster = scenario_cluster(scn, k, G)
     try:
         gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
+        compute = ComputeModel(gpu, attention=t.attention_impl, strategy="torchtitan",
+                               fp8_attention=t.fp8_attention)
     except ConfigError as exc:
         raise exc.located(source) from None
     # kernels priced as the replays of most candidates run them (torchtitan: the eager
     # PyTorch stack); a distributed-optimizer candidate replays under Megatron's stack
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
-                    CollectiveModel(cluster, k, scn.nccl),
-                    ComputeModel(gpu, attention=t.attention_impl, strategy="torchtitan"))
+                    CollectiveModel(cluster, k, scn.nccl), compute)
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
     fits = _estimated(out, cands, est, model.layers, say)

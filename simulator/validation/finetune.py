@@ -1,7 +1,9 @@
 """MLPerf Training v4.1 and v5.0 Llama 2 70B LoRA step times against the simulator
 (``validation/finetune/``: ``split.yaml`` declares the rows and the setup; nothing is
 fitted). Each validation row runs as a ``megatron`` scenario with the row's GPU, GPU count,
-TP, CP, global and micro batch, activation recompute, and the MLPerf reference LoRA setup
+TP, CP, global and micro batch, activation recompute, FP8 attention where the config sets
+``FP8_DPA=1`` (v5.0: the table's ``fp8_dpa``; v4.1: ``split.yaml`` ``v41_fp8_dpa``), and the
+MLPerf reference LoRA setup
 of ``split.yaml`` (``mlperf_setup``, with a vendor's ``v50.strategy`` changes: AMD's NeMo
 runs fused Adam, not the distributed optimizer); the simulated iteration time is compared
 with the row's median step time. ``python -m simulator.validation.finetune [--max-gpus N]
@@ -98,6 +100,8 @@ def scenario_of(row: dict, split: dict) -> dict:
             else:
                 strategy[key] = value
         return _scenario(row, setup, strategy, micro, _cluster(row, split["v50"]["topologies"]))
+    if row["system"] in split.get("v41_fp8_dpa", ()):     # its config sets FP8_DPA=1
+        row = {**row, "fp8_dpa": "yes"}
     cluster = {"topology": split["topologies"][gpu], "nodes": -(-gpus // GPUS_PER_NODE)}
     if gpus < GPUS_PER_NODE or per_node != GPUS_PER_NODE:
         cluster["gpus"] = gpus
@@ -108,11 +112,13 @@ def scenario_of(row: dict, split: dict) -> dict:
 
 
 def _scenario(row: dict, setup: dict, strategy: dict, micro: int, cluster: dict) -> dict:
+    # a config that sets FP8_DPA=1 (the v5.0 table's fp8_dpa column) runs attention in FP8
+    fp8_dpa = {"fp8_attention": True} if row.get("fp8_dpa") == "yes" else {}
     return {"name": f"mlperf-lora-{row['system']}", "model": setup["model"],
             "training": {"micro_batch": micro, "seq_len": setup["seq_len"],
                          "global_batch": _int(row["global_batch"]),
                          "precision": setup["precision"], "fp8_recipe": setup["fp8_recipe"],
-                         "flash_attention": True, "finetune": setup["finetune"]},
+                         "flash_attention": True, "finetune": setup["finetune"], **fp8_dpa},
             "cluster": cluster, "strategy": strategy,
             "simulation": {"variability": "none"}}
 
