@@ -94,3 +94,16 @@ def test_the_model_against_the_public_cdna3_bf16_gemm_measurements(gpu, shape, m
     assert flops / seconds / 1e12 == pytest.approx(simulated, abs=0.05)
     # -3.9%, -3.9% and -15.9%: the two MAMF rows agree, the other MI300X search does not
     assert abs(simulated / measured - 1) < (0.04 if measured != 758.3 else 0.16)
+
+
+def test_mfu_counts_against_the_datasheet_peak_not_the_capped_clocks():
+    """A capped GPU reaches less of its datasheet peak: MFU's denominator stays the
+    datasheet rate, and the fraction of it an op reaches drops by the capped rate."""
+    spec = gpu_spec("MI300X")
+    full = ComputeModel(spec, strategy="megatron")
+    limited = ComputeModel(capped_gpu(spec, None), strategy="megatron")
+    assert limited.peak_flops("matmul", "bf16") == spec.peak_flops["bf16"] \
+        == full.peak_flops("matmul", "bf16")
+    flops = 2.0 * 8192 ** 3
+    assert limited.efficiency("matmul", "bf16", flops) == pytest.approx(
+        0.8516 * full.efficiency("matmul", "bf16", flops), rel=1e-12)

@@ -208,10 +208,9 @@ class ComputeModel:
 
     def efficiency(self, op_class: str, precision: str, flops: float) -> float:
         """Fraction of :meth:`peak_flops` reached by an op of ``flops`` (0 for 0 FLOPs)."""
-        _, flops_half, _, _ = self._lookup(op_class, precision)
+        sustained, flops_half, _, peak = self._lookup(op_class, precision)
         flops = _amount(flops, "flops")
-        eff_max = self._curve(op_class, precision).eff_max
-        return eff_max * flops / (flops + flops_half) if flops > 0 else 0.0
+        return sustained / peak * flops / (flops + flops_half) if flops > 0 else 0.0
 
     def memory_efficiency(self, op_class: str) -> float:
         """Fraction of the HBM bandwidth the op class streams at."""
@@ -313,7 +312,8 @@ class ComputeModel:
         return entry.compute[key]
 
     def _lookup(self, op_class: str, precision: str) -> tuple[float, float, float, float]:
-        """(sustained rate peak*eff_max, flops_half, effective HBM bytes/s, peak)."""
+        """(sustained rate, flops_half, effective HBM bytes/s, datasheet peak): the
+        sustained rate is the peak at the clocks a power cap allows, times eff_max."""
         key = (op_class, precision)
         terms = self._terms.get(key) if isinstance(op_class, str) else None
         if terms is None:
@@ -327,9 +327,9 @@ class ComputeModel:
                         else self.gpu.peak_flops).get(peak_key)
             if not peak:
                 raise ConfigError(f"GPU {self.gpu.name!r} has no {peak_key} peak rate")
-            if entry.tensor_cores:          # clocks drop under a board power cap
-                peak *= self.gpu.power_capped_rate
-            terms = (peak * curve.eff_max, curve.eff_max * peak * curve.half_time_s,
+            # clocks drop under a board power cap; MFU still counts against the datasheet peak
+            rate = peak * self.gpu.power_capped_rate if entry.tensor_cores else peak
+            terms = (rate * curve.eff_max, curve.eff_max * rate * curve.half_time_s,
                      self.gpu.hbm_bw_bytes_per_s * entry.memory_efficiency, peak)
             self._terms[key] = terms
         return terms
