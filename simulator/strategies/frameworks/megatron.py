@@ -139,6 +139,11 @@ class MegatronConfig(CommonConfig):
     # pass is_first_microbatch=None and Transformer Engine casts each weight to FP8 on
     # every micro-batch (Megatron-Bridge's fine-tuning recipes set it; pretraining does not)
     disable_parameter_transpose_cache: bool = False
+    # TransformerConfig.cross_entropy_loss_fusion (Megatron-Core 0.8 on; its default false,
+    # Megatron-Bridge's GPTModelProvider true): false runs the vocab-parallel cross entropy
+    # op by op in fp32 (simulator/models/cross_entropy.py); true (here the default, as
+    # before the field) one fused pass
+    cross_entropy_loss_fusion: bool = True
 
     @property
     def cuda_graphs(self) -> bool:
