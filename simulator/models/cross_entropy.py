@@ -1,10 +1,14 @@
-"""Megatron-Core's vocab-parallel cross entropy when it is not fused
+"""Megatron-Core's vocab-parallel cross entropy, three ways: unfused
 (``cross_entropy_loss_fusion: false``, Megatron-Core's own default since the field came in
-with core 0.8).
+with core 0.8), fused by TorchScript/nvFuser (``true`` with ``cross_entropy_fusion_impl:
+native``, Megatron-Core's default implementation, the only one before March 2025) or by
+Transformer Engine's kernel (``te``).
 
 The head's loss (:func:`simulator.models.transformer.head_cost`) is one kernel each way that
-reads and writes the logits once: a fused cross entropy (Megatron-Bridge's default,
-``cross_entropy_loss_fusion: true``). Unfused, ``_VocabParallelCrossEntropy``
+reads and writes the logits once: Transformer Engine's ``parallel_cross_entropy`` (one
+kernel that computes the loss and writes the gradient into the logits in the forward), what
+Megatron-Bridge's performance scripts run (``scripts/performance/utils/overrides.py`` sets
+``cross_entropy_fusion_impl = "te"`` from v0.3.0). Unfused, ``_VocabParallelCrossEntropy``
 (megatron/core/tensor_parallel/cross_entropy.py at core_v0.8.0) runs op by op in fp32 over
 the rank's ``tokens x vocab / tp`` logits:
 
@@ -26,6 +30,13 @@ kernel                     what it does                             bytes per lo
 of 1 at the target and the three TP all-reduces of one value per token are left out: they
 touch ``tokens``, not ``tokens x vocab``.) Forward 38 bytes a bf16 logit where the fused
 loss moves 4; backward 14 where it moves 4.
+
+``native`` (megatron/core/fusions/fused_cross_entropy.py at core_v0.8.0) runs the same
+steps as four ``jit_fuser`` functions, one kernel each: ``calculate_logits_max`` (the fp32
+copy and its max: e + 4), ``calculate_predicted_logits`` (subtract, exp in place, sum: 4 +
+4), ``calculate_cross_entropy_loss`` (the softmax in place: 4 + 4) and, backward,
+``calculate_gradients`` (the in-place multiply, then ``.to(bfloat16)``: 4 + 4 + e): 22
+bytes a bf16 logit forward, 10 backward.
 """
 
 from __future__ import annotations
@@ -39,6 +50,10 @@ FP32 = 4
 FORWARD = (("ce.float", 0, (1, 1)), ("ce.max", 1, (0, 1)), ("ce.sub_max", 1, (0, 2)),
            ("ce.exp", 1, (0, 2)), ("ce.sum", 1, (0, 1)), ("ce.div", 1, (0, 2)))
 BACKWARD = (("ce.grad_mul.bwd", 1, (0, 2)), ("ce.float.bwd", 0, (1, 1)))
+NATIVE_FORWARD = (("ce.logits_max", 1, (1, 1)), ("ce.predicted_logits", 3, (0, 2)),
+                  ("ce.softmax", 1, (0, 2)))
+NATIVE_BACKWARD = (("ce.gradients.bwd", 2, (1, 2)),)
+TABLES = {"unfused": (FORWARD, BACKWARD), "native": (NATIVE_FORWARD, NATIVE_BACKWARD)}
 
 
 def _kernels(table, logits: float, e: float) -> list[OpCost]:
@@ -47,11 +62,12 @@ def _kernels(table, logits: float, e: float) -> list[OpCost]:
             for name, flops, (of_e, of_fp32) in table]
 
 
-def unfused_cross_entropy(layer: LayerCost) -> LayerCost:
-    """``layer`` with its fused cross entropy (``cross_entropy`` / ``cross_entropy.bwd``,
-    which read and write the logits once each) replaced by Megatron-Core's unfused kernels
-    (module doc); a layer without one as it is. Megatron runs no autocast: the fused op's
-    bytes are ``2 e`` per logit, which gives ``e``."""
+def megatron_cross_entropy(layer: LayerCost, how: str) -> LayerCost:
+    """``layer`` with its one-pass cross entropy (``cross_entropy`` / ``cross_entropy.bwd``,
+    which read and write the logits once each) replaced by Megatron-Core's kernels ``how``
+    (``unfused`` or ``native``, module doc); a layer without one as it is. Megatron runs no
+    autocast: the one-pass op's bytes are ``2 e`` per logit, which gives ``e``."""
+    forward, backward = TABLES[how]
     names = [o.name for o in layer.forward]
     if "cross_entropy" not in names:
         return layer
@@ -65,5 +81,10 @@ def unfused_cross_entropy(layer: LayerCost) -> LayerCost:
             out += _kernels(table, logits, e) if o.name == name else [o]
         return tuple(out)
 
-    return replace(layer, forward=swap(layer.forward, "cross_entropy", FORWARD),
-                   backward=swap(layer.backward, "cross_entropy.bwd", BACKWARD))
+    return replace(layer, forward=swap(layer.forward, "cross_entropy", forward),
+                   backward=swap(layer.backward, "cross_entropy.bwd", backward))
+
+
+def unfused_cross_entropy(layer: LayerCost) -> LayerCost:
+    """:func:`megatron_cross_entropy` ``unfused``."""
+    return megatron_cross_entropy(layer, "unfused")

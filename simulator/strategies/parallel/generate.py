@@ -47,7 +47,7 @@ from typing import Callable
 from simulator.compute.launch import graphed
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
-from simulator.models.cross_entropy import unfused_cross_entropy
+from simulator.models.cross_entropy import megatron_cross_entropy
 from simulator.models.fp8 import fp8_layer
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
@@ -354,8 +354,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     if fp8_recipe is not None:
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         layers = [fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
-    if not getattr(cfg, "cross_entropy_loss_fusion", True):    # Megatron-Core, unfused
-        layers = [unfused_cross_entropy(layer) for layer in layers]
+    if getattr(cfg, "cross_entropy", "te") != "te":      # Megatron-Core's own loss kernels
+        layers = [megatron_cross_entropy(layer, cfg.cross_entropy) for layer in layers]
     if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl
         layers = [graphed(layer) for layer in layers]
     layers = tied.with_copy(layers, model, plan)
