@@ -292,7 +292,6 @@ class StageBuilder:
                              deps=(last, *ends, *self.hooks.flush()))
         self.dp.after_optimizer(opt, self.micro)
 
-
     def _step_exchange(self, steps: list[list[Action | None]], t: int, sent: int | None) -> None:
         """Lockstep: the receives of what the neighbouring ranks ran in time step ``t``
         (a forward into a stage this rank holds, a backward out of one), posted with this
