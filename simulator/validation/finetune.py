@@ -145,9 +145,14 @@ def bridge_rows() -> list[dict]:
     """Megatron-Bridge 26.06's fine-tuning rows on GB200 (``megatron_bridge_blackwell.csv``
     of validation/parallel), reported, not gated (``split.yaml``: packed sequences of
     unpublished lengths). Set up as validation/parallel sets up a Bridge row
-    (:func:`simulator.validation.parallel.nemo.scenario_of`), LoRA rows with
-    Megatron-Bridge's ``peft: lora`` defaults (dim 32, alpha 32, dropout 0 on linear_qkv,
-    linear_proj, linear_fc1, linear_fc2); SFT is full fine-tuning, a pre-training step."""
+    (:func:`simulator.validation.parallel.nemo.scenario_of`), with what the 26.06 (v0.5.0)
+    performance configs of these rows set beyond it
+    (scripts/performance/configs/llama/llama3_llm_finetune.py at v0.5.0:
+    ``set_llama3_common_peft_configs``): ``disable_parameter_transpose_cache`` (Transformer
+    Engine casts each weight to FP8 on every micro-batch), and for LoRA ``peft: lora`` with
+    Megatron-Bridge's defaults (dim 32, alpha 32, dropout 0) on ``linear_qkv`` only (the
+    configs' ``cfg.peft.target_modules = ["linear_qkv"]``); SFT is full fine-tuning, a
+    pre-training step."""
     from simulator.errors import ConfigError
     from simulator.validation.parallel.cases import default_root, load
     from simulator.validation.parallel.nemo import scenario_of as bridge_scenario
@@ -160,8 +165,9 @@ def bridge_rows() -> list[dict]:
             continue
         name = f"bridge-{row['task'].lower()}-{row['gpus']}gpu-{str(row['precision']).lower()}"
         scn = bridge_scenario(row, proot, spec, name, "blackwell")
+        scn["strategy"]["disable_parameter_transpose_cache"] = True
         if row["task"] == "LoRA":
-            scn["strategy"]["peft"] = "lora"
+            scn["strategy"].update(peft="lora", lora={"target_modules": ["linear_qkv"]})
         scn["simulation"] = {"variability": "none"}
         measured = float(row["tokens_per_s_per_gpu"])
         base = {"round": "bridge", "vendor": "NVIDIA", "gpu": "GB200", "system": name,

@@ -139,6 +139,19 @@ class MegatronConfig(CommonConfig):
     # pass is_first_microbatch=None and Transformer Engine casts each weight to FP8 on
     # every micro-batch (Megatron-Bridge's fine-tuning recipes set it; pretraining does not)
     disable_parameter_transpose_cache: bool = False
+    # TransformerConfig.cross_entropy_loss_fusion (Megatron-Core 0.8 on; its default false,
+    # Megatron-Bridge's GPTModelProvider true) and cross_entropy_fusion_impl (core 0.12 on;
+    # its default native, Megatron-Bridge's performance scripts te): false runs the
+    # vocab-parallel cross entropy op by op in fp32, native as four TorchScript-fused
+    # kernels, te as Transformer Engine's one pass (simulator/models/cross_entropy.py); the
+    # defaults here are Bridge's performance runs' (true, te), as before the fields
+    cross_entropy_loss_fusion: bool = True
+    cross_entropy_fusion_impl: Literal["native", "te"] = "te"
+
+    @property
+    def cross_entropy(self) -> str:
+        """The loss's kernels: ``unfused``, ``native`` or ``te``."""
+        return self.cross_entropy_fusion_impl if self.cross_entropy_loss_fusion else "unfused"
 
     @property
     def cuda_graphs(self) -> bool:

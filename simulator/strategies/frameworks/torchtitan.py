@@ -15,7 +15,9 @@ tensor_parallel_degree             tp, with sequence parallelism (torchtitan alw
 pipeline_parallel_degree           pp
 pipeline_parallel_schedule         GPipe, 1F1B, Interleaved1F1B, ZBVZeroBubble -> schedule;
                                    multi-stage schedules hold 2 stages per rank unless
-                                   pipeline_parallel_layers_per_stage says otherwise
+                                   pipeline_parallel_layers_per_stage says otherwise;
+                                   Interleaved1F1B runs in lockstep, as torch's
+                                   PipelineScheduleMulti does (plan.lockstep)
 context_parallel_degree            cp; context_parallel_rotate_method allgather -> cp_mode
                                    allgather, alltoall -> ring (KV passed rank to rank)
 expert_parallel_degree             ep
@@ -160,6 +162,7 @@ class TorchtitanConfig(CommonConfig):
             ep=p.expert_parallel_degree, vp=vp, stage_blocks=self._stage_blocks(layers, pp * vp),
             sequence_parallel=p.tensor_parallel_degree > 1,
             schedule=SCHEDULES[p.pipeline_parallel_schedule], dp_mode=self._dp_mode(shard),
+            lockstep=p.pipeline_parallel_schedule == "Interleaved1F1B",
             tp_overlap=p.enable_async_tensor_parallel,
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
 

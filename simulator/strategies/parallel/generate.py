@@ -22,6 +22,15 @@ interleaves (NCCL's batched isend/irecv per pass behaves the same). zbv's turn o
 (the last stage's two chunks on one rank) needs no transfer. Communicators are per stage
 (``tp.s0``, ``dp.s0``...), so a collective waits only for the ranks of its own stage.
 
+Lockstep (``plan.lockstep``, torchtitan's ``Interleaved1F1B``): the classes walk torch's
+table of time steps (:func:`schedules.lockstep_steps`). In each step a rank runs its pass
+(no receive before it: the input came in an earlier step), then posts its send and the
+receives of what its neighbouring ranks ran in the same step, after the pass; the next
+step's pass waits for all of them, as ``PipelineScheduleMulti._step_microbatches`` waits
+for its batched sends and receives (``_batch_p2p(ops).wait()``). A send completes only when
+its receiver posts the matching receive after its own pass of that step, so a rank's step
+ends with the slower of its neighbours' passes that exchange with it.
+
 Extension points (expert and context parallelism): :data:`HOOKS` holds factories of
 per-class kernel hooks (``factory(builder) -> OpHooks | None``, called once per class; an
 object with ``start_layer(layer)`` and ``flush()`` gets those calls too), and
@@ -38,6 +47,7 @@ from typing import Callable
 from simulator.compute.launch import graphed
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
+from simulator.models.cross_entropy import megatron_cross_entropy
 from simulator.models.fp8 import fp8_layer
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
@@ -50,7 +60,7 @@ from .dp import DataParallel
 from .ep_cp import HOOK_FACTORIES, planned_layers
 from .place import placement
 from .plan import ParallelPlan
-from .schedules import SPLIT_W, check_schedule, schedule
+from .schedules import SPLIT_W, Action, check_schedule, lockstep_steps, schedule
 from .split import input_grad_view, kept_for_w, weight_grad_view
 from .stages import Chunk, chunks, neighbour
 from .tp import STREAM, TPHooks
@@ -110,6 +120,9 @@ class StageBuilder:
         self.dp = DataParallel(self, {c: ch.layers for c, ch in my_chunks.items()},
                                sizes["grad"], sizes["shard"], sizes["replicate"])
         self.prev_start: int | None = None    # first op of the previous pass
+        self.lockstep = plan.lockstep
+        self.barrier: tuple = ()     # lockstep: the previous time step's sends and receives
+        self.pass_end: tuple = ()    # lockstep: what the pass's send waits for
         self.layer_start: int | None = None   # first op of the previous layer emitted
 
     # ------------------------------------------------------------------ ops
@@ -168,9 +181,9 @@ class StageBuilder:
                                            "activation_offload": False})
 
     # ------------------------------------------------------------------ passes
-    def forward(self, ch: Chunk, micro: int, first: bool) -> None:
-        deps: list = []
-        if ch.stage > 0:
+    def forward(self, ch: Chunk, micro: int, first: bool) -> int | None:
+        deps: list = list(self.barrier)
+        if ch.stage > 0 and not self.lockstep:
             deps = [self._p2p("recv", ch.stage - 1, self.out_bytes(ch.stage - 1),
                               f"F.m{micro}.s{ch.stage}", (self.prev_start,))]
         start = None
@@ -185,13 +198,20 @@ class StageBuilder:
             self.dp.after_forward(ch.chunk, li, layer, last)
             deps = []
         self.prev_start = start
+        if self.lockstep:
+            self.pass_end = (last, *self.hooks.flush())
+            if ch.last:
+                return None
+            return self._p2p("send", ch.stage + 1, self.out_bytes(ch.stage),
+                             f"F.m{micro}.s{ch.stage + 1}", self.pass_end)
         if not ch.last:
             self._p2p("send", ch.stage + 1, self.out_bytes(ch.stage), f"F.m{micro}.s"
                       f"{ch.stage + 1}", (last, *self.hooks.flush()))
+        return None
 
-    def backward(self, ch: Chunk, micro: int, split: bool, last_micro: bool) -> None:
-        deps: list = []
-        if not ch.last:
+    def backward(self, ch: Chunk, micro: int, split: bool, last_micro: bool) -> int | None:
+        deps: list = list(self.barrier)
+        if not ch.last and not self.lockstep:
             deps = [self._p2p("recv", ch.stage + 1, self.out_bytes(ch.stage),
                               f"B.m{micro}.s{ch.stage}", (self.prev_start,))]
         start = None
@@ -213,9 +233,16 @@ class StageBuilder:
             start = span.first if start is None else start
             deps = []
         self.prev_start = start
+        if self.lockstep:
+            self.pass_end = (last, *self.hooks.flush())
+            if ch.stage == 0:
+                return None
+            return self._p2p("send", ch.stage - 1, self.out_bytes(ch.stage - 1),
+                             f"B.m{micro}.s{ch.stage - 1}", self.pass_end)
         if ch.stage > 0:
             self._p2p("send", ch.stage - 1, self.out_bytes(ch.stage - 1),
                       f"B.m{micro}.s{ch.stage - 1}", (last, *self.hooks.flush()))
+        return None
 
     def weight_pass(self, ch: Chunk, micro: int, last_micro: bool) -> None:
         start = None
@@ -229,7 +256,9 @@ class StageBuilder:
             start = span.first if start is None else start
         self.prev_start = start
 
-    def run(self, actions) -> None:
+    def run(self, actions, steps: list[list[Action | None]] | None = None) -> None:
+        """Issue ``actions`` (this rank's passes in order); ``steps`` (lockstep): every
+        rank's table of time steps, whose row for this rank holds the same passes."""
         split = self.plan.schedule in SPLIT_W
         closing = "W" if split else "B"
         last_of = {a.chunk: i for i, a in enumerate(actions) if a.kind == closing}
@@ -238,15 +267,21 @@ class StageBuilder:
             if a.kind == "F":
                 first_of.setdefault(a.chunk, i)
         self.dp.start_params()
-        for i, a in enumerate(actions):
-            self.micro = a.micro
-            ch = self.chunks[a.chunk]
-            if a.kind == "F":
-                self.forward(ch, a.micro, i == first_of[a.chunk])
-            elif a.kind == "B":
-                self.backward(ch, a.micro, split, i == last_of[a.chunk])
-            else:
-                self.weight_pass(ch, a.micro, i == last_of[a.chunk])
+        issued = iter(range(len(actions)))
+        for t, step in enumerate(steps[self.rank] if steps else actions):
+            sent = None
+            if step is not None:
+                i, a = next(issued), step
+                self.micro = a.micro
+                ch = self.chunks[a.chunk]
+                if a.kind == "F":
+                    sent = self.forward(ch, a.micro, i == first_of[a.chunk])
+                elif a.kind == "B":
+                    sent = self.backward(ch, a.micro, split, i == last_of[a.chunk])
+                else:
+                    self.weight_pass(ch, a.micro, i == last_of[a.chunk])
+            if steps:
+                self._step_exchange(steps, t, sent)
         last = self.ol.last_on("compute")
         if self.tied:
             size = tied.copy_params(self.model, self.plan) * self.cfg.grad_reduce_bytes()
@@ -256,6 +291,29 @@ class StageBuilder:
         opt = emit_optimizer(self.ol, self.cfg, self.dp.optimizer_params(),
                              deps=(last, *ends, *self.hooks.flush()))
         self.dp.after_optimizer(opt, self.micro)
+
+    def _step_exchange(self, steps: list[list[Action | None]], t: int, sent: int | None) -> None:
+        """Lockstep: the receives of what the neighbouring ranks ran in time step ``t``
+        (a forward into a stage this rank holds, a backward out of one), posted with this
+        rank's send after its pass; the next pass waits for them all."""
+        posted = [sent] if sent is not None else []
+        after = self.pass_end or self.barrier
+        last_stage = self.plan.pp * self.plan.vp - 1
+        for other in sorted({(self.rank - 1) % self.plan.pp, (self.rank + 1) % self.plan.pp}
+                            - {self.rank}):
+            a = steps[other][t] if t < len(steps[other]) else None
+            if a is None:
+                continue
+            stage = self.all_chunks[(other, a.chunk)].stage
+            into = stage + 1 if a.kind == "F" else stage - 1
+            if not 0 <= into <= last_stage or neighbour(self.plan, into, 0).rank != self.rank:
+                continue
+            self.micro = a.micro
+            size = self.out_bytes(min(stage, into))
+            posted.append(self._p2p("recv", stage, size, f"{a.kind}.m{a.micro}.s{into}",
+                                    after))
+        self.pass_end = ()
+        self.barrier = tuple(posted) or after
 
 
 def stage_id(rank: int, pp: int) -> str:
@@ -295,6 +353,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     if fp8_recipe is not None:
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         layers = [fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
+    if getattr(cfg, "cross_entropy", "te") != "te":      # Megatron-Core's own loss kernels
+        layers = [megatron_cross_entropy(layer, cfg.cross_entropy) for layer in layers]
     if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl
         layers = [graphed(layer) for layer in layers]
     layers = tied.with_copy(layers, model, plan)
@@ -302,13 +362,15 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     all_chunks = chunks(layers, plan)
     tokens = cfg.micro_batch * (seq_len // plan.cp)
     act = tokens * model.hidden * precision_bytes(cfg.precision)
-    orders = schedule(plan.schedule, plan.pp, cfg.grad_accum, plan.vp)
+    steps = lockstep_steps(plan.pp, cfg.grad_accum, plan.vp) if plan.lockstep else None
+    orders = [[a for a in row if a is not None] for row in steps] if steps else \
+        schedule(plan.schedule, plan.pp, cfg.grad_accum, plan.vp)
     classes, comms, groups_of = [], {}, {}
     for p in range(plan.pp):
         mine = {c: ch for (r, c), ch in all_chunks.items() if r == p}
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
                          loss_bytes=tokens * FP32, model=model, tied_ranks=shared)
-        b.run(orders[p])
+        b.run(orders[p], steps)
         classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
         members = set(classes[-1].ranks)

@@ -68,6 +68,11 @@ class ParallelPlan:
     ``bucket_params``: DDP / distributed-optimizer gradient bucket size in parameters
     (Megatron's ``DistributedDataParallelConfig.bucket_size``: max(40M, 1M x dp) when
     overlapping the gradient reduction).
+    ``lockstep``: the ``interleaved_1f1b`` schedule as torch.distributed.pipelining runs it
+    (torchtitan's ``Interleaved1F1B``): a table of time steps every rank walks in step,
+    each step's sends and receives waited for before the next
+    (:func:`.schedules.lockstep_steps`); false: each pass waits only for the data it needs
+    (Megatron-LM).
     """
 
     pp: int = 1
@@ -93,6 +98,7 @@ class ParallelPlan:
     embedding_in_split: bool = False
     loss_in_split: bool = False
     stage_blocks: tuple[int, ...] = ()
+    lockstep: bool = False
 
     def __post_init__(self):
         for f in fields(self):
@@ -112,6 +118,13 @@ class ParallelPlan:
             if getattr(self, name) not in valid:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}; valid: "
                                   f"{', '.join(valid)}", field=f"plan.{name}")
+        if not isinstance(self.lockstep, bool):
+            raise ConfigError(f"must be true or false, got {self.lockstep!r}",
+                              field="plan.lockstep")
+        if self.lockstep and self.schedule != "interleaved_1f1b":
+            raise ConfigError(f"lockstep time steps are torch's interleaved 1F1B table: needs "
+                              f"schedule interleaved_1f1b, got {self.schedule!r}",
+                              field="plan.lockstep")
         if isinstance(self.order, list):
             object.__setattr__(self, "order", tuple(self.order))
         if not isinstance(self.order, tuple) or sorted(map(str, self.order)) != sorted(DIMS):

@@ -23,6 +23,10 @@ formulas.
 * ``zbv``: zero bubble ZB-V as torchtitan's ``ScheduleZBVZeroBubble``: two chunks per rank
   in a V (chunk 0 is stage ``rank``, chunk 1 is stage ``2 pp - 1 - rank``), warm-up, a
   steady F/B/W phase per chunk, and a cool-down that fills with deferred ``W``.
+
+:func:`lockstep_steps` is the other way to run ``interleaved_1f1b``: torch.distributed.
+pipelining's ``ScheduleInterleaved1F1B`` (torchtitan's ``Interleaved1F1B``) as a table of
+time steps that every rank walks in step (``PipelineScheduleMulti._step_microbatches``).
 """
 
 from __future__ import annotations
@@ -253,6 +257,61 @@ def _zbv(pp: int, m: int, vp: int, rank: int) -> list[Action]:
     emit(*[("W", 1)] * (nxt["B", 1] - nxt["W", 1]))
     emit(*[("W", 0)] * (nxt["B", 0] - nxt["W", 0]))
     return [a for a in out if a.micro < m]
+
+
+def lockstep_steps(pp: int, micro_batches: int, vp: int) -> list[list[Action | None]]:
+    """torch.distributed.pipelining's ``ScheduleInterleaved1F1B.pipeline_order``: per
+    pipeline rank, one entry per time step, an :class:`Action` or None (the rank computes
+    nothing in that step).
+
+    As torch builds it (``_calculate_single_rank_operations`` and ``_get_1f1b_rank_ops``,
+    torch/distributed/pipelining/schedules.py, torch 2.5-2.6; the torchtitan H100 benchmark
+    ran torch 1963fc8 of 2024-12-23): rank ``r`` starts with ``r`` empty steps, runs
+    ``w = (v - 1) p + 2 (p - 1 - r)`` warm-up forwards (at most ``v m``), waits empty steps
+    until step ``v p + 2 (p - 1 - r)``, then alternates a forward and a backward; in the
+    cool-down each backward follows an empty step. The ``k``-th forward runs chunk ``(k //
+    p) mod v`` and the ``k``-th steady backward chunk ``v - 1 - ((k - w) // p) mod v``, each
+    chunk's micro-batches in order. With ``m`` a multiple of ``p`` (one round per ``p``
+    micro-batches: torch's ``microbatches_per_round`` is then ``p``) the actions of a rank
+    are Megatron's interleaved order (:func:`schedule`) except at ``m == p``, where Megatron
+    runs every forward first.
+
+    The runtime (``PipelineScheduleMulti._step_microbatches``) walks the table in step:
+    at each time step a rank runs its action, then posts its sends together with the
+    receives of what its neighbouring ranks ran in the same step, and waits for all of them
+    (``_batch_p2p(ops).wait()``) before the next step; the trace generator builds that
+    (:mod:`.generate`).
+
+    Raises
+    ------
+    ConfigError
+        As :func:`check_schedule` for ``interleaved_1f1b``.
+    """
+    check_schedule("interleaved_1f1b", pp, micro_batches, vp)
+    return [_lockstep_rank(pp, micro_batches, vp, rank) for rank in range(pp)]
+
+
+def _lockstep_rank(pp: int, m: int, vp: int, rank: int) -> list[Action | None]:
+    warmup = min((vp - 1) * pp + 2 * (pp - 1 - rank), m * vp)
+    total = m * vp
+    pad = vp * pp + 2 * (pp - 1 - rank) - (warmup + rank)
+    done = {"F": [0] * vp, "B": [0] * vp}
+
+    def next_action(kind: str, chunk: int) -> Action:
+        micro = done[kind][chunk]
+        done[kind][chunk] += 1
+        return Action(kind, micro, chunk)
+
+    out: list[Action | None] = [None] * rank
+    for k in range(total + warmup):     # warm-up forwards, steady pairs, cool-down
+        if k < warmup:
+            out.append(next_action("F", (k // pp) % vp))
+            if k == warmup - 1:
+                out += [None] * pad
+            continue
+        out.append(next_action("F", (k // pp) % vp) if k < total else None)
+        out.append(next_action("B", vp - 1 - ((k - warmup) // pp) % vp))
+    return out
 
 
 _BUILDERS = {"gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved_1f1b": _interleaved,
