@@ -143,13 +143,14 @@ class StepTimes:
             self.counts.alone += 1
             step, tl = work.alone_run(placement)
             self._alone[key] = step
-            if self.gpu_power is not None:
+            # the fleet prices a job's GPUs at its step on the nominal placement only
+            if self.gpu_power is not None and placement == Placement.first(len(placement.gpus)):
                 self.board[key] = board_w(tl, self.gpu_power, work.ranks)
         return self._alone[key]
 
     def board_w(self, work: Work, placement: Placement) -> float | None:
-        """Average board power (W) of one GPU of ``work`` alone on ``placement`` (after
-        :meth:`alone`), None without power data."""
+        """Average board power (W) of one GPU of ``work`` alone on ``placement``, the
+        cluster's first GPUs (after :meth:`alone` there), None without power data."""
         return self.board.get(self._key(work, placement))
 
     def together(self, members: list[tuple[Work, Placement]]) -> list[float]:
