@@ -192,3 +192,30 @@ def test_two_placements_of_one_shape_on_hosts_of_different_links_take_different_
     assert slow - latency == pytest.approx(2 * SIZE / NIC, rel=1e-9)
     assert times.counts.alone == 2 and times.counts.hits == 0
     assert times.alone(work, Placement((1, 3))) == slow and times.counts.hits == 1
+
+
+def test_a_mix_s_scheduled_spine_link_and_gpu_failures_end_to_end(tmp_path):
+    # two 16-GPU quickstart jobs spread over both leaf groups (servers 0+2 and 1+3, both
+    # across the spine); a spine down 10-70 s and a leaf-spine cable down 20-140 s stop
+    # nothing (the fabric reroutes: the jobs are re-rated on it, their kinds built there);
+    # a GPU of server 0 at 30 s stops the job on it, which keeps no step (no checkpoint)
+    from simulator.fleet.build import build_fleet
+    from simulator.fleet.mix import load_mix
+    (tmp_path / "m.yaml").write_text(
+        "name: m\ncluster: {topology: dgx-a100-superpod, nodes: 4, "
+        "topology_set: {params.nodes_per_leaf: 2}}\nscheduler: fifo\nplacement: spread\n"
+        "jobs: [{name: a, arrival: 0 s, scenario: quickstart, gpus: 16, steps: 200},\n"
+        "       {name: b, arrival: 0 s, scenario: quickstart, gpus: 16, steps: 200}]\n"
+        "failures: {spine_repair: 1 min, link_repair: 2 min, schedule: [{at: 10 s, switch: "
+        "spine.0}, {at: 20 s, link: [spine.1, leaf.r0.g0]}, {at: 30 s, gpu: n0.gpu3}]}\n")
+    fleet = build_fleet(*load_mix(tmp_path / "m.yaml"))
+    result = fleet.run()
+    rows = {j["job"]: j for j in result.jobs}
+    assert sorted(j["restarts"] for j in rows.values()) == [0, 1]
+    hit = next(j for j in rows.values() if j["restarts"])
+    # the steps of its first 30 s, lost: 30 s of steps at most (a degraded step is no
+    # shorter than a healthy one)
+    assert 0 < hit["lost_steps"] <= 30 / hit["step_alone_s"] * (1 + 1e-12)
+    assert all(j["state"] == "done" and j["slowdown"] >= 1.0 for j in rows.values())
+    # the degraded fabrics were simulated: more than the two jobs' shapes alone
+    assert result.counts["alone"] + result.counts["together"] > 2

@@ -87,6 +87,11 @@ def test_every_field_is_checked(tmp_path, keys, value, field, why):
      "failures.schedule[0].switch", "no leaf or spine switch 'leaf.x'"),
     (("failures",), {"schedule": [{"at": "1 h", "node": 4}]}, "failures.schedule[0].node",
      "0..3"),
+    (("failures",), {"schedule": [{"at": "1 h", "gpu": "n9.gpu0"}]},
+     "failures.schedule[0].gpu", "no gpu 'n9.gpu0'"),
+    (("failures",), {"schedule": [{"at": "1 h", "link": ["n0.gpu0", "n0.nic0"]}]},
+     "failures.schedule[0].link", "no link between switches or a NIC and its switch"),
+    (("failures",), {"gpu": "1 per 9 link-days"}, "failures.gpu", "per gpu-time"),
     (("limits",), {"max_work": 10}, "limits.max_work", "op replays"),
 ])
 def test_what_needs_the_cluster_is_checked_before_anything_runs(tmp_path, keys, value, field,
