@@ -403,8 +403,9 @@ class Fleet:
         return True
 
     def _fabric(self) -> None:
-        """Tell the step times what is missing from the fabric now (in failure order)."""
-        self.step_times.degraded = tuple(c.degrades for c in self._degrading.values())
+        """Tell the step times what is missing from the fabric now (sorted: one set of
+        missing elements is one degraded fabric, whatever order they failed in)."""
+        self.step_times.degraded = tuple(sorted(c.degrades for c in self._degrading.values()))
         self.step_times.slowed = frozenset(s for c in self._degrading.values()
                                            for s in c.slows)
 
