@@ -219,3 +219,25 @@ def test_a_mix_s_scheduled_spine_link_and_gpu_failures_end_to_end(tmp_path):
     assert all(j["state"] == "done" and j["slowdown"] >= 1.0 for j in rows.values())
     # the degraded fabrics were simulated: more than the two jobs' shapes alone
     assert result.counts["alone"] + result.counts["together"] > 2
+
+
+def test_a_nic_s_second_cable_down_re_rates_the_multi_server_jobs_on_its_server(
+        ideal_constants):
+    # the rule of who meets a degraded fabric: a job inside one leaf crosses no spine, so
+    # only a NIC cable of one of its servers (``slowed``) sends it to the rebuilt kind
+    model = make_model(_two_spines(ideal_constants), ideal_constants)
+    times = StepTimes(Layout.of(model.cluster))
+    work = Work("ar", _all_reduce(), model, NoCompute())
+    rebuilt = []
+
+    def rebuild(w, degraded):
+        rebuilt.append(degraded)
+        return Work("ar rebuilt", w.trace, model, NoCompute(), degraded=degraded)
+    times.rebuild = rebuild
+    times.degraded = (("edge", "leaf.g1", "n2.nic0"),)
+    times.slowed = frozenset({2})
+    times.steps({"inside": (work, Placement((0, 1)))})
+    assert rebuilt == []                                 # servers 0-1: not slowed
+    times.steps({"inside": (work, Placement((2, 3)))})
+    assert rebuilt == [times.degraded]                   # server 2's cable
+    assert times.counts.alone == 2                       # (2, 3) simulated on the rebuilt
