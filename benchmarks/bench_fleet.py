@@ -25,18 +25,29 @@ from simulator.fleet.summary import summarize  # noqa: E402
 from simulator.reliability.quantities import parse_duration  # noqa: E402
 
 DAY = 86400.0
+FAILURES = {
+    "node": {"node": "2.9 per 1000 node-days", "repair": "24 h"},
+    # the Llama 3 rates of simulator/data/reliability.yaml, each on its own class
+    "llama3": {"node": "0.416 per 1000 node-days", "repair": "24 h",
+               "gpu": "0.303 per 1000 gpu-days", "nic": "0.0633 per 1000 node-days",
+               "link": "0.316 per 1000 node-days", "link_repair": "4 h"},
+}
 
 
-def mix(nodes: int, jobs: int, days: float, placement: str) -> Mix:
+def mix(nodes: int, jobs: int, days: float, placement: str, trace_cluster: str = "Seren",
+        failures: str = "node", load: float | None = None) -> Mix:
     data = {"name": "bench", "cluster": {"topology": "dgx-a100-superpod", "nodes": nodes},
             "scheduler": "easy", "placement": placement, "seed": 1,
-            "failures": {"node": "2.9 per 1000 node-days", "repair": "24 h"},
-            "generate": {"cluster": "Seren", "jobs": jobs, "load": 1.0,
+            "failures": FAILURES[failures],
+            "generate": {"cluster": trace_cluster, "jobs": jobs, "load": 1.0,
                          "scenarios": {"resnet50-ddp-8gpu": 1, "bert-large-ddp-8gpu": 1,
                                        "quickstart": 8},
                          "high_priority": 0.1,
                          "checkpoint": {"interval": "30 min", "save": "10 s",
                                         "restore": "1 min"}}}
+    if load is not None:                    # a given load: the arrivals span what it makes
+        data["generate"]["load"] = load
+        return Mix.model_validate(data)
     # the load that spreads the arrivals over ``days``: the span at load 1, over days
     gen = Mix.model_validate(data).generate
     drawn = generate_jobs(gen, nodes * 8, 8, 1)
@@ -51,20 +62,27 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--placement", default="topology")
+    ap.add_argument("--trace-cluster", default="Seren", help="Acme row the jobs are drawn from")
+    ap.add_argument("--failures", default="node", choices=sorted(FAILURES))
+    ap.add_argument("--load", type=float, default=None,
+                    help="offered load instead of --days (the arrivals span what it makes)")
     ap.add_argument("--progress", action="store_true", help="progress lines on stderr")
     args = ap.parse_args()
     if args.progress:
         from simulator.progress import configure
         configure(True)
     t0 = time.perf_counter()
-    m = mix(args.nodes, args.jobs, args.days, args.placement)
+    m = mix(args.nodes, args.jobs, args.days, args.placement, args.trace_cluster,
+            args.failures, args.load)
     fleet = build_fleet(m, "bench")
     t1 = time.perf_counter()
     result = fleet.run()
     t2 = time.perf_counter()
     s = summarize(result)
+    span = max(spec.arrival_s for spec in fleet.specs) / DAY
     print(f"fleet: {args.jobs} jobs on {fleet.n_gpus:,} GPUs, load {m.generate.load}, "
-          f"arrivals over {args.days:g} d, {m.placement} placement, node failures")
+          f"arrivals over {span:.2f} d, {m.placement} placement, {args.trace_cluster} "
+          f"jobs, {args.failures} failures")
     print(f"build: {t1 - t0:.2f} s (cluster, job kinds)")
     print(f"run: {t2 - t1:.2f} s wall, {result.events:,} events, "
           f"{result.events / (t2 - t1):,.0f} events/s; simulations: "

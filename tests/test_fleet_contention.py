@@ -26,8 +26,9 @@ def test_the_layout_groups_servers_by_the_leaves_they_reach(ideal_constants):
     assert times.layout.gpus == ((0,), (1,), (2,), (3,))
     assert times.crossing(Placement((0, 1))) == frozenset()          # inside one leaf
     assert times.crossing(Placement((0, 2))) == {"leaf.g0", "leaf.g1"}
+    # each rank's (server, position, group) within the job and its server's kind of links
     assert times.shape(Placement((1, 3))) == times.shape(Placement((0, 2))) == \
-        ((0, 0, 0), (1, 0, 1))
+        ((0, 0, 0, 0), (1, 0, 1, 0))
 
 
 def test_two_identical_jobs_sharing_the_spine_each_get_half_of_it(ideal_constants):

@@ -7,31 +7,34 @@ run`` builds them with ``--set cluster.gpus=N``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from ..constants import load_constants
 from ..errors import ConfigError
-from ..reliability.quantities import parse_duration, parse_rate
+from ..reliability.inventory import degraded_graph
+from ..reliability.quantities import parse_duration
 from ..scenario import load_scenario, resolve_scenario, scenario_from_dict
 from ..topology.build import scenario_cluster
-from .contention import Work
+from .contention import StepTimes, Work
+from .failures import failing, scheduled
 from .generate import generate_jobs
 from .mix import JobEntry, Mix, arrival_s, job_name
 from .placement import Layout
-from .simulate import Component, Fleet, FleetPower, JobSpec
+from .simulate import Fleet, FleetPower, JobSpec
 
 SHAPES_PER_KIND = 3     # placements of different shapes a kind is simulated alone on
 CO_SIMULATIONS = 2      # of a multi-server job: at its start and at a neighbour's change
 
 
-def mix_cluster(mix: Mix, source: str):
+def mix_cluster(mix: Mix, source: str, graph=None):
     """The cluster of the mix's ``cluster`` section (ECMP salted with seed 0, as a scenario
-    that sets none)."""
+    that sets none); on ``graph`` (a degraded fabric of it) where given."""
     base = scenario_from_dict({"name": mix.name, "model": "llama-2-7b",
                                "cluster": mix.cluster.model_dump(exclude_unset=True)}, source)
     try:
-        return scenario_cluster(base, load_constants())
+        return scenario_cluster(base, load_constants(), graph)
     except ConfigError as exc:
         raise exc.located(source) from None
 
@@ -64,11 +67,35 @@ def build_fleet(mix: Mix, source: str) -> Fleet:
             entry.priority, parse_duration(ck.interval) if ck else None,
             parse_duration(ck.save) if ck else 0.0, parse_duration(ck.restore) if ck else 0.0))
     _check_work(specs, per, mix, source)
-    components = failing(layout, mix, source)
+    components, classes = failing(cluster, layout, mix, source)
+    step_times = StepTimes(layout)
+    step_times.rebuild = _rebuild(mix, cluster, source)
     return Fleet(layout, specs, mix.scheduler, mix.placement, components, mix.seed,
                  parse_duration(mix.limits.horizon),
-                 _scheduled(mix, components, len(layout.gpus), source),
-                 str(cluster.G.graph.get("gpu", "")), fleet_power(cluster.G))
+                 scheduled(mix, components, len(layout.gpus), source),
+                 str(cluster.G.graph.get("gpu", "")), fleet_power(cluster.G), step_times,
+                 classes)
+
+
+def _rebuild(mix: Mix, cluster, source: str):
+    """``rebuild(work, degraded)``: a job kind built again on the mix's cluster without the
+    fabric elements ``degraded`` (a spine, a link), as the reliability model builds a
+    degraded fabric (:func:`~simulator.reliability.inventory.degraded_graph`)."""
+    from ..pipeline import build_setup
+    built: dict = {}
+
+    def rebuild(work: Work, degraded: tuple) -> Work:
+        if degraded not in built:
+            G = cluster.G
+            for element in degraded:
+                G = degraded_graph(G, element)
+            built.clear()                  # one degraded fabric held at a time
+            built[degraded] = mix_cluster(mix, source, G)
+        setup = build_setup(work.setup.scenario, source, cluster=built[degraded])
+        label = ", ".join("~".join(e[1:]) for e in degraded)
+        return dataclasses.replace(
+            _work(f"{work.name} without {label}", setup), degraded=degraded)
+    return rebuild
 
 
 def fleet_power(G) -> FleetPower | None:
@@ -81,39 +108,6 @@ def fleet_power(G) -> FleetPower | None:
         return None
     gpu, host_w, nics_w, switches_w, psu = found
     return FleetPower(gpu, host_w, nics_w, switches_w, psu, load_power().site.pue)
-
-
-def failing(layout: Layout, mix: Mix, source: str) -> tuple[Component, ...]:
-    """The components that fail: every server (its node), then every leaf switch (the
-    servers whose NICs reach it), with the mix's rates and repair times."""
-    f = mix.failures
-    node = _rate(f.node, "node", "failures.node", source)
-    leaf = _rate(f.leaf_switch, "switch", "failures.leaf_switch", source)
-    nodes = [Component(f"node {s}", (s,), node, parse_duration(f.repair))
-             for s in range(len(layout.gpus))]
-    under: dict[str, list[int]] = {}
-    for s, leaves in enumerate(layout.leaves):
-        for name in sorted(leaves):
-            under.setdefault(name, []).append(s)
-    switches = [Component(name, tuple(servers), leaf, parse_duration(f.leaf_repair))
-                for name, servers in sorted(under.items())]
-    return tuple(nodes + switches)
-
-
-def _scheduled(mix: Mix, components: tuple[Component, ...], servers: int,
-               source: str) -> tuple:
-    index = {c.name: i for i, c in enumerate(components)}
-    out = []
-    for i, f in enumerate(mix.failures.schedule):
-        if f.node is not None and f.node >= servers:
-            raise ConfigError(f"node {f.node}: the cluster's servers are 0..{servers - 1}",
-                              source=source, field=f"failures.schedule[{i}].node")
-        name = f"node {f.node}" if f.node is not None else f.switch
-        if name not in index:
-            raise ConfigError(f"no leaf switch {f.switch!r} in the cluster", source=source,
-                              field=f"failures.schedule[{i}].switch")
-        out.append((parse_duration(f.at), index[name]))
-    return tuple(out)
 
 
 def _check_size(entry: JobEntry, i: int, n_gpus: int, per: int, source: str) -> None:
@@ -155,9 +149,7 @@ def _kind(kinds: dict, entry: JobEntry, i: int, mix: Mix, cluster, source: str) 
         setup = build_setup(scn, str(path), cluster=cluster)
     except ConfigError as exc:
         raise ConfigError(str(exc), source=source, field=where) from None
-    work = Work(f"{scn.name}@{entry.gpus}" + (f"[{','.join(sets)}]" if sets else ""),
-                setup.trace, setup.collectives, setup.compute, setup.job, setup.machine,
-                setup.capacity_bytes, setup)
+    work = _work(f"{scn.name}@{entry.gpus}" + (f"[{','.join(sets)}]" if sets else ""), setup)
     first = next(iter(kinds.values()), None)
     if first is not None and first.machine != work.machine:
         raise ConfigError(f"simulation.fidelity {work.machine.fidelity} differs from the "
@@ -165,6 +157,11 @@ def _kind(kinds: dict, entry: JobEntry, i: int, mix: Mix, cluster, source: str) 
                           f"one fabric model", source=source, field=f"{where}.scenario")
     kinds[key] = work
     return work
+
+
+def _work(name: str, setup) -> Work:
+    return Work(name, setup.trace, setup.collectives, setup.compute, setup.job, setup.machine,
+                setup.capacity_bytes, setup)
 
 
 def ops_per_step(work: Work) -> int:
@@ -190,16 +187,3 @@ def _check_work(specs: list[JobSpec], per_server: int, mix: Mix, source: str) ->
         raise ConfigError(f"about {estimate:.3g} op replays for {len(specs)} jobs, past the "
                           f"limit of {mix.limits.max_work:.3g}: fewer or smaller jobs, or a "
                           f"higher limit", source=source, field="limits.max_work")
-
-
-def _rate(text: str, basis: str, field: str, source: str) -> float:
-    """Failures per second of one component from ``text`` (per ``basis``-time).
-
-    :raises ConfigError: naming ``field`` for a rate of another basis.
-    """
-    rate = parse_rate(text)
-    if rate.per_s > 0 and rate.basis != basis:
-        raise ConfigError(f"{rate.text!r} is per {rate.basis}; a {basis} failure rate is per "
-                          f"{basis}-time, e.g. '6.5 per 1000 {basis}-days'", source=source,
-                          field=field)
-    return rate.per_s

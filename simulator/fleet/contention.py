@@ -8,9 +8,15 @@ leaf switches of its servers, so two such jobs under a common leaf share that le
 uplinks; a job inside one group uses only its own servers' links (a switch is
 non-blocking inside). The jobs linked that way, directly or through others, are simulated
 together. A step time alone is cached by (job kind, the shape of its placement: each rank's
-server, position and group counted within the job), the same shape giving the same links
-on a regular fabric; a step time under contention by (each member's kind and exact
-placement), so it is re-simulated only when the set of neighbours changes.
+server, position and group counted within the job, and its server's kind of links), the
+same shape on the same kinds of links giving the same time; a step time under contention by
+(each member's kind and exact placement), so it is re-simulated only when the set of
+neighbours changes.
+
+While a spine or a link that takes no server out is down (:mod:`simulator.fleet.failures`),
+the jobs crossing the spine, and the multi-server jobs on a server whose NIC cable is down,
+are rated on the fabric without it (their kind rebuilt there by ``rebuild``; cached by exact
+placement: a missing element breaks the fabric's symmetry).
 
 One job alone is ``clustersim run``'s iteration on those GPUs, bit for bit (the scenario's
 extrapolated step where it has many identical micro-steps; under contention such a step is
@@ -47,6 +53,7 @@ class Work:
     machine: MachineConfig = field(default_factory=MachineConfig)
     capacity_bytes: int = 0
     setup: object = None
+    degraded: tuple = ()        # the fabric elements missing where this work was built
 
     @property
     def extrapolated(self) -> bool:
@@ -99,17 +106,27 @@ class StepTimes:
         self.counts = Counts()
         self.gpu_power = None        # the GPU's phase powers (GpuPower), for board power
         self.board: dict = {}
+        self.degraded: tuple = ()    # fabric elements down now (set by the fleet)
+        self.slowed: frozenset = frozenset()     # servers whose NIC cable is down
+        self.rebuild = None          # (work, degraded) -> the work on that fabric
+        self._rebuilt: dict = {}
 
     def shape(self, placement: Placement) -> tuple:
-        """Each rank's (server, position, group), servers and groups numbered within the job."""
+        """Each rank's (server, position, group, server's kind of links), servers and
+        groups numbered within the job."""
         servers: dict[int, int] = {}
         groups: dict[int, int] = {}
+        kinds = self.layout.links or (0,) * len(self.layout.gpus)
         out = []
         for g in placement.gpus:
             s, p = self.where[g]
             out.append((servers.setdefault(s, len(servers)), p,
-                        groups.setdefault(self.layout.group[s], len(groups))))
+                        groups.setdefault(self.layout.group[s], len(groups)), kinds[s]))
         return tuple(out)
+
+    def _key(self, work: Work, placement: Placement) -> tuple:
+        """A step alone's cache key: by shape, or by exact placement on a degraded fabric."""
+        return (work.name, placement.gpus if work.degraded else self.shape(placement))
 
     def crossing(self, placement: Placement) -> frozenset:
         """The leaf switches whose uplinks the job's traffic crosses (none inside a group)."""
@@ -119,21 +136,22 @@ class StepTimes:
         return frozenset().union(*(self.layout.leaves[s] for s in servers))
 
     def alone(self, work: Work, placement: Placement) -> float:
-        key = (work.name, self.shape(placement))
+        key = self._key(work, placement)
         if key in self._alone:
             self.counts.hits += 1
         else:
             self.counts.alone += 1
             step, tl = work.alone_run(placement)
             self._alone[key] = step
-            if self.gpu_power is not None:
+            # the fleet prices a job's GPUs at its step on the nominal placement only
+            if self.gpu_power is not None and placement == Placement.first(len(placement.gpus)):
                 self.board[key] = board_w(tl, self.gpu_power, work.ranks)
         return self._alone[key]
 
     def board_w(self, work: Work, placement: Placement) -> float | None:
-        """Average board power (W) of one GPU of ``work`` alone on ``placement`` (after
-        :meth:`alone`), None without power data."""
-        return self.board.get((work.name, self.shape(placement)))
+        """Average board power (W) of one GPU of ``work`` alone on ``placement``, the
+        cluster's first GPUs (after :meth:`alone` there), None without power data."""
+        return self.board.get(self._key(work, placement))
 
     def together(self, members: list[tuple[Work, Placement]]) -> list[float]:
         """The step time of each member, co-simulated (cached by kinds and placements)."""
@@ -191,17 +209,35 @@ class StepTimes:
         the step is extrapolated from the replay)."""
         if not work.extrapolated:
             return self.alone(work, placement)
-        key = (work.name, self.shape(placement))
+        key = self._key(work, placement)
         if key not in self._replayed_s:
             self.counts.alone += 1
             self._replayed_s[key] = work.replayed_s(placement)
         return self._replayed_s[key]
+
+    def _on_fabric(self, work: Work, placement: Placement, crossing: frozenset) -> Work:
+        """``work`` on the degraded fabric where its traffic meets it (it crosses the
+        spine, or spans servers one of which has a NIC cable down), else ``work``."""
+        servers = {self.where[g][0] for g in placement.gpus}
+        if not crossing and not (len(servers) > 1 and servers & self.slowed):
+            return work
+        if self.rebuild is None:
+            raise ValueError("a fabric element is down and these step times cannot rebuild "
+                             "a job on the degraded fabric (rebuild is None)")
+        key = (work.name, self.degraded)
+        if key not in self._rebuilt:
+            self._rebuilt = {k: w for k, w in self._rebuilt.items() if k[1] == self.degraded}
+            self._rebuilt[key] = self.rebuild(work, self.degraded)
+        return self._rebuilt[key]
 
     def steps(self, running: Mapping[Hashable, tuple[Work, Placement]]) -> dict:
         """Job key -> step time for the jobs ``running`` (key -> kind and placement): alone
         where a job shares no link, else co-simulated with the jobs it shares links with."""
         keys = list(running)
         leaves = {k: self.crossing(running[k][1]) for k in keys}
+        if self.degraded:
+            running = {k: (self._on_fabric(w, p, leaves[k]), p) for k, (w, p) in
+                       running.items()}
         parent = {k: k for k in keys}
 
         def root(k):

@@ -91,32 +91,45 @@ class Generate(BaseModel):
 
 
 class ScheduledFailure(BaseModel):
-    """A failure at a fixed time: ``{at: 3 h, node: 12}`` (servers numbered from 0) or
-    ``{at: 3 h, switch: leaf.r0.g1}`` (a leaf switch by its topology name)."""
+    """A failure at a fixed time: ``{at: 3 h, node: 12}`` (servers numbered from 0), or a
+    component by its topology name: ``{at: 3 h, switch: leaf.r0.g1}`` (a leaf or spine
+    switch), ``{gpu: n3.gpu2}``, ``{nic: n3.nic0}``, ``{link: [leaf.r0.g0, spine.3]}``."""
 
     model_config = _STRICT
     at: Duration
     node: int | None = Field(None, ge=0)
     switch: str | None = Field(None, min_length=1)
+    gpu: str | None = Field(None, min_length=1)
+    nic: str | None = Field(None, min_length=1)
+    link: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=2,
+                                                                   max_length=2)
 
     @model_validator(mode="after")
     def _one_target(self):
-        exactly_one(self, ("node", "switch"))
+        exactly_one(self, ("node", "switch", "gpu", "nic", "link"))
         return self
 
 
 class FleetFailures(BaseModel):
-    """Failures across the fleet: each node fails at ``node`` (a rate per node-time) and is
-    back ``repair`` later; each leaf switch at ``leaf_switch`` (per switch-time), back
-    ``leaf_repair`` later, taking out every server whose NICs reach it meanwhile; and the
-    failures of ``schedule``. The jobs on a failed server restart from their last
-    checkpoint."""
+    """Failures across the fleet, each class at its rate (per component-time, or per node-
+    or gpu-time of the whole cluster) and back after its repair time: ``node`` (``repair``),
+    ``leaf_switch`` (``leaf_repair``), ``gpu``, ``nic``, ``link`` and ``spine_switch``
+    (``<class>_repair``); and the failures of ``schedule``. What each stops or slows is in
+    :mod:`simulator.fleet.failures`; the jobs stopped restart from their last checkpoint."""
 
     model_config = _STRICT
     node: RateText = "0 per day"
     repair: PositiveDuration = "24 h"
     leaf_switch: RateText = "0 per day"
     leaf_repair: PositiveDuration = "4 h"
+    gpu: RateText = "0 per day"
+    gpu_repair: PositiveDuration = "24 h"
+    nic: RateText = "0 per day"
+    nic_repair: PositiveDuration = "24 h"
+    link: RateText = "0 per day"
+    link_repair: PositiveDuration = "4 h"
+    spine_switch: RateText = "0 per day"
+    spine_repair: PositiveDuration = "4 h"
     schedule: list[ScheduledFailure] = Field(default_factory=list, max_length=MAX_JOBS)
 
 

@@ -25,11 +25,14 @@ from ..cluster import Cluster
 class Layout:
     """Servers and their groups. ``gpus[s]``: the GPU indices (in ``Cluster.gpus``) of
     server ``s`` by local position; ``group[s]``: its group; ``leaves[s]``: the switches its
-    NICs reach."""
+    NICs reach; ``links[s]``: the kind of its links (servers whose own links and whose
+    leaves' uplinks have the same types, bandwidths and latencies share a number; all 0
+    where not given)."""
 
     gpus: tuple[tuple[int, ...], ...]
     group: tuple[int, ...]
     leaves: tuple[frozenset, ...]
+    links: tuple[int, ...] = ()
 
     @property
     def per_server(self) -> int:
@@ -53,11 +56,37 @@ class Layout:
         ids: dict[frozenset, int] = {}
         group = tuple(ids.setdefault(k, len(ids)) for k in leaves)
         return cls(tuple(tuple(index[g] for g in cluster.gpus_of_server(s)) for s in servers),
-                   group, tuple(leaves))
+                   group, tuple(leaves), _link_kinds(cluster, servers, leaves))
 
     def take(self, free: list[list[int]], picks: list[tuple[int, int]]) -> tuple[int, ...]:
         """The GPU indices of ``picks``: (server, how many of its free GPUs, lowest first)."""
         return tuple(self.gpus[s][p] for s, n in picks for p in free[s][:n])
+
+
+def _link_kinds(cluster: Cluster, servers: list[int], leaves: list[frozenset]
+                ) -> tuple[int, ...]:
+    """Each server's kind of links: the (type, bandwidth, latency) of every link of its own
+    nodes (GPUs, NICs, NVSwitches) and of the uplinks of each leaf its NICs reach, numbered
+    in the order first met (what a job's step time depends on beyond the shape of its
+    placement: on a fabric of hosts with different links, one shape on two kinds of host
+    takes two times)."""
+    G = cluster.G
+    uplinks: dict[str, tuple] = {}
+
+    def links(node, keep=lambda m: True) -> list[tuple]:
+        return [(d.get("link_type", ""), d["bw_bytes_per_s"], d["latency_s"])
+                for m, d in G[node].items() if keep(m)]
+
+    def uplink(leaf: str) -> tuple:
+        if leaf not in uplinks:
+            uplinks[leaf] = tuple(sorted(links(leaf, lambda m: G.nodes[m].get("kind") ==
+                                               "switch")))
+        return uplinks[leaf]
+    ids: dict[tuple, int] = {}
+    return tuple(ids.setdefault(
+        (tuple(sorted(x for n in cluster.server_members(s) for x in links(n))),
+         tuple(sorted(uplink(leaf) for leaf in reach))), len(ids))
+        for s, reach in zip(servers, leaves))
 
 
 Policy = Callable[[Layout, list[list[int]], int], "tuple[int, ...] | None"]

@@ -26,6 +26,7 @@ from ..engine import Placement
 from ..errors import ConfigError
 from ..progress import stage
 from .contention import StepTimes, Work
+from .failures import Component, FailureClass
 from .placement import PLACEMENTS, Layout
 from .schedulers import SCHEDULERS
 
@@ -121,24 +122,14 @@ class FleetResult:
     events: int
 
 
-@dataclass(frozen=True)
-class Component:
-    """What fails: a node or a switch, and the servers it takes out while it is down
-    (a leaf switch: every server whose NICs reach it)."""
-
-    name: str
-    servers: tuple[int, ...]
-    rate_per_s: float = 0.0
-    repair_s: float = 86400.0
-
-
 @dataclass(eq=False)
 class Fleet:
     """``specs`` on the cluster of ``layout``, scheduled by ``scheduler`` and placed by
     ``placement`` (registry names). ``components`` fail at their rates (exponential, each
-    from its own stream of ``seed``) and at the (time, component index) pairs of
-    ``scheduled``; by default one component per server (its node), none failing at
-    random. Nothing happens after ``horizon_s``."""
+    from its own stream of ``seed``), ``classes`` of them as one process each
+    (:class:`~simulator.fleet.failures.FailureClass`), and at the (time, component index)
+    pairs of ``scheduled``; by default one component per server (its node), none failing
+    at random. Nothing happens after ``horizon_s``."""
 
     layout: Layout
     specs: list[JobSpec]
@@ -151,6 +142,7 @@ class Fleet:
     gpu: str = ""                       # the cluster's GPU model, for its price
     power: FleetPower | None = None     # the machine's power (None: no power data)
     step_times: StepTimes | None = None
+    classes: tuple[FailureClass, ...] = ()
     now: float = 0.0
     queue: list = field(default_factory=list)
     running: list = field(default_factory=list)
@@ -164,9 +156,9 @@ class Fleet:
         self.down: dict[int, int] = {}      # server -> its failed components
         self.components = self.components or tuple(
             Component(f"node {s}", (s,)) for s in range(len(self.layout.gpus)))
-        self._draws = [np.random.default_rng([self.seed, c]) for c in
-                       range(len(self.components))]
+        self._draws: dict[int, np.random.Generator] = {}    # component -> its stream
         self._failed: set[int] = set()
+        self._degrading: dict[int, Component] = {}     # failed, taking no server out
         self._policy = PLACEMENTS[self.placement][0]
         self._schedule = SCHEDULERS[self.scheduler][0]
         self._heap: list = []
@@ -271,6 +263,8 @@ class Fleet:
             return True
         if kind == "fail":
             return self._fail(what)
+        if kind == "class":
+            return self._class_failure(what)
         self._repair(what)
         return True
 
@@ -356,19 +350,49 @@ class Fleet:
             self._push(at, "fail", c)
         for c in range(len(self.components)):
             self._next_failure(c)
+        for k in range(len(self.classes)):
+            self._next_class_failure(k)
+
+    def _stream(self, key: int) -> np.random.Generator:
+        """The stream ``(seed, key)``: a component's own (key: its index) or a class's (key:
+        the component count + the class's index)."""
+        if key not in self._draws:
+            self._draws[key] = np.random.default_rng([self.seed, key])
+        return self._draws[key]
 
     def _next_failure(self, c: int) -> None:
         rate = self.components[c].rate_per_s
         if rate > 0:
-            self._push(self.now + float(self._draws[c].exponential(1.0 / rate)), "fail", c)
+            self._push(self.now + float(self._stream(c).exponential(1.0 / rate)), "fail", c)
+
+    def _next_class_failure(self, k: int) -> None:
+        rate = self.classes[k].rate_per_s
+        if rate > 0:
+            draw = self._stream(len(self.components) + k).exponential(1.0 / rate)
+            self._push(self.now + float(draw), "class", k)
+
+    def _class_failure(self, k: int) -> bool:
+        """A failure of class ``k``: one of its components, drawn uniformly, fails (none
+        where that one is down already), and the class's next failure is drawn."""
+        cls = self.classes[k]
+        c = cls.first + int(self._stream(len(self.components) + k).integers(cls.count))
+        self._next_class_failure(k)
+        return self._fail(c)
 
     def _fail(self, c: int) -> bool:
         """Component ``c`` fails (unless it is down already): the jobs on its servers stop,
-        the servers are out until its repair."""
+        the servers are out until its repair; or, for a component that takes no server
+        out, the fabric is without it until then (the jobs it slows are re-rated)."""
         if c in self._failed:
             return False
         self._failed.add(c)
-        servers = set(self.components[c].servers)
+        comp = self.components[c]
+        self._push(self.now + comp.repair_s, "repair", c)
+        if comp.degrades:
+            self._degrading[c] = comp
+            self._fabric()
+            return True
+        servers = set(comp.servers)
         for job in [j for j in self.running if any(
                 self.step_times.where[g][0] in servers for g in j.placement.gpus)]:
             job.restarts += 1
@@ -376,11 +400,19 @@ class Fleet:
         for s in servers:
             self.down[s] = self.down.get(s, 0) + 1
             self.free[s] = []
-        self._push(self.now + self.components[c].repair_s, "repair", c)
         return True
+
+    def _fabric(self) -> None:
+        """Tell the step times what is missing from the fabric now (sorted: one set of
+        missing elements is one degraded fabric, whatever order they failed in)."""
+        self.step_times.degraded = tuple(sorted(c.degrades for c in self._degrading.values()))
+        self.step_times.slowed = frozenset(s for c in self._degrading.values()
+                                           for s in c.slows)
 
     def _repair(self, c: int) -> None:
         self._failed.discard(c)
+        if self._degrading.pop(c, None) is not None:
+            self._fabric()
         for s in self.components[c].servers:
             self.down[s] -= 1
             if not self.down[s]:
