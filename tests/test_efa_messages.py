@@ -119,12 +119,74 @@ def test_aws_ofi_nccl_regions_alone_leave_the_all_reduce_off():
 
 
 def test_the_issues_32_mib_on_32_instances_as_the_cli_prints_it(capsys):
-    """docs/collective-model.md quotes this line: NCCL's tuner (the simulator's) picks
-    NVLS-Tree, 169.80 GB/s busbw, where the run measured 66.34 (aws-ofi-nccl's regions ran
-    tree/LL128 there)."""
+    """docs/collective-model.md quotes this line: aws-ofi-nccl's regions pick tree/LL128
+    (NCCL's own tuner picked NVLS-Tree at 169.80 GB/s), 132.32 GB/s busbw, where the run
+    measured 66.34."""
     from test_cli import run_main
     code, out, err = run_main(capsys, "collective", "all_reduce", "--topology", "aws-p5",
                               "--nodes", "32", "-b", "32M", "-e", "32M")
     assert code == 0, err
     row = [line.split() for line in out.splitlines() if line.strip().startswith("33554432")]
-    assert row[0][5:] == ["169.80", "nvls_tree", "Simple"]
+    assert row[0][5:] == ["132.32", "tree", "LL128"]
+
+
+# ------------------------------------------------------------ aws-ofi-nccl's region tuner
+from simulator.collectives.ofi_tuner import extend_region, inside, region_choice  # noqa: E402
+
+GIB = 1 << 30
+
+
+def test_extend_region_is_the_plugins_line_to_the_far_corner():
+    z = (100.0 * GIB, 1024.0 * 1024)
+    assert extend_region((5, 2048), (5, 4096)) == (5, z[1])           # same x
+    assert extend_region((1, 16), (9, 16)) == (z[0], 16)              # same y
+    # (8053063680, 160)-(9663676416, 192): y = 32 x / 1610612736 (through the origin),
+    # 2133.3 ranks at 100 GiB, below 1024 * 1024: the far point is at x = 100 GiB
+    x, y = extend_region((8053063680, 160), (9663676416, 192))
+    assert (x, y) == pytest.approx((z[0], 32 * z[0] / 1610612736), rel=1e-12)
+
+
+def test_inside_outside_and_on_an_edge():
+    square = [(0.0, 0.0), (10.0, 0.0), (10.0, 10.0), (0.0, 10.0)]
+    assert inside((5.0, 5.0), square) == 1
+    assert inside((10.0, 5.0), square) == 0         # on an edge counts (the plugin: >= 0)
+    assert inside((15.0, 5.0), square) == -1
+    assert inside((5.0, 11.0), square) == -1
+
+
+def _choice(nodes, size, runnable=lambda a, p: True, per_node=8):
+    return region_choice("p5_p5e", "all_reduce", size, per_node * nodes, nodes, runnable)
+
+
+@pytest.mark.parametrize("nodes, mib, expected", [
+    # aws-ofi-nccl 1.16.3 region_init_internal_p5_p5e, read off the polygons' vertices:
+    # tree/LL128 up to 36 MiB (37748736 B) at 32 ranks, 112 MiB at 64, 288 MiB at 128-256
+    (4, 32, ("tree", "LL128")), (4, 64, ("ring", "LL128")), (4, 1024, ("ring", "LL128")),
+    (4, 2048, ("ring", "Simple")),              # ring/Simple from (1610612736 B, 32 ranks)
+    (8, 64, ("tree", "LL128")), (8, 128, ("ring", "LL128")), (8, 2048, ("ring", "LL128")),
+    (8, 4096, ("ring", "Simple")),
+    (16, 256, ("tree", "LL128")), (16, 512, ("ring", "LL128")), (16, 4096, ("nvls_tree", "Simple")),
+    (16, 8192, ("ring", "Simple")),
+    (32, 256, ("tree", "LL128")), (32, 512, ("nvls_tree", "Simple")),
+    (32, 2048, ("ring", "LL128")), (32, 8192, ("nvls_tree", "Simple")),
+])
+def test_p5_regions_as_the_plugin_reads_them(nodes, mib, expected):
+    assert _choice(nodes, mib << 20) == expected
+
+
+def test_regions_leave_nccl_alone_where_the_plugin_does():
+    assert _choice(2, 32 << 20) is None                 # up to 2 instances: NCCL's tuner
+    assert _choice(8, 32 << 20, per_node=2) is None     # only the 8-GPU branch is encoded
+    # a region NCCL cannot run is skipped (512 MiB on 256 ranks lies in NVLS-Tree's only)
+    assert _choice(32, 512 << 20, runnable=lambda a, p: a != "nvls_tree") is None
+
+
+def test_the_plan_follows_the_regions_on_p5_and_nowhere_else():
+    m = _model("aws-p5", 8)
+    plan = m.plan("all_reduce", 64 << 20, list(range(64)))
+    assert (plan.algo, plan.proto) == ("tree", "LL128")
+    # named algorithms and protocols are the user's, not the plugin's
+    assert m.plan("all_reduce", 64 << 20, list(range(64)), algo="ring").algo == "ring"
+    # all_gather has no p5 region: NCCL's choice (test above) stands
+    assert m.ofi_platform == "p5_p5e"
+    assert _model("dgx-h100-superpod", 8).ofi_platform is None

@@ -6,6 +6,7 @@ xfails: the thresholds are never loosened to make them pass, and when the model 
 enough the xfail turns into an error, so the record must then be removed.
 """
 
+import math
 import shutil
 from pathlib import Path
 
@@ -467,7 +468,7 @@ def _per_size_table(res, op):
 
 @pytest.mark.parametrize("op, label", [("all_gather", "32 of 35 sizes within 15%"),
                                        ("all_to_all", "28 of 35 within 15%"),
-                                       ("all_reduce", "19 of 45 within 15%")])
+                                       ("all_reduce", "18 of 45 within 15%")])
 def test_docs_per_size_tables_are_the_validation(shipped_results, op, label):
     """Issue 41's bar is per size from 32 MiB: each table in the docs is this run's busbw
     error, and the count of sizes within 15% is the table's."""
@@ -501,3 +502,25 @@ def test_docs_measured_efa_facts():
         ["nodes", "size_bytes"])["busbw_GBps"]
     assert [round(ar[(4, 1 << 30)]), round(ar[(4, 2 << 30)])] == [280, 348]
     assert [round(ar[(8, 2 << 30)]), round(ar[(8, 4 << 30)])] == [278, 351]
+
+
+def test_docs_aws_p5_all_reduce_medians_and_the_trees_missing_time(shipped_summary,
+                                                                   shipped_results):
+    """docs/collective-model.md, EFA: the held-out all_reduce tables' medians with
+    aws-ofi-nccl's regions choosing, and the measured minus simulated time of tree/LL128 at
+    32 MiB (the cost per tree level no source gives)."""
+    text = " ".join(DOCS.read_text().split())
+    medians = [shipped_summary.loc[f"aws_p5_all_reduce_{n}n", "busbw_med"]
+               for n in (2, 4, 8, 16, 32)]
+    quoted = " / ".join(f"{m * 100:.1f}" for m in medians)
+    assert quoted == "20.3 / 15.6 / 20.7 / 22.3 / 39.1"
+    assert f"{quoted}% now" in text
+    rows = shipped_results[shipped_results["table_id"].str.startswith("aws_p5_all_reduce")
+                           & (shipped_results["size_bytes"] == 32 << 20)].set_index("nodes")
+    gap = [round(rows.loc[n, "meas_time_us"] - rows.loc[n, "sim_time_us"]) for n in (4, 8, 16, 32)]
+    assert all(rows.loc[n, "algorithm"] == "tree" for n in (4, 8, 16, 32))
+    assert gap == [200, 272, 392, 502]
+    assert "200, 272, 392, 502 us on 4, 8, 16, 32 instances" in text
+    # the plugin's 75 us network latency, as time: 2 log2(nodes) x 75 us, ~1.5x the gap
+    assert [round(2 * math.log2(n) * 75 / g, 1) for n, g in zip((4, 8, 16, 32), gap)] \
+        == [1.5, 1.7, 1.5, 1.5]

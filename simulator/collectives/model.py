@@ -31,6 +31,7 @@ from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
 from .messages import net_message_s, peer_messages_s
+from .ofi_tuner import platform_of, region_choice
 from .host_path import host_path_applies, load_host_path
 from ..constants import ModelConstants, for_rccl, for_release
 from .layouts import (Communicator, EdgeSet, blocks_exact, direct_edges, make_communicator,
@@ -112,6 +113,7 @@ class CollectiveModel:
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
         self.message_s = net_message_s(cluster, self.k)     # EFA's per-message cost, or 0
+        self.ofi_platform = platform_of(cluster)    # aws-ofi-nccl's tuner regions, or None
 
     # ------------------------------------------------------------------ layout
     def _edge_set(self, op: str, algo: str, comm: Communicator, root: int,
@@ -281,6 +283,11 @@ class CollectiveModel:
             protos = (auto,)
         else:
             protos = self.nccl.allowed_protos() if proto == "auto" else (proto,)
+        forced = (region_choice(self.ofi_platform, op, size_bytes, comm.n_ranks, comm.n_nodes,
+                                lambda a, p: a in algos and p in protos)
+                  if algo == "auto" and proto == "auto" and not p2p else None)
+        if forced:      # aws-ofi-nccl's tuner plugin overrides NCCL's choice (ofi_tuner.py)
+            algos, protos = (forced[0],), (forced[1],)
         best, best_tuner_s = None, math.inf
         for a in algos:
             if a not in ALGOS_FOR_OP[op]:
