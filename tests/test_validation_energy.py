@@ -45,7 +45,8 @@ def test_a_run_that_simulates_has_its_energy_per_run_written_out(tmp_path):
     sim = ve.simulate(setup)
     capped = ve.simulate(setup, setup["power_cap_w"])
     rows = ve.compare(setup, runs, step, sim, capped)
-    (m, e), (mc, ec) = sim, capped
+    (m, e, ev), (mc, ec, _) = sim, capped
+    assert ev is None                   # no training.evaluation: the window as training
     for r, run in zip(rows, runs):
         steps = float(run["ttt_min"]) * 60 / float(step["median_step_time_s"])
         kwh = e.avg_node_w * int(run["nodes_measured"]) * m.iteration_time_s * steps / 3.6e6
@@ -125,12 +126,9 @@ def test_the_committed_results_and_the_docs_table_are_what_the_command_gives():
     import csv
     import re
     from pathlib import Path
-    setup, runs, step = ve.load()
-    sim = ve.simulate(setup)
+    setup, rows, sim, _ = ve.evaluate()
     if sim is None:
         pytest.skip("the LoRA scenario is not shipped in this build")
-    rows = ve.compare(setup, runs, step, sim, ve.simulate(setup, setup["power_cap_w"]),
-                      ve.steady_training())
     with open(ve.ROOT / "results.csv", newline="") as f:
         committed = list(csv.DictReader(f))
     assert [{k: str(r.get(k, "")) for k in ve.COLUMNS} for r in rows] == committed
@@ -145,12 +143,39 @@ def test_the_committed_results_and_the_docs_table_are_what_the_command_gives():
                        ("steady training step", "train_step_error"),
                        ("steady training energy per run", "train_energy_error"),
                        ("whole-run node power", "node_power_error"),
-                       ("whole-run energy", "energy_error")):
+                       ("whole-run energy", "energy_error"),
+                       ("whole-run time", "time_error"),
+                       ("one later evaluation", "eval_error"),
+                       ("whole-run energy, evaluations as training steps (before)", None)):
+        if key is None:
+            vals = sorted(r["kwh_as_training"] / r["measured_kwh"] - 1 for r in rows)
+            line = next(x for x in table.splitlines() if x.startswith(f"| {label} |"))
+            assert line.rstrip(" |").endswith(f"{pct(vals[0])} to {pct(vals[-1])}"), line
+            continue
         line = next(x for x in table.splitlines() if x.startswith(f"| {label} |"))
         assert line.rstrip(" |").endswith(span(key, pct)), (label, line)
     assert f"| {sim[1].avg_node_w:,.0f} W |" in table
     assert re.search(rf"\| {min(r['train_node_w'] for r in rows):,.0f}-"
                      rf"{max(r['train_node_w'] for r in rows):,.0f} W \|", table)
+
+
+def test_the_whole_run_is_its_logged_steps_and_the_scenarios_evaluations_written_out():
+    """result_8: 384 steps (its log), evaluations at 192, 240, ..., 384 (5, as logged):
+    seconds 384 x step + 5 x evaluation; node energy (384 x step x node W + 5 x evaluation x
+    its node W) x 8 nodes / 3.6e6."""
+    setup, rows, sim, _ = ve.evaluate()
+    if sim is None:
+        pytest.skip("the LoRA scenario is not shipped in this build")
+    (m, e, ev), phases = sim, ve.run_phases()
+    for r in rows:
+        ph = phases[r["run"]]
+        assert r["evaluations"] == ph["evaluations"] == 1 + (ph["steps"] - 192) // 48
+    r = next(r for r in rows if r["run"] == "result_8")
+    seconds = 384 * m.iteration_time_s + 5 * ev.time_s
+    kwh = (384 * m.iteration_time_s * e.avg_node_w + 5 * ev.time_s * ev.avg_node_w) * 8 / 3.6e6
+    assert r["simulated_s"] == pytest.approx(seconds, abs=0.01)
+    assert r["simulated_kwh"] == pytest.approx(kwh, abs=1e-4)
+    assert r["simulated_node_w"] == pytest.approx(kwh * 3.6e6 / 8 / seconds, abs=0.1)
 
 
 def test_validate_all_runs_the_energy_suite_into_its_folder(tmp_path):
