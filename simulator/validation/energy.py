@@ -23,11 +23,13 @@ from simulator.validation.paths import data_dir
 ROOT = data_dir("energy")
 POWER, STEPS = "mlperf_power_h100.csv", "mlperf_v41_steps.csv"
 PHASES = "mlperf_power_phases.csv"      # each run's training blocks and evaluations
+INTERVALS = "mlperf_v41_intervals.csv"  # the same for other systems' runs (no power)
 PENDING = "pending: needs the LoRA scenario"
 COLUMNS = ["run", "ttt_min", "measured_node_w", "simulated_node_w", "node_power_error",
            "measured_kwh", "simulated_kwh", "energy_error", "capped_kwh", "kwh_as_training",
            "steps", "evaluations", "simulated_s", "time_error", "eval_s", "simulated_eval_s",
-           "eval_error", "first_eval_s", "block0_extra_s",
+           "eval_error", "eval_node_w", "simulated_eval_node_w", "eval_power_error",
+           "first_eval_s", "block0_extra_s",
            "train_steps", "train_node_w", "train_power_error", "train_step_s", "train_step_error",
            "train_kwh", "simulated_train_kwh", "train_energy_error", "note"]
 
@@ -87,6 +89,7 @@ def simulate(setup: dict, cap_w: float | None = None):
 def run_phases(root: Path = ROOT) -> dict[str, dict]:
     """Per run, what its MLPerf log says of the whole window (``mlperf_power_phases.csv``):
     {"steps": training steps, "evaluations", "eval_s": each evaluation's seconds,
+    "eval_node_w": the node power read during the evaluations but the first and the last,
     "block0_extra_s": the first block's seconds past its steps at the steady step};
     {} without the file."""
     path = root / PHASES
@@ -98,10 +101,14 @@ def run_phases(root: Path = ROOT) -> dict[str, dict]:
     out = {}
     for run in sorted({r["run"] for r in rows}):
         mine = [r for r in rows if r["run"] == run]
-        evals = [float(r["stop_s"]) - float(r["start_s"]) for r in mine if r["interval"] == "eval"]
+        evals = [r for r in mine if r["interval"] == "eval"]
+        middle = evals[1:-1]          # the first starts the data loader; the last ends the run
         first = next(r for r in mine if r["interval"] == "train" and r["index"] == "0")
         out[run] = {"steps": sum(int(r["steps"]) for r in mine), "evaluations": len(evals),
-                    "eval_s": evals,
+                    "eval_s": [float(r["stop_s"]) - float(r["start_s"]) for r in evals],
+                    "eval_node_w": sum(int(r["readings"]) * float(r["mean_node_w"])
+                                       for r in middle)
+                    / sum(int(r["readings"]) for r in middle),
                     "block0_extra_s": float(first["stop_s"]) - float(first["start_s"])
                     - int(first["steps"]) * steady[run]["step_s"]}
     return out
@@ -149,6 +156,9 @@ def compare(setup: dict, runs: list[dict], step: dict, sim, capped,
                        eval_s=round(later[len(later) // 2], 2),
                        simulated_eval_s=round(ev.time_s, 2),
                        eval_error=round(ev.time_s / later[len(later) // 2] - 1, 4),
+                       eval_node_w=round(ph["eval_node_w"], 1),
+                       simulated_eval_node_w=round(ev.avg_node_w, 1),
+                       eval_power_error=round(ev.avg_node_w / ph["eval_node_w"] - 1, 4),
                        first_eval_s=round(ph["eval_s"][0], 2),
                        block0_extra_s=round(ph["block0_extra_s"], 2))
             kwh, kwh_c, node_w = whole["kwh"], whole_c["kwh"], whole["node_w"]
@@ -221,15 +231,18 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
         lines += ["Simulated: the run's training steps (its log: samples / global batch 8) at "
                   "the simulated step and node power, and the evaluations the scenario's "
                   "`training.evaluation` puts in them, each at the simulated evaluation "
-                  "pass's time and node power (`simulator/evaluation.py`). Not simulated: the "
+                  "pass's time and node power (`simulator/evaluation.py`); `eval node W`: read during "
+                  "the evaluations but the first (data loader start) and the last (the run "
+                  "ends in it; the nodes draw about 4 kW there). Not simulated: the "
                   "first block's extra seconds (`block0 +s`: the host starts the validation "
                   "data loader before the first evaluation) and the first evaluation's "
                   "(`eval 0 s`). `as training`: the energy before the evaluation pass was "
                   "modelled (every second of the window a training step).", "",
                   "| run | steps | evals | s measured | simulated | error | eval s measured "
-                  "| simulated | error | eval 0 s | block0 +s | node W measured | simulated "
+                  "| simulated | error | eval node W measured | simulated | error "
+                  "| eval 0 s | block0 +s | node W measured | simulated "
                   "| error | kWh measured | simulated | error | as training | error | "
-                  "kWh at cap |", "|" + "---|" * 20]
+                  "kWh at cap |", "|" + "---|" * 23]
         for r in results:
             if "steps" not in r:
                 continue
@@ -237,6 +250,8 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
                      f"{r['ttt_min'] * 60:,.1f}", f"{r['simulated_s']:,.1f}",
                      _cell(r, "time_error"), f"{r['eval_s']:.2f}",
                      f"{r['simulated_eval_s']:.2f}", _cell(r, "eval_error"),
+                     f"{r['eval_node_w']:,.0f}", f"{r['simulated_eval_node_w']:,.0f}",
+                     _cell(r, "eval_power_error"),
                      f"{r['first_eval_s']:.1f}", f"{r['block0_extra_s']:.1f}",
                      f"{r['measured_node_w']:,.0f}",
                      *(_cell(r, k) for k in ("simulated_node_w", "node_power_error",
@@ -257,6 +272,21 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
                                              "measured_kwh", "simulated_kwh", "energy_error",
                                              "capped_kwh")), r.get("note", "")]
             lines.append("| " + " | ".join(cells) + " |")
+    checks = interval_checks(setup, root) if sim is not None else []
+    if checks:
+        lines += ["", "## The evaluation pass on other runs of the same code", "",
+                  "`mlperf_v41_intervals.csv` (`extract_intervals.py`, from the runs' MLPerf "
+                  "logs): the median of the evaluations after the first (eval_start to "
+                  "eval_stop) against the simulated pass of each system's setup "
+                  "(`evaluation_checks` in setup.yaml); the first evaluation and the first "
+                  "block's seconds past its steps are not simulated. Reported, not gated.", "",
+                  "| system | runs | evaluations | eval s measured | simulated | error | "
+                  "first eval s | block0 +s | configuration |", "|" + "---|" * 9]
+        for c in checks:
+            lines.append(f"| {c['system']} | {c['runs']} | {c['evaluations']} | "
+                         f"{c['eval_s']:.2f} | {c['simulated_eval_s']:.2f} | "
+                         f"{c['eval_error']:+.1%} | {c['first_eval_s']:.1f} | "
+                         f"{c['block0_extra_s']:.1f} | `{c['config'].rsplit('/', 1)[-1]}` |")
     if any("train_node_w" in r for r in results):
         lines += ["", "## Steady training (the training blocks after the first)", "",
                   "What the simulator models: power, step time and energy of the training "
@@ -353,6 +383,52 @@ def cases(results: list[dict], setup: dict) -> list[dict]:
             out.append({"case": case, "ok": None if key not in r else abs(r[key]) <= gate,
                         "result": r.get("note") or f"{r[key]:+.1%}", "bound": f"{gate:.0%}"})
     return out
+
+
+def interval_checks(setup: dict, root: Path = ROOT) -> list[dict]:
+    """The evaluation pass against other runs of the same code (setup.yaml
+    ``evaluation_checks``, ``mlperf_v41_intervals.csv``): per system its runs, the median of
+    their evaluations after the first against the simulated pass, and what is not simulated
+    (the median first evaluation, the median first block's seconds past its steps at the
+    run's steady step). Reported, not gated; [] without the file or the checks."""
+    checks, path = setup.get("evaluation_checks") or {}, root / INTERVALS
+    if not checks or not path.is_file():
+        return []
+    from simulator.evaluation import evaluation_pass
+    from simulator.scenario import load_scenario, resolve_scenario
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    scenario = resolve_scenario(setup["scenario"])
+    out = []
+    for system, sets in checks.items():
+        mine = [r for r in rows if r["system"] == system]
+        later, first, extra = [], [], []
+        for run in sorted({r["run"] for r in mine}):
+            iv = [r for r in mine if r["run"] == run]
+            secs = lambda r: float(r["stop_s"]) - float(r["start_s"])  # noqa: E731
+            evals = [secs(r) for r in iv if r["interval"] == "eval"]
+            blocks = [r for r in iv if r["interval"] == "train"]
+            step = sum(secs(r) for r in blocks[1:]) / sum(int(r["steps"]) for r in blocks[1:])
+            later += evals[1:]
+            first.append(evals[0])
+            extra.append(secs(blocks[0]) - int(blocks[0]["steps"]) * step)
+        sets = list(setup["sets"]) if sets == "power_system" else list(sets)
+        ev = evaluation_pass(load_scenario(scenario, sets), str(scenario))
+        if ev is None:                  # a setup without training.evaluation
+            continue
+        measured = _median(later)
+        out.append({"system": system, "runs": len({r["run"] for r in mine}),
+                    "evaluations": len(later), "eval_s": round(measured, 2),
+                    "simulated_eval_s": round(ev.time_s, 2),
+                    "eval_error": round(ev.time_s / measured - 1, 4),
+                    "first_eval_s": round(_median(first), 2),
+                    "block0_extra_s": round(_median(extra), 2), "config": mine[0]["config"]})
+    return out
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 
 
 def evaluate(root: Path = ROOT) -> tuple[dict, list[dict], tuple | None, tuple | None]:
