@@ -23,7 +23,8 @@ samples). Two things make an evaluation batch more than a third of a training st
   (:mod:`simulator.compute.launch`).
 
 Each evaluation is ``ceil(samples / global batch)`` such forward steps (a last, partial
-batch is taken whole: the data-parallel ranks run in step). Its energy is the integral of
+batch is taken whole: the data-parallel ranks run in step), of the evaluation's own
+``global_batch`` where given, else the training's (NeMo's validation_ds takes the model's). Its energy is the integral of
 power over the forward step's own timeline (:mod:`simulator.energy.timeline`).
 """
 
@@ -111,10 +112,17 @@ def _evaluates(op) -> bool:
 
 
 def eval_scenario(scn: Scenario) -> Scenario:
-    """``scn`` as its evaluation runs: without the training step's CUDA graphs."""
+    """``scn`` as its evaluation runs: without the training step's CUDA graphs, and in
+    batches of ``training.evaluation.global_batch`` where it is given (the micro-batches a
+    step follow from it, as from ``training.global_batch``)."""
     strategy = {k: v for k, v in scn.strategy.items() if k not in TRAINING_GRAPH_KEYS}
-    out = scn.model_copy(update={"strategy": strategy})
-    return out
+    update: dict = {"strategy": strategy}
+    ev = scn.training.evaluation
+    if ev is not None and ev.global_batch is not None:
+        t = scn.training
+        data = t.model_dump(exclude_unset=True, exclude={"grad_accum", "global_batch"})
+        update["training"] = type(t).model_validate({**data, "global_batch": ev.global_batch})
+    return scn.model_copy(update=update)
 
 
 def evaluation_pass(scn: Scenario, source: str = "<scenario>", cluster=None
@@ -124,12 +132,22 @@ def evaluation_pass(scn: Scenario, source: str = "<scenario>", cluster=None
     ev = scn.training.evaluation
     if ev is None:
         return None
+    from .errors import ConfigError
     from .pipeline import build_setup, run_setup, with_trace
-    setup = with_trace(build_setup(eval_scenario(scn), source, cluster), forward_only)
+    try:
+        setup = with_trace(build_setup(eval_scenario(scn), source, cluster), forward_only)
+    except ConfigError as exc:
+        if exc.field != "training.global_batch" or ev.global_batch is None:
+            raise
+        raise ConfigError(exc.reason, source=exc.source,
+                          field="training.evaluation.global_batch") from None
+    if not any(op.kind == "compute" for c in setup.trace.classes for op in c.ops):
+        raise ConfigError("the step's trace marks no forward kernels (ops of phase "
+                          "forward): no evaluation pass to cut from it",
+                          field="training.evaluation")
     result = run_setup(setup)
     gb = int(result.setup.trace.meta.get("global_batch") or 0)
     if gb <= 0:
-        from .errors import ConfigError
         raise ConfigError("an evaluation needs the step's global batch (samples per step)",
                           field="training.evaluation")
     batches = math.ceil(ev.samples / gb)

@@ -72,7 +72,7 @@ MAX_GLOBAL_BATCH = 1 << 40      # samples per step across the job
 class Evaluation(BaseModel):
     """The run's evaluation pass (simulator/evaluation.py, docs/energy.md): every
     ``every_steps`` training steps, forward-only passes over a fixed evaluation set of
-    ``samples`` samples, in batches of the training's global batch."""
+    ``samples`` samples, in batches of ``global_batch`` (default: the training's)."""
     model_config = _STRICT
     every_steps: int = Field(gt=0, le=MAX_GRAD_ACCUM, description="training steps between "
                              "two evaluations")
@@ -80,6 +80,9 @@ class Evaluation(BaseModel):
                          "set (each evaluation runs them all)")
     first_step: int | None = Field(None, gt=0, le=MAX_GLOBAL_BATCH, description="the step "
                                    "of the first evaluation [default: every_steps]")
+    global_batch: int | None = Field(None, gt=0, le=MAX_GLOBAL_BATCH, description="samples "
+                                     "per evaluation batch across the job [default: the "
+                                     "training's global batch]")
 
     @property
     def first(self) -> int:

@@ -151,3 +151,37 @@ def test_run_reports_the_evaluation_pass_and_nothing_without_one(capsys):
     assert code == 0 and "eval_pass_s" in out and "eval_energy_share" in out
     code, out, err = run_main(capsys, "run", *small)
     assert code == 0 and "eval_pass_s" not in out
+
+
+def test_an_evaluation_in_its_own_batches_splits_them_over_the_data_parallel_ranks():
+    """The quickstart (FSDP on 8 GPUs, micro-batch 2, global batch 16) evaluating 100
+    samples in batches of 32: ceil(100 / 32) = 4 forward steps of 32 / (8 x 2) = 2
+    micro-batches each; a batch that is not whole micro-steps is refused naming
+    training.evaluation.global_batch."""
+    base = ["cluster.topology=dgx-h100", "simulation.variability=none"]
+    scn = load_scenario("quickstart", base + [
+        "training.evaluation={every_steps: 10, samples: 100, global_batch: 32}"])
+    ev = evaluation_pass(scn, "quickstart")
+    assert (ev.global_batch, ev.batches) == (32, 4)
+    same = evaluation_pass(load_scenario("quickstart", base + [
+        "training.evaluation={every_steps: 10, samples: 100}"]), "quickstart")
+    assert same.global_batch == 8 * 2 * 1                 # GPUs x micro-batch x grad_accum
+    assert ev.batch_s > same.batch_s              # twice the samples a forward step
+    bad = load_scenario("quickstart", base + [
+        "training.evaluation={every_steps: 10, samples: 100, global_batch: 20}"])
+    with pytest.raises(ConfigError) as exc:
+        evaluation_pass(bad, "quickstart")
+    assert exc.value.field == "training.evaluation.global_batch"
+
+
+def test_a_step_without_forward_kernels_has_no_evaluation_pass_and_says_so(monkeypatch):
+    """A trace whose ops mark no forward kernels (an imported trace without phases) leaves
+    nothing to evaluate: refused naming training.evaluation, not a zero-second pass."""
+    import simulator.evaluation as evaluation
+    monkeypatch.setattr(evaluation, "forward_only", lambda trace: Trace(
+        trace.world_size, [RankClass(c.id, c.ranks, []) for c in trace.classes],
+        trace.communicators, trace.meta))
+    scn = load_scenario("quickstart", ["training.evaluation={every_steps: 10, samples: 16}"])
+    with pytest.raises(ConfigError) as exc:
+        evaluation.evaluation_pass(scn, "quickstart")
+    assert exc.value.field == "training.evaluation" and "no forward kernels" in str(exc.value)
