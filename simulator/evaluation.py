@@ -35,7 +35,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 
 from .energy.timeline import energy_of
-from .scenario import Scenario
+from .scenario import Scenario, evaluations_in
 from .trace import Trace
 
 # The strategy keys that capture the training step in CUDA graphs (Megatron's spelling:
@@ -162,8 +162,7 @@ def run_totals(steps: int, step_s: float, step_kwh: float | None,
                ev: EvalPass | None) -> RunTotals:
     """A run of ``steps`` training steps of ``step_s`` (``step_kwh`` each) and the
     evaluations ``ev`` puts in it (at steps first, first + every, ... up to ``steps``)."""
-    n = 0 if ev is None or steps < ev.first_step else \
-        1 + (steps - ev.first_step) // ev.every_steps
+    n = 0 if ev is None else evaluations_in(steps, ev.first_step, ev.every_steps)
     eval_s = n * ev.time_s if n else 0.0
     eval_kwh = (None if ev.kwh is None else n * ev.kwh) if n else 0.0
     return RunTotals(steps, n, steps * step_s, eval_s,

@@ -89,9 +89,14 @@ class Evaluation(BaseModel):
         return self.first_step or self.every_steps
 
     def count(self, steps: int) -> int:
-        """Evaluations in a run of ``steps`` training steps: at the steps ``first``,
-        ``first + every_steps``, ... up to ``steps``."""
-        return 0 if steps < self.first else 1 + (steps - self.first) // self.every_steps
+        """Evaluations in a run of ``steps`` training steps (:func:`evaluations_in`)."""
+        return evaluations_in(steps, self.first, self.every_steps)
+
+
+def evaluations_in(steps: int, first: int, every: int) -> int:
+    """Evaluations in a run of ``steps`` training steps that evaluates at the steps
+    ``first``, ``first + every``, ... up to ``steps``."""
+    return 0 if steps < first else 1 + (steps - first) // every
 
 
 class Training(BaseModel):
