@@ -2,8 +2,11 @@
 ``setup.yaml`` declares the scenario, the rows and that nothing is fitted).
 
 The Llama 2 70B LoRA scenario (issue 44's, loaded by name) runs on Dell's 64-GPU power
-system; its simulated average node power and energy per run are compared with each of the
-ten measured runs, and the same run under a 500 W power cap is reported beside them. Where
+system with the runs' evaluation pass (``training.evaluation``, :mod:`simulator.
+evaluation`); each measured run is simulated as its logged training steps and the
+evaluations they hold (node power, energy, time), its steady training apart, and the same
+run under a 500 W power cap is reported beside them; the evaluation pass is also set beside
+other runs of the same code (``mlperf_v41_intervals.csv``, reported only). Where
 the scenario is not shipped in this build, every row reads "pending: needs the LoRA
 scenario" (not a failure). ``clustersim validate energy`` writes ``results.csv`` and
 ``report.md`` beside the setup.
