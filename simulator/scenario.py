@@ -69,6 +69,36 @@ MAX_GRAD_ACCUM = 1 << 24
 MAX_GLOBAL_BATCH = 1 << 40      # samples per step across the job
 
 
+class Evaluation(BaseModel):
+    """The run's evaluation pass (simulator/evaluation.py, docs/energy.md): every
+    ``every_steps`` training steps, forward-only passes over a fixed evaluation set of
+    ``samples`` samples, in batches of ``global_batch`` (default: the training's)."""
+    model_config = _STRICT
+    every_steps: int = Field(gt=0, le=MAX_GRAD_ACCUM, description="training steps between "
+                             "two evaluations")
+    samples: int = Field(gt=0, le=MAX_GLOBAL_BATCH, description="samples of the evaluation "
+                         "set (each evaluation runs them all)")
+    first_step: int | None = Field(None, gt=0, le=MAX_GLOBAL_BATCH, description="the step "
+                                   "of the first evaluation [default: every_steps]")
+    global_batch: int | None = Field(None, gt=0, le=MAX_GLOBAL_BATCH, description="samples "
+                                     "per evaluation batch across the job [default: the "
+                                     "training's global batch]")
+
+    @property
+    def first(self) -> int:
+        return self.first_step or self.every_steps
+
+    def count(self, steps: int) -> int:
+        """Evaluations in a run of ``steps`` training steps (:func:`evaluations_in`)."""
+        return evaluations_in(steps, self.first, self.every_steps)
+
+
+def evaluations_in(steps: int, first: int, every: int) -> int:
+    """Evaluations in a run of ``steps`` training steps that evaluates at the steps
+    ``first``, ``first + every``, ... up to ``steps``."""
+    return 0 if steps < first else 1 + (steps - first) // every
+
+
 class Training(BaseModel):
     model_config = _STRICT
     micro_batch: int = Field(1, gt=0, le=MAX_MICRO_BATCH,
@@ -94,6 +124,8 @@ class Training(BaseModel):
     finetune: dict[str, Any] | None = Field(None, description="fine-tuning: mode full, lora "
                                             "or qlora, rank, alpha, target_modules, dropout, "
                                             "freeze_*; docs/finetuning.md")
+    evaluation: Evaluation | None = Field(None, description="the run's evaluation pass: "
+                                          "every_steps, samples, first_step (docs/energy.md)")
     fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise (torchao "
                             "dynamic scaling), delayed or current (Transformer Engine's "
                             "delayed or current scaling) or mxfp8 "
@@ -159,7 +191,7 @@ class Training(BaseModel):
     def _dump(self, handler):
         out = handler(self)
         if isinstance(out, dict):     # unset: the same echo as before the fields existed
-            for key in ("attention", "global_batch", "finetune"):
+            for key in ("attention", "global_batch", "finetune", "evaluation"):
                 if key in out and out[key] is None:
                     out.pop(key)
             if out.get("fp8_recipe") == "tensorwise":

@@ -211,3 +211,26 @@ def test_a_power_cap_moves_step_and_energy_as_the_curve_in_power_yaml_says(
     assert ec.peak_gpu_w == gemm_w and ec.power_cap_w == cap
     kwh_per_token = ec.kwh_per_million_tokens / e.kwh_per_million_tokens
     assert kwh_per_token < 1.0          # the capped step is slower and uses less energy
+
+
+def test_a100_and_b200_hosts_take_the_h100_ratio_without_the_topologys_nic_ports():
+    """The H100 node's host under load without its 8 NIC ports, 2,340 W, is of its rest at
+    maximum without them 10,200 - 8 x 700 - 8 x 25 = 4,400 W; the same ratio on DGX A100
+    (6,500 - 8 x 400 - 8 x 25 = 3,100 W: 1,649 W) and DGX B200 (14,300 - 8 x 1,000 - 8 x 25 =
+    6,100 W: 3,244 W); B300 takes B200's. The topologies add those 8 ports a server."""
+    from simulator.energy.power import load_power
+    from simulator.energy.timeline import _nics_per_server
+    from simulator.scenario import load_scenario
+    from simulator.topology.build import scenario_cluster
+    t = load_power()
+    nics = 8 * t.nic_w
+    assert nics == 200.0 and t.host("H100-SXM").host_w == 2340.0
+    ratio = 2340 / (10200 - 8 * 700 - nics)
+    assert t.host("A100-SXM4-80GB").host_w == pytest.approx((6500 - 8 * 400 - nics) * ratio,
+                                                            abs=0.5)
+    assert t.host("A100-SXM4-40GB") == t.host("A100-SXM4-80GB")
+    assert t.host("B200").host_w == pytest.approx((14300 - 8 * 1000 - nics) * ratio, abs=0.5)
+    assert t.host("B300") == t.host("B200")
+    for topo in ("dgx-a100", "dgx-b200"):
+        G = scenario_cluster(load_scenario("quickstart", [f"cluster.topology={topo}"])).G
+        assert _nics_per_server(G) == 8, topo

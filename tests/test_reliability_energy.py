@@ -67,6 +67,16 @@ SCENARIO = {
 }
 
 
+def _answer(capsys, tmp_path, scenario: dict):
+    """(the scenario's file, `reliability --format json`'s answer on it, 4 trials)."""
+    path = tmp_path / "rel.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    code, out, err = run_main(capsys, "reliability", str(path), "--trials", "4", "--workers",
+                              "1", "--format", "json")
+    assert code == 0, err
+    return path, json.loads(out)
+
+
 def test_the_reliability_answer_prices_each_cause_at_the_simulated_steps_power(capsys,
                                                                                tmp_path):
     """A simulated step: busy power is that step's facility energy / its time (the same
@@ -75,12 +85,7 @@ def test_the_reliability_answer_prices_each_cause_at_the_simulated_steps_power(c
     from simulator.energy.timeline import energy_of, job_power
     from simulator.pipeline import build_setup, run_setup
     from simulator.scenario import load_scenario
-    path = tmp_path / "rel.yaml"
-    path.write_text(yaml.safe_dump(SCENARIO))
-    code, out, err = run_main(capsys, "reliability", str(path), "--trials", "4", "--workers",
-                              "1", "--format", "json")
-    assert code == 0, err
-    d = json.loads(out)
+    path, d = _answer(capsys, tmp_path, SCENARIO)
     e = d["energy"]
     res = run_setup(build_setup(load_scenario(str(path), []), str(path)))
     step = energy_of(res)
@@ -103,3 +108,25 @@ def test_the_reliability_answer_prices_each_cause_at_the_simulated_steps_power(c
     code, out, _ = run_main(capsys, "reliability", str(path), "--trials", "2", "--workers", "1",
                             "--format", "json")
     assert code == 0 and json.loads(out)["energy"] is None
+
+
+def test_the_reliability_answer_reports_the_mean_jobs_evaluations_written_out(capsys,
+                                                                             tmp_path):
+    """With `training.evaluation` (every 500 steps, 64 samples): the mean job's productive
+    seconds / the step are its steps; they hold 1 + (steps - 500) // 500 evaluations, each
+    the simulated evaluation pass's seconds and kWh; the table says it."""
+    path, d = _answer(capsys, tmp_path, dict(SCENARIO, training={
+        **SCENARIO["training"], "evaluation": {"every_steps": 500, "samples": 64}}))
+    ev = d["evaluation"]
+    step = d["iteration_time_s"]["healthy"]
+    productive = d["wall_s"]["mean"] - sum(d["seconds_lost"].values())
+    assert ev["steps"] == int(productive / step) or abs(ev["steps"] - productive / step) < 1
+    assert ev["evaluations"] == 1 + (ev["steps"] - 500) // 500
+    assert ev["seconds"] == pytest.approx(ev["evaluations"] * ev["pass"]["time_s"])
+    assert ev["kwh"] == pytest.approx(ev["evaluations"] * ev["pass"]["kwh"])
+    code, out, _ = run_main(capsys, "reliability", str(path), "--trials", "4", "--workers", "1")
+    assert f"evaluation                  {ev['evaluations']:,} per job" in out
+    path.write_text(yaml.safe_dump(SCENARIO))
+    code, out, _ = run_main(capsys, "reliability", str(path), "--trials", "2", "--workers", "1",
+                            "--format", "json")
+    assert code == 0 and json.loads(out)["evaluation"] is None

@@ -75,6 +75,9 @@ def register(cli: click.Group) -> None:
         from ..energy.timeline import energy_of
         energy = energy_of(result)
         rows = metric_rows(m, capacity_gib) + energy_rows(energy, gpu)
+        from ..evaluation import eval_rows, evaluation_pass
+        ev = evaluation_pass(scn, scn.source, setup.cluster)
+        rows += eval_rows(ev, m.iteration_time_s, energy)
         from ..metrics.comm_kinds import comm_by_kind, comm_kind_lines
         kinds = comm_by_kind(result.timeline)
         kinds_of = ("communication by kind" + (" (of the replayed micro-steps)" if extra else "")
@@ -101,6 +104,8 @@ def register(cli: click.Group) -> None:
             d = {**m.as_dict(), "comm_by_kind": [k.as_dict() for k in kinds],
                  "accuracy": acc.as_dict(),
                  "energy": energy.as_dict() if energy else None}
+            if ev is not None:
+                d["evaluation"] = ev.as_dict()
             if extra is not None:
                 d["extrapolated"] = extra.as_dict()
             click.echo(json.dumps(d, indent=2))

@@ -47,6 +47,7 @@ def as_dict(st: Study) -> dict:
         "censored_recoveries": s.censored, "restore_sources": s.sources,
         "checkpoints_per_trial": s.checkpoints, "events": s.events,
         "energy": energy(st),
+        "evaluation": evaluation(st),
     }
     if st.search:
         r = st.search
@@ -79,6 +80,32 @@ def energy(st: Study) -> dict | None:
             "kwh_per_job": total, "kwh_lost": lost, "share_lost": lost / total if total else 0.0,
             "usd_lost": lost * power.usd_per_kwh, "usd_per_kwh": power.usd_per_kwh,
             "co2_kg_lost": lost * power.carbon_kg_per_kwh}
+
+
+def evaluation(st: Study) -> dict | None:
+    """The scenario's evaluation pass over the mean job (``training.evaluation``; None
+    without one or where the step was not simulated): the evaluations its productive steps
+    hold (productive seconds / the step, counted as :meth:`~simulator.scenario.Evaluation.
+    count` does), their seconds and facility kWh. Reported beside the job: the job-level
+    simulation runs training steps only, so the ETTR and the lost time leave them out."""
+    ev = st.info.steps.evaluation
+    if ev is None:
+        return None
+    steps = int(st.summary.seconds["productive"] / st.plan.t_base)
+    n = st.scenario.training.evaluation.count(steps)
+    return {"steps": steps, "evaluations": n, "seconds": n * ev.time_s,
+            "kwh": None if ev.kwh is None else n * ev.kwh, "pass": ev.as_dict()}
+
+
+def evaluation_lines(st: Study) -> list[str]:
+    e = evaluation(st)
+    if e is None:
+        return []
+    p = e["pass"]
+    kwh = "" if e["kwh"] is None else f", {e['kwh']:,.1f} kWh"
+    return [f"evaluation                  {e['evaluations']:,} per job (every "
+            f"{p['every_steps']} of its {e['steps']:,} steps, {p['time_s']:.1f} s each): "
+            f"{fd(e['seconds'])}{kwh}, not in the ETTR (the job simulates training steps)"]
 
 
 def energy_lines(st: Study) -> list[str]:
@@ -136,7 +163,7 @@ def table(st: Study) -> list[str]:
     lines.append("time lost per cause         per job      share of wall")
     for cat in CATEGORIES[1:]:
         lines.append(f"  {cat:<25} {fd(s.seconds[cat]):>10}   {100 * s.share[cat]:6.2f} %")
-    lines += energy_lines(st)
+    lines += energy_lines(st) + evaluation_lines(st)
     for name, d in (("recovery (to progress regained)", s.recovery_s),
                     ("downtime (to training again)", s.downtime_s)):
         lines.append(f"{name:<31} mean {fd(d['mean'])}, p50 {fd(d['p50'])}, p99 "

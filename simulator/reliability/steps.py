@@ -26,6 +26,7 @@ from pathlib import Path
 from simulator.cluster import Cluster
 from simulator.energy.model import JobPower
 from simulator.energy.timeline import job_power
+from simulator.evaluation import EvalPass, evaluation_pass
 from simulator.pipeline import Setup, build_setup, run_setup, with_trace
 from simulator.scenario import Scenario
 from simulator.topology.build import scenario_cluster
@@ -46,6 +47,7 @@ class StepTable:
     wall_s: float
     extrapolated: dict | None = None   # the healthy step came from a few micro-steps (accum)
     power: JobPower | None = None      # the job's facility power busy and idle (simulated)
+    evaluation: EvalPass | None = None  # the scenario's evaluation pass (simulated)
 
     @property
     def base_s(self) -> float:
@@ -130,7 +132,7 @@ def step_table(scn: Scenario, source: str, cluster: Cluster, reroutes: dict[str,
     return StepTable(times, True, m.as_dict(), tokens, 1 + len(reroutes) +
                      len(straggler_factors), time.perf_counter() - t0,
                      base.extrapolation.as_dict() if base.extrapolation else None,
-                     job_power(base))
+                     job_power(base), evaluation_pass(scn, source, cluster))
 
 
 _VARIANTS: tuple | None = None     # what the forked processes of step_table read

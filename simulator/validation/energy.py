@@ -2,8 +2,11 @@
 ``setup.yaml`` declares the scenario, the rows and that nothing is fitted).
 
 The Llama 2 70B LoRA scenario (issue 44's, loaded by name) runs on Dell's 64-GPU power
-system; its simulated average node power and energy per run are compared with each of the
-ten measured runs, and the same run under a 500 W power cap is reported beside them. Where
+system with the runs' evaluation pass (``training.evaluation``, :mod:`simulator.
+evaluation`); each measured run is simulated as its logged training steps and the
+evaluations they hold (node power, energy, time), its steady training apart, and the same
+run under a 500 W power cap is reported beside them; the evaluation pass is also set beside
+other runs of the same code (``mlperf_v41_intervals.csv``, reported only). Where
 the scenario is not shipped in this build, every row reads "pending: needs the LoRA
 scenario" (not a failure). ``clustersim validate energy`` writes ``results.csv`` and
 ``report.md`` beside the setup.
@@ -23,9 +26,13 @@ from simulator.validation.paths import data_dir
 ROOT = data_dir("energy")
 POWER, STEPS = "mlperf_power_h100.csv", "mlperf_v41_steps.csv"
 PHASES = "mlperf_power_phases.csv"      # each run's training blocks and evaluations
+INTERVALS = "mlperf_v41_intervals.csv"  # the same for other systems' runs (no power)
 PENDING = "pending: needs the LoRA scenario"
 COLUMNS = ["run", "ttt_min", "measured_node_w", "simulated_node_w", "node_power_error",
-           "measured_kwh", "simulated_kwh", "energy_error", "capped_kwh",
+           "measured_kwh", "simulated_kwh", "energy_error", "capped_kwh", "kwh_as_training",
+           "steps", "evaluations", "simulated_s", "time_error", "eval_s", "simulated_eval_s",
+           "eval_error", "eval_node_w", "simulated_eval_node_w", "eval_power_error",
+           "first_eval_s", "block0_extra_s",
            "train_steps", "train_node_w", "train_power_error", "train_step_s", "train_step_error",
            "train_kwh", "simulated_train_kwh", "train_energy_error", "note"]
 
@@ -64,9 +71,12 @@ def steady_training(root: Path = ROOT) -> dict[str, dict]:
 
 
 def simulate(setup: dict, cap_w: float | None = None):
-    """(metrics, energy) of the setup's scenario (under ``cap_w``), or None where the
-    scenario is not shipped."""
+    """(metrics, energy, evaluation pass) of the setup's scenario (under ``cap_w``), or None
+    where the scenario is not shipped. The evaluation pass is the scenario's
+    ``training.evaluation`` (the setup's sets give it), simulated forward-only
+    (:mod:`simulator.evaluation`); None without one."""
     from simulator.energy.timeline import energy_of
+    from simulator.evaluation import evaluation_pass
     from simulator.pipeline import build_setup, run_setup
     from simulator.scenario import load_scenario, resolve_scenario
     try:
@@ -74,19 +84,58 @@ def simulate(setup: dict, cap_w: float | None = None):
     except ConfigError:
         return None
     sets = list(setup["sets"]) + ([f"cluster.power_cap_w={cap_w}"] if cap_w else [])
-    res = run_setup(build_setup(load_scenario(path, sets), str(path)))
-    return res.metrics, energy_of(res)
+    scn = load_scenario(path, sets)
+    res = run_setup(build_setup(scn, str(path)))
+    return res.metrics, energy_of(res), evaluation_pass(scn, str(path))
+
+
+def run_phases(root: Path = ROOT) -> dict[str, dict]:
+    """Per run, what its MLPerf log says of the whole window (``mlperf_power_phases.csv``):
+    {"steps": training steps, "evaluations", "eval_s": each evaluation's seconds,
+    "eval_node_w": the node power read during the evaluations but the first and the last,
+    "block0_extra_s": the first block's seconds past its steps at the steady step};
+    {} without the file."""
+    path = root / PHASES
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    steady = steady_training(root)
+    out = {}
+    for run in sorted({r["run"] for r in rows}):
+        mine = [r for r in rows if r["run"] == run]
+        evals = [r for r in mine if r["interval"] == "eval"]
+        middle = evals[1:-1]          # the first starts the data loader; the last ends the run
+        first = next(r for r in mine if r["interval"] == "train" and r["index"] == "0")
+        out[run] = {"steps": sum(int(r["steps"]) for r in mine), "evaluations": len(evals),
+                    "eval_s": [float(r["stop_s"]) - float(r["start_s"]) for r in evals],
+                    "eval_node_w": sum(int(r["readings"]) * float(r["mean_node_w"])
+                                       for r in middle)
+                    / sum(int(r["readings"]) for r in middle),
+                    "block0_extra_s": float(first["stop_s"]) - float(first["start_s"])
+                    - int(first["steps"]) * steady[run]["step_s"]}
+    return out
 
 
 NODES = 8                               # the power system's servers (nodes_measured)
 
 
 def compare(setup: dict, runs: list[dict], step: dict, sim, capped,
-            steady: dict[str, dict] | None = None) -> list[dict]:
+            steady: dict[str, dict] | None = None,
+            phases: dict[str, dict] | None = None) -> list[dict]:
     """One result row per measured run (see :data:`COLUMNS`); ``steady``: the runs' steady
-    training (:func:`steady_training`), compared where given."""
+    training (:func:`steady_training`), ``phases``: their steps and evaluations
+    (:func:`run_phases`), compared where given.
+
+    The whole run, simulated: the run's training steps (its log's samples / global batch)
+    at the simulated step and node power, and the evaluations the scenario's
+    ``training.evaluation`` puts in that many steps, each at the simulated evaluation pass's
+    time and node power. Without the phases (or without an evaluation pass) every second of
+    the window is taken as a training step (``kwh_as_training``: the run's time to train /
+    the measured median step, at the simulated step): what the energy per run was before
+    the evaluation pass was modelled."""
     out = []
-    steady = steady or {}
+    steady, phases = steady or {}, phases or {}
     measured_step = float(step["median_step_time_s"])
     for r in runs:
         row = {"run": r["run"], "ttt_min": float(r["ttt_min"]),
@@ -96,14 +145,35 @@ def compare(setup: dict, runs: list[dict], step: dict, sim, capped,
             out.append({**row, "note": PENDING})
             continue
         nodes = int(r["nodes_measured"])
-        steps = row["ttt_min"] * 60 / measured_step
-        kwh = lambda m, e: e.avg_node_w * nodes * m.iteration_time_s * steps / 3.6e6  # noqa: E731
-        (m, e), (mc, ec) = sim, capped
-        row.update(simulated_node_w=round(e.avg_node_w, 1),
-                   node_power_error=round(e.avg_node_w / row["measured_node_w"] - 1, 4),
-                   simulated_kwh=round(kwh(m, e), 4),
-                   energy_error=round(kwh(m, e) / row["measured_kwh"] - 1, 4),
-                   capped_kwh=round(kwh(mc, ec), 4), note="")
+        (m, e, ev), (mc, ec, evc) = sim, capped
+        as_training = (e.avg_node_w * nodes * m.iteration_time_s
+                       * row["ttt_min"] * 60 / measured_step / 3.6e6)
+        ph = phases.get(r["run"])
+        if ph is not None and ev is not None:
+            whole, whole_c = (_whole_run(ph["steps"], mm, ee, vv, nodes)
+                              for mm, ee, vv in ((m, e, ev), (mc, ec, evc)))
+            later = sorted(ph["eval_s"][1:])
+            row.update(steps=ph["steps"], evaluations=whole["evaluations"],
+                       simulated_s=round(whole["s"], 2),
+                       time_error=round(whole["s"] / (row["ttt_min"] * 60) - 1, 4),
+                       eval_s=round(later[len(later) // 2], 2),
+                       simulated_eval_s=round(ev.time_s, 2),
+                       eval_error=round(ev.time_s / later[len(later) // 2] - 1, 4),
+                       eval_node_w=round(ph["eval_node_w"], 1),
+                       simulated_eval_node_w=round(ev.avg_node_w, 1),
+                       eval_power_error=round(ev.avg_node_w / ph["eval_node_w"] - 1, 4),
+                       first_eval_s=round(ph["eval_s"][0], 2),
+                       block0_extra_s=round(ph["block0_extra_s"], 2))
+            kwh, kwh_c, node_w = whole["kwh"], whole_c["kwh"], whole["node_w"]
+        else:
+            kwh, node_w = as_training, e.avg_node_w
+            kwh_c = (ec.avg_node_w * nodes * mc.iteration_time_s
+                     * row["ttt_min"] * 60 / measured_step / 3.6e6)
+        row.update(simulated_node_w=round(node_w, 1),
+                   node_power_error=round(node_w / row["measured_node_w"] - 1, 4),
+                   simulated_kwh=round(kwh, 4),
+                   energy_error=round(kwh / row["measured_kwh"] - 1, 4),
+                   capped_kwh=round(kwh_c, 4), kwh_as_training=round(as_training, 4), note="")
         if r["run"] in steady:
             st = steady[r["run"]]
             sim_train = e.avg_node_w * nodes * m.iteration_time_s * st["steps"] / 3.6e6
@@ -115,6 +185,17 @@ def compare(setup: dict, runs: list[dict], step: dict, sim, capped,
                        train_energy_error=round(sim_train / st["kwh"] - 1, 4))
         out.append(row)
     return out
+
+
+def _whole_run(steps: int, m, e, ev, nodes: int) -> dict:
+    """A run of ``steps`` training steps with its evaluations (:func:`simulator.evaluation.
+    run_totals`): seconds, evaluations, node energy (kWh, ``nodes`` servers, AC, no PUE)
+    and the average node power over it."""
+    from simulator.evaluation import run_totals
+    t = run_totals(steps, m.iteration_time_s, None, ev)
+    joules = (t.train_s * e.avg_node_w + t.eval_s * ev.avg_node_w) * nodes
+    return {"s": t.time_s, "evaluations": t.evaluations, "kwh": joules / 3.6e6,
+            "node_w": joules / nodes / t.time_s}
 
 
 def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
@@ -135,7 +216,7 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
         lines += [f"All {len(results)} runs: {PENDING} "
                   f"(`{setup['scenario']}` is not shipped in this build).", ""]
     else:
-        (m, e), (mc, ec) = sim, capped
+        (m, e, ev), (mc, ec, evc) = sim, capped
         gate = setup["gates"]["energy_per_run_abs_error"]
         worst = max(abs(r["energy_error"]) for r in results)
         lines += [f"Simulated step {m.iteration_time_s:.4f} s; node {e.avg_node_w:,.0f} W AC "
@@ -143,21 +224,72 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
                   f"Under a {setup['power_cap_w']} W cap: step {mc.iteration_time_s:.4f} s "
                   f"({mc.iteration_time_s / m.iteration_time_s - 1:+.1%}), node "
                   f"{ec.avg_node_w:,.0f} W, energy per run "
-                  f"{_ratio(mc, ec, m, e) - 1:+.1%}.",
+                  f"{_ratio(mc, ec, m, e) - 1:+.1%} (training steps).",
+                  *(_eval_lines(ev) if ev is not None else []),
                   f"Worst |energy per run error| {worst:.1%} (gate {gate:.0%}).", "",
                   *_breakdown(e, results)]
-    lines += ["## The whole run (run_start to run_stop: training, warm-up and evaluations)", "",
-              "Simulated energy = simulated node power x nodes x simulated step x the run's "
-              "time to train / the measured median step: every second of the window is taken "
-              "as a training step (the simulator has no evaluation pass).", "",
-              "| run | ttt min | node W measured | simulated | error | kWh measured | "
-              "simulated | error | kWh at cap | note |", "|" + "---|" * 10]
-    for r in results:
-        cells = [r["run"], f"{r['ttt_min']:.3f}", f"{r['measured_node_w']:,.0f}",
-                 *(_cell(r, k) for k in ("simulated_node_w", "node_power_error",
-                                         "measured_kwh", "simulated_kwh", "energy_error",
-                                         "capped_kwh")), r.get("note", "")]
-        lines.append("| " + " | ".join(cells) + " |")
+    whole = any("steps" in r for r in results)
+    lines += ["## The whole run (run_start to run_stop: training, warm-up and evaluations)", ""]
+    if whole:
+        lines += ["Simulated: the run's training steps (its log: samples / global batch 8) at "
+                  "the simulated step and node power, and the evaluations the scenario's "
+                  "`training.evaluation` puts in them, each at the simulated evaluation "
+                  "pass's time and node power (`simulator/evaluation.py`); `eval node W`: read during "
+                  "the evaluations but the first (data loader start) and the last (the run "
+                  "ends in it; the nodes draw about 4 kW there). Not simulated: the "
+                  "first block's extra seconds (`block0 +s`: the host starts the validation "
+                  "data loader before the first evaluation) and the first evaluation's "
+                  "(`eval 0 s`). `as training`: the energy before the evaluation pass was "
+                  "modelled (every second of the window a training step).", "",
+                  "| run | steps | evals | s measured | simulated | error | eval s measured "
+                  "| simulated | error | eval node W measured | simulated | error "
+                  "| eval 0 s | block0 +s | node W measured | simulated "
+                  "| error | kWh measured | simulated | error | as training | error | "
+                  "kWh at cap |", "|" + "---|" * 23]
+        for r in results:
+            if "steps" not in r:
+                continue
+            cells = [r["run"], str(r["steps"]), str(r["evaluations"]),
+                     f"{r['ttt_min'] * 60:,.1f}", f"{r['simulated_s']:,.1f}",
+                     _cell(r, "time_error"), f"{r['eval_s']:.2f}",
+                     f"{r['simulated_eval_s']:.2f}", _cell(r, "eval_error"),
+                     f"{r['eval_node_w']:,.0f}", f"{r['simulated_eval_node_w']:,.0f}",
+                     _cell(r, "eval_power_error"),
+                     f"{r['first_eval_s']:.1f}", f"{r['block0_extra_s']:.1f}",
+                     f"{r['measured_node_w']:,.0f}",
+                     *(_cell(r, k) for k in ("simulated_node_w", "node_power_error",
+                                             "measured_kwh", "simulated_kwh", "energy_error",
+                                             "kwh_as_training")),
+                     f"{r['kwh_as_training'] / r['measured_kwh'] - 1:+.1%}",
+                     _cell(r, "capped_kwh")]
+            lines.append("| " + " | ".join(cells) + " |")
+    else:
+        lines += ["Simulated energy = simulated node power x nodes x simulated step x the "
+                  "run's time to train / the measured median step: every second of the window "
+                  "is taken as a training step (no evaluation pass in the setup).", "",
+                  "| run | ttt min | node W measured | simulated | error | kWh measured | "
+                  "simulated | error | kWh at cap | note |", "|" + "---|" * 10]
+        for r in results:
+            cells = [r["run"], f"{r['ttt_min']:.3f}", f"{r['measured_node_w']:,.0f}",
+                     *(_cell(r, k) for k in ("simulated_node_w", "node_power_error",
+                                             "measured_kwh", "simulated_kwh", "energy_error",
+                                             "capped_kwh")), r.get("note", "")]
+            lines.append("| " + " | ".join(cells) + " |")
+    checks = interval_checks(setup, root) if sim is not None else []
+    if checks:
+        lines += ["", "## The evaluation pass on other runs of the same code", "",
+                  "`mlperf_v41_intervals.csv` (`extract_intervals.py`, from the runs' MLPerf "
+                  "logs): the median of the evaluations after the first (eval_start to "
+                  "eval_stop) against the simulated pass of each system's setup "
+                  "(`evaluation_checks` in setup.yaml); the first evaluation and the first "
+                  "block's seconds past its steps are not simulated. Reported, not gated.", "",
+                  "| system | runs | evaluations | eval s measured | simulated | error | "
+                  "first eval s | block0 +s | configuration |", "|" + "---|" * 9]
+        for c in checks:
+            lines.append(f"| {c['system']} | {c['runs']} | {c['evaluations']} | "
+                         f"{c['eval_s']:.2f} | {c['simulated_eval_s']:.2f} | "
+                         f"{c['eval_error']:+.1%} | {c['first_eval_s']:.1f} | "
+                         f"{c['block0_extra_s']:.1f} | `{c['config'].rsplit('/', 1)[-1]}` |")
     if any("train_node_w" in r for r in results):
         lines += ["", "## Steady training (the training blocks after the first)", "",
                   "What the simulator models: power, step time and energy of the training "
@@ -216,6 +348,13 @@ def _breakdown(e, results: list[dict]) -> list[str]:
             f"host.", ""]
 
 
+def _eval_lines(ev) -> list[str]:
+    return [f"Evaluation pass (every {ev.every_steps} steps from step {ev.first_step}, "
+            f"{ev.samples} samples in {ev.batches} forward-only batches of {ev.global_batch}, "
+            f"no training CUDA graphs): {ev.batch_s:.4f} s a batch, {ev.time_s:.2f} s an "
+            f"evaluation, node {ev.avg_node_w:,.0f} W (GPU {ev.avg_gpu_w:,.0f} W)."]
+
+
 def _ratio(mc, ec, m, e) -> float:
     return (ec.avg_node_w * mc.iteration_time_s) / (e.avg_node_w * m.iteration_time_s)
 
@@ -249,6 +388,62 @@ def cases(results: list[dict], setup: dict) -> list[dict]:
     return out
 
 
+def interval_checks(setup: dict, root: Path = ROOT) -> list[dict]:
+    """The evaluation pass against other runs of the same code (setup.yaml
+    ``evaluation_checks``, ``mlperf_v41_intervals.csv``): per system its runs, the median of
+    their evaluations after the first against the simulated pass, and what is not simulated
+    (the median first evaluation, the median first block's seconds past its steps at the
+    run's steady step). Reported, not gated; [] without the file or the checks."""
+    checks, path = setup.get("evaluation_checks") or {}, root / INTERVALS
+    if not checks or not path.is_file():
+        return []
+    from simulator.evaluation import evaluation_pass
+    from simulator.scenario import load_scenario, resolve_scenario
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    scenario = resolve_scenario(setup["scenario"])
+    out = []
+    for system, sets in checks.items():
+        mine = [r for r in rows if r["system"] == system]
+        later, first, extra = [], [], []
+        for run in sorted({r["run"] for r in mine}):
+            iv = [r for r in mine if r["run"] == run]
+            secs = lambda r: float(r["stop_s"]) - float(r["start_s"])  # noqa: E731
+            evals = [secs(r) for r in iv if r["interval"] == "eval"]
+            blocks = [r for r in iv if r["interval"] == "train"]
+            step = sum(secs(r) for r in blocks[1:]) / sum(int(r["steps"]) for r in blocks[1:])
+            later += evals[1:]
+            first.append(evals[0])
+            extra.append(secs(blocks[0]) - int(blocks[0]["steps"]) * step)
+        sets = list(setup["sets"]) if sets == "power_system" else list(sets)
+        ev = evaluation_pass(load_scenario(scenario, sets), str(scenario))
+        if ev is None:                  # a setup without training.evaluation
+            continue
+        measured = _median(later)
+        out.append({"system": system, "runs": len({r["run"] for r in mine}),
+                    "evaluations": len(later), "eval_s": round(measured, 2),
+                    "simulated_eval_s": round(ev.time_s, 2),
+                    "eval_error": round(ev.time_s / measured - 1, 4),
+                    "first_eval_s": round(_median(first), 2),
+                    "block0_extra_s": round(_median(extra), 2), "config": mine[0]["config"]})
+    return out
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+
+def evaluate(root: Path = ROOT) -> tuple[dict, list[dict], tuple | None, tuple | None]:
+    """(setup, result rows, the simulation, the simulation under the cap) of ``root``'s
+    setup: what ``validate energy`` and ``validate all`` report."""
+    setup, runs, step = load(root)
+    sim = simulate(setup)
+    capped = simulate(setup, setup["power_cap_w"]) if sim is not None else None
+    return setup, compare(setup, runs, step, sim, capped, steady_training(root),
+                          run_phases(root)), sim, capped
+
+
 @click.command("energy")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder with setup.yaml and the MLPerf CSVs [default: validation/energy].")
@@ -260,10 +455,7 @@ def validate_energy(root):
     root = root or ROOT
     if not (root / "setup.yaml").is_file():
         raise ConfigError(f"no setup.yaml in {root}", source="--root")
-    setup, runs, step = load(root)
-    sim = simulate(setup)
-    capped = simulate(setup, setup["power_cap_w"]) if sim is not None else None
-    results = compare(setup, runs, step, sim, capped, steady_training(root))
+    setup, results, sim, capped = evaluate(root)
     report = write(results, setup, sim, capped, root)
     n = sum(1 for r in results if "energy_error" in r)
     click.echo(f"energy: {n} of {len(results)} runs simulated"

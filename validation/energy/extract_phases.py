@@ -39,6 +39,21 @@ def events(path: Path) -> list[dict]:
     return out
 
 
+def intervals(ev: list[dict], gbs: int) -> list[tuple[str, int, float, float, int]]:
+    """(kind train|eval, index, start s, stop s, training steps) of a run's MLLOG events:
+    its training blocks and evaluations, steps = samples / global batch ``gbs``."""
+    out = []
+    for kind, open_key, close_key in (("train", "block_start", "block_stop"),
+                                      ("eval", "eval_start", "eval_stop")):
+        opens = [e for e in ev if e["key"] == open_key]
+        closes = [e for e in ev if e["key"] == close_key]
+        for i, (a, b) in enumerate(zip(opens, closes)):
+            steps = ((b["metadata"]["samples_count"] - a["metadata"]["samples_count"]) // gbs
+                     if kind == "train" else 0)
+            out.append((kind, i, a["time_ms"] / 1000, b["time_ms"] / 1000, steps))
+    return out
+
+
 def run_rows(root: Path, run: int) -> list[dict]:
     ev = events(root / SYSTEM / f"result_{run}.txt")
     start = next(e["time_ms"] for e in ev if e["key"] == "run_start") / 1000
@@ -48,32 +63,31 @@ def run_rows(root: Path, run: int) -> list[dict]:
     source = (f"mlcommons/training_results_v4.1:{SYSTEM}/result_{run}.txt + "
               f"{SYSTEM}/power/result_{run}/node_*.txt")
     rows = []
-    for kind, open_key, close_key in (("train", "block_start", "block_stop"),
-                                      ("eval", "eval_start", "eval_stop")):
-        opens = [e for e in ev if e["key"] == open_key]
-        closes = [e for e in ev if e["key"] == close_key]
-        for i, (a, b) in enumerate(zip(opens, closes)):
-            lo, hi = a["time_ms"] / 1000, b["time_ms"] / 1000
-            inside = [w for t, w in reads if lo <= t <= hi]
-            steps = ((b["metadata"]["samples_count"] - a["metadata"]["samples_count"])
-                     // GLOBAL_BATCH if kind == "train" else 0)
-            rows.append({"run": f"result_{run}", "interval": kind, "index": i,
-                         "start_s": round(lo - start, 3), "stop_s": round(hi - start, 3),
-                         "steps": steps, "readings": len(inside),
-                         "mean_node_w": round(sum(inside) / len(inside), 1) if inside else "",
-                         "source": source})
+    for kind, i, lo, hi, steps in intervals(ev, GLOBAL_BATCH):
+        inside = [w for t, w in reads if lo <= t <= hi]
+        rows.append({"run": f"result_{run}", "interval": kind, "index": i,
+                     "start_s": round(lo - start, 3), "stop_s": round(hi - start, 3),
+                     "steps": steps, "readings": len(inside),
+                     "mean_node_w": round(sum(inside) / len(inside), 1) if inside else "",
+                     "source": source})
     return sorted(rows, key=lambda r: r["start_s"])
 
 
-def main(argv: list[str]) -> int:
+def write_csv(argv: list[str], columns: list[str], rows_of, doc: str) -> int:
+    """The command line of this script and its sibling: ``rows_of(CHECKOUT)``'s rows as CSV
+    on stdout (the usage line of ``doc`` and 2 without one argument)."""
     if len(argv) != 2:
-        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+        print(doc.strip().splitlines()[-2], file=sys.stderr)
         return 2
-    w = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
     w.writeheader()
-    for run in range(RUNS):
-        w.writerows(run_rows(Path(argv[1]), run))
+    w.writerows(rows_of(Path(argv[1])))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return write_csv(argv, COLUMNS, lambda root: [row for run in range(RUNS)
+                                                  for row in run_rows(root, run)], __doc__)
 
 
 if __name__ == "__main__":

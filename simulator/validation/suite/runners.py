@@ -107,12 +107,8 @@ def energy(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Pa
     """MLPerf v4.1 LoRA power runs (64 x H100): energy per run, and the steady training's
     node power, step time and energy (each gated); 2 s."""
     from simulator.validation import energy as ve
-    root = ve.ROOT
-    setup, runs, step = ve.load(root)
-    sim = ve.simulate(setup)
-    capped = ve.simulate(setup, setup["power_cap_w"]) if sim is not None else None
-    results = ve.compare(setup, runs, step, sim, capped, ve.steady_training(root))
-    report = ve.write(results, setup, sim, capped, root, out=folder)
+    setup, results, sim, capped = ve.evaluate()
+    report = ve.write(results, setup, sim, capped, ve.ROOT, out=folder)
     what = {"energy": "node energy per run (whole window)", "train_power": "steady training "
             "node power", "train_step": "steady training step time",
             "train_energy": "steady training energy"}
