@@ -12,6 +12,12 @@ Issue 43's case (`plan` of a 70B model on 1,024 H100, every candidate, the top 1
 <= 10 s): ``--scenario llama3-70b-fsdp-tp8-256gpu --gpus 1024 --replay 10 --global-batch
 0`` (0: the scenario's own global batch, as ``clustersim plan`` takes it).
 
+Issue 42's campaign cases (one replay each, 20 s of CPU at most or refused):
+``--scenario llama2-7b-fsdp-128gpu --gpus 8192 --replay 1 --global-batch 0`` (its replay:
+TP2 x CP4 x FSDP, thousands of split CP sends), ``--scenario
+gpt3-175b-megatron-tp8-pp16-selene --gpus 8192 --replay 1 --global-batch 0`` and the first
+at ``--gpus 32768``; ``cpu_s`` is the process's CPU time, what the campaign counts.
+
 The target (issue 17): 1,000 candidates of a 70B model on 1,024 GPUs in <= 60 s on the
 2-core machine. The estimate costs milliseconds per candidate (layer costs and collective
 fits are shared between candidates); the replays are most of the time.
@@ -59,6 +65,8 @@ def main() -> None:
     print(f"candidates={c['candidates']} over_memory={c['over memory']} fit={c['fit']} "
           f"replayed={c['replayed']}")
     print(f"events={result.events} events_per_s={result.events / max(replay_s, 1e-9):.0f}")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"cpu_s={usage.ru_utime + usage.ru_stime:.1f}")
     print(f"peak_rss_MiB={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
     for i, r in enumerate(result.rows, 1):
         step = f"{r.metrics.iteration_time_s:.3f}" if r.metrics else "n/a"

@@ -61,3 +61,33 @@ def test_a_set_of_one_is_what_a_new_set_and_one_add_make():
     assert made.left == [7.0] and type(made.left[0]) is float
     made.add(f, flow_key(f), "second", (5,), 3.0)       # its lists are its own, growable
     assert len(made) == 2 and len(added) == 1
+
+
+def test_absorbing_sets_at_once_is_absorbing_them_one_by_one():
+    """One sort of every flow gives the order that merging the sets in turn gave (each
+    merge sorted the two by arrival); segments and slots are taken in the sets' order."""
+    rng = np.random.default_rng(5)
+    arrivals = rng.permutation(40).tolist()
+    sets = []
+    for k in range(6):
+        s = FlowSet(k)
+        for seq in sorted(arrivals[k::6]):
+            f = _flow(float(seq + 1))
+            s.add(f, flow_key(f), f"done{seq}", (seq,), 0.0)
+        s.segments = [(f"solution{k}", 0.0)]
+        s.owned = {k, 10 + k}
+        sets.append(s)
+    one_by_one = {name: list(getattr(sets[0], name)) for name in _COLUMNS}
+    segments, owned = list(sets[0].segments), set(sets[0].owned)
+    for other in sets[1:]:
+        order = sorted(range(len(one_by_one["seqs"]) + len(other)),
+                       key=(one_by_one["seqs"] + other.seqs).__getitem__)
+        for name in _COLUMNS:
+            both = one_by_one[name] + getattr(other, name)
+            one_by_one[name] = [both[i] for i in order]
+        segments, owned = segments + other.segments, owned | other.owned
+    sets[0].absorb(sets[1:])
+    for name in _COLUMNS:
+        assert getattr(sets[0], name) == one_by_one[name], name
+    assert sets[0].seqs == sorted(sets[0].seqs) and len(sets[0]) == 40
+    assert sets[0].segments == segments and sets[0].owned == owned

@@ -70,15 +70,20 @@ class FlowSet:
         self.rate.append(None)
         self.end.append(float("inf"))
 
-    def absorb(self, other: "FlowSet") -> None:
-        """Take ``other``'s flows and segments; the flows stay in order of arrival."""
-        order = sorted(range(len(self) + len(other)),
-                       key=(self.seqs + other.seqs).__getitem__)
+    def absorb(self, others: list["FlowSet"]) -> None:
+        """Take the flows and segments of ``others`` (in that order); the flows stay in
+        order of arrival. One sort of them all: taking the sets one at a time sorted the
+        growing set again for each (a flow that joined 930 sets at once, 383 times in a
+        replay of GPT-3 175B on 8,192 GPUs, spent half of it there)."""
+        sets = (self, *others)
+        seqs = [seq for s in sets for seq in s.seqs]
+        order = sorted(range(len(seqs)), key=seqs.__getitem__)
         for name in _COLUMNS:
-            both = getattr(self, name) + getattr(other, name)
-            setattr(self, name, [both[i] for i in order])
-        self.segments = self.segments + other.segments     # (a new list: lists are shared)
-        self.owned |= other.owned
+            every = [x for s in sets for x in getattr(s, name)]
+            setattr(self, name, [every[i] for i in order])
+        # (a new list: lists are shared)
+        self.segments = [segment for s in sets for segment in s.segments]
+        self.owned.update(*(s.owned for s in others))
 
     def part(self, index: list[int], set_id: int) -> "FlowSet":
         """A new set of the flows at ``index`` (their state as it is)."""
@@ -136,9 +141,10 @@ class FlowSet:
             for i in reversed(gone):
                 del column[i]
 
-    def split(self, split: np.ndarray) -> int:
-        """Replace each bundle marked in ``split`` by its instances, each with the bundle's
-        stretch, reporting to one Join; the number of bundles split."""
+    def split(self, split: np.ndarray, instances=instances) -> int:
+        """Replace each bundle marked in ``split`` by its ``instances`` (a
+        :class:`~simulator.network.bundle.Splitter` keeps their arrays), each with the
+        bundle's stretch, reporting to one Join; the number of bundles split."""
         columns = {name: [] for name in _COLUMNS}
         for i, cut in enumerate(split.tolist()):
             flow = self.flows[i]

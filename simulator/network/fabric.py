@@ -21,7 +21,7 @@ from ..choices import FIDELITIES
 from ..sim import Tick
 from ..uniques import distinct_where
 from .active import FlowSet
-from .bundle import slowest_rate
+from .bundle import Splitter, slowest_rate
 from .reduced import ClassSolver
 from .solve import Composite, Solver, flow_key
 
@@ -220,6 +220,7 @@ class FlowFabric(Fabric):
         self._owner: dict[int, int] = {}            # per loaded slot: its set's id
         split = weakref.WeakMethod(self._split)     # no cycle fabric -> solver -> fabric
         self._solver.on_split(lambda src, new: split()(src, new))
+        self._instances = Splitter()
         self._last_id = 0
         self._arrivals = 0
         self._dirty: dict[int, FlowSet] = {}        # sets with arrivals not solved yet
@@ -313,12 +314,15 @@ class FlowFabric(Fabric):
         """The sets ``ids`` made one (the first's id; ids in ascending order)."""
         target = self._sets[ids[0]]
         owner = self._owner
+        others = []
         for i in ids[1:]:
             other = self._sets.pop(i)
             self._dirty.pop(i, None)
             for k in other.owned:
                 owner[k] = target.id
-            target.absorb(other)
+            others.append(other)
+        if others:
+            target.absorb(others)
         target.generation += 1
         return target
 
@@ -419,7 +423,7 @@ class FlowFabric(Fabric):
             solution, split = self._solver.solve(s.flows, tuple(s.keys))
             if solution is not None:
                 break
-            self.splits += s.split(split)
+            self.splits += s.split(split, self._instances)
         self.solves += 1
         pairs = self._cut(s, solution) if isinstance(solution, Composite) else [(s, solution)]
         for p, part in pairs:
