@@ -179,15 +179,25 @@ def test_a_model_without_tokens_is_priced_per_sample(capsys):
 
 # ---------------------------------------------------------------- run names its plan
 def test_run_names_the_plan_and_its_bubble(capsys):
-    """An FSDP2 x TP8 x PP4 job is spelt 'megatron'; the header says the plan in words and
-    a pipeline's wait is named its bubble, at the textbook share (pp-1)/(vp m + pp-1)."""
+    """An FSDP2 x TP8 x PP4 job spelt in Megatron's keys (use_torch_fsdp2) is named by what
+    runs (PyTorch FSDP2 over Megatron-Core's TP layers, not 'megatron'); the header says the
+    plan in words and a pipeline's wait is named its bubble, at the textbook share
+    (pp-1)/(vp m + pp-1)."""
     code, out, err = run_main(capsys, "run", "llama3-70b-fsdp-tp8-256gpu", "--set",
                               "strategy.pipeline_model_parallel_size=4", "-q")
     assert code == 0, err
     assert out.splitlines()[0].startswith(
-        "# llama3-70b-fsdp-tp8-256gpu: llama-3-70b megatron (tensor parallel 8 inside each "
+        "# llama3-70b-fsdp-tp8-256gpu: llama-3-70b PyTorch FSDP2 x TP8 via Megatron-Core "
+        "(tensor parallel 8 inside each "
         "server, pipeline 4 (1f1b), data parallel 8 (FSDP)) on 256 x H100-SXM")
     assert f"= {100 * 3 / (1 * 1 + 3):.0f}% of the schedule" in out      # pp 4, m 1
+
+
+def test_megatron_without_fsdp2_keeps_its_name():
+    from simulator.strategies.parallel.words import framework_words
+    assert framework_words("megatron", "zero1", 8) == "megatron"
+    assert framework_words("megatron", "fsdp", 1) == "PyTorch FSDP2 via Megatron-Core"
+    assert framework_words("torchtitan", "fsdp", 8) == "torchtitan"
 
 
 def test_bubble_share_follows_the_formula():
