@@ -1,0 +1,63 @@
+"""Regression tests of the fourth hostile-input campaign (issue 42, round four;
+benchmarks/hostile/campaign4.py) and of the three inputs left alone in round three: one
+test per root cause, each with the input that used to end badly (traceback, a loud answer
+where a refusal was due, or a message naming what the user never named)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_cli import run_main
+from test_hostile import refused
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_lora_rank_past_the_weights_dimensions_is_refused(capsys):
+    """A LoRA update of a k x n weight has rank at most min(k, n): rank 1e9 on Llama 2 70B
+    was simulated and answered as a loud out-of-memory; now one line naming the weight and
+    its dimensions. The largest rank that fits the dimensions still runs."""
+    err = refused(capsys, "run", "llama2-70b-lora-8gpu", "-q", "--set",
+                  "training.finetune.rank=1000000000")
+    assert "training.finetune.rank: rank 1000000000 exceeds llama-2-70b's" in err, err
+    assert "has rank at most 8192" in err
+    # k_proj of Llama 2 70B is 8192 x 1024 (8 KV heads of 128): rank 1025 is past it
+    err = refused(capsys, "run", "llama2-70b-lora-8gpu", "-q", "--set",
+                  "training.finetune={mode: lora, rank: 1025, target_modules: [k_proj]}")
+    assert f"(8192 x {8 * 128})" in err and f"at most {8 * 128}" in err, err
+    code, out, err = run_main(capsys, "run", "llama2-70b-lora-8gpu", "-q", "--set",
+                              "training.finetune={mode: lora, rank: 1024, "
+                              "target_modules: [k_proj]}")
+    assert code == 0, err
+
+
+def test_deepspeed_counts_are_whole_numbers_however_written(capsys, tmp_path):
+    """DeepSpeed reads its batch counts untyped (its checks: > 0 and micro x accumulation x
+    ranks = batch), so JSON's 2.0 is the count 2, as every DeepSpeed count is read (5e8);
+    2.5 is refused naming the file and the key."""
+    ds = json.loads((REPO / "scenarios/configs/ds_zero3.json").read_text())
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({**ds, "gradient_accumulation_steps": 2.0}))
+    code, _, err = run_main(capsys, "run", "llama2-7b-fsdp-128gpu", "-q", "--config",
+                            str(path), "--format", "json")
+    assert code == 0, err
+    path.write_text(json.dumps({**ds, "gradient_accumulation_steps": 2}))
+    code2, _, err2 = run_main(capsys, "run", "llama2-7b-fsdp-128gpu", "-q", "--config",
+                              str(path), "--format", "json")
+    assert code2 == 0 and err2 == err        # the same run, the same "used" line
+    path.write_text(json.dumps({**ds, "gradient_accumulation_steps": 2.5}))
+    err = refused(capsys, "run", "llama2-7b-fsdp-128gpu", "-q", "--config", str(path))
+    assert f"{path}: gradient_accumulation_steps: must be a whole number" in err, err
+
+
+def test_a_shipped_topology_is_named_as_the_user_named_it(capsys):
+    """``collective --topology dgx-a100 --nodes 4`` named the topology file's path inside
+    the checkout; the user named ``dgx-a100``. A path the user gave is still the path."""
+    err = refused(capsys, "collective", "all_reduce", "--topology", "dgx-a100", "--nodes", "4")
+    assert err.startswith("clustersim: error: topology dgx-a100: --nodes: "), err
+    err = refused(capsys, "topology", "dgx-a100", "--nodes", "4")
+    assert err.startswith("clustersim: error: topology dgx-a100: --nodes: "), err
+    path = str(REPO / "topologies" / "dgx-a100.yaml")
+    err = refused(capsys, "topology", path, "--nodes", "4")
+    assert err.startswith(f"clustersim: error: {path}: --nodes: "), err
