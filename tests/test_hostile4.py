@@ -61,3 +61,22 @@ def test_a_shipped_topology_is_named_as_the_user_named_it(capsys):
     path = str(REPO / "topologies" / "dgx-a100.yaml")
     err = refused(capsys, "topology", path, "--nodes", "4")
     assert err.startswith(f"clustersim: error: {path}: --nodes: "), err
+
+
+def test_freeze_layers_under_lora_is_refused_not_dropped(capsys):
+    """LoRA adapts every block on a frozen base: ``freeze_layers: 2`` beside it changed
+    nothing and ran without a word; it is a full fine-tuning setting."""
+    err = refused(capsys, "run", "llama2-70b-lora-8gpu", "-q", "--set",
+                  "training.finetune={mode: lora, rank: 16, freeze_layers: 2}")
+    assert "--set training.finetune.freeze_layers: lora freezes every base weight" in err, err
+    code, _, err = run_main(capsys, "run", "quickstart", "-q", "--set",
+                            "training.finetune={mode: full, freeze_layers: 2}")
+    assert code == 0, err
+
+
+def test_a_finetune_refusal_names_the_key_as_the_user_spelled_it(capsys):
+    """Finetune's own checks named their field ``finetune.rank`` (no such key anywhere): the
+    user wrote ``training.finetune`` (here with --set)."""
+    err = refused(capsys, "run", "quickstart", "-q", "--set",
+                  "training.finetune={mode: lora, rank: 0}")
+    assert "quickstart.yaml: --set training.finetune.rank: lora needs a rank > 0" in err, err

@@ -119,6 +119,10 @@ class Finetune:
         if self.freeze_layers < 0:
             raise ConfigError(f"must be >= 0, got {self.freeze_layers}",
                               field="finetune.freeze_layers")
+        if adapters and self.freeze_layers:
+            raise ConfigError(f"{self.mode} freezes every base weight already and adapts every "
+                              f"block; freeze_layers is a full fine-tuning setting",
+                              field="finetune.freeze_layers")
 
     def section(self) -> dict:
         """``training.finetune``'s spelling of this (what a strategy's own spelling becomes
