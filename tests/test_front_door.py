@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -105,6 +106,18 @@ def test_every_docs_page_is_reachable_and_in_the_site():
     for page in sorted((REPO / "docs").glob("*.md")):
         assert f"docs/{page.name}" in text, page.name       # linked from the front door
         assert page.name in site, page.name                 # in the site's navigation
+
+
+def test_the_docs_site_builds_strict(tmp_path):
+    """The manual builds as a site (mkdocs.yml) with no warning: every page in the
+    navigation exists, every link and anchor between pages resolves inside the site."""
+    import subprocess
+    pytest.importorskip("mkdocs", reason="MkDocs is not installed (the test extra has it)")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                           "-f", str(REPO / "mkdocs.yml"), "-d", str(tmp_path / "site")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "site" / "commands" / "index.html").is_file()
 
 
 def _question_commands(text: str) -> list[str]:
