@@ -131,6 +131,21 @@ def _copy_block(text: str) -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 
+# Issue 47's questions a manager asks, and what the command answering each must contain
+QUESTIONS = {"step time": "clustersim run ", "what-if fabric": "cluster.links=",
+             "scaling": "clustersim study scaling-linearity",
+             "memory / largest model": "clustersim capacity ",
+             "which strategy and its cost": "clustersim compare ", "token budget": "--tokens",
+             "failures": "clustersim reliability ", "best plan": "clustersim plan ",
+             "shared cluster": "clustersim cluster ", "energy": "power_cap_w"}
+
+
+def test_the_question_table_answers_every_question_of_the_front_door():
+    commands = _question_commands(README.read_text())
+    missing = [q for q, needle in QUESTIONS.items() if not any(needle in c for c in commands)]
+    assert not missing, missing
+
+
 def test_the_table_and_the_block_to_copy_agree():
     text = README.read_text()
     table = [c for c in _question_commands(text) if "COMMAND" not in c]
