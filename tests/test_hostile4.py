@@ -80,3 +80,26 @@ def test_a_finetune_refusal_names_the_key_as_the_user_spelled_it(capsys):
     err = refused(capsys, "run", "quickstart", "-q", "--set",
                   "training.finetune={mode: lora, rank: 0}")
     assert "quickstart.yaml: --set training.finetune.rank: lora needs a rank > 0" in err, err
+
+
+def test_plan_at_fp8_is_refused_naming_the_scenarios_key(capsys):
+    """plan on an FP8 scenario ended in 'precision: unknown precision 'fp8'', naming no
+    file and a field the user never wrote (the estimate's bytes per element)."""
+    err = refused(capsys, "plan", "quickstart", "-q", "--replay", "1", "--set",
+                  "cluster.topology=dgx-h100", "--set", "training.precision=fp8")
+    assert "quickstart.yaml: --set training.precision: plan's analytical estimate prices " \
+        "fp32, tf32, bf16, fp16 steps, not fp8" in err, err
+
+
+def test_an_against_value_refused_while_applied_is_named_against(capsys, tmp_path):
+    """A --against KEY=VALUE that cannot be applied (a dotted key through a list) was
+    labelled '--set KEY': apply_sets names its own refusals --set, whichever option the
+    item came with."""
+    path = tmp_path / "m.yaml"
+    path.write_text("name: m\ncluster: {topology: dgx-a100-superpod, nodes: 4}\njobs:\n"
+                    "  - {name: a, arrival: 0 s, scenario: resnet50-ddp-8gpu, gpus: 8, "
+                    "steps: 20}\n")
+    err = refused(capsys, "cluster", str(path), "-q", "--against", "jobs.0.gpus=16")
+    assert f"{path}: --against jobs.0.gpus: 'jobs' is not a mapping" in err, err
+    err = refused(capsys, "cluster", str(path), "-q", "--set", "jobs.0.gpus=16")
+    assert f"{path}: --set jobs.0.gpus: 'jobs' is not a mapping" in err, err
