@@ -103,3 +103,31 @@ def test_an_against_value_refused_while_applied_is_named_against(capsys, tmp_pat
     assert f"{path}: --against jobs.0.gpus: 'jobs' is not a mapping" in err, err
     err = refused(capsys, "cluster", str(path), "-q", "--set", "jobs.0.gpus=16")
     assert f"{path}: --set jobs.0.gpus: 'jobs' is not a mapping" in err, err
+
+
+def test_a_linked_kineto_folder_is_replaced_not_written_through(capsys, tmp_path):
+    """After a run --timeline-format kineto, out/kineto replaced by a link to a user's
+    folder: the next run wrote its rank files through the link, over the user's files. And
+    a run of fewer ranks left the earlier run's rank files beside its own, so HTA's
+    trace_dir mixed two runs."""
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    code, _, err = run_main(capsys, "run", "quickstart", "-q", "--out", str(out),
+                            "--timeline-format", "kineto")
+    assert code == 0, err
+    victim.mkdir()
+    (victim / "rank-0.pt.trace.json").write_text("USER DATA\n")
+    for f in (out / "kineto").iterdir():
+        f.unlink()
+    (out / "kineto").rmdir()
+    (out / "kineto").symlink_to(victim)
+    code, _, err = run_main(capsys, "run", "resnet50-ddp-1gpu", "-q", "--out", str(out),
+                            "--timeline-format", "kineto")
+    assert code == 0, err
+    assert (victim / "rank-0.pt.trace.json").read_text() == "USER DATA\n"
+    assert not (out / "kineto").is_symlink()
+    for scenario, ranks in (("quickstart", 8), ("resnet50-ddp-1gpu", 1)):
+        code, _, err = run_main(capsys, "run", scenario, "-q", "--out", str(out),
+                                "--timeline-format", "kineto")
+        assert code == 0, err
+        assert sorted(f.name for f in (out / "kineto").iterdir()) == \
+            sorted(f"rank-{r}.pt.trace.json" for r in range(ranks))

@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 
 from ..engine.records import COMM_KINDS, OpRecord, Timeline
-from ..outpaths import atomic_write_text
+from ..outpaths import atomic_write_text, real_folder
 
 HOST_PID_BASE = 100_000        # host process ids, apart from the GPU device ids
 HOST_TID = 1
@@ -123,9 +123,11 @@ def write_kineto(folder: Path, tl: Timeline, class_ranks: dict[str, tuple[int, .
                  gpu: str, gpus_per_node: int = 8, expand_up_to: int = 64,
                  precision: str = "bf16") -> list[Path]:
     """Write ``folder/rank-<r>.pt.trace.json`` per rank (or per rank class past
-    ``expand_up_to`` ranks, see the module docstring); return the paths. ``precision``:
+    ``expand_up_to`` ranks, see the module docstring); return the paths. ``folder`` is
+    clustersim's own: a symbolic link there is replaced by a real folder, and the rank
+    files of an earlier run that this one does not write are removed. ``precision``:
     the step's training precision, whose dtype the reductions' kernel names carry."""
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = real_folder(folder)        # a link there is replaced, never written through
     world = sum(len(r) for r in class_ranks.values())
     classes = sorted({r.cls for r in tl.records})
     written = []
@@ -137,4 +139,6 @@ def write_kineto(folder: Path, tl: Timeline, class_ranks: dict[str, tuple[int, .
                                dtype=nccl_dtype(precision))
             atomic_write_text(path, json.dumps(trace))
             written.append(path)
+    for stale in set(folder.glob("rank-*.pt.trace.json")) - set(written):
+        stale.unlink()                  # an earlier run's ranks: HTA would read them too
     return written
