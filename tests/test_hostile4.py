@@ -131,3 +131,75 @@ def test_a_linked_kineto_folder_is_replaced_not_written_through(capsys, tmp_path
         assert code == 0, err
         assert sorted(f.name for f in (out / "kineto").iterdir()) == \
             sorted(f"rank-{r}.pt.trace.json" for r in range(ranks))
+
+
+def test_the_campaign_table_in_docs_is_its_results_file():
+    """docs/inputs.md's table of the fourth campaign is counted from the committed
+    benchmarks/hostile/campaign4_results.csv (the script's own ``csv`` output)."""
+    import csv
+    from collections import Counter
+    bad = {"traceback", "MemoryError", "hang", "multi-line", "overlong line",
+           "silent success", "failed run", "user file changed"}
+    n, clean, b0, n0, b1 = Counter(), Counter(), Counter(), Counter(), Counter()
+    with open(REPO / "benchmarks/hostile/campaign4_results.csv") as f:
+        for row in csv.DictReader(f):
+            for fam in (row["family"], "all"):
+                n[fam] += 1
+                clean[fam] += row["after"] not in bad
+                b1[fam] += row["after"] in bad
+                n0[fam] += bool(row["before"])
+                b0[fam] += row["before"] in bad
+    text = (REPO / "docs/inputs.md").read_text()
+    section = text[text.index("## The fourth campaign"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == len(n) and n["all"] >= 500
+    for line in rows:
+        fam, *cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells == [str(n[fam]), str(clean[fam]), f"{b0[fam]} ({n0[fam]})",
+                         str(b1[fam])], line
+
+
+def test_validate_energy_checks_its_files_where_read(capsys, tmp_path):
+    """validate energy --root DIR trusted every file: a setup.yaml that is a list, a missing
+    CSV, a steps row that is not there or a measurement that is text were tracebacks
+    (FileNotFoundError, TypeError, StopIteration, ValueError)."""
+    import shutil
+    root = tmp_path / "e"
+    root.mkdir()
+    (root / "setup.yaml").write_text("- x\n")
+    err = refused(capsys, "validate", "energy", "--root", str(root))
+    assert f"{root}/setup.yaml: " in err, err
+    shutil.copy(REPO / "validation/energy/setup.yaml", root)
+    err = refused(capsys, "validate", "energy", "--root", str(root))
+    assert f"{root}/mlperf_power_h100.csv: cannot read validation CSV: no such file" in err
+    for name in ("mlperf_power_h100.csv", "mlperf_v41_steps.csv"):
+        shutil.copy(REPO / "validation/energy" / name, root)
+    setup = (root / "setup.yaml").read_text()
+    (root / "setup.yaml").write_text(setup.replace("steps_row: 8xXE9680", "steps_row: nope"))
+    err = refused(capsys, "validate", "energy", "--root", str(root))
+    assert "mlperf_v41_steps.csv: no row of system 'nope" in err, err
+    (root / "setup.yaml").write_text(setup)
+    power = (root / "mlperf_power_h100.csv").read_text().splitlines()
+    cells = power[1].split(",")
+    cells[power[0].split(",").index("ttt_min")] = "x"
+    (root / "mlperf_power_h100.csv").write_text("\n".join([power[0], ",".join(cells)]) + "\n")
+    err = refused(capsys, "validate", "energy", "--root", str(root))
+    assert "a measurement that is not a number" in err, err
+
+
+def test_a_validate_report_folder_refusal_names_no_option_the_user_did_not_give(capsys,
+                                                                              tmp_path):
+    """validate traces --root DIR (the user's own data, with a file of theirs beside it)
+    writes its report there by default; the refusal said 'DIR: --out: ...', naming an --out
+    never given."""
+    import shutil
+    root = tmp_path / "t"
+    (root / "a100").mkdir(parents=True)
+    shutil.copy(REPO / "validation/traces/a100/nccl_data.json.gz", root / "a100")
+    (root / "notes.txt").write_text("USER DATA\n")
+    err = refused(capsys, "validate", "traces", "--root", str(root))
+    assert err == (f"clustersim: error: {root}: report folder: folder is not empty and was "
+                   f"not written by clustersim; choose another --out (without --out the "
+                   f"report is written here)"), err
+    assert (root / "notes.txt").read_text() == "USER DATA\n"
