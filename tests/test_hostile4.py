@@ -56,6 +56,8 @@ def test_a_shipped_topology_is_named_as_the_user_named_it(capsys):
     the checkout; the user named ``dgx-a100``. A path the user gave is still the path."""
     err = refused(capsys, "collective", "all_reduce", "--topology", "dgx-a100", "--nodes", "4")
     assert err.startswith("clustersim: error: topology dgx-a100: --nodes: "), err
+    # and it names the shipped fabric of those servers, which --nodes does grow
+    assert err.endswith("; fabrics of these servers: dgx-a100-superpod"), err
     err = refused(capsys, "topology", "dgx-a100", "--nodes", "4")
     assert err.startswith("clustersim: error: topology dgx-a100: --nodes: "), err
     path = str(REPO / "topologies" / "dgx-a100.yaml")
