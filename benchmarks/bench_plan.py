@@ -30,8 +30,8 @@ import resource
 import time
 from pathlib import Path
 
-from simulator.cli.plan import _global_batch
 from simulator.planner import search
+from simulator.planner.batch import global_batch
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +48,7 @@ def main() -> None:
     scn = load_scenario(ROOT / "scenarios" / f"{args.scenario}.yaml",
                         [f"cluster.nodes={max(1, args.gpus // 8)}"])
     if not args.global_batch:            # as `clustersim plan` takes it
-        args.global_batch = _global_batch(None, None, scn)[0]
+        args.global_batch = global_batch(scn)[0]
     marks: list[tuple[str, float]] = []
 
     def progress(msg: str) -> None:

@@ -372,6 +372,8 @@ def from_sets(exc: ConfigError, sets: list[str], source: str,
     scenario or mix ``source``: ``--set cluster.links.x.bw``."""
     field = exc.field or ""
     keys = [item.partition("=")[0].strip() for item in sets]
+    if field.startswith("--set "):     # apply_sets' own label, for items of either option
+        field = field.removeprefix("--set ")
     if exc.source != source or not field or field.startswith(("--set", "--against")):
         return exc
     if not any(field == k or field.startswith(k + ".") or k.startswith(field + ".")

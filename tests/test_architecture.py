@@ -105,3 +105,16 @@ def test_the_strategies_are_one_room_that_imports_only_what_is_below_it():
     out = sorted({b.split(".")[1] for a, b in G.edges if a.startswith("simulator.strategies")
                   and not b.startswith("simulator.strategies")})
     assert set(out) <= set(STRATEGIES_BELOW), out
+
+
+def test_benchmarks_and_tools_use_no_private_name_of_the_package():
+    """Scripts outside the package (benchmarks/) import only its public names: a private
+    ``_name`` may change without notice (bench_plan.py imported cli.plan._global_batch)."""
+    repo = PACKAGE.parent
+    bad = []
+    for path in sorted((repo / "benchmarks").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("simulator"):
+                bad += [f"{path.relative_to(repo)}: {node.module}.{a.name}"
+                        for a in node.names if a.name.startswith("_")]
+    assert not bad, bad

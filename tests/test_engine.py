@@ -200,7 +200,7 @@ def test_an_op_record_names_the_op_and_how_it_ran_field_by_field():
     want = OpRecord(cls="c1", op_id=7, name="ag", stream="tp", kind="collective",
                     layer="block.3", phase="forward", ready_s=1.0, start_s=2.0, end_s=3.5,
                     size_bytes=4096, algorithm="ring", protocol="LL128",
-                    op_class="elementwise", comm="tp.s0")
+                    op_class="elementwise", comm="tp.s0", collective="all_gather")
     assert [getattr(got, f.name) for f in fields(OpRecord)] == \
         [getattr(want, f.name) for f in fields(OpRecord)]
     bare = OpRecord.of("c1", op, 0.0, 0.0, 0.0)

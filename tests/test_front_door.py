@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -107,6 +108,18 @@ def test_every_docs_page_is_reachable_and_in_the_site():
         assert page.name in site, page.name                 # in the site's navigation
 
 
+def test_the_docs_site_builds_strict(tmp_path):
+    """The manual builds as a site (mkdocs.yml) with no warning: every page in the
+    navigation exists, every link and anchor between pages resolves inside the site."""
+    import subprocess
+    pytest.importorskip("mkdocs", reason="MkDocs is not installed (the test extra has it)")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                           "-f", str(REPO / "mkdocs.yml"), "-d", str(tmp_path / "site")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "site" / "commands" / "index.html").is_file()
+
+
 def _question_commands(text: str) -> list[str]:
     rows = [line for line in text.split("## Your question, the command", 1)[1]
             .split("\n\n", 2)[1].splitlines() if line.startswith("| ")][1:]
@@ -116,6 +129,21 @@ def _question_commands(text: str) -> list[str]:
 def _copy_block(text: str) -> list[str]:
     block = text.split("The same commands, to copy", 1)[1].split("```", 2)[1]
     return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+# Issue 47's questions a manager asks, and what the command answering each must contain
+QUESTIONS = {"step time": "clustersim run ", "what-if fabric": "cluster.links=",
+             "scaling": "clustersim study scaling-linearity",
+             "memory / largest model": "clustersim capacity ",
+             "which strategy and its cost": "clustersim compare ", "token budget": "--tokens",
+             "failures": "clustersim reliability ", "best plan": "clustersim plan ",
+             "shared cluster": "clustersim cluster ", "energy": "power_cap_w"}
+
+
+def test_the_question_table_answers_every_question_of_the_front_door():
+    commands = _question_commands(README.read_text())
+    missing = [q for q, needle in QUESTIONS.items() if not any(needle in c for c in commands)]
+    assert not missing, missing
 
 
 def test_the_table_and_the_block_to_copy_agree():

@@ -99,3 +99,36 @@ def test_holistic_trace_analysis_opens_it(kineto_run):
     # HTA's compute time (its kernels, to the microsecond) is run's gpu_utilization
     assert breakdown["compute_time_pctg"].tolist() == pytest.approx(
         [100 * metrics["gpu_utilization"]] * 8, abs=0.1)
+
+
+def test_collectives_are_named_as_nccl_names_its_kernels(kineto_run):
+    """Real PyTorch/NCCL traces name a collective's kernel ncclDevKernel_<Func>, then for a
+    reduction _<RedOp>_<type>, then _<ALGO>_<PROTO> (NCCL 2.19+'s generate.py); the
+    quickstart (FSDP, bf16, ring, Simple) reads so, and the profiler importer reads the
+    collective, algorithm and protocol back from the names."""
+    from simulator.importers.comms import nccl_kernel
+    _, folder = kineto_run
+    d = json.loads((folder / "rank-0.pt.trace.json").read_text())
+    names = {e["name"] for e in d["traceEvents"] if "communicator" in e.get("args", {})}
+    assert names == {"ncclDevKernel_AllGather_RING_SIMPLE",
+                     "ncclDevKernel_ReduceScatter_Sum_bf16_RING_SIMPLE"}
+    assert nccl_kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_SIMPLE") == \
+        ("reduce_scatter", {"algorithm": "ring", "protocol": "Simple"})
+
+
+@pytest.mark.parametrize("collective, algo, proto, kind, dtype, want", [
+    ("all_reduce", "tree", "LL128", "collective", "f16",
+     "ncclDevKernel_AllReduce_Sum_f16_TREE_LL128"),
+    ("all_reduce", "nvls_tree", "Simple", "collective", "bf16",
+     "ncclDevKernel_AllReduce_Sum_bf16_NVLS_TREE_SIMPLE"),
+    ("all_gather", "pat", "Simple", "collective", "bf16", "ncclDevKernel_AllGather_PAT_SIMPLE"),
+    ("broadcast", "ring", "LL", "collective", "f32", "ncclDevKernel_Broadcast_RING_LL"),
+    ("all_to_all", "direct", "Simple", "collective", "bf16", "ncclDevKernel_SendRecv"),
+    ("", "", "", "send", "bf16", "ncclDevKernel_SendRecv")])
+def test_nccl_kernel_name_from_the_record(collective, algo, proto, kind, dtype, want):
+    from simulator.metrics.kineto_export import kernel_name, nccl_dtype
+    r = OpRecord("c", 0, "x.block.3", "comm", kind, "", "", 0.0, 0.0, 1.0, 64, algo, proto,
+                 collective=collective)
+    assert kernel_name(r, dtype) == want
+    assert [nccl_dtype(p) for p in ("bf16", "fp16", "fp32", "tf32", "fp8")] == \
+        ["bf16", "f16", "f32", "f32", "bf16"]

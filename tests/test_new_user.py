@@ -8,6 +8,7 @@ installed package. (A wheel installed in a fresh environment: tests/test_packagi
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -179,15 +180,25 @@ def test_a_model_without_tokens_is_priced_per_sample(capsys):
 
 # ---------------------------------------------------------------- run names its plan
 def test_run_names_the_plan_and_its_bubble(capsys):
-    """An FSDP2 x TP8 x PP4 job is spelt 'megatron'; the header says the plan in words and
-    a pipeline's wait is named its bubble, at the textbook share (pp-1)/(vp m + pp-1)."""
+    """An FSDP2 x TP8 x PP4 job spelt in Megatron's keys (use_torch_fsdp2) is named by what
+    runs (PyTorch FSDP2 over Megatron-Core's TP layers, not 'megatron'); the header says the
+    plan in words and a pipeline's wait is named its bubble, at the textbook share
+    (pp-1)/(vp m + pp-1)."""
     code, out, err = run_main(capsys, "run", "llama3-70b-fsdp-tp8-256gpu", "--set",
                               "strategy.pipeline_model_parallel_size=4", "-q")
     assert code == 0, err
     assert out.splitlines()[0].startswith(
-        "# llama3-70b-fsdp-tp8-256gpu: llama-3-70b megatron (tensor parallel 8 inside each "
+        "# llama3-70b-fsdp-tp8-256gpu: llama-3-70b PyTorch FSDP2 x TP8 via Megatron-Core "
+        "(tensor parallel 8 inside each "
         "server, pipeline 4 (1f1b), data parallel 8 (FSDP)) on 256 x H100-SXM")
     assert f"= {100 * 3 / (1 * 1 + 3):.0f}% of the schedule" in out      # pp 4, m 1
+
+
+def test_megatron_without_fsdp2_keeps_its_name():
+    from simulator.strategies.parallel.words import framework_words
+    assert framework_words("megatron", "zero1", 8) == "megatron"
+    assert framework_words("megatron", "fsdp", 1) == "PyTorch FSDP2 via Megatron-Core"
+    assert framework_words("torchtitan", "fsdp", 8) == "torchtitan"
 
 
 def test_bubble_share_follows_the_formula():
@@ -284,3 +295,28 @@ def test_compare_page_folds_the_envelope_details_below_the_answer(capsys, tmp_pa
     folded = page[details:page.index("</details>", details)]
     assert folded.count('<p class="note">') == 4                 # two lines per strategy
     assert "nearest validated" in folded
+
+
+# ------------------------------------------------ capacity: the largest model, with 3-D plans
+def test_capacity_names_the_largest_model_a_3d_plan_fits(capsys):
+    """Issue 47: 'the largest model that fits on 64 H100' searches parallel plans and a
+    ladder of sizes up to 1T+, and says the answer in a sentence. Static memory follows
+    the 16 bytes a parameter of mixed-precision Adam (2 weights, 2 gradients, 12 optimizer
+    state): FSDP over 64 GPUs holds 16 x params / 64; a TP8 x PP8 plan splits the weights
+    64 ways and holds at least that much."""
+    args = ("capacity", "llama2-7b-fsdp-128gpu", "--set", "cluster.topology=dgx-h100-superpod",
+            "--set", "cluster.nodes=8", "--strategies", "fsdp-full,megatron:tp8pp8", "-q")
+    code, out, err = run_main(capsys, *args)
+    assert code == 0, err
+    assert "# the largest llama-family model that fits on 64 x H100-SXM: " in out
+    assert "with megatron:tp8pp8" in out.split("the largest llama-family model", 1)[1] \
+        .splitlines()[0]
+    code, out, err = run_main(capsys, *args, "--format", "json")
+    d = json.loads(out)
+    assert d["ladder"][-1]["params"] >= 1e12                    # the ladder reaches 1T+
+    by = {r["strategy"]: r["largest_fit"] for r in d["results"]}
+    fsdp, tp_pp = by["fsdp:FULL_SHARD"], by["megatron:tp8pp8"]
+    gib = float(1 << 30)
+    assert fsdp["static_memory_gib"] == pytest.approx(16 * fsdp["params"] / 64 / gib, rel=1e-3)
+    assert tp_pp["static_memory_gib"] >= 16 * tp_pp["params"] / 64 / gib * 0.999
+    assert tp_pp["params"] > 10 * fsdp["params"] and tp_pp["peak_memory_gib"] <= 80

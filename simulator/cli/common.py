@@ -11,6 +11,7 @@ import functools
 import math
 import re
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -143,7 +144,14 @@ def load_topology_arg(topology: str, nodes: int | None, option: str):
         path = resolve_topology(topology)
     except ConfigError as exc:
         raise ConfigError(exc.reason, source=option) from None
-    return path, load_topology(path, nodes=nodes)
+    try:
+        return path, load_topology(path, nodes=nodes)
+    except ConfigError as exc:
+        # a shipped topology given by its bare name is named as the user named it, not by
+        # the path of its file inside the checkout or the installed package
+        if exc.source != str(path) or Path(topology).is_file():
+            raise
+        raise ConfigError(exc.reason, source=f"topology {topology}", field=exc.field) from None
 
 
 format_option = click.option("--format", "fmt", type=click.Choice(["table", "json"]),

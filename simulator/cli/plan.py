@@ -14,9 +14,6 @@ from .configfile import config_options, load_pieces
 
 _SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=128 or --set "
              "training.seq_len=8192 (repeatable).")
-# Tokens a step when nothing says how many: Llama 3 405B's pre-training began at 4M tokens a
-# step (Llama 3 paper, arXiv 2407.21783, section 3.4.1), a common size for LLM pre-training.
-DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
 
 
 def register(cli: click.Group) -> None:
@@ -69,11 +66,12 @@ def register(cli: click.Group) -> None:
         path = resolve_scenario(scenario)
         scn, pieces = load_pieces(path, list(sets), config, config_format)
         from ..planner import Limits, search        # the simulator: once the input is good
+        from ..planner.batch import global_batch as global_batch_for
         from ..planner.report import to_csv, to_json, to_table
         from ..topology.build import scenario_gpus, scenario_graph
         G = scenario_graph(scn)
         gpus = scenario_gpus(scn, G)
-        batch, said = _global_batch(global_batch, pieces, scn)
+        batch, said = global_batch_for(scn, global_batch, pieces)
         if not 1 <= batch <= MAX_GLOBAL_BATCH:
             raise ConfigError(f"must be 1 to {MAX_GLOBAL_BATCH} samples, got {batch}",
                               source="--global-batch")
@@ -102,20 +100,6 @@ def register(cli: click.Group) -> None:
         click.echo(text)
         if out is not None and fmt == "table":
             click.echo(f"# outputs in {out}: plan.csv, plan.json, report.html")
-
-
-def _global_batch(given: int | None, pieces, scn) -> tuple[int, str]:
-    """Samples a step and where that number came from: --global-batch, the --config file,
-    the scenario's training.global_batch, else :data:`DEFAULT_TOKENS_PER_STEP` (never the
-    scenario's micro-batch x GPUs, which a plan search changes)."""
-    if given is not None:
-        return given, "--global-batch"
-    if pieces is not None and pieces.global_batch:
-        return pieces.global_batch, f"the global batch of {pieces.source}"
-    if scn.training.global_batch is not None:
-        return scn.training.global_batch, "the scenario's training.global_batch"
-    samples = max(1, round(DEFAULT_TOKENS_PER_STEP / scn.training.seq_len))
-    return samples, "the default of 4M tokens a step; --global-batch N sets it"
 
 
 def _accuracy(result, scn, gpus: int) -> list[str]:

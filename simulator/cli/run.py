@@ -66,7 +66,7 @@ def register(cli: click.Group) -> None:
         keep("run", (setup, result))    # the executable frees them at exit, all at once
         m, extra = result.metrics, result.extrapolation
         meta = setup.trace.meta
-        what = (f"{meta.get('model')} {meta.get('strategy')}{_plan_of(meta)} on "
+        what = (f"{meta.get('model')} {_framework_of(meta)}{_plan_of(meta)} on "
                 f"{setup.trace.world_size} x {setup.cluster.G.graph.get('gpu')} "
                 f"({setup.cluster.G.graph.get('name')})")
         capacity_gib = setup.capacity_bytes / float(1 << 30)
@@ -162,6 +162,14 @@ def register(cli: click.Group) -> None:
         n_ops = sum(len(c.ops) for c in setup.trace.classes)
         click.echo(f"wrote {output}: {setup.trace.world_size} ranks, "
                    f"{len(setup.trace.classes)} rank class(es), {n_ops} ops")
+
+
+def _framework_of(meta: dict) -> str:
+    """The header's name of what runs (``PyTorch FSDP2 x TP8 via Megatron-Core`` for a
+    Megatron scenario with ``use_torch_fsdp2``; else the strategy's name)."""
+    from ..strategies.parallel.words import framework_words
+    return framework_words(str(meta.get("strategy")), meta.get("dp_mode"),
+                           int(meta.get("tp") or 1))
 
 
 def _plan_of(meta: dict) -> str:

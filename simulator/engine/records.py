@@ -33,6 +33,7 @@ class OpRecord:
     protocol: str = ""
     op_class: str = ""   # a kernel's class (matmul, elementwise...): what power it draws
     comm: str = ""       # a collective's communicator (``tp.s0``, ``shard``): what it is for
+    collective: str = ""  # which collective (``all_gather``...; OPS), for NCCL's kernel name
 
     @property
     def wait_s(self) -> float:
@@ -48,7 +49,7 @@ class OpRecord:
         return OpRecord(cls_id, op.id, op.name, op.stream, op.kind, op.layer, op.phase,
                         ready_s, start_s, end_s, op.size_bytes,
                         plan.algo if plan else "", plan.proto if plan else "", op.op_class,
-                        op.comm)
+                        op.comm, op.collective)
 
 
 @dataclass

@@ -10,7 +10,10 @@ launched by a ``cuda_runtime`` call (``cudaLaunchKernel``, ``cudaMemcpyAsync``) 
 thread with the same correlation, at the moment the op was ready; host work (``delay``
 ops: a CPU optimizer step, a recorded host gap) as ``cpu_op``; the step as the
 ``user_annotation`` ``ProfilerStep#1``. HTA tells kernels apart by name: communication
-kernels start ``ncclDevKernel_`` (its ``^nccl.*Kernel``), copies ``Memcpy``.
+kernels start ``ncclDevKernel_`` (its ``^nccl.*Kernel``; the rest of the name as NCCL
+spells its kernels, :func:`kernel_name`), copies ``Memcpy``. The simulator's ops carry no
+per-collective dtype: a reduction names the step's compute dtype (a DDP all-reduce of fp32
+gradients under bf16 autocast still reads ``_bf16``).
 
 Ranks of one rank class run identical timelines: up to ``expand_up_to`` ranks each gets its
 file; past that, one file per rank class (its first rank), as ``timeline.json`` groups them.
@@ -22,7 +25,7 @@ import json
 from pathlib import Path
 
 from ..engine.records import COMM_KINDS, OpRecord, Timeline
-from ..outpaths import atomic_write_text
+from ..outpaths import atomic_write_text, real_folder
 
 HOST_PID_BASE = 100_000        # host process ids, apart from the GPU device ids
 HOST_TID = 1
@@ -37,20 +40,44 @@ def _us(t_s: float) -> float:
     return round(t_s * 1e6, 3)
 
 
-def kernel_name(r: OpRecord) -> str:
-    """The GPU event's name: NCCL's kernel spelling for communication, ``Memcpy`` for
-    copies, the op's own name for compute."""
+# NCCL's kernel names (src/device/generate.py, NCCL 2.19+): ncclDevKernel_<Func> then, for
+# the reducing functions, _<RedOp>_<type>, then _<ALGO>_<PROTO>; all-to-all and send/recv
+# run NCCL's one SendRecv kernel
+NCCL_FUNC = {"all_reduce": "AllReduce", "all_gather": "AllGather",
+             "reduce_scatter": "ReduceScatter", "broadcast": "Broadcast", "reduce": "Reduce",
+             "all_to_all": "SendRecv", "send_recv": "SendRecv"}
+NCCL_REDUCING = ("AllReduce", "ReduceScatter", "Reduce")
+NCCL_TYPE = {"bf16": "bf16", "fp16": "f16", "fp32": "f32", "tf32": "f32"}
+
+
+def nccl_dtype(precision: str) -> str:
+    """NCCL's spelling of the type a step of ``precision`` reduces in: its compute dtype
+    (an FP8 step's gradients are bf16, :func:`simulator.precision.compute_precision`)."""
+    from ..precision import compute_precision
+    return NCCL_TYPE.get(compute_precision(precision), "bf16")
+
+
+def kernel_name(r: OpRecord, dtype: str = "bf16") -> str:
+    """The GPU event's name, from the record alone: NCCL's kernel spelling for
+    communication (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``, ``ncclDevKernel_AllGather_
+    RING_LL128``, ``ncclDevKernel_SendRecv``; ``dtype`` the NCCL type of a reduction),
+    ``Memcpy`` for copies, the op's own name for compute."""
     if r.kind in COMM_KINDS:
-        how = "_".join(x for x in (r.algorithm, r.protocol) if x)
-        return f"ncclDevKernel_{r.name}" + (f"_{how}" if how else "")
+        func = NCCL_FUNC.get(r.collective, "SendRecv")      # send / recv: no collective
+        if func == "SendRecv":
+            return "ncclDevKernel_SendRecv"
+        parts = [func, *(("Sum", dtype) if func in NCCL_REDUCING else ()),
+                 *(x.upper() for x in (r.algorithm, r.protocol) if x)]
+        return "ncclDevKernel_" + "_".join(parts)
     if r.kind == "memcpy":
         return f"Memcpy {r.name}"
     return r.name
 
 
 def rank_trace(tl: Timeline, cls: str, rank: int, world_size: int, device: int,
-               gpu: str, step: int = 1) -> dict:
-    """One rank's Kineto trace: the records of its rank class ``cls`` on GPU ``device``."""
+               gpu: str, step: int = 1, dtype: str = "bf16") -> dict:
+    """One rank's Kineto trace: the records of its rank class ``cls`` on GPU ``device``
+    (``dtype``: the NCCL type its reductions name, :func:`kernel_name`)."""
     host_pid = HOST_PID_BASE + rank
     streams: dict[str, int] = {}
     events: list[dict] = [
@@ -76,7 +103,7 @@ def rank_trace(tl: Timeline, cls: str, rank: int, world_size: int, device: int,
         events.append({"ph": "X", "cat": "cuda_runtime", "name": LAUNCH[cat],
                        "pid": host_pid, "tid": HOST_TID, "ts": launch, "dur": 0.0,
                        "args": {"correlation": correlation, "device": device}})
-        events.append({"ph": "X", "cat": cat, "name": kernel_name(r), "pid": device,
+        events.append({"ph": "X", "cat": cat, "name": kernel_name(r, dtype), "pid": device,
                        "tid": stream, "ts": ts, "dur": dur, "args": args})
     meta = [{"ph": "M", "name": "process_name", "pid": host_pid, "tid": 0,
              "args": {"name": f"rank {rank} host"}},
@@ -93,10 +120,14 @@ def rank_trace(tl: Timeline, cls: str, rank: int, world_size: int, device: int,
 
 
 def write_kineto(folder: Path, tl: Timeline, class_ranks: dict[str, tuple[int, ...]],
-                 gpu: str, gpus_per_node: int = 8, expand_up_to: int = 64) -> list[Path]:
+                 gpu: str, gpus_per_node: int = 8, expand_up_to: int = 64,
+                 precision: str = "bf16") -> list[Path]:
     """Write ``folder/rank-<r>.pt.trace.json`` per rank (or per rank class past
-    ``expand_up_to`` ranks, see the module docstring); return the paths."""
-    folder.mkdir(parents=True, exist_ok=True)
+    ``expand_up_to`` ranks, see the module docstring); return the paths. ``folder`` is
+    clustersim's own: a symbolic link there is replaced by a real folder, and the rank
+    files of an earlier run that this one does not write are removed. ``precision``:
+    the step's training precision, whose dtype the reductions' kernel names carry."""
+    folder = real_folder(folder)        # a link there is replaced, never written through
     world = sum(len(r) for r in class_ranks.values())
     classes = sorted({r.cls for r in tl.records})
     written = []
@@ -104,7 +135,10 @@ def write_kineto(folder: Path, tl: Timeline, class_ranks: dict[str, tuple[int, .
         ranks = class_ranks.get(cls, ())
         for rank in (ranks if world <= expand_up_to else ranks[:1]):
             path = folder / f"rank-{rank}.pt.trace.json"
-            trace = rank_trace(tl, cls, rank, world, rank % max(gpus_per_node, 1), gpu)
+            trace = rank_trace(tl, cls, rank, world, rank % max(gpus_per_node, 1), gpu,
+                               dtype=nccl_dtype(precision))
             atomic_write_text(path, json.dumps(trace))
             written.append(path)
+    for stale in set(folder.glob("rank-*.pt.trace.json")) - set(written):
+        stale.unlink()                  # an earlier run's ranks: HTA would read them too
     return written

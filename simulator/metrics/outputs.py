@@ -126,7 +126,9 @@ def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
         from .kineto_export import write_kineto
         graph = cluster.G.graph
         written += write_kineto(out / "kineto", tl, class_ranks, str(graph.get("gpu")),
-                                int(graph.get("gpus_per_node") or 8))
+                                int(graph.get("gpus_per_node") or 8),
+                                precision=str(scenario.get("training", {}).get("precision",
+                                                                                "bf16")))
     else:
         atomic_write_text(out / "timeline.json", json.dumps(chrome_trace(tl, class_ranks)))
         written.append(out / "timeline.json")

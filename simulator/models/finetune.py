@@ -119,6 +119,10 @@ class Finetune:
         if self.freeze_layers < 0:
             raise ConfigError(f"must be >= 0, got {self.freeze_layers}",
                               field="finetune.freeze_layers")
+        if adapters and self.freeze_layers:
+            raise ConfigError(f"{self.mode} freezes every base weight already and adapts every "
+                              f"block; freeze_layers is a full fine-tuning setting",
+                              field="finetune.freeze_layers")
 
     def section(self) -> dict:
         """``training.finetune``'s spelling of this (what a strategy's own spelling becomes
@@ -160,6 +164,22 @@ def check_model(model: ModelSpec, ft: Finetune) -> None:
     if model.mlp != "swiglu" and any(t in ft.targets for t in ("gate_up", "gate")):
         raise ConfigError(f"{model.name} has no gate projection (a {model.mlp} MLP): "
                           f"adapt down or the attention", field="finetune.target_modules")
+    for target in ft.targets if ft.adapters else ():
+        d_in, d_out = _target_dims(model, target)
+        if ft.rank > min(d_in, d_out):
+            raise ConfigError(f"rank {ft.rank} exceeds {model.name}'s {target} weight "
+                              f"({d_in} x {d_out}): a LoRA update of it has rank at most "
+                              f"{min(d_in, d_out)}", field="finetune.rank")
+
+
+def _target_dims(model: ModelSpec, target: str) -> tuple[int, int]:
+    """(in, out) features of the whole (unsharded) weight a target adapts."""
+    q, kv, ffn = model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn_hidden
+    gated = 2 if model.mlp == "swiglu" else 1
+    return {"qkv": (model.hidden, q + 2 * kv), "q": (model.hidden, q), "k": (model.hidden, kv),
+            "v": (model.hidden, kv), "o": (q, model.hidden),
+            "gate_up": (model.hidden, gated * ffn), "gate": (model.hidden, ffn),
+            "up": (model.hidden, ffn), "down": (ffn, model.hidden)}[target]
 
 
 # ------------------------------------------------------------------ the transform

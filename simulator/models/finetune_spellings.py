@@ -85,7 +85,7 @@ def from_section(data: dict, swiglu: bool, field: str = "training.finetune") -> 
     for key, value in flags.items():
         if not isinstance(value, bool):
             raise ConfigError(f"must be true or false, got {value!r}", field=f"{field}.{key}")
-    return Finetune(
+    values = dict(
         mode=mode, rank=_number(data, "rank", int, 16 if adapters else 0, field),
         alpha=float(_number(data, "alpha", (int, float), 32 if adapters else 0, field)),
         targets=targets(names, swiglu, f"{field}.target_modules") if names is not None
@@ -93,6 +93,13 @@ def from_section(data: dict, swiglu: bool, field: str = "training.finetune") -> 
         dropout=float(_number(data, "dropout", (int, float), 0.0, field)),
         freeze_layers=_number(data, "freeze_layers", int, 0, field),
         base_precision=data.get("base_precision", "bf16"), **flags)
+    try:
+        return Finetune(**values)
+    except ConfigError as exc:     # Finetune's own fields, as this mapping spells them
+        if not (exc.field or "").startswith("finetune."):
+            raise
+        raise ConfigError(exc.reason, field=field + exc.field.removeprefix("finetune")) \
+            from None
 
 
 def from_megatron(strategy: dict, swiglu: bool) -> Finetune | None:

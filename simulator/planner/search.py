@@ -32,6 +32,7 @@ from ..hardware import gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
 from ..pipeline import build_setup, run_setup, with_finetune
+from ..precision import PRECISIONS
 from ..scenario import Scenario
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
@@ -96,6 +97,10 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     if not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: plan searches model "
                           f"parallelism", source=source, field="model")
+    if scn.training.precision not in PRECISIONS:
+        raise ConfigError(f"plan's analytical estimate prices {', '.join(PRECISIONS)} steps, "
+                          f"not {scn.training.precision} yet: price an FP8 plan with run or "
+                          f"compare (docs/plan.md)", source=source, field="training.precision")
     G = scenario_graph(scn) if graph is None else graph
     gpus = scenario_gpus(scn, G)
     t = scn.training

@@ -173,8 +173,8 @@ def _build(data: Any, source: str, nodes: int | None, links: dict | None,
     if nodes is not None:
         if spec.generator not in MULTI_NODE:
             raise ConfigError(f"generator {spec.generator!r} builds a single server; "
-                              f"{nodes_from} applies only to {', '.join(MULTI_NODE)}",
-                              source=source, field=nodes_from)
+                              f"{nodes_from} applies only to {', '.join(MULTI_NODE)}"
+                              f"{_fabrics_of(spec.name)}", source=source, field=nodes_from)
         params["nodes"] = nodes
     try:
         G = generate(**params)
@@ -193,6 +193,21 @@ def _build(data: Any, source: str, nodes: int | None, links: dict | None,
     _apply_link_overrides(G, overrides)
     G.graph["name"] = spec.name
     return G
+
+
+def _fabrics_of(name: str) -> str:
+    """``"; fabrics of these servers: dgx-h100-superpod"`` for a single-server topology
+    ``name``: the shipped multi-server ones named after it (``mi300x-8gpu``: ``mi300x-*``),
+    else ""."""
+    stem = name.removesuffix("-8gpu")
+    found = []
+    for other in shipped_topologies():
+        if other == name or not other.startswith(stem + "-"):
+            continue
+        data = read_yaml(find_shipped("topologies", other), "topology file")
+        if isinstance(data, dict) and data.get("generator") in MULTI_NODE:
+            found.append(other)
+    return f"; fabrics of these servers: {', '.join(found)}" if found else ""
 
 
 def _scaled_out(spec: TopologyFile, source: str, nodes: int, links: dict | None,

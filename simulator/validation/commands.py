@@ -59,7 +59,17 @@ def report_folder(out: Path | None, default: Path) -> Path:
     ``run --out`` is (:func:`simulator.outpaths.prepare_out_dir`): a folder that is not
     empty and was not written by clustersim is refused."""
     folder = Path(out) if out is not None else default_report(default)
-    return folder if _ours(folder) else prepare_out_dir(folder)
+    if _ours(folder):
+        return folder
+    try:
+        return prepare_out_dir(folder)
+    except ConfigError as exc:
+        if out is not None:
+            raise
+        # no --out given: the report goes beside the data (--root); say so, rather than
+        # naming an --out the user never gave
+        raise ConfigError(f"{exc.reason} (without --out the report is written here)",
+                          source=exc.source, field="report folder") from None
 
 
 def report_file(out: Path | None, overwrite: bool) -> Path | None:

@@ -15,12 +15,15 @@ scenario" (not a failure). ``clustersim validate energy`` writes ``results.csv``
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import click
-import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, validation_error
+from simulator.inputs import read_text
+from simulator.yamlio import read_yaml
 from simulator.validation.paths import data_dir
 
 ROOT = data_dir("energy")
@@ -37,14 +40,60 @@ COLUMNS = ["run", "ttt_min", "measured_node_w", "simulated_node_w", "node_power_
            "train_kwh", "simulated_train_kwh", "train_energy_error", "note"]
 
 
+class Gates(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    energy_per_run_abs_error: float = Field(gt=0)
+    train_power_abs_error: float = Field(gt=0)
+    train_step_abs_error: float = Field(gt=0)
+    train_energy_abs_error: float = Field(gt=0)
+
+
+class Setup(BaseModel):
+    """``setup.yaml``: the scenario and its overrides, the steps row, the cap, the gates."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    calibration: list[str] = Field(max_length=0)          # nothing is fitted on these rows
+    scenario: str = Field(min_length=1)
+    sets: list[str] = Field(max_length=64)
+    steps_row: str = Field(min_length=1)
+    power_cap_w: float = Field(gt=0, allow_inf_nan=False)
+    gates: Gates
+
+
+# the columns each file must have (what compare and steady_training read)
+POWER_COLUMNS = ("run", "run_status", "ttt_min", "avg_node_power_W", "node_energy_kWh",
+                 "nodes_measured")
+STEPS_COLUMNS = ("system", "median_step_time_s")
+
+
+def _rows(path: Path, columns: tuple[str, ...]) -> list[dict]:
+    """The rows of the CSV ``path`` (through the input boundary) once its header has
+    ``columns``; every cell of them present."""
+    text = read_text(path, "validation CSV")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = [c for c in columns if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ConfigError(f"no column {missing[0]!r}", source=str(path))
+    rows = list(reader)
+    for n, row in enumerate(rows, 2):
+        if any(row.get(c) is None for c in columns):
+            raise ConfigError(f"line {n}: fewer cells than the header", source=str(path))
+    return rows
+
+
 def load(root: Path = ROOT) -> tuple[dict, list[dict], dict]:
-    """(setup, the measured power runs, the steps row of the same system)."""
-    setup = yaml.safe_load((root / "setup.yaml").read_text())
-    with open(root / POWER, newline="") as f:
-        runs = [r for r in csv.DictReader(f) if r["run_status"] == "success"]
-    with open(root / STEPS, newline="") as f:
-        step = next(r for r in csv.DictReader(f) if r["system"] == setup["steps_row"])
-    return setup, runs, step
+    """(setup, the measured power runs, the steps row of the same system), each file
+    checked where read (a refusal names the file and its field, column or line)."""
+    try:
+        setup = Setup.model_validate(read_yaml(root / "setup.yaml", "energy setup"))
+    except ValidationError as exc:
+        raise validation_error(exc, source=str(root / "setup.yaml")) from None
+    runs = [r for r in _rows(root / POWER, POWER_COLUMNS) if r["run_status"] == "success"]
+    steps = [r for r in _rows(root / STEPS, STEPS_COLUMNS) if r["system"] == setup.steps_row]
+    if not steps:
+        raise ConfigError(f"no row of system {setup.steps_row!r} (setup.yaml's steps_row)",
+                          source=str(root / STEPS))
+    return setup.model_dump(), runs, steps[0]
 
 
 def steady_training(root: Path = ROOT) -> dict[str, dict]:
@@ -221,7 +270,7 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
         worst = max(abs(r["energy_error"]) for r in results)
         lines += [f"Simulated step {m.iteration_time_s:.4f} s; node {e.avg_node_w:,.0f} W AC "
                   f"(GPU {e.avg_gpu_w:,.0f} W average, peak node {e.peak_node_w:,.0f} W).",
-                  f"Under a {setup['power_cap_w']} W cap: step {mc.iteration_time_s:.4f} s "
+                  f"Under a {setup['power_cap_w']:g} W cap: step {mc.iteration_time_s:.4f} s "
                   f"({mc.iteration_time_s / m.iteration_time_s - 1:+.1%}), node "
                   f"{ec.avg_node_w:,.0f} W, energy per run "
                   f"{_ratio(mc, ec, m, e) - 1:+.1%} (training steps).",
@@ -438,10 +487,15 @@ def evaluate(root: Path = ROOT) -> tuple[dict, list[dict], tuple | None, tuple |
     """(setup, result rows, the simulation, the simulation under the cap) of ``root``'s
     setup: what ``validate energy`` and ``validate all`` report."""
     setup, runs, step = load(root)
+    try:                                # the measurements parse before anything is simulated
+        steady, phases = steady_training(root), run_phases(root)
+        compare(setup, runs, step, None, None, steady, phases)
+    except (KeyError, ValueError, ZeroDivisionError) as exc:
+        raise ConfigError(f"a measurement that is not a number, or a column missing: {exc}",
+                          source=str(root)) from None
     sim = simulate(setup)
     capped = simulate(setup, setup["power_cap_w"]) if sim is not None else None
-    return setup, compare(setup, runs, step, sim, capped, steady_training(root),
-                          run_phases(root)), sim, capped
+    return setup, compare(setup, runs, step, sim, capped, steady, phases), sim, capped
 
 
 @click.command("energy")

@@ -22,3 +22,13 @@ def plan_words(*, tp: int = 1, pp: int = 1, vp: int = 1, cp: int = 1, dp: int = 
     mode = DP_WORDS.get(dp_mode, dp_mode) + (f", {dp_shape}" if dp_shape else "")
     parts.append(f"data parallel {dp} ({mode})" if dp > 1 else "no data parallelism")
     return ", ".join(parts)
+
+
+def framework_words(strategy: str, dp_mode: str | None = None, tp: int = 1) -> str:
+    """What runs, named for a report's reader: a Megatron-LM scenario with
+    ``use_torch_fsdp2`` runs PyTorch's FSDP2 (over Megatron-Core's tensor parallel layers),
+    not Megatron's own data parallelism, so it reads ``PyTorch FSDP2 x TP8 via
+    Megatron-Core``; every other strategy keeps its name."""
+    if strategy == "megatron" and dp_mode == "fsdp":
+        return "PyTorch FSDP2" + (f" x TP{tp}" if tp > 1 else "") + " via Megatron-Core"
+    return strategy
