@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Literal
 from pathlib import Path
 
 import click
@@ -58,6 +59,9 @@ class Setup(BaseModel):
     steps_row: str = Field(min_length=1)
     power_cap_w: float = Field(gt=0, allow_inf_nan=False)
     gates: Gates
+    # per steps system, the sets its evaluation check runs ("power_system": the sets above)
+    evaluation_checks: dict[str, Literal["power_system"] | list[str]] = Field(
+        default_factory=dict, max_length=64)
 
 
 # the columns each file must have (what compare and steady_training read)
