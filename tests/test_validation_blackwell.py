@@ -125,6 +125,20 @@ def test_a_row_runs_its_releases_preset(spec, rows, case, graphs):
     assert sc["strategy"].get("cuda_graph_impl") == graphs
 
 
+@pytest.mark.parametrize("case,cluster", [
+    # DGX B300: 8 GPUs a node, as DGX B200
+    ("parallel/bridge/b300/26.04/qwen3-235b-a22b-256gpu-mxfp8-gbs8192",
+     {"topology": "dgx-b300-superpod", "nodes": 32}),
+    ("parallel/bridge/gb300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512",
+     {"topology": "gb300-nvl72", "nodes": 1, "gpus": 8}),
+    # GB300 trays hold 4 GPUs as GB200's: the launcher's --segment (keyed on 4 GPUs a node)
+    # puts 256 GPUs in 4 racks of 64
+    ("parallel/bridge/gb300/26.04/llama3-1-405b-256gpu-mxfp8-gbs1536",
+     {"topology": "gb300-nvl72", "nodes": 4, "topology_set": {"params.node.gpus": 64}})])
+def test_blackwell_ultra_rows_run_on_their_shipped_topologies(spec, rows, case, cluster):
+    assert nemo.scenario_of(rows[case], ROOT, spec, "x", "blackwell")["cluster"] == cluster
+
+
 def test_a_job_that_does_not_fill_its_trays_is_refused():
     with pytest.raises(ConfigError, match="trays of 4"):
         nemo.segment_gpus(130, 4, 72)
@@ -143,11 +157,11 @@ def test_rows_the_simulator_cannot_run_say_why(spec):
     out = {r["case"]: r for r in nemo.nemo_rows(ROOT, spec, kinds=("blackwell",),
                                                  simulate_fn=_refuse_fp4)}
     notes = {k: v["note"] for k, v in out.items()}
-    # B300 and GB300 are in the catalog (issue 47); cases.yaml maps no topology to them yet
-    assert "no topology for B300 in cases.yaml" in notes[
-        "parallel/bridge/b300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512"]
-    assert "no topology for GB300 in cases.yaml" in notes[
-        "parallel/bridge/gb300/26.04/llama3-70b-64gpu-fp8-gbs256"]
+    # B300 and GB300 run on their shipped topologies (validation rows like B200's)
+    assert notes["parallel/bridge/b300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512"] == (
+        "not simulated: not run in this test")
+    assert "fp4 training is not modelled" in notes[
+        "parallel/bridge/gb300/26.04/llama3-70b-64gpu-nvfp4-gbs256"]
     assert "fp4 training is not modelled" in notes[
         "parallel/bridge/gb200/26.04/llama3-70b-64gpu-nvfp4-gbs256"]
     assert "LoRA" in notes["parallel/bridge/gb200/26.06/llama3-70b-8gpu-fp8-lora-gbs32"]
