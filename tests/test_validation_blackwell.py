@@ -313,5 +313,6 @@ def test_the_fsdp_fit_keeps_the_b200_family(tmp_path):
               "simulated": [1.0], "rms_start": 0.0, "rms_fitted": 0.0}
     fit.write({"A100": result}, path)
     families = read_fit(path)["families"]
-    assert set(families) == {"A100", "H100", "B200"}
+    assert set(families) == {"A100", "H100", "B200", "B300"}
     assert families["B200"] == read_fit()["families"]["B200"]
+    assert families["B300"] == read_fit()["families"]["B300"]     # sourced, not fitted
