@@ -116,6 +116,11 @@ def test_a_256_gpu_gb200_row_runs_64_gpus_per_rack(spec, rows):
     # the 26.06 presets (v0.5.0) run GB200's MXFP8 Qwen3 rows with full-iteration CUDA graphs
     ("parallel/bridge/gb200/26.06/qwen3-30b-a3b-8gpu-mxfp8-gbs512", "local"),
     ("parallel/bridge/gb200/26.08/qwen3-235b-a22b-256gpu-mxfp8-gbs8192", "local"),
+    # GB300's and B300's presets from the same releases (v0.5.0: *_GB300_FP8_MX_V1 ...)
+    ("parallel/bridge/gb300/26.06/qwen3-30b-a3b-8gpu-mxfp8-gbs512", "local"),
+    ("parallel/bridge/gb300/26.08/qwen3-235b-a22b-256gpu-mxfp8-gbs8192", "local"),
+    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8-gbs512", "local"),
+    ("parallel/bridge/b300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512", None),
     # 26.04's (v0.4.0) graph the router only: eager, as B200's and the dense rows
     ("parallel/bridge/gb200/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512", None),
     ("parallel/bridge/b200/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512", None),
