@@ -321,3 +321,16 @@ def test_the_fsdp_fit_keeps_the_b200_family(tmp_path):
     assert set(families) == {"A100", "H100", "B200", "B300"}
     assert families["B200"] == read_fit()["families"]["B200"]
     assert families["B300"] == read_fit()["families"]["B300"]     # sourced, not fitted
+
+
+@pytest.mark.parametrize("prefix,measured,low,high", [
+    # Blackwell Ultra at Transformer Engine's B300 GEMM rates (family B300): validation rows
+    ("parallel/bridge/gb300/25.11/llama3-8b-8gpu", 37556, -0.03, -0.01),      # -2.1%
+    ("parallel/bridge/gb300/26.02/llama3-70b-64gpu-mxfp8", 4596, -0.03, -0.01),  # -1.9%
+    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8", 40769, -0.01, 0.01)])  # +0.4%
+def test_blackwell_ultra_rows_land_where_docs_say(spec, prefix, measured, low, high):
+    row = next(r for r in nemo.nemo_rows(ROOT, spec, kinds=("blackwell",),
+                                         simulate_fn=_only(prefix))
+               if r["case"].startswith(prefix))
+    assert row["measured"] == measured
+    assert low < row["error"] < high, row
