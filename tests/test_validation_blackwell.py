@@ -116,6 +116,11 @@ def test_a_256_gpu_gb200_row_runs_64_gpus_per_rack(spec, rows):
     # the 26.06 presets (v0.5.0) run GB200's MXFP8 Qwen3 rows with full-iteration CUDA graphs
     ("parallel/bridge/gb200/26.06/qwen3-30b-a3b-8gpu-mxfp8-gbs512", "local"),
     ("parallel/bridge/gb200/26.08/qwen3-235b-a22b-256gpu-mxfp8-gbs8192", "local"),
+    # GB300's and B300's presets from the same releases (v0.5.0: *_GB300_FP8_MX_V1 ...)
+    ("parallel/bridge/gb300/26.06/qwen3-30b-a3b-8gpu-mxfp8-gbs512", "local"),
+    ("parallel/bridge/gb300/26.08/qwen3-235b-a22b-256gpu-mxfp8-gbs8192", "local"),
+    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8-gbs512", "local"),
+    ("parallel/bridge/b300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512", None),
     # 26.04's (v0.4.0) graph the router only: eager, as B200's and the dense rows
     ("parallel/bridge/gb200/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512", None),
     ("parallel/bridge/b200/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512", None),
@@ -123,6 +128,20 @@ def test_a_256_gpu_gb200_row_runs_64_gpus_per_rack(spec, rows):
 def test_a_row_runs_its_releases_preset(spec, rows, case, graphs):
     sc = nemo.scenario_of(rows[case], ROOT, spec, "x", "blackwell")
     assert sc["strategy"].get("cuda_graph_impl") == graphs
+
+
+@pytest.mark.parametrize("case,cluster", [
+    # DGX B300: 8 GPUs a node, as DGX B200
+    ("parallel/bridge/b300/26.04/qwen3-235b-a22b-256gpu-mxfp8-gbs8192",
+     {"topology": "dgx-b300-superpod", "nodes": 32}),
+    ("parallel/bridge/gb300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512",
+     {"topology": "gb300-nvl72", "nodes": 1, "gpus": 8}),
+    # GB300 trays hold 4 GPUs as GB200's: the launcher's --segment (keyed on 4 GPUs a node)
+    # puts 256 GPUs in 4 racks of 64
+    ("parallel/bridge/gb300/26.04/llama3-1-405b-256gpu-mxfp8-gbs1536",
+     {"topology": "gb300-nvl72", "nodes": 4, "topology_set": {"params.node.gpus": 64}})])
+def test_blackwell_ultra_rows_run_on_their_shipped_topologies(spec, rows, case, cluster):
+    assert nemo.scenario_of(rows[case], ROOT, spec, "x", "blackwell")["cluster"] == cluster
 
 
 def test_a_job_that_does_not_fill_its_trays_is_refused():
@@ -143,11 +162,11 @@ def test_rows_the_simulator_cannot_run_say_why(spec):
     out = {r["case"]: r for r in nemo.nemo_rows(ROOT, spec, kinds=("blackwell",),
                                                  simulate_fn=_refuse_fp4)}
     notes = {k: v["note"] for k, v in out.items()}
-    # B300 and GB300 are in the catalog (issue 47); cases.yaml maps no topology to them yet
-    assert "no topology for B300 in cases.yaml" in notes[
-        "parallel/bridge/b300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512"]
-    assert "no topology for GB300 in cases.yaml" in notes[
-        "parallel/bridge/gb300/26.04/llama3-70b-64gpu-fp8-gbs256"]
+    # B300 and GB300 run on their shipped topologies (validation rows like B200's)
+    assert notes["parallel/bridge/b300/26.04/qwen3-30b-a3b-8gpu-mxfp8-gbs512"] == (
+        "not simulated: not run in this test")
+    assert "fp4 training is not modelled" in notes[
+        "parallel/bridge/gb300/26.04/llama3-70b-64gpu-nvfp4-gbs256"]
     assert "fp4 training is not modelled" in notes[
         "parallel/bridge/gb200/26.04/llama3-70b-64gpu-nvfp4-gbs256"]
     assert "LoRA" in notes["parallel/bridge/gb200/26.06/llama3-70b-8gpu-fp8-lora-gbs32"]
@@ -299,5 +318,19 @@ def test_the_fsdp_fit_keeps_the_b200_family(tmp_path):
               "simulated": [1.0], "rms_start": 0.0, "rms_fitted": 0.0}
     fit.write({"A100": result}, path)
     families = read_fit(path)["families"]
-    assert set(families) == {"A100", "H100", "B200"}
+    assert set(families) == {"A100", "H100", "B200", "B300"}
     assert families["B200"] == read_fit()["families"]["B200"]
+    assert families["B300"] == read_fit()["families"]["B300"]     # sourced, not fitted
+
+
+@pytest.mark.parametrize("prefix,measured,low,high", [
+    # Blackwell Ultra at Transformer Engine's B300 GEMM rates (family B300): validation rows
+    ("parallel/bridge/gb300/25.11/llama3-8b-8gpu", 37556, -0.03, -0.01),      # -2.1%
+    ("parallel/bridge/gb300/26.02/llama3-70b-64gpu-mxfp8", 4596, -0.03, -0.01),  # -1.9%
+    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8", 40769, -0.01, 0.01)])  # +0.4%
+def test_blackwell_ultra_rows_land_where_docs_say(spec, prefix, measured, low, high):
+    row = next(r for r in nemo.nemo_rows(ROOT, spec, kinds=("blackwell",),
+                                         simulate_fn=_only(prefix))
+               if r["case"].startswith(prefix))
+    assert row["measured"] == measured
+    assert low < row["error"] < high, row

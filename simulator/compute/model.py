@@ -172,8 +172,9 @@ class ComputeModel:
                    else f"the {family.name} fit is {', '.join(family.precisions)}'s")
             return f"the roofline's kernels ({why})"
         tf = fit.time_factor
-        kernels = (f"{fit.name} kernels as fitted: matmul x{tf['matmul']:.2f}, attention "
-                   f"x{tf['attention']:.2f}")
+        kernels = (f"{fit.name} kernels as fitted: matmul x{tf['matmul']:.2f}"
+                   + (f", FP8 matmul x{fit.fp8_matmul:.2f}" if fit.fp8_matmul else "")
+                   + f", attention x{tf['attention']:.2f}")
         if fit.kernel_overhead_s or tf["memory_bound"] != 1.0:
             return (f"{kernels}; the eager PyTorch stack: memory-bound x"
                     f"{tf['memory_bound']:.2f}, +{fit.kernel_overhead_s * 1e6:.0f} us a kernel")

@@ -29,13 +29,16 @@ catalog's ``family``: an H200 or a power-capped H100 takes the H100 fit; what ma
 differ, memory bandwidth or clocks, is the roofline's, from their catalog entries), and to
 the precisions the fit saw; a GPU of another generation or precision gets
 :data:`IDENTITY` (factor 1, no overhead), so its answers are the roofline's. An FP8 GEMM
-(:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16 ``matmul`` factor, and an FP8
-attention kernel (``training.fp8_attention``) the bf16 ``attention`` one: the same kernel
-path at another operand width.
+(:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16 ``matmul`` factor (the same
+GEMM path at another operand width, at the datasheet's FP8 peak, twice bf16), unless the
+family gives FP8 GEMMs their own measured rate (``time_factor.fp8_matmul``: Blackwell
+Ultra's, from a kernel benchmark that ran both precisions on the same shapes); an FP8
+attention kernel (``training.fp8_attention``) takes the bf16 ``attention`` factor.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from importlib import resources
@@ -55,6 +58,7 @@ GROUP_OF = {"matmul": "matmul", "attention": "attention", "elementwise": "memory
             "norm": "memory_bound", "embedding": "memory_bound", "loss": "memory_bound"}
 FILE = "training_fit.yaml"
 BF16 = "bf16"
+FP8_MATMUL = "fp8_matmul"      # optional time_factor entry: FP8 GEMMs' own factor
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class FamilyFit:
         default_factory=lambda: MappingProxyType({g: 1.0 for g in GROUPS}))
     kernel_overhead_s: float = 0.0
     stack_strategies: tuple[str, ...] | None = None   # None: every strategy
+    fp8_matmul: float | None = None      # an FP8 GEMM's own factor (None: the bf16 matmul's)
 
     def runs_stack(self, strategy: str | None) -> bool:
         """Whether ``strategy`` runs the fitted stack (None: a bare kernel, not a run: yes)."""
@@ -79,11 +84,14 @@ class FamilyFit:
         if self.runs_stack(strategy):
             return self
         tf = {g: (v if g in KERNEL_GROUPS else 1.0) for g, v in self.time_factor.items()}
-        return FamilyFit(self.name, self.precisions, MappingProxyType(tf), 0.0, ())
+        return dataclasses.replace(self, time_factor=MappingProxyType(tf),
+                                   kernel_overhead_s=0.0, stack_strategies=())
 
     def factor(self, op_class: str, precision: str) -> float:
         """The time factor of ``op_class`` at ``precision`` (1 where the fit does not apply)."""
         if precision == FP8 and op_class in KERNEL_GROUPS and BF16 in self.precisions:
+            if op_class == "matmul" and self.fp8_matmul is not None:
+                return self.fp8_matmul               # the family's measured FP8 GEMM rate
             return self.time_factor[op_class]    # the same kernel at another operand width
         if precision not in self.precisions:
             return 1.0
@@ -100,8 +108,8 @@ class FamilyFit:
         tf = dict(self.time_factor)
         tf.update({g: float(v) for g, v in values.items() if g in GROUPS})
         us = values.get("kernel_overhead_us", self.kernel_overhead_s * 1e6)
-        return FamilyFit(self.name, self.precisions, MappingProxyType(tf), float(us) * 1e-6,
-                         self.stack_strategies)
+        return dataclasses.replace(self, time_factor=MappingProxyType(tf),
+                                   kernel_overhead_s=float(us) * 1e-6)
 
 
 IDENTITY = FamilyFit()
@@ -115,13 +123,16 @@ def _family(name: str, entry: dict, src: str) -> tuple[tuple[str, ...], FamilyFi
         precisions = tuple(entry["precisions"])
         strategies = (tuple(entry["stack_strategies"]) if "stack_strategies" in entry
                       else None)
+        fp8 = entry["time_factor"].get(FP8_MATMUL)
+        fp8 = None if fp8 is None else float(fp8["value"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed family entry ({exc})", source=src,
                           field=f"families.{name}") from None
-    if any(v <= 0 for v in tf.values()) or us < 0:
+    if any(v <= 0 for v in tf.values()) or us < 0 or (fp8 is not None and fp8 <= 0):
         raise ConfigError("time factors must be > 0 and the overhead >= 0", source=src,
                           field=f"families.{name}")
-    return gpus, FamilyFit(name, precisions, MappingProxyType(tf), us * 1e-6, strategies)
+    return gpus, FamilyFit(name, precisions, MappingProxyType(tf), us * 1e-6, strategies,
+                           fp8)
 
 
 def read_fit(path=None) -> dict:

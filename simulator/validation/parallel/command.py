@@ -28,7 +28,7 @@ from simulator.validation.commands import gated_exit, parallel_cases, report_fol
 @quiet_option
 def validate_parallel(out, no_nemo=False, workers=1, max_gpus=None):
     """Megatron-LM GPT 22B-1T on Selene (Korthikanti et al. 2022), NeMo and Megatron-Bridge
-    on DGX H100, Megatron-Bridge on B200/GB200 and Megatron-LM on one DGX B200 (SimuMax's
+    on DGX H100, Megatron-Bridge on B200/GB200/B300/GB300 and Megatron-LM on one DGX B200 (SimuMax's
     runs) (validation/parallel/); nothing is calibrated on these rows but SimuMax's 24 dense
     B200 rows, the declared calibration split of the Blackwell matmul factor (cases.yaml).
 

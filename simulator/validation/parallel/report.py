@@ -23,7 +23,7 @@ REPORT = "report.md"
 RESULTS = "results.csv"
 COLUMNS = ["case", "kind", "model", "mode", "gpu", "quantity", "unit", "measured",
            "simulated", "error", "bound", "ok", "note", "source"]
-BLACKWELL_GPUS = ("B200", "GB200")
+BLACKWELL_GPUS = ("B200", "GB200", "B300", "GB300")
 
 
 def validate(root: Path | None = None, only=None, simulate_fn=None, nemo: bool = True,
@@ -180,7 +180,8 @@ def _split_text(spec: pc.CasesFile) -> str:
             f"before any Blackwell row was simulated): {n} SimuMax B200 rows calibrate the "
             f"Blackwell kernel factors of `simulator/data/training_fit.yaml` (family B200: "
             f"`python -m simulator.validation.parallel.blackwell_fit`); every Megatron-Bridge "
-            f"Blackwell row and SimuMax's other rows validate.")
+            f"Blackwell row and SimuMax's other rows validate. B300 and GB300 (family B300) "
+            f"are not fitted: their GEMM rates are Transformer Engine's B300 benchmark.")
 
 
 def write_report(df: pd.DataFrame, folder: Path | None = None,

@@ -174,12 +174,15 @@ HEADER = """\
 # attention factors only, on the Megatron-LM B200 rows that validation/parallel/cases.yaml's
 # blackwell_split declares (`python -m simulator.validation.parallel.blackwell_fit`, its
 # own --check); its calibration_rows are those runs' measured step times in ms.
+# B300 (Blackwell Ultra: B300 and GB300) is not fitted: its matmul and fp8_matmul factors
+# are Transformer Engine's B300 GEMM benchmark (kernel times of BF16 and MXFP8 GEMMs on the
+# same shapes, NVIDIA/TransformerEngine docs gemm_profiling.rst) against the roofline.
 """
 
 
 def write(results: dict, path: Path = DATA_PATH) -> Path:
     """Write the fitted families into ``path``; the file's other families (B200, fitted by
-    :mod:`simulator.validation.parallel.blackwell_fit`) are kept as they are."""
+    :mod:`simulator.validation.parallel.blackwell_fit`; B300, sourced) are kept as they are."""
     kept = (read_fit(path).get("families") or {}) if Path(path).exists() else {}
     data = {"families": {**kept, **{f: _entry(f, r) for f, r in results.items()}}}
     return write_yaml(path, data, HEADER)
