@@ -189,6 +189,21 @@ def test_runs_in_worker_processes_give_the_serial_outcomes():
     assert serial["b"].iteration_time_s == 3.0 and serial["bad"].error.endswith("refused")
 
 
+def _pid(scenario, case):
+    import os
+    return SimpleNamespace(iteration_time_s=float(os.getpid()), peak_memory_gib=0.0, oom=False)
+
+
+def test_one_worker_still_runs_each_simulation_in_a_fresh_process():
+    """What a run leaves in its process dies with it, one worker too (validate all runs the
+    suite with one: in one process it grew past 24 GB)."""
+    import os
+    from simulator.validation.parallel.runs import run_jobs
+    jobs = {c: {"cluster": {"nodes": 1}, "training": {"grad_accum": 1}} for c in "abc"}
+    pids = {o.iteration_time_s for o in run_jobs(jobs, _pid, workers=1).values()}
+    assert len(pids) == 3 and float(os.getpid()) not in pids
+
+
 def test_nemo_rows_beyond_the_gpu_cap_are_listed_not_simulated(spec):
     from simulator.validation.parallel.nemo import nemo_rows
     seen = []

@@ -48,13 +48,15 @@ def _size(scenario: dict) -> int:
 
 
 def run_jobs(jobs: dict, simulate_fn, workers: int = 1) -> dict[str, Outcome]:
-    """case -> :class:`Outcome` of every recorded job, ``workers`` processes at once."""
+    """case -> :class:`Outcome` of every recorded job, ``workers`` processes at once (one
+    at a time for ``workers`` <= 1, each still in a process of its own)."""
     order = sorted(jobs, key=lambda c: (-_size(jobs[c]), c))
-    if workers <= 1 or len(order) <= 1:
+    if len(order) <= 1:
         return {c: _run(simulate_fn, jobs[c], c) for c in order}
-    # a fresh process per run: what one run leaves behind in a process (the GB200 405B rows'
-    # full replays: 3.3 GB alone, 11 GB after the runs before them) dies with it
-    with ProcessPoolExecutor(max_workers=min(workers, len(order)),
+    # a fresh process per run, one worker too: what one run leaves behind in a process (the
+    # GB200 405B rows' full replays: 3.3 GB alone, 11 GB after the runs before them; `validate
+    # all` running the whole suite in one process passed 24 GB and was OOM-killed) dies with it
+    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(order))),
                              max_tasks_per_child=1) as pool:
         futures = {c: pool.submit(_run, simulate_fn, jobs[c], c) for c in order}
         return {c: futures[c].result() for c in order}

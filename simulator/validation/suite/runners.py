@@ -79,7 +79,8 @@ def gpu(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]
 def parallel(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]:
     """Megatron-LM on Selene: memory rows and the median iteration-time error (gated); the
     NeMo H100 rows (reported). One run at a time whatever ``workers`` says: the 530B and 1T
-    runs hold 5-6 GB each (``validate parallel --workers N`` runs more at once)."""
+    runs hold 5-6 GB each (``validate parallel --workers N`` runs more at once); each run in
+    a fresh process (:func:`simulator.validation.parallel.runs.run_jobs`)."""
     from simulator.validation.parallel.report import validate, write_report
     df = validate(workers=1)
     return parallel_cases(df), write_report(df, folder)
