@@ -4,6 +4,7 @@ badly (traceback or silent wrong success)."""
 
 from __future__ import annotations
 
+from campaign_table import check_campaign_table
 from test_cli import run_main
 from test_hostile import refused
 
@@ -99,27 +100,4 @@ def test_a_jobs_checkpoint_interval_shorter_than_its_step(capsys, tmp_path):
 def test_the_campaign_table_in_docs_is_its_results_file():
     """docs/inputs.md's table of the third campaign is counted from the committed
     benchmarks/hostile/campaign3_results.csv (the script's own output)."""
-    import csv
-    from collections import Counter
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    bad = {"traceback", "MemoryError", "hang", "multi-line", "overlong line",
-           "silent success", "failed run", "user file changed"}
-    n, clean, b0, n0, b1 = Counter(), Counter(), Counter(), Counter(), Counter()
-    with open(root / "benchmarks/hostile/campaign3_results.csv") as f:
-        for row in csv.DictReader(f):
-            for fam in (row["family"], "all"):
-                n[fam] += 1
-                clean[fam] += row["after"] not in bad
-                b1[fam] += row["after"] in bad
-                n0[fam] += bool(row["before"])
-                b0[fam] += row["before"] in bad
-    text = (root / "docs/inputs.md").read_text()
-    section = text[text.index("## The third campaign"):]
-    section = section[:section.index("\n## ", 1)]        # to the next section
-    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
-    assert len(rows) == len(n) and n["all"] >= 1000
-    for line in rows:
-        fam, *cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells == [str(n[fam]), str(clean[fam]), f"{b0[fam]} ({n0[fam]})",
-                         str(b1[fam])], line
+    check_campaign_table("campaign3_results.csv", "## The third campaign", 1000)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from campaign_table import check_campaign_table
 from test_cli import run_main
 from test_hostile import refused
 
@@ -138,28 +139,7 @@ def test_a_linked_kineto_folder_is_replaced_not_written_through(capsys, tmp_path
 def test_the_campaign_table_in_docs_is_its_results_file():
     """docs/inputs.md's table of the fourth campaign is counted from the committed
     benchmarks/hostile/campaign4_results.csv (the script's own ``csv`` output)."""
-    import csv
-    from collections import Counter
-    bad = {"traceback", "MemoryError", "hang", "multi-line", "overlong line",
-           "silent success", "failed run", "user file changed"}
-    n, clean, b0, n0, b1 = Counter(), Counter(), Counter(), Counter(), Counter()
-    with open(REPO / "benchmarks/hostile/campaign4_results.csv") as f:
-        for row in csv.DictReader(f):
-            for fam in (row["family"], "all"):
-                n[fam] += 1
-                clean[fam] += row["after"] not in bad
-                b1[fam] += row["after"] in bad
-                n0[fam] += bool(row["before"])
-                b0[fam] += row["before"] in bad
-    text = (REPO / "docs/inputs.md").read_text()
-    section = text[text.index("## The fourth campaign"):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
-    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
-    assert len(rows) == len(n) and n["all"] >= 500
-    for line in rows:
-        fam, *cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells == [str(n[fam]), str(clean[fam]), f"{b0[fam]} ({n0[fam]})",
-                         str(b1[fam])], line
+    check_campaign_table("campaign4_results.csv", "## The fourth campaign", 500)
 
 
 def test_validate_energy_checks_its_files_where_read(capsys, tmp_path):
