@@ -129,6 +129,12 @@ class Cluster:
         self.extra_latency_s = latency - self.catalog_latency_s
         self.has_extra_latency = bool(self.extra_latency_s.any())
 
+    @property
+    def link_kinds(self) -> list[tuple[str, str]]:
+        """The distinct (``link_type``, ``link_class``) pairs of the links, in the order they
+        first appear (``""`` / ``net`` where an edge names none)."""
+        return list(self._kinds)
+
     def link_type_groups(self) -> tuple[list[str], np.ndarray]:
         """The distinct ``link_type`` of the links, sorted, and each directed link's index
         among them (``sorted(set(link_type))`` and the position of each link's type there,

@@ -99,8 +99,7 @@ def _platforms() -> dict:
 
 def platform_of(cluster: Cluster) -> str | None:
     """The aws-ofi-nccl platform whose instances ``cluster`` is built of (None if none)."""
-    types = {d.get("link_type") for _, _, d in cluster.G.edges(data=True)
-             if d.get("link_class", "net") == "net"}
+    types = {link_type for link_type, link_class in cluster.link_kinds if link_class == "net"}
     first = cluster.gpus[0] if cluster.gpus else None
     per_server = len(cluster.gpus_of_server(cluster.G.nodes[first]["server"])) if first else 0
     for name, (link_type, gpus, _) in _platforms().items():
