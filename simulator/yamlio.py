@@ -6,7 +6,9 @@ boundary (:mod:`simulator.inputs`: a regular file, a size limit, UTF-8), so they
 the same way: a missing file, malformed YAML (with the line), a key repeated in one mapping
 (YAML would silently keep the last), a key that is a list or a mapping, nesting deeper than
 a limit, more values than a limit once aliases are expanded (a "billion laughs" bomb), and
-a number that is ``inf`` or ``nan``. Call :func:`read_yaml` for a file, :func:`load_yaml`
+a number that is ``inf`` or ``nan``. A number in exponent form without a dot or an
+exponent sign (``1e300``, ``3e-4``, ``2E9``) is read as the float YAML 1.2 and JSON make
+of it, not as the string YAML 1.1 does (and written back quoted where it is a string). Call :func:`read_yaml` for a file, :func:`load_yaml`
 for text already read, :func:`parse_value` for one command-line value.
 
 The package's own data files (``simulator/data/``: catalogs, calibrations, some 40 of them
@@ -21,6 +23,7 @@ people write keep the pure-Python parser alone: libyaml accepts some documents i
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         else:
             return 1
         return 1 + sum(self._sizes.get(id(child), 1) for child in children)
+
+
+# YAML 1.1 needs a dot and a signed exponent in a float ("1.0e+300"); YAML 1.2 and JSON
+# read 1e300, 3e-4 and 2E9 as numbers too, as people write them.
+EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT,
+                                       list("-+0123456789"))
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes a string the loader above would read as a number."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789"))
 
 
 try:                                    # PyYAML built with libyaml (its wheels are)
@@ -217,7 +234,8 @@ def write_yaml(path, data: Any, header: str = "") -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, header + yaml.safe_dump(data, sort_keys=False, width=100))
+        atomic_write_text(path, header + yaml.dump(data, Dumper=_Dumper, sort_keys=False,
+                                                    width=100))
     except OSError as exc:
         raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     return path
