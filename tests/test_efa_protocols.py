@@ -1,58 +1,72 @@
-"""NCCL 2.28's own tuner on AWS p5 (simulator/validation/collectives/efa_protocols.py): the
-ring all_gather's protocol switch from LL128 to Simple, with the arithmetic of tuning.cc
-written out, and where it falls against the measured tables' dips."""
+"""NCCL 2.28's own tuner on AWS p5 (simulator/collectives/nccl_own_tuner.py): the ring
+all_gather's protocol switch from LL128 to Simple, with the arithmetic of tuning.cc written
+out; where it falls against the measured tables' dips
+(simulator/validation/collectives/efa_protocols.py)."""
 
 import pandas as pd
 import pytest
 
+from simulator.collectives import nccl_own_tuner as nt
 from simulator.validation.collectives import efa_protocols as ep
 from simulator.validation.collectives.schema import default_root
 
-C = ep.constants()
+C = nt.view("p5_p5e")
 MiB = 2 ** 20
 
 
-def test_constants_are_nccl_2_28_and_the_p5_graph():
+def test_view_is_nccl_2_28_and_the_p5_graph():
     assert C["base_us"] == {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
     assert C["nvlink_hop_us"] == {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}
     assert C["net_hop_us"] == {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}
     assert (C["graph_channels"], C["graph_bw_gbps"], C["latency_inter_us"]) == (8, 48.0, 75.0)
+    assert C["gpus_per_server"] == 8
 
 
 def test_latency_arithmetic():
     # 2 instances, 16 ranks: 15 steps, 1 across instances.
     # LL128: 14.0 + 14 x max(1.9, 2.0) + 1 x (4.0 + 75) = 121.0 us
-    assert ep.nccl_latency_us("LL128", 2, C) == pytest.approx(14.0 + 14 * 2.0 + 79.0)
+    assert nt.latency_us("LL128", 2, C) == pytest.approx(14.0 + 14 * 2.0 + 79.0)
     # Simple: 8.4 + 14 x max(3.4, 3 x 2.0) + 1 x (14.0 + 2 x 75) = 256.4 us
-    assert ep.nccl_latency_us("Simple", 2, C) == pytest.approx(8.4 + 14 * 6.0 + 164.0)
+    assert nt.latency_us("Simple", 2, C) == pytest.approx(8.4 + 14 * 6.0 + 164.0)
     # 32 instances, 256 ranks: 255 steps, 31 across: LL128 14 + 224 x 2 + 31 x 79
-    assert ep.nccl_latency_us("LL128", 32, C) == pytest.approx(14.0 + 224 * 2.0 + 31 * 79.0)
+    assert nt.latency_us("LL128", 32, C) == pytest.approx(14.0 + 224 * 2.0 + 31 * 79.0)
 
 
 def test_bandwidth_arithmetic():
-    assert ep.nccl_bus_bw_gbps("Simple", 4, C) == pytest.approx(8 * 48.0)         # 384
+    assert nt.bus_bw_gbps("Simple", 4, C) == pytest.approx(8 * 48.0)         # 384
     # LL128: min(0.92 x 384 = 353.3, 8 channels x 36.7 = 293.6)
-    assert ep.nccl_bus_bw_gbps("LL128", 4, C) == pytest.approx(8 * 36.7)
+    assert nt.bus_bw_gbps("LL128", 4, C) == pytest.approx(8 * 36.7)
     # LL: min(llMaxBw of an AMD host, 384 x 0.5)
-    assert ep.nccl_bus_bw_gbps("LL", 2, C) == pytest.approx(22.5)
-    assert ep.nccl_bus_bw_gbps("LL", 8, C) == pytest.approx(19.0)
+    assert nt.bus_bw_gbps("LL", 2, C) == pytest.approx(22.5)
+    assert nt.bus_bw_gbps("LL", 8, C) == pytest.approx(19.0)
 
 
 @pytest.mark.parametrize("nodes", [2, 4, 8, 16, 32])
 def test_switch_is_where_the_tuner_times_cross(nodes):
     n = 8 * nodes
-    s = ep.switch_bytes_per_rank(nodes, C)
-    # closed form: (lat_Simple - lat_LL128) / ((n - 1) / 1000 x (1/293.6 - 1/384))
-    extra = ep.nccl_latency_us("Simple", nodes, C) - ep.nccl_latency_us("LL128", nodes, C)
-    assert s == pytest.approx(extra / ((n - 1) / 1000.0 * (1 / 293.6 - 1 / 384.0)))
-    assert ep.nccl_choice(nodes, 0.99 * s, C) == "LL128"
-    assert ep.nccl_choice(nodes, 1.01 * s, C) == "Simple"
+    s = nt.switch_bytes(nodes, C)
+    # closed form: (lat_Simple - lat_LL128) / ((n - 1) / n / 1000 x (1/293.6 - 1/384))
+    extra = nt.latency_us("Simple", nodes, C) - nt.latency_us("LL128", nodes, C)
+    assert s == pytest.approx(extra / ((n - 1) / n / 1000.0 * (1 / 293.6 - 1 / 384.0)))
+    protos = ("LL", "LL128", "Simple")
+    assert nt.ring_protocol("p5_p5e", "all_gather", 0.99 * s, n, nodes, protos) == "LL128"
+    assert nt.ring_protocol("p5_p5e", "all_gather", 1.01 * s, n, nodes, protos) == "Simple"
+    # NCCL_PROTO without LL128: the best of what is left
+    assert nt.ring_protocol("p5_p5e", "all_gather", 0.99 * s, n, nodes, ("Simple",)) == "Simple"
 
 
 def test_switch_sizes():
     # 10.74, 13.87, 15.36, 16.08, 16.44 MiB per rank on 2, 4, 8, 16, 32 instances
-    got = [round(ep.mib(ep.switch_bytes_per_rank(n, C)), 2) for n in (2, 4, 8, 16, 32)]
+    got = [round(ep.switch_mib_per_rank(n), 2) for n in (2, 4, 8, 16, 32)]
     assert got == [10.74, 13.87, 15.36, 16.08, 16.44]
+
+
+def test_does_not_apply_elsewhere():
+    protos = ("LL", "LL128", "Simple")
+    assert nt.ring_protocol(None, "all_gather", 1 << 30, 16, 2, protos) is None
+    assert nt.ring_protocol("p5_p5e", "all_reduce", 1 << 30, 16, 2, protos) is None
+    assert nt.ring_protocol("p5_p5e", "all_gather", 1 << 30, 8, 1, protos) is None
+    assert nt.ring_protocol("p5_p5e", "all_gather", 1 << 30, 8, 2, protos) is None   # 4/node
 
 
 def _rows():
@@ -66,14 +80,14 @@ def test_the_measured_dips_are_the_first_simple_sizes():
     # 234.54, 253.36, 261.26 at 8 MiB per rank) and not on 16 (265.15 after 261.88)
     busbw = {(n, s // (8 * n)): b for n, s, b in _rows()}
     for nodes, proto in ((2, "Simple"), (4, "Simple"), (8, "Simple"), (16, "LL128")):
-        assert ep.nccl_choice(nodes, 16 * MiB, C) == proto
-        assert ep.nccl_choice(nodes, 8 * MiB, C) == "LL128"
+        assert ep.choice(nodes, 16 * MiB * 8 * nodes) == proto
+        assert ep.choice(nodes, 8 * MiB * 8 * nodes) == "LL128"
         dropped = busbw[(nodes, 16 * MiB)] < busbw[(nodes, 8 * MiB)]
         assert dropped == (proto == "Simple")
 
 
 def test_protocol_step_fit_on_the_calibration_tables():
-    res = ep.fit_protocol_steps(_rows(), C)
+    res = ep.fit_protocol_steps(_rows())
     f = res["fitted"]
     # 15 LL128 rows and 6 Simple rows of the 2, 8 and 32 instance tables
     assert (f["LL128"]["rows"], f["Simple"]["rows"]) == (15, 6)
