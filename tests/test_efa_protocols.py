@@ -98,3 +98,23 @@ def test_protocol_step_fit_on_the_calibration_tables():
     assert (cal["within"], cal["rows"]) == (20, 21)
     assert (val["within"], val["rows"]) == (13, 14)
     assert round(100 * val["median"], 1) == 2.7 and round(100 * val["max"], 1) == 20.3
+
+
+def test_docs_quote_the_analysis():
+    """docs/collective-model.md, EFA (all_gather, 16 MiB per rank) quotes these numbers."""
+    from pathlib import Path
+    from simulator.constants import load_constants
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "collective-model.md")
+                    .read_text().split())
+    sw = [f"{ep.switch_mib_per_rank(n):.2f}" for n in (2, 4, 8, 16, 32)]
+    assert f"{', '.join(sw[:4])} and {sw[4]} MiB per rank on 2, 4, 8, 16 and 32" in text
+    f = ep.fit_protocol_steps(_rows())["fitted"]
+    assert (f"LL128 {f['LL128']['step_us']:.1f} us per step at {f['LL128']['busbw_GBps']:.0f} "
+            f"GB/s and Simple {f['Simple']['step_us']:.1f} us at "
+            f"{f['Simple']['busbw_GBps']:.0f} GB/s, and 13 of the 14 held-out rows") in text
+    # the ceilings: the model's (Ampere's, every GPU) and NCCL 2.28's for Hopper
+    assert load_constants().ll128_max_bw_per_channel["all_gather"] == pytest.approx(18.3e9)
+    assert C["ll128_max_bw_per_channel_gbps"] == 36.7
+    assert "18.3 GB/s for all_gather) where NCCL 2.28 gives Hopper 36.7" in text
+    assert "min(0.92 x 384, 8 x 36.7)" in text
