@@ -92,9 +92,22 @@ def _platforms() -> dict:
     for name, p in read_data("ofi_tuner.yaml")["platforms"].items():
         regions = {op: tuple((r["algo"], r["proto"], tuple(_vertex(v) for v in r["vertices"]))
                              for r in rs)
-                   for op, rs in p.items() if op not in ("link_type", "gpus_per_server")}
+                   for op, rs in p.items()
+                   if op not in ("link_type", "gpus_per_server", "nccl_tuner")}
         out[name] = (p["link_type"], int(p["gpus_per_server"]), regions)
     return out
+
+
+def gpus_per_server(platform: str) -> int:
+    """GPUs per instance of ``platform`` (the plugin's branch encoded here)."""
+    return _platforms()[platform][1]
+
+
+@cache
+def nccl_tuner_view(platform: str) -> dict | None:
+    """What NCCL's own tuner sees on ``platform`` (its ``nccl_tuner`` block of
+    ofi_tuner.yaml), or None where none is given."""
+    return read_data("ofi_tuner.yaml")["platforms"][platform].get("nccl_tuner")
 
 
 def platform_of(cluster: Cluster) -> str | None:
@@ -123,4 +136,4 @@ def region_choice(platform: str | None, op: str, size: int, n_ranks: int, n_node
     return None
 
 
-__all__ = ["extend_region", "inside", "platform_of", "region_choice"]
+__all__ = ["extend_region", "gpus_per_server", "inside", "nccl_tuner_view", "platform_of", "region_choice"]
