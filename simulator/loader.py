@@ -15,6 +15,7 @@ import functools
 from importlib import resources
 
 from simulator.compute.checks import check_keys, check_source, check_time
+from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 
 FILE = "loader.yaml"
@@ -29,7 +30,6 @@ def dense_mask_table() -> tuple[int, dict[str, float]]:
     check_keys(data, {"seq_len", *PARTS}, {"seq_len", *PARTS}, src, None)
     seq = data["seq_len"]
     if type(seq) is not int or seq <= 0:
-        from simulator.errors import ConfigError
         raise ConfigError(f"must be a positive integer, got {seq!r}", source=src,
                           field="seq_len")
     out = {}
