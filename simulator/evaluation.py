@@ -24,8 +24,13 @@ samples). Two things make an evaluation batch more than a third of a training st
 
 Each evaluation is ``ceil(samples / global batch)`` such forward steps (a last, partial
 batch is taken whole: the data-parallel ranks run in step), of the evaluation's own
-``global_batch`` where given, else the training's (NeMo's validation_ds takes the model's). Its energy is the integral of
-power over the forward step's own timeline (:mod:`simulator.energy.timeline`).
+``global_batch`` where given, else the training's (NeMo's validation_ds takes the model's).
+With ``dense_mask_workers`` the batches come from a DataLoader whose workers collate each
+sample with a dense causal mask (:mod:`simulator.loader`): the pass is a two-stage
+pipeline, ``batches x max(step, loader) + min(step, loader)`` (the loader's iterator starts
+with each evaluation, so the first batch is not prefetched), and the GPUs are idle while
+they wait for it. Its energy is the integral of power over the forward steps' own timeline
+and that wait (:func:`simulator.energy.timeline.pass_energy_of`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, replace
 
-from .energy.timeline import energy_of
+from .energy.timeline import pass_energy_of
+from .loader import fed_pass_s, loader_batch_s
 from .scenario import Scenario, evaluations_in
 from .trace import Trace
 
@@ -60,6 +66,7 @@ class EvalPass:
     kwh: float | None                # facility energy of one evaluation (PUE included)
     avg_node_w: float | None         # AC power of a server during it
     avg_gpu_w: float | None
+    loader_s: float = 0.0            # a rank's DataLoader per batch (0: not modelled)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -152,10 +159,23 @@ def evaluation_pass(scn: Scenario, source: str = "<scenario>", cluster=None
                           field="training.evaluation")
     batches = math.ceil(ev.samples / gb)
     step_s = result.metrics.iteration_time_s
-    e = energy_of(result)
-    return EvalPass(ev.every_steps, ev.first, ev.samples, gb, batches, step_s,
-                    batches * step_s, None if e is None else e.kwh_per_step * batches,
-                    None if e is None else e.avg_node_w, None if e is None else e.avg_gpu_w)
+    loader_s = _loader_s(ev, result.setup.trace.meta, gb, scn.training.seq_len)
+    time_s = fed_pass_s(batches, step_s, loader_s)
+    e = pass_energy_of(result, batches, time_s - batches * step_s)
+    return EvalPass(ev.every_steps, ev.first, ev.samples, gb, batches, step_s, time_s,
+                    None if e is None else e.kwh_per_step,
+                    None if e is None else e.avg_node_w, None if e is None else e.avg_gpu_w,
+                    loader_s)
+
+
+def _loader_s(ev, meta: dict, global_batch: int, seq_len: int) -> float:
+    """Host seconds a rank's DataLoader takes per evaluation batch (0: not modelled): its
+    share of the batch (global batch / data-parallel ranks) with a dense causal mask each
+    (:func:`simulator.loader.loader_batch_s`)."""
+    if ev.dense_mask_workers is None:
+        return 0.0
+    per_rank = global_batch // max(int(meta.get("dp") or 1), 1)
+    return loader_batch_s(per_rank, seq_len, ev.dense_mask_workers)
 
 
 def run_totals(steps: int, step_s: float, step_kwh: float | None,
@@ -176,8 +196,9 @@ def eval_rows(ev: EvalPass | None, step_s: float, energy=None) -> list[tuple[str
     if ev is None:
         return []
     period_s = ev.every_steps * step_s + ev.time_s
+    loader = f", loader {ev.loader_s:.4g} s a batch" if ev.loader_s > 0 else ""
     rows = [("eval_pass_s", f"{ev.time_s:.4g} s ({ev.batches} forward-only batches of "
-                            f"{ev.global_batch}, {ev.batch_s:.4g} s each; every "
+                            f"{ev.global_batch}, {ev.batch_s:.4g} s each{loader}; every "
                             f"{ev.every_steps} steps)"),
             ("eval_time_share", f"{ev.time_s / period_s:.1%} of a run's time")]
     if ev.kwh is not None and energy is not None:

@@ -83,6 +83,12 @@ class Evaluation(BaseModel):
     global_batch: int | None = Field(None, gt=0, le=MAX_GLOBAL_BATCH, description="samples "
                                      "per evaluation batch across the job [default: the "
                                      "training's global batch]")
+    dense_mask_workers: int | None = Field(None, gt=0, le=1024, description="DataLoader "
+                                           "workers per data-parallel rank that collate "
+                                           "each evaluation sample with a dense seq x seq "
+                                           "causal mask (NeMo's packed SFT dataset with "
+                                           "return_cu_seqlen false; simulator/loader.py) "
+                                           "[default: the loader is not modelled]")
 
     @property
     def first(self) -> int:

@@ -122,7 +122,8 @@ def test_an_evaluation_is_its_batches_of_forward_steps_written_out(lora_eval):
     e = energy_of(res)
     assert ev.batch_s == res.metrics.iteration_time_s
     assert ev.time_s == pytest.approx(22 * ev.batch_s)
-    assert ev.kwh == pytest.approx(22 * e.kwh_per_step) and ev.avg_node_w == e.avg_node_w
+    assert ev.kwh == pytest.approx(22 * e.kwh_per_step)
+    assert ev.avg_node_w == pytest.approx(e.avg_node_w) and ev.loader_s == 0.0
     train = run_setup(build_setup(scn, "x")).metrics.iteration_time_s
     assert 0.3 < ev.batch_s / train < 0.6       # a forward of a LoRA step: no weight gradients
 

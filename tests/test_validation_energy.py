@@ -216,6 +216,20 @@ def test_the_evaluation_checks_on_other_runs_are_what_the_docs_quote():
         assert (f"| {label} | {c['eval_s']:.2f} s | {c['simulated_eval_s']:.2f} s | "
                 f"{c['eval_error']:+.1%} |") in doc, label
     assert f"only {one['eval_s'] / eight['eval_s']:.1f} times faster" in doc
+    # per sample a rank evaluates: one node 4 a batch, eight nodes 1; 22 batches each
+    per_sample = (one["eval_s"] / 88, eight["eval_s"] / 22, dell["eval_s"] / 22)
+    from simulator.evaluation import evaluation_pass
+    from simulator.scenario import load_scenario
+    ev1 = evaluation_pass(load_scenario(setup["scenario"], list(
+        setup["evaluation_checks"]["eos_ngc24.09_nemo"])), "one node")
+    assert (f"{one['eval_s']:.2f} s / (22 batches x 4 samples) = {per_sample[0]:.2f} s, "
+            f"{eight['eval_s']:.2f}-{dell['eval_s']:.2f} s / 22 = {per_sample[1]:.2f}-"
+            f"{per_sample[2]:.2f} s") in " ".join(doc.split())
+    assert (f"{sim[2].batch_s:.2f} s against {ev1.batch_s:.2f} / 4 = {ev1.batch_s / 4:.2f} s"
+            ) in " ".join(doc.split())
+    ratio = [p / sim[2].loader_s for p in per_sample[1:]]
+    assert sim[2].loader_s == pytest.approx(0.1806)
+    assert f"0.39-0.44 s a sample, {ratio[0]:.1f}-{ratio[1]:.1f} times" in " ".join(doc.split())
     assert (f"NVIDIA's\n  eight-node runs {eight['block0_extra_s']:.1f} s and "
             f"{eight['first_eval_s']:.1f} s, Dell's power runs {dell['block0_extra_s']:.1f} s "
             f"and {dell['first_eval_s']:.1f} s") in doc

@@ -4,6 +4,8 @@ read off its op records, and the servers, NICs and switches the job powers."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..engine.records import COMM_KINDS, Timeline
 from ..metrics.summary import COMPUTE_KINDS, union_length
 from .model import (Energy, JobPower, Machine, Phases, gpu_energy_j, idle_facility_w,
@@ -40,6 +42,23 @@ def energy_of(result, site: Site | None = None, table: PowerTable | None = None
     step keeps the replayed step's shares of each phase over its own step time."""
     job = _job(result, table)
     return None if job is None else _step_energy(result, job, site or default_site(table))
+
+
+def pass_energy_of(result, steps: int, wait_s: float, site: Site | None = None,
+                   table: PowerTable | None = None) -> Energy | None:
+    """The energy of ``steps`` of ``result``'s step back to back and ``wait_s`` seconds more
+    with every GPU idle (hosts, NICs and switches on): one :class:`Energy` over the whole
+    span (its ``kwh_per_step`` is the span's); None for a GPU without power data."""
+    job = _job(result, table)
+    if job is None:
+        return None
+    power, machine, gpus = job
+    step_s = result.metrics.iteration_time_s
+    spans = [(server, replace(ph.scaled(steps), idle_s=ph.idle_s * steps + wait_s))
+             for server, ph in gpus]
+    return step_energy(spans, power, machine, site or default_site(table),
+                       steps * step_s + wait_s, result.metrics.tokens_per_s * step_s * steps,
+                       result.setup.compute.gpu.power_cap_w)
 
 
 def _step_energy(result, job: tuple, site: Site) -> Energy:
@@ -101,7 +120,6 @@ def _catalog_name(G) -> str:
 def _host_share(host, per_node: int):
     """A server of ``per_node`` GPUs: the host entry scaled to it (an NVL72 rack's entry is
     for 72 GPUs; a smaller server of that GPU takes its share)."""
-    from dataclasses import replace
     return replace(host, host_w=host.host_w * per_node / host.gpus, gpus=per_node)
 
 

@@ -402,10 +402,13 @@ def _breakdown(e, results: list[dict]) -> list[str]:
 
 
 def _eval_lines(ev) -> list[str]:
+    loader = (f", fed by a data loader of {ev.loader_s:.4f} s a batch (dense causal masks, "
+              f"simulator/loader.py; the first batch of each evaluation waits for it)"
+              if ev.loader_s > 0 else "")
     return [f"Evaluation pass (every {ev.every_steps} steps from step {ev.first_step}, "
             f"{ev.samples} samples in {ev.batches} forward-only batches of {ev.global_batch}, "
-            f"no training CUDA graphs): {ev.batch_s:.4f} s a batch, {ev.time_s:.2f} s an "
-            f"evaluation, node {ev.avg_node_w:,.0f} W (GPU {ev.avg_gpu_w:,.0f} W)."]
+            f"no training CUDA graphs): {ev.batch_s:.4f} s a batch{loader}, {ev.time_s:.2f} s "
+            f"an evaluation, node {ev.avg_node_w:,.0f} W (GPU {ev.avg_gpu_w:,.0f} W)."]
 
 
 def _ratio(mc, ec, m, e) -> float:
