@@ -110,3 +110,27 @@ def test_groups_that_would_reorder_a_shared_link_are_cut_into_instances(monkeypa
     assert ends == ref_ends
     assert fabric.link_bytes.tobytes() == ref.wire.tobytes()
     assert fabric.link_occupancy_bytes.tobytes() == ref.occupancy.tobytes()
+
+
+def test_a_recurring_split_is_grouped_once(monkeypatch):
+    worked: list = []
+    grouping = FlowFabric._grouping
+
+    def counted(self, flows, split):
+        worked.append(len(flows))
+        return grouping(self, flows, split)
+
+    monkeypatch.setattr(FlowFabric, "_grouping", counted)
+    env = Environment()
+    fabric = FlowFabric(env, np.full(10, 10.0))
+    bundle = bundle_flows([_flow([k]) for k in range(8)])
+    other = _flow([2, 5], size=50.0)
+
+    def rounds():
+        for _ in range(4):
+            a, b = fabric.transfer(bundle.fresh()), fabric.transfer(other.fresh())
+            yield a & b
+
+    env.process(rounds())
+    env.run()
+    assert fabric.splits == 4 and worked == [2]
