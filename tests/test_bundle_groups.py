@@ -125,12 +125,8 @@ def test_a_recurring_split_is_grouped_once(monkeypatch):
     fabric = FlowFabric(env, np.full(10, 10.0))
     bundle = bundle_flows([_flow([k]) for k in range(8)])
     other = _flow([2, 5], size=50.0)
-
-    def rounds():
-        for _ in range(4):
-            a, b = fabric.transfer(bundle.fresh()), fabric.transfer(other.fresh())
-            yield a & b
-
-    env.process(rounds())
-    env.run()
+    for _ in range(4):          # one round after another, each run to its end
+        for flow in (bundle, other):
+            fabric.transfer(flow.fresh())
+        env.run()
     assert fabric.splits == 4 and worked == [2]
