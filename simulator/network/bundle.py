@@ -14,11 +14,14 @@ Whether the instances really are equivalent is not guessed from the layout: the 
 solve itself checks, every round, that a bundle's instances freeze together
 (:func:`~simulator.network.maxmin.share_bandwidth_checked`); where they do not (uneven
 placement, a degraded link, a failed NIC, another transfer on some of their links, servers of
-different designs) the fabric splits the bundle into one flow per instance, each with the
-bytes it has left, and solves again. Until then the instances had the same rate, so the
-split replay is the exact per-instance replay from that instant on. Every sum the fabric
-forms (link loads, counters, samples) has the same entries in the same order as with one
-flow per instance, so the times are the same to the last bit.
+different designs) the fabric splits the bundle, each part with the bytes it has left, and
+solves again: into groups of the instances that have one rate in a solve with one flow per
+instance (:func:`groups_of`; each group a bundle again, checked like any other), where the
+groups keep every link's entries in instance order (:func:`keeps_order`), else into one
+flow per instance. Until then the instances had the same rate, so the split replay is the
+exact per-instance replay from that instant on. Every sum the fabric forms (link loads,
+counters, samples) has the same entries in the same order as with one flow per instance,
+so the times are the same to the last bit.
 """
 
 from __future__ import annotations
