@@ -1,9 +1,10 @@
 """Benchmark: `clustersim plan` for Llama-2-70B on 1,024 A100-80GB (128 DGX A100 servers of
 the superpod topology), a global batch of 1,024 sequences of 4,096 tokens.
 
-Prints the wall time split into the analytical part (enumerate, estimate, prune) and the
-replays, the candidates, how many fit, the survivors replayed, the simulated events of
-the replays and events per second, and the process's peak RSS:
+Prints the wall time and the CPU time (a shared machine's wall time follows its load),
+each split into the analytical part (enumerate, estimate, prune) and the replays, the
+candidates, how many fit, the survivors replayed, the simulated events of the replays and
+events per second, and the process's peak RSS:
 
     python benchmarks/bench_plan.py [--gpus 1024] [--global-batch 1024] [--replay 3]
         [--scenario llama2-70b-fsdp-128gpu]
@@ -49,19 +50,22 @@ def main() -> None:
                         [f"cluster.nodes={max(1, args.gpus // 8)}"])
     if not args.global_batch:            # as `clustersim plan` takes it
         args.global_batch = global_batch(scn)[0]
-    marks: list[tuple[str, float]] = []
+    marks: list[tuple[str, float, float]] = []
 
     def progress(msg: str) -> None:
-        marks.append((msg, time.perf_counter()))
+        marks.append((msg, time.perf_counter(), time.process_time()))
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = search(scn, args.global_batch, replay=args.replay, progress=progress)
-    t1 = time.perf_counter()
-    estimated = next((t for msg, t in marks if msg.startswith("replaying")), t1)
+    t1, c1 = time.perf_counter(), time.process_time()
+    estimated, estimated_cpu = next(((t, c) for msg, t, c in marks
+                                     if msg.startswith("replaying")), (t1, c1))
     c = result.counts
     replay_s = t1 - estimated
     print(f"gpus={result.gpus} model={result.model} global_batch={args.global_batch}")
     print(f"wall_s={t1 - t0:.1f} (estimate {estimated - t0:.1f}, replays {replay_s:.1f})")
+    print(f"search_cpu_s={c1 - c0:.1f} (estimate {estimated_cpu - c0:.1f}, replays "
+          f"{c1 - estimated_cpu:.1f})")
     print(f"candidates={c['candidates']} over_memory={c['over memory']} fit={c['fit']} "
           f"replayed={c['replayed']}")
     print(f"events={result.events} events_per_s={result.events / max(replay_s, 1e-9):.0f}")

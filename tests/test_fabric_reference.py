@@ -24,19 +24,20 @@ from simulator.sim import Environment
 SAMPLE_RTOL = 1e-12
 
 
-def _workload(rng, n_links: int) -> list[tuple[float, Flow]]:
+def _workload(rng, n_links: int, most: int = 3) -> list[tuple[float, Flow]]:
     """(start, flow): a few prototypes (recurring arrays, so solves are remembered), some
-    bundles of instances on shifted links, some with caps or wire bytes."""
+    bundles of up to ``most`` instances on shifted links, some with caps or wire bytes."""
     protos = []
+    shift = n_links // (most + 1)
     for _ in range(6):
         per = int(rng.integers(1, 4))
-        base = rng.choice(n_links // 4, size=per)
+        base = rng.choice(shift, size=per)
         coef = rng.uniform(0.5, 2.0, per)
         wire = coef * rng.uniform(0.5, 1.0, per) if rng.random() < 0.3 else None
         size = float(rng.integers(50, 400))
         cap = float(rng.uniform(2.0, 20.0)) if rng.random() < 0.2 else math.inf
-        parts = [Flow(size, base + (n_links // 4) * s, coef, max_rate=cap, wire_coef=wire)
-                 for s in range(int(rng.integers(1, 4)))]
+        parts = [Flow(size, base + shift * s, coef, max_rate=cap, wire_coef=wire)
+                 for s in range(int(rng.integers(1, most + 1)))]
         protos.append(bundle_flows(parts))
     return [(float(rng.choice([0.0, rng.uniform(0, 30)])),
              replace(protos[int(rng.integers(len(protos)))],
@@ -58,13 +59,16 @@ def _run(make, capacity, work, groups):
     return sorted((e.value.start_s, e.value.end_s) for e in done), fabric
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_the_fabric_is_the_plain_loop_bit_for_bit(seed):
+@pytest.mark.parametrize("seed,most", [*((s, 3) for s in range(12)),
+                                       *((s, 8) for s in range(12, 20))])
+def test_the_fabric_is_the_plain_loop_bit_for_bit(seed, most):
+    """``most``: instances a bundle may have (8: bundles split into groups of instances,
+    tests/test_bundle_groups.py, where the plain loop splits them into instances)."""
     rng = np.random.default_rng(seed)
-    n_links = 16
+    n_links = 16 if most == 3 else 36
     capacity = rng.choice([10.0, 10.0, 10.0, 5.0], size=n_links)
     groups = np.arange(n_links) % 3
-    work = _workload(rng, n_links)
+    work = _workload(rng, n_links, most)
     ref_ends, ref = _run(ListFabric, capacity, work, groups)
     for classes in (False, True):
         ends, fabric = _run(lambda env, cap: FlowFabric(env, cap, link_classes=classes),

@@ -223,3 +223,49 @@ def test_moe_block_activations_are_the_attention_half_plus_the_moe_half():
     attn = 2 * (4 * t * H + 2 * t * H + 2 * t * kvd)
     moe = am.layer_saved_bytes(model, batch=B, seq_len=S, e=2, flash=True, moe=True)
     assert moe == attn + moe_activation_bytes(model, t, 2, t * 2)     # top-2 copies
+
+
+# ---------------------------------------------------------------- per kind, not per block
+def _by_block(model, plan, stage):
+    """stage_params' block part as a sum over the stage's blocks, one block at a time (what
+    memory.py summed before it counted dense and MoE blocks): the stages' blocks read off
+    schedules.stage_location for every model stage."""
+    from simulator.strategies.parallel.schedules import stage_location
+    sizes = plan.model_stage_blocks(model.layers)
+    blocks, first = [], 0
+    for v, size in enumerate(sizes):
+        if stage_location(plan.schedule, plan.pp, plan.vp, v).rank == stage:
+            blocks += range(first, first + size)
+        first += size
+    return sum(block_params_per_rank(model, plan.tp, plan.ep, i, plan.expert_tp)
+               for i in blocks)
+
+
+@pytest.mark.parametrize("name,plan", [
+    ("gpt3-175b", dict(pp=8, tp=8, dp_shard=2)),
+    ("gpt3-175b", dict(pp=4, vp=3, tp=4, schedule="interleaved_1f1b", dp_shard=4)),
+    ("llama-3-70b", dict(pp=4, tp=8, schedule="zbv", vp=2, dp_shard=2)),
+    ("mixtral-8x7b", dict(pp=4, tp=2, ep=4, dp_shard=4)),
+    ("deepseek-v3-like", dict(pp=8, tp=2, ep=8, etp=1, dp_shard=8, first_stage_layers=7,
+                              last_stage_layers=6)),
+])
+def test_stage_params_counted_by_kind_are_the_sum_over_blocks(name, plan):
+    from simulator.models import load_model
+    from simulator.models.transformer import embed_params, head_params, vocab_rows
+    from simulator.strategies.parallel.memory import head_rank
+    model, p = load_model(name), ParallelPlan(**plan, dp_mode="fsdp")
+    for stage in range(p.pp):
+        want = _by_block(model, p, stage)
+        if stage == 0:
+            want += embed_params(model, p.tp)
+        if stage == head_rank(p):
+            want += head_params(model, p.tp) + (
+                vocab_rows(model, p.tp) * model.hidden if model.tied_embeddings else 0)
+        assert stage_params(model, p, stage) == want
+    # FSDP's working buffers: the largest block's parameters gathered, over every block
+    unit = max(block_params_per_rank(model, p.tp, p.ep, i, p.expert_tp)
+               for i in range(model.layers))
+    mem = rank_memory(model, p, seq_len=128, micro_batch=1, micro_batches=8, flash=True)
+    assert mem.working_bytes == am.layer_working_bytes(
+        model, batch=1, seq_len=128, e=2, ac="none", flash=True, tp=p.tp,
+        sp=p.sequence_parallel, cp=p.cp) + unit * (2 * 2 + 4)

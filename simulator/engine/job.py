@@ -7,8 +7,8 @@ communicator has reached it (so a slow rank delays the group), then all instance
 the communicator put their flows on the machine's fabric at once and the op ends when the
 last instance finishes (:mod:`simulator.engine.launch`). Neighbouring instances with the
 same payload, latency and rate cap go as one bundle (:mod:`simulator.network.bundle`: one
-transfer, split by the fabric back into its instances where they stop sharing the links
-evenly), and so do the members of a send. A ``send``/``recv`` between ranks meets its
+transfer, split by the fabric into groups of its instances, or the instances, where they
+stop sharing the links evenly), and so do the members of a send. A ``send``/``recv`` between ranks meets its
 partner op and moves its bytes from the sender's GPU to the receiver's
 (:mod:`simulator.engine.p2p`). Compute takes the compute model's time, scaled by the
 class's slowdown, and by ``1 + overlap_slowdown`` when a communication kernel of the same

@@ -121,13 +121,14 @@ class FlowSet:
             return [], gone
         finished = []
         for i in gone:
-            done = self.dones[i]
-            if not isinstance(done, Join):
-                finished.append((self.seqs[i], self.flows[i], done))
-            else:
+            flow, done = self.flows[i], self.dones[i]
+            while isinstance(done, Join):   # a part of a split bundle (a part of a part)
                 done.left -= 1
-                if done.left == 0:
-                    finished.append((self.seqs[i], done.flow, done.done))
+                if done.left:
+                    break
+                flow, done = done.flow, done.done
+            else:
+                finished.append((self.seqs[i], flow, done))
         return finished, gone
 
     def drop(self, gone: list[int]) -> None:
@@ -141,16 +142,25 @@ class FlowSet:
             for i in reversed(gone):
                 del column[i]
 
-    def split(self, split: np.ndarray, instances=instances) -> int:
+    def split(self, split: np.ndarray, instances=instances, groups: dict | None = None) -> int:
         """Replace each bundle marked in ``split`` by its ``instances`` (a
-        :class:`~simulator.network.bundle.Splitter` keeps their arrays), each with the
-        bundle's stretch, reporting to one Join; the number of bundles split."""
+        :class:`~simulator.network.bundle.Splitter` keeps their arrays), or where
+        ``groups`` gives the bundle's position, by one smaller bundle per group of its
+        instances (``instances(flow, groups)``); each with the bundle's stretch, reporting
+        to one Join; the number of bundles split."""
         columns = {name: [] for name in _COLUMNS}
         for i, cut in enumerate(split.tolist()):
             flow = self.flows[i]
-            parts = instances(flow) if cut else [flow]
+            grouping = None if not cut or groups is None else groups.get(i)
+            if not cut:
+                parts, firsts = [flow], None
+            elif grouping is None:
+                parts = instances(flow)
+                firsts = range(len(parts))
+            else:
+                parts, firsts = instances(flow, grouping), [g[0] for g in grouping]
             done = Join(flow, self.dones[i], len(parts)) if cut else self.dones[i]
-            for k, part in enumerate(parts):
+            for part, k in zip(parts, firsts or [None]):
                 key = flow_key(part) if cut else self.keys[i]
                 seq = (*self.seqs[i], k) if cut else self.seqs[i]
                 row = (part, key, done, seq, self.left[i], self.since[i], self.rate[i],

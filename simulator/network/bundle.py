@@ -14,11 +14,14 @@ Whether the instances really are equivalent is not guessed from the layout: the 
 solve itself checks, every round, that a bundle's instances freeze together
 (:func:`~simulator.network.maxmin.share_bandwidth_checked`); where they do not (uneven
 placement, a degraded link, a failed NIC, another transfer on some of their links, servers of
-different designs) the fabric splits the bundle into one flow per instance, each with the
-bytes it has left, and solves again. Until then the instances had the same rate, so the
-split replay is the exact per-instance replay from that instant on. Every sum the fabric
-forms (link loads, counters, samples) has the same entries in the same order as with one
-flow per instance, so the times are the same to the last bit.
+different designs) the fabric splits the bundle, each part with the bytes it has left, and
+solves again: into groups of the instances that have one rate in a solve with one flow per
+instance (:func:`groups_of`; each group a bundle again, checked like any other), where the
+groups keep every link's entries in instance order (:func:`keeps_order`), else into one
+flow per instance. Until then the instances had the same rate, so the split replay is the
+exact per-instance replay from that instant on. Every sum the fabric forms (link loads,
+counters, samples) has the same entries in the same order as with one flow per instance,
+so the times are the same to the last bit.
 """
 
 from __future__ import annotations
@@ -86,7 +89,8 @@ def instances(flow) -> list:
 
 
 class Splitter:
-    """:func:`instances` with each bundle's instance arrays made once.
+    """:func:`instances` with each bundle's instance arrays made once; or the bundle cut
+    into smaller bundles, one per group of its instances (:func:`groups_of`).
 
     A planned bundle recurs by its arrays (its collective runs at every micro-batch and
     layer), and where it splits it splits again: slicing it anew each time gave instances
@@ -94,31 +98,62 @@ class Splitter:
     know a flow by its arrays' ids (:func:`~simulator.network.solve.flow_key`), met them
     as new flows every time (40,756 refinements of the classes in one replay of
     ``plan llama3-70b-fsdp-tp8-256gpu`` on 1,024 GPUs, 378 of them distinct). Here a
-    bundle's slices are kept with its arrays (so no other array takes their ids), the
-    last :data:`REMEMBERED` bundles split."""
+    bundle's slices (and its groups' bundles) are kept with its arrays (so no other array
+    takes their ids), the last :data:`REMEMBERED` bundles split."""
 
     REMEMBERED = 1024
 
     def __init__(self):
         self._slices: dict = {}
 
-    def __call__(self, flow) -> list:
+    def __call__(self, flow, groups: tuple | None = None) -> list:
+        """The flows ``flow`` is split into: one per instance, or with ``groups`` (tuples
+        of instance indices, ascending, the groups by their first) one per group, a group
+        of several a bundle of its instances' entries in their order."""
         if flow.parts is None:
             return [flow]
-        key = (id(flow.links), id(flow.coef), id(flow.wire_coef), id(flow.parts))
+        key = (id(flow.links), id(flow.coef), id(flow.wire_coef), id(flow.parts), groups)
         entry = self._slices.get(key)
         if entry is None:
             if len(self._slices) >= self.REMEMBERED:
                 self._slices.pop(next(iter(self._slices)))
+            whole = instances(flow)
+            parts = whole if groups is None else [
+                whole[g[0]] if len(g) == 1 else bundle_flows([whole[k] for k in g])
+                for g in groups]
             entry = self._slices[key] = (
                 (flow.links, flow.coef, flow.wire_coef, flow.parts),
-                [(p.links, p.coef, p.wire_coef) for p in instances(flow)])
+                [(p.links, p.coef, p.wire_coef, p.parts) for p in parts])
         out = []
-        for links, coef, wire in entry[1]:
-            f = replace(flow, links=links, coef=coef, wire_coef=wire, parts=None)
+        for links, coef, wire, parts in entry[1]:
+            f = replace(flow, links=links, coef=coef, wire_coef=wire, parts=parts)
             f.start_s = flow.start_s
             out.append(f)
         return out
+
+
+def groups_of(rates: np.ndarray) -> tuple:
+    """The instances of a bundle grouped by their rate in the solve with one flow per
+    instance (``rates``, in instance order): tuples of instance indices, ascending, the
+    groups by their first."""
+    groups: dict = {}
+    for k, rate in enumerate(rates.tolist()):
+        groups.setdefault(rate, []).append(k)
+    return tuple(tuple(g) for g in groups.values())
+
+
+def keeps_order(flow, groups: tuple) -> bool:
+    """Whether the bundles of ``groups`` (in order, each its instances' entries in order)
+    put every link's entries in the order the instances have them: each link's loads are
+    then the same sums, term for term, as with one flow per instance. Two instances of
+    different groups that share a link, the later instance in the earlier group, would
+    add their terms in another order."""
+    position = np.empty(len(flow.parts) - 1, np.int64)
+    position[[k for g in groups for k in g]] = np.arange(len(position))
+    entry_position = np.repeat(position, np.diff(flow.parts))
+    order = np.argsort(flow.links, kind="stable")       # per link, in instance order
+    links, at = flow.links[order], entry_position[order]
+    return not np.any((links[1:] == links[:-1]) & (at[1:] < at[:-1]))
 
 
 def incidence(flows: list) -> FlowIncidence:

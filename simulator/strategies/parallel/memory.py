@@ -90,15 +90,44 @@ def block_params_per_rank(model: ModelSpec, tp: int, ep: int = 1, index: int = 0
     return moe_block_params(model, model.num_experts // ep, tp, etp or tp)
 
 
-def _stage_blocks(model: ModelSpec, plan, stage: int) -> list[int]:
+def _stage_blocks(model: ModelSpec, plan, stage: int) -> tuple[int, ...]:
     """The block indices on pipeline rank ``stage`` (its model stages, in chunk order)."""
     sizes = plan.model_stage_blocks(model.layers)
-    starts = [sum(sizes[:v]) for v in range(len(sizes))]
-    out = []
-    for v, (first, size) in enumerate(zip(starts, sizes)):
-        if stage_location(plan.schedule, plan.pp, plan.vp, v).rank == stage:
-            out += range(first, first + size)
-    return out
+    return _rank_blocks(plan.schedule, plan.pp, plan.vp, tuple(sizes))[stage]
+
+
+@functools.lru_cache(maxsize=1024)
+def _rank_blocks(name: str, pp: int, vp: int, sizes: tuple) -> tuple[tuple[int, ...], ...]:
+    """The block indices of every pipeline rank (model stages of ``sizes`` blocks), found
+    once per split and schedule: ``plan`` estimates thousands of candidates, each stage of
+    each, and most share a few splits."""
+    out: list[list[int]] = [[] for _ in range(pp)]
+    first = 0
+    for v, size in enumerate(sizes):
+        out[stage_location(name, pp, vp, v).rank] += range(first, first + size)
+        first += size
+    return tuple(tuple(blocks) for blocks in out)
+
+
+def _moe_blocks(model: ModelSpec, blocks) -> int:
+    """How many of ``blocks`` are MoE blocks."""
+    return sum(1 for i in blocks if is_moe_layer(model, i)) if model.is_moe else 0
+
+
+def _kind_params(model: ModelSpec, plan, moe: bool) -> int:
+    """:func:`block_params_per_rank` of a dense block, or of an MoE block."""
+    if not moe:
+        return block_params(model, plan.tp)
+    return moe_block_params(model, model.num_experts // plan.ep, plan.tp, plan.expert_tp)
+
+
+def _blocks_params(model: ModelSpec, plan, blocks) -> int:
+    """:func:`block_params_per_rank` summed over ``blocks``: a dense block's count times
+    the dense blocks plus an MoE block's times the MoE blocks (the same integer sum)."""
+    moe = _moe_blocks(model, blocks)
+    dense = len(blocks) - moe
+    return ((dense * _kind_params(model, plan, False) if dense else 0)
+            + (moe * _kind_params(model, plan, True) if moe else 0))
 
 
 def head_rank(plan) -> int:
@@ -112,8 +141,7 @@ def head_rank(plan) -> int:
 def stage_params(model: ModelSpec, plan, stage: int) -> int:
     """Parameters on one rank of ``stage`` (before data-parallel sharding)."""
     tp = plan.tp
-    n = sum(block_params_per_rank(model, tp, plan.ep, i, plan.expert_tp)
-            for i in _stage_blocks(model, plan, stage))
+    n = _blocks_params(model, plan, _stage_blocks(model, plan, stage))
     if stage == 0:
         n += embed_params(model, tp)
     if stage == head_rank(plan):
@@ -182,14 +210,16 @@ def _stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
     if not model.is_moe:
         return 0
     local = model.num_experts // plan.ep
-    return sum(local * moe_expert_params(model) // plan.expert_tp
-               for i in _stage_blocks(model, plan, stage) if is_moe_layer(model, i))
+    return (_moe_blocks(model, _stage_blocks(model, plan, stage))
+            * (local * moe_expert_params(model) // plan.expert_tp))
 
 
 def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> _Activations:
     """The saved activations on one rank of ``stage``."""
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
-    kinds = Counter(is_moe_layer(model, i) for i in _stage_blocks(model, plan, stage))
+    blocks = _stage_blocks(model, plan, stage)
+    kinds = Counter(is_moe_layer(model, i) for i in blocks) if model.is_moe else \
+        ({False: len(blocks)} if blocks else {})
     stage_bytes = sum(n * am.layer_saved_bytes(model, batch=b, seq_len=s, e=e, ac=ac,
                                                flash=flash, moe=moe, etp=plan.expert_tp,
                                                **par)
@@ -208,8 +238,9 @@ def _working(model, plan, *, b, s, e, ac, flash, grad_dtype) -> int:
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     working = am.layer_working_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash, **par)
     if plan.dp_mode == "fsdp":
-        unit = max(block_params_per_rank(model, plan.tp, plan.ep, i, plan.expert_tp)
-                   for i in range(model.layers))
+        moe = _moe_blocks(model, range(model.layers))
+        unit = max(_kind_params(model, plan, kind)
+                   for kind, n in ((False, model.layers - moe), (True, moe)) if n)
         working += unit * (2 * e + precision_bytes(grad_dtype))
     return working
 
