@@ -222,10 +222,12 @@ def test_simumax_rows_not_modelled_say_why(spec):
     assert "multi-head latent attention" in ds["note"]
 
 
-def test_a_calibration_run_within_10_percent_of_its_measured_step(spec):
+def test_a_calibration_run_at_the_measured_gemm_rate(spec):
+    # no longer fitted: at SimuMax's measured GEMM rate this run simulates 10.6% fast (425.3
+    # of 476.0 ms; training_fit.yaml's check rows), what the untuned run loses elsewhere
     row = _simumax(spec, "llama3_405b_l4_tp4_pp1_dp2_mbc4_cef")
     step, memory = simumax._rows(row, ROOT, spec, simulate, calibrating=True)
-    assert step["measured"] == 476.0 and abs(step["error"]) < 0.10, step   # ms
+    assert step["measured"] == 476.0 and -0.12 < step["error"] < -0.09, step   # ms
     assert memory["measured"] == 52.89 and abs(memory["error"]) < 0.15, memory   # GiB
     assert step["note"].startswith("calibration")
 
