@@ -48,11 +48,12 @@ def test_a_layers_gemms_on_a_b300_take_the_benchmarks_time(precision, layer_s, p
 
 
 @pytest.mark.parametrize("gpu", ["B200", "GB200"])
-def test_b200_keeps_its_fit_and_fp8_gemms_take_its_bf16_factor(gpu):
-    # no FP8 GEMM measurement of B200's: its FP8 GEMMs stay at the fitted bf16 factor
+def test_b200_keeps_its_family_and_fp8_gemms_take_its_bf16_factor(gpu):
+    # no FP8 GEMM measurement of B200's: its FP8 GEMMs stay at the bf16 factor (SimuMax's
+    # measured BF16 GEMM rate, 0.80 / 0.4878: tests/test_validation_blackwell.py)
     fit = family_of(gpu_spec(gpu))
     assert fit.name == "B200" and fit.fp8_matmul is None
-    assert fit.factor("matmul", "fp8") == fit.factor("matmul", "bf16") == 1.8522
+    assert fit.factor("matmul", "fp8") == fit.factor("matmul", "bf16") == 1.64
 
 
 @pytest.mark.parametrize("strategy", ["megatron", "torchtitan", "fsdp", "ddp", "horovod"])

@@ -222,10 +222,12 @@ def test_simumax_rows_not_modelled_say_why(spec):
     assert "multi-head latent attention" in ds["note"]
 
 
-def test_a_calibration_run_within_10_percent_of_its_measured_step(spec):
+def test_a_calibration_run_at_the_measured_gemm_rate(spec):
+    # no longer fitted: at SimuMax's measured GEMM rate this run simulates 10.6% fast (425.3
+    # of 476.0 ms; training_fit.yaml's check rows), what the untuned run loses elsewhere
     row = _simumax(spec, "llama3_405b_l4_tp4_pp1_dp2_mbc4_cef")
     step, memory = simumax._rows(row, ROOT, spec, simulate, calibrating=True)
-    assert step["measured"] == 476.0 and abs(step["error"]) < 0.10, step   # ms
+    assert step["measured"] == 476.0 and -0.12 < step["error"] < -0.09, step   # ms
     assert memory["measured"] == 52.89 and abs(memory["error"]) < 0.15, memory   # GiB
     assert step["note"].startswith("calibration")
 
@@ -298,6 +300,32 @@ def test_the_b200_fit_is_in_step_with_its_declared_rows():
     assert blackwell_fit.check() == []
 
 
+def test_the_b200_matmul_factor_is_simumaxs_measured_gemm_rate():
+    # SimuMax's B200 system config: BF16 GEMMs at 0.4878 of 2,250 TFLOP/s (1,098 TFLOP/s)
+    # against compute.yaml's top-level bf16 curve, eff_max 0.80: 0.80 / 0.4878 = 1.640
+    assert blackwell_fit.MEASURED_MATMUL == round(0.80 / 0.4878, 4) == 1.64
+    assert family_of(gpu_spec("B200")).factor("matmul", "bf16") == 1.64
+    assert family_of(gpu_spec("GB200")).factor("matmul", "fp8") == 1.64     # no FP8 rate
+    assert blackwell_fit.CURVE_EFF_MAX == _roofline_bf16_matmul_eff_max()
+    # ... so a B200 GEMM on the curve's plateau runs at the measured 0.4878 of its peak
+    from simulator.compute.model import ComputeModel
+    from simulator.compute.training_fit import IDENTITY
+    flops = 1e18
+    shipped = ComputeModel(gpu_spec("B200"), strategy="megatron")
+    seconds = shipped.op_time_s("matmul", flops, 0.0, "bf16")
+    roofline = ComputeModel(gpu_spec("B200"), fit=IDENTITY, strategy="megatron")
+    assert seconds / roofline.op_time_s("matmul", flops, 0.0, "bf16") == pytest.approx(1.64)
+    assert flops / seconds / 2250e12 == pytest.approx(0.80 / 1.64, rel=1e-4)      # 0.4878
+
+
+def _roofline_bf16_matmul_eff_max() -> float:
+    from simulator.compute.model import ComputeModel
+    from simulator.compute.training_fit import IDENTITY
+    # the curve at a GEMM so large that its fixed in-kernel time vanishes
+    model = ComputeModel(gpu_spec("B200"), fit=IDENTITY, strategy="megatron")
+    return round(model.efficiency("matmul", "bf16", 1e18), 3)
+
+
 def test_gb200_takes_the_b200_fit_and_only_its_kernel_factor():
     entry = read_fit()["families"]["B200"]
     fit = family_of(gpu_spec("GB200"))
@@ -327,10 +355,17 @@ def test_the_fsdp_fit_keeps_the_b200_family(tmp_path):
     # Blackwell Ultra at Transformer Engine's B300 GEMM rates (family B300): validation rows
     ("parallel/bridge/gb300/25.11/llama3-8b-8gpu", 37556, -0.03, -0.01),      # -2.1%
     ("parallel/bridge/gb300/26.02/llama3-70b-64gpu-mxfp8", 4596, -0.03, -0.01),  # -1.9%
-    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8", 40769, -0.01, 0.01)])  # +0.4%
-def test_blackwell_ultra_rows_land_where_docs_say(spec, prefix, measured, low, high):
+    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8", 40769, -0.01, 0.01),  # +0.4%
+    # B200 / GB200 GEMMs at SimuMax's measured B200 rate (docs/compute.md, Blackwell)
+    ("parallel/bridge/gb200/25.11/llama3-8b-8gpu", 31508, 0.02, 0.04),        # +3.0%
+    ("parallel/bridge/b200/25.11/llama3-8b-8gpu", 30624, -0.04, -0.02),       # -2.9%
+    # micro-batch 1: the CPU after each MoE layer's host sync binds (docs/compute.md,
+    # "The MoE layer's host sync"; +31.1% before it was modelled)
+    ("parallel/bridge/b200/26.02/qwen3-30b-a3b-8gpu-mxfp8", 9691, 0.26, 0.28)])  # +26.7%
+def test_blackwell_rows_land_where_docs_say(spec, prefix, measured, low, high):
     row = next(r for r in nemo.nemo_rows(ROOT, spec, kinds=("blackwell",),
                                          simulate_fn=_only(prefix))
                if r["case"].startswith(prefix))
     assert row["measured"] == measured
     assert low < row["error"] < high, row
+

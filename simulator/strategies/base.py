@@ -288,6 +288,11 @@ class OpHooks:
     def after(self, cost, phase: str, op_id: int) -> None:
         """The kernel was issued as ``op_id``."""
 
+    def host_syncs(self, cost, phase: str) -> bool:
+        """Whether the CPU waits for the GPU before launching ``cost``: for the ops the
+        kernel waits for (:meth:`before`), as a ``.tolist()`` of device data does."""
+        return False
+
 
 def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
                 hooks: OpHooks | None = None, cfg: CommonConfig | None = None) -> list[int]:
@@ -301,12 +306,16 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
     if cfg is not None and layer.kind in MEASURED_KINDS:   # kernels x seconds, by launch
         counts = Counter(getattr(c, "launch", "") for c in costs)
         host_s = sum(n * dispatch_s(cfg, phase, launch) for launch, n in counts.items())
+    sync, ends = _host_segments(costs, phase, hooks, cfg, host_s)
+    waited: tuple = ()
     for i, c in enumerate(costs):
         extra = hooks.before(c, phase) if hooks else ()
-        if host_s > 0 and i == len(costs) - 1:      # issued just before the last kernel
+        if i == sync:                   # the CPU waits for what this kernel waits for
+            waited = tuple(extra)
+        if i in ends:                   # issued just before the segment's last kernel
             extra = (*extra, ol.add(
                 stream="host", kind="delay", name=f"dispatch.{layer.name}.{phase}",
-                layer=layer.name, phase="host", duration_s=host_s,
+                layer=layer.name, phase="host", duration_s=ends[i], deps=waited,
                 attrs={"micro_step": micro, "dispatches": phase}))
         ids.append(ol.kernel(c, layer.name, phase, micro,
                              (tuple(deps) if i == 0 else ()) + tuple(extra)))
@@ -317,6 +326,23 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
                           layer=layer.name, phase=phase, op_class="elementwise",
                           deps=tuple(deps), attrs={"micro_step": micro}))
     return ids
+
+
+def _host_segments(costs, phase: str, hooks: OpHooks | None, cfg, host_s: float
+                   ) -> tuple[int | None, dict[int, float]]:
+    """The CPU's dispatch of a layer's ``host_s`` seconds, cut at its host sync: (the
+    kernel the CPU waits before launching, the first for which :meth:`OpHooks.host_syncs`
+    holds, or None; {last kernel of each part: its CPU seconds}). Without a sync one part,
+    the whole layer, ends at its last kernel; without CPU time none."""
+    if host_s <= 0:
+        return None, {}
+    sync = next((i for i, c in enumerate(costs) if i and hooks is not None
+                 and hooks.host_syncs(c, phase)), None)
+    if sync is None:
+        return None, {len(costs) - 1: host_s}
+    parts = ((0, sync), (sync, len(costs)))
+    return sync, {b - 1: sum(dispatch_s(cfg, phase, getattr(c, "launch", ""))
+                             for c in costs[a:b]) for a, b in parts}
 
 
 def _shape_attrs(cost) -> dict:

@@ -148,6 +148,9 @@ class _PerLayer:
         if self.hook:
             self.hook.after(cost, phase, op_id)
 
+    def host_syncs(self, cost, phase: str) -> bool:
+        return bool(self.hook) and self.hook.host_syncs(cost, phase)
+
     def flush(self) -> list[int]:
         carry, self.carry = self.carry, []
         return carry + (self.hook.flush() if self.hook and hasattr(self.hook, "flush") else [])

@@ -78,6 +78,7 @@ class _Hooks(OpHooks):
         if len(parts) == 1:     # most plans (TP alone): its own before/after are called,
             # twice per kernel, without going through the loops below
             self.before, self.after = parts[0].before, parts[0].after
+            self.host_syncs = parts[0].host_syncs
 
     def before(self, cost, phase: str) -> tuple:
         return tuple(d for p in self.parts for d in p.before(cost, phase))
@@ -85,6 +86,9 @@ class _Hooks(OpHooks):
     def after(self, cost, phase: str, op_id: int) -> None:
         for p in self.parts:
             p.after(cost, phase, op_id)
+
+    def host_syncs(self, cost, phase: str) -> bool:
+        return any(p.host_syncs(cost, phase) for p in self.parts)
 
     def start_layer(self, layer) -> None:
         for p in self.parts:

@@ -86,6 +86,7 @@ EP_COLLECTIVES = (
     ("backward", ("moe_permute.bwd",), "moe_dispatch.bwd", "all_to_all", "tokens", "ep"),
     ("backward", ("moe_permute.bwd",), "moe_dispatch_probs.bwd", "all_to_all", "probs",
      "ep"))
+DISPATCH_FEEDS = EP_COLLECTIVES[1][1]    # the kernels the dispatched tokens feed
 WAITS_FOR = {"tokens", "probs", "etp"}    # the kernel after it waits (not for ``counts``)
 CARRIES_TOKENS = {"tokens", "etp"}        # the token copies themselves, one after the other
 
@@ -249,6 +250,13 @@ class EPHooks(OpHooks):
 
     def start_layer(self, layer) -> None:
         self.done = set()
+
+    def host_syncs(self, cost, phase: str) -> bool:
+        """The forward's kernels that the dispatched tokens feed (its first: the host
+        sync): Megatron-Core's dropless MoE copies each expert's token count to the host
+        there, and the CPU launches nothing more until the dispatch is done (module doc)."""
+        return phase in ("forward", "recompute") and bool(self.sizes.tokens) and any(
+            f in cost.name for f in DISPATCH_FEEDS)
 
     def before(self, cost, phase: str) -> tuple:
         phase_of = "forward" if phase == "recompute" else phase

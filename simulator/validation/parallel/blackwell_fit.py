@@ -1,24 +1,30 @@
-"""Fit the Blackwell generation's kernel factor of ``simulator/data/training_fit.yaml``
-(family ``B200``: the GPU's ``matmul`` time factor, which every strategy takes; the split
-allows ``attention`` too, but rows of one sequence length do not identify it, see
-:data:`PARAMS`) on the calibration rows that ``validation/parallel/cases.yaml`` declares in
-``blackwell_split`` (SimuMax's 24 dense Llama 3 runs on one DGX B200), never on a
-validation row.
+"""The Blackwell generation's kernel factor of ``simulator/data/training_fit.yaml`` (family
+``B200``: the GPU's ``matmul`` time factor, which every strategy takes) and its check on
+the calibration rows that ``validation/parallel/cases.yaml`` declares in ``blackwell_split``
+(SimuMax's 24 dense Llama 3 runs on one DGX B200), never on a validation row.
 
-    python -m simulator.validation.parallel.blackwell_fit            # fit, write the family
+    python -m simulator.validation.parallel.blackwell_fit            # write the family
     python -m simulator.validation.parallel.blackwell_fit --check    # fail if out of step
 
+Since 2026-12-05 (sixth session) the factor is not fitted: it is SimuMax's own measurement
+of cuBLAS BF16 GEMMs on the B200 its runs used (:data:`MEASURED_GEMM_EFFICIENCY`, a
+sourced kernel rate as family B300's is Transformer Engine's), against the top-level
+curve's ``eff_max``. The calibration rows are replayed at it and their errors written
+beside it (``check_rows``); :func:`fit` still gives what a least-squares fit of the factor
+on them would be (x1.852: it folded into the GEMMs what SimuMax's untuned runs lose
+elsewhere, and put Megatron-Bridge's tuned B200/GB200 rows 4-16% slow).
+
 Each calibration row is simulated as :mod:`.simumax` sets it up (Megatron-LM, bf16, one
-DGX B200). The objective is the sum of the squared relative step-time errors; the step time
-is nearly linear in the factor, so the fit is Gauss-Newton from the roofline (factor 1):
-per iteration every row is replayed at the current values and once per factor
+DGX B200). The fit's objective is the sum of the squared relative step-time errors;
+the step time is nearly linear in the factor, so the fit is Gauss-Newton from the roofline
+(factor 1): per iteration every row is replayed at the current values and once per factor
 moved by :data:`STEP` (a finite-difference Jacobian), and the least-squares step is taken.
-The eager PyTorch stack's memory-bound factor and per-kernel overhead are not fitted (their
-rows are Megatron's, which pays neither): they stay at the roofline (1 and 0 us).
+The eager PyTorch stack's memory-bound factor and per-kernel overhead stay at the roofline
+(1 and 0 us): the rows are Megatron's, which pays neither.
 
 ``--check`` fails (exit 1) when the family's calibration rows or measured times differ from
-the split and the CSV, or when replaying its three check rows at the shipped values no
-longer gives the step time it recorded (the model changed under the fit: refit).
+the split and the CSV, when its factor is not the measured rate's, or when replaying its
+three check rows no longer gives the step time it recorded (the model changed: rewrite).
 """
 
 from __future__ import annotations
@@ -44,11 +50,25 @@ FAMILY = "B200"
 GPUS = ["B200"]                       # GB200 takes it too: the same generation (blackwell)
 # The split allows matmul and attention; fitted together on these rows (all at 4,096 tokens)
 # attention ran to its bound, x5.0 (rms 0.059), where matmul alone reaches 0.066: one
-# sequence length does not identify an attention factor, so only matmul is fitted
+# sequence length does not identify an attention factor, so only matmul was fitted (now
+# measured: MEASURED_MATMUL)
 PARAMS = ("matmul",)
 UNFITTED_ATTENTION = ("not fitted: the calibration rows all run 4,096 tokens, which do not "
                       "identify it (fitted beside matmul it ran to its bound, x5.0); the "
                       "roofline's")
+# SimuMax's measurement of BF16 GEMMs on its DGX B200 (MooreThreads/SimuMax@4dcaae51,
+# configs/system/b200_bf16_ceperm.json, accelerator.op.matmul: tflops 2250,
+# efficient_factor 0.48780765792034037, the mean over its 514 measured shapes of the runs'
+# layers; written by tools/b200/build_current_machine_system_config.py on that machine),
+# against the top-level bf16 matmul curve's eff_max 0.80 (simulator/data/compute.yaml)
+MEASURED_GEMM_EFFICIENCY = 0.4878
+CURVE_EFF_MAX = 0.80
+MEASURED_MATMUL = round(CURVE_EFF_MAX / MEASURED_GEMM_EFFICIENCY, 4)      # x1.640
+MEASURED_SOURCE = (
+    "not fitted: SimuMax's measured BF16 GEMM rate on the DGX B200 of its runs, "
+    "efficient_factor 0.4878 of 2,250 TFLOP/s (1,098 TFLOP/s; the mean over 514 measured "
+    "shapes, configs/system/b200_bf16_ceperm.json at MooreThreads/SimuMax@4dcaae51), "
+    "against the top-level curve's eff_max 0.80: 0.80 / 0.4878")
 STEP = 0.05
 BOUNDS = (0.3, 5.0)
 ITERATIONS = 3
@@ -118,16 +138,28 @@ def _check_rows(result: dict) -> list[int]:
     return sorted({0, n // 2, n - 1})
 
 
+def measured(rows: list[dict]) -> dict:
+    """The calibration rows replayed at the measured GEMM rate (:data:`MEASURED_MATMUL`):
+    what :func:`fit` returns, with nothing fitted."""
+    setups = _setups(rows)
+    measured_ms = [float(r["real_step_time_ms"]) for r in rows]
+    values = {"matmul": MEASURED_MATMUL}
+    sim = list(_ratios(setups, measured_ms, values) * np.array(measured_ms))
+    err = [(s - m) / m for s, m in zip(sim, measured_ms)]
+    rms = float(np.sqrt(np.mean(np.square(err))))
+    return {"values": values, "rows": [r["case"] for r in rows], "measured": measured_ms,
+            "simulated": sim, "errors": err, "rms_start": rms, "rms_fitted": rms}
+
+
 def entry(result: dict) -> dict:
-    """The family's entry of ``training_fit.yaml``."""
+    """The family's entry of ``training_fit.yaml`` (the measured rate and its replay)."""
     v = result["values"]
-    how = (f"fitted by python -m simulator.validation.parallel.blackwell_fit on the "
-           f"{len(result['rows'])} calibration rows of validation/parallel/cases.yaml "
-           f"blackwell_split (SimuMax's Megatron-LM runs on one DGX B200, bf16, truncated "
-           f"Llama 3 70B/405B, TP1-8 x PP1-2; {len(PARAMS)} constant, Gauss-Newton least "
-           f"squares on "
-           f"relative step-time error; {_dt.date.today().isoformat()}); rms relative error "
-           f"{result['rms_start']:.3f} -> {result['rms_fitted']:.3f}")
+    errors = sorted(result["errors"])
+    how = (f"{MEASURED_SOURCE}; the {len(result['rows'])} calibration rows of "
+           f"validation/parallel/cases.yaml blackwell_split replayed at it by python -m "
+           f"simulator.validation.parallel.blackwell_fit ({_dt.date.today().isoformat()}): "
+           f"rms relative step-time error {result['rms_fitted']:.3f}, "
+           f"{errors[0]:+.1%} to {errors[-1]:+.1%}")
     kept = ("not fitted: the calibration rows are Megatron's, which runs no eager PyTorch "
             "stack; the roofline's (docs/compute.md, Scope)")
     return {"gpus": GPUS, "precisions": PRECISIONS, "stack_strategies": STRATEGIES,
@@ -161,6 +193,9 @@ def check(path=None, replay: bool = True) -> list[str]:
                         f"cases.yaml's blackwell_split and the CSV (refit)")
     if not replay:
         return problems
+    if current["time_factor"]["matmul"]["value"] != MEASURED_MATMUL:
+        problems.append(f"{FAMILY}: matmul is not the measured GEMM rate's "
+                        f"{MEASURED_MATMUL} (rewrite)")
     fit_ = _fit_of({p: current["time_factor"][p]["value"] for p in PARAMS})
     return problems + replay_problems(FAMILY, current.get("check_rows") or {},
                                       {r["case"]: r for r in rows},
@@ -178,7 +213,7 @@ def main(argv=None) -> int:
 
 
 def _fit_and_write():
-    res = fit(calibration_rows())
+    res = measured(calibration_rows())
     for case, m, s in zip(res["rows"], res["measured"], res["simulated"]):
         print(f"  {case}: measured {m:.1f} ms, simulated {s:.1f} ({(s - m) / m:+.1%})")
     print(fitted_line(FAMILY, res))

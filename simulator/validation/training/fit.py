@@ -170,10 +170,11 @@ HEADER = """\
 # tokens/s per GPU at these values when fitted). calibration_rows: the source rows and their
 # measured tokens/s per GPU (validation/training/llm_foundry_fsdp.csv, a copy of
 # shared/validation-data/training, mosaicml/llm-foundry@8c8dd48f README tables).
-# B200 (the Blackwell generation: B200 and GB200) has its own fit, of its matmul and
-# attention factors only, on the Megatron-LM B200 rows that validation/parallel/cases.yaml's
-# blackwell_split declares (`python -m simulator.validation.parallel.blackwell_fit`, its
-# own --check); its calibration_rows are those runs' measured step times in ms.
+# B200 (the Blackwell generation: B200 and GB200) is not fitted: its matmul factor is
+# SimuMax's measured BF16 GEMM rate on the DGX B200 of the Megatron-LM rows that
+# validation/parallel/cases.yaml's blackwell_split declares, written with those rows'
+# replay (`python -m simulator.validation.parallel.blackwell_fit`, its own --check); its
+# calibration_rows are those runs' measured step times in ms.
 # B300 (Blackwell Ultra: B300 and GB300) is not fitted: its matmul and fp8_matmul factors
 # are Transformer Engine's B300 GEMM benchmark (kernel times of BF16 and MXFP8 GEMMs on the
 # same shapes, NVIDIA/TransformerEngine docs gemm_profiling.rst) against the roofline.
@@ -181,8 +182,8 @@ HEADER = """\
 
 
 def write(results: dict, path: Path = DATA_PATH) -> Path:
-    """Write the fitted families into ``path``; the file's other families (B200, fitted by
-    :mod:`simulator.validation.parallel.blackwell_fit`; B300, sourced) are kept as they are."""
+    """Write the fitted families into ``path``; the file's other families (B200, written by
+    :mod:`simulator.validation.parallel.blackwell_fit`; B300; both sourced) are kept as they are."""
     kept = (read_fit(path).get("families") or {}) if Path(path).exists() else {}
     data = {"families": {**kept, **{f: _entry(f, r) for f, r in results.items()}}}
     return write_yaml(path, data, HEADER)

@@ -1,0 +1,63 @@
+"""The host sync of Megatron-Core's dropless MoE layer (simulator/strategies/parallel/moe.py,
+``EPHooks.host_syncs``): in each forward the CPU copies the tokens per expert to the host
+(``TEGroupedMLP.forward``: ``tokens_per_expert.tolist()``, Megatron-Core at Megatron-Bridge
+26.04's pin d7288711) and launches nothing more until the dispatch is done. So the layer's
+CPU dispatch splits in two: the kernels up to the dispatch, then, waiting for the dispatch
+all-to-alls, the rest. Backward has no sync; a layer replayed from a CUDA graph dispatches
+nothing, so it has none either (full-iteration graphs need a sync-free layer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.pipeline import build_setup
+from simulator.scenario import scenario_from_dict
+from simulator.strategies.host import dispatch_table
+
+
+def _ops(**strategy):
+    scn = scenario_from_dict({
+        "name": "sync", "model": "qwen3-30b-a3b",
+        "training": {"micro_batch": 1, "seq_len": 1024, "grad_accum": 1,
+                     "precision": "bf16", "flash_attention": True},
+        "cluster": {"topology": "dgx-b200"},
+        "strategy": {"name": "megatron", "expert_model_parallel_size": 8,
+                     "use_distributed_optimizer": True, **strategy}}, "sync")
+    return build_setup(scn, "sync", extrapolate_steps=False).trace.classes[0].ops
+
+
+def _layer(ops, layer: str, phase: str):
+    kernels = [o for o in ops if o.layer == layer and o.phase == phase and o.kind == "compute"]
+    host = [o for o in ops if o.layer == layer and o.stream == "host"
+            and o.attrs["dispatches"] == phase]
+    return kernels, host
+
+
+def test_the_cpu_waits_for_the_dispatch_before_launching_the_experts():
+    ops = _ops()
+    kernels, host = _layer(ops, "block.1", "forward")
+    names = [k.name for k in kernels]
+    sync = names.index("moe_sort_chunks")        # the first kernel the dispatch feeds
+    per_kernel = dispatch_table()["eager"]["forward"]
+    assert [h.duration_s for h in host] == pytest.approx(
+        [sync * per_kernel, (len(kernels) - sync) * per_kernel])   # kernels x 96.4 us
+    first, second = host
+    assert first.deps == ()                       # the CPU runs ahead up to the dispatch
+    # ... then waits for what the experts wait for: the tokens' and probabilities'
+    # all-to-alls
+    waited = {o.id: o.name for o in ops if o.id in second.deps}
+    assert set(second.deps) == set(kernels[sync].deps)
+    assert sorted(n.split(".")[0] for n in waited.values()) == ["moe_dispatch",
+                                                                 "moe_dispatch_probs"]
+    assert kernels[sync - 1].deps[-1] == first.id and kernels[-1].deps[-1] == second.id
+
+
+def test_backward_has_no_sync_and_a_graphed_layer_no_dispatch():
+    ops = _ops()
+    kernels, host = _layer(ops, "block.1", "backward")
+    assert len(host) == 1 and host[0].deps == ()
+    assert host[0].duration_s == pytest.approx(
+        len(kernels) * dispatch_table()["eager"]["backward"])
+    graphed = _ops(cuda_graph_impl="local")
+    assert not _layer(graphed, "block.1", "forward")[1]
+
