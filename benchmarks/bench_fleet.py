@@ -4,14 +4,24 @@ A generated Seren-like mix (Acme summary) with node failures on DGX A100 SuperPO
 by default 2,000 jobs on 2,048 GPUs (256 servers) arriving over about a week; ``--nodes
 2048 --jobs 8000 --days 30`` is the month on 16,384 GPUs. The arrival rate is set so the
 arrivals span ``--days``. Prints the wall time of the build (cluster, job kinds) and of the
-run (simulations included), the fleet's events and events per second, and how many step
-simulations ran. Usage: ``python benchmarks/bench_fleet.py [--nodes N] [--jobs N]
-[--days D] [--placement P]``; run it under ``ulimit -v`` on a shared machine.
+run (simulations included), the fleet's events and events per second, how many step
+simulations ran, how loaded the cluster was while jobs arrived, how much longer jobs ran
+than alone, and the process's CPU time and peak memory. Usage: ``python
+benchmarks/bench_fleet.py [--nodes N] [--jobs N] [--days D] [--placement P]``; run it under
+``ulimit -v`` on a shared machine.
+
+Those two cases offer 2.5% and 0.2% of the GPUs' time: Acme's jobs are small and short, and
+topology placement keeps almost all of them inside one group, so nothing is co-simulated.
+``--loaded`` is the case where contention is exercised: 2,000 jobs at load 0.8 with spread
+placement and the Llama 3 failure rates (``--jobs 2000 --load 0.8 --placement spread
+--failures llama3``): every multi-server job crosses the spine and shares its leaves'
+uplinks with the others.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
@@ -67,7 +77,11 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=None,
                     help="offered load instead of --days (the arrivals span what it makes)")
     ap.add_argument("--progress", action="store_true", help="progress lines on stderr")
+    ap.add_argument("--loaded", action="store_true",
+                    help="--jobs 2000 --load 0.8 --placement spread --failures llama3")
     args = ap.parse_args()
+    if args.loaded:
+        args.jobs, args.load, args.placement, args.failures = 2000, 0.8, "spread", "llama3"
     if args.progress:
         from simulator.progress import configure
         configure(True)
@@ -90,7 +104,12 @@ def main() -> None:
           f"{s['simulations_hits']:,} cached")
     print(f"total: {t2 - t0:.2f} s; simulated {result.end_s / DAY:.2f} d, "
           f"{s['jobs_done']} jobs done, {s['restarts']} restarts, allocated "
-          f"{100 * s['allocated']:.1f}%")
+          f"{100 * s['allocated']:.1f}% ({100 * s['allocated_arrivals']:.1f}% while jobs "
+          f"arrive); slowdown median {s['slowdown_median']:.3f}, p90 {s['slowdown_p90']:.3f}, "
+          f"max {s['slowdown_max']:.3f}")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"process: {usage.ru_utime + usage.ru_stime:.1f} s CPU, peak RSS "
+          f"{usage.ru_maxrss / 1024:.0f} MB")
 
 
 if __name__ == "__main__":

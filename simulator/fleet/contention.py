@@ -189,12 +189,21 @@ class StepTimes:
             if not ends[slowest] and len(ends[i]) < MAX_ITERATIONS:
                 begin(i)
         with gc_paused():
-            for i in range(len(members)):
-                begin(i)
-            run_jobs(machine, running)
-            for job, e in zip(running, ends):
-                if not e:                   # (raises: its ops never finished)
-                    job.timeline(machine.record())
+            try:
+                for i in range(len(members)):
+                    begin(i)
+                run_jobs(machine, running)
+                for job, e in zip(running, ends):
+                    if not e:                   # (raises: its ops never finished)
+                        job.timeline(machine.record())
+            finally:
+                # each job's ``then`` holds ``ended``, whose ``begin`` holds ``running``,
+                # which holds the jobs, and ``begin`` and ``ended`` hold each other: cycles
+                # through every job, its records and plans and the machine, which the
+                # collector (paused here, and afterwards not looking at what the pause
+                # filed with the old objects) would not free
+                running.clear()
+                begin = ended = None    # noqa: F841 (the closures' cells, emptied)
         window = ends[slowest][0]
         out = []
         for (w, p), e, t in zip(members, ends, once):

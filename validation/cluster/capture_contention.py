@@ -181,7 +181,8 @@ def rank_env(f: Fabric, job: str, rank: int) -> dict:
 def run_once(f: Fabric, jobs: str, python: str, timing: dict) -> tuple[dict, dict]:
     """Run ``jobs`` (``"A"``, ``"B"`` or ``"AB"``) once; job -> step times (s) on rank 0
     whose step lies inside the timed window, and the load summary with the packets tbf sent
-    and dropped on each link during the whole run (``"packets"``)."""
+    and dropped on each link during the whole run (``"packets"``) and the common start
+    (``"go_unix_s"``, unix s)."""
     run_s = timing["warm_s"] + timing["window_s"] + timing["tail_s"]
     before = counters(f)
     with tempfile.TemporaryDirectory(prefix="cc-run-") as tmp, LoadSampler() as load:
@@ -213,7 +214,7 @@ def run_once(f: Fabric, jobs: str, python: str, timing: dict) -> tuple[dict, dic
             out[job] = timed_steps(data["steps"], go, timing)
     after = counters(f)
     drops = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after}
-    return out, {**load.summary(), "packets": drops}
+    return out, {**load.summary(), "packets": drops, "go_unix_s": go}
 
 
 def _wait(done, procs, scratch: Path, timeout_s: float) -> None:
