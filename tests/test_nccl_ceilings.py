@@ -46,8 +46,9 @@ def test_every_catalog_gpu_has_an_architecture_row():
     rows = K.ceilings["family_row"]
     for gpu in gpu_names():
         assert rows[gpu_spec(gpu).family] in ("ampere", "hopper", "blackwell"), gpu
-    # RCCL's tables were not read: AMD GPUs take Ampere's (nccl.yaml says so)
-    assert rows["cdna3"] == rows["cdna4"] == "ampere"
+    # RCCL indexes NCCL's tables by the HIP compute capability (gfx942 9.4, gfx950 9.5):
+    # ">= 90" is Hopper's row
+    assert rows["cdna3"] == rows["cdna4"] == "hopper"
 
 
 def test_a_family_without_a_row_is_refused():
