@@ -22,9 +22,8 @@ class ModelConstants:
     hop_latency_s: dict             # [hw][algo][proto], hw in nvlink|pcie|net (NCCL) or
                                     # infinity_fabric|pcie|net (RCCL, for_rccl)
     bandwidth_factor: dict          # raw table from nccl.yaml
-    ll128_max_bw_per_channel: dict  # [op] bytes/s
-    ll_max_bw: tuple                # (N1, N2, N4+) bytes/s
-    tree_max_bw_per_channel: tuple  # (N1, N2, N4+) bytes/s
+    ceilings: dict                  # per-channel ceilings, bytes/s: [name][arch] ->
+                                    # (N1, N2, N4+) (nccl.yaml per_channel_ceilings)
     sm80_bus_bw_cap: float
     tree_correction: dict           # [proto] list of factors
     ring_simple_plateau_factor: float
@@ -79,9 +78,7 @@ def load_constants() -> ModelConstants:
         base_latency_s=_scale(nccl["base_latency_us"], _US),
         hop_latency_s=_scale(nccl["hop_latency_us"], _US),
         bandwidth_factor=nccl["bandwidth_factor"],
-        ll128_max_bw_per_channel=_scale(nccl["ll128_max_bw_per_channel_gbps"], _GBPS),
-        ll_max_bw=tuple(v * _GBPS for v in nccl["ll_max_bw_gbps"]),
-        tree_max_bw_per_channel=tuple(v * _GBPS for v in nccl["tree_max_bw_per_channel_gbps"]),
+        ceilings=_ceilings(nccl["per_channel_ceilings"]),
         sm80_bus_bw_cap=nccl["sm80_bus_bw_cap_gbps"] * _GBPS,
         tree_correction=nccl["tree_correction"],
         ring_simple_plateau_factor=float(nccl["ring_simple_plateau_factor"]),
@@ -104,6 +101,20 @@ def load_constants() -> ModelConstants:
         net_message_us={k: float(v["value"]) for k, v in cal["net_message_us"].items()},
         p2p_channels_per_net_peer=int(nccl["p2p_channels_per_net_peer"]),
     )
+
+
+def _ceilings(table: dict) -> dict:
+    """nccl.yaml ``per_channel_ceilings`` in bytes/s: ``[name][arch] -> (N1, N2, N4+)`` for
+    ``ring_ll128``, ``tree_ll128``, ``tree`` and ``ll`` (llMaxBws: the architecture's own
+    on one node, the CPU row across nodes), and ``family_row``: GPU family -> arch."""
+    out = {name: {arch: tuple(float(v) * _GBPS for v in row)
+                  for arch, row in table[f"{name}_gbps"].items()}
+           for name in ("ring_ll128", "tree_ll128", "tree")}
+    across = tuple(float(v) * _GBPS for v in table["ll_max_across_nodes_gbps"])
+    out["ll"] = {arch: (float(one) * _GBPS, *across)
+                 for arch, one in table["ll_max_one_node_gbps"].items()}
+    out["family_row"] = dict(table["family_row"])
+    return out
 
 
 def for_rccl(k: ModelConstants) -> ModelConstants:

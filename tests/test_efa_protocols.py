@@ -113,8 +113,7 @@ def test_docs_quote_the_analysis():
     assert (f"LL128 {f['LL128']['step_us']:.1f} us per step at {f['LL128']['busbw_GBps']:.0f} "
             f"GB/s and Simple {f['Simple']['step_us']:.1f} us at "
             f"{f['Simple']['busbw_GBps']:.0f} GB/s, and 13 of the 14 held-out rows") in text
-    # the ceilings: the model's (Ampere's, every GPU) and NCCL 2.28's for Hopper
-    assert load_constants().ll128_max_bw_per_channel["all_gather"] == pytest.approx(18.3e9)
+    # NCCL 2.28's Hopper ring LL128 ceiling: the model's row for H100 and the tuner's view
+    assert load_constants().ceilings["ring_ll128"]["hopper"][2] == pytest.approx(36.7e9)
     assert C["ll128_max_bw_per_channel_gbps"] == 36.7
-    assert "18.3 GB/s for all_gather) where NCCL 2.28 gives Hopper 36.7" in text
     assert "min(0.92 x 384, 8 x 36.7)" in text

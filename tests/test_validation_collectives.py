@@ -468,7 +468,7 @@ def _per_size_table(res, op):
 
 @pytest.mark.parametrize("op, label", [("all_gather", "32 of 35 sizes within 15%"),
                                        ("all_to_all", "28 of 35 within 15%"),
-                                       ("all_reduce", "18 of 45 within 15%")])
+                                       ("all_reduce", "19 of 45 within 15%")])
 def test_docs_per_size_tables_are_the_validation(shipped_results, op, label):
     """Issue 41's bar is per size from 32 MiB: each table in the docs is this run's busbw
     error, and the count of sizes within 15% is the table's."""
@@ -513,7 +513,7 @@ def test_docs_aws_p5_all_reduce_medians_and_the_trees_missing_time(shipped_summa
     medians = [shipped_summary.loc[f"aws_p5_all_reduce_{n}n", "busbw_med"]
                for n in (2, 4, 8, 16, 32)]
     quoted = " / ".join(f"{m * 100:.1f}" for m in medians)
-    assert quoted == "20.3 / 15.6 / 20.7 / 22.3 / 39.1"
+    assert quoted == "20.3 / 10.0 / 16.8 / 15.7 / 39.1"
     assert f"{quoted}% now" in text
     rows = shipped_results[shipped_results["table_id"].str.startswith("aws_p5_all_reduce")
                            & (shipped_results["size_bytes"] == 32 << 20)].set_index("nodes")

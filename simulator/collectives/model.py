@@ -81,6 +81,19 @@ def _ring_steps(op: str, n: int, nodes: int, minus: int = 0) -> tuple[int, int]:
     return steps, min(inter_steps, steps)   # one GPU per node: every step crosses
 
 
+def ceiling_row(k: ModelConstants, gpu) -> dict:
+    """NCCL's per-channel ceilings for ``gpu``'s architecture: name -> (N1, N2, N4+) bytes/s.
+
+    :raises ConfigError: for a GPU family nccl.yaml's ``family_row`` does not name.
+    """
+    arch = k.ceilings["family_row"].get(gpu.family)
+    if arch is None:
+        raise ConfigError(f"{gpu.name}: GPU family {gpu.family!r} has no row of NCCL's "
+                          f"per-channel ceilings (nccl.yaml per_channel_ceilings.family_row)",
+                          field="gpu")
+    return {name: table[arch] for name, table in k.ceilings.items() if name != "family_row"}
+
+
 def _n_idx(n_nodes: int) -> int:
     return 0 if n_nodes == 1 else 1 if n_nodes == 2 else 2
 
@@ -111,6 +124,7 @@ class CollectiveModel:
         self._group_shapes: dict = {}       # group plans read off (collectives.groups)
         self._comms: dict = {}              # rank list -> its Communicator
         self.sm80 = str(cluster.G.graph.get("gpu", "")).startswith("A100")
+        self.ceilings = ceiling_row(self.k, self.gpu)
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
         self.message_s = net_message_s(cluster, self.k)     # EFA's per-message cost, or 0
         self.ofi_platform = platform_of(cluster)    # aws-ofi-nccl's tuner regions, or None
@@ -234,17 +248,23 @@ class CollectiveModel:
         return f * (table[log_size] if log_size < len(table) else 1.0)
 
     def _max_rate(self, algo: str, proto: str, op: str, comm: Communicator) -> float:
+        """NCCL's per-channel ceilings of this GPU's architecture (nccl.yaml
+        ``per_channel_ceilings``, tuning.cc of NCCL 2.28) times the channels, as a cap on
+        the flow's rate; point-to-point (``direct``: all_to_all, send/recv) has none."""
         k, cap = self.k, math.inf
         ch = k.channels
         n_idx = _n_idx(comm.n_nodes)
+        row = self.ceilings
         if algo == "ring" and proto == "LL":
-            cap = k.ll_max_bw[n_idx]
+            cap = row["ll"][n_idx]
         if algo == "ring" and proto == "LL128":
-            cap = k.ll128_max_bw_per_channel.get(op, math.inf) * ch
+            cap = row["ring_ll128"][n_idx] * ch
         if algo == "tree":
-            cap = k.tree_max_bw_per_channel[n_idx] * ch
+            cap = row["tree"][n_idx] * ch
             if proto == "LL":
-                cap = min(cap, k.ll_max_bw[n_idx])
+                cap = min(cap, row["ll"][n_idx])
+            if proto == "LL128":
+                cap = min(cap, row["tree_ll128"][n_idx] * ch)
         if self.sm80 and op in REDUCING_OPS:
             # NCCL's tuner caps A100 bus bandwidth at 235 GB/s. Measured A100 all_reduce
             # plateaus there, while copy-only collectives go past it, so the cap is taken as
