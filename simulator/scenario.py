@@ -342,6 +342,11 @@ def load_scenario(path: str | Path | None = None, sets: list[str] | None = None)
 
 def scenario_from_dict(data: dict, source: str = "<dict>") -> Scenario:
     """Validate ``data`` as a scenario read from ``source`` (what its errors name)."""
+    from .strategies.frameworks.megatron import training_spellings
+    try:
+        data = training_spellings(data) if isinstance(data, dict) else data
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=source, field=exc.field) from None
     try:
         scn = Scenario.model_validate(data)
     except ValidationError as exc:

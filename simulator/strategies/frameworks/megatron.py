@@ -40,12 +40,18 @@ many, with ``\\`` continuations, ``#`` comments and shell quoting; anything befo
   ``"Et*3|(tt|)*29,t|L"``, :mod:`.megatron_layout`) gives its own virtual stages, so at
   most one of the three is given, as Megatron-LM's ``arguments.py`` requires;
   ``--recompute-activations`` -> ``recompute_granularity: selective``;
+  ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl`` -> the loss fields,
+  and, where the file leaves them out, Megatron-LM's defaults (:data:`FILE_DEFAULTS`: the
+  unfused loss, ``native``), not the strategy's (Megatron-Bridge's fused ``te``);
 * ``--seq-length``, ``--micro-batch-size``, ``--global-batch-size``, ``--bf16``/``--fp16``,
   ``--use-flash-attn`` -> training fields and the global batch;
 * ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
   ``--num-query-groups`` -> the catalog model of those sizes, if there is one.
 
 Every other flag (data, optimizer, logging, checkpointing...) is listed as ignored.
+
+In a scenario, Megatron-Core's ``fp8_dot_product_attention`` (a TransformerConfig field, no
+argument of ``pretrain_gpt.py``) is ``training.fp8_attention`` (:func:`training_spellings`).
 """
 
 from __future__ import annotations
@@ -286,6 +292,34 @@ class MegatronConfig(CommonConfig):
             loss_in_split=self.account_for_loss_in_pipeline_split, stage_blocks=blocks)
 
 
+# Megatron-Core TransformerConfig fields that are training settings here: a megatron
+# strategy may spell them so, and they are read as the training key, with its checks
+TRAINING_SPELLINGS = {"fp8_dot_product_attention": "fp8_attention"}
+
+
+def training_spellings(data: dict) -> dict:
+    """The scenario mapping ``data`` with its megatron strategy's spellings of training
+    settings (``fp8_dot_product_attention: true``, Megatron-Core's) moved to their training
+    keys (``training.fp8_attention``); one setting given both ways, differently, is refused.
+
+    :raises ConfigError: (``strategy.<Megatron's name>``) for the two spellings disagreeing.
+    """
+    strategy, training = data.get("strategy"), data.get("training", {})
+    if not (isinstance(strategy, dict) and strategy.get("name") == "megatron"
+            and isinstance(training, dict) and set(strategy) & set(TRAINING_SPELLINGS)):
+        return data
+    strategy, training = dict(strategy), dict(training)
+    for megatron, key in TRAINING_SPELLINGS.items():
+        if megatron not in strategy:
+            continue
+        value = strategy.pop(megatron)
+        if key in training and training[key] != value:
+            raise ConfigError(f"is {value!r} where training.{key} is {training[key]!r}: one "
+                              f"setting, two spellings", field=f"strategy.{megatron}")
+        training[key] = value
+    return {**data, "strategy": strategy, "training": training}
+
+
 # ------------------------------------------------------------------ the argument file
 # The strategy fields an argument file gives, each as Megatron's argument of that name
 # (:func:`flag`); the others (moe_load, cp_comm_type, bucket_size...) are set in a scenario.
@@ -299,7 +333,12 @@ ARGUMENT_FIELDS = (
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "pipeline_model_parallel_layout",
     "recompute_granularity", "recompute_method", "recompute_num_layers",
-    "enable_cuda_graph", "cuda_graph_impl")
+    "enable_cuda_graph", "cuda_graph_impl",
+    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
+# What an argument file means by leaving an argument out, where Megatron-LM's default
+# (megatron/training/arguments.py) is not the strategy field's (Megatron-Bridge's): without
+# --cross-entropy-loss-fusion the loss runs unfused, and --cross-entropy-fusion-impl is native
+FILE_DEFAULTS = {"cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "native"}
 
 
 class Flag(NamedTuple):
@@ -409,6 +448,11 @@ def read_file(path) -> ConfigPieces:
             raise doc.fail(arg.name, "given twice")
         seen.add(arg.name)
         _one(arg.name, arg.values, doc, out, sizes)
+    for field, value in FILE_DEFAULTS.items():
+        if field not in out.strategy:
+            out.strategy[field] = value
+            out.notes.append(f"{flag(field)} not given: {field} {value} (Megatron-LM's "
+                             f"default)")
     _model(sizes, out)
     return out
 
