@@ -51,7 +51,9 @@ many, with ``\\`` continuations, ``#`` comments and shell quoting; anything befo
 Every other flag (data, optimizer, logging, checkpointing...) is listed as ignored.
 
 In a scenario, Megatron-Core's ``fp8_dot_product_attention`` (a TransformerConfig field, no
-argument of ``pretrain_gpt.py``) is ``training.fp8_attention`` (:func:`training_spellings`).
+argument of ``pretrain_gpt.py``) is ``training.fp8_attention``
+(:data:`simulator.choices.MEGATRON_TRAINING_SPELLINGS`, read by the scenario before any
+strategy module loads).
 """
 
 from __future__ import annotations
@@ -290,34 +292,6 @@ class MegatronConfig(CommonConfig):
             last_stage_layers=self.decoder_last_pipeline_num_layers or 0,
             embedding_in_split=self.account_for_embedding_in_pipeline_split,
             loss_in_split=self.account_for_loss_in_pipeline_split, stage_blocks=blocks)
-
-
-# Megatron-Core TransformerConfig fields that are training settings here: a megatron
-# strategy may spell them so, and they are read as the training key, with its checks
-TRAINING_SPELLINGS = {"fp8_dot_product_attention": "fp8_attention"}
-
-
-def training_spellings(data: dict) -> dict:
-    """The scenario mapping ``data`` with its megatron strategy's spellings of training
-    settings (``fp8_dot_product_attention: true``, Megatron-Core's) moved to their training
-    keys (``training.fp8_attention``); one setting given both ways, differently, is refused.
-
-    :raises ConfigError: (``strategy.<Megatron's name>``) for the two spellings disagreeing.
-    """
-    strategy, training = data.get("strategy"), data.get("training", {})
-    if not (isinstance(strategy, dict) and strategy.get("name") == "megatron"
-            and isinstance(training, dict) and set(strategy) & set(TRAINING_SPELLINGS)):
-        return data
-    strategy, training = dict(strategy), dict(training)
-    for megatron, key in TRAINING_SPELLINGS.items():
-        if megatron not in strategy:
-            continue
-        value = strategy.pop(megatron)
-        if key in training and training[key] != value:
-            raise ConfigError(f"is {value!r} where training.{key} is {training[key]!r}: one "
-                              f"setting, two spellings", field=f"strategy.{megatron}")
-        training[key] = value
-    return {**data, "strategy": strategy, "training": training}
 
 
 # ------------------------------------------------------------------ the argument file
