@@ -206,3 +206,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "llama": ("llama-2-7b", "llama-2-13b", "llama-2-34b", "llama-2-70b", "llama-3-405b"),
     "gpt": ("gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b"),
 }
+
+# Megatron-Core TransformerConfig fields that are training settings here: a megatron
+# strategy may spell them so, and the scenario reads them as the training key, with its
+# checks (simulator/scenario.py, before any strategy module loads)
+MEGATRON_TRAINING_SPELLINGS = {"fp8_dot_product_attention": "fp8_attention"}

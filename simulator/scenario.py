@@ -25,7 +25,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       model_serializer, model_validator)
 
 from .choices import (ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, ELEMENTWISE, FIDELITIES,
-                      FP8_RECIPES, TE_RECIPES)
+                      FP8_RECIPES, MEGATRON_TRAINING_SPELLINGS, TE_RECIPES)
 from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
@@ -349,12 +349,41 @@ def load_scenario(path: str | Path | None = None, sets: list[str] | None = None)
 def scenario_from_dict(data: dict, source: str = "<dict>") -> Scenario:
     """Validate ``data`` as a scenario read from ``source`` (what its errors name)."""
     try:
+        data = training_spellings(data) if isinstance(data, dict) else data
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=source, field=exc.field) from None
+    try:
         scn = Scenario.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, source=source, style="paren",
                                suggest=lambda loc: keys_at(Scenario, loc)) from None
     scn._source = source
     return scn
+
+
+def training_spellings(data: dict) -> dict:
+    """The scenario mapping ``data`` with its megatron strategy's spellings of training
+    settings (``fp8_dot_product_attention: true``, Megatron-Core's;
+    :data:`~simulator.choices.MEGATRON_TRAINING_SPELLINGS`) moved to their training keys
+    (``training.fp8_attention``); one setting given both ways, differently, is refused.
+
+    :raises ConfigError: (``strategy.<Megatron's name>``) for the two spellings disagreeing.
+    """
+    strategy, training = data.get("strategy"), data.get("training", {})
+    if not (isinstance(strategy, dict) and strategy.get("name") == "megatron"
+            and isinstance(training, dict)
+            and set(strategy) & set(MEGATRON_TRAINING_SPELLINGS)):
+        return data
+    strategy, training = dict(strategy), dict(training)
+    for megatron, key in MEGATRON_TRAINING_SPELLINGS.items():
+        if megatron not in strategy:
+            continue
+        value = strategy.pop(megatron)
+        if key in training and training[key] != value:
+            raise ConfigError(f"is {value!r} where training.{key} is {training[key]!r}: one "
+                              f"setting, two spellings", field=f"strategy.{megatron}")
+        training[key] = value
+    return {**data, "strategy": strategy, "training": training}
 
 
 def keys_at(model, loc) -> list[str]:

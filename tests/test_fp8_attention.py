@@ -27,6 +27,17 @@ def _speedup(family: str) -> float:
     return load_compute_calibration().families[family].fp8_attention
 
 
+# cuDNN's SDPA training benchmark (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training),
+# Llama 3.1's attention, causal, 4,096 tokens, forward + backward, BF16 ms / FP8 ms
+MEASURED = {"hopper": (0.465 + 1.450) / (0.322 + 1.459),      # H200, cuDNN 9.19.1
+            "blackwell": (0.391 + 1.198) / (0.305 + 1.167)}   # GB200, cuDNN 9.22.0
+
+
+def test_the_rates_are_cudnns_benchmark():
+    for family, ratio in MEASURED.items():
+        assert _speedup(family) == pytest.approx(ratio, abs=5e-4)
+
+
 @pytest.mark.parametrize("gpu, family", [("H100-SXM", "hopper"), ("H200-SXM", "hopper"),
                                          ("B200", "blackwell"), ("GB200", "blackwell")])
 def test_an_attention_kernel_runs_at_the_familys_fp8_rate(gpu, family):
@@ -37,9 +48,8 @@ def test_an_attention_kernel_runs_at_the_familys_fp8_rate(gpu, family):
     fixed = bf16.kernel_launch_s + (0.0 if family == "hopper" else 10e-6)
     t16 = bf16.op_time_s("attention", FLOPS, 0.0, "bf16", shape=SHAPE) - fixed
     t8 = fp8.op_time_s("attention", FLOPS, 0.0, "bf16", shape=SHAPE) - fixed
-    # compute-bound: the 16-bit time over the ratio (1.5)
-    assert _speedup(family) == 1.5
-    assert t8 == pytest.approx(t16 / 1.5, rel=1e-12)
+    # compute-bound: the 16-bit time over the family's ratio
+    assert t8 == pytest.approx(t16 / _speedup(family), rel=1e-12)
     # the GEMMs, norms and elementwise kernels are the 16-bit step's
     for op in ("matmul", "elementwise"):
         assert fp8.op_time_s(op, FLOPS, 1e9, "bf16") == bf16.op_time_s(op, FLOPS, 1e9, "bf16")
@@ -117,10 +127,10 @@ def test_a_written_trace_replays_with_fp8_attention():
 def test_the_llama2_70b_lora_step_gain_against_nvidias_end_to_end_measurement():
     """NVIDIA's cuDNN 9 post measured Llama 2 70B LoRA on 8 H200 (NeMo + TE) at 1.11x its
     baseline with cuDNN attention in BF16 and 1.15x in FP8: a step 1.15 / 1.11 = 1.036x
-    faster. The same setup (MLPerf v4.1's h200_ngc24.09_nemo row, TP1 CP2) simulates
-    1.126x: the model credits FP8 attention about three times what that run gained (its
-    attention is 1/3 of the simulated step; the constant is the kernel-level 'up to' ratio).
-    Recorded, not tuned: the constant is not fitted to this case."""
+    faster. The same setup (MLPerf v4.1's h200_ngc24.09_nemo row, TP1 CP2) simulated 1.126x
+    with the post's 'up to' kernel ratio (1.5) and simulates 1.023x with cuDNN's measured
+    one (1.075 at 4,096 tokens). Recorded, not tuned: the constant is not fitted to this
+    case."""
     from simulator.validation import finetune as f
     split = f.load_split()
     row = f.mlperf_rows()["h200_ngc24.09_nemo"]
@@ -129,4 +139,4 @@ def test_the_llama2_70b_lora_step_gain_against_nvidias_end_to_end_measurement():
     scn["training"]["fp8_attention"] = True
     gain = bf16 / f._simulate(scn).iteration_time_s
     assert 1.15 / 1.11 == pytest.approx(1.036, abs=5e-4)
-    assert gain == pytest.approx(1.126, abs=5e-4)
+    assert gain == pytest.approx(1.023, abs=5e-4)

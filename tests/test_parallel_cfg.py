@@ -15,6 +15,9 @@ from simulator.strategies import World, parse_strategy
 from test_cli import run_main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "scenarios" / "configs"
+# what an argument file without --cross-entropy-loss-fusion / --cross-entropy-fusion-impl
+# runs: Megatron-LM's defaults (tests/test_megatron_spellings.py)
+MEGATRON_LM_LOSS = {"cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "native"}
 
 
 def write(tmp_path, name: str, text: str) -> Path:
@@ -118,7 +121,7 @@ def test_megatron_one_line_equals_and_quotes(tmp_path):
                  "--recompute-activations --data-path '1 a b' # comment --bf16\n")
     p = read_config(path)
     assert p.strategy == {"name": "megatron", "tensor_model_parallel_size": 4,
-                          "recompute_granularity": "selective"}
+                          "recompute_granularity": "selective", **MEGATRON_LM_LOSS}
     assert p.training == {"micro_batch": 2} and "--data-path" in p.ignored
 
 
@@ -175,7 +178,7 @@ def test_a_megatron_config_read_by_both_spellings_gives_the_same_plan():
             "pipeline_model_parallel_size": 16, "virtual_pipeline_model_parallel_size": 2,
             "sequence_parallel": True, "use_distributed_optimizer": True,
             "overlap_grad_reduce": True, "overlap_param_gather": True,
-            "recompute_granularity": "selective"}
+            "recompute_granularity": "selective", **MEGATRON_LM_LOSS}
     scn = load_scenario(resolve_scenario("gpt3-175b-megatron-tp8-pp16-selene"),
                         [f"strategy={yaml}"])
     assert cfg == parse_strategy({**scn.strategy, "micro_batch": 1, "grad_accum":
@@ -460,7 +463,7 @@ def test_megatron_torch_ddp_reduces_fp16_buckets_during_backward(tmp_path):
     DDP's 25 MiB buckets of 16-bit gradients, reduced during the last backward."""
     from simulator.strategies.frameworks.megatron import MegatronConfig
     p = read_config(write(tmp_path, "sc21.args", "--DDP-impl torch --fp16"))
-    assert p.strategy == {"name": "megatron", "DDP_impl": "torch"}
+    assert p.strategy == {"name": "megatron", "DDP_impl": "torch", **MEGATRON_LM_LOSS}
     torch = MegatronConfig(DDP_impl="torch", precision="fp16")
     plan = torch.plan(8)
     assert torch.grad_reduce_bytes() == 2

@@ -341,5 +341,8 @@ def test_the_argument_file_takes_the_expert_tensor_size(tmp_path):
     p = read_config(path)
     assert p.strategy == {"name": "megatron", "tensor_model_parallel_size": 2,
                           "sequence_parallel": True, "expert_model_parallel_size": 32,
-                          "expert_tensor_parallel_size": 1}
+                          "expert_tensor_parallel_size": 1,
+                          # Megatron-LM's defaults where the file gives no loss flags
+                          "cross_entropy_loss_fusion": False,
+                          "cross_entropy_fusion_impl": "native"}
     assert "--expert-tensor-parallel-size" in p.used

@@ -58,11 +58,12 @@ def test_model_parallel_rows_follow_the_published_setup():
     assert (par["data_parallel_shard_degree"], par["context_parallel_degree"]) == (2, 4)
     assert cp.scenario["training"]["precision"] == "fp8"
     assert cp.scenario["strategy"]["activation_checkpoint"] == {"mode": "full"}
-    # PP: the local batch of 32 split into one microbatch per stage (torchtitan's default)
+    # PP: the local batch of 32 split into one microbatch per pipeline rank, whatever the
+    # schedule (torchtitan 9dec370's default: pipeline_parallel_degree microbatches)
     pp = BY_ID["torchtitan/h100-2412/llama-3-405b_fsdp8_tp8_pp8async-interleaved1f1b"
                "_compile_f8tensorwise_mb32_s8192"].scenario
     assert pp["strategy"]["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert (pp["training"]["micro_batch"], pp["training"]["grad_accum"]) == (2, 16)
+    assert (pp["training"]["micro_batch"], pp["training"]["grad_accum"]) == (32 // 8, 8)
     one = BY_ID["torchtitan/h100-2412/llama-3-405b_fsdp8_tp8_pp8async-1f1b"
                 "_compile_f8tensorwise_mb32_s8192"].scenario
     assert (one["training"]["micro_batch"], one["training"]["grad_accum"]) == (4, 8)

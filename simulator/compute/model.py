@@ -174,6 +174,8 @@ class ComputeModel:
         tf = fit.time_factor
         kernels = (f"{fit.name} kernels as fitted: matmul x{tf['matmul']:.2f}"
                    + (f", FP8 matmul x{fit.fp8_matmul:.2f}" if fit.fp8_matmul else "")
+                   + (f", FP8 GEMMs {fit.fp8_gemm_speedup:.3g}x the bf16 rate"
+                      if fit.fp8_gemm_speedup else "")
                    + f", attention x{tf['attention']:.2f}")
         if fit.kernel_overhead_s or tf["memory_bound"] != 1.0:
             return (f"{kernels}; the eager PyTorch stack: memory-bound x"
@@ -256,15 +258,22 @@ class ComputeModel:
     def _op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
                    precision: str, shape: tuple[int, ...] | None,
                    launch: str = "") -> float:
-        rate, flops_half, mem_bw, _ = self._lookup(op_class, precision)
+        # a family's measured FP8:BF16 GEMM ratio (training_fit.yaml fp8_gemm_speedup): an FP8
+        # GEMM computes in the time of the same GEMM in bf16 over that ratio
+        speedup = self.fit.fp8_gemm_speedup if (op_class, precision) == ("matmul", FP8) \
+            else None
+        priced = BF16 if speedup else precision
+        rate, flops_half, mem_bw, _ = self._lookup(op_class, priced)
         flops = _amount(flops, "flops")
         nbytes = _amount(bytes_accessed, "bytes_accessed")
         compute_s = (flops + flops_half) / rate if flops > 0 else 0.0
         if shape is not None and flops > 0 and self.family is not None \
-                and precision in SHAPED_PRECISIONS:
-            compute_s = self._shaped_s(op_class, precision, flops, shape, rate, compute_s)
+                and priced in SHAPED_PRECISIONS:
+            compute_s = self._shaped_s(op_class, priced, flops, shape, rate, compute_s)
+        if speedup:
+            compute_s /= speedup
         memory_s = nbytes / mem_bw
-        kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, precision)
+        kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, priced)
         check_launch(launch)        # how it is launched: which per-kernel costs it pays
         launch_s = self.calibration.kernel_launch_s if pays_kernel_launch(launch) else 0.0
         if pays_stack_overhead(launch) and kernel_s > 0:

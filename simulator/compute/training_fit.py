@@ -31,9 +31,13 @@ the precisions the fit saw; a GPU of another generation or precision gets
 :data:`IDENTITY` (factor 1, no overhead), so its answers are the roofline's. An FP8 GEMM
 (:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16 ``matmul`` factor (the same
 GEMM path at another operand width, at the datasheet's FP8 peak, twice bf16), unless the
-family gives FP8 GEMMs their own measured rate (``time_factor.fp8_matmul``: Blackwell
-Ultra's, from a kernel benchmark that ran both precisions on the same shapes); an FP8
-attention kernel (``training.fp8_attention``) takes the bf16 ``attention`` factor.
+family gives FP8 GEMMs their own measured rate: ``time_factor.fp8_matmul`` (Blackwell
+Ultra's, whose bf16 factor is not fitted either: both from a kernel benchmark that ran both
+precisions on the same shapes), or ``fp8_gemm_speedup`` (Hopper's, beside a fitted bf16
+factor: an FP8 GEMM takes the time of the same GEMM in bf16 divided by the measured
+FP8:BF16 kernel ratio, :class:`~.model.ComputeModel`, so a refit of the bf16 factor carries
+it); an FP8 attention kernel (``training.fp8_attention``) takes the bf16 ``attention``
+factor.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ GROUP_OF = {"matmul": "matmul", "attention": "attention", "elementwise": "memory
 FILE = "training_fit.yaml"
 BF16 = "bf16"
 FP8_MATMUL = "fp8_matmul"      # optional time_factor entry: FP8 GEMMs' own factor
+FP8_SPEEDUP = "fp8_gemm_speedup"    # optional family entry: FP8 GEMM rate over bf16's, measured
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class FamilyFit:
     kernel_overhead_s: float = 0.0
     stack_strategies: tuple[str, ...] | None = None   # None: every strategy
     fp8_matmul: float | None = None      # an FP8 GEMM's own factor (None: the bf16 matmul's)
+    fp8_gemm_speedup: float | None = None   # FP8 GEMM = the bf16 GEMM's time / this (measured)
 
     def runs_stack(self, strategy: str | None) -> bool:
         """Whether ``strategy`` runs the fitted stack (None: a bare kernel, not a run: yes)."""
@@ -125,14 +131,20 @@ def _family(name: str, entry: dict, src: str) -> tuple[tuple[str, ...], FamilyFi
                       else None)
         fp8 = entry["time_factor"].get(FP8_MATMUL)
         fp8 = None if fp8 is None else float(fp8["value"])
+        speedup = entry.get(FP8_SPEEDUP)
+        speedup = None if speedup is None else float(speedup["value"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed family entry ({exc})", source=src,
                           field=f"families.{name}") from None
-    if any(v <= 0 for v in tf.values()) or us < 0 or (fp8 is not None and fp8 <= 0):
-        raise ConfigError("time factors must be > 0 and the overhead >= 0", source=src,
-                          field=f"families.{name}")
+    if any(v <= 0 for v in tf.values()) or us < 0 or (fp8 is not None and fp8 <= 0) \
+            or (speedup is not None and speedup <= 0):
+        raise ConfigError("time factors and the FP8 GEMM speedup must be > 0 and the "
+                          "overhead >= 0", source=src, field=f"families.{name}")
+    if fp8 is not None and speedup is not None:
+        raise ConfigError(f"give FP8 GEMMs one rate: {FP8_MATMUL} or {FP8_SPEEDUP}, not both",
+                          source=src, field=f"families.{name}.{FP8_SPEEDUP}")
     return gpus, FamilyFit(name, precisions, MappingProxyType(tf), us * 1e-6, strategies,
-                           fp8)
+                           fp8, speedup)
 
 
 def read_fit(path=None) -> dict:

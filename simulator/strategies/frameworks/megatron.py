@@ -40,12 +40,20 @@ many, with ``\\`` continuations, ``#`` comments and shell quoting; anything befo
   ``"Et*3|(tt|)*29,t|L"``, :mod:`.megatron_layout`) gives its own virtual stages, so at
   most one of the three is given, as Megatron-LM's ``arguments.py`` requires;
   ``--recompute-activations`` -> ``recompute_granularity: selective``;
+  ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl`` -> the loss fields,
+  and, where the file leaves them out, Megatron-LM's defaults (:data:`FILE_DEFAULTS`: the
+  unfused loss, ``native``), not the strategy's (Megatron-Bridge's fused ``te``);
 * ``--seq-length``, ``--micro-batch-size``, ``--global-batch-size``, ``--bf16``/``--fp16``,
   ``--use-flash-attn`` -> training fields and the global batch;
 * ``--num-layers``, ``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
   ``--num-query-groups`` -> the catalog model of those sizes, if there is one.
 
 Every other flag (data, optimizer, logging, checkpointing...) is listed as ignored.
+
+In a scenario, Megatron-Core's ``fp8_dot_product_attention`` (a TransformerConfig field, no
+argument of ``pretrain_gpt.py``) is ``training.fp8_attention``
+(:data:`simulator.choices.MEGATRON_TRAINING_SPELLINGS`, read by the scenario before any
+strategy module loads).
 """
 
 from __future__ import annotations
@@ -299,7 +307,12 @@ ARGUMENT_FIELDS = (
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "pipeline_model_parallel_layout",
     "recompute_granularity", "recompute_method", "recompute_num_layers",
-    "enable_cuda_graph", "cuda_graph_impl")
+    "enable_cuda_graph", "cuda_graph_impl",
+    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
+# What an argument file means by leaving an argument out, where Megatron-LM's default
+# (megatron/training/arguments.py) is not the strategy field's (Megatron-Bridge's): without
+# --cross-entropy-loss-fusion the loss runs unfused, and --cross-entropy-fusion-impl is native
+FILE_DEFAULTS = {"cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "native"}
 
 
 class Flag(NamedTuple):
@@ -409,6 +422,11 @@ def read_file(path) -> ConfigPieces:
             raise doc.fail(arg.name, "given twice")
         seen.add(arg.name)
         _one(arg.name, arg.values, doc, out, sizes)
+    for field, value in FILE_DEFAULTS.items():
+        if field not in out.strategy:
+            out.strategy[field] = value
+            out.notes.append(f"{flag(field)} not given: {field} {value} (Megatron-LM's "
+                             f"default)")
     _model(sizes, out)
     return out
 

@@ -54,13 +54,17 @@ class Split(BaseModel):
 
 class Recipe(BaseModel):
     """Strategy settings of a release's performance preset for the rows it matches
-    (``cases.yaml``'s ``bridge_recipes``)."""
+    (``cases.yaml``'s ``bridge_recipes``), and, where the table's parallel columns disagree
+    with the preset the release shipped, the columns as the preset ran them (``layout``:
+    ``{"PP": 1, "VP": 1, "EP": 16}``) with the reason (``note``)."""
     model_config = ConfigDict(extra="forbid")
     models: list[str]
     gpus: list[str]
     precisions: list[str]
     releases: list[str]
-    strategy: dict[str, bool | int | str]
+    strategy: dict[str, bool | int | str] = {}
+    layout: dict[str, int] = {}
+    note: str = ""
 
     def matches(self, model: str, gpu: str, precision: str, release: str) -> bool:
         """Whether a row of ``model`` on ``gpu`` at ``precision`` of ``release`` ran it."""

@@ -107,14 +107,20 @@ def case_id(kind: str, row) -> str:
     ``parallel/bridge/gb200/26.04/llama3-70b-64gpu-mxfp8-gbs256``."""
     if kind == "nemo":
         return f"parallel/nemo/{nemo_id(row)}"
-    release = re.match(r"[0-9.]+", str(row["release"]).strip())
-    release = release.group(0) if release else "unknown"
+    release = release_of(row) or "unknown"
     if kind == "bridge":
         return f"parallel/bridge/{release}/{nemo_id(row)}"
     precision = str(row["precision"]).strip().lower() or "unstated"
     task = "" if row["task"] == "pretrain" else f"-{str(row['task']).lower()}"
     return (f"parallel/bridge/{gpu_of(row).lower()}/{release}/{nemo_id(row)}-{precision}"
             f"{task}-gbs{row['GBS']}")
+
+
+def release_of(row) -> str:
+    """The release number of a Megatron-Bridge row (``26.02.01`` of ``26.02.01 NeMo
+    Container``; "" where it has none)."""
+    release = re.match(r"[0-9.]+", str(row.get("release", "")).strip())
+    return release.group(0) if release else ""
 
 
 def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo") -> dict:
@@ -139,7 +145,7 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
     strategy.update(spec.nemo_strategy.get(row["model"], {}))
     for recipe in spec.bridge_recipes:
         if recipe.matches(row["model"], gpu_of(row), str(row["precision"]).strip(),
-                          str(row.get("release", "")).strip()):
+                          release_of(row)):
             strategy.update(recipe.strategy)
     precision, recipe = _precision(spec, kind, row)
     training = {"micro_batch": micro, "seq_len": int(row["seq_len"]),
@@ -228,8 +234,20 @@ def nemo_rows(root: Path, spec: CasesFile, simulate_fn=None,
             for kind in kinds for row in table_rows(root, spec, kind)]
 
 
+def preset_layout(spec: CasesFile, row) -> tuple[dict, str]:
+    """``row`` with its parallel columns as its release's preset ran them where
+    ``cases.yaml``'s ``bridge_recipes`` give a ``layout`` for it, and that recipe's note
+    ("" and the row itself where none does)."""
+    for recipe in spec.bridge_recipes:
+        if recipe.layout and recipe.matches(row["model"], gpu_of(row),
+                                            str(row["precision"]).strip(), release_of(row)):
+            return {**row, **{col: str(v) for col, v in recipe.layout.items()}}, recipe.note
+    return row, ""
+
+
 def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
     case = case_id(kind, row)
+    row, preset = preset_layout(spec, row)
     measured = float(row["tokens_per_s_per_gpu"])
     mode = " ".join(f"{c}{_degree(row, c)}" for c in ("TP", "PP", "CP", "VP", "EP")
                     if c != "EP" or _degree(row, c) > 1)
@@ -246,7 +264,7 @@ def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
         return {**base, "note": f"not simulated: {exc}"}
     precision, recipe = _precision(spec, kind, row)
     ran = f"{row['precision'] or 'unstated precision'} run simulated in {precision}" + (
-        f" ({recipe} scaling)" if recipe else "")
+        f" ({recipe} scaling)" if recipe else "") + (f"; {preset}" if preset else "")
     if m.oom:
         gib = memory_gib(spec.topologies[gpu_of(row)])
         return {**base, "note": f"not compared: simulated out of memory (peak "
@@ -258,4 +276,4 @@ def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
 
 __all__ = ["BLACKWELL_COLUMNS", "BLACKWELL_NAMES", "BRIDGE_COLUMNS", "H100_KINDS", "KINDS",
            "NEMO_COLUMNS", "case_id", "gpu_of", "gpus_per_node", "memory_gib", "micro_batches",
-           "nemo_rows", "scenario_of", "segment_gpus", "table_rows"]
+           "nemo_rows", "preset_layout", "release_of", "scenario_of", "segment_gpus", "table_rows"]

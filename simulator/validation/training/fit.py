@@ -33,7 +33,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from simulator.compute.training_fit import FILE, GROUPS, FamilyFit, read_fit
+from simulator.compute.training_fit import FILE, FP8_SPEEDUP, GROUPS, FamilyFit, read_fit
 from simulator.errors import ConfigError
 from simulator.pipeline import run_setup
 from simulator.validation.training.tables import TableRow, load_rows
@@ -139,6 +139,20 @@ def _check_rows(result: dict) -> list[int]:
     return sorted({0, n // 2, n - 1}) if n else []
 
 
+def _with_sourced(entry: dict, previous: dict) -> dict:
+    """``entry`` (fitted) with the sourced, not fitted, entries of the family's ``previous``
+    one kept: its measured FP8 GEMM speedup (``fp8_gemm_speedup``), which a refit of the bf16
+    factors carries (an FP8 GEMM is priced from the bf16 one)."""
+    if FP8_SPEEDUP not in previous:
+        return entry
+    out = {}
+    for key, value in entry.items():
+        out[key] = value
+        if key == "time_factor":
+            out[FP8_SPEEDUP] = previous[FP8_SPEEDUP]
+    return out
+
+
 def _entry(family: str, result: dict) -> dict:
     v = result["values"]
     how = (f"fitted by python -m simulator.validation.training.fit on the "
@@ -178,6 +192,8 @@ HEADER = """\
 # B300 (Blackwell Ultra: B300 and GB300) is not fitted: its matmul and fp8_matmul factors
 # are Transformer Engine's B300 GEMM benchmark (kernel times of BF16 and MXFP8 GEMMs on the
 # same shapes, NVIDIA/TransformerEngine docs gemm_profiling.rst) against the roofline.
+# H100's fp8_gemm_speedup is not fitted either (the same benchmark's Hopper FP8:BF16 kernel
+# ratio); a refit keeps it.
 """
 
 
@@ -185,7 +201,8 @@ def write(results: dict, path: Path = DATA_PATH) -> Path:
     """Write the fitted families into ``path``; the file's other families (B200, written by
     :mod:`simulator.validation.parallel.blackwell_fit`; B300; both sourced) are kept as they are."""
     kept = (read_fit(path).get("families") or {}) if Path(path).exists() else {}
-    data = {"families": {**kept, **{f: _entry(f, r) for f, r in results.items()}}}
+    data = {"families": {**kept, **{f: _with_sourced(_entry(f, r), kept.get(f) or {})
+                                    for f, r in results.items()}}}
     return write_yaml(path, data, HEADER)
 
 

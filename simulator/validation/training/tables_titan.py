@@ -26,9 +26,11 @@ FSDP x TP on 128 GPUs). The mapping, per column:
 * Checkpointing: ``full``; ``selective`` rows as the per-op policy (the 9dec370 and
   820504e ``llama3_8b.toml`` set ``selective_ac_option = 'op'``; the table does not print it).
 * Batch: ``local_batch`` sequences per rank; with PP they are split into torchtitan's
-  default number of microbatches, one per pipeline stage (``pipeline_parallel_microbatches``
-  unset at 9dec370: "the number of pipeline stages"; 1F1B has one stage per rank,
-  Interleaved1F1B two). ``seq_len`` where given, else 8,192 (the train configs' default).
+  default number of microbatches, the pipeline degree, for every schedule
+  (``pipeline_parallel_microbatches`` unset: 9dec370's ``build_pipeline_schedule`` takes
+  ``pipeline_parallel_degree``, though the option's help says "the number of pipeline
+  stages"; Interleaved1F1B's two stages per rank do not double it). ``seq_len`` where given,
+  else 8,192 (the train configs' default).
 * ``compile`` -> ``training.compile``; blank (the 2024-08 rows) -> the train config of that
   commit (``llama3_405b.toml`` at 3faaa1a0: ``compile = true``).
 * Model code: torchtitan's Llama is the reference code (``training.elementwise: eager``:
@@ -67,7 +69,6 @@ ELEMENTWISE = "eager"        # torchtitan's reference-code Llama, norm_type rmsn
 SELECTIVE = {"activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}}
 FULL = {"activation_checkpoint": {"mode": "full"}}
 SCHEDULES = {"": "1F1B", "1F1B": "1F1B", "Interleaved 1F1B": "Interleaved1F1B"}
-STAGES_PER_RANK = {"1F1B": 1, "Interleaved1F1B": 2}
 # the file a row comes from -> the tag of its row id (when it was measured)
 VERSIONS = {"llama3_h100_202412_torchtitan.md": "2412",
             "asyncTP_llama3_h100_2025-06_torchtitan.md": "2506",
@@ -124,8 +125,8 @@ def titan_row(r: dict, split: str) -> TableRow:
     local = int(r["local_batch"])
     schedule = SCHEDULES[r["schedule"]]
     micro, accum = local, 1
-    if deg["pp"] > 1:            # one microbatch per pipeline stage (torchtitan's default)
-        accum = deg["pp"] * STAGES_PER_RANK[schedule]
+    if deg["pp"] > 1:            # one microbatch per pipeline rank (torchtitan's default)
+        accum = deg["pp"]
         micro = local // accum
     ac = "full" if r["ac"] == "full" else "selective op"
     rid = row_id(r, version, deg, f8, compiled, seq)
