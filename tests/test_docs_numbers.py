@@ -128,3 +128,61 @@ def test_compare_one_node_paragraph(capsys):
                    f"sends {_num(r['fsdp-full'][7]):.1f} GB per GPU per step against DDP's "
                    f"{r['ddp'][7]} GB", f"only {r['fsdp-full'][9]} s of it is exposed"):
         assert quoted in text, quoted
+
+
+# ------------------------------------------------------------------- docs/capacity.md
+CAPACITY = (REPO / "docs" / "capacity.md").read_text()
+COLUMNS = {"DDP": "ddp", "FSDP FULL_SHARD": "fsdp:FULL_SHARD",
+           "FSDP SHARD_GRAD_OP": "fsdp:SHARD_GRAD_OP"}
+
+
+def _capacity(capsys, *sets: str) -> dict[str, list[str]]:
+    """strategy -> its row: largest fit, params, peak GiB, iter s, tok/s/GPU, first no-fit,
+    params, the OOM place (one cell) and its peak GiB."""
+    args = [a for s in ("training.micro_batch=1", *sets) for a in ("--set", s)]
+    code, out, err = run_main(capsys, "capacity", "quickstart", *args, "-q")
+    assert code == 0, err
+    rows = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if cols and cols[0] in COLUMNS.values():
+            rows[cols[0]] = cols[1:8] + [" ".join(cols[8:-1]), cols[-1]]
+    return rows
+
+
+def test_capacity_folk_claim_table_and_throughput(capsys):
+    """docs/capacity.md's table (largest fit, its peak, the first no-fit and where it runs
+    out, per sequence length and checkpointing) and the throughput of the largest fits."""
+    section = CAPACITY.split("| seq_len, act. ckpt |", 1)[1].split("\n\n", 1)[0]
+    header = ["DDP", "FSDP FULL_SHARD", "FSDP SHARD_GRAD_OP"]
+    runs = {}
+    for line in section.splitlines()[2:]:
+        setting, *cells = [c.strip() for c in line.strip("|").split("|")]
+        seq, ckpt = setting.split(", ")
+        runs[setting] = rows = _capacity(
+            capsys, f"training.seq_len={seq}",
+            f"strategy.activation_checkpointing={'true' if ckpt == 'on' else 'false'}")
+        for name, cell in zip(header, cells):
+            fit, params, peak, _, _, _, nofit_params, oom_at, oom_peak = rows[COLUMNS[name]]
+            assert f"{float(params[:-1]):.1f}B" in cell and f"({peak} GiB)" in cell, \
+                (setting, name, cell, rows[COLUMNS[name]])
+            if "OOMs" in cell:
+                assert f"{float(nofit_params[:-1]):.1f}B OOMs" in cell, (setting, name)
+                assert (f"at {oom_peak}" in cell) == (" at " in cell), (setting, name)
+                assert ("optimizer step" in cell) == ("optimizer" in oom_at), (setting, name)
+    text = " ".join(CAPACITY.split("Throughput of the largest fits", 1)[1]
+                    .split("**Verdict.**")[0].split())
+    ddp = runs["4096, off"]["ddp"]
+    full = runs["4096, off"]["fsdp:FULL_SHARD"]
+    ckpt = runs["4096, on"]["fsdp:FULL_SHARD"]
+    for quoted in (f"DDP 4.0B runs {ddp[3]} s/iteration, {ddp[4]} tokens/s/GPU",
+                   f"FULL_SHARD 20.1B runs {full[3]} s, {full[4]} tokens/s/GPU",
+                   f"FULL_SHARD 33.7B runs {ckpt[3]} s, {ckpt[4]} tokens/s/GPU"):
+        assert quoted in text, quoted
+    offload = _capacity(capsys, "strategy.activation_checkpointing=true",
+                        "strategy.activation_offload=true")
+    text = " ".join(CAPACITY.split("Offloading the checkpointed block inputs", 1)[1]
+                    .split("Throughput of the largest fits")[0].split())
+    assert [offload[s][1] for s in COLUMNS.values()] == ["4.02B", "33.74B", "20.07B"]
+    assert (f"FULL_SHARD 33.7B runs {offload['fsdp:FULL_SHARD'][3]} s per iteration against "
+            f"{ckpt[3]} s without offload") in text
