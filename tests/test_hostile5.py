@@ -77,3 +77,19 @@ def test_fleet_failure_rates_past_the_work_bound_are_refused_before_simulating(c
     code, out, err = run_main(capsys, "cluster", str(mix), "-q", "--set",
                               "limits.max_failures=200000", "--set", "limits.horizon=1 h")
     assert code == 0, err
+
+
+def test_a_scheduled_failure_names_a_component_of_its_own_class(capsys, tmp_path):
+    """failures.schedule looked a name up among every component: {nic: n0.gpu0} failed a
+    GPU and {switch: n0.gpu0} too, both answered without a word. A name must be of the
+    class its key says; the right spelling still runs."""
+    mix = tmp_path / "m.yaml"
+    for entry, field in (("nic: n0.gpu0", "nic"), ("switch: n0.gpu0", "switch"),
+                         ("gpu: n0.nic0", "gpu"), ("switch: n0.nic0", "switch")):
+        mix.write_text(MIX % (f"schedule: [{{at: 1 s, {entry}}}]", "365 d"))
+        err = refused(capsys, "cluster", str(mix), "-q")
+        assert f"{mix}: failures.schedule[0].{field}: no " in err, err
+    mix.write_text(MIX % ("schedule: [{at: 1 s, nic: n0.nic0}, {at: 2 s, gpu: n0.gpu0}]",
+                          "365 d"))
+    code, out, err = run_main(capsys, "cluster", str(mix), "-q")
+    assert code == 0, err
