@@ -93,3 +93,23 @@ def test_a_scheduled_failure_names_a_component_of_its_own_class(capsys, tmp_path
                           "365 d"))
     code, out, err = run_main(capsys, "cluster", str(mix), "-q")
     assert code == 0, err
+
+
+def test_the_fifth_campaign_table_is_its_results():
+    """docs/inputs.md's table of the fifth campaign is counted from the committed
+    benchmarks/hostile/campaign5_results.csv (the script's own ``csv`` output)."""
+    from campaign_table import check_campaign_table
+    check_campaign_table("campaign5_results.csv", "## The fifth campaign", 1000)
+
+
+@pytest.mark.parametrize("kernel", ["flash2", "flash3"])
+def test_fp8_attention_with_a_flashattention_kernel_is_refused(capsys, kernel):
+    """training.fp8_attention is Transformer Engine's fused (cuDNN) FP8 attention; beside
+    attention: flash2 (FlashAttention-2, no FP8 kernel) it priced the FlashAttention curve
+    at FP8 and answered. Now one line naming the kernel; the default kernel still runs."""
+    err = refused(capsys, "run", "llama2-70b-lora-8gpu", "-q", "--set",
+                  "training.fp8_attention=on", "--set", f"training.attention={kernel}")
+    assert f"attention {kernel} has no FP8 training kernel" in err, err
+    code, out, err = run_main(capsys, "run", "llama2-70b-lora-8gpu", "-q", "--set",
+                              "training.fp8_attention=on")
+    assert code == 0, err
