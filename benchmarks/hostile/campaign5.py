@@ -233,7 +233,7 @@ def write_fleet_failures(c: Cases) -> None:
             ("gb300-nvl72", 1, "{at: 1 s, gpu: n0.gpu72}", False),
             ("dgx-b300", 2, "{at: 1 s, switch: spine.0}", None),
             ("dgx-a100-superpod", 4, "{at: 1 s, switch: leaf.r9.g9}", False)):
-        text = MIX_FAIL.format(failures=f"failures:\n  gpu: '10 per 1 gpu-days'\n"
+        text = MIX_FAIL.format(failures=f"failures:\n  gpu: '1 per 1 gpu-days'\n"
                                         f"  schedule: [{entry}]\n", set="")
         text = text.replace("dgx-a100-superpod, nodes: 4", f"{topo}, nodes: {nodes}")
         _add(c, "fleet-failures", ["cluster", "m.yaml", "-q"], {"m.yaml": text},
@@ -527,7 +527,8 @@ WRITERS5 = [
 def write_writes(c: Cases) -> None:
     st = {"m.yaml": MIX_FAIL.format(
         failures="failures:\n  gpu: '100 per 1 gpu-days'\n  link: '10 per 1 node-days'\n"
-                 "  schedule: [{at: 1 s, switch: spine.2}]\n", set="")}
+                 "  schedule: [{at: 1 s, switch: spine.2}]\nlimits: {horizon: 1 d}\n",
+        set="")}            # (a day: under limits.max_failures, so the mix runs and writes)
     for cmd in WRITERS5:
         for victims in ("all", "one", "dangling"):
             _add(c, "writes", cmd, st, "either",
