@@ -186,6 +186,10 @@ class Training(BaseModel):
         if not self.flash_attention:
             raise ValueError("fp8_attention runs the fused (cuDNN) attention kernel: not with "
                              "eager attention")
+        if self.attention in ("flash2", "flash3"):
+            raise ValueError(f"fp8_attention runs Transformer Engine's fused (cuDNN) attention "
+                             f"kernel, not FlashAttention's: attention {self.attention} has "
+                             f"no FP8 training kernel (drop attention or fp8_attention)")
         return self
 
     @property

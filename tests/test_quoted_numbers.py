@@ -2,9 +2,8 @@
 
 A block marked ``<!-- quoted: ARGS -->`` (a ``>`` quote or a fenced block right below) holds
 lines of ``clustersim ARGS``'s output, verbatim: the test runs the command once and finds
-each line in what it printed. docs/compare.md's first example is checked on two of its rows
-(the whole comparison takes a minute; these rows do not depend on the others). Each run here
-takes 5-20 s."""
+each line in what it printed. docs/compare.md's first example is checked whole (its second,
+its fabric table and folk claims: tests/test_docs_numbers.py). Each run here takes 5-20 s."""
 
 from __future__ import annotations
 
@@ -56,22 +55,14 @@ def test_a_quoted_output_is_what_the_tool_prints(capsys, monkeypatch, tmp_path, 
         assert line in out, f"{page}: {args}: {line!r} is not printed; it prints:\n{out}"
 
 
-def _rows(text: str, names: tuple[str, ...]) -> dict[str, list[str]]:
-    """The first row of each of ``names`` (the time and memory table's), its first ten
-    columns (strategy to exposed s)."""
-    rows: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line.split() and line.split()[0] in names:
-            rows.setdefault(line.split()[0], line.split()[:10])
-    return rows
-
-
-def test_compare_example_rows_are_what_compare_prints(capsys):
-    names = ("fsdp-full", "fsdp-grad-op")
+def test_compare_example_1_is_what_compare_prints(capsys):
+    """docs/compare.md's first example, every line of its block (the run takes ~10 s)."""
     page = (REPO / "docs" / "compare.md").read_text()
-    example = page.split("## Example 1", 1)[1].split("## Example 2", 1)[0]
-    quoted = _rows(example.split("```", 2)[1], names)
-    code, out, err = run_main(capsys, "compare", "llama2-7b-fsdp-128gpu", "--strategies",
-                              ",".join(names), "--no-capacity", "--no-scaling", "-q")
+    block = page.split("## Example 1", 1)[1].split("```", 2)[1]
+    quoted = [line for line in block.splitlines() if line.strip()]
+    code, out, err = run_main(capsys, "compare", "llama2-7b-fsdp-128gpu", "--tokens", "1T",
+                              "-q")
     assert code == 0, err
-    assert set(quoted) == set(names) and _rows(out, names) == quoted
+    out = out.replace(f"{REPO}/", "")              # a shipped scenario named from the checkout
+    missing = [line for line in quoted if line not in out]
+    assert quoted and not missing, f"docs/compare.md, Example 1: not printed: {missing[:3]}"

@@ -70,9 +70,14 @@ def test_plan_every_max_option_on_16384_nodes_is_refused_promptly(capsys):
 
 
 def test_plan_default_options_on_16384_nodes_are_refused_not_run_for_minutes(capsys):
+    """The refusal docs/plan.md quotes, word for word, from the command it names."""
     code, out, err = run_main(capsys, "plan", "llama2-7b-fsdp-128gpu",
                               "--set", "cluster.nodes=16384", *OLD_BATCH)
-    one_line_refusal(code, out, err, "--max-work", "28,242 candidates")
+    line = one_line_refusal(code, out, err, "--max-work", "28,242 candidates")
+    page = (REPO / "docs" / "plan.md").read_text()
+    assert f"--set cluster.nodes=16384 {' '.join(OLD_BATCH)}`" in page
+    quoted = page.split("clustersim: error: --max-work: this search", 1)[1].split("```")[0]
+    assert line == "clustersim: error: --max-work: this search " + " ".join(quoted.split())
 
 
 def test_plan_huge_global_batch_is_refused(capsys):

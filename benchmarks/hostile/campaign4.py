@@ -408,40 +408,55 @@ WRITERS4 = [
 ]
 
 
+# --out at a user's file, a link to one, a foreign folder, a link to one: each refused
+OUT_SETUPS = [
+    ({"files": {"out": "USER DATA\n"}, "guard": ["out"]}, "refuse"),
+    ({"files": {"victim/f": "USER DATA\n"}, "links": {"out": "victim/f"},
+      "guard": ["victim/f"]}, "refuse"),
+    ({"files": {"out/notes.txt": "USER DATA\n"}, "guard": ["out/notes.txt"]}, "refuse"),
+    ({"files": {"victim/notes.txt": "USER DATA\n"}, "links": {"out": "victim"},
+      "guard": ["victim/notes.txt"]}, "refuse")]
+
+
 def write_writes(c: Cases) -> None:
     st = {"m.yaml": MIX.format(**MIX_OK)}
     for cmd in WRITERS4:
         for victims in ("all", "one", "dangling"):
             _add(c, "writes", cmd, st, "either",
                  {"first_run": True, "link_outputs": victims, "guard": ["victim/*"]})
-        for setup, expect in (
-                ({"files": {"out": "USER DATA\n"}, "guard": ["out"]}, "refuse"),
-                ({"files": {"victim/f": "USER DATA\n"}, "links": {"out": "victim/f"},
-                  "guard": ["victim/f"]}, "refuse"),
-                ({"files": {"out/notes.txt": "USER DATA\n"}, "guard": ["out/notes.txt"]},
-                 "refuse"),
-                ({"files": {"victim/notes.txt": "USER DATA\n"}, "links": {"out": "victim"},
-                  "guard": ["victim/notes.txt"]}, "refuse")):
+        for setup, expect in OUT_SETUPS:
             _add(c, "writes", cmd, st, expect, setup)
     # a folder under out/ that a later file is written into, replaced by a link
     _add(c, "writes", WRITERS4[0], st, "either",
          {"first_run": True, "dirs": ["victim"],
           "files": {"victim/rank-0.pt.trace.json": "USER DATA\n"},
           "relink": {"out/kineto": "../victim"}, "guard": ["victim/rank-0.pt.trace.json"]})
-    for _ in range(20):
-        cmd = R.choice(WRITERS4)
-        _add(c, "writes-kill", cmd, st, "either",
-             {"first_run": True, "kill_after": round(R.uniform(0.05, 1.5), 3), "whole": True})
+    add_kills(c, WRITERS4, st, 20, 1.5)
+
+
+def add_kills(c: Cases, writers: list[list[str]], files: dict, n: int, latest: float) -> None:
+    """``n`` runs of a writer drawn from ``writers``, each killed 0.05 .. ``latest`` s after
+    it starts, after a first whole run: every output left must be whole."""
+    for _ in range(n):
+        cmd = R.choice(writers)
+        _add(c, "writes-kill", cmd, files, "either",
+             {"first_run": True, "kill_after": round(R.uniform(0.05, latest), 3),
+              "whole": True})
+
+
+def write_cases(root: Path, writers) -> None:
+    """Every writer's case folders under the new folder ``root``."""
+    root.mkdir(parents=True, exist_ok=False)
+    c = Cases(root)
+    for writer in writers:
+        writer(c)
+    print(f"wrote {c.n} cases under {root}")
 
 
 def write_all(root: Path) -> None:
-    root.mkdir(parents=True, exist_ok=False)
-    c = Cases(root)
-    for writer in (write_timeline, write_fp8, write_transpose, write_fleet, write_topology,
-                   write_finetune, write_reliability_energy, write_energy_columns,
-                   write_validate, write_ds_config, write_writes):
-        writer(c)
-    print(f"wrote {c.n} cases under {root}")
+    write_cases(root, (write_timeline, write_fp8, write_transpose, write_fleet, write_topology,
+                       write_finetune, write_reliability_energy, write_energy_columns,
+                       write_validate, write_ds_config, write_writes))
 
 
 def _prepare(case: Path, setup: dict) -> dict[str, str]:

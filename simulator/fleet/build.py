@@ -68,6 +68,7 @@ def build_fleet(mix: Mix, source: str) -> Fleet:
             parse_duration(ck.save) if ck else 0.0, parse_duration(ck.restore) if ck else 0.0))
     _check_work(specs, per, mix, source)
     components, classes = failing(cluster, layout, mix, source)
+    _check_failures(components, classes, mix, source)
     step_times = StepTimes(layout)
     step_times.rebuild = _rebuild(mix, cluster, source)
     return Fleet(layout, specs, mix.scheduler, mix.placement, components, mix.seed,
@@ -179,6 +180,21 @@ def work_estimate(specs: list[JobSpec], per_server: int) -> float:
     alone = SHAPES_PER_KIND * sum(ops_per_step(w) for w in kinds.values())
     return float(alone + CO_SIMULATIONS * sum(ops_per_step(s.work) for s in specs
                                               if s.gpus > per_server))
+
+
+def _check_failures(components, classes, mix: Mix, source: str) -> None:
+    """Refuse rates that would draw more than ``limits.max_failures`` failures before the
+    horizon (every component's rate and every class's summed rate, over the whole horizon:
+    a mix whose jobs cannot finish runs to it)."""
+    horizon = parse_duration(mix.limits.horizon)
+    rate = sum(c.rate_per_s for c in components) + sum(k.rate_per_s for k in classes)
+    expected = rate * horizon
+    if expected > mix.limits.max_failures:
+        raise ConfigError(f"about {expected:.3g} failures expected in the horizon of "
+                          f"{mix.limits.horizon}, past the limit of "
+                          f"{mix.limits.max_failures:.3g}: lower failure rates, a shorter "
+                          f"limits.horizon or a higher limit", source=source,
+                          field="limits.max_failures")
 
 
 def _check_work(specs: list[JobSpec], per_server: int, mix: Mix, source: str) -> None:

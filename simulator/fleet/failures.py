@@ -39,6 +39,9 @@ NOUN = {"node": "node", "leaf_switch": "switch", "gpu": "gpu", "nic": "nic", "li
 REPAIR = {"node": "repair", "leaf_switch": "leaf_repair", "gpu": "gpu_repair",
           "nic": "nic_repair", "link": "link_repair", "spine_switch": "spine_repair"}
 BY_CLASS = ("gpu", "nic", "link", "spine_switch")     # one Poisson process per class
+# the classes a scheduled failure's key names (a NIC's name given as a gpu: is no GPU)
+SCHEDULED = {"node": ("node",), "gpu": ("gpu",), "nic": ("nic",), "link": ("link",),
+             "switch": ("leaf_switch", "spine_switch")}
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Component:
     repair_s: float = 86400.0
     degrades: tuple = ()
     slows: tuple[int, ...] = ()         # a NIC's cable: its server's multi-server jobs
+    cls: str = "node"                   # its class (a key of NOUN)
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ def failing(cluster, layout: Layout, mix: Mix, source: str
         for name in sorted(leaves):
             under.setdefault(name, []).append(s)
     leaves = [Component(name, tuple(servers), rate["leaf_switch"](len(under)),
-                        repair["leaf_switch"]) for name, servers in sorted(under.items())]
+                        repair["leaf_switch"], cls="leaf_switch")
+              for name, servers in sorted(under.items())]
     out = nodes + leaves
     classes = []
     if _needs_inventory(mix, rate):
@@ -117,13 +122,13 @@ def _component(G, index: dict, name: str, blast, cls: str, repair_s: float) -> C
     server)."""
     lost = tuple(sorted(index[s] for s in blast.lost))
     if lost:
-        return Component(name, lost, 0.0, repair_s)
+        return Component(name, lost, 0.0, repair_s, cls=cls)
     if cls != "link":
-        return Component(name, (), 0.0, repair_s, ("node", name))
+        return Component(name, (), 0.0, repair_s, ("node", name), cls=cls)
     u, v = name.split("~")
     nics = [x for x in (u, v) if G.nodes[x].get("kind") == "nic"]
     return Component(name, (), 0.0, repair_s, ("edge", u, v),
-                     tuple(index[G.nodes[x]["server"]] for x in nics))
+                     tuple(index[G.nodes[x]["server"]] for x in nics), cls=cls)
 
 
 def _rate(text: str, cls: str, source: str, counts: dict):
@@ -168,7 +173,8 @@ def scheduled(mix: Mix, components: tuple[Component, ...], servers: int,
         else:
             key = next(k for k in ("switch", "gpu", "nic") if getattr(f, k) is not None)
             names = [getattr(f, key)]
-        found = next((index[n] for n in names if n in index), None)
+        found = next((index[n] for n in names if n in index
+                      and components[index[n]].cls in SCHEDULED[key]), None)
         if found is None:
             what = {"switch": "leaf or spine switch", "link": "link between switches or a "
                     "NIC and its switch"}.get(key, key)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import ConfigError, validation_error
 from simulator.inputs import read_text
+from simulator.outpaths import atomic_write_text, atomic_writer
 from simulator.yamlio import read_yaml
 from simulator.validation.paths import data_dir
 
@@ -256,7 +257,7 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
     """results.csv and report.md into ``out`` (default: ``root``, beside the setup)."""
     out = Path(out) if out is not None else root
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "results.csv", "w", newline="") as f:
+    with atomic_writer(out / "results.csv", text=True) as f:   # a link replaced, not followed
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows({k: r.get(k, "") for k in COLUMNS} for r in results)
@@ -358,7 +359,7 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
                      *(_cell(r, k) for k in ("train_step_error", "train_kwh",
                                              "simulated_train_kwh", "train_energy_error"))]
             lines.append("| " + " | ".join(cells) + " |")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
     return out / "report.md"
 
 
