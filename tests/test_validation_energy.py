@@ -32,10 +32,31 @@ def test_the_copied_power_runs_are_the_shared_data_unedited():
 def test_without_the_lora_scenario_every_run_is_pending_not_failed(tmp_path):
     from click.testing import CliRunner
     root = _root(tmp_path, scenario="no-such-lora-scenario")
-    got = CliRunner().invoke(ve.validate_energy, ["--root", str(root)])
+    out = tmp_path / "report"
+    got = CliRunner().invoke(ve.validate_energy, ["--root", str(root), "--out", str(out)])
     assert got.exit_code == 0, got.output
     assert "0 of 10 runs simulated (pending: needs the LoRA scenario)" in got.output
-    assert (root / "report.md").read_text().count(ve.PENDING) == 11   # a line + 10 rows
+    assert (out / "report.md").read_text().count(ve.PENDING) == 11   # a line + 10 rows
+    assert not (root / "report.md").exists()       # the report goes to --out, not the data
+
+
+def test_a_users_data_folder_is_not_written_without_out(capsys, tmp_path, monkeypatch):
+    """validate energy --root DIR wrote its report into DIR, the user's data folder, as no
+    other validate command does: without --out, a folder clustersim did not write is
+    refused in one line before any simulation (as validate traces --root)."""
+    from simulator.cli import main
+    root = _root(tmp_path)
+
+    def no_simulation(*_args, **_kwargs):
+        raise AssertionError("simulated before the refusal")
+    monkeypatch.setattr(ve, "simulate", no_simulation)
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "energy", "--root", str(root)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "without --out the report is written here" in err, err
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        p.name for p in ve.ROOT.iterdir() if p.name not in ("report.md", "results.csv"))
 
 
 def test_a_run_that_simulates_has_its_energy_per_run_written_out(tmp_path):

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from simulator.errors import ConfigError, validation_error
 from simulator.inputs import read_text
 from simulator.outpaths import atomic_write_text, atomic_writer
+from simulator.progress import quiet_option, stage
 from simulator.yamlio import read_yaml
 from simulator.validation.paths import data_dir
 
@@ -71,11 +72,15 @@ POWER_COLUMNS = ("run", "run_status", "ttt_min", "avg_node_power_W", "node_energ
 STEPS_COLUMNS = ("system", "median_step_time_s")
 
 
+def _read_csv(path: Path) -> csv.DictReader:
+    """The CSV ``path`` read through the input boundary (a regular file, size limit, UTF-8)."""
+    return csv.DictReader(io.StringIO(read_text(path, "validation CSV"), newline=""))
+
+
 def _rows(path: Path, columns: tuple[str, ...]) -> list[dict]:
     """The rows of the CSV ``path`` (through the input boundary) once its header has
     ``columns``; every cell of them present."""
-    text = read_text(path, "validation CSV")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = _read_csv(path)
     missing = [c for c in columns if c not in (reader.fieldnames or [])]
     if missing:
         raise ConfigError(f"no column {missing[0]!r}", source=str(path))
@@ -108,8 +113,7 @@ def steady_training(root: Path = ROOT) -> dict[str, dict]:
     path = root / PHASES
     if not path.is_file():
         return {}
-    with open(path, newline="") as f:
-        blocks = [r for r in csv.DictReader(f) if r["interval"] == "train" and r["index"] != "0"]
+    blocks = [r for r in _read_csv(path) if r["interval"] == "train" and r["index"] != "0"]
     out = {}
     for run in sorted({r["run"] for r in blocks}):
         mine = [r for r in blocks if r["run"] == run]
@@ -152,8 +156,7 @@ def run_phases(root: Path = ROOT) -> dict[str, dict]:
     path = root / PHASES
     if not path.is_file():
         return {}
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = list(_read_csv(path))
     steady = steady_training(root)
     out = {}
     for run in sorted({r["run"] for r in rows}):
@@ -456,8 +459,7 @@ def interval_checks(setup: dict, root: Path = ROOT) -> list[dict]:
         return []
     from simulator.evaluation import evaluation_pass
     from simulator.scenario import load_scenario, resolve_scenario
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = list(_read_csv(path))
     scenario = resolve_scenario(setup["scenario"])
     out = []
     for system, sets in checks.items():
@@ -491,16 +493,25 @@ def _median(values: list[float]) -> float:
     return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 
 
-def evaluate(root: Path = ROOT) -> tuple[dict, list[dict], tuple | None, tuple | None]:
-    """(setup, result rows, the simulation, the simulation under the cap) of ``root``'s
-    setup: what ``validate energy`` and ``validate all`` report."""
+def measurements(root: Path = ROOT) -> tuple:
+    """(setup, runs, steps row, steady training, phases) of ``root``, every measurement
+    parsed and compared once without a simulation: a bad file is refused before any work."""
     setup, runs, step = load(root)
-    try:                                # the measurements parse before anything is simulated
+    try:
         steady, phases = steady_training(root), run_phases(root)
         compare(setup, runs, step, None, None, steady, phases)
     except (KeyError, ValueError, ZeroDivisionError) as exc:
         raise ConfigError(f"a measurement that is not a number, or a column missing: {exc}",
                           source=str(root)) from None
+    return setup, runs, step, steady, phases
+
+
+def evaluate(root: Path = ROOT, measured: tuple | None = None
+             ) -> tuple[dict, list[dict], tuple | None, tuple | None]:
+    """(setup, result rows, the simulation, the simulation under the cap) of ``root``'s
+    setup (``measured``: its :func:`measurements`, when already read): what ``validate
+    energy`` and ``validate all`` report."""
+    setup, runs, step, steady, phases = measured or measurements(root)
     sim = simulate(setup)
     capped = simulate(setup, setup["power_cap_w"]) if sim is not None else None
     return setup, compare(setup, runs, step, sim, capped, steady, phases), sim, capped
@@ -509,16 +520,23 @@ def evaluate(root: Path = ROOT) -> tuple[dict, list[dict], tuple | None, tuple |
 @click.command("energy")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder with setup.yaml and the MLPerf CSVs [default: validation/energy].")
-def validate_energy(root):
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder: new, empty or written by clustersim [default: the "
+                   "--root folder; from a wheel, validation-report/energy].")
+@quiet_option
+def validate_energy(root, out):
     """Simulated energy per run and node power against MLPerf v4.1's measured LoRA power
     runs (64 x H100), with a 500 W power-cap what-if; rows read "pending" where the LoRA
-    scenario is not shipped (docs/energy.md)."""
-    from simulator.validation.commands import gated_exit
+    scenario is not shipped (docs/energy.md). Writes report.md and results.csv."""
+    from simulator.validation.commands import gated_exit, report_folder
     root = root or ROOT
     if not (root / "setup.yaml").is_file():
         raise ConfigError(f"no setup.yaml in {root}", source="--root")
-    setup, results, sim, capped = evaluate(root)
-    report = write(results, setup, sim, capped, root)
+    measured = measurements(root)
+    folder = report_folder(out, root)
+    stage("validate energy: simulating the MLPerf LoRA power runs' step and evaluation")
+    setup, results, sim, capped = evaluate(root, measured)
+    report = write(results, setup, sim, capped, root, folder)
     n = sum(1 for r in results if "energy_error" in r)
     click.echo(f"energy: {n} of {len(results)} runs simulated"
                + ("" if n else f" ({PENDING})") + f"; report: {report}")

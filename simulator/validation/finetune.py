@@ -240,7 +240,8 @@ def summary(results: list[dict]) -> list[dict]:
 
 
 def write(results: list[dict], root: Path = ROOT) -> None:
-    with open(root / "results.csv", "w", newline="") as f:
+    from simulator.outpaths import atomic_write_text, atomic_writer
+    with atomic_writer(root / "results.csv", text=True) as f:    # a link replaced, not followed
         w = csv.DictWriter(f, RESULT_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(results)
@@ -269,7 +270,7 @@ def write(results: list[dict], root: Path = ROOT) -> None:
     for s in summary(results):
         lines.append(f"| {s['group']} | {s['rows']} | {s['median_abs']:.1%} | "
                      f"{s['worst']:+.1%} |")
-    (root / "report.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(root / "report.md", "\n".join(lines) + "\n")
 
 
 def main(argv=None) -> None:
