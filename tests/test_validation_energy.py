@@ -280,3 +280,26 @@ def test_the_gpu_power_check_against_newkirk_is_what_the_docs_say():
     assert (f"it leaves {implied:.0f} W, {1 - implied / e.avg_gpu_w:.1%} under the model's\n"
             f"{e.avg_gpu_w:.0f} W average") in doc
     assert f"is {0.005 * 10200 * p['psu'] / 8:.0f} W a GPU" in doc
+
+
+def test_an_evaluation_check_of_a_system_without_intervals_is_refused_first(capsys, tmp_path,
+                                                                            monkeypatch):
+    """An `evaluation_checks` system absent from the intervals file was an IndexError
+    (the median of no evaluations) after both simulations; now one line naming the field,
+    before any simulation."""
+    from simulator.cli import main
+    root = _root(tmp_path)
+    text = (root / "setup.yaml").read_text()
+    data = yaml.safe_load(text)
+    checks = data["evaluation_checks"]
+    checks["nope_system"] = checks.pop(next(iter(checks)))
+    (root / "setup.yaml").write_text(yaml.safe_dump(data))
+
+    def no_simulation(*_args, **_kwargs):
+        raise AssertionError("simulated before the refusal")
+    monkeypatch.setattr(ve, "simulate", no_simulation)
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "energy", "--root", str(root), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "evaluation_checks.nope_system: no run of system 'nope_system'" in err, err

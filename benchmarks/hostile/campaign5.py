@@ -486,15 +486,17 @@ def write_validate(c: Cases) -> None:
     base["f.txt"] = "USER DATA\n"
     for args, expect in cases:
         _add(c, "validate", args, base if "e" in args else {"f.txt": "USER DATA\n"}, expect)
-    good = '"training.evaluation={every_steps: 48, samples: 173, first_step: 192}"'
+    good = ('"training.evaluation={every_steps: 48, samples: 173, first_step: 192, '
+            'dense_mask_workers: 1}"')
     bad_checks = [
         good.replace("every_steps: 48", "every_steps: 0"),
         good.replace("samples: 173", "samples: -1"),
         good.replace("first_step: 192", "first_step: x"),
         good.replace("every_steps: 48, ", ""),
+        good.replace("dense_mask_workers: 1", "dense_mask_workers: 0"),
         '"training.evaluation=5"', '"training.nope=1"', '"cluster.nodes=0"', "nope=1", "3",
     ]
-    old = '    - "training.evaluation={every_steps: 48, samples: 173, first_step: 192}"\n  eos_n8'
+    old = f"    - {good}\n  eos_n8"
     for check in bad_checks:
         text = setup.replace(old, f"    - {check}\n  eos_n8")
         assert text != setup

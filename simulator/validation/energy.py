@@ -14,6 +14,7 @@ scenario" (not a failure). ``clustersim validate energy`` writes ``results.csv``
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 from typing import Literal
@@ -500,10 +501,26 @@ def measurements(root: Path = ROOT) -> tuple:
     try:
         steady, phases = steady_training(root), run_phases(root)
         compare(setup, runs, step, None, None, steady, phases)
+        _check_intervals(setup, root)
     except (KeyError, ValueError, ZeroDivisionError) as exc:
         raise ConfigError(f"a measurement that is not a number, or a column missing: {exc}",
                           source=str(root)) from None
     return setup, runs, step, steady, phases
+
+
+def _check_intervals(setup: dict, root: Path) -> None:
+    """Every system ``evaluation_checks`` names has runs in the intervals file, each with an
+    evaluation after its first (what :func:`interval_checks` takes the median of)."""
+    checks, path = setup.get("evaluation_checks") or {}, root / INTERVALS
+    if not checks or not path.is_file():
+        return
+    evals = collections.Counter((r["system"], r["run"]) for r in _read_csv(path)
+                                if r["interval"] == "eval")
+    for system in checks:
+        if not any(n > 1 for (s, _), n in evals.items() if s == system):
+            raise ConfigError(f"no run of system {system!r} with an evaluation after its "
+                              f"first in {INTERVALS}", source=str(root / "setup.yaml"),
+                              field=f"evaluation_checks.{system}")
 
 
 def evaluate(root: Path = ROOT, measured: tuple | None = None
