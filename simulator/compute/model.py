@@ -107,7 +107,8 @@ def _op_class(entry: Any, source: str, where: str) -> OpClassCalibration:
     return OpClassCalibration(
         tensor_cores=tc,
         memory_efficiency=check_fraction(mem["value"], source, f"{where}.memory_efficiency.value"),
-        compute=_curves(entry["compute"], tc, source, f"{where}.compute"),
+        compute=_curves(entry["compute"], tc and name == "matmul", tc, source,
+                        f"{where}.compute"),
         memory_source=check_source(mem["source"], source, f"{where}.memory_efficiency"))
 
 
@@ -314,8 +315,14 @@ class ComputeModel:
         if not isinstance(precision, str) or precision not in OP_PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}; valid: "
                               f"{', '.join(OP_PRECISIONS)}")
-        # FP8 GEMMs on the bf16 curve at the FP8 peak (compute.yaml header: an assumption)
-        key = (BF16 if precision == FP8 else precision) if entry.tensor_cores else FP32
+        # FP8 GEMMs on the bf16 curve at the FP8 peak (compute.yaml header: an assumption),
+        # unless the class has a measured FP8 GEMM curve of its own (CDNA 3's matmul)
+        if not entry.tensor_cores:
+            key = FP32
+        elif precision == FP8:
+            key = FP8 if FP8 in entry.compute else BF16
+        else:
+            key = precision
         if key not in entry.compute:
             raise ConfigError(f"no compute efficiency for op class {op_class!r} at precision "
                               f"{precision!r}", source=self.calibration.source)
@@ -380,11 +387,12 @@ def _scale_factor(factor: Any) -> float:
     return float(factor)
 
 
-def _curves(table: Any, tensor_cores: bool, src: str, where: str) -> dict:
+def _curves(table: Any, fp8_gemm: bool, tensor_cores: bool, src: str, where: str) -> dict:
+    """``fp8_gemm``: the table may give FP8 GEMMs their own measured curve (a matmul class)."""
     if not isinstance(table, dict) or not table:
         raise ConfigError("must be a non-empty mapping precision -> curve", source=src,
                           field=where)
-    valid = PRECISIONS if tensor_cores else (FP32,)
+    valid = ((*PRECISIONS, FP8) if fp8_gemm else PRECISIONS) if tensor_cores else (FP32,)
     out = {}
     for precision, curve in table.items():
         at = f"{where}.{precision}"
