@@ -34,8 +34,9 @@ GEMM path at another operand width, at the datasheet's FP8 peak, twice bf16), un
 family gives ``fp8_gemm_speedup``: the FP8:BF16 kernel-time ratio a benchmark measured on
 the same GEMM shapes (Hopper's and Blackwell Ultra's, from Transformer Engine's GEMM
 profiling). Then an FP8 GEMM takes the time of the same GEMM in bf16, with the bf16
-factor, divided by that ratio (:class:`~.model.ComputeModel`), so the simulated ratio is the
-measured one and a refit of the bf16 factor carries it. (An absolute FP8 factor,
+factor, its compute time divided by that ratio (:class:`~.model.ComputeModel`), so a
+compute-bound GEMM's simulated ratio is the measured one and a refit of the bf16 factor
+carries it. (An absolute FP8 factor,
 ``time_factor.fp8_matmul``, was a second spelling of the same rate: refused, naming this
 one.) An FP8 attention kernel (``training.fp8_attention``) takes the bf16 ``attention``
 factor.
