@@ -47,9 +47,10 @@ def test_a_memory_bound_fp8_gemm_is_not_divided():
                                                                      "bf16")
 
 
-def test_blackwell_ultra_keeps_its_own_fp8_factor_and_b200_none():
-    b300 = family_of(gpu_spec("B300"))
-    assert b300.fp8_gemm_speedup is None and b300.fp8_matmul is not None
+def test_blackwell_ultra_takes_its_benchmarks_ratio_and_b200_none():
+    # one spelling for both: TE's B300 benchmark, BF16 12.835 ms against MXFP8 7.324 ms
+    assert family_of(gpu_spec("B300")).fp8_gemm_speedup == pytest.approx(
+        12.835 / 7.324, abs=1e-4)
     assert family_of(gpu_spec("B200")).fp8_gemm_speedup is None
 
 
@@ -63,14 +64,30 @@ def test_a_refit_keeps_the_sourced_speedup():
     assert fit._with_sourced(entry, {}) == entry
 
 
-def test_both_fp8_rates_in_one_family_are_refused(tmp_path):
+def _fit_file(tmp_path, edit):
     from simulator.compute.training_fit import read_fit
     from simulator.yamlio import write_yaml
     data = read_fit()
-    h100 = data["families"]["H100"]
-    h100["time_factor"]["fp8_matmul"] = {"value": 1.3, "source": "x"}
+    edit(data["families"])
     path = tmp_path / "fit.yaml"
     write_yaml(path, data, "")
-    with pytest.raises(ConfigError, match="one rate") as info:
+    return path
+
+
+def test_the_old_absolute_fp8_factor_is_refused_naming_the_ratio(tmp_path):
+    # the second spelling of one rate (B300's former time_factor.fp8_matmul) is refused in
+    # one line that names the one kept
+    path = _fit_file(tmp_path, lambda f: f["B300"]["time_factor"].update(
+        fp8_matmul={"value": 1.3752, "source": "x"}))
+    with pytest.raises(ConfigError, match=FP8_SPEEDUP) as info:
         families(path)
-    assert info.value.field == f"families.H100.{FP8_SPEEDUP}"
+    assert info.value.field == "families.B300.time_factor.fp8_matmul"
+    assert "\n" not in str(info.value)
+
+
+def test_an_unknown_op_group_in_time_factor_is_refused(tmp_path):
+    path = _fit_file(tmp_path, lambda f: f["H100"]["time_factor"].update(
+        matmull={"value": 1.2, "source": "x"}))
+    with pytest.raises(ConfigError, match="matmull") as info:
+        families(path)
+    assert info.value.field == "families.H100.time_factor"

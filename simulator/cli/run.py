@@ -61,6 +61,9 @@ def register(cli: click.Group) -> None:
             from ..pipeline import build_setup, run_setup
             from ..validation.envelope import Query, envelope
             setup = build_setup(scn, scn.source)
+        note = batch_note(setup.scenario, sets, setup.trace.meta.get("global_batch"))
+        if note:
+            click.echo(f"clustersim: run: {note}", err=True)
         with ticking(f"run: simulating one iteration on {setup.trace.world_size} GPUs"):
             result = run_setup(setup)
         keep("run", (setup, result))    # the executable frees them at exit, all at once
@@ -74,7 +77,10 @@ def register(cli: click.Group) -> None:
         from ..energy.report import energy_rows, energy_sentence
         from ..energy.timeline import energy_of
         energy = energy_of(result)
-        rows = metric_rows(m, capacity_gib) + energy_rows(energy, gpu)
+        from .replay import unknown_metrics      # what replay says of the same trace
+        unknown = unknown_metrics(setup.trace)
+        rows = [(k, f"n/a ({unknown[k]})" if k in unknown else v)
+                for k, v in metric_rows(m, capacity_gib)] + energy_rows(energy, gpu)
         from ..evaluation import eval_rows, evaluation_pass
         ev = evaluation_pass(scn, scn.source, setup.cluster)
         rows += eval_rows(ev, m.iteration_time_s, energy)
@@ -197,3 +203,22 @@ def bubble_line(meta: dict) -> str:
             f"stages idle about (pp - 1) / (vp x m + pp - 1) = {100 * share:.0f}% of the "
             f"schedule while it fills and drains, most of wait_s; more micro-batches a step "
             f"(training.grad_accum) shrink it")
+
+
+_PLAN_KEYS = ("strategy", "cluster", "topology")    # --set keys that move the DP ranks
+
+
+def batch_note(scn, sets, global_batch) -> str:
+    """How the step's global batch follows from a ``--set`` of the plan or the cluster
+    (which changes the data-parallel ranks) where the scenario fixes no
+    ``training.global_batch``: no setting changes the global batch silently (issue 40);
+    "" otherwise."""
+    keys = {s.partition("=")[0].strip().split(".")[0] for s in sets}
+    t = scn.training
+    if t.global_batch is not None or not global_batch or not keys & set(_PLAN_KEYS):
+        return ""
+    dp = global_batch // (t.micro_batch * t.grad_accum)
+    return (f"global batch {global_batch} samples = micro-batch {t.micro_batch} x "
+            f"{t.grad_accum} micro-batch(es) a step x {dp} data-parallel ranks of this plan "
+            f"(the micro-batches a step are kept, so a --set of the plan or the GPUs moves "
+            f"it; a training.global_batch in place of training.grad_accum holds it)")

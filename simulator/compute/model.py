@@ -174,7 +174,6 @@ class ComputeModel:
             return f"the roofline's kernels ({why})"
         tf = fit.time_factor
         kernels = (f"{fit.name} kernels as fitted: matmul x{tf['matmul']:.2f}"
-                   + (f", FP8 matmul x{fit.fp8_matmul:.2f}" if fit.fp8_matmul else "")
                    + (f", FP8 GEMMs {fit.fp8_gemm_speedup:.3g}x the bf16 rate"
                       if fit.fp8_gemm_speedup else "")
                    + f", attention x{tf['attention']:.2f}")

@@ -31,12 +31,14 @@ the precisions the fit saw; a GPU of another generation or precision gets
 :data:`IDENTITY` (factor 1, no overhead), so its answers are the roofline's. An FP8 GEMM
 (:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16 ``matmul`` factor (the same
 GEMM path at another operand width, at the datasheet's FP8 peak, twice bf16), unless the
-family gives FP8 GEMMs their own measured rate: ``time_factor.fp8_matmul`` (Blackwell
-Ultra's, whose bf16 factor is not fitted either: both from a kernel benchmark that ran both
-precisions on the same shapes), or ``fp8_gemm_speedup`` (Hopper's, beside a fitted bf16
-factor: an FP8 GEMM takes the time of the same GEMM in bf16 divided by the measured
-FP8:BF16 kernel ratio, :class:`~.model.ComputeModel`, so a refit of the bf16 factor carries
-it); an FP8 attention kernel (``training.fp8_attention``) takes the bf16 ``attention``
+family gives ``fp8_gemm_speedup``: the FP8:BF16 kernel-time ratio a benchmark measured on
+the same GEMM shapes (Hopper's and Blackwell Ultra's, from Transformer Engine's GEMM
+profiling). Then an FP8 GEMM takes the time of the same GEMM in bf16, with the bf16
+factor, its compute time divided by that ratio (:class:`~.model.ComputeModel`), so a
+compute-bound GEMM's simulated ratio is the measured one and a refit of the bf16 factor
+carries it. (An absolute FP8 factor,
+``time_factor.fp8_matmul``, was a second spelling of the same rate: refused, naming this
+one.) An FP8 attention kernel (``training.fp8_attention``) takes the bf16 ``attention``
 factor.
 """
 
@@ -62,8 +64,8 @@ GROUP_OF = {"matmul": "matmul", "attention": "attention", "elementwise": "memory
             "norm": "memory_bound", "embedding": "memory_bound", "loss": "memory_bound"}
 FILE = "training_fit.yaml"
 BF16 = "bf16"
-FP8_MATMUL = "fp8_matmul"      # optional time_factor entry: FP8 GEMMs' own factor
 FP8_SPEEDUP = "fp8_gemm_speedup"    # optional family entry: FP8 GEMM rate over bf16's, measured
+OLD_FP8_MATMUL = "fp8_matmul"      # the absolute FP8 factor it replaced: refused, naming it
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,6 @@ class FamilyFit:
         default_factory=lambda: MappingProxyType({g: 1.0 for g in GROUPS}))
     kernel_overhead_s: float = 0.0
     stack_strategies: tuple[str, ...] | None = None   # None: every strategy
-    fp8_matmul: float | None = None      # an FP8 GEMM's own factor (None: the bf16 matmul's)
     fp8_gemm_speedup: float | None = None   # FP8 GEMM = the bf16 GEMM's time / this (measured)
 
     def runs_stack(self, strategy: str | None) -> bool:
@@ -96,8 +97,6 @@ class FamilyFit:
     def factor(self, op_class: str, precision: str) -> float:
         """The time factor of ``op_class`` at ``precision`` (1 where the fit does not apply)."""
         if precision == FP8 and op_class in KERNEL_GROUPS and BF16 in self.precisions:
-            if op_class == "matmul" and self.fp8_matmul is not None:
-                return self.fp8_matmul               # the family's measured FP8 GEMM rate
             return self.time_factor[op_class]    # the same kernel at another operand width
         if precision not in self.precisions:
             return 1.0
@@ -122,6 +121,8 @@ IDENTITY = FamilyFit()
 
 
 def _family(name: str, entry: dict, src: str) -> tuple[tuple[str, ...], FamilyFit]:
+    if isinstance(entry, dict) and isinstance(entry.get("time_factor"), dict):
+        _check_time_factor_keys(name, entry["time_factor"], src)
     try:
         tf = {g: float(entry["time_factor"][g]["value"]) for g in GROUPS}
         us = float(entry["kernel_overhead_us"]["value"])
@@ -129,22 +130,30 @@ def _family(name: str, entry: dict, src: str) -> tuple[tuple[str, ...], FamilyFi
         precisions = tuple(entry["precisions"])
         strategies = (tuple(entry["stack_strategies"]) if "stack_strategies" in entry
                       else None)
-        fp8 = entry["time_factor"].get(FP8_MATMUL)
-        fp8 = None if fp8 is None else float(fp8["value"])
         speedup = entry.get(FP8_SPEEDUP)
         speedup = None if speedup is None else float(speedup["value"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed family entry ({exc})", source=src,
                           field=f"families.{name}") from None
-    if any(v <= 0 for v in tf.values()) or us < 0 or (fp8 is not None and fp8 <= 0) \
-            or (speedup is not None and speedup <= 0):
+    if any(v <= 0 for v in tf.values()) or us < 0 or (speedup is not None and speedup <= 0):
         raise ConfigError("time factors and the FP8 GEMM speedup must be > 0 and the "
                           "overhead >= 0", source=src, field=f"families.{name}")
-    if fp8 is not None and speedup is not None:
-        raise ConfigError(f"give FP8 GEMMs one rate: {FP8_MATMUL} or {FP8_SPEEDUP}, not both",
-                          source=src, field=f"families.{name}.{FP8_SPEEDUP}")
     return gpus, FamilyFit(name, precisions, MappingProxyType(tf), us * 1e-6, strategies,
-                           fp8, speedup)
+                           speedup)
+
+
+def _check_time_factor_keys(name: str, table: dict, src: str) -> None:
+    """Refuse a ``time_factor`` entry that is not an op group (one FP8 GEMM spelling)."""
+    if OLD_FP8_MATMUL in table:
+        raise ConfigError(f"an FP8 GEMM rate is given as {FP8_SPEEDUP} (the measured "
+                          f"FP8:BF16 kernel-time ratio, beside time_factor), not as an "
+                          f"absolute factor", source=src,
+                          field=f"families.{name}.time_factor.{OLD_FP8_MATMUL}")
+    unknown = sorted(set(table) - set(GROUPS))
+    if unknown:
+        raise ConfigError(f"unknown op group(s) {', '.join(map(str, unknown))}; valid: "
+                          f"{', '.join(GROUPS)}", source=src,
+                          field=f"families.{name}.time_factor")
 
 
 def read_fit(path=None) -> dict:

@@ -189,11 +189,11 @@ HEADER = """\
 # validation/parallel/cases.yaml's blackwell_split declares, written with those rows'
 # replay (`python -m simulator.validation.parallel.blackwell_fit`, its own --check); its
 # calibration_rows are those runs' measured step times in ms.
-# B300 (Blackwell Ultra: B300 and GB300) is not fitted: its matmul and fp8_matmul factors
-# are Transformer Engine's B300 GEMM benchmark (kernel times of BF16 and MXFP8 GEMMs on the
-# same shapes, NVIDIA/TransformerEngine docs gemm_profiling.rst) against the roofline.
-# H100's fp8_gemm_speedup is not fitted either (the same benchmark's Hopper FP8:BF16 kernel
-# ratio); a refit keeps it.
+# B300 (Blackwell Ultra: B300 and GB300) is not fitted: its matmul factor is Transformer
+# Engine's B300 GEMM benchmark (kernel times of BF16 GEMMs, NVIDIA/TransformerEngine docs
+# gemm_profiling.rst) against the roofline, its fp8_gemm_speedup the same benchmark's
+# MXFP8:BF16 kernel-time ratio on the same shapes. H100's fp8_gemm_speedup is not fitted
+# either (the same benchmark's Hopper FP8:BF16 kernel ratio); a refit keeps it.
 """
 
 
