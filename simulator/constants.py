@@ -42,6 +42,7 @@ class ModelConstants:
     tree_level_step_protos: tuple = ()  # protocols whose deeper tree levels take a ring step
     tree_level_hop_from: str = "ring"   # whose network hop times such a level
     net_message_us: dict = None     # NIC link_type -> cost of one network message (us)
+    net_ll_message_us: dict = None  # NIC link_type -> the same for LL/LL128's ring step (us)
     p2p_op_us: dict = None          # NIC link_type -> cost of one p2p proxy operation (us)
     p2p_message_us: dict = None     # NIC link_type -> cost of one p2p network message (us)
 
@@ -100,6 +101,7 @@ def load_constants() -> ModelConstants:
         tree_level_step_protos=tuple(nccl["tree_level_step"]["protocols"]),
         tree_level_hop_from=str(nccl["tree_level_step"]["hop_from"]),
         net_message_us={k: float(v["value"]) for k, v in cal["net_message_us"].items()},
+        net_ll_message_us={k: float(v["value"]) for k, v in cal["net_ll_message_us"].items()},
         p2p_op_us={k: float(v["value"]) for k, v in cal["p2p_op_us"].items()},
         p2p_message_us={k: float(v["value"]) for k, v in cal["p2p_message_us"].items()},
     )

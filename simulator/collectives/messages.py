@@ -36,6 +36,11 @@ def net_message_s(cluster: Cluster, k: ModelConstants) -> float:
     return _largest(cluster, k.net_message_us)
 
 
+def net_ll_message_s(cluster: Cluster, k: ModelConstants) -> float:
+    """The same for a ring step of the LL and LL128 protocols (``net_ll_message_us``)."""
+    return _largest(cluster, k.net_ll_message_us)
+
+
 def _largest(cluster: Cluster, table: dict | None) -> float:
     """The largest entry of ``table`` (us, per link type) among ``cluster``'s network links'
     types, in seconds (0.0 where none has one)."""
@@ -68,4 +73,4 @@ def peer_messages_s(op: str, comm, size: int, costs: tuple[float, float],
     return p2p_net_s(peer_bytes, remote, comm.n_ranks, ring_channels, step, op_s, message_s)
 
 
-__all__ = ["net_message_s", "p2p_costs", "peer_messages_s"]
+__all__ = ["net_ll_message_s", "net_message_s", "p2p_costs", "peer_messages_s"]

@@ -45,7 +45,7 @@ from simulator.optimize import compass_search, from_unit, nelder_mead, to_unit
 # large transfers measure. A table whose case lists ``fits`` enters only the stages that
 # fit one of those constants (the DGX H100 table: NVLS's efficiency, on large rows; the AWS
 # p5 all_gather tables: EFA's efficiency and per-message cost, last, on all their rows).
-EFA_PARAMS = ("link_efficiency.efa-v2", "net_message_us.efa-v2")
+EFA_PARAMS = ("link_efficiency.efa-v2", "net_message_us.efa-v2", "net_ll_message_us.efa-v2")
 # then the costs of point-to-point across EFA (a proxy operation, a message) on the AWS p5
 # alltoall calibration tables, with the EFA efficiency above held
 P2P_PARAMS = ("p2p_op_us.efa-v2", "p2p_message_us.efa-v2")
