@@ -111,6 +111,15 @@ def test_send_recv_between_instances_pays_its_parts_and_messages():
                                            rel=1e-12)
 
 
+def test_p5s_p2p_plan_inputs_come_from_the_plugin_and_the_graph():
+    # aws-ofi-nccl 1.16.3 sets NCCL_P2P_NET_CHUNKSIZE=524288 on p5/p5e (platform-aws.cpp);
+    # p2pnChannels follows p5's 8-channel ring graph (ofi_tuner.yaml nccl_tuner); elsewhere
+    # NCCL's 128 KiB default and the model's channels
+    efa, ib = _model("aws-p5", 2), _model("dgx-h100-superpod", 2)
+    assert (efa.p2p_step, efa.p2p_ring_channels) == (512 * KIB, 8)
+    assert (ib.p2p_step, ib.p2p_ring_channels) == (128 * KIB, K.channels)
+
+
 def test_inside_one_instance_and_on_infiniband_nothing_changes():
     efa = _model("aws-p5", 2)
     ib = _model("dgx-h100-superpod", 2)
