@@ -42,7 +42,9 @@ class ModelConstants:
     tree_level_step_protos: tuple = ()  # protocols whose deeper tree levels take a ring step
     tree_level_hop_from: str = "ring"   # whose network hop times such a level
     net_message_us: dict = None     # NIC link_type -> cost of one network message (us)
-    p2p_channels_per_net_peer: int = 2  # NCCL channels (proxy sends in flight) per net peer
+    net_ll_message_us: dict = None  # NIC link_type -> the same for LL/LL128's ring step (us)
+    p2p_op_us: dict = None          # NIC link_type -> cost of one p2p proxy operation (us)
+    p2p_message_us: dict = None     # NIC link_type -> cost of one p2p network message (us)
 
     def replace(self, **changes) -> "ModelConstants":
         """A copy with some fields changed (used by calibration)."""
@@ -99,7 +101,9 @@ def load_constants() -> ModelConstants:
         tree_level_step_protos=tuple(nccl["tree_level_step"]["protocols"]),
         tree_level_hop_from=str(nccl["tree_level_step"]["hop_from"]),
         net_message_us={k: float(v["value"]) for k, v in cal["net_message_us"].items()},
-        p2p_channels_per_net_peer=int(nccl["p2p_channels_per_net_peer"]),
+        net_ll_message_us={k: float(v["value"]) for k, v in cal["net_ll_message_us"].items()},
+        p2p_op_us={k: float(v["value"]) for k, v in cal["p2p_op_us"].items()},
+        p2p_message_us={k: float(v["value"]) for k, v in cal["p2p_message_us"].items()},
     )
 
 

@@ -30,8 +30,10 @@ from ..gcpause import gc_paused
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
 from .copies import star_plan
-from .messages import net_message_s, peer_messages_s
-from .ofi_tuner import platform_of, region_choice
+from .messages import net_ll_message_s, net_message_s, p2p_costs, peer_messages_s
+from .ofi_tuner import nccl_env, nccl_tuner_view, platform_of, region_choice
+from .p2p_net import DEFAULT_NET_CHUNK
+from .nccl_own_tuner import ring_protocol
 from .host_path import host_path_applies, load_host_path
 from ..constants import ModelConstants, for_rccl, for_release
 from .layouts import (Communicator, EdgeSet, blocks_exact, direct_edges, make_communicator,
@@ -127,7 +129,16 @@ class CollectiveModel:
         self.ceilings = ceiling_row(self.k, self.gpu)
         self.has_nvswitch = any(kind == "nvswitch" for _, kind in cluster.G.nodes(data="kind"))
         self.message_s = net_message_s(cluster, self.k)     # EFA's per-message cost, or 0
+        self.ll_message_s = net_ll_message_s(cluster, self.k)   # the same, LL/LL128
         self.ofi_platform = platform_of(cluster)    # aws-ofi-nccl's tuner regions, or None
+        # point-to-point across servers as NCCL plans it (collectives/p2p_net.py), priced
+        # where the fabric has p2p costs (EFA): the ring graph's channels and the
+        # NCCL_P2P_NET_CHUNKSIZE that aws-ofi-nccl's platform sets, else NCCL's defaults
+        self.p2p_costs = p2p_costs(cluster, self.k)
+        view = nccl_tuner_view(self.ofi_platform) if self.ofi_platform else None
+        self.p2p_ring_channels = view["graph_channels"] if view else self.k.channels
+        self.p2p_step = (nccl_env(self.ofi_platform) if self.ofi_platform else {}).get(
+            "p2p_net_chunksize", DEFAULT_NET_CHUNK)
 
     # ------------------------------------------------------------------ layout
     def _edge_set(self, op: str, algo: str, comm: Communicator, root: int,
@@ -155,13 +166,15 @@ class CollectiveModel:
         if algo == "direct":
             hop = k.hop_latency_s["net" if nodes > 1 else hw]["ring"][proto]
             return (k.launch_overhead_s + scale * (k.base_latency_s["ring"][proto] + hop)
-                    + peer_messages_s(op, comm, self.message_s, k.p2p_channels_per_net_peer))
+                    + peer_messages_s(op, comm, size, self.p2p_costs, self.p2p_ring_channels,
+                                      self.p2p_step))
         base = k.base_latency_s[algo][proto]
         if algo == "ring" and nodes > 1 and self.message_s:
             # a fabric with a per-message cost (EFA): each ring step waits for one network
             # message, in place of NCCL's hop latencies (collectives/messages.py)
             steps, _ = _ring_steps(op, n, nodes)
-            return k.launch_overhead_s + scale * base + steps * self.message_s
+            step = self.message_s if proto == "Simple" else self.ll_message_s
+            return k.launch_overhead_s + scale * base + steps * step
         intra = k.hop_latency_s[hw][algo][proto]
         inter = k.hop_latency_s["net"][algo][proto]
         if algo == "tree":
@@ -308,6 +321,14 @@ class CollectiveModel:
                   if algo == "auto" and proto == "auto" and not p2p else None)
         if forced:      # aws-ofi-nccl's tuner plugin overrides NCCL's choice (ofi_tuner.py)
             algos, protos = (forced[0],), (forced[1],)
+        elif algo == "auto" and proto == "auto" and not p2p and "ring" in algos:
+            # where the plugin leaves the choice (an all_gather or reduce_scatter ring
+            # across AWS instances), NCCL's own tuner picks the ring's protocol with its
+            # own view of the instance (nccl_own_tuner.py)
+            own = ring_protocol(self.ofi_platform, op, size_bytes, comm.n_ranks,
+                                comm.n_nodes, protos)
+            if own:
+                algos, protos = ("ring",), (own,)
         best, best_tuner_s = None, math.inf
         for a in algos:
             if a not in ALGOS_FOR_OP[op]:

@@ -12,14 +12,11 @@ does so with its own model, not with the fabric's real rates: ``ncclTopoTuneMode
 
 with the plugin's reported network latency as ``latencyInter`` and the bus bandwidth of the
 ring graph NCCL's search finds (``nccl_tuner`` block of data/ofi_tuner.yaml, with nccl.yaml's
-2.28 base and hop latencies; every value from a source, none fitted). An analysis for now:
-the collective model does not call it (validation/collectives/efa_protocols.py does;
-docs/collective-model.md, EFA).
-
-The collective model does not take this choice yet (it runs the EFA ring at Simple, the
-protocol its EFA constants were fitted with): used by the analysis of the AWS p5 all_gather
-tables (:mod:`simulator.validation.collectives.efa_protocols`); docs/collective-model.md,
-EFA, says what taking it needs.
+2.28 base and hop latencies; every value from a source, none fitted). The collective model
+takes this choice where the plugin leaves it (:meth:`CollectiveModel.plan`); its EFA ring
+costs per protocol are calibration.yaml's (docs/collective-model.md, EFA). The analysis of
+the AWS p5 all_gather tables (:mod:`simulator.validation.collectives.efa_protocols`) reads it
+too.
 """
 
 from __future__ import annotations

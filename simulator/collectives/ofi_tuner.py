@@ -93,7 +93,7 @@ def _platforms() -> dict:
         regions = {op: tuple((r["algo"], r["proto"], tuple(_vertex(v) for v in r["vertices"]))
                              for r in rs)
                    for op, rs in p.items()
-                   if op not in ("link_type", "gpus_per_server", "nccl_tuner")}
+                   if op not in ("link_type", "gpus_per_server", "nccl_tuner", "nccl_env")}
         out[name] = (p["link_type"], int(p["gpus_per_server"]), regions)
     return out
 
@@ -108,6 +108,13 @@ def nccl_tuner_view(platform: str) -> dict | None:
     """What NCCL's own tuner sees on ``platform`` (its ``nccl_tuner`` block of
     ofi_tuner.yaml), or None where none is given."""
     return read_data("ofi_tuner.yaml")["platforms"][platform].get("nccl_tuner")
+
+
+@cache
+def nccl_env(platform: str) -> dict:
+    """The NCCL environment aws-ofi-nccl sets on ``platform`` (its ``nccl_env`` block of
+    ofi_tuner.yaml; empty where none is given)."""
+    return dict(read_data("ofi_tuner.yaml")["platforms"][platform].get("nccl_env") or {})
 
 
 def platform_of(cluster: Cluster) -> str | None:
@@ -136,4 +143,5 @@ def region_choice(platform: str | None, op: str, size: int, n_ranks: int, n_node
     return None
 
 
-__all__ = ["extend_region", "gpus_per_server", "inside", "nccl_tuner_view", "platform_of", "region_choice"]
+__all__ = ["extend_region", "gpus_per_server", "inside", "nccl_env", "nccl_tuner_view", "platform_of",
+           "region_choice"]

@@ -45,7 +45,11 @@ from simulator.optimize import compass_search, from_unit, nelder_mead, to_unit
 # large transfers measure. A table whose case lists ``fits`` enters only the stages that
 # fit one of those constants (the DGX H100 table: NVLS's efficiency, on large rows; the AWS
 # p5 all_gather tables: EFA's efficiency and per-message cost, last, on all their rows).
-EFA_PARAMS = ("link_efficiency.efa-v2", "net_message_us.efa-v2")
+EFA_PARAMS = ("link_efficiency.efa-v2", "net_message_us.efa-v2", "net_ll_message_us.efa-v2")
+# then the costs of point-to-point across EFA (a proxy operation, a message) on the AWS p5
+# alltoall calibration tables, with the EFA efficiency above held
+P2P_PARAMS = ("p2p_op_us.efa-v2", "p2p_message_us.efa-v2")
+FITS_ONLY = EFA_PARAMS + P2P_PARAMS     # constants only tables that name them inform
 STAGES: tuple[tuple[int, tuple[str, ...]], ...] = (
     (64 << 20, ("link_efficiency.nvlink", "link_efficiency.net", "pcie_p2p_efficiency",
                 "protocol_latency_factor.Simple")),
@@ -53,6 +57,7 @@ STAGES: tuple[tuple[int, tuple[str, ...]], ...] = (
          "protocol_latency_factor.LL", "protocol_latency_factor.LL128")),
     (64 << 20, ("nvls_efficiency",)),
     (0, EFA_PARAMS),
+    (0, P2P_PARAMS),
 )
 OBJECTIVE = "mean over calibration rows of log(sim_time / meas_time)^2"
 FIT_FIDELITY = "analytical"
@@ -73,7 +78,7 @@ class _Problem:
         for case, cl in zip(self.cases, self.clusters):
             if names is not None and case.fits is not None and not set(case.fits) & set(names):
                 continue
-            if names is not None and case.fits is None and set(names) <= set(EFA_PARAMS):
+            if names is not None and case.fits is None and set(names) <= set(FITS_ONLY):
                 continue            # no table without `fits` informs the EFA constants
             cl.capacity_bytes_per_s = cl.capacities_at(k.link_efficiency)
             out += self.simulate(case, k, self.fidelity, cluster=cl)

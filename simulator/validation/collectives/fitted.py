@@ -23,6 +23,9 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "nvls_efficiency": (0.3, 1.0),
     "link_efficiency.efa-v2": (0.5, 1.0),
     "net_message_us.efa-v2": (0.0, 50.0),
+    "net_ll_message_us.efa-v2": (0.0, 50.0),
+    "p2p_op_us.efa-v2": (0.0, 50.0),
+    "p2p_message_us.efa-v2": (0.0, 20.0),
 }
 PARAMS = tuple(BOUNDS)
 # Where every fit starts, so that refitting reproduces simulator/data/calibration.yaml:
@@ -36,6 +39,7 @@ PRIOR: dict[str, float] = {
     "protocol_bw_efficiency.LL128": 1.0, "protocol_latency_factor.LL": 1.0,
     "protocol_latency_factor.LL128": 1.0, "protocol_latency_factor.Simple": 1.0,
     "nvls_efficiency": 1.0, "link_efficiency.efa-v2": 0.94, "net_message_us.efa-v2": 5.0,
+    "net_ll_message_us.efa-v2": 5.0,    "p2p_op_us.efa-v2": 5.0, "p2p_message_us.efa-v2": 1.0,
 }
 DECIMALS = {p: 3 if "_us" in p else 4 for p in PARAMS}
 
