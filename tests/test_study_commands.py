@@ -44,6 +44,21 @@ def test_compare_rows_are_compare_per_strategy(tmp_path):
     rows = table[table["point"] == point["id"]]
     assert list(rows["samples_per_s"]) == [r.metrics.samples_per_s for r in direct.rows]
     assert list(rows["gpus"]) == [4, 4, 4]
+    # How far to trust it: the sentence `clustersim compare` prints for the same rows, in
+    # every row of the point and in the study's report (the study answered without it).
+    from simulator.compare.trust import envelopes
+    from simulator.validation.envelope import trust_sentence
+    sentence = trust_sentence(envelopes(direct, point["scenario"]["model"]).values(),
+                              "the runs: docs/accuracy.md")
+    assert "the TensorFlow rows are too far off to rank" in sentence
+    assert set(rows["trust"]) == {sentence}
+    report = (tmp_path / "out" / "report.md").read_text()
+    asked = report.index("## How far to trust these answers?")
+    listed = report[asked:].split("\n\n")[1].splitlines()
+    assert all(line.startswith("- At ") and " GPUs: How far to trust it: " in line
+               for line in listed)
+    assert ("- At 2 and 4 GPUs: " + sentence) in listed or len(listed) == 2
+    assert "How far to trust it" in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_reliability_rows_are_run_study_for_the_points_seed(tmp_path):
@@ -86,5 +101,5 @@ def test_compare_rows_group_by_the_gpus_the_job_holds():
     from simulator.study.adapters import _compare_row
     d = {"strategy": "tf-ps", "framework": "tensorflow", "status": "ok", "reason": "",
          "metrics": {"world_size": 24, "samples_per_s": 8.7}}
-    row = _compare_row(d, 32)
+    row = _compare_row(d, 32, "")
     assert row["gpus"] == 32 and row["worker_gpus"] == 24 and row["samples_per_s"] == 8.7

@@ -124,6 +124,7 @@ def register(cli: click.Group) -> None:
         from ..compare.report import render_table, to_csv, to_json   # the simulator: once
         from ..compare.runner import compare                       # the input is good
         from ..topology.build import scenario_graph
+        from ..compare.trust import envelopes
         from ..validation.envelope import grouped_lines, trust_sentence
         G = scenario_graph(scn)
         cost_price = resolve_price(str(G.graph.get("gpu")), price, instance,
@@ -134,7 +135,7 @@ def register(cli: click.Group) -> None:
         cmp = compare(scn, named, source=scn.source, price=cost_price, budget=budget,
                       migration_days=days, day_rate=day_rate, scaling=scaling,
                       capacity=capacity, progress=say, site=site)
-        acc = _accuracy(cmp, scn.model)
+        acc = envelopes(cmp, scn.model)
         lines = grouped_lines({k: e.lines() for k, e in acc.items()})
         trust = trust_sentence(acc.values())
         as_dicts = {k: e.as_dict() for k, e in acc.items()}
@@ -165,19 +166,6 @@ def _site(usd_per_kwh: float | None, carbon: float | None, pue: float | None):
     given = {"pue": pue, "usd_per_kwh": usd_per_kwh, "carbon_kg_per_kwh": carbon}
     return dataclasses.replace(default_site(),
                                **{k: v for k, v in given.items() if v is not None})
-
-
-def _accuracy(cmp, model_name_or_path: str) -> dict:
-    """The accuracy envelope of each strategy that ran, by strategy key; the model as the
-    scenario names it (a catalog name or the user's own model file)."""
-    from ..models import load_model, params_total
-    from ..validation.envelope import Query, envelope
-    model = load_model(model_name_or_path)
-    params = float(params_total(model))
-    return {r.alias.key: envelope(Query.of(r.alias.strategy, cmp.model, params,
-                                           str(cmp.cluster["gpu"]), r.metrics.world_size,
-                                           cmp.settings["precision"], model.is_moe))
-            for r in cmp.rows if r.metrics is not None}
 
 
 def _inputs(path, sets, strategies, price, budget, scn) -> dict:

@@ -19,7 +19,7 @@ METRICS = ("iteration_time_s", "samples_per_s", "tokens_per_s", "tokens_per_s_pe
 COMPARE_COLUMNS = ("strategy", "framework", "strategy_status", "reason", *METRICS,
                    "worker_gpus", "global_batch", "oom_at", "comm_bytes_per_gpu", "scaling_gpus",
                    "scaling_efficiency", "cost_per_iteration_usd",
-                   "cost_per_million_tokens_usd", "comm_wait_share", "extrapolated")
+                   "cost_per_million_tokens_usd", "comm_wait_share", "extrapolated", "trust")
 _LOST = ("checkpoint", "degraded", "recompute", "detection", "waiting", "restart", "restore")
 RELIABILITY_COLUMNS = (
     "ettr_mean", "ettr_std", "ettr_p5", "ettr_p50", "ettr_p95", "goodput_tokens_per_s",
@@ -62,6 +62,7 @@ def compare_point(scn, point: dict) -> list[dict]:
     from ..compare.cost import resolve_price
     from ..compare.options import parse_strategies
     from ..compare.runner import compare
+    from ..compare.trust import trust_of
     from ..topology.build import scenario_graph
     opts = CompareOptions.model_validate(point["options"])
     G = scenario_graph(scn)
@@ -69,10 +70,11 @@ def compare_point(scn, point: dict) -> list[dict]:
                           topology=G.graph.get("name"))
     result = compare(scn, parse_strategies(opts.strategies), source=f"point {point['id']}",
                      price=price, scaling=opts.scaling, capacity=opts.capacity)
-    return [_compare_row(r.as_dict(), result.cluster["gpus"]) for r in result.rows]
+    trust = trust_of(result, scn.model, "the runs: docs/accuracy.md")
+    return [_compare_row(r.as_dict(), result.cluster["gpus"], trust) for r in result.rows]
 
 
-def _compare_row(d: dict, gpus: int) -> dict:
+def _compare_row(d: dict, gpus: int, trust: str) -> dict:
     m, cost, scaling = d.get("metrics") or {}, d.get("cost") or {}, d.get("scaling_2x") or {}
     row = {"strategy": d["strategy"], "framework": d["framework"],
            "strategy_status": d["status"], "reason": d["reason"]}
@@ -86,7 +88,7 @@ def _compare_row(d: dict, gpus: int) -> dict:
                cost_per_iteration_usd=cost.get("per_iteration_usd"),
                cost_per_million_tokens_usd=cost.get("per_million_tokens_usd"),
                comm_wait_share=cost.get("comm_wait_share"),
-               extrapolated=_brief(d.get("extrapolated")))
+               extrapolated=_brief(d.get("extrapolated")), trust=trust)
     return row
 
 

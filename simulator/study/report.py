@@ -17,6 +17,7 @@ from .points import LoadedStudy
 from .spec import ScalingQuestion, plot_paths
 
 MAX_TABLE_ROWS = 60
+TRUST_ASK = "How far to trust these answers?"
 
 
 def write_outputs(study: LoadedStudy, table: pd.DataFrame, out: Path) -> list[Path]:
@@ -33,9 +34,30 @@ def write_outputs(study: LoadedStudy, table: pd.DataFrame, out: Path) -> list[Pa
 
 
 def answers(study: LoadedStudy, ok: pd.DataFrame) -> list[tuple[str, str]]:
-    """(question, answer sentence) for every question of the study."""
+    """(question, answer sentence) for every question of the study, then, for a compare
+    study, how far to trust them (:func:`trust_lines`)."""
     keys = COMMANDS[study.spec.command].keys
-    return [(q.ask, answer(q, ok, study.spec, keys)) for q in study.spec.questions]
+    trust = trust_lines(ok)
+    return [(q.ask, answer(q, ok, study.spec, keys)) for q in study.spec.questions] + (
+        [(TRUST_ASK, " ".join(trust))] if trust else [])
+
+
+def trust_lines(ok: pd.DataFrame) -> list[str]:
+    """The trust sentence of a compare study's points (each point's held-out error of its
+    strategies, :func:`simulator.compare.trust.trust_of`), one line per distinct sentence
+    with the GPU counts it holds for; none for other commands."""
+    if "trust" not in ok.columns or not len(ok):
+        return []
+    by_sentence: dict[str, list[int]] = {}
+    for sentence, gpus in zip(ok["trust"], ok["gpus"]):
+        if isinstance(sentence, str) and sentence:
+            by_sentence.setdefault(sentence, []).append(int(gpus))
+    return [f"At {_counts(sorted(set(g)))} GPUs: {s}" for s, g in by_sentence.items()]
+
+
+def _counts(values: list[int]) -> str:
+    text = [f"{v:,}" for v in values]
+    return text[0] if len(text) == 1 else f"{', '.join(text[:-1])} and {text[-1]}"
 
 
 def render_report(study: LoadedStudy, table: pd.DataFrame, ok: pd.DataFrame,
@@ -59,6 +81,9 @@ def render_report(study: LoadedStudy, table: pd.DataFrame, ok: pd.DataFrame,
         lines += ["## Answers", ""]
         for q, (ask, text) in zip(spec.questions, answers(study, ok)):
             lines += [f"**{ask}**", "", text, ""] + _scaling_table(spec, q, ok)
+    trust = trust_lines(ok)
+    if trust:
+        lines += [f"## {TRUST_ASK}", ""] + [f"- {line}" for line in trust] + [""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     if len(failed):

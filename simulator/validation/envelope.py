@@ -335,12 +335,13 @@ def grouped_lines(by_label: dict[str, list[str]]) -> list[str]:
 ROUGH = 0.25           # a median |error| above this: the rows are not to be ranked on
 
 
-def trust_sentence(envelopes) -> str:
+def trust_sentence(envelopes, details: str = "details at the end") -> str:
     """How far to trust a comparison, in one sentence: the median |error| of each family's
     held-out runs on the question's GPU type, and which families' rows are too far off to
     rank (a median above :data:`ROUGH`), e.g. ``How far to trust it: median error of the
     held-out runs on A100-SXM4-80GB: FSDP 4.1% (10 runs), TensorFlow 85.9% (8 runs): the
-    TensorFlow rows are too far off to rank (details at the end).``"""
+    TensorFlow rows are too far off to rank (details at the end).``; ``details``: where the
+    envelope's lines are, in the closing parenthesis."""
     seen: dict[str, Envelope] = {}
     for e in envelopes:
         seen.setdefault(e.query.label, e)
@@ -357,4 +358,4 @@ def trust_sentence(envelopes) -> str:
             rough.append(label)
     tail = f": the {' and '.join(rough)} rows are too far off to rank" if rough else ""
     return (f"How far to trust it: median error of the held-out runs on {gpu}: "
-            f"{', '.join(parts)}{tail} (details at the end).")
+            f"{', '.join(parts)}{tail} ({details}).")
