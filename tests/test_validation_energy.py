@@ -303,3 +303,13 @@ def test_an_evaluation_check_of_a_system_without_intervals_is_refused_first(caps
     err = capsys.readouterr().err
     assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert "evaluation_checks.nope_system: no run of system 'nope_system'" in err, err
+
+
+def test_report_cells_print_fixed_decimals():
+    """kWh to the Wh (4.000, not "4"), watts whole, errors to a tenth of a percent."""
+    from simulator.validation.energy import _cell
+    assert _cell({"simulated_kwh": 4.0}, "simulated_kwh") == "4.000"
+    assert _cell({"capped_kwh": 3.59}, "capped_kwh") == "3.590"
+    assert _cell({"simulated_node_w": 7801.96}, "simulated_node_w") == "7,802"
+    assert _cell({"energy_error": -0.1448}, "energy_error") == "-14.5%"
+    assert _cell({}, "capped_kwh") == "-"

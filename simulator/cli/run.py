@@ -74,7 +74,10 @@ def register(cli: click.Group) -> None:
         from ..energy.report import energy_rows, energy_sentence
         from ..energy.timeline import energy_of
         energy = energy_of(result)
-        rows = metric_rows(m, capacity_gib) + energy_rows(energy, gpu)
+        from ..loader import loader_rows
+        rows = (metric_rows(m, capacity_gib)
+                + loader_rows(result.loader_s, result.loader_wait_s, m.iteration_time_s)
+                + energy_rows(energy, gpu))
         from ..evaluation import eval_rows, evaluation_pass
         ev = evaluation_pass(scn, scn.source, setup.cluster)
         rows += eval_rows(ev, m.iteration_time_s, energy)
@@ -104,6 +107,9 @@ def register(cli: click.Group) -> None:
             d = {**m.as_dict(), "comm_by_kind": [k.as_dict() for k in kinds],
                  "accuracy": acc.as_dict(),
                  "energy": energy.as_dict() if energy else None}
+            if result.loader_s > 0:
+                d["train_loader"] = {"loader_s": result.loader_s,
+                                     "wait_s": result.loader_wait_s}
             if ev is not None:
                 d["evaluation"] = ev.as_dict()
             if extra is not None:

@@ -424,7 +424,9 @@ def _cell(r: dict, key: str) -> str:
     v = r.get(key)
     if v is None or v == "":
         return "-"
-    return f"{v:+.1%}" if key.endswith("error") else f"{v:,.4g}"
+    if key.endswith("error"):
+        return f"{v:+.1%}"
+    return f"{v:,.3f}" if "kwh" in key else f"{v:,.0f}"
 
 
 def cases(results: list[dict], setup: dict) -> list[dict]:
