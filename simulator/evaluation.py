@@ -26,10 +26,12 @@ Each evaluation is ``ceil(samples / global batch)`` such forward steps (a last, 
 batch is taken whole: the data-parallel ranks run in step), of the evaluation's own
 ``global_batch`` where given, else the training's (NeMo's validation_ds takes the model's).
 With ``dense_mask_workers`` the batches come from a DataLoader whose workers collate each
-sample with a dense causal mask (:mod:`simulator.loader`): the pass is a two-stage
-pipeline, ``batches x max(step, loader) + min(step, loader)`` (the loader's iterator starts
-with each evaluation, so the first batch is not prefetched), and the GPUs are idle while
-they wait for it. Its energy is the integral of power over the forward steps' own timeline
+sample with a dense causal mask (:mod:`simulator.loader`; the same function and the same
+:func:`simulator.pipeline.fed_by_loader` as the training steps' loader, the evaluation's
+worker count in the training's place): the pass is a two-stage pipeline, ``batches x
+max(step, loader) + min(step, loader)`` (the loader's iterator starts with each
+evaluation, so the first batch is not prefetched), and the GPUs are idle while they wait
+for it. Its energy is the integral of power over the forward steps' own timeline
 and that wait (:func:`simulator.energy.timeline.pass_energy_of`).
 """
 
