@@ -26,10 +26,12 @@ Each evaluation is ``ceil(samples / global batch)`` such forward steps (a last, 
 batch is taken whole: the data-parallel ranks run in step), of the evaluation's own
 ``global_batch`` where given, else the training's (NeMo's validation_ds takes the model's).
 With ``dense_mask_workers`` the batches come from a DataLoader whose workers collate each
-sample with a dense causal mask (:mod:`simulator.loader`): the pass is a two-stage
-pipeline, ``batches x max(step, loader) + min(step, loader)`` (the loader's iterator starts
-with each evaluation, so the first batch is not prefetched), and the GPUs are idle while
-they wait for it. Its energy is the integral of power over the forward steps' own timeline
+sample with a dense causal mask (:mod:`simulator.loader`; the same function and the same
+:func:`simulator.pipeline.fed_by_loader` as the training steps' loader, the evaluation's
+worker count in the training's place): the pass is a two-stage pipeline, ``batches x
+max(step, loader) + min(step, loader)`` (the loader's iterator starts with each
+evaluation, so the first batch is not prefetched), and the GPUs are idle while they wait
+for it. Its energy is the integral of power over the forward steps' own timeline
 and that wait (:func:`simulator.energy.timeline.pass_energy_of`).
 """
 
@@ -40,7 +42,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 
 from .energy.timeline import pass_energy_of
-from .loader import fed_pass_s, loader_batch_s
+from .loader import fed_pass_s
 from .scenario import Scenario, evaluations_in
 from .trace import Trace
 
@@ -123,13 +125,15 @@ def eval_scenario(scn: Scenario) -> Scenario:
     batches of ``training.evaluation.global_batch`` where it is given (the micro-batches a
     step follow from it, as from ``training.global_batch``)."""
     strategy = {k: v for k, v in scn.strategy.items() if k not in TRAINING_GRAPH_KEYS}
-    update: dict = {"strategy": strategy}
-    ev = scn.training.evaluation
+    t, ev = scn.training, scn.training.evaluation
+    data = t.model_dump(exclude_unset=True, exclude={"dense_mask_workers"})
+    if ev is not None and ev.dense_mask_workers is not None:
+        data["dense_mask_workers"] = ev.dense_mask_workers
     if ev is not None and ev.global_batch is not None:
-        t = scn.training
-        data = t.model_dump(exclude_unset=True, exclude={"grad_accum", "global_batch"})
-        update["training"] = type(t).model_validate({**data, "global_batch": ev.global_batch})
-    return scn.model_copy(update=update)
+        data = {k: v for k, v in data.items() if k not in ("grad_accum", "global_batch")}
+        data["global_batch"] = ev.global_batch
+    return scn.model_copy(update={"strategy": strategy,
+                                  "training": type(t).model_validate(data)})
 
 
 def evaluation_pass(scn: Scenario, source: str = "<scenario>", cluster=None
@@ -158,24 +162,14 @@ def evaluation_pass(scn: Scenario, source: str = "<scenario>", cluster=None
         raise ConfigError("an evaluation needs the step's global batch (samples per step)",
                           field="training.evaluation")
     batches = math.ceil(ev.samples / gb)
-    step_s = result.metrics.iteration_time_s
-    loader_s = _loader_s(ev, result.setup.trace.meta, gb, scn.training.seq_len)
-    time_s = fed_pass_s(batches, step_s, loader_s)
-    e = pass_energy_of(result, batches, time_s - batches * step_s)
+    fed_s = result.metrics.iteration_time_s        # a batch, its loader's wait included
+    step_s = fed_s - result.loader_wait_s
+    time_s = fed_pass_s(batches, step_s, result.loader_s)
+    e = pass_energy_of(result, batches, time_s - batches * fed_s)
     return EvalPass(ev.every_steps, ev.first, ev.samples, gb, batches, step_s, time_s,
                     None if e is None else e.kwh_per_step,
                     None if e is None else e.avg_node_w, None if e is None else e.avg_gpu_w,
-                    loader_s)
-
-
-def _loader_s(ev, meta: dict, global_batch: int, seq_len: int) -> float:
-    """Host seconds a rank's DataLoader takes per evaluation batch (0: not modelled): its
-    share of the batch (global batch / data-parallel ranks) with a dense causal mask each
-    (:func:`simulator.loader.loader_batch_s`)."""
-    if ev.dense_mask_workers is None:
-        return 0.0
-    per_rank = global_batch // max(int(meta.get("dp") or 1), 1)
-    return loader_batch_s(per_rank, seq_len, ev.dense_mask_workers)
+                    result.loader_s)
 
 
 def run_totals(steps: int, step_s: float, step_kwh: float | None,

@@ -7,6 +7,14 @@ what it costs and where that was measured). Each data-parallel rank has its own 
 with ``workers`` processes that prefetch (PyTorch's ``prefetch_factor``, 2 per worker) in
 parallel with the training process: a batch of ``samples`` samples a rank costs its
 workers ``samples x per_sample / workers`` seconds of host time.
+
+One collate, one price: the training steps' loader (``training.dense_mask_workers``,
+:func:`simulator.pipeline.fed_by_loader`) and the evaluation's (``training.evaluation.
+dense_mask_workers``, :mod:`simulator.evaluation`) both cost :func:`loader_batch_s`, and
+both feed a two-stage pipeline (:func:`fed_pass_s`): a step takes max(step, loader), the
+loader's excess a wait with every GPU idle. The training iterator lives through the run, so
+its first batch is counted in no step; an evaluation's starts anew each time, so each
+evaluation adds its first batch's load.
 """
 
 from __future__ import annotations
@@ -54,6 +62,18 @@ def loader_batch_s(samples_per_rank: int, seq_len: int, workers: int) -> float:
     return samples_per_rank * dense_mask_sample_s(seq_len) / workers
 
 
+def loader_rows(loader_s: float, wait_s: float, step_s: float) -> list[tuple[str, str]]:
+    """The line ``run`` prints for a training step fed by a loader of ``loader_s`` a step
+    (none without one): hidden under the ``step_s`` step it feeds, or the wait it adds."""
+    if loader_s <= 0:
+        return []
+    if wait_s <= 0:
+        return [("train_loader_s", f"{loader_s:.4g} s a step (hidden under the "
+                                   f"{step_s:.4g} s step)")]
+    return [("train_loader_s", f"{loader_s:.4g} s a step (the GPUs wait {wait_s:.4g} s a "
+                               f"step for it: the step is the loader's)")]
+
+
 def fed_pass_s(batches: int, step_s: float, loader_s: float) -> float:
     """Seconds of ``batches`` steps of ``step_s`` fed by a loader of ``loader_s`` a batch
     that starts with the pass (its iterator is made anew at each evaluation, so the first
@@ -64,4 +84,5 @@ def fed_pass_s(batches: int, step_s: float, loader_s: float) -> float:
     return batches * max(step_s, loader_s) + min(step_s, loader_s)
 
 
-__all__ = ["FILE", "dense_mask_sample_s", "dense_mask_table", "fed_pass_s", "loader_batch_s"]
+__all__ = ["FILE", "dense_mask_sample_s", "dense_mask_table", "fed_pass_s", "loader_batch_s",
+           "loader_rows"]

@@ -18,6 +18,7 @@ from .energy.power import capped_gpu
 from .errors import ConfigError
 from .gcpause import gc_paused
 from .hardware import check_fp8_recipe, check_training_precision, gpu_spec
+from .loader import loader_batch_s
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
@@ -68,6 +69,8 @@ class RunResult:
     timeline: Timeline
     metrics: Metrics
     extrapolation: Extrapolation | None = None   # set when the step was extrapolated
+    loader_s: float = 0.0        # a rank's DataLoader per step (0: not modelled; loader.py)
+    loader_wait_s: float = 0.0   # of the step, the GPUs' wait for it (in metrics, idle)
 
 
 def strategy_dict(scn: Scenario) -> dict:
@@ -389,7 +392,32 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
 def run_setup(setup: Setup, placement: Placement | None = None) -> RunResult:
     """Replay one iteration and compute its metrics (a step of many identical micro-steps:
     a few replays extrapolated, :mod:`simulator.accum`), its ranks on the GPUs of
-    ``placement`` (the cluster's first GPUs when None)."""
+    ``placement`` (the cluster's first GPUs when None); a step fed by a DataLoader that is
+    slower than it (``training.dense_mask_workers``) waits for it (:func:`fed_by_loader`)."""
+    return fed_by_loader(_stepped(setup, placement))
+
+
+def fed_by_loader(result: RunResult) -> RunResult:
+    """``result``'s step fed by the scenario's training DataLoader (``training.
+    dense_mask_workers``; :mod:`simulator.loader`): its workers prefetch the next batch while
+    the step runs (the iterator lives through the run), so a step takes max(step, loader);
+    a loader that outlasts the step adds its excess as a wait with every GPU idle."""
+    t = result.setup.scenario.training
+    if t.dense_mask_workers is None:
+        return result
+    meta = result.setup.trace.meta       # a data-parallel rank's samples: its micro-steps'
+    if not meta.get("micro_batch"):
+        raise ConfigError("the step's trace does not say how many samples a rank takes "
+                          "(no micro_batch): no loader to feed it", field="training."
+                          "dense_mask_workers")
+    per_rank = int(meta["micro_batch"]) * int(meta.get("grad_accum") or 1)
+    loader_s = loader_batch_s(per_rank, t.seq_len, t.dense_mask_workers)
+    wait_s = max(loader_s - result.metrics.iteration_time_s, 0.0)
+    return replace(result, metrics=result.metrics.waiting(wait_s), loader_s=loader_s,
+                   loader_wait_s=wait_s)
+
+
+def _stepped(setup: Setup, placement: Placement | None) -> RunResult:
     plan = setup.accum
     if plan is None:
         return _replayed(setup, setup.trace, placement)

@@ -132,6 +132,12 @@ class Training(BaseModel):
                                             "freeze_*; docs/finetuning.md")
     evaluation: Evaluation | None = Field(None, description="the run's evaluation pass: "
                                           "every_steps, samples, first_step (docs/energy.md)")
+    dense_mask_workers: int | None = Field(None, gt=0, le=1024, description="training "
+                                           "DataLoader workers per data-parallel rank that "
+                                           "collate each sample with a dense seq x seq "
+                                           "causal mask (as training.evaluation's; "
+                                           "simulator/loader.py) [default: the loader is not "
+                                           "modelled]")
     fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise (torchao "
                             "dynamic scaling), delayed or current (Transformer Engine's "
                             "delayed or current scaling) or mxfp8 "

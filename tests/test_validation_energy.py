@@ -248,9 +248,16 @@ def test_the_evaluation_checks_on_other_runs_are_what_the_docs_quote():
             f"{per_sample[2]:.2f} s") in " ".join(doc.split())
     assert (f"{sim[2].batch_s:.2f} s against {ev1.batch_s:.2f} / 4 = {ev1.batch_s / 4:.2f} s"
             ) in " ".join(doc.split())
-    ratio = [p / sim[2].loader_s for p in per_sample[1:]]
+    # the pace a batch (one sample a rank) of the evaluation_pace groups, over the loader's
+    # one measurement (tests/test_energy_pace.py writes the lines out)
+    from simulator.validation.energy_pace import pace_rows
+    paces = [r["pace_s"] for r in pace_rows(setup["evaluation_pace"], list(csv.DictReader(
+        open(ve.ROOT / ve.INTERVALS, newline=""))), ve._global_batches(ve.ROOT), 173, sim[2])]
+    ratio = [p / sim[2].loader_s for p in paces]
     assert sim[2].loader_s == pytest.approx(0.1806)
-    assert f"0.39-0.44 s a sample, {ratio[0]:.1f}-{ratio[1]:.1f} times" in " ".join(doc.split())
+    assert (f"host work of {paces[0]:.2f}-{paces[1]:.2f} s a sample: the validation loader's "
+            f"dense 8,192 x 8,192 mask collate, modelled, at {ratio[0]:.1f}-{ratio[1]:.1f} "
+            f"times") in " ".join(doc.split())
     assert (f"NVIDIA's\n  eight-node runs {eight['block0_extra_s']:.1f} s and "
             f"{eight['first_eval_s']:.1f} s, Dell's power runs {dell['block0_extra_s']:.1f} s "
             f"and {dell['first_eval_s']:.1f} s") in doc
@@ -303,3 +310,13 @@ def test_an_evaluation_check_of_a_system_without_intervals_is_refused_first(caps
     err = capsys.readouterr().err
     assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert "evaluation_checks.nope_system: no run of system 'nope_system'" in err, err
+
+
+def test_report_cells_print_fixed_decimals():
+    """kWh to the Wh (4.000, not "4"), watts whole, errors to a tenth of a percent."""
+    from simulator.validation.energy import _cell
+    assert _cell({"simulated_kwh": 4.0}, "simulated_kwh") == "4.000"
+    assert _cell({"capped_kwh": 3.59}, "capped_kwh") == "3.590"
+    assert _cell({"simulated_node_w": 7801.96}, "simulated_node_w") == "7,802"
+    assert _cell({"energy_error": -0.1448}, "energy_error") == "-14.5%"
+    assert _cell({}, "capped_kwh") == "-"

@@ -77,10 +77,13 @@ def register(cli: click.Group) -> None:
         from ..energy.report import energy_rows, energy_sentence
         from ..energy.timeline import energy_of
         energy = energy_of(result)
+        from ..loader import loader_rows
         from .replay import unknown_metrics      # what replay says of the same trace
         unknown = unknown_metrics(setup.trace)
-        rows = [(k, f"n/a ({unknown[k]})" if k in unknown else v)
-                for k, v in metric_rows(m, capacity_gib)] + energy_rows(energy, gpu)
+        rows = ([(k, f"n/a ({unknown[k]})" if k in unknown else v)
+                 for k, v in metric_rows(m, capacity_gib)]
+                + loader_rows(result.loader_s, result.loader_wait_s, m.iteration_time_s)
+                + energy_rows(energy, gpu))
         from ..evaluation import eval_rows, evaluation_pass
         ev = evaluation_pass(scn, scn.source, setup.cluster)
         rows += eval_rows(ev, m.iteration_time_s, energy)
@@ -110,6 +113,9 @@ def register(cli: click.Group) -> None:
             d = {**m.as_dict(), "comm_by_kind": [k.as_dict() for k in kinds],
                  "accuracy": acc.as_dict(),
                  "energy": energy.as_dict() if energy else None}
+            if result.loader_s > 0:
+                d["train_loader"] = {"loader_s": result.loader_s,
+                                     "wait_s": result.loader_wait_s}
             if ev is not None:
                 d["evaluation"] = ev.as_dict()
             if extra is not None:

@@ -95,18 +95,25 @@ def _job(result, table: PowerTable | None):
     if power is None or host is None:
         return None
     power = power.capped(setup.compute.gpu.power_cap_w)
-    tl, step_s = result.timeline, result.metrics.iteration_time_s
+    tl = result.timeline
+    wait_s = getattr(result, "loader_wait_s", 0.0)     # every GPU idle: its input is late
+    step_s = result.metrics.iteration_time_s - wait_s
     phases = class_phases(tl)
     scale = step_s / tl.iteration_time_s if tl.iteration_time_s > 0 else 0.0
     per_node = int(G.graph.get("gpus_per_node") or host.gpus)
-    gpus = [(rank // per_node, phases.get(c.id, Phases(idle_s=tl.iteration_time_s))
-             .scaled(scale)) for c in setup.trace.classes for rank in c.ranks]
+    gpus = [(rank // per_node, _waited(phases.get(c.id, Phases(idle_s=tl.iteration_time_s))
+                                       .scaled(scale), wait_s))
+            for c in setup.trace.classes for rank in c.ranks]
     servers = len({s for s, _ in gpus})
     machine = Machine(_host_share(host, per_node), servers, _nics_per_server(G),
                       table.nic_w, _switches(G) * servers / max(int(G.graph.get("nodes")
                                                                       or servers), 1),
                       table.switch_w)
     return power, machine, gpus
+
+
+def _waited(ph: Phases, wait_s: float) -> Phases:
+    return replace(ph, idle_s=ph.idle_s + wait_s) if wait_s > 0 else ph
 
 
 def default_site(table: PowerTable | None = None) -> Site:

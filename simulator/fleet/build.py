@@ -150,6 +150,10 @@ def _kind(kinds: dict, entry: JobEntry, i: int, mix: Mix, cluster, source: str) 
         setup = build_setup(scn, str(path), cluster=cluster)
     except ConfigError as exc:
         raise ConfigError(str(exc), source=source, field=where) from None
+    if scn.training.dense_mask_workers is not None:   # co-simulated steps replay the trace
+        raise ConfigError("jobs sharing the cluster are replayed without their training "
+                          "data loader (run prices it)", source=source,
+                          field=f"{where}.training.dense_mask_workers")
     work = _work(f"{scn.name}@{entry.gpus}" + (f"[{','.join(sets)}]" if sets else ""), setup)
     first = next(iter(kinds.values()), None)
     if first is not None and first.machine != work.machine:

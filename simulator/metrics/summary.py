@@ -12,7 +12,7 @@ optimizer step, Horovod's cycle wait or a recorded host gap keep no GPU busy):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from operator import attrgetter
 
 import numpy as np
@@ -63,6 +63,20 @@ class Metrics:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def waiting(self, extra_s: float) -> "Metrics":
+        """This step made ``extra_s`` seconds longer by a wait in which every GPU idles (for
+        its input): the same work over the longer step, the wait in ``wait_s``."""
+        if extra_s <= 0:
+            return self
+        t = self.iteration_time_s + extra_s
+        r = self.iteration_time_s / t
+        return replace(self, iteration_time_s=t, samples_per_s=self.samples_per_s * r,
+                       tokens_per_s=self.tokens_per_s * r,
+                       tokens_per_s_per_gpu=self.tokens_per_s_per_gpu * r,
+                       tflops_per_gpu=self.tflops_per_gpu * r, mfu=self.mfu * r,
+                       wait_s=self.wait_s + extra_s,
+                       gpu_utilization=self.gpu_utilization * r)
 
 
 def compute_metrics(tl: Timeline, world_size: int, peak_flops: float) -> Metrics:

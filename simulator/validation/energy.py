@@ -65,6 +65,8 @@ class Setup(BaseModel):
     # per steps system, the sets its evaluation check runs ("power_system": the sets above)
     evaluation_checks: dict[str, Literal["power_system"] | list[str]] = Field(
         default_factory=dict, max_length=64)
+    # per hosts, steps systems of one setup a rank on different node counts (energy_pace.py)
+    evaluation_pace: dict[str, list[str]] = Field(default_factory=dict, max_length=16)
 
 
 # the columns each file must have (what compare and steady_training read)
@@ -348,6 +350,8 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
                          f"{c['eval_s']:.2f} | {c['simulated_eval_s']:.2f} | "
                          f"{c['eval_error']:+.1%} | {c['first_eval_s']:.1f} | "
                          f"{c['block0_extra_s']:.1f} | `{c['config'].rsplit('/', 1)[-1]}` |")
+    if sim is not None and sim[2] is not None:
+        lines += pace_lines(setup, sim[2], root)
     if any("train_node_w" in r for r in results):
         lines += ["", "## Steady training (the training blocks after the first)", "",
                   "What the simulator models: power, step time and energy of the training "
@@ -424,7 +428,9 @@ def _cell(r: dict, key: str) -> str:
     v = r.get(key)
     if v is None or v == "":
         return "-"
-    return f"{v:+.1%}" if key.endswith("error") else f"{v:,.4g}"
+    if key.endswith("error"):
+        return f"{v:+.1%}"
+    return f"{v:,.3f}" if "kwh" in key else f"{v:,.0f}"
 
 
 def cases(results: list[dict], setup: dict) -> list[dict]:
@@ -508,10 +514,33 @@ def measurements(root: Path = ROOT) -> tuple:
     return setup, runs, step, steady, phases
 
 
+def pace_lines(setup: dict, ev, root: Path = ROOT) -> list[str]:
+    """The report's per-batch and per-evaluation split of the evaluations
+    (:mod:`simulator.validation.energy_pace`); none without ``evaluation_pace``."""
+    groups, path = setup.get("evaluation_pace") or {}, root / INTERVALS
+    if not groups or not path.is_file():
+        return []
+    from simulator.validation.energy_pace import pace_rows, report_lines
+    return report_lines(pace_rows(groups, list(_read_csv(path)), _global_batches(root),
+                                  ev.samples, ev))
+
+
+def _global_batches(root: Path) -> dict[str, int]:
+    """Per system of the steps file, its global batch (where the file gives one)."""
+    return {r["system"]: int(r["global_batch"]) for r in _read_csv(root / STEPS)
+            if (r.get("global_batch") or "").isdigit()}
+
+
 def _check_intervals(setup: dict, root: Path) -> None:
     """Every system ``evaluation_checks`` names has runs in the intervals file, each with an
-    evaluation after its first (what :func:`interval_checks` takes the median of)."""
+    evaluation after its first (what :func:`interval_checks` takes the median of); every
+    ``evaluation_pace`` group can be drawn (:func:`~simulator.validation.energy_pace.
+    check_groups`)."""
     checks, path = setup.get("evaluation_checks") or {}, root / INTERVALS
+    if setup.get("evaluation_pace") and path.is_file():
+        from simulator.validation.energy_pace import check_groups
+        check_groups(setup["evaluation_pace"], list(_read_csv(path)), _global_batches(root),
+                     str(root / "setup.yaml"))
     if not checks or not path.is_file():
         return
     evals = collections.Counter((r["system"], r["run"]) for r in _read_csv(path)

@@ -2,7 +2,8 @@
 into their training blocks and evaluations (``mlperf_v41_intervals.csv``): a check of the
 evaluation pass on runs that are not the power runs (NVIDIA's one-node and eight-node DGX
 H100 runs, whose configurations are in their implementation folders) beside Dell's power
-runs. One row per interval: its times from run_start and its training steps (samples /
+runs, and the same setup a rank on more nodes (NVIDIA's 128-node, Oracle's 8-, 16- and
+64-node runs: ``evaluation_pace`` in setup.yaml). One row per interval: its times from run_start and its training steps (samples /
 global batch), read from the run's MLLOG events (block_start/block_stop, eval_start/
 eval_stop, samples_count). Nothing is typed by hand; validation data only, nothing is
 fitted on it (setup.yaml).
@@ -27,6 +28,19 @@ SYSTEMS = (
      "implementations/eos_n8_ngc24.09_nemo/config_DGXH100_8x8x1xtp4pp1cp2.sh"),
     ("Dell/results/8xXE9680x8H100-SXM-80GB-POWER", "Dell/benchmarks/llama2_70b_lora/"
      "implementations/nemo/configs/config_DGXH100_8x8x1xtp4pp1cp2.sh"),
+    # Added 2026-12-05 (energy helper): the same setup a rank (TP4 x CP2, one sample a
+    # rank, CUDA graphs) on more nodes, so fewer evaluation batches (ceil(173 / global
+    # batch): 22, 11, 3, 2): an evaluation's per-batch and per-evaluation seconds apart.
+    # Configurations as mlperf_v41_steps.csv names them (NVIDIA's README; Oracle's matched
+    # by nodes, GPUs and global batch).
+    ("NVIDIA/results/eos_n128_ngc24.09_nemo", "NVIDIA/benchmarks/llama2_70b_lora/"
+     "implementations/eos_n128_ngc24.09_nemo/config_DGXH100_128x8x1xtp4pp1cp2.sh"),
+    ("Oracle/results/64xBM.GPU.H100.8", "Oracle/benchmarks/llama2_70b_lora/BM.GPU.H100.128/"
+     "configs/config.bak/config_DGXH100_8x8x1xtp4pp1cp2.sh"),
+    ("Oracle/results/128xBM.GPU.H100.8", "Oracle/benchmarks/llama2_70b_lora/"
+     "BM.GPU.H100.128/configs/config_DGXH100_16x8x1xtp4pp1cp2.sh"),
+    ("Oracle/results/512xBM.GPU.H100.8", "Oracle/benchmarks/llama2_70b_lora/"
+     "BM.GPU.H100.128/configs/config.bak/config_DGXH100_64x8x1xtp4pp1cp2.sh"),
 )
 RUNS = 10
 COLUMNS = ["system", "run", "interval", "index", "start_s", "stop_s", "steps", "config",
