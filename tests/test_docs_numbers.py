@@ -1,14 +1,23 @@
 """Numbers docs/ pages quote from the tool that no marked block (tests/test_quoted_numbers.py)
-covers, rerun and compared (issue 47's audit, "every number in docs produced by a test").
+covers, rerun and compared, or derived here from the data and formulas they come from (issue
+47's audit, "every number in docs produced by a test").
 
 docs/compare.md: Example 2 whole (every line of its block), the table of the same command
 on three other fabrics (each cell: iteration s, exposed s, comm-wait %, waste), and the
-folk claims' percentages from those cells. Four compare runs, ~10 s each here."""
+folk claims' percentages from those cells. Four compare runs, ~10 s each here.
+docs/capacity.md (and commands.md's capacity paragraph): four capacity runs.
+docs/reliability.md: the --max-events refusals (no trial runs) and the validation figures
+against validation/reliability/report.md. docs/commands.md: the memory-wait and link-latency
+examples (one run, two study points). docs/variability.md: the expected slowdowns by
+quadrature."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
+
+import pytest
 
 from test_cli import run_main
 
@@ -186,3 +195,119 @@ def test_capacity_folk_claim_table_and_throughput(capsys):
     assert [offload[s][1] for s in COLUMNS.values()] == ["4.02B", "33.74B", "20.07B"]
     assert (f"FULL_SHARD 33.7B runs {offload['fsdp:FULL_SHARD'][3]} s per iteration against "
             f"{ckpt[3]} s without offload") in text
+    # docs/commands.md's capacity paragraph quotes the same three largest fits
+    commands = " ".join((REPO / "docs" / "commands.md").read_text().split())
+    assert (f"DDP fits {float(ddp[1][:-1]):.1f}B (16 bytes per parameter" in commands and
+            f"FSDP FULL_SHARD {float(full[1][:-1]):.1f}B without activation checkpointing, "
+            f"{float(ckpt[1][:-1]):.1f}B with it" in commands)
+
+
+# ---------------------------------------------------------------- docs/reliability.md
+RELIABILITY = " ".join((REPO / "docs" / "reliability.md").read_text().split())
+
+
+def test_reliability_event_count_and_refusal(capsys):
+    """The --max-events paragraph: the shipped study's event count at its default trials
+    (what a refusal at --max-events 1 prints) and the refusal it quotes, word for word."""
+    code, _, err = run_main(capsys, "reliability", "reliability-1024gpu", "--max-events", "1",
+                            "-q")
+    assert code == 2
+    count = re.search(r"about ([\d,]+) trial events", err).group(1)
+    assert f"at its default 200 trials is about {count} events" in RELIABILITY
+    code, _, err = run_main(capsys, "reliability", "reliability-1024gpu", "--trials",
+                            "1000000", "-q")
+    assert code == 2
+    quoted = " ".join(RELIABILITY.split("(`clustersim reliability --trials 1000000`): ```", 1)[1]
+                      .split("```", 1)[0].split())
+    assert quoted == " ".join(err.split())
+
+
+def test_reliability_validation_figures_are_the_reports():
+    """The validation section quotes validation/reliability/report.md (full runs; the gates
+    are tests/test_reliability_validation.py's): each figure, rounded as quoted, is there."""
+    report = " ".join((REPO / "validation" / "reliability" / "report.md").read_text().split())
+
+    def cell(pattern: str) -> float:
+        return float(re.search(pattern, report).group(1))
+    ettr = {(u0, iv): cell(rf"\| {u0} min \| {iv} min \| ([\d.]+) \+-")
+            for u0, iv in ((5, 60), (5, 5), (10, 5), (20, 5))}
+    mttf = cell(r"\| 16,384 \| [\d.]+ h \| \| ([\d.]+) h \| pass")
+    node_mttf = cell(r"predicts an MTTF of ([\d.]+) h")
+    per_day = cell(r"another ([\d.]+) interrupts per day")
+    per_node_days = cell(r"\(([\d.]+) per 1,000 node-days\)")
+    interrupts = re.search(r"\| interrupt \| (\d+) \+- (\d+) \|", report).groups()
+    rerouted = cell(r"\| auto \| (\d+) \+-")
+    node_rate = cell(r"\| RSC-1 node rate \| (\d+) \|")
+    section = RELIABILITY.split("## Validation", 1)[1]
+    for quoted in (f"ETTR {ettr[5, 60]:.2f} at a 60-min interval",
+                   f"and {ettr[5, 5]:.2f} at 5 min",
+                   f"the 5-min case gives {ettr[10, 5]:.2f} and {ettr[20, 5]:.2f}",
+                   f"simulated {mttf:.2f} h", f"MTTF of {node_mttf:.1f} h",
+                   f"another ~{per_day:.1f} interrupts", f"({per_node_days:.0f} per 1,000 node-days)",
+                   "the simulated {} +- {} (links".format(*interrupts),
+                   f"with reroutes {rerouted:.0f}", f"would predict {node_rate:.0f}"):
+        assert quoted in section, quoted
+    # MTTF 1/(N r_f): 6.5 per 1,000 node-days, 8 GPUs a server
+    for gpus in (16384, 131072):
+        assert f"{24 / (gpus / 8 * 6.5 / 1000):.2f} h at {gpus:,}" in section
+
+
+# ------------------------------------------------------------------ docs/commands.md
+COMMANDS = " ".join((REPO / "docs" / "commands.md").read_text().split())
+
+
+def _summary(out: str) -> dict[str, str]:
+    """``run``'s summary: field -> its value's first word."""
+    rows = [line.split() for line in out.splitlines() if not line.startswith("#")]
+    return {cols[0]: cols[1] for cols in rows if len(cols) >= 2}
+
+
+def test_commands_memory_wait_example(capsys):
+    """The memory_wait_s paragraph: GPT-3 175B on 128 p4d GPUs, its waits, step, compute and
+    exposed communication as ``run`` prints them (one run, < 1 s)."""
+    code, out, err = run_main(capsys, "run", "gpt3-175b-fsdp-p4d-128gpu", "-q")
+    assert code == 0, err
+    r = {k: float(v) for k, v in _summary(out).items()
+         if k in ("memory_wait_s", "iteration_time_s", "compute_s", "exposed_comm_s")}
+    assert (f"shows {r['memory_wait_s']:.1f} s of waits in an {r['iteration_time_s']:.1f} s "
+            f"step that computes {r['compute_s']:.1f} s" in COMMANDS)
+    assert f"in exposed_comm_s ({r['exposed_comm_s']:.1f} s: the delayed" in COMMANDS
+
+
+def test_commands_link_latency_example():
+    """20 us per HDR hop on 128 DGX: the two points of the link-latency study, and the
+    difference by the formula of docs/collective-model.md (tree all_reduce: 2 log2(128)
+    levels x 4 ib-hdr hops x (20 - 0.3 catalog) us)."""
+    from simulator.study import load_study
+    from simulator.study.commands import evaluate
+    points = {(p["params"]["cluster.links.ib-hdr.latency"], p["params"]["cluster.nodes"]): p
+              for p in load_study("link-latency").points}
+    (low,), (high,) = evaluate(points["0.3 us", 128]), evaluate(points["20 us", 128])
+    extra = 2 * 7 * 4 * 19.7e-6
+    assert high["iteration_time_s"] - low["iteration_time_s"] == pytest.approx(extra, rel=1e-6)
+    assert (f"2 x 7 x 4 x 19.7 us = {extra * 1e3:.2f} ms to a ResNet-50 DDP step "
+            f"({low['iteration_time_s'] * 1e3:.2f} to {high['iteration_time_s'] * 1e3:.2f} ms"
+            in COMMANDS)
+
+
+# ------------------------------------------------------- docs/variability.md, commands.md
+def test_variability_expected_slowdowns():
+    """E[exp(sigma M_N)] - 1 with the shipped sigma, by quadrature of M_N's inverse CDF, as
+    docs/variability.md (one decimal) and docs/commands.md (~whole percent) quote it; and
+    seed 0's draw for the 8 GPUs of one server."""
+    from simulator.engine.variability import (draw_max, group_key, max_of_normals,
+                                              shipped_sigmas)
+    sigma, k = shipped_sigmas()["compute"], 20000
+
+    def slowdown(n: int) -> float:
+        return 100 * (sum(math.exp(sigma * max_of_normals((i + 0.5) / k, n))
+                          for i in range(k)) / k - 1)
+    s = {n: slowdown(n) for n in (8, 128, 16384, 65536)}
+    page = " ".join((REPO / "docs" / "variability.md").read_text().split())
+    assert (f"{s[8]:.1f}% at 8 GPUs, {s[128]:.1f}% at 128, {s[16384]:.1f}% at 16,384, "
+            f"{s[65536]:.1f}% at 65,536" in page)
+    assert (f"~{s[8]:.0f}% at 8 GPUs, ~{s[128]:.0f}% at 128 and ~{s[16384]:.0f}% at 16,384"
+            in COMMANDS)
+    m8 = draw_max(0, group_key(tuple(range(8))), 8)
+    assert (f"draw `M_8` = {m8:.2f}, a {100 * (math.exp(sigma * m8) - 1):.1f}% slowdown, near "
+            f"the {s[8]:.1f}% expected" in page)
