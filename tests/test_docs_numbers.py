@@ -13,11 +13,13 @@ quadrature."""
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from test_cli import run_main
 
@@ -311,3 +313,155 @@ def test_variability_expected_slowdowns():
     m8 = draw_max(0, group_key(tuple(range(8))), 8)
     assert (f"draw `M_8` = {m8:.2f}, a {100 * (math.exp(sigma * m8) - 1):.1f}% slowdown, near "
             f"the {s[8]:.1f}% expected" in page)
+
+
+# ------------------------------------------------------------------- docs/accuracy.md
+ACCURACY = (REPO / "docs" / "accuracy.md").read_text()
+ACCURACY_TEXT = " ".join(ACCURACY.split())
+TRAINING_GROUPS = {       # (split, the table's GPU or group cell) -> case prefixes
+    ("validation", "H100"): ["training/llmfoundry/h100_amp_bf16/"],
+    ("validation", "A100"): ["training/llmfoundry/a100_bf16/", "training/torchtitan/a100/"],
+    ("calibration", "H100 bf16"): ["training/llmfoundry/h100_amp_bf16/"],
+    ("calibration", "H100 FP8"): ["training/llmfoundry/h100_amp_fp8/"],
+    ("calibration", "A100"): ["training/llmfoundry/a100_amp_bf16/"],
+    ("validation", "H100-500W"): ["training/torchtitan/h100-"],
+    ("validation", "H200"): ["training/torchtitan/h200-"],
+    ("calibration", "H100-500W"): ["training/torchtitan/h100-"],
+}
+
+
+def _ground() -> dict[str, tuple[str, float]]:
+    """case -> (split, throughput error) of simulator/data/validated.csv."""
+    with open(REPO / "simulator" / "data" / "validated.csv") as f:
+        return {r["case"]: (r["split"], float(r["error"])) for r in csv.DictReader(f)}
+
+
+def _report_rows(path: Path) -> dict[str, list[str]]:
+    """A generated report's Markdown table rows: first cell -> the cells."""
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows.setdefault(cells[0], cells)
+    return rows
+
+
+def test_accuracy_training_tables_are_the_ground():
+    """The FSDP and torchtitan tables: rows simulated, median |error|, rows within the row
+    gate and the worst row's error, per group, from validated.csv (in step with the
+    validation results: tests/test_envelope.py)."""
+    ground = _ground()
+    checked = 0
+    for head, gate in (("| split | GPU | rows (simulated) |", 0.15),
+                       ("| split | torchtitan group | rows (simulated) |", 0.20)):
+        for line in ACCURACY.split(head, 1)[1].split("\n\n", 1)[0].splitlines()[2:]:
+            split, group, rows, median, within, worst = \
+                [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
+            errors = [e for case, (s, e) in ground.items() if s == split
+                      and any(case.startswith(p) for p in TRAINING_GROUPS[split, group])]
+            errors.sort(key=abs)
+            n = len(errors)
+            mid = (abs(errors[(n - 1) // 2]) + abs(errors[n // 2])) / 2
+            assert rows.endswith(f"({n})"), (split, group)
+            assert median == f"{100 * mid:.1f}%", (split, group)
+            assert within == str(sum(abs(e) <= gate + 1e-12 for e in errors)), (split, group)
+            assert worst.endswith(f" {100 * errors[-1]:+.1f}%"), (split, group)
+            checked += 1
+    assert checked == len(TRAINING_GROUPS)
+    a100 = [e for case, (_, e) in ground.items() if case.startswith("training/torchtitan/a100/")]
+    assert f"-7.4..{100 * max(a100):+.1f}%" in ACCURACY_TEXT and f"{100 * min(a100):.1f}" == "-7.4"
+    foundry70 = sorted(e for case, (_, e) in ground.items()
+                       if case.startswith("training/llmfoundry/a100_bf16/70b"))
+    assert f"RoCE nodes {100 * foundry70[0]:+.1f}% and {100 * foundry70[1]:+.1f}%" in ACCURACY_TEXT
+    tt = {c.split("/")[-1]: e for c, (_, e) in ground.items()
+          if c.startswith("training/torchtitan/h100-")}
+    assert (f"128 GPUs: compiled {100 * tt['llama-3-8b_fsdp128_compile_mb2_s8192']:+.1f}%, eager "
+            f"{100 * tt['llama-3-8b_fsdp128_mb2_s8192']:+.1f}%" in ACCURACY_TEXT)
+    inter = [e for c, e in tt.items() if "interleaved1f1b" in c]
+    twin = [e for c, e in tt.items() if "pp8async-1f1b_compile_f8tensorwise_mb32" in c]
+    assert f"{100 * inter[0]:+.1f}%, like its 1F1B twin ({100 * twin[0]:+.1f}%)" in ACCURACY_TEXT
+
+
+def test_accuracy_training_reports_and_constants():
+    """The DLE, FSDP-blog and TensorFlow figures against validation/training/report/report.md,
+    the weak-scaling count against fsdp_tables.md, the fitted constants against
+    training_fit.yaml, H100's first number against before.md."""
+    report = _report_rows(REPO / "validation" / "training" / "report" / "report.md")
+    err = {case: cells[5] for case, cells in report.items() if len(cells) > 6}
+    for quoted in (f"ResNet-50 TF32 on 8 GPUs {err['resnet50_8gpu_tf32']} (scaling "
+                   f"{err['resnet50_8gpu_tf32_scaling']})",
+                   f"GPT-3 175B FSDP {err['gpt3_175b_fsdp_128gpu']}",
+                   f"ResNet-50 AMP on 8 GPUs ({err['resnet50_8gpu_amp']}, scaling "
+                   f"{err['resnet50_8gpu_amp_scaling']}",
+                   f"GPT 1T ({err['gpt_1t_fsdp_128gpu']};",
+                   "Horovod ResNet-50 is {} ({} vs {} img/s)".format(
+                       err["hvd_tf2_resnet50_synthetic_8gpu_tf32"],
+                       *report["hvd_tf2_resnet50_synthetic_8gpu_tf32"][4:2:-1]),
+                   f"seq 128 (TF32 {err['tf2_bert_large_seq128_1gpu_tf32']}, AMP "
+                   f"{err['tf2_bert_large_seq128_1gpu_amp']}) and seq 512 (TF32 "
+                   f"{err['tf2_bert_large_seq512_1gpu_tf32']}, AMP "
+                   f"{err['tf2_bert_large_seq512_1gpu_amp']})",
+                   f"seq 128 AMP ({err['tf2_bert_large_seq128_8gpu_amp']}) and seq 512 (TF32 "
+                   f"{err['tf2_bert_large_seq512_8gpu_tf32']}, AMP "
+                   f"{err['tf2_bert_large_seq512_8gpu_amp']})",
+                   f"TF32 on 8 GPUs is {err['tf2_bert_large_seq128_8gpu_tf32']}",
+                   f"({err['tf2_bert_large_seq128_8gpu_tf32_scaling']}, "
+                   f"{err['tf2_bert_large_seq512_8gpu_amp_scaling']})",
+                   "({} TF32 to {} AMP at batch 2)".format(
+                       report["tf2_maskrcnn_b2_8gpu_tf32_scaling"][3],
+                       report["tf2_maskrcnn_b2_8gpu_amp_scaling"][3]),
+                   "({:.1f} ms of communication exposed in a {:.0f} ms step".format(
+                       1e3 * float(report["tf2_maskrcnn_b2_8gpu_tf32"][10]),
+                       1e3 * float(report["tf2_maskrcnn_b2_8gpu_tf32"][8]))):
+        assert quoted in ACCURACY_TEXT, quoted
+    bert = [float(err[c].rstrip("%")) for c in err
+            if c.startswith("bert_large") and not c.endswith("scaling")
+            and report[c][1] == "validation"]
+    assert f"1 and 8 GPUs: {min(bert):+.1f}% to {max(bert):+.1f}%" in ACCURACY_TEXT
+    scaling = [abs(float(err[c].split()[0])) for c in err
+               if c.startswith("bert_large") and c.endswith("scaling")]
+    assert max(scaling) <= 1.5
+    tf = [c for c in err if c.startswith(("hvd_", "tf2_"))]
+    ok = sum(report[c][6] == "ok" for c in tf)
+    assert f"holds {len(tf)} published TensorFlow runs" in ACCURACY_TEXT
+    assert f"**Only {ok} are within the gates.**" in ACCURACY_TEXT
+
+    fsdp = (REPO / "validation" / "training" / "report" / "fsdp_tables.md").read_text()
+    weak = [float(line.split("|")[5].split()[0]) for line in
+            fsdp.split("## Scaling efficiency", 1)[1].split("\n## ", 1)[0].splitlines()
+            if line.startswith("| ") and line.endswith(" pt |")]
+    assert (f"{sum(abs(w) <= 3 for w in weak)} of {len(weak)} within 3 points"
+            in ACCURACY_TEXT)
+    fit = yaml.safe_load((REPO / "simulator" / "data" / "training_fit.yaml").read_text())
+
+    def factors(family: str) -> tuple[float, ...]:
+        t = fit["families"][family]["time_factor"]
+        return (t["matmul"]["value"], t["attention"]["value"], t["memory_bound"]["value"],
+                fit["families"][family]["kernel_overhead_us"]["value"])
+    h, a = factors("H100"), factors("A100")
+    assert (f"H100 matmul x{h[0]:g}, attention x{h[1]:g}, memory-bound x{h[2]:g}, "
+            f"+{h[3]:g} us per kernel; A100 x{a[0]:g} / x{a[1]:g} / x{a[2]:g} / "
+            f"+{a[3]:g} us" in ACCURACY_TEXT)
+    first = next(line for line in (REPO / "validation" / "training" / "before.md").read_text()
+                 .splitlines() if line.startswith("| validation | H100 |"))
+    assert first.split("|")[7].strip() == "48.8%" and "H100 was at 48.8%" in ACCURACY_TEXT
+
+
+def test_accuracy_parallel_figures_are_the_report():
+    """The Megatron section: the report's summary line verbatim and the Selene figures."""
+    path = REPO / "validation" / "parallel" / "report.md"
+    summary = next(line for line in path.read_text().splitlines()
+                   if line.startswith("**Summary:**"))
+    assert f"> {summary}" in ACCURACY.splitlines()
+    rows = _report_rows(path)
+    it = {k.split("/")[2] + "/" + k.split("/")[3]: v[4] for k, v in rows.items()
+          if k.startswith("parallel/selene/") and k.endswith("/iteration") and v[4] != "-"}
+    assert (f"22B full recompute {it['22b/full']}, 22B sequence parallel + selective recompute "
+            f"{it['22b/seqsel']}, 175B (TP 8 x PP 8, interleaved) full {it['175b/full']}, "
+            f"175B SP + selective {it['175b/seqsel']}" in ACCURACY_TEXT)
+    assert f"median |error| {rows['parallel/selene/iteration-median'][4]} (gate" in ACCURACY_TEXT
+    notes = " ".join(v[6] for k, v in rows.items() if k.endswith("/fits"))
+    replayed = [float(x) for x in re.findall(r"replayed peak ([\d.]+) GiB", notes)]
+    analytical = [float(x) for x in re.findall(r"analytical peak ([\d.]+) GiB", notes)]
+    assert (f"(replayed peaks {min(replayed):.1f}-{max(replayed):.1f} GiB, analytical "
+            f"{min(analytical):.1f}-{max(analytical):.1f} GiB)" in ACCURACY_TEXT)
