@@ -465,3 +465,40 @@ def test_accuracy_parallel_figures_are_the_report():
     analytical = [float(x) for x in re.findall(r"analytical peak ([\d.]+) GiB", notes)]
     assert (f"(replayed peaks {min(replayed):.1f}-{max(replayed):.1f} GiB, analytical "
             f"{min(analytical):.1f}-{max(analytical):.1f} GiB)" in ACCURACY_TEXT)
+
+
+@pytest.mark.parametrize("section,report,known", [
+    ("## Real profiler traces", "traces/report.md", ()),
+    ("## Real GPU runs on an H200", "gpu/report.md", ("80", "28", "4", "2.11", "13", "50,257")),
+    ("## Real CPU runs, captured here", "traces/captured.md", ("2.13.0", "2.21.0"))])
+def test_accuracy_report_sections_quote_their_reports(section, report, known):
+    """Each number of these accuracy.md sections is one its generated report prints (the
+    validation's last run; the sections say so), or one of ``known`` (versions, model
+    constants, data): a section cannot drift from its report unseen."""
+    text = ACCURACY.split(section, 1)[1].split("\n## ", 1)[0]
+    printed = (REPO / "validation" / report).read_text()
+    numbers = {n.strip(".,") for n in re.findall(r"(?:(?<![\w.%])[+-])?\d[\d,.]*%?", text)}
+    assert not {n for n in numbers if n not in printed and n not in known}
+
+
+def test_accuracy_h200_figures():
+    rows = {k: v for k, v in _report_rows(REPO / "validation" / "gpu" / "report.md").items()
+            if len(v) >= 5}
+    replay = [abs(float(v[3].rstrip("%"))) for k, v in rows.items() if k.endswith("/replay")]
+    assert f"within {min(replay):.1f}-{max(replay):.1f}% (9/9, gate 10%)" in ACCURACY_TEXT
+    assert len(replay) == 9 and max(replay) <= 10
+    generated = [v for k, v in rows.items() if k.endswith("/generated")]
+    misses = sum(v[4].startswith("known miss") for v in generated)
+    assert f"{misses} of {len(generated)} generated cases are recorded known misses" \
+        in ACCURACY_TEXT
+    err = {k: v[3] for k, v in rows.items()}
+    g = "gpu/{}/generated".format
+    for quoted in (f"{err[g('resnet50_b256_amp_nhwc')]} (AMP channels-last) and "
+                   f"{err[g('resnet50_b256_tf32_nchw')]} (TF32 NCHW)",
+                   f"block {err[g('llama-2-7b-4l_bf16_sdpa_compiled')]}, GPT-2 medium "
+                   f"{err[g('gpt2-medium_bf16_sdpa_pad64_compiled')]} and BERT-large "
+                   f"{err[g('bert-large_fp16_sdpa_pad64_compiled')]} under `torch.compile`",
+                   f"foreach AdamW {err['gpu/optimizer/adam-foreach']}, foreach SGD "
+                   f"{err['gpu/optimizer/sgd-foreach']}, fused SGD {err['gpu/optimizer/sgd-fused']}"
+                   f", fused AdamW {err['gpu/optimizer/adam-fused']}"):
+        assert quoted in ACCURACY_TEXT, quoted
