@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -502,3 +503,54 @@ def test_accuracy_h200_figures():
                    f"{err['gpu/optimizer/sgd-foreach']}, fused SGD {err['gpu/optimizer/sgd-fused']}"
                    f", fused AdamW {err['gpu/optimizer/adam-fused']}"):
         assert quoted in ACCURACY_TEXT, quoted
+
+
+# ------------------------------------------------------------------------ docs/amd.md
+AMD = " ".join((REPO / "docs" / "amd.md").read_text().split())
+
+
+def test_amd_rccl_bands_and_small_sizes():
+    """The rccl-tests section: the one-platform band table, the two-platform figures, the
+    one-shot's and ring LL's small-message times (rccl.simulate: what results.md holds)."""
+    from simulator.collectives.model import CollectiveModel
+    from simulator.collectives.run import run_collective
+    from simulator.constants import load_constants
+    from simulator.topology.build import load_cluster
+    from simulator.validation.collectives import rccl
+    rows = rccl.simulate()
+    one = [r for r in rows if r.nodes == 1]
+    assert f"One platform (8 GPUs, {len(one)} rows)" in AMD
+    for label, low, high in rccl.BANDS:
+        e = [100 * r.error for r in rccl.band(one, low, high)]
+        med = statistics.median(abs(x) for x in e)
+        assert (f"| {label} | {len(e)} | {med:.1f}% | {min(e):+.1f}% to {max(e):+.1f}% |"
+                .replace("| +", "| ") in AMD.replace("| +", "| ")), label
+    two = [r for r in rows if r.nodes == 2]
+    big = [abs(r.error) for r in rccl.band(two, 64 << 20, float("inf"))]
+    small = [-100 * r.error for r in rccl.band(two, 0, 64 << 20)]
+    assert (f"Two platforms (2 x 8 MI300X, 8 x 400G RoCE rails, {len(two)} rows): 64 MiB and "
+            f"more median |error| {100 * statistics.median(big):.1f}%" in AMD)
+    assert f"smaller sizes {min(small):.0f}-{max(small):.0f}% fast" in AMD
+    k = load_constants()
+    m = CollectiveModel(load_cluster("mi300x-8gpu", constants=k), k)
+    smallest = min(r.size_bytes for r in rows if r.table == "rccl_issue_1562_azure_mi300x")
+    shot = run_collective(m, "all_reduce", smallest, list(range(8)), "one_shot", "Simple").time_s
+    ring = run_collective(m, "all_reduce", smallest, list(range(8)), "ring", "LL").time_s
+    assert f"the one-shot costs {shot * 1e6:.1f} us" in AMD
+    assert f"RCCL's ring with LL ({(ring - k.launch_overhead_s) * 1e6:.1f} us + launch)" in AMD
+
+
+def test_amd_lora_rows():
+    """The MLPerf v5.0 LoRA paragraph: the two 8-GPU AMD rows and the worst row, as the
+    committed results hold them (tests/test_validation_finetune.py re-simulates them)."""
+    with open(REPO / "validation" / "finetune" / "results.csv") as f:
+        r = {row["system"]: row for row in csv.DictReader(f)}
+    mi300, mi325 = r["MI300X_EPYC_9575F_pytorch"], r["MI325X_EPYC_9575F_pytorch"]
+    assert (f"the 8x MI300X row simulates {float(mi300['simulated_s']):.2f} s, MI325X "
+            f"{float(mi325['simulated_s']):.2f} s, against {float(mi300['measured_s']):.2f} and "
+            f"{float(mi325['measured_s']):.2f} s measured" in AMD)
+    amd = [row for row in r.values() if row["vendor"] == "AMD" and row["error"]]
+    worst = max(amd, key=lambda row: abs(float(row["error"])))
+    assert worst["system"] == "MI300X-LLMBoost-GPUBoost-4node"
+    assert (f"4-node CP4 run ({float(worst['simulated_s']):.2f} s against "
+            f"{float(worst['measured_s']):.2f} s)" in AMD)
