@@ -554,3 +554,52 @@ def test_amd_lora_rows():
     assert worst["system"] == "MI300X-LLMBoost-GPUBoost-4node"
     assert (f"4-node CP4 run ({float(worst['simulated_s']):.2f} s against "
             f"{float(worst['measured_s']):.2f} s)" in AMD)
+
+
+# ---------------------------------------------------------- docs/tensorflow-strategies.md
+TF_PAGE = (REPO / "docs" / "tensorflow-strategies.md").read_text()
+TF_ROWS = {      # the ResNet-50 table's rows: the strategy of `run resnet50-tf-mirrored-8gpu`
+    "ddp": "{name: ddp, param_dtype: fp32}",
+    "tf_mirrored (NcclAllReduce, 1 pack)": "{name: tf_mirrored, optimizer: sgd}",
+    "tf_mirrored HierarchicalCopyAllReduce":
+        "{name: tf_mirrored, cross_device_ops: HierarchicalCopyAllReduce, optimizer: sgd}",
+    "tf_mirrored ReductionToOneDevice":
+        "{name: tf_mirrored, cross_device_ops: ReductionToOneDevice, optimizer: sgd}",
+    "tf_multiworker (AUTO = RING)": "{name: tf_multiworker, optimizer: sgd}",
+    "horovod (64 MB, 5 ms)": "{name: horovod, optimizer: sgd}",
+    "tf_central_storage": "{name: tf_central_storage, optimizer: sgd}",
+    "tf_ps, 1 PS colocated": "{name: tf_ps, num_ps: 1, ps_placement: colocated, optimizer: sgd}",
+    "tf_ps, 2 PS, 2 shards per variable": "{name: tf_ps, num_ps: 2, ps_placement: colocated, "
+                                          "optimizer: sgd, partitioner: {kind: fixed, "
+                                          "num_shards: 2}}",
+}
+
+
+def _tf_row(capsys, strategy: str) -> str:
+    """A table row: step (8 x 256 images over img/s), img/s, comm (exposed) per iteration."""
+    code, out, err = run_main(capsys, "run", "resnet50-tf-mirrored-8gpu", "--set",
+                              f"strategy={strategy}", "-q")
+    assert code == 0, err
+    r = _summary(out)
+    rate = float(r["samples_per_s"].replace(",", ""))
+    return (f"{8 * 256 / rate * 1e3:.1f} ms | {rate:,.0f} | {float(r['comm_s']) * 1e3:.1f} ms "
+            f"({float(r['exposed_comm_s']) * 1e3:.1f})")
+
+
+def test_tensorflow_resnet_table(capsys):
+    """docs/tensorflow-strategies.md's ResNet-50 example, row by row (nine runs, < 1 s each)."""
+    section = TF_PAGE.split("| strategy | step | img/s | comm (exposed) |", 1)[1]
+    rows = [line for line in section.split("\n\n", 1)[0].splitlines()[2:]]
+    assert [r.split("|")[1].strip() for r in rows] == list(TF_ROWS)
+    steps = {}
+    for line, (name, strategy) in zip(rows, TF_ROWS.items()):
+        cells = _tf_row(capsys, strategy)
+        assert line == f"| {name} | {cells} |", name
+        steps[name] = float(cells.split()[0])
+    # central storage's CPU sum and update: the step's difference from DDP's, and the ratio
+    extra = steps["tf_central_storage"] - steps["ddp"]
+    assert abs(extra - 125) < 2.5 and "that CPU work (about 125 ms)" in " ".join(TF_PAGE.split())
+    assert f"the step {steps['tf_central_storage'] / steps['ddp']:.1f}x DDP's" in \
+        " ".join(TF_PAGE.split())
+    text = " ".join(TF_PAGE.split())
+    assert all(f"`{strategy}`" in text for strategy in TF_ROWS.values())
