@@ -603,3 +603,62 @@ def test_tensorflow_resnet_table(capsys):
         " ".join(TF_PAGE.split())
     text = " ".join(TF_PAGE.split())
     assert all(f"`{strategy}`" in text for strategy in TF_ROWS.values())
+
+
+# -------------------------------------------------------------------- docs/compute.md
+COMPUTE = " ".join((REPO / "docs" / "compute.md").read_text().split())
+
+
+def test_compute_figures():
+    """compute.md's current figures: the FP8 rows and torchtitan A100 rows (validated.csv),
+    the compiled H200 blocks (validation/gpu/report.md), torchtitan's compile gain on 8 H100
+    (fsdp_tables.csv: simulated tokens/s, errors; the step difference at 16,384 tokens per
+    GPU and step), the fitted constants table (training_fit.yaml) and SimuMax's runs at the
+    measured B200 rate (validation/parallel/report.md's summary)."""
+    ground = _ground()
+    fp8 = sorted(e for c, (_, e) in ground.items()
+                 if c.startswith("training/llmfoundry/h100_amp_fp8/"))
+    med = statistics.median(abs(e) for e in fp8)
+    assert (f"median |error| {100 * med:.1f}%, all {len(fp8)} within 15% ({100 * fp8[0]:+.1f}% "
+            f"to {100 * fp8[-1]:+.1f}%" in COMPUTE) and max(map(abs, fp8)) <= 0.15
+    a100 = [e for c, (_, e) in ground.items() if c.startswith("training/torchtitan/a100/")]
+    assert f"reference code runs {100 * min(a100):.1f}..{100 * max(a100):+.1f}%" in COMPUTE
+    gpu = {(cells[0], cells[1]): cells for cells in
+           (line.strip().strip("|").split("|") for line in
+            (REPO / "validation" / "gpu" / "report.md").read_text().splitlines()
+            if line.startswith("| "))}
+    gpu = {(k[0].strip(), k[1].strip()): [c.strip() for c in v] for k, v in gpu.items()}
+    err = {k[0]: v[3] for k, v in gpu.items() if k[0].endswith("/generated")}
+    llama, gpt2 = "llama-2-7b-4l_bf16_sdpa_compiled", "gpt2-medium_bf16_sdpa_pad64_compiled"
+    assert (f"the Llama-2-7B block is {err['gpu/' + llama + '/generated']} and GPT-2 medium "
+            f"{err['gpu/' + gpt2 + '/generated']}" in COMPUTE)
+    elem = [gpu[name, "elementwise"][2:4] for name in (llama, gpt2)]
+    assert (f"(their elementwise kernels {elem[0][0]} ms recorded against {elem[0][1]} simulated, "
+            f"{elem[1][0]} against {elem[1][1]};" in COMPUTE)
+    with open(REPO / "validation" / "training" / "report" / "fsdp_tables.csv") as f:
+        rows = {r["case"]: r for r in csv.DictReader(f)}
+    titan = "torchtitan/h100-2412/llama-3-8b_fsdp8{}_mb2_s8192"
+    eager, compiled = rows[titan.format("")], rows[titan.format("_compile")]
+    sim = [float(r["simulated"]) for r in (eager, compiled)]
+    meas = [float(r["measured"]) for r in (eager, compiled)]
+    assert (f"simulated {sim[0]:,.0f} ({100 * float(eager['error']):+.1f}%) and {sim[1]:,.0f} "
+            f"({100 * float(compiled['error']):+.1f}%), {100 * (sim[1] / sim[0] - 1):+.1f}%"
+            in COMPUTE)
+    assert abs(float(compiled["error"])) <= 0.03 and "The compiled row is within 3%" in COMPUTE
+    tokens = 2 * 8192
+    assert (f"its step is {tokens / sim[0] - tokens / sim[1]:.2f} s longer than the compiled one "
+            f"where the measured difference, stack overhead included, is "
+            f"{tokens / meas[0] - tokens / meas[1]:.2f} s" in COMPUTE)
+    fit = yaml.safe_load((REPO / "simulator" / "data" / "training_fit.yaml").read_text())
+    for family, label in (("A100", "A100"), ("H100", "H100 (flash2 curve)")):
+        t = fit["families"][family]["time_factor"]
+        rms = re.search(r"rms relative error ([\d.]+ -> [\d.]+)", t["matmul"]["source"]).group(1)
+        assert (f"| {label} | x{t['matmul']['value']:g} | x{t['attention']['value']:g} | "
+                f"x{t['memory_bound']['value']:g} | "
+                f"+{fit['families'][family]['kernel_overhead_us']['value']:g} us | {rms} |"
+                in COMPUTE), family
+    summary = next(line for line in (REPO / "validation" / "parallel" / "report.md").read_text()
+                   .splitlines() if line.startswith("**Summary:**"))
+    med, big = re.search(r"SimuMax; step time\): calibration \d+ rows, median \|error\| "
+                         r"([\d.]+)%, largest ([\d.]+)%", summary).groups()
+    assert f"fast, median {med}%, largest {big}%" in COMPUTE
