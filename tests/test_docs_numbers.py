@@ -246,7 +246,8 @@ def test_reliability_validation_figures_are_the_reports():
                    f"and {ettr[5, 5]:.2f} at 5 min",
                    f"the 5-min case gives {ettr[10, 5]:.2f} and {ettr[20, 5]:.2f}",
                    f"simulated {mttf:.2f} h", f"MTTF of {node_mttf:.1f} h",
-                   f"another ~{per_day:.1f} interrupts", f"({per_node_days:.0f} per 1,000 node-days)",
+                   f"another ~{per_day:.1f} interrupts",
+                   f"({per_node_days:.0f} per 1,000 node-days)",
                    "the simulated {} +- {} (links".format(*interrupts),
                    f"with reroutes {rerouted:.0f}", f"would predict {node_rate:.0f}"):
         assert quoted in section, quoted
@@ -662,3 +663,62 @@ def test_compute_figures():
     med, big = re.search(r"SimuMax; step time\): calibration \d+ rows, median \|error\| "
                          r"([\d.]+)%, largest ([\d.]+)%", summary).groups()
     assert f"fast, median {med}%, largest {big}%" in COMPUTE
+
+
+# ---------------------------------------------------------------- docs/parallelism.md
+PARALLELISM = " ".join((REPO / "docs" / "parallelism.md").read_text().split())
+QWEN_EP = "{{name: megatron, tensor_model_parallel_size: 2, sequence_parallel: true, " \
+          "expert_model_parallel_size: {}, expert_tensor_parallel_size: {}, " \
+          "use_distributed_optimizer: true}}"
+
+
+def _run(capsys, *args: str) -> dict[str, float]:
+    code, out, err = run_main(capsys, "run", *args, "-q")
+    assert code == 0, err
+    return {k: float(v.replace(",", "")) for k, v in _summary(out).items()
+            if k in ("iteration_time_s", "peak_memory_gib")}
+
+
+def test_parallelism_expert_layouts(capsys):
+    """The expert-parallel examples: mixtral-8x7b-ep8 as shipped, and the Qwen3-30B-A3B
+    command of the page at EP16 x ETP2, EP32 x ETP1 and EP8 x ETP1 (four runs, ~1 s each)."""
+    r = _run(capsys, "mixtral-8x7b-ep8")
+    assert (f"the step takes {r['iteration_time_s']:.3f} s and the peak is "
+            f"{r['peak_memory_gib']:.1f} GiB (`clustersim run mixtral-8x7b-ep8`)" in PARALLELISM)
+    command = PARALLELISM.split("clustersim run mixtral-8x7b-ep8 --set model=qwen3-30b-a3b", 1)[1]
+    assert command.startswith(" --set cluster.nodes=4 --set 'strategy=" + QWEN_EP.format(32, 1))
+    base = ["mixtral-8x7b-ep8", "--set", "model=qwen3-30b-a3b", "--set", "cluster.nodes=4",
+            "--set", "training.grad_accum=4"]
+    for label, ep, etp in (("EP16 with the experts split as TP (`etp` 2)", 16, 2),
+                           ("EP32 x ETP1", 32, 1), ("EP8 x ETP1 (one server)", 8, 1)):
+        r = _run(capsys, *base, "--set", "strategy=" + QWEN_EP.format(ep, etp))
+        assert (f"{label} {r['iteration_time_s']:.3f} s and {r['peak_memory_gib']:.1f} GiB"
+                in PARALLELISM), label
+
+
+def test_parallelism_figures_from_the_validation():
+    """The Selene paragraph (validation/parallel/report.md) and the 405B interleaved row
+    (fsdp_tables.csv)."""
+    rows = _report_rows(REPO / "validation" / "parallel" / "report.md")
+    memory = [float(v[4].rstrip("%")) for k, v in rows.items()
+              if k.startswith("parallel/selene/") and "/fig" in k and v[4].endswith("%")
+              and "/fig7/none/" not in k]               # Figure 7's reference mode: 1 by definition
+    assert max(map(abs, memory)) <= 2.0
+    assert f"the memory model, {len(memory)} of {len(memory)} rows within 2%" in PARALLELISM
+    assert f"memory {len(memory)}/{len(memory)} within 10%" in (
+        REPO / "validation" / "parallel" / "report.md").read_text()
+    it = {k.split("/")[2] + "/" + k.split("/")[3]: v[4] for k, v in rows.items()
+          if k.startswith("parallel/selene/") and k.endswith("/iteration") and v[4] != "-"}
+    assert (f"median |error| {rows['parallel/selene/iteration-median'][4]} (22B full "
+            f"{it['22b/full']}, 22B SP + selective {it['22b/seqsel']}, 175B full "
+            f"{it['175b/full']}, 175B SP + selective {it['175b/seqsel']})" in PARALLELISM)
+    with open(REPO / "validation" / "training" / "report" / "fsdp_tables.csv") as f:
+        titan = {r["case"]: r for r in csv.DictReader(f)}
+    row = "torchtitan/h100-2412/llama-3-405b_fsdp8_tp8_pp8async-{}_compile_f8tensorwise_mb32_s8192"
+    inter, plain = titan[row.format("interleaved1f1b")], titan[row.format("1f1b")]
+    sim = [float(r["simulated"]) for r in (inter, plain)]
+    meas = [float(r["measured"]) for r in (inter, plain)]
+    assert (f"the row simulates {sim[0]:.1f} tokens/s/GPU against {meas[0]:.0f} measured "
+            f"({100 * float(inter['error']):+.1f}%, as its 1F1B twin: {sim[1]:.1f} against "
+            f"{meas[1]:.0f}), a gain over 1F1B of {sim[0] / sim[1]:.2f}x, measured "
+            f"{meas[0] / meas[1]:.2f}x" in PARALLELISM)

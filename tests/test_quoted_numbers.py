@@ -2,8 +2,9 @@
 
 A block marked ``<!-- quoted: ARGS -->`` (a ``>`` quote or a fenced block right below) holds
 lines of ``clustersim ARGS``'s output, verbatim: the test runs the command once (once for
-every block marked with the same ARGS, on any page) and finds each line in what it printed. docs/compare.md's first example is checked whole (its second,
-its fabric table and folk claims: tests/test_docs_numbers.py). Each run here takes 5-20 s."""
+every block marked with the same ARGS, on any page) and finds each line in what it
+printed. docs/compare.md's first example is checked whole (its second, its fabric table and
+folk claims: tests/test_docs_numbers.py). Each run here takes 5-20 s."""
 
 from __future__ import annotations
 
