@@ -348,6 +348,15 @@ def _report_rows(path: Path) -> dict[str, list[str]]:
     return rows
 
 
+def _table_pair(case: str, *variants: str) -> tuple[list[dict], list[float], list[float]]:
+    """Rows of validation/training/report/fsdp_tables.csv (``case`` formatted with each
+    variant), their simulated and their measured tokens/s per GPU."""
+    with open(REPO / "validation" / "training" / "report" / "fsdp_tables.csv") as f:
+        table = {r["case"]: r for r in csv.DictReader(f)}
+    rows = [table[case.format(v)] for v in variants]
+    return rows, [float(r["simulated"]) for r in rows], [float(r["measured"]) for r in rows]
+
+
 def test_accuracy_training_tables_are_the_ground():
     """The FSDP and torchtitan tables: rows simulated, median |error|, rows within the row
     gate and the worst row's error, per group, from validated.csv (in step with the
@@ -636,12 +645,8 @@ def test_compute_figures():
     elem = [gpu[name, "elementwise"][2:4] for name in (llama, gpt2)]
     assert (f"(their elementwise kernels {elem[0][0]} ms recorded against {elem[0][1]} simulated, "
             f"{elem[1][0]} against {elem[1][1]};" in COMPUTE)
-    with open(REPO / "validation" / "training" / "report" / "fsdp_tables.csv") as f:
-        rows = {r["case"]: r for r in csv.DictReader(f)}
-    titan = "torchtitan/h100-2412/llama-3-8b_fsdp8{}_mb2_s8192"
-    eager, compiled = rows[titan.format("")], rows[titan.format("_compile")]
-    sim = [float(r["simulated"]) for r in (eager, compiled)]
-    meas = [float(r["measured"]) for r in (eager, compiled)]
+    (eager, compiled), sim, meas = _table_pair("torchtitan/h100-2412/llama-3-8b_fsdp8{}_mb2_s8192",
+                                               "", "_compile")
     assert (f"simulated {sim[0]:,.0f} ({100 * float(eager['error']):+.1f}%) and {sim[1]:,.0f} "
             f"({100 * float(compiled['error']):+.1f}%), {100 * (sim[1] / sim[0] - 1):+.1f}%"
             in COMPUTE)
@@ -712,12 +717,9 @@ def test_parallelism_figures_from_the_validation():
     assert (f"median |error| {rows['parallel/selene/iteration-median'][4]} (22B full "
             f"{it['22b/full']}, 22B SP + selective {it['22b/seqsel']}, 175B full "
             f"{it['175b/full']}, 175B SP + selective {it['175b/seqsel']})" in PARALLELISM)
-    with open(REPO / "validation" / "training" / "report" / "fsdp_tables.csv") as f:
-        titan = {r["case"]: r for r in csv.DictReader(f)}
-    row = "torchtitan/h100-2412/llama-3-405b_fsdp8_tp8_pp8async-{}_compile_f8tensorwise_mb32_s8192"
-    inter, plain = titan[row.format("interleaved1f1b")], titan[row.format("1f1b")]
-    sim = [float(r["simulated"]) for r in (inter, plain)]
-    meas = [float(r["measured"]) for r in (inter, plain)]
+    (inter, plain), sim, meas = _table_pair(
+        "torchtitan/h100-2412/llama-3-405b_fsdp8_tp8_pp8async-{}_compile_f8tensorwise_mb32_s8192",
+        "interleaved1f1b", "1f1b")
     assert (f"the row simulates {sim[0]:.1f} tokens/s/GPU against {meas[0]:.0f} measured "
             f"({100 * float(inter['error']):+.1f}%, as its 1F1B twin: {sim[1]:.1f} against "
             f"{meas[1]:.0f}), a gain over 1F1B of {sim[0] / sim[1]:.2f}x, measured "
