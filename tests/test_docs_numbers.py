@@ -278,20 +278,58 @@ def test_commands_memory_wait_example(capsys):
     assert f"in exposed_comm_s ({r['exposed_comm_s']:.1f} s: the delayed" in COMMANDS
 
 
-def test_commands_link_latency_example():
+@pytest.fixture(scope="module")
+def link_latency_study() -> dict[tuple[str, int], dict]:
+    """(ib-hdr latency, nodes) -> the result of that point of the shipped link-latency
+    study (16 points, evaluated once: ~6 s)."""
+    from simulator.study import load_study
+    from simulator.study.commands import evaluate
+    out = {}
+    for point in load_study("link-latency").points:
+        (result,) = evaluate(point)
+        out[point["params"]["cluster.links.ib-hdr.latency"],
+            point["params"]["cluster.nodes"]] = result
+    return out
+
+
+def test_commands_link_latency_example(link_latency_study):
     """20 us per HDR hop on 128 DGX: the two points of the link-latency study, and the
     difference by the formula of docs/collective-model.md (tree all_reduce: 2 log2(128)
     levels x 4 ib-hdr hops x (20 - 0.3 catalog) us)."""
-    from simulator.study import load_study
-    from simulator.study.commands import evaluate
-    points = {(p["params"]["cluster.links.ib-hdr.latency"], p["params"]["cluster.nodes"]): p
-              for p in load_study("link-latency").points}
-    (low,), (high,) = evaluate(points["0.3 us", 128]), evaluate(points["20 us", 128])
+    low = link_latency_study["0.3 us", 128]["iteration_time_s"]
+    high = link_latency_study["20 us", 128]["iteration_time_s"]
     extra = 2 * 7 * 4 * 19.7e-6
-    assert high["iteration_time_s"] - low["iteration_time_s"] == pytest.approx(extra, rel=1e-6)
+    assert high - low == pytest.approx(extra, rel=1e-6)
     assert (f"2 x 7 x 4 x 19.7 us = {extra * 1e3:.2f} ms to a ResNet-50 DDP step "
-            f"({low['iteration_time_s'] * 1e3:.2f} to {high['iteration_time_s'] * 1e3:.2f} ms"
-            in COMMANDS)
+            f"({low * 1e3:.2f} to {high * 1e3:.2f} ms" in COMMANDS)
+
+
+def test_studies_link_latency_table(link_latency_study):
+    """docs/studies.md's table (every point's iteration time, ms), the 128-node 20 us
+    difference, and the 8-byte all_reduce at 16 and 128 nodes (the collective model)."""
+    from simulator.collectives.model import CollectiveModel
+    from simulator.constants import load_constants
+    from simulator.topology.build import load_cluster
+    page = (REPO / "docs" / "studies.md").read_text()
+    lat = ["0.3 us", "1 us", "5 us", "20 us"]
+    for i, latency in enumerate(lat):
+        cells = " | ".join(f"{link_latency_study[latency, n]['iteration_time_s'] * 1e3:.3f}"
+                           for n in (16, 32, 64, 128))
+        label = "0.3 us (catalog)" if i == 0 else latency
+        assert f"| {label} | {cells} |" in page, latency
+    low = link_latency_study["0.3 us", 128]["iteration_time_s"]
+    text = " ".join(page.split())
+    assert f"2 x 7 x 4 x 19.7 us = 1.103 ms ({100 * 1.1032e-3 / low:+.1f}%)" in text
+    k = load_constants()
+    for nodes in (16, 128):
+        times = []
+        for latency in lat:
+            links = None if latency == "0.3 us" else {"ib-hdr": {"latency": latency}}
+            m = CollectiveModel(load_cluster("dgx-a100-superpod", nodes=nodes, links=links,
+                                             constants=k), k)
+            times.append(m.plan("all_reduce", 8, list(range(8 * nodes))).predicted_s * 1e6)
+        assert (f"{times[0]:.1f} us{' (catalog)' if nodes == 128 else ''} to {times[1]:.1f}, "
+                f"{times[2]:.1f} and {times[3]:.1f} us at {nodes} nodes" in text), nodes
 
 
 # ------------------------------------------------------- docs/variability.md, commands.md
