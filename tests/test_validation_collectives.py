@@ -597,3 +597,43 @@ def test_the_docs_quote_the_validation(shipped_summary, shipped_results):
     assert (f"busbw median {100 * h100['busbw_med']:.1f}%, sizes <= 64 KiB "
             f"{100 * h100['time_med']:.0f}% slow" in hardware)
     assert f"busbw {100 * nebius['busbw_med']:.1f}% fast" in hardware
+
+
+def test_the_collective_model_page_quotes_the_validation(shipped_summary, shipped_results):
+    """docs/collective-model.md's known limits and latency table, from the same results."""
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "collective-model.md")
+                    .read_text().split())
+
+    def rows(table):
+        return shipped_results[shipped_results["table_id"] == table]
+    p2p = rows("liplus_8gpu_sendrecv").set_index("size_bytes").loc[1 << 30]
+    assert (f"({p2p['sim_busbw_GBps']:.0f} GB/s at 1 GiB); real sendrecv reaches "
+            f"{p2p['meas_busbw_GBps']:.0f} GB/s" in page)
+    a2a = rows("azure_ndmv4_2x8")
+    a2a = a2a[a2a["op"] == "all_to_all"].iloc[0]
+    assert (f"(measured {a2a['meas_time_us']:.0f} us for {a2a['ranks']} ranks on 2 nodes, "
+            f"predicted {a2a['sim_time_us']:.0f} us)" in page)
+    h100 = rows("dgx_h100_1node")
+    small = h100[h100["size_bytes"] <= 512 << 10]["sim_time_us"]
+    assert (f"give {small.min():.0f}-{small.max():.0f} us (median |time error| "
+            f"{100 * shipped_summary.loc['dgx_h100_1node', 'time_med']:.0f}% at <= 64 KiB)"
+            in page)
+    nvls = h100[h100["size_bytes"] >= 4 << 20]["busbw_err"].abs()
+    tree = rows("nebius_h100_2x8")["busbw_err"]
+    assert (tree > 0).all()
+    assert (f"is {100 * tree.min():.0f}-{100 * tree.max():.0f}% faster than the one" in page
+            and f"within {100 * nvls.min():.1f}-{100 * nvls.max():.1f}% from 4 MiB up" in page)
+    oci = shipped_summary.loc["oci_bm.gpu4.8_1node"]
+    assert (f"off by a median {100 * oci['busbw_med']:.1f}% on its calibration table but up to "
+            f"{100 * oci['busbw_max']:.1f}%" in page)
+    weak = shipped_summary.loc["galvatron_fixture_8gpu", "busbw_med"]
+    assert f"(median error there {100 * weak:.1f}%)" in page
+    azure = rows("azure_ndmv4_2x8")
+    azure = azure[(azure["op"] == "all_reduce") & (azure["size_bytes"] == 1024)].iloc[0]
+    assert f"| 2 | (1 KiB) {azure['sim_time_us']:.2f} | {azure['sim_time_us']:.2f} |" in page
+    nccl652 = rows("gh_nccl_652_32node").set_index("size_bytes").loc[8]
+    before = nccl652["sim_time_us"] + 10 * 4 - 4 * 5.4          # the tuner's term, not the tree's
+    was = before / nccl652["meas_time_us"] - 1
+    now, med = nccl652["time_err"], shipped_summary.loc["gh_nccl_652_32node", "time_med"]
+    assert (f"At 32 servers the time error goes from {100 * was:+.0f}% to {100 * now:+.1f}% "
+            f"(median over the table's 4-128 B rows {100 * med:.1f}%" in page)
