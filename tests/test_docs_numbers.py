@@ -535,6 +535,9 @@ def test_accuracy_h200_figures():
             if len(v) >= 5}
     replay = [abs(float(v[3].rstrip("%"))) for k, v in rows.items() if k.endswith("/replay")]
     assert f"within {min(replay):.1f}-{max(replay):.1f}% (9/9, gate 10%)" in ACCURACY_TEXT
+    importers = " ".join((REPO / "docs" / "importers.md").read_text().split())
+    assert ("imports nine single-step CUDA profiles" in importers and len(replay) == 9 and
+            f"each within {min(replay):.1f}-{max(replay):.1f}% of the recorded step" in importers)
     assert len(replay) == 9 and max(replay) <= 10
     generated = [v for k, v in rows.items() if k.endswith("/generated")]
     misses = sum(v[4].startswith("known miss") for v in generated)
