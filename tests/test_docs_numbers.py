@@ -1,15 +1,17 @@
 """Numbers docs/ pages quote from the tool that no marked block (tests/test_quoted_numbers.py)
-covers, rerun and compared, or derived here from the data and formulas they come from (issue
-47's audit, "every number in docs produced by a test").
+covers, rerun and compared, or derived here from the data, the formulas and the generated
+validation files they come from (issue 47's audit, "every number in docs produced by a test").
 
-docs/compare.md: Example 2 whole (every line of its block), the table of the same command
-on three other fabrics (each cell: iteration s, exposed s, comm-wait %, waste), and the
-folk claims' percentages from those cells. Four compare runs, ~10 s each here.
-docs/capacity.md (and commands.md's capacity paragraph): four capacity runs.
-docs/reliability.md: the --max-events refusals (no trial runs) and the validation figures
-against validation/reliability/report.md. docs/commands.md: the memory-wait and link-latency
-examples (one run, two study points). docs/variability.md: the expected slowdowns by
-quadrature."""
+Runs: compare.md (Example 2, its fabric table and folk claims; the one-node paragraph: six
+compare runs, ~10 s each), capacity.md and commands.md's capacity paragraph (four capacity
+runs), commands.md (one run; the link-latency study's 16 points, shared with studies.md),
+tensorflow-strategies.md (nine ResNet-50 runs, < 1 s each), parallelism.md (four MoE runs),
+reliability.md and amd.md (refusals, collective-model calls: no trial or step runs).
+No runs: variability.md (quadrature), accuracy.md, compute.md and parallelism.md's validation
+figures against ``simulator/data/validated.csv`` (in step with the validation results:
+tests/test_envelope.py) and the committed reports the validation commands write
+(``validation/*/report*.md``, ``fsdp_tables.csv``, ``results.csv``); those reports are the
+last full validation run's, which the suite does not repeat (40 minutes)."""
 
 from __future__ import annotations
 
