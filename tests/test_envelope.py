@@ -5,6 +5,8 @@ run / compare / capacity print it and put it in their JSON."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import csv
 import json
 import math
@@ -289,6 +291,9 @@ def test_the_band_holds_four_in_five_held_out_cases_left_out_one_at_a_time():
             total += 1
             inside += band.low <= r["error"] <= band.high
     assert total >= 60 and inside / total >= 0.80
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "envelope.md")
+                    .read_text().split())
+    assert f"{inside} times in {total} ({100 * inside / total:.0f}%;" in page
 
 
 def test_a_gpu_without_a_calibration_generation_is_its_own_chip():

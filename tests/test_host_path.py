@@ -138,3 +138,21 @@ def test_send_recv_pair_plans_take_the_host_path_too():
     new = CollectiveModel(c, K, NcclConfig(version="2.12")).plan_pairs(1 << 26, pairs)
     assert got[0].predicted_s > new[0].predicted_s          # GPU 0's NIC is across the socket
     assert all(g.predicted_s >= n.predicted_s for g, n in zip(got, new))
+
+
+def test_the_busbw_figures_docs_collective_model_quotes():
+    """1 GiB all_reduce on 2 DGX A100 (16 ranks), busbw = 2 (n - 1) / n x bytes / time: every
+    NIC under cpu1 with PXN (2.21) and without (2.11), and the default placement."""
+    from pathlib import Path
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "collective-model.md")
+                    .read_text().split())
+    ranks, size = list(range(16)), 1 << 30
+
+    def busbw(c, version):
+        t = CollectiveModel(c, K, NcclConfig(version=version)).plan("all_reduce", size,
+                                                                     ranks).predicted_s
+        return 2 * 15 / 16 * size / t / 1e9
+    pxn, no_pxn = busbw(cluster(ACROSS), "2.21"), busbw(cluster(ACROSS), "2.11")
+    default = busbw(cluster(), "2.21")
+    assert (f"reaches {pxn:.0f} GB/s busbw with PXN (2.21) and {no_pxn:.1f} GB/s without (2.11), "
+            f"against {default:.0f} GB/s on the default placement" in page)

@@ -80,3 +80,41 @@ def test_choice_is_the_tuners_not_the_timing():
         best = min(((a, p) for a in ("ring", "tree") for p in ("LL", "LL128", "Simple")),
                    key=lambda ap: m._plan_one("all_reduce", *ap, comm, size, 0, ranks)[1])
         assert (plan.algo, plan.proto) == best
+
+
+# --------------------------------------------- the quoted times (collective-model, accuracy)
+def _times_us(**nccl) -> list[float]:
+    """The 8 B all_reduce at 2-32 servers as `clustersim collective` times it."""
+    from simulator.collectives.run import run_collective
+    out = []
+    for nodes in NODES:
+        m = _model(nodes, **nccl)
+        ranks = list(range(m.cluster.n_gpus))
+        plan = m.plan("all_reduce", 8, ranks)
+        out.append(run_collective(m, "all_reduce", 8, ranks, plan.algo, plan.proto).time_s * 1e6)
+    return out
+
+
+def test_the_docs_quote_these_times():
+    """docs/collective-model.md's table and versions, docs/accuracy.md's sequence; "before"
+    (the tuner's term taken as the time) is the 2-server time + 10 us per doubling."""
+    from pathlib import Path
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    model = " ".join((docs / "collective-model.md").read_text().split())
+    accuracy = " ".join((docs / "accuracy.md").read_text().split())
+    after, v219, v228 = _times_us(), _times_us(version="2.19"), _times_us(version="2.28")
+    assert [f"{t:.2f}" for t in v219] == [f"{t:.2f}" for t in v228]
+
+    def seq(times):
+        return " / ".join(f"{t:.2f}" for t in times)
+
+    def before(times):
+        return [times[0] + 10 * k for k in range(len(times))]
+    for n, b, a in zip(NODES, before(after), after):
+        assert f"| {n} | {b:.2f} | {a:.2f} |" in model, n
+    assert f"NCCL 2.19/2.28 tables: {seq(v219)} us (before {seq(before(v219))})" in model
+    assert (f"takes {after[0]:.2f} us at 2 servers by default and with `--nccl-version 2.7`, "
+            f"{v219[0]:.2f} us with 2.19 or 2.28" in model)
+    assert " / ".join(f"{t:.0f}" for t in before(after)) + " us at 2 / 4 / 8 / 16 / 32" in model
+    assert (f"takes {seq(after)} us at 2 / 4 / 8 / 16 / 32 servers (before: "
+            f"{seq(before(after))})" in accuracy)

@@ -276,7 +276,7 @@ def _study_grid():
 def test_link_latency_study_moves_small_all_reduce_by_the_formula():
     # 8-byte all_reduce on every GPU at each point of the study; the tuner picks tree/LL
     # everywhere: extra = 2 x log2(nodes) x hops x (L - 0.3 us), e.g. at 128 nodes and
-    # 20 us: 2 x 7 x 4 x 19.7 us = 1103.2 us (171.99 us -> 1275.19 us)
+    # 20 us: 2 x 7 x 4 x 19.7 us = 1103.2 us (81.3 us -> 1184.5 us: docs/studies.md)
     _, latencies, node_counts = _study_grid()
     k = load_constants()
     for nodes in node_counts:

@@ -1,9 +1,10 @@
 """Numbers that README.md and docs/ quote from the tool are what it prints today.
 
 A block marked ``<!-- quoted: ARGS -->`` (a ``>`` quote or a fenced block right below) holds
-lines of ``clustersim ARGS``'s output, verbatim: the test runs the command once and finds
-each line in what it printed. docs/compare.md's first example is checked whole (its second,
-its fabric table and folk claims: tests/test_docs_numbers.py). Each run here takes 5-20 s."""
+lines of ``clustersim ARGS``'s output, verbatim: the test runs the command once (once for
+every block marked with the same ARGS, on any page) and finds each line in what it
+printed. docs/compare.md's first example is checked whole (its second, its fabric table and
+folk claims: tests/test_docs_numbers.py). Each run here takes 5-20 s."""
 
 from __future__ import annotations
 
@@ -43,15 +44,22 @@ def test_the_pages_quote_the_tool():
     assert {args.split()[0] for _, args, _ in quoted_blocks()} >= {"study", "reliability"}
 
 
-@pytest.mark.parametrize("page,args,quoted", quoted_blocks(), ids=lambda v: v
-                         if isinstance(v, str) and " " not in v else None)
-def test_a_quoted_output_is_what_the_tool_prints(capsys, monkeypatch, tmp_path, page, args,
-                                                 quoted):
+def quoted_commands() -> dict[str, list[tuple[str, str]]]:
+    """ARGS -> (page name, quoted line) of every block marked with it: a command quoted on
+    several pages runs once."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for page, args, quoted in quoted_blocks():
+        assert quoted, f"{page}: {args}: an empty quoted block"
+        found.setdefault(args, []).extend((page, line) for line in quoted)
+    return found
+
+
+@pytest.mark.parametrize("args", sorted(quoted_commands()))
+def test_a_quoted_output_is_what_the_tool_prints(capsys, monkeypatch, tmp_path, args):
     monkeypatch.chdir(tmp_path)                     # a study writes its folder here
     code, out, err = run_main(capsys, *shlex.split(args), "-q")
     assert code == 0, err
-    assert quoted
-    for line in quoted:
+    for page, line in quoted_commands()[args]:
         assert line in out, f"{page}: {args}: {line!r} is not printed; it prints:\n{out}"
 
 

@@ -525,3 +525,116 @@ def test_docs_aws_p5_all_reduce_medians_and_the_trees_missing_time(shipped_summa
     # the plugin's 75 us network latency, as time: 2 log2(nodes) x 75 us, 1.1-1.3x the gap
     assert [round(2 * math.log2(n) * 75 / g, 1) for n, g in zip((4, 8, 16, 32), gap)] \
         == [1.1, 1.3, 1.3, 1.3]
+
+
+# ------------------------------------------- docs/accuracy.md and hardware.md's collective figures
+ACCURACY_ROWS = {     # the held-out table's rows: first cell's start -> (table ids, metrics)
+    "oci_ngc_1node_10G": (["oci_ngc_1node_10G", "oci_ubuntu_1node_10G"], ["busbw"]),
+    "azure_ndmv4_1x8": (["azure_ndmv4_1x8"], ["busbw", "time"]),
+    "galvatron_fixture_8gpu": (["galvatron_fixture_8gpu"], ["busbw"]),
+    "liplus_8gpu_sendrecv": (["liplus_8gpu_sendrecv"], ["busbw"]),
+    "gh_nccl-tests_152_2node": (["gh_nccl-tests_152_2node"], ["busbw"]),
+    "azure_ndmv4_2x8": (["azure_ndmv4_2x8"], ["busbw", "time"]),
+    "azure_ndmv4_2x1": (["azure_ndmv4_2x1"], ["busbw", "time"]),
+    "oci_ngc / ubuntu / ngc2406": (["oci_ngc_2node_10G", "oci_ubuntu_2node_10G",
+                                    "oci_ngc2406_2node_10G"], ["busbw"]),
+    "oci_oke_b4.8_2node": (["oci_oke_b4.8_2node"], ["busbw"]),
+    "nebius_h100_2x8": (["nebius_h100_2x8"], ["busbw"]),
+    "gh_nccl_652_32node": (["gh_nccl_652_32node"], ["time"]),
+}
+
+
+def test_the_docs_quote_the_validation(shipped_summary, shipped_results):
+    """docs/accuracy.md's held-out table cell by cell (median |error|, a failed gate in bold),
+    its count of gates, the DGX H100 and all_to_all figures, and hardware.md's."""
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    page = (docs / "accuracy.md").read_text()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip().strip("|").split("|")]
+            for line in page.split("| held-out table |", 1)[1].split("\n\n", 1)[0]
+            .splitlines()[2:]}
+    passed = total = 0
+    for start, (tables, metrics) in ACCURACY_ROWS.items():
+        (cells,) = [c for name, c in rows.items() if name.startswith(start)]
+        for metric, col in (("busbw", 2), ("time", 3)):
+            if metric not in metrics:
+                assert cells[col] == "", (start, metric)
+                continue
+            med = [shipped_summary.loc[t, f"{metric}_med"] for t in tables]
+            ok = [bool(shipped_summary.loc[t, f"{metric}_ok"]) for t in tables]
+            quoted = " / ".join(f"{100 * m:.1f}%" if o else f"**{100 * m:.1f}%**"
+                                for m, o in zip(med, ok))
+            assert cells[col] == quoted, (start, metric)
+            passed, total = passed + sum(ok), total + len(ok)
+    assert len(rows) == len(ACCURACY_ROWS)
+    words = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+             "fourteen fifteen sixteen seventeen eighteen nineteen twenty").split()
+    text = " ".join(page.split())
+    assert (f"{words[passed].capitalize()} of the {words[total]} (table, metric) gates pass and "
+            f"{words[total - passed]} fail (in bold)" in text)
+    h100 = shipped_summary.loc["dgx_h100_1node"]
+    r = shipped_results[shipped_results["table_id"] == "dgx_h100_1node"]
+    big = r[r["size_bytes"] >= 1 << 30]["busbw_err"].abs()
+    eight = r[r["size_bytes"] == 8].iloc[0]
+    assert (f"busbw median {100 * h100['busbw_med']:.1f}% over sizes >= 1 MiB "
+            f"({100 * big.min():.1f}-{100 * big.max():.1f}% from 1 GiB), small sizes "
+            f"{100 * h100['time_med']:.0f}% slow" in text)
+    assert (f"(8 B: {eight['meas_time_us']:.1f} us measured, {eight['sim_time_us']:.1f} us "
+            "simulated" in text)
+    a2a = shipped_results[(shipped_results["table_id"] == "azure_ndmv4_2x8")
+                          & (shipped_results["op"] == "all_to_all")].iloc[0]
+    assert (f"{a2a['meas_time_us']:.0f} us measured against {a2a['sim_time_us']:.0f} us "
+            f"simulated for {a2a['ranks']} ranks" in text)
+    deepops = shipped_results[(shipped_results["table_id"] == "deepops_dgxa100_2node_k8s")
+                              & (shipped_results["size_bytes"] == 8)].iloc[0]
+    nccl652 = shipped_results[(shipped_results["table_id"] == "gh_nccl_652_32node")
+                              & (shipped_results["size_bytes"] == 8)].iloc[0]
+    assert (f"measures {nccl652['meas_time_us']:.2f} us at 8 B: "
+            f"{100 * nccl652['time_err']:+.1f}%" in text)
+    assert f"the 2-server time is {100 * deepops['time_err']:+.0f}% over the deepops" in text
+    hardware = " ".join((docs / "hardware.md").read_text().split())
+    nebius = shipped_summary.loc["nebius_h100_2x8"]
+    neb_rows = shipped_results[shipped_results["table_id"] == "nebius_h100_2x8"]
+    assert (neb_rows["busbw_err"] > 0).all()                  # simulated busbw above: fast
+    assert (f"busbw median {100 * h100['busbw_med']:.1f}%, sizes <= 64 KiB "
+            f"{100 * h100['time_med']:.0f}% slow" in hardware)
+    assert f"busbw {100 * nebius['busbw_med']:.1f}% fast" in hardware
+
+
+def test_the_collective_model_page_quotes_the_validation(shipped_summary, shipped_results):
+    """docs/collective-model.md's known limits and latency table, from the same results."""
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "collective-model.md")
+                    .read_text().split())
+
+    def rows(table):
+        return shipped_results[shipped_results["table_id"] == table]
+    p2p = rows("liplus_8gpu_sendrecv").set_index("size_bytes").loc[1 << 30]
+    assert (f"({p2p['sim_busbw_GBps']:.0f} GB/s at 1 GiB); real sendrecv reaches "
+            f"{p2p['meas_busbw_GBps']:.0f} GB/s" in page)
+    a2a = rows("azure_ndmv4_2x8")
+    a2a = a2a[a2a["op"] == "all_to_all"].iloc[0]
+    assert (f"(measured {a2a['meas_time_us']:.0f} us for {a2a['ranks']} ranks on 2 nodes, "
+            f"predicted {a2a['sim_time_us']:.0f} us)" in page)
+    h100 = rows("dgx_h100_1node")
+    small = h100[h100["size_bytes"] <= 512 << 10]["sim_time_us"]
+    assert (f"give {small.min():.0f}-{small.max():.0f} us (median |time error| "
+            f"{100 * shipped_summary.loc['dgx_h100_1node', 'time_med']:.0f}% at <= 64 KiB)"
+            in page)
+    nvls = h100[h100["size_bytes"] >= 4 << 20]["busbw_err"].abs()
+    tree = rows("nebius_h100_2x8")["busbw_err"]
+    assert (tree > 0).all()
+    assert (f"is {100 * tree.min():.0f}-{100 * tree.max():.0f}% faster than the one" in page
+            and f"within {100 * nvls.min():.1f}-{100 * nvls.max():.1f}% from 4 MiB up" in page)
+    oci = shipped_summary.loc["oci_bm.gpu4.8_1node"]
+    assert (f"off by a median {100 * oci['busbw_med']:.1f}% on its calibration table but up to "
+            f"{100 * oci['busbw_max']:.1f}%" in page)
+    weak = shipped_summary.loc["galvatron_fixture_8gpu", "busbw_med"]
+    assert f"(median error there {100 * weak:.1f}%)" in page
+    azure = rows("azure_ndmv4_2x8")
+    azure = azure[(azure["op"] == "all_reduce") & (azure["size_bytes"] == 1024)].iloc[0]
+    assert f"| 2 | (1 KiB) {azure['sim_time_us']:.2f} | {azure['sim_time_us']:.2f} |" in page
+    nccl652 = rows("gh_nccl_652_32node").set_index("size_bytes").loc[8]
+    before = nccl652["sim_time_us"] + 10 * 4 - 4 * 5.4          # the tuner's term, not the tree's
+    was = before / nccl652["meas_time_us"] - 1
+    now, med = nccl652["time_err"], shipped_summary.loc["gh_nccl_652_32node", "time_med"]
+    assert (f"At 32 servers the time error goes from {100 * was:+.0f}% to {100 * now:+.1f}% "
+            f"(median over the table's 4-128 B rows {100 * med:.1f}%" in page)
