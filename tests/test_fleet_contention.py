@@ -10,6 +10,7 @@ from conftest import make_model, star_graph
 from job_helpers import NIC, SIZE, NoCompute
 from job_helpers import all_reduce as _all_reduce
 from simulator.engine import Placement, replay
+from simulator.engine.planning import Plans
 from simulator.fleet.contention import StepTimes, Work
 from simulator.fleet.placement import Layout
 
@@ -148,3 +149,35 @@ def test_in_the_fleet_neighbours_slow_each_other_until_one_ends(ideal_constants)
     assert (packed["A"]["end_s"], packed["B"]["end_s"]) == (10 * alone, 30 * alone)
     assert packed["A"]["slowdown"] == pytest.approx(1.0, rel=1e-15)
     assert packed["B"]["slowdown"] == pytest.approx(1.0, rel=1e-15)
+
+
+def test_a_member_plans_once_across_its_iterations_and_co_simulations(ideal_constants,
+                                                                      monkeypatch):
+    """A member's collectives are planned once, at its first iteration: its other
+    iterations, and its next co-simulation (a neighbour changed), reuse the plans, and the
+    step times are those of plans made again at every iteration, to the last bit."""
+    model, times, work = _star(2, 6, ideal_constants)
+    planned = []
+    plan_groups = model.plan_groups
+    monkeypatch.setattr(model, "plan_groups",
+                        lambda *a, **k: planned.append(a[2]) or plan_groups(*a, **k))
+    a, b, c = Placement((0, 3)), Placement((1, 4)), Placement((2, 5))
+    times.alone(work, a)            # (the step alone, of the shape of all three: planned)
+    planned.clear()
+    first = times.together([(work, a), (work, b)])
+    assert sorted(planned) == [[(0, 3)], [(1, 4)]]         # one plan each, 16 iterations of b
+    second = times.together([(work, a), (work, c)])         # b leaves, c comes: a plans nothing
+    assert sorted(planned) == [[(0, 3)], [(1, 4)], [(2, 5)]]
+    fresh = StepTimes(times.layout)
+    monkeypatch.setattr(fresh, "_plans_of", lambda w, p: Plans(w.planner, p))
+    assert fresh.together([(work, a), (work, b)]) == first
+    assert fresh.together([(work, a), (work, c)]) == second
+
+
+def test_a_job_refuses_plans_of_another_placement(ideal_constants):
+    from simulator.engine import Job, Machine
+    model, _, _ = _star(2, 4, ideal_constants)
+    machine = Machine(model.cluster)
+    with pytest.raises(ValueError, match="another planner's or placement's"):
+        Job(machine, _all_reduce(), Placement((0, 2)), model, NoCompute(),
+            plans=Plans(model, Placement((1, 3))))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from ..energy.timeline import board_w
 from ..engine import Job, JobConfig, Machine, MachineConfig, Placement, replay, run_jobs
+from ..engine.planning import Plans
 from ..gcpause import gc_paused
 from ..trace.schema import Trace
 from .placement import Layout
@@ -110,6 +111,9 @@ class StepTimes:
         self.slowed: frozenset = frozenset()     # servers whose NIC cable is down
         self.rebuild = None          # (work, degraded) -> the work on that fabric
         self._rebuilt: dict = {}
+        # (kind, GPUs) -> the plans of the last co-simulation's members: a member's
+        # iterations, and its next co-simulations while it runs, plan nothing again
+        self._plans: dict = {}
 
     def shape(self, placement: Placement) -> tuple:
         """Each rank's (server, position, group, server's kind of links), servers and
@@ -174,13 +178,16 @@ class StepTimes:
         that end by the slowest's end (its first where none does)."""
         once = [self._replayed(w, p) for w, p in members]
         slowest = once.index(max(once))
+        plans = [self._plans_of(w, p) for w, p in members]
+        self._plans = {(w.name, p.gpus): pl for (w, p), pl in zip(members, plans)}
         machine = Machine(members[0][0].planner.cluster, members[0][0].machine)
         running: list[Job | None] = [None] * len(members)    # each member's latest iteration
         ends: list[list[float]] = [[] for _ in members]
 
         def begin(i: int) -> None:
             w, p = members[i]
-            job = Job(machine, w.trace, p, w.planner, w.compute, w.job, w.capacity_bytes)
+            job = Job(machine, w.trace, p, w.planner, w.compute, w.job, w.capacity_bytes,
+                      plans[i])
             running[i] = job
             job.start(then=lambda _job: ended(i))
 
@@ -212,6 +219,14 @@ class StepTimes:
             # an extrapolated step: the replayed iterations' slowdown, on the whole step
             out.append(self.alone(w, p) * (step / t) if w.extrapolated else step)
         return out
+
+    def _plans_of(self, work: Work, placement: Placement) -> Plans:
+        """The plans ``work`` on ``placement`` had in the last co-simulation, else new
+        ones (a plan is the same whichever iteration or co-simulation asks for it)."""
+        plans = self._plans.get((work.name, placement.gpus))
+        if plans is None or plans.coll is not work.planner:
+            plans = Plans(work.planner, placement)
+        return plans
 
     def _replayed(self, work: Work, placement: Placement) -> float:
         """One replay of ``work``'s trace alone on ``placement`` (its step alone, unless
