@@ -101,7 +101,8 @@ def main() -> None:
     print(f"run: {t2 - t1:.2f} s wall, {result.events:,} events, "
           f"{result.events / (t2 - t1):,.0f} events/s; simulations: "
           f"{s['simulations_alone']} alone, {s['simulations_together']} together, "
-          f"{s['simulations_hits']:,} cached")
+          f"{s['simulations_hits']:,} cached; op replays {s['simulations_ops']:,} (estimated "
+          f"{s['simulations_ops_estimate']:,.0f} before the first co-simulation)")
     print(f"total: {t2 - t0:.2f} s; simulated {result.end_s / DAY:.2f} d, "
           f"{s['jobs_done']} jobs done, {s['restarts']} restarts, allocated "
           f"{100 * s['allocated']:.1f}% ({100 * s['allocated_arrivals']:.1f}% while jobs "

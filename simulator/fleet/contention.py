@@ -83,6 +83,18 @@ class Work:
         return res.metrics.iteration_time_s, res.timeline
 
     @property
+    def trace_ops(self) -> int:
+        """Ops of one replay of ``trace`` (an iteration of a co-simulation)."""
+        return sum(len(c.ops) for c in self.trace.classes)
+
+    @property
+    def step_ops(self) -> int:
+        """Ops replayed to price one step alone (each of an extrapolated step's replays)."""
+        accum = self.setup.accum if self.setup is not None else None
+        traces = accum.traces if accum is not None else (self.trace,)
+        return sum(len(c.ops) for t in traces for c in t.classes)
+
+    @property
     def ranks(self) -> dict[str, int]:
         """Rank count of each class of the trace (for the board power of a step)."""
         return {c.id: len(c.ranks) for c in self.trace.classes}
@@ -93,6 +105,7 @@ class Counts:
     alone: int = 0          # simulations of one job alone
     together: int = 0       # co-simulations of several jobs
     hits: int = 0           # step times answered from the caches
+    ops: int = 0            # op replays: each simulation's ops, times its iterations
 
 
 class StepTimes:
@@ -145,6 +158,7 @@ class StepTimes:
             self.counts.hits += 1
         else:
             self.counts.alone += 1
+            self.counts.ops += work.step_ops
             step, tl = work.alone_run(placement)
             self._alone[key] = step
             # the fleet prices a job's GPUs at its step on the nominal placement only
@@ -211,6 +225,7 @@ class StepTimes:
                 # filed with the old objects) would not free
                 running.clear()
                 begin = ended = None    # noqa: F841 (the closures' cells, emptied)
+        self.counts.ops += sum(len(e) * w.trace_ops for (w, _), e in zip(members, ends))
         window = ends[slowest][0]
         out = []
         for (w, p), e, t in zip(members, ends, once):
@@ -236,6 +251,7 @@ class StepTimes:
         key = self._key(work, placement)
         if key not in self._replayed_s:
             self.counts.alone += 1
+            self.counts.ops += work.trace_ops
             self._replayed_s[key] = work.replayed_s(placement)
         return self._replayed_s[key]
 
