@@ -10,6 +10,8 @@ from conftest import make_model, star_graph
 from job_helpers import NIC, SIZE, NoCompute
 from job_helpers import all_reduce as _all_reduce
 from simulator.engine import Placement, replay
+from simulator.engine.planning import Plans
+from simulator.errors import ConfigError
 from simulator.fleet.contention import StepTimes, Work
 from simulator.fleet.placement import Layout
 
@@ -148,3 +150,65 @@ def test_in_the_fleet_neighbours_slow_each_other_until_one_ends(ideal_constants)
     assert (packed["A"]["end_s"], packed["B"]["end_s"]) == (10 * alone, 30 * alone)
     assert packed["A"]["slowdown"] == pytest.approx(1.0, rel=1e-15)
     assert packed["B"]["slowdown"] == pytest.approx(1.0, rel=1e-15)
+
+
+def test_a_member_plans_once_across_its_iterations_and_co_simulations(ideal_constants,
+                                                                      monkeypatch):
+    """A member's collectives are planned once, at its first iteration: its other
+    iterations, and its next co-simulation (a neighbour changed), reuse the plans, and the
+    step times are those of plans made again at every iteration, to the last bit."""
+    model, times, work = _star(2, 6, ideal_constants)
+    planned = []
+    plan_groups = model.plan_groups
+    monkeypatch.setattr(model, "plan_groups",
+                        lambda *a, **k: planned.append(a[2]) or plan_groups(*a, **k))
+    a, b, c = Placement((0, 3)), Placement((1, 4)), Placement((2, 5))
+    times.alone(work, a)            # (the step alone, of the shape of all three: planned)
+    planned.clear()
+    first = times.together([(work, a), (work, b)])
+    assert sorted(planned) == [[(0, 3)], [(1, 4)]]         # one plan each, 16 iterations of b
+    second = times.together([(work, a), (work, c)])         # b leaves, c comes: a plans nothing
+    assert sorted(planned) == [[(0, 3)], [(1, 4)], [(2, 5)]]
+    fresh = StepTimes(times.layout)
+    monkeypatch.setattr(fresh, "_plans_of", lambda w, p: Plans(w.planner, p))
+    assert fresh.together([(work, a), (work, b)]) == first
+    assert fresh.together([(work, a), (work, c)]) == second
+
+
+def test_a_job_refuses_plans_of_another_placement(ideal_constants):
+    from simulator.engine import Job, Machine
+    model, _, _ = _star(2, 4, ideal_constants)
+    machine = Machine(model.cluster)
+    with pytest.raises(ValueError, match="another planner's or placement's"):
+        Job(machine, _all_reduce(), Placement((0, 2)), model, NoCompute(),
+            plans=Plans(model, Placement((1, 3))))
+
+
+def test_the_co_simulations_work_is_the_running_jobs_iterations():
+    from simulator.fleet.work import Linked, co_simulated_ops, iterations
+    # A runs 0-10 s (1 s steps, 100 ops), B 2-6 s (0.25 s steps, 10 ops), C 20-25 s alone.
+    # At 2 s A and B run on: A one iteration (the slowest), B ceil(1 / 0.25) = 4 of 10 ops;
+    # at 6 s B has ended and A runs alone; nothing else has two jobs running
+    a, b, c = Linked(0, 10, 1.0, 100), Linked(2, 4, 0.25, 10), Linked(20, 5, 2.0, 7)
+    assert co_simulated_ops([a, b, c]) == 100 + 4 * 10
+    assert iterations(0.001, 1.0) == 16 and iterations(2.0, 1.0) == 1
+
+
+def test_the_fleet_counts_its_op_replays_and_estimates_them(ideal_constants):
+    # two 1-op jobs of one kind from 0 s: the kind alone on the first GPUs (1 op, one
+    # server group), then on spread's shape (1 op, across the spine, read by the
+    # co-simulation) and one co-simulation at the start, where the estimate counts one
+    # iteration each (equal steps); A's end leaves B alone (its shape cached): no more
+    model, _, _ = _star(2, 4, ideal_constants)
+    from simulator.fleet.simulate import Fleet, JobSpec
+    work = Work("ar", _all_reduce(), model, NoCompute())
+    specs = [JobSpec(name, 0.0, work, 2, steps=n) for name, n in zip("AB", (10, 30))]
+    fleet = Fleet(Layout.of(model.cluster), specs, "fifo", "spread", max_work=1e9)
+    counts = fleet.run().counts
+    assert (counts["alone"], counts["together"]) == (2, 1)
+    assert counts["ops_estimate"] == 1 + 2 * 1
+    assert counts["ops"] == 2 + 2       # one iteration each, as estimated
+    refused = Fleet(Layout.of(model.cluster), specs, "fifo", "spread", max_work=2.5,
+                    source="mix.yaml")
+    with pytest.raises(ConfigError, match=r"mix.yaml: limits.max_work: about 3 op replays"):
+        refused.run()

@@ -91,8 +91,11 @@ class JobConfig:
 class Job:
     """``trace`` on ``machine``, its ranks on the GPUs of ``placement``, its collectives
     planned by ``planner`` and its kernels timed by ``compute``; ``capacity_bytes`` (GPU
-    memory, 0: no limit) enables the out-of-memory check. :meth:`start` puts its streams on
-    the machine; after the machine has run (:func:`~simulator.engine.machine.run_jobs`),
+    memory, 0: no limit) enables the out-of-memory check. ``plans``: the
+    :class:`~simulator.engine.planning.Plans` of an earlier job of the same trace, planner
+    and placement, to plan nothing again (a job run again, as the fleet's co-simulations
+    run a job's iterations; its plans and their flows are the same objects, so the fabric
+    also knows them). :meth:`start` puts its streams on the machine; after the machine has run (:func:`~simulator.engine.machine.run_jobs`),
     :meth:`timeline` gives what happened.
 
     :raises ConfigError: where a host copy names a server or NIC the cluster lacks, or the
@@ -101,8 +104,11 @@ class Job:
 
     def __init__(self, machine: Machine, trace: Trace, placement: Placement,
                  planner: CollectivePlanner, compute: ComputeTimer,
-                 config: JobConfig | None = None, capacity_bytes: int = 0):
+                 config: JobConfig | None = None, capacity_bytes: int = 0,
+                 plans: Plans | None = None):
         placement.check(machine.cluster.n_gpus, trace.world_size)
+        if plans is not None and (plans.coll is not planner or plans.placement != placement):
+            raise ValueError("plans are another planner's or placement's")
         self.machine, self.trace, self.placement = machine, trace, placement
         self.compute, self.cfg = compute, config or JobConfig()
         self.capacity = capacity_bytes
@@ -112,7 +118,7 @@ class Job:
         # ``deps`` only: an event that nobody waits on would change nothing but the count
         self.done: dict[str, dict[int, Relay]] = {}
         self.comm_active = {c.id: 0 for c in trace.classes}
-        plans = Plans(planner, placement)
+        plans = self.plans = plans if plans is not None else Plans(planner, placement)
         self.vary = (Variability.for_trace(trace, self.cfg.variability, self.cfg.seed)
                      if self.cfg.variability is not None else None)
         self.pools = {c.id: MemoryPool(env, capacity_bytes, c.static_memory_bytes,

@@ -75,7 +75,7 @@ def build_fleet(mix: Mix, source: str) -> Fleet:
                  parse_duration(mix.limits.horizon),
                  scheduled(mix, components, len(layout.gpus), source),
                  str(cluster.G.graph.get("gpu", "")), fleet_power(cluster.G), step_times,
-                 classes)
+                 classes, max_work=mix.limits.max_work, source=source)
 
 
 def _rebuild(mix: Mix, cluster, source: str):
@@ -169,20 +169,13 @@ def _work(name: str, setup) -> Work:
                 setup.capacity_bytes, setup)
 
 
-def ops_per_step(work: Work) -> int:
-    """Ops replayed to price one step of ``work`` (each of an extrapolated step's replays)."""
-    accum = work.setup.accum if work.setup is not None else None
-    traces = accum.traces if accum is not None else (work.trace,)
-    return sum(len(c.ops) for t in traces for c in t.classes)
-
-
 def work_estimate(specs: list[JobSpec], per_server: int) -> float:
     """Op replays the fleet may cost: each kind alone on :data:`SHAPES_PER_KIND` shapes,
     and each job of more than one server co-simulated :data:`CO_SIMULATIONS` times (a job
     on one server shares no link; steps are never replayed one by one)."""
     kinds = {id(s.work): s.work for s in specs}
-    alone = SHAPES_PER_KIND * sum(ops_per_step(w) for w in kinds.values())
-    return float(alone + CO_SIMULATIONS * sum(ops_per_step(s.work) for s in specs
+    alone = SHAPES_PER_KIND * sum(w.step_ops for w in kinds.values())
+    return float(alone + CO_SIMULATIONS * sum(s.work.trace_ops for s in specs
                                               if s.gpus > per_server))
 
 

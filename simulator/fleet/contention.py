@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from ..energy.timeline import board_w
 from ..engine import Job, JobConfig, Machine, MachineConfig, Placement, replay, run_jobs
+from ..engine.planning import Plans
 from ..gcpause import gc_paused
 from ..trace.schema import Trace
 from .placement import Layout
@@ -82,6 +83,18 @@ class Work:
         return res.metrics.iteration_time_s, res.timeline
 
     @property
+    def trace_ops(self) -> int:
+        """Ops of one replay of ``trace`` (an iteration of a co-simulation)."""
+        return sum(len(c.ops) for c in self.trace.classes)
+
+    @property
+    def step_ops(self) -> int:
+        """Ops replayed to price one step alone (each of an extrapolated step's replays)."""
+        accum = self.setup.accum if self.setup is not None else None
+        traces = accum.traces if accum is not None else (self.trace,)
+        return sum(len(c.ops) for t in traces for c in t.classes)
+
+    @property
     def ranks(self) -> dict[str, int]:
         """Rank count of each class of the trace (for the board power of a step)."""
         return {c.id: len(c.ranks) for c in self.trace.classes}
@@ -92,6 +105,7 @@ class Counts:
     alone: int = 0          # simulations of one job alone
     together: int = 0       # co-simulations of several jobs
     hits: int = 0           # step times answered from the caches
+    ops: int = 0            # op replays: each simulation's ops, times its iterations
 
 
 class StepTimes:
@@ -110,6 +124,9 @@ class StepTimes:
         self.slowed: frozenset = frozenset()     # servers whose NIC cable is down
         self.rebuild = None          # (work, degraded) -> the work on that fabric
         self._rebuilt: dict = {}
+        # (kind, GPUs) -> the plans of the last co-simulation's members: a member's
+        # iterations, and its next co-simulations while it runs, plan nothing again
+        self._plans: dict = {}
 
     def shape(self, placement: Placement) -> tuple:
         """Each rank's (server, position, group, server's kind of links), servers and
@@ -141,6 +158,7 @@ class StepTimes:
             self.counts.hits += 1
         else:
             self.counts.alone += 1
+            self.counts.ops += work.step_ops
             step, tl = work.alone_run(placement)
             self._alone[key] = step
             # the fleet prices a job's GPUs at its step on the nominal placement only
@@ -174,13 +192,16 @@ class StepTimes:
         that end by the slowest's end (its first where none does)."""
         once = [self._replayed(w, p) for w, p in members]
         slowest = once.index(max(once))
+        plans = [self._plans_of(w, p) for w, p in members]
+        self._plans = {(w.name, p.gpus): pl for (w, p), pl in zip(members, plans)}
         machine = Machine(members[0][0].planner.cluster, members[0][0].machine)
         running: list[Job | None] = [None] * len(members)    # each member's latest iteration
         ends: list[list[float]] = [[] for _ in members]
 
         def begin(i: int) -> None:
             w, p = members[i]
-            job = Job(machine, w.trace, p, w.planner, w.compute, w.job, w.capacity_bytes)
+            job = Job(machine, w.trace, p, w.planner, w.compute, w.job, w.capacity_bytes,
+                      plans[i])
             running[i] = job
             job.start(then=lambda _job: ended(i))
 
@@ -204,6 +225,7 @@ class StepTimes:
                 # filed with the old objects) would not free
                 running.clear()
                 begin = ended = None    # noqa: F841 (the closures' cells, emptied)
+        self.counts.ops += sum(len(e) * w.trace_ops for (w, _), e in zip(members, ends))
         window = ends[slowest][0]
         out = []
         for (w, p), e, t in zip(members, ends, once):
@@ -213,6 +235,14 @@ class StepTimes:
             out.append(self.alone(w, p) * (step / t) if w.extrapolated else step)
         return out
 
+    def _plans_of(self, work: Work, placement: Placement) -> Plans:
+        """The plans ``work`` on ``placement`` had in the last co-simulation, else new
+        ones (a plan is the same whichever iteration or co-simulation asks for it)."""
+        plans = self._plans.get((work.name, placement.gpus))
+        if plans is None or plans.coll is not work.planner:
+            plans = Plans(work.planner, placement)
+        return plans
+
     def _replayed(self, work: Work, placement: Placement) -> float:
         """One replay of ``work``'s trace alone on ``placement`` (its step alone, unless
         the step is extrapolated from the replay)."""
@@ -221,6 +251,7 @@ class StepTimes:
         key = self._key(work, placement)
         if key not in self._replayed_s:
             self.counts.alone += 1
+            self.counts.ops += work.trace_ops
             self._replayed_s[key] = work.replayed_s(placement)
         return self._replayed_s[key]
 

@@ -29,6 +29,7 @@ from .contention import StepTimes, Work
 from .failures import Component, FailureClass
 from .placement import PLACEMENTS, Layout
 from .schedulers import SCHEDULERS
+from .work import Linked, co_simulated_ops
 
 _DONE_EPS = 1e-9        # steps: a job this close to its last step has ended
 
@@ -143,6 +144,8 @@ class Fleet:
     power: FleetPower | None = None     # the machine's power (None: no power data)
     step_times: StepTimes | None = None
     classes: tuple[FailureClass, ...] = ()
+    max_work: float = math.inf          # op replays (limits.max_work; inf: not estimated)
+    source: str = ""                    # the mix file, for that refusal
     now: float = 0.0
     queue: list = field(default_factory=list)
     running: list = field(default_factory=list)
@@ -201,7 +204,15 @@ class Fleet:
 
     # ------------------------------------------------------------------------ the loop
     def run(self) -> FleetResult:
+        """Run the fleet to its end.
+
+        :raises ConfigError: naming ``limits.max_work`` where the op replays estimated once
+            each kind's step alone is known (:mod:`simulator.fleet.work`) pass
+            ``max_work``, before any co-simulation.
+        """
         jobs = self._jobs()
+        if self.max_work < math.inf:
+            self._check_work(jobs)
         for job in jobs:
             self._push(job.spec.arrival_s, "arrive", job)
         self._failures()
@@ -223,9 +234,25 @@ class Fleet:
                 reported = self.finished * 10 // total
                 stage(f"cluster: {self.finished}/{total} jobs done, {self.now / 3600:.1f} h "
                       f"simulated")
-        return FleetResult([self._row(j) for j in jobs], self.samples,
-                           vars(self.step_times.counts).copy(), self.n_gpus, self.now,
-                           self.events)
+        counts = vars(self.step_times.counts).copy()
+        if self.max_work < math.inf:
+            counts["ops_estimate"] = self.work_estimate
+        return FleetResult([self._row(j) for j in jobs], self.samples, counts, self.n_gpus,
+                           self.now, self.events)
+
+    def _check_work(self, jobs: list[_Job]) -> None:
+        """The op replays so far (each kind's step alone) and those the co-simulations of
+        the multi-server jobs may cost, against ``max_work``."""
+        multi = [Linked(j.spec.arrival_s, j.steps * j.nominal_s * j.save_factor, j.nominal_s,
+                        j.spec.work.trace_ops)
+                 for j in jobs if j.gpus > self.layout.per_server]
+        self.work_estimate = self.step_times.counts.ops + co_simulated_ops(multi)
+        if self.work_estimate > self.max_work:
+            raise ConfigError(f"about {self.work_estimate:.3g} op replays for {len(jobs)} "
+                              f"jobs ({len(multi)} of more than one server, co-simulated as "
+                              f"they start and end), past the limit of {self.max_work:.3g}: "
+                              f"fewer or smaller jobs, or a higher limit", source=self.source,
+                              field="limits.max_work")
 
     def _jobs(self) -> list[_Job]:
         order = sorted(range(len(self.specs)), key=lambda i: (self.specs[i].arrival_s, i))
