@@ -127,3 +127,28 @@ def test_the_host_still_waits_for_the_dispatch_before_launching_the_experts():
              "forward" and any(ops[d].name.startswith("moe_dispatch.") for d in op.deps)]
     assert len(waits) == 3 * 2
     assert sorted(op.attrs["micro_step"] for op in waits) == [0, 0, 1, 1, 2, 2]
+
+
+def test_validation_rows_run_the_overlap_where_their_release_preset_set_it():
+    # Megatron-Bridge's presets (cases.yaml bridge_recipes): moe_a2a_overlap=True for
+    # Qwen3-30B H100 at v0.2.x (25.11) and v0.3.0 (26.02), not from v0.3.1 (26.02.01, EP16);
+    # for Qwen3-235B B300 at v0.3.0 only; for GB200's MXFP8 Qwen3-30B from v0.5.0 (26.06),
+    # not before
+    from simulator.validation.parallel import cases, nemo
+    spec, root = cases.load(), cases.default_root()
+    expect = {("bridge", "Qwen3_30B_a3B", "H100", "25.11"): True,
+              ("bridge", "Qwen3_30B_a3B", "H100", "26.02"): True,
+              ("bridge", "Qwen3_30B_a3B", "H100", "26.02.01"): False,
+              ("blackwell", "Qwen3_235B_a22B", "B300", "26.02"): True,
+              ("blackwell", "Qwen3_235B_a22B", "B300", "26.02.01"): False,
+              ("blackwell", "Qwen3_30B_a3B", "GB200", "26.04"): False,
+              ("blackwell", "Qwen3_30B_a3B", "GB200", "26.06"): True}
+    seen = {}
+    for kind in ("bridge", "blackwell"):
+        for row in nemo.table_rows(root, spec, kind):
+            key = (kind, row["model"], nemo.gpu_of(row), nemo.release_of(row))
+            if key in expect:
+                ran, _ = nemo.preset_layout(spec, row)
+                scn = nemo.scenario_of(ran, root, spec, "x", kind)
+                seen[key] = scn["strategy"].get("overlap_moe_expert_parallel_comm", False)
+    assert seen == expect
