@@ -355,7 +355,9 @@ def test_the_fsdp_fit_keeps_the_b200_family(tmp_path):
     # Blackwell Ultra at Transformer Engine's B300 GEMM rates (family B300): validation rows
     ("parallel/bridge/gb300/25.11/llama3-8b-8gpu", 37556, -0.03, -0.01),      # -2.1%
     ("parallel/bridge/gb300/26.02/llama3-70b-64gpu-mxfp8", 4596, -0.03, -0.01),  # -1.9%
-    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8", 40769, -0.01, 0.01),  # +0.4%
+    # (+0.4% without its preset's EP all-to-all overlap, which hides what the real run does
+    # not gain: docs/parallelism.md)
+    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8", 40769, 0.29, 0.31),  # +29.9%
     # B200 / GB200 GEMMs at SimuMax's measured B200 rate (docs/compute.md, Blackwell)
     ("parallel/bridge/gb200/25.11/llama3-8b-8gpu", 31508, 0.02, 0.04),        # +3.0%
     ("parallel/bridge/b200/25.11/llama3-8b-8gpu", 30624, -0.04, -0.02),       # -2.9%
