@@ -333,13 +333,15 @@ def _host_segments(costs, phase: str, hooks: OpHooks | None, cfg, host_s: float
     """The CPU's dispatch of a layer's ``host_s`` seconds, cut at its host sync: (the
     kernel the CPU waits before launching, the first for which :meth:`OpHooks.host_syncs`
     holds, or None; {last kernel of each part: its CPU seconds}). Without a sync one part,
-    the whole layer, ends at its last kernel; without CPU time none."""
+    the whole layer, ends at its last kernel, and so with the sync at the first kernel
+    (a layer's piece, :mod:`simulator.strategies.parallel.a2a_overlap`), whose one part
+    waits; without CPU time none."""
     if host_s <= 0:
         return None, {}
-    sync = next((i for i, c in enumerate(costs) if i and hooks is not None
+    sync = next((i for i, c in enumerate(costs) if hooks is not None
                  and hooks.host_syncs(c, phase)), None)
-    if sync is None:
-        return None, {len(costs) - 1: host_s}
+    if sync is None or sync == 0:   # (0: a piece of a layer that starts at the sync, whose
+        return sync, {len(costs) - 1: host_s}    # whole dispatch waits: .a2a_overlap)
     parts = ((0, sync), (sync, len(costs)))
     return sync, {b - 1: sum(dispatch_s(cfg, phase, getattr(c, "launch", ""))
                              for c in costs[a:b]) for a, b in parts}

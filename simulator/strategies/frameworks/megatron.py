@@ -117,6 +117,9 @@ class MegatronConfig(CommonConfig):
     bucket_size: int | None = Field(None, ge=1)        # parameters per gradient bucket
     grad_reduce_in_bf16: bool = False
     tp_comm_overlap: bool = False
+    # Megatron-Core's EP all-to-all overlap (Megatron-Bridge's moe_a2a_overlap): the
+    # combined 1F1B schedule, simulator/strategies/parallel/a2a_overlap.py
+    overlap_moe_expert_parallel_comm: bool = False
     # Megatron-LM before Megatron-Core (--DDP-impl, as SC21's examples/sc21/run_table_1.sh
     # sets it): local, Megatron's own DDP (the gradients reduced after the last
     # micro-batch's backward unless overlap_grad_reduce), or torch, PyTorch's
@@ -196,6 +199,26 @@ class MegatronConfig(CommonConfig):
                               field="strategy.recompute_method")
         if self.pipeline_model_parallel_layout is not None:
             self._check_layout()
+        if self.overlap_moe_expert_parallel_comm:
+            self._check_a2a_overlap()
+
+    def _check_a2a_overlap(self) -> None:
+        """Megatron-Core's asserts for the EP all-to-all overlap (TransformerConfig's
+        ``__post_init__``), and recomputation, which the simulator does not cut into the
+        combined schedule's nodes."""
+        field = "strategy.overlap_moe_expert_parallel_comm"
+        if self.expert_model_parallel_size == 1:
+            raise ConfigError("needs expert parallelism (expert_model_parallel_size above 1)",
+                              field=field)
+        if self.pipeline_model_parallel_size > 1 and self.layout()[0] == 1:
+            raise ConfigError("with pipeline stages Megatron-Core needs virtual stages "
+                              "(virtual_pipeline_model_parallel_size)", field=field)
+        if self.ac_mode != "none" or self.activation_offload:
+            raise ConfigError("not modelled with recomputation or activation offload",
+                              field=field)
+        if self.precision not in ("bf16", "fp16", "fp8"):
+            raise ConfigError(f"Megatron-Core runs it with a bf16 or fp16 model, not "
+                              f"{self.precision}", field=field)
 
     def _check_torch_ddp(self) -> None:
         """PyTorch DDP as Megatron-LM wrapped it: never with the distributed optimizer or
@@ -291,7 +314,8 @@ class MegatronConfig(CommonConfig):
             first_stage_layers=self.decoder_first_pipeline_num_layers or 0,
             last_stage_layers=self.decoder_last_pipeline_num_layers or 0,
             embedding_in_split=self.account_for_embedding_in_pipeline_split,
-            loss_in_split=self.account_for_loss_in_pipeline_split, stage_blocks=blocks)
+            loss_in_split=self.account_for_loss_in_pipeline_split, stage_blocks=blocks,
+            moe_a2a_overlap=self.overlap_moe_expert_parallel_comm)
 
 
 # ------------------------------------------------------------------ the argument file
@@ -303,6 +327,7 @@ ARGUMENT_FIELDS = (
     "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
     "use_distributed_optimizer", "DDP_impl",
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
+    "overlap_moe_expert_parallel_comm",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "pipeline_model_parallel_layout",

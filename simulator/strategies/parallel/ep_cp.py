@@ -131,7 +131,7 @@ class _PerLayer:
                             b.micro, layer=self.layer)
 
     def last_compute(self) -> int | None:
-        return self.builder.ol.last_on("compute")
+        return self.builder.last_compute()
 
     def start_layer(self, layer) -> None:
         self.carry += self.flush()

@@ -56,6 +56,7 @@ from ..base import (FP32, CommonConfig, OpHooks, OpList, World, build_meta, emit
                     emit_forward)
 from ..optim import emit_optimizer
 from . import tied
+from .a2a_overlap import PassTracker, combined_actions, emit_combined
 from .dp import DataParallel
 from .ep_cp import HOOK_FACTORIES, planned_layers
 from .place import placement
@@ -112,12 +113,16 @@ class StageBuilder:
         self._comm_ids: dict[str, str] = {}
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
         self.stage_first = {p: plan.stage_ranks(p)[0] for p in range(plan.pp)}
-        parts = [TPHooks(self._tp_issue, lambda: self.ol.last_on("compute"),
+        self.pass_key: str | None = None      # combined pass: the side being emitted
+        self.pass_last: dict = {}             # and the last kernel of each side
+        parts = [TPHooks(self._tp_issue, self.last_compute,
                          sp=plan.sequence_parallel, overlap=plan.tp_overlap,
                          act_bytes=act_bytes, loss_bytes=loss_bytes,
                          async_backward=plan.tp_async_backward)] \
             if plan.tp > 1 else []
         parts += [h for h in (f(self) for f in HOOKS.values()) if h is not None]
+        if plan.moe_a2a_overlap:
+            parts.append(PassTracker(self))
         self.hooks = _Hooks(parts)
         sizes = {"grad": plan.dp * plan.cp, "shard": plan.dp_shard * plan.cp,
                  "replicate": plan.dp_replicate}
@@ -185,21 +190,102 @@ class StageBuilder:
                                            "activation_offload": False})
 
     # ------------------------------------------------------------------ passes
+    def last_compute(self) -> int | None:
+        """The kernel a collective issued now waits for: the last compute op, or within a
+        combined pass (:mod:`.a2a_overlap`) the last one of the pass being emitted."""
+        if self.pass_key is not None:
+            found = self.pass_last.get(self.pass_key)
+            if found is not None:
+                return found
+        return self.ol.last_on("compute")
+
+    def recv_input(self, ch: Chunk, micro: int) -> int | None:
+        """The receive of ``ch``'s input activation (None on the first model stage)."""
+        if ch.stage == 0:
+            return None
+        return self._p2p("recv", ch.stage - 1, self.out_bytes(ch.stage - 1),
+                         f"F.m{micro}.s{ch.stage}", (self.prev_start,))
+
+    def recv_grad(self, ch: Chunk, micro: int) -> int | None:
+        """The receive of ``ch``'s output gradient (None on the last model stage)."""
+        if ch.last:
+            return None
+        return self._p2p("recv", ch.stage + 1, self.out_bytes(ch.stage),
+                         f"B.m{micro}.s{ch.stage}", (self.prev_start,))
+
+    def send_output(self, ch: Chunk, micro: int, last: int) -> None:
+        if not ch.last:
+            self._p2p("send", ch.stage + 1, self.out_bytes(ch.stage), f"F.m{micro}.s"
+                      f"{ch.stage + 1}", (last, *self.hooks.flush()))
+
+    def send_grad(self, ch: Chunk, micro: int, last: int) -> None:
+        if ch.stage > 0:
+            self._p2p("send", ch.stage - 1, self.out_bytes(ch.stage - 1),
+                      f"B.m{micro}.s{ch.stage - 1}", (last, *self.hooks.flush()))
+
+    def forward_layer(self, ch: Chunk, li: int, layer, micro: int, first: bool, deps,
+                      key: str | None = None):
+        """Layer ``li`` of ``ch`` forward (``key``: the combined pass's side, "F")."""
+        return self.forward_piece(ch, li, layer, layer, micro, first, deps, start=True,
+                                  end=True, key=key)
+
+    def forward_piece(self, ch: Chunk, li: int, layer, piece, micro: int, first: bool, deps,
+                      *, start: bool = False, end: bool = False, key: str | None = "F"):
+        """``piece`` (``layer`` itself, or one of its nodes, :func:`.a2a_overlap.pieces`)
+        forward; ``start``/``end``: the layer's first/last piece, where the data-parallel
+        hooks run."""
+        self.micro, self.pass_key = micro, key
+        self.hooks.start_layer(piece)
+        if start:
+            deps = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first,
+                                                   after=self.layer_start)]
+        span = emit_forward(self.ol, piece, self.layer_cfg(ch, li), micro, deps, self.hooks)
+        if start:
+            self.layer_start = span.first
+        if end:
+            self.dp.after_forward(ch.chunk, li, layer, span.last)
+        return span
+
+    def backward_layer(self, ch: Chunk, li: int, layer, micro: int, last_micro: bool, deps,
+                       key: str | None = None):
+        """Layer ``li`` of ``ch`` backward, input and weight gradients."""
+        return self.backward_piece(ch, li, layer, layer, micro, deps, start=True,
+                                   last_micro=last_micro, key=key)
+
+    def backward_piece(self, ch: Chunk, li: int, layer, piece, micro: int, deps, *,
+                       start: bool = False, last_micro: bool | None = None,
+                       key: str | None = "B"):
+        """``piece`` backward (as :meth:`forward_piece`); ``last_micro`` given (True or
+        False) on the layer's last piece, which holds its gradients."""
+        self.micro, self.pass_key = micro, key
+        self.hooks.start_layer(piece)
+        if start:
+            deps = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
+                                                    after=self.layer_start)]
+        end = last_micro is not None
+        span = emit_backward(self.ol, piece, self.layer_cfg(ch, li), micro, deps,
+                             grad_bytes=self.dp.grad_bytes(ch.chunk, li, layer) if end else 0,
+                             hooks=self.hooks)
+        if start:
+            self.layer_start = span.first
+        if end:
+            self.dp.after_backward(ch.chunk, li, layer, span.last, micro, last_micro)
+        return span
+
+    def combined(self, a, first: bool, last_micro: bool) -> None:
+        """A combined forward + backward pass (:mod:`.a2a_overlap`)."""
+        emit_combined(self, self.chunks[a.f.chunk], a.f.micro, self.chunks[a.b.chunk],
+                      a.b.micro, first, last_micro)
+
     def forward(self, ch: Chunk, micro: int, first: bool) -> int | None:
         deps: list = list(self.barrier)
         if ch.stage > 0 and not self.lockstep:
-            deps = [self._p2p("recv", ch.stage - 1, self.out_bytes(ch.stage - 1),
-                              f"F.m{micro}.s{ch.stage}", (self.prev_start,))]
+            deps = [self.recv_input(ch, micro)]
         start = None
         for li, layer in enumerate(ch.layers):
-            self.hooks.start_layer(layer)
-            d = [*deps, *self.dp.before_forward(ch.chunk, li, layer, micro, first,
-                                                after=self.layer_start)]
-            span = emit_forward(self.ol, layer, self.layer_cfg(ch, li), micro, d, self.hooks)
-            self.layer_start = span.first
+            span = self.forward_layer(ch, li, layer, micro, first, deps)
             start = span.first if start is None else start
             last = span.last
-            self.dp.after_forward(ch.chunk, li, layer, last)
             deps = []
         self.prev_start = start
         if self.lockstep:
@@ -208,32 +294,23 @@ class StageBuilder:
                 return None
             return self._p2p("send", ch.stage + 1, self.out_bytes(ch.stage),
                              f"F.m{micro}.s{ch.stage + 1}", self.pass_end)
-        if not ch.last:
-            self._p2p("send", ch.stage + 1, self.out_bytes(ch.stage), f"F.m{micro}.s"
-                      f"{ch.stage + 1}", (last, *self.hooks.flush()))
+        self.send_output(ch, micro, last)
         return None
 
     def backward(self, ch: Chunk, micro: int, split: bool, last_micro: bool) -> int | None:
         deps: list = list(self.barrier)
         if not ch.last and not self.lockstep:
-            deps = [self._p2p("recv", ch.stage + 1, self.out_bytes(ch.stage),
-                              f"B.m{micro}.s{ch.stage}", (self.prev_start,))]
+            deps = [self.recv_grad(ch, micro)]
         start = None
         for li in reversed(range(len(ch.layers))):
             layer = ch.layers[li]
-            view = input_grad_view(layer) if split else layer
-            self.hooks.start_layer(layer)
-            d = [*deps, *self.dp.before_backward(ch.chunk, li, layer, micro,
-                                                 after=self.layer_start)]
-            span = emit_backward(self.ol, view, self.layer_cfg(ch, li), micro, d,
-                                 grad_bytes=0 if split else
-                                 self.dp.grad_bytes(ch.chunk, li, layer), hooks=self.hooks)
-            self.layer_start = span.first
-            last = span.last
             if split:
-                self.ol.alloc(last, kept_for_w(layer))
+                span = self.backward_piece(ch, li, layer, input_grad_view(layer), micro,
+                                           deps, start=True, key=None)
+                self.ol.alloc(span.last, kept_for_w(layer))
             else:
-                self.dp.after_backward(ch.chunk, li, layer, last, micro, last_micro)
+                span = self.backward_layer(ch, li, layer, micro, last_micro, deps)
+            last = span.last
             start = span.first if start is None else start
             deps = []
         self.prev_start = start
@@ -243,9 +320,7 @@ class StageBuilder:
                 return None
             return self._p2p("send", ch.stage - 1, self.out_bytes(ch.stage - 1),
                              f"B.m{micro}.s{ch.stage - 1}", self.pass_end)
-        if ch.stage > 0:
-            self._p2p("send", ch.stage - 1, self.out_bytes(ch.stage - 1),
-                      f"B.m{micro}.s{ch.stage - 1}", (last, *self.hooks.flush()))
+        self.send_grad(ch, micro, last)
         return None
 
     def weight_pass(self, ch: Chunk, micro: int, last_micro: bool) -> None:
@@ -265,11 +340,12 @@ class StageBuilder:
         rank's table of time steps, whose row for this rank holds the same passes."""
         split = self.plan.schedule in SPLIT_W
         closing = "W" if split else "B"
-        last_of = {a.chunk: i for i, a in enumerate(actions) if a.kind == closing}
-        first_of = {}
+        last_of, first_of = {}, {}
         for i, a in enumerate(actions):
-            if a.kind == "F":
-                first_of.setdefault(a.chunk, i)
+            if a.kind in (closing, "FB"):
+                last_of[a.b.chunk if a.kind == "FB" else a.chunk] = i
+            if a.kind in ("F", "FB"):
+                first_of.setdefault(a.f.chunk if a.kind == "FB" else a.chunk, i)
         self.dp.start_params()
         issued = iter(range(len(actions)))
         for t, step in enumerate(steps[self.rank] if steps else actions):
@@ -277,8 +353,10 @@ class StageBuilder:
             if step is not None:
                 i, a = next(issued), step
                 self.micro = a.micro
-                ch = self.chunks[a.chunk]
-                if a.kind == "F":
+                ch = self.chunks[a.f.chunk if a.kind == "FB" else a.chunk]
+                if a.kind == "FB":
+                    self.combined(a, i == first_of[a.f.chunk], i == last_of[a.b.chunk])
+                elif a.kind == "F":
                     sent = self.forward(ch, a.micro, i == first_of[a.chunk])
                 elif a.kind == "B":
                     sent = self.backward(ch, a.micro, split, i == last_of[a.chunk])
@@ -369,6 +447,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     steps = lockstep_steps(plan.pp, cfg.grad_accum, plan.vp) if plan.lockstep else None
     orders = [[a for a in row if a is not None] for row in steps] if steps else \
         schedule(plan.schedule, plan.pp, cfg.grad_accum, plan.vp)
+    if plan.moe_a2a_overlap:
+        orders = [combined_actions(row, plan.pp) for row in orders]
     classes, comms, groups_of = [], {}, {}
     for p in range(plan.pp):
         mine = {c: ch for (r, c), ch in all_chunks.items() if r == p}

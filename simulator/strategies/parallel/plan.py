@@ -73,6 +73,9 @@ class ParallelPlan:
     each step's sends and receives waited for before the next
     (:func:`.schedules.lockstep_steps`); false: each pass waits only for the data it needs
     (Megatron-LM).
+    ``moe_a2a_overlap``: Megatron-Core's combined 1F1B, each forward issued with another
+    micro-batch's backward, MoE blocks node by node, so that one's EP all-to-alls run
+    under the other's kernels (:mod:`.a2a_overlap`).
     """
 
     pp: int = 1
@@ -99,6 +102,7 @@ class ParallelPlan:
     loss_in_split: bool = False
     stage_blocks: tuple[int, ...] = ()
     lockstep: bool = False
+    moe_a2a_overlap: bool = False
 
     def __post_init__(self):
         for f in fields(self):
