@@ -9,6 +9,15 @@ REPLAY_UNITS = 500     # one replay of a small job: 0.4-0.5 s at 128 GPUs (llama
 GPUS_PER_UNIT = 10     # and 1 unit more per 10 GPUs: 13 s at 131,072 GPUs
 
 
+OPS_PER_UNIT = 47      # a replay counted from its trace: ops per unit (fitted, docs/speed.md)
+
+
 def replay_units(gpus: int) -> int:
-    """Units of one replay on ``gpus`` GPUs."""
+    """Units of one replay on ``gpus`` GPUs, its trace not built (a study's point)."""
     return REPLAY_UNITS + gpus // GPUS_PER_UNIT
+
+
+def counted_replay_units(ops: int, gpus: int) -> int:
+    """Units of one replay of ``ops`` ops (:func:`simulator.pipeline.replayed_ops`: what
+    its events and flows grow with) on ``gpus`` GPUs (the cluster-wide part)."""
+    return ops // OPS_PER_UNIT + gpus // GPUS_PER_UNIT
