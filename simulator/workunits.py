@@ -1,6 +1,8 @@
 """The unit of work that ``plan`` and ``study`` count before they start (about a millisecond
 of one core on the two-core development machine, 2026-12-05), and the price of a replay in
-it: one price wherever a simulation is counted (docs/plan.md, "Work bound").
+it (docs/plan.md, "Work bound"): counted from its trace where the trace is built before the
+replay runs (``plan``: :func:`counted_replay_units`), a flat price where nothing is built
+yet (a study's points: :func:`replay_units`). Both add 1 unit per 10 GPUs.
 """
 
 from __future__ import annotations
