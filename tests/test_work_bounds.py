@@ -38,26 +38,27 @@ def one_line_refusal(code: int, out: str, err: str, *words: str) -> str:
 
 # ------------------------------------------------------------------------------- plan
 def test_plan_work_is_the_documented_sum():
-    """Estimates' units: candidates x (1 + gpus // 16,384) + distinct schedules' slots / 100
-    (the replays are counted from their traces, below)."""
+    """Units at once: candidates x (1 + gpus // 16,384) + distinct schedules' slots / 100 +
+    replays x gpus / 10; each replay's ops / 47 are added once its trace is built (below)."""
     pp2 = ParallelPlan(pp=2, tp=1, cp=1, dp_replicate=1, dp_shard=4, dp_mode="zero2")
     pp4 = ParallelPlan(pp=4, tp=1, cp=1, dp_replicate=1, dp_shard=2, dp_mode="zero2",
                        schedule="interleaved_1f1b", vp=2)
     flat = ParallelPlan(pp=1, tp=1, cp=1, dp_replicate=1, dp_shard=8, dp_mode="fsdp")
     cands = [Candidate(pp2, 1, 400, "none"), Candidate(pp2, 1, 400, "full"),   # one schedule
              Candidate(pp4, 1, 800, "none"), Candidate(flat, 1, 2, "none")]
-    w = work.count(cands, gpus=40_000)
-    assert (w.candidates, w.gpus) == (4, 40_000)
+    w = work.count(cands, replay=3, gpus=40_000)
+    assert (w.candidates, w.replays, w.gpus) == (4, 3, 40_000)
     assert w.schedule_slots == 2 * 1 * 400 + 4 * 2 * 800
-    assert w.units == 4 * (1 + 2) + (800 + 6400) // 100
+    assert w.estimate_units == 4 * (1 + 2) + (800 + 6400) // 100
+    assert w.units == w.estimate_units + 3 * 4000
     replays = work.Replays(w, (120_000, 7), 3)
-    assert replays.units == w.units + (120_000 // 47 + 4000) + (7 // 47 + 4000)
+    assert replays.units == w.estimate_units + (120_000 // 47 + 4000) + (7 // 47 + 4000)
 
 
 def test_plan_work_counts_the_real_candidates():
     cands = list(candidates(LLAMA7, 8, 16, 512, Limits(), model_parallel=True))
-    w = work.count(cands, gpus=8)
-    assert w.candidates == len(cands)
+    w = work.count(cands, replay=100, gpus=8)
+    assert w.candidates == len(cands) and w.replays == min(100, len(cands))
     work.check(w, None)                              # the README's example fits
 
 
@@ -65,7 +66,8 @@ def test_plan_every_max_option_on_16384_nodes_is_refused_promptly(capsys):
     t0 = time.perf_counter()
     code, out, err = run_main(capsys, "plan", "llama2-7b-fsdp-128gpu",
                               "--set", "cluster.nodes=16384", *MAX_OPTIONS, *OLD_BATCH)
-    line = one_line_refusal(code, out, err, "--max-work", "119,919 candidates to estimate on 131,072 GPUs",
+    line = one_line_refusal(code, out, err, "--max-work", "119,919 candidates",
+                            "100 replays on 131,072 GPUs",
                             "100,000")
     assert time.perf_counter() - t0 < 60, line          # the graph of 16,384 servers: ~3 s
 
@@ -142,8 +144,8 @@ def test_plan_replays_are_counted_from_the_traces_they_run():
                else sum(1 for t in s.accum.traces for cls in t.classes for _op in cls.ops)
                for s in setups]
     assert replays.ops == tuple(by_hand)
-    assert replays.units == replays.before.units + sum(n // 47 for n in by_hand)  # 8 GPUs
-    assert replays.before.units == \
+    assert replays.units == replays.before.estimate_units + sum(n // 47 for n in by_hand)
+    assert replays.before.units == replays.before.estimate_units == \
         replays.before.candidates * 1 + replays.before.schedule_slots // 100
 
 

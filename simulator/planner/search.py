@@ -106,7 +106,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     gpus = scenario_gpus(scn, G)
     t = scn.training
     cands = list(candidates(model, gpus, global_batch, t.seq_len, limits, model_parallel))
-    counted = work.count(cands, gpus)
+    counted = work.count(cands, replay, gpus)
     work.check(counted, max_work)
     k = load_constants()
     cluster = scenario_cluster(scn, k, G)

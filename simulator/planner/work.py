@@ -10,11 +10,11 @@ A unit is about a millisecond of one core (measured on the two-core development 
 * a pipeline schedule the memory model walks: 1 unit per 100 slots (pp x vp x micro-batches;
   9.4 us a slot, 1f1b and interleaved 1f1b, up to 1M slots), once per distinct schedule
   (the memory model caches them);
-* one replay, counted once the plans to replay are known (after the estimates) and its
-  trace is built, before any replay runs: 1 unit per :data:`simulator.workunits.OPS_PER_UNIT`
-  ops of its trace (:func:`simulator.pipeline.replayed_ops`: every rank class's ops of the
-  micro-steps it replays), 1 more per 10 GPUs (the cluster-wide part: 13 s at 131,072
-  GPUs), :func:`simulator.workunits.counted_replay_units`.
+* one replay: 1 unit per 10 GPUs (the cluster-wide part: 13 s at 131,072 GPUs), counted at
+  once, and 1 unit per :data:`simulator.workunits.OPS_PER_UNIT` ops of its trace
+  (:func:`simulator.pipeline.replayed_ops`: every rank class's ops of the micro-steps it
+  replays), counted once the plans to replay are known (after the estimates) and their
+  traces built, before any replay runs (:func:`simulator.workunits.counted_replay_units`).
 
 The bound keeps a search a user did not mean (every ``--max-*`` at its top on 16,384 nodes:
 120,000 candidates and 100 replays on 131,072 GPUs; a global batch of 10^21 through a
@@ -37,16 +37,23 @@ SLOTS_PER_UNIT = 100
 
 @dataclass(frozen=True)
 class Work:
-    """What a search's estimates will do, and its units."""
+    """What a search will do, as far as it is known before the estimates, and its units."""
 
     candidates: int
     schedule_slots: int          # distinct schedules the estimates walk, slots in all
+    replays: int
     gpus: int
 
     @property
-    def units(self) -> int:
+    def estimate_units(self) -> int:
         per_candidate = 1 + self.gpus // GPUS_PER_CANDIDATE_UNIT
         return self.candidates * per_candidate + self.schedule_slots // SLOTS_PER_UNIT
+
+    @property
+    def units(self) -> int:
+        """The estimates' units and the part of each replay's known before its trace is
+        built: the cluster-wide part (:func:`counted_replay_units` with no ops)."""
+        return self.estimate_units + self.replays * counted_replay_units(0, self.gpus)
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,8 @@ class Replays:
 
     @property
     def units(self) -> int:
-        return self.before.units + sum(counted_replay_units(n, self.before.gpus)
-                                       for n in self.ops)
+        return self.before.estimate_units + sum(counted_replay_units(n, self.before.gpus)
+                                                for n in self.ops)
 
 
 def slots(c: Candidate) -> int:
@@ -69,11 +76,11 @@ def slots(c: Candidate) -> int:
     return p.pp * p.vp * c.micro_batches if p.pp > 1 else 0
 
 
-def count(cands: list[Candidate], gpus: int) -> Work:
-    """The :class:`Work` of estimating ``cands``."""
+def count(cands: list[Candidate], replay: int, gpus: int) -> Work:
+    """The :class:`Work` of estimating ``cands`` and replaying ``replay`` of them."""
     schedules = {(c.plan.schedule, c.plan.pp, c.plan.vp, c.micro_batches): slots(c)
                  for c in cands if c.plan.pp > 1}
-    return Work(len(cands), sum(schedules.values()), gpus)
+    return Work(len(cands), sum(schedules.values()), min(replay, len(cands)), gpus)
 
 
 def check(work: Work, most: int | None) -> None:
@@ -85,11 +92,12 @@ def check(work: Work, most: int | None) -> None:
     if work.units <= most:
         return
     raise ConfigError(
-        f"this search is about {work.units:,} units of work before its replays (a unit is "
-        f"about a millisecond): {work.candidates:,} candidates to estimate on {work.gpus:,} "
-        f"GPUs, {work.schedule_slots:,} pipeline schedule slots; more than {most:,} (narrow "
-        f"--max-tp/--max-pp/--max-cp/--max-micro-batch or --global-batch, or raise "
-        f"--max-work)", source="--max-work")
+        f"this search is about {work.units:,} units of work before its replays' ops are "
+        f"counted (a unit is about a millisecond): {work.candidates:,} candidates to "
+        f"estimate, {work.schedule_slots:,} pipeline schedule slots, {work.replays} replays "
+        f"on {work.gpus:,} GPUs; more than {most:,} (narrow "
+        f"--max-tp/--max-pp/--max-cp/--max-micro-batch, lower --replay or --global-batch, "
+        f"or raise --max-work)", source="--max-work")
 
 
 def check_replays(replays: Replays, most: int | None) -> None:
