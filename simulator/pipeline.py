@@ -63,6 +63,13 @@ class Setup:
             self.accum = None
 
 
+def replayed_ops(setup: Setup) -> int:
+    """The ops one replay of ``setup`` runs: every rank class's ops of each trace it replays
+    (a step of identical micro-steps: its few replayed ones, :mod:`simulator.accum`)."""
+    traces = setup.accum.traces if setup.accum is not None else (setup.trace,)
+    return sum(len(c.ops) for t in traces for c in t.classes)
+
+
 @dataclass
 class RunResult:
     setup: Setup

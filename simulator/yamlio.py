@@ -17,7 +17,9 @@ it makes the events, while composing them, the limits, the key checks and the va
 in Python (a test checks that every shipped data file reads the same both ways). Whatever
 it refuses is read again by the pure-Python parser, so an error is worded as always. Files
 people write keep the pure-Python parser alone: libyaml accepts some documents it refuses
-(a tab in some places), and their errors and verdicts stay what they were.
+(a tab in some places), and their errors and verdicts stay what they were. The package's
+files' parsed values are also kept beside them as Python keeps bytecode
+(:mod:`simulator.parsedcache`), so a run parses one only after its text changed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+from . import parsedcache
 from .errors import ConfigError
 from .inputs import check_finite, limit, over_limit, read_text
 from .outpaths import atomic_write_text
@@ -175,7 +178,10 @@ def read_yaml(path, what: str = "file") -> Any:
         :func:`simulator.inputs.decode_text`, or as :func:`load_yaml`.
     """
     source = str(path)
-    return load_yaml(read_text(path, what), source, shipped=source.startswith(SHIPPED_DATA))
+    text = read_text(path, what)
+    if not source.startswith(SHIPPED_DATA):
+        return load_yaml(text, source)
+    return parsedcache.parsed(source, text, lambda: load_yaml(text, source, shipped=True))
 
 
 def load_yaml(text: str, source: str, field: str | None = None, shipped: bool = False) -> Any:

@@ -38,8 +38,8 @@ def one_line_refusal(code: int, out: str, err: str, *words: str) -> str:
 
 # ------------------------------------------------------------------------------- plan
 def test_plan_work_is_the_documented_sum():
-    """Units: candidates x (1 + gpus // 16,384) + distinct schedules' slots / 100 +
-    replays x (500 + gpus / 10 + the largest schedule's slots / 100)."""
+    """Units at once: candidates x (1 + gpus // 16,384) + distinct schedules' slots / 100 +
+    replays x gpus / 10; each replay's ops / 47 are added once its trace is built (below)."""
     pp2 = ParallelPlan(pp=2, tp=1, cp=1, dp_replicate=1, dp_shard=4, dp_mode="zero2")
     pp4 = ParallelPlan(pp=4, tp=1, cp=1, dp_replicate=1, dp_shard=2, dp_mode="zero2",
                        schedule="interleaved_1f1b", vp=2)
@@ -49,8 +49,10 @@ def test_plan_work_is_the_documented_sum():
     w = work.count(cands, replay=3, gpus=40_000)
     assert (w.candidates, w.replays, w.gpus) == (4, 3, 40_000)
     assert w.schedule_slots == 2 * 1 * 400 + 4 * 2 * 800
-    assert w.replay_slots == 4 * 2 * 800
-    assert w.units == 4 * (1 + 2) + (800 + 6400) // 100 + 3 * (500 + 4000 + 6400 // 100)
+    assert w.estimate_units == 4 * (1 + 2) + (800 + 6400) // 100
+    assert w.units == w.estimate_units + 3 * 4000
+    replays = work.Replays(w, (120_000, 7), 3)
+    assert replays.units == w.estimate_units + (120_000 // 47 + 4000) + (7 // 47 + 4000)
 
 
 def test_plan_work_counts_the_real_candidates():
@@ -65,7 +67,8 @@ def test_plan_every_max_option_on_16384_nodes_is_refused_promptly(capsys):
     code, out, err = run_main(capsys, "plan", "llama2-7b-fsdp-128gpu",
                               "--set", "cluster.nodes=16384", *MAX_OPTIONS, *OLD_BATCH)
     line = one_line_refusal(code, out, err, "--max-work", "119,919 candidates",
-                            "100 replays on 131,072 GPUs", "100,000")
+                            "100 replays on 131,072 GPUs",
+                            "100,000")
     assert time.perf_counter() - t0 < 60, line          # the graph of 16,384 servers: ~3 s
 
 
@@ -98,6 +101,89 @@ def test_plan_max_work_lifts_and_lowers_the_bound(capsys):
     one_line_refusal(code, out, err, "--max-work", "more than 10 ")
     code, out, err = run_main(capsys, *args, "--max-work", "1000000")
     assert code == 0, err
+
+
+SMALL_PLAN = ["plan", "quickstart", "--set", "training.seq_len=512", "--global-batch", "16",
+              "--max-tp", "2", "--max-pp", "2", "--max-cp", "1", "--max-micro-batch", "2",
+              "--replay", "2", "-q"]
+
+
+def replayed_setups() -> tuple[list, work.Replays]:
+    """The setups SMALL_PLAN's search replays, built as it builds them, and its count."""
+    import importlib
+    from simulator.scenario import load_scenario
+    search = importlib.import_module("simulator.planner.search")
+    scn = load_scenario("quickstart", ["training.seq_len=512"])
+    setups, counted = [], {}
+    real_prepared, real_check, real_run = search._prepared, work.check_replays, search.run_setup
+
+    def keep(row, scn, cluster, source):
+        setups.append(real_prepared(row, scn, cluster, source))
+        return setups[-1]
+
+    def seen(replays, most):
+        counted["replays"] = replays
+
+    def stop(setup):
+        raise ConfigError("stop before the first replay")
+    search._prepared, work.check_replays, search.run_setup = keep, seen, stop
+    try:
+        search.search(scn, 16, replay=2, limits=Limits(max_tp=2, max_pp=2, max_cp=1,
+                                                       max_micro_batch=2))
+    finally:
+        search._prepared, work.check_replays, search.run_setup = real_prepared, real_check, \
+            real_run
+    return setups, counted["replays"]
+
+
+def test_plan_replays_are_counted_from_the_traces_they_run():
+    """Each replay's ops are its trace's: every rank class's ops, counted here op by op."""
+    setups, replays = replayed_setups()
+    assert len(setups) == 2 and all(setups)
+    by_hand = [sum(1 for cls in s.trace.classes for _op in cls.ops) if s.accum is None
+               else sum(1 for t in s.accum.traces for cls in t.classes for _op in cls.ops)
+               for s in setups]
+    assert replays.ops == tuple(by_hand)
+    assert replays.units == replays.before.estimate_units + sum(n // 47 for n in by_hand)
+    assert replays.before.units == replays.before.estimate_units == \
+        replays.before.candidates * 1 + replays.before.schedule_slots // 100
+
+
+def test_an_extrapolated_step_counts_only_its_replayed_micro_steps():
+    from simulator.pipeline import build_setup, replayed_ops
+    from simulator.scenario import load_scenario
+    from simulator.accum import THRESHOLD
+    sets = ["model=gpt2-small", "training.seq_len=1024", "cluster.gpus=2",
+            f"training.grad_accum={THRESHOLD + 1}"]
+    short = build_setup(load_scenario("quickstart", sets))
+    full = build_setup(load_scenario("quickstart", [*sets, "simulation.full_replay=true"]))
+    assert short.accum is not None and full.accum is None
+    per_trace = [sum(len(c.ops) for c in t.classes) for t in short.accum.traces]
+    assert replayed_ops(short) == sum(per_trace)
+    assert replayed_ops(full) == sum(len(c.ops) for c in full.trace.classes)
+    assert replayed_ops(short) < replayed_ops(full)
+
+
+def test_plan_replays_past_the_bound_are_refused_before_any_runs(capsys, monkeypatch):
+    import importlib
+    search = importlib.import_module("simulator.planner.search")
+    _, replays = replayed_setups()
+    monkeypatch.setattr(search, "run_setup", lambda *a: pytest.fail("a replay ran"))
+    most = replays.units - 1
+    assert most >= replays.before.units                 # the estimates alone fit
+    code, out, err = run_main(capsys, *SMALL_PLAN, "--max-work", str(most))
+    one_line_refusal(code, out, err, "--max-work", f"2 replays run {sum(replays.ops):,} ops",
+                     f"about {replays.units:,} units", f"more than {most:,} ")
+
+
+def test_plan_replay_refusal_docs_quote_is_what_the_command_says(capsys):
+    """docs/plan.md quotes the refusal of the counted replays from the command it names."""
+    page = (REPO / "docs" / "plan.md").read_text()
+    command = page.split("ops it counted (`clustersim ", 1)[1].split("`", 1)[0].split()
+    code, out, err = run_main(capsys, *command, "-q")
+    line = one_line_refusal(code, out, err, "--max-work", "replays run")
+    quoted = page.split("ops it counted (`", 1)[1].split("```")[1]
+    assert line == " ".join(quoted.split())
 
 
 # ------------------------------------------------------------------------ reliability

@@ -31,8 +31,12 @@ def test_every_shipped_data_file_reads_the_same_both_ways():
 
 
 @pytest.fixture
-def fast_loads(monkeypatch) -> list:
-    """How many documents the C parser has read (one entry each)."""
+def fast_loads(monkeypatch, tmp_path) -> list:
+    """How many documents the C parser has read (one entry each); parsed values kept
+    beside the files (simulator.parsedcache) neither read nor written."""
+    import sys
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
     seen = []
 
     class Counting(yamlio._FastLoader):

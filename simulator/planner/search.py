@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
-from ..pipeline import build_setup, run_setup, with_finetune
+from ..pipeline import Setup, build_setup, replayed_ops, run_setup, with_finetune
 from ..precision import PRECISIONS
 from ..scenario import Scenario
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
@@ -85,7 +85,8 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     """Search the plans of ``scn``'s model on ``scn``'s cluster (``graph`` when built
     already) for ``global_batch`` samples of ``training.seq_len`` tokens per step.
 
-    :raises ConfigError: past ``max_work`` units (:mod:`.work`), before any is done.
+    :raises ConfigError: past ``max_work`` units (:mod:`.work`): the estimates' before any
+        is done, the replays' (counted in their traces) before any runs.
     """
     say = progress or (lambda _msg: None)
     model = load_model(scn.model)
@@ -105,7 +106,8 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     gpus = scenario_gpus(scn, G)
     t = scn.training
     cands = list(candidates(model, gpus, global_batch, t.seq_len, limits, model_parallel))
-    work.check(work.count(cands, replay, gpus), max_work)
+    counted = work.count(cands, replay, gpus)
+    work.check(counted, max_work)
     k = load_constants()
     cluster = scenario_cluster(scn, k, G)
     try:
@@ -122,9 +124,12 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
     fits = _estimated(out, cands, est, model.layers, say)
     survivors = pick(fits, replay)
+    setups = _counted_setups(survivors, scn, cluster, source, counted, max_work)
     for i, row in enumerate(survivors):
         say(f"replaying {i + 1}/{len(survivors)}: {row.candidate.label()}")
-        _replay(row, scn, cluster, source, out)
+        setup, setups[i] = setups[i], None        # freed once replayed
+        if setup is not None:
+            _replay(row, setup, out)
     out.counts["replayed"] = len(survivors)
     out.rows = rank(survivors)
     price_rows(out, price)
@@ -175,13 +180,35 @@ def pick(fits: list[Row], replay: int) -> list[Row]:
     return out
 
 
-def _replay(row: Row, scn: Scenario, cluster, source: str, out: Search) -> None:
+def _counted_setups(rows: list[Row], scn: Scenario, cluster, source: str, estimates: work.Work,
+                    max_work: int | None) -> list[Setup | None]:
+    """The setups of ``rows``' replays, each one's ops counted as it is built and the
+    search refused past ``max_work`` (:func:`.work.check_replays`) before any replay runs."""
+    setups, ops = [], []
+    for row in rows:
+        setups.append(_prepared(row, scn, cluster, source))
+        if setups[-1] is not None:
+            ops.append(replayed_ops(setups[-1]))
+            work.check_replays(work.Replays(estimates, tuple(ops), len(rows)), max_work)
+    return setups
+
+
+def _prepared(row: Row, scn: Scenario, cluster, source: str) -> Setup | None:
+    """The setup of ``row``'s replay; None (the reason in ``row.error``) if it cannot be."""
     c = row.candidate
     training = scn.training.model_copy(update={"micro_batch": c.micro_batch,
                                                "grad_accum": c.micro_batches})
     trial = scn.model_copy(update={"strategy": row.strategy, "training": training}, deep=True)
     try:
-        res = run_setup(build_setup(trial, source, cluster=cluster))
+        return build_setup(trial, source, cluster=cluster)
+    except ConfigError as exc:
+        row.error = exc.reason
+        return None
+
+
+def _replay(row: Row, setup: Setup, out: Search) -> None:
+    try:
+        res = run_setup(setup)
     except ConfigError as exc:
         row.error = exc.reason
         return

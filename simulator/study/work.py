@@ -3,8 +3,9 @@
 (docs/studies.md, "Work bound").
 
 The unit is ``clustersim plan``'s (:mod:`simulator.workunits`, about a millisecond of one
-core): a point's simulation costs what a plan's replay costs, 500 units plus one per 10
-GPUs. The GPUs are known before resolving only where an axis sets the servers
+core): a point's simulation costs a replay's flat price (no trace is built before the
+count; :func:`simulator.workunits.replay_units`), 500 units plus one per 10 GPUs. The GPUs
+are known before resolving only where an axis sets the servers
 (``cluster.nodes``, ``topology.params.nodes``), counted at :data:`GPUS_PER_NODE` a server;
 elsewhere a point counts as a small replay. Per command:
 
