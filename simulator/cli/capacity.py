@@ -131,8 +131,10 @@ def register(cli: click.Group) -> None:
                   default=None, help="Model family whose size ladder is searched "
                   "[default: the scenario model's family, else llama].")
     @click.option("--strategies", default=",".join(DEFAULT_CAPACITY_STRATEGIES), show_default=True,
-                  metavar="LIST", help="Comma-separated ddp and fsdp[:SHARDING] (FULL_SHARD, "
-                  "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2).")
+                  metavar="LIST", help="Comma-separated strategies as compare names them: "
+                  "ddp, fsdp[:SHARDING] (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                  "_HYBRID_SHARD_ZERO2), or a 3-D plan such as megatron:tp8pp4 (tensor "
+                  "parallel 8, pipeline 4, data parallel over the rest).")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
                   show_default=True)
