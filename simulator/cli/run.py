@@ -110,7 +110,8 @@ def register(cli: click.Group) -> None:
                 atomic_write_text(out / "extrapolation.json",
                                   json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
-            d = {**m.as_dict(), "comm_by_kind": [k.as_dict() for k in kinds],
+            d = {**m.as_dict(), **{k: None for k in unknown},     # null as replay gives
+                 "comm_by_kind": [k.as_dict() for k in kinds],
                  "accuracy": acc.as_dict(),
                  "energy": energy.as_dict() if energy else None}
             if result.loader_s > 0:
