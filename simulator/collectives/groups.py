@@ -63,7 +63,7 @@ def group_plans(model, op: str, size_bytes: int, groups, algo: str = "auto",
     model.lay_out_rings(op, [g for g, s in zip(groups, shapes) if s is None], algo, root)
     for i, (group, shape) in enumerate(zip(groups, shapes)):
         if shape is None:
-            out[i] = own(group)
+            out[i] = _across_servers(model, op, size_bytes, group, algo, proto, root, cache)
             continue
         key = (shape, op, size_bytes, algo, proto, root)
         if key not in cache:
@@ -77,6 +77,24 @@ def group_plans(model, op: str, size_bytes: int, groups, algo: str = "auto",
                                              [groups[i][0] for i in slots], cache)):
             out[i] = plan if plan is not None else own(groups[i])
     return out
+
+
+def _across_servers(model, op: str, size_bytes: int, group, algo: str, proto: str,
+                    root: int, cache: dict):
+    """``model.plan(op, size_bytes, list(group), algo, proto, root)`` of a group across
+    servers: the plan of the first group met of its ring's shape
+    (:meth:`~simulator.collectives.model.CollectiveModel.laid_ring`), on the group's own
+    links; planned in full for the first of a shape and where the ring is not all the
+    plan depends on (another algorithm to compare, a ring not laid out ahead)."""
+    ring = model.laid_ring(op, group, algo, root)
+    if ring is None:
+        return model.plan(op, size_bytes, list(group), algo, proto, root)
+    key = ("across servers", ring.shape, op, size_bytes, algo, proto, root)
+    known = cache.get(key)
+    if known is None:
+        known = cache[key] = model.plan(op, size_bytes, list(group), algo, proto, root)
+        return known
+    return known.placed(ring.links, known.predicted_s, ring.wire_coef)
 
 
 def _shapes(cluster, groups) -> list:
