@@ -14,8 +14,13 @@ one's, element for element; else (a degraded link inside one server) the group i
 on its own. The groups' shapes are found at once (each rank's design and local name,
 :func:`.columns.rank_places`), and a shape's read-offs are checked together: each server's
 internal link ids in one table (a column per local link of the design), compared with the
-planned server's in one numpy comparison. Groups across servers, and clusters where server
-blocks are not exact
+planned server's in one numpy comparison. Groups across servers have their rings laid
+out together (:meth:`CollectiveModel.lay_out_rings`); where the ring is the only
+algorithm their plan compares, one group of each ring shape
+(:meth:`CollectiveModel.laid_ring`: everything the plan reads of the ring but its link
+ids, the capacities included) is planned in full and the others take its plan on their
+own ring's links; other groups across servers (an all_reduce, with the tree to compare),
+and every group on clusters where server blocks are not exact
 (:func:`.layouts.blocks_exact`: ``hash`` ECMP, a link latency what-if, an NCCL without PXN
 staging through the host), are planned group by group. A test compares every field of
 every plan with the group's own ``plan``.
