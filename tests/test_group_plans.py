@@ -78,10 +78,14 @@ def test_a_degraded_link_inside_one_server_plans_that_server_on_its_own():
     assert plans[2].predicted_s > plans[0].predicted_s == plans[1].predicted_s
 
 
-def test_groups_across_servers_and_hash_ecmp_plan_group_by_group():
+def test_groups_across_servers_read_off_by_ring_shape_and_hash_ecmp_plans_group_by_group():
     G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=2)
     across = [tuple(s * 8 + i for s in range(4)) for i in range(8)]     # FSDP-like, ppn 1
-    assert assert_same_plans(G, "all_gather", 1 << 20, across) == 8
+    # each group on its own rail, the rails alike: one ring shape, one plan in full
+    assert assert_same_plans(G, "all_gather", 1 << 20, across) == 1
+    # an all_reduce has the tree to compare: every group planned on its own
+    assert assert_same_plans(G, "all_reduce", 1 << 20, across) == 8
+    assert assert_same_plans(G, "all_reduce", 1 << 20, across, ("ring", "auto", 0)) == 1
     assert assert_same_plans(G, "all_reduce", 1 << 20, _servers(4), ecmp="hash") == 4
 
 
@@ -98,8 +102,12 @@ def test_pairs_across_servers_have_their_rings_laid_out_together_and_the_same_pl
     monkeypatch.setattr(ring_tables, "ring_entries", None)     # no ring laid out alone
     G = rail_optimized(6, DGX, nodes_per_leaf=2, spines=2)
     pairs = [(g, (g + 8) % 48) for g in range(48)] + [(5, 13), (2, 40, 17)]
-    assert assert_same_plans(G, op, 3 << 20, pairs) == len(pairs)
-    assert assert_same_plans(G, op, 3 << 20, pairs, ("ring", "LL128", 0)) == len(pairs)
+    # three ring shapes: a pair under one leaf (servers 0-1, 2-3, 4-5), a pair across the
+    # spines (1-2, 3-4, 5-0), the group of three; an all_reduce has the tree to compare
+    # (planned pair by pair) unless the ring is pinned
+    assert assert_same_plans(G, op, 3 << 20, pairs) == (len(pairs) if op == "all_reduce"
+                                                        else 3)
+    assert assert_same_plans(G, op, 3 << 20, pairs, ("ring", "LL128", 0)) == 3
     assert together == [49, 49]         # the distinct rings, each call's
 
 
@@ -196,3 +204,66 @@ def test_unique_rows_are_numpys_unique_rows(radix, width):
     found, inverse = groups_module._unique_rows(rows, radix)
     want, want_inverse = np.unique(rows, axis=0, return_inverse=True)
     assert np.array_equal(found, want) and np.array_equal(inverse, want_inverse.ravel())
+
+
+def _context_parallel(n_servers, gpus=8, stride=8):
+    """One GPU on each of two servers, as Megatron's context-parallel pairs (TP innermost):
+    rank ``r`` with ``r + stride``, both on the same local GPU."""
+    return [(s * gpus + i, s * gpus + i + stride) for s in range(0, n_servers, 2)
+            for i in range(gpus)]
+
+
+FABRICS = {
+    "rail-optimized": lambda: rail_optimized(8, H100, nodes_per_leaf=4, spines=2),
+    "leaf-spine": lambda: leaf_spine(8, DGX, nodes_per_leaf=2, spines=2),
+    "leaf-spine, 2:1 oversubscribed": lambda: leaf_spine(8, DGX, nodes_per_leaf=2, spines=2,
+                                                          oversubscription=2.0),
+    "leaf-spine, PCIe servers": lambda: leaf_spine(8, PCIE, nodes_per_leaf=2, spines=2),
+}
+
+
+@pytest.mark.parametrize("fabric", list(FABRICS))
+@pytest.mark.parametrize("op,how", [("all_gather", ("auto", "auto", 0)),
+                                    ("reduce_scatter", ("auto", "auto", 0)),
+                                    ("all_reduce", ("ring", "auto", 0)),
+                                    ("all_gather", ("ring", "Simple", 0))])
+def test_groups_across_servers_read_off_their_ring_shape_are_their_own_plans(fabric, op,
+                                                                              how):
+    # a reused plan equals a freshly made one, field for field, bit for bit, on groups of
+    # several shapes: context-parallel pairs, pairs across the spines, two GPUs on each
+    # of two servers, an uneven group (two GPUs on one server, one on the other), a pair
+    # in the other order
+    G = FABRICS[fabric]()
+    gpus = 4 if "PCIe" in fabric else 8
+    groups = (_context_parallel(8, gpus, gpus) + [(gpus + i, 2 * gpus + i) for i in range(gpus)]
+              + [(0, 1, gpus, gpus + 1), (2 * gpus, 2 * gpus + 1, 3 * gpus),
+                 (5 * gpus + 1, 4 * gpus + 1)])
+    planned = assert_same_plans(G, op, 5 << 20, groups, how)
+    assert planned < len(groups)
+
+
+def test_a_degraded_link_between_servers_plans_its_groups_on_their_own():
+    G = rail_optimized(4, DGX, nodes_per_leaf=4, spines=2)
+    pairs = _context_parallel(4)                 # 16 pairs, one shape: one plan in full
+    assert assert_same_plans(G, "all_gather", 64 << 20, pairs) == 1
+    G.edges["n3.nic2", "leaf.r2.g0"]["bw_bytes_per_s"] /= 4
+    # the pair on GPU 2 of servers 2 and 3 crosses the slower NIC link: a shape of its own
+    assert assert_same_plans(G, "all_gather", 64 << 20, pairs) == 2
+    model = CollectiveModel(Cluster(G), load_constants())
+    plans = model.plan_groups("all_gather", 64 << 20, pairs)
+    slow = pairs.index((18, 26))
+    assert plans[slow].predicted_s > plans[0].predicted_s
+    assert len({p.predicted_s for i, p in enumerate(plans) if i != slow}) == 1
+
+
+def test_capacities_set_anew_plan_the_groups_across_servers_again():
+    G = rail_optimized(4, DGX, nodes_per_leaf=2, spines=2)
+    model = CollectiveModel(Cluster(G), load_constants())
+    pairs = _context_parallel(4)
+    before = model.plan_groups("all_gather", 64 << 20, pairs)
+    model.cluster.capacity_bytes_per_s = model.cluster.capacity_bytes_per_s / 2
+    after = model.plan_groups("all_gather", 64 << 20, pairs)
+    fresh = CollectiveModel(Cluster(G), load_constants())
+    fresh.cluster.capacity_bytes_per_s = fresh.cluster.capacity_bytes_per_s / 2
+    assert_plans_equal(after, [fresh.plan("all_gather", 64 << 20, list(p)) for p in pairs])
+    assert after[0].predicted_s > before[0].predicted_s

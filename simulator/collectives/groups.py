@@ -14,8 +14,13 @@ one's, element for element; else (a degraded link inside one server) the group i
 on its own. The groups' shapes are found at once (each rank's design and local name,
 :func:`.columns.rank_places`), and a shape's read-offs are checked together: each server's
 internal link ids in one table (a column per local link of the design), compared with the
-planned server's in one numpy comparison. Groups across servers, and clusters where server
-blocks are not exact
+planned server's in one numpy comparison. Groups across servers have their rings laid
+out together (:meth:`CollectiveModel.lay_out_rings`); where the ring is the only
+algorithm their plan compares, one group of each ring shape
+(:meth:`CollectiveModel.laid_ring`: everything the plan reads of the ring but its link
+ids, the capacities included) is planned in full and the others take its plan on their
+own ring's links; other groups across servers (an all_reduce, with the tree to compare),
+and every group on clusters where server blocks are not exact
 (:func:`.layouts.blocks_exact`: ``hash`` ECMP, a link latency what-if, an NCCL without PXN
 staging through the host), are planned group by group. A test compares every field of
 every plan with the group's own ``plan``.
@@ -63,7 +68,7 @@ def group_plans(model, op: str, size_bytes: int, groups, algo: str = "auto",
     model.lay_out_rings(op, [g for g, s in zip(groups, shapes) if s is None], algo, root)
     for i, (group, shape) in enumerate(zip(groups, shapes)):
         if shape is None:
-            out[i] = own(group)
+            out[i] = _across_servers(model, op, size_bytes, group, algo, proto, root, cache)
             continue
         key = (shape, op, size_bytes, algo, proto, root)
         if key not in cache:
@@ -77,6 +82,24 @@ def group_plans(model, op: str, size_bytes: int, groups, algo: str = "auto",
                                              [groups[i][0] for i in slots], cache)):
             out[i] = plan if plan is not None else own(groups[i])
     return out
+
+
+def _across_servers(model, op: str, size_bytes: int, group, algo: str, proto: str,
+                    root: int, cache: dict):
+    """``model.plan(op, size_bytes, list(group), algo, proto, root)`` of a group across
+    servers: the plan of the first group met of its ring's shape
+    (:meth:`~simulator.collectives.model.CollectiveModel.laid_ring`), on the group's own
+    links; planned in full for the first of a shape and where the ring is not all the
+    plan depends on (another algorithm to compare, a ring not laid out ahead)."""
+    ring = model.laid_ring(op, group, algo, root)
+    if ring is None:
+        return model.plan(op, size_bytes, list(group), algo, proto, root)
+    key = ("across servers", ring.shape, op, size_bytes, algo, proto, root)
+    known = cache.get(key)
+    if known is None:
+        known = cache[key] = model.plan(op, size_bytes, list(group), algo, proto, root)
+        return known
+    return known.placed(ring.links, known.predicted_s, ring.wire_coef)
 
 
 def _shapes(cluster, groups) -> list:

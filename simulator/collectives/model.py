@@ -20,6 +20,7 @@ NVLS, NVLS-Tree and CollNet: :mod:`simulator.collectives.offload`; PAT:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from ..errors import ConfigError
 from ..gcpause import gc_paused
 from ..hardware import gpu_spec
 from ..network.fabric import Flow, bottleneck_rate
+from ..uniques import distinct_where
 from .copies import star_plan
 from .messages import net_ll_message_s, net_message_s, p2p_costs, peer_messages_s
 from .ofi_tuner import nccl_env, nccl_tuner_view, platform_of, region_choice
@@ -98,6 +100,17 @@ def ceiling_row(k: ModelConstants, gpu) -> dict:
 
 def _n_idx(n_nodes: int) -> int:
     return 0 if n_nodes == 1 else 1 if n_nodes == 2 else 2
+
+
+@dataclass(frozen=True)
+class LaidRing:
+    """A group's ring across servers, laid out ahead, where it is all that the group's
+    plan depends on (:meth:`CollectiveModel.laid_ring`): ``shape``, what the plan reads of
+    it but the link ids, and the group's own ``links`` and ``wire_coef``."""
+
+    shape: tuple
+    links: np.ndarray
+    wire_coef: np.ndarray
 
 
 class CollectiveModel:
@@ -374,6 +387,34 @@ class CollectiveModel:
             laid = ring_edge_sets(self.cluster, list(comms.values()),
                                   self.k.pcie_p2p_efficiency)
             self._edges.update(zip(comms, laid))
+
+    def laid_ring(self, op: str, ranks, algo: str = "auto", root: int = 0) -> LaidRing | None:
+        """The ring of ``ranks`` (a group across servers) laid out ahead by
+        :meth:`lay_out_rings`, where :meth:`plan` of ``op`` has no algorithm but the ring to
+        compare (``algo`` ring, or auto where the others are unavailable); None elsewhere.
+        Its ``shape`` is all that such a plan reads besides the link ids: the
+        communicator's ranks, servers and ranks per server, the class of the links inside a
+        server, a link latency what-if's step latencies, the ring's coefficients, which of
+        its entries cross one link (each entry named by the first entry on its link), and
+        each entry's capacity now. NCCL's tuner, the latency, the factors, the ceilings and
+        the bottleneck rate (each link's coefficients summed in entry order, the least
+        capacity / load) follow from those, so two groups of one shape get one plan, each on
+        its own links (:mod:`.groups`)."""
+        if algo not in ("auto", "ring") or op in ("broadcast", "reduce", "all_to_all",
+                                                  "send_recv"):
+            return None
+        comm = self._comms.get(tuple(ranks))
+        ring = None if comm is None else self._edges.get(("", "ring", comm, root, None))
+        if ring is None or comm.n_nodes < 2:
+            return None
+        if algo == "auto" and self._candidates(op, comm) != ("ring",):
+            return None
+        links, coef = ring.arrays()
+        _, first, where = distinct_where(links, first=True, inverse=True)
+        shape = (comm.n_ranks, comm.n_nodes, comm.ppn, ring.intra_hw, ring.step_extra_s(),
+                 coef.dtype.str, coef.tobytes(), first[where].tobytes(),
+                 self.cluster.capacity_bytes_per_s[links].tobytes())
+        return LaidRing(shape, links, ring.wire_coef())
 
     def plan_pairs(self, size_bytes: int, pairs: list[tuple[int, int]]) -> list[Plan]:
         """``plan("send_recv", size_bytes, [a, b])`` of each (a, b) of ``pairs``, one per
