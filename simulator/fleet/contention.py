@@ -90,9 +90,10 @@ class Work:
     @property
     def step_ops(self) -> int:
         """Ops replayed to price one step alone (each of an extrapolated step's replays)."""
-        accum = self.setup.accum if self.setup is not None else None
-        traces = accum.traces if accum is not None else (self.trace,)
-        return sum(len(c.ops) for t in traces for c in t.classes)
+        if self.setup is None:
+            return self.trace_ops
+        from ..pipeline import replayed_ops
+        return replayed_ops(self.setup)
 
     @property
     def ranks(self) -> dict[str, int]:
