@@ -34,6 +34,9 @@ ROOT = data_dir("energy")
 POWER, STEPS = "mlperf_power_h100.csv", "mlperf_v41_steps.csv"
 PHASES = "mlperf_power_phases.csv"      # each run's training blocks and evaluations
 INTERVALS = "mlperf_v41_intervals.csv"  # the same for other systems' runs (no power)
+ALIGNED = "mlperf_power_phases_aligned.csv"  # PHASES with each node's log on the run's clock
+CLOCKS = "mlperf_power_clocks.csv"      # each node's power-log clock offset per run
+GPU = "H100-SXM"                        # the power system's GPUs (power.yaml's entry)
 PENDING = "pending: needs the LoRA scenario"
 COLUMNS = ["run", "ttt_min", "measured_node_w", "simulated_node_w", "node_power_error",
            "measured_kwh", "simulated_kwh", "energy_error", "capped_kwh", "kwh_as_training",
@@ -352,6 +355,7 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
                          f"{c['block0_extra_s']:.1f} | `{c['config'].rsplit('/', 1)[-1]}` |")
     if sim is not None and sim[2] is not None:
         lines += pace_lines(setup, sim[2], root)
+        lines += clock_lines(sim[1], sim[2], root)
     if any("train_node_w" in r for r in results):
         lines += ["", "## Steady training (the training blocks after the first)", "",
                   "What the simulator models: power, step time and energy of the training "
@@ -523,6 +527,26 @@ def pace_lines(setup: dict, ev, root: Path = ROOT) -> list[str]:
     from simulator.validation.energy_pace import pace_rows, report_lines
     return report_lines(pace_rows(groups, list(_read_csv(path)), _global_batches(root),
                                   ev.samples, ev))
+
+
+def clock_checks(e, ev, root: Path = ROOT) -> tuple[list[dict], float]:
+    """(per run, its intervals on the run's clock against the simulated step ``e`` and
+    evaluation ``ev`` (:mod:`simulator.validation.energy_clocks`), the idle node W); no
+    rows without the aligned files."""
+    from simulator.energy.power import load_power
+    from simulator.validation.energy_clocks import clock_rows, idle_node_w
+    idle_w = idle_node_w(node_parts(e), gpus_per_node(e), load_power().gpu(GPU).idle_w)
+    if not (root / ALIGNED).is_file() or not (root / CLOCKS).is_file():
+        return [], idle_w
+    return clock_rows(list(_read_csv(root / ALIGNED)), list(_read_csv(root / CLOCKS)),
+                      e.avg_node_w, ev.avg_node_w, ev.time_s, idle_w), idle_w
+
+
+def clock_lines(e, ev, root: Path = ROOT) -> list[str]:
+    """The report's section on the node power logs' clocks (none without the files)."""
+    from simulator.validation.energy_clocks import report_lines
+    rows, idle_w = clock_checks(e, ev, root)
+    return report_lines(rows, e.avg_node_w, ev.avg_node_w, idle_w)
 
 
 def _global_batches(root: Path) -> dict[str, int]:

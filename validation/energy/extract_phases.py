@@ -62,6 +62,13 @@ def run_rows(root: Path, run: int) -> list[dict]:
              if e["key"] == "power_reading"]
     source = (f"mlcommons/training_results_v4.1:{SYSTEM}/result_{run}.txt + "
               f"{SYSTEM}/power/result_{run}/node_*.txt")
+    return interval_rows(run, ev, start, reads, source)
+
+
+def interval_rows(run: int, ev: list[dict], start: float,
+                  reads: list[tuple[float, float]], source: str) -> list[dict]:
+    """One row per training block and evaluation of a run's MLLOG events ``ev``: its times
+    from ``start``, steps, and the readings ``reads`` (time s, W) that fall in it."""
     rows = []
     for kind, i, lo, hi, steps in intervals(ev, GLOBAL_BATCH):
         inside = [w for t, w in reads if lo <= t <= hi]
