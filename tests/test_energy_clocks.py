@@ -110,3 +110,44 @@ def test_the_report_section_and_the_docs_are_the_commands():
     assert f"idle node {watts(idle_w)}" in doc
     offs = sorted(o for r in got for o in r["offsets"])
     assert f"{-offs[-1]:.0f} to {-offs[0]:.0f} s behind" in doc
+
+
+def test_the_energy_gap_rows_written_out():
+    """A run of 384 steps of 0.5 s at 7,800 W and 5 evaluations simulated at 5 s and
+    7,600 W, measured at 9.6 s (median), its first block 19 s past its steps and its first
+    evaluation 22.6 s; idle node 3,300 W, 8 nodes: (384 x 0.5 x 7,800 + 5 x (5 x 7,600 +
+    4.6 x 3,300)) x 8 J, then + (19 + 22.6 - 9.6) x 3,300 x 8 J."""
+    run = {"run": "r", "steps": 384, "evaluations": 5, "block0_extra_s": 19.0,
+           "first_eval_s": 22.6, "measured_kwh": 4.5, "simulated_kwh": 4.0,
+           "energy_error": 4.0 / 4.5 - 1}
+    (row,) = vc.gap_rows([run], [{"run": "r", "eval_s": 9.6}], 0.5, 7800.0, 5.0, 7600.0,
+                         3300.0, 8)
+    joules = (384 * 0.5 * 7800 + 5 * (5 * 7600 + 4.6 * 3300)) * 8
+    assert row["paced_kwh"] == pytest.approx(joules / 3.6e6)
+    assert row["paced_error"] == pytest.approx(joules / 3.6e6 / 4.5 - 1)
+    assert row["start_s"] == pytest.approx(19 + 22.6 - 9.6)
+    started = joules + (19 + 22.6 - 9.6) * 3300 * 8
+    assert row["started_kwh"] == pytest.approx(started / 3.6e6)
+    assert row["started_error"] == pytest.approx(started / 3.6e6 / 4.5 - 1)
+
+
+def test_the_energy_gap_the_docs_quote_is_the_commands():
+    """The report's table is the one the results give, and docs/energy.md's ranges are its
+    extremes."""
+    setup, rows, sim, _ = ve.evaluate()
+    if sim is None:
+        pytest.skip("the LoRA scenario is not shipped in this build")
+    assert "\n".join(ve.gap_lines(rows, sim)) in (ve.ROOT / "report.md").read_text()
+    got = ve.gaps(rows, sim)
+    assert len(got) == 10
+    doc = Path(__file__).resolve().parents[1].joinpath("docs", "energy.md").read_text()
+
+    def span(key, fmt):
+        vals = sorted(r[key] for r in got)
+        return f"{fmt(vals[0])} to {fmt(vals[-1])}"
+    pct = lambda v: f"{v:+.1%}"                         # noqa: E731
+    assert f"| each evaluation at its measured seconds | {span('paced_error', pct)} |" in doc
+    assert (f"| and the first evaluation's start-up ({span('start_s', lambda v: f'{v:.1f}')}"
+            f" s) | {span('started_error', pct)} |") in doc
+    outside = sum(1 for r in got if abs(r["paced_error"]) > 0.10)
+    assert f"would still leave {outside} of the 10 runs outside" in doc

@@ -356,6 +356,7 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
     if sim is not None and sim[2] is not None:
         lines += pace_lines(setup, sim[2], root)
         lines += clock_lines(sim[1], sim[2], root)
+        lines += gap_lines(results, sim, root)
     if any("train_node_w" in r for r in results):
         lines += ["", "## Steady training (the training blocks after the first)", "",
                   "What the simulator models: power, step time and energy of the training "
@@ -547,6 +548,24 @@ def clock_lines(e, ev, root: Path = ROOT) -> list[str]:
     from simulator.validation.energy_clocks import report_lines
     rows, idle_w = clock_checks(e, ev, root)
     return report_lines(rows, e.avg_node_w, ev.avg_node_w, idle_w)
+
+
+def gaps(results: list[dict], sim, root: Path = ROOT) -> list[dict]:
+    """:func:`simulator.validation.energy_clocks.gap_rows` of the whole-run ``results``
+    (none without the aligned files or the runs' phases)."""
+    from simulator.validation.energy_clocks import gap_rows
+    (m, e, ev) = sim
+    clocks, idle_w = clock_checks(e, ev, root)
+    whole = [r for r in results if "steps" in r]
+    if not clocks or len(whole) != len(clocks):
+        return []
+    return gap_rows(whole, clocks, m.iteration_time_s, e.avg_node_w, ev.time_s,
+                    ev.avg_node_w, idle_w, NODES)
+
+
+def gap_lines(results: list[dict], sim, root: Path = ROOT) -> list[str]:
+    from simulator.validation.energy_clocks import gap_lines as lines_of
+    return lines_of(gaps(results, sim, root))
 
 
 def _global_batches(root: Path) -> dict[str, int]:

@@ -65,6 +65,53 @@ def clock_rows(aligned: list[dict], clocks: list[dict], train_node_w: float,
     return out
 
 
+def gap_rows(results: list[dict], clocks: list[dict], step_s: float, node_w: float,
+             eval_s: float, eval_node_w: float, idle_w: float, nodes: int) -> list[dict]:
+    """Per run, how much of its energy gap the evaluations' missing seconds hold (measured
+    seconds as inputs, nothing fitted): its simulated whole run (``results``' row) with
+    each evaluation at its measured median (``clocks``' row: the simulated evaluation and
+    the extra seconds with every GPU idle), then also the first evaluation's start-up at
+    idle (the first block's seconds past its steps and the first evaluation's past the
+    median), each as a node energy (kWh, ``nodes`` servers) and its error."""
+    out = []
+    for r, c in zip(results, clocks):
+        assert r["run"] == c["run"]
+        joules = (r["steps"] * step_s * node_w + r["evaluations"] * (
+            eval_s * eval_node_w + (c["eval_s"] - eval_s) * idle_w)) * nodes
+        start_s = r["block0_extra_s"] + r["first_eval_s"] - c["eval_s"]
+        with_start = joules + start_s * idle_w * nodes
+        out.append({"run": r["run"], "measured_kwh": r["measured_kwh"],
+                    "kwh": r["simulated_kwh"], "error": r["energy_error"],
+                    "paced_kwh": joules / 3.6e6,
+                    "paced_error": joules / 3.6e6 / r["measured_kwh"] - 1,
+                    "start_s": start_s, "started_kwh": with_start / 3.6e6,
+                    "started_error": with_start / 3.6e6 / r["measured_kwh"] - 1})
+    return out
+
+
+def gap_lines(rows: list[dict]) -> list[str]:
+    """The report's table of :func:`gap_rows` (none without rows)."""
+    if not rows:
+        return []
+    lines = ["", "What the evaluations' seconds hold of the energy gap (measured seconds as "
+             "inputs, nothing fitted): the simulated run with each evaluation at its measured "
+             "median (the extra seconds with every GPU idle), then also the first "
+             "evaluation's start-up at idle (`start s`: the first block's seconds past its "
+             "steps and the first evaluation's past the median).", ""]
+    return lines + table(
+        ["run", "kWh measured", "simulated", "error", "evaluations at measured", "error",
+         "start s", "and the start-up", "error"],
+        [[r["run"], f"{r['measured_kwh']:.3f}", f"{r['kwh']:.3f}", f"{r['error']:+.1%}",
+          f"{r['paced_kwh']:.3f}", f"{r['paced_error']:+.1%}", f"{r['start_s']:.1f}",
+          f"{r['started_kwh']:.3f}", f"{r['started_error']:+.1%}"] for r in rows])
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table's lines."""
+    return ["| " + " | ".join(cells) + " |"
+            for cells in (header, ["---"] * len(header), *rows)]
+
+
 def report_lines(rows: list[dict], train_node_w: float, eval_node_w: float,
                  idle_w: float) -> list[str]:
     """The report's section (none without rows)."""
@@ -79,13 +126,11 @@ def report_lines(rows: list[dict], train_node_w: float, eval_node_w: float,
              f"training node ({train_node_w:,.0f} W) and evaluation node "
              f"({eval_node_w:,.0f} W); `if idle`: the evaluation's node power were its extra "
              "seconds (measured median less simulated) spent with every GPU idle (node "
-             f"{idle_w:,.0f} W). Reported, not gated, nothing fitted.", "",
-             "| run | node clocks s | training W measured | error | evaluation W measured "
-             "| error | evaluation s | if idle W | error |", "|" + "---|" * 9]
-    for r in rows:
-        lo, hi = r["offsets"]
-        lines.append(f"| {r['run']} | {lo:+.1f} to {hi:+.1f} | {r['train_w']:,.0f} | "
-                     f"{r['train_error']:+.1%} | {r['eval_w']:,.0f} | {r['eval_error']:+.1%} | "
-                     f"{r['eval_s']:.2f} | {r['host_bound_w']:,.0f} | "
-                     f"{r['host_bound_error']:+.1%} |")
-    return lines
+             f"{idle_w:,.0f} W). Reported, not gated, nothing fitted.", ""]
+    return lines + table(
+        ["run", "node clocks s", "training W measured", "error", "evaluation W measured",
+         "error", "evaluation s", "if idle W", "error"],
+        [[r["run"], f"{r['offsets'][0]:+.1f} to {r['offsets'][1]:+.1f}",
+          f"{r['train_w']:,.0f}", f"{r['train_error']:+.1%}", f"{r['eval_w']:,.0f}",
+          f"{r['eval_error']:+.1%}", f"{r['eval_s']:.2f}", f"{r['host_bound_w']:,.0f}",
+          f"{r['host_bound_error']:+.1%}"] for r in rows])
