@@ -90,3 +90,35 @@ def test_the_choice_is_the_tuners_own(nodes, mib):
     a = _model("aws-p5", nodes).plan("all_reduce", mib * MIB, ranks)
     b = _without_plugin_latency("aws-p5", nodes).plan("all_reduce", mib * MIB, ranks)
     assert (a.algo, a.proto) == (b.algo, b.proto)
+
+
+# ---------------------------------------------- NCCL 2.28's p2p channels on p5 (docs only)
+def _reverse_bits(x, n_bits):
+    """bitops.h reverseBits: the bottom n_bits of x reversed, the top bits dropped."""
+    return int(format(x & ((1 << n_bits) - 1), f"0{n_bits}b")[::-1], 2) if n_bits else 0
+
+
+def _base_for_round(r, group=8, per_batch=8, p2p_channels=8):
+    """channel.h ncclP2pChannelBaseForRound with nNodes > 1."""
+    base = (r // group) * -(-group // per_batch) + (r % group) // per_batch
+    return _reverse_bits(base, p2p_channels.bit_length() - 1)
+
+
+def test_docs_p2p_channels_on_two_instances():
+    """docs/collective-model.md, alltoall: on 2 p5 instances (8 p2p channels, 2 channels a
+    network peer) the NVLink rounds run on channels 0-1 and the remote rounds on 4-5; on 4
+    instances the remote groups take 4, 2, 6; on 8, seven channels; 16 and 32 share."""
+    from pathlib import Path
+    parts = 2
+    local = {(_base_for_round(r) + k) % 8 for r in range(8) for k in range(parts)}
+    remote = {(_base_for_round(r) + k) % 8 for r in range(8, 16) for k in range(parts)}
+    assert (local, remote) == ({0, 1}, {4, 5})
+    assert [_base_for_round(8 * g) for g in range(1, 4)] == [4, 2, 6]
+    assert sorted(_base_for_round(8 * g) for g in range(1, 8)) == [1, 2, 3, 4, 5, 6, 7]
+    per_channel = [sum(_base_for_round(8 * g) == c for g in range(32)) for c in range(8)]
+    assert per_channel == [4] * 8          # 32 instances: 4 groups a channel (ch 0: local + 3)
+    text = " ".join((Path(__file__).parents[1] / "docs" / "collective-model.md")
+                    .read_text().split())
+    assert "the 8 NVLink rounds take base 0 (channels 0 and 1) and the 8 remote rounds base 4 " \
+           "(channels 4 and 5)" in text
+    assert "remote groups on channels 4, 2, 6 on 4 instances" in text
