@@ -183,13 +183,15 @@ def _busbw(model, nodes, size, algo, proto):
     return size / res.time_s * 2 * (n - 1) / n / 1e9
 
 
-def test_aws_ofi_nccl_regions_alone_leave_the_all_reduce_off():
+def test_aws_ofi_nccl_regions_and_the_plugins_latency_on_the_all_reduce():
     """docs/collective-model.md, EFA: with the algorithm aws-ofi-nccl's p5 regions choose
-    (v1.16.3: tree/LL128 at 32 MiB on 256 ranks, ring/LL128 from 64 MiB to 1 GiB on 32), the
-    simulated all_reduce is still off the held-out table (measured busbw, GB/s, as printed in
-    validation/collectives/raw/aws_p5_nccl_all_reduce.csv)."""
+    (v1.16.3: tree/LL128 at 32 MiB on 256 ranks, ring/LL128 from 64 MiB to 1 GiB on 32) and
+    the tree's levels waiting for the plugin's 75 us (tests/test_efa_tree_levels.py), the
+    simulated all_reduce against the held-out table (measured busbw, GB/s, as printed in
+    validation/collectives/raw/aws_p5_nccl_all_reduce.csv): the tree 0.85x (2.3x before the
+    plugin's latency), the rings unchanged."""
     m32 = _model("aws-p5", 32)
-    assert round(_busbw(m32, 32, 32 << 20, "tree", "LL128") / 66.34, 1) == 2.3
+    assert round(_busbw(m32, 32, 32 << 20, "tree", "LL128") / 66.34, 2) == 0.85
     m4 = _model("aws-p5", 4)
     measured = {64: 152.41, 128: 229.48, 256: 273.34, 512: 278.41, 1024: 280.30}
     err = [_busbw(m4, 4, mib << 20, "ring", "LL128") / meas - 1 for mib, meas in measured.items()]
@@ -198,14 +200,14 @@ def test_aws_ofi_nccl_regions_alone_leave_the_all_reduce_off():
 
 def test_the_issues_32_mib_on_32_instances_as_the_cli_prints_it(capsys):
     """docs/collective-model.md quotes this line: aws-ofi-nccl's regions pick tree/LL128
-    (NCCL's own tuner picked NVLS-Tree at 169.80 GB/s), 154.37 GB/s busbw, where the run
-    measured 66.34."""
+    (NCCL's own tuner picked NVLS-Tree at 169.80 GB/s), 56.51 GB/s busbw (154.37 before the
+    tree's levels paid the plugin's latency), where the run measured 66.34."""
     from test_cli import run_main
     code, out, err = run_main(capsys, "collective", "all_reduce", "--topology", "aws-p5",
                               "--nodes", "32", "-b", "32M", "-e", "32M")
     assert code == 0, err
     row = [line.split() for line in out.splitlines() if line.strip().startswith("33554432")]
-    assert row[0][5:] == ["154.37", "tree", "LL128"]
+    assert row[0][5:] == ["56.51", "tree", "LL128"]
 
 
 # ------------------------------------------------------------ aws-ofi-nccl's region tuner

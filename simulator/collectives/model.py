@@ -49,7 +49,7 @@ from .pairs import pair_plans
 from .one_shot import one_shot_latency_s, one_shot_unavailable
 from .pat import pat_latency_s, pat_unavailable
 from .plan import Plan
-from .tree_latency import timing_correction_s
+from .tree_latency import plugin_levels_s, timing_correction_s
 
 REDUCING_OPS = ("all_reduce", "reduce_scatter", "reduce")
 
@@ -150,6 +150,10 @@ class CollectiveModel:
         self.p2p_costs = p2p_costs(cluster, self.k)
         view = nccl_tuner_view(self.ofi_platform) if self.ofi_platform else None
         self.p2p_ring_channels = view["graph_channels"] if view else self.k.channels
+        # the net plugin's reported latency (graph->latencyInter), which a tree's levels
+        # between servers wait for (collectives/tree_latency.py, plugin_levels_s); rings
+        # on such a fabric pay its fitted step cost instead (collectives/messages.py)
+        self.latency_inter_s = view.get("latency_inter_us", 0.0) * 1e-6 if view else 0.0
         self.p2p_step = (nccl_env(self.ofi_platform) if self.ofi_platform else {}).get(
             "p2p_net_chunksize", DEFAULT_NET_CHUNK)
 
@@ -486,6 +490,8 @@ class CollectiveModel:
                         self.latency_s(op, algo, proto, comm, es.intra_hw, size))
         timed = nccl_latency + (timing_correction_s(self.k, proto, comm.n_nodes)
                                 if algo == "tree" else 0.0)
+        if algo == "tree":
+            timed += plugin_levels_s(self.latency_inter_s, proto, comm.n_nodes)
         latency = self.with_link_latency(timed, algo, proto,
                                          self.link_latency_extra_s(op, algo, comm, es))
         max_rate = self._max_rate(algo, proto, op, comm)

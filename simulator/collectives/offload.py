@@ -40,6 +40,7 @@ from ..constants import read_data
 from .layouts import Communicator, EdgeSet, dtree_parent, gpu_route, home_nic
 from .nccl_config import parse_version
 from .plan import Plan
+from .tree_latency import plugin_levels_s
 
 OFFLOAD_ALGOS = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")
 NVLS_OPS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -207,7 +208,9 @@ def offload_plan(model, op: str, algo: str, comm: Communicator, size: int):
     links, coef = es.arrays()
     payload = per_byte * size
     nccl_latency = offload_latency_s(model, algo, comm)
-    latency = model.with_link_latency(nccl_latency, "ring", "Simple", max(es.step_extra_s()))
+    timed = nccl_latency + (plugin_levels_s(model.latency_inter_s, "Simple", comm.n_nodes)
+                            if algo == "nvls_tree" else 0.0)
+    latency = model.with_link_latency(timed, "ring", "Simple", max(es.step_extra_s()))
     flow = Flow(payload, links, coef, latency, math.inf)
     transfer = payload / bottleneck_rate(flow, model.cluster.capacity_bytes_per_s)
     plan = Plan(op, algo, "Simple", comm.n_ranks, comm.n_nodes, size, latency, payload, links,

@@ -55,6 +55,18 @@ def deep_levels_s(k: ModelConstants, proto: str, n_nodes: int) -> float:
     return 2 * max(tree_depth(n_nodes) - 1, 0) * step
 
 
+def plugin_levels_s(latency_inter_s: float, proto: str, n_nodes: int) -> float:
+    """What the net plugin's reported latency adds to a tree between ``n_nodes`` servers:
+    ``latencyInter`` (aws-ofi-nccl's ``latency``, 75 us on p5) once per level and direction,
+    twice for Simple (tuning.cc: "Also add the flush extra latency"), over the tree's real
+    depth; NCCL 2.28's ``ncclTopoTuneModel`` adds it to the tree's ``interLat`` the same way
+    (``2 log2i(nNodes) x interLat``). 0.0 on one server or without a reported latency."""
+    if n_nodes <= 1 or not latency_inter_s:
+        return 0.0
+    per_direction = latency_inter_s * (2 if proto == "Simple" else 1)
+    return 2 * tree_depth(n_nodes) * per_direction
+
+
 def timing_correction_s(k: ModelConstants, proto: str, n_nodes: int) -> float:
     """Time of a tree collective minus the tuner's estimate of it (0.0 up to 2 servers)."""
     if n_nodes <= 2:
