@@ -113,3 +113,25 @@ def test_shipped_scenarios_and_topologies_are_kept_as_parsed(cache_dir):
         fresh = load_yaml(path.read_text(), str(path))
         assert same(read_yaml(path), fresh) and same(read_yaml(path), fresh), path
         assert cache_path(str(path)).is_file(), path
+
+
+def test_a_fresh_copy_is_deep_and_keeps_every_type():
+    import datetime
+    from collections import OrderedDict
+
+    from simulator.parsedcache import fresh_copy
+    data = {"b": [1, 1.0, True, None, "x", {"c": (2, 3)}], "a": {"d": [1e300]}}
+    copied = fresh_copy(data)
+    assert same(copied, data) and list(copied) == ["b", "a"]
+    copied["b"][5]["c"] = 0                        # the copy shares nothing with the data
+    assert data["b"][5]["c"] == (2, 3)
+    odd = {"when": datetime.date(2026, 12, 6), "kind": OrderedDict(x=1)}  # marshal cannot:
+    again = fresh_copy(odd)                                               # deepcopy does
+    assert again == odd and type(again["kind"]) is OrderedDict and again["kind"] is not odd["kind"]
+
+
+def test_each_reader_of_a_data_file_gets_its_own_copy():
+    from simulator.constants import read_data
+    first = read_data("nccl.yaml")
+    first["pxn_since"] = "changed"
+    assert read_data("nccl.yaml")["pxn_since"] != "changed"
