@@ -10,7 +10,8 @@ text has changed since is parsed again, as Python recompiles a module. The same 
 bytecode: nothing is written where ``PYTHONDONTWRITEBYTECODE`` is set, a folder that cannot
 be written is left as it is (silently: only slower), and a cache file that cannot be read
 or holds values marshal cannot is ignored. Only the package's own files take this path
-(:func:`simulator.yamlio.read_yaml`); files people write are parsed every time.
+(:func:`simulator.yamlio.read_yaml`: its data files, and the scenarios and topologies it
+ships); files people write are parsed every time.
 """
 
 from __future__ import annotations
