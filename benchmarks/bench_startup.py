@@ -26,6 +26,11 @@ Two settings, each the median of ``--repeat`` runs, wall and CPU (user + system)
   install wrote it (setup.py ``compile_sources``; an install of an older commit did not, so
   there every run compiled them), except a module edited since.
 
+The two whole runs also give their simulated events (``--format json``'s ``events``, read
+from one untimed run; the collective's JSON has none, so ``-``) and events per second of
+the cached CPU time: a start-up case is nearly all imports, so these say how little of it
+is simulation.
+
 With ``--before OTHER`` (another install's ``clustersim``, e.g. the main branch's) each run
 of this one alternates with a run of OTHER, so that both see the same load, and each cell
 is ``before -> now``.
@@ -36,6 +41,7 @@ Usage: ``python benchmarks/bench_startup.py [--repeat 3] [--clustersim PATH] [--
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -82,8 +88,29 @@ def environments(cache_dir: str) -> dict[str, dict[str, str]]:
             "no writes": {**base, "PYTHONDONTWRITEBYTECODE": "1"}}
 
 
+def events(tool: str, argv: list[str], env: dict[str, str]) -> int | None:
+    """The simulated events of ``tool ARGV --format json`` (None where its JSON has none)."""
+    done = subprocess.run([tool, *argv, "--format", "json"], capture_output=True, text=True,
+                          env=env)
+    try:
+        found = json.loads(done.stdout)
+    except ValueError:
+        return None
+    return found.get("events") if isinstance(found, dict) else None
+
+
 def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
+
+
+def event_cells(tools: list[str], argv: list[str], env: dict[str, str],
+                cpu: list[float]) -> list[str]:
+    """The events and events per CPU second cells of a whole run, ``before -> now``."""
+    counts = [events(tool, argv, env) for tool in tools]
+    if any(n is None for n in counts):
+        return ["-", "-"]
+    return [" -> ".join(f"{n:,}" for n in counts),
+            " -> ".join(f"{n / s:,.0f}" for n, s in zip(counts, cpu))]
 
 
 def main() -> None:
@@ -101,10 +128,10 @@ def main() -> None:
         load = os.getloadavg()[0]
         print(f"{' vs '.join(tools)}, median of {args.repeat}, load average {load:.1f} at start")
         print("| command | wall s (cached) | CPU s (cached) | wall s (no writes) "
-              "| CPU s (no writes) |")
-        print("|---|---:|---:|---:|---:|")
+              "| CPU s (no writes) | events | events/s (cached CPU) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for name, argv in CASES.items():
-            cells = []
+            cells, cpu = [], None
             for env in envs.values():
                 runs = {tool: [] for tool in tools}
                 for _ in range(args.repeat):
@@ -112,6 +139,9 @@ def main() -> None:
                         runs[tool].append(timed([tool, *argv], env))
                 per_tool = [medians(runs[tool]) for tool in tools]
                 cells += [" -> ".join(f"{m[i]:.2f}" for m in per_tool) for i in (0, 1)]
+                cpu = cpu or [m[1] for m in per_tool]          # the cached setting's
+            whole = "whole" in name
+            cells += event_cells(tools, argv, envs["cached"], cpu) if whole else ["", ""]
             print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
         print(f"load average {os.getloadavg()[0]:.1f} at the end")
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from .choices import PROTOS
+from .parsedcache import fresh_copy
 from .yamlio import read_yaml
 
 _US = 1e-6
@@ -61,7 +61,7 @@ def _scale(table: dict, factor: float) -> dict:
 def read_data(name: str) -> dict:
     """The parsed YAML of the shipped data file ``simulator/data/<name>`` (parsed once per
     process; each caller gets its own copy)."""
-    return copy.deepcopy(_parsed(name))
+    return fresh_copy(_parsed(name))
 
 
 @cache
@@ -69,7 +69,7 @@ def _parsed(name: str) -> dict:
     # read as every shipped data file is (simulator.yamlio: libyaml's parser, the checks of
     # a file people write); PyYAML's pure-Python safe_load took 50-60 ms of every process
     # for nccl.yaml, calibration.yaml and variability.yaml
-    return read_yaml(resources.files("simulator.data").joinpath(name), "data file")
+    return read_yaml(resources.files("simulator") / "data" / name, "data file")
 
 
 @cache

@@ -34,7 +34,7 @@ PARTS = ("mask", "other")
 def dense_mask_table() -> tuple[int, dict[str, float]]:
     """(the measured sample's tokens, {part: seconds}) of the shipped ``loader.yaml``."""
     src = f"simulator/data/{FILE}"
-    data = read_yaml(resources.files("simulator.data").joinpath(FILE), "data loader")
+    data = read_yaml(resources.files("simulator") / "data" / FILE, "data loader")
     check_keys(data, {"seq_len", *PARTS}, {"seq_len", *PARTS}, src, None)
     seq = data["seq_len"]
     if type(seq) is not int or seq <= 0:

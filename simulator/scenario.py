@@ -16,7 +16,6 @@ mistake is one ConfigError naming the file and the dotted field.
 
 from __future__ import annotations
 
-import copy
 import typing
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
 from .inputs import path_name, regular_file
+from .parsedcache import fresh_copy
 from .precision import PRECISIONS
 from .reliability.config import BASELINE_KEY, ReliabilityCfg, drop_scenario_rates
 from .shipped import file_or_shipped, shown_as
@@ -318,7 +318,7 @@ def apply_sets(data: dict, sets: list[str], source: str) -> dict:
     """Apply ``--set key.path=value`` overrides (value parsed as YAML) to a copy of data
     (``reliability.failures.baseline=none`` drops the file's own failure rates too,
     :func:`~simulator.reliability.config.drop_scenario_rates`)."""
-    data = copy.deepcopy(data)
+    data = fresh_copy(data)
     set_keys = {item.partition("=")[0].strip() for item in sets}
     for item in sets:
         key, eq, text = item.partition("=")

@@ -52,7 +52,7 @@ def test_undecodable_scenario_files(capsys, tmp_path, data, words):
 
 
 def test_a_list_or_mapping_used_as_a_key(capsys, tmp_path):
-    # TypeError: unhashable type in yamlio._construct_unique / strategies.parse_strategy
+    # TypeError: unhashable type in yamlparse._construct_unique / strategies.parse_strategy
     path = scenario(tmp_path, QUICKSTART + "? [a, b]\n: 1\n")
     line = QUICKSTART.count("\n") + 1
     assert f"a key at line {line} is a list; keys must be names or numbers" in \

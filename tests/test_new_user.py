@@ -195,7 +195,7 @@ def test_run_names_the_plan_and_its_bubble(capsys):
 
 
 def test_megatron_without_fsdp2_keeps_its_name():
-    from simulator.strategies.parallel.words import framework_words
+    from simulator.planwords import framework_words
     assert framework_words("megatron", "zero1", 8) == "megatron"
     assert framework_words("megatron", "fsdp", 1) == "PyTorch FSDP2 via Megatron-Core"
     assert framework_words("torchtitan", "fsdp", 8) == "torchtitan"

@@ -93,10 +93,45 @@ def test_files_people_write_are_never_cached(cache_dir, tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text("x: 1\n")
     assert read_yaml(mine) == {"x": 1}
-    assert not cache_dir.exists()
+    # (the folder may hold bytecode: PyYAML's side, simulator.yamlparse, loads on a first parse)
+    assert not list(cache_dir.rglob("*.marshal"))
 
 
 def test_the_cache_sits_where_python_keeps_bytecode(monkeypatch):
     monkeypatch.setattr(sys, "pycache_prefix", None)
     tag = sys.implementation.cache_tag
     assert cache_path(str(DATA / "gpus.yaml")) == DATA / "__pycache__" / f"gpus.yaml.{tag}.marshal"
+
+
+def test_shipped_scenarios_and_topologies_are_kept_as_parsed(cache_dir):
+    """The scenarios and topologies the package ships take the same path, parsed as files
+    people write are (the pure-Python parser): every one reads back exactly as parsed."""
+    root = DATA.parents[1]
+    files = sorted([*(root / "scenarios").rglob("*.yaml"), *(root / "topologies").glob("*.yaml")])
+    assert len(files) > 50
+    for path in files:
+        fresh = load_yaml(path.read_text(), str(path))
+        assert same(read_yaml(path), fresh) and same(read_yaml(path), fresh), path
+        assert cache_path(str(path)).is_file(), path
+
+
+def test_a_fresh_copy_is_deep_and_keeps_every_type():
+    import datetime
+    from collections import OrderedDict
+
+    from simulator.parsedcache import fresh_copy
+    data = {"b": [1, 1.0, True, None, "x", {"c": (2, 3)}], "a": {"d": [1e300]}}
+    copied = fresh_copy(data)
+    assert same(copied, data) and list(copied) == ["b", "a"]
+    copied["b"][5]["c"] = 0                        # the copy shares nothing with the data
+    assert data["b"][5]["c"] == (2, 3)
+    odd = {"when": datetime.date(2026, 12, 6), "kind": OrderedDict(x=1)}  # marshal cannot:
+    again = fresh_copy(odd)                                               # deepcopy does
+    assert again == odd and type(again["kind"]) is OrderedDict and again["kind"] is not odd["kind"]
+
+
+def test_each_reader_of_a_data_file_gets_its_own_copy():
+    from simulator.constants import read_data
+    first = read_data("nccl.yaml")
+    first["pxn_since"] = "changed"
+    assert read_data("nccl.yaml")["pxn_since"] != "changed"

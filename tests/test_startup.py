@@ -347,3 +347,21 @@ def test_a_run_makes_no_garbage_collector_pass():
                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
     assert "PASSES 0" in out.stderr.splitlines()[-1]
+
+
+def test_a_whole_quickstart_run_loads_no_yaml_parser_from_the_caches_nor_the_3d_stack(tmp_path):
+    """The quick start reads only shipped YAML (its scenario, its topology, data files): once
+    their parsed values are kept (a first run, writing bytecode), a run loads no PyYAML
+    (simulator.yamlparse, ~10 ms of every start). Its header's words load no part of the 3-D
+    parallel stack (simulator.planwords). docs/speed.md."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONPYCACHEPREFIX": str(tmp_path)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    probe = ("import json, sys\nfrom simulator.cli import main\ntry:\n    main(['run', '-q'])\n"
+             "except SystemExit:\n    pass\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)")
+    runs = [subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                           text=True, timeout=300, env=env) for _ in range(2)]
+    first, again = (json.loads(r.stderr.strip().splitlines()[-1]) for r in runs)
+    assert "yaml" in first                          # the first run parsed (and kept) them
+    assert present(again, ("yaml", "simulator.yamlparse")) == []
+    assert present(again, ("simulator.strategies.parallel", "simulator.planner",
+                           "simulator.strategies.frameworks")) == []

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator import yamlio
+from simulator import yamlio, yamlparse
 from simulator.errors import ConfigError
 from simulator.yamlio import load_yaml, read_yaml
 
-pytestmark = pytest.mark.skipif(yamlio._FastLoader is None, reason="PyYAML without libyaml")
-DATA = Path(yamlio.__file__).resolve().parent / "data"
+pytestmark = pytest.mark.skipif(yamlparse._FastLoader is None, reason="PyYAML without libyaml")
+DATA = Path(yamlparse.__file__).resolve().parent / "data"
 # libyaml takes a tab after a flow mapping's brace; PyYAML refuses it ("found character '\t'
 # that cannot start any token")
 LIBYAML_ONLY = "cluster: {\ttopology: dgx-a100}\n"
@@ -26,8 +26,8 @@ def test_every_shipped_data_file_reads_the_same_both_ways():
     assert len(files) > 30
     for path in files:
         text = path.read_text()
-        assert yaml.load(text, Loader=yamlio._FastLoader) == \
-            yaml.load(text, Loader=yamlio._UniqueKeyLoader), path
+        assert yaml.load(text, Loader=yamlparse._FastLoader) == \
+            yaml.load(text, Loader=yamlparse._UniqueKeyLoader), path
 
 
 @pytest.fixture
@@ -39,11 +39,11 @@ def fast_loads(monkeypatch, tmp_path) -> list:
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     seen = []
 
-    class Counting(yamlio._FastLoader):
+    class Counting(yamlparse._FastLoader):
         def __init__(self, stream):
             seen.append(1)
             super().__init__(stream)
-    monkeypatch.setattr(yamlio, "_FastLoader", Counting)
+    monkeypatch.setattr(yamlparse, "_FastLoader", Counting)
     return seen
 
 
@@ -67,7 +67,7 @@ def test_the_nccl_constants_take_the_c_parser(fast_loads, monkeypatch):
 
 
 def test_a_file_people_write_is_refused_as_before_where_libyaml_would_take_it(tmp_path):
-    assert yaml.load(LIBYAML_ONLY, Loader=yamlio._FastLoader) == {
+    assert yaml.load(LIBYAML_ONLY, Loader=yamlparse._FastLoader) == {
         "cluster": {"topology": "dgx-a100"}}
     (tmp_path / "s.yaml").write_text(LIBYAML_ONLY)
     with pytest.raises(ConfigError, match=r"s\.yaml: malformed YAML at line 1: found "
@@ -88,11 +88,11 @@ def test_an_error_reads_the_same_from_either_parser(text):
 def test_the_limits_hold_in_the_c_parser_itself(monkeypatch):
     monkeypatch.setenv("CLUSTERSIM_MAX_YAML_DEPTH", "5")
     deep = "x: " + "[" * 8 + "1" + "]" * 8 + "\n"
-    with pytest.raises(yamlio._Refused):
-        yaml.load(deep, Loader=yamlio._FastLoader)
+    with pytest.raises(yamlparse._Refused):
+        yaml.load(deep, Loader=yamlparse._FastLoader)
     monkeypatch.setenv("CLUSTERSIM_MAX_YAML_NODES", "50")
     bomb = "a: &a [1, 2, 3, 4, 5, 6, 7, 8]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
-    with pytest.raises(yamlio._Refused):
-        yaml.load(bomb, Loader=yamlio._FastLoader)
+    with pytest.raises(yamlparse._Refused):
+        yaml.load(bomb, Loader=yamlparse._FastLoader)
     with pytest.raises(ConfigError, match="nested too deeply"):
         load_yaml(deep, "f.yaml", shipped=True)

@@ -180,7 +180,7 @@ def register(cli: click.Group) -> None:
 def _framework_of(meta: dict) -> str:
     """The header's name of what runs (``PyTorch FSDP2 x TP8 via Megatron-Core`` for a
     Megatron scenario with ``use_torch_fsdp2``; else the strategy's name)."""
-    from ..strategies.parallel.words import framework_words
+    from ..planwords import framework_words
     return framework_words(str(meta.get("strategy")), meta.get("dp_mode"),
                            int(meta.get("tp") or 1))
 
@@ -191,7 +191,7 @@ def _plan_of(meta: dict) -> str:
     job is spelt ``megatron``), else nothing."""
     if "tp" not in meta:
         return ""
-    from ..strategies.parallel.words import plan_words
+    from ..planwords import plan_words
     keys = ("tp", "pp", "vp", "cp", "dp", "dp_mode", "schedule")
     return f" ({plan_words(**{k: meta[k] for k in keys if meta.get(k) is not None})})"
 

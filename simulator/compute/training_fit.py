@@ -158,7 +158,7 @@ def _check_time_factor_keys(name: str, table: dict, src: str) -> None:
 
 def read_fit(path=None) -> dict:
     """The raw data file (default: the shipped one)."""
-    target = path if path is not None else resources.files("simulator.data").joinpath(FILE)
+    target = path if path is not None else resources.files("simulator") / "data" / FILE
     return read_yaml(target, "training fit")
 
 

@@ -19,7 +19,7 @@ from ..models import ModelSpec
 from ..scenario import MAX_GRAD_ACCUM
 from ..strategies.frameworks.translate import has_ac_modes
 from ..strategies.parallel.plan import ParallelPlan
-from ..strategies.parallel.words import plan_words
+from ..planwords import plan_words
 
 
 @dataclass(frozen=True)

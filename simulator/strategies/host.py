@@ -41,7 +41,7 @@ PHASES = ("forward", "backward", "recompute")
 def dispatch_table() -> dict[str, dict[str, float]]:
     """{mode: {phase: seconds per kernel}} of the shipped ``host.yaml``."""
     src = f"simulator/data/{FILE}"
-    data = read_yaml(resources.files("simulator.data").joinpath(FILE), "host dispatch")
+    data = read_yaml(resources.files("simulator") / "data" / FILE, "host dispatch")
     check_keys(data, set(MODES), set(MODES), src, None)
     out = {}
     for mode in MODES:
