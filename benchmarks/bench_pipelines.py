@@ -128,6 +128,8 @@ def main() -> None:
     ap.add_argument("--full", type=float, help="with --increments: the full replay's step, s")
     args = ap.parse_args()
     if args.increments:
+        if "," in args.cases:
+            ap.error("--increments takes one case (--cases NAME or a scenario file)")
         increments(args.cases, [int(k) for k in args.increments.split(",")], args.full)
         return
     print(f"# {args.clustersim}")

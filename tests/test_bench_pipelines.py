@@ -44,3 +44,9 @@ def test_increments_are_the_full_replays_and_the_line_through_them(tmp_path):
     assert float(rows[2][5]) == pytest.approx(line, abs=1e-6)
     assert rows[2][6].strip() == f"{(line - full) / full:+.4%}"
     assert rows[0][3].strip() == rows[1][3].strip() == ""     # no window of three yet
+
+
+def test_increments_take_one_case():
+    done = subprocess.run([sys.executable, "benchmarks/bench_pipelines.py", "--increments",
+                           "4,5"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "--increments takes one case" in done.stderr
