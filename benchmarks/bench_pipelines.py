@@ -23,6 +23,18 @@ extrapolated step together), events per wall second and the peak RSS of the proc
 ``--repeat N``: the median wall time of N runs, with their range. ``--clustersim``: another
 tree's executable (a before/after: run the two in turn); the scenario files are this
 tree's.
+
+``--increments K1,K2,...`` (one case, or a scenario file with a ``training.global_batch``):
+whether the case's step repeats, the question :mod:`simulator.accum` asks before it
+extrapolates. The case is replayed in full, in this process, at each micro-batch count K
+(its global batch set to K pipelines' worth), and a row per count gives the step, its
+increment per micro-batch from the previous count, and for each three counts k, k+d, k+2d
+the verdict of ``accum.extrapolate`` (periodic or not) and the line through them at the
+case's own micro-batch count, against ``--full S`` (the full replay's step, from a run of
+the case) where given::
+
+    python benchmarks/bench_pipelines.py --cases sc21-530b --increments 37,38,39,40 \
+        --full 54.353061319579986
 """
 
 from __future__ import annotations
@@ -61,6 +73,49 @@ def row(case: str, exe: str, timeout_s: float, repeat: int) -> str:
             f"{rss:,.0f} MiB | {done['iteration_time_s']:.3f} s | {how} | {load:.1f} |")
 
 
+def increments(case: str, counts: list[int], full: float | None) -> None:
+    """The ``--increments`` table of ``case`` (see the module doc)."""
+    from simulator import accum
+    from simulator.pipeline import build_setup, run_setup
+    from simulator.scenario import load_scenario
+
+    path = Path("benchmarks") / "scenarios" / CASES[case] if case in CASES else Path(case)
+    batch = load_scenario(path).training.global_batch
+    runs: dict[int, object] = {}
+    busy: dict[int, dict] = {}
+    n = meta = None
+    for k in counts:
+        if meta is None:        # the samples of one micro-batch of every pipeline: from K1's
+            scn = load_scenario(path, ["training.global_batch=null",
+                                       f"training.grad_accum={k}"])
+        else:
+            scn = load_scenario(path, [f"training.global_batch={batch // n * k}"])
+        res = run_setup(build_setup(scn, str(path), extrapolate_steps=False))
+        if meta is None:
+            meta = res.setup.trace.meta
+            n = batch // (meta["global_batch"] // k)
+            print(f"# {case}: {n} micro-batches; each count below replayed in full")
+            print("| micro-batches | step | increment per micro-batch | window | periodic "
+                  "| line at full | vs full |")
+            print("|---:|---:|---:|---|---|---:|---:|")
+        runs[k], busy[k] = res.metrics, accum.class_busy(res.timeline)
+        t = runs[k].iteration_time_s
+        prev = [j for j in runs if j < k]
+        inc = f"{(t - runs[prev[-1]].iteration_time_s) / (k - prev[-1]):.9f}" if prev else ""
+        window, verdict, line, off = "", "", "", ""
+        d = k - prev[-1] if prev else 0
+        if len(prev) >= 2 and prev[-1] - prev[-2] == d and (n - k) % d == 0:
+            ks = (prev[-2], prev[-1], k)
+            plan = accum.AccumPlan(n, (), lambda: None, {**meta, "grad_accum": n}, ks)
+            done = accum.extrapolate(plan, [runs[j] for j in ks], 1.0,
+                                     busy=[busy[j] for j in ks[1:]])
+            step = t + (n - k) // d * (t - runs[prev[-1]].iteration_time_s)
+            window, verdict, line = str(ks), "yes" if done else "no", f"{step:.6f}"
+            off = f"{(step - full) / full:+.4%}" if full else ""
+        print(f"| {k} | {t:.9f} | {inc} | {window} | {verdict} | {line} | {off} |",
+              flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES))
@@ -68,7 +123,15 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
     ap.add_argument("--clustersim", default=str(Path(sys.executable).with_name("clustersim")),
                     help="the executable to time (another tree's, for a before/after)")
+    ap.add_argument("--increments", help="K1,K2,...: replay one case at these "
+                    "micro-batch counts and say whether its step repeats (module doc)")
+    ap.add_argument("--full", type=float, help="with --increments: the full replay's step, s")
     args = ap.parse_args()
+    if args.increments:
+        if "," in args.cases:
+            ap.error("--increments takes one case (--cases NAME or a scenario file)")
+        increments(args.cases, [int(k) for k in args.increments.split(",")], args.full)
+        return
     print(f"# {args.clustersim}")
     print("| case | wall | events | events/s | peak RSS | step | replayed | load |")
     print("|---|---:|---:|---:|---:|---:|---|---:|")
