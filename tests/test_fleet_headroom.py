@@ -140,3 +140,15 @@ def test_a_loaded_mix_s_bounded_sets_co_simulate_to_their_steps_alone(monkeypatc
         fresh = StepTimes(times.layout)
         alone = [times.alone(w, p) for w, p in members]
         assert fresh._co_simulate(members) == pytest.approx(alone, rel=1e-9, abs=0)
+
+
+def test_on_the_analytical_fabric_nothing_is_bounded(ideal_constants):
+    # the bound reasons about max-min sharing: another fidelity is co-simulated as before,
+    # with no peaks replay
+    from simulator.engine import MachineConfig
+    model, times, _ = _star(3 * NIC, ideal_constants)
+    work = Work("ar", _all_reduce(), model, NoCompute(),
+                machine=MachineConfig(fidelity="analytical"))
+    times.steps({"a": (work, Placement((0, 2))), "b": (work, Placement((1, 3)))})
+    c = times.counts
+    assert (c.bounded, c.together, c.peaks) == (0, 1, 0)

@@ -179,7 +179,8 @@ class StepTimes:
         return self.board.get(self._key(work, placement))
 
     def together(self, members: list[tuple[Work, Placement]]) -> list[float]:
-        """The step time of each member, co-simulated (cached by kinds and placements)."""
+        """The step time of each member: alone where none can slow another
+        (:meth:`_cannot_slow`), else co-simulated (cached by kinds and placements)."""
         key = tuple(sorted((w.name, p.gpus) for w, p in members))
         found = self._together.get(key)
         if found is None:
@@ -250,9 +251,11 @@ class StepTimes:
     def _cannot_slow(self, members: list[tuple[Work, Placement]]) -> bool:
         """Whether no member can slow another (:func:`~simulator.fleet.headroom.cannot_slow`
         on each member's peaks alone on its placement, noted once while it runs); False
-        where the members are not on one fabric or a member's peaks are not known."""
+        where the members are not on one flow fabric (only max-min sharing is bounded so)
+        or a member's peaks are not known."""
         cluster = members[0][0].planner.cluster
-        if any(w.planner.cluster is not cluster for w, _ in members):
+        if any(w.planner.cluster is not cluster or w.machine.fidelity != "flow"
+               for w, _ in members):
             return False
         plans = [self._plans_of(w, p) for w, p in members]
         self._plans = {(w.name, p.gpus): pl for (w, p), pl in zip(members, plans)}

@@ -41,11 +41,9 @@ class Peaks:
 
 def peaks(work, placement: Placement, plans) -> Peaks | None:
     """One replay of ``work``'s trace alone on ``placement`` (with ``plans``), each link's
-    load noted at every instant it changes: the links it loads and its peak on each. None
-    where the fabric does not share links by flows (its fidelity is not ``flow``) or the
-    replay does not finish (the co-simulation reports that)."""
-    if work.machine.fidelity != "flow":
-        return None
+    load noted at every instant it changes: the links it loads and its peak on each (the
+    machine's fidelity must be ``flow``). None where the replay does not finish (the
+    co-simulation reports that)."""
     ended = []
     with gc_paused():
         machine = Machine(work.planner.cluster, work.machine)
