@@ -5,7 +5,8 @@ by default 2,000 jobs on 2,048 GPUs (256 servers) arriving over about a week; ``
 2048 --jobs 8000 --days 30`` is the month on 16,384 GPUs. The arrival rate is set so the
 arrivals span ``--days``. Prints the wall time of the build (cluster, job kinds) and of the
 run (simulations included), the fleet's events and events per second, how many step
-simulations ran and the ops they replayed (beside the work bound's estimate), how loaded the cluster was while jobs arrived, how much longer jobs ran
+simulations ran (alone, co-simulated, linked sets answered by headroom and the replays
+noting their members' link peaks, docs/cluster.md) and the ops they replayed (beside the work bound's estimate), how loaded the cluster was while jobs arrived, how much longer jobs ran
 than alone, and the process's CPU time and peak memory. Usage: ``python
 benchmarks/bench_fleet.py [--nodes N] [--jobs N] [--days D] [--placement P]``; run it under
 ``ulimit -v`` on a shared machine.
@@ -101,6 +102,7 @@ def main() -> None:
     print(f"run: {t2 - t1:.2f} s wall, {result.events:,} events, "
           f"{result.events / (t2 - t1):,.0f} events/s; simulations: "
           f"{s['simulations_alone']} alone, {s['simulations_together']} together, "
+          f"{s['simulations_bounded']} by headroom ({s['simulations_peaks']} peaks replays), "
           f"{s['simulations_hits']:,} cached; op replays {s['simulations_ops']:,} (estimated "
           f"{s['simulations_ops_estimate']:,.0f} before the first co-simulation)")
     print(f"total: {t2 - t0:.2f} s; simulated {result.end_s / DAY:.2f} d, "

@@ -21,3 +21,19 @@ def all_reduce(ranks: int = 2) -> Trace:
     world = tuple(range(ranks))
     return Trace(ranks, [RankClass("all", world, [op])],
                  {"world": Communicator("world", (world,))})
+
+
+def spy_on(monkeypatch, module, *names: str) -> list:
+    """Replace each class ``names`` of ``module`` by a subclass that notes a weak reference
+    to every instance made (the list returned): what a test checks is freed."""
+    import weakref
+    made: list = []
+    for name in names:
+        cls = getattr(module, name)
+
+        class Spy(cls):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                made.append(weakref.ref(self))
+        monkeypatch.setattr(module, name, Spy)
+    return made

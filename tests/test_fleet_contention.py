@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import make_model, star_graph
-from job_helpers import NIC, SIZE, NoCompute
+from job_helpers import NIC, SIZE, NoCompute, spy_on
 from job_helpers import all_reduce as _all_reduce
 from simulator.engine import Placement, replay
 from simulator.engine.planning import Plans
@@ -71,19 +71,9 @@ def test_a_co_simulation_is_freed_by_reference_counting(ideal_constants, monkeyp
     co-simulation's records, plans and machine, 27 MB a time on a 6-job co-simulation of
     ``bench_fleet.py``'s mix, until a 2,000-job mix ran out of memory.)"""
     import gc
-    import weakref
 
     from simulator.fleet import contention
-    made = []
-
-    def spy(cls):
-        class Spy(cls):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                made.append(weakref.ref(self))
-        return Spy
-    monkeypatch.setattr(contention, "Machine", spy(contention.Machine))
-    monkeypatch.setattr(contention, "Job", spy(contention.Job))
+    made = spy_on(monkeypatch, contention, "Machine", "Job")
     model, times, work = _star(2, 4, ideal_constants)
     was_on = gc.isenabled()
     gc.disable()
@@ -190,25 +180,29 @@ def test_the_co_simulations_work_is_the_running_jobs_iterations():
     # At 2 s A and B run on: A one iteration (the slowest), B ceil(1 / 0.25) = 4 of 10 ops;
     # at 6 s B has ended and A runs alone; nothing else has two jobs running
     a, b, c = Linked(0, 10, 1.0, 100), Linked(2, 4, 0.25, 10), Linked(20, 5, 2.0, 7)
-    assert co_simulated_ops([a, b, c]) == 100 + 4 * 10
+    # and one iteration of A and of B, each replayed alone to note its link peaks
+    assert co_simulated_ops([a, b, c]) == 100 + 4 * 10 + 100 + 10
     assert iterations(0.001, 1.0) == 16 and iterations(2.0, 1.0) == 1
 
 
 def test_the_fleet_counts_its_op_replays_and_estimates_them(ideal_constants):
     # two 1-op jobs of one kind from 0 s: the kind alone on the first GPUs (1 op, one
     # server group), then on spread's shape (1 op, across the spine, read by the
-    # co-simulation) and one co-simulation at the start, where the estimate counts one
-    # iteration each (equal steps); A's end leaves B alone (its shape cached): no more
+    # co-simulation), each alone on its placement noting its link peaks (1 op each: their
+    # rings share the spine, so they can slow each other) and one co-simulation at the
+    # start, where the estimate counts one iteration each (equal steps) and the two peaks
+    # replays; A's end leaves B alone (its shape cached): no more
     model, _, _ = _star(2, 4, ideal_constants)
     from simulator.fleet.simulate import Fleet, JobSpec
     work = Work("ar", _all_reduce(), model, NoCompute())
     specs = [JobSpec(name, 0.0, work, 2, steps=n) for name, n in zip("AB", (10, 30))]
     fleet = Fleet(Layout.of(model.cluster), specs, "fifo", "spread", max_work=1e9)
     counts = fleet.run().counts
-    assert (counts["alone"], counts["together"]) == (2, 1)
-    assert counts["ops_estimate"] == 1 + 2 * 1
-    assert counts["ops"] == 2 + 2       # one iteration each, as estimated
+    assert (counts["alone"], counts["together"], counts["bounded"]) == (2, 1, 0)
+    assert counts["peaks"] == 2
+    assert counts["ops_estimate"] == 1 + 2 * 1 + 2
+    assert counts["ops"] == 2 + 2 + 2   # one iteration each, as estimated
     refused = Fleet(Layout.of(model.cluster), specs, "fifo", "spread", max_work=2.5,
                     source="mix.yaml")
-    with pytest.raises(ConfigError, match=r"mix.yaml: limits.max_work: about 3 op replays"):
+    with pytest.raises(ConfigError, match=r"mix.yaml: limits.max_work: about 5 op replays"):
         refused.run()

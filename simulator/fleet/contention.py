@@ -11,7 +11,9 @@ together. A step time alone is cached by (job kind, the shape of its placement: 
 server, position and group counted within the job, and its server's kind of links), the
 same shape on the same kinds of links giving the same time; a step time under contention by
 (each member's kind and exact placement), so it is re-simulated only when the set of
-neighbours changes.
+neighbours changes. Before a linked set is co-simulated, each member's peak load on every
+link alone is compared with the links' capacities (:mod:`simulator.fleet.headroom`): where
+no shared link can fill, no member can slow another and each one's step is its step alone.
 
 While a spine or a link that takes no server out is down (:mod:`simulator.fleet.failures`),
 the jobs crossing the spine, and the multi-server jobs on a server whose NIC cable is down,
@@ -33,6 +35,7 @@ from ..engine import Job, JobConfig, Machine, MachineConfig, Placement, replay, 
 from ..engine.planning import Plans
 from ..gcpause import gc_paused
 from ..trace.schema import Trace
+from .headroom import Peaks, cannot_slow, peaks
 from .placement import Layout
 
 #: A job's iterations in one co-simulation at most (beside a neighbour of steps this many
@@ -107,6 +110,8 @@ class Counts:
     together: int = 0       # co-simulations of several jobs
     hits: int = 0           # step times answered from the caches
     ops: int = 0            # op replays: each simulation's ops, times its iterations
+    bounded: int = 0        # linked sets whose members cannot slow each other (headroom)
+    peaks: int = 0          # replays alone on a member's placement, noting link peaks
 
 
 class StepTimes:
@@ -128,6 +133,7 @@ class StepTimes:
         # (kind, GPUs) -> the plans of the last co-simulation's members: a member's
         # iterations, and its next co-simulations while it runs, plan nothing again
         self._plans: dict = {}
+        self._peaks: dict = {}       # (kind, degraded, GPUs) -> Peaks (or None), while it runs
 
     def shape(self, placement: Placement) -> tuple:
         """Each rank's (server, position, group, server's kind of links), servers and
@@ -173,13 +179,19 @@ class StepTimes:
         return self.board.get(self._key(work, placement))
 
     def together(self, members: list[tuple[Work, Placement]]) -> list[float]:
-        """The step time of each member, co-simulated (cached by kinds and placements)."""
+        """The step time of each member: alone where none can slow another
+        (:meth:`_cannot_slow`), else co-simulated (cached by kinds and placements)."""
         key = tuple(sorted((w.name, p.gpus) for w, p in members))
         found = self._together.get(key)
         if found is None:
-            self.counts.together += 1
-            found = self._together[key] = dict(zip(
-                ((w.name, p.gpus) for w, p in members), self._co_simulate(members)))
+            if self._cannot_slow(members):
+                self.counts.bounded += 1
+                steps = [self.alone(w, p) for w, p in members]
+            else:
+                self.counts.together += 1
+                steps = self._co_simulate(members)
+            found = self._together[key] = dict(zip(((w.name, p.gpus) for w, p in members),
+                                                   steps))
         else:
             self.counts.hits += 1
         return [found[(w.name, p.gpus)] for w, p in members]
@@ -235,6 +247,27 @@ class StepTimes:
             # an extrapolated step: the replayed iterations' slowdown, on the whole step
             out.append(self.alone(w, p) * (step / t) if w.extrapolated else step)
         return out
+
+    def _cannot_slow(self, members: list[tuple[Work, Placement]]) -> bool:
+        """Whether no member can slow another (:func:`~simulator.fleet.headroom.cannot_slow`
+        on each member's peaks alone on its placement, noted once while it runs); False
+        where the members are not on one flow fabric (only max-min sharing is bounded so)
+        or a member's peaks are not known."""
+        cluster = members[0][0].planner.cluster
+        if any(w.planner.cluster is not cluster or w.machine.fidelity != "flow"
+               for w, _ in members):
+            return False
+        plans = [self._plans_of(w, p) for w, p in members]
+        self._plans = {(w.name, p.gpus): pl for (w, p), pl in zip(members, plans)}
+        found: list[Peaks | None] = []
+        for (w, p), pl in zip(members, plans):
+            key = (w.name, w.degraded, p.gpus)
+            if key not in self._peaks:
+                self.counts.peaks += 1
+                self.counts.ops += w.trace_ops
+                self._peaks[key] = peaks(w, p, pl)
+            found.append(self._peaks[key])
+        return None not in found and cannot_slow(found, cluster.capacity_bytes_per_s)
 
     def _plans_of(self, work: Work, placement: Placement) -> Plans:
         """The plans ``work`` on ``placement`` had in the last co-simulation, else new
@@ -296,6 +329,8 @@ class StepTimes:
         components: dict = {}
         for k in keys:
             components.setdefault(root(k), []).append(k)
+        running_now = {(w.name, w.degraded, p.gpus) for w, p in running.values()}
+        self._peaks = {k: v for k, v in self._peaks.items() if k in running_now}
         out = {}
         for members in components.values():
             if len(members) == 1:

@@ -143,7 +143,8 @@ def table_lines(s: dict) -> list[tuple[str, str]]:
                         f"{s['usd_per_useful_gpu_hour'] or 0:,.2f} USD per useful GPU-hour)")]
               if "cost_usd" in s else []),
             ("simulations", f"{s['simulations_alone']} alone, {s['simulations_together']} "
-                            f"together, {s['simulations_hits']} cached"),
+                            f"together, {s.get('simulations_bounded', 0)} by headroom, "
+                            f"{s['simulations_hits']} cached"),
             *([("op_replays", f"{s['simulations_ops']:,} (estimated before the first "
                               f"co-simulation: {s['simulations_ops_estimate']:,.0f})")]
               if "simulations_ops_estimate" in s else [])]

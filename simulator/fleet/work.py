@@ -5,7 +5,10 @@ Jobs of more than one server are co-simulated at each start and end among them
 iterations of its trace that fit in the slowest one's step (one for the slowest, at most
 :data:`~simulator.fleet.contention.MAX_ITERATIONS`). Before the run, who runs beside whom is
 taken from the arrivals and the run times alone (no queueing, no slowdown), and a member's
-iterations from its step alone beside the slowest's.
+iterations from its step alone beside the slowest's; and one iteration of each job that
+runs beside another, replayed alone on its placement to note its link peaks
+(:mod:`simulator.fleet.headroom`: a set whose members cannot slow each other is not
+co-simulated, which the estimate, an upper bound there, does not foresee).
 """
 
 from __future__ import annotations
@@ -36,12 +39,15 @@ def iterations(step_s: float, slowest_s: float) -> int:
 def co_simulated_ops(jobs: list[Linked]) -> float:
     """Op replays of the co-simulations at every start and end of ``jobs``: at each, the
     jobs running from then on (the one starting included, the one ending not), each for
-    its :func:`iterations`; none where fewer than two run."""
+    its :func:`iterations`; none where fewer than two run. Plus one iteration of each job
+    that is ever among them (its peaks replay)."""
     total = 0.0
+    linked: set[int] = set()
     for at in sorted({j.arrival_s for j in jobs} | {j.arrival_s + j.run_s for j in jobs}):
         members = [j for j in jobs if j.arrival_s <= at < j.arrival_s + j.run_s]
         if len(members) < 2:
             continue
         slowest = max(j.step_s for j in members)
         total += sum(j.trace_ops * iterations(j.step_s, slowest) for j in members)
-    return total
+        linked.update(id(j) for j in members)
+    return total + sum(j.trace_ops for j in jobs if id(j) in linked)

@@ -274,6 +274,22 @@ class FlowFabric(Fabric):
             self._sample()
         return LazySamples(list(self._samples), list(self._mixes), self._scale)
 
+    def peak_fractions(self) -> np.ndarray:
+        """Each link group's highest load over its capacity at any instant noted so far:
+        the column maxima of ``samples``, taken one instant at a time (no rows kept; each
+        instant's solutions added in order, as :func:`fractions` adds them)."""
+        if self._sample_at is not None:
+            self._sample()
+        peak = np.zeros(len(self._scale))
+        for _, row in self._samples:
+            np.maximum(peak, row, out=peak)
+        for _, solutions in self._mixes:
+            load = np.zeros(len(self._scale))
+            for solution in solutions:
+                load += solution.group_load
+            np.maximum(peak, load / self._scale, out=peak)
+        return peak
+
     def track(self, group_of_link: np.ndarray, n_groups: int) -> None:
         """Record, at each instant where some set changes, the load of each link group as
         a fraction of the group's capacity (``samples``: list of (time_s, fractions), the
