@@ -295,6 +295,14 @@ def test_the_cp_rows_diagnosis_quoted_in_docs_amd(monkeypatch):
     cp2, cp4 = "MI300X-LLMBoost-GPUBoost-2node", "MI300X-LLMBoost-GPUBoost-4node"
     one = "MI300X_EPYC_9575F_pytorch"
     shipped = {n: _error(n) for n in (one, cp2, cp4)}
+    scn = scenario_of(V50[cp4], SPLIT)
+    run = run_setup(build_setup(scenario_from_dict(scn, scn["name"]), scn["name"]))
+    cls = run.timeline.records[0].cls
+    busy = {stream: sum(r.end_s - r.start_s for r in run.timeline.records
+                        if r.cls == cls and r.stream == stream) for stream in ("compute", "cp")}
+    step = run.metrics.iteration_time_s
+    assert (f"the K/V exchanges take {busy['cp']:.2f} s of the {step:.2f} s step, and the "
+            f"GPU waits {step - busy['compute']:.2f} s on them and the rest") in docs
     table = host.dispatch_table()
     scaled = {}
     for factor in (1.5, 2.0):
