@@ -83,6 +83,39 @@ def test_the_cdna3_curve_is_the_line_through_aiters_six_mi300x_points():
     _assert_curve_is_the_line("cdna3", MI300X_SEQ, _mi300x_efficiency(), within=0.11)
 
 
+def test_the_cdna3_numbers_quoted_in_docs_amd():
+    docs = " ".join((Path(__file__).parents[1] / "docs" / "amd.md").read_text().split())
+    combined = [3.5 / (1 / f + 2.5 / b) for f, b in zip(MI300X_FORWARD, MI300X_BACKWARD_A32)]
+    eff = _mi300x_efficiency()
+    flash = load_compute_calibration().families["cdna3"].flash
+    resid = [flash.efficiency(s / 2, 128) / e - 1 for s, e in zip(MI300X_SEQ, eff)]
+    at = {f: load_compute_calibration().families[f].flash.efficiency(4096, 128)
+          for f in ("cdna3", "cdna4")}
+    assert (f"forward {min(MI300X_FORWARD):.0f}-{max(MI300X_FORWARD):.0f} TFLOP/s, v3 backward "
+            f"(fp32 atomics) {min(MI300X_BACKWARD_A32):.0f}-{max(MI300X_BACKWARD_A32):.0f}, "
+            f"combined {min(combined):.0f}-{max(combined):.0f}") in docs
+    assert f"{min(eff):.3f}-{max(eff):.3f} of the full-clock peak" in docs
+    assert f"(six points, {min(resid):.1%} to {max(resid):+.1%};" in docs
+    assert (f"give {at['cdna3']:.4f} and {at['cdna4']:.4f} of the peak, "
+            f"{1 - at['cdna3'] / at['cdna4']:.2%} apart") in docs
+
+
+# The same aiter table's MI355X columns, batch 1, 64/8 heads, head 128, causal, 8,192 tokens
+MI355X_AITER_BACKWARD_8192 = {"a16": 1064.56, "a32": 765.21}
+
+
+def test_hipkittens_backward_is_aiters_fp16_atomic_kernel_not_tes_default():
+    """docs/amd.md: the cdna4 curve's backward (HipKittens, 1,034.06 TFLOP/s at 8,192 tokens)
+    sits at aiter's fp16-atomic figure, 3% from it, where the fp32-atomic kernel Transformer
+    Engine runs by default is 28% slower."""
+    docs = " ".join((Path(__file__).parents[1] / "docs" / "amd.md").read_text().split())
+    hk = V3_BACKWARD[SEQ.index(8192)]
+    a16, a32 = MI355X_AITER_BACKWARD_8192["a16"], MI355X_AITER_BACKWARD_8192["a32"]
+    assert abs(hk / a16 - 1) < 0.03
+    assert (f"{hk:,.0f} TFLOP/s at 8,192 tokens against aiter's {a16:,.0f} with fp16 atomics "
+            f"and {a32:,.0f} with the fp32 ones TE defaults to ({a32 / a16 - 1:.0%})") in docs
+
+
 def test_at_the_lora_rows_shape_the_cdna3_curve_is_cdna4s_within_half_a_percent():
     """What the assumption it replaces (CDNA 3 on CDNA 4's curve) gave at 8,192 tokens
     (4,096 keys per query): 0.3908 of the peak; the MI300X measurements give 0.3894."""
