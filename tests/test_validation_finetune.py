@@ -238,15 +238,18 @@ def test_the_kernel_split_quoted_in_docs_amd():
     on MI300X 60% / 40% of the measured step against the model's GEMM and other time; and
     what the MI300X row would lose with the CK backward (HipKittens' MI355X time ratio)."""
     docs = (ROOT.parents[1] / "docs" / "amd.md").read_text().replace("\n", " ")
-    shares, steps, attention_bwd = {}, {}, 0.0
+    shares, steps, attention_bwd, casts = {}, {}, 0.0, {}
     for name in ("MI300X_EPYC_9575F_pytorch", "MI325X_EPYC_9575F_pytorch"):
         scn = scenario_of(V50[name], SPLIT)
         run = run_setup(build_setup(scenario_from_dict(scn, scn["name"]), scn["name"]))
         cls = run.timeline.records[0].cls
         by: dict[str, float] = {}
+        casts[name] = 0.0
         for r in run.timeline.records:
             if r.stream == "compute" and r.cls == cls:
                 by[r.op_class] = by.get(r.op_class, 0.0) + r.end_s - r.start_s
+                if r.name.startswith(("te_cast_transpose.", "fp8_transpose.")):
+                    casts[name] += r.end_s - r.start_s
                 if name.startswith("MI300X") and (r.op_class, r.phase) == ("attention",
                                                                            "backward"):
                     attention_bwd += r.end_s - r.start_s
@@ -256,6 +259,9 @@ def test_the_kernel_split_quoted_in_docs_amd():
             f"{pct['MI325X_EPYC_9575F_pytorch']['matmul']:.1%} (MI325X) of the compute time, "
             f"attention {pct['MI300X_EPYC_9575F_pytorch']['attention']:.1%} and "
             f"{pct['MI325X_EPYC_9575F_pytorch']['attention']:.1%}") in docs
+    cast = {n: casts[n] / sum(by.values()) for n, by in shares.items()}
+    assert (f"cast and cast-transpose kernels {cast['MI300X_EPYC_9575F_pytorch']:.1%} (MI300X) "
+            f"and {cast['MI325X_EPYC_9575F_pytorch']:.1%} (MI325X)") in docs
     mi300x = shares["MI300X_EPYC_9575F_pytorch"]
     measured = float(V50["MI300X_EPYC_9575F_pytorch"]["median_step_time_s"])
     gemm, rest = mi300x["matmul"], sum(mi300x.values()) - mi300x["matmul"]
@@ -268,3 +274,59 @@ def test_the_kernel_split_quoted_in_docs_amd():
     assert (f"takes {ck_over_v3:.2f}x the v3 one" in docs
             and f"(attention backward {attention_bwd:.3f} s of its {step:.2f} s step) the v3 "
             f"kernel cuts the step by {cut:.1%}, not 23%" in docs)
+
+
+def _error(name: str) -> float:
+    sim = _simulate(scenario_of(V50[name], SPLIT)).iteration_time_s
+    return sim / float(V50[name]["median_step_time_s"]) - 1
+
+
+def test_the_cp_rows_diagnosis_quoted_in_docs_amd(monkeypatch):
+    """docs/amd.md's two what-ifs for MangoBoost's CP rows, neither shipped: ring-attention
+    step kernels at 1/cp of the keys per query (each step sees one K/V block; the shipped
+    steps keep the whole sequence's), and the host's per-kernel dispatch (host.yaml, measured
+    on an H200 host) 1.5x and 2x on the AMD hosts; the 8-GPU row does not move with it."""
+    from dataclasses import replace
+
+    import simulator.strategies.host as host
+    import simulator.strategies.parallel.ep_cp as ep_cp
+
+    docs = (ROOT.parents[1] / "docs" / "amd.md").read_text().replace("\n", " ")
+    cp2, cp4 = "MI300X-LLMBoost-GPUBoost-2node", "MI300X-LLMBoost-GPUBoost-4node"
+    one = "MI300X_EPYC_9575F_pytorch"
+    shipped = {n: _error(n) for n in (one, cp2, cp4)}
+    scn = scenario_of(V50[cp4], SPLIT)
+    run = run_setup(build_setup(scenario_from_dict(scn, scn["name"]), scn["name"]))
+    cls = run.timeline.records[0].cls
+    busy = {stream: sum(r.end_s - r.start_s for r in run.timeline.records
+                        if r.cls == cls and r.stream == stream) for stream in ("compute", "cp")}
+    step = run.metrics.iteration_time_s
+    assert (f"the K/V exchanges take {busy['cp']:.2f} s of the {step:.2f} s step, and the "
+            f"GPU waits {step - busy['compute']:.2f} s on them and the rest") in docs
+    table = host.dispatch_table()
+    scaled = {}
+    for factor in (1.5, 2.0):
+        with monkeypatch.context() as m:
+            m.setattr(host, "dispatch_table", lambda f=factor: {
+                mode: {phase: f * v for phase, v in phases.items()}
+                for mode, phases in table.items()})
+            scaled[factor] = {n: _error(n) for n in (one, cp4)}
+    assert scaled[2.0][one] == pytest.approx(shipped[one], abs=1e-4)
+    assert (f"1.5x and 2x the H200 host's, the CP4 row moves from {shipped[cp4]:+.1%} to "
+            f"{scaled[1.5][cp4]:+.1%} and {scaled[2.0][cp4]:+.1%}") in docs
+
+    shipped_slices = ep_cp.ring_slices
+
+    def ring_slices(layer, cp):
+        """The shipped ring steps, each at 1/cp of the keys per query."""
+        def fewer_keys(ops):
+            return tuple(replace(c, n=round(c.n / cp)) if c.op_class == "attention" else c
+                         for c in ops)
+        sliced = shipped_slices(layer, cp)
+        return replace(sliced, forward=fewer_keys(sliced.forward),
+                       backward=fewer_keys(sliced.backward))
+
+    monkeypatch.setattr(ep_cp, "ring_slices", ring_slices)
+    keys = {n: _error(n) for n in (cp2, cp4)}
+    assert (f"CP2 {shipped[cp2]:+.1%} -> {keys[cp2]:+.1%}, CP4 {shipped[cp4]:+.1%} -> "
+            f"{keys[cp4]:+.1%}") in docs
