@@ -356,9 +356,9 @@ def test_the_fsdp_fit_keeps_the_b200_family(tmp_path):
     # and MXFP8:BF16 ratio): validation rows
     ("parallel/bridge/gb300/25.11/llama3-8b-8gpu", 37556, -0.025, -0.005),     # -1.6%
     ("parallel/bridge/gb300/26.02/llama3-70b-64gpu-mxfp8", 4596, -0.025, -0.005),  # -1.6%
-    # (+0.9% without its preset's EP all-to-all overlap, which hides what the real run does
-    # not gain: docs/parallelism.md)
-    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8", 40769, 0.30, 0.32),  # +30.8%
+    # (its preset's EP all-to-all overlap hides more than the real run gains:
+    # docs/parallelism.md; +30.8% before the model's 4096-wide queries, head_dim)
+    ("parallel/bridge/b300/26.06/qwen3-30b-a3b-8gpu-mxfp8", 40769, 0.10, 0.12),  # +11.0%
     # B200 / GB200 GEMMs at SimuMax's measured B200 rate (docs/compute.md, Blackwell)
     ("parallel/bridge/gb200/25.11/llama3-8b-8gpu", 31508, 0.02, 0.04),        # +3.0%
     ("parallel/bridge/b200/25.11/llama3-8b-8gpu", 30624, -0.04, -0.02),       # -2.9%

@@ -175,7 +175,8 @@ def megatron_recompute_flops(model: ModelSpec, batch: int, seq_len: int) -> floa
 def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
     """Training FLOPs per sample for MFU (hardware-independent, no recompute).
 
-    Transformers: ``6 N s + 12 L h s^2`` (PaLM, Chowdhery et al. 2022, appendix B;
+    Transformers: ``6 N s + 12 L h s^2`` (``h`` the query width, ``heads x head_dim``;
+    PaLM, Chowdhery et al. 2022, appendix B;
     nanoGPT ``estimate_mfu``), ``N`` = parameters that take part in matmuls
     (:func:`params_total` minus :func:`lookup_params`; for a mixture of experts the active
     ones, minus the routed experts a token skips). ResNets: 3x the forward
@@ -191,7 +192,7 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
         return maskrcnn_train_flops(model)
     check_positive(seq_len=seq_len)
     n = params_total(model) - lookup_params(model) - inactive_params(model)
-    return 6.0 * n * seq_len + 12.0 * model.layers * model.hidden * seq_len ** 2
+    return 6.0 * n * seq_len + 12.0 * model.layers * model.q_width * seq_len ** 2
 
 
 def tokens_per_sample(model: ModelSpec, seq_len: int) -> int:

@@ -156,7 +156,7 @@ class Shapes:
         s_local = s // cp
         self.t = b * s_local                                     # tokens of the rank
         self.tn = self.t // tp if sp else self.t                 # of norms and residuals
-        self.q = self.t * model.hidden // tp                     # Q (and expanded K, V)
+        self.q = self.t * model.q_width // tp                    # Q (and expanded K, V)
         self.kv = self.t * model.kv_heads * model.head_dim // tp
         self.f = self.t * model.ffn_hidden // tp                 # the MLP's inner tensor
         self.table = 4 * s_local * model.head_dim                # complex64 s x hd/2

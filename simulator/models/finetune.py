@@ -301,8 +301,8 @@ def _columns(model: ModelSpec, part: str, n: int) -> int:
         return n
     if part == "half":
         return n // 2
-    h, kv = model.hidden, model.kv_heads * model.head_dim
-    return n * (h if part == "q" else kv) // (h + 2 * kv)
+    q, kv = model.q_width, model.kv_heads * model.head_dim
+    return n * (q if part == "q" else kv) // (q + 2 * kv)
 
 
 def _interleave(ops, extra: dict[str, list[OpCost]], ft: Finetune, e: int,

@@ -6,7 +6,9 @@ pydantic (unknown keys refused) and then for architectural consistency; every er
 :class:`~simulator.errors.ConfigError` naming the file and the offending key.
 
 Transformer families (``gpt``, ``llama``, ``bert``) take ``layers``, ``hidden``, ``heads``,
-``kv_heads`` (default ``heads``), ``ffn_hidden`` (default ``4 * hidden``), ``vocab``,
+``kv_heads`` (default ``heads``), ``head_dim`` (default ``hidden / heads``; Qwen3's heads are
+128 wide whatever the model width, so its queries are ``heads x head_dim`` wide, not
+``hidden``), ``ffn_hidden`` (default ``4 * hidden``), ``vocab``,
 ``max_seq_len``, ``mlp`` (``gelu`` two matrices, ``swiglu`` three), ``norm`` (``layernorm``,
 ``rmsnorm``), ``tied_embeddings``, ``bias``, ``position_embedding`` (``learned``, ``rope``)
 ``type_vocab`` (BERT's segment embeddings) and ``dropout`` (probability; dropout kernels and
@@ -72,6 +74,7 @@ class ModelSpec:
     hidden: int = 0              # model width h
     heads: int = 0               # query heads a
     kv_heads: int = 0            # key/value heads (GQA when < heads)
+    head_size: int = 0           # width of one head (0: hidden / heads; the file's head_dim)
     ffn_hidden: int = 0          # MLP inner width
     vocab: int = 0
     max_seq_len: int = 0         # tokens
@@ -105,8 +108,16 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        """Width of one attention head, ``hidden / heads``."""
+        """Width of one attention head: the file's ``head_dim``, else ``hidden / heads``."""
+        if self.head_size:
+            return self.head_size
         return self.hidden // self.heads if self.heads else 0
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries and of the attention output, ``heads x head_dim``: ``hidden``
+        unless the file gives a ``head_dim`` (Qwen3: 32 heads of 128 on a 2048-wide model)."""
+        return self.heads * self.head_dim
 
     @property
     def causal(self) -> bool:
@@ -136,6 +147,7 @@ class _TransformerFile(BaseModel):
     hidden: PosInt
     heads: PosInt
     kv_heads: PosInt | None = None
+    head_dim: PosInt | None = None   # None: hidden / heads
     ffn_hidden: PosInt | None = None
     vocab: PosInt
     max_seq_len: PosInt
@@ -294,7 +306,7 @@ def parse_model(data: Any, source: str) -> ModelSpec:
 def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
     d = _DEFAULTS[f.family]
     kv_heads = f.kv_heads or f.heads
-    if f.hidden % f.heads:
+    if f.head_dim is None and f.hidden % f.heads:
         raise ConfigError(f"heads ({f.heads}) must divide hidden ({f.hidden})",
                           source=source, field="heads")
     if f.heads % kv_heads:
@@ -307,7 +319,8 @@ def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
 
     return ModelSpec(
         name=f.name, family=f.family, source=f.source, layers=f.layers, hidden=f.hidden,
-        heads=f.heads, kv_heads=kv_heads, ffn_hidden=f.ffn_hidden or 4 * f.hidden,
+        heads=f.heads, kv_heads=kv_heads, head_size=f.head_dim or 0,
+        ffn_hidden=f.ffn_hidden or 4 * f.hidden,
         vocab=f.vocab, max_seq_len=f.max_seq_len, mlp=pick("mlp"), norm=pick("norm"),
         tied_embeddings=pick("tied_embeddings"), bias=pick("bias"),
         position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"),

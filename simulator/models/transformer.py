@@ -53,14 +53,15 @@ def block_params(model: ModelSpec, tp: int = 1) -> int:
     tensor-parallel ranks (the split matrices and their column biases divided; the row
     biases and the norms whole)."""
     h, f, kvd = model.hidden, model.ffn_hidden, model.kv_heads * model.head_dim
+    q = model.q_width              # queries and attention output (h unless head_dim says)
     mats = 3 if model.mlp == "swiglu" else 2
     if tp > 1:
-        split = h * (h + 2 * kvd) + h * h + mats * h * f
-        col_bias = (h + 2 * kvd) + (mats - 1) * f if model.bias else 0
+        split = h * (q + 2 * kvd) + q * h + mats * h * f
+        col_bias = (q + 2 * kvd) + (mats - 1) * f if model.bias else 0
         row_bias = 2 * h if model.bias else 0
         return (split + col_bias) // tp + row_bias + 2 * norm_params(model)
-    biases = (2 * h + 2 * kvd) + ((mats - 1) * f + h) if model.bias else 0
-    return h * (h + 2 * kvd) + h * h + mats * h * f + biases + 2 * norm_params(model)
+    biases = (q + h + 2 * kvd) + ((mats - 1) * f + h) if model.bias else 0
+    return h * (q + 2 * kvd) + q * h + mats * h * f + biases + 2 * norm_params(model)
 
 
 def block_activation_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
@@ -87,15 +88,15 @@ def block_activation_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
     k = e if k is None else k
     s_kv, seq_len = seq_len, seq_len // cp
     sb, h, f = seq_len * batch, model.hidden, model.ffn_hidden
-    kvd = model.kv_heads * model.head_dim
+    kvd, q = model.kv_heads * model.head_dim, model.q_width
     drop = model.dropout > 0
     if tp > 1 or sp:
         outside = tp if sp else 1
-        inner = (4 * sb * h + 4 * sb * kvd + (6 if model.mlp == "swiglu" else 4) * sb * f)
+        inner = (4 * sb * q + 4 * sb * kvd + (6 if model.mlp == "swiglu" else 4) * sb * f)
         total = (inner // tp + 4 * sb * h // outside) * e // 2 + \
             (2 * sb * h * k + (2 * sb * h if drop else 0)) // outside
     else:
-        attn = 6 * sb * h + 4 * sb * kvd
+        attn = 2 * sb * h + 4 * sb * q + 4 * sb * kvd
         mlp = 2 * sb * h + (6 if model.mlp == "swiglu" else 4) * sb * f
         total = (attn + mlp) * e // 2 + 2 * sb * h * k + (2 * sb * h if drop else 0)
     if not flash_attention:
@@ -126,7 +127,7 @@ def _attention(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int, tp
     Under autocast the softmax runs in fp32: its input is cast up and its output cast
     back down for the ``AV`` matmul (and the reverse in backward)."""
     s_kv = s if s_kv is None else s_kv
-    t, h, a = b * s, model.hidden // tp, model.heads // tp
+    t, h, a = b * s, model.q_width // tp, model.heads // tp     # h: the rank's query width
     kvd = model.kv_heads // tp * model.head_dim
     mm = 2.0 * b * s * s_kv * h           # one of QK^T, AV
     scores = float(b * a * s * s_kv)      # elements of the score matrix
@@ -199,7 +200,7 @@ def _rotary(model: ModelSpec, b: int, s: int, e: int,
     rank: its ``heads / tp`` query and ``kv_heads / tp`` key heads."""
     if model.position_embedding != "rope":
         return [], []
-    elements = b * s * (model.hidden + model.kv_heads * model.head_dim) // tp
+    elements = b * s * (model.q_width + model.kv_heads * model.head_dim) // tp
     return _twin("rotary", 3.0 * elements, e * (2.0 * elements + 2 * s * model.head_dim))
 
 
@@ -220,7 +221,8 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     s_kv, s = s, s // cp
     t, h = b * s, model.hidden
     tn = t // tp if sp else t          # tokens of the norms, residuals and outer dropouts
-    qkv_n = (h + 2 * model.kv_heads * model.head_dim) // tp
+    q = model.q_width                  # queries and attention output (h unless head_dim says)
+    qkv_n = (q + 2 * model.kv_heads * model.head_dim) // tp
     n1, n2 = _norm(model, "norm1", tn, k), _norm(model, "norm2", tn, k)
     r1, r2 = _residual("residual1", tn, h, e, k), _residual("residual2", tn, h, e, k)
     c1, c2 = _casts("cast.norm1", tn * h, e, k), _casts("cast.norm2", tn * h, e, k)
@@ -232,11 +234,11 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
               if model.dropout > 0 else (([], []), ([], [])))
     bias = model.bias
     qkv = matmul("qkv_proj", t, h, qkv_n, e, params=h * qkv_n + (qkv_n if bias else 0))
-    out = matmul("attn_out", t, h // tp, h, e, params=h * h // tp + (h if bias else 0))
+    out = matmul("attn_out", t, q // tp, h, e, params=q * h // tp + (h if bias else 0))
     fwd = [*wc[0], n1[0], *c1[0], qkv, *rope[0], *attn_f, out, *d1[0], *r1[0], n2[0], *c2[0],
            *mlp_f, *d2[0], *r2[0]]
     bwd = [*r2[1], *d2[1], *mlp_b, *c2[1], n2[1], *r1[1], *d1[1],
-           *matmul_bwd("attn_out", t, h // tp, h, e, weight=True), *attn_b, *rope[1],
+           *matmul_bwd("attn_out", t, q // tp, h, e, weight=True), *attn_b, *rope[1],
            *matmul_bwd("qkv_proj", t, h, qkv_n, e, weight=True), *c1[1], n1[1], *wc[1]]
     return LayerCost("block", "transformer_block", block_params(model, tp),
                      _with_saved(fwd, model, b, s, e, k, tp, sp), tuple(bwd),
@@ -257,9 +259,10 @@ def _with_saved(fwd: list[OpCost], model: ModelSpec, b: int, s: int, e: int, k: 
     t, h, f = b * s, model.hidden, model.ffn_hidden
     tn = t // tp if sp else t
     kvd, scores = model.kv_heads * model.head_dim, b * (model.heads // tp) * s * s
+    q = model.q_width
     copy = e if model.dropout == 0 and k != e else 0   # autocast's 16-bit probabilities
-    saved = {"norm1": e * tn * h, "norm2": e * tn * h, "qkv_proj": e * t * (h + 2 * kvd) // tp,
-             "attn_core": e * t * h // tp, "attn_av": e * t * h // tp,
+    saved = {"norm1": e * tn * h, "norm2": e * tn * h, "qkv_proj": e * t * (q + 2 * kvd) // tp,
+             "attn_core": e * t * q // tp, "attn_av": e * t * q // tp,
              "softmax": (k + copy) * scores, "attn_dropout": (1 + e) * scores,
              "residual1": k * tn * h, "residual2": k * tn * h,
              "attn_out.dropout": tn * h, "mlp_down.dropout": tn * h,

@@ -53,7 +53,7 @@ def layer_terms(model: ModelSpec, batch: int, seq_len: int, e: int) -> LayerTerm
     drop = model.dropout > 0
     replicated = 4 * sb * h * e + (2 * sb * h * MASK_BYTES if drop else 0)
     mlp = (3 if model.mlp == "swiglu" else 2) * sb * f * e
-    sharded = 2 * sb * h * e + 2 * sb * kvd * e + mlp
+    sharded = 2 * sb * model.q_width * e + 2 * sb * kvd * e + mlp     # Q, O; K, V; MLP
     per_score = (2 * e + MASK_BYTES) if drop else e
     scores = model.heads * seq_len * sb * per_score
     return LayerTerms(replicated, sharded, scores)
