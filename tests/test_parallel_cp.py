@@ -79,6 +79,33 @@ def test_ring_moves_the_formula_bytes_and_splits_the_attention(cp):
     assert sum(op.flops for op in steps) == pytest.approx(sum(c.flops for c in attention))
 
 
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_a_ring_step_is_an_attention_kernel_over_one_kv_block(cp):
+    """Each ring step attends the rank's queries to one K/V block: 1/cp of the keys per
+    query the whole kernel has (Llama-2-7B at 4,096 tokens, causal: 2,048 keys a query on
+    average over the sequence, 2,048 / cp per step), and it costs what an attention kernel
+    of that shape costs on its own (one price for the same kernel)."""
+    from simulator.compute.model import ComputeModel
+    from simulator.hardware import gpu_spec
+
+    whole = _block(cp, "allgather")
+    steps = [c for c in _block(cp).forward if ".ring" in c.name]
+    attn = next(c for c in whole.forward if c.op_class == "attention")
+    assert attn.n == 4096 // 2
+    assert [c.n for c in steps] == [round(2048 / cp)] * cp
+    assert [(c.m, c.k) for c in steps] == [(attn.m, attn.k)] * cp
+    model = ComputeModel(gpu_spec("H100-SXM"), strategy="megatron")
+    step = steps[0]
+    alone = model.op_time_s("attention", attn.flops / cp, attn.bytes_accessed / cp, "bf16",
+                            shape=(attn.m, 2048 // cp, attn.k))
+    assert model.op_time_s(step.op_class, step.flops, step.bytes_accessed, "bf16",
+                           shape=step.shape) == alone
+    # shorter kernels run lower on the flash curve: cp steps take longer than the whole
+    whole_t = model.op_time_s("attention", attn.flops, attn.bytes_accessed, "bf16",
+                              shape=attn.shape)
+    assert cp * (alone - model.kernel_launch_s) > whole_t - model.kernel_launch_s
+
+
 def test_each_forward_step_waits_for_its_block_and_backward_sends_what_it_computed():
     cp = 4
     ops = _ops(_block(cp), cp, "ring")

@@ -22,7 +22,10 @@ of its ``s / cp`` tokens, ``kv_width = kv_heads / tp x head_dim``).
 
 The attention kernels are split evenly over the ring steps: the cost convention counts the
 full score square, under which every step does the same work (with causal masking and the
-load balancing above, so do real kernels, up to the diagonal step). Each ring step's
+load balancing above, so do real kernels, up to the diagonal step). Each step is a kernel
+of its own over one K/V block, so its queries attend to ``1 / cp`` of the keys they attend
+to over the whole sequence, and it is timed as an attention kernel of that shape is
+(TransformerEngine's P2P context parallelism calls the flash kernel once per step). Each ring step's
 exchange is written as an all-gather on the CP group moving exactly the step's bytes to the
 ring neighbour (:func:`ring_step_size_bytes`): the trace's rank classes are per pipeline
 stage, and a send/recv partner must be the same rank offset for every member, which a
@@ -97,7 +100,8 @@ def ring_step_size_bytes(sent_bytes: int, cp: int) -> int:
 
 def ring_slices(layer: LayerCost, cp: int) -> LayerCost:
     """``layer`` with each attention kernel (``attn_core`` and its backward) cut into
-    ``cp`` equal ring steps ``<name>.ring<i>``."""
+    ``cp`` equal ring steps ``<name>.ring<i>``, each over one K/V block: ``1 / cp`` of the
+    FLOPs, bytes and keys per query (``n``) of the whole kernel."""
     def cut(kernels):
         out = []
         for c in kernels:
@@ -105,7 +109,8 @@ def ring_slices(layer: LayerCost, cp: int) -> LayerCost:
                 out.append(c)
                 continue
             out += [replace(c, name=f"{c.name}.ring{i}", flops=c.flops / cp,
-                            bytes_accessed=c.bytes_accessed / cp) for i in range(cp)]
+                            bytes_accessed=c.bytes_accessed / cp,
+                            n=max(1, round(c.n / cp)) if c.n else 0) for i in range(cp)]
         return tuple(out)
 
     return replace(layer, forward=cut(layer.forward), backward=cut(layer.backward))
