@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 from .choices import PROTOS
 from .parsedcache import fresh_copy
 from .yamlio import read_yaml
+from .yamlio import data_file
 
 _US = 1e-6
 _GBPS = 1e9
@@ -69,7 +69,7 @@ def _parsed(name: str) -> dict:
     # read as every shipped data file is (simulator.yamlio: libyaml's parser, the checks of
     # a file people write); PyYAML's pure-Python safe_load took 50-60 ms of every process
     # for nccl.yaml, calibration.yaml and variability.yaml
-    return read_yaml(resources.files("simulator") / "data" / name, "data file")
+    return read_yaml(data_file(name), "data file")
 
 
 @cache

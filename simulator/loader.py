@@ -20,11 +20,11 @@ evaluation adds its first batch's load.
 from __future__ import annotations
 
 import functools
-from importlib import resources
 
 from simulator.compute.checks import check_keys, check_source, check_time
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
+from .yamlio import data_file
 
 FILE = "loader.yaml"
 PARTS = ("mask", "other")
@@ -34,7 +34,7 @@ PARTS = ("mask", "other")
 def dense_mask_table() -> tuple[int, dict[str, float]]:
     """(the measured sample's tokens, {part: seconds}) of the shipped ``loader.yaml``."""
     src = f"simulator/data/{FILE}"
-    data = read_yaml(resources.files("simulator") / "data" / FILE, "data loader")
+    data = read_yaml(data_file(FILE), "data loader")
     check_keys(data, {"seq_len", *PARTS}, {"seq_len", *PARTS}, src, None)
     seq = data["seq_len"]
     if type(seq) is not int or seq <= 0:

@@ -97,3 +97,11 @@ def write_yaml(path, data: Any, header: str = "") -> Path:
     except OSError as exc:
         raise ConfigError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     return path
+
+
+def data_file(name: str):
+    """The shipped data file (or folder) ``simulator/data/<name>``, found from the
+    package's own folder (not ``simulator.data``'s namespace reader, which lists the
+    folder at every lookup)."""
+    from importlib import resources
+    return resources.files("simulator") / "data" / name

@@ -13,12 +13,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from importlib import resources
 
 from ..errors import ConfigError
 from ..strategies.base import OPT_MOMENT_BYTES
 from ..units import UnitError, parse_size
 from ..yamlio import read_yaml
+from ..yamlio import data_file
 
 FP32 = 4
 CATALOG = "host_memory.yaml"
@@ -39,7 +39,7 @@ class HostNeed:
 @functools.cache
 def host_memory_table() -> dict[str, int]:
     """Topology name -> host memory per server, bytes (``simulator/data/host_memory.yaml``)."""
-    path = resources.files("simulator") / "data" / CATALOG
+    path = data_file(CATALOG)
     data = read_yaml(path, "host memory catalog") or {}
     out = {}
     for name, entry in data.items():

@@ -28,12 +28,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
-from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, validation_error
 from ..yamlio import read_yaml
+from ..yamlio import data_file
 
 SECONDS_PER_HOUR = 3600.0
 BUDGET_KINDS = ("iterations", "tokens", "epochs")
@@ -75,7 +75,7 @@ class Price:
 
 def load_price_file(path=None) -> _PriceFile:
     """The price catalog (default ``simulator/data/prices.yaml``), validated."""
-    path = path or resources.files("simulator") / "data" / "prices.yaml"
+    path = path or data_file("prices.yaml")
     try:
         table = _PriceFile.model_validate(read_yaml(path, "price catalog"))
     except ValidationError as exc:

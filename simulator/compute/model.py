@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from typing import Any, Mapping
 
 
@@ -32,6 +31,7 @@ HALF = ("bf16", "fp16")      # the 16-bit precisions an attention kernel runs at
 from .checks import check_fraction, check_keys, check_source, check_time
 from .families import SHAPED_PRECISIONS, FamilyCalibration, check_attention, parse_families
 from .gemm_shape import grouped_rounds, grouped_shape_efficiency, shape_efficiency
+from ..yamlio import data_file
 
 _PLAIN = (int, float)            # argument types op_time_s remembers
 _REMEMBERED = 65536             # op times kept per model (all dropped when full)
@@ -117,7 +117,7 @@ def load_compute_calibration(path=None) -> ComputeCalibration:
 
     :raises ConfigError: naming the file (and field) when it is unreadable or invalid.
     """
-    target = path if path is not None else resources.files("simulator") / "data" / "compute.yaml"
+    target = path if path is not None else data_file("compute.yaml")
     return ComputeCalibration.from_dict(read_yaml(target, "compute calibration"), str(target))
 
 

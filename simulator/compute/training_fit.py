@@ -47,12 +47,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from importlib import resources
 from types import MappingProxyType
 
 from simulator.errors import ConfigError
 from simulator.precision import FP8
 from simulator.yamlio import read_yaml
+from ..yamlio import data_file
 
 GROUPS = ("matmul", "attention", "memory_bound")
 KERNEL_GROUPS = ("matmul", "attention")      # the GPU's kernels: every strategy
@@ -158,7 +158,7 @@ def _check_time_factor_keys(name: str, table: dict, src: str) -> None:
 
 def read_fit(path=None) -> dict:
     """The raw data file (default: the shipped one)."""
-    target = path if path is not None else resources.files("simulator") / "data" / FILE
+    target = path if path is not None else data_file(FILE)
     return read_yaml(target, "training fit")
 
 

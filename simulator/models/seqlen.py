@@ -23,7 +23,6 @@ batches occur and must fit.
 from __future__ import annotations
 
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +32,7 @@ from simulator.models.costs import layer_costs
 from simulator.models.ops import LayerCost, OpCost
 from simulator.models.spec import ModelSpec
 from simulator.yamlio import read_yaml
+from ..yamlio import data_file
 
 _CATALOG = "seq_lengths.yaml"
 
@@ -42,7 +42,7 @@ def histogram_names() -> list[str]:
 
 
 def _catalog() -> dict:
-    return read_yaml(resources.files("simulator") / "data" / _CATALOG)
+    return read_yaml(data_file(_CATALOG))
 
 
 def load_histogram(name_or_path: str, field: str = "histogram") -> list[int]:

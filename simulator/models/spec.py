@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -39,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from simulator.errors import ConfigError, did_you_mean, validation_error
 from simulator.inputs import path_name, regular_file
 from simulator.yamlio import read_yaml
+from ..yamlio import data_file
 
 FAMILIES = ("gpt", "llama", "bert", "resnet", "maskrcnn")
 CONV_FAMILIES = ("resnet", "maskrcnn")
@@ -209,7 +209,7 @@ def model_names() -> list[str]:
 
 
 def _catalog_folder():
-    return resources.files("simulator") / "data" / "models"
+    return data_file("models")
 
 
 @functools.cache

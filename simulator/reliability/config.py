@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 from functools import lru_cache
-from importlib import resources
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -22,6 +21,7 @@ from simulator.units import UnitError, parse_bandwidth, parse_size
 from simulator.yamlio import read_yaml
 
 from .quantities import parse_duration, parse_rate
+from ..yamlio import data_file
 
 CLASSES = ("node", "gpu", "nic", "link", "leaf_switch", "spine_switch", "software")
 MECHANISMS = ("process_exit", "heartbeat", "health_check", "collective_timeout")
@@ -274,7 +274,7 @@ def _deep_merge(base: dict, over: dict) -> dict:
 
 @lru_cache(maxsize=1)
 def _data() -> dict:
-    return read_yaml(resources.files("simulator") / "data" / "reliability.yaml",
+    return read_yaml(data_file("reliability.yaml"),
                      "reliability data file")
 
 

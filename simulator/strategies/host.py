@@ -22,11 +22,11 @@ its own.
 from __future__ import annotations
 
 import functools
-from importlib import resources
 
 from simulator.compute.checks import check_keys, check_source, check_time
 from simulator.compute.launch import dispatch_mode
 from simulator.yamlio import read_yaml
+from ..yamlio import data_file
 
 FILE = "host.yaml"
 # The layers of the profiles the constants come from (a transformer's); a convolution
@@ -41,7 +41,7 @@ PHASES = ("forward", "backward", "recompute")
 def dispatch_table() -> dict[str, dict[str, float]]:
     """{mode: {phase: seconds per kernel}} of the shipped ``host.yaml``."""
     src = f"simulator/data/{FILE}"
-    data = read_yaml(resources.files("simulator") / "data" / FILE, "host dispatch")
+    data = read_yaml(data_file(FILE), "host dispatch")
     check_keys(data, set(MODES), set(MODES), src, None)
     out = {}
     for mode in MODES:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Callable, ClassVar, Literal, NamedTuple
 
 from pydantic import Field, field_validator
@@ -35,12 +34,13 @@ from .base import (CLASS_ID, CommonConfig, OpList, World, bandwidth_value, build
                    emit_backward, emit_forward)
 from .grads import GradReady, tensors
 from .optim import emit_optimizer
+from ..yamlio import data_file
 
 
 @functools.cache
 def tf_constants() -> dict[str, dict[str, Any]]:
     """``simulator/data/tensorflow.yaml`` as {section: {key: value}} (sources dropped)."""
-    path = resources.files("simulator") / "data" / "tensorflow.yaml"
+    path = data_file("tensorflow.yaml")
     data = read_yaml(path, "TensorFlow constants")
     return {section: {k: v["value"] for k, v in entries.items()}
             for section, entries in data.items()}

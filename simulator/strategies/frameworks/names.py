@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import functools
-from importlib import resources
 from typing import NamedTuple
 
 from simulator.models import load_model, model_names
 from simulator.yamlio import read_yaml
+from ...yamlio import data_file
 
 
 @functools.cache
 def _table() -> dict:
-    return read_yaml(resources.files("simulator") / "data" / "config_models.yaml",
+    return read_yaml(data_file("config_models.yaml"),
                      "config model names")
 
 
