@@ -205,8 +205,7 @@ class StepTimes:
         that end by the slowest's end (its first where none does)."""
         once = [self._replayed(w, p) for w, p in members]
         slowest = once.index(max(once))
-        plans = [self._plans_of(w, p) for w, p in members]
-        self._plans = {(w.name, p.gpus): pl for (w, p), pl in zip(members, plans)}
+        plans = self._keep_plans(members)
         machine = Machine(members[0][0].planner.cluster, members[0][0].machine)
         running: list[Job | None] = [None] * len(members)    # each member's latest iteration
         ends: list[list[float]] = [[] for _ in members]
@@ -257,8 +256,7 @@ class StepTimes:
         if any(w.planner.cluster is not cluster or w.machine.fidelity != "flow"
                for w, _ in members):
             return False
-        plans = [self._plans_of(w, p) for w, p in members]
-        self._plans = {(w.name, p.gpus): pl for (w, p), pl in zip(members, plans)}
+        plans = self._keep_plans(members)
         found: list[Peaks | None] = []
         for (w, p), pl in zip(members, plans):
             key = (w.name, w.degraded, p.gpus)
@@ -268,6 +266,13 @@ class StepTimes:
                 self._peaks[key] = peaks(w, p, pl)
             found.append(self._peaks[key])
         return None not in found and cannot_slow(found, cluster.capacity_bytes_per_s)
+
+    def _keep_plans(self, members: list[tuple[Work, Placement]]) -> list[Plans]:
+        """The members' plans (:meth:`_plans_of`), kept as the last set's, so that the
+        co-simulation after a bound that failed plans nothing again."""
+        plans = [self._plans_of(w, p) for w, p in members]
+        self._plans = {(w.name, p.gpus): pl for (w, p), pl in zip(members, plans)}
+        return plans
 
     def _plans_of(self, work: Work, placement: Placement) -> Plans:
         """The plans ``work`` on ``placement`` had in the last co-simulation, else new
