@@ -1,0 +1,115 @@
+"""Packed sequences (training.packed_sequences): the attention of a pack is the sum of its
+samples' causal pairs, priced through the same flash kernel; one sample is the unpacked
+sequence; bad settings are refused in one line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.models import layer_costs, load_model
+from simulator.models.costs import params_total
+from simulator.models.packing import Pack, sequence_pairs
+from test_cli import run_main
+
+LLAMA = load_model("llama-3-8b")
+S = 512
+# one GPU's step of a small causal decoder; the GPU's work alone (no host dispatch bound)
+RUN = ["bert-large-ddp-8gpu", "--set", "model=llama-3-8b", "--set", "cluster.gpus=1",
+       "--set", f"training.seq_len={S}", "--set", "training.micro_batch=1",
+       "--set", "training.grad_accum=1", "--set", "strategy.host_dispatch=none",
+       "--set", "training.flash_attention=true"]
+
+
+def _kernel(layers, name):
+    return next(op for op in (*layers[1].forward, *layers[1].backward) if op.name == name)
+
+
+def test_pairs_of_a_pack_by_hand():
+    pack = Pack((3, 5, 8))
+    # causal: each token with itself and the ones before it in its sample, l (l + 1) / 2
+    assert pack.pairs(causal=True) == 3 * 4 // 2 + 5 * 6 // 2 + 8 * 9 // 2 == 6 + 15 + 36
+    # bidirectional: l^2 each
+    assert pack.pairs(causal=False) == 9 + 25 + 64
+    assert pack.tokens == 16
+    assert sequence_pairs(16, causal=True) == 16 * 17 // 2 == 136
+
+
+def test_one_sample_costs_what_the_unpacked_sequence_costs():
+    unpacked = layer_costs(LLAMA, 2, S, "bf16")
+    packed = layer_costs(replace(LLAMA, pack=Pack((S,))), 2, S, "bf16")
+    assert packed == unpacked
+
+
+def test_attention_kernel_scales_by_the_pairs_and_nothing_else_changes():
+    lengths = (100, 150, 200)               # 450 tokens, 62 of padding
+    whole = layer_costs(LLAMA, 2, S, "bf16", tp=2, sp=True)
+    packed = layer_costs(replace(LLAMA, pack=Pack(lengths)), 2, S, "bf16", tp=2, sp=True)
+    pairs = 100 * 101 // 2 + 150 * 151 // 2 + 200 * 201 // 2     # 5050 + 11325 + 20100
+    assert pairs == 36475
+    for name in ("attn_core", "attn_core.bwd"):
+        w, p = _kernel(whole, name), _kernel(packed, name)
+        assert p.flops == pytest.approx(w.flops * 36475 / (S * (S + 1) / 2))
+        assert p.n == round(36475 / 450) == 81                    # keys per query
+        assert w.n == round((S + 1) / 2)
+        assert p.bytes_accessed == w.bytes_accessed             # Q, K, V, O of the row
+    for lw, lp in zip(whole, packed):
+        rest_w = [op for op in (*lw.forward, *lw.backward) if not op.name.startswith("attn_core")]
+        rest_p = [op for op in (*lp.forward, *lp.backward) if not op.name.startswith("attn_core")]
+        assert rest_w == rest_p
+        assert lw.activation_bytes == lp.activation_bytes
+    assert params_total(replace(LLAMA, pack=Pack(lengths))) == params_total(LLAMA)
+
+
+def test_fp8_step_scales_the_same_kernel():
+    whole = layer_costs(LLAMA, 1, S, "fp8", fp8_recipe="current")
+    packed = layer_costs(replace(LLAMA, pack=Pack((256, 256))), 1, S, "fp8",
+                         fp8_recipe="current")
+    ratio = 2 * (256 * 257 // 2) / (S * (S + 1) / 2)
+    assert _kernel(packed, "attn_core").flops == pytest.approx(
+        _kernel(whole, "attn_core").flops * ratio)
+
+
+def test_packed_step_is_faster_and_a_pack_of_one_is_the_same_step(capsys):
+    runs = {}
+    for key, extra in (("plain", []),
+                       ("one", ["--set", f"training.packed_sequences={{lengths: [{S}]}}"]),
+                       ("many", ["--set", "training.packed_sequences={lengths: [64, 64, 64, "
+                                          "64, 64, 64, 64, 64]}"])):
+        code, out, err = run_main(capsys, "run", *RUN, *extra, "--format", "json")
+        assert code == 0, err
+        runs[key] = json.loads(out)
+    assert runs["one"]["iteration_time_s"] == runs["plain"]["iteration_time_s"]
+    assert runs["many"]["iteration_time_s"] < runs["plain"]["iteration_time_s"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["training.packed_sequences={lengths: [400, 200]}"],
+     "training.packed_sequences.lengths: the samples hold 600 tokens, more than seq_len 512"),
+    (["training.packed_sequences={lengths: []}"], "non-empty list of positive integers"),
+    (["training.packed_sequences={lengths: [0, 5]}"], "non-empty list of positive integers"),
+    (["training.packed_sequences={sizes: [5]}"], "training.packed_sequences"),
+    (["training.packed_sequences={lengths: [64]}", "training.flash_attention=false"],
+     "packed sequences need a fused attention kernel"),
+    (["training.packed_sequences={lengths: [64]}",
+      "training.sequence_lengths={histogram: wikipedia-bert-512}"],
+     "drop training.sequence_lengths"),
+])
+def test_bad_packs_are_one_line(capsys, extra, needle):
+    sets = [arg for value in extra for arg in ("--set", value)]
+    code, _, err = run_main(capsys, "run", *RUN, *sets)
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_context_parallel_packs_are_refused():
+    with pytest.raises(ConfigError, match="context parallelism are not modelled"):
+        layer_costs(replace(LLAMA, pack=Pack((64,))), 1, S, "bf16", cp=2)
+
+
+def test_non_transformers_have_nothing_to_pack(capsys):
+    code, _, err = run_main(capsys, "run", "resnet50-ddp-1gpu", "--set",
+                            "training.packed_sequences={lengths: [64]}")
+    assert code == 2 and err.count("\n") == 1 and "no sequences to pack" in err, err
