@@ -23,7 +23,7 @@ from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
 from .models.finetune_spellings import FINETUNE_KEYS, resolve as resolve_finetune
-from .models.packing import FIELD as PACK_FIELD, Pack, check_pack
+from .models.packing import FIELD as PACK_FIELD, Pack, PackedDataset, check_pack
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
 from .precision import FP8, compute_precision, is_half
 from .scenario import MAX_GRAD_ACCUM, Scenario
@@ -321,7 +321,12 @@ def with_packing(model: ModelSpec, scn: Scenario) -> ModelSpec:
         raise ConfigError("packed sequences are full rows of seq_len tokens: drop "
                           "training.sequence_lengths (padding to the longest sample)",
                           field=PACK_FIELD)
-    pack = Pack(tuple(t.packed_sequences.lengths))
+    spec = t.packed_sequences
+    if spec.histogram is not None:
+        counts = load_histogram(spec.histogram, field=f"{PACK_FIELD}.histogram")
+        pack = PackedDataset(tuple(counts), t.seq_len)
+    else:
+        pack = Pack(tuple(spec.lengths))
     check_pack(pack, t.seq_len)
     return replace(model, pack=pack)
 

@@ -59,8 +59,18 @@ class PackedSequences(BaseModel):
     """Several samples packed into each sequence, attention within each
     (simulator/models/packing.py)."""
     model_config = ConfigDict(extra="forbid", strict=True)
-    lengths: list[int] = Field(description="tokens of each sample packed into a sequence "
-                                           "(their sum at most seq_len; the rest is padding)")
+    lengths: list[int] | None = Field(None, description="tokens of each sample packed into a "
+                                      "sequence (their sum at most seq_len; the rest is "
+                                      "padding)")
+    histogram: str | None = Field(None, description="or a dataset's length histogram "
+                                  "(simulator/data/seq_lengths.yaml or a YAML file with "
+                                  "'counts') packed into full rows")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.lengths is None) == (self.histogram is None):
+            raise ValueError("set one of lengths (one pack) or histogram (a dataset)")
+        return self
 
 
 # Numbers in scenarios: integers are integers (``true`` is not a micro-batch of 1) and

@@ -113,3 +113,44 @@ def test_non_transformers_have_nothing_to_pack(capsys):
     code, _, err = run_main(capsys, "run", "resnet50-ddp-1gpu", "--set",
                             "training.packed_sequences={lengths: [64]}")
     assert code == 2 and err.count("\n") == 1 and "no sequences to pack" in err, err
+
+
+# ------------------------------------------------------------------ a packed dataset
+def test_a_dataset_of_one_length_packs_as_the_explicit_pack(tmp_path):
+    from simulator.models.packing import PackedDataset
+    counts = (0,) * 63 + (1000,)                       # every sample 64 tokens
+    dataset, explicit = PackedDataset(counts, S), Pack((64,) * 8)
+    # a full row: 512 tokens in 8 samples of 64, 8 x 64 x 65 / 2 pairs
+    assert dataset.pairs(causal=True) == explicit.pairs(causal=True) == 8 * 64 * 65 // 2
+    assert layer_costs(replace(LLAMA, pack=dataset), 1, S, "bf16") == \
+        layer_costs(replace(LLAMA, pack=explicit), 1, S, "bf16")
+
+
+def test_a_packed_histogram_weights_each_sample_by_its_tokens():
+    from simulator.models.packing import PackedDataset
+    from simulator.models.seqlen import load_histogram
+    counts = load_histogram("wikipedia-bert-512")
+    bert = load_model("bert-large")                   # bidirectional: l^2 pairs a sample
+    # a token lies in a sample of l tokens with probability l c_l / sum l c_l; a row of 512
+    # tokens holds 512 sum c_l l^2 / sum c_l l pairs, against 512^2 unpacked
+    per_token = (sum(c * (i + 1) ** 2 for i, c in enumerate(counts))
+                 / sum(c * (i + 1) for i, c in enumerate(counts)))
+    whole = layer_costs(bert, 1, S, "bf16")
+    packed = layer_costs(replace(bert, pack=PackedDataset(tuple(counts), S)), 1, S, "bf16")
+    w, p = _kernel(whole, "attn_core"), _kernel(packed, "attn_core")
+    assert p.flops == pytest.approx(w.flops * S * per_token / S ** 2)
+    assert p.n == round(per_token)
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("{lengths: [64], histogram: wikipedia-bert-512}", "set one of lengths"),
+    ("{}", "set one of lengths"),
+    ("{histogram: wikipedia-bert-512}",
+     "training.packed_sequences.histogram: the histogram has samples of up to 512 tokens, "
+     "longer than seq_len 256"),
+    ("{histogram: tolstoy}", "training.packed_sequences.histogram: unknown histogram"),
+])
+def test_bad_packed_datasets_are_one_line(capsys, value, needle):
+    code, _, err = run_main(capsys, "run", *RUN, "--set", "training.seq_len=256", "--set",
+                            f"training.packed_sequences={value}")
+    assert code == 2 and err.count("\n") == 1 and needle in err, err

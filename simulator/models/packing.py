@@ -9,7 +9,11 @@ the attention core sees ``seq_len`` tokens, as unpacked.
 
 ``training.packed_sequences: {lengths: [l1, l2, ...]}`` gives the lengths of the samples
 packed into each sequence (every sequence of the step alike; ``sum <= seq_len``, the rest
-is padding). The attention kernel (``attn_core`` and its backward, the flash kernel of
+is padding); ``{histogram: name}`` packs a dataset of a length histogram
+(``simulator/data/seq_lengths.yaml`` or a YAML file ``{counts: [...]}``, no sample longer
+than ``seq_len``) into full rows: an assumption, that the packer (Megatron-Bridge's
+first-fit, NeMo's) leaves no padding worth counting, so a row's pairs are the expected
+pairs of ``seq_len`` tokens drawn by token from the dataset (:class:`PackedDataset`). The attention kernel (``attn_core`` and its backward, the flash kernel of
 :func:`simulator.models.transformer._attention`) is the same kernel on the same tensors,
 with the query-key pairs of the pack instead of the whole sequence's:
 
@@ -63,20 +67,46 @@ class Pack:
         return sum(n * n for n in self.lengths)
 
 
+@dataclass(frozen=True)
+class PackedDataset:
+    """Rows of ``seq_len`` tokens packed from a dataset of ``counts[i]`` samples of ``i + 1``
+    tokens (a :mod:`simulator.models.seqlen` histogram), every row full (module doc): a
+    token lies in a sample of ``l`` tokens with probability ``l c_l / sum l c_l``, so a row
+    holds ``seq_len sum c_l P(l) / sum c_l l`` pairs, ``P(l)`` a sample's pairs."""
+
+    counts: tuple[int, ...]
+    seq_len: int
+
+    @property
+    def tokens(self) -> int:
+        return self.seq_len
+
+    def pairs(self, causal: bool) -> float:
+        per = (lambda n: n * (n + 1) // 2) if causal else (lambda n: n * n)
+        lengths = range(1, len(self.counts) + 1)
+        weighted = sum(c * per(n) for n, c in zip(lengths, self.counts))
+        return self.seq_len * weighted / sum(c * n for n, c in zip(lengths, self.counts))
+
+
 def sequence_pairs(seq_len: int, causal: bool) -> int:
     """Query-key pairs of one unpacked sequence of ``seq_len`` tokens."""
     return seq_len * (seq_len + 1) // 2 if causal else seq_len * seq_len
 
 
-def check_pack(pack: Pack, seq_len: int) -> None:
+def check_pack(pack: Pack | PackedDataset, seq_len: int) -> None:
     """ConfigError where the pack does not fit one sequence."""
+    if isinstance(pack, PackedDataset):
+        if len(pack.counts) > seq_len:
+            raise ConfigError(f"the histogram has samples of up to {len(pack.counts)} tokens, "
+                              f"longer than seq_len {seq_len}", field=f"{FIELD}.histogram")
+        return
     if pack.tokens > seq_len:
         raise ConfigError(f"the samples hold {pack.tokens} tokens, more than seq_len "
                           f"{seq_len}", field=f"{FIELD}.lengths")
 
 
-def packed_layers(layers: list[LayerCost], causal: bool, pack: Pack | None, seq_len: int,
-                  cp: int, flash: bool) -> list[LayerCost]:
+def packed_layers(layers: list[LayerCost], causal: bool, pack: Pack | PackedDataset | None,
+                  seq_len: int, cp: int, flash: bool) -> list[LayerCost]:
     """``layers`` with each block's attention kernel over the pack's pairs (module doc);
     ``layers`` themselves without a pack."""
     if pack is None:
