@@ -154,3 +154,14 @@ def test_bad_packed_datasets_are_one_line(capsys, value, needle):
     code, _, err = run_main(capsys, "run", *RUN, "--set", "training.seq_len=256", "--set",
                             f"training.packed_sequences={value}")
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_plan_refuses_packed_sequences_it_cannot_estimate():
+    from simulator.planner.search import search
+    from simulator.scenario import scenario_from_dict
+    data = {"name": "p", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100", "nodes": 1},
+            "strategy": {"name": "megatron"},
+            "training": {"micro_batch": 1, "seq_len": S, "precision": "bf16",
+                         "packed_sequences": {"lengths": [256, 256]}}}
+    with pytest.raises(ConfigError, match="training.packed_sequences"):
+        search(scenario_from_dict(data), 8)
