@@ -165,3 +165,23 @@ def test_plan_refuses_packed_sequences_it_cannot_estimate():
                          "packed_sequences": {"lengths": [256, 256]}}}
     with pytest.raises(ConfigError, match="training.packed_sequences"):
         search(scenario_from_dict(data), 8)
+
+
+def test_megatron_plans_price_the_pack_through_the_same_kernel():
+    from simulator.pipeline import build_setup, run_setup
+    from simulator.scenario import scenario_from_dict
+
+    def step(pack):
+        data = {"name": "m", "model": "llama-3-8b",
+                "cluster": {"topology": "dgx-h100", "gpus": 2},
+                "strategy": {"name": "megatron", "tensor_model_parallel_size": 2,
+                             "sequence_parallel": True},
+                "training": {"micro_batch": 1, "seq_len": 4096, "grad_accum": 1,
+                             "precision": "bf16", "flash_attention": True},
+                "simulation": {"variability": "none"}}
+        if pack:
+            data["training"]["packed_sequences"] = {"lengths": pack}
+        return run_setup(build_setup(scenario_from_dict(data))).metrics.iteration_time_s
+    plain = step(None)             # 4,096 tokens: the attention kernel is compute-bound
+    assert step([4096]) == plain
+    assert step([512] * 8) < plain
