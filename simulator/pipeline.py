@@ -23,6 +23,7 @@ from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
 from .models.finetune_spellings import FINETUNE_KEYS, resolve as resolve_finetune
+from .models.packing import FIELD as PACK_FIELD, Pack, PackedDataset, check_pack
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
 from .precision import FP8, compute_precision, is_half
 from .scenario import MAX_GRAD_ACCUM, Scenario
@@ -113,7 +114,7 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     too), turned into the strategy's Trace, with the scenario's stragglers split off."""
     t = scn.training
     try:
-        model = with_finetune(model, scn)
+        model = with_packing(with_finetune(model, scn), scn)
     except ConfigError as exc:
         raise exc.located(source) from None
     if hasattr(cfg, "plan"):
@@ -268,6 +269,8 @@ def _located(exc: ConfigError, source: str, prefix: str) -> ConfigError:
     if exc.source:
         return exc
     field = f"{prefix}.{exc.field}" if exc.field else prefix
+    if exc.field and exc.field.startswith(f"{prefix}."):    # a field named in full already
+        field = exc.field
     return ConfigError(exc.reason, source=source, field=field)
 
 
@@ -304,6 +307,28 @@ def with_finetune(model: ModelSpec, scn: Scenario) -> ModelSpec:
         raise ConfigError(f"an FP8 base feeds FP8 GEMMs: training.precision is "
                           f"{scn.training.precision}", field="training.finetune.base_precision")
     return replace(model, finetune=ft)
+
+
+def with_packing(model: ModelSpec, scn: Scenario) -> ModelSpec:
+    """``model`` with the samples ``training.packed_sequences`` packs into each sequence
+    (:mod:`simulator.models.packing`)."""
+    t = scn.training
+    if t.packed_sequences is None:
+        return model
+    if not model.is_transformer:
+        raise ConfigError(f"{model.name} has no sequences to pack", field=PACK_FIELD)
+    if t.sequence_lengths is not None:
+        raise ConfigError("packed sequences are full rows of seq_len tokens: drop "
+                          "training.sequence_lengths (padding to the longest sample)",
+                          field=PACK_FIELD)
+    spec = t.packed_sequences
+    if spec.histogram is not None:
+        counts = load_histogram(spec.histogram, field=f"{PACK_FIELD}.histogram")
+        pack = PackedDataset(tuple(counts), t.seq_len)
+    else:
+        pack = Pack(tuple(spec.lengths))
+    check_pack(pack, t.seq_len)
+    return replace(model, pack=pack)
 
 
 def portable_finetune(scn: Scenario) -> Scenario:
@@ -356,7 +381,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         if scn.training.precision == FP8:
             check_fp8_recipe(gpu, scn.training.fp8_recipe)
         strategy = _strategy_dict(scn)
-        model = with_finetune(model, scn)
+        model = with_packing(with_finetune(model, scn), scn)
     except ConfigError as exc:
         raise exc.located(source) from None
     cfg = parse_strategy(strategy, source=source)

@@ -55,6 +55,24 @@ class SequenceLengths(BaseModel):
                                                          "no binning")
 
 
+class PackedSequences(BaseModel):
+    """Several samples packed into each sequence, attention within each
+    (simulator/models/packing.py)."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    lengths: list[int] | None = Field(None, description="tokens of each sample packed into a "
+                                      "sequence (their sum at most seq_len; the rest is "
+                                      "padding)")
+    histogram: str | None = Field(None, description="or a dataset's length histogram "
+                                  "(simulator/data/seq_lengths.yaml or a YAML file with "
+                                  "'counts') packed into full rows")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.lengths is None) == (self.histogram is None):
+            raise ValueError("set one of lengths (one pack) or histogram (a dataset)")
+        return self
+
+
 # Numbers in scenarios: integers are integers (``true`` is not a micro-batch of 1) and
 # floats are finite; the boundary (simulator.inputs) has already refused inf/nan in files.
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -124,6 +142,8 @@ class Training(BaseModel):
                              "reference code op by op, as torchtitan runs it); "
                              "docs/compute.md")
     sequence_lengths: SequenceLengths | None = None
+    packed_sequences: PackedSequences | None = Field(None, description="samples packed into "
+                                                     "each sequence: lengths; docs/finetuning.md")
     attention: str | None = Field(None, description="attention kernels: sdpa (PyTorch SDPA, "
                                   "the default), flash2, flash3 (Hopper), eager (no fused "
                                   "kernel); docs/compute.md")
@@ -207,7 +227,8 @@ class Training(BaseModel):
     def _dump(self, handler):
         out = handler(self)
         if isinstance(out, dict):     # unset: the same echo as before the fields existed
-            for key in ("attention", "global_batch", "finetune", "evaluation"):
+            for key in ("attention", "global_batch", "finetune", "evaluation",
+                        "packed_sequences"):
                 if key in out and out[key] is None:
                     out.pop(key)
             if out.get("fp8_recipe") == "tensorwise":

@@ -27,6 +27,8 @@ Conventions (all counts for the whole micro-batch of ``batch`` samples):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.choices import ELEMENTWISE
 from simulator.errors import ConfigError
 from simulator.models.moe import block_costs, inactive_params
@@ -34,6 +36,7 @@ from simulator.models.ops import LayerCost, check_positive
 from simulator.models.spec import ModelSpec
 from simulator.models.eager import compiled_extras, eager_block, eager_head
 from simulator.models.finetune import check_model as check_finetune, finetune_layers
+from simulator.models.packing import packed_layers
 from simulator.models.fp8 import fp8_layer
 from simulator.models.fusion import compiled_block
 from simulator.models.transformer import embed_cost, head_cost
@@ -127,6 +130,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     if eager and not compile and not fused_norm:
         head = eager_head(head, model, batch, seq_len, k, *shard)
     layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, head]
+    layers = packed_layers(layers, model.causal, model.pack, seq_len, cp, flash_attention)
     return finetune_layers(layers, model, model.finetune, e, precision)
 
 
@@ -141,12 +145,13 @@ def check_elementwise(value: str) -> str:
 def params_total(model: ModelSpec) -> int:
     """Number of parameters of ``model`` (embeddings and heads included; frozen ones and
     a fine-tuning's adapters included)."""
-    return sum(layer.params + layer.frozen_params for layer in layer_costs(model, 1, 1, FP32))
+    return sum(layer.params + layer.frozen_params
+               for layer in layer_costs(replace(model, pack=None), 1, 1, FP32))
 
 
 def trainable_params(model: ModelSpec) -> int:
     """The parameters that train (all of them unless ``model.finetune`` freezes some)."""
-    return sum(layer.params for layer in layer_costs(model, 1, 1, FP32))
+    return sum(layer.params for layer in layer_costs(replace(model, pack=None), 1, 1, FP32))
 
 
 def lookup_params(model: ModelSpec) -> int:

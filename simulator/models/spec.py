@@ -97,6 +97,8 @@ class ModelSpec:
     capacity_factor: float | None = None   # expert capacity / even share; None: dropless
     # what trains (simulator/models/finetune.py Finetune; None: every weight, as pre-training)
     finetune: Any = None
+    # samples packed into each sequence (simulator/models/packing.py Pack; None: one each)
+    pack: Any = None
 
     @property
     def is_moe(self) -> bool:

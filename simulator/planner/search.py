@@ -95,6 +95,10 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
         raise ConfigError("plan's analytical memory model does not know frozen weights or "
                           "adapters yet: price a fine-tuning with run, compare or capacity "
                           "(docs/finetuning.md)", source=source, field="training.finetune")
+    if scn.training.packed_sequences is not None:
+        raise ConfigError("plan's analytical estimate prices unpacked rows: price packed "
+                          "sequences with run, compare or capacity (docs/finetuning.md)",
+                          source=source, field="training.packed_sequences")
     if not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: plan searches model "
                           f"parallelism", source=source, field="model")

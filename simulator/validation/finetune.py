@@ -149,10 +149,10 @@ def bridge_rows() -> list[dict]:
     performance configs of these rows set beyond it
     (scripts/performance/configs/llama/llama3_llm_finetune.py at v0.5.0:
     ``set_llama3_common_peft_configs``): ``disable_parameter_transpose_cache`` (Transformer
-    Engine casts each weight to FP8 on every micro-batch), and for LoRA ``peft: lora`` with
-    Megatron-Bridge's defaults (dim 32, alpha 32, dropout 0) on ``linear_qkv`` only (the
-    configs' ``cfg.peft.target_modules = ["linear_qkv"]``); SFT is full fine-tuning, a
-    pre-training step."""
+    Engine casts each weight to FP8 on every micro-batch); a LoRA row's adapters (dim 16,
+    alpha 32, dropout 0 on ``linear_qkv``, FP8 base) come with its scenario from
+    validation/parallel's ``cases.yaml`` ``bridge_tasks``, the one setup of these rows; SFT
+    is full fine-tuning, a pre-training step."""
     from simulator.errors import ConfigError
     from simulator.validation.parallel.cases import default_root, load
     from simulator.validation.parallel.nemo import scenario_of as bridge_scenario
@@ -166,8 +166,6 @@ def bridge_rows() -> list[dict]:
         name = f"bridge-{row['task'].lower()}-{row['gpus']}gpu-{str(row['precision']).lower()}"
         scn = bridge_scenario(row, proot, spec, name, "blackwell")
         scn["strategy"]["disable_parameter_transpose_cache"] = True
-        if row["task"] == "LoRA":
-            scn["strategy"].update(peft="lora", lora={"target_modules": ["linear_qkv"]})
         scn["simulation"] = {"variability": "none"}
         measured = float(row["tokens_per_s_per_gpu"])
         base = {"round": "bridge", "vendor": "NVIDIA", "gpu": "GB200", "system": name,

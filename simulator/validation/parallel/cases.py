@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -72,6 +73,16 @@ class Recipe(BaseModel):
                 and release in self.releases)
 
 
+class Task(BaseModel):
+    """A fine-tuning task's setup beyond a pre-training row's (``cases.yaml``'s
+    ``bridge_tasks``: the performance configs of the task's rows): strategy and training
+    keys, and the note each of its rows carries."""
+    model_config = ConfigDict(extra="forbid")
+    strategy: dict[str, Any] = {}
+    training: dict[str, Any] = {}
+    note: str = ""
+
+
 class CasesFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     description: str = ""
@@ -84,6 +95,7 @@ class CasesFile(BaseModel):
     nemo_models: dict[str, str] = {}
     nemo_strategy: dict[str, dict[str, bool | int | str]] = {}
     bridge_recipes: list[Recipe] = []
+    bridge_tasks: dict[str, Task] = {}
     nemo_not_modelled: dict[str, str] = {}
     nemo_precision: dict[str, dict[str, str]] = {}
     nemo_max_gpus: int = 128

@@ -18,8 +18,10 @@ ZeRO-3 traffic). The precision column maps to the scenario's precision and FP8 r
 ``cases.yaml``'s ``nemo_precision`` (NeMo 24.07's FP8 is Transformer Engine's delayed
 scaling, ``fp8: hybrid``; Megatron-Bridge's FP8 is current scaling, FP8-CS; its Blackwell
 MXFP8 is Transformer Engine's MXFP8 block scaling): the blocks' Linear GEMMs in FP8 with
-their cast kernels, everything else bf16. Fine-tuning rows (SFT, LoRA) are listed by their
-``task`` with the reason in ``nemo_not_modelled``. Compared: tokens
+their cast kernels, everything else bf16. A fine-tuning row (``task`` SFT, LoRA) runs with
+its task's setup in ``cases.yaml``'s ``bridge_tasks`` (LoRA: the adapters and frozen FP8
+base of its performance config), else is listed with the reason in ``nemo_not_modelled``.
+Compared: tokens
 per second per GPU. A run the simulator finds out of memory is not compared (the measured
 run fit; its time would be the memory model's, not the step's): its row says so.
 """
@@ -153,6 +155,10 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
                 "flash_attention": True}
     if recipe:
         training["fp8_recipe"] = recipe
+    task = spec.bridge_tasks.get(str(row.get("task") or "pretrain"))
+    if task is not None:                  # a fine-tuning row's setup (cases.yaml bridge_tasks)
+        strategy.update(task.strategy)
+        training.update(task.training)
     return {"name": name,
             "model": str(Path(root) / model) if model.endswith(".yaml") else model,
             "training": training, "cluster": _cluster(spec, row, gpus),
@@ -193,7 +199,7 @@ def segment_gpus(gpus: int, tray_gpus: int, domain_gpus: int) -> int:
 def _not_simulated(spec: CasesFile, row) -> str:
     """Why a row is not simulated, or ""."""
     task = str(row.get("task") or "pretrain")
-    if task != "pretrain":
+    if task != "pretrain" and task not in spec.bridge_tasks:
         return spec.nemo_not_modelled.get(task, f"task {task} is not modelled")
     if row["model"] not in spec.nemo_models:
         return spec.nemo_not_modelled.get(row["model"], "no model config in cases.yaml")
@@ -263,8 +269,10 @@ def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
     except ConfigError as exc:
         return {**base, "note": f"not simulated: {exc}"}
     precision, recipe = _precision(spec, kind, row)
+    task = spec.bridge_tasks.get(str(row.get("task") or "pretrain"))
     ran = f"{row['precision'] or 'unstated precision'} run simulated in {precision}" + (
-        f" ({recipe} scaling)" if recipe else "") + (f"; {preset}" if preset else "")
+        f" ({recipe} scaling)" if recipe else "") + (f"; {preset}" if preset else "") + (
+        f"; {task.note}" if task is not None and task.note else "")
     if m.oom:
         gib = memory_gib(spec.topologies[gpu_of(row)])
         return {**base, "note": f"not compared: simulated out of memory (peak "
