@@ -175,3 +175,87 @@ def test_cli_refuses_a_bad_pattern_in_one_line(tmp_path, capsys):
     lines = err.splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "attention_pattern" in lines[0]
     assert "Traceback" not in err
+
+
+def _bridge_rows():
+    """GPT OSS 120B rows of the Megatron-Bridge tables: (release, seq_len, tokens/s, TFLOP/s)."""
+    import pandas as pd
+    from simulator.validation.parallel import cases
+    root = cases.default_root()
+    rows = []
+    for name, release in (("megatron_bridge_blackwell.csv", "release"),
+                          ("megatron_bridge_h100.csv", "release")):
+        df = pd.read_csv(root / name, dtype=str)
+        model = "model_as_printed" if "model_as_printed" in df else "model"
+        for r in df[df[model] == "GPT OSS 120B"].to_dict("records"):
+            rows.append((str(r[release]).split()[0], int(r["seq_len"]),
+                         float(r["tokens_per_s_per_gpu"]), float(r["tflops_per_gpu"])))
+    return rows
+
+
+def test_model_flops_per_token_against_megatron_bridge_tables():
+    # Megatron-Bridge@067f987d training/utils/flop_utils.py, per token: 6 x (the blocks'
+    # projections, the routed experts' gated MLPs, the logits) + 6 x the attention core,
+    # q s on a full block and 2 q c on a windowed one, c = w - w (w - 1) / (2 s) the
+    # window's mean keys per query; no router term
+    proj = 2880 * (4096 + 2 * 512) + 4096 * 2880
+    linear = 6 * (36 * proj + 36 * 4 * 3 * 2880 * 2880 + 2880 * 201_088)
+    assert linear == 30_706_974_720
+    c = 128 - 128 * 127 / (2 * 4096)
+    assert c == PAIRS / S == 126.015625
+    core = 6 * (18 * 4096 * 4096 + 18 * 4096 * 2 * c)
+    bridge = linear + core
+    assert bridge == pytest.approx(32.6304e9, rel=1e-5)
+    # the simulator's GEMMs are the same linear terms plus the router's 6 x 36 x 2880 x 128
+    m = load_model("gpt-oss-120b")
+    gemm = sum(op.flops for layer in layer_costs(m, 1, S, "bf16")
+               for op in (*layer.forward, *layer.backward) if op.op_class == "matmul")
+    assert gemm / S == pytest.approx(linear + 6 * 36 * 2880 * 128, rel=1e-12)
+    # the tables' TFLOP/s over tokens/s: the 26.06+ rows count this formula; the earlier
+    # ones (through 26.04.01) two-matrix experts and full causal attention on all 36 blocks
+    old = 6 * (36 * proj + 36 * 4 * 2 * 2880 * 2880 + 2880 * 201_088)
+    rows = _bridge_rows()
+    assert len(rows) == 31
+    off = []
+    for release, s, tokens, tflops in rows:
+        per_token = tflops * 1e12 / tokens
+        expected = bridge if release >= "26.06" else old + 6 * 36 * 4096 * s
+        # the tables print whole TFLOP/s: up to half a unit of rounding, and 0.3% more
+        if abs(per_token / expected - 1) > 0.5 / tflops + 3e-3:
+            off.append((release, tokens, tflops))
+    # one row's two columns disagree: B300 26.02.01 prints 412 TFLOP/s, where its 15,031
+    # tokens/s give 15,031 x 27.16e9 = 408.3
+    assert off == [("26.02.01", 15031.0, 412.0)]
+
+
+def test_gpt_oss_rows_run_their_release_presets_and_the_others_say_why_not():
+    # cases.yaml: grad_reduce_in_fp32 false in every preset; GB200's BF16 V2 preset sets
+    # moe_a2a_overlap from v0.4.0 (26.04), not at v0.3.x (26.02); the MXFP8 presets of
+    # GB200 and GB300 from v0.5.0 (26.06) full-iteration graphs with the overlap, B300's not
+    from simulator.validation.parallel import cases, nemo
+    spec, root = cases.load(), cases.default_root()
+    expect = {("GB200", "BF16", "26.02"): (False, "none"),
+              ("GB200", "BF16", "26.04"): (True, "none"),
+              ("GB200", "BF16", "26.04.01"): (True, "none"),
+              ("GB300", "BF16", "26.04"): (False, "none"),
+              ("GB200", "MXFP8", "26.06"): (True, "local"),
+              ("GB300", "MXFP8", "26.08"): (True, "local"),
+              ("B300", "MXFP8", "26.06"): (False, "none")}
+    seen = {}
+    for row in nemo.table_rows(root, spec, "blackwell"):
+        key = (nemo.gpu_of(row), row["precision"], nemo.release_of(row))
+        if row["model"] == "GPT OSS 120B" and key in expect:
+            scn = nemo.scenario_of(row, root, spec, "x", "blackwell")
+            assert scn["model"] == "gpt-oss-120b" and scn["strategy"]["grad_reduce_in_bf16"]
+            seen[key] = (scn["strategy"].get("overlap_moe_expert_parallel_comm", False),
+                         scn["strategy"].get("cuda_graph_impl", "none"))
+    assert seen == expect
+
+    def refuse(scenario, case):
+        raise ConfigError("not run in this test")
+
+    notes = {r["model"]: r["note"] for r in nemo.nemo_rows(root, spec, refuse, ("blackwell",))
+             if r["model"] in ("DeepSeekV4 Flash", "Nemotron_3_5_Lightning", "GPT OSS 120B")}
+    assert "Hyper-Connections" in notes["DeepSeekV4 Flash"]
+    assert "state-space" in notes["Nemotron_3_5_Lightning"]
+    assert notes["GPT OSS 120B"] == "not simulated: not run in this test"
