@@ -259,3 +259,14 @@ def test_gpt_oss_rows_run_their_release_presets_and_the_others_say_why_not():
     assert "Hyper-Connections" in notes["DeepSeekV4 Flash"]
     assert "state-space" in notes["Nemotron_3_5_Lightning"]
     assert notes["GPT OSS 120B"] == "not simulated: not run in this test"
+
+
+def test_eager_attention_computes_the_whole_square_window_or_not():
+    # without the fused kernel the scores are a full s x s matrix, masked: a windowed block's
+    # unfused attention costs the full block's
+    m = replace(load_model("gpt-oss-120b"), layers=2)
+    win, full = layer_costs(m, 1, 512, "bf16", flash_attention=False)[1:3]
+    assert not any(op.op_class == "attention" for op in win.forward)
+    scores = next(op for op in win.forward if op.name == "attn_scores")
+    assert scores.flops == 2 * 512 * 512 * 4096                 # 2 s^2 x heads x head_dim
+    assert [op.flops for op in win.forward] == [op.flops for op in full.forward]
