@@ -45,6 +45,7 @@ from simulator.models.ops import (ACT_FLOPS, ID_BYTES, SOFTMAX_BWD_FLOPS, SOFTMA
                                   LayerCost, OpCost, gemm_dims, matmul, matmul_bwd, pointwise)
 from simulator.models.spec import ModelSpec
 from simulator.models.transformer import block_activation_bytes, block_cost, block_params
+from simulator.models.window import check_window, is_windowed_layer, windowed_block
 
 PROB_BYTES = 4                      # fp32 router probabilities
 EXPERT_KERNELS = "moe_expert_"      # the routed experts' kernels (their names begin so)
@@ -106,7 +107,10 @@ def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int
     all), each split over ``etp`` ranks: attention and norms (on one of ``tp`` ranks),
     router ``h E``, the experts' slices, the shared experts."""
     local = model.num_experts if local_experts is None else local_experts
-    attention = block_params(replace(model, ffn_hidden=0), tp)
+    # the attention half: a dense block's without its MLP (and, with biases, without the
+    # dense MLP's down-projection bias, which an MoE block has not)
+    attention = block_params(replace(model, ffn_hidden=0), tp) - (model.hidden if model.bias
+                                                                   else 0)
     experts = local * expert_params(model) // etp + model.shared_experts * expert_params(model)
     return attention + model.hidden * model.num_experts + experts
 
@@ -266,8 +270,13 @@ def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
 def block_costs(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int | None = None,
                 tp: int = 1, sp: bool = False, cp: int = 1) -> list[LayerCost]:
     """``block.0`` ... ``block.{L-1}``: dense blocks, and MoE blocks where
-    :func:`is_moe_layer` (every expert on the rank, tokens routed evenly)."""
+    :func:`is_moe_layer` (every expert on the rank, tokens routed evenly); a block with a
+    sliding window (:func:`~simulator.models.window.is_windowed_layer`) has its attention
+    kernels over the window's keys."""
+    check_window(model, cp)
     dense = block_cost(model, b, s, e, flash, k, tp, sp, cp)
     moe = moe_block_cost(model, b, s, e, flash, k, tp, sp, cp) if model.is_moe else None
-    return [replace(moe if is_moe_layer(model, i) else dense, name=f"block.{i}")
-            for i in range(model.layers)]
+    blocks = [replace(moe if is_moe_layer(model, i) else dense, name=f"block.{i}")
+              for i in range(model.layers)]
+    return [windowed_block(block, model, s) if is_windowed_layer(model, i) else block
+            for i, block in enumerate(blocks)]

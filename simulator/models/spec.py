@@ -24,6 +24,13 @@ kind as the model), ``shared_experts`` always-on experts of that width, which bl
 MoE (``first_dense_layers`` dense blocks first, of the model's ``ffn_hidden``, then every
 ``layer_freq``-th block) and ``capacity_factor`` (tokens an expert takes, relative to an
 even share; absent: dropless, Megatron-LM's default). :mod:`simulator.models.moe` costs it.
+
+Sliding-window attention (GPT-OSS, Mistral): ``sliding_window`` (``w``, the keys a query
+sees, itself included: Hugging Face's ``sliding_window``, Megatron-Core's ``window_size``
+``(w - 1, 0)``) and ``attention_pattern``, which blocks have the window: ``sliding`` every
+block (the default), ``alternating`` blocks 0, 2, 4, ... with full causal attention between
+(Hugging Face ``layer_types`` sliding, full, ...; Megatron-Core ``window_attn_skip_freq: 2``).
+Causal models only. :mod:`simulator.models.window` costs it.
 """
 
 from __future__ import annotations
@@ -95,6 +102,8 @@ class ModelSpec:
     moe_layer_freq: int = 1      # every n-th block after the dense ones is MoE
     first_dense_layers: int = 0  # leading dense blocks (DeepSeek-V3: 3)
     capacity_factor: float | None = None   # expert capacity / even share; None: dropless
+    sliding_window: int = 0      # keys per query of a windowed block (0: no window)
+    attention_pattern: str = ""  # which blocks are windowed: "sliding" (all), "alternating"
     # what trains (simulator/models/finetune.py Finetune; None: every weight, as pre-training)
     finetune: Any = None
     # samples packed into each sequence (simulator/models/packing.py Pack; None: one each)
@@ -161,6 +170,8 @@ class _TransformerFile(BaseModel):
     type_vocab: NonNegInt | None = None
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     moe: _MoeFile | None = None
+    sliding_window: PosInt | None = None
+    attention_pattern: Literal["sliding", "alternating"] | None = None
     description: str = ""
 
 
@@ -326,7 +337,21 @@ def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
         vocab=f.vocab, max_seq_len=f.max_seq_len, mlp=pick("mlp"), norm=pick("norm"),
         tied_embeddings=pick("tied_embeddings"), bias=pick("bias"),
         position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"),
-        dropout=pick("dropout"), **_moe_fields(f, source))
+        dropout=pick("dropout"), **_moe_fields(f, source), **_window_fields(f, source))
+
+
+def _window_fields(f: _TransformerFile, source: str) -> dict:
+    """The ModelSpec fields of ``sliding_window`` and ``attention_pattern`` (none without)."""
+    if f.sliding_window is None:
+        if f.attention_pattern is not None:
+            raise ConfigError("needs sliding_window (the keys a windowed query sees)",
+                              source=source, field="attention_pattern")
+        return {}
+    if f.family not in ("gpt", "llama"):
+        raise ConfigError(f"a sliding window is modelled for causal models only (family gpt "
+                          f"or llama), not {f.family}", source=source, field="sliding_window")
+    return dict(sliding_window=f.sliding_window,
+                attention_pattern=f.attention_pattern or "sliding")
 
 
 def _moe_fields(f: _TransformerFile, source: str) -> dict:

@@ -25,6 +25,7 @@ from simulator.errors import ConfigError
 from simulator.models.moe import is_moe_block
 from simulator.models.ops import LayerCost
 from simulator.models.spec import ModelSpec
+from simulator.models.window import keep_attention
 from simulator.precision import precision_bytes
 
 from .context import CPHooks, allgather_size_bytes, kv_block_bytes, ring_slices
@@ -105,7 +106,8 @@ def _planned(layer: LayerCost, moe: _EpBlock | None, plan: ParallelPlan,
         return layer
     sizes = None
     if moe is not None and is_moe_block(layer):
-        layer, sizes = replace(moe.cost, name=layer.name), moe.sizes
+        # the busiest EP rank's MoE half; the block's own attention (windowed or full)
+        layer, sizes = keep_attention(replace(moe.cost, name=layer.name), layer), moe.sizes
     if plan.cp > 1 and plan.cp_mode == "ring":
         layer = ring_slices(layer, plan.cp)
     fields = {f: getattr(layer, f) for f in LayerCost.__dataclass_fields__}
