@@ -15,7 +15,9 @@ stages are a multiple of ``pp`` and their quotient is the virtual pipeline size
 Checked as Megatron-Core checks it (``validate_layer_layout``), each refusal one line naming
 the field: the embedding exactly once and first, the loss exactly once and last, no other
 symbol, as many ``t`` as the model's layers (the plan's check), and besides what this
-simulator cannot run: ``m`` (no catalog model has multi-token-prediction layers), the
+simulator cannot run: ``m`` anywhere but just before the loss on the last model stage
+(the generator puts a model's multi-token-prediction layers there, as Megatron-Bridge's
+DeepSeek-V3 layouts do; their number is the model file's ``mtp_layers``), the
 embedding anywhere but at the start of model stage 0 or the loss anywhere but at the end of
 the last one (where the generator puts them), and a stage between the ends with no layer.
 """
@@ -84,9 +86,9 @@ def layout_blocks(text: str, pp: int) -> tuple[int, tuple[int, ...]]:
         raise ConfigError("the embedding (E) must open the first stage and the loss (L) "
                           "close the last one (Megatron requires them first and last; the "
                           "simulator places them on the end stages)", field=FIELD)
-    if "m" in flat:
-        raise ConfigError("multi-token-prediction layers (m) are not modelled: no catalog "
-                          "model has them", field=FIELD)
+    if "m" in "".join(stages[:-1]) + stages[-1].removesuffix("L").rstrip("m"):
+        raise ConfigError("multi-token-prediction layers (m) are modelled on the last stage, "
+                          "just before the loss (L): move them there", field=FIELD)
     blocks = tuple(stage.count("t") for stage in stages)
     empty = [k for k in range(1, len(stages) - 1) if not blocks[k]]
     if empty:
