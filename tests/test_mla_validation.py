@@ -13,14 +13,8 @@ from simulator.validation.parallel import nemo
 ROOT = pc.default_root()
 
 
-@pytest.fixture(scope="module")
-def spec():
-    return pc.load(ROOT)
-
-
-@pytest.fixture(scope="module")
-def rows(spec):
-    return {nemo.case_id("blackwell", r): r for r in nemo.table_rows(ROOT, spec, "blackwell")}
+SPEC = pc.load(ROOT)
+ROWS = {nemo.case_id("blackwell", r): r for r in nemo.table_rows(ROOT, SPEC, "blackwell")}
 
 
 @pytest.mark.parametrize("case, model, mtp, blocks", [
@@ -34,9 +28,9 @@ def rows(spec):
     ("parallel/bridge/gb300/26.06/kimi-k2-256gpu-mxfp8-gbs4096", "kimi-k2", 0,
      (4,) * 15 + (1,)),
 ])
-def test_a_deepseek_row_runs_its_model_and_layout(spec, rows, case, model, mtp, blocks):
-    sc = nemo.scenario_of(rows[case], ROOT, spec, "x", "blackwell")
-    m = pc.model_for(ROOT, spec.nemo_models[rows[case]["model"]])
+def test_a_deepseek_row_runs_its_model_and_layout(case, model, mtp, blocks):
+    sc = nemo.scenario_of(ROWS[case], ROOT, SPEC, "x", "blackwell")
+    m = pc.model_for(ROOT, SPEC.nemo_models[ROWS[case]["model"]])
     assert (m.name, m.mtp_layers, m.is_mla) == (model, mtp, True)
     cfg = parse_strategy(sc["strategy"])
     plan = cfg.plan(256)
@@ -44,9 +38,9 @@ def test_a_deepseek_row_runs_its_model_and_layout(spec, rows, case, model, mtp, 
     assert tuple(plan.model_stage_blocks(m.layers)) == blocks and sum(blocks) == 61
 
 
-def test_token_dropping_rows_stay_refused(spec, rows):
-    drop = [r for c, r in rows.items() if "tokendrop" in c and "deepseekv3" in c]
-    assert drop and all("token dropping" in nemo._not_simulated(spec, r) for r in drop)
-    kept = [r for c, r in rows.items() if ("deepseekv3" in c or "kimi" in c)
+def test_token_dropping_rows_stay_refused():
+    drop = [r for c, r in ROWS.items() if "tokendrop" in c and "deepseekv3" in c]
+    assert drop and all("token dropping" in nemo._not_simulated(SPEC, r) for r in drop)
+    kept = [r for c, r in ROWS.items() if ("deepseekv3" in c or "kimi" in c)
             and "tokendrop" not in c]
-    assert kept and not any(nemo._not_simulated(spec, r) for r in kept)
+    assert kept and not any(nemo._not_simulated(SPEC, r) for r in kept)
