@@ -198,3 +198,54 @@ def test_what_mla_is_not_modelled_with_is_refused(kwargs, field):
     with pytest.raises(ConfigError) as e:
         layer_costs(model, 1, 128, "bf16", **kwargs)
     assert e.value.field == field
+
+
+@pytest.mark.parametrize("layout, mtp, found", [("Et*4|(t*4|)*14,tL", 1, 0),
+                                               ("Et*4|(t*4|)*14,tmL", 0, 1)])
+def test_a_layout_must_hold_the_models_mtp_layers(v3, layout, mtp, found):
+    from simulator.strategies import parse_strategy
+    cfg = parse_strategy({"name": "megatron", "pipeline_model_parallel_size": 4,
+                          "expert_model_parallel_size": 64,
+                          "pipeline_model_parallel_layout": layout})
+    with pytest.raises(ConfigError, match=f"{found} multi-token-prediction layer") as e:
+        cfg.check_model(replace(v3, mtp_layers=mtp))
+    assert e.value.field == FIELD
+    cfg.check_model(replace(v3, mtp_layers=found))          # the matching model passes
+
+
+def _tiny_mtp_scenario(tmp_path, **strategy):
+    import yaml
+    model = _file(layers=4, mtp_layers=1, moe=dict(num_experts=4, top_k=2, ffn_hidden=256,
+                                                   shared_experts=1, first_dense_layers=1))
+    path = tmp_path / "tiny-mla.yaml"
+    path.write_text(yaml.safe_dump(model))
+    return {"name": "tiny-mla", "model": str(path),
+            "training": {"micro_batch": 1, "seq_len": 256, "grad_accum": 4,
+                         "precision": "bf16", "flash_attention": True},
+            "cluster": {"topology": "dgx-h100-superpod", "nodes": 1},
+            "strategy": {"name": "megatron", "tensor_model_parallel_size": 2,
+                         "pipeline_model_parallel_size": 2, "sequence_parallel": True,
+                         "expert_model_parallel_size": 2, "use_distributed_optimizer": True,
+                         **strategy}}
+
+
+def test_an_mla_model_with_mtp_runs_under_tp_sp_pp_and_ep(tmp_path):
+    from simulator.validation.parallel.iteration import simulate
+    metrics = simulate(_tiny_mtp_scenario(tmp_path), "tiny")
+    assert metrics.iteration_time_s > 0 and not metrics.oom
+    with pytest.raises(ConfigError, match="0 multi-token-prediction layer") as e:
+        simulate(_tiny_mtp_scenario(tmp_path, pipeline_model_parallel_layout="Ett|ttL"), "t")
+    assert e.value.field == FIELD
+
+
+def test_the_mtp_layers_run_on_the_last_stage_before_the_head_outside_the_split():
+    from simulator.strategies.parallel.plan import ParallelPlan
+    from simulator.strategies.parallel.stages import chunks
+    model = parse_model(_file(layers=4, mtp_layers=1), "f.yaml")
+    layers = layer_costs(model, 1, 128, "bf16")
+    stages = chunks(layers, ParallelPlan(pp=2))
+    first, last = stages[(0, 0)].layers, stages[(1, 0)].layers
+    # the 4 blocks split 2 + 2, as without MTP; the MTP layers join the loss's stage
+    assert [x.name for x in first] == ["embed", "block.0", "block.1"]
+    assert [x.name for x in last] == ["block.2", "block.3", "mtp.0.in", "mtp.0", "mtp.0.out",
+                                      "head"]

@@ -17,7 +17,8 @@ the field: the embedding exactly once and first, the loss exactly once and last,
 symbol, as many ``t`` as the model's layers (the plan's check), and besides what this
 simulator cannot run: ``m`` anywhere but just before the loss on the last model stage
 (the generator puts a model's multi-token-prediction layers there, as Megatron-Bridge's
-DeepSeek-V3 layouts do; their number is the model file's ``mtp_layers``), the
+DeepSeek-V3 layouts do; their number must be the model file's ``mtp_layers``,
+:func:`check_layout_mtp`), the
 embedding anywhere but at the start of model stage 0 or the loss anywhere but at the end of
 the last one (where the generator puts them), and a stage between the ends with no layer.
 """
@@ -96,3 +97,12 @@ def layout_blocks(text: str, pp: int) -> tuple[int, tuple[int, ...]]:
                           f"stage between the ends without a transformer layer is not "
                           f"modelled", field=FIELD)
     return len(stages) // pp, blocks
+
+
+def check_layout_mtp(text: str, mtp_layers: int) -> None:
+    """Refuse layout ``text`` when its ``m`` are not the model's ``mtp_layers``, as
+    Megatron-Core's ``validate_layer_layout`` checks them against ``mtp_num_layers``."""
+    found = "".join(parse_layout(text)).count("m")
+    if found != mtp_layers:
+        raise ConfigError(f"{found} multi-token-prediction layer(s) (m) in the layout, the "
+                          f"model has {mtp_layers} (its file's mtp_layers)", field=FIELD)
