@@ -39,6 +39,8 @@ from simulator.models.finetune import check_model as check_finetune, finetune_la
 from simulator.models.packing import packed_layers
 from simulator.models.fp8 import fp8_layer
 from simulator.models.fusion import compiled_block
+from simulator.models.mla import check_mla
+from simulator.models.mtp import mtp_costs
 from simulator.models.transformer import embed_cost, head_cost
 from simulator.precision import FP8, FP32, compute_precision, precision_bytes
 
@@ -88,7 +90,8 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     Returns
     -------
     list of LayerCost
-        ``embed``, ``block.0`` ... ``block.{L-1}``, ``head`` for transformers;
+        ``embed``, ``block.0`` ... ``block.{L-1}``, ``head`` for transformers (with
+        multi-token prediction its ``mtp.*`` layers before the head, :mod:`.mtp`);
         ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
     """
     if precision == FP8:
@@ -113,6 +116,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     if model.position_embedding == "learned" and seq_len > model.max_seq_len:
         raise ConfigError(f"{seq_len} exceeds the {model.max_seq_len} learned positions "
                           f"of {model.name}", field="seq_len")
+    check_mla(model, flash_attention, autocast, compile, elementwise)
     k = precision_bytes(FP32) if autocast else e
     blocks = block_costs(model, batch, seq_len, e, flash_attention, k, tp, sp, cp)
     head = head_cost(model, batch, seq_len, e, k, tp, sp, cp)
@@ -129,7 +133,8 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                   for b in blocks]
     if eager and not compile and not fused_norm:
         head = eager_head(head, model, batch, seq_len, k, *shard)
-    layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, head]
+    mtp = mtp_costs(model, batch, seq_len, e, flash_attention, k, tp, sp, cp)
+    layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, *mtp, head]
     layers = packed_layers(layers, model.causal, model.pack, seq_len, cp, flash_attention)
     return finetune_layers(layers, model, model.finetune, e, precision)
 
@@ -184,7 +189,8 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
     PaLM, Chowdhery et al. 2022, appendix B;
     nanoGPT ``estimate_mfu``), ``N`` = parameters that take part in matmuls
     (:func:`params_total` minus :func:`lookup_params`; for a mixture of experts the active
-    ones, minus the routed experts a token skips). ResNets: 3x the forward
+    ones, minus the routed experts a token skips; multi-token-prediction layers count as
+    blocks, and their loss's second use of the output layer as its parameters again). ResNets: 3x the forward
     convolution and classifier FLOPs (2 FLOPs per multiply-add; about 3 x 8.2e9 for
     ResNet-50 at 224x224); batchnorm, ReLU and pooling are not counted. Mask R-CNN: the
     forward and backward convolution and matmul FLOPs (its frozen layers have no backward).
@@ -196,8 +202,11 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
         from simulator.models.maskrcnn import maskrcnn_train_flops  # CNNs load when used
         return maskrcnn_train_flops(model)
     check_positive(seq_len=seq_len)
-    n = params_total(model) - lookup_params(model) - inactive_params(model)
-    return 6.0 * n * seq_len + 12.0 * model.layers * model.q_width * seq_len ** 2
+    # multi-token prediction: its blocks attend, and its loss runs the shared output layer again
+    n = (params_total(model) - lookup_params(model) - inactive_params(model)
+         + model.mtp_layers * model.vocab * model.hidden)
+    blocks = model.layers + model.mtp_layers
+    return 6.0 * n * seq_len + 12.0 * blocks * model.q_width * seq_len ** 2
 
 
 def tokens_per_sample(model: ModelSpec, seq_len: int) -> int:

@@ -92,8 +92,9 @@ def dense_part(layer: LayerCost) -> LayerCost:
 
 
 def moe_layer_count(model: ModelSpec) -> int:
-    """MoE blocks of the model."""
-    return sum(is_moe_layer(model, i) for i in range(model.layers))
+    """MoE blocks of the model, its multi-token-prediction layers' blocks included
+    (:mod:`simulator.models.mtp`)."""
+    return sum(is_moe_layer(model, i) for i in range(model.layers + model.mtp_layers))
 
 
 def expert_params(model: ModelSpec) -> int:

@@ -31,6 +31,12 @@ sees, itself included: Hugging Face's ``sliding_window``, Megatron-Core's ``wind
 block (the default), ``alternating`` blocks 0, 2, 4, ... with full causal attention between
 (Hugging Face ``layer_types`` sliding, full, ...; Megatron-Core ``window_attn_skip_freq: 2``).
 Causal models only. :mod:`simulator.models.window` costs it.
+DeepSeek's multi-head latent attention (MLA) is an ``attention`` mapping: ``kind: mla``,
+``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
+``v_head_dim`` (:mod:`simulator.models.mla` costs it; no ``kv_heads``, ``head_dim`` or
+``bias`` beside it, rotary positions only). ``mtp_layers`` (default 0) adds DeepSeek-V3's
+multi-token-prediction layers (Megatron-Core's ``mtp_num_layers``,
+:mod:`simulator.models.mtp`).
 """
 
 from __future__ import annotations
@@ -104,6 +110,13 @@ class ModelSpec:
     capacity_factor: float | None = None   # expert capacity / even share; None: dropless
     sliding_window: int = 0      # keys per query of a windowed block (0: no window)
     attention_pattern: str = ""  # which blocks are windowed: "sliding" (all), "alternating"
+    # multi-head latent attention (simulator/models/mla.py; 0: not MLA): latent ranks, head widths
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_dim: int = 0
+    qk_rope_dim: int = 0
+    v_dim: int = 0
+    mtp_layers: int = 0          # multi-token-prediction layers (simulator/models/mtp.py)
     # what trains (simulator/models/finetune.py Finetune; None: every weight, as pre-training)
     finetune: Any = None
     # samples packed into each sequence (simulator/models/packing.py Pack; None: one each)
@@ -112,6 +125,11 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is multi-head latent attention (:mod:`simulator.models.mla`)."""
+        return self.kv_lora_rank > 0
 
     @property
     def is_transformer(self) -> bool:
@@ -148,6 +166,17 @@ class _MoeFile(BaseModel):
     capacity_factor: Annotated[float, Field(gt=0.0)] | None = None
 
 
+class _AttentionFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["mla"]
+    q_lora_rank: PosInt
+    kv_lora_rank: PosInt
+    qk_nope_head_dim: PosInt
+    qk_rope_head_dim: PosInt
+    v_head_dim: PosInt
+
+
 class _TransformerFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -172,6 +201,8 @@ class _TransformerFile(BaseModel):
     moe: _MoeFile | None = None
     sliding_window: PosInt | None = None
     attention_pattern: Literal["sliding", "alternating"] | None = None
+    attention: _AttentionFile | None = None
+    mtp_layers: NonNegInt = 0
     description: str = ""
 
 
@@ -305,10 +336,9 @@ def parse_model(data: Any, source: str) -> ModelSpec:
     try:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
-        moe = exc.errors()[0]["loc"][:1] == ("moe",)
-        raise validation_error(exc, source=source, depth=2 if moe else 1, style="got",
-                               valid=_MoeFile.model_fields if moe else schema.model_fields
-                               ) from None
+        sub = {"moe": _MoeFile, "attention": _AttentionFile}.get(exc.errors()[0]["loc"][0])
+        raise validation_error(exc, source=source, depth=2 if sub else 1, style="got",
+                               valid=(sub or schema).model_fields) from None
     if not parsed.source:
         parsed = parsed.model_copy(update={"source": f"{USER_SOURCE} {source}"})
     if family in CONV_FAMILIES:
@@ -330,14 +360,16 @@ def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
         value = getattr(f, key)
         return d[key] if value is None else value
 
+    mla = _mla_fields(f, source)
     return ModelSpec(
         name=f.name, family=f.family, source=f.source, layers=f.layers, hidden=f.hidden,
-        heads=f.heads, kv_heads=kv_heads, head_size=f.head_dim or 0,
+        heads=f.heads, kv_heads=kv_heads, head_size=mla.pop("head_size", f.head_dim or 0),
         ffn_hidden=f.ffn_hidden or 4 * f.hidden,
         vocab=f.vocab, max_seq_len=f.max_seq_len, mlp=pick("mlp"), norm=pick("norm"),
         tied_embeddings=pick("tied_embeddings"), bias=pick("bias"),
         position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"),
-        dropout=pick("dropout"), **_moe_fields(f, source), **_window_fields(f, source))
+        dropout=pick("dropout"), mtp_layers=_mtp_layers(f, source), **_moe_fields(f, source),
+        **mla, **_window_fields(f, source))
 
 
 def _window_fields(f: _TransformerFile, source: str) -> dict:
@@ -352,6 +384,43 @@ def _window_fields(f: _TransformerFile, source: str) -> dict:
                           f"or llama), not {f.family}", source=source, field="sliding_window")
     return dict(sliding_window=f.sliding_window,
                 attention_pattern=f.attention_pattern or "sliding")
+
+
+def _mtp_layers(f: _TransformerFile, source: str) -> int:
+    """The file's ``mtp_layers``: decoders only (they predict the next tokens)."""
+    if f.mtp_layers and f.family == "bert":
+        raise ConfigError("multi-token prediction needs a decoder (gpt, llama), not bert",
+                          source=source, field="mtp_layers")
+    return f.mtp_layers
+
+
+def _mla_fields(f: _TransformerFile, source: str) -> dict:
+    """The ModelSpec fields of the ``attention`` mapping (none for multi-head attention).
+    MLA's widths replace ``kv_heads`` and ``head_dim``: a file giving either beside it, or
+    biases, or learned positions, is refused (Megatron-Core's MLASelfAttention has one key
+    head per query head, bias-free projections and rotary positions on ``qk_rope_head_dim``).
+    ``head_size`` is set to ``(qk_nope + qk_rope + v) / 2``: the width whose multi-head
+    attention core has the same FLOPs per query-key pair and the same Q + K + V + O
+    elements (:mod:`simulator.models.mla`)."""
+    a = f.attention
+    if a is None:
+        return {}
+    for key, bad in (("kv_heads", f.kv_heads not in (None, f.heads)),
+                     ("head_dim", f.head_dim is not None), ("bias", bool(f.bias)),
+                     ("position_embedding", f.position_embedding not in (None, "rope")),
+                     ("family", f.family == "bert")):
+        if bad:
+            raise ConfigError(f"{key} cannot be set with attention kind mla (MLA has one key "
+                              f"head per query head, no biases, rotary positions, decoders "
+                              f"only)", source=source, field=key)
+    widths = a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim
+    if widths % 2:
+        raise ConfigError(f"qk_nope_head_dim + qk_rope_head_dim + v_head_dim ({widths}) must "
+                          f"be even (the attention core is priced at half of it per head)",
+                          source=source, field="attention.v_head_dim")
+    return dict(q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
+                qk_nope_dim=a.qk_nope_head_dim, qk_rope_dim=a.qk_rope_head_dim,
+                v_dim=a.v_head_dim, head_size=widths // 2)
 
 
 def _moe_fields(f: _TransformerFile, source: str) -> dict:

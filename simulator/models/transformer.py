@@ -40,6 +40,8 @@ from dataclasses import replace
 from simulator.models.ops import (
     ACT_FLOPS, ID_BYTES, LOSS_BWD_FLOPS, LOSS_BYTES, LOSS_FLOPS, NORM_FLOPS, SOFTMAX_BWD_FLOPS,
     SOFTMAX_FLOPS, LayerCost, OpCost, matmul, matmul_bwd, pointwise)
+from simulator.models.mla import (latent_saved_bytes, mla_attention_params,
+                                  mla_projection_ops, mla_saved)
 from simulator.models.spec import ModelSpec
 
 
@@ -55,6 +57,8 @@ def block_params(model: ModelSpec, tp: int = 1) -> int:
     h, f, kvd = model.hidden, model.ffn_hidden, model.kv_heads * model.head_dim
     q = model.q_width              # queries and attention output (h unless head_dim says)
     mats = 3 if model.mlp == "swiglu" else 2
+    if model.is_mla:                # bias-free (spec refuses biases with MLA)
+        return mla_attention_params(model, tp) + mats * h * f // tp + 2 * norm_params(model)
     if tp > 1:
         split = h * (q + 2 * kvd) + q * h + mats * h * f
         col_bias = (q + 2 * kvd) + (mats - 1) * f if model.bias else 0
@@ -104,6 +108,8 @@ def block_activation_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
         # they are another tensor (dropped out, or autocast's copy of fp32 probabilities)
         per = k + (1 if drop else 0) + (e if drop or k != e else 0)
         total += model.heads // tp * s_kv * sb * per
+    if model.is_mla:    # its latents (Q, K, V, O are the head_size terms above)
+        total += latent_saved_bytes(model, sb // (tp if sp else 1), e)
     return total
 
 
@@ -228,18 +234,23 @@ def block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     c1, c2 = _casts("cast.norm1", tn * h, e, k), _casts("cast.norm2", tn * h, e, k)
     wc = _casts("weight_cast", block_params(model, tp), e, k)
     attn_f, attn_b = _attention(model, b, s, e, flash, k, tp, s_kv)
-    rope = _rotary(model, b, s, e, tp)
+    rope = _rotary(model, b, s, e, tp) if not model.is_mla else ([], [])
     mlp_f, mlp_b = _mlp(model, t, e, tp)
     d1, d2 = ((_dropout("attn_out.dropout", tn * h, e), _dropout("mlp_down.dropout", tn * h, e))
               if model.dropout > 0 else (([], []), ([], [])))
     bias = model.bias
-    qkv = matmul("qkv_proj", t, h, qkv_n, e, params=h * qkv_n + (qkv_n if bias else 0))
-    out = matmul("attn_out", t, q // tp, h, e, params=q * h // tp + (h if bias else 0))
-    fwd = [*wc[0], n1[0], *c1[0], qkv, *rope[0], *attn_f, out, *d1[0], *r1[0], n2[0], *c2[0],
-           *mlp_f, *d2[0], *r2[0]]
+    o = model.heads * model.v_dim if model.is_mla else q    # the attention output's width
+    if model.is_mla:    # projections, latent norms and rotary (simulator/models/mla.py)
+        proj_f, proj_b = mla_projection_ops(model, b, s, e, tp, sp)
+    else:
+        proj_f = [matmul("qkv_proj", t, h, qkv_n, e, params=h * qkv_n + (qkv_n if bias else 0))]
+        proj_b = matmul_bwd("qkv_proj", t, h, qkv_n, e, weight=True)
+    out = matmul("attn_out", t, o // tp, h, e, params=o * h // tp + (h if bias else 0))
+    fwd = [*wc[0], n1[0], *c1[0], *proj_f, *rope[0], *attn_f, out, *d1[0], *r1[0], n2[0],
+           *c2[0], *mlp_f, *d2[0], *r2[0]]
     bwd = [*r2[1], *d2[1], *mlp_b, *c2[1], n2[1], *r1[1], *d1[1],
-           *matmul_bwd("attn_out", t, q // tp, h, e, weight=True), *attn_b, *rope[1],
-           *matmul_bwd("qkv_proj", t, h, qkv_n, e, weight=True), *c1[1], n1[1], *wc[1]]
+           *matmul_bwd("attn_out", t, o // tp, h, e, weight=True), *attn_b, *rope[1],
+           *proj_b, *c1[1], n1[1], *wc[1]]
     return LayerCost("block", "transformer_block", block_params(model, tp),
                      _with_saved(fwd, model, b, s, e, k, tp, sp), tuple(bwd),
                      block_activation_bytes(model, b, s_kv, e, flash, k, tp, sp, cp),
@@ -268,6 +279,8 @@ def _with_saved(fwd: list[OpCost], model: ModelSpec, b: int, s: int, e: int, k: 
              "attn_out.dropout": tn * h, "mlp_down.dropout": tn * h,
              "mlp_gate_up": 2 * e * t * f // tp, "mlp_up": e * t * f // tp,
              model.mlp: e * t * f // tp}
+    if model.is_mla:
+        saved.update(mla_saved(model, t, tn, e, tp))
     return tuple(replace(c, saved_bytes=saved[c.name]) if c.name in saved else c for c in fwd)
 
 

@@ -69,7 +69,7 @@ from simulator.models.fp8 import TE_CAST_BYTES
 from ..base import CommonConfig
 from ..parallel.moe import ExpertLoad
 from ..parallel.plan import ParallelPlan
-from .megatron_layout import layout_blocks
+from .megatron_layout import check_layout_mtp, layout_blocks
 
 if TYPE_CHECKING:      # the argument file's modules load when a file is read (start-up)
     from .pieces import ConfigPieces, Doc
@@ -265,6 +265,11 @@ class MegatronConfig(CommonConfig):
             return self.virtual_pipeline_model_parallel_size or 1, ()
         return layout_blocks(self.pipeline_model_parallel_layout,
                              self.pipeline_model_parallel_size)
+
+    def check_model(self, model) -> None:
+        """The layout's multi-token-prediction layers against the model's (one line)."""
+        if self.pipeline_model_parallel_layout is not None:
+            check_layout_mtp(self.pipeline_model_parallel_layout, model.mtp_layers)
 
     def grad_reduce_bytes(self) -> int:
         if self.reduce_dtype or self.DDP_impl == "torch":

@@ -15,7 +15,10 @@ stages are a multiple of ``pp`` and their quotient is the virtual pipeline size
 Checked as Megatron-Core checks it (``validate_layer_layout``), each refusal one line naming
 the field: the embedding exactly once and first, the loss exactly once and last, no other
 symbol, as many ``t`` as the model's layers (the plan's check), and besides what this
-simulator cannot run: ``m`` (no catalog model has multi-token-prediction layers), the
+simulator cannot run: ``m`` anywhere but just before the loss on the last model stage
+(the generator puts a model's multi-token-prediction layers there, as Megatron-Bridge's
+DeepSeek-V3 layouts do; their number must be the model file's ``mtp_layers``,
+:func:`check_layout_mtp`), the
 embedding anywhere but at the start of model stage 0 or the loss anywhere but at the end of
 the last one (where the generator puts them), and a stage between the ends with no layer.
 """
@@ -84,9 +87,9 @@ def layout_blocks(text: str, pp: int) -> tuple[int, tuple[int, ...]]:
         raise ConfigError("the embedding (E) must open the first stage and the loss (L) "
                           "close the last one (Megatron requires them first and last; the "
                           "simulator places them on the end stages)", field=FIELD)
-    if "m" in flat:
-        raise ConfigError("multi-token-prediction layers (m) are not modelled: no catalog "
-                          "model has them", field=FIELD)
+    if "m" in "".join(stages[:-1]) + stages[-1].removesuffix("L").rstrip("m"):
+        raise ConfigError("multi-token-prediction layers (m) are modelled on the last stage, "
+                          "just before the loss (L): move them there", field=FIELD)
     blocks = tuple(stage.count("t") for stage in stages)
     empty = [k for k in range(1, len(stages) - 1) if not blocks[k]]
     if empty:
@@ -94,3 +97,12 @@ def layout_blocks(text: str, pp: int) -> tuple[int, tuple[int, ...]]:
                           f"stage between the ends without a transformer layer is not "
                           f"modelled", field=FIELD)
     return len(stages) // pp, blocks
+
+
+def check_layout_mtp(text: str, mtp_layers: int) -> None:
+    """Refuse layout ``text`` when its ``m`` are not the model's ``mtp_layers``, as
+    Megatron-Core's ``validate_layer_layout`` checks them against ``mtp_num_layers``."""
+    found = "".join(parse_layout(text)).count("m")
+    if found != mtp_layers:
+        raise ConfigError(f"{found} multi-token-prediction layer(s) (m) in the layout, the "
+                          f"model has {mtp_layers} (its file's mtp_layers)", field=FIELD)

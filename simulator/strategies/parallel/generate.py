@@ -499,6 +499,8 @@ def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, s
     plan = cfg.plan(world.world_size)
     names = cfg.plan_fields() if hasattr(cfg, "plan_fields") else {}
     plan.check(spec, world.world_size, seq_len=seq_len, names=names)
+    if hasattr(cfg, "check_model"):     # what the strategy checks against the model itself
+        cfg.check_model(spec)
     check_schedule(plan.schedule, plan.pp, cfg.grad_accum, plan.vp,
                    fields={k: v for k, v in names.items()
                            if k in ("schedule", "pp", "vp", "micro_batches")})

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.models.mtp import is_mtp
+
 from .plan import ParallelPlan
 from .schedules import Location, stage_location, virtual_stage
 
@@ -28,8 +30,11 @@ class Chunk:
 
 def chunks(layers, plan: ParallelPlan) -> dict[tuple[int, int], Chunk]:
     """(pipeline rank, chunk) -> :class:`Chunk` for ``layers`` (``embed``, blocks, ``head``,
-    as :func:`simulator.models.layer_costs` returns them)."""
-    body = [x for x in layers if x.kind not in ("embedding", "head")]
+    as :func:`simulator.models.layer_costs` returns them). Multi-token-prediction layers
+    (:mod:`simulator.models.mtp`) go on the last stage, before the head, outside the split
+    of the blocks (Megatron-Core builds them where the loss is)."""
+    body = [x for x in layers if x.kind not in ("embedding", "head") and not is_mtp(x)]
+    mtp = [x for x in layers if is_mtp(x)]
     pre = [x for x in layers[:1] if x.kind == "embedding"]
     post = [x for x in layers[-1:] if x.kind == "head"]
     sizes = plan.model_stage_blocks(len(body))
@@ -37,7 +42,7 @@ def chunks(layers, plan: ParallelPlan) -> dict[tuple[int, int], Chunk]:
     for stage, size in enumerate(sizes):
         own = body[start:start + size]
         start += size
-        own = (pre if stage == 0 else []) + own + (post if stage == n - 1 else [])
+        own = (pre if stage == 0 else []) + own + (mtp + post if stage == n - 1 else [])
         at = stage_location(plan.schedule, plan.pp, plan.vp, stage)
         assert virtual_stage(plan.schedule, plan.pp, plan.vp, at.rank, at.chunk) == stage
         out[(at.rank, at.chunk)] = Chunk(stage=stage, rank=at.rank, chunk=at.chunk,

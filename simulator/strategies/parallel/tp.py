@@ -64,13 +64,15 @@ _HEAD = {False: {("backward", "after", "lm_head.dgrad"): "all_reduce"},
          True: {("forward", "before", "lm_head"): "all_gather",
                 ("backward", "after", "lm_head.dgrad"): "reduce_scatter"}}
 LOSS_REDUCES = 3          # vocab-parallel cross entropy: max, target logit, sum of exp
-POINTS = {"transformer_block": _BLOCK, "embedding": _EMBED, "head": _HEAD}
+# a multi-token-prediction layer's output layer and loss are the head's (simulator/models/mtp.py)
+POINTS = {"transformer_block": _BLOCK, "embedding": _EMBED, "head": _HEAD, "mtp": _HEAD}
 
 
 def kernel_key(name: str) -> str:
     """A kernel's name as the tables above spell it (SwiGLU's ``mlp_gate_up`` is the MLP
-    up projection)."""
-    return name.replace("mlp_gate_up", "mlp_up")
+    up projection; MLA's first projection, ``q_down_proj``, takes the QKV projection's
+    collectives, :mod:`simulator.models.mla`)."""
+    return name.replace("mlp_gate_up", "mlp_up").replace("q_down_proj", "qkv_proj")
 
 
 def points(kind: str, sp: bool) -> dict:
@@ -139,7 +141,7 @@ class TPHooks(OpHooks):
                 before=before, before_waiter=waiter, after=table.get((stage, "after", name)),
                 after_waiter=("non_wgrad" if stage == "backward" and self.async_backward
                               else "next"), name=name,
-                loss=name == "lm_head" and stage == "forward" and self.kind == "head")
+                loss=name == "lm_head" and stage == "forward" and self.kind in ("head", "mtp"))
         return point
 
     def before(self, cost, phase: str) -> tuple:

@@ -96,6 +96,7 @@ class CasesFile(BaseModel):
     nemo_strategy: dict[str, dict[str, bool | int | str]] = {}
     bridge_recipes: list[Recipe] = []
     bridge_tasks: dict[str, Task] = {}
+    nemo_layouts: dict[str, dict[int, str]] = {}
     nemo_not_modelled: dict[str, str] = {}
     nemo_precision: dict[str, dict[str, str]] = {}
     nemo_max_gpus: int = 128

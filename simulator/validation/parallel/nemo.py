@@ -12,8 +12,9 @@ as not simulated) with the row's TP, PP, CP, VP, EP, global and micro batch, set
 NeMo's launcher configurations run (sequence parallelism when TP > 1, the distributed
 optimizer with its gradient reduce-scatter and parameter all-gather overlapped, fused/flash
 attention, no recompute; per model ``cases.yaml``'s ``nemo_strategy``: TP communication
-overlap, recompute). A Megatron-Bridge row with ``FSDP`` above 0 shards over that many
-ranks (Megatron-FSDP), simulated as Megatron's FSDP2 path (``use_torch_fsdp2``: the same
+overlap, recompute; ``nemo_layouts``: the recipe's ``pipeline_model_parallel_layout`` for
+the row's ``pp x vp`` model stages). A Megatron-Bridge row with ``FSDP`` above 0 shards
+over that many ranks (Megatron-FSDP), simulated as Megatron's FSDP2 path (``use_torch_fsdp2``: the same
 ZeRO-3 traffic). The precision column maps to the scenario's precision and FP8 recipe by
 ``cases.yaml``'s ``nemo_precision`` (NeMo 24.07's FP8 is Transformer Engine's delayed
 scaling, ``fp8: hybrid``; Megatron-Bridge's FP8 is current scaling, FP8-CS; its Blackwell
@@ -145,6 +146,9 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
     if ep > 1:
         strategy["expert_model_parallel_size"] = ep
     strategy.update(spec.nemo_strategy.get(row["model"], {}))
+    layout = spec.nemo_layouts.get(row["model"], {}).get(pp * vp)
+    if layout:          # the recipe's pipeline layout for its pp x vp model stages
+        strategy["pipeline_model_parallel_layout"] = layout
     for recipe in spec.bridge_recipes:
         if recipe.matches(row["model"], gpu_of(row), str(row["precision"]).strip(),
                           release_of(row)):
