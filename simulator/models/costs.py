@@ -98,6 +98,9 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     if (tp, sp, cp) != (1, False, 1) and not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: no tensor, sequence or "
                           f"context parallelism", field="tp")
+    if model.layer_pattern and (tp, cp) != (1, 1):
+        raise ConfigError(f"{model.name}: tensor and context parallelism of a hybrid "
+                          f"(layer_pattern) model are not modelled", field="tp")
     if model.family == "resnet":
         from simulator.models.resnet import resnet_layer_costs      # CNNs load when used
         check_positive(batch=batch)
@@ -192,7 +195,8 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
         return maskrcnn_train_flops(model)
     check_positive(seq_len=seq_len)
     n = params_total(model) - lookup_params(model) - inactive_params(model)
-    return 6.0 * n * seq_len + 12.0 * model.layers * model.q_width * seq_len ** 2
+    attention = model.layer_pattern.count("*") if model.layer_pattern else model.layers
+    return 6.0 * n * seq_len + 12.0 * attention * model.q_width * seq_len ** 2
 
 
 def tokens_per_sample(model: ModelSpec, seq_len: int) -> int:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from simulator.models.mamba import layer_half, mamba_layer_cost
 from simulator.models.ops import (ACT_FLOPS, ID_BYTES, SOFTMAX_BWD_FLOPS, SOFTMAX_FLOPS,
                                   LayerCost, OpCost, gemm_dims, matmul, matmul_bwd, pointwise)
 from simulator.models.spec import ModelSpec
@@ -50,13 +51,15 @@ PROB_BYTES = 4                      # fp32 router probabilities
 EXPERT_KERNELS = "moe_expert_"      # the routed experts' kernels (their names begin so)
 
 # Kernels of the dense MLP that an MoE block replaces (forward and backward names).
-_DENSE_MLP = ("mlp_up", "mlp_gate_up", "mlp_down", "gelu", "swiglu")
+_DENSE_MLP = ("mlp_up", "mlp_gate_up", "mlp_down", "gelu", "swiglu", "squared_relu")
 _GRADS = ("dgrad", "wgrad", "bwd")
 
 
 def is_moe_layer(model: ModelSpec, index: int) -> bool:
     """Whether block ``index`` (from 0) is an MoE block: after ``first_dense_layers``,
-    every ``moe_layer_freq``-th."""
+    every ``moe_layer_freq``-th (a hybrid model: an ``E`` of its ``layer_pattern``)."""
+    if model.layer_pattern:
+        return model.layer_pattern[index] == "E"
     start = model.first_dense_layers
     return model.is_moe and index >= start and (index - start) % model.moe_layer_freq == 0
 
@@ -254,6 +257,10 @@ def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
                        sort_chunks=sort_chunks, etp=etp)
     received = t * model.top_k if expert_tokens is None else expert_tokens
     first_fwd = "mlp_gate_up" if model.mlp == "swiglu" else "mlp_up"
+    if model.layer_pattern:        # a hybrid model's E layer: the MoE half alone
+        layer = replace(dense, forward=_swap_mlp(dense.forward, fwd, first_fwd),
+                        backward=_swap_mlp(dense.backward, bwd, "mlp_down.dgrad"))
+        return layer_half(layer, model, True, moe_activation_bytes(model, t, e, received, etp))
     attention = block_activation_bytes(replace(model, ffn_hidden=0), b, s, e, flash, k, tp,
                                        sp, cp)
     return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp, etp),
@@ -269,5 +276,12 @@ def block_costs(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int | 
     :func:`is_moe_layer` (every expert on the rank, tokens routed evenly)."""
     dense = block_cost(model, b, s, e, flash, k, tp, sp, cp)
     moe = moe_block_cost(model, b, s, e, flash, k, tp, sp, cp) if model.is_moe else None
+    if model.layer_pattern:
+        kinds = {"*": lambda: layer_half(dense, model, False),
+                 "-": lambda: layer_half(dense, model, True),
+                 "E": lambda: moe, "M": lambda: mamba_layer_cost(model, b, s, e, k)}
+        built = {sym: kinds[sym]() for sym in set(model.layer_pattern)}
+        return [replace(built[sym], name=f"block.{i}")
+                for i, sym in enumerate(model.layer_pattern)]
     return [replace(moe if is_moe_layer(model, i) else dense, name=f"block.{i}")
             for i in range(model.layers)]

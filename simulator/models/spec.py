@@ -24,6 +24,12 @@ kind as the model), ``shared_experts`` always-on experts of that width, which bl
 MoE (``first_dense_layers`` dense blocks first, of the model's ``ffn_hidden``, then every
 ``layer_freq``-th block) and ``capacity_factor`` (tokens an expert takes, relative to an
 even share; absent: dropless, Megatron-LM's default). :mod:`simulator.models.moe` costs it.
+
+A hybrid model (Nemotron-H, Nemotron 3) adds ``layer_pattern``, one character per layer as
+Megatron-Core's ``hybrid_layer_pattern`` spells it: ``M`` a Mamba-2 layer, ``*`` an
+attention layer, ``-`` a dense MLP layer, ``E`` an MoE layer (each a pre-norm residual
+layer with one mixer), and a ``mamba`` mapping (``heads``, ``head_dim``, ``state``,
+``groups``, ``conv_kernel``, ``chunk``); :mod:`simulator.models.mamba` costs it.
 """
 
 from __future__ import annotations
@@ -57,6 +63,20 @@ _DEFAULTS = {
 
 PosInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+
+
+@dataclass(frozen=True)
+class MambaSizes:
+    """A Mamba-2 mixer (the model file's ``mamba`` mapping, Megatron-Core MambaMixer's
+    arguments): ``heads`` of ``head_dim`` channels, ``groups`` of B/C with ``state`` size,
+    conv1d ``conv_kernel``, SSD ``chunk``."""
+
+    heads: int
+    head_dim: int
+    state: int
+    groups: int
+    conv_kernel: int
+    chunk: int
 
 
 @dataclass(frozen=True)
@@ -95,6 +115,10 @@ class ModelSpec:
     moe_layer_freq: int = 1      # every n-th block after the dense ones is MoE
     first_dense_layers: int = 0  # leading dense blocks (DeepSeek-V3: 3)
     capacity_factor: float | None = None   # expert capacity / even share; None: dropless
+    # hybrid models (simulator/models/mamba.py): one character per layer, "" for a plain
+    # transformer; the Mamba-2 mixer's sizes (None without Mamba layers)
+    layer_pattern: str = ""
+    mamba: MambaSizes | None = None
     # what trains (simulator/models/finetune.py Finetune; None: every weight, as pre-training)
     finetune: Any = None
 
@@ -137,6 +161,17 @@ class _MoeFile(BaseModel):
     capacity_factor: Annotated[float, Field(gt=0.0)] | None = None
 
 
+class _MambaFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    heads: PosInt
+    head_dim: PosInt
+    state: PosInt
+    groups: PosInt = 1
+    conv_kernel: PosInt = 4        # Megatron-Core MambaMixer's d_conv default
+    chunk: PosInt = 128            # Megatron-Core MambaMixer's chunk_size default
+
+
 class _TransformerFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -151,14 +186,16 @@ class _TransformerFile(BaseModel):
     ffn_hidden: PosInt | None = None
     vocab: PosInt
     max_seq_len: PosInt
-    mlp: Literal["gelu", "swiglu"] | None = None
+    mlp: Literal["gelu", "swiglu", "squared_relu"] | None = None
     norm: Literal["layernorm", "rmsnorm"] | None = None
     tied_embeddings: Annotated[bool, Field(strict=True)] | None = None
     bias: Annotated[bool, Field(strict=True)] | None = None
-    position_embedding: Literal["learned", "rope"] | None = None
+    position_embedding: Literal["learned", "rope", "none"] | None = None
     type_vocab: NonNegInt | None = None
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     moe: _MoeFile | None = None
+    layer_pattern: str | None = None
+    mamba: _MambaFile | None = None
     description: str = ""
 
 
@@ -292,10 +329,10 @@ def parse_model(data: Any, source: str) -> ModelSpec:
     try:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
-        moe = exc.errors()[0]["loc"][:1] == ("moe",)
-        raise validation_error(exc, source=source, depth=2 if moe else 1, style="got",
-                               valid=_MoeFile.model_fields if moe else schema.model_fields
-                               ) from None
+        loc = exc.errors()[0]["loc"]
+        nested = {"moe": _MoeFile, "mamba": _MambaFile}.get(loc[0] if loc else "")
+        raise validation_error(exc, source=source, depth=2 if nested else 1, style="got",
+                               valid=(nested or schema).model_fields) from None
     if not parsed.source:
         parsed = parsed.model_copy(update={"source": f"{USER_SOURCE} {source}"})
     if family in CONV_FAMILIES:
@@ -324,7 +361,44 @@ def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
         vocab=f.vocab, max_seq_len=f.max_seq_len, mlp=pick("mlp"), norm=pick("norm"),
         tied_embeddings=pick("tied_embeddings"), bias=pick("bias"),
         position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"),
-        dropout=pick("dropout"), **_moe_fields(f, source))
+        dropout=pick("dropout"), **_moe_fields(f, source), **_hybrid_fields(f, source))
+
+
+PATTERN_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
+
+
+def _hybrid_fields(f: _TransformerFile, source: str) -> dict:
+    """The ModelSpec fields of ``layer_pattern`` and ``mamba`` (none for a transformer)."""
+    pattern = f.layer_pattern
+    if pattern is None:
+        if f.mamba is not None:
+            raise ConfigError("a mamba mapping needs a layer_pattern with M layers",
+                              source=source, field="mamba")
+        return {}
+    bad = sorted(set(pattern) - set(PATTERN_SYMBOLS))
+    if bad:
+        raise ConfigError(f"unknown layer symbol {bad[0]!r}; valid: M (Mamba-2), * "
+                          f"(attention), - (MLP), E (MoE)", source=source,
+                          field="layer_pattern")
+    if len(pattern) != f.layers:
+        raise ConfigError(f"{len(pattern)} symbols for {f.layers} layers", source=source,
+                          field="layer_pattern")
+    if "E" in pattern and f.moe is None:
+        raise ConfigError("E (MoE) layers need a moe mapping", source=source,
+                          field="layer_pattern")
+    if f.moe is not None and "E" not in pattern:
+        raise ConfigError("a moe mapping needs E layers in the pattern", source=source,
+                          field="layer_pattern")
+    m = f.mamba
+    if "M" in pattern and m is None:
+        raise ConfigError("M (Mamba-2) layers need a mamba mapping", source=source,
+                          field="layer_pattern")
+    if m is None:
+        return {"layer_pattern": pattern}
+    if m.heads % m.groups:
+        raise ConfigError(f"groups ({m.groups}) must divide heads ({m.heads})",
+                          source=source, field="mamba.groups")
+    return {"layer_pattern": pattern, "mamba": MambaSizes(**m.model_dump())}
 
 
 def _moe_fields(f: _TransformerFile, source: str) -> dict:
@@ -335,6 +409,10 @@ def _moe_fields(f: _TransformerFile, source: str) -> dict:
     if m.top_k > m.num_experts:
         raise ConfigError(f"top_k ({m.top_k}) exceeds num_experts ({m.num_experts})",
                           source=source, field="moe.top_k")
+    if f.layer_pattern is not None and (m.first_dense_layers or m.layer_freq != 1):
+        raise ConfigError("a layer_pattern places the MoE layers itself (E): leave out "
+                          "first_dense_layers and layer_freq", source=source,
+                          field="moe.first_dense_layers")
     if m.first_dense_layers >= f.layers:
         raise ConfigError(f"first_dense_layers ({m.first_dense_layers}) leaves no MoE block "
                           f"of the {f.layers} layers", source=source,
