@@ -161,3 +161,29 @@ def layer_half(layer: LayerCost, model: ModelSpec, mlp: bool, extra_saved: int =
 def pattern_counts(model: ModelSpec) -> dict[str, int]:
     """Layers of each kind of the pattern, by name (Mamba-2, attention, MLP, MoE)."""
     return {name: model.layer_pattern.count(sym) for sym, name in PATTERN_SYMBOLS.items()}
+
+
+def megatron_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per token of a hybrid model as Megatron-LM counts them (the
+    ``hybrid_flops`` of ``num_floating_point_operations``, megatron/training/training.py,
+    which Megatron-Bridge's "Model TFLOP/sec/GPU" uses): 3x the forward of each layer kind,
+    attention ``4 s h p (h + h g / a + s / 2)`` (``p = head_dim a / h``), Mamba
+    ``2 s h (2 d' + 2 G N + H) + 7 s d' N + 2 s d' h`` with ``d' = 2 h`` (its expand-2
+    assumption, not ``H P``), MoE ``4 s h f k + 4 s h f_shared`` (non-gated), a dense MLP
+    ``4 s h f``, and the logits ``2 s h V``; divided by ``s``."""
+    s, h = seq_len, model.hidden
+    a, g = model.heads, model.kv_heads
+    p = model.head_dim * a / h
+    attention = 4 * s * h * p * (h + h * g / a + s / 2)
+    gated = 1.5 if model.mlp == "swiglu" else 1.0
+    mlp = 4 * s * h * model.ffn_hidden * gated
+    moe = 4 * s * h * model.moe_ffn_hidden * gated * (model.top_k + model.shared_experts)
+    mamba = 0.0
+    if model.mamba is not None:
+        m, d = model.mamba, 2 * h
+        mamba = (2 * s * h * (2 * d + 2 * m.groups * m.state + m.heads)
+                 + 7 * s * d * m.state + 2 * s * d * h)
+    counts = pattern_counts(model)
+    forward = (counts["attention"] * attention + counts["MLP"] * mlp + counts["MoE"] * moe
+               + counts["Mamba-2"] * mamba + 2 * s * h * model.vocab)
+    return 3 * forward / s

@@ -1,0 +1,176 @@
+"""Hybrid Mamba-Transformer models (simulator/models/mamba.py): the Mamba-2 layer's
+parameters and FLOPs, the SSD formula, layer patterns and their refusals, with the
+arithmetic written out (Nemotron 3 Nano's sizes: h 2688, 64 heads of 64, 8 groups of state
+128, conv 4, chunk 128)."""
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.models.costs import layer_costs, model_flops_per_sample, params_total
+from simulator.models.mamba import (
+    layer_half, mamba_layer_cost, mamba_params, megatron_flops_per_token, pattern_counts,
+    ssd_flops)
+from simulator.models.moe import block_costs, is_moe_layer
+from simulator.models.spec import load_model, parse_model
+from simulator.models.transformer import block_cost
+
+NANO = "nemotron-3-nano-30b-a3b"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def nano():
+    return load_model(NANO)
+
+
+def hybrid_file(**over):
+    data = {"name": "tiny-hybrid", "family": "llama", "layers": 4, "hidden": 256,
+            "heads": 4, "kv_heads": 2, "ffn_hidden": 512, "vocab": 1000,
+            "max_seq_len": 2048, "mlp": "squared_relu", "position_embedding": "none",
+            "layer_pattern": "M*ME",
+            "mamba": {"heads": 8, "head_dim": 64, "state": 16, "groups": 2},
+            "moe": {"num_experts": 4, "top_k": 2, "ffn_hidden": 128}}
+    data.update(over)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def test_mamba_layer_params_written_out():
+    # norm 2688; in_proj 2688 x (2*4096 + 2*8*128 + 64) = 2688 x 10304; conv1d over
+    # 4096 + 2*8*128 = 6144 channels, (4 + 1) each; A_log, D, dt_bias 3 x 64; gated norm
+    # 4096; out_proj 4096 x 2688
+    expected = 2688 + 2688 * 10304 + 6144 * 5 + 3 * 64 + 4096 + 4096 * 2688
+    assert expected == 38_744_896
+    model = nano()
+    assert mamba_params(model) == expected
+    assert mamba_layer_cost(model, 1, 8192, 2).params == expected
+
+
+def test_mamba_gemm_flops_and_backward():
+    model, t = nano(), 2 * 4096
+    layer = {op.name: op for op in mamba_layer_cost(model, 2, 4096, 2).forward}
+    assert layer["mamba_in_proj"].flops == 2 * t * 2688 * 10304
+    assert layer["mamba_out_proj"].flops == 2 * t * 4096 * 2688
+    assert layer["mamba_conv1d"].flops == (2 * 4 + 4) * t * 6144   # 2K FMA + SiLU
+    bwd = {op.name: op for op in mamba_layer_cost(model, 2, 4096, 2).backward}
+    assert bwd["mamba_in_proj.dgrad"].flops == bwd["mamba_in_proj.wgrad"].flops \
+        == 2 * t * 2688 * 10304
+    assert bwd["mamba_ssd.bwd"].flops == 2 * layer["mamba_ssd"].flops
+
+
+def test_ssd_flops_formula():
+    # per token: C B^T 2 Q N G = 2*128*128*8; scores x X 2 Q P H = 2*128*64*64; chunk
+    # states and state-to-output 2 N P H each = 2*128*64*64; state passing 2 N P H / Q
+    per_token = (2 * 128 * 128 * 8 + 2 * 128 * 64 * 64 + 2 * 2 * 128 * 64 * 64
+                 + 2 * 128 * 64 * 64 / 128)
+    assert per_token == 3_416_064
+    assert ssd_flops(nano(), 8192) == per_token * 8192
+    # doubling the chunk doubles the two intra-chunk terms and halves state passing
+    doubled = replace(nano(), mamba=replace(nano().mamba, chunk=256))
+    assert ssd_flops(doubled, 1) == per_token + 262_144 + 1_048_576 - 8192 / 2
+
+
+def test_mamba_saved_activations():
+    # residual stream 2 t h, in_proj output 2 t 10304, SSD output and out_proj input
+    # 2 t 4096 each (bf16)
+    t = 8192
+    expected = 2 * t * 2688 + 2 * t * 10304 + 2 * 2 * t * 4096
+    assert mamba_layer_cost(nano(), 1, t, 2).activation_bytes == expected
+
+
+def test_nano_pattern_counts_and_layers():
+    model = nano()
+    assert pattern_counts(model) == {"Mamba-2": 23, "attention": 6, "MLP": 0, "MoE": 23}
+    layers = block_costs(model, 1, 1024, 2, True)
+    assert len(layers) == 52
+    for i, (layer, sym) in enumerate(zip(layers, model.layer_pattern)):
+        names = {op.name for op in layer.forward}
+        assert is_moe_layer(model, i) == (sym == "E")
+        assert ("mamba_ssd" in names) == (sym == "M")
+        assert ("attn_core" in names) == (sym == "*")
+        assert ("moe_router" in names) == (sym == "E")
+
+
+def test_nano_parameter_count():
+    # embedding and untied head 131072 x 2688 each, final norm 2688; 23 Mamba layers
+    # (38,744,896); 6 attention layers: norm, Q 2688x4096, K/V 2 x 2688x256, O 4096x2688;
+    # 23 MoE layers: norm, router 2688x128, 128 experts 2 x 2688x1856, shared 2 x 2688x3712
+    attention = 2688 + 2688 * 4096 + 2 * 2688 * 256 + 4096 * 2688
+    moe = 2688 + 2688 * 128 + 128 * 2 * 2688 * 1856 + 2 * 2688 * 3712
+    total = 2 * 131072 * 2688 + 2688 + 23 * 38_744_896 + 6 * attention + 23 * moe
+    assert total == 31_577_937_344        # Hugging Face's model card: 31.6B
+    assert params_total(nano()) == total
+
+
+def test_attention_layer_is_the_blocks_attention_kernels():
+    """One path, one price: a hybrid's attention layer runs the very kernels of a
+    transformer block's attention half."""
+    model = nano()
+    dense = block_cost(model, 1, 2048, 2, True)
+    attention = layer_half(dense, model, False)
+    assert [op.name for op in attention.forward] == \
+        ["norm1", "qkv_proj", "attn_core", "attn_out", "residual1"]
+    assert all(op in dense.forward for op in attention.forward)
+    assert attention.params == 2688 + 2688 * 4096 + 2 * 2688 * 256 + 4096 * 2688
+
+
+def test_model_flops_count_attention_layers_only():
+    model = nano()
+    s = 4096
+    n = params_total(model) - 131072 * 2688 - 23 * (128 - 6) * 2 * 2688 * 1856
+    assert model_flops_per_sample(model, s) == 6.0 * n * s + 12.0 * 6 * 4096 * s ** 2
+
+
+def test_megatron_flops_match_bridge_rows():
+    """Megatron-LM's hybrid count on the catalog's Nano is the rows' tflops / tokens."""
+    h, s, v = 2688, 8192, 131072
+    attention = 4 * s * h * (128 * 32 / h) * (h + h * 2 / 32 + s / 2)
+    mamba = 2 * s * h * (2 * 2 * h + 2 * 8 * 128 + 64) + 7 * s * 2 * h * 128 + 2 * s * 2 * h * h
+    moe = 4 * s * h * 1856 * 6 + 4 * s * h * 3712
+    per_token = 3 * (6 * attention + 23 * mamba + 23 * moe + 2 * s * h * v) / s
+    assert megatron_flops_per_token(nano(), s) == pytest.approx(per_token, rel=1e-12)
+    for name in ("megatron_bridge_h100.csv", "megatron_bridge_blackwell.csv"):
+        with open(ROOT / "validation" / "parallel" / name) as f:
+            for row in csv.DictReader(f):
+                if row["model"] == "Nemotron_3_Nano":
+                    ratio = float(row["tflops_per_gpu"]) * 1e12 / float(
+                        row["tokens_per_s_per_gpu"])
+                    assert ratio == pytest.approx(per_token, rel=0.015)
+
+
+@pytest.mark.parametrize("over, field, words", [
+    ({"layer_pattern": "M*MX"}, "layer_pattern", "unknown layer symbol 'X'"),
+    ({"layer_pattern": "M*M"}, "layer_pattern", "3 symbols for 4 layers"),
+    ({"layer_pattern": "M*M-"}, "layer_pattern", "a moe mapping needs E layers"),
+    ({"moe": None}, "layer_pattern", "E (MoE) layers need a moe mapping"),
+    ({"mamba": None}, "layer_pattern", "M (Mamba-2) layers need a mamba mapping"),
+    ({"layer_pattern": None, "moe": None}, "mamba", "needs a layer_pattern"),
+    ({"mamba": {"heads": 8, "head_dim": 64, "state": 16, "groups": 3}}, "mamba.groups",
+     "groups (3) must divide heads (8)"),
+    ({"mamba": {"heads": 8, "head_dim": 64}}, "mamba.state", None),
+])
+def test_pattern_refusals(over, field, words):
+    with pytest.raises(ConfigError) as err:
+        parse_model(hybrid_file(**over), "tiny.yaml")
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+    if words:
+        assert words in str(err.value)
+
+
+def test_valid_tiny_hybrid_and_tp_refusal():
+    model = parse_model(hybrid_file(), "tiny.yaml")
+    assert pattern_counts(model) == {"Mamba-2": 2, "attention": 1, "MLP": 0, "MoE": 1}
+    assert len(layer_costs(model, 1, 128, "bf16")) == 4 + 2
+    with pytest.raises(ConfigError, match="tensor and context parallelism of a hybrid"):
+        layer_costs(model, 1, 128, "bf16", tp=2)
+
+
+def test_mlp_layer_is_the_blocks_mlp_half():
+    model = parse_model(hybrid_file(layer_pattern="M*-E"), "tiny.yaml")
+    layers = block_costs(model, 1, 128, 2, True)
+    assert [op.name for op in layers[2].forward] == \
+        ["norm2", "mlp_up", "squared_relu", "mlp_down", "residual2"]
+    assert layers[2].params == 256 + 2 * 256 * 512        # norm, up and down, no bias
