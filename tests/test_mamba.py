@@ -13,7 +13,7 @@ from simulator.errors import ConfigError
 from simulator.models.costs import layer_costs, model_flops_per_sample, params_total
 from simulator.models.mamba import (
     layer_half, mamba_layer_cost, mamba_params, megatron_flops_per_token, pattern_counts,
-    ssd_flops)
+    ssd_flops, ssd_kernels)
 from simulator.models.moe import block_costs, is_moe_layer
 from simulator.models.spec import load_model, parse_model
 from simulator.models.transformer import block_cost
@@ -57,7 +57,7 @@ def test_mamba_gemm_flops_and_backward():
     bwd = {op.name: op for op in mamba_layer_cost(model, 2, 4096, 2).backward}
     assert bwd["mamba_in_proj.dgrad"].flops == bwd["mamba_in_proj.wgrad"].flops \
         == 2 * t * 2688 * 10304
-    assert bwd["mamba_ssd.bwd"].flops == 2 * layer["mamba_ssd"].flops
+    assert bwd["mamba_conv1d.recompute"].flops == layer["mamba_conv1d"].flops
 
 
 def test_ssd_flops_formula():
@@ -70,6 +70,26 @@ def test_ssd_flops_formula():
     # doubling the chunk doubles the two intra-chunk terms and halves state passing
     doubled = replace(nano(), mamba=replace(nano().mamba, chunk=256))
     assert ssd_flops(doubled, 1) == per_token + 262_144 + 1_048_576 - 8192 / 2
+
+
+def test_ssd_kernels_as_mamba_ssm_launches_them():
+    t = 8192
+    fwd, bwd = ssd_kernels(nano(), t, 2)
+    assert [op.name for op in fwd] == [f"mamba_ssd.{k}" for k in (
+        "chunk_cumsum", "chunk_state", "state_passing", "bmm_chunk", "chunk_scan")]
+    assert len(bwd) == 14              # 4 forward kernels recomputed, 10 gradient kernels
+    # the products add up to the SSD's FLOPs; the cumsum adds 6 FLOPs per dt element
+    assert sum(op.flops for op in fwd) == ssd_flops(nano(), t) + 6 * 64 * t
+    by = {op.name: op for op in (*fwd, *bwd)}
+    # chunk_state: B (8 x 128) and x (64 x 64) at 2 bytes, dt and dA_cumsum (64 each) in
+    # fp32, the fp32 chunk states 64 x 64 x 128 / 128 per token
+    assert by["mamba_ssd.chunk_state"].bytes_accessed == \
+        t * (2 * (1024 + 4096) + 2 * 4 * 64 + 4 * 4096)
+    # bmm_chunk: C and B in (2 x 1024 x 2 bytes), fp32 C B^T out (8 groups x 128)
+    assert by["mamba_ssd.bmm_chunk"].bytes_accessed == t * (2 * 2 * 1024 + 4 * 8 * 128)
+    assert by["mamba_ssd.bmm_chunk"].flops == 2 * 8 * 128 * 128 * t
+    # backward: recomputed chunk states cost their forward
+    assert by["mamba_ssd.chunk_state.recompute"].flops == by["mamba_ssd.chunk_state"].flops
 
 
 def test_mamba_saved_activations():
@@ -88,7 +108,7 @@ def test_nano_pattern_counts_and_layers():
     for i, (layer, sym) in enumerate(zip(layers, model.layer_pattern)):
         names = {op.name for op in layer.forward}
         assert is_moe_layer(model, i) == (sym == "E")
-        assert ("mamba_ssd" in names) == (sym == "M")
+        assert ("mamba_ssd.chunk_scan" in names) == (sym == "M")
         assert ("attn_core" in names) == (sym == "*")
         assert ("moe_router" in names) == (sym == "E")
 

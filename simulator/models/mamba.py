@@ -17,25 +17,26 @@ kernel ``K``, chunk ``Q``, on the ``t`` tokens of the rank:
 * ``mamba_conv1d``: the causal depthwise conv1d (``causal_conv1d``) over the ``d + 2 G N``
   channels of x, B, C with SiLU, ``2 K`` FLOPs per element; memory-bound (reads and writes
   the channels once);
-* ``mamba_ssd``: the SSD chunked scan (mamba_ssm's ``mamba_chunk_scan_combined``), FLOPs of
-  :func:`ssd_flops`, timed as an attention-class kernel of ``Q``-long chunks
-  (:mod:`simulator.compute`'s flash curve at ``(Q + 1) / 2`` keys per query, head dim ``P``:
-  the SSD's diagonal blocks are masked attention within a chunk, Dao & Gu 2024, arXiv
-  2405.21060, section 6);
+* ``mamba_ssd.*``: the SSD chunked scan (mamba_ssm's ``mamba_chunk_scan_combined``), the
+  five Triton kernels it launches (:func:`ssd_kernels`), whose FLOPs add up to
+  :func:`ssd_flops`, each with the HBM traffic of its inputs, outputs and fp32
+  intermediates (the unfused SSD is "mostly bottlenecked by memory bandwidth and latency",
+  PyTorch blog "Accelerating Mamba2 with Kernel Fusion", 2025);
 * ``mamba_gated_norm``: ``RMSNorm(y * silu(z))`` (the ``norm_before_gate=False`` gated norm),
   reads y and z, writes its output;
 * ``mamba_out_proj``: ``(t, d) x (d, h)``; then the residual add.
 
-Backward: each GEMM's input and weight gradients; the SSD's backward twice its forward FLOPs
-and bytes; the conv1d recomputed (``use_mem_eff_path``, Megatron's default, saves the
-``in_proj`` output and recomputes the conv) and its backward; the norms' backward.
+Backward: each GEMM's input and weight gradients; the SSD's fourteen backward kernels
+(:func:`ssd_kernels`: four forward kernels recomputed, then the gradients); the conv1d
+recomputed (``use_mem_eff_path``, Megatron's default, saves the ``in_proj`` output and
+recomputes the conv) and its backward; the norms' backward.
 
 Saved for backward: the residual stream at the norm input (``k t h``), the ``in_proj`` output
 (``e t (2 d + 2 G N + H)``), the SSD output y and the ``out_proj`` input (``e t d`` each).
 
-Not modelled: tensor and context parallelism of a hybrid model (refused); the SSD's chunk-
-state tensors in fp32 (``t / Q x H P N``, under 1 % of the layer's bytes at Nemotron 3's
-sizes); the Mamba layers' own CUDA-graph or kernel-fusion variants.
+Not modelled: tensor and context parallelism of a hybrid model (refused); the Mamba layers'
+own CUDA-graph or kernel-fusion variants; the small torch ops between the SSD's backward
+kernels (a reverse cumsum over ``t H / Q`` values).
 """
 
 from __future__ import annotations
@@ -97,6 +98,98 @@ def ssd_flops(model: ModelSpec, tokens: int) -> float:
     return float(per_token * tokens)
 
 
+# The SSD's kernels as mamba_ssm launches them (state-spaces/mamba@d757aef1
+# mamba_ssm/ops/triton/ssd_combined.py, _mamba_chunk_scan_combined_fwd and _bwd; the kernels
+# in ssd_chunk_state.py, ssd_state_passing.py, ssd_bmm.py, ssd_chunk_scan.py): per token,
+# the FLOPs and the HBM bytes each reads and writes, in terms of the sizes of
+# :func:`_ssd_terms` (bf16 tensors at ``e`` bytes; dt, dA_cumsum, CB, the chunk states and
+# the dA gradients in fp32 where the code allocates them so). A kernel with tensor-core
+# products (``tl.dot``) is a matmul-class kernel, the others elementwise.
+_SSD_FORWARD = (   # name, class, FLOPs, bytes (dict keys of _ssd_terms)
+    ("chunk_cumsum", "elementwise", "cumsum_flops", "cumsum_bytes"),
+    ("chunk_state", "matmul", "state_flops", "chunk_state_bytes"),
+    ("state_passing", "elementwise", "passing_flops", "passing_bytes"),
+    ("bmm_chunk", "matmul", "cb_flops", "bmm_bytes"),
+    ("chunk_scan", "matmul", "scan_flops", "chunk_scan_bytes"),
+)
+_SSD_BACKWARD = (
+    # recomputed: dA_cumsum, CB, the chunk states and their passing (fp32 out)
+    ("chunk_cumsum.recompute", "elementwise", "cumsum_flops", "cumsum_bytes"),
+    ("bmm_chunk.recompute", "matmul", "cb_flops", "bmm_bytes"),
+    ("chunk_state.recompute", "matmul", "state_flops", "chunk_state_bytes"),
+    ("state_passing.recompute", "elementwise", "passing_flops", "passing_bwd_recompute_bytes"),
+    ("chunk_scan_bwd_dstates", "matmul", "state_flops", "dstates_bytes"),
+    ("state_passing_bwd", "elementwise", "passing_flops", "passing_bwd_bytes"),
+    ("chunk_scan_chunk_state_bwd_dx", "matmul", "dx_flops", "dx_bytes"),
+    ("chunk_state_bwd_db", "matmul", "state_flops", "db_bytes"),
+    ("chunk_scan_bwd_dC", "matmul", "state_flops", "dc_bytes"),
+    ("chunk_scan_bwd_dcb", "matmul", "intra_flops", "dcb_bytes"),
+    ("bmm_chunk_bwd.dB", "matmul", "cb_flops", "bmm_bwd_bytes"),
+    ("bmm_chunk_bwd.dC", "matmul", "cb_flops", "bmm_bwd_bytes"),
+    ("chunk_scan_bwd_ddAcs_stable", "matmul", "intra_flops", "ddacs_bytes"),
+    ("chunk_cumsum_bwd", "elementwise", "cumsum_flops", "cumsum_bwd_bytes"),
+)
+FP32 = 4
+CUMSUM_FLOPS = 6        # per dt element: bias add, softplus (exp, log1p), times A, scan add
+
+
+def _ssd_terms(model: ModelSpec, e: int) -> dict[str, float]:
+    """Per-token FLOPs and bytes of the SSD's kernels (see :data:`_SSD_FORWARD`): ``d = H P``
+    x channels, ``bc = G N`` of B (and of C), ``st = H P N / Q`` chunk-state elements, ``cb =
+    G Q`` elements of C B^T, ``H`` of dt and dA_cumsum."""
+    m = model.mamba
+    d, bc, heads = d_inner(model), m.groups * m.state, m.heads
+    st = heads * m.head_dim * m.state / m.chunk
+    cb = m.groups * m.chunk
+    dts = 2 * FP32 * heads           # dt (after softplus) and dA_cumsum, fp32
+    return {
+        "cumsum_flops": CUMSUM_FLOPS * heads, "state_flops": 2 * st * m.chunk,
+        "passing_flops": 2 * st, "cb_flops": 2 * cb * m.state,
+        "intra_flops": 2 * m.chunk * d, "scan_flops": 2 * m.chunk * d + 2 * st * m.chunk,
+        "dx_flops": 2 * m.chunk * d + 2 * st * m.chunk,
+        # dt in, dt and dA_cumsum out (fp32)
+        "cumsum_bytes": e * heads + dts,
+        # B, x, dt, dA_cumsum in; fp32 chunk states out
+        "chunk_state_bytes": e * (bc + d) + dts + FP32 * st,
+        # fp32 states in, passed states out at the input's precision
+        "passing_bytes": FP32 * st + e * st,
+        # C, B in; fp32 C B^T out
+        "bmm_bytes": 2 * e * bc + FP32 * cb,
+        # C B^T, x, dt, dA_cumsum, C, states in; y out
+        "chunk_scan_bytes": FP32 * cb + e * d + dts + e * bc + e * st + e * d,
+        "passing_bwd_recompute_bytes": 2 * FP32 * st,
+        # C, dA_cumsum, dy in; fp32 state gradients out
+        "dstates_bytes": e * bc + FP32 * heads + e * d + FP32 * st,
+        # states and their gradients in (fp32), both out at 16 bits
+        "passing_bwd_bytes": 2 * FP32 * st + 2 * e * st,
+        # x, dt, dA_cumsum, B, C B^T, dy, state gradients in; dx and fp32 ddt out
+        "dx_bytes": e * d + dts + e * bc + FP32 * cb + e * d + e * st + e * d + FP32 * heads,
+        # x, dt, dA_cumsum, state gradients, B in; dB and fp32 ddA out
+        "db_bytes": e * d + dts + e * st + 2 * e * bc + FP32 * heads,
+        # states, dA_cumsum, dy, C in; dC and fp32 ddA out
+        "dc_bytes": e * st + FP32 * heads + e * d + 2 * e * bc + FP32 * heads,
+        # x, dt, dA_cumsum, dy in; fp32 dCB out
+        "dcb_bytes": 2 * e * d + dts + FP32 * cb,
+        # C (or B), fp32 dCB and the partial gradient in; the gradient out
+        "bmm_bwd_bytes": e * bc + FP32 * cb + 2 * e * bc,
+        # x, dy, dt, dA_cumsum, C B^T in; fp32 ddA out
+        "ddacs_bytes": 2 * e * d + dts + FP32 * cb + FP32 * heads,
+        # ddA, ddt, dt in; ddt, dA out (fp32)
+        "cumsum_bwd_bytes": 5 * FP32 * heads,
+    }
+
+
+def ssd_kernels(model: ModelSpec, tokens: int, e: int) -> tuple[list[OpCost], list[OpCost]]:
+    """The forward and backward kernels of the SSD chunked scan over ``tokens`` tokens (see
+    :data:`_SSD_FORWARD`, :data:`_SSD_BACKWARD`), named ``mamba_ssd.<kernel>``."""
+    terms = _ssd_terms(model, e)
+
+    def ops(table) -> list[OpCost]:
+        return [OpCost(f"mamba_ssd.{name}", op_class, float(terms[flops] * tokens),
+                       float(terms[nbytes] * tokens)) for name, op_class, flops, nbytes in table]
+    return ops(_SSD_FORWARD), ops(_SSD_BACKWARD)
+
+
 def mamba_layer_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None
                      ) -> LayerCost:
     """One Mamba-2 layer on ``b`` sequences of ``s`` tokens at ``e`` bytes per element (``k``
@@ -111,24 +204,22 @@ def mamba_layer_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = N
     conv_bytes = float(e * 2 * t * c + e * conv_params)
     conv = OpCost("mamba_conv1d", "elementwise", float(conv_flops), conv_bytes,
                   weight="mamba_conv1d", params=conv_params)
-    ssd_f = ssd_flops(model, t)
-    # reads x, B, C, dt; writes y (and the fp32 chunk states, left out)
-    ssd_bytes = float(e * t * (2 * d + 2 * model.mamba.groups * model.mamba.state + heads))
-    dims = {"m": b * heads * s, "n": (model.mamba.chunk + 1) // 2, "k": model.mamba.head_dim}
-    ssd = OpCost("mamba_ssd", "attention", ssd_f, ssd_bytes, weight="mamba_ssd",
-                 params=3 * heads, saved_bytes=e * t * d, **dims)
+    ssd_f, ssd_b = ssd_kernels(model, t, e)
+    # the scan's parameters (A_log, D, dt_bias) on its first kernel, its output y saved by
+    # the last
+    ssd_f[0] = replace(ssd_f[0], weight="mamba_ssd", params=3 * heads)
+    ssd_f[-1] = replace(ssd_f[-1], saved_bytes=e * t * d)
     gated = NORM_FLOPS["rmsnorm"] + SILU_FLOPS + 1
     gnorm = OpCost("mamba_gated_norm", "norm", float(gated * t * d), float(3 * e * t * d + e * d),
                    weight="mamba_gated_norm", params=d, saved_bytes=e * t * d)
     in_proj = replace(matmul("mamba_in_proj", t, h, w, e, params=h * w), saved_bytes=e * t * w)
     out_proj = matmul("mamba_out_proj", t, d, h, e, params=d * h)
-    fwd = (replace(norm_f, saved_bytes=k * t * h), in_proj, conv, ssd, gnorm, out_proj,
+    fwd = (replace(norm_f, saved_bytes=k * t * h), in_proj, conv, *ssd_f, gnorm, out_proj,
            *res_f)
     bwd = (*res_b, *matmul_bwd("mamba_out_proj", t, d, h, e, weight=True),
            OpCost("mamba_gated_norm.bwd", "norm", 2.0 * gated * t * d,
                   float(5 * e * t * d + 2 * e * d), weight="mamba_gated_norm"),
-           OpCost("mamba_ssd.bwd", "attention", 2.0 * ssd_f, 2.0 * ssd_bytes,
-                  weight="mamba_ssd", **dims),
+           *ssd_b,
            replace(conv, name="mamba_conv1d.recompute", params=0),
            OpCost("mamba_conv1d.bwd", "elementwise", 2.0 * conv_flops,
                   float(e * 3 * t * c + 2 * e * conv_params), weight="mamba_conv1d"),
