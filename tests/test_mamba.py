@@ -194,3 +194,18 @@ def test_mlp_layer_is_the_blocks_mlp_half():
     assert [op.name for op in layers[2].forward] == \
         ["norm2", "mlp_up", "squared_relu", "mlp_down", "residual2"]
     assert layers[2].params == 256 + 2 * 256 * 512        # norm, up and down, no bias
+
+
+@pytest.mark.parametrize("strategy, field", [
+    ({"tensor_model_parallel_size": 2, "sequence_parallel": True},
+     "strategy.tensor_model_parallel_size"),
+    ({"context_parallel_size": 2}, "strategy.context_parallel_size"),
+])
+def test_hybrid_tp_and_cp_refused_in_one_line(capsys, tmp_path, strategy, field):
+    from test_cli import run_main
+    from test_parallel_errors import scenario
+    path = scenario(tmp_path, NANO, 8, {"expert_model_parallel_size": 4, **strategy})
+    code, _, err = run_main(capsys, "run", path, "-q")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert path in lines[0] and f"{field}:" in lines[0] and "hybrid" in lines[0]

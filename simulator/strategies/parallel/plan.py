@@ -248,6 +248,10 @@ class ParallelPlan:
                 raise ConfigError(f"{model.name} is not a transformer: only data "
                                   f"parallelism applies", field=field("tp"))
             return
+        for attr, kind in (("tp", "tensor"), ("cp", "context")):
+            if getattr(self, attr) > 1 and getattr(model, "layer_pattern", ""):
+                raise ConfigError(f"{kind} parallelism of {model.name}, a hybrid "
+                                  f"(layer_pattern) model, is not modelled", field=field(attr))
         self._check_tp(model, seq_len, field)
         self._check_pp(model, layers_field, field)
         if self.cp > 1 and seq_len % (2 * self.cp):
