@@ -209,3 +209,21 @@ def test_hybrid_tp_and_cp_refused_in_one_line(capsys, tmp_path, strategy, field)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
     assert path in lines[0] and f"{field}:" in lines[0] and "hybrid" in lines[0]
+
+
+def test_memory_planner_counts_a_hybrids_layers_by_kind():
+    """The analytic memory's parameters per rank (strategies/parallel/memory.py) are the
+    layers' own: 23 Mamba, 6 attention, 23 MoE layers with 128 / 8 experts each."""
+    from simulator.models.moe import moe_block_params
+    from simulator.strategies.parallel import ParallelPlan
+    from simulator.strategies.parallel.memory import block_params_per_rank, stage_params
+    model = nano()
+    attention = 2688 + 2688 * 4096 + 2 * 2688 * 256 + 4096 * 2688
+    moe_ep8 = 2688 + 2688 * 128 + 16 * 2 * 2688 * 1856 + 2 * 2688 * 3712
+    assert moe_block_params(model, 16) == moe_ep8
+    assert [block_params_per_rank(model, 1, 8, i) for i in (0, 1, 5)] == \
+        [38_744_896, moe_ep8, attention]
+    plan = ParallelPlan(ep=8, dp_replicate=8, dp_mode="ddp")
+    embed_head = 2 * 131072 * 2688 + 2688
+    assert stage_params(model, plan, 0) == \
+        embed_head + 23 * 38_744_896 + 6 * attention + 23 * moe_ep8

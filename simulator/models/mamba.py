@@ -45,7 +45,7 @@ from dataclasses import replace
 
 from simulator.models.ops import NORM_FLOPS, LayerCost, OpCost, matmul, matmul_bwd
 from simulator.models.spec import PATTERN_SYMBOLS, ModelSpec
-from simulator.models.transformer import _norm, _residual, norm_params
+from simulator.models.transformer import _norm, _residual, block_cost, norm_params
 
 SILU_FLOPS = 4          # x * sigmoid(x): exp, add, divide, multiply per element
 # The MLP half of a transformer block, by kernel name prefix (forward and backward); the
@@ -247,6 +247,14 @@ def layer_half(layer: LayerCost, model: ModelSpec, mlp: bool, extra_saved: int =
     bwd = tuple(op for op in layer.backward if keep(op))
     return replace(layer, params=sum(op.params for op in fwd), forward=fwd, backward=bwd,
                    activation_bytes=sum(op.saved_bytes for op in fwd) + extra_saved)
+
+
+def hybrid_layer_params(model: ModelSpec, symbol: str) -> int:
+    """Parameters of one ``M``, ``*`` or ``-`` layer of a hybrid pattern, as its layer's
+    kernels hold them (:func:`mamba_params`, or a half of a block's)."""
+    if symbol == "M":
+        return mamba_params(model)
+    return layer_half(block_cost(model, 1, 1, 2, True), model, symbol == "-").params
 
 
 def pattern_counts(model: ModelSpec) -> dict[str, int]:

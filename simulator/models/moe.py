@@ -45,7 +45,8 @@ from simulator.models.mamba import layer_half, mamba_layer_cost
 from simulator.models.ops import (ACT_FLOPS, ID_BYTES, SOFTMAX_BWD_FLOPS, SOFTMAX_FLOPS,
                                   LayerCost, OpCost, gemm_dims, matmul, matmul_bwd, pointwise)
 from simulator.models.spec import ModelSpec
-from simulator.models.transformer import block_activation_bytes, block_cost, block_params
+from simulator.models.transformer import (block_activation_bytes, block_cost, block_params,
+                                          norm_params)
 
 PROB_BYTES = 4                      # fp32 router probabilities
 EXPERT_KERNELS = "moe_expert_"      # the routed experts' kernels (their names begin so)
@@ -110,6 +111,8 @@ def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int
     router ``h E``, the experts' slices, the shared experts."""
     local = model.num_experts if local_experts is None else local_experts
     attention = block_params(replace(model, ffn_hidden=0), tp)
+    if model.layer_pattern:           # a hybrid's E layer: its norm, no attention
+        attention = norm_params(model)
     experts = local * expert_params(model) // etp + model.shared_experts * expert_params(model)
     return attention + model.hidden * model.num_experts + experts
 
