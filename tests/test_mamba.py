@@ -227,3 +227,41 @@ def test_memory_planner_counts_a_hybrids_layers_by_kind():
     embed_head = 2 * 131072 * 2688 + 2688
     assert stage_params(model, plan, 0) == \
         embed_head + 23 * 38_744_896 + 6 * attention + 23 * moe_ep8
+
+
+def latent_model():
+    return parse_model(hybrid_file(moe={"num_experts": 4, "top_k": 2, "ffn_hidden": 128,
+                                        "shared_experts": 1, "latent_size": 64}), "tiny.yaml")
+
+
+def test_latent_moe_layer_written_out():
+    """LatentMoE (Nemotron 3 Super's moe_latent_size): router and shared expert on h = 256,
+    tokens projected to L = 64 for the routed experts and back."""
+    from simulator.models.moe import inactive_params
+    model = latent_model()
+    layer = block_costs(model, 1, 128, 2, True)[3]                 # the E layer
+    names = [op.name for op in layer.forward]
+    assert names[:5] == ["norm2", "moe_router", "moe_topk", "moe_latent_down", "moe_permute"]
+    assert names.index("moe_latent_up") == names.index("moe_unpermute") + 1
+    # norm 256, router 256 x 4, 4 experts 2 x 64 x 128 (squared ReLU: up and down), the
+    # shared expert 2 x 256 x 128, the projections 256 x 64 each way
+    assert layer.params == 256 + 256 * 4 + 4 * 2 * 64 * 128 + 2 * 256 * 128 + 2 * 256 * 64
+    ops = {op.name: op for op in layer.forward}
+    assert ops["moe_expert_up"].k == 64 and ops["moe_shared_up"].k == 256
+    assert ops["moe_latent_down"].flops == 2 * 128 * 256 * 64
+    assert inactive_params(model) == 1 * (4 - 2) * 2 * 64 * 128
+
+
+def test_latent_moe_dispatch_carries_latent_tokens():
+    from simulator.strategies.parallel.moe import dispatch_bytes
+    assert dispatch_bytes(latent_model(), 100, 2) == 100 * 2 * 64 * 2    # t k L e
+
+
+def test_latent_moe_megatron_flops():
+    model, s = latent_model(), 128
+    h, f, lat = 256, 128, 64
+    attention = 4 * s * h * (64 * 4 / h) * (h + h * 2 / 4 + s / 2)     # 4 heads of 64, 2 KV
+    mamba = 2 * s * h * (2 * 2 * h + 2 * 2 * 16 + 8) + 7 * s * 2 * h * 16 + 2 * s * 2 * h * h
+    moe = 4 * s * lat * f * 2 + 4 * s * h * lat + 4 * s * h * f * 1
+    per_token = 3 * (attention + 2 * mamba + moe + 2 * s * h * 1000) / s
+    assert megatron_flops_per_token(model, s) == pytest.approx(per_token, rel=1e-12)

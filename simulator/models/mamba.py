@@ -276,7 +276,10 @@ def megatron_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     attention = 4 * s * h * p * (h + h * g / a + s / 2)
     gated = 1.5 if model.mlp == "swiglu" else 1.0
     mlp = 4 * s * h * model.ffn_hidden * gated
-    moe = 4 * s * h * model.moe_ffn_hidden * gated * (model.top_k + model.shared_experts)
+    f, lat = model.moe_ffn_hidden, model.moe_latent
+    # routed experts on h (or on a LatentMoE's L, plus its two h x L projections), shared on h
+    moe = 4 * s * f * gated * ((lat or h) * model.top_k + h * model.shared_experts) \
+        + 4 * s * h * lat
     mamba = 0.0
     if model.mamba is not None:
         m, d = model.mamba, 2 * h

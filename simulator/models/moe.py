@@ -27,6 +27,13 @@ MLP half, for the ``t`` tokens of the rank:
 * ``moe_shared_*``: ``shared_experts`` always-on experts, one MLP of ``shared_experts x
   moe_ffn_hidden`` on all ``t`` tokens.
 
+Under LatentMoE (the ``moe`` mapping's ``latent_size`` ``L``: Nemotron 3 Super's
+``moe_latent_size``; Megatron-Core's ``fc1_latent_proj`` and ``fc2_latent_proj``) every token
+is projected ``h -> L`` after the router (``moe_latent_down``), the permutes, the all-to-all
+and the routed experts work on ``L``-wide tokens, and the combined output is projected back
+``L -> h`` (``moe_latent_up``, whose input is saved); the router and the shared experts stay
+on ``h``.
+
 Backward mirrors it (each GEMM twice, the permutes as scatter/gathers). Saved for backward,
 besides the attention half: the MoE input (already the block's ``2 t h``), the permuted
 tokens ``2 T h`` and the expert inner tensors (``4 T f`` GELU, ``6 T f`` SwiGLU, as
@@ -99,9 +106,21 @@ def moe_layer_count(model: ModelSpec) -> int:
     return sum(is_moe_layer(model, i) for i in range(model.layers))
 
 
+def expert_width(model: ModelSpec) -> int:
+    """Width of the tokens the routed experts take and the all-to-all carries: ``h``, or a
+    LatentMoE's latent width ``L``."""
+    return model.moe_latent or model.hidden
+
+
+def _mlp_params(model: ModelSpec, width: int) -> int:
+    """Parameters of an expert MLP of ``moe_ffn_hidden`` on ``width``-wide tokens."""
+    return (3 if model.mlp == "swiglu" else 2) * width * model.moe_ffn_hidden
+
+
 def expert_params(model: ModelSpec) -> int:
-    """Parameters of one expert: ``2 h f`` (GELU) or ``3 h f`` (SwiGLU), no biases."""
-    return (3 if model.mlp == "swiglu" else 2) * model.hidden * model.moe_ffn_hidden
+    """Parameters of one routed expert: ``2 h f`` (GELU) or ``3 h f`` (SwiGLU), no biases
+    (``L`` for ``h`` under LatentMoE)."""
+    return _mlp_params(model, expert_width(model))
 
 
 def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int = 1,
@@ -113,8 +132,10 @@ def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int
     attention = block_params(replace(model, ffn_hidden=0), tp)
     if model.layer_pattern:           # a hybrid's E layer: its norm, no attention
         attention = norm_params(model)
-    experts = local * expert_params(model) // etp + model.shared_experts * expert_params(model)
-    return attention + model.hidden * model.num_experts + experts
+    experts = local * expert_params(model) // etp + \
+        model.shared_experts * _mlp_params(model, model.hidden)
+    latent = 2 * model.hidden * model.moe_latent          # LatentMoE's down and up projections
+    return attention + model.hidden * model.num_experts + experts + latent
 
 
 def inactive_params(model: ModelSpec) -> int:
@@ -152,9 +173,11 @@ def _grouped_bwd(name: str, m: float, k: float, n: float, experts: int, e: int) 
             for g in ("dgrad", "wgrad")]
 
 
-def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int, e: int):
-    """Forward and backward ops of ``experts`` MLPs of ``width`` over ``tokens`` rows."""
-    h, kind = model.hidden, model.mlp
+def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int, e: int,
+         h: int | None = None):
+    """Forward and backward ops of ``experts`` MLPs of ``width`` over ``tokens`` rows of
+    ``h`` (default the model's hidden) columns."""
+    h, kind = h or model.hidden, model.mlp
     up, cols = (f"{prefix}_gate_up", 2 * width) if kind == "swiglu" else (f"{prefix}_up", width)
     act_in = 3 if kind == "swiglu" else 2
     fwd = [_grouped(up, tokens, h, cols, experts, e),
@@ -189,11 +212,12 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
     module doc); ``expert_tokens`` defaults to ``t k``, ``local_experts`` to all, each
     expert ``moe_ffn_hidden / etp`` wide; ``sort_chunks``: the dispatcher's second
     permutation (:func:`sort_chunks_ops`, tokens arriving from other EP ranks)."""
-    h, n_exp, k = model.hidden, model.num_experts, model.top_k
+    hidden, n_exp, k = model.hidden, model.num_experts, model.top_k
+    h, lat = expert_width(model), model.moe_latent     # the routed tokens' width
     copies = t * k
     received = copies if expert_tokens is None else expert_tokens
     local = n_exp if local_experts is None else local_experts
-    router = matmul("moe_router", t, h, n_exp, e, params=h * n_exp)
+    router = matmul("moe_router", t, hidden, n_exp, e, params=hidden * n_exp)
     idx = ID_BYTES * copies
     permute = OpCost("moe_permute", "elementwise", 0.0, float(e * (t * h + copies * h) + idx))
     permute_b = OpCost("moe_permute.bwd", "elementwise", float(copies * h),
@@ -202,22 +226,29 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
                        float(e * (copies * h + t * h) + PROB_BYTES * copies))
     unpermute_b = OpCost("moe_unpermute.bwd", "elementwise", 2.0 * copies * h,
                          float(e * (t * h + 2 * copies * h) + PROB_BYTES * copies))
-    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden // etp, local, e)
+    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden // etp, local, e,
+                        h)
     shared_f, shared_b = ([], [])
     if model.shared_experts:
         shared_f, shared_b = _ffn(model, "moe_shared", t, model.shared_experts
                                   * model.moe_ffn_hidden, 1, e)
     chunks = sort_chunks_ops(received, h, e) if sort_chunks else {}
+    # LatentMoE (Megatron-Core MoELayer's fc1_latent_proj / fc2_latent_proj): every token
+    # projected h -> L before the dispatch, the combined output L -> h after it
+    down = [matmul("moe_latent_down", t, hidden, lat, e, params=hidden * lat)] if lat else []
+    up = [matmul("moe_latent_up", t, lat, hidden, e, params=lat * hidden)] if lat else []
+    down_b = matmul_bwd("moe_latent_down", t, hidden, lat, e, weight=True) if lat else []
+    up_b = matmul_bwd("moe_latent_up", t, lat, hidden, e, weight=True) if lat else []
 
     def sort(name: str) -> list[OpCost]:
         return [chunks[name]] if name in chunks else []
     fwd = [router, pointwise("moe_topk", "elementwise", t * n_exp, SOFTMAX_FLOPS, 2, e),
-           permute, *sort("moe_sort_chunks"), *exp_f, *sort("moe_unsort_chunks"), unpermute,
-           *shared_f]
-    bwd = [*shared_b, unpermute_b, *sort("moe_unsort_chunks.bwd"), *exp_b,
-           *sort("moe_sort_chunks.bwd"), permute_b,
+           *down, permute, *sort("moe_sort_chunks"), *exp_f, *sort("moe_unsort_chunks"),
+           unpermute, *up, *shared_f]
+    bwd = [*shared_b, *up_b, unpermute_b, *sort("moe_unsort_chunks.bwd"), *exp_b,
+           *sort("moe_sort_chunks.bwd"), permute_b, *down_b,
            pointwise("moe_topk.bwd", "elementwise", t * n_exp, SOFTMAX_BWD_FLOPS, 3, e),
-           *matmul_bwd("moe_router", t, h, n_exp, e, weight=True)]
+           *matmul_bwd("moe_router", t, hidden, n_exp, e, weight=True)]
     return fwd, bwd
 
 
@@ -228,7 +259,10 @@ def moe_activation_bytes(model: ModelSpec, t: int, e: int, received: float,
     ``1 / etp`` of its width."""
     inner = 6 if model.mlp == "swiglu" else 4
     f, f_shared = model.moe_ffn_hidden // etp, model.shared_experts * model.moe_ffn_hidden
-    tensors = 2 * received * model.hidden + inner * received * f + inner * t * f_shared
+    # LatentMoE: the permuted copies are L wide, and the up projection keeps its L-wide input
+    latent = 2 * t * model.moe_latent
+    tensors = 2 * received * expert_width(model) + inner * received * f + \
+        inner * t * f_shared + latent
     return int(tensors * e // 2 + PROB_BYTES * t * model.num_experts
                + ID_BYTES * t * model.top_k)
 

@@ -22,8 +22,9 @@ A mixture-of-experts transformer adds a ``moe`` mapping: ``num_experts`` routed 
 ``top_k`` of them per token, each expert an MLP of width ``ffn_hidden`` (the same ``mlp``
 kind as the model), ``shared_experts`` always-on experts of that width, which blocks are
 MoE (``first_dense_layers`` dense blocks first, of the model's ``ffn_hidden``, then every
-``layer_freq``-th block) and ``capacity_factor`` (tokens an expert takes, relative to an
-even share; absent: dropless, Megatron-LM's default). :mod:`simulator.models.moe` costs it.
+``layer_freq``-th block), ``capacity_factor`` (tokens an expert takes, relative to an
+even share; absent: dropless, Megatron-LM's default) and ``latent_size`` (LatentMoE: the
+routed experts run on tokens projected to this width). :mod:`simulator.models.moe` costs it.
 
 A hybrid model (Nemotron-H, Nemotron 3) adds ``layer_pattern``, one character per layer as
 Megatron-Core's ``hybrid_layer_pattern`` spells it: ``M`` a Mamba-2 layer, ``*`` an
@@ -115,6 +116,7 @@ class ModelSpec:
     moe_layer_freq: int = 1      # every n-th block after the dense ones is MoE
     first_dense_layers: int = 0  # leading dense blocks (DeepSeek-V3: 3)
     capacity_factor: float | None = None   # expert capacity / even share; None: dropless
+    moe_latent: int = 0          # LatentMoE: routed experts on this width (0: on hidden)
     # hybrid models (simulator/models/mamba.py): one character per layer, "" for a plain
     # transformer; the Mamba-2 mixer's sizes (None without Mamba layers)
     layer_pattern: str = ""
@@ -159,6 +161,7 @@ class _MoeFile(BaseModel):
     layer_freq: PosInt = 1
     first_dense_layers: NonNegInt = 0
     capacity_factor: Annotated[float, Field(gt=0.0)] | None = None
+    latent_size: PosInt | None = None     # LatentMoE (Nemotron 3 Super's moe_latent_size)
 
 
 class _MambaFile(BaseModel):
@@ -419,7 +422,8 @@ def _moe_fields(f: _TransformerFile, source: str) -> dict:
                           field="moe.first_dense_layers")
     return dict(num_experts=m.num_experts, top_k=m.top_k, moe_ffn_hidden=m.ffn_hidden,
                 shared_experts=m.shared_experts, moe_layer_freq=m.layer_freq,
-                first_dense_layers=m.first_dense_layers, capacity_factor=m.capacity_factor)
+                first_dense_layers=m.first_dense_layers, capacity_factor=m.capacity_factor,
+                moe_latent=m.latent_size or 0)
 
 
 def _resnet_spec(f: _ResNetFile, source: str) -> ModelSpec:
