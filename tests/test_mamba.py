@@ -265,3 +265,65 @@ def test_latent_moe_megatron_flops():
     moe = 4 * s * lat * f * 2 + 4 * s * h * lat + 4 * s * h * f * 1
     per_token = 3 * (attention + 2 * mamba + moe + 2 * s * h * 1000) / s
     assert megatron_flops_per_token(model, s) == pytest.approx(per_token, rel=1e-12)
+
+
+def test_mtp_depths_written_out():
+    """Two MTP depths of pattern *E on the tiny hybrid: each an embedding (shared table),
+    enorm + hnorm + eh_proj 2h -> h, the model's own * and E layers, a final norm with the
+    shared output layer and its loss."""
+    model = parse_model(hybrid_file(mtp={"layers": 2, "pattern": "*E"}), "tiny.yaml")
+    plain = parse_model(hybrid_file(), "tiny.yaml")
+    layers = layer_costs(model, 1, 128, "bf16")
+    names = [layer.name for layer in layers]
+    assert names == ["embed", "block.0", "block.1", "block.2", "block.3",
+                     "mtp.0.embed", "mtp.0.proj", "mtp.0.block.0", "mtp.0.block.1",
+                     "mtp.0.head", "mtp.1.embed", "mtp.1.proj", "mtp.1.block.0",
+                     "mtp.1.block.1", "mtp.1.head", "head"]
+    by = {layer.name: layer for layer in layers}
+    # the same kernels as the model's own attention (block.1) and MoE (block.3) layers
+    assert by["mtp.1.block.0"].forward == by["block.1"].forward
+    assert by["mtp.0.block.1"].forward == by["block.3"].forward
+    assert by["mtp.0.proj"].params == 2 * 256 + 2 * 256 * 256   # two RMSNorms, eh_proj
+    assert {op.name: op.flops for op in by["mtp.0.proj"].forward}["mtp_eh_proj"] == \
+        2 * 128 * 512 * 256
+    assert by["mtp.0.embed"].params == 0 and by["mtp.0.head"].params == 256
+    # parameters: per depth the projection, the * and E layers and the final norm
+    extra = 2 * (2 * 256 + 2 * 256 * 256 + by["block.1"].params + by["block.3"].params + 256)
+    assert params_total(model) == params_total(plain) + extra
+
+
+def test_mtp_refusals_and_pipeline():
+    with pytest.raises(ConfigError) as err:
+        parse_model(hybrid_file(mtp={"layers": 1, "pattern": "*-"}), "tiny.yaml")
+    assert err.value.field == "mtp.pattern"
+    with pytest.raises(ConfigError) as err:
+        parse_model(hybrid_file(layer_pattern=None, mamba=None, moe=None,
+                                mtp={"layers": 1, "pattern": "*"}), "tiny.yaml")
+    assert err.value.field == "mtp"
+
+
+def test_mtp_under_pipeline_refused_in_one_line(capsys, tmp_path):
+    from test_cli import run_main
+    from test_parallel_errors import scenario
+    path = scenario(tmp_path, "nemotron-3-super", 16,
+                    {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 8})
+    code, _, err = run_main(capsys, "run", path, "-q")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "strategy.pipeline_model_parallel_size:" in lines[0] and "multi-token" in lines[0]
+
+
+def test_super_megatron_flops_with_mtp():
+    """Megatron-LM's count for Nemotron 3 Super (88 layers: 8 *, 40 M, 40 E; 2 MTP depths
+    *E counted as layers, logits three times) is its Bridge rows' tflops / tokens."""
+    h, s, v, lat, f = 4096, 8192, 131072, 1024, 2688
+    attention = 4 * s * h * (128 * 32 / h) * (h + h * 2 / 32 + s / 2)
+    mamba = 2 * s * h * (2 * 2 * h + 2 * 8 * 128 + 128) + 7 * s * 2 * h * 128 + 2 * s * 2 * h * h
+    moe = 4 * s * lat * f * 22 + 4 * s * h * lat + 4 * s * h * 5376
+    per_token = 3 * ((8 + 2) * attention + 40 * mamba + (40 + 2) * moe + 2 * s * h * v * 3) / s
+    assert megatron_flops_per_token(load_model("nemotron-3-super"), s) == \
+        pytest.approx(per_token, rel=1e-12)
+    with open(ROOT / "validation" / "parallel" / "megatron_bridge_blackwell.csv") as f_:
+        ratios = [float(r["tflops_per_gpu"]) * 1e12 / float(r["tokens_per_s_per_gpu"])
+                  for r in csv.DictReader(f_) if r["model"] == "Nemotron_3_Super"]
+    assert ratios and all(ratio == pytest.approx(per_token, rel=0.02) for ratio in ratios)

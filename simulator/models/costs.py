@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from simulator.choices import ELEMENTWISE
 from simulator.errors import ConfigError
+from simulator.models.mamba import mtp_costs
 from simulator.models.moe import block_costs, inactive_params
 from simulator.models.ops import LayerCost, check_positive
 from simulator.models.spec import ModelSpec
@@ -129,7 +130,11 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                   for b in blocks]
     if eager and not compile and not fused_norm:
         head = eager_head(head, model, batch, seq_len, k, *shard)
-    layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, head]
+    mtp = []
+    if model.mtp_layers:        # a hybrid's MTP depths run its own layers of each symbol
+        kinds = {sym: blocks[i] for i, sym in reversed(list(enumerate(model.layer_pattern)))}
+        mtp = mtp_costs(model, batch, seq_len, e, k, kinds)
+    layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, *mtp, head]
     return finetune_layers(layers, model, model.finetune, e, precision)
 
 
@@ -195,7 +200,8 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
         return maskrcnn_train_flops(model)
     check_positive(seq_len=seq_len)
     n = params_total(model) - lookup_params(model) - inactive_params(model)
-    attention = model.layer_pattern.count("*") if model.layer_pattern else model.layers
+    attention = (model.layer_pattern.count("*") + model.mtp_layers * model.mtp_pattern.count("*")
+                 if model.layer_pattern else model.layers)
     return 6.0 * n * seq_len + 12.0 * attention * model.q_width * seq_len ** 2
 
 

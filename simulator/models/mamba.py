@@ -45,7 +45,8 @@ from dataclasses import replace
 
 from simulator.models.ops import NORM_FLOPS, LayerCost, OpCost, matmul, matmul_bwd
 from simulator.models.spec import PATTERN_SYMBOLS, ModelSpec
-from simulator.models.transformer import _norm, _residual, block_cost, norm_params
+from simulator.models.transformer import (_norm, _residual, block_cost, embed_cost, head_cost,
+                                          norm_params)
 
 SILU_FLOPS = 4          # x * sigmoid(x): exp, add, divide, multiply per element
 # The MLP half of a transformer block, by kernel name prefix (forward and backward); the
@@ -257,6 +258,36 @@ def hybrid_layer_params(model: ModelSpec, symbol: str) -> int:
     return layer_half(block_cost(model, 1, 1, 2, True), model, symbol == "-").params
 
 
+def mtp_costs(model: ModelSpec, b: int, s: int, e: int, k: int,
+              kinds: dict[str, LayerCost]) -> list[LayerCost]:
+    """The multi-token prediction depths of ``model`` (Megatron-Core's
+    ``MultiTokenPredictionLayer``, megatron/core/transformer/multi_token_prediction.py), each:
+    the embedding of the tokens one step further (the shared table: no parameters of its
+    own), ``enorm`` of it and ``hnorm`` of the previous depth's hidden states, their
+    concatenation projected ``2 h -> h`` (``eh_proj``), the ``mtp_pattern`` layers (``kinds``:
+    the model's own layer of each symbol, the same kernels), and the final norm with the
+    shared output layer and its loss (:func:`head_cost`, the norm its only parameters).
+    Saved for backward by the projection: the two norm inputs and the concatenation."""
+    t, h = b * s, model.hidden
+    out: list[LayerCost] = []
+    for depth in range(model.mtp_layers):
+        pre = f"mtp.{depth}"
+        out.append(replace(embed_cost(model, b, s, e, k), name=f"{pre}.embed", kind="mtp",
+                           params=0))
+        enorm, hnorm = _norm(model, "mtp_enorm", t, k), _norm(model, "mtp_hnorm", t, k)
+        proj = matmul("mtp_eh_proj", t, 2 * h, h, e, params=2 * h * h)
+        fwd = (enorm[0], hnorm[0], proj)
+        out.append(LayerCost(f"{pre}.proj", "mtp", sum(op.params for op in fwd), fwd,
+                             (*matmul_bwd("mtp_eh_proj", t, 2 * h, h, e, weight=True),
+                              hnorm[1], enorm[1]),
+                             2 * k * t * h + 2 * e * t * h, k * t * h))
+        out += [replace(kinds[sym], name=f"{pre}.block.{j}")
+                for j, sym in enumerate(model.mtp_pattern)]
+        out.append(replace(head_cost(model, b, s, e, k), name=f"{pre}.head", kind="mtp",
+                           params=norm_params(model)))
+    return out
+
+
 def pattern_counts(model: ModelSpec) -> dict[str, int]:
     """Layers of each kind of the pattern, by name (Mamba-2, attention, MLP, MoE)."""
     return {name: model.layer_pattern.count(sym) for sym, name in PATTERN_SYMBOLS.items()}
@@ -286,6 +317,9 @@ def megatron_flops_per_token(model: ModelSpec, seq_len: int) -> float:
         mamba = (2 * s * h * (2 * d + 2 * m.groups * m.state + m.heads)
                  + 7 * s * d * m.state + 2 * s * d * h)
     counts = pattern_counts(model)
-    forward = (counts["attention"] * attention + counts["MLP"] * mlp + counts["MoE"] * moe
-               + counts["Mamba-2"] * mamba + 2 * s * h * model.vocab)
+    depths = model.mtp_layers       # MTP: its layers counted as the model's, its logits too
+    mtp = {name: depths * model.mtp_pattern.count(sym) for sym, name in PATTERN_SYMBOLS.items()}
+    forward = sum((counts[name] + mtp[name]) * per for name, per in (
+        ("attention", attention), ("MLP", mlp), ("MoE", moe), ("Mamba-2", mamba))) \
+        + 2 * s * h * model.vocab * (1 + depths)
     return 3 * forward / s

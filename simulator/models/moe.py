@@ -102,8 +102,9 @@ def dense_part(layer: LayerCost) -> LayerCost:
 
 
 def moe_layer_count(model: ModelSpec) -> int:
-    """MoE blocks of the model."""
-    return sum(is_moe_layer(model, i) for i in range(model.layers))
+    """MoE blocks of the model (with a hybrid's multi-token prediction depths' E layers)."""
+    return sum(is_moe_layer(model, i) for i in range(model.layers)) + \
+        model.mtp_layers * model.mtp_pattern.count("E")
 
 
 def expert_width(model: ModelSpec) -> int:

@@ -30,7 +30,8 @@ A hybrid model (Nemotron-H, Nemotron 3) adds ``layer_pattern``, one character pe
 Megatron-Core's ``hybrid_layer_pattern`` spells it: ``M`` a Mamba-2 layer, ``*`` an
 attention layer, ``-`` a dense MLP layer, ``E`` an MoE layer (each a pre-norm residual
 layer with one mixer), and a ``mamba`` mapping (``heads``, ``head_dim``, ``state``,
-``groups``, ``conv_kernel``, ``chunk``); :mod:`simulator.models.mamba` costs it.
+``groups``, ``conv_kernel``, ``chunk``); :mod:`simulator.models.mamba` costs it. An ``mtp``
+mapping (``layers``, ``pattern``) adds Megatron-Core's multi-token prediction depths.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ class ModelSpec:
     # transformer; the Mamba-2 mixer's sizes (None without Mamba layers)
     layer_pattern: str = ""
     mamba: MambaSizes | None = None
+    mtp_layers: int = 0          # multi-token prediction depths (Megatron-Core MTP), each
+    mtp_pattern: str = ""        # a hybrid stack of this pattern
     # what trains (simulator/models/finetune.py Finetune; None: every weight, as pre-training)
     finetune: Any = None
 
@@ -175,6 +178,13 @@ class _MambaFile(BaseModel):
     chunk: PosInt = 128            # Megatron-Core MambaMixer's chunk_size default
 
 
+class _MtpFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    layers: PosInt                 # Megatron's mtp_num_layers
+    pattern: str                   # mtp_hybrid_override_pattern ("*E")
+
+
 class _TransformerFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -199,6 +209,7 @@ class _TransformerFile(BaseModel):
     moe: _MoeFile | None = None
     layer_pattern: str | None = None
     mamba: _MambaFile | None = None
+    mtp: _MtpFile | None = None
     description: str = ""
 
 
@@ -333,7 +344,8 @@ def parse_model(data: Any, source: str) -> ModelSpec:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
         loc = exc.errors()[0]["loc"]
-        nested = {"moe": _MoeFile, "mamba": _MambaFile}.get(loc[0] if loc else "")
+        nested = {"moe": _MoeFile, "mamba": _MambaFile, "mtp": _MtpFile}.get(
+            loc[0] if loc else "")
         raise validation_error(exc, source=source, depth=2 if nested else 1, style="got",
                                valid=(nested or schema).model_fields) from None
     if not parsed.source:
@@ -374,10 +386,17 @@ def _hybrid_fields(f: _TransformerFile, source: str) -> dict:
     """The ModelSpec fields of ``layer_pattern`` and ``mamba`` (none for a transformer)."""
     pattern = f.layer_pattern
     if pattern is None:
-        if f.mamba is not None:
-            raise ConfigError("a mamba mapping needs a layer_pattern with M layers",
-                              source=source, field="mamba")
+        for key in ("mamba", "mtp"):
+            if getattr(f, key) is not None:
+                raise ConfigError(f"a {key} mapping needs a layer_pattern", source=source,
+                                  field=key)
         return {}
+    mtp = {}
+    if f.mtp is not None:
+        if not f.mtp.pattern or set(f.mtp.pattern) - set(pattern):
+            raise ConfigError(f"must be layer symbols of the layer_pattern, got "
+                              f"{f.mtp.pattern!r}", source=source, field="mtp.pattern")
+        mtp = {"mtp_layers": f.mtp.layers, "mtp_pattern": f.mtp.pattern}
     bad = sorted(set(pattern) - set(PATTERN_SYMBOLS))
     if bad:
         raise ConfigError(f"unknown layer symbol {bad[0]!r}; valid: M (Mamba-2), * "
@@ -397,11 +416,11 @@ def _hybrid_fields(f: _TransformerFile, source: str) -> dict:
         raise ConfigError("M (Mamba-2) layers need a mamba mapping", source=source,
                           field="layer_pattern")
     if m is None:
-        return {"layer_pattern": pattern}
+        return {"layer_pattern": pattern, **mtp}
     if m.heads % m.groups:
         raise ConfigError(f"groups ({m.groups}) must divide heads ({m.heads})",
                           source=source, field="mamba.groups")
-    return {"layer_pattern": pattern, "mamba": MambaSizes(**m.model_dump())}
+    return {"layer_pattern": pattern, "mamba": MambaSizes(**m.model_dump()), **mtp}
 
 
 def _moe_fields(f: _TransformerFile, source: str) -> dict:

@@ -248,6 +248,9 @@ class ParallelPlan:
                 raise ConfigError(f"{model.name} is not a transformer: only data "
                                   f"parallelism applies", field=field("tp"))
             return
+        if getattr(model, "mtp_layers", 0) and self.pp > 1:
+            raise ConfigError(f"{model.name}'s multi-token prediction layers under pipeline "
+                              f"parallelism are not modelled", field=field("pp"))
         for attr, kind in (("tp", "tensor"), ("cp", "context")):
             if getattr(self, attr) > 1 and getattr(model, "layer_pattern", ""):
                 raise ConfigError(f"{kind} parallelism of {model.name}, a hybrid "
