@@ -180,12 +180,12 @@ def test_pattern_refusals(over, field, words):
         assert words in str(err.value)
 
 
-def test_valid_tiny_hybrid_and_tp_refusal():
+def test_valid_tiny_hybrid_and_cp_refusal():
     model = parse_model(hybrid_file(), "tiny.yaml")
     assert pattern_counts(model) == {"Mamba-2": 2, "attention": 1, "MLP": 0, "MoE": 1}
     assert len(layer_costs(model, 1, 128, "bf16")) == 4 + 2
-    with pytest.raises(ConfigError, match="tensor and context parallelism of a hybrid"):
-        layer_costs(model, 1, 128, "bf16", tp=2)
+    with pytest.raises(ConfigError, match="context parallelism of a hybrid"):
+        layer_costs(model, 1, 128, "bf16", cp=2)
 
 
 def test_mlp_layer_is_the_blocks_mlp_half():
@@ -197,11 +197,9 @@ def test_mlp_layer_is_the_blocks_mlp_half():
 
 
 @pytest.mark.parametrize("strategy, field", [
-    ({"tensor_model_parallel_size": 2, "sequence_parallel": True},
-     "strategy.tensor_model_parallel_size"),
     ({"context_parallel_size": 2}, "strategy.context_parallel_size"),
 ])
-def test_hybrid_tp_and_cp_refused_in_one_line(capsys, tmp_path, strategy, field):
+def test_hybrid_cp_refused_in_one_line(capsys, tmp_path, strategy, field):
     from test_cli import run_main
     from test_parallel_errors import scenario
     path = scenario(tmp_path, NANO, 8, {"expert_model_parallel_size": 4, **strategy})
@@ -327,3 +325,48 @@ def test_super_megatron_flops_with_mtp():
         ratios = [float(r["tflops_per_gpu"]) * 1e12 / float(r["tokens_per_s_per_gpu"])
                   for r in csv.DictReader(f_) if r["model"] == "Nemotron_3_Super"]
     assert ratios and all(ratio == pytest.approx(per_token, rel=0.02) for ratio in ratios)
+
+
+def test_mamba_layer_under_tensor_parallelism():
+    """TP2 splits the 64 heads and 8 groups: in_proj 2688 -> 10304 / 2, conv over 6144 / 2
+    channels, out_proj 2048 -> 2688; the norm stays whole (and on half the tokens under
+    sequence parallelism)."""
+    model, t = nano(), 4096
+    layer = mamba_layer_cost(model, 1, t, 2, tp=2, sp=True)
+    ops = {op.name: op for op in layer.forward}
+    assert ops["mamba_in_proj"].flops == 2 * t * 2688 * 5152
+    assert ops["mamba_out_proj"].flops == 2 * t * 2048 * 2688
+    assert ops["mamba_norm"].flops == 4 * (t // 2) * 2688             # RMSNorm, 4 per element
+    assert layer.params == 2688 + (2688 * 10304 + 6144 * 5 + 3 * 64 + 4096 + 4096 * 2688) // 2
+    from simulator.strategies.parallel.memory import block_params_per_rank
+    assert block_params_per_rank(model, 2, 1, 0) == layer.params
+
+
+def test_mamba_tp_collectives_are_an_attention_layers():
+    """Under TP2 with sequence parallelism a Mamba layer runs the same TP collectives as an
+    attention layer (all-gather before the column-parallel in_proj, reduce-scatter after the
+    row-parallel out_proj, and their backward), of the same b s h sizes."""
+    from simulator.strategies import World
+    from simulator.strategies.frameworks.megatron import MegatronConfig
+    from simulator.strategies.parallel import ParallelPlan
+    from simulator.strategies.parallel.generate import build_parallel
+    model = parse_model(hybrid_file(layer_pattern="M*M-", moe=None), "tiny.yaml")
+    plan = ParallelPlan(tp=2, sequence_parallel=True, dp_mode="ddp")
+    cfg = MegatronConfig(micro_batch=1, grad_accum=1, tensor_model_parallel_size=2,
+                         sequence_parallel=True)
+    trace = build_parallel(model, plan, cfg, World(2, 2), seq_len=256, flash=True)
+
+    def tp_ops(layer):
+        return sorted((op.phase, op.collective, op.size_bytes) for op in trace.classes[0].ops
+                      if op.kind == "collective" and op.comm.startswith("tp")
+                      and op.layer == layer)
+    mamba, attention = tp_ops("block.0"), tp_ops("block.1")
+    assert len(mamba) == 5 and mamba == attention
+    assert {size for *_, size in mamba} == {256 * 256 * 2}           # b s h at 2 bytes
+
+
+def test_mamba_groups_must_split_over_tp():
+    from simulator.strategies.parallel import ParallelPlan
+    model = parse_model(hybrid_file(kv_heads=4), "tiny.yaml")      # 8 heads, 2 groups
+    with pytest.raises(ConfigError, match="does not divide tiny-hybrid's 2 mamba groups"):
+        ParallelPlan(tp=4, sequence_parallel=True, dp_mode="ddp").check(model, 4, seq_len=128)

@@ -99,9 +99,9 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     if (tp, sp, cp) != (1, False, 1) and not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: no tensor, sequence or "
                           f"context parallelism", field="tp")
-    if model.layer_pattern and (tp, cp) != (1, 1):
-        raise ConfigError(f"{model.name}: tensor and context parallelism of a hybrid "
-                          f"(layer_pattern) model are not modelled", field="tp")
+    if model.layer_pattern and cp != 1:
+        raise ConfigError(f"{model.name}: context parallelism of a hybrid (layer_pattern) "
+                          f"model is not modelled", field="cp")
     if model.family == "resnet":
         from simulator.models.resnet import resnet_layer_costs      # CNNs load when used
         check_positive(batch=batch)
@@ -133,7 +133,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     mtp = []
     if model.mtp_layers:        # a hybrid's MTP depths run its own layers of each symbol
         kinds = {sym: blocks[i] for i, sym in reversed(list(enumerate(model.layer_pattern)))}
-        mtp = mtp_costs(model, batch, seq_len, e, k, kinds)
+        mtp = mtp_costs(model, batch, seq_len, e, k, kinds, tp, sp)
     layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, *mtp, head]
     return finetune_layers(layers, model, model.finetune, e, precision)
 

@@ -34,8 +34,8 @@ recomputes the conv) and its backward; the norms' backward.
 Saved for backward: the residual stream at the norm input (``k t h``), the ``in_proj`` output
 (``e t (2 d + 2 G N + H)``), the SSD output y and the ``out_proj`` input (``e t d`` each).
 
-Not modelled: tensor and context parallelism of a hybrid model (refused); the Mamba layers'
-own CUDA-graph or kernel-fusion variants; the small torch ops between the SSD's backward
+Not modelled: context parallelism of a hybrid model (refused); the Mamba layers' own
+CUDA-graph or kernel-fusion variants; the small torch ops between the SSD's backward
 kernels (a reverse cumsum over ``t H / Q`` values).
 """
 
@@ -191,15 +191,31 @@ def ssd_kernels(model: ModelSpec, tokens: int, e: int) -> tuple[list[OpCost], li
     return ops(_SSD_FORWARD), ops(_SSD_BACKWARD)
 
 
-def mamba_layer_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None
-                     ) -> LayerCost:
+def rank_view(model: ModelSpec, tp: int) -> ModelSpec:
+    """``model`` as one of ``tp`` tensor-parallel ranks holds its Mamba mixers: ``heads /
+    tp`` heads and ``groups / tp`` groups (Megatron-Core's MambaMixer splits both; its
+    in_proj is column-parallel, its out_proj row-parallel, its conv1d and gated norm per
+    rank)."""
+    if tp == 1:
+        return model
+    m = model.mamba
+    return replace(model, mamba=replace(m, heads=m.heads // tp, groups=m.groups // tp))
+
+
+def mamba_layer_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = None,
+                     tp: int = 1, sp: bool = False) -> LayerCost:
     """One Mamba-2 layer on ``b`` sequences of ``s`` tokens at ``e`` bytes per element (``k``
-    the residual stream's; see the module doc)."""
+    the residual stream's; see the module doc), on one of ``tp`` tensor-parallel ranks
+    (:func:`rank_view`; the norm and the residual add on ``1 / tp`` of the tokens under
+    sequence parallelism ``sp``)."""
     k = e if k is None else k
+    rank_model, model = rank_view(model, tp), model
+    tn = b * s // tp if sp else b * s        # tokens of the norm and the residual add
+    model = rank_model
     t, h, d = b * s, model.hidden, d_inner(model)
     w, c, heads = in_proj_width(model), conv_channels(model), model.mamba.heads
-    norm_f, norm_b = _norm(model, "mamba_norm", t, k)
-    res_f, res_b = _residual("mamba_residual", t, h, e, k)
+    norm_f, norm_b = _norm(model, "mamba_norm", tn, k)
+    res_f, res_b = _residual("mamba_residual", tn, h, e, k)
     conv_params = c * (model.mamba.conv_kernel + 1)
     conv_flops = (2 * model.mamba.conv_kernel + SILU_FLOPS) * t * c
     conv_bytes = float(e * 2 * t * c + e * conv_params)
@@ -215,7 +231,7 @@ def mamba_layer_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = N
                    weight="mamba_gated_norm", params=d, saved_bytes=e * t * d)
     in_proj = replace(matmul("mamba_in_proj", t, h, w, e, params=h * w), saved_bytes=e * t * w)
     out_proj = matmul("mamba_out_proj", t, d, h, e, params=d * h)
-    fwd = (replace(norm_f, saved_bytes=k * t * h), in_proj, conv, *ssd_f, gnorm, out_proj,
+    fwd = (replace(norm_f, saved_bytes=k * tn * h), in_proj, conv, *ssd_f, gnorm, out_proj,
            *res_f)
     bwd = (*res_b, *matmul_bwd("mamba_out_proj", t, d, h, e, weight=True),
            OpCost("mamba_gated_norm.bwd", "norm", 2.0 * gated * t * d,
@@ -226,7 +242,7 @@ def mamba_layer_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = N
                   float(e * 3 * t * c + 2 * e * conv_params), weight="mamba_conv1d"),
            *matmul_bwd("mamba_in_proj", t, h, w, e, weight=True), norm_b)
     return LayerCost("block", "transformer_block", sum(op.params for op in fwd), fwd, bwd,
-                     sum(op.saved_bytes for op in fwd), k * t * h)
+                     sum(op.saved_bytes for op in fwd), k * tn * h)
 
 
 def in_mlp_half(name: str, mlp: str) -> bool:
@@ -250,16 +266,17 @@ def layer_half(layer: LayerCost, model: ModelSpec, mlp: bool, extra_saved: int =
                    activation_bytes=sum(op.saved_bytes for op in fwd) + extra_saved)
 
 
-def hybrid_layer_params(model: ModelSpec, symbol: str) -> int:
-    """Parameters of one ``M``, ``*`` or ``-`` layer of a hybrid pattern, as its layer's
-    kernels hold them (:func:`mamba_params`, or a half of a block's)."""
+def hybrid_layer_params(model: ModelSpec, symbol: str, tp: int = 1) -> int:
+    """Parameters of one ``M``, ``*`` or ``-`` layer of a hybrid pattern on one of ``tp``
+    ranks, as its layer's kernels hold them (:func:`mamba_params`, or a half of a
+    block's)."""
     if symbol == "M":
-        return mamba_params(model)
-    return layer_half(block_cost(model, 1, 1, 2, True), model, symbol == "-").params
+        return mamba_params(rank_view(model, tp))
+    return layer_half(block_cost(model, 1, 1, 2, True, tp=tp), model, symbol == "-").params
 
 
 def mtp_costs(model: ModelSpec, b: int, s: int, e: int, k: int,
-              kinds: dict[str, LayerCost]) -> list[LayerCost]:
+              kinds: dict[str, LayerCost], tp: int = 1, sp: bool = False) -> list[LayerCost]:
     """The multi-token prediction depths of ``model`` (Megatron-Core's
     ``MultiTokenPredictionLayer``, megatron/core/transformer/multi_token_prediction.py), each:
     the embedding of the tokens one step further (the shared table: no parameters of its
@@ -267,24 +284,30 @@ def mtp_costs(model: ModelSpec, b: int, s: int, e: int, k: int,
     concatenation projected ``2 h -> h`` (``eh_proj``), the ``mtp_pattern`` layers (``kinds``:
     the model's own layer of each symbol, the same kernels), and the final norm with the
     shared output layer and its loss (:func:`head_cost`, the norm its only parameters).
-    Saved for backward by the projection: the two norm inputs and the concatenation."""
+    Saved for backward by the projection: the two norm inputs and the concatenation.
+
+    Under tensor parallelism (``tp``, ``sp``) the embedding and the output layer are vocab-
+    parallel with their collectives (layer kinds ``mtp_embedding`` and ``mtp_head``), the
+    norms on ``1 / tp`` of the tokens under ``sp``; ``eh_proj`` (column-parallel in Megatron)
+    is priced whole on every rank, without its collective."""
     t, h = b * s, model.hidden
+    tn = t // tp if sp else t
     out: list[LayerCost] = []
     for depth in range(model.mtp_layers):
         pre = f"mtp.{depth}"
-        out.append(replace(embed_cost(model, b, s, e, k), name=f"{pre}.embed", kind="mtp",
-                           params=0))
-        enorm, hnorm = _norm(model, "mtp_enorm", t, k), _norm(model, "mtp_hnorm", t, k)
+        out.append(replace(embed_cost(model, b, s, e, k, tp, sp), name=f"{pre}.embed",
+                           kind="mtp_embedding", params=0))
+        enorm, hnorm = _norm(model, "mtp_enorm", tn, k), _norm(model, "mtp_hnorm", tn, k)
         proj = matmul("mtp_eh_proj", t, 2 * h, h, e, params=2 * h * h)
         fwd = (enorm[0], hnorm[0], proj)
         out.append(LayerCost(f"{pre}.proj", "mtp", sum(op.params for op in fwd), fwd,
                              (*matmul_bwd("mtp_eh_proj", t, 2 * h, h, e, weight=True),
                               hnorm[1], enorm[1]),
-                             2 * k * t * h + 2 * e * t * h, k * t * h))
+                             2 * k * tn * h + 2 * e * t * h, k * t * h))
         out += [replace(kinds[sym], name=f"{pre}.block.{j}")
                 for j, sym in enumerate(model.mtp_pattern)]
-        out.append(replace(head_cost(model, b, s, e, k), name=f"{pre}.head", kind="mtp",
-                           params=norm_params(model)))
+        out.append(replace(head_cost(model, b, s, e, k, tp, sp), name=f"{pre}.head",
+                           kind="mtp_head", params=norm_params(model)))
     return out
 
 

@@ -317,7 +317,7 @@ def block_costs(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int | 
     if model.layer_pattern:
         kinds = {"*": lambda: layer_half(dense, model, False),
                  "-": lambda: layer_half(dense, model, True),
-                 "E": lambda: moe, "M": lambda: mamba_layer_cost(model, b, s, e, k)}
+                 "E": lambda: moe, "M": lambda: mamba_layer_cost(model, b, s, e, k, tp, sp)}
         built = {sym: kinds[sym]() for sym in set(model.layer_pattern)}
         return [replace(built[sym], name=f"block.{i}")
                 for i, sym in enumerate(model.layer_pattern)]

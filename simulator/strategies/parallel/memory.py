@@ -87,7 +87,7 @@ def block_params_per_rank(model: ModelSpec, tp: int, ep: int = 1, index: int = 0
     (default ``tp``, Megatron-Core's), its shared experts, router and attention whole on
     the EP ranks."""
     if model.layer_pattern and not is_moe_layer(model, index):     # a hybrid's M, *, -
-        return hybrid_layer_params(model, model.layer_pattern[index])
+        return hybrid_layer_params(model, model.layer_pattern[index], tp)
     if not is_moe_layer(model, index):
         return block_params(model, tp)
     return moe_block_params(model, model.num_experts // ep, tp, etp or tp)

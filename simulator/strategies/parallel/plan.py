@@ -251,10 +251,9 @@ class ParallelPlan:
         if getattr(model, "mtp_layers", 0) and self.pp > 1:
             raise ConfigError(f"{model.name}'s multi-token prediction layers under pipeline "
                               f"parallelism are not modelled", field=field("pp"))
-        for attr, kind in (("tp", "tensor"), ("cp", "context")):
-            if getattr(self, attr) > 1 and getattr(model, "layer_pattern", ""):
-                raise ConfigError(f"{kind} parallelism of {model.name}, a hybrid "
-                                  f"(layer_pattern) model, is not modelled", field=field(attr))
+        if self.cp > 1 and getattr(model, "layer_pattern", ""):
+            raise ConfigError(f"context parallelism of {model.name}, a hybrid "
+                              f"(layer_pattern) model, is not modelled", field=field("cp"))
         self._check_tp(model, seq_len, field)
         self._check_pp(model, layers_field, field)
         if self.cp > 1 and seq_len % (2 * self.cp):
@@ -264,8 +263,10 @@ class ParallelPlan:
         self._check_ep(model, field)
 
     def _check_tp(self, model, seq_len: int, field) -> None:
+        mamba = getattr(model, "mamba", None)
+        sizes = (("mamba heads", mamba.heads), ("mamba groups", mamba.groups)) if mamba else ()
         for attr, n in (("heads", model.heads), ("kv_heads", model.kv_heads),
-                        ("ffn_hidden", model.ffn_hidden)):
+                        ("ffn_hidden", model.ffn_hidden), *sizes):
             if n % self.tp:
                 raise ConfigError(f"tensor parallelism {self.tp} does not divide "
                                   f"{model.name}'s {n} {attr}", field=field("tp"))
