@@ -130,18 +130,21 @@ def test_mtp_adds_one_block_its_projection_and_a_second_output_layer_on_the_last
     with_mtp = layer_costs(v3, 1, 1024, "bf16")
     without = layer_costs(replace(v3, mtp_layers=0), 1, 1024, "bf16")
     assert [x.name for x in with_mtp] == [x.name for x in without][:-1] + [
-        "mtp.0.in", "mtp.0", "mtp.0.out", "head"]
+        "mtp.0.embed", "mtp.0.proj", "mtp.0.block.0", "mtp.0.head", "head"]
     by_name = {x.name: x for x in with_mtp}
-    block, last = by_name["mtp.0"], by_name["block.60"]
+    block, last = by_name["mtp.0.block.0"], by_name["block.60"]
     assert (block.params, block.forward, block.backward) == (last.params, last.forward,
                                                              last.backward)
-    head, out = by_name["head"], by_name["mtp.0.out"]
+    head, out = by_name["head"], by_name["mtp.0.head"]
     assert out.forward == head.forward and out.params == H      # its own final norm only
-    eh = _op(by_name["mtp.0.in"], "mtp_eh_proj")
+    embed, lookup = by_name["mtp.0.embed"], by_name["embed"]
+    assert embed.forward == lookup.forward and embed.params == 0  # the shared table
+    eh = _op(by_name["mtp.0.proj"], "mtp_eh_proj")
     assert eh.flops == 2 * 1024 * (2 * H) * H and eh.params == 2 * H * H
     extra = sum(x.forward_flops for x in with_mtp) - sum(x.forward_flops for x in without)
     assert extra == pytest.approx(block.forward_flops + head.forward_flops
-                                  + by_name["mtp.0.in"].forward_flops)
+                                  + by_name["mtp.0.proj"].forward_flops
+                                  + embed.forward_flops)
 
 
 def test_model_flops_count_the_mtp_block_and_its_output_layer(v3):
@@ -247,5 +250,5 @@ def test_the_mtp_layers_run_on_the_last_stage_before_the_head_outside_the_split(
     first, last = stages[(0, 0)].layers, stages[(1, 0)].layers
     # the 4 blocks split 2 + 2, as without MTP; the MTP layers join the loss's stage
     assert [x.name for x in first] == ["embed", "block.0", "block.1"]
-    assert [x.name for x in last] == ["block.2", "block.3", "mtp.0.in", "mtp.0", "mtp.0.out",
-                                      "head"]
+    assert [x.name for x in last] == ["block.2", "block.3", "mtp.0.embed", "mtp.0.proj",
+                                      "mtp.0.block.0", "mtp.0.head", "head"]

@@ -218,8 +218,10 @@ def test_nemo_rows_beyond_the_gpu_cap_are_listed_not_simulated(spec):
     assert "parallel/bridge/26.04/llama3-70b-64gpu" in seen
     assert all(r["ok"] is None for r in rows.values())          # reported, not gated
     # a model without a config is listed with its reason, never dropped
-    nano = rows["parallel/bridge/26.06/nemotron-3-nano-16gpu"]
-    assert math.isnan(nano["error"]) and "no state-space layers" in nano["note"]
+    ultra = rows["parallel/bridge/gb300/26.08/nemotron-3-ultra-256gpu-mxfp8-gbs256"]
+    assert math.isnan(ultra["error"]) and "no sourced layer config" in ultra["note"]
+    assert "parallel/bridge/26.06/nemotron-3-nano-16gpu" in seen    # hybrid models now
+    assert "parallel/bridge/gb300/26.08/nemotron-3-super-64gpu-mxfp8-gbs512" in seen
     blackwell = pd.read_csv(ROOT / spec.files.bridge_blackwell)
     assert len(rows) == len(pd.read_csv(ROOT / spec.files.nemo)) + \
         len(pd.read_csv(ROOT / spec.files.bridge)) + (blackwell.variant == "primary").sum()

@@ -40,7 +40,7 @@ from simulator.models.packing import packed_layers
 from simulator.models.fp8 import fp8_layer
 from simulator.models.fusion import compiled_block
 from simulator.models.mla import check_mla
-from simulator.models.mtp import mtp_costs
+from simulator.models.mtp import mtp_costs, mtp_depth
 from simulator.models.transformer import embed_cost, head_cost
 from simulator.precision import FP8, FP32, compute_precision, precision_bytes
 
@@ -104,6 +104,9 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     if (tp, sp, cp) != (1, False, 1) and not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: no tensor, sequence or "
                           f"context parallelism", field="tp")
+    if model.layer_pattern and cp != 1:
+        raise ConfigError(f"{model.name}: context parallelism of a hybrid (layer_pattern) "
+                          f"model is not modelled", field="cp")
     if model.family == "resnet":
         from simulator.models.resnet import resnet_layer_costs      # CNNs load when used
         check_positive(batch=batch)
@@ -133,7 +136,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                   for b in blocks]
     if eager and not compile and not fused_norm:
         head = eager_head(head, model, batch, seq_len, k, *shard)
-    mtp = mtp_costs(model, batch, seq_len, e, flash_attention, k, tp, sp, cp)
+    mtp = mtp_costs(model, batch, seq_len, e, mtp_depth(model, blocks), k, tp, sp, cp)
     layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, *mtp, head]
     layers = packed_layers(layers, model.causal, model.pack, seq_len, cp, flash_attention)
     return finetune_layers(layers, model, model.finetune, e, precision)
@@ -202,11 +205,13 @@ def model_flops_per_sample(model: ModelSpec, seq_len: int) -> float:
         from simulator.models.maskrcnn import maskrcnn_train_flops  # CNNs load when used
         return maskrcnn_train_flops(model)
     check_positive(seq_len=seq_len)
-    # multi-token prediction: its blocks attend, and its loss runs the shared output layer again
+    # multi-token prediction: its layers are the model's, and its loss runs the shared output
+    # layer again
     n = (params_total(model) - lookup_params(model) - inactive_params(model)
          + model.mtp_layers * model.vocab * model.hidden)
-    blocks = model.layers + model.mtp_layers
-    return 6.0 * n * seq_len + 12.0 * blocks * model.q_width * seq_len ** 2
+    attention = (model.layer_pattern.count("*") + model.mtp_layers * model.mtp_pattern.count("*")
+                 if model.layer_pattern else model.layers + model.mtp_layers)
+    return 6.0 * n * seq_len + 12.0 * attention * model.q_width * seq_len ** 2
 
 
 def tokens_per_sample(model: ModelSpec, seq_len: int) -> int:

@@ -27,6 +27,13 @@ MLP half, for the ``t`` tokens of the rank:
 * ``moe_shared_*``: ``shared_experts`` always-on experts, one MLP of ``shared_experts x
   moe_ffn_hidden`` on all ``t`` tokens.
 
+Under LatentMoE (the ``moe`` mapping's ``latent_size`` ``L``: Nemotron 3 Super's
+``moe_latent_size``; Megatron-Core's ``fc1_latent_proj`` and ``fc2_latent_proj``) every token
+is projected ``h -> L`` after the router (``moe_latent_down``), the permutes, the all-to-all
+and the routed experts work on ``L``-wide tokens, and the combined output is projected back
+``L -> h`` (``moe_latent_up``, whose input is saved); the router and the shared experts stay
+on ``h``.
+
 Backward mirrors it (each GEMM twice, the permutes as scatter/gathers). Saved for backward,
 besides the attention half: the MoE input (already the block's ``2 t h``), the permuted
 tokens ``2 T h`` and the expert inner tensors (``4 T f`` GELU, ``6 T f`` SwiGLU, as
@@ -41,23 +48,27 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from simulator.models.mamba import layer_half, mamba_layer_cost
 from simulator.models.ops import (ACT_FLOPS, ID_BYTES, SOFTMAX_BWD_FLOPS, SOFTMAX_FLOPS,
                                   LayerCost, OpCost, gemm_dims, matmul, matmul_bwd, pointwise)
 from simulator.models.spec import ModelSpec
-from simulator.models.transformer import block_activation_bytes, block_cost, block_params
+from simulator.models.transformer import (block_activation_bytes, block_cost, block_params,
+                                          norm_params)
 from simulator.models.window import check_window, is_windowed_layer, windowed_block
 
 PROB_BYTES = 4                      # fp32 router probabilities
 EXPERT_KERNELS = "moe_expert_"      # the routed experts' kernels (their names begin so)
 
 # Kernels of the dense MLP that an MoE block replaces (forward and backward names).
-_DENSE_MLP = ("mlp_up", "mlp_gate_up", "mlp_down", "gelu", "swiglu")
+_DENSE_MLP = ("mlp_up", "mlp_gate_up", "mlp_down", "gelu", "swiglu", "squared_relu")
 _GRADS = ("dgrad", "wgrad", "bwd")
 
 
 def is_moe_layer(model: ModelSpec, index: int) -> bool:
     """Whether block ``index`` (from 0) is an MoE block: after ``first_dense_layers``,
-    every ``moe_layer_freq``-th."""
+    every ``moe_layer_freq``-th (a hybrid model: an ``E`` of its ``layer_pattern``)."""
+    if model.layer_pattern:
+        return model.layer_pattern[index] == "E"
     start = model.first_dense_layers
     return model.is_moe and index >= start and (index - start) % model.moe_layer_freq == 0
 
@@ -92,14 +103,29 @@ def dense_part(layer: LayerCost) -> LayerCost:
 
 
 def moe_layer_count(model: ModelSpec) -> int:
-    """MoE blocks of the model, its multi-token-prediction layers' blocks included
-    (:mod:`simulator.models.mtp`)."""
+    """MoE blocks of the model, with its multi-token-prediction layers' (a transformer's: the
+    blocks after its last, by index; a hybrid's: the E layers of its ``mtp_pattern``;
+    :mod:`simulator.models.mtp`)."""
+    if model.layer_pattern:
+        return model.layer_pattern.count("E") + model.mtp_layers * model.mtp_pattern.count("E")
     return sum(is_moe_layer(model, i) for i in range(model.layers + model.mtp_layers))
 
 
+def expert_width(model: ModelSpec) -> int:
+    """Width of the tokens the routed experts take and the all-to-all carries: ``h``, or a
+    LatentMoE's latent width ``L``."""
+    return model.moe_latent or model.hidden
+
+
+def _mlp_params(model: ModelSpec, width: int) -> int:
+    """Parameters of an expert MLP of ``moe_ffn_hidden`` on ``width``-wide tokens."""
+    return (3 if model.mlp == "swiglu" else 2) * width * model.moe_ffn_hidden
+
+
 def expert_params(model: ModelSpec) -> int:
-    """Parameters of one expert: ``2 h f`` (GELU) or ``3 h f`` (SwiGLU), no biases."""
-    return (3 if model.mlp == "swiglu" else 2) * model.hidden * model.moe_ffn_hidden
+    """Parameters of one routed expert: ``2 h f`` (GELU) or ``3 h f`` (SwiGLU), no biases
+    (``L`` for ``h`` under LatentMoE)."""
+    return _mlp_params(model, expert_width(model))
 
 
 def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int = 1,
@@ -109,11 +135,16 @@ def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int
     router ``h E``, the experts' slices, the shared experts."""
     local = model.num_experts if local_experts is None else local_experts
     # the attention half: a dense block's without its MLP (and, with biases, without the
-    # dense MLP's down-projection bias, which an MoE block has not)
+    # dense MLP's down-projection bias, which an MoE block has not); a hybrid's E layer has
+    # its norm and no attention
     attention = block_params(replace(model, ffn_hidden=0), tp) - (model.hidden if model.bias
                                                                    else 0)
-    experts = local * expert_params(model) // etp + model.shared_experts * expert_params(model)
-    return attention + model.hidden * model.num_experts + experts
+    if model.layer_pattern:
+        attention = norm_params(model)
+    experts = local * expert_params(model) // etp + \
+        model.shared_experts * _mlp_params(model, model.hidden)
+    latent = 2 * model.hidden * model.moe_latent          # LatentMoE's down and up projections
+    return attention + model.hidden * model.num_experts + experts + latent
 
 
 def inactive_params(model: ModelSpec) -> int:
@@ -151,9 +182,11 @@ def _grouped_bwd(name: str, m: float, k: float, n: float, experts: int, e: int) 
             for g in ("dgrad", "wgrad")]
 
 
-def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int, e: int):
-    """Forward and backward ops of ``experts`` MLPs of ``width`` over ``tokens`` rows."""
-    h, kind = model.hidden, model.mlp
+def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int, e: int,
+         h: int | None = None):
+    """Forward and backward ops of ``experts`` MLPs of ``width`` over ``tokens`` rows of
+    ``h`` (default the model's hidden) columns."""
+    h, kind = h or model.hidden, model.mlp
     up, cols = (f"{prefix}_gate_up", 2 * width) if kind == "swiglu" else (f"{prefix}_up", width)
     act_in = 3 if kind == "swiglu" else 2
     fwd = [_grouped(up, tokens, h, cols, experts, e),
@@ -188,11 +221,12 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
     module doc); ``expert_tokens`` defaults to ``t k``, ``local_experts`` to all, each
     expert ``moe_ffn_hidden / etp`` wide; ``sort_chunks``: the dispatcher's second
     permutation (:func:`sort_chunks_ops`, tokens arriving from other EP ranks)."""
-    h, n_exp, k = model.hidden, model.num_experts, model.top_k
+    hidden, n_exp, k = model.hidden, model.num_experts, model.top_k
+    h, lat = expert_width(model), model.moe_latent     # the routed tokens' width
     copies = t * k
     received = copies if expert_tokens is None else expert_tokens
     local = n_exp if local_experts is None else local_experts
-    router = matmul("moe_router", t, h, n_exp, e, params=h * n_exp)
+    router = matmul("moe_router", t, hidden, n_exp, e, params=hidden * n_exp)
     idx = ID_BYTES * copies
     permute = OpCost("moe_permute", "elementwise", 0.0, float(e * (t * h + copies * h) + idx))
     permute_b = OpCost("moe_permute.bwd", "elementwise", float(copies * h),
@@ -201,22 +235,29 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
                        float(e * (copies * h + t * h) + PROB_BYTES * copies))
     unpermute_b = OpCost("moe_unpermute.bwd", "elementwise", 2.0 * copies * h,
                          float(e * (t * h + 2 * copies * h) + PROB_BYTES * copies))
-    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden // etp, local, e)
+    exp_f, exp_b = _ffn(model, "moe_expert", received, model.moe_ffn_hidden // etp, local, e,
+                        h)
     shared_f, shared_b = ([], [])
     if model.shared_experts:
         shared_f, shared_b = _ffn(model, "moe_shared", t, model.shared_experts
                                   * model.moe_ffn_hidden, 1, e)
     chunks = sort_chunks_ops(received, h, e) if sort_chunks else {}
+    # LatentMoE (Megatron-Core MoELayer's fc1_latent_proj / fc2_latent_proj): every token
+    # projected h -> L before the dispatch, the combined output L -> h after it
+    down = [matmul("moe_latent_down", t, hidden, lat, e, params=hidden * lat)] if lat else []
+    up = [matmul("moe_latent_up", t, lat, hidden, e, params=lat * hidden)] if lat else []
+    down_b = matmul_bwd("moe_latent_down", t, hidden, lat, e, weight=True) if lat else []
+    up_b = matmul_bwd("moe_latent_up", t, lat, hidden, e, weight=True) if lat else []
 
     def sort(name: str) -> list[OpCost]:
         return [chunks[name]] if name in chunks else []
     fwd = [router, pointwise("moe_topk", "elementwise", t * n_exp, SOFTMAX_FLOPS, 2, e),
-           permute, *sort("moe_sort_chunks"), *exp_f, *sort("moe_unsort_chunks"), unpermute,
-           *shared_f]
-    bwd = [*shared_b, unpermute_b, *sort("moe_unsort_chunks.bwd"), *exp_b,
-           *sort("moe_sort_chunks.bwd"), permute_b,
+           *down, permute, *sort("moe_sort_chunks"), *exp_f, *sort("moe_unsort_chunks"),
+           unpermute, *up, *shared_f]
+    bwd = [*shared_b, *up_b, unpermute_b, *sort("moe_unsort_chunks.bwd"), *exp_b,
+           *sort("moe_sort_chunks.bwd"), permute_b, *down_b,
            pointwise("moe_topk.bwd", "elementwise", t * n_exp, SOFTMAX_BWD_FLOPS, 3, e),
-           *matmul_bwd("moe_router", t, h, n_exp, e, weight=True)]
+           *matmul_bwd("moe_router", t, hidden, n_exp, e, weight=True)]
     return fwd, bwd
 
 
@@ -227,7 +268,10 @@ def moe_activation_bytes(model: ModelSpec, t: int, e: int, received: float,
     ``1 / etp`` of its width."""
     inner = 6 if model.mlp == "swiglu" else 4
     f, f_shared = model.moe_ffn_hidden // etp, model.shared_experts * model.moe_ffn_hidden
-    tensors = 2 * received * model.hidden + inner * received * f + inner * t * f_shared
+    # LatentMoE: the permuted copies are L wide, and the up projection keeps its L-wide input
+    latent = 2 * t * model.moe_latent
+    tensors = 2 * received * expert_width(model) + inner * received * f + \
+        inner * t * f_shared + latent
     return int(tensors * e // 2 + PROB_BYTES * t * model.num_experts
                + ID_BYTES * t * model.top_k)
 
@@ -259,6 +303,10 @@ def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
                        sort_chunks=sort_chunks, etp=etp)
     received = t * model.top_k if expert_tokens is None else expert_tokens
     first_fwd = "mlp_gate_up" if model.mlp == "swiglu" else "mlp_up"
+    if model.layer_pattern:        # a hybrid model's E layer: the MoE half alone
+        layer = replace(dense, forward=_swap_mlp(dense.forward, fwd, first_fwd),
+                        backward=_swap_mlp(dense.backward, bwd, "mlp_down.dgrad"))
+        return layer_half(layer, model, True, moe_activation_bytes(model, t, e, received, etp))
     attention = block_activation_bytes(replace(model, ffn_hidden=0), b, s, e, flash, k, tp,
                                        sp, cp)
     return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp, etp),
@@ -277,6 +325,13 @@ def block_costs(model: ModelSpec, b: int, s: int, e: int, flash: bool, k: int | 
     check_window(model, cp)
     dense = block_cost(model, b, s, e, flash, k, tp, sp, cp)
     moe = moe_block_cost(model, b, s, e, flash, k, tp, sp, cp) if model.is_moe else None
+    if model.layer_pattern:
+        kinds = {"*": lambda: layer_half(dense, model, False),
+                 "-": lambda: layer_half(dense, model, True),
+                 "E": lambda: moe, "M": lambda: mamba_layer_cost(model, b, s, e, k, tp, sp)}
+        built = {sym: kinds[sym]() for sym in set(model.layer_pattern)}
+        return [replace(built[sym], name=f"block.{i}")
+                for i, sym in enumerate(model.layer_pattern)]
     blocks = [replace(moe if is_moe_layer(model, i) else dense, name=f"block.{i}")
               for i in range(model.layers)]
     return [windowed_block(block, model, s) if is_windowed_layer(model, i) else block

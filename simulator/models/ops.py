@@ -17,6 +17,7 @@ LOSS_BYTES = 4               # the fp32 scalar loss
 NORM_FLOPS = {"layernorm": 5, "rmsnorm": 4}     # per element, forward
 SOFTMAX_FLOPS, SOFTMAX_BWD_FLOPS = 5, 3          # per score element
 ACT_FLOPS = {"gelu": 8, "swiglu": 4}             # per MLP inner element, forward
+ACT_FLOPS["squared_relu"] = 2   # relu(x)^2: a max and a multiply (Megatron-Core squared_relu)
 LOSS_FLOPS, LOSS_BWD_FLOPS = 5, 2                # per logit
 
 

@@ -22,8 +22,9 @@ A mixture-of-experts transformer adds a ``moe`` mapping: ``num_experts`` routed 
 ``top_k`` of them per token, each expert an MLP of width ``ffn_hidden`` (the same ``mlp``
 kind as the model), ``shared_experts`` always-on experts of that width, which blocks are
 MoE (``first_dense_layers`` dense blocks first, of the model's ``ffn_hidden``, then every
-``layer_freq``-th block) and ``capacity_factor`` (tokens an expert takes, relative to an
-even share; absent: dropless, Megatron-LM's default). :mod:`simulator.models.moe` costs it.
+``layer_freq``-th block), ``capacity_factor`` (tokens an expert takes, relative to an
+even share; absent: dropless, Megatron-LM's default) and ``latent_size`` (LatentMoE: the
+routed experts run on tokens projected to this width). :mod:`simulator.models.moe` costs it.
 
 Sliding-window attention (GPT-OSS, Mistral): ``sliding_window`` (``w``, the keys a query
 sees, itself included: Hugging Face's ``sliding_window``, Megatron-Core's ``window_size``
@@ -35,8 +36,16 @@ DeepSeek's multi-head latent attention (MLA) is an ``attention`` mapping: ``kind
 ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
 ``v_head_dim`` (:mod:`simulator.models.mla` costs it; no ``kv_heads``, ``head_dim`` or
 ``bias`` beside it, rotary positions only). ``mtp_layers`` (default 0) adds DeepSeek-V3's
-multi-token-prediction layers (Megatron-Core's ``mtp_num_layers``,
-:mod:`simulator.models.mtp`).
+multi-token-prediction layers (Megatron-Core's ``mtp_num_layers``; each runs the model's
+last block, :mod:`simulator.models.mtp`).
+
+A hybrid model (Nemotron-H, Nemotron 3) adds ``layer_pattern``, one character per layer as
+Megatron-Core's ``hybrid_layer_pattern`` spells it: ``M`` a Mamba-2 layer, ``*`` an
+attention layer, ``-`` a dense MLP layer, ``E`` an MoE layer (each a pre-norm residual
+layer with one mixer), and a ``mamba`` mapping (``heads``, ``head_dim``, ``state``,
+``groups``, ``conv_kernel``, ``chunk``); :mod:`simulator.models.mamba` costs it. An ``mtp``
+mapping (``layers``, ``pattern``) gives a hybrid's multi-token prediction layers, each
+running the layers of ``pattern`` (a transformer says ``mtp_layers`` instead).
 """
 
 from __future__ import annotations
@@ -70,6 +79,20 @@ _DEFAULTS = {
 
 PosInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+
+
+@dataclass(frozen=True)
+class MambaSizes:
+    """A Mamba-2 mixer (the model file's ``mamba`` mapping, Megatron-Core MambaMixer's
+    arguments): ``heads`` of ``head_dim`` channels, ``groups`` of B/C with ``state`` size,
+    conv1d ``conv_kernel``, SSD ``chunk``."""
+
+    heads: int
+    head_dim: int
+    state: int
+    groups: int
+    conv_kernel: int
+    chunk: int
 
 
 @dataclass(frozen=True)
@@ -116,7 +139,15 @@ class ModelSpec:
     qk_nope_dim: int = 0
     qk_rope_dim: int = 0
     v_dim: int = 0
-    mtp_layers: int = 0          # multi-token-prediction layers (simulator/models/mtp.py)
+    moe_latent: int = 0          # LatentMoE: routed experts on this width (0: on hidden)
+    # hybrid models (simulator/models/mamba.py): one character per layer, "" for a plain
+    # transformer; the Mamba-2 mixer's sizes (None without Mamba layers)
+    layer_pattern: str = ""
+    mamba: MambaSizes | None = None
+    # multi-token-prediction layers (simulator/models/mtp.py), each the model's last block or
+    # a hybrid's layers of mtp_pattern
+    mtp_layers: int = 0
+    mtp_pattern: str = ""
     # what trains (simulator/models/finetune.py Finetune; None: every weight, as pre-training)
     finetune: Any = None
     # samples packed into each sequence (simulator/models/packing.py Pack; None: one each)
@@ -164,6 +195,25 @@ class _MoeFile(BaseModel):
     layer_freq: PosInt = 1
     first_dense_layers: NonNegInt = 0
     capacity_factor: Annotated[float, Field(gt=0.0)] | None = None
+    latent_size: PosInt | None = None     # LatentMoE (Nemotron 3 Super's moe_latent_size)
+
+
+class _MambaFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    heads: PosInt
+    head_dim: PosInt
+    state: PosInt
+    groups: PosInt = 1
+    conv_kernel: PosInt = 4        # Megatron-Core MambaMixer's d_conv default
+    chunk: PosInt = 128            # Megatron-Core MambaMixer's chunk_size default
+
+
+class _MtpFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    layers: PosInt                 # Megatron's mtp_num_layers
+    pattern: str                   # mtp_hybrid_override_pattern ("*E")
 
 
 class _AttentionFile(BaseModel):
@@ -191,11 +241,11 @@ class _TransformerFile(BaseModel):
     ffn_hidden: PosInt | None = None
     vocab: PosInt
     max_seq_len: PosInt
-    mlp: Literal["gelu", "swiglu"] | None = None
+    mlp: Literal["gelu", "swiglu", "squared_relu"] | None = None
     norm: Literal["layernorm", "rmsnorm"] | None = None
     tied_embeddings: Annotated[bool, Field(strict=True)] | None = None
     bias: Annotated[bool, Field(strict=True)] | None = None
-    position_embedding: Literal["learned", "rope"] | None = None
+    position_embedding: Literal["learned", "rope", "none"] | None = None
     type_vocab: NonNegInt | None = None
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
     moe: _MoeFile | None = None
@@ -203,6 +253,9 @@ class _TransformerFile(BaseModel):
     attention_pattern: Literal["sliding", "alternating"] | None = None
     attention: _AttentionFile | None = None
     mtp_layers: NonNegInt = 0
+    layer_pattern: str | None = None
+    mamba: _MambaFile | None = None
+    mtp: _MtpFile | None = None
     description: str = ""
 
 
@@ -336,9 +389,12 @@ def parse_model(data: Any, source: str) -> ModelSpec:
     try:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
-        sub = {"moe": _MoeFile, "attention": _AttentionFile}.get(exc.errors()[0]["loc"][0])
-        raise validation_error(exc, source=source, depth=2 if sub else 1, style="got",
-                               valid=(sub or schema).model_fields) from None
+        loc = exc.errors()[0]["loc"]
+        nested = {"moe": _MoeFile, "attention": _AttentionFile, "mamba": _MambaFile,
+                  "mtp": _MtpFile}.get(
+            loc[0] if loc else "")
+        raise validation_error(exc, source=source, depth=2 if nested else 1, style="got",
+                               valid=(nested or schema).model_fields) from None
     if not parsed.source:
         parsed = parsed.model_copy(update={"source": f"{USER_SOURCE} {source}"})
     if family in CONV_FAMILIES:
@@ -368,8 +424,8 @@ def _transformer_spec(f: _TransformerFile, source: str) -> ModelSpec:
         vocab=f.vocab, max_seq_len=f.max_seq_len, mlp=pick("mlp"), norm=pick("norm"),
         tied_embeddings=pick("tied_embeddings"), bias=pick("bias"),
         position_embedding=pick("position_embedding"), type_vocab=pick("type_vocab"),
-        dropout=pick("dropout"), mtp_layers=_mtp_layers(f, source), **_moe_fields(f, source),
-        **mla, **_window_fields(f, source))
+        dropout=pick("dropout"), **_mtp_fields(f, source), **_moe_fields(f, source),
+        **mla, **_window_fields(f, source), **_hybrid_fields(f, source))
 
 
 def _window_fields(f: _TransformerFile, source: str) -> dict:
@@ -386,12 +442,26 @@ def _window_fields(f: _TransformerFile, source: str) -> dict:
                 attention_pattern=f.attention_pattern or "sliding")
 
 
-def _mtp_layers(f: _TransformerFile, source: str) -> int:
-    """The file's ``mtp_layers``: decoders only (they predict the next tokens)."""
+def _mtp_fields(f: _TransformerFile, source: str) -> dict:
+    """``mtp_layers`` and ``mtp_pattern`` from the file's ``mtp_layers`` (a transformer's:
+    each MTP layer runs the last block) or its ``mtp`` mapping (a hybrid's: each runs the
+    layers of ``pattern``, symbols of the ``layer_pattern``); decoders only (they predict
+    the next tokens), one spelling at a time."""
+    if f.mtp is not None and f.mtp_layers:
+        raise ConfigError("give mtp_layers (a transformer) or an mtp mapping (a hybrid), not "
+                          "both", source=source, field="mtp_layers")
     if f.mtp_layers and f.family == "bert":
         raise ConfigError("multi-token prediction needs a decoder (gpt, llama), not bert",
                           source=source, field="mtp_layers")
-    return f.mtp_layers
+    if f.mtp is None:
+        return {"mtp_layers": f.mtp_layers}
+    if f.layer_pattern is None:
+        raise ConfigError("an mtp mapping needs a layer_pattern (a transformer gives "
+                          "mtp_layers)", source=source, field="mtp")
+    if not f.mtp.pattern or set(f.mtp.pattern) - set(f.layer_pattern):
+        raise ConfigError(f"must be layer symbols of the layer_pattern, got "
+                          f"{f.mtp.pattern!r}", source=source, field="mtp.pattern")
+    return {"mtp_layers": f.mtp.layers, "mtp_pattern": f.mtp.pattern}
 
 
 def _mla_fields(f: _TransformerFile, source: str) -> dict:
@@ -423,6 +493,44 @@ def _mla_fields(f: _TransformerFile, source: str) -> dict:
                 v_dim=a.v_head_dim, head_size=widths // 2)
 
 
+PATTERN_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
+
+
+def _hybrid_fields(f: _TransformerFile, source: str) -> dict:
+    """The ModelSpec fields of ``layer_pattern`` and ``mamba`` (none for a transformer)."""
+    pattern = f.layer_pattern
+    if pattern is None:
+        for key in ("mamba", "mtp"):
+            if getattr(f, key) is not None:
+                raise ConfigError(f"a {key} mapping needs a layer_pattern", source=source,
+                                  field=key)
+        return {}
+    bad = sorted(set(pattern) - set(PATTERN_SYMBOLS))
+    if bad:
+        raise ConfigError(f"unknown layer symbol {bad[0]!r}; valid: M (Mamba-2), * "
+                          f"(attention), - (MLP), E (MoE)", source=source,
+                          field="layer_pattern")
+    if len(pattern) != f.layers:
+        raise ConfigError(f"{len(pattern)} symbols for {f.layers} layers", source=source,
+                          field="layer_pattern")
+    if "E" in pattern and f.moe is None:
+        raise ConfigError("E (MoE) layers need a moe mapping", source=source,
+                          field="layer_pattern")
+    if f.moe is not None and "E" not in pattern:
+        raise ConfigError("a moe mapping needs E layers in the pattern", source=source,
+                          field="layer_pattern")
+    m = f.mamba
+    if "M" in pattern and m is None:
+        raise ConfigError("M (Mamba-2) layers need a mamba mapping", source=source,
+                          field="layer_pattern")
+    if m is None:
+        return {"layer_pattern": pattern}
+    if m.heads % m.groups:
+        raise ConfigError(f"groups ({m.groups}) must divide heads ({m.heads})",
+                          source=source, field="mamba.groups")
+    return {"layer_pattern": pattern, "mamba": MambaSizes(**m.model_dump())}
+
+
 def _moe_fields(f: _TransformerFile, source: str) -> dict:
     """The ModelSpec fields of the ``moe`` mapping (none for a dense model)."""
     m = f.moe
@@ -431,13 +539,18 @@ def _moe_fields(f: _TransformerFile, source: str) -> dict:
     if m.top_k > m.num_experts:
         raise ConfigError(f"top_k ({m.top_k}) exceeds num_experts ({m.num_experts})",
                           source=source, field="moe.top_k")
+    if f.layer_pattern is not None and (m.first_dense_layers or m.layer_freq != 1):
+        raise ConfigError("a layer_pattern places the MoE layers itself (E): leave out "
+                          "first_dense_layers and layer_freq", source=source,
+                          field="moe.first_dense_layers")
     if m.first_dense_layers >= f.layers:
         raise ConfigError(f"first_dense_layers ({m.first_dense_layers}) leaves no MoE block "
                           f"of the {f.layers} layers", source=source,
                           field="moe.first_dense_layers")
     return dict(num_experts=m.num_experts, top_k=m.top_k, moe_ffn_hidden=m.ffn_hidden,
                 shared_experts=m.shared_experts, moe_layer_freq=m.layer_freq,
-                first_dense_layers=m.first_dense_layers, capacity_factor=m.capacity_factor)
+                first_dense_layers=m.first_dense_layers, capacity_factor=m.capacity_factor,
+                moe_latent=m.latent_size or 0)
 
 
 def _resnet_spec(f: _ResNetFile, source: str) -> ModelSpec:

@@ -42,6 +42,7 @@ from typing import NamedTuple
 from simulator.errors import ConfigError
 from simulator.models.spec import ModelSpec
 from simulator.models.moe import expert_params as moe_expert_params
+from simulator.models.mamba import hybrid_layer_params
 from simulator.models.moe import is_moe_layer, moe_block_params
 from simulator.models.transformer import block_params, embed_params, head_params, vocab_rows
 from simulator.precision import precision_bytes, storage_dtype
@@ -85,6 +86,8 @@ def block_params_per_rank(model: ModelSpec, tp: int, ep: int = 1, index: int = 0
     split); an MoE block's routed experts split over ``ep`` and each over ``etp`` ranks
     (default ``tp``, Megatron-Core's), its shared experts, router and attention whole on
     the EP ranks."""
+    if model.layer_pattern and not is_moe_layer(model, index):     # a hybrid's M, *, -
+        return hybrid_layer_params(model, model.layer_pattern[index], tp)
     if not is_moe_layer(model, index):
         return block_params(model, tp)
     return moe_block_params(model, model.num_experts // ep, tp, etp or tp)
@@ -124,6 +127,9 @@ def _kind_params(model: ModelSpec, plan, moe: bool) -> int:
 def _blocks_params(model: ModelSpec, plan, blocks) -> int:
     """:func:`block_params_per_rank` summed over ``blocks``: a dense block's count times
     the dense blocks plus an MoE block's times the MoE blocks (the same integer sum)."""
+    if model.layer_pattern:      # a hybrid: each layer by its kind
+        return sum(block_params_per_rank(model, plan.tp, plan.ep, i, plan.expert_tp)
+                   for i in blocks)
     moe = _moe_blocks(model, blocks)
     dense = len(blocks) - moe
     return ((dense * _kind_params(model, plan, False) if dense else 0)

@@ -48,7 +48,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import ConfigError
-from simulator.models.moe import PROB_BYTES, moe_block_cost
+from simulator.models.moe import PROB_BYTES, expert_width, moe_block_cost
 from simulator.models.ops import ID_BYTES, LayerCost
 from simulator.models.spec import ModelSpec
 
@@ -176,8 +176,9 @@ def ep_loads(model: ModelSpec, tokens: int, ep: int, load: ExpertLoad | None = N
 
 
 def dispatch_bytes(model: ModelSpec, tokens: int, e: int) -> int:
-    """Bytes of one rank's dispatch (or combine) buffer: ``t k h e``."""
-    return tokens * model.top_k * model.hidden * e
+    """Bytes of one rank's dispatch (or combine) buffer: ``t k h e`` (``L`` for ``h`` under
+    LatentMoE)."""
+    return tokens * model.top_k * expert_width(model) * e
 
 
 def leaving_bytes(model: ModelSpec, tokens: int, e: int, ep: int) -> float:
@@ -186,8 +187,9 @@ def leaving_bytes(model: ModelSpec, tokens: int, e: int, ep: int) -> float:
 
 
 def all_to_all_size_bytes(model: ModelSpec, loads: EpLoad, e: int) -> int:
-    """nccl-tests size of each EP all-to-all: ``T_max h e`` (``t k h e`` when even)."""
-    return math.ceil(loads.slowest - 1e-9) * model.hidden * e
+    """nccl-tests size of each EP all-to-all: ``T_max h e`` (``t k h e`` when even; ``L``
+    for ``h`` under LatentMoE)."""
+    return math.ceil(loads.slowest - 1e-9) * expert_width(model) * e
 
 
 def expert_gather_size_bytes(model: ModelSpec, loads: EpLoad, e: int, etp: int) -> int:

@@ -248,6 +248,9 @@ class ParallelPlan:
                 raise ConfigError(f"{model.name} is not a transformer: only data "
                                   f"parallelism applies", field=field("tp"))
             return
+        if self.cp > 1 and getattr(model, "layer_pattern", ""):
+            raise ConfigError(f"context parallelism of {model.name}, a hybrid "
+                              f"(layer_pattern) model, is not modelled", field=field("cp"))
         self._check_tp(model, seq_len, field)
         self._check_pp(model, layers_field, field)
         if self.cp > 1 and seq_len % (2 * self.cp):
@@ -257,8 +260,10 @@ class ParallelPlan:
         self._check_ep(model, field)
 
     def _check_tp(self, model, seq_len: int, field) -> None:
+        mamba = getattr(model, "mamba", None)
+        sizes = (("mamba heads", mamba.heads), ("mamba groups", mamba.groups)) if mamba else ()
         for attr, n in (("heads", model.heads), ("kv_heads", model.kv_heads),
-                        ("ffn_hidden", model.ffn_hidden)):
+                        ("ffn_hidden", model.ffn_hidden), *sizes):
             if n % self.tp:
                 raise ConfigError(f"tensor parallelism {self.tp} does not divide "
                                   f"{model.name}'s {n} {attr}", field=field("tp"))

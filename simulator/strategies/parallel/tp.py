@@ -45,8 +45,16 @@ _BLOCK = {
     False: {("forward", "after", "attn_out"): "all_reduce",
             ("forward", "after", "mlp_down"): "all_reduce",
             ("backward", "after", "mlp_up.dgrad"): "all_reduce",
-            ("backward", "after", "qkv_proj.dgrad"): "all_reduce"},
-    True: {("forward", "before", "qkv_proj"): "all_gather",
+            ("backward", "after", "qkv_proj.dgrad"): "all_reduce",
+            # a Mamba-2 layer (simulator/models/mamba.py): in_proj column-, out_proj row-parallel
+            ("forward", "after", "mamba_out_proj"): "all_reduce",
+            ("backward", "after", "mamba_in_proj.dgrad"): "all_reduce"},
+    True: {("forward", "before", "mamba_in_proj"): "all_gather",
+           ("forward", "after", "mamba_out_proj"): "reduce_scatter",
+           ("backward", "before", "mamba_out_proj.dgrad"): "all_gather",
+           ("backward", "before", "mamba_in_proj.dgrad"): ("all_gather", "wgrad"),
+           ("backward", "after", "mamba_in_proj.dgrad"): "reduce_scatter",
+           ("forward", "before", "qkv_proj"): "all_gather",
            ("forward", "after", "attn_out"): "reduce_scatter",
            ("forward", "before", "mlp_up"): "all_gather",
            ("forward", "after", "mlp_down"): "reduce_scatter",
@@ -64,8 +72,10 @@ _HEAD = {False: {("backward", "after", "lm_head.dgrad"): "all_reduce"},
          True: {("forward", "before", "lm_head"): "all_gather",
                 ("backward", "after", "lm_head.dgrad"): "reduce_scatter"}}
 LOSS_REDUCES = 3          # vocab-parallel cross entropy: max, target logit, sum of exp
-# a multi-token-prediction layer's output layer and loss are the head's (simulator/models/mtp.py)
-POINTS = {"transformer_block": _BLOCK, "embedding": _EMBED, "head": _HEAD, "mtp": _HEAD}
+# multi-token prediction (simulator/models/mtp.py): its embedding lookup and its output layer
+# and loss are the model's, with their collectives
+POINTS = {"transformer_block": _BLOCK, "embedding": _EMBED, "head": _HEAD,
+          "mtp_embedding": _EMBED, "mtp_head": _HEAD}
 
 
 def kernel_key(name: str) -> str:
@@ -141,7 +151,8 @@ class TPHooks(OpHooks):
                 before=before, before_waiter=waiter, after=table.get((stage, "after", name)),
                 after_waiter=("non_wgrad" if stage == "backward" and self.async_backward
                               else "next"), name=name,
-                loss=name == "lm_head" and stage == "forward" and self.kind in ("head", "mtp"))
+                loss=name == "lm_head" and stage == "forward"
+                and self.kind in ("head", "mtp_head"))
         return point
 
     def before(self, cost, phase: str) -> tuple:
