@@ -91,3 +91,24 @@ def test_hooks_before_concatenates_the_parts_in_order():
     hooks = _Hooks([_Part(()), _Part([3, 1]), _Part(()), _Part((7,))])
     assert hooks.before(None, "forward") == (3, 1, 7)
     assert _Hooks([_Part(()), _Part(())]).before(None, "forward") == ()
+
+
+def test_micro_attrs_are_the_kernels_dict_of_that_micro_step():
+    """A TP collective's ``{"micro_step": m}`` is the dict a shapeless kernel of micro-step m
+    holds (the same content), shared where the list shares, new each call where not."""
+    pool: dict = {}
+    ol = OpList(pool)
+    norm = ol.kernel(OpCost("norm", "norm", 1, 1), "layers.0", "forward", 3, ())
+    assert ol.micro_attrs(3) is ol.ops[norm].attrs
+    assert ol.micro_attrs(4) == {"micro_step": 4} and ol.micro_attrs(4) is ol.micro_attrs(4)
+    plain = OpList()
+    assert plain.micro_attrs(4) == {"micro_step": 4}
+    assert plain.micro_attrs(4) is not plain.micro_attrs(4)
+
+
+def test_tp_collectives_share_their_micro_step_dict():
+    trace = _trace(ParallelPlan(tp=2, pp=2), 4)
+    tp = [op for c in trace.classes for op in c.ops
+          if op.kind == "collective" and op.stream == "tp"]
+    assert tp and {op.attrs["micro_step"] for op in tp} == {0, 1, 2, 3}
+    assert len({id(op.attrs) for op in tp}) == 4

@@ -261,6 +261,17 @@ class OpList:
                                     op_class=k.op_class, deps=_dep_ids(deps), attrs=attrs))
         return n
 
+    def micro_attrs(self, micro: int) -> dict:
+        """``{"micro_step": micro}``: the one dict of the shared attrs where this list has
+        them (what a kernel without shape attrs holds), else a new one."""
+        shared = self._shared
+        if shared is None:
+            return {"micro_step": micro}
+        attrs = shared.get(((), micro))
+        if attrs is None:
+            attrs = shared[((), micro)] = {"micro_step": micro}
+        return attrs
+
     def collective(self, *, stream: str, collective: str, comm: str, size_bytes: int, deps,
                    name: str, phase: str, layer: str, attrs: dict, mem_alloc_bytes: int = 0,
                    mem_free_bytes: int = 0) -> int:

@@ -164,7 +164,8 @@ class StageBuilder:
         # layer=layer)`` without its extra call: TP collectives come once per kernel or two
         return self.ol.collective(stream=STREAM, collective=kind, comm=self.comm("tp"),
                                   size_bytes=int(size), deps=tuple(deps), name=name,
-                                  phase=phase, layer=layer, attrs={"micro_step": self.micro})
+                                  phase=phase, layer=layer,
+                                  attrs=self.ol.micro_attrs(self.micro))
 
     def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
         """A send to / recv from the rank holding model stage ``stage``; None when this
