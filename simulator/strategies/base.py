@@ -209,14 +209,23 @@ class _Kernel:
     bytes_accessed: float
     op_class: str
     attrs: dict          # {"micro_step": 0, m, n, k...}: the keys of every such op
+    shape_key: tuple = ()    # attrs but the micro-step, (name, type, value) in order
 
 
 class OpList:
-    """Ops of one rank class, numbered in issue order."""
+    """Ops of one rank class, numbered in issue order.
 
-    def __init__(self):
+    ``shared_attrs`` (a dict, possibly shared by the OpLists of several classes): the
+    kernels' ``attrs`` of equal content are one dict, kept there by (the template's other
+    keys, micro-step), rather than a copy per op (a 3-D plan's classes run each kernel of
+    each layer once per micro-batch, with the same attrs). Only for generators that never
+    change an op's attrs after building it (the shared dict is every such op's).
+    """
+
+    def __init__(self, shared_attrs: dict | None = None):
         self.ops: list[Op] = []
         self._kernels: dict[tuple, _Kernel] = {}     # (id(cost), layer, phase) -> template
+        self._shared = shared_attrs
 
     def add(self, *, deps=(), **fields: Any) -> int:
         """A new op of these ``fields`` (Op's), numbered next (:func:`_dep_ids`)."""
@@ -231,17 +240,37 @@ class OpList:
         key = (id(cost), layer, phase)
         k = self._kernels.get(key)
         if k is None:
+            shape = _shape_attrs(cost)
             k = self._kernels[key] = _Kernel(
                 cost=cost, name=cost.name, flops=float(cost.flops),
                 bytes_accessed=float(cost.bytes_accessed), op_class=cost.op_class,
-                attrs={"micro_step": 0, **_shape_attrs(cost)})
+                attrs={"micro_step": 0, **shape},
+                shape_key=tuple((name, type(v), v) for name, v in shape.items()))
         n = len(self.ops)
-        attrs = k.attrs.copy()          # the same keys in the same order, copied rather
-        attrs["micro_step"] = micro     # than merged
+        shared = self._shared
+        if shared is None:
+            attrs = k.attrs.copy()          # the same keys in the same order, copied rather
+            attrs["micro_step"] = micro     # than merged
+        else:
+            attrs = shared.get((k.shape_key, micro))
+            if attrs is None:
+                attrs = shared[(k.shape_key, micro)] = k.attrs.copy()
+                attrs["micro_step"] = micro
         self.ops.append(_compute_op(id=n, name=k.name, layer=layer, phase=phase,
                                     flops=k.flops, bytes_accessed=k.bytes_accessed,
                                     op_class=k.op_class, deps=_dep_ids(deps), attrs=attrs))
         return n
+
+    def micro_attrs(self, micro: int) -> dict:
+        """``{"micro_step": micro}``: the one dict of the shared attrs where this list has
+        them (what a kernel without shape attrs holds), else a new one."""
+        shared = self._shared
+        if shared is None:
+            return {"micro_step": micro}
+        attrs = shared.get(((), micro))
+        if attrs is None:
+            attrs = shared[((), micro)] = {"micro_step": micro}
+        return attrs
 
     def collective(self, *, stream: str, collective: str, comm: str, size_bytes: int, deps,
                    name: str, phase: str, layer: str, attrs: dict, mem_alloc_bytes: int = 0,

@@ -82,7 +82,12 @@ class _Hooks(OpHooks):
             self.host_syncs = parts[0].host_syncs
 
     def before(self, cost, phase: str) -> tuple:
-        return tuple(d for p in self.parts for d in p.before(cost, phase))
+        out: tuple = ()
+        for p in self.parts:        # (most parts, most kernels: nothing; no generator)
+            deps = p.before(cost, phase)
+            if deps:
+                out += tuple(deps)
+        return out
 
     def after(self, cost, phase: str, op_id: int) -> None:
         for p in self.parts:
@@ -104,11 +109,11 @@ class StageBuilder:
 
     def __init__(self, rank: int, plan: ParallelPlan, cfg: CommonConfig, my_chunks: dict,
                  all_chunks: dict, *, act_bytes: int, loss_bytes: int, model: ModelSpec,
-                 tied_ranks: tied.TiedRanks | None = None):
+                 tied_ranks: tied.TiedRanks | None = None, shared_attrs: dict | None = None):
         self.rank, self.plan, self.cfg, self.model = rank, plan, cfg, model
         self.tied = tied_ranks is not None and rank in (tied_ranks.embedding, tied_ranks.head)
         self.chunks, self.all_chunks = my_chunks, all_chunks
-        self.ol = OpList()
+        self.ol = OpList(shared_attrs)       # (kernels' attrs shared: never changed here)
         self.used: set[str] = set()
         self._comm_ids: dict[str, str] = {}
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
@@ -159,7 +164,8 @@ class StageBuilder:
         # layer=layer)`` without its extra call: TP collectives come once per kernel or two
         return self.ol.collective(stream=STREAM, collective=kind, comm=self.comm("tp"),
                                   size_bytes=int(size), deps=tuple(deps), name=name,
-                                  phase=phase, layer=layer, attrs={"micro_step": self.micro})
+                                  phase=phase, layer=layer,
+                                  attrs=self.ol.micro_attrs(self.micro))
 
     def _p2p(self, kind: str, stage: int, size: int, tag: str, deps) -> int | None:
         """A send to / recv from the rank holding model stage ``stage``; None when this
@@ -450,10 +456,12 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     if plan.moe_a2a_overlap:
         orders = [combined_actions(row, plan.pp) for row in orders]
     classes, comms, groups_of = [], {}, {}
+    attrs_pool: dict = {}       # kernels' attrs of equal content, one dict for all stages
     for p in range(plan.pp):
         mine = {c: ch for (r, c), ch in all_chunks.items() if r == p}
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
-                         loss_bytes=tokens * FP32, model=model, tied_ranks=shared)
+                         loss_bytes=tokens * FP32, model=model, tied_ranks=shared,
+                         shared_attrs=attrs_pool)
         b.run(orders[p], steps)
         classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
