@@ -31,6 +31,7 @@ _GPU_KEYS = {"peak_flops", "low_precision_flops", "hbm_bytes", "usable_bytes", "
              "nvls", "pcie", "tdp", "vendor", "source"}
 _LINK_KEYS = {"bw", "latency", "link_class", "max_domain_gpus", "source"}
 LOW_PRECISIONS = ("fp8", "fp6", "fp4")      # tensor-core rates kept apart from the compute precisions
+NVFP4_FAMILIES = ("blackwell",)      # NVFP4 (E2M1 + E4M3 scale per 16) tensor cores
 _WATTS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*W\s*$")
 _MHZ_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*MHz\s*$")
 
@@ -101,7 +102,8 @@ def is_scale_up(link_classes) -> bool:
 
 def check_training_precision(gpu: GpuSpec, precision: str) -> None:
     """Refuse a low precision (``fp8``, ``fp4``) that ``gpu`` has no tensor cores for, and
-    say that FP4 training is not modelled where it has them (FP8 is).
+    say which is not modelled where it has them: FP8 is, FP4 as NVFP4 on Blackwell
+    (:data:`NVFP4_FAMILIES`); CDNA 4's MXFP4 and FP6 are not.
 
     :raises ConfigError: (field ``training.precision``) for ``fp8``/``fp4``.
     """
@@ -113,6 +115,12 @@ def check_training_precision(gpu: GpuSpec, precision: str) -> None:
                           field="training.precision")
     if precision == "fp8":          # FP8 GEMMs, bf16 elsewhere (simulator/models/fp8.py)
         return
+    if precision == "fp4" and gpu.family in NVFP4_FAMILIES:   # simulator/models/nvfp4.py
+        return
+    if precision == "fp4" and gpu.vendor == "amd":
+        raise ConfigError(f"{gpu.name}'s FP4 tensor cores run MXFP4 (CDNA 4); only NVFP4 "
+                          f"training (Transformer Engine's NVFP4BlockScaling, Blackwell) "
+                          f"is modelled: use fp8 or bf16", field="training.precision")
     raise ConfigError(f"{precision} training is not modelled yet: {gpu.name}'s {precision} "
                       f"peak is in the catalog, but the compute model has no {precision} "
                       f"efficiency curves; use bf16", field="training.precision")

@@ -25,7 +25,8 @@ from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
 from .models.finetune_spellings import FINETUNE_KEYS, resolve as resolve_finetune
 from .models.packing import FIELD as PACK_FIELD, Pack, PackedDataset, check_pack
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
-from .precision import FP8, compute_precision, is_half
+from .models.nvfp4 import NVFP4
+from .precision import FP4, FP8, compute_precision, is_half
 from .scenario import MAX_GRAD_ACCUM, Scenario
 from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.build import scenario_cluster
@@ -163,7 +164,7 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
         trace = build_trace(None, cfg, world, spec=model, seq_len=t.seq_len,
                             flash=t.flash_attention, autocast=autocasts(cfg),
                             compile=t.compile, elementwise=t.elementwise,
-                            fp8_recipe=t.fp8_recipe if t.precision == FP8 else None,
+                            fp8_recipe=gemm_recipe(t.precision, t.fp8_recipe),
                             model=model.name, tokens_per_sample=tokens,
                             model_flops_per_sample=flops)
         return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn)
@@ -242,6 +243,28 @@ def _check_fp8(model: ModelSpec, strategy: str, source: str) -> None:
     if not model.is_transformer:
         raise ConfigError(f"{model.name} has no transformer Linear layers to run in FP8: use "
                           f"bf16", source=source, field="training.precision")
+
+
+def gemm_recipe(precision: str, fp8_recipe: str) -> str | None:
+    """The low-precision GEMM recipe of a step at ``precision``: ``training.fp8_recipe`` for
+    fp8, Transformer Engine's NVFP4 (:mod:`simulator.models.nvfp4`) for fp4, else None."""
+    return {FP8: fp8_recipe, FP4: NVFP4}.get(precision)
+
+
+def _check_fp4(model: ModelSpec, strategy: str, source: str) -> None:
+    """NVFP4 where the step can run it: a transformer's Linear GEMMs under Megatron with
+    Transformer Engine (``NVFP4BlockScaling``), the only modelled framework that runs it.
+
+    :raises ConfigError: (``training.precision``) for another strategy or a model without
+        Linear GEMMs.
+    """
+    if strategy != "megatron":
+        raise ConfigError(f"fp4 is Transformer Engine's NVFP4 recipe, which the megatron "
+                          f"strategy runs; {strategy} has no NVFP4 training path here: use "
+                          f"fp8 or bf16", source=source, field="training.precision")
+    if not model.is_transformer:
+        raise ConfigError(f"{model.name} has no transformer Linear layers to run in NVFP4: "
+                          f"use bf16", source=source, field="training.precision")
 
 
 def _check_elementwise(model: ModelSpec, strategy: str, value: str, source: str) -> None:
@@ -388,6 +411,8 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     t = scn.training
     if t.precision == FP8:
         _check_fp8(model, cfg.name, source)
+    if t.precision == FP4:
+        _check_fp4(model, cfg.name, source)
     if t.elementwise != "fused":
         _check_elementwise(model, cfg.name, t.elementwise, source)
     n_gpus = scn.cluster.gpus or cluster.n_gpus

@@ -21,7 +21,9 @@ PEAK_PRECISIONS = ("fp64", *PRECISIONS)                 # keys of a GPU's peak_f
 HALF_PRECISIONS = ("bf16", "fp16")                      # 16-bit compute
 FP32 = "fp32"                                           # CUDA cores, no tensor cores
 FP8 = "fp8"          # FP8 GEMMs (torchao float8 / Transformer Engine), the rest in bf16
-OP_PRECISIONS = (*PRECISIONS, FP8)                      # a kernel's own precision (trace op)
+FP4 = "fp4"          # NVFP4 GEMMs (Transformer Engine's NVFP4BlockScaling), the rest in bf16
+LOW_GEMM_PRECISIONS = (FP8, FP4)                        # a step whose GEMMs alone run below bf16
+OP_PRECISIONS = (*PRECISIONS, FP8, FP4)                 # a kernel's own precision (trace op)
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -42,10 +44,10 @@ def storage_dtype(precision: str) -> str:
 
 
 def compute_precision(precision: str) -> str:
-    """The precision of everything but the GEMMs: an FP8 step runs its other kernels, keeps
-    its activations and its weights in bf16 (torchao float8 and Transformer Engine recipes);
-    any other precision is itself."""
-    return "bf16" if precision == FP8 else precision
+    """The precision of everything but the GEMMs: an FP8 or NVFP4 step runs its other
+    kernels, keeps its activations and its weights in bf16 (torchao float8 and Transformer
+    Engine recipes); any other precision is itself."""
+    return "bf16" if precision in LOW_GEMM_PRECISIONS else precision
 
 
 def is_half(precision: str) -> bool:

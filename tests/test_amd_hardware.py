@@ -169,7 +169,8 @@ def test_two_platforms_all_reduce_is_bound_by_the_nics():
 
 def test_low_precisions_on_amd():
     """FP8 trains on CDNA 3 and 4; MXFP8 (block-scaled) only on CDNA 4; FP6/FP4 are in the
-    catalog of the MI350 series but refused for training, as on Blackwell."""
+    catalog of the MI350 series but refused for training (FP4 is MXFP4 there, and only
+    Blackwell's NVFP4 is modelled)."""
     from simulator.hardware import check_fp8_recipe, check_training_precision
     for name in AMD:
         check_training_precision(gpu_spec(name), "fp8")
@@ -178,5 +179,8 @@ def test_low_precisions_on_amd():
         check_fp8_recipe(gpu_spec("MI300X"), "mxfp8")
     with pytest.raises(ConfigError, match="training.precision: fp6 training is not modelled"):
         check_training_precision(gpu_spec("MI355X"), "fp6")
+    with pytest.raises(ConfigError, match="training.precision: MI355X's FP4 tensor cores run "
+                                          "MXFP4"):
+        check_training_precision(gpu_spec("MI355X"), "fp4")
     with pytest.raises(ConfigError, match="training.precision: MI300X has no FP4"):
         check_training_precision(gpu_spec("MI300X"), "fp4")

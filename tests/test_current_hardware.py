@@ -249,14 +249,16 @@ def test_fp8_on_a_gpu_without_fp8_is_one_line_exit_2(capsys):
             "cores") in err
 
 
-def test_fp8_on_h100_runs_and_fp4_is_not_modelled(capsys):
-    # FP8 GEMMs are modelled (simulator/models/fp8.py, tests/test_compute_fp8.py)
+def test_fp8_on_h100_runs_and_fp4_is_refused_outside_megatron(capsys):
+    # FP8 GEMMs are modelled (simulator/models/fp8.py, tests/test_compute_fp8.py); NVFP4
+    # under Megatron only (simulator/models/nvfp4.py, tests/test_nvfp4.py)
     code, out, err = run_main(capsys, "run", "--set", "training.precision=fp8",
                               "--set", "topology.params.gpu=H100-SXM", "--quiet")
     assert code == 0 and "iteration_time_s" in out
     code, out, err = run_main(capsys, "run", "--set", "training.precision=fp4",
                               "--set", "topology.params.gpu=B200", "--quiet")
-    assert code == 2 and "fp4 training is not modelled yet" in err
+    assert code == 2 and err.count("\n") == 1
+    assert "training.precision: fp4 is Transformer Engine's NVFP4 recipe" in err
     code, out, err = run_main(capsys, "run", "--set", "training.precision=fp4",
                               "--set", "topology.params.gpu=H100-SXM")
     assert code == 2 and "H100-SXM has no FP4 tensor cores" in err

@@ -36,7 +36,8 @@ from simulator.errors import ConfigError
 from .checks import check_fraction, check_keys, check_source, check_time
 from .gemm_shape import GemmShape
 
-SHAPED_PRECISIONS = ("bf16", "fp16", "fp8")   # fitted on 16-bit; fp8 aligns at 16 elements
+SHAPED_PRECISIONS = ("bf16", "fp16", "fp8", "fp4")   # fitted on 16-bit; fp8 (fp4) aligns
+# at 16 (32) elements, 16 bytes
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ from simulator.compute.training_fit import IDENTITY, FamilyFit, family_of
 from simulator.errors import ConfigError
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
-from simulator.precision import FP8, FP32, OP_PRECISIONS, PRECISIONS
+from simulator.precision import FP4, FP8, FP32, LOW_GEMM_PRECISIONS, OP_PRECISIONS, PRECISIONS
 
 BF16 = "bf16"
 HALF = ("bf16", "fp16")      # the 16-bit precisions an attention kernel runs at
+LOW_GEMM_ALIGN = {FP8: 16, FP4: 32}   # elements in 16 bytes: an FP8 / FP4 GEMM's alignment
 
 from .checks import check_fraction, check_keys, check_source, check_time
 from .families import SHAPED_PRECISIONS, FamilyCalibration, check_attention, parse_families
@@ -176,6 +177,8 @@ class ComputeModel:
         kernels = (f"{fit.name} kernels as fitted: matmul x{tf['matmul']:.2f}"
                    + (f", FP8 GEMMs {fit.fp8_gemm_speedup:.3g}x the bf16 rate"
                       if fit.fp8_gemm_speedup else "")
+                   + (f", NVFP4 GEMMs {fit.fp4_gemm_speedup:.3g}x"
+                      if fit.fp4_gemm_speedup else "")
                    + f", attention x{tf['attention']:.2f}")
         if fit.kernel_overhead_s or tf["memory_bound"] != 1.0:
             return (f"{kernels}; the eager PyTorch stack: memory-bound x"
@@ -258,10 +261,10 @@ class ComputeModel:
     def _op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
                    precision: str, shape: tuple[int, ...] | None,
                    launch: str = "") -> float:
-        # a family's measured FP8:BF16 GEMM ratio (training_fit.yaml fp8_gemm_speedup): an FP8
-        # GEMM computes in the time of the same GEMM in bf16 over that ratio
-        speedup = self.fit.fp8_gemm_speedup if (op_class, precision) == ("matmul", FP8) \
-            else None
+        # a family's measured FP8:BF16 (FP4:BF16) GEMM ratio (training_fit.yaml
+        # fp8_gemm_speedup, fp4_gemm_speedup): an FP8 (NVFP4) GEMM computes in the time of the
+        # same GEMM in bf16 over that ratio
+        speedup = self.fit.gemm_speedup(precision) if op_class == "matmul" else None
         priced = BF16 if speedup else precision
         rate, flops_half, mem_bw, _ = self._lookup(op_class, priced)
         flops = _amount(flops, "flops")
@@ -288,7 +291,8 @@ class ComputeModel:
         curve, fam = self._curve(op_class, precision), self.family
         if op_class == "matmul" and fam.gemm is not None:
             # the shape's efficiency on the op's FLOPs (an op may stand for several GEMMs)
-            gemm = replace(fam.gemm, align=16) if precision == FP8 else fam.gemm   # 16 bytes
+            gemm = (replace(fam.gemm, align=LOW_GEMM_ALIGN[precision])   # 16 bytes
+                    if precision in LOW_GEMM_ALIGN else fam.gemm)
             sms = self.gpu.sm_count or 1
             if groups > 1:       # a grouped GEMM: rounds of concurrent GEMMs (.gemm_shape)
                 eff = grouped_shape_efficiency(m, n, k, groups, sms, gemm)
@@ -314,12 +318,12 @@ class ComputeModel:
         if not isinstance(precision, str) or precision not in OP_PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}; valid: "
                               f"{', '.join(OP_PRECISIONS)}")
-        # FP8 GEMMs on the bf16 curve at the FP8 peak (compute.yaml header: an assumption),
-        # unless the class has a measured FP8 GEMM curve of its own (CDNA 3's matmul)
+        # FP8 (FP4) GEMMs on the bf16 curve at the FP8 (FP4) peak (compute.yaml header: an
+        # assumption), unless the class has a measured FP8 GEMM curve of its own (CDNA 3's)
         if not entry.tensor_cores:
             key = FP32
-        elif precision == FP8:
-            key = FP8 if FP8 in entry.compute else BF16
+        elif precision in LOW_GEMM_PRECISIONS:
+            key = precision if precision in entry.compute else BF16
         else:
             key = precision
         if key not in entry.compute:
@@ -339,7 +343,7 @@ class ComputeModel:
                 # FP8 fused attention: the 16-bit peak times the family's sourced ratio
                 peak = self.gpu.peak_flops.get(BF16, 0.0) * self._fp8_attention_speedup()
             else:
-                peak = (self.gpu.low_precision_flops if peak_key == FP8
+                peak = (self.gpu.low_precision_flops if peak_key in LOW_GEMM_PRECISIONS
                         else self.gpu.peak_flops).get(peak_key)
             if not peak:
                 raise ConfigError(f"GPU {self.gpu.name!r} has no {peak_key} peak rate")

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from simulator.errors import ConfigError
-from simulator.precision import FP8
+from simulator.precision import FP4, FP8, LOW_GEMM_PRECISIONS
 from simulator.yamlio import read_yaml
 from ..yamlio import data_file
 
@@ -65,6 +65,8 @@ GROUP_OF = {"matmul": "matmul", "attention": "attention", "elementwise": "memory
 FILE = "training_fit.yaml"
 BF16 = "bf16"
 FP8_SPEEDUP = "fp8_gemm_speedup"    # optional family entry: FP8 GEMM rate over bf16's, measured
+FP4_SPEEDUP = "fp4_gemm_speedup"    # optional family entry: NVFP4 GEMM rate over bf16's, measured
+SPEEDUPS = {FP8: FP8_SPEEDUP, FP4: FP4_SPEEDUP}     # a GEMM precision -> its family entry
 OLD_FP8_MATMUL = "fp8_matmul"      # the absolute FP8 factor it replaced: refused, naming it
 
 
@@ -79,6 +81,12 @@ class FamilyFit:
     kernel_overhead_s: float = 0.0
     stack_strategies: tuple[str, ...] | None = None   # None: every strategy
     fp8_gemm_speedup: float | None = None   # FP8 GEMM = the bf16 GEMM's time / this (measured)
+    fp4_gemm_speedup: float | None = None   # NVFP4 GEMM = the bf16 GEMM's time / this (measured)
+
+    def gemm_speedup(self, precision: str) -> float | None:
+        """The measured GEMM rate over bf16's at ``precision`` (fp8, fp4), None where the
+        family gives none (the GEMM then runs the bf16 curve at the datasheet peak)."""
+        return {FP8: self.fp8_gemm_speedup, FP4: self.fp4_gemm_speedup}.get(precision)
 
     def runs_stack(self, strategy: str | None) -> bool:
         """Whether ``strategy`` runs the fitted stack (None: a bare kernel, not a run: yes)."""
@@ -96,7 +104,8 @@ class FamilyFit:
 
     def factor(self, op_class: str, precision: str) -> float:
         """The time factor of ``op_class`` at ``precision`` (1 where the fit does not apply)."""
-        if precision == FP8 and op_class in KERNEL_GROUPS and BF16 in self.precisions:
+        if precision in LOW_GEMM_PRECISIONS and op_class in KERNEL_GROUPS \
+                and BF16 in self.precisions:
             return self.time_factor[op_class]    # the same kernel at another operand width
         if precision not in self.precisions:
             return 1.0
@@ -105,7 +114,8 @@ class FamilyFit:
 
     def overhead_s(self, precision: str) -> float:
         """Seconds added to each kernel's launch at ``precision``."""
-        covered = precision in self.precisions or (precision == FP8 and BF16 in self.precisions)
+        covered = precision in self.precisions or (precision in LOW_GEMM_PRECISIONS
+                                                   and BF16 in self.precisions)
         return self.kernel_overhead_s if covered else 0.0
 
     def with_values(self, values: dict) -> "FamilyFit":
@@ -130,16 +140,17 @@ def _family(name: str, entry: dict, src: str) -> tuple[tuple[str, ...], FamilyFi
         precisions = tuple(entry["precisions"])
         strategies = (tuple(entry["stack_strategies"]) if "stack_strategies" in entry
                       else None)
-        speedup = entry.get(FP8_SPEEDUP)
-        speedup = None if speedup is None else float(speedup["value"])
+        speedups = {key: None if entry.get(key) is None else float(entry[key]["value"])
+                    for key in SPEEDUPS.values()}
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed family entry ({exc})", source=src,
                           field=f"families.{name}") from None
-    if any(v <= 0 for v in tf.values()) or us < 0 or (speedup is not None and speedup <= 0):
-        raise ConfigError("time factors and the FP8 GEMM speedup must be > 0 and the "
+    if any(v <= 0 for v in tf.values()) or us < 0 or \
+            any(v is not None and v <= 0 for v in speedups.values()):
+        raise ConfigError("time factors and the FP8 / FP4 GEMM speedups must be > 0 and the "
                           "overhead >= 0", source=src, field=f"families.{name}")
     return gpus, FamilyFit(name, precisions, MappingProxyType(tf), us * 1e-6, strategies,
-                           speedup)
+                           speedups[FP8_SPEEDUP], speedups[FP4_SPEEDUP])
 
 
 def _check_time_factor_keys(name: str, table: dict, src: str) -> None:

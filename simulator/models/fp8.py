@@ -76,14 +76,18 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
         return layer
     if recipe in TE_CAST_BYTES:
         per = TE_CAST_BYTES[recipe]
-        return replace(layer, forward=_ops(layer.forward,
-                                           lambda op: _te_forward_casts(op, per, weight_reuse)),
-                       backward=_ops(layer.backward, lambda op: _te_backward_casts(op, per)))
-    return replace(layer, forward=_ops(layer.forward, _forward_casts),
-                   backward=_ops(layer.backward, _backward_casts))
+        return replace(layer, forward=low_precision_ops(
+                           layer.forward, lambda op: _te_forward_casts(op, per, weight_reuse)),
+                       backward=low_precision_ops(layer.backward,
+                                                  lambda op: _te_backward_casts(op, per)))
+    return replace(layer, forward=low_precision_ops(layer.forward, _forward_casts),
+                   backward=low_precision_ops(layer.backward, _backward_casts))
 
 
-def _ops(ops, casts) -> tuple[OpCost, ...]:
+def low_precision_ops(ops, casts, precision: str = "fp8",
+                      operand_bytes: float = 1.0) -> list[OpCost]:
+    """``ops`` with each weight GEMM at ``precision`` (its two operands ``operand_bytes`` an
+    element, its bf16 output 2) after its ``casts``."""
     out = []
     for op in ops:
         if op.op_class == "matmul" and op.weight and op.shape and not op.precision:
@@ -92,8 +96,8 @@ def _ops(ops, casts) -> tuple[OpCost, ...]:
             out.extend(replace(c, flops=g * c.flops, bytes_accessed=g * c.bytes_accessed)
                        for c in casts(op))
             m, n, k = op.shape
-            out.append(replace(op, precision="fp8",
-                               bytes_accessed=float(g * (m * k + k * n + 2 * m * n))))
+            out.append(replace(op, precision=precision, bytes_accessed=float(
+                g * (operand_bytes * (m * k + k * n) + 2 * m * n))))
         else:
             out.append(op)
     return out

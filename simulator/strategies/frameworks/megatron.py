@@ -65,6 +65,7 @@ from pydantic import Field, model_validator
 from simulator.errors import ConfigError
 from simulator.inputs import decode_text, read_bytes
 from simulator.models.fp8 import TE_CAST_BYTES
+from simulator.models.nvfp4 import NVFP4
 
 from ..base import CommonConfig
 from ..parallel.moe import ExpertLoad
@@ -254,7 +255,7 @@ class MegatronConfig(CommonConfig):
         ``TELinear.forward`` passes ``is_first_microbatch`` and TE caches the FP8 weight and
         its transpose until the optimizer step), unless
         ``disable_parameter_transpose_cache``; torchao's ``tensorwise`` casts every time."""
-        if recipe not in TE_CAST_BYTES or self.disable_parameter_transpose_cache:
+        if recipe not in (*TE_CAST_BYTES, NVFP4) or self.disable_parameter_transpose_cache:
             return 1
         return self.grad_accum
 

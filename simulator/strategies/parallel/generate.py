@@ -49,6 +49,7 @@ from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per
                               params_total)
 from simulator.models.cross_entropy import megatron_cross_entropy
 from simulator.models.fp8 import fp8_layer
+from simulator.models.nvfp4 import NVFP4, nvfp4_layer
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
 
@@ -430,7 +431,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     ``cfg.micro_batch`` is per micro-batch and DP rank, ``cfg.grad_accum`` the micro-batches
     per pipeline per step. ``fp8_recipe`` (a training precision of fp8): the blocks' Linear
     GEMMs in FP8 with that recipe's casts (:mod:`simulator.models.fp8`), the expert GEMMs
-    of an EP block included."""
+    of an EP block included; ``nvfp4`` (a training precision of fp4): in NVFP4 with its
+    quantize kernels (:mod:`simulator.models.nvfp4`)."""
     if check:
         plan.check(model, world.world_size, seq_len=seq_len)
     layers = layers or planned_layers(
@@ -440,7 +442,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
     if fp8_recipe is not None:
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
-        layers = [fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
+        layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
+                  fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
     if getattr(cfg, "cross_entropy", "te") != "te":      # Megatron-Core's own loss kernels
         layers = [megatron_cross_entropy(layer, cfg.cross_entropy) for layer in layers]
     if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl

@@ -33,7 +33,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from simulator.compute.training_fit import FILE, FP8_SPEEDUP, GROUPS, FamilyFit, read_fit
+from simulator.compute.training_fit import FILE, GROUPS, SPEEDUPS, FamilyFit, read_fit
 from simulator.errors import ConfigError
 from simulator.pipeline import run_setup
 from simulator.validation.training.tables import TableRow, load_rows
@@ -141,15 +141,17 @@ def _check_rows(result: dict) -> list[int]:
 
 def _with_sourced(entry: dict, previous: dict) -> dict:
     """``entry`` (fitted) with the sourced, not fitted, entries of the family's ``previous``
-    one kept: its measured FP8 GEMM speedup (``fp8_gemm_speedup``), which a refit of the bf16
-    factors carries (an FP8 GEMM is priced from the bf16 one)."""
-    if FP8_SPEEDUP not in previous:
+    one kept: its measured FP8 and FP4 GEMM speedups (``fp8_gemm_speedup``,
+    ``fp4_gemm_speedup``), which a refit of the bf16 factors carries (an FP8 or FP4 GEMM is
+    priced from the bf16 one)."""
+    kept = [key for key in SPEEDUPS.values() if key in previous]
+    if not kept:
         return entry
     out = {}
     for key, value in entry.items():
         out[key] = value
         if key == "time_factor":
-            out[FP8_SPEEDUP] = previous[FP8_SPEEDUP]
+            out.update({k: previous[k] for k in kept})
     return out
 
 
@@ -192,8 +194,9 @@ HEADER = """\
 # B300 (Blackwell Ultra: B300 and GB300) is not fitted: its matmul factor is Transformer
 # Engine's B300 GEMM benchmark (kernel times of BF16 GEMMs, NVIDIA/TransformerEngine docs
 # gemm_profiling.rst) against the roofline, its fp8_gemm_speedup the same benchmark's
-# MXFP8:BF16 kernel-time ratio on the same shapes. H100's fp8_gemm_speedup is not fitted
-# either (the same benchmark's Hopper FP8:BF16 kernel ratio); a refit keeps it.
+# MXFP8:BF16 kernel-time ratio on the same shapes, its fp4_gemm_speedup the NVFP4:BF16 one.
+# H100's fp8_gemm_speedup is not fitted either (the same benchmark's Hopper FP8:BF16 kernel
+# ratio); a refit keeps them.
 """
 
 
