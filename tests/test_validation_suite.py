@@ -163,3 +163,19 @@ def test_validate_help_states_the_exit_codes(capsys):
         code, out, _ = run_main(capsys, "validate", *([suite_name] if suite_name else []),
                                 "--help")
         assert code == 0 and "3" in out and "known misses" in " ".join(out.split()), suite_name
+
+
+def test_validate_all_runs_the_parallel_rows_with_its_workers(monkeypatch, tmp_path):
+    """``validate all --workers N`` runs the parallel suite's rows N at a time (each in a
+    fresh process); its Selene 530B/1T runs, the ones too big for that, are off there."""
+    import pandas as pd
+    from simulator.validation.parallel import report
+    seen = {}
+
+    def validate(**kwargs):
+        seen.update(kwargs)
+        return pd.DataFrame(columns=report.COLUMNS)
+    monkeypatch.setattr(report, "validate", validate)
+    monkeypatch.setattr(report, "write_report", lambda df, folder: tmp_path / "report.md")
+    suite_runs.parallel(workers=2, folder=tmp_path)
+    assert seen == {"workers": 2}

@@ -78,11 +78,12 @@ def gpu(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]
 
 def parallel(workers: int = 1, folder: Path | None = None) -> tuple[list[dict], Path]:
     """Megatron-LM on Selene: memory rows and the median iteration-time error (gated); the
-    NeMo H100 rows (reported). One run at a time whatever ``workers`` says: the 530B and 1T
-    runs hold 5-6 GB each (``validate parallel --workers N`` runs more at once); each run in
-    a fresh process (:func:`simulator.validation.parallel.runs.run_jobs`)."""
+    NeMo H100 and Blackwell rows (reported), ``workers`` runs at once, each in a fresh
+    process (:func:`simulator.validation.parallel.runs.run_jobs`, largest first). The Selene
+    530B and 1T runs, 5-6 GB each, are not among them here (``selene_max_gpus``); the largest
+    that are, GB200's 405B rows, hold about 3.3 GB each."""
     from simulator.validation.parallel.report import validate, write_report
-    df = validate(workers=1)
+    df = validate(workers=workers)
     return parallel_cases(df), write_report(df, folder)
 
 
