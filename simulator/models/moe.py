@@ -137,10 +137,9 @@ def moe_block_params(model: ModelSpec, local_experts: int | None = None, tp: int
     # the attention half: a dense block's without its MLP (and, with biases, without the
     # dense MLP's down-projection bias, which an MoE block has not); a hybrid's E layer has
     # its norm and no attention
-    attention = block_params(replace(model, ffn_hidden=0), tp) - (model.hidden if model.bias
-                                                                   else 0)
-    if model.layer_pattern:
-        attention = norm_params(model)
+    attention = (norm_params(model) if model.layer_pattern else
+                 block_params(replace(model, ffn_hidden=0), tp) - (model.hidden if model.bias
+                                                                   else 0))
     experts = local * expert_params(model) // etp + \
         model.shared_experts * _mlp_params(model, model.hidden)
     latent = 2 * model.hidden * model.moe_latent          # LatentMoE's down and up projections

@@ -84,5 +84,7 @@ def mtp_depth(model: ModelSpec, blocks: list[LayerCost]) -> list[LayerCost]:
     hybrid's first layer of each ``mtp_pattern`` symbol, else the last block."""
     if not model.mtp_pattern:
         return blocks[-1:]
-    first = {sym: blocks[i] for i, sym in reversed(list(enumerate(model.layer_pattern)))}
+    first: dict[str, LayerCost] = {}
+    for block, sym in zip(blocks, model.layer_pattern):
+        first.setdefault(sym, block)
     return [first[sym] for sym in model.mtp_pattern]

@@ -500,10 +500,9 @@ def _hybrid_fields(f: _TransformerFile, source: str) -> dict:
     """The ModelSpec fields of ``layer_pattern`` and ``mamba`` (none for a transformer)."""
     pattern = f.layer_pattern
     if pattern is None:
-        for key in ("mamba", "mtp"):
-            if getattr(f, key) is not None:
-                raise ConfigError(f"a {key} mapping needs a layer_pattern", source=source,
-                                  field=key)
+        if f.mamba is not None:         # (an mtp mapping without one: _mtp_fields)
+            raise ConfigError("a mamba mapping needs a layer_pattern", source=source,
+                              field="mamba")
         return {}
     bad = sorted(set(pattern) - set(PATTERN_SYMBOLS))
     if bad:
