@@ -250,12 +250,21 @@ def _freeze(layer: LayerCost, e: int, quantized: bool = False,
         forward.append(op)
     backward = () if layer.kind == "embedding" else tuple(
         replace(op, fp8_weight=True) if fp8 and op.weight in gemm else op
-        for op in layer.backward if not (op.weight and op.name.endswith(".wgrad")))
+        for op in layer.backward if not _weight_gradient(op, layer))
     per = 1.0 if fp8 else NF4_BYTES_PER_PARAM
     nbytes = round(quant * per) + (frozen - quant) * e
     return replace(layer, params=0, frozen_params=frozen, frozen_bytes=nbytes,
                    forward=tuple(forward), backward=backward,
                    activation_bytes=layer.activation_bytes - unsaved)
+
+
+def _weight_gradient(op: OpCost, layer: LayerCost) -> bool:
+    """Whether ``op`` is a weight-gradient GEMM (dropped when the layer is frozen): a block's
+    names its weight; the head's GEMMs name none (the head's parameters are the layer's,
+    ``head_cost``), so there a ``.wgrad`` GEMM is the LM head's (or BERT's MLM transform's)."""
+    if not op.name.endswith(".wgrad"):
+        return False
+    return bool(op.weight) or (layer.kind == "head" and op.op_class == "matmul")
 
 
 def _with_adapters(layer: LayerCost, model: ModelSpec, ft: Finetune, e: int,
