@@ -63,4 +63,8 @@ def test_the_recipe_fits_an_mi300x_only_with_its_recompute():
     peak); with the first 21 blocks recomputed (the recipe's ACG=full ACM=block ACL=21) it
     does."""
     assert _peak("MI300X_EPYC_9575F_pytorch", 0).oom
-    assert not _peak("MI300X_EPYC_9575F_pytorch", 21).oom
+    fits = _peak("MI300X_EPYC_9575F_pytorch", 21)
+    assert not fits.oom
+    docs = DOCS.read_text().replace("\n", " ")
+    assert (f"out of memory without recompute, {fits.peak_memory_gib:.1f} GiB with the "
+            f"recipe's 21 blocks") in docs
