@@ -35,7 +35,9 @@ Saved for backward: the residual stream at the norm input (``k t h``), the ``in_
 (``e t (2 d + 2 G N + H)``), the SSD output y and the ``out_proj`` input (``e t d`` each).
 
 Not modelled: context parallelism of a hybrid model (refused); the Mamba layers' own
-CUDA-graph or kernel-fusion variants; the small torch ops between the SSD's backward
+CUDA-graph or kernel-fusion variants (Megatron-Bridge's Nemotron 3 presets capture the
+``mamba`` scope in Transformer Engine CUDA graphs: the layer runs eager here, paying the
+launch gap of each kernel; docs/parallelism.md on the Nemotron 3 rows' error); the small torch ops between the SSD's backward
 kernels (a reverse cumsum over ``t H / Q`` values).
 """
 
