@@ -89,3 +89,22 @@ def test_scope_refused_in_one_line(capsys, tmp_path):
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
     assert path in lines[0] and "strategy.cuda_graph_scope:" in lines[0]
+
+
+@pytest.mark.parametrize("case, graphed", [
+    ("parallel/bridge/gb200/26.06/nemotron-3-super-64gpu-mxfp8-gbs512", True),
+    ("parallel/bridge/gb300/26.08/nemotron-3-nano-8gpu-mxfp8-gbs512", True),
+    ("parallel/bridge/b200/26.04.01/nemotron-3-super-64gpu-nvfp4-gbs512", True),
+    # B200's Super MXFP8 preset sets cuda_graph_impl none
+    ("parallel/bridge/b200/26.04.01/nemotron-3-super-64gpu-mxfp8-gbs512", False),
+])
+def test_nemotron_rows_run_their_presets_mamba_graphs(case, graphed):
+    from simulator.validation.parallel import nemo
+    from simulator.validation.parallel.cases import default_root, load
+    root = default_root()
+    spec = load(root)
+    row = next(r for r in nemo.table_rows(root, spec, "blackwell")
+               if nemo.case_id("blackwell", r) == case)
+    strategy = nemo.scenario_of(row, root, spec, case, "blackwell")["strategy"]
+    got = (strategy.get("cuda_graph_impl"), strategy.get("cuda_graph_scope"))
+    assert got == (("transformer_engine", ["mamba"]) if graphed else (None, None))
