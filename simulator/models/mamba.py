@@ -35,7 +35,8 @@ Saved for backward: the residual stream at the norm input (``k t h``), the ``in_
 (``e t (2 d + 2 G N + H)``), the SSD output y and the ``out_proj`` input (``e t d`` each).
 
 Not modelled: context parallelism of a hybrid model (refused); the Mamba layers' own
-CUDA-graph or kernel-fusion variants; the small torch ops between the SSD's backward
+kernel-fusion variants (a CUDA graph of the whole layer, Megatron's ``cuda_graph_scope``
+``mamba``, is modelled: :func:`in_graph_scope`); the small torch ops between the SSD's backward
 kernels (a reverse cumsum over ``t H / Q`` values).
 """
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simulator.errors import ConfigError
 from simulator.models.ops import NORM_FLOPS, LayerCost, OpCost, matmul, matmul_bwd
 from simulator.models.spec import PATTERN_SYMBOLS, ModelSpec
 from simulator.models.transformer import _norm, _residual, block_cost, norm_params
@@ -242,6 +244,38 @@ def mamba_layer_cost(model: ModelSpec, b: int, s: int, e: int, k: int | None = N
            *matmul_bwd("mamba_in_proj", t, h, w, e, weight=True), norm_b)
     return LayerCost("block", "transformer_block", sum(op.params for op in fwd), fwd, bwd,
                      sum(op.saved_bytes for op in fwd), k * tn * h)
+
+
+# Megatron-Core's cuda_graph_scope values honoured here: ``mamba``, a hybrid's Mamba layers
+# captured whole (NVIDIA/Megatron-LM@e4dcbf6e megatron/core/ssm/mamba_layer.py:
+# MambaLayer.create_mcore_cudagraph_manager registers the layer when the scope is empty or
+# names mamba, and _te_cuda_graph_replay replays its whole forward, norm to residual add).
+# The others (attn, moe_router, moe_preprocess...) graph parts of a layer: not modelled.
+GRAPH_SCOPES = ("mamba",)
+
+
+def check_graph_scope(scope: list[str], graphs: bool) -> None:
+    """Refuse a ``cuda_graph_scope`` the simulator cannot honour (a scope other than
+    :data:`GRAPH_SCOPES`), or one given without CUDA graphs (``graphs`` False)."""
+    other = [name for name in scope if name not in GRAPH_SCOPES]
+    if other:
+        raise ConfigError(f"scope {other[0]!r} is not modelled (it graphs part of a layer); "
+                          f"modelled: {', '.join(GRAPH_SCOPES)}",
+                          field="strategy.cuda_graph_scope")
+    if scope and not graphs:
+        raise ConfigError("needs cuda_graph_impl local or transformer_engine",
+                          field="strategy.cuda_graph_scope")
+
+
+def is_mamba_layer(layer: LayerCost) -> bool:
+    """Whether ``layer`` is a Mamba-2 layer (:func:`mamba_layer_cost`'s kernels)."""
+    return any(op.name.startswith("mamba_") for op in layer.forward)
+
+
+def in_graph_scope(layer: LayerCost, scope: list[str]) -> bool:
+    """Whether Megatron's ``cuda_graph_impl`` captures ``layer`` under ``cuda_graph_scope``
+    ``scope``: every layer where it names none, a Mamba layer where it names ``mamba``."""
+    return not scope or ("mamba" in scope and is_mamba_layer(layer))
 
 
 def in_mlp_half(name: str, mlp: str) -> bool:

@@ -65,6 +65,7 @@ from pydantic import Field, model_validator
 from simulator.errors import ConfigError
 from simulator.inputs import decode_text, read_bytes
 from simulator.models.fp8 import TE_CAST_BYTES
+from simulator.models.mamba import check_graph_scope
 from simulator.models.nvfp4 import NVFP4
 
 from ..base import CommonConfig
@@ -147,6 +148,10 @@ class MegatronConfig(CommonConfig):
     # kernels replay from a graph (simulator/compute/launch.py: no per-kernel launch gap)
     enable_cuda_graph: bool = False
     cuda_graph_impl: Literal["none", "local", "transformer_engine"] = "none"
+    # --cuda-graph-scope (TransformerConfig.cuda_graph_scope): which layers cuda_graph_impl
+    # graphs, none named: every layer; of Megatron-Core's scopes only mamba (a hybrid's
+    # Mamba layers whole, simulator/models/mamba.py in_graph_scope), the others refused
+    cuda_graph_scope: list[str] = []
     # TransformerConfig.disable_parameter_transpose_cache: Megatron-Core's TE layers then
     # pass is_first_microbatch=None and Transformer Engine casts each weight to FP8 on
     # every micro-batch (Megatron-Bridge's fine-tuning recipes set it; pretraining does not)
@@ -195,6 +200,7 @@ class MegatronConfig(CommonConfig):
                               field="strategy.overlap_param_gather")
         if self.DDP_impl == "torch":
             self._check_torch_ddp()
+        check_graph_scope(self.cuda_graph_scope, self.cuda_graphs)
         if self.recompute_method and self.recompute_granularity != "full":
             raise ConfigError("applies to recompute_granularity: full",
                               field="strategy.recompute_method")

@@ -49,6 +49,7 @@ from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per
                               params_total)
 from simulator.models.cross_entropy import megatron_cross_entropy
 from simulator.models.fp8 import fp8_layer
+from simulator.models.mamba import in_graph_scope
 from simulator.models.nvfp4 import NVFP4, nvfp4_layer
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
@@ -446,8 +447,9 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
                   fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
     if getattr(cfg, "cross_entropy", "te") != "te":      # Megatron-Core's own loss kernels
         layers = [megatron_cross_entropy(layer, cfg.cross_entropy) for layer in layers]
-    if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl
-        layers = [graphed(layer) for layer in layers]
+    if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl, its scope's layers
+        scope = getattr(cfg, "cuda_graph_scope", [])
+        layers = [graphed(layer) if in_graph_scope(layer, scope) else layer for layer in layers]
     layers = tied.with_copy(layers, model, plan)
     shared = tied.tied_ranks(model, plan)
     all_chunks = chunks(layers, plan)
