@@ -173,3 +173,43 @@ def test_an_argument_file_reads_megatron_lms_optimizer_dtype_flags(tmp_path):
     assert pieces.strategy["use_precision_aware_optimizer"] is True
     assert pieces.strategy["exp_avg_dtype"] == "bf16"
     assert "--exp-avg-sq-dtype" in pieces.used
+
+
+def _bridge_scenario(case: str) -> dict:
+    from simulator.validation.parallel import cases, nemo
+    spec, root = cases.load(), cases.default_root()
+    for kind in ("bridge", "blackwell"):
+        for row in nemo.table_rows(root, spec, kind):
+            if nemo.case_id(kind, row) == case:
+                return nemo.scenario_of(row, root, spec, "x", kind)["strategy"]
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", [
+    "parallel/bridge/gb200/26.08/deepseekv3-256gpu-mxfp8-gbs4096",
+    "parallel/bridge/b200/26.02/deepseekv3-256gpu-mxfp8-gbs4096",
+    "parallel/bridge/gb200/25.11/deepseekv3-w-o-mtp-256gpu-bf16-gbs4096",
+    "parallel/bridge/b200/25.11/deepseekv3-w-mtp-256gpu-fp8-mx-gbs2048"])
+def test_deepseek_rows_run_their_recipes_bf16_moments(case):
+    """Megatron-Bridge's DeepSeek-V3 recipe (every release): precision-aware, fp32 master
+    weights, bf16 main grads and moments (cases.yaml bridge_recipes)."""
+    s = _bridge_scenario(case)
+    assert s["use_precision_aware_optimizer"] is True
+    assert (s["main_grads_dtype"], s["exp_avg_dtype"], s["exp_avg_sq_dtype"]) == \
+        ("bf16", "bf16", "bf16")
+    assert s.get("main_params_dtype", "fp32") == "fp32"
+    MegatronConfig(**{k: v for k, v in s.items() if k != "name"})     # accepted
+
+
+@pytest.mark.parametrize("case, aware", [
+    # BF16 with Adam: the launcher's precision-aware optimizer with fp32 dtypes
+    ("parallel/bridge/25.11/gpt-oss-120b-64gpu", True),
+    ("parallel/bridge/gb200/25.11/qwen3-235b-a22b-256gpu-bf16-gbs8192", True),
+    # not BF16: the fp32 optimizer as before
+    ("parallel/bridge/gb200/26.06/gpt-oss-120b-64gpu-mxfp8-gbs1280", False),
+    # Kimi K2's recipe turns it off (and trains with Muon, not modelled)
+    ("parallel/bridge/gb300/26.06/kimi-k2-256gpu-mxfp8-gbs4096", False)])
+def test_bf16_rows_run_the_launchers_precision_aware_optimizer(case, aware):
+    s = _bridge_scenario(case)
+    assert s.get("use_precision_aware_optimizer", False) is aware
+    assert s.get("exp_avg_dtype", "fp32") == "fp32"
