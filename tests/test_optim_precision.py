@@ -213,3 +213,13 @@ def test_bf16_rows_run_the_launchers_precision_aware_optimizer(case, aware):
     s = _bridge_scenario(case)
     assert s.get("use_precision_aware_optimizer", False) is aware
     assert s.get("exp_avg_dtype", "fp32") == "fp32"
+
+
+def test_an_argument_file_with_moments_but_no_flag_exits_2_in_one_line(capsys, tmp_path):
+    from test_cli import run_main
+    path = tmp_path / "bad.args"
+    path.write_text("--use-distributed-optimizer --exp-avg-dtype bf16\n")
+    code, out, err = run_main(capsys, "run", "--config", str(path))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert "--exp-avg-dtype" in err and "without use_precision_aware_optimizer" in err
