@@ -28,6 +28,7 @@ from simulator.units import UnitError, parse_bandwidth
 
 from .checkpointing import SelectiveOption, ac_mode, recompute_plan
 from .host import MEASURED_KINDS, dispatch_s
+from .optim_precision import OptimizerDtypes, state_bytes as precision_state_bytes
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
     from simulator.models import LayerCost
@@ -138,6 +139,21 @@ class CommonConfig(BaseModel):
         """Micro-batches of a step that share one FP8 cast of each weight under ``recipe``
         (:func:`simulator.models.fp8.fp8_layer`): 1, every micro-batch casts its weights."""
         return 1
+
+    def optimizer_dtypes(self) -> OptimizerDtypes | None:
+        """The precision-aware optimizer's dtypes (:mod:`.optim_precision`), or None: fp32
+        state, the kernels of ``optimizer_impl`` (the Megatron spelling sets them)."""
+        return None
+
+    def optimizer_state_bytes(self, fp8_recipe: str | None = None) -> int:
+        """Bytes per parameter of the optimizer's own state, sharded by a distributed
+        optimizer: fp32 master weights and moments, or those of :meth:`optimizer_dtypes`
+        (under the training's ``fp8_recipe``)."""
+        dtypes = self.optimizer_dtypes()
+        if dtypes is None:
+            return MASTER_BYTES + OPT_MOMENT_BYTES[self.optimizer]
+        return precision_state_bytes(dtypes, weight_bytes=self.weight_bytes(),
+                                     fp8_recipe=fp8_recipe)
 
 
 def bandwidth_value(v) -> float:

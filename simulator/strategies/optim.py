@@ -37,6 +37,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .optim_precision import step_bytes as precision_step_bytes, \
+    temp_bytes as precision_temp_bytes
+
 if TYPE_CHECKING:
     from .base import CommonConfig, OpList
 
@@ -66,11 +69,31 @@ def temp_bytes(impl: str) -> int:
     return TEMP_BYTES[impl]
 
 
+def config_step_bytes(cfg: CommonConfig, fp8_recipe: str | None = None) -> int:
+    """Bytes per parameter of ``cfg``'s GPU step: :func:`step_bytes` of its optimizer and
+    kernels (a GradScaler's pass for fp16), or, with the precision-aware optimizer's dtypes
+    (``cfg.optimizer_dtypes()``), Transformer Engine's FusedAdam on them under the
+    training's ``fp8_recipe`` (:func:`.optim_precision.step_bytes`)."""
+    dtypes = cfg.optimizer_dtypes()
+    if dtypes is None:
+        return step_bytes(cfg.optimizer, cfg.optimizer_impl, grad_scaler=cfg.precision == "fp16")
+    return precision_step_bytes(dtypes, weight_bytes=cfg.weight_bytes(), fp8_recipe=fp8_recipe)
+
+
+def config_temp_bytes(cfg: CommonConfig, fp8_recipe: str | None = None) -> int:
+    """Bytes per parameter ``cfg``'s GPU step holds while it runs (as
+    :func:`config_step_bytes` chooses its kernels)."""
+    dtypes = cfg.optimizer_dtypes()
+    if dtypes is None:
+        return temp_bytes(cfg.optimizer_impl)
+    return precision_temp_bytes(dtypes, weight_bytes=cfg.weight_bytes(), fp8_recipe=fp8_recipe)
+
+
 def emit_optimizer(ol: OpList, cfg: CommonConfig, params_per_rank: int, deps=(),
-                   cpu_bytes_per_s: float | None = None) -> int:
+                   cpu_bytes_per_s: float | None = None, fp8_recipe: str | None = None) -> int:
     """The optimizer step over this rank's parameters: memory-bound GPU kernels moving
-    :func:`step_bytes` per parameter (a GradScaler's pass for fp16) and holding
-    :func:`temp_bytes` per parameter while they run, or a CPU
+    :func:`config_step_bytes` per parameter and holding :func:`config_temp_bytes` per
+    parameter while they run, or a CPU
     ``delay`` of ``params * CPU_OPT_STEP_BYTES / cpu_bytes_per_s`` seconds."""
     common = dict(stream="compute", name=f"optimizer.{cfg.optimizer}", phase="optimizer",
                   deps=tuple(deps), attrs={"params": params_per_rank})
@@ -78,13 +101,13 @@ def emit_optimizer(ol: OpList, cfg: CommonConfig, params_per_rank: int, deps=(),
         return ol.add(kind="delay", op_class="optimizer", **common,
                       duration_s=params_per_rank * CPU_OPT_STEP_BYTES[cfg.optimizer]
                       / cpu_bytes_per_s)
-    nbytes = params_per_rank * step_bytes(cfg.optimizer, cfg.optimizer_impl,
-                                          grad_scaler=cfg.precision == "fp16")
-    temp = params_per_rank * temp_bytes(cfg.optimizer_impl)
+    nbytes = params_per_rank * config_step_bytes(cfg, fp8_recipe)
+    temp = params_per_rank * config_temp_bytes(cfg, fp8_recipe)
     return ol.add(kind="compute", op_class="optimizer", bytes_accessed=float(nbytes),
                   mem_alloc_bytes=temp, mem_free_bytes=temp,
                   flops=float(params_per_rank * OPT_STEP_FLOPS[cfg.optimizer]), **common)
 
 
 __all__ = ["CPU_OPT_STEP_BYTES", "GRAD_SCALER_BYTES", "OPT_STEP_FLOPS", "STEP_BYTES",
-           "TEMP_BYTES", "emit_optimizer", "step_bytes", "temp_bytes"]
+           "TEMP_BYTES", "config_step_bytes", "config_temp_bytes", "emit_optimizer",
+           "step_bytes", "temp_bytes"]

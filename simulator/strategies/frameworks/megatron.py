@@ -25,7 +25,12 @@ scores; with flash attention it frees little and costs the core's forward again.
 ``cuda_graph_impl: local | transformer_engine`` (or ``enable_cuda_graph: true``) replays
 each transformer layer's kernels from a CUDA graph: they pay no per-kernel launch gap
 (:mod:`simulator.compute.launch`, ``graph``); the embedding, head and optimizer launch
-as before.
+as before. ``use_precision_aware_optimizer`` with ``main_grads_dtype``,
+``main_params_dtype``, ``exp_avg_dtype``, ``exp_avg_sq_dtype`` (and
+``store_param_remainders``, default true) is Megatron-Core's precision-aware optimizer: the
+distributed optimizer's shard holds master weights and moments in those dtypes and the
+step runs Transformer Engine's FusedAdam (:mod:`simulator.strategies.optim_precision`);
+left out, the state is fp32 as before.
 
 The argument file holds the arguments as ``pretrain_gpt.py`` takes them: on one line or
 many, with ``\\`` continuations, ``#`` comments and shell quoting; anything before the first
@@ -69,6 +74,7 @@ from simulator.models.mamba import check_graph_scope
 from simulator.models.nvfp4 import NVFP4
 
 from ..base import CommonConfig
+from ..optim_precision import OptimDtype, OptimizerDtypes, check as check_optimizer_dtypes
 from ..parallel.moe import ExpertLoad
 from ..parallel.plan import ParallelPlan
 from .megatron_layout import check_layout_mtp, layout_blocks
@@ -164,6 +170,15 @@ class MegatronConfig(CommonConfig):
     # defaults here are Bridge's performance runs' (true, te), as before the fields
     cross_entropy_loss_fusion: bool = True
     cross_entropy_fusion_impl: Literal["native", "te"] = "te"
+    # Megatron-Core's precision-aware optimizer (OptimizerConfig; Transformer Engine's
+    # FusedAdam with these dtypes, simulator/strategies/optim_precision.py): the
+    # distributed optimizer's master weights and Adam moments, and the step's gradients
+    use_precision_aware_optimizer: bool = False
+    main_grads_dtype: OptimDtype = "fp32"
+    main_params_dtype: OptimDtype = "fp32"
+    exp_avg_dtype: OptimDtype = "fp32"
+    exp_avg_sq_dtype: OptimDtype = "fp32"
+    store_param_remainders: bool = True
 
     @property
     def cross_entropy(self) -> str:
@@ -208,6 +223,38 @@ class MegatronConfig(CommonConfig):
             self._check_layout()
         if self.overlap_moe_expert_parallel_comm:
             self._check_a2a_overlap()
+        self._check_optimizer_dtypes()
+
+    def _check_optimizer_dtypes(self) -> None:
+        """Megatron-Core's rules for the optimizer dtypes (:func:`simulator.strategies.optim_precision.check`);
+        the precision-aware step is Transformer Engine's FusedAdam, one fused kernel, so an
+        ``optimizer_impl: foreach`` beside it is refused, and FSDP2 is not modelled with it
+        (Megatron-Bridge's performance scripts turn it off under FSDP)."""
+        check_optimizer_dtypes(self._given_dtypes(),
+                               aware=self.use_precision_aware_optimizer,
+                               optimizer=self.optimizer,
+                               distributed=self.use_distributed_optimizer)
+        if not self.use_precision_aware_optimizer:
+            return
+        field = "strategy.use_precision_aware_optimizer"
+        if self.use_torch_fsdp2:
+            raise ConfigError("not modelled with use_torch_fsdp2", field=field)
+        if "optimizer_impl" in self.model_fields_set and self.optimizer_impl != "fused":
+            raise ConfigError(f"runs Transformer Engine's FusedAdam, one fused kernel, not "
+                              f"{self.optimizer_impl}", field="strategy.optimizer_impl")
+
+    def optimizer_dtypes(self) -> OptimizerDtypes | None:
+        """The precision-aware optimizer's dtypes, None without it (fp32 state)."""
+        if not self.use_precision_aware_optimizer:
+            return None
+        return self._given_dtypes()
+
+    def _given_dtypes(self) -> OptimizerDtypes:
+        """The dtype fields as given (checked with or without the precision-aware flag)."""
+        return OptimizerDtypes(
+            main_grads=self.main_grads_dtype, main_params=self.main_params_dtype,
+            exp_avg=self.exp_avg_dtype, exp_avg_sq=self.exp_avg_sq_dtype,
+            store_param_remainders=self.store_param_remainders)
 
     def _check_a2a_overlap(self) -> None:
         """Megatron-Core's asserts for the EP all-to-all overlap (TransformerConfig's
@@ -345,7 +392,9 @@ ARGUMENT_FIELDS = (
     "pipeline_model_parallel_layout",
     "recompute_granularity", "recompute_method", "recompute_num_layers",
     "enable_cuda_graph", "cuda_graph_impl",
-    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
+    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+    "use_precision_aware_optimizer", "main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
+    "exp_avg_sq_dtype")
 # What an argument file means by leaving an argument out, where Megatron-LM's default
 # (megatron/training/arguments.py) is not the strategy field's (Megatron-Bridge's): without
 # --cross-entropy-loss-fusion the loss runs unfused, and --cross-entropy-fusion-impl is native

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 from simulator.models.moe import dense_part, expert_part
 
-from ..base import MASTER_BYTES, OPT_MOMENT_BYTES, ceil_div
+from ..base import ceil_div
 from ..ddp import assign_buckets
 from ..fsdp_units import frozen_shard, padded_numel, shard_numel, state_bytes
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"
@@ -147,7 +147,7 @@ class DataParallel:
                    for p in self.parts)
 
     def _static(self, part: Part) -> int:
-        P, state = part.params, MASTER_BYTES + OPT_MOMENT_BYTES[self.b.cfg.optimizer]
+        P, state = part.params, self.b.cfg.optimizer_state_bytes(self.b.fp8_recipe)
         if self.mode == "ddp" or (part.size == 1 and self.mode != "fsdp"):
             return P * (self.wb + self.gb + state)
         if self.mode == "zero1":

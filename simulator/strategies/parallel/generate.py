@@ -111,8 +111,10 @@ class StageBuilder:
 
     def __init__(self, rank: int, plan: ParallelPlan, cfg: CommonConfig, my_chunks: dict,
                  all_chunks: dict, *, act_bytes: int, loss_bytes: int, model: ModelSpec,
-                 tied_ranks: tied.TiedRanks | None = None, shared_attrs: dict | None = None):
+                 tied_ranks: tied.TiedRanks | None = None, shared_attrs: dict | None = None,
+                 fp8_recipe: str | None = None):
         self.rank, self.plan, self.cfg, self.model = rank, plan, cfg, model
+        self.fp8_recipe = fp8_recipe      # the optimizer's master weights depend on it
         self.tied = tied_ranks is not None and rank in (tied_ranks.embedding, tied_ranks.head)
         self.chunks, self.all_chunks = my_chunks, all_chunks
         self.ol = OpList(shared_attrs)       # (kernels' attrs shared: never changed here)
@@ -379,7 +381,8 @@ class StageBuilder:
                             "all_reduce.embedding_grads", "backward", self.micro, shared=True)
         ends = self.dp.finish(last, self.micro)
         opt = emit_optimizer(self.ol, self.cfg, self.dp.optimizer_params(),
-                             deps=(last, *ends, *self.hooks.flush()))
+                             deps=(last, *ends, *self.hooks.flush()),
+                             fp8_recipe=self.fp8_recipe)
         self.dp.after_optimizer(opt, self.micro)
 
     def _step_exchange(self, steps: list[list[Action | None]], t: int, sent: int | None) -> None:
@@ -466,7 +469,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         mine = {c: ch for (r, c), ch in all_chunks.items() if r == p}
         b = StageBuilder(p, plan, cfg, mine, all_chunks, act_bytes=act,
                          loss_bytes=tokens * FP32, model=model, tied_ranks=shared,
-                         shared_attrs=attrs_pool)
+                         shared_attrs=attrs_pool, fp8_recipe=fp8_recipe)
         b.run(orders[p], steps)
         classes.append(RankClass(stage_id(p, plan.pp), plan.stage_ranks(p), b.ol.ops,
                                  static_memory_bytes=b.dp.static_bytes()))
