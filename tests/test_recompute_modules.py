@@ -190,3 +190,26 @@ def test_the_argument_file_takes_recompute_modules(tmp_path: Path):
     p = read_config(path)
     assert p.strategy["recompute_modules"] == ["mla_up_proj", "moe_act"]
     assert "--recompute-modules" not in p.ignored
+
+
+def test_validation_rows_run_the_recompute_their_release_preset_set():
+    # Megatron-Bridge's DeepSeek-V3 presets (cases.yaml bridge_recipes): GB200 MXFP8
+    # ["mla_up_proj"] at v0.5.0 (26.06), ["mlp"] at v0.4.0 (26.04); GB300 MXFP8
+    # ["mla_up_proj"] at v0.4.0, [] at v0.5.0; GPT-OSS H100 ["layernorm", "moe_act"]
+    from simulator.validation.parallel import cases, nemo
+    spec, root = cases.load(), cases.default_root()
+    expect = {("blackwell", "DeepSeekV3", "GB200", "26.06"): ["mla_up_proj"],
+              ("blackwell", "DeepSeekV3", "GB200", "26.04"): ["mlp"],
+              ("blackwell", "DeepSeekV3", "GB300", "26.04"): ["mla_up_proj"],
+              ("blackwell", "DeepSeekV3", "GB300", "26.06"): None,
+              ("bridge", "GPT OSS 120B", "H100", "26.02"): ["layernorm", "moe_act"]}
+    seen = {}
+    for kind in ("bridge", "blackwell"):
+        for row in nemo.table_rows(root, spec, kind):
+            key = (kind, row["model"], nemo.gpu_of(row), nemo.release_of(row))
+            if key in expect and str(row["precision"]).strip() in ("MXFP8", "BF16"):
+                strategy = nemo.scenario_of(row, root, spec, "x", kind)["strategy"]
+                seen[key] = strategy.get("recompute_modules")
+                assert (strategy.get("recompute_granularity") == "selective") == \
+                    (seen[key] is not None)
+    assert seen == expect
