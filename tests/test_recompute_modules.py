@@ -18,6 +18,7 @@ import pytest
 from simulator.errors import ConfigError
 from simulator.models import load_model
 from simulator.models.costs import layer_costs
+from simulator.models.moe import moe_activation_bytes
 from simulator.strategies import FSDPConfig, World
 from simulator.strategies.checkpointing import recompute_plan
 from simulator.strategies.frameworks.files import read_config
@@ -47,11 +48,21 @@ def rerun(layer, modules) -> list[str]:
     return [] if plan is None else [layer.forward[i].name for i in plan.ops]
 
 
-@pytest.mark.parametrize("name", ["deepseek-v3", "gpt-oss-120b", "kimi-k2"])
+@pytest.mark.parametrize("name", ["deepseek-v3", "gpt-oss-120b", "kimi-k2",
+                                  "nemotron-3-nano-30b-a3b", "nemotron-3-super"])
 def test_moe_blocks_attribute_every_saved_tensor_to_an_op(name):
     for L in blocks(name).values():
         if L.kind.endswith("block"):
             assert sum(c.saved_bytes for c in L.forward) == L.activation_bytes, L.name
+
+
+def test_a_hybrids_moe_layer_counts_its_moe_half_once():
+    # Nemotron 3 Nano's E layer: the pre-MLP norm's output e t h and the residual stream
+    # e t h, plus the MoE half of moe_activation_bytes (its kernels carry those bytes)
+    model = load_model("nemotron-3-nano-30b-a3b")
+    layer = blocks("nemotron-3-nano-30b-a3b")["block.1"]
+    moe_half = moe_activation_bytes(model, S, E, S * model.top_k)
+    assert layer.activation_bytes == 2 * E * S * model.hidden + moe_half
 
 
 def test_the_default_is_todays_selective_recompute_of_the_attention_core():

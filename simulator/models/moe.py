@@ -331,7 +331,7 @@ def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     if model.layer_pattern:        # a hybrid model's E layer: the MoE half alone
         layer = replace(dense, forward=_swap_mlp(dense.forward, fwd, first_fwd),
                         backward=_swap_mlp(dense.backward, bwd, "mlp_down.dgrad"))
-        return layer_half(layer, model, True, moe_activation_bytes(model, t, e, received, etp))
+        return layer_half(layer, model, True)     # the MoE kernels carry their saved bytes
     attention = block_activation_bytes(replace(model, ffn_hidden=0), b, s, e, flash, k, tp,
                                        sp, cp)
     return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp, etp),
