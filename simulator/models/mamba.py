@@ -289,7 +289,8 @@ def layer_half(layer: LayerCost, model: ModelSpec, mlp: bool, extra_saved: int =
                ) -> LayerCost:
     """The attention half (``mlp`` False) or the MLP half of a transformer block ``layer``,
     a hybrid model's ``*`` or ``-``/``E`` layer: its kernels, the parameters they hold and the
-    bytes they save (``extra_saved``: saved bytes no kernel carries, the MoE's)."""
+    bytes they save (``extra_saved``: saved bytes no kernel carries; the MoE half's kernels
+    carry theirs, :func:`simulator.models.moe.moe_ops`)."""
     def keep(op: OpCost) -> bool:
         return in_mlp_half(op.name, model.mlp) == mlp
 

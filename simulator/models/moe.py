@@ -253,11 +253,37 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
     fwd = [router, pointwise("moe_topk", "elementwise", t * n_exp, SOFTMAX_FLOPS, 2, e),
            *down, permute, *sort("moe_sort_chunks"), *exp_f, *sort("moe_unsort_chunks"),
            unpermute, *up, *shared_f]
+    fwd = _with_moe_saved(fwd, model, t, e, received, etp)
     bwd = [*shared_b, *up_b, unpermute_b, *sort("moe_unsort_chunks.bwd"), *exp_b,
            *sort("moe_sort_chunks.bwd"), permute_b, *down_b,
            pointwise("moe_topk.bwd", "elementwise", t * n_exp, SOFTMAX_BWD_FLOPS, 3, e),
            *matmul_bwd("moe_router", t, hidden, n_exp, e, weight=True)]
     return fwd, bwd
+
+
+def _with_moe_saved(fwd: list[OpCost], model: ModelSpec, t: int, e: int, received: float,
+                    etp: int) -> list[OpCost]:
+    """The MoE half's forward ops with ``saved_bytes``: which op produces each tensor of
+    :func:`moe_activation_bytes` (their sum), as the dense block's ops carry theirs, so
+    selective recompute knows what rerunning an op frees: ``moe_topk`` the fp32 router
+    probabilities ``4 t E`` and the int64 indices ``8 t k``; ``moe_permute`` the permuted
+    copies ``e T w`` (``w`` the routed tokens' width); each MLP's up (gate-up) projection
+    its output (``2 e T f`` SwiGLU, ``e T f`` else) and its activation its output ``e T f``
+    (the experts ``f = moe_ffn_hidden / etp`` on ``T`` received copies, the shared experts
+    ``shared_experts x moe_ffn_hidden`` on ``t`` tokens); ``moe_unpermute`` LatentMoE's
+    ``L``-wide combined tokens, ``e t L``, which ``moe_latent_up`` reads."""
+    up_outputs = 2 if model.mlp == "swiglu" else 1
+    f, f_shared = model.moe_ffn_hidden // etp, model.shared_experts * model.moe_ffn_hidden
+    kind = model.mlp
+    saved = {"moe_topk": PROB_BYTES * t * model.num_experts + ID_BYTES * t * model.top_k,
+             "moe_permute": e * received * expert_width(model),
+             "moe_unpermute": e * t * model.moe_latent}
+    for prefix, rows, width in (("moe_expert", received, f), ("moe_shared", t, f_shared)):
+        saved[f"{prefix}_gate_up" if kind == "swiglu" else f"{prefix}_up"] = \
+            up_outputs * e * rows * width
+        saved[f"{prefix}_{kind}"] = e * rows * width
+    return [replace(op, saved_bytes=int(saved[op.name])) if op.name in saved else op
+            for op in fwd]
 
 
 def moe_activation_bytes(model: ModelSpec, t: int, e: int, received: float,
@@ -305,7 +331,7 @@ def moe_block_cost(model: ModelSpec, b: int, s: int, e: int, flash: bool,
     if model.layer_pattern:        # a hybrid model's E layer: the MoE half alone
         layer = replace(dense, forward=_swap_mlp(dense.forward, fwd, first_fwd),
                         backward=_swap_mlp(dense.backward, bwd, "mlp_down.dgrad"))
-        return layer_half(layer, model, True, moe_activation_bytes(model, t, e, received, etp))
+        return layer_half(layer, model, True)     # the MoE kernels carry their saved bytes
     attention = block_activation_bytes(replace(model, ffn_hidden=0), b, s, e, flash, k, tp,
                                        sp, cp)
     return LayerCost("block", dense.kind, moe_block_params(model, local_experts, tp, etp),

@@ -22,6 +22,13 @@ blocks of each chunk); ``selective`` recomputes the attention core only (the com
 ``activation_checkpointing: selective`` with ``selective_ac_option: attention``,
 :mod:`simulator.strategies.checkpointing`): without flash attention it frees the ``a s^2``
 scores; with flash attention it frees little and costs the core's forward again.
+``recompute_modules`` (Megatron-Core's list, default ``["core_attn"]``; ``--recompute-modules
+core_attn moe_act`` in an argument file) names what ``selective`` recomputes: ``core_attn``,
+``layernorm``, ``mlp``, ``moe_act``, ``shared_experts``, ``mla_up_proj``
+(:mod:`simulator.strategies.checkpointing` says what each drops and reruns); ``moe``
+(the whole MoE layer) is refused, as are unknown names, ``mla_up_proj`` without multi-head
+latent attention and ``moe_act`` without MoE layers (Megatron-Core's ``__post_init__``
+refuses both).
 ``cuda_graph_impl: local | transformer_engine`` (or ``enable_cuda_graph: true``) replays
 each transformer layer's kernels from a CUDA graph: they pay no per-kernel launch gap
 (:mod:`simulator.compute.launch`, ``graph``); the embedding, head and optimizer launch
@@ -74,6 +81,7 @@ from simulator.models.mamba import check_graph_scope
 from simulator.models.nvfp4 import NVFP4
 
 from ..base import CommonConfig
+from ..checkpointing import MEGATRON_MODULES, MODULES_NOT_MODELLED
 from ..optim_precision import OptimDtype, OptimizerDtypes, check as check_optimizer_dtypes
 from ..parallel.moe import ExpertLoad
 from ..parallel.plan import ParallelPlan
@@ -142,6 +150,8 @@ class MegatronConfig(CommonConfig):
     recompute_granularity: Literal["full", "selective"] | None = None
     recompute_method: Literal["uniform", "block"] | None = None
     recompute_num_layers: int | None = Field(None, ge=1)
+    # Megatron-Core's TransformerConfig.recompute_modules (None: its default ["core_attn"])
+    recompute_modules: list[str] | None = None
     decoder_first_pipeline_num_layers: int | None = Field(None, ge=1)
     decoder_last_pipeline_num_layers: int | None = Field(None, ge=1)
     pipeline_model_parallel_layout: str | None = None     # "Et*3|(tt|)*29,m|L"
@@ -219,6 +229,8 @@ class MegatronConfig(CommonConfig):
         if self.recompute_method and self.recompute_granularity != "full":
             raise ConfigError("applies to recompute_granularity: full",
                               field="strategy.recompute_method")
+        if self.recompute_modules is not None:
+            self._check_recompute_modules()
         if self.pipeline_model_parallel_layout is not None:
             self._check_layout()
         if self.overlap_moe_expert_parallel_comm:
@@ -255,6 +267,22 @@ class MegatronConfig(CommonConfig):
             main_grads=self.main_grads_dtype, main_params=self.main_params_dtype,
             exp_avg=self.exp_avg_dtype, exp_avg_sq=self.exp_avg_sq_dtype,
             store_param_remainders=self.store_param_remainders)
+
+    def _check_recompute_modules(self) -> None:
+        """The names as Megatron-Core's ``TransformerConfig.__post_init__`` allows them
+        (:data:`~simulator.strategies.checkpointing.MEGATRON_MODULES`), less the ones not
+        modelled."""
+        field = "strategy.recompute_modules"
+        if self.recompute_granularity != "selective":
+            raise ConfigError("applies to recompute_granularity: selective (set it, as "
+                              "Megatron-Bridge does beside recompute_modules)", field=field)
+        unknown = [m for m in self.recompute_modules if m not in MEGATRON_MODULES]
+        if unknown:
+            raise ConfigError(f"unknown module {unknown[0]!r}; valid: "
+                              f"{', '.join(MEGATRON_MODULES)}", field=field)
+        for module, why in MODULES_NOT_MODELLED.items():
+            if module in self.recompute_modules:
+                raise ConfigError(f"{module!r}: {why}", field=field)
 
     def _check_a2a_overlap(self) -> None:
         """Megatron-Core's asserts for the EP all-to-all overlap (TransformerConfig's
@@ -321,9 +349,19 @@ class MegatronConfig(CommonConfig):
                              self.pipeline_model_parallel_size)
 
     def check_model(self, model) -> None:
-        """The layout's multi-token-prediction layers against the model's (one line)."""
+        """The layout's multi-token-prediction layers against the model's, and the
+        recomputed modules the model must have as Megatron-Core's ``__post_init__``
+        requires them (``mla_up_proj`` needs multi_latent_attention, ``moe_act``
+        moe_grouped_gemm, which only an MoE model sets); one line each."""
         if self.pipeline_model_parallel_layout is not None:
             check_layout_mtp(self.pipeline_model_parallel_layout, model.mtp_layers)
+        modules = self.recompute_modules or ()
+        needs = (("mla_up_proj", model.is_mla, "multi-head latent attention"),
+                 ("moe_act", model.is_moe, "MoE layers (grouped-GEMM experts)"))
+        for module, has, what in needs:
+            if module in modules and not has:
+                raise ConfigError(f"{module!r} needs {what}, which {model.name} does not "
+                                  f"have", field="strategy.recompute_modules")
 
     def grad_reduce_bytes(self) -> int:
         if self.reduce_dtype or self.DDP_impl == "torch":
@@ -419,6 +457,7 @@ PRECISION_FLAGS = {"--bf16": "bf16", "--fp16": "fp16"}
 VIRTUAL_STAGE_LAYERS = "--num-layers-per-virtual-pipeline-stage"
 VIRTUAL_STAGES = "--num-virtual-stages-per-pipeline-rank"
 GLOBAL_BATCH_KEY = "--global-batch-size"
+RECOMPUTE_MODULES = "--recompute-modules"
 MAX_ARGS = 10_000            # a real pretrain_gpt.py command line has about 100
 
 
@@ -443,7 +482,7 @@ def file_key(field: str) -> str:
     """A strategy field (``tensor_model_parallel_size``, or a dotted key below one) as an
     argument file spells it, for errors."""
     head = field.split(".")[0]
-    return flag(head) if head in ARGUMENT_FIELDS else field
+    return flag(head) if head in (*ARGUMENT_FIELDS, "recompute_modules") else field
 
 
 def split_args(path) -> list[str]:
@@ -537,6 +576,8 @@ def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict)
     if name in STRATEGY_FLAGS:
         arg = STRATEGY_FLAGS[name]
         out.strategy[arg.field] = _words(name, values, arg.kind, doc)
+    elif name == RECOMPUTE_MODULES:      # nargs="*" in Megatron-LM's arguments.py
+        out.strategy["recompute_modules"] = list(values)
     elif name == "--recompute-activations":
         _words(name, values, "switch", doc)
         out.strategy.setdefault("recompute_granularity", "selective")
@@ -618,4 +659,5 @@ def _model(sizes: dict, out: ConfigPieces) -> None:
 
 
 _KNOWN = set(STRATEGY_FLAGS) | set(TRAINING_FLAGS) | set(MODEL_FLAGS) | set(PRECISION_FLAGS) | {
-    "--recompute-activations", VIRTUAL_STAGE_LAYERS, VIRTUAL_STAGES, GLOBAL_BATCH_KEY}
+    "--recompute-activations", VIRTUAL_STAGE_LAYERS, VIRTUAL_STAGES, GLOBAL_BATCH_KEY,
+    RECOMPUTE_MODULES}

@@ -66,13 +66,17 @@ DISTRIBUTIONS = ("balanced", "zipf", "measured")
 # (``dispatch_all_to_all``), and their gradients back; ``etp``: the expert-tensor group's
 # all-gather of its peers' copies after the dispatch and reduce-scatter before the
 # combine, mirrored backward.
+# the kernels that first read the dispatched tokens: the second permutation, else the
+# experts' up (gate-up) GEMM, or an FP8 cast of its input; not the activation, which a
+# selective recompute of moe_act reruns alone on the tokens already received (no dispatch)
+DISPATCH_FEEDS = ("moe_sort_chunks", "moe_expert_gate_up", "moe_expert_up")
 EP_COLLECTIVES = (
     ("forward", ("moe_permute",), "moe_token_counts", "all_gather", "counts", "ep"),
-    ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_dispatch", "all_to_all", "tokens",
+    ("forward", DISPATCH_FEEDS, "moe_dispatch", "all_to_all", "tokens",
      "ep"),
-    ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_dispatch_probs", "all_to_all",
+    ("forward", DISPATCH_FEEDS, "moe_dispatch_probs", "all_to_all",
      "probs", "ep"),
-    ("forward", ("moe_sort_chunks", "moe_expert_"), "moe_expert_gather", "all_gather", "etp",
+    ("forward", DISPATCH_FEEDS, "moe_expert_gather", "all_gather", "etp",
      "etp"),
     ("forward", ("moe_unsort_chunks", "moe_unpermute"), "moe_expert_scatter",
      "reduce_scatter", "etp", "etp"),
@@ -86,7 +90,6 @@ EP_COLLECTIVES = (
     ("backward", ("moe_permute.bwd",), "moe_dispatch.bwd", "all_to_all", "tokens", "ep"),
     ("backward", ("moe_permute.bwd",), "moe_dispatch_probs.bwd", "all_to_all", "probs",
      "ep"))
-DISPATCH_FEEDS = EP_COLLECTIVES[1][1]    # the kernels the dispatched tokens feed
 WAITS_FOR = {"tokens", "probs", "etp"}    # the kernel after it waits (not for ``counts``)
 CARRIES_TOKENS = {"tokens", "etp"}        # the token copies themselves, one after the other
 
