@@ -1,9 +1,14 @@
 """The host sync of Megatron-Core's dropless MoE layer (simulator/strategies/parallel/moe.py,
-``EPHooks.host_syncs``): in each forward the CPU copies the tokens per expert to the host
-(``TEGroupedMLP.forward``: ``tokens_per_expert.tolist()``, Megatron-Core at Megatron-Bridge
-26.04's pin d7288711) and launches nothing more until the dispatch is done. So the layer's
-CPU dispatch splits in two: the kernels up to the dispatch, then, waiting for the dispatch
-all-to-alls, the rest. Backward has no sync; a layer replayed from a CUDA graph dispatches
+``EPHooks.host_syncs`` and ``host_sync_waits``). Megatron-Core at Megatron-Bridge 26.04's pin
+d7288711 (megatron/core/transformer/moe/token_dispatcher.py, ``MoEAlltoAllTokenDispatcher``):
+``preprocess`` all-gathers the tokens per expert over the EP group, ``dispatch_preprocess``
+copies them to the host on a side stream (``cuda_dtoh_point`` ``before_permutation_1``) and
+launches the permute, and ``token_dispatch`` waits for that copy (``d2h_event.synchronize()``
+at ``cuda_sync_point`` ``before_ep_alltoall``, dropless with EP above 1) before launching the
+all-to-all, whose split sizes it needs. So the layer's CPU dispatch splits in two: the
+kernels up to the dispatch (the permute included), then, once the count all-gather is done,
+the rest; ``TEGroupedMLP``'s later ``tokens_per_expert.tolist()`` reads the host copy and
+waits for nothing. Backward has no sync; a layer replayed from a CUDA graph dispatches
 nothing, so it has none either (full-iteration graphs need a sync-free layer)."""
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def _layer(ops, layer: str, phase: str):
     return kernels, host
 
 
-def test_the_cpu_waits_for_the_dispatch_before_launching_the_experts():
+def test_the_cpu_waits_for_the_token_counts_before_launching_the_dispatch():
     ops = _ops()
     kernels, host = _layer(ops, "block.1", "forward")
     names = [k.name for k in kernels]
@@ -43,12 +48,15 @@ def test_the_cpu_waits_for_the_dispatch_before_launching_the_experts():
         [sync * per_kernel, (len(kernels) - sync) * per_kernel])   # kernels x 96.4 us
     first, second = host
     assert first.deps == ()                       # the CPU runs ahead up to the dispatch
-    # ... then waits for what the experts wait for: the tokens' and probabilities'
-    # all-to-alls
-    waited = {o.id: o.name for o in ops if o.id in second.deps}
-    assert set(second.deps) == set(kernels[sync].deps)
-    assert sorted(n.split(".")[0] for n in waited.values()) == ["moe_dispatch",
-                                                                 "moe_dispatch_probs"]
+    # ... then waits for the all-gather of the tokens per expert (issued before the
+    # permute, after the router's top-k), not for the dispatch all-to-alls after it
+    by_id = {o.id: o for o in ops}
+    (counts,) = second.deps
+    assert by_id[counts].name.startswith("moe_token_counts.")
+    assert by_id[counts].deps == (kernels[names.index("moe_topk")].id,)
+    dispatch = {by_id[d].name.split(".")[0] for d in kernels[sync].deps}
+    assert dispatch == {"moe_dispatch", "moe_dispatch_probs"}   # the experts' inputs
+    assert counts not in kernels[sync].deps
     assert kernels[sync - 1].deps[-1] == first.id and kernels[-1].deps[-1] == second.id
 
 

@@ -97,6 +97,11 @@ class _Hooks(OpHooks):
     def host_syncs(self, cost, phase: str) -> bool:
         return any(p.host_syncs(cost, phase) for p in self.parts)
 
+    def host_sync_waits(self, cost, phase: str, deps: tuple) -> tuple:
+        """What the first part that syncs before ``cost`` says the CPU waits for."""
+        part = next((p for p in self.parts if p.host_syncs(cost, phase)), None)
+        return deps if part is None else part.host_sync_waits(cost, phase, deps)
+
     def start_layer(self, layer) -> None:
         for p in self.parts:
             getattr(p, "start_layer", lambda _: None)(layer)
