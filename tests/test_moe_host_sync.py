@@ -69,3 +69,36 @@ def test_backward_has_no_sync_and_a_graphed_layer_no_dispatch():
     graphed = _ops(cuda_graph_impl="local")
     assert not _layer(graphed, "block.1", "forward")[1]
 
+
+
+class _Part:
+    """A hook part that syncs before kernels named ``name`` and says the CPU waits for
+    ``waits`` there."""
+
+    def __init__(self, name: str, waits: tuple):
+        self.name, self.waits = name, waits
+
+    def before(self, cost, phase):
+        return ()
+
+    def after(self, cost, phase, op_id):
+        pass
+
+    def host_syncs(self, cost, phase):
+        return cost.name == self.name
+
+    def host_sync_waits(self, cost, phase, deps):
+        return self.waits
+
+
+def test_a_sync_waits_for_the_kernels_deps_unless_its_hook_names_others():
+    from simulator.models.ops import OpCost
+    from simulator.strategies.base import OpHooks
+    from simulator.strategies.parallel.generate import _Hooks
+    kernel = OpCost("moe_sort_chunks", "elementwise", 0.0, 1.0)
+    assert OpHooks().host_sync_waits(kernel, "forward", (7, 8)) == (7, 8)
+    hooks = _Hooks([_Part("other", (1,)), _Part("moe_sort_chunks", (3,))])
+    # the part that syncs before this kernel answers; a kernel no part syncs before keeps
+    # its own deps
+    assert hooks.host_sync_waits(kernel, "forward", (7, 8)) == (3,)
+    assert hooks.host_sync_waits(OpCost("x", "elementwise", 0.0, 1.0), "forward", (7,)) == (7,)
