@@ -74,3 +74,30 @@ def test_the_activation_bytes_follow_the_dtype(e):
     fwd, bwd = expert_bias_ops(received=10, h=10, e=e)
     assert fwd.bytes_accessed == (24 + 2 * e) * 100
     assert bwd.bytes_accessed == (32 + 2 * e) * 100
+
+
+def _bias_ops(**strategy):
+    from test_moe_host_sync import _ops
+    return sorted({op.name for op in _ops("gpt-oss-120b", **strategy)
+                   if op.name.startswith("moe_expert_bias")})
+
+
+def test_transformer_engines_op_fuser_adds_the_bias_in_the_grouped_gemm():
+    # eager TEGroupedMLP: its own passes; under use_transformer_engine_op_fuser TE's
+    # GroupedLinear (scale_bias) hands bias and probabilities to the grouped GEMM
+    assert _bias_ops() == ["moe_expert_bias", "moe_expert_bias.bwd"]
+    assert _bias_ops(use_transformer_engine_op_fuser=True) == []
+
+
+def test_the_validation_rows_run_the_op_fuser_where_their_preset_set_it():
+    from simulator.validation.parallel import cases, nemo
+    spec, root = cases.load(), cases.default_root()
+    fused = {}
+    for row in nemo.table_rows(root, spec, "blackwell"):
+        if row["model"] == "GPT OSS 120B":
+            scn = nemo.scenario_of(row, root, spec, "x", "blackwell")
+            key = (nemo.gpu_of(row), nemo.release_of(row), row["precision"])
+            fused[key] = scn["strategy"].get("use_transformer_engine_op_fuser", False)
+    assert fused[("GB300", "26.08", "MXFP8")] and fused[("GB200", "26.08", "MXFP8")]
+    assert not fused[("GB300", "26.06", "MXFP8")] and not fused[("B300", "26.06", "MXFP8")]
+    assert not fused[("GB200", "26.04.01", "BF16")]

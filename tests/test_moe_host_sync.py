@@ -20,9 +20,11 @@ from simulator.scenario import scenario_from_dict
 from simulator.strategies.host import dispatch_table
 
 
-def _ops(**strategy):
+def _ops(model: str = "qwen3-30b-a3b", **strategy):
+    """The ops of the first rank class of ``model`` on 8 B200s with EP8 (one sequence of
+    1,024 tokens) under ``strategy``'s extra Megatron fields."""
     scn = scenario_from_dict({
-        "name": "sync", "model": "qwen3-30b-a3b",
+        "name": "sync", "model": model,
         "training": {"micro_batch": 1, "seq_len": 1024, "grad_accum": 1,
                      "precision": "bf16", "flash_attention": True},
         "cluster": {"topology": "dgx-b200"},

@@ -230,6 +230,22 @@ def expert_bias_ops(received: float, h: int, e: int) -> tuple[OpCost, OpCost]:
                    float((32 + 2 * e) * elements)))
 
 
+def op_fused_experts(layer: LayerCost) -> LayerCost:
+    """``layer`` as Megatron-Core's ``TEGroupedMLP`` runs it under
+    ``use_transformer_engine_op_fuser``: Transformer Engine's ``ops.GroupedLinear`` with
+    ``scale_bias`` hands the second expert GEMM's bias and the router probabilities to the
+    grouped GEMM (NVIDIA/TransformerEngine@d0067d0d transformer_engine/pytorch/ops/basic/
+    grouped_linear.py, ``general_grouped_gemm_for_grouped_tensor`` with ``bias_scale``), so
+    :func:`expert_bias_ops`' passes are not run (a layer without them is returned as is).
+    Not modelled: that module's per-group fallback, an in-place ``add_`` per expert."""
+    names = {op.name for op in expert_bias_ops(1, 1, 1)}
+    forward = tuple(op for op in layer.forward if op.name not in names)
+    backward = tuple(op for op in layer.backward if op.name not in names)
+    if len(forward) == len(layer.forward) and len(backward) == len(layer.backward):
+        return layer
+    return replace(layer, forward=forward, backward=backward)
+
+
 def sort_chunks_ops(received: float, h: int, e: int) -> dict[str, OpCost]:
     """Megatron's second permutation around the expert GEMMs (``sort_chunks_by_idxs`` of the
     all-to-all token dispatcher, run when a rank holds more than one expert), by name: the

@@ -159,6 +159,11 @@ class MegatronConfig(CommonConfig):
     # defaults here are Bridge's performance runs' (true, te), as before the fields
     cross_entropy_loss_fusion: bool = True
     cross_entropy_fusion_impl: Literal["native", "te"] = "te"
+    # TransformerConfig.use_transformer_engine_op_fuser: TEGroupedMLP runs its experts
+    # through Transformer Engine's fused ops, whose GroupedLinear adds the second expert
+    # GEMM's probability-scaled bias (scale_bias) in the grouped GEMM: no bias pass of its
+    # own (simulator/models/moe.py op_fused_experts)
+    use_transformer_engine_op_fuser: bool = False
 
     @property
     def cross_entropy(self) -> str:

@@ -48,6 +48,7 @@ from simulator.compute.launch import graphed
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
 from simulator.models.cross_entropy import megatron_cross_entropy
+from simulator.models.moe import op_fused_experts
 from simulator.models.fp8 import fp8_layer
 from simulator.models.nvfp4 import NVFP4, nvfp4_layer
 from simulator.precision import precision_bytes
@@ -449,6 +450,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
                   fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
+    if getattr(cfg, "use_transformer_engine_op_fuser", False):     # TE's fused expert MLP
+        layers = [op_fused_experts(layer) for layer in layers]
     if getattr(cfg, "cross_entropy", "te") != "te":      # Megatron-Core's own loss kernels
         layers = [megatron_cross_entropy(layer, cfg.cross_entropy) for layer in layers]
     if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl
