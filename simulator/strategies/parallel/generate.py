@@ -48,8 +48,8 @@ from simulator.compute.launch import graphed
 from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per_sample,
                               params_total)
 from simulator.models.cross_entropy import megatron_cross_entropy
-from simulator.models.moe import op_fused_experts
 from simulator.models.fp8 import fp8_layer
+from simulator.models.moe import op_fused_experts
 from simulator.models.nvfp4 import NVFP4, nvfp4_layer
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
