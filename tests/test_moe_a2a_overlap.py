@@ -116,16 +116,20 @@ def test_settings_megatron_refuses_are_refused_naming_the_field():
     assert field.endswith("comm")
 
 
-def test_the_host_still_waits_for_the_dispatch_before_launching_the_experts():
+def test_the_host_still_waits_for_the_token_counts_before_launching_the_dispatch():
     # Megatron-Core's dropless dispatcher copies the tokens per expert to the host in the
     # combined schedule too: the forward experts node's CPU dispatch (a delay on the host
-    # stream) waits for that micro-batch's dispatch all-to-all, once per MoE block and
-    # combined forward: (m - 1) L of them, m = 3, L = 2, besides F0's L in whole blocks
+    # stream) waits for that micro-batch's all-gather of the counts (tests/
+    # test_moe_host_sync.py), issued in the block's pre-dispatch node, once per MoE block
+    # and combined forward: (m - 1) L of them, m = 3, L = 2, besides F0's L in whole blocks
     cls = _trace(True).classes[0]
     ops = {op.id: op for op in cls.ops}
     waits = [op for op in cls.ops if op.stream == "host" and op.attrs.get("dispatches") ==
-             "forward" and any(ops[d].name.startswith("moe_dispatch.") for d in op.deps)]
+             "forward" and any(ops[d].name.startswith("moe_token_counts.") for d in op.deps)]
     assert len(waits) == 3 * 2
+    # each on its own micro-batch's and block's all-gather
+    assert all((ops[d].attrs["micro_step"], ops[d].layer) == (op.attrs["micro_step"], op.layer)
+               for op in waits for d in op.deps)
     assert sorted(op.attrs["micro_step"] for op in waits) == [0, 0, 1, 1, 2, 2]
 
 

@@ -22,6 +22,10 @@ MLP half, for the ``t`` tokens of the rank:
 * ``moe_sort_chunks`` / ``moe_unsort_chunks`` (with ``sort_chunks``: tokens that arrived
   from other EP ranks on a rank holding several experts): Megatron's copies of the received
   tokens into local-expert order and back (:func:`sort_chunks_ops`);
+* ``moe_expert_bias`` (a model with linear biases, ``bias``: GPT-OSS): the second expert
+  GEMM's bias, which Megatron-Core's ``TEGroupedMLP`` adds after it, per expert and weighted
+  by the token's router probability (:func:`expert_bias_ops`; the first GEMM's bias is
+  fused into the activation);
 * ``moe_unpermute``: the ``k`` expert outputs of a token weighted by their router
   probabilities and summed (read ``t k h`` and the ``t k`` fp32 probabilities, write ``t h``);
 * ``moe_shared_*``: ``shared_experts`` always-on experts, one MLP of ``shared_experts x
@@ -199,6 +203,49 @@ def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int,
     return fwd, bwd
 
 
+def expert_bias_ops(received: float, h: int, e: int) -> tuple[OpCost, OpCost]:
+    """The second expert GEMM's bias as Megatron-Core's ``TEGroupedMLP._apply_bias`` adds
+    it (NVIDIA/Megatron-LM@d7288711, Megatron-Bridge 26.04's pin, megatron/core/transformer/
+    moe/experts.py; added by a329dd6d "Enable bias in expert mlp [gpt-oss 5/5]"): the GEMM
+    runs with ``skip_bias_add``, then for each local expert ``t + b * p`` (the bias times
+    the fp32 router probability of each of its ``received`` rows), the pieces
+    concatenated and cast back ``.to`` the activations' dtype. Memory-bound passes over
+    ``received x h`` elements, ``e`` bytes each in the activations' dtype and 4 in fp32:
+
+    * forward: ``b * p`` writes fp32 (4); ``t + bp`` reads ``e`` + 4, writes 4;
+      ``torch.cat`` reads 4, writes 4; ``.to`` reads 4, writes ``e``: ``24 + 2 e`` bytes
+      and 2 FLOPs (a multiply and an add) per element;
+    * backward (autograd of the same): ``.to``'s reads ``e``, writes 4; the add's gradient
+      to ``t`` cast back reads 4, writes ``e``; the multiply's gradients, to the bias
+      (``(g p).sum(0)``: a product read 4, written 4, then read 4 by the sum) and to the
+      probabilities (``(g b).sum(-1)``: the same 12): ``32 + 2 e`` bytes and 4 FLOPs per
+      element. ``cat``'s gradient is views (no copy).
+
+    Each is one simulated kernel (the eager path launches two per expert and three more:
+    its CPU time is that of one kernel, an underestimate)."""
+    elements = received * h
+    return (OpCost("moe_expert_bias", "elementwise", 2.0 * elements,
+                   float((24 + 2 * e) * elements)),
+            OpCost("moe_expert_bias.bwd", "elementwise", 4.0 * elements,
+                   float((32 + 2 * e) * elements)))
+
+
+def op_fused_experts(layer: LayerCost) -> LayerCost:
+    """``layer`` as Megatron-Core's ``TEGroupedMLP`` runs it under
+    ``use_transformer_engine_op_fuser``: Transformer Engine's ``ops.GroupedLinear`` with
+    ``scale_bias`` hands the second expert GEMM's bias and the router probabilities to the
+    grouped GEMM (NVIDIA/TransformerEngine@d0067d0d transformer_engine/pytorch/ops/basic/
+    grouped_linear.py, ``general_grouped_gemm_for_grouped_tensor`` with ``bias_scale``), so
+    :func:`expert_bias_ops`' passes are not run (a layer without them is returned as is).
+    Not modelled: that module's per-group fallback, an in-place ``add_`` per expert."""
+    names = {op.name for op in expert_bias_ops(1, 1, 1)}
+    forward = tuple(op for op in layer.forward if op.name not in names)
+    backward = tuple(op for op in layer.backward if op.name not in names)
+    if len(forward) == len(layer.forward) and len(backward) == len(layer.backward):
+        return layer
+    return replace(layer, forward=forward, backward=backward)
+
+
 def sort_chunks_ops(received: float, h: int, e: int) -> dict[str, OpCost]:
     """Megatron's second permutation around the expert GEMMs (``sort_chunks_by_idxs`` of the
     all-to-all token dispatcher, run when a rank holds more than one expert), by name: the
@@ -241,6 +288,11 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
         shared_f, shared_b = _ffn(model, "moe_shared", t, model.shared_experts
                                   * model.moe_ffn_hidden, 1, e)
     chunks = sort_chunks_ops(received, h, e) if sort_chunks else {}
+    # the second expert GEMM's bias (TEGroupedMLP adds it after the GEMM), on the received
+    # copies, and its gradient first in the experts' backward
+    bias_f, bias_b = ([], [])
+    if model.bias:
+        bias_f, bias_b = (list(ops) for ops in zip(expert_bias_ops(received, h, e)))
     # LatentMoE (Megatron-Core MoELayer's fc1_latent_proj / fc2_latent_proj): every token
     # projected h -> L before the dispatch, the combined output L -> h after it
     down = [matmul("moe_latent_down", t, hidden, lat, e, params=hidden * lat)] if lat else []
@@ -251,10 +303,11 @@ def moe_ops(model: ModelSpec, t: int, e: int, *, expert_tokens: float | None = N
     def sort(name: str) -> list[OpCost]:
         return [chunks[name]] if name in chunks else []
     fwd = [router, pointwise("moe_topk", "elementwise", t * n_exp, SOFTMAX_FLOPS, 2, e),
-           *down, permute, *sort("moe_sort_chunks"), *exp_f, *sort("moe_unsort_chunks"),
+           *down, permute, *sort("moe_sort_chunks"), *exp_f, *bias_f,
+           *sort("moe_unsort_chunks"),
            unpermute, *up, *shared_f]
     fwd = _with_moe_saved(fwd, model, t, e, received, etp)
-    bwd = [*shared_b, *up_b, unpermute_b, *sort("moe_unsort_chunks.bwd"), *exp_b,
+    bwd = [*shared_b, *up_b, unpermute_b, *sort("moe_unsort_chunks.bwd"), *bias_b, *exp_b,
            *sort("moe_sort_chunks.bwd"), permute_b, *down_b,
            pointwise("moe_topk.bwd", "elementwise", t * n_exp, SOFTMAX_BWD_FLOPS, 3, e),
            *matmul_bwd("moe_router", t, hidden, n_exp, e, weight=True)]

@@ -335,8 +335,14 @@ class OpHooks:
 
     def host_syncs(self, cost, phase: str) -> bool:
         """Whether the CPU waits for the GPU before launching ``cost``: for the ops the
-        kernel waits for (:meth:`before`), as a ``.tolist()`` of device data does."""
+        kernel waits for (:meth:`before`), as a ``.tolist()`` of device data does, unless
+        :meth:`host_sync_waits` names others."""
         return False
+
+    def host_sync_waits(self, cost, phase: str, deps: tuple) -> tuple:
+        """The ops the CPU waits for at a host sync before launching ``cost``
+        (:meth:`host_syncs`): by default ``deps``, the ops the kernel itself waits for."""
+        return deps
 
 
 def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
@@ -355,8 +361,8 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
     waited: tuple = ()
     for i, c in enumerate(costs):
         extra = hooks.before(c, phase) if hooks else ()
-        if i == sync:                   # the CPU waits for what this kernel waits for
-            waited = tuple(extra)
+        if i == sync:       # the CPU waits for what this kernel (or its hook) says
+            waited = tuple(hooks.host_sync_waits(c, phase, tuple(extra)))
         if i in ends:                   # issued just before the segment's last kernel
             extra = (*extra, ol.add(
                 stream="host", kind="delay", name=f"dispatch.{layer.name}.{phase}",

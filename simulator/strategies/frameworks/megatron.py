@@ -189,6 +189,11 @@ class MegatronConfig(CommonConfig):
     exp_avg_dtype: OptimDtype = "fp32"
     exp_avg_sq_dtype: OptimDtype = "fp32"
     store_param_remainders: bool = True
+    # TransformerConfig.use_transformer_engine_op_fuser: TEGroupedMLP runs its experts
+    # through Transformer Engine's fused ops, whose GroupedLinear adds the second expert
+    # GEMM's probability-scaled bias (scale_bias) in the grouped GEMM: no bias pass of its
+    # own (simulator/models/moe.py op_fused_experts)
+    use_transformer_engine_op_fuser: bool = False
 
     @property
     def cross_entropy(self) -> str:

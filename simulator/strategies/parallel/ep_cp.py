@@ -153,6 +153,9 @@ class _PerLayer:
     def host_syncs(self, cost, phase: str) -> bool:
         return bool(self.hook) and self.hook.host_syncs(cost, phase)
 
+    def host_sync_waits(self, cost, phase: str, deps: tuple) -> tuple:
+        return self.hook.host_sync_waits(cost, phase, deps) if self.hook else deps
+
     def flush(self) -> list[int]:
         carry, self.carry = self.carry, []
         return carry + (self.hook.flush() if self.hook and hasattr(self.hook, "flush") else [])
@@ -163,8 +166,9 @@ def ep_hooks(builder) -> _PerLayer | None:
     parallelism or expert tensor parallelism)."""
     if builder.plan.ep == 1 and builder.plan.expert_tp == 1:
         return None
+    counts: dict[str, int] = {}     # phase -> the latest token-count all-gather (EPHooks)
     hooks = _PerLayer(builder, EP_STREAM, lambda layer: EPHooks(
-        hooks.issue, hooks.last_compute, size_bytes=layer.ep_sizes)
+        hooks.issue, hooks.last_compute, size_bytes=layer.ep_sizes, counts_ops=counts)
         if getattr(layer, "ep_sizes", None) else None)
     return hooks
 

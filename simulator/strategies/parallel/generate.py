@@ -50,6 +50,7 @@ from simulator.models import (LayerCost, ModelSpec, layer_costs, model_flops_per
 from simulator.models.cross_entropy import megatron_cross_entropy
 from simulator.models.fp8 import fp8_layer
 from simulator.models.mamba import in_graph_scope
+from simulator.models.moe import op_fused_experts
 from simulator.models.nvfp4 import NVFP4, nvfp4_layer
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
@@ -97,6 +98,11 @@ class _Hooks(OpHooks):
 
     def host_syncs(self, cost, phase: str) -> bool:
         return any(p.host_syncs(cost, phase) for p in self.parts)
+
+    def host_sync_waits(self, cost, phase: str, deps: tuple) -> tuple:
+        """What the first part that syncs before ``cost`` says the CPU waits for."""
+        part = next((p for p in self.parts if p.host_syncs(cost, phase)), None)
+        return deps if part is None else part.host_sync_waits(cost, phase, deps)
 
     def start_layer(self, layer) -> None:
         for p in self.parts:
@@ -448,6 +454,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
                   fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
+    if getattr(cfg, "use_transformer_engine_op_fuser", False):     # TE's fused expert MLP
+        layers = [op_fused_experts(layer) for layer in layers]
     if getattr(cfg, "cross_entropy", "te") != "te":      # Megatron-Core's own loss kernels
         layers = [megatron_cross_entropy(layer, cfg.cross_entropy) for layer in layers]
     if getattr(cfg, "cuda_graphs", False):     # Megatron's cuda_graph_impl, its scope's layers

@@ -81,10 +81,10 @@ EP_COLLECTIVES = (
     ("forward", ("moe_unsort_chunks", "moe_unpermute"), "moe_expert_scatter",
      "reduce_scatter", "etp", "etp"),
     ("forward", ("moe_unpermute",), "moe_combine", "all_to_all", "tokens", "ep"),
-    ("backward", ("moe_unsort_chunks.bwd", "moe_expert_down.dgrad"), "moe_combine.bwd",
-     "all_to_all", "tokens", "ep"),
-    ("backward", ("moe_expert_down.dgrad",), "moe_expert_scatter.bwd", "all_gather", "etp",
-     "etp"),
+    ("backward", ("moe_unsort_chunks.bwd", "moe_expert_bias.bwd", "moe_expert_down.dgrad"),
+     "moe_combine.bwd", "all_to_all", "tokens", "ep"),
+    ("backward", ("moe_expert_bias.bwd", "moe_expert_down.dgrad"), "moe_expert_scatter.bwd",
+     "all_gather", "etp", "etp"),
     ("backward", ("moe_permute.bwd",), "moe_expert_gather.bwd", "reduce_scatter", "etp",
      "etp"),
     ("backward", ("moe_permute.bwd",), "moe_dispatch.bwd", "all_to_all", "tokens", "ep"),
@@ -248,20 +248,37 @@ class EPHooks(OpHooks):
     communicator ``comm`` (``ep`` or ``etp``) and returns its op id; ``last_compute()`` the
     latest compute op (its input). ``size_bytes``: :class:`EpSizes`."""
 
-    def __init__(self, issue, last_compute, *, size_bytes: EpSizes):
+    def __init__(self, issue, last_compute, *, size_bytes: EpSizes,
+                 counts_ops: dict[str, int] | None = None):
         self.issue, self.last_compute = issue, last_compute
         self.sizes = size_bytes
         self.done: set[tuple[str, str]] = set()     # collectives of the current pass issued
+        # phase -> the latest token-count all-gather issued (shared by a stage's hooks: a
+        # block's pieces, :mod:`.a2a_overlap`, are emitted by different hooks)
+        self.counts_ops = {} if counts_ops is None else counts_ops
 
     def start_layer(self, layer) -> None:
         self.done = set()
 
     def host_syncs(self, cost, phase: str) -> bool:
         """The forward's kernels that the dispatched tokens feed (its first: the host
-        sync): Megatron-Core's dropless MoE copies each expert's token count to the host
-        there, and the CPU launches nothing more until the dispatch is done (module doc)."""
+        sync): Megatron-Core's dropless MoE needs each expert's token count on the host
+        before it launches the dispatch, and the CPU launches nothing more until the
+        counts are there (:meth:`host_sync_waits`; the permute before it was launched
+        already)."""
         return phase in ("forward", "recompute") and bool(self.sizes.tokens) and any(
             f in cost.name for f in DISPATCH_FEEDS)
+
+    def host_sync_waits(self, cost, phase: str, deps: tuple) -> tuple:
+        """What the CPU waits for at the host sync: the token-count all-gather of this
+        pass (and so every kernel before it on the stream), not the dispatch all-to-all
+        that follows. Megatron-Core's ``MoEAlltoAllTokenDispatcher`` copies the counts to
+        the host on a side stream once ``preprocess`` has gathered them
+        (``cuda_dtoh_point``) and, dropless with EP above 1, waits for that copy's event at
+        ``cuda_sync_point`` ``before_ep_alltoall``: after launching the permute, before
+        launching the all-to-all, whose split sizes it needs on the host."""
+        op = self.counts_ops.get(phase)
+        return deps if op is None else (op,)
 
     def before(self, cost, phase: str) -> tuple:
         phase_of = "forward" if phase == "recompute" else phase
@@ -275,6 +292,8 @@ class EPHooks(OpHooks):
             chained = which in CARRIES_TOKENS and carrier is not None
             deps = (carrier,) if chained else (self.last_compute(),)
             op = self.issue(kind, size, deps, f"{name}.{cost.name}", phase, comm)
+            if which == "counts":
+                self.counts_ops[phase] = op
             if chained:
                 waits.remove(carrier)
             if which in CARRIES_TOKENS:
