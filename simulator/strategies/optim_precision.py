@@ -77,7 +77,8 @@ FP32 = OptimizerDtypes()
 def check(dtypes: OptimizerDtypes, *, aware: bool, optimizer: str, distributed: bool,
           prefix: str = "strategy") -> None:
     """Megatron-Core's refusals (optimizer_config.py ``__post_init__``), one line each."""
-    given = dict(zip(ALLOWED, dtypes[:4]))
+    given = {"main_grads_dtype": dtypes.main_grads, "main_params_dtype": dtypes.main_params,
+             "exp_avg_dtype": dtypes.exp_avg, "exp_avg_sq_dtype": dtypes.exp_avg_sq}
     for field, value in given.items():
         if value not in ALLOWED[field]:
             raise ConfigError(f"{value} is not one of {', '.join(ALLOWED[field])} "
