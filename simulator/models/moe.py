@@ -203,6 +203,10 @@ def _ffn(model: ModelSpec, prefix: str, tokens: float, width: int, experts: int,
     return fwd, bwd
 
 
+# the names of expert_bias_ops' forward and backward passes
+EXPERT_BIAS_OPS = ("moe_expert_bias", "moe_expert_bias.bwd")
+
+
 def expert_bias_ops(received: float, h: int, e: int) -> tuple[OpCost, OpCost]:
     """The second expert GEMM's bias as Megatron-Core's ``TEGroupedMLP._apply_bias`` adds
     it (NVIDIA/Megatron-LM@d7288711, Megatron-Bridge 26.04's pin, megatron/core/transformer/
@@ -224,9 +228,10 @@ def expert_bias_ops(received: float, h: int, e: int) -> tuple[OpCost, OpCost]:
     Each is one simulated kernel (the eager path launches two per expert and three more:
     its CPU time is that of one kernel, an underestimate)."""
     elements = received * h
-    return (OpCost("moe_expert_bias", "elementwise", 2.0 * elements,
+    forward, backward = EXPERT_BIAS_OPS
+    return (OpCost(forward, "elementwise", 2.0 * elements,
                    float((24 + 2 * e) * elements)),
-            OpCost("moe_expert_bias.bwd", "elementwise", 4.0 * elements,
+            OpCost(backward, "elementwise", 4.0 * elements,
                    float((32 + 2 * e) * elements)))
 
 
@@ -238,9 +243,8 @@ def op_fused_experts(layer: LayerCost) -> LayerCost:
     grouped_linear.py, ``general_grouped_gemm_for_grouped_tensor`` with ``bias_scale``), so
     :func:`expert_bias_ops`' passes are not run (a layer without them is returned as is).
     Not modelled: that module's per-group fallback, an in-place ``add_`` per expert."""
-    names = {op.name for op in expert_bias_ops(1, 1, 1)}
-    forward = tuple(op for op in layer.forward if op.name not in names)
-    backward = tuple(op for op in layer.backward if op.name not in names)
+    forward = tuple(op for op in layer.forward if op.name not in EXPERT_BIAS_OPS)
+    backward = tuple(op for op in layer.backward if op.name not in EXPERT_BIAS_OPS)
     if len(forward) == len(layer.forward) and len(backward) == len(layer.backward):
         return layer
     return replace(layer, forward=forward, backward=backward)

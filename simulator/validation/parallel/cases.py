@@ -63,7 +63,7 @@ class Recipe(BaseModel):
     gpus: list[str]
     precisions: list[str]
     releases: list[str]
-    strategy: dict[str, bool | int | str | list[str]] = {}    # list: recompute_modules
+    strategy: dict[str, bool | int | str | list[str]] = {}    # lists: recompute_modules, cuda_graph_scope
     layout: dict[str, int] = {}
     note: str = ""
 
