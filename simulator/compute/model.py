@@ -276,7 +276,13 @@ class ComputeModel:
         if speedup:
             compute_s /= speedup
         memory_s = nbytes / mem_bw
-        kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, priced)
+        if op_class == "matmul" and shape is not None and len(shape) > 3 and shape[3] > 1:
+            # a grouped GEMM's experts stream their operands without hiding them under
+            # their MMAs (.gemm_shape module doc): the two add up, the family's factor (a
+            # GEMM rate) on the MMAs' time, the bytes at the HBM rate
+            kernel_s = compute_s * self.fit.factor(op_class, priced) + memory_s
+        else:
+            kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, priced)
         check_launch(launch)        # how it is launched: which per-kernel costs it pays
         launch_s = self.calibration.kernel_launch_s if pays_kernel_launch(launch) else 0.0
         if pays_stack_overhead(launch) and kernel_s > 0:
