@@ -103,6 +103,7 @@ class CasesFile(BaseModel):
     nemo_max_micro_batches: int = 256
     simumax_models: dict[str, str] = {}
     simumax_not_modelled: dict[str, str] = {}
+    simumax_strategy: dict[str, dict[str, bool | int | float | str]] = {}
     selene_max_gpus: int = 64
     blackwell_split: Split | None = None
 

@@ -12,7 +12,11 @@ parallelism when TP > 1, the distributed optimizer, one sample per micro-batch a
 ``micro_batch_count`` of them per step, no TP or P2P communication overlap, and no recompute
 (``--recompute-granularity full`` with ``--recompute-num-layers 0`` recomputes no layer).
 Megatron's defaults otherwise (gradient reduce not overlapped, fp32 gradient reduction for
-bf16). CP rows ran Megatron's ``a2a`` context parallelism, which the ``megatron`` strategy
+bf16, the cross entropy op by op: neither launcher passes ``--cross-entropy-loss-fusion``).
+The DeepSeek-V2/V3 rows (MLA, the first layer dense, 3 MoE layers) run their experts over
+``ep`` ranks as the MoE launcher sets them (the all-to-all dispatcher, grouped GEMMs, and
+``cases.yaml``'s ``simumax_strategy``: capacity factor 1 with the experts' inputs padded to
+capacity, so every expert computes the even share). CP rows ran Megatron's ``a2a`` context parallelism, which the ``megatron`` strategy
 refuses in one line (it models ``p2p`` and ``all_gather``); those rows say so.
 
 Compared: the step time (Megatron's elapsed time per iteration, the minimum over the steady
@@ -61,13 +65,18 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str) -> dict:
     label = str(row["precision_per_launcher"])
     if label not in PRECISION:
         raise ConfigError(f"precision {label!r} is not mapped", field="precision")
-    tp, pp, cp, vp = (int(row[c]) for c in ("tp", "pp", "cp", "vp"))
+    tp, pp, cp, vp, ep = (int(row[c]) for c in ("tp", "pp", "cp", "vp", "ep"))
+    # neither launcher passes --cross-entropy-loss-fusion: Megatron-LM's default, the loss
+    # op by op in fp32
     strategy = {"name": "megatron", "tensor_model_parallel_size": tp,
                 "pipeline_model_parallel_size": pp, "context_parallel_size": cp,
                 "sequence_parallel": tp > 1, "use_distributed_optimizer": True,
-                "optimizer": "adam"}
+                "optimizer": "adam", "cross_entropy_loss_fusion": False}
     if vp > 1:
         strategy["virtual_pipeline_model_parallel_size"] = vp
+    if ep > 1:
+        strategy["expert_model_parallel_size"] = ep
+    strategy.update(spec.simumax_strategy.get(row["model"], {}))
     if cp > 1:
         strategy["cp_comm_type"] = "a2a"        # refused: the launchers' CP is all-to-all
     return {"name": name, "model": str(Path(root) / spec.simumax_models[key]),
