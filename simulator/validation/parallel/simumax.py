@@ -12,8 +12,9 @@ parallelism when TP > 1, the distributed optimizer, one sample per micro-batch a
 ``micro_batch_count`` of them per step, no TP or P2P communication overlap, and no recompute
 (``--recompute-granularity full`` with ``--recompute-num-layers 0`` recomputes no layer).
 Megatron's defaults otherwise (gradient reduce not overlapped, fp32 gradient reduction for
-bf16). CP rows ran Megatron's ``a2a`` context parallelism, which the ``megatron`` strategy
-refuses in one line (it models ``p2p`` and ``all_gather``); those rows say so.
+bf16). CP rows ran Megatron's ``a2a`` context parallelism (``--cp-comm-type a2a``: the
+all-to-alls of Q, K, V and O around the attention, :mod:`simulator.strategies.parallel.context`),
+and are simulated so.
 
 Compared: the step time (Megatron's elapsed time per iteration, the minimum over the steady
 iterations on rank 7), and on the rows whose memory was measured in their own run
@@ -69,7 +70,7 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str) -> dict:
     if vp > 1:
         strategy["virtual_pipeline_model_parallel_size"] = vp
     if cp > 1:
-        strategy["cp_comm_type"] = "a2a"        # refused: the launchers' CP is all-to-all
+        strategy["cp_comm_type"] = "a2a"        # the launchers' CP (Ulysses all-to-alls)
     return {"name": name, "model": str(Path(root) / spec.simumax_models[key]),
             "training": {"micro_batch": int(row["mbs_per_launcher"]),
                          "seq_len": int(row["seq_len"]),
