@@ -139,6 +139,33 @@ def test_cp_ring_traffic_is_the_ring_formula(estimator):
         + estimator._time("reduce_scatter", kv * cp, (0, 1))))
 
 
+@pytest.mark.parametrize("ac,passes", [("none", 2), ("selective", 3)])
+def test_cp_a2a_traffic_is_eight_all_to_alls_the_simulation_issues(estimator, ac, passes):
+    # Q, K, V, O forward and dO, dQ, dK, dV backward (the forward four again when the
+    # attention is recomputed), none hidden; each all-to-all's nccl-tests size is the rank's
+    # b (s / cp) tokens x width x 2 bytes: Q and O 32 heads of 128, K and V 32 KV heads
+    plan, m, mb, cp = ParallelPlan(cp=2, dp_shard=4, cp_mode="a2a"), 2, 1, 2
+    q = mb * (512 // cp) * LLAMA7.heads * LLAMA7.head_dim * 2
+    kv = mb * (512 // cp) * LLAMA7.kv_heads * LLAMA7.head_dim * 2
+    a2a = lambda size: estimator._time("all_to_all", size, (0, 1))      # noqa: E731
+    e = estimator.estimate(Candidate(plan, mb, m, ac))
+    assert e.cp_comm_s == pytest.approx(m * LLAMA7.layers * passes * (2 * a2a(q) + 2 * a2a(kv)))
+    assert e.cp_comm_s > 0
+    # one path, one price: the same all-to-alls as the trace generator issues for a block
+    from simulator.strategies.frameworks.megatron import MegatronConfig
+    from simulator.strategies.parallel.generate import build_parallel
+    cfg = MegatronConfig(micro_batch=mb, grad_accum=m, context_parallel_size=cp,
+                         cp_comm_type="a2a", use_torch_fsdp2=True,
+                         recompute_granularity=None if ac == "none" else ac)
+    trace = build_parallel(LLAMA7, plan, cfg, World(8, 8), seq_len=512, flash=True)
+    sizes = [op.size_bytes for op in trace.classes[0].ops if op.comm.startswith("cp.")
+             and op.layer == "block.0" and op.attrs.get("micro_step") == 0]
+    assert {op.collective for op in trace.classes[0].ops if op.comm.startswith("cp.")} \
+        == {"all_to_all"}
+    assert sorted(sizes) == sorted([q, kv, kv, q] * passes)
+    assert e.cp_comm_s == pytest.approx(m * LLAMA7.layers * sum(map(a2a, sizes)))
+
+
 def test_alpha_beta_reproduces_the_collective_model(estimator):
     ranks = (0, 1, 2, 3, 4, 5, 6, 7)
     for size in (1 << 20, 1 << 28):                      # the two probe sizes: exact

@@ -213,11 +213,13 @@ def test_a_simumax_row_is_megatron_as_its_launcher_set_it_up(spec):
                               "precision": "bf16", "flash_attention": True}
 
 
-def test_simumax_rows_not_modelled_say_why(spec):
-    out = {r["case"]: r for r in simumax.simumax_rows(ROOT, spec, simulate_fn=simulate)
-           if "cp" in r["case"] or "deepseek" in r["case"]}
-    cp = out["parallel/simumax/llama3_70b_l12_tp2_cp4_pp1_dp1_seq32768_mbc4_cef"]
-    assert "strategy.cp_comm_type" in cp["note"]                 # a2a CP: refused
+def test_simumax_cp_rows_run_a2a(spec):
+    case = "parallel/simumax/llama3_70b_l12_tp2_cp4_pp1_dp1_seq32768_mbc4_cef"
+    out = {r["case"]: r for r in simumax.simumax_rows(ROOT, spec, simulate_fn=_only(case))}
+    row = _simumax(spec, case.rpartition("/")[2])
+    assert simumax.scenario_of(row, ROOT, spec, "x")["strategy"]["cp_comm_type"] == "a2a"
+    cp = out[case]                                               # a2a CP: simulated
+    assert cp["simulated"] > 0 and cp["note"].startswith("validation"), cp
 
 
 def test_a_simumax_moe_row_runs_its_experts_as_the_moe_launcher_set_them(spec):

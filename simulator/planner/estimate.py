@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
 from ..models import ModelSpec, layer_costs
+from ..strategies.parallel.context import a2a_sizes
 from ..strategies.parallel.memory import peak_rank_memory, stage_params
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
@@ -147,13 +148,20 @@ class Estimator:
         """Exposed K/V traffic of one block and micro-batch (``simulator/strategies/parallel/context.py``):
         ring: ``cp - 1`` block exchanges forward, each behind a ``1/cp`` share of the
         attention, and ``2 cp - 1`` blocks backward; allgather: an all-gather of the whole
-        sequence's K/V and a reduce-scatter of their gradients, not hidden."""
+        sequence's K/V and a reduce-scatter of their gradients, not hidden; a2a: all-to-alls
+        of Q, K, V, O forward (again when the attention is recomputed) and of dO, dQ, dK, dV
+        backward, not hidden."""
         p = c.plan
         if p.cp == 1:
             return 0.0
         width = self.model.kv_heads // p.tp * self.model.head_dim
         kv = 2 * c.micro_batch * (self.seq_len // p.cp) * width * self.e
         group = group_ranks(p, "cp")
+        if p.cp_mode == "a2a":
+            z = a2a_sizes(self.model, c.micro_batch, self.seq_len, p.cp, self.e, p.tp)
+            passes = 2 if c.ac == "none" else 3
+            return passes * sum(self._time("all_to_all", size, group)
+                                for size in (z.q, z.kv, z.kv, z.o))
         if p.cp_mode == "allgather":
             return (self._time("all_gather", kv * p.cp, group)
                     + self._time("reduce_scatter", kv * p.cp, group))

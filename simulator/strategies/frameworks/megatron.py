@@ -112,7 +112,7 @@ TORCH_DDP_BUCKET_BYTES = 25 << 20
 LAYOUT_EXCLUDES = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                    "account_for_embedding_in_pipeline_split",
                    "account_for_loss_in_pipeline_split")
-CP_COMM = {"p2p": "ring", "all_gather": "allgather"}
+CP_COMM = {"p2p": "ring", "all_gather": "allgather", "a2a": "a2a"}
 
 
 class MegatronConfig(CommonConfig):
@@ -146,7 +146,8 @@ class MegatronConfig(CommonConfig):
     # since 2022; --no-async-tensor-model-parallel-allreduce, or the code of 2021 as SC21
     # ran it: false). Sequence parallelism overlaps its reduce-scatter there either way.
     async_tensor_model_parallel_allreduce: bool = True
-    cp_comm_type: Literal["p2p", "all_gather"] = "p2p"
+    # a2a+p2p (hierarchical CP) is read so that plan() refuses it by name
+    cp_comm_type: Literal["p2p", "all_gather", "a2a", "a2a+p2p"] = "p2p"
     recompute_granularity: Literal["full", "selective"] | None = None
     recompute_method: Literal["uniform", "block"] | None = None
     recompute_num_layers: int | None = Field(None, ge=1)
@@ -385,6 +386,7 @@ class MegatronConfig(CommonConfig):
     def plan_fields(self) -> dict[str, str]:
         """Plan attribute -> the key the user wrote (for one-line errors)."""
         return {**{k: f"strategy.{v}" for k, v in FIELDS.items()}, "size": "cluster.gpus",
+                "cp_mode": "strategy.cp_comm_type",
                 "schedule": "strategy.virtual_pipeline_model_parallel_size",
                 "micro_batches": "training.grad_accum"}
 
@@ -397,6 +399,10 @@ class MegatronConfig(CommonConfig):
                               f"does not divide the job's {world_size} GPUs",
                               field="cluster.gpus")
         dp = world_size // (tp * pp * cp)
+        if self.cp_comm_type not in CP_COMM:
+            raise ConfigError(f"cp_comm_type {self.cp_comm_type} (hierarchical context "
+                              f"parallelism: a2a inside groups, p2p across) is not modelled; "
+                              f"valid: {', '.join(CP_COMM)}", field="strategy.cp_comm_type")
         mode = ("fsdp" if self.use_torch_fsdp2 else
                 "zero1" if self.use_distributed_optimizer else "ddp")
         vp, blocks = self.layout()
@@ -422,7 +428,8 @@ class MegatronConfig(CommonConfig):
 
 # ------------------------------------------------------------------ the argument file
 # The strategy fields an argument file gives, each as Megatron's argument of that name
-# (:func:`flag`); the others (moe_load, cp_comm_type, bucket_size...) are set in a scenario.
+# (:func:`flag`); the others (moe_load, bucket_size...) are set in a scenario, and
+# cp_comm_type, a list in Megatron-LM, is read as CP_COMM_TYPE below.
 ARGUMENT_FIELDS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "context_parallel_size",
@@ -463,6 +470,8 @@ VIRTUAL_STAGE_LAYERS = "--num-layers-per-virtual-pipeline-stage"
 VIRTUAL_STAGES = "--num-virtual-stages-per-pipeline-rank"
 GLOBAL_BATCH_KEY = "--global-batch-size"
 RECOMPUTE_MODULES = "--recompute-modules"
+# nargs="+" in Megatron-LM's arguments.py: one type for every layer, or one per layer
+CP_COMM_TYPE = "--cp-comm-type"
 MAX_ARGS = 10_000            # a real pretrain_gpt.py command line has about 100
 
 
@@ -487,7 +496,8 @@ def file_key(field: str) -> str:
     """A strategy field (``tensor_model_parallel_size``, or a dotted key below one) as an
     argument file spells it, for errors."""
     head = field.split(".")[0]
-    return flag(head) if head in (*ARGUMENT_FIELDS, "recompute_modules") else field
+    return flag(head) if head in (*ARGUMENT_FIELDS, "recompute_modules", "cp_comm_type") \
+        else field
 
 
 def split_args(path) -> list[str]:
@@ -583,6 +593,11 @@ def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict)
         out.strategy[arg.field] = _words(name, values, arg.kind, doc)
     elif name == RECOMPUTE_MODULES:      # nargs="*" in Megatron-LM's arguments.py
         out.strategy["recompute_modules"] = list(values)
+    elif name == CP_COMM_TYPE:
+        if len(set(values)) != 1:
+            raise doc.fail(name, f"one type for every layer is modelled, got "
+                                 f"{' '.join(values) or 'none'}")
+        out.strategy["cp_comm_type"] = values[0]
     elif name == "--recompute-activations":
         _words(name, values, "switch", doc)
         out.strategy.setdefault("recompute_granularity", "selective")
@@ -665,4 +680,4 @@ def _model(sizes: dict, out: ConfigPieces) -> None:
 
 _KNOWN = set(STRATEGY_FLAGS) | set(TRAINING_FLAGS) | set(MODEL_FLAGS) | set(PRECISION_FLAGS) | {
     "--recompute-activations", VIRTUAL_STAGE_LAYERS, VIRTUAL_STAGES, GLOBAL_BATCH_KEY,
-    RECOMPUTE_MODULES}
+    RECOMPUTE_MODULES, CP_COMM_TYPE}

@@ -1,5 +1,6 @@
-"""Context parallelism: a sequence split over ``cp`` ranks, and the K/V traffic of the
-attention between them, as ring attention or as an all-gather of K and V.
+"""Context parallelism: a sequence split over ``cp`` ranks, and the traffic of the attention
+between them, as ring attention, as an all-gather of K and V, or as all-to-alls of Q, K, V
+and O (Ulysses).
 
 Causal load balancing (Megatron-LM / TransformerEngine): the sequence is cut into ``2 cp``
 chunks of ``s / (2 cp)`` tokens and CP rank ``c`` holds chunks ``c`` and ``2 cp - 1 - c``,
@@ -19,6 +20,20 @@ of its ``s / cp`` tokens, ``kv_width = kv_heads / tp x head_dim``).
   before the attention (nccl-tests size ``2 b s kv_width e``, the whole sequence's K/V;
   ``(cp - 1) / cp`` of it leaves each rank) and a reduce-scatter of dK/dV of the same size
   after its backward.
+* ``a2a`` (DeepSpeed-Ulysses, TransformerEngine's ``cp_comm_type="a2a"``,
+  ``AttnFuncWithCPAndQKVOA2A``): before the attention Q, K and V are each all-to-all'd on the
+  CP group, so that a rank holds the whole sequence for ``1 / cp`` of its heads; the kernel
+  runs over all ``s`` tokens with ``heads / tp / cp`` query and ``kv_heads / tp / cp`` KV
+  heads, and its output O is all-to-all'd back to the rank's ``s / cp`` tokens. Backward:
+  dO all-to-all'd before the attention backward, dQ, dK and dV after it: 4 all-to-alls
+  forward, 4 backward, each of the rank's ``s / cp``-token tensor (nccl-tests size, the
+  per-rank buffer: ``b (s / cp) width e``, of which ``(cp - 1) / cp`` leaves the rank;
+  :func:`a2a_sizes`). Nothing overlaps them: the kernel waits for Q, K and V, the next
+  kernel for O (and for dQ, dK, dV in backward). The kernel's FLOPs and shape (``b heads /
+  (tp cp)`` query rows of ``s`` tokens, keys per query over the whole sequence) are those
+  of the other modes' kernel (``b heads / tp`` rows of ``s / cp`` tokens): only the K/V it
+  reads are ``1 / cp`` of the whole sequence's (:func:`a2a_heads`). Needs ``heads / tp``
+  and ``kv_heads / tp`` divisible by ``cp`` (TransformerEngine asserts it).
 
 The attention kernels are split evenly over the ring steps: the cost convention counts the
 full score square, under which every step does the same work (with causal masking and the
@@ -29,7 +44,8 @@ to over the whole sequence, and it is timed as an attention kernel of that shape
 exchange is written as an all-gather on the CP group moving exactly the step's bytes to the
 ring neighbour (:func:`ring_step_size_bytes`): the trace's rank classes are per pipeline
 stage, and a send/recv partner must be the same rank offset for every member, which a
-ring's wrap-around is not. Ring attention needs the fused (flash) attention kernel.
+ring's wrap-around is not. Ring attention and ``a2a`` need the fused (flash) attention
+kernel (TransformerEngine disables its unfused attention under context parallelism).
 """
 
 from __future__ import annotations
@@ -98,6 +114,41 @@ def ring_step_size_bytes(sent_bytes: int, cp: int) -> int:
     return -(-sent_bytes * cp // (cp - 1))
 
 
+class A2ASizes(NamedTuple):
+    """nccl-tests sizes (the per-rank buffer) of the ``a2a`` mode's all-to-alls: Q (and dQ),
+    K or V (and dK, dV), O (and dO), each of the rank's ``s / cp`` tokens."""
+
+    q: int
+    kv: int
+    o: int
+
+
+def a2a_sizes(model: ModelSpec, batch: int, seq_len: int, cp: int, e: int,
+              tp: int = 1) -> A2ASizes:
+    """``b (s / cp) width e`` for Q (``heads / tp x head_dim``), K and V (each
+    :func:`kv_width`) and O (the attention output's width on a TP rank)."""
+    t = batch * (seq_len // cp)
+    o = model.heads * model.v_dim if model.is_mla else model.q_width
+    return A2ASizes(q=t * (model.q_width // tp) * e, kv=t * kv_width(model, tp) * e,
+                    o=t * (o // tp) * e)
+
+
+def a2a_heads(layer: LayerCost, cp: int, gather_bytes: int) -> LayerCost:
+    """``layer`` with its attention kernels as ``a2a`` runs them: over the whole sequence
+    on ``1 / cp`` of the heads. The FLOPs and shape (``m`` rows of batch x heads x
+    queries, ``n`` keys per query, ``k`` head_dim) are those of the kernel of ``s / cp``
+    queries over all the rank's heads; the K/V it reads (``gather_bytes``, the whole
+    sequence's on all the rank's KV heads, :func:`allgather_size_bytes`) shrink to
+    ``1 / cp``, once forward and for K/V and dK/dV backward."""
+    cut = gather_bytes * (cp - 1) / cp
+
+    def heads(kernels, times: int):
+        return tuple(replace(c, bytes_accessed=c.bytes_accessed - times * cut)
+                     if c.op_class == "attention" else c for c in kernels)
+
+    return replace(layer, forward=heads(layer.forward, 1), backward=heads(layer.backward, 2))
+
+
 def ring_slices(layer: LayerCost, cp: int) -> LayerCost:
     """``layer`` with each attention kernel (``attn_core`` and its backward) cut into
     ``cp`` equal ring steps ``<name>.ring<i>``, each over one K/V block: ``1 / cp`` of the
@@ -132,14 +183,21 @@ class CPHooks(OpHooks):
     ``i + 1`` waits for it. Backward: exchange ``i`` carries the block and its dK/dV once
     step ``i`` computed them (the last one dK/dV alone, home), and the next kernel waits
     for it. ``allgather``: an all-gather of K/V before the attention, a reduce-scatter of
-    dK/dV after its backward that the next kernel waits for."""
+    dK/dV after its backward that the next kernel waits for. ``a2a``: all-to-alls of
+    ``a2a`` (:class:`A2ASizes`) of Q, K, V before the attention (which waits for them) and
+    of O after it (the next kernel waits); backward of dO before, dQ, dK, dV after."""
 
     def __init__(self, issue, last_compute, *, mode: str, cp: int, block_bytes: int,
-                 gather_bytes: int):
+                 gather_bytes: int, a2a: A2ASizes | None = None):
         self.issue, self.last_compute = issue, last_compute
         self.mode, self.cp = mode, cp
-        self.block, self.gather = block_bytes, gather_bytes
-        self.arrived: int | None = None      # the exchange the next ring step waits for
+        self.block, self.gather, self.a2a = block_bytes, gather_bytes, a2a
+        self.arrived: tuple[int, ...] = ()   # what the next kernel waits for
+
+    def _all_to_all(self, parts, deps, cost, phase: str) -> tuple[int, ...]:
+        """One all-to-all per ``(tensor, size)`` of ``parts``, each after ``deps``."""
+        return tuple(self.issue("all_to_all", size, deps, f"cp_a2a_{tensor}.{cost.name}",
+                                phase) for tensor, size in parts)
 
     def _ring_comm(self, sent: int, deps, name: str, phase: str) -> int:
         return self.issue("all_gather", ring_step_size_bytes(sent, self.cp), deps, name,
@@ -147,8 +205,13 @@ class CPHooks(OpHooks):
 
     def before(self, cost, phase: str) -> tuple:
         forward = phase in ("forward", "recompute")
-        due = () if self.arrived is None else (self.arrived,)
-        self.arrived = None
+        due, self.arrived = self.arrived, ()
+        if self.mode == "a2a":
+            if cost.op_class != "attention":
+                return due
+            z = self.a2a
+            parts = (("q", z.q), ("k", z.kv), ("v", z.kv)) if forward else (("do", z.o),)
+            return due + self._all_to_all(parts, (self.last_compute(),), cost, phase)
         if self.mode == "allgather":
             if forward and cost.op_class == "attention":
                 return due + (self.issue("all_gather", self.gather, (self.last_compute(),),
@@ -157,21 +220,29 @@ class CPHooks(OpHooks):
         step = _ring_index(cost.name)
         if forward and step is not None and step < self.cp - 1:
             first = (self.last_compute(),) if step == 0 else ()
-            self.arrived = self._ring_comm(self.block, first, f"cp_ring.{cost.name}", phase)
+            self.arrived = (self._ring_comm(self.block, first, f"cp_ring.{cost.name}",
+                                            phase),)
         return due
 
     def after(self, cost, phase: str, op_id: int) -> None:
-        if phase in ("forward", "recompute") or cost.op_class != "attention":
+        forward = phase in ("forward", "recompute")
+        if cost.op_class != "attention":
+            return
+        if self.mode == "a2a":
+            z = self.a2a
+            parts = (("o", z.o),) if forward else (("dq", z.q), ("dk", z.kv), ("dv", z.kv))
+            self.arrived = self._all_to_all(parts, (op_id,), cost, phase)
+            return
+        if forward:
             return
         if self.mode == "allgather":
-            self.arrived = self.issue("reduce_scatter", self.gather, (op_id,),
-                                      f"cp_reduce_scatter_dkv.{cost.name}", phase)
+            self.arrived = (self.issue("reduce_scatter", self.gather, (op_id,),
+                                       f"cp_reduce_scatter_dkv.{cost.name}", phase),)
             return
         step = _ring_index(cost.name)
         sent = self.block if step == self.cp - 1 else 2 * self.block
-        self.arrived = self._ring_comm(sent, (op_id,), f"cp_ring.{cost.name}", phase)
+        self.arrived = (self._ring_comm(sent, (op_id,), f"cp_ring.{cost.name}", phase),)
 
     def flush(self) -> list[int]:
-        out = [] if self.arrived is None else [self.arrived]
-        self.arrived = None
+        out, self.arrived = list(self.arrived), ()
         return out

@@ -4,12 +4,13 @@
 CP run: each MoE block becomes the busiest EP rank's (:func:`.moe.ep_block_cost`: ``E / ep``
 experts, ``1 / etp`` of each, over the most token copies an EP rank keeps times ``etp``,
 :mod:`.moe`), and with ring attention each block's attention is cut into ``cp`` steps
-(:func:`.context.ring_slices`). The blocks carry the bytes their EP/CP traffic moves
+(:func:`.context.ring_slices`), with ``a2a`` it runs over the whole sequence on ``1 / cp``
+of the heads (:func:`.context.a2a_heads`). The blocks carry the bytes their EP/CP traffic moves
 (:class:`CommLayerCost`), so the hook factories of :data:`HOOK_FACTORIES` (the generator's
 ``HOOKS``) need nothing but the class's builder: :class:`.moe.EPHooks` issues the
 all-to-alls on the stage's EP communicator and the expert-TP all-gathers and
 reduce-scatters on its ``etp`` one (stream ``ep``), :class:`.context.CPHooks` the K/V
-exchanges on its CP communicator (stream ``cp``).
+exchanges (or the ``a2a`` all-to-alls) on its CP communicator (stream ``cp``).
 
 The strategy's ``moe_load`` (:class:`.moe.ExpertLoad`; balanced when absent) and
 ``moe_expert_capacity_factor`` (Megatron-LM's override of the model's capacity factor) set
@@ -28,7 +29,8 @@ from simulator.models.spec import ModelSpec
 from simulator.models.window import keep_attention
 from simulator.precision import precision_bytes
 
-from .context import CPHooks, allgather_size_bytes, kv_block_bytes, ring_slices
+from .context import (A2ASizes, CPHooks, a2a_heads, a2a_sizes, allgather_size_bytes,
+                      kv_block_bytes, ring_slices)
 from .context import STREAM as CP_STREAM
 from .moe import EPHooks, EpSizes, ep_block_cost, ep_loads, ep_sizes
 from .plan import ParallelPlan
@@ -41,11 +43,12 @@ class CommLayerCost(LayerCost):
     """A block with the nccl-tests sizes of its EP and expert-TP collectives
     (``ep_sizes``, :class:`.moe.EpSizes`) and the bytes of its CP K/V exchange
     (``kv_block_bytes``: the rank's K/V; ``kv_gather_bytes``: the all-gather of the whole
-    sequence's)."""
+    sequence's; ``cp_a2a``: the ``a2a`` mode's all-to-alls)."""
 
     ep_sizes: EpSizes | None = None
     kv_block_bytes: int = 0
     kv_gather_bytes: int = 0
+    cp_a2a: A2ASizes | None = None
 
 
 class _EpBlock(NamedTuple):
@@ -72,13 +75,14 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
     Raises
     ------
     ConfigError
-        Ring attention without flash attention (it needs the fused kernel).
+        Ring attention or ``a2a`` without flash attention (they need the fused kernel).
     """
     split = model.is_moe and (plan.ep > 1 or plan.expert_tp > 1)
     if not split and plan.cp == 1:
         return layers
-    if plan.cp > 1 and plan.cp_mode == "ring" and not flash:
-        raise ConfigError("ring attention (context parallelism) runs the fused attention "
+    if plan.cp > 1 and plan.cp_mode in ("ring", "a2a") and not flash:
+        what = "ring attention" if plan.cp_mode == "ring" else "a2a (Ulysses) attention"
+        raise ConfigError(f"{what} (context parallelism) runs the fused attention "
                           "kernel: set flash_attention: true", field="training.flash_attention")
     e = precision_bytes(cfg.precision)
     k = precision_bytes("fp32") if autocast else e
@@ -87,6 +91,8 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
     if plan.cp > 1:
         extra = {"kv_block_bytes": kv_block_bytes(model, b, seq_len, plan.cp, e, tp),
                  "kv_gather_bytes": allgather_size_bytes(model, b, seq_len, e, tp)}
+        if plan.cp_mode == "a2a":
+            extra["cp_a2a"] = a2a_sizes(model, b, seq_len, plan.cp, e, tp)
     moe = None
     if split:
         if getattr(cfg, "moe_expert_capacity_factor", None) is not None:
@@ -110,6 +116,8 @@ def _planned(layer: LayerCost, moe: _EpBlock | None, plan: ParallelPlan,
         layer, sizes = keep_attention(replace(moe.cost, name=layer.name), layer), moe.sizes
     if plan.cp > 1 and plan.cp_mode == "ring":
         layer = ring_slices(layer, plan.cp)
+    elif plan.cp > 1 and plan.cp_mode == "a2a":
+        layer = a2a_heads(layer, plan.cp, extra["kv_gather_bytes"])
     fields = {f: getattr(layer, f) for f in LayerCost.__dataclass_fields__}
     return CommLayerCost(**fields, ep_sizes=sizes, **extra)
 
@@ -174,13 +182,15 @@ def ep_hooks(builder) -> _PerLayer | None:
 
 
 def cp_hooks(builder) -> _PerLayer | None:
-    """The CP K/V exchanges of a stage class (none without context parallelism)."""
+    """The CP K/V exchanges (or all-to-alls) of a stage class (none without context
+    parallelism)."""
     plan = builder.plan
     if plan.cp == 1:
         return None
     hooks = _PerLayer(builder, CP_STREAM, lambda layer: CPHooks(
         hooks.issue, hooks.last_compute, mode=plan.cp_mode, cp=plan.cp,
-        block_bytes=layer.kv_block_bytes, gather_bytes=layer.kv_gather_bytes)
+        block_bytes=layer.kv_block_bytes, gather_bytes=layer.kv_gather_bytes,
+        a2a=layer.cp_a2a)
         if getattr(layer, "kv_block_bytes", 0) else None)
     return hooks
 

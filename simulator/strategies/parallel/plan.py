@@ -39,7 +39,7 @@ from .schedules import stage_location
 DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv")
 DP_MODES = ("ddp", "zero1", "zero2", "fsdp")
-CP_MODES = ("ring", "allgather")
+CP_MODES = ("ring", "allgather", "a2a")
 # composite group names: the mesh dimensions they span
 EXPERT_DIMS = ("ep", "etp", "edp")      # the expert mesh (module doc)
 ALIASES = {"dp": ("dp_replicate", "dp_shard"), "dp_cp": ("dp_replicate", "dp_shard", "cp"),
@@ -257,6 +257,14 @@ class ParallelPlan:
             raise ConfigError(f"context parallelism {self.cp} splits the sequence into "
                               f"2 x {self.cp} chunks (causal load balancing); seq_len "
                               f"{seq_len} is not divisible by {2 * self.cp}", field=field("cp"))
+        if self.cp > 1 and self.cp_mode == "a2a":
+            for attr in ("heads", "kv_heads"):
+                local = getattr(model, attr) // self.tp
+                if local % self.cp:
+                    raise ConfigError(f"a2a context parallelism splits each rank's {local} "
+                                      f"{attr} ({model.name}'s {getattr(model, attr)} / tp "
+                                      f"{self.tp}) over cp {self.cp}: not divisible",
+                                      field=field("cp_mode"))
         self._check_ep(model, field)
 
     def _check_tp(self, model, seq_len: int, field) -> None:

@@ -16,8 +16,9 @@ bf16, the cross entropy op by op: neither launcher passes ``--cross-entropy-loss
 The DeepSeek-V2/V3 rows (MLA, the first layer dense, 3 MoE layers) run their experts over
 ``ep`` ranks as the MoE launcher sets them (the all-to-all dispatcher, grouped GEMMs, and
 ``cases.yaml``'s ``simumax_strategy``: capacity factor 1 with the experts' inputs padded to
-capacity, so every expert computes the even share). CP rows ran Megatron's ``a2a`` context parallelism, which the ``megatron`` strategy
-refuses in one line (it models ``p2p`` and ``all_gather``); those rows say so.
+capacity, so every expert computes the even share). CP rows ran Megatron's ``a2a`` context
+parallelism (``--cp-comm-type a2a``: the all-to-alls of Q, K, V and O around the attention,
+:mod:`simulator.strategies.parallel.context`), and are simulated so.
 
 Compared: the step time (Megatron's elapsed time per iteration, the minimum over the steady
 iterations on rank 7), and on the rows whose memory was measured in their own run
@@ -78,7 +79,7 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str) -> dict:
         strategy["expert_model_parallel_size"] = ep
     strategy.update(spec.simumax_strategy.get(row["model"], {}))
     if cp > 1:
-        strategy["cp_comm_type"] = "a2a"        # refused: the launchers' CP is all-to-all
+        strategy["cp_comm_type"] = "a2a"        # the launchers' CP (Ulysses all-to-alls)
     return {"name": name, "model": str(Path(root) / spec.simumax_models[key]),
             "training": {"micro_batch": int(row["mbs_per_launcher"]),
                          "seq_len": int(row["seq_len"]),
