@@ -74,6 +74,17 @@ def test_truncated_models_are_the_catalog_model_cut(spec, model, layers):
         assert getattr(cut, field) == getattr(whole, field)
 
 
+def test_truncated_deepseek_v3_is_the_catalog_model_cut_with_one_dense_layer(spec):
+    """The launcher's deepseek_v3 (NUM_LAYER 4, MOE_LAYER_FREQ ([0]*1+[1]*3)): the catalog
+    model's widths, MLA and experts, 4 layers of which the first is dense, no MTP."""
+    cut, whole = pc.model_for(ROOT, spec.simumax_models["deepseekv3/4"]), load_model("deepseek-v3")
+    assert (cut.layers, cut.first_dense_layers, cut.mtp_layers) == (4, 1, 0)
+    for field in ("hidden", "heads", "ffn_hidden", "vocab", "num_experts", "top_k",
+                  "moe_ffn_hidden", "shared_experts", "q_lora_rank", "kv_lora_rank",
+                  "qk_nope_dim", "qk_rope_dim", "v_dim"):
+        assert getattr(cut, field) == getattr(whole, field), field
+
+
 # ------------------------------------------------------------ Bridge rows as megatron runs
 def test_topologies_are_the_real_systems():
     assert nemo.gpus_per_node("dgx-b200-superpod") == 8       # DGX B200
