@@ -24,10 +24,11 @@ TIED, P2P, OTHER = "tied embeddings (first and last stage)", "point-to-point", "
 ORDER = (TP, PP, DP, EP, CP, TIED, P2P, OTHER)
 
 # a communicator's name up to its first dot -> what it is for. parallel plans: tp/etp, cp,
-# ep, dp/shard/replicate/edp (strategies/parallel/generate.COMM_DIMS), embedding (tied);
+# ep, dp/shard/replicate/edp (strategies/parallel/generate.COMM_DIMS), ep_nvl/ep_rail (its
+# DOMAIN_COMMS, the flex dispatcher's), embedding (tied);
 # FSDP: shard/replicate/reshard; DDP, Horovod, TensorFlow: world, hier (tf_mirrored)
-KIND_OF = {"tp": TP, "etp": TP, "cp": CP, "ep": EP, "dp": DP, "shard": DP,
-           "replicate": DP, "reshard": DP, "edp": DP, "world": DP, "hier": DP,
+KIND_OF = {"tp": TP, "etp": TP, "cp": CP, "ep": EP, "ep_nvl": EP, "ep_rail": EP, "dp": DP,
+           "shard": DP, "replicate": DP, "reshard": DP, "edp": DP, "world": DP, "hier": DP,
            "embedding": TIED}
 
 

@@ -37,7 +37,11 @@ as before. ``use_precision_aware_optimizer`` with ``main_grads_dtype``,
 ``store_param_remainders``, default true) is Megatron-Core's precision-aware optimizer: the
 distributed optimizer's shard holds master weights and moments in those dtypes and the
 step runs Transformer Engine's FusedAdam (:mod:`simulator.strategies.optim_precision`);
-left out, the state is fp32 as before.
+left out, the state is fp32 as before. ``moe_token_dispatcher_type: flex`` (with
+``moe_flex_dispatcher_backend`` ``deepep`` or ``hybridep``, or the deprecated
+``moe_enable_deepep``) runs Megatron-Core's flex token dispatcher, hierarchical over the
+NVLink domains (:func:`simulator.strategies.parallel.moe.flex_sizes`); ``alltoall`` (the
+default here) the all-to-all dispatcher; ``allgather`` is refused.
 
 The argument file holds the arguments as ``pretrain_gpt.py`` takes them: on one line or
 many, with ``\\`` continuations, ``#`` comments and shell quoting; anything before the first
@@ -158,6 +162,15 @@ class MegatronConfig(CommonConfig):
     pipeline_model_parallel_layout: str | None = None     # "Et*3|(tt|)*29,m|L"
     moe_expert_capacity_factor: float | None = Field(None, gt=0)   # overrides the model's
     moe_load: ExpertLoad = ExpertLoad()     # clustersim's routing-imbalance knob (parallel/moe.py)
+    # TransformerConfig.moe_token_dispatcher_type: alltoall (MoEAlltoAllTokenDispatcher) or
+    # flex (MoEFlexTokenDispatcher over DeepEP or HybridEP, its moe_flex_dispatcher_backend:
+    # priced alike, simulator/strategies/parallel/moe.py flex_sizes); allgather is refused
+    # (not modelled). Megatron-Core's default is allgather; here alltoall, as before the
+    # field. moe_enable_deepep (deprecated in Megatron-Core) is flex with deepep and, as
+    # there, needs flex; the backend without flex is ignored, as Megatron-Core does.
+    moe_token_dispatcher_type: Literal["alltoall", "allgather", "flex"] = "alltoall"
+    moe_flex_dispatcher_backend: Literal["deepep", "hybridep"] = "deepep"
+    moe_enable_deepep: bool = False
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     # CUDA graphs of the transformer layers (--enable-cuda-graph, the older spelling of
@@ -241,7 +254,27 @@ class MegatronConfig(CommonConfig):
             self._check_layout()
         if self.overlap_moe_expert_parallel_comm:
             self._check_a2a_overlap()
+        self._check_dispatcher()
         self._check_optimizer_dtypes()
+
+    def _check_dispatcher(self) -> None:
+        """Megatron-Core's rules for the token dispatcher (``TransformerConfig``'s
+        ``__post_init__``: ``moe_enable_deepep`` needs flex and no other backend), and the
+        all-gather dispatcher, not modelled."""
+        if self.moe_token_dispatcher_type == "allgather":
+            raise ConfigError("allgather (MoEAllGatherTokenDispatcher) is not modelled; "
+                              "valid: alltoall, flex",
+                              field="strategy.moe_token_dispatcher_type")
+        if not self.moe_enable_deepep:
+            return
+        if self.moe_token_dispatcher_type != "flex":
+            raise ConfigError("DeepEP runs in the flex token dispatcher: set "
+                              "moe_token_dispatcher_type: flex (Megatron-Core's rule)",
+                              field="strategy.moe_enable_deepep")
+        if self.moe_flex_dispatcher_backend == "hybridep":
+            raise ConfigError("the flex dispatcher takes one backend: moe_enable_deepep with "
+                              "moe_flex_dispatcher_backend hybridep (Megatron-Core's rule)",
+                              field="strategy.moe_enable_deepep")
 
     def _check_optimizer_dtypes(self) -> None:
         """Megatron-Core's rules for the optimizer dtypes (:func:`simulator.strategies.optim_precision.check`);
@@ -436,7 +469,8 @@ ARGUMENT_FIELDS = (
     "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
     "use_distributed_optimizer", "DDP_impl",
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
-    "overlap_moe_expert_parallel_comm",
+    "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend", "moe_enable_deepep",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "pipeline_model_parallel_layout",

@@ -14,7 +14,11 @@ exchanges (or the ``a2a`` all-to-alls) on its CP communicator (stream ``cp``).
 
 The strategy's ``moe_load`` (:class:`.moe.ExpertLoad`; balanced when absent) and
 ``moe_expert_capacity_factor`` (Megatron-LM's override of the model's capacity factor) set
-the routing.
+the routing; its ``moe_token_dispatcher_type`` (Megatron's; ``alltoall`` when absent)
+picks the all-to-all dispatcher or the flex one (:func:`.moe.flex_sizes`: two
+all-to-alls per dispatch and combine, on the ``ep_nvl`` communicator of each EP group's
+ranks in one NVLink domain and the ``ep_rail`` one of its ranks with the same local
+index in each domain, :func:`.place.domain_groups`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from simulator.precision import precision_bytes
 from .context import (A2ASizes, CPHooks, a2a_heads, a2a_sizes, allgather_size_bytes,
                       kv_block_bytes, ring_slices)
 from .context import STREAM as CP_STREAM
-from .moe import EPHooks, EpSizes, ep_block_cost, ep_loads, ep_sizes
+from .moe import EPHooks, EpSizes, ep_block_cost, ep_loads, ep_sizes, flex_sizes
+from .place import domain_groups
 from .plan import ParallelPlan
 
 EP_STREAM = "ep"
@@ -66,11 +71,18 @@ def moe_tokens(plan: ParallelPlan, micro_batch: int, seq_len: int) -> int:
     return t // plan.tp if plan.sequence_parallel and plan.tp > 1 else t
 
 
+def is_flex(cfg) -> bool:
+    """Whether ``cfg`` runs Megatron-Core's flex token dispatcher (DeepEP / HybridEP)."""
+    return getattr(cfg, "moe_token_dispatcher_type", "alltoall") == "flex"
+
+
 def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan, cfg, *,
-                   seq_len: int, flash: bool, autocast: bool = False) -> list[LayerCost]:
+                   seq_len: int, flash: bool, autocast: bool = False,
+                   gpus_per_node: int | None = None) -> list[LayerCost]:
     """``layers`` (the generator's :func:`~.generate.parallel_layers`) as EP, expert TP
     and CP run them (see the module doc); unchanged without ``ep``, ``etp`` or ``cp``
-    above 1.
+    above 1. ``gpus_per_node``: the NVLink domain's GPUs, which the flex dispatcher's
+    all-to-alls follow (None: one domain holds every EP group).
 
     Raises
     ------
@@ -100,9 +112,14 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
         loads = ep_loads(model, moe_tokens(plan, b, seq_len), plan.ep,
                          getattr(cfg, "moe_load", None))
         etp = plan.expert_tp
+        if is_flex(cfg):
+            domains = 1 if gpus_per_node is None else \
+                domain_groups(plan.groups("ep"), gpus_per_node)[2]
+            sizes = flex_sizes(model, loads, e, domains, etp)
+        else:
+            sizes = ep_sizes(model, loads, e, etp)
         moe = _EpBlock(cost=ep_block_cost(model, b, seq_len, e, flash, loads, plan.ep, k, tp,
-                                          sp, plan.cp, etp),
-                       sizes=ep_sizes(model, loads, e, etp))
+                                          sp, plan.cp, etp), sizes=sizes)
     return [_planned(layer, moe, plan, extra) for layer in layers]
 
 
@@ -133,12 +150,12 @@ class _PerLayer:
         self.carry: list[int] = []     # what the previous layer's hook left pending
 
     def issue(self, kind: str, size: int, deps, name: str, phase: str,
-              comm: str | None = None) -> int:
-        """A collective on ``stream`` and the stage's communicator ``comm`` (default: the
-        one named as the stream)."""
+              comm: str | None = None, stream: str | None = None) -> int:
+        """A collective on ``stream`` (default: the hook's) and the stage's communicator
+        ``comm`` (default: the one named as the hook's stream)."""
         b = self.builder
-        return b.collective(kind, self.stream, comm or self.stream, size, deps, name, phase,
-                            b.micro, layer=self.layer)
+        return b.collective(kind, stream or self.stream, comm or self.stream, size, deps,
+                            name, phase, b.micro, layer=self.layer)
 
     def last_compute(self) -> int | None:
         return self.builder.last_compute()

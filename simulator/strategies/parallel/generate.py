@@ -62,7 +62,7 @@ from . import tied
 from .a2a_overlap import PassTracker, combined_actions, emit_combined
 from .dp import DataParallel
 from .ep_cp import HOOK_FACTORIES, planned_layers
-from .place import placement
+from .place import domain_groups, placement
 from .plan import ParallelPlan
 from .schedules import SPLIT_W, Action, check_schedule, lockstep_steps, schedule
 from .split import input_grad_view, kept_for_w, weight_grad_view
@@ -71,6 +71,9 @@ from .tp import STREAM, TPHooks
 
 COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
              "cp": "cp", "ep": "ep", "etp": "etp", "edp": "edp"}
+# the flex dispatcher's: each EP group's ranks in one NVLink domain, and its ranks with the
+# same local index across the domains (:func:`.place.domain_groups`)
+DOMAIN_COMMS = ("ep_nvl", "ep_rail")
 HOOKS: dict[str, Callable] = dict(HOOK_FACTORIES)      # EP all-to-alls, CP K/V exchanges
 
 
@@ -449,7 +452,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         parallel_layers(model, plan, micro_batch=cfg.micro_batch, seq_len=seq_len,
                         precision=cfg.precision, flash=flash, autocast=autocast,
                         compile=compile, elementwise=elementwise),
-        model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast)
+        model, plan, cfg, seq_len=seq_len, flash=flash, autocast=autocast,
+        gpus_per_node=world.gpus_per_node)
     if fp8_recipe is not None:
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
@@ -484,7 +488,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         members = set(classes[-1].ranks)
         for name in sorted(b.used):
             if name not in groups_of:
-                groups_of[name] = plan.groups(COMM_DIMS[name])
+                groups_of[name] = _groups(plan, name, world)
             groups = tuple(g for g in groups_of[name] if g[0] in members)
             comms[f"{name}.s{p}"] = Communicator(f"{name}.s{p}", groups)
     if shared:
@@ -495,6 +499,15 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     trace.meta["placement"] = placement(plan, world)
     trace.validate()
     return trace
+
+
+def _groups(plan: ParallelPlan, name: str, world: World) -> list[tuple[int, ...]]:
+    """The rank groups of communicator ``name``: the mesh's (:data:`COMM_DIMS`), or the
+    EP groups cut along the NVLink domains (:data:`DOMAIN_COMMS`, the flex dispatcher's)."""
+    if name in DOMAIN_COMMS:
+        inside, rails, _ = domain_groups(plan.groups("ep"), world.gpus_per_node)
+        return inside if name == "ep_nvl" else rails
+    return plan.groups(COMM_DIMS[name])
 
 
 def _meta(model, plan, cfg, layers, seq_len, tokens_per_sample, flops_per_sample) -> dict:

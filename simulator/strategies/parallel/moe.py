@@ -27,6 +27,31 @@ Megatron-LM's all-to-all dispatcher runs them (:data:`EP_COLLECTIVES`), the all-
 each rank's tokens per expert (``ep E`` int64) before the dispatch and the all-to-all of
 the permuted router probabilities (``T_max`` fp32) after it, and its gradient backward.
 
+Megatron-Core's flex dispatcher (``moe_token_dispatcher_type: flex``, DeepEP's normal-mode
+kernels or HybridEP: :func:`flex_sizes`) is hierarchical over the ``N`` NVLink domains the
+EP group spans, ``d = ep / N`` EP ranks each: a token crosses the inter-domain network
+(IB/RoCE) once per remote domain holding at least one of its ``k`` experts
+(:func:`remote_domains`), to the EP rank with the same local index there (its rail
+peer), which forwards it over NVLink to the expert ranks of its domain; the combine
+reduces inside the domain over NVLink and sends each token back once per domain. Two
+all-to-alls per dispatch or combine, run side by side (DeepEP and HybridEP pipeline the
+RDMA and NVLink stages chunk by chunk): one among the ``d`` EP ranks of one domain
+(``ep_nvl``) that carries the ``T_max`` copies landing on each rank (``T_max h e`` as the
+all-to-all dispatcher's, the copies forwarded from the other domains included), and one
+among the ``N`` rail peers (``ep_rail``) that carries the deduplicated tokens:
+``N t p h e`` (``p`` the chance that one remote domain holds one of a token's experts),
+so that ``t (N - 1) p h e`` leave each rank over the network, against ``t k (N - 1) / N
+h e`` from the all-to-all dispatcher. The fp32 router probabilities of each copy travel
+with the dispatched tokens (dispatch and its gradient, not the combine), so there is no
+separate probability all-to-all; in place of the count all-gather, a small exchange of
+each rank's tokens per rank and per expert (``(ep + E)`` int32: DeepEP's
+``notify_dispatch``, HybridEP's metadata preprocessing) that the CPU waits for before it
+launches the dispatch, as it waits for the counts above. Inside one domain (``N = 1``)
+the flex dispatcher's all-to-alls are the token all-to-alls above with the
+probabilities' bytes in the dispatch's. Not modelled: the SMs DeepEP's kernels occupy
+(20-24) beside the GEMMs, the permute fused into its kernels, and DeepEP's
+deduplication of copies bound to the same rank.
+
 Expert tensor parallelism (``etp`` ranks split each expert, Megatron-Core's
 ``expert_tensor_parallel_size``; :mod:`.plan` lays out the groups): after the dispatch
 each rank all-gathers over its expert-tensor-parallel group the copies its ``etp`` peers
@@ -41,7 +66,7 @@ sequence parallelism).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
 import numpy as np
@@ -55,6 +80,7 @@ from simulator.models.spec import ModelSpec
 from ..base import OpHooks
 
 DISTRIBUTIONS = ("balanced", "zipf", "measured")
+FLEX_COUNT_BYTES = 4        # DeepEP's token counts per rank and per expert: int32
 # The EP and expert-TP collectives of one MoE block, in issue order, as Megatron-LM's
 # all-to-all token dispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs
 # them: (phase, the kernels it precedes (a name containing one: an FP8 cast of a GEMM's
@@ -90,8 +116,35 @@ EP_COLLECTIVES = (
     ("backward", ("moe_permute.bwd",), "moe_dispatch.bwd", "all_to_all", "tokens", "ep"),
     ("backward", ("moe_permute.bwd",), "moe_dispatch_probs.bwd", "all_to_all", "probs",
      "ep"))
-WAITS_FOR = {"tokens", "probs", "etp"}    # the kernel after it waits (not for ``counts``)
-CARRIES_TOKENS = {"tokens", "etp"}        # the token copies themselves, one after the other
+# the flex dispatcher's (module doc), :data:`EP_COLLECTIVES` with ``notify`` in place of
+# ``counts`` (the CPU waits for it), no ``probs``, and each token all-to-all in two:
+# ``rail_*`` across the NVLink domains (``ep_rail``, a stream of its own, issued beside the
+# other) and ``flex_*`` inside one (``ep_nvl``, on the ``ep`` stream: the expert-TP
+# collectives chain after it)
+
+
+def _flex_rows(rows):
+    for phase, feeds, name, kind, which, comm in rows:
+        if which == "counts":
+            yield phase, feeds, "moe_dispatch_notify", kind.replace("all_gather", "all_to_all"), \
+                "notify", comm
+        elif which == "tokens":
+            step = "dispatch" if "dispatch" in name else "combine"
+            yield (phase, feeds, name.replace(step, f"{step}_rail"), kind, f"rail_{step}",
+                   "ep_rail")
+            yield phase, feeds, name, kind, f"flex_{step}", "ep_nvl"
+        elif which != "probs":
+            yield phase, feeds, name, kind, which, comm
+
+
+FLEX_COLLECTIVES = tuple(_flex_rows(EP_COLLECTIVES))
+RAIL_STREAM = "ep_rail"     # the flex dispatcher's inter-domain all-to-alls
+WAITS_FOR = {"tokens", "probs", "etp", "flex_dispatch", "flex_combine", "rail_dispatch",
+             "rail_combine"}      # the kernel after it waits (not for the counts)
+BESIDE = {"rail_dispatch", "rail_combine"}    # after the carrier as the others, not one
+# the token copies themselves, one after the other
+CARRIES_TOKENS = {"tokens", "etp", "flex_dispatch", "flex_combine"}
+HOST_WAITS = {"counts", "notify"}         # what the CPU waits for before the dispatch
 
 
 class ExpertLoad(BaseModel):
@@ -178,6 +231,18 @@ def ep_loads(model: ModelSpec, tokens: int, ep: int, load: ExpertLoad | None = N
     return EpLoad(tuple(float(x) for x in per_rank), float((copies - kept).sum()))
 
 
+def remote_domains(num_experts: int, top_k: int, domains: int) -> float:
+    """Expected distinct remote NVLink domains one token's ``top_k`` experts reach, under
+    balanced routing with ``num_experts`` spread evenly over ``domains`` domains
+    (``E / N`` each) and the ``k`` experts a uniform draw of distinct ones:
+    ``(N - 1) (1 - C(E - E / N, k) / C(E, k))``, each remote domain missed only when all
+    ``k`` experts fall outside its ``E / N``."""
+    if domains == 1:
+        return 0.0
+    outside = num_experts - num_experts // domains
+    return (domains - 1) * (1 - math.comb(outside, top_k) / math.comb(num_experts, top_k))
+
+
 def dispatch_bytes(model: ModelSpec, tokens: int, e: int) -> int:
     """Bytes of one rank's dispatch (or combine) buffer: ``t k h e`` (``L`` for ``h`` under
     LatentMoE)."""
@@ -223,6 +288,17 @@ class EpSizes:
     probs: int = 0            # the probabilities' all-to-all: ``T_max`` fp32
     counts: int = 0           # the all-gather of tokens per expert: ``ep E`` int64
     etp: int = 0              # each expert-TP all-gather / reduce-scatter: ``etp T_max h e``
+    # the flex dispatcher's (:func:`flex_sizes`; 0 under the all-to-all dispatcher)
+    notify: int = 0           # the exchange of tokens per rank and expert: ``(ep + E)`` int32
+    flex_dispatch: int = 0    # inside a domain: ``T_max (h e + 4)`` (with the probabilities)
+    flex_combine: int = 0     # inside a domain: ``T_max h e``
+    rail_dispatch: int = 0    # across domains: ``N ceil(p T_max / k) h e + T_max 4``
+    rail_combine: int = 0     # across domains: ``N ceil(p T_max / k) h e``
+
+    @property
+    def dispatches(self) -> bool:
+        """Whether tokens are dispatched to other EP ranks (EP above 1)."""
+        return bool(self.tokens or self.flex_dispatch)
 
 
 def ep_sizes(model: ModelSpec, loads: EpLoad, e: int, etp: int = 1) -> EpSizes:
@@ -235,6 +311,30 @@ def ep_sizes(model: ModelSpec, loads: EpLoad, e: int, etp: int = 1) -> EpSizes:
         return EpSizes(etp=gather)
     return EpSizes(tokens=all_to_all_size_bytes(model, loads, e), probs=copies * PROB_BYTES,
                    counts=ep * model.num_experts * ID_BYTES, etp=gather)
+
+
+def flex_sizes(model: ModelSpec, loads: EpLoad, e: int, domains: int, etp: int = 1
+               ) -> EpSizes:
+    """The flex dispatcher's sizes (module doc) for ``loads`` over an EP group spanning
+    ``domains`` NVLink domains (``ep / domains`` ranks each; none of the EP collectives
+    when ``ep`` is 1). The busiest rank's ``T_max`` copies stand for ``T_max / k`` tokens,
+    each sent to the ``N - 1`` rail peers with chance ``p`` (:func:`remote_domains` over
+    ``N - 1``): ``ceil(p T_max / k)`` tokens per peer, ``N`` peers in the nccl-tests size
+    (its own share stays home); the ``T_max`` fp32 probabilities ride with the dispatch,
+    ``T_max / N`` to each peer."""
+    base = ep_sizes(model, loads, e, etp)
+    if not base.tokens:
+        return base
+    ep, n, k = len(loads.per_rank), domains, model.top_k
+    copies = math.ceil(loads.slowest - 1e-9)
+    sizes = EpSizes(etp=base.etp, notify=(ep + model.num_experts) * FLEX_COUNT_BYTES,
+                    flex_dispatch=base.tokens + copies * PROB_BYTES, flex_combine=base.tokens)
+    if n == 1:
+        return sizes
+    p = remote_domains(model.num_experts, k, n) / (n - 1)
+    per_peer = math.ceil(p * loads.slowest / k - 1e-9) * expert_width(model) * e
+    return replace(sizes, rail_combine=n * per_peer,
+                   rail_dispatch=n * per_peer + copies * PROB_BYTES)
 
 
 class EPHooks(OpHooks):
@@ -266,7 +366,7 @@ class EPHooks(OpHooks):
         before it launches the dispatch, and the CPU launches nothing more until the
         counts are there (:meth:`host_sync_waits`; the permute before it was launched
         already)."""
-        return phase in ("forward", "recompute") and bool(self.sizes.tokens) and any(
+        return phase in ("forward", "recompute") and self.sizes.dispatches and any(
             f in cost.name for f in DISPATCH_FEEDS)
 
     def host_sync_waits(self, cost, phase: str, deps: tuple) -> tuple:
@@ -276,23 +376,31 @@ class EPHooks(OpHooks):
         the host on a side stream once ``preprocess`` has gathered them
         (``cuda_dtoh_point``) and, dropless with EP above 1, waits for that copy's event at
         ``cuda_sync_point`` ``before_ep_alltoall``: after launching the permute, before
-        launching the all-to-all, whose split sizes it needs on the host."""
+        launching the all-to-all, whose split sizes it needs on the host. The flex
+        dispatcher's exchange of counts (``notify``) likewise: DeepEP's ``dispatch`` waits
+        on the CPU for the received counts before it launches the token kernel
+        (``fused_a2a.py``: "the CPU will wait for GPU's signal to arrive"), HybridEP's
+        dropless dispatch for its metadata in pinned memory (``non_blocking`` false without
+        ``num_permuted_tokens``)."""
         op = self.counts_ops.get(phase)
         return deps if op is None else (op,)
 
     def before(self, cost, phase: str) -> tuple:
         phase_of = "forward" if phase == "recompute" else phase
         waits, carrier = [], None
-        for p, feeds, name, kind, which, comm in EP_COLLECTIVES:
+        rows = FLEX_COLLECTIVES if self.sizes.flex_dispatch else EP_COLLECTIVES
+        for p, feeds, name, kind, which, comm in rows:
             size = getattr(self.sizes, which)
             if p != phase_of or (phase, name) in self.done or not size \
                     or not any(f in cost.name for f in feeds):
                 continue
             self.done.add((phase, name))
             chained = which in CARRIES_TOKENS and carrier is not None
-            deps = (carrier,) if chained else (self.last_compute(),)
-            op = self.issue(kind, size, deps, f"{name}.{cost.name}", phase, comm)
-            if which == "counts":
+            deps = (carrier,) if carrier is not None and (chained or which in BESIDE) \
+                else (self.last_compute(),)
+            stream = {"stream": RAIL_STREAM} if comm == "ep_rail" else {}
+            op = self.issue(kind, size, deps, f"{name}.{cost.name}", phase, comm, **stream)
+            if which in HOST_WAITS:
                 self.counts_ops[phase] = op
             if chained:
                 waits.remove(carrier)

@@ -10,6 +10,8 @@ TP over the scale-out network: legal, simulated, and slow (the plan search shows
 
 from __future__ import annotations
 
+from simulator.errors import ConfigError
+
 from ..base import World
 from .plan import DIMS, ParallelPlan
 
@@ -34,3 +36,36 @@ def placement(plan: ParallelPlan, world: World) -> dict[str, str]:
 def tp_crosses_domain(plan: ParallelPlan, world: World) -> bool:
     """True when some TP group spans more than one NVLink domain."""
     return plan.tp > 1 and placement(plan, world)["tp"] != "nvlink"
+
+
+def domain_groups(groups: list[tuple[int, ...]], gpus_per_node: int
+                  ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], int]:
+    """``groups`` (the EP groups) cut along the NVLink domains: the ranks of each group in
+    one domain, the ranks of each group with the same local index (position among its
+    group's ranks in their domain) across domains (the rails), and the domains a group
+    spans (the flex dispatcher's two all-to-alls, :func:`.moe.flex_sizes`).
+
+    Raises
+    ------
+    ConfigError
+        A group with a different number of ranks in two of its domains.
+    """
+    inside, rails, spans = [], [], set()
+    for group in groups:
+        by_domain: dict[int, list[int]] = {}
+        for r in group:
+            by_domain.setdefault(r // gpus_per_node, []).append(r)
+        parts = [tuple(sorted(ranks)) for ranks in by_domain.values()]
+        if len({len(p) for p in parts}) != 1:
+            raise ConfigError(f"the flex dispatcher's EP group {group[0]}.. holds "
+                              f"{sorted(len(p) for p in parts)} ranks in its NVLink domains: "
+                              f"uneven domains are not modelled",
+                              field="strategy.moe_token_dispatcher_type")
+        inside += parts
+        rails += [tuple(sorted(col)) for col in zip(*parts)]
+        spans.add(len(parts))
+    if len(spans) > 1:
+        raise ConfigError(f"the flex dispatcher's EP groups span {sorted(spans)} NVLink "
+                          f"domains: groups of different spans are not modelled",
+                          field="strategy.moe_token_dispatcher_type")
+    return sorted(inside), sorted(rails), spans.pop() if spans else 1
