@@ -114,7 +114,7 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
         etp = plan.expert_tp
         if is_flex(cfg):
             domains = 1 if gpus_per_node is None else \
-                domain_groups(plan.groups("ep"), gpus_per_node)[2]
+                domain_groups(plan.groups("ep"), gpus_per_node).domains
             sizes = flex_sizes(model, loads, e, domains, etp)
         else:
             sizes = ep_sizes(model, loads, e, etp)

@@ -505,8 +505,8 @@ def _groups(plan: ParallelPlan, name: str, world: World) -> list[tuple[int, ...]
     """The rank groups of communicator ``name``: the mesh's (:data:`COMM_DIMS`), or the
     EP groups cut along the NVLink domains (:data:`DOMAIN_COMMS`, the flex dispatcher's)."""
     if name in DOMAIN_COMMS:
-        inside, rails, _ = domain_groups(plan.groups("ep"), world.gpus_per_node)
-        return inside if name == "ep_nvl" else rails
+        cut = domain_groups(plan.groups("ep"), world.gpus_per_node)
+        return cut.inside if name == "ep_nvl" else cut.rails
     return plan.groups(COMM_DIMS[name])
 
 

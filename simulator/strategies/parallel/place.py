@@ -10,6 +10,8 @@ TP over the scale-out network: legal, simulated, and slow (the plan search shows
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from simulator.errors import ConfigError
 
 from ..base import World
@@ -38,8 +40,15 @@ def tp_crosses_domain(plan: ParallelPlan, world: World) -> bool:
     return plan.tp > 1 and placement(plan, world)["tp"] != "nvlink"
 
 
-def domain_groups(groups: list[tuple[int, ...]], gpus_per_node: int
-                  ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], int]:
+class DomainGroups(NamedTuple):
+    """EP groups cut along the NVLink domains (:func:`domain_groups`)."""
+
+    inside: list[tuple[int, ...]]    # each group's ranks in one domain
+    rails: list[tuple[int, ...]]     # each group's ranks with the same local index
+    domains: int                     # the domains one group spans
+
+
+def domain_groups(groups: list[tuple[int, ...]], gpus_per_node: int) -> DomainGroups:
     """``groups`` (the EP groups) cut along the NVLink domains: the ranks of each group in
     one domain, the ranks of each group with the same local index (position among its
     group's ranks in their domain) across domains (the rails), and the domains a group
@@ -68,4 +77,4 @@ def domain_groups(groups: list[tuple[int, ...]], gpus_per_node: int
         raise ConfigError(f"the flex dispatcher's EP groups span {sorted(spans)} NVLink "
                           f"domains: groups of different spans are not modelled",
                           field="strategy.moe_token_dispatcher_type")
-    return sorted(inside), sorted(rails), spans.pop() if spans else 1
+    return DomainGroups(sorted(inside), sorted(rails), spans.pop() if spans else 1)
