@@ -64,7 +64,7 @@ def test_a_model_without_biases_has_none_and_the_collectives_feed_the_bias_gradi
     assert "moe_expert_bias" in _names(biased.forward)
     # the combine's gradient (and, under expert TP, the gather of the gradients) must
     # arrive before the bias's gradient, the experts' first backward kernel
-    feeds = {name: fed for phase, fed, name, *_ in EP_COLLECTIVES if phase == "backward"}
+    feeds = {c.name: c.feeds for c in EP_COLLECTIVES if c.phase == "backward"}
     assert "moe_expert_bias.bwd" in feeds["moe_combine.bwd"]
     assert "moe_expert_bias.bwd" in feeds["moe_expert_scatter.bwd"]
 

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -83,8 +83,7 @@ DISTRIBUTIONS = ("balanced", "zipf", "measured")
 FLEX_COUNT_BYTES = 4        # DeepEP's token counts per rank and per expert: int32
 # The EP and expert-TP collectives of one MoE block, in issue order, as Megatron-LM's
 # all-to-all token dispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs
-# them: (phase, the kernels it precedes (a name containing one: an FP8 cast of a GEMM's
-# input too), its name, the collective, which size of :class:`EpSizes`, the communicator).
+# them, each an :class:`EpCollective`.
 # ``counts``: ``preprocess`` all-gathers each rank's tokens per expert over the EP group
 # (the all-to-all's split sizes; the permute does not wait for it, the dispatch does);
 # ``tokens``: the dispatched token copies (and their gradients); ``probs``: the permuted
@@ -96,7 +95,21 @@ FLEX_COUNT_BYTES = 4        # DeepEP's token counts per rank and per expert: int
 # experts' up (gate-up) GEMM, or an FP8 cast of its input; not the activation, which a
 # selective recompute of moe_act reruns alone on the tokens already received (no dispatch)
 DISPATCH_FEEDS = ("moe_sort_chunks", "moe_expert_gate_up", "moe_expert_up")
-EP_COLLECTIVES = (
+
+
+class EpCollective(NamedTuple):
+    """One EP or expert-TP collective of an MoE block (:data:`EP_COLLECTIVES`)."""
+
+    phase: str                   # forward or backward
+    # the kernels it precedes (a name containing one: an FP8 cast of a GEMM's input too)
+    feeds: tuple[str, ...]
+    name: str
+    kind: str                    # the collective
+    size: str                    # which size of :class:`EpSizes`
+    comm: str                    # the communicator
+
+
+EP_COLLECTIVES = tuple(EpCollective(*row) for row in (
     ("forward", ("moe_permute",), "moe_token_counts", "all_gather", "counts", "ep"),
     ("forward", DISPATCH_FEEDS, "moe_dispatch", "all_to_all", "tokens",
      "ep"),
@@ -115,7 +128,7 @@ EP_COLLECTIVES = (
      "etp"),
     ("backward", ("moe_permute.bwd",), "moe_dispatch.bwd", "all_to_all", "tokens", "ep"),
     ("backward", ("moe_permute.bwd",), "moe_dispatch_probs.bwd", "all_to_all", "probs",
-     "ep"))
+     "ep")))
 # the flex dispatcher's (module doc), :data:`EP_COLLECTIVES` with ``notify`` in place of
 # ``counts`` (the CPU waits for it), no ``probs``, and each token all-to-all in two:
 # ``rail_*`` across the NVLink domains (``ep_rail``, a stream of its own, issued beside the
@@ -124,17 +137,16 @@ EP_COLLECTIVES = (
 
 
 def _flex_rows(rows):
-    for phase, feeds, name, kind, which, comm in rows:
-        if which == "counts":
-            yield phase, feeds, "moe_dispatch_notify", kind.replace("all_gather", "all_to_all"), \
-                "notify", comm
-        elif which == "tokens":
-            step = "dispatch" if "dispatch" in name else "combine"
-            yield (phase, feeds, name.replace(step, f"{step}_rail"), kind, f"rail_{step}",
-                   "ep_rail")
-            yield phase, feeds, name, kind, f"flex_{step}", "ep_nvl"
-        elif which != "probs":
-            yield phase, feeds, name, kind, which, comm
+    for row in rows:
+        if row.size == "counts":
+            yield row._replace(name="moe_dispatch_notify", kind="all_to_all", size="notify")
+        elif row.size == "tokens":
+            step = "dispatch" if "dispatch" in row.name else "combine"
+            yield row._replace(name=row.name.replace(step, f"{step}_rail"),
+                               size=f"rail_{step}", comm="ep_rail")
+            yield row._replace(size=f"flex_{step}", comm="ep_nvl")
+        elif row.size != "probs":
+            yield row
 
 
 FLEX_COLLECTIVES = tuple(_flex_rows(EP_COLLECTIVES))
@@ -389,17 +401,19 @@ class EPHooks(OpHooks):
         phase_of = "forward" if phase == "recompute" else phase
         waits, carrier = [], None
         rows = FLEX_COLLECTIVES if self.sizes.flex_dispatch else EP_COLLECTIVES
-        for p, feeds, name, kind, which, comm in rows:
+        for row in rows:
+            which = row.size
             size = getattr(self.sizes, which)
-            if p != phase_of or (phase, name) in self.done or not size \
-                    or not any(f in cost.name for f in feeds):
+            if row.phase != phase_of or (phase, row.name) in self.done or not size \
+                    or not any(f in cost.name for f in row.feeds):
                 continue
-            self.done.add((phase, name))
+            self.done.add((phase, row.name))
             chained = which in CARRIES_TOKENS and carrier is not None
             deps = (carrier,) if carrier is not None and (chained or which in BESIDE) \
                 else (self.last_compute(),)
-            stream = {"stream": RAIL_STREAM} if comm == "ep_rail" else {}
-            op = self.issue(kind, size, deps, f"{name}.{cost.name}", phase, comm, **stream)
+            stream = {"stream": RAIL_STREAM} if row.comm == "ep_rail" else {}
+            op = self.issue(row.kind, size, deps, f"{row.name}.{cost.name}", phase, row.comm,
+                            **stream)
             if which in HOST_WAITS:
                 self.counts_ops[phase] = op
             if chained:
