@@ -127,6 +127,11 @@ def _default_calibration() -> ComputeCalibration:
     return load_compute_calibration()
 
 
+def _groups(shape: tuple[int, ...] | None) -> int:
+    """The GEMMs of a grouped GEMM's ``shape`` (its fourth entry; 1 without one)."""
+    return shape[3] if shape is not None and len(shape) > 3 else 1
+
+
 class ComputeModel:
     """Per-op execution time on one GPU model (roofline with size-dependent efficiency)."""
 
@@ -276,7 +281,7 @@ class ComputeModel:
         if speedup:
             compute_s /= speedup
         memory_s = nbytes / mem_bw
-        if op_class == "matmul" and shape is not None and len(shape) > 3 and shape[3] > 1:
+        if op_class == "matmul" and _groups(shape) > 1:
             # a grouped GEMM's experts stream their operands without hiding them under
             # their MMAs (.gemm_shape module doc): the two add up, the family's factor (a
             # GEMM rate) on the MMAs' time, the bytes at the HBM rate
@@ -293,7 +298,7 @@ class ComputeModel:
                   plain_s: float) -> float:
         """Compute seconds from the family's shape model (``plain_s`` if it has none)."""
         m, n, k = shape[:3]
-        groups = shape[3] if len(shape) > 3 else 1
+        groups = _groups(shape)
         curve, fam = self._curve(op_class, precision), self.family
         if op_class == "matmul" and fam.gemm is not None:
             # the shape's efficiency on the op's FLOPs (an op may stand for several GEMMs)

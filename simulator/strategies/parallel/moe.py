@@ -338,15 +338,13 @@ def flex_sizes(model: ModelSpec, loads: EpLoad, e: int, domains: int, etp: int =
     if not base.tokens:
         return base
     ep, n, k = len(loads.per_rank), domains, model.top_k
-    copies = math.ceil(loads.slowest - 1e-9)
     sizes = EpSizes(etp=base.etp, notify=(ep + model.num_experts) * FLEX_COUNT_BYTES,
-                    flex_dispatch=base.tokens + copies * PROB_BYTES, flex_combine=base.tokens)
+                    flex_dispatch=base.tokens + base.probs, flex_combine=base.tokens)
     if n == 1:
         return sizes
     p = remote_domains(model.num_experts, k, n) / (n - 1)
     per_peer = math.ceil(p * loads.slowest / k - 1e-9) * expert_width(model) * e
-    return replace(sizes, rail_combine=n * per_peer,
-                   rail_dispatch=n * per_peer + copies * PROB_BYTES)
+    return replace(sizes, rail_combine=n * per_peer, rail_dispatch=n * per_peer + base.probs)
 
 
 class EPHooks(OpHooks):
