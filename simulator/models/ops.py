@@ -8,7 +8,7 @@ them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.errors import ConfigError
 
@@ -100,6 +100,44 @@ def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = Tr
     return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)),
                    weight=name if weight else "", **dims[g])
             for g in grads]
+
+
+@dataclass(frozen=True)
+class MainGrad:
+    """The gradient buffer weight gradients accumulate into over a step's micro-batches
+    (Megatron's ``main_grad``): ``bytes`` an element (4 fp32, 2 bf16), and whether the GEMM
+    itself accumulates into it (``fused``: gradient-accumulation fusion) or a kernel of its
+    own adds the GEMM's output in."""
+
+    bytes: int
+    fused: bool
+
+
+def accumulated_wgrad(layer: LayerCost, main_grad: MainGrad, e: int) -> LayerCost:
+    """``layer`` with each weight-gradient GEMM (``*.wgrad``, output ``dW = X^T dY``: the
+    weight's ``m x n`` per group, as :func:`matmul_bwd` shapes it) accumulating into
+    ``main_grad``, whose output is otherwise written once at the step's ``e`` bytes (2 for a
+    GEMM in a precision of its own, FP8 or FP4, whose output is bf16):
+
+    * fused (Transformer Engine's ``fuse_wgrad_accumulation``): the GEMM reads the buffer
+      and writes the sum back (beta 1 on every micro-batch, the first included: the buffer
+      is zeroed before the step), ``2 x bytes`` an output element instead of the write;
+    * not fused: the GEMM writes its output, then Megatron's DDP hook adds it in
+      (``param.main_grad.add_(param.grad)``): an elementwise kernel
+      ``<gemm>.accumulate`` after it, reading both and writing the buffer, one FLOP an
+      element."""
+    def ops(op: OpCost) -> list[OpCost]:
+        if op.op_class != "matmul" or not op.name.endswith(".wgrad"):
+            return [op]
+        written = 2 if op.precision else e
+        elements = op.groups * op.m * op.n
+        if main_grad.fused:
+            return [replace(op, bytes_accessed=op.bytes_accessed
+                            + elements * (2 * main_grad.bytes - written))]
+        return [op, OpCost(f"{op.name}.accumulate", "elementwise", float(elements),
+                           float(elements * (written + 2 * main_grad.bytes)),
+                           launch=op.launch)]
+    return replace(layer, backward=tuple(out for op in layer.backward for out in ops(op)))
 
 
 def gemm_dims(m: float, n: float, k: float) -> dict:

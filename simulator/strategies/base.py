@@ -32,6 +32,7 @@ from .optim_precision import OptimizerDtypes, state_bytes as precision_state_byt
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
     from simulator.models import LayerCost
+    from simulator.models.ops import MainGrad
 
 OPT_MOMENT_BYTES = {"adam": 8, "sgd": 4}     # fp32 optimizer state without master weights
 MASTER_BYTES = 4                             # fp32 master weights of a 16-bit model
@@ -134,6 +135,12 @@ class CommonConfig(BaseModel):
 
     def default_param_dtype(self) -> str:
         return storage_dtype(self.precision)
+
+    def main_grad(self) -> MainGrad | None:
+        """The gradient buffer the weight gradients accumulate into over the micro-batches,
+        as a kernel sees it (:func:`simulator.models.ops.accumulated_wgrad`); None: each
+        GEMM writes a gradient of its own (PyTorch's autograd, the default)."""
+        return None
 
     def fp8_weight_reuse(self, recipe: str) -> int:
         """Micro-batches of a step that share one FP8 cast of each weight under ``recipe``

@@ -83,6 +83,7 @@ from simulator.inputs import decode_text, read_bytes
 from simulator.models.fp8 import TE_CAST_BYTES
 from simulator.models.mamba import check_graph_scope
 from simulator.models.nvfp4 import NVFP4
+from simulator.models.ops import MainGrad
 
 from ..base import CommonConfig
 from ..checkpointing import MEGATRON_MODULES, MODULES_NOT_MODELLED
@@ -194,6 +195,13 @@ class MegatronConfig(CommonConfig):
     # defaults here are Bridge's performance runs' (true, te), as before the fields
     cross_entropy_loss_fusion: bool = True
     cross_entropy_fusion_impl: Literal["native", "te"] = "te"
+    # Megatron-LM's gradient_accumulation_fusion (on unless --no-gradient-accumulation-fusion;
+    # Megatron-Bridge's providers turn it on where the fused kernel exists): each
+    # weight-gradient GEMM accumulates into the main_grad buffer itself (Transformer
+    # Engine's fuse_wgrad_accumulation), simulator/models/ops.py accumulated_wgrad. None: on,
+    # except under use_torch_fsdp2 or DDP_impl torch, which run without it (Megatron-LM's
+    # arguments.py asserts it off with FSDP2; torch DDP keeps no main_grad)
+    gradient_accumulation_fusion: bool | None = None
     # Megatron-Core's precision-aware optimizer (OptimizerConfig; Transformer Engine's
     # FusedAdam with these dtypes, simulator/strategies/optim_precision.py): the
     # distributed optimizer's master weights and Adam moments, and the step's gradients
@@ -256,6 +264,19 @@ class MegatronConfig(CommonConfig):
             self._check_a2a_overlap()
         self._check_dispatcher()
         self._check_optimizer_dtypes()
+        if self.gradient_accumulation_fusion:
+            self._check_fusion()
+
+    def _check_fusion(self) -> None:
+        """Gradient-accumulation fusion writes Megatron's own DDP's main_grad: refused under
+        FSDP2 (Megatron-LM's arguments.py: "--use-torch-fsdp2 is not supported with
+        gradient accumulation fusion") and PyTorch DDP (no main_grad)."""
+        for other, on in (("use_torch_fsdp2", self.use_torch_fsdp2),
+                          ("DDP_impl: torch", self.DDP_impl == "torch")):
+            if on:
+                raise ConfigError(f"accumulates into Megatron's main_grad, which {other} "
+                                  f"does not keep; set it false",
+                                  field="strategy.gradient_accumulation_fusion")
 
     def _check_dispatcher(self) -> None:
         """Megatron-Core's rules for the token dispatcher (``TransformerConfig``'s
@@ -402,6 +423,15 @@ class MegatronConfig(CommonConfig):
                 raise ConfigError(f"{module!r} needs {what}, which {model.name} does not "
                                   f"have", field="strategy.recompute_modules")
 
+    def main_grad(self) -> MainGrad | None:
+        """Megatron's own DDP's ``main_grad`` (fp32, or bf16 under ``grad_reduce_in_bf16``),
+        accumulated into by the GEMM under gradient-accumulation fusion, else by a kernel of
+        its own; FSDP2 and PyTorch DDP keep none."""
+        if self.use_torch_fsdp2 or self.DDP_impl == "torch":
+            return None
+        fused = self.gradient_accumulation_fusion is not False
+        return MainGrad(bytes=self.grad_reduce_bytes(), fused=fused)
+
     def grad_reduce_bytes(self) -> int:
         if self.reduce_dtype or self.DDP_impl == "torch":
             return super().grad_reduce_bytes()
@@ -506,6 +536,7 @@ GLOBAL_BATCH_KEY = "--global-batch-size"
 RECOMPUTE_MODULES = "--recompute-modules"
 # nargs="+" in Megatron-LM's arguments.py: one type for every layer, or one per layer
 CP_COMM_TYPE = "--cp-comm-type"
+NO_WGRAD_FUSION = "--no-gradient-accumulation-fusion"      # store_false in arguments.py
 MAX_ARGS = 10_000            # a real pretrain_gpt.py command line has about 100
 
 
@@ -632,6 +663,9 @@ def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict)
             raise doc.fail(name, f"one type for every layer is modelled, got "
                                  f"{' '.join(values) or 'none'}")
         out.strategy["cp_comm_type"] = values[0]
+    elif name == NO_WGRAD_FUSION:
+        _words(name, values, "switch", doc)
+        out.strategy["gradient_accumulation_fusion"] = False
     elif name == "--recompute-activations":
         _words(name, values, "switch", doc)
         out.strategy.setdefault("recompute_granularity", "selective")
@@ -714,4 +748,4 @@ def _model(sizes: dict, out: ConfigPieces) -> None:
 
 _KNOWN = set(STRATEGY_FLAGS) | set(TRAINING_FLAGS) | set(MODEL_FLAGS) | set(PRECISION_FLAGS) | {
     "--recompute-activations", VIRTUAL_STAGE_LAYERS, VIRTUAL_STAGES, GLOBAL_BATCH_KEY,
-    RECOMPUTE_MODULES, CP_COMM_TYPE}
+    RECOMPUTE_MODULES, CP_COMM_TYPE, NO_WGRAD_FUSION}
