@@ -17,6 +17,11 @@ before it replays the best ones.
   distributed optimizer once per step, behind one micro-batch's backward);
 * context parallelism's K/V traffic beyond the attention it overlaps
   (:meth:`Estimator._cp_block`);
+* a mixture of experts' EP and expert-TP collectives, exposed (:meth:`Estimator._ep_block`):
+  the block and the sizes are the trace generator's own
+  (:func:`~simulator.strategies.parallel.ep_cp.expert_block`: the busiest EP rank's
+  ``E / ep`` experts over the token copies it keeps, the all-to-all dispatcher's sizes), the
+  expert gradients reduce over the expert-data-parallel group;
 * memory: :func:`simulator.strategies.parallel.memory.peak_rank_memory` (Korthikanti et al. 2022).
 
 It ranks candidates; the replay decides (``clustersim plan`` prints both).
@@ -30,8 +35,11 @@ from dataclasses import dataclass
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
 from ..models import ModelSpec, layer_costs
+from ..models.moe import is_moe_block
 from ..strategies.parallel.context import a2a_sizes
-from ..strategies.parallel.memory import peak_rank_memory, stage_params
+from ..strategies.parallel.ep_cp import expert_block
+from ..strategies.parallel.memory import peak_rank_memory, stage_expert_params, stage_params
+from ..strategies.parallel.moe import EP_COLLECTIVES, EpSizes
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
 from ..precision import precision_bytes, storage_dtype
@@ -56,15 +64,17 @@ class Estimate:
     dp_comm_s: float
     memory_bytes: int
     cp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0
 
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s
-                + self.dp_comm_s + self.cp_comm_s)
+                + self.dp_comm_s + self.cp_comm_s + self.ep_comm_s)
 
     def parts(self) -> dict[str, float]:
         return {"bubble": self.bubble_s, "exposed TP traffic": self.tp_comm_s,
-                "exposed CP traffic": self.cp_comm_s, "pipeline send/recv": self.pp_comm_s,
+                "exposed CP traffic": self.cp_comm_s, "exposed EP traffic": self.ep_comm_s,
+                "pipeline send/recv": self.pp_comm_s,
                 "exposed DP traffic": self.dp_comm_s, "compute": self.compute_s}
 
 
@@ -81,8 +91,8 @@ class Estimator:
 
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
-        fwd, bwd, recompute, embed, head, attn = self._layer_s(c.micro_batch, p.tp,
-                                                               p.sequence_parallel, p.cp, c.ac)
+        fwd, bwd, recompute, embed, head, attn, experts = self._layer_s(
+            c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, p.ep)
         blocks = max(p.stage_layers(self.model.layers))
         edge = max(embed, head) if p.pp > 1 else embed + head
         micro_s = blocks * (fwd + bwd + recompute) + edge
@@ -93,19 +103,28 @@ class Estimator:
             bubble = compute * f / (1 - f)
         return Estimate(compute, bubble, self._tp(c, blocks), self._pp(c),
                         self._dp(c, micro_s, blocks * bwd), self._memory(c),
-                        m * blocks * self._cp_block(c, *attn))
+                        m * blocks * self._cp_block(c, *attn),
+                        m * blocks * self._ep_block(c, experts))
 
     # -------------------------------------------------------------------- compute
     def _op_s(self, ops) -> float:
         return sum(self.compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
                                           self.precision) for o in ops)
 
-    def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str):
-        """(block forward, block backward, block recompute, embed, head) seconds, and the
-        block's (attention forward, attention backward)."""
+    def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, ep: int = 1):
+        """(block forward, block backward, block recompute, embed, head) seconds, the
+        block's (attention forward, attention backward), and the sizes of its EP and
+        expert-TP collectives (None without). The block is an MoE one where the model has
+        any, as the busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``)."""
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
                              tp=tp, sp=sp, cp=cp)
-        block = next(layer for layer in layers if layer.kind.endswith("block"))
+        blocks = [layer for layer in layers if layer.kind.endswith("block")]
+        block, sizes = next((b for b in blocks if is_moe_block(b)), blocks[0]), None
+        if is_moe_block(block) and (ep > 1 or tp > 1):
+            plan = ParallelPlan(tp=tp, cp=cp, ep=ep, sequence_parallel=sp)
+            moe = expert_block(self.model, plan, micro_batch=mb, seq_len=self.seq_len,
+                               e=self.e, flash=self.flash)
+            block, sizes = moe.of(block), moe.sizes
         fwd, bwd = self._op_s(block.forward), self._op_s(block.backward)
         recompute = {"none": 0.0, "full": fwd,
                      "selective": self._op_s(o for o in block.forward
@@ -114,7 +133,7 @@ class Estimator:
         head = sum(self._op_s((*x.forward, *x.backward)) for x in layers[-1:])
         attn = tuple(self._op_s(o for o in ops if o.op_class == "attention")
                      for ops in (block.forward, block.backward))
-        return fwd, bwd, recompute, embed, head, attn
+        return fwd, bwd, recompute, embed, head, attn, sizes
 
     # -------------------------------------------------------------- communication
     def _alpha_beta(self, op: str, ranks: tuple[int, ...]) -> tuple[float, float]:
@@ -170,6 +189,23 @@ class Estimator:
         bwd = (p.cp - 1) * max(0.0, 2 * step - attn_bwd_s / p.cp) + step
         return fwd + bwd
 
+    def _ep_block(self, c: Candidate, sizes: EpSizes | None) -> float:
+        """Exposed EP and expert-TP traffic of one MoE block and micro-batch: each
+        collective of the all-to-all dispatcher (:data:`~simulator.strategies.parallel.moe.EP_COLLECTIVES`:
+        the count all-gather, the token all-to-alls for dispatch and combine, the
+        probabilities' all-to-all, the expert-TP all-gather and reduce-scatter; forward, and
+        again under full recompute, and backward), at its size in ``sizes``, on rank 0's EP
+        or expert-TP group, not hidden (Megatron-LM without the a2a overlap: the experts
+        wait for their tokens)."""
+        if sizes is None:
+            return 0.0
+        p = c.plan
+        groups = {comm: p.groups(comm)[0] for comm in ("ep", "etp")}
+        passes = {"forward": 2 if c.ac == "full" else 1, "backward": 1}
+        return sum(passes[row.phase] * self._time(row.kind, getattr(sizes, row.size),
+                                                  groups[row.comm])
+                   for row in EP_COLLECTIVES)
+
     def _pp(self, c: Candidate) -> float:
         p = c.plan
         if p.pp == 1:
@@ -181,25 +217,41 @@ class Estimator:
         return 2 * (c.micro_batches + p.pp - 1) * p.vp * one
 
     def _dp(self, c: Candidate, micro_s: float, backward_s: float) -> float:
-        """Data-parallel traffic beyond what compute hides."""
+        """Data-parallel traffic beyond what compute hides: the dense parameters' over the
+        data-parallel groups, and, when the experts are split apart (``ep`` above 1), the
+        routed experts' over rank 0's expert-data-parallel group (``edp`` ranks, as
+        Megatron keeps them in buffers of their own); each part's traffic per micro-batch,
+        at the step's end (behind the backward) and after it, added up."""
         p = c.plan
         if p.dp_replicate * p.dp_shard * p.cp == 1:
             return 0.0
-        nbytes = stage_params(self.model, p, 0) * self.e
-        shard = group_ranks(p, ("dp_shard", "cp"))
+        experts = stage_expert_params(self.model, p, 0) if p.experts_apart else 0
+        dense = (stage_params(self.model, p, 0) - experts) * self.e
+        edp = p.groups("edp")[0]
+        parts = [self._dp_part(p, dense, group_ranks(p, ("dp_shard", "cp")),
+                               group_ranks(p, "dp_replicate"),
+                               group_ranks(p, ("dp_replicate", "dp_shard", "cp"))),
+                 self._dp_part(p, experts * self.e, edp, (0,), edp)]
+        per_micro, tail, after = (sum(part[i] for part in parts) for i in range(3))
+        return (c.micro_batches * max(0.0, per_micro - micro_s)
+                + max(0.0, tail - backward_s) + after)
+
+    def _dp_part(self, p: ParallelPlan, nbytes: float, shard, replicate, every
+                 ) -> tuple[float, float, float]:
+        """(seconds per micro-batch, at the step's end, after it) of ``nbytes`` of
+        parameters' data-parallel traffic: FSDP gathers and reduce-scatters on ``shard``
+        per micro-batch and all-reduces its shard over ``replicate`` at the end; the
+        distributed optimizer reduce-scatters fp32 gradients at the end and all-gathers the
+        parameters after; DDP all-reduces over ``every`` at the end."""
         if p.dp_mode in ("fsdp", "zero2"):
             gathers = 2 if p.dp_mode == "fsdp" else 1
             per_micro = (gathers * self._time("all_gather", nbytes, shard)
                          + self._time("reduce_scatter", nbytes, shard))
-            exposed = c.micro_batches * max(0.0, per_micro - micro_s)
-            replicate = group_ranks(p, "dp_replicate")
-            tail = self._time("all_reduce", nbytes / len(shard), replicate)
-            return exposed + max(0.0, tail - backward_s)
+            return per_micro, self._time("all_reduce", nbytes / len(shard), replicate), 0.0
         if p.dp_mode == "zero1":
-            rs = self._time("reduce_scatter", 2 * nbytes, shard)       # fp32 gradients
-            return max(0.0, rs - backward_s) + self._time("all_gather", nbytes, shard)
-        every = group_ranks(p, ("dp_replicate", "dp_shard", "cp"))
-        return max(0.0, self._time("all_reduce", nbytes, every) - backward_s)
+            return (0.0, self._time("reduce_scatter", 2 * nbytes, shard),       # fp32 grads
+                    self._time("all_gather", nbytes, shard))
+        return 0.0, self._time("all_reduce", nbytes, every), 0.0
 
     # ----------------------------------------------------------------------- memory
     def _memory(self, c: Candidate) -> int:

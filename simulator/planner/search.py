@@ -164,10 +164,11 @@ def _estimated(out: Search, cands: list[Candidate], est: Estimator, layers: int,
 
 
 def family(c: Candidate) -> tuple:
-    """What makes plans different in kind: the model-parallel degrees, the schedule and
-    the data-parallel mode (HSDP apart from FSDP); micro-batch and checkpointing are not."""
+    """What makes plans different in kind: the model-parallel degrees (expert parallelism
+    among them), the schedule and the data-parallel mode (HSDP apart from FSDP);
+    micro-batch and checkpointing are not."""
     p = c.plan
-    return (p.tp, p.pp, p.vp, p.cp, p.dp_mode, p.dp_replicate > 1 and p.dp_shard > 1)
+    return (p.tp, p.pp, p.vp, p.cp, p.ep, p.dp_mode, p.dp_replicate > 1 and p.dp_shard > 1)
 
 
 def pick(fits: list[Row], replay: int) -> list[Row]:

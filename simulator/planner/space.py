@@ -2,7 +2,8 @@
 checkpointing mode a model and a cluster allow.
 
 A candidate is a :class:`~simulator.strategies.parallel.plan.ParallelPlan` (tp, pp, vp and schedule,
-cp, dp_replicate x dp_shard and the data-parallel mode) plus the micro-batch and the
+cp, dp_replicate x dp_shard and the data-parallel mode, and for a mixture-of-experts model
+the expert parallelism ep, :func:`expert_degrees`) plus the micro-batch and the
 activation checkpointing mode; its micro-batches per step follow from the global batch
 (``global_batch / (micro_batch x dp)``, whole, at most ``MAX_GRAD_ACCUM``). Only plans the model can run are listed
 (:meth:`ParallelPlan.check`), and, until the model-parallel generator is in the build
@@ -11,7 +12,7 @@ activation checkpointing mode; its micro-batches per step follow from the global
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from ..errors import ConfigError
@@ -31,6 +32,7 @@ class Limits:
     max_cp: int = 4
     max_vp: int = 4
     max_micro_batch: int = 8
+    max_ep: int = 64
 
 
 @dataclass(frozen=True)
@@ -43,11 +45,13 @@ class Candidate:
     ac: str                      # none | selective | full
 
     def label(self) -> str:
-        """``tp8 pp4 vp2 cp1 dp 1x32 fsdp mb1 ac=full``."""
+        """``tp8 pp4 vp2 cp1 dp 1x32 fsdp mb1 ac=full`` (``ep8`` after the cp when
+        the experts are split)."""
         p = self.plan
         vp = f" vp{p.vp}" if p.vp > 1 else ""
+        ep = f" ep{p.ep}" if p.ep > 1 else ""
         sched = f" {p.schedule}" if p.pp > 1 else ""
-        return (f"tp{p.tp} pp{p.pp}{vp} cp{p.cp} dp {p.dp_replicate}x{p.dp_shard} "
+        return (f"tp{p.tp} pp{p.pp}{vp} cp{p.cp}{ep} dp {p.dp_replicate}x{p.dp_shard} "
                 f"{p.dp_mode}{sched} mb{self.micro_batch} ac={self.ac}")
 
     def words(self) -> str:
@@ -61,7 +65,7 @@ class Candidate:
             self.ac, f"{self.ac} activation checkpointing")
         degrees = plan_words(tp=p.tp, pp=p.pp, vp=p.vp, cp=p.cp,
                              dp=p.dp_replicate * p.dp_shard, dp_mode=p.dp_mode,
-                             schedule=p.schedule, dp_shape=shape)
+                             schedule=p.schedule, dp_shape=shape, ep=p.ep)
         return f"{degrees}, micro-batch {self.micro_batch} x {self.micro_batches} a step, {ac}"
 
 
@@ -117,8 +121,22 @@ def plans(model: ModelSpec, world: int, seq_len: int, limits: Limits,
                         plan = ParallelPlan(pp=pp, tp=tp, cp=cp, dp_replicate=dp_rep,
                                             dp_shard=dp_shard, dp_mode=mode,
                                             sequence_parallel=tp > 1, **base)
-                        if _runs(plan, model, world, seq_len):
-                            yield plan
+                        for ep in expert_degrees(model, plan, limits):
+                            expert = replace(plan, ep=ep)
+                            if _runs(expert, model, world, seq_len):
+                                yield expert
+
+
+def expert_degrees(model: ModelSpec, plan: ParallelPlan, limits: Limits) -> list[int]:
+    """Expert parallelism for ``plan``: 1, and for a mixture-of-experts model every other
+    divisor of its routed experts up to ``limits.max_ep`` that divides the ``cp x dp``
+    ranks an EP group is carved from with ``etp`` at its default (``tp``: the expert mesh
+    of :mod:`~simulator.strategies.parallel.plan`, ``tp cp dp / (etp ep)``)."""
+    if not model.is_moe:
+        return [1]
+    ranks = plan.tp * plan.cp * plan.dp // plan.expert_tp
+    return [ep for ep in range(1, min(model.num_experts, limits.max_ep) + 1)
+            if model.num_experts % ep == 0 and ranks % ep == 0]
 
 
 def _pipelines(pp: int, limits: Limits) -> list[dict]:

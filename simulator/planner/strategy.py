@@ -25,6 +25,8 @@ def strategy_of(c: Candidate, layers: int) -> dict | None:
            "data_parallel_shard_degree": p.dp_shard, "tensor_parallel_degree": p.tp,
            "pipeline_parallel_degree": p.pp, "context_parallel_degree": p.cp,
            "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[p.schedule]}
+    if p.ep > 1:
+        par["expert_parallel_degree"] = p.ep
     if p.dp_mode in ("fsdp", "zero2"):
         par["fsdp_reshard_after_forward"] = "always" if p.dp_mode == "fsdp" else "never"
     if p.vp > 1:
@@ -41,6 +43,8 @@ def _megatron(c: Candidate) -> dict:
            "overlap_grad_reduce": True}
     if p.vp > 1:
         out["virtual_pipeline_model_parallel_size"] = p.vp
+    if p.ep > 1:
+        out["expert_model_parallel_size"] = p.ep
     if c.ac != "none":
         out["recompute_granularity"] = c.ac
     return out

@@ -56,12 +56,17 @@ class CommLayerCost(LayerCost):
     cp_a2a: A2ASizes | None = None
 
 
-class _EpBlock(NamedTuple):
+class EpBlock(NamedTuple):
     """The busiest EP rank's MoE block and the nccl-tests sizes of its EP and expert-TP
     collectives."""
 
     cost: LayerCost
     sizes: EpSizes
+
+    def of(self, layer: LayerCost) -> LayerCost:
+        """This block in the place of the MoE block ``layer``, whose own attention
+        (windowed or full) and name it keeps."""
+        return keep_attention(replace(self.cost, name=layer.name), layer)
 
 
 def moe_tokens(plan: ParallelPlan, micro_batch: int, seq_len: int) -> int:
@@ -98,7 +103,7 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
                           "kernel: set flash_attention: true", field="training.flash_attention")
     e = precision_bytes(cfg.precision)
     k = precision_bytes("fp32") if autocast else e
-    b, tp, sp = cfg.micro_batch, plan.tp, plan.sequence_parallel and plan.tp > 1
+    b, tp = cfg.micro_batch, plan.tp
     extra = {}
     if plan.cp > 1:
         extra = {"kv_block_bytes": kv_block_bytes(model, b, seq_len, plan.cp, e, tp),
@@ -109,28 +114,40 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
     if split:
         if getattr(cfg, "moe_expert_capacity_factor", None) is not None:
             model = replace(model, capacity_factor=cfg.moe_expert_capacity_factor)
-        loads = ep_loads(model, moe_tokens(plan, b, seq_len), plan.ep,
-                         getattr(cfg, "moe_load", None))
-        etp = plan.expert_tp
+        domains = None
         if is_flex(cfg):
             domains = 1 if gpus_per_node is None else \
                 domain_groups(plan.groups("ep"), gpus_per_node).domains
-            sizes = flex_sizes(model, loads, e, domains, etp)
-        else:
-            sizes = ep_sizes(model, loads, e, etp)
-        moe = _EpBlock(cost=ep_block_cost(model, b, seq_len, e, flash, loads, plan.ep, k, tp,
-                                          sp, plan.cp, etp), sizes=sizes)
+        moe = expert_block(model, plan, micro_batch=b, seq_len=seq_len, e=e, flash=flash,
+                           k=k, load=getattr(cfg, "moe_load", None), flex_domains=domains)
     return [_planned(layer, moe, plan, extra) for layer in layers]
 
 
-def _planned(layer: LayerCost, moe: _EpBlock | None, plan: ParallelPlan,
+def expert_block(model: ModelSpec, plan: ParallelPlan, *, micro_batch: int, seq_len: int,
+                 e: int, flash: bool, k: int | None = None, load=None,
+                 flex_domains: int | None = None) -> EpBlock:
+    """The MoE block of the busiest EP rank of ``plan`` (:func:`.moe.ep_block_cost`) and
+    the sizes of its EP and expert-TP collectives: the all-to-all dispatcher's
+    (:func:`.moe.ep_sizes`), or the flex one's over ``flex_domains`` NVLink domains
+    (:func:`.moe.flex_sizes`). ``load``: the routing (:class:`.moe.ExpertLoad`; None:
+    balanced). What the trace generator and ``clustersim plan``'s estimate both run."""
+    loads = ep_loads(model, moe_tokens(plan, micro_batch, seq_len), plan.ep, load)
+    etp = plan.expert_tp
+    sizes = ep_sizes(model, loads, e, etp) if flex_domains is None else \
+        flex_sizes(model, loads, e, flex_domains, etp)
+    tp, sp = plan.tp, plan.sequence_parallel and plan.tp > 1
+    return EpBlock(cost=ep_block_cost(model, micro_batch, seq_len, e, flash, loads, plan.ep,
+                                      k, tp, sp, plan.cp, etp), sizes=sizes)
+
+
+def _planned(layer: LayerCost, moe: EpBlock | None, plan: ParallelPlan,
              extra: dict) -> LayerCost:
     if not layer.kind.endswith("block"):
         return layer
     sizes = None
     if moe is not None and is_moe_block(layer):
         # the busiest EP rank's MoE half; the block's own attention (windowed or full)
-        layer, sizes = keep_attention(replace(moe.cost, name=layer.name), layer), moe.sizes
+        layer, sizes = moe.of(layer), moe.sizes
     if plan.cp > 1 and plan.cp_mode == "ring":
         layer = ring_slices(layer, plan.cp)
     elif plan.cp > 1 and plan.cp_mode == "a2a":

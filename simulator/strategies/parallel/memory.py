@@ -196,7 +196,7 @@ class _Activations(NamedTuple):
 
 def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> _State:
     """The parameters, gradients and optimizer state on one rank of ``stage``."""
-    experts = _stage_expert_params(model, plan, stage)
+    experts = stage_expert_params(model, plan, stage)
     dense = stage_params(model, plan, stage) - experts
     e = precision_bytes(storage_dtype(precision))
     per = {"params": e, "grads": precision_bytes(grad_dtype),
@@ -211,7 +211,7 @@ def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> _State:
     return _State(**out)
 
 
-def _stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
+def stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
     """The routed experts' parameters on one rank of ``stage``."""
     if not model.is_moe:
         return 0
