@@ -210,4 +210,5 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 # Megatron-Core TransformerConfig fields that are training settings here: a megatron
 # strategy may spell them so, and the scenario reads them as the training key, with its
 # checks (simulator/scenario.py, before any strategy module loads)
-MEGATRON_TRAINING_SPELLINGS = {"fp8_dot_product_attention": "fp8_attention"}
+MEGATRON_TRAINING_SPELLINGS = {"fp8_dot_product_attention": "fp8_attention",
+                               "activation_func_fp8_input_store": "fp8_activation_input"}

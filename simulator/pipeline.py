@@ -115,7 +115,7 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     too), turned into the strategy's Trace, with the scenario's stragglers split off."""
     t = scn.training
     try:
-        model = with_packing(with_finetune(model, scn), scn)
+        model = with_packing(with_fp8_stores(with_finetune(model, scn), scn), scn)
     except ConfigError as exc:
         raise exc.located(source) from None
     if hasattr(cfg, "plan"):
@@ -332,6 +332,29 @@ def with_finetune(model: ModelSpec, scn: Scenario) -> ModelSpec:
     return replace(model, finetune=ft)
 
 
+def with_fp8_stores(model: ModelSpec, scn: Scenario) -> ModelSpec:
+    """``model`` with the saved tensors its step keeps in FP8
+    (:mod:`simulator.models.fp8_store`): Q, K, V and O under ``training.fp8_attention``, the
+    SwiGLU input under ``training.fp8_activation_input`` (Megatron-Core's fused SwiGLU only)."""
+    t = scn.training
+    stores = (("attention",) if t.fp8_attention else ()) + \
+        (("activation_input",) if t.fp8_activation_input else ())
+    if t.fp8_activation_input:
+        field, name = "training.fp8_activation_input", scn.strategy.get("name", "")
+        if name != "megatron":
+            raise ConfigError(f"is Megatron-Core's activation_func_fp8_input_store: the "
+                              f"megatron strategy, not {name}", field=field)
+        if model.mlp != "swiglu" or model.is_moe:
+            raise ConfigError(f"keeps a dense SwiGLU MLP's input in FP8 (Megatron-Core "
+                              f"refuses other activations; experts are not modelled): "
+                              f"{model.name} has {'experts' if model.is_moe else model.mlp}",
+                              field=field)
+        if t.compile or t.elementwise != "fused":
+            raise ConfigError("is a setting of Megatron-Core's fused SwiGLU kernel: not with "
+                              "compile or elementwise kernels other than fused", field=field)
+    return replace(model, fp8_stores=stores) if stores else model
+
+
 def with_packing(model: ModelSpec, scn: Scenario) -> ModelSpec:
     """``model`` with the samples ``training.packed_sequences`` packs into each sequence
     (:mod:`simulator.models.packing`)."""
@@ -404,7 +427,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         if scn.training.precision == FP8:
             check_fp8_recipe(gpu, scn.training.fp8_recipe)
         strategy = _strategy_dict(scn)
-        model = with_packing(with_finetune(model, scn), scn)
+        model = with_packing(with_fp8_stores(with_finetune(model, scn), scn), scn)
     except ConfigError as exc:
         raise exc.located(source) from None
     cfg = parse_strategy(strategy, source=source)

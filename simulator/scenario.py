@@ -168,6 +168,10 @@ class Training(BaseModel):
                                 "recipe: attention in FP8 too (TE's FP8 DotProductAttention, "
                                 "Megatron's fp8_dot_product_attention, NeMo's FP8_DPA=1); "
                                 "docs/compute.md")
+    fp8_activation_input: bool = Field(False, description="megatron, a SwiGLU model: the "
+                                       "activation keeps its input for backward in FP8 "
+                                       "(Megatron's activation_func_fp8_input_store, NeMo's "
+                                       "FP8_ACT=1); docs/finetuning.md")
 
     @field_validator("precision")
     @classmethod
@@ -233,8 +237,9 @@ class Training(BaseModel):
                     out.pop(key)
             if out.get("fp8_recipe") == "tensorwise":
                 out.pop("fp8_recipe")
-            if out.get("fp8_attention") is False:
-                out.pop("fp8_attention")
+            for key in ("fp8_attention", "fp8_activation_input"):
+                if out.get(key) is False:
+                    out.pop(key)
             if out.get("elementwise") == "fused":
                 out.pop("elementwise")
         return out

@@ -227,6 +227,29 @@ def test_the_v41_rows_with_fp8_attention_are_those_whose_config_sets_it():
     assert sets == SPLIT["v41_fp8_dpa"]
 
 
+@pytest.mark.skipif(not MIRROR_V41.is_dir(), reason="no mirror of training_results_v4.1 here")
+def test_the_v41_rows_with_the_swiglu_input_in_fp8_are_those_whose_config_sets_it():
+    """split.yaml's ``v41_fp8_act``: the v5.0 extractor's ``fp8_act`` on each v4.1
+    validation row's config_file (the variable its NeMo config maps)."""
+    mirror = extract.Mirror(str(MIRROR_V41))
+    validation = [s for names in SPLIT["validation"].values() for s in names]
+    sets = []
+    for s in validation:
+        path = ROWS[s]["config_file"].split(":", 1)[1]
+        if extract.fp8_act(mirror, path, extract.config_settings(mirror, path)) == "yes":
+            sets.append(s)
+    assert sets == SPLIT["v41_fp8_act"]
+
+
+def test_a_row_whose_config_keeps_the_swiglu_input_in_fp8_runs_so():
+    assert scenario_of(ROWS["h200_ngc24.09_nemo"], SPLIT)["training"]["fp8_activation_input"]
+    assert "fp8_activation_input" not in scenario_of(ROWS["b200_preview_nemo"],
+                                                     SPLIT)["training"]
+    assert scenario_of(V50["nyx_n1_ngc25.04_nemo"], SPLIT)["training"]["fp8_activation_input"]
+    assert "fp8_activation_input" not in scenario_of(V50["MI325X_EPYC_9575F_pytorch"],
+                                                     SPLIT)["training"]
+
+
 def test_a_v41_row_whose_config_sets_fp8_dpa_runs_fp8_attention():
     assert scenario_of(ROWS["eos_ngc24.09_nemo"], SPLIT)["training"]["fp8_attention"] is True
     assert "fp8_attention" not in scenario_of(ROWS["eos_n8_ngc24.09_nemo"], SPLIT)["training"]

@@ -152,6 +152,8 @@ class ModelSpec:
     finetune: Any = None
     # samples packed into each sequence (simulator/models/packing.py Pack; None: one each)
     pack: Any = None
+    # saved tensors the step keeps in FP8 (simulator/models/fp8_store.py FP8_STORES)
+    fp8_stores: tuple[str, ...] = ()
 
     @property
     def is_moe(self) -> bool:

@@ -2,7 +2,10 @@
 (``validation/finetune/``: ``split.yaml`` declares the rows and the setup; nothing is
 fitted). Each validation row runs as a ``megatron`` scenario with the row's GPU, GPU count,
 TP, CP, global and micro batch, activation recompute, FP8 attention where the config sets
-``FP8_DPA=1`` (v5.0: the table's ``fp8_dpa``; v4.1: ``split.yaml`` ``v41_fp8_dpa``), and the
+``FP8_DPA=1`` (v5.0: the table's ``fp8_dpa``; v4.1: ``split.yaml`` ``v41_fp8_dpa``), the
+SwiGLU input kept in FP8 where its NeMo config sets ``activation_func_fp8_input_store``
+(v5.0: the table's ``fp8_act``, ``FP8_ACT=1`` in NVIDIA's TP1 CP1 configs; v4.1:
+``split.yaml`` ``v41_fp8_act``), and the
 MLPerf reference LoRA setup
 of ``split.yaml`` (``mlperf_setup``, with a vendor's ``v50.strategy`` changes: AMD's NeMo
 runs fused Adam, not the distributed optimizer); the simulated iteration time is compared
@@ -102,6 +105,8 @@ def scenario_of(row: dict, split: dict) -> dict:
         return _scenario(row, setup, strategy, micro, _cluster(row, split["v50"]["topologies"]))
     if row["system"] in split.get("v41_fp8_dpa", ()):     # its config sets FP8_DPA=1
         row = {**row, "fp8_dpa": "yes"}
+    if row["system"] in split.get("v41_fp8_act", ()):     # FP8_ACTIVATION=True
+        row = {**row, "fp8_act": "yes"}
     cluster = {"topology": split["topologies"][gpu], "nodes": -(-gpus // GPUS_PER_NODE)}
     if gpus < GPUS_PER_NODE or per_node != GPUS_PER_NODE:
         cluster["gpus"] = gpus
@@ -112,8 +117,12 @@ def scenario_of(row: dict, split: dict) -> dict:
 
 
 def _scenario(row: dict, setup: dict, strategy: dict, micro: int, cluster: dict) -> dict:
-    # a config that sets FP8_DPA=1 (the v5.0 table's fp8_dpa column) runs attention in FP8
+    # a config that sets FP8_DPA=1 (the v5.0 table's fp8_dpa column) runs attention in FP8;
+    # one whose NeMo config sets activation_func_fp8_input_store (FP8_ACT=1: fp8_act) keeps
+    # the SwiGLU input for backward in FP8
     fp8_dpa = {"fp8_attention": True} if row.get("fp8_dpa") == "yes" else {}
+    if row.get("fp8_act") == "yes":
+        fp8_dpa["fp8_activation_input"] = True
     return {"name": f"mlperf-lora-{row['system']}", "model": setup["model"],
             "training": {"micro_batch": micro, "seq_len": setup["seq_len"],
                          "global_batch": _int(row["global_batch"]),
