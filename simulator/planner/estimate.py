@@ -3,7 +3,8 @@ before it replays the best ones.
 
 * compute: the busiest pipeline stage's kernels for one micro-batch, timed by the
   simulator's own compute model (:class:`~simulator.compute.ComputeModel` over
-  :func:`~simulator.models.layer_costs` under the candidate's tp/sp/cp), recompute added
+  :func:`~simulator.models.layer_costs` under the candidate's tp/sp/cp; a fine-tuned model's,
+  so frozen GEMMs have no weight-gradient GEMM and adapters run, as in the replay's trace), recompute added
   (full: every block's forward again; selective: the attention core's), times the
   micro-batches;
 * bubble: ``f / (1 - f)`` of that, ``f`` the schedule's published idle share
@@ -14,7 +15,9 @@ before it replays the best ones.
   micro-batch, 2 more under full recompute) all exposed unless TP overlap is on; pipeline
   send/recv on the fill-and-drain path, ``2 (m + pp - 1)`` transfers; data-parallel
   traffic beyond the compute it hides behind (FSDP per micro-batch, DDP and the
-  distributed optimizer once per step, behind one micro-batch's backward);
+  distributed optimizer once per step, behind one micro-batch's backward); under a
+  fine-tuning (``model.finetune``) the gradients are the trainable weights' only and FSDP
+  also gathers the frozen base's shards (:func:`~simulator.strategies.parallel.memory.stage_weights`);
 * context parallelism's K/V traffic beyond the attention it overlaps
   (:meth:`Estimator._cp_block`);
 * memory: :func:`simulator.strategies.parallel.memory.peak_rank_memory` (Korthikanti et al. 2022).
@@ -31,7 +34,7 @@ from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
 from ..models import ModelSpec, layer_costs
 from ..strategies.parallel.context import a2a_sizes
-from ..strategies.parallel.memory import peak_rank_memory, stage_params
+from ..strategies.parallel.memory import peak_rank_memory, stage_weights
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
 from ..precision import precision_bytes, storage_dtype
@@ -185,11 +188,13 @@ class Estimator:
         p = c.plan
         if p.dp_replicate * p.dp_shard * p.cp == 1:
             return 0.0
-        nbytes = stage_params(self.model, p, 0) * self.e
+        weights = stage_weights(self.model, p, 0, self.precision)
+        nbytes = weights.trainable * self.e           # gradients: trainable weights only
         shard = group_ranks(p, ("dp_shard", "cp"))
         if p.dp_mode in ("fsdp", "zero2"):
             gathers = 2 if p.dp_mode == "fsdp" else 1
-            per_micro = (gathers * self._time("all_gather", nbytes, shard)
+            gathered = nbytes + (weights.frozen_bytes if p.dp_mode == "fsdp" else 0)
+            per_micro = (gathers * self._time("all_gather", gathered, shard)
                          + self._time("reduce_scatter", nbytes, shard))
             exposed = c.micro_batches * max(0.0, per_micro - micro_s)
             replicate = group_ranks(p, "dp_replicate")

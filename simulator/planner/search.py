@@ -31,7 +31,8 @@ from ..errors import ConfigError
 from ..hardware import gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
-from ..pipeline import Setup, build_setup, replayed_ops, run_setup, with_finetune
+from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run_setup,
+                        with_finetune)
 from ..precision import PRECISIONS
 from ..scenario import Scenario
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
@@ -89,12 +90,16 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
         is done, the replays' (counted in their traces) before any runs.
     """
     say = progress or (lambda _msg: None)
-    model = load_model(scn.model)
-    finetune = with_finetune(model, scn).finetune
-    if finetune is not None and not finetune.trains_all:
-        raise ConfigError("plan's analytical memory model does not know frozen weights or "
-                          "adapters yet: price a fine-tuning with run, compare or capacity "
-                          "(docs/finetuning.md)", source=source, field="training.finetune")
+    try:
+        model = with_finetune(load_model(scn.model), scn)
+    except ConfigError as exc:
+        raise exc.located(source) from None
+    if model.finetune is not None and model.finetune.freeze_layers:
+        raise ConfigError("plan's estimate prices one block for every block; frozen first "
+                          "blocks make them differ: price freeze_layers with run, compare or "
+                          "capacity (docs/finetuning.md)", source=source,
+                          field="training.finetune.freeze_layers")
+    scn = portable_finetune(scn)
     if scn.training.packed_sequences is not None:
         raise ConfigError("plan's analytical estimate prices unpacked rows: price packed "
                           "sequences with run, compare or capacity (docs/finetuning.md)",
