@@ -147,9 +147,10 @@ def test_lora_backward_gemms_are_half_and_the_estimate_times_them(estimators):
                 if o.name.endswith(".wgrad") and ".lora_" not in o.name]
 
 
-def test_planner_memory_agrees_with_the_replay():
+@pytest.mark.parametrize("sets", [[], BF16], ids=["fp8", "bf16"])
+def test_planner_memory_agrees_with_the_replay(sets):
     """Within docs/plan.md's 10-25% between the analytical memory and the replay's."""
-    scn = load_scenario("llama2-70b-lora-mi300x", BF16)
+    scn = load_scenario("llama2-70b-lora-mi300x", sets)
     out = search(scn, 8, replay=1, limits=Limits(max_pp=1, max_cp=1, max_micro_batch=1))
     row = out.rows[0]
     est_gib = row.estimate.memory_bytes / 2**30
@@ -158,10 +159,30 @@ def test_planner_memory_agrees_with_the_replay():
 
 
 def test_plan_command_on_the_amd_lora_recipe(capsys):
-    args = ["--set", BF16[0], "--set", BF16[1]]
-    code, out, err = run_main(capsys, "plan", "llama2-70b-lora-mi300x", *args, *SMALL, "-q")
+    """The shipped scenario as it is: an FP8 step on an FP8 base (its GEMMs timed at FP8,
+    the rest at bf16: tests below)."""
+    code, out, err = run_main(capsys, "plan", "llama2-70b-lora-mi300x", *SMALL, "-q")
     assert code == 0, err
     assert "The fastest plan that fits" in out
+
+
+def test_an_fp8_step_times_its_gemms_at_fp8_and_keeps_bf16(estimators):
+    """An FP8 candidate: the layer costs at fp8 (the recipe's casts, GEMMs marked fp8),
+    every other kernel timed at bf16, activations and traffic at 2 bytes an element, the
+    memory model at bf16 (an FP8 step keeps bf16 weights)."""
+    bf16 = estimators["lora"]
+    hopper = ComputeModel(gpu_spec("H100-SXM"))             # FP8 tensor cores
+    fp8 = Estimator(LORA7, SEQ, "fp8", True, bf16.collectives, hopper, fp8_recipe="delayed")
+    assert fp8.e == bf16.e == 2
+    layers = layer_costs(LORA7, 1, SEQ, "fp8", True, fp8_recipe="delayed")
+    block = layers[1]
+    assert {o.precision for o in block.forward if o.op_class == "matmul"} == {"fp8", "bf16"}
+    want = sum(fp8.compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
+                                     "fp8" if o.precision == "fp8" else "bf16")
+               for o in block.forward)
+    assert fp8._layer_times(1, 1, False, 1, "none")[0] == pytest.approx(want)
+    c = Candidate(ParallelPlan(dp_shard=8), 1, 1, "none")
+    assert fp8.estimate(c).memory_bytes == bf16.estimate(c).memory_bytes
 
 
 def test_frozen_first_blocks_are_refused_in_one_line(capsys):

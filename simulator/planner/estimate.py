@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Callable
 
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
@@ -37,7 +38,7 @@ from ..strategies.parallel.context import a2a_sizes
 from ..strategies.parallel.memory import peak_rank_memory, stage_weights
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
-from ..precision import precision_bytes, storage_dtype
+from ..precision import compute_precision, precision_bytes, storage_dtype
 from .space import Candidate
 
 _PROBE_BYTES = (1 << 20, 1 << 28)      # two sizes for a collective's alpha and beta
@@ -75,17 +76,28 @@ class Estimator:
     """Estimates for one model, sequence and cluster (caches what candidates share)."""
 
     def __init__(self, model: ModelSpec, seq_len: int, precision: str, flash: bool,
-                 collectives: CollectiveModel, compute: ComputeModel):
+                 collectives: CollectiveModel, compute: ComputeModel,
+                 fp8_recipe: str | None = None,
+                 stacks: dict[str, ComputeModel] | None = None,
+                 stack_of: Callable[[Candidate], str] | None = None):
         self.model, self.seq_len, self.precision, self.flash = model, seq_len, precision, flash
         self.collectives, self.compute = collectives, compute
-        self.e = precision_bytes(storage_dtype(precision))
+        # the kernels of a candidate priced as its replay's software stack prices them
+        # (``stack_of(c)`` names it in ``stacks``; ``compute`` for all by default)
+        self.stacks = {"": compute, **(stacks or {})}
+        self.stack_of = stack_of or (lambda _c: "")
+        # an FP8 step runs its GEMMs in FP8 (the layer costs' recipe) and keeps its weights,
+        # activations and the rest in bf16, as the replay's strategy config does
+        self.fp8_recipe = fp8_recipe
+        self.kept = compute_precision(precision)
+        self.e = precision_bytes(storage_dtype(self.kept))
         self._layer_s = functools.lru_cache(maxsize=None)(self._layer_times)
         self._fit = functools.lru_cache(maxsize=FITS_KEPT)(self._alpha_beta)
 
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
-        fwd, bwd, recompute, embed, head, attn = self._layer_s(c.micro_batch, p.tp,
-                                                               p.sequence_parallel, p.cp, c.ac)
+        fwd, bwd, recompute, embed, head, attn = self._layer_s(
+            c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, self.stack_of(c))
         blocks = max(p.stage_layers(self.model.layers))
         edge = max(embed, head) if p.pp > 1 else embed + head
         micro_s = blocks * (fwd + bwd + recompute) + edge
@@ -99,23 +111,26 @@ class Estimator:
                         m * blocks * self._cp_block(c, *attn))
 
     # -------------------------------------------------------------------- compute
-    def _op_s(self, ops) -> float:
-        return sum(self.compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
-                                          self.precision) for o in ops)
+    def _op_s(self, ops, stack: str = "") -> float:
+        compute = self.stacks[stack]
+        return sum(compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
+                                     o.precision or self.kept) for o in ops)
 
-    def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str):
+    def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str = ""):
         """(block forward, block backward, block recompute, embed, head) seconds, and the
-        block's (attention forward, attention backward)."""
+        block's (attention forward, attention backward), under ``stack``'s kernel prices."""
+        def op_s(ops):
+            return self._op_s(ops, stack)
+        recipe = {"fp8_recipe": self.fp8_recipe} if self.fp8_recipe else {}
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
-                             tp=tp, sp=sp, cp=cp)
+                             tp=tp, sp=sp, cp=cp, **recipe)
         block = next(layer for layer in layers if layer.kind.endswith("block"))
-        fwd, bwd = self._op_s(block.forward), self._op_s(block.backward)
+        fwd, bwd = op_s(block.forward), op_s(block.backward)
         recompute = {"none": 0.0, "full": fwd,
-                     "selective": self._op_s(o for o in block.forward
-                                             if o.op_class == "attention")}[ac]
-        embed = sum(self._op_s((*x.forward, *x.backward)) for x in layers[:1])
-        head = sum(self._op_s((*x.forward, *x.backward)) for x in layers[-1:])
-        attn = tuple(self._op_s(o for o in ops if o.op_class == "attention")
+                     "selective": op_s(o for o in block.forward if o.op_class == "attention")}[ac]
+        embed = sum(op_s((*x.forward, *x.backward)) for x in layers[:1])
+        head = sum(op_s((*x.forward, *x.backward)) for x in layers[-1:])
+        attn = tuple(op_s(o for o in ops if o.op_class == "attention")
                      for ops in (block.forward, block.backward))
         return fwd, bwd, recompute, embed, head, attn
 
@@ -188,7 +203,7 @@ class Estimator:
         p = c.plan
         if p.dp_replicate * p.dp_shard * p.cp == 1:
             return 0.0
-        weights = stage_weights(self.model, p, 0, self.precision)
+        weights = stage_weights(self.model, p, 0, self.kept)
         nbytes = weights.trainable * self.e           # gradients: trainable weights only
         shard = group_ranks(p, ("dp_shard", "cp"))
         if p.dp_mode in ("fsdp", "zero2"):
@@ -208,10 +223,10 @@ class Estimator:
 
     # ----------------------------------------------------------------------- memory
     def _memory(self, c: Candidate) -> int:
-        grads = "fp32" if c.plan.dp_mode in ("ddp", "zero1") else storage_dtype(self.precision)
+        grads = "fp32" if c.plan.dp_mode in ("ddp", "zero1") else storage_dtype(self.kept)
         return peak_rank_memory(self.model, c.plan, seq_len=self.seq_len,
                                 micro_batch=c.micro_batch, micro_batches=c.micro_batches,
-                                precision=self.precision, ac=c.ac, flash=self.flash,
+                                precision=self.kept, ac=c.ac, flash=self.flash,
                                 grad_dtype=grads).total_bytes
 
 
