@@ -190,3 +190,17 @@ def test_frozen_first_blocks_are_refused_in_one_line(capsys):
                             "training.finetune={mode: full, freeze_layers: 4}", *SMALL)
     assert code != 0
     assert "training.finetune.freeze_layers" in err and len(err.strip().splitlines()) == 1
+
+
+def test_qlora_holds_the_block_gemm_weights_in_nf4():
+    """QLoRA: each block's Linear weights (4 h^2 + 3 h ffn) at NF4's 4 + 8/64 + 32/(64 x 256)
+    bits, its norms, the embedding and head at 2 bytes; the adapters as LoRA's."""
+    qlora = replace(LLAMA7, finetune=replace(LORA, mode="qlora"))
+    h, ffn = 4096, 11008
+    linear = 4 * h * h + 3 * h * ffn
+    nf4 = (4 + 8 / 64 + 32 / (64 * 256)) / 8
+    frozen = 32 * round(linear * nf4) + 2 * (_base_params() - 32 * linear)
+    got = rank_memory(qlora, ParallelPlan(dp_shard=8, dp_mode="ddp"), seq_len=SEQ,
+                      micro_batch=1, micro_batches=1, precision="bf16")
+    assert got.params_bytes == frozen + 2 * _adapter_params()
+    assert got.grads_bytes == 4 * _adapter_params()
