@@ -334,12 +334,15 @@ def test_capacity_probes_a_ladder_model_as_the_scenario_fine_tunes_it():
 
 
 def test_plan_refuses_a_fine_tuning_it_cannot_size():
+    """plan prices LoRA (tests/test_plan_finetune.py); frozen first blocks make the
+    blocks differ, which its one-block estimate cannot price."""
     from simulator.planner.search import search
     data = copy.deepcopy(SCN)
-    data["training"]["finetune"] = SECTION
+    data["training"]["finetune"] = {"mode": "full", "freeze_layers": 2}
     data["strategy"] = {"name": "megatron"}
-    with pytest.raises(ConfigError, match="training.finetune"):
+    with pytest.raises(ConfigError, match="freeze_layers") as exc:
         search(scenario_from_dict(data), 8)
+    assert exc.value.field == "training.finetune.freeze_layers"
 
 
 def test_an_fp8_base_holds_one_byte_per_gemm_weight_and_casts_only_activations():

@@ -85,13 +85,18 @@ def test_a_finetune_refusal_names_the_key_as_the_user_spelled_it(capsys):
     assert "quickstart.yaml: --set training.finetune.rank: lora needs a rank > 0" in err, err
 
 
-def test_plan_at_fp8_is_refused_naming_the_scenarios_key(capsys):
+def test_plan_at_fp4_is_refused_naming_the_scenarios_key(capsys):
     """plan on an FP8 scenario ended in 'precision: unknown precision 'fp8'', naming no
-    file and a field the user never wrote (the estimate's bytes per element)."""
+    file and a field the user never wrote (the estimate's bytes per element); it prices FP8
+    now (tests/test_plan_finetune.py), and still refuses FP4 so, and FP8 on a GPU without
+    FP8 tensor cores."""
     err = refused(capsys, "plan", "quickstart", "-q", "--replay", "1", "--set",
-                  "cluster.topology=dgx-h100", "--set", "training.precision=fp8")
+                  "cluster.topology=dgx-h100", "--set", "training.precision=fp4")
     assert "quickstart.yaml: --set training.precision: plan's analytical estimate prices " \
-        "fp32, tf32, bf16, fp16 steps, not fp8" in err, err
+        "fp32, tf32, bf16, fp16 and fp8 steps, not fp4" in err, err
+    err = refused(capsys, "plan", "quickstart", "-q", "--replay", "1", "--set",
+                  "training.precision=fp8")
+    assert "training.precision: A100-SXM4-80GB has no FP8 tensor cores" in err, err
 
 
 def test_an_against_value_refused_while_applied_is_named_against(capsys, tmp_path):

@@ -187,6 +187,26 @@ def test_the_collective_fits_kept_are_bounded(estimator, monkeypatch):
     assert est._fit.cache_info().misses == len(groups) + 1
 
 
+def test_each_candidate_is_priced_at_its_replays_stack(estimator):
+    """A distributed-optimizer candidate replays under Megatron (strategy_of), whose kernels
+    cost less to launch than torchtitan's eager ones: the estimate times each candidate's
+    kernels with the compute model of the stack it replays under."""
+    gpu = estimator.compute.gpu
+    stacks = {name: ComputeModel(gpu, strategy=name) for name in ("torchtitan", "megatron")}
+    est = Estimator(LLAMA7, 512, "bf16", True, estimator.collectives, stacks["torchtitan"],
+                    stacks=stacks, stack_of=lambda c: strategy_of(c, LLAMA7.layers)["name"])
+    zero1 = Candidate(ParallelPlan(dp_shard=8, dp_mode="zero1"), 1, 1, "none")
+    fsdp = Candidate(ParallelPlan(dp_shard=8, dp_mode="fsdp"), 1, 1, "none")
+    from simulator.models import layer_costs
+    layers = layer_costs(LLAMA7, 1, 512, "bf16", True)
+    for c, name in ((zero1, "megatron"), (fsdp, "torchtitan")):
+        want = (LLAMA7.layers * est._op_s((*layers[1].forward, *layers[1].backward), name)
+                + est._op_s((*layers[0].forward, *layers[0].backward), name)
+                + est._op_s((*layers[-1].forward, *layers[-1].backward), name))
+        assert est.estimate(c).compute_s == pytest.approx(want)
+    assert est.estimate(zero1).compute_s < est.estimate(fsdp).compute_s
+
+
 def test_memory_is_the_memory_model(estimator):
     from simulator.strategies.parallel.memory import peak_rank_memory
     plan = ParallelPlan(tp=2, dp_shard=4, sequence_parallel=True)
@@ -263,7 +283,9 @@ def test_plan_command_outputs(capsys, tmp_path):
     assert err == ""                                     # --quiet: no progress
     d = json.loads(out)
     assert d["gpus"] == 8 and d["global_batch"] == 16 and len(d["rows"]) == 1
-    assert d["rows"][0]["rank"] == 1 and d["rows"][0]["strategy"]["name"] == "torchtitan"
+    # the distributed-optimizer plan, its kernels priced at Megatron's stack as its replay
+    # runs them (0.221 s estimated, 0.291 s replayed; FSDP's 0.370 s, 0.512 s)
+    assert d["rows"][0]["rank"] == 1 and d["rows"][0]["strategy"]["name"] == "megatron"
     names = {p.name for p in (tmp_path / "o").iterdir()}
     assert {"plan.csv", "plan.json", "report.html"} <= names
     page = (tmp_path / "o" / "report.html").read_text()
@@ -289,7 +311,8 @@ def test_plan_reads_as_a_sentence_with_its_batch_and_trust(capsys):
     assert lines[2] == (f"# global batch: {4 * 2**20 // 512:,} samples x 512 tokens = 4.19M "
                         f"tokens a step (the default of 4M tokens a step; --global-batch N "
                         f"sets it)")
-    assert any(x.startswith("# how far to trust it: nearest validated: torchtitan")
+    # the fastest is the distributed-optimizer plan, replayed under Megatron
+    assert any(x.startswith("# how far to trust it: nearest validated: Megatron")
                for x in lines)
     assert not any(x.strip() in ("...", "# ...") for x in lines)
 

@@ -3,7 +3,8 @@ before it replays the best ones.
 
 * compute: the busiest pipeline stage's kernels for one micro-batch, timed by the
   simulator's own compute model (:class:`~simulator.compute.ComputeModel` over
-  :func:`~simulator.models.layer_costs` under the candidate's tp/sp/cp), recompute added
+  :func:`~simulator.models.layer_costs` under the candidate's tp/sp/cp; a fine-tuned model's,
+  so frozen GEMMs have no weight-gradient GEMM and adapters run, as in the replay's trace), recompute added
   (full: every block's forward again; selective: the attention core's), times the
   micro-batches;
 * bubble: ``f / (1 - f)`` of that, ``f`` the schedule's published idle share
@@ -14,7 +15,9 @@ before it replays the best ones.
   micro-batch, 2 more under full recompute) all exposed unless TP overlap is on; pipeline
   send/recv on the fill-and-drain path, ``2 (m + pp - 1)`` transfers; data-parallel
   traffic beyond the compute it hides behind (FSDP per micro-batch, DDP and the
-  distributed optimizer once per step, behind one micro-batch's backward);
+  distributed optimizer once per step, behind one micro-batch's backward); under a
+  fine-tuning (``model.finetune``) the gradients are the trainable weights' only and FSDP
+  also gathers the frozen base's shards (:func:`~simulator.strategies.parallel.memory.stage_weights`);
 * context parallelism's K/V traffic beyond the attention it overlaps
   (:meth:`Estimator._cp_block`);
 * a mixture of experts' EP and expert-TP collectives, exposed (:meth:`Estimator._ep_block`):
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Callable
 
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
@@ -38,11 +42,11 @@ from ..models import ModelSpec, layer_costs
 from ..models.moe import is_moe_block
 from ..strategies.parallel.context import a2a_sizes
 from ..strategies.parallel.ep_cp import expert_block
-from ..strategies.parallel.memory import peak_rank_memory, stage_expert_params, stage_params
+from ..strategies.parallel.memory import peak_rank_memory, stage_expert_params, stage_weights
 from ..strategies.parallel.moe import EP_COLLECTIVES, EpSizes
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
-from ..precision import precision_bytes, storage_dtype
+from ..precision import compute_precision, precision_bytes, storage_dtype
 from .space import Candidate
 
 _PROBE_BYTES = (1 << 20, 1 << 28)      # two sizes for a collective's alpha and beta
@@ -82,17 +86,28 @@ class Estimator:
     """Estimates for one model, sequence and cluster (caches what candidates share)."""
 
     def __init__(self, model: ModelSpec, seq_len: int, precision: str, flash: bool,
-                 collectives: CollectiveModel, compute: ComputeModel):
+                 collectives: CollectiveModel, compute: ComputeModel,
+                 fp8_recipe: str | None = None,
+                 stacks: dict[str, ComputeModel] | None = None,
+                 stack_of: Callable[[Candidate], str] | None = None):
         self.model, self.seq_len, self.precision, self.flash = model, seq_len, precision, flash
         self.collectives, self.compute = collectives, compute
-        self.e = precision_bytes(storage_dtype(precision))
+        # the kernels of a candidate priced as its replay's software stack prices them
+        # (``stack_of(c)`` names it in ``stacks``; ``compute`` for all by default)
+        self.stacks = {"": compute, **(stacks or {})}
+        self.stack_of = stack_of or (lambda _c: "")
+        # an FP8 step runs its GEMMs in FP8 (the layer costs' recipe) and keeps its weights,
+        # activations and the rest in bf16, as the replay's strategy config does
+        self.fp8_recipe = fp8_recipe
+        self.kept = compute_precision(precision)
+        self.e = precision_bytes(storage_dtype(self.kept))
         self._layer_s = functools.lru_cache(maxsize=None)(self._layer_times)
         self._fit = functools.lru_cache(maxsize=FITS_KEPT)(self._alpha_beta)
 
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
         fwd, bwd, recompute, embed, head, attn, experts = self._layer_s(
-            c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, p.ep)
+            c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, self.stack_of(c), p.ep)
         blocks = max(p.stage_layers(self.model.layers))
         edge = max(embed, head) if p.pp > 1 else embed + head
         micro_s = blocks * (fwd + bwd + recompute) + edge
@@ -107,17 +122,23 @@ class Estimator:
                         m * blocks * self._ep_block(c, experts))
 
     # -------------------------------------------------------------------- compute
-    def _op_s(self, ops) -> float:
-        return sum(self.compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
-                                          self.precision) for o in ops)
+    def _op_s(self, ops, stack: str = "") -> float:
+        compute = self.stacks[stack]
+        return sum(compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
+                                     o.precision or self.kept) for o in ops)
 
-    def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, ep: int = 1):
-        """(block forward, block backward, block recompute, embed, head) seconds, the
-        block's (attention forward, attention backward), and the sizes of its EP and
-        expert-TP collectives (None without). The block is an MoE one where the model has
-        any, as the busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``)."""
+    def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str = "",
+                     ep: int = 1):
+        """(block forward, block backward, block recompute, embed, head) seconds under
+        ``stack``'s kernel prices, the block's (attention forward, attention backward), and
+        the sizes of its EP and expert-TP collectives (None without). The block is an MoE
+        one where the model has any, as the busiest EP rank runs it under ``ep`` and expert
+        TP (``etp = tp``)."""
+        def op_s(ops):
+            return self._op_s(ops, stack)
+        recipe = {"fp8_recipe": self.fp8_recipe} if self.fp8_recipe else {}
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
-                             tp=tp, sp=sp, cp=cp)
+                             tp=tp, sp=sp, cp=cp, **recipe)
         blocks = [layer for layer in layers if layer.kind.endswith("block")]
         block, sizes = next((b for b in blocks if is_moe_block(b)), blocks[0]), None
         if is_moe_block(block) and (ep > 1 or tp > 1):
@@ -125,13 +146,12 @@ class Estimator:
             moe = expert_block(self.model, plan, micro_batch=mb, seq_len=self.seq_len,
                                e=self.e, flash=self.flash)
             block, sizes = moe.of(block), moe.sizes
-        fwd, bwd = self._op_s(block.forward), self._op_s(block.backward)
+        fwd, bwd = op_s(block.forward), op_s(block.backward)
         recompute = {"none": 0.0, "full": fwd,
-                     "selective": self._op_s(o for o in block.forward
-                                             if o.op_class == "attention")}[ac]
-        embed = sum(self._op_s((*x.forward, *x.backward)) for x in layers[:1])
-        head = sum(self._op_s((*x.forward, *x.backward)) for x in layers[-1:])
-        attn = tuple(self._op_s(o for o in ops if o.op_class == "attention")
+                     "selective": op_s(o for o in block.forward if o.op_class == "attention")}[ac]
+        embed = sum(op_s((*x.forward, *x.backward)) for x in layers[:1])
+        head = sum(op_s((*x.forward, *x.backward)) for x in layers[-1:])
+        attn = tuple(op_s(o for o in ops if o.op_class == "attention")
                      for ops in (block.forward, block.backward))
         return fwd, bwd, recompute, embed, head, attn, sizes
 
@@ -225,27 +245,33 @@ class Estimator:
         p = c.plan
         if p.dp_replicate * p.dp_shard * p.cp == 1:
             return 0.0
+        weights = stage_weights(self.model, p, 0, self.kept)
         experts = stage_expert_params(self.model, p, 0) if p.experts_apart else 0
-        dense = (stage_params(self.model, p, 0) - experts) * self.e
+        dense = (weights.trainable - experts) * self.e     # gradients: trainable weights only
+        frozen = weights.frozen_bytes
         edp = p.groups("edp")[0]
-        parts = [self._dp_part(p, dense, group_ranks(p, ("dp_shard", "cp")),
+        parts = [self._dp_part(p, dense, frozen, group_ranks(p, ("dp_shard", "cp")),
                                group_ranks(p, "dp_replicate"),
-                               group_ranks(p, ("dp_replicate", "dp_shard", "cp"))),
-                 self._dp_part(p, experts * self.e, edp, (0,), edp)]
+                               group_ranks(p, ("dp_replicate", "dp_shard", "cp")))]
+        if experts:
+            parts.append(self._dp_part(p, experts * self.e, 0, edp, (0,), edp))
         per_micro, tail, after = (sum(part[i] for part in parts) for i in range(3))
         return (c.micro_batches * max(0.0, per_micro - micro_s)
                 + max(0.0, tail - backward_s) + after)
 
-    def _dp_part(self, p: ParallelPlan, nbytes: float, shard, replicate, every
-                 ) -> tuple[float, float, float]:
+    def _dp_part(self, p: ParallelPlan, nbytes: float, frozen: float, shard, replicate,
+                 every) -> tuple[float, float, float]:
         """(seconds per micro-batch, at the step's end, after it) of ``nbytes`` of
-        parameters' data-parallel traffic: FSDP gathers and reduce-scatters on ``shard``
-        per micro-batch and all-reduces its shard over ``replicate`` at the end; the
-        distributed optimizer reduce-scatters fp32 gradients at the end and all-gathers the
-        parameters after; DDP all-reduces over ``every`` at the end."""
+        trainable parameters' data-parallel traffic (and ``frozen`` bytes of a fine-tuning's
+        frozen base, which FSDP gathers but nothing reduces): FSDP gathers and
+        reduce-scatters on ``shard`` per micro-batch and all-reduces its shard over
+        ``replicate`` at the end; the distributed optimizer reduce-scatters fp32 gradients
+        at the end and all-gathers the parameters after; DDP all-reduces over ``every`` at
+        the end."""
         if p.dp_mode in ("fsdp", "zero2"):
             gathers = 2 if p.dp_mode == "fsdp" else 1
-            per_micro = (gathers * self._time("all_gather", nbytes, shard)
+            gathered = nbytes + (frozen if p.dp_mode == "fsdp" else 0)
+            per_micro = (gathers * self._time("all_gather", gathered, shard)
                          + self._time("reduce_scatter", nbytes, shard))
             return per_micro, self._time("all_reduce", nbytes / len(shard), replicate), 0.0
         if p.dp_mode == "zero1":
@@ -255,10 +281,10 @@ class Estimator:
 
     # ----------------------------------------------------------------------- memory
     def _memory(self, c: Candidate) -> int:
-        grads = "fp32" if c.plan.dp_mode in ("ddp", "zero1") else storage_dtype(self.precision)
+        grads = "fp32" if c.plan.dp_mode in ("ddp", "zero1") else storage_dtype(self.kept)
         return peak_rank_memory(self.model, c.plan, seq_len=self.seq_len,
                                 micro_batch=c.micro_batch, micro_batches=c.micro_batches,
-                                precision=self.precision, ac=c.ac, flash=self.flash,
+                                precision=self.kept, ac=c.ac, flash=self.flash,
                                 grad_dtype=grads).total_bytes
 
 

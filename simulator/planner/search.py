@@ -28,11 +28,12 @@ from ..energy import Energy
 from ..energy.power import capped_gpu
 from ..energy.timeline import energy_of
 from ..errors import ConfigError
-from ..hardware import gpu_spec
+from ..hardware import check_fp8_recipe, check_training_precision, gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
-from ..pipeline import Setup, build_setup, replayed_ops, run_setup, with_finetune
-from ..precision import PRECISIONS
+from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run_setup,
+                        with_finetune)
+from ..precision import FP8, PRECISIONS
 from ..scenario import Scenario
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
@@ -89,12 +90,16 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
         is done, the replays' (counted in their traces) before any runs.
     """
     say = progress or (lambda _msg: None)
-    model = load_model(scn.model)
-    finetune = with_finetune(model, scn).finetune
-    if finetune is not None and not finetune.trains_all:
-        raise ConfigError("plan's analytical memory model does not know frozen weights or "
-                          "adapters yet: price a fine-tuning with run, compare or capacity "
-                          "(docs/finetuning.md)", source=source, field="training.finetune")
+    try:
+        model = with_finetune(load_model(scn.model), scn)
+    except ConfigError as exc:
+        raise exc.located(source) from None
+    if model.finetune is not None and model.finetune.freeze_layers:
+        raise ConfigError("plan's estimate prices one block for every block; frozen first "
+                          "blocks make them differ: price freeze_layers with run, compare or "
+                          "capacity (docs/finetuning.md)", source=source,
+                          field="training.finetune.freeze_layers")
+    scn = portable_finetune(scn)
     if scn.training.packed_sequences is not None:
         raise ConfigError("plan's analytical estimate prices unpacked rows: price packed "
                           "sequences with run, compare or capacity (docs/finetuning.md)",
@@ -102,10 +107,11 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     if not model.is_transformer:
         raise ConfigError(f"{model.name} is not a transformer: plan searches model "
                           f"parallelism", source=source, field="model")
-    if scn.training.precision not in PRECISIONS:
-        raise ConfigError(f"plan's analytical estimate prices {', '.join(PRECISIONS)} steps, "
-                          f"not {scn.training.precision} yet: price an FP8 plan with run or "
-                          f"compare (docs/plan.md)", source=source, field="training.precision")
+    if scn.training.precision not in (*PRECISIONS, FP8):
+        raise ConfigError(f"plan's analytical estimate prices {', '.join(PRECISIONS)} and "
+                          f"{FP8} steps, not {scn.training.precision} yet: price it with run "
+                          f"or compare (docs/plan.md)", source=source,
+                          field="training.precision")
     G = scenario_graph(scn) if graph is None else graph
     gpus = scenario_gpus(scn, G)
     t = scn.training
@@ -116,14 +122,20 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     cluster = scenario_cluster(scn, k, G)
     try:
         gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
-        compute = ComputeModel(gpu, attention=t.attention_impl, strategy="torchtitan",
-                               fp8_attention=t.fp8_attention)
+        check_training_precision(gpu, t.precision)
+        if t.precision == FP8:
+            check_fp8_recipe(gpu, t.fp8_recipe)
+        stacks = {name: ComputeModel(gpu, attention=t.attention_impl, strategy=name,
+                                     fp8_attention=t.fp8_attention)
+                  for name in ("torchtitan", "megatron")}
     except ConfigError as exc:
         raise exc.located(source) from None
-    # kernels priced as the replays of most candidates run them (torchtitan: the eager
-    # PyTorch stack); a distributed-optimizer candidate replays under Megatron's stack
+    # kernels priced as each candidate's replay runs them: torchtitan's eager PyTorch stack,
+    # Megatron's for a distributed-optimizer candidate (strategy_of)
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
-                    CollectiveModel(cluster, k, scn.nccl), compute)
+                    CollectiveModel(cluster, k, scn.nccl), stacks["torchtitan"],
+                    fp8_recipe=t.fp8_recipe if t.precision == FP8 else None, stacks=stacks,
+                    stack_of=lambda c: (strategy_of(c, model.layers) or {}).get("name", ""))
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
     fits = _estimated(out, cands, est, model.layers, say)

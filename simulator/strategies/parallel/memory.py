@@ -30,16 +30,27 @@ all-gathered parameters of the unit in use and of the prefetched next one (a uni
 block, PyTorch FSDP's ``BACKWARD_PRE`` / forward prefetch) plus that unit's unsharded
 gradients before their reduce-scatter. Megatron's DDP and distributed optimizer keep the
 gradients in one contiguous buffer (counted as gradients), so they add no bucket copies.
+
+A fine-tuning (``model.finetune``, :mod:`simulator.models.finetune`): each layer's trainable
+parameters and frozen weight bytes are those of the layer costs the replay runs
+(:func:`finetune_weights`: :func:`~simulator.models.layer_costs` under the plan's tp, so the
+adapters' counts and the frozen base's storage, 16-bit, FP8 or NF4, are the trace's).
+Gradients and optimizer state follow the trainable ones only; the frozen bytes are held
+whole, or under FSDP sharded like the weights, and gathered with their unit. The saved
+activations of each layer change by what the fine-tuning changes in the layer costs
+(the weight-gradient-only inputs no longer saved, the adapters' own; :func:`_ft_saved_delta`),
+except under full recompute, which keeps the layer input only.
 """
 
 from __future__ import annotations
 
 import functools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from simulator.errors import ConfigError
+from simulator.models.costs import layer_costs
 from simulator.models.spec import ModelSpec
 from simulator.models.moe import expert_params as moe_expert_params
 from simulator.models.mamba import hybrid_layer_params
@@ -156,6 +167,46 @@ def stage_params(model: ModelSpec, plan, stage: int) -> int:
     return n
 
 
+class StageWeights(NamedTuple):
+    """One rank's weights of a pipeline stage before data-parallel sharding: the trainable
+    parameters, and the frozen weights' bytes as stored (0 unless a fine-tuning)."""
+
+    trainable: int
+    frozen_bytes: int
+
+
+def fine_tuned(model: ModelSpec) -> bool:
+    """Whether ``model`` freezes weights or carries adapters."""
+    return model.finetune is not None and not model.finetune.trains_all
+
+
+@functools.lru_cache(maxsize=64)
+def finetune_weights(model: ModelSpec, tp: int, precision: str) -> tuple[tuple[int, int], ...]:
+    """(trainable parameters, frozen bytes) on one rank of the TP group, per layer of
+    :func:`~simulator.models.layer_costs` (``embed``, the blocks, ``head``): the same
+    layer costs the replay's trace is built from, so one price per fine-tuning."""
+    return tuple((layer.params, layer.frozen_bytes)
+                 for layer in layer_costs(model, 1, 1, precision, tp=tp))
+
+
+def stage_weights(model: ModelSpec, plan, stage: int, precision: str) -> StageWeights:
+    """:class:`StageWeights` of one rank of ``stage``: :func:`stage_params` all trainable
+    unless ``model`` is fine-tuned (:func:`finetune_weights`)."""
+    if not fine_tuned(model):
+        return StageWeights(stage_params(model, plan, stage), 0)
+    per = finetune_weights(model, plan.tp, storage_dtype(precision))
+    picked = [per[1 + i] for i in _stage_blocks(model, plan, stage)]
+    if stage == 0:
+        picked.append(per[0])
+    if stage == head_rank(plan):
+        picked.append(per[-1])
+        if model.tied_embeddings and plan.pp > 1:     # the head's copy of the table
+            copy = vocab_rows(model, plan.tp) * model.hidden
+            e = precision_bytes(storage_dtype(precision))
+            picked.append((copy, 0) if per[0][0] else (0, copy * e))
+    return StageWeights(sum(n for n, _ in picked), sum(b for _, b in picked))
+
+
 def in_flight(plan, micro_batches: int, stage: int) -> int:
     """(Micro-batch, model chunk) activations stage ``stage`` holds at once under the plan's
     schedule (:func:`.schedules.peak_in_flight`); 1 without pipelining (gradient
@@ -197,7 +248,8 @@ class _Activations(NamedTuple):
 def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> _State:
     """The parameters, gradients and optimizer state on one rank of ``stage``."""
     experts = stage_expert_params(model, plan, stage)
-    dense = stage_params(model, plan, stage) - experts
+    weights = stage_weights(model, plan, stage, precision)
+    dense = weights.trainable - experts
     e = precision_bytes(storage_dtype(precision))
     per = {"params": e, "grads": precision_bytes(grad_dtype),
            "optimizer": (MASTER_BYTES if e < MASTER_BYTES else 0) + OPT_MOMENT_BYTES[optimizer]}
@@ -208,6 +260,8 @@ def _state(model, plan, stage, *, precision, optimizer, grad_dtype) -> _State:
         split = part in SHARDED[plan.dp_mode]
         out[part] = sum(-(-n * nbytes // (shard if split else 1))
                         for n, shard in ((dense, shards[0]), (experts, shards[1])) if n)
+    frozen_split = shards[0] if "params" in SHARDED[plan.dp_mode] else 1
+    out["params"] += -(-weights.frozen_bytes // frozen_split)
     return _State(**out)
 
 
@@ -220,8 +274,10 @@ def stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
             * (local * moe_expert_params(model) // plan.expert_tp))
 
 
-def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> _Activations:
-    """The saved activations on one rank of ``stage``."""
+def _activations(model, plan, stage, held, *, b, s, e, ac, flash,
+                 precision) -> _Activations:
+    """The saved activations on one rank of ``stage`` (a fine-tuning's change added:
+    :func:`_ft_saved_delta`)."""
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     blocks = _stage_blocks(model, plan, stage)
     kinds = Counter(is_moe_layer(model, i) for i in blocks) if model.is_moe else \
@@ -230,20 +286,43 @@ def _activations(model, plan, stage, held, *, b, s, e, ac, flash) -> _Activation
                                                flash=flash, moe=moe, etp=plan.expert_tp,
                                                **par)
                       for moe, n in kinds.items())
+    delta = _ft_saved_delta(model, b, s, precision, flash, **par) \
+        if fine_tuned(model) and ac != "full" else None
+    if delta:
+        stage_bytes += sum(delta[1 + i] for i in blocks)
     layers = round(held * stage_bytes / plan.vp)      # one chunk's layers per activation
     extra = 0
     if stage == 0:
-        extra += -(-held // plan.vp) * am.embedding_saved_bytes(model, batch=b, seq_len=s,
-                                                                **par)
+        extra += -(-held // plan.vp) * (am.embedding_saved_bytes(model, batch=b, seq_len=s,
+                                                                 **par)
+                                        + (delta[0] if delta else 0))
     if stage == head_rank(plan):
-        extra += am.head_saved_bytes(model, batch=b, seq_len=s, e=e, **par)
+        extra += am.head_saved_bytes(model, batch=b, seq_len=s, e=e, **par) \
+            + (delta[-1] if delta else 0)
     return _Activations(total=layers + extra, layers=layers)
 
 
-def _working(model, plan, *, b, s, e, ac, flash, grad_dtype) -> int:
+@functools.lru_cache(maxsize=64)
+def _ft_saved_delta(model: ModelSpec, b: int, s: int, precision: str, flash: bool, *,
+                    tp: int, sp: bool, cp: int) -> tuple[int, ...]:
+    """Per layer (``embed``, the blocks, ``head``): the saved bytes of the fine-tuned layer
+    costs less those of the same layers trained whole (the inputs only a frozen weight's
+    gradient read, no longer kept; the adapters' saved tensors; nothing where no gradient
+    flows), as the replay's trace has them."""
+    kw = dict(tp=tp, sp=sp, cp=cp)
+    tuned = layer_costs(model, b, s, precision, flash, **kw)
+    whole = layer_costs(replace(model, finetune=None), b, s, precision, flash, **kw)
+    return tuple(t.activation_bytes - w.activation_bytes for t, w in zip(tuned, whole))
+
+
+def _working(model, plan, *, b, s, e, ac, flash, grad_dtype, precision) -> int:
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     working = am.layer_working_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash, **par)
-    if plan.dp_mode == "fsdp":
+    if plan.dp_mode == "fsdp" and fine_tuned(model):     # a block's trainable and frozen
+        per = finetune_weights(model, plan.tp, storage_dtype(precision))[1:1 + model.layers]
+        working += max(2 * (n * e + frozen) + n * precision_bytes(grad_dtype)
+                       for n, frozen in per)
+    elif plan.dp_mode == "fsdp":
         moe = _moe_blocks(model, range(model.layers))
         unit = max(_kind_params(model, plan, kind)
                    for kind, n in ((False, model.layers - moe), (True, moe)) if n)
@@ -266,7 +345,8 @@ def rank_memory(model: ModelSpec, plan, *, seq_len: int, micro_batch: int,
         raise ConfigError(f"stage {stage} outside 0..{plan.pp - 1}", field="stage")
     e = precision_bytes(storage_dtype(precision))
     held = in_flight(plan, micro_batches, stage)
-    act = dict(b=micro_batch, s=seq_len, e=e, ac=am.check_ac(ac), flash=flash)
+    act = dict(b=micro_batch, s=seq_len, e=e, ac=am.check_ac(ac), flash=flash,
+               precision=storage_dtype(precision))
     state = _state(model, plan, stage, precision=precision, optimizer=optimizer,
                    grad_dtype=grad_dtype)
     saved = _activations(model, plan, stage, held, **act)
@@ -283,5 +363,6 @@ def peak_rank_memory(model: ModelSpec, plan, **kw) -> RankMemory:
     return max(ranks, key=lambda r: (r.total_bytes, -r.stage))
 
 
-__all__ = ["RankMemory", "SHARDED", "block_params_per_rank", "head_rank",
-           "in_flight", "peak_rank_memory", "rank_memory", "stage_params"]
+__all__ = ["RankMemory", "SHARDED", "StageWeights", "block_params_per_rank", "fine_tuned",
+           "finetune_weights", "head_rank", "in_flight", "peak_rank_memory", "rank_memory",
+           "stage_params", "stage_weights"]
