@@ -38,10 +38,11 @@ and DeepSpeed ZeRO-3's pure data-parallel plans, :mod:`.frameworks.translate`). 
 a parallel plan (TP, PP, CP: ``dp_mode: fsdp``) is :mod:`.parallel.dp`'s. The two share
 what a unit weighs (:mod:`.fsdp_units`: the padded flat parameter an all-gather and a
 reduce-scatter move, the shard an HSDP all-reduce moves, the 16 bytes of static state per
-sharded parameter) and the memory conventions above; they model different schedules. Here:
+sharded parameter), FSDP2's copy kernels (:mod:`.fsdp_copies`) and the memory conventions
+above; they model different schedules. Here:
 units by wrap policy with one root unit of every unwrapped layer, the FSDP1 shardings and
 FSDP2 meshes (partial resharding included), per-process-group NCCL stream order, the
-prefetch options and the rate limiter, FSDP2's copy kernels, CPU offload, and padding per
+prefetch options and the rate limiter, CPU offload, and padding per
 unit. There: a unit per layer of the stage's chunks, the embedding and the head each
 unsharded for the whole step, one layer of prefetch, and under a pipeline a unit gathered
 at its first forward and reduce-scattered once, after its last backward.

@@ -14,9 +14,47 @@ buffers (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py):
 The all-gather copy-in (the local shards into the input buffer) is ``1/N`` of that and
 not modelled, nor the transient second copy of a unit during the copy-out. Memory-bound
 elementwise kernels at the HBM efficiency of that class.
+
+Two callers, one rule (:func:`copy_out` / :func:`copy_in`): the data-parallel generator
+(:mod:`.fsdp`, :func:`first_dep` / :func:`before_reduce` per unit) and FSDP inside a
+parallel plan (:mod:`.parallel.dp`, ``dp_mode: fsdp``, per layer and per part: the rank's
+TP/EP shard of the layer's dense parameters over the shard group, its experts over the
+expert-data-parallel group).
 """
 
 from __future__ import annotations
+
+
+def copy_out_bytes(gathered: int) -> int:
+    """Bytes ``foreach_all_gather_copy_out`` moves for ``gathered`` all-gathered bytes: it
+    reads the gathered buffer and writes the unsharded parameters."""
+    return 2 * gathered
+
+
+def copy_in_bytes(padded: int, weight_bytes: int, reduce_bytes: int) -> int:
+    """Bytes ``chunk_cat`` moves for a reduce-scatter of ``padded`` elements: it reads the
+    gradients in the parameter dtype and writes the input in the reduce dtype."""
+    return padded * (weight_bytes + reduce_bytes)
+
+
+def copy_out(ol, dep: int, name: str, phase: str, gathered: int, micro: int,
+             layer: str = "") -> int:
+    """The copy-out of an all-gather ``dep`` of ``gathered`` bytes, on the compute stream
+    (``layer``: the layer it belongs to, by default ``name``)."""
+    return ol.add(stream="compute", kind="compute", name=f"all_gather_copy_out.{name}",
+                  layer=layer or name, phase=phase, op_class="elementwise",
+                  bytes_accessed=float(copy_out_bytes(gathered)), deps=(dep,),
+                  attrs={"micro_step": micro})
+
+
+def copy_in(ol, stream: str, dep: int, name: str, padded: int, weight_bytes: int,
+            reduce_bytes: int, micro: int, layer: str = "") -> int:
+    """The ``chunk_cat`` after ``dep`` (the gradients' last kernel) on the reduce-scatter's
+    ``stream``, which the reduce-scatter waits for (``layer`` as :func:`copy_out`)."""
+    return ol.add(stream=stream, kind="compute", op_class="elementwise",
+                  name=f"reduce_scatter_copy_in.{name}", layer=layer or name, phase="backward",
+                  deps=(dep,), attrs={"micro_step": micro},
+                  bytes_accessed=float(copy_in_bytes(padded, weight_bytes, reduce_bytes)))
 
 
 def first_dep(sched, u, micro: int, phase: str):
@@ -25,10 +63,7 @@ def first_dep(sched, u, micro: int, phase: str):
     dep = sched.gathered.get(u.index)
     if not sched.fsdp2 or dep is None or not u.weighs or u.index in sched.copied:
         return dep
-    op = sched.ol.add(stream="compute", kind="compute", name=f"all_gather_copy_out.{u.name}",
-                      layer=u.name, phase=phase, op_class="elementwise",
-                      bytes_accessed=float(2 * sched.gathered_bytes(u)), deps=(dep,),
-                      attrs={"micro_step": micro})
+    op = copy_out(sched.ol, dep, u.name, phase, sched.gathered_bytes(u), micro)
     sched.gathered[u.index] = op
     sched.copied.add(u.index)
     return op
@@ -38,7 +73,5 @@ def before_reduce(sched, u, op: int, micro: int) -> int:
     """With FSDP2, the ``chunk_cat`` of unit ``u``'s gradients after ``op``; else ``op``."""
     if not sched.fsdp2:
         return op
-    return sched.ol.add(stream="post_backward", kind="compute", op_class="elementwise",
-                        name=f"reduce_scatter_copy_in.{u.name}", layer=u.name,
-                        phase="backward", deps=(op,), attrs={"micro_step": micro},
-                        bytes_accessed=float(sched.padded(u) * (sched.wb + sched.rb)))
+    return copy_in(sched.ol, "post_backward", op, u.name, sched.padded(u), sched.wb,
+                   sched.rb, micro)

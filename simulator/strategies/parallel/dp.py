@@ -29,12 +29,16 @@ The ``fsdp`` mode is FSDP2 inside a parallel plan (torchtitan's FSDP x TP/PP/CP,
 fsdp` instead. Both take a unit's sizes and the static state from
 :mod:`simulator.strategies.fsdp_units` (the padded flat parameter gathered and
 reduce-scattered, the shard all-reduced over ``dp_replicate``, 16 bytes per sharded
-parameter). What stays apart is the schedule, as each models a different job: here a unit
+parameter) and FSDP2's copy kernels (:mod:`simulator.strategies.fsdp_copies`: a copy-out
+on the compute stream after each part's all-gather, which the layer's first kernel waits
+for, and a ``chunk_cat`` on stream ``dp`` before each part's reduce-scatter; every ``fsdp``
+plan gets them, as the data-parallel generator gives them to every FSDP2 mesh). What stays
+apart is the schedule, as each models a different job: here a unit
 per layer and per stage communicators (``shard.s0``), the all-gather issued one layer
 ahead on stream ``dp_gather`` with no rate limiter, the pipeline's keep-until-last-backward,
 and the padding of the stage's parameters as one flat buffer; there units by wrap policy,
-FSDP1/FSDP2 shardings, prefetch options, NCCL stream order per process group, CPU offload
-and FSDP2's copy kernels.
+FSDP1/FSDP2 shardings, prefetch options, NCCL stream order per process group and CPU
+offload.
 
 Expert parameters. When the routed experts of an MoE model have their own expert-data-
 parallel groups (:attr:`~.plan.ParallelPlan.experts_apart`: expert parallelism, or experts
@@ -56,6 +60,7 @@ from simulator.models.moe import dense_part, expert_part
 
 from ..base import ceil_div
 from ..ddp import assign_buckets
+from ..fsdp_copies import copy_in, copy_out
 from ..fsdp_units import frozen_shard, padded_numel, shard_numel, state_bytes
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"
 
@@ -163,10 +168,11 @@ class DataParallel:
 
     # ------------------------------------------------------------------ forward
     def before_forward(self, chunk: int, li: int, layer, micro: int, first: bool,
-                       after: int | None = None) -> tuple:
+                       after: int | None = None, phase: str = "forward") -> tuple:
         """Ops the layer's forward waits for (a parameter all-gather). An FSDP all-gather
         is issued once ``after`` (the previous layer's first kernel) starts: one layer of
-        prefetch, as FSDP2's pre-forward hook issues it while the CPU runs one layer ahead."""
+        prefetch, as FSDP2's pre-forward hook issues it while the CPU runs one layer ahead;
+        the layer waits for FSDP2's copy-out of each part's gather (:mod:`..fsdp_copies`)."""
         if not self.active or not _weighs(layer):
             return ()
         key = (chunk, li)
@@ -179,10 +185,12 @@ class DataParallel:
             for part in self._sharding():
                 size = self._gathered(part, chunk, li)
                 if size:
-                    ops.append(self.b.collective(
+                    op = self.b.collective(
                         "all_gather", GATHER_STREAM, part.shard_comm, size, (after,),
                         f"{part.prefix}params.{layer.name}", "forward", micro,
-                        layer=layer.name, mem_alloc_bytes=size))
+                        layer=layer.name, mem_alloc_bytes=size)
+                    ops.append(copy_out(self.b.ol, op, f"{part.prefix}params.{layer.name}",
+                                        phase, size, micro, layer=layer.name))
             self.gathered[key] = tuple(ops)
         return self.gathered[key]
 
@@ -218,7 +226,7 @@ class DataParallel:
                         after: int | None = None) -> tuple:
         if not self._reshards(layer) or not _weighs(layer):
             return ()
-        return self.before_forward(chunk, li, layer, micro, False, after)
+        return self.before_forward(chunk, li, layer, micro, False, after, "backward")
 
     def grad_bytes(self, chunk: int, li: int, layer) -> int:
         """Unsharded gradient bytes a layer's backward allocates (FSDP; the other modes
@@ -285,9 +293,13 @@ class DataParallel:
                 continue
             last = last_op
             if part.shard > 1:
+                padded = padded_numel(params, part.shard)
+                cat = copy_in(self.b.ol, GRAD_STREAM, last_op,
+                              f"{part.prefix}grads.{layer.name}", padded, self.wb, self.gb,
+                              micro, layer=layer.name)
                 last = self.b.collective("reduce_scatter", GRAD_STREAM, part.shard_comm,
-                                         padded_numel(params, part.shard) * self.gb,
-                                         (last_op,), f"{part.prefix}grads.{layer.name}",
+                                         padded * self.gb,
+                                         (cat,), f"{part.prefix}grads.{layer.name}",
                                          "backward", micro, layer=layer.name,
                                          mem_free_bytes=self._grads(part, chunk, li)
                                          if held else 0)
