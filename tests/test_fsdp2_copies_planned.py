@@ -126,3 +126,41 @@ def test_megatron_fsdp2_copies_and_distributed_optimizer_and_ddp_none():
         assert plan.dp_mode == ("zero1" if flags else "ddp")
         ops = build_parallel(GPT2, plan, cfg, world, seq_len=256).classes[0].ops
         assert not [o for o in ops if o.name.startswith((OUT, IN))]
+
+
+def _collectives(ops):
+    return [(o.collective, o.comm, o.size_bytes) for o in ops if o.kind == "collective"]
+
+
+def test_megatron_fsdp_shards_the_same_way_on_buffers_without_copies():
+    """Megatron-FSDP (``use_megatron_fsdp``) gathers and reduce-scatters the same bytes
+    over the same groups as FSDP2 but into contiguous buffers whose parameters and
+    gradients are views: no copy kernels, each layer waits for its all-gather itself. A
+    pure data-parallel Megatron-FSDP plan goes through the model-parallel generator (the
+    data-parallel one is FSDP2's), so TP1 and TP2 alike."""
+    from simulator.strategies.frameworks.translate import pure_data_parallel
+    world = World(8, 8)
+    for tp in (1, 2):
+        shared = dict(micro_batch=1, grad_accum=1, tensor_model_parallel_size=tp)
+        mfsdp = MegatronConfig(use_megatron_fsdp=True, use_distributed_optimizer=True,
+                               **shared)
+        fsdp2 = MegatronConfig(use_torch_fsdp2=True, gradient_accumulation_fusion=False,
+                               **shared)
+        plan = mfsdp.plan(8)
+        assert plan.dp_mode == "fsdp" and not plan.fsdp_copies
+        assert not pure_data_parallel(plan)
+        ops = build_parallel(GPT2, plan, mfsdp, world, seq_len=256).classes[0].ops
+        twin = build_parallel(GPT2, fsdp2.plan(8), fsdp2, world, seq_len=256).classes[0].ops
+        assert not [o for o in ops if o.name.startswith((OUT, IN))]
+        assert [o for o in twin if o.name.startswith((OUT, IN))]
+        assert _collectives(ops) == _collectives(twin)
+        for ag in (o for o in ops if o.collective == "all_gather"):
+            assert any(ag.id in o.deps and o.kind == "compute" for o in ops)
+
+
+def test_megatron_fsdp_and_fsdp2_together_are_refused():
+    import pytest
+    from simulator.errors import ConfigError
+    with pytest.raises(ConfigError) as info:
+        MegatronConfig(use_megatron_fsdp=True, use_torch_fsdp2=True)
+    assert info.value.field == "strategy.use_megatron_fsdp"

@@ -251,7 +251,7 @@ def test_a_table_row_becomes_the_megatron_run_it_describes(spec):
     assert sc["cluster"]["nodes"] == 8
     fsdp = scenario_of(_row(spec, "bridge", "parallel/bridge/25.11/llama3-8b-8gpu"), ROOT,
                        spec, "x", "bridge")["strategy"]
-    assert fsdp["use_torch_fsdp2"] and "use_distributed_optimizer" not in fsdp
+    assert fsdp["use_megatron_fsdp"] and "use_torch_fsdp2" not in fsdp
     moe = scenario_of(_row(spec, "bridge", "parallel/bridge/26.04/qwen3-30b-a3b-16gpu"), ROOT,
                       spec, "x", "bridge")["strategy"]
     assert moe["expert_model_parallel_size"] == 16

@@ -13,7 +13,9 @@ their own mesh over the same ranks, ``expert_tensor_parallel_size`` (default: th
 size) x ``expert_model_parallel_size`` x the expert-data-parallel rest, ordered
 ``tp-ep-dp-pp`` (:mod:`~simulator.strategies.parallel.plan`). The interleaved 1F1B
 schedule runs when ``virtual_pipeline_model_parallel_size`` is set, 1F1B otherwise;
-``use_distributed_optimizer`` is ZeRO-1 (``zero1``), ``use_torch_fsdp2`` FSDP2, else
+``use_distributed_optimizer`` is ZeRO-1 (``zero1``), ``use_torch_fsdp2`` FSDP2,
+``use_megatron_fsdp`` Megatron-FSDP (ZeRO-3 on contiguous buffers: FSDP2's traffic without
+its copy kernels; Megatron-LM turns the distributed optimizer on with it), else
 Megatron's DDP. Megatron accumulates and reduces gradients in fp32 with bf16 weights
 (``accumulate_allreduce_grads_in_fp32``; ``grad_reduce_in_bf16`` for 16-bit) and
 defaults to ``overlap_grad_reduce: false``. ``recompute_granularity: full`` checkpoints
@@ -133,6 +135,10 @@ class MegatronConfig(CommonConfig):
     sequence_parallel: bool = False
     use_distributed_optimizer: bool = False
     use_torch_fsdp2: bool = False
+    # Megatron-FSDP (--use-megatron-fsdp, data_parallel_sharding_strategy optim_grads_params,
+    # Megatron-Bridge's FSDP rows): parameters, gradients and optimizer state sharded over the
+    # data-parallel ranks, gathered and reduce-scattered layer by layer in contiguous buffers
+    use_megatron_fsdp: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     bucket_size: int | None = Field(None, ge=1)        # parameters per gradient bucket
@@ -252,6 +258,10 @@ class MegatronConfig(CommonConfig):
                               field="strategy.overlap_param_gather")
         if self.DDP_impl == "torch":
             self._check_torch_ddp()
+        if self.use_megatron_fsdp and self.use_torch_fsdp2:
+            raise ConfigError("Megatron-FSDP and PyTorch's FSDP2 are two ways to shard the "
+                              "same data parallelism: set one",
+                              field="strategy.use_megatron_fsdp")
         check_graph_scope(self.cuda_graph_scope, self.cuda_graphs)
         if self.recompute_method and self.recompute_granularity != "full":
             raise ConfigError("applies to recompute_granularity: full",
@@ -309,8 +319,9 @@ class MegatronConfig(CommonConfig):
         if not self.use_precision_aware_optimizer:
             return
         field = "strategy.use_precision_aware_optimizer"
-        if self.use_torch_fsdp2:
-            raise ConfigError("not modelled with use_torch_fsdp2", field=field)
+        for fsdp in ("use_torch_fsdp2", "use_megatron_fsdp"):
+            if getattr(self, fsdp):
+                raise ConfigError(f"not modelled with {fsdp}", field=field)
         if "optimizer_impl" in self.model_fields_set and self.optimizer_impl != "fused":
             raise ConfigError(f"runs Transformer Engine's FusedAdam, one fused kernel, not "
                               f"{self.optimizer_impl}", field="strategy.optimizer_impl")
@@ -367,7 +378,7 @@ class MegatronConfig(CommonConfig):
         FSDP (Megatron asserts its own DDP there), and modelled without a pipeline only
         (SC21 ran it so; with one, Megatron's 1F1B did not skip the synchronisation of the
         micro-batches before the last, which is not modelled)."""
-        for other in ("use_distributed_optimizer", "use_torch_fsdp2"):
+        for other in ("use_distributed_optimizer", "use_torch_fsdp2", "use_megatron_fsdp"):
             if getattr(self, other):
                 raise ConfigError(f"{other} needs Megatron's own DDP (DDP_impl: local)",
                                   field="strategy.DDP_impl")
@@ -466,7 +477,7 @@ class MegatronConfig(CommonConfig):
             raise ConfigError(f"cp_comm_type {self.cp_comm_type} (hierarchical context "
                               f"parallelism: a2a inside groups, p2p across) is not modelled; "
                               f"valid: {', '.join(CP_COMM)}", field="strategy.cp_comm_type")
-        mode = ("fsdp" if self.use_torch_fsdp2 else
+        mode = ("fsdp" if self.use_torch_fsdp2 or self.use_megatron_fsdp else
                 "zero1" if self.use_distributed_optimizer else "ddp")
         vp, blocks = self.layout()
         sharded = mode != "ddp"
@@ -486,7 +497,8 @@ class MegatronConfig(CommonConfig):
             last_stage_layers=self.decoder_last_pipeline_num_layers or 0,
             embedding_in_split=self.account_for_embedding_in_pipeline_split,
             loss_in_split=self.account_for_loss_in_pipeline_split, stage_blocks=blocks,
-            moe_a2a_overlap=self.overlap_moe_expert_parallel_comm)
+            moe_a2a_overlap=self.overlap_moe_expert_parallel_comm,
+            fsdp_copies=not self.use_megatron_fsdp)
 
 
 # ------------------------------------------------------------------ the argument file
@@ -499,6 +511,7 @@ ARGUMENT_FIELDS = (
     "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
     "use_distributed_optimizer", "DDP_impl",
     "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "use_torch_fsdp2",
+    "use_megatron_fsdp",
     "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "moe_enable_deepep",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",

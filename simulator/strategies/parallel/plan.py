@@ -73,6 +73,11 @@ class ParallelPlan:
     each step's sends and receives waited for before the next
     (:func:`.schedules.lockstep_steps`); false: each pass waits only for the data it needs
     (Megatron-LM).
+    ``fsdp_copies``: an ``fsdp`` plan runs FSDP2's copy kernels around its collectives
+    (:mod:`simulator.strategies.fsdp_copies`: per-parameter tensors gathered into and
+    reduced from flat buffers); false: sharded data parallelism on contiguous buffers whose
+    parameters and gradients are views of what is gathered and reduce-scattered
+    (Megatron-FSDP), no copies.
     ``moe_a2a_overlap``: Megatron-Core's combined 1F1B, each forward issued with another
     micro-batch's backward, MoE blocks node by node, so that one's EP all-to-alls run
     under the other's kernels (:mod:`.a2a_overlap`).
@@ -103,6 +108,7 @@ class ParallelPlan:
     stage_blocks: tuple[int, ...] = ()
     lockstep: bool = False
     moe_a2a_overlap: bool = False
+    fsdp_copies: bool = True
 
     def __post_init__(self):
         for f in fields(self):

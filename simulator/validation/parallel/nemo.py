@@ -14,9 +14,8 @@ optimizer with its gradient reduce-scatter and parameter all-gather overlapped, 
 attention, no recompute; per model ``cases.yaml``'s ``nemo_strategy``: TP communication
 overlap, recompute; ``nemo_layouts``: the recipe's ``pipeline_model_parallel_layout`` for
 the row's ``pp x vp`` model stages). A Megatron-Bridge row with ``FSDP`` above 0 shards
-over that many ranks (Megatron-FSDP), simulated as Megatron's FSDP2 path (``use_torch_fsdp2``: the same
-ZeRO-3 traffic, and FSDP2's copy kernels around it, which Megatron-FSDP's contiguous
-buffers may not all need). The precision column maps to the scenario's precision and FP8 recipe by
+over that many ranks (Megatron-FSDP, ``use_megatron_fsdp``: ZeRO-3 traffic on contiguous
+buffers, without FSDP2's copy kernels). The precision column maps to the scenario's precision and FP8 recipe by
 ``cases.yaml``'s ``nemo_precision`` (NeMo 24.07's FP8 is Transformer Engine's delayed
 scaling, ``fp8: hybrid``; Megatron-Bridge's FP8 is current scaling, FP8-CS; its Blackwell
 MXFP8 is Transformer Engine's MXFP8 block scaling): the blocks' Linear GEMMs in FP8 with
@@ -138,7 +137,7 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
                 "pipeline_model_parallel_size": pp, "context_parallel_size": cp,
                 "sequence_parallel": tp > 1, "optimizer": "adam"}
     if fsdp:
-        strategy["use_torch_fsdp2"] = True
+        strategy["use_megatron_fsdp"] = True
     else:
         strategy.update(use_distributed_optimizer=True, overlap_grad_reduce=True,
                         overlap_param_gather=True)
