@@ -3,6 +3,8 @@ search (prune, replay, rank, Pareto, why) and the command's outputs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
@@ -199,12 +201,60 @@ def test_each_candidate_is_priced_at_its_replays_stack(estimator):
     fsdp = Candidate(ParallelPlan(dp_shard=8, dp_mode="fsdp"), 1, 1, "none")
     from simulator.models import layer_costs
     layers = layer_costs(LLAMA7, 1, 512, "bf16", True)
-    for c, name in ((zero1, "megatron"), (fsdp, "torchtitan")):
+    from simulator.strategies.parallel.memory import stage_params
+    copies = 2 * est._copy_s(2 * stage_params(LLAMA7, fsdp.plan, 0) * 2)   # FSDP2's copy-outs
+    for c, name, extra in ((zero1, "megatron", 0.0), (fsdp, "torchtitan", copies)):
         want = (LLAMA7.layers * est._op_s((*layers[1].forward, *layers[1].backward), name)
                 + est._op_s((*layers[0].forward, *layers[0].backward), name)
-                + est._op_s((*layers[-1].forward, *layers[-1].backward), name))
+                + est._op_s((*layers[-1].forward, *layers[-1].backward), name) + extra)
         assert est.estimate(c).compute_s == pytest.approx(want)
     assert est.estimate(zero1).compute_s < est.estimate(fsdp).compute_s
+
+
+def test_fsdp2_candidates_pay_their_copy_kernels(estimator):
+    """FSDP2 (simulator/strategies/fsdp_copies.py), as the replay runs it: per micro-batch a
+    copy-out of each of the two gathers on the compute stream (2 x the gathered bytes each),
+    and a chunk_cat before the reduce-scatter (the gradients read and written at 2 bytes)
+    on the reduce-scatter's stream; Megatron-FSDP's buffers (fsdp_copies false) none."""
+    from simulator.strategies.parallel.memory import stage_params
+    est = Estimator(LLAMA7, 512, "bf16", True, estimator.collectives, estimator.compute)
+    plan = ParallelPlan(dp_shard=8, dp_mode="fsdp")
+    nbytes = stage_params(LLAMA7, plan, 0) * 2
+    (part,) = est._dp_parts(Candidate(plan, 1, 1, "none"))
+    assert part.copy_out == pytest.approx(2 * est._copy_s(2 * nbytes))
+    ranks = tuple(range(8))
+    traffic = 2 * est._time("all_gather", nbytes, ranks) + est._time("reduce_scatter", nbytes,
+                                                                      ranks)
+    params = stage_params(LLAMA7, plan, 0)
+    assert part.per_micro == pytest.approx(traffic + est._copy_s(params * (2 + 2)))
+    (plain,) = est._dp_parts(Candidate(dataclasses.replace(plan, fsdp_copies=False), 1, 1,
+                                       "none"))
+    assert plain.copy_out == 0.0 and plain.per_micro == pytest.approx(traffic)
+    with_copies = est.estimate(Candidate(plan, 2, 3, "none"))
+    without = est.estimate(Candidate(dataclasses.replace(plan, fsdp_copies=False), 2, 3, "none"))
+    assert with_copies.compute_s - without.compute_s == pytest.approx(3 * part.copy_out)
+
+
+def test_megatron_candidates_accumulate_into_main_grad(estimator):
+    """A Megatron candidate's weight gradients read and write fp32 main_grad, as its replay
+    (gradient-accumulation fusion, the default) prices them: the estimate times the layers
+    with accumulated_wgrad under the stack that names a main_grad, and only there."""
+    from simulator.models import layer_costs
+    from simulator.models.ops import MainGrad, accumulated_wgrad
+    gpu = estimator.compute.gpu
+    stacks = {name: ComputeModel(gpu, strategy=name) for name in ("torchtitan", "megatron")}
+    main = MainGrad(bytes=4, fused=True)
+    est = Estimator(LLAMA7, 512, "bf16", True, estimator.collectives, stacks["torchtitan"],
+                    stacks=stacks, stack_of=lambda c: strategy_of(c, LLAMA7.layers)["name"],
+                    main_grads={"megatron": main})
+    zero1 = Candidate(ParallelPlan(dp_shard=8, dp_mode="zero1"), 1, 1, "none")
+    layers = [accumulated_wgrad(x, main, 2) for x in layer_costs(LLAMA7, 1, 512, "bf16", True)]
+    want = sum(k * est._op_s((*layers[i].forward, *layers[i].backward), "megatron")
+               for i, k in ((1, LLAMA7.layers), (0, 1), (-1, 1)))
+    assert est.estimate(zero1).compute_s == pytest.approx(want)
+    plain = Estimator(LLAMA7, 512, "bf16", True, estimator.collectives, stacks["torchtitan"],
+                      stacks=stacks, stack_of=lambda c: strategy_of(c, LLAMA7.layers)["name"])
+    assert plain.estimate(zero1).compute_s < est.estimate(zero1).compute_s
 
 
 def test_memory_is_the_memory_model(estimator):

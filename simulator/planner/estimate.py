@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
 from ..models import ModelSpec, layer_costs
 from ..models.moe import is_moe_block
+from ..models.ops import MainGrad, accumulated_wgrad
+from ..strategies.fsdp_copies import copy_in_bytes, copy_out_bytes
 from ..strategies.parallel.context import a2a_sizes
 from ..strategies.parallel.ep_cp import expert_block
 from ..strategies.parallel.memory import peak_rank_memory, stage_expert_params, stage_weights
@@ -82,6 +84,17 @@ class Estimate:
                 "exposed DP traffic": self.dp_comm_s, "compute": self.compute_s}
 
 
+class DpTime(NamedTuple):
+    """Seconds of one part's data-parallel work (:meth:`Estimator._dp_part`): traffic per
+    micro-batch, at the step's end and after it, and FSDP2's copy-outs per micro-batch
+    (kernels on the compute stream, which the layers wait for)."""
+
+    per_micro: float
+    tail: float
+    after: float
+    copy_out: float = 0.0
+
+
 class Estimator:
     """Estimates for one model, sequence and cluster (caches what candidates share)."""
 
@@ -89,13 +102,17 @@ class Estimator:
                  collectives: CollectiveModel, compute: ComputeModel,
                  fp8_recipe: str | None = None,
                  stacks: dict[str, ComputeModel] | None = None,
-                 stack_of: Callable[[Candidate], str] | None = None):
+                 stack_of: Callable[[Candidate], str] | None = None,
+                 main_grads: dict[str, MainGrad] | None = None):
         self.model, self.seq_len, self.precision, self.flash = model, seq_len, precision, flash
         self.collectives, self.compute = collectives, compute
         # the kernels of a candidate priced as its replay's software stack prices them
         # (``stack_of(c)`` names it in ``stacks``; ``compute`` for all by default)
         self.stacks = {"": compute, **(stacks or {})}
         self.stack_of = stack_of or (lambda _c: "")
+        # the gradient buffer a stack's weight gradients accumulate into (Megatron's
+        # main_grad, simulator.models.ops.accumulated_wgrad), as its replay's config keeps it
+        self.main_grads = main_grads or {}
         # an FP8 step runs its GEMMs in FP8 (the layer costs' recipe) and keeps its weights,
         # activations and the rest in bf16, as the replay's strategy config does
         self.fp8_recipe = fp8_recipe
@@ -111,13 +128,14 @@ class Estimator:
         blocks = max(p.stage_layers(self.model.layers))
         edge = max(embed, head) if p.pp > 1 else embed + head
         micro_s = blocks * (fwd + bwd + recompute) + edge
-        compute = m * micro_s
+        dp = self._dp_parts(c)
+        compute = m * (micro_s + sum(part.copy_out for part in dp))
         bubble = 0.0
         if p.pp > 1:
             f = bubble_fraction(p.schedule, p.pp, m, p.vp)
             bubble = compute * f / (1 - f)
         return Estimate(compute, bubble, self._tp(c, blocks), self._pp(c),
-                        self._dp(c, micro_s, blocks * bwd), self._memory(c),
+                        self._dp(c, dp, micro_s, blocks * bwd), self._memory(c),
                         m * blocks * self._cp_block(c, *attn),
                         m * blocks * self._ep_block(c, experts))
 
@@ -146,11 +164,16 @@ class Estimator:
             moe = expert_block(self.model, plan, micro_batch=mb, seq_len=self.seq_len,
                                e=self.e, flash=self.flash)
             block, sizes = moe.of(block), moe.sizes
+        embed_layer, head_layer = layers[0], layers[-1]
+        main_grad = self.main_grads.get(stack)
+        if main_grad is not None:
+            block, embed_layer, head_layer = (accumulated_wgrad(x, main_grad, self.e)
+                                              for x in (block, embed_layer, head_layer))
         fwd, bwd = op_s(block.forward), op_s(block.backward)
         recompute = {"none": 0.0, "full": fwd,
                      "selective": op_s(o for o in block.forward if o.op_class == "attention")}[ac]
-        embed = sum(op_s((*x.forward, *x.backward)) for x in layers[:1])
-        head = sum(op_s((*x.forward, *x.backward)) for x in layers[-1:])
+        embed = op_s((*embed_layer.forward, *embed_layer.backward))
+        head = op_s((*head_layer.forward, *head_layer.backward))
         attn = tuple(op_s(o for o in ops if o.op_class == "attention")
                      for ops in (block.forward, block.backward))
         return fwd, bwd, recompute, embed, head, attn, sizes
@@ -236,48 +259,67 @@ class Estimator:
         one = self._time("send_recv", size, (0, stride))
         return 2 * (c.micro_batches + p.pp - 1) * p.vp * one
 
-    def _dp(self, c: Candidate, micro_s: float, backward_s: float) -> float:
-        """Data-parallel traffic beyond what compute hides: the dense parameters' over the
-        data-parallel groups, and, when the experts are split apart (``ep`` above 1), the
-        routed experts' over rank 0's expert-data-parallel group (``edp`` ranks, as
-        Megatron keeps them in buffers of their own); each part's traffic per micro-batch,
-        at the step's end (behind the backward) and after it, added up."""
+    def _dp(self, c: Candidate, parts: list[DpTime], micro_s: float,
+            backward_s: float) -> float:
+        """Data-parallel traffic beyond what compute hides: each part's (:meth:`_dp_parts`)
+        traffic per micro-batch, at the step's end (behind the backward) and after it,
+        added up."""
+        per_micro = sum(d.per_micro for d in parts)
+        tail = sum(d.tail for d in parts)
+        after = sum(d.after for d in parts)
+        return (c.micro_batches * max(0.0, per_micro - micro_s)
+                + max(0.0, tail - backward_s) + after)
+
+    def _dp_parts(self, c: Candidate) -> list[DpTime]:
+        """The dense parameters' data-parallel work over the data-parallel groups, and, when
+        the experts are split apart (``ep`` above 1), the routed experts' over rank 0's
+        expert-data-parallel group (``edp`` ranks, as Megatron keeps them in buffers of
+        their own); none without data parallelism."""
         p = c.plan
         if p.dp_replicate * p.dp_shard * p.cp == 1:
-            return 0.0
+            return []
         weights = stage_weights(self.model, p, 0, self.kept)
         experts = stage_expert_params(self.model, p, 0) if p.experts_apart else 0
         dense = (weights.trainable - experts) * self.e     # gradients: trainable weights only
-        frozen = weights.frozen_bytes
         edp = p.groups("edp")[0]
-        parts = [self._dp_part(p, dense, frozen, group_ranks(p, ("dp_shard", "cp")),
+        parts = [self._dp_part(p, dense, weights.frozen_bytes,
+                               group_ranks(p, ("dp_shard", "cp")),
                                group_ranks(p, "dp_replicate"),
                                group_ranks(p, ("dp_replicate", "dp_shard", "cp")))]
         if experts:
             parts.append(self._dp_part(p, experts * self.e, 0, edp, (0,), edp))
-        per_micro, tail, after = (sum(part[i] for part in parts) for i in range(3))
-        return (c.micro_batches * max(0.0, per_micro - micro_s)
-                + max(0.0, tail - backward_s) + after)
+        return parts
 
     def _dp_part(self, p: ParallelPlan, nbytes: float, frozen: float, shard, replicate,
-                 every) -> tuple[float, float, float]:
-        """(seconds per micro-batch, at the step's end, after it) of ``nbytes`` of
-        trainable parameters' data-parallel traffic (and ``frozen`` bytes of a fine-tuning's
-        frozen base, which FSDP gathers but nothing reduces): FSDP gathers and
-        reduce-scatters on ``shard`` per micro-batch and all-reduces its shard over
-        ``replicate`` at the end; the distributed optimizer reduce-scatters fp32 gradients
-        at the end and all-gathers the parameters after; DDP all-reduces over ``every`` at
-        the end."""
+                 every) -> DpTime:
+        """The :class:`DpTime` of ``nbytes`` of trainable parameters' data-parallel traffic
+        (and ``frozen`` bytes of a fine-tuning's frozen base, which FSDP gathers but nothing
+        reduces): FSDP gathers and reduce-scatters on ``shard`` per micro-batch and
+        all-reduces its shard over ``replicate`` at the end, FSDP2 (``fsdp_copies``) with
+        its copy kernels (:mod:`simulator.strategies.fsdp_copies`: a copy-out of each
+        gather on the compute stream, a ``chunk_cat`` before the reduce-scatter on its
+        stream, gradients reduced in the weights' dtype as the planner's replays run
+        them); the distributed optimizer reduce-scatters fp32 gradients at the end and
+        all-gathers the parameters after; DDP all-reduces over ``every`` at the end."""
         if p.dp_mode in ("fsdp", "zero2"):
             gathers = 2 if p.dp_mode == "fsdp" else 1
             gathered = nbytes + (frozen if p.dp_mode == "fsdp" else 0)
             per_micro = (gathers * self._time("all_gather", gathered, shard)
                          + self._time("reduce_scatter", nbytes, shard))
-            return per_micro, self._time("all_reduce", nbytes / len(shard), replicate), 0.0
+            copy_out = 0.0
+            if p.dp_mode == "fsdp" and p.fsdp_copies and len(shard) > 1:
+                copy_out = gathers * self._copy_s(copy_out_bytes(gathered))
+                per_micro += self._copy_s(copy_in_bytes(nbytes // self.e, self.e, self.e))
+            return DpTime(per_micro, self._time("all_reduce", nbytes / len(shard), replicate),
+                          0.0, copy_out)
         if p.dp_mode == "zero1":
-            return (0.0, self._time("reduce_scatter", 2 * nbytes, shard),       # fp32 grads
-                    self._time("all_gather", nbytes, shard))
-        return 0.0, self._time("all_reduce", nbytes, every), 0.0
+            return DpTime(0.0, self._time("reduce_scatter", 2 * nbytes, shard),  # fp32 grads
+                          self._time("all_gather", nbytes, shard))
+        return DpTime(0.0, self._time("all_reduce", nbytes, every), 0.0)
+
+    def _copy_s(self, nbytes: float) -> float:
+        """A memory-bound copy kernel of ``nbytes`` (the compute model's elementwise class)."""
+        return self.compute.op_time_s("elementwise", 0.0, nbytes, self.kept)
 
     # ----------------------------------------------------------------------- memory
     def _memory(self, c: Candidate) -> int:

@@ -35,6 +35,7 @@ from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run
                         with_finetune)
 from ..precision import FP8, PRECISIONS
 from ..scenario import Scenario
+from ..strategies.frameworks.megatron import MegatronConfig
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
 from .estimate import Estimate, Estimator
@@ -131,11 +132,13 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     except ConfigError as exc:
         raise exc.located(source) from None
     # kernels priced as each candidate's replay runs them: torchtitan's eager PyTorch stack,
-    # Megatron's for a distributed-optimizer candidate (strategy_of)
+    # Megatron's for a distributed-optimizer candidate (strategy_of), whose weight
+    # gradients accumulate into Megatron's main_grad (its DDP's defaults, as _megatron sets)
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
                     CollectiveModel(cluster, k, scn.nccl), stacks["torchtitan"],
                     fp8_recipe=t.fp8_recipe if t.precision == FP8 else None, stacks=stacks,
-                    stack_of=lambda c: (strategy_of(c, model.layers) or {}).get("name", ""))
+                    stack_of=lambda c: (strategy_of(c, model.layers) or {}).get("name", ""),
+                    main_grads={"megatron": MegatronConfig().main_grad()})
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
     fits = _estimated(out, cands, est, model.layers, say)
