@@ -350,6 +350,15 @@ def test_plan_refuses_a_model_that_is_not_a_transformer(capsys):
     assert code == 2 and "not a transformer" in err
 
 
+def test_plan_refuses_megatrons_fp8_activation_store_in_one_line(capsys):
+    """training.fp8_activation_input is Megatron-Core's alone; plan replays FSDP candidates
+    under torchtitan, which could not honour it."""
+    code, _, err = run_main(capsys, "plan", "quickstart", "--set", "strategy={name: megatron}",
+                            "--set", "training.fp8_activation_input=true", "-q")
+    assert code == 2 and "training.fp8_activation_input" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_plan_reads_as_a_sentence_with_its_batch_and_trust(capsys):
     """Issue 47: the headline in words, the global batch and where it came from (4M tokens
     a step by default, not the scenario's micro-batch x GPUs), how far to trust it."""

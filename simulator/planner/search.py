@@ -32,7 +32,7 @@ from ..hardware import check_fp8_recipe, check_training_precision, gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
 from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run_setup,
-                        with_finetune)
+                        with_finetune, with_fp8_stores)
 from ..precision import FP8, PRECISIONS
 from ..scenario import Scenario
 from ..strategies.frameworks.megatron import MegatronConfig
@@ -91,8 +91,12 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
         is done, the replays' (counted in their traces) before any runs.
     """
     say = progress or (lambda _msg: None)
+    if scn.training.fp8_activation_input:
+        raise ConfigError("is Megatron-Core's alone, and plan replays its FSDP candidates "
+                          "under torchtitan: price it with run or compare",
+                          source=source, field="training.fp8_activation_input")
     try:
-        model = with_finetune(load_model(scn.model), scn)
+        model = with_fp8_stores(with_finetune(load_model(scn.model), scn), scn)
     except ConfigError as exc:
         raise exc.located(source) from None
     if model.finetune is not None and model.finetune.freeze_layers:
