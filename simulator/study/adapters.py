@@ -18,7 +18,7 @@ METRICS = ("iteration_time_s", "samples_per_s", "tokens_per_s", "tokens_per_s_pe
            "memory_wait_s", "gpu_utilization", "peak_memory_gib", "oom", "gpus")
 COMPARE_COLUMNS = ("strategy", "framework", "strategy_status", "reason", *METRICS,
                    "worker_gpus", "global_batch", "oom_at", "comm_bytes_per_gpu", "scaling_gpus",
-                   "scaling_efficiency", "cost_per_iteration_usd",
+                   "scaling_efficiency", "usd_per_gpu_hour", "price", "cost_per_iteration_usd",
                    "cost_per_million_tokens_usd", "comm_wait_share", "extrapolated", "trust")
 _LOST = ("checkpoint", "degraded", "recompute", "detection", "waiting", "restart", "restore")
 RELIABILITY_COLUMNS = (
@@ -71,10 +71,12 @@ def compare_point(scn, point: dict) -> list[dict]:
     result = compare(scn, parse_strategies(opts.strategies), source=f"point {point['id']}",
                      price=price, scaling=opts.scaling, capacity=opts.capacity)
     trust = trust_of(result, scn.model, "the runs: docs/accuracy.md")
-    return [_compare_row(r.as_dict(), result.cluster["gpus"], trust) for r in result.rows]
+    label = price.label if price else ""
+    return [_compare_row(r.as_dict(), result.cluster["gpus"], trust, label)
+            for r in result.rows]
 
 
-def _compare_row(d: dict, gpus: int, trust: str) -> dict:
+def _compare_row(d: dict, gpus: int, trust: str, price: str = "") -> dict:
     m, cost, scaling = d.get("metrics") or {}, d.get("cost") or {}, d.get("scaling_2x") or {}
     row = {"strategy": d["strategy"], "framework": d["framework"],
            "strategy_status": d["status"], "reason": d["reason"]}
@@ -85,6 +87,9 @@ def _compare_row(d: dict, gpus: int, trust: str) -> dict:
                global_batch=d.get("global_batch"),
                oom_at=d.get("oom_at") or "", comm_bytes_per_gpu=d.get("comm_bytes_per_gpu"),
                scaling_gpus=scaling.get("gpus"), scaling_efficiency=scaling.get("efficiency"),
+               # the rate each point was priced at and where it comes from: points on
+               # different GPUs take different default prices (prices.yaml)
+               usd_per_gpu_hour=cost.get("usd_per_gpu_hour"), price=price,
                cost_per_iteration_usd=cost.get("per_iteration_usd"),
                cost_per_million_tokens_usd=cost.get("per_million_tokens_usd"),
                comm_wait_share=cost.get("comm_wait_share"),
