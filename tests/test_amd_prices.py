@@ -75,6 +75,9 @@ def test_one_finetuning_job_across_vendors_in_one_command(tmp_path, capsys):
     d = pd.read_parquet(out / "results.parquet").set_index("cluster.topology")
     assert list(d.index) == ["mi300x-8gpu", "mi355x-8gpu", "dgx-h100", "dgx-h200", "dgx-b200"]
     assert (d.strategy_status == "ok").all() and (d.gpus == 8).all()
+    # each server in a layout that fits its memory (the zipped axes): none out of memory
+    assert not d.oom.any()
+    assert list(d["strategy.tensor_model_parallel_size"]) == [1, 1, 4, 1, 1]
     # each server at its own GPU's default price: Oracle's 6.00 and 8.60 USD per AMD
     # GPU-hour, AWS p5 55.04 / 8, p5en 63.296 / 8, p6-b200 113.9328 / 8 for NVIDIA
     rates = {"mi300x-8gpu": 48.00 / 8, "mi355x-8gpu": 8.60, "dgx-h100": 55.04 / 8,
@@ -89,5 +92,5 @@ def test_one_finetuning_job_across_vendors_in_one_command(tmp_path, capsys):
     # docs/amd.md's table is these rows
     page = (REPO / "docs" / "amd.md").read_text()
     for topology, r in d.iterrows():
-        assert (f"| {topology} | {r.usd_per_gpu_hour:.2f} | {r.tokens_per_s:,.0f} | "
-                f"{r.cost_per_million_tokens_usd:.3f} |") in page, topology
+        assert (f"| {r.usd_per_gpu_hour:.2f} | {r.iteration_time_s:.3f} | "
+                f"{r.tokens_per_s:,.0f} | {r.cost_per_million_tokens_usd:.3f} |") in page, topology

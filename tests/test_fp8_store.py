@@ -167,3 +167,20 @@ def test_the_extractor_reads_the_variable_the_nemo_config_maps():
     bare = "Y/benchmarks/llama2_70b_lora/implementations/bare/config_b.sh"   # NVIDIA's conf
     assert extract.fp8_act(mirror, bare, {"FP8_ACT": "1"}) == "yes"
     assert extract.fp8_act(mirror, bare, {}) == ""
+
+
+def test_compare_runs_it_where_the_strategy_has_it_and_says_why_not_elsewhere(capsys):
+    """Megatron-Core's setting in a comparison: compare's reference check (a ddp run of
+    everything but the strategy) leaves it out, the megatron row takes it, the fsdp row
+    cannot run it and says so in its row."""
+    import json
+    from test_cli import run_main
+    code, out, err = run_main(capsys, "compare", "llama2-70b-lora-mi300x", "--set",
+                              "cluster.topology=dgx-b200", "--set",
+                              "training.fp8_activation_input=true", "--strategies",
+                              "megatron,fsdp", "--format", "json", "-q")
+    assert code == 0, err
+    rows = {r["strategy"]: r for r in json.loads(out)["rows"]}
+    assert rows["megatron"]["status"] == "ok"
+    assert rows["fsdp-full"]["status"] != "ok"
+    assert "fp8_activation_input" in rows["fsdp-full"]["reason"]

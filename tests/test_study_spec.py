@@ -133,3 +133,37 @@ def test_shipped_studies_load(tmp_path):
     assert len(gpus) >= 8 and gpus[0] == 8 and gpus[-1] >= 1024
     assert resolve_study("switch-bandwidth").is_file()
     assert TOPOLOGY_PREFIX == "topology."
+
+
+def test_zipped_axes_name_a_point_by_their_first_distinct_key():
+    """Zipped keys vary together: a sentence names a point by the first of them whose values
+    tell the points apart (all of them when none does), every grid key besides."""
+    from simulator.study.spec import Axes, Study
+    axes = Axes(grid={"cluster.nodes": [1, 2]},
+                zip={"training.micro_batch": [1, 1, 2], "training.grad_accum": [8, 4, 2],
+                     "training.seq_len": [512, 1024, 2048]})
+    study = Study(name="s", command="run", base={"scenario": "quickstart"}, axes=axes)
+    assert study.naming_keys() == ["cluster.nodes", "training.grad_accum"]
+    same = Axes(zip={"training.micro_batch": [1, 1], "training.seq_len": [512, 512]})
+    study = Study(name="s", command="run", base={"scenario": "quickstart"}, axes=same)
+    assert study.naming_keys() == ["training.micro_batch", "training.seq_len"]
+
+
+def test_a_point_out_of_memory_is_never_the_best():
+    """A run that does not fit is no answer to "which is best", whatever its numbers: the
+    best question leaves it out and names it; with nothing that fits it says so."""
+    import pandas as pd
+    from simulator.study.answers import answer
+    from simulator.study.spec import Axes, BestQuestion, Study
+    study = Study(name="s", command="run", base={"scenario": "quickstart"},
+                  axes=Axes(grid={"cluster.topology": ["a", "b", "c"]}),
+                  labels={"cluster.topology": "server"})
+    rows = pd.DataFrame({"cluster.topology": ["a", "b", "c"],
+                         "tokens_per_s": [300.0, 200.0, 100.0],
+                         "oom": [True, False, False]})
+    q = BestQuestion(kind="best", ask="fastest?", metric="tokens_per_s", goal="max")
+    text = answer(q, rows, study)
+    assert "is 200 with server b" in text and "next comes server c" in text
+    assert "(left out, out of memory: server a)" in text
+    none = answer(q, rows.assign(oom=True), study)
+    assert none == "Every point the question picks runs out of memory, so none is the best."

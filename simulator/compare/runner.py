@@ -81,6 +81,15 @@ def with_strategy(scn: Scenario, alias: NamedStrategy) -> Scenario:
     return scn.model_copy(update={"strategy": strategy_dict(scn, spec_of(alias))}, deep=True)
 
 
+def reference(scn: Scenario) -> Scenario:
+    """The ``ddp`` run that checks everything but the strategy (model, topology, training),
+    without the training settings one framework alone has (Megatron-Core's
+    ``fp8_activation_input``): each strategy's own row takes or refuses those."""
+    ref = with_strategy(scn, NAMED_STRATEGIES["ddp"])
+    training = ref.training.model_copy(update={"fp8_activation_input": False})
+    return ref.model_copy(update={"training": training})
+
+
 def doubled(scn: Scenario, world: int, G) -> tuple[Scenario, str]:
     """``scn`` on twice its ``world`` GPUs and how: more of the topology's GPUs when the
     cluster graph ``G`` has them (``cluster.gpus``), else twice the servers
@@ -244,7 +253,7 @@ def _scale_rows(live: list[Row], scn: Scenario, world: int, G, source: str,
     """Fill each row's :class:`Scaling` on twice the GPUs; returns how they were doubled."""
     try:
         scn2, how = doubled(scn, world, G)
-        build_setup(with_strategy(scn2, NAMED_STRATEGIES["ddp"]), source)
+        build_setup(reference(scn2), source)
     except ConfigError as exc:
         how = f"cannot double the GPUs: {_why_not_doubled(exc, G)}"
         for row in live:                 # nothing is simulated: no progress to report
@@ -292,7 +301,7 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
     :raises ConfigError: for mistakes not about one strategy (model, topology, training).
     """
     say = progress or (lambda _msg: None)
-    ref = build_setup(with_strategy(scn, NAMED_STRATEGIES["ddp"]), source)   # validates the rest
+    ref = build_setup(reference(scn), source)                 # validates the rest
     world = ref.trace.world_size
     # every strategy at the scenario's own samples per step (a strategy that cannot reach
     # it says so in its row); the 2x-GPU runs at twice it (weak scaling)

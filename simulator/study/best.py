@@ -20,7 +20,11 @@ def best_answer(q: BestQuestion, ok: pd.DataFrame, study: Study,
         ok = ok[ok[column].isin([cell(v) for v in values])]
     if ok.empty:
         return "No finished point has the values the question picks."
-    ident = [c for c in study.axis_keys() if c in ok and c != q.per
+    fits, over = _fitting(ok)
+    if fits.empty:
+        return "Every point the question picks runs out of memory, so none is the best."
+    ok = fits
+    ident = [c for c in study.naming_keys() if c in ok and c != q.per
              and not (q.per and ok.groupby(q.per)[c].nunique().max() < 2)]
     ident += [c for c in keys if c in ok and c not in ident]
     word = "lowest" if q.goal == "min" else "highest"
@@ -28,16 +32,33 @@ def best_answer(q: BestQuestion, ok: pd.DataFrame, study: Study,
     ranked = [(v, g.sort_values(q.metric, ascending=q.goal == "min", kind="stable"))
               for v, g in groups(ok, q.per)]
     winners = {describe(g.iloc[0], ident, study) for _, g in ranked}
+    left_out = _left_out(over, ident, study)
     if q.per and len(ranked) > 1 and len(winners) == 1:
         return sentence(_same_winner(q, ranked, ident, study, word)
-                        + _among_clause(q, ranked, ident, study))
+                        + _among_clause(q, ranked, ident, study) + left_out)
     clauses = []
     for value, group in ranked:
         best = group.iloc[0]
         where = f"{at(study, q.per, value)}, " if q.per else ""
         clauses.append(f"{where}the {word} {name} is {fmt(q.metric, best[q.metric])} with "
                        f"{describe(best, ident, study)}" + _runner_up(q, group, ident, study))
-    return sentence("; ".join(clauses) + _among_clause(q, ranked, ident, study))
+    return sentence("; ".join(clauses) + _among_clause(q, ranked, ident, study) + left_out)
+
+
+def _fitting(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows whose run fits in memory, and those that ran out of it (an ``oom`` column
+    true): a run that does not fit is no answer to "which is best", whatever its numbers."""
+    if "oom" not in rows:
+        return rows, rows.iloc[0:0]
+    over = rows["oom"].map(lambda v: str(v).lower() == "true")     # bool, or read as text
+    return rows[~over], rows[over]
+
+
+def _left_out(over: pd.DataFrame, ident: list[str], study: Study) -> str:
+    """The clause naming the points left out for running out of memory, if any."""
+    if over.empty:
+        return ""
+    return f" (left out, out of memory: {describe_many(over, ident, study)})"
 
 
 def _among_clause(q: BestQuestion, ranked: list, ident: list[str], study: Study) -> str:

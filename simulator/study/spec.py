@@ -133,6 +133,15 @@ class Study(_Strict):
     def axis_keys(self) -> list[str]:
         return [*self.axes.grid, *self.axes.zip]
 
+    def naming_keys(self) -> list[str]:
+        """The axis keys that name a point in a sentence: every grid key and, of the zipped
+        keys (varied together), the first whose values tell its points apart (all of them
+        when none does)."""
+        zipped = self.axes.zip
+        named = next(([k] for k, values in zipped.items()
+                      if len({repr(v) for v in values}) == len(values)), list(zipped))
+        return [*self.axes.grid, *named]
+
     def label(self, column: str) -> str:
         return self.labels.get(column, column)
 
