@@ -309,13 +309,15 @@ class Estimator:
             copy_out = 0.0
             if p.dp_mode == "fsdp" and p.fsdp_copies and len(shard) > 1:
                 copy_out = gathers * self._copy_s(copy_out_bytes(gathered))
-                per_micro += self._copy_s(copy_in_bytes(nbytes // self.e, self.e, self.e))
-            return DpTime(per_micro, self._time("all_reduce", nbytes / len(shard), replicate),
-                          0.0, copy_out)
+                per_micro += self._copy_s(copy_in_bytes(nbytes / self.e, self.e, self.e))
+            return DpTime(per_micro=per_micro,
+                          tail=self._time("all_reduce", nbytes / len(shard), replicate),
+                          after=0.0, copy_out=copy_out)
         if p.dp_mode == "zero1":
-            return DpTime(0.0, self._time("reduce_scatter", 2 * nbytes, shard),  # fp32 grads
-                          self._time("all_gather", nbytes, shard))
-        return DpTime(0.0, self._time("all_reduce", nbytes, every), 0.0)
+            return DpTime(per_micro=0.0,
+                          tail=self._time("reduce_scatter", 2 * nbytes, shard),  # fp32 grads
+                          after=self._time("all_gather", nbytes, shard))
+        return DpTime(per_micro=0.0, tail=self._time("all_reduce", nbytes, every), after=0.0)
 
     def _copy_s(self, nbytes: float) -> float:
         """A memory-bound copy kernel of ``nbytes`` (the compute model's elementwise class)."""
