@@ -142,6 +142,16 @@ class CommonConfig(BaseModel):
         GEMM writes a gradient of its own (PyTorch's autograd, the default)."""
         return None
 
+    def with_main_grad(self, layers: list[LayerCost]) -> list[LayerCost]:
+        """``layers`` with their weight gradients accumulating into :meth:`main_grad`
+        (unchanged without one): the one rule every generator of this config applies."""
+        main_grad = self.main_grad()
+        if main_grad is None:
+            return layers
+        from simulator.models.ops import accumulated_wgrad    # models load when used
+        e = precision_bytes(self.precision)
+        return [accumulated_wgrad(layer, main_grad, e) for layer in layers]
+
     def fp8_weight_reuse(self, recipe: str) -> int:
         """Micro-batches of a step that share one FP8 cast of each weight under ``recipe``
         (:func:`simulator.models.fp8.fp8_layer`): 1, every micro-batch casts its weights."""

@@ -69,12 +69,11 @@ def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
     """``layers`` if given, else the unsharded per-layer costs of one micro-batch (what
     the data-parallel generators take; a planned strategy is called without them), their
     blocks' GEMMs in FP8 where ``fp8_recipe`` is given, their weight gradients accumulating
-    into the config's gradient buffer where it keeps one (:meth:`main_grad`)."""
+    into the config's gradient buffer where it keeps one (:meth:`with_main_grad`)."""
     if layers is not None:
         return layers
     from simulator.models import layer_costs
-    from simulator.models.ops import accumulated_wgrad
-    from simulator.precision import FP8, precision_bytes
+    from simulator.precision import FP8
     if fp8_recipe is not None:
         layers = layer_costs(spec, cfg.micro_batch, seq_len, FP8, flash, autocast=autocast,
                              compile=compile, fp8_recipe=fp8_recipe, elementwise=elementwise,
@@ -82,11 +81,7 @@ def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
     else:
         layers = layer_costs(spec, cfg.micro_batch, seq_len, cfg.precision, flash,
                              autocast=autocast, compile=compile, elementwise=elementwise)
-    main_grad = cfg.main_grad()
-    if main_grad is None:
-        return layers
-    e = precision_bytes(cfg.precision)
-    return [accumulated_wgrad(layer, main_grad, e) for layer in layers]
+    return cfg.with_main_grad(layers)
 
 
 def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0,

@@ -107,7 +107,6 @@ class DataParallel:
     def __init__(self, b, chunk_layers: dict[int, tuple], grad_size: int, shard_size: int,
                  replicate_size: int):
         self.b, self.mode, plan = b, b.plan.dp_mode, b.plan
-        self.copies = plan.fsdp_copies          # FSDP2's copy kernels (..fsdp_copies)
         self.wb, self.gb = b.cfg.weight_bytes(), b.cfg.grad_reduce_bytes()
         self.chunk_layers = chunk_layers
         experts = {c: tuple(expert_part(x) for x in ls) for c, ls in chunk_layers.items()}
@@ -192,7 +191,7 @@ class DataParallel:
                         layer=layer.name, mem_alloc_bytes=size)
                     ops.append(copy_out(self.b.ol, op, f"{part.prefix}params.{layer.name}",
                                         phase, size, micro, layer=layer.name)
-                               if self.copies else op)
+                               if self.b.plan.fsdp_copies else op)
             self.gathered[key] = tuple(ops)
         return self.gathered[key]
 
@@ -298,7 +297,7 @@ class DataParallel:
                 padded = padded_numel(params, part.shard)
                 cat = copy_in(self.b.ol, GRAD_STREAM, last_op,
                               f"{part.prefix}grads.{layer.name}", padded, self.wb, self.gb,
-                              micro, layer=layer.name) if self.copies else last_op
+                              micro, layer=layer.name) if self.b.plan.fsdp_copies else last_op
                 last = self.b.collective("reduce_scatter", GRAD_STREAM, part.shard_comm,
                                          padded * self.gb,
                                          (cat,), f"{part.prefix}grads.{layer.name}",

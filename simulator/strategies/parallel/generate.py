@@ -52,7 +52,6 @@ from simulator.models.fp8 import fp8_layer
 from simulator.models.mamba import in_graph_scope
 from simulator.models.moe import op_fused_experts
 from simulator.models.nvfp4 import NVFP4, nvfp4_layer
-from simulator.models.ops import accumulated_wgrad
 from simulator.precision import precision_bytes
 from simulator.trace import Communicator, RankClass, Trace
 
@@ -459,10 +458,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
                   fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
-    main_grad = cfg.main_grad()             # Megatron's main_grad buffer
-    if main_grad is not None:
-        e = precision_bytes(cfg.precision)
-        layers = [accumulated_wgrad(layer, main_grad, e) for layer in layers]
+    layers = cfg.with_main_grad(layers)     # Megatron's main_grad buffer
     if getattr(cfg, "use_transformer_engine_op_fuser", False):     # TE's fused expert MLP
         layers = [op_fused_experts(layer) for layer in layers]
     if getattr(cfg, "cross_entropy", "te") != "te":      # Megatron-Core's own loss kernels
