@@ -90,10 +90,13 @@ def test_a_gpu_without_a_price_says_so_in_one_line_never_zero(capsys):
     assert run["cost_note"].startswith("no price in the catalog for MI350X")
 
 
-def test_report_html_says_what_the_step_costs(tmp_path, capsys):
+def test_report_html_and_summary_json_say_what_the_step_costs(tmp_path, capsys):
     out_dir = tmp_path / "out"
     rc, out, err = run_main(capsys, "run", LORA, "-q", "--out", str(out_dir))
     assert rc == 0, err
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["cost"] == _run_json(capsys)["cost"]          # what --format json says
+    assert summary["price"]["usd_per_gpu_hour"] == 6.00
     page = (out_dir / "report.html").read_text()
     assert "Renting the 8 x MI300X at 6.00 USD per GPU-hour costs" in page
     assert "cost_per_1m_tok_usd" in page and "cluster_usd_per_hour" in page

@@ -86,6 +86,9 @@ def register(cli: click.Group) -> None:
         from ..energy.timeline import energy_of
         energy = energy_of(result)
         cost = step_cost_of(setup, m, cost_price)
+        priced = {"price": dataclasses.asdict(cost_price) if cost_price else None,
+                  "cost": cost.as_dict() if cost else None,
+                  **({} if cost_price else {"cost_note": no_price_line(gpu)})}
         from ..loader import loader_rows
         from .replay import unknown_metrics      # what replay says of the same trace
         unknown = unknown_metrics(setup.trace)
@@ -110,7 +113,7 @@ def register(cli: click.Group) -> None:
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict(),
                           energy=energy.as_dict() if energy else None,
-                          timeline_format=timeline_format)
+                          timeline_format=timeline_format, cost=priced)
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
                        accuracy=acc.lines(), extrapolated=extra.note() if extra else None,
                        energy=energy_sentence(energy), comm_kinds=(kinds_of, kinds),
@@ -123,11 +126,7 @@ def register(cli: click.Group) -> None:
             d = {**m.as_dict(), **{k: None for k in unknown},     # null as replay gives
                  "comm_by_kind": [k.as_dict() for k in kinds],
                  "accuracy": acc.as_dict(),
-                 "energy": energy.as_dict() if energy else None,
-                 "price": dataclasses.asdict(cost_price) if cost_price else None,
-                 "cost": cost.as_dict() if cost else None}
-            if cost_price is None:
-                d["cost_note"] = no_price_line(gpu)
+                 "energy": energy.as_dict() if energy else None, **priced}
             if result.loader_s > 0:
                 d["train_loader"] = {"loader_s": result.loader_s,
                                      "wait_s": result.loader_wait_s}
