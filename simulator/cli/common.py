@@ -159,6 +159,19 @@ format_option = click.option("--format", "fmt", type=click.Choice(["table", "jso
                              help="A table for people, or JSON for programs.")
 
 
+def price_options(command):
+    """``--price-per-gpu-hour USD`` (``price``) and ``--instance NAME`` (``instance``): the
+    price ``run``, ``compare`` and ``plan`` cost a step at
+    (:func:`simulator.compare.cost.resolve_price`)."""
+    command = click.option("--instance", default=None, metavar="NAME",
+                           help="Price from this prices.yaml entry (e.g. "
+                                "gcp-a2-ultragpu-8g).")(command)
+    return click.option("--price-per-gpu-hour", "price", type=float, default=None,
+                        metavar="USD",
+                        help="Price of one GPU-hour [default: the list on-demand price of "
+                             "the topology's GPU in simulator/data/prices.yaml].")(command)
+
+
 def names_sets(command):
     """Decorate a command taking ``scenario`` (or ``cluster``'s ``mix``) and ``sets``
     (``--set KEY=VALUE``; ``cluster``'s ``--against`` too): an error in a value one gave

@@ -11,7 +11,7 @@ import click
 from ..choices import DEFAULT_COMPARE_STRATEGIES, DEFAULT_SCENARIO, framework_of
 from ..errors import ConfigError
 from ..progress import enabled, quiet_option, stage
-from .common import names_sets
+from .common import names_sets, price_options
 from .configfile import config_options
 from .configfile import load as load_with_config
 
@@ -53,11 +53,7 @@ def register(cli: click.Group) -> None:
     @click.option("--out", type=click.Path(path_type=Path), default=None,
                   help="Also write compare.csv, compare.json and PNG charts here (a folder "
                        "clustersim wrote, or a new or empty one).")
-    @click.option("--price-per-gpu-hour", "price", type=float, default=None, metavar="USD",
-                  help="Price of one GPU-hour [default: the list on-demand price of the "
-                       "topology's GPU in simulator/data/prices.yaml].")
-    @click.option("--instance", default=None, metavar="NAME",
-                  help="Price from this prices.yaml entry (e.g. gcp-a2-ultragpu-8g).")
+    @price_options
     @click.option("--tokens", default=None, metavar="N",
                   help="Price a token budget, e.g. 300B or 2T.")
     @click.option("--epochs", default=None, metavar="E",

@@ -9,7 +9,7 @@ import click
 from ..choices import DEFAULT_SCENARIO
 from ..errors import ConfigError
 from ..progress import enabled, quiet_option, stage
-from .common import names_sets
+from .common import names_sets, price_options
 from .configfile import config_options, load_pieces
 
 _SET_HELP = ("Override a scenario key, e.g. --set cluster.nodes=128 or --set "
@@ -39,10 +39,7 @@ def register(cli: click.Group) -> None:
     @click.option("--max-work", type=click.IntRange(1), default=None, metavar="UNITS",
                   help="Refuse a search past this many units of work (about a millisecond "
                        "each), counted before it starts [default: 100,000; docs/plan.md].")
-    @click.option("--price-per-gpu-hour", "price", type=float, default=None, metavar="USD",
-                  help="Price of one GPU-hour [default: the GPU's list price, prices.yaml].")
-    @click.option("--instance", default=None, metavar="NAME",
-                  help="Price from this prices.yaml entry.")
+    @price_options
     @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
                   default="table", show_default=True)
     @click.option("--out", type=click.Path(path_type=Path), default=None,

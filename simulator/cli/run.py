@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from ..choices import DEFAULT_SCENARIO
 from ..gcpause import gc_paused
 from ..lifetime import keep
 from ..progress import quiet_option, ticking
-from .common import format_option, metric_rows, names_sets
+from .common import format_option, metric_rows, names_sets, price_options
 from .configfile import config_options
 from .configfile import load as load_with_config
 
@@ -33,15 +34,19 @@ def register(cli: click.Group) -> None:
                        "kineto/rank-<r>.pt.trace.json, PyTorch profiler traces one per rank "
                        "that HolisticTraceAnalysis opens (docs/trace-format.md).")
     @format_option
+    @price_options
     @config_options
     @quiet_option
     @names_sets
-    def run_cmd(scenario, sets, out, timeline_format, fmt, config, config_format):
+    def run_cmd(scenario, sets, out, timeline_format, fmt, price, instance, config,
+                config_format):
         """Simulate one training iteration of SCENARIO [default: quickstart].
 
-        SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer ends
-        with its accuracy envelope: the nearest validated case, its error, and where this
-        run leaves the validated ground (docs/accuracy.md).
+        SCENARIO is a scenario YAML file or a shipped name (scenarios/). The answer says
+        what the step costs (per step, per 1M tokens, per hour of the job's GPUs) at the
+        GPU's list price in simulator/data/prices.yaml, priced as compare prices it, and
+        ends with its accuracy envelope: the nearest validated case, its error, and where
+        this run leaves the validated ground (docs/accuracy.md).
         """
         from ..outpaths import atomic_write_text, prepare_out_dir
         from ..errors import ConfigError
@@ -61,6 +66,10 @@ def register(cli: click.Group) -> None:
             from ..pipeline import build_setup, run_setup
             from ..validation.envelope import Query, envelope
             setup = build_setup(scn, scn.source)
+            from ..compare.cost import no_price_line, resolve_price
+            gpu = str(setup.cluster.G.graph.get("gpu"))
+            cost_price = resolve_price(gpu, price, instance,     # a bad --instance: refused
+                                       topology=setup.cluster.G.graph.get("name"))  # now
         note = batch_note(setup.scenario, sets, setup.trace.meta.get("global_batch"))
         if note:
             click.echo(f"clustersim: run: {note}", err=True)
@@ -73,17 +82,20 @@ def register(cli: click.Group) -> None:
                 f"{setup.trace.world_size} x {setup.cluster.G.graph.get('gpu')} "
                 f"({setup.cluster.G.graph.get('name')})")
         capacity_gib = setup.capacity_bytes / float(1 << 30)
-        gpu = str(setup.cluster.G.graph.get("gpu"))
         from ..energy.report import energy_rows, energy_sentence
         from ..energy.timeline import energy_of
         energy = energy_of(result)
+        cost = step_cost_of(setup, m, cost_price)
+        priced = {"price": dataclasses.asdict(cost_price) if cost_price else None,
+                  "cost": cost.as_dict() if cost else None,
+                  **({} if cost_price else {"cost_note": no_price_line(gpu)})}
         from ..loader import loader_rows
         from .replay import unknown_metrics      # what replay says of the same trace
         unknown = unknown_metrics(setup.trace)
         rows = ([(k, f"n/a ({unknown[k]})" if k in unknown else v)
                  for k, v in metric_rows(m, capacity_gib)]
                 + loader_rows(result.loader_s, result.loader_wait_s, m.iteration_time_s)
-                + energy_rows(energy, gpu))
+                + energy_rows(energy, gpu) + cost_rows(cost, cost_price, gpu))
         from ..evaluation import eval_rows, evaluation_pass
         ev = evaluation_pass(scn, scn.source, setup.cluster)
         rows += eval_rows(ev, m.iteration_time_s, energy)
@@ -101,10 +113,11 @@ def register(cli: click.Group) -> None:
             write_outputs(out, result.timeline, m, setup.cluster,
                           scn.model_dump(mode="json"), ranks, accuracy=acc.as_dict(),
                           energy=energy.as_dict() if energy else None,
-                          timeline_format=timeline_format)
+                          timeline_format=timeline_format, cost=priced)
             write_page(out, m, rows, what, capacity_gib, scn.model_dump(mode="json"),
                        accuracy=acc.lines(), extrapolated=extra.note() if extra else None,
                        energy=energy_sentence(energy), comm_kinds=(kinds_of, kinds),
+                       cost=cost_sentence(cost, cost_price, gpu, energy),
                        bubble=bubble_line(meta))
             if extra is not None:        # the timeline and tables are of the replayed step
                 atomic_write_text(out / "extrapolation.json",
@@ -113,7 +126,7 @@ def register(cli: click.Group) -> None:
             d = {**m.as_dict(), **{k: None for k in unknown},     # null as replay gives
                  "comm_by_kind": [k.as_dict() for k in kinds],
                  "accuracy": acc.as_dict(),
-                 "energy": energy.as_dict() if energy else None}
+                 "energy": energy.as_dict() if energy else None, **priced}
             if result.loader_s > 0:
                 d["train_loader"] = {"loader_s": result.loader_s,
                                      "wait_s": result.loader_wait_s}
@@ -136,6 +149,9 @@ def register(cli: click.Group) -> None:
         bubble = bubble_line(meta)
         if bubble:
             click.echo(f"# {bubble}")
+        if cost is not None:             # else its row said why, in one line
+            click.echo(f"# cost: {cost_sentence(cost, cost_price, gpu, energy)}")
+            click.echo(f"# price: {cost_price.label}")
         for line in acc.lines():
             click.echo(f"# accuracy: {line}")
         if out is not None and timeline_format == "kineto":
@@ -175,6 +191,48 @@ def register(cli: click.Group) -> None:
         n_ops = sum(len(c.ops) for c in setup.trace.classes)
         click.echo(f"wrote {output}: {setup.trace.world_size} ranks, "
                    f"{len(setup.trace.classes)} rank class(es), {n_ops} ops")
+
+
+def step_cost_of(setup, m, price):
+    """The cost of the simulated step ``m`` of ``setup`` at ``price`` (None without one):
+    :func:`simulator.compare.cost.step_cost`, compare's own, on every GPU the scenario
+    holds, at the step's global batch."""
+    from ..compare.cost import step_cost
+    from ..topology.build import scenario_gpus
+    meta = setup.trace.meta
+    return step_cost(price, scenario_gpus(setup.scenario, setup.cluster.G), m,
+                     int(meta.get("global_batch") or 0), meta.get("tokens_per_sample") or 0)
+
+
+def cost_rows(cost, price, gpu: str) -> list[tuple[str, str]]:
+    """(name, value) lines of a step's cost that ``run`` prints after its energy; one line
+    saying why where there is none (a GPU without a price at ``price`` None)."""
+    if cost is None:
+        return [("cost", f"n/a: {cost_sentence(cost, price, gpu, None)}")]
+    rows = [("cost_per_step_usd", f"{cost.per_iteration_usd:.4g} USD "
+                                  f"({cost.gpus} x {cost.usd_per_gpu_hour:.2f} USD per "
+                                  f"GPU-hour)")]
+    if cost.per_million_tokens_usd is not None:
+        rows.append(("cost_per_1m_tok_usd", f"{cost.per_million_tokens_usd:.4g} USD"))
+    rows.append(("cluster_usd_per_hour", f"{cost.usd_per_hour:,.2f} USD ({cost.gpus} GPUs)"))
+    return rows
+
+
+def cost_sentence(cost, price, gpu: str, energy) -> str:
+    """What the step costs in a sentence a manager reads: the GPUs rented at ``price``, and
+    the electricity at the site where the energy model prices it."""
+    if cost is None:
+        from ..compare.cost import no_price_line
+        return no_price_line(gpu) if price is None else "no step to price"
+    per_m = "" if cost.per_million_tokens_usd is None else \
+        f", {cost.per_million_tokens_usd:.3g} USD per 1M tokens"
+    elec = ""
+    if energy is not None and energy.usd_per_million_tokens is not None:
+        elec = (f"; electricity at the site adds {energy.usd_per_million_tokens:.3g} USD per "
+                f"1M tokens ({energy.usd_per_kwh:g} USD/kWh)")
+    return (f"renting the {cost.gpus} x {gpu} at {cost.usd_per_gpu_hour:.2f} USD per GPU-hour "
+            f"costs {cost.per_iteration_usd:.3g} USD a step{per_m}, "
+            f"{cost.usd_per_hour:,.2f} USD an hour for the whole cluster{elec}")
 
 
 def _framework_of(meta: dict) -> str:

@@ -5,7 +5,9 @@ For a strategy on ``gpus`` GPUs whose iteration takes ``iteration_time_s``, of w
 GPUs spend ``comm_wait_s`` neither computing nor hiding communication under compute
 (``exposed_comm_s + wait_s`` of :mod:`simulator.metrics.summary`)::
 
+    cost an hour             = usd_per_gpu_hour * gpus                (the whole job's GPUs)
     cost per iteration       = usd_per_gpu_hour * gpus * iteration_time_s / 3600
+    cost per 1M tokens       = cost per iteration / tokens per iteration * 1e6
     comm-wait per iteration  = usd_per_gpu_hour * gpus * comm_wait_s / 3600
     iterations               = budget / work per iteration    (tokens, epochs * dataset
                                                                samples, or iterations)
@@ -21,6 +23,8 @@ Iterations are counted pro rata (a budget of 1.5 iterations costs 1.5 iterations
 
 Prices: ``simulator/data/prices.yaml`` holds public cloud list on-demand prices with their
 sources; :func:`resolve_price` picks one by GPU model, by instance name, or takes a rate.
+:func:`step_cost` prices one simulated step; ``compare``, ``study`` and ``run`` all price
+through it, so one scenario costs the same in each.
 """
 
 from __future__ import annotations
@@ -183,6 +187,7 @@ class Cost:
 
     gpus: int
     usd_per_gpu_hour: float
+    usd_per_hour: float                     # the job's GPUs, all of them, an hour
     per_iteration_usd: float
     comm_wait_per_iteration_usd: float
     comm_wait_share: float
@@ -233,7 +238,8 @@ def training_cost(price: Price, gpus: int, iteration_time_s: float, comm_wait_s:
     n = budget.iterations(samples_per_iteration, tokens_per_iteration) if budget else None
     training = per_iter * n if n is not None else None
     return Cost(
-        gpus=gpus, usd_per_gpu_hour=price.usd_per_gpu_hour, per_iteration_usd=per_iter,
+        gpus=gpus, usd_per_gpu_hour=price.usd_per_gpu_hour,
+        usd_per_hour=price.usd_per_gpu_hour * gpus, per_iteration_usd=per_iter,
         comm_wait_per_iteration_usd=wait_iter, comm_wait_share=comm_wait_s / iteration_time_s,
         per_million_tokens_usd=per_iter / tokens_per_iteration * 1e6
         if tokens_per_iteration > 0 else None,
@@ -244,3 +250,24 @@ def training_cost(price: Price, gpus: int, iteration_time_s: float, comm_wait_s:
         training_usd=training, comm_wait_usd=wait_iter * n if n is not None else None,
         migration_usd=migration_usd,
         total_usd=training + migration_usd if training is not None else None)
+
+
+def step_cost(price: Price | None, gpus: int, metrics, global_batch: int,
+              tokens_per_sample: float, budget: Budget | None = None,
+              migration_usd: float = 0.0) -> Cost | None:
+    """The cost of a simulated step (``metrics``: its :class:`~simulator.metrics.summary.
+    Metrics`) on ``gpus`` paid GPUs, the scenario's all (a strategy that leaves some without
+    work still rents them); ``global_batch`` samples of ``tokens_per_sample`` tokens a step.
+    The comm-wait is the step's exposed communication and waits. None without a price or
+    without a step to price."""
+    if price is None or metrics is None or metrics.iteration_time_s <= 0 or global_batch <= 0:
+        return None
+    return training_cost(price, gpus, metrics.iteration_time_s,
+                         min(metrics.exposed_comm_s + metrics.wait_s, metrics.iteration_time_s),
+                         global_batch, global_batch * tokens_per_sample, budget, migration_usd)
+
+
+def no_price_line(gpu: str) -> str:
+    """What a command says in place of a cost for a GPU the catalog has no price for."""
+    return (f"no price in the catalog for {gpu} (simulator/data/prices.yaml): pass "
+            f"--price-per-gpu-hour or --instance")

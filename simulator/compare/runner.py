@@ -45,7 +45,7 @@ from ..pipeline import strategy_dict as pipeline_strategy
 from ..scenario import Scenario
 from ..strategies import STRATEGIES, parse_strategy
 from ..topology.build import graph_gpus
-from .cost import Budget, Price, migration_cost, training_cost
+from .cost import Budget, Price, migration_cost, step_cost
 from .results import Comparison, Row, Scaling
 
 
@@ -239,13 +239,9 @@ def _cost_row(row: Row, price: Price | None, budget: Budget | None,
               day_rate: float | None, paid_gpus: int) -> None:
     """Cost of ``row`` for ``paid_gpus`` GPUs: the scenario's, even when a strategy leaves
     some without work (parameter-server hosts), since they are rented all the same."""
-    m = row.metrics
-    if price is None or m is None or m.iteration_time_s <= 0 or row.global_batch <= 0:
-        return
-    row.cost = training_cost(price, paid_gpus, m.iteration_time_s,
-                             min(m.exposed_comm_s + m.wait_s, m.iteration_time_s),
-                             row.global_batch, row.global_batch * row.tokens_per_sample,
-                             budget, migration_cost(row.migration_days, day_rate))
+    row.cost = step_cost(price, paid_gpus, row.metrics, row.global_batch,
+                         row.tokens_per_sample, budget,
+                         migration_cost(row.migration_days, day_rate) if price else 0.0)
 
 
 def _scale_rows(live: list[Row], scn: Scenario, world: int, G, source: str,

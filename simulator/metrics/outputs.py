@@ -93,10 +93,12 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
                   scenario: dict, class_ranks: dict[str, tuple[int, ...]],
                   accuracy: dict | None = None, energy: dict | None = None,
-                  timeline_format: str = "perfetto") -> list[Path]:
+                  timeline_format: str = "perfetto", cost: dict | None = None) -> list[Path]:
     """Write every output file into ``out`` (see module docstring); return their paths.
     ``accuracy``: the envelope (:mod:`simulator.validation.envelope`) summary.json carries;
     ``energy``: the step's energy and power (:mod:`simulator.energy`), likewise;
+    ``cost``: the ``price``, ``cost`` (and ``cost_note``) keys ``run --format json`` gives,
+    added to summary.json as they are;
     ``timeline_format``: ``perfetto`` writes ``timeline.json`` (Chrome trace), ``kineto``
     a PyTorch profiler trace per rank in ``kineto/`` (:mod:`.kineto_export`)."""
     out = prepare_out_dir(out)
@@ -105,6 +107,7 @@ def write_outputs(out: Path | str, tl: Timeline, metrics: Metrics, cluster,
         summary["accuracy"] = accuracy
     if energy is not None:
         summary["energy"] = energy
+    summary.update(cost or {})
     files = {
         "summary.json": lambda p: atomic_write_text(p, json.dumps(summary, indent=2,
                                                                   default=str)),

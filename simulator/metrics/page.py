@@ -43,17 +43,20 @@ def answer_sentences(m: Metrics, what: str, capacity_gib: float,
 def write_page(out: Path, m: Metrics, rows: list[tuple[str, str]], what: str,
                capacity_gib: float, scenario: dict, accuracy: list[str] | None = None,
                extrapolated: str | None = None, energy: str | None = None,
-               comm_kinds: tuple[str, list] | None = None, bubble: str = "") -> Path:
+               comm_kinds: tuple[str, list] | None = None, bubble: str = "",
+               cost: str | None = None) -> Path:
     """Write ``out/report.html`` (``rows``: the metric lines ``run`` prints; ``accuracy``:
     the accuracy envelope's lines; ``extrapolated``: the note of a step extrapolated from a
     few replayed micro-steps, whose charts show the replayed ones; ``energy``: the step's
     energy in a sentence, :func:`simulator.energy.report.energy_sentence`; ``comm_kinds``:
     a caption and the step's :class:`~simulator.metrics.comm_kinds.CommKind` rows;
-    ``bubble``: a pipeline's bubble in a sentence, :func:`simulator.cli.run.bubble_line`)."""
+    ``bubble``: a pipeline's bubble in a sentence, :func:`simulator.cli.run.bubble_line`;
+    ``cost``: what the step costs in a sentence, :func:`simulator.cli.run.cost_sentence`)."""
     page = HtmlReport(f"One training step: {what}", f"scenario {scenario.get('name', '')}")
     page.answer(*answer_sentences(m, what, capacity_gib, pipeline=bool(bubble)),
                 *([bubble[:1].upper() + bubble[1:] + "."] if bubble else []),
-                *([energy] if energy else []))
+                *([energy] if energy else []),
+                *([cost[:1].upper() + cost[1:] + "."] if cost else []))
     if extrapolated:
         page.text(f"This step was not replayed in full: {extrapolated}.", note=True)
     if accuracy:
