@@ -16,7 +16,7 @@ from test_cli import run_main
 
 # AMD GPUs of the catalog with no public list on-demand price found (prices.yaml's comment
 # says so): they cost nothing unless a price is given.
-UNPRICED_AMD = {"MI350X"}
+UNPRICED_AMD = {"MI325X", "MI350X"}
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -32,13 +32,15 @@ def test_amd_entries_load_with_oracle_list_prices():
     assert (mi355x.provider, mi355x.gpu, mi355x.gpus, mi355x.usd_per_hour) == \
         ("Oracle Cloud", "MI355X", 1, 8.60)
     assert resolve_price("MI355X").usd_per_gpu_hour == pytest.approx(8.60 / 1)
-    # Vultr lists 2.000 USD per MI325X-hour on-demand (Oracle lists no MI325X)
-    mi325x = table.instances[table.default_instance["MI325X"]]
+    # Vultr lists 2.000 USD per MI325X-hour on-demand (Oracle lists no MI325X): in the
+    # catalog by name only, not a default beside Oracle's MI300X (a neocloud's rate)
+    mi325x = table.instances["vultr-mi325x-per-gpu"]
     assert (mi325x.provider, mi325x.gpu, mi325x.gpus, mi325x.usd_per_hour) == \
         ("Vultr", "MI325X", 1, 2.00)
     assert "vultr.com/pricing" in mi325x.source and mi325x.retrieved == "2026-07-31"
-    assert resolve_price("MI325X").usd_per_gpu_hour == pytest.approx(2.00 / 1)
-    assert resolve_price("MI325X", topology="mi325x-8gpu").usd_per_gpu_hour == 2.00
+    assert resolve_price("MI325X", instance="vultr-mi325x-per-gpu").usd_per_gpu_hour == \
+        pytest.approx(2.00 / 1)
+    assert resolve_price("MI325X", topology="mi325x-8gpu") is None
     for gpu in UNPRICED_AMD:
         assert resolve_price(gpu) is None
         assert resolve_price(gpu, 3.0).usd_per_gpu_hour == 3.0     # a given rate still works
