@@ -204,3 +204,35 @@ def test_torchtitan_pipeline_runs_fsdp2_with_its_copies_once_a_step():
         TorchtitanConfig(parallelism={**par, "fsdp_reshard_after_forward": "always"}
                          ).plan(world)
     assert info.value.field == "strategy.parallelism.fsdp_reshard_after_forward"
+
+
+def _launches(ops) -> dict:
+    """{(layer, phase): CPU seconds} of the host ops launching a block's kernels, its
+    copies included (rank class 0, every micro-step)."""
+    out: dict = {}
+    for o in ops:
+        if o.stream == "host" and "block" in o.layer:
+            key = (o.layer, o.attrs["dispatches"])
+            out[key] = out.get(key, 0.0) + o.duration_s
+    return out
+
+
+def test_each_copy_is_a_launch_both_generators_price_alike():
+    """FSDP2's hooks launch each copy eagerly: one kernel's dispatch of its phase
+    (simulator/data/host.yaml), a host op the copy waits for, in either generator."""
+    import pytest
+    from simulator.strategies.host import dispatch_table
+    world = World(8, 8)
+    dp = fsdp(layer_costs(GPT2, 1, 256, "bf16"), FSDPConfig(mesh=[1, 8]), world).classes[0].ops
+    planned = _planned(ParallelPlan(dp_shard=8), world)
+    eager = dispatch_table()["eager"]
+    for ops in (dp, planned):
+        for o in ops:
+            if o.name.startswith((OUT, IN)):
+                host = [ops[d] for d in o.deps if ops[d].stream == "host"]
+                assert len(host) == 1
+                assert host[0].duration_s == eager[o.phase]       # 96.4 us fwd, 168.7 bwd
+    one, other = _launches(dp), _launches(planned)
+    assert one.keys() == other.keys() and one
+    for key in one:
+        assert other[key] == pytest.approx(one[key]), key

@@ -19,10 +19,13 @@ Two callers, one rule (:func:`copy_out` / :func:`copy_in`): the data-parallel ge
 (:mod:`.fsdp`, :func:`first_dep` / :func:`before_reduce` per unit) and FSDP inside a
 parallel plan (:mod:`.parallel.dp`, ``dp_mode: fsdp``, per layer and per part: the rank's
 TP/EP shard of the layer's dense parameters over the shard group, its experts over the
-expert-data-parallel group).
+expert-data-parallel group). Each copy is a kernel launch the host pays like any eager
+kernel (:func:`launch`).
 """
 
 from __future__ import annotations
+
+from .host import dispatch_s
 
 
 def copy_out_bytes(gathered: int) -> int:
@@ -37,23 +40,43 @@ def copy_in_bytes(padded: int, weight_bytes: int, reduce_bytes: int) -> int:
     return padded * (weight_bytes + reduce_bytes)
 
 
+def launch(ol, cfg, kernel: str, layer: str, phase: str, micro: int) -> tuple:
+    """The CPU's launch of a copy kernel (:mod:`.host`): FSDP's hooks launch it eagerly,
+    the pre-forward hook from the Python thread, the pre- and post-backward hooks from
+    the autograd thread, each one kernel of the host model's (``host.yaml``'s seconds per
+    kernel of its ``phase``, whatever the model's kind), a ``delay`` on the ``host`` stream
+    in the CPU's order that the copy waits for; () where it costs nothing
+    (``host_dispatch: none``, or no ``cfg``)."""
+    seconds = dispatch_s(cfg, phase) if cfg is not None else 0.0
+    if seconds <= 0:
+        return ()
+    return (ol.add(stream="host", kind="delay", name=f"dispatch.{kernel}", layer=layer,
+                   phase="host", duration_s=seconds,
+                   attrs={"micro_step": micro, "dispatches": phase}),)
+
+
 def copy_out(ol, dep: int, name: str, phase: str, gathered: int, micro: int,
-             layer: str = "") -> int:
+             layer: str = "", cfg=None) -> int:
     """The copy-out of an all-gather ``dep`` of ``gathered`` bytes, on the compute stream
-    (``layer``: the layer it belongs to, by default ``name``)."""
-    return ol.add(stream="compute", kind="compute", name=f"all_gather_copy_out.{name}",
-                  layer=layer or name, phase=phase, op_class="elementwise",
-                  bytes_accessed=float(copy_out_bytes(gathered)), deps=(dep,),
+    (``layer``: the layer it belongs to, by default ``name``), after the CPU launches it
+    (:func:`launch`, with the strategy's ``cfg``)."""
+    kernel, layer = f"all_gather_copy_out.{name}", layer or name
+    return ol.add(stream="compute", kind="compute", name=kernel, layer=layer, phase=phase,
+                  op_class="elementwise", bytes_accessed=float(copy_out_bytes(gathered)),
+                  deps=(dep, *launch(ol, cfg, kernel, layer, phase, micro)),
                   attrs={"micro_step": micro})
 
 
 def copy_in(ol, stream: str, dep: int, name: str, padded: int, weight_bytes: int,
-            reduce_bytes: int, micro: int, layer: str = "") -> int:
+            reduce_bytes: int, micro: int, layer: str = "", cfg=None) -> int:
     """The ``chunk_cat`` after ``dep`` (the gradients' last kernel) on the reduce-scatter's
-    ``stream``, which the reduce-scatter waits for (``layer`` as :func:`copy_out`)."""
-    return ol.add(stream=stream, kind="compute", op_class="elementwise",
-                  name=f"reduce_scatter_copy_in.{name}", layer=layer or name, phase="backward",
-                  deps=(dep,), attrs={"micro_step": micro},
+    ``stream``, which the reduce-scatter waits for (``layer`` and ``cfg`` as
+    :func:`copy_out`)."""
+    kernel, layer = f"reduce_scatter_copy_in.{name}", layer or name
+    return ol.add(stream=stream, kind="compute", op_class="elementwise", name=kernel,
+                  layer=layer, phase="backward",
+                  deps=(dep, *launch(ol, cfg, kernel, layer, "backward", micro)),
+                  attrs={"micro_step": micro},
                   bytes_accessed=float(copy_in_bytes(padded, weight_bytes, reduce_bytes)))
 
 
@@ -63,7 +86,7 @@ def first_dep(sched, u, micro: int, phase: str):
     dep = sched.gathered.get(u.index)
     if not sched.fsdp2 or dep is None or not u.weighs or u.index in sched.copied:
         return dep
-    op = copy_out(sched.ol, dep, u.name, phase, sched.gathered_bytes(u), micro)
+    op = copy_out(sched.ol, dep, u.name, phase, sched.gathered_bytes(u), micro, cfg=sched.cfg)
     sched.gathered[u.index] = op
     sched.copied.add(u.index)
     return op
@@ -74,4 +97,4 @@ def before_reduce(sched, u, op: int, micro: int) -> int:
     if not sched.fsdp2:
         return op
     return copy_in(sched.ol, "post_backward", op, u.name, sched.padded(u), sched.wb,
-                   sched.rb, micro)
+                   sched.rb, micro, cfg=sched.cfg)
