@@ -147,7 +147,7 @@ def test_megatron_fsdp_shards_the_same_way_on_buffers_without_copies():
         fsdp2 = MegatronConfig(use_torch_fsdp2=True, gradient_accumulation_fusion=False,
                                **shared)
         plan = mfsdp.plan(8)
-        assert plan.dp_mode == "fsdp" and not plan.fsdp_copies
+        assert plan.dp_mode == "fsdp" and plan.fsdp_copies == "none"
         assert not pure_data_parallel(plan)
         ops = build_parallel(GPT2, plan, mfsdp, world, seq_len=256).classes[0].ops
         twin = build_parallel(GPT2, fsdp2.plan(8), fsdp2, world, seq_len=256).classes[0].ops
