@@ -404,3 +404,20 @@ def test_fsdp_under_a_pipeline_is_estimated_once_a_step(estimator):
     assert part.per_micro == 0
     assert part.tail == pytest.approx(ag + rs + cat)       # one gather, one reduce a step
     assert part.copy_out == pytest.approx(estimator._copy_s(copy_out_bytes(stage)) / m)
+
+
+def test_fsdp_under_a_pipeline_holds_the_stage_gathered_in_the_memory_estimate():
+    """The estimate's FSDP under PP holds what the replay holds: the stage's parameters
+    gathered and its gradients unsharded (e + g bytes each) until the one reduce-scatter,
+    on top of the layer's working bytes, where FSDP without PP holds one unit."""
+    from simulator.strategies.parallel import activation_memory as am
+    from simulator.strategies.parallel.memory import rank_memory, stage_params
+    plan = ParallelPlan(pp=2, dp_shard=4)
+    kw = dict(seq_len=512, micro_batch=1, micro_batches=4, ac="none", flash=True,
+              grad_dtype="bf16")
+    mem = rank_memory(LLAMA7, plan, stage=0, **kw)
+    layer = am.layer_working_bytes(LLAMA7, batch=1, seq_len=512, e=2, ac="none", flash=True,
+                                   tp=1, sp=False, cp=1)
+    assert mem.working_bytes == layer + stage_params(LLAMA7, plan, 0) * (2 + 2)
+    flat = rank_memory(LLAMA7, ParallelPlan(dp_shard=4), stage=0, **kw)
+    assert flat.working_bytes < mem.working_bytes
