@@ -147,7 +147,7 @@ def test_megatron_fsdp_shards_the_same_way_on_buffers_without_copies():
         fsdp2 = MegatronConfig(use_torch_fsdp2=True, gradient_accumulation_fusion=False,
                                **shared)
         plan = mfsdp.plan(8)
-        assert plan.dp_mode == "fsdp" and not plan.fsdp_copies
+        assert plan.dp_mode == "fsdp" and plan.fsdp_copies == "none"
         assert not pure_data_parallel(plan)
         ops = build_parallel(GPT2, plan, mfsdp, world, seq_len=256).classes[0].ops
         twin = build_parallel(GPT2, fsdp2.plan(8), fsdp2, world, seq_len=256).classes[0].ops
@@ -164,3 +164,75 @@ def test_megatron_fsdp_and_fsdp2_together_are_refused():
     with pytest.raises(ConfigError) as info:
         MegatronConfig(use_megatron_fsdp=True, use_torch_fsdp2=True)
     assert info.value.field == "strategy.use_megatron_fsdp"
+
+
+def test_torchtitan_pipeline_runs_fsdp2_with_its_copies_once_a_step():
+    """torchtitan under PP keeps FSDP2's parameters gathered (reshard_after_forward False,
+    its default there) and torch.distributed.pipelining reduces only after the last
+    micro-batch: dp_mode fsdp under a pipeline, one all-gather + copy-out and one chunk_cat
+    + reduce-scatter per block a step, each copy the bytes of the same block's copy
+    without PP (before, the plan was zero2: bucketed reduce-scatters, no copies)."""
+    import pytest
+    from simulator.errors import ConfigError
+    world = World(8, 8)
+    par = {"pipeline_parallel_degree": 2, "data_parallel_shard_degree": 4}
+    for reshard in ("default", "never"):
+        cfg = TorchtitanConfig(micro_batch=1, grad_accum=4, parallelism={
+            **par, "fsdp_reshard_after_forward": reshard})
+        assert cfg.plan(world).dp_mode == "fsdp"
+    cfg = TorchtitanConfig(micro_batch=1, grad_accum=4, parallelism=par)
+    trace = build_parallel(GPT2, cfg.plan(world), cfg, world, seq_len=256)
+    flat = _planned(ParallelPlan(dp_shard=4), World(4, 4))
+    seen = set()
+    for cls in trace.classes:
+        ops = cls.ops
+        _check_wiring(ops)
+        blocks = {o.layer for o in ops if o.name.startswith(OUT) and "block" in o.layer}
+        for layer in blocks:
+            outs, ins = _copies(ops, OUT, layer), _copies(ops, IN, layer)
+            # 4 micro-batches, one gather and one reduce-scatter a step
+            assert len(outs) == len(ins) == 1
+            assert outs[0].bytes_accessed == _copies(flat, OUT, layer)[0].bytes_accessed
+            assert ins[0].bytes_accessed == _copies(flat, IN, layer)[0].bytes_accessed
+        seen |= blocks
+    assert seen == {f"block.{b}" for b in range(GPT2.layers)}
+    # a GPT-2 block over 4 ranks: 12 h^2 + 13 h = 7,087,872 (a multiple of 4), bf16
+    p = 12 * H * H + 13 * H
+    assert _copies(flat, OUT, "block.0")[0].bytes_accessed == 2 * p * 2
+    assert _copies(flat, IN, "block.0")[0].bytes_accessed == p * (2 + 2)
+    with pytest.raises(ConfigError) as info:
+        TorchtitanConfig(parallelism={**par, "fsdp_reshard_after_forward": "always"}
+                         ).plan(world)
+    assert info.value.field == "strategy.parallelism.fsdp_reshard_after_forward"
+
+
+def _launches(ops) -> dict:
+    """{(layer, phase): CPU seconds} of the host ops launching a block's kernels, its
+    copies included (rank class 0, every micro-step)."""
+    out: dict = {}
+    for o in ops:
+        if o.stream == "host" and "block" in o.layer:
+            key = (o.layer, o.attrs["dispatches"])
+            out[key] = out.get(key, 0.0) + o.duration_s
+    return out
+
+
+def test_each_copy_is_a_launch_both_generators_price_alike():
+    """FSDP2's hooks launch each copy eagerly: one kernel's dispatch of its phase
+    (simulator/data/host.yaml), a host op the copy waits for, in either generator."""
+    import pytest
+    from simulator.strategies.host import dispatch_table
+    world = World(8, 8)
+    dp = fsdp(layer_costs(GPT2, 1, 256, "bf16"), FSDPConfig(mesh=[1, 8]), world).classes[0].ops
+    planned = _planned(ParallelPlan(dp_shard=8), world)
+    eager = dispatch_table()["eager"]
+    for ops in (dp, planned):
+        for o in ops:
+            if o.name.startswith((OUT, IN)):
+                host = [ops[d] for d in o.deps if ops[d].stream == "host"]
+                assert len(host) == 1
+                assert host[0].duration_s == eager[o.phase]       # 96.4 us fwd, 168.7 bwd
+    one, other = _launches(dp), _launches(planned)
+    assert one.keys() == other.keys() and one
+    for key in one:
+        assert other[key] == pytest.approx(one[key]), key

@@ -254,7 +254,7 @@ def test_torchtitan_translation_to_a_plan():
     assert (plan.tp, plan.pp, plan.cp, plan.dp_shard) == (8, 4, 2, 512 // (8 * 4 * 2))
     assert plan.vp == 2 and plan.schedule == "interleaved_1f1b"      # torchtitan's 2 per rank
     assert plan.sequence_parallel and plan.tp_overlap and plan.cp_mode == "ring"
-    assert plan.dp_mode == "zero2"              # default reshard: never under PP
+    assert plan.dp_mode == "fsdp"      # default reshard under PP: never, FSDP2 as pipelining runs it
     assert cfg.plan(512, layers=80).vp == 2
     per_stage = parse_strategy({"name": "torchtitan", "parallelism": {
         "pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "Interleaved1F1B",

@@ -43,7 +43,8 @@ def test_every_candidate_runs_and_fills_the_global_batch():
     tps = {c.plan.tp for c in cands}
     assert tps == {1, 2, 4, 8} and {c.plan.pp for c in cands} == {1, 2, 4, 8}
     assert {c.plan.cp for c in cands} == {1, 2}
-    assert {c.plan.dp_mode for c in cands} == {"fsdp", "zero2", "ddp", "zero1"}
+    # FSDP under PP is fsdp (torchtitan's, as torch.distributed.pipelining runs it)
+    assert {c.plan.dp_mode for c in cands} == {"fsdp", "ddp", "zero1"}
     assert len(set(cands)) == len(cands)
 
 
@@ -215,7 +216,7 @@ def test_fsdp2_candidates_pay_their_copy_kernels(estimator):
     """FSDP2 (simulator/strategies/fsdp_copies.py), as the replay runs it: per micro-batch a
     copy-out of each of the two gathers on the compute stream (2 x the gathered bytes each),
     and a chunk_cat before the reduce-scatter (the gradients read and written at 2 bytes)
-    on the reduce-scatter's stream; Megatron-FSDP's buffers (fsdp_copies false) none."""
+    on the reduce-scatter's stream; Megatron-FSDP's buffers (fsdp_copies none) none."""
     from simulator.strategies.parallel.memory import stage_params
     est = Estimator(LLAMA7, 512, "bf16", True, estimator.collectives, estimator.compute)
     plan = ParallelPlan(dp_shard=8, dp_mode="fsdp")
@@ -227,11 +228,11 @@ def test_fsdp2_candidates_pay_their_copy_kernels(estimator):
                                                                       ranks)
     params = stage_params(LLAMA7, plan, 0)
     assert part.per_micro == pytest.approx(traffic + est._copy_s(params * (2 + 2)))
-    (plain,) = est._dp_parts(Candidate(dataclasses.replace(plan, fsdp_copies=False), 1, 1,
+    (plain,) = est._dp_parts(Candidate(dataclasses.replace(plan, fsdp_copies="none"), 1, 1,
                                        "none"))
     assert plain.copy_out == 0.0 and plain.per_micro == pytest.approx(traffic)
     with_copies = est.estimate(Candidate(plan, 2, 3, "none"))
-    without = est.estimate(Candidate(dataclasses.replace(plan, fsdp_copies=False), 2, 3, "none"))
+    without = est.estimate(Candidate(dataclasses.replace(plan, fsdp_copies="none"), 2, 3, "none"))
     assert with_copies.compute_s - without.compute_s == pytest.approx(3 * part.copy_out)
 
 
@@ -384,3 +385,39 @@ def test_a_plan_in_words():
     assert c.words() == ("tensor parallel 8 inside each server, pipeline 4 (1f1b), "
                          "data parallel 8 (FSDP), micro-batch 1 x 16 a step, "
                          "full activation checkpointing")
+
+
+def test_fsdp_under_a_pipeline_is_estimated_once_a_step(estimator):
+    """torchtitan's FSDP under PP gathers a block once a step and reduce-scatters it after
+    the last micro-batch: the estimate's gather, reduce-scatter and chunk_cat are the
+    step's end traffic, and its copy-out one a step spread over the micro-batches."""
+    from simulator.planner.estimate import group_ranks, stage_weights
+    from simulator.strategies.fsdp_copies import copy_in_bytes, copy_out_bytes
+    plan = ParallelPlan(pp=4, dp_shard=2)
+    m, e = 8, estimator.e
+    (part,) = estimator._dp_parts(Candidate(plan, 1, m, "none"))
+    stage = stage_weights(LLAMA7, plan, 0, estimator.kept).trainable * e
+    shard = group_ranks(plan, ("dp_shard", "cp"))
+    ag = estimator._time("all_gather", stage, shard)
+    rs = estimator._time("reduce_scatter", stage, shard)
+    cat = estimator._copy_s(copy_in_bytes(stage / e, e, e))
+    assert part.per_micro == 0
+    assert part.tail == pytest.approx(ag + rs + cat)       # one gather, one reduce a step
+    assert part.copy_out == pytest.approx(estimator._copy_s(copy_out_bytes(stage)) / m)
+
+
+def test_fsdp_under_a_pipeline_holds_the_stage_gathered_in_the_memory_estimate():
+    """The estimate's FSDP under PP holds what the replay holds: the stage's parameters
+    gathered and its gradients unsharded (e + g bytes each) until the one reduce-scatter,
+    on top of the layer's working bytes, where FSDP without PP holds one unit."""
+    from simulator.strategies.parallel import activation_memory as am
+    from simulator.strategies.parallel.memory import rank_memory, stage_params
+    plan = ParallelPlan(pp=2, dp_shard=4)
+    kw = dict(seq_len=512, micro_batch=1, micro_batches=4, ac="none", flash=True,
+              grad_dtype="bf16")
+    mem = rank_memory(LLAMA7, plan, stage=0, **kw)
+    layer = am.layer_working_bytes(LLAMA7, batch=1, seq_len=512, e=2, ac="none", flash=True,
+                                   tp=1, sp=False, cp=1)
+    assert mem.working_bytes == layer + stage_params(LLAMA7, plan, 0) * (2 + 2)
+    flat = rank_memory(LLAMA7, ParallelPlan(dp_shard=4), stage=0, **kw)
+    assert flat.working_bytes < mem.working_bytes

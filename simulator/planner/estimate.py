@@ -285,34 +285,43 @@ class Estimator:
         parts = [self._dp_part(p, dense, weights.frozen_bytes,
                                group_ranks(p, ("dp_shard", "cp")),
                                group_ranks(p, "dp_replicate"),
-                               group_ranks(p, ("dp_replicate", "dp_shard", "cp")))]
+                               group_ranks(p, ("dp_replicate", "dp_shard", "cp")),
+                               c.micro_batches)]
         if experts:
-            parts.append(self._dp_part(p, experts * self.e, 0, edp, (0,), edp))
+            parts.append(self._dp_part(p, experts * self.e, 0, edp, (0,), edp,
+                                       c.micro_batches))
         return parts
 
     def _dp_part(self, p: ParallelPlan, nbytes: float, frozen: float, shard, replicate,
-                 every) -> DpTime:
+                 every, micro_batches: int) -> DpTime:
         """The :class:`DpTime` of ``nbytes`` of trainable parameters' data-parallel traffic
         (and ``frozen`` bytes of a fine-tuning's frozen base, which FSDP gathers but nothing
-        reduces): FSDP gathers and reduce-scatters on ``shard`` per micro-batch and
-        all-reduces its shard over ``replicate`` at the end, FSDP2 (``fsdp_copies``) with
+        reduces): FSDP gathers and reduce-scatters on ``shard`` per micro-batch (under a
+        pipeline once a step, at its end, of ``micro_batches``) and all-reduces its shard
+        over ``replicate`` at the end, FSDP2 (``fsdp_copies``) with
         its copy kernels (:mod:`simulator.strategies.fsdp_copies`: a copy-out of each
         gather on the compute stream, a ``chunk_cat`` before the reduce-scatter on its
         stream, gradients reduced in the weights' dtype as the planner's replays run
         them); the distributed optimizer reduce-scatters fp32 gradients at the end and
         all-gathers the parameters after; DDP all-reduces over ``every`` at the end."""
         if p.dp_mode in ("fsdp", "zero2"):
-            gathers = 2 if p.dp_mode == "fsdp" else 1
+            # FSDP under a pipeline gathers once a step and reduce-scatters after the last
+            # micro-batch (torch.distributed.pipelining): that traffic at the step's end
+            once = p.dp_mode == "fsdp" and p.pp > 1
+            gathers = 2 if p.dp_mode == "fsdp" and not once else 1
             gathered = nbytes + (frozen if p.dp_mode == "fsdp" else 0)
-            per_micro = (gathers * self._time("all_gather", gathered, shard)
-                         + self._time("reduce_scatter", nbytes, shard))
+            traffic = (gathers * self._time("all_gather", gathered, shard)
+                       + self._time("reduce_scatter", nbytes, shard))
             copy_out = 0.0
-            if p.dp_mode == "fsdp" and p.fsdp_copies and len(shard) > 1:
+            if p.dp_mode == "fsdp" and p.fsdp_copies != "none" and len(shard) > 1:
                 copy_out = gathers * self._copy_s(copy_out_bytes(gathered))
-                per_micro += self._copy_s(copy_in_bytes(nbytes / self.e, self.e, self.e))
-            return DpTime(per_micro=per_micro,
-                          tail=self._time("all_reduce", nbytes / len(shard), replicate),
-                          after=0.0, copy_out=copy_out)
+                traffic += self._copy_s(copy_in_bytes(nbytes / self.e, self.e, self.e,
+                                                      p.fsdp_copies))
+            tail = self._time("all_reduce", nbytes / len(shard), replicate)
+            if once:        # one copy-out a step, spread over the micro-batches' compute
+                return DpTime(per_micro=0.0, tail=traffic + tail, after=0.0,
+                              copy_out=copy_out / micro_batches)
+            return DpTime(per_micro=traffic, tail=tail, after=0.0, copy_out=copy_out)
         if p.dp_mode == "zero1":
             return DpTime(per_micro=0.0,
                           tail=self._time("reduce_scatter", 2 * nbytes, shard),  # fp32 grads

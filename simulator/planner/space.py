@@ -117,7 +117,7 @@ def plans(model: ModelSpec, world: int, seq_len: int, limits: Limits,
                 if world % mp:
                     continue
                 for base in _pipelines(pp, limits):
-                    for dp_rep, dp_shard, mode in _data_parallel(world // mp, pp, cp):
+                    for dp_rep, dp_shard, mode in _data_parallel(world // mp, cp):
                         plan = ParallelPlan(pp=pp, tp=tp, cp=cp, dp_replicate=dp_rep,
                                             dp_shard=dp_shard, dp_mode=mode,
                                             sequence_parallel=tp > 1, **base)
@@ -149,18 +149,18 @@ def _pipelines(pp: int, limits: Limits) -> list[dict]:
     return out
 
 
-def _data_parallel(dp: int, pp: int, cp: int) -> list[tuple[int, int, str]]:
+def _data_parallel(dp: int, cp: int) -> list[tuple[int, int, str]]:
     """(dp_replicate, dp_shard, dp_mode): FSDP over all, HSDP splits, DDP, and the
-    distributed optimizer (zero1) over all. Under PP, FSDP keeps the gathered parameters
-    from forward to backward (zero2: torchtitan's default ``reshard_after_forward`` with
-    PP), since every micro-batch would gather them again otherwise. With context
+    distributed optimizer (zero1) over all. Under PP, FSDP is as torchtitan runs it there
+    (its default ``reshard_after_forward`` never, torch.distributed.pipelining reducing
+    after the last micro-batch): ``fsdp`` under a pipeline gathers a block once a step and
+    keeps it until its one reduce-scatter. With context
     parallelism torchtitan shards over dp_shard x cp, so there is no DDP: replicating over
     every data-parallel rank is HSDP with its shards on the cp ranks."""
-    fsdp = "fsdp" if pp == 1 else "zero2"
     splits = [(1, dp)] + [(r, dp // r) for r in powers_of_two(dp) if 1 < r < dp and dp % r == 0]
     if cp > 1 and dp > 1:
         splits.append((dp, 1))
-    out = [(r, s, fsdp) for r, s in splits] if dp * cp > 1 else [(1, 1, "ddp")]
+    out = [(r, s, "fsdp") for r, s in splits] if dp * cp > 1 else [(1, 1, "ddp")]
     if dp > 1:
         out += [(dp, 1, "ddp")] if cp == 1 else []
         out.append((1, dp, "zero1"))

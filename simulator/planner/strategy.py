@@ -27,8 +27,9 @@ def strategy_of(c: Candidate, layers: int) -> dict | None:
            "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[p.schedule]}
     if p.ep > 1:
         par["expert_parallel_degree"] = p.ep
-    if p.dp_mode in ("fsdp", "zero2"):
-        par["fsdp_reshard_after_forward"] = "always" if p.dp_mode == "fsdp" else "never"
+    if p.dp_mode in ("fsdp", "zero2"):     # fsdp under PP: torchtitan's never (its default)
+        par["fsdp_reshard_after_forward"] = ("always" if p.dp_mode == "fsdp" and p.pp == 1
+                                             else "never")
     if p.vp > 1:
         par["pipeline_parallel_layers_per_stage"] = layers // (p.pp * p.vp)
     ac = {"mode": c.ac} | ({"selective_ac_option": "op"} if c.ac == "selective" else {})

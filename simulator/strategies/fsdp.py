@@ -68,7 +68,8 @@ from .optim import emit_optimizer
 class _Schedule:
     """Emits one class's ops; keeps what is gathered, the free queue, NCCL issue order."""
 
-    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units: Units):
+    def __init__(self, layers, cfg: FSDPConfig, plan: ShardPlan, units: Units,
+                 copies: str = "fsdp2"):
         self.layers, self.cfg, self.plan, self.units = layers, cfg, plan, units.units
         self.sub = units.sub                        # (layer, weight) -> per-kernel unit
         self.segs, self.unit_of = segments(units.unit_of), units.unit_of
@@ -79,7 +80,8 @@ class _Schedule:
         self.partial: set[int] = set()              # units holding a 1/k reshard
         self.queue: list[int] = []                  # rate limiter free events
         self.pg_last: dict[str, int] = {}           # communicator -> last collective
-        self.fsdp2 = plan.label.startswith("fsdp2")  # copy kernels (fsdp_copies.py)
+        # copy kernels (fsdp_copies.py): an FSDP2 mesh's, or the framework's that runs it
+        self.copies = copies if plan.label.startswith("fsdp2") else "none"
         self.copied: set[int] = set()               # units whose gather was copied out
 
     # ------------------------------------------------------------------ sizes
@@ -218,11 +220,14 @@ class _Schedule:
             unit = self.units[ui]
             if self.needs_gather(unit):
                 self.unshard(unit, micro, "forward")
+            # the unit's copy-out before any prefetch, as the hook (FSDP2) or the fetch
+            # (DeepSpeed) waits for its gather, then prefetches
+            first = first_dep(self, unit, micro, "forward")
             nxt = self.unit_at(si + 1, self.segs)
             if self.cfg.forward_prefetch and self.needs_gather(nxt):
                 self.unshard(nxt, micro, "forward")
             for j, li in enumerate(lids):
-                deps = (first_dep(self, unit, micro, "forward"),) if j == 0 else ()
+                deps = (first,) if j == 0 else ()
                 last = emit_forward(self.ol, self.layers[li], self.cfg, micro, deps).last
             if si == last_seg[ui]:
                 self.reshard_after_forward(unit, last)
@@ -244,10 +249,11 @@ class _Schedule:
             if self.needs_gather(unit):
                 self.unshard(unit, micro, "backward")
             first = si == first_seg[ui]
+            ready = first_dep(self, unit, micro, "backward")    # before a prefetch: forward
             if first and self.cfg.backward_prefetch == "BACKWARD_PRE" and self.needs_gather(nxt):
                 self.unshard(nxt, micro, "backward")
             for j, li in enumerate(reversed(lids)):
-                deps = (first_dep(self, unit, micro, "backward"),) if j == 0 else ()
+                deps = (ready,) if j == 0 else ()
                 grad = self.grad_bytes(unit, li, first and j == 0) if grads_dynamic else 0
                 last = emit_backward(self.ol, self.layers[li], self.cfg, micro, deps,
                                      grad_bytes=grad).last
@@ -282,14 +288,16 @@ def communicators(plan: ShardPlan) -> dict[str, Communicator]:
 
 
 def fsdp(layers, cfg: FSDPConfig, world: World, *, model: str = "", tokens_per_sample: int = 0,
-         model_flops_per_sample: float | None = None) -> Trace:
-    """The FSDP trace of one iteration (``grad_accum`` micro-steps + optimizer step).
+         model_flops_per_sample: float | None = None, copies: str = "fsdp2") -> Trace:
+    """The FSDP trace of one iteration (``grad_accum`` micro-steps + optimizer step);
+    an FSDP2 mesh with the copy kernels of ``copies`` (:mod:`.fsdp_copies`: FSDP2's, or
+    DeepSpeed ZeRO-3's when DeepSpeed runs the job).
 
     Each micro-step reduces its gradients (no ``no_sync``: accumulating unsharded
     gradients would cost a full gradient replica)."""
     check_layers(layers)
     plan = resolve_plan(cfg, world)
-    sched = _Schedule(layers, cfg, plan, build_units(layers, cfg.wrap))
+    sched = _Schedule(layers, cfg, plan, build_units(layers, cfg.wrap), copies)
     units = sched.units
     for micro in range(cfg.grad_accum):
         sched.forward(micro)

@@ -13,6 +13,10 @@ zero_optimization.stage 0 / 1 / 2 / 3     dp_mode ddp / zero1 / zero2 / fsdp (Ze
                                           dp_replicate)
 zero_optimization.overlap_comm            overlap_grad_reduce (and the parameter gathers)
 zero_optimization.reduce_bucket_size      bucket_params (elements, as DeepSpeed counts)
+(stage 3's own copy kernels)              fsdp_copies deepspeed (simulator/strategies/
+                                          fsdp_copies.py: the per-parameter cat after a
+                                          coalesced gather, the bucket copy, interleave and
+                                          pre-divide before a reduce-scatter)
 tensor_parallel.autotp_size               tp (AutoTP training)
 pipeline.stages                           pp (PipelineModule's stages, 1F1B as DeepSpeed
                                           schedules them)
@@ -151,7 +155,7 @@ class DeepSpeedConfig(CommonConfig):
                             dp_shard=1 if mode == "ddp" else dp, dp_mode=mode,
                             overlap_grad_reduce=z.overlap_comm,
                             overlap_param_gather=z.overlap_comm,
-                            bucket_params=z.reduce_bucket_size)
+                            bucket_params=z.reduce_bucket_size, fsdp_copies="deepspeed")
 
     def plan_fields(self) -> dict[str, str]:
         """Plan attribute -> the field a user wrote it as (for ParallelPlan.check)."""
@@ -179,7 +183,7 @@ def _data_parallel(layers, cfg: DeepSpeedConfig, plan: ParallelPlan, world: Worl
             cfg, plan, bucket_cap_mb=bucket_mb,
             param_dtype=cfg.param_dtype or cfg.default_param_dtype()), world, **meta)
     return fsdp(layers, data_parallel_config(cfg, plan, cpu_offload=cfg.cpu_offload()),
-                world, **meta)
+                world, copies=plan.fsdp_copies, **meta)
 
 
 # ------------------------------------------------------------------ the JSON

@@ -498,7 +498,7 @@ class MegatronConfig(CommonConfig):
             embedding_in_split=self.account_for_embedding_in_pipeline_split,
             loss_in_split=self.account_for_loss_in_pipeline_split, stage_blocks=blocks,
             moe_a2a_overlap=self.overlap_moe_expert_parallel_comm,
-            fsdp_copies=not self.use_megatron_fsdp)
+            fsdp_copies="none" if self.use_megatron_fsdp else "fsdp2")
 
 
 # ------------------------------------------------------------------ the argument file

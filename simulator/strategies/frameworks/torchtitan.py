@@ -22,9 +22,14 @@ context_parallel_degree            cp; context_parallel_rotate_method allgather 
                                    allgather, alltoall -> ring (KV passed rank to rank)
 expert_parallel_degree             ep
 enable_async_tensor_parallel       tp_overlap
-fsdp_reshard_after_forward         always -> dp_mode fsdp; never -> zero2 (parameters stay
-                                   gathered from forward to backward); default: always
-                                   without PP, never with PP (torchtitan's rule)
+fsdp_reshard_after_forward         without PP: always or default -> dp_mode fsdp; never ->
+                                   zero2 (parameters stay gathered from forward to
+                                   backward). With PP: never or default (torchtitan's
+                                   default there) -> dp_mode fsdp, which under a pipeline
+                                   is FSDP2 as torch.distributed.pipelining runs it (one
+                                   all-gather of a block per step, kept until its one
+                                   reduce-scatter, with FSDP2's copy kernels); always is
+                                   refused (an all-gather every micro-batch: not modelled)
 disable_loss_parallel              accepted; the loss is not modelled apart from the head
 =================================  ==========================================================
 
@@ -211,9 +216,21 @@ class TorchtitanConfig(CommonConfig):
         if shard == 1 and p.context_parallel_degree == 1:
             return "ddp"         # nothing sharded: DDP (replicate), or no data parallelism
         reshard = p.fsdp_reshard_after_forward
-        if reshard == "default":
-            reshard = "always" if p.pipeline_parallel_degree == 1 else "never"
-        return "fsdp" if reshard == "always" else "zero2"
+        if p.pipeline_parallel_degree == 1:
+            return "zero2" if reshard == "never" else "fsdp"
+        # under PP torchtitan's default is never (parallelize_llama: no per-microbatch
+        # all-gathers); torch.distributed.pipelining then runs FSDP2 without resharding or
+        # reducing between micro-batches (stage.py, backward_maybe_with_nosync:
+        # set_reshard_after_backward(False), set_requires_gradient_sync(False), the
+        # post-backward by hand after the last one): one all-gather of a block per step,
+        # kept until its one reduce-scatter, which is dp_mode fsdp under a pipeline, FSDP2's
+        # copy kernels included (simulator/strategies/parallel/dp.py)
+        if reshard == "always":
+            raise ConfigError("'always' with pipeline parallelism (FSDP2 all-gathering a "
+                              "block again every micro-batch) is not modelled; 'never' or "
+                              "'default' is", field="strategy.parallelism."
+                              "fsdp_reshard_after_forward")
+        return "fsdp"
 
 
 SPLIT_FIELD = "strategy.parallelism.pipeline_parallel_split_points"

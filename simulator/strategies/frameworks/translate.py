@@ -49,7 +49,7 @@ def pure_data_parallel(plan: ParallelPlan) -> bool:
     """Whether ``plan`` is a job the data-parallel generators replay as it is (their FSDP is
     FSDP2's, with its copy kernels; Megatron-FSDP's buffers go to the model-parallel one)."""
     return (plan.pp == plan.tp == plan.cp == plan.ep == 1
-            and (plan.dp_mode == "fsdp" and plan.fsdp_copies
+            and (plan.dp_mode == "fsdp" and plan.fsdp_copies != "none"
                  or plan.dp_mode == "ddp" and plan.dp_shard == 1))
 
 

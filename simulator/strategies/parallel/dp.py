@@ -190,8 +190,9 @@ class DataParallel:
                         f"{part.prefix}params.{layer.name}", "forward", micro,
                         layer=layer.name, mem_alloc_bytes=size)
                     ops.append(copy_out(self.b.ol, op, f"{part.prefix}params.{layer.name}",
-                                        phase, size, micro, layer=layer.name)
-                               if self.b.plan.fsdp_copies else op)
+                                        phase, size, micro, layer=layer.name,
+                                        cfg=self.b.cfg, copies=self.b.plan.fsdp_copies)
+                               if self.b.plan.fsdp_copies != "none" else op)
             self.gathered[key] = tuple(ops)
         return self.gathered[key]
 
@@ -297,7 +298,9 @@ class DataParallel:
                 padded = padded_numel(params, part.shard)
                 cat = copy_in(self.b.ol, GRAD_STREAM, last_op,
                               f"{part.prefix}grads.{layer.name}", padded, self.wb, self.gb,
-                              micro, layer=layer.name) if self.b.plan.fsdp_copies else last_op
+                              micro, layer=layer.name, cfg=self.b.cfg,
+                              copies=self.b.plan.fsdp_copies
+                              ) if self.b.plan.fsdp_copies != "none" else last_op
                 last = self.b.collective("reduce_scatter", GRAD_STREAM, part.shard_comm,
                                          padded * self.gb,
                                          (cat,), f"{part.prefix}grads.{layer.name}",

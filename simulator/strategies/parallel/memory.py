@@ -315,10 +315,15 @@ def _ft_saved_delta(model: ModelSpec, b: int, s: int, precision: str, flash: boo
     return tuple(t.activation_bytes - w.activation_bytes for t, w in zip(tuned, whole))
 
 
-def _working(model, plan, *, b, s, e, ac, flash, grad_dtype, precision) -> int:
+def _working(model, plan, stage, *, b, s, e, ac, flash, grad_dtype, precision) -> int:
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     working = am.layer_working_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash, **par)
-    if plan.dp_mode == "fsdp" and fine_tuned(model):     # a block's trainable and frozen
+    if plan.dp_mode == "fsdp" and plan.pp > 1 and plan.dp_shard * plan.cp > 1:
+        # under a pipeline FSDP keeps the stage gathered, and its gradients unsharded, from
+        # the first forward to the one reduce-scatter after the last micro-batch (.dp)
+        weights = stage_weights(model, plan, stage, precision)
+        working += weights.trainable * (e + precision_bytes(grad_dtype)) + weights.frozen_bytes
+    elif plan.dp_mode == "fsdp" and fine_tuned(model):     # a block's trainable and frozen
         per = finetune_weights(model, plan.tp, storage_dtype(precision))[1:1 + model.layers]
         working += max(2 * (n * e + frozen) + n * precision_bytes(grad_dtype)
                        for n, frozen in per)
@@ -353,7 +358,8 @@ def rank_memory(model: ModelSpec, plan, *, seq_len: int, micro_batch: int,
     return RankMemory(stage=stage, params_bytes=state.params, grads_bytes=state.grads,
                       optimizer_bytes=state.optimizer, activations_bytes=saved.total,
                       layer_activations_bytes=saved.layers,
-                      working_bytes=_working(model, plan, grad_dtype=grad_dtype, **act),
+                      working_bytes=_working(model, plan, stage, grad_dtype=grad_dtype,
+                                             **act),
                       in_flight=held)
 
 

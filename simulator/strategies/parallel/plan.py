@@ -34,6 +34,7 @@ import numpy as np
 
 from simulator.errors import ConfigError
 
+from ..fsdp_copies import MECHANISMS as COPY_MECHANISMS
 from .schedules import stage_location
 
 DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
@@ -73,11 +74,13 @@ class ParallelPlan:
     each step's sends and receives waited for before the next
     (:func:`.schedules.lockstep_steps`); false: each pass waits only for the data it needs
     (Megatron-LM).
-    ``fsdp_copies``: an ``fsdp`` plan runs FSDP2's copy kernels around its collectives
-    (:mod:`simulator.strategies.fsdp_copies`: per-parameter tensors gathered into and
-    reduced from flat buffers); false: sharded data parallelism on contiguous buffers whose
-    parameters and gradients are views of what is gathered and reduce-scattered
-    (Megatron-FSDP), no copies.
+    ``fsdp_copies``: the copy kernels an ``fsdp`` plan runs around its collectives, by the
+    framework that runs it (:mod:`simulator.strategies.fsdp_copies`): ``fsdp2`` (per-
+    parameter tensors gathered into and reduced from flat buffers), ``deepspeed``
+    (ZeRO-3's per-parameter cat after a coalesced gather, its bucket copy, interleave and
+    pre-divide before a reduce-scatter), ``none`` (sharded data parallelism on contiguous
+    buffers whose parameters and gradients are views of what is gathered and
+    reduce-scattered: Megatron-FSDP).
     ``moe_a2a_overlap``: Megatron-Core's combined 1F1B, each forward issued with another
     micro-batch's backward, MoE blocks node by node, so that one's EP all-to-alls run
     under the other's kernels (:mod:`.a2a_overlap`).
@@ -108,7 +111,7 @@ class ParallelPlan:
     stage_blocks: tuple[int, ...] = ()
     lockstep: bool = False
     moe_a2a_overlap: bool = False
-    fsdp_copies: bool = True
+    fsdp_copies: str = "fsdp2"
 
     def __post_init__(self):
         for f in fields(self):
@@ -124,7 +127,7 @@ class ParallelPlan:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}",
                                   field=f"plan.{name}")
         for name, valid in (("schedule", SCHEDULE_NAMES), ("dp_mode", DP_MODES),
-                            ("cp_mode", CP_MODES)):
+                            ("cp_mode", CP_MODES), ("fsdp_copies", COPY_MECHANISMS)):
             if getattr(self, name) not in valid:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}; valid: "
                                   f"{', '.join(valid)}", field=f"plan.{name}")
