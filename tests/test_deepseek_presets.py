@@ -2,7 +2,9 @@
 ``nemo_strategy`` and ``bridge_recipes``): from 26.06 (v0.5.0) the GB200/GB300 MXFP8
 presets replay the whole iteration from CUDA graphs (``cuda_graph_impl full_iteration``,
 local here) with the EP all-to-all overlap (GB300; GB200's keeps its [mla_up_proj]
-recompute, which the overlap refuses here) and GB300's FP8 attention."""
+recompute, which the overlap refuses here) and GB300's FP8 attention; every release's
+DeepSeek-V3 performance config reduces the gradients in bf16 (``grad_reduce_in_fp32``
+false)."""
 
 from __future__ import annotations
 
@@ -60,3 +62,18 @@ def test_the_gb300_scenario_takes_fp8_attention_as_a_training_setting():
     strategy = parse_strategy(s.strategy)
     assert strategy.cuda_graphs and strategy.overlap_moe_expert_parallel_comm
 
+
+def test_every_deepseek_v3_row_reduces_its_gradients_in_bf16():
+    rows = 0
+    for spec, root, kind, row in _rows():
+        if row["model"] not in spec.nemo_models:
+            continue
+        scn = nemo.scenario_of(row, root, spec, "x", kind)
+        assert scn["strategy"].get("grad_reduce_in_bf16") is True, row["model"]
+        rows += 1
+    assert rows > 20
+    # bf16 gradient buffers: 2 bytes a parameter where Megatron's default keeps 4 (fp32)
+    (scn,) = [scn for release, scn in _mxfp8("GB300") if release == "26.04"]
+    assert parse_strategy(scn["strategy"]).grad_reduce_bytes() == 2
+    scn["strategy"].pop("grad_reduce_in_bf16")
+    assert parse_strategy(scn["strategy"]).grad_reduce_bytes() == 4
