@@ -68,6 +68,10 @@ def present(modules, names) -> list[str]:
                   if any(m == n or m.startswith(n + ".") for m in modules))
 
 
+COMPARE_NOT_COST = sorted(p.stem for p in (REPO / "simulator" / "compare").glob("*.py")
+                          if p.stem not in ("__init__", "cost"))
+
+
 def test_quickstart_run_loads_only_what_it_simulates():
     """`clustersim run` (the quick start, FSDP), stopped where the simulation would start:
     the strategy, model and cluster are built, and nothing else is loaded."""
@@ -82,10 +86,14 @@ main(["run", "-q"])
 """)
     assert "simulator.strategies.fsdp" in loaded          # the stop is past the build
     assert present(loaded, HEAVY) == []
+    assert {"runner", "report", "charts"} <= set(COMPARE_NOT_COST)
     assert present(loaded, ("simulator.strategies.parallel", "simulator.strategies.frameworks",
                             "simulator.strategies.tf_common",
                             "simulator.strategies.horovod", "simulator.study",
-                            "simulator.importers", "simulator.planner", "simulator.compare",
+                            "simulator.importers", "simulator.planner",
+                            # compare's runs, tables and charts; its cost module prices
+                            # run's step (one price for both) and loads pydantic alone
+                            *(f"simulator.compare.{m}" for m in COMPARE_NOT_COST),
                             "simulator.capacity", "simulator.report",
                             "simulator.reliability.runner", "simulator.metrics.outputs",
                             "simulator.validation.commands", "simulator.validation.suite")) == []
