@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.pipeline import strategy_dict
+from simulator.scenario import scenario_from_dict
 from simulator.strategies import parse_strategy
 from simulator.validation.parallel import cases as pc
 from simulator.validation.parallel import nemo
@@ -32,7 +34,9 @@ def test_a_deepseek_row_runs_its_model_and_layout(case, model, mtp, blocks):
     sc = nemo.scenario_of(ROWS[case], ROOT, SPEC, "x", "blackwell")
     m = pc.model_for(ROOT, SPEC.nemo_models[ROWS[case]["model"]])
     assert (m.name, m.mtp_layers, m.is_mla) == (model, mtp, True)
-    cfg = parse_strategy(sc["strategy"])
+    # the scenario as a user's file is read: Megatron's training spellings in the strategy
+    # (the GB300 MXFP8 preset's fp8_dot_product_attention) move to the training section
+    cfg = parse_strategy(strategy_dict(scenario_from_dict(sc, case)))
     plan = cfg.plan(256)
     plan.check(m, 256, seq_len=4096, names=cfg.plan_fields())
     assert tuple(plan.model_stage_blocks(m.layers)) == blocks and sum(blocks) == 61
