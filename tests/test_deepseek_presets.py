@@ -8,6 +8,8 @@ false)."""
 
 from __future__ import annotations
 
+import pytest
+
 from simulator.scenario import scenario_from_dict
 from simulator.strategies import parse_strategy
 from simulator.validation.parallel import cases, nemo
@@ -30,27 +32,19 @@ def _mxfp8(gpu: str):
             yield nemo.release_of(row), nemo.scenario_of(row, root, spec, "x", kind)
 
 
-def test_gb300_mxfp8_from_26_06_runs_graphs_overlap_and_fp8_attention():
+@pytest.mark.parametrize("gpu, overlap, fp8_attention, recompute", [
+    ("GB300", True, True, False),     # graphs, the EP overlap, FP8 attention; recompute []
+    ("GB200", False, False, True),    # graphs; keeps [mla_up_proj], which the overlap refuses
+])
+def test_mxfp8_from_26_06_runs_its_preset(gpu, overlap, fp8_attention, recompute):
     seen = set()
-    for release, scn in _mxfp8("GB300"):
+    for release, scn in _mxfp8(gpu):
         s = scn["strategy"]
         new = release in NEW
         assert (s.get("cuda_graph_impl") == "local") == new, release
-        assert bool(s.get("overlap_moe_expert_parallel_comm")) == new, release
-        assert bool(s.get("fp8_dot_product_attention")) == new, release
-        assert ("recompute_modules" in s) == (not new), release   # [] from v0.5.0
-        seen.add(release)
-    assert set(NEW) | {"26.04"} <= seen
-
-
-def test_gb200_mxfp8_from_26_06_runs_graphs_with_its_recompute_and_no_overlap():
-    seen = set()
-    for release, scn in _mxfp8("GB200"):
-        s = scn["strategy"]
-        new = release in NEW
-        assert (s.get("cuda_graph_impl") == "local") == new, release
-        assert not s.get("overlap_moe_expert_parallel_comm")
-        assert not s.get("fp8_dot_product_attention")
+        assert bool(s.get("overlap_moe_expert_parallel_comm")) == (new and overlap), release
+        assert bool(s.get("fp8_dot_product_attention")) == (new and fp8_attention), release
+        assert ("recompute_modules" in s) == (not new or recompute), release
         seen.add(release)
     assert set(NEW) | {"26.04"} <= seen
 

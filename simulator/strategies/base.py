@@ -27,7 +27,7 @@ from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
 
 from .checkpointing import SelectiveOption, ac_mode, recompute_plan
-from .host import MEASURED_KINDS, dispatch_s
+from .host import MEASURED_KINDS, dispatch_delay, dispatch_s
 from .optim_precision import OptimizerDtypes, state_bytes as precision_state_bytes
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
@@ -381,10 +381,8 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
         if i == sync:       # the CPU waits for what this kernel (or its hook) says
             waited = tuple(hooks.host_sync_waits(c, phase, tuple(extra)))
         if i in ends:                   # issued just before the segment's last kernel
-            extra = (*extra, ol.add(
-                stream="host", kind="delay", name=f"dispatch.{layer.name}.{phase}",
-                layer=layer.name, phase="host", duration_s=ends[i], deps=waited,
-                attrs={"micro_step": micro, "dispatches": phase}))
+            extra = (*extra, dispatch_delay(ol, f"{layer.name}.{phase}", layer.name,
+                                            ends[i], phase, micro, waited))
         ids.append(ol.kernel(c, layer.name, phase, micro,
                              (tuple(deps) if i == 0 else ()) + tuple(extra)))
         if hooks:

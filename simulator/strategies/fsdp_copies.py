@@ -47,7 +47,7 @@ kernel (:func:`launch`).
 
 from __future__ import annotations
 
-from .host import dispatch_s
+from .host import dispatch_delay, dispatch_s
 
 
 MECHANISMS = ("fsdp2", "deepspeed", "none")
@@ -81,9 +81,7 @@ def launch(ol, cfg, kernel: str, layer: str, phase: str, micro: int) -> tuple:
     seconds = dispatch_s(cfg, phase) if cfg is not None else 0.0
     if seconds <= 0:
         return ()
-    return (ol.add(stream="host", kind="delay", name=f"dispatch.{kernel}", layer=layer,
-                   phase="host", duration_s=seconds,
-                   attrs={"micro_step": micro, "dispatches": phase}),)
+    return (dispatch_delay(ol, kernel, layer, seconds, phase, micro),)
 
 
 def copy_out(ol, dep: int, name: str, phase: str, gathered: int, micro: int,

@@ -65,4 +65,14 @@ def dispatch_s(cfg, phase: str, launch: str = "") -> float:
     return dispatch_table()[mode][phase]
 
 
-__all__ = ["FILE", "MEASURED_KINDS", "MODES", "PHASES", "dispatch_s", "dispatch_table"]
+def dispatch_delay(ol, name: str, layer: str, seconds: float, phase: str, micro: int,
+                   deps: tuple = ()) -> int:
+    """The CPU's ``seconds`` of launching ``name``'s kernels of ``phase``: a ``delay`` on
+    the ``host`` stream, in the CPU's order, that the kernel it launches waits for."""
+    return ol.add(stream="host", kind="delay", name=f"dispatch.{name}", layer=layer,
+                  phase="host", duration_s=seconds, deps=deps,
+                  attrs={"micro_step": micro, "dispatches": phase})
+
+
+__all__ = ["FILE", "MEASURED_KINDS", "MODES", "PHASES", "dispatch_delay", "dispatch_s",
+           "dispatch_table"]
