@@ -127,6 +127,11 @@ def check_training_precision(gpu: GpuSpec, precision: str) -> None:
 
 
 BLOCK_SCALED_FAMILIES = ("blackwell", "cdna4")   # MX (block-scaled) FP8 tensor cores
+# FP8 GEMMs in any operand layout, so Transformer Engine's per-tensor recipes make no
+# transposed copies (simulator/models/fp8.py): compute capability 10.x, datacenter Blackwell
+# (TE common/transformer_engine.cpp nvte_is_non_tn_fp8_gemm_supported, sm 100-119; Hopper's
+# FP8 GEMMs are TN only). CDNA's rule in ROCm's Transformer Engine is not read: not listed.
+ANY_LAYOUT_FP8_FAMILIES = ("blackwell",)
 
 
 def check_fp8_recipe(gpu: GpuSpec, recipe: str) -> None:

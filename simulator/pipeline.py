@@ -17,7 +17,8 @@ from .choices import framework_of
 from .energy.power import capped_gpu
 from .errors import ConfigError
 from .gcpause import gc_paused
-from .hardware import check_fp8_recipe, check_training_precision, gpu_spec
+from .hardware import (ANY_LAYOUT_FP8_FAMILIES, GpuSpec, check_fp8_recipe,
+                       check_training_precision, gpu_spec)
 from .loader import loader_batch_s
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
@@ -355,6 +356,13 @@ def with_fp8_stores(model: ModelSpec, scn: Scenario) -> ModelSpec:
     return replace(model, fp8_stores=stores) if stores else model
 
 
+def with_gpu_fp8(model: ModelSpec, gpu: GpuSpec) -> ModelSpec:
+    """``model`` with its FP8 GEMMs' operands as ``gpu`` takes them: in any layout on
+    :data:`~simulator.hardware.ANY_LAYOUT_FP8_FAMILIES` (no transposed FP8 copies under
+    Transformer Engine's per-tensor recipes, :mod:`simulator.models.fp8`)."""
+    return replace(model, fp8_any_layout=gpu.family in ANY_LAYOUT_FP8_FAMILIES)
+
+
 def with_packing(model: ModelSpec, scn: Scenario) -> ModelSpec:
     """``model`` with the samples ``training.packed_sequences`` packs into each sequence
     (:mod:`simulator.models.packing`)."""
@@ -427,7 +435,8 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
         if scn.training.precision == FP8:
             check_fp8_recipe(gpu, scn.training.fp8_recipe)
         strategy = _strategy_dict(scn)
-        model = with_packing(with_fp8_stores(with_finetune(model, scn), scn), scn)
+        model = with_gpu_fp8(with_packing(with_fp8_stores(with_finetune(model, scn), scn), scn),
+                             gpu)
     except ConfigError as exc:
         raise exc.located(source) from None
     cfg = parse_strategy(strategy, source=source)

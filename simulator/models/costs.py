@@ -96,9 +96,11 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         ``stem``, ``layer1.0`` ... ``layer4.2``, ``head`` for ResNets.
     """
     if precision == FP8:
-        return [fp8_layer(layer, fp8_recipe, fp8_weight_reuse) for layer in layer_costs(
-            model, batch, seq_len, compute_precision(precision), flash_attention, autocast,
-            compile, tp, sp, cp, elementwise=elementwise)]
+        layers = layer_costs(model, batch, seq_len, compute_precision(precision),
+                             flash_attention, autocast, compile, tp, sp, cp,
+                             elementwise=elementwise)
+        return [fp8_layer(layer, fp8_recipe, fp8_weight_reuse, model.fp8_any_layout)
+                for layer in layers]
     e = precision_bytes(precision)
     if model.finetune is not None:
         check_finetune(model, model.finetune)

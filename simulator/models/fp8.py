@@ -40,6 +40,16 @@ with their scales (read 2, write 1 + 1 + 2/32 bytes per element), forward the in
 weight of each Linear, backward the output gradient; the kernels are the delayed recipe's
 with the scales' bytes added.
 
+``any_layout`` (Transformer Engine's per-tensor recipes, ``delayed`` and ``current``): the
+GPU's FP8 GEMMs take their operands in any layout (``nvte_is_non_tn_fp8_gemm_supported``:
+compute capability 10.x, datacenter Blackwell, :data:`simulator.hardware.ANY_LAYOUT_FP8_FAMILIES`).
+There Transformer Engine makes no transposed copy (since TE 2.0 its quantizer creates the
+column-wise data only where ``not non_tn_fp8_gemm_supported()``, and the one FP8 buffer
+serves both usages): each cast writes the row-wise FP8 copy alone (one byte per element
+less, :data:`NO_TRANSPOSE_BYTES`), and an FP8-stored weight is not transposed for the
+input gradient. MXFP8 keeps its two copies (their block scales run along different
+dimensions), as does NVFP4.
+
 ``weight_reuse`` (Transformer Engine's recipes only): the micro-batches that share one cast of
 each weight. Megatron-Core's TE layers pass ``is_first_microbatch`` (``TELinear.forward``,
 set by ``forward_step`` on a model chunk's first micro-batch of a step), and Transformer
@@ -67,19 +77,24 @@ AMAX_BYTES = 2.0             # current scaling: the amax pass reads the bf16 ten
 CURRENT_CAST_BYTES = AMAX_BYTES + CAST_TRANSPOSE_BYTES
 TE_CAST_BYTES = {"delayed": CAST_TRANSPOSE_BYTES, "current": CURRENT_CAST_BYTES,
                  "mxfp8": MX_CAST_BYTES}    # Transformer Engine's recipes, per element
+NO_TRANSPOSE_BYTES = 1.0     # per element: the transposed FP8 copy an any-layout GPU skips
+PER_TENSOR = ("delayed", "current")     # TE recipes whose copies an any-layout GPU shares
 
 
-def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 1) -> LayerCost:
+def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 1,
+              any_layout: bool = False) -> LayerCost:
     """``layer`` with its weight GEMMs in FP8 and their cast kernels (blocks only); under a
-    Transformer Engine recipe each weight's cast is shared by ``weight_reuse`` micro-batches."""
+    Transformer Engine recipe each weight's cast is shared by ``weight_reuse`` micro-batches;
+    ``any_layout``: the GPU's FP8 GEMMs need no transposed copies (see the module doc)."""
     if not layer.kind.endswith("block"):
         return layer
     if recipe in TE_CAST_BYTES:
-        per = TE_CAST_BYTES[recipe]
+        transposes = not (any_layout and recipe in PER_TENSOR)
+        per = TE_CAST_BYTES[recipe] - (0.0 if transposes else NO_TRANSPOSE_BYTES)
         return replace(layer, forward=low_precision_ops(
                            layer.forward, lambda op: _te_forward_casts(op, per, weight_reuse)),
-                       backward=low_precision_ops(layer.backward,
-                                                  lambda op: _te_backward_casts(op, per)))
+                       backward=low_precision_ops(
+                           layer.backward, lambda op: _te_backward_casts(op, per, transposes)))
     return replace(layer, forward=low_precision_ops(layer.forward, _forward_casts),
                    backward=low_precision_ops(layer.backward, _backward_casts))
 
@@ -126,11 +141,11 @@ def _te_forward_casts(op: OpCost, per: float, weight_reuse: int) -> list[OpCost]
                   m * k + _weight(op, k * n) / weight_reuse, per)]
 
 
-def _te_backward_casts(op: OpCost, per: float) -> list[OpCost]:
+def _te_backward_casts(op: OpCost, per: float, transposes: bool) -> list[OpCost]:
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dY [m, k] cast (and transposed for the weight gradient)
         out = [_cast(op, f"te_cast_transpose.{op.name}", m * k, per)]
-        if op.fp8_weight:           # an FP8-stored weight's transpose, made again (not kept)
+        if op.fp8_weight and transposes:    # an FP8-stored weight's transpose, made again
             out.append(_cast(op, f"fp8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False))
         return out
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast

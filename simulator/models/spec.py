@@ -154,6 +154,9 @@ class ModelSpec:
     pack: Any = None
     # saved tensors the step keeps in FP8 (simulator/models/fp8_store.py FP8_STORES)
     fp8_stores: tuple[str, ...] = ()
+    # the GPU's FP8 GEMMs take any operand layout: no transposed FP8 copies under Transformer
+    # Engine's per-tensor recipes (simulator/models/fp8.py; set from the GPU by the pipeline)
+    fp8_any_layout: bool = False
 
     @property
     def is_moe(self) -> bool:

@@ -32,7 +32,7 @@ from ..hardware import check_fp8_recipe, check_training_precision, gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
 from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run_setup,
-                        with_finetune, with_fp8_stores)
+                        with_finetune, with_fp8_stores, with_gpu_fp8)
 from ..precision import FP8, PRECISIONS
 from ..scenario import Scenario
 from ..strategies.frameworks.megatron import MegatronConfig
@@ -138,6 +138,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     # kernels priced as each candidate's replay runs them: torchtitan's eager PyTorch stack,
     # Megatron's for a distributed-optimizer candidate (strategy_of), whose weight
     # gradients accumulate into Megatron's main_grad (its DDP's defaults, as _megatron sets)
+    model = with_gpu_fp8(model, gpu)        # FP8 casts as the replay's (build_setup) make them
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
                     CollectiveModel(cluster, k, scn.nccl), stacks["torchtitan"],
                     fp8_recipe=t.fp8_recipe if t.precision == FP8 else None, stacks=stacks,

@@ -457,7 +457,8 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     if fp8_recipe is not None:
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
-                  fp8_layer(layer, fp8_recipe, reuse) for layer in layers]
+                  fp8_layer(layer, fp8_recipe, reuse, model.fp8_any_layout)
+                  for layer in layers]
     layers = cfg.with_main_grad(layers)     # Megatron's main_grad buffer
     if getattr(cfg, "use_transformer_engine_op_fuser", False):     # TE's fused expert MLP
         layers = [op_fused_experts(layer) for layer in layers]
