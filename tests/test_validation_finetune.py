@@ -241,6 +241,33 @@ def test_the_v41_rows_with_the_swiglu_input_in_fp8_are_those_whose_config_sets_i
     assert sets == SPLIT["v41_fp8_act"]
 
 
+@pytest.mark.skipif(not MIRROR_V41.is_dir(), reason="no mirror of training_results_v4.1 here")
+def test_the_v41_rows_with_all_to_all_context_parallelism_are_those_whose_config_sets_it():
+    """split.yaml's ``v41_cp_comm_type``: the v5.0 extractor's ``cp_comm_type`` on each v4.1
+    validation row's config_file (its NeMo config's default, the script's CP_COMM_TYPE)."""
+    mirror = extract.Mirror(str(MIRROR_V41))
+    validation = [s for names in SPLIT["validation"].values() for s in names]
+    sets = {}
+    for s in validation:
+        path = ROWS[s]["config_file"].split(":", 1)[1]
+        value = extract.cp_comm_type(mirror, path, extract.config_settings(mirror, path))
+        if value:
+            sets[s] = value
+    assert sets == SPLIT["v41_cp_comm_type"]
+
+
+def test_a_cp_row_runs_the_context_parallelism_its_config_sets():
+    # NeMo 25.04 (v5.0 NVIDIA) and v4.1's b200_preview_nemo: all-to-all; 24.09 copies: p2p
+    assert scenario_of(V50["tyche_ngpu72_ngc25.04_nemo"], SPLIT)["strategy"][
+        "cp_comm_type"] == "a2a"
+    assert scenario_of(ROWS["b200_preview_nemo"], SPLIT)["strategy"]["cp_comm_type"] == "a2a"
+    for row in (ROWS["eos_n8_ngc24.09_nemo"], V50["scitix_n8_ngc24.09_nemo"],
+                V50["MI300X-LLMBoost-GPUBoost-2node"]):
+        assert "cp_comm_type" not in scenario_of(row, SPLIT)["strategy"]     # default p2p
+    # a CP1 row of the same 25.04 config has no context parallelism to set
+    assert "cp_comm_type" not in scenario_of(V50["nyx_n1_ngc25.04_nemo"], SPLIT)["strategy"]
+
+
 def test_a_row_whose_config_keeps_the_swiglu_input_in_fp8_runs_so():
     assert scenario_of(ROWS["h200_ngc24.09_nemo"], SPLIT)["training"]["fp8_activation_input"]
     assert "fp8_activation_input" not in scenario_of(ROWS["b200_preview_nemo"],

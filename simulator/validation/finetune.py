@@ -5,7 +5,9 @@ TP, CP, global and micro batch, activation recompute, FP8 attention where the co
 ``FP8_DPA=1`` (v5.0: the table's ``fp8_dpa``; v4.1: ``split.yaml`` ``v41_fp8_dpa``), the
 SwiGLU input kept in FP8 where its NeMo config sets ``activation_func_fp8_input_store``
 (v5.0: the table's ``fp8_act``, ``FP8_ACT=1`` in NVIDIA's TP1 CP1 configs; v4.1:
-``split.yaml`` ``v41_fp8_act``), and the
+``split.yaml`` ``v41_fp8_act``), context parallelism's communication as the config's NeMo
+config sets ``cp_comm_type`` (v5.0: the table's ``cp_comm_type``; v4.1: ``split.yaml``
+``v41_cp_comm_type``; blank: Megatron-Core's default, ``p2p``), and the
 MLPerf reference LoRA setup
 of ``split.yaml`` (``mlperf_setup``, with a vendor's ``v50.strategy`` changes: AMD's NeMo
 runs fused Adam, not the distributed optimizer); the simulated iteration time is compared
@@ -83,8 +85,12 @@ def _int(value: str, default: int = 1) -> int:
 
 
 def scenario_of(row: dict, split: dict) -> dict:
-    """The scenario mapping of one MLPerf row under the split's ``mlperf_setup``."""
+    """The scenario mapping of one MLPerf row under the split's ``mlperf_setup``, with
+    context parallelism's communication as the row's config sets it (v5.0: the table's
+    ``cp_comm_type``; v4.1: ``split.yaml`` ``v41_cp_comm_type``)."""
     setup = split["mlperf_setup"]
+    if row.get("round") != "v5.0" and row["system"] in split.get("v41_cp_comm_type", {}):
+        row = {**row, "cp_comm_type": split["v41_cp_comm_type"][row["system"]]}
     gpu = row["gpu_model"]
     gpus, per_node = _int(row["gpus"]), _int(row["gpus_per_node"], GPUS_PER_NODE)
     tp, cp = _int(row["tp"]), _int(row["cp"])
@@ -95,6 +101,8 @@ def scenario_of(row: dict, split: dict) -> dict:
         strategy.pop("tp_comm_overlap", None)
     if row["cuda_graph"].startswith("yes"):
         strategy["cuda_graph_impl"] = "transformer_engine"
+    if cp > 1 and row.get("cp_comm_type"):    # the config's NeMo cp_comm_type (blank: p2p)
+        strategy["cp_comm_type"] = row["cp_comm_type"]
     if row.get("round") == "v5.0":
         strategy = {**strategy, **_recompute(row)}
         for key, value in split["v50"]["strategy"].get(vendor_of(gpu), {}).items():

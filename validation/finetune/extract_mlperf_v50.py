@@ -14,7 +14,8 @@ file by the first method that applies,
 * D ``(block_stop - block_start) / steps in the block`` (steps from samples_count / GBS);
 
 then the median over runs. Parallelism (TP, PP, CP, VP, micro and mini batch, FP8, FP8
-attention, the SwiGLU input kept in FP8, activation recompute, CUDA graphs) comes from the submitter's ``config_*.sh`` of
+attention, the SwiGLU input kept in FP8, context parallelism's communication, activation
+recompute, CUDA graphs) comes from the submitter's ``config_*.sh`` of
 ``benchmarks/llama2_70b_lora`` (with the ``config_common.sh`` it sources) whose nodes x
 GPUs equal the systems JSON and whose MINIBS x DP equals the logged global batch.
 
@@ -41,7 +42,8 @@ COLUMNS = ["benchmark", "round", "submitter", "system", "system_name", "gpu_mode
            "accelerator_model_name", "gpus", "nodes", "gpus_per_node",
            "accelerator_interconnect", "host_networking", "framework", "tp", "pp", "cp", "vp",
            "micro_batch", "global_batch", "grad_accum_logged", "seq_len", "precision",
-           "fp8_dpa", "fp8_act", "recompute", "cuda_graph", "n_result_files", "n_runs_with_step_time",
+           "fp8_dpa", "fp8_act", "cp_comm_type", "recompute", "cuda_graph", "n_result_files",
+           "n_runs_with_step_time",
            "step_time_method", "median_step_time_s", "min_run_step_time_s",
            "max_run_step_time_s", "tokens_per_s_per_gpu", "xcheck_block_interval_s",
            "ttt_min_mean", "n_ttt_runs", "config_file", "config_match", "source",
@@ -169,28 +171,53 @@ def parallelism(env: dict) -> dict:
 
 
 FP8_ACT_KEY = "activation_func_fp8_input_store"     # Megatron-Core's TransformerConfig field
+CP_COMM_KEY = "cp_comm_type"                         # Megatron-Core's (Transformer Engine's)
 NEMO_CONF = "megatron_gpt_peft_tuning_config.yaml"
+
+
+def nemo_setting(mirror: Mirror, path: str, env: dict, key: str) -> str | None:
+    """The value of ``model.<key>`` in the NeMo config of the config's implementation, where
+    that config maps it to an environment variable with a default (``key:
+    ${oc.decode:${oc.env:VAR,default}}``): the variable as the config script sets it, else the
+    default (quotes dropped); None where the NeMo config has no such line (the framework's own
+    default then holds). The implementation is the config's directory under
+    ``benchmarks/<bench>/`` (``implementations/`` where there is one: Oracle's v4.1 files sit
+    beside it). One that ships no NeMo config (Lambda's, Oracle's, Lenovo's: NVIDIA's
+    container, its README and run.sub) is read through NVIDIA's own: the implementation
+    named after the config's GPU where NVIDIA has one (v4.1 ``h200_ngc24.09_nemo``), else
+    any of NVIDIA's."""
+    def confs(prefix: str) -> list[str]:
+        return [f for f in mirror.files if f.startswith(prefix) and f.endswith(f"/{NEMO_CONF}")
+                and not re.search(r"/(NeMo|Megatron-LM)/", f)]
+    impl = re.match(rf"[^/]+/benchmarks/{BENCH}/(implementations/)?[^/]+/", path)
+    found = confs(impl.group(0)) if impl else []
+    nvidia = sorted(confs(f"NVIDIA/benchmarks/{BENCH}/implementations/"))
+    gpu = gpu_model(Path(path).name).lower()
+    named = [c for c in nvidia if gpu in c.split("/")[4].lower()]
+    for conf in found or named or nvidia:
+        m = re.search(rf"^\s*{key}:\s*\$\{{oc\.decode:\$\{{oc\.env:([A-Z0-9_]+),"
+                      rf"\s*'?([\w+]+)'?\}}\}}", mirror.read(conf), re.M)
+        if m:
+            return str(env.get(m.group(1), m.group(2))).strip("'\"")
+    return None
 
 
 def fp8_act(mirror: Mirror, path: str, env: dict) -> str:
     """``yes`` where the config's implementation maps an environment variable to Megatron-Core's
     ``activation_func_fp8_input_store`` in its NeMo config (NVIDIA's 25.04 code ``FP8_ACT``,
     the 24.09 copies ``FP8_ACTIVATION``: ``model.activation_func_fp8_input_store:
-    ${oc.decode:${oc.env:FP8_ACT,0}}``) and the config sets it true. An implementation that
-    ships no NeMo config (Lambda's, Oracle's: NVIDIA's container, its README and run.sub) is
-    read through NVIDIA's own. AMD's configuration names another key
-    (``fp8_activation_input_store``) that no file of its code reads: not this."""
-    def confs(prefix: str) -> list[str]:
-        return [f for f in mirror.files if f.startswith(prefix) and f.endswith(f"/{NEMO_CONF}")
-                and not re.search(r"/(NeMo|Megatron-LM)/", f)]
-    impl = re.match(rf"[^/]+/benchmarks/{BENCH}/implementations/[^/]+/", path)
-    found = confs(impl.group(0)) if impl else []
-    for conf in found or sorted(confs(f"NVIDIA/benchmarks/{BENCH}/implementations/")):
-        m = re.search(rf"^\s*{FP8_ACT_KEY}:\s*\$\{{oc\.decode:\$\{{oc\.env:([A-Z0-9_]+),"
-                      rf"\s*(\w+)\}}\}}", mirror.read(conf), re.M)
-        if m:
-            return "yes" if _true({**{m.group(1): m.group(2)}, **env}, m.group(1)) else ""
-    return ""
+    ${oc.decode:${oc.env:FP8_ACT,0}}``) and the config sets it true (:func:`nemo_setting`).
+    AMD's configuration names another key (``fp8_activation_input_store``) that no file of
+    its code reads: not this."""
+    value = nemo_setting(mirror, path, env, FP8_ACT_KEY)
+    return "yes" if value is not None and _true({"v": value}, "v") else ""
+
+
+def cp_comm_type(mirror: Mirror, path: str, env: dict) -> str:
+    """Megatron-Core's ``cp_comm_type`` as the config's NeMo config sets it (NVIDIA's 25.04
+    code: ``${oc.decode:${oc.env:CP_COMM_TYPE,'a2a'}}``, all-to-all context parallelism);
+    blank where the NeMo config does not set it: Megatron-Core's default, ``p2p``."""
+    return nemo_setting(mirror, path, env, CP_COMM_KEY) or ""
 
 
 def find_config(mirror: Mirror, submitter: str, system: str, gpu: str, gpus: int,
@@ -216,7 +243,8 @@ def find_config(mirror: Mirror, submitter: str, system: str, gpu: str, gpus: int
                                             if Path(q).parent == Path(p).parent):
             continue         # the directory names this GPU's configs; an unnamed one is not
         env = config_settings(mirror, p)
-        s = {**parallelism(env), "fp8_act": fp8_act(mirror, p, env)}
+        s = {**parallelism(env), "fp8_act": fp8_act(mirror, p, env),
+             "cp_comm_type": cp_comm_type(mirror, p, env)}
         if s["gpus"] == gpus and s["gpus_per_node"] == per_node and s["gbs"] == gbs:
             similarity = SequenceMatcher(None, system.lower(), Path(p).name.lower()).ratio()
             found.append(((not own, named != gpu), -similarity, p, s))
@@ -276,8 +304,8 @@ def system_row(mirror: Mirror, submitter: str, system: str, results: list[str]) 
             "host_networking": sj.get("host_networking", ""),
             "framework": sj.get("framework", ""),
             **{k: cfg.get(k, "") for k in ("tp", "pp", "cp", "vp", "micro_batch", "precision",
-                                           "fp8_dpa", "fp8_act", "recompute",
-                                           "cuda_graph")},
+                                           "fp8_dpa", "fp8_act", "cp_comm_type",
+                                           "recompute", "cuda_graph")},
             "global_batch": gbs, "grad_accum_logged": ga, "seq_len": SEQ_LEN,
             "n_result_files": len(results), "n_runs_with_step_time": len(runs),
             "step_time_method": "+".join(f"{m}x{n}" for m, n in counts.items()),
