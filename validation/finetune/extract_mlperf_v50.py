@@ -193,7 +193,7 @@ def nemo_setting(mirror: Mirror, path: str, env: dict, key: str) -> str | None:
     found = confs(impl.group(0)) if impl else []
     nvidia = sorted(confs(f"NVIDIA/benchmarks/{BENCH}/implementations/"))
     gpu = gpu_model(Path(path).name).lower()
-    named = [c for c in nvidia if gpu in c.split("/")[4].lower()]
+    named = [c for c in nvidia if gpu in c.split("/")[4].lower()]    # implementation names
     for conf in found or named or nvidia:
         m = re.search(rf"^\s*{key}:\s*\$\{{oc\.decode:\$\{{oc\.env:([A-Z0-9_]+),"
                       rf"\s*'?([\w+]+)'?\}}\}}", mirror.read(conf), re.M)
