@@ -12,7 +12,6 @@ from ..choices import (NAMED_STRATEGIES, NamedStrategy, framework_of, parse_stra
                        registry_spelling)
 from ..errors import ConfigError
 from ..models import ModelSpec
-from ..hardware import gpu_spec
 from ..pipeline import (Setup, build_setup, make_trace, portable_finetune, run_setup,
                         with_gpu_fp8)
 from ..pipeline import strategy_dict as strategy_dict_of
@@ -147,7 +146,6 @@ class Prober:
         self.cfg = parse_strategy(strategy_dict_of(self.scn), source=source)
         n = self.base.trace.world_size
         self.world = World(n, min(int(self.base.cluster.G.graph["gpus_per_node"]), n))
-        self.gpu = gpu_spec(self.base.cluster.G.graph["gpu"])
         self.cache: dict[str, Probe] = {}
         self.replays = 0
         self.adopted: dict[str, tuple[ModelSpec, object]] = {}
@@ -156,7 +154,7 @@ class Prober:
     def setup_for(self, model: ModelSpec) -> Setup:
         """The Setup of ``self.base`` with ``model``'s trace (as build_setup makes it: a
         step of many identical micro-steps gets the few replays of :mod:`simulator.accum`)."""
-        model = with_gpu_fp8(model, self.gpu)
+        model = with_gpu_fp8(model, self.base.compute.gpu)
         def make(cfg) -> object:
             return make_trace(self.scn, model, cfg, self.world)
         plan = plan_accum(self.cfg, self.scn.training, make)

@@ -209,8 +209,8 @@ def fp8_act(mirror: Mirror, path: str, env: dict) -> str:
     ${oc.decode:${oc.env:FP8_ACT,0}}``) and the config sets it true (:func:`nemo_setting`).
     AMD's configuration names another key (``fp8_activation_input_store``) that no file of
     its code reads: not this."""
-    value = nemo_setting(mirror, path, env, FP8_ACT_KEY)
-    return "yes" if value is not None and _true({"v": value}, "v") else ""
+    return "yes" if _true({FP8_ACT_KEY: nemo_setting(mirror, path, env, FP8_ACT_KEY)},
+                          FP8_ACT_KEY) else ""
 
 
 def cp_comm_type(mirror: Mirror, path: str, env: dict) -> str:
