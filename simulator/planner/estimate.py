@@ -308,7 +308,9 @@ class Estimator:
             # FSDP under a pipeline gathers once a step and reduce-scatters after the last
             # micro-batch (torch.distributed.pipelining): that traffic at the step's end
             once = p.dp_mode == "fsdp" and p.pp > 1
-            gathers = 2 if p.dp_mode == "fsdp" and not once else 1
+            # FSDP gathers a block for its forward and again for its backward, unless it
+            # keeps it in between (reshard_after_forward false)
+            gathers = 2 if p.dp_mode == "fsdp" and not once and p.reshard_after_forward else 1
             gathered = nbytes + (frozen if p.dp_mode == "fsdp" else 0)
             traffic = (gathers * self._time("all_gather", gathered, shard)
                        + self._time("reduce_scatter", nbytes, shard))

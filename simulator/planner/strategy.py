@@ -27,8 +27,10 @@ def strategy_of(c: Candidate, layers: int) -> dict | None:
            "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[p.schedule]}
     if p.ep > 1:
         par["expert_parallel_degree"] = p.ep
-    if p.dp_mode in ("fsdp", "zero2"):     # fsdp under PP: torchtitan's never (its default)
-        par["fsdp_reshard_after_forward"] = ("always" if p.dp_mode == "fsdp" and p.pp == 1
+    if p.dp_mode == "zero2":               # ZeRO-2 is DeepSpeed's: no torchtitan spelling
+        return None
+    if p.dp_mode == "fsdp":                # under PP: torchtitan's never (its default)
+        par["fsdp_reshard_after_forward"] = ("always" if p.pp == 1 and p.reshard_after_forward
                                              else "never")
     if p.vp > 1:
         par["pipeline_parallel_layers_per_stage"] = layers // (p.pp * p.vp)

@@ -23,8 +23,10 @@ context_parallel_degree            cp; context_parallel_rotate_method allgather 
 expert_parallel_degree             ep
 enable_async_tensor_parallel       tp_overlap
 fsdp_reshard_after_forward         without PP: always or default -> dp_mode fsdp; never ->
-                                   zero2 (parameters stay gathered from forward to
-                                   backward). With PP: never or default (torchtitan's
+                                   dp_mode fsdp with reshard_after_forward false (FSDP2's
+                                   reshard_after_forward=False on every block: gathered
+                                   once a micro-batch, kept from forward to backward,
+                                   reduce-scattered after each backward). With PP: never or default (torchtitan's
                                    default there) -> dp_mode fsdp, which under a pipeline
                                    is FSDP2 as torch.distributed.pipelining runs it (one
                                    all-gather of a block per step, kept until its one
@@ -161,12 +163,15 @@ class TorchtitanConfig(CommonConfig):
             raise ConfigError("must be -1 (the rest) or >= 1",
                               field="strategy.parallelism.data_parallel_shard_degree")
         pp, vp = p.pipeline_parallel_degree, self._virtual_stages(layers)
+        dp_mode = self._dp_mode(shard)
         return ParallelPlan(
             pp=pp, dp_replicate=p.data_parallel_replicate_degree, dp_shard=shard,
             cp=p.context_parallel_degree, tp=p.tensor_parallel_degree,
             ep=p.expert_parallel_degree, vp=vp, stage_blocks=self._stage_blocks(layers, pp * vp),
             sequence_parallel=p.tensor_parallel_degree > 1,
-            schedule=SCHEDULES[p.pipeline_parallel_schedule], dp_mode=self._dp_mode(shard),
+            schedule=SCHEDULES[p.pipeline_parallel_schedule], dp_mode=dp_mode,
+            reshard_after_forward=not (dp_mode == "fsdp" and pp == 1
+                                       and p.fsdp_reshard_after_forward == "never"),
             lockstep=p.pipeline_parallel_schedule == "Interleaved1F1B",
             tp_overlap=p.enable_async_tensor_parallel,
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
@@ -217,7 +222,7 @@ class TorchtitanConfig(CommonConfig):
             return "ddp"         # nothing sharded: DDP (replicate), or no data parallelism
         reshard = p.fsdp_reshard_after_forward
         if p.pipeline_parallel_degree == 1:
-            return "zero2" if reshard == "never" else "fsdp"
+            return "fsdp"        # never: reshard_after_forward false (plan)
         # under PP torchtitan's default is never (parallelize_llama: no per-microbatch
         # all-gathers); torch.distributed.pipelining then runs FSDP2 without resharding or
         # reducing between micro-batches (stage.py, backward_maybe_with_nosync:

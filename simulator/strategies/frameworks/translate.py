@@ -60,7 +60,8 @@ def data_parallel_config(cfg: CommonConfig, plan: ParallelPlan,
     shared.update(extra)
     if plan.dp_mode == "ddp":
         return DDPConfig(name="ddp", **shared)
-    return FSDPConfig(name="fsdp", mesh=[plan.dp_replicate, plan.dp_shard], **shared)
+    return FSDPConfig(name="fsdp", mesh=[plan.dp_replicate, plan.dp_shard],
+                      reshard_after_forward=plan.reshard_after_forward, **shared)
 
 
 def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,

@@ -20,7 +20,9 @@ shard), ``d`` the group size, bytes per parameter ``w`` (weights, 2 for bf16) an
   ``P w + (g + 12) P / d``.
 * ``fsdp``: a unit per layer; all-gather (``w``) before its forward and again before its
   backward, free after each, reduce-scatter (``g``) after its backward; the embedding and
-  head stay gathered (root). With pipeline parallelism, as torch.distributed.pipelining
+  head stay gathered (root). Without ``reshard_after_forward`` (FSDP2's
+  ``reshard_after_forward=False``) a unit gathered for its forward is kept until its
+  backward is done, one all-gather per micro-batch. With pipeline parallelism, as torch.distributed.pipelining
   runs FSDP2, a unit is gathered at its first forward and kept until its last backward,
   whose reduce-scatter is the only one. Static ``16 P / d`` (fp32 shard, gradient, Adam).
 
@@ -197,14 +199,21 @@ class DataParallel:
         return self.gathered[key]
 
     def after_forward(self, chunk: int, li: int, layer, last_op: int) -> None:
-        """FSDP without pipelining reshards a block after its forward."""
+        """FSDP without pipelining reshards a block after its forward (unless the plan
+        keeps it to its backward: ``reshard_after_forward`` false)."""
         if self._reshards(layer) and (chunk, li) in self.gathered:
             del self.gathered[(chunk, li)]
             self.b.ol.free(last_op, self._all_gathered(chunk, li))
 
-    def _reshards(self, layer) -> bool:
+    def _unit(self, layer) -> bool:
+        """An FSDP unit without pipelining: gathered every micro-batch, freed after its
+        backward (the root, embedding and head, stays gathered)."""
         return (self.mode == "fsdp" and bool(self._sharding()) and self.b.plan.pp == 1
                 and layer.kind not in ("embedding", "head"))
+
+    def _reshards(self, layer) -> bool:
+        """A unit freed after its forward too, and gathered again for its backward."""
+        return self._unit(layer) and self.b.plan.reshard_after_forward
 
     def start_params(self) -> None:
         """zero1 with ``overlap_param_gather``: the previous step's parameter all-gathers,
@@ -282,7 +291,7 @@ class DataParallel:
             return
         key = (chunk, li)
         pipelined = self.b.plan.pp > 1
-        if key in self.gathered and (self._reshards(layer) or (pipelined and last_micro)):
+        if key in self.gathered and (self._unit(layer) or (pipelined and last_micro)):
             del self.gathered[key]
             self.b.ol.free(last_op, self._all_gathered(chunk, li))
         if pipelined and not last_micro:

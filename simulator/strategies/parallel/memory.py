@@ -315,6 +315,16 @@ def _ft_saved_delta(model: ModelSpec, b: int, s: int, precision: str, flash: boo
     return tuple(t.activation_bytes - w.activation_bytes for t, w in zip(tuned, whole))
 
 
+def _largest_unit(model, plan, precision) -> int:
+    """Trainable parameters of the largest FSDP unit (a block) on one rank."""
+    if fine_tuned(model):
+        per = finetune_weights(model, plan.tp, storage_dtype(precision))[1:1 + model.layers]
+        return max(n for n, _ in per)
+    moe = _moe_blocks(model, range(model.layers))
+    return max(_kind_params(model, plan, kind)
+               for kind, n in ((False, model.layers - moe), (True, moe)) if n)
+
+
 def _working(model, plan, stage, *, b, s, e, ac, flash, grad_dtype, precision) -> int:
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     working = am.layer_working_bytes(model, batch=b, seq_len=s, e=e, ac=ac, flash=flash, **par)
@@ -323,15 +333,18 @@ def _working(model, plan, stage, *, b, s, e, ac, flash, grad_dtype, precision) -
         # the first forward to the one reduce-scatter after the last micro-batch (.dp)
         weights = stage_weights(model, plan, stage, precision)
         working += weights.trainable * (e + precision_bytes(grad_dtype)) + weights.frozen_bytes
+    elif plan.dp_mode == "fsdp" and not plan.reshard_after_forward and plan.dp_shard * plan.cp > 1:
+        # kept from each block's forward to its backward (FSDP2 reshard_after_forward=False):
+        # at the end of the forward every block is gathered; one unit's gradients at a time
+        weights = stage_weights(model, plan, stage, precision)
+        working += (weights.trainable * e + weights.frozen_bytes
+                    + _largest_unit(model, plan, precision) * precision_bytes(grad_dtype))
     elif plan.dp_mode == "fsdp" and fine_tuned(model):     # a block's trainable and frozen
         per = finetune_weights(model, plan.tp, storage_dtype(precision))[1:1 + model.layers]
         working += max(2 * (n * e + frozen) + n * precision_bytes(grad_dtype)
                        for n, frozen in per)
     elif plan.dp_mode == "fsdp":
-        moe = _moe_blocks(model, range(model.layers))
-        unit = max(_kind_params(model, plan, kind)
-                   for kind, n in ((False, model.layers - moe), (True, moe)) if n)
-        working += unit * (2 * e + precision_bytes(grad_dtype))
+        working += _largest_unit(model, plan, precision) * (2 * e + precision_bytes(grad_dtype))
     return working
 
 

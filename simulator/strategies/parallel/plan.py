@@ -81,6 +81,12 @@ class ParallelPlan:
     pre-divide before a reduce-scatter), ``none`` (sharded data parallelism on contiguous
     buffers whose parameters and gradients are views of what is gathered and
     reduce-scattered: Megatron-FSDP).
+    ``reshard_after_forward``: an ``fsdp`` plan without a pipeline frees each block's
+    gathered parameters after its forward and gathers them again for its backward (FSDP2's
+    default); false keeps them from the forward to the backward, one all-gather per block
+    and micro-batch (FSDP2's ``reshard_after_forward=False``, torchtitan's
+    ``fsdp_reshard_after_forward: never``). Under a pipeline an ``fsdp`` plan keeps them
+    anyway (see :mod:`.dp`), so the field is FSDP's without a pipeline only.
     ``moe_a2a_overlap``: Megatron-Core's combined 1F1B, each forward issued with another
     micro-batch's backward, MoE blocks node by node, so that one's EP all-to-alls run
     under the other's kernels (:mod:`.a2a_overlap`).
@@ -112,6 +118,7 @@ class ParallelPlan:
     lockstep: bool = False
     moe_a2a_overlap: bool = False
     fsdp_copies: str = "fsdp2"
+    reshard_after_forward: bool = True
 
     def __post_init__(self):
         for f in fields(self):
@@ -131,9 +138,15 @@ class ParallelPlan:
             if getattr(self, name) not in valid:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}; valid: "
                                   f"{', '.join(valid)}", field=f"plan.{name}")
-        if not isinstance(self.lockstep, bool):
-            raise ConfigError(f"must be true or false, got {self.lockstep!r}",
-                              field="plan.lockstep")
+        for name in ("lockstep", "reshard_after_forward"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"must be true or false, got {getattr(self, name)!r}",
+                                  field=f"plan.{name}")
+        if not self.reshard_after_forward and (self.dp_mode != "fsdp" or self.pp > 1):
+            raise ConfigError("keeping parameters gathered from forward to backward is "
+                              "FSDP's without a pipeline (dp_mode fsdp, pp 1), got dp_mode "
+                              f"{self.dp_mode!r}, pp {self.pp}",
+                              field="plan.reshard_after_forward")
         if self.lockstep and self.schedule != "interleaved_1f1b":
             raise ConfigError(f"lockstep time steps are torch's interleaved 1F1B table: needs "
                               f"schedule interleaved_1f1b, got {self.schedule!r}",
