@@ -41,11 +41,12 @@ ECMP_MODES = ("spread", "hash")
 # training.attention (simulator/compute/families.py): PyTorch SDPA, the FlashAttention-2 and
 # -3 libraries, or unfused (eager) attention
 ATTENTION = ("sdpa", "flash2", "flash3", "eager")
-# training.fp8_recipe (simulator/models/fp8.py): torchao tensorwise dynamic scaling,
-# Transformer Engine's delayed scaling, its current (per-tensor) scaling, or its MXFP8 block
-# scaling (Blackwell only)
-FP8_RECIPES = ("tensorwise", "delayed", "current", "mxfp8")
-TE_RECIPES = FP8_RECIPES[1:]      # Transformer Engine's (training.fp8_attention needs one)
+# training.fp8_recipe (simulator/models/fp8.py): torchao's tensorwise or rowwise dynamic
+# scaling, Transformer Engine's delayed scaling, its current (per-tensor) scaling, or its
+# MXFP8 block scaling (Blackwell only)
+TORCHAO_RECIPES = ("tensorwise", "rowwise")
+TE_RECIPES = ("delayed", "current", "mxfp8")   # Transformer Engine's (fp8_attention needs one)
+FP8_RECIPES = TORCHAO_RECIPES + TE_RECIPES
 # training.elementwise: the model code's norms, rotary, activation (simulator/models/eager.py)
 ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
 # Fabric fidelity -> what it models (the classes: simulator.network.fabric.FABRICS).

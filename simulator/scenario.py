@@ -158,8 +158,9 @@ class Training(BaseModel):
                                            "causal mask (as training.evaluation's; "
                                            "simulator/loader.py) [default: the loader is not "
                                            "modelled]")
-    fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise (torchao "
-                            "dynamic scaling), delayed or current (Transformer Engine's "
+    fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise or "
+                            "rowwise (torchao dynamic scaling per tensor or per row), "
+                            "delayed or current (Transformer Engine's "
                             "delayed or current scaling) or mxfp8 "
                             "(Transformer Engine's MXFP8 block scaling, Blackwell); "
                             "docs/compute.md")

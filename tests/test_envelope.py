@@ -65,8 +65,8 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
         assert g["gpu"] == {"H100-500W": H100_GPU}.get(r["gpu_type"], g["gpu"])
         assert g["gpu"].startswith(r["gpu_type"].removesuffix("-500W"))
         assert g["precision"] == {"amp_bf16": "bf16", "amp_fp8": "fp8", "bf16": "bf16",
-                                  "float8 tensorwise": "fp8"}.get(r["precision"],
-                                                                  r["precision"])
+                                  "float8 tensorwise": "fp8", "float8 rowwise": "fp8"}.get(
+                                      r["precision"], r["precision"])
         assert g["error"] == pytest.approx(float(r["error"]), rel=1e-5)
     for r in train:
         g = ground[f"training/{r['case']}"]

@@ -78,5 +78,10 @@ def test_h200_and_2408_rows_and_what_is_not_modelled():
     # the 2024-08 rows print no compile column: their train config (3faaa1a0) compiles
     old = BY_ID["torchtitan/h100-2408/llama-3-405b_fsdp16_tp8_compile_mb2_s8192"]
     assert old.scenario["training"]["compile"] is True
-    rowwise = [r for r in ROWS if r.not_modelled]
-    assert len(rowwise) == 4 and all("rowwise" in r.not_modelled for r in rowwise)
+    # float8 rowwise runs torchao's rowwise recipe; every row is modelled
+    assert not [r for r in ROWS if r.not_modelled]
+    rowwise = [r for r in ROWS if r.precision == "float8 rowwise"]
+    assert len(rowwise) == 4
+    assert all(r.scenario["training"]["fp8_recipe"] == "rowwise" for r in rowwise)
+    assert all("fp8_recipe" not in r.scenario["training"] for r in ROWS
+               if r.precision == "float8 tensorwise")

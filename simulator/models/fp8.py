@@ -18,6 +18,30 @@ bookkeeping are unchanged (bf16). A
 grouped GEMM (an MoE layer's experts, Transformer Engine's ``GroupedLinear``) casts each
 expert's input rows and weight: its casts count every group.
 
+``recipe="rowwise"`` is torchao's rowwise recipe (``Float8LinearConfig.from_recipe_name(
+"rowwise")``, torchtitan's ``float8.recipe_name = "rowwise"``): one scale per row along each
+GEMM's reduction dimension (``torch._scaled_mm`` with row-wise scales), so every operand is
+cast along the dimension its GEMM reduces over, and a tensor two GEMMs reduce differently is
+cast twice. The kernels and their bytes are those torchao's own roofline counts for the
+recipe (``torchao/testing/training/roofline_utils.py``, ``get_tensor_memory_traffic_ovhd_s``,
+pytorch/ao 104f01a, 2026-05): an activation (the input X before the forward GEMM, the output
+gradient dY before the input-gradient GEMM) is cast row-wise by a kernel that also writes a
+bf16 transposed copy (read 2, write 1 + 2 bytes an element, :data:`ROWWISE_SPLIT_BYTES`; under
+torch.compile the read fuses into the producing kernel, as the roofline's fusion modelling
+assumes: 3), and that copy is cast before the weight-gradient GEMM (read 2, write 1,
+:data:`ROWWISE_CAST_BYTES`); the weight is cast row-wise in forward (3) and, for the input
+gradient, transposed in bf16 (read 2, write 2, :data:`ROWWISE_TRANSPOSE_BYTES`) and cast
+again (3). The FP8 GEMMs run at the family's FP8 rate, as under ``tensorwise`` (the roofline
+assumes one achievable FP8 rate for every recipe; PyTorch's row-scaled CUTLASS kernel runs
+most shapes at 90-100% of the tensor-scaled cuBLAS one, pytorch/pytorch#147971, with fast
+accumulation, which torchao's forward GEMM uses). The backward GEMMs accumulate in full
+precision (torchao's ``Float8LinearConfig`` defaults: no fast accumulation for the input
+and weight gradients), where that CUTLASS kernel is slow, so torchao runs them on cuBLAS's
+tensor-scaled kernel and scales the output by the rows' and columns' scales afterwards
+(``addmm_float8_unwrapped``, pytorch/ao#1325; under torch.compile one more kernel per GEMM,
+pytorch/ao#2184): a pass over each backward GEMM's bf16 output (read 2, write 2,
+:data:`RESCALE_BYTES`).
+
 ``recipe="delayed"`` is Transformer Engine's delayed scaling (``te.fp8_autocast`` with
 ``DelayedScaling``, what Composer's ``amp_fp8`` runs): the scale comes from the amax
 history of earlier steps, and each tensor is cast once by a fused cast-transpose kernel
@@ -77,6 +101,11 @@ AMAX_BYTES = 2.0             # current scaling: the amax pass reads the bf16 ten
 CURRENT_CAST_BYTES = AMAX_BYTES + CAST_TRANSPOSE_BYTES
 TE_CAST_BYTES = {"delayed": CAST_TRANSPOSE_BYTES, "current": CURRENT_CAST_BYTES,
                  "mxfp8": MX_CAST_BYTES}    # Transformer Engine's recipes, per element
+# torchao's rowwise recipe, per element (the module doc; torchao's roofline_utils.py)
+ROWWISE_CAST_BYTES = 3.0     # a row's amax and cast in one kernel: read bf16 2, write fp8 1
+ROWWISE_SPLIT_BYTES = 5.0    # an activation's row-wise cast + bf16 transposed copy: 2 + 1 + 2
+ROWWISE_TRANSPOSE_BYTES = 4.0   # the weight's bf16 transpose: read 2, write 2
+RESCALE_BYTES = 4.0          # a backward GEMM's output scaled by its rows' and columns' scales
 NO_TRANSPOSE_BYTES = 1.0     # per element: the transposed FP8 copy an any-layout GPU skips
 PER_TENSOR = ("delayed", "current")     # TE recipes whose copies an any-layout GPU shares
 
@@ -95,14 +124,19 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
                            layer.forward, lambda op: _te_forward_casts(op, per, weight_reuse)),
                        backward=low_precision_ops(
                            layer.backward, lambda op: _te_backward_casts(op, per, transposes)))
+    if recipe == "rowwise":
+        return replace(layer, forward=low_precision_ops(layer.forward, _rowwise_forward_casts),
+                       backward=low_precision_ops(layer.backward, _rowwise_backward_casts,
+                                                  after=_rowwise_rescale))
     return replace(layer, forward=low_precision_ops(layer.forward, _forward_casts),
                    backward=low_precision_ops(layer.backward, _backward_casts))
 
 
 def low_precision_ops(ops, casts, precision: str = "fp8",
-                      operand_bytes: float = 1.0) -> list[OpCost]:
+                      operand_bytes: float = 1.0, after=None) -> list[OpCost]:
     """``ops`` with each weight GEMM at ``precision`` (its two operands ``operand_bytes`` an
-    element, its bf16 output 2) after its ``casts``."""
+    element, its bf16 output 2) after its ``casts`` (and before ``after``'s kernels, when
+    given)."""
     out = []
     for op in ops:
         if op.op_class == "matmul" and op.weight and op.shape and not op.precision:
@@ -113,6 +147,9 @@ def low_precision_ops(ops, casts, precision: str = "fp8",
             m, n, k = op.shape
             out.append(replace(op, precision=precision, bytes_accessed=float(
                 g * (operand_bytes * (m * k + k * n) + 2 * m * n))))
+            if after is not None:
+                out.extend(replace(c, flops=g * c.flops, bytes_accessed=g * c.bytes_accessed)
+                           for c in after(op))
         else:
             out.append(op)
     return out
@@ -162,3 +199,40 @@ def _backward_casts(op: OpCost) -> list[OpCost]:
         return [_cast(op, f"float8_cast.{op.name}", m * k, _cast_bytes(op)),
                 _cast(op, f"float8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False)]
     return [_cast(op, f"float8_transpose.{op.name}", m * k, TRANSPOSE_BYTES, False)]
+
+
+def _split_bytes(op: OpCost) -> float:
+    """Bytes per element of an activation's row-wise cast with its bf16 transposed copy:
+    eager, or compiled (the read fused into the kernel that produces the tensor)."""
+    return ROWWISE_SPLIT_BYTES - (2.0 if op.launch == COMPILED else 0.0)
+
+
+def _rowwise_forward_casts(op: OpCost) -> list[OpCost]:
+    m, n, k = op.shape            # X [m, k] (cast + transposed copy), W [k, n]
+    out = [_cast(op, f"float8_rowwise_cast.{op.name}", m * k, _split_bytes(op))]
+    if _weight(op, k * n):
+        out.append(_cast(op, f"float8_rowwise_cast_weight.{op.name}", k * n,
+                         ROWWISE_CAST_BYTES))
+    return out
+
+
+def _rowwise_backward_casts(op: OpCost) -> list[OpCost]:
+    m, n, k = op.shape
+    if op.name.endswith(".dgrad"):  # dX = dY [m, k] W^T [k, n]: dY row-wise, W along k
+        out = [_cast(op, f"float8_rowwise_cast.{op.name}", m * k, _split_bytes(op))]
+        if _weight(op, k * n):
+            out += [_cast(op, f"float8_rowwise_transpose.{op.name}", k * n,
+                          ROWWISE_TRANSPOSE_BYTES, False),
+                    _cast(op, f"float8_rowwise_cast_weight.{op.name}", k * n,
+                          ROWWISE_CAST_BYTES)]
+        return out
+    # wgrad dW [m, n] = X^T [m, k] dY [k, n]: both transposed copies cast along the tokens
+    return [_cast(op, f"float8_rowwise_cast_t.{op.name}", m * k + k * n, ROWWISE_CAST_BYTES)]
+
+
+def _rowwise_rescale(op: OpCost) -> list[OpCost]:
+    """A backward GEMM's output scaled after a cuBLAS tensor-scaled GEMM (module doc)."""
+    m, n, _ = op.shape
+    return [OpCost(f"float8_rowwise_rescale.{op.name}", "elementwise", float(m * n),
+                   RESCALE_BYTES * m * n, launch=op.launch)]
+

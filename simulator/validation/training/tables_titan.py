@@ -45,7 +45,10 @@ FSDP x TP on 128 GPUs). The mapping, per column:
   cuDNN's rate), and picks cuDNN by default only with cuDNN above 9.15 (2.10 on), later
   than every row here (torch 1963fc8 2024-12, 38410cf9 2025-06, 2.8.0a0 in NGC 25.05).
 * Float8 -> ``training.precision: fp8`` with torchao's tensorwise dynamic scaling
-  (``yes``, ``float8 tensorwise``); ``float8 rowwise`` has no recipe here: not modelled.
+  (``yes``, ``float8 tensorwise``) or its rowwise recipe (``float8 rowwise``:
+  ``training.fp8_recipe: rowwise``; the 2025-06 rows ran torchtitan 820504e, before its
+  recipe-aware filter (torchtitan#1319) left the small ``wk`` / ``wv`` Linears in bf16, so
+  every block Linear is converted, as modelled).
 
 Nothing here fits a constant: the split (``split.yaml``, rule by GPU count) is declared
 before any fit, as for the other tables.
@@ -147,15 +150,13 @@ def titan_row(r: dict, split: str) -> TableRow:
     cluster["topology_set"] = {"params.node.gpu": gpu}
     training = {"micro_batch": micro, "seq_len": seq, "grad_accum": accum,
                 "precision": "bf16" if f8 == "none" else "fp8", "compile": compiled,
+                **({"fp8_recipe": "rowwise"} if f8 == "rowwise" else {}),
                 "attention": ATTENTION, "elementwise": ELEMENTWISE}
     row.scenario = {
         "name": rid, "model": row.model, "training": training, "cluster": cluster,
         "strategy": {"name": "torchtitan", "parallelism": par, "param_dtype": "bf16",
                      "reduce_dtype": "fp32", **(FULL if ac == "full" else SELECTIVE)},
     }
-    if f8 == "rowwise":
-        row.not_modelled = ("float8 rowwise (torchao's per-row scales) is not a recipe of "
-                            "the FP8 model (tensorwise, delayed)")
     return row
 
 
