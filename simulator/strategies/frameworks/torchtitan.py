@@ -47,10 +47,19 @@ The job TOML (:func:`read_file`) gives, besides those two tables:
 * ``[training]`` ``local_batch_size`` (older ``batch_size``), ``global_batch_size``,
   ``seq_len``, ``mixed_precision_param`` / ``mixed_precision_reduce``;
 * ``[model]`` ``name`` + ``flavor`` -> a catalog model (``simulator/data/config_models.yaml``);
-* ``[optimizer]`` ``name`` (AdamW/Adam -> adam, SGD -> sgd).
+* ``[optimizer]`` ``name`` (AdamW/Adam -> adam, SGD -> sgd);
+* torch.compile -> ``training.compile``: ``[compile] enable`` with ``components`` naming
+  ``model`` (torchtitan since 2025; compiling only the loss is listed as not modelled), or
+  the older ``[training] compile``;
+* Float8 -> ``training.precision: fp8`` and ``training.fp8_recipe``: ``[model] converters``
+  naming ``float8`` (or ``quantize.linear.float8``, its later spelling), or the 2024
+  ``[float8] enable_float8_linear``, with ``recipe_name`` (``[float8]`` or
+  ``[quantize.linear.float8]``) ``tensorwise`` (unset) or ``rowwise``. Another recipe
+  (``rowwise_with_gw_hp``) or converter (MX, grouped-GEMM float8) is refused in one line:
+  not modelled. ``enable_fsdp_float8_all_gather`` and the other float8 options are listed as
+  not modelled (the FSDP all-gathers stay in the parameters' dtype).
 
-Everything else (job, metrics, checkpoint, lr, dataset, compile, float8...) is listed as
-ignored.
+Everything else (job, metrics, checkpoint, lr, dataset...) is listed as ignored.
 """
 
 from __future__ import annotations
@@ -331,6 +340,7 @@ def read_file(path) -> ConfigPieces:
                             ("optimizer", _optimizer)):
         if section in data:
             seen |= reader(doc.table(data[section], section), doc, out)
+    seen |= _compile(data, doc, out) | _float8(data, doc, out)
     if "activation_checkpoint" not in data:
         _default_ac(out)
     for key in flat_keys(data):
@@ -423,6 +433,80 @@ def _model(table: dict, doc: Doc, out: ConfigPieces) -> set[str]:
     for key in sorted(keys):
         (out.use if out.model else out.ignore)(key)
     return keys
+
+
+def _compile(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
+    """``[compile] enable`` / ``components``, or the older ``[training] compile``."""
+    table = doc.table(data["compile"], "compile") if "compile" in data else {}
+    training = data.get("training") if isinstance(data.get("training"), dict) else {}
+    if "enable" in table:
+        on = doc.boolean(table["enable"], "compile.enable")
+        out.use("compile.enable")
+        parts = table.get("components", ["model", "loss"])   # torchtitan's default
+        if not isinstance(parts, list) or not all(isinstance(x, str) for x in parts):
+            raise doc.fail("compile.components", f"must be a list of names, got {parts!r}")
+        if "components" in table:
+            if on and "model" not in parts:
+                out.ignore("compile.components", "compiling the loss alone is not modelled")
+            else:
+                out.use("compile.components")
+        out.training["compile"] = on and "model" in parts
+        return {"compile.enable", "compile.components"}
+    if "compile" in training:
+        out.training["compile"] = doc.boolean(training["compile"], "training.compile")
+        out.use("training.compile")
+        return {"training.compile"}
+    return set()
+
+
+FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
+FLOAT8_RECIPES = {"tensorwise": "tensorwise", "rowwise": "rowwise"}
+
+
+def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
+    """torchao's Float8Linear as torchtitan converts the model to it (module doc)."""
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    converters = model.get("converters", [])
+    if not isinstance(converters, list) or not all(isinstance(x, str) for x in converters):
+        raise doc.fail("model.converters", f"must be a list of names, got {converters!r}")
+    other = [c for c in converters if c not in FLOAT8_CONVERTERS]
+    if other:
+        raise doc.fail("model.converters", f"{other[0]!r} is not modelled (clustersim runs "
+                       f"torchao's float8 Linear: {' or '.join(FLOAT8_CONVERTERS)})")
+    tables = {}
+    for name, found in (("float8", data.get("float8")),
+                        ("quantize.linear.float8", ((data.get("quantize") or {}).get("linear")
+                                                    or {}).get("float8")
+                         if isinstance(data.get("quantize"), dict) else None)):
+        if found is not None:
+            tables[name] = doc.table(found, name)
+    seen = {"model.converters"} if "converters" in model else set()
+    legacy = tables.get("float8", {}).get("enable_float8_linear")
+    on = bool(converters) or (legacy is not None and doc.boolean(
+        legacy, "float8.enable_float8_linear"))
+    recipe = "tensorwise"
+    for name, table in tables.items():
+        for key in table:
+            full = f"{name}.{key}"
+            seen.add(full)
+            if key == "recipe_name" and on:
+                got = doc.text(table[key], full)
+                if got not in FLOAT8_RECIPES:
+                    raise doc.fail(full, f"{got!r} is not modelled (recipes: "
+                                   f"{', '.join(FLOAT8_RECIPES)})")
+                recipe = FLOAT8_RECIPES[got]
+                out.use(full)
+            elif key == "enable_float8_linear":
+                out.use(full)
+            else:
+                out.ignore(full, "not modelled" if on else "float8 is off")
+    if "converters" in model:
+        out.use("model.converters")
+    if on:
+        out.training["precision"] = "fp8"
+        if recipe != "tensorwise":
+            out.training["fp8_recipe"] = recipe
+    return seen
 
 
 def _optimizer(table: dict, doc: Doc, out: ConfigPieces) -> set[str]:

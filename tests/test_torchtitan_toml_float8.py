@@ -1,0 +1,94 @@
+"""A torchtitan job TOML's torch.compile and Float8 settings (simulator/strategies/frameworks/
+torchtitan.py, ``read_file``): each spelling torchtitan has used reaches the same
+``training`` fields, a run from the TOML costs what the same scenario spelled directly
+costs, and what is not modelled (another converter or recipe) is refused in one line."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from simulator.cli.configfile import scenario_with_config
+from simulator.errors import ConfigError
+from simulator.pipeline import build_setup, run_setup
+from simulator.scenario import scenario_from_dict
+from simulator.strategies.frameworks.files import read_config
+
+BASE = """
+[parallelism]
+data_parallel_shard_degree = -1
+[training]
+local_batch_size = 1
+seq_len = 2048
+"""
+
+
+def _read(tmp_path, extra: str):
+    path = tmp_path / "job.toml"
+    path.write_text(BASE + extra)
+    return read_config(path)
+
+
+@pytest.mark.parametrize("extra", [
+    '[model]\nconverters = ["float8"]\n[float8]\nrecipe_name = "rowwise"\n'
+    '[compile]\nenable = true\ncomponents = ["model", "loss"]\n',
+    '[model]\nconverters = ["quantize.linear.float8"]\n[quantize.linear.float8]\n'
+    'recipe_name = "rowwise"\n[compile]\nenable = true\n',
+], ids=["2025", "later"])
+def test_float8_rowwise_and_compile_in_either_spelling(tmp_path, extra):
+    p = _read(tmp_path, extra)
+    assert p.training == {"micro_batch": 1, "seq_len": 2048, "compile": True,
+                          "precision": "fp8", "fp8_recipe": "rowwise"}
+    assert "model.converters" in p.used
+
+
+def test_the_2024_spellings(tmp_path):
+    p = _read(tmp_path, "[float8]\nenable_float8_linear = true\n"
+                        "enable_fsdp_float8_all_gather = true\n")
+    assert p.training["precision"] == "fp8" and "fp8_recipe" not in p.training  # tensorwise
+    assert "float8.enable_fsdp_float8_all_gather (not modelled)" in p.ignored
+    path = tmp_path / "old.toml"
+    path.write_text(BASE.replace("seq_len = 2048", "seq_len = 2048\ncompile = true"))
+    assert read_config(path).training["compile"] is True
+
+
+def test_compiling_the_loss_alone_compiles_no_block(tmp_path):
+    p = _read(tmp_path, '[compile]\nenable = true\ncomponents = ["loss"]\n')
+    assert p.training["compile"] is False
+    assert "compile.components (compiling the loss alone is not modelled)" in p.ignored
+
+
+@pytest.mark.parametrize("extra, key", [
+    ('[model]\nconverters = ["mx"]\n', "model.converters"),
+    ('[model]\nconverters = ["float8"]\n[float8]\nrecipe_name = "rowwise_with_gw_hp"\n',
+     "float8.recipe_name"),
+    ('[compile]\nenable = "yes"\n', "compile.enable"),
+])
+def test_what_is_not_modelled_is_refused_in_one_line(tmp_path, extra, key):
+    with pytest.raises(ConfigError) as info:
+        _read(tmp_path, extra)
+    assert info.value.field == key and "\n" not in str(info.value)
+
+
+def test_a_run_from_the_toml_costs_the_scenario_spelled_directly(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text(BASE + '[model]\nconverters = ["float8"]\n[float8]\nrecipe_name = '
+                    '"rowwise"\n[compile]\nenable = true\n')
+    pieces = read_config(path)
+    toml = scenario_with_config("quickstart", pieces,
+                                ["cluster.topology=dgx-h100", "simulation.variability=none",
+                                 "model=llama-3-8b", "training.global_batch=null"])
+    # the same job written as a scenario: the strategy the TOML gave, the training fields
+    # spelled out
+    direct = copy.deepcopy(toml.model_dump())
+    direct["strategy"] = copy.deepcopy(pieces.strategy)
+    direct["training"] = {k: v for k, v in direct["training"].items()
+                          if k not in ("precision", "fp8_recipe", "compile")}
+    direct["training"].update(precision="fp8", fp8_recipe="rowwise", compile=True)
+    for scn in (toml, scenario_from_dict(direct)):
+        assert (scn.training.precision, scn.training.fp8_recipe, scn.training.compile) == \
+            ("fp8", "rowwise", True)
+    a = run_setup(build_setup(toml)).metrics.iteration_time_s
+    b = run_setup(build_setup(scenario_from_dict(direct))).metrics.iteration_time_s
+    assert a == b
