@@ -4,9 +4,11 @@ read off its op records, and the servers, NICs and switches the job powers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from ..engine.records import COMM_KINDS, Timeline
+from ..engine.variability import Variability
 from ..metrics.summary import COMPUTE_KINDS, union_length
 from .model import (Energy, JobPower, Machine, Phases, gpu_energy_j, idle_facility_w,
                     step_energy)
@@ -15,10 +17,17 @@ from .power import PowerTable, Site, load_power
 TENSOR_CORE_CLASSES = ("matmul", "attention", "conv")   # compute.yaml: tensor_cores: true
 
 
-def class_phases(tl: Timeline) -> dict[str, Phases]:
+def class_phases(tl: Timeline, stretch: Mapping[str, tuple[float, float]] | None = None
+                 ) -> dict[str, Phases]:
     """Per rank class, its step's seconds by phase. An instant is a GEMM's if a tensor-core
     kernel runs, else memory-bound if another kernel or copy runs, else communication if a
-    collective or transfer runs, else idle (host work, waits, bubbles)."""
+    collective or transfer runs, else idle (host work, waits, bubbles).
+
+    ``stretch``: class -> the rank-to-rank variability's time factors of its tensor-core and
+    other kernels (:func:`variability_stretch`). A class's kernels run at the pace of its
+    slowest rank, and the other ranks wait for it: a GPU computes for the typical rank's
+    time (its kernels' seconds over the factor) and waits the rest, so that rest is idle
+    power, not kernel power (for all but the slowest of the class's ranks)."""
     spans: dict[str, tuple[list, list, list]] = {}
     for r in tl.records:
         gemm, other, comm = spans.setdefault(r.cls, ([], [], []))
@@ -31,9 +40,24 @@ def class_phases(tl: Timeline) -> dict[str, Phases]:
         g = union_length(gemm)
         kernels = union_length(gemm + other)
         busy = union_length(gemm + other + comm)
-        out[cls] = Phases(g, kernels - g, busy - kernels,
-                          max(tl.iteration_time_s - busy, 0.0))
+        idle = max(tl.iteration_time_s - busy, 0.0)
+        m = kernels - g
+        f_gemm, f_other = (stretch or {}).get(cls, (1.0, 1.0))
+        waited = g - g / f_gemm + m - m / f_other
+        out[cls] = Phases(g / f_gemm, m / f_other, busy - kernels, idle + waited)
     return out
+
+
+def variability_stretch(trace, job) -> dict[str, tuple[float, float]] | None:
+    """Per rank class of ``trace``, the time factors its replay under ``job`` (a
+    :class:`~simulator.engine.JobConfig`) put on its GEMMs and on its other kernels
+    (rank-to-rank variability, :mod:`simulator.engine.variability`, drawn as the replay
+    draws them); None for the ideal machine."""
+    if job.variability is None:
+        return None
+    vary = Variability.for_trace(trace, job.variability, job.seed)
+    return {c.id: (vary.compute_factor(c.id, "matmul"), vary.compute_factor(c.id, "elementwise"))
+            for c in trace.classes}
 
 
 def energy_of(result, site: Site | None = None, table: PowerTable | None = None
@@ -98,7 +122,7 @@ def _job(result, table: PowerTable | None):
     tl = result.timeline
     wait_s = getattr(result, "loader_wait_s", 0.0)     # every GPU idle: its input is late
     step_s = result.metrics.iteration_time_s - wait_s
-    phases = class_phases(tl)
+    phases = class_phases(tl, variability_stretch(setup.trace, setup.job))
     scale = step_s / tl.iteration_time_s if tl.iteration_time_s > 0 else 0.0
     per_node = int(G.graph.get("gpus_per_node") or host.gpus)
     gpus = [(rank // per_node, _waited(phases.get(c.id, Phases(idle_s=tl.iteration_time_s))
@@ -140,11 +164,13 @@ def _switches(G) -> int:
     return sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "switch")
 
 
-def board_w(tl: Timeline, power, ranks: dict[str, int]) -> float:
+def board_w(tl: Timeline, power, ranks: dict[str, int],
+            stretch: Mapping[str, tuple[float, float]] | None = None) -> float:
     """The average board power (W) of one GPU of ``tl``'s step at ``power``: each rank
-    class's phases weighted by its ``ranks`` (class id -> rank count; a class without
-    records idles); the shares are the replayed step's whatever its extrapolated length."""
-    phases = class_phases(tl)
+    class's phases (with the variability ``stretch`` of :func:`class_phases`) weighted by
+    its ``ranks`` (class id -> rank count; a class without records idles); the shares are
+    the replayed step's whatever its extrapolated length."""
+    phases = class_phases(tl, stretch)
     n = sum(ranks.values())
     if tl.iteration_time_s <= 0 or n == 0:
         return power.idle_w

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
-from ..energy.timeline import board_w
+from ..energy.timeline import board_w, variability_stretch
 from ..engine import Job, JobConfig, Machine, MachineConfig, Placement, replay, run_jobs
 from ..engine.planning import Plans
 from ..gcpause import gc_paused
@@ -170,7 +170,8 @@ class StepTimes:
             self._alone[key] = step
             # the fleet prices a job's GPUs at its step on the nominal placement only
             if self.gpu_power is not None and placement == Placement.first(len(placement.gpus)):
-                self.board[key] = board_w(tl, self.gpu_power, work.ranks)
+                self.board[key] = board_w(tl, self.gpu_power, work.ranks,
+                                          variability_stretch(work.trace, work.job))
         return self._alone[key]
 
     def board_w(self, work: Work, placement: Placement) -> float | None:
