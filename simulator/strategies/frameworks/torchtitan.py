@@ -69,6 +69,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from simulator.choices import TORCHAO_RECIPES
 from simulator.errors import ConfigError
 from simulator.inputs import check_finite, decode_text, read_bytes
 
@@ -460,48 +461,52 @@ def _compile(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
 
 
 FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
-FLOAT8_RECIPES = {"tensorwise": "tensorwise", "rowwise": "rowwise"}
+FLOAT8_TABLES = ("float8", "quantize.linear.float8")     # where recipe_name is, by version
+
+
+def _nested(data: dict, dotted: str):
+    """The value at the dotted key ``dotted`` of ``data`` (None where a level is missing)."""
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
 
 
 def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
     """torchao's Float8Linear as torchtitan converts the model to it (module doc)."""
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    converters = model.get("converters", [])
-    if not isinstance(converters, list) or not all(isinstance(x, str) for x in converters):
+    converters = _nested(data, "model.converters")
+    if converters is not None and (not isinstance(converters, list)
+                                   or not all(isinstance(x, str) for x in converters)):
         raise doc.fail("model.converters", f"must be a list of names, got {converters!r}")
-    other = [c for c in converters if c not in FLOAT8_CONVERTERS]
+    other = [c for c in converters or [] if c not in FLOAT8_CONVERTERS]
     if other:
         raise doc.fail("model.converters", f"{other[0]!r} is not modelled (clustersim runs "
                        f"torchao's float8 Linear: {' or '.join(FLOAT8_CONVERTERS)})")
-    tables = {}
-    for name, found in (("float8", data.get("float8")),
-                        ("quantize.linear.float8", ((data.get("quantize") or {}).get("linear")
-                                                    or {}).get("float8")
-                         if isinstance(data.get("quantize"), dict) else None)):
-        if found is not None:
-            tables[name] = doc.table(found, name)
-    seen = {"model.converters"} if "converters" in model else set()
+    tables = {name: doc.table(_nested(data, name), name) for name in FLOAT8_TABLES
+              if _nested(data, name) is not None}
     legacy = tables.get("float8", {}).get("enable_float8_linear")
     on = bool(converters) or (legacy is not None and doc.boolean(
         legacy, "float8.enable_float8_linear"))
+    seen = set()
+    if converters is not None:
+        seen.add("model.converters")
+        out.use("model.converters")
     recipe = "tensorwise"
     for name, table in tables.items():
         for key in table:
             full = f"{name}.{key}"
             seen.add(full)
             if key == "recipe_name" and on:
-                got = doc.text(table[key], full)
-                if got not in FLOAT8_RECIPES:
-                    raise doc.fail(full, f"{got!r} is not modelled (recipes: "
-                                   f"{', '.join(FLOAT8_RECIPES)})")
-                recipe = FLOAT8_RECIPES[got]
+                recipe = doc.text(table[key], full)
+                if recipe not in TORCHAO_RECIPES:
+                    raise doc.fail(full, f"{recipe!r} is not modelled (recipes: "
+                                   f"{', '.join(TORCHAO_RECIPES)})")
                 out.use(full)
             elif key == "enable_float8_linear":
                 out.use(full)
             else:
                 out.ignore(full, "not modelled" if on else "float8 is off")
-    if "converters" in model:
-        out.use("model.converters")
     if on:
         out.training["precision"] = "fp8"
         if recipe != "tensorwise":
