@@ -15,7 +15,8 @@ import statistics
 import pytest
 
 from simulator.validation.envelope import (MIN_ROWS, SHIPPED, Query, distance, envelope,
-                                           family_of, generation, grouped_lines, load_ground)
+                                           family_of, generation, grouped_lines, load_ground,
+                                           vendor)
 from simulator.validation.envelope_data import summary_text, validated_rows
 from simulator.validation.paths import data_dir
 from simulator.validation.training.tables_titan import H100_GPU
@@ -25,6 +26,7 @@ TRAIN = data_dir("training") / "report" / "results.csv"
 TABLES = data_dir("training") / "report" / "fsdp_tables.csv"
 GPU = data_dir("gpu") / "results.csv"
 PARALLEL = data_dir("parallel") / "results.csv"
+FINETUNE = data_dir("finetune") / "results.csv"
 
 
 def _csv(path):
@@ -48,9 +50,16 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
                  and r["error"] not in ("", "nan")]
     selene = [r for r in _csv(PARALLEL) if r["kind"] == "iteration"
               and r["error"] not in ("", "nan")]
+    lora = [r for r in _csv(FINETUNE) if r["round"] in ("v4.1", "v5.0")]
     assert len(tables) > 100 and len(h100) >= 20 and len(selene) >= 4 and len(blackwell) >= 40
     assert len(ground) == len(train) + len(tables) + len(gen) + len(h100) + len(selene) + \
-        len(blackwell)
+        len(blackwell) + len(lora)
+    for r in lora:      # MLPerf LoRA rows: held out, fine-tuning, step time as throughput
+        g = ground[f"finetune/{r['round']}/{r['system']}"]
+        assert (g["split"], g["finetune"], g["family"], g["gpus"]) == \
+            ("validation", "lora", "megatron", int(r["gpus"]))
+        assert g["error"] == pytest.approx(float(r["measured_s"]) / float(r["simulated_s"]) - 1,
+                                           rel=1e-5)
     for r in blackwell:     # Blackwell rows carry their GPU; SimuMax's with the declared split
         g = ground[r["case"]]
         assert g["gpu"] == r["gpu"] and g["family"] == "megatron"
@@ -260,8 +269,30 @@ def test_a_dense_models_error_is_never_quoted_for_an_moe_model():
     assert moe.lines()[0].startswith("nearest validated: Megatron MoE qwen3-30b-a3b")
     dense = envelope(Query.of("megatron", "llama-3-70b", 70e9, "H100-SXM", 64, "fp8"))
     errors = [r["error"] for r in ground if r["family"] == "megatron" and not r["moe"]
-              and r["gpu"] in hopper and r["split"] == "validation"]
+              and not r["finetune"] and r["gpu"] in hopper and r["split"] == "validation"]
     assert (dense.band.low, dense.band.high) == (min(errors), max(errors))
+
+
+def test_a_pre_trainings_error_is_never_quoted_for_a_fine_tuning():
+    """A LoRA step's nearest case and band are LoRA rows (MLPerf's Llama 2 70B LoRA), a
+    pre-training step's never are, on NVIDIA and on AMD alike (the MI300X LoRA rows are the
+    only validated AMD cases)."""
+    ground = load_ground()
+    lora = envelope(Query.of("megatron", "llama-2-70b", 70e9, "H100-SXM", 8, "fp8",
+                             finetune={"mode": "lora", "rank": 16}))
+    assert lora.nearest["finetune"] == "lora" and all(r["finetune"] == "lora" for r in lora.tied)
+    assert lora.lines()[0].startswith("nearest validated: Megatron LoRA llama-2-70b")
+    hopper = {r["gpu"] for r in ground if generation(r["gpu"]) == "hopper"}
+    errors = [r["error"] for r in ground if r["finetune"] == "lora" and r["gpu"] in hopper]
+    assert (lora.band.low, lora.band.high, lora.band.rows) == \
+        (min(errors), max(errors), len(errors))
+    pretrain = envelope(Query.of("megatron", "llama-2-70b", 70e9, "H100-SXM", 64, "fp8"))
+    assert not pretrain.nearest["finetune"] and not any(r["finetune"] for r in pretrain.tied)
+    amd = envelope(Query.of("megatron", "llama-2-70b", 70e9, "MI300X", 8, "fp8",
+                            finetune={"mode": "lora"}))
+    assert amd.nearest["gpu"] == "MI300X" and amd.nearest["finetune"] == "lora"
+    assert envelope(Query.of("fsdp", "llama-2-70b", 70e9, "H100-SXM", 8, "fp8",
+                             finetune={"mode": "lora"})).nearest is None
 
 
 def test_the_error_band_is_the_range_of_the_family_on_that_generation():
@@ -306,13 +337,19 @@ def test_a_gpu_without_a_calibration_generation_is_its_own_chip():
 
 
 def test_an_amd_gpu_is_outside_the_validated_ground_and_quotes_no_nvidia_error():
-    """Every validated case ran on NVIDIA GPUs: an MI300X answer names none of them, gives
-    no band and no median, and says why."""
-    e = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "MI300X", 8, "bf16"))
+    """An AMD answer is measured against AMD cases only: with none (a ground of NVIDIA runs)
+    it names none, gives no band and no median, and says why; on the shipped ground, whose
+    AMD cases are MLPerf LoRA runs, an FSDP pre-training answer on MI300X names no NVIDIA
+    case either."""
+    nvidia = tuple(r for r in load_ground() if vendor(r["gpu"]) == "nvidia")
+    e = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "MI300X", 8, "bf16"), nvidia)
     assert e.nearest is None and e.band is None and e.median_abs_error is None
     first, second = e.lines()
     assert first.startswith("no validated case on AMD GPUs: no measured error to quote")
     assert "MI300X is outside the validated ground" in second
+    shipped = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "MI300X", 8, "bf16"))
+    assert shipped.nearest is None and shipped.band is None
+    assert shipped.lines()[0].startswith("no validated FSDP case")
     assert "%" not in first + second
     assert e.as_dict()["outside_validated_ground"] == first
     # the NVIDIA answer is unchanged by the vendor filter

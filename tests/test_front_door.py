@@ -20,19 +20,23 @@ PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 GROUND = REPO / "simulator" / "data" / "validated.csv"
 LABEL = {"ddp": "DDP", "fsdp": "FSDP", "tensorflow": "TensorFlow", "horovod": "Horovod",
          "megatron": "Megatron", "torchtitan": "torchtitan"}
+FINETUNE = {"lora": "LoRA fine-tuning", "qlora": "QLoRA fine-tuning", "full": "full fine-tuning"}
 START, END = "<!-- accuracy-table", "<!-- /accuracy-table -->"
 
 
 def accuracy_table() -> list[str]:
     """The README's accuracy table: median and largest |error| of the validation split, per
-    strategy family, dense or mixture of experts, and GPU type."""
-    df = pd.read_csv(GROUND)
+    strategy family, dense or mixture of experts, pre-training or fine-tuning, and GPU
+    type."""
+    df = pd.read_csv(GROUND, keep_default_na=False)
     held = df[df.split == "validation"]
     lines = ["| strategy family | GPU | held-out runs | median abs. error | largest abs. error |",
              "|---|---|---:|---:|---:|"]
-    for (family, moe, gpu), rows in held.groupby(["family", "moe", "gpu"], sort=True):
-        err = rows.error.abs()
-        name = LABEL[family] + (", mixture of experts" if moe else "")
+    for (family, moe, finetune, gpu), rows in held.groupby(["family", "moe", "finetune", "gpu"],
+                                                           sort=True):
+        err = rows.error.astype(float).abs()
+        name = (LABEL[family] + (", mixture of experts" if moe in (True, "True") else "")
+                + (f", {FINETUNE[finetune]}" if finetune else ""))
         lines.append(f"| {name} | {gpu} | {len(rows)} | {100 * err.median():.1f}% | "
                      f"{100 * err.max():.1f}% |")
     return lines

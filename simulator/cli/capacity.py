@@ -53,7 +53,8 @@ def accuracy_of(rep: CapacityReport) -> dict:
     return {r.spec.label: envelope(Query.of(r.spec.name, r.largest.rung.model.name,
                                             float(r.largest.rung.params), str(c["gpu"]),
                                             int(c["gpus"]), prec,
-                                            r.largest.rung.model.is_moe))
+                                            r.largest.rung.model.is_moe,
+                                            rep.settings.get("finetune")))
             for r in rep.results if r.largest is not None}
 
 

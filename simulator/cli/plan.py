@@ -113,4 +113,5 @@ def _accuracy(result, scn, gpus: int) -> list[str]:
     model = load_model(scn.model)
     return envelope(Query.of(str(best.strategy.get("name")), model.name,
                              float(params_total(model)), result.gpu, gpus,
-                             scn.training.precision, model.is_moe)).lines()
+                             scn.training.precision, model.is_moe,
+                             scn.training.finetune)).lines()

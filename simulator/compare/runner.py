@@ -320,7 +320,8 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
     cluster = {"topology": str(G.graph.get("name")), "gpu": str(G.graph.get("gpu")),
                "gpus": world, "gpu_memory_gib": ref.capacity_bytes / float(1 << 30)}
     settings = {"micro_batch": t.micro_batch, "seq_len": t.seq_len,
-                "global_batch": samples, "precision": t.precision}
+                "global_batch": samples, "precision": t.precision,
+                **({"finetune": t.finetune} if t.finetune is not None else {})}
     return Comparison(str(scn.name), str(ref.trace.meta.get("model")), cluster, settings,
                       how, price, budget, rows, notes, site or default_site())
 

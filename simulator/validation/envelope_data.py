@@ -14,7 +14,10 @@ row of NVIDIA's DGX H100 and Blackwell tables in ``validation/parallel/results.c
 24.07 and Megatron-Bridge, Megatron's own family; metric ``tokens_per_s``; nothing is fitted
 on them, so they are ``validation``) and SimuMax's simulated Megatron-LM rows on one DGX
 B200 (metric ``steps_per_s``, split as ``cases.yaml``'s ``blackwell_split`` declares: the
-24 dense rows are the Blackwell fit's ``calibration``). Replayed
+24 dense rows are the Blackwell fit's ``calibration``) and the MLPerf Llama 2 70B LoRA rows
+of ``validation/finetune/results.csv`` (NVIDIA's and AMD's, all ``validation``, metric
+``steps_per_s``; their ``finetune`` column ``lora``, which :meth:`.envelope.Query.kin`
+keeps apart from pre-training rows). Replayed
 profiles, the optimizer-only cases and the scaling-efficiency rows are left out: they do
 not test a prediction of a throughput from a configuration.
 
@@ -39,7 +42,7 @@ from ..outpaths import atomic_write_text
 from ..scenario import apply_sets, resolve_scenario, scenario_from_dict
 from ..topology.build import scenario_graph
 from .common import read_yaml
-from .envelope import COLUMNS, SHIPPED, family_of
+from .envelope import COLUMNS, SHIPPED, family_of, finetune_mode
 from .paths import data_dir
 from .training.tables import load_rows
 
@@ -61,7 +64,8 @@ def _describe(data: dict, source: str, model_file: Path | None = None) -> dict:
     return {"family": family_of(str(scn.strategy.get("name"))), "model": model.name,
             "params": params_total(model), "moe": model.is_moe,
             "gpu": str(scenario_graph(scn).graph.get("gpu")),
-            "precision": scn.training.precision}
+            "precision": scn.training.precision,
+            "finetune": finetune_mode(scn.training.finetune)}
 
 
 def training_rows(root: Path) -> list[dict]:
@@ -191,10 +195,35 @@ def simumax_rows(root: Path, spec, done: dict) -> list[dict]:
     return out
 
 
+def finetune_rows(root: Path) -> list[dict]:
+    """The MLPerf Llama 2 70B LoRA rows of the fine-tuning suite (``root``:
+    ``validation/finetune``), their step-time error as a throughput error (measured /
+    simulated - 1); all held out (``split.yaml``: nothing fitted). Megatron-Bridge's rows,
+    reported only (packed sequences of unpublished lengths), are left out."""
+    from . import finetune as ft
+    split = ft.load_split(root)
+    rows = {"v4.1": ft.mlperf_rows(root), "v5.0": ft.mlperf_rows(root, ft.DATA_V50)}
+    source = str(root / "split.yaml")
+    out = []
+    with open(root / "results.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            if r["round"] not in rows or r.get("reported_only") or not r["simulated_s"]:
+                continue
+            data = ft.scenario_of(rows[r["round"]][r["system"]], split)
+            gpus = int(r["gpus"])
+            out.append({**_describe(data, source), "case": f"finetune/{r['round']}/{r['system']}",
+                        "gpus": gpus, "nodes": int(data["cluster"].get("nodes") or 1),
+                        "split": "validation", "metric": "steps_per_s",
+                        "error": float(r["measured_s"]) / float(r["simulated_s"]) - 1.0,
+                        "framework": f"NeMo (MLPerf {r['round']} LoRA, {r['submitter']})"})
+    return out
+
+
 def validated_rows() -> list[dict]:
     """Every validated case, sorted by case id."""
     rows = (training_rows(data_dir("training")) + table_rows(data_dir("training"))
-            + gpu_rows(data_dir("gpu")) + parallel_rows(data_dir("parallel")))
+            + gpu_rows(data_dir("gpu")) + parallel_rows(data_dir("parallel"))
+            + finetune_rows(data_dir("finetune")))
     return sorted(rows, key=lambda r: r["case"])
 
 
