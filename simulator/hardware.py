@@ -147,6 +147,13 @@ def check_fp8_recipe(gpu: GpuSpec, recipe: str) -> None:
                           field="training.fp8_recipe")
 
 
+def check_gpu_training(gpu: GpuSpec, precision: str, fp8_recipe: str) -> None:
+    """:func:`check_training_precision` and, for FP8, :func:`check_fp8_recipe`."""
+    check_training_precision(gpu, precision)
+    if precision == "fp8":
+        check_fp8_recipe(gpu, fp8_recipe)
+
+
 def gpu_spec(name: str) -> GpuSpec:
     """Return the catalog entry of GPU model ``name``.
 

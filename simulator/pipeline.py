@@ -17,8 +17,7 @@ from .choices import framework_of
 from .energy.power import capped_gpu
 from .errors import ConfigError
 from .gcpause import gc_paused
-from .hardware import (ANY_LAYOUT_FP8_FAMILIES, GpuSpec, check_fp8_recipe,
-                       check_training_precision, gpu_spec)
+from .hardware import ANY_LAYOUT_FP8_FAMILIES, GpuSpec, check_gpu_training, gpu_spec
 from .loader import loader_batch_s
 from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
@@ -431,9 +430,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     cluster = cluster or scenario_cluster(scn, k)
     try:
         gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
-        check_training_precision(gpu, scn.training.precision)
-        if scn.training.precision == FP8:
-            check_fp8_recipe(gpu, scn.training.fp8_recipe)
+        check_gpu_training(gpu, scn.training.precision, scn.training.fp8_recipe)
         strategy = _strategy_dict(scn)
         model = with_gpu_fp8(with_packing(with_fp8_stores(with_finetune(model, scn), scn), scn),
                              gpu)

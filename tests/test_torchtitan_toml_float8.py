@@ -92,3 +92,15 @@ def test_a_run_from_the_toml_costs_the_scenario_spelled_directly(tmp_path):
     a = run_setup(build_setup(toml)).metrics.iteration_time_s
     b = run_setup(build_setup(scenario_from_dict(direct))).metrics.iteration_time_s
     assert a == b
+
+
+def test_a_gpu_without_fp8_names_the_toml_key_that_asked_for_it(tmp_path):
+    """The quickstart's A100 has no FP8 tensor cores: the refusal names the TOML and its
+    float8 converter, not the scenario's training.precision; --set precision wins."""
+    path = tmp_path / "job.toml"
+    path.write_text(BASE + '[model]\nconverters = ["float8"]\n')
+    with pytest.raises(ConfigError) as info:
+        scenario_with_config("quickstart", read_config(path), [])
+    assert (info.value.source, info.value.field) == (str(path), "model.converters")
+    scn = scenario_with_config("quickstart", read_config(path), ["training.precision=bf16"])
+    assert scn.training.precision == "bf16"

@@ -89,6 +89,7 @@ def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Sce
     except ConfigError as exc:
         raise _named_training(exc, pieces, set_keys) from None
     cfg = check_strategy(scn, pieces, set_keys)
+    check_gpu(scn, pieces, set_keys)
     dp = data_parallel_ranks(cfg, scn, pieces, set_keys)    # the plan fits the GPUs
     if "training.grad_accum" not in set_keys and (pieces.global_batch is not None
                                                   or pieces.local_batch is not None):
@@ -136,6 +137,20 @@ def _named_training(exc: ConfigError, pieces: ConfigPieces,
         return exc
     return ConfigError(exc.reason, source=pieces.source,
                        field=training_key(pieces.framework, name, pieces.used))
+
+
+def check_gpu(scn: Scenario, pieces: ConfigPieces, set_keys: set[str]) -> None:
+    """The scenario's GPU runs the precision and FP8 recipe the config gave, or the refusal
+    named in the config file (a TOML's float8 converter on an A100 is the TOML's
+    ``model.converters``, not the scenario's ``training.precision``)."""
+    from ..errors import ConfigError
+    from ..hardware import check_gpu_training, gpu_spec
+    from ..topology.build import scenario_graph
+    try:
+        check_gpu_training(gpu_spec(str(scenario_graph(scn).graph.get("gpu"))),
+                           scn.training.precision, scn.training.fp8_recipe)
+    except ConfigError as exc:
+        raise _named_training(exc, pieces, set_keys).located(scn.source) from None
 
 
 def data_parallel_ranks(cfg: CommonConfig, scn: Scenario, pieces: ConfigPieces,

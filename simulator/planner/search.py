@@ -28,7 +28,7 @@ from ..energy import Energy
 from ..energy.power import capped_gpu
 from ..energy.timeline import energy_of
 from ..errors import ConfigError
-from ..hardware import check_fp8_recipe, check_training_precision, gpu_spec
+from ..hardware import check_gpu_training, gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
 from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run_setup,
@@ -127,9 +127,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     cluster = scenario_cluster(scn, k, G)
     try:
         gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
-        check_training_precision(gpu, t.precision)
-        if t.precision == FP8:
-            check_fp8_recipe(gpu, t.fp8_recipe)
+        check_gpu_training(gpu, t.precision, t.fp8_recipe)
         stacks = {name: ComputeModel(gpu, attention=t.attention_impl, strategy=name,
                                      fp8_attention=t.fp8_attention)
                   for name in ("torchtitan", "megatron")}

@@ -51,7 +51,10 @@ TRAINING_KEYS = {
     "torchtitan": {"micro_batch": ("parallelism.pipeline_parallel_microbatch_size",
                                    "training.local_batch_size"),
                    "seq_len": ("training.seq_len",),
-                   "precision": ("training.mixed_precision_param",)},
+                   "precision": ("model.converters", "float8.enable_float8_linear",
+                                 "training.mixed_precision_param"),
+                   "fp8_recipe": ("float8.recipe_name", "quantize.linear.float8.recipe_name"),
+                   "compile": ("compile.enable", "training.compile")},
     "megatron": {"micro_batch": ("--micro-batch-size",), "seq_len": ("--seq-length",),
                  "flash_attention": ("--use-flash-attn",), "precision": ("--bf16", "--fp16")},
 }
