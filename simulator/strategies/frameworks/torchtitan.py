@@ -26,8 +26,9 @@ fsdp_reshard_after_forward         without PP: always or default -> dp_mode fsdp
                                    dp_mode fsdp with reshard_after_forward false (FSDP2's
                                    reshard_after_forward=False on every block: gathered
                                    once a micro-batch, kept from forward to backward,
-                                   reduce-scattered after each backward). With PP: never or default (torchtitan's
-                                   default there) -> dp_mode fsdp, which under a pipeline
+                                   reduce-scattered after each backward). With PP:
+                                   never or default (torchtitan's default there) ->
+                                   dp_mode fsdp, which under a pipeline
                                    is FSDP2 as torch.distributed.pipelining runs it (one
                                    all-gather of a block per step, kept until its one
                                    reduce-scatter, with FSDP2's copy kernels); always is

@@ -22,9 +22,10 @@ shard), ``d`` the group size, bytes per parameter ``w`` (weights, 2 for bf16) an
   backward, free after each, reduce-scatter (``g``) after its backward; the embedding and
   head stay gathered (root). Without ``reshard_after_forward`` (FSDP2's
   ``reshard_after_forward=False``) a unit gathered for its forward is kept until its
-  backward is done, one all-gather per micro-batch. With pipeline parallelism, as torch.distributed.pipelining
-  runs FSDP2, a unit is gathered at its first forward and kept until its last backward,
-  whose reduce-scatter is the only one. Static ``16 P / d`` (fp32 shard, gradient, Adam).
+  backward is done, one all-gather per micro-batch. With pipeline parallelism, as
+  torch.distributed.pipelining runs FSDP2, a unit is gathered at its first forward and kept
+  until its last backward, whose reduce-scatter is the only one. Static ``16 P / d`` (fp32
+  shard, gradient, Adam).
 
 The ``fsdp`` mode is FSDP2 inside a parallel plan (torchtitan's FSDP x TP/PP/CP, Megatron's
 ``use_torch_fsdp2``); a job that is data parallelism only runs :mod:`simulator.strategies.
