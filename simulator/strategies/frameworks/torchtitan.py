@@ -70,7 +70,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from simulator.choices import TORCHAO_RECIPES
 from simulator.errors import ConfigError
 from simulator.inputs import check_finite, decode_text, read_bytes
 
@@ -463,6 +462,8 @@ def _compile(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
 
 FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
 FLOAT8_TABLES = ("float8", "quantize.linear.float8")     # where recipe_name is, by version
+# torchtitan's float8 recipe_name values modelled: each is training.fp8_recipe's of that name
+FLOAT8_RECIPES = ("tensorwise", "rowwise")
 
 
 def _nested(data: dict, dotted: str):
@@ -500,9 +501,9 @@ def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
             seen.add(full)
             if key == "recipe_name" and on:
                 recipe = doc.text(table[key], full)
-                if recipe not in TORCHAO_RECIPES:
+                if recipe not in FLOAT8_RECIPES:
                     raise doc.fail(full, f"{recipe!r} is not modelled (recipes: "
-                                   f"{', '.join(TORCHAO_RECIPES)})")
+                                   f"{', '.join(FLOAT8_RECIPES)})")
                 out.use(full)
             elif key == "enable_float8_linear":
                 out.use(full)
