@@ -364,3 +364,14 @@ def test_the_cp_rows_diagnosis_quoted_in_docs_amd(monkeypatch):
     # rows' errors as docs/amd.md quotes them
     assert (f"CP2 {shipped[cp2]:+.1%} and CP4 {shipped[cp4]:+.1%} with each ring step timed "
             f"at its block's keys") in docs
+
+
+def test_the_groups_docs_accuracy_quotes_are_the_reports():
+    """docs/accuracy.md's fine-tuning table: each of its group rows is a row of the
+    committed report's group table, word for word."""
+    docs = (ROOT.parents[1] / "docs" / "accuracy.md").read_text()
+    report = (ROOT / "report.md").read_text().splitlines()
+    table = docs.split("## Fine-tuning runs", 1)[1].split("| group | rows |", 1)[1]
+    lines = [x for x in table.split("\n\n", 1)[0].splitlines()[2:] if x.startswith("|")]
+    assert len(lines) == 6
+    assert all(line in report for line in lines), lines
