@@ -34,8 +34,8 @@ def accuracy_table() -> list[str]:
              "|---|---|---:|---:|---:|"]
     for (family, moe, finetune, gpu), rows in held.groupby(["family", "moe", "finetune", "gpu"],
                                                            sort=True):
-        err = rows.error.astype(float).abs()
-        name = (LABEL[family] + (", mixture of experts" if moe in (True, "True") else "")
+        err = rows.error.abs()
+        name = (LABEL[family] + (", mixture of experts" if moe else "")
                 + (f", {FINETUNE[finetune]}" if finetune else ""))
         lines.append(f"| {name} | {gpu} | {len(rows)} | {100 * err.median():.1f}% | "
                      f"{100 * err.max():.1f}% |")

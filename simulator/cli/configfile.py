@@ -69,6 +69,7 @@ def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Sce
     from ..errors import ConfigError
     from ..scenario import apply_sets, resolve_scenario, scenario_from_dict
     from ..shipped import shown_as
+    from ..topology.build import scenario_graph
     from ..yamlio import read_yaml
     if not pieces.used:
         raise pieces.nothing_used()
@@ -89,8 +90,9 @@ def scenario_with_config(scenario, pieces: ConfigPieces, sets: list[str]) -> Sce
     except ConfigError as exc:
         raise _named_training(exc, pieces, set_keys) from None
     cfg = check_strategy(scn, pieces, set_keys)
-    check_gpu(scn, pieces, set_keys)
-    dp = data_parallel_ranks(cfg, scn, pieces, set_keys)    # the plan fits the GPUs
+    G = scenario_graph(scn)             # built once for the two checks below
+    check_gpu(scn, G, pieces, set_keys)
+    dp = data_parallel_ranks(cfg, scn, G, pieces, set_keys)    # the plan fits the GPUs
     if "training.grad_accum" not in set_keys and (pieces.global_batch is not None
                                                   or pieces.local_batch is not None):
         accum = grad_accum(pieces, scn.training.micro_batch, dp)
@@ -139,26 +141,25 @@ def _named_training(exc: ConfigError, pieces: ConfigPieces,
                        field=training_key(pieces.framework, name, pieces.used))
 
 
-def check_gpu(scn: Scenario, pieces: ConfigPieces, set_keys: set[str]) -> None:
-    """The scenario's GPU runs the precision and FP8 recipe the config gave, or the refusal
-    named in the config file (a TOML's float8 converter on an A100 is the TOML's
-    ``model.converters``, not the scenario's ``training.precision``)."""
+def check_gpu(scn: Scenario, G, pieces: ConfigPieces, set_keys: set[str]) -> None:
+    """The GPU of ``scn``'s cluster graph ``G`` runs the precision and FP8 recipe the config
+    gave, or the refusal named in the config file (a TOML's float8 converter on an A100 is
+    the TOML's ``model.converters``, not the scenario's ``training.precision``)."""
     from ..errors import ConfigError
     from ..hardware import check_gpu_training, gpu_spec
-    from ..topology.build import scenario_graph
     try:
-        check_gpu_training(gpu_spec(str(scenario_graph(scn).graph.get("gpu"))),
+        check_gpu_training(gpu_spec(str(G.graph.get("gpu"))),
                            scn.training.precision, scn.training.fp8_recipe)
     except ConfigError as exc:
         raise _named_training(exc, pieces, set_keys).located(scn.source) from None
 
 
-def data_parallel_ranks(cfg: CommonConfig, scn: Scenario, pieces: ConfigPieces,
+def data_parallel_ranks(cfg: CommonConfig, scn: Scenario, G, pieces: ConfigPieces,
                         set_keys: set[str]) -> int:
-    """The data-parallel ranks of the strategy's plan on the GPUs of ``scn``."""
+    """The data-parallel ranks of the strategy's plan on the GPUs of ``scn`` (its cluster
+    graph ``G``)."""
     from ..errors import ConfigError
-    from ..topology.build import scenario_gpus, scenario_graph
-    G = scenario_graph(scn)
+    from ..topology.build import scenario_gpus
     gpus = scenario_gpus(scn, G)
     try:
         return cfg.plan(gpus).dp

@@ -436,16 +436,30 @@ def _model(table: dict, doc: Doc, out: ConfigPieces) -> set[str]:
     return keys
 
 
+def _nested(data: dict, dotted: str):
+    """The value at the dotted key ``dotted`` of ``data`` (None where a level is missing)."""
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def _names(doc: Doc, value, key: str) -> list[str]:
+    """``value`` checked as a TOML list of names (``model.converters``, ``components``)."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise doc.fail(key, f"must be a list of names, got {value!r}")
+    return value
+
+
 def _compile(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
     """``[compile] enable`` / ``components``, or the older ``[training] compile``."""
     table = doc.table(data["compile"], "compile") if "compile" in data else {}
-    training = data.get("training") if isinstance(data.get("training"), dict) else {}
     if "enable" in table:
         on = doc.boolean(table["enable"], "compile.enable")
         out.use("compile.enable")
-        parts = table.get("components", ["model", "loss"])   # torchtitan's default
-        if not isinstance(parts, list) or not all(isinstance(x, str) for x in parts):
-            raise doc.fail("compile.components", f"must be a list of names, got {parts!r}")
+        # unset components: torchtitan's default, the model and the loss
+        parts = _names(doc, table.get("components", ["model", "loss"]), "compile.components")
         if "components" in table:
             if on and "model" not in parts:
                 out.ignore("compile.components", "compiling the loss alone is not modelled")
@@ -453,8 +467,9 @@ def _compile(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
                 out.use("compile.components")
         out.training["compile"] = on and "model" in parts
         return {"compile.enable", "compile.components"}
-    if "compile" in training:
-        out.training["compile"] = doc.boolean(training["compile"], "training.compile")
+    legacy = _nested(data, "training.compile")
+    if legacy is not None:
+        out.training["compile"] = doc.boolean(legacy, "training.compile")
         out.use("training.compile")
         return {"training.compile"}
     return set()
@@ -466,21 +481,11 @@ FLOAT8_TABLES = ("float8", "quantize.linear.float8")     # where recipe_name is,
 FLOAT8_RECIPES = ("tensorwise", "rowwise")
 
 
-def _nested(data: dict, dotted: str):
-    """The value at the dotted key ``dotted`` of ``data`` (None where a level is missing)."""
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
-
-
 def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
     """torchao's Float8Linear as torchtitan converts the model to it (module doc)."""
     converters = _nested(data, "model.converters")
-    if converters is not None and (not isinstance(converters, list)
-                                   or not all(isinstance(x, str) for x in converters)):
-        raise doc.fail("model.converters", f"must be a list of names, got {converters!r}")
+    if converters is not None:
+        _names(doc, converters, "model.converters")
     other = [c for c in converters or [] if c not in FLOAT8_CONVERTERS]
     if other:
         raise doc.fail("model.converters", f"{other[0]!r} is not modelled (clustersim runs "
