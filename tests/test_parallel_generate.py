@@ -8,6 +8,8 @@ import dataclasses
 
 import pytest
 
+from simulator.errors import ConfigError
+
 from simulator.models import layer_costs, load_model
 from simulator.models.transformer import block_params
 from simulator.strategies.parallel import ParallelPlan
@@ -16,7 +18,7 @@ from simulator.strategies.parallel.generate import build_parallel
 from simulator.strategies.parallel.place import placement, tp_crosses_domain
 from simulator.strategies.parallel.schedules import bubble_fraction
 from simulator.pipeline import build_setup, run_setup
-from simulator.scenario import load_scenario, resolve_scenario
+from simulator.scenario import load_scenario, resolve_scenario, scenario_from_dict
 from simulator.strategies import World
 
 GPT = load_model("gpt3-1.3b")        # h 2048, 16 heads, ffn 8192, 24 layers
@@ -193,14 +195,61 @@ def test_a_pipelined_step_is_replayed_past_its_warm_up_before_it_is_extrapolated
     assert counts() == accum.REPLAYED                 # no pipeline: as DDP's micro-steps
 
 
-def test_tp_overlap_waits_one_kernel_later():
-    def waiter(plan):
-        cls = trace_of(plan).classes[0]
-        ar = next(op for op in cls.ops if op.name == "all_reduce.block.0.attn_out")
-        return [op.name for op in cls.ops if ar.id in op.deps]
-    assert waiter(ParallelPlan(tp=2)) == ["residual1"]
-    # hidden behind the kernel after it (the next norm), waited for by the one after that
-    assert waiter(ParallelPlan(tp=2, tp_overlap=True)) == ["norm2"]
+def test_tp_overlap_runs_each_collective_alongside_its_gemm():
+    def around(plan, collective, gemm):
+        """(issued with the GEMM, the kernels that wait for it) of one TP collective."""
+        ops = trace_of(plan).classes[0].ops
+        comm = next(op for op in ops if op.name == f"{collective}.block.0.{gemm}")
+        kernels = [op for op in ops if op.stream == "compute"]     # in stream order
+        at = next(i for i, op in enumerate(kernels) if op.name == gemm
+                  and op.layer == "block.0")
+        alongside = comm.deps == (kernels[at - 1].id,)    # after the kernel the GEMM follows
+        return alongside, [op.name for op in ops if comm.id in op.deps]
+    sp = dict(tp=2, sequence_parallel=True)
+    # without overlap the reduce-scatter follows its GEMM, the next kernel waits for it;
+    # with overlap it starts with the GEMM and the kernel after the GEMM waits for it
+    assert around(ParallelPlan(**sp), "reduce_scatter", "attn_out") == (False, ["residual1"])
+    assert around(ParallelPlan(**sp, tp_overlap=True), "reduce_scatter", "attn_out") == (
+        True, ["residual1"])
+    # the all-gather before the QKV GEMM: waited for by the GEMM, or with overlap by the
+    # kernel after it; both issued after the kernel before the GEMM
+    assert around(ParallelPlan(**sp), "all_gather", "qkv_proj") == (True, ["qkv_proj"])
+    assert around(ParallelPlan(**sp, tp_overlap=True), "all_gather", "qkv_proj") == (
+        True, ["attn_core"])
+    # backward: the input-gradient reduce-scatter still follows its GEMM and hides behind
+    # the weight-gradient GEMM (Transformer Engine's default bulk overlap, as without it)
+    def backward_rs(plan):
+        ops = trace_of(plan).classes[0].ops
+        comm = next(op for op in ops if op.name == "reduce_scatter.block.0.qkv_proj.dgrad")
+        names = {op.id: op.name for op in ops}
+        return [names[d] for d in comm.deps], [op.name for op in ops if comm.id in op.deps]
+    assert backward_rs(ParallelPlan(**sp, tp_overlap=True)) == backward_rs(ParallelPlan(**sp))
+    assert backward_rs(ParallelPlan(**sp))[0] == ["qkv_proj.dgrad"]
+
+
+def test_tp_overlap_hides_what_its_gemm_covers_and_shows_the_rest():
+    """On one stage, the overlapped step is shorter than the plain one by the collectives
+    the GEMMs cover, and no shorter than the compute alone."""
+    def step(overlap):
+        scn = {"name": "tpo", "model": "llama-2-7b",
+               "training": {"micro_batch": 1, "seq_len": 4096, "precision": "bf16"},
+               "cluster": {"topology": "dgx-a100"},
+               "simulation": {"variability": "none"},
+               "strategy": {"name": "megatron", "tensor_model_parallel_size": 8,
+                            "sequence_parallel": True, "tp_comm_overlap": overlap}}
+        return run_setup(build_setup(scenario_from_dict(scn))).metrics
+    plain, overlapped = step(False), step(True)
+    assert overlapped.compute_s == pytest.approx(plain.compute_s, rel=1e-9)
+    assert overlapped.exposed_comm_s < plain.exposed_comm_s
+    assert overlapped.iteration_time_s < plain.iteration_time_s
+    assert overlapped.iteration_time_s >= overlapped.compute_s
+
+
+def test_tp_overlap_without_sequence_parallelism_is_refused():
+    with pytest.raises(ConfigError, match="needs sequence parallelism") as err:
+        ParallelPlan(tp=2, tp_overlap=True).check(GPT, 2, seq_len=S,
+                                                  names={"tp_overlap": "strategy.tp_comm_overlap"})
+    assert err.value.field == "strategy.tp_comm_overlap"
 
 
 def test_fsdp_under_a_pipeline_gathers_once_and_reduces_at_the_last_micro_batch():

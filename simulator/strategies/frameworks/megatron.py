@@ -107,7 +107,7 @@ SHORT = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size
 FIELDS = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
           "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
           "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
-          "sequence_parallel": "sequence_parallel",
+          "sequence_parallel": "sequence_parallel", "tp_overlap": "tp_comm_overlap",
           "first_stage_layers": "decoder_first_pipeline_num_layers",
           "last_stage_layers": "decoder_last_pipeline_num_layers",
           "embedding_in_split": "account_for_embedding_in_pipeline_split",

@@ -17,12 +17,21 @@ that is not a weight-gradient GEMM (``*.wgrad``): Megatron overlaps the input-gr
 all-reduce with the weight-gradient GEMM (``LinearWithGradAccumulationAndAsyncCommunication``).
 Without ``async_backward`` (Megatron-LM of 2021, ``async_tensor_model_parallel_allreduce:
 false``) it blocks the next kernel, weight-gradient GEMM included.
-With ``tp_overlap`` (torchtitan async TP, Megatron ``tp_comm_overlap``) every collective is
-waited for one kernel later: hidden behind the GEMM it feeds or follows. That is an
-approximation: the real implementations split the GEMM into chunks pipelined with the
-collective, so a collective longer than its GEMM is not fully hidden there either, but a
-GEMM slowed by the concurrent communication (``overlap_slowdown``) is not modelled
-chunk by chunk. Activation checkpointing's recomputed forward repeats the forward
+With ``tp_overlap`` (torchtitan async TP, Megatron ``tp_comm_overlap``; both need sequence
+parallelism) the forward all-gathers and reduce-scatters and the backward all-gathers of the
+output gradient run alongside the GEMM they feed or follow: issued when that GEMM is (after
+the kernel before it) and waited for by the first kernel after the GEMM. Transformer
+Engine's userbuffers (its defaults, ``initialize_ub``: ``ring_exchange`` for the QKV and
+MLP-up forward and the output and MLP-down input gradients, ``pipeline`` for the
+output-projection and MLP-down forward) and PyTorch's async TP (``fused_all_gather_matmul``,
+``fused_matmul_reduce_scatter``) split the GEMM into chunks and exchange each while the next
+is computed, so the pair takes about the longer of the two; the chunks' fill and drain are
+not modelled, nor the SMs a ``pipeline`` overlap takes from its GEMM (``num_sm``,
+``set_sm_margin``). The backward reduce-scatter of an input gradient keeps the rule without
+overlap: after its GEMM, hidden behind the weight-gradient GEMM (Transformer Engine's
+``bulk`` default for the QKV and MLP-up input gradients; a frozen weight has none to hide
+it), as does the re-gathered input the weight-gradient GEMM waits for.
+Activation checkpointing's recomputed forward repeats the forward
 collectives. Megatron-SP does not keep the all-gathered input of a column-parallel GEMM:
 its backward all-gathers it again before the input-gradient GEMM and the weight-gradient
 GEMM waits for it (``LinearWithGradAccumulationAndAsyncCommunication``), two more
@@ -36,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..base import FP32, OpHooks
+from ..base import OpHooks
 STREAM = "tp"
 
 # (layer kind, sequence parallel) -> {(phase, "before"|"after", kernel): collective, or
@@ -98,6 +107,7 @@ class _Point(NamedTuple):
     before_waiter: str       # what waits for it (see TPHooks._due)
     after: str | None        # issued after the kernel
     after_waiter: str
+    pipelined: bool          # the after collective runs alongside the kernel (TP overlap)
     name: str                # the kernel's name as the tables spell it
     loss: bool               # the LM head's forward GEMM: the loss all-reduces follow
 
@@ -107,7 +117,6 @@ class _Pending:
     """A TP collective issued and not yet waited for."""
 
     op: int                  # its op id
-    skip: int                # kernels of the waiter's kind allowed to run first
     waiter: str              # next | non_wgrad | wgrad: what waits for it (TPHooks._due)
 
 
@@ -147,10 +156,13 @@ class TPHooks(OpHooks):
             name = kernel_key(name)
             before = table.get((stage, "before", name))
             before, waiter = before if isinstance(before, tuple) else (before, "next")
+            after = table.get((stage, "after", name))
             point = self._points[key] = _Point(
-                before=before, before_waiter=waiter, after=table.get((stage, "after", name)),
+                before=before, before_waiter=waiter, after=after,
                 after_waiter=("non_wgrad" if stage == "backward" and self.async_backward
-                              else "next"), name=name,
+                              else "next"),
+                pipelined=self.overlap and after is not None and stage == "forward",
+                name=name,
                 loss=name == "lm_head" and stage == "forward"
                 and self.kind in ("head", "mtp_head"))
         return point
@@ -160,40 +172,42 @@ class TPHooks(OpHooks):
         kind, waiter = point.before, point.before_waiter
         if waiter == "wgrad" and point.name.replace(".dgrad", ".wgrad") not in self.wgrads:
             kind = None                         # a frozen weight: no gather for its gradient
-        if not kind and not self.pending:       # most kernels: nothing to wait for or issue
+        if not kind and not point.pipelined and not self.pending:   # most kernels: nothing
             return ()
         deps = self._due(cost, phase) if self.pending else []
         if kind:
             op = self.issue(kind, self.act_bytes, (self.last_compute(),),
                             f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
             if waiter == "wgrad":
-                self.pending.append(_Pending(op=op, skip=0, waiter="wgrad"))
-            elif self.overlap:
-                self.pending.append(_Pending(op=op, skip=1, waiter="next"))
+                self.pending.append(_Pending(op=op, waiter="wgrad"))
+            elif self.overlap:      # alongside this GEMM: the kernel after it waits
+                self.pending.append(_Pending(op=op, waiter="next"))
             else:
                 deps.append(op)
+        if point.pipelined:         # the collective after this GEMM, pipelined with it
+            op = self.issue(point.after, self.act_bytes, (self.last_compute(),),
+                            f"{point.after}.{self.layer}.{point.name}", phase, self.layer)
+            self.pending.append(_Pending(op=op, waiter=point.after_waiter))
         return tuple(deps)
 
     def after(self, cost, phase: str, op_id: int) -> None:
         point = self._point(phase, cost.name)
         kind = point.after
-        if kind:
+        if kind and not point.pipelined:    # (pipelined: issued with the GEMM, in before)
             op = self.issue(kind, self.act_bytes, (op_id,),
                             f"{kind}.{self.layer}.{point.name}", phase, self.layer)
-            self.pending.append(_Pending(op=op, skip=1 if self.overlap else 0,
-                                         waiter=point.after_waiter))
+            self.pending.append(_Pending(op=op, waiter=point.after_waiter))
         if point.loss:
             dep = op_id
             for i in range(LOSS_REDUCES):
                 dep = self.issue("all_reduce", self.loss_bytes, (dep,),
                                  f"all_reduce.loss{i}", phase, self.layer)
-            self.pending.append(_Pending(op=dep, skip=0, waiter="next"))
+            self.pending.append(_Pending(op=dep, waiter="next"))
 
     def _due(self, cost, phase: str) -> list:
         """The pending collectives this kernel must wait for. Each waits for a kind of
         kernel: the ``next`` one, the next that is ``non_wgrad`` (weight-gradient GEMMs run
-        before a backward collective is waited for) or the next ``wgrad``; with overlap it
-        lets one such kernel run first."""
+        before a backward collective is waited for) or the next ``wgrad``."""
         if not self.pending:        # (what ``before`` checks first)
             return []
         wgrad = phase == "backward" and cost.name.endswith(".wgrad")
@@ -202,11 +216,8 @@ class TPHooks(OpHooks):
             waiter = item.waiter
             if waiter != "next" and (waiter == "wgrad") != wgrad:
                 keep.append(item)
-            elif item.skip == 0:
-                due.append(item.op)
             else:
-                item.skip -= 1
-                keep.append(item)
+                due.append(item.op)
         self.pending = keep
         return due
 
