@@ -9,7 +9,6 @@ import dataclasses
 import pytest
 
 from simulator.errors import ConfigError
-
 from simulator.models import layer_costs, load_model
 from simulator.models.transformer import block_params
 from simulator.strategies.parallel import ParallelPlan
