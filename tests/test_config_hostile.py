@@ -13,6 +13,8 @@ from test_parallel_cfg import write
     ("ds.json", '{"pipeline": {"stages": 33}}', "pipeline.stages"),
     ("ds.json", '{"tensor_parallel": {"autotp_size": 3}}', "tensor_parallel.autotp_size"),
     ("tt.toml", "[parallelism]\ntensor_parallel_degree = 3\n", "parallelism"),
+    # Megatron-LM asserts TP communication overlap needs sequence parallelism
+    ("m.args", "--tensor-model-parallel-size 2\n--tp-comm-overlap\n", "--tp-comm-overlap"),
 ])
 def test_a_plan_that_does_not_fit_the_gpus_is_named_in_the_config(capsys, tmp_path, name,
                                                                   text, key):

@@ -245,10 +245,14 @@ def test_tp_overlap_hides_what_its_gemm_covers_and_shows_the_rest():
 
 
 def test_tp_overlap_without_sequence_parallelism_is_refused():
-    with pytest.raises(ConfigError, match="needs sequence parallelism") as err:
-        ParallelPlan(tp=2, tp_overlap=True).check(GPT, 2, seq_len=S,
-                                                  names={"tp_overlap": "strategy.tp_comm_overlap"})
+    cfg = MegatronConfig(tensor_model_parallel_size=2, tp_comm_overlap=True)
+    with pytest.raises(ConfigError, match="needs sequence_parallel") as err:
+        cfg.plan(8)
     assert err.value.field == "strategy.tp_comm_overlap"
+    # with it, or at TP 1 (no TP collective), the plan is made
+    assert MegatronConfig(tensor_model_parallel_size=2, tp_comm_overlap=True,
+                          sequence_parallel=True).plan(8).tp_overlap
+    assert MegatronConfig(tp_comm_overlap=True).plan(8).tp == 1
 
 
 def test_fsdp_under_a_pipeline_gathers_once_and_reduces_at_the_last_micro_batch():

@@ -107,7 +107,7 @@ SHORT = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size
 FIELDS = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
           "vp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
           "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
-          "sequence_parallel": "sequence_parallel", "tp_overlap": "tp_comm_overlap",
+          "sequence_parallel": "sequence_parallel",
           "first_stage_layers": "decoder_first_pipeline_num_layers",
           "last_stage_layers": "decoder_last_pipeline_num_layers",
           "embedding_in_split": "account_for_embedding_in_pipeline_split",
@@ -473,6 +473,11 @@ class MegatronConfig(CommonConfig):
                               f"does not divide the job's {world_size} GPUs",
                               field="cluster.gpus")
         dp = world_size // (tp * pp * cp)
+        if self.tp_comm_overlap and tp > 1 and not self.sequence_parallel:
+            raise ConfigError("tensor-parallel communication overlap pipelines each "
+                              "sequence-parallel all-gather and reduce-scatter with its GEMM: "
+                              "it needs sequence_parallel (Megatron-LM asserts the same)",
+                              field="strategy.tp_comm_overlap")
         if self.cp_comm_type not in CP_COMM:
             raise ConfigError(f"cp_comm_type {self.cp_comm_type} (hierarchical context "
                               f"parallelism: a2a inside groups, p2p across) is not modelled; "

@@ -297,11 +297,6 @@ class ParallelPlan:
             if n % self.tp:
                 raise ConfigError(f"tensor parallelism {self.tp} does not divide "
                                   f"{model.name}'s {n} {attr}", field=field("tp"))
-        if self.tp_overlap and self.tp > 1 and not self.sequence_parallel:
-            raise ConfigError("tensor-parallel communication overlap pipelines each "
-                              "sequence-parallel all-gather and reduce-scatter with its GEMM: "
-                              "it needs sequence parallelism (Megatron-LM asserts the same)",
-                              field=field("tp_overlap"))
         if self.sequence_parallel and self.tp > 1 and (seq_len // self.cp) % self.tp:
             raise ConfigError(f"sequence parallelism splits the {seq_len // self.cp} tokens "
                               f"of a rank's sequence over tp {self.tp}: not divisible",
