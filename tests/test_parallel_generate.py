@@ -15,6 +15,7 @@ from simulator.strategies.parallel import ParallelPlan
 from simulator.strategies.frameworks.megatron import MegatronConfig
 from simulator.strategies.parallel.generate import build_parallel
 from simulator.strategies.parallel.place import placement, tp_crosses_domain
+from simulator.strategies.parallel.tp import async_tp_layer
 from simulator.strategies.parallel.schedules import bubble_fraction
 from simulator.pipeline import build_setup, run_setup
 from simulator.scenario import load_scenario, resolve_scenario, scenario_from_dict
@@ -242,6 +243,46 @@ def test_tp_overlap_hides_what_its_gemm_covers_and_shows_the_rest():
     assert overlapped.exposed_comm_s < plain.exposed_comm_s
     assert overlapped.iteration_time_s < plain.iteration_time_s
     assert overlapped.iteration_time_s >= overlapped.compute_s
+
+
+def test_async_tp_adds_the_reduction_of_each_fused_matmul_reduce_scatter():
+    """PyTorch's async TP sums the tp partial row blocks it received after each fused
+    matmul + reduce-scatter: a kernel reading the m x n partial output and writing m / tp
+    rows, after each GEMM whose output the SP layout reduce-scatters."""
+    tp = 2
+    block = next(x for x in layer_costs(small(2), B, S, "bf16", True, tp=tp, sp=True)
+                 if x.kind == "transformer_block")
+    out = async_tp_layer(block, tp, E)
+    added = [op for op in (*out.forward, *out.backward) if op not in block.forward
+             and op not in block.backward]
+    assert [op.name for op in added] == [
+        "async_tp_reduce.attn_out", "async_tp_reduce.mlp_down",
+        "async_tp_reduce.mlp_up.dgrad", "async_tp_reduce.qkv_proj.dgrad"]
+    for op in added:
+        gemm = next(g for g in (*block.forward, *block.backward)
+                    if g.name == op.name.removeprefix("async_tp_reduce."))
+        elements = gemm.m * gemm.n          # the partial output: B x S tokens x hidden
+        assert elements == B * S * GPT.hidden
+        assert op.bytes_accessed == E * elements + E * elements / tp
+        assert op.flops == elements * (tp - 1) / tp
+        # each right after its GEMM
+        ops = out.forward if op in out.forward else out.backward
+        assert ops[ops.index(op) - 1].name == gemm.name
+
+
+def test_async_tp_runs_the_backward_reduce_scatter_alongside_its_gemm():
+    def backward_rs(plan):
+        ops = trace_of(plan).classes[0].ops
+        comm = next(op for op in ops if op.name == "reduce_scatter.block.0.qkv_proj.dgrad")
+        names = {op.id: op.name for op in ops}
+        return [names[d] for d in comm.deps], [op.name for op in ops if comm.id in op.deps]
+    sp = dict(tp=2, sequence_parallel=True, tp_overlap=True)
+    after, waiters = backward_rs(ParallelPlan(**sp, async_tp=True))
+    assert after != ["qkv_proj.dgrad"]                  # issued with the GEMM, not after it
+    assert waiters == ["async_tp_reduce.qkv_proj.dgrad"]    # its reduction waits for it
+    assert backward_rs(ParallelPlan(**sp))[0] == ["qkv_proj.dgrad"]   # userbuffers: bulk
+    with pytest.raises(ConfigError, match="needs tp_overlap"):
+        ParallelPlan(tp=2, sequence_parallel=True, async_tp=True)
 
 
 def test_tp_overlap_without_sequence_parallelism_is_refused():

@@ -183,7 +183,7 @@ class TorchtitanConfig(CommonConfig):
             reshard_after_forward=not (dp_mode == "fsdp" and pp == 1
                                        and p.fsdp_reshard_after_forward == "never"),
             lockstep=p.pipeline_parallel_schedule == "Interleaved1F1B",
-            tp_overlap=p.enable_async_tensor_parallel,
+            tp_overlap=p.enable_async_tensor_parallel, async_tp=p.enable_async_tensor_parallel,
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
 
     def plan_fields(self) -> dict[str, str]:

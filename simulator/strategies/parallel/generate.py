@@ -67,7 +67,7 @@ from .plan import ParallelPlan
 from .schedules import SPLIT_W, Action, check_schedule, lockstep_steps, schedule
 from .split import input_grad_view, kept_for_w, weight_grad_view
 from .stages import Chunk, chunks, neighbour
-from .tp import STREAM, TPHooks
+from .tp import STREAM, TPHooks, async_tp_layer
 
 COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
              "cp": "cp", "ep": "ep", "etp": "etp", "edp": "edp"}
@@ -136,7 +136,7 @@ class StageBuilder:
         parts = [TPHooks(self._tp_issue, self.last_compute,
                          sp=plan.sequence_parallel, overlap=plan.tp_overlap,
                          act_bytes=act_bytes, loss_bytes=loss_bytes,
-                         async_backward=plan.tp_async_backward)] \
+                         async_backward=plan.tp_async_backward, async_tp=plan.async_tp)] \
             if plan.tp > 1 else []
         parts += [h for h in (f(self) for f in HOOKS.values()) if h is not None]
         if plan.moe_a2a_overlap:
@@ -458,6 +458,9 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
                   fp8_layer(layer, fp8_recipe, reuse, model.fp8_any_layout)
+                  for layer in layers]
+    if plan.async_tp and plan.tp > 1:     # PyTorch async TP's reduction kernels
+        layers = [async_tp_layer(layer, plan.tp, precision_bytes(cfg.precision))
                   for layer in layers]
     layers = cfg.with_main_grad(layers)     # Megatron's main_grad buffer
     if getattr(cfg, "use_transformer_engine_op_fuser", False):     # TE's fused expert MLP

@@ -87,6 +87,10 @@ class ParallelPlan:
     and micro-batch (FSDP2's ``reshard_after_forward=False``, torchtitan's
     ``fsdp_reshard_after_forward: never``). Under a pipeline an ``fsdp`` plan keeps them
     anyway (see :mod:`.dp`), so the field is FSDP's without a pipeline only.
+    ``async_tp``: the TP overlap is PyTorch's async TP (symmetric memory, torchtitan's
+    ``enable_async_tensor_parallel``) rather than Transformer Engine's userbuffers: its
+    fused matmul + reduce-scatter runs in backward too and ends with a reduction kernel
+    (:func:`.tp.async_tp_layer`); needs ``tp_overlap``.
     ``moe_a2a_overlap``: Megatron-Core's combined 1F1B, each forward issued with another
     micro-batch's backward, MoE blocks node by node, so that one's EP all-to-alls run
     under the other's kernels (:mod:`.a2a_overlap`).
@@ -104,6 +108,7 @@ class ParallelPlan:
     schedule: str = "1f1b"
     dp_mode: str = "fsdp"
     tp_overlap: bool = False
+    async_tp: bool = False
     tp_async_backward: bool = True
     cp_mode: str = "ring"
     order: tuple[str, ...] = DIMS
@@ -138,10 +143,13 @@ class ParallelPlan:
             if getattr(self, name) not in valid:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}; valid: "
                                   f"{', '.join(valid)}", field=f"plan.{name}")
-        for name in ("lockstep", "reshard_after_forward"):
+        for name in ("lockstep", "reshard_after_forward", "async_tp"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"must be true or false, got {getattr(self, name)!r}",
                                   field=f"plan.{name}")
+        if self.async_tp and not self.tp_overlap:
+            raise ConfigError("PyTorch's async TP is a TP communication overlap: needs "
+                              "tp_overlap", field="plan.async_tp")
         if not self.reshard_after_forward and (self.dp_mode != "fsdp" or self.pp > 1):
             raise ConfigError("keeping parameters gathered from forward to backward is "
                               "FSDP's without a pipeline (dp_mode fsdp, pp 1), got dp_mode "

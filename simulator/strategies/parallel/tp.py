@@ -30,7 +30,11 @@ not modelled, nor the SMs a ``pipeline`` overlap takes from its GEMM (``num_sm``
 ``set_sm_margin``). The backward reduce-scatter of an input gradient keeps the rule without
 overlap: after its GEMM, hidden behind the weight-gradient GEMM (Transformer Engine's
 ``bulk`` default for the QKV and MLP-up input gradients; a frozen weight has none to hide
-it), as does the re-gathered input the weight-gradient GEMM waits for.
+it), as does the re-gathered input the weight-gradient GEMM waits for. PyTorch's async TP
+(``async_tp``) fuses the backward's GEMM and reduce-scatter too (its micro-pipeline pass
+rewrites every matmul followed by a reduce-scatter in the compiled graph), so there the
+input-gradient reduce-scatter also runs alongside its GEMM; and each fused matmul +
+reduce-scatter ends with a reduction kernel of its own (:func:`async_tp_layer`).
 Activation checkpointing's recomputed forward repeats the forward
 collectives. Megatron-SP does not keep the all-gathered input of a column-parallel GEMM:
 its backward all-gathers it again before the input-gradient GEMM and the weight-gradient
@@ -44,6 +48,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from dataclasses import replace
+
+from simulator.models.ops import LayerCost, OpCost
 
 from ..base import OpHooks
 STREAM = "tp"
@@ -100,6 +108,35 @@ def points(kind: str, sp: bool) -> dict:
     return table[sp] if table else {}
 
 
+def async_tp_layer(layer: LayerCost, tp: int, e: int) -> LayerCost:
+    """``layer`` with PyTorch async TP's reduction kernels. Its fused matmul + reduce-scatter
+    (``torch.distributed._symmetric_memory._fused_matmul_reduce_scatter_impl``) computes the
+    GEMM one row block at a time, each block that another rank owns sent to it while the next
+    is computed, into a stacked buffer of the ``tp`` partial results a rank owns; then one
+    kernel sums them (``reduce_fn`` over the stacked partials): it reads the ``m x n`` partial
+    output (``tp`` blocks of ``m / tp`` rows) and writes ``m / tp`` rows, ``e`` bytes an
+    element, ``tp - 1`` adds an output element. One after each GEMM whose output the
+    sequence-parallel layout reduce-scatters (the tables above: the output projection and the
+    MLP down projection forward, the QKV and MLP-up input gradients backward, a Mamba layer's
+    and the LM head's likewise); NCCL's reduce-scatter sums inside its own kernel instead."""
+    table = points(layer.kind, True)
+
+    def with_reduces(ops, stage: str) -> list[OpCost]:
+        out = []
+        for op in ops:
+            out.append(op)
+            if op.op_class == "matmul" and op.shape and \
+                    table.get((stage, "after", kernel_key(op.name))) == "reduce_scatter":
+                elements = op.m * op.n
+                out.append(OpCost(f"async_tp_reduce.{op.name}", "elementwise",
+                                  elements * (tp - 1) / tp, e * elements * (1 + 1 / tp),
+                                  launch=op.launch))
+        return out
+
+    return replace(layer, forward=with_reduces(layer.forward, "forward"),
+                   backward=with_reduces(layer.backward, "backward"))
+
+
 class _Point(NamedTuple):
     """The TP collectives around one kernel of a kind of layer, in one phase."""
 
@@ -129,9 +166,9 @@ class TPHooks(OpHooks):
     nccl-tests terms); ``loss_bytes`` the ``b s`` fp32 values of one loss all-reduce."""
 
     def __init__(self, issue, last_compute, *, sp: bool, overlap: bool, act_bytes: int,
-                 loss_bytes: int, async_backward: bool = True):
+                 loss_bytes: int, async_backward: bool = True, async_tp: bool = False):
         self.issue, self.last_compute = issue, last_compute
-        self.sp, self.overlap = sp, overlap
+        self.sp, self.overlap, self.async_tp = sp, overlap, async_tp
         self.async_backward = async_backward
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
         self.pending: list[_Pending] = []
@@ -157,12 +194,13 @@ class TPHooks(OpHooks):
             before = table.get((stage, "before", name))
             before, waiter = before if isinstance(before, tuple) else (before, "next")
             after = table.get((stage, "after", name))
+            pipelined = self.overlap and after is not None and (
+                stage == "forward" or self.async_tp)
             point = self._points[key] = _Point(
                 before=before, before_waiter=waiter, after=after,
                 after_waiter=("non_wgrad" if stage == "backward" and self.async_backward
-                              else "next"),
-                pipelined=self.overlap and after is not None and stage == "forward",
-                name=name,
+                              and not pipelined else "next"),
+                pipelined=pipelined, name=name,
                 loss=name == "lm_head" and stage == "forward"
                 and self.kind in ("head", "mtp_head"))
         return point
