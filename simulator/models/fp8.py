@@ -111,10 +111,13 @@ PER_TENSOR = ("delayed", "current")     # TE recipes whose copies an any-layout 
 
 
 def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 1,
-              any_layout: bool = False) -> LayerCost:
+              any_layout: bool = False, gathered=None, tp: int = 1) -> LayerCost:
     """``layer`` with its weight GEMMs in FP8 and their cast kernels (blocks only); under a
     Transformer Engine recipe each weight's cast is shared by ``weight_reuse`` micro-batches;
-    ``any_layout``: the GPU's FP8 GEMMs need no transposed copies (see the module doc)."""
+    ``any_layout``: the GPU's FP8 GEMMs need no transposed copies (see the module doc).
+    ``gathered`` (tensorwise): a predicate on GEMM names whose activation operand a tensor-
+    parallel all-gather of ``tp`` ranks brings in FP8 (torchao's float8 TP styles): that
+    activation is cast before the gather, on the rank's ``1 / tp`` of its rows."""
     if not layer.kind.endswith("block"):
         return layer
     if recipe in TE_CAST_BYTES:
@@ -128,8 +131,13 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
         return replace(layer, forward=low_precision_ops(layer.forward, _rowwise_forward_casts),
                        backward=low_precision_ops(layer.backward, _rowwise_backward_casts,
                                                   after=_rowwise_rescale))
-    return replace(layer, forward=low_precision_ops(layer.forward, _forward_casts),
-                   backward=low_precision_ops(layer.backward, _backward_casts))
+    def rows(op: OpCost) -> float:
+        return 1 / tp if gathered is not None and gathered(op.name) else 1.0
+
+    return replace(layer, forward=low_precision_ops(layer.forward,
+                                                    lambda op: _forward_casts(op, rows(op))),
+                   backward=low_precision_ops(layer.backward,
+                                              lambda op: _backward_casts(op, rows(op))))
 
 
 def low_precision_ops(ops, casts, precision: str = "fp8",
@@ -188,15 +196,19 @@ def _te_backward_casts(op: OpCost, per: float, transposes: bool) -> list[OpCost]
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 
 
-def _forward_casts(op: OpCost) -> list[OpCost]:
+def _forward_casts(op: OpCost, rows: float = 1.0) -> list[OpCost]:
+    """``rows``: the share of x's rows this rank casts (``1 / tp`` when x is all-gathered in
+    FP8 after its cast)."""
     m, n, k = op.shape            # A = x [m, k], B = w [k, n]
-    return [_cast(op, f"float8_cast.{op.name}", m * k + _weight(op, k * n), _cast_bytes(op))]
+    return [_cast(op, f"float8_cast.{op.name}", m * k * rows + _weight(op, k * n),
+                  _cast_bytes(op))]
 
 
-def _backward_casts(op: OpCost) -> list[OpCost]:
+def _backward_casts(op: OpCost, rows: float = 1.0) -> list[OpCost]:
+    """``rows``: the share of dY's rows this rank casts (as :func:`_forward_casts`)."""
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dX[m, k_in] = dY [m, k] W^T: cast dY, transpose W
-        return [_cast(op, f"float8_cast.{op.name}", m * k, _cast_bytes(op)),
+        return [_cast(op, f"float8_cast.{op.name}", m * k * rows, _cast_bytes(op)),
                 _cast(op, f"float8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False)]
     return [_cast(op, f"float8_transpose.{op.name}", m * k, TRANSPOSE_BYTES, False)]
 

@@ -152,6 +152,12 @@ class CommonConfig(BaseModel):
         e = precision_bytes(self.precision)
         return [accumulated_wgrad(layer, main_grad, e) for layer in layers]
 
+    def fp8_tp_gathers(self, recipe: str | None) -> bool:
+        """Whether the blocks' tensor-parallel all-gathers move FP8 activations under
+        ``recipe`` (cast before the gather, on the rank's shard): no, they gather the
+        16-bit activations and each rank casts the gathered tensor."""
+        return False
+
     def fp8_weight_reuse(self, recipe: str) -> int:
         """Micro-batches of a step that share one FP8 cast of each weight under ``recipe``
         (:func:`simulator.models.fp8.fp8_layer`): 1, every micro-batch casts its weights."""

@@ -186,6 +186,15 @@ class TorchtitanConfig(CommonConfig):
             tp_overlap=p.enable_async_tensor_parallel, async_tp=p.enable_async_tensor_parallel,
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
 
+    def fp8_tp_gathers(self, recipe: str | None) -> bool:
+        """Float8 tensorwise under TP all-gathers FP8: torchtitan's ``apply_tp`` takes
+        torchao's float8 TP styles whenever the float8 recipe is tensorwise
+        (``enable_float8_tensorwise_tp``), and ``Float8ColwiseParallel`` casts a column-parallel
+        GEMM's input to FP8 before it redistributes it (``torchao/float8/
+        float8_tensor_parallel.py``), ``Float8RowwiseParallel`` the output gradient likewise in
+        backward. The rowwise recipe keeps the plain (bf16) TP styles."""
+        return recipe == "tensorwise"
+
     def plan_fields(self) -> dict[str, str]:
         """Plan attribute -> the field a user wrote it as (for ParallelPlan.check)."""
         base = "strategy.parallelism."

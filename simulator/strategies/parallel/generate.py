@@ -67,7 +67,7 @@ from .plan import ParallelPlan
 from .schedules import SPLIT_W, Action, check_schedule, lockstep_steps, schedule
 from .split import input_grad_view, kept_for_w, weight_grad_view
 from .stages import Chunk, chunks, neighbour
-from .tp import STREAM, TPHooks, async_tp_layer
+from .tp import STREAM, TPHooks, async_tp_layer, gathered_input
 
 COMM_DIMS = {"tp": "tp", "dp": "dp_cp", "shard": "shard_cp", "replicate": "dp_replicate",
              "cp": "cp", "ep": "ep", "etp": "etp", "edp": "edp"}
@@ -136,7 +136,9 @@ class StageBuilder:
         parts = [TPHooks(self._tp_issue, self.last_compute,
                          sp=plan.sequence_parallel, overlap=plan.tp_overlap,
                          act_bytes=act_bytes, loss_bytes=loss_bytes,
-                         async_backward=plan.tp_async_backward, async_tp=plan.async_tp)] \
+                         async_backward=plan.tp_async_backward, async_tp=plan.async_tp,
+                         fp8_gathers=(plan.sequence_parallel
+                                      and cfg.fp8_tp_gathers(fp8_recipe)))] \
             if plan.tp > 1 else []
         parts += [h for h in (f(self) for f in HOOKS.values()) if h is not None]
         if plan.moe_a2a_overlap:
@@ -456,8 +458,10 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         gpus_per_node=world.gpus_per_node)
     if fp8_recipe is not None:
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
+        fp8_gathers = cfg.fp8_tp_gathers(fp8_recipe) and plan.tp > 1 and plan.sequence_parallel
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
-                  fp8_layer(layer, fp8_recipe, reuse, model.fp8_any_layout)
+                  fp8_layer(layer, fp8_recipe, reuse, model.fp8_any_layout,
+                            gathered_input(layer.kind) if fp8_gathers else None, plan.tp)
                   for layer in layers]
     if plan.async_tp and plan.tp > 1:     # PyTorch async TP's reduction kernels
         layers = [async_tp_layer(layer, plan.tp, precision_bytes(cfg.precision))

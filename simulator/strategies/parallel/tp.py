@@ -137,6 +137,19 @@ def async_tp_layer(layer: LayerCost, tp: int, e: int) -> LayerCost:
                    backward=with_reduces(layer.backward, "backward"))
 
 
+def gathered_input(kind: str):
+    """A predicate on kernel names: whether a kernel of a ``kind`` layer reads an activation
+    that the sequence-parallel layout all-gathers just before it (the QKV and MLP-up inputs
+    forward, the output-gradient of the output projection and MLP down backward). Under FP8
+    TP gathers (:meth:`~simulator.strategies.base.CommonConfig.fp8_tp_gathers`) that
+    activation is cast before the gather, on the rank's ``1 / tp`` of its rows
+    (:func:`simulator.models.fp8.fp8_layer`)."""
+    table = points(kind, True)
+    keys = frozenset(name for (stage, where, name), what in table.items()
+                     if where == "before" and what == "all_gather")
+    return lambda name: kernel_key(name) in keys
+
+
 class _Point(NamedTuple):
     """The TP collectives around one kernel of a kind of layer, in one phase."""
 
@@ -166,9 +179,11 @@ class TPHooks(OpHooks):
     nccl-tests terms); ``loss_bytes`` the ``b s`` fp32 values of one loss all-reduce."""
 
     def __init__(self, issue, last_compute, *, sp: bool, overlap: bool, act_bytes: int,
-                 loss_bytes: int, async_backward: bool = True, async_tp: bool = False):
+                 loss_bytes: int, async_backward: bool = True, async_tp: bool = False,
+                 fp8_gathers: bool = False):
         self.issue, self.last_compute = issue, last_compute
         self.sp, self.overlap, self.async_tp = sp, overlap, async_tp
+        self.fp8_gathers = fp8_gathers      # a block's all-gathers move FP8 (1 byte of 2)
         self.async_backward = async_backward
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
         self.pending: list[_Pending] = []
@@ -214,7 +229,7 @@ class TPHooks(OpHooks):
             return ()
         deps = self._due(cost, phase) if self.pending else []
         if kind:
-            op = self.issue(kind, self.act_bytes, (self.last_compute(),),
+            op = self.issue(kind, self._bytes(kind), (self.last_compute(),),
                             f"{kind}.{self.layer}.{cost.name}", phase, self.layer)
             if waiter == "wgrad":
                 self.pending.append(_Pending(op=op, waiter="wgrad"))
@@ -223,7 +238,7 @@ class TPHooks(OpHooks):
             else:
                 deps.append(op)
         if point.pipelined:         # the collective after this GEMM, pipelined with it
-            op = self.issue(point.after, self.act_bytes, (self.last_compute(),),
+            op = self.issue(point.after, self._bytes(point.after), (self.last_compute(),),
                             f"{point.after}.{self.layer}.{point.name}", phase, self.layer)
             self.pending.append(_Pending(op=op, waiter=point.after_waiter))
         return tuple(deps)
@@ -232,7 +247,7 @@ class TPHooks(OpHooks):
         point = self._point(phase, cost.name)
         kind = point.after
         if kind and not point.pipelined:    # (pipelined: issued with the GEMM, in before)
-            op = self.issue(kind, self.act_bytes, (op_id,),
+            op = self.issue(kind, self._bytes(kind), (op_id,),
                             f"{kind}.{self.layer}.{point.name}", phase, self.layer)
             self.pending.append(_Pending(op=op, waiter=point.after_waiter))
         if point.loss:
@@ -241,6 +256,14 @@ class TPHooks(OpHooks):
                 dep = self.issue("all_reduce", self.loss_bytes, (dep,),
                                  f"all_reduce.loss{i}", phase, self.layer)
             self.pending.append(_Pending(op=dep, waiter="next"))
+
+    def _bytes(self, kind: str) -> int:
+        """The ``b s h`` buffer a collective moves: an FP8 block's all-gathers (``fp8_gathers``,
+        :meth:`~simulator.strategies.base.CommonConfig.fp8_tp_gathers`) one byte an element,
+        the rest in the activations' 16 bits."""
+        if kind == "all_gather" and self.fp8_gathers and self.kind.endswith("block"):
+            return self.act_bytes // 2
+        return self.act_bytes
 
     def _due(self, cost, phase: str) -> list:
         """The pending collectives this kernel must wait for. Each waits for a kind of
