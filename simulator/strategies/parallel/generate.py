@@ -137,8 +137,7 @@ class StageBuilder:
                          sp=plan.sequence_parallel, overlap=plan.tp_overlap,
                          act_bytes=act_bytes, loss_bytes=loss_bytes,
                          async_backward=plan.tp_async_backward, async_tp=plan.async_tp,
-                         fp8_gathers=(plan.sequence_parallel
-                                      and cfg.fp8_tp_gathers(fp8_recipe)))] \
+                         fp8_gathers=fp8_tp_gathers(plan, cfg, fp8_recipe))] \
             if plan.tp > 1 else []
         parts += [h for h in (f(self) for f in HOOKS.values()) if h is not None]
         if plan.moe_a2a_overlap:
@@ -420,6 +419,13 @@ class StageBuilder:
         self.barrier = tuple(posted) or after
 
 
+def fp8_tp_gathers(plan: ParallelPlan, cfg: CommonConfig, fp8_recipe: str | None) -> bool:
+    """Whether the plan's sequence-parallel all-gathers move FP8 activations, cast before
+    the gather (the strategy's :meth:`~simulator.strategies.base.CommonConfig.fp8_tp_gathers`
+    under ``fp8_recipe``)."""
+    return plan.tp > 1 and plan.sequence_parallel and cfg.fp8_tp_gathers(fp8_recipe)
+
+
 def stage_id(rank: int, pp: int) -> str:
     """The rank class of pipeline rank ``rank``: ``stage0``..., zero-padded to the width of
     ``pp - 1`` so that the classes sort in pipeline order (``stage03`` before ``stage10``)."""
@@ -458,7 +464,7 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
         gpus_per_node=world.gpus_per_node)
     if fp8_recipe is not None:
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
-        fp8_gathers = cfg.fp8_tp_gathers(fp8_recipe) and plan.tp > 1 and plan.sequence_parallel
+        fp8_gathers = fp8_tp_gathers(plan, cfg, fp8_recipe)
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
                   fp8_layer(layer, fp8_recipe, reuse, model.fp8_any_layout,
                             gathered_input(layer.kind) if fp8_gathers else None, plan.tp)

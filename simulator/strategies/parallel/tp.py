@@ -46,10 +46,8 @@ when the weight requires a gradient).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
-
-from dataclasses import replace
 
 from simulator.models.ops import LayerCost, OpCost
 
