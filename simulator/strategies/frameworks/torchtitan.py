@@ -21,7 +21,9 @@ pipeline_parallel_schedule         GPipe, 1F1B, Interleaved1F1B, ZBVZeroBubble -
 context_parallel_degree            cp; context_parallel_rotate_method allgather -> cp_mode
                                    allgather, alltoall -> ring (KV passed rank to rank)
 expert_parallel_degree             ep
-enable_async_tensor_parallel       tp_overlap
+enable_async_tensor_parallel       tp_overlap and async_tp (PyTorch's async TP: forward and
+                                   backward GEMMs fused with their SP collectives, each
+                                   fused reduce-scatter ending with its reduction kernel)
 fsdp_reshard_after_forward         without PP: always or default -> dp_mode fsdp; never ->
                                    dp_mode fsdp with reshard_after_forward false (FSDP2's
                                    reshard_after_forward=False on every block: gathered
