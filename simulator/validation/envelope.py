@@ -35,10 +35,9 @@ the family's cases, by how much) and, when the validation split has at least
 :data:`MIN_ROWS` rows of that family on that GPU type, their median |error|; and an error
 band: the range of the held-out errors of that family on GPUs of that generation (of the
 family on any GPU where its generation has too few, and it says so). Left out one at a
-time, each held-out case's error falls inside the band of the others 379 times in 411 on
-the shipped ground (92%; ``tests/test_envelope.py`` keeps it at 80% or more, and
-docs/envelope.md quotes it). It states
-measured errors only.
+time, each held-out case's error falls inside the band of the others at least 80% of the
+time on the shipped ground (``tests/test_envelope.py`` keeps it so; docs/envelope.md quotes
+the count). It states measured errors only.
 
 Read with the ``csv`` module on first use, so commands start without pandas.
 """

@@ -501,8 +501,8 @@ def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
     if other:
         raise doc.fail("model.converters", f"{other[0]!r} is not modelled (clustersim runs "
                        f"torchao's float8 Linear: {' or '.join(FLOAT8_CONVERTERS)})")
-    tables = {name: doc.table(_nested(data, name), name) for name in FLOAT8_TABLES
-              if _nested(data, name) is not None}
+    tables = {name: doc.table(found, name) for name in FLOAT8_TABLES
+              if (found := _nested(data, name)) is not None}
     legacy = tables.get("float8", {}).get("enable_float8_linear")
     on = bool(converters) or (legacy is not None and doc.boolean(
         legacy, "float8.enable_float8_linear"))

@@ -137,7 +137,9 @@ class StageBuilder:
                          sp=plan.sequence_parallel, overlap=plan.tp_overlap,
                          act_bytes=act_bytes, loss_bytes=loss_bytes,
                          async_backward=plan.tp_async_backward, async_tp=plan.async_tp,
-                         fp8_gathers=fp8_tp_gathers(plan, cfg, fp8_recipe))] \
+                         block_gather_bytes=(act_bytes // precision_bytes(cfg.precision)
+                                             if fp8_tp_gathers(plan, cfg, fp8_recipe)
+                                             else None))] \
             if plan.tp > 1 else []
         parts += [h for h in (f(self) for f in HOOKS.values()) if h is not None]
         if plan.moe_a2a_overlap:

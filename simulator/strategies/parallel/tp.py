@@ -178,10 +178,11 @@ class TPHooks(OpHooks):
 
     def __init__(self, issue, last_compute, *, sp: bool, overlap: bool, act_bytes: int,
                  loss_bytes: int, async_backward: bool = True, async_tp: bool = False,
-                 fp8_gathers: bool = False):
+                 block_gather_bytes: int | None = None):
         self.issue, self.last_compute = issue, last_compute
         self.sp, self.overlap, self.async_tp = sp, overlap, async_tp
-        self.fp8_gathers = fp8_gathers      # a block's all-gathers move FP8 (1 byte of 2)
+        # a block's all-gathers where they move another dtype (FP8: one byte an element)
+        self.block_gather_bytes = block_gather_bytes
         self.async_backward = async_backward
         self.act_bytes, self.loss_bytes = act_bytes, loss_bytes
         self.pending: list[_Pending] = []
@@ -256,11 +257,13 @@ class TPHooks(OpHooks):
             self.pending.append(_Pending(op=dep, waiter="next"))
 
     def _bytes(self, kind: str) -> int:
-        """The ``b s h`` buffer a collective moves: an FP8 block's all-gathers (``fp8_gathers``,
-        :meth:`~simulator.strategies.base.CommonConfig.fp8_tp_gathers`) one byte an element,
-        the rest in the activations' 16 bits."""
-        if kind == "all_gather" and self.fp8_gathers and self.kind.endswith("block"):
-            return self.act_bytes // 2
+        """The ``b s h`` buffer a collective moves: a block's all-gathers
+        ``block_gather_bytes`` where given (FP8 gathers,
+        :meth:`~simulator.strategies.base.CommonConfig.fp8_tp_gathers`), the rest
+        ``act_bytes``."""
+        if kind == "all_gather" and self.block_gather_bytes is not None \
+                and self.kind.endswith("block"):
+            return self.block_gather_bytes
         return self.act_bytes
 
     def _due(self, cost, phase: str) -> list:
