@@ -435,3 +435,22 @@ def test_megatron_async_tp_flag_and_sequence_parallel():
     sp = MegatronConfig(tensor_model_parallel_size=2, sequence_parallel=True,
                         async_tensor_model_parallel_allreduce=False)
     assert sp.plan(2).tp_async_backward
+
+
+def test_torchtitan_dtensor_tp_waits_for_the_input_gradient_before_the_weight_gradient():
+    # DTensor's TP: autograd computes a Linear's input and weight gradients in one node
+    # (mm's entry in derivatives.yaml) before the all-gather's backward reduce-scatters the
+    # input gradient, so nothing hides that reduce-scatter: the weight-gradient GEMM right
+    # after the input-gradient one waits for it. PyTorch's async TP pipelines it with its
+    # GEMM instead (the kernel after the GEMM waits: its reduction kernel).
+    from simulator.strategies.frameworks.torchtitan import TorchtitanConfig
+
+    def titan(async_tp: bool):
+        return TorchtitanConfig(parallelism={"tensor_parallel_degree": 2,
+                                             "enable_async_tensor_parallel": async_tp})
+    plain, fused = titan(False).plan(2), titan(True).plan(2)
+    assert not plain.tp_async_backward and plain.sequence_parallel and not plain.tp_overlap
+    name = "reduce_scatter.block.0.mlp_up.dgrad"
+    assert _waiters(plain, name) == ["mlp_up.wgrad"]
+    assert _waiters(dataclasses.replace(plain, tp_async_backward=True), name) != ["mlp_up.wgrad"]
+    assert fused.async_tp and _waiters(fused, name) == ["async_tp_reduce.mlp_up.dgrad"]

@@ -23,7 +23,13 @@ context_parallel_degree            cp; context_parallel_rotate_method allgather 
 expert_parallel_degree             ep
 enable_async_tensor_parallel       tp_overlap and async_tp (PyTorch's async TP: forward and
                                    backward GEMMs fused with their SP collectives, each
-                                   fused reduce-scatter ending with its reduction kernel)
+                                   fused reduce-scatter ending with its reduction kernel);
+                                   without it (DTensor's TP) tp_async_backward false: an
+                                   input gradient's reduce-scatter waits for the
+                                   weight-gradient GEMM, since autograd computes a
+                                   Linear's two gradients in one node (``mm``'s entry in
+                                   PyTorch's tools/autograd/derivatives.yaml) before the
+                                   all-gather's backward runs, and what follows needs it
 fsdp_reshard_after_forward         without PP: always or default -> dp_mode fsdp; never ->
                                    dp_mode fsdp with reshard_after_forward false (FSDP2's
                                    reshard_after_forward=False on every block: gathered
@@ -186,6 +192,7 @@ class TorchtitanConfig(CommonConfig):
                                        and p.fsdp_reshard_after_forward == "never"),
             lockstep=p.pipeline_parallel_schedule == "Interleaved1F1B",
             tp_overlap=p.enable_async_tensor_parallel, async_tp=p.enable_async_tensor_parallel,
+            tp_async_backward=False,
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
 
     def fp8_tp_gathers(self, recipe: str | None) -> bool:

@@ -65,7 +65,8 @@ class ParallelPlan:
     ``tp_async_backward``: a backward TP collective after an input-gradient GEMM is waited
     for after the weight-gradient GEMM that follows (Megatron's asynchronous TP all-reduce,
     the default since Megatron-LM 2022); false: by the next kernel (Megatron-LM of 2021,
-    whose all-reduces were synchronous, as SC21 ran it).
+    whose all-reduces were synchronous, as SC21 ran it; torchtitan's DTensor TP, whose
+    reduce-scatter autograd issues after both gradient GEMMs of a Linear).
     ``bucket_params``: DDP / distributed-optimizer gradient bucket size in parameters
     (Megatron's ``DistributedDataParallelConfig.bucket_size``: max(40M, 1M x dp) when
     overlapping the gradient reduction).

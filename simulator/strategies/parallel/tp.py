@@ -16,7 +16,9 @@ Timing. A forward collective blocks the next kernel. A backward one blocks the n
 that is not a weight-gradient GEMM (``*.wgrad``): Megatron overlaps the input-gradient
 all-reduce with the weight-gradient GEMM (``LinearWithGradAccumulationAndAsyncCommunication``).
 Without ``async_backward`` (Megatron-LM of 2021, ``async_tensor_model_parallel_allreduce:
-false``) it blocks the next kernel, weight-gradient GEMM included.
+false``; PyTorch's DTensor TP, as torchtitan runs it without async TP: autograd computes a
+Linear's input and weight gradients in one node before the collective's node runs) it
+blocks the next kernel, weight-gradient GEMM included.
 With ``tp_overlap`` (torchtitan async TP, Megatron ``tp_comm_overlap``; both need sequence
 parallelism) the forward all-gathers and reduce-scatters and the backward all-gathers of the
 output gradient run alongside the GEMM they feed or follow: issued when that GEMM is (after
