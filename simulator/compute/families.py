@@ -27,6 +27,7 @@ op-class entries and adds two shape models:
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -42,15 +43,24 @@ SHAPED_PRECISIONS = ("bf16", "fp16", "fp8", "fp4")   # fitted on 16-bit; fp8 (fp
 
 @dataclass(frozen=True)
 class FlashShape:
-    """``eff(head_dim) * keys / (keys + keys_half)``, ``eff`` by head dimension."""
+    """``eff(head_dim) * keys / (keys + keys_half)``, ``eff`` by head dimension, times the
+    measured long-sequence factor (``long_keys``, the module doc) where one is given."""
 
     head_dims: tuple[int, ...]
     eff_max: tuple[float, ...]
     keys_half: float
     half_time_s: float
     source: str = ""
+    # (keys per query, factor) from the last key count the curve holds to (factor 1) on:
+    # the measured efficiency over the curve's at each listed count (empty: none)
+    long_keys: tuple[tuple[float, float], ...] = ()
+    long_keys_source: str = ""
 
     def efficiency(self, keys: int, head_dim: int) -> float:
+        return self.curve(keys, head_dim) * self.long_factor(keys)
+
+    def curve(self, keys: float, head_dim: int) -> float:
+        """The saturating curve alone, without the long-sequence factor."""
         i = bisect.bisect_left(self.head_dims, head_dim)
         if i == 0:
             eff = self.eff_max[0]
@@ -61,6 +71,19 @@ class FlashShape:
             w = (head_dim - d0) / (d1 - d0)
             eff = self.eff_max[i - 1] * (1 - w) + self.eff_max[i] * w
         return eff * keys / (keys + self.keys_half)
+
+    def long_factor(self, keys: float) -> float:
+        """1 up to the first ``long_keys`` count; between two listed counts the factor
+        interpolated linearly in log(keys); beyond the last, the last factor."""
+        points = self.long_keys
+        if not points or keys <= points[0][0]:
+            return 1.0
+        if keys >= points[-1][0]:
+            return points[-1][1]
+        i = bisect.bisect_right([k for k, _ in points], keys)
+        (k0, f0), (k1, f1) = points[i - 1], points[i]
+        w = math.log(keys / k0) / math.log(k1 / k0)
+        return f0 * (1 - w) + f1 * w
 
 
 @dataclass(frozen=True)
@@ -112,7 +135,7 @@ def parse_families(table: Any, src: str, op_class: Callable) -> dict:
                            {"tiles", "k_overhead", "unaligned_efficiency", "source"}),
             flash=_optional(_flash, entry.get("flash_attention"), src,
                             f"{where}.flash_attention",
-                            {"eff_max", "keys_half", "half_time", "source"}),
+                            {"eff_max", "keys_half", "half_time", "source", "long_keys"}),
             source=check_source(entry["source"], src, where),
             kernels=_kernels(entry.get("attention_kernels") or {}, src,
                              f"{where}.attention_kernels"),
@@ -150,10 +173,11 @@ def _kernels(table: Any, src: str, where: str) -> dict:
 
 
 def _optional(parse: Callable, entry: Any, src: str, where: str, names: set):
-    """None for a missing entry, else ``parse`` of it once its keys are checked."""
+    """None for a missing entry, else ``parse`` of it once its keys are checked (each of
+    ``names`` required but ``long_keys``)."""
     if entry is None:
         return None
-    check_keys(entry, names, names, src, where)
+    check_keys(entry, names, names - {"long_keys"}, src, where)
     return parse(entry, src, where)
 
 
@@ -178,9 +202,39 @@ def _flash(entry: dict, src: str, where: str) -> FlashShape:
     dims = tuple(sorted(table))
     half = _non_negative(entry["keys_half"], src, f"{where}.keys_half")
     effs = tuple(check_fraction(table[d], src, f"{where}.eff_max.{d}") for d in dims)
-    return FlashShape(dims, effs, half,
-                      check_time(entry["half_time"], src, f"{where}.half_time"),
-                      source=check_source(entry["source"], src, where))
+    shape = FlashShape(dims, effs, half,
+                       check_time(entry["half_time"], src, f"{where}.half_time"),
+                       source=check_source(entry["source"], src, where))
+    if "long_keys" not in entry:
+        return shape
+    return _long_keys(shape, entry["long_keys"], src, f"{where}.long_keys")
+
+
+def _long_keys(shape: FlashShape, entry: Any, src: str, where: str) -> FlashShape:
+    """``long_keys: {head_dim, from, efficiency: {keys: fraction}, source}``: measured
+    efficiencies at long keys per query (of head dimension ``head_dim``), each turned into
+    its factor over the curve's own value there; the factor is 1 at ``from``."""
+    check_keys(entry, {"head_dim", "from", "efficiency", "source"},
+               {"head_dim", "from", "efficiency", "source"}, src, where)
+    if not _pos_int(entry["head_dim"]):
+        raise ConfigError(f"must be a positive integer, got {entry['head_dim']!r}",
+                          source=src, field=f"{where}.head_dim")
+    start = entry["from"]
+    if not _pos_int(start):
+        raise ConfigError(f"must be a positive integer (keys per query), got {start!r}",
+                          source=src, field=f"{where}.from")
+    table = entry["efficiency"]
+    if not isinstance(table, dict) or not table or not all(
+            _pos_int(k) and k > start for k in table):
+        raise ConfigError(f"must map keys per query above from ({start}) to fractions",
+                          source=src, field=f"{where}.efficiency")
+    points = [(float(start), 1.0)]
+    for keys in sorted(table):
+        eff = check_fraction(table[keys], src, f"{where}.efficiency.{keys}")
+        points.append((float(keys), eff / shape.curve(keys, entry["head_dim"])))
+    return FlashShape(shape.head_dims, shape.eff_max, shape.keys_half, shape.half_time_s,
+                      source=shape.source, long_keys=tuple(points),
+                      long_keys_source=check_source(entry["source"], src, where))
 
 
 def _non_negative(value: Any, src: str, where: str) -> float:
