@@ -45,10 +45,24 @@ def test_the_2024_spellings(tmp_path):
     p = _read(tmp_path, "[float8]\nenable_float8_linear = true\n"
                         "enable_fsdp_float8_all_gather = true\n")
     assert p.training["precision"] == "fp8" and "fp8_recipe" not in p.training  # tensorwise
-    assert "float8.enable_fsdp_float8_all_gather (not modelled)" in p.ignored
+    # the tensorwise recipe's FSDP all-gathers in FP8 (tests/test_torchtitan_fsdp_float8.py)
+    assert p.strategy["enable_fsdp_float8_all_gather"] is True
+    assert "float8.enable_fsdp_float8_all_gather" in p.used
     path = tmp_path / "old.toml"
     path.write_text(BASE.replace("seq_len = 2048", "seq_len = 2048\ncompile = true"))
     assert read_config(path).training["compile"] is True
+
+
+def test_the_fp8_all_gather_is_ignored_as_torchtitan_ignores_it_under_rowwise(tmp_path):
+    p = _read(tmp_path, '[model]\nconverters = ["quantize.linear.float8"]\n'
+                        '[quantize.linear.float8]\nrecipe_name = "rowwise"\n'
+                        'enable_fsdp_float8_all_gather = true\n'
+                        'precompute_float8_dynamic_scale_for_fsdp = true\n')
+    assert "enable_fsdp_float8_all_gather" not in p.strategy
+    assert ("quantize.linear.float8.enable_fsdp_float8_all_gather (torchtitan ignores it "
+            "under recipe_name rowwise)") in p.ignored
+    assert "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp (not modelled)" \
+        in p.ignored
 
 
 def test_compiling_the_loss_alone_compiles_no_block(tmp_path):
@@ -69,26 +83,32 @@ def test_what_is_not_modelled_is_refused_in_one_line(tmp_path, extra, key):
     assert info.value.field == key and "\n" not in str(info.value)
 
 
-def test_a_run_from_the_toml_costs_the_scenario_spelled_directly(tmp_path):
+@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
+def test_a_run_from_the_toml_costs_the_scenario_spelled_directly(tmp_path, recipe):
     """The TOML (FSDP over every GPU, local batch 1 of 2,048 tokens, no
     [activation_checkpoint]: torchtitan's default, selective every 2nd block, float8
-    rowwise, compiled) and the same job written out as a scenario cost the same step."""
+    rowwise, or tensorwise with FSDP's FP8 all-gather, compiled) and the same job written
+    out as a scenario cost the same step."""
     path = tmp_path / "job.toml"
-    path.write_text(BASE + '[model]\nconverters = ["float8"]\n[float8]\nrecipe_name = '
-                    '"rowwise"\n[compile]\nenable = true\n')
+    table = (f'recipe_name = "{recipe}"' if recipe == "rowwise"
+             else "enable_fsdp_float8_all_gather = true")
+    path.write_text(BASE + f'[model]\nconverters = ["float8"]\n[float8]\n{table}\n'
+                    '[compile]\nenable = true\n')
     sets = ["cluster.topology=dgx-h100", "simulation.variability=none", "model=llama-3-8b",
             "training.global_batch=null"]
     toml = scenario_with_config("quickstart", read_config(path), sets)
     direct = {"name": "direct", "model": "llama-3-8b", "cluster": {"topology": "dgx-h100"},
               "simulation": {"variability": "none"},
               "training": {"micro_batch": 1, "seq_len": 2048, "grad_accum": 1,
-                           "precision": "fp8", "fp8_recipe": "rowwise", "compile": True},
+                           "precision": "fp8", "fp8_recipe": recipe, "compile": True},
               "strategy": {"name": "torchtitan",
                            "parallelism": {"data_parallel_shard_degree": -1},
-                           "activation_checkpoint": {}}}
+                           "activation_checkpoint": {},
+                           "enable_fsdp_float8_all_gather": recipe == "tensorwise"}}
     direct = scenario_from_dict(direct)
     assert (toml.training.precision, toml.training.fp8_recipe, toml.training.compile) == \
-        ("fp8", "rowwise", True)
+        ("fp8", recipe, True)
+    assert toml.strategy.get("enable_fsdp_float8_all_gather", False) == (recipe == "tensorwise")
     a = run_setup(build_setup(toml)).metrics.iteration_time_s
     b = run_setup(build_setup(direct)).metrics.iteration_time_s
     assert a == b

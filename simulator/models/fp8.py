@@ -88,6 +88,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simulator.compute.launch import COMPILED
+from simulator.errors import ConfigError
 from simulator.models.ops import LayerCost, OpCost
 
 CAST_BYTES = 5.0         # per element: amax read (2) + cast read (2) + fp8 write (1)
@@ -111,13 +112,19 @@ PER_TENSOR = ("delayed", "current")     # TE recipes whose copies an any-layout 
 
 
 def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 1,
-              any_layout: bool = False, gathered=None, tp: int = 1) -> LayerCost:
+              any_layout: bool = False, gathered=None, tp: int = 1,
+              fsdp_fp8_weights: bool = False) -> LayerCost:
     """``layer`` with its weight GEMMs in FP8 and their cast kernels (blocks only); under a
     Transformer Engine recipe each weight's cast is shared by ``weight_reuse`` micro-batches;
     ``any_layout``: the GPU's FP8 GEMMs need no transposed copies (see the module doc).
     ``gathered`` (tensorwise): a predicate on GEMM names whose activation operand a tensor-
     parallel all-gather of ``tp`` ranks brings in FP8 (torchao's float8 TP styles): that
-    activation is cast before the gather, on the rank's ``1 / tp`` of its rows."""
+    activation is cast before the gather, on the rank's ``1 / tp`` of its rows.
+    ``fsdp_fp8_weights`` (tensorwise): FSDP all-gathers the weights in FP8 (torchao's
+    ``enable_fsdp_float8_all_gather``: each rank casts its shard before the gather, 1/N of
+    the weight, left out as FSDP2's all-gather copy-in is), so the forward GEMMs cast only
+    their activation and the layer's ``fp8_gathered_params`` count the weights gathered at
+    one byte each (:func:`fp8_gathered_params`)."""
     if not layer.kind.endswith("block"):
         return layer
     if recipe in TE_CAST_BYTES:
@@ -131,13 +138,40 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
         return replace(layer, forward=low_precision_ops(layer.forward, _rowwise_forward_casts),
                        backward=low_precision_ops(layer.backward, _rowwise_backward_casts,
                                                   after=_rowwise_rescale))
+    if fsdp_fp8_weights and layer.frozen_params:
+        raise ConfigError(f"{layer.name}: FSDP's float8 all-gather of a fine-tuned model "
+                          f"(frozen base weights) is not modelled",
+                          field="strategy.enable_fsdp_float8_all_gather")
+
     def rows(op: OpCost) -> float:
         return 1 / tp if gathered is not None and gathered(op.name) else 1.0
 
-    return replace(layer, forward=low_precision_ops(layer.forward,
-                                                    lambda op: _forward_casts(op, rows(op))),
-                   backward=low_precision_ops(layer.backward,
-                                              lambda op: _backward_casts(op, rows(op))))
+    out = replace(layer, forward=low_precision_ops(
+                      layer.forward, lambda op: _forward_casts(op, rows(op), fsdp_fp8_weights)),
+                  backward=low_precision_ops(layer.backward,
+                                             lambda op: _backward_casts(op, rows(op))))
+    return replace(out, fp8_gathered_params=fp8_gathered_params(out)) if fsdp_fp8_weights \
+        else out
+
+
+def _fsdp_gathered(op: OpCost) -> bool:
+    """A trainable weight GEMM FSDP gathers in FP8: an FP8 GEMM of a weight not stored in
+    FP8 already (a frozen base's is, and FSDP gathers it as stored)."""
+    return (op.op_class == "matmul" and bool(op.weight) and op.shape is not None
+            and op.precision == "fp8" and not op.fp8_weight)
+
+
+def _gemm_weight(op: OpCost) -> float:
+    """The elements of a GEMM's weight operand ``B[k, n]`` (every expert's)."""
+    m, n, k = op.shape
+    return float(op.groups * k * n)
+
+
+def fp8_gathered_params(layer: LayerCost) -> int:
+    """The trainable weights of ``layer``'s FP8 GEMMs (its forward ones: each weight once),
+    no more than its trainable parameters."""
+    return min(int(layer.params), int(sum(_gemm_weight(op) for op in layer.forward
+                                          if _fsdp_gathered(op))))
 
 
 def low_precision_ops(ops, casts, precision: str = "fp8",
@@ -196,12 +230,13 @@ def _te_backward_casts(op: OpCost, per: float, transposes: bool) -> list[OpCost]
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 
 
-def _forward_casts(op: OpCost, rows: float = 1.0) -> list[OpCost]:
+def _forward_casts(op: OpCost, rows: float = 1.0, fsdp_fp8: bool = False) -> list[OpCost]:
     """``rows``: the share of x's rows this rank casts (``1 / tp`` when x is all-gathered in
-    FP8 after its cast)."""
+    FP8 after its cast); ``fsdp_fp8``: FSDP gathers the weight in FP8 (cast on the shard
+    before the gather), so only x is cast here."""
     m, n, k = op.shape            # A = x [m, k], B = w [k, n]
-    return [_cast(op, f"float8_cast.{op.name}", m * k * rows + _weight(op, k * n),
-                  _cast_bytes(op))]
+    weight = 0.0 if fsdp_fp8 else _weight(op, k * n)
+    return [_cast(op, f"float8_cast.{op.name}", m * k * rows + weight, _cast_bytes(op))]
 
 
 def _backward_casts(op: OpCost, rows: float = 1.0) -> list[OpCost]:

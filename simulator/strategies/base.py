@@ -158,6 +158,12 @@ class CommonConfig(BaseModel):
         16-bit activations and each rank casts the gathered tensor."""
         return False
 
+    def fp8_fsdp_gathers(self, recipe: str | None) -> bool:
+        """Whether FSDP all-gathers the blocks' FP8 GEMM weights in FP8 under ``recipe``
+        (torchao's float8 all-gather, :func:`simulator.models.fp8.fp8_layer`): no, in the
+        parameters' dtype, each forward GEMM casting its gathered weight."""
+        return False
+
     def fp8_weight_reuse(self, recipe: str) -> int:
         """Micro-batches of a step that share one FP8 cast of each weight under ``recipe``
         (:func:`simulator.models.fp8.fp8_layer`): 1, every micro-batch casts its weights."""

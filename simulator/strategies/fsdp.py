@@ -60,8 +60,8 @@ from .clipping import emit_clip
 from .fsdp_config import FSDPConfig, ShardPlan, resolve_plan
 from .fsdp_copies import before_reduce, first_dep
 from .fsdp_submodule import backward_layers, forward_layers
-from .fsdp_units import (SUB, Segment, Unit, Units, build_units, frozen_shard, padded_numel,
-                         segments, shard_numel, state_bytes)
+from .fsdp_units import (SUB, Segment, Unit, Units, build_units, fp8_saving, frozen_shard,
+                         padded_numel, segments, shard_numel, state_bytes)
 from .optim import emit_optimizer
 
 
@@ -93,14 +93,17 @@ class _Schedule:
 
     def gathered_bytes(self, u: Unit, over: int | None = None) -> int:
         """Bytes of a unit gathered over ``over`` ranks (the shard group by default): its
-        trainable flat parameter at ``param_dtype`` and its frozen weights as stored."""
+        trainable flat parameter at ``param_dtype`` (those gathered in FP8 at one byte) and
+        its frozen weights as stored."""
         over = over or self.plan.shard
         return (padded_numel(u.params, over) * self.wb
+                - fp8_saving(u.fp8_params, over, self.wb) * over
                 + frozen_shard(u.frozen_bytes, over) * over)
 
     def shard_bytes(self, u: Unit, over: int) -> int:
         """A rank's 1/``over`` of what :meth:`gathered_bytes` gathers."""
-        return ceil_div(u.params, over) * self.wb + frozen_shard(u.frozen_bytes, over)
+        return (ceil_div(u.params, over) * self.wb - fp8_saving(u.fp8_params, over, self.wb)
+                + frozen_shard(u.frozen_bytes, over))
 
     def grad_bytes(self, u: Unit, li: int, first: bool) -> int:
         """The unsharded gradient bytes layer ``li`` of unit ``u`` produces: the unit's

@@ -45,6 +45,7 @@ class Unit:
     params: int            # trainable: gathered, reduced, with optimizer state
     root: bool
     frozen_bytes: int = 0  # frozen weights (a fine-tuning's base): gathered, never reduced
+    fp8_params: int = 0    # of ``params``, those gathered in FP8 (one byte each; fp8.py)
 
     @property
     def weighs(self) -> bool:
@@ -81,6 +82,10 @@ def build_units(layers, wrap: str) -> Units:
     sub: dict[tuple[int, str], Unit] = {}
     for i, layer in enumerate(layers):
         if wrapped(layer) and wrap == "submodule":
+            if gathered_fp8(layer):
+                raise ConfigError(f"{layer.name}: per-kernel units of weights gathered in "
+                                  f"FP8 are not modelled: use transformer_block",
+                                  field="strategy.wrap")
             if _frozen(layer):
                 raise ConfigError(f"{layer.name}: per-kernel units of a fine-tuned block "
                                   f"(frozen weights, adapters) are not modelled: use "
@@ -97,18 +102,31 @@ def build_units(layers, wrap: str) -> Units:
         elif wrapped(layer):
             unit_of[i] = len(units)
             units.append(Unit(index=len(units), name=layer.name, params=int(layer.params),
-                              root=False, frozen_bytes=_frozen(layer)))
+                              root=False, frozen_bytes=_frozen(layer),
+                              fp8_params=gathered_fp8(layer)))
     if wrap == "submodule" and not sub:
         raise ConfigError("splits transformer blocks into per-kernel units; this model has "
                           "none (use transformer_block, block or none)", field="strategy.wrap")
     rest = [layers[i] for i in range(len(layers)) if unit_of[i] == 0]
     units[0] = Unit(index=0, name="root", params=sum(int(x.params) for x in rest), root=True,
-                    frozen_bytes=sum(_frozen(x) for x in rest))
+                    frozen_bytes=sum(_frozen(x) for x in rest),
+                    fp8_params=sum(gathered_fp8(x) for x in rest))
     return Units(units=units, unit_of=unit_of, sub=sub)
 
 
 def _frozen(layer) -> int:
     return int(getattr(layer, "frozen_bytes", 0))
+
+
+def gathered_fp8(layer) -> int:
+    """The layer's trainable weights FSDP gathers in FP8 (``fp8_gathered_params``)."""
+    return int(getattr(layer, "fp8_gathered_params", 0))
+
+
+def fp8_saving(count: int, shard: int, weight_bytes: int) -> int:
+    """Bytes a rank's shard of a unit's trainable weights is smaller when ``count`` of them
+    are gathered at one byte each instead of ``weight_bytes``."""
+    return ceil_div(count, shard) * (weight_bytes - 1)
 
 
 def frozen_shard(frozen_bytes: int, shard: int) -> int:

@@ -65,8 +65,12 @@ The job TOML (:func:`read_file`) gives, besides those two tables:
   ``[float8] enable_float8_linear``, with ``recipe_name`` (``[float8]`` or
   ``[quantize.linear.float8]``) ``tensorwise`` (unset) or ``rowwise``. Another recipe
   (``rowwise_with_gw_hp``) or converter (MX, grouped-GEMM float8) is refused in one line:
-  not modelled. ``enable_fsdp_float8_all_gather`` and the other float8 options are listed as
-  not modelled (the FSDP all-gathers stay in the parameters' dtype).
+  not modelled. ``enable_fsdp_float8_all_gather`` -> the strategy's field of that name:
+  under the tensorwise recipe FSDP all-gathers the blocks' Linear weights in FP8, each rank
+  casting its shard first (torchao's float8 all-gather; torchtitan leaves it out under
+  ``recipe_name`` rowwise, and so is it listed there). The other float8 options
+  (``precompute_float8_dynamic_scale_for_fsdp``, ``force_recompute_fp8_weight_in_bwd``,
+  the filters) are listed as not modelled.
 
 Everything else (job, metrics, checkpoint, lr, dataset...) is listed as ignored.
 """
@@ -131,6 +135,9 @@ class TorchtitanConfig(CommonConfig):
     name: str = "torchtitan"
     parallelism: Parallelism = Field(default_factory=Parallelism)
     activation_checkpoint: ActivationCheckpoint | None = None
+    # torchao's float8 all-gather under FSDP2 ([float8] / [quantize.linear.float8]
+    # enable_fsdp_float8_all_gather): the tensorwise recipe's weights gathered in FP8
+    enable_fsdp_float8_all_gather: bool = False
     _layers: int = PrivateAttr(0)       # the model's blocks, once the build knows them
 
     def for_layers(self, layers: int) -> "TorchtitanConfig":
@@ -194,6 +201,16 @@ class TorchtitanConfig(CommonConfig):
             tp_overlap=p.enable_async_tensor_parallel, async_tp=p.enable_async_tensor_parallel,
             tp_async_backward=False,
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
+
+    def fp8_fsdp_gathers(self, recipe: str | None) -> bool:
+        """``enable_fsdp_float8_all_gather`` under the tensorwise recipe: torchtitan builds
+        ``Float8LinearConfig(enable_fsdp_float8_all_gather=...)`` only without a
+        ``recipe_name`` and only where FSDP shards (``dp_shard_enabled``: the caller's
+        plan, :func:`~simulator.strategies.parallel.plan.fsdp_fp8_gathers`); the rowwise
+        recipe's config has no FP8 all-gather. Each rank then casts its weight shard to FP8
+        before the all-gather (``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather``),
+        so the gather moves one byte a weight and no forward GEMM casts its weight."""
+        return self.enable_fsdp_float8_all_gather and recipe == "tensorwise"
 
     def fp8_tp_gathers(self, recipe: str | None) -> bool:
         """Float8 tensorwise under TP all-gathers FP8: torchtitan's ``apply_tp`` takes
@@ -497,6 +514,7 @@ FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
 FLOAT8_TABLES = ("float8", "quantize.linear.float8")     # where recipe_name is, by version
 # torchtitan's float8 recipe_name values modelled: each is training.fp8_recipe's of that name
 FLOAT8_RECIPES = ("tensorwise", "rowwise")
+FSDP_FLOAT8 = "enable_fsdp_float8_all_gather"     # the tensorwise recipe's FSDP FP8 gathers
 
 
 def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
@@ -517,7 +535,7 @@ def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
     if converters is not None:
         seen.add("model.converters")
         out.use("model.converters")
-    recipe = "tensorwise"
+    recipe, gather = "tensorwise", None       # gather: (key, value) of the FP8 all-gather
     for name, table in tables.items():
         for key in table:
             full = f"{name}.{key}"
@@ -530,12 +548,20 @@ def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
                 out.use(full)
             elif key == "enable_float8_linear":
                 out.use(full)
+            elif key == FSDP_FLOAT8 and on:
+                gather = (full, doc.boolean(table[key], full))
             else:
                 out.ignore(full, "not modelled" if on else "float8 is off")
     if on:
         out.training["precision"] = "fp8"
         if recipe != "tensorwise":
             out.training["fp8_recipe"] = recipe
+    if gather is not None:
+        if recipe == "tensorwise":
+            out.strategy[FSDP_FLOAT8] = gather[1]
+            out.use(gather[0])
+        else:        # torchtitan builds the rowwise recipe's config without it
+            out.ignore(gather[0], f"torchtitan ignores it under recipe_name {recipe}")
     return seen
 
 

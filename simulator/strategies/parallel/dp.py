@@ -64,7 +64,8 @@ from simulator.models.moe import dense_part, expert_part
 from ..base import ceil_div
 from ..ddp import assign_buckets
 from ..fsdp_copies import copy_in, copy_out
-from ..fsdp_units import frozen_shard, padded_numel, shard_numel, state_bytes
+from ..fsdp_units import (fp8_saving, frozen_shard, gathered_fp8, padded_numel, shard_numel,
+                          state_bytes)
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"
 
 
@@ -255,10 +256,13 @@ class DataParallel:
         return padded_numel(int(part.layers[chunk][li].params), part.shard) * self.wb
 
     def _gathered(self, part: Part, chunk: int, li: int) -> int:
-        """Bytes of ``part``'s share of a layer gathered: its gradient's size, plus its frozen
-        weights as stored."""
-        frozen = _frozen(part.layers[chunk][li])
-        return self._grads(part, chunk, li) + frozen_shard(frozen, part.shard) * part.shard
+        """Bytes of ``part``'s share of a layer gathered: its gradient's size less what its
+        weights gathered in FP8 save (one byte each, :func:`~..fsdp_units.fp8_saving`; at
+        most the part's parameters), plus its frozen weights as stored."""
+        layer = part.layers[chunk][li]
+        fp8 = min(gathered_fp8(layer), int(layer.params))
+        return (self._grads(part, chunk, li) - fp8_saving(fp8, part.shard, self.wb) * part.shard
+                + frozen_shard(_frozen(layer), part.shard) * part.shard)
 
     def _all_gathered(self, chunk: int, li: int) -> int:
         return sum(self._gathered(p, chunk, li) for p in self._sharding())

@@ -48,7 +48,10 @@ FSDP x TP on 128 GPUs). The mapping, per column:
   (``yes``, ``float8 tensorwise``) or its rowwise recipe (``float8 rowwise``:
   ``training.fp8_recipe: rowwise``; the 2025-06 rows ran torchtitan 820504e, before its
   recipe-aware filter (torchtitan#1319) left the small ``wk`` / ``wv`` Linears in bf16, so
-  every block Linear is converted, as modelled).
+  every block Linear is converted, as modelled). A row whose float8 column says it ran
+  torchao's FSDP float8 all-gather (the two H200 rows: ``enable_fsdp_float8_all_gather``,
+  their benchmark's L32-35) sets the strategy's field of that name; the others' files do
+  not say, and torchtitan's default is off.
 
 Nothing here fits a constant: the split (``split.yaml``, rule by GPU count) is declared
 before any fit, as for the other tables.
@@ -88,6 +91,9 @@ def _degrees(parallelism: str, gpus: int) -> dict[str, int]:
         {"fsdp": 1, "tp": 1, "pp": 1, "cp": 1}
     out.update(found)
     return out
+
+
+FSDP_FP8 = "FSDP float8 all-gather"     # the float8 column of a row that says it ran it
 
 
 def _float8(value: str) -> str:
@@ -152,10 +158,12 @@ def titan_row(r: dict, split: str) -> TableRow:
                 "precision": "bf16" if f8 == "none" else "fp8", "compile": compiled,
                 **({"fp8_recipe": "rowwise"} if f8 == "rowwise" else {}),
                 "attention": ATTENTION, "elementwise": ELEMENTWISE}
+    fsdp_fp8 = {"enable_fsdp_float8_all_gather": True} if FSDP_FP8 in r["float8"] else {}
     row.scenario = {
         "name": rid, "model": row.model, "training": training, "cluster": cluster,
         "strategy": {"name": "torchtitan", "parallelism": par, "param_dtype": "bf16",
-                     "reduce_dtype": "fp32", **(FULL if ac == "full" else SELECTIVE)},
+                     "reduce_dtype": "fp32", **(FULL if ac == "full" else SELECTIVE),
+                     **fsdp_fp8},
     }
     return row
 
