@@ -66,14 +66,27 @@ def test_a_forward_gemm_casts_only_its_activation():
     assert _cast(_ops(True), "qkv_proj.dgrad") == _cast(_ops(False), "qkv_proj.dgrad")
 
 
-@pytest.mark.parametrize("case", [
-    {"recipe": "rowwise"},                     # torchtitan's rowwise config has no FP8 gather
-    {"shard": 1, "replicate": 4, "tp": 2},     # FSDP does not shard: nothing gathered
-])
-def test_nothing_changes_where_torchtitan_does_not_gather_in_fp8(case):
+def test_nothing_changes_where_fsdp_does_not_shard():
+    """torchtitan enables it only where FSDP shards (``dp_shard_enabled``): replicas of a
+    TP2 plan gather nothing."""
     def view(ops):
         return [(op.name, op.bytes_accessed, op.size_bytes) for op in ops]
+    case = {"shard": 1, "replicate": 4, "tp": 2}
     assert view(_ops(True, **case)) == view(_ops(False, **case))
+
+
+@pytest.mark.parametrize("training, why", [
+    ({"precision": "bf16"}, "training.precision is not fp8"),
+    ({"fp8_recipe": "rowwise"}, "torchtitan builds the rowwise recipe without it")])
+def test_the_setting_without_the_tensorwise_recipe_is_refused_in_one_line(training, why):
+    scn = scenario_from_dict({
+        "name": "t", "model": "gpt2-small", "cluster": {"topology": "dgx-h100"},
+        "training": {"micro_batch": 1, "seq_len": S, "precision": "fp8", **training},
+        "strategy": {"name": "torchtitan", "enable_fsdp_float8_all_gather": True}})
+    with pytest.raises(ConfigError) as info:
+        build_setup(scn)
+    assert info.value.field == "strategy.enable_fsdp_float8_all_gather"
+    assert why in str(info.value) and "\n" not in str(info.value)
 
 
 def test_a_fine_tuned_frozen_base_is_refused_in_one_line():

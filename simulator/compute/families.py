@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from simulator.choices import ATTENTION
@@ -51,8 +51,8 @@ class FlashShape:
     keys_half: float
     half_time_s: float
     source: str = ""
-    # (keys per query, factor) from the last key count the curve holds to (factor 1) on:
-    # the measured efficiency over the curve's at each listed count (empty: none)
+    # (keys per query, factor) points, none without a long-sequence measurement: the first
+    # where the curve still holds (factor 1), then each measured efficiency over the curve's
     long_keys: tuple[tuple[float, float], ...] = ()
     long_keys_source: str = ""
 
@@ -232,9 +232,8 @@ def _long_keys(shape: FlashShape, entry: Any, src: str, where: str) -> FlashShap
     for keys in sorted(table):
         eff = check_fraction(table[keys], src, f"{where}.efficiency.{keys}")
         points.append((float(keys), eff / shape.curve(keys, entry["head_dim"])))
-    return FlashShape(shape.head_dims, shape.eff_max, shape.keys_half, shape.half_time_s,
-                      source=shape.source, long_keys=tuple(points),
-                      long_keys_source=check_source(entry["source"], src, where))
+    return replace(shape, long_keys=tuple(points),
+                   long_keys_source=check_source(entry["source"], src, where))
 
 
 def _non_negative(value: Any, src: str, where: str) -> float:

@@ -334,7 +334,17 @@ def split_point_blocks(points: list[str], stages: int, layers: int) -> tuple[int
 
 
 def torchtitan(layers, cfg: TorchtitanConfig, world: World, **kw) -> Any:
-    """The trace of one iteration (:func:`.translate.build_framework`)."""
+    """The trace of one iteration (:func:`.translate.build_framework`).
+
+    :raises ConfigError: for ``enable_fsdp_float8_all_gather`` without the tensorwise
+        float8 recipe, which it needs (a setting that would change nothing)."""
+    recipe = kw.get("fp8_recipe")
+    if cfg.enable_fsdp_float8_all_gather and recipe != "tensorwise":
+        why = ("training.precision is not fp8" if recipe is None else
+               f"torchtitan builds the {recipe} recipe without it")
+        raise ConfigError(f"needs training.precision fp8 with fp8_recipe tensorwise "
+                          f"(torchao's float8 all-gather): {why}",
+                          field="strategy.enable_fsdp_float8_all_gather")
     return build_framework(layers, cfg, world, data_parallel_trace, **kw)
 
 
