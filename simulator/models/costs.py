@@ -51,7 +51,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                 compile: bool = False, tp: int = 1, sp: bool = False,
                 cp: int = 1, fp8_recipe: str = "tensorwise",
                 elementwise: str = "fused", fp8_weight_reuse: int = 1,
-                fsdp_fp8_weights: bool = False) -> list[LayerCost]:
+                dp_fp8_weights: bool = False) -> list[LayerCost]:
     """Per-layer costs of one training step on a micro-batch, in execution order.
 
     Parameters
@@ -88,7 +88,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     fp8_weight_reuse : int
         Micro-batches sharing one FP8 cast of each weight (Transformer Engine's weight
         cache under Megatron, :func:`simulator.models.fp8.fp8_layer`).
-    fsdp_fp8_weights : bool
+    dp_fp8_weights : bool
         FSDP all-gathers the blocks' FP8 GEMM weights in FP8 (torchao's float8 all-gather,
         tensorwise recipe): their forward casts are the activations' only and each block
         counts its ``fp8_gathered_params`` (:func:`simulator.models.fp8.fp8_layer`).
@@ -105,7 +105,7 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
                              flash_attention, autocast, compile, tp, sp, cp,
                              elementwise=elementwise)
         return [fp8_layer(layer, fp8_recipe, fp8_weight_reuse, model.fp8_any_layout,
-                          fsdp_fp8_weights=fsdp_fp8_weights)
+                          dp_fp8_weights=dp_fp8_weights)
                 for layer in layers]
     e = precision_bytes(precision)
     if model.finetune is not None:

@@ -113,44 +113,58 @@ PER_TENSOR = ("delayed", "current")     # TE recipes whose copies an any-layout 
 
 def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 1,
               any_layout: bool = False, gathered=None, tp: int = 1,
-              fsdp_fp8_weights: bool = False) -> LayerCost:
+              dp_fp8_weights: bool = False) -> LayerCost:
     """``layer`` with its weight GEMMs in FP8 and their cast kernels (blocks only); under a
     Transformer Engine recipe each weight's cast is shared by ``weight_reuse`` micro-batches;
     ``any_layout``: the GPU's FP8 GEMMs need no transposed copies (see the module doc).
     ``gathered`` (tensorwise): a predicate on GEMM names whose activation operand a tensor-
     parallel all-gather of ``tp`` ranks brings in FP8 (torchao's float8 TP styles): that
     activation is cast before the gather, on the rank's ``1 / tp`` of its rows.
-    ``fsdp_fp8_weights`` (tensorwise): FSDP all-gathers the weights in FP8 (torchao's
-    ``enable_fsdp_float8_all_gather``: each rank casts its shard before the gather, 1/N of
-    the weight, left out as FSDP2's all-gather copy-in is), so the forward GEMMs cast only
-    their activation and the layer's ``fp8_gathered_params`` count the weights gathered at
-    one byte each (:func:`fp8_gathered_params`)."""
+    ``dp_fp8_weights``: the data-parallel sharding gathers the weights in FP8, so the
+    forward GEMMs cast only their activation and the layer's ``fp8_gathered_params`` count
+    the weights gathered at one byte each (:func:`fp8_gathered_params`): under tensorwise,
+    torchao's ``enable_fsdp_float8_all_gather`` (each rank casts its shard before the
+    gather, 1/N of the weight, left out as FSDP2's all-gather copy-in is); under a
+    Transformer Engine recipe, Megatron's FP8 parameters (``fp8_param_gather``: the weights
+    held in FP8, the distributed optimizer's all-gather moving FP8; the update's cast of
+    each rank's shard left out likewise; a per-tensor recipe's transposed weight made once
+    a step on a GPU that needs it). The rowwise recipe has neither."""
     if not layer.kind.endswith("block"):
         return layer
+    if dp_fp8_weights and layer.frozen_params:
+        raise ConfigError(f"{layer.name}: weights gathered in FP8 (FSDP's float8 all-gather, "
+                          f"Megatron's FP8 parameters) of a fine-tuned model's frozen base "
+                          f"are not modelled (a Megatron base held in FP8 is "
+                          f"finetune.base_precision fp8)", field="strategy")
     if recipe in TE_CAST_BYTES:
         transposes = not (any_layout and recipe in PER_TENSOR)
         per = TE_CAST_BYTES[recipe] - (0.0 if transposes else NO_TRANSPOSE_BYTES)
-        return replace(layer, forward=low_precision_ops(
-                           layer.forward, lambda op: _te_forward_casts(op, per, weight_reuse)),
-                       backward=low_precision_ops(
-                           layer.backward, lambda op: _te_backward_casts(op, per, transposes)))
+        # FP8 parameters (Megatron's fp8_param_gather): the weight is FP8 already; a
+        # per-tensor recipe's transposed copy is made once a step (TE caches it until the
+        # optimizer updates the weight), MXFP8's two copies when the weight is quantized
+        param_t = 1.0 / weight_reuse if dp_fp8_weights and transposes and \
+            recipe in PER_TENSOR else 0.0
+        out = replace(layer, forward=low_precision_ops(
+                          layer.forward,
+                          lambda op: _te_forward_casts(op, per, weight_reuse, dp_fp8_weights)),
+                      backward=low_precision_ops(
+                          layer.backward,
+                          lambda op: _te_backward_casts(op, per, transposes, param_t)))
+        return replace(out, fp8_gathered_params=fp8_gathered_params(out)) \
+            if dp_fp8_weights else out
     if recipe == "rowwise":
         return replace(layer, forward=low_precision_ops(layer.forward, _rowwise_forward_casts),
                        backward=low_precision_ops(layer.backward, _rowwise_backward_casts,
                                                   after=_rowwise_rescale))
-    if fsdp_fp8_weights and layer.frozen_params:
-        raise ConfigError(f"{layer.name}: FSDP's float8 all-gather of a fine-tuned model "
-                          f"(frozen base weights) is not modelled",
-                          field="strategy.enable_fsdp_float8_all_gather")
 
     def rows(op: OpCost) -> float:
         return 1 / tp if gathered is not None and gathered(op.name) else 1.0
 
     out = replace(layer, forward=low_precision_ops(
-                      layer.forward, lambda op: _forward_casts(op, rows(op), fsdp_fp8_weights)),
+                      layer.forward, lambda op: _forward_casts(op, rows(op), dp_fp8_weights)),
                   backward=low_precision_ops(layer.backward,
                                              lambda op: _backward_casts(op, rows(op))))
-    return replace(out, fp8_gathered_params=fp8_gathered_params(out)) if fsdp_fp8_weights \
+    return replace(out, fp8_gathered_params=fp8_gathered_params(out)) if dp_fp8_weights \
         else out
 
 
@@ -167,11 +181,17 @@ def _gemm_weight(op: OpCost) -> float:
     return float(op.groups * k * n)
 
 
+def fp8_gathered_weights(layer: LayerCost) -> dict[str, int]:
+    """Each trainable weight of ``layer``'s FP8 GEMMs (its forward ones), by name: the
+    elements gathered in FP8 (``k n``, every expert's; a bias stays in the parameters'
+    dtype)."""
+    return {op.weight: int(_gemm_weight(op)) for op in layer.forward if _fsdp_gathered(op)}
+
+
 def fp8_gathered_params(layer: LayerCost) -> int:
-    """The trainable weights of ``layer``'s FP8 GEMMs (its forward ones: each weight once),
-    no more than its trainable parameters."""
-    return min(int(layer.params), int(sum(_gemm_weight(op) for op in layer.forward
-                                          if _fsdp_gathered(op))))
+    """The trainable weights of ``layer``'s FP8 GEMMs (:func:`fp8_gathered_weights`), no
+    more than its trainable parameters."""
+    return min(int(layer.params), sum(fp8_gathered_weights(layer).values()))
 
 
 def low_precision_ops(ops, casts, precision: str = "fp8",
@@ -214,18 +234,26 @@ def _weight(op: OpCost, elements: float) -> float:
     return 0.0 if op.fp8_weight else elements
 
 
-def _te_forward_casts(op: OpCost, per: float, weight_reuse: int) -> list[OpCost]:
+def _te_forward_casts(op: OpCost, per: float, weight_reuse: int,
+                      fp8_param: bool = False) -> list[OpCost]:
+    """``fp8_param``: the weight is an FP8 parameter already (only x is cast)."""
     m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
-    return [_cast(op, f"te_cast_transpose.{op.name}",
-                  m * k + _weight(op, k * n) / weight_reuse, per)]
+    weight = 0.0 if fp8_param else _weight(op, k * n) / weight_reuse
+    return [_cast(op, f"te_cast_transpose.{op.name}", m * k + weight, per)]
 
 
-def _te_backward_casts(op: OpCost, per: float, transposes: bool) -> list[OpCost]:
+def _te_backward_casts(op: OpCost, per: float, transposes: bool,
+                       param_transpose: float = 0.0) -> list[OpCost]:
+    """``param_transpose``: the share of an FP8 parameter's transpose this micro-batch
+    makes (1 / the micro-batches of a step: once a step)."""
     m, n, k = op.shape
     if op.name.endswith(".dgrad"):  # dY [m, k] cast (and transposed for the weight gradient)
         out = [_cast(op, f"te_cast_transpose.{op.name}", m * k, per)]
         if op.fp8_weight and transposes:    # an FP8-stored weight's transpose, made again
             out.append(_cast(op, f"fp8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False))
+        elif param_transpose:               # an FP8 parameter's, cached for the step
+            out.append(_cast(op, f"fp8_transpose.{op.name}", k * n * param_transpose,
+                             TRANSPOSE_BYTES, False))
         return out
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 

@@ -158,10 +158,15 @@ class CommonConfig(BaseModel):
         16-bit activations and each rank casts the gathered tensor."""
         return False
 
-    def fp8_fsdp_gathers(self, recipe: str | None) -> bool:
-        """Whether FSDP all-gathers the blocks' FP8 GEMM weights in FP8 under ``recipe``
-        (torchao's float8 all-gather, :func:`simulator.models.fp8.fp8_layer`): no, in the
-        parameters' dtype, each forward GEMM casting its gathered weight."""
+    def check_fp8(self, recipe: str | None) -> None:
+        """Refuse (ConfigError) a setting of this config that needs an FP8 recipe the step
+        does not run (``recipe``: the step's FP8 recipe, None without FP8): none here."""
+
+    def fp8_weight_gathers(self, recipe: str | None, plan=None) -> bool:
+        """Whether the data-parallel sharding of ``plan`` gathers the blocks' FP8 GEMM
+        weights in FP8 under ``recipe`` (torchao's float8 all-gather under FSDP, Megatron's
+        FP8 parameters; :func:`simulator.models.fp8.fp8_layer`): no, in the parameters'
+        dtype, each forward GEMM casting its weight."""
         return False
 
     def fp8_weight_reuse(self, recipe: str) -> int:

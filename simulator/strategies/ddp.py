@@ -74,6 +74,7 @@ class Bucket:
     ready_layer: int
     ready_pos: int = 0               # which of that layer's tensors completes it
                                      # (:class:`~.grads.GradReady` position)
+    fp8_params: int = 0              # its weight elements gathered in FP8 (fp8_weights below)
 
 
 def grad_tensors(layer) -> list[Tensor]:
@@ -88,23 +89,31 @@ def grad_tensors(layer) -> list[Tensor]:
                   key=lambda t: done.get(names[t.position], end) if names else end)
 
 
-def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int) -> list[Bucket]:
+def assign_buckets(layers, grad_bytes: int, cap_bytes: int, first_bytes: int,
+                   fp8_weights=None) -> list[Bucket]:
     """Buckets as DDP's reducer fills them: whole tensors in backward order, a bucket closed
-    once it holds at least its cap (``first_bytes`` for the first)."""
+    once it holds at least its cap (``first_bytes`` for the first). ``fp8_weights(layer)``:
+    the layer's weights gathered in FP8, by name (elements), counted in each bucket's
+    ``fp8_params``."""
     buckets: list[Bucket] = []
-    size, names, last = 0, [], -1
+    size, fp8, names, last = 0, 0, [], -1
     pos = 0
     for idx in reversed(range(len(layers))):
-        for tensor in grad_tensors(layers[idx]):
+        layer = layers[idx]
+        in_fp8 = fp8_weights(layer) if fp8_weights is not None else {}
+        weight_names = [w.name for w in named_weights(layer) or ()] if in_fp8 else []
+        for tensor in grad_tensors(layer):
             pos = tensor.position
             size, last = size + tensor.params * grad_bytes, idx
-            if not names or names[-1] != layers[idx].name:
-                names.append(layers[idx].name)
+            if weight_names:
+                fp8 += in_fp8.get(weight_names[pos], 0)
+            if not names or names[-1] != layer.name:
+                names.append(layer.name)
             if size >= (first_bytes if not buckets else cap_bytes):
-                buckets.append(Bucket(len(buckets), size, tuple(names), idx, pos))
-                size, names = 0, []
+                buckets.append(Bucket(len(buckets), size, tuple(names), idx, pos, fp8))
+                size, fp8, names = 0, 0, []
     if size:
-        buckets.append(Bucket(len(buckets), size, tuple(names), last, pos))
+        buckets.append(Bucket(len(buckets), size, tuple(names), last, pos, fp8))
     return buckets
 
 

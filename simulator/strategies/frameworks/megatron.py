@@ -193,6 +193,10 @@ class MegatronConfig(CommonConfig):
     # pass is_first_microbatch=None and Transformer Engine casts each weight to FP8 on
     # every micro-batch (Megatron-Bridge's fine-tuning recipes set it; pretraining does not)
     disable_parameter_transpose_cache: bool = False
+    # --fp8-param-gather (NeMo's fp8_params, MLPerf's FP8_PARAMS): Transformer Engine's FP8
+    # primary weights (fp8_model_init), the distributed optimizer's (or FSDP's) parameter
+    # all-gather moving FP8 (simulator/models/fp8.py fp8_layer, dp_fp8_weights)
+    fp8_param_gather: bool = False
     # TransformerConfig.cross_entropy_loss_fusion (Megatron-Core 0.8 on; its default false,
     # Megatron-Bridge's GPTModelProvider true) and cross_entropy_fusion_impl (core 0.12 on;
     # its default native, Megatron-Bridge's performance scripts te): false runs the
@@ -252,6 +256,11 @@ class MegatronConfig(CommonConfig):
     def _check(self) -> None:
         if self.name != "megatron":
             raise ConfigError(f"expected 'megatron', got {self.name!r}", field="strategy.name")
+        if self.fp8_param_gather and not (self.use_distributed_optimizer or self.use_torch_fsdp2
+                                          or self.use_megatron_fsdp):
+            raise ConfigError("gathers the parameters in FP8: set use_distributed_optimizer "
+                              "(or use_torch_fsdp2, use_megatron_fsdp), as Megatron-LM requires",
+                              field="strategy.fp8_param_gather")
         if self.overlap_param_gather and not self.use_distributed_optimizer:
             raise ConfigError("overlaps the distributed optimizer's parameter all-gather; "
                               "set use_distributed_optimizer: true",
@@ -401,6 +410,24 @@ class MegatronConfig(CommonConfig):
                               f"virtual_pipeline_model_parallel_size says {set_vp}",
                               field="strategy.pipeline_model_parallel_layout")
 
+    def check_fp8(self, recipe: str | None) -> None:
+        """``fp8_param_gather`` needs a Transformer Engine FP8 recipe (training.precision
+        fp8; NVFP4 parameters are not modelled)."""
+        if self.fp8_param_gather and recipe not in TE_CAST_BYTES:
+            why = ("training.precision is not fp8" if recipe is None else
+                   "NVFP4 parameters are not modelled" if recipe == NVFP4 else
+                   f"fp8_recipe {recipe} is torchao's, not Transformer Engine's")
+            raise ConfigError(f"keeps Transformer Engine FP8 parameters: needs "
+                              f"training.precision fp8 with a Transformer Engine recipe "
+                              f"({', '.join(TE_CAST_BYTES)}): {why}",
+                              field="strategy.fp8_param_gather")
+
+    def fp8_weight_gathers(self, recipe: str | None, plan=None) -> bool:
+        """``fp8_param_gather``: the blocks' GEMM weights held and all-gathered in FP8
+        (Megatron-Core's distributed optimizer quantizes each rank's updated shard and
+        all-gathers FP8; :func:`simulator.models.fp8.fp8_layer`)."""
+        return self.fp8_param_gather and recipe in TE_CAST_BYTES
+
     def fp8_weight_reuse(self, recipe: str) -> int:
         """Micro-batches sharing one FP8 cast of each weight: all of a step's, under a
         Transformer Engine recipe (``forward_step`` marks a model chunk's first micro-batch,
@@ -526,7 +553,7 @@ ARGUMENT_FIELDS = (
     "enable_cuda_graph", "cuda_graph_impl",
     "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
     "use_precision_aware_optimizer", "main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
-    "exp_avg_sq_dtype")
+    "exp_avg_sq_dtype", "fp8_param_gather")
 # What an argument file means by leaving an argument out, where Megatron-LM's default
 # (megatron/training/arguments.py) is not the strategy field's (Megatron-Bridge's): without
 # --cross-entropy-loss-fusion the loss runs unfused, and --cross-entropy-fusion-impl is native

@@ -202,15 +202,26 @@ class TorchtitanConfig(CommonConfig):
             tp_async_backward=False,
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
 
-    def fp8_fsdp_gathers(self, recipe: str | None) -> bool:
+    def check_fp8(self, recipe: str | None) -> None:
+        """``enable_fsdp_float8_all_gather`` needs the tensorwise float8 recipe (without it
+        the setting would change nothing)."""
+        if self.enable_fsdp_float8_all_gather and recipe != "tensorwise":
+            why = ("training.precision is not fp8" if recipe is None else
+                   f"torchtitan builds the {recipe} recipe without it")
+            raise ConfigError(f"needs training.precision fp8 with fp8_recipe tensorwise "
+                              f"(torchao's float8 all-gather): {why}",
+                              field="strategy.enable_fsdp_float8_all_gather")
+
+    def fp8_weight_gathers(self, recipe: str | None, plan=None) -> bool:
         """``enable_fsdp_float8_all_gather`` under the tensorwise recipe: torchtitan builds
         ``Float8LinearConfig(enable_fsdp_float8_all_gather=...)`` only without a
-        ``recipe_name`` and only where FSDP shards (``dp_shard_enabled``: the caller's
-        plan, :func:`~simulator.strategies.parallel.plan.fsdp_fp8_gathers`); the rowwise
-        recipe's config has no FP8 all-gather. Each rank then casts its weight shard to FP8
+        ``recipe_name`` and only where FSDP shards (``dp_shard_enabled``: ``plan``'s
+        ``dp_mode`` fsdp over ``dp_shard`` > 1 ranks); the rowwise recipe's config has no FP8
+        all-gather. Each rank then casts its weight shard to FP8
         before the all-gather (``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather``),
         so the gather moves one byte a weight and no forward GEMM casts its weight."""
-        return self.enable_fsdp_float8_all_gather and recipe == "tensorwise"
+        return (self.enable_fsdp_float8_all_gather and recipe == "tensorwise" and plan is not None
+                and plan.dp_mode == "fsdp" and plan.dp_shard > 1)
 
     def fp8_tp_gathers(self, recipe: str | None) -> bool:
         """Float8 tensorwise under TP all-gathers FP8: torchtitan's ``apply_tp`` takes
@@ -334,17 +345,7 @@ def split_point_blocks(points: list[str], stages: int, layers: int) -> tuple[int
 
 
 def torchtitan(layers, cfg: TorchtitanConfig, world: World, **kw) -> Any:
-    """The trace of one iteration (:func:`.translate.build_framework`).
-
-    :raises ConfigError: for ``enable_fsdp_float8_all_gather`` without the tensorwise
-        float8 recipe, which it needs (a setting that would change nothing)."""
-    recipe = kw.get("fp8_recipe")
-    if cfg.enable_fsdp_float8_all_gather and recipe != "tensorwise":
-        why = ("training.precision is not fp8" if recipe is None else
-               f"torchtitan builds the {recipe} recipe without it")
-        raise ConfigError(f"needs training.precision fp8 with fp8_recipe tensorwise "
-                          f"(torchao's float8 all-gather): {why}",
-                          field="strategy.enable_fsdp_float8_all_gather")
+    """The trace of one iteration (:func:`.translate.build_framework`)."""
     return build_framework(layers, cfg, world, data_parallel_trace, **kw)
 
 

@@ -18,7 +18,7 @@ from ..base import CommonConfig
 from ..ddp import DDPConfig, ddp
 from ..fsdp import fsdp
 from ..fsdp_config import FSDPConfig
-from ..parallel.plan import ParallelPlan, fsdp_fp8_gathers
+from ..parallel.plan import ParallelPlan
 
 # CommonConfig fields a framework strategy hands on to the data-parallel generators
 SHARED_FIELDS = ("precision", "micro_batch", "grad_accum", "activation_checkpointing",
@@ -66,14 +66,13 @@ def data_parallel_config(cfg: CommonConfig, plan: ParallelPlan,
 
 def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
                 autocast: bool, compile: bool = False, fp8_recipe: str | None = None,
-                elementwise: str = "fused", fsdp_fp8_weights: bool = False):
+                elementwise: str = "fused", dp_fp8_weights: bool = False):
     """``layers`` if given, else the unsharded per-layer costs of one micro-batch (what
     the data-parallel generators take; a planned strategy is called without them), their
-    blocks' GEMMs in FP8 where ``fp8_recipe`` is given (their weights all-gathered in FP8
-    where ``fsdp_fp8_weights``,
-    :func:`~simulator.strategies.parallel.plan.fsdp_fp8_gathers`), their weight gradients
-    accumulating into the config's gradient buffer where it keeps one
-    (:meth:`with_main_grad`)."""
+    blocks' GEMMs in FP8 where ``fp8_recipe`` is given (their weights gathered in FP8
+    where ``dp_fp8_weights``, :meth:`~simulator.strategies.base.CommonConfig.
+    fp8_weight_gathers`), their weight gradients accumulating into the config's gradient
+    buffer where it keeps one (:meth:`with_main_grad`)."""
     if layers is not None:
         return layers
     from simulator.models import layer_costs
@@ -82,7 +81,7 @@ def full_layers(layers, cfg: CommonConfig, spec, seq_len: int, flash: bool,
         layers = layer_costs(spec, cfg.micro_batch, seq_len, FP8, flash, autocast=autocast,
                              compile=compile, fp8_recipe=fp8_recipe, elementwise=elementwise,
                              fp8_weight_reuse=cfg.fp8_weight_reuse(fp8_recipe),
-                             fsdp_fp8_weights=fsdp_fp8_weights)
+                             dp_fp8_weights=dp_fp8_weights)
     else:
         layers = layer_costs(spec, cfg.micro_batch, seq_len, cfg.precision, flash,
                              autocast=autocast, compile=compile, elementwise=elementwise)
@@ -96,9 +95,10 @@ def build_framework(layers, cfg, world, dp_trace, *, spec=None, seq_len: int = 0
     (the FSDP/DDP generators, on full-model layer costs), any other by the model-parallel
     generator (:func:`simulator.strategies.parallel.generate.build_planned`)."""
     plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
+    cfg.check_fp8(fp8_recipe)
     if pure_data_parallel(plan):
         layers = full_layers(layers, cfg, spec, seq_len, flash, autocast, compile, fp8_recipe,
-                             elementwise, fsdp_fp8_gathers(plan, cfg, fp8_recipe))
+                             elementwise, cfg.fp8_weight_gathers(fp8_recipe, plan))
         trace = dp_trace(layers, cfg, plan, world, **meta)
         trace.meta["strategy"] = cfg.name
         return trace

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.models.fp8 import fp8_gathered_weights
 from simulator.models.moe import dense_part, expert_part
 
 from ..base import ceil_div
@@ -66,6 +67,7 @@ from ..ddp import assign_buckets
 from ..fsdp_copies import copy_in, copy_out
 from ..fsdp_units import (fp8_saving, frozen_shard, gathered_fp8, padded_numel, shard_numel,
                           state_bytes)
+
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"
 
 
@@ -93,6 +95,20 @@ class Part:
     def frozen_bytes(self) -> int:
         """Bytes of the frozen weights of the part (a fine-tuning's base)."""
         return sum(_frozen(x) for ls in self.layers.values() for x in ls)
+
+    @property
+    def fp8_params(self) -> int:
+        """Of :attr:`params`, the weight elements held and gathered in FP8
+        (:func:`fp8_weights`)."""
+        return sum(min(int(x.params), sum(fp8_weights(x).values()))
+                   for ls in self.layers.values() for x in ls)
+
+
+def fp8_weights(layer) -> dict[str, int]:
+    """The weights of ``layer`` (as a part sees it) its sharding gathers in FP8, by name
+    (:func:`~simulator.models.fp8.fp8_gathered_weights`): none unless its block was built
+    so (``fp8_gathered_params``)."""
+    return fp8_gathered_weights(layer) if gathered_fp8(layer) else {}
 
 
 def _frozen(layer) -> int:
@@ -122,7 +138,7 @@ class DataParallel:
             self.parts.append(Part("expert_", "edp", plan.edp, "edp", plan.edp, 1, experts))
         self.params = sum(p.params for p in self.parts)
         cap = b.plan.bucket_params * self.gb
-        self.buckets = {p.prefix: {c: assign_buckets(list(ls), self.gb, cap, cap)
+        self.buckets = {p.prefix: {c: assign_buckets(list(ls), self.gb, cap, cap, fp8_weights)
                                    for c, ls in p.layers.items()}
                         for p in self.parts} if self.mode != "fsdp" else {}
         self.gathered: dict[tuple[int, int], tuple] = {}    # (chunk, layer) -> AG ops
@@ -156,13 +172,16 @@ class DataParallel:
                    for p in self.parts)
 
     def _static(self, part: Part) -> int:
+        """The part's trainable state by mode; its weights at ``param_dtype``, those held in
+        FP8 at one byte (Megatron's FP8 parameters)."""
         P, state = part.params, self.b.cfg.optimizer_state_bytes(self.b.fp8_recipe)
+        fp8 = part.fp8_params * (self.wb - 1) if self.mode != "fsdp" else 0
         if self.mode == "ddp" or (part.size == 1 and self.mode != "fsdp"):
-            return P * (self.wb + self.gb + state)
+            return P * (self.wb + self.gb + state) - fp8
         if self.mode == "zero1":
-            return P * (self.wb + self.gb) + self._sharded(part) * state
+            return P * (self.wb + self.gb) + self._sharded(part) * state - fp8
         if self.mode == "zero2":
-            return P * self.wb + self._sharded(part) * (self.gb + state)
+            return P * self.wb + self._sharded(part) * (self.gb + state) - fp8
         return state_bytes(self._sharded(part), self.b.cfg.optimizer)
 
     @property
@@ -227,7 +246,7 @@ class DataParallel:
             for part in self._reducing():
                 for bk in reversed(self.buckets[part.prefix][c]):
                     op = self.b.collective("all_gather", GATHER_STREAM, part.comm,
-                                           bk.size_bytes // self.gb * self.wb, (),
+                                           self._param_bytes(bk), (),
                                            f"{part.prefix}params.bucket{bk.index}",
                                            "forward", 0, attrs={"chunk": c})
                     for name in bk.layers:
@@ -250,6 +269,11 @@ class DataParallel:
             return 0
         self.grads_held.add((chunk, li))
         return self._all_grads(chunk, li)
+
+    def _param_bytes(self, bk) -> int:
+        """Bytes of a bucket's updated weights the distributed optimizer all-gathers: at
+        ``param_dtype``, those held in FP8 at one byte (``Bucket.fp8_params``)."""
+        return bk.size_bytes // self.gb * self.wb - bk.fp8_params * (self.wb - 1)
 
     def _grads(self, part: Part, chunk: int, li: int) -> int:
         """Bytes of ``part``'s share of a layer's unsharded gradient (trainable weights)."""
@@ -349,6 +373,6 @@ class DataParallel:
             for part in self._reducing():
                 for bk in reversed(self.buckets[part.prefix][c]):
                     self.b.collective("all_gather", GATHER_STREAM, part.comm,
-                                      bk.size_bytes // self.gb * self.wb, (opt_op,),
+                                      self._param_bytes(bk), (opt_op,),
                                       f"{part.prefix}params.bucket{bk.index}", "optimizer",
                                       micro, attrs={"chunk": c})

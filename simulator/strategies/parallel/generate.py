@@ -63,7 +63,7 @@ from .a2a_overlap import PassTracker, combined_actions, emit_combined
 from .dp import DataParallel
 from .ep_cp import HOOK_FACTORIES, planned_layers
 from .place import domain_groups, placement
-from .plan import ParallelPlan, fsdp_fp8_gathers
+from .plan import ParallelPlan
 from .schedules import SPLIT_W, Action, check_schedule, lockstep_steps, schedule
 from .split import input_grad_view, kept_for_w, weight_grad_view
 from .stages import Chunk, chunks, neighbour
@@ -467,11 +467,11 @@ def build_parallel(model: ModelSpec, plan: ParallelPlan, cfg: CommonConfig, worl
     if fp8_recipe is not None:
         reuse = cfg.fp8_weight_reuse(fp8_recipe)
         fp8_gathers = fp8_tp_gathers(plan, cfg, fp8_recipe)
-        fsdp_fp8 = fsdp_fp8_gathers(plan, cfg, fp8_recipe)
+        fp8_weights = cfg.fp8_weight_gathers(fp8_recipe, plan)
         layers = [nvfp4_layer(layer, reuse) if fp8_recipe == NVFP4 else
                   fp8_layer(layer, fp8_recipe, reuse, model.fp8_any_layout,
                             gathered_input(layer.kind) if fp8_gathers else None, plan.tp,
-                            fsdp_fp8_weights=fsdp_fp8)
+                            dp_fp8_weights=fp8_weights)
                   for layer in layers]
     if plan.async_tp and plan.tp > 1:     # PyTorch async TP's reduction kernels
         layers = [async_tp_layer(layer, plan.tp, precision_bytes(cfg.precision))
@@ -553,6 +553,7 @@ def build_planned(layers, cfg: CommonConfig, world: World, *, spec: ModelSpec, s
     the schedule, then :func:`build_parallel`. ``layers`` (full-model costs) are not used:
     the generator builds the sharded ones from ``spec``."""
     plan = cfg.plan(world.world_size)
+    cfg.check_fp8(fp8_recipe)
     names = cfg.plan_fields() if hasattr(cfg, "plan_fields") else {}
     plan.check(spec, world.world_size, seq_len=seq_len, names=names)
     if hasattr(cfg, "check_model"):     # what the strategy checks against the model itself

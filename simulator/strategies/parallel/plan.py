@@ -432,11 +432,3 @@ class ParallelPlan:
                  ("etp", self.expert_tp, self.expert_tp != self.tp), ("vp", self.vp, self.vp > 1))
         extra = [f"{name} {n}" for name, n, on in parts if on]
         return text + (f" ({', '.join(extra)})" if extra else "")
-
-
-def fsdp_fp8_gathers(plan: ParallelPlan, cfg, fp8_recipe: str | None) -> bool:
-    """Whether FSDP all-gathers the blocks' weights in FP8: the strategy asks for it under
-    ``fp8_recipe`` (:meth:`~simulator.strategies.base.CommonConfig.fp8_fsdp_gathers`) and
-    the plan shards them (dp_mode fsdp over ``dp_shard`` > 1 ranks, torchtitan's
-    ``dp_shard_enabled``)."""
-    return plan.dp_mode == "fsdp" and plan.dp_shard > 1 and cfg.fp8_fsdp_gathers(fp8_recipe)
