@@ -281,10 +281,10 @@ class DataParallel:
 
     def _gathered(self, part: Part, chunk: int, li: int) -> int:
         """Bytes of ``part``'s share of a layer gathered: its gradient's size less what its
-        weights gathered in FP8 save (one byte each, :func:`~..fsdp_units.fp8_saving`; at
-        most the part's parameters), plus its frozen weights as stored."""
+        weights gathered in FP8 save (one byte each, :func:`~..fsdp_units.fp8_saving`: the
+        part's own FP8 weights, :func:`fp8_weights`), plus its frozen weights as stored."""
         layer = part.layers[chunk][li]
-        fp8 = min(gathered_fp8(layer), int(layer.params))
+        fp8 = min(int(layer.params), sum(fp8_weights(layer).values()))
         return (self._grads(part, chunk, li) - fp8_saving(fp8, part.shard, self.wb) * part.shard
                 + frozen_shard(_frozen(layer), part.shard) * part.shard)
 
