@@ -218,13 +218,16 @@ def test_tp_overlap_runs_each_collective_alongside_its_gemm():
         True, ["attn_core"])
     # backward: the input-gradient reduce-scatter still follows its GEMM and hides behind
     # the weight-gradient GEMM (Transformer Engine's default bulk overlap, as without it)
-    def backward_rs(plan):
-        ops = trace_of(plan).classes[0].ops
-        comm = next(op for op in ops if op.name == "reduce_scatter.block.0.qkv_proj.dgrad")
-        names = {op.id: op.name for op in ops}
-        return [names[d] for d in comm.deps], [op.name for op in ops if comm.id in op.deps]
-    assert backward_rs(ParallelPlan(**sp, tp_overlap=True)) == backward_rs(ParallelPlan(**sp))
-    assert backward_rs(ParallelPlan(**sp))[0] == ["qkv_proj.dgrad"]
+    assert _backward_rs(ParallelPlan(**sp, tp_overlap=True)) == _backward_rs(ParallelPlan(**sp))
+    assert _backward_rs(ParallelPlan(**sp))[0] == ["qkv_proj.dgrad"]
+
+
+def _backward_rs(plan: ParallelPlan) -> tuple[list[str], list[str]]:
+    """(what it follows, what waits for it) of block.0's QKV input-gradient reduce-scatter."""
+    ops = trace_of(plan).classes[0].ops
+    comm = next(op for op in ops if op.name == "reduce_scatter.block.0.qkv_proj.dgrad")
+    names = {op.id: op.name for op in ops}
+    return [names[d] for d in comm.deps], [op.name for op in ops if comm.id in op.deps]
 
 
 def test_tp_overlap_hides_what_its_gemm_covers_and_shows_the_rest():
@@ -271,16 +274,11 @@ def test_async_tp_adds_the_reduction_of_each_fused_matmul_reduce_scatter():
 
 
 def test_async_tp_runs_the_backward_reduce_scatter_alongside_its_gemm():
-    def backward_rs(plan):
-        ops = trace_of(plan).classes[0].ops
-        comm = next(op for op in ops if op.name == "reduce_scatter.block.0.qkv_proj.dgrad")
-        names = {op.id: op.name for op in ops}
-        return [names[d] for d in comm.deps], [op.name for op in ops if comm.id in op.deps]
     sp = dict(tp=2, sequence_parallel=True, tp_overlap=True)
-    after, waiters = backward_rs(ParallelPlan(**sp, async_tp=True))
+    after, waiters = _backward_rs(ParallelPlan(**sp, async_tp=True))
     assert after != ["qkv_proj.dgrad"]                  # issued with the GEMM, not after it
     assert waiters == ["async_tp_reduce.qkv_proj.dgrad"]    # its reduction waits for it
-    assert backward_rs(ParallelPlan(**sp))[0] == ["qkv_proj.dgrad"]   # userbuffers: bulk
+    assert _backward_rs(ParallelPlan(**sp))[0] == ["qkv_proj.dgrad"]   # userbuffers: bulk
     with pytest.raises(ConfigError, match="needs tp_overlap"):
         ParallelPlan(tp=2, sequence_parallel=True, async_tp=True)
 

@@ -89,9 +89,10 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         Micro-batches sharing one FP8 cast of each weight (Transformer Engine's weight
         cache under Megatron, :func:`simulator.models.fp8.fp8_layer`).
     dp_fp8_weights : bool
-        FSDP all-gathers the blocks' FP8 GEMM weights in FP8 (torchao's float8 all-gather,
-        tensorwise recipe): their forward casts are the activations' only and each block
-        counts its ``fp8_gathered_params`` (:func:`simulator.models.fp8.fp8_layer`).
+        The data-parallel sharding gathers the blocks' FP8 GEMM weights in FP8 (torchao's
+        FSDP float8 all-gather, or Megatron's FP8 parameters): their forward casts are the
+        activations' only and each block is marked ``fp8_gathered``
+        (:func:`simulator.models.fp8.fp8_layer`).
 
     Returns
     -------

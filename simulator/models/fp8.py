@@ -121,8 +121,8 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
     parallel all-gather of ``tp`` ranks brings in FP8 (torchao's float8 TP styles): that
     activation is cast before the gather, on the rank's ``1 / tp`` of its rows.
     ``dp_fp8_weights``: the data-parallel sharding gathers the weights in FP8, so the
-    forward GEMMs cast only their activation and the layer's ``fp8_gathered_params`` count
-    the weights gathered at one byte each (:func:`fp8_gathered_params`): under tensorwise,
+    forward GEMMs cast only their activation and the layer is marked ``fp8_gathered`` (its
+    weights gathered at one byte each, :func:`fp8_gathered_weights`): under tensorwise,
     torchao's ``enable_fsdp_float8_all_gather`` (each rank casts its shard before the
     gather, 1/N of the weight, left out as FSDP2's all-gather copy-in is); under a
     Transformer Engine recipe, Megatron's FP8 parameters (``fp8_param_gather``: the weights
@@ -144,14 +144,12 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
         # optimizer updates the weight), MXFP8's two copies when the weight is quantized
         param_t = 1.0 / weight_reuse if dp_fp8_weights and transposes and \
             recipe in PER_TENSOR else 0.0
-        out = replace(layer, forward=low_precision_ops(
-                          layer.forward,
-                          lambda op: _te_forward_casts(op, per, weight_reuse, dp_fp8_weights)),
-                      backward=low_precision_ops(
-                          layer.backward,
-                          lambda op: _te_backward_casts(op, per, transposes, param_t)))
-        return replace(out, fp8_gathered_params=fp8_gathered_params(out)) \
-            if dp_fp8_weights else out
+        return replace(layer, fp8_gathered=dp_fp8_weights, forward=low_precision_ops(
+                           layer.forward,
+                           lambda op: _te_forward_casts(op, per, weight_reuse, dp_fp8_weights)),
+                       backward=low_precision_ops(
+                           layer.backward,
+                           lambda op: _te_backward_casts(op, per, transposes, param_t)))
     if recipe == "rowwise":
         return replace(layer, forward=low_precision_ops(layer.forward, _rowwise_forward_casts),
                        backward=low_precision_ops(layer.backward, _rowwise_backward_casts,
@@ -160,17 +158,15 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
     def rows(op: OpCost) -> float:
         return 1 / tp if gathered is not None and gathered(op.name) else 1.0
 
-    out = replace(layer, forward=low_precision_ops(
-                      layer.forward, lambda op: _forward_casts(op, rows(op), dp_fp8_weights)),
-                  backward=low_precision_ops(layer.backward,
-                                             lambda op: _backward_casts(op, rows(op))))
-    return replace(out, fp8_gathered_params=fp8_gathered_params(out)) if dp_fp8_weights \
-        else out
+    return replace(layer, fp8_gathered=dp_fp8_weights, forward=low_precision_ops(
+                       layer.forward, lambda op: _forward_casts(op, rows(op), dp_fp8_weights)),
+                   backward=low_precision_ops(layer.backward,
+                                              lambda op: _backward_casts(op, rows(op))))
 
 
-def _fsdp_gathered(op: OpCost) -> bool:
-    """A trainable weight GEMM FSDP gathers in FP8: an FP8 GEMM of a weight not stored in
-    FP8 already (a frozen base's is, and FSDP gathers it as stored)."""
+def _trainable_fp8_gemm(op: OpCost) -> bool:
+    """An FP8 GEMM of a trainable weight: one not stored in FP8 already (a frozen base's
+    is, and the sharding gathers it as stored)."""
     return (op.op_class == "matmul" and bool(op.weight) and op.shape is not None
             and op.precision == "fp8" and not op.fp8_weight)
 
@@ -181,15 +177,19 @@ def _gemm_weight(op: OpCost) -> float:
     return float(op.groups * k * n)
 
 
-def fp8_gathered_weights(layer: LayerCost) -> dict[str, int]:
-    """Each trainable weight of ``layer``'s FP8 GEMMs (its forward ones), by name: the
-    elements gathered in FP8 (``k n``, every expert's; a bias stays in the parameters'
-    dtype)."""
-    return {op.weight: int(_gemm_weight(op)) for op in layer.forward if _fsdp_gathered(op)}
+def fp8_gathered_weights(layer) -> dict[str, int]:
+    """The weights the data-parallel sharding gathers in FP8 (a layer marked
+    ``fp8_gathered``; none otherwise), by name: each trainable weight of its FP8 GEMMs (its
+    forward ones) and its elements (``k n``, every expert's; a bias stays in the
+    parameters' dtype)."""
+    if not getattr(layer, "fp8_gathered", False):
+        return {}
+    return {op.weight: int(_gemm_weight(op)) for op in layer.forward
+            if _trainable_fp8_gemm(op)}
 
 
-def fp8_gathered_params(layer: LayerCost) -> int:
-    """The trainable weights of ``layer``'s FP8 GEMMs (:func:`fp8_gathered_weights`), no
+def fp8_gathered_params(layer) -> int:
+    """The weight elements of ``layer`` gathered in FP8 (:func:`fp8_gathered_weights`), no
     more than its trainable parameters."""
     return min(int(layer.params), sum(fp8_gathered_weights(layer).values()))
 
@@ -235,10 +235,10 @@ def _weight(op: OpCost, elements: float) -> float:
 
 
 def _te_forward_casts(op: OpCost, per: float, weight_reuse: int,
-                      fp8_param: bool = False) -> list[OpCost]:
-    """``fp8_param``: the weight is an FP8 parameter already (only x is cast)."""
+                      weight_in_fp8: bool = False) -> list[OpCost]:
+    """``weight_in_fp8``: the weight is an FP8 parameter already (only x is cast)."""
     m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
-    weight = 0.0 if fp8_param else _weight(op, k * n) / weight_reuse
+    weight = 0.0 if weight_in_fp8 else _weight(op, k * n) / weight_reuse
     return [_cast(op, f"te_cast_transpose.{op.name}", m * k + weight, per)]
 
 
@@ -258,12 +258,13 @@ def _te_backward_casts(op: OpCost, per: float, transposes: bool,
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 
 
-def _forward_casts(op: OpCost, rows: float = 1.0, fsdp_fp8: bool = False) -> list[OpCost]:
+def _forward_casts(op: OpCost, rows: float = 1.0,
+                   weight_in_fp8: bool = False) -> list[OpCost]:
     """``rows``: the share of x's rows this rank casts (``1 / tp`` when x is all-gathered in
-    FP8 after its cast); ``fsdp_fp8``: FSDP gathers the weight in FP8 (cast on the shard
-    before the gather), so only x is cast here."""
+    FP8 after its cast); ``weight_in_fp8``: FSDP gathers the weight in FP8 (cast on the
+    shard before the gather), so only x is cast here."""
     m, n, k = op.shape            # A = x [m, k], B = w [k, n]
-    weight = 0.0 if fsdp_fp8 else _weight(op, k * n)
+    weight = 0.0 if weight_in_fp8 else _weight(op, k * n)
     return [_cast(op, f"float8_cast.{op.name}", m * k * rows + weight, _cast_bytes(op))]
 
 

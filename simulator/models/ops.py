@@ -70,9 +70,10 @@ class LayerCost:
     # no gradient, no optimizer state, never reduced; ``params`` above are the trainable ones
     frozen_params: int = 0
     frozen_bytes: int = 0     # what they take at rest (16-bit, or NF4 for a QLoRA base)
-    # trainable weights FSDP all-gathers in FP8 (torchao's float8 all-gather, cast on the
-    # shard before the gather; simulator/models/fp8.py): one byte each in what it gathers
-    fp8_gathered_params: int = 0
+    # its FP8 GEMMs' trainable weights are gathered (and held for compute) in FP8 by the
+    # data-parallel sharding: torchao's FSDP float8 all-gather, Megatron's FP8 parameters
+    # (simulator/models/fp8.py fp8_gathered_weights: which, and how many elements)
+    fp8_gathered: bool = False
 
     @property
     def forward_flops(self) -> float:

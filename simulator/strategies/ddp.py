@@ -74,7 +74,7 @@ class Bucket:
     ready_layer: int
     ready_pos: int = 0               # which of that layer's tensors completes it
                                      # (:class:`~.grads.GradReady` position)
-    fp8_params: int = 0              # its weight elements gathered in FP8 (fp8_weights below)
+    fp8_params: int = 0              # its weight elements gathered in FP8 (assign_buckets)
 
 
 def grad_tensors(layer) -> list[Tensor]:

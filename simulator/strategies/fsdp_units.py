@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from simulator.errors import ConfigError
+from simulator.models.fp8 import fp8_gathered_params
 
 from .base import FP32, OPT_MOMENT_BYTES, ceil_div
 from .grads import named_weights
@@ -82,7 +83,7 @@ def build_units(layers, wrap: str) -> Units:
     sub: dict[tuple[int, str], Unit] = {}
     for i, layer in enumerate(layers):
         if wrapped(layer) and wrap == "submodule":
-            if gathered_fp8(layer):
+            if fp8_gathered_params(layer):
                 raise ConfigError(f"{layer.name}: per-kernel units of weights gathered in "
                                   f"FP8 are not modelled: use transformer_block",
                                   field="strategy.wrap")
@@ -103,24 +104,19 @@ def build_units(layers, wrap: str) -> Units:
             unit_of[i] = len(units)
             units.append(Unit(index=len(units), name=layer.name, params=int(layer.params),
                               root=False, frozen_bytes=_frozen(layer),
-                              fp8_params=gathered_fp8(layer)))
+                              fp8_params=fp8_gathered_params(layer)))
     if wrap == "submodule" and not sub:
         raise ConfigError("splits transformer blocks into per-kernel units; this model has "
                           "none (use transformer_block, block or none)", field="strategy.wrap")
     rest = [layers[i] for i in range(len(layers)) if unit_of[i] == 0]
     units[0] = Unit(index=0, name="root", params=sum(int(x.params) for x in rest), root=True,
                     frozen_bytes=sum(_frozen(x) for x in rest),
-                    fp8_params=sum(gathered_fp8(x) for x in rest))
+                    fp8_params=sum(fp8_gathered_params(x) for x in rest))
     return Units(units=units, unit_of=unit_of, sub=sub)
 
 
 def _frozen(layer) -> int:
     return int(getattr(layer, "frozen_bytes", 0))
-
-
-def gathered_fp8(layer) -> int:
-    """The layer's trainable weights FSDP gathers in FP8 (``fp8_gathered_params``)."""
-    return int(getattr(layer, "fp8_gathered_params", 0))
 
 
 def fp8_saving(count: int, shard: int, weight_bytes: int) -> int:

@@ -59,14 +59,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.models.fp8 import fp8_gathered_weights
+from simulator.models.fp8 import fp8_gathered_params, fp8_gathered_weights
 from simulator.models.moe import dense_part, expert_part
 
 from ..base import ceil_div
 from ..ddp import assign_buckets
 from ..fsdp_copies import copy_in, copy_out
-from ..fsdp_units import (fp8_saving, frozen_shard, gathered_fp8, padded_numel, shard_numel,
-                          state_bytes)
+from ..fsdp_units import fp8_saving, frozen_shard, padded_numel, shard_numel, state_bytes
 
 GRAD_STREAM, GATHER_STREAM = "dp", "dp_gather"
 
@@ -98,17 +97,9 @@ class Part:
 
     @property
     def fp8_params(self) -> int:
-        """Of :attr:`params`, the weight elements held and gathered in FP8
-        (:func:`fp8_weights`)."""
-        return sum(min(int(x.params), sum(fp8_weights(x).values()))
-                   for ls in self.layers.values() for x in ls)
-
-
-def fp8_weights(layer) -> dict[str, int]:
-    """The weights of ``layer`` (as a part sees it) its sharding gathers in FP8, by name
-    (:func:`~simulator.models.fp8.fp8_gathered_weights`): none unless its block was built
-    so (``fp8_gathered_params``)."""
-    return fp8_gathered_weights(layer) if gathered_fp8(layer) else {}
+        """Of :attr:`params`, the weight elements held and gathered in FP8 (each layer as
+        the part sees it, :func:`~simulator.models.fp8.fp8_gathered_params`)."""
+        return sum(fp8_gathered_params(x) for ls in self.layers.values() for x in ls)
 
 
 def _frozen(layer) -> int:
@@ -138,7 +129,8 @@ class DataParallel:
             self.parts.append(Part("expert_", "edp", plan.edp, "edp", plan.edp, 1, experts))
         self.params = sum(p.params for p in self.parts)
         cap = b.plan.bucket_params * self.gb
-        self.buckets = {p.prefix: {c: assign_buckets(list(ls), self.gb, cap, cap, fp8_weights)
+        self.buckets = {p.prefix: {c: assign_buckets(list(ls), self.gb, cap, cap,
+                                                   fp8_gathered_weights)
                                    for c, ls in p.layers.items()}
                         for p in self.parts} if self.mode != "fsdp" else {}
         self.gathered: dict[tuple[int, int], tuple] = {}    # (chunk, layer) -> AG ops
@@ -282,9 +274,9 @@ class DataParallel:
     def _gathered(self, part: Part, chunk: int, li: int) -> int:
         """Bytes of ``part``'s share of a layer gathered: its gradient's size less what its
         weights gathered in FP8 save (one byte each, :func:`~..fsdp_units.fp8_saving`: the
-        part's own FP8 weights, :func:`fp8_weights`), plus its frozen weights as stored."""
+        part's own FP8 weights), plus its frozen weights as stored."""
         layer = part.layers[chunk][li]
-        fp8 = min(int(layer.params), sum(fp8_weights(layer).values()))
+        fp8 = fp8_gathered_params(layer)
         return (self._grads(part, chunk, li) - fp8_saving(fp8, part.shard, self.wb) * part.shard
                 + frozen_shard(_frozen(layer), part.shard) * part.shard)
 
