@@ -23,12 +23,12 @@ BLOCK_WEIGHTS = 12 * H * H // TP        # qkv 3 h^2, proj h^2, fc 4 h^2, fc2 4 h
 
 
 def _scenario(fp8_params: bool, precision: str = "fp8", topology: str = "dgx-h100",
-              **strategy):
+              recipe: str = "delayed", **strategy):
     return scenario_from_dict({
         "name": "t", "model": "gpt2-small", "cluster": {"topology": topology},
         "simulation": {"variability": "none"},
         "training": {"micro_batch": 1, "seq_len": S, "grad_accum": GA, "precision": precision,
-                     "fp8_recipe": "delayed"},
+                     "fp8_recipe": recipe},
         "strategy": {"name": "megatron", "tensor_model_parallel_size": TP,
                      "sequence_parallel": True, "use_distributed_optimizer": True,
                      "fp8_param_gather": fp8_params, **strategy}})
@@ -80,6 +80,20 @@ def test_what_it_needs_is_asked_for_in_one_line(change, words):
         build_setup(scn)
     assert info.value.field == "strategy.fp8_param_gather"
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_mxfp8_parameters_gather_in_bf16_and_cost_as_without():
+    """Megatron-Core all-gathers MXFP8 parameters in bf16 (into the gradient buffer) and
+    casts them once a step, as the cached first-micro-batch casts do without the setting:
+    the same kernels, collectives and memory (megatron.py ``fp8_weight_gathers``)."""
+    def step(fp8_params):
+        cls = build_setup(_scenario(fp8_params, topology="dgx-b200", recipe="mxfp8"),
+                          extrapolate_steps=False).trace.classes[0]
+        return cls.static_memory_bytes, [(op.name, op.bytes_accessed, op.size_bytes)
+                                         for op in cls.ops]
+    plain, fp8 = step(False), step(True)
+    assert fp8 == plain
+    assert any(name.startswith("te_cast") for name, _, _ in plain[1])
 
 
 def test_the_argument_file_spelling(tmp_path):

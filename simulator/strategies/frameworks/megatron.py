@@ -82,7 +82,7 @@ from pydantic import Field, model_validator
 
 from simulator.errors import ConfigError
 from simulator.inputs import decode_text, read_bytes
-from simulator.models.fp8 import TE_CAST_BYTES
+from simulator.models.fp8 import PER_TENSOR, TE_CAST_BYTES
 from simulator.models.mamba import check_graph_scope
 from simulator.models.nvfp4 import NVFP4
 from simulator.models.ops import MainGrad
@@ -195,7 +195,8 @@ class MegatronConfig(CommonConfig):
     disable_parameter_transpose_cache: bool = False
     # --fp8-param-gather (NeMo's fp8_params, MLPerf's FP8_PARAMS): Transformer Engine's FP8
     # primary weights (fp8_model_init), the distributed optimizer's (or FSDP's) parameter
-    # all-gather moving FP8 (simulator/models/fp8.py fp8_layer, dp_fp8_weights)
+    # all-gather moving FP8 under a per-tensor recipe (simulator/models/fp8.py fp8_layer,
+    # dp_fp8_weights); under MXFP8 the all-gather moves bf16 (fp8_weight_gathers)
     fp8_param_gather: bool = False
     # TransformerConfig.cross_entropy_loss_fusion (Megatron-Core 0.8 on; its default false,
     # Megatron-Bridge's GPTModelProvider true) and cross_entropy_fusion_impl (core 0.12 on;
@@ -423,10 +424,17 @@ class MegatronConfig(CommonConfig):
                               field="strategy.fp8_param_gather")
 
     def fp8_weight_gathers(self, recipe: str | None, plan=None) -> bool:
-        """``fp8_param_gather``: the blocks' GEMM weights held and all-gathered in FP8
-        (Megatron-Core's distributed optimizer quantizes each rank's updated shard and
-        all-gathers FP8; :func:`simulator.models.fp8.fp8_layer`)."""
-        return self.fp8_param_gather and recipe in TE_CAST_BYTES
+        """``fp8_param_gather`` under a per-tensor recipe (delayed, current): the blocks' GEMM
+        weights held and all-gathered in FP8 (Megatron-Core's distributed optimizer quantizes
+        each rank's updated shard and all-gathers FP8; :func:`simulator.models.fp8.fp8_layer`).
+        Not under MXFP8: Megatron-Core all-gathers an MXFP8 parameter in bf16, into a part of
+        the gradient buffer (``reuse_grad_buf_for_mxfp8_param_ag``, which Megatron-Bridge
+        requires with it: ``ParamAndGradBuffer``'s ``shared_buffer``), and casts the gathered
+        weights to MXFP8 once a step (``_post_param_sync``), as the first micro-batch's
+        cached casts do without FP8 parameters; the weight's MXFP8 copies, row- and
+        column-wise with their scales (2 + 2/32 bytes), stand where the bf16 parameter buffer
+        would (2 bytes). So the step is priced as without the setting."""
+        return self.fp8_param_gather and recipe in PER_TENSOR
 
     def fp8_weight_reuse(self, recipe: str) -> int:
         """Micro-batches sharing one FP8 cast of each weight: all of a step's, under a
