@@ -50,15 +50,23 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
                  and r["error"] not in ("", "nan")]
     selene = [r for r in _csv(PARALLEL) if r["kind"] == "iteration"
               and r["error"] not in ("", "nan")]
+    mlperf = [r for r in _csv(PARALLEL) if r["kind"] == "mlperf"
+              and r["error"] not in ("", "nan")]
     lora = [r for r in _csv(FINETUNE) if r["round"] in ("v4.1", "v5.0")]
     assert len(tables) > 100 and len(h100) >= 20 and len(selene) >= 4 and len(blackwell) >= 40
+    assert len(mlperf) == 6
     assert len(ground) == len(train) + len(tables) + len(gen) + len(h100) + len(selene) + \
-        len(blackwell) + len(lora)
+        len(blackwell) + len(mlperf) + len(lora)
     for r in lora:      # MLPerf LoRA rows: held out, fine-tuning, step time as throughput
         g = ground[f"finetune/{r['round']}/{r['system']}"]
         assert (g["split"], g["finetune"], g["family"], g["gpus"]) == \
             ("validation", "lora", "megatron", int(r["gpus"]))
         assert g["error"] == pytest.approx(float(r["measured_s"]) / float(r["simulated_s"]) - 1,
+                                           rel=1e-5)
+    for r in mlperf:        # MLPerf GPT-3 rows: held out, step time as throughput
+        g = ground[r["case"]]
+        assert (g["split"], g["family"], g["metric"]) == ("validation", "megatron", "steps_per_s")
+        assert g["error"] == pytest.approx(float(r["measured"]) / float(r["simulated"]) - 1,
                                            rel=1e-5)
     for r in blackwell:     # Blackwell rows carry their GPU; SimuMax's with the declared split
         g = ground[r["case"]]

@@ -12,7 +12,8 @@ model of a single-H200 step against the measured step; its step-time error is tu
 throughput error, ``measured_s / simulated_s - 1``, metric ``steps_per_s``) and every compared
 row of NVIDIA's DGX H100 and Blackwell tables in ``validation/parallel/results.csv`` (NeMo
 24.07 and Megatron-Bridge, Megatron's own family; metric ``tokens_per_s``; nothing is fitted
-on them, so they are ``validation``) and SimuMax's simulated Megatron-LM rows on one DGX
+on them, so they are ``validation``) and the MLPerf Training v4.1 GPT-3 175B rows (metric ``steps_per_s``, all
+``validation``) and SimuMax's simulated Megatron-LM rows on one DGX
 B200 (metric ``steps_per_s``, split as ``cases.yaml``'s ``blackwell_split`` declares: the
 24 dense rows are the Blackwell fit's ``calibration``) and the MLPerf Llama 2 70B LoRA rows
 of ``validation/finetune/results.csv`` (NVIDIA's and AMD's, all ``validation``, metric
@@ -140,7 +141,7 @@ def parallel_rows(root: Path) -> list[dict]:
     spec = pc.load(root)
     with open(root / "results.csv", newline="") as f:
         done = {r["case"]: r for r in csv.DictReader(f)
-                if r["kind"] in (*nemo.KINDS, "iteration", "simumax")
+                if r["kind"] in (*nemo.KINDS, "iteration", "simumax", "mlperf")
                 and r["error"] not in ("", "nan")}
     source = str(root / pc.CASES_FILE)
     out = []
@@ -168,7 +169,30 @@ def parallel_rows(root: Path) -> list[dict]:
                         "nodes": data["cluster"]["nodes"], "split": "validation",
                         "metric": "tokens_per_s", "error": float(done[case]["error"]),
                         "framework": framework})
-    return out + simumax_rows(root, spec, done)
+    return out + simumax_rows(root, spec, done) + mlperf_rows(root, spec, done)
+
+
+def mlperf_rows(root: Path, spec, done: dict) -> list[dict]:
+    """The MLPerf GPT-3 175B step-time rows (their time error as a throughput error), all
+    validation."""
+    from .parallel import cases as pc
+    from .parallel import mlperf
+    if not spec.mlperf_gpt3.file:
+        return []
+    source = str(root / pc.CASES_FILE)
+    out = []
+    rows = pc.read_rows(root, spec.mlperf_gpt3.file, mlperf.COLUMNS)
+    for row in rows[rows.benchmark == mlperf.BENCHMARK].to_dict("records"):
+        case = mlperf.case_id(row)
+        if case not in done:
+            continue
+        data = mlperf.scenario_of(row, spec, case)
+        measured, simulated = float(done[case]["measured"]), float(done[case]["simulated"])
+        out.append({**_describe(data, source), "case": case, "gpus": int(row["gpus"]),
+                    "nodes": int(row["nodes"]), "metric": "steps_per_s", "split": "validation",
+                    "error": measured / simulated - 1.0,
+                    "framework": f"NeMo (MLPerf Training v4.1, {row['submitter']})"})
+    return out
 
 
 def simumax_rows(root: Path, spec, done: dict) -> list[dict]:

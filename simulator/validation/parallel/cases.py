@@ -83,6 +83,19 @@ class Task(BaseModel):
     note: str = ""
 
 
+class MlperfSetup(BaseModel):
+    """MLPerf GPT-3 175B rows' setup (``cases.yaml``'s ``mlperf_gpt3``): their file, the
+    model, each system's topology, TP/PP where the table has none, and the strategy and
+    training keys of the benchmark's config."""
+    model_config = ConfigDict(extra="forbid")
+    file: str = ""
+    model: str = "gpt3-175b"
+    topologies: dict[str, str] = {}
+    layouts: dict[str, dict[str, int]] = {}
+    strategy: dict[str, Any] = {}
+    training: dict[str, Any] = {}
+
+
 class CasesFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     description: str = ""
@@ -99,6 +112,7 @@ class CasesFile(BaseModel):
     nemo_layouts: dict[str, dict[int, str]] = {}
     nemo_not_modelled: dict[str, str] = {}
     nemo_precision: dict[str, dict[str, str]] = {}
+    bridge_precision_strategy: dict[str, dict[str, dict[str, bool]]] = {}
     nemo_max_gpus: int = 128
     nemo_max_micro_batches: int = 256
     simumax_models: dict[str, str] = {}
@@ -106,6 +120,7 @@ class CasesFile(BaseModel):
     simumax_strategy: dict[str, dict[str, bool | int | float | str]] = {}
     selene_max_gpus: int = 64
     blackwell_split: Split | None = None
+    mlperf_gpt3: MlperfSetup = MlperfSetup()
 
 
 def default_root() -> Path:

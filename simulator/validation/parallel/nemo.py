@@ -149,9 +149,12 @@ def scenario_of(row, root: Path, spec: CasesFile, name: str, kind: str = "nemo")
     layout = spec.nemo_layouts.get(row["model"], {}).get(pp * vp)
     if layout:          # the recipe's pipeline layout for its pp x vp model stages
         strategy["pipeline_model_parallel_layout"] = layout
+    label = str(row["precision"]).strip()
+    # what the release's precision config sets with its recipe (FP8 parameters), before a
+    # model's own presets, which may turn it off
+    strategy.update(spec.bridge_precision_strategy.get(kind, {}).get(label, {}))
     for recipe in spec.bridge_recipes:
-        if recipe.matches(row["model"], gpu_of(row), str(row["precision"]).strip(),
-                          release_of(row)):
+        if recipe.matches(row["model"], gpu_of(row), label, release_of(row)):
             strategy.update(recipe.strategy)
     precision, recipe = _precision(spec, kind, row)
     training = {"micro_batch": micro, "seq_len": int(row["seq_len"]),
@@ -268,14 +271,16 @@ def _row(kind: str, row, root: Path, spec: CasesFile, simulate_fn) -> dict:
     why = _not_simulated(spec, row)
     if why:
         return {**base, "note": f"not simulated: {why}"}
+    scenario = scenario_of(row, root, spec, case, kind)
     try:
-        m = simulate_fn(scenario_of(row, root, spec, case, kind), case)
+        m = simulate_fn(scenario, case)
     except ConfigError as exc:
         return {**base, "note": f"not simulated: {exc}"}
     precision, recipe = _precision(spec, kind, row)
     task = spec.bridge_tasks.get(str(row.get("task") or "pretrain"))
+    params = " with FP8 parameters" if scenario["strategy"].get("fp8_param_gather") else ""
     ran = f"{row['precision'] or 'unstated precision'} run simulated in {precision}" + (
-        f" ({recipe} scaling)" if recipe else "") + (f"; {preset}" if preset else "") + (
+        f" ({recipe} scaling{params})" if recipe else "") + (f"; {preset}" if preset else "") + (
         f"; {task.note}" if task is not None and task.note else "")
     if m.oom:
         gib = memory_gib(spec.topologies[gpu_of(row)])

@@ -14,6 +14,8 @@ from simulator.validation.common import md_table, report_dir
 from simulator.validation.parallel import cases as pc
 from simulator.validation.parallel.iteration import iteration_rows, median_case, simulate
 from simulator.validation.parallel.memory import memory_rows
+from simulator.validation.parallel.mlperf import KIND as MLPERF
+from simulator.validation.parallel.mlperf import mlperf_rows
 from simulator.validation.parallel.nemo import H100_KINDS, nemo_rows
 from simulator.validation.parallel.runs import recorder, replay_outcomes, run_jobs
 from simulator.validation.parallel.simumax import KIND as SIMUMAX
@@ -29,8 +31,8 @@ BLACKWELL_GPUS = ("B200", "GB200", "B300", "GB300")
 def validate(root: Path | None = None, only=None, simulate_fn=None, nemo: bool = True,
              workers: int = 1, max_gpus: int | None = None) -> pd.DataFrame:
     """Every row of the suite (:data:`COLUMNS`): the memory rows, the Selene iteration
-    rows and their median gate, and (``nemo``) NVIDIA's H100 and Blackwell rows and SimuMax's
-    B200 rows. ``only``: the Selene
+    rows and their median gate, and (``nemo``) NVIDIA's H100 and Blackwell rows, SimuMax's
+    B200 rows and the MLPerf GPT-3 175B rows. ``only``: the Selene
     iteration cases to simulate (default all); ``simulate_fn`` replaces the simulation
     (tests); ``workers`` processes run the simulations (:mod:`.runs`); ``max_gpus``
     replaces ``cases.yaml``'s ``selene_max_gpus`` (the largest Selene run simulated)."""
@@ -43,12 +45,14 @@ def validate(root: Path | None = None, only=None, simulate_fn=None, nemo: bool =
     if nemo:
         nemo_rows(root, spec, simulate_fn=recorder(jobs))
         simumax_rows(root, spec, simulate_fn=recorder(jobs))
+        mlperf_rows(root, spec, simulate_fn=recorder(jobs))
     answer = replay_outcomes(run_jobs(jobs, simulate_fn or simulate, workers))
     iteration = iteration_rows(root, spec, only, simulate_fn=answer)
     rows = [*memory_rows(root, spec), *iteration, median_case(iteration, spec)]
     if nemo:
         rows += nemo_rows(root, spec, simulate_fn=answer)
         rows += simumax_rows(root, spec, simulate_fn=answer)
+        rows += mlperf_rows(root, spec, simulate_fn=answer)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -85,7 +89,7 @@ def summary_line(df: pd.DataFrame) -> str:
             f"({gate.note}, gate {gate.bound:.0%}); {int(fits.ok.astype(bool).sum())}/"
             f"{len(fits)} runs fit in the simulated memory")
     clauses = [line, h100_summary(df), *(blackwell_summary(df, g) for g in BLACKWELL_GPUS),
-               simumax_summary(df)]
+               simumax_summary(df), mlperf_summary(df)]
     return "; ".join(c for c in clauses if c)
 
 
@@ -141,6 +145,19 @@ def simumax_summary(df: pd.DataFrame) -> str:
             f"of {len(rows)} runs not simulated, each with its reason)")
 
 
+def mlperf_summary(df: pd.DataFrame) -> str:
+    """The MLPerf GPT-3 175B step times in one clause (validation)."""
+    rows = df[df.kind == MLPERF]
+    if not len(rows):
+        return ""
+    done = rows[rows.error.map(math.isfinite)]
+    err = done.error.abs()
+    worst = (f"median |error| {100 * err.median():.1f}%, largest {100 * err.max():.1f}%"
+             if len(done) else "none compared")
+    return (f"MLPerf Training v4.1 GPT-3 175B (validation; step time): {len(done)} of "
+            f"{len(rows)} submissions compared, {worst}")
+
+
 def report_text(df: pd.DataFrame, spec: pc.CasesFile) -> str:
     df = km.with_status(df)
     calibrated = (", ".join(spec.calibrated)
@@ -164,7 +181,9 @@ def report_text(df: pd.DataFrame, spec: pc.CasesFile) -> str:
                          ("Megatron-Bridge 25.09-26.08 on B200, GB200, B300, GB300 "
                           "(validation split, reported)", ("blackwell",)),
                          ("Megatron-LM on one DGX B200 (SimuMax's measurements; reported)",
-                          (SIMUMAX, MEMORY_KIND))):
+                          (SIMUMAX, MEMORY_KIND)),
+                         ("MLPerf Training v4.1 GPT-3 175B, 64 to 11,616 GPUs (validation; "
+                          "reported)", (MLPERF,))):
         part = df[df.kind.isin(kinds)]
         if len(part):
             parts += [f"## {title}", "", _table(part), ""]
