@@ -94,7 +94,9 @@ def register(cli: click.Group) -> None:
                                         "global batch": f"{batch} ({said})",
                                         "scenario (after --set)": scn.model_dump(mode="json")},
                           trust)
-        text = {"table": lambda r: to_table(r, [answer(r), batch_line],
+        from ..planner.strategy import carried_lines
+        text = {"table": lambda r: to_table(r, [answer(r), batch_line,
+                                                *carried_lines(r.carried)],
                                             [f"how far to trust it: {x}" for x in trust]),
                 "csv": to_csv, "json": to_json}[fmt](result)
         click.echo(text)

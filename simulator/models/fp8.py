@@ -179,11 +179,16 @@ def _gemm_weight(op: OpCost) -> float:
 
 def fp8_gathered_weights(layer) -> dict[str, int]:
     """The weights the data-parallel sharding gathers in FP8 (a layer marked
-    ``fp8_gathered``; none otherwise), by name: each trainable weight of its FP8 GEMMs (its
-    forward ones) and its elements (``k n``, every expert's; a bias stays in the
-    parameters' dtype)."""
+    ``fp8_gathered``; none otherwise), by name: :func:`fp8_gemm_weights`."""
     if not getattr(layer, "fp8_gathered", False):
         return {}
+    return fp8_gemm_weights(layer)
+
+
+def fp8_gemm_weights(layer) -> dict[str, int]:
+    """Each trainable weight of ``layer``'s FP8 GEMMs (its forward ones) by name, with its
+    elements (``k n``, every expert's; a bias stays in the parameters' dtype): what FP8
+    parameters hold at one byte."""
     return {op.weight: int(_gemm_weight(op)) for op in layer.forward
             if _trainable_fp8_gemm(op)}
 

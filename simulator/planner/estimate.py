@@ -39,6 +39,7 @@ from typing import Callable, NamedTuple
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
 from ..models import ModelSpec, layer_costs
+from ..models.fp8 import fp8_gemm_weights
 from ..models.moe import is_moe_block
 from ..models.ops import MainGrad, accumulated_wgrad
 from ..strategies.fsdp_copies import copy_in_bytes, copy_out_bytes
@@ -103,7 +104,8 @@ class Estimator:
                  fp8_recipe: str | None = None,
                  stacks: dict[str, ComputeModel] | None = None,
                  stack_of: Callable[[Candidate], str] | None = None,
-                 main_grads: dict[str, MainGrad] | None = None):
+                 main_grads: dict[str, MainGrad] | None = None,
+                 fp8_params: frozenset[str] = frozenset()):
         self.model, self.seq_len, self.precision, self.flash = model, seq_len, precision, flash
         self.collectives, self.compute = collectives, compute
         # the kernels of a candidate priced as its replay's software stack prices them
@@ -113,6 +115,10 @@ class Estimator:
         # the gradient buffer a stack's weight gradients accumulate into (Megatron's
         # main_grad, simulator.models.ops.accumulated_wgrad), as its replay's config keeps it
         self.main_grads = main_grads or {}
+        # the stacks whose candidates hold the blocks' GEMM weights as FP8 parameters (the
+        # scenario's Megatron fp8_param_gather, carried into its candidates): one byte each
+        self.fp8_params = fp8_params
+        self._fp8_block = functools.lru_cache(maxsize=None)(self._fp8_weights)
         # an FP8 step runs its GEMMs in FP8 (the layer costs' recipe) and keeps its weights,
         # activations and the rest in bf16, as the replay's strategy config does
         self.fp8_recipe = fp8_recipe
@@ -337,10 +343,30 @@ class Estimator:
     # ----------------------------------------------------------------------- memory
     def _memory(self, c: Candidate) -> int:
         grads = "fp32" if c.plan.dp_mode in ("ddp", "zero1") else storage_dtype(self.kept)
-        return peak_rank_memory(self.model, c.plan, seq_len=self.seq_len,
+        held = peak_rank_memory(self.model, c.plan, seq_len=self.seq_len,
                                 micro_batch=c.micro_batch, micro_batches=c.micro_batches,
                                 precision=self.kept, ac=c.ac, flash=self.flash,
-                                grad_dtype=grads).total_bytes
+                                grad_dtype=grads)
+        if self.stack_of(c) not in self.fp8_params:
+            return held.total_bytes
+        # FP8 parameters: the stage's blocks' GEMM weights at one byte instead of e
+        blocks = c.plan.stage_layers(self.model.layers)[held.stage]
+        p = c.plan
+        return held.total_bytes - (self.e - 1) * blocks * self._fp8_block(
+            p.tp, p.sequence_parallel, p.cp, p.ep)
+
+    def _fp8_weights(self, tp: int, sp: bool, cp: int, ep: int) -> int:
+        """The FP8 GEMM weight elements of one block on one rank (the busiest EP rank's
+        experts in an MoE block), as the replay's layer costs count them."""
+        layers = layer_costs(self.model, 1, self.seq_len, self.precision, self.flash,
+                             tp=tp, sp=sp, cp=cp, fp8_recipe=self.fp8_recipe)
+        blocks = [layer for layer in layers if layer.kind.endswith("block")]
+        block = next((b for b in blocks if is_moe_block(b)), blocks[0])
+        if is_moe_block(block) and (ep > 1 or tp > 1):
+            plan = ParallelPlan(tp=tp, cp=cp, ep=ep, sequence_parallel=sp)
+            block = expert_block(self.model, plan, micro_batch=1, seq_len=self.seq_len,
+                                 e=self.e, flash=self.flash).of(block)
+        return sum(fp8_gemm_weights(block).values())
 
 
 def plan_strides(plan: ParallelPlan) -> dict[str, int]:

@@ -25,6 +25,9 @@ def answer(search) -> str:
             f"{d['memory_gib']:.1f} GiB per GPU{cost}.")
 
 
+from .strategy import carried_lines
+
+
 def write_outputs(search, out: Path, inputs: dict, accuracy: list[str] = ()) -> None:
     atomic_write_text(out / "plan.csv", to_csv(search) + "\n")
     atomic_write_text(out / "plan.json", to_json(search) + "\n")
@@ -46,7 +49,7 @@ def write_outputs(search, out: Path, inputs: dict, accuracy: list[str] = ()) -> 
     page.heading("Why they win")
     page.text(*(f"#{d['rank']} {d['plan']}: {d['why']}" for d in rows))
     page.text("Candidates are pruned by an analytical estimate (docs/plan.md); only the "
-              "replayed ones are simulated.", note=True)
+              "replayed ones are simulated.", *carried_lines(search.carried), note=True)
     for label, data in inputs.items():
         page.inputs(label, data)
     page.write(out)

@@ -105,4 +105,9 @@ def to_json(search) -> str:
     return json.dumps({"model": search.model, "gpus": search.gpus, "gpu": search.gpu,
                        "global_batch": search.global_batch, "seq_len": search.seq_len,
                        "counts": search.counts, "events": search.events,
+                       "carried": {"from": search.carried.of,
+                                   "framework": search.carried.framework,
+                                   "settings": search.carried.settings,
+                                   "parallelism": search.carried.parallelism,
+                                   "not_carried": list(search.carried.left)},
                        "rows": records(search)}, indent=2)

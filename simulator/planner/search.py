@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import networkx as nx
+from pydantic import ValidationError
 
 from ..constants import load_constants
 from ..collectives.model import CollectiveModel
@@ -27,7 +28,7 @@ from ..compute import ComputeModel
 from ..energy import Energy
 from ..energy.power import capped_gpu
 from ..energy.timeline import energy_of
-from ..errors import ConfigError
+from ..errors import ConfigError, validation_error
 from ..hardware import check_gpu_training, gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
@@ -40,7 +41,7 @@ from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
 from .estimate import Estimate, Estimator
 from .space import Candidate, Limits, candidates
-from .strategy import strategy_of
+from .strategy import Carried, carried, strategy_of
 
 Progress = Callable[[str], None]
 
@@ -77,6 +78,7 @@ class Search:
     tokens_per_step: float
     counts: dict[str, int] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)       # replayed, ranked
+    carried: Carried = Carried()      # the scenario's strategy settings the candidates take
     events: int = 0                                     # engine events of the replays
 
 
@@ -137,13 +139,19 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     # Megatron's for a distributed-optimizer candidate (strategy_of), whose weight
     # gradients accumulate into Megatron's main_grad (its DDP's defaults, as _megatron sets)
     model = with_gpu_fp8(model, gpu)        # FP8 casts as the replay's (build_setup) make them
+    carry = carried(scn.strategy)
+    recipe = t.fp8_recipe if t.precision == FP8 else None
+    megatron = _megatron_config(carry, source)
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
                     CollectiveModel(cluster, k, scn.nccl), stacks["torchtitan"],
-                    fp8_recipe=t.fp8_recipe if t.precision == FP8 else None, stacks=stacks,
+                    fp8_recipe=recipe, stacks=stacks,
                     stack_of=lambda c: (strategy_of(c, model.layers) or {}).get("name", ""),
-                    main_grads={"megatron": MegatronConfig().main_grad()})
+                    main_grads={"megatron": megatron.main_grad()},
+                    fp8_params=frozenset({"megatron"} if megatron.fp8_weight_gathers(recipe)
+                                         else ()))
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
-                 global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len))
+                 global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len),
+                 carried=carry)
     fits = _estimated(out, cands, est, model.layers, say)
     survivors = pick(fits, replay)
     setups = _counted_setups(survivors, scn, cluster, source, counted, max_work)
@@ -165,7 +173,7 @@ def _estimated(out: Search, cands: list[Candidate], est: Estimator, layers: int,
     fits: list[Row] = []
     for c in cands:
         counted["candidates"] += 1
-        strategy = strategy_of(c, layers)
+        strategy = strategy_of(c, layers, out.carried)
         if strategy is None:
             counted["not replayable here"] += 1
             continue
@@ -201,6 +209,20 @@ def pick(fits: list[Row], replay: int) -> list[Row]:
         if len(out) == replay:
             break
     return out
+
+
+def _megatron_config(carry: Carried, source: str) -> MegatronConfig:
+    """The Megatron config of the distributed-optimizer candidates with the scenario's
+    carried settings (their gradient buffer and FP8 parameters, for the estimate).
+
+    :raises ConfigError: a carried setting Megatron refuses (located at ``source``).
+    """
+    own = carry.settings if carry.framework == "megatron" else {}
+    try:
+        return MegatronConfig.model_validate({**own, "name": "megatron",
+                                              "use_distributed_optimizer": True})
+    except ValidationError as exc:
+        raise validation_error(exc, source=source) from None
 
 
 def _counted_setups(rows: list[Row], scn: Scenario, cluster, source: str, estimates: work.Work,

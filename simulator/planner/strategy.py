@@ -1,8 +1,19 @@
 """A candidate as a scenario strategy mapping, spelled as a framework spells it, so that
 its replay goes through the same strategies ``clustersim run`` uses: torchtitan for FSDP /
-HSDP / DDP (with TP, PP, CP), Megatron-LM for the distributed optimizer (zero1)."""
+HSDP / DDP (with TP, PP, CP), Megatron-LM for the distributed optimizer (zero1).
+
+The scenario's own strategy settings of either framework go into that framework's
+candidates (:func:`carried`): what the plan searches (the degrees, the schedule, the
+checkpointing, the data-parallel mode) it sets itself; what holds for one layout only (a
+pipeline layout, first/last stage sizes, expert TP, FSDP flags on a Megatron strategy) is
+left out and said; the rest (FP8 parameters, TP overlap, CUDA graphs, the loss fusion, ...)
+is carried, so a candidate of the scenario's own layout costs what ``run`` gives it. A
+scenario of another strategy (``fsdp``, ``ddp``, ``deepspeed``, ...) carries nothing: its
+settings are said."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from ..strategies.frameworks.translate import pure_data_parallel
 from ..strategies import STRATEGIES
@@ -10,15 +21,74 @@ from .space import Candidate, model_parallel_available
 
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
                         "gpipe": "GPipe", "zbv": "ZBVZeroBubble"}
+# what a candidate sets (the search), of either framework's spelling
+SEARCHED = {
+    "megatron": frozenset({
+        "name", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+        "context_parallel_size", "virtual_pipeline_model_parallel_size",
+        "expert_model_parallel_size", "sequence_parallel", "use_distributed_optimizer",
+        "overlap_grad_reduce", "recompute_granularity", "recompute_method",
+        "recompute_num_layers", "recompute_modules", "micro_batch", "grad_accum",
+        "activation_checkpointing", "selective_ac_option"}),
+    "torchtitan": frozenset({
+        "name", "activation_checkpoint", "micro_batch", "grad_accum",
+        "activation_checkpointing", "selective_ac_option"}),
+}
+# settings of one layout only: not carried into other layouts
+LAYOUT_ONLY = {
+    "megatron": frozenset({
+        "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
+        "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split", "expert_tensor_parallel_size",
+        "use_torch_fsdp2", "use_megatron_fsdp"}),
+    "torchtitan": frozenset(),
+}
+# torchtitan's [parallelism] keys that are not degrees or the schedule
+TORCHTITAN_CARRIED_PARALLELISM = frozenset({
+    "enable_async_tensor_parallel", "disable_loss_parallel", "context_parallel_rotate_method"})
 
 
-def strategy_of(c: Candidate, layers: int) -> dict | None:
-    """The strategy mapping that replays ``c``; None when this build has none for it."""
+@dataclass(frozen=True)
+class Carried:
+    """The scenario's strategy settings the candidates of ``framework`` take (``settings``,
+    and torchtitan's ``parallelism`` keys), and those no candidate takes (``left``, as
+    ``strategy.<key>``); ``of``: the scenario's strategy name."""
+
+    of: str = ""
+    framework: str = ""
+    settings: dict = field(default_factory=dict)
+    parallelism: dict = field(default_factory=dict)
+    left: tuple[str, ...] = ()
+
+
+def carried(strategy: dict) -> Carried:
+    """What of the scenario's ``strategy`` mapping the candidates carry (module doc)."""
+    name = str(strategy.get("name", ""))
+    if name not in SEARCHED:
+        return Carried(name, left=tuple(f"strategy.{k}" for k in sorted(strategy)
+                                        if k != "name"))
+    settings = {k: v for k, v in strategy.items()
+                if k not in SEARCHED[name] and k not in LAYOUT_ONLY[name] and k != "parallelism"}
+    left = [f"strategy.{k}" for k in sorted(strategy) if k in LAYOUT_ONLY[name]]
+    par = strategy.get("parallelism") or {}
+    left += [f"strategy.parallelism.{k}" for k in sorted(par)
+             if k == "pipeline_parallel_split_points"]
+    return Carried(name, name, settings,
+                   {k: v for k, v in par.items() if k in TORCHTITAN_CARRIED_PARALLELISM},
+                   tuple(left))
+
+
+def strategy_of(c: Candidate, layers: int, carry: Carried = Carried()) -> dict | None:
+    """The strategy mapping that replays ``c`` (with ``carry``'s settings where it is of
+    their framework); None when this build has none for it."""
     p = c.plan
     if not pure_data_parallel(p) and not model_parallel_available():
         return None
     if p.dp_mode == "zero1":
-        return _megatron(c) if "megatron" in STRATEGIES else None
+        if "megatron" not in STRATEGIES:
+            return None
+        own = carry.settings if carry.framework == "megatron" else {}
+        return {**own, **_megatron(c)}
     if p.schedule not in TORCHTITAN_SCHEDULES:
         return None
     par = {"data_parallel_replicate_degree": p.dp_replicate,
@@ -35,7 +105,25 @@ def strategy_of(c: Candidate, layers: int) -> dict | None:
     if p.vp > 1:
         par["pipeline_parallel_layers_per_stage"] = layers // (p.pp * p.vp)
     ac = {"mode": c.ac} | ({"selective_ac_option": "op"} if c.ac == "selective" else {})
-    return {"name": "torchtitan", "parallelism": par, "activation_checkpoint": ac}
+    if carry.framework != "torchtitan":
+        return {"name": "torchtitan", "parallelism": par, "activation_checkpoint": ac}
+    return {**carry.settings, "name": "torchtitan",
+            "parallelism": {**carry.parallelism, **par}, "activation_checkpoint": ac}
+
+
+def carried_lines(carry: Carried) -> list[str]:
+    """What :func:`carried` made of the scenario's strategy, as lines for the answer."""
+    lines = []
+    taken = {**carry.settings, **{f"parallelism.{k}": v for k, v in carry.parallelism.items()}}
+    if taken:
+        lines.append(f"the scenario's {carry.framework} settings in its {carry.framework} "
+                     f"candidates: " + ", ".join(f"{k}={v}" for k, v in sorted(taken.items())))
+    if carry.left:
+        why = ("they hold for one layout" if carry.framework else
+               f"the scenario's strategy, {carry.of}, is not one the candidates are spelled "
+               f"in (torchtitan, megatron)")
+        lines.append(f"not in any candidate ({why}): {', '.join(carry.left)}")
+    return lines
 
 
 def _megatron(c: Candidate) -> dict:
