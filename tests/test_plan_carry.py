@@ -142,3 +142,13 @@ def test_the_estimate_holds_fp8_parameters_at_one_byte():
         model.layers * per_rank
     fsdp = Candidate(ParallelPlan(tp=2, dp_shard=4), 1, 2, "none")
     assert plain.estimate(fsdp).memory_bytes == fp8.estimate(fsdp).memory_bytes
+
+
+def test_the_ep_all_to_all_overlap_goes_where_there_is_expert_parallelism():
+    carry = carried({"name": "megatron", "overlap_moe_expert_parallel_comm": True})
+    ep = strategy_of(Candidate(ParallelPlan(dp_shard=8, ep=4, dp_mode="zero1"), 1, 2, "none"),
+                     4, carry)
+    dense = strategy_of(Candidate(ParallelPlan(dp_shard=8, dp_mode="zero1"), 1, 2, "none"),
+                        4, carry)
+    assert ep["overlap_moe_expert_parallel_comm"] is True
+    assert "overlap_moe_expert_parallel_comm" not in dense

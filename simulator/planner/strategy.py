@@ -43,6 +43,9 @@ LAYOUT_ONLY = {
         "use_torch_fsdp2", "use_megatron_fsdp"}),
     "torchtitan": frozenset(),
 }
+# carried settings that need a degree the candidate may not have: in those candidates only
+# (Megatron refuses the EP all-to-all overlap without expert parallelism)
+ONLY_WHERE = {"overlap_moe_expert_parallel_comm": lambda plan: plan.ep > 1}
 # torchtitan's [parallelism] keys that are not degrees or the schedule
 TORCHTITAN_CARRIED_PARALLELISM = frozenset({
     "enable_async_tensor_parallel", "disable_loss_parallel", "context_parallel_rotate_method"})
@@ -88,7 +91,8 @@ def strategy_of(c: Candidate, layers: int, carry: Carried = Carried()) -> dict |
         if "megatron" not in STRATEGIES:
             return None
         own = carry.settings if carry.framework == "megatron" else {}
-        return {**own, **_megatron(c)}
+        return {**{k: v for k, v in own.items() if k not in ONLY_WHERE or ONLY_WHERE[k](p)},
+                **_megatron(c)}
     if p.schedule not in TORCHTITAN_SCHEDULES:
         return None
     par = {"data_parallel_replicate_degree": p.dp_replicate,
