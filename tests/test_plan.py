@@ -421,3 +421,16 @@ def test_fsdp_under_a_pipeline_holds_the_stage_gathered_in_the_memory_estimate()
     assert mem.working_bytes == layer + stage_params(LLAMA7, plan, 0) * (2 + 2)
     flat = rank_memory(LLAMA7, ParallelPlan(dp_shard=4), stage=0, **kw)
     assert flat.working_bytes < mem.working_bytes
+
+
+def test_virtual_stages_are_every_count_that_splits_the_layers():
+    """GPT-3's 96 layers on PP8 (12 a pipeline rank) interleave in 2, 3, 4 or 6 virtual
+    stages (MLPerf's GPT-3 runs 6), not 5; --max-vp bounds them."""
+    gpt3 = load_model("gpt3-175b")
+    limits = Limits(max_tp=8, max_pp=8, max_cp=1, max_vp=6, max_micro_batch=1)
+    vps = {c.plan.vp for c in candidates(gpt3, 512, 512, 2048, limits)
+           if c.plan.pp == 8 and c.plan.tp == 8}
+    assert vps == {1, 2, 3, 4, 6}
+    assert {c.plan.vp for c in candidates(gpt3, 512, 512, 2048,
+                                          dataclasses.replace(limits, max_vp=4))
+            if c.plan.pp == 8} == {1, 2, 3, 4}

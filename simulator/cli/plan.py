@@ -31,6 +31,9 @@ def register(cli: click.Group) -> None:
     @click.option("--max-tp", type=click.IntRange(1, 64), default=16, show_default=True)
     @click.option("--max-pp", type=click.IntRange(1, 128), default=16, show_default=True)
     @click.option("--max-cp", type=click.IntRange(1, 32), default=4, show_default=True)
+    @click.option("--max-vp", type=click.IntRange(1, 64), default=4, show_default=True,
+                  help="Virtual pipeline stages of the interleaved schedule (each from 2 "
+                       "that splits the layers evenly); 1 searches none.")
     @click.option("--max-ep", type=click.IntRange(1, 1024), default=64, show_default=True,
                   help="Expert parallelism of a mixture-of-experts model (divisors of its "
                        "experts); 1 searches none.")
@@ -47,7 +50,7 @@ def register(cli: click.Group) -> None:
     @config_options
     @quiet_option
     @names_sets
-    def plan_cmd(scenario, sets, global_batch, replay, max_tp, max_pp, max_cp, max_ep,
+    def plan_cmd(scenario, sets, global_batch, replay, max_tp, max_pp, max_cp, max_vp, max_ep,
                  max_micro_batch, max_work, price, instance, fmt, out, config, config_format):
         """Search the parallel plans of SCENARIO's model on its cluster [default:
         quickstart].
@@ -80,8 +83,8 @@ def register(cli: click.Group) -> None:
         if out is not None:
             prepare_out_dir(out)
         say = (lambda msg: stage(f"plan: {msg}")) if enabled() else None
-        limits = Limits(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_ep=max_ep,
-                        max_micro_batch=max_micro_batch)
+        limits = Limits(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_vp=max_vp,
+                        max_ep=max_ep, max_micro_batch=max_micro_batch)
         result = search(scn, batch, replay=replay, limits=limits, price=cost_price,
                         source=scn.source, progress=say, max_work=max_work, graph=G)
         from ..planner.page import answer
