@@ -152,3 +152,12 @@ def test_the_ep_all_to_all_overlap_goes_where_there_is_expert_parallelism():
                         4, carry)
     assert ep["overlap_moe_expert_parallel_comm"] is True
     assert "overlap_moe_expert_parallel_comm" not in dense
+
+
+def test_a_bad_carried_setting_is_refused_as_run_refuses_it(capsys):
+    args = ["quickstart", "--set", "strategy={name: megatron, bucket_size: -5}", "-q"]
+    code, _, plan_err = run_main(capsys, "plan", *args)
+    run_code, _, run_err = run_main(capsys, "run", *args)
+    assert code == run_code == 2
+    assert plan_err == run_err and len(plan_err.strip().splitlines()) == 1
+    assert "quickstart.yaml: --set strategy.bucket_size" in plan_err

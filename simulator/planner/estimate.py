@@ -350,8 +350,8 @@ class Estimator:
         if self.stack_of(c) not in self.fp8_params:
             return held.total_bytes
         # FP8 parameters: the stage's blocks' GEMM weights at one byte instead of e
-        blocks = c.plan.stage_layers(self.model.layers)[held.stage]
         p = c.plan
+        blocks = p.stage_layers(self.model.layers)[held.stage]
         return held.total_bytes - (self.e - 1) * blocks * self._fp8_block(
             p.tp, p.sequence_parallel, p.cp, p.ep)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..outpaths import atomic_write_text
 from ..report import HtmlReport, Table
 from .report import energy_line, header, records, to_csv, to_json
+from .strategy import carried_lines
 
 
 def answer(search) -> str:
@@ -23,9 +24,6 @@ def answer(search) -> str:
     return (f"The fastest plan that fits: {words} ({d['plan']}): {d['step_s']:.3f} s per "
             f"step, {d['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
             f"{d['memory_gib']:.1f} GiB per GPU{cost}.")
-
-
-from .strategy import carried_lines
 
 
 def write_outputs(search, out: Path, inputs: dict, accuracy: list[str] = ()) -> None:

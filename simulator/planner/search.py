@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import networkx as nx
-from pydantic import ValidationError
 
 from ..constants import load_constants
 from ..collectives.model import CollectiveModel
@@ -28,7 +27,7 @@ from ..compute import ComputeModel
 from ..energy import Energy
 from ..energy.power import capped_gpu
 from ..energy.timeline import energy_of
-from ..errors import ConfigError, validation_error
+from ..errors import ConfigError
 from ..hardware import check_gpu_training, gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
@@ -219,10 +218,9 @@ def _megatron_config(carry: Carried, source: str) -> MegatronConfig:
     """
     own = carry.settings if carry.framework == "megatron" else {}
     try:
-        return MegatronConfig.model_validate({**own, "name": "megatron",
-                                              "use_distributed_optimizer": True})
-    except ValidationError as exc:
-        raise validation_error(exc, source=source) from None
+        return MegatronConfig(**{**own, "name": "megatron", "use_distributed_optimizer": True})
+    except ConfigError as exc:
+        raise exc.located(source) from None
 
 
 def _counted_setups(rows: list[Row], scn: Scenario, cluster, source: str, estimates: work.Work,
