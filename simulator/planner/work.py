@@ -96,8 +96,8 @@ def check(work: Work, most: int | None) -> None:
         f"counted (a unit is about a millisecond): {work.candidates:,} candidates to "
         f"estimate, {work.schedule_slots:,} pipeline schedule slots, {work.replays} replays "
         f"on {work.gpus:,} GPUs; more than {most:,} (narrow "
-        f"--max-tp/--max-pp/--max-cp/--max-micro-batch, lower --replay or --global-batch, "
-        f"or raise --max-work)", source="--max-work")
+        f"--max-tp/--max-pp/--max-cp/--max-vp/--max-micro-batch, lower --replay or "
+        f"--global-batch, or raise --max-work)", source="--max-work")
 
 
 def check_replays(replays: Replays, most: int | None) -> None:
