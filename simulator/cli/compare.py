@@ -45,8 +45,10 @@ def register(cli: click.Group) -> None:
 
     @cli.command("compare")
     @click.argument("scenario", default=DEFAULT_SCENARIO, metavar="[SCENARIO]")
-    @click.option("--strategies", default=",".join(DEFAULT_COMPARE_STRATEGIES), show_default=True,
-                  metavar="LIST", help="Comma-separated strategies to compare.")
+    @click.option("--strategies", default=None, metavar="LIST",
+                  help="Comma-separated strategies to compare [default: "
+                       f"{','.join(DEFAULT_COMPARE_STRATEGIES)}; and the scenario's own "
+                       "strategy as it stands when it is megatron, torchtitan or deepspeed].")
     @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
     @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
                   default="table", show_default=True)
@@ -102,12 +104,13 @@ def register(cli: click.Group) -> None:
         strategy that ran gets its accuracy envelope (nearest validated case, its error).
         """
         from ..compare.cost import resolve_price
-        from ..compare.options import migration_plan, parse_strategies
+        from ..compare.options import default_strategies, migration_plan, parse_strategies
         from ..outpaths import prepare_out_dir
         from ..scenario import resolve_scenario
 
         path = resolve_scenario(scenario)
         scn = load_with_config(path, list(sets), config, config_format)
+        strategies = strategies or default_strategies(str(scn.strategy.get("name")))
         named = parse_strategies(strategies)
         site = _site(usd_per_kwh, carbon, pue)
         budget = _budget(tokens, epochs, dataset_samples, iterations)

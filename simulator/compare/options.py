@@ -8,12 +8,22 @@ each by its key.
 
 from __future__ import annotations
 
-from ..choices import NAMED_STRATEGIES, NamedStrategy, parse_strategy_names
+from ..choices import (DEFAULT_COMPARE_STRATEGIES, FRAMEWORK_STRATEGIES, NAMED_STRATEGIES,
+                       NamedStrategy, parse_strategy_names)
 from ..errors import ConfigError
 
 
 def _unknown(item: str) -> str:
     return f"unknown strategy {item!r}; valid: {', '.join(NAMED_STRATEGIES)}"
+
+
+def default_strategies(current: str) -> str:
+    """The strategies compare runs when ``--strategies`` is not given: the named ones, and
+    the scenario's own (``current``) when it is a framework's (``megatron``, ``torchtitan``,
+    ``deepspeed``), which its row runs as the scenario has it (its keys carried: the same
+    strategy, :func:`simulator.capacity.probe.strategy_dict`)."""
+    own = [current] if current in FRAMEWORK_STRATEGIES else []
+    return ",".join([*DEFAULT_COMPARE_STRATEGIES, *own])
 
 
 def parse_strategies(text: str | list[str] | tuple[str, ...]) -> list[NamedStrategy]:

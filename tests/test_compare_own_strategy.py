@@ -1,0 +1,38 @@
+"""`compare` without --strategies compares the scenario's own strategy too when it is a
+framework's (megatron, torchtitan, deepspeed), as the scenario has it: its row is what
+`run` gives the scenario (one path, one price); a scenario of a named strategy (fsdp,
+ddp, ...) compares the named list as before."""
+
+from __future__ import annotations
+
+import json
+
+from simulator.choices import DEFAULT_COMPARE_STRATEGIES
+from simulator.compare.options import default_strategies
+from test_cli import run_main
+
+MEGATRON = ("strategy={name: megatron, tensor_model_parallel_size: 2, sequence_parallel: true,"
+            " tp_comm_overlap: true, use_distributed_optimizer: true}")
+SETS = ["--set", MEGATRON, "--set", "training.seq_len=512"]
+
+
+def test_the_default_list_takes_the_scenarios_framework_strategy():
+    named = ",".join(DEFAULT_COMPARE_STRATEGIES)
+    assert default_strategies("fsdp") == named
+    assert default_strategies("horovod") == named
+    for framework in ("megatron", "torchtitan", "deepspeed"):
+        assert default_strategies(framework) == f"{named},{framework}"
+
+
+def test_the_scenarios_own_row_is_what_run_gives_it(capsys):
+    code, out, err = run_main(capsys, "compare", "quickstart", *SETS, "--no-capacity",
+                              "--no-scaling", "--format", "json", "-q")
+    assert code == 0, err
+    rows = {r["strategy"]: r for r in json.loads(out)["rows"]}
+    assert set(rows) == {*DEFAULT_COMPARE_STRATEGIES, "megatron"}
+    code, out, err = run_main(capsys, "run", "quickstart", *SETS, "--format", "json", "-q")
+    assert code == 0, err
+    ran = json.loads(out)
+    step = ran.get("metrics", ran)["iteration_time_s"]
+    assert rows["megatron"]["status"] == "ok"
+    assert rows["megatron"]["metrics"]["iteration_time_s"] == step
