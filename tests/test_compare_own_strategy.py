@@ -36,3 +36,22 @@ def test_the_scenarios_own_row_is_what_run_gives_it(capsys):
     step = ran.get("metrics", ran)["iteration_time_s"]
     assert rows["megatron"]["status"] == "ok"
     assert rows["megatron"]["metrics"]["iteration_time_s"] == step
+
+
+def test_strategies_that_cannot_keep_the_batch_are_told_apart_with_what_to_set(capsys):
+    """The scenario's Megatron TP2 plan steps 8 samples (micro-batch 2 on 4 data-parallel
+    ranks); FSDP's 8 ranks need 16 a micro-step: not a cluster limit, a batch one, and the
+    answer says what to set."""
+    code, out, err = run_main(capsys, "compare", "quickstart", *SETS, "--no-capacity",
+                              "--no-scaling", "-q")
+    assert code == 0, err
+    lines = out.splitlines()
+    (batch,) = [x for x in lines if x.startswith("# Cannot keep 8 samples a step at "
+                                                 "micro-batch 2: fsdp-full, ")]
+    assert "set training.global_batch to a multiple of theirs" in batch
+    assert not any(x.startswith("# Cannot run on this cluster") for x in lines)
+    code, out, err = run_main(capsys, "compare", "quickstart", *SETS, "--no-capacity",
+                              "--no-scaling", "--format", "json", "-q")
+    rows = {r["strategy"]: r for r in json.loads(out)["rows"]}
+    assert rows["fsdp-full"]["reason_field"] == "training.global_batch"
+    assert rows["megatron"]["reason_field"] == ""

@@ -188,7 +188,15 @@ def answer_sentences(cmp: Comparison) -> list[str]:
     if oom:
         out.append(f"Out of memory ({cmp.cluster['gpu_memory_gib']:.0f} GiB per GPU), so "
                    f"not a choice here: {', '.join(oom)}.")
-    na = [r["strategy"] for r in recs if r["status"] != "ok"]
+    batch = [r.alias.key for r in cmp.rows
+             if not r.ok and r.reason_field == "training.global_batch"]
+    if batch:
+        out.append(f"Cannot keep {cmp.settings['global_batch']:,} samples a step at "
+                   f"micro-batch {cmp.settings['micro_batch']}: {', '.join(batch)} (a "
+                   f"micro-step of each, the micro-batch on every data-parallel rank, does "
+                   f"not divide it; reasons below): set training.global_batch to a multiple "
+                   f"of theirs, or a smaller training.micro_batch, to compare them.")
+    na = [r["strategy"] for r in recs if r["status"] != "ok" and r["strategy"] not in batch]
     if na:
         out.append(f"Cannot run on this cluster: {', '.join(na)} (reasons below).")
     least = min((r for r in fits if r["kwh_per_1m_tokens"] is not None),

@@ -28,6 +28,7 @@ class Row:
     alias: NamedStrategy
     status: str = "ok"                      # ok | n/a
     reason: str = ""
+    reason_field: str = ""                  # the setting an n/a row's reason is about
     metrics: Metrics | None = None
     global_batch: int = 0
     tokens_per_sample: float = 0
@@ -56,7 +57,8 @@ class Row:
             m.pop("peak_memory_gib_per_class")
         return {"strategy": self.alias.key, "registry_name": self.alias.strategy,
                 "sharding": self.alias.sharding, "framework": self.alias.framework,
-                "status": self.status, "reason": self.reason, "metrics": m,
+                "status": self.status, "reason": self.reason,
+                "reason_field": self.reason_field, "metrics": m,
                 "global_batch": self.global_batch, "oom_at": self.oom_at,
                 "kernels": self.kernels,
                 "forward_gpu_s_per_sample": self.forward_gpu_s_per_sample,

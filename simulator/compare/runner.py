@@ -163,7 +163,7 @@ def _run_row(row: Row, scn: Scenario, source: str, site: Site | None = None) -> 
         res = _replay(scn, a, source)
         casts = autocasts(parse_strategy(pipeline_strategy(res.setup.scenario)))
     except ConfigError as exc:       # the strategy's own checks too (tf-ps: no accumulation)
-        row.status, row.reason = "n/a", str(exc)
+        row.status, row.reason, row.reason_field = "n/a", str(exc), exc.field or ""
         return
     row.metrics = m = res.metrics
     row.result = res
