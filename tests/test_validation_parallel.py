@@ -352,3 +352,17 @@ def test_selene_runs_above_max_gpus_are_listed_not_simulated_and_left_out_of_the
                     if not r.get("skipped"))
     assert gate["error"] == pytest.approx((errors[0] + errors[1]) / 2)
     assert gate["note"] == "2 of 8 rows simulated (6 above selene_max_gpus)"
+
+
+def test_every_recorded_run_of_the_reported_kinds_can_be_ordered(spec):
+    """`validate parallel` records every run, then starts the biggest first (runs._size:
+    nodes x micro-batches): each kind's scenario must say both, the MLPerf rows' too."""
+    from simulator.validation.parallel.mlperf import mlperf_rows
+    from simulator.validation.parallel.nemo import nemo_rows
+    from simulator.validation.parallel.runs import _size, recorder
+    from simulator.validation.parallel.simumax import simumax_rows
+    jobs: dict = {}
+    for rows in (nemo_rows, simumax_rows, mlperf_rows):
+        rows(ROOT, spec, simulate_fn=recorder(jobs))
+    assert any(case.startswith("parallel/mlperf/") for case in jobs)
+    assert all(_size(scenario) >= 1 for scenario in jobs.values())

@@ -65,6 +65,12 @@ def scenario_of(row, spec: CasesFile, name: str) -> dict:
         raise ConfigError(f"precision {label!r} is not mapped", field="precision")
     precision, recipe = PRECISION[label]
     tp, pp, vp = (_degree(row, spec, c) for c in ("tp", "pp", "vp"))
+    micro, batch = int(row["micro_batch"]), int(row["global_batch"])
+    dp = int(row["gpus"]) // (tp * pp)
+    if batch % (micro * dp):
+        raise ConfigError(f"{row['system']}: global batch {batch} is not a whole number of "
+                          f"micro-batches of {micro} on {dp} data-parallel ranks",
+                          field="global_batch")
     strategy = {"name": "megatron", "tensor_model_parallel_size": tp,
                 "pipeline_model_parallel_size": pp, **setup.strategy}
     if vp > 1:
@@ -72,8 +78,7 @@ def scenario_of(row, spec: CasesFile, name: str) -> dict:
     if "LAYER_CUDA_GRAPH" in str(row["cuda_graph"]):
         strategy["cuda_graph_impl"] = "transformer_engine"
     return {"name": name, "model": setup.model,
-            "training": {"micro_batch": int(row["micro_batch"]),
-                         "global_batch": int(row["global_batch"]),
+            "training": {"micro_batch": micro, "grad_accum": batch // (micro * dp),
                          "seq_len": int(row["seq_len"]), "precision": precision,
                          "fp8_recipe": recipe, **setup.training},
             "cluster": {"topology": setup.topologies[row["system"]],
