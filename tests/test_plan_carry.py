@@ -82,13 +82,19 @@ def test_torchtitan_settings_go_into_torchtitan_candidates():
 
 
 def test_another_strategys_settings_are_said():
-    carry = carried({"name": "fsdp", "sharding": "SHARD_GRAD_OP", "cpu_offload": False})
-    assert carry == Carried("fsdp", "", {}, {}, ("strategy.cpu_offload", "strategy.sharding"))
+    # the sharding is the plan's own search (its data-parallel modes): not said
+    carry = carried({"name": "fsdp", "sharding": "SHARD_GRAD_OP", "cpu_offload": False,
+                     "limit_all_gathers": True})
+    assert carry == Carried("fsdp", "", {}, {}, ("strategy.cpu_offload",
+                                                 "strategy.limit_all_gathers"))
     (line,) = carried_lines(carry)
     assert line == ("not in any candidate (the scenario's strategy, fsdp, is not one the "
                     "candidates are spelled in (torchtitan, megatron)): strategy.cpu_offload, "
-                    "strategy.sharding")
-    assert carried_lines(carried({"name": "fsdp"})) == []
+                    "strategy.limit_all_gathers")
+    assert carried_lines(carried({"name": "fsdp", "sharding": "FULL_SHARD"})) == []
+    # a Megatron strategy's FSDP flags are the data-parallel mode the plan searches
+    megatron = carried({"name": "megatron", "use_torch_fsdp2": True, "tp_comm_overlap": True})
+    assert megatron.left == () and megatron.settings == {"tp_comm_overlap": True}
 
 
 def test_the_plan_command_says_what_it_carried(capsys):

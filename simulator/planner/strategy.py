@@ -5,11 +5,10 @@ HSDP / DDP (with TP, PP, CP), Megatron-LM for the distributed optimizer (zero1).
 The scenario's own strategy settings of either framework go into that framework's
 candidates (:func:`carried`): what the plan searches (the degrees, the schedule, the
 checkpointing, the data-parallel mode) it sets itself; what holds for one layout only (a
-pipeline layout, first/last stage sizes, expert TP, FSDP flags on a Megatron strategy) is
-left out and said; the rest (FP8 parameters, TP overlap, CUDA graphs, the loss fusion, ...)
+pipeline layout, first/last stage sizes, expert TP) is left out and said; the rest (FP8 parameters, TP overlap, CUDA graphs, the loss fusion, ...)
 is carried, so a candidate of the scenario's own layout costs what ``run`` gives it. A
 scenario of another strategy (``fsdp``, ``ddp``, ``deepspeed``, ...) carries nothing: its
-settings are said."""
+settings other than what the plan searches are said."""
 
 from __future__ import annotations
 
@@ -21,26 +20,27 @@ from .space import Candidate, model_parallel_available
 
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
                         "gpipe": "GPipe", "zbv": "ZBVZeroBubble"}
-# what a candidate sets (the search), of either framework's spelling
+# what a candidate sets (the search: degrees, schedule, checkpointing, the data-parallel
+# mode, the batch), in any strategy's spelling; of the frameworks the candidates are
+# spelled in, their own keys for it
+SEARCHED_ANYWHERE = frozenset({"name", "micro_batch", "grad_accum", "activation_checkpointing",
+                               "selective_ac_option", "sharding"})
 SEARCHED = {
-    "megatron": frozenset({
-        "name", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "megatron": SEARCHED_ANYWHERE | {
+        "tensor_model_parallel_size", "pipeline_model_parallel_size",
         "context_parallel_size", "virtual_pipeline_model_parallel_size",
         "expert_model_parallel_size", "sequence_parallel", "use_distributed_optimizer",
-        "overlap_grad_reduce", "recompute_granularity", "recompute_method",
-        "recompute_num_layers", "recompute_modules", "micro_batch", "grad_accum",
-        "activation_checkpointing", "selective_ac_option"}),
-    "torchtitan": frozenset({
-        "name", "activation_checkpoint", "micro_batch", "grad_accum",
-        "activation_checkpointing", "selective_ac_option"}),
+        "use_torch_fsdp2", "use_megatron_fsdp", "overlap_grad_reduce",
+        "recompute_granularity", "recompute_method", "recompute_num_layers",
+        "recompute_modules"},
+    "torchtitan": SEARCHED_ANYWHERE | {"activation_checkpoint"},
 }
 # settings of one layout only: not carried into other layouts
 LAYOUT_ONLY = {
     "megatron": frozenset({
         "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
         "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
-        "account_for_loss_in_pipeline_split", "expert_tensor_parallel_size",
-        "use_torch_fsdp2", "use_megatron_fsdp"}),
+        "account_for_loss_in_pipeline_split", "expert_tensor_parallel_size"}),
     "torchtitan": frozenset(),
 }
 # carried settings that need a degree the candidate may not have: in those candidates only
@@ -69,7 +69,7 @@ def carried(strategy: dict) -> Carried:
     name = str(strategy.get("name", ""))
     if name not in SEARCHED:
         return Carried(name, left=tuple(f"strategy.{k}" for k in sorted(strategy)
-                                        if k != "name"))
+                                        if k not in SEARCHED_ANYWHERE))
     settings = {k: v for k, v in strategy.items()
                 if k not in SEARCHED[name] and k not in LAYOUT_ONLY[name] and k != "parallelism"}
     left = [f"strategy.{k}" for k in sorted(strategy) if k in LAYOUT_ONLY[name]]
