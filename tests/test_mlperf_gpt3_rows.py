@@ -18,9 +18,8 @@ from simulator.validation.parallel.report import mlperf_summary
 
 
 def _rows():
-    root, spec = cases.default_root(), cases.load()
-    rows = cases.read_rows(root, spec.mlperf_gpt3.file, mlperf.COLUMNS)
-    return spec, rows[rows.benchmark == mlperf.BENCHMARK].to_dict("records")
+    spec = cases.load()
+    return spec, mlperf.gpt3_rows(cases.default_root(), spec)
 
 
 def test_each_submission_runs_its_layout_and_batch():

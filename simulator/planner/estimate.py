@@ -160,16 +160,7 @@ class Estimator:
         TP (``etp = tp``)."""
         def op_s(ops):
             return self._op_s(ops, stack)
-        recipe = {"fp8_recipe": self.fp8_recipe} if self.fp8_recipe else {}
-        layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
-                             tp=tp, sp=sp, cp=cp, **recipe)
-        blocks = [layer for layer in layers if layer.kind.endswith("block")]
-        block, sizes = next((b for b in blocks if is_moe_block(b)), blocks[0]), None
-        if is_moe_block(block) and (ep > 1 or tp > 1):
-            plan = ParallelPlan(tp=tp, cp=cp, ep=ep, sequence_parallel=sp)
-            moe = expert_block(self.model, plan, micro_batch=mb, seq_len=self.seq_len,
-                               e=self.e, flash=self.flash)
-            block, sizes = moe.of(block), moe.sizes
+        layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep)
         embed_layer, head_layer = layers[0], layers[-1]
         main_grad = self.main_grads.get(stack)
         if main_grad is not None:
@@ -358,15 +349,24 @@ class Estimator:
     def _fp8_weights(self, tp: int, sp: bool, cp: int, ep: int) -> int:
         """The FP8 GEMM weight elements of one block on one rank (the busiest EP rank's
         experts in an MoE block), as the replay's layer costs count them."""
-        layers = layer_costs(self.model, 1, self.seq_len, self.precision, self.flash,
-                             tp=tp, sp=sp, cp=cp, fp8_recipe=self.fp8_recipe)
+        _, block, _ = self._priced_block(1, tp, sp, cp, ep)
+        return sum(fp8_gemm_weights(block).values())
+
+    def _priced_block(self, mb: int, tp: int, sp: bool, cp: int, ep: int):
+        """(the layer costs, the block the estimate prices, the sizes of its EP and
+        expert-TP collectives or None): an MoE block where the model has any, as the
+        busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``)."""
+        recipe = {"fp8_recipe": self.fp8_recipe} if self.fp8_recipe else {}
+        layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
+                             tp=tp, sp=sp, cp=cp, **recipe)
         blocks = [layer for layer in layers if layer.kind.endswith("block")]
         block = next((b for b in blocks if is_moe_block(b)), blocks[0])
-        if is_moe_block(block) and (ep > 1 or tp > 1):
-            plan = ParallelPlan(tp=tp, cp=cp, ep=ep, sequence_parallel=sp)
-            block = expert_block(self.model, plan, micro_batch=1, seq_len=self.seq_len,
-                                 e=self.e, flash=self.flash).of(block)
-        return sum(fp8_gemm_weights(block).values())
+        if not (is_moe_block(block) and (ep > 1 or tp > 1)):
+            return layers, block, None
+        plan = ParallelPlan(tp=tp, cp=cp, ep=ep, sequence_parallel=sp)
+        moe = expert_block(self.model, plan, micro_batch=mb, seq_len=self.seq_len,
+                           e=self.e, flash=self.flash)
+        return layers, moe.of(block), moe.sizes
 
 
 def plan_strides(plan: ParallelPlan) -> dict[str, int]:

@@ -177,12 +177,9 @@ def mlperf_rows(root: Path, spec, done: dict) -> list[dict]:
     validation."""
     from .parallel import cases as pc
     from .parallel import mlperf
-    if not spec.mlperf_gpt3.file:
-        return []
     source = str(root / pc.CASES_FILE)
     out = []
-    rows = pc.read_rows(root, spec.mlperf_gpt3.file, mlperf.COLUMNS)
-    for row in rows[rows.benchmark == mlperf.BENCHMARK].to_dict("records"):
+    for row in mlperf.gpt3_rows(root, spec):
         case = mlperf.case_id(row)
         if case not in done:
             continue

@@ -33,6 +33,19 @@ COLUMNS = ["benchmark", "submitter", "system", "gpu_model", "gpus", "nodes", "tp
 PRECISION = {"FP8": ("fp8", "delayed")}     # NeMo's fp8_hybrid: delayed scaling
 
 
+def gpt3_rows(root: Path, spec: CasesFile) -> list[dict]:
+    """The GPT-3 rows of ``mlperf_gpt3.file`` (none without one)."""
+    if not spec.mlperf_gpt3.file:
+        return []
+    rows = read_rows(root, spec.mlperf_gpt3.file, COLUMNS)
+    return rows[rows.benchmark == BENCHMARK].to_dict("records")
+
+
+def _layer_graphs(row) -> bool:
+    """Whether the row's config replays each layer from a CUDA graph."""
+    return "LAYER_CUDA_GRAPH" in str(row["cuda_graph"])
+
+
 def case_id(row) -> str:
     """``parallel/mlperf/gpt3/eos_n64_ngc24.09_nemo``."""
     return f"parallel/mlperf/{BENCHMARK}/{row['system']}"
@@ -75,7 +88,7 @@ def scenario_of(row, spec: CasesFile, name: str) -> dict:
                 "pipeline_model_parallel_size": pp, **setup.strategy}
     if vp > 1:
         strategy["virtual_pipeline_model_parallel_size"] = vp
-    if "LAYER_CUDA_GRAPH" in str(row["cuda_graph"]):
+    if _layer_graphs(row):
         strategy["cuda_graph_impl"] = "transformer_engine"
     return {"name": name, "model": setup.model,
             "training": {"micro_batch": micro, "grad_accum": batch // (micro * dp),
@@ -96,13 +109,7 @@ def _mode(row, spec: CasesFile) -> str:
 
 def mlperf_rows(root: Path, spec: CasesFile, simulate_fn=None) -> list[dict]:
     """The step-time row of every GPT-3 submission (none without ``mlperf_gpt3``)."""
-    setup = spec.mlperf_gpt3
-    if not setup.file:
-        return []
-    simulate_fn = simulate_fn or simulate
-    rows = read_rows(root, setup.file, COLUMNS)
-    return [_row(row, spec, simulate_fn)
-            for row in rows[rows.benchmark == BENCHMARK].to_dict("records")]
+    return [_row(row, spec, simulate_fn or simulate) for row in gpt3_rows(root, spec)]
 
 
 def _row(row, spec: CasesFile, simulate_fn) -> dict:
@@ -112,12 +119,15 @@ def _row(row, spec: CasesFile, simulate_fn) -> dict:
             "measured": float(row["median_step_time_s"]), "bound": math.nan, "ok": None,
             "source": row["source"], "simulated": math.nan, "error": math.nan}
     try:
-        m = simulate_fn(scenario_of(row, spec, case), case)
+        scenario = scenario_of(row, spec, case)
+        m = simulate_fn(scenario, case)
     except ConfigError as exc:
         return {**base, "note": f"validation; not simulated: {exc}"}
-    ran = (f"validation; {row['submitter']} {row['gpus']} GPUs, FP8 (delayed scaling, FP8 "
-           f"parameters)" + (", per-layer CUDA graphs" if "LAYER_CUDA_GRAPH" in
-                             str(row["cuda_graph"]) else ""))
+    t = scenario["training"]
+    params = ", FP8 parameters" if scenario["strategy"].get("fp8_param_gather") else ""
+    ran = (f"validation; {row['submitter']} {row['gpus']} GPUs, {t['precision'].upper()} "
+           f"({t['fp8_recipe']} scaling{params})"
+           + (", per-layer CUDA graphs" if _layer_graphs(row) else ""))
     if m.oom:
         return {**base, "note": f"not compared: simulated out of memory (peak "
                                 f"{m.peak_memory_gib:.1f} GiB) where the measured run fit; "
@@ -127,4 +137,5 @@ def _row(row, spec: CasesFile, simulate_fn) -> dict:
             "note": ran}
 
 
-__all__ = ["BENCHMARK", "COLUMNS", "KIND", "case_id", "mlperf_rows", "scenario_of"]
+__all__ = ["BENCHMARK", "COLUMNS", "KIND", "case_id", "gpt3_rows", "mlperf_rows",
+           "scenario_of"]
