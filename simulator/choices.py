@@ -49,6 +49,10 @@ TE_RECIPES = ("delayed", "current", "mxfp8")   # Transformer Engine's (fp8_atten
 FP8_RECIPES = TORCHAO_RECIPES + TE_RECIPES
 # training.elementwise: the model code's norms, rotary, activation (simulator/models/eager.py)
 ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
+# training.memory_format: the layout of a convolutional network's activations
+# (simulator/models/layout.py): channels first (NCHW, PyTorch's default contiguous format) or
+# channels last (NHWC, torch.channels_last, the layout cuDNN's tensor-core convolutions use)
+MEMORY_FORMATS = ("nchw", "nhwc")
 # Fabric fidelity -> what it models (the classes: simulator.network.fabric.FABRICS).
 FIDELITIES = {
     "analytical": "closed-form alpha-beta, congestion-unaware; fastest, exact when alone",

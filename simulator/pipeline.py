@@ -23,6 +23,7 @@ from .metrics import Metrics, compute_metrics
 from .models import (ModelSpec, layer_costs, load_model, model_flops_per_sample,
                      tokens_per_sample)
 from .models.finetune_spellings import FINETUNE_KEYS, resolve as resolve_finetune
+from .models.layout import resolve as resolve_layout
 from .models.packing import FIELD as PACK_FIELD, Pack, PackedDataset, check_pack
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
 from .models.nvfp4 import NVFP4
@@ -115,7 +116,8 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     too), turned into the strategy's Trace, with the scenario's stragglers split off."""
     t = scn.training
     try:
-        model = with_packing(with_fp8_stores(with_finetune(model, scn), scn), scn)
+        model = with_memory_format(
+            with_packing(with_fp8_stores(with_finetune(model, scn), scn), scn), scn, cfg.name)
     except ConfigError as exc:
         raise exc.located(source) from None
     if hasattr(cfg, "plan"):
@@ -360,6 +362,23 @@ def with_gpu_fp8(model: ModelSpec, gpu: GpuSpec) -> ModelSpec:
     :data:`~simulator.hardware.ANY_LAYOUT_FP8_FAMILIES` (no transposed FP8 copies under
     Transformer Engine's per-tensor recipes, :mod:`simulator.models.fp8`)."""
     return replace(model, fp8_any_layout=gpu.family in ANY_LAYOUT_FP8_FAMILIES)
+
+
+def with_memory_format(model: ModelSpec, scn: Scenario, strategy: str) -> ModelSpec:
+    """``model`` in the activation layout its step runs (:mod:`simulator.models.layout`):
+    ``training.memory_format``, else the framework's of ``strategy``.
+
+    :raises ConfigError: (``training.memory_format``) for a layout set on a model without
+        convolutions."""
+    layout = memory_format_of(scn, model, strategy)
+    return model if layout is None else replace(model, memory_format=layout[0])
+
+
+def memory_format_of(scn: Scenario, model: ModelSpec, strategy: str) -> tuple[str, str] | None:
+    """``(layout, why)`` of ``model``'s step under ``strategy`` (None: no convolutions)."""
+    t = scn.training
+    return resolve_layout(model.family, model.name, t.memory_format,
+                          framework_of(strategy) == "tensorflow", compute_precision(t.precision))
 
 
 def with_packing(model: ModelSpec, scn: Scenario) -> ModelSpec:

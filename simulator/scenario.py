@@ -24,7 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       model_serializer, model_validator)
 
 from .choices import (ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, ELEMENTWISE, FIDELITIES,
-                      FP8_RECIPES, MEGATRON_TRAINING_SPELLINGS, TE_RECIPES)
+                      FP8_RECIPES, MEGATRON_TRAINING_SPELLINGS, MEMORY_FORMATS, TE_RECIPES)
 from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
@@ -141,6 +141,11 @@ class Training(BaseModel):
                              "activation: fused (one kernel each) or eager (Llama's "
                              "reference code op by op, as torchtitan runs it); "
                              "docs/compute.md")
+    memory_format: str | None = Field(None, description="a convolutional network's "
+                                      "activation layout: nchw or nhwc [default: the "
+                                      "framework's: nchw in PyTorch, TensorFlow's layout "
+                                      "optimizer's (nhwc at fp16, else nchw)]; "
+                                      "docs/compute.md")
     sequence_lengths: SequenceLengths | None = None
     packed_sequences: PackedSequences | None = Field(None, description="samples packed into "
                                                      "each sequence: lengths; docs/finetuning.md")
@@ -194,6 +199,11 @@ class Training(BaseModel):
     def _attention(cls, v: str | None) -> str | None:
         return v if v is None else _one_of(v, ATTENTION)
 
+    @field_validator("memory_format")
+    @classmethod
+    def _memory_format(cls, v: str | None) -> str | None:
+        return v if v is None else _one_of(v, MEMORY_FORMATS)
+
     @model_validator(mode="after")
     def _attention_flash(self) -> "Training":
         if self.attention == "eager":
@@ -233,7 +243,7 @@ class Training(BaseModel):
         out = handler(self)
         if isinstance(out, dict):     # unset: the same echo as before the fields existed
             for key in ("attention", "global_batch", "finetune", "evaluation",
-                        "packed_sequences"):
+                        "packed_sequences", "memory_format"):
                 if key in out and out[key] is None:
                     out.pop(key)
             if out.get("fp8_recipe") == "tensorwise":

@@ -547,8 +547,10 @@ def test_accuracy_h200_figures():
         in ACCURACY_TEXT
     err = {k: v[3] for k, v in rows.items()}
     g = "gpu/{}/generated".format
-    for quoted in (f"{err[g('resnet50_b256_amp_nhwc')]} (AMP channels-last) and "
-                   f"{err[g('resnet50_b256_tf32_nchw')]} (TF32 NCHW)",
+    for quoted in (f"AMP channels-last {err[g('resnet50_b256_amp_nhwc')]}, AMP NCHW "
+                   f"{err[g('resnet50_b256_amp_nchw')]}",
+                   f"TF32 channels-last {err[g('resnet50_b256_tf32_nhwc')]}, TF32 NCHW "
+                   f"{err[g('resnet50_b256_tf32_nchw')]} (calibration)",
                    f"block {err[g('llama-2-7b-4l_bf16_sdpa_compiled')]}, GPT-2 medium "
                    f"{err[g('gpt2-medium_bf16_sdpa_pad64_compiled')]} and BERT-large "
                    f"{err[g('bert-large_fp16_sdpa_pad64_compiled')]} under `torch.compile`",

@@ -63,7 +63,8 @@ def register(cli: click.Group) -> None:
             if out is not None:
                 prepare_out_dir(out)             # refused before the simulation, not after
             from ..models import load_model
-            from ..pipeline import build_setup, run_setup
+            from ..models.layout import describe as describe_layout
+            from ..pipeline import build_setup, memory_format_of, run_setup
             from ..validation.envelope import Query, envelope
             setup = build_setup(scn, scn.source)
             from ..compare.cost import no_price_line, resolve_price
@@ -103,6 +104,8 @@ def register(cli: click.Group) -> None:
         kinds = comm_by_kind(result.timeline)
         kinds_of = ("communication by kind" + (" (of the replayed micro-steps)" if extra else "")
                     + ":")
+        layout = memory_format_of(setup.scenario, load_model(scn.model),
+                                  str(setup.scenario.strategy.get("name", "")))
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
                                 scn.training.precision, load_model(scn.model).is_moe,
@@ -125,6 +128,7 @@ def register(cli: click.Group) -> None:
                                   json.dumps(extra.as_dict(), indent=2))
         if fmt == "json":
             d = {**m.as_dict(), **{k: None for k in unknown},     # null as replay gives
+                 **({"memory_format": layout[0]} if layout is not None else {}),
                  "comm_by_kind": [k.as_dict() for k in kinds],
                  "accuracy": acc.as_dict(),
                  "energy": energy.as_dict() if energy else None, **priced}
@@ -139,6 +143,8 @@ def register(cli: click.Group) -> None:
             return
         click.echo(f"# {scn.name}: {what}, global batch {meta.get('global_batch')}, "
                    f"{scn.training.precision}")
+        if layout is not None:
+            click.echo(f"# {describe_layout(*layout)}")
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")

@@ -39,8 +39,9 @@ from ..energy.timeline import default_site, energy_of
 from ..engine import kernel_time_s
 from ..errors import ConfigError
 from ..models import load_model
-from ..pipeline import (RunResult, autocasts, build_setup, job_world, portable_finetune,
-                        run_setup)
+from ..models.layout import describe as describe_layout
+from ..pipeline import (RunResult, autocasts, build_setup, job_world, memory_format_of,
+                        portable_finetune, run_setup)
 from ..pipeline import strategy_dict as pipeline_strategy
 from ..scenario import Scenario
 from ..strategies import STRATEGIES, parse_strategy
@@ -177,6 +178,9 @@ def _run_row(row: Row, scn: Scenario, source: str, site: Site | None = None) -> 
     row.energy = energy_of(res, site)
     if casts:
         row.kernels += f"; {AUTOCAST}"
+    layout = memory_format_of(res.setup.scenario, load_model(scn.model), a.strategy)
+    if layout is not None:
+        row.kernels += f"; {describe_layout(*layout)}"
     if m.oom:
         where = Counter(locate_oom(res.timeline, c, str(v)) for c, v in m.oom_at.items())
         row.oom_at = "; ".join(w + (f" ({n} rank classes)" if n > 1 else "")

@@ -21,6 +21,8 @@ from typing import Any, Mapping
 from simulator.compute.launch import check_launch, pays_kernel_launch, pays_stack_overhead
 from simulator.compute.training_fit import IDENTITY, FamilyFit, family_of
 from simulator.errors import ConfigError
+from simulator.models.layout import BACKWARD_PASSES, FORWARD_PASSES
+from simulator.units import UnitError, parse_bandwidth
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
 from simulator.precision import FP4, FP8, FP32, LOW_GEMM_PRECISIONS, OP_PRECISIONS, PRECISIONS
@@ -59,6 +61,31 @@ class OpClassCalibration:
 
 
 @dataclass(frozen=True)
+class ChannelNorm:
+    """``compute.yaml``'s ``channel_norm``: cuDNN's channel-parallel (NCHW) batch-norm
+    kernels, ``seconds = elements x (1 / (channels x per_channel) + 1 / device)`` per
+    direction (elements per second at ``reference_bw``; :mod:`simulator.models.layout`)."""
+
+    reference_bw: float
+    rates: Mapping[int, tuple[float, float]]    # passes -> (per_channel, device)
+    source: str = ""
+
+    def seconds(self, shape: tuple[int, ...], hbm_bw: float) -> float:
+        """One op of ``shape`` ``(channels, elements per channel, passes)`` on a GPU of
+        ``hbm_bw`` bytes/s.
+
+        :raises ConfigError: for passes with no measured rates."""
+        channels, per_channel_elements, passes = shape[:3]
+        if passes not in self.rates:
+            raise ConfigError(f"a channel-parallel norm makes {' or '.join(map(str, self.rates))}"
+                              f" passes, got {passes}", source=self.source or None)
+        per_channel, device = self.rates[passes]
+        scale = hbm_bw / self.reference_bw
+        elements = channels * per_channel_elements
+        return elements * (1.0 / (channels * per_channel * scale) + 1.0 / (device * scale))
+
+
+@dataclass(frozen=True)
 class ComputeCalibration:
     """Checked contents of a ``compute.yaml``."""
 
@@ -67,6 +94,7 @@ class ComputeCalibration:
     source: str = ""
     launch_source: str = field(default="", compare=False)
     families: Mapping[str, FamilyCalibration] = field(default_factory=dict)
+    channel_norm: ChannelNorm | None = None
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> "ComputeCalibration":
@@ -74,7 +102,7 @@ class ComputeCalibration:
 
         :raises ConfigError: with ``source`` and the dotted ``field`` of the first bad value.
         """
-        check_keys(data, {"kernel_launch", "op_classes", "families"},
+        check_keys(data, {"kernel_launch", "op_classes", "families", "channel_norm"},
               {"kernel_launch", "op_classes"}, source, None)
         launch = data["kernel_launch"]
         check_keys(launch, {"value", "source"}, {"value", "source"}, source, "kernel_launch")
@@ -86,9 +114,41 @@ class ComputeCalibration:
                for name, entry in classes.items()}
         families = parse_families(data.get("families") or {}, source,
                                   lambda e, w: _op_class(e, source, w))
+        norm = data.get("channel_norm")
         return cls(kernel_launch_s=launch_s, op_classes=out, source=source,
                    launch_source=check_source(launch["source"], source, "kernel_launch"),
-                   families=families)
+                   families=families,
+                   channel_norm=None if norm is None else _channel_norm(norm, source))
+
+
+def _channel_norm(entry: Any, source: str) -> ChannelNorm:
+    """``compute.yaml``'s ``channel_norm`` entry (:class:`ChannelNorm`)."""
+    where = "channel_norm"
+    check_keys(entry, {"reference_hbm_bw", "forward", "backward", "source"},
+               {"reference_hbm_bw", "forward", "backward", "source"}, source, where)
+    try:
+        bw = parse_bandwidth(entry["reference_hbm_bw"])
+    except UnitError as exc:
+        raise ConfigError(str(exc), source=source, field=f"{where}.reference_hbm_bw") from None
+    rates = {}
+    for direction, passes in (("forward", FORWARD_PASSES), ("backward", BACKWARD_PASSES)):
+        at = f"{where}.{direction}"
+        check_keys(entry[direction], {"per_channel", "device"}, {"per_channel", "device"},
+                   source, at)
+        rates[passes] = tuple(_rate(entry[direction][k], source, f"{at}.{k}")
+                              for k in ("per_channel", "device"))
+    if not (bw > 0 and math.isfinite(bw)):
+        raise ConfigError(f"must be > 0, got {entry['reference_hbm_bw']!r}", source=source,
+                          field=f"{where}.reference_hbm_bw")
+    return ChannelNorm(bw, rates, check_source(entry["source"], source, where))
+
+
+def _rate(value: Any, source: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"must be a number of elements per second > 0, got {value!r}",
+                          source=source, field=where)
+    return float(value)
 
 
 def _op_class(entry: Any, source: str, where: str) -> OpClassCalibration:
@@ -269,6 +329,8 @@ class ComputeModel:
         # a family's measured FP8:BF16 (FP4:BF16) GEMM ratio (training_fit.yaml
         # fp8_gemm_speedup, fp4_gemm_speedup): an FP8 (NVFP4) GEMM computes in the time of the
         # same GEMM in bf16 over that ratio
+        if op_class == "norm" and shape is not None:      # cuDNN's NCHW batch norm
+            return self._channel_norm_s(shape, launch, precision)
         speedup = self.fit.gemm_speedup(precision) if op_class == "matmul" else None
         priced = BF16 if speedup else precision
         rate, flops_half, mem_bw, _ = self._lookup(op_class, priced)
@@ -288,11 +350,26 @@ class ComputeModel:
             kernel_s = compute_s * self.fit.factor(op_class, priced) + memory_s
         else:
             kernel_s = max(compute_s, memory_s) * self.fit.factor(op_class, priced)
+        return self._launched_s(kernel_s, launch, precision)
+
+    def _launched_s(self, kernel_s: float, launch: str, precision: str) -> float:
+        """A kernel of ``kernel_s`` with the per-kernel costs its ``launch`` pays."""
         check_launch(launch)        # how it is launched: which per-kernel costs it pays
         launch_s = self.calibration.kernel_launch_s if pays_kernel_launch(launch) else 0.0
         if pays_stack_overhead(launch) and kernel_s > 0:
             launch_s += self.fit.overhead_s(precision)
         return (kernel_s + launch_s) * self.time_scale
+
+    def _channel_norm_s(self, shape: tuple[int, ...], launch: str, precision: str) -> float:
+        """A channel-parallel (NCHW) batch-norm op: ``compute.yaml``'s ``channel_norm`` law
+        at this GPU's HBM bandwidth, no class factor (:class:`ChannelNorm`)."""
+        law = self.calibration.channel_norm
+        if law is None:
+            raise ConfigError("has no channel_norm law: a norm op with a shape (an NCHW "
+                              "batch norm) cannot be timed", source=self.calibration.source,
+                              field="channel_norm")
+        kernel_s = law.seconds(shape, self.gpu.hbm_bw_bytes_per_s)
+        return self._launched_s(kernel_s, launch, precision)
 
     def _shaped_s(self, op_class: str, precision: str, flops: float, shape, rate: float,
                   plain_s: float) -> float:

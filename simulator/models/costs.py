@@ -120,11 +120,11 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     if model.family == "resnet":
         from simulator.models.resnet import resnet_layer_costs      # CNNs load when used
         check_positive(batch=batch)
-        return resnet_layer_costs(model, batch, e)
+        return resnet_layer_costs(model, batch, e, tensor_cores=precision != FP32)
     if model.family == "maskrcnn":
         from simulator.models.maskrcnn import maskrcnn_layer_costs  # CNNs load when used
         check_positive(batch=batch)
-        return maskrcnn_layer_costs(model, batch, e)
+        return maskrcnn_layer_costs(model, batch, e, tensor_cores=precision != FP32)
     check_positive(batch=batch, seq_len=seq_len)
     if model.position_embedding == "learned" and seq_len > model.max_seq_len:
         raise ConfigError(f"{seq_len} exceeds the {model.max_seq_len} learned positions "

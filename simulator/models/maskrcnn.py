@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simulator.models.ops import (LayerCost, OpCost, matmul, matmul_bwd, pointwise)
-from simulator.models.resnet import Conv, _conv_ops, resnet_layer_costs
+from simulator.models.resnet import Conv, Layout, _conv_ops, resnet_layer_costs, layout_of
 from simulator.models.spec import ModelSpec
 
 FPN_CHANNELS = 256                  # fpn.py filters
@@ -48,14 +48,15 @@ def _frozen(layer: LayerCost) -> LayerCost:
 
 
 def _convs(name: str, kind: str, convs: list[tuple[Conv, int]], e: int, extra_fwd=(),
-           extra_bwd=(), shared_params: int | None = None) -> LayerCost:
+           extra_bwd=(), shared_params: int | None = None,
+           layout: Layout = Layout()) -> LayerCost:
     """A layer of biased convolutions (each with its own batch: images or ROIs), each
     followed by a ReLU-sized elementwise op; saved activations are every conv input."""
     fwd, bwd, act, params = [], [], 0, 0
     for conv, batch in convs:
-        c_f, c_b = _conv_ops(conv, batch, e)
+        c_f, c_b = _conv_ops(conv, batch, e, layout=layout)
         out = conv.out_elements(batch)
-        fwd += [c_f, pointwise(f"{conv.name}.bias_relu", "elementwise", out, 2, 2, e)]
+        fwd += [*c_f, pointwise(f"{conv.name}.bias_relu", "elementwise", out, 2, 2, e)]
         bwd = [pointwise(f"{conv.name}.relu.bwd", "elementwise", out, 1, 3, e), *c_b, *bwd]
         act += e * (batch * conv.c_in * conv.size ** 2 + out)
         params += conv.params + conv.c_out
@@ -65,7 +66,7 @@ def _convs(name: str, kind: str, convs: list[tuple[Conv, int]], e: int, extra_fw
                      tuple(fwd), tuple(bwd), act, e * convs[-1][0].out_elements(convs[-1][1]))
 
 
-def _fpn(sizes: list[int], batch: int, e: int) -> LayerCost:
+def _fpn(sizes: list[int], batch: int, e: int, layout: Layout) -> LayerCost:
     c = FPN_CHANNELS
     lateral = [(Conv(f"lateral{lv}", 256 * 2 ** i, c, 1, 1, s), batch)
                for i, (lv, s) in enumerate(zip(range(2, 6), sizes))]
@@ -73,17 +74,18 @@ def _fpn(sizes: list[int], batch: int, e: int) -> LayerCost:
     adds = [pointwise(f"topdown{lv}", "elementwise", batch * c * s * s, 1, 3, e)
             for lv, s in zip(range(2, 5), sizes)]
     return _convs("fpn", "fpn", lateral + post, e, adds,
-                  [OpCost(f"{a.name}.bwd", a.op_class, a.flops, a.bytes_accessed) for a in adds])
+                  [OpCost(f"{a.name}.bwd", a.op_class, a.flops, a.bytes_accessed) for a in adds],
+                  layout=layout)
 
 
-def _rpn(sizes: list[int], batch: int, e: int) -> LayerCost:
+def _rpn(sizes: list[int], batch: int, e: int, layout: Layout) -> LayerCost:
     c, a = FPN_CHANNELS, ANCHORS_PER_LOCATION
     levels = sizes + [(sizes[-1] - 1) // 2 + 1]            # P6: stride-2 subsampling of P5
     convs = [(conv, batch) for lv, s in zip(range(2, 7), levels)
              for conv in (Conv(f"rpn{lv}", c, c, 3, 1, s), Conv(f"rpn{lv}.class", c, a, 1, 1, s),
                           Conv(f"rpn{lv}.box", c, 4 * a, 1, 1, s))]
     shared = c * c * 9 + c + (c * a + a) + (c * 4 * a + 4 * a)   # one head for every level
-    return _convs("rpn", "head", convs, e, shared_params=shared)
+    return _convs("rpn", "head", convs, e, shared_params=shared, layout=layout)
 
 
 def _roi_align(name: str, rois: int, size: int, e: int) -> tuple[OpCost, OpCost]:
@@ -106,7 +108,7 @@ def _box_head(model: ModelSpec, batch: int, e: int) -> LayerCost:
     return LayerCost("box_head", "head", params, tuple(fwd), tuple(bwd), act, e * r * 5 * k)
 
 
-def _mask_head(model: ModelSpec, batch: int, e: int) -> LayerCost:
+def _mask_head(model: ModelSpec, batch: int, e: int, layout: Layout) -> LayerCost:
     r, c, s, m = int(batch * ROIS_PER_IMAGE * FG_FRACTION), FPN_CHANNELS, MASK_ROI_SIZE, \
         MASK_RESOLUTION
     roi_f, roi_b = _roi_align("mask", r, s, e)
@@ -119,24 +121,27 @@ def _mask_head(model: ModelSpec, batch: int, e: int) -> LayerCost:
     loss = pointwise("mask_loss", "loss", r * m * m, 5, 2, e)
     layer = _convs("mask_head", "head", convs, e, [*extra_f, loss],
                    [OpCost(f"{loss.name}.bwd", "loss", loss.flops, loss.bytes_accessed),
-                    *extra_b])
+                    *extra_b], layout=layout)
     params = layer.params + 4 * c * c + c + c * model.num_classes + model.num_classes
     act = layer.activation_bytes + e * r * (s * s * c + m * m * (c + model.num_classes))
     return replace(layer, params=params, forward=(roi_f, *layer.forward),
                    backward=(*layer.backward, roi_b), activation_bytes=act)
 
 
-def maskrcnn_layer_costs(model: ModelSpec, batch: int, e: int) -> list[LayerCost]:
+def maskrcnn_layer_costs(model: ModelSpec, batch: int, e: int,
+                         tensor_cores: bool = True) -> list[LayerCost]:
     """Backbone (stem and first stage frozen), ``fpn``, ``rpn``, ``box_head``,
-    ``mask_head`` for ``batch`` images at ``e`` bytes per element."""
+    ``mask_head`` for ``batch`` images at ``e`` bytes per element, in
+    ``model.memory_format`` (as :func:`~simulator.models.resnet.resnet_layer_costs`)."""
+    layout = layout_of(model, tensor_cores)
     backbone = [(_frozen(layer) if layer.name.startswith(FROZEN) else layer)
-                for layer in resnet_layer_costs(model, batch, e)[:-1]]   # no classifier
+                for layer in resnet_layer_costs(model, batch, e, tensor_cores)[:-1]]
     size = model.image_size // 4                                          # C2
     sizes = [size]
     for _ in range(3):
         sizes.append((sizes[-1] + 2 - 3) // 2 + 1)
-    return [*backbone, _fpn(sizes, batch, e), _rpn(sizes, batch, e), _box_head(model, batch, e),
-            _mask_head(model, batch, e)]
+    return [*backbone, _fpn(sizes, batch, e, layout), _rpn(sizes, batch, e, layout),
+            _box_head(model, batch, e), _mask_head(model, batch, e, layout)]
 
 
 def maskrcnn_train_flops(model: ModelSpec) -> float:

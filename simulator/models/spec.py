@@ -157,6 +157,10 @@ class ModelSpec:
     # the GPU's FP8 GEMMs take any operand layout: no transposed FP8 copies under Transformer
     # Engine's per-tensor recipes (simulator/models/fp8.py; set from the GPU by the pipeline)
     fp8_any_layout: bool = False
+    # a convolutional network's activation layout (simulator/models/layout.py): "nhwc" (what
+    # the kernel curves describe) or "nchw" (cuDNN's layout transposes and channel-parallel
+    # batch norm; set from training.memory_format by the pipeline)
+    memory_format: str = "nhwc"
 
     @property
     def is_moe(self) -> bool:

@@ -126,7 +126,7 @@ def gpu_rows(root: Path) -> list[dict]:
             data = _scenario(spec["scenario"], spec.get("set", []), source)
             d = _describe(data, source, mf)
             out.append({**d, "case": r["case"], "gpus": 1, "nodes": 1,
-                        "split": "validation", "metric": "steps_per_s",
+                        "split": spec.get("split", "validation"), "metric": "steps_per_s",
                         "error": float(r["measured_s"]) / float(r["simulated_s"]) - 1.0,
                         "framework": "PyTorch"})
     return out

@@ -21,6 +21,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -65,6 +66,8 @@ class GeneratedCase(BaseModel):
     set: list[str] = Field(default_factory=list)
     model_file: str | None = None      # a model YAML beside cases.yaml (sets model=)
     notes: str = ""
+    # calibration: a constant was fitted on this case's profile (compute.yaml names which)
+    split: Literal["validation", "calibration"] = "validation"
 
 
 class CasesFile(BaseModel):
