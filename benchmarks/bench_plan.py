@@ -34,6 +34,7 @@ from pathlib import Path
 from simulator.planner import search
 from simulator.planner.batch import global_batch
 from simulator.scenario import load_scenario
+from simulator.study.executors import cores
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,6 +44,8 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1024)
     ap.add_argument("--global-batch", type=int, default=1024)
     ap.add_argument("--replay", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=cores(),
+                    help="processes the replays run in (plan's --workers) [default: cores]")
     ap.add_argument("--scenario", default="llama2-70b-fsdp-128gpu",
                     help="a shipped scenario's name")
     args = ap.parse_args()
@@ -56,7 +59,8 @@ def main() -> None:
         marks.append((msg, time.perf_counter(), time.process_time()))
 
     t0, c0 = time.perf_counter(), time.process_time()
-    result = search(scn, args.global_batch, replay=args.replay, progress=progress)
+    result = search(scn, args.global_batch, replay=args.replay, progress=progress,
+                    workers=args.workers)
     t1, c1 = time.perf_counter(), time.process_time()
     estimated, estimated_cpu = next(((t, c) for msg, t, c in marks
                                      if msg.startswith("replaying")), (t1, c1))
@@ -69,9 +73,11 @@ def main() -> None:
     print(f"candidates={c['candidates']} over_memory={c['over memory']} fit={c['fit']} "
           f"replayed={c['replayed']}")
     print(f"events={result.events} events_per_s={result.events / max(replay_s, 1e-9):.0f}")
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"cpu_s={usage.ru_utime + usage.ru_stime:.1f}")
-    print(f"peak_rss_MiB={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
+    own, forked = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                        resource.RUSAGE_CHILDREN))
+    print(f"cpu_s={own.ru_utime + own.ru_stime + forked.ru_utime + forked.ru_stime:.1f} "
+          f"(the replays' forked processes {forked.ru_utime + forked.ru_stime:.1f})")
+    print(f"peak_rss_MiB={max(own.ru_maxrss, forked.ru_maxrss) / 1024:.0f}")
     for i, r in enumerate(result.rows, 1):
         step = f"{r.metrics.iteration_time_s:.3f}" if r.metrics else "n/a"
         print(f"  {i}. {r.candidate.label()}: step {step} s (estimated {r.estimate.step_s:.3f})")

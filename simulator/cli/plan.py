@@ -39,6 +39,9 @@ def register(cli: click.Group) -> None:
                        "experts); 1 searches none.")
     @click.option("--max-micro-batch", type=click.IntRange(1, 1024), default=8,
                   show_default=True)
+    @click.option("--workers", type=click.IntRange(min=1, max=256), default=None,
+                  help="Processes the replays run in, forked from this one: the same "
+                       "answer whatever the number [default: the CPU cores].")
     @click.option("--max-work", type=click.IntRange(1), default=None, metavar="UNITS",
                   help="Refuse a search past this many units of work (about a millisecond "
                        "each), counted before it starts [default: 100,000; docs/plan.md].")
@@ -51,7 +54,8 @@ def register(cli: click.Group) -> None:
     @quiet_option
     @names_sets
     def plan_cmd(scenario, sets, global_batch, replay, max_tp, max_pp, max_cp, max_vp, max_ep,
-                 max_micro_batch, max_work, price, instance, fmt, out, config, config_format):
+                 max_micro_batch, workers, max_work, price, instance, fmt, out, config,
+                 config_format):
         """Search the parallel plans of SCENARIO's model on its cluster [default:
         quickstart].
 
@@ -69,6 +73,7 @@ def register(cli: click.Group) -> None:
         path = resolve_scenario(scenario)
         scn, pieces = load_pieces(path, list(sets), config, config_format)
         from ..planner import Limits, search        # the simulator: once the input is good
+        from ..study.executors import cores
         from ..planner.batch import global_batch as global_batch_for
         from ..planner.report import to_csv, to_json, to_table
         from ..topology.build import scenario_gpus, scenario_graph
@@ -86,7 +91,8 @@ def register(cli: click.Group) -> None:
         limits = Limits(max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, max_vp=max_vp,
                         max_ep=max_ep, max_micro_batch=max_micro_batch)
         result = search(scn, batch, replay=replay, limits=limits, price=cost_price,
-                        source=scn.source, progress=say, max_work=max_work, graph=G)
+                        source=scn.source, progress=say, max_work=max_work, graph=G,
+                        workers=workers or cores())
         from ..planner.page import answer
         trust = _accuracy(result, scn, gpus)
         batch_line = (f"global batch: {batch:,} samples x {scn.training.seq_len:,} tokens = "

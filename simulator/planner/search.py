@@ -28,6 +28,7 @@ from ..energy import Energy
 from ..energy.power import capped_gpu
 from ..energy.timeline import energy_of
 from ..errors import ConfigError
+from ..forkpool import fork_pool
 from ..hardware import check_gpu_training, gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
@@ -84,9 +85,12 @@ class Search:
 def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits = Limits(),
            price: Price | None = None, source: str = "<scenario>",
            progress: Progress | None = None, model_parallel: bool | None = None,
-           max_work: int | None = None, graph: nx.Graph | None = None) -> Search:
+           max_work: int | None = None, graph: nx.Graph | None = None,
+           workers: int = 1) -> Search:
     """Search the plans of ``scn``'s model on ``scn``'s cluster (``graph`` when built
-    already) for ``global_batch`` samples of ``training.seq_len`` tokens per step.
+    already) for ``global_batch`` samples of ``training.seq_len`` tokens per step; the
+    replays run in ``workers`` forked processes (:mod:`simulator.forkpool`: the same
+    numbers as one after the other here).
 
     :raises ConfigError: past ``max_work`` units (:mod:`.work`): the estimates' before any
         is done, the replays' (counted in their traces) before any runs.
@@ -154,11 +158,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     fits = _estimated(out, cands, est, model.layers, say)
     survivors = pick(fits, replay)
     setups = _counted_setups(survivors, scn, cluster, source, counted, max_work)
-    for i, row in enumerate(survivors):
-        say(f"replaying {i + 1}/{len(survivors)}: {row.candidate.label()}")
-        setup, setups[i] = setups[i], None        # freed once replayed
-        if setup is not None:
-            _replay(row, setup, out)
+    _replays(survivors, setups, out, workers, say)
     out.counts["replayed"] = len(survivors)
     out.rows = rank(survivors)
     price_rows(out, price)
@@ -249,15 +249,63 @@ def _prepared(row: Row, scn: Scenario, cluster, source: str) -> Setup | None:
         return None
 
 
-def _replay(row: Row, setup: Setup, out: Search) -> None:
+@dataclass(frozen=True)
+class Replayed:
+    """What a row keeps of its replay (small: a forked process sends it back)."""
+
+    metrics: Metrics | None
+    energy: Energy | None
+    error: str | None = None
+
+
+_SETUPS: list | None = None      # the setups the forked replays of _replays read
+
+
+def _replays(rows: list[Row], setups: list[Setup | None], out: Search, workers: int,
+             say: Progress) -> None:
+    """Replay each row's setup (None: it could not be built, its reason in the row): here
+    one after the other, or in ``workers`` forked processes that inherit the setups."""
+    global _SETUPS
+    live = [i for i, setup in enumerate(setups) if setup is not None]
+    processes = min(workers, len(live))
+    pool = fork_pool(processes)
+    if pool is None:
+        for i, row in enumerate(rows):
+            say(f"replaying {i + 1}/{len(rows)}: {row.candidate.label()}")
+            setup, setups[i] = setups[i], None        # freed once replayed
+            if setup is not None:
+                _keep(row, _replay(setup), out)
+        return
+    say(f"replaying {len(live)} plans in {processes} processes")
+    _SETUPS = setups
+    try:
+        with pool:
+            done = list(pool.map(_replay_at, live))
+    finally:
+        _SETUPS = None
+    for i, replayed in zip(live, done):
+        _keep(rows[i], replayed, out)
+
+
+def _replay_at(i: int) -> Replayed:
+    """In a forked process: the replay of ``_SETUPS[i]``."""
+    return _replay(_SETUPS[i])
+
+
+def _replay(setup: Setup) -> Replayed:
     try:
         res = run_setup(setup)
     except ConfigError as exc:
-        row.error = exc.reason
+        return Replayed(None, None, exc.reason)
+    return Replayed(res.metrics, energy_of(res))
+
+
+def _keep(row: Row, replayed: Replayed, out: Search) -> None:
+    if replayed.error is not None:
+        row.error = replayed.error
         return
-    row.metrics = res.metrics
-    row.energy = energy_of(res)
-    out.events += int(res.metrics.events)
+    row.metrics, row.energy = replayed.metrics, replayed.energy
+    out.events += int(replayed.metrics.events)
 
 
 def rank(rows: list[Row]) -> list[Row]:

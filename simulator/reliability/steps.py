@@ -17,9 +17,7 @@ the failure rates do not simulate the same iterations again.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from simulator.cluster import Cluster
 from simulator.energy.model import JobPower
 from simulator.energy.timeline import job_power
 from simulator.evaluation import EvalPass, evaluation_pass
+from simulator.forkpool import fork_pool
 from simulator.pipeline import Setup, build_setup, run_setup, with_trace
 from simulator.scenario import Scenario
 from simulator.topology.build import scenario_cluster
@@ -113,7 +112,7 @@ def step_table(scn: Scenario, source: str, cluster: Cluster, reroutes: dict[str,
     global _VARIANTS
     _VARIANTS = (scn, source, cluster, setup, variants)
     try:
-        pool = _fork_pool(min(workers, len(variants)))
+        pool = fork_pool(min(workers, len(variants)))
         if pool is None:
             base = run_setup(setup)
             found = [_variant_time(i) for i in range(len(variants))]
@@ -136,15 +135,6 @@ def step_table(scn: Scenario, source: str, cluster: Cluster, reroutes: dict[str,
 
 
 _VARIANTS: tuple | None = None     # what the forked processes of step_table read
-
-
-def _fork_pool(workers: int):
-    """A pool of ``workers`` forked processes (they inherit ``_VARIANTS``), or None for
-    fewer than 2 or where processes cannot be forked."""
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return None
-    return ProcessPoolExecutor(max_workers=workers,
-                               mp_context=multiprocessing.get_context("fork"))
 
 
 def _variant_time(i: int) -> float:
