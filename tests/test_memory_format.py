@@ -67,7 +67,7 @@ def test_nchw_transposes_every_convolution_but_the_large_stride_one_pointwise_on
         # forward: the input to NHWC, the output back; 4 bytes an element read and written
         assert [(op.name.split(".", 1)[1], op.bytes_accessed) for op in fwd] == [
             ("x_to_nhwc", 2 * 4 * in_el), ("y_to_nchw", 2 * 4 * out_el)]
-        if name == "stem":      # no gradient for the image: dy, then x and dy... once each
+        if name == "stem":      # no gradient for the image: dy, then x for the weight gradient
             assert [op.bytes_accessed for op in bwd] == [2 * 4 * out_el, 2 * 4 * in_el]
         else:                   # dy, dx (data gradient); x, dy (weight gradient)
             assert [op.bytes_accessed for op in bwd] == [

@@ -57,6 +57,14 @@ def _attr(i: int, **attrs):
     return edit
 
 
+def _chain(*edits):
+    """Every edit of ``edits``, in turn."""
+    def edit(d):
+        for e in edits:
+            e(d)
+    return edit
+
+
 def _cls(**fields):
     def edit(d):
         d["classes"][1].update(fields)
@@ -139,6 +147,13 @@ VARIANTS = {
     "unknown-launch": (_attr(0, launch="warp"), "ops[0].attrs.launch"),
     "list-launch": (_attr(0, launch=["graph"]), "ops[0].attrs.launch"),
     "unknown-op-class": (_op(0, op_class="fft"), "ops[0].op_class"),
+    # a GEMM's shape (the compute model times by it) and a channel-parallel norm's
+    "zero-gemm-dim": (_attr(0, m=0, n=64, k=64), "ops[0].attrs.m"),
+    "string-gemm-dim": (_attr(0, m=64, n="64", k=64), "ops[0].attrs.n"),
+    "shape-without-k": (_attr(0, m=64, n=64), "ops[0].attrs.k"),
+    "zero-groups": (_attr(0, m=64, n=64, k=64, groups=0), "ops[0].attrs.groups"),
+    "norm-passes": (_chain(_op(0, op_class="norm"), _attr(0, m=64, n=4096, k=7)),
+                    "ops[0].attrs.k"),
     "negative-host": (_attr(7, host=-1), "ops[7].attrs.host"),
     "float-nic": (_attr(7, nic=0.5), "ops[7].attrs.nic"),
     "attrs-not-a-mapping": (_op(5, attrs=[1]), "ops[5].attrs"),

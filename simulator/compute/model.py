@@ -78,7 +78,7 @@ class ChannelNorm:
         channels, per_channel_elements, passes = shape[:3]
         if passes not in self.rates:
             raise ConfigError(f"a channel-parallel norm makes {' or '.join(map(str, self.rates))}"
-                              f" passes, got {passes}", source=self.source or None)
+                              f" passes over its tensors, got {passes}", field="k")
         per_channel, device = self.rates[passes]
         scale = hbm_bw / self.reference_bw
         elements = channels * per_channel_elements

@@ -71,7 +71,8 @@ def resolve(family: str, name: str, setting: str | None, tensorflow: bool,
 
 
 def describe(layout: str, why: str) -> str:
-    """In words, for the answers that name a strategy's kernels (``compare``)."""
+    """In words, for the answers that name what a step runs (``run``'s header, ``compare``'s
+    kernel lines)."""
     cost = ("cuDNN's layout transposes and channel-parallel batch norm" if layout == NCHW
             else "the kernel curves' layout")
     return f"activations {layout.upper()} ({why}; {cost})"

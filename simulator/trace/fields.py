@@ -21,6 +21,7 @@ import numbers
 from simulator.choices import ALGOS_FOR_OP, OPS, PROTOS, STAR_OPS
 from simulator.compute.launch import LAUNCHES
 from simulator.compute.model import OP_CLASSES
+from simulator.models.layout import BACKWARD_PASSES, FORWARD_PASSES
 from simulator.precision import OP_PRECISIONS
 
 MAX_REPEAT = 1_000_000
@@ -136,6 +137,9 @@ def _common(op):
                                f"applies to {', '.join(REPEATED_KINDS)} ops, not {op.kind}")
 
 
+NORM_PASSES = (FORWARD_PASSES, BACKWARD_PASSES)
+
+
 def _compute(op, comm_sizes):
     if op.duration_s is not None:
         return None                      # a measured time: op_class and precision unused
@@ -150,6 +154,23 @@ def _compute(op, comm_sizes):
     if launch not in LAUNCHES:
         return "attrs.launch", (f"unknown launch {str(launch)[:60]!r}; valid: eager (''), "
                                 f"{', '.join(LAUNCHES[1:])}")
+    return _shape(op) if "m" in op.attrs or "n" in op.attrs or "k" in op.attrs else None
+
+
+def _shape(op):
+    """A compute op's ``m, n, k`` (a GEMM's or an attention kernel's dimensions; a
+    channel-parallel norm's channels, elements per channel and passes) and ``groups``: given
+    together, each an integer >= 1; a norm's passes those the ``channel_norm`` law knows."""
+    attrs = op.attrs
+    for key in ("m", "n", "k", *(("groups",) if "groups" in attrs else ())):
+        if key not in attrs:
+            return f"attrs.{key}", "missing: m, n and k go together"
+        value = attrs[key]
+        if not is_int(value) or value < 1:
+            return f"attrs.{key}", f"must be an integer >= 1, got {value!r}"
+    if op.op_class == "norm" and attrs["k"] not in NORM_PASSES:
+        return "attrs.k", (f"a channel-parallel norm makes {' or '.join(map(str, NORM_PASSES))}"
+                           f" passes over its tensors, got {attrs['k']}")
     return None
 
 
