@@ -176,3 +176,24 @@ def test_nchw_fp16_on_the_h200_is_the_measured_step():
     nhwc_s = run_setup(_setup(*sets, "training.memory_format=nhwc")).metrics.iteration_time_s
     assert nchw_s == pytest.approx(0.0879, rel=0.15)
     assert 1.7 < nchw_s / nhwc_s < 2.5
+
+
+def test_the_memory_format_study_answers_as_the_h200_measured(tmp_path, capsys):
+    """The shipped study (scenarios/studies/cnn-memory-format.yaml): its H200 points' NCHW
+    over channels-last step times against the measured ones (validation/gpu,
+    run1/run2_measurements.json medians: AMP 87.9 / 44.7 ms, TF32 116.2 / 80.8 ms), and its
+    report's answer: channels-last AMP is the fastest on both GPUs."""
+    import csv
+    from test_cli import run_main
+    code, out, err = run_main(capsys, "study", "cnn-memory-format", "--out",
+                              str(tmp_path / "s"), "--workers", "1")
+    assert code == 0, err
+    with open(tmp_path / "s" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    step = {(r["cluster.topology"], r["training.precision"], r["training.memory_format"]):
+            float(r["iteration_time_s"]) for r in rows}
+    for precision, measured in (("fp16", 87.9 / 44.7), ("tf32", 116.2 / 80.8)):
+        ratio = step["hgx-h200", precision, "nchw"] / step["hgx-h200", precision, "nhwc"]
+        assert ratio == pytest.approx(measured, rel=0.15), precision
+    assert "Precision fp16, activation layout nhwc gives the highest throughput" in out
