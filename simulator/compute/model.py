@@ -21,7 +21,6 @@ from typing import Any, Mapping
 from simulator.compute.launch import check_launch, pays_kernel_launch, pays_stack_overhead
 from simulator.compute.training_fit import IDENTITY, FamilyFit, family_of
 from simulator.errors import ConfigError
-from simulator.models.layout import BACKWARD_PASSES, FORWARD_PASSES
 from simulator.units import UnitError, parse_bandwidth
 from simulator.yamlio import read_yaml
 from simulator.hardware import GpuSpec
@@ -41,6 +40,10 @@ _REMEMBERED = 65536             # op times kept per model (all dropped when full
 
 OP_CLASSES = ("matmul", "attention", "conv", "elementwise", "norm", "embedding", "loss",
               "optimizer")
+# a channel-parallel norm's passes over its tensors, its shape's third entry (an NCHW batch
+# norm, simulator/models/layout.py): forward reads x twice and writes y, backward reads dy
+# and x twice and writes dx
+FORWARD_PASSES, BACKWARD_PASSES = 3, 5
 
 
 @dataclass(frozen=True)

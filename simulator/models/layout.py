@@ -34,6 +34,7 @@ Not modelled: the transposes' workspace (transient), the weights' own small tran
 
 from __future__ import annotations
 
+from simulator.compute.model import BACKWARD_PASSES, FORWARD_PASSES
 from simulator.errors import ConfigError
 from simulator.models.ops import OpCost
 from simulator.models.spec import CONV_FAMILIES
@@ -41,7 +42,6 @@ from simulator.models.spec import CONV_FAMILIES
 NCHW, NHWC = "nchw", "nhwc"
 TRANSPOSE_BYTES = 4          # bytes an element a layout transpose is priced at (module doc)
 MIN_IN_PLACE_SIZE = 28       # stride-1 1x1 convolutions on maps this wide run in place
-FORWARD_PASSES, BACKWARD_PASSES = 3, 5     # a batch norm's passes over its tensors
 
 
 def resolve(family: str, name: str, setting: str | None, tensorflow: bool,

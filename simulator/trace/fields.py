@@ -20,8 +20,7 @@ import numbers
 
 from simulator.choices import ALGOS_FOR_OP, OPS, PROTOS, STAR_OPS
 from simulator.compute.launch import LAUNCHES
-from simulator.compute.model import OP_CLASSES
-from simulator.models.layout import BACKWARD_PASSES, FORWARD_PASSES
+from simulator.compute.model import BACKWARD_PASSES, FORWARD_PASSES, OP_CLASSES
 from simulator.precision import OP_PRECISIONS
 
 MAX_REPEAT = 1_000_000
