@@ -152,6 +152,8 @@ VARIANTS = {
     "string-gemm-dim": (_attr(0, m=64, n="64", k=64), "ops[0].attrs.n"),
     "shape-without-k": (_attr(0, m=64, n=64), "ops[0].attrs.k"),
     "zero-groups": (_attr(0, m=64, n=64, k=64, groups=0), "ops[0].attrs.groups"),
+    "string-recorded-time": (_attr(1, recorded_s="1 ms"), "ops[1].attrs.recorded_s"),
+    "negative-recorded-time": (_attr(1, recorded_s=-1.0), "ops[1].attrs.recorded_s"),
     "norm-passes": (_chain(_op(0, op_class="norm"), _attr(0, m=64, n=4096, k=7)),
                     "ops[0].attrs.k"),
     "negative-host": (_attr(7, host=-1), "ops[7].attrs.host"),

@@ -195,6 +195,10 @@ def _collective(op, comm_sizes):
     if proto not in _VALID_PROTOS:
         return "attrs.protocol", (f"unknown protocol {proto!r}; valid: "
                                   f"{', '.join(_VALID_PROTOS)}")
+    if "recorded_s" in attrs:       # an imported collective's measured time
+        reason = amount(attrs["recorded_s"], MAX_DURATION_S)
+        if reason:
+            return "attrs.recorded_s", reason
     if "root" in attrs:
         size = comm_sizes[op.comm]
         reason = count(attrs["root"], size - 1)
