@@ -197,3 +197,21 @@ def test_the_memory_format_study_answers_as_the_h200_measured(tmp_path, capsys):
         ratio = step["hgx-h200", precision, "nchw"] / step["hgx-h200", precision, "nhwc"]
         assert ratio == pytest.approx(measured, rel=0.15), precision
     assert "Precision fp16, activation layout nhwc gives the highest throughput" in out
+
+
+def test_the_gpu_suite_counts_the_transposes_with_the_convolutions():
+    """validate gpu sets simulated ops beside recorded kernels per class, the recorded ones
+    classed by the operator that launched them: cuDNN's transposes run inside the
+    convolution's, so the simulated ones count as conv too."""
+    from simulator.models.layout import is_transpose
+    from simulator.validation.gpu.validate import simulated_classes
+    sets = ["training.micro_batch=8", "training.precision=fp16"]
+    nchw = run_setup(_setup(*sets, "training.memory_format=nchw"))
+    classes = simulated_classes(nchw)
+    ops = {op.id: op for op in nchw.setup.trace.classes[0].ops}
+    moved = sum(r.end_s - r.start_s for r in nchw.timeline.records
+                if r.op_id in ops and is_transpose(ops[r.op_id].name))
+    convs = sum(r.end_s - r.start_s for r in nchw.timeline.records
+                if r.op_id in ops and ops[r.op_id].kind == "compute"
+                and ops[r.op_id].op_class == "conv" and ops[r.op_id].phase != "optimizer")
+    assert moved > 0 and classes["conv"] == pytest.approx(convs + moved, rel=1e-12)

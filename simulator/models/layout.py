@@ -102,6 +102,12 @@ def transposes(name: str, in_elements: int, out_elements: int,
     return before, after, backward
 
 
+def is_transpose(name: str) -> bool:
+    """Whether an op of this name is one of :func:`transposes`' (cuDNN launches them inside
+    the convolution's operator, where a profile finds them)."""
+    return "_to_nhwc" in name or "_to_nchw" in name
+
+
 def batchnorm_shape(channels: int, elements: int, backward: bool) -> dict[str, int]:
     """The ``m, n, k`` an NCHW batch-norm op carries: channels, elements per channel and its
     passes (module doc)."""

@@ -175,13 +175,17 @@ def kernel_model_gemm_s(result) -> float:
 
 
 def simulated_classes(result) -> Counter:
-    """Seconds of simulated compute per op class (optimizer-phase ops as ``optimizer``)."""
+    """Seconds of simulated compute per op class (optimizer-phase ops as ``optimizer``; an
+    NCHW convolution's layout transposes as ``conv``, where :func:`recorded_classes` finds
+    them, launched by the convolution's operator)."""
+    from simulator.models.layout import is_transpose
     ops = {op.id: op for op in result.setup.trace.classes[0].ops}
     out = Counter()
     for rec in result.timeline.records:
         op = ops.get(rec.op_id)
         if op is not None and op.kind == "compute":
-            cls = "optimizer" if op.phase == "optimizer" else (op.op_class or "elementwise")
+            cls = ("optimizer" if op.phase == "optimizer" else "conv" if is_transpose(op.name)
+                   else op.op_class or "elementwise")
             out[cls] += rec.end_s - rec.start_s
     return out
 
