@@ -144,7 +144,7 @@ class Training(BaseModel):
     memory_format: str | None = Field(None, description="a convolutional network's "
                                       "activation layout: nchw or nhwc [default: the "
                                       "framework's: nchw in PyTorch, TensorFlow's layout "
-                                      "optimizer's (nhwc at fp16, else nchw)]; "
+                                      "optimizer's (nhwc at fp16 or bf16, else nchw)]; "
                                       "docs/compute.md")
     sequence_lengths: SequenceLengths | None = None
     packed_sequences: PackedSequences | None = Field(None, description="samples packed into "

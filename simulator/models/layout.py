@@ -49,10 +49,12 @@ def resolve(family: str, name: str, setting: str | None, tensorflow: bool,
     """``(layout, why)`` of a step of model ``name`` (``family``): ``setting``
     (``training.memory_format``) if given, else the framework's default; None for a model
     without convolutions. The defaults: PyTorch's contiguous format (NCHW); TensorFlow's
-    Grappler layout optimizer turns a graph's convolutions to NHWC on tensor-core GPUs when at
-    least half of them are fp16, to NCHW otherwise (tensorflow/tensorflow@05712d46
-    tensorflow/core/grappler/optimizers/generic_layout_optimizer.cc,
-    ``GetSrcAndDstDataFormats``: ``DT_HALF`` only, so bf16 and TF32 graphs run NCHW).
+    Grappler layout optimizer turns a graph's convolutions to NHWC when at least half of them
+    are fp16 (Volta and later) or bf16 (Ampere and later), to NCHW otherwise
+    (tensorflow/core/grappler/optimizers/generic_layout_optimizer.cc,
+    ``GetSrcAndDstDataFormats``: its rules (1) half and (3) bfloat16; rule (2), TF32, holds
+    only where no fp32 backward convolution exists, never in training; before the Ampere
+    rules, at tensorflow/tensorflow@05712d46, fp16 alone).
 
     :raises ConfigError: (``training.memory_format``) for a layout set on a model without
         convolutions."""
@@ -65,8 +67,8 @@ def resolve(family: str, name: str, setting: str | None, tensorflow: bool,
         return setting, "training.memory_format"
     if not tensorflow:
         return NCHW, "PyTorch's default contiguous format"
-    if precision == "fp16":
-        return NHWC, "TensorFlow's layout optimizer: fp16 convolutions"
+    if precision in ("fp16", "bf16"):
+        return NHWC, f"TensorFlow's layout optimizer: {precision} convolutions"
     return NCHW, f"TensorFlow's layout optimizer: {precision} convolutions"
 
 
