@@ -104,11 +104,12 @@ def register(cli: click.Group) -> None:
         kinds = comm_by_kind(result.timeline)
         kinds_of = ("communication by kind" + (" (of the replayed micro-steps)" if extra else "")
                     + ":")
-        layout = memory_format_of(setup.scenario, load_model(scn.model),
+        model = load_model(scn.model)
+        layout = memory_format_of(setup.scenario, model,
                                   str(setup.scenario.strategy.get("name", "")))
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
-                                scn.training.precision, load_model(scn.model).is_moe,
+                                scn.training.precision, model.is_moe,
                                 scn.training.finetune))
         if out is not None:
             from ..metrics.outputs import write_outputs     # matplotlib: only for --out

@@ -38,7 +38,7 @@ from ..energy import Site
 from ..energy.timeline import default_site, energy_of
 from ..engine import kernel_time_s
 from ..errors import ConfigError
-from ..models import load_model
+from ..models import ModelSpec, load_model
 from ..models.layout import describe as describe_layout
 from ..pipeline import (RunResult, autocasts, build_setup, job_world, memory_format_of,
                         portable_finetune, run_setup)
@@ -154,7 +154,8 @@ def _replay(scn: Scenario, alias: NamedStrategy, source: str) -> RunResult:
     return run_setup(build_setup(with_strategy(scn, alias), source))
 
 
-def _run_row(row: Row, scn: Scenario, source: str, site: Site | None = None) -> None:
+def _run_row(row: Row, scn: Scenario, model: ModelSpec, source: str,
+             site: Site | None = None) -> None:
     a = row.alias
     if a.strategy not in STRATEGIES:
         row.status, row.reason = "n/a", (f"strategy {a.strategy!r} is not registered in this "
@@ -178,7 +179,7 @@ def _run_row(row: Row, scn: Scenario, source: str, site: Site | None = None) -> 
     row.energy = energy_of(res, site)
     if casts:
         row.kernels += f"; {AUTOCAST}"
-    layout = memory_format_of(res.setup.scenario, load_model(scn.model), a.strategy)
+    layout = memory_format_of(res.setup.scenario, model, a.strategy)
     if layout is not None:
         row.kernels += f"; {describe_layout(*layout)}"
     if m.oom:
@@ -308,9 +309,10 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
     samples = own_global_batch(scn, ref)
     scn = with_global_batch(scn, samples)
     rows = [Row(a, migration_days=(migration_days or {}).get(a.key, 0.0)) for a in strategies]
+    model = load_model(scn.model)
     for i, row in enumerate(rows, 1):
         say(f"iteration {i}/{len(rows)}: {row.alias.key} on {world} GPUs")
-        _run_row(row, scn, source, site)
+        _run_row(row, scn, model, source, site)
     live = [r for r in rows if r.ok]
     how = _scale_rows(live, with_global_batch(scn, 2 * samples), world, ref.cluster.G,
                       source, say) if scaling else "not simulated (--no-scaling)"

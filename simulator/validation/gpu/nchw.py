@@ -15,7 +15,8 @@ each, two constants), at the profiles' GPU (H200, 4.8 TB/s HBM): ``compute.yaml`
 ``channel_norm`` holds the result and scales it to another GPU by its HBM bandwidth (an
 assumption: no other GPU was profiled). ``python -m simulator.validation.gpu.nchw`` prints
 both splits and the layout transposes' time per profile (what
-:func:`~simulator.models.layout.transposes` prices, checked in the tests).
+:func:`~simulator.models.layout.transposes` prices; reported beside the simulated
+transposes in docs/compute.md, not fitted).
 """
 
 from __future__ import annotations
@@ -75,14 +76,18 @@ def _operators(path: Path) -> list[tuple[str, list, list[tuple[str, float]]]]:
 
 def rows(path: Path) -> list[Row]:
     """The batch-norm rows of one profile."""
+    return _bn_rows(_operators(path))
+
+
+def _bn_rows(operators) -> list[Row]:
     return [Row(BN_OPS[name], dims[0][1], math.prod(dims[0]),
                 sum(s for k, s in kernels if "bn_" in k))
-            for name, dims, kernels in _operators(path) if name in BN_OPS]
+            for name, dims, kernels in operators if name in BN_OPS]
 
 
-def transpose_seconds(path: Path) -> float:
+def _transpose_seconds(operators) -> float:
     """GPU seconds of the layout transposes cuDNN ran inside the profile's convolutions."""
-    return sum(s for name, _, kernels in _operators(path) if name in CONV_OPS
+    return sum(s for name, _, kernels in operators if name in CONV_OPS
                for k, s in kernels if any(t in k for t in TRANSPOSE_KERNELS))
 
 
@@ -118,7 +123,8 @@ def summary(rows_: list[Row], per_channel: float, device: float) -> dict[str, fl
 
 def main() -> int:
     root = data_dir("gpu")
-    cal, val = rows(root / CALIBRATION), rows(root / VALIDATION)
+    operators = {name: _operators(root / name) for name in (CALIBRATION, VALIDATION)}
+    cal, val = _bn_rows(operators[CALIBRATION]), _bn_rows(operators[VALIDATION])
     for direction in ("forward", "backward"):
         c = [r for r in cal if r.direction == direction]
         v = [r for r in val if r.direction == direction]
@@ -129,8 +135,8 @@ def main() -> int:
             print(f"  {split}: {s['rows']} rows, recorded {s['recorded_s'] * 1e3:.2f} ms, "
                   f"law {s['law_s'] * 1e3:.2f} ms, median |error| of a row "
                   f"{s['median_abs_error']:.1%}")
-    for name in (CALIBRATION, VALIDATION):
-        print(f"{name}: layout transposes {transpose_seconds(root / name) * 1e3:.2f} ms")
+    for name, ops in operators.items():
+        print(f"{name}: layout transposes {_transpose_seconds(ops) * 1e3:.2f} ms")
     return 0
 
 
