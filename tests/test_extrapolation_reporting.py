@@ -15,6 +15,7 @@ from simulator.capacity.probe import Prober, parse_strategy_specs
 from simulator.compare import runner as compare_runner
 from simulator.compare.options import parse_strategies
 from simulator.compare.runner import compare
+from simulator.models import load_model
 from simulator.pipeline import build_setup, run_setup
 from simulator.scenario import load_scenario
 from simulator.study.report import _extrapolated
@@ -69,7 +70,7 @@ def test_capacity_probes_extrapolate_with_the_run_commands_numbers(monkeypatch):
 def test_compare_reuses_its_own_step_for_the_capacity_rung_of_the_same_model(monkeypatch):
     scn = load_scenario("quickstart", LLAMA)
     row = compare_runner.Row(parse_strategies("fsdp-full")[0])
-    compare_runner._run_row(row, scn, "<test>")
+    compare_runner._run_row(row, scn, load_model(scn.model), "<test>")
     seen = _count_replays(monkeypatch)
     ran = []
     real = probe_mod.run_setup
