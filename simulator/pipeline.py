@@ -96,15 +96,17 @@ def job_config(scn: Scenario) -> JobConfig:
                      seed=scn.simulation.seed)
 
 
-def run_meta(scn: Scenario) -> dict:
-    """What a Trace written from ``scn`` carries so that a replay of it costs what ``run``
-    costs (its ``meta.run``, :mod:`simulator.trace_replay`): the training precision (the
-    peak FLOP/s are counted at it), the attention kernels (and ``fp8_attention`` where
-    set), the job knobs and the NCCL knobs the scenario set."""
+def run_meta(scn: Scenario, model: ModelSpec) -> dict:
+    """What a Trace written from ``scn`` for ``model`` carries so that a replay of it costs
+    what ``run`` costs (its ``meta.run``, :mod:`simulator.trace_replay`): the training
+    precision (the peak FLOP/s are counted at it), the attention kernels (and
+    ``fp8_attention`` where set), the model's family (whose code decides whether the
+    eager stack's fitted mechanisms apply, :mod:`simulator.compute.training_fit`), the job
+    knobs and the NCCL knobs the scenario set."""
     job = job_config(scn)
     fp8_attention = {"fp8_attention": True} if scn.training.fp8_attention else {}
     return {"precision": scn.training.precision, "attention": scn.training.attention_impl,
-            **fp8_attention,
+            **fp8_attention, "model_family": model.family,
             "overlap_slowdown": job.overlap_slowdown, "variability": job.variability,
             "seed": job.seed, "nccl": scn.nccl.model_dump(exclude_unset=True)}
 
@@ -139,13 +141,13 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
     except ConfigError as exc:           # a strategy option this model or cluster refuses
         raise exc.located(source) from None
     try:
-        return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn)
+        return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn, model)
     except ConfigError as exc:           # a straggler rank outside this cluster
         raise exc.located(source) from None
 
 
-def _with_run_meta(trace: Trace, scn: Scenario) -> Trace:
-    trace.meta["run"] = run_meta(scn)
+def _with_run_meta(trace: Trace, scn: Scenario, model: ModelSpec) -> Trace:
+    trace.meta["run"] = run_meta(scn, model)
     return trace
 
 
@@ -169,7 +171,7 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
                             fp8_recipe=gemm_recipe(t.precision, t.fp8_recipe),
                             model=model.name, tokens_per_sample=tokens,
                             model_flops_per_sample=flops)
-        return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn)
+        return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn, model)
     except ConfigError as exc:          # a layer-cost field is a training key
         training = exc.field in ("seq_len", "batch")
         raise (_located(exc, source, "training") if training else exc.located(source)) \
@@ -485,7 +487,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     job = job_config(scn)
     try:
         compute = ComputeModel(gpu, attention=t.attention_impl, strategy=cfg.name,
-                               fp8_attention=t.fp8_attention)
+                               fp8_attention=t.fp8_attention, model_family=model.family)
     except ConfigError as exc:
         raise exc.located(source) from None
     built = accum.traces if accum else (trace,)

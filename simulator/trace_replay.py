@@ -7,8 +7,8 @@ replay costs what NCCL actually ran; ``nccl_choice="auto"`` lets the simulator's
 choose instead.
 
 A generated trace carries how ``run`` ran it (``meta.run``, :func:`simulator.pipeline.run_meta`:
-the training precision, attention kernels, overlap slowdown, rank-to-rank variability, seed
-and NCCL knobs), so its replay on the scenario's topology costs what ``run`` costs: the
+the training precision, attention kernels, model family, overlap slowdown, rank-to-rank
+variability, seed and NCCL knobs), so its replay on the scenario's topology costs what ``run`` costs: the
 same compute model, job knobs, GPU memory limit and peak FLOP/s. Each value is checked;
 a trace without ``meta.run`` runs at bf16 with the defaults.
 """
@@ -35,6 +35,7 @@ from .engine.variability import resolve_sigmas
 from .errors import ConfigError, validation_error
 from .hardware import check_training_precision, gpu_spec
 from .metrics import Metrics, compute_metrics
+from .models.spec import FAMILIES as MODEL_FAMILIES
 from .precision import OP_PRECISIONS, compute_precision
 from .topology.build import load_cluster
 from .topology.loader import resolve_topology
@@ -86,13 +87,15 @@ class ReplayResult:
 @dataclass(frozen=True)
 class RunSettings:
     """How a trace is to be run (``meta.run``): the job knobs, the attention kernels, the
-    training precision the peak FLOP/s are counted at, and the NCCL knobs."""
+    training precision the peak FLOP/s are counted at, the NCCL knobs, and the family of
+    the model it was generated from (None: not said, as in an imported trace)."""
 
     job: JobConfig
     attention: str
     precision: str
     nccl: NcclConfig
     fp8_attention: bool = False
+    model_family: str | None = None
 
 
 def run_settings(meta: Mapping) -> RunSettings:
@@ -103,7 +106,7 @@ def run_settings(meta: Mapping) -> RunSettings:
     run = meta.get("run", {})
     if not isinstance(run, Mapping):
         raise ConfigError(f"must be a mapping, got {type(run).__name__}", field="meta.run")
-    unknown = sorted(set(run) - {"precision", "attention", "fp8_attention",
+    unknown = sorted(set(run) - {"precision", "attention", "fp8_attention", "model_family",
                                  "overlap_slowdown", "variability", "seed", "nccl"})
     if unknown:
         raise ConfigError("unknown key", field=f"meta.run.{unknown[0]}")
@@ -113,6 +116,9 @@ def run_settings(meta: Mapping) -> RunSettings:
     if not isinstance(fp8_attention, bool):
         raise ConfigError(f"must be true or false, got {fp8_attention!r}",
                           field="meta.run.fp8_attention")
+    model_family = run.get("model_family")
+    if model_family is not None:
+        model_family = _one_of(run, "model_family", MODEL_FAMILIES, "")
     overlap = run.get("overlap_slowdown", 0.0)
     if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) \
             or not 0.0 <= overlap <= 1000.0:
@@ -141,7 +147,7 @@ def run_settings(meta: Mapping) -> RunSettings:
     return RunSettings(JobConfig(overlap_slowdown=float(overlap),
                                  precision=compute_precision(precision),
                                  variability=variability, seed=seed),
-                       attention, precision, nccl, fp8_attention)
+                       attention, precision, nccl, fp8_attention, model_family)
 
 
 def _one_of(run: Mapping, key: str, choices: tuple, default: str) -> str:
@@ -180,7 +186,8 @@ def replay_trace(trace: Trace, topology: str = "dgx-a100", nodes: int | None = N
         check_training_precision(gpu, settings.precision)
         compute = ComputeModel(gpu, attention=settings.attention,
                                strategy=trace.meta.get("strategy"),
-                               fp8_attention=settings.fp8_attention)
+                               fp8_attention=settings.fp8_attention,
+                               model_family=settings.model_family)
     except ConfigError as exc:      # what this GPU cannot run of the trace's settings
         raise ConfigError(exc.reason, field="meta.run." + {
             "training.precision": "precision", "training.fp8_attention": "fp8_attention"}.get(

@@ -99,7 +99,10 @@ def test_fp8_gemms_take_the_bf16_matmul_factor():
     fam = family_of(gpu_spec("H100-SXM"))
     assert fam.factor("matmul", "fp8") == fam.time_factor["matmul"]
     assert fam.overhead_s("fp8") == fam.kernel_overhead_s
-    assert fam.factor("matmul", "fp16") == 1.0      # precisions the fit never saw
+    # fp16 is bf16's kernels at the same rates: one price (tests/test_half_precision_price.py)
+    assert fam.factor("matmul", "fp16") == fam.time_factor["matmul"]
+    assert fam.factor("matmul", "tf32") == 1.0      # a precision the fit never saw
+    assert fam.overhead_s("tf32") == 0.0
 
 
 def test_fp8_rows_are_simulated_in_the_calibration_split_and_not_fitted():

@@ -177,9 +177,11 @@ def test_family_fit_scales_the_kernel_time_and_adds_the_overhead():
     assert math.isclose(fitted.op_time_s("matmul", 1e12, 1e6, "bf16"), 1.5 * t0 + launch + 7e-6)
     e0 = base.op_time_s("elementwise", 0, 1e9, "bf16")
     assert math.isclose(fitted.op_time_s("elementwise", 0, 1e9, "bf16"), e0 + 7e-6)
-    # another precision is the roofline's, and so is a GPU outside every family
-    assert fitted.op_time_s("matmul", 1e12, 1e6, "fp16") == base.op_time_s("matmul", 1e12, 1e6,
-                                                                          "fp16")
+    # fp16 is bf16's price (the same kernels); another precision is the roofline's
+    assert fitted.op_time_s("matmul", 1e12, 1e6, "fp16") == fitted.op_time_s("matmul", 1e12,
+                                                                            1e6, "bf16")
+    assert fitted.op_time_s("matmul", 1e12, 1e6, "tf32") == base.op_time_s("matmul", 1e12, 1e6,
+                                                                          "tf32")
     assert fitted.scaled(2.0).fit is fit
 
 

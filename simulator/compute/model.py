@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 
 from simulator.compute.launch import check_launch, pays_kernel_launch, pays_stack_overhead
-from simulator.compute.training_fit import IDENTITY, FamilyFit, family_of
+from simulator.compute.training_fit import IDENTITY, STACK_MODELS, FamilyFit, family_of
 from simulator.errors import ConfigError
 from simulator.units import UnitError, parse_bandwidth
 from simulator.yamlio import read_yaml
@@ -201,7 +201,7 @@ class ComputeModel:
     def __init__(self, gpu: GpuSpec, calibration: ComputeCalibration | dict | None = None,
                  *, time_scale: float = 1.0, fit: FamilyFit | None = None,
                  attention: str = "sdpa", strategy: str | None = None,
-                 fp8_attention: bool = False):
+                 fp8_attention: bool = False, model_family: str | None = None):
         shipped = calibration is None
         if calibration is None:
             calibration = _default_calibration()
@@ -222,11 +222,13 @@ class ComputeModel:
             self._fp8_attention_speedup(field="training.fp8_attention")
         self.fp8_attention = bool(fp8_attention)
         self.strategy = strategy
+        self.model_family = model_family
         # real-run time factors of the GPU's family (simulator/data/training_fit.yaml), fitted
         # on top of the shipped constants: another calibration runs without them; a
-        # strategy that does not run the fitted stack takes the GPU's kernel factors only
+        # strategy (or a model's code) that does not run the fitted stack takes the GPU's
+        # kernel factors only
         if fit is None:
-            fit = family_of(gpu).seen_by(strategy) if shipped else IDENTITY
+            fit = family_of(gpu).seen_by(strategy, model_family) if shipped else IDENTITY
         self.fit = fit
         self._terms: dict[tuple[str, str], tuple[float, float, float, float]] = {}
         self._times: dict[tuple, float] = {}      # op_time_s, remembered (see there)
@@ -237,9 +239,11 @@ class ComputeModel:
         (``training_fit.yaml``), or the roofline, and why (what ``compare`` prints beside
         the strategies it prices)."""
         fit, family = self.fit, family_of(self.gpu)
-        if not (fit.name and (precision in fit.precisions or fit.overhead_s(precision))):
+        if not (fit.name and fit.covers(precision)):
+            covered = [p for p in (*HALF, *family.precisions) if family.covers(p)]
             why = (f"no kernels are fitted on {self.gpu.family} GPUs" if not family.name
-                   else f"the {family.name} fit is {', '.join(family.precisions)}'s")
+                   else f"the {family.name} fit covers {', '.join(dict.fromkeys(covered))}, "
+                        f"not {precision}")
             return f"the roofline's kernels ({why})"
         tf = fit.time_factor
         kernels = (f"{fit.name} kernels as fitted: matmul x{tf['matmul']:.2f}"
@@ -251,9 +255,16 @@ class ComputeModel:
         if fit.kernel_overhead_s or tf["memory_bound"] != 1.0:
             return (f"{kernels}; the eager PyTorch stack: memory-bound x"
                     f"{tf['memory_bound']:.2f}, +{fit.kernel_overhead_s * 1e6:.0f} us a kernel")
-        return (f"{kernels}; not the eager PyTorch stack "
-                f"({', '.join(family.stack_strategies or ())}): memory-bound kernels "
-                f"on the roofline, no per-kernel overhead")
+        if not family.runs_stack(self.strategy):
+            return (f"{kernels}; not the eager PyTorch stack "
+                    f"({', '.join(family.stack_strategies or ())}): memory-bound kernels "
+                    f"on the roofline, no per-kernel overhead")
+        if not family.runs_stack(self.strategy, self.model_family):
+            return (f"{kernels}; a {self.model_family} model's code does not run the eager "
+                    f"stack's fitted mechanisms (fitted on {', '.join(STACK_MODELS)} code): "
+                    f"memory-bound kernels on the roofline, no per-kernel overhead")
+        return (f"{kernels}; the eager PyTorch stack is not measured on {fit.name}: "
+                f"memory-bound kernels on the roofline, no per-kernel overhead")
 
     @property
     def kernel_launch_s(self) -> float:
@@ -267,14 +278,15 @@ class ComputeModel:
         return ComputeModel(self.gpu, self.calibration,
                             time_scale=self.time_scale * _scale_factor(factor), fit=self.fit,
                             attention=self.attention, strategy=self.strategy,
-                            fp8_attention=self.fp8_attention)
+                            fp8_attention=self.fp8_attention, model_family=self.model_family)
 
     def with_fit(self, fit: FamilyFit | None = None, calibration=None) -> "ComputeModel":
         """The same GPU, attention and strategy with another fit (None: the scope rule) or
         calibration (None: this one)."""
         return ComputeModel(self.gpu, calibration or self.calibration, fit=fit,
                             time_scale=self.time_scale, attention=self.attention,
-                            strategy=self.strategy, fp8_attention=self.fp8_attention)
+                            strategy=self.strategy, fp8_attention=self.fp8_attention,
+                            model_family=self.model_family)
 
     def peak_flops(self, op_class: str, precision: str) -> float:
         """Peak FLOP/s the op counts against (tensor-core rate or FP32 rate)."""

@@ -24,11 +24,23 @@ eager host path, so it runs them on the roofline. Evidence: NeMo's H100 FP8 rows
 -42.7% to -9.6% with all four factors, and -7.1% to +18.3% with the GPU's two
 (docs/compute.md).
 
+The stack's mechanisms are also the model code's (:data:`STACK_MODELS`): every row they
+were fitted on ran a decoder language model's eager code (MPT in llm-foundry, Llama in
+torchtitan), and so do the Hugging Face GPT-2 and Llama profiles of validation/gpu/ that
+they price at +1.6% to +18.3% (the eager ones -12% to -43% without them). The
+convolutional and BERT code of the validated rows (DeepLearningExamples' ResNet-50 and BERT, whose BERT fuses its norms and
+GELU through apex; Hugging Face's BERT) runs at the roofline's: with the stack's factors
+its rows move -45% to -67% (DeepLearningExamples throughput) and +15% to +129% (the H200
+step times). So a ResNet or a BERT runs the GPU's kernel factors under every strategy,
+and DDP prices it as Horovod does.
+
 A family applies to its listed GPUs and to every other GPU of their generation (the
 catalog's ``family``: an H200 or a power-capped H100 takes the H100 fit; what makes them
 differ, memory bandwidth or clocks, is the roofline's, from their catalog entries), and to
-the precisions the fit saw; a GPU of another generation or precision gets
-:data:`IDENTITY` (factor 1, no overhead), so its answers are the roofline's. An FP8 GEMM
+the precisions the fit saw, where fp16 and bf16 are one (:func:`FamilyFit.covers`: the
+same tensor-core rates, kernels and bytes; fp16 adds GradScaler's kernels, which the step
+models apart); a GPU of another generation or precision gets :data:`IDENTITY` (factor 1,
+no overhead), so its answers are the roofline's. An FP8 GEMM
 (:mod:`simulator.models.fp8`, in a bf16 step) takes the bf16 ``matmul`` factor (the same
 GEMM path at another operand width, at the datasheet's FP8 peak, twice bf16), unless the
 family gives ``fp8_gemm_speedup``: the FP8:BF16 kernel-time ratio a benchmark measured on
@@ -50,7 +62,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from simulator.errors import ConfigError
-from simulator.precision import FP4, FP8, LOW_GEMM_PRECISIONS
+from simulator.precision import FP4, FP8, HALF_PRECISIONS, LOW_GEMM_PRECISIONS
 from simulator.yamlio import read_yaml
 from ..yamlio import data_file
 
@@ -68,6 +80,9 @@ FP8_SPEEDUP = "fp8_gemm_speedup"    # optional family entry: FP8 GEMM rate over 
 FP4_SPEEDUP = "fp4_gemm_speedup"    # optional family entry: NVFP4 GEMM rate over bf16's, measured
 SPEEDUPS = {FP8: FP8_SPEEDUP, FP4: FP4_SPEEDUP}     # a GEMM precision -> its family entry
 OLD_FP8_MATMUL = "fp8_matmul"      # the absolute FP8 factor it replaced: refused, naming it
+# the model families (ModelSpec.family) whose code runs the eager stack the stack's
+# mechanisms were fitted on: decoder language models (see the module docstring)
+STACK_MODELS = ("gpt", "llama")
 
 
 @dataclass(frozen=True)
@@ -88,35 +103,45 @@ class FamilyFit:
         family gives none (the GEMM then runs the bf16 curve at the datasheet peak)."""
         return {FP8: self.fp8_gemm_speedup, FP4: self.fp4_gemm_speedup}.get(precision)
 
-    def runs_stack(self, strategy: str | None) -> bool:
-        """Whether ``strategy`` runs the fitted stack (None: a bare kernel, not a run: yes)."""
-        return (strategy is None or self.stack_strategies is None
-                or strategy in self.stack_strategies)
+    def runs_stack(self, strategy: str | None, model_family: str | None = None) -> bool:
+        """Whether ``strategy`` runs the fitted stack for a model of ``model_family``
+        (:data:`STACK_MODELS`; None for either: a bare kernel, not a run: yes)."""
+        return ((strategy is None or self.stack_strategies is None
+                 or strategy in self.stack_strategies)
+                and (model_family is None or model_family in STACK_MODELS))
 
-    def seen_by(self, strategy: str | None) -> "FamilyFit":
-        """The fit as ``strategy`` pays it: the GPU's kernel factors always, the stack's
-        mechanisms (:data:`STACK_GROUPS`, the overhead) only when it runs that stack."""
-        if self.runs_stack(strategy):
+    def seen_by(self, strategy: str | None, model_family: str | None = None) -> "FamilyFit":
+        """The fit as ``strategy`` pays it for a model of ``model_family``: the GPU's kernel
+        factors always, the stack's mechanisms (:data:`STACK_GROUPS`, the overhead) only
+        when it runs that stack for that model's code."""
+        if self.runs_stack(strategy, model_family):
             return self
         tf = {g: (v if g in KERNEL_GROUPS else 1.0) for g, v in self.time_factor.items()}
         return dataclasses.replace(self, time_factor=MappingProxyType(tf),
                                    kernel_overhead_s=0.0, stack_strategies=())
+
+    def covers(self, precision: str) -> bool:
+        """Whether the fit applies at ``precision``: one it saw, the other 16-bit one (fp16
+        and bf16 run the same kernels at the same rates), or an FP8 / FP4 step's (its
+        GEMMs' kernels at another operand width, the rest of its step in bf16)."""
+        half = any(p in HALF_PRECISIONS for p in self.precisions)
+        return (precision in self.precisions
+                or (half and precision in HALF_PRECISIONS)
+                or (BF16 in self.precisions and precision in LOW_GEMM_PRECISIONS))
 
     def factor(self, op_class: str, precision: str) -> float:
         """The time factor of ``op_class`` at ``precision`` (1 where the fit does not apply)."""
         if precision in LOW_GEMM_PRECISIONS and op_class in KERNEL_GROUPS \
                 and BF16 in self.precisions:
             return self.time_factor[op_class]    # the same kernel at another operand width
-        if precision not in self.precisions:
+        if precision in LOW_GEMM_PRECISIONS or not self.covers(precision):
             return 1.0
         group = GROUP_OF.get(op_class)
         return self.time_factor[group] if group else 1.0
 
     def overhead_s(self, precision: str) -> float:
         """Seconds added to each kernel's launch at ``precision``."""
-        covered = precision in self.precisions or (precision in LOW_GEMM_PRECISIONS
-                                                   and BF16 in self.precisions)
-        return self.kernel_overhead_s if covered else 0.0
+        return self.kernel_overhead_s if self.covers(precision) else 0.0
 
     def with_values(self, values: dict) -> "FamilyFit":
         """A copy with ``values`` ({group: factor, "kernel_overhead_us": us}) replaced."""

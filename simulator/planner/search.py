@@ -134,7 +134,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
         gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
         check_gpu_training(gpu, t.precision, t.fp8_recipe)
         stacks = {name: ComputeModel(gpu, attention=t.attention_impl, strategy=name,
-                                     fp8_attention=t.fp8_attention)
+                                     fp8_attention=t.fp8_attention, model_family=model.family)
                   for name in ("torchtitan", "megatron")}
     except ConfigError as exc:
         raise exc.located(source) from None
