@@ -122,7 +122,8 @@ def run_and_write(out: Path | str, root=None, calibration=None, splits=None,
 
 def fitted_note() -> str:
     """One line on the fitted family factors in use (simulator/data/training_fit.yaml)."""
-    from simulator.compute.training_fit import KERNEL_GROUPS, STACK_GROUPS, families
+    from simulator.compute.training_fit import (KERNEL_GROUPS, STACK_GROUPS, STACK_MODELS,
+                                                families)
     fams = families()
     if not fams:
         return "Fitted family factors: none (simulator/data/training_fit.yaml is empty)."
@@ -132,9 +133,9 @@ def fitted_note() -> str:
         parts.append(f"{name}: {tf}, +{fit.kernel_overhead_s * 1e6:.1f} us/kernel")
     scope = next((fit.stack_strategies for _, fit in fams.values() if fit.stack_strategies),
                  None)
-    where = (f"; bf16 kernels and FP8 GEMMs; {' and '.join(KERNEL_GROUPS)} under every "
-             f"strategy, {', '.join(STACK_GROUPS)} and the overhead under "
-             f"{', '.join(scope)}" if scope else "")
+    where = (f"; fp16 and bf16 kernels and FP8 GEMMs; {' and '.join(KERNEL_GROUPS)} under "
+             f"every strategy, {', '.join(STACK_GROUPS)} and the overhead under "
+             f"{', '.join(scope)} for {', '.join(STACK_MODELS)} models" if scope else "")
     return (f"Fitted family factors (simulator/data/training_fit.yaml{where}): "
             + "; ".join(parts) + ".")
 
