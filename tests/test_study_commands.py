@@ -59,6 +59,21 @@ def test_compare_rows_are_compare_per_strategy(tmp_path):
                for line in listed)
     assert ("- At 2 and 4 GPUs: " + sentence) in listed or len(listed) == 2
     assert "How far to trust it" in (tmp_path / "out" / "report.html").read_text()
+    # why the frameworks' compute differs: each strategy's kernel stack, as compare says it,
+    # in every row and, grouped by stack, in the report and the page
+    from simulator.study.report import KERNELS_ASK
+    assert list(rows["kernels"]) == [r.kernels for r in direct.rows]
+    stacks = {r.kernels for r in direct.rows}
+    # PyTorch's eager stack (fsdp; ddp adds autocast's casts) and TensorFlow's kernels
+    assert len(stacks) == 3 and any("not the eager PyTorch stack" in k for k in stacks)
+    asked = report.index(f"## {KERNELS_ASK}")
+    listed = [line for line in report[asked:].split("\n## ", 1)[0].splitlines()
+              if line.startswith("- ")]
+    assert sorted(listed) == sorted(
+        f"- {', '.join(r.alias.key for r in direct.rows if r.kernels == k)}: {k}."
+        for k in stacks)
+    import html
+    assert html.escape(KERNELS_ASK) in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_reliability_rows_are_run_study_for_the_points_seed(tmp_path):

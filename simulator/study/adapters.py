@@ -19,7 +19,8 @@ METRICS = ("iteration_time_s", "samples_per_s", "tokens_per_s", "tokens_per_s_pe
 COMPARE_COLUMNS = ("strategy", "framework", "strategy_status", "reason", *METRICS,
                    "worker_gpus", "global_batch", "oom_at", "comm_bytes_per_gpu", "scaling_gpus",
                    "scaling_efficiency", "usd_per_gpu_hour", "price", "cost_per_iteration_usd",
-                   "cost_per_million_tokens_usd", "comm_wait_share", "extrapolated", "trust")
+                   "cost_per_million_tokens_usd", "comm_wait_share", "extrapolated", "trust",
+                   "kernels")
 _LOST = ("checkpoint", "degraded", "recompute", "detection", "waiting", "restart", "restore")
 RELIABILITY_COLUMNS = (
     "ettr_mean", "ettr_std", "ettr_p5", "ettr_p50", "ettr_p95", "goodput_tokens_per_s",
@@ -93,7 +94,9 @@ def _compare_row(d: dict, gpus: int, trust: str, price: str = "") -> dict:
                cost_per_iteration_usd=cost.get("per_iteration_usd"),
                cost_per_million_tokens_usd=cost.get("per_million_tokens_usd"),
                comm_wait_share=cost.get("comm_wait_share"),
-               extrapolated=_brief(d.get("extrapolated")), trust=trust)
+               extrapolated=_brief(d.get("extrapolated")), trust=trust,
+               # the kernel stack that prices the strategy's step (compare's "# kernels")
+               kernels=d.get("kernels") or "")
     return row
 
 

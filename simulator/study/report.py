@@ -18,6 +18,9 @@ from .spec import ScalingQuestion, plot_paths
 
 MAX_TABLE_ROWS = 60
 TRUST_ASK = "How far to trust these answers?"
+KERNELS_ASK = "Why do the frameworks' compute times differ?"
+KERNELS_LEAD = ("The same kernel costs the same under every strategy; the frameworks differ by "
+                "their stacks' named mechanisms:")
 
 
 def write_outputs(study: LoadedStudy, table: pd.DataFrame, out: Path) -> list[Path]:
@@ -35,11 +38,29 @@ def write_outputs(study: LoadedStudy, table: pd.DataFrame, out: Path) -> list[Pa
 
 def answers(study: LoadedStudy, ok: pd.DataFrame) -> list[tuple[str, str]]:
     """(question, answer sentence) for every question of the study, then, for a compare
-    study, how far to trust them (:func:`trust_lines`)."""
+    study, the named mechanisms behind its frameworks' different compute times
+    (:func:`kernel_lines`) and how far to trust the answers (:func:`trust_lines`)."""
     keys = COMMANDS[study.spec.command].keys
-    trust = trust_lines(ok)
+    kernels, trust = kernel_lines(ok), trust_lines(ok)
     return [(q.ask, answer(q, ok, study.spec, keys)) for q in study.spec.questions] + (
+        [(KERNELS_ASK, f"{KERNELS_LEAD} {' '.join(kernels)}")] if kernels else []) + (
         [(TRUST_ASK, " ".join(trust))] if trust else [])
+
+
+def kernel_lines(ok: pd.DataFrame) -> list[str]:
+    """A compare study's kernel stacks, one sentence per stack naming its strategies (what
+    ``clustersim compare`` prints as ``# kernels of ...``): the same kernels cost the same
+    under every strategy, and these named mechanisms are what makes the frameworks'
+    compute differ. None when every strategy runs one stack, or for other commands."""
+    if "kernels" not in ok.columns or not len(ok):
+        return []
+    by: dict[str, list[str]] = {}
+    for stack, strategy in zip(ok["kernels"], ok["strategy"]):
+        if isinstance(stack, str) and stack and strategy not in by.setdefault(stack, []):
+            by[stack].append(strategy)
+    if len(by) < 2:
+        return []
+    return [f"{', '.join(names)}: {stack}." for stack, names in by.items()]
 
 
 def trust_lines(ok: pd.DataFrame) -> list[str]:
@@ -81,6 +102,10 @@ def render_report(study: LoadedStudy, table: pd.DataFrame, ok: pd.DataFrame,
         lines += ["## Answers", ""]
         for q, (ask, text) in zip(spec.questions, answers(study, ok)):
             lines += [f"**{ask}**", "", text, ""] + _scaling_table(spec, q, ok)
+    kernels = kernel_lines(ok)
+    if kernels:
+        lines += [f"## {KERNELS_ASK}", "", KERNELS_LEAD, ""] + [f"- {line}" for line in kernels] \
+            + [""]
     trust = trust_lines(ok)
     if trust:
         lines += [f"## {TRUST_ASK}", ""] + [f"- {line}" for line in trust] + [""]
