@@ -273,21 +273,26 @@ def _check_fp4(model: ModelSpec, strategy: str, source: str) -> None:
 
 def _check_elementwise(model: ModelSpec, strategy: str, value: str, source: str) -> None:
     """``training.elementwise: eager`` where it means something: Llama's PyTorch reference
-    code (RMSNorm, rotary, SwiGLU, grouped-query K/V; :mod:`simulator.models.eager`) under
-    a PyTorch framework.
+    code (RMSNorm, rotary, SwiGLU, grouped-query K/V) or Hugging Face's BERT (separate
+    Q/K/V Linears; ``eager`` only: its LayerNorm is one kernel either way), under a PyTorch
+    framework (:mod:`simulator.models.eager`).
 
     :raises ConfigError: (``training.elementwise``) under a TensorFlow strategy, or for a
         model with none of those ops.
     """
     if framework_of(strategy) == "tensorflow":
-        raise ConfigError(f"{value} is PyTorch's op-by-op Llama code; {strategy} runs Keras: "
+        raise ConfigError(f"{value} is PyTorch's op-by-op model code; {strategy} runs Keras: "
                           f"use fused", source=source, field="training.elementwise")
+    if model.family == "bert" and value == "eager":
+        return
     if not (model.is_transformer and (model.norm == "rmsnorm" or model.mlp == "swiglu"
                                       or model.position_embedding == "rope"
                                       or model.kv_heads < model.heads)):
+        bert = " (a BERT takes eager: Hugging Face's BertLayer)" if model.family == "bert" \
+            else ""
         raise ConfigError(f"{value} is Llama's reference code (RMSNorm, rotary, SwiGLU, "
                           f"grouped-query attention); {model.name} has none of them: use "
-                          f"fused", source=source, field="training.elementwise")
+                          f"fused{bert}", source=source, field="training.elementwise")
 
 
 def _located(exc: ConfigError, source: str, prefix: str) -> ConfigError:

@@ -34,7 +34,7 @@ from simulator.errors import ConfigError
 from simulator.models.moe import block_costs, inactive_params
 from simulator.models.ops import LayerCost, check_positive
 from simulator.models.spec import ModelSpec
-from simulator.models.eager import compiled_extras, eager_block, eager_head
+from simulator.models.eager import bert_eager_block, compiled_extras, eager_block, eager_head
 from simulator.models.finetune import check_model as check_finetune, finetune_layers
 from simulator.models.packing import packed_layers
 from simulator.models.fp8 import fp8_layer
@@ -141,6 +141,8 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         blocks = [compiled_block(b, tokens, model.hidden, e, k) for b in blocks]
         if eager:
             blocks = [compiled_extras(b, model, batch, seq_len, e, *shard) for b in blocks]
+    elif eager and model.family == "bert":     # Hugging Face's BertLayer (eager.py)
+        blocks = [bert_eager_block(b, model, batch, seq_len, e, k, *shard) for b in blocks]
     elif eager:
         blocks = [eager_block(b, model, batch, seq_len, e, k, *shard, fused_norm=fused_norm)
                   for b in blocks]

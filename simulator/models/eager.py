@@ -29,6 +29,23 @@ per element of the input dtype, fp32 = 4):
 * separate projections (``wq wk wv``, ``w1 w3``): autograd adds their input gradients,
   ``3 e n`` per add (two for Q/K/V, one for gate/up).
 
+Hugging Face's BERT (``BertLayer``, its ``BertSelfAttention`` with separate ``query``,
+``key`` and ``value`` Linears; ``training.elementwise: eager`` on a BERT,
+:func:`bert_eager_block`) keeps PyTorch's native ``layer_norm`` and GELU, and runs what
+separate biased ``nn.Linear`` modules run op by op:
+
+* under autocast (fp32 parameters, the residual stream and the LayerNorm outputs in fp32),
+  each Linear casts its own input: the fp32 hidden state is cast to 16 bits three times
+  for Q, K and V (``(4 + e) n`` each, ``n`` its elements; the fused block's one cast plus
+  two), each copy saved for its Linear's weight gradient; backward casts each input
+  gradient back to fp32 (``(e + 4) n``) and autograd sums the three in fp32 (two adds,
+  ``3 x 4 n`` each). Without autocast the inputs are not cast and the two sums run at
+  ``e``;
+* a Linear's bias gradient is ``grad.sum(0)``, a reduction kernel of its own after the
+  weight gradient's GEMM (PyTorch's ``addmm`` backward; Megatron and Transformer Engine fuse
+  it into the GEMM): ``e`` bytes an element of the output gradient read, 4 bytes a bias
+  element written, one per Linear (Q, K, V, the attention output, both MLP matrices).
+
 Pointwise pieces are ``elementwise`` and row reductions ``norm`` (on the H200 profile of
 Hugging Face's eager Llama block, eager ``mul``/``copy_`` kernels stream at 60-80% of peak
 bandwidth and ``mean``/``sum`` at 48-54%: about the two classes' efficiencies under the
@@ -113,7 +130,7 @@ def rotary_ops(fused: OpCost, q: int, kv: int, table: int, e: int,
     bytes of ``freqs_cis`` read per product), forward or backward."""
     out = []
     for part, n in (("q", q), ("k", kv)):
-        steps = [(f"float", 0, (e + F32) * n), ("mul", 3 * n, 2 * F32 * n + table),
+        steps = [("float", 0, (e + F32) * n), ("mul", 3 * n, 2 * F32 * n + table),
                  ("type_as", 0, (F32 + e) * n)]
         for step, flops, nbytes in (reversed(steps) if backward else steps):
             suffix = ".bwd" if backward else ""
@@ -201,6 +218,48 @@ def eager_block(layer: LayerCost, model: ModelSpec, b: int, s: int, e: int, k: i
                    activation_bytes=layer.activation_bytes + extra)
 
 
+def _bias_grads(op: OpCost, widths: dict[str, tuple[int, ...]], t: int,
+                e: int) -> list[OpCost]:
+    """The bias-gradient reductions after a biased Linear's weight gradient ``op`` (one per
+    output width of ``widths[its Linear]``: Q, K and V are three Linears)."""
+    base = op.name[:-len(".wgrad")]
+    return [_op(f"{base}.bias_grad{i if len(widths[base]) > 1 else ''}", "norm", t * w,
+                e * t * w + F32 * w) for i, w in enumerate(widths[base])]
+
+
+def bert_eager_block(layer: LayerCost, model: ModelSpec, b: int, s: int, e: int, k: int,
+                     tp: int = 1, sp: bool = False, cp: int = 1) -> LayerCost:
+    """``layer`` (a BERT block) as Hugging Face's ``BertLayer`` runs it op by op (module
+    docstring): the extra autocast casts and fp32 gradient sums of its separate Q, K and V
+    Linears, and a reduction per biased Linear's bias gradient; the rest is the fused
+    block's (native ``layer_norm``, one GELU kernel)."""
+    sh = Shapes(model, b, s, tp, sp, cp)
+    h, n = model.hidden, sh.t * model.hidden
+    kv = model.kv_heads * model.head_dim // tp
+    widths = {"qkv_proj": (model.q_width // tp, kv, kv), "attn_out": (h,),
+              "mlp_up": (sh.f // sh.t,), "mlp_down": (h,)} if model.bias else {}
+    casting = k != e                          # autocast: fp32 inputs cast for each Linear
+    cast_n = sh.tn * h                        # the norm's output, as the fused block casts it
+    fwd, bwd = [], []
+    for op in layer.forward:
+        fwd.append(op)
+        if casting and op.name == "cast.norm1":   # K's and V's own copies, each saved
+            fwd += [replace(op, name=f"qkv_proj.cast_{x}", saved_bytes=e * cast_n)
+                    for x in "kv"]
+    for op in layer.backward:
+        bwd.append(op)
+        if op.name in (f"{x}.wgrad" for x in widths):
+            bwd += _bias_grads(op, widths, sh.t, e)
+        if op.name == "qkv_proj.dgrad":
+            if casting:
+                bwd += [_op(f"qkv_proj.cast_{x}.bwd", "elementwise", 0, (e + k) * cast_n)
+                        for x in "kv"]
+            bwd += grad_sums("qkv_proj", 2, n, k)
+    extra = sum(o.saved_bytes for o in fwd) - sum(o.saved_bytes for o in layer.forward)
+    return replace(layer, forward=tuple(fwd), backward=tuple(bwd),
+                   activation_bytes=layer.activation_bytes + extra)
+
+
 def eager_head(layer: LayerCost, model: ModelSpec, b: int, s: int, k: int, tp: int = 1,
                sp: bool = False, cp: int = 1) -> LayerCost:
     """The head with the reference code's eager final RMSNorm."""
@@ -225,10 +284,11 @@ def compiled_extras(layer: LayerCost, model: ModelSpec, b: int, s: int, e: int,
     backward, V by a reduction); AOTAutograd's partitioner saves the unexpanded K and V
     (the copies are cheap to redo), so the saved activations stay the fused block's. The
     projections' input gradients are summed in the norm backward that follows them (one
-    more read per extra projection)."""
+    more read per extra projection: Q, K and V; gate and up where the MLP is SwiGLU)."""
     sh = Shapes(model, b, s, tp, sp, cp)
     grow = e * (sh.q - sh.kv)                       # expanded K written instead of K
-    sums = {"norm1.bwd": 2 * e * sh.t * model.hidden, "norm2.bwd": e * sh.t * model.hidden}
+    n = sh.t * model.hidden
+    sums = {"norm1.bwd": 2 * e * n, **({"norm2.bwd": e * n} if model.mlp == "swiglu" else {})}
     fwd, bwd = [], []
     for op in layer.forward:
         if sh.gqa and op.name in ATTENTION_FIRST:
