@@ -8,9 +8,9 @@ choose instead.
 
 A generated trace carries how ``run`` ran it (``meta.run``, :func:`simulator.pipeline.run_meta`:
 the training precision, attention kernels, model family, overlap slowdown, rank-to-rank
-variability, seed and NCCL knobs), so its replay on the scenario's topology costs what ``run`` costs: the
-same compute model, job knobs, GPU memory limit and peak FLOP/s. Each value is checked;
-a trace without ``meta.run`` runs at bf16 with the defaults.
+variability, seed and NCCL knobs), so its replay on the scenario's topology costs what
+``run`` costs: the same compute model, job knobs, GPU memory limit and peak FLOP/s. Each
+value is checked; a trace without ``meta.run`` runs at bf16 with the defaults.
 """
 
 from __future__ import annotations

@@ -240,10 +240,9 @@ class ComputeModel:
         the strategies it prices)."""
         fit, family = self.fit, family_of(self.gpu)
         if not (fit.name and fit.covers(precision)):
-            covered = [p for p in (*HALF, *family.precisions) if family.covers(p)]
+            covered = [p for p in HALF if family.covers(p)] or list(family.precisions)
             why = (f"no kernels are fitted on {self.gpu.family} GPUs" if not family.name
-                   else f"the {family.name} fit covers {', '.join(dict.fromkeys(covered))}, "
-                        f"not {precision}")
+                   else f"the {family.name} fit covers {', '.join(covered)}, not {precision}")
             return f"the roofline's kernels ({why})"
         tf = fit.time_factor
         kernels = (f"{fit.name} kernels as fitted: matmul x{tf['matmul']:.2f}"

@@ -28,11 +28,11 @@ The stack's mechanisms are also the model code's (:data:`STACK_MODELS`): every r
 were fitted on ran a decoder language model's eager code (MPT in llm-foundry, Llama in
 torchtitan), and so do the Hugging Face GPT-2 and Llama profiles of validation/gpu/ that
 they price at +1.6% to +18.3% (the eager ones -12% to -43% without them). The
-convolutional and BERT code of the validated rows (DeepLearningExamples' ResNet-50 and BERT, whose BERT fuses its norms and
-GELU through apex; Hugging Face's BERT) runs at the roofline's: with the stack's factors
-its rows move -45% to -67% (DeepLearningExamples throughput) and +15% to +129% (the H200
-step times). So a ResNet or a BERT runs the GPU's kernel factors under every strategy,
-and DDP prices it as Horovod does.
+convolutional and BERT code of the validated rows (DeepLearningExamples' ResNet-50 and
+BERT, whose BERT fuses its norms and GELU through apex; Hugging Face's BERT) runs at the
+roofline's: with the stack's factors its rows move -45% to -67% (DeepLearningExamples
+throughput) and +15% to +129% (the H200 step times). So a ResNet or a BERT runs the GPU's
+kernel factors under every strategy, and DDP prices it as Horovod does.
 
 A family applies to its listed GPUs and to every other GPU of their generation (the
 catalog's ``family``: an H200 or a power-capped H100 takes the H100 fit; what makes them
