@@ -128,3 +128,29 @@ def test_a_trace_with_an_unknown_model_family_is_refused_naming_the_field():
     with pytest.raises(ConfigError) as err:
         run_settings({"run": {"model_family": "transformer"}})
     assert err.value.field == "meta.run.model_family"
+
+
+@pytest.mark.parametrize("scenario, family", [("bert-large-ddp-8gpu", "bert"),
+                                              ("quickstart", "llama")])
+def test_run_says_what_prices_its_kernels_as_compare_does(capsys, scenario, family):
+    """``run`` prints the kernel stack (``# kernels:``, JSON ``kernels``) that ``compare``
+    prints for the same strategy: the GPU's family fit as the strategy and the model's code
+    pay it."""
+    import json
+    from test_cli import run_main
+    from simulator.compare.options import parse_strategies
+    from simulator.compare.runner import compare
+    from simulator.scenario import load_scenario
+    code, out, err = run_main(capsys, "run", scenario, "--format", "json", "-q")
+    assert code == 0, err
+    said = json.loads(out)["kernels"]
+    scn = load_scenario(scenario)
+    setup = build_setup(scn, extrapolate_steps=False)
+    assert said == setup.compute.stack(setup.job.precision)
+    assert f"a {family} model's code does not run" in said or family in STACK_MODELS
+    code, out, err = run_main(capsys, "run", scenario, "-q")
+    assert f"# kernels: {said}" in out.splitlines()
+    name = {"bert-large-ddp-8gpu": "ddp", "quickstart": "fsdp-full"}[scenario]
+    row = next(r for r in compare(scn, parse_strategies([name]), scaling=False,
+                                  capacity=False).rows)
+    assert row.kernels.startswith(said)

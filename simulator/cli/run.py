@@ -107,6 +107,8 @@ def register(cli: click.Group) -> None:
         model = load_model(scn.model)
         layout = memory_format_of(setup.scenario, model,
                                   str(setup.scenario.strategy.get("name", "")))
+        # what prices the step's kernels (compare's "# kernels of ..." for one strategy)
+        kernels = setup.compute.stack(setup.job.precision)
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
                                 scn.training.precision, model.is_moe,
@@ -130,6 +132,7 @@ def register(cli: click.Group) -> None:
         if fmt == "json":
             d = {**m.as_dict(), **{k: None for k in unknown},     # null as replay gives
                  **({"memory_format": layout[0]} if layout is not None else {}),
+                 "kernels": kernels,
                  "comm_by_kind": [k.as_dict() for k in kinds],
                  "accuracy": acc.as_dict(),
                  "energy": energy.as_dict() if energy else None, **priced}
@@ -146,6 +149,7 @@ def register(cli: click.Group) -> None:
                    f"{scn.training.precision}")
         if layout is not None:
             click.echo(f"# {describe_layout(*layout)}")
+        click.echo(f"# kernels: {kernels}")
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             click.echo(f"{key:<{width}}  {value}")
