@@ -209,12 +209,20 @@ def answer_sentences(cmp: Comparison) -> list[str]:
     return out
 
 
+def strategies_by_stack(pairs) -> dict[str, list[str]]:
+    """(kernel stack, strategy) pairs grouped: stack -> its strategies, each once, in the
+    order first seen (a pair without a stack, an n/a strategy's, is left out)."""
+    by: dict[str, list[str]] = {}
+    for stack, strategy in pairs:
+        if stack and strategy not in by.setdefault(stack, []):
+            by[stack].append(strategy)
+    return by
+
+
 def kernel_lines(ok: list[dict]) -> list[str]:
     """Which kernel stack prices each strategy's step: the named mechanism behind a
     difference in compute time between frameworks (one line per stack)."""
-    by: dict[str, list[str]] = {}
-    for r in ok:
-        by.setdefault(r["kernels"], []).append(r["strategy"])
+    by = strategies_by_stack((r["kernels"], r["strategy"]) for r in ok)
     if len(by) < 2:
         return [f"# kernels: every strategy on {stack}" for stack in by]
     return [f"# kernels of {', '.join(names)}: {stack}" for stack, names in by.items()]

@@ -237,7 +237,7 @@ def bert_eager_block(layer: LayerCost, model: ModelSpec, b: int, s: int, e: int,
     h, n = model.hidden, sh.t * model.hidden
     kv = model.kv_heads * model.head_dim // tp
     widths = {"qkv_proj": (model.q_width // tp, kv, kv), "attn_out": (h,),
-              "mlp_up": (sh.f // sh.t,), "mlp_down": (h,)} if model.bias else {}
+              "mlp_up": (model.ffn_hidden // tp,), "mlp_down": (h,)} if model.bias else {}
     casting = k != e                          # autocast: fp32 inputs cast for each Linear
     cast_n = sh.tn * h                        # the norm's output, as the fused block casts it
     fwd, bwd = [], []

@@ -54,10 +54,8 @@ def kernel_lines(ok: pd.DataFrame) -> list[str]:
     compute differ. None when every strategy runs one stack, or for other commands."""
     if "kernels" not in ok.columns or not len(ok):
         return []
-    by: dict[str, list[str]] = {}
-    for stack, strategy in zip(ok["kernels"], ok["strategy"]):
-        if isinstance(stack, str) and stack and strategy not in by.setdefault(stack, []):
-            by[stack].append(strategy)
+    from ..compare.report import strategies_by_stack     # compare's modules: when used
+    by = strategies_by_stack(zip(ok["kernels"].fillna(""), ok["strategy"]))
     if len(by) < 2:
         return []
     return [f"{', '.join(names)}: {stack}." for stack, names in by.items()]
