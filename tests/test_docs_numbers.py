@@ -420,7 +420,7 @@ def test_accuracy_training_tables_are_the_ground():
             checked += 1
     assert checked == len(TRAINING_GROUPS)
     a100 = [e for case, (_, e) in ground.items() if case.startswith("training/torchtitan/a100/")]
-    assert f"-7.4..{100 * max(a100):+.1f}%" in ACCURACY_TEXT and f"{100 * min(a100):.1f}" == "-7.4"
+    assert f"{100 * min(a100):.1f}..{100 * max(a100):+.1f}%" in ACCURACY_TEXT
     foundry70 = sorted(e for case, (_, e) in ground.items()
                        if case.startswith("training/llmfoundry/a100_bf16/70b"))
     assert f"RoCE nodes {100 * foundry70[0]:+.1f}% and {100 * foundry70[1]:+.1f}%" in ACCURACY_TEXT
@@ -695,7 +695,7 @@ def test_compute_figures():
     assert (f"simulated {sim[0]:,.0f} ({100 * float(eager['error']):+.1f}%) and {sim[1]:,.0f} "
             f"({100 * float(compiled['error']):+.1f}%), {100 * (sim[1] / sim[0] - 1):+.1f}%"
             in COMPUTE)
-    assert abs(float(compiled["error"])) <= 0.03 and "The compiled row is within 3%" in COMPUTE
+    assert abs(float(compiled["error"])) <= 0.04 and "The compiled row is within 4%" in COMPUTE
     tokens = 2 * 8192
     assert (f"its step is {tokens / sim[0] - tokens / sim[1]:.2f} s longer than the compiled one "
             f"where the measured difference, stack overhead included, is "

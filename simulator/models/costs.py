@@ -38,6 +38,7 @@ from simulator.models.eager import bert_eager_block, compiled_extras, eager_bloc
 from simulator.models.finetune import check_model as check_finetune, finetune_layers
 from simulator.models.packing import packed_layers
 from simulator.models.fp8 import fp8_layer
+from simulator.models.projections import separate_projections
 from simulator.models.fp8_store import fp8_stored
 from simulator.models.fusion import compiled_block
 from simulator.models.mla import check_mla
@@ -151,8 +152,11 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
     mtp = mtp_costs(model, batch, seq_len, e, mtp_depth(model, blocks), k, tp, sp, cp)
     layers = [embed_cost(model, batch, seq_len, e, k, tp, sp, cp), *blocks, *mtp, head]
     layers = packed_layers(layers, model.causal, model.pack, seq_len, cp, flash_attention)
-    return fp8_stored(finetune_layers(layers, model, model.finetune, e, precision),
-                      model.fp8_stores, e)
+    layers = fp8_stored(finetune_layers(layers, model, model.finetune, e, precision),
+                        model.fp8_stores, e)
+    if eager:        # the reference code's Linears, one GEMM each (projections.py)
+        layers = [separate_projections(layer, model, e, tp) for layer in layers]
+    return layers
 
 
 def check_elementwise(value: str) -> str:

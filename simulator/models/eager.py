@@ -27,7 +27,9 @@ per element of the input dtype, fp32 = 4):
 * grouped-query attention: ``repeat_kv`` materialises K and V at the query heads' width
   for SDPA (read ``e n_kv``, write ``e n_q`` each), backward sums them back.
 * separate projections (``wq wk wv``, ``w1 w3``): autograd adds their input gradients,
-  ``3 e n`` per add (two for Q/K/V, one for gate/up).
+  ``3 e n`` per add (two for Q/K/V, one for gate/up); each is its own GEMM at its own
+  shape (:mod:`simulator.models.projections`, applied by
+  :func:`simulator.models.costs.layer_costs` after these kernels).
 
 Hugging Face's BERT (``BertLayer``, its ``BertSelfAttention`` with separate ``query``,
 ``key`` and ``value`` Linears; ``training.elementwise: eager`` on a BERT,

@@ -90,6 +90,7 @@ from dataclasses import replace
 from simulator.compute.launch import COMPILED
 from simulator.errors import ConfigError
 from simulator.models.ops import LayerCost, OpCost
+from simulator.models.projections import shares_input
 
 CAST_BYTES = 5.0         # per element: amax read (2) + cast read (2) + fp8 write (1)
 COMPILED_CAST_BYTES = 3.0   # compiled: the amax in the producer; cast read (2) + write (1)
@@ -244,7 +245,7 @@ def _te_forward_casts(op: OpCost, per: float, weight_reuse: int,
     """``weight_in_fp8``: the weight is an FP8 parameter already (only x is cast)."""
     m, n, k = op.shape            # x [m, k] and w [k, n], each with its transpose
     weight = 0.0 if weight_in_fp8 else _weight(op, k * n) / weight_reuse
-    return [_cast(op, f"te_cast_transpose.{op.name}", m * k + weight, per)]
+    return [_cast(op, f"te_cast_transpose.{op.name}", _input(op) + weight, per)]
 
 
 def _te_backward_casts(op: OpCost, per: float, transposes: bool,
@@ -263,6 +264,17 @@ def _te_backward_casts(op: OpCost, per: float, transposes: bool,
     return []                       # wgrad: X^T from forward, dY^T from the dgrad cast
 
 
+def _input(op: OpCost, rows: float = 1.0) -> float:
+    """The elements of ``op``'s activation operand ``A [m, k]`` its casts handle (``rows``
+    of them on this rank): none for a separate projection whose input its group's first
+    Linear casts once for all (compiled, or cast before a TP all-gather:
+    :func:`simulator.models.projections.shares_input`)."""
+    m, _, k = op.shape
+    if shares_input(op.name) and (op.launch == COMPILED or rows < 1.0):
+        return 0.0
+    return m * k * rows
+
+
 def _forward_casts(op: OpCost, rows: float = 1.0,
                    weight_in_fp8: bool = False) -> list[OpCost]:
     """``rows``: the share of x's rows this rank casts (``1 / tp`` when x is all-gathered in
@@ -270,7 +282,7 @@ def _forward_casts(op: OpCost, rows: float = 1.0,
     shard before the gather), so only x is cast here."""
     m, n, k = op.shape            # A = x [m, k], B = w [k, n]
     weight = 0.0 if weight_in_fp8 else _weight(op, k * n)
-    return [_cast(op, f"float8_cast.{op.name}", m * k * rows + weight, _cast_bytes(op))]
+    return [_cast(op, f"float8_cast.{op.name}", _input(op, rows) + weight, _cast_bytes(op))]
 
 
 def _backward_casts(op: OpCost, rows: float = 1.0) -> list[OpCost]:
@@ -279,7 +291,7 @@ def _backward_casts(op: OpCost, rows: float = 1.0) -> list[OpCost]:
     if op.name.endswith(".dgrad"):  # dX[m, k_in] = dY [m, k] W^T: cast dY, transpose W
         return [_cast(op, f"float8_cast.{op.name}", m * k * rows, _cast_bytes(op)),
                 _cast(op, f"float8_transpose.{op.name}", k * n, TRANSPOSE_BYTES, False)]
-    return [_cast(op, f"float8_transpose.{op.name}", m * k, TRANSPOSE_BYTES, False)]
+    return [_cast(op, f"float8_transpose.{op.name}", _input(op), TRANSPOSE_BYTES, False)]
 
 
 def _split_bytes(op: OpCost) -> float:
@@ -290,7 +302,7 @@ def _split_bytes(op: OpCost) -> float:
 
 def _rowwise_forward_casts(op: OpCost) -> list[OpCost]:
     m, n, k = op.shape            # X [m, k] (cast + transposed copy), W [k, n]
-    out = [_cast(op, f"float8_rowwise_cast.{op.name}", m * k, _split_bytes(op))]
+    out = [_cast(op, f"float8_rowwise_cast.{op.name}", _input(op), _split_bytes(op))]
     if _weight(op, k * n):
         out.append(_cast(op, f"float8_rowwise_cast_weight.{op.name}", k * n,
                          ROWWISE_CAST_BYTES))
@@ -308,7 +320,8 @@ def _rowwise_backward_casts(op: OpCost) -> list[OpCost]:
                           ROWWISE_CAST_BYTES)]
         return out
     # wgrad dW [m, n] = X^T [m, k] dY [k, n]: both transposed copies cast along the tokens
-    return [_cast(op, f"float8_rowwise_cast_t.{op.name}", m * k + k * n, ROWWISE_CAST_BYTES)]
+    return [_cast(op, f"float8_rowwise_cast_t.{op.name}", _input(op) + k * n,
+                  ROWWISE_CAST_BYTES)]
 
 
 def _rowwise_rescale(op: OpCost) -> list[OpCost]:

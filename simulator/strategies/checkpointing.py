@@ -16,10 +16,12 @@ says which selective checkpointing, spelled as torchtitan's ``[activation_checkp
   block the outputs of ``aten.mm`` and of the attention kernel are saved, except that every
   second ``mm`` is recomputed (torchtitan's ``_save_list`` and its ``mm_count % 2 == 0``
   rule); norms, activation functions, residual adds, dropout, rotary and casts are
-  recomputed. Counted over this simulator's kernels, where Q/K/V and gate/up are one fused
-  matmul each, so the 1st and 3rd weight matmul (``qkv_proj``, ``mlp_gate_up``/``mlp_up``)
-  are saved and ``attn_out`` and ``mlp_down`` recomputed (torchtitan's unfused
-  ``wq wk wv wo w1 w3 w2`` recompute ``wk wo w3`` instead: about the same FLOPs).
+  recomputed. Counted over this simulator's kernels: in the reference code
+  (``training.elementwise: eager``, :mod:`simulator.models.projections`) each Linear is a
+  matmul, so torchtitan's ``wq wk wv wo w1 w3 w2`` recompute ``wk``, ``wo`` and ``w3``
+  (``qkv_proj.k``, ``attn_out``, ``mlp_gate_up.up``), as torchtitan does; in fused code,
+  where Q/K/V and gate/up are one matmul each, the 1st and 3rd (``qkv_proj``,
+  ``mlp_gate_up``/``mlp_up``) are saved and ``attn_out`` and ``mlp_down`` recomputed.
 * ``selective`` with ``"attention"`` (Megatron ``--recompute-granularity selective``,
   Korthikanti et al. 2022, arXiv 2205.05198 section 4.2): only the attention core
   (``QK^T``, softmax, dropout, ``AV``, or the flash kernel) is recomputed; without flash

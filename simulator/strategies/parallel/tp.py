@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from simulator.models.ops import LayerCost, OpCost
+from simulator.models.projections import closes, fused_name, opens
 
 from ..base import OpHooks
 STREAM = "tp"
@@ -98,8 +99,9 @@ POINTS = {"transformer_block": _BLOCK, "embedding": _EMBED, "head": _HEAD,
 def kernel_key(name: str) -> str:
     """A kernel's name as the tables above spell it (SwiGLU's ``mlp_gate_up`` is the MLP
     up projection; MLA's first projection, ``q_down_proj``, takes the QKV projection's
-    collectives, :mod:`simulator.models.mla`)."""
-    return name.replace("mlp_gate_up", "mlp_up").replace("q_down_proj", "qkv_proj")
+    collectives, :mod:`simulator.models.mla`; a separate projection, ``qkv_proj.k``, its
+    fused GEMM's, :mod:`simulator.models.projections`)."""
+    return fused_name(name).replace("mlp_gate_up", "mlp_up").replace("q_down_proj", "qkv_proj")
 
 
 def points(kind: str, sp: bool) -> dict:
@@ -126,6 +128,7 @@ def async_tp_layer(layer: LayerCost, tp: int, e: int) -> LayerCost:
         for op in ops:
             out.append(op)
             if op.op_class == "matmul" and op.shape and \
+                    closes(op.name, stage == "backward") and \
                     table.get((stage, "after", kernel_key(op.name))) == "reduce_scatter":
                 elements = op.m * op.n
                 out.append(OpCost(f"async_tp_reduce.{op.name}", "elementwise",
@@ -206,10 +209,13 @@ class TPHooks(OpHooks):
         if point is None:
             table = points(self.kind, self.sp)
             stage = "forward" if phase == "recompute" else phase
-            name = kernel_key(name)
-            before = table.get((stage, "before", name))
+            # a group of separate projections takes its fused GEMM's collectives before its
+            # first Linear and after its last (projections.py)
+            backward, key = stage == "backward", kernel_key(name)
+            before = table.get((stage, "before", key)) if opens(name, backward) else None
             before, waiter = before if isinstance(before, tuple) else (before, "next")
-            after = table.get((stage, "after", name))
+            after = table.get((stage, "after", key)) if closes(name, backward) else None
+            name = key
             pipelined = self.overlap and after is not None and (
                 stage == "forward" or self.async_tp)
             point = self._points[key] = _Point(
