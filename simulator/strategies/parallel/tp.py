@@ -211,11 +211,11 @@ class TPHooks(OpHooks):
             stage = "forward" if phase == "recompute" else phase
             # a group of separate projections takes its fused GEMM's collectives before its
             # first Linear and after its last (projections.py)
-            backward, key = stage == "backward", kernel_key(name)
-            before = table.get((stage, "before", key)) if opens(name, backward) else None
+            backward, fused = stage == "backward", kernel_key(name)
+            before = table.get((stage, "before", fused)) if opens(name, backward) else None
             before, waiter = before if isinstance(before, tuple) else (before, "next")
-            after = table.get((stage, "after", key)) if closes(name, backward) else None
-            name = key
+            after = table.get((stage, "after", fused)) if closes(name, backward) else None
+            name = fused
             pipelined = self.overlap and after is not None and (
                 stage == "forward" or self.async_tp)
             point = self._points[key] = _Point(
