@@ -76,12 +76,13 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
                               else "validation")
     for r in tables:    # llm-foundry / torchtitan rows, with split.yaml's split
         g = ground[f"training/{r['case']}"]
-        # torchtitan's H100 runs are its own strategy's (the A100 ones run as fsdp)
-        family = "torchtitan" if r["table"] == "torchtitan_h100" else "fsdp"
+        # torchtitan's H100 runs and torchao's are its own strategy's (the A100 ones: fsdp)
+        family = "torchtitan" if r["table"] in ("torchtitan_h100", "torchao") else "fsdp"
         assert (g["split"], g["model"], g["gpus"], g["family"], g["metric"]) == \
             (r["split"], r["model"], int(r["gpus"]), family, "tokens_per_s")
-        assert g["gpu"] == {"H100-500W": H100_GPU}.get(r["gpu_type"], g["gpu"])
-        assert g["gpu"].startswith(r["gpu_type"].removesuffix("-500W"))
+        assert g["gpu"] == {"H100-500W": H100_GPU, "torchao H100": "H100-SXM",
+                            "torchao MI300X": "MI300X"}.get(r["gpu_type"], g["gpu"])
+        assert g["gpu"].startswith(r["gpu_type"].removesuffix("-500W").removeprefix("torchao "))
         assert g["precision"] == {"amp_bf16": "bf16", "amp_fp8": "fp8", "bf16": "bf16",
                                   "float8 tensorwise": "fp8", "float8 rowwise": "fp8"}.get(
                                       r["precision"], r["precision"])

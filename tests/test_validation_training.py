@@ -44,7 +44,8 @@ SHARED = [Path(__file__).resolve().parents[1] / "shared/validation-data/training
 CALIBRATION = {"resnet50_1gpu_tf32", "resnet50_1gpu_amp", "bert_large_seq128_1gpu_tf32",
                "bert_large_seq128_1gpu_amp"}
 
-TABLE_PREFIXES = ("training/llmfoundry/", "training/torchtitan/", "training/fsdp-tables/")
+TABLE_PREFIXES = ("training/llmfoundry/", "training/torchtitan/", "training/torchao/",
+                  "training/fsdp-tables/")
 # Cases out of bound today: validation/known_misses.yaml (one list for `clustersim validate`
 # and these tests; the report gives their current numbers). Strict xfails: a case that
 # starts passing fails the suite until its record goes.

@@ -89,7 +89,8 @@ def training_rows(root: Path) -> list[dict]:
     return out
 
 
-FRAMEWORK = {"llm_foundry": "llm-foundry", "torchtitan": "torchtitan", "torchtitan_h100": "torchtitan"}
+FRAMEWORK = {"llm_foundry": "llm-foundry", "torchtitan": "torchtitan", "torchtitan_h100": "torchtitan",
+             "torchao": "torchtitan (torchao README)"}
 
 
 def table_rows(root: Path) -> list[dict]:

@@ -19,7 +19,9 @@ The mapping of a row to a scenario (:func:`scenario_of`) is written out in
 * torchtitan (FSDP2, ``reshard_after_forward`` true, bf16 params, fp32 reduction): 64
   A100-80GB on DGX A100 servers (interconnect not stated: an assumption); checkpointing
   as :data:`TORCHTITAN_AC`; the model code as :data:`TORCHTITAN_ELEMENTWISE`.
-* torchtitan's H100 runs (``torchtitan_h100.csv``): :mod:`.tables_titan`.
+* torchtitan's H100 runs (``torchtitan_h100.csv``) and torchao's float8 README runs on 8
+  H100 and 8 MI300X (``torchao_float8.csv``, published outside ``shared/``: validation
+  only): :mod:`.tables_titan`.
 
 A row the simulator cannot express (an OOM row without a number; ``split.yaml``'s
 ``not_modelled_until``, empty now that amp_fp8 runs through the FP8 model) is kept with its
@@ -35,7 +37,7 @@ from pathlib import Path
 from simulator.errors import ConfigError
 from simulator.validation.common import read_yaml
 from simulator.validation.training.rows import TableRow
-from simulator.validation.training.tables_titan import titan_row
+from simulator.validation.training.tables_titan import titan_row, torchao_row
 from simulator.validation.training.schema import default_root
 
 SPLIT_FILE = "split.yaml"
@@ -140,7 +142,7 @@ def _torchtitan_row(r: dict, split: str) -> TableRow:
 
 def _makers() -> dict:
     return {"llm_foundry": _llm_foundry_row, "torchtitan": _torchtitan_row,
-            "torchtitan_h100": titan_row}
+            "torchtitan_h100": titan_row, "torchao": torchao_row}
 
 
 def load_rows(root: Path | str | None = None) -> list[TableRow]:

@@ -168,4 +168,44 @@ def titan_row(r: dict, split: str) -> TableRow:
     return row
 
 
-__all__ = ["H100_GPU", "H100_LABEL", "H200_GPU", "MODELS", "row_id", "titan_row"]
+# torchao's float8 README runs (validation/training/torchao_float8.csv): the report group
+# and the cluster of each GPU. Its H100 is not named: the catalog's 700 W H100-SXM (an
+# assumption); the MI300X runs on its 8-GPU platform. Attention through PyTorch's SDPA:
+# FlashAttention-2's kernel at PyTorch 2.7 on the H100 (as ATTENTION above), ROCm's SDPA
+# kernel on the MI300X (the catalog's CDNA 3 attention curve).
+TORCHAO = {"H100": ("torchao H100", {"topology": "dgx-h100"}, ATTENTION),
+           "MI300X": ("torchao MI300X", {"topology": "mi300x-8gpu"}, "sdpa")}
+TORCHAO_RECIPES = ("tensorwise", "rowwise")     # the scalings training.fp8_recipe takes
+
+
+def torchao_row(r: dict, split: str) -> TableRow:
+    """One row of ``torchao_float8.csv``: torchtitan's Llama 3 8B on one node of 8 GPUs,
+    FSDP2, compiled, per-op checkpointing, one sequence of 8,192 tokens a GPU, in bf16 or a
+    torchao float8 recipe (tensorwise with FSDP's float8 all-gather, rowwise with a bf16
+    all-gather, as the README's rows say); ``rowwise_with_gw_hp`` is kept, not modelled."""
+    label, cluster, attention = TORCHAO[r["gpu"]]
+    scaling, seq, micro = r["scaling"], int(r["seq_len"]), int(r["local_batch"])
+    rid = (f"torchao/{r['gpu'].lower()}/llama-3-8b_fsdp{r['gpus']}_compile"
+           f"{'' if scaling == 'bf16' else '_f8' + scaling}_mb{micro}_s{seq}")
+    row = TableRow(rid, "torchao", label, split, "llama-3-8b", int(r["gpus"]), seq, micro, 1,
+                   "bf16" if scaling == "bf16" else f"float8 {scaling}", "selective op",
+                   float(r["tokens_per_s"]), r["source"])
+    training = {"micro_batch": micro, "seq_len": seq, "grad_accum": 1, "compile": True,
+                "precision": "bf16" if scaling == "bf16" else "fp8",
+                **({"fp8_recipe": scaling} if scaling != "bf16" else {}),
+                "attention": attention, "elementwise": ELEMENTWISE}
+    fsdp_fp8 = {"enable_fsdp_float8_all_gather": True} if scaling == "tensorwise" else {}
+    row.scenario = {
+        "name": rid, "model": row.model, "training": training, "cluster": dict(cluster),
+        "strategy": {"name": "torchtitan",
+                     "parallelism": {"data_parallel_shard_degree": int(r["gpus"])},
+                     "param_dtype": "bf16", "reduce_dtype": "fp32", **SELECTIVE, **fsdp_fp8},
+    }
+    if scaling != "bf16" and scaling not in TORCHAO_RECIPES:
+        row.not_modelled = (f"torchao's {scaling} recipe is not modelled (training.fp8_recipe "
+                            f"takes {', '.join(TORCHAO_RECIPES)} for torchao)")
+    return row
+
+
+__all__ = ["H100_GPU", "H100_LABEL", "H200_GPU", "MODELS", "TORCHAO", "row_id", "titan_row",
+           "torchao_row"]
