@@ -139,8 +139,9 @@ class Training(BaseModel):
                                              "(docs/compute.md)")
     elementwise: str = Field("fused", description="the model code's norms, rotary and "
                              "activation: fused (one kernel each) or eager (Llama's "
-                             "reference code op by op, as torchtitan runs it; a BERT: "
-                             "Hugging Face's BertLayer); docs/compute.md")
+                             "reference code op by op, as torchtitan runs it, a GEMM per "
+                             "Q/K/V and gate/up Linear; a BERT: Hugging Face's BertLayer); "
+                             "docs/compute.md")
     memory_format: str | None = Field(None, description="a convolutional network's "
                                       "activation layout: nchw or nhwc [default: the "
                                       "framework's: nchw in PyTorch, TensorFlow's layout "

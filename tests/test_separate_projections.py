@@ -211,3 +211,19 @@ def test_float8_speedups_match_torchaos_published_runs(tmp_path):
     simulated = _speedups(tmp_path)
     for recipe in measured:
         assert abs(simulated[recipe] - measured[recipe]) < 0.03, (recipe, simulated, measured)
+
+
+def test_a_lora_base_splits_and_keeps_its_adapters():
+    from dataclasses import replace
+    from simulator.models.finetune import Finetune
+    lora = replace(LLAMA, finetune=Finetune(mode="lora", rank=16, alpha=32.0,
+                                            targets=("q", "k", "v")))
+    fused, eager = _block(lora, elementwise="fused"), _block(lora)
+    # the frozen base: input gradients per Linear, no weight gradient
+    assert [o.name for o in eager.backward if o.name.startswith("qkv_proj.")
+            and "lora" not in o.name and o.op_class == "matmul"] == \
+        ["qkv_proj.v.dgrad", "qkv_proj.k.dgrad", "qkv_proj.q.dgrad"]
+    # the adapters are the fused block's, op for op; parameters unchanged
+    adapters = lambda layer: [o for o in (*layer.forward, *layer.backward) if "lora" in o.name]
+    assert adapters(eager) == adapters(fused) and adapters(fused)
+    assert (eager.params, eager.frozen_params) == (fused.params, fused.frozen_params)

@@ -83,7 +83,8 @@ def layer_costs(model: ModelSpec, batch: int, seq_len: int, precision: str,
         (:mod:`simulator.models.fp8`).
     elementwise : str
         ``"fused"``: one kernel per norm, activation and rotary (the default); ``"eager"``:
-        Llama's reference code op by op (:mod:`simulator.models.eager`; under ``compile``,
+        Llama's reference code op by op, a GEMM per Linear (:mod:`simulator.models.eager`,
+        :mod:`simulator.models.projections`; under ``compile``,
         what Inductor leaves of it); ``"eager_fused_norm"``: the same with one-kernel
         norms. Transformers only.
     fp8_weight_reuse : int

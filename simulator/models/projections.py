@@ -109,8 +109,9 @@ def shares_input(name: str) -> bool:
 
 def separate_projections(layer: LayerCost, model: ModelSpec, e: int, tp: int = 1) -> LayerCost:
     """``layer`` (a transformer block) with each fused projection GEMM as its Linears'
-    GEMMs (module doc); ``e`` bytes an element of the GEMMs' operands. A GEMM whose width
-    is not its parts' sum (adapted by a fine-tuning's adapters, say) stays fused."""
+    GEMMs (module doc); ``e`` bytes an element of the GEMMs' operands. A fine-tuning's
+    frozen base splits as any GEMM (its adapters stay beside the group); a GEMM whose width
+    is not its parts' sum, or a grouped one, stays fused."""
     if not layer.kind.endswith("block") or not runs_separately(model):
         return layer
     parts = widths(model, tp)
