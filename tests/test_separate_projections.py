@@ -68,6 +68,21 @@ def test_each_linear_is_a_gemm_at_its_own_shape(tp):
         assert sum(ops[f"{base}.{p}"].saved_bytes for p in parts) == fused[base].saved_bytes
 
 
+@pytest.mark.parametrize("compile, launches", [
+    (False, {"qkv_proj.q": "", "qkv_proj.k": "piece", "qkv_proj.v": "piece",
+             "qkv_proj.v.dgrad": "", "qkv_proj.k.dgrad": "piece", "qkv_proj.q.dgrad": "piece"}),
+    (True, {"qkv_proj.q": "compiled", "qkv_proj.k": "compiled", "qkv_proj.v": "compiled",
+            "qkv_proj.v.dgrad": "compiled", "qkv_proj.k.dgrad": "compiled",
+            "qkv_proj.q.dgrad": "compiled"}),
+])
+def test_eager_code_pays_the_stacks_per_kernel_costs_once_a_group(compile, launches):
+    """Eager: the first GEMM of a group in its phase launches as the fused GEMM did, the
+    others as pieces (the stack's constants were fitted per kernel of fused code);
+    compiled, Inductor calls each GEMM."""
+    ops = _ops(_block(compile=compile))
+    assert {name: ops[name].launch for name in launches} == launches
+
+
 def test_backward_runs_the_last_linear_first():
     names = [o.name for o in _block().backward if o.name.startswith("qkv_proj.")
              and o.name.endswith("grad") and o.op_class == "matmul"]

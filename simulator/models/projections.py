@@ -18,6 +18,11 @@ shape, ``m x k`` by ``k x w`` for each output width ``w`` (a rank's ``q / tp``, 
 * each piece is timed at its shape: the small K and V projections of a grouped-query model
   under tensor parallelism (Llama 3 8B at TP 8: 128 columns) run far from the GEMM's peak
   (:mod:`simulator.compute.gemm_shape`);
+* launched as the fused GEMM was, but in eager code the group pays the eager stack's
+  fitted per-kernel costs once, on its first GEMM, the others launching as ``piece``
+  (:mod:`simulator.compute.launch`: the constants were fitted per kernel of fused-GEMM code,
+  as the op-by-op pieces of :mod:`simulator.models.eager` pay theirs once); compiled
+  (Inductor calls each GEMM) or graphed, each pays its own launch;
 * each is its own weight (``qkv_proj.q`` ...: gradient buckets, FSDP units), its own
   matmul for torchtitan's per-op checkpointing, which recomputes every second ``mm``
   (``wk``, ``wo``, ``w3``; :mod:`simulator.strategies.checkpointing`), and saves its own
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simulator.compute.launch import EAGER, PIECE
 from simulator.models.ops import LayerCost, OpCost
 from simulator.models.spec import ModelSpec
 
@@ -126,7 +132,8 @@ def separate_projections(layer: LayerCost, model: ModelSpec, e: int, tp: int = 1
             return [op]
         names = PARTS[base]
         out = []
-        for part, w in (zip(names[::-1], ws[::-1]) if backward else zip(names, ws)):
+        for i, (part, w) in enumerate(zip(names[::-1], ws[::-1]) if backward
+                                      else zip(names, ws)):
             share = w / sum(ws)
             m, n, k = (op.m, op.n, w) if grad == "dgrad" else (op.m, w, op.k)
             # forward / wgrad: A (m x k) read whole by every Linear; dgrad: C (m x n) written
@@ -137,7 +144,8 @@ def separate_projections(layer: LayerCost, model: ModelSpec, e: int, tp: int = 1
                 op, name=name, flops=op.flops * share, m=m, n=n, k=k,
                 bytes_accessed=whole + (op.bytes_accessed - whole) * share,
                 weight=f"{base}.{part}" if op.weight else "",
-                params=op.params * w // sum(ws), saved_bytes=op.saved_bytes * w // sum(ws)))
+                params=op.params * w // sum(ws), saved_bytes=op.saved_bytes * w // sum(ws),
+                launch=PIECE if i and op.launch == EAGER else op.launch))
         return out
 
     fwd = [p for op in layer.forward for p in pieces(op, backward=False)]
