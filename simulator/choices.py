@@ -42,9 +42,9 @@ ECMP_MODES = ("spread", "hash")
 # -3 libraries, or unfused (eager) attention
 ATTENTION = ("sdpa", "flash2", "flash3", "eager")
 # training.fp8_recipe (simulator/models/fp8.py): torchao's tensorwise or rowwise dynamic
-# scaling, Transformer Engine's delayed scaling, its current (per-tensor) scaling, or its
-# MXFP8 block scaling (Blackwell only)
-TORCHAO_RECIPES = ("tensorwise", "rowwise")
+# scaling (rowwise_with_gw_hp: its weight gradient in bf16), Transformer Engine's delayed
+# scaling, its current (per-tensor) scaling, or its MXFP8 block scaling (Blackwell only)
+TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 TE_RECIPES = ("delayed", "current", "mxfp8")   # Transformer Engine's (fp8_attention needs one)
 FP8_RECIPES = TORCHAO_RECIPES + TE_RECIPES
 # training.elementwise: the model code's norms, rotary, activation (simulator/models/eager.py)

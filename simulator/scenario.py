@@ -164,8 +164,9 @@ class Training(BaseModel):
                                            "causal mask (as training.evaluation's; "
                                            "simulator/loader.py) [default: the loader is not "
                                            "modelled]")
-    fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise or "
-                            "rowwise (torchao dynamic scaling per tensor or per row), "
+    fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise, "
+                            "rowwise or rowwise_with_gw_hp (torchao dynamic scaling per "
+                            "tensor or per row; the last with bf16 weight gradients), "
                             "delayed or current (Transformer Engine's "
                             "delayed or current scaling) or mxfp8 "
                             "(Transformer Engine's MXFP8 block scaling, Blackwell); "

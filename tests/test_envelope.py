@@ -84,7 +84,8 @@ def test_the_ground_holds_every_throughput_case_with_its_error():
                             "torchao MI300X": "MI300X"}.get(r["gpu_type"], g["gpu"])
         assert g["gpu"].startswith(r["gpu_type"].removesuffix("-500W").removeprefix("torchao "))
         assert g["precision"] == {"amp_bf16": "bf16", "amp_fp8": "fp8", "bf16": "bf16",
-                                  "float8 tensorwise": "fp8", "float8 rowwise": "fp8"}.get(
+                                  "float8 tensorwise": "fp8", "float8 rowwise": "fp8",
+                                  "float8 rowwise_with_gw_hp": "fp8"}.get(
                                       r["precision"], r["precision"])
         assert g["error"] == pytest.approx(float(r["error"]), rel=1e-5)
     for r in train:

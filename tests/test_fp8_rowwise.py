@@ -97,3 +97,24 @@ def test_rowwise_has_no_fp8_attention():
     data["training"].update(fp8_recipe="rowwise", fp8_attention=True)
     with pytest.raises((ConfigError, ValueError)):
         scenario_from_dict(data)
+
+
+@pytest.mark.parametrize("launch, act", [("", 3.0), (COMPILED, 1.0)])
+def test_rowwise_with_gw_hp_casts_once_and_keeps_the_weight_gradient_in_bf16(launch, act):
+    """torchao's rowwise_with_gw_hp (its config: the weight-gradient casts disabled, the
+    weight tensorwise for the input gradient; its roofline's kernels): X and dY each cast
+    row-wise once (read 2, write 1; compiled, the read fused: 1), the weight cast row-wise
+    forward and tensorwise backward (2 + 1 each), no transposed copies; the forward and
+    input-gradient GEMMs in FP8 with the input gradient rescaled (its rows' scales), the
+    weight gradient a bf16 GEMM with no cast before it."""
+    layer = fp8_layer(_linear(launch), "rowwise_with_gw_hp")
+    fwd, bwd = layer.forward, layer.backward
+    assert _bytes(fwd, "float8_rowwise_cast.lin") == M * K * act
+    assert _bytes(fwd, "float8_rowwise_cast_weight.lin") == K * N * 3.0
+    assert _bytes(bwd, "float8_rowwise_cast.lin.dgrad") == M * N * act     # dY [M, N]
+    assert _bytes(bwd, "float8_cast_weight.lin.dgrad") == K * N * 3.0
+    assert _bytes(bwd, "float8_rowwise_rescale.lin.dgrad") == 4.0 * M * K  # dX [M, K]
+    assert [o.name for o in bwd if "wgrad" in o.name] == ["lin.wgrad"]   # nothing cast for dW
+    gemms = {o.name: o.precision for o in (*fwd, *bwd) if o.op_class == "matmul"}
+    assert gemms == {"lin": "fp8", "lin.dgrad": "fp8", "lin.wgrad": ""}
+    assert not [o for o in (*fwd, *bwd) if "transpose" in o.name]

@@ -41,6 +41,13 @@ def test_float8_rowwise_and_compile_in_either_spelling(tmp_path, extra):
     assert "model.converters" in p.used
 
 
+def test_rowwise_with_gw_hp_is_the_training_recipe(tmp_path):
+    p = _read(tmp_path, '[model]\nconverters = ["float8"]\n[float8]\n'
+                        'recipe_name = "rowwise_with_gw_hp"\n')
+    assert (p.training["precision"], p.training["fp8_recipe"]) == ("fp8", "rowwise_with_gw_hp")
+    assert "float8.recipe_name" in p.used
+
+
 def test_the_2024_spellings(tmp_path):
     p = _read(tmp_path, "[float8]\nenable_float8_linear = true\n"
                         "enable_fsdp_float8_all_gather = true\n")
@@ -73,7 +80,7 @@ def test_compiling_the_loss_alone_compiles_no_block(tmp_path):
 
 @pytest.mark.parametrize("extra, key", [
     ('[model]\nconverters = ["mx"]\n', "model.converters"),
-    ('[model]\nconverters = ["float8"]\n[float8]\nrecipe_name = "rowwise_with_gw_hp"\n',
+    ('[model]\nconverters = ["float8"]\n[float8]\nrecipe_name = "blockwise"\n',
      "float8.recipe_name"),
     ('[compile]\nenable = "yes"\n', "compile.enable"),
 ])

@@ -42,6 +42,18 @@ tensor-scaled kernel and scales the output by the rows' and columns' scales afte
 pytorch/ao#2184): a pass over each backward GEMM's bf16 output (read 2, write 2,
 :data:`RESCALE_BYTES`).
 
+``recipe="rowwise_with_gw_hp"`` is torchao's rowwise recipe with the weight gradient in high
+precision (``Float8LinearConfig.from_recipe_name("rowwise_with_gw_hp")``: ``cast_config_
+input_for_grad_weight`` and ``cast_config_grad_output_for_grad_weight`` disabled, the
+weight cast tensorwise for the input gradient; torchao 927cbfb91 ``config.py``): the forward
+and input-gradient GEMMs in FP8, the weight-gradient GEMM in bf16 on the bf16 input and
+output gradient, so no transposed copies. The kernels and bytes are torchao's roofline's for
+it (``roofline_utils.py``): the input cast row-wise once (read 2, write 1; compiled, the
+read fused into its producer: 1, :data:`GW_HP_CAST_BYTES`), the output gradient likewise
+before the input-gradient GEMM, the weight cast row-wise forward (3) and, from the row-wise
+scales, tensorwise into the input gradient's layout (3); the input-gradient GEMM's output is
+rescaled as under ``rowwise`` (its left operand has row scales).
+
 ``recipe="delayed"`` is Transformer Engine's delayed scaling (``te.fp8_autocast`` with
 ``DelayedScaling``, what Composer's ``amp_fp8`` runs): the scale comes from the amax
 history of earlier steps, and each tensor is cast once by a fused cast-transpose kernel
@@ -108,6 +120,8 @@ ROWWISE_CAST_BYTES = 3.0     # a row's amax and cast in one kernel: read bf16 2,
 ROWWISE_SPLIT_BYTES = 5.0    # an activation's row-wise cast + bf16 transposed copy: 2 + 1 + 2
 ROWWISE_TRANSPOSE_BYTES = 4.0   # the weight's bf16 transpose: read 2, write 2
 RESCALE_BYTES = 4.0          # a backward GEMM's output scaled by its rows' and columns' scales
+GW_HP_CAST_BYTES = 3.0       # rowwise_with_gw_hp: an activation's row-wise cast, read 2 + write 1
+GW_HP = "rowwise_with_gw_hp"    # torchao's rowwise recipe, weight gradient in high precision
 NO_TRANSPOSE_BYTES = 1.0     # per element: the transposed FP8 copy an any-layout GPU skips
 PER_TENSOR = ("delayed", "current")     # TE recipes whose copies an any-layout GPU shares
 
@@ -155,6 +169,10 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
         return replace(layer, forward=low_precision_ops(layer.forward, _rowwise_forward_casts),
                        backward=low_precision_ops(layer.backward, _rowwise_backward_casts,
                                                   after=_rowwise_rescale))
+    if recipe == GW_HP:         # the weight gradients stay bf16 GEMMs
+        return replace(layer, forward=low_precision_ops(layer.forward, _gw_hp_forward_casts),
+                       backward=low_precision_ops(layer.backward, _gw_hp_dgrad_casts,
+                                                  after=_rowwise_rescale, only=_is_dgrad))
 
     def rows(op: OpCost) -> float:
         return 1 / tp if gathered is not None and gathered(op.name) else 1.0
@@ -200,14 +218,15 @@ def fp8_gathered_params(layer) -> int:
     return min(int(layer.params), sum(fp8_gathered_weights(layer).values()))
 
 
-def low_precision_ops(ops, casts, precision: str = "fp8",
-                      operand_bytes: float = 1.0, after=None) -> list[OpCost]:
-    """``ops`` with each weight GEMM at ``precision`` (its two operands ``operand_bytes`` an
-    element, its bf16 output 2) after its ``casts`` (and before ``after``'s kernels, when
-    given)."""
+def low_precision_ops(ops, casts, precision: str = "fp8", operand_bytes: float = 1.0,
+                      after=None, only=None) -> list[OpCost]:
+    """``ops`` with each weight GEMM (each that ``only`` accepts, when given) at
+    ``precision`` (its two operands ``operand_bytes`` an element, its bf16 output 2) after
+    its ``casts`` (and before ``after``'s kernels, when given)."""
     out = []
     for op in ops:
-        if op.op_class == "matmul" and op.weight and op.shape and not op.precision:
+        if op.op_class == "matmul" and op.weight and op.shape and not op.precision and \
+                (only is None or only(op)):
             # (a GEMM with a precision of its own, a LoRA adapter's, keeps it); a grouped GEMM (an MoE layer's experts) casts each expert's operands
             g = op.groups
             out.extend(replace(c, flops=g * c.flops, bytes_accessed=g * c.bytes_accessed)
@@ -322,6 +341,33 @@ def _rowwise_backward_casts(op: OpCost) -> list[OpCost]:
     # wgrad dW [m, n] = X^T [m, k] dY [k, n]: both transposed copies cast along the tokens
     return [_cast(op, f"float8_rowwise_cast_t.{op.name}", _input(op) + k * n,
                   ROWWISE_CAST_BYTES)]
+
+
+def _is_dgrad(op: OpCost) -> bool:
+    return op.name.endswith(".dgrad")
+
+
+def _gw_hp_bytes(op: OpCost) -> float:
+    """Bytes per element of an activation's row-wise cast under ``rowwise_with_gw_hp``:
+    eager, or compiled (the read fused into the kernel that produces the tensor)."""
+    return GW_HP_CAST_BYTES - (2.0 if op.launch == COMPILED else 0.0)
+
+
+def _gw_hp_forward_casts(op: OpCost) -> list[OpCost]:
+    m, n, k = op.shape            # X [m, k] row-wise, W [k, n] row-wise
+    out = [_cast(op, f"float8_rowwise_cast.{op.name}", _input(op), _gw_hp_bytes(op))]
+    if _weight(op, k * n):
+        out.append(_cast(op, f"float8_rowwise_cast_weight.{op.name}", k * n,
+                         ROWWISE_CAST_BYTES))
+    return out
+
+
+def _gw_hp_dgrad_casts(op: OpCost) -> list[OpCost]:
+    m, n, k = op.shape            # dX = dY [m, k] (row-wise) W^T (tensorwise, its layout)
+    out = [_cast(op, f"float8_rowwise_cast.{op.name}", m * k, _gw_hp_bytes(op))]
+    if _weight(op, k * n):
+        out.append(_cast(op, f"float8_cast_weight.{op.name}", k * n, ROWWISE_CAST_BYTES))
+    return out
 
 
 def _rowwise_rescale(op: OpCost) -> list[OpCost]:

@@ -63,9 +63,9 @@ The job TOML (:func:`read_file`) gives, besides those two tables:
 * Float8 -> ``training.precision: fp8`` and ``training.fp8_recipe``: ``[model] converters``
   naming ``float8`` (or ``quantize.linear.float8``, its later spelling), or the 2024
   ``[float8] enable_float8_linear``, with ``recipe_name`` (``[float8]`` or
-  ``[quantize.linear.float8]``) ``tensorwise`` (unset) or ``rowwise``. Another recipe
-  (``rowwise_with_gw_hp``) or converter (MX, grouped-GEMM float8) is refused in one line:
-  not modelled. ``enable_fsdp_float8_all_gather`` -> the strategy's field of that name:
+  ``[quantize.linear.float8]``) ``tensorwise`` (unset), ``rowwise`` or
+  ``rowwise_with_gw_hp``. Another recipe or converter (MX, grouped-GEMM float8) is refused
+  in one line: not modelled. ``enable_fsdp_float8_all_gather`` -> the strategy's field of that name:
   under the tensorwise recipe FSDP all-gathers the blocks' Linear weights in FP8, each rank
   casting its shard first (torchao's float8 all-gather; torchtitan leaves it out under
   ``recipe_name`` rowwise, and so is it listed there). The other float8 options
@@ -524,7 +524,7 @@ def _compile(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
 FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
 FLOAT8_TABLES = ("float8", "quantize.linear.float8")     # where recipe_name is, by version
 # torchtitan's float8 recipe_name values modelled: each is training.fp8_recipe's of that name
-FLOAT8_RECIPES = ("tensorwise", "rowwise")
+FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 FSDP_FLOAT8 = "enable_fsdp_float8_all_gather"     # the tensorwise recipe's FSDP FP8 gathers
 
 

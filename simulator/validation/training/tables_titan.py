@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import re
 
+from simulator.choices import TORCHAO_RECIPES
 from simulator.validation.training.rows import TableRow
 
 H100_LABEL = "H100-500W"
@@ -175,14 +176,14 @@ def titan_row(r: dict, split: str) -> TableRow:
 # kernel on the MI300X (the catalog's CDNA 3 attention curve).
 TORCHAO = {"H100": ("torchao H100", {"topology": "dgx-h100"}, ATTENTION),
            "MI300X": ("torchao MI300X", {"topology": "mi300x-8gpu"}, "sdpa")}
-TORCHAO_RECIPES = ("tensorwise", "rowwise")     # the scalings training.fp8_recipe takes
 
 
 def torchao_row(r: dict, split: str) -> TableRow:
     """One row of ``torchao_float8.csv``: torchtitan's Llama 3 8B on one node of 8 GPUs,
     FSDP2, compiled, per-op checkpointing, one sequence of 8,192 tokens a GPU, in bf16 or a
-    torchao float8 recipe (tensorwise with FSDP's float8 all-gather, rowwise with a bf16
-    all-gather, as the README's rows say); ``rowwise_with_gw_hp`` is kept, not modelled."""
+    torchao float8 recipe (tensorwise with FSDP's float8 all-gather, rowwise and
+    rowwise_with_gw_hp with a bf16 all-gather, as the README's rows say); a recipe the
+    simulator did not take would be kept, not modelled."""
     label, cluster, attention = TORCHAO[r["gpu"]]
     scaling, seq, micro = r["scaling"], int(r["seq_len"]), int(r["local_batch"])
     rid = (f"torchao/{r['gpu'].lower()}/llama-3-8b_fsdp{r['gpus']}_compile"
