@@ -170,7 +170,8 @@ def fp8_layer(layer: LayerCost, recipe: str = "tensorwise", weight_reuse: int = 
                        backward=low_precision_ops(layer.backward, _rowwise_backward_casts,
                                                   after=_rowwise_rescale))
     if recipe == GW_HP:         # the weight gradients stay bf16 GEMMs
-        return replace(layer, forward=low_precision_ops(layer.forward, _gw_hp_forward_casts),
+        return replace(layer, forward=low_precision_ops(
+                           layer.forward, lambda op: _rowwise_forward_casts(op, _gw_hp_bytes)),
                        backward=low_precision_ops(layer.backward, _gw_hp_dgrad_casts,
                                                   after=_rowwise_rescale, only=_is_dgrad))
 
@@ -319,9 +320,11 @@ def _split_bytes(op: OpCost) -> float:
     return ROWWISE_SPLIT_BYTES - (2.0 if op.launch == COMPILED else 0.0)
 
 
-def _rowwise_forward_casts(op: OpCost) -> list[OpCost]:
-    m, n, k = op.shape            # X [m, k] (cast + transposed copy), W [k, n]
-    out = [_cast(op, f"float8_rowwise_cast.{op.name}", _input(op), _split_bytes(op))]
+def _rowwise_forward_casts(op: OpCost, activation=_split_bytes) -> list[OpCost]:
+    """``activation``: bytes per element of X's cast (rowwise: with its bf16 transposed
+    copy; rowwise_with_gw_hp: :func:`_gw_hp_bytes`, none)."""
+    m, n, k = op.shape            # X [m, k] row-wise, W [k, n] row-wise
+    out = [_cast(op, f"float8_rowwise_cast.{op.name}", _input(op), activation(op))]
     if _weight(op, k * n):
         out.append(_cast(op, f"float8_rowwise_cast_weight.{op.name}", k * n,
                          ROWWISE_CAST_BYTES))
@@ -351,15 +354,6 @@ def _gw_hp_bytes(op: OpCost) -> float:
     """Bytes per element of an activation's row-wise cast under ``rowwise_with_gw_hp``:
     eager, or compiled (the read fused into the kernel that produces the tensor)."""
     return GW_HP_CAST_BYTES - (2.0 if op.launch == COMPILED else 0.0)
-
-
-def _gw_hp_forward_casts(op: OpCost) -> list[OpCost]:
-    m, n, k = op.shape            # X [m, k] row-wise, W [k, n] row-wise
-    out = [_cast(op, f"float8_rowwise_cast.{op.name}", _input(op), _gw_hp_bytes(op))]
-    if _weight(op, k * n):
-        out.append(_cast(op, f"float8_rowwise_cast_weight.{op.name}", k * n,
-                         ROWWISE_CAST_BYTES))
-    return out
 
 
 def _gw_hp_dgrad_casts(op: OpCost) -> list[OpCost]:
