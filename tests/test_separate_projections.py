@@ -242,3 +242,18 @@ def test_a_lora_base_splits_and_keeps_its_adapters():
     adapters = lambda layer: [o for o in (*layer.forward, *layer.backward) if "lora" in o.name]
     assert adapters(eager) == adapters(fused) and adapters(fused)
     assert (eager.params, eager.frozen_params) == (fused.params, fused.frozen_params)
+
+
+def test_tp_collectives_are_looked_up_once_a_kernel_name(monkeypatch):
+    """The TP hooks look each (layer kind, phase, kernel) up in their tables once, however
+    many micro-batches and layers run it (a rank class runs each kernel many times)."""
+    import simulator.strategies.parallel.tp as tp
+    calls = []
+    real = tp.points
+    monkeypatch.setattr(tp, "points", lambda kind, sp: calls.append((kind, sp)) or real(kind, sp))
+    plan = ParallelPlan(tp=2, sequence_parallel=True)
+    cfg = TorchtitanConfig(micro_batch=1, grad_accum=4)
+    trace = build_parallel(LLAMA, plan, cfg, World(2, 2), seq_len=S, elementwise="eager")
+    keys = {(o.layer.rsplit(".", 1)[0], o.phase, o.name) for o in trace.classes[0].ops
+            if o.kind == "compute"}
+    assert 0 < len(calls) <= len(keys) < len(trace.classes[0].ops)
