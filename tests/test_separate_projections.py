@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator.compute.launch import COMPILED, EAGER, PIECE
 from simulator.models import load_model
 from simulator.models.costs import layer_costs
 from simulator.models.fp8 import fp8_layer
@@ -69,11 +70,11 @@ def test_each_linear_is_a_gemm_at_its_own_shape(tp):
 
 
 @pytest.mark.parametrize("compile, launches", [
-    (False, {"qkv_proj.q": "", "qkv_proj.k": "piece", "qkv_proj.v": "piece",
-             "qkv_proj.v.dgrad": "", "qkv_proj.k.dgrad": "piece", "qkv_proj.q.dgrad": "piece"}),
-    (True, {"qkv_proj.q": "compiled", "qkv_proj.k": "compiled", "qkv_proj.v": "compiled",
-            "qkv_proj.v.dgrad": "compiled", "qkv_proj.k.dgrad": "compiled",
-            "qkv_proj.q.dgrad": "compiled"}),
+    (False, {"qkv_proj.q": EAGER, "qkv_proj.k": PIECE, "qkv_proj.v": PIECE,
+             "qkv_proj.v.dgrad": EAGER, "qkv_proj.k.dgrad": PIECE, "qkv_proj.q.dgrad": PIECE}),
+    (True, {"qkv_proj.q": COMPILED, "qkv_proj.k": COMPILED, "qkv_proj.v": COMPILED,
+            "qkv_proj.v.dgrad": COMPILED, "qkv_proj.k.dgrad": COMPILED,
+            "qkv_proj.q.dgrad": COMPILED}),
 ])
 def test_eager_code_pays_the_stacks_per_kernel_costs_once_a_group(compile, launches):
     """Eager: the first GEMM of a group in its phase launches as the fused GEMM did, the

@@ -110,7 +110,7 @@ def shares_input(name: str) -> bool:
     forward, and the weight gradient's ``X``; an input-gradient GEMM reads its own output
     gradient."""
     base, part = split_name(name)
-    return bool(part) and not base.endswith(".dgrad") and PARTS[base.partition(".")[0]][0] != part
+    return bool(part) and not base.endswith(".dgrad") and _order(base, False)[0] != part
 
 
 def separate_projections(layer: LayerCost, model: ModelSpec, e: int, tp: int = 1) -> LayerCost:
@@ -122,19 +122,19 @@ def separate_projections(layer: LayerCost, model: ModelSpec, e: int, tp: int = 1
         return layer
     parts = widths(model, tp)
 
-    def pieces(op: OpCost, backward: bool) -> list[OpCost]:
-        base, _, grad = op.name.partition(".")
+    def pieces(op: OpCost) -> list[OpCost]:
+        base, _, grad = op.name.partition(".")      # grad: "" forward, dgrad / wgrad
         if base not in parts or op.op_class != "matmul" or grad not in ("", *GRADS):
             return [op]
-        ws = parts[base]
+        width = dict(zip(PARTS[base], parts[base]))
+        total = sum(width.values())
         split = "k" if grad == "dgrad" else "n"        # the dimension the Linears divide
-        if getattr(op, split) != sum(ws) or op.groups != 1:
+        if getattr(op, split) != total or op.groups != 1:
             return [op]
-        names = PARTS[base]
         out = []
-        for i, (part, w) in enumerate(zip(names[::-1], ws[::-1]) if backward
-                                      else zip(names, ws)):
-            share = w / sum(ws)
+        for i, part in enumerate(_order(base, backward=bool(grad))):  # as opens/closes say
+            w = width[part]
+            share = w / total
             m, n, k = (op.m, op.n, w) if grad == "dgrad" else (op.m, w, op.k)
             # forward / wgrad: A (m x k) read whole by every Linear; dgrad: C (m x n) written
             # whole by each; the rest, and the FLOPs, divide by width
@@ -144,12 +144,12 @@ def separate_projections(layer: LayerCost, model: ModelSpec, e: int, tp: int = 1
                 op, name=name, flops=op.flops * share, m=m, n=n, k=k,
                 bytes_accessed=whole + (op.bytes_accessed - whole) * share,
                 weight=f"{base}.{part}" if op.weight else "",
-                params=op.params * w // sum(ws), saved_bytes=op.saved_bytes * w // sum(ws),
+                params=op.params * w // total, saved_bytes=op.saved_bytes * w // total,
                 launch=PIECE if i and op.launch == EAGER else op.launch))
         return out
 
-    fwd = [p for op in layer.forward for p in pieces(op, backward=False)]
-    bwd = [p for op in layer.backward for p in pieces(op, backward=True)]
+    fwd = [p for op in layer.forward for p in pieces(op)]
+    bwd = [p for op in layer.backward for p in pieces(op)]
     kept = sum(o.saved_bytes for o in layer.forward) - sum(o.saved_bytes for o in fwd)
     return replace(layer, forward=tuple(fwd), backward=tuple(bwd),
                    activation_bytes=layer.activation_bytes - kept)
