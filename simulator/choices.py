@@ -47,6 +47,18 @@ ATTENTION = ("sdpa", "flash2", "flash3", "eager")
 TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 TE_RECIPES = ("delayed", "current", "mxfp8")   # Transformer Engine's (fp8_attention needs one)
 FP8_RECIPES = TORCHAO_RECIPES + TE_RECIPES
+# training.fp8_recipe left unset: the framework's own default. Megatron-LM (and NeMo,
+# Megatron-Bridge: the megatron strategy) runs Transformer Engine only, its --fp8-recipe
+# defaulting to delayed (megatron/training/arguments.py); the PyTorch strategies run torchao's
+# Float8Linear, whose Float8LinearConfig defaults to tensorwise dynamic scaling
+TE_ONLY_STRATEGIES = ("megatron",)
+
+
+def default_fp8_recipe(strategy: str) -> str:
+    """The FP8 recipe a step under ``strategy`` runs where ``training.fp8_recipe`` is unset."""
+    return "delayed" if strategy in TE_ONLY_STRATEGIES else "tensorwise"
+
+
 # training.elementwise: the model code's norms, rotary, activation (simulator/models/eager.py)
 ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
 # training.memory_format: the layout of a convolutional network's activations

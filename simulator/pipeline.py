@@ -28,7 +28,7 @@ from .models.packing import FIELD as PACK_FIELD, Pack, PackedDataset, check_pack
 from .models.seqlen import load_histogram, mean_length, mixed_layer_costs, padded_length_weights
 from .models.nvfp4 import NVFP4
 from .precision import FP4, FP8, compute_precision, is_half
-from .scenario import MAX_GRAD_ACCUM, Scenario
+from .scenario import MAX_GRAD_ACCUM, Scenario, fp8_attention_refusal
 from .strategies import CommonConfig, World, build_trace, parse_strategy
 from .topology.build import scenario_cluster
 from .trace import Trace
@@ -64,6 +64,17 @@ class Setup:
     def __post_init__(self):
         if self.accum is not None and not self.accum.owns(self.trace):
             self.accum = None
+
+
+def kernel_stack(setup: Setup) -> str:
+    """What prices the step's kernels (the compute model's stack) and, for an FP8 step, the
+    recipe its strategy runs (``training.fp8_recipe``, else the framework's default)."""
+    stack = setup.compute.stack(setup.job.precision)
+    scn = setup.scenario
+    if scn.training.precision != FP8:
+        return stack
+    default = "" if scn.training.fp8_recipe else ", its framework's default"
+    return f"{stack}; FP8 recipe {scn.fp8_recipe}{default}"
 
 
 def replayed_ops(setup: Setup) -> int:
@@ -128,11 +139,11 @@ def make_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: World,
         if t.sequence_lengths is None:
             layers = layer_costs(model, t.micro_batch, t.seq_len, t.precision,
                                  t.flash_attention, autocast=autocasts(cfg), compile=t.compile,
-                                 fp8_recipe=t.fp8_recipe, elementwise=t.elementwise)
+                                 fp8_recipe=scn.fp8_recipe, elementwise=t.elementwise)
             tokens = tokens_per_sample(model, t.seq_len)
             flops = model_flops_per_sample(model, t.seq_len)
         else:
-            layers, tokens, flops = _variable_lengths(model, t, autocasts(cfg))
+            layers, tokens, flops = _variable_lengths(model, scn, autocasts(cfg))
     except ConfigError as exc:
         raise _located(exc, source, "training") from None
     try:
@@ -168,7 +179,7 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
         trace = build_trace(None, cfg, world, spec=model, seq_len=t.seq_len,
                             flash=t.flash_attention, autocast=autocasts(cfg),
                             compile=t.compile, elementwise=t.elementwise,
-                            fp8_recipe=gemm_recipe(t.precision, t.fp8_recipe),
+                            fp8_recipe=gemm_recipe(t.precision, scn.fp8_recipe),
                             model=model.name, tokens_per_sample=tokens,
                             model_flops_per_sample=flops)
         return _with_run_meta(apply_stragglers(trace, scn.simulation.stragglers), scn, model)
@@ -178,9 +189,10 @@ def _planned_trace(scn: Scenario, model: ModelSpec, cfg: CommonConfig, world: Wo
             from None
 
 
-def _variable_lengths(model: ModelSpec, t, autocast: bool):
+def _variable_lengths(model: ModelSpec, scn: Scenario, autocast: bool):
     """Layer costs, real tokens and model FLOPs per sample for ``training.sequence_lengths``
     (padding costs time but is neither a token nor a model FLOP)."""
+    t = scn.training
     spec = t.sequence_lengths
     if not model.is_transformer:
         raise ConfigError(f"{model.name} has no sequence length", field="sequence_lengths")
@@ -194,7 +206,7 @@ def _variable_lengths(model: ModelSpec, t, autocast: bool):
                           field="sequence_lengths.bin_size")
     weights = padded_length_weights(counts, t.micro_batch, spec.bin_size)
     layers = mixed_layer_costs(model, t.micro_batch, weights, t.precision, t.flash_attention,
-                               autocast, t.compile, t.fp8_recipe, t.elementwise)
+                               autocast, t.compile, scn.fp8_recipe, t.elementwise)
     total = sum(counts)
     flops = sum(c * model_flops_per_sample(model, i + 1) for i, c in enumerate(counts) if c)
     return layers, mean_length(counts), flops / total
@@ -234,13 +246,18 @@ def _with_global_batch(scn: Scenario, cfg: CommonConfig, world: World,
             cfg.model_copy(update={"grad_accum": accum}))
 
 
-def _check_fp8(model: ModelSpec, strategy: str, source: str) -> None:
+def _check_fp8(model: ModelSpec, scn: Scenario, strategy: str, source: str) -> None:
     """FP8 where the step can run it: a transformer's Linear GEMMs (torchao's Float8Linear
-    or Transformer Engine), under a PyTorch framework.
+    or Transformer Engine), under a PyTorch framework; FP8 attention where the strategy's
+    recipe (``training.fp8_recipe``, else its framework's default) is Transformer Engine's.
 
     :raises ConfigError: (``training.precision``) for a model without such GEMMs or a
-        TensorFlow strategy (Keras' mixed precision is 16-bit).
+        TensorFlow strategy (Keras' mixed precision is 16-bit); (``training.fp8_attention``)
+        under a torchao recipe.
     """
+    why = scn.training.fp8_attention and fp8_attention_refusal(scn.fp8_recipe)
+    if why:
+        raise ConfigError(why, source=source, field="training.fp8_attention")
     if framework_of(strategy) == "tensorflow":
         raise ConfigError(f"{strategy} runs no FP8 GEMMs (Keras mixed precision is fp16 or "
                           f"bf16): use bf16", source=source, field="training.precision")
@@ -456,7 +473,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     cluster = cluster or scenario_cluster(scn, k)
     try:
         gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
-        check_gpu_training(gpu, scn.training.precision, scn.training.fp8_recipe)
+        check_gpu_training(gpu, scn.training.precision, scn.fp8_recipe)
         strategy = _strategy_dict(scn)
         model = with_gpu_fp8(with_packing(with_fp8_stores(with_finetune(model, scn), scn), scn),
                              gpu)
@@ -465,7 +482,7 @@ def _build_setup(scn: Scenario, source: str, cluster: Cluster | None,
     cfg = parse_strategy(strategy, source=source)
     t = scn.training
     if t.precision == FP8:
-        _check_fp8(model, cfg.name, source)
+        _check_fp8(model, scn, cfg.name, source)
     if t.precision == FP4:
         _check_fp4(model, cfg.name, source)
     if t.elementwise != "fused":

@@ -24,7 +24,8 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       model_serializer, model_validator)
 
 from .choices import (ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, ELEMENTWISE, FIDELITIES,
-                      FP8_RECIPES, MEGATRON_TRAINING_SPELLINGS, MEMORY_FORMATS, TE_RECIPES)
+                      FP8_RECIPES, MEGATRON_TRAINING_SPELLINGS, MEMORY_FORMATS, TE_RECIPES,
+                      default_fp8_recipe)
 from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
@@ -36,6 +37,14 @@ from .shipped import file_or_shipped, shown_as
 from .yamlio import parse_value, read_yaml
 
 TOPOLOGY_PREFIX = "topology."      # --set topology.params.node.gpu=H100-SXM
+
+
+def fp8_attention_refusal(recipe: str) -> str | None:
+    """Why ``training.fp8_attention`` cannot run under the FP8 ``recipe`` (None: it can)."""
+    if recipe in TE_RECIPES:
+        return None
+    return (f"fp8_attention is Transformer Engine's FP8 DotProductAttention: fp8_recipe "
+            f"{recipe} (torchao) has none; use {', '.join(TE_RECIPES)}")
 
 
 def _one_of(value: str, choices) -> str:
@@ -164,13 +173,15 @@ class Training(BaseModel):
                                            "causal mask (as training.evaluation's; "
                                            "simulator/loader.py) [default: the loader is not "
                                            "modelled]")
-    fp8_recipe: str = Field("tensorwise", description="precision fp8: tensorwise, "
-                            "rowwise or rowwise_with_gw_hp (torchao dynamic scaling per "
-                            "tensor or per row; the last with bf16 weight gradients), "
-                            "delayed or current (Transformer Engine's "
-                            "delayed or current scaling) or mxfp8 "
-                            "(Transformer Engine's MXFP8 block scaling, Blackwell); "
-                            "docs/compute.md")
+    fp8_recipe: str | None = Field(None, description="precision fp8: tensorwise, "
+                                   "rowwise or rowwise_with_gw_hp (torchao dynamic scaling "
+                                   "per tensor or per row; the last with bf16 weight "
+                                   "gradients), delayed or current (Transformer Engine's "
+                                   "delayed or current scaling) or mxfp8 (Transformer "
+                                   "Engine's MXFP8 block scaling, Blackwell) [default: the "
+                                   "framework's: delayed under megatron, Megatron-LM's "
+                                   "--fp8-recipe default; tensorwise, torchao's, otherwise]; "
+                                   "docs/compute.md")
 
     fp8_attention: bool = Field(False, description="precision fp8 with a Transformer Engine "
                                 "recipe: attention in FP8 too (TE's FP8 DotProductAttention, "
@@ -188,8 +199,8 @@ class Training(BaseModel):
 
     @field_validator("fp8_recipe")
     @classmethod
-    def _fp8_recipe(cls, v: str) -> str:
-        return _one_of(v, FP8_RECIPES)
+    def _fp8_recipe(cls, v: str | None) -> str | None:
+        return v if v is None else _one_of(v, FP8_RECIPES)
 
     @field_validator("elementwise")
     @classmethod
@@ -222,10 +233,9 @@ class Training(BaseModel):
         if self.precision != "fp8":
             raise ValueError("fp8_attention needs precision: fp8 (the attention's FP8 scales "
                              "come from the FP8 step's recipe)")
-        if self.fp8_recipe not in TE_RECIPES:
-            raise ValueError(f"fp8_attention is Transformer Engine's FP8 DotProductAttention: "
-                             f"fp8_recipe {self.fp8_recipe} (torchao) has none; use "
-                             f"{', '.join(TE_RECIPES)}")
+        why = self.fp8_recipe and fp8_attention_refusal(self.fp8_recipe)
+        if why:                     # unset: checked once the strategy is known (pipeline)
+            raise ValueError(why)
         if not self.flash_attention:
             raise ValueError("fp8_attention runs the fused (cuDNN) attention kernel: not with "
                              "eager attention")
@@ -234,6 +244,11 @@ class Training(BaseModel):
                              f"kernel, not FlashAttention's: attention {self.attention} has "
                              f"no FP8 training kernel (drop attention or fp8_attention)")
         return self
+
+    def recipe_for(self, strategy: str) -> str:
+        """The FP8 recipe a step under ``strategy`` runs: ``fp8_recipe``, else that
+        framework's default (:func:`~simulator.choices.default_fp8_recipe`)."""
+        return self.fp8_recipe or default_fp8_recipe(strategy)
 
     @property
     def attention_impl(self) -> str:
@@ -248,7 +263,7 @@ class Training(BaseModel):
                         "packed_sequences", "memory_format"):
                 if key in out and out[key] is None:
                     out.pop(key)
-            if out.get("fp8_recipe") == "tensorwise":
+            if "fp8_recipe" in out and out["fp8_recipe"] is None:
                 out.pop("fp8_recipe")
             for key in ("fp8_attention", "fp8_activation_input"):
                 if out.get(key) is False:
@@ -342,6 +357,11 @@ class Scenario(BaseModel):
     def source(self) -> str:
         """The file (or point) this scenario was read from: what its errors name."""
         return self._source
+
+    @property
+    def fp8_recipe(self) -> str:
+        """The FP8 recipe this scenario's strategy runs (:meth:`Training.recipe_for`)."""
+        return self.training.recipe_for(str(self.strategy.get("name", "")))
 
     def located(self, exc: ConfigError, prefix: str = "") -> ConfigError:
         """``exc`` if it names its own file (a topology or model YAML), else the same

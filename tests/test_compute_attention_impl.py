@@ -191,7 +191,9 @@ def test_delayed_scaling_casts_each_tensor_once_with_its_transpose():
     assert not [n for n in bwd if n.startswith("te_") and n.endswith(".wgrad")]
     casts = [op for op in block.backward if op.name.startswith("te_")]
     assert len(casts) == len([op for op in eager.backward if op.name.startswith("float8_")]) / 3
-    assert Training(precision="fp8").fp8_recipe == "tensorwise"
+    assert Training(precision="fp8").fp8_recipe is None           # the framework's default:
+    assert Training(precision="fp8").recipe_for("fsdp") == "tensorwise"       # torchao's
+    assert Training(precision="fp8").recipe_for("megatron") == "delayed"      # Megatron-LM's
     assert "fp8_recipe" not in Training().model_dump(mode="json")
     assert Training(fp8_recipe="mxfp8").fp8_recipe == "mxfp8"     # Blackwell's block scaling
     with pytest.raises(ValueError):

@@ -118,12 +118,14 @@ def test_fp8_reaches_the_gemms_of_every_pytorch_framework(strategy, quoted):
 def test_the_fp8_recipe_reaches_a_parallel_plan():
     strategy = {"name": "megatron", "tensor_model_parallel_size": 2, "sequence_parallel": True,
                 "use_distributed_optimizer": True}
-    _, tensorwise = _step(strategy, "fp8")
-    _, delayed = _step(strategy, "fp8", fp8_recipe="delayed")
+    _, delayed = _step(strategy, "fp8")              # Megatron-LM's default recipe
+    _, current = _step(strategy, "fp8", fp8_recipe="current")
     kinds = lambda ops: {o.name.split(".")[0] for o in ops    # noqa: E731
                          if o.name.startswith(("float8", "te_cast"))}
-    assert kinds(tensorwise) == {"float8_cast", "float8_transpose"}
-    assert kinds(delayed) == {"te_cast_transpose"}
+    assert kinds(delayed) == kinds(current) == {"te_cast_transpose"}
+    cast = lambda ops: sum(o.bytes_accessed for o in ops     # noqa: E731
+                           if o.name.startswith("te_cast_transpose"))
+    assert cast(current) > cast(delayed)     # current scaling's amax pass reads each input
 
 
 @pytest.mark.parametrize("scenario, why", [

@@ -135,7 +135,8 @@ def test_the_estimate_holds_fp8_parameters_at_one_byte():
 
     def est(fp8_params):
         return Estimator(model, 512, "fp8", True, CollectiveModel(cluster, load_constants()),
-                         stacks["torchtitan"], fp8_recipe="delayed", stacks=stacks,
+                         stacks["torchtitan"], stacks=stacks,
+                         fp8_recipes={"torchtitan": "delayed", "megatron": "delayed"},
                          stack_of=lambda c: strategy_of(c, model.layers)["name"],
                          fp8_params=fp8_params)
     zero1 = Candidate(ParallelPlan(tp=2, dp_shard=4, dp_mode="zero1", sequence_parallel=True),

@@ -173,7 +173,7 @@ def test_an_fp8_step_times_its_gemms_at_fp8_and_keeps_bf16(estimators):
     memory model at bf16 (an FP8 step keeps bf16 weights)."""
     bf16 = estimators["lora"]
     hopper = ComputeModel(gpu_spec("H100-SXM"))             # FP8 tensor cores
-    fp8 = Estimator(LORA7, SEQ, "fp8", True, bf16.collectives, hopper, fp8_recipe="delayed")
+    fp8 = Estimator(LORA7, SEQ, "fp8", True, bf16.collectives, hopper, fp8_recipes={"": "delayed"})
     assert fp8.e == bf16.e == 2
     layers = layer_costs(LORA7, 1, SEQ, "fp8", True, fp8_recipe="delayed")
     block = layers[1]

@@ -51,7 +51,9 @@ def test_rowwise_with_gw_hp_is_the_training_recipe(tmp_path):
 def test_the_2024_spellings(tmp_path):
     p = _read(tmp_path, "[float8]\nenable_float8_linear = true\n"
                         "enable_fsdp_float8_all_gather = true\n")
-    assert p.training["precision"] == "fp8" and "fp8_recipe" not in p.training  # tensorwise
+    # no recipe_name: torchao's default, set (a scenario's own recipe would not be run)
+    assert (p.training["precision"], p.training["fp8_recipe"]) == ("fp8", "tensorwise")
+    assert "recipe_name not given: tensorwise" in p.summary()
     # the tensorwise recipe's FSDP all-gathers in FP8 (tests/test_torchtitan_fsdp_float8.py)
     assert p.strategy["enable_fsdp_float8_all_gather"] is True
     assert "float8.enable_fsdp_float8_all_gather" in p.used

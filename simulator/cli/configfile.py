@@ -149,7 +149,7 @@ def check_gpu(scn: Scenario, G, pieces: ConfigPieces, set_keys: set[str]) -> Non
     from ..hardware import check_gpu_training, gpu_spec
     try:
         check_gpu_training(gpu_spec(str(G.graph.get("gpu"))),
-                           scn.training.precision, scn.training.fp8_recipe)
+                           scn.training.precision, scn.fp8_recipe)
     except ConfigError as exc:
         raise _named_training(exc, pieces, set_keys).located(scn.source) from None
 

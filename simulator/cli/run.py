@@ -64,7 +64,7 @@ def register(cli: click.Group) -> None:
                 prepare_out_dir(out)             # refused before the simulation, not after
             from ..models import load_model
             from ..models.layout import describe as describe_layout
-            from ..pipeline import build_setup, memory_format_of, run_setup
+            from ..pipeline import build_setup, kernel_stack, memory_format_of, run_setup
             from ..validation.envelope import Query, envelope
             setup = build_setup(scn, scn.source)
             from ..compare.cost import no_price_line, resolve_price
@@ -108,7 +108,7 @@ def register(cli: click.Group) -> None:
         layout = memory_format_of(setup.scenario, model,
                                   str(setup.scenario.strategy.get("name", "")))
         # what prices the step's kernels (compare's "# kernels of ..." for one strategy)
-        kernels = setup.compute.stack(setup.job.precision)
+        kernels = kernel_stack(setup)
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
                                 scn.training.precision, model.is_moe,

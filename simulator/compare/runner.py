@@ -40,8 +40,8 @@ from ..engine import kernel_time_s
 from ..errors import ConfigError
 from ..models import ModelSpec, load_model
 from ..models.layout import describe as describe_layout
-from ..pipeline import (RunResult, autocasts, build_setup, job_world, memory_format_of,
-                        portable_finetune, run_setup)
+from ..pipeline import (RunResult, autocasts, build_setup, job_world, kernel_stack,
+                        memory_format_of, portable_finetune, run_setup)
 from ..pipeline import strategy_dict as pipeline_strategy
 from ..scenario import Scenario
 from ..strategies import STRATEGIES, parse_strategy
@@ -175,7 +175,7 @@ def _run_row(row: Row, scn: Scenario, model: ModelSpec, source: str,
     row.tokens_per_sample = meta.get("tokens_per_sample", 0)
     row.comm_bytes_per_gpu = comm_bytes_per_gpu(res.setup.trace)
     row.forward_gpu_s_per_sample = forward_gpu_s_per_sample(res)
-    row.kernels = res.setup.compute.stack(res.setup.job.precision)
+    row.kernels = kernel_stack(res.setup)
     row.energy = energy_of(res, site)
     if casts:
         row.kernels += f"; {AUTOCAST}"

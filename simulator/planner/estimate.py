@@ -101,7 +101,7 @@ class Estimator:
 
     def __init__(self, model: ModelSpec, seq_len: int, precision: str, flash: bool,
                  collectives: CollectiveModel, compute: ComputeModel,
-                 fp8_recipe: str | None = None,
+                 fp8_recipes: dict[str, str] | None = None,
                  stacks: dict[str, ComputeModel] | None = None,
                  stack_of: Callable[[Candidate], str] | None = None,
                  main_grads: dict[str, MainGrad] | None = None,
@@ -119,9 +119,10 @@ class Estimator:
         # scenario's Megatron fp8_param_gather, carried into its candidates): one byte each
         self.fp8_params = fp8_params
         self._fp8_block = functools.lru_cache(maxsize=None)(self._fp8_weights)
-        # an FP8 step runs its GEMMs in FP8 (the layer costs' recipe) and keeps its weights,
+        # an FP8 step runs its GEMMs in FP8 (the layer costs' recipe, per stack: each
+        # framework's candidates at the recipe their replay runs) and keeps its weights,
         # activations and the rest in bf16, as the replay's strategy config does
-        self.fp8_recipe = fp8_recipe
+        self.fp8_recipes = fp8_recipes or {}
         self.kept = compute_precision(precision)
         self.e = precision_bytes(storage_dtype(self.kept))
         self._layer_s = functools.lru_cache(maxsize=None)(self._layer_times)
@@ -160,7 +161,7 @@ class Estimator:
         TP (``etp = tp``)."""
         def op_s(ops):
             return self._op_s(ops, stack)
-        layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep)
+        layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep, stack)
         embed_layer, head_layer = layers[0], layers[-1]
         main_grad = self.main_grads.get(stack)
         if main_grad is not None:
@@ -344,19 +345,20 @@ class Estimator:
         p = c.plan
         blocks = p.stage_layers(self.model.layers)[held.stage]
         return held.total_bytes - (self.e - 1) * blocks * self._fp8_block(
-            p.tp, p.sequence_parallel, p.cp, p.ep)
+            p.tp, p.sequence_parallel, p.cp, p.ep, self.stack_of(c))
 
-    def _fp8_weights(self, tp: int, sp: bool, cp: int, ep: int) -> int:
+    def _fp8_weights(self, tp: int, sp: bool, cp: int, ep: int, stack: str) -> int:
         """The FP8 GEMM weight elements of one block on one rank (the busiest EP rank's
         experts in an MoE block), as the replay's layer costs count them."""
-        _, block, _ = self._priced_block(1, tp, sp, cp, ep)
+        _, block, _ = self._priced_block(1, tp, sp, cp, ep, stack)
         return sum(fp8_gemm_weights(block).values())
 
-    def _priced_block(self, mb: int, tp: int, sp: bool, cp: int, ep: int):
+    def _priced_block(self, mb: int, tp: int, sp: bool, cp: int, ep: int, stack: str):
         """(the layer costs, the block the estimate prices, the sizes of its EP and
         expert-TP collectives or None): an MoE block where the model has any, as the
         busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``)."""
-        recipe = {"fp8_recipe": self.fp8_recipe} if self.fp8_recipe else {}
+        recipe = self.fp8_recipes.get(stack)
+        recipe = {"fp8_recipe": recipe} if recipe else {}
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
                              tp=tp, sp=sp, cp=cp, **recipe)
         blocks = [layer for layer in layers if layer.kind.endswith("block")]

@@ -46,7 +46,9 @@ def header(search) -> str:
             f"{search.global_batch} x {search.seq_len} tokens: {c.get('candidates', 0)} "
             f"candidates, {c.get('over memory', 0)} over memory (estimated), "
             f"{c.get('not replayable here', 0)} not replayable in this build, "
-            f"{c.get('fit', 0)} fit, {c.get('replayed', 0)} replayed")
+            + "".join(f"{c.get('refused by their framework', 0)} refused by {name} ({why}), "
+                      for name, why in search.refused.items())
+            + f"{c.get('fit', 0)} fit, {c.get('replayed', 0)} replayed")
 
 
 def _fmt(value, spec: str) -> str:

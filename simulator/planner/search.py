@@ -36,6 +36,7 @@ from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run
                         with_finetune, with_fp8_stores, with_gpu_fp8)
 from ..precision import FP8, PRECISIONS
 from ..scenario import Scenario
+from ..strategies.base import CommonConfig
 from ..strategies.frameworks.megatron import MegatronConfig
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
@@ -79,6 +80,8 @@ class Search:
     counts: dict[str, int] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)       # replayed, ranked
     carried: Carried = Carried()      # the scenario's strategy settings the candidates take
+    # {framework: why its candidates are left out}: it cannot run the scenario's FP8 recipe
+    refused: dict[str, str] = field(default_factory=dict)
     events: int = 0                                     # engine events of the replays
 
 
@@ -132,7 +135,7 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     cluster = scenario_cluster(scn, k, G)
     try:
         gpu = capped_gpu(gpu_spec(cluster.G.graph["gpu"]), scn.cluster.power_cap_w)
-        check_gpu_training(gpu, t.precision, t.fp8_recipe)
+        check_gpu_training(gpu, t.precision, scn.fp8_recipe)
         stacks = {name: ComputeModel(gpu, attention=t.attention_impl, strategy=name,
                                      fp8_attention=t.fp8_attention, model_family=model.family)
                   for name in ("torchtitan", "megatron")}
@@ -143,18 +146,19 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     # gradients accumulate into Megatron's main_grad (its DDP's defaults, as _megatron sets)
     model = with_gpu_fp8(model, gpu)        # FP8 casts as the replay's (build_setup) make them
     carry = carried(scn.strategy)
-    recipe = t.fp8_recipe if t.precision == FP8 else None
+    # each framework's candidates at the scenario's FP8 recipe, else at that framework's own
+    recipes = {name: t.recipe_for(name) for name in stacks} if t.precision == FP8 else {}
     megatron = _megatron_config(carry, source)
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
                     CollectiveModel(cluster, k, scn.nccl), stacks["torchtitan"],
-                    fp8_recipe=recipe, stacks=stacks,
+                    fp8_recipes=recipes, stacks=stacks,
                     stack_of=lambda c: (strategy_of(c, model.layers) or {}).get("name", ""),
                     main_grads={"megatron": megatron.main_grad()},
-                    fp8_params=frozenset({"megatron"} if megatron.fp8_weight_gathers(recipe)
-                                         else ()))
+                    fp8_params=frozenset({"megatron"} if megatron.fp8_weight_gathers(
+                        recipes.get("megatron")) else ()))
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len),
-                 carried=carry)
+                 carried=carry, refused=_refused({"megatron": megatron}, recipes))
     fits = _estimated(out, cands, est, model.layers, say)
     survivors = pick(fits, replay)
     setups = _counted_setups(survivors, scn, cluster, source, counted, max_work)
@@ -175,6 +179,10 @@ def _estimated(out: Search, cands: list[Candidate], est: Estimator, layers: int,
         strategy = strategy_of(c, layers, out.carried)
         if strategy is None:
             counted["not replayable here"] += 1
+            continue
+        if strategy["name"] in out.refused:
+            counted["refused by their framework"] = counted.get("refused by their framework",
+                                                                0) + 1
             continue
         e = est.estimate(c)
         if e.memory_bytes > out.capacity_bytes:
@@ -207,6 +215,19 @@ def pick(fits: list[Row], replay: int) -> list[Row]:
             out.append(row)
         if len(out) == replay:
             break
+    return out
+
+
+def _refused(configs: dict[str, CommonConfig], recipes: dict[str, str]) -> dict[str, str]:
+    """{framework: the reason} for each of ``configs`` (the candidates' framework configs)
+    that refuses its FP8 recipe in ``recipes`` (an explicit ``training.fp8_recipe`` of
+    another framework: torchao's under Megatron)."""
+    out = {}
+    for name, cfg in configs.items():
+        try:
+            cfg.check_fp8(recipes.get(name))
+        except ConfigError as exc:
+            out[name] = f"{exc.field}: {exc.reason}"
     return out
 
 

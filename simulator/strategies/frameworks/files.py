@@ -56,7 +56,9 @@ TRAINING_KEYS = {
                    "fp8_recipe": ("float8.recipe_name", "quantize.linear.float8.recipe_name"),
                    "compile": ("compile.enable", "training.compile")},
     "megatron": {"micro_batch": ("--micro-batch-size",), "seq_len": ("--seq-length",),
-                 "flash_attention": ("--use-flash-attn",), "precision": ("--bf16", "--fp16")},
+                 "flash_attention": ("--use-flash-attn",),
+                 "precision": ("--fp8-format", "--fp4-format", "--bf16", "--fp16"),
+                 "fp8_recipe": ("--fp8-recipe", "--fp8-format")},
 }
 
 

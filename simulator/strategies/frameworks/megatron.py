@@ -412,8 +412,14 @@ class MegatronConfig(CommonConfig):
                               field="strategy.pipeline_model_parallel_layout")
 
     def check_fp8(self, recipe: str | None) -> None:
-        """``fp8_param_gather`` needs a Transformer Engine FP8 recipe (training.precision
-        fp8; NVFP4 parameters are not modelled)."""
+        """Megatron runs Transformer Engine's FP8 recipes, not torchao's; ``fp8_param_gather``
+        needs one (training.precision fp8; NVFP4 parameters are not modelled)."""
+        if recipe not in (None, NVFP4, *TE_CAST_BYTES):      # torchao's
+            raise ConfigError(f"{recipe} is torchao's Float8Linear recipe; Megatron runs "
+                              f"Transformer Engine's: delayed (Megatron-LM's --fp8-recipe "
+                              f"default, and this strategy's where fp8_recipe is unset), "
+                              f"current (--fp8-recipe tensorwise) or mxfp8",
+                              field="training.fp8_recipe")
         if self.fp8_param_gather and recipe not in TE_CAST_BYTES:
             why = ("training.precision is not fp8" if recipe is None else
                    "NVFP4 parameters are not modelled" if recipe == NVFP4 else
@@ -583,6 +589,17 @@ MODEL_FLAGS = {"--num-layers": "layers", "--hidden-size": "hidden",
                "--num-attention-heads": "heads", "--ffn-hidden-size": "ffn_hidden",
                "--num-query-groups": "kv_heads"}
 PRECISION_FLAGS = {"--bf16": "bf16", "--fp16": "fp16"}
+# Transformer Engine's low precision (Megatron-LM's arguments.py): --fp8-format turns FP8 GEMMs
+# on (e4m3 and hybrid cost the same here: one byte an element either way), --fp8-recipe names
+# the recipe (its tensorwise is Transformer Engine's current scaling; delayed by default);
+# --fp4-format turns NVFP4 GEMMs on (its one recipe, nvfp4)
+FP8_FORMATS = ("e4m3", "hybrid")
+FP8_RECIPE_NAMES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8"}
+FP8_RECIPES_NOT_MODELLED = {"blockwise": "Transformer Engine's Float8BlockScaling, 1x128 and "
+                                         "128x128 blocks"}
+FP4_FORMATS = ("e2m1",)
+FP4_RECIPES = ("nvfp4",)
+LOW_PRECISION_FLAGS = ("--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe")
 VIRTUAL_STAGE_LAYERS = "--num-layers-per-virtual-pipeline-stage"
 VIRTUAL_STAGES = "--num-virtual-stages-per-pipeline-rank"
 GLOBAL_BATCH_KEY = "--global-batch-size"
@@ -674,12 +691,14 @@ def read_file(path) -> ConfigPieces:
     if args.prefix:
         out.ignore(" ".join(args.prefix), "the command before the arguments")
     sizes: dict[str, int] = {}
+    low: dict[str, str] = {}
     seen: set[str] = set()
     for arg in args.flags:
         if arg.name in seen and arg.name in _KNOWN:
             raise doc.fail(arg.name, "given twice")
         seen.add(arg.name)
-        _one(arg.name, arg.values, doc, out, sizes)
+        _one(arg.name, arg.values, doc, out, sizes, low)
+    _low_precision(low, doc, out)
     for field, value in FILE_DEFAULTS.items():
         if field not in out.strategy:
             out.strategy[field] = value
@@ -705,7 +724,8 @@ def _words(name: str, values: list[str], kind, doc: Doc):
     return values[0]
 
 
-def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict) -> None:
+def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict,
+         low: dict) -> None:
     if name in STRATEGY_FLAGS:
         arg = STRATEGY_FLAGS[name]
         out.strategy[arg.field] = _words(name, values, arg.kind, doc)
@@ -740,10 +760,55 @@ def _one(name: str, values: list[str], doc: Doc, out: ConfigPieces, sizes: dict)
         out.training["precision"] = PRECISION_FLAGS[name]
     elif name in MODEL_FLAGS:
         sizes[MODEL_FLAGS[name]] = doc.integer(_words(name, values, int, doc), name)
+    elif name in LOW_PRECISION_FLAGS:
+        low[name] = _words(name, values, str, doc)
+        return                          # used or ignored by _low_precision
     else:
         out.ignore(name)
         return
     out.use(name)
+
+
+def _low_precision(low: dict[str, str], doc: Doc, out: ConfigPieces) -> None:
+    """``--fp8-format``/``--fp8-recipe`` as ``training.precision: fp8`` and its
+    ``fp8_recipe`` (Megatron-LM's default, delayed, where the file gives none),
+    ``--fp4-format``/``--fp4-recipe`` as ``fp4``; each on a ``--bf16`` step, the one the
+    simulator models around low-precision GEMMs. A recipe without its format changes
+    nothing in Megatron-LM, and is listed as ignored."""
+    choices = {"--fp8-format": FP8_FORMATS, "--fp4-format": FP4_FORMATS,
+               "--fp8-recipe": (*FP8_RECIPE_NAMES, *FP8_RECIPES_NOT_MODELLED),
+               "--fp4-recipe": FP4_RECIPES}
+    for name, value in low.items():
+        if value not in choices[name]:
+            raise doc.fail(name, f"must be one of {', '.join(choices[name])}, got {value!r}")
+    fp8, fp4 = low.get("--fp8-format"), low.get("--fp4-format")
+    if fp8 and fp4:
+        raise doc.fail("--fp4-format", "and --fp8-format are both given: one low-precision "
+                                       "format a step")
+    for fmt, recipe in (("--fp8-format", "--fp8-recipe"), ("--fp4-format", "--fp4-recipe")):
+        if recipe in low and fmt not in low:
+            out.ignore(recipe, f"without {fmt} the step has no such GEMMs")
+    if not (fp8 or fp4):
+        return
+    given = "--fp8-format" if fp8 else "--fp4-format"
+    if out.training.get("precision") != "bf16":
+        raise doc.fail(given, "low-precision GEMMs are modelled in a bf16 step: add --bf16 "
+                              "(not --fp16, not fp32)")
+    out.training["precision"] = "fp8" if fp8 else "fp4"
+    out.use(given)
+    if fp4:
+        if "--fp4-recipe" in low:
+            out.use("--fp4-recipe")
+        return
+    recipe = low.get("--fp8-recipe")
+    if recipe in FP8_RECIPES_NOT_MODELLED:
+        raise doc.fail("--fp8-recipe", f"{recipe} ({FP8_RECIPES_NOT_MODELLED[recipe]}) is not "
+                                       f"modelled: {', '.join(FP8_RECIPE_NAMES)}")
+    if recipe is None:
+        out.notes.append("--fp8-recipe not given: delayed (Megatron-LM's default)")
+    else:
+        out.use("--fp8-recipe")
+    out.training["fp8_recipe"] = FP8_RECIPE_NAMES[recipe or "delayed"]
 
 
 def _virtual_stages(sizes: dict, out: ConfigPieces) -> None:
@@ -801,4 +866,4 @@ def _model(sizes: dict, out: ConfigPieces) -> None:
 
 _KNOWN = set(STRATEGY_FLAGS) | set(TRAINING_FLAGS) | set(MODEL_FLAGS) | set(PRECISION_FLAGS) | {
     "--recompute-activations", VIRTUAL_STAGE_LAYERS, VIRTUAL_STAGES, GLOBAL_BATCH_KEY,
-    RECOMPUTE_MODULES, CP_COMM_TYPE, NO_WGRAD_FUSION}
+    RECOMPUTE_MODULES, CP_COMM_TYPE, NO_WGRAD_FUSION, *LOW_PRECISION_FLAGS}

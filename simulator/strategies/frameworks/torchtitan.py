@@ -563,10 +563,10 @@ def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
                 gather = (full, doc.boolean(table[key], full))
             else:
                 out.ignore(full, "not modelled" if on else "float8 is off")
-    if on:
-        out.training["precision"] = "fp8"
-        if recipe != "tensorwise":
-            out.training["fp8_recipe"] = recipe
+    if on:                      # no recipe_name: Float8LinearConfig's default, said so
+        out.training.update(precision="fp8", fp8_recipe=recipe)
+        if not any(key.endswith(".recipe_name") for key in out.used):
+            out.notes.append("float8 recipe_name not given: tensorwise (torchao's default)")
     if gather is not None:
         if recipe == "tensorwise":
             out.strategy[FSDP_FLOAT8] = gather[1]
