@@ -21,7 +21,7 @@ from test_cli import run_main
 
 SCENARIOS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "scenarios")
                    .glob("*.yaml"))
-SMALLER = {"gpt3-175b-megatron-tp8-pp16-selene": ["cluster.nodes=16"],
+SMALLER = {"gpt3-175b-megatron-tp8-pp16-selene": ["cluster.nodes=16", "training.grad_accum=32"],
            "llama3-405b-tp8-pp8-fsdp-512gpu": ["cluster.nodes=16"],
            "reliability-16384gpu": ["cluster.nodes=64"]}
 
@@ -90,7 +90,8 @@ def test_a_trace_without_meta_run_runs_at_bf16_with_the_defaults():
 
 @pytest.mark.parametrize("name, sets, key", [
     ("quickstart", ["training.compile=true", "training.seq_len=512"], "launch"),
-    ("mixtral-8x7b-ep8", ["model=qwen3-30b-a3b", "strategy.virtual_pipeline_model_parallel_size=6"],
+    ("mixtral-8x7b-ep8", ["model=qwen3-30b-a3b", "strategy.virtual_pipeline_model_parallel_size=6",
+                          "cluster.nodes=4", "training.grad_accum=4"],
      "groups"),                                      # 16 experts a rank: grouped GEMMs
 ])
 def test_a_chakra_round_trip_keeps_how_kernels_launch_and_group(tmp_path, name, sets, key):
