@@ -20,7 +20,7 @@ trace and the ResNet-50 classifier GEMMs. ``python -m simulator.compute.gemm_fit
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

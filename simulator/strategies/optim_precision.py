@@ -86,8 +86,8 @@ def check(dtypes: OptimizerDtypes, *, aware: bool, optimizer: str, distributed: 
     if not aware:
         for field, value in given.items():
             if value != "fp32":
-                raise ConfigError(f"can only be fp32 without use_precision_aware_optimizer "
-                                  f"(Megatron-Core's rule)", field=f"{prefix}.{field}")
+                raise ConfigError("can only be fp32 without use_precision_aware_optimizer "
+                                  "(Megatron-Core's rule)", field=f"{prefix}.{field}")
         return
     field = f"{prefix}.use_precision_aware_optimizer"
     if optimizer != "adam":

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import progress
-from ..errors import ConfigError
 from ..yamlio import read_yaml
 from .commands import COMMANDS, checker, error_line, evaluate, parse_options
 from .executors import make_executor

@@ -279,7 +279,7 @@ def write(results: list[dict], setup: dict, sim, capped, root: Path = ROOT,
         lines += [f"All {len(results)} runs: {PENDING} "
                   f"(`{setup['scenario']}` is not shipped in this build).", ""]
     else:
-        (m, e, ev), (mc, ec, evc) = sim, capped
+        (m, e, ev), (mc, ec, _) = sim, capped
         gate = setup["gates"]["energy_per_run_abs_error"]
         worst = max(abs(r["energy_error"]) for r in results)
         lines += [f"Simulated step {m.iteration_time_s:.4f} s; node {e.avg_node_w:,.0f} W AC "
