@@ -143,7 +143,8 @@ def check_fp8_recipe(gpu: GpuSpec, recipe: str) -> None:
     if recipe == "mxfp8" and gpu.family not in BLOCK_SCALED_FAMILIES:
         raise ConfigError(f"{gpu.name} has no block-scaled (MX) FP8 tensor cores: mxfp8 needs "
                           f"a Blackwell GPU (B200, GB200) or a CDNA 4 one (MI350X, MI355X); use "
-                          f"tensorwise or delayed",
+                          f"a per-tensor recipe (Transformer Engine's delayed or current, "
+                          f"torchao's tensorwise)",
                           field="training.fp8_recipe")
 
 
