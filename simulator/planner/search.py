@@ -172,7 +172,8 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
 def _estimated(out: Search, cands: list[Candidate], est: Estimator, layers: int,
                say: Progress) -> list[Row]:
     """Rows of every replayable candidate whose estimated memory fits."""
-    counted = {"candidates": 0, "not replayable here": 0, "over memory": 0}
+    counted = {"candidates": 0, "not replayable here": 0, "refused by their framework": 0,
+               "over memory": 0}
     fits: list[Row] = []
     for c in cands:
         counted["candidates"] += 1
@@ -181,8 +182,7 @@ def _estimated(out: Search, cands: list[Candidate], est: Estimator, layers: int,
             counted["not replayable here"] += 1
             continue
         if strategy["name"] in out.refused:
-            counted["refused by their framework"] = counted.get("refused by their framework",
-                                                                0) + 1
+            counted["refused by their framework"] += 1
             continue
         e = est.estimate(c)
         if e.memory_bytes > out.capacity_bytes:
