@@ -227,3 +227,29 @@ def test_the_kernels_line_says_which_recipe_ran():
     assert kernel_stack(set_).endswith("; FP8 recipe rowwise")
     bf16 = build_setup(_scn({"name": "fsdp"}, precision="bf16"))
     assert kernel_stack(bf16) == bf16.compute.stack("bf16")
+
+
+# ---------------------------------------------------------------------------- compare
+def _compare(**training):
+    from simulator.compare.options import parse_strategies
+    from simulator.compare.runner import compare
+    data = _scenario({"name": "fsdp"}, seq_len=1024, **training)
+    return compare(scenario_from_dict(data, "run.yaml"),
+                   parse_strategies("fsdp-full,megatron:tp2"), scaling=False, capacity=False)
+
+
+def test_compare_says_when_the_strategies_ran_different_recipes():
+    from simulator.compare.report import recipe_lines, records, render_table
+    cmp = _compare()
+    assert {r.alias.key: r.fp8_recipe for r in cmp.rows} == {"fsdp-full": "tensorwise",
+                                                             "megatron:tp2": "delayed"}
+    line = recipe_lines([r for r in records(cmp) if r["status"] == "ok"])
+    assert line == ["# FP8 recipes differ: fsdp-full tensorwise, megatron:tp2 delayed (each "
+                    "framework's own where training.fp8_recipe is unset; set it to price one "
+                    "recipe, which a framework that cannot run it refuses)"]
+    assert line[0] in render_table(cmp).splitlines()
+    one = _compare(fp8_recipe="delayed")           # one recipe: both run it, no line
+    assert {r.fp8_recipe for r in one.rows} == {"delayed"}
+    assert recipe_lines([r for r in records(one) if r["status"] == "ok"]) == []
+    bf16 = _compare(precision="bf16")
+    assert {r.fp8_recipe for r in bf16.rows} == {""}

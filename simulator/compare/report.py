@@ -26,7 +26,8 @@ def flat_row(row: Row, best: Row | None) -> dict:
                largest_fit_model=fit.get("model"), largest_fit_params=fit.get("params"),
                largest_fit_top_of_ladder=fit.get("top_of_ladder"),
                capacity_reason=row.capacity_reason, migration_days=row.migration_days,
-               kernels=row.kernels, forward_gpu_s_per_sample=row.forward_gpu_s_per_sample)
+               kernels=row.kernels, fp8_recipe=row.fp8_recipe,
+               forward_gpu_s_per_sample=row.forward_gpu_s_per_sample)
     for key in ("usd_per_gpu_hour", "per_iteration_usd", "comm_wait_per_iteration_usd",
                 "comm_wait_share", "per_million_tokens_usd", "per_thousand_samples_usd",
                 "iterations", "gpu_hours", "wall_hours", "training_usd", "comm_wait_usd",
@@ -120,6 +121,7 @@ def render_table(cmp: Comparison, accuracy: list[str] | None = None,
              f"its data-parallel ranks; one that cannot keep it says why)"]
     lines += [f"# {x}" for x in (*answer_sentences(cmp), trust) if x]
     ok = [r for r in recs if r["status"] == "ok"]
+    lines += recipe_lines(ok)
     head = ["strategy", "GPUs", "peak GiB", "memory", "iter s", "samples/s", "tokens/s",
             "comm GB/GPU", "comm s", "exposed s", "fwd ms/sample", "2x eff", "largest fit"]
     lines += _grid(head, [perf_cells(r) for r in ok], left=(0, 3, len(head) - 1))
@@ -217,6 +219,19 @@ def strategies_by_stack(pairs) -> dict[str, list[str]]:
         if stack and strategy not in by.setdefault(stack, []):
             by[stack].append(strategy)
     return by
+
+
+def recipe_lines(ok: list[dict]) -> list[str]:
+    """A line when the strategies' FP8 steps ran different recipes (each framework's own
+    where ``training.fp8_recipe`` is unset): their compute differs by more than the
+    frameworks' kernel stacks."""
+    recipes = {r["strategy"]: r["fp8_recipe"] for r in ok if r["fp8_recipe"]}
+    if len(set(recipes.values())) < 2:
+        return []
+    ran = ", ".join(f"{name} {recipe}" for name, recipe in recipes.items())
+    return [f"# FP8 recipes differ: {ran} (each framework's own where training.fp8_recipe "
+            f"is unset; set it to price one recipe, which a framework that cannot run it "
+            f"refuses)"]
 
 
 def kernel_lines(ok: list[dict]) -> list[str]:

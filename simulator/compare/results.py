@@ -42,6 +42,8 @@ class Row:
     extrapolated: dict | None = None        # the step was extrapolated (accum.Extrapolation)
     extrapolated_also: tuple = ()           # "2x GPUs", "N capacity rungs": so were these
     kernels: str = ""                       # the kernel stack its step is priced by
+    fp8_recipe: str = ""                    # an FP8 step's recipe (its framework's default
+    # where training.fp8_recipe is unset), "" otherwise
     forward_gpu_s_per_sample: float | None = None   # forward kernels' GPU-s per sample
     energy: Energy | None = None            # its step's energy and power (simulator.energy)
     result: object = field(default=None, repr=False, compare=False)  # own RunResult, until
@@ -60,7 +62,7 @@ class Row:
                 "status": self.status, "reason": self.reason,
                 "reason_field": self.reason_field, "metrics": m,
                 "global_batch": self.global_batch, "oom_at": self.oom_at,
-                "kernels": self.kernels,
+                "kernels": self.kernels, "fp8_recipe": self.fp8_recipe or None,
                 "forward_gpu_s_per_sample": self.forward_gpu_s_per_sample,
                 "comm_bytes_per_gpu": self.comm_bytes_per_gpu,
                 "scaling_2x": dataclasses.asdict(self.scaling),
