@@ -66,15 +66,22 @@ class Setup:
             self.accum = None
 
 
+def step_fp8_recipe(setup: Setup) -> str:
+    """The FP8 recipe the step runs (``training.fp8_recipe``, else its strategy's framework's
+    default), "" for a step that is not FP8."""
+    scn = setup.scenario
+    return scn.fp8_recipe if scn.training.precision == FP8 else ""
+
+
 def kernel_stack(setup: Setup) -> str:
     """What prices the step's kernels (the compute model's stack) and, for an FP8 step, the
-    recipe its strategy runs (``training.fp8_recipe``, else the framework's default)."""
+    recipe it runs (:func:`step_fp8_recipe`)."""
     stack = setup.compute.stack(setup.job.precision)
-    scn = setup.scenario
-    if scn.training.precision != FP8:
+    recipe = step_fp8_recipe(setup)
+    if not recipe:
         return stack
-    default = "" if scn.training.fp8_recipe else ", its framework's default"
-    return f"{stack}; FP8 recipe {scn.fp8_recipe}{default}"
+    default = "" if setup.scenario.training.fp8_recipe else ", its framework's default"
+    return f"{stack}; FP8 recipe {recipe}{default}"
 
 
 def replayed_ops(setup: Setup) -> int:

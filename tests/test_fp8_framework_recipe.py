@@ -214,8 +214,8 @@ def test_plan_leaves_out_the_candidates_whose_framework_refuses_the_recipe():
                                + c["refused by their framework"])
     assert all(r.strategy["name"] != "megatron" for r in out.rows)
     assert list(out.refused) == ["megatron"]
-    assert f"{c['refused by their framework']} refused by megatron (training.fp8_recipe: " \
-           f"rowwise is torchao's" in header(out)
+    assert f"{c['refused by their framework']} refused by their framework (megatron: " \
+           f"training.fp8_recipe: rowwise is torchao's" in header(out)
 
 
 def test_the_kernels_line_says_which_recipe_ran():

@@ -41,9 +41,8 @@ from ..errors import ConfigError
 from ..models import ModelSpec, load_model
 from ..models.layout import describe as describe_layout
 from ..pipeline import (RunResult, autocasts, build_setup, job_world, kernel_stack,
-                        memory_format_of, portable_finetune, run_setup)
+                        memory_format_of, portable_finetune, run_setup, step_fp8_recipe)
 from ..pipeline import strategy_dict as pipeline_strategy
-from ..precision import FP8
 from ..scenario import Scenario
 from ..strategies import STRATEGIES, parse_strategy
 from ..topology.build import graph_gpus
@@ -177,8 +176,7 @@ def _run_row(row: Row, scn: Scenario, model: ModelSpec, source: str,
     row.comm_bytes_per_gpu = comm_bytes_per_gpu(res.setup.trace)
     row.forward_gpu_s_per_sample = forward_gpu_s_per_sample(res)
     row.kernels = kernel_stack(res.setup)
-    if res.setup.scenario.training.precision == FP8:
-        row.fp8_recipe = res.setup.scenario.fp8_recipe
+    row.fp8_recipe = step_fp8_recipe(res.setup)
     row.energy = energy_of(res, site)
     if casts:
         row.kernels += f"; {AUTOCAST}"

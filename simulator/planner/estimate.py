@@ -358,9 +358,8 @@ class Estimator:
         expert-TP collectives or None): an MoE block where the model has any, as the
         busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``)."""
         recipe = self.fp8_recipes.get(stack)
-        recipe = {"fp8_recipe": recipe} if recipe else {}
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
-                             tp=tp, sp=sp, cp=cp, **recipe)
+                             tp=tp, sp=sp, cp=cp, **({"fp8_recipe": recipe} if recipe else {}))
         blocks = [layer for layer in layers if layer.kind.endswith("block")]
         block = next((b for b in blocks if is_moe_block(b)), blocks[0])
         if not (is_moe_block(block) and (ep > 1 or tp > 1)):

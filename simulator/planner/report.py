@@ -42,13 +42,14 @@ def records(search) -> list[dict]:
 
 def header(search) -> str:
     c = search.counts
+    why = "; ".join(f"{name}: {reason}" for name, reason in search.refused.items())
+    refused = (f"{c.get('refused by their framework', 0)} refused by their framework ({why}), "
+               if why else "")
     return (f"# plan: {search.model} on {search.gpus} x {search.gpu}, global batch "
             f"{search.global_batch} x {search.seq_len} tokens: {c.get('candidates', 0)} "
             f"candidates, {c.get('over memory', 0)} over memory (estimated), "
-            f"{c.get('not replayable here', 0)} not replayable in this build, "
-            + "".join(f"{c.get('refused by their framework', 0)} refused by {name} ({why}), "
-                      for name, why in search.refused.items())
-            + f"{c.get('fit', 0)} fit, {c.get('replayed', 0)} replayed")
+            f"{c.get('not replayable here', 0)} not replayable in this build, {refused}"
+            f"{c.get('fit', 0)} fit, {c.get('replayed', 0)} replayed")
 
 
 def _fmt(value, spec: str) -> str:

@@ -546,15 +546,17 @@ def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
     if converters is not None:
         seen.add("model.converters")
         out.use("model.converters")
-    recipe, gather = "tensorwise", None       # gather: (key, value) of the FP8 all-gather
+    # recipe_name, absent: Float8LinearConfig's default; gather: (key, value) of the FP8
+    # all-gather
+    named, gather = None, None
     for name, table in tables.items():
         for key in table:
             full = f"{name}.{key}"
             seen.add(full)
             if key == "recipe_name" and on:
-                recipe = doc.text(table[key], full)
-                if recipe not in FLOAT8_RECIPES:
-                    raise doc.fail(full, f"{recipe!r} is not modelled (recipes: "
+                named = doc.text(table[key], full)
+                if named not in FLOAT8_RECIPES:
+                    raise doc.fail(full, f"{named!r} is not modelled (recipes: "
                                    f"{', '.join(FLOAT8_RECIPES)})")
                 out.use(full)
             elif key == "enable_float8_linear":
@@ -563,9 +565,10 @@ def _float8(data: dict, doc: Doc, out: ConfigPieces) -> set[str]:
                 gather = (full, doc.boolean(table[key], full))
             else:
                 out.ignore(full, "not modelled" if on else "float8 is off")
-    if on:                      # no recipe_name: Float8LinearConfig's default, said so
+    recipe = named or "tensorwise"
+    if on:
         out.training.update(precision="fp8", fp8_recipe=recipe)
-        if not any(key.endswith(".recipe_name") for key in out.used):
+        if named is None:
             out.notes.append("float8 recipe_name not given: tensorwise (torchao's default)")
     if gather is not None:
         if recipe == "tensorwise":
