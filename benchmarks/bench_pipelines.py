@@ -29,8 +29,9 @@ whether the case's step repeats, the question :mod:`simulator.accum` asks before
 extrapolates. The case is replayed in full, in this process, at each micro-batch count K
 (its global batch set to K pipelines' worth), and a row per count gives the step, its
 increment per micro-batch from the previous count, and for each three counts k, k+d, k+2d
-the verdict of ``accum.extrapolate`` (periodic or not) and the line through them at the
-case's own micro-batch count, against ``--full S`` (the full replay's step, from a run of
+the verdict of ``accum.extrapolate`` (``periodic``, ``converging on`` a rank class, or
+``no``) and its step at the case's own micro-batch count (where it is ``no``, the line
+through the three), against ``--full S`` (the full replay's step, from a run of
 the case) where given::
 
     python benchmarks/bench_pipelines.py --cases sc21-530b --increments 37,38,39,40 \
@@ -95,8 +96,8 @@ def increments(case: str, counts: list[int], full: float | None) -> None:
             meta = res.setup.trace.meta
             n = batch // (meta["global_batch"] // k)
             print(f"# {case}: {n} micro-batches; each count below replayed in full")
-            print("| micro-batches | step | increment per micro-batch | window | periodic "
-                  "| line at full | vs full |")
+            print("| micro-batches | step | increment per micro-batch | window | extrapolated "
+                  "| step at full | vs full |")
             print("|---:|---:|---:|---|---|---:|---:|")
         runs[k], busy[k] = res.metrics, accum.class_busy(res.timeline)
         t = runs[k].iteration_time_s
@@ -108,9 +109,10 @@ def increments(case: str, counts: list[int], full: float | None) -> None:
             ks = (prev[-2], prev[-1], k)
             plan = accum.AccumPlan(n, (), lambda: None, {**meta, "grad_accum": n}, ks)
             done = accum.extrapolate(plan, [runs[j] for j in ks], 1.0,
-                                     busy=[busy[j] for j in ks[1:]])
-            step = t + (n - k) // d * (t - runs[prev[-1]].iteration_time_s)
-            window, verdict, line = str(ks), "yes" if done else "no", f"{step:.6f}"
+                                     busy=[busy[j] for j in ks])
+            step = (done[0].iteration_time_s if done else
+                    t + (n - k) // d * (t - runs[prev[-1]].iteration_time_s))
+            window, verdict, line = str(ks), done[1].pace() if done else "no", f"{step:.6f}"
             off = f"{(step - full) / full:+.4%}" if full else ""
         print(f"| {k} | {t:.9f} | {inc} | {window} | {verdict} | {line} | {off} |",
               flush=True)

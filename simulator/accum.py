@@ -27,11 +27,11 @@ wait) becomes
     X(N) = X(k+2d) + (N - k - 2d) / d * (X(k+2d) - X(k+d)),
 
 (exact for the ideal pipeline: 1F1B's step is (N + p - 1)(t_f + t_b), a line in N)
-accepted only when the step is periodic: the iteration time T exactly,
+accepted when the step is periodic: the iteration time T exactly,
 no rank class busier by one more step than T grows (:func:`class_busy`: GB200's Llama 3.1
 405B at PP16 x VP8 grows 2.9049 s per 16 micro-batches from 32 to 64 while its busiest
 stage's work grows 2.9297 s, the slope of the full 384-micro-batch step: that stage sets
-the pace only later),
+the pace only later; see the converging case below),
 ``|(T(k+2d) - T(k+d)) - (T(k+d) - T(k))| <= PERIOD_RTOL * T(k+2d)``, the peak memory and
 out-of-memory verdicts the same at k+d and k+2d micro-steps, and each time of the
 breakdown within ``BREAKDOWN_RTOL`` of the step's increment ``T(k+2d) - T(k+d)`` (or
@@ -40,8 +40,22 @@ collective hidden under compute can still fall differently from one replay to th
 (GB200's Llama 3.1 405B, PP16 x VP8: communication 0.485 then 0.483 s per 16
 micro-batches, exposed 0.062 then 0.072, for a step increment of 2.905 s), so the
 extrapolated breakdown is good to about 1% of the step, the step itself to PERIOD_RTOL.
+
+Or the step converges on its busiest class's pace (:func:`pace`): that class's own work
+repeats exactly, but it still idles, less from one replay to the next and by less each
+time (a pipeline whose slowest stage sets the pace only gradually: the last stage of GPT-3
+175B in FP8 on 128 H100, TP8 x PP16 x VP2, whose step grows 0.608810, 0.608963, 0.609024 s
+per 16 micro-batches from 32 to 80 towards that stage's 0.609117 s; ZB-V's first replays).
+The step is that class's busy time B plus its idle time, so
+
+    T(N) = T(k+2d) + (N - k - 2d) / d * (B(k+2d) - B(k+d)),
+
+the idle time held at the last replay's: as it can fall at most by its last fall per
+increment still to come, T(N) is at most (N - k - 2d) / d times that fall above the full
+step, and the extrapolation is taken when that bound is within CONVERGE_RTOL (0.1%, issue
+43's exactness) of the step, and reported with it. The breakdown is extrapolated as above.
 Throughput, TFLOP/s and MFU follow from the extrapolated time and the full step's batch.
-When the check fails the step is replayed in full up to :data:`FULL_LIMIT` micro-steps,
+When neither holds the step is replayed in full up to :data:`FULL_LIMIT` micro-steps,
 and refused above it with the work a full replay would take. At or below THRESHOLD the
 step is always replayed in full, so those results are the exact ones.
 """
@@ -62,6 +76,9 @@ PIPELINE_FILL = 2         # a pipeline's first replay runs this many micro-batch
 PIPELINE_DEEPEST = 16     # ... and its deepest this many (k grows by pp while not periodic)
 WORTH = 2                 # a pipeline's replays together run at most 1/WORTH of its step
 PERIOD_RTOL = 1e-9        # periodicity tolerance, relative to the k+2 iteration time
+CONVERGE_RTOL = 1e-3      # a step converging on its busiest class's pace: the most the
+                          # reported step may be above the full replay, relative to it
+                          # (issue 43's exactness, 0.1%)
 BREAKDOWN_RTOL = 0.01     # ... of the breakdown's times, relative to the step's increment
 FULL_LIMIT = 1024         # a step that is not periodic is replayed in full up to here
 UNROLLED = ("ddp", "fsdp")   # strategies that write each micro-step into the trace
@@ -76,19 +93,31 @@ class Extrapolation:
 
     grad_accum: int                 # micro-steps of the step reported
     replayed: tuple[int, ...]       # micro-steps of each replayed step
-    micro_step_s: float             # one steady micro-step: (T(k+2d) - T(k+d)) / d
+    micro_step_s: float             # one steady micro-step: (T(k+2d) - T(k+d)) / d, or the
+                                    # pace class's work per micro-step
     events_replayed: int            # simulated events of all replays together
+    pace_class: str | None = None   # the busiest rank class whose pace the step converges
+                                    # on (None: the replays repeat exactly)
+    bound_s: float = 0.0            # the most the step may be above the full replay
 
     def as_dict(self) -> dict:
         return {"grad_accum": self.grad_accum, "replayed_micro_steps": list(self.replayed),
                 "micro_step_s": self.micro_step_s, "events_replayed": self.events_replayed,
+                "pace": self.pace(), "bound_s": self.bound_s,
                 "timeline": f"the {self.replayed[-1]}-micro-step replay"}
+
+    def pace(self) -> str:
+        """How the replays repeat: ``periodic`` or ``converging on <class>``."""
+        return "periodic" if self.pace_class is None else f"converging on {self.pace_class}"
 
     def note(self) -> str:
         ks = ", ".join(map(str, self.replayed))
-        return (f"step extrapolated from replays of {ks} micro-steps (periodic, one "
-                f"micro-step {self.micro_step_s:.6g} s) to grad_accum {self.grad_accum}; "
-                f"a timeline shows the {self.replayed[-1]}-micro-step replay")
+        bound = (f", at most {self.bound_s:.3g} s above a full replay"
+                 if self.pace_class is not None else "")
+        return (f"step extrapolated from replays of {ks} micro-steps ({self.pace()}, one "
+                f"micro-step {self.micro_step_s:.6g} s{bound}) to grad_accum "
+                f"{self.grad_accum}; a timeline shows the {self.replayed[-1]}-micro-step "
+                f"replay")
 
 
 def brief(done: dict) -> str:
@@ -96,7 +125,7 @@ def brief(done: dict) -> str:
     reports say it."""
     ks = ", ".join(map(str, done["replayed_micro_steps"]))
     return (f"extrapolated from replays of {ks} micro-steps to grad_accum "
-            f"{done['grad_accum']} (periodic), not replayed in full")
+            f"{done['grad_accum']} ({done.get('pace', 'periodic')}), not replayed in full")
 
 
 @dataclass(frozen=True)
@@ -246,32 +275,70 @@ def extrapolate(plan: AccumPlan, runs: list[Metrics], peak_flops: float,
                 events: int | None = None, busy: list[dict] | None = None
                 ) -> tuple[Metrics, Extrapolation] | None:
     """The whole step's metrics from ``runs`` (the metrics of each replayed trace); None
-    when the replays are not periodic. ``events``: of every replay run (a pipeline's
-    earlier, not yet periodic ones included), by default those of ``runs``. ``busy``:
-    :func:`class_busy` of the last two replays; a class whose busy time grows faster than
-    the step has not yet set the pace (a pipeline whose slowest stage becomes critical
-    only after more micro-batches), so the step is not periodic yet."""
+    when the replays are neither periodic nor converging on their busiest class's pace
+    (:func:`pace`). ``events``: of every replay run (a pipeline's earlier, not yet periodic
+    ones included), by default those of ``runs``. ``busy``: :func:`class_busy` of each of
+    the three replays."""
     m0, m1, m2 = runs
     last, d = plan.replayed[-1], plan.replayed[-1] - plan.replayed[-2]
-    step = m2.iteration_time_s - m1.iteration_time_s
-    times = {}
-    for key in _ADDITIVE:
+    later = (plan.grad_accum - last) // d        # increments of d micro-steps still to come
+    found = pace(runs, busy, later)
+    if found is None:
+        return None
+    step, pace_class, bound = found
+    times = {"iteration_time_s": m2.iteration_time_s + later * step}
+    for key in _ADDITIVE[1:]:
         x0, x1, x2 = (getattr(m, key) for m in (m0, m1, m2))
-        bound = PERIOD_RTOL * m2.iteration_time_s if key == "iteration_time_s" else \
-            max(PERIOD_RTOL * m2.iteration_time_s, BREAKDOWN_RTOL * abs(step))
-        if abs((x2 - x1) - (x1 - x0)) > bound:
+        if abs((x2 - x1) - (x1 - x0)) > max(PERIOD_RTOL * m2.iteration_time_s,
+                                            BREAKDOWN_RTOL * abs(step)):
             return None
-        times[key] = x2 + (plan.grad_accum - last) // d * (x2 - x1)
+        times[key] = x2 + later * (x2 - x1)
     if any(getattr(m1, key) != getattr(m2, key) for key in _SAME):
         return None
-    if busy is not None and any(busy[1][c] - busy[0][c] > step + PERIOD_RTOL *
-                                m2.iteration_time_s for c in busy[1]):
-        return None
     t = times["iteration_time_s"]
-    info = Extrapolation(plan.grad_accum, plan.replayed,
-                         (m2.iteration_time_s - m1.iteration_time_s) / d,
-                         sum(m.events for m in runs) if events is None else events)
+    info = Extrapolation(plan.grad_accum, plan.replayed, step / d,
+                         sum(m.events for m in runs) if events is None else events,
+                         pace_class, bound)
     return _metrics(m2, times, plan.meta, peak_flops, info.events_replayed, t), info
+
+
+def pace(runs: list[Metrics], busy: list[dict] | None, later: int
+         ) -> tuple[float, str | None, float] | None:
+    """How the step grows per ``d`` micro-steps past the last of three replays ``d`` apart
+    (``runs``, ``busy`` their :func:`class_busy`; ``later``: the increments still to come):
+    (the increment, the class whose pace it is or None, the most the extrapolated step may
+    be above the full one), or None.
+
+    * **periodic**: the step's increment the same within PERIOD_RTOL and no class busier by
+      more than it (bound 0);
+    * **converging on the busiest class's pace**: the class whose busy time grows most
+      repeats its own work exactly, but still has idle time that shrinks from one replay to
+      the next, and shrinks less each time (a pipeline whose slowest stage sets the pace
+      only after more micro-batches). The step is that class's busy time plus its idle
+      time; its busy time is a line, and its idle time, falling ever more slowly, falls by
+      at most the last fall per increment still to come. The step is extrapolated at the
+      class's pace with the idle time of the last replay (an upper estimate, at most
+      ``later x`` the last fall above), accepted when that bound is within CONVERGE_RTOL of
+      the step.
+    """
+    t0, t1, t2 = (m.iteration_time_s for m in runs)
+    step, tol = t2 - t1, PERIOD_RTOL * t2
+    periodic = abs((t2 - t1) - (t1 - t0)) <= tol
+    if busy is None:
+        return (step, None, 0.0) if periodic else None
+    grows = {c: busy[2][c] - busy[1][c] for c in sorted(busy[2])}
+    if periodic and all(g <= step + tol for g in grows.values()):
+        return step, None, 0.0
+    cls = max(grows, key=grows.__getitem__)
+    b0, b1, b2 = (b[cls] for b in busy)
+    if abs((b2 - b1) - (b1 - b0)) > tol:
+        return None                                 # its own work does not repeat
+    fall, before = (t1 - b1) - (t2 - b2), (t0 - b0) - (t1 - b1)   # its idle time's falls
+    if not -tol <= fall <= before + tol:
+        return None
+    bound = later * max(fall, 0.0)
+    step_s = t2 + later * grows[cls]
+    return (grows[cls], cls, bound) if bound <= CONVERGE_RTOL * step_s else None
 
 
 def _metrics(last: Metrics, times: dict, meta: dict, peak_flops: float, events: int,

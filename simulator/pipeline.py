@@ -568,7 +568,7 @@ def _stepped(setup: Setup, placement: Placement | None) -> RunResult:
                 ran[k], busy[k] = last.metrics, class_busy(last.timeline)
                 events += last.metrics.events
         done = extrapolate(plan, [ran[k] for k in plan.replayed], setup.peak_flops, events,
-                           [busy[k] for k in plan.replayed[1:]])
+                           [busy[k] for k in plan.replayed])
         if done is not None:
             return RunResult(setup, last.timeline, *done)
         plan = deepened(plan)          # a pipeline not yet periodic: longer replays

@@ -40,7 +40,7 @@ def test_increments_are_the_full_replays_and_the_line_through_them(tmp_path):
     assert [float(r[1]) for r in rows] == [pytest.approx(t[k], abs=1e-9) for k in (4, 5, 6)]
     assert float(rows[2][2]) == pytest.approx(t[6] - t[5], abs=1e-9)
     line = t[6] + (80 - 6) * (t[6] - t[5])
-    assert rows[2][3].strip() == "(4, 5, 6)" and rows[2][4].strip() == "yes"
+    assert rows[2][3].strip() == "(4, 5, 6)" and rows[2][4].strip() == "periodic"
     assert float(rows[2][5]) == pytest.approx(line, abs=1e-6)
     assert rows[2][6].strip() == f"{(line - full) / full:+.4%}"
     assert rows[0][3].strip() == rows[1][3].strip() == ""     # no window of three yet

@@ -51,6 +51,18 @@ def megatron(pp: int, m: int, vp: int | None = None):
     return load_scenario(resolve_scenario("quickstart"), sets)
 
 
+def converging(m: int):
+    """Llama 3 8B in FP8 under Megatron's 1F1B over 4 H100 (TP1), 8,192-token sequences:
+    the last stage, with the 128k-token vocabulary's head, is the busiest, and it sets the
+    pace only gradually (its idle time falls ever more slowly from one replay to the next)."""
+    sets = ["model=llama-3-8b", "training.seq_len=8192", "training.micro_batch=1",
+            "training.precision=fp8", "cluster.gpus=4", "cluster.topology=dgx-h100",
+            "strategy={name: megatron, pipeline_model_parallel_size: 4, "
+            "use_distributed_optimizer: true, overlap_grad_reduce: true}",
+            f"training.grad_accum={m}"]
+    return load_scenario(resolve_scenario("quickstart"), sets)
+
+
 def both(scn):
     """The extrapolated and the fully replayed result of ``scn``."""
     return run_setup(build_setup(scn)), run_setup(build_setup(scn, extrapolate_steps=False))
@@ -76,8 +88,9 @@ def assert_close(ex, full):
     (torchtitan("1F1B", 3, 90, 6), (6, 7, 8)),                 # uneven stages
     (torchtitan("Interleaved1F1B", 4, 100), (8, 12, 16)),      # d = pp
     (torchtitan("Interleaved1F1B", 2, 70), (4, 6, 8)),
-    # ZB-V: the step from 8 to 10 micro-batches is not periodic yet; from 12 to 14 it is
-    (torchtitan("ZBVZeroBubble", 4, 160), (12, 13, 14)),
+    # ZB-V: the step from 8 to 10 micro-batches is not periodic, but from 9 on it grows
+    # by stage 0's work exactly: converging on stage 0, its idle time no longer falling
+    (torchtitan("ZBVZeroBubble", 4, 160), (8, 9, 10)),
     (megatron(2, 80), (4, 5, 6)),
     (megatron(2, 96, vp=2), (4, 6, 8)),
 ])
@@ -86,6 +99,30 @@ def test_extrapolated_pipeline_equals_the_full_replay(scn, replayed):
     assert ex.extrapolation is not None and full.extrapolation is None
     assert ex.extrapolation.replayed == replayed
     assert_close(ex, full)
+
+
+def test_a_step_converging_on_its_busiest_stage_is_extrapolated_at_its_pace():
+    ex, full = both(converging(120))
+    runs = [run_setup(build_setup(converging(k))) for k in (8, 9, 10)]
+    t = [r.metrics.iteration_time_s for r in runs]
+    busy = [accum.class_busy(r.timeline)["stage3"] for r in runs]
+    # the step does not repeat exactly: it grows more each time, towards stage 3's work
+    # per micro-batch, which does repeat
+    assert (t[2] - t[1]) - (t[1] - t[0]) > accum.PERIOD_RTOL * t[2]
+    assert abs((busy[2] - busy[1]) - (busy[1] - busy[0])) <= accum.PERIOD_RTOL * t[2]
+    assert t[2] - t[1] < busy[2] - busy[1]
+    # T(m) = T(k+2) + (m - k - 2) x stage 3's work per micro-batch, at most (m - k - 2) x
+    # the last fall of its idle time above the full step
+    info = ex.extrapolation
+    assert info.replayed == (8, 9, 10) and info.pace_class == "stage3"
+    assert ex.metrics.iteration_time_s == t[2] + 110 * (busy[2] - busy[1])
+    fall = (t[1] - busy[1]) - (t[2] - busy[2])
+    assert 0 < fall <= (t[0] - busy[0]) - (t[1] - busy[1])
+    assert info.bound_s == 110 * fall
+    assert info.bound_s <= accum.CONVERGE_RTOL * ex.metrics.iteration_time_s
+    assert 0 <= ex.metrics.iteration_time_s - full.metrics.iteration_time_s <= info.bound_s
+    assert_close(ex, full)
+    assert "converging on stage3" in info.note() and info.as_dict()["bound_s"] == info.bound_s
 
 
 def test_the_extrapolation_is_the_line_through_the_last_two_replays():
@@ -103,7 +140,9 @@ def test_the_extrapolation_is_the_line_through_the_last_two_replays():
     assert ex.setup.trace.meta["global_batch"] == n * 2      # 2 data-parallel ranks
 
 
-def test_a_later_steady_state_is_found_by_longer_replays_counted_in_the_events():
+def test_a_later_steady_state_is_found_by_longer_replays_counted_in_the_events(
+        monkeypatch):
+    monkeypatch.setattr(accum, "CONVERGE_RTOL", -1.0)     # periodic replays only
     ex = run_setup(build_setup(torchtitan("ZBVZeroBubble", 4, 160)))
     # replays of 8, 9, 10 (not periodic), then 12, 13, 14 micro-batches
     runs = {k: run_setup(build_setup(torchtitan("ZBVZeroBubble", 4, k))).metrics.events
@@ -195,17 +234,29 @@ def test_a_deepspeed_count_is_a_bounded_whole_number_named_as_the_file_spells_it
     assert code == 2 and f"{ds}: train_batch_size: " in err and "at most" in err, err
 
 
-def test_a_stage_busier_than_the_step_grows_means_the_pace_is_not_set_yet():
+def test_a_stage_busier_than_the_step_grows_sets_the_pace_within_a_bound():
     # GB200's Llama 3.1 405B at PP16 x VP8: from 32 to 64 micro-batches the step grows
     # 2.9049 s per 16 and repeats exactly, but stage 8's own work grows 2.9297 s: it sets
     # the pace later (the full 384-micro-batch step grows 2.9292 s per 16), so a line
-    # through the replays would be 0.69% short; such replays are not periodic
+    # through the replays would be 0.69% short; such replays are not periodic, and the
+    # step is extrapolated at the busiest stage's pace only where the bound allows
     plan = build_setup(torchtitan("1F1B", 4, 80)).accum
     runs = [run_setup(build_setup(torchtitan("1F1B", 4, k))).metrics for k in plan.replayed]
     step = runs[2].iteration_time_s - runs[1].iteration_time_s
-    assert accum.extrapolate(plan, runs, 1.0, busy=[{"s": 1.0}, {"s": 1.0 + step}])
     assert accum.extrapolate(plan, runs, 1.0,
-                             busy=[{"s": 1.0}, {"s": 1.0 + 1.001 * step}]) is None
+                             busy=[{"s": 1.0 - step}, {"s": 1.0}, {"s": 1.0 + step}])
+    # stage s works 1.001 step per micro-batch: its idle time falls by 0.001 step each
+    # time, so the step is extrapolated at s's pace, at most 70 x 0.001 step above (the
+    # idle time falling at most as fast for the 70 micro-batches still to come)
+    busier = [{"s": 1.0 - 1.001 * step}, {"s": 1.0}, {"s": 1.0 + 1.001 * step}]
+    got, info = accum.extrapolate(plan, runs, 1.0, busy=busier)
+    assert info.pace_class == "s" and info.micro_step_s == busier[2]["s"] - busier[1]["s"]
+    assert got.iteration_time_s == runs[2].iteration_time_s + 70 * info.micro_step_s
+    assert info.bound_s == pytest.approx(70 * 0.001 * step, rel=1e-6)
+    # 1.01 step: up to 0.7 step above, more than CONVERGE_RTOL of the step allows
+    busier = [{"s": 1.0 - 1.01 * step}, {"s": 1.0}, {"s": 1.0 + 1.01 * step}]
+    assert 70 * 0.01 * step > accum.CONVERGE_RTOL * (runs[2].iteration_time_s + 70 * step)
+    assert accum.extrapolate(plan, runs, 1.0, busy=busier) is None
     # the classes of a real replay: none busier than the step
     timeline = run_setup(build_setup(torchtitan("1F1B", 4, 10))).timeline
     busy = accum.class_busy(timeline)
