@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
 import pytest
 
@@ -61,6 +62,43 @@ def converging(m: int):
             "use_distributed_optimizer: true, overlap_grad_reduce: true}",
             f"training.grad_accum={m}"]
     return load_scenario(resolve_scenario("quickstart"), sets)
+
+
+def megatron_h100(pp: int, m: int, vp: int | None, precision: str, overlap: bool):
+    """Llama 3 8B under Megatron's pipeline over ``pp`` x 2 H100 (DP2), 4,096-token
+    sequences, in ``precision``, with or without the gradient reduce-scatter overlapped."""
+    strategy = (f"strategy={{name: megatron, pipeline_model_parallel_size: {pp}, "
+                f"use_distributed_optimizer: true, overlap_grad_reduce: {str(overlap).lower()}"
+                + (f", virtual_pipeline_model_parallel_size: {vp}}}" if vp else "}"))
+    sets = ["model=llama-3-8b", "training.seq_len=4096", "training.micro_batch=1",
+            f"training.precision={precision}", f"cluster.gpus={2 * pp}",
+            "cluster.topology=dgx-h100", strategy, f"training.grad_accum={m}"]
+    return load_scenario(resolve_scenario("quickstart"), sets)
+
+
+def random_cases(n: int, seed: int = 43) -> list[tuple[str, tuple]]:
+    """``n`` pipelines drawn with ``seed``: torchtitan's 1F1B (2-4 stages, 3 uneven),
+    interleaved and ZB-V schedules with and without a second data-parallel rank, or
+    Megatron's 1F1B and interleaved in bf16 or FP8 with and without the overlapped gradient
+    reduce-scatter; 70-120 micro-batches (a multiple of pp interleaved)."""
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        if rng.random() < 0.5:
+            sched, pp = rng.choice([("1F1B", 2), ("1F1B", 3), ("1F1B", 4),
+                                    ("Interleaved1F1B", 2), ("Interleaved1F1B", 4),
+                                    ("ZBVZeroBubble", 2), ("ZBVZeroBubble", 4)])
+            dp, m = rng.choice([1, 2]), rng.randrange(70, 121)
+            m -= m % pp if sched == "Interleaved1F1B" else 0
+            out.append((f"torchtitan-{sched}-pp{pp}-dp{dp}-m{m}",
+                        ("torchtitan", sched, pp, m, pp * dp)))
+        else:
+            pp, vp = rng.choice([2, 4]), rng.choice([None, 2])
+            precision, overlap = rng.choice(["bf16", "fp8"]), rng.choice([True, False])
+            m = rng.randrange(70, 121)
+            m -= m % pp if vp else 0
+            out.append((f"megatron-pp{pp}-vp{vp}-{precision}-overlap{overlap}-m{m}",
+                        ("megatron", pp, m, vp, precision, overlap)))
+    return out
 
 
 def both(scn):
@@ -123,6 +161,33 @@ def test_a_step_converging_on_its_busiest_stage_is_extrapolated_at_its_pace():
     assert 0 <= ex.metrics.iteration_time_s - full.metrics.iteration_time_s <= info.bound_s
     assert_close(ex, full)
     assert "converging on stage3" in info.note() and info.as_dict()["bound_s"] == info.bound_s
+
+
+RANDOM = random_cases(10)
+
+
+@pytest.mark.parametrize("case", [c for _, c in RANDOM], ids=[i for i, _ in RANDOM])
+def test_random_pipelines_equal_their_full_replay(case):
+    # issue 43: on random schedules the answer is the full replay's within 0.1% where it
+    # is extrapolated (periodic or converging), and is the full replay where it is not
+    scn = torchtitan(*case[1:]) if case[0] == "torchtitan" else megatron_h100(*case[1:])
+    ex, full = both(scn)
+    if ex.extrapolation is None:
+        assert dataclasses.asdict(ex.metrics) == dataclasses.asdict(full.metrics)
+    else:
+        assert_close(ex, full)
+        t, tol = full.metrics.iteration_time_s, accum.PERIOD_RTOL * full.metrics.iteration_time_s
+        # never below the full step; above it by at most its bound (0 when periodic)
+        assert t - tol <= ex.metrics.iteration_time_s <= t + ex.extrapolation.bound_s + tol
+
+
+def test_the_random_pipelines_draw_both_ways_of_extrapolating_and_the_full_replay():
+    paces = set()
+    for _, case in RANDOM:
+        scn = torchtitan(*case[1:]) if case[0] == "torchtitan" else megatron_h100(*case[1:])
+        got = run_setup(build_setup(scn)).extrapolation
+        paces.add(None if got is None else got.pace().split(" ")[0])
+    assert paces == {None, "periodic", "converging"}
 
 
 def test_the_extrapolation_is_the_line_through_the_last_two_replays():
