@@ -112,7 +112,7 @@ def increments(case: str, counts: list[int], full: float | None) -> None:
                                      busy=[busy[j] for j in ks])
             step = (done[0].iteration_time_s if done else
                     t + (n - k) // d * (t - runs[prev[-1]].iteration_time_s))
-            window, verdict, line = str(ks), done[1].pace() if done else "no", f"{step:.6f}"
+            window, verdict, line = str(ks), done[1].pace_text() if done else "no", f"{step:.6f}"
             off = f"{(step - full) / full:+.4%}" if full else ""
         print(f"| {k} | {t:.9f} | {inc} | {window} | {verdict} | {line} | {off} |",
               flush=True)

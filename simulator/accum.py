@@ -103,10 +103,10 @@ class Extrapolation:
     def as_dict(self) -> dict:
         return {"grad_accum": self.grad_accum, "replayed_micro_steps": list(self.replayed),
                 "micro_step_s": self.micro_step_s, "events_replayed": self.events_replayed,
-                "pace": self.pace(), "bound_s": self.bound_s,
+                "pace": self.pace_text(), "bound_s": self.bound_s,
                 "timeline": f"the {self.replayed[-1]}-micro-step replay"}
 
-    def pace(self) -> str:
+    def pace_text(self) -> str:
         """How the replays repeat: ``periodic`` or ``converging on <class>``."""
         return "periodic" if self.pace_class is None else f"converging on {self.pace_class}"
 
@@ -114,7 +114,7 @@ class Extrapolation:
         ks = ", ".join(map(str, self.replayed))
         bound = (f", at most {self.bound_s:.3g} s above a full replay"
                  if self.pace_class is not None else "")
-        return (f"step extrapolated from replays of {ks} micro-steps ({self.pace()}, one "
+        return (f"step extrapolated from replays of {ks} micro-steps ({self.pace_text()}, one "
                 f"micro-step {self.micro_step_s:.6g} s{bound}) to grad_accum "
                 f"{self.grad_accum}; a timeline shows the {self.replayed[-1]}-micro-step "
                 f"replay")
