@@ -52,6 +52,10 @@ FP8_RECIPES = TORCHAO_RECIPES + TE_RECIPES
 # defaulting to delayed (megatron/training/arguments.py); the PyTorch strategies run torchao's
 # Float8Linear, whose Float8LinearConfig defaults to tensorwise dynamic scaling
 TE_ONLY_STRATEGIES = ("megatron",)
+# ... and torchtitan runs torchao's only: its float8 converter builds a Float8LinearConfig
+# (tensorwise, or recipe_name rowwise / rowwise_with_gw_hp), it has no Transformer Engine
+# path (torchtitan/components/quantization/float8.py; its MX converter is not modelled)
+TORCHAO_ONLY_STRATEGIES = ("torchtitan",)
 
 
 def default_fp8_recipe(strategy: str) -> str:

@@ -176,10 +176,11 @@ class Training(BaseModel):
     fp8_recipe: str | None = Field(None, description="precision fp8: tensorwise, "
                                    "rowwise or rowwise_with_gw_hp (torchao dynamic scaling "
                                    "per tensor or per row; the last with bf16 weight "
-                                   "gradients), delayed or current (Transformer Engine's "
-                                   "delayed or current scaling) or mxfp8 (Transformer "
-                                   "Engine's MXFP8 block scaling, Blackwell) [default: the "
-                                   "framework's: delayed under megatron, Megatron-LM's "
+                                   "gradients; not under megatron), delayed or current "
+                                   "(Transformer Engine's delayed or current scaling) or "
+                                   "mxfp8 (Transformer Engine's MXFP8 block scaling, "
+                                   "Blackwell; these three not under torchtitan) [default: "
+                                   "the framework's: delayed under megatron, Megatron-LM's "
                                    "--fp8-recipe default; tensorwise, torchao's, otherwise]; "
                                    "docs/compute.md")
 

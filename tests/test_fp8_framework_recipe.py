@@ -85,6 +85,30 @@ def test_a_torchao_recipe_under_megatron_is_refused_in_one_line(recipe):
     assert info.value.source == "run.yaml" and "\n" not in str(info.value)
 
 
+TITAN = {"name": "torchtitan", "parallelism": {"data_parallel_shard_degree": 8}}
+
+
+@pytest.mark.parametrize("recipe, topology", [("delayed", "dgx-h100"), ("current", "dgx-h100"),
+                                              ("mxfp8", "dgx-b200")])
+def test_a_transformer_engine_recipe_under_torchtitan_is_refused_in_one_line(recipe, topology):
+    """torchtitan's float8 is torchao's Float8Linear (its TOML reader refuses an MX
+    converter too): Transformer Engine's recipes, which it cannot run, are refused as
+    torchao's are under megatron, and fp8_attention (Transformer Engine's) with them."""
+    data = _scenario(TITAN, fp8_recipe=recipe)
+    data["cluster"]["topology"] = topology
+    with pytest.raises(ConfigError, match=f"{recipe} is Transformer Engine's FP8 recipe; "
+                                          f"torchtitan runs torchao's") as info:
+        build_setup(scenario_from_dict(data, "run.yaml"), "run.yaml")
+    assert info.value.field == "training.fp8_recipe"
+    assert info.value.source == "run.yaml" and "\n" not in str(info.value)
+    for torchao in TORCHAO_RECIPES:       # its own recipes run (on an H100)
+        assert _step_s(_scn(TITAN, fp8_recipe=torchao)) > 0
+    with pytest.raises(ConfigError, match="torchtitan runs torchao's float8, which has none"
+                       ) as info:
+        build_setup(_scn(TITAN, fp8_attention=True), "run.yaml")
+    assert info.value.field == "training.fp8_attention"
+
+
 def test_fp8_attention_follows_the_resolved_recipe():
     """fp8_attention needs a Transformer Engine recipe: Megatron's default is one, the
     PyTorch strategies' (torchao tensorwise) is not; set, the recipe is checked on load."""
@@ -216,6 +240,56 @@ def test_plan_leaves_out_the_candidates_whose_framework_refuses_the_recipe():
     assert list(out.refused) == ["megatron"]
     assert f"{c['refused by their framework']} refused by their framework (megatron: " \
            f"training.fp8_recipe: rowwise is torchao's" in header(out)
+
+
+def test_plan_spells_its_data_parallel_candidates_as_pytorchs_own_under_a_te_recipe():
+    """A Transformer Engine recipe (llm-foundry's FSDP runs one): torchtitan refuses it, so
+    plan's candidates without model parallelism are PyTorch's FSDP2 or DDP, which run it, and
+    the model-parallel FSDP ones are left out as torchtitan's."""
+    from simulator.planner.report import header
+    from simulator.planner.search import search
+    from simulator.planner.space import Limits
+    from simulator.planner.strategy import carried_lines
+    from simulator.scenario import load_scenario
+    scn = load_scenario("quickstart", ["training.seq_len=512", "cluster.topology=dgx-h100",
+                                       "training.precision=fp8",
+                                       "training.fp8_recipe=delayed"])
+    out = search(scn, 16, replay=8, limits=Limits(max_pp=1, max_tp=2, max_cp=1,
+                                                  max_micro_batch=2))
+    assert list(out.refused) == ["torchtitan"] and out.carried.te_fp8
+    assert "refused by their framework (torchtitan: training.fp8_recipe: delayed is " \
+           "Transformer Engine's" in header(out)
+    names = {r.strategy["name"] for r in out.rows}
+    assert "torchtitan" not in names and "fsdp" in names      # (DDP's fp32 copy: over memory)
+    assert all(r.candidate.plan.tp == 1 for r in out.rows if r.strategy["name"] == "fsdp")
+    assert all(r.metrics is not None for r in out.rows)      # each replayed, none refused
+    assert any("PyTorch FSDP2 or DDP with Transformer Engine" in x
+               for x in carried_lines(out.carried))
+    bf16 = search(load_scenario("quickstart", ["training.seq_len=512",
+                                               "cluster.topology=dgx-h100"]),
+                  16, replay=1, limits=Limits(max_pp=1, max_tp=2, max_micro_batch=2))
+    assert not bf16.carried.te_fp8 and bf16.refused == {}
+
+
+@pytest.mark.parametrize("mode", ["fsdp"])
+def test_a_data_parallel_candidate_costs_the_same_in_either_spelling(mode):
+    """One path, one price: torchtitan's spelling of a candidate without model parallelism
+    and PyTorch's own (plan's under a Transformer Engine recipe) replay the same step."""
+    from simulator.planner.space import Candidate
+    from simulator.planner.strategy import Carried, strategy_of
+    from simulator.scenario import load_scenario
+    from simulator.strategies.parallel.plan import ParallelPlan
+    plan = (ParallelPlan(dp_replicate=2, dp_shard=4) if mode == "fsdp" else
+            ParallelPlan(dp_replicate=8, dp_shard=1, dp_mode="ddp"))
+    c = Candidate(plan, 1, 2, "full")
+    spelled = [strategy_of(c, 32, Carried(te_fp8=te)) for te in (False, True)]
+    assert [s["name"] for s in spelled] == ["torchtitan", mode]
+    steps = [run_setup(build_setup(load_scenario(
+        "quickstart", ["training.seq_len=512", "cluster.topology=dgx-h100", "cluster.gpus=8",
+                       "training.micro_batch=1", "training.grad_accum=2",
+                       f"strategy={s}"]))).metrics for s in spelled]
+    assert steps[0].iteration_time_s == steps[1].iteration_time_s
+    assert steps[0].peak_memory_gib == steps[1].peak_memory_gib
 
 
 def test_the_kernels_line_says_which_recipe_ran():

@@ -15,11 +15,12 @@ best survivors with the real simulator, rank them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import networkx as nx
 
+from ..choices import TE_RECIPES, TORCHAO_ONLY_STRATEGIES
 from ..constants import load_constants
 from ..collectives.model import CollectiveModel
 from ..compare.cost import Cost, Price, training_cost
@@ -38,11 +39,12 @@ from ..precision import FP8, PRECISIONS
 from ..scenario import Scenario
 from ..strategies.base import CommonConfig
 from ..strategies.frameworks.megatron import MegatronConfig
+from ..strategies.frameworks.torchtitan import TorchtitanConfig
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
 from .estimate import Estimate, Estimator
 from .space import Candidate, Limits, candidates
-from .strategy import Carried, carried, strategy_of
+from .strategy import SPELLINGS, Carried, carried, strategy_of
 
 Progress = Callable[[str], None]
 
@@ -138,14 +140,15 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
         check_gpu_training(gpu, t.precision, scn.fp8_recipe)
         stacks = {name: ComputeModel(gpu, attention=t.attention_impl, strategy=name,
                                      fp8_attention=t.fp8_attention, model_family=model.family)
-                  for name in ("torchtitan", "megatron")}
+                  for name in SPELLINGS}
     except ConfigError as exc:
         raise exc.located(source) from None
     # kernels priced as each candidate's replay runs them: torchtitan's eager PyTorch stack,
     # Megatron's for a distributed-optimizer candidate (strategy_of), whose weight
     # gradients accumulate into Megatron's main_grad (its DDP's defaults, as _megatron sets)
     model = with_gpu_fp8(model, gpu)        # FP8 casts as the replay's (build_setup) make them
-    carry = carried(scn.strategy)
+    carry = replace(carried(scn.strategy), te_fp8=t.precision == FP8
+                    and t.recipe_for("torchtitan") in TE_RECIPES)
     # each framework's candidates at the scenario's FP8 recipe, else at that framework's own
     recipes = {name: t.recipe_for(name) for name in stacks} if t.precision == FP8 else {}
     megatron = _megatron_config(carry, source)
@@ -158,7 +161,9 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
                         recipes.get("megatron")) else ()))
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len),
-                 carried=carry, refused=_refused({"megatron": megatron}, recipes))
+                 carried=carry, refused=_refused({"megatron": megatron,
+                                                  "torchtitan": _torchtitan_config(carry, source)},
+                                                 recipes, t.fp8_attention))
     fits = _estimated(out, cands, est, model.layers, say)
     survivors = pick(fits, replay)
     setups = _counted_setups(survivors, scn, cluster, source, counted, max_work)
@@ -218,17 +223,36 @@ def pick(fits: list[Row], replay: int) -> list[Row]:
     return out
 
 
-def _refused(configs: dict[str, CommonConfig], recipes: dict[str, str]) -> dict[str, str]:
+def _refused(configs: dict[str, CommonConfig], recipes: dict[str, str],
+             fp8_attention: bool = False) -> dict[str, str]:
     """{framework: the reason} for each of ``configs`` (the candidates' framework configs)
     that refuses its FP8 recipe in ``recipes`` (an explicit ``training.fp8_recipe`` of
-    another framework: torchao's under Megatron)."""
+    another framework: torchao's under Megatron, Transformer Engine's under torchtitan) or
+    ``training.fp8_attention`` (Transformer Engine's, which torchao has not)."""
     out = {}
     for name, cfg in configs.items():
         try:
             cfg.check_fp8(recipes.get(name))
         except ConfigError as exc:
             out[name] = f"{exc.field}: {exc.reason}"
+            continue
+        if fp8_attention and name in TORCHAO_ONLY_STRATEGIES:
+            out[name] = ("training.fp8_attention: Transformer Engine's FP8 attention; "
+                         f"{name} runs torchao's float8, which has none")
     return out
+
+
+def _torchtitan_config(carry: Carried, source: str) -> TorchtitanConfig:
+    """The torchtitan config of the FSDP/HSDP/DDP candidates' with the scenario's carried
+    settings (whether it takes the scenario's FP8 recipe).
+
+    :raises ConfigError: a carried setting torchtitan refuses (located at ``source``).
+    """
+    own = carry.settings if carry.framework == "torchtitan" else {}
+    try:
+        return TorchtitanConfig(**{**own, "name": "torchtitan"})
+    except ConfigError as exc:
+        raise exc.located(source) from None
 
 
 def _megatron_config(carry: Carried, source: str) -> MegatronConfig:

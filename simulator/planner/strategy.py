@@ -18,6 +18,8 @@ from ..strategies.frameworks.translate import pure_data_parallel
 from ..strategies import STRATEGIES
 from .space import Candidate, model_parallel_available
 
+# the strategies a candidate is spelled in (:func:`strategy_of`)
+SPELLINGS = ("torchtitan", "megatron", "fsdp", "ddp")
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B",
                         "gpipe": "GPipe", "zbv": "ZBVZeroBubble"}
 # what a candidate sets (the search: degrees, schedule, checkpointing, the data-parallel
@@ -62,6 +64,10 @@ class Carried:
     settings: dict = field(default_factory=dict)
     parallelism: dict = field(default_factory=dict)
     left: tuple[str, ...] = ()
+    # the step's FP8 recipe is Transformer Engine's, which torchtitan does not run (torchao's
+    # float8 only): the candidates without model parallelism are spelled as PyTorch's own
+    # FSDP2 (``fsdp``, its mesh) or DDP (``ddp``), which run it as llm-foundry's Composer does
+    te_fp8: bool = False
 
 
 def carried(strategy: dict) -> Carried:
@@ -95,6 +101,8 @@ def strategy_of(c: Candidate, layers: int, carry: Carried = Carried()) -> dict |
                 **_megatron(c)}
     if p.schedule not in TORCHTITAN_SCHEDULES:
         return None
+    if carry.te_fp8 and pure_data_parallel(p):
+        return _pytorch(c)
     par = {"data_parallel_replicate_degree": p.dp_replicate,
            "data_parallel_shard_degree": p.dp_shard, "tensor_parallel_degree": p.tp,
            "pipeline_parallel_degree": p.pp, "context_parallel_degree": p.cp,
@@ -118,6 +126,11 @@ def strategy_of(c: Candidate, layers: int, carry: Carried = Carried()) -> dict |
 def carried_lines(carry: Carried) -> list[str]:
     """What :func:`carried` made of the scenario's strategy, as lines for the answer."""
     lines = []
+    if carry.te_fp8:
+        lines.append("a Transformer Engine FP8 recipe: the candidates without model "
+                     "parallelism are PyTorch FSDP2 or DDP with Transformer Engine (fsdp, "
+                     "ddp), the other FSDP/HSDP/DDP ones torchtitan's, which runs torchao's "
+                     "float8 only")
     taken = {**carry.settings, **{f"parallelism.{k}": v for k, v in carry.parallelism.items()}}
     if taken:
         lines.append(f"the scenario's {carry.framework} settings in its {carry.framework} "
@@ -128,6 +141,19 @@ def carried_lines(carry: Carried) -> list[str]:
                f"in (torchtitan, megatron)")
         lines.append(f"not in any candidate ({why}): {', '.join(carry.left)}")
     return lines
+
+
+def _pytorch(c: Candidate) -> dict:
+    """A candidate without model parallelism as PyTorch's own FSDP2 (its [replicate,
+    shard] mesh) or DDP: the same trace as torchtitan's spelling of it
+    (:func:`~simulator.strategies.frameworks.translate.data_parallel_config`)."""
+    p = c.plan
+    ac = {"activation_checkpointing": c.ac} | (
+        {"selective_ac_option": "op"} if c.ac == "selective" else {})
+    if p.dp_mode == "ddp":
+        return {"name": "ddp", **ac}
+    return {"name": "fsdp", "mesh": [p.dp_replicate, p.dp_shard],
+            "reshard_after_forward": p.reshard_after_forward, **ac}
 
 
 def _megatron(c: Candidate) -> dict:

@@ -84,6 +84,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from simulator.errors import ConfigError
 from simulator.inputs import check_finite, decode_text, read_bytes
+from simulator.models.fp8 import TE_CAST_BYTES
 
 from ..base import CommonConfig, World
 from ..parallel.plan import ParallelPlan
@@ -203,8 +204,14 @@ class TorchtitanConfig(CommonConfig):
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
 
     def check_fp8(self, recipe: str | None) -> None:
-        """``enable_fsdp_float8_all_gather`` needs the tensorwise float8 recipe (without it
-        the setting would change nothing)."""
+        """torchtitan runs torchao's Float8Linear recipes, not Transformer Engine's
+        (:data:`~simulator.choices.TORCHAO_ONLY_STRATEGIES`); ``enable_fsdp_float8_all_gather``
+        needs the tensorwise one (without it the setting would change nothing)."""
+        if recipe in TE_CAST_BYTES:
+            raise ConfigError(f"{recipe} is Transformer Engine's FP8 recipe; torchtitan runs "
+                              f"torchao's Float8Linear: tensorwise (its default, and this "
+                              f"strategy's where fp8_recipe is unset), rowwise or "
+                              f"rowwise_with_gw_hp", field="training.fp8_recipe")
         if self.enable_fsdp_float8_all_gather and recipe != "tensorwise":
             why = ("training.precision is not fp8" if recipe is None else
                    f"torchtitan builds the {recipe} recipe without it")
