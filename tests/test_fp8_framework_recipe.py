@@ -271,7 +271,7 @@ def test_plan_spells_its_data_parallel_candidates_as_pytorchs_own_under_a_te_rec
     assert not bf16.carried.te_fp8 and bf16.refused == {}
 
 
-@pytest.mark.parametrize("mode", ["fsdp"])
+@pytest.mark.parametrize("mode", ["fsdp", "ddp"])
 def test_a_data_parallel_candidate_costs_the_same_in_either_spelling(mode):
     """One path, one price: torchtitan's spelling of a candidate without model parallelism
     and PyTorch's own (plan's under a Transformer Engine recipe) replay the same step."""
@@ -290,6 +290,42 @@ def test_a_data_parallel_candidate_costs_the_same_in_either_spelling(mode):
                        f"strategy={s}"]))).metrics for s in spelled]
     assert steps[0].iteration_time_s == steps[1].iteration_time_s
     assert steps[0].peak_memory_gib == steps[1].peak_memory_gib
+
+
+def test_plan_estimates_a_ddp_candidate_with_the_casts_its_replay_runs():
+    """A DDP candidate replays under torch.autocast (fp32 weights cast for each GEMM), so
+    its estimate prices the same layer costs: m x (blocks x (forward + backward) + embedding
+    + head) of autocast's kernels; an FSDP candidate (bf16 parameters) the plain ones."""
+    from simulator.collectives.model import CollectiveModel
+    from simulator.compute import ComputeModel
+    from simulator.constants import load_constants
+    from simulator.hardware import gpu_spec
+    from simulator.models import layer_costs, load_model
+    from simulator.planner.estimate import Estimator
+    from simulator.planner.space import Candidate
+    from simulator.scenario import load_scenario
+    from simulator.strategies.parallel.plan import ParallelPlan
+    from simulator.topology.build import scenario_cluster
+    model = load_model("llama-2-7b")
+    cluster = scenario_cluster(load_scenario("quickstart", ["training.seq_len=512"]))
+    stack = ComputeModel(gpu_spec("H100-SXM"), strategy="torchtitan")
+    est = Estimator(model, 512, "bf16", True, CollectiveModel(cluster, load_constants()),
+                    stack, stacks={"torchtitan": stack}, stack_of=lambda c: "torchtitan")
+    ddp = Candidate(ParallelPlan(dp_replicate=8, dp_shard=1, dp_mode="ddp"), 1, 2, "none")
+    fsdp = Candidate(ParallelPlan(dp_shard=8), 1, 2, "none")
+    assert est.autocasts(ddp) and not est.autocasts(fsdp)
+
+    def compute_s(autocast):
+        layers = layer_costs(model, 1, 512, "bf16", True, autocast=autocast)
+
+        def s(ops):
+            return sum(stack.op_time_s(o.op_class, o.flops, o.bytes_accessed,
+                                       o.precision or "bf16") for o in ops)
+        block = next(x for x in layers if x.kind.endswith("block"))
+        edges = sum(s((*x.forward, *x.backward)) for x in (layers[0], layers[-1]))
+        return 2 * (model.layers * (s(block.forward) + s(block.backward)) + edges)
+    assert est.estimate(ddp).compute_s == pytest.approx(compute_s(True), rel=1e-12)
+    assert compute_s(True) > compute_s(False)
 
 
 def test_the_kernels_line_says_which_recipe_ran():

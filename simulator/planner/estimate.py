@@ -42,6 +42,7 @@ from ..models import ModelSpec, layer_costs
 from ..models.fp8 import fp8_gemm_weights
 from ..models.moe import is_moe_block
 from ..models.ops import MainGrad, accumulated_wgrad
+from ..strategies.frameworks.translate import pure_data_parallel
 from ..strategies.fsdp_copies import copy_in_bytes, copy_out_bytes
 from ..strategies.parallel.context import a2a_sizes
 from ..strategies.parallel.ep_cp import expert_block
@@ -49,7 +50,7 @@ from ..strategies.parallel.memory import peak_rank_memory, stage_expert_params, 
 from ..strategies.parallel.moe import EP_COLLECTIVES, EpSizes
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
-from ..precision import compute_precision, precision_bytes, storage_dtype
+from ..precision import compute_precision, is_half, precision_bytes, storage_dtype
 from .space import Candidate
 
 _PROBE_BYTES = (1 << 20, 1 << 28)      # two sizes for a collective's alpha and beta
@@ -131,7 +132,8 @@ class Estimator:
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
         fwd, bwd, recompute, embed, head, attn, experts = self._layer_s(
-            c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, self.stack_of(c), p.ep)
+            c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, self.stack_of(c), p.ep,
+            self.autocasts(c))
         blocks = max(p.stage_layers(self.model.layers))
         edge = max(embed, head) if p.pp > 1 else embed + head
         micro_s = blocks * (fwd + bwd + recompute) + edge
@@ -152,16 +154,23 @@ class Estimator:
         return sum(compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
                                      o.precision or self.kept) for o in ops)
 
+    def autocasts(self, c: Candidate) -> bool:
+        """Whether ``c``'s replay runs 16-bit kernels on fp32 weights under torch.autocast,
+        casting each weight (DDP without model parallelism, torchtitan's or PyTorch's:
+        :func:`simulator.strategies.frameworks.torchtitan.torchtitan`)."""
+        return (c.plan.dp_mode == "ddp" and pure_data_parallel(c.plan)
+                and self.stack_of(c) in ("torchtitan", "ddp") and is_half(self.precision))
+
     def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str = "",
-                     ep: int = 1):
+                     ep: int = 1, autocast: bool = False):
         """(block forward, block backward, block recompute, embed, head) seconds under
-        ``stack``'s kernel prices, the block's (attention forward, attention backward), and
-        the sizes of its EP and expert-TP collectives (None without). The block is an MoE
-        one where the model has any, as the busiest EP rank runs it under ``ep`` and expert
-        TP (``etp = tp``)."""
+        ``stack``'s kernel prices (with ``autocast``'s casts), the block's (attention forward,
+        attention backward), and the sizes of its EP and expert-TP collectives (None
+        without). The block is an MoE one where the model has any, as the busiest EP rank
+        runs it under ``ep`` and expert TP (``etp = tp``)."""
         def op_s(ops):
             return self._op_s(ops, stack)
-        layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep, stack)
+        layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep, stack, autocast)
         embed_layer, head_layer = layers[0], layers[-1]
         main_grad = self.main_grads.get(stack)
         if main_grad is not None:
@@ -353,13 +362,15 @@ class Estimator:
         _, block, _ = self._priced_block(1, tp, sp, cp, ep, stack)
         return sum(fp8_gemm_weights(block).values())
 
-    def _priced_block(self, mb: int, tp: int, sp: bool, cp: int, ep: int, stack: str):
+    def _priced_block(self, mb: int, tp: int, sp: bool, cp: int, ep: int, stack: str,
+                      autocast: bool = False):
         """(the layer costs, the block the estimate prices, the sizes of its EP and
         expert-TP collectives or None): an MoE block where the model has any, as the
         busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``)."""
         recipe = self.fp8_recipes.get(stack)
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
-                             tp=tp, sp=sp, cp=cp, **({"fp8_recipe": recipe} if recipe else {}))
+                             tp=tp, sp=sp, cp=cp, autocast=autocast,
+                             **({"fp8_recipe": recipe} if recipe else {}))
         blocks = [layer for layer in layers if layer.kind.endswith("block")]
         block = next((b for b in blocks if is_moe_block(b)), blocks[0])
         if not (is_moe_block(block) and (ep > 1 or tp > 1)):

@@ -85,12 +85,14 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from simulator.errors import ConfigError
 from simulator.inputs import check_finite, decode_text, read_bytes
 from simulator.models.fp8 import TE_CAST_BYTES
+from simulator.precision import is_half
 
 from ..base import CommonConfig, World
 from ..parallel.plan import ParallelPlan
 from .names import catalog_model
 from .pieces import ConfigPieces, Doc, check_depth, flat_keys, precision_of
-from .translate import ac_fields, build_framework, data_parallel_trace, has_ac_modes
+from .translate import (ac_fields, build_framework, data_parallel_trace, has_ac_modes,
+                        pure_data_parallel)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -352,7 +354,14 @@ def split_point_blocks(points: list[str], stages: int, layers: int) -> tuple[int
 
 
 def torchtitan(layers, cfg: TorchtitanConfig, world: World, **kw) -> Any:
-    """The trace of one iteration (:func:`.translate.build_framework`)."""
+    """The trace of one iteration (:func:`.translate.build_framework`). Where FSDP does
+    not shard (DDP, no model parallelism) torchtitan keeps fp32 parameters and runs the
+    step under ``torch.autocast`` (``maybe_enable_amp``: "FSDP handles mixed precision
+    internally", else AMP for DDP or one device), as PyTorch DDP does here."""
+    spec = kw.get("spec")
+    plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
+    if plan.dp_mode == "ddp" and pure_data_parallel(plan):
+        kw["autocast"] = kw.get("autocast") or is_half(cfg.precision)
     return build_framework(layers, cfg, world, data_parallel_trace, **kw)
 
 
