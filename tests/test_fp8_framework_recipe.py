@@ -109,6 +109,33 @@ def test_a_transformer_engine_recipe_under_torchtitan_is_refused_in_one_line(rec
     assert info.value.field == "training.fp8_attention"
 
 
+@pytest.mark.parametrize("parallelism, precision, refused", [
+    ({"tensor_parallel_degree": 2, "data_parallel_replicate_degree": 4,
+      "data_parallel_shard_degree": 1}, "bf16", True),
+    ({"tensor_parallel_degree": 2, "data_parallel_replicate_degree": 4,
+      "data_parallel_shard_degree": 1}, "fp8", True),
+    ({"pipeline_parallel_degree": 8}, "bf16", True),
+    ({"pipeline_parallel_degree": 8}, "fp32", False),
+    ({"tensor_parallel_degree": 2, "data_parallel_shard_degree": 4}, "bf16", False),
+    ({"tensor_parallel_degree": 2, "context_parallel_degree": 4,
+      "data_parallel_shard_degree": 1}, "bf16", False),
+    ({"data_parallel_replicate_degree": 8, "data_parallel_shard_degree": 1}, "bf16", False),
+])
+def test_torchtitans_tp_or_pp_without_fsdp_is_refused_below_fp32(parallelism, precision,
+                                                                 refused):
+    """torchtitan's mixed precision is FSDP's (over dp_shard x cp), AMP only for DDP or one
+    GPU: with TP or PP and neither it trains in fp32 (maybe_enable_amp), so a 16-bit or FP8
+    step there is refused in one line naming the shard degree."""
+    scn = _scn({"name": "torchtitan", "parallelism": parallelism}, precision=precision)
+    if not refused:
+        assert _step_s(scn) > 0
+        return
+    with pytest.raises(ConfigError, match="in fp32: its mixed precision is FSDP's") as info:
+        build_setup(scn, "run.yaml")
+    assert info.value.field == "strategy.parallelism.data_parallel_shard_degree"
+    assert "\n" not in str(info.value)
+
+
 def test_fp8_attention_follows_the_resolved_recipe():
     """fp8_attention needs a Transformer Engine recipe: Megatron's default is one, the
     PyTorch strategies' (torchao tensorwise) is not; set, the recipe is checked on load."""

@@ -30,9 +30,11 @@ TIMES = ("iteration_time_s", "compute_s", "comm_s", "exposed_comm_s", "wait_s",
 
 def torchtitan(schedule_name: str, pp: int, m: int, gpus: int = 8, *extra: str):
     """Llama-2-7B (32 blocks) under torchtitan's pipeline on ``gpus`` H100s: 3 stages split
-    the blocks 11/11/10 with the embedding and head at the ends (uneven stages)."""
+    the blocks 11/11/10 with the embedding and head at the ends (uneven stages). With one
+    stage a GPU FSDP does not shard, and torchtitan runs the step in fp32."""
     par = f"{{pipeline_parallel_degree: {pp}, pipeline_parallel_schedule: {schedule_name}}}"
     sets = ["model=llama-2-7b", "training.seq_len=512", "training.micro_batch=1",
+            *(["training.precision=fp32"] if gpus == pp else []),
             f"cluster.gpus={gpus}", "cluster.topology=dgx-h100",
             f"strategy={{name: torchtitan, parallelism: {par}}}",
             f"training.grad_accum={m}", *extra]

@@ -88,8 +88,9 @@ def test_another_strategys_settings_are_said():
     assert carry == Carried("fsdp", "", {}, {}, ("strategy.cpu_offload",
                                                  "strategy.limit_all_gathers"))
     (line,) = carried_lines(carry)
-    assert line == ("not in any candidate (the scenario's strategy, fsdp, is not one the "
-                    "candidates are spelled in (torchtitan, megatron)): strategy.cpu_offload, "
+    assert line == ("not in any candidate (the candidates carry the settings of a "
+                    "torchtitan or megatron scenario only; this one's strategy is fsdp): "
+                    "strategy.cpu_offload, "
                     "strategy.limit_all_gathers")
     assert carried_lines(carried({"name": "fsdp", "sharding": "FULL_SHARD"})) == []
     # a Megatron strategy's FSDP flags are the data-parallel mode the plan searches

@@ -1,6 +1,7 @@
 """A candidate as a scenario strategy mapping, spelled as a framework spells it, so that
 its replay goes through the same strategies ``clustersim run`` uses: torchtitan for FSDP /
-HSDP / DDP (with TP, PP, CP), Megatron-LM for the distributed optimizer (zero1).
+HSDP (with TP, PP, CP) and DDP without model parallelism, Megatron-LM for the distributed
+optimizer (zero1) and for DDP with TP or PP (torchtitan trains those in fp32).
 
 The scenario's own strategy settings of either framework go into that framework's
 candidates (:func:`carried`): what the plan searches (the degrees, the schedule, the
@@ -93,7 +94,9 @@ def strategy_of(c: Candidate, layers: int, carry: Carried = Carried()) -> dict |
     p = c.plan
     if not pure_data_parallel(p) and not model_parallel_available():
         return None
-    if p.dp_mode == "zero1":
+    # ZeRO-1 is Megatron's distributed optimizer; DDP with model parallelism Megatron's
+    # DDP too, since torchtitan trains TP or PP without FSDP in fp32 (maybe_enable_amp)
+    if p.dp_mode == "zero1" or p.dp_mode == "ddp" and not pure_data_parallel(p):
         if "megatron" not in STRATEGIES:
             return None
         own = carry.settings if carry.framework == "megatron" else {}
@@ -137,8 +140,8 @@ def carried_lines(carry: Carried) -> list[str]:
                      f"candidates: " + ", ".join(f"{k}={v}" for k, v in sorted(taken.items())))
     if carry.left:
         why = ("they hold for one layout" if carry.framework else
-               f"the scenario's strategy, {carry.of}, is not one the candidates are spelled "
-               f"in (torchtitan, megatron)")
+               f"the candidates carry the settings of a torchtitan or megatron scenario "
+               f"only; this one's strategy is {carry.of}")
         lines.append(f"not in any candidate ({why}): {', '.join(carry.left)}")
     return lines
 
@@ -160,8 +163,8 @@ def _megatron(c: Candidate) -> dict:
     p = c.plan
     out = {"name": "megatron", "tensor_model_parallel_size": p.tp,
            "pipeline_model_parallel_size": p.pp, "context_parallel_size": p.cp,
-           "sequence_parallel": p.sequence_parallel, "use_distributed_optimizer": True,
-           "overlap_grad_reduce": True}
+           "sequence_parallel": p.sequence_parallel,
+           "use_distributed_optimizer": p.dp_mode == "zero1", "overlap_grad_reduce": True}
     if p.vp > 1:
         out["virtual_pipeline_model_parallel_size"] = p.vp
     if p.ep > 1:

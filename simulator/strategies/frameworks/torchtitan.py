@@ -360,6 +360,14 @@ def torchtitan(layers, cfg: TorchtitanConfig, world: World, **kw) -> Any:
     internally", else AMP for DDP or one device), as PyTorch DDP does here."""
     spec = kw.get("spec")
     plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
+    sharded = plan.dp_shard > 1 or plan.cp > 1          # torchtitan's fsdp_enabled
+    if not sharded and (plan.tp > 1 or plan.pp > 1) and cfg.precision not in ("fp32", "tf32"):
+        raise ConfigError(f"torchtitan runs tensor or pipeline parallelism without FSDP "
+                          f"(data_parallel_shard_degree 1, no CP) in fp32: its mixed "
+                          f"precision is FSDP's, and AMP only for DDP or one GPU "
+                          f"(maybe_enable_amp); shard with FSDP or set training.precision "
+                          f"fp32, not {cfg.precision}",
+                          field="strategy.parallelism.data_parallel_shard_degree")
     if plan.dp_mode == "ddp" and pure_data_parallel(plan):
         kw["autocast"] = kw.get("autocast") or is_half(cfg.precision)
     return build_framework(layers, cfg, world, data_parallel_trace, **kw)
