@@ -136,6 +136,20 @@ def test_torchtitans_tp_or_pp_without_fsdp_is_refused_below_fp32(parallelism, pr
     assert "\n" not in str(info.value)
 
 
+def test_torchtitans_toml_without_fsdp_is_refused_at_its_own_key(tmp_path):
+    base = tmp_path / "base.yaml"
+    data = _scenario({"name": "torchtitan"})
+    data["training"] = {k: v for k, v in data["training"].items() if k != "precision"}
+    base.write_text(yaml.safe_dump(data))
+    toml = ("[training]\nmixed_precision_param = \"bfloat16\"\n[parallelism]\n"
+            "tensor_parallel_degree = 8\ndata_parallel_shard_degree = 1\n")
+    pieces = read_config(_write(tmp_path, toml, "job.toml"))
+    with pytest.raises(ConfigError, match="in fp32: its mixed precision is FSDP's") as info:
+        scenario_with_config(str(base), pieces, [])
+    assert info.value.source == str(tmp_path / "job.toml")
+    assert info.value.field == "parallelism.data_parallel_shard_degree"
+
+
 def test_fp8_attention_follows_the_resolved_recipe():
     """fp8_attention needs a Transformer Engine recipe: Megatron's default is one, the
     PyTorch strategies' (torchao tensorwise) is not; set, the recipe is checked on load."""

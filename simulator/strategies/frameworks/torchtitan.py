@@ -191,6 +191,7 @@ class TorchtitanConfig(CommonConfig):
             raise ConfigError("must be -1 (the rest) or >= 1",
                               field="strategy.parallelism.data_parallel_shard_degree")
         pp, vp = p.pipeline_parallel_degree, self._virtual_stages(layers)
+        self._check_mixed_precision(shard)
         dp_mode = self._dp_mode(shard)
         return ParallelPlan(
             pp=pp, dp_replicate=p.data_parallel_replicate_degree, dp_shard=shard,
@@ -204,6 +205,22 @@ class TorchtitanConfig(CommonConfig):
             tp_overlap=p.enable_async_tensor_parallel, async_tp=p.enable_async_tensor_parallel,
             tp_async_backward=False,
             cp_mode="allgather" if p.context_parallel_rotate_method == "allgather" else "ring")
+
+    def _check_mixed_precision(self, shard: int) -> None:
+        """torchtitan's mixed precision is FSDP's (over dp_shard x cp: ``fsdp_enabled``),
+        with AMP for DDP or one GPU only (``maybe_enable_amp``): TP or PP without either
+        trains in fp32, refused here below it."""
+        p = self.parallelism
+        sharded = shard > 1 or p.context_parallel_degree > 1
+        if sharded or (p.tensor_parallel_degree == 1 and p.pipeline_parallel_degree == 1):
+            return
+        if self.precision not in ("fp32", "tf32"):
+            raise ConfigError(f"torchtitan runs tensor or pipeline parallelism without FSDP "
+                              f"(data_parallel_shard_degree 1, no CP) in fp32: its mixed "
+                              f"precision is FSDP's, and AMP only for DDP or one GPU "
+                              f"(maybe_enable_amp); shard with FSDP or set "
+                              f"training.precision fp32, not {self.precision}",
+                              field="strategy.parallelism.data_parallel_shard_degree")
 
     def check_fp8(self, recipe: str | None) -> None:
         """torchtitan runs torchao's Float8Linear recipes, not Transformer Engine's
@@ -360,14 +377,6 @@ def torchtitan(layers, cfg: TorchtitanConfig, world: World, **kw) -> Any:
     internally", else AMP for DDP or one device), as PyTorch DDP does here."""
     spec = kw.get("spec")
     plan = cfg.plan(world.world_size, spec.layers if spec is not None else 0)
-    sharded = plan.dp_shard > 1 or plan.cp > 1          # torchtitan's fsdp_enabled
-    if not sharded and (plan.tp > 1 or plan.pp > 1) and cfg.precision not in ("fp32", "tf32"):
-        raise ConfigError(f"torchtitan runs tensor or pipeline parallelism without FSDP "
-                          f"(data_parallel_shard_degree 1, no CP) in fp32: its mixed "
-                          f"precision is FSDP's, and AMP only for DDP or one GPU "
-                          f"(maybe_enable_amp); shard with FSDP or set training.precision "
-                          f"fp32, not {cfg.precision}",
-                          field="strategy.parallelism.data_parallel_shard_degree")
     if plan.dp_mode == "ddp" and pure_data_parallel(plan):
         kw["autocast"] = kw.get("autocast") or is_half(cfg.precision)
     return build_framework(layers, cfg, world, data_parallel_trace, **kw)
