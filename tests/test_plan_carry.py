@@ -162,6 +162,31 @@ def test_the_ep_all_to_all_overlap_goes_where_there_is_expert_parallelism():
     assert "overlap_moe_expert_parallel_comm" not in dense
 
 
+def test_ddp_with_model_parallelism_is_megatrons_ddp_without_the_optimizers_settings():
+    """torchtitan trains TP or PP without FSDP in fp32, so plan spells such a DDP candidate
+    as Megatron's DDP; the distributed optimizer's settings a Megatron scenario carries (FP8
+    parameters, the parameter all-gather's overlap, the precision-aware optimizer) stay in
+    the ZeRO-1 candidates, and the DDP one replays as run gives it."""
+    own = {**MEGATRON, "overlap_param_gather": True, "use_precision_aware_optimizer": True,
+           "exp_avg_dtype": "bf16"}
+    carry = carried(own)
+    ddp = Candidate(ParallelPlan(tp=2, dp_replicate=4, dp_mode="ddp", sequence_parallel=True),
+                    1, 2, "none")
+    zero1 = Candidate(ParallelPlan(tp=2, dp_shard=4, dp_mode="zero1", sequence_parallel=True),
+                      1, 2, "none")
+    optimizer = {"fp8_param_gather", "overlap_param_gather", "use_precision_aware_optimizer",
+                 "exp_avg_dtype"}
+    as_ddp, as_zero1 = strategy_of(ddp, LAYERS, carry), strategy_of(zero1, LAYERS, carry)
+    assert as_ddp["name"] == as_zero1["name"] == "megatron"
+    assert as_ddp["use_distributed_optimizer"] is False and not optimizer & set(as_ddp)
+    assert as_zero1["use_distributed_optimizer"] is True and optimizer <= set(as_zero1)
+    assert as_ddp["tp_comm_overlap"] is True          # the rest is carried into both
+    assert _step(as_ddp) > 0
+    # without model parallelism DDP stays torchtitan's (autocast, as PyTorch DDP)
+    pure = Candidate(ParallelPlan(dp_replicate=8, dp_mode="ddp"), 1, 2, "none")
+    assert strategy_of(pure, LAYERS, carry)["name"] == "torchtitan"
+
+
 def test_a_bad_carried_setting_is_refused_as_run_refuses_it(capsys):
     args = ["quickstart", "--set", "strategy={name: megatron, bucket_size: -5}", "-q"]
     code, _, plan_err = run_main(capsys, "plan", *args)

@@ -348,7 +348,8 @@ class Estimator:
                                 micro_batch=c.micro_batch, micro_batches=c.micro_batches,
                                 precision=self.kept, ac=c.ac, flash=self.flash,
                                 grad_dtype=grads)
-        if self.stack_of(c) not in self.fp8_params:
+        # (the distributed optimizer's: a Megatron DDP candidate leaves them out, strategy_of)
+        if self.stack_of(c) not in self.fp8_params or c.plan.dp_mode != "zero1":
             return held.total_bytes
         # FP8 parameters: the stage's blocks' GEMM weights at one byte instead of e
         p = c.plan
