@@ -243,8 +243,9 @@ def _refused(configs: dict[str, CommonConfig], recipes: dict[str, str],
 
 
 def _torchtitan_config(carry: Carried, source: str) -> TorchtitanConfig:
-    """The torchtitan config of the FSDP/HSDP/DDP candidates' with the scenario's carried
-    settings (whether it takes the scenario's FP8 recipe).
+    """The torchtitan config of the FSDP/HSDP candidates and the DDP ones without model
+    parallelism, with the scenario's carried settings (whether it takes the scenario's FP8
+    recipe).
 
     :raises ConfigError: a carried setting torchtitan refuses (located at ``source``).
     """

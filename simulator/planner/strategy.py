@@ -140,7 +140,7 @@ def carried_lines(carry: Carried) -> list[str]:
     if carry.te_fp8:
         lines.append("a Transformer Engine FP8 recipe: the candidates without model "
                      "parallelism are PyTorch FSDP2 or DDP with Transformer Engine (fsdp, "
-                     "ddp), the other FSDP/HSDP/DDP ones torchtitan's, which runs torchao's "
+                     "ddp), the other FSDP/HSDP ones torchtitan's, which runs torchao's "
                      "float8 only")
     taken = {**carry.settings, **{f"parallelism.{k}": v for k, v in carry.parallelism.items()}}
     if taken:
