@@ -46,17 +46,21 @@ LAYOUT_ONLY = {
         "account_for_loss_in_pipeline_split", "expert_tensor_parallel_size"}),
     "torchtitan": frozenset(),
 }
+def _zero1(plan) -> bool:
+    """Whether ``plan`` runs Megatron's distributed optimizer."""
+    return plan.dp_mode == "zero1"
+
+
 # carried settings that need a degree or a data-parallel mode the candidate may not have:
 # in those candidates only (Megatron refuses the EP all-to-all overlap without expert
 # parallelism, and the parameter all-gather's overlap, FP8 parameters and the
 # precision-aware optimizer's dtypes without the distributed optimizer: a Megatron DDP
 # candidate keeps bf16 parameters and fp32 optimizer state)
-_ZERO1 = lambda plan: plan.dp_mode == "zero1"      # noqa: E731
 ONLY_WHERE = {"overlap_moe_expert_parallel_comm": lambda plan: plan.ep > 1,
               **dict.fromkeys(("overlap_param_gather", "fp8_param_gather",
                                "use_precision_aware_optimizer", "main_grads_dtype",
                                "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                               "store_param_remainders"), _ZERO1)}
+                               "store_param_remainders"), _zero1)}
 # torchtitan's [parallelism] keys that are not degrees or the schedule
 TORCHTITAN_CARRIED_PARALLELISM = frozenset({
     "enable_async_tensor_parallel", "disable_loss_parallel", "context_parallel_rotate_method"})
