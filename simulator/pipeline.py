@@ -13,7 +13,7 @@ from .collectives.model import CollectiveModel
 from .compute import ComputeModel
 from .engine import JobConfig, MachineConfig, Placement, Timeline, replay
 from .engine.variability import resolve_sigmas
-from .choices import TORCHAO_ONLY_STRATEGIES, framework_of
+from .choices import framework_of
 from .energy.power import capped_gpu
 from .errors import ConfigError
 from .gcpause import gc_paused
@@ -262,10 +262,7 @@ def _check_fp8(model: ModelSpec, scn: Scenario, strategy: str, source: str) -> N
         TensorFlow strategy (Keras' mixed precision is 16-bit); (``training.fp8_attention``)
         under a torchao recipe.
     """
-    why = scn.training.fp8_attention and (
-        f"fp8_attention is Transformer Engine's FP8 DotProductAttention; {strategy} runs "
-        f"torchao's float8, which has none" if strategy in TORCHAO_ONLY_STRATEGIES
-        else fp8_attention_refusal(scn.fp8_recipe))
+    why = scn.training.fp8_attention and fp8_attention_refusal(scn.fp8_recipe, strategy)
     if why:
         raise ConfigError(why, source=source, field="training.fp8_attention")
     if framework_of(strategy) == "tensorflow":

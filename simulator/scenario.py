@@ -25,7 +25,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .choices import (ATTENTION, DEFAULT_SCENARIO, ECMP_MODES, ELEMENTWISE, FIDELITIES,
                       FP8_RECIPES, MEGATRON_TRAINING_SPELLINGS, MEMORY_FORMATS, TE_RECIPES,
-                      default_fp8_recipe)
+                      TORCHAO_ONLY_STRATEGIES, default_fp8_recipe)
 from .collectives.nccl_config import NcclConfig
 from .errors import ConfigError, validation_error
 from .hardware import LOW_PRECISIONS
@@ -39,8 +39,12 @@ from .yamlio import parse_value, read_yaml
 TOPOLOGY_PREFIX = "topology."      # --set topology.params.node.gpu=H100-SXM
 
 
-def fp8_attention_refusal(recipe: str) -> str | None:
-    """Why ``training.fp8_attention`` cannot run under the FP8 ``recipe`` (None: it can)."""
+def fp8_attention_refusal(recipe: str, strategy: str = "") -> str | None:
+    """Why ``training.fp8_attention`` cannot run under the FP8 ``recipe`` and ``strategy``
+    (None: it can; unset: not known yet)."""
+    if strategy in TORCHAO_ONLY_STRATEGIES:
+        return (f"fp8_attention is Transformer Engine's FP8 DotProductAttention; {strategy} "
+                f"runs torchao's float8, which has none")
     if recipe in TE_RECIPES:
         return None
     return (f"fp8_attention is Transformer Engine's FP8 DotProductAttention: fp8_recipe "

@@ -312,6 +312,26 @@ def test_plan_spells_its_data_parallel_candidates_as_pytorchs_own_under_a_te_rec
     assert not bf16.carried.te_fp8 and bf16.refused == {}
 
 
+def test_plan_leaves_out_torchtitans_candidates_under_fp8_attention():
+    """fp8_attention with the recipe unset: Megatron's candidates run it (delayed), but
+    torchtitan's default (torchao's tensorwise) has no FP8 attention: refused, as run
+    refuses it."""
+    from simulator.planner.search import search
+    from simulator.planner.space import Limits
+    from simulator.scenario import load_scenario
+    scn = load_scenario("quickstart", ["training.seq_len=512", "cluster.topology=dgx-h100",
+                                       "training.precision=fp8", "training.fp8_attention=true",
+                                       "strategy={name: megatron}"])
+    out = search(scn, 16, replay=1, limits=Limits(max_pp=1, max_tp=2, max_cp=1,
+                                                  max_micro_batch=1))
+    assert list(out.refused) == ["torchtitan"]
+    assert out.refused["torchtitan"].startswith("training.fp8_attention: ")
+    with pytest.raises(ConfigError) as info:
+        build_setup(_scn(TITAN, fp8_attention=True), "run.yaml")
+    assert out.refused["torchtitan"].endswith(info.value.reason)
+    assert all(r.strategy["name"] == "megatron" for r in out.rows)
+
+
 @pytest.mark.parametrize("mode", ["fsdp", "ddp"])
 def test_a_data_parallel_candidate_costs_the_same_in_either_spelling(mode):
     """One path, one price: torchtitan's spelling of a candidate without model parallelism

@@ -52,6 +52,7 @@ from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
 from ..precision import compute_precision, is_half, precision_bytes, storage_dtype
 from .space import Candidate
+from .strategy import ONLY_WHERE
 
 _PROBE_BYTES = (1 << 20, 1 << 28)      # two sizes for a collective's alpha and beta
 # Collective fits one Estimator keeps, (op, group) each: a search fits 82 on 128 GPUs
@@ -156,10 +157,11 @@ class Estimator:
 
     def autocasts(self, c: Candidate) -> bool:
         """Whether ``c``'s replay runs 16-bit kernels on fp32 weights under torch.autocast,
-        casting each weight (DDP without model parallelism, torchtitan's or PyTorch's:
-        :func:`simulator.strategies.frameworks.torchtitan.torchtitan`)."""
+        casting each weight: DDP without model parallelism, which plan spells as torchtitan's
+        or PyTorch's (:func:`.strategy.strategy_of`; torchtitan's autocasts there as PyTorch
+        DDP does, :func:`simulator.strategies.frameworks.torchtitan.torchtitan`)."""
         return (c.plan.dp_mode == "ddp" and pure_data_parallel(c.plan)
-                and self.stack_of(c) in ("torchtitan", "ddp") and is_half(self.precision))
+                and is_half(self.precision))
 
     def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str = "",
                      ep: int = 1, autocast: bool = False):
@@ -348,8 +350,8 @@ class Estimator:
                                 micro_batch=c.micro_batch, micro_batches=c.micro_batches,
                                 precision=self.kept, ac=c.ac, flash=self.flash,
                                 grad_dtype=grads)
-        # (the distributed optimizer's: a Megatron DDP candidate leaves them out, strategy_of)
-        if self.stack_of(c) not in self.fp8_params or c.plan.dp_mode != "zero1":
+        if (self.stack_of(c) not in self.fp8_params
+                or not ONLY_WHERE["fp8_param_gather"](c.plan)):   # as strategy_of carries it
             return held.total_bytes
         # FP8 parameters: the stage's blocks' GEMM weights at one byte instead of e
         p = c.plan

@@ -20,7 +20,7 @@ from typing import Callable
 
 import networkx as nx
 
-from ..choices import TE_RECIPES, TORCHAO_ONLY_STRATEGIES
+from ..choices import TE_RECIPES
 from ..constants import load_constants
 from ..collectives.model import CollectiveModel
 from ..compare.cost import Cost, Price, training_cost
@@ -36,7 +36,7 @@ from ..models import load_model, tokens_per_sample
 from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run_setup,
                         with_finetune, with_fp8_stores, with_gpu_fp8)
 from ..precision import FP8, PRECISIONS
-from ..scenario import Scenario
+from ..scenario import Scenario, fp8_attention_refusal
 from ..strategies.base import CommonConfig
 from ..strategies.frameworks.megatron import MegatronConfig
 from ..strategies.frameworks.torchtitan import TorchtitanConfig
@@ -151,7 +151,8 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
                     and t.recipe_for("torchtitan") in TE_RECIPES)
     # each framework's candidates at the scenario's FP8 recipe, else at that framework's own
     recipes = {name: t.recipe_for(name) for name in stacks} if t.precision == FP8 else {}
-    megatron = _megatron_config(carry, source)
+    megatron = _candidate_config(MegatronConfig, "megatron", carry, source,
+                                 use_distributed_optimizer=True)
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
                     CollectiveModel(cluster, k, scn.nccl), stacks["torchtitan"],
                     fp8_recipes=recipes, stacks=stacks,
@@ -161,9 +162,10 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
                         recipes.get("megatron")) else ()))
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len),
-                 carried=carry, refused=_refused({"megatron": megatron,
-                                                  "torchtitan": _torchtitan_config(carry, source)},
-                                                 recipes, t.fp8_attention))
+                 carried=carry, refused=_refused(
+                     {"megatron": megatron, "torchtitan": _candidate_config(
+                         TorchtitanConfig, "torchtitan", carry, source)},
+                     recipes, t.fp8_attention))
     fits = _estimated(out, cands, est, model.layers, say)
     survivors = pick(fits, replay)
     setups = _counted_setups(survivors, scn, cluster, source, counted, max_work)
@@ -236,35 +238,23 @@ def _refused(configs: dict[str, CommonConfig], recipes: dict[str, str],
         except ConfigError as exc:
             out[name] = f"{exc.field}: {exc.reason}"
             continue
-        if fp8_attention and name in TORCHAO_ONLY_STRATEGIES:
-            out[name] = ("training.fp8_attention: Transformer Engine's FP8 attention; "
-                         f"{name} runs torchao's float8, which has none")
+        why = fp8_attention and fp8_attention_refusal(recipes.get(name, ""), name)
+        if why:
+            out[name] = f"training.fp8_attention: {why}"
     return out
 
 
-def _torchtitan_config(carry: Carried, source: str) -> TorchtitanConfig:
-    """The torchtitan config of the FSDP/HSDP candidates and the DDP ones without model
-    parallelism, with the scenario's carried settings (whether it takes the scenario's FP8
-    recipe).
+def _candidate_config(config, name: str, carry: Carried, source: str, **fixed):
+    """The ``config`` class's strategy config of framework ``name``'s candidates, with the
+    scenario's carried settings where the scenario is of that framework and ``fixed`` (for
+    the estimate and the refusals: Megatron's gradient buffer and FP8 parameters, each
+    framework's FP8 recipe).
 
-    :raises ConfigError: a carried setting torchtitan refuses (located at ``source``).
+    :raises ConfigError: a carried setting the framework refuses (located at ``source``).
     """
-    own = carry.settings if carry.framework == "torchtitan" else {}
+    own = carry.settings if carry.framework == name else {}
     try:
-        return TorchtitanConfig(**{**own, "name": "torchtitan"})
-    except ConfigError as exc:
-        raise exc.located(source) from None
-
-
-def _megatron_config(carry: Carried, source: str) -> MegatronConfig:
-    """The Megatron config of the distributed-optimizer candidates with the scenario's
-    carried settings (their gradient buffer and FP8 parameters, for the estimate).
-
-    :raises ConfigError: a carried setting Megatron refuses (located at ``source``).
-    """
-    own = carry.settings if carry.framework == "megatron" else {}
-    try:
-        return MegatronConfig(**{**own, "name": "megatron", "use_distributed_optimizer": True})
+        return config(**{**own, "name": name, **fixed})
     except ConfigError as exc:
         raise exc.located(source) from None
 
