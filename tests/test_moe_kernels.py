@@ -205,11 +205,11 @@ def test_expert_gemms_carry_the_per_expert_shape_and_the_expert_count():
 
 
 def test_expert_rows_go_into_the_trace():
-    from simulator.strategies.base import _shape_attrs
+    from simulator.compute.pricing import kernel_attrs
     model = load_model("qwen3-30b-a3b")
     up = {op.name: op for op in moe_block_cost(model, 1, 256, BF16, True).forward}[
         "moe_expert_gate_up"]
-    assert _shape_attrs(up) == {"m": expert_rows(256 * 8, 128), "n": 2 * 768, "k": 2048,
+    assert kernel_attrs(up) == {"m": expert_rows(256 * 8, 128), "n": 2 * 768, "k": 2048,
                                 "groups": 128}
 
 

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..collectives.host import host_flow, server_nic
+from ..compute.pricing import priced_s
 from ..errors import ClusterSimError, ConfigError, TopologyError
 from ..network.bundle import bundled
 from ..sim import Relay, StreamProcess, after, all_done, countdown
@@ -55,23 +56,12 @@ from .variability import Variability
 
 def kernel_time_s(compute, op: Op, precision: str) -> float:
     """The nominal seconds of compute op ``op``: its trace duration, or its price from the
-    timer ``compute`` (the seam's ``op_time_s``) at the op's precision (``precision`` where
-    it names none). No variability, straggler slowdown or overlap: what the same op costs
-    on the same GPU whoever runs it."""
+    timer ``compute`` (:func:`~simulator.compute.pricing.priced_s`, by its attrs) at the
+    op's precision (``precision`` where it names none). No variability, straggler slowdown
+    or overlap: what the same op costs on the same GPU whoever runs it."""
     if op.duration_s is not None:
         return op.duration_s
-    attrs = op.attrs
-    precision = attrs.get("precision", precision)
-    # m, n, k of a GEMM / attention kernel, for timers by shape (a grouped GEMM adds its
-    # groups, the experts), and how the kernel is launched; a timer of the seam without the
-    # ``shape`` (``launch``) parameter is asked without it
-    extra = {"launch": attrs["launch"]} if "launch" in attrs else {}
-    if "m" in attrs:
-        shape = (attrs["m"], attrs["n"], attrs["k"]) + (
-            (attrs["groups"],) if attrs.get("groups", 1) > 1 else ())
-        return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision,
-                                 shape=shape, **extra)
-    return compute.op_time_s(op.op_class, op.flops, op.bytes_accessed, precision, **extra)
+    return priced_s(compute, op.op_class, op.flops, op.bytes_accessed, precision, op.attrs)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import TYPE_TAGS, ConfigError, validation_error
+from simulator.compute.pricing import kernel_attrs
 from simulator.precision import Dtype, Precision, precision_bytes, storage_dtype
 from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
@@ -290,7 +291,7 @@ class OpList:
         key = (id(cost), layer, phase)
         k = self._kernels.get(key)
         if k is None:
-            shape = _shape_attrs(cost)
+            shape = kernel_attrs(cost)
             k = self._kernels[key] = _Kernel(
                 cost=cost, name=cost.name, flops=float(cost.flops),
                 bytes_accessed=float(cost.bytes_accessed), op_class=cost.op_class,
@@ -428,21 +429,6 @@ def _host_segments(costs, phase: str, hooks: OpHooks | None, cfg, host_s: float
     parts = ((0, sync), (sync, len(costs)))
     return sync, {b - 1: sum(dispatch_s(cfg, phase, getattr(c, "launch", ""))
                              for c in costs[a:b]) for a, b in parts}
-
-
-def _shape_attrs(cost) -> dict:
-    """``m``, ``n``, ``k`` of a GEMM or attention kernel (the compute model times by shape),
-    ``groups`` of a grouped GEMM, a kernel's own precision (an FP8 GEMM in a bf16 step) and
-    how it is launched, when not eagerly (``launch``: simulator/compute/launch.py)."""
-    shape = getattr(cost, "shape", None)
-    out = dict(zip("mnk", shape)) if shape else {}
-    if shape and getattr(cost, "groups", 1) > 1:
-        out["groups"] = cost.groups
-    if getattr(cost, "precision", ""):
-        out["precision"] = cost.precision
-    if getattr(cost, "launch", ""):
-        out["launch"] = cost.launch
-    return out
 
 
 def spread(ol: OpList, ids: list[int], nbytes: int, how: str) -> None:
