@@ -379,9 +379,9 @@ def test_plan_estimates_a_ddp_candidate_with_the_casts_its_replay_runs():
     def compute_s(autocast):
         layers = layer_costs(model, 1, 512, "bf16", True, autocast=autocast)
 
-        def s(ops):
-            return sum(stack.op_time_s(o.op_class, o.flops, o.bytes_accessed,
-                                       o.precision or "bf16") for o in ops)
+        def s(ops):          # as the replay prices the ops written from them
+            from simulator.compute.pricing import cost_time_s
+            return sum(cost_time_s(stack, o, "bf16") for o in ops)
         block = next(x for x in layers if x.kind.endswith("block"))
         edges = sum(s((*x.forward, *x.backward)) for x in (layers[0], layers[-1]))
         return 2 * (model.layers * (s(block.forward) + s(block.backward)) + edges)

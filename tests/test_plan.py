@@ -84,6 +84,13 @@ def test_candidates_become_strategies_that_translate_back():
 
 
 # --------------------------------------------------------------------------- estimate
+def priced(compute, ops, precision="bf16"):
+    """GPU seconds of ``ops`` (OpCosts) as the replay prices the trace ops written from them:
+    by shape, precision and launch (simulator.compute.pricing)."""
+    from simulator.compute.pricing import cost_time_s
+    return sum(cost_time_s(compute, o, precision) for o in ops)
+
+
 @pytest.fixture(scope="module")
 def estimator():
     scn = load_scenario("quickstart", SMALL)
@@ -128,7 +135,8 @@ def test_cp_ring_traffic_is_the_ring_formula(estimator):
     # cp - 1 K/V exchanges forward behind 1/cp of the attention each, 2 blocks per step
     # backward and the last hop home of dK/dV (simulator/strategies/parallel/context.py)
     plan, m, mb, cp = ParallelPlan(cp=2, dp_shard=4), 2, 1, 2
-    attn_f, attn_b = estimator._layer_s(mb, 1, False, cp, "none")[5]
+    attn = estimator._layer_s(mb, 1, False, cp, "none").attn
+    attn_f, attn_b = attn.forward, attn.backward
     kv = 2 * mb * (512 // cp) * LLAMA7.kv_heads * LLAMA7.head_dim * 2
     step = estimator._time("send_recv", kv, (0, 1))
     per_block = ((cp - 1) * max(0.0, step - attn_f / cp)
@@ -205,9 +213,9 @@ def test_each_candidate_is_priced_at_its_replays_stack(estimator):
     from simulator.strategies.parallel.memory import stage_params
     copies = 2 * est._copy_s(2 * stage_params(LLAMA7, fsdp.plan, 0) * 2)   # FSDP2's copy-outs
     for c, name, extra in ((zero1, "megatron", 0.0), (fsdp, "torchtitan", copies)):
-        want = (LLAMA7.layers * est._op_s((*layers[1].forward, *layers[1].backward), name)
-                + est._op_s((*layers[0].forward, *layers[0].backward), name)
-                + est._op_s((*layers[-1].forward, *layers[-1].backward), name) + extra)
+        want = (LLAMA7.layers * priced(stacks[name], (*layers[1].forward, *layers[1].backward))
+                + priced(stacks[name], (*layers[0].forward, *layers[0].backward))
+                + priced(stacks[name], (*layers[-1].forward, *layers[-1].backward)) + extra)
         assert est.estimate(c).compute_s == pytest.approx(want)
     assert est.estimate(zero1).compute_s < est.estimate(fsdp).compute_s
 
@@ -239,21 +247,24 @@ def test_fsdp2_candidates_pay_their_copy_kernels(estimator):
 def test_megatron_candidates_accumulate_into_main_grad(estimator):
     """A Megatron candidate's weight gradients read and write fp32 main_grad, as its replay
     (gradient-accumulation fusion, the default) prices them: the estimate times the layers
-    with accumulated_wgrad under the stack that names a main_grad, and only there."""
+    with accumulated_wgrad under the stack that names a main_grad, and only there. At 64
+    tokens a micro-batch the weight-gradient GEMMs are bound by those bytes (at 512 by
+    their FLOPs: then both price the same)."""
     from simulator.models import layer_costs
     from simulator.models.ops import MainGrad, accumulated_wgrad
     gpu = estimator.compute.gpu
     stacks = {name: ComputeModel(gpu, strategy=name) for name in ("torchtitan", "megatron")}
     main = MainGrad(bytes=4, fused=True)
-    est = Estimator(LLAMA7, 512, "bf16", True, estimator.collectives, stacks["torchtitan"],
+    seq = 64
+    est = Estimator(LLAMA7, seq, "bf16", True, estimator.collectives, stacks["torchtitan"],
                     stacks=stacks, stack_of=lambda c: strategy_of(c, LLAMA7.layers)["name"],
                     main_grads={"megatron": main})
     zero1 = Candidate(ParallelPlan(dp_shard=8, dp_mode="zero1"), 1, 1, "none")
-    layers = [accumulated_wgrad(x, main, 2) for x in layer_costs(LLAMA7, 1, 512, "bf16", True)]
-    want = sum(k * est._op_s((*layers[i].forward, *layers[i].backward), "megatron")
+    layers = [accumulated_wgrad(x, main, 2) for x in layer_costs(LLAMA7, 1, seq, "bf16", True)]
+    want = sum(k * priced(stacks["megatron"], (*layers[i].forward, *layers[i].backward))
                for i, k in ((1, LLAMA7.layers), (0, 1), (-1, 1)))
     assert est.estimate(zero1).compute_s == pytest.approx(want)
-    plain = Estimator(LLAMA7, 512, "bf16", True, estimator.collectives, stacks["torchtitan"],
+    plain = Estimator(LLAMA7, seq, "bf16", True, estimator.collectives, stacks["torchtitan"],
                       stacks=stacks, stack_of=lambda c: strategy_of(c, LLAMA7.layers)["name"])
     assert plain.estimate(zero1).compute_s < est.estimate(zero1).compute_s
 

@@ -3,12 +3,18 @@ before it replays the best ones.
 
 * compute: the busiest pipeline stage's kernels for one micro-batch, timed by the
   simulator's own compute model (:class:`~simulator.compute.ComputeModel` over
-  :func:`~simulator.models.layer_costs` under the candidate's tp/sp/cp; a fine-tuned model's,
-  so frozen GEMMs have no weight-gradient GEMM and adapters run, as in the replay's trace), recompute added
-  (full: every block's forward again; selective: the attention core's), times the
-  micro-batches;
-* bubble: ``f / (1 - f)`` of that, ``f`` the schedule's published idle share
-  (:func:`~simulator.strategies.parallel.schedules.bubble_fraction`);
+  :func:`~simulator.models.layer_costs` under the candidate's tp/sp/cp and the scenario's
+  compile and elementwise code; a fine-tuned model's, so frozen GEMMs have no
+  weight-gradient GEMM and adapters run, as in the replay's trace), each kernel priced as
+  the replay prices the op written from it (:func:`~simulator.compute.pricing.cost_time_s`)
+  and slowed by rank-to-rank variability's mean factor
+  (:func:`~simulator.engine.variability.expected_factor`), recompute added (full: every
+  block's forward again; selective: the attention core's), times the micro-batches, then
+  the optimizer step (:meth:`Estimator._optimizer_s`);
+* host: the GPU waiting for the CPU's launches (:func:`launch_bound_s`, the replay's host
+  stream: :mod:`simulator.strategies.host`);
+* bubble: ``f / (1 - f)`` of the micro-batches' GPU time, ``f`` the schedule's published
+  idle share (:func:`~simulator.strategies.parallel.schedules.bubble_fraction`);
 * exposed communication from the collective model's alpha-beta time
   (:meth:`~simulator.collectives.model.CollectiveModel.plan`, ``predicted_s``: the time
   alone on the fabric) on the candidate's real groups: TP/SP collectives (4 per block and
@@ -34,19 +40,26 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from ..collectives.model import CollectiveModel
 from ..compute import ComputeModel
+from ..compute.launch import graphed
+from ..compute.pricing import cost_time_s
+from ..engine.variability import class_sigma, expected_factor
 from ..models import ModelSpec, layer_costs
 from ..models.fp8 import fp8_gemm_weights
+from ..models.mamba import in_graph_scope
 from ..models.moe import is_moe_block
 from ..models.ops import MainGrad, accumulated_wgrad
 from ..strategies.frameworks.translate import pure_data_parallel
 from ..strategies.fsdp_copies import copy_in_bytes, copy_out_bytes
+from ..strategies.host import MEASURED_KINDS, mode_dispatch_s
+from ..strategies.optim import OPT_STEP_FLOPS, config_step_bytes
 from ..strategies.parallel.context import a2a_sizes
 from ..strategies.parallel.ep_cp import expert_block
-from ..strategies.parallel.memory import peak_rank_memory, stage_expert_params, stage_weights
+from ..strategies.parallel.memory import (StageWeights, peak_rank_memory, stage_expert_params,
+                                          stage_weights)
 from ..strategies.parallel.moe import EP_COLLECTIVES, EpSizes
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
@@ -74,17 +87,87 @@ class Estimate:
     memory_bytes: int
     cp_comm_s: float = 0.0
     ep_comm_s: float = 0.0
+    host_s: float = 0.0      # the GPU waiting for the CPU's kernel launches
 
     @property
     def step_s(self) -> float:
-        return (self.compute_s + self.bubble_s + self.tp_comm_s + self.pp_comm_s
-                + self.dp_comm_s + self.cp_comm_s + self.ep_comm_s)
+        return (self.compute_s + self.host_s + self.bubble_s + self.tp_comm_s
+                + self.pp_comm_s + self.dp_comm_s + self.cp_comm_s + self.ep_comm_s)
 
     def parts(self) -> dict[str, float]:
-        return {"bubble": self.bubble_s, "exposed TP traffic": self.tp_comm_s,
+        return {"bubble": self.bubble_s, "host dispatch wait": self.host_s,
+                "exposed TP traffic": self.tp_comm_s,
                 "exposed CP traffic": self.cp_comm_s, "exposed EP traffic": self.ep_comm_s,
                 "pipeline send/recv": self.pp_comm_s,
                 "exposed DP traffic": self.dp_comm_s, "compute": self.compute_s}
+
+
+class Phased(NamedTuple):
+    """Seconds of a layer's forward, backward and recomputed forward (GPU seconds by op
+    class in :meth:`Estimator._nominal_times`, before the rank-to-rank factors)."""
+
+    forward: float | dict[str, float]
+    backward: float | dict[str, float]
+    recompute: float | dict[str, float] = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+
+class LayerTimes(NamedTuple):
+    """One micro-batch of a block, the embedding and the head (:meth:`Estimator._layer_times`):
+    GPU seconds and the CPU's seconds launching them; the block's attention; the sizes of
+    its EP and expert-TP collectives (None without)."""
+
+    block: Phased
+    block_cpu: Phased
+    embed: Phased
+    embed_cpu: Phased
+    head: Phased
+    head_cpu: Phased
+    attn: Phased
+    sizes: EpSizes | None
+
+
+class Span(NamedTuple):
+    """GPU seconds of some kernels and the CPU's seconds launching them."""
+
+    gpu: float
+    cpu: float
+
+
+def launch_bound_s(phases: Sequence[Span], m: int) -> float:
+    """Seconds of ``m`` identical micro-batches of ``phases`` (in order) where the CPU
+    launches every kernel and runs ahead of the GPU, and the GPU runs a phase's last kernel
+    no earlier than the CPU has launched it (the replay's host stream,
+    :mod:`simulator.strategies.host`): the largest of the GPU's own time and, over every
+    phase's end, the CPU's time to launch up to there plus the GPU's time after it. That
+    sum is linear in the micro-batch, so only the first and the last micro-batch's phase
+    ends can give the largest."""
+    g = sum(span.gpu for span in phases)
+    c = sum(span.cpu for span in phases)
+    best = m * g
+    gpu_done = cpu_done = 0.0
+    for span in phases:
+        gpu_done += span.gpu
+        cpu_done += span.cpu
+        for before in {0, m - 1}:       # micro-batches launched whole before this one
+            best = max(best, before * c + cpu_done + (m - 1 - before) * g + g - gpu_done)
+    return best
+
+
+class OptimizerStep(NamedTuple):
+    """A stack's optimizer step per parameter: the bytes its kernels move and their FLOPs
+    (:func:`simulator.strategies.optim.config_step_bytes`, ``OPT_STEP_FLOPS``)."""
+
+    bytes: int
+    flops: int
+
+
+def optimizer_step(cfg, fp8_recipe: str | None = None) -> OptimizerStep:
+    """:class:`OptimizerStep` of a strategy config's GPU step, as its replay emits it."""
+    return OptimizerStep(config_step_bytes(cfg, fp8_recipe), OPT_STEP_FLOPS[cfg.optimizer])
 
 
 class DpTime(NamedTuple):
@@ -107,8 +190,17 @@ class Estimator:
                  stacks: dict[str, ComputeModel] | None = None,
                  stack_of: Callable[[Candidate], str] | None = None,
                  main_grads: dict[str, MainGrad] | None = None,
-                 fp8_params: frozenset[str] = frozenset()):
+                 fp8_params: frozenset[str] = frozenset(),
+                 host_modes: dict[str, str] | None = None,
+                 graphs: dict[str, list[str]] | None = None,
+                 sigmas: dict[str, float] | None = None, compile: bool = False,
+                 elementwise: str = "fused",
+                 optimizer_steps: dict[str, OptimizerStep] | None = None):
         self.model, self.seq_len, self.precision, self.flash = model, seq_len, precision, flash
+        # each stack's optimizer step per parameter (none given: none is estimated)
+        self.optimizer_steps = optimizer_steps or {}
+        # the scenario's training.compile and training.elementwise, as every replay takes them
+        self.compile, self.elementwise = compile, elementwise
         self.collectives, self.compute = collectives, compute
         # the kernels of a candidate priced as its replay's software stack prices them
         # (``stack_of(c)`` names it in ``stacks``; ``compute`` for all by default)
@@ -120,6 +212,14 @@ class Estimator:
         # the stacks whose candidates hold the blocks' GEMM weights as FP8 parameters (the
         # scenario's Megatron fp8_param_gather, carried into its candidates): one byte each
         self.fp8_params = fp8_params
+        # each stack's strategy.host_dispatch (eager where none is given: every PyTorch
+        # strategy's default), the CPU's launches the GPU waits for
+        self.host_modes = host_modes or {}
+        # the stacks whose candidates launch their blocks from CUDA graphs (Megatron's
+        # cuda_graph_impl, carried from the scenario), each with its cuda_graph_scope
+        self.graphs = graphs or {}
+        # rank-to-rank variability's sigmas (simulation.variability; None: the ideal machine)
+        self.sigmas = sigmas or {}
         self._fp8_block = functools.lru_cache(maxsize=None)(self._fp8_weights)
         # an FP8 step runs its GEMMs in FP8 (the layer costs' recipe, per stack: each
         # framework's candidates at the recipe their replay runs) and keeps its weights,
@@ -128,32 +228,100 @@ class Estimator:
         self.kept = compute_precision(precision)
         self.e = precision_bytes(storage_dtype(self.kept))
         self._layer_s = functools.lru_cache(maxsize=None)(self._layer_times)
+        # the layers, kept apart from their times (which also depend on the tied ranks)
+        self._stack_layers = functools.lru_cache(maxsize=None)(self._replayed_layers)
+        self._nominal = functools.lru_cache(maxsize=None)(self._nominal_times)
+        self._stage0 = functools.lru_cache(maxsize=None)(self._stage0_weights)
         self._fit = functools.lru_cache(maxsize=FITS_KEPT)(self._alpha_beta)
 
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
-        fwd, bwd, recompute, embed, head, attn, experts = self._layer_s(
-            c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, self.stack_of(c), p.ep,
-            self.autocasts(c))
+        t = self._layer_s(c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac,
+                          self.stack_of(c), p.ep, self.autocasts(c), self.tied(c))
         blocks = max(p.stage_layers(self.model.layers))
-        edge = max(embed, head) if p.pp > 1 else embed + head
-        micro_s = blocks * (fwd + bwd + recompute) + edge
+        # the embedding and the head: on one rank without a pipeline, else the heavier on
+        # its stage
+        ends = [(t.embed, t.embed_cpu), (t.head, t.head_cpu)]
+        if p.pp > 1:
+            ends = [max(ends, key=lambda end: end[0].total)]
         dp = self._dp_parts(c)
-        compute = m * (micro_s + sum(part.copy_out for part in dp))
+        copy_out = sum(part.copy_out for part in dp)
+        forward = Span(blocks * t.block.forward + sum(g.forward for g, _ in ends) + copy_out,
+                       blocks * t.block_cpu.forward + sum(h.forward for _, h in ends))
+        backward = Span(blocks * (t.block.backward + t.block.recompute)
+                        + sum(g.backward for g, _ in ends),
+                        blocks * (t.block_cpu.backward + t.block_cpu.recompute)
+                        + sum(h.backward for _, h in ends))
+        micro_s = forward.gpu + backward.gpu - copy_out
+        micro_batches = m * (micro_s + copy_out)
+        host = max(0.0, launch_bound_s((forward, backward), m) - micro_batches)
         bubble = 0.0
         if p.pp > 1:
             f = bubble_fraction(p.schedule, p.pp, m, p.vp)
-            bubble = compute * f / (1 - f)
-        return Estimate(compute, bubble, self._tp(c, blocks), self._pp(c),
-                        self._dp(c, dp, micro_s, blocks * bwd), self._memory(c),
-                        m * blocks * self._cp_block(c, *attn),
-                        m * blocks * self._ep_block(c, experts))
+            bubble = micro_batches * f / (1 - f)    # GPU time: the CPU launches meanwhile
+        return Estimate(micro_batches + self._optimizer_s(c), bubble, self._tp(c, blocks), self._pp(c),
+                        self._dp(c, dp, micro_s, blocks * t.block.backward), self._memory(c),
+                        m * blocks * self._cp_block(c, t.attn.forward, t.attn.backward),
+                        m * blocks * self._ep_block(c, t.sizes), host)
+
+    def _optimizer_s(self, c: Candidate) -> float:
+        """The optimizer step over a rank's parameters, as the replay's
+        (:func:`simulator.strategies.optim.emit_optimizer`): a memory-bound kernel moving the
+        stack's step bytes per parameter, over stage 0's trainable parameters on the rank,
+        sharded over the data-parallel group by the distributed optimizer, over the shard
+        group by FSDP or ZeRO-2 (the routed experts over their expert-data-parallel group),
+        whole under DDP."""
+        step = self.optimizer_steps.get(self.stack_of(c))
+        if step is None:
+            return 0.0
+        p = c.plan
+        weights, experts = self._stage0(p)
+        params = trainable = weights.trainable
+        if p.dp_mode != "ddp":
+            shard = p.dp * p.cp if p.dp_mode == "zero1" else p.dp_shard * p.cp
+            params = (trainable - experts) / shard + experts / p.edp
+        seconds = self.stacks[self.stack_of(c)].op_time_s(
+            "optimizer", params * step.flops, params * step.bytes, self.kept)
+        return seconds * expected_factor(class_sigma(self.sigmas, "optimizer"), self.tied(c))
+
+    def _stage0_weights(self, p: ParallelPlan) -> tuple[StageWeights, int]:
+        """(the weights of a stage-0 rank, the routed experts' parameters of them kept apart
+        where ``p.experts_apart``, else 0)."""
+        return (stage_weights(self.model, p, 0, self.kept),
+                stage_expert_params(self.model, p, 0) if p.experts_apart else 0)
+
+    def tied(self, c: Candidate) -> int:
+        """The ranks a rank of ``c`` waits for through its collectives: its pipeline stage's
+        (every data-, tensor-, context- and expert-parallel group lies inside a stage), as
+        the replay's variability ties its rank class
+        (:func:`simulator.engine.variability.tied_ranks`)."""
+        return c.plan.size // c.plan.pp
 
     # -------------------------------------------------------------------- compute
-    def _op_s(self, ops, stack: str = "") -> float:
-        compute = self.stacks[stack]
-        return sum(compute.op_time_s(o.op_class, o.flops, o.bytes_accessed,
-                                     o.precision or self.kept) for o in ops)
+    def _class_s(self, ops, stack: str) -> dict[str, float]:
+        """GPU seconds of ``ops`` by op class under ``stack``'s prices, as the replay prices
+        the ops written from them (:func:`~simulator.compute.pricing.cost_time_s`: by shape
+        and launch)."""
+        compute, out = self.stacks[stack], {}
+        for o in ops:
+            out[o.op_class] = out.get(o.op_class, 0.0) + cost_time_s(compute, o, self.kept)
+        return out
+
+    def _slowed(self, by_class: dict[str, float], tied: int) -> float:
+        """``by_class`` seconds, each class slowed by its mean rank-to-rank factor on a rank
+        tied to ``tied`` ranks (:func:`~simulator.engine.variability.expected_factor`)."""
+        return sum(s * expected_factor(class_sigma(self.sigmas, op_class), tied)
+                   for op_class, s in by_class.items())
+
+    def _dispatch_s(self, layer, ops, phase: str, stack: str) -> float:
+        """CPU seconds of launching ``ops`` of ``layer`` in ``phase`` under ``stack``'s
+        ``host_dispatch`` mode, as the replay's host stream spends them
+        (:func:`simulator.strategies.base._emit_costs`: the layers of the measured kinds,
+        each kernel by its launch)."""
+        if layer.kind not in MEASURED_KINDS:
+            return 0.0
+        mode = self.host_modes.get(stack, "eager")
+        return sum(mode_dispatch_s(mode, phase, o.launch) for o in ops)
 
     def autocasts(self, c: Candidate) -> bool:
         """Whether ``c``'s replay runs 16-bit kernels on fp32 weights under torch.autocast,
@@ -164,28 +332,60 @@ class Estimator:
                 and is_half(self.precision))
 
     def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str = "",
-                     ep: int = 1, autocast: bool = False):
-        """(block forward, block backward, block recompute, embed, head) seconds under
-        ``stack``'s kernel prices (with ``autocast``'s casts), the block's (attention forward,
-        attention backward), and the sizes of its EP and expert-TP collectives (None
-        without). The block is an MoE one where the model has any, as the busiest EP rank
-        runs it under ``ep`` and expert TP (``etp = tp``)."""
-        def op_s(ops):
-            return self._op_s(ops, stack)
+                     ep: int = 1, autocast: bool = False, tied: int = 1) -> LayerTimes:
+        """:meth:`_nominal_times` on a rank tied to ``tied`` others: each op class's GPU
+        seconds slowed by its rank-to-rank factor (:meth:`_slowed`)."""
+        t = self._nominal(mb, tp, sp, cp, ac, stack, ep, autocast)
+
+        def slowed(phased: Phased) -> Phased:
+            return Phased(*(self._slowed(by_class, tied) for by_class in phased))
+        return t._replace(block=slowed(t.block), embed=slowed(t.embed), head=slowed(t.head),
+                          attn=slowed(t.attn))
+
+    def _nominal_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str,
+                       ep: int, autocast: bool) -> LayerTimes:
+        """One micro-batch of the block, the embedding and the head under ``stack``'s kernel
+        prices (with ``autocast``'s casts), as the stack's replay runs them
+        (:meth:`_replayed_layers`): GPU seconds by op class (:meth:`_class_s`) and the CPU's
+        seconds launching them (:meth:`_dispatch_s`); the block's attention; the sizes of
+        its EP and expert-TP collectives (None without). The block is an MoE one where the
+        model has any, as the busiest EP rank runs it under ``ep`` and expert TP
+        (``etp = tp``)."""
+        embed_layer, block, head_layer, sizes = self._stack_layers(mb, tp, sp, cp, ep, stack,
+                                                                   autocast)
+        recomputed = {"none": (), "full": block.forward,
+                      "selective": tuple(o for o in block.forward
+                                         if o.op_class == "attention")}[ac]
+
+        def gpu(layer, again=()):
+            return Phased(self._class_s(layer.forward, stack),
+                          self._class_s(layer.backward, stack), self._class_s(again, stack))
+
+        def cpu(layer, again=()):
+            return Phased(self._dispatch_s(layer, layer.forward, "forward", stack),
+                          self._dispatch_s(layer, layer.backward, "backward", stack),
+                          self._dispatch_s(layer, again, "recompute", stack))
+        attention = [tuple(o for o in ops if o.op_class == "attention")
+                     for ops in (block.forward, block.backward)]
+        return LayerTimes(gpu(block, recomputed), cpu(block, recomputed),
+                          gpu(embed_layer), cpu(embed_layer), gpu(head_layer), cpu(head_layer),
+                          Phased(*(self._class_s(ops, stack) for ops in attention), {}), sizes)
+
+    def _replayed_layers(self, mb: int, tp: int, sp: bool, cp: int, ep: int, stack: str,
+                         autocast: bool):
+        """(the embedding, the block, the head, the block's EP sizes or None) as ``stack``'s
+        replay runs them: :meth:`_priced_block`'s, their weight gradients into the stack's
+        gradient buffer (Megatron's main_grad), the block launched from the stack's CUDA
+        graphs where it has them (:func:`~simulator.compute.launch.graphed`)."""
         layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep, stack, autocast)
         embed_layer, head_layer = layers[0], layers[-1]
         main_grad = self.main_grads.get(stack)
         if main_grad is not None:
             block, embed_layer, head_layer = (accumulated_wgrad(x, main_grad, self.e)
                                               for x in (block, embed_layer, head_layer))
-        fwd, bwd = op_s(block.forward), op_s(block.backward)
-        recompute = {"none": 0.0, "full": fwd,
-                     "selective": op_s(o for o in block.forward if o.op_class == "attention")}[ac]
-        embed = op_s((*embed_layer.forward, *embed_layer.backward))
-        head = op_s((*head_layer.forward, *head_layer.backward))
-        attn = tuple(op_s(o for o in ops if o.op_class == "attention")
-                     for ops in (block.forward, block.backward))
-        return fwd, bwd, recompute, embed, head, attn, sizes
+        if stack in self.graphs and in_graph_scope(block, self.graphs[stack]):
+            block = graphed(block)
+        return embed_layer, block, head_layer, sizes
 
     # -------------------------------------------------------------- communication
     def _alpha_beta(self, op: str, ranks: tuple[int, ...]) -> tuple[float, float]:
@@ -287,8 +487,7 @@ class Estimator:
         p = c.plan
         if p.dp_replicate * p.dp_shard * p.cp == 1:
             return []
-        weights = stage_weights(self.model, p, 0, self.kept)
-        experts = stage_expert_params(self.model, p, 0) if p.experts_apart else 0
+        weights, experts = self._stage0(p)
         dense = (weights.trainable - experts) * self.e     # gradients: trainable weights only
         edp = p.groups("edp")[0]
         parts = [self._dp_part(p, dense, weights.frozen_bytes,
@@ -372,7 +571,8 @@ class Estimator:
         busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``)."""
         recipe = self.fp8_recipes.get(stack)
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
-                             tp=tp, sp=sp, cp=cp, autocast=autocast,
+                             tp=tp, sp=sp, cp=cp, autocast=autocast, compile=self.compile,
+                             elementwise=self.elementwise,
                              **({"fp8_recipe": recipe} if recipe else {}))
         blocks = [layer for layer in layers if layer.kind.endswith("block")]
         block = next((b for b in blocks if is_moe_block(b)), blocks[0])

@@ -26,6 +26,7 @@ from ..collectives.model import CollectiveModel
 from ..compare.cost import Cost, Price, training_cost
 from ..compute import ComputeModel
 from ..energy import Energy
+from ..engine.variability import resolve_sigmas
 from ..energy.power import capped_gpu
 from ..energy.timeline import energy_of
 from ..errors import ConfigError
@@ -38,11 +39,13 @@ from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run
 from ..precision import FP8, PRECISIONS
 from ..scenario import Scenario, fp8_attention_refusal
 from ..strategies.base import CommonConfig
+from ..strategies.ddp import DDPConfig
+from ..strategies.fsdp_config import FSDPConfig
 from ..strategies.frameworks.megatron import MegatronConfig
 from ..strategies.frameworks.torchtitan import TorchtitanConfig
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
-from .estimate import Estimate, Estimator
+from .estimate import Estimate, Estimator, optimizer_step
 from .space import Candidate, Limits, candidates
 from .strategy import SPELLINGS, Carried, carried, strategy_of
 
@@ -153,19 +156,25 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
     recipes = {name: t.recipe_for(name) for name in stacks} if t.precision == FP8 else {}
     megatron = _candidate_config(MegatronConfig, "megatron", carry, source,
                                  use_distributed_optimizer=True)
+    torchtitan = _candidate_config(TorchtitanConfig, "torchtitan", carry, source)
     est = Estimator(model, t.seq_len, t.precision, t.flash_attention,
                     CollectiveModel(cluster, k, scn.nccl), stacks["torchtitan"],
                     fp8_recipes=recipes, stacks=stacks,
                     stack_of=lambda c: (strategy_of(c, model.layers) or {}).get("name", ""),
                     main_grads={"megatron": megatron.main_grad()},
                     fp8_params=frozenset({"megatron"} if megatron.fp8_weight_gathers(
-                        recipes.get("megatron")) else ()))
+                        recipes.get("megatron")) else ()),
+                    host_modes={cfg.name: cfg.host_dispatch for cfg in (megatron, torchtitan)},
+                    graphs={"megatron": megatron.cuda_graph_scope} if megatron.cuda_graphs
+                    else {},
+                    sigmas=resolve_sigmas(scn.simulation.variability),
+                    compile=t.compile, elementwise=t.elementwise,
+                    optimizer_steps={cfg.name: optimizer_step(cfg, recipes.get(cfg.name))
+                                     for cfg in (megatron, torchtitan, *_pytorch_configs())})
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len),
-                 carried=carry, refused=_refused(
-                     {"megatron": megatron, "torchtitan": _candidate_config(
-                         TorchtitanConfig, "torchtitan", carry, source)},
-                     recipes, t.fp8_attention))
+                 carried=carry, refused=_refused({"megatron": megatron, "torchtitan": torchtitan},
+                                                 recipes, t.fp8_attention))
     fits = _estimated(out, cands, est, model.layers, say)
     survivors = pick(fits, replay)
     setups = _counted_setups(survivors, scn, cluster, source, counted, max_work)
@@ -242,6 +251,12 @@ def _refused(configs: dict[str, CommonConfig], recipes: dict[str, str],
         if why:
             out[name] = f"training.fp8_attention: {why}"
     return out
+
+
+def _pytorch_configs() -> tuple[CommonConfig, ...]:
+    """The ``fsdp`` and ``ddp`` configs of the candidates :func:`.strategy.strategy_of`
+    spells as PyTorch's own (their defaults: nothing of the scenario is carried)."""
+    return (FSDPConfig(name="fsdp"), DDPConfig(name="ddp"))
 
 
 def _candidate_config(config, name: str, carry: Carried, source: str, **fixed):

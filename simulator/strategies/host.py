@@ -59,7 +59,13 @@ def dispatch_table() -> dict[str, dict[str, float]]:
 def dispatch_s(cfg, phase: str, launch: str = "") -> float:
     """CPU seconds a kernel launched as ``launch`` costs in ``phase`` under a strategy
     config (0: the GPU never waits for the host: ``host_dispatch: none``)."""
-    mode = dispatch_mode(launch, cfg.host_dispatch)
+    return mode_dispatch_s(cfg.host_dispatch, phase, launch)
+
+
+def mode_dispatch_s(host_dispatch: str, phase: str, launch: str = "") -> float:
+    """CPU seconds a kernel launched as ``launch`` costs in ``phase`` under a strategy's
+    ``host_dispatch`` mode (eager, compiled, none)."""
+    mode = dispatch_mode(launch, host_dispatch)
     if mode == "none":
         return 0.0
     return dispatch_table()[mode][phase]
@@ -75,4 +81,4 @@ def dispatch_delay(ol, name: str, layer: str, seconds: float, phase: str, micro:
 
 
 __all__ = ["FILE", "MEASURED_KINDS", "MODES", "PHASES", "dispatch_delay", "dispatch_s",
-           "dispatch_table"]
+           "dispatch_table", "mode_dispatch_s"]
