@@ -150,12 +150,16 @@ def test_variability_slows_each_kernel_by_its_mean_factor(estimator):
     assert slow.tied(Candidate(ParallelPlan(pp=8, dp_mode="zero1"), 1, 8, "none")) == 1
 
 
-def test_a_replayed_candidates_kernels_are_the_estimates_compute():
+@pytest.mark.parametrize("strategy", [
+    {"name": "fsdp", "sharding": "FULL_SHARD"},
+    {"name": "megatron", "cuda_graph_impl": "transformer_engine"}])   # carried: graphs
+def test_a_replayed_candidates_kernels_are_the_estimates_compute(strategy):
     """One path, one price: the replay's kernels of a distributed-optimizer candidate
-    (Megatron's stack, main_grad; forward, backward and its sharded optimizer step) at their
-    nominal prices add up to the estimate's compute; without variability the two use the
-    same prices."""
-    scn = _scenario().model_copy(update={"simulation": _scenario().simulation.model_copy(
+    (Megatron's stack, main_grad; forward, backward and its sharded optimizer step; from CUDA
+    graphs where the scenario's Megatron settings say so) at their nominal prices add up to
+    the estimate's compute; without variability the two use the same prices."""
+    base = _scenario()
+    scn = base.model_copy(update={"strategy": strategy, "simulation": base.simulation.model_copy(
         update={"variability": "none"})})
     out = search(scn, 16, replay=6, model_parallel=False)
     row = next(r for r in out.rows if r.candidate.plan.dp_mode == "zero1")
@@ -167,6 +171,9 @@ def test_a_replayed_candidates_kernels_are_the_estimates_compute():
     kernels = sum(kernel_time_s(setup.compute, op, "bf16") for op in cls.ops
                   if op.kind == "compute")           # forward, backward, the optimizer
     assert row.estimate.compute_s == pytest.approx(kernels, rel=1e-9)
+    graphs = "cuda_graph_impl" in strategy
+    assert any(op.attrs.get("launch") == "graph" for op in cls.ops) == graphs
+    assert (row.estimate.host_s == 0.0) == graphs       # the blocks launch nothing
 
 
 def test_a_host_bound_plan_is_estimated_near_its_replay():
