@@ -6,6 +6,7 @@ compile and elementwise code, CUDA graphs, the CPU's launches the GPU waits for
 
 from __future__ import annotations
 
+import importlib
 import math
 import random
 from statistics import NormalDist
@@ -190,3 +191,29 @@ def test_a_host_bound_plan_is_estimated_near_its_replay():
             assert any(r.estimate.host_s > r.estimate.compute_s for r in rows)
         for r in rows:
             assert r.estimate.step_s == pytest.approx(r.metrics.iteration_time_s, rel=within)
+
+
+@pytest.mark.parametrize("strategy", [
+    {"name": "ddp"},                                                    # autocast: fp32
+    {"name": "megatron", "use_distributed_optimizer": False, "tensor_model_parallel_size": 2}])
+def test_ddp_reduces_the_gradients_its_replay_reduces(strategy, monkeypatch):
+    """DDP's gradients are fp32 (PyTorch's under autocast, Megatron's main_grad): the
+    estimate all-reduces the bytes the replay's buckets add up to (it took the weights'
+    bf16 bytes, half of them)."""
+    scn = _scenario().model_copy(update={"strategy": strategy})
+    trace = build_setup(scn).trace
+    replayed = sum(op.size_bytes for op in trace.classes[0].ops
+                   if op.kind == "collective" and op.collective == "all_reduce"
+                   and op.comm.split(".")[0] in ("dp", "world"))
+    module = importlib.import_module("simulator.planner.search")     # the search's own
+    made, real = [], module.Estimator
+    monkeypatch.setattr(module, "Estimator", lambda *a, **kw: made.append(real(*a, **kw))
+                        or made[-1])
+    search(scn, 16, replay=1, model_parallel=strategy["name"] == "megatron")
+    (est,) = made
+    asked = []
+    monkeypatch.setattr(est, "_time", lambda op, size, ranks: asked.append((op, size)) or 0.0)
+    tp = strategy.get("tensor_model_parallel_size", 1)
+    est._dp_parts(Candidate(ParallelPlan(tp=tp, dp_replicate=8 // tp, dp_shard=1,
+                                         dp_mode="ddp", sequence_parallel=tp > 1), 2, 1, "none"))
+    assert [size for op, size in asked if op == "all_reduce"] == [pytest.approx(replayed)]

@@ -489,19 +489,23 @@ class Estimator:
             return []
         weights, experts = self._stage0(p)
         dense = (weights.trainable - experts) * self.e     # gradients: trainable weights only
-        edp = p.groups("edp")[0]
+        # DDP's and the distributed optimizer's gradients: the stack's gradient buffer
+        # (Megatron's main_grad), else fp32 (DDP autocasts on fp32 weights)
+        main_grad = self.main_grads.get(self.stack_of(c))
+        grad_bytes = main_grad.bytes if main_grad is not None else 4
         parts = [self._dp_part(p, dense, weights.frozen_bytes,
                                group_ranks(p, ("dp_shard", "cp")),
                                group_ranks(p, "dp_replicate"),
                                group_ranks(p, ("dp_replicate", "dp_shard", "cp")),
-                               c.micro_batches)]
+                               c.micro_batches, grad_bytes)]
         if experts:
+            edp = p.groups("edp")[0]
             parts.append(self._dp_part(p, experts * self.e, 0, edp, (0,), edp,
-                                       c.micro_batches))
+                                       c.micro_batches, grad_bytes))
         return parts
 
     def _dp_part(self, p: ParallelPlan, nbytes: float, frozen: float, shard, replicate,
-                 every, micro_batches: int) -> DpTime:
+                 every, micro_batches: int, grad_bytes: int = 4) -> DpTime:
         """The :class:`DpTime` of ``nbytes`` of trainable parameters' data-parallel traffic
         (and ``frozen`` bytes of a fine-tuning's frozen base, which FSDP gathers but nothing
         reduces): FSDP gathers and reduce-scatters on ``shard`` per micro-batch (under a
@@ -510,8 +514,9 @@ class Estimator:
         its copy kernels (:mod:`simulator.strategies.fsdp_copies`: a copy-out of each
         gather on the compute stream, a ``chunk_cat`` before the reduce-scatter on its
         stream, gradients reduced in the weights' dtype as the planner's replays run
-        them); the distributed optimizer reduce-scatters fp32 gradients at the end and
-        all-gathers the parameters after; DDP all-reduces over ``every`` at the end."""
+        them); the distributed optimizer reduce-scatters its gradients (``grad_bytes`` an
+        element) at the end and all-gathers the parameters after; DDP all-reduces its
+        gradients over ``every`` at the end."""
         if p.dp_mode in ("fsdp", "zero2"):
             # FSDP under a pipeline gathers once a step and reduce-scatters after the last
             # micro-batch (torch.distributed.pipelining): that traffic at the step's end
@@ -532,11 +537,11 @@ class Estimator:
                 return DpTime(per_micro=0.0, tail=traffic + tail, after=0.0,
                               copy_out=copy_out / micro_batches)
             return DpTime(per_micro=traffic, tail=tail, after=0.0, copy_out=copy_out)
+        grads = nbytes / self.e * grad_bytes        # at ``grad_bytes`` an element
         if p.dp_mode == "zero1":
-            return DpTime(per_micro=0.0,
-                          tail=self._time("reduce_scatter", 2 * nbytes, shard),  # fp32 grads
+            return DpTime(per_micro=0.0, tail=self._time("reduce_scatter", grads, shard),
                           after=self._time("all_gather", nbytes, shard))
-        return DpTime(per_micro=0.0, tail=self._time("all_reduce", nbytes, every), after=0.0)
+        return DpTime(per_micro=0.0, tail=self._time("all_reduce", grads, every), after=0.0)
 
     def _copy_s(self, nbytes: float) -> float:
         """A memory-bound copy kernel of ``nbytes`` (the compute model's elementwise class)."""
