@@ -128,10 +128,11 @@ def test_the_llama2_70b_lora_step_gain_against_nvidias_end_to_end_measurement():
     """NVIDIA's cuDNN 9 post measured Llama 2 70B LoRA on 8 H200 (NeMo + TE) at 1.11x its
     baseline with cuDNN attention in BF16 and 1.15x in FP8: a step 1.15 / 1.11 = 1.036x
     faster. The same setup (MLPerf v4.1's h200_ngc24.09_nemo row, TP1 CP2) simulated 1.126x
-    with the post's 'up to' kernel ratio (1.5) and simulates 1.023x with cuDNN's measured
-    one (1.075 at 4,096 tokens; 1.024x before its rows kept the SwiGLU input in FP8, whose
-    casts lengthen both steps). Recorded, not tuned: the constant is not fitted to this
-    case."""
+    with the post's 'up to' kernel ratio (1.5) and simulates 1.024x with cuDNN's measured
+    one (1.075 at 4,096 tokens; 1.023x before the ring attention's backward exchanges hid
+    behind its steps, 2026-12-07, and 1.024x before its rows kept the SwiGLU input in FP8,
+    whose casts lengthen both steps). Recorded, not tuned: the constant is not fitted to
+    this case."""
     from simulator.validation import finetune as f
     split = f.load_split()
     row = f.mlperf_rows()["h200_ngc24.09_nemo"]
@@ -140,4 +141,4 @@ def test_the_llama2_70b_lora_step_gain_against_nvidias_end_to_end_measurement():
     scn["training"]["fp8_attention"] = True
     gain = bf16 / f._simulate(scn).iteration_time_s
     assert 1.15 / 1.11 == pytest.approx(1.036, abs=5e-4)
-    assert gain == pytest.approx(1.023, abs=5e-4)
+    assert gain == pytest.approx(1.024, abs=5e-4)

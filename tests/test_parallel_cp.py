@@ -30,11 +30,12 @@ def test_two_chunks_per_rank_cover_the_sequence_and_balance_causal_work(cp, s):
 def test_kv_block_and_ring_traffic_arithmetic():
     # Llama-2-70B, 8 KV heads of 128, tp 8 (1 KV head per rank), cp 4, one 8192-token
     # sequence, bf16: a rank's K and V are 2 x 1 x 2048 x 128 x 2 = 1,048,576 B; ring
-    # attention sends 3 of them forward and 2 x 4 - 1 = 7 backward, per block.
+    # attention sends 3 of them forward and 2 x (4 - 1) = 6 backward, per block (TE's
+    # loop: K/V, K/V + dK/dV twice, dK/dV).
     model = load_model("llama-2-70b")
     block = kv_block_bytes(model, 1, 8192, 4, BF16, tp=8)
     assert block == 2 * 1 * 2048 * 128 * 2 == 1_048_576
-    assert ring_sent_bytes(model, 1, 8192, 4, BF16, tp=8) == (3 * block, 7 * block)
+    assert ring_sent_bytes(model, 1, 8192, 4, BF16, tp=8) == (3 * block, 6 * block)
     assert ring_sent_bytes(model, 1, 8192, 1, BF16, tp=8) == (0, 0)
     # the all-gather variant: the whole sequence's K/V, 2 x 8192 x 128 x 2 = 4 MiB, of
     # which (cp - 1) / cp = 3/4 leave each rank, the same as the ring's forward
@@ -69,10 +70,11 @@ def test_ring_moves_the_formula_bytes_and_splits_the_attention(cp):
     fwd = [op for op in ops if op.kind == "collective" and op.phase == "forward"]
     bwd = [op for op in ops if op.kind == "collective" and op.phase == "backward"]
     assert {op.collective for op in fwd + bwd} == {"all_gather"}
-    # (cp - 1) blocks forward, 2 (cp - 1) + 1 backward (K/V with dK/dV, then dK/dV home),
-    # each step's size rounded up to a whole byte
+    # (cp - 1) blocks forward; backward as TE's loop sends them: K/V alone, K/V with the
+    # dK/dV so far (cp - 2 times), dK/dV alone home: 1 + 2 (cp - 2) + 1 = 2 (cp - 1); each
+    # step's size rounded up to a whole byte
     assert sum(_sent(op, cp) for op in fwd) == pytest.approx((cp - 1) * 1000, abs=cp)
-    assert sum(_sent(op, cp) for op in bwd) == pytest.approx((2 * cp - 1) * 1000, abs=2 * cp)
+    assert sum(_sent(op, cp) for op in bwd) == pytest.approx(2 * (cp - 1) * 1000, abs=2 * cp)
     steps = [op for op in ops if op.kind == "compute" and ".ring" in op.name]
     assert len(steps) == 2 * cp
     attention = [c for c in whole.forward + whole.backward if c.op_class == "attention"]
@@ -106,7 +108,7 @@ def test_a_ring_step_is_an_attention_kernel_over_one_kv_block(cp):
     assert cp * (alone - model.kernel_launch_s) > whole_t - model.kernel_launch_s
 
 
-def test_each_forward_step_waits_for_its_block_and_backward_sends_what_it_computed():
+def test_each_step_waits_for_its_block_and_backward_sends_before_each_step():
     cp = 4
     ops = _ops(_block(cp), cp, "ring")
     by_id = {op.id: op for op in ops}
@@ -121,12 +123,21 @@ def test_each_forward_step_waits_for_its_block_and_backward_sends_what_it_comput
     before_core = max(op.id for op in ops if op.kind == "compute" and op.id < fwd[0].id)
     assert first_comm.deps[0] == before_core
     assert by_id[before_core].name in ("qkv_proj", "rotary")
+    # backward (TE's loop): exchange i goes out before step i, after step i - 1 (the
+    # kernel before the first step for exchange 0) and exchange i - 1; step i + 1 and, after
+    # the last step, the next kernel wait for it
     bwd_comm = [op for op in ops if op.kind == "collective" and op.phase == "backward"]
-    assert all(by_id[op.deps[0]].name.startswith("attn_core.bwd.ring") for op in bwd_comm)
-    after_attention = next(op for op in ops if op.name == "attn_out.dgrad")
-    nxt = next(op for op in ops if op.phase == "backward" and op.id > bwd_comm[-1].id
+    bwd = [op for op in ops if op.phase == "backward" and op.kind == "compute"
+           and ".ring" in op.name]
+    assert len(bwd_comm) == len(bwd) == cp
+    assert by_id[bwd_comm[0].deps[0]].name == "attn_out.wgrad"
+    for i in range(1, cp):
+        assert set(bwd_comm[i].deps) == {bwd[i - 1].id, bwd_comm[i - 1].id}
+        assert bwd[i].deps == (bwd_comm[i - 1].id,)
+    assert all(comm.id < step.id for comm, step in zip(bwd_comm, bwd))
+    nxt = next(op for op in ops if op.phase == "backward" and op.id > bwd[-1].id
                and op.kind == "compute")
-    assert nxt.deps == (bwd_comm[-1].id,) and after_attention.id < bwd_comm[0].id
+    assert nxt.deps == (bwd_comm[-1].id,)
 
 
 def _replay(ops, compute_s: float, transfer_s: float) -> float:
@@ -146,6 +157,15 @@ def test_forward_ring_hides_the_transfer_behind_the_previous_block():
     ops = _ops(_block(cp), cp, "ring", phases=("forward",))
     assert _replay(ops, 1.0, 0.5) == cp * 1.0              # transfer < one step: hidden
     assert _replay(ops, 1.0, 2.0) == 1.0 + (cp - 1) * 2.0  # transfer-bound: it shows
+
+
+def test_backward_ring_hides_each_transfer_behind_its_step():
+    """TE's backward loop sends exchange i while step i computes: hidden while a transfer is
+    shorter than a step; transfer-bound, one transfer after another."""
+    cp = 4
+    ops = _ops(_block(cp), cp, "ring", phases=("backward",))
+    assert _replay(ops, 1.0, 0.5) == cp * 1.0
+    assert _replay(ops, 1.0, 2.0) == cp * 2.0
 
 
 def test_allgather_variant_gathers_before_and_reduce_scatters_after():

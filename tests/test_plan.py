@@ -132,22 +132,26 @@ def test_tp_traffic_is_four_collectives_per_block_and_micro_batch(estimator):
 
 
 def test_cp_ring_traffic_is_the_ring_formula(estimator):
-    # cp - 1 K/V exchanges forward behind 1/cp of the attention each, 2 blocks per step
-    # backward and the last hop home of dK/dV (simulator/strategies/parallel/context.py)
-    plan, m, mb, cp = ParallelPlan(cp=2, dp_shard=4), 2, 1, 2
+    # cp - 1 K/V exchanges forward behind 1/cp of the attention each; backward, as TE's
+    # loop sends them, cp exchanges behind 1/cp of the attention's backward each: K/V,
+    # K/V with dK/dV (cp - 2 times), dK/dV home; each the all-gather the replay stands it
+    # for (simulator/strategies/parallel/context.py)
+    from simulator.strategies.parallel.context import ring_step_size_bytes
+    plan, m, mb, cp = ParallelPlan(cp=4, dp_shard=2), 2, 1, 4
     attn = estimator._layer_s(mb, 1, False, cp, "none").attn
     attn_f, attn_b = attn.forward, attn.backward
     kv = 2 * mb * (512 // cp) * LLAMA7.kv_heads * LLAMA7.head_dim * 2
-    step = estimator._time("send_recv", kv, (0, 1))
-    per_block = ((cp - 1) * max(0.0, step - attn_f / cp)
-                 + (cp - 1) * max(0.0, 2 * step - attn_b / cp) + step)
+    one, two = (estimator._time("all_gather", ring_step_size_bytes(n * kv, cp), (0, 1, 2, 3))
+                for n in (1, 2))
+    per_block = ((cp - 1) * max(0.0, one - attn_f / cp)
+                 + 2 * max(0.0, one - attn_b / cp) + (cp - 2) * max(0.0, two - attn_b / cp))
     e = estimator.estimate(Candidate(plan, mb, m, "none"))
-    assert e.cp_comm_s == pytest.approx(m * LLAMA7.layers * per_block) and e.cp_comm_s > 0
-    gather = ParallelPlan(cp=2, dp_shard=4, cp_mode="allgather")
+    assert e.cp_comm_s == pytest.approx(m * LLAMA7.layers * per_block)
+    gather = ParallelPlan(cp=4, dp_shard=2, cp_mode="allgather")
     g = estimator.estimate(Candidate(gather, mb, m, "none"))
     assert g.cp_comm_s == pytest.approx(m * LLAMA7.layers * (
-        estimator._time("all_gather", kv * cp, (0, 1))
-        + estimator._time("reduce_scatter", kv * cp, (0, 1))))
+        estimator._time("all_gather", kv * cp, (0, 1, 2, 3))
+        + estimator._time("reduce_scatter", kv * cp, (0, 1, 2, 3)))) and g.cp_comm_s > 0
 
 
 @pytest.mark.parametrize("ac,passes", [("none", 2), ("selective", 3)])

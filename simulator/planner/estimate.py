@@ -56,7 +56,8 @@ from ..strategies.frameworks.translate import pure_data_parallel
 from ..strategies.fsdp_copies import copy_in_bytes, copy_out_bytes
 from ..strategies.host import MEASURED_KINDS, mode_dispatch_s
 from ..strategies.optim import OPT_STEP_FLOPS, config_step_bytes
-from ..strategies.parallel.context import a2a_sizes
+from ..strategies.parallel.context import (a2a_sizes, allgather_size_bytes, cp_sliced,
+                                           ring_backward_blocks, ring_step_size_bytes)
 from ..strategies.parallel.ep_cp import expert_block
 from ..strategies.parallel.memory import (StageWeights, peak_rank_memory, stage_expert_params,
                                           stage_weights)
@@ -237,7 +238,7 @@ class Estimator:
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
         t = self._layer_s(c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac,
-                          self.stack_of(c), p.ep, self.autocasts(c), self.tied(c))
+                          self.stack_of(c), p.ep, self.autocasts(c), self.tied(c), p.cp_mode)
         blocks = max(p.stage_layers(self.model.layers))
         # the embedding and the head: on one rank without a pipeline, else the heavier on
         # its stage
@@ -332,10 +333,11 @@ class Estimator:
                 and is_half(self.precision))
 
     def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str = "",
-                     ep: int = 1, autocast: bool = False, tied: int = 1) -> LayerTimes:
+                     ep: int = 1, autocast: bool = False, tied: int = 1,
+                     cp_mode: str = "ring") -> LayerTimes:
         """:meth:`_nominal_times` on a rank tied to ``tied`` others: each op class's GPU
         seconds slowed by its rank-to-rank factor (:meth:`_slowed`)."""
-        t = self._nominal(mb, tp, sp, cp, ac, stack, ep, autocast)
+        t = self._nominal(mb, tp, sp, cp, ac, stack, ep, autocast, cp_mode)
 
         def slowed(phased: Phased) -> Phased:
             return Phased(*(self._slowed(by_class, tied) for by_class in phased))
@@ -343,7 +345,7 @@ class Estimator:
                           attn=slowed(t.attn))
 
     def _nominal_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str,
-                       ep: int, autocast: bool) -> LayerTimes:
+                       ep: int, autocast: bool, cp_mode: str) -> LayerTimes:
         """One micro-batch of the block, the embedding and the head under ``stack``'s kernel
         prices (with ``autocast``'s casts), as the stack's replay runs them
         (:meth:`_replayed_layers`): GPU seconds by op class (:meth:`_class_s`) and the CPU's
@@ -352,7 +354,7 @@ class Estimator:
         model has any, as the busiest EP rank runs it under ``ep`` and expert TP
         (``etp = tp``)."""
         embed_layer, block, head_layer, sizes = self._stack_layers(mb, tp, sp, cp, ep, stack,
-                                                                   autocast)
+                                                                   autocast, cp_mode)
         recomputed = {"none": (), "full": block.forward,
                       "selective": tuple(o for o in block.forward
                                          if o.op_class == "attention")}[ac]
@@ -372,12 +374,16 @@ class Estimator:
                           Phased(*(self._class_s(ops, stack) for ops in attention), {}), sizes)
 
     def _replayed_layers(self, mb: int, tp: int, sp: bool, cp: int, ep: int, stack: str,
-                         autocast: bool):
+                         autocast: bool, cp_mode: str = "ring"):
         """(the embedding, the block, the head, the block's EP sizes or None) as ``stack``'s
-        replay runs them: :meth:`_priced_block`'s, their weight gradients into the stack's
-        gradient buffer (Megatron's main_grad), the block launched from the stack's CUDA
-        graphs where it has them (:func:`~simulator.compute.launch.graphed`)."""
+        replay runs them: :meth:`_priced_block`'s, the block's attention as context
+        parallelism ``cp_mode`` runs it (:func:`~simulator.strategies.parallel.context.
+        cp_sliced`), their weight gradients into the stack's gradient buffer (Megatron's
+        main_grad), the block launched from the stack's CUDA graphs where it has them
+        (:func:`~simulator.compute.launch.graphed`)."""
         layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep, stack, autocast)
+        block = cp_sliced(block, cp, cp_mode,
+                          allgather_size_bytes(self.model, mb, self.seq_len, self.e, tp))
         embed_layer, head_layer = layers[0], layers[-1]
         main_grad = self.main_grads.get(stack)
         if main_grad is not None:
@@ -417,11 +423,15 @@ class Estimator:
 
     def _cp_block(self, c: Candidate, attn_fwd_s: float, attn_bwd_s: float) -> float:
         """Exposed K/V traffic of one block and micro-batch (``simulator/strategies/parallel/context.py``):
-        ring: ``cp - 1`` block exchanges forward, each behind a ``1/cp`` share of the
-        attention, and ``2 cp - 1`` blocks backward; allgather: an all-gather of the whole
-        sequence's K/V and a reduce-scatter of their gradients, not hidden; a2a: all-to-alls
-        of Q, K, V, O forward (again when the attention is recomputed) and of dO, dQ, dK, dV
-        backward, not hidden."""
+        ring: ``cp - 1`` block exchanges forward, each behind a ``1 / cp`` share of the
+        attention, and ``cp`` backward, each behind a share of the attention's backward (the
+        K/V block first, the K/V block with the dK/dV so far in between, the dK/dV home
+        last: :func:`~simulator.strategies.parallel.context.ring_backward_blocks`), each
+        exchange the all-gather the replay stands it for
+        (:func:`~simulator.strategies.parallel.context.ring_step_size_bytes`); allgather:
+        an all-gather of the whole sequence's K/V and a reduce-scatter of their gradients,
+        not hidden; a2a: all-to-alls of Q, K, V, O forward (again when the attention is
+        recomputed) and of dO, dQ, dK, dV backward, not hidden."""
         p = c.plan
         if p.cp == 1:
             return 0.0
@@ -436,9 +446,12 @@ class Estimator:
         if p.cp_mode == "allgather":
             return (self._time("all_gather", kv * p.cp, group)
                     + self._time("reduce_scatter", kv * p.cp, group))
-        step = self._time("send_recv", kv, group[:2])
-        fwd = (p.cp - 1) * max(0.0, step - attn_fwd_s / p.cp)
-        bwd = (p.cp - 1) * max(0.0, 2 * step - attn_bwd_s / p.cp) + step
+
+        def exchange(blocks: int) -> float:
+            return self._time("all_gather", ring_step_size_bytes(blocks * kv, p.cp), group)
+        fwd = (p.cp - 1) * max(0.0, exchange(1) - attn_fwd_s / p.cp)
+        bwd = sum(max(0.0, exchange(ring_backward_blocks(i, p.cp)) - attn_bwd_s / p.cp)
+                  for i in range(p.cp))
         return fwd + bwd
 
     def _ep_block(self, c: Candidate, sizes: EpSizes | None) -> float:

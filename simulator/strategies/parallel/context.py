@@ -9,13 +9,15 @@ so every rank has the same number of unmasked query-key pairs (:func:`causal_pai
 Per block and micro-batch a rank's K/V block is ``2 b (s / cp) kv_width e`` bytes (K and V
 of its ``s / cp`` tokens, ``kv_width = kv_heads / tp x head_dim``).
 
-* ``ring`` (TransformerEngine's P2P context parallelism): ``cp`` attention steps; at step
-  ``i`` the rank attends its queries to the K/V block of rank ``c - i`` while it forwards
-  that block to the next rank and receives the next block, so the transfer hides behind
-  the previous block's attention. Forward: ``cp - 1`` blocks sent per rank. Backward: the
-  K/V blocks go round again together with their accumulating gradients dK/dV (``2`` blocks
-  per step for ``cp - 1`` steps), and each dK/dV makes a last hop home to its owner (the
-  next rank): ``2 (cp - 1) + 1 = 2 cp - 1`` blocks sent.
+* ``ring`` (TransformerEngine's P2P context parallelism, ``AttnFuncWithCPAndKVP2P``):
+  ``cp`` attention steps; at step ``i`` the rank attends its queries to the K/V block of
+  rank ``c - i`` while it forwards that block to the next rank and receives the next
+  block, so the transfer hides behind the step's attention. Forward: ``cp - 1`` blocks sent
+  per rank. Backward, as TE's loop runs it: exchange ``i`` goes out before step ``i``'s
+  attention backward and is waited for after it (where the step's dK/dV are added to the
+  received ones): the K/V block alone at step 0, the K/V block with the dK/dV accumulated
+  so far at steps ``1 .. cp - 2``, the dK/dV alone (home to their owner) at step
+  ``cp - 1``: ``2 (cp - 1)`` blocks sent, each exchange behind a step's attention.
 * ``allgather`` (Llama 3's context parallelism): an all-gather of K and V on the CP group
   before the attention (nccl-tests size ``2 b s kv_width e``, the whole sequence's K/V;
   ``(cp - 1) / cp`` of it leaves each rank) and a reduce-scatter of dK/dV of the same size
@@ -89,7 +91,7 @@ class RingBytes(NamedTuple):
     """Bytes a rank sends per block with ring attention."""
 
     forward: int         # ``cp - 1`` K/V blocks
-    backward: int        # ``2 cp - 1`` blocks: K/V with their dK/dV, and dK/dV home
+    backward: int        # ``2 (cp - 1)`` blocks: K/V, K/V with their dK/dV, dK/dV home
 
 
 def ring_sent_bytes(model: ModelSpec, batch: int, seq_len: int, cp: int, e: int,
@@ -97,7 +99,7 @@ def ring_sent_bytes(model: ModelSpec, batch: int, seq_len: int, cp: int, e: int,
     """Bytes a rank sends per block with ring attention, forward and backward."""
     block = kv_block_bytes(model, batch, seq_len, cp, e, tp)
     return RingBytes(forward=(cp - 1) * block,
-                     backward=(2 * cp - 1) * block if cp > 1 else 0)
+                     backward=2 * (cp - 1) * block)
 
 
 def allgather_size_bytes(model: ModelSpec, batch: int, seq_len: int, e: int,
@@ -149,6 +151,26 @@ def a2a_heads(layer: LayerCost, cp: int, gather_bytes: int) -> LayerCost:
     return replace(layer, forward=heads(layer.forward, 1), backward=heads(layer.backward, 2))
 
 
+def ring_backward_blocks(step: int, cp: int) -> int:
+    """K/V-sized blocks ring exchange ``step`` of the backward sends: the K/V block alone
+    first, the dK/dV alone (home) last, both in between (TE's ``send_tensor[0]``,
+    ``[1]`` and the whole buffer)."""
+    return 2 if 0 < step < cp - 1 else 1
+
+
+def cp_sliced(layer: LayerCost, cp: int, mode: str, gather_bytes: int) -> LayerCost:
+    """``layer``'s attention kernels as context parallelism ``mode`` runs them: ``cp`` ring
+    steps (:func:`ring_slices`), the whole sequence on ``1 / cp`` of the heads under
+    ``a2a`` (:func:`a2a_heads`; ``gather_bytes``: :func:`allgather_size_bytes`), as they
+    are under ``allgather`` or without CP. What the trace generator and ``clustersim
+    plan``'s estimate both run."""
+    if cp > 1 and mode == "ring":
+        return ring_slices(layer, cp)
+    if cp > 1 and mode == "a2a":
+        return a2a_heads(layer, cp, gather_bytes)
+    return layer
+
+
 def ring_slices(layer: LayerCost, cp: int) -> LayerCost:
     """``layer`` with each attention kernel (``attn_core`` and its backward) cut into
     ``cp`` equal ring steps ``<name>.ring<i>``, each over one K/V block: ``1 / cp`` of the
@@ -180,9 +202,10 @@ class CPHooks(OpHooks):
     through :func:`ring_slices`; step ``i``'s exchange is an all-gather of
     :func:`ring_step_size_bytes` on stream ``cp``. Forward: exchange ``i`` (the block that
     step ``i`` used goes on, the next arrives) starts when block ``i`` arrived, and step
-    ``i + 1`` waits for it. Backward: exchange ``i`` carries the block and its dK/dV once
-    step ``i`` computed them (the last one dK/dV alone, home), and the next kernel waits
-    for it. ``allgather``: an all-gather of K/V before the attention, a reduce-scatter of
+    ``i + 1`` waits for it. Backward (TE's loop): exchange ``i`` of
+    :func:`ring_backward_blocks` starts before step ``i``, once the kernels before it ran
+    (step ``i - 1``'s gradients are in) and exchange ``i - 1`` arrived, and the next kernel
+    waits for it. ``allgather``: an all-gather of K/V before the attention, a reduce-scatter of
     dK/dV after its backward that the next kernel waits for. ``a2a``: all-to-alls of
     ``a2a`` (:class:`A2ASizes`) of Q, K, V before the attention (which waits for them) and
     of O after it (the next kernel waits); backward of dO before, dQ, dK, dV after."""
@@ -218,10 +241,16 @@ class CPHooks(OpHooks):
                                          f"cp_allgather_kv.{cost.name}", phase),)
             return due
         step = _ring_index(cost.name)
-        if forward and step is not None and step < self.cp - 1:
+        if step is None:
+            return due
+        if forward and step < self.cp - 1:
             first = (self.last_compute(),) if step == 0 else ()
             self.arrived = (self._ring_comm(self.block, first, f"cp_ring.{cost.name}",
                                             phase),)
+        elif not forward:
+            sent = ring_backward_blocks(step, self.cp) * self.block
+            self.arrived = (self._ring_comm(sent, (self.last_compute(), *due),
+                                            f"cp_ring.{cost.name}", phase),)
         return due
 
     def after(self, cost, phase: str, op_id: int) -> None:
@@ -238,10 +267,7 @@ class CPHooks(OpHooks):
         if self.mode == "allgather":
             self.arrived = (self.issue("reduce_scatter", self.gather, (op_id,),
                                        f"cp_reduce_scatter_dkv.{cost.name}", phase),)
-            return
-        step = _ring_index(cost.name)
-        sent = self.block if step == self.cp - 1 else 2 * self.block
-        self.arrived = (self._ring_comm(sent, (op_id,), f"cp_ring.{cost.name}", phase),)
+        # ring: the backward's exchanges went out before each step (:meth:`before`)
 
     def flush(self) -> list[int]:
         out, self.arrived = list(self.arrived), ()

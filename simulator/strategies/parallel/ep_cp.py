@@ -33,8 +33,8 @@ from simulator.models.spec import ModelSpec
 from simulator.models.window import keep_attention
 from simulator.precision import precision_bytes
 
-from .context import (A2ASizes, CPHooks, a2a_heads, a2a_sizes, allgather_size_bytes,
-                      kv_block_bytes, ring_slices)
+from .context import (A2ASizes, CPHooks, a2a_sizes, allgather_size_bytes, cp_sliced,
+                      kv_block_bytes)
 from .context import STREAM as CP_STREAM
 from .moe import EPHooks, EpSizes, ep_block_cost, ep_loads, ep_sizes, flex_sizes
 from .place import domain_groups
@@ -148,10 +148,7 @@ def _planned(layer: LayerCost, moe: EpBlock | None, plan: ParallelPlan,
     if moe is not None and is_moe_block(layer):
         # the busiest EP rank's MoE half; the block's own attention (windowed or full)
         layer, sizes = moe.of(layer), moe.sizes
-    if plan.cp > 1 and plan.cp_mode == "ring":
-        layer = ring_slices(layer, plan.cp)
-    elif plan.cp > 1 and plan.cp_mode == "a2a":
-        layer = a2a_heads(layer, plan.cp, extra["kv_gather_bytes"])
+    layer = cp_sliced(layer, plan.cp, plan.cp_mode, extra.get("kv_gather_bytes", 0))
     fields = {f: getattr(layer, f) for f in LayerCost.__dataclass_fields__}
     return CommLayerCost(**fields, ep_sizes=sizes, **extra)
 
