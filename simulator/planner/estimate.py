@@ -253,15 +253,15 @@ class Estimator:
                         + sum(g.backward for g, _ in ends),
                         blocks * (t.block_cpu.backward + t.block_cpu.recompute)
                         + sum(h.backward for _, h in ends))
-        micro_s = forward.gpu + backward.gpu - copy_out
-        micro_batches = m * (micro_s + copy_out)
-        host = max(0.0, launch_bound_s((forward, backward), m) - micro_batches)
+        gpu = m * (forward.gpu + backward.gpu)          # the micro-batches' kernels
+        host = max(0.0, launch_bound_s((forward, backward), m) - gpu)
         bubble = 0.0
         if p.pp > 1:
             f = bubble_fraction(p.schedule, p.pp, m, p.vp)
-            bubble = micro_batches * f / (1 - f)    # GPU time: the CPU launches meanwhile
-        return Estimate(micro_batches + self._optimizer_s(c), bubble, self._tp(c, blocks), self._pp(c),
-                        self._dp(c, dp, micro_s, blocks * t.block.backward), self._memory(c),
+            bubble = gpu * f / (1 - f)          # GPU time: the CPU launches meanwhile
+        layers_s = forward.gpu + backward.gpu - copy_out     # what hides DP traffic
+        return Estimate(gpu + self._optimizer_s(c), bubble, self._tp(c, blocks), self._pp(c),
+                        self._dp(c, dp, layers_s, blocks * t.block.backward), self._memory(c),
                         m * blocks * self._cp_block(c, t.attn.forward, t.attn.backward),
                         m * blocks * self._ep_block(c, t.sizes), host)
 
