@@ -101,14 +101,14 @@ def test_the_cpu_launches_each_kernel_as_the_host_table_says(estimator):
     t = estimator._layer_times(1, 1, False, 1, "full")
     block = next(x for x in layer_costs(LLAMA7, 1, SEQ, "bf16", True) if x.kind.endswith("block"))
     eager = dispatch_table()["eager"]
-    assert t.block_cpu.forward == pytest.approx(len(block.forward) * eager["forward"])
-    assert t.block_cpu.backward == pytest.approx(len(block.backward) * eager["backward"])
-    assert t.block_cpu.recompute == pytest.approx(len(block.forward) * eager["recompute"])
+    assert t.block.cpu.forward == pytest.approx(len(block.forward) * eager["forward"])
+    assert t.block.cpu.backward == pytest.approx(len(block.backward) * eager["backward"])
+    assert t.block.cpu.recompute == pytest.approx(len(block.forward) * eager["recompute"])
     quiet = Estimator(LLAMA7, SEQ, "bf16", True, estimator.collectives, estimator.compute,
                       host_modes={"": "none"})
     none = quiet._layer_times(1, 1, False, 1, "full")
-    assert none.block_cpu.total == none.embed_cpu.total == none.head_cpu.total == 0.0
-    assert none.block == t.block            # the GPU's time is the same
+    assert none.block.cpu.total == none.embed.cpu.total == none.head.cpu.total == 0.0
+    assert none.block.gpu == t.block.gpu            # the GPU's time is the same
 
 
 def test_a_block_in_cuda_graphs_launches_nothing_and_pays_no_launch_gap(estimator):
@@ -117,10 +117,11 @@ def test_a_block_in_cuda_graphs_launches_nothing_and_pays_no_launch_gap(estimato
                        graphs={"": []})
     t, eager = graphs._layer_times(1, 1, False, 1, "none"), estimator._layer_times(
         1, 1, False, 1, "none")
-    assert t.block_cpu.total == 0.0 < eager.block_cpu.total
-    assert t.block.forward == pytest.approx(_priced(estimator.compute, graphed(layers[1]).forward))
-    assert t.block.forward < eager.block.forward
-    assert t.head_cpu == eager.head_cpu          # the head is not in the graph
+    assert t.block.cpu.total == 0.0 < eager.block.cpu.total
+    assert t.block.gpu.forward == pytest.approx(_priced(estimator.compute,
+                                                        graphed(layers[1]).forward))
+    assert t.block.gpu.forward < eager.block.gpu.forward
+    assert t.head.cpu == eager.head.cpu          # the head is not in the graph
 
 
 def test_the_scenarios_compile_and_elementwise_code_are_priced(estimator):
@@ -130,9 +131,9 @@ def test_the_scenarios_compile_and_elementwise_code_are_priced(estimator):
         block = layer_costs(LLAMA7, 1, SEQ, "bf16", True, compile=compile,
                             elementwise=elementwise)[1]
         t = est._layer_times(1, 1, False, 1, "none")
-        assert t.block.forward == pytest.approx(_priced(estimator.compute, block.forward))
-        assert t.block.backward == pytest.approx(_priced(estimator.compute, block.backward))
-        assert t.block != estimator._layer_times(1, 1, False, 1, "none").block
+        assert t.block.gpu.forward == pytest.approx(_priced(estimator.compute, block.forward))
+        assert t.block.gpu.backward == pytest.approx(_priced(estimator.compute, block.backward))
+        assert t.block.gpu != estimator._layer_times(1, 1, False, 1, "none").block.gpu
 
 
 def test_variability_slows_each_kernel_by_its_mean_factor(estimator):
@@ -144,9 +145,9 @@ def test_variability_slows_each_kernel_by_its_mean_factor(estimator):
     t, ideal = slow._layer_times(1, 1, False, 1, "none", tied=8), \
         estimator._layer_times(1, 1, False, 1, "none")
     attention = ideal.attn.forward
-    want = ((ideal.block.forward - attention) * expected_factor(sigma, 8)
+    want = ((ideal.block.gpu.forward - attention) * expected_factor(sigma, 8)
             + attention * expected_factor(2 * sigma, 8))
-    assert t.block.forward == pytest.approx(want)
+    assert t.block.gpu.forward == pytest.approx(want)
     # a pipeline stage of one rank waits for no one: factor 1
     assert slow.tied(Candidate(ParallelPlan(pp=8, dp_mode="zero1"), 1, 8, "none")) == 1
 

@@ -186,7 +186,7 @@ def test_an_fp8_step_times_its_gemms_at_fp8_and_keeps_bf16(estimators):
     # as the replay prices the ops written from them: fp8 where marked, by shape
     from simulator.compute.pricing import cost_time_s
     want = sum(cost_time_s(fp8.compute, o, "bf16") for o in block.forward)
-    assert fp8._layer_times(1, 1, False, 1, "none").block.forward == pytest.approx(want)
+    assert fp8._layer_times(1, 1, False, 1, "none").block.gpu.forward == pytest.approx(want)
     c = Candidate(ParallelPlan(dp_shard=8), 1, 1, "none")
     assert fp8.estimate(c).memory_bytes == bf16.estimate(c).memory_bytes
 

@@ -54,7 +54,7 @@ from ..models.moe import is_moe_block
 from ..models.ops import MainGrad, accumulated_wgrad
 from ..strategies.frameworks.translate import pure_data_parallel
 from ..strategies.fsdp_copies import copy_in_bytes, copy_out_bytes
-from ..strategies.host import MEASURED_KINDS, mode_dispatch_s
+from ..strategies.host import layer_dispatch_s
 from ..strategies.optim import OPT_STEP_FLOPS, config_step_bytes
 from ..strategies.parallel.context import (a2a_sizes, allgather_size_bytes, cp_sliced,
                                            ring_backward_blocks, ring_step_size_bytes)
@@ -104,29 +104,33 @@ class Estimate:
 
 
 class Phased(NamedTuple):
-    """Seconds of a layer's forward, backward and recomputed forward (GPU seconds by op
-    class in :meth:`Estimator._nominal_times`, before the rank-to-rank factors)."""
+    """Seconds of a layer's forward, backward and recomputed forward."""
 
-    forward: float | dict[str, float]
-    backward: float | dict[str, float]
-    recompute: float | dict[str, float] = 0.0
+    forward: float
+    backward: float
+    recompute: float = 0.0
 
     @property
     def total(self) -> float:
         return self.forward + self.backward + self.recompute
 
 
-class LayerTimes(NamedTuple):
-    """One micro-batch of a block, the embedding and the head (:meth:`Estimator._layer_times`):
-    GPU seconds and the CPU's seconds launching them; the block's attention; the sizes of
-    its EP and expert-TP collectives (None without)."""
+class Costed(NamedTuple):
+    """One micro-batch of a layer: its kernels' GPU seconds and the CPU's seconds launching
+    them."""
 
-    block: Phased
-    block_cpu: Phased
-    embed: Phased
-    embed_cpu: Phased
-    head: Phased
-    head_cpu: Phased
+    gpu: Phased
+    cpu: Phased
+
+
+class LayerTimes(NamedTuple):
+    """One micro-batch of a block, the embedding and the head (:meth:`Estimator._layer_times`);
+    the block's attention (GPU); the sizes of its EP and expert-TP collectives (None
+    without)."""
+
+    block: Costed
+    embed: Costed
+    head: Costed
     attn: Phased
     sizes: EpSizes | None
 
@@ -231,7 +235,6 @@ class Estimator:
         self._layer_s = functools.lru_cache(maxsize=None)(self._layer_times)
         # the layers, kept apart from their times (which also depend on the tied ranks)
         self._stack_layers = functools.lru_cache(maxsize=None)(self._replayed_layers)
-        self._nominal = functools.lru_cache(maxsize=None)(self._nominal_times)
         self._stage0 = functools.lru_cache(maxsize=None)(self._stage0_weights)
         self._fit = functools.lru_cache(maxsize=FITS_KEPT)(self._alpha_beta)
 
@@ -242,17 +245,17 @@ class Estimator:
         blocks = max(p.stage_layers(self.model.layers))
         # the embedding and the head: on one rank without a pipeline, else the heavier on
         # its stage
-        ends = [(t.embed, t.embed_cpu), (t.head, t.head_cpu)]
+        ends = [t.embed, t.head]
         if p.pp > 1:
-            ends = [max(ends, key=lambda end: end[0].total)]
+            ends = [max(ends, key=lambda end: end.gpu.total)]
         dp = self._dp_parts(c)
         copy_out = sum(part.copy_out for part in dp)
-        forward = Span(blocks * t.block.forward + sum(g.forward for g, _ in ends) + copy_out,
-                       blocks * t.block_cpu.forward + sum(h.forward for _, h in ends))
-        backward = Span(blocks * (t.block.backward + t.block.recompute)
-                        + sum(g.backward for g, _ in ends),
-                        blocks * (t.block_cpu.backward + t.block_cpu.recompute)
-                        + sum(h.backward for _, h in ends))
+        forward = Span(blocks * t.block.gpu.forward + sum(e.gpu.forward for e in ends) + copy_out,
+                       blocks * t.block.cpu.forward + sum(e.cpu.forward for e in ends))
+        backward = Span(blocks * (t.block.gpu.backward + t.block.gpu.recompute)
+                        + sum(e.gpu.backward for e in ends),
+                        blocks * (t.block.cpu.backward + t.block.cpu.recompute)
+                        + sum(e.cpu.backward for e in ends))
         gpu = m * (forward.gpu + backward.gpu)          # the micro-batches' kernels
         host = max(0.0, launch_bound_s((forward, backward), m) - gpu)
         bubble = 0.0
@@ -261,7 +264,8 @@ class Estimator:
             bubble = gpu * f / (1 - f)          # GPU time: the CPU launches meanwhile
         layers_s = forward.gpu + backward.gpu - copy_out     # what hides DP traffic
         return Estimate(gpu + self._optimizer_s(c), bubble, self._tp(c, blocks), self._pp(c),
-                        self._dp(c, dp, layers_s, blocks * t.block.backward), self._memory(c),
+                        self._dp(c, dp, layers_s, blocks * t.block.gpu.backward),
+                        self._memory(c),
                         m * blocks * self._cp_block(c, t.attn.forward, t.attn.backward),
                         m * blocks * self._ep_block(c, t.sizes), host)
 
@@ -299,30 +303,20 @@ class Estimator:
         return c.plan.size // c.plan.pp
 
     # -------------------------------------------------------------------- compute
-    def _class_s(self, ops, stack: str) -> dict[str, float]:
-        """GPU seconds of ``ops`` by op class under ``stack``'s prices, as the replay prices
-        the ops written from them (:func:`~simulator.compute.pricing.cost_time_s`: by shape
-        and launch)."""
-        compute, out = self.stacks[stack], {}
-        for o in ops:
-            out[o.op_class] = out.get(o.op_class, 0.0) + cost_time_s(compute, o, self.kept)
-        return out
-
-    def _slowed(self, by_class: dict[str, float], tied: int) -> float:
-        """``by_class`` seconds, each class slowed by its mean rank-to-rank factor on a rank
-        tied to ``tied`` ranks (:func:`~simulator.engine.variability.expected_factor`)."""
-        return sum(s * expected_factor(class_sigma(self.sigmas, op_class), tied)
-                   for op_class, s in by_class.items())
+    def _op_s(self, ops, stack: str, tied: int) -> float:
+        """GPU seconds of ``ops`` under ``stack``'s prices, as the replay prices the ops
+        written from them (:func:`~simulator.compute.pricing.cost_time_s`: by shape and
+        launch), each slowed by its class's mean rank-to-rank factor on a rank tied to
+        ``tied`` ranks (:func:`~simulator.engine.variability.expected_factor`)."""
+        compute = self.stacks[stack]
+        return sum(cost_time_s(compute, o, self.kept)
+                   * expected_factor(class_sigma(self.sigmas, o.op_class), tied) for o in ops)
 
     def _dispatch_s(self, layer, ops, phase: str, stack: str) -> float:
         """CPU seconds of launching ``ops`` of ``layer`` in ``phase`` under ``stack``'s
-        ``host_dispatch`` mode, as the replay's host stream spends them
-        (:func:`simulator.strategies.base._emit_costs`: the layers of the measured kinds,
-        each kernel by its launch)."""
-        if layer.kind not in MEASURED_KINDS:
-            return 0.0
-        mode = self.host_modes.get(stack, "eager")
-        return sum(mode_dispatch_s(mode, phase, o.launch) for o in ops)
+        ``host_dispatch`` mode (eager where none is given), as the replay's host stream
+        spends them (:func:`~simulator.strategies.host.layer_dispatch_s`)."""
+        return layer_dispatch_s(layer.kind, ops, self.host_modes.get(stack, "eager"), phase)
 
     def autocasts(self, c: Candidate) -> bool:
         """Whether ``c``'s replay runs 16-bit kernels on fp32 weights under torch.autocast,
@@ -335,23 +329,12 @@ class Estimator:
     def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str = "",
                      ep: int = 1, autocast: bool = False, tied: int = 1,
                      cp_mode: str = "ring") -> LayerTimes:
-        """:meth:`_nominal_times` on a rank tied to ``tied`` others: each op class's GPU
-        seconds slowed by its rank-to-rank factor (:meth:`_slowed`)."""
-        t = self._nominal(mb, tp, sp, cp, ac, stack, ep, autocast, cp_mode)
-
-        def slowed(phased: Phased) -> Phased:
-            return Phased(*(self._slowed(by_class, tied) for by_class in phased))
-        return t._replace(block=slowed(t.block), embed=slowed(t.embed), head=slowed(t.head),
-                          attn=slowed(t.attn))
-
-    def _nominal_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str,
-                       ep: int, autocast: bool, cp_mode: str) -> LayerTimes:
         """One micro-batch of the block, the embedding and the head under ``stack``'s kernel
-        prices (with ``autocast``'s casts), as the stack's replay runs them
-        (:meth:`_replayed_layers`): GPU seconds by op class (:meth:`_class_s`) and the CPU's
-        seconds launching them (:meth:`_dispatch_s`); the block's attention; the sizes of
-        its EP and expert-TP collectives (None without). The block is an MoE one where the
-        model has any, as the busiest EP rank runs it under ``ep`` and expert TP
+        prices (with ``autocast``'s casts) on a rank tied to ``tied`` others, as the stack's
+        replay runs them (:meth:`_replayed_layers`): GPU seconds (:meth:`_op_s`) and the
+        CPU's seconds launching them (:meth:`_dispatch_s`); the block's attention; the
+        sizes of its EP and expert-TP collectives (None without). The block is an MoE one
+        where the model has any, as the busiest EP rank runs it under ``ep`` and expert TP
         (``etp = tp``)."""
         embed_layer, block, head_layer, sizes = self._stack_layers(mb, tp, sp, cp, ep, stack,
                                                                    autocast, cp_mode)
@@ -359,19 +342,16 @@ class Estimator:
                       "selective": tuple(o for o in block.forward
                                          if o.op_class == "attention")}[ac]
 
-        def gpu(layer, again=()):
-            return Phased(self._class_s(layer.forward, stack),
-                          self._class_s(layer.backward, stack), self._class_s(again, stack))
-
-        def cpu(layer, again=()):
-            return Phased(self._dispatch_s(layer, layer.forward, "forward", stack),
-                          self._dispatch_s(layer, layer.backward, "backward", stack),
-                          self._dispatch_s(layer, again, "recompute", stack))
+        def costed(layer, again=()):
+            passes = ((layer.forward, "forward"), (layer.backward, "backward"),
+                      (again, "recompute"))
+            return Costed(Phased(*(self._op_s(ops, stack, tied) for ops, _ in passes)),
+                          Phased(*(self._dispatch_s(layer, ops, phase, stack)
+                                   for ops, phase in passes)))
         attention = [tuple(o for o in ops if o.op_class == "attention")
                      for ops in (block.forward, block.backward)]
-        return LayerTimes(gpu(block, recomputed), cpu(block, recomputed),
-                          gpu(embed_layer), cpu(embed_layer), gpu(head_layer), cpu(head_layer),
-                          Phased(*(self._class_s(ops, stack) for ops in attention), {}), sizes)
+        return LayerTimes(costed(block, recomputed), costed(embed_layer), costed(head_layer),
+                          Phased(*(self._op_s(ops, stack, tied) for ops in attention)), sizes)
 
     def _replayed_layers(self, mb: int, tp: int, sp: bool, cp: int, ep: int, stack: str,
                          autocast: bool, cp_mode: str = "ring"):

@@ -15,7 +15,6 @@ Memory conventions (bytes per parameter, ZeRO arXiv:1910.02054 §3.1):
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, NamedTuple
 
@@ -28,7 +27,7 @@ from simulator.trace import Op
 from simulator.units import UnitError, parse_bandwidth
 
 from .checkpointing import SelectiveOption, ac_mode, recompute_plan
-from .host import MEASURED_KINDS, dispatch_delay, dispatch_s
+from .host import dispatch_delay, dispatch_s, layer_dispatch_s
 from .optim_precision import OptimizerDtypes, state_bytes as precision_state_bytes
 
 if TYPE_CHECKING:   # the contract of docs/training-interfaces.md section 1
@@ -388,10 +387,8 @@ def _emit_costs(ol: OpList, layer, costs, phase: str, micro: int, deps=(),
     kernel waits for (:mod:`.host`)."""
     ids = []
     costs = tuple(costs or ())
-    host_s = 0.0
-    if cfg is not None and layer.kind in MEASURED_KINDS:   # kernels x seconds, by launch
-        counts = Counter(getattr(c, "launch", "") for c in costs)
-        host_s = sum(n * dispatch_s(cfg, phase, launch) for launch, n in counts.items())
+    host_s = 0.0 if cfg is None else layer_dispatch_s(layer.kind, costs, cfg.host_dispatch,
+                                                      phase)
     sync, ends = _host_segments(costs, phase, hooks, cfg, host_s)
     waited: tuple = ()
     for i, c in enumerate(costs):

@@ -22,6 +22,7 @@ its own.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
 from simulator.compute.checks import check_keys, check_source, check_time
 from simulator.compute.launch import dispatch_mode
@@ -71,6 +72,18 @@ def mode_dispatch_s(host_dispatch: str, phase: str, launch: str = "") -> float:
     return dispatch_table()[mode][phase]
 
 
+def layer_dispatch_s(kind: str, costs, host_dispatch: str, phase: str) -> float:
+    """CPU seconds of launching ``costs`` (OpCosts) of a layer of ``kind`` in ``phase``
+    under ``host_dispatch``: each kernel by its launch, in the layers of the measured kinds
+    only (:data:`MEASURED_KINDS`). What the trace's host stream spends
+    (:func:`simulator.strategies.base._emit_costs`) and ``clustersim plan``'s estimate takes."""
+    if kind not in MEASURED_KINDS:
+        return 0.0
+    counts = Counter(getattr(c, "launch", "") for c in costs)
+    return sum(n * mode_dispatch_s(host_dispatch, phase, launch)
+               for launch, n in counts.items())
+
+
 def dispatch_delay(ol, name: str, layer: str, seconds: float, phase: str, micro: int,
                    deps: tuple = ()) -> int:
     """The CPU's ``seconds`` of launching ``name``'s kernels of ``phase``: a ``delay`` on
@@ -81,4 +94,4 @@ def dispatch_delay(ol, name: str, layer: str, seconds: float, phase: str, micro:
 
 
 __all__ = ["FILE", "MEASURED_KINDS", "MODES", "PHASES", "dispatch_delay", "dispatch_s",
-           "dispatch_table", "mode_dispatch_s"]
+           "dispatch_table", "layer_dispatch_s", "mode_dispatch_s"]
