@@ -16,7 +16,7 @@ import pytest
 
 from simulator.validation.envelope import (MIN_ROWS, SHIPPED, Query, distance, envelope,
                                            family_of, generation, grouped_lines, load_ground,
-                                           vendor)
+                                           trust_sentence, vendor)
 from simulator.validation.envelope_data import summary_text, validated_rows
 from simulator.validation.common import read_yaml
 from simulator.validation.paths import data_dir
@@ -140,14 +140,15 @@ def test_a_validated_configuration_finds_itself_inside_the_ground():
     assert f"error {100 * lo:+.1f}% to {100 * hi:+.1f}% over 2 held-out cases" in e.lines()[0]
     same = [abs(float(r["error"])) for r in _csv(TRAIN) if r["split"] == "validation"
             and r["metric"] != "scaling_efficiency" and r["case"].startswith(
-                ("resnet50_", "bert_large_"))]          # the PyTorch DDP rows on A100-80GB
+                "bert_large_")]      # the PyTorch DDP transformer rows on A100-80GB
     assert e.median_rows == len(same) >= MIN_ROWS
     assert e.median_abs_error == pytest.approx(statistics.median(same), rel=1e-5)
     assert "inside the validated range on every axis" in e.lines()[1]
 
 
 def test_a_fitted_calibration_case_is_named_but_never_the_nearest():
-    e = envelope(Query.of("ddp", "resnet-50", 25557032, "A100-SXM4-80GB", 1, "fp16"))
+    e = envelope(Query.of("ddp", "resnet-50", 25557032, "A100-SXM4-80GB", 1, "fp16",
+                          model_family="resnet"))
     assert e.nearest["split"] == "validation" and e.distance > 0
     assert e.as_dict()["calibration_case_nearer"]["case"] == "training/resnet50_1gpu_amp"
     assert "training/resnet50_1gpu_amp is nearer but was fitted" in e.lines()[0]
@@ -313,14 +314,17 @@ def test_the_error_band_is_the_range_of_the_family_on_that_generation():
     ground = load_ground()
     e = envelope(Query.of("ddp", "gpt2-medium", 355e6, "H200-SXM", 1, "bf16"))
     hopper = [r["error"] for r in ground if r["split"] == "validation"
-              and r["family"] == "ddp" and generation(r["gpu"]) == "hopper"]
+              and r["family"] == "ddp" and generation(r["gpu"]) == "hopper"
+              and r["architecture"] == "transformer"]      # not the H200's ResNet-50 rows
     assert (e.band.low, e.band.high, e.band.rows) == (min(hopper), max(hopper), len(hopper))
     assert e.band.scope == "DDP cases on hopper GPUs"
     # a generation with too few of the family: the family's range on any GPU, said so
-    b = envelope(Query.of("horovod", "resnet-50", 25e6, "H100-SXM", 8, "fp16")).band
-    horovod = [r["error"] for r in ground if r["split"] == "validation"
-               and r["family"] == "horovod"]
-    assert (b.low, b.high) == (min(horovod), max(horovod)) and "too few" in b.scope
+    b = envelope(Query.of("horovod", "bert-large", 335e6, "H100-SXM", 8, "fp16")).band
+    tensorflow = [r["error"] for r in ground if r["split"] == "validation"
+                  and r["family"] in ("horovod", "tensorflow")
+                  and r["architecture"] == "transformer"]
+    assert (b.low, b.high) == (min(tensorflow), max(tensorflow)) and "too few" in b.scope
+    assert b.scope.startswith("TensorFlow cases on any GPU")
 
 
 def test_the_band_holds_four_in_five_held_out_cases_left_out_one_at_a_time():
@@ -329,7 +333,7 @@ def test_the_band_holds_four_in_five_held_out_cases_left_out_one_at_a_time():
     inside = total = 0
     for r in held:
         q = Query(r["family"], r["model"], r["params"], r["gpu"], r["gpus"], r["precision"],
-                  r["moe"])
+                  r["moe"], r["finetune"], r["architecture"])
         band = error_band(q, [x for x in held if x is not r and q.kin(x)])
         if band is not None:
             total += 1
@@ -338,6 +342,49 @@ def test_the_band_holds_four_in_five_held_out_cases_left_out_one_at_a_time():
     page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "envelope.md")
                     .read_text().split())
     assert f"{inside} times in {total} ({100 * inside / total:.0f}%;" in page
+
+
+def test_a_detection_models_error_is_never_quoted_for_a_transformer():
+    """TensorFlow's held-out runs are TF2 BERT-large (under Horovod), one ResNet-50 and
+    eight Mask R-CNN: a TensorFlow question about a transformer is answered from the BERT
+    runs, one about Mask R-CNN from the Mask R-CNN runs (whose error comes from the
+    detection ops the simulator does not model), and each median and band is its own
+    architecture's."""
+    ground = load_ground()
+
+    def tf_rows(arch):
+        return [r for r in ground if r["split"] == "validation" and r["architecture"] == arch
+                and r["family"] in ("tensorflow", "horovod") and r["gpu"] == "A100-SXM4-80GB"]
+
+    llm = envelope(Query.of("tf_mirrored", "llama-2-7b", 6.7e9, "A100-SXM4-80GB", 8, "bf16",
+                            model_family="llama"))
+    assert llm.nearest["model"] == "bert-large" and llm.nearest["architecture"] == "transformer"
+    want = statistics.median(abs(r["error"]) for r in tf_rows("transformer"))
+    assert llm.median_abs_error == pytest.approx(want) and want < 0.25
+    assert llm.lines()[0].startswith("nearest validated: TensorFlow bert-large")
+    det = envelope(Query.of("tf_mirrored", "mask-rcnn", 44e6, "A100-SXM4-80GB", 8, "tf32",
+                            model_family="maskrcnn"))
+    assert det.nearest["model"] == "mask-rcnn" and all(r["model"] == "mask-rcnn"
+                                                        for r in det.tied)
+    errors = [r["error"] for r in tf_rows("detection")]
+    assert (det.band.low, det.band.high) == (min(errors), max(errors))
+    assert det.lines()[0].startswith("nearest validated: TensorFlow detection mask-rcnn")
+    # the trust line of a comparison: the detection rows are too far off to rank, the
+    # transformer rows are not
+    assert "the TensorFlow detection rows are too far off to rank" in trust_sentence([det])
+    assert "too far off" not in trust_sentence([llm])
+
+
+def test_horovod_and_tf_strategies_quote_tensorflows_runs_alike():
+    """The ``horovod`` strategy is TensorFlow 2 with Horovod's all-reduce (the same
+    kernels): its question and a ``tf_*`` one quote the same runs."""
+    ask = ("bert-large", 335e6, "A100-SXM4-80GB", 8, "fp16")
+    hvd = envelope(Query.of("horovod", *ask))
+    for strategy in ("tf_mirrored", "tf_multiworker", "tf_ps", "tf_central_storage"):
+        tf = envelope(Query.of(strategy, *ask))
+        assert tf.lines() == hvd.lines() and tf.nearest == hvd.nearest
+    assert hvd.query.label == "TensorFlow" and hvd.query.framework == "tensorflow"
+    assert Query.of("fsdp", *ask).framework == "fsdp"
 
 
 def test_a_gpu_without_a_calibration_generation_is_its_own_chip():

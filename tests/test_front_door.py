@@ -24,18 +24,23 @@ FINETUNE = {"lora": "LoRA fine-tuning", "qlora": "QLoRA fine-tuning", "full": "f
 START, END = "<!-- accuracy-table", "<!-- /accuracy-table -->"
 
 
+ARCHITECTURE = {"cnn": "CNN", "detection": "detection model"}
+
+
 def accuracy_table() -> list[str]:
     """The README's accuracy table: median and largest |error| of the validation split, per
-    strategy family, dense or mixture of experts, pre-training or fine-tuning, and GPU
-    type."""
+    framework (the envelope's: ``horovod`` is TensorFlow's), model architecture, dense or
+    mixture of experts, pre-training or fine-tuning, and GPU type."""
+    from simulator.validation.envelope import framework_of
     df = pd.read_csv(GROUND, keep_default_na=False)
-    held = df[df.split == "validation"]
-    lines = ["| strategy family | GPU | held-out runs | median abs. error | largest abs. error |",
+    held = df[df.split == "validation"].assign(framework=lambda d: d.family.map(framework_of))
+    lines = ["| framework | GPU | held-out runs | median abs. error | largest abs. error |",
              "|---|---|---:|---:|---:|"]
-    for (family, moe, finetune, gpu), rows in held.groupby(["family", "moe", "finetune", "gpu"],
-                                                           sort=True):
+    for (framework, arch, moe, finetune, gpu), rows in held.groupby(
+            ["framework", "architecture", "moe", "finetune", "gpu"], sort=True):
         err = rows.error.abs()
-        name = (LABEL[family] + (", mixture of experts" if moe else "")
+        name = (LABEL[framework] + (f", {ARCHITECTURE[arch]}" if arch in ARCHITECTURE else "")
+                + (", mixture of experts" if moe else "")
                 + (f", {FINETUNE[finetune]}" if finetune else ""))
         lines.append(f"| {name} | {gpu} | {len(rows)} | {100 * err.median():.1f}% | "
                      f"{100 * err.max():.1f}% |")

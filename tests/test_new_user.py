@@ -157,12 +157,15 @@ def test_compare_gives_the_decision_and_its_trust_before_the_details(capsys):
     cost = next(i for i, x in enumerate(lines) if x.startswith("# cost at "))
     details = next(i for i, x in enumerate(lines) if x.startswith("# accuracy ("))
     assert trust < table < cost < details
-    # the median of the TensorFlow family's held-out A100-80GB rows, as validated.csv has them
-    rows = [r for r in load_ground() if r["family"] == "tensorflow"
+    # the median of TensorFlow's held-out A100-80GB transformer rows (TF2 BERT-large, under
+    # Horovod: the horovod strategy is TensorFlow's), as validated.csv has them; Mask R-CNN's
+    # detection rows speak for detection models only (tests/test_envelope.py)
+    rows = [r for r in load_ground() if r["family"] in ("tensorflow", "horovod")
+            and r["architecture"] == "transformer"
             and r["gpu"] == "A100-SXM4-80GB" and r["split"] == "validation"]
     median = statistics.median(abs(r["error"]) for r in rows)
-    assert (f"TensorFlow {100 * median:.1f}% ({len(rows)} runs): the TensorFlow rows are too "
-            f"far off to rank") in lines[trust]
+    assert f"TensorFlow {100 * median:.1f}% ({len(rows)} runs)" in lines[trust]
+    assert "too far off" not in lines[trust]
 
 
 def test_a_strategy_refusing_the_step_is_a_row_not_an_error(capsys):

@@ -50,7 +50,9 @@ def test_compare_rows_are_compare_per_strategy(tmp_path):
     from simulator.validation.envelope import trust_sentence
     sentence = trust_sentence(envelopes(direct, point["scenario"]["model"]).values(),
                               "the runs: docs/accuracy.md")
-    assert "the TensorFlow rows are too far off to rank" in sentence
+    # TensorFlow's transformer runs (TF2 BERT-large) speak for a TensorFlow Llama, not its
+    # Mask R-CNN runs (tests/test_envelope.py)
+    assert "TensorFlow" in sentence and "too far off to rank" not in sentence
     assert set(rows["trust"]) == {sentence}
     report = (tmp_path / "out" / "report.md").read_text()
     asked = report.index("## How far to trust these answers?")

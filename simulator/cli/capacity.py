@@ -54,7 +54,8 @@ def accuracy_of(rep: CapacityReport) -> dict:
                                             float(r.largest.rung.params), str(c["gpu"]),
                                             int(c["gpus"]), prec,
                                             r.largest.rung.model.is_moe,
-                                            rep.settings.get("finetune")))
+                                            rep.settings.get("finetune"),
+                                            r.largest.rung.model.family))
             for r in rep.results if r.largest is not None}
 
 

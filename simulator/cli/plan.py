@@ -125,4 +125,4 @@ def _accuracy(result, scn, gpus: int) -> list[str]:
     return envelope(Query.of(str(best.strategy.get("name")), model.name,
                              float(params_total(model)), result.gpu, gpus,
                              scn.training.precision, model.is_moe,
-                             scn.training.finetune)).lines()
+                             scn.training.finetune, model.family)).lines()

@@ -112,7 +112,7 @@ def register(cli: click.Group) -> None:
         acc = envelope(Query.of(str(meta.get("strategy")), str(meta.get("model")),
                                 float(meta.get("params") or 0), gpu, setup.trace.world_size,
                                 scn.training.precision, model.is_moe,
-                                scn.training.finetune))
+                                scn.training.finetune, model.family))
         if out is not None:
             from ..metrics.outputs import write_outputs     # matplotlib: only for --out
             from ..metrics.page import write_page

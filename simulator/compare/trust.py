@@ -18,7 +18,7 @@ def envelopes(cmp, model_name_or_path: str) -> dict:
     return {r.alias.key: envelope(Query.of(r.alias.strategy, cmp.model, params,
                                            str(cmp.cluster["gpu"]), r.metrics.world_size,
                                            cmp.settings["precision"], model.is_moe,
-                                           cmp.settings.get("finetune")))
+                                           cmp.settings.get("finetune"), model.family))
             for r in cmp.rows if r.metrics is not None}
 
 

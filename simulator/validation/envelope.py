@@ -11,11 +11,13 @@ Only cases on GPUs of the question's vendor count (:func:`vendor`): an AMD GPU's
 runs RCCL and AMD kernels, so no error measured on NVIDIA GPUs is quoted for it; with no
 validated case of its vendor the envelope says it is outside the validated ground.
 
-Nearest validated case: the held-out (``validation`` split) row *of the same strategy
-family*, dense or mixture-of-experts as the question's model is, and pre-training or the
-same fine-tuning (LoRA, QLoRA, full) as the question's step (:meth:`Query.kin`), with
-the smallest distance (another framework's error, or a dense model's for an MoE one, is
-never quoted: a family without a held-out case gets none, and says so)
+Nearest validated case: the held-out (``validation`` split) row *of the same framework*
+(the strategy family; ``horovod`` is TensorFlow's, :data:`FRAMEWORK`), of the same
+architecture (transformer, CNN or detection model: :func:`architecture_of`), dense or
+mixture-of-experts as the question's model is, and pre-training or the same fine-tuning
+(LoRA, QLoRA, full) as the question's step (:meth:`Query.kin`), with the smallest distance
+(another framework's error, a detection model's for a transformer, or a dense model's for
+an MoE one, is never quoted: a family without a held-out case gets none, and says so)
 
     d = GPU term + precision term + |log10(params / params_case)| + |log10(GPUs / GPUs_case)|
 
@@ -53,17 +55,38 @@ from pathlib import Path
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "validated.csv"
 COLUMNS = ("case", "split", "family", "framework", "model", "params", "moe", "gpu", "gpus",
-           "nodes", "precision", "metric", "error", "finetune")
+           "nodes", "precision", "metric", "error", "finetune", "architecture")
 MIN_ROWS = 5                     # validation rows needed for a median |error|
 FAMILY_LABEL = {"ddp": "DDP", "fsdp": "FSDP", "tensorflow": "TensorFlow",
                 "horovod": "Horovod", "megatron": "Megatron"}
 FINETUNE_LABEL = {"lora": "LoRA", "qlora": "QLoRA", "full": "full fine-tuning"}
 _TF = ("tf_mirrored", "tf_multiworker", "tf_ps", "tf_central_storage")
+# The framework of a strategy family whose kernels are another family's: the ``horovod``
+# strategy is TensorFlow 2 with Horovod's all-reduce (``HorovodConfig`` is a ``TFConfig``:
+# the same kernels, autocast and optimizer as ``tf_*``), so a TensorFlow question is
+# answered from TensorFlow runs whichever of the two distributed them.
+FRAMEWORK = {"horovod": "tensorflow"}
+# Model families that are not transformers, by architecture; every other is "transformer".
+# A detection model's error comes from what a transformer has none of (anchors, proposals,
+# NMS, ROI sampling: docs/tensorflow-strategies.md), a CNN's from convolution kernels.
+ARCHITECTURE = {"resnet": "cnn", "maskrcnn": "detection"}
+ARCHITECTURE_LABEL = {"cnn": "CNN", "detection": "detection"}
 
 
 def family_of(strategy: str) -> str:
     """The strategy family of a registry strategy name (``tf_*`` -> ``tensorflow``)."""
     return "tensorflow" if strategy in _TF else strategy
+
+
+def framework_of(family: str) -> str:
+    """The framework whose runs speak for a strategy family (``horovod`` -> ``tensorflow``)."""
+    return FRAMEWORK.get(family, family)
+
+
+def architecture_of(model_family: str) -> str:
+    """``transformer``, ``cnn`` or ``detection`` for a catalog model family (``llama``,
+    ``resnet``, ``maskrcnn``...)."""
+    return ARCHITECTURE.get(model_family, "transformer")
 
 
 @dataclass(frozen=True)
@@ -78,30 +101,43 @@ class Query:
     precision: str
     moe: bool = False            # a mixture-of-experts model
     finetune: str = ""           # a fine-tuning's mode (lora, qlora, full); "": pre-training
+    architecture: str = "transformer"    # :func:`architecture_of` the model's family
 
     @classmethod
     def of(cls, strategy: str, model: str, params: float, gpu: str, gpus: int,
-           precision: str, moe: bool = False, finetune=None) -> Query:
+           precision: str, moe: bool = False, finetune=None,
+           model_family: str = "") -> Query:
         """The query of a registry strategy name (``tf_mirrored``...) and the rest;
-        ``finetune``: the scenario's ``training.finetune`` (see :func:`finetune_mode`)."""
+        ``finetune``: the scenario's ``training.finetune`` (see :func:`finetune_mode`);
+        ``model_family``: the catalog family of the model (``llama``, ``resnet``...; ""
+        where unknown, a transformer)."""
         return cls(family_of(strategy), model, params, gpu, gpus, precision, moe,
-                   finetune_mode(finetune))
+                   finetune_mode(finetune), architecture_of(model_family))
+
+    @property
+    def framework(self) -> str:
+        return framework_of(self.family)
 
     @property
     def label(self) -> str:
-        """``Megatron``, ``Megatron MoE``, ``Megatron LoRA``: the kin whose errors are
-        quoted."""
-        return (FAMILY_LABEL.get(self.family, self.family) + (" MoE" if self.moe else "")
+        """``Megatron``, ``Megatron MoE``, ``Megatron LoRA``, ``TensorFlow detection``: the
+        kin whose errors are quoted."""
+        arch = ARCHITECTURE_LABEL.get(self.architecture)
+        return (FAMILY_LABEL.get(self.framework, self.framework) + (f" {arch}" if arch else "")
+                + (" MoE" if self.moe else "")
                 + (f" {FINETUNE_LABEL.get(self.finetune, self.finetune)}"
                    if self.finetune else ""))
 
     def kin(self, row: dict) -> bool:
-        """Whether a validated case is of this query's family, dense or MoE alike, and
-        pre-training or the same fine-tuning alike: another framework's error, a dense
-        model's for an MoE one, or a pre-training's for a LoRA run (whose frozen base, adapter
-        kernels and reductions are other mechanisms), says nothing of this one."""
-        return (row["family"] == self.family and row["moe"] == self.moe
-                and row.get("finetune", "") == self.finetune)
+        """Whether a validated case is of this query's framework and architecture, dense or
+        MoE alike, and pre-training or the same fine-tuning alike: another framework's
+        error, a detection model's for a transformer (whose error comes from ops the
+        transformer has none of), a dense model's for an MoE one, or a pre-training's for a
+        LoRA run (whose frozen base, adapter kernels and reductions are other mechanisms),
+        says nothing of this one."""
+        return (framework_of(row["family"]) == self.framework and row["moe"] == self.moe
+                and row.get("finetune", "") == self.finetune
+                and row.get("architecture", "transformer") == self.architecture)
 
 
 def finetune_mode(value) -> str:
@@ -121,7 +157,8 @@ def load_ground(path: str = str(SHIPPED)) -> tuple[dict, ...]:
     for r in rows:
         r.update(params=float(r["params"]), gpus=int(r["gpus"]), nodes=int(r["nodes"]),
                  error=float(r["error"]), moe=r["moe"] == "True",
-                 finetune=r.get("finetune") or "")
+                 finetune=r.get("finetune") or "",
+                 architecture=r.get("architecture") or "transformer")
     return tuple(rows)
 
 
@@ -247,8 +284,10 @@ class Envelope:
                 "differs": self.differs,
                 "validation_median_abs_error": self.median_abs_error,
                 "validation_rows": self.median_rows,
-                "median_of": {"family": self.query.family, "gpu": self.query.gpu,
-                              "split": "validation",
+                "median_of": {"family": self.query.family,
+                              "framework": self.query.framework,
+                              "architecture": self.query.architecture,
+                              "gpu": self.query.gpu, "split": "validation",
                               **({"finetune": self.query.finetune}
                                  if self.query.finetune else {})},
                 "outside_validated_ground": self.outside or None,

@@ -43,7 +43,7 @@ from ..outpaths import atomic_write_text
 from ..scenario import apply_sets, resolve_scenario, scenario_from_dict
 from ..topology.build import scenario_graph
 from .common import read_yaml
-from .envelope import COLUMNS, SHIPPED, family_of, finetune_mode
+from .envelope import COLUMNS, SHIPPED, architecture_of, family_of, finetune_mode
 from .paths import data_dir
 from .training.tables import load_rows
 
@@ -66,7 +66,8 @@ def _describe(data: dict, source: str, model_file: Path | None = None) -> dict:
             "params": params_total(model), "moe": model.is_moe,
             "gpu": str(scenario_graph(scn).graph.get("gpu")),
             "precision": scn.training.precision,
-            "finetune": finetune_mode(scn.training.finetune)}
+            "finetune": finetune_mode(scn.training.finetune),
+            "architecture": architecture_of(model.family)}
 
 
 def training_rows(root: Path) -> list[dict]:
