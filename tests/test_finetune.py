@@ -289,6 +289,17 @@ def test_settings_the_simulator_cannot_honour_are_refused_naming_the_field(strat
     assert field in str(err.value)
 
 
+@pytest.mark.parametrize("key, value, words", [
+    ("rank", 2.5, "must be an integer, got 2.5"),
+    ("rank", True, "must be an integer, got True"),
+    ("alpha", "x", "must be a number, got 'x'"),
+])
+def test_a_count_that_is_not_an_integer_says_so(key, value, words):
+    with pytest.raises(ConfigError) as err:
+        _trace({"name": "ddp"}, section={**SECTION, key: value})
+    assert words in str(err.value) and f"finetune.{key}" in str(err.value)
+
+
 def test_moe_and_cnn_fine_tuning_is_refused():
     with pytest.raises(ConfigError, match="dense transformers"):
         layer_costs(replace(load_model("mixtral-8x7b"), finetune=LORA), 1, 128, "bf16")

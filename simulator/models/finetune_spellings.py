@@ -62,7 +62,8 @@ def targets(names: Any, swiglu: bool, field: str) -> tuple[str, ...]:
 def _number(data: dict, key: str, kind, default, field: str):
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, kind):
-        raise ConfigError(f"must be a number, got {value!r}", field=f"{field}.{key}")
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(f"must be {what}, got {value!r}", field=f"{field}.{key}")
     return value
 
 
