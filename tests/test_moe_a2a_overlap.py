@@ -67,7 +67,8 @@ class Fixed:
     def __init__(self, seconds: float):
         self.seconds = seconds
 
-    def op_time_s(self, op_class, flops, bytes_accessed, precision, shape=None, launch=""):
+    def op_time_s(self, op_class, flops, bytes_accessed, precision, shape=None, launch="",
+                  transa=False):
         return self.seconds
 
 

@@ -51,8 +51,15 @@ def test_grouped_gemm_rounds_share_waves_and_pad_each_experts_rows():
     # efficiency at 1 FLOP/s over the 4 SMs (0.25 each): 3 tiles' time is 12 tile-FLOPs
     eff = grouped_shape_efficiency(96, 256, 512, 6, 4, ONE_TILE)
     assert eff == pytest.approx(2 * 6 * 96 * 256 * 512 / (12 * tile))
-    # an unaligned expert (100 rows) falls back to the slower kernel, as a plain GEMM does
-    assert grouped_shape_seconds(100, 256, 512, 6, 4, 4.0, ONE_TILE) == pytest.approx(
+    # an expert's rows are its tokens, which cuBLAS takes in any count (no leading
+    # dimension): 100 rows pad to the same tile row as 96 and 128, no fallback kernel
+    assert grouped_shape_seconds(100, 256, 512, 6, 4, 4.0, ONE_TILE) == pytest.approx(3 * tile)
+    # as the reduction of its weight gradient (transa): the same
+    assert grouped_shape_seconds(256, 512, 100, 6, 4, 4.0, ONE_TILE, transa=True) == \
+        pytest.approx(grouped_shape_seconds(256, 512, 96, 6, 4, 4.0, ONE_TILE, transa=True)
+                      * 100 / 96)
+    # an unaligned leading dimension (a width of 250) falls back, as a plain GEMM does
+    assert grouped_shape_seconds(96, 250, 512, 6, 4, 4.0, ONE_TILE) == pytest.approx(
         3 * tile / ONE_TILE.unaligned_efficiency)
 
 

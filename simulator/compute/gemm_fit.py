@@ -69,9 +69,11 @@ def gemm_rows(trace_dir) -> pd.DataFrame:
 
 def simulate(rows: pd.DataFrame, c: dict, peak_flops: float, sms: int) -> np.ndarray:
     shape = GemmShape(TILES, c["k_overhead"], c["unaligned_efficiency"])
+    # a profiled GEMM's layout is not in its row: every dimension is checked for alignment
+    # (transa None; its token counts, 16,384 or 32,768 rows, are multiples of 8)
     return np.array([c["half_time_s"] + shape_seconds(
         int(r.m), int(r.n), int(r.k), sms,
-        peak_flops * c.get(f"eff_max_{r.precision}", c["eff_max"]), shape)
+        peak_flops * c.get(f"eff_max_{r.precision}", c["eff_max"]), shape, transa=None)
         for r in rows.itertuples()])
 
 

@@ -7,9 +7,15 @@ the sustained rate (``peak * eff_max / SMs``). ``k_overhead`` is the per-tile fi
 (prologue, epilogue, pipeline fill) in units of K. When the tiles do not fill the GPU
 (small ``M N``, long ``K``) the library splits K over ``s`` partial tiles (split-K) and sums
 them. The heuristics pick the fastest of the candidate tiles and splits; so does this model.
-A dimension that is not a multiple of ``align`` elements (16 bytes of a 16-bit type) rules
-out the vectorised tensor-core kernels: the fallback runs ``unaligned_efficiency`` as fast
-(the H200 profiles: 50,257- and 30,522-word vocabulary GEMMs at 12-30% of peak).
+A leading dimension that is not a multiple of ``align`` elements (16 bytes of a 16-bit
+type) rules out the vectorised tensor-core kernels: the fallback runs
+``unaligned_efficiency`` as fast (the H200 profiles: 50,257- and 30,522-word vocabulary
+GEMMs at 12-30% of peak). Of row-major operands, B and C are read along ``n`` and A along
+``k``, or along ``m`` where A is a transposed view (``transa``: a weight gradient
+``dW = X^T dY``, whose reduction runs over the stored rows); the other dimension, a Linear's
+tokens (``m`` forward and for the input gradient, ``k`` for the weight gradient), takes any
+count (an MoE expert's tokens under uneven routing). A profiled GEMM's layout is not known
+(``transa=None``): every dimension is checked, as its token counts are multiples of 8.
 
 So one GEMM costs ``half_time + min over (tile, split) of waves * tile_time``: the fixed
 ``half_time`` per kernel as before, and a shape term that approaches
@@ -54,8 +60,12 @@ class GemmShape:
     source: str = ""
 
 
-def aligned(m: int, n: int, k: int, align: int) -> bool:
-    return m % align == 0 and n % align == 0 and k % align == 0
+def aligned(m: int, n: int, k: int, align: int, transa: bool | None = False) -> bool:
+    """Whether the leading dimensions (module doc) are multiples of ``align``: ``k`` and
+    ``n``, ``m`` and ``n`` with ``transa``, all three where the layout is not known
+    (``None``)."""
+    dims = (m, n, k) if transa is None else (m, n) if transa else (k, n)
+    return all(d % align == 0 for d in dims)
 
 
 def _round_seconds(m: int, n: int, k: int, gemms: int, sms: int, per_sm: float,
@@ -75,11 +85,12 @@ def _round_seconds(m: int, n: int, k: int, gemms: int, sms: int, per_sm: float,
 
 
 def shape_seconds(m: int, n: int, k: int, sms: int, rate_flops: float,
-                  shape: GemmShape) -> float:
+                  shape: GemmShape, transa: bool | None = False) -> float:
     """Seconds of the shape term of an ``m x n x k`` GEMM on ``sms`` SMs at the sustained
-    ``rate_flops`` (``peak * eff_max``); the kernel's fixed ``half_time`` is not included."""
+    ``rate_flops`` (``peak * eff_max``); the kernel's fixed ``half_time`` is not included.
+    ``transa``: A is a transposed view (:func:`aligned`)."""
     best = _round_seconds(m, n, k, 1, sms, rate_flops / sms, shape)
-    if not aligned(m, n, k, shape.align):
+    if not aligned(m, n, k, shape.align, transa):
         best /= shape.unaligned_efficiency
     return best
 
@@ -90,7 +101,8 @@ def grouped_rounds(groups: int, streams: int = GROUPED_STREAMS) -> int:
 
 
 def grouped_shape_seconds(m: int, n: int, k: int, groups: int, sms: int, rate_flops: float,
-                          shape: GemmShape, streams: int = GROUPED_STREAMS) -> float:
+                          shape: GemmShape, streams: int = GROUPED_STREAMS,
+                          transa: bool | None = False) -> float:
     """Seconds of the shape term of ``groups`` GEMMs ``m x n x k`` run ``streams`` at a
     time (module doc): per round, the tiles of its concurrent GEMMs in waves over the SMs
     (the same tile and split-K for each, the best for the round); no fixed ``half_time``."""
@@ -99,18 +111,20 @@ def grouped_shape_seconds(m: int, n: int, k: int, groups: int, sms: int, rate_fl
     total = full * _round_seconds(m, n, k, streams, sms, per_sm, shape) if full else 0.0
     if rest:
         total += _round_seconds(m, n, k, rest, sms, per_sm, shape)
-    if not aligned(m, n, k, shape.align):
+    if not aligned(m, n, k, shape.align, transa):
         total /= shape.unaligned_efficiency
     return total
 
 
-def shape_efficiency(m: int, n: int, k: int, sms: int, shape: GemmShape) -> float:
+def shape_efficiency(m: int, n: int, k: int, sms: int, shape: GemmShape,
+                     transa: bool | None = False) -> float:
     """Fraction of the sustained rate the shape term reaches (1 for an ideal shape)."""
-    return 2.0 * m * n * k / shape_seconds(m, n, k, sms, 1.0, shape)
+    return 2.0 * m * n * k / shape_seconds(m, n, k, sms, 1.0, shape, transa)
 
 
 def grouped_shape_efficiency(m: int, n: int, k: int, groups: int, sms: int,
-                             shape: GemmShape) -> float:
+                             shape: GemmShape, transa: bool | None = False) -> float:
     """Fraction of the sustained rate ``groups`` GEMMs ``m x n x k`` reach as a grouped
     GEMM (:func:`grouped_shape_seconds`); one group is :func:`shape_efficiency`."""
-    return 2.0 * groups * m * n * k / grouped_shape_seconds(m, n, k, groups, sms, 1.0, shape)
+    return 2.0 * groups * m * n * k / grouped_shape_seconds(m, n, k, groups, sms, 1.0, shape,
+                                                            transa=transa)

@@ -303,13 +303,15 @@ class ComputeModel:
 
     def op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
                   precision: str, shape: tuple[int, ...] | None = None,
-                  launch: str = "") -> float:
+                  launch: str = "", transa: bool = False) -> float:
         """Seconds one op takes: the slower of its compute and memory time, plus the launch.
         ``shape`` (``m, n, k`` of a GEMM or attention kernel) selects the family's shape
         model where it has one (16-bit matmul and attention; :mod:`.families`); a fourth
         entry, ``groups``, makes a matmul a grouped GEMM of that many ``m x n x k`` GEMMs
         (the experts of an MoE layer, :mod:`.gemm_shape`); ``launch`` (:mod:`.launch`)
-        which per-kernel costs it pays (default: an eager kernel, all).
+        which per-kernel costs it pays (default: an eager kernel, all); ``transa``: a GEMM
+        whose A is a transposed view (a weight gradient), which decides the dimensions its
+        alignment is judged on (:func:`.gemm_shape.aligned`).
 
         A time is remembered by its arguments: it is a pure function of them and of this
         model's frozen settings (GPU, calibration, fit, attention, time scale), so a call
@@ -325,21 +327,22 @@ class ComputeModel:
         plain = flops.__class__ in _PLAIN and bytes_accessed.__class__ in _PLAIN and \
             op_class.__class__ is str and (shape is None or shape.__class__ is tuple)
         if plain:
-            key = (op_class, flops, bytes_accessed, precision, shape, launch)
+            key = (op_class, flops, bytes_accessed, precision, shape, launch, transa)
             seconds = self._times.get(key)
             if seconds is None:
                 seconds = self._op_time_s(op_class, flops, bytes_accessed, precision, shape,
-                                          launch)
+                                          launch, transa)
                 if len(self._times) >= _REMEMBERED:
                     self._times.clear()
                 self._times[key] = seconds
             return seconds
-        return self._op_time_s(op_class, flops, bytes_accessed, precision, shape, launch)
+        return self._op_time_s(op_class, flops, bytes_accessed, precision, shape, launch,
+                               transa)
 
     # -- internals ----------------------------------------------------------------------
     def _op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
                    precision: str, shape: tuple[int, ...] | None,
-                   launch: str = "") -> float:
+                   launch: str = "", transa: bool = False) -> float:
         # a family's measured FP8:BF16 (FP4:BF16) GEMM ratio (training_fit.yaml
         # fp8_gemm_speedup, fp4_gemm_speedup): an FP8 (NVFP4) GEMM computes in the time of the
         # same GEMM in bf16 over that ratio
@@ -353,7 +356,8 @@ class ComputeModel:
         compute_s = (flops + flops_half) / rate if flops > 0 else 0.0
         if shape is not None and flops > 0 and self.family is not None \
                 and priced in SHAPED_PRECISIONS:
-            compute_s = self._shaped_s(op_class, priced, flops, shape, rate, compute_s)
+            compute_s = self._shaped_s(op_class, priced, flops, shape, rate, compute_s,
+                                       transa)
         if speedup:
             compute_s /= speedup
         memory_s = nbytes / mem_bw
@@ -386,7 +390,7 @@ class ComputeModel:
         return self._launched_s(kernel_s, launch, precision)
 
     def _shaped_s(self, op_class: str, precision: str, flops: float, shape, rate: float,
-                  plain_s: float) -> float:
+                  plain_s: float, transa: bool = False) -> float:
         """Compute seconds from the family's shape model (``plain_s`` if it has none)."""
         m, n, k = shape[:3]
         groups = _groups(shape)
@@ -397,9 +401,9 @@ class ComputeModel:
                     if precision in LOW_GEMM_ALIGN else fam.gemm)
             sms = self.gpu.sm_count or 1
             if groups > 1:       # a grouped GEMM: rounds of concurrent GEMMs (.gemm_shape)
-                eff = grouped_shape_efficiency(m, n, k, groups, sms, gemm)
+                eff = grouped_shape_efficiency(m, n, k, groups, sms, gemm, transa)
                 return curve.half_time_s * grouped_rounds(groups) + flops / (rate * eff)
-            eff = shape_efficiency(m, n, k, sms, gemm)
+            eff = shape_efficiency(m, n, k, sms, gemm, transa)
             return curve.half_time_s + flops / (rate * eff)
         flash = fam.attention_curve(self.attention) if op_class == "attention" else None
         if flash is not None:

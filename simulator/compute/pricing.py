@@ -16,13 +16,16 @@ from collections.abc import Mapping
 
 def kernel_attrs(cost) -> dict:
     """What a trace's compute op carries of ``cost`` (an OpCost) beyond its FLOPs and bytes:
-    ``m``, ``n``, ``k`` of a GEMM or attention kernel, ``groups`` of a grouped GEMM, a
-    kernel's own precision (an FP8 GEMM in a bf16 step) and how it is launched, when not
-    eagerly (``launch``: :mod:`simulator.compute.launch`)."""
+    ``m``, ``n``, ``k`` of a GEMM or attention kernel, ``groups`` of a grouped GEMM,
+    ``transa`` of a GEMM whose A is a transposed view (a weight gradient), a kernel's own
+    precision (an FP8 GEMM in a bf16 step) and how it is launched, when not eagerly
+    (``launch``: :mod:`simulator.compute.launch`)."""
     shape = getattr(cost, "shape", None)
     out = dict(zip("mnk", shape)) if shape else {}
     if shape and getattr(cost, "groups", 1) > 1:
         out["groups"] = cost.groups
+    if shape and getattr(cost, "transa", False):
+        out["transa"] = True
     if getattr(cost, "precision", ""):
         out["precision"] = cost.precision
     if getattr(cost, "launch", ""):
@@ -41,6 +44,8 @@ def priced_s(compute, op_class: str, flops: float, bytes_accessed: float, precis
     if "m" in attrs:
         shape = (attrs["m"], attrs["n"], attrs["k"]) + (
             (attrs["groups"],) if attrs.get("groups", 1) > 1 else ())
+        if attrs.get("transa"):
+            extra["transa"] = True
         return compute.op_time_s(op_class, flops, bytes_accessed, precision, shape=shape,
                                  **extra)
     return compute.op_time_s(op_class, flops, bytes_accessed, precision, **extra)

@@ -44,5 +44,5 @@ class ComputeTimer(Protocol):
 
     def op_time_s(self, op_class: str, flops: float, bytes_accessed: float,
                   precision: str, shape: tuple[int, ...] | None = None,
-                  launch: str = "") -> float:
+                  launch: str = "", transa: bool = False) -> float:
         ...

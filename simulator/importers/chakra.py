@@ -126,6 +126,8 @@ def _node(op, cls, rank: int, prev: int | None, exact: dict):
         for key in ("precision", "launch"):   # a kernel's own precision; how it launches
             if op.attrs.get(key):
                 _attr(node, key, "string", op.attrs[key])
+        if op.attrs.get("transa"):            # a weight gradient's transposed A
+            _attr(node, "transa", "bool", True)
     elif kind == "COMM_COLL_NODE":
         _attr(node, "comm_type", "int64", COLLECTIVE_TYPES.index(op.collective.upper()))
         _attr(node, "comm_size", "int64", op.size_bytes)

@@ -204,6 +204,8 @@ def _op(node, source: str) -> Op:
         shape = {k: f.whole(k) for k in ("m", "n", "k") if k in f.a}
         if "groups" in f.a:
             shape["groups"] = f.whole("groups", most=MAX_GROUPS, least=1)
+        if f.flag("transa"):
+            shape["transa"] = True
         return Op(kind="compute", duration_s=seconds, flops=f.amount("num_ops", MAX_FLOPS),
                   bytes_accessed=f.amount("tensor_size", MAX_SIZE_BYTES),
                   op_class=f.text("op_type") or "matmul", **common,

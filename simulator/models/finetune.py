@@ -365,11 +365,13 @@ class Adapter:
         return e * t * r + ((e + 1) * t * k if self.dropout > 0 else 0)
 
     def _gemm(self, suffix: str, m: int, k: int, n: int, weight: str, params: int = 0) -> OpCost:
-        """A GEMM ``C[m, n] = A[m, k] B[k, n]`` of the adapter."""
+        """A GEMM ``C[m, n] = A[m, k] B[k, n]`` of the adapter (a weight gradient's A a
+        transposed view)."""
         e = self.e
         return OpCost(f"{self.name}.{suffix}", "matmul", 2.0 * m * k * n,
                       float(e * (m * k + k * n + m * n)), weight=weight, params=params,
-                      precision=self.precision, **gemm_dims(m, n, k))
+                      precision=self.precision, transa=suffix.endswith("wgrad"),
+                      **gemm_dims(m, n, k))
 
     def _pointwise(self, suffix: str, elements: int, tensors: float) -> OpCost:
         return OpCost(f"{self.name}.{suffix}", "elementwise", float(elements),

@@ -181,7 +181,7 @@ def _grouped_bwd(name: str, m: float, k: float, n: float, experts: int, e: int) 
     rows = expert_rows(m, experts)
     dims = {"dgrad": gemm_dims(rows, k, n), "wgrad": gemm_dims(k, n, rows)}
     return [OpCost(f"{name}.{g}", "matmul", 2.0 * m * k * n, nbytes, weight=name,
-                   **dims[g], groups=experts)
+                   **dims[g], groups=experts, transa=g == "wgrad")
             for g in ("dgrad", "wgrad")]
 
 

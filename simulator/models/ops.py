@@ -49,6 +49,10 @@ class OpCost:
     # the weight is kept in FP8 (a frozen base stored in FP8, simulator/models/finetune.py):
     # an FP8 step casts only the activation (simulator/models/fp8.py)
     fp8_weight: bool = False
+    # a GEMM whose A is a transposed view (a weight gradient dW = X^T dY: the reduction k
+    # runs over the stored rows, the tokens): its leading dimensions are m and n, not k and
+    # n, which is what its alignment is judged on (simulator/compute/gemm_shape.py)
+    transa: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int] | None:
@@ -102,7 +106,7 @@ def matmul_bwd(name: str, m: float, k: float, n: float, e: int, dgrad: bool = Tr
     grads = (("dgrad", "wgrad") if dgrad else ("wgrad",))
     dims = {"dgrad": gemm_dims(m, k, n), "wgrad": gemm_dims(k, n, m)}   # dX = dY W^T, dW = X^T dY
     return [OpCost(f"{name}.{g}", op_class, 2.0 * m * k * n, float(e * (m * n + k * n + m * k)),
-                   weight=name if weight else "", **dims[g])
+                   weight=name if weight else "", transa=g == "wgrad", **dims[g])
             for g in grads]
 
 

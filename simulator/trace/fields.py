@@ -167,6 +167,8 @@ def _shape(op):
         value = attrs[key]
         if not is_int(value) or value < 1:
             return f"attrs.{key}", f"must be an integer >= 1, got {value!r}"
+    if not isinstance(attrs.get("transa", False), bool):
+        return "attrs.transa", f"must be true or false, got {str(attrs['transa'])[:60]!r}"
     if op.op_class == "norm" and attrs["k"] not in NORM_PASSES:
         return "attrs.k", (f"a channel-parallel norm makes {' or '.join(map(str, NORM_PASSES))}"
                            f" passes over its tensors, got {attrs['k']}")
