@@ -51,13 +51,17 @@ def test_an_ep_candidate_replays_with_its_expert_parallelism():
     assert strategy_of(z, 4)["expert_model_parallel_size"] == 4
 
 
-@pytest.fixture(scope="module")
-def estimator():
+def _estimator(**kw):
     scn = load_scenario("quickstart", ["training.seq_len=1024"])
     cluster = scenario_cluster(scn)
     return Estimator(SMALL_MOE, 1024, "bf16", True,
                      CollectiveModel(cluster, load_constants()),
-                     ComputeModel(gpu_spec(cluster.G.graph["gpu"])))
+                     ComputeModel(gpu_spec(cluster.G.graph["gpu"])), **kw)
+
+
+@pytest.fixture(scope="module")
+def estimator():
+    return _estimator()
 
 
 def test_the_ep_term_is_the_all_to_all_dispatchers_collectives(estimator):
@@ -126,3 +130,102 @@ def test_max_ep_one_is_the_search_without_expert_parallelism(capsys):
     # Mixtral on 16 GPUs: the experts split 8 ways replay faster than any plan without
     assert d["rows"][0]["strategy"]["parallelism"]["expert_parallel_degree"] == 8
     assert d["rows"][0]["step_s"] < min(r["step_s"] for r in rows)
+
+
+ZIPF = {"distribution": "zipf", "zipf_s": 1.2, "seed": 3}
+
+
+def _ep_ops(trace):
+    return sorted((op.name, op.collective, op.size_bytes) for op in trace.classes[0].ops
+                  if op.kind == "collective" and op.comm.split(".")[0] == "ep")
+
+
+def test_the_estimate_prices_the_routing_the_replay_runs(estimator):
+    """Uneven routing (the scenario's moe_load, carried into the estimate as the trace
+    generator takes it: one Routing): the busiest EP rank's expert GEMMs and all-to-alls
+    grow by its load, in the estimate as in the replayed trace."""
+    from simulator.strategies.parallel.ep_cp import Routing
+    from simulator.strategies.parallel.moe import ExpertLoad, ep_loads
+    plan = ParallelPlan(dp_shard=8, ep=4, dp_mode="zero1")
+    m = 2
+    routed = _estimator(routings={"": Routing(ExpertLoad(**ZIPF))})
+    cfg = MegatronConfig(micro_batch=1, grad_accum=m, use_distributed_optimizer=True,
+                         moe_load=ZIPF)
+    trace = build_parallel(SMALL_MOE, plan, cfg, World(8, 8), seq_len=1024)
+    priced = sum(estimator._time(kind, size, plan.groups("ep")[0])
+                 for _, kind, size in _ep_ops(trace))
+    even, uneven = (e.estimate(Candidate(plan, 1, m, "none")) for e in (estimator, routed))
+    assert uneven.ep_comm_s == pytest.approx(priced) and uneven.ep_comm_s > even.ep_comm_s
+    load = ep_loads(SMALL_MOE, 1024, 4, ExpertLoad(**ZIPF))
+    assert load.imbalance > 1.5 and uneven.compute_s > even.compute_s
+
+
+def test_a_routed_candidates_kernels_are_priced_as_its_estimate_prices_them():
+    """Mixtral with Zipf routing on 16 GPUs: each replayed candidate with expert
+    parallelism carries the routing, and its kernels (the busiest EP rank's forward,
+    backward and optimizer step, ideal machine) at their nominal prices are what its
+    estimate prices: Megatron's add up to the estimate's compute exactly; torchtitan's
+    FSDP2 copy-ins, which the estimate counts with the data-parallel traffic, leave the
+    same difference as under even routing (before, the estimate priced even routing for
+    all: 3.4x less expert work than a Megatron replay ran)."""
+    from simulator.engine.job import kernel_time_s
+    from simulator.pipeline import build_setup
+    from simulator.planner.search import search
+
+    def rows(sets):
+        scn = load_scenario("mixtral-8x7b-ep8", ["training.seq_len=1024", "cluster.nodes=2",
+                                                 "simulation.variability=none", *sets])
+        out = search(scn, 64, replay=6, limits=Limits(max_tp=1, max_pp=1, max_cp=1,
+                                                       max_micro_batch=2, max_ep=8))
+        gaps = {}
+        for row in out.rows:
+            if row.candidate.plan.ep == 1:
+                continue
+            training = scn.training.model_copy(update={
+                "micro_batch": row.candidate.micro_batch,
+                "grad_accum": row.candidate.micro_batches})
+            setup = build_setup(scn.model_copy(update={"strategy": row.strategy,
+                                                       "training": training}))
+            kernels = sum(kernel_time_s(setup.compute, op, "bf16")
+                          for op in setup.trace.classes[0].ops if op.kind == "compute")
+            gaps[row.candidate.label()] = (row.strategy, kernels - row.estimate.compute_s)
+        return gaps
+    uneven = rows(["strategy.moe_load={distribution: zipf, zipf_s: 1.2, seed: 3}"])
+    even = rows([])
+    assert {strategy["name"] for strategy, _ in uneven.values()} == {"megatron", "torchtitan"}
+    for label, (strategy, gap) in uneven.items():
+        assert strategy["moe_load"]["distribution"] == "zipf"
+        if strategy["name"] == "megatron":
+            assert gap == pytest.approx(0.0, abs=1e-9)
+        elif label in even:
+            assert gap == pytest.approx(even[label][1], rel=1e-6)
+    assert any(s["name"] == "torchtitan" and label in even for label, (s, _) in uneven.items())
+
+def test_the_routing_is_the_workloads_carried_into_every_frameworks_candidates():
+    """A Megatron scenario's moe_load reaches the torchtitan candidates too (the data and
+    the router route the tokens, not the framework), so an FSDP candidate with EP is not
+    priced on even routing beside Megatron ones on the scenario's; Megatron's capacity
+    factor stays Megatron's (torchtitan's MoE is dropless)."""
+    from simulator.planner.strategy import carried, taken_by
+    from simulator.strategies.frameworks.torchtitan import TorchtitanConfig
+    carry = carried({"name": "megatron", "moe_load": ZIPF, "moe_expert_capacity_factor": 1.25,
+                     "expert_model_parallel_size": 8})
+    assert carry.workload == {"moe_load": ZIPF}
+    assert taken_by(carry, "torchtitan") == {"moe_load": ZIPF}
+    assert taken_by(carry, "megatron")["moe_expert_capacity_factor"] == 1.25
+    fsdp_ep = Candidate(ParallelPlan(dp_shard=8, ep=4), 1, 2, "none")
+    titan = strategy_of(fsdp_ep, 4, carry)
+    assert titan["name"] == "torchtitan" and titan["moe_load"] == ZIPF
+    # one routing, one price: the busiest EP rank's all-to-alls are the same bytes under
+    # either framework's spelling of the same load
+    mega = MegatronConfig(micro_batch=1, grad_accum=2, use_distributed_optimizer=True,
+                          moe_load=ZIPF)
+    plan = ParallelPlan(dp_shard=8, ep=4, dp_mode="zero1")
+    sizes = {kind: size for _, kind, size in
+             _ep_ops(build_parallel(SMALL_MOE, plan, mega, World(8, 8), seq_len=1024))}
+    cfg = TorchtitanConfig(**{k: v for k, v in titan.items() if k != "name"},
+                           micro_batch=1, grad_accum=2)
+    tplan = cfg.plan(8, SMALL_MOE.layers)
+    titan_sizes = {kind: size for _, kind, size in
+                   _ep_ops(build_parallel(SMALL_MOE, tplan, cfg, World(8, 8), seq_len=1024))}
+    assert titan_sizes["all_to_all"] == sizes["all_to_all"]

@@ -58,7 +58,7 @@ from ..strategies.host import layer_dispatch_s
 from ..strategies.optim import OPT_STEP_FLOPS, config_step_bytes
 from ..strategies.parallel.context import (a2a_sizes, allgather_size_bytes, cp_sliced,
                                            ring_backward_blocks, ring_step_size_bytes)
-from ..strategies.parallel.ep_cp import expert_block
+from ..strategies.parallel.ep_cp import Routing, expert_block
 from ..strategies.parallel.memory import (StageWeights, peak_rank_memory, stage_expert_params,
                                           stage_weights)
 from ..strategies.parallel.moe import EP_COLLECTIVES, EpSizes
@@ -200,10 +200,14 @@ class Estimator:
                  graphs: dict[str, list[str]] | None = None,
                  sigmas: dict[str, float] | None = None, compile: bool = False,
                  elementwise: str = "fused",
-                 optimizer_steps: dict[str, OptimizerStep] | None = None):
+                 optimizer_steps: dict[str, OptimizerStep] | None = None,
+                 routings: dict[str, Routing] | None = None):
         self.model, self.seq_len, self.precision, self.flash = model, seq_len, precision, flash
         # each stack's optimizer step per parameter (none given: none is estimated)
         self.optimizer_steps = optimizer_steps or {}
+        # how each stack's candidates route an MoE layer's tokens (the scenario's moe_load
+        # and capacity factor, carried into its framework's candidates; none: balanced)
+        self.routings = routings or {}
         # the scenario's training.compile and training.elementwise, as every replay takes them
         self.compile, self.elementwise = compile, elementwise
         self.collectives, self.compute = collectives, compute
@@ -577,8 +581,10 @@ class Estimator:
         if not (is_moe_block(block) and (ep > 1 or tp > 1)):
             return layers, block, None
         plan = ParallelPlan(tp=tp, cp=cp, ep=ep, sequence_parallel=sp)
-        moe = expert_block(self.model, plan, micro_batch=mb, seq_len=self.seq_len,
-                           e=self.e, flash=self.flash)
+        routing = self.routings.get(stack, Routing())
+        moe = expert_block(routing.model(self.model), plan, micro_batch=mb,
+                           seq_len=self.seq_len, e=self.e, flash=self.flash,
+                           load=routing.load)
         return layers, moe.of(block), moe.sizes
 
 

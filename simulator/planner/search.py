@@ -43,11 +43,12 @@ from ..strategies.ddp import DDPConfig
 from ..strategies.fsdp_config import FSDPConfig
 from ..strategies.frameworks.megatron import MegatronConfig
 from ..strategies.frameworks.torchtitan import TorchtitanConfig
+from ..strategies.parallel.ep_cp import Routing
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
 from .estimate import Estimate, Estimator, optimizer_step
 from .space import Candidate, Limits, candidates
-from .strategy import SPELLINGS, Carried, carried, strategy_of
+from .strategy import SPELLINGS, Carried, carried, strategy_of, taken_by
 
 Progress = Callable[[str], None]
 
@@ -170,7 +171,8 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
                     sigmas=resolve_sigmas(scn.simulation.variability),
                     compile=t.compile, elementwise=t.elementwise,
                     optimizer_steps={cfg.name: optimizer_step(cfg, recipes.get(cfg.name))
-                                     for cfg in (megatron, torchtitan, *_pytorch_configs())})
+                                     for cfg in (megatron, torchtitan, *_pytorch_configs())},
+                    routings={cfg.name: Routing.of(cfg) for cfg in (megatron, torchtitan)})
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len),
                  carried=carry, refused=_refused({"megatron": megatron, "torchtitan": torchtitan},
@@ -267,7 +269,7 @@ def _candidate_config(config, name: str, carry: Carried, source: str, **fixed):
 
     :raises ConfigError: a carried setting the framework refuses (located at ``source``).
     """
-    own = carry.settings if carry.framework == name else {}
+    own = taken_by(carry, name)
     try:
         return config(**{**own, "name": name, **fixed})
     except ConfigError as exc:

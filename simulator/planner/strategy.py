@@ -51,6 +51,9 @@ def _zero1(plan) -> bool:
     return plan.dp_mode == "zero1"
 
 
+# the workload's settings, not a framework's: how an MoE layer's tokens are routed (the
+# data and the router), carried into the candidates of every framework that takes it
+WORKLOAD = ("moe_load",)
 # carried settings that need a degree or a data-parallel mode the candidate may not have:
 # in those candidates only (Megatron refuses the EP all-to-all overlap without expert
 # parallelism, and the parameter all-gather's overlap, FP8 parameters and the
@@ -77,6 +80,8 @@ class Carried:
     settings: dict = field(default_factory=dict)
     parallelism: dict = field(default_factory=dict)
     left: tuple[str, ...] = ()
+    # the scenario's :data:`WORKLOAD` settings, which every framework's candidates take
+    workload: dict = field(default_factory=dict)
     # the step's FP8 recipe is Transformer Engine's, which torchtitan does not run (torchao's
     # float8 only): the candidates without model parallelism are spelled as PyTorch's own
     # FSDP2 (``fsdp``, its mesh) or DDP (``ddp``), which run it as llm-foundry's Composer does
@@ -97,7 +102,13 @@ def carried(strategy: dict) -> Carried:
              if k == "pipeline_parallel_split_points"]
     return Carried(name, name, settings,
                    {k: v for k, v in par.items() if k in TORCHTITAN_CARRIED_PARALLELISM},
-                   tuple(left))
+                   tuple(left), {k: strategy[k] for k in WORKLOAD if k in strategy})
+
+
+def taken_by(carry: Carried, framework: str) -> dict:
+    """The scenario's settings ``framework``'s candidates take: all carried ones where the
+    scenario is of that framework, its workload's (:data:`WORKLOAD`) otherwise."""
+    return carry.settings if carry.framework == framework else carry.workload
 
 
 def strategy_of(c: Candidate, layers: int, carry: Carried = Carried()) -> dict | None:
@@ -111,7 +122,7 @@ def strategy_of(c: Candidate, layers: int, carry: Carried = Carried()) -> dict |
     if p.dp_mode == "zero1" or p.dp_mode == "ddp" and not pure_data_parallel(p):
         if "megatron" not in STRATEGIES:
             return None
-        own = carry.settings if carry.framework == "megatron" else {}
+        own = taken_by(carry, "megatron")
         return {**{k: v for k, v in own.items() if k not in ONLY_WHERE or ONLY_WHERE[k](p)},
                 **_megatron(c)}
     if p.schedule not in TORCHTITAN_SCHEDULES:
@@ -133,7 +144,8 @@ def strategy_of(c: Candidate, layers: int, carry: Carried = Carried()) -> dict |
         par["pipeline_parallel_layers_per_stage"] = layers // (p.pp * p.vp)
     ac = {"mode": c.ac} | ({"selective_ac_option": "op"} if c.ac == "selective" else {})
     if carry.framework != "torchtitan":
-        return {"name": "torchtitan", "parallelism": par, "activation_checkpoint": ac}
+        return {**carry.workload, "name": "torchtitan", "parallelism": par,
+                "activation_checkpoint": ac}
     return {**carry.settings, "name": "torchtitan",
             "parallelism": {**carry.parallelism, **par}, "activation_checkpoint": ac}
 
@@ -146,10 +158,14 @@ def carried_lines(carry: Carried) -> list[str]:
                      "parallelism are PyTorch FSDP2 or DDP with Transformer Engine (fsdp, "
                      "ddp), the other FSDP/HSDP ones torchtitan's, which runs torchao's "
                      "float8 only")
-    taken = {**carry.settings, **{f"parallelism.{k}": v for k, v in carry.parallelism.items()}}
+    taken = {**{k: v for k, v in carry.settings.items() if k not in carry.workload},
+             **{f"parallelism.{k}": v for k, v in carry.parallelism.items()}}
     if taken:
         lines.append(f"the scenario's {carry.framework} settings in its {carry.framework} "
                      f"candidates: " + ", ".join(f"{k}={v}" for k, v in sorted(taken.items())))
+    if carry.workload:
+        lines.append("the scenario's routing in the candidates of every framework: "
+                     + ", ".join(f"{k}={v}" for k, v in sorted(carry.workload.items())))
     if carry.left:
         why = ("they hold for one layout" if carry.framework else
                f"the candidates carry the settings of a torchtitan or megatron scenario "

@@ -88,6 +88,7 @@ from simulator.models.fp8 import TE_CAST_BYTES
 from simulator.precision import is_half
 
 from ..base import CommonConfig, World
+from ..parallel.moe import ExpertLoad
 from ..parallel.plan import ParallelPlan
 from .names import catalog_model
 from .pieces import ConfigPieces, Doc, check_depth, flat_keys, precision_of
@@ -141,6 +142,10 @@ class TorchtitanConfig(CommonConfig):
     # torchao's float8 all-gather under FSDP2 ([float8] / [quantize.linear.float8]
     # enable_fsdp_float8_all_gather): the tensorwise recipe's weights gathered in FP8
     enable_fsdp_float8_all_gather: bool = False
+    # clustersim's routing-imbalance knob, as Megatron's (parallel/moe.py; torchtitan's job
+    # TOML has no key for it, a scenario sets it): torchtitan's MoE routes without a
+    # capacity (dropless), so it has no capacity factor
+    moe_load: ExpertLoad = ExpertLoad()
     _layers: int = PrivateAttr(0)       # the model's blocks, once the build knows them
 
     def for_layers(self, layers: int) -> "TorchtitanConfig":

@@ -36,7 +36,7 @@ from simulator.precision import precision_bytes
 from .context import (A2ASizes, CPHooks, a2a_sizes, allgather_size_bytes, cp_sliced,
                       kv_block_bytes)
 from .context import STREAM as CP_STREAM
-from .moe import EPHooks, EpSizes, ep_block_cost, ep_loads, ep_sizes, flex_sizes
+from .moe import EPHooks, EpSizes, ExpertLoad, ep_block_cost, ep_loads, ep_sizes, flex_sizes
 from .place import domain_groups
 from .plan import ParallelPlan
 
@@ -54,6 +54,28 @@ class CommLayerCost(LayerCost):
     kv_block_bytes: int = 0
     kv_gather_bytes: int = 0
     cp_a2a: A2ASizes | None = None
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How a strategy routes an MoE layer's tokens: its ``moe_load`` (None: balanced) and
+    Megatron-LM's ``moe_expert_capacity_factor`` override (None: the model's). The trace
+    generator and ``clustersim plan``'s estimate take the same one (:meth:`of`)."""
+
+    load: ExpertLoad | None = None
+    capacity_factor: float | None = None
+
+    @classmethod
+    def of(cls, cfg) -> Routing:
+        """A strategy config's routing (a config without these keys routes evenly)."""
+        return cls(getattr(cfg, "moe_load", None),
+                   getattr(cfg, "moe_expert_capacity_factor", None))
+
+    def model(self, model: ModelSpec) -> ModelSpec:
+        """``model`` with this routing's capacity factor, where it sets one."""
+        if self.capacity_factor is None:
+            return model
+        return replace(model, capacity_factor=self.capacity_factor)
 
 
 class EpBlock(NamedTuple):
@@ -112,14 +134,13 @@ def planned_layers(layers: list[LayerCost], model: ModelSpec, plan: ParallelPlan
             extra["cp_a2a"] = a2a_sizes(model, b, seq_len, plan.cp, e, tp)
     moe = None
     if split:
-        if getattr(cfg, "moe_expert_capacity_factor", None) is not None:
-            model = replace(model, capacity_factor=cfg.moe_expert_capacity_factor)
+        routing = Routing.of(cfg)
         domains = None
         if is_flex(cfg):
             domains = 1 if gpus_per_node is None else \
                 domain_groups(plan.groups("ep"), gpus_per_node).domains
-        moe = expert_block(model, plan, micro_batch=b, seq_len=seq_len, e=e, flash=flash,
-                           k=k, load=getattr(cfg, "moe_load", None), flex_domains=domains)
+        moe = expert_block(routing.model(model), plan, micro_batch=b, seq_len=seq_len, e=e,
+                           flash=flash, k=k, load=routing.load, flex_domains=domains)
     return [_planned(layer, moe, plan, extra) for layer in layers]
 
 
