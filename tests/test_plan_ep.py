@@ -229,3 +229,40 @@ def test_the_routing_is_the_workloads_carried_into_every_frameworks_candidates()
     titan_sizes = {kind: size for _, kind, size in
                    _ep_ops(build_parallel(SMALL_MOE, tplan, cfg, World(8, 8), seq_len=1024))}
     assert titan_sizes["all_to_all"] == sizes["all_to_all"]
+
+
+def test_the_estimate_prices_the_flex_dispatchers_collectives():
+    """Megatron-Core's flex dispatcher, carried from the scenario: the estimate prices the
+    collectives its trace issues, each token all-to-all as two side by side (across the
+    NVLink domains on its rail, inside a domain on its ranks there), the slower exposed;
+    the all-to-all dispatcher's sizes before 2026-12-08."""
+    from simulator.strategies.parallel.moe import BESIDE
+    scn = load_scenario("mixtral-8x7b-ep8", ["training.seq_len=1024", "cluster.nodes=2"])
+    cluster = scenario_cluster(scn)
+    est = Estimator(SMALL_MOE, 1024, "bf16", True, CollectiveModel(cluster, load_constants()),
+                    ComputeModel(gpu_spec(cluster.G.graph["gpu"])), flex=frozenset({""}),
+                    gpus_per_node=4)
+    plan = ParallelPlan(dp_shard=16, ep=8, dp_mode="zero1")    # EP8 over two domains of 4
+    m = 2
+    cfg = MegatronConfig(micro_batch=1, grad_accum=m, use_distributed_optimizer=True,
+                         moe_token_dispatcher_type="flex")
+    trace = build_parallel(SMALL_MOE, plan, cfg, World(16, 4), seq_len=1024)
+    comms = {op.comm.split(".")[0] for op in trace.classes[0].ops if op.kind == "collective"}
+    assert {"ep", "ep_nvl", "ep_rail"} <= comms
+    total = beside = 0.0
+    for op in trace.classes[0].ops:
+        if op.kind != "collective" or op.comm.split(".")[0] not in ("ep", "ep_nvl", "ep_rail"):
+            continue
+        group = trace.communicators[op.comm].groups[0]
+        seconds = est._time(op.collective, op.size_bytes, tuple(group))
+        if op.comm.startswith("ep_rail"):        # beside the token all-to-all after it
+            beside = seconds
+            continue
+        total += max(seconds, beside)
+        beside = 0.0
+    flex = est.estimate(Candidate(plan, 1, m, "none"))
+    assert flex.ep_comm_s == pytest.approx(total) and flex.ep_comm_s > 0
+    assert BESIDE == {"rail_dispatch", "rail_combine"}
+    plain = Estimator(SMALL_MOE, 1024, "bf16", True, CollectiveModel(cluster, load_constants()),
+                      ComputeModel(gpu_spec(cluster.G.graph["gpu"])), gpus_per_node=4)
+    assert plain.estimate(Candidate(plan, 1, m, "none")).ep_comm_s != flex.ep_comm_s

@@ -61,7 +61,8 @@ from ..strategies.parallel.context import (a2a_sizes, allgather_size_bytes, cp_s
 from ..strategies.parallel.ep_cp import Routing, expert_block
 from ..strategies.parallel.memory import (StageWeights, peak_rank_memory, stage_expert_params,
                                           stage_weights)
-from ..strategies.parallel.moe import EP_COLLECTIVES, EpSizes
+from ..strategies.parallel.moe import BESIDE, EP_COLLECTIVES, FLEX_COLLECTIVES, EpSizes
+from ..strategies.parallel.place import domain_groups
 from ..strategies.parallel.plan import ParallelPlan
 from ..strategies.parallel.schedules import bubble_fraction
 from ..precision import compute_precision, is_half, precision_bytes, storage_dtype
@@ -201,13 +202,18 @@ class Estimator:
                  sigmas: dict[str, float] | None = None, compile: bool = False,
                  elementwise: str = "fused",
                  optimizer_steps: dict[str, OptimizerStep] | None = None,
-                 routings: dict[str, Routing] | None = None):
+                 routings: dict[str, Routing] | None = None,
+                 flex: frozenset[str] = frozenset(), gpus_per_node: int = 0):
         self.model, self.seq_len, self.precision, self.flash = model, seq_len, precision, flash
         # each stack's optimizer step per parameter (none given: none is estimated)
         self.optimizer_steps = optimizer_steps or {}
         # how each stack's candidates route an MoE layer's tokens (the scenario's moe_load
         # and capacity factor, carried into its framework's candidates; none: balanced)
         self.routings = routings or {}
+        # the stacks whose candidates dispatch tokens with Megatron-Core's flex dispatcher
+        # (the scenario's moe_token_dispatcher_type, carried), over NVLink domains of
+        # ``gpus_per_node`` GPUs (0: one domain holds every EP group)
+        self.flex, self.gpus_per_node = flex, gpus_per_node
         # the scenario's training.compile and training.elementwise, as every replay takes them
         self.compile, self.elementwise = compile, elementwise
         self.collectives, self.compute = collectives, compute
@@ -244,8 +250,10 @@ class Estimator:
 
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
-        t = self._layer_s(c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac,
-                          self.stack_of(c), p.ep, self.autocasts(c), self.tied(c), p.cp_mode)
+        stack = self.stack_of(c)
+        t = self._layer_s(c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, stack, p.ep,
+                          self.autocasts(c), self.tied(c), p.cp_mode,
+                          self._flex_domains(p, stack))
         blocks = max(p.stage_layers(self.model.layers))
         # the embedding and the head: on one rank without a pipeline, else the heavier on
         # its stage
@@ -332,16 +340,17 @@ class Estimator:
 
     def _layer_times(self, mb: int, tp: int, sp: bool, cp: int, ac: str, stack: str = "",
                      ep: int = 1, autocast: bool = False, tied: int = 1,
-                     cp_mode: str = "ring") -> LayerTimes:
+                     cp_mode: str = "ring", domains: int | None = None) -> LayerTimes:
         """One micro-batch of the block, the embedding and the head under ``stack``'s kernel
         prices (with ``autocast``'s casts) on a rank tied to ``tied`` others, as the stack's
         replay runs them (:meth:`_replayed_layers`): GPU seconds (:meth:`_op_s`) and the
         CPU's seconds launching them (:meth:`_dispatch_s`); the block's attention; the
         sizes of its EP and expert-TP collectives (None without). The block is an MoE one
         where the model has any, as the busiest EP rank runs it under ``ep`` and expert TP
-        (``etp = tp``)."""
+        (``etp = tp``), with the flex dispatcher over ``domains`` NVLink domains where the
+        stack runs it (None: the all-to-all dispatcher)."""
         embed_layer, block, head_layer, sizes = self._stack_layers(mb, tp, sp, cp, ep, stack,
-                                                                   autocast, cp_mode)
+                                                                   autocast, cp_mode, domains)
         recomputed = {"none": (), "full": block.forward,
                       "selective": tuple(o for o in block.forward
                                          if o.op_class == "attention")}[ac]
@@ -358,14 +367,15 @@ class Estimator:
                           Phased(*(self._op_s(ops, stack, tied) for ops in attention)), sizes)
 
     def _replayed_layers(self, mb: int, tp: int, sp: bool, cp: int, ep: int, stack: str,
-                         autocast: bool, cp_mode: str = "ring"):
+                         autocast: bool, cp_mode: str = "ring", domains: int | None = None):
         """(the embedding, the block, the head, the block's EP sizes or None) as ``stack``'s
         replay runs them: :meth:`_priced_block`'s, the block's attention as context
         parallelism ``cp_mode`` runs it (:func:`~simulator.strategies.parallel.context.
         cp_sliced`), their weight gradients into the stack's gradient buffer (Megatron's
         main_grad), the block launched from the stack's CUDA graphs where it has them
         (:func:`~simulator.compute.launch.graphed`)."""
-        layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep, stack, autocast)
+        layers, block, sizes = self._priced_block(mb, tp, sp, cp, ep, stack, autocast,
+                                                  domains)
         block = cp_sliced(block, cp, cp_mode,
                           allgather_size_bytes(self.model, mb, self.seq_len, self.e, tp))
         embed_layer, head_layer = layers[0], layers[-1]
@@ -438,6 +448,17 @@ class Estimator:
                   for i in range(p.cp))
         return fwd + bwd
 
+    def _flex_domains(self, p: ParallelPlan, stack: str) -> int | None:
+        """The NVLink domains each EP group of ``p`` spans where ``stack``'s candidates run
+        the flex dispatcher (as the trace generator cuts them,
+        :func:`~simulator.strategies.parallel.place.domain_groups`; 1 with no domain size
+        known), else None."""
+        if stack not in self.flex or p.ep == 1:
+            return None
+        if not self.gpus_per_node:
+            return 1
+        return domain_groups(p.groups("ep"), self.gpus_per_node).domains
+
     def _ep_block(self, c: Candidate, sizes: EpSizes | None) -> float:
         """Exposed EP and expert-TP traffic of one MoE block and micro-batch: each
         collective of the all-to-all dispatcher (:data:`~simulator.strategies.parallel.moe.EP_COLLECTIVES`:
@@ -445,15 +466,30 @@ class Estimator:
         probabilities' all-to-all, the expert-TP all-gather and reduce-scatter; forward, and
         again under full recompute, and backward), at its size in ``sizes``, on rank 0's EP
         or expert-TP group, not hidden (Megatron-LM without the a2a overlap: the experts
-        wait for their tokens)."""
+        wait for their tokens). Under the flex dispatcher (``sizes`` with ``notify``) its
+        collectives (:data:`~simulator.strategies.parallel.moe.FLEX_COLLECTIVES`): each token
+        all-to-all as two run side by side, the one across the domains (on rank 0's rail)
+        and the one inside a domain (on its ranks there), the slower of the two exposed."""
         if sizes is None:
             return 0.0
         p = c.plan
         groups = {comm: p.groups(comm)[0] for comm in ("ep", "etp")}
+        rows = EP_COLLECTIVES
+        if sizes.notify:
+            cut = domain_groups(p.groups("ep"), self.gpus_per_node or p.size)
+            groups.update(ep_nvl=cut.inside[0], ep_rail=cut.rails[0])
+            rows = FLEX_COLLECTIVES
         passes = {"forward": 2 if c.ac == "full" else 1, "backward": 1}
-        return sum(passes[row.phase] * self._time(row.kind, getattr(sizes, row.size),
-                                                  groups[row.comm])
-                   for row in EP_COLLECTIVES)
+        total = beside = 0.0
+        for row in rows:
+            seconds = passes[row.phase] * self._time(row.kind, getattr(sizes, row.size),
+                                                     groups[row.comm])
+            if row.size in BESIDE:          # issued beside the next one, the carrier
+                beside = seconds
+                continue
+            total += max(seconds, beside)
+            beside = 0.0
+        return total
 
     def _pp(self, c: Candidate) -> float:
         p = c.plan
@@ -567,10 +603,12 @@ class Estimator:
         return sum(fp8_gemm_weights(block).values())
 
     def _priced_block(self, mb: int, tp: int, sp: bool, cp: int, ep: int, stack: str,
-                      autocast: bool = False):
+                      autocast: bool = False, domains: int | None = None):
         """(the layer costs, the block the estimate prices, the sizes of its EP and
         expert-TP collectives or None): an MoE block where the model has any, as the
-        busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``)."""
+        busiest EP rank runs it under ``ep`` and expert TP (``etp = tp``), its tokens
+        dispatched by the flex dispatcher over ``domains`` NVLink domains (None: the
+        all-to-all dispatcher's sizes)."""
         recipe = self.fp8_recipes.get(stack)
         layers = layer_costs(self.model, mb, self.seq_len, self.precision, self.flash,
                              tp=tp, sp=sp, cp=cp, autocast=autocast, compile=self.compile,
@@ -584,7 +622,7 @@ class Estimator:
         routing = self.routings.get(stack, Routing())
         moe = expert_block(routing.model(self.model), plan, micro_batch=mb,
                            seq_len=self.seq_len, e=self.e, flash=self.flash,
-                           load=routing.load)
+                           load=routing.load, flex_domains=domains)
         return layers, moe.of(block), moe.sizes
 
 

@@ -34,8 +34,8 @@ from ..forkpool import fork_pool
 from ..hardware import check_gpu_training, gpu_spec
 from ..metrics import Metrics
 from ..models import load_model, tokens_per_sample
-from ..pipeline import (Setup, build_setup, portable_finetune, replayed_ops, run_setup,
-                        with_finetune, with_fp8_stores, with_gpu_fp8)
+from ..pipeline import (Setup, build_setup, job_world, portable_finetune, replayed_ops,
+                        run_setup, with_finetune, with_fp8_stores, with_gpu_fp8)
 from ..precision import FP8, PRECISIONS
 from ..scenario import Scenario, fp8_attention_refusal
 from ..strategies.base import CommonConfig
@@ -43,7 +43,7 @@ from ..strategies.ddp import DDPConfig
 from ..strategies.fsdp_config import FSDPConfig
 from ..strategies.frameworks.megatron import MegatronConfig
 from ..strategies.frameworks.torchtitan import TorchtitanConfig
-from ..strategies.parallel.ep_cp import Routing
+from ..strategies.parallel.ep_cp import Routing, is_flex
 from ..topology.build import scenario_cluster, scenario_gpus, scenario_graph
 from . import work
 from .estimate import Estimate, Estimator, optimizer_step
@@ -172,7 +172,9 @@ def search(scn: Scenario, global_batch: int, *, replay: int = 3, limits: Limits 
                     compile=t.compile, elementwise=t.elementwise,
                     optimizer_steps={cfg.name: optimizer_step(cfg, recipes.get(cfg.name))
                                      for cfg in (megatron, torchtitan, *_pytorch_configs())},
-                    routings={cfg.name: Routing.of(cfg) for cfg in (megatron, torchtitan)})
+                    routings={cfg.name: Routing.of(cfg) for cfg in (megatron, torchtitan)},
+                    flex=frozenset(cfg.name for cfg in (megatron, torchtitan) if is_flex(cfg)),
+                    gpus_per_node=job_world(cluster, gpus).gpus_per_node)
     out = Search(model.name, gpus, str(cluster.G.graph["gpu"]), gpu.memory_capacity_bytes,
                  global_batch, t.seq_len, global_batch * tokens_per_sample(model, t.seq_len),
                  carried=carry, refused=_refused({"megatron": megatron, "torchtitan": torchtitan},
