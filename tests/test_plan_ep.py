@@ -266,3 +266,30 @@ def test_the_estimate_prices_the_flex_dispatchers_collectives():
     plain = Estimator(SMALL_MOE, 1024, "bf16", True, CollectiveModel(cluster, load_constants()),
                       ComputeModel(gpu_spec(cluster.G.graph["gpu"])), gpus_per_node=4)
     assert plain.estimate(Candidate(plan, 1, m, "none")).ep_comm_s != flex.ep_comm_s
+
+
+def test_the_memory_estimate_keeps_the_busiest_ranks_routed_copies():
+    """The analytical memory (plan's estimate) keeps an MoE block's activations as the
+    busiest EP rank does under the routing (its copies, ep_loads' slowest), as the replay
+    does: Mixtral's EP8 plan at Zipf s = 0.6 (2.0x the even share on its busiest rank)
+    against its replay's peak; even routing is top_k copies of each token, as before."""
+    from simulator.models.moe import moe_activation_bytes
+    from simulator.strategies.parallel.activation_memory import moe_half_bytes
+    from simulator.strategies.parallel.memory import peak_rank_memory
+    from simulator.strategies.parallel.moe import ExpertLoad, ep_loads
+    from simulator.pipeline import build_setup, run_setup
+    t = 4096
+    even = moe_half_bytes(MIXTRAL, batch=1, seq_len=t, e=2, ep=8)
+    assert even == moe_activation_bytes(MIXTRAL, t, 2, t * MIXTRAL.top_k)
+    zipf = ExpertLoad(distribution="zipf", zipf_s=0.6)
+    busiest = ep_loads(MIXTRAL, t, 8, zipf).slowest
+    assert moe_half_bytes(MIXTRAL, batch=1, seq_len=t, e=2, ep=8, load=zipf) == \
+        moe_activation_bytes(MIXTRAL, t, 2, busiest)
+    plan = ParallelPlan(pp=4, vp=8, ep=8, dp_shard=16, dp_mode="zero1",
+                        schedule="interleaved_1f1b")
+    est = peak_rank_memory(MIXTRAL, plan, seq_len=t, micro_batch=1, micro_batches=8,
+                           precision="bf16", flash=True, load=zipf)
+    scn = load_scenario("mixtral-8x7b-ep8",
+                        ["strategy.moe_load={distribution: zipf, zipf_s: 0.6}"])
+    replayed = run_setup(build_setup(scn)).metrics.peak_memory_gib * 2 ** 30
+    assert est.total_bytes == pytest.approx(replayed, rel=0.005)

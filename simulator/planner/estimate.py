@@ -583,10 +583,11 @@ class Estimator:
     # ----------------------------------------------------------------------- memory
     def _memory(self, c: Candidate) -> int:
         grads = "fp32" if c.plan.dp_mode in ("ddp", "zero1") else storage_dtype(self.kept)
-        held = peak_rank_memory(self.model, c.plan, seq_len=self.seq_len,
+        routing = self.routings.get(self.stack_of(c), Routing())
+        held = peak_rank_memory(routing.model(self.model), c.plan, seq_len=self.seq_len,
                                 micro_batch=c.micro_batch, micro_batches=c.micro_batches,
                                 precision=self.kept, ac=c.ac, flash=self.flash,
-                                grad_dtype=grads)
+                                grad_dtype=grads, load=routing.load)
         if (self.stack_of(c) not in self.fp8_params
                 or not ONLY_WHERE["fp8_param_gather"](c.plan)):   # as strategy_of carries it
             return held.total_bytes
