@@ -55,3 +55,20 @@ def test_strategies_that_cannot_keep_the_batch_are_told_apart_with_what_to_set(c
     rows = {r["strategy"]: r for r in json.loads(out)["rows"]}
     assert rows["fsdp-full"]["reason_field"] == "training.global_batch"
     assert rows["megatron"]["reason_field"] == ""
+
+
+def test_a_mixture_of_experts_says_why_its_forward_time_differs_by_layout(capsys):
+    """A mixture of experts' forward time per sample differs by how a strategy spreads its
+    experts (expert parallelism or not), not by the kernel stacks alone: compare says so,
+    for an MoE model only."""
+    from simulator.compare.runner import MOE_NOTE
+    moe = ["--set", "training.seq_len=512", "--set", "cluster.nodes=2", "--strategies",
+           "fsdp-full,megatron", "--no-capacity", "--no-scaling", "-q"]
+    code, out, err = run_main(capsys, "compare", "mixtral-8x7b-ep8", *moe)
+    assert code == 0, err
+    assert f"# note: {MOE_NOTE}" in out
+    code, out, err = run_main(capsys, "compare", "quickstart", "--set", "training.seq_len=512",
+                              "--strategies", "fsdp-full", "--no-capacity", "--no-scaling",
+                              "-q")
+    assert code == 0, err
+    assert MOE_NOTE not in out

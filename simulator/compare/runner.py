@@ -229,6 +229,14 @@ def _capacity_row(row: Row, scn: Scenario, ladder, source: str) -> None:
         row.capacity_reason = f"not even {ladder[0].model.name} fits"
 
 
+# why a mixture of experts' forward time per sample also differs by its strategy's layout
+MOE_NOTE = ("fwd ms/sample of a mixture of experts also differs by how a strategy spreads "
+            "its experts: with expert parallelism each GPU runs its own experts over the "
+            "tokens routed to them (the busiest EP rank's, larger GEMMs, its weights read "
+            "once), without it every expert over the GPU's own tokens (a grouped GEMM over "
+            "all the experts' weights)")
+
+
 def extrapolation_notes(rows: list[Row]) -> list[str]:
     """A note per row whose step (or 2x-GPU step, or capacity rungs) was extrapolated from a
     few replayed micro-steps (:mod:`simulator.accum`)."""
@@ -319,6 +327,8 @@ def compare(scn: Scenario, strategies: list[NamedStrategy], *, source: str = "<s
                       source, say) if scaling else "not simulated (--no-scaling)"
     notes = _capacity_rows(live, scn, source, say) if capacity else []
     notes += extrapolation_notes(rows)
+    if model.is_moe:
+        notes.append(MOE_NOTE)
     for row in rows:
         row.result = None
     for row in rows:
