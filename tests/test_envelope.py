@@ -415,3 +415,18 @@ def test_an_amd_gpu_is_outside_the_validated_ground_and_quotes_no_nvidia_error()
     # the NVIDIA answer is unchanged by the vendor filter
     h = envelope(Query.of("fsdp", "llama-3-8b", 8e9, "H100-SXM", 8, "bf16"))
     assert h.nearest is not None and h.as_dict()["outside_validated_ground"] is None
+
+
+def test_the_trust_line_says_when_no_validated_run_was_as_large():
+    """TensorFlow's and DDP's held-out runs are on 1 and 8 GPUs: a comparison on 128 says
+    none ran on as many GPUs; one on 8 does not."""
+    ask = ("llama-2-7b", 6.7e9, "A100-SXM4-80GB")
+    big = [envelope(Query.of(s, *ask, 128, "bf16", model_family="llama"))
+           for s in ("fsdp", "ddp", "tf_mirrored")]
+    line = trust_sentence(big)
+    assert "DDP 6.9%" in line and "none on as many GPUs" in line
+    assert [e.beyond_gpus for e in big] == [False, True, True]
+    small = [envelope(Query.of(s, *ask, 8, "bf16", model_family="llama"))
+             for s in ("fsdp", "ddp", "tf_mirrored")]
+    assert not any(e.beyond_gpus for e in small)
+    assert "none on as many GPUs" not in trust_sentence(small)

@@ -271,6 +271,11 @@ class Envelope:
     band: Band | None = None
     outside: str = ""      # why no case speaks for it at all (no validated case of its vendor)
 
+    @property
+    def beyond_gpus(self) -> bool:
+        """Whether the question runs on more GPUs than any validated case of its kin."""
+        return any(d.startswith("GPU count") and " larger " in d for d in self.differs)
+
     def as_dict(self) -> dict:
         n = self.nearest
         fit = self.fitted_nearer
@@ -399,10 +404,11 @@ ROUGH = 0.25           # a median |error| above this: the rows are not to be ran
 
 def trust_sentence(envelopes, details: str = "details at the end") -> str:
     """How far to trust a comparison, in one sentence: the median |error| of each family's
-    held-out runs on the question's GPU type, and which families' rows are too far off to
-    rank (a median above :data:`ROUGH`), e.g. ``How far to trust it: median error of the
-    held-out runs on A100-SXM4-80GB: FSDP 4.1% (10 runs), TensorFlow 85.9% (8 runs): the
-    TensorFlow rows are too far off to rank (details at the end).``; ``details``: where the
+    held-out runs on the question's GPU type (saying so where no validated case of the
+    family ran on as many GPUs as the question: :attr:`Envelope.beyond_gpus`), and which families' rows are too far off to rank (a median above
+    :data:`ROUGH`), e.g. ``How far to trust it: median error of the held-out runs on
+    A100-SXM4-80GB: FSDP 4.1% (10 runs), TensorFlow 7.4% (8 runs, none on as many GPUs),
+    DeepSpeed not measured here (0 runs) (details at the end).``; ``details``: where the
     envelope's lines are, in the closing parenthesis."""
     seen: dict[str, Envelope] = {}
     for e in envelopes:
@@ -415,7 +421,8 @@ def trust_sentence(envelopes, details: str = "details at the end") -> str:
         if e.median_abs_error is None:
             parts.append(f"{label} not measured here ({e.median_rows} runs)")
             continue
-        parts.append(f"{label} {100 * e.median_abs_error:.1f}% ({e.median_rows} runs)")
+        beyond = ", none on as many GPUs" if e.beyond_gpus else ""
+        parts.append(f"{label} {100 * e.median_abs_error:.1f}% ({e.median_rows} runs{beyond})")
         if e.median_abs_error > ROUGH:
             rough.append(label)
     tail = f": the {' and '.join(rough)} rows are too far off to rank" if rough else ""
