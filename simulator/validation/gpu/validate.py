@@ -169,8 +169,8 @@ def kernel_model_gemm_s(result) -> float:
         attrs = op.attrs
         shape = (attrs["m"], attrs["n"], attrs["k"]) if "m" in attrs else None
         total += bare.op_time_s("matmul", op.flops, op.bytes_accessed,
-                                attrs.get("precision", precision), shape=shape) \
-            * attrs.get("repeat", 1)
+                                attrs.get("precision", precision), shape=shape,
+                                transa=attrs.get("transa", False)) * attrs.get("repeat", 1)
     return total
 
 
