@@ -293,3 +293,29 @@ def test_the_memory_estimate_keeps_the_busiest_ranks_routed_copies():
                         ["strategy.moe_load={distribution: zipf, zipf_s: 0.6}"])
     replayed = run_setup(build_setup(scn)).metrics.peak_memory_gib * 2 ** 30
     assert est.total_bytes == pytest.approx(replayed, rel=0.005)
+
+
+def test_a_layout_the_flex_dispatcher_cannot_cut_is_counted_not_fatal(capsys):
+    """Two GB200 NVL72 racks, the flex dispatcher: an EP group of 64 at a 72-GPU domain
+    boundary spans one rack with some ranks and two with others, which is not modelled.
+    The estimate refuses those candidates, counted and said in the header, and the search
+    goes on (before, the first such candidate's refusal ended the whole search)."""
+    strategy = ("strategy={name: megatron, expert_model_parallel_size: 8, "
+                "use_distributed_optimizer: true, moe_token_dispatcher_type: flex}")
+    code, out, err = run_main(capsys, "plan", "quickstart", "--set", "model=qwen3-30b-a3b",
+                              "--set", "cluster={topology: gb200-nvl72, nodes: 2}",
+                              "--set", strategy, "--set", "training.seq_len=4096",
+                              "--set", "training.micro_batch=1", "--global-batch", "288",
+                              "--max-tp", "1", "--max-pp", "1", "--max-cp", "1",
+                              "--replay", "1", "--format", "json", "-q")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["counts"]["not modelled"] > 0 and d["rows"]
+    code, out, err = run_main(capsys, "plan", "quickstart", "--set", "model=qwen3-30b-a3b",
+                              "--set", "cluster={topology: gb200-nvl72, nodes: 2}",
+                              "--set", strategy, "--set", "training.seq_len=4096",
+                              "--set", "training.micro_batch=1", "--global-batch", "288",
+                              "--max-tp", "1", "--max-pp", "1", "--max-cp", "1",
+                              "--replay", "1", "-q")
+    assert code == 0, err
+    assert "not modelled (the flex dispatcher's EP groups span" in out

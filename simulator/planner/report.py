@@ -45,6 +45,8 @@ def header(search) -> str:
     why = "; ".join(f"{name}: {reason}" for name, reason in search.refused.items())
     refused = (f"{c.get('refused by their framework', 0)} refused by their framework ({why}), "
                if why else "")
+    if c.get("not modelled"):
+        refused += f"{c['not modelled']} not modelled ({search.unmodelled}), "
     return (f"# plan: {search.model} on {search.gpus} x {search.gpu}, global batch "
             f"{search.global_batch} x {search.seq_len} tokens: {c.get('candidates', 0)} "
             f"candidates, {c.get('over memory', 0)} over memory (estimated), "

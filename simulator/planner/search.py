@@ -88,6 +88,9 @@ class Search:
     carried: Carried = Carried()      # the scenario's strategy settings the candidates take
     # {framework: why its candidates are left out}: it cannot run the scenario's FP8 recipe
     refused: dict[str, str] = field(default_factory=dict)
+    # why some candidates' layouts are not modelled (the first reason; counted as "not
+    # modelled"): the flex dispatcher over EP groups that span their NVLink domains unevenly
+    unmodelled: str = ""
     events: int = 0                                     # engine events of the replays
 
 
@@ -204,7 +207,12 @@ def _estimated(out: Search, cands: list[Candidate], est: Estimator, layers: int,
         if strategy["name"] in out.refused:
             counted["refused by their framework"] += 1
             continue
-        e = est.estimate(c)
+        try:
+            e = est.estimate(c)
+        except ConfigError as exc:       # a layout the simulator does not model
+            counted["not modelled"] = counted.get("not modelled", 0) + 1
+            out.unmodelled = out.unmodelled or exc.reason
+            continue
         if e.memory_bytes > out.capacity_bytes:
             counted["over memory"] += 1
             continue
