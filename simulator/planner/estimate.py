@@ -14,7 +14,10 @@ before it replays the best ones.
 * host: the GPU waiting for the CPU's launches (:func:`launch_bound_s`, the replay's host
   stream: :mod:`simulator.strategies.host`);
 * bubble: ``f / (1 - f)`` of the micro-batches' GPU time, ``f`` the schedule's published
-  idle share (:func:`~simulator.strategies.parallel.schedules.bubble_fraction`);
+  idle share (:func:`~simulator.strategies.parallel.schedules.bubble_fraction`); where the
+  CPU paces a 1F1B pipeline of up to :data:`PIPELINE_STEPS_MAX` micro-batches, the bubble
+  and the host wait together are the schedule walked through stage by stage
+  (:func:`one_f_one_b_s`: each stage's CPU launches while the others' GPUs fill and drain);
 * exposed communication from the collective model's alpha-beta time
   (:meth:`~simulator.collectives.model.CollectiveModel.plan`, ``predicted_s``: the time
   alone on the fabric) on the candidate's real groups: TP/SP collectives (4 per block and
@@ -75,6 +78,10 @@ _PROBE_BYTES = (1 << 20, 1 << 28)      # two sizes for a collective's alpha and 
 # this the least recently used is fitted again when asked (the same numbers), so memory
 # stays bounded however many groups a search lists.
 FITS_KEPT = 1024
+# the most micro-batches a CPU-paced 1F1B candidate's schedule is stepped through
+# (one_f_one_b_s); past it the fill and drain are a small part of the step and the
+# estimate adds the GPU's bubble to the CPU-paced time
+PIPELINE_STEPS_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,47 @@ def launch_bound_s(phases: Sequence[Span], m: int) -> float:
         for before in {0, m - 1}:       # micro-batches launched whole before this one
             best = max(best, before * c + cpu_done + (m - 1 - before) * g + g - gpu_done)
     return best
+
+
+def one_f_one_b_s(stages: Sequence[tuple[Span, Span]], m: int) -> float:
+    """Seconds of a 1F1B step over ``stages`` (each stage's forward and backward of one
+    micro-batch) and ``m`` micro-batches where every stage's CPU
+    launches its own kernels in the schedule's order without waiting for the GPU, and a
+    stage's GPU runs a phase once its input has arrived (the previous stage's forward, the
+    next one's backward) and finishes it no earlier than its CPU has launched it (the
+    replay's host stream, as :func:`launch_bound_s` for one stage): a stage's CPU
+    launches its share of the pipeline while the others' GPUs work, so the fill and drain
+    are the GPUs' and only the steady phases the slower of CPU and GPU. Stage ``s`` runs
+    ``pp - s - 1`` warm-up forwards, then alternates, then drains (Megatron's
+    ``forward_backward_pipelining_without_interleaving``); transfers take no time here
+    (the estimate prices them apart)."""
+    pp = len(stages)
+    order = []
+    for s in range(pp):
+        warm = min(pp - s - 1, m)
+        steps = [("f", i) for i in range(warm)]
+        for i in range(m - warm):
+            steps += [("f", warm + i), ("b", i)]
+        order.append(steps + [("b", i) for i in range(m - warm, m)])
+    ends: dict[tuple[int, str, int], float] = {}
+    nxt, gpu_free, cpu = [0] * pp, [0.0] * pp, [0.0] * pp
+    left = 2 * m * pp
+    while left:
+        for s in range(pp):
+            while nxt[s] < len(order[s]):
+                kind, i = order[s][nxt[s]]
+                dep = (s - 1, "f", i) if kind == "f" else (s + 1, "b", i)
+                if kind == "b" and s == pp - 1:
+                    dep = (s, "f", i)
+                if 0 <= dep[0] < pp and dep not in ends:
+                    break                         # its input has not arrived yet
+                span = stages[s][0 if kind == "f" else 1]
+                cpu[s] += span.cpu
+                start = max(gpu_free[s], ends.get(dep, 0.0))
+                gpu_free[s] = ends[(s, kind, i)] = max(start + span.gpu, cpu[s])
+                nxt[s] += 1
+                left -= 1
+    return ends[(0, "b", m - 1)]
 
 
 class OptimizerStep(NamedTuple):
@@ -274,12 +322,35 @@ class Estimator:
         if p.pp > 1:
             f = bubble_fraction(p.schedule, p.pp, m, p.vp)
             bubble = gpu * f / (1 - f)          # GPU time: the CPU launches meanwhile
+            if host > 0 and p.schedule == "1f1b" and m <= PIPELINE_STEPS_MAX:
+                # the CPU paces the stages: it launches while the other stages' GPUs
+                # fill and drain the pipeline (one_f_one_b_s), not on top of the bubble
+                piped = one_f_one_b_s(self._stages(c, t, copy_out), m)
+                host = max(0.0, piped - gpu - bubble)
+                bubble = piped - gpu - host
         layers_s = forward.gpu + backward.gpu - copy_out     # what hides DP traffic
         return Estimate(gpu + self._optimizer_s(c), bubble, self._tp(c, blocks), self._pp(c),
                         self._dp(c, dp, layers_s, blocks * t.block.gpu.backward),
                         self._memory(c),
                         m * blocks * self._cp_block(c, t.attn.forward, t.attn.backward),
                         m * blocks * self._ep_block(c, t.sizes), host)
+
+    def _stages(self, c: Candidate, t: LayerTimes, copy_out: float) -> list[tuple[Span, Span]]:
+        """Each pipeline stage's forward and backward of one micro-batch: its blocks, the
+        embedding on the first, the head on the last (FSDP2's copy-outs in every
+        forward)."""
+        p = c.plan
+        out = []
+        for s, blocks in enumerate(p.stage_layers(self.model.layers)):
+            ends = [t.embed] * (s == 0) + [t.head] * (s == p.pp - 1)
+            out.append((Span(blocks * t.block.gpu.forward + copy_out
+                             + sum(e.gpu.forward for e in ends),
+                             blocks * t.block.cpu.forward + sum(e.cpu.forward for e in ends)),
+                        Span(blocks * (t.block.gpu.backward + t.block.gpu.recompute)
+                             + sum(e.gpu.backward for e in ends),
+                             blocks * (t.block.cpu.backward + t.block.cpu.recompute)
+                             + sum(e.cpu.backward for e in ends))))
+        return out
 
     def _optimizer_s(self, c: Candidate) -> float:
         """The optimizer step over a rank's parameters, as the replay's
