@@ -274,25 +274,29 @@ def test_the_memory_estimate_keeps_the_busiest_ranks_routed_copies():
     does: Mixtral's EP8 plan at Zipf s = 0.6 (2.0x the even share on its busiest rank)
     against its replay's peak; even routing is top_k copies of each token, as before."""
     from simulator.models.moe import moe_activation_bytes
-    from simulator.strategies.parallel.activation_memory import moe_half_bytes
-    from simulator.strategies.parallel.memory import peak_rank_memory
-    from simulator.strategies.parallel.moe import ExpertLoad, ep_loads
     from simulator.pipeline import build_setup, run_setup
+    from simulator.strategies.parallel.activation_memory import moe_half_bytes
+    from simulator.strategies.parallel.ep_cp import Routing
+    from simulator.strategies.parallel.moe import ExpertLoad, ep_loads
     t = 4096
-    even = moe_half_bytes(MIXTRAL, batch=1, seq_len=t, e=2, ep=8)
+    even = moe_half_bytes(MIXTRAL, batch=1, seq_len=t, e=2)
     assert even == moe_activation_bytes(MIXTRAL, t, 2, t * MIXTRAL.top_k)
     zipf = ExpertLoad(distribution="zipf", zipf_s=0.6)
     busiest = ep_loads(MIXTRAL, t, 8, zipf).slowest
-    assert moe_half_bytes(MIXTRAL, batch=1, seq_len=t, e=2, ep=8, load=zipf) == \
+    assert busiest > 1.9 * t * MIXTRAL.top_k
+    assert moe_half_bytes(MIXTRAL, batch=1, seq_len=t, e=2, copies=busiest) == \
         moe_activation_bytes(MIXTRAL, t, 2, busiest)
-    plan = ParallelPlan(pp=4, vp=8, ep=8, dp_shard=16, dp_mode="zero1",
-                        schedule="interleaved_1f1b")
-    est = peak_rank_memory(MIXTRAL, plan, seq_len=t, micro_batch=1, micro_batches=8,
-                           precision="bf16", flash=True, load=zipf)
     scn = load_scenario("mixtral-8x7b-ep8",
                         ["strategy.moe_load={distribution: zipf, zipf_s: 0.6}"])
+    cluster = scenario_cluster(scn)
+    est = Estimator(MIXTRAL, t, "bf16", True, CollectiveModel(cluster, load_constants()),
+                    ComputeModel(gpu_spec(cluster.G.graph["gpu"])),
+                    routings={"": Routing(zipf)})
+    plan = ParallelPlan(pp=4, vp=8, ep=8, dp_shard=16, dp_mode="zero1",
+                        schedule="interleaved_1f1b")
+    memory = est.estimate(Candidate(plan, 1, 8, "none")).memory_bytes
     replayed = run_setup(build_setup(scn)).metrics.peak_memory_gib * 2 ** 30
-    assert est.total_bytes == pytest.approx(replayed, rel=0.005)
+    assert memory == pytest.approx(replayed, rel=0.005)
 
 
 def test_a_layout_the_flex_dispatcher_cannot_cut_is_counted_not_fatal(capsys):

@@ -61,13 +61,14 @@ from ..strategies.host import layer_dispatch_s
 from ..strategies.optim import OPT_STEP_FLOPS, config_step_bytes
 from ..strategies.parallel.context import (a2a_sizes, allgather_size_bytes, cp_sliced,
                                            ring_backward_blocks, ring_step_size_bytes)
-from ..strategies.parallel.ep_cp import Routing, expert_block
+from ..strategies.parallel.ep_cp import Routing, expert_block, moe_tokens
 from ..strategies.parallel.memory import (StageWeights, peak_rank_memory, stage_expert_params,
                                           stage_weights)
-from ..strategies.parallel.moe import BESIDE, EP_COLLECTIVES, FLEX_COLLECTIVES, EpSizes
-from ..strategies.parallel.place import domain_groups
+from ..strategies.parallel.moe import (BESIDE, EP_COLLECTIVES, FLEX_COLLECTIVES, EpSizes,
+                                      ep_loads)
+from ..strategies.parallel.place import DomainGroups, domain_groups
 from ..strategies.parallel.plan import ParallelPlan
-from ..strategies.parallel.schedules import bubble_fraction
+from ..strategies.parallel.schedules import bubble_fraction, schedule
 from ..precision import compute_precision, is_half, precision_bytes, storage_dtype
 from .space import Candidate
 from .strategy import ONLY_WHERE
@@ -178,18 +179,11 @@ def one_f_one_b_s(stages: Sequence[tuple[Span, Span]], m: int) -> float:
     next one's backward) and finishes it no earlier than its CPU has launched it (the
     replay's host stream, as :func:`launch_bound_s` for one stage): a stage's CPU
     launches its share of the pipeline while the others' GPUs work, so the fill and drain
-    are the GPUs' and only the steady phases the slower of CPU and GPU. Stage ``s`` runs
-    ``pp - s - 1`` warm-up forwards, then alternates, then drains (Megatron's
-    ``forward_backward_pipelining_without_interleaving``); transfers take no time here
-    (the estimate prices them apart)."""
+    are the GPUs' and only the steady phases the slower of CPU and GPU. Each stage's order
+    is the generator's (:func:`~simulator.strategies.parallel.schedules.schedule`);
+    transfers take no time here (the estimate prices them apart)."""
     pp = len(stages)
-    order = []
-    for s in range(pp):
-        warm = min(pp - s - 1, m)
-        steps = [("f", i) for i in range(warm)]
-        for i in range(m - warm):
-            steps += [("f", warm + i), ("b", i)]
-        order.append(steps + [("b", i) for i in range(m - warm, m)])
+    order = [[(a.kind, a.micro) for a in actions] for actions in schedule("1f1b", pp, m)]
     ends: dict[tuple[int, str, int], float] = {}
     nxt, gpu_free, cpu = [0] * pp, [0.0] * pp, [0.0] * pp
     left = 2 * m * pp
@@ -197,18 +191,32 @@ def one_f_one_b_s(stages: Sequence[tuple[Span, Span]], m: int) -> float:
         for s in range(pp):
             while nxt[s] < len(order[s]):
                 kind, i = order[s][nxt[s]]
-                dep = (s - 1, "f", i) if kind == "f" else (s + 1, "b", i)
-                if kind == "b" and s == pp - 1:
-                    dep = (s, "f", i)
+                dep = (s - 1, "F", i) if kind == "F" else (s + 1, "B", i)
+                if kind == "B" and s == pp - 1:
+                    dep = (s, "F", i)
                 if 0 <= dep[0] < pp and dep not in ends:
                     break                         # its input has not arrived yet
-                span = stages[s][0 if kind == "f" else 1]
+                span = stages[s][0 if kind == "F" else 1]
                 cpu[s] += span.cpu
                 start = max(gpu_free[s], ends.get(dep, 0.0))
                 gpu_free[s] = ends[(s, kind, i)] = max(start + span.gpu, cpu[s])
                 nxt[s] += 1
                 left -= 1
-    return ends[(0, "b", m - 1)]
+    return ends[(0, "B", m - 1)]
+
+
+def _stage_spans(t: LayerTimes, blocks: int, ends: Sequence[Costed],
+                 copy_out: float) -> tuple[Span, Span]:
+    """A pipeline stage's forward and backward of one micro-batch (``t``: the candidate's
+    :class:`LayerTimes`): ``blocks`` blocks with their recompute, the ``ends`` (the
+    embedding, the head) it holds, FSDP2's copy-outs in the forward."""
+    forward = Span(blocks * t.block.gpu.forward + sum(e.gpu.forward for e in ends) + copy_out,
+                   blocks * t.block.cpu.forward + sum(e.cpu.forward for e in ends))
+    backward = Span(blocks * (t.block.gpu.backward + t.block.gpu.recompute)
+                    + sum(e.gpu.backward for e in ends),
+                    blocks * (t.block.cpu.backward + t.block.cpu.recompute)
+                    + sum(e.cpu.backward for e in ends))
+    return forward, backward
 
 
 class OptimizerStep(NamedTuple):
@@ -295,13 +303,15 @@ class Estimator:
         self._stack_layers = functools.lru_cache(maxsize=None)(self._replayed_layers)
         self._stage0 = functools.lru_cache(maxsize=None)(self._stage0_weights)
         self._fit = functools.lru_cache(maxsize=FITS_KEPT)(self._alpha_beta)
+        self._copies = functools.lru_cache(maxsize=None)(self._busiest_copies)
 
     def estimate(self, c: Candidate) -> Estimate:
         p, m = c.plan, c.micro_batches
         stack = self.stack_of(c)
+        cut = self._flex_cut(p, stack)
         t = self._layer_s(c.micro_batch, p.tp, p.sequence_parallel, p.cp, c.ac, stack, p.ep,
                           self.autocasts(c), self.tied(c), p.cp_mode,
-                          self._flex_domains(p, stack))
+                          None if cut is None else cut.domains)
         blocks = max(p.stage_layers(self.model.layers))
         # the embedding and the head: on one rank without a pipeline, else the heavier on
         # its stage
@@ -310,12 +320,7 @@ class Estimator:
             ends = [max(ends, key=lambda end: end.gpu.total)]
         dp = self._dp_parts(c)
         copy_out = sum(part.copy_out for part in dp)
-        forward = Span(blocks * t.block.gpu.forward + sum(e.gpu.forward for e in ends) + copy_out,
-                       blocks * t.block.cpu.forward + sum(e.cpu.forward for e in ends))
-        backward = Span(blocks * (t.block.gpu.backward + t.block.gpu.recompute)
-                        + sum(e.gpu.backward for e in ends),
-                        blocks * (t.block.cpu.backward + t.block.cpu.recompute)
-                        + sum(e.cpu.backward for e in ends))
+        forward, backward = _stage_spans(t, blocks, ends, copy_out)
         gpu = m * (forward.gpu + backward.gpu)          # the micro-batches' kernels
         host = max(0.0, launch_bound_s((forward, backward), m) - gpu)
         bubble = 0.0
@@ -325,7 +330,10 @@ class Estimator:
             if host > 0 and p.schedule == "1f1b" and m <= PIPELINE_STEPS_MAX:
                 # the CPU paces the stages: it launches while the other stages' GPUs
                 # fill and drain the pipeline (one_f_one_b_s), not on top of the bubble
-                piped = one_f_one_b_s(self._stages(c, t, copy_out), m)
+                piped = one_f_one_b_s(
+                    [_stage_spans(t, n, [t.embed] * (s == 0) + [t.head] * (s == p.pp - 1),
+                                  copy_out)
+                     for s, n in enumerate(p.stage_layers(self.model.layers))], m)
                 host = max(0.0, piped - gpu - bubble)
                 bubble = piped - gpu - host
         layers_s = forward.gpu + backward.gpu - copy_out     # what hides DP traffic
@@ -333,24 +341,7 @@ class Estimator:
                         self._dp(c, dp, layers_s, blocks * t.block.gpu.backward),
                         self._memory(c),
                         m * blocks * self._cp_block(c, t.attn.forward, t.attn.backward),
-                        m * blocks * self._ep_block(c, t.sizes), host)
-
-    def _stages(self, c: Candidate, t: LayerTimes, copy_out: float) -> list[tuple[Span, Span]]:
-        """Each pipeline stage's forward and backward of one micro-batch: its blocks, the
-        embedding on the first, the head on the last (FSDP2's copy-outs in every
-        forward)."""
-        p = c.plan
-        out = []
-        for s, blocks in enumerate(p.stage_layers(self.model.layers)):
-            ends = [t.embed] * (s == 0) + [t.head] * (s == p.pp - 1)
-            out.append((Span(blocks * t.block.gpu.forward + copy_out
-                             + sum(e.gpu.forward for e in ends),
-                             blocks * t.block.cpu.forward + sum(e.cpu.forward for e in ends)),
-                        Span(blocks * (t.block.gpu.backward + t.block.gpu.recompute)
-                             + sum(e.gpu.backward for e in ends),
-                             blocks * (t.block.cpu.backward + t.block.cpu.recompute)
-                             + sum(e.cpu.backward for e in ends))))
-        return out
+                        m * blocks * self._ep_block(c, t.sizes, cut), host)
 
     def _optimizer_s(self, c: Candidate) -> float:
         """The optimizer step over a rank's parameters, as the replay's
@@ -519,26 +510,27 @@ class Estimator:
                   for i in range(p.cp))
         return fwd + bwd
 
-    def _flex_domains(self, p: ParallelPlan, stack: str) -> int | None:
-        """The NVLink domains each EP group of ``p`` spans where ``stack``'s candidates run
-        the flex dispatcher (as the trace generator cuts them,
-        :func:`~simulator.strategies.parallel.place.domain_groups`; 1 with no domain size
-        known), else None."""
+    def _flex_cut(self, p: ParallelPlan, stack: str) -> DomainGroups | None:
+        """``p``'s EP groups cut along the NVLink domains where ``stack``'s candidates run
+        the flex dispatcher, as the trace generator cuts them
+        (:func:`~simulator.strategies.parallel.place.domain_groups`; one domain of every
+        rank with no domain size known), else None.
+
+        :raises ConfigError: groups that span their domains unevenly (not modelled)."""
         if stack not in self.flex or p.ep == 1:
             return None
-        if not self.gpus_per_node:
-            return 1
-        return domain_groups(p.groups("ep"), self.gpus_per_node).domains
+        return domain_groups(p.groups("ep"), self.gpus_per_node or p.size)
 
-    def _ep_block(self, c: Candidate, sizes: EpSizes | None) -> float:
+    def _ep_block(self, c: Candidate, sizes: EpSizes | None,
+                  cut: DomainGroups | None = None) -> float:
         """Exposed EP and expert-TP traffic of one MoE block and micro-batch: each
         collective of the all-to-all dispatcher (:data:`~simulator.strategies.parallel.moe.EP_COLLECTIVES`:
         the count all-gather, the token all-to-alls for dispatch and combine, the
         probabilities' all-to-all, the expert-TP all-gather and reduce-scatter; forward, and
         again under full recompute, and backward), at its size in ``sizes``, on rank 0's EP
         or expert-TP group, not hidden (Megatron-LM without the a2a overlap: the experts
-        wait for their tokens). Under the flex dispatcher (``sizes`` with ``notify``) its
-        collectives (:data:`~simulator.strategies.parallel.moe.FLEX_COLLECTIVES`): each token
+        wait for their tokens). Under the flex dispatcher (``cut``: the EP groups along the
+        NVLink domains, :meth:`_flex_cut`) its collectives (:data:`~simulator.strategies.parallel.moe.FLEX_COLLECTIVES`): each token
         all-to-all as two run side by side, the one across the domains (on rank 0's rail)
         and the one inside a domain (on its ranks there), the slower of the two exposed."""
         if sizes is None:
@@ -546,8 +538,7 @@ class Estimator:
         p = c.plan
         groups = {comm: p.groups(comm)[0] for comm in ("ep", "etp")}
         rows = EP_COLLECTIVES
-        if sizes.notify:
-            cut = domain_groups(p.groups("ep"), self.gpus_per_node or p.size)
+        if cut is not None:
             groups.update(ep_nvl=cut.inside[0], ep_rail=cut.rails[0])
             rows = FLEX_COLLECTIVES
         passes = {"forward": 2 if c.ac == "full" else 1, "backward": 1}
@@ -654,11 +645,13 @@ class Estimator:
     # ----------------------------------------------------------------------- memory
     def _memory(self, c: Candidate) -> int:
         grads = "fp32" if c.plan.dp_mode in ("ddp", "zero1") else storage_dtype(self.kept)
-        routing = self.routings.get(self.stack_of(c), Routing())
-        held = peak_rank_memory(routing.model(self.model), c.plan, seq_len=self.seq_len,
+        p = c.plan
+        held = peak_rank_memory(self.model, p, seq_len=self.seq_len,
                                 micro_batch=c.micro_batch, micro_batches=c.micro_batches,
                                 precision=self.kept, ac=c.ac, flash=self.flash,
-                                grad_dtype=grads, load=routing.load)
+                                grad_dtype=grads, expert_copies=self._copies(
+                                    c.micro_batch, p.tp, p.sequence_parallel, p.cp, p.ep,
+                                    self.stack_of(c)))
         if (self.stack_of(c) not in self.fp8_params
                 or not ONLY_WHERE["fp8_param_gather"](c.plan)):   # as strategy_of carries it
             return held.total_bytes
@@ -667,6 +660,18 @@ class Estimator:
         blocks = p.stage_layers(self.model.layers)[held.stage]
         return held.total_bytes - (self.e - 1) * blocks * self._fp8_block(
             p.tp, p.sequence_parallel, p.cp, p.ep, self.stack_of(c))
+
+    def _busiest_copies(self, mb: int, tp: int, sp: bool, cp: int, ep: int,
+                        stack: str) -> float | None:
+        """The token copies the busiest EP rank's experts keep per micro-batch under
+        ``stack``'s routing (:func:`~simulator.strategies.parallel.moe.ep_loads`, as the
+        trace generator routes them); None for a dense model."""
+        if not self.model.is_moe:
+            return None
+        routing = self.routings.get(stack, Routing())
+        tokens = moe_tokens(ParallelPlan(tp=tp, cp=cp, ep=ep, sequence_parallel=sp), mb,
+                            self.seq_len)
+        return ep_loads(routing.model(self.model), tokens, ep, routing.load).slowest
 
     def _fp8_weights(self, tp: int, sp: bool, cp: int, ep: int, stack: str) -> int:
         """The FP8 GEMM weight elements of one block on one rank (the busiest EP rank's

@@ -212,8 +212,11 @@ def _ratio(value: float, lo: float, hi: float) -> float:
     return value / hi if value > hi else value / lo if value < lo else 1.0
 
 
+NEAR = 1.05       # a ratio to the validated range within this is inside it
+
+
 def _times(r: float, what: str, of: str) -> str | None:
-    if 1 / 1.05 <= r <= 1.05:
+    if 1 / NEAR <= r <= NEAR:
         return None
     word, k = ("larger", r) if r > 1 else ("smaller", 1 / r)
     return f"{what} {k:.3g}x {word} than any validated {of} case"
@@ -270,11 +273,7 @@ class Envelope:
     tied: list[dict] = field(default_factory=list)   # held-out cases as near as ``nearest``
     band: Band | None = None
     outside: str = ""      # why no case speaks for it at all (no validated case of its vendor)
-
-    @property
-    def beyond_gpus(self) -> bool:
-        """Whether the question runs on more GPUs than any validated case of its kin."""
-        return any(d.startswith("GPU count") and " larger " in d for d in self.differs)
+    beyond_gpus: bool = False    # more GPUs than any validated case of its kin
 
     def as_dict(self) -> dict:
         n = self.nearest
@@ -366,8 +365,9 @@ def envelope(q: Query, ground: tuple[dict, ...] | None = None) -> Envelope:
             fit = None
     same = [abs(r["error"]) for r in held_out if r["gpu"] == q.gpu]
     med = statistics.median(same) if len(same) >= MIN_ROWS else None
+    beyond = bool(mine) and q.gpus > NEAR * max(r["gpus"] for r in mine)
     return Envelope(q, best, far, differing_axes(q, ground), med, len(same), fit, tied,
-                    error_band(q, held_out))
+                    error_band(q, held_out), beyond_gpus=beyond)
 
 
 def error_band(q: Query, held_out: list[dict]) -> Band | None:
@@ -405,7 +405,8 @@ ROUGH = 0.25           # a median |error| above this: the rows are not to be ran
 def trust_sentence(envelopes, details: str = "details at the end") -> str:
     """How far to trust a comparison, in one sentence: the median |error| of each family's
     held-out runs on the question's GPU type (saying so where no validated case of the
-    family ran on as many GPUs as the question: :attr:`Envelope.beyond_gpus`), and which families' rows are too far off to rank (a median above
+    family ran on as many GPUs as the question: :attr:`Envelope.beyond_gpus`), and which
+    families' rows are too far off to rank (a median above
     :data:`ROUGH`), e.g. ``How far to trust it: median error of the held-out runs on
     A100-SXM4-80GB: FSDP 4.1% (10 runs), TensorFlow 7.4% (8 runs, none on as many GPUs),
     DeepSpeed not measured here (0 runs) (details at the end).``; ``details``: where the

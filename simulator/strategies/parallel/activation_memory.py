@@ -33,8 +33,6 @@ from simulator.errors import ConfigError
 from simulator.models.moe import moe_activation_bytes
 from simulator.models.spec import ModelSpec
 
-from .moe import ep_loads
-
 AC_MODES = ("none", "selective", "full")
 MASK_BYTES = 1
 
@@ -81,11 +79,11 @@ def _split(terms: LayerTerms, tp: int, sp: bool, keep_scores: bool) -> int:
 
 def layer_saved_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,
                       sp: bool = False, cp: int = 1, ac: str = "none", flash: bool = False,
-                      moe: bool = False, etp: int = 1, ep: int = 1, load=None) -> int:
+                      moe: bool = False, etp: int = 1, copies: float | None = None) -> int:
     """Bytes one layer keeps per rank between its forward and backward, for one
     micro-batch (the module doc: Table 2 of arXiv 2205.05198). ``moe``: an MoE block, whose
     MoE half replaces the dense MLP (:func:`moe_half_bytes`, experts split over ``etp``,
-    routed over ``ep`` ranks by ``load``)."""
+    ``copies`` the token copies the rank's experts keep)."""
     s = seq_len // cp
     if check_ac(ac) == "full":
         layer_input = s * batch * model.hidden * e
@@ -96,21 +94,21 @@ def layer_saved_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp:
     attention = _split(layer_terms(replace(model, ffn_hidden=0), batch, s, e), tp, sp,
                        keep_scores)
     return attention + moe_half_bytes(model, batch=batch, seq_len=s, e=e, tp=tp, sp=sp,
-                                      etp=etp, ep=ep, load=load)
+                                      etp=etp, copies=copies)
 
 
 def moe_half_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,
-                   sp: bool = False, etp: int = 1, ep: int = 1, load=None) -> int:
+                   sp: bool = False, etp: int = 1, copies: float | None = None) -> int:
     """What an MoE block's MoE half saves beyond its input
     (:func:`simulator.models.moe.moe_activation_bytes`: permuted tokens, expert inner
-    tensors, router probabilities, indices), for the rank's tokens (``/ t`` with SP) on the
-    busiest of ``ep`` EP ranks under ``load`` (:class:`.moe.ExpertLoad`; None: balanced,
-    ``top_k`` copies of each token) and the model's capacity factor
-    (:func:`.moe.ep_loads`), received back from each of the ``etp`` ranks that split the
-    experts, each expert ``1 / etp`` as wide."""
+    tensors, router probabilities, indices), for the rank's tokens (``/ t`` with SP): the
+    ``copies`` its experts keep (the busiest EP rank's under uneven routing,
+    :func:`.moe.ep_loads`; None: balanced routing, ``top_k`` copies of each token), received
+    back from each of the ``etp`` ranks that split the experts, each expert ``1 / etp`` as
+    wide."""
     tokens = seq_len * batch // (tp if sp else 1)
-    copies = ep_loads(model, tokens, ep, load).slowest
-    return moe_activation_bytes(model, tokens, e, etp * copies, etp)
+    kept = tokens * model.top_k if copies is None else copies
+    return moe_activation_bytes(model, tokens, e, etp * kept, etp)
 
 
 def layer_working_bytes(model: ModelSpec, *, batch: int, seq_len: int, e: int, tp: int = 1,

@@ -275,17 +275,17 @@ def stage_expert_params(model: ModelSpec, plan, stage: int) -> int:
 
 
 def _activations(model, plan, stage, held, *, b, s, e, ac, flash,
-                 precision, load=None) -> _Activations:
+                 precision, copies=None) -> _Activations:
     """The saved activations on one rank of ``stage`` (a fine-tuning's change added:
-    :func:`_ft_saved_delta`); an MoE block's as the busiest EP rank keeps them under
-    ``load`` (:class:`.moe.ExpertLoad`; None: balanced)."""
+    :func:`_ft_saved_delta`); an MoE block's at the ``copies`` its experts keep (None:
+    balanced routing)."""
     par = dict(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp)
     blocks = _stage_blocks(model, plan, stage)
     kinds = Counter(is_moe_layer(model, i) for i in blocks) if model.is_moe else \
         ({False: len(blocks)} if blocks else {})
     stage_bytes = sum(n * am.layer_saved_bytes(model, batch=b, seq_len=s, e=e, ac=ac,
                                                flash=flash, moe=moe, etp=plan.expert_tp,
-                                               ep=plan.ep, load=load, **par)
+                                               copies=copies, **par)
                       for moe, n in kinds.items())
     delta = _ft_saved_delta(model, b, s, precision, flash, **par) \
         if fine_tuned(model) and ac != "full" else None
@@ -352,10 +352,11 @@ def _working(model, plan, stage, *, b, s, e, ac, flash, grad_dtype, precision) -
 def rank_memory(model: ModelSpec, plan, *, seq_len: int, micro_batch: int,
                 micro_batches: int, precision: str = "bf16", optimizer: str = "adam",
                 ac: str = "none", flash: bool = False, stage: int = 0,
-                grad_dtype: str = "fp32", load=None) -> RankMemory:
+                grad_dtype: str = "fp32", expert_copies: float | None = None) -> RankMemory:
     """Bytes on one rank of pipeline stage ``stage`` of ``plan`` (see the module doc); an
-    MoE model's activations on the busiest EP rank under ``load``
-    (:class:`.moe.ExpertLoad`; None: balanced routing).
+    MoE block's activations at the ``expert_copies`` the rank's experts keep per
+    micro-batch (the busiest EP rank's under uneven routing, :func:`.moe.ep_loads`; None:
+    balanced routing).
 
     :raises ConfigError: a stage outside the plan, an unknown checkpointing mode or
         precision, a non-transformer model.
@@ -370,7 +371,7 @@ def rank_memory(model: ModelSpec, plan, *, seq_len: int, micro_batch: int,
                precision=storage_dtype(precision))
     state = _state(model, plan, stage, precision=precision, optimizer=optimizer,
                    grad_dtype=grad_dtype)
-    saved = _activations(model, plan, stage, held, **act, load=load)
+    saved = _activations(model, plan, stage, held, **act, copies=expert_copies)
     return RankMemory(stage=stage, params_bytes=state.params, grads_bytes=state.grads,
                       optimizer_bytes=state.optimizer, activations_bytes=saved.total,
                       layer_activations_bytes=saved.layers,

@@ -159,6 +159,7 @@ def kernel_model_gemm_s(result) -> float:
     stack fit: :data:`~simulator.compute.training_fit.IDENTITY`), to set beside the recorded
     GEMM kernels: what the GPU's GEMMs cost whatever runs them."""
     from simulator.compute import ComputeModel
+    from simulator.compute.pricing import priced_s
     from simulator.compute.training_fit import IDENTITY
     bare = ComputeModel(result.setup.compute.gpu, fit=IDENTITY)
     precision = result.setup.job.precision
@@ -166,11 +167,8 @@ def kernel_model_gemm_s(result) -> float:
     for op in result.setup.trace.classes[0].ops:
         if op.kind != "compute" or op.op_class != "matmul" or op.phase == "optimizer":
             continue
-        attrs = op.attrs
-        shape = (attrs["m"], attrs["n"], attrs["k"]) if "m" in attrs else None
-        total += bare.op_time_s("matmul", op.flops, op.bytes_accessed,
-                                attrs.get("precision", precision), shape=shape,
-                                transa=attrs.get("transa", False)) * attrs.get("repeat", 1)
+        total += priced_s(bare, "matmul", op.flops, op.bytes_accessed, precision,
+                          op.attrs) * op.attrs.get("repeat", 1)
     return total
 
 
